@@ -11,7 +11,7 @@ import json
 import socketserver
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,16 +74,23 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
     srv.server_close()
 
 
-def drain(srv: Engine, idle_s: float = 5.0) -> tuple[list[dict[str, Any]], BaseException | None]:
-    """The events read, and what ended the stream (None: it ended); at most 15 s."""
+def drain(srv: Engine, idle_s: float = 5.0, cut_after_s: float | None = None
+          ) -> tuple[list[dict[str, Any]], BaseException | None]:
+    """The events read, and what ended the stream (None: it ended); at most 15 s.
+    ``cut_after_s``: the stream's cut (``on_cut``) is called from another thread then."""
     got: list[dict[str, Any]] = []
     end: list[BaseException | None] = [None]
     opened: list[bool] = []
 
+    def cut_later(cut: Callable[[], None]) -> None:
+        assert cut_after_s is not None
+        threading.Timer(cut_after_s, cut).start()
+
     def read() -> None:
         client = SwarmClient(f"unix://{srv.server_address}")
         try:
-            for ev in client.events(on_open=lambda: opened.append(True), idle_s=idle_s):
+            for ev in client.events(on_open=lambda: opened.append(True), idle_s=idle_s,
+                                    on_cut=cut_later if cut_after_s is not None else None):
                 got.append(ev)
         except BaseException as exc:  # the test reports what ended it
             end[0] = exc
@@ -117,6 +124,20 @@ def test_a_stream_silent_for_idle_s_is_cut_naming_it(engine: Engine) -> None:
     assert isinstance(end, SwarmUnavailable), repr(end)
     assert "no event for 0.5 s" in str(end) and "engine.sock" in str(end)
     assert time.monotonic() - start < 10
+
+
+def test_a_stream_taken_for_stalled_is_cut_at_once_from_another_thread(
+        engine: Engine) -> None:
+    """The cache took the stream for stalled (a change with no event) after ~90 s, yet
+    it stayed open, every cycle listing, until its 600 s idle timeout: its cut, called
+    from another thread, wakes the blocked read now, naming why."""
+    engine.chunks = [ev("node", "n1") + b"\n"]
+    start = time.monotonic()
+    got, end = drain(engine, idle_s=60.0, cut_after_s=0.3)
+    assert [e["Actor"]["ID"] for e in got] == ["n1"]
+    assert isinstance(end, SwarmUnavailable), repr(end)
+    assert "taken for stalled" in str(end) and "engine.sock" in str(end)
+    assert time.monotonic() - start < 5
 
 
 @pytest.mark.parametrize(

@@ -165,6 +165,30 @@ def test_a_fifo_as_the_agents_tls_files_is_refused_not_waited_on(
     assert str(got).startswith(f"{which} {fifo}: a FIFO (a named pipe), not a regular file; ")
 
 
+def test_the_cluster_served_is_the_one_of_the_certificate_loaded(
+        pki: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent loaded --tls-cert from the bytes it read, then had OpenSSL open the
+    path again for its cluster ID (whose managers may read /facts): a certificate
+    swapped in between, another cluster's, was the one believed (and a FIFO swapped in
+    hung the whole process there: the decoder holds the GIL while it opens the file)."""
+    from swarmgpu.swarm import identity
+
+    cert, key = tmp_path / "node.crt", tmp_path / "node.key"
+    cert.write_bytes(pki["node1"].read_bytes())
+    key.write_bytes(_key(pki["node1"]).read_bytes())
+    read = identity.read_pem_file
+
+    def read_then_swap(option: str, path: Any, limit: int, fix: str) -> str:
+        text = read(option, path, limit, fix)
+        if option == "--tls-cert":  # after the bounded read, before any other
+            cert.write_bytes(pki["othercluster"].read_bytes())
+        return text
+
+    monkeypatch.setattr(identity, "read_pem_file", read_then_swap)
+    tls = ReloadingServerContext(cert, key, pki["ca"])
+    assert tls.cluster_id == CLUSTER, tls.cluster_id
+
+
 def test_a_huge_tls_key_is_refused_without_reading_it_whole(
         pki: dict[str, Path], tmp_path: Path) -> None:
     key = tmp_path / "big.key"

@@ -646,10 +646,16 @@ def test_a_stalled_stream_is_noticed_within_a_minute_and_a_half() -> None:
     idle for 600 s, was reopened). A minute with no event and no list lists everything,
     comparing: a change no event told of is read there, and when no event comes in
     ``EVENT_WAIT_S`` after it the stream is taken for stalled: every read lists until
-    an event comes (the stream's own idle timeout reopens it)."""
+    an event comes, and the stream is cut then, to be reopened (it was left to its own
+    600 s idle timeout, every cycle listing meanwhile)."""
     src = Source()
     clock = Clock()
-    cache = opened_cache(src, relist_s=600.0, clock=clock)
+    cuts: list[float] = []
+    cache = SwarmCache(src, relist_s=600.0, clock=clock)
+    cache.cut_with(lambda: cuts.append(clock.t))
+    cache.opened()
+    cache.read()
+    src.lists = 0
     src.bump("s2")  # a user's update; the stalled stream says nothing
     clock.t = 30.0
     assert not same(cache, src) and src.lists == 0  # trusted for a while
@@ -658,10 +664,13 @@ def test_a_stalled_stream_is_noticed_within_a_minute_and_a_half() -> None:
     assert cache.stats.reasons["silent stream"] == 1
     clock.t = 89.0
     assert same(cache, src) and src.lists == 1  # no verdict yet
+    assert cuts == []
     clock.t = 90.0
     src.bump("n1")
     assert same(cache, src) and src.lists == 2
+    assert cuts == [90.0]  # reopened when the stall is noticed
     assert same(cache, src) and src.lists == 3  # stalled: a list a read
+    assert cuts == [90.0]
     assert cache.stats.reasons["no event for a change"] == 2
     cache.on_event(event("node", "n0"))  # events again: read once more, then trusted
     assert same(cache, src) and src.lists == 4

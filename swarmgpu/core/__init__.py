@@ -12,7 +12,8 @@ and checked; Swarm's label-key rule in ``labelkeys`` so a bad prefix fails at lo
 ``commalist``: the one parser of comma lists), and small helpers both HTTP servers and
 every YAML reader use (``httpguard``, with ``httphead``: a request head read and
 checked as the most careful server would, and ``guesslimit``: wrong bearer tokens per
-client address, a bounded token bucket, then 429; ``yamlfile``, with ``goscalar``: a plain
+client address, a bounded token bucket, then 429, and ``forwarded``: the client a
+trusted reverse proxy names; ``yamlfile``, with ``goscalar``: a plain
 scalar as docker's go-yaml reads it, ``boundedfile``: a named file read
 only as a small regular file, never blocking; ``healthcheck``: the image's
 HEALTHCHECK, ``sdnotify``: systemd's notify protocol for both roles), and ``peertext``,

@@ -28,6 +28,7 @@ from swarmgpu.core.configvalues import (
     not_text,
     template_problem,
 )
+from swarmgpu.core.forwarded import parse_trusted
 from swarmgpu.core.labelkeys import (
     docker_namespace,
     node_label_key_fault,
@@ -195,6 +196,10 @@ class HttpConfig:
     auto: when the daemon itself served the sign-in over HTTPS. always: on every
     answer, for a TLS-terminating reverse proxy in front (the daemon sees plain HTTP;
     X-Forwarded-Proto is anyone's to send, so it is not read)."""
+    trusted_proxies: str = ""
+    """Reverse proxies in front (comma-separated IP addresses or networks, e.g.
+    10.0.0.5, 10.1.0.0/24): from these alone X-Forwarded-For is read, for whose wrong
+    tokens a request counts (docs/security.md); else every client shares the proxy's."""
 
 
 @dataclass(frozen=True)
@@ -445,6 +450,10 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
     if cfg.http.secure_cookie not in ("auto", "always"):
         add(f"http.secure_cookie: {cfg.http.secure_cookie!r}; use auto (the default: "
             "Secure over the daemon's own HTTPS) or always (HTTPS ends at a proxy)")
+    try:
+        parse_trusted(cfg.http.trusted_proxies)
+    except ValueError as exc:
+        add(f"http.trusted_proxies: {exc}")
     check_rebalance(cfg.rebalance, add)
     _check_preemption(cfg.preemption, add)
     if not isinstance(cfg.queues, Mapping):
@@ -578,6 +587,7 @@ _ENV_OVERRIDES = {
     "SWARMGPU_HTTP_AUTH": ("http", "auth"),
     "SWARMGPU_HTTP_TOKEN_FILE": ("http", "token_file"),
     "SWARMGPU_HTTP_SECURE_COOKIE": ("http", "secure_cookie"),
+    "SWARMGPU_HTTP_TRUSTED_PROXIES": ("http", "trusted_proxies"),
     "SWARMGPU_LOG_LEVEL": ("log", "level"),
     "SWARMGPU_LOG_FORMAT": ("log", "format"),
 }

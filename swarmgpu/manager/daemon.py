@@ -351,7 +351,8 @@ class Daemon:
         sent while the stream was down are lost: the cache re-lists), runs a cycle."""
 
         def opened(on_open: Callable[[], None]) -> Any:
-            return self.swarm.events(types=("node", "service"), on_open=on_open)
+            return self.swarm.events(types=("node", "service"), on_open=on_open,
+                                     on_cut=self.cache.cut_with)
 
         def on_event(event: Any) -> None:
             logger.debug("event {} {}", event.get("Type"), event.get("Action"))

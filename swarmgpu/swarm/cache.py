@@ -23,9 +23,10 @@ A full re-list happens
   no heartbeat, so silence alone cannot tell a stall from a quiet swarm. This list
   compares: an object it finds changed that no event named (``unseen_changes``) is
   read here, and if no event at all comes in ``EVENT_WAIT_S`` after it, the stream is
-  taken for stalled: every read lists, as while deaf, until an event comes or the
-  stream is reopened (its idle timeout, ``swarm.client.EVENT_IDLE_S``). A quiet swarm
-  costs one list a minute; a stall costs at most that minute and a cycle of staleness;
+  taken for stalled and reopened at once (``cut_with``: the stream's own idle timeout,
+  ``swarm.client.EVENT_IDLE_S``, came minutes later, every read listing meanwhile);
+  until it is open again every read lists, as while deaf. A quiet swarm costs one list
+  a minute; a stall costs at most that minute and a cycle of staleness;
 - after an event that names no node or service (it said something changed, not what);
 - after ``forget``: the daemon stood by (not the leader). A follower never reads, so it
   keeps nothing (neither the objects nor the ids events name: those piled up for as long
@@ -184,6 +185,7 @@ class SwarmCache:
         # (STALLED): list each read until an event comes.
         self._deaf: Why | None = None
         self._unseen_at: float | None = None  # a list found changes no event named
+        self._cut: Callable[[], None] | None = None  # ends the open stream (cut_with)
 
     # --- fed by the event thread and by writers -----------------------------
     def on_event(self, event: Mapping[str, Any]) -> None:
@@ -241,6 +243,12 @@ class SwarmCache:
             return True
         return False
 
+    def cut_with(self, cut: Callable[[], None]) -> None:
+        """``cut`` ends the stream now opening (from any thread): called when it is
+        taken for stalled, so ``follow`` reopens it at once (``SwarmClient.events``)."""
+        with self._lock:
+            self._cut = cut
+
     def opened(self) -> None:
         """The stream is (again) subscribed: what happened before is unknown."""
         with self._lock:
@@ -254,7 +262,7 @@ class SwarmCache:
         with self._lock:
             self.stats.gaps += int(self._stream_up)
             self._stream_up, self._awaiting = False, None  # a write's event may be lost
-            self._unseen_at = None
+            self._unseen_at, self._cut = None, None
             self._relist_why = Relist(Why.GAP, why)
 
     def forget(self, why: str) -> None:
@@ -334,14 +342,17 @@ class SwarmCache:
             is Why.STALLED
         ):
             self._deaf, self._unseen_at = Why.STALLED, None
+            cut, self._cut = self._cut, None
             logger.warning(
                 "event stream: open but silent, and a change the list found had no event "
                 "in {:.0f} s: the stream is stalled (a dead connection, a hung engine or "
-                "proxy); every cycle lists the swarm until an event comes or the stream "
-                "is reopened (after {:.0f} s with nothing)",
+                "proxy); {}; every cycle lists the swarm until it is open again",
                 EVENT_WAIT_S,
-                EVENT_IDLE_S,
+                "reopening it now" if cut is not None
+                else f"it is reopened after {EVENT_IDLE_S:.0f} s with nothing",
             )
+            if cut is not None:
+                cut()  # a socket shut down: the event thread wakes, marks the gap
 
     def _relist(self, why: Relist, dirty: Mapping[str, set[str]]) -> None:
         self.stats.relists += 1

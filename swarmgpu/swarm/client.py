@@ -21,7 +21,7 @@ import docker.errors
 import requests.exceptions
 import urllib3.exceptions
 
-from swarmgpu.swarm.eventstream import NotAnEvent, read_events
+from swarmgpu.swarm.eventstream import Cut, NotAnEvent, read_events
 
 
 class SwarmError(RuntimeError):
@@ -485,38 +485,55 @@ class SwarmClient:
 
     def events(self, *, types: tuple[str, ...] = ("node", "service"),
                on_open: Callable[[], None] | None = None,
-               idle_s: float | None = EVENT_IDLE_S) -> Iterator[dict[str, Any]]:
+               idle_s: float | None = EVENT_IDLE_S,
+               on_cut: Callable[[Callable[[], None]], None] | None = None,
+               ) -> Iterator[dict[str, Any]]:
         """Blocking iterator over engine events; raises SwarmUnavailable when cut, and
         SwarmError on an answer that is not events (``swarm.eventstream``: bounded).
         ``on_open`` is called once the engine has subscribed the stream (its answer's
         headers came back), before the first event: from then on nothing is missed.
         Nothing read for ``idle_s`` cuts it: the engine sends no heartbeat, so a dead
-        connection (half-open, a hung engine or proxy) looks like a quiet swarm."""
+        connection (half-open, a hung engine or proxy) looks like a quiet swarm.
+        ``on_cut``, before ``on_open``, is handed a function that ends this stream from
+        another thread (the cache's stall verdict: reopened then, not at ``idle_s``)."""
         try:
             resp = self._api._get(self._api._url("/events"), stream=True, timeout=idle_s,
                                   params={"filters": json.dumps({"type": list(types)})})
         except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
             raise SwarmUnavailable(f"event stream ended: {exc}") from exc
+        cut = Cut(resp)
         try:
             if resp.status_code != 200:
                 head = next(resp.iter_content(512), b"")  # the reason, not a whole body
                 raise SwarmUnavailable(f"event stream: the engine at {self.endpoint} "
                                        f"answered HTTP {resp.status_code}: {head!r}")
+            if on_cut is not None:
+                on_cut(cut)
             if on_open is not None:
                 on_open()
             yield from read_events(resp.iter_content(65536), self.endpoint)
         except NotAnEvent as exc:
             raise SwarmError(str(exc)) from None
         except requests.exceptions.ConnectionError as exc:
+            if cut.asked:
+                raise self._cut_stalled() from exc
             if exc.args and isinstance(exc.args[0], urllib3.exceptions.ReadTimeoutError):
                 raise SwarmUnavailable(
                     f"event stream from {self.endpoint}: no event for {idle_s} s (a dead "
                     "connection is not told from a quiet swarm): reopening") from exc
             raise SwarmUnavailable(f"event stream ended: {exc}") from exc
         except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
+            if cut.asked:
+                raise self._cut_stalled() from exc
             raise SwarmUnavailable(f"event stream ended: {exc}") from exc
         finally:
             resp.close()
+        if cut.asked:  # the shut-down socket read as the answer's end
+            raise self._cut_stalled()
+
+    def _cut_stalled(self) -> SwarmUnavailable:
+        return SwarmUnavailable(f"event stream from {self.endpoint}: cut, taken for stalled "
+                                "(a change had no event): reopening")
 
     # --- writes --------------------------------------------------------
     def update_node_labels(

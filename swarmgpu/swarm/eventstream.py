@@ -7,15 +7,48 @@ while the stream looked open and said nothing. Here a line is at most ``MAX_EVEN
 and must be a JSON object; anything else is ``NotAnEvent`` naming it (a ``SwarmError``
 from ``SwarmClient.events``), and the reader (``swarm.cache.follow``) marks a gap, lists
 in full and reconnects.
+
+``Cut``: an open stream ended from another thread (``swarm.cache`` took it for stalled):
+its socket is shut down, which wakes the blocked read (closing it would not).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 MAX_EVENT_BYTES = 1 << 20  # one event; the engine's are under a few KiB
+
+
+class Cut:
+    """Ends one open stream from another thread: ``__call__`` shuts its socket down,
+    so the reader's blocked read returns at once; ``asked`` says the end was asked."""
+
+    def __init__(self, resp: Any) -> None:
+        self.asked = False
+        self._sock = stream_socket(resp)
+
+    def __call__(self) -> None:
+        self.asked = True
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+
+
+def stream_socket(resp: Any) -> socket.socket | None:
+    """The socket under a streamed ``requests`` answer (the unix socket, TCP or TLS),
+    or None where the transport hides it (the stream then ends at its idle timeout)."""
+    raw = getattr(resp, "raw", None)
+    sock = getattr(getattr(raw, "connection", None), "sock", None)
+    if isinstance(sock, socket.socket):
+        return sock
+    # http.client's answer reads through sock.makefile(): BufferedReader -> SocketIO
+    sock = getattr(getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None),
+                   "_sock", None)
+    return sock if isinstance(sock, socket.socket) else None
 
 
 class NotAnEvent(ValueError):

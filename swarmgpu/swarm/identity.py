@@ -159,7 +159,8 @@ def peer_name(cert: Mapping[str, object] | None) -> PeerName | None:
 
 
 def cert_file_name(path: str | os.PathLike[str]) -> PeerName:
-    """The subject of a PEM certificate file (this node's own: its cluster ID)."""
+    """The subject of a PEM certificate file (this node's own: its cluster ID). Only of
+    a file swarmgpu wrote itself (``_load_chain``'s private copy): OpenSSL opens it."""
     # The ssl module decodes files only through this helper (no third-party parser).
     import _ssl
 
@@ -257,8 +258,9 @@ def read_pem_file(option: str, path: str | os.PathLike[str], limit: int, fix: st
 
 
 def _load_chain(ctx: ssl.SSLContext, cert: str | os.PathLike[str],
-                key: str | os.PathLike[str]) -> None:
-    """Load the node's certificate and key into ``ctx`` (server or client side)."""
+                key: str | os.PathLike[str]) -> PeerName | None:
+    """Load the node's certificate and key into ``ctx`` (server or client side); the
+    subject of the certificate loaded (None: it has none), decoded from the same bytes."""
     cert_pem = read_pem_file("--tls-cert", cert, MAX_CERT_BYTES,
                              "give the node's certificate file (swarm-node.crt)")
     key_pem = plain_key_pem(read_pem_file("--tls-key", key, MAX_KEY_BYTES,
@@ -277,6 +279,12 @@ def _load_chain(ctx: ssl.SSLContext, cert: str | os.PathLike[str],
         except (ssl.SSLError, OSError) as exc:
             raise IdentityError(f"--tls-cert {cert} / --tls-key {key}: cannot be used "
                                 f"({exc.__class__.__name__}: {exc})") from None
+        # Its subject (the cluster whose managers may read /facts) from this copy too:
+        # the operator's path read again could be another certificate by now, or a FIFO.
+        try:
+            return cert_file_name(cp)
+        except IdentityError:
+            return None
 
 
 def load_server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str],
@@ -285,9 +293,16 @@ def load_server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str
     ``client_ca`` (the swarm root CA) it asks every caller for a certificate and
     verifies one that is offered; callers without one still connect (Prometheus with a
     token, /healthz), and the handler decides what each may read."""
+    return _server_context(cert, key, client_ca)[0]
+
+
+def _server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str],
+                    client_ca: str | os.PathLike[str] | None = None
+                    ) -> tuple[ssl.SSLContext, PeerName | None]:
+    """``load_server_context``, and the subject of the certificate it loaded."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    _load_chain(ctx, cert, key)
+    subject = _load_chain(ctx, cert, key)
     if client_ca is not None:
         ca_pem = read_pem_file("--tls-ca", client_ca, MAX_CA_BYTES,
                                "it is the swarm root CA, swarm-root-ca.crt")
@@ -297,7 +312,7 @@ def load_server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str
             raise IdentityError(f"--tls-ca {client_ca}: cannot be used ({exc}); it is the "
                                 "swarm root CA, swarm-root-ca.crt") from None
         ctx.verify_mode = ssl.CERT_OPTIONAL
-    return ctx
+    return ctx, subject
 
 
 def server_context_for_managers(cert: str | os.PathLike[str], key: str | os.PathLike[str],
@@ -327,14 +342,22 @@ class ReloadingServerContext:
         self.client_ca = Path(client_ca) if client_ca is not None else None
         self._lock = threading.Lock()
         self._stamp = self._files_stamp()
-        self._ctx = load_server_context(self.cert, self.key, self.client_ca)
-        self.cluster_id = cert_file_name(self.cert).o if self.client_ca else None
+        self._ctx, subject = _server_context(self.cert, self.key, self.client_ca)
+        self.cluster_id = self._cluster_of(subject)
         self._checked = time.monotonic()
         self.reloads = 0
 
     @property
     def mutual(self) -> bool:
         return self.client_ca is not None
+
+    def _cluster_of(self, subject: PeerName | None) -> str | None:
+        """The cluster of the certificate loaded (its O), read from the bytes loaded."""
+        if not self.client_ca:
+            return None
+        if subject is None:
+            raise IdentityError(f"certificate {self.cert}: no subject")
+        return subject.o
 
     def _files_stamp(self) -> tuple[float, ...]:
         files = [self.cert, self.key] + ([self.client_ca] if self.client_ca else [])
@@ -348,9 +371,8 @@ class ReloadingServerContext:
                 try:
                     stamp = self._files_stamp()
                     if stamp != self._stamp:
-                        self._ctx = load_server_context(self.cert, self.key, self.client_ca)
-                        if self.client_ca:
-                            self.cluster_id = cert_file_name(self.cert).o
+                        ctx, subject = _server_context(self.cert, self.key, self.client_ca)
+                        self._ctx, self.cluster_id = ctx, self._cluster_of(subject)
                         self._stamp = stamp
                         self.reloads += 1
                 except (OSError, IdentityError):

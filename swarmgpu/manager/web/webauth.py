@@ -45,6 +45,7 @@ from pathlib import Path
 from loguru import logger
 
 from swarmgpu.core.config import HttpConfig
+from swarmgpu.core.forwarded import parse_trusted
 from swarmgpu.core.guesslimit import GuessLimit, Try
 from swarmgpu.core.httpguard import Throttle
 from swarmgpu.core.peertext import peer_text
@@ -182,6 +183,14 @@ class Caller:
     cookie: str | None = None
     tls_peer: PeerName | None = None  # the verified client certificate (HTTPS only)
     cookie_name: str = SESSION_COOKIE  # the session's name on this connection (cookie_name)
+    # The client a trusted proxy named (core.forwarded), "" for peer_ip: whose bucket
+    # its tokens use; never who may read (a loopback peer is judged by peer_ip).
+    client_ip: str = ""
+
+    @property
+    def guesser(self) -> str:
+        """The address this request's tokens count against (guesslimit)."""
+        return self.client_ip or self.peer_ip
 
 
 @dataclass(frozen=True)
@@ -275,6 +284,8 @@ class WebAuth:
         self._last_error: str | None = None
         self._refused = Throttle()
         self.guesses = GuessLimit()  # wrong tokens per client address (core.guesslimit)
+        # Proxies whose X-Forwarded-For names the client (checked at config load).
+        self.trusted_proxies = parse_trusted(cfg.trusted_proxies)
 
     # --- the HTTPS side ------------------------------------------------------
 
@@ -348,7 +359,7 @@ class WebAuth:
                 is_manager_of(caller.tls_peer, self.cluster_id) or (not form and cookie_matches(
                     caller.cookie, self.token, name=caller.cookie_name)):
             return None
-        return self.guesses.take(caller.peer_ip)
+        return self.guesses.take(caller.guesser)
 
     def tried(self, t: Try | None, right: bool, compared: bool = True) -> None:
         """The try's token was right (or not ``compared``): given back, and a right one
@@ -371,7 +382,7 @@ class WebAuth:
             # the operator's terminal through the log), as all peer input is.
             logger.warning("HTTP {} from {} refused (401: no manager certificate, token or "
                            "session); {} refused since the last such line",
-                           peer_text(caller.path, 80), caller.peer_ip, n)
+                           peer_text(caller.path, 80), caller.guesser, n)
 
     def describe(self) -> str:
         """One line for the start-up log: who may read what."""

@@ -21,10 +21,13 @@ import contextlib
 import socket
 import ssl
 import time
+from http import HTTPStatus
 from typing import Any
 
 from loguru import logger
 
+from swarmgpu.core.forwarded import HEADER as FORWARDED
+from swarmgpu.core.forwarded import BadForwarded, client_ip
 from swarmgpu.core.httpguard import (
     HEAD_DEADLINE_S,
     PLAIN,
@@ -156,10 +159,9 @@ class GuardedHandler(OneRequestHandler):
         path, _, query = self.path.partition("?")
         self.open_on_reserve = path in OPEN_PATHS  # /healthz is never starved
         if self.auth is not None:
-            caller = Caller(path, str(self.client_address[0]) if self.client_address else "",
-                            self.headers.get("Authorization"), self.headers.get("Cookie"),
-                            self.tls_peer,
-                            cookie_name(self.auth.secure_cookie(self.via_tls)))
+            caller = self._caller(path, self.auth)
+            if caller is None:
+                return
             if path in (LOGIN_PATH, LOGIN_SCRIPT, LOGOUT_PATH):  # a cookie, or none
                 self._sign_in(path, query, caller, self.auth)
                 return
@@ -186,6 +188,21 @@ class GuardedHandler(OneRequestHandler):
         body, how = encoded(body, self.headers.get("Accept-Encoding"), self.gzip_memo)
         with contextlib.suppress(OSError):
             self.send_answer(status, ctype, body, how)
+
+    def _caller(self, path: str, auth: WebAuth) -> Caller | None:
+        """Who this request shows it is; None when a trusted proxy's X-Forwarded-For
+        names no one client (answered 400: core.forwarded)."""
+        peer = str(self.client_address[0]) if self.client_address else ""
+        try:
+            client = client_ip(peer, self.headers.get_all(FORWARDED) or [],
+                               auth.trusted_proxies)
+        except BadForwarded as exc:
+            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN, f"400: {exc}\n".encode())
+            return None
+        return Caller(path, peer, self.headers.get("Authorization"),
+                      self.headers.get("Cookie"), self.tls_peer,
+                      cookie_name(auth.secure_cookie(self.via_tls)),
+                      client if client != peer else "")
 
     def _sign_in(self, path: str, query: str, caller: Caller, auth: WebAuth) -> None:
         """The sign-in page and its script (anyone's), and its forms' POSTs (weblogin)."""

@@ -1,0 +1,91 @@
+"""The client a trusted reverse proxy names (``X-Forwarded-For``), for the token limit.
+
+Behind a reverse proxy every request comes from the proxy's address, so the wrong-token
+limit (``core.guesslimit``) kept one bucket for all: one guesser emptied it and every
+user's token sign-in got 429. The operator names the proxies (``http.trusted_proxies``:
+addresses or networks, parsed strictly at config load); only a request whose peer is one
+of them has its ``X-Forwarded-For`` read, and its client is the right-most entry that is
+no trusted proxy (each proxy appends the address it got the request from, so entries to
+the left of that one are the client's own to write). Anyone else's header is never read.
+
+A trusted proxy's request with two ``X-Forwarded-For`` lines, or an entry that is not a
+bare IP address (empty, a port, ``unknown``, a name, an IPv6 zone), is refused
+(``BadForwarded``, 400): which client it names is a guess two parsers may make apart.
+The address read counts tokens and names the client in the log; who may read what
+(a loopback peer under ``http.auth: auto``) is still judged by the connection's peer.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+
+from swarmgpu.core.commalist import comma_list
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+MAX_TRUSTED = 64  # networks named; a list longer is a mistake, not a topology
+MAX_HOPS = 32  # entries of one X-Forwarded-For; a longer chain is refused
+HEADER = "X-Forwarded-For"
+
+
+class BadForwarded(ValueError):
+    """A trusted proxy's X-Forwarded-For that names no one client (the message says why)."""
+
+
+def parse_trusted(text: str) -> tuple[Network, ...]:
+    """``http.trusted_proxies``: comma-separated IP addresses or networks (CIDR), ""
+    for none (``commalist``). ValueError naming the entry and the fix: a name (never
+    resolved), a network with host bits set (``10.0.0.1/8``: which was meant?)."""
+    out: list[Network] = []
+    for entry in comma_list(text):
+        if "%" in entry:
+            raise ValueError(f"{entry!r}: an IPv6 zone is not read; give the address alone")
+        try:
+            out.append(ipaddress.ip_network(entry, strict=True))
+        except ValueError as exc:
+            raise ValueError(f"{entry!r} is not an IP address or network ({exc}); names "
+                             "are not resolved: give the proxy's address, e.g. 10.0.0.5 "
+                             "or 10.1.0.0/24") from None
+    if len(out) > MAX_TRUSTED:
+        raise ValueError(f"{len(out)} entries; at most {MAX_TRUSTED}: name networks")
+    return tuple(out)
+
+
+def trusted(ip: str, proxies: Sequence[Network]) -> bool:
+    """Whether ``ip`` (a peer address; an IPv4-mapped IPv6 one as IPv4) is a proxy named."""
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    return any(addr in net for net in proxies)
+
+
+def client_ip(peer_ip: str, values: Sequence[str], proxies: Sequence[Network]) -> str:
+    """The address a request's tokens count against: ``peer_ip``, unless it is a
+    trusted proxy that sent ``X-Forwarded-For`` (``values``: each line of it); then the
+    right-most entry that is no trusted proxy (the left-most when all are).
+    BadForwarded when the header is repeated or an entry is not a bare IP address."""
+    if not proxies or not values or not trusted(peer_ip, proxies):
+        return peer_ip
+    if len(values) > 1:
+        raise BadForwarded(f"send one {HEADER} line, not {len(values)}")
+    entries = [e.strip(" \t") for e in values[0].split(",")]
+    if len(entries) > MAX_HOPS:
+        raise BadForwarded(f"{HEADER} names {len(entries)} addresses; at most {MAX_HOPS}")
+    for e in entries:
+        if not e or "%" in e or not _is_ip(e):
+            raise BadForwarded(f"{HEADER} entry {e[:60]!r} is not an IP address")
+    for e in reversed(entries):
+        if not trusted(e, proxies):
+            return e
+    return entries[0]
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True

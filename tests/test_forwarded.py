@@ -1,0 +1,112 @@
+"""http.trusted_proxies (swarmgpu/core/forwarded.py): behind a reverse proxy every
+client was the proxy's address, one wrong-token bucket for all, so one guesser locked
+every user's token sign-in out. From a proxy the operator names, and only from it, the
+client X-Forwarded-For names counts; a header that names no one client is refused."""
+
+from __future__ import annotations
+
+import http.client
+from pathlib import Path
+
+import pytest
+from support.webauth import TOKEN, get, post, web_daemon
+
+from swarmgpu.core.config import ConfigError, load_config
+from swarmgpu.core.forwarded import BadForwarded, client_ip, parse_trusted
+from swarmgpu.core.guesslimit import BURST
+
+PROXY = "127.0.0.7"
+WRONG = {"Authorization": "Bearer wrong-guess-0123456789"}
+RIGHT = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_a_guesser_behind_the_proxy_locks_out_no_one_else(tmp_path: Path) -> None:
+    """A guesser's wrong tokens through the trusted proxy use up its own bucket only:
+    another user's token and sign-in through the same proxy still answer. The guesser
+    writes what it likes left of the proxy's entry: the right-most address the proxy
+    did not vouch for is the one counted. A peer not named never has its header read."""
+    d = web_daemon(tmp_path, env={"SWARMGPU_HTTP_TRUSTED_PROXIES": f"{PROXY}, 10.9.0.0/16"})
+    assert d._http is not None
+    port = d._http.server_address[1]
+    try:
+        for i in range(BURST):
+            fwd = {"X-Forwarded-For": f"198.51.100.{i}, 203.0.113.9, 10.9.0.1"}
+            assert get(port, "/api/v1/cluster", {**WRONG, **fwd}, src=PROXY)[0] == 401
+        guesser = {"X-Forwarded-For": "192.0.2.1, 203.0.113.9"}
+        assert get(port, "/api/v1/cluster", {**RIGHT, **guesser}, src=PROXY)[0] == 429
+        user = {"X-Forwarded-For": "203.0.113.10"}
+        assert get(port, "/api/v1/cluster", {**RIGHT, **user}, src=PROXY)[0] == 200
+        assert post(port, "/login", f"token={TOKEN}", user, src=PROXY)[0] == 303
+        assert get(port, "/api/v1/cluster", RIGHT, src=PROXY)[0] == 200  # the proxy's own
+        for i in range(BURST):  # not named: one bucket, whatever it writes
+            fwd = {"X-Forwarded-For": f"203.0.113.{100 + i}"}
+            assert get(port, "/api/v1/cluster", {**WRONG, **fwd}, src="127.0.0.8")[0] == 401
+        fwd = {"X-Forwarded-For": "203.0.113.200"}
+        assert get(port, "/api/v1/cluster", {**RIGHT, **fwd}, src="127.0.0.8")[0] == 429
+    finally:
+        d._http.shutdown()
+        d._http.server_close()
+
+
+def _send(port: int, src: str, forwarded: list[str]) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5, source_address=(src, 0))
+    try:
+        conn.putrequest("GET", "/api/v1/cluster")
+        for value in forwarded:
+            conn.putheader("X-Forwarded-For", value)
+        conn.putheader("Authorization", f"Bearer {TOKEN}")
+        conn.endheaders()
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_a_trusted_proxys_header_that_names_no_one_client_is_refused(
+        tmp_path: Path) -> None:
+    """Two X-Forwarded-For lines (which one a proxy appended to is a guess), or an
+    entry that is no bare IP address, from a trusted proxy: 400, never a bucket chosen
+    by guess. From anyone else the header is not read at all."""
+    d = web_daemon(tmp_path, env={"SWARMGPU_HTTP_TRUSTED_PROXIES": PROXY})
+    assert d._http is not None
+    port = d._http.server_address[1]
+    try:
+        assert _send(port, PROXY, ["203.0.113.9"]) == 200
+        for bad in (["203.0.113.9", "203.0.113.10"], ["203.0.113.9:4711"], ["unknown"],
+                    ["203.0.113.9,"], ["proxy.example"], ["fe80::1%eth0"]):
+            assert _send(port, PROXY, bad) == 400, bad
+            assert _send(port, "127.0.0.8", bad) == 200, bad
+    finally:
+        d._http.shutdown()
+        d._http.server_close()
+
+
+def test_the_forwarded_client_rules() -> None:
+    proxies = parse_trusted("10.0.0.5, 10.1.0.0/24, 2001:db8::/64")
+    assert client_ip("10.0.0.5", ["192.0.2.1"], proxies) == "192.0.2.1"
+    assert client_ip("::ffff:10.0.0.5", ["192.0.2.1"], proxies) == "192.0.2.1"
+    assert client_ip("10.0.0.6", ["192.0.2.1"], proxies) == "10.0.0.6"
+    assert client_ip("10.0.0.5", [], proxies) == "10.0.0.5"
+    assert client_ip("10.0.0.5", ["1.2.3.4, 192.0.2.1 ,10.1.0.9"], proxies) == "192.0.2.1"
+    assert client_ip("10.0.0.5", ["10.1.0.8, 10.1.0.9"], proxies) == "10.1.0.8"
+    assert client_ip("10.0.0.5", ["2001:db8:1::1"], proxies) == "2001:db8:1::1"
+    assert client_ip("10.0.0.6", ["a", "b"], proxies) == "10.0.0.6"  # never read
+    assert client_ip("10.0.0.5", ["x"], ()) == "10.0.0.5"
+    for bad in (["a", "b"], [""], ["1.2.3.4,,5.6.7.8"], ["[2001:db8::1]"],
+                ["01.2.3.4"], [", ".join(["192.0.2.1"] * 33)]):
+        with pytest.raises(BadForwarded):
+            client_ip("10.0.0.5", bad, proxies)
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("proxy.example", "names are not resolved"),
+    ("10.0.0.1/8", "host bits set"),
+    ("fe80::1%eth0", "zone"),
+    ("10.0.0.0/33", "not an IP address or network"),
+])
+def test_a_bad_trusted_proxies_setting_is_a_config_error_naming_it(
+        value: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=r"http\.trusted_proxies: ") as got:
+        load_config(None, env={"SWARMGPU_HTTP_TRUSTED_PROXIES": value})
+    assert says in str(got.value), str(got.value)
+    assert load_config(None, env={"SWARMGPU_HTTP_TRUSTED_PROXIES": " 10.0.0.5 , ::1 "}
+                       ).http.trusted_proxies == " 10.0.0.5 , ::1 "
