@@ -46,7 +46,8 @@ def pick_mig_device(
     slices) for the requests that need them, the device comes from the GPU that is most
     used already (most assigned MIG memory), then the one with least free MIG memory,
     then the lowest index (a GPU instance's memory counted once, however many of its
-    compute instances list it: ``_instance_memory``); on that GPU, the first device in the GPU's own order.
+    compute instances list it: ``_instance_memory``); on that GPU, the first device in
+    the GPU's own order.
     Raise MigProfileError when ``profile`` itself is malformed or unknown.
     """
     want = normalize_profile(profile)
