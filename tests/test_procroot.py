@@ -3,7 +3,7 @@ a warning at start and the doctor's agent.proc-root; the host's /proc raises not
 
 The kernel cases run in a real new PID namespace (``unshare --pid --fork``, as Docker
 starts a container without ``--pid host``): with ``--mount-proc`` its /proc is its own,
-without it /proc stays the host's. The tree cases are procfs links laid out in a tmp dir.
+without it /proc stays the host's. The tree cases are procfs links laid out in a tmp dir (support.fake_proc).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.fake_proc import self_links
 from support.gpu_nodes import RTX4090, swarmgpu_env
 
 from swarmgpu.agent.doctor import Status, check_proc_root, read_view, run_doctor
@@ -40,28 +41,18 @@ needs_pidns = pytest.mark.skipif(not _unshare_works(),
                                  reason="no new PID namespace here (unshare needs root)")
 
 
-def _fake_proc(tmp: Path, self_pid: int, ns_inode: int) -> Path:
-    """A tree with procfs's two links: ``self`` -> the PID, its ``ns/pid`` -> the ns."""
-    root = tmp / "proc"
-    (root / str(self_pid) / "ns").mkdir(parents=True)
-    (root / "self").symlink_to(str(self_pid))
-    (root / str(self_pid) / "ns" / "pid").symlink_to(f"pid:[{ns_inode}]")
-    return root
-
-
 def test_a_container_s_own_proc_is_told_from_the_host_s(tmp_path: Path) -> None:
     child_ns = 4026532175
-    own = _fake_proc(tmp_path / "own", 7, child_ns)
+    own = self_links(tmp_path / "own", 7, child_ns)
     assert proc_root_view(str(own), pid=7).kind is ProcRootKind.OWN
-    host_seen = _fake_proc(tmp_path / "mounted", 31337, child_ns)  # -v /proc:/host/proc
+    host_seen = self_links(tmp_path / "mounted", 31337, child_ns)  # -v /proc:/host/proc
     assert proc_root_view(str(host_seen), pid=7).kind is ProcRootKind.HOST
-    on_host = _fake_proc(tmp_path / "host", 4242, INIT_PID_NS)  # the agent on the host
+    on_host = self_links(tmp_path / "host", 4242, INIT_PID_NS)  # the agent on the host
     assert proc_root_view(str(on_host), pid=4242).kind is ProcRootKind.HOST
     not_proc = proc_root_view(str(tmp_path))
     assert not_proc.kind is ProcRootKind.NOT_PROC and not_proc.blind
-    odd = tmp_path / "odd"
-    (odd / "9" / "ns").mkdir(parents=True)
-    (odd / "self").symlink_to("9")
+    odd = self_links(tmp_path / "odd", 9, 1)
+    (odd / "9" / "ns" / "pid").unlink()
     (odd / "9" / "ns" / "pid").symlink_to("net:[1]")
     assert proc_root_view(str(odd), pid=9).kind is ProcRootKind.UNKNOWN  # nothing claimed
 
@@ -74,7 +65,7 @@ def test_this_host_s_proc_raises_no_alarm() -> None:
 
 
 def test_the_doctor_warns_of_a_container_s_own_proc(tmp_path: Path) -> None:
-    view = proc_root_view(str(_fake_proc(tmp_path, 1, 4026532175)), pid=1)
+    view = proc_root_view(str(self_links(tmp_path / "proc", 1, 4026532175)), pid=1)
     check = check_proc_root(replace(read_view(str(ROOTS / "healthy")), proc_root=view))
     assert check.status is Status.WARN and "own /proc" in check.found
     assert "--proc-root /host/proc" in check.fix and "--pid host" in check.fix
