@@ -3,7 +3,8 @@ a warning at start and the doctor's agent.proc-root; the host's /proc raises not
 
 The kernel cases run in a real new PID namespace (``unshare --pid --fork``, as Docker
 starts a container without ``--pid host``): with ``--mount-proc`` its /proc is its own,
-without it /proc stays the host's. The tree cases are procfs links laid out in a tmp dir (support.fake_proc).
+without it /proc stays the host's. The tree cases are procfs links laid out in a tmp
+dir (support.fake_proc).
 """
 
 from __future__ import annotations
