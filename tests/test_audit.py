@@ -435,7 +435,7 @@ def test_the_entry_a_rejoined_node_left_keeps_its_ledger_apart_from_the_new_node
     table = render_table(found, s, "swarmgpu.")
     rows = {line.split()[1]: line for line in table.splitlines()
             if line.startswith("gpu-node-2")}
-    assert rows["(new-id)"].split()[3:6] == ["ok", "-", "drifted"], table
+    assert rows["(new-id)"].split()[3:6] == ["ok", "8*", "drifted"], table
     assert rows["(old-id)"].split()[3:6] == ["replaced", "8", "-"], table
 
 
@@ -460,3 +460,21 @@ def test_a_down_node_sharing_its_hostname_with_another_machine_is_not_replaced()
                  replace(other, generic_resources={"NVIDIA-GPU": UUIDS})):
         s2 = replace(s, nodes=[same, up])
         assert [f.kind for f in audit(s2)] == ["replaced-node"]
+
+
+def test_a_node_not_labelled_yet_shows_what_its_agent_answers_marked() -> None:
+    """GPUS and PRODUCT are the node's labels: a node whose agent answers before the
+    daemon labelled it showed "-" in both, as if it had no GPU. They show the agent's
+    answer, marked as not labelled yet, and a line says what the mark means."""
+    s = snap(node({}))
+    found = audit(s)
+    want = desired_labels(FACTS)
+    text = render_table(found, s, "swarmgpu.")
+    row = next(line for line in text.splitlines() if line.startswith("gpu-node-2"))
+    assert row.split()[3:] == ["8*", "drifted", want["swarmgpu.gpu.product"] + "*"], row
+    assert "* not labelled yet: what the node's agent answers" in text
+    labelled = render_table([], snap(node(want)), "swarmgpu.")
+    assert "*" not in labelled and "8     in-sync" in labelled
+    down = render_table(audit(snap(node({}), facts_ok=False)), snap(node({}), False),
+                        "swarmgpu.")
+    assert "not labelled yet" not in down  # no answer: nothing to show but "-"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 from support.paths import FIXTURES as FIXTURES_DIR
@@ -16,7 +17,7 @@ from swarmgpu.core.migprofile import (
     not_offered,
     profiles_for_product,
 )
-from swarmgpu.core.model import Gpu, MigDevice
+from swarmgpu.core.model import FactsError, Gpu, MigDevice, NodeFacts
 
 FIXTURES = FIXTURES_DIR
 
@@ -231,3 +232,50 @@ def test_a_compute_instance_device_is_handed_out_by_its_own_name_only() -> None:
     miss = pick_mig_device([gpu], "3g.20gb", set())
     assert isinstance(miss, MigMiss) and miss.reason is MigMissReason.PROFILE_ABSENT
     assert "it has 1c.3g.20gb" in miss.detail
+
+
+def _ci_gpu(index: int, devices: tuple[MigDevice, ...]) -> Gpu:
+    return Gpu(index=index, uuid=f"GPU-{index}", product="NVIDIA A100-SXM4-40GB",
+               memory_mib=40537, mig_capable=True, mig_enabled=True, mig_devices=devices)
+
+
+def test_a_gpu_instance_s_memory_counts_once_in_the_mig_device_ranking() -> None:
+    """Compute instances of one GPU instance each report the instance's memory: two of
+    the three 1c.3g.20gb of GPU 0 handed out made GPU 0 look 40 GB used (twice 20 GB),
+    more than GPU 1's 3g.20gb and 2g.10gb (30 GB), so a 1g.5gb went to GPU 0. Counted
+    once, GPU 0 has 20 GB used: the 1g.5gb goes to GPU 1, the most used."""
+    cis = tuple(MigDevice("1c.3g.20gb", f"MIG-ci{c}", 20096, gi_id=1, ci_id=c)
+                for c in range(3))
+    gpu0 = _ci_gpu(0, (*cis, MigDevice("1g.5gb", "MIG-a-small", 4864, gi_id=5, ci_id=0)))
+    gpu1 = _ci_gpu(1, (MigDevice("3g.20gb", "MIG-b-3g", 20096, gi_id=1, ci_id=0),
+                       MigDevice("2g.10gb", "MIG-b-2g", 9984, gi_id=2, ci_id=0),
+                       MigDevice("1g.5gb", "MIG-b-small", 4864, gi_id=5, ci_id=0)))
+    taken = {"MIG-ci0", "MIG-ci1", "MIG-b-3g", "MIG-b-2g"}
+    assert pick_mig_device([gpu0, gpu1], "1g.5gb", taken) == MigChoice(1, "MIG-b-small",
+                                                                       "1g.5gb")
+    # Without gi_id (a facts file that leaves it out) the compute instances of one
+    # profile are taken to share one instance, as the facts' own check reads them.
+    bare = tuple(replace(d, gi_id=None, ci_id=None) for d in gpu0.mig_devices)
+    assert pick_mig_device([replace(gpu0, mig_devices=bare), gpu1], "1g.5gb",
+                           taken) == MigChoice(1, "MIG-b-small", "1g.5gb")
+
+
+def test_the_facts_check_counts_a_gpu_instance_s_memory_once() -> None:
+    """The facts' check of a GPU's MIG devices against its memory (not a fault, checked
+    here): seven 1c.7g.40gb compute instances of one 7g.40gb instance, 40 GB each, are
+    one 40 GB instance on a 40 GB GPU, with gi_id or without; two instances are not."""
+    def gpu(devices: list[dict[str, object]]) -> dict[str, object]:
+        return {"index": 0, "uuid": "GPU-0", "product": "NVIDIA A100-SXM4-40GB",
+                "memory_mib": 40537, "mig_enabled": True, "mig_devices": devices}
+
+    def facts(devices: list[dict[str, object]]) -> NodeFacts:
+        return NodeFacts.from_dict({"node": {"hostname": "n"}, "gpus": [gpu(devices)]})
+
+    cis = [{"profile": "1c.7g.40gb", "uuid": f"MIG-c{c}", "memory_mib": 40192, "gi_id": 0,
+            "ci_id": c} for c in range(7)]
+    assert len(facts(cis).gpus[0].mig_devices) == 7
+    assert len(facts([{k: v for k, v in d.items() if k not in ("gi_id", "ci_id")}
+                      for d in cis]).gpus[0].mig_devices) == 7
+    with pytest.raises(FactsError, match="60288 MiB in its 2 GPU instance"):
+        facts([{"profile": "1c.3g.20gb", "uuid": f"MIG-w{c}", "memory_mib": 30144,
+                "gi_id": c, "ci_id": 0} for c in range(2)])

@@ -246,6 +246,35 @@ def test_a_release_takes_back_the_cuda_device_order_only_swarmgpu_wrote() -> Non
         assert own in _as_written(written, rel.writes).env
 
 
+def test_a_cuda_device_order_record_whose_line_the_owner_took_out_is_dropped() -> None:
+    """The owner takes adoption's CUDA_DEVICE_ORDER line out by hand (docker service
+    update --env-rm): its record stayed, so when the owner later wrote the line again,
+    a release removed the owner's line as swarmgpu's. The record is read against the
+    spec each cycle and dropped once its line is gone; the owner's line then stays."""
+    only = {"n-dgx": FACTS["n-dgx"]}
+    raw = svc("raw", {"swarmgpu.gpus": "1", "team": "x"}, gated=False)
+    (sp,) = plan_placement([DGX], [raw], [], only).services
+    adopted = _as_written(raw, sp.writes)
+    assert adopted.labels[P + ORDER_STATE] == "true"
+    removed = replace(adopted, env=tuple(e for e in adopted.env if e != ORDER_ENV),
+                      version=adopted.version + 1)
+    (sp,) = plan_placement([DGX], [removed], [], only).services
+    assert P + ORDER_STATE in sp.service_labels_remove
+    cleaned = _as_written(removed, sp.writes)
+    assert P + ORDER_STATE not in cleaned.labels and ORDER_ENV not in cleaned.env
+    again = replace(cleaned, env=(*cleaned.env, ORDER_ENV))  # the owner's own, now
+    (sp,) = plan_placement([DGX], [again], [], only).services
+    assert P + ORDER_STATE not in sp.service_labels_remove
+    gone = replace(again, labels={k: v for k, v in again.labels.items()
+                                  if k != "swarmgpu.gpus"})
+    (rel,) = plan_placement([DGX], [gone], [], only).services
+    assert rel.status == "released"
+    assert ORDER_ENV in _as_written(gone, rel.writes).env
+    # A record whose line is there is kept, cycle after cycle.
+    (sp,) = plan_placement([DGX], [adopted], [], only).services
+    assert P + ORDER_STATE not in sp.service_labels_remove
+
+
 def test_a_request_whose_own_env_sets_the_device_variable_waits_naming_it() -> None:
     """The owner's NVIDIA_VISIBLE_DEVICES (a value, or a bare name) is kept, so the
     template that pins the GPUs cannot go in: the service waits, the line and the fix

@@ -3,6 +3,7 @@
 ``server`` (the agent: /facts, /metrics), ``access`` (who may read what: a manager
 certificate, the bearer token; a client's wrong tokens limited), ``facts`` (NVML, GFD,
 file and topo sources), ``metrics`` (the DCGM-style exposition), ``procattr`` (which task a GPU
-process belongs to), ``doctor`` and ``nodeconfig`` (checking and setting up a node).
+process belongs to), ``procroot`` (whether ``--proc-root`` shows the host's processes or
+only its own container's), ``doctor`` and ``nodeconfig`` (checking and setting up a node).
 Imports ``core``, ``swarm`` and ``allocator``; never the manager.
 """

@@ -11,6 +11,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from swarmgpu.core.miglayout import instance_key
 from swarmgpu.core.migprofile import canonical_profile, normalize_profile
 from swarmgpu.core.model import Gpu
 
@@ -44,7 +45,9 @@ def pick_mig_device(
     ``assigned`` holds the MIG UUIDs already handed out. To keep whole GPUs (and big free
     slices) for the requests that need them, the device comes from the GPU that is most
     used already (most assigned MIG memory), then the one with least free MIG memory,
-    then the lowest index; on that GPU, the first device in the GPU's own order.
+    then the lowest index (a GPU instance's memory counted once, however many of its
+    compute instances list it: ``_instance_memory``); on that GPU, the first device in
+    the GPU's own order.
     Raise MigProfileError when ``profile`` itself is malformed or unknown.
     """
     want = normalize_profile(profile)
@@ -59,8 +62,7 @@ def pick_mig_device(
     best: tuple[tuple[int, int, int], MigChoice] | None = None
     of_profile = 0
     for gpu in with_mig:
-        used_mib = sum(d.memory_mib for d in gpu.mig_devices if d.uuid in taken)
-        free_mib = sum(d.memory_mib for d in gpu.mig_devices if d.uuid not in taken)
+        used_mib, free_mib = _instance_memory(gpu, taken)
         for dev in gpu.mig_devices:
             if canonical_profile(dev.profile) != want:
                 continue
@@ -83,3 +85,19 @@ def pick_mig_device(
         MigMissReason.ALL_ASSIGNED,
         f"all {of_profile} {want} MIG device(s) on this node are assigned",
     )
+
+
+def _instance_memory(gpu: Gpu, taken: Collection[str]) -> tuple[int, int]:
+    """(MiB of the GPU instances with a device handed out, MiB of those with none):
+    compute instances of one GPU instance each report the instance's memory, which
+    counts once; an instance partly handed out is used (its free compute instances
+    serve only requests of their own profile)."""
+    memory: dict[tuple[object, ...], int] = {}
+    used: set[tuple[object, ...]] = set()
+    for n, d in enumerate(gpu.mig_devices):
+        key = instance_key(d, n)
+        memory[key] = max(memory.get(key, 0), d.memory_mib)
+        if d.uuid in taken:
+            used.add(key)
+    return (sum(m for k, m in memory.items() if k in used),
+            sum(m for k, m in memory.items() if k not in used))

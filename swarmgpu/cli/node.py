@@ -107,7 +107,8 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
                    "list, so the agent needs no engine access.")
 @click.option("--proc-root", default="/proc", show_default=True,
               help="The host's /proc (GPU process PIDs are the host's; in a container "
-                   "mount it, e.g. /host/proc).")
+                   "mount it, e.g. /host/proc). A container's own /proc is warned of at "
+                   "start.")
 @click.option("--identity", type=click.Choice(["auto", "swarm-pki", "none"]), default="auto",
               show_default=True, envvar="SWARMGPU_AGENT_IDENTITY",
               help="swarm-pki: serve HTTPS with this node's Swarm certificate and give "
@@ -185,6 +186,7 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
     except (IdentityError, OSError) as exc:
         click.echo(f"swarmgpu agent: {exc}", err=True)
         sys.exit(2)
+    _warn_blind_proc_root(proc_root)
     try:
         agent_mod.serve(src, listen, sampler=sampler, refresh_s=refresh_s,
                         attribute=Attributor(engine_labels(docker_host) if docker_host
@@ -201,6 +203,20 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
 
     nvml_session.shutdown_within(nvml_session.EXIT_WAIT_S)
     _exit_now(0)
+
+
+def _warn_blind_proc_root(proc_root: str) -> None:
+    """Said at start: a --proc-root that hides other containers' processes leaves every
+    GPU process unattributed, which nothing else would say (swarmgpu.agent.procroot)."""
+    from loguru import logger
+
+    from swarmgpu.agent.procroot import FIX, proc_root_view
+
+    pv = proc_root_view(proc_root)
+    if pv.blind:
+        logger.warning("--proc-root {}: {}; no GPU process of another container can be "
+                       "attributed to its service, so shared GPUs are not watched: {} "
+                       "(swarmgpu doctor: agent.proc-root)", proc_root, pv.found, FIX)
 
 
 def _exit_now(code: int) -> None:
@@ -264,11 +280,17 @@ def _log_plain(why: str) -> None:
               show_default=True,
               help="How the daemon grants GPUs (its placement.grants): checks the toolkit "
                    "reads them that way.")
+@click.option("--proc-root", default=None, metavar="DIR",
+              help="The agent's --proc-root, to check it shows the host's processes "
+                   "(agent.proc-root; default: /proc when --root is /). Run where the "
+                   "agent runs: docker exec AGENT swarmgpu doctor --proc-root /host/proc.")
 @_source_detail_options
-def doctor(root: str, as_json: bool, source: str | None, grants: str, hostname: str | None,
-           product: str | None, memory_mib: int | None, mig_layout: str | None) -> None:
+def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root: str | None,
+           hostname: str | None, product: str | None, memory_mib: int | None,
+           mig_layout: str | None) -> None:
     """Check this node's GPU container setup and explain each problem and its fix."""
     from swarmgpu.agent.doctor import FactsRead, factsread, run_doctor
+    from swarmgpu.agent.procroot import proc_root_view
 
     read = FactsRead(None)
     docker_info = None
@@ -292,7 +314,9 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, hostname: 
     text, code = run_doctor(root, facts=read.facts, docker_info=docker_info, as_json=as_json,
                             agent_probed=root == "/", agent_scheme=scheme, grants=grants,
                             facts_error=read.error, engine_probed=root == "/",
-                            docker_error=docker_error, facts_hung=read.hung)
+                            docker_error=docker_error, facts_hung=read.hung,
+                            proc_root=proc_root_view(proc_root or "/proc")
+                            if proc_root or root == "/" else None)
     click.echo(text)
     if read.hung:
         # Exit now: the exit hooks would wait on the hung read (NVML's shutdown takes the

@@ -45,6 +45,18 @@ def instance_slices(profile: str) -> tuple[int, bool] | None:
     return None if m is None else (int(m[2]), m[1] is not None)
 
 
+def instance_key(d: MigLike, n: int) -> tuple[object, ...]:
+    """The GPU instance that ``d``, the ``n``-th MIG device of its GPU, is part of (the
+    module docstring's rule): its compute instances share one key, so the instance's
+    memory, which each of them reports, is counted once."""
+    if d.gi_id is not None:
+        return ("gi", d.gi_id)
+    got = instance_slices(d.profile)
+    if got is not None and got[1]:
+        return ("ci-of", got[0], d.profile.strip().lower().partition("c.")[2])
+    return ("device", n)
+
+
 def mig_layout_fault(devices: Sequence[MigLike], gpu_memory_mib: int) -> str | None:
     """What makes ``devices`` impossible on one GPU of ``gpu_memory_mib``, or None."""
     uuids: set[str] = set()
@@ -63,14 +75,8 @@ def mig_layout_fault(devices: Sequence[MigLike], gpu_memory_mib: int) -> str | N
                 )
             ids.add((d.gi_id, d.ci_id))
         got = instance_slices(d.profile)
-        slices, is_ci = got if got is not None else (0, False)
-        key: tuple[object, ...]
-        if d.gi_id is not None:
-            key = ("gi", d.gi_id)
-        elif is_ci:
-            key = ("ci-of", slices, d.profile.strip().lower().partition("c.")[2])
-        else:
-            key = ("device", n)
+        slices = got[0] if got is not None else 0
+        key = instance_key(d, n)
         had = instances.get(key, (0, 0))
         instances[key] = (max(had[0], slices), max(had[1], d.memory_mib))
     total = sum(s for s, _ in instances.values())

@@ -29,3 +29,12 @@ def fake_pid(root: Path, pid: int, cgroup: str, start_s: float) -> Path:
 def set_uptime(root: Path, seconds: float) -> None:
     """``root/uptime``: seconds since boot (and idle time), two decimals, as the kernel."""
     (root / "uptime").write_text(f"{seconds:.2f} {seconds * 3:.2f}\n")
+
+
+def self_links(root: Path, self_pid: int, pid_ns_inode: int) -> Path:
+    """``root`` as procfs shows a process its own entries (swarmgpu.agent.procroot):
+    ``self`` -> its PID there, and that PID's ``ns/pid`` -> ``pid:[<inode>]``."""
+    (root / str(self_pid) / "ns").mkdir(parents=True, exist_ok=True)
+    (root / "self").symlink_to(str(self_pid))
+    (root / str(self_pid) / "ns" / "pid").symlink_to(f"pid:[{pid_ns_inode}]")
+    return root

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from support.fake_pynvml.builder import RTX4090_MIB
 from support.paths import CAPTURES, REPO, TOPOLOGY
 from support.swarm_harness import SwarmCluster
 from swarmgpu.agent.facts.topo import TopoSource
@@ -73,8 +74,10 @@ DGX_A100 = FakeGpuNode(
     "gpu-node-1", "topo_dgx_a100_nv12.txt", "NVIDIA A100-SXM4-40GB",
     captured_memory_mib("gfd_labels_a100-sxm4-40gb_mig-none_drv450_cloudnativedocs.json"),
     mig="0:3g.20gb,2g.10gb,1g.5gb*2")
+# The 4090 box has only a topo -m capture: its memory is cited, not captured
+# (RTX4090_MIB: a public nvidia-smi output, tests/fixtures/SOURCES.md).
 RTX4090 = FakeGpuNode("gpu-node-2", "topo_pcie_8x_rtx4090_pix_sys.txt",
-                      "NVIDIA GeForce RTX 4090", 24564)
+                      "NVIDIA GeForce RTX 4090", RTX4090_MIB)
 GPU_NODES = {n.hostname: n for n in (DGX_A100, RTX4090)}
 
 

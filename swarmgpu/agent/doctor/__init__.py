@@ -12,7 +12,7 @@ See docs/doctor.md for every check and the fixture conventions.
 
 One module per group of checks: ``view`` (NodeView, Check, paths), ``read`` (the
 root into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
-``sharing``, ``identity`` (the checks), ``report`` (run, exit code, text/JSON),
+``sharing``, ``identity``, ``procview`` (the checks), ``report`` (run, exit code, text/JSON),
 ``factsread`` (the fact source read within a deadline), ``rootpath`` (a path under the
 root as the node sees it), ``runtimepath`` (where dockerd finds the NVIDIA runtime),
 ``dockerdkeys`` (the daemon.json keys dockerd knows, as data).
@@ -41,6 +41,7 @@ from swarmgpu.agent.doctor.engine import (
 )
 from swarmgpu.agent.doctor.factsread import FACTS_DEADLINE_S, FactsRead, read_facts_within
 from swarmgpu.agent.doctor.identity import check_agent_identity
+from swarmgpu.agent.doctor.procview import check_proc_root
 from swarmgpu.agent.doctor.read import (
     dpkg_version,
     parse_proc_devices,
@@ -135,6 +136,7 @@ __all__ = [
     "check_gpu_facts",
     "check_grants",
     "check_numa",
+    "check_proc_root",
     "check_sharing",
     "check_swarm_resource",
     "check_toolkit_mode",

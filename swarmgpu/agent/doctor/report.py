@@ -26,9 +26,11 @@ from swarmgpu.agent.doctor.engine import (
     check_toolkit_mode,
 )
 from swarmgpu.agent.doctor.identity import check_agent_identity
+from swarmgpu.agent.doctor.procview import check_proc_root
 from swarmgpu.agent.doctor.read import read_view
 from swarmgpu.agent.doctor.sharing import check_sharing, sharing_mode
 from swarmgpu.agent.doctor.view import Check, DoctorError, NodeView, Status
+from swarmgpu.agent.procroot import ProcRootView
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import escaped
 
@@ -95,6 +97,7 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
                agent_scheme: str | None = None, grants: str = "env",
                facts_error: str | None = None, engine_probed: bool = False,
                docker_error: str | None = None, facts_hung: bool = False,
+               proc_root: ProcRootView | None = None,
                ) -> tuple[str, int]:
     """Text (or JSON) to print and the exit code: 0 ok, 1 a check failed, 2 cannot run.
 
@@ -105,7 +108,9 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
     reads grants that way). ``facts_error``: why the facts source could not be read;
     ``facts_hung``: because it did not answer in time (a hung driver: ``gpu.facts``' fix).
     ``engine_probed``: dockerd was asked (the live node), ``docker_error`` why it did not
-    answer; ``docker.engine`` then reports that and its Swarm state.
+    answer; ``docker.engine`` then reports that and its Swarm state. ``proc_root``: what
+    the agent's ``--proc-root`` shows (``agent.proc-root``; the live node's ``/proc``, or
+    the one ``doctor --proc-root`` names).
     """
     try:
         view = read_view(root, facts=facts, docker_info=docker_info, facts_error=facts_error)
@@ -114,8 +119,11 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
             return json.dumps({"root": root, "error": str(exc)}, indent=2), 2
         return f"swarmgpu doctor: {escaped(exc)}", 2
     view = dataclasses.replace(view, agent_scheme=agent_scheme, grants=grants,
-                               docker_error=docker_error, facts_hung=facts_hung)
+                               docker_error=docker_error, facts_hung=facts_hung,
+                               proc_root=proc_root)
     checks = run_checks(view)
+    if proc_root is not None:  # the live node, or a --proc-root named
+        checks.insert(0, check_proc_root(view))
     if engine_probed:  # the live node only: a fixture tree has no engine to ask
         checks.insert(0, check_engine(view))
     if agent_probed:  # the live node only: a fixture tree has no agent to ask

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from swarmgpu.agent.procroot import ProcRootView
 from swarmgpu.core.model import NodeFacts
 
 SWARMGPU_KIND = "NVIDIA-GPU"
@@ -108,6 +109,8 @@ class NodeView:
     agent_scheme: str | None = None
     # How the daemon grants GPUs (its placement.grants): "env", or "mounts" (doctor --grants)
     grants: str = "env"
+    # What the agent's --proc-root shows (the live node, or doctor --proc-root); None: not read
+    proc_root: ProcRootView | None = None
 
 
 @dataclass(frozen=True)

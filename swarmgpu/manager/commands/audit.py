@@ -598,15 +598,21 @@ def _resource_findings(
     return out
 
 
+UNLABELLED = "*"  # a GPUS or PRODUCT value the agent answers, the node not labelled yet
+
+
 def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> str:
     """The table and findings ``audit`` prints. Hostnames, labels, constraints and agents'
-    errors are others' text: every line shows their control characters escaped."""
+    errors are others' text: every line shows their control characters escaped. GPUS
+    and PRODUCT are the node's labels; of a node whose agent answers and that has
+    neither label yet, the agent's values, marked ``UNLABELLED``."""
     lines = []
     nodes = sorted(snap.nodes, key=lambda n: (n.hostname, n.id))
     lines.append(f"{'NODE':<16} {'ROLE':<8} {'AGENT':<12} {'GPUS':<5} {'LABELS':<10} PRODUCT")
     # Findings join rows by node ID: a hostname may be two nodes' (one re-joined under
     # a new ID, its old entry down), which are then shown with their IDs.
     shared = {h for h, c in Counter(n.hostname for n in nodes).items() if c > 1}
+    unlabelled = False
     by_node: dict[str, list[Finding]] = {}
     for f in findings:
         if f.node is not None:
@@ -620,11 +626,20 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
             else "unreadable" if res and res.listening else "unreachable"
         label_state = "kept" if agent == "gpus-unread" else "drifted" if kinds & {
             "missing", "wrong", "stale"} else ("in-sync" if res and res.facts else "-")
-        gpus = n.labels.get(f"{prefix}gpu.count", "-")
-        product = n.labels.get(f"{prefix}gpu.product", "-")
+        gpus, product = (n.labels.get(f"{prefix}{k}") for k in ("gpu.count", "gpu.product"))
+        if gpus is None and product is None and agent == "ok" and res and res.facts:
+            # Not labelled yet: the agent's word, marked; a blank said nothing.
+            want = desired_labels(res.facts, prefix)
+            gpus, product = (f"{want.get(prefix + k, '-')}{UNLABELLED}"
+                             for k in ("gpu.count", "gpu.product"))
+            unlabelled = True
         name = f"{n.hostname} ({n.id})" if n.hostname in shared else n.hostname
-        lines.append(f"{name:<16} {n.role:<8} {agent:<12} {gpus:<5} {label_state:<10} "
-                     f"{product}")
+        lines.append(f"{name:<16} {n.role:<8} {agent:<12} {gpus or '-':<5} "
+                     f"{label_state:<10} {product or '-'}")
+    if unlabelled:
+        lines.append(f"{UNLABELLED} not labelled yet: what the node's agent answers; the "
+                     "daemon writes its labels on its next cycle (is `swarmgpu run` "
+                     "running?)")
     lines.append("")
     action = [f for f in findings if not f.advisory]
     advisory = [f for f in findings if f.advisory]

@@ -139,6 +139,15 @@ def _order_env(env: Sequence[str], prefix: str) -> tuple[tuple[str, str], ...]:
     return () if _has_var(env, ORDER_ENV) else ((ORDER_ENV, prefix + ORDER_STATE),)
 
 
+def stale_order_record(s: SwarmService, prefix: str) -> str | None:
+    """The record that CUDA_DEVICE_ORDER is swarmgpu's (``<p>state.order-env``), when the
+    spec no longer has the line it records: the owner took it out. Read against the spec
+    each cycle and dropped (this key is returned for removal), so a line the owner
+    writes again later is theirs, and a release (``ungate``) leaves it."""
+    key = prefix + ORDER_STATE
+    return key if key in s.labels and ORDER_ENV not in s.env else None
+
+
 def _has_var(env: Sequence[str], line: str) -> bool:
     """Whether ``env`` has a line for ``line``'s variable: ``NAME=...`` or a bare ``NAME``."""
     name = line.partition("=")[0]

@@ -17,7 +17,8 @@ service's ``ServicePlan`` once from it:
 6. the outcome: status and reason, state, warnings;
 7. ``jobs``: a job's progress, its gates, the writes a running job must not get;
 8. the queue's cap on a scale-up (``queues.QueueLimit``), the generic reservation
-   (``generic``), the preemption record (``preempt``);
+   (``generic``), the preemption record (``preempt``), a CUDA_DEVICE_ORDER record whose
+   line the owner took out (``gating.stale_order_record``: dropped);
 9. ``restarts``: the task spec change decided, or held back.
 """
 
@@ -30,7 +31,7 @@ from typing import Any
 from swarmgpu.manager.placement.converge import converge, crowding
 from swarmgpu.manager.placement.cycle import Cycle, Released, release_dropped
 from swarmgpu.manager.placement.devicemap import DeviceMap, write_devices_and_gates
-from swarmgpu.manager.placement.gating import Gating, gate_service
+from swarmgpu.manager.placement.gating import Gating, gate_service, stale_order_record
 from swarmgpu.manager.placement.generic import reserve_generic
 from swarmgpu.manager.placement.globalmode import GLOBAL_MODES, place_global
 from swarmgpu.manager.placement.jobs import (
@@ -359,6 +360,9 @@ def _finish(
         d.reason = f"{who}; {d.reason}" if d.reason else who
     elif done_with is not None and done_with not in d.labels_remove:
         d.labels_remove += (done_with,)
+    stale = stale_order_record(s, cyc.prefix) if d.state != State.REBALANCING else None
+    if stale is not None and stale not in d.labels_remove:
+        d.labels_remove += (stale,)
     writes = d.writes()
     settled = settle_restarts(writes, d.decision, s, running_on, d.node_remove, cyc)
     if settled is not None:

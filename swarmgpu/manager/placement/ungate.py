@@ -12,7 +12,9 @@ shares, its ``state.*`` records but a move's), the share env lines and the
 no line at all, a CUDA image's own ``all`` would hand it every GPU of its node).
 
 ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` goes too where adoption appended it (its record,
-``state.order-env``, says so); the same line without the record is the owner's.
+``state.order-env``, says so); the same line without the record is the owner's. A
+record whose line the owner took out is dropped by the cycle that sees it gone
+(``gating.stale_order_record``), so a line the owner writes again is theirs.
 
 Everything else stays, a value of the owner's for the same thing included: a gate
 naming another service, ``CUDA_DEVICE_ORDER`` not recorded as swarmgpu's, a

@@ -37,6 +37,8 @@ Where a capture lacks something the builder must invent, it says so here:
   (``nvml_record``: the project's own H200, scripts/nvml-record.py).
 * NUMA: sysfs ``numa_node`` and NVML's memory affinity both say the ``topo -m`` "NUMA
   Affinity", except with ``sysfs_numa=False`` (a VM: sysfs -1, as the H200 capture).
+* The RTX 4090 layouts have only ``topo -m``: their model and memory are given, the
+  memory ``RTX4090_MIB``, cited from a public ``nvidia-smi`` output (not stored here).
 """
 
 from __future__ import annotations
@@ -490,6 +492,13 @@ def _wire_links(gpus: list[FakeGpu], topo: TopoMatrix) -> None:
         g.nvlinks = links or None
 
 
+# What nvidia-smi reports for an RTX 4090 (``FB Memory Usage`` Total, MiB): no capture
+# of tests/fixtures has one; cited, not stored (tests/fixtures/SOURCES.md, "Cited, not
+# stored"): thamada/nvidia-smi package/RTX4090_smi.py at 6f38a71568acd6fffb59b0181339a8dbb8e84434,
+# 8x RTX 4090, driver 550.127.05: "Total : 24564 MiB", "2MiB /  24564MiB".
+RTX4090_MIB = 24564
+
+
 # --- the layouts the tests use -----------------------------------------------------------
 def layouts() -> dict[str, dict[str, Any]]:
     return {
@@ -501,16 +510,17 @@ def layouts() -> dict[str, dict[str, Any]]:
             "topo_file": TOPOLOGY / "topo_hgx_h100_nv18_partial_nics.txt",
             "q_file": CAPTURES / "nvsmi_q_h100-sxm5-80gb_x8_thamada.txt",
         },
-        # No -q capture exists for these: model and memory are given, not captured.
+        # No -q capture of these machines: the model and memory are given (RTX4090_MIB,
+        # cited above), not captured.
         "rtx4090_pix_sys": {
             "topo_file": TOPOLOGY / "topo_pcie_8x_rtx4090_pix_sys.txt",
             "product": "NVIDIA GeForce RTX 4090",
-            "memory_mib": 24564,
+            "memory_mib": RTX4090_MIB,
         },
         "rtx4090_all_sys": {
             "topo_file": TOPOLOGY / "topo_pcie_8x_rtx4090_all_sys.txt",
             "product": "NVIDIA GeForce RTX 4090",
-            "memory_mib": 24564,
+            "memory_mib": RTX4090_MIB,
         },
         "h100_mig": {
             "topo_file": CAPTURES / "nvsmi_topo_h100-80gb-hbm3_x1_vm_drv590_nvgpuexporter.txt",

@@ -1,0 +1,89 @@
+"""Whether a ``--proc-root`` shows the host's processes, or only its own container's.
+
+NVML names GPU processes by their PID in the host's PID namespace; the agent finds each
+one's container under ``<proc-root>/<pid>``. An agent in a container with its own PID
+namespace (Docker's default, without ``--pid host``) whose ``--proc-root`` is that
+container's own ``/proc`` sees no process of any other container: every GPU process
+stays unattributed, silently, and the over-share check has nothing to judge.
+
+Told apart without guessing from PID numbers:
+
+- ``<proc-root>/self/ns/pid`` names the agent's own PID namespace (the link is the
+  agent's, whichever procfs it is read through). The host's, the kernel's initial one,
+  has a fixed inode (``PROC_PID_INIT_INO``, include/linux/proc_ns.h): an agent there
+  sees every process through any procfs of it: fine.
+- Otherwise the agent is in a child namespace, and ``<proc-root>/self`` names its PID
+  as that procfs counts it: the agent's own number (``os.getpid()``) means the procfs
+  is its own namespace's (the fault); another number, an ancestor's (the host's, as
+  ``-v /proc:/host/proc:ro`` mounts it): fine.
+
+A path without ``self`` is no procfs at all. An unreadable link (a kernel or sandbox
+that hides it) says nothing: unknown, and nothing is claimed (no false alarm).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+INIT_PID_NS = 0xEFFFFFFC  # PROC_PID_INIT_INO: the initial (host) PID namespace's inode
+_NS = re.compile(r"pid:\[(\d{1,20})\]")
+FIX = ("mount the host's /proc into the agent's container and point --proc-root at it "
+       "(-v /proc:/host/proc:ro --proc-root /host/proc, as stacks/swarmgpu.yml does), or run the "
+       "agent with the host's PID namespace (--pid host)")
+
+
+class ProcRootKind(StrEnum):
+    HOST = "host"  # shows every process of the node
+    OWN = "own-namespace"  # a container's own /proc: no other container's process
+    NOT_PROC = "not-proc"  # no procfs there at all
+    UNKNOWN = "unknown"  # the links could not be read: nothing said
+
+
+@dataclass(frozen=True)
+class ProcRootView:
+    path: str
+    kind: ProcRootKind
+    found: str  # what was read, in words
+
+    @property
+    def blind(self) -> bool:
+        """The agent cannot see other containers' GPU processes through this path."""
+        return self.kind in (ProcRootKind.OWN, ProcRootKind.NOT_PROC)
+
+
+def proc_root_view(proc_root: str, pid: int | None = None) -> ProcRootView:
+    """What ``proc_root`` shows a process ``pid`` (default: this one); module docstring."""
+    pid = os.getpid() if pid is None else pid
+    root = Path(proc_root)
+    try:
+        self_pid = os.readlink(root / "self")
+    except FileNotFoundError:
+        return ProcRootView(proc_root, ProcRootKind.NOT_PROC,
+                            f"{proc_root} has no 'self' entry: it is not a /proc (procfs)")
+    except OSError as exc:
+        return ProcRootView(proc_root, ProcRootKind.UNKNOWN,
+                            f"{proc_root}/self not readable ({exc.strerror or exc})")
+    try:
+        ns = _NS.fullmatch(os.readlink(root / "self" / "ns" / "pid"))
+    except OSError as exc:
+        return ProcRootView(proc_root, ProcRootKind.UNKNOWN,
+                            f"{proc_root}/self/ns/pid not readable ({exc.strerror or exc})")
+    if ns is None:
+        return ProcRootView(proc_root, ProcRootKind.UNKNOWN,
+                            f"{proc_root}/self/ns/pid names no PID namespace")
+    if int(ns[1]) == INIT_PID_NS:
+        return ProcRootView(proc_root, ProcRootKind.HOST,
+                            f"{proc_root}: this process runs in the host's PID namespace")
+    if self_pid == str(pid):
+        return ProcRootView(
+            proc_root, ProcRootKind.OWN,
+            f"{proc_root} is this container's own /proc (its PID namespace "
+            f"pid:[{ns[1]}], not the host's): GPU processes of other containers are "
+            "not in it")
+    return ProcRootView(proc_root, ProcRootKind.HOST,
+                        f"{proc_root} is the host's /proc (this process is PID {pid} in "
+                        f"its container, {self_pid[:20]} there)")
