@@ -17,7 +17,7 @@ import re
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, MutableSet, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from loguru import logger
@@ -250,6 +250,9 @@ class MoveState:
     # roll-back needs the old values).
     source_share: tuple[tuple[str, str], ...] = ()
     target_share: tuple[tuple[str, str], ...] = ()
+    # The move's outcome, once said (``mark_said``, just before): kept in Swarm, so a
+    # restarted daemon or a new leader that ends the move says nothing again.
+    said: str = ""
 
     @property
     def same_node(self) -> bool:
@@ -287,7 +290,7 @@ class MoveState:
         moves, into the map's document (a list for a host, a text for a time). Node ids
         are judged where used (``swarm_id``: a move to no node is rolled back)."""
         texts = (self.id, self.service, self.source_host, self.target_host,
-                 self.trigger, self.reason, self.direction,
+                 self.trigger, self.reason, self.direction, self.said,
                  self.service_id, *self.source_uuids, *self.target_uuids)
         ints = (self.replicas, self.max_replicas, *self.source_milli, *self.target_milli)
         return (all(isinstance(t, str) for t in texts)
@@ -431,6 +434,24 @@ def spec_labels(spec: dict[str, Any]) -> dict[str, str]:
 def put_record(writes: Writes, prefix: str, sid: str, st: MoveState) -> bool:
     key, text = record_key(prefix, sid), st.to_json()
     return writes.swarm_labels(lambda cur: None if cur.get(key) == text else {**cur, key: text})
+
+
+def mark_said(writes: Writes, prefix: str, sid: str, outcome: str,
+              ids: Collection[str]) -> bool:
+    """Note in service ``sid``'s move record, while it is a move of ``ids`` with no
+    outcome said yet, that ``outcome`` is said now (the mover's ``_end``, and a start
+    that failed after its record landed): a daemon restarted before the record goes, or
+    a new leader, ends the move saying nothing again (the mover's memory is its own)."""
+    key = record_key(prefix, sid)
+
+    def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
+        text = cur.get(key)
+        st = MoveState.parse(text) if text is not None else None
+        if st is None or st.id not in ids or st.said:
+            return None
+        return {**cur, key: replace(st, said=outcome).to_json()}
+
+    return writes.swarm_labels(compute)
 
 
 def drop_record(writes: Writes, prefix: str, sid: str, now: float,
