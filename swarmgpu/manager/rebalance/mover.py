@@ -85,6 +85,7 @@ from swarmgpu.manager.rebalance.record import (
     cannot_run,
     crash_point,
     drop_record,
+    earlier_surge,
     end_move,
     end_surge,
     failed_if_raised,
@@ -243,16 +244,24 @@ class Mover:
 
     def _repair(self, s: SwarmService) -> None:
         """Remove a move label the daemon did not write from its own service's spec
-        (swarmgpu's key; nothing else of the spec changes, no task restarts)."""
+        (swarmgpu's key; nothing else of the spec changes, no task restarts), with the
+        surge of a move an earlier release started, as its end would (``earlier_surge``)."""
         key = self.prefix + MOVE_STATE
         seen = s.labels.get(key)
+        old = earlier_surge(s, self.prefix, self.swarm)
 
         def edit(spec: dict[str, Any]) -> None:
             labels = spec_labels(spec)
             if labels.get(key) == seen:  # a newer value is judged next cycle
                 labels.pop(key, None)
+                if old is not None:  # placement then releases the idle node's holding
+                    end_surge(spec, old)
 
-        self._write_spec(s.id, edit)
+        if self._write_spec(s.id, edit) and old is not None:
+            logger.bind(service=s.name).warning(
+                "move {} -> {} of {} started by an earlier release (its label, no record): "
+                "its surge undone (replicas {}); placement carries on from the ledger",
+                peer_text(old.source_host), peer_text(old.target_host), s.name, old.replicas)
 
     # --- starting ------------------------------------------------------------------
     def run_cycle(self, moves: Sequence[Move], nodes: Sequence[SwarmNode],

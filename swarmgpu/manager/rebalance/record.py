@@ -527,6 +527,28 @@ def end_surge(spec: dict[str, Any], st: MoveState) -> None:
             placement.pop("MaxReplicas")
 
 
+def earlier_surge(s: SwarmService, prefix: str, swarm: SwarmClient) -> MoveState | None:
+    """The move whose surge (replicas + 1, MaxReplicas 1) ``s``'s move label says an
+    earlier release left: releases before the record (293896d) kept a move in its
+    service's label alone, so after an upgrade mid-move that label has no record and is
+    removed as one the daemon did not write (``Mover._repair``), which left the surge's
+    extra replica for good. None unless the label is that format (no ``service_id``,
+    which every label written since carries), a make-before-break move of ``s``
+    between two nodes, and the service's ledger -- swarmgpu's own node labels, not the
+    label's word -- holds what it names on its source or its target. ``end_surge``
+    then undoes only what the surge set on the spec as it is."""
+    raw = s.labels.get(prefix + MOVE_STATE)
+    st = MoveState.parse(raw) if raw is not None else None
+    if (st is None or st.service_id or not st.surge or st.same_node
+            or st.service != s.name):
+        return None
+    ledger = service_ledger(swarm, prefix, s.name)
+    if ledger.get(st.source) != st.source_holding() and (
+            ledger.get(st.target) != st.target_holding()):
+        return None
+    return st
+
+
 def end_move(writes: Writes, prefix: str, sid: str, now: float,
              also: Callable[[dict[str, Any]], None] | None = None,
              said: Callable[[], None] | None = None) -> None:
