@@ -1,10 +1,11 @@
-"""A packed service is no preemptor: its replicas go only on the node they are packed on
-(``placement.packing``; converge never moves a packed holding), and preemption never
-stops anything on a node the preemptor holds (one replica per node). So a packed service
-that is pending (its owner's max_replicas_per_node below the replicas packed, a scale-up
-past its node's room) stopped a victim on another node for nothing, whose GPUs nobody
-then took, again after each settle time. Pure: the planner and the preemption step's
-decision on the two captured nodes."""
+"""A packed service preempts on its own node only: its replicas go only on the node they
+are packed on (``placement.packing``; converge never moves a packed holding). Pending
+for its owner's max_replicas_per_node below the replicas packed, it lacks no GPUs and
+preempts nothing (before, it stopped a victim on another node for nothing, whose GPUs
+nobody then took, again after each settle time); scaled up past its node's room, it
+stops lower-priority holders there, for all the replicas it lacks (before, it preempted
+nothing at all). Pure: the planner and the preemption step's decision on the two
+captured nodes."""
 
 from __future__ import annotations
 
@@ -16,8 +17,16 @@ from swarmgpu.core.config import Config, PreemptionConfig
 from swarmgpu.manager.cycle.preemption import plan_as_daemon
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.manager.placement import ServicePlan, plan_placement
+from swarmgpu.manager.placement import (
+    ServicePlan,
+    assign_key,
+    devices_key,
+    gate_key,
+    plan_placement,
+)
 from swarmgpu.swarm.client import SwarmService, SwarmTask
+
+P = "swarmgpu."
 
 
 def _written(s: SwarmService, sp: ServicePlan) -> SwarmService:
@@ -58,3 +67,47 @@ def test_a_pending_packed_service_preempts_nothing() -> None:
         snap, Config(preemption=PreemptionConfig(dry_run=False))).services}
     assert got["p"].status == "pending" and got["p"].packed, got["p"]
     assert not [w for w in got["p"].warnings if "preempt" in w], got["p"].warnings
+
+
+def test_a_packed_service_scaled_past_its_nodes_room_preempts_there() -> None:
+    """p (priority 100) is packed 4 x 1 GPU on gpu-node-1 (8 A100s); low (priority 0,
+    preemptible) holds 3 of the others (one is split into MIG devices). p's owner scales
+    it to 6: 2 replicas pending for want of GPUs on the only node they may go, which a
+    strictly lower, preemptible service holds -- the priority rule lets p stop it
+    (docs/requests.md, "Priority and preemption"). Before, a packed service never
+    preempted: p stayed pending for good."""
+    a100 = {"swarmgpu.gpu-product": "*A100*"}
+    p = svc("p", {"swarmgpu.gpus": "1", "swarmgpu.pack": "always",
+                  "swarmgpu.priority": "100", **a100}, replicas=4)
+    low = svc("low", {"swarmgpu.gpus": "3", "swarmgpu.priority": "0", **a100})
+    nodes, services = [DGX, R4090], [p, low]
+    for _ in range(2):  # placed, then the gates open
+        plan = plan_placement(nodes, services, [], FACTS)
+        by = {sp.name: sp for sp in plan.services}
+        services = [_written(s, by[s.name]) for s in services]
+        nodes = apply(nodes, plan)
+    p, low = services
+    assert by["p"].packed and by["low"].placements[0].node_id == "n-dgx", by
+    p = replace(p, replicas=6, version=p.version + 1)
+    tasks = [SwarmTask("t-low", low.id, "n-dgx", 1, "running", "running", (),
+                       force_update=low.force_update)]
+    tasks += [SwarmTask(f"t-p{k}", p.id, "n-dgx" if k <= 4 else "", k,
+                        "running" if k <= 4 else "pending", "running", (),
+                        force_update=p.force_update) for k in range(1, 7)]
+    facts = {nid: FactsResult(nid, nid, "", f, None, 1.0) for nid, f in FACTS.items()}
+    snap = Snapshot(nodes, [p, low], tasks, facts, swarm_labels={})
+    got = {sp.name: sp for sp in plan_as_daemon(
+        snap, Config(preemption=PreemptionConfig(dry_run=False))).services}
+    assert got["p"].status == "pending" and got["p"].packed, got["p"]
+    said = [w for w in got["p"].warnings if "preempt" in w]
+    assert len(said) == 1 and "low (priority 0)" in said[0] and "gpu-node-1" in said[0], said
+    # The preemption's writes (low's ledger, gate and device list go): the next cycle
+    # places p's two replicas there, and low waits.
+    gone = (assign_key(P, "low"), gate_key(P, "low"))
+    nodes = [replace(n, labels={k: v for k, v in n.labels.items() if k not in gone})
+             for n in nodes]
+    low = replace(low, labels={k: v for k, v in low.labels.items()
+                               if not k.startswith(devices_key(P, ""))})
+    after = {sp.name: sp for sp in plan_placement(nodes, [p, low], [], FACTS).services}
+    assert after["p"].status == "placed" and len(after["p"].placements) == 6, after["p"]
+    assert after["low"].status == "pending"
