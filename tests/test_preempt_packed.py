@@ -24,7 +24,7 @@ from swarmgpu.manager.placement import (
     gate_key,
     plan_placement,
 )
-from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
 
@@ -69,17 +69,18 @@ def test_a_pending_packed_service_preempts_nothing() -> None:
     assert not [w for w in got["p"].warnings if "preempt" in w], got["p"].warnings
 
 
-def test_a_packed_service_scaled_past_its_nodes_room_preempts_there() -> None:
-    """p (priority 100) is packed 4 x 1 GPU on gpu-node-1 (8 A100s); low (priority 0,
-    preemptible) holds 3 of the others (one is split into MIG devices). p's owner scales
-    it to 6: 2 replicas pending for want of GPUs on the only node they may go, which a
-    strictly lower, preemptible service holds -- the priority rule lets p stop it
-    (docs/requests.md, "Priority and preemption"). Before, a packed service never
-    preempted: p stayed pending for good."""
-    a100 = {"swarmgpu.gpu-product": "*A100*"}
+A100 = {"swarmgpu.gpu-product": "*A100*"}
+
+
+def _scaled_past_the_room(most: int | None = None) -> tuple[
+        dict[str, ServicePlan], list[SwarmNode], SwarmService, SwarmService]:
+    """p (priority 100) packed 4 x 1 GPU on gpu-node-1 (8 A100s, one split into MIG
+    devices), low (priority 0, preemptible) holding 3 others there; p's owner scales it
+    to 6 (and sets max_replicas_per_node ``most``). The daemon's plan with its
+    preemption decision, the nodes, p and low."""
     p = svc("p", {"swarmgpu.gpus": "1", "swarmgpu.pack": "always",
-                  "swarmgpu.priority": "100", **a100}, replicas=4)
-    low = svc("low", {"swarmgpu.gpus": "3", "swarmgpu.priority": "0", **a100})
+                  "swarmgpu.priority": "100", **A100}, replicas=4)
+    low = svc("low", {"swarmgpu.gpus": "3", "swarmgpu.priority": "0", **A100})
     nodes, services = [DGX, R4090], [p, low]
     for _ in range(2):  # placed, then the gates open
         plan = plan_placement(nodes, services, [], FACTS)
@@ -88,7 +89,8 @@ def test_a_packed_service_scaled_past_its_nodes_room_preempts_there() -> None:
         nodes = apply(nodes, plan)
     p, low = services
     assert by["p"].packed and by["low"].placements[0].node_id == "n-dgx", by
-    p = replace(p, replicas=6, version=p.version + 1)
+    p = replace(p, replicas=6, version=p.version + 1,
+                max_replicas_per_node=p.max_replicas_per_node if most is None else most)
     tasks = [SwarmTask("t-low", low.id, "n-dgx", 1, "running", "running", (),
                        force_update=low.force_update)]
     tasks += [SwarmTask(f"t-p{k}", p.id, "n-dgx" if k <= 4 else "", k,
@@ -99,6 +101,15 @@ def test_a_packed_service_scaled_past_its_nodes_room_preempts_there() -> None:
     got = {sp.name: sp for sp in plan_as_daemon(
         snap, Config(preemption=PreemptionConfig(dry_run=False))).services}
     assert got["p"].status == "pending" and got["p"].packed, got["p"]
+    return got, nodes, p, low
+
+
+def test_a_packed_service_scaled_past_its_nodes_room_preempts_there() -> None:
+    """p's 2 replicas beyond its node's room are pending for want of GPUs on the only
+    node they may go, which a strictly lower, preemptible service holds: the priority
+    rule lets p stop it (docs/requests.md, "Priority and preemption"). Before, a packed
+    service never preempted: p stayed pending for good."""
+    got, nodes, p, low = _scaled_past_the_room()
     said = [w for w in got["p"].warnings if "preempt" in w]
     assert len(said) == 1 and "low (priority 0)" in said[0] and "gpu-node-1" in said[0], said
     # The preemption's writes (low's ledger, gate and device list go): the next cycle
@@ -111,3 +122,10 @@ def test_a_packed_service_scaled_past_its_nodes_room_preempts_there() -> None:
     after = {sp.name: sp for sp in plan_placement(nodes, [p, low], [], FACTS).services}
     assert after["p"].status == "placed" and len(after["p"].placements) == 6, after["p"]
     assert after["low"].status == "pending"
+
+
+def test_a_packed_service_held_at_its_owners_max_replicas_preempts_nothing() -> None:
+    """The owner's max_replicas_per_node 3 (not the 4 swarmgpu recorded) with 4 held:
+    Swarm runs no more there, so GPUs freed for the 2 others would go unused."""
+    got, _nodes, _p, _low = _scaled_past_the_room(most=3)
+    assert not [w for w in got["p"].warnings if "preempt" in w], got["p"].warnings

@@ -60,6 +60,7 @@ from itertools import combinations
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.jobs import job_progress
+from swarmgpu.manager.placement.keys import MAX_STATE
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.queues import (
     group_reclaimable,
@@ -354,7 +355,7 @@ def choose_preemptions(
             continue
         mark = (set(rd.taken), set(rd.gone), dict(rd.q_gone), dict(rd.q_given))
         try:
-            on = packed_need(rd.holdings, s) if s.name in packed else None
+            on = packed_need(rd.holdings, s, prefix) if s.name in packed else None
             if s.name in packed and on is None:
                 continue  # nothing of it held yet, or nothing missing: no node to free
             p = _best_preemption(rd, s, r) if on is None else _best_preemption(rd, s, r, on)
@@ -381,14 +382,18 @@ def _no_queue(holdings: Mapping[str, Mapping[str, Holding]],
             "max_gpus": None, "configured": False, "tenant": None, "blocked": []}
 
 
-def packed_need(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService
-                ) -> tuple[str, int] | None:
-    """A packed service's node and how many replicas it lacks there (None: it holds no
-    node yet, or lacks none: pending for another reason, its owner's MaxReplicas)."""
+def packed_need(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService,
+                prefix: str) -> tuple[str, int] | None:
+    """A packed service's node and how many replicas it lacks there that Swarm would run
+    (None: it holds no node yet, or lacks none: pending for another reason). Its owner's
+    MaxReplicas (not one swarmgpu set: ``packing._packed_max``) caps them: Swarm runs no
+    more there, so GPUs freed beyond it would go unused."""
+    most = s.max_replicas_per_node or 0
+    owners = most not in (0, 1) and s.labels.get(prefix + MAX_STATE) != str(most)
     for nid, here in holdings.items():
         h = here.get(s.name)
         if h is not None:
-            lacks = (s.replicas or 0) - h.replicas
+            lacks = min(s.replicas or 0, most if owners else s.replicas or 0) - h.replicas
             return (nid, lacks) if lacks > 0 else None
     return None
 
