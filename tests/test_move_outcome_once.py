@@ -10,16 +10,14 @@ stand-in (tests/support/forged.py): victim moves from gpu-node-1 to gpu-node-2."
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import pytest
-from support.forged import P, RecordDropFails, RecordingSwarm, victim_cluster, victim_move
+from support.forged import P, RecordDropFails, record_put_answer_lost, victim_cluster, victim_move
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.moves import MoveRecord, Outcome, Trigger
-from swarmgpu.swarm.client import SwarmUnavailable
 
 ENDED = (Outcome.DONE, Outcome.ROLLED_BACK, Outcome.FAILED)
 
@@ -27,9 +25,7 @@ ENDED = (Outcome.DONE, Outcome.ROLLED_BACK, Outcome.FAILED)
 def _timed_out(trigger: Trigger, landed: bool) -> tuple[list[MoveRecord], float]:
     """The move started, then past its timeout with no task on the target; its record's
     removal fails once. The outcomes said over four cycles, and the metric's count."""
-    base = victim_cluster({})
-    sw = RecordDropFails(base.nodes(), base.services(), base.tasks())
-    sw.landed = landed
+    sw = RecordDropFails.over(victim_cluster({}), landed)
     now, metrics = [1000.0], DaemonMetrics()
     cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
     m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0],  # type: ignore[arg-type]
@@ -62,27 +58,12 @@ def test_a_health_move_kept_on_its_target_is_said_failed_once(landed: bool) -> N
     assert "not rolled back onto the failed GPU" in ended[0].detail
 
 
-def _record_put_answer_lost(sw: RecordingSwarm) -> None:
-    """The next write that adds a move record is made, then raises (its answer lost)."""
-    real, once = sw.update_swarm_labels, [True]
-
-    def labels(compute: Any, **kw: Any) -> bool:
-        before = read_records(sw.swarm_labels(), P)
-        landed = real(compute, **kw)
-        if once[0] and len(read_records(sw.swarm_labels(), P)) > len(before):
-            once[0] = False
-            raise SwarmUnavailable("Docker Engine unreachable: read timed out")
-        return landed
-
-    sw.update_swarm_labels = labels  # type: ignore[method-assign]
-
-
 def test_a_start_whose_record_answer_was_lost_is_said_failed_once() -> None:
     """The record write made, its answer lost: the start raised, said failed; the next
     cycle finds the record (no move label: ``recover``) and rolls it back. Before, that
     roll-back said ``rolled-back`` too: two outcomes, two counts, for one move."""
     sw, now, metrics = victim_cluster({}), [1000.0], DaemonMetrics()
-    _record_put_answer_lost(sw)
+    record_put_answer_lost(sw)
     cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
     m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0],  # type: ignore[arg-type]
               metrics=metrics)
@@ -105,7 +86,7 @@ def test_a_daemon_restarted_after_a_failed_start_says_no_roll_back() -> None:
     the first daemon's memory: the new one said ``rolled-back`` too (two outcomes, two
     counts in ``swarmgpu_moves`` for one move)."""
     sw, now = victim_cluster({}), [1000.0]
-    _record_put_answer_lost(sw)
+    record_put_answer_lost(sw)
     cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
     first = Mover(sw, cfg, prefix=P, dry_run=False,  # type: ignore[arg-type]
                   clock=lambda: now[0])
@@ -128,9 +109,7 @@ def test_a_daemon_restarted_after_a_failed_start_says_no_roll_back() -> None:
 def test_a_daemon_restarted_before_its_record_drop_says_the_end_once(trigger: Trigger) -> None:
     """The move ended (said), its record's removal failed; the daemon restarts before
     the retry. The new mover drops the record and says nothing again."""
-    base = victim_cluster({})
-    sw = RecordDropFails(base.nodes(), base.services(), base.tasks())
-    now = [1000.0]
+    sw, now = RecordDropFails.over(victim_cluster({}), False), [1000.0]
     cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
     first = Mover(sw, cfg, prefix=P, dry_run=False,  # type: ignore[arg-type]
                   clock=lambda: now[0])

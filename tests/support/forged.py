@@ -20,6 +20,7 @@ from swarmgpu.manager.placement import (
     gate_constraint,
     gate_key,
 )
+from swarmgpu.manager.rebalance.mover import read_records
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.swarm.client import (
     SwarmError,
@@ -27,6 +28,7 @@ from swarmgpu.swarm.client import (
     SwarmNotFound,
     SwarmService,
     SwarmTask,
+    SwarmUnavailable,
     service_from_api,
 )
 
@@ -215,6 +217,14 @@ class RecordDropFails(RecordingSwarm):
     fail = 0
     landed = False
 
+    @classmethod
+    def over(cls, base: RecordingSwarm, landed: bool) -> RecordDropFails:
+        """``base``'s nodes, services and tasks; a failing drop is made first when
+        ``landed``."""
+        sw = cls(base.nodes(), base.services(), base.tasks())
+        sw.landed = landed
+        return sw
+
     def update_swarm_labels(self, compute: Callable[[Mapping[str, str]],
                                                     Mapping[str, str] | None],
                             **kw: Any) -> bool:
@@ -228,3 +238,18 @@ class RecordDropFails(RecordingSwarm):
                 super().update_swarm_labels(compute, **kw)
             raise SwarmError("swarm update: the engine answered 500 (test)")
         return super().update_swarm_labels(compute, **kw)
+
+
+def record_put_answer_lost(sw: RecordingSwarm) -> None:
+    """The next write that adds a move record is made, then raises (its answer lost)."""
+    real, once = sw.update_swarm_labels, [True]
+
+    def labels(compute: Any, **kw: Any) -> bool:
+        before = read_records(sw.swarm_labels(), P)
+        landed = real(compute, **kw)
+        if once[0] and len(read_records(sw.swarm_labels(), P)) > len(before):
+            once[0] = False
+            raise SwarmUnavailable("Docker Engine unreachable: read timed out")
+        return landed
+
+    sw.update_swarm_labels = labels  # type: ignore[method-assign]
