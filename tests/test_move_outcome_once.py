@@ -77,3 +77,53 @@ def test_a_start_whose_record_answer_was_lost_is_said_failed_once() -> None:
     counted = sum(s.value for metric in metrics.moves.collect() for s in metric.samples
                   if s.name.endswith("_total") and s.labels["outcome"] in ENDED)
     assert ended == [Outcome.FAILED] and counted == 1, ended
+
+
+def test_a_daemon_restarted_after_a_failed_start_says_no_roll_back() -> None:
+    """The start raised after its record landed, said failed; the daemon restarts (or
+    another manager leads) before the roll-back. The new mover rolls the move back and
+    says nothing: the record says its outcome was said. Before, the said-once set was
+    the first daemon's memory: the new one said ``rolled-back`` too (two outcomes, two
+    counts in ``swarmgpu_moves`` for one move)."""
+    sw, now = victim_cluster({}), [1000.0]
+    record_put_answer_lost(sw)
+    cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
+    first = Mover(sw, cfg, prefix=P, dry_run=False,  # type: ignore[arg-type]
+                  clock=lambda: now[0])
+    first.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert [r.outcome for r in first.recent if r.outcome in ENDED] == [Outcome.FAILED]
+    assert read_records(sw.swarm_labels(), P) != {}  # it landed
+    metrics = DaemonMetrics()
+    second = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0],  # type: ignore[arg-type]
+                   metrics=metrics)
+    for _ in range(3):
+        now[0] += 1.0
+        second.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert read_records(sw.swarm_labels(), P) == {}
+    counted = sum(s.value for metric in metrics.moves.collect() for s in metric.samples
+                  if s.name.endswith("_total") and s.labels["outcome"] in ENDED)
+    assert [r.outcome for r in second.recent if r.outcome in ENDED] == [] and counted == 0
+
+
+@pytest.mark.parametrize("trigger", [Trigger.HOTSPOT, Trigger.HEALTH])
+def test_a_daemon_restarted_before_its_record_drop_says_the_end_once(trigger: Trigger) -> None:
+    """The move ended (said), its record's removal failed; the daemon restarts before
+    the retry. The new mover drops the record and says nothing again."""
+    sw, now = RecordDropFails.over(victim_cluster({}), False), [1000.0]
+    cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
+    first = Mover(sw, cfg, prefix=P, dry_run=False,  # type: ignore[arg-type]
+                  clock=lambda: now[0])
+    first.run_cycle([replace(victim_move(), trigger=trigger)], sw.nodes(), sw.services(),
+                    sw.tasks())
+    now[0] += 200.0
+    sw.fail = 1
+    first.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert len([r for r in first.recent if r.outcome in ENDED]) == 1
+    assert read_records(sw.swarm_labels(), P) != {} and sw.fail == 0  # its drop failed
+    second = Mover(sw, cfg, prefix=P, dry_run=False,  # type: ignore[arg-type]
+                   clock=lambda: now[0])
+    for _ in range(3):
+        now[0] += 1.0
+        second.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert [r for r in second.recent if r.outcome in ENDED] == []

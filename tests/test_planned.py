@@ -179,3 +179,33 @@ def test_an_owner_dropping_a_constraint_on_a_gate_label_refuses_the_write() -> N
     assert planned.stale and any(away.replace(" ", "") in c for c in planned.changed), (
         planned.changed
     )
+
+
+def test_a_forced_update_since_the_snapshot_refuses_a_write_that_forces_one() -> None:
+    """The plan bumps ForceUpdate from what it read (its tasks are replaced once, and
+    ``state.devices-gen`` records the value it makes). An owner's ``docker service update
+    --force`` (or the daemon's own earlier force a stale snapshot missed) between the
+    snapshot and the write already replaced them: bumped again on the fresh spec, Swarm
+    replaced them a second time. The write is refused; the service is planned again."""
+    snap = spec()
+    snap["TaskTemplate"]["ForceUpdate"] = 3
+    planned = Planned(snap, P)
+    now = copy.deepcopy(snap)
+    now["TaskTemplate"]["ForceUpdate"] = 4
+    assert planned.guard(service_compute(MAP))(now) is None
+    assert planned.stale and any(c.startswith("ForceUpdate 3 -> 4") for c in planned.changed), (
+        planned.changed
+    )
+
+
+def test_a_write_that_forces_nothing_lands_after_a_forced_update() -> None:
+    """A write that forces no update (labels, a gate) replaces no task: an owner's
+    ``--force`` since the snapshot leaves it current."""
+    snap = spec()
+    planned = Planned(snap, P)
+    now = copy.deepcopy(snap)
+    now["TaskTemplate"]["ForceUpdate"] = 1
+    labels_only = SpecWrites(service_labels_set={devices_key(P, "n1"): "GPU-a"})
+    got = planned.guard(service_compute(labels_only))(now)
+    assert got is not None and not planned.stale
+    assert got["TaskTemplate"]["ForceUpdate"] == 1

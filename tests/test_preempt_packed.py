@@ -1,10 +1,11 @@
-"""A packed service is no preemptor: its replicas go only on the node they are packed on
-(``placement.packing``; converge never moves a packed holding), and preemption never
-stops anything on a node the preemptor holds (one replica per node). So a packed service
-that is pending (its owner's max_replicas_per_node below the replicas packed, a scale-up
-past its node's room) stopped a victim on another node for nothing, whose GPUs nobody
-then took, again after each settle time. Pure: the planner and the preemption step's
-decision on the two captured nodes."""
+"""A packed service preempts on its own node only: its replicas go only on the node they
+are packed on (``placement.packing``; converge never moves a packed holding). Pending
+for its owner's max_replicas_per_node below the replicas packed, it lacks no GPUs and
+preempts nothing (before, it stopped a victim on another node for nothing, whose GPUs
+nobody then took, again after each settle time); scaled up past its node's room, it
+stops lower-priority holders there, for all the replicas it lacks (before, it preempted
+nothing at all). Pure: the planner and the preemption step's decision on the two
+captured nodes."""
 
 from __future__ import annotations
 
@@ -16,8 +17,16 @@ from swarmgpu.core.config import Config, PreemptionConfig
 from swarmgpu.manager.cycle.preemption import plan_as_daemon
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.manager.placement import ServicePlan, plan_placement
-from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.manager.placement import (
+    ServicePlan,
+    assign_key,
+    devices_key,
+    gate_key,
+    plan_placement,
+)
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+
+P = "swarmgpu."
 
 
 def _written(s: SwarmService, sp: ServicePlan) -> SwarmService:
@@ -57,4 +66,66 @@ def test_a_pending_packed_service_preempts_nothing() -> None:
     got = {sp.name: sp for sp in plan_as_daemon(
         snap, Config(preemption=PreemptionConfig(dry_run=False))).services}
     assert got["p"].status == "pending" and got["p"].packed, got["p"]
+    assert not [w for w in got["p"].warnings if "preempt" in w], got["p"].warnings
+
+
+A100 = {"swarmgpu.gpu-product": "*A100*"}
+
+
+def _scaled_past_the_room(most: int | None = None) -> tuple[
+        dict[str, ServicePlan], list[SwarmNode], SwarmService, SwarmService]:
+    """p (priority 100) packed 4 x 1 GPU on gpu-node-1 (8 A100s, one split into MIG
+    devices), low (priority 0, preemptible) holding 3 others there; p's owner scales it
+    to 6 (and sets max_replicas_per_node ``most``). The daemon's plan with its
+    preemption decision, the nodes, p and low."""
+    p = svc("p", {"swarmgpu.gpus": "1", "swarmgpu.pack": "always",
+                  "swarmgpu.priority": "100", **A100}, replicas=4)
+    low = svc("low", {"swarmgpu.gpus": "3", "swarmgpu.priority": "0", **A100})
+    nodes, services = [DGX, R4090], [p, low]
+    for _ in range(2):  # placed, then the gates open
+        plan = plan_placement(nodes, services, [], FACTS)
+        by = {sp.name: sp for sp in plan.services}
+        services = [_written(s, by[s.name]) for s in services]
+        nodes = apply(nodes, plan)
+    p, low = services
+    assert by["p"].packed and by["low"].placements[0].node_id == "n-dgx", by
+    p = replace(p, replicas=6, version=p.version + 1,
+                max_replicas_per_node=p.max_replicas_per_node if most is None else most)
+    tasks = [SwarmTask("t-low", low.id, "n-dgx", 1, "running", "running", (),
+                       force_update=low.force_update)]
+    tasks += [SwarmTask(f"t-p{k}", p.id, "n-dgx" if k <= 4 else "", k,
+                        "running" if k <= 4 else "pending", "running", (),
+                        force_update=p.force_update) for k in range(1, 7)]
+    facts = {nid: FactsResult(nid, nid, "", f, None, 1.0) for nid, f in FACTS.items()}
+    snap = Snapshot(nodes, [p, low], tasks, facts, swarm_labels={})
+    got = {sp.name: sp for sp in plan_as_daemon(
+        snap, Config(preemption=PreemptionConfig(dry_run=False))).services}
+    assert got["p"].status == "pending" and got["p"].packed, got["p"]
+    return got, nodes, p, low
+
+
+def test_a_packed_service_scaled_past_its_nodes_room_preempts_there() -> None:
+    """p's 2 replicas beyond its node's room are pending for want of GPUs on the only
+    node they may go, which a strictly lower, preemptible service holds: the priority
+    rule lets p stop it (docs/requests.md, "Priority and preemption"). Before, a packed
+    service never preempted: p stayed pending for good."""
+    got, nodes, p, low = _scaled_past_the_room()
+    said = [w for w in got["p"].warnings if "preempt" in w]
+    assert len(said) == 1 and "low (priority 0)" in said[0] and "gpu-node-1" in said[0], said
+    # The preemption's writes (low's ledger, gate and device list go): the next cycle
+    # places p's two replicas there, and low waits.
+    gone = (assign_key(P, "low"), gate_key(P, "low"))
+    nodes = [replace(n, labels={k: v for k, v in n.labels.items() if k not in gone})
+             for n in nodes]
+    low = replace(low, labels={k: v for k, v in low.labels.items()
+                               if not k.startswith(devices_key(P, ""))})
+    after = {sp.name: sp for sp in plan_placement(nodes, [p, low], [], FACTS).services}
+    assert after["p"].status == "placed" and len(after["p"].placements) == 6, after["p"]
+    assert after["low"].status == "pending"
+
+
+def test_a_packed_service_held_at_its_owners_max_replicas_preempts_nothing() -> None:
+    """The owner's max_replicas_per_node 3 (not the 4 swarmgpu recorded) with 4 held:
+    Swarm runs no more there, so GPUs freed for the 2 others would go unused."""
+    got, _nodes, _p, _low = _scaled_past_the_room(most=3)
     assert not [w for w in got["p"].warnings if "preempt" in w], got["p"].warnings

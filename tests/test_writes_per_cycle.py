@@ -265,8 +265,10 @@ def test_a_task_older_than_the_map_keeps_the_gate_closed_until_the_next_cycle(
 
 def test_someone_elses_force_update_does_not_pass_for_the_map(tmp_path: Path) -> None:
     """A ``--force`` between the snapshot and placement's write creates a task with the
-    ForceUpdate the plan expects but no device map; placement's write bumps ForceUpdate
-    again. Only a task with the value that write landed opens the gate."""
+    ForceUpdate the plan expects but no device map. Placement's forcing write, planned
+    from the ForceUpdate before it, is refused (``placement.planned``) and no gate opens;
+    the next cycle plans from the spec as it is and forces once, and only a task with
+    the value that write landed opens the gate."""
     sw = _cluster(lag=1)
     d = _daemon(sw, tmp_path)
     now = time.time()
@@ -275,9 +277,29 @@ def test_someone_elses_force_update_does_not_pass_for_the_map(tmp_path: Path) ->
                      for nid, f in FACTS.items()})
     sw.bump_force("id-train")  # after the snapshot: its task has ForceUpdate 1, no map
     d.run_steps(snap)
-    assert sw.service("id-train").force_update == 2
+    assert sw.service("id-train").force_update == 1
     assert _gate_node(sw, "train") is None
     assert all(t.state == "pending" for t in sw.tasks() if t.service_id == "id-train")
+    _cycle(d, sw)
+    assert sw.service("id-train").force_update == 2
+    assert _gate_node(sw, "train") is None
+
+
+def test_a_stale_snapshot_of_the_daemons_own_force_forces_no_second_update(
+        tmp_path: Path) -> None:
+    """The daemon's own write of the device map and its ForceUpdate, then a cycle on a
+    snapshot that missed it (the cache's event lost): planned from that snapshot, the
+    map is due again and its write bumped ForceUpdate once more on the spec as it is
+    (Swarm replaced the tasks twice). The write is refused: ForceUpdate moved since."""
+    sw = _cluster(lag=1)
+    d = _daemon(sw, tmp_path)
+    stale = _snapshot(sw)
+    _cycle(d, sw)
+    assert sw.service("id-train").force_update == 1
+    sw.calls.clear()
+    d.run_steps(stale)
+    assert sw.service("id-train").force_update == 1
+    assert ("service", "id-train") not in sw.calls
 
 
 def test_a_job_keeps_the_next_cycle_path(tmp_path: Path) -> None:
@@ -423,13 +445,15 @@ def test_a_service_redeployed_with_another_request_gets_no_write_planned_for_the
 def test_the_daemons_own_write_since_the_snapshot_does_not_stop_placements(
         tmp_path: Path) -> None:
     """What swarmgpu itself writes on a service (state labels, a device map of another
-    node, MaxReplicas, ForceUpdate, a generic reservation, update parallelism) landed
+    node, MaxReplicas, a generic reservation, update parallelism) landed
     after the snapshot: placement's write from that snapshot still lands."""
     sw = _cluster()
     d = _daemon(sw, tmp_path)
     snap = _snapshot(sw)
+    # (Not ForceUpdate: a forcing write is refused once it moved since the snapshot,
+    # ``test_a_stale_snapshot_of_the_daemons_own_force_forces_no_second_update``.)
     own = SpecWrites(service_labels_set={f"{P}state.moved-at": "1", devices_key(P, "gone"): "x"},
-                     set_max_replicas=1, force_update=True, set_update_parallelism=2,
+                     set_max_replicas=1, set_update_parallelism=2,
                      set_generic=("NVIDIA-GPU", 1))
     assert sw.update_service_spec("id-train", service_compute(own))
     sw.calls.clear()

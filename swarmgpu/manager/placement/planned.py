@@ -15,7 +15,11 @@ and platforms, its own MaxReplicas, its CPU and memory reservations. Everything 
 writes is left out -- its output labels (devices, share, state), the service's own gate
 and the hold, env lines and mounts, the MaxReplicas it sets (1, or the value it recorded
 in ``<p>state.max-replicas``), generic reservations, UpdateConfig, ForceUpdate -- so the
-daemon's own earlier writes of the service never make a plan stale. A gate naming
+daemon's own earlier writes of the service never make a plan stale. One exception: a
+write that forces an update (``ForceUpdate`` + 1: every task replaced) is refused when
+``ForceUpdate`` moved since the snapshot (an owner's ``docker service update --force``, or
+the daemon's own force a stale snapshot missed): those tasks were replaced already, and
+the plan's bump on the fresh spec replaced them a second time. A gate naming
 another service is the owner's when it appears (a file rendered under another name) and
 may be swarmgpu's doing when it goes (it replaces one with the service's own): only one
 that appeared counts. Pure.
@@ -92,6 +96,12 @@ def planned_from(spec: Mapping[str, Any], prefix: str) -> PlanInputs:
     )
 
 
+def forced(spec: Mapping[str, Any]) -> int:
+    """``spec``'s ForceUpdate (0: unset)."""
+    value = (spec.get("TaskTemplate") or {}).get("ForceUpdate") or 0
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def what_changed(was: PlanInputs, now: PlanInputs) -> list[str]:
     """Each input that differs, in words (``swarmgpu.gpus 1 -> 2``, ``replicas 1 -> 3``)."""
     out: list[str] = []
@@ -128,6 +138,7 @@ class Planned:
     def __init__(self, snapshot_spec: Mapping[str, Any], prefix: str) -> None:
         self.prefix = prefix
         self.inputs = planned_from(snapshot_spec, prefix)
+        self.forced = forced(snapshot_spec)  # the ForceUpdate a forcing write bumps
         self.changed: list[str] = []
 
     def judge(self, spec: Mapping[str, Any]) -> bool:
@@ -139,7 +150,15 @@ class Planned:
 
     def guard(self, compute: SpecCompute) -> SpecCompute:
         def checked(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-            return compute(spec) if self.judge(spec) else None
+            if not self.judge(spec):
+                return None
+            new = compute(spec)
+            now = forced(spec)
+            if new is not None and forced(new) != now and now != self.forced:
+                self.changed = [f"ForceUpdate {self.forced} -> {now} (a forced update "
+                                "since the snapshot replaced its tasks already)"]
+                return None
+            return new
 
         return checked
 

@@ -60,6 +60,7 @@ from itertools import combinations
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.jobs import job_progress
+from swarmgpu.manager.placement.keys import MAX_STATE
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.queues import (
     group_reclaimable,
@@ -303,19 +304,20 @@ def choose_preemptions(
     ports: Callable[[SwarmService], Mapping[str, AbstractSet[str]]] | None = None,
     raised: dict[str, Exception] | None = None,
 ) -> list[Preemption]:
-    """At most one preemption per pending service (one replica's GPUs on one node), in
-    served order; a GPU freed for one is not counted for another. ``cooling``: services
-    that may not be victims now; ``settling``: services that may not preempt now (their
-    last preemption is still taking effect); ``refused``: nodes Swarm's own filters
-    (constraints, platforms) refuse a service on; ``moving``: services with a move in
-    flight by the daemon's records (``rebalance.record.moving``; a move label alone
-    protects nothing) or whose record cannot be read (its move may be under way),
-    neither preemptors nor victims; ``ports``: of the nodes ``refused``, those refused for
-    a host-mode port alone, with the services whose tasks bind it there
-    (``Planner.port_takers``): such a node is a target when those are all its victims,
-    whose stop frees the port with the GPUs. ``raised``: a preemptor whose choice raises
-    (a bug, or input no one foresaw) preempts nothing, the round as before it, its
-    exception kept there by name for the caller's log (None: it raises)."""
+    """At most one preemption per pending service (one replica's GPUs on one node; a
+    packed service's: all the replicas it lacks, on its node), in served order; a GPU
+    freed for one is not counted for another. ``cooling``: services that may not be
+    victims now; ``settling``: services that may not preempt now (their last preemption
+    is still taking effect); ``refused``: nodes Swarm's own filters (constraints,
+    platforms) refuse a service on; ``moving``: services with a move in flight by the
+    daemon's records (``rebalance.record.moving``; a move label alone protects nothing)
+    or whose record cannot be read (its move may be under way), neither preemptors nor
+    victims; ``ports``: of the nodes ``refused``, those refused for a host-mode port
+    alone, with the services whose tasks bind it there (``Planner.port_takers``): such a
+    node is a target when those are all its victims, whose stop frees the port with the
+    GPUs. ``raised``: a preemptor whose choice raises (a bug, or input no one foresaw)
+    preempts nothing, the round as before it, its exception kept there by name for the
+    caller's log (None: it raises)."""
     by_name = {s.name: s for s in services}
     started: dict[tuple[str, str], str] = {}
     for t in tasks:
@@ -332,10 +334,12 @@ def choose_preemptions(
                 req, started, holdings, refused, preemptible_below, cooling, moving,
                 done_idle(services, tasks), ports=ports)
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
-    # A packed service's replicas go only on its node, which no preemption targets (one
-    # replica per node): its victims elsewhere would be stopped for nothing.
+    # A packed service's replicas go only on its node: it preempts there alone, for all
+    # the replicas it lacks at once (``packing.repack`` places them so); elsewhere its
+    # victims would be stopped for nothing.
     pending = [sp for sp in plan.services if sp.status == Status.PENDING
-               and sp.request is not None and not sp.packed]
+               and sp.request is not None]
+    packed = {sp.name for sp in pending if sp.packed}
     order = serve_order([(by_name[sp.name], sp.request) for sp in pending
                          if sp.name in by_name and isinstance(sp.request, GpuRequest)])
     out: list[Preemption] = []
@@ -351,9 +355,12 @@ def choose_preemptions(
             continue
         mark = (set(rd.taken), set(rd.gone), dict(rd.q_gone), dict(rd.q_given))
         try:
-            p = _best_preemption(rd, s, r)
+            on = packed_need(rd.holdings, s, prefix) if s.name in packed else None
+            if s.name in packed and on is None:
+                continue  # nothing of it held yet, or nothing missing: no node to free
+            p = _best_preemption(rd, s, r) if on is None else _best_preemption(rd, s, r, on)
             if p is not None:
-                out.append(_take(rd, p, r))
+                out.append(_take(rd, p, r, on[1] if on is not None else 1))
         except Exception as exc:  # one preemptor's loss: the others choose as before
             if raised is None:
                 raise
@@ -375,31 +382,53 @@ def _no_queue(holdings: Mapping[str, Mapping[str, Holding]],
             "max_gpus": None, "configured": False, "tenant": None, "blocked": []}
 
 
-def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption | None:
+def packed_need(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService,
+                prefix: str) -> tuple[str, int] | None:
+    """A packed service's node and how many replicas it lacks there that Swarm would run
+    (None: it holds no node yet, or lacks none: pending for another reason). Its owner's
+    MaxReplicas (not one swarmgpu set: ``packing._packed_max``) caps them: Swarm runs no
+    more there, so GPUs freed beyond it would go unused."""
+    most = s.max_replicas_per_node or 0
+    owners = most not in (0, 1) and s.labels.get(prefix + MAX_STATE) != str(most)
+    for nid, here in holdings.items():
+        h = here.get(s.name)
+        if h is not None:
+            lacks = min(s.replicas or 0, most if owners else s.replicas or 0) - h.replicas
+            return (nid, lacks) if lacks > 0 else None
+    return None
+
+
+def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
+                     packed: tuple[str, int] | None = None) -> Preemption | None:
     """The preemption that places one replica of ``s`` (the fewest victims; then by
     priority alone before a reclaim, a reclaim from the queues furthest above their
     guarantees first; then the lowest priorities, the hostname); None when there is none,
-    or when a node it may use has room already (it is pending for another reason)."""
+    or when a node it may use has room already (it is pending for another reason).
+    ``packed``: the node a packed service holds and the replicas it lacks, all placed
+    there together: that node only, for all of them."""
     no, takers = rd.refused_of(s), rd.port_takers(s)
     over = {q: over_guarantee(row, rd.q_gone.get(q, 0)) for q, row in rd.queues.items()}
     best: tuple[tuple[int, Rank, int, int, str], Preemption] | None = None
+    need = r.gpus * (packed[1] if packed is not None else 1)
     for nid in sorted(rd.holdings.keys() | rd.facts.keys()):
         node = rd.by_node.get(nid)
         if node is None or (nid in no and nid not in takers) or node.state != "ready" \
                 or node.availability != "active":
             continue
         here = rd.holdings.get(nid, {})
-        if s.name in here:
+        if packed is not None and nid != packed[0]:
+            continue  # a packed service's replicas go only on its node
+        if packed is None and s.name in here:
             continue  # one replica per node: a held node is not where it goes
         usable = _usable(r, rd.facts.get(nid)) - {u for (n, u) in rd.taken if n == nid}
-        if len(usable) < r.gpus:
+        if len(usable) < need:
             continue
         holders: dict[str, set[str]] = {}
         for svc, h in here.items():
             for u in h.uuids:
                 holders.setdefault(u, set()).add(svc)
         free = usable - holders.keys()
-        if len(free) >= r.gpus:
+        if len(free) >= need:
             if nid in no:
                 continue  # the port holds it back here, not the GPUs
             return None  # room already: pending for another reason
@@ -411,7 +440,8 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption |
                 r, [(c.quota, milli(c)) for c in combo if c.quota is not None], rd.queues,
                 rd.q_gone, rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard])
 
-        victims = pick_victims(r.gpus, free, _candidates(rd, r, nid, here, usable), holders,
+        others = {k: h for k, h in here.items() if k != s.name}  # (a packed one's own)
+        victims = pick_victims(need, free, _candidates(rd, r, nid, others, usable), holders,
                                together, over)
         if not victims or (nid in no and not takers[nid] <= {v.service for v in victims}):
             continue  # (a port another service binds here stays bound: Swarm refuses it)
@@ -451,9 +481,10 @@ def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding]
     return cands
 
 
-def _take(rd: _Round, p: Preemption, r: GpuRequest) -> Preemption:
-    """``p`` chosen: its victims, the GPUs it frees and the queues' use counted in the
-    round; with where each victim that can move goes (``relocation``)."""
+def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemption:
+    """``p`` chosen for ``replicas`` of ``r``: its victims, the GPUs it frees and the
+    queues' use counted in the round; with where each victim that can move goes
+    (``relocation``)."""
     rd.gone.update(v.service for v in p.victims)
     for v in p.victims:
         vq = rd.req.get(v.service)
@@ -461,7 +492,7 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest) -> Preemption:
             rd.q_gone[vq.queue] = (rd.q_gone.get(vq.queue, 0)
                                    + holding_milli(vq, v.holding, rd.facts))
     if r.queue:
-        rd.q_given[r.queue] = rd.q_given.get(r.queue, 0) + 1000 * r.gpus
+        rd.q_given[r.queue] = rd.q_given.get(r.queue, 0) + 1000 * r.gpus * replicas
     rd.taken.update((p.node_id, u) for v in p.victims for u in v.uuids)
     moves: dict[str, Relocation] = {}
     for v in p.victims:

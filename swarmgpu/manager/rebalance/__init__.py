@@ -3,7 +3,8 @@
 Layers, outer to inner (the daemon's step is ``cycle.rebalance``): ``mover`` (the only writer;
 ``repin`` for a move between GPUs of one node, ``admission`` for which moves may start and
 the move budgets, ``budget`` for the fragmentation moves'
-budget, ``record`` for a move's record in Swarm, ``verdict`` for which records are
+budget, ``record`` for a move's record in Swarm, ``outcomes`` for what is said of each
+move (its end once, kept in the record), ``verdict`` for which records are
 moves in flight and audit's findings of them) -> ``planner`` -> ``policies/*`` (pure
 plugins) over ``context`` (what policies see; ``targets``: Swarm's filters for a move's
 target) -> ``signals``/``windows`` (utilisation

@@ -35,7 +35,7 @@ mechanisms (gate node label, ledger node label, per-node device service label):
    can only go to B.
 4. service write: replicas and MaxReplicas back, ``<p>devices.A`` and the move label
    removed, ``<p>state.moved-at`` set (the cooldown, kept in Swarm); the outcome is
-   said (once: ``_end``); then the record goes.
+   said (once, kept in the record: ``outcomes.py``); then the record goes.
 
 Progress is read back from Swarm each cycle (gates, tasks), so a daemon killed at any
 point, or a new leader, finishes the move, or rolls it back once ``move_timeout_s``
@@ -50,7 +50,6 @@ when A's gate is already closed, else rolled back.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -78,13 +77,15 @@ from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.rebalance.admission import Budget, admit, over_budget
 from swarmgpu.manager.rebalance.budget import FragBudget, finished_times
 from swarmgpu.manager.rebalance.context import why_not_movable
-from swarmgpu.manager.rebalance.moves import Move, MoveRecord, Outcome, Trigger
+from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
+from swarmgpu.manager.rebalance.outcomes import Outcomes
 from swarmgpu.manager.rebalance.record import (
     HEALTH,
     FirstSeen,
     cannot_run,
     crash_point,
     drop_record,
+    earlier_surge,
     end_move,
     end_surge,
     failed_if_raised,
@@ -172,7 +173,9 @@ class Mover:
                                      "the health policy moves it off a failed GPU"))
         self.metrics = metrics
         self.clock = clock
-        self.recent: deque[MoveRecord] = deque(maxlen=50)
+        # what is said of the moves, each end once (kept in Swarm too): outcomes.py
+        self.outcomes = Outcomes(self.writes, prefix, clock, metrics)
+        self.recent = self.outcomes.recent
         self.frag_budget = FragBudget(cfg.fragmentation.moves_per_hour,
                                       cfg.fragmentation.moves_per_100_placements)
         self._last_dry: set[tuple[str, str, str]] = set()
@@ -180,49 +183,16 @@ class Mover:
         self._said: SaidOnce[str] = SaidOnce()  # forged or mismatched labels reported
         self._raised: SaidOnce[str] = SaidOnce()  # admission's faults ("": its reads)
         self.seen = FirstSeen()  # a move's age: a record dated ahead still times out
-        # moves whose outcome was said while their record stays (``_end``)
-        self._ended: set[str] = set()
+        self._ended = self.outcomes.ended  # moves whose end was said while their record stays
         # moves that stay on their node (source == target): repin.py
         self.repin = Repin(swarm, self.writes, cfg, prefix=prefix, clock=clock,
-                           seen=self.seen, ended=self._ended,
-                           say=self._say)
+                           seen=self.seen, ended=self._ended, say=self.outcomes.say)
 
     def stand_by(self) -> None:
         """Not the leader: the next term counts the fragmentation budget afresh, its
         hour read from Swarm (another leader's moves meanwhile are in it)."""
         self.frag_budget = FragBudget(self.cfg.fragmentation.moves_per_hour,
                                       self.cfg.fragmentation.moves_per_100_placements)
-
-    # --- bookkeeping ---------------------------------------------------------------
-    def _record(self, service: str, src: str, dst: str, reason: str, outcome: Outcome,
-                detail: str = "") -> None:
-        self.recent.append(MoveRecord(self.clock(), service, src, dst, reason, outcome, detail))
-        if self.metrics is not None:
-            self.metrics.moves.labels(outcome=str(outcome)).inc()
-        log = logger.bind(service=service)
-        if outcome is Outcome.IGNORED:
-            log.warning("{} ignored: {}{}", service, reason, f" ({detail})" if detail else "")
-            return
-        msg = "move {} -> {} {}: {}{}"
-        args = (src, dst, outcome, reason, f" ({detail})" if detail else "")
-        if outcome in (Outcome.FAILED, Outcome.ROLLED_BACK):
-            log.warning(msg, *args)
-        else:
-            log.info(msg, *args)
-
-    def _say(self, st: MoveState, outcome: Outcome, detail: str = "") -> None:
-        if outcome in (Outcome.DONE, Outcome.ROLLED_BACK, Outcome.FAILED):
-            return self._end(st, outcome, detail)
-        self._record(st.service, st.source_host, st.target_host, st.reason, outcome, detail)
-
-    def _end(self, st: MoveState, outcome: Outcome, detail: str) -> None:
-        """A move's outcome, said once, before its record's removal (the last write): a
-        removal that fails is retried next cycle with nothing said again (the retry finds
-        the move label gone: its reason would be wrong)."""
-        if st.id not in self._ended:
-            self._ended.add(st.id)
-            self._record(st.service, st.source_host, st.target_host, st.reason, outcome,
-                         detail)
 
     # --- the record: the daemon's own word ---------------------------------------
     def records(self) -> dict[str, MoveState]:
@@ -245,11 +215,11 @@ class Mover:
             # The id and a hash of the value, not the value: a tenant's label may be a
             # megabyte (hash(): salted per process, no copy of the string).
             if said.fresh(f"{s.id}:{hash(s.labels.get(self.prefix + MOVE_STATE)):x}"):
-                self._record(s.name, "-", "-", "a move label the daemon did not write",
-                             Outcome.IGNORED, why + (
-                                 "" if self.dry_run else "; left on its spec: a job runs "
-                                 "again from the start on any write of its spec"
-                                 if s.mode in JOB_MODES else "; removed from its spec"))
+                self.outcomes.record(s.name, "-", "-", "a move label the daemon did not write",
+                                     Outcome.IGNORED, why + (
+                                         "" if self.dry_run else "; left on its spec: a job "
+                                         "runs again from the start on any write of its spec"
+                                         if s.mode in JOB_MODES else "; removed from its spec"))
         for sid, st in v.mismatched:
             if said.fresh(f"{sid}:{st.id}"):
                 logger.error("move record {} names {} but service id {} is not that service: "
@@ -274,16 +244,24 @@ class Mover:
 
     def _repair(self, s: SwarmService) -> None:
         """Remove a move label the daemon did not write from its own service's spec
-        (swarmgpu's key; nothing else of the spec changes, no task restarts)."""
+        (swarmgpu's key; nothing else of the spec changes, no task restarts), with the
+        surge of a move an earlier release started, as its end would (``earlier_surge``)."""
         key = self.prefix + MOVE_STATE
         seen = s.labels.get(key)
+        old = earlier_surge(s, self.prefix, self.swarm)
 
         def edit(spec: dict[str, Any]) -> None:
             labels = spec_labels(spec)
             if labels.get(key) == seen:  # a newer value is judged next cycle
                 labels.pop(key, None)
+                if old is not None:  # placement then releases the idle node's holding
+                    end_surge(spec, old)
 
-        self._write_spec(s.id, edit)
+        if self._write_spec(s.id, edit) and old is not None:
+            logger.bind(service=s.name).warning(
+                "move {} -> {} of {} started by an earlier release (its label, no record): "
+                "its surge undone (replicas {}); placement carries on from the ledger",
+                peer_text(old.source_host), peer_text(old.target_host), s.name, old.replicas)
 
     # --- starting ------------------------------------------------------------------
     def run_cycle(self, moves: Sequence[Move], nodes: Sequence[SwarmNode],
@@ -344,8 +322,8 @@ class Mover:
                 key = (m.service, m.source_node, m.target_node)
                 now_keys.add(key)
                 if key not in self._last_dry:
-                    self._record(m.service, m.source_host, m.target_host, m.reason,
-                                 Outcome.DRY_RUN, f"GPUs {','.join(m.target_uuids)}")
+                    self.outcomes.record(m.service, m.source_host, m.target_host, m.reason,
+                                         Outcome.DRY_RUN, f"GPUs {','.join(m.target_uuids)}")
             self._last_dry = now_keys
             return
         self._start_all(ok, by_name)
@@ -363,9 +341,7 @@ class Mover:
                 if got.ok and m.trigger is Trigger.FRAGMENTATION:
                     self.frag_budget.spend(self.clock())
             except SwarmError as exc:
-                self._record(m.service, m.source_host, m.target_host, m.reason,
-                             Outcome.FAILED, str(exc))
-                self._spent_anyway(m, bool(wrote), exc)
+                self._failed(m, by_name[m.service].id, bool(wrote), exc, str(exc))
             except Stopped:
                 raise  # the daemon stops: no later move starts (not a failed one)
             except Exception as exc:  # a bug or unforeseen input: this move's loss only
@@ -373,14 +349,16 @@ class Mover:
                 logger.bind(service=m.service).opt(exception=exc).error(
                     "move {} -> {} failed unexpectedly; the others go on", m.source_host,
                     m.target_host)
-                self._record(m.service, m.source_host, m.target_host, m.reason,
-                             Outcome.FAILED, f"{type(exc).__name__}: {exc}")
-                self._spent_anyway(m, bool(wrote), exc)
+                self._failed(m, by_name[m.service].id, bool(wrote), exc,
+                             f"{type(exc).__name__}: {exc}")
 
-    def _spent_anyway(self, m: Move, wrote: bool, exc: Exception) -> None:
-        """A fragmentation move whose start raised after its first write, its record, may
-        be under way (the record is the authority): the hour's budget is spent, as by one
-        started; not when the start took its record back (``VersionConflict``...)."""
+    def _failed(self, m: Move, sid: str, wrote: bool, exc: Exception, detail: str) -> None:
+        """A start that raised: said failed once (``Outcomes.start_failed``). A
+        fragmentation move whose start raised after its first write, its record, may be
+        under way: the hour's budget is spent, as by one started; not when the start took
+        its record back (``VersionConflict``...)."""
+        self.outcomes.start_failed(m.service, sid, m.source_host, m.target_host, m.reason,
+                               wrote, detail)
         if wrote and m.trigger is Trigger.FRAGMENTATION and not isinstance(
                 exc, (VersionConflict, NotLeader)):
             self.frag_budget.spend(self.clock())
@@ -531,12 +509,12 @@ class Mover:
                 # spec may carry the move label and the surge. Only the record lets a later
                 # cycle undo them (no label: ``recover`` rolls back what the surge set) or go
                 # on (label there); dropped, a surge (replicas + 1) stayed for good.
-                self._record(m.service, m.source_host, m.target_host, m.reason,
-                             Outcome.STARTED, f"{detail}; the spec write's outcome is unknown "
-                             f"({exc}): judged from the record next cycle")
+                self.outcomes.record(m.service, m.source_host, m.target_host, m.reason,
+                                     Outcome.STARTED, f"{detail}; the spec write's outcome "
+                                     f"is unknown ({exc}): judged from the record next cycle")
                 return Started(ok=True)
-            self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.STARTED,
-                         detail)
+            self.outcomes.record(m.service, m.source_host, m.target_host, m.reason,
+                                 Outcome.STARTED, detail)
             crash_point("move-step-1")
             # In flight from here on by its record, whatever this write does: a failure is
             # retried by ``advance``, and the move is spent (budgets) all the same.
@@ -550,7 +528,8 @@ class Mover:
         if why is None and budget is not None:
             return Started(ok=False, why=budget.why, budget=budget)
         why = why or "refused"
-        self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.REFUSED, why)
+        self.outcomes.record(m.service, m.source_host, m.target_host, m.reason,
+                             Outcome.REFUSED, why)
         return Started(ok=False, why=why)
 
     # --- progress ------------------------------------------------------------------
@@ -594,7 +573,7 @@ class Mover:
                 end_surge(spec, st)
 
         end_move(self.writes, p, sid, self.clock(), also,
-                 partial(self._end, st, outcome, detail))
+                 partial(self.outcomes.end, st, outcome, detail))
 
     def _rolled_back(self, sid: str, st: MoveState, detail: str, taken: str) -> None:
         """The roll-back's end and outcome; not reopened (``taken``): a failed move."""

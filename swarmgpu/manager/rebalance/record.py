@@ -17,7 +17,7 @@ import re
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, MutableSet, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from loguru import logger
@@ -250,6 +250,9 @@ class MoveState:
     # roll-back needs the old values).
     source_share: tuple[tuple[str, str], ...] = ()
     target_share: tuple[tuple[str, str], ...] = ()
+    # The move's outcome, once said (``mark_said``, just before): kept in Swarm, so a
+    # restarted daemon or a new leader that ends the move says nothing again.
+    said: str = ""
 
     @property
     def same_node(self) -> bool:
@@ -287,7 +290,7 @@ class MoveState:
         moves, into the map's document (a list for a host, a text for a time). Node ids
         are judged where used (``swarm_id``: a move to no node is rolled back)."""
         texts = (self.id, self.service, self.source_host, self.target_host,
-                 self.trigger, self.reason, self.direction,
+                 self.trigger, self.reason, self.direction, self.said,
                  self.service_id, *self.source_uuids, *self.target_uuids)
         ints = (self.replicas, self.max_replicas, *self.source_milli, *self.target_milli)
         return (all(isinstance(t, str) for t in texts)
@@ -433,6 +436,24 @@ def put_record(writes: Writes, prefix: str, sid: str, st: MoveState) -> bool:
     return writes.swarm_labels(lambda cur: None if cur.get(key) == text else {**cur, key: text})
 
 
+def mark_said(writes: Writes, prefix: str, sid: str, outcome: str,
+              ids: Collection[str]) -> bool:
+    """Note in service ``sid``'s move record, while it is a move of ``ids`` with no
+    outcome said yet, that ``outcome`` is said now (the mover's ``_end``, and a start
+    that failed after its record landed): a daemon restarted before the record goes, or
+    a new leader, ends the move saying nothing again (the mover's memory is its own)."""
+    key = record_key(prefix, sid)
+
+    def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
+        text = cur.get(key)
+        st = MoveState.parse(text) if text is not None else None
+        if st is None or st.id not in ids or st.said:
+            return None
+        return {**cur, key: replace(st, said=outcome).to_json()}
+
+    return writes.swarm_labels(compute)
+
+
 def drop_record(writes: Writes, prefix: str, sid: str, now: float,
                 finished: bool = False, started: bool = True) -> bool:
     """Remove a move's record; ``finished``: the move ended (done or rolled back), so its
@@ -504,6 +525,28 @@ def end_surge(spec: dict[str, Any], st: MoveState) -> None:
             placement["MaxReplicas"] = st.max_replicas
         else:
             placement.pop("MaxReplicas")
+
+
+def earlier_surge(s: SwarmService, prefix: str, swarm: SwarmClient) -> MoveState | None:
+    """The move whose surge (replicas + 1, MaxReplicas 1) ``s``'s move label says an
+    earlier release left: releases before the record (293896d) kept a move in its
+    service's label alone, so after an upgrade mid-move that label has no record and is
+    removed as one the daemon did not write (``Mover._repair``), which left the surge's
+    extra replica for good. None unless the label is that format (no ``service_id``,
+    which every label written since carries), a make-before-break move of ``s``
+    between two nodes, and the service's ledger -- swarmgpu's own node labels, not the
+    label's word -- holds what it names on its source or its target. ``end_surge``
+    then undoes only what the surge set on the spec as it is."""
+    raw = s.labels.get(prefix + MOVE_STATE)
+    st = MoveState.parse(raw) if raw is not None else None
+    if (st is None or st.service_id or not st.surge or st.same_node
+            or st.service != s.name):
+        return None
+    ledger = service_ledger(swarm, prefix, s.name)
+    if ledger.get(st.source) != st.source_holding() and (
+            ledger.get(st.target) != st.target_holding()):
+        return None
+    return st
 
 
 def end_move(writes: Writes, prefix: str, sid: str, now: float,

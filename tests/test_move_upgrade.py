@@ -1,0 +1,75 @@
+"""An upgrade from a release that kept a move in its service's label alone (293896d,
+before the move record on the swarm object) with a make-before-break move in flight:
+the new daemon finds a move label with no record, reports it and removes it, and the
+surge (replicas + 1, MaxReplicas 1) goes with it when swarmgpu's own ledger holds what
+the label names. Before, only the label went: the service ran one replica more for good.
+Pure, over the recording Swarm stand-in (tests/support/forged.py): victim moves from
+gpu-node-1 to gpu-node-2."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from support.forged import P, RecordingSwarm, victim_cluster, victim_move
+
+from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.manager.placement import MOVE_STATE, assign_key
+from swarmgpu.manager.rebalance.mover import Mover, read_records, record_key
+from swarmgpu.swarm.client import service_from_api
+
+CFG = RebalanceConfig(dry_run=False, move_timeout_s=120.0, make_before_break=True)
+NEWER = ("service_id", "source_share", "target_share", "said")  # fields added since
+
+
+def _as_the_old_release_left_it(sw: RecordingSwarm, sid: str) -> None:
+    """The move this tree started, as 293896d kept it: no record, a label without the
+    fields added since."""
+    (st,) = read_records(sw.swarm_labels(), P).values()
+    sw._swarm_labels.pop(record_key(P, sid))
+    old = {k: v for k, v in json.loads(st.to_json()).items() if k not in NEWER}
+    s = sw.service(sid)
+    spec: dict[str, Any] = json.loads(json.dumps(dict(s.spec)))
+    spec["Labels"][P + MOVE_STATE] = json.dumps(old)
+    sw._services[sid] = service_from_api({"ID": sid, "Spec": spec,
+                                          "Version": {"Index": s.version + 1}})
+
+
+def _started() -> RecordingSwarm:
+    sw, now = victim_cluster({}), [1000.0]
+    m = Mover(sw, CFG, prefix=P, dry_run=False,  # type: ignore[arg-type]
+              clock=lambda: now[0])
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    s = sw.service("id-victim")
+    assert s.replicas == 2 and s.max_replicas_per_node == 1  # the surge
+    _as_the_old_release_left_it(sw, "id-victim")
+    return sw
+
+
+def _new_daemon(sw: RecordingSwarm) -> None:
+    m = Mover(sw, CFG, prefix=P, dry_run=False,  # type: ignore[arg-type]
+              clock=lambda: 2000.0)
+    for _ in range(2):
+        m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+
+
+def test_an_old_releases_move_in_flight_leaves_no_surge() -> None:
+    sw = _started()
+    _new_daemon(sw)
+    s = sw.service("id-victim")
+    assert P + MOVE_STATE not in s.labels
+    assert s.replicas == 1 and not s.max_replicas_per_node
+
+
+def test_a_label_naming_no_holding_of_the_ledger_scales_nothing() -> None:
+    """The label is the service's own text: with no ledger entry of what it names (a
+    stack's copy of an old label), only the label goes."""
+    sw = _started()
+    for n in sw.nodes():
+        labels = {k: v for k, v in n.labels.items() if k != assign_key(P, "victim")}
+        sw._nodes[n.id] = replace(n, labels=labels)
+    _new_daemon(sw)
+    s = sw.service("id-victim")
+    assert P + MOVE_STATE not in s.labels
+    assert s.replicas == 2 and s.max_replicas_per_node == 1
