@@ -137,21 +137,24 @@ def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
             "ungranted_count": sum(not u.get("exempt") for u in doc.get("ungranted") or [])}
 
 
-def _root_number(name: str) -> float:
+STYLE = "swarmgpu/manager/web/style.css"
+
+
+def root_number(css: str, name: str) -> float:
     """A number style.css's ``:root`` sets (``--name: 90;``): the page reads the same."""
     m = re.search(rf"^\s*:root\s*\{{[^}}]*?\s{re.escape(name)}:\s*([0-9]+(?:\.[0-9]+)?)\s*;",
-                  asset_bytes("style.css").decode(), re.MULTILINE)
+                  css, re.MULTILINE)
     if m is None:
-        raise RuntimeError(f"swarmgpu/manager/web/style.css: :root sets no number {name}: "
-                           "reinstall swarmgpu")
+        raise RuntimeError(f"{STYLE}: :root sets no number {name}: reinstall swarmgpu")
     return float(m.group(1))
 
 
 # What the page counts in its header (app.js renderSummary, isHot, isSick, isDrifted):
 # the first screen's light document carries these counts over every node. Hot is
 # style.css's line, as app.js isHot reads it.
-HOT_UTIL_PCT = _root_number("--hot-util-pct")
-HOT_TEMP_C = _root_number("--hot-temp-c")
+_CSS = asset_bytes("style.css").decode()
+HOT_UTIL_PCT = root_number(_CSS, "--hot-util-pct")
+HOT_TEMP_C = root_number(_CSS, "--hot-temp-c")
 DRIFTED = ("drifted", "agent-stale", "agent-unreadable", "gpus-unread")
 
 
