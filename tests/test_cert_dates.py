@@ -166,20 +166,10 @@ def test_names_carry_their_dates_and_the_checks_say_which() -> None:
 
 def test_the_daemons_http_refuses_an_out_of_date_manager_certificate(
         tmp_path: Path, pki: dict[str, Path], dated: dict[str, Path]) -> None:
-    from support.webauth import get, web_daemon
+    from support.webauth import get, https_web_daemon
 
-    from swarmgpu.swarm.identity import AgentAuth
-
-    d = web_daemon(tmp_path)
-    assert d._http is not None
-    port = d._http.server_address[1]
-    d.web_auth.update(AgentAuth(tls=_ctx(pki, pki["mgr"]), cert=pki["mgr"],
-                                key=_key(pki["mgr"]), trust_root=pki["ca"].read_text()))
-    try:
+    with https_web_daemon(tmp_path, pki) as port:
         assert get(port, "/api/v1/cluster", ctx=_ctx(pki, pki["mgr"]))[0] == 200
         for name in ("mgr-expired", "mgr-future"):
             with pytest.raises((ssl.SSLError, ConnectionError)):
                 get(port, "/api/v1/cluster", ctx=_ctx(pki, dated[name]))
-    finally:
-        d._http.shutdown()
-        d._http.server_close()

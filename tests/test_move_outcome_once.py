@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from support.forged import P, RecordDropFails, record_put_answer_lost, victim_cluster, victim_move
+from support.forged import (
+    P,
+    RecordDropFails,
+    start_with_its_record_answer_lost,
+    victim_cluster,
+    victim_move,
+)
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
@@ -63,16 +69,10 @@ def test_a_start_whose_record_answer_was_lost_is_said_failed_once() -> None:
     cycle finds the record (no move label: ``recover``) and rolls it back. Before, that
     roll-back said ``rolled-back`` too: two outcomes, two counts, for one move."""
     sw, now, metrics = victim_cluster({}), [1000.0], DaemonMetrics()
-    record_put_answer_lost(sw)
     cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
     m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0],  # type: ignore[arg-type]
               metrics=metrics)
-    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
-    assert read_records(sw.swarm_labels(), P) != {}  # it landed
-    for _ in range(3):
-        now[0] += 1.0
-        m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
-    assert read_records(sw.swarm_labels(), P) == {}
+    start_with_its_record_answer_lost(sw, m, victim_move(), now)
     ended = [r.outcome for r in m.recent if r.outcome in ENDED]
     counted = sum(s.value for metric in metrics.moves.collect() for s in metric.samples
                   if s.name.endswith("_total") and s.labels["outcome"] in ENDED)

@@ -17,7 +17,7 @@ from support.forged import (
     RecordDropFails,
     RecordingSwarm,
     held_labels,
-    record_put_answer_lost,
+    start_with_its_record_answer_lost,
     sw_node,
     sw_svc,
 )
@@ -663,13 +663,7 @@ def test_a_repin_whose_record_answer_was_lost_is_said_failed_once() -> None:
     cycle finds the record with no move label and drops it (``recover``). Before, that
     said ``rolled-back`` too: two outcomes for one repin."""
     sw, now = victim_cluster(), [1000.0]
-    record_put_answer_lost(sw)
     m = Mover(sw, RB, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
-    m.run_cycle([_repin_move()], sw.nodes(), sw.services(), sw.tasks())
-    assert read_records(sw.swarm_labels(), P) != {}  # it landed
-    for _ in range(3):
-        now[0] += 1.0
-        m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
-    assert read_records(sw.swarm_labels(), P) == {}
+    start_with_its_record_answer_lost(sw, m, _repin_move(), now)
     ended = [r.outcome for r in m.recent if r.outcome is not Outcome.STARTED]
     assert ended == [Outcome.FAILED], ended

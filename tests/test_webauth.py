@@ -25,7 +25,17 @@ from loguru import logger
 from support import slowflood
 from support.identity import CLUSTER
 from support.paths import REPO
-from support.webauth import BIG, FORM, TOKEN, get, map_in_chromium, post, raw, web_daemon
+from support.webauth import (
+    BIG,
+    FORM,
+    TOKEN,
+    get,
+    https_web_daemon,
+    map_in_chromium,
+    post,
+    raw,
+    web_daemon,
+)
 
 from swarmgpu.cli import main
 from swarmgpu.core.config import ConfigError, HttpConfig, load_config
@@ -46,7 +56,7 @@ from swarmgpu.manager.web.webauth import (
     session_value,
 )
 from swarmgpu.manager.web.weblogin import login_token
-from swarmgpu.swarm.identity import MIN_TOKEN_CHARS, AgentAuth, PeerName, client_context
+from swarmgpu.swarm.identity import MIN_TOKEN_CHARS, PeerName, client_context
 
 
 @pytest.fixture
@@ -647,14 +657,7 @@ def _client(pki: dict[str, Path], cert: str | None) -> ssl.SSLContext:
 
 def test_a_manager_certificate_opens_everything_over_https(
         tmp_path: Path, pki: dict[str, Path]) -> None:
-    d = web_daemon(tmp_path)
-    assert d._http is not None
-    port = d._http.server_address[1]
-    # What the daemon's cycle hands over: its manager's certificate, the root CA.
-    tls = client_context(pki["ca"].read_text(), CLUSTER, pki["mgr"], _key(pki["mgr"]))
-    d.web_auth.update(AgentAuth(tls=tls, cert=pki["mgr"], key=_key(pki["mgr"]),
-                                trust_root=pki["ca"].read_text()))
-    try:
+    with https_web_daemon(tmp_path, pki) as port:
         status, _, body = get(port, "/api/v1/cluster", ctx=_client(pki, "mgr"))
         assert status == 200 and body == b'{"nodes": []}'
         # The daemon presents its manager's certificate (the client checked the chain).
@@ -677,9 +680,6 @@ def test_a_manager_certificate_opens_everything_over_https(
         with pytest.raises((ssl.SSLError, ConnectionError)):
             get(port, "/api/v1/cluster", ctx=_client(pki, "roguemgr"))
         assert get(port, "/healthz")[0] == 200  # the server lives on
-    finally:
-        d._http.shutdown()
-        d._http.server_close()
 
 
 def test_a_manager_certificate_is_never_limited_by_its_addresss_wrong_tokens(
@@ -688,22 +688,13 @@ def test_a_manager_certificate_is_never_limited_by_its_addresss_wrong_tokens(
     it, with a stale http.token_file beside its certificate) whose address had sent ten
     wrong tokens got 429, though a manager certificate "still answers". It is read
     first now and takes no try, as on the agent."""
-    d = web_daemon(tmp_path)
-    assert d._http is not None
-    port = d._http.server_address[1]
-    tls = client_context(pki["ca"].read_text(), CLUSTER, pki["mgr"], _key(pki["mgr"]))
-    d.web_auth.update(AgentAuth(tls=tls, cert=pki["mgr"], key=_key(pki["mgr"]),
-                                trust_root=pki["ca"].read_text()))
     wrong = {"Authorization": "Bearer wrong-guess-0123456789"}
-    try:
+    with https_web_daemon(tmp_path, pki) as port:
         for _ in range(BURST):
             assert get(port, "/api/v1/cluster", wrong)[0] == 401
         assert get(port, "/api/v1/cluster", wrong, ctx=_client(pki, None))[0] == 429
         for hdrs in (wrong, {"Authorization": f"Bearer {TOKEN}"}):
             assert get(port, "/api/v1/cluster", hdrs, ctx=_client(pki, "mgr"))[0] == 200
-    finally:
-        d._http.shutdown()
-        d._http.server_close()
 
 
 def test_over_https_the_session_cookie_is_host_prefixed_and_read_only_so(
@@ -713,14 +704,8 @@ def test_over_https_the_session_cookie_is_host_prefixed_and_read_only_so(
     now it is ``__Host-swarmgpu_session`` (Secure, Path=/, no Domain: the browser keeps
     it only as this origin set it), and over HTTPS only that name is read. Plain HTTP
     on loopback keeps the plain name, and two cookies of the name are still refused."""
-    d = web_daemon(tmp_path)
-    assert d._http is not None
-    port = d._http.server_address[1]
-    tls = client_context(pki["ca"].read_text(), CLUSTER, pki["mgr"], _key(pki["mgr"]))
-    d.web_auth.update(AgentAuth(tls=tls, cert=pki["mgr"], key=_key(pki["mgr"]),
-                                trust_root=pki["ca"].read_text()))
     ctx = _client(pki, None)
-    try:
+    with https_web_daemon(tmp_path, pki) as port:
         _, headers, _ = post(port, "/login", f"token={TOKEN}", ctx=ctx)
         parts = [p.strip() for p in headers["set-cookie"].split(";")]
         name, _, value = parts[0].partition("=")
@@ -742,9 +727,6 @@ def test_over_https_the_session_cookie_is_host_prefixed_and_read_only_so(
         assert plain.startswith(f"{SESSION_COOKIE}=") and "Secure" not in headers["set-cookie"]
         assert get(port, "/api/v1/cluster", {"Cookie": plain})[0] == 200
         assert get(port, "/api/v1/cluster", {"Cookie": f"__Host-{plain}"})[0] == 401
-    finally:
-        d._http.shutdown()
-        d._http.server_close()
     # HTTPS ended at a proxy in front (http.secure_cookie: always): the browser saw
     # HTTPS, so the prefixed name, read over the daemon's plain HTTP
     d = web_daemon(tmp_path, env={"SWARMGPU_HTTP_SECURE_COOKIE": "always"})

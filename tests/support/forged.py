@@ -20,7 +20,7 @@ from swarmgpu.manager.placement import (
     gate_constraint,
     gate_key,
 )
-from swarmgpu.manager.rebalance.mover import read_records
+from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.swarm.client import (
     SwarmError,
@@ -253,3 +253,17 @@ def record_put_answer_lost(sw: RecordingSwarm) -> None:
         return landed
 
     sw.update_swarm_labels = labels  # type: ignore[method-assign]
+
+
+def start_with_its_record_answer_lost(sw: RecordingSwarm, mover: Mover, move: Move,
+                                      now: list[float]) -> None:
+    """``mover`` starts ``move`` and its record write is made, its answer lost (the
+    start raised); then three cycles, a second apart on ``now`` (the mover's clock):
+    the record is gone by then (``recover`` dropped it)."""
+    record_put_answer_lost(sw)
+    mover.run_cycle([move], sw.nodes(), sw.services(), sw.tasks())
+    assert read_records(sw.swarm_labels(), P) != {}  # it landed
+    for _ in range(3):
+        now[0] += 1.0
+        mover.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert read_records(sw.swarm_labels(), P) == {}

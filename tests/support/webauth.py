@@ -13,9 +13,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from support.identity import CLUSTER
 from swarmgpu.core.config import load_config
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.web import webmap
+from swarmgpu.swarm.identity import AgentAuth, client_context
 
 if TYPE_CHECKING:
     from support.browser import Cdp
@@ -43,6 +45,23 @@ def web_daemon(tmp: Path, auth: str = "required", listen: str = "127.0.0.1:0",
     d._start_http()
     assert d._http is not None
     return d
+
+
+@contextmanager
+def https_web_daemon(tmp: Path, pki: dict[str, Path]) -> Iterator[int]:
+    """A web daemon (``web_daemon``) given its manager's certificate and the root CA, as
+    its cycle hands them over (HTTPS on the same port, plain HTTP still answers): its
+    port; shut after. ``pki`` is conftest's."""
+    d = web_daemon(tmp)
+    assert d._http is not None
+    mgr, key = pki["mgr"], pki["mgr"].with_suffix(".key")
+    d.web_auth.update(AgentAuth(tls=client_context(pki["ca"].read_text(), CLUSTER, mgr, key),
+                                cert=mgr, key=key, trust_root=pki["ca"].read_text()))
+    try:
+        yield d._http.server_address[1]
+    finally:
+        d._http.shutdown()
+        d._http.server_close()
 
 
 @contextmanager

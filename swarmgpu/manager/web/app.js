@@ -747,6 +747,12 @@
   // the class of cells that changed, so 8,000 cells update in a few milliseconds.
   // Cells carry no per-cell listeners and no labels until focused or hovered.
 
+  // The colour steps of the heat map's cells v0..v4, the one table cellClass and the
+  // legend read: below the first step v0, at or above the last (style.css's hot line) v4.
+  const PCT_STEPS = { at: [10, 35, 60], hot: "util", unit: " %" };
+  const COLOR_STEPS = { util: PCT_STEPS, mem: PCT_STEPS, temp: { at: [45, 60, 72], hot: "temp", unit: " °C" } };
+  const colorSteps = (color) => [...COLOR_STEPS[color].at, hotLine(COLOR_STEPS[color].hot)];
+
   function level(v, steps) {
     let i = 0;
     while (i < steps.length && v >= steps[i]) i++;
@@ -764,7 +770,7 @@
       if (color === "util") v = gpu.util_pct;
       else if (color === "mem") v = known(gpu.memory_used_mib) && gpu.memory_mib ? (gpu.memory_used_mib / gpu.memory_mib) * 100 : (gpu.mig || []).length && gpu.memory_mib ? (migMemory(gpu).held / gpu.memory_mib) * 100 : null;
       else if (color === "temp") v = gpu.temp_c;
-      c += !known(v) ? " v-unknown" : ` v${level(v, color === "temp" ? [45, 60, 72, hotLine("temp")] : [10, 35, 60, hotLine("util")])}`;
+      c += !known(v) ? " v-unknown" : ` v${level(v, colorSteps(color))}`;
     }
     if (isSick(gpu)) c += " x-sick";
     else if (isHot(gpu)) c += " x-hot";
@@ -775,14 +781,18 @@
 
   const COLOR_WORDS = { alloc: "allocation", util: "utilisation", mem: "memory used", temp: "temperature" };
 
+  // "< 10 %", "10–35", ..., "≥ 90 %", "unknown": the swatches of colorSteps' cells
+  function scaleSwatches(sw, steps, unit) {
+    const between = steps.slice(1).map((s, i) => sw(`v${i + 1}`, `${steps[i]}–${s}`));
+    return [sw("v0", `< ${steps[0]}${unit}`), ...between, sw(`v${steps.length}`, `≥ ${steps.at(-1)}${unit}`), sw("v-unknown", "unknown")];
+  }
+
   function legend(color) {
     const sw = (cls, text) => h("span", { class: "lg" }, h("span", { class: `cell ${cls}`, "aria-hidden": "true" }), text);
     const scale =
       color === "alloc"
         ? [sw("a-free", "free (outline)"), sw("a-part", "shared (half)"), sw("a-held", "held (solid)"), sw("a-mig", "MIG, slices held (striped)"), sw("a-migfree", "MIG, all free")]
-        : color === "temp"
-          ? [sw("v0", "< 45 °C"), sw("v1", "45–60"), sw("v2", "60–72"), sw("v3", `72–${hotLine("temp")}`), sw("v4", `≥ ${hotLine("temp")} °C`), sw("v-unknown", "unknown")]
-          : [sw("v0", "< 10 %"), sw("v1", "10–35"), sw("v2", "35–60"), sw("v3", `60–${hotLine("util")}`), sw("v4", `≥ ${hotLine("util")} %`), sw("v-unknown", "unknown")];
+        : scaleSwatches(sw, colorSteps(color), COLOR_STEPS[color].unit);
     return h(
       "div",
       { class: "legend", "aria-label": `Legend: colour by ${COLOR_WORDS[color]}` },

@@ -137,21 +137,51 @@ def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
             "ungranted_count": sum(not u.get("exempt") for u in doc.get("ungranted") or [])}
 
 
-def _root_number(name: str) -> float:
-    """A number style.css's ``:root`` sets (``--name: 90;``): the page reads the same."""
-    m = re.search(rf"^\s*:root\s*\{{[^}}]*?\s{re.escape(name)}:\s*([0-9]+(?:\.[0-9]+)?)\s*;",
-                  asset_bytes("style.css").decode(), re.MULTILINE)
-    if m is None:
-        raise RuntimeError(f"swarmgpu/manager/web/style.css: :root sets no number {name}: "
-                           "reinstall swarmgpu")
-    return float(m.group(1))
+STYLE = "swarmgpu/manager/web/style.css"
+
+
+def _open_blocks(text: str, pos: int) -> list[str]:
+    """The selectors (or at-rules) of the CSS blocks open at ``pos``, outermost first."""
+    stack: list[str] = []
+    last = 0
+    for m in re.finditer(r"[{};]", text[:pos]):
+        if m.group() == "{":
+            stack.append(" ".join(text[last:m.start()].split()))
+        elif m.group() == "}" and stack:
+            stack.pop()
+        last = m.end()
+    return stack
+
+
+def root_number(css: str, name: str) -> float:
+    """The number style.css's top-level ``:root`` sets (``--name: 90;``), as the page reads
+    it. Set in more than one block (dark mode's ``@media``, a second ``:root``) the page
+    takes the last that applies to the viewer's screen, which the daemon cannot know:
+    refused, so the header counts never disagree with the tiles' marks."""
+    text = re.sub(r"/\*.*?\*/", lambda c: "\n" * c.group().count("\n"), css, flags=re.DOTALL)
+    sets = [(text.count("\n", 0, m.start()) + 1, _open_blocks(text, m.start()), m.group(1))
+            for m in re.finditer(rf"(?<![\w-]){re.escape(name)}\s*:([^;}}]*)", text)]
+    fix = "set it once, in the top-level :root block"
+    if not sets:
+        raise RuntimeError(f"{STYLE}: :root sets no number {name}: reinstall swarmgpu")
+    if len(sets) > 1 or sets[0][1] != [":root"]:
+        where = "; ".join(f"line {line} in {' > '.join(blocks) or 'no block'}"
+                          for line, blocks, _ in sets)
+        raise RuntimeError(
+            f"{STYLE}: {name} is set at {where}: the page takes the last that applies to the "
+            f"viewer's screen, the daemon's header counts need one value; {fix}")
+    value = sets[0][2].strip()
+    if not re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", value):
+        raise RuntimeError(f"{STYLE}: {name}: {value!r} is not a number; {fix}, as a number")
+    return float(value)
 
 
 # What the page counts in its header (app.js renderSummary, isHot, isSick, isDrifted):
 # the first screen's light document carries these counts over every node. Hot is
 # style.css's line, as app.js isHot reads it.
-HOT_UTIL_PCT = _root_number("--hot-util-pct")
-HOT_TEMP_C = _root_number("--hot-temp-c")
+_CSS = asset_bytes("style.css").decode()
+HOT_UTIL_PCT = root_number(_CSS, "--hot-util-pct")
+HOT_TEMP_C = root_number(_CSS, "--hot-temp-c")
 DRIFTED = ("drifted", "agent-stale", "agent-unreadable", "gpus-unread")
 
 
