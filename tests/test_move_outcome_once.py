@@ -15,6 +15,7 @@ import pytest
 from support.forged import (
     P,
     RecordDropFails,
+    record_put_answer_lost,
     start_with_its_record_answer_lost,
     victim_cluster,
     victim_move,
