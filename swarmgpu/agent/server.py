@@ -60,6 +60,7 @@ from swarmgpu.agent.factscache import FactsCache
 from swarmgpu.agent.metrics import CONTENT_TYPE, AgentStats, render_metrics
 from swarmgpu.agent.procattr import Attributor
 from swarmgpu.agent.sampling import GuardedSampler, Sampler, default_sampler, empty_samples
+from swarmgpu.core.forwarded import BadForwarded, Network, request_client
 from swarmgpu.core.guesslimit import GuessLimit
 from swarmgpu.core.healthcheck import HTTPS_ONLY, HTTPS_ONLY_HEADER
 from swarmgpu.core.httpguard import (
@@ -140,6 +141,8 @@ class AgentServer(GuardedServer):
         self.tls: ReloadingServerContext | None = None
         self.token: str | None = None
         self.guesses = GuessLimit(server="agent")  # wrong tokens per client (access)
+        # Reverse proxies whose X-Forwarded-For names that client (core.forwarded).
+        self.trusted_proxies: tuple[Network, ...] = ()
         # A failing sampler is said per window, not per scrape: anyone who may ask for
         # /metrics would write the log at the rate of their requests.
         self.sampler_said = Throttle()
@@ -247,6 +250,7 @@ class _Handler(OneRequestHandler):
 
     def setup(self) -> None:
         self._refused = self._plain = False
+        self._client = ""  # whose wrong tokens a request counts as (respond)
         if self.server.tls is not None:
             # The handshake runs in this connection's thread, within the head deadline.
             deadline = time.monotonic() + float(self.timeout or HEAD_DEADLINE_S)
@@ -301,8 +305,7 @@ class _Handler(OneRequestHandler):
             and is_manager_of(peer_name(self.request.getpeercert()), tls.cluster_id)
         got = access.judge(path, authorization=self.headers.get("Authorization"),
                            manager=manager, mutual=mutual, token=self.server.token,
-                           guesses=self.server.guesses,
-                           peer_ip=str(self.client_address[0]) if self.client_address else "")
+                           guesses=self.server.guesses, client_ip=self._client)
         if got.proved:
             self.peer_authenticated()  # the daemon, Prometheus: may use httpguard's reserve
         return got
@@ -333,6 +336,12 @@ class _Handler(OneRequestHandler):
                              b"host not served (DNS rebinding?); call the agent by IP address, "
                              b"localhost or its host name, or start it with --allowed-hosts "
                              b"NAME\n")
+            return
+        peer = str(self.client_address[0]) if self.client_address else ""
+        try:
+            self._client = request_client(peer, self.headers, self.server.trusted_proxies)
+        except BadForwarded as exc:  # a trusted proxy's header names no one client
+            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN, f"400: {exc}\n".encode())
             return
         got = self._access(path)
         if got.wait_s:
@@ -416,11 +425,14 @@ def build_server(
     tls: ReloadingServerContext | None = None,
     token: str | None = None,
     extra_hosts: str = "",
+    trusted_proxies: tuple[Network, ...] = (),
 ) -> AgentServer:
     """Bind the server and start the facts refresh; call ``serve_forever()`` next.
     ``attribute`` names the owner of each GPU process (swarmgpu.agent.procattr), inside the
     sampler's deadline; ``extra_hosts`` (comma-separated) are names it answers to without
-    credentials besides its own (``--allowed-hosts``)."""
+    credentials besides its own (``--allowed-hosts``); ``trusted_proxies``
+    (``core.forwarded.parse_trusted``): reverse proxies whose X-Forwarded-For names
+    whose wrong tokens a request counts as (``--trusted-proxies``)."""
     cache = FactsCache(source, refresh_s)
     chosen = sampler or default_sampler(source, lambda: cache.view().facts)
     if attribute is not None:
@@ -434,6 +446,7 @@ def build_server(
                           "0.0.0.0:9401)") from None
     server.tls, server.token = tls, token
     server.allowed_hosts = allowed_hosts(listen, extra_hosts)
+    server.trusted_proxies = trusted_proxies
     cache.start()
     guarded.prime()
     return server
@@ -450,11 +463,12 @@ def serve(
     tls: ReloadingServerContext | None = None,
     token: str | None = None,
     extra_hosts: str = "",
+    trusted_proxies: tuple[Network, ...] = (),
 ) -> None:
     """Serve until ``stop_event`` is set (or forever); for ``swarmgpu agent``."""
     server = build_server(source, listen, sampler=sampler, refresh_s=refresh_s,
                           attribute=attribute, tls=tls, token=token,
-                          extra_hosts=extra_hosts)
+                          extra_hosts=extra_hosts, trusted_proxies=trusted_proxies)
     host, port = server.server_address[:2]
     _log.info("agent serving {} on {}://{}:{} (refresh every {}s{})", source.spec,
               "https" if tls else "http", host, port, refresh_s,

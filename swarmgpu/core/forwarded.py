@@ -2,8 +2,9 @@
 
 Behind a reverse proxy every request comes from the proxy's address, so the wrong-token
 limit (``core.guesslimit``) kept one bucket for all: one guesser emptied it and every
-user's token sign-in got 429. The operator names the proxies (``http.trusted_proxies``:
-addresses or networks, parsed strictly at config load); only a request whose peer is one
+user's token sign-in got 429. The operator names the proxies (the daemon's
+``http.trusted_proxies``, an agent's ``--trusted-proxies``: addresses or networks,
+parsed strictly at load); only a request whose peer is one
 of them has its ``X-Forwarded-For`` read, and its client is the right-most entry that is
 no trusted proxy (each proxy appends the address it got the request from, so entries to
 the left of that one are the client's own to write). Anyone else's header is never read.
