@@ -771,6 +771,19 @@ def _agent_cli(*args: str) -> subprocess.CompletedProcess[str]:
          *args], capture_output=True, text=True, timeout=20, check=False)
 
 
+def test_agent_refuses_a_trusted_proxy_it_cannot_read_with_the_fix() -> None:
+    """--trusted-proxies (SWARMGPU_AGENT_TRUSTED_PROXIES) is parsed as the daemon's
+    http.trusted_proxies: a name, or a network with host bits set, ends the agent at
+    start naming the option, the entry and the fix."""
+    for value, says in (("proxy.example", "names are not resolved"),
+                        ("10.0.0.1/8", "host bits set"), ("fe80::1", "link-local")):
+        r = _agent_cli("--listen", "127.0.0.1:0", "--trusted-proxies", value)
+        assert r.returncode == 2, r.stderr
+        last = r.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"swarmgpu agent: --trusted-proxies: {value!r}"), last
+        assert says in last and "agent serving" not in r.stderr, last
+
+
 @pytest.mark.parametrize("refresh", ["0", "-1", "nan", "inf", "1e308"])
 def test_agent_refuses_a_refresh_period_it_cannot_keep(refresh: str) -> None:
     """Before: 0 and -1 were a traceback; nan read the source in a busy loop; inf and

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 from loguru import logger
 from support.identity import FakeSource, daemon_context, loopback_node
-from support.webauth import get
+from support.webauth import get, get_lines
 
 from swarmgpu.agent.server import AgentServer, build_server
 from swarmgpu.core.config import AgentsConfig
+from swarmgpu.core.forwarded import parse_trusted
 from swarmgpu.core.guesslimit import BURST, REFILL_S, GuessLimit
 from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.manager.nodes.agent_client import fetch_facts
@@ -87,6 +88,39 @@ def test_wrong_tokens_from_one_address_are_limited_and_no_one_else(
         logger.remove(sink)
     said = [ln for ln in lines if "answered 429" in ln]
     assert len(said) == 1 and "agent: 127.0.0.3" in said[0], said  # one line per 10 s
+
+
+PROXY = "127.0.0.7"
+
+
+def test_a_guesser_behind_a_trusted_proxy_locks_out_no_one_else(
+        agent: Callable[..., AgentServer]) -> None:
+    """Behind a reverse proxy (Prometheus through one) every client was the proxy's
+    address: one guesser emptied the bucket and every scrape with the right token got
+    429. With the proxy named (``--trusted-proxies``, as the daemon's
+    ``http.trusted_proxies``), its X-Forwarded-For names whose tokens count: the
+    right-most entry no trusted proxy; a header naming no one client, or ``Forwarded``
+    beside it, 400; a peer not named never has it read."""
+    port = _port(agent(token=TOKEN, trusted_proxies=parse_trusted(f"{PROXY}, 10.9.0.0/16")))
+    for i in range(BURST):
+        fwd = {"X-Forwarded-For": f"198.51.100.{i}, 203.0.113.9, 10.9.0.1"}
+        assert get(port, "/metrics", {**WRONG, **fwd}, src=PROXY)[0] == 401
+    guesser = {"X-Forwarded-For": "192.0.2.1, 203.0.113.9"}
+    assert get(port, "/metrics", {**RIGHT, **guesser}, src=PROXY)[0] == 429
+    assert get(port, "/metrics", {**RIGHT, "X-Forwarded-For": "203.0.113.10"},
+               src=PROXY)[0] == 200
+    assert get(port, "/facts", RIGHT, src=PROXY)[0] == 200  # the proxy's own
+    right = [("Authorization", RIGHT["Authorization"])]
+    for bad in ([("X-Forwarded-For", "203.0.113.9"), ("x-forwarded-for", "203.0.113.1")],
+                [("X-Forwarded-For", "unknown")], [("X-Forwarded-For", "203.0.113.9:80")],
+                [("X-Forwarded-For", "203.0.113.9"), ("Forwarded", "for=203.0.113.9")]):
+        assert get_lines(port, "/metrics", right + bad, PROXY) == 400, bad
+        assert get_lines(port, "/metrics", right + bad, "127.0.0.9") == 200, bad
+    for i in range(BURST):  # not named: one bucket, whatever it writes
+        fwd = {"X-Forwarded-For": f"203.0.113.{100 + i}"}
+        assert get(port, "/metrics", {**WRONG, **fwd}, src="127.0.0.8")[0] == 401
+    assert get(port, "/metrics", {**RIGHT, "X-Forwarded-For": "203.0.113.200"},
+               src="127.0.0.8")[0] == 429
 
 
 def test_the_daemons_reads_are_never_limited_by_guesses_from_other_addresses(

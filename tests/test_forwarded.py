@@ -48,12 +48,15 @@ def test_a_guesser_behind_the_proxy_locks_out_no_one_else(tmp_path: Path) -> Non
         d._http.server_close()
 
 
-def _send(port: int, src: str, forwarded: list[str]) -> int:
+def _send(port: int, src: str, forwarded: list[str], rfc7239: list[str] | None = None,
+          name: str = "X-Forwarded-For") -> int:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5, source_address=(src, 0))
     try:
         conn.putrequest("GET", "/api/v1/cluster")
         for value in forwarded:
-            conn.putheader("X-Forwarded-For", value)
+            conn.putheader(name, value)
+        for value in rfc7239 or []:
+            conn.putheader("Forwarded", value)
         conn.putheader("Authorization", f"Bearer {TOKEN}")
         conn.endheaders()
         return conn.getresponse().status
@@ -97,10 +100,54 @@ def test_the_forwarded_client_rules() -> None:
             client_ip("10.0.0.5", bad, proxies)
 
 
+def test_a_forwarded_header_beside_it_is_refused_from_a_trusted_proxy(
+        tmp_path: Path) -> None:
+    """A proxy that writes RFC 7239 ``Forwarded`` passes the client's own
+    X-Forwarded-For on untouched: read, its right-most entry was the guesser's pick of
+    bucket, one per request. A trusted proxy's request with ``Forwarded``: 400, the fix
+    named. The header's name is read in any case; from anyone else neither is read."""
+    d = web_daemon(tmp_path, env={"SWARMGPU_HTTP_TRUSTED_PROXIES": PROXY})
+    assert d._http is not None
+    port = d._http.server_address[1]
+    try:
+        assert _send(port, PROXY, ["203.0.113.9"], name="x-forwarded-FOR") == 200
+        assert _send(port, PROXY, ["203.0.113.9", "203.0.113.1"],
+                     name="x-forwarded-for") == 400
+        assert _send(port, PROXY, ["203.0.113.9"], ["for=203.0.113.9"]) == 400
+        assert _send(port, PROXY, [], ["for=203.0.113.9"]) == 400
+        assert _send(port, "127.0.0.8", ["203.0.113.9"], ["for=203.0.113.9"]) == 200
+    finally:
+        d._http.shutdown()
+        d._http.server_close()
+
+
+def test_a_trusted_proxy_named_ipv4_mapped_is_the_ipv4_peer() -> None:
+    """``::ffff:10.0.0.5`` (how a dual-stack listener shows an IPv4 peer) named as the
+    proxy matched no peer at all: peers are read as IPv4, the name stayed IPv6."""
+    for named in ("::ffff:10.0.0.5", "::ffff:10.0.0.0/104", "10.0.0.5"):
+        proxies = parse_trusted(named)
+        for peer in ("10.0.0.5", "::ffff:10.0.0.5"):
+            assert client_ip(peer, ["192.0.2.1"], proxies) == "192.0.2.1", (named, peer)
+        assert client_ip("10.0.0.5", ["192.0.2.1, ::ffff:10.0.0.5"], proxies) == "192.0.2.1"
+
+
+def test_a_peer_with_a_zone_is_never_a_trusted_proxy() -> None:
+    """A link-local address names a host on one link only: ``fe80::1`` on another
+    interface is anyone there. As Go's netip has it, an address with a zone matches no
+    network; a link-local network named, which could then match nothing, is an error."""
+    proxies = parse_trusted("::/0, 10.0.0.0/8")
+    assert client_ip("fe80::1%eth9", ["192.0.2.1"], proxies) == "fe80::1%eth9"
+    assert client_ip("2001:db8::5", ["192.0.2.1"], proxies) == "192.0.2.1"
+    for named in ("fe80::1", "fe80::/10", "fe80::1%eth0"):
+        with pytest.raises(ValueError, match="link-local"):
+            parse_trusted(named)
+
+
 @pytest.mark.parametrize(("value", "says"), [
     ("proxy.example", "names are not resolved"),
     ("10.0.0.1/8", "host bits set"),
     ("fe80::1%eth0", "zone"),
+    ("fe80::5", "link-local"),
     ("10.0.0.0/33", "not an IP address or network"),
 ])
 def test_a_bad_trusted_proxies_setting_is_a_config_error_naming_it(

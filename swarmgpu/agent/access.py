@@ -15,7 +15,10 @@
   on the node must not make it fail). A manager certificate is read first and takes no
   try, so the daemon, which may send the token too, is never counted; and a client that
   sent the right token keeps a bucket of its own (the daemon in token mode, Prometheus):
-  no guesser from another address pushes it into the bucket they share.
+  no guesser from another address pushes it into the bucket they share;
+* behind a reverse proxy named in ``--trusted-proxies`` a request's tries count against
+  the client its ``X-Forwarded-For`` names (``core.forwarded``, as on the daemon; the
+  server answers 400 where it names no one client); who may read is never judged by it.
 """
 
 from __future__ import annotations
@@ -43,16 +46,18 @@ class Access:
 
 
 def judge(path: str, *, authorization: str | None, manager: bool, mutual: bool,
-          token: str | None, guesses: GuessLimit, peer_ip: str) -> Access:
+          token: str | None, guesses: GuessLimit, client_ip: str) -> Access:
     """The access of a request for ``path`` (see the module docstring). ``manager``: the
-    peer presented a swarm-manager certificate of this cluster (mutual TLS)."""
+    peer presented a swarm-manager certificate of this cluster (mutual TLS);
+    ``client_ip``: whose bucket its token tries use (the peer, or the client a trusted
+    proxy names)."""
     if path not in READ_PATHS:
         return Access(True, True)
     if mutual and manager:
         return Access(True, True, proved=True)
     bearer = False
     if token is not None and authorization is not None:
-        tried = guesses.take(peer_ip)
+        tried = guesses.take(client_ip)
         if tried.wait_s:
             return Access(False, wait_s=tried.wait_s)
         bearer = token_matches(authorization, token)

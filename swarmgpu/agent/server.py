@@ -25,18 +25,8 @@ none``, no token) a browser reads it too, so only a request naming an IP literal
 localhost, this host's name (its own or its facts'), the listen address or
 ``--allowed-hosts`` is answered; any other ``Host`` is a DNS rebinding page's (421).
 
-Where the GPU values come from (the ``sampler``):
-
-* given explicitly (e.g. a :class:`swarmgpu.agent.facts.profile.ProfileSampler`): that;
-* ``nvml`` source: ``swarmgpu.agent.facts.nvml.read_utilisation`` (imported lazily);
-* any other source (``file:``, ``fake:``, ``gfd:`` ...) describes GPUs nobody can
-  measure: each GPU (each MIG device on a MIG GPU) is reported as empty,
-  ``FB_USED=0`` and ``FB_FREE=memory_mib``, so capacity arithmetic works; util,
-  temperature and power are unknown and therefore omitted, never a fake 0.
-
-The sampler runs in one worker thread with a deadline per scrape
-(``sample_timeout_s``); a sampler that hangs makes the scrape serve the previous
-samples with ``swarmgpu_agent_sampler_ok 0``, and no second call piles up behind it.
+The facts are read and cached by ``factscache``; the GPU values, where they come from
+and the deadline on each reading, are ``sampling``'s.
 
 Bounds: one request per connection; request line and headers each at most 8 KiB
 (414 / 431), sent within ``HEAD_DEADLINE_S`` (the TLS handshake has as long again; a
@@ -51,26 +41,26 @@ container's healthcheck).
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
-import importlib
 import json
 import signal
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from http import HTTPStatus
-from typing import Any, cast
+from typing import Any
 
 from loguru import logger
 
 from swarmgpu.agent import access
 from swarmgpu.agent.facts import FactSource
+from swarmgpu.agent.factscache import FactsCache
 from swarmgpu.agent.metrics import CONTENT_TYPE, AgentStats, render_metrics
 from swarmgpu.agent.procattr import Attributor
+from swarmgpu.agent.sampling import GuardedSampler, Sampler, default_sampler, empty_samples
+from swarmgpu.core.forwarded import BadForwarded, Network, request_client
 from swarmgpu.core.guesslimit import GuessLimit
 from swarmgpu.core.healthcheck import HTTPS_ONLY, HTTPS_ONLY_HEADER
 from swarmgpu.core.httpguard import (
@@ -101,7 +91,10 @@ _log = logger.bind(component="agent")
 _HOST_REFUSED = Throttle()
 _TLS_HANDSHAKE = b"\x16"  # a TLS record's first byte: a ClientHello
 
-Sampler = Callable[[], list[GpuSample]]
+# Moved to factscache and sampling; named here still for their callers.
+__all__ = ["DEFAULT_LISTEN", "AgentServer", "FactsCache", "GuardedSampler", "ListenError",
+           "Sampler", "build_server", "default_sampler", "empty_samples", "parse_listen",
+           "serve"]
 
 
 class ListenError(Exception):
@@ -120,187 +113,6 @@ def parse_listen(listen: str) -> tuple[str, int]:
         )
     host = host.strip("[]") or "0.0.0.0"  # noqa: S104
     return host, int(port_s)
-
-
-# --- default samplers ----------------------------------------------------------
-
-
-def empty_samples(facts: NodeFacts) -> list[GpuSample]:
-    """Samples for GPUs nobody can measure: empty memory, everything else unknown."""
-    out: list[GpuSample] = []
-    for g in facts.gpus:
-        parts = (
-            [(m.uuid, m.memory_mib) for m in g.mig_devices]
-            if g.mig_enabled and g.mig_devices
-            else [(g.uuid, g.memory_mib)]
-        )
-        out.extend(
-            GpuSample(uuid=u, index=g.index, util_pct=None, fb_used_mib=0, fb_free_mib=mem,
-                      mem_copy_util_pct=None, temp_c=None, power_w=None)
-            for u, mem in parts
-        )
-    return out
-
-
-def default_sampler(source: FactSource, facts: Callable[[], NodeFacts | None]) -> Sampler:
-    """The sampler used when none is given; see the module docstring."""
-    if source.spec.split(":", 1)[0] == "nvml":
-        try:  # lazy: only an NVML node needs pynvml
-            nvml = importlib.import_module("swarmgpu.agent.facts.nvml")
-            return cast(Sampler, nvml.read_utilisation)
-        except (ImportError, AttributeError) as e:
-            _log.warning("nvml sampler unavailable ({}); reporting memory only", e)
-
-    def static() -> list[GpuSample]:
-        f = facts()
-        return empty_samples(f) if f is not None else []
-
-    return static
-
-
-# --- facts cache ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FactsView:
-    facts: NodeFacts | None
-    age_s: float | None
-    stale: bool
-    last_error: str | None
-    refresh_failures: int
-
-
-class FactsCache:
-    """Reads the source in a background thread at a fixed rate; readers never block."""
-
-    def __init__(
-        self,
-        source: FactSource,
-        refresh_s: float,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        if refresh_s <= 0:
-            raise ValueError(f"refresh_s must be > 0, got {refresh_s}")
-        self.source = source
-        self.refresh_s = refresh_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._facts: NodeFacts | None = None
-        self._read_at: float | None = None
-        self._error: str | None = None
-        self._failures = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="facts-refresh", daemon=True)
-        # Called after each read that completed (systemd's watchdog: serve()); from the
-        # refresher only, so a read hung in NVML stops the calls.
-        self.on_read: Callable[[], None] | None = None
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 1.0) -> None:
-        self._stop.set()
-        # A read hung in NVML cannot be interrupted; the thread is a daemon.
-        self._thread.join(timeout_s)
-
-    def refresh_once(self) -> None:
-        try:
-            facts = self.source.read()
-        except Exception as e:  # any failure of the source: keep serving the last facts
-            msg = f"reading facts from {self.source.spec} failed: {type(e).__name__}: {e}"
-            _log.warning(msg)
-            with self._lock:
-                self._error = msg
-                self._failures += 1
-            return
-        with self._lock:
-            if self._error is not None:
-                _log.info("facts from {} readable again", self.source.spec)
-            self._facts = facts
-            self._read_at = self._clock()
-            self._error = None
-        if self.on_read is not None:
-            self.on_read()
-
-    def _run(self) -> None:
-        next_at = self._clock()
-        while not self._stop.is_set():
-            self.refresh_once()
-            next_at += self.refresh_s  # fixed rate, no drift
-            delay = next_at - self._clock()
-            if delay < 0:  # the read took longer than the period: start again from now
-                next_at = self._clock()
-                delay = 0
-            self._stop.wait(delay)
-
-    def view(self) -> FactsView:
-        with self._lock:
-            facts, read_at, error, failures = (
-                self._facts, self._read_at, self._error, self._failures
-            )
-        age = None if read_at is None else max(0.0, self._clock() - read_at)
-        stale = facts is None or error is not None or (age is not None
-                                                      and age > 2 * self.refresh_s)
-        return FactsView(facts, age, stale, error, failures)
-
-
-# --- sampler with a deadline -----------------------------------------------------
-
-
-class GuardedSampler:
-    """Runs a sampler in one worker thread; a call waits at most ``timeout_s``."""
-
-    def __init__(self, sampler: Sampler, timeout_s: float) -> None:
-        self._sampler = sampler
-        self._timeout_s = timeout_s
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sampler")
-        self._lock = threading.Lock()
-        self._future: concurrent.futures.Future[list[GpuSample]] | None = None
-        self._last: list[GpuSample] = []
-
-    @property
-    def inner_error(self) -> str | None:
-        """An error the sampler itself reports (e.g. a broken profile reload)."""
-        # The sampler may be a ProfileSampler or its bound ``sample`` method.
-        owner = getattr(self._sampler, "__self__", self._sampler)
-        err = getattr(owner, "error", None)
-        return err if isinstance(err, str) else None
-
-    def prime(self) -> None:
-        """Take a first sample in the background: rates (GPM ratios, NVLink throughput)
-        need a previous reading, so the first scrape has them, over the time since."""
-        with self._lock:
-            if self._future is None:
-                self._submit()
-
-    def _submit(self) -> concurrent.futures.Future[list[GpuSample]]:
-        """A new reading (the lock held); whenever it succeeds, even after its caller
-        gave up waiting, it becomes the last good one."""
-        fut = self._pool.submit(self._sampler)
-        fut.add_done_callback(self._keep)
-        self._future = fut
-        return fut
-
-    def _keep(self, fut: concurrent.futures.Future[list[GpuSample]]) -> None:
-        if not fut.cancelled() and fut.exception() is None:
-            self._last = list(fut.result())
-
-    def sample(self) -> tuple[list[GpuSample], str | None]:
-        """(samples, error); on error the samples are the last good ones."""
-        with self._lock:
-            fut = self._future
-            if fut is None or fut.done():
-                fut = self._submit()
-        try:
-            samples = fut.result(timeout=self._timeout_s)
-        except concurrent.futures.TimeoutError:
-            return list(self._last), f"GPU sampler did not answer within {self._timeout_s}s"
-        except Exception as e:  # the sampler failed: report it, serve the last samples
-            return list(self._last), f"GPU sampler failed: {type(e).__name__}: {e}"
-        return list(samples), None
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 # --- HTTP ------------------------------------------------------------------------
@@ -329,6 +141,8 @@ class AgentServer(GuardedServer):
         self.tls: ReloadingServerContext | None = None
         self.token: str | None = None
         self.guesses = GuessLimit(server="agent")  # wrong tokens per client (access)
+        # Reverse proxies whose X-Forwarded-For names that client (core.forwarded).
+        self.trusted_proxies: tuple[Network, ...] = ()
         # A failing sampler is said per window, not per scrape: anyone who may ask for
         # /metrics would write the log at the rate of their requests.
         self.sampler_said = Throttle()
@@ -436,6 +250,7 @@ class _Handler(OneRequestHandler):
 
     def setup(self) -> None:
         self._refused = self._plain = False
+        self._client = ""  # whose wrong tokens a request counts as (respond)
         if self.server.tls is not None:
             # The handshake runs in this connection's thread, within the head deadline.
             deadline = time.monotonic() + float(self.timeout or HEAD_DEADLINE_S)
@@ -490,8 +305,7 @@ class _Handler(OneRequestHandler):
             and is_manager_of(peer_name(self.request.getpeercert()), tls.cluster_id)
         got = access.judge(path, authorization=self.headers.get("Authorization"),
                            manager=manager, mutual=mutual, token=self.server.token,
-                           guesses=self.server.guesses,
-                           peer_ip=str(self.client_address[0]) if self.client_address else "")
+                           guesses=self.server.guesses, client_ip=self._client)
         if got.proved:
             self.peer_authenticated()  # the daemon, Prometheus: may use httpguard's reserve
         return got
@@ -522,6 +336,12 @@ class _Handler(OneRequestHandler):
                              b"host not served (DNS rebinding?); call the agent by IP address, "
                              b"localhost or its host name, or start it with --allowed-hosts "
                              b"NAME\n")
+            return
+        peer = str(self.client_address[0]) if self.client_address else ""
+        try:
+            self._client = request_client(peer, self.headers, self.server.trusted_proxies)
+        except BadForwarded as exc:  # a trusted proxy's header names no one client
+            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN, f"400: {exc}\n".encode())
             return
         got = self._access(path)
         if got.wait_s:
@@ -605,11 +425,14 @@ def build_server(
     tls: ReloadingServerContext | None = None,
     token: str | None = None,
     extra_hosts: str = "",
+    trusted_proxies: tuple[Network, ...] = (),
 ) -> AgentServer:
     """Bind the server and start the facts refresh; call ``serve_forever()`` next.
     ``attribute`` names the owner of each GPU process (swarmgpu.agent.procattr), inside the
     sampler's deadline; ``extra_hosts`` (comma-separated) are names it answers to without
-    credentials besides its own (``--allowed-hosts``)."""
+    credentials besides its own (``--allowed-hosts``); ``trusted_proxies``
+    (``core.forwarded.parse_trusted``): reverse proxies whose X-Forwarded-For names
+    whose wrong tokens a request counts as (``--trusted-proxies``)."""
     cache = FactsCache(source, refresh_s)
     chosen = sampler or default_sampler(source, lambda: cache.view().facts)
     if attribute is not None:
@@ -623,6 +446,7 @@ def build_server(
                           "0.0.0.0:9401)") from None
     server.tls, server.token = tls, token
     server.allowed_hosts = allowed_hosts(listen, extra_hosts)
+    server.trusted_proxies = trusted_proxies
     cache.start()
     guarded.prime()
     return server
@@ -639,11 +463,12 @@ def serve(
     tls: ReloadingServerContext | None = None,
     token: str | None = None,
     extra_hosts: str = "",
+    trusted_proxies: tuple[Network, ...] = (),
 ) -> None:
     """Serve until ``stop_event`` is set (or forever); for ``swarmgpu agent``."""
     server = build_server(source, listen, sampler=sampler, refresh_s=refresh_s,
                           attribute=attribute, tls=tls, token=token,
-                          extra_hosts=extra_hosts)
+                          extra_hosts=extra_hosts, trusted_proxies=trusted_proxies)
     host, port = server.server_address[:2]
     _log.info("agent serving {} on {}://{}:{} (refresh every {}s{})", source.spec,
               "https" if tls else "http", host, port, refresh_s,

@@ -137,11 +137,16 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
               help="Extra host names (comma-separated) a plain-HTTP agent without a token "
                    "answers to. IP addresses, localhost, this host's name and the --listen "
                    "host always work; any other Host is refused (421): DNS rebinding.")
+@click.option("--trusted-proxies", default="", envvar="SWARMGPU_AGENT_TRUSTED_PROXIES",
+              help="Reverse proxies in front (comma-separated IP addresses or networks, "
+                   "e.g. 10.0.0.5, 10.1.0.0/24), as the daemon's http.trusted_proxies: "
+                   "from these alone X-Forwarded-For is read, for whose wrong tokens a "
+                   "request counts; else every client shares the proxy's.")
 def agent(source: str, hostname: str | None, product: str | None, memory_mib: int | None,
           mig_layout: str | None, listen: str, metrics_profile: str | None, refresh_s: float,
           log_format: str, docker_host: str | None, proc_root: str, identity: str,
           data_root: str, tls_cert: str | None, tls_key: str | None, tls_ca: str | None,
-          token_file: str | None, allowed_hosts: str) -> None:
+          token_file: str | None, allowed_hosts: str, trusted_proxies: str) -> None:
     """Serve this node's GPU facts and metrics over HTTP (/facts, /metrics, /healthz)."""
     from swarmgpu.agent import server as agent_mod
 
@@ -155,6 +160,13 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
         agent_mod.parse_listen(listen)
     except ValueError as exc:
         click.echo(f"swarmgpu agent: --listen: {exc}", err=True)
+        sys.exit(2)
+    from swarmgpu.core.forwarded import parse_trusted
+
+    try:
+        proxies = parse_trusted(trusted_proxies)
+    except ValueError as exc:
+        click.echo(f"swarmgpu agent: --trusted-proxies: {exc}", err=True)
         sys.exit(2)
     setup_logging("INFO", log_format)
     src = _open(source, hostname, product, memory_mib, mig_layout)
@@ -191,7 +203,7 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
         agent_mod.serve(src, listen, sampler=sampler, refresh_s=refresh_s,
                         attribute=Attributor(engine_labels(docker_host) if docker_host
                                              else None, proc_root), tls=tls, token=token,
-                        extra_hosts=allowed_hosts)
+                        extra_hosts=allowed_hosts, trusted_proxies=proxies)
     except agent_mod.ListenError as exc:
         click.echo(f"swarmgpu agent: {exc}", err=True)
         sys.exit(2)

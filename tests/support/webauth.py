@@ -103,6 +103,20 @@ def get(port: int, path: str, headers: dict[str, str] | None = None,
         conn.close()
 
 
+def get_lines(port: int, path: str, lines: list[tuple[str, str]], src: str) -> int:
+    """The status of a GET from ``src`` with each header line of ``lines`` sent as
+    given, a name repeated too (``get`` takes one value a name)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5, source_address=(src, 0))
+    try:
+        conn.putrequest("GET", path)
+        for name, value in lines:
+            conn.putheader(name, value)
+        conn.endheaders()
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
 FORM = "application/x-www-form-urlencoded"
 
 

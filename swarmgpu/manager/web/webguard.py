@@ -26,8 +26,7 @@ from typing import Any
 
 from loguru import logger
 
-from swarmgpu.core.forwarded import HEADER as FORWARDED
-from swarmgpu.core.forwarded import BadForwarded, client_ip
+from swarmgpu.core.forwarded import BadForwarded, request_client
 from swarmgpu.core.httpguard import (
     HEAD_DEADLINE_S,
     PLAIN,
@@ -194,8 +193,7 @@ class GuardedHandler(OneRequestHandler):
         names no one client (answered 400: core.forwarded)."""
         peer = str(self.client_address[0]) if self.client_address else ""
         try:
-            client = client_ip(peer, self.headers.get_all(FORWARDED) or [],
-                               auth.trusted_proxies)
+            client = request_client(peer, self.headers, auth.trusted_proxies)
         except BadForwarded as exc:
             self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN, f"400: {exc}\n".encode())
             return None

@@ -1,0 +1,101 @@
+"""The agent's facts cache: the source read by a background thread at a fixed rate,
+so a request only ever reads the cache and a hanging NVML call cannot block it; when
+the last read failed, or is older than twice ``refresh_s``, the last good facts are
+still served, marked stale (``server``: ``/facts``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loguru import logger
+
+from swarmgpu.agent.facts import FactSource
+from swarmgpu.core.model import NodeFacts
+
+_log = logger.bind(component="agent")
+
+
+@dataclass(frozen=True)
+class FactsView:
+    facts: NodeFacts | None
+    age_s: float | None
+    stale: bool
+    last_error: str | None
+    refresh_failures: int
+
+
+class FactsCache:
+    """Reads the source in a background thread at a fixed rate; readers never block."""
+
+    def __init__(
+        self,
+        source: FactSource,
+        refresh_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if refresh_s <= 0:
+            raise ValueError(f"refresh_s must be > 0, got {refresh_s}")
+        self.source = source
+        self.refresh_s = refresh_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._facts: NodeFacts | None = None
+        self._read_at: float | None = None
+        self._error: str | None = None
+        self._failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="facts-refresh", daemon=True)
+        # Called after each read that completed (systemd's watchdog: serve()); from the
+        # refresher only, so a read hung in NVML stops the calls.
+        self.on_read: Callable[[], None] | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        self._stop.set()
+        # A read hung in NVML cannot be interrupted; the thread is a daemon.
+        self._thread.join(timeout_s)
+
+    def refresh_once(self) -> None:
+        try:
+            facts = self.source.read()
+        except Exception as e:  # any failure of the source: keep serving the last facts
+            msg = f"reading facts from {self.source.spec} failed: {type(e).__name__}: {e}"
+            _log.warning(msg)
+            with self._lock:
+                self._error = msg
+                self._failures += 1
+            return
+        with self._lock:
+            if self._error is not None:
+                _log.info("facts from {} readable again", self.source.spec)
+            self._facts = facts
+            self._read_at = self._clock()
+            self._error = None
+        if self.on_read is not None:
+            self.on_read()
+
+    def _run(self) -> None:
+        next_at = self._clock()
+        while not self._stop.is_set():
+            self.refresh_once()
+            next_at += self.refresh_s  # fixed rate, no drift
+            delay = next_at - self._clock()
+            if delay < 0:  # the read took longer than the period: start again from now
+                next_at = self._clock()
+                delay = 0
+            self._stop.wait(delay)
+
+    def view(self) -> FactsView:
+        with self._lock:
+            facts, read_at, error, failures = (
+                self._facts, self._read_at, self._error, self._failures
+            )
+        age = None if read_at is None else max(0.0, self._clock() - read_at)
+        stale = facts is None or error is not None or (age is not None
+                                                      and age > 2 * self.refresh_s)
+        return FactsView(facts, age, stale, error, failures)
