@@ -179,3 +179,30 @@ def test_the_replay_places_cpu_only_pods_through_the_planner() -> None:
             assert t.node_id == held[s.name]
             assert w.nodes[t.node_id].labels.get(gate_key(P, s.name)) == "true"
     assert any(w.tasks[s.id].node_id for s in opted)
+
+
+def test_it_counts_no_gpu_quota_and_a_queue_above_its_max_does_not_hold_it_back() -> None:
+    """A queue whose max was lowered below what it holds (1 GPU held, max 0) holds its
+    next GPU request back, never one of no GPU; the queue's use counts none for it."""
+    nodes, facts = two_nodes()
+    held = service("h", {f"{P}gpus": "1", f"{P}queue": "q"})
+    nodes, held, on = settle(Planner(queues={"q": (0, 1000)}), nodes, [held], [], facts, "h")
+    tasks = [running(held, on, 0)]
+    cpu = service("c", {f"{P}gpus": "0", f"{P}queue": "q"}, cpu_milli=500)
+    gpu = service("g", {f"{P}gpus": "1", f"{P}queue": "q"})
+    plan = Planner(queues={"q": (0, 0)}).plan(nodes, [held, cpu, gpu], tasks, facts)  # type: ignore[arg-type]
+    by = {sp.name: sp for sp in plan.services}
+    assert by["c"].status == "placed", by["c"].reason
+    assert by["g"].status != "placed"
+    (row,) = [q for q in plan.queues if q["queue"] == "q"]
+    assert row["used_gpus"] == 1 and row["blocked"] == ["g"]
+
+
+def test_an_empty_ledger_entry_is_no_holding_for_a_gpu_request() -> None:
+    """The empty ledger value a service of no GPU holds is not taken for a GPU
+    request's (a forged or stale one): the GPU request is placed on GPUs."""
+    nodes, facts = two_nodes()
+    nodes = [replace(n, labels={f"{P}assign.g": ""}) if n.id == "n-a" else n for n in nodes]
+    gpu = service("g", {f"{P}gpus": "1"})
+    (sp,) = plan_placement(nodes, [gpu], [], facts).services  # type: ignore[arg-type]
+    assert sp.status == "placed" and all(len(p.uuids) == 1 for p in sp.placements)
