@@ -206,3 +206,25 @@ def test_an_empty_ledger_entry_is_no_holding_for_a_gpu_request() -> None:
     gpu = service("g", {f"{P}gpus": "1"})
     (sp,) = plan_placement(nodes, [gpu], [], facts).services  # type: ignore[arg-type]
     assert sp.status == "placed" and all(len(p.uuids) == 1 for p in sp.placements)
+
+
+def test_dropping_the_opt_in_gives_the_service_back_to_swarm() -> None:
+    """Its label removed, the gate, the ledger entry and swarmgpu's labels leave, as for
+    any request removed; the user's own constraint, label and env stay."""
+    nodes, facts = two_nodes()
+    pl = Planner()
+    web = service("web", {f"{P}gpus": "0", "team": "x"}, cpu_milli=1000)
+    nodes, web, _on = settle(pl, nodes, [web], [], facts, "web")
+    raw = dict(web.spec)
+    raw["Labels"] = {k: v for k, v in web.labels.items() if k != f"{P}gpus"}
+    web = service_from_api({"ID": web.id, "Spec": raw, "Version": {"Index": web.version + 1}})
+    for _ in range(2):
+        plan = pl.plan(nodes, [web], [], facts)  # type: ignore[arg-type]
+        nodes = apply(nodes, plan)
+        for sp in plan.services:
+            new = service_compute(sp.writes)(web.spec)
+            if new is not None:
+                web = service_from_api({"ID": web.id, "Spec": new,
+                                        "Version": {"Index": web.version + 1}})
+    assert all(not n.labels for n in nodes)
+    assert web.labels == {"team": "x"} and web.constraints == ()
