@@ -68,7 +68,12 @@ def test_good(labels: dict[str, str], want: GpuRequest, text: str) -> None:
     ("labels", "key", "accepted"),
     [
         ({"gpus": "two"}, "swarmgpu.gpus", "whole number >= 1"),
-        ({"gpus": "0"}, "swarmgpu.gpus", "whole number >= 1"),
+        ({"gpus": "-1"}, "swarmgpu.gpus", "or 0 (no GPU)"),
+        ({"gpus": "0", "gpu_fraction": "0.5"}, "swarmgpu.gpus", "no swarmgpu.gpu-fraction with"),
+        ({"gpus": "0", "mig": "1g.10gb"}, "swarmgpu.gpus", "no swarmgpu.mig with"),
+        ({"gpus": "0", "gpu_memory": "8GiB"}, "swarmgpu.gpus", "no swarmgpu.gpu-memory with"),
+        ({"gpus": "0", "gpu_product": "A100*"}, "swarmgpu.gpus", "no swarmgpu.gpu-product"),
+        ({"gpus": "0", "topology": "nvlink"}, "swarmgpu.gpus", "no swarmgpu.topology with"),
         ({"gpus": "1.5"}, "swarmgpu.gpus", "whole number >= 1"),
         ({"gpu": "2"}, "swarmgpu.gpu", "did you mean swarmgpu.gpus"),
         ({"gpu_fraction": "1.5"}, "swarmgpu.gpu-fraction", "strictly between 0 and 1"),
@@ -110,7 +115,9 @@ def test_bad(labels: dict[str, str], key: str, accepted: str) -> None:
 def test_message_example() -> None:
     err = parse_all({"swarmgpu.gpus": "two"})
     assert isinstance(err, RequestError)
-    assert str(err) == "swarmgpu.gpus='two': expected a whole number >= 1 (e.g. swarmgpu.gpus=2)"
+    assert str(err) == (
+        "swarmgpu.gpus='two': expected a whole number >= 1 (e.g. swarmgpu.gpus=2), or 0 (no GPU)"
+    )
 
 
 def test_no_request_and_output_keys() -> None:

@@ -21,10 +21,12 @@ cycle runs every ``batch`` arrivals, as the daemon's interval cycle; ``at_arriva
 plans in bursts of ``batch`` arrivals instead (and before each 5% load level), which
 ``--departures`` still does. Services are planned in arrival order (their names sort that
 way). A GPU pod that gets no placement when first planned is dropped, as in the FGD
-replay. CPU-only pods (no GPU request; Swarm would schedule them)
-are placed at arrival on the node the same allocator prefers for them, so the baselines
-and this replay see the same CPU pressure; with ``cpu_pods="swarm"`` by the model of
-Swarm's scheduler (``sim.swarm_sched``) instead, in every policy's replay alike.
+replay. A CPU-only pod (no GPU request) is by default a service that opts in to
+swarmgpu's placement (``swarmgpu.gpus: "0"``: its CPU and memory reservations are the
+demand, behind a gate), planned at arrival as a GPU pod is, so the figure is of the path
+a user runs (until stop 67 the planner's allocator placed it directly, a stand-in no
+daemon runs); with ``cpu_pods="swarm"`` it is Swarm's, placed by the model of Swarm's
+scheduler (``sim.swarm_sched``), in every policy's replay alike.
 
 ``workload``: ``online`` (what the daemon does: the model learned from the services seen
 so far, starting from the prior) or ``oracle`` (the whole trace's typical tasks, as FGD's
@@ -133,11 +135,13 @@ class World:
         return w
 
     def add_service(self, idx: int, pod: TracePod) -> SwarmService:
+        """A pod as the service its user deploys: a GPU pod with its request, a CPU-only
+        pod with ``swarmgpu.gpus: "0"`` (placed by the planner by its CPU and memory)."""
         name = f"p{idx:06d}"
         d = pod.demand()
         labels = ({f"{P}gpu-fraction": f"{d.gpu_milli / 1000:g}"} if d.gpu_milli
                   else {f"{P}gpus": str(d.num_gpu)})
-        if d.products:
+        if d.products and d.total_gpu_milli:  # (a CPU-only pod's gpu_spec pins nothing)
             labels[f"{P}gpu-product"] = "|".join(d.products)
         env = [env_template(P), ORDER_ENV, *(env_lines(P) if d.gpu_milli else ())]
         spec: dict[str, Any] = {
@@ -345,7 +349,8 @@ class Replay:
                 if w.sched is not None:
                     w.sched.add(sp.placements[0].node_id)
             else:
-                if (self.rescuer is not None and not self.retrying
+                # (the daemon's defrag makes no room for a CPU-only service)
+                if (self.rescuer is not None and not self.retrying and pod.total_gpu_milli
                         and self.allowed - self.res.moves >= 1):
                     moves = self.rescuer(self.planner, w.pods, pod,
                                          self.allowed - self.res.moves)
@@ -369,17 +374,16 @@ class Replay:
             finally:
                 self.retrying = False
 
-    def place_cpu_pod(self, idx: int, pod: TracePod) -> None:
-        alloc = self.planner.cluster.alloc
-        d = Demand(cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
-        sched = self.world.sched
-        got = sched.pick(alloc, d) if sched is not None else alloc.place(d, explain=False)
+    def place_cpu_pod(self, idx: int, pod: TracePod, sched: SwarmScheduler) -> None:
+        """``--cpu-pods swarm``: a CPU-only pod placed by the model of Swarm's scheduler, a
+        service without a request (the planner sees its task, as the daemon would)."""
+        got = sched.pick(self.planner.cluster.alloc,
+                         Demand(cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib))
         if not isinstance(got, Choice):
             self.failed["cpu"] += 1
             self.res.failed_one(idx)
             return
-        if sched is not None:
-            sched.add(got.node)
+        sched.add(got.node)
         self.world.add_cpu_task(f"cpu{idx}", got.node, pod)
         self.planner.cluster.add_usage(got.node, pod.cpu_milli, pod.memory_mib)
         self.cpu_since.append(f"cpu{idx}")
@@ -405,9 +409,9 @@ class Replay:
                 meter(n_arrived, len(self.order))
             arrived += pod.total_gpu_milli
             self.allowed = int(n_arrived * moves_per_100 / 100)
-            if pod.total_gpu_milli == 0:
-                self.place_cpu_pod(n_arrived, pod)
-            else:
+            if pod.total_gpu_milli == 0 and self.world.sched is not None:
+                self.place_cpu_pod(n_arrived, pod, self.world.sched)
+            else:  # a GPU pod, or a CPU-only one the planner places (gpus: "0")
                 s = self.world.add_service(n_arrived, pod)
                 self.new[s.id] = (n_arrived, pod)
                 if self.at_arrival:

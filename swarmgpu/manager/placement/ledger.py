@@ -113,6 +113,8 @@ def parse_holding(service: str, node_id: str, value: str) -> Holding | None:
     """A ledger value; None when it is not one (never a guess). ``s<slot>=`` groups
     separated by ``;`` are replicas packed on the node (a ledger from before packing
     has none, and reads as it always did)."""
+    if not value:  # a holding of no GPU: a service placed by its CPU (swarmgpu.gpus=0);
+        return Holding(service, node_id, (), ())  # a GPU request's is refused as it fits none
     if "=" not in value:
         got = _parse_list(value)
         return None if got is None else Holding(service, node_id, tuple(got[0]),

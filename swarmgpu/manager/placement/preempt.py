@@ -346,6 +346,8 @@ def choose_preemptions(
     for s, r in order:
         if not isinstance(r, GpuRequest) or r.is_fraction or r.mig_profile:
             continue
+        if r.cpu_only:  # (gpus: "0") stops no GPU work for CPU: the operator's rule
+            continue
         if s.name in settling or s.name in rd.gone or s.name in held_at_max \
                 or s.name in moving:
             continue

@@ -242,8 +242,8 @@ class QueueBook:
         """How its queue's max holds ``s`` back (``mine``: its holdings kept this cycle
         that the ledger has, ``held_in_ledger``; ``wanted``: the holdings it asks for now,
         None for a global service); None when it does not."""
-        if not isinstance(r, GpuRequest) or not r.queue:
-            return None
+        if not isinstance(r, GpuRequest) or not r.queue or r.cpu_only:
+            return None  # (gpus: "0" counts no GPU quota, so no max holds it back)
         bound = self._bound(r.queue)
         if bound is None:
             return None

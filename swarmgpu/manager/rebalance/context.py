@@ -132,6 +132,8 @@ def why_not_movable(s: SwarmService, req: GpuRequest | None, tasks: Sequence[Swa
         return "no valid GPU request"
     if req.mig_profile:
         return "MIG devices are not moved"
+    if req.cpu_only:
+        return f"no GPU ({prefix}gpus=0): placed once, never moved"
     if moving:
         return "a move is already in progress"
     if any(h.packed for h in holdings.values()):

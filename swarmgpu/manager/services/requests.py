@@ -120,13 +120,21 @@ class GpuRequest:
 
     @property
     def can_pack(self) -> bool:
-        """Replicas may share a node: whole GPUs only (a share or a MIG device keeps
-        one replica per node, see docs/requests.md)."""
-        return self.pack is not Pack.NEVER and not self.is_fraction and not self.mig_profile
+        """Replicas may share a node: whole GPUs only (a share, a MIG device or no GPU
+        keeps one replica per node, see docs/requests.md)."""
+        return (self.pack is not Pack.NEVER and not self.is_fraction and not self.mig_profile
+                and not self.cpu_only)
 
     @property
     def is_fraction(self) -> bool:
         return self.gpu_milli < 1000
+
+    @property
+    def cpu_only(self) -> bool:
+        """``gpus: "0"``: no GPU; swarmgpu places it by its CPU and memory reservations
+        (a gate, as for a GPU service), it preempts nothing, counts no GPU quota and is
+        never moved by the rebalancer."""
+        return self.gpus == 0 and not self.is_fraction and not self.mig_profile
 
     def matches_product(self, product: str) -> bool:
         """Does a GPU product (nvidia-smi ``NVIDIA A100-SXM4-80GB`` or GFD
@@ -142,7 +150,9 @@ class GpuRequest:
         return got
 
     def _describe(self) -> str:
-        if self.mig_profile:
+        if self.cpu_only:
+            text = "no GPU (CPU and memory placed by swarmgpu)"
+        elif self.mig_profile:
             text = f"MIG {self.mig_profile}"
         elif self.is_fraction:
             text = f"{self.gpu_milli / 1000:g} GPU"
@@ -302,6 +312,8 @@ def _check_together(
     avoid: tuple[str, ...],
 ) -> None:
     """RequestError on keys that each parse but cannot go together."""
+    if gpus == 0:
+        _check_cpu_only(mine, p)
     if fraction is not None and gpus is not None and gpus > 1:
         raise RequestError(
             p + "gpu-fraction",
@@ -347,6 +359,30 @@ def _check_together(
             mine["zone-avoid"],
             f"zones not also in {p}zone-prefer (both name {', '.join(overlap)})",
         )
+
+
+# Keys that say something of the GPUs: none has a meaning without one (``gpus: "0"``).
+_GPU_KEYS = ("gpu-fraction", "mig", "gpu-memory", "gpu-product", "topology")
+
+
+def _check_cpu_only(mine: Mapping[str, str], p: str) -> None:
+    """``gpus: "0"`` (a service without a GPU that swarmgpu places) with a key that asks
+    something of a GPU: which of the two was meant is the user's to say."""
+    if mine.get("pack", "").lower() == "always":
+        raise RequestError(
+            p + "pack",
+            mine["pack"],
+            f"auto or never with {p}gpus=0: replicas without a GPU stay one per node "
+            "(drop the key)",
+        )
+    for other in _GPU_KEYS:
+        if other in mine:
+            raise RequestError(
+                p + "gpus",
+                mine["gpus"],
+                f"no {p}{other} with {p}gpus=0: 0 asks for no GPU, placed by its CPU and "
+                f"memory reservations (drop {p}{other}, or ask for GPUs with {p}gpus=1 or more)",
+            )
 
 
 def request_labels(
@@ -459,8 +495,10 @@ _ZONE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}", re.ASCII)
 
 def _whole(mine: Mapping[str, str], name: str, p: str) -> int:
     value = mine[name]
-    if not _INT_RE.fullmatch(value) or int(value) < 1:
-        raise RequestError(p + name, value, f"a whole number >= 1 (e.g. {p}{name}=2)")
+    if not _INT_RE.fullmatch(value) or int(value) < 0:
+        raise RequestError(
+            p + name, value, f"a whole number >= 1 (e.g. {p}{name}=2), or 0 (no GPU)"
+        )
     return int(value)
 
 

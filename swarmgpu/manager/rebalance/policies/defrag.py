@@ -79,7 +79,8 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
     k_max = cfg.max_moves
     for pending in sorted(ctx.inp.pending):
         req = ctx.requests.get(pending)
-        if req is None or req.mig_profile or k_max == 0:
+        # (gpus: "0": GPU work is not moved for CPU work, as it is not preempted for it)
+        if req is None or req.mig_profile or req.cpu_only or k_max == 0:
             continue
         held = ctx.allocator()
         running = _running(ctx, held, pending)

@@ -1,0 +1,230 @@
+"""A service without a GPU placed by swarmgpu (``swarmgpu.gpus: "0"``): its CPU and
+memory reservations are the demand, behind the gate GPU services use; it preempts
+nothing, counts no GPU quota, is never moved; without the opt-in it is Swarm's, and
+swarmgpu writes nothing to it (docs/requests.md, "A service without a GPU")."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+from support.placement import P, apply
+from support.planner import two_nodes
+
+from swarmgpu.manager.placement import Planner, gate_constraint, gate_key, plan_placement
+from swarmgpu.manager.placement.preempt import choose_preemptions
+from swarmgpu.manager.placement.specwrite import service_compute
+from swarmgpu.manager.rebalance.context import why_not_movable
+from swarmgpu.manager.services.requests import RequestError, parse_all, parse_request
+from swarmgpu.sim.swarm_replay import Replay
+from swarmgpu.sim.trace import load_nodes, load_pods
+from swarmgpu.sim.traces import bundled
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
+
+GIB = 1024 * 1024 * 1024
+
+
+def service(name: str, labels: dict[str, str], cpu_milli: int = 0, memory_gib: int = 0,
+            sid: str | None = None) -> SwarmService:
+    spec = {"Name": name, "Labels": labels,
+            "TaskTemplate": {"ContainerSpec": {"Image": "x"},
+                             "Resources": {"Reservations": {
+                                 "NanoCPUs": cpu_milli * 1_000_000,
+                                 "MemoryBytes": memory_gib * GIB}}},
+            "Mode": {"Replicated": {"Replicas": 1}}}
+    return service_from_api({"ID": sid or f"id-{name}", "Spec": spec, "Version": {"Index": 1}})
+
+
+def running(s: SwarmService, node_id: str, cpu_milli: int, memory_gib: int = 0) -> SwarmTask:
+    return SwarmTask(id=f"t-{s.name}", service_id=s.id, node_id=node_id, slot=1,
+                     state="running", desired_state="running", env=(), cpu_milli=cpu_milli,
+                     memory_mib=memory_gib * 1024)
+
+
+def settle(pl: Planner, nodes: list[SwarmNode], services: list[SwarmService],
+           tasks: list[SwarmTask], facts: dict[str, object], name: str,
+           ) -> tuple[list[SwarmNode], SwarmService, str]:
+    """Cycles until ``name``'s gate is open, its writes applied as the daemon applies
+    them: the nodes, the service after them, the node its gate is open on."""
+    s = next(x for x in services if x.name == name)
+    for _ in range(3):
+        plan = pl.plan(nodes, [*(x for x in services if x.name != name), s], tasks, facts)  # type: ignore[arg-type]
+        sp = next(x for x in plan.services if x.name == name)
+        assert sp.status == "placed", sp.reason
+        nodes = apply(nodes, plan)
+        new = service_compute(sp.writes)(s.spec)
+        if new is not None:
+            s = service_from_api({"ID": s.id, "Spec": new, "Version": {"Index": s.version + 1}})
+        opened = [n.id for n in nodes if n.labels.get(gate_key(P, name)) == "true"]
+        if opened:
+            return nodes, s, opened[0]
+    raise AssertionError(f"{name}'s gate never opened")
+
+
+def test_gpus_0_asks_for_no_gpu_and_says_so() -> None:
+    r = parse_request({f"{P}gpus": "0"})
+    assert r is not None and r.cpu_only and r.gpus == 0
+    assert r.describe() == "no GPU (CPU and memory placed by swarmgpu)"
+    assert not parse_request({f"{P}gpus": "1"}).cpu_only  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("other", ["gpu-fraction", "mig", "gpu-memory", "gpu-product",
+                                   "topology"])
+def test_gpus_0_with_a_key_about_gpus_is_a_clear_error(other: str) -> None:
+    value = {"gpu-fraction": "0.5", "mig": "1g.10gb", "gpu-memory": "8GiB",
+             "gpu-product": "A100*", "topology": "nvlink"}[other]
+    e = parse_all({f"{P}gpus": "0", f"{P}{other}": value})
+    assert isinstance(e, RequestError)
+    assert e.key == f"{P}gpus"
+    assert f"no {P}{other} with {P}gpus=0" in str(e) and f"drop {P}{other}" in str(e)
+
+
+def test_the_planner_places_an_opted_in_service_by_its_cpu_behind_its_gate() -> None:
+    """Two nodes of 2 CPUs: a GPU service reserving 1.5 runs on one, so the opted-in
+    service reserving 1 CPU goes to the other (the stand-in's CPU, not a GPU, decides);
+    its gate and the constraint on it are written as for a GPU service."""
+    nodes, facts = two_nodes()
+    pl = Planner()
+    gpu = service("x", {f"{P}gpus": "1"}, cpu_milli=1500)
+    nodes, gpu, on = settle(pl, nodes, [gpu], [], facts, "x")
+    tasks = [running(gpu, on, 1500)]
+    web = service("web", {f"{P}gpus": "0"}, cpu_milli=1000)
+    nodes, web, web_on = settle(pl, nodes, [gpu, web], tasks, facts, "web")
+    assert web_on != on
+    assert gate_constraint(P, "web") in web.constraints
+    # its env resolves to no GPU (NVIDIA_VISIBLE_DEVICES=void): an image that sets
+    # NVIDIA_VISIBLE_DEVICES=all does not see the node's GPUs through it
+    assert any(e.startswith("NVIDIA_VISIBLE_DEVICES=") and '"void"' in e for e in web.env)
+    sp = next(x for x in plan_placement(nodes, [gpu, web], tasks, facts).services  # type: ignore[arg-type]
+              if x.name == "web")
+    assert sp.status == "placed" and sp.placements[0].node_id == web_on
+    assert sp.placements[0].gpus == ()  # a fresh planner reads its holding back
+
+
+def test_memory_counts_too_and_no_room_leaves_it_pending() -> None:
+    """Nodes of 8 GiB: two services of 6 GiB go to two nodes, a third waits (pending,
+    with a reason), never placed where Swarm would refuse its task."""
+    nodes, facts = two_nodes()
+    svcs = [service(f"m{i}", {f"{P}gpus": "0"}, memory_gib=6) for i in range(3)]
+    plan = plan_placement(nodes, svcs, [], facts)  # type: ignore[arg-type]
+    by = {sp.name: sp for sp in plan.services}
+    got = [by[f"m{i}"].placements[0].node_id for i in range(2)]
+    assert sorted(got) == ["n-a", "n-b"]
+    assert by["m2"].status == "pending" and not by["m2"].placements
+
+
+def test_a_service_without_the_opt_in_is_untouched() -> None:
+    """A service reserving CPU with no request key stays Swarm's: no gate label, no
+    constraint, no env, no ledger entry."""
+    nodes, facts = two_nodes()
+    plain = service("plain", {}, cpu_milli=1000)
+    plan = plan_placement(nodes, [plain], [running(plain, "n-a", 1000)], facts)  # type: ignore[arg-type]
+    assert not any(labels for labels in plan.node_set.values())
+    for sp in plan.services:
+        assert sp.name != "plain" or (not sp.placements and not sp.needs_service_write
+                                       and not sp.node_writes)
+    assert all(not n.labels for n in apply(nodes, plan))
+
+
+def test_it_is_never_moved_and_preempts_no_gpu_service() -> None:
+    """The operator's rules: no GPU work is stopped or moved for CPU work. A
+    high-priority opted-in service with no room preempts nothing (the GPU holders of low
+    priority keep their nodes); the rebalancer never moves it."""
+    nodes, facts = two_nodes()
+    nodes = [replace(n, cpu_milli=1000) for n in nodes]
+    live = {f"low{i}": service(f"low{i}", {f"{P}gpus": "1", f"{P}priority": "0"},
+                               cpu_milli=1000) for i in range(2)}
+    pl = Planner()
+    tasks: list[SwarmTask] = []
+    for name in list(live):
+        nodes, live[name], on = settle(pl, nodes, list(live.values()), tasks, facts, name)
+        tasks.append(running(live[name], on, 1000))
+    live["hi"] = service("hi", {f"{P}gpus": "0", f"{P}priority": "1000"}, cpu_milli=1000)
+    services = list(live.values())
+    plan = pl.plan(nodes, services, tasks, facts)  # type: ignore[arg-type]
+    sp = next(x for x in plan.services if x.name == "hi")
+    assert sp.status == "pending"
+    assert choose_preemptions(plan, nodes, services, tasks, facts, prefix=P,  # type: ignore[arg-type]
+                              preemptible_below=100) == []
+    r = parse_request(live["hi"].labels)
+    assert r is not None
+    why = why_not_movable(live["hi"], r, [], {}, P, 0.0, 0.0)
+    assert why is not None and "never moved" in why
+
+
+def test_the_replay_places_cpu_only_pods_through_the_planner() -> None:
+    """``--cpu-pods policy``: each CPU-only pod is a service with ``gpus: "0"`` the
+    planner holds (its gate opens, its task runs there), not a task put on a node by the
+    planner's allocator directly (the stand-in until stop 67)."""
+    nodes_csv, pods_csv = bundled("default")
+    rng = random.Random(5)
+    nodes = rng.sample(load_nodes(nodes_csv), 30)
+    pods = load_pods(pods_csv)
+    cpu = [p for p in pods if p.total_gpu_milli == 0]
+    gpu = [p for p in pods if p.total_gpu_milli > 0]
+    rp = Replay(nodes, rng.sample(gpu, 150) + rng.sample(cpu, 60), 42, batch=20)
+    rp.run()
+    w = rp.world
+    assert not w.cpu_tasks  # the stand-in placed none
+    opted = [s for s in w.services.values() if s.labels.get(f"{P}gpus") == "0"]
+    assert len(opted) > 20
+    held = {svc: nid for (svc, nid), h in rp.planner.cluster.held_items()}
+    for s in opted:
+        assert s.name in held and gate_constraint(P, s.name) in s.constraints
+        pod = w.pods[s.name]
+        assert pod.total_gpu_milli == 0
+        t = w.tasks[s.id]
+        if t.node_id:  # its gate opened (a full cycle since it arrived)
+            assert t.node_id == held[s.name]
+            assert w.nodes[t.node_id].labels.get(gate_key(P, s.name)) == "true"
+    assert any(w.tasks[s.id].node_id for s in opted)
+
+
+def test_it_counts_no_gpu_quota_and_a_queue_above_its_max_does_not_hold_it_back() -> None:
+    """A queue whose max was lowered below what it holds (1 GPU held, max 0) holds its
+    next GPU request back, never one of no GPU; the queue's use counts none for it."""
+    nodes, facts = two_nodes()
+    held = service("h", {f"{P}gpus": "1", f"{P}queue": "q"})
+    nodes, held, on = settle(Planner(queues={"q": (0, 1000)}), nodes, [held], [], facts, "h")
+    tasks = [running(held, on, 0)]
+    cpu = service("c", {f"{P}gpus": "0", f"{P}queue": "q"}, cpu_milli=500)
+    gpu = service("g", {f"{P}gpus": "1", f"{P}queue": "q"})
+    plan = Planner(queues={"q": (0, 0)}).plan(nodes, [held, cpu, gpu], tasks, facts)  # type: ignore[arg-type]
+    by = {sp.name: sp for sp in plan.services}
+    assert by["c"].status == "placed", by["c"].reason
+    assert by["g"].status != "placed"
+    (row,) = [q for q in plan.queues if q["queue"] == "q"]
+    assert row["used_gpus"] == 1 and row["blocked"] == ["g"]
+
+
+def test_an_empty_ledger_entry_is_no_holding_for_a_gpu_request() -> None:
+    """The empty ledger value a service of no GPU holds is not taken for a GPU
+    request's (a forged or stale one): the GPU request is placed on GPUs."""
+    nodes, facts = two_nodes()
+    nodes = [replace(n, labels={f"{P}assign.g": ""}) if n.id == "n-a" else n for n in nodes]
+    gpu = service("g", {f"{P}gpus": "1"})
+    (sp,) = plan_placement(nodes, [gpu], [], facts).services  # type: ignore[arg-type]
+    assert sp.status == "placed" and all(len(p.uuids) == 1 for p in sp.placements)
+
+
+def test_dropping_the_opt_in_gives_the_service_back_to_swarm() -> None:
+    """Its label removed, the gate, the ledger entry and swarmgpu's labels leave, as for
+    any request removed; the user's own constraint, label and env stay."""
+    nodes, facts = two_nodes()
+    pl = Planner()
+    web = service("web", {f"{P}gpus": "0", "team": "x"}, cpu_milli=1000)
+    nodes, web, _on = settle(pl, nodes, [web], [], facts, "web")
+    raw = dict(web.spec)
+    raw["Labels"] = {k: v for k, v in web.labels.items() if k != f"{P}gpus"}
+    web = service_from_api({"ID": web.id, "Spec": raw, "Version": {"Index": web.version + 1}})
+    for _ in range(2):
+        plan = pl.plan(nodes, [web], [], facts)  # type: ignore[arg-type]
+        nodes = apply(nodes, plan)
+        for sp in plan.services:
+            new = service_compute(sp.writes)(web.spec)
+            if new is not None:
+                web = service_from_api({"ID": web.id, "Spec": new,
+                                        "Version": {"Index": web.version + 1}})
+    assert all(not n.labels for n in nodes)
+    assert web.labels == {"team": "x"} and web.constraints == ()
