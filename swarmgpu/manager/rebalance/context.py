@@ -288,13 +288,14 @@ class Context:
     def allocator(self, ledger: Mapping[str, Mapping[str, Holding]] | None = None,
                   moves: Sequence[Move] | None = None) -> ClusterAllocator:
         """The allocator over ``ledger`` (None: the pass's). ``moves``: count CPU and
-        memory too, what the nodes' tasks reserve and the new tasks of the pass's moves
-        and of these (None: GPUs only, as the searches that give CPU back measure)."""
+        memory too, what the nodes' tasks reserve, the holdings whose task does not
+        exist yet and the new tasks of the pass's moves and of these
+        (``SwarmTargets.reserve``; None: GPUs only)."""
         lg = self.ledger if ledger is None else ledger
         if moves is None:
             return ClusterAllocator(self.inp.nodes, self.inp.facts, lg)
         alloc = ClusterAllocator(self.inp.nodes, self.inp.facts, lg, tasks=self.inp.tasks)
-        self.targets.reserve(alloc, [*self.moves, *moves])
+        self.targets.reserve(alloc, [*self.moves, *moves], lg)
         return alloc
 
     def find_target(self, svc: str, source: str, *, add_util: float | None = None,
