@@ -15,13 +15,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 
-from support.rebalance import CFG, FACTS, U2, P, cluster, feed, node, running, service
+from support.forged import RecordingSwarm, sw_svc
+from support.rebalance import CFG, FACTS, U2, P, cluster, feed, node, page, running, service
 from support.rebalance_fragmentation import U1, plan, two_half_used
 
-from swarmgpu.manager.placement import read_ledger
+from swarmgpu.core.config import Config
+from swarmgpu.manager.placement import PlacementPlan, Planner, read_ledger
+from swarmgpu.manager.placement.records import ReplicaPlacement, ServicePlan, Status
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.scrape import judge
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
@@ -106,3 +111,43 @@ def test_a_holding_whose_task_does_not_exist_yet_reserves_its_cpu() -> None:
     assert _hot_targets(roomy, svcs, tasks) == [("a", "gpu-node-1")]
     # Placed this cycle as well (``Inputs.placed``): counted once.
     assert _hot_targets(roomy, svcs, tasks, {"q": ("n1",)}) == [("a", "gpu-node-1")]
+
+
+def test_gpus_placed_in_this_cycle_are_no_target(tmp_path: Path) -> None:
+    """The daemon's step, after placement: q was placed this cycle on gpu-node-1's seven
+    whole GPUs (its ledger entry is in the plan's writes, not in the snapshot). a, on a
+    hot GPU of gpu-node-2, has nowhere to go: no move is proposed (before, a move onto
+    one of q's GPUs was proposed, and refused only when the mover started it)."""
+    from swarmgpu.manager.cycle.rebalance import Rebalancer
+    from swarmgpu.manager.cycle.session import CycleSession
+    from swarmgpu.manager.daemon import Daemon
+    from swarmgpu.manager.nodes.sync import Snapshot
+
+    nodes, svcs, tasks = cluster()
+    sw = RecordingSwarm(nodes, [sw_svc(s.name, s.labels) for s in svcs], tasks)
+    cfg = Config(state_dir=str(tmp_path), rebalance=dataclasses.replace(
+        CFG, dry_run=True, trust_unauthenticated_metrics=True, policies="hotspot"))
+    rb = Rebalancer(Daemon(cfg, swarm=sw))  # type: ignore[arg-type]
+    whole = [g for g in FACTS["n1"].gpus if not g.mig_enabled]
+    q = ServicePlan("q", "id-q", None, "", Status.PLACED, "Bound", (ReplicaPlacement(
+        "n1", "gpu-node-1", tuple(g.index for g in whole), tuple(g.uuid for g in whole),
+        (1000,) * len(whole)),), new=True)
+    plan = PlacementPlan(services=[q], node_set={"n1": {
+        f"{P}assign.q": ",".join(g.uuid for g in whole), f"{P}service.q": "true"}})
+
+    def cycle(at: float, with_q: bool) -> list[tuple[str, str]]:
+        session = CycleSession(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {},
+                                        swarm_labels=sw.swarm_labels(), taken_at=at))
+        session.facts = dict(FACTS)
+        session.scrapes = {n.id: judge(n, "http://x/metrics", page(
+            FACTS[n.id], {0: 97.0} if n.id == "n2" else {}), at) for n in nodes}
+        session.placement = plan if with_q else PlacementPlan()
+        session.planner = Planner(prefix=P)
+        rb.run(session)
+        assert rb.last is not None
+        return [(m.service, m.target_host) for m in rb.last.moves]
+
+    for t in range(12):
+        cycle(float(t), with_q=True)
+    assert cycle(12.0, with_q=True) == []
+    assert cycle(13.0, with_q=False) == [("a", "gpu-node-1")]  # the plan's alone
