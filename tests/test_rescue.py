@@ -115,3 +115,18 @@ def test_planner_replay_makes_room_for_pods_that_find_no_node() -> None:
     timed = replay_departures_planner(nodes, pods, 2, moves_per_100=20.0,
                                       rescuer=PlannerRescuer(), speedup=1.0, batch=3)
     assert timed.moves <= int(len(pods) * 20.0 / 100)
+
+
+def test_a_rescue_gives_back_the_cpu_of_the_tasks_it_moves() -> None:
+    """Nodes of 4 and 5 CPUs, pods asking 1 to 2.5 each: p8 (a whole GPU, 2.5 CPUs)
+    finds no node, and the room made for it must count the CPU the moved shares' tasks
+    leave behind (the node's usage holds a running task's CPU, not its holding's choice:
+    before, the search gave none back, and p8 failed)."""
+    nodes = [NodeSpec(name, tuple(GpuSpec(i, "T4", 16384) for i in range(gpus)), cpu,
+                      1 << 20) for name, gpus, cpu in (("n0", 1, 4000), ("n1", 2, 4000),
+                                                       ("n2", 1, 5000))]
+    shapes = [(1000, 700), (2500, 700), (2500, 300), (2500, 300), (1000, 500),
+              (1000, 500), (1000, 300), (1000, 500), (2500, 1000)]
+    pods = [TracePod(f"p{i}", cpu, 1, 1, milli) for i, (cpu, milli) in enumerate(shapes)]
+    res = replay_planner(nodes, pods, 1, moves_per_100=100.0, rescuer=PlannerRescuer())
+    assert (res.placed, res.moves) == (8, 2)

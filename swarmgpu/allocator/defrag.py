@@ -27,6 +27,7 @@ previous placement rule); with a few moves kept for rescues, 96.03. See docs/sim
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from swarmgpu.allocator.core import Allocator
@@ -36,6 +37,10 @@ from swarmgpu.allocator.values import Choice, Demand, NodeState
 # (GPU product, CPU milli left or None, free milli per GPU) -> unusable GPU-milli
 NodeCost = Callable[[str, int | None, tuple[int, ...]], float]
 _NO_CPU_LIMIT = 1 << 40  # a node whose CPU is not known: CPU never stops a typical task
+# A target the caller's last check refused for one task: (task key, node, GPUs), or
+# (task key, node, ()) for every GPU of the node (``FragmentationMoves.plan``'s ``check``)
+Ban = tuple[Hashable, str, tuple[int, ...]]
+MAX_REFUSED = 8  # refused moves searched again per plan, at most (each is one more search)
 
 
 @dataclass(frozen=True)
@@ -154,34 +159,40 @@ def cheapest_target(alloc: Allocator, d: Demand, cost: NodeCost
 
 def _ranked_targets(alloc: Allocator, d: Demand, cost: NodeCost, targets: Targets
                     ) -> list[_Cand]:
-    """Every allowed place for ``d``, cheapest first (one per node: its cheapest GPU)."""
-    per_node: dict[str, _Cand] = {}
-    for c in _candidates(alloc, d, cost, alloc.nodes.values(), targets.gpu_ok):
-        name = c[1].spec.name
-        if name not in per_node or c[0] < per_node[name][0]:
-            per_node[name] = c
-    return sorted(per_node.values(), key=lambda c: c[0])
+    """Every allowed place for ``d`` (each GPU of each node), cheapest first; equal
+    ones in node order, then GPU order (so each node's cheapest GPU comes first)."""
+    return sorted(_candidates(alloc, d, cost, alloc.nodes.values(), targets.gpu_ok),
+                  key=lambda c: c[0])
 
 
 def _target_for(alloc: Allocator, held: Held, cost: NodeCost, targets: Targets,
-                ranked: dict[Demand, list[_Cand]]) -> tuple[float, Choice] | None:
-    """The cheapest place for ``held`` that the daemon allows (its own node compared)."""
+                ranked: dict[Demand, list[_Cand]], banned: AbstractSet[Ban] = frozenset()
+                ) -> tuple[float, Choice] | None:
+    """The cheapest place for ``held`` that the daemon allows and ``banned`` does not
+    name (its own node compared)."""
     d = held.demand
     if d not in ranked:
         ranked[d] = _ranked_targets(alloc, d, cost, targets)
     own = held.choice.node
     for c in ranked[d]:
         node = c[1]
-        if node.spec.name == own or (targets.node_ok(node) and targets.task_ok(held, node)):
+        name = node.spec.name
+        if name == own:
+            return _choice(d, c)
+        if banned and ((held.key, name, ()) in banned or (held.key, name, c[2]) in banned):
+            continue
+        if targets.node_ok(node) and targets.task_ok(held, node):
             return _choice(d, c)
     return None
 
 
 def best_move(alloc: Allocator, running: Iterable[Held], cost: NodeCost,
-              min_gain: float = 0.0, targets: Targets | None = None) -> DefragMove | None:
+              min_gain: float = 0.0, targets: Targets | None = None,
+              banned: AbstractSet[Ban] = frozenset()) -> DefragMove | None:
     """The single move of a running task that lowers ``cost`` most (by more than
     ``min_gain``), or None. Moves stay between nodes (moves between GPUs of one node
-    were measured to add nothing)."""
+    were measured to add nothing). ``banned``: targets refused for a task (with
+    ``targets`` only)."""
     leave: dict[tuple[object, ...], float] = {}
     target: dict[Demand, tuple[float, Choice] | None] = {}
     ranked: dict[Demand, list[_Cand]] = {}
@@ -205,7 +216,7 @@ def best_move(alloc: Allocator, running: Iterable[Held], cost: NodeCost,
             drop = leave[k] = (cost(node.product, cpu, free)
                                - cost(node.product, cpu_after, tuple(after)))
         if targets is not None:
-            got = _target_for(alloc, held, cost, targets, ranked)
+            got = _target_for(alloc, held, cost, targets, ranked, banned)
         else:
             if d not in target:
                 target[d] = cheapest_target(alloc, d, cost)
@@ -254,24 +265,38 @@ class FragmentationMoves:
                                             - press.get(product, 0.0) * sum(free_))
 
     def plan(self, alloc: Allocator, running: Sequence[Held], budget: int, *,
-             again: bool, targets: Targets | None = None) -> list[DefragMove]:
+             again: bool, targets: Targets | None = None,
+             check: Callable[[DefragMove], Ban | None] | None = None) -> list[DefragMove]:
         """Up to ``budget`` moves, each the best single move after the ones before, while
         a move still lowers the cost; each is made on ``alloc`` (released from its old
         place, committed to its new one). ``again``: a task moved here may move again
         (the baselines' replay); False for the daemon, which moves a service at most once
         per pass, and for swarmgpu's replay, which does as the daemon does. No default:
-        each caller says which, so a new one cannot take the baselines' way unseen."""
+        each caller says which, so a new one cannot take the baselines' way unseen.
+
+        ``check`` (the daemon's, with ``targets``): asked of each move found, before it
+        is made; None takes it, a ``Ban`` refuses it and the search runs again without
+        that target for that task (at most ``MAX_REFUSED`` times a plan)."""
         moves: list[DefragMove] = []
         # Tasks moved in this call, where they run now.
         moved: dict[Hashable, Held] = {}
+        banned: set[Ban] = set()
+        refused = 0
         cost = self.search_cost(alloc) if budget > 0 else self.cost
         while len(moves) < budget:
             held = [h for h in running if h.key not in moved]
             if again:
                 held += list(moved.values())
-            mv = best_move(alloc, held, cost, targets=targets)
+            mv = best_move(alloc, held, cost, targets=targets, banned=banned)
             if mv is None:
                 break
+            ban = check(mv) if check is not None else None
+            if ban is not None:
+                banned.add(ban)
+                refused += 1
+                if refused > MAX_REFUSED:
+                    break
+                continue
             alloc.release(mv.old)
             alloc.commit(mv.new)
             moves.append(mv)

@@ -15,6 +15,7 @@ moves.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from swarmgpu.allocator.rescue import RoomMove, make_room
@@ -35,7 +36,10 @@ def gpu_tasks(planner: Planner, pods: dict[str, TracePod]
     for (svc, nid), h in planner.cluster.held_items():
         p = pods.get(svc)
         if p is not None and h.choice is not None and h.choice.gpus:
-            running.setdefault(nid, {})[svc] = (p.demand(), h.choice)
+            # its task's CPU and memory leave with it (the node's usage counts them once
+            # the task runs, the holding's choice before): the search gives them back
+            running.setdefault(nid, {})[svc] = (p.demand(), replace(
+                h.choice, cpu_milli=p.cpu_milli, memory_mib=p.memory_mib))
     return running
 
 
@@ -55,10 +59,17 @@ class PlannerRescuer:
         d = pod.demand()
         if self.hopeless.skip(d):
             return None
-        got = make_room(planner.cluster.alloc, gpu_tasks(planner, pods), d, budget,
-                        self.max_moves)
+        alloc = planner.cluster.alloc
+        got = make_room(alloc, gpu_tasks(planner, pods), d, budget, self.max_moves)
         self.hopeless.outcome(d, got is not None)
         if got is None:
             return None
         moves: list[RoomMove] = got[0]
+        committed = dict(planner.cluster.held_items())
+        for mv in moves:  # what the node's usage still counts: ``carry_out`` moves it
+            h = committed.get((str(mv.key), mv.old.node))
+            had = h.choice if h is not None and h.choice is not None else mv.old
+            extra = (mv.old.cpu_milli - had.cpu_milli, mv.old.memory_mib - had.memory_mib)
+            if extra != (0, 0):
+                alloc.commit(Choice(mv.old.node, (), (), 0.0, "usage", *extra))
         return [(str(mv.key), mv.old.node, mv.new) for mv in moves]

@@ -16,6 +16,7 @@ unless the policy released it to placement (best healthy GPU on the same node).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -31,7 +32,7 @@ from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot, is_gpu_node
-from swarmgpu.manager.placement import PlacementPlan, read_ledger
+from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, read_ledger
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import (
@@ -55,7 +56,7 @@ from swarmgpu.manager.rebalance.record import (
 )
 from swarmgpu.manager.rebalance.scrape import for_moves
 from swarmgpu.manager.rebalance.signals import Signals
-from swarmgpu.swarm.client import SwarmError
+from swarmgpu.swarm.client import SwarmError, SwarmNode
 
 ROUTE = "/api/rebalance"
 
@@ -167,7 +168,8 @@ class Rebalancer(Step):
         planner = session.planner if self.placement else None
         model = planner.model if planner is not None else None
         inp = Inputs(nodes=snap.nodes, services=snap.services, tasks=snap.tasks, facts=facts,
-                     ledger=ledger, gpus=self.signals.gpus, node_signals=self.signals.nodes,
+                     ledger=ledger_after(snap.nodes, plan, self.prefix, ledger),
+                     gpus=self.signals.gpus, node_signals=self.signals.nodes,
                      cfg=self.cfg, now=snap.taken_at, pending=pending, prefix=self.prefix,
                      workload=model.typical() if model is not None else None,
                      moving=moving(snap.services, snap.swarm_labels, self.prefix),
@@ -292,6 +294,36 @@ def placed_of(plan: PlacementPlan | None) -> dict[str, tuple[str, ...]]:
         return {}
     return {sp.name: tuple(p.node_id for p in sp.placements)
             for sp in plan.services if sp.placements}
+
+
+def ledger_after(nodes: Sequence[SwarmNode], plan: PlacementPlan | None, prefix: str,
+                 ledger: dict[str, dict[str, Holding]]) -> dict[str, dict[str, Holding]]:
+    """The ledger as this cycle's placement writes leave it: ``ledger`` (the snapshot's)
+    with the plan's node label changes applied, removals first, as the writer makes them
+    (a service whose spec write failed has had its entries taken out of the plan). The
+    rebalancer plans on it: a GPU placement just gave away is no move's target (else the
+    move was refused only when the mover started it, by the ledger it reads then)."""
+    if plan is None or not (plan.node_set or plan.node_remove):
+        return ledger
+    assign = prefix + ASSIGN
+    touched = {nid for nid, keys in plan.node_remove.items()
+               if any(k.startswith(assign) for k in keys)}
+    touched |= {nid for nid, labels in plan.node_set.items()
+                if any(k.startswith(assign) for k in labels)}
+    if not touched:
+        return ledger
+    after: list[SwarmNode] = []
+    for n in nodes:
+        if n.id in touched:
+            gone = set(plan.node_remove.get(n.id, ()))
+            labels = {k: v for k, v in n.labels.items() if k not in gone}
+            labels.update(plan.node_set.get(n.id, {}))
+            after.append(dataclasses.replace(n, labels=labels))
+    out = {svc: {nid: h for nid, h in per.items() if nid not in touched}
+           for svc, per in ledger.items()}
+    for svc, per in read_ledger(after, prefix).items():
+        out.setdefault(svc, {}).update(per)
+    return {svc: per for svc, per in out.items() if per}
 
 
 def health_dict(p: Proposal | None, dry_run: bool, evacuate: bool) -> Mapping[str, Any]:

@@ -64,6 +64,8 @@ class Inputs:
     services: Sequence[SwarmService]
     tasks: Sequence[SwarmTask]
     facts: Mapping[str, NodeFacts]
+    # The ledger as this cycle's placement writes leave it (the daemon's step:
+    # ``cycle.rebalance.ledger_after``), so GPUs placement just gave away are taken
     ledger: Mapping[str, Mapping[str, Holding]]
     gpus: Mapping[tuple[str, str], GpuSignal]  # (node id, UUID): signals.GpuKey
     node_signals: Mapping[str, NodeSignal]
@@ -290,13 +292,14 @@ class Context:
     def allocator(self, ledger: Mapping[str, Mapping[str, Holding]] | None = None,
                   moves: Sequence[Move] | None = None) -> ClusterAllocator:
         """The allocator over ``ledger`` (None: the pass's). ``moves``: count CPU and
-        memory too, what the nodes' tasks reserve and the new tasks of the pass's moves
-        and of these (None: GPUs only, as the searches that give CPU back measure)."""
+        memory too, what the nodes' tasks reserve, the holdings whose task does not
+        exist yet and the new tasks of the pass's moves and of these
+        (``SwarmTargets.reserve``; None: GPUs only)."""
         lg = self.ledger if ledger is None else ledger
         if moves is None:
             return ClusterAllocator(self.inp.nodes, self.inp.facts, lg)
         alloc = ClusterAllocator(self.inp.nodes, self.inp.facts, lg, tasks=self.inp.tasks)
-        self.targets.reserve(alloc, [*self.moves, *moves])
+        self.targets.reserve(alloc, [*self.moves, *moves], lg)
         return alloc
 
     def find_target(self, svc: str, source: str, *, add_util: float | None = None,

@@ -7,11 +7,13 @@ placement judges a node: the service's constraints, platforms, generic resources
 the plugins its volumes, networks and log driver need (``placement.SwarmFilters``); no
 host-mode port it publishes bound there by another service's task
 (``placement.HostPorts``), nor taken by another move of the pass to that node; and the
-CPU and memory it reserves left on the node after the reservations of the node's tasks
-and of the pass's moves onto it (their tasks do not exist yet). This cycle's placement
-decisions (``Inputs.placed``: placement ran first, its writes are not in the snapshot)
-count as tasks do: their host-mode ports claimed on their nodes, and their CPU and
-memory reserved where no task of theirs runs yet.
+CPU and memory it reserves left on the node after the reservations of the node's tasks,
+of the holdings whose task does not exist yet (as placement counts them:
+``ClusterAllocator.holding_reservation``) and of the pass's moves onto it (their tasks
+do not exist yet either). This cycle's placement decisions (``Inputs.placed``:
+placement ran first, its writes are not in the snapshot) count as tasks do: their
+host-mode ports claimed on their nodes, and their CPU and memory reserved where no task
+of theirs runs yet (once: a holding of the ledger they are also in is not counted twice).
 
 ``live_refusal`` asks the same rules (``SwarmTargets.why``) once more just before a
 move's first write (a repin's too: ``Repin.refusal``), of the service and the target node
@@ -24,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
-from swarmgpu.manager.placement import ClusterAllocator, HostPorts, SwarmFilters
+from swarmgpu.manager.placement import ClusterAllocator, Holding, HostPorts, SwarmFilters
 from swarmgpu.manager.placement.hostports import published
 from swarmgpu.manager.rebalance.moves import Move
 from swarmgpu.swarm.client import (
@@ -55,14 +57,16 @@ class SwarmTargets:
         self.by_name = {s.name: s for s in services}
         self.nodes = {n.id: n for n in nodes}
         self._refused: dict[str, AbstractSet[str]] = {}
-        self.placed_use = self._placed(placed or {}, tasks)
+        # (service id, node id) with a task Swarm counts (desired state running)
+        self.has = {(t.service_id, t.node_id) for t in tasks if t.desired_state == "running"}
+        self.placed_use = self._placed(placed or {})
 
-    def _placed(self, placed: Mapping[str, Sequence[str]], tasks: Sequence[SwarmTask]
-                ) -> dict[str, tuple[int, int]]:
-        """Claim the placed services' host-mode ports on their nodes; node id -> the CPU
-        and memory their replicas reserve where no task of theirs runs yet."""
-        has = {(t.service_id, t.node_id) for t in tasks if t.desired_state == "running"}
-        use: dict[str, tuple[int, int]] = {}
+    def _placed(self, placed: Mapping[str, Sequence[str]]
+                ) -> dict[tuple[str, str], tuple[int, int]]:
+        """Claim the placed services' host-mode ports on their nodes; (service name,
+        node id) -> the CPU and memory its replicas reserve there while no task of it
+        runs there yet."""
+        use: dict[tuple[str, str], tuple[int, int]] = {}
         for name, nids in placed.items():
             s = self.by_name.get(name)
             if s is None or not nids:
@@ -70,9 +74,9 @@ class SwarmTargets:
             self.ports.claim(s, nids)
             cpu, mem = reservations(s.spec)
             for nid in nids:
-                if (cpu or mem) and (s.id, nid) not in has:
-                    u = use.get(nid, (0, 0))
-                    use[nid] = (u[0] + cpu, u[1] + mem)
+                if (cpu or mem) and (s.id, nid) not in self.has:
+                    u = use.get((name, nid), (0, 0))
+                    use[(name, nid)] = (u[0] + cpu, u[1] + mem)
         return use
 
     def refused(self, s: SwarmService, moves: Iterable[Move] = ()) -> AbstractSet[str]:
@@ -111,12 +115,31 @@ class SwarmTargets:
         s = self.by_name.get(svc)
         return reservations(s.spec) if s is not None else (0, 0)
 
-    def reserve(self, alloc: ClusterAllocator, moves: Iterable[Move]) -> None:
-        """Count on ``alloc`` what this cycle's placements (``placed``) and the new tasks
-        of ``moves`` reserve on their nodes (a move within one node replaces its task
-        there: nothing more)."""
-        for nid, (cpu, mem) in self.placed_use.items():
-            if nid in alloc.alloc.nodes:
+    def reserve(self, alloc: ClusterAllocator, moves: Iterable[Move],
+                ledger: Mapping[str, Mapping[str, Holding]]) -> None:
+        """Count on ``alloc`` what reserves CPU and memory beside the nodes' tasks: the
+        holdings of ``ledger`` whose task does not exist yet (the service's reservation
+        per replica the holding serves, as placement counts it), this cycle's placements
+        (``placed``) not among them, and the new tasks of ``moves`` (a move within one
+        node replaces its task there: nothing more; its target holding is the move's)."""
+        moves = list(moves)
+        targets = {(m.service, m.target_node) for m in moves}
+        nodes = alloc.alloc.nodes
+        counted: set[tuple[str, str]] = set()
+        for svc, per_node in ledger.items():
+            s = self.by_name.get(svc)
+            if s is None:
+                continue
+            cpu, mem = reservations(s.spec)
+            if not (cpu or mem):
+                continue
+            for nid, h in per_node.items():
+                if (s.id, nid) in self.has or (svc, nid) in targets or nid not in nodes:
+                    continue
+                alloc.add_usage(nid, cpu * h.replicas, mem * h.replicas)
+                counted.add((svc, nid))
+        for (svc, nid), (cpu, mem) in self.placed_use.items():
+            if nid in nodes and (svc, nid) not in counted:
                 alloc.add_usage(nid, cpu, mem)
         for m in moves:
             cpu, mem = self.reservation(m.service)

@@ -4,7 +4,9 @@ The candidate plans are the shared search's (``swarmgpu.allocator.rescue.plans``
 ``simulate --rebalance-moves`` carries out for a pod that finds no node): per node Swarm
 would run the pending task on, the
 fewest movable holdings (at most ``max_moves``) whose GPU share, CPU and memory, given
-back, let the pending request fit there; cheapest first (fewest moves, least GPU moved,
+back, let the pending request fit there (the nodes' CPU and memory as Swarm counts them:
+its tasks', the holdings' whose task does not exist yet, the pass's moves'; the request's
+reservation asked); cheapest first (fewest moves, least GPU moved,
 node order). The cheapest few (``MAX_TRIES``) are tried for real under the daemon's rules:
 each holding moves to its best target elsewhere (``Context.find_target``: ready nodes
 with known metrics, verified-free GPUs, the service's constraints), and the pending
@@ -14,6 +16,8 @@ The first plan that holds is proposed.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from swarmgpu.allocator.rescue import MAX_TRIES, plans
 from swarmgpu.allocator.values import Choice, Demand
@@ -56,11 +60,17 @@ def _running(ctx: Context, held: ClusterAllocator, pending: str
              ) -> dict[str, dict[str, tuple[Demand, Choice]]]:
     """Per ready, active node Swarm would run the pending task on (its constraints,
     platforms, plugins, host ports: ``Context.refused``): the holdings that may move now
-    (not the pending service's, not on a node it holds), with the choices ``held``
-    committed for them (as the replay reads the planner's: ``sim.swarm_rescue``)."""
+    (not the pending service's, not on a node it holds), each with what its new task
+    reserves and the choice ``held`` committed for it, carrying the CPU and memory its
+    tasks there reserve (they leave with it: the search gives them back)."""
     has = set(ctx.ledger.get(pending, {})) | ctx.refused(pending)
     may: dict[str, bool] = {}  # service -> may move now
     out: dict[str, dict[str, tuple[Demand, Choice]]] = {}
+    use: dict[tuple[str, str], tuple[int, int]] = {}  # (service id, node) -> its tasks'
+    for t in ctx.inp.tasks:
+        if t.desired_state == "running" and t.node_id and (t.cpu_milli or t.memory_mib):
+            u = use.get((t.service_id, t.node_id), (0, 0))
+            use[(t.service_id, t.node_id)] = (u[0] + t.cpu_milli, u[1] + t.memory_mib)
     for (svc, nid), h in held.held_items():
         req = ctx.requests.get(svc)
         n = ctx.nodes.get(nid)
@@ -71,7 +81,11 @@ def _running(ctx: Context, held: ClusterAllocator, pending: str
         if svc not in may:
             may[svc] = ctx.movable(svc) is None
         if may[svc]:
-            out.setdefault(nid, {})[svc] = (demand_of(req), h.choice)
+            cpu, mem = use.get((ctx.by_name[svc].id, nid), (0, 0))
+            out.setdefault(nid, {})[svc] = (
+                demand_of(req, *ctx.targets.reservation(svc)),
+                replace(h.choice, cpu_milli=h.choice.cpu_milli + cpu,
+                        memory_mib=h.choice.memory_mib + mem))
     return out
 
 
@@ -82,11 +96,15 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
         # (gpus: "0": GPU work is not moved for CPU work, as it is not preempted for it)
         if req is None or req.mig_profile or req.cpu_only or k_max == 0:
             continue
-        held = ctx.allocator()
+        # CPU and memory counted (the nodes' tasks, the holdings whose task does not
+        # exist yet, the pass's moves) and asked (the pending task's reservation): a
+        # search blind to them planned room the last check (``_try``) then refused
+        held = ctx.allocator(None, ())
         running = _running(ctx, held, pending)
         best: Statement | None = None
+        want = demand_of(req, *ctx.targets.reservation(pending))
         if running:
-            for plan in plans(held.alloc, running, demand_of(req), k_max)[:MAX_TRIES]:
+            for plan in plans(held.alloc, running, want, k_max)[:MAX_TRIES]:
                 combo = tuple((str(svc), ctx.ledger[str(svc)][plan.node])
                               for svc in plan.tasks)
                 best = _try(ctx, plan.node, combo, pending)

@@ -8,9 +8,13 @@ placement's model; else the typical tasks of the services annotated now) and the
 daemon's limits on targets: a node that is ready, active and has known metrics, a GPU
 that is verified free (known, not hot, below ``hotspot.clear_pct`` with the load the
 pass's earlier moves put on it, and, checked once the search chose it, with the share's
-own load: a move that fails that is dropped with the ones after it), the service's own
-constraints, no node the service already holds, and, when the spread policy runs, no
-target that spread would undo.
+own load: a move that fails that, or Swarm's word on CPU, memory and host ports with the
+pass's moves counted, is dropped, said, and the search runs again without that target
+for that share), the service's own constraints, no node the service already holds, and,
+when the spread policy runs, no target that spread would undo. The search counts CPU as
+FGD's score does: its allocator counts what the nodes' tasks, the holdings whose task
+does not exist yet and the pass's moves reserve, and each share asks what its service
+reserves, so a node with GPUs free and no CPU left for the share is not chosen.
 
 Only single-GPU shares of services that may move now (``Context.movable``: opt-out,
 cooldown, converged, no move in flight) are candidates, and no share with zone rules
@@ -33,6 +37,7 @@ from typing import cast
 
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.defrag import (
+    Ban,
     DefragMove,
     FragmentationMoves,
     Held,
@@ -104,7 +109,7 @@ def _running_shares(ctx: Context, alloc: Allocator) -> tuple[list[Held], list[He
             out = local
         else:
             continue
-        d = demand_of(req)
+        d = demand_of(req, *ctx.targets.reservation(svc))  # what its new task reserves
         for nid, h in sorted(ctx.ledger[svc].items()):
             f = ctx.inp.facts.get(nid)
             if f is None or len(h.uuids) != 1 or h.milli != (d.gpu_milli,):
@@ -157,7 +162,9 @@ def propose(ctx: Context, own: FragmentationConfig) -> None:
     if budget <= 0 or own.moves_per_hour <= 0 or own.moves_per_100_placements <= 0:
         return
     workload = ctx.workload()
-    alloc = ctx.allocator().alloc
+    # What the nodes' tasks and holdings reserve counted, as FGD's score counts the CPU
+    # left (a node with GPUs free and no CPU left is no target for a task reserving some)
+    alloc = ctx.allocator(None, ()).alloc
     held, local = _running_shares(ctx, alloc)
     if not workload or not (held or local):
         return
@@ -194,45 +201,61 @@ def propose(ctx: Context, own: FragmentationConfig) -> None:
         emptied = after_src < cfg.spread.low_pct and ctx.node_known(src)
         return not (low - {dst} or emptied)
 
-    before = policy.cluster_cost(alloc)
-    got = policy.plan(alloc, held, budget, targets=Targets(node_ok, gpu_ok, task_ok),
-                      again=False) if held else []
-    while len(got) < budget and local:  # then global services' shares, on their node
+    before = [policy.cluster_cost(alloc)]
+    room = ctx.allocator(None, ())  # CPU and memory, as Swarm counts
+
+    def check(mv: DefragMove) -> Ban | None:
+        """Each move the search finds: proposed (None), or why not (what it must not
+        try again)."""
+        ban = _refusal(ctx, room, mv)
+        if ban is None:
+            before[0] = _accept(ctx, mv, before[0], len(workload))
+        return ban
+
+    n = len(policy.plan(alloc, held, budget, targets=Targets(node_ok, gpu_ok, task_ok),
+                        again=False, check=check)) if held else 0
+    while n < budget and local:  # then global services' shares, on their node
         mv = best_local_move(alloc, local, policy, gpu_ok, node_ok)
         if mv is None:
             break
+        local = [h for h in local if h.key != mv.key]
+        if check(mv) is not None:
+            continue  # the share stays; the others' moves are searched without it
         alloc.release(mv.old)
         alloc.commit(mv.new)
-        got.append(mv)
-        local = [h for h in local if h.key != mv.key]
-    n_shapes = len(workload)
-    room = ctx.allocator(None, ()) if got else None  # CPU and memory, as Swarm counts
-    for mv in got:
-        svc, src = _key(mv.key)
-        if room is None or not _still_ok(ctx, room, svc, src, mv.new):
-            break  # the moves after it were searched with it made: none is proposed
-        share = before and 100.0 * mv.gain / before
-        src_host = ctx.nodes[src].hostname
-        dst_host = ctx.nodes[mv.new.node].hostname
-        where = " (same node: only this node's task is replaced)" if src == mv.new.node else ""
-        m = ctx.make_move(
-            svc, src, mv.new, Trigger.FRAGMENTATION, None,
-            reason=(f"{src_host} GPU {mv.old.gpus[0]} -> {dst_host} GPU {mv.new.gpus[0]}"
-                    f"{where}: the move that lowers the cluster's fragmentation most (FGD, "
-                    f"against {n_shapes} typical task shape(s))"),
-            gain=(f"fragmentation -{mv.gain:.0f} GPU-milli ({mv.gain / 1000:.2f} GPU, "
-                  f"{share:.1f}% of the cluster's {before:.0f})"))
-        ctx.accept(dataclasses.replace(m, frag_gain_milli=mv.gain, frag_before_milli=before))
-        before -= mv.gain
+        n += 1
 
 
-def _still_ok(ctx: Context, room: ClusterAllocator, svc: str, src: str, new: Choice) -> bool:
-    """What the search cannot judge (``gpu_ok`` and ``task_ok`` know no GPU's load, no
-    other move of its plan, no CPU): the share's own load and the load of the moves
+def _accept(ctx: Context, mv: DefragMove, before: float, n_shapes: int) -> float:
+    """Propose ``mv``; returns the cluster's fragmentation after it."""
+    svc, src = _key(mv.key)
+    share = before and 100.0 * mv.gain / before
+    src_host = ctx.nodes[src].hostname
+    dst_host = ctx.nodes[mv.new.node].hostname
+    where = " (same node: only this node's task is replaced)" if src == mv.new.node else ""
+    m = ctx.make_move(
+        svc, src, mv.new, Trigger.FRAGMENTATION, None,
+        reason=(f"{src_host} GPU {mv.old.gpus[0]} -> {dst_host} GPU {mv.new.gpus[0]}"
+                f"{where}: the move that lowers the cluster's fragmentation most (FGD, "
+                f"against {n_shapes} typical task shape(s))"),
+        gain=(f"fragmentation -{mv.gain:.0f} GPU-milli ({mv.gain / 1000:.2f} GPU, "
+              f"{share:.1f}% of the cluster's {before:.0f})"))
+    ctx.accept(dataclasses.replace(m, frag_gain_milli=mv.gain, frag_before_milli=before))
+    return before - mv.gain
+
+
+def _refusal(ctx: Context, room: ClusterAllocator, mv: DefragMove) -> Ban | None:
+    """What the search cannot judge (``gpu_ok`` and ``task_ok`` know no GPU's load and
+    not the moves accepted in the pass): the share's own load and the load of the moves
     accepted before it keep the target GPU below ``hotspot.clear_pct``; no move before
     it took a host-mode port of the service there; the node has the CPU and memory its
-    task reserves (``room``: the nodes' tasks and the accepted moves counted; this one
-    is added when it passes). Else the plan's note says why it is dropped."""
+    task reserves (``room``: the nodes' tasks, the holdings whose task does not exist
+    yet and the accepted moves counted; this one is added when it passes; the search
+    counts them too, so this only guards it). Else the plan's note says why it is
+    dropped, and the target the search must not offer that share again is returned: the
+    GPU (its load), or the whole node."""
+    svc, src = _key(mv.key)
+    new = mv.new
     host = f"{ctx.nodes[new.node].hostname} GPU {new.gpus[0]}"
     uuid = ctx.inp.facts[new.node].gpus[new.gpus[0]].uuid
     sig = ctx.inp.gpus.get((new.node, uuid))
@@ -253,10 +276,10 @@ def _still_ok(ctx: Context, room: ClusterAllocator, svc: str, src: str, new: Cho
         why = "Swarm would not run its task there (the CPU or memory it reserves)"
     if why:
         ctx.notes.append(f"fragmentation: {svc} not moved to {host}: {why}")
-        return False
+        return (mv.key, new.node, new.gpus if why.startswith("with its load") else ())
     if new.node != src and (cpu or mem) and ns is not None:
         room.add_usage(new.node, cpu, mem)
-    return True
+    return None
 
 
 class Fragmentation:
