@@ -358,10 +358,9 @@ def _finish(
     )
     if who is not None:
         d.reason = f"{who}; {d.reason}" if d.reason else who
-    elif done_with is not None and done_with not in d.labels_remove:
-        d.labels_remove += (done_with,)
-    # (a running job: dropped once its run is over, as any write would run it again)
-    stale = (stale_order_record(s, cyc.prefix)
+    elif done_with is not None and done_with not in d.labels_remove and not d.job_running:
+        d.labels_remove += (done_with,)  # (a started job's: before a later run, as
+    stale = (stale_order_record(s, cyc.prefix)  # any write of a job runs it again)
              if d.state != State.REBALANCING and not d.job_running else None)
     if stale is not None and stale not in d.labels_remove:
         d.labels_remove += (stale,)
