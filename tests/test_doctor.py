@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -31,6 +32,7 @@ from swarmgpu.agent.doctor import (
     parse_version,
     read_facts_within,
     read_view,
+    render_text,
     run_checks,
     run_doctor,
 )
@@ -188,6 +190,17 @@ def test_hostile_names_from_the_facts_show_escaped() -> None:
     assert code == 1
     assert not any(c in text for c in "\x1b\r\u202e"), text
     assert r"host n\x1b[2K\r " in text and r"GPU0 GPU-\x1b[2K\r\u202e" in text, text
+
+
+def test_no_facts_on_the_live_node_shows_its_hostname_marked() -> None:
+    # NVML cannot start (no driver): the header named no host ("host ?"); on the live
+    # node ("/") the machine's own name is shown, marked as not the facts' word.
+    view = dataclasses.replace(read_view(str(ROOTS / "healthy")), root="/", facts=None)
+    text = render_text(view, [])
+    assert f"host {socket.gethostname()} (this machine's name: no GPU facts)" in text, text
+    # A fixture or mounted root is another machine: nothing is guessed for it.
+    other = dataclasses.replace(view, root=str(ROOTS / "healthy"))
+    assert "  host ?  " in render_text(other, []), render_text(other, [])
 
 # --- node-config: what it prints is what doctor accepts --------------------------------
 

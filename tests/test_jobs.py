@@ -390,3 +390,36 @@ def test_a_global_jobs_node_whose_task_failed_unrestarted_releases_its_gpu(
     # when it next reconciles the job would run on GPUs nothing holds)
     assert after["n-dgx"].get(f"{P}service.embed") == "true"
     assert f"{P}service.embed" not in after["n-4090"]
+
+
+def test_a_running_job_gets_no_write_for_a_cuda_device_order_record_whose_line_went(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The owner took adoption's CUDA_DEVICE_ORDER line out of a job (that update ran it
+    again); its record (``state.order-env``) stayed. Dropping the record is a write of the
+    job's spec, which runs the job again from the start: not once the run has started
+    (the record goes before a later run starts). Before, the running job was started
+    over."""
+    s = job(1, 0)
+    planner, nodes, s = _run_job(monkeypatch, s, [task("p", "", "pending", 0, 0)])
+    s = replace(s, labels={**s.labels, f"{P}state.order-env": "true"})
+    assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" not in s.env
+    running = [replace(task("a", "n-dgx", "running", 1), slot=1)]
+    services, tasks = _read_as_the_daemon(monkeypatch, s, running, nodes)
+    sp = planner.plan(nodes, services, tasks, FACTS).services[0]
+    assert not sp.needs_service_write, (sp.service_labels_remove, sp.warnings)
+
+
+def test_a_running_job_gets_no_write_for_its_preemption_record(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job preempted earlier, placed again and running, still has its record
+    (``state.preempted``: its removal goes with a placement write, which a started run
+    withholds). Removing it alone is a spec write all the same, which runs the job again
+    from the start: not while it runs."""
+    s = job(1, 0)
+    planner, nodes, s = _run_job(monkeypatch, s, [task("p", "", "pending", 0, 0)])
+    mark = '{"by": "urgent", "priority": 100, "at": 1, "node": "gpu-node-1"}'
+    s = replace(s, labels={**s.labels, f"{P}state.preempted": mark})
+    running = [replace(task("a", "n-dgx", "running", 1), slot=1)]
+    services, tasks = _read_as_the_daemon(monkeypatch, s, running, nodes)
+    sp = planner.plan(nodes, services, tasks, FACTS).services[0]
+    assert not sp.needs_service_write, (sp.service_labels_remove, sp.warnings)

@@ -10,6 +10,7 @@ captured nodes."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from support.placement import DGX, FACTS, R4090, apply, svc
 
@@ -72,15 +73,18 @@ def test_a_pending_packed_service_preempts_nothing() -> None:
 A100 = {"swarmgpu.gpu-product": "*A100*"}
 
 
-def _scaled_past_the_room(most: int | None = None) -> tuple[
+def _scaled_past_the_room(most: int | None = None, queues: dict[str, Any] | None = None,
+                          low_priority: str = "0") -> tuple[
         dict[str, ServicePlan], list[SwarmNode], SwarmService, SwarmService]:
     """p (priority 100) packed 4 x 1 GPU on gpu-node-1 (8 A100s, one split into MIG
     devices), low (priority 0, preemptible) holding 3 others there; p's owner scales it
     to 6 (and sets max_replicas_per_node ``most``). The daemon's plan with its
     preemption decision, the nodes, p and low."""
+    q = ({"swarmgpu.queue": "a"}, {"swarmgpu.queue": "b"}) if queues else ({}, {})
     p = svc("p", {"swarmgpu.gpus": "1", "swarmgpu.pack": "always",
-                  "swarmgpu.priority": "100", **A100}, replicas=4)
-    low = svc("low", {"swarmgpu.gpus": "3", "swarmgpu.priority": "0", **A100})
+                  "swarmgpu.priority": "100", **A100, **q[0]}, replicas=4)
+    low = svc("low", {"swarmgpu.gpus": "3", "swarmgpu.priority": low_priority, **A100,
+                      **q[1]})
     nodes, services = [DGX, R4090], [p, low]
     for _ in range(2):  # placed, then the gates open
         plan = plan_placement(nodes, services, [], FACTS)
@@ -99,7 +103,8 @@ def _scaled_past_the_room(most: int | None = None) -> tuple[
     facts = {nid: FactsResult(nid, nid, "", f, None, 1.0) for nid, f in FACTS.items()}
     snap = Snapshot(nodes, [p, low], tasks, facts, swarm_labels={})
     got = {sp.name: sp for sp in plan_as_daemon(
-        snap, Config(preemption=PreemptionConfig(dry_run=False))).services}
+        snap, Config(preemption=PreemptionConfig(dry_run=False),
+                     queues=queues or {})).services}
     assert got["p"].status == "pending" and got["p"].packed, got["p"]
     return got, nodes, p, low
 
@@ -129,3 +134,18 @@ def test_a_packed_service_held_at_its_owners_max_replicas_preempts_nothing() -> 
     Swarm runs no more there, so GPUs freed for the 2 others would go unused."""
     got, _nodes, _p, _low = _scaled_past_the_room(most=3)
     assert not [w for w in got["p"].warnings if "preempt" in w], got["p"].warnings
+
+
+def test_a_packed_reclaim_stays_within_its_queues_guarantee_for_every_replica() -> None:
+    """p (queue a, guaranteed 5 GPUs, 4 held) lacks 2 replicas; low (queue b, nothing
+    guaranteed, p's priority) holds 3 GPUs on p's node: only a quota reclaim could stop
+    it, and a reclaim keeps the preemptor's queue within its guarantee. Before, the check
+    counted one replica (4 + 1 <= 5) and p reclaimed for two, its queue at 6."""
+    got, *_ = _scaled_past_the_room(queues={"a": {"guaranteed": 5}, "b": {"guaranteed": 0}},
+                                    low_priority="100")
+    assert not [w for w in got["p"].warnings if "preempt" in w], got["p"].warnings
+    # guaranteed 6: both replicas fit within it, and low is reclaimed
+    got, *_ = _scaled_past_the_room(queues={"a": {"guaranteed": 6}, "b": {"guaranteed": 0}},
+                                    low_priority="100")
+    said = [w for w in got["p"].warnings if "preempt" in w]
+    assert len(said) == 1 and "low (priority 100)" in said[0], said

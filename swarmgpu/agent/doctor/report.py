@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -69,7 +70,7 @@ def render_text(view: NodeView, checks: Sequence[Check]) -> str:
     """The report: what the node's files, its engine and its driver say is quoted, so
     each line shows their control characters escaped."""
     counts = _summary(checks)
-    host = view.facts.hostname if view.facts is not None else "?"
+    host = view.facts.hostname if view.facts is not None else _no_facts_host(view.root)
     lines = [f"swarmgpu doctor: root {view.root}  host {host}  "
              + ", ".join(f"{n} {s}" for s, n in counts.items())]
     for c in checks:
@@ -79,6 +80,16 @@ def render_text(view: NodeView, checks: Sequence[Check]) -> str:
             lines.append(f"      fix: {c.fix}")
         lines.extend(f"      {d}" for d in c.details)
     return "\n".join(escaped(line) for line in lines)
+
+
+def _no_facts_host(root: str) -> str:
+    """The header's host when no facts were read (NVML cannot start): on the live node
+    the machine's own name, marked as not the facts' word; under another root (a
+    fixture, a mounted node) this machine's name would be another's: ``?``."""
+    if root != "/":
+        return "?"
+    name = socket.gethostname()
+    return f"{name} (this machine's name: no GPU facts)" if name else "?"
 
 
 def render_json(view: NodeView, checks: Sequence[Check]) -> str:

@@ -142,6 +142,7 @@ class JobRun:
     close_gates: tuple[str, ...]  # other nodes whose gate goes
     writes: SpecWrites
     warnings: tuple[str, ...] = ()
+    running: bool = False  # its run started: no spec write of any kind (it would re-run)
 
 
 def job_run(s: SwarmService, prog: JobProgress, placements: Sequence[ReplicaPlacement],
@@ -189,7 +190,7 @@ def job_run(s: SwarmService, prog: JobProgress, placements: Sequence[ReplicaPlac
     close = tuple(nid for nid, n in cyc.by_id.items()
                   if n.labels.get(gate) and nid not in held and nid not in keep)
     return JobRun(progress, finished and not placements, keep, close, writes,
-                  tuple(warnings))
+                  tuple(warnings), running=prog.started)
 
 
 def _withheld(w: SpecWrites) -> str:

@@ -438,9 +438,10 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
         def together(combo: tuple[Candidate, ...], r: GpuRequest = r) -> bool:
             def milli(c: Candidate) -> int:
                 return holding_milli(rd.req.get(c.service), c.holding, rd.facts) if c.holding else 0
-            return group_reclaimable(
+            return group_reclaimable(  # every replica placed counts against its guarantee
                 r, [(c.quota, milli(c)) for c in combo if c.quota is not None], rd.queues,
-                rd.q_gone, rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard])
+                rd.q_gone, rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard],
+                packed[1] if packed is not None else 1)
 
         others = {k: h for k, h in here.items() if k != s.name}  # (a packed one's own)
         victims = pick_victims(need, free, _candidates(rd, r, nid, others, usable), holders,

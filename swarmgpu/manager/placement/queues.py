@@ -381,19 +381,20 @@ def _guaranteed_milli(row: Mapping[str, Any]) -> int:
 
 def within_guarantee(preemptor: GpuRequest, queues: Mapping[str, Mapping[str, Any]],
                      taken: Sequence[tuple[str, int]] = (), given: Mapping[str, int] | None = None,
-                     gone: Mapping[str, int] | None = None) -> bool:
+                     gone: Mapping[str, int] | None = None, replicas: int = 1) -> bool:
     """The preemptor's queue stays within its guarantee with the request, and its tenant's
     queues together (the rows' ``tenant``) within the sum of theirs: all they hold, what
     the cycle's earlier preemptions placed there (``given``: milli per queue), less what
     its victims free there (``gone``) and this set's of them (``taken``: (queue, milli)),
-    so one of its queues may still take back from another. A holder its stack relabels to
+    so one of its queues may still take back from another. ``replicas``: placed at once
+    (a packed service's, on its node), each counted. A holder its stack relabels to
     another of its tenant's queues keeps its GPUs and leaves the one it left below its
     guarantee, the tenant not: without the sum, each such relabel reclaimed one more
     holding of another tenant's past what the operator guaranteed it."""
     p, given, gone = queues.get(preemptor.queue), given or {}, gone or {}
     if p is None or not p.get("configured"):
         return False
-    need = replica_milli(preemptor)
+    need = replica_milli(preemptor) * replicas
     if _used_milli(p) + given.get(preemptor.queue, 0) + need > _guaranteed_milli(p):
         return False
     tenant = p.get("tenant")
@@ -477,7 +478,7 @@ def guarded_queue(preemptor: GpuRequest, victim: GpuRequest,
 def group_reclaimable(preemptor: GpuRequest, taken: Sequence[tuple[str, int]],
                       queues: Mapping[str, Mapping[str, Any]],
                       gone: Mapping[str, int], given: Mapping[str, int],
-                      by_priority: Sequence[tuple[str, int]] = ()) -> bool:
+                      by_priority: Sequence[tuple[str, int]] = (), replicas: int = 1) -> bool:
     """``reclaimable`` for a set of victims taken by quota (``taken``: (queue, milli) per
     victim): each victim queue stays at or above its guarantee without all of its victims
     together, and the preemptor's queue within its own (its tenant's queues within theirs
@@ -485,8 +486,8 @@ def group_reclaimable(preemptor: GpuRequest, taken: Sequence[tuple[str, int]],
     (``gone``: milli per queue) and placed (``given``). ``by_priority``: the set's
     victims taken by priority from a guarded queue (``guarded_queue``), counted with
     ``taken`` against their queues' guarantees; the preemptor's own guarantee does not
-    bound those."""
-    if taken and not within_guarantee(preemptor, queues, taken, given, gone):
+    bound those. ``replicas``: the preemptor's placed at once (``within_guarantee``)."""
+    if taken and not within_guarantee(preemptor, queues, taken, given, gone, replicas):
         return False
     per: dict[str, int] = {}
     for q, milli in (*taken, *by_priority):

@@ -358,9 +358,10 @@ def _finish(
     )
     if who is not None:
         d.reason = f"{who}; {d.reason}" if d.reason else who
-    elif done_with is not None and done_with not in d.labels_remove:
-        d.labels_remove += (done_with,)
-    stale = stale_order_record(s, cyc.prefix) if d.state != State.REBALANCING else None
+    elif done_with is not None and done_with not in d.labels_remove and not d.job_running:
+        d.labels_remove += (done_with,)  # (a started job's: before a later run, as
+    stale = (stale_order_record(s, cyc.prefix)  # any write of a job runs it again)
+             if d.state != State.REBALANCING and not d.job_running else None)
     if stale is not None and stale not in d.labels_remove:
         d.labels_remove += (stale,)
     writes = d.writes()
@@ -410,6 +411,7 @@ class _Draft:
     replaced: str
     nodes_waiting: Mapping[str, str]
     progress: str | None
+    job_running: bool  # a job whose run started: its spec is not written (``jobs``)
     decision: tuple[str, str] | None
     held: tuple[str, ...]
 
@@ -425,6 +427,7 @@ class _Draft:
         self.node_set, self.node_remove, self.state_labels = {}, {}, {}
         self.packed = self.progress = self.decision = self.limit = None
         self.replaced, self.nodes_waiting, self.held = "", EMPTY, ()
+        self.job_running = False
 
     def gated(self, g: Gating) -> bool:
         """Step 3's result; False: the service waits."""
@@ -471,7 +474,7 @@ class _Draft:
                 self.node_remove[nid] = tuple(k for k in cur if k != gate)
         for nid in run.close_gates:
             self._remove(nid, (gate,))
-        self.progress = run.progress
+        self.progress, self.job_running = run.progress, run.running
         if run.done:
             self.status, self.state, self.reason = Status.DONE, State.COMPLETE, run.progress
         w = run.writes
