@@ -228,3 +228,29 @@ def test_dropping_the_opt_in_gives_the_service_back_to_swarm() -> None:
                                         "Version": {"Index": web.version + 1}})
     assert all(not n.labels for n in nodes)
     assert web.labels == {"team": "x"} and web.constraints == ()
+
+
+def test_held_where_swarm_will_not_run_it_its_reason_names_no_gpu() -> None:
+    """Held on node-a (its gate open there), its task waiting while a task Swarm placed
+    there first reserves the CPU (seen on the real swarm when a released service's new
+    task came back to that node, tests/test_cpu_placed_swarm.py): pending with the CPU
+    named, and no word of GPUs it does not hold. Before: "Swarm cannot run its task
+    where its GPUs are"."""
+    nodes, facts = two_nodes()
+    pl = Planner()
+    c = service("c", {f"{P}gpus": "0"}, cpu_milli=1000)
+    spec = {**c.spec, "TaskTemplate": {**c.spec["TaskTemplate"],
+                                       "Placement": {"Constraints": ["node.hostname==node-a"]}}}
+    c = service_from_api({"ID": c.id, "Spec": spec, "Version": {"Index": 1}})
+    nodes, c, on = settle(pl, nodes, [c], [], facts, "c")
+    assert on == "n-a"
+    other = service("other", {}, cpu_milli=1500)
+    waiting = SwarmTask(id="t-c", service_id=c.id, node_id="", slot=1, state="pending",
+                        desired_state="running", env=(), cpu_milli=1000, memory_mib=0)
+    plan = pl.plan(nodes, [c, other], [running(other, "n-a", 1500), waiting], facts)  # type: ignore[arg-type]
+    sp = next(x for x in plan.services if x.name == "c")
+    assert sp.status == "pending" and sp.reason is not None
+    assert "node-a has not the CPU or memory its task reserves left" in sp.reason, sp.reason
+    assert "GPU" not in sp.reason.split(":")[0], sp.reason
+    assert sp.reason.startswith("Swarm cannot run its task where swarmgpu placed it ("), \
+        sp.reason

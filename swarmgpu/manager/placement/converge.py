@@ -61,7 +61,9 @@ def converge(
             stuck[nid] = why
     if not stuck:
         return None
-    what = "Swarm cannot run its task where its GPUs are (" + "; ".join(stuck.values()) + ")"
+    # A service of no GPU (gpus: "0") holds none: say where it is placed instead.
+    where = "swarmgpu placed it" if r.cpu_only else "its GPUs are"
+    what = f"Swarm cannot run its task where {where} (" + "; ".join(stuck.values()) + ")"
     b = cyc.backoff.setdefault(s.id, Backoff())
     b.adopt(s.labels.get(cyc.prefix + REPLACED_STATE))
     if b.since is not None and b.since > cyc.now + MAX_SKEW_S:
