@@ -201,7 +201,7 @@ def color_steps(js: str) -> dict[str, list[float]]:
 
 def hot_line(css: str, js: str, key: str) -> float:
     """style.css's hot line ``key`` (``HOT_NAMES``), the heat map's top colour step: it
-    must stand above app.js's last step, or the steps stop rising (a legend "60–50")."""
+    must stand above app.js's last step, or the steps stop rising (the legend read "60 to 50")."""
     name, steps = HOT_NAMES[key], color_steps(js)[key]
     value = root_number(css, name)
     if value <= steps[-1]:
