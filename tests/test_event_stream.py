@@ -7,6 +7,7 @@ lists in full until the stream is open again (tests/test_swarm_cache.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socketserver
 import threading
@@ -25,48 +26,64 @@ class Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     chunks: list[bytes]  # /events' body, chunk by chunk; then it holds until ``done``
     done: threading.Event
     close: bool  # end the answer after the chunks instead of holding
+    more: list[bytes]  # said once ``done`` is set, then the answer ends
 
 
 class Handler(socketserver.BaseRequestHandler):
     """GET /events: a chunked 200 of the server's chunks; anything else (the client's
-    version probe): a small JSON answer."""
+    version probe, info): a small JSON answer. The connection is kept for the next
+    request unless the client asked ``Connection: close``, as the engine (Go) does."""
 
     server: Engine
 
     def handle(self) -> None:
         buf = b""
-        while b"\r\n\r\n" not in buf:
-            got = self.request.recv(4096)
-            if not got:
+        while True:
+            while b"\r\n\r\n" not in buf:
+                got = self.request.recv(4096)
+                if not got:
+                    return
+                buf += got
+            head, buf = buf.split(b"\r\n\r\n", 1)
+            if not self.answer(head):
                 return
-            buf += got
-        path = buf.split(b" ", 2)[1]
+
+    def answer(self, head: bytes) -> bool:
+        """Answer one request; False: the connection ends."""
+        path = head.split(b" ", 2)[1]
+        close = b"\r\nconnection: close" in head.lower()
+        end = b"Connection: close\r\n" if close else b""
         if b"/events" not in path:
             body = json.dumps({"ApiVersion": "1.43", "Version": "24.0.0"}).encode()
             self.request.sendall(
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n%s"
+                b"Content-Length: %d\r\n\r\n%s" % (end, len(body), body)
             )
-            return
+            return not close
         self.request.sendall(
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n%s"
+            b"Transfer-Encoding: chunked\r\n\r\n" % end
         )
         try:
             for c in self.server.chunks:
                 self.request.sendall(b"%x\r\n%s\r\n" % (len(c), c))
             if self.server.close:
                 self.request.sendall(b"0\r\n\r\n")
-                return
+                return not close
             self.server.done.wait(30)
+            if self.server.more:
+                for c in [*self.server.more, b""]:
+                    self.request.sendall(b"%x\r\n%s\r\n" % (len(c), c))
         except OSError:
-            return  # the client left
+            pass  # the client left
+        return False
 
 
 @pytest.fixture
 def engine(tmp_path: Path) -> Iterator[Engine]:
     srv = Engine(str(tmp_path / "engine.sock"), Handler)
     srv.chunks, srv.done, srv.close = [], threading.Event(), False
+    srv.more = []
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield srv
     srv.done.set()
@@ -170,3 +187,59 @@ def test_a_stream_that_ends_inside_an_event_says_so(engine: Engine) -> None:
     assert [e["Actor"]["ID"] for e in got] == ["n1"]
     assert isinstance(end, SwarmError), repr(end)
     assert "ended inside an event" in str(end) and "engine.sock" in str(end), str(end)
+
+
+def test_a_cut_after_the_stream_ended_leaves_the_pools_connection_alone(
+        engine: Engine) -> None:
+    """A stream that ends cleanly hands its connection back to the pool (urllib3 does,
+    on reading the body's end), and the stream reopened takes it again: a cut of the
+    ended stream taken then (the cache's stall verdict, racing the end) shut down the
+    new stream's socket, which ended at once."""
+    engine.chunks, engine.close = [ev("node", "n1") + b"\n"], True
+    client = SwarmClient(f"unix://{engine.server_address}")
+    cuts: list[Callable[[], None]] = []
+    got = list(client.events(on_cut=cuts.append, idle_s=5.0))
+    assert [e["Actor"]["ID"] for e in got] == ["n1"] and len(cuts) == 1
+    engine.close, engine.more = False, [ev("node", "n2") + b"\n"]
+    again: list[str] = []
+    first = threading.Event()
+
+    def read() -> None:
+        with contextlib.suppress(SwarmError):  # what ended it: the events read say
+            for e in client.events(idle_s=5.0):
+                again.append(e["Actor"]["ID"])
+                first.set()
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    assert first.wait(5), "the stream reopened never opened"
+    cuts[0]()  # late: its stream has ended
+    engine.done.set()  # the engine says one more event, then ends the stream
+    t.join(10)
+    assert again == ["n1", "n2"], again
+
+
+class HiddenSocket:
+    """A streamed answer whose transport hides its socket (npipe, some ssh)."""
+
+    status_code = 200
+    raw = object()
+
+    def iter_content(self, size: int) -> Iterator[bytes]:
+        yield ev("node", "n1") + b"\n"
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_stream_whose_socket_is_hidden_hands_the_cache_no_cut(
+        engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the transport hides the socket the cut did nothing, yet it was handed to
+    the cache, whose stall warning said "reopening it now": the stream stayed open
+    until its idle timeout. No cut is handed over: the warning says that timeout."""
+    client = SwarmClient(f"unix://{engine.server_address}")
+    monkeypatch.setattr(client._api, "_get", lambda *a, **k: HiddenSocket())
+    cuts: list[Callable[[], None]] = []
+    got = list(client.events(on_cut=cuts.append, idle_s=5.0))
+    assert [e["Actor"]["ID"] for e in got] == ["n1"]
+    assert cuts == []

@@ -133,3 +133,31 @@ def test_each_cell_has_the_colour_the_legend_names_for_its_value(chromium: str) 
     finally:
         cdp.close()
         srv.close()
+
+
+def test_the_daemon_reads_the_colour_steps_from_app_js() -> None:
+    assert webmap.color_steps(JS) == {"util": [10, 35, 60], "temp": [45, 60, 72]}
+    assert webmap.hot_line(CSS, JS, "temp") == webmap.HOT_TEMP_C == 85
+
+
+@pytest.mark.parametrize("value", ["60", "50"], ids=["at-the-step", "below-it"])
+def test_a_hot_line_not_above_the_last_colour_step_is_refused_naming_both(
+        value: str) -> None:
+    """The hot line is the heat map's top step: set at or below the last colour step
+    (60 %) the steps stopped rising, and the legend read "60\u201350"."""
+    css = CSS.replace("--hot-util-pct: 90;", f"--hot-util-pct: {value};")
+    with pytest.raises(RuntimeError) as err:
+        webmap.hot_line(css, JS, "util")
+    said = str(err.value)
+    for part in ("swarmgpu/manager/web/style.css", "--hot-util-pct", value,
+                 "swarmgpu/manager/web/app.js", "COLOR_STEPS", "10, 35, 60"):
+        assert part in said, (part, said)
+    assert webmap.hot_line(css, JS, "temp") == 85  # the other line is fine
+
+
+@pytest.mark.parametrize("js", ["", JS.replace('hot: "temp"', 'hot: "util"'),
+                                JS.replace("[45, 60, 72]", "[45, 72, 60]")],
+                         ids=["none", "twice", "not-rising"])
+def test_colour_steps_app_js_does_not_write_once_rising_are_refused(js: str) -> None:
+    with pytest.raises(RuntimeError, match=r"swarmgpu/manager/web/app\.js: .*COLOR_STEPS"):
+        webmap.color_steps(js)

@@ -10,6 +10,7 @@ dir (support.fake_proc).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -58,6 +59,32 @@ def test_a_container_s_own_proc_is_told_from_the_host_s(tmp_path: Path) -> None:
     assert proc_root_view(str(odd), pid=9).kind is ProcRootKind.UNKNOWN  # nothing claimed
 
 
+def test_an_intermediate_namespace_s_proc_is_not_called_the_host_s(tmp_path: Path) -> None:
+    """Nested containers: a --proc-root mounted from the outer container (an ancestor PID
+    namespace, not the host's) numbers the agent as not its own, and was reported as
+    "the host's /proc", while NVML's host PIDs name other processes there or none. Its
+    PID 1's namespace says whose procfs it is, where the agent may read it."""
+    child_ns, outer_ns = 4026532175, 4026532301
+
+    def mounted(name: str, init_ns: int | None) -> Path:
+        root = self_links(tmp_path / name, 31337, child_ns)
+        if init_ns is not None:
+            (root / "1" / "ns").mkdir(parents=True)
+            (root / "1" / "ns" / "pid").symlink_to(f"pid:[{init_ns}]")
+        return root
+
+    nested = proc_root_view(str(mounted("nested", outer_ns)), pid=7)
+    assert nested.kind is ProcRootKind.NESTED and nested.blind, nested
+    assert "not the host's" in nested.found and f"pid:[{outer_ns}]" in nested.found
+    host = proc_root_view(str(mounted("host", INIT_PID_NS)), pid=7)
+    assert host.kind is ProcRootKind.HOST and "the host's /proc" in host.found, host
+    hidden = proc_root_view(str(mounted("hidden", None)), pid=7)  # no ptrace right
+    assert hidden.kind is ProcRootKind.HOST and not hidden.blind
+    assert "unless" in hidden.found and "nested" in hidden.found, hidden
+    check = check_proc_root(replace(read_view(str(ROOTS / "healthy")), proc_root=nested))
+    assert check.status is Status.WARN and "--proc-root /host/proc" in check.fix
+
+
 def test_this_host_s_proc_raises_no_alarm() -> None:
     view = proc_root_view("/proc")
     assert view.kind is ProcRootKind.HOST, view
@@ -85,8 +112,10 @@ def test_in_a_real_pid_namespace_own_proc_warns_and_the_host_s_does_not() -> Non
         own.stdout + own.stderr)
     host = subprocess.run(["unshare", "--pid", "--fork", *doctor], capture_output=True,
                           text=True, env=swarmgpu_env(), timeout=120, check=False)
-    assert "OK    agent.proc-root: /proc is the host's /proc" in host.stdout, (
-        host.stdout + host.stderr)
+    # the host's, or (no right to read its PID 1's namespace) an outer one's, said so
+    assert re.search(r"OK    agent.proc-root: /proc is (the host's /proc|an outer PID "
+                     r"namespace's /proc .*: the host's unless containers are nested)",
+                     host.stdout), host.stdout + host.stderr
 
 
 def _agent_log(*wrap: str) -> str:

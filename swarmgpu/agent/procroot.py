@@ -15,7 +15,13 @@ Told apart without guessing from PID numbers:
 - Otherwise the agent is in a child namespace, and ``<proc-root>/self`` names its PID
   as that procfs counts it: the agent's own number (``os.getpid()``) means the procfs
   is its own namespace's (the fault); another number, an ancestor's (the host's, as
-  ``-v /proc:/host/proc:ro`` mounts it): fine.
+  ``-v /proc:/host/proc:ro`` mounts it, or with nested containers an outer one's).
+- Whose: ``<proc-root>/1/ns/pid`` names the namespace of that procfs's PID 1, its
+  own. The host's inode: fine. Another: an outer container's (``NESTED``), where NVML's
+  host PIDs name other processes or none (the fault). Reading it needs the right to
+  ptrace PID 1 (``CAP_SYS_PTRACE``, or the agent privileged), which a container rarely
+  has: unreadable, it is taken for the host's and the finding says so (nested
+  containers cannot be told apart then; docs/doctor.md).
 
 A path without ``self`` is no procfs at all. An unreadable link (a kernel or sandbox
 that hides it) says nothing: unknown, and nothing is claimed (no false alarm).
@@ -39,6 +45,7 @@ FIX = ("mount the host's /proc into the agent's container and point --proc-root 
 class ProcRootKind(StrEnum):
     HOST = "host"  # shows every process of the node
     OWN = "own-namespace"  # a container's own /proc: no other container's process
+    NESTED = "outer-namespace"  # an outer container's /proc, not the host's
     NOT_PROC = "not-proc"  # no procfs there at all
     UNKNOWN = "unknown"  # the links could not be read: nothing said
 
@@ -52,7 +59,7 @@ class ProcRootView:
     @property
     def blind(self) -> bool:
         """The agent cannot see other containers' GPU processes through this path."""
-        return self.kind in (ProcRootKind.OWN, ProcRootKind.NOT_PROC)
+        return self.kind in (ProcRootKind.OWN, ProcRootKind.NESTED, ProcRootKind.NOT_PROC)
 
 
 def proc_root_view(proc_root: str, pid: int | None = None) -> ProcRootView:
@@ -84,6 +91,18 @@ def proc_root_view(proc_root: str, pid: int | None = None) -> ProcRootView:
             f"{proc_root} is this container's own /proc (its PID namespace "
             f"pid:[{ns[1]}], not the host's): GPU processes of other containers are "
             "not in it")
-    return ProcRootView(proc_root, ProcRootKind.HOST,
-                        f"{proc_root} is the host's /proc (this process is PID {pid} in "
-                        f"its container, {self_pid[:20]} there)")
+    here = f"this process is PID {pid} in its container, {self_pid[:20]} there"
+    try:
+        init = _NS.fullmatch(os.readlink(root / "1" / "ns" / "pid"))
+    except OSError as exc:  # no right to ptrace PID 1 (or hidepid): whose is unknown
+        return ProcRootView(
+            proc_root, ProcRootKind.HOST,
+            f"{proc_root} is an outer PID namespace's /proc ({here}): the host's unless "
+            f"containers are nested ({proc_root}/1/ns/pid not readable: "
+            f"{exc.strerror or exc})")
+    if init is not None and int(init[1]) != INIT_PID_NS:
+        return ProcRootView(
+            proc_root, ProcRootKind.NESTED,
+            f"{proc_root} is an outer container's /proc (its PID namespace pid:[{init[1]}], "
+            f"not the host's; {here}): NVML's host PIDs name other processes there, or none")
+    return ProcRootView(proc_root, ProcRootKind.HOST, f"{proc_root} is the host's /proc ({here})")

@@ -495,10 +495,14 @@ class SwarmClient:
         Nothing read for ``idle_s`` cuts it: the engine sends no heartbeat, so a dead
         connection (half-open, a hung engine or proxy) looks like a quiet swarm.
         ``on_cut``, before ``on_open``, is handed a function that ends this stream from
-        another thread (the cache's stall verdict: reopened then, not at ``idle_s``)."""
+        another thread (the cache's stall verdict: reopened then, not at ``idle_s``);
+        not where the transport hides the socket (``Cut.can_cut``: it would do nothing).
+        ``Connection: close``: the stream's socket never goes back to the pool, so a
+        late cut cannot reach a request that reuses it (``Cut`` checks as well)."""
         try:
             resp = self._api._get(self._api._url("/events"), stream=True, timeout=idle_s,
-                                  params={"filters": json.dumps({"type": list(types)})})
+                                  params={"filters": json.dumps({"type": list(types)})},
+                                  headers={"Connection": "close"})
         except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
             raise SwarmUnavailable(f"event stream ended: {exc}") from exc
         cut = Cut(resp)
@@ -507,7 +511,7 @@ class SwarmClient:
                 head = next(resp.iter_content(512), b"")  # the reason, not a whole body
                 raise SwarmUnavailable(f"event stream: the engine at {self.endpoint} "
                                        f"answered HTTP {resp.status_code}: {head!r}")
-            if on_cut is not None:
+            if on_cut is not None and cut.can_cut:
                 on_cut(cut)
             if on_open is not None:
                 on_open()
@@ -527,6 +531,7 @@ class SwarmClient:
                 raise self._cut_stalled() from exc
             raise SwarmUnavailable(f"event stream ended: {exc}") from exc
         finally:
+            cut.end()
             resp.close()
         if cut.asked:  # the shut-down socket read as the answer's end
             raise self._cut_stalled()

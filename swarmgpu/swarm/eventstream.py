@@ -9,7 +9,8 @@ from ``SwarmClient.events``), and the reader (``swarm.cache.follow``) marks a ga
 in full and reconnects.
 
 ``Cut``: an open stream ended from another thread (``swarm.cache`` took it for stalled):
-its socket is shut down, which wakes the blocked read (closing it would not).
+its socket is shut down, which wakes the blocked read (closing it would not); never
+once the stream has ended, when the socket may serve another request.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -25,15 +27,36 @@ MAX_EVENT_BYTES = 1 << 20  # one event; the engine's are under a few KiB
 
 class Cut:
     """Ends one open stream from another thread: ``__call__`` shuts its socket down,
-    so the reader's blocked read returns at once; ``asked`` says the end was asked."""
+    so the reader's blocked read returns at once; ``asked`` says the end was asked.
+
+    ``can_cut``: the transport shows the socket; where it hides it (npipe, some ssh)
+    a cut would do nothing and the stream ends at its idle timeout, so none is handed
+    out (``SwarmClient.events``). Once the stream has ended (``end``, or urllib3 gave
+    the connection back to its pool on reading the body's end) a cut does nothing: the
+    socket may already carry another request, the reopened stream's."""
 
     def __init__(self, resp: Any) -> None:
         self.asked = False
+        self._resp = resp
         self._sock = stream_socket(resp)
+        self._lock = threading.Lock()
+        self._ended = False
+
+    @property
+    def can_cut(self) -> bool:
+        return self._sock is not None
+
+    def end(self) -> None:
+        """The stream has ended: a later cut leaves its socket alone."""
+        with self._lock:
+            self._ended = True
 
     def __call__(self) -> None:
-        self.asked = True
-        if self._sock is not None:
+        with self._lock:
+            # still the answer's own socket: not yet handed back to the pool
+            if self._ended or self._sock is None or stream_socket(self._resp) is not self._sock:
+                return
+            self.asked = True
             with contextlib.suppress(OSError):
                 self._sock.shutdown(socket.SHUT_RDWR)
 

@@ -749,6 +749,8 @@
 
   // The colour steps of the heat map's cells v0..v4, the one table cellClass and the
   // legend read: below the first step v0, at or above the last (style.css's hot line) v4.
+  // The daemon reads this table too (webmap.color_steps) and refuses a hot line not
+  // above its last step: keep each `at: [...], hot: "..."` on one line.
   const PCT_STEPS = { at: [10, 35, 60], hot: "util", unit: " %" };
   const COLOR_STEPS = { util: PCT_STEPS, mem: PCT_STEPS, temp: { at: [45, 60, 72], hot: "temp", unit: " °C" } };
   const colorSteps = (color) => [...COLOR_STEPS[color].at, hotLine(COLOR_STEPS[color].hot)];

@@ -176,12 +176,49 @@ def root_number(css: str, name: str) -> float:
     return float(value)
 
 
+APP = "swarmgpu/manager/web/app.js"
+HOT_NAMES = {"util": "--hot-util-pct", "temp": "--hot-temp-c"}  # app.js hotLine's keys
+
+
+def color_steps(js: str) -> dict[str, list[float]]:
+    """The heat map's colour steps under each hot line, as app.js ``COLOR_STEPS`` writes
+    them (``at: [10, 35, 60], hot: "util"``): read from the page, so written once."""
+    found: dict[str, list[list[float]]] = {}
+    for m in re.finditer(r'\bat:\s*\[([0-9., ]*)\]\s*,\s*hot:\s*"(\w+)"', js):
+        found.setdefault(m.group(2), []).append(
+            [float(v) for v in m.group(1).replace(" ", "").split(",") if v])
+    steps: dict[str, list[float]] = {}
+    for key in HOT_NAMES:
+        got = found.get(key, [])
+        if len(got) != 1 or not got[0] or got[0] != sorted(set(got[0])):
+            raise RuntimeError(
+                f"{APP}: COLOR_STEPS must write the steps under the {key} hot line once, "
+                f"rising (`at: [a, b, c], hot: \"{key}\"`); found {got or 'none'}: "
+                "reinstall swarmgpu")
+        steps[key] = got[0]
+    return steps
+
+
+def hot_line(css: str, js: str, key: str) -> float:
+    """style.css's hot line ``key`` (``HOT_NAMES``), the heat map's top colour step: it
+    must stand above app.js's last step, or the steps stop rising (the legend read "60 to 50")."""
+    name, steps = HOT_NAMES[key], color_steps(js)[key]
+    value = root_number(css, name)
+    if value <= steps[-1]:
+        said = ", ".join(f"{s:g}" for s in steps)
+        raise RuntimeError(
+            f"{STYLE}: {name}: {value:g} is not above the heat map's last colour step "
+            f"{steps[-1]:g} ({APP} COLOR_STEPS: {said}): its colours would stop rising at "
+            f"the hot line; set it above {steps[-1]:g}, or lower the steps in {APP}")
+    return value
+
+
 # What the page counts in its header (app.js renderSummary, isHot, isSick, isDrifted):
 # the first screen's light document carries these counts over every node. Hot is
 # style.css's line, as app.js isHot reads it.
-_CSS = asset_bytes("style.css").decode()
-HOT_UTIL_PCT = root_number(_CSS, "--hot-util-pct")
-HOT_TEMP_C = root_number(_CSS, "--hot-temp-c")
+_CSS, _JS = asset_bytes("style.css").decode(), asset_bytes("app.js").decode()
+HOT_UTIL_PCT = hot_line(_CSS, _JS, "util")
+HOT_TEMP_C = hot_line(_CSS, _JS, "temp")
 DRIFTED = ("drifted", "agent-stale", "agent-unreadable", "gpus-unread")
 
 
