@@ -6,12 +6,16 @@ swarmgpu writes nothing to it (docs/requests.md, "A service without a GPU")."""
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 from dataclasses import replace
 
 import pytest
+from loguru import logger
 from support.placement import P, apply
 from support.planner import two_nodes
 
+from swarmgpu.core.config import Config
+from swarmgpu.manager.cycle.placement import PlacementStep
 from swarmgpu.manager.placement import Planner, gate_constraint, gate_key, plan_placement
 from swarmgpu.manager.placement.envs import env_template
 from swarmgpu.manager.placement.preempt import choose_preemptions
@@ -66,7 +70,7 @@ def settle(pl: Planner, nodes: list[SwarmNode], services: list[SwarmService],
 def test_gpus_0_asks_for_no_gpu_and_says_so() -> None:
     r = parse_request({f"{P}gpus": "0"})
     assert r is not None and r.cpu_only and r.gpus == 0
-    assert r.describe() == "no GPU (CPU and memory placed by swarmgpu)"
+    assert r.describe() == "no GPU, placed by swarmgpu by its CPU and memory"
     assert not parse_request({f"{P}gpus": "1"}).cpu_only  # type: ignore[union-attr]
 
 
@@ -313,3 +317,22 @@ def test_a_service_without_a_gpu_given_its_env_now_still_replaces_its_waiting_ta
     s = service_from_api({"ID": raw.id, "Spec": spec, "Version": {"Index": 1}})
     (sp,) = Planner().plan(nodes, [s], pending(s, 2), facts).services  # type: ignore[arg-type]
     assert sp.force_update and sp.set_update_parallelism == 0
+
+
+def test_its_pending_line_reads_without_nested_parentheses() -> None:
+    """The daemon's pending line puts the request in parentheses: seen on the real swarm
+    as ``... (no GPU (CPU and memory placed by swarmgpu))``."""
+    nodes, facts = two_nodes()
+    svcs = [service(f"m{i}", {f"{P}gpus": "0"}, memory_gib=6) for i in range(3)]
+    plan = plan_placement(nodes, svcs, [], facts)  # type: ignore[arg-type]
+    step = PlacementStep(SimpleNamespace(cfg=Config()))  # type: ignore[arg-type]
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="WARNING")
+    try:
+        assert step._log(plan) == 1
+    finally:
+        logger.remove(sink)
+    (line,) = lines
+    assert line.startswith("pending: needs no GPU; ") and line.endswith(
+        " (no GPU, placed by swarmgpu by its CPU and memory)"), line
+    assert "))" not in line
