@@ -6,8 +6,8 @@ swarmgpu writes nothing to it (docs/requests.md, "A service without a GPU")."""
 from __future__ import annotations
 
 import random
-from types import SimpleNamespace
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 from loguru import logger
@@ -336,3 +336,18 @@ def test_its_pending_line_reads_without_nested_parentheses() -> None:
     assert line.startswith("pending: needs no GPU; ") and line.endswith(
         " (no GPU, placed by swarmgpu by its CPU and memory)"), line
     assert "))" not in line
+
+
+def test_its_release_says_no_gpu() -> None:
+    """Scaled to 0 (or its node no longer its own), the holding of a service without a
+    GPU is released: said as its place, not as GPUs it never held."""
+    nodes, facts = two_nodes()
+    pl = Planner()
+    web = service("web", {f"{P}gpus": "0"}, cpu_milli=1000)
+    nodes, web, on = settle(pl, nodes, [web], [], facts, "web")
+    raw = {**web.spec, "Mode": {"Replicated": {"Replicas": 0}}}
+    web = service_from_api({"ID": web.id, "Spec": raw, "Version": {"Index": web.version + 1}})
+    (sp,) = pl.plan(nodes, [web], [], facts).services  # type: ignore[arg-type]
+    host = next(n.hostname for n in nodes if n.id == on)
+    assert f"released its place on {host} (no GPU)" in sp.warnings, sp.warnings
+    assert not any("GPUs" in w for w in sp.warnings), sp.warnings
