@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from click.testing import CliRunner
 from loguru import logger
 from support.placement import P, apply
 from support.planner import two_nodes
 
+from swarmgpu.cli import main
 from swarmgpu.core.config import Config
 from swarmgpu.manager.cycle.placement import PlacementStep
 from swarmgpu.manager.placement import Planner, gate_constraint, gate_key, plan_placement
@@ -351,3 +354,20 @@ def test_its_release_says_no_gpu() -> None:
     host = next(n.hostname for n in nodes if n.id == on)
     assert f"released its place on {host} (no GPU)" in sp.warnings, sp.warnings
     assert not any("GPUs" in w for w in sp.warnings), sp.warnings
+
+
+def test_render_check_counts_it_apart_from_the_gpu_requests(tmp_path: Path) -> None:
+    """``render --check`` said ``valid (2 service(s), 2 GPU request(s))`` for one GPU
+    service and one of ``gpus: "0"``: the latter asks for no GPU."""
+    src = tmp_path / "s.yml"
+    src.write_text("services:\n"
+                   "  llm:\n    image: x\n    deploy:\n      labels:\n"
+                   f"        {P}gpus: '1'\n"
+                   "  web:\n    image: x\n    deploy:\n      labels:\n"
+                   f"        {P}gpus: '0'\n"
+                   "  plain:\n    image: x\n")
+    res = CliRunner().invoke(main, ["render", "--check", str(src)],
+                             env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert res.exit_code == 0, res.stderr
+    assert "valid (3 service(s), 1 GPU request(s), 1 placed without a GPU)" in res.stderr, \
+        res.stderr
