@@ -7,12 +7,20 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from click.testing import CliRunner
+from loguru import logger
 from support.placement import P, apply
 from support.planner import two_nodes
 
+from swarmgpu.cli import main
+from swarmgpu.core.config import Config
+from swarmgpu.manager.cycle.placement import PlacementStep
 from swarmgpu.manager.placement import Planner, gate_constraint, gate_key, plan_placement
+from swarmgpu.manager.placement.envs import env_template
 from swarmgpu.manager.placement.preempt import choose_preemptions
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.rebalance.context import why_not_movable
@@ -65,7 +73,7 @@ def settle(pl: Planner, nodes: list[SwarmNode], services: list[SwarmService],
 def test_gpus_0_asks_for_no_gpu_and_says_so() -> None:
     r = parse_request({f"{P}gpus": "0"})
     assert r is not None and r.cpu_only and r.gpus == 0
-    assert r.describe() == "no GPU (CPU and memory placed by swarmgpu)"
+    assert r.describe() == "no GPU, placed by swarmgpu by its CPU and memory"
     assert not parse_request({f"{P}gpus": "1"}).cpu_only  # type: ignore[union-attr]
 
 
@@ -254,3 +262,112 @@ def test_held_where_swarm_will_not_run_it_its_reason_names_no_gpu() -> None:
     assert "GPU" not in sp.reason.split(":")[0], sp.reason
     assert sp.reason.startswith("Swarm cannot run its task where swarmgpu placed it ("), \
         sp.reason
+
+
+def deployed_by_render(name: str, gpus: str, replicas: int) -> SwarmService:
+    """A service as ``render`` writes it: its gate constraint and the device env line
+    from the start, so its first tasks wait on the gate with the env they need."""
+    spec = {"Name": name, "Labels": {f"{P}gpus": gpus},
+            "TaskTemplate": {"ContainerSpec": {"Image": "x", "Env": [env_template(P)]},
+                             "Placement": {"Constraints": [gate_constraint(P, name)]},
+                             "Resources": {"Reservations": {"NanoCPUs": 500_000_000}}},
+            "Mode": {"Replicated": {"Replicas": replicas}}}
+    return service_from_api({"ID": f"id-{name}", "Spec": spec, "Version": {"Index": 1}})
+
+
+def pending(s: SwarmService, n: int) -> list[SwarmTask]:
+    return [SwarmTask(id=f"t-{s.name}-{i}", service_id=s.id, node_id="", slot=i,
+                      state="pending", desired_state="running", env=(), cpu_milli=500)
+            for i in range(1, n + 1)]
+
+
+def test_first_placement_replaces_no_task_of_a_service_without_a_gpu() -> None:
+    """Seen on the real swarm: the first placement of a ``gpus: "0"`` service logged
+    ``ForceUpdate 0 -> 1 (every task is replaced)`` ("made before their device map"):
+    it has no device map (every task's env resolves to void), so its waiting tasks are
+    kept, and its gates open on the next cycle. A GPU service still forces its update."""
+    nodes, facts = two_nodes()
+    cpu = deployed_by_render("web", "0", 2)
+    pl = Planner()
+    plan = pl.plan(nodes, [cpu], pending(cpu, 2), facts)  # type: ignore[arg-type]
+    (sp,) = plan.services
+    assert sp.status == "placed", sp.reason
+    assert not sp.force_update, sp.decision
+    assert sp.decision is None or "device map" not in sp.decision[1], sp.decision
+    assert sp.set_update_parallelism is None
+    nodes = apply(nodes, plan)
+    new = service_compute(sp.writes)(cpu.spec)
+    assert new is not None
+    cpu = service_from_api({"ID": cpu.id, "Spec": new, "Version": {"Index": 2}})
+    plan = pl.plan(nodes, [cpu], pending(cpu, 2), facts)  # type: ignore[arg-type]
+    nodes = apply(nodes, plan)
+    assert sorted(n.id for n in nodes if n.labels.get(gate_key(P, "web")) == "true") \
+        == ["n-a", "n-b"]
+    nodes, facts = two_nodes()
+    gpu = deployed_by_render("g", "1", 2)
+    (sp,) = Planner().plan(nodes, [gpu], pending(gpu, 2), facts).services  # type: ignore[arg-type]
+    assert sp.force_update and sp.decision is not None and "device map" in sp.decision[1]
+
+
+def test_a_service_without_a_gpu_given_its_env_now_still_replaces_its_waiting_tasks() -> None:
+    """Deployed without the device env line (the daemon adds it): a task made before it
+    would start without ``NVIDIA_VISIBLE_DEVICES=void`` (an image setting ``all`` sees
+    every GPU), so those are replaced as before and the gate waits for the new ones."""
+    nodes, facts = two_nodes()
+    raw = deployed_by_render("web", "0", 2)
+    spec = {**raw.spec, "TaskTemplate": {**raw.spec["TaskTemplate"],
+                                         "ContainerSpec": {"Image": "x"}}}
+    s = service_from_api({"ID": raw.id, "Spec": spec, "Version": {"Index": 1}})
+    (sp,) = Planner().plan(nodes, [s], pending(s, 2), facts).services  # type: ignore[arg-type]
+    assert sp.force_update and sp.set_update_parallelism == 0
+
+
+def test_its_pending_line_reads_without_nested_parentheses() -> None:
+    """The daemon's pending line puts the request in parentheses: seen on the real swarm
+    as ``... (no GPU (CPU and memory placed by swarmgpu))``."""
+    nodes, facts = two_nodes()
+    svcs = [service(f"m{i}", {f"{P}gpus": "0"}, memory_gib=6) for i in range(3)]
+    plan = plan_placement(nodes, svcs, [], facts)  # type: ignore[arg-type]
+    step = PlacementStep(SimpleNamespace(cfg=Config()))  # type: ignore[arg-type]
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="WARNING")
+    try:
+        assert step._log(plan) == 1
+    finally:
+        logger.remove(sink)
+    (line,) = lines
+    assert line.startswith("pending: needs no GPU; ") and line.endswith(
+        " (no GPU, placed by swarmgpu by its CPU and memory)"), line
+    assert "))" not in line
+
+
+def test_its_release_says_no_gpu() -> None:
+    """Scaled to 0 (or its node no longer its own), the holding of a service without a
+    GPU is released: said as its place, not as GPUs it never held."""
+    nodes, facts = two_nodes()
+    pl = Planner()
+    web = service("web", {f"{P}gpus": "0"}, cpu_milli=1000)
+    nodes, web, on = settle(pl, nodes, [web], [], facts, "web")
+    raw = {**web.spec, "Mode": {"Replicated": {"Replicas": 0}}}
+    web = service_from_api({"ID": web.id, "Spec": raw, "Version": {"Index": web.version + 1}})
+    (sp,) = pl.plan(nodes, [web], [], facts).services  # type: ignore[arg-type]
+    host = next(n.hostname for n in nodes if n.id == on)
+    assert f"released its place on {host} (no GPU)" in sp.warnings, sp.warnings
+    assert not any("GPUs" in w for w in sp.warnings), sp.warnings
+
+
+def test_render_check_counts_it_apart_from_the_gpu_requests(tmp_path: Path) -> None:
+    """``render --check`` said ``valid (2 service(s), 2 GPU request(s))`` for one GPU
+    service and one of ``gpus: "0"``: the latter asks for no GPU."""
+    src = tmp_path / "s.yml"
+    src.write_text("services:\n"
+                   "  llm:\n    image: x\n    deploy:\n      labels:\n"
+                   f"        {P}gpus: '1'\n"
+                   "  web:\n    image: x\n    deploy:\n      labels:\n"
+                   f"        {P}gpus: '0'\n"
+                   "  plain:\n    image: x\n")
+    res = CliRunner().invoke(main, ["render", "--check", str(src)],
+                             env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert res.exit_code == 0, res.stderr
+    assert "valid (3 service(s), 1 GPU request(s), 1 placed without a GPU)" in res.stderr, \
+        res.stderr

@@ -422,10 +422,13 @@ def render(
             else "variables substituted from this environment, as docker stack deploy run "
             "with it would"
         )
+        # a service of gpus: "0" is placed by swarmgpu but asks for no GPU: counted apart
+        gpu = len(checked.requests) - len(checked.no_gpu)
+        no_gpu = f", {len(checked.no_gpu)} placed without a GPU" if checked.no_gpu else ""
         click.echo(
             f"swarmgpu render: {escaped(stack_file)}: valid "
-            f"({len(checked.stack['services'])} service(s), {len(checked.requests)} "
-            f"GPU request(s)), fits docker/cli's compose schema 3.8; {how}",
+            f"({len(checked.stack['services'])} service(s), {gpu} GPU request(s){no_gpu}), "
+            f"fits docker/cli's compose schema 3.8; {how}",
             err=True,
         )
         return

@@ -139,7 +139,8 @@ class CheckedStack:
     stack: dict[str, Any]  # as Swarm will take it: Compose GPU reservations made requests
     notes: list[str] = field(default_factory=list)  # what render changed, and why
     errors: list[str] = field(default_factory=list)  # every problem, service and key named
-    requests: list[str] = field(default_factory=list)  # services with a GPU request
+    requests: list[str] = field(default_factory=list)  # services with a request
+    no_gpu: list[str] = field(default_factory=list)  # of them, those of gpus: "0"
     # The file as written, and as docker substitutes it (None: not substituted,
     # --skip-interpolation): what render writes back where it changed nothing.
     written: dict[str, Any] = field(default_factory=dict)
@@ -336,6 +337,8 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
                                          classes=classes)
         if req is not None:
             out.requests.append(svc_name)
+            if isinstance(req, GpuRequest) and req.cpu_only:
+                out.no_gpu.append(svc_name)
             if (own := own_device_line(_try([], [], env_list, svc, w), prefix)) is not None:
                 errs.append(device_var_error(f"{w}.environment", own))
             env = files.read(svc_name, svc) if files is not None else None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Container, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -11,6 +11,7 @@ from swarmgpu.manager.placement.backoff import Backoff
 from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.hostports import HostPorts
+from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import PlacementPlan
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
@@ -66,12 +67,18 @@ class Released:
 NOTHING_RELEASED = Released()
 
 
-def release_dropped(cyc: Cycle, old: Iterable[str], keep: Container[str]) -> Released:
-    """Every node of ``old`` the service no longer holds (``keep``), each said."""
+def release_dropped(cyc: Cycle, old: Mapping[str, Holding], keep: Container[str]) -> Released:
+    """Every node of ``old`` the service no longer holds (``keep``), each said (a
+    holding of no GPU, ``gpus: "0"``, as its place: it had no GPUs to release)."""
     nodes = tuple(nid for nid in old if nid not in keep)
     if not nodes:
         return NOTHING_RELEASED
     by_id = cyc.by_id
-    return Released(nodes, tuple(
-        f"released its GPUs on {by_id[nid].hostname if nid in by_id else nid}"
-        for nid in nodes))
+
+    def said(nid: str) -> str:
+        where = by_id[nid].hostname if nid in by_id else nid
+        if old[nid].uuids:
+            return f"released its GPUs on {where}"
+        return f"released its place on {where} (no GPU)"
+
+    return Released(nodes, tuple(said(nid) for nid in nodes))

@@ -151,7 +151,7 @@ class GpuRequest:
 
     def _describe(self) -> str:
         if self.cpu_only:
-            text = "no GPU (CPU and memory placed by swarmgpu)"
+            text = "no GPU, placed by swarmgpu by its CPU and memory"
         elif self.mig_profile:
             text = f"MIG {self.mig_profile}"
         elif self.is_fraction:
