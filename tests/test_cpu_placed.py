@@ -281,34 +281,6 @@ def pending(s: SwarmService, n: int) -> list[SwarmTask]:
             for i in range(1, n + 1)]
 
 
-def test_first_placement_replaces_no_task_of_a_service_without_a_gpu() -> None:
-    """Seen on the real swarm: the first placement of a ``gpus: "0"`` service logged
-    ``ForceUpdate 0 -> 1 (every task is replaced)`` ("made before their device map"):
-    it has no device map (every task's env resolves to void), so its waiting tasks are
-    kept, and its gates open on the next cycle. A GPU service still forces its update."""
-    nodes, facts = two_nodes()
-    cpu = deployed_by_render("web", "0", 2)
-    pl = Planner()
-    plan = pl.plan(nodes, [cpu], pending(cpu, 2), facts)  # type: ignore[arg-type]
-    (sp,) = plan.services
-    assert sp.status == "placed", sp.reason
-    assert not sp.force_update, sp.decision
-    assert sp.decision is None or "device map" not in sp.decision[1], sp.decision
-    assert sp.set_update_parallelism is None
-    nodes = apply(nodes, plan)
-    new = service_compute(sp.writes)(cpu.spec)
-    assert new is not None
-    cpu = service_from_api({"ID": cpu.id, "Spec": new, "Version": {"Index": 2}})
-    plan = pl.plan(nodes, [cpu], pending(cpu, 2), facts)  # type: ignore[arg-type]
-    nodes = apply(nodes, plan)
-    assert sorted(n.id for n in nodes if n.labels.get(gate_key(P, "web")) == "true") \
-        == ["n-a", "n-b"]
-    nodes, facts = two_nodes()
-    gpu = deployed_by_render("g", "1", 2)
-    (sp,) = Planner().plan(nodes, [gpu], pending(gpu, 2), facts).services  # type: ignore[arg-type]
-    assert sp.force_update and sp.decision is not None and "device map" in sp.decision[1]
-
-
 def test_a_service_without_a_gpu_given_its_env_now_still_replaces_its_waiting_tasks() -> None:
     """Deployed without the device env line (the daemon adds it): a task made before it
     would start without ``NVIDIA_VISIBLE_DEVICES=void`` (an image setting ``all`` sees

@@ -6,7 +6,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from swarmgpu.manager.placement.cycle import Cycle
-from swarmgpu.manager.placement.envs import device_env
 from swarmgpu.manager.placement.generic import int_or0
 from swarmgpu.manager.placement.keys import DEVICES, assign_key, devices_key, gate_key
 from swarmgpu.manager.placement.ledger import Holding, holdings_of, packed_holding
@@ -72,9 +71,7 @@ def write_devices_and_gates(
     stale = bool(labels_set) and waiting.reads_map_of(
         _nodes_of([*labels_set, *labels_remove], prefix)
     )
-    if labels_set and (stale or not running_on or changed_for_running) and not _mapless(
-        s, placements, prefix
-    ):
+    if labels_set and (stale or not running_on or changed_for_running):
         force = True
         gen = s.force_update + 1
         decision = _decision(s, held, running_on, changed_for_running, cyc)
@@ -159,18 +156,6 @@ def _node_writes(
         if diff:
             node_set.append((nid, diff))
     return node_set, deferred
-
-
-def _mapless(s: SwarmService, placements: Sequence[ReplicaPlacement], prefix: str) -> bool:
-    """A service holding no GPU (``gpus: "0"``) whose tasks are made with the device env
-    line: its map names no device, so a task made before it resolves to ``void`` as one
-    made after does, and replacing it is for nothing. Without the line yet (the daemon
-    adds it now), a waiting task would start without ``void``: it is replaced."""
-    return (
-        bool(placements)
-        and not any(p.uuids for p in placements)
-        and device_env(prefix, s.env) is not None
-    )
 
 
 def _nodes_of(keys: Sequence[str], prefix: str) -> set[str]:
