@@ -53,6 +53,9 @@ def write_devices_and_gates(
     # map was written would start with NVIDIA_VISIBLE_DEVICES=void. So when the map
     # changes, waiting tasks are replaced (ForceUpdate, whose new value is recorded in
     # <p>state.devices-gen) and gates open only once every waiting task is newer.
+    # The force is needed even where the map names no device (gpus "0"): Swarm's
+    # scheduler never retries a waiting task of an older service revision (swarmkit
+    # noSuitableNode; docs/deploy.md), so without it the task stays pending.
     gen_key = f"{prefix}state.devices-gen"
     gen = int_or0(s.labels.get(gen_key))
     ak, gk = assign_key(prefix, s.name), gate_key(prefix, s.name)
