@@ -124,8 +124,8 @@ class KeptHoldings:
                 if not isinstance(r, RequestError):  # invalid now: keep, never drop
                     if node_id not in by_id:
                         continue
-                    if not r.cpu_only and node_id in cpu_nodes:
-                        continue  # a node without GPUs holds nothing a GPU request wants
+                    if not h.uuids and not r.cpu_only and node_id in cpu_nodes:
+                        continue  # an entry of no GPU there is nothing a GPU request wants
                     fk = (h, gen.get(node_id, 0) if node_id in in_alloc else -1)
                     why = known.get(fk, fk)
                     if why is fk:
