@@ -140,7 +140,10 @@ def test_what_swarm_does_not_say_keeps_a_node_off() -> None:
     assert where(plan_of(nodes, [service("web", ZERO, 1000)], [], facts, "web")) == "n-g"
 
 
-def test_no_room_anywhere_leaves_it_pending() -> None:
+def test_no_room_anywhere_leaves_it_pending_naming_both_kinds_of_node() -> None:
     nodes, facts = cluster(cpu_node("n-c", "node-c", 1000))
     sp = plan_of(nodes, [service("big", ZERO, 3000)], [], facts, "big")
     assert sp.status == "pending" and not sp.placements and sp.reason
+    assert "best node node-g has only 2000 CPU milli free" in sp.reason, sp.reason
+    assert "of the nodes without GPUs, best node node-c has only 1000 CPU milli free" \
+        in sp.reason, sp.reason

@@ -15,7 +15,13 @@ from swarmgpu.allocator.scorer import Scorer, SwarmScorer
 from swarmgpu.allocator.values import Choice, Demand, NodeSpec, NodeState, Unplaceable
 from swarmgpu.core.migprofile import not_offered
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.placement.cpunodes import CpuFit, no_gpu, place_no_gpu, sync_cpu_node
+from swarmgpu.manager.placement.cpunodes import (
+    CpuFit,
+    no_gpu,
+    place_no_gpu,
+    sync_cpu_node,
+    with_cpu_reason,
+)
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.memsize import short_of
 from swarmgpu.manager.placement.records import ReplicaPlacement
@@ -102,8 +108,7 @@ class ClusterAllocator:
 
     @property
     def version(self) -> int:
-        # either allocator's capacity growing may make a pending demand fit
-        return self.alloc.capacity_gen + self.cpu.capacity_gen
+        return self.alloc.capacity_gen + self.cpu.capacity_gen  # either one growing
 
     def allocator_of(self, node_id: str) -> Allocator | None:
         """The allocator a node is on: GPU nodes', CPU-only nodes', or none."""
@@ -113,8 +118,7 @@ class ClusterAllocator:
 
     def node_state(self, node_id: str) -> NodeState | None:
         """A node's state on whichever allocator it is on."""
-        a = self.allocator_of(node_id)
-        return None if a is None else a.nodes[node_id]
+        return None if (a := self.allocator_of(node_id)) is None else a.nodes[node_id]
 
     # --- nodes -------------------------------------------------------------------
     def sync_nodes(self, nodes: Sequence[SwarmNode], facts: Mapping[str, NodeFacts]) -> None:
@@ -191,8 +195,7 @@ class ClusterAllocator:
 
     def _sync_cpu_node(self, n: SwarmNode, f: NodeFacts | None, rank: int,
                        dropped: set[str]) -> None:
-        """``cpunodes.sync_cpu_node``; a node that left or was rebuilt there is a
-        change of the node as a GPU node's rebuild is."""
+        """``cpunodes.sync_cpu_node``, each change a new generation of the node."""
         got = sync_cpu_node(self.cpu, self._cpu_keys, n, f, rank, self.prefix)
         if got:
             self._gen += 1
@@ -526,17 +529,17 @@ class ClusterAllocator:
         """Best node for ``d``: the core's scorer over one node per group of nodes in the
         same state. ``exclude`` names nodes that may not take it, ``where`` filters on
         what a group shares (labels); ``allowed`` (any per-node test) scans every node.
-        A demand of no GPU goes to a CPU-only node first, where one Swarm may run it on
-        has room: there it leaves no GPU without the CPU to use it."""
-        if self.cpu.nodes and no_gpu(d):
-            got = place_no_gpu(self.cpu, d, allowed, exclude, where)
-            if isinstance(got, Choice):
-                return got
+        A demand of no GPU goes to a CPU-only node with room first: no GPU is left there
+        without the CPU to use it."""
+        cpu = place_no_gpu(self.cpu, d, allowed, exclude, where, self.explain) \
+            if self.cpu.nodes and no_gpu(d) else None
+        if isinstance(cpu, Choice):
+            return cpu
         if self.timings is None:
-            return self._place(d, allowed, exclude, where)
+            return with_cpu_reason(self._place(d, allowed, exclude, where), cpu)
         t0 = time.perf_counter()
         try:
-            return self._place(d, allowed, exclude, where)
+            return with_cpu_reason(self._place(d, allowed, exclude, where), cpu)
         finally:
             self.timings.append(time.perf_counter() - t0)
 

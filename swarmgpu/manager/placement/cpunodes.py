@@ -106,9 +106,18 @@ def no_gpu(d: Demand) -> bool:
 
 def place_no_gpu(alloc: Allocator, d: Demand, allowed: Callable[[NodeState], bool] | None,
                  exclude: AbstractSet[str], where: Callable[[NodeState], bool] | None,
-                 ) -> Choice | Unplaceable:
+                 explain: bool = True) -> Choice | Unplaceable:
     """The CPU-only node ``d`` fills best (``CpuFit``), among those it may go to."""
     if allowed is not None:
         exclude = frozenset(exclude) | {n for n, ns in alloc.nodes.items() if not allowed(ns)}
-    return alloc.place(d, exclude=exclude, where=where, explain=False,
+    return alloc.place(d, exclude=exclude, where=where, explain=explain,
                        note=f"{d.describe()} on a node without GPUs")
+
+
+def with_cpu_reason(got: Choice | Unplaceable, cpu: Unplaceable | None) -> Choice | Unplaceable:
+    """The GPU nodes' answer; where neither they nor a CPU-only node it may go to has
+    room, the reason names the CPU-only node that came closest too."""
+    if not isinstance(got, Unplaceable) or cpu is None or "best node" not in cpu.reason:
+        return got
+    return Unplaceable(f"{got.reason}; of the nodes without GPUs, "
+                       f"{cpu.reason.split('; ', 1)[-1]}")
