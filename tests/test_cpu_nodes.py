@@ -7,11 +7,18 @@ the service went to a GPU node even where a CPU node had room."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
+import pytest
+from support.forged import DGX_F, RecordingSwarm, closed_port, sw_node, sw_svc
 from support.gpu_nodes import RTX4090
 from support.placement import P, apply
 from support.planner import cpu_node
 
+from swarmgpu.core.config import AgentsConfig, Config, RebalanceConfig, SyncConfig
+from swarmgpu.manager.cycle.wiring import daemon_steps
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes.agentbook import AgentRecord
 from swarmgpu.manager.placement import Planner, gate_key, plan_placement
 from swarmgpu.manager.placement.records import ServicePlan
 from swarmgpu.manager.placement.specwrite import service_compute
@@ -147,3 +154,32 @@ def test_no_room_anywhere_leaves_it_pending_naming_both_kinds_of_node() -> None:
     assert "best node node-g has only 2000 CPU milli free" in sp.reason, sp.reason
     assert "of the nodes without GPUs, best node node-c has only 1000 CPU milli free" \
         in sp.reason, sp.reason
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_the_daemon_opens_its_gate_on_the_cpu_only_node_and_dry_run_writes_nothing(
+        dry_run: bool, tmp_path: Path) -> None:
+    """The daemon's own cycles (agents read, none answering: gpu-node-1's last facts
+    stand in, mgr-1 has none): the service's gate opens on mgr-1, the node without an
+    agent; in dry-run nothing at all is written."""
+    sw = RecordingSwarm([sw_node("n-dgx", "gpu-node-1"),
+                         sw_node("n-mgr", "mgr-1", role="manager")],
+                        [sw_svc("web", ZERO)], [])
+    port = closed_port()
+    cfg = Config(dry_run=dry_run, state_dir=str(tmp_path),
+                 sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
+                 rebalance=RebalanceConfig(move_timeout_s=0.0, scrape_timeout_s=0.5,
+                                           metrics_url_template=f"http://{{addr}}:{port}/m"))
+    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
+    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
+    d.use(daemon_steps(d))
+    for _ in range(3):
+        d.cycle()
+    if dry_run:
+        assert sw.calls == []
+        return
+    labels = {nid: sw.node(nid).labels for nid in ("n-dgx", "n-mgr")}
+    assert labels["n-mgr"].get(gate_key(P, "web")) == "true", labels
+    assert labels["n-mgr"].get(f"{P}assign.web") == "", labels
+    assert gate_key(P, "web") not in labels["n-dgx"], labels
