@@ -1,8 +1,11 @@
 """A service without a GPU placed by swarmgpu (``swarmgpu.gpus: "0"``) on the real test
 swarm: the daemon opens its gate on the node its planner chose by the CPU it reserves,
 Swarm runs its task there told no GPU, its CPU is counted against the next one, and
-dropping the label gives it back to Swarm with the owner's own lines kept
-(docs/requests.md, "A service without a GPU"; the pure side: tests/test_cpu_placed.py).
+dropping the label gives it back to Swarm with the owner's own lines kept; on the
+swarm's CPU-only node (mgr-1: no agent, no GPU resources) first, where it may run
+(docs/requests.md, "A service without a GPU"; the pure side: tests/test_cpu_placed.py,
+tests/test_cpu_nodes.py). The first two tests keep theirs on the GPU nodes by a
+constraint of their own (``node.role==worker``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ pytestmark = pytest.mark.swarm
 DAEMON = ModuleDaemon("cpu-placed-daemon.log", {"sync": {"interval_s": 2}},
                       remove_stacks=("cpu0",))
 GPU_HOSTS = ("gpu-node-1", "gpu-node-2")
+WORKERS = "node.role==worker"  # the GPU nodes: mgr-1, the manager, has no agent
 
 
 def node_labels(swarm: SwarmCluster) -> dict[str, dict[str, str]]:
@@ -54,7 +58,8 @@ def test_the_cpu_only_service_runs_behind_its_gate_on_the_planners_node_and_coun
     ncpu = {h: api.inspect_node(swarm.node(h).node_id)["Description"]["Resources"]
             ["NanoCPUs"] / 1e9 for h in GPU_HOSTS}
     assert ncpu["gpu-node-1"] == ncpu["gpu-node-2"], ncpu
-    a = {"labels": {f"{P}gpus": "0", "team": "x"}, "constraints": ["node.platform.os==linux"],
+    a = {"labels": {f"{P}gpus": "0", "team": "x"},
+         "constraints": ["node.platform.os==linux", WORKERS],
          "env": ["MODEL=x"], "cpus": ncpu["gpu-node-1"] * 0.75}
     deploy(swarm, daemon["tmp"], "cpu0", {"a": a})
     (ta,) = wait_running(swarm, "cpu0_a", 1)
@@ -72,7 +77,7 @@ def test_the_cpu_only_service_runs_behind_its_gate_on_the_planners_node_and_coun
     half = ncpu[on] * 0.5
     deploy(swarm, daemon["tmp"], "cpu0", {
         "a": a,
-        "b": {"labels": {f"{P}gpus": "0"}, "cpus": half},
+        "b": {"labels": {f"{P}gpus": "0"}, "constraints": [WORKERS], "cpus": half},
         "c": {"labels": {f"{P}gpus": "0"}, "constraints": [f"node.hostname=={on}"],
               "cpus": half}})
     (tb,) = wait_running(swarm, "cpu0_b", 1)
@@ -105,7 +110,8 @@ def test_dropping_the_label_releases_the_gate_and_keeps_the_owners_lines(
 
     swarm.wait_for(released, 30, "cpu0_a's gate out of its spec and off its node")
     spec = api.inspect_service("cpu0_a")["Spec"]
-    assert spec["TaskTemplate"]["Placement"]["Constraints"] == ["node.platform.os==linux"]
+    assert spec["TaskTemplate"]["Placement"]["Constraints"] == ["node.platform.os==linux",
+                                                                 WORKERS]
     labels = spec["Labels"]
     assert labels["team"] == "x" and labels["com.docker.stack.namespace"] == "cpu0"
     assert not [k for k in labels if k.startswith(P)], labels
@@ -133,3 +139,25 @@ def test_dropping_the_label_releases_the_gate_and_keeps_the_owners_lines(
         return c["status"] == "placed" and c_on == [on]
 
     swarm.wait_for(c_follows, 60, f"cpu0_c running on {on}, or pending where a runs")
+
+
+def test_a_service_of_no_gpu_goes_to_the_cpu_only_node_first(
+    swarm: SwarmCluster, daemon: dict[str, Any]
+) -> None:
+    """(4) ``d`` (gpus 0, a quarter of a node's CPUs, no constraint of its own) goes to
+    mgr-1, the node without an agent that Swarm alone describes: its gate and an empty
+    ledger entry there, Swarm runs its task there told no GPU. Before: CPU-only nodes
+    were never chosen, it went to a GPU node."""
+    api = swarm.client(swarm.manager).api
+    mgr = swarm.manager.hostname
+    ncpu = api.inspect_node(swarm.manager.node_id)["Description"]["Resources"]["NanoCPUs"] / 1e9
+    deploy(swarm, daemon["tmp"], "cpu0", {"d": {"labels": {f"{P}gpus": "0"},
+                                                "cpus": ncpu * 0.25}})
+    (td,) = wait_running(swarm, "cpu0_d", 1)
+    assert swarm.node(td["NodeID"]).hostname == mgr, td
+    p = plan(daemon)["cpu0_d"]
+    assert p["status"] == "placed" and p["placements"][0]["node"] == mgr, p
+    assert p["placements"][0]["uuids"] == [], p
+    assert ours(node_labels(swarm), "cpu0_d") == {
+        mgr: {f"{P}service.cpu0_d": "true", f"{P}assign.cpu0_d": ""}}
+    assert container_env(swarm, td)["NVIDIA_VISIBLE_DEVICES"] == "void"

@@ -15,6 +15,13 @@ from swarmgpu.allocator.scorer import Scorer, SwarmScorer
 from swarmgpu.allocator.values import Choice, Demand, NodeSpec, NodeState, Unplaceable
 from swarmgpu.core.migprofile import not_offered
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.placement.cpunodes import (
+    CpuFit,
+    no_gpu,
+    place_no_gpu,
+    sync_cpu_node,
+    with_cpu_reason,
+)
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.memsize import short_of
 from swarmgpu.manager.placement.records import ReplicaPlacement
@@ -38,7 +45,9 @@ class ClusterAllocator:
 
     ``sync_nodes`` rebuilds only nodes whose facts, resources, labels or state changed;
     holdings are committed once and released when they go (``begin_holdings``); what
-    other tasks reserve on a node is its usage. A cycle over an unchanged cluster
+    other tasks reserve on a node is its usage. Nodes without GPUs that Swarm alone
+    describes (``placement.cpunodes``) are on a second allocator, ``cpu``, which only
+    demands of no GPU are placed on. A cycle over an unchanged cluster
     therefore costs a pass over the nodes and holdings, not a rebuild, and identical
     nodes in the same state are scored once (``Allocator`` groups).
     """
@@ -55,6 +64,8 @@ class ClusterAllocator:
     ) -> None:
         self.prefix = prefix
         self.alloc = Allocator(scorer or SwarmScorer(), mig_picker=_mig_picker(self))
+        self.cpu = Allocator(CpuFit())  # the CPU-only nodes (placement.cpunodes)
+        self._cpu_keys: dict[str, tuple[object, ...]] = {}
         self.nodes: dict[str, SwarmNode] = {}
         self.facts: dict[str, NodeFacts] = {}
         self.assigned_mig: dict[str, set[str]] = {}
@@ -97,7 +108,17 @@ class ClusterAllocator:
 
     @property
     def version(self) -> int:
-        return self.alloc.capacity_gen
+        return self.alloc.capacity_gen + self.cpu.capacity_gen  # either one growing
+
+    def allocator_of(self, node_id: str) -> Allocator | None:
+        """The allocator a node is on: GPU nodes', CPU-only nodes', or none."""
+        if node_id in self.alloc.nodes:
+            return self.alloc
+        return self.cpu if node_id in self.cpu.nodes else None
+
+    def node_state(self, node_id: str) -> NodeState | None:
+        """A node's state on whichever allocator it is on."""
+        return None if (a := self.allocator_of(node_id)) is None else a.nodes[node_id]
 
     # --- nodes -------------------------------------------------------------------
     def sync_nodes(self, nodes: Sequence[SwarmNode], facts: Mapping[str, NodeFacts]) -> None:
@@ -106,6 +127,8 @@ class ClusterAllocator:
         ids = [n.id for n in order]
         if ids != self._order:  # ranks follow hostnames: a new set means a new order
             self.alloc = Allocator(self.alloc.scorer, mig_picker=_mig_picker(self))
+            self.cpu = Allocator(self.cpu.scorer)
+            self._cpu_keys.clear()
             self._node_keys.clear()
             self._held.clear()
             self.assigned_mig.clear()
@@ -133,7 +156,10 @@ class ClusterAllocator:
                     # quiet services): without facts it has none, a change as a rebuild is.
                     self._gen += 1
                     self.node_gen[n.id] = self._gen
+                self._sync_cpu_node(n, f, rank, dropped)
                 continue
+            if n.id in self.cpu.nodes:  # its agent answered: a GPU node now
+                self._sync_cpu_node(n, f, rank, dropped)
             old = self._node_keys.get(n.id)
             if (
                 old is None
@@ -166,6 +192,16 @@ class ClusterAllocator:
             self._mig_none = {k for k in self._mig_none if k[0] not in dropped}
             for k in [k for k in self._held if k[1] in dropped]:
                 del self._held[k]
+
+    def _sync_cpu_node(self, n: SwarmNode, f: NodeFacts | None, rank: int,
+                       dropped: set[str]) -> None:
+        """``cpunodes.sync_cpu_node``, each change a new generation of the node."""
+        got = sync_cpu_node(self.cpu, self._cpu_keys, n, f, rank, self.prefix)
+        if got:
+            self._gen += 1
+            self.node_gen[n.id] = self._gen
+        if got in ("dropped", "rebuilt"):
+            dropped.add(n.id)
 
     def _drop_node(self, node_id: str, dropped: set[str]) -> None:
         """Forget a node; its holdings and MIG answers go once ``dropped`` is complete."""
@@ -205,14 +241,16 @@ class ClusterAllocator:
             if tasks_on is not None
             else {(sid, nid) for sid, where in on_nodes.items() for nid in where}
         )
-        for nid in self.alloc.nodes:
-            cpu, mem = use.get(nid, (0, 0))
-            self.alloc.set_usage(nid, cpu, mem)
+        for alloc in (self.alloc, self.cpu):
+            for nid in alloc.nodes:
+                cpu, mem = use.get(nid, (0, 0))
+                alloc.set_usage(nid, cpu, mem)
 
     def add_usage(self, node_id: str, cpu_milli: int, memory_mib: int) -> None:
         """More (or less) reserved on a node by a task placed between cycles."""
-        cpu, mem = self.alloc.usage(node_id)
-        self.alloc.set_usage(node_id, cpu + cpu_milli, mem + memory_mib)
+        alloc = self.cpu if node_id in self.cpu.nodes else self.alloc
+        cpu, mem = alloc.usage(node_id)
+        alloc.set_usage(node_id, cpu + cpu_milli, mem + memory_mib)
 
     def held_items(self) -> list[tuple[tuple[str, str], _Held]]:
         return list(self._held.items())
@@ -351,8 +389,9 @@ class ClusterAllocator:
 
     def _release(self, key: tuple[str, str], held: _Held) -> None:
         del self._held[key]
-        if held.choice is not None and key[1] in self.alloc.nodes:
-            self.alloc.release(held.choice)
+        alloc = self.allocator_of(key[1])
+        if held.choice is not None and alloc is not None:
+            alloc.release(held.choice)
         for u in held.migs:
             self.assigned_mig.get(key[1], set()).discard(u)
         if held.migs:
@@ -363,6 +402,8 @@ class ClusterAllocator:
     ) -> bool:
         """Count a holding as used; False when it is not valid on this node (any more)."""
         key = (svc, node_id)
+        if node_id in self.cpu.nodes and not h.uuids:
+            return self._commit_cpu_holding(key, h, res)
         if node_id not in self.alloc.nodes:
             if node_id not in self.nodes or not unread(self.facts.get(node_id)):
                 return False
@@ -430,6 +471,24 @@ class ClusterAllocator:
         self._held[key] = _Held(want, choice, tuple(migs))
         return True
 
+    def _commit_cpu_holding(self, key: tuple[str, str], h: Holding,
+                            res: tuple[int, int]) -> bool:
+        """A holding of no GPU on a CPU-only node: its reservation counted there."""
+        want = (h.label_value(), res[0], res[1])
+        held = self._held.get(key)
+        if held is not None and held.key == want:
+            return True
+        if held is not None:
+            self._release(key, held)
+        choice: Choice | None = None
+        if res != (0, 0):
+            choice = Choice(node=key[1], gpus=(), milli=(), score=0.0,
+                            explanation=f"held by {key[0]}", cpu_milli=res[0],
+                            memory_mib=res[1])
+            self.cpu.commit(choice)
+        self._held[key] = _Held(want, choice, ())
+        return True
+
     def _uuid_index(self, node_id: str) -> Mapping[str, tuple[int, bool]]:
         """uuid -> (GPU index, a MIG device), per node, kept while its facts are the
         same object (every holding committed on the node reads it)."""
@@ -469,12 +528,18 @@ class ClusterAllocator:
     ) -> Choice | Unplaceable:
         """Best node for ``d``: the core's scorer over one node per group of nodes in the
         same state. ``exclude`` names nodes that may not take it, ``where`` filters on
-        what a group shares (labels); ``allowed`` (any per-node test) scans every node."""
+        what a group shares (labels); ``allowed`` (any per-node test) scans every node.
+        A demand of no GPU goes to a CPU-only node with room first: no GPU is left there
+        without the CPU to use it."""
+        cpu = place_no_gpu(self.cpu, d, allowed, exclude, where, self.explain) \
+            if self.cpu.nodes and no_gpu(d) else None
+        if isinstance(cpu, Choice):
+            return cpu
         if self.timings is None:
-            return self._place(d, allowed, exclude, where)
+            return with_cpu_reason(self._place(d, allowed, exclude, where), cpu)
         t0 = time.perf_counter()
         try:
-            return self._place(d, allowed, exclude, where)
+            return with_cpu_reason(self._place(d, allowed, exclude, where), cpu)
         finally:
             self.timings.append(time.perf_counter() - t0)
 
@@ -578,8 +643,10 @@ class ClusterAllocator:
         return got
 
     def to_replica(self, choice: Choice) -> ReplicaPlacement:
-        f = self.facts[choice.node]
         host = self.nodes[choice.node].hostname
+        if choice.node in self.cpu.nodes:  # no GPU there, no facts to read
+            return ReplicaPlacement(choice.node, host, (), (), (), None)
+        f = self.facts[choice.node]
         if isinstance(choice.mig, MigChoice):
             return ReplicaPlacement(
                 choice.node,
@@ -601,6 +668,9 @@ class ClusterAllocator:
     def commit(self, choice: Choice, service: str = "") -> None:
         if isinstance(choice.mig, MigChoice):
             self.assigned_mig.setdefault(choice.node, set()).add(choice.mig.mig_uuid)
+        elif choice.node in self.cpu.nodes:
+            if choice.cpu_milli or choice.memory_mib:
+                self.cpu.commit(choice)
         elif choice.gpus or choice.cpu_milli or choice.memory_mib:
             self.alloc.commit(choice)
         if service:  # recorded as the holding the ledger will show next cycle

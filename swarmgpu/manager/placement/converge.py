@@ -116,7 +116,7 @@ def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int],
     if nid in cyc.exclude(s):
         return cyc.plugins_why(s, node) or (
             f"its constraints, platform or generic resources exclude {host}")
-    ns = cyc.cluster.alloc.nodes.get(nid)
+    ns = cyc.cluster.node_state(nid)  # a GPU node, or a CPU-only one
     if (
         ns is not None
         and (s.id, nid) not in cyc.cluster.tasks_on

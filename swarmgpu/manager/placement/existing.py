@@ -108,6 +108,7 @@ class KeptHoldings:
         wanted: dict[str, dict[str, Holding]] = {}
         order: Order = []
         gen, in_alloc, fits = cluster.node_gen, cluster.alloc.nodes, self.fits
+        cpu_nodes = cluster.cpu.nodes
         declared: list[Declared] = []
         no_holdings: dict[str, Holding] = {}
         for s, r in parsed:
@@ -123,6 +124,8 @@ class KeptHoldings:
                 if not isinstance(r, RequestError):  # invalid now: keep, never drop
                     if node_id not in by_id:
                         continue
+                    if not h.uuids and not r.cpu_only and node_id in cpu_nodes:
+                        continue  # an entry of no GPU there is nothing a GPU request wants
                     fk = (h, gen.get(node_id, 0) if node_id in in_alloc else -1)
                     why = known.get(fk, fk)
                     if why is fk:

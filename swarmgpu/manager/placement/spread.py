@@ -137,8 +137,8 @@ def _place_missing(s: SwarmService, r: GpuRequest, placements: list[ReplicaPlace
                 cluster.unplaceable[memo_key] = (cluster.version, choice)
         if isinstance(choice, Unplaceable):
             reason = choice.reason
-            full = [nid for nid in used_nodes if nid in cluster.alloc.nodes
-                    and cluster.alloc.fits(cluster.alloc.nodes[nid], demand)]
+            full = [nid for nid in used_nodes if (a := cluster.allocator_of(nid)) is not None
+                    and a.fits(a.nodes[nid], demand)]
             if full:  # name the rule that stops it, not topology (and a few of the nodes)
                 names = sorted(full)
                 more = f" and {len(names) - 3} more" if len(names) > 3 else ""
