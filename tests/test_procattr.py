@@ -84,6 +84,21 @@ def test_a_pid_reused_after_nvml_listed_it_is_not_credited(tmp_path: Path) -> No
     assert out.processes[1] == GpuProcess(101, 500, None, CID, "task-of-3f1c", "svc-3f1c")
 
 
+def test_a_pid_reused_in_the_hundredth_the_clock_was_read_is_not_credited(
+        tmp_path: Path) -> None:
+    """/proc/uptime and a start time are both whole hundredths of a second, truncated:
+    a process that took the PID in the hundredth the clock was read in (after it, as
+    likely as before) read as no younger than the listing, and was credited."""
+    fake_pid(tmp_path, 100, f"0::/docker/{OTHER}\n", 1000.0)
+    set_uptime(tmp_path, 1000.0)
+    att = Attributor(_labels, str(tmp_path))
+    s = GpuSample("GPU-x", 0, None, 10, 10, None, None, None, (GpuProcess(100, 30000),))
+    (out,) = att([s], att.boot_clock())
+    assert out.processes == (GpuProcess(100, 30000),)
+    (out,) = att([s], 1000.01)  # a hundredth later: the process is older than the listing
+    assert out.processes[0].container == OTHER
+
+
 def test_the_agent_times_its_attribution_from_before_nvml_is_asked(tmp_path: Path) -> None:
     """The server takes the moment before it samples: a PID reused while the sampler ran
     (a sampler of 8 GPUs takes a while) is left unattributed in what /metrics serves."""
