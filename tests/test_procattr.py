@@ -29,6 +29,17 @@ def test_container_of_each_cgroup_layout() -> None:
     assert container_of("") is None
 
 
+def test_a_cgroup_a_container_made_inside_its_own_names_no_other_container() -> None:
+    """A container that may write its cgroup tree (cgroup v2 delegation, systemd
+    inside, a writable /sys/fs/cgroup) makes a child cgroup named for another task's
+    container id and moves its GPU process there: the innermost id was read, so its
+    memory was credited to that task (and under ``placement.overshare: restart`` that
+    task restarted). The outermost id is Docker's: the container's own."""
+    assert container_of(f"0::/system.slice/docker-{CID}.scope/{OTHER}\n") == CID
+    assert container_of(f"0::/docker/{CID}/x/docker-{OTHER}.scope\n") == CID
+    assert container_of(f"12:memory:/docker/{CID}/{OTHER}\n11:cpu:/docker/{CID}\n") == CID
+
+
 def test_attributor_names_owners_and_survives_what_it_cannot_read(tmp_path: Path) -> None:
     fake_pid(tmp_path, 100, f"0::/system.slice/docker-{CID}.scope\n", 50.0)
     fake_pid(tmp_path, 200, "0::/user.slice\n", 60.0)

@@ -47,10 +47,12 @@ Labels = Callable[[str], Mapping[str, str] | None]  # container id -> its labels
 
 
 def container_of(cgroup_text: str) -> str | None:
-    """The container id in ``/proc/<pid>/cgroup`` (v1 or v2), or None: not a container."""
+    """The container id in ``/proc/<pid>/cgroup`` (v1 or v2), or None: not a container.
+    The outermost id: below its own cgroup a container may name child cgroups as it
+    likes (another container's id among them), above it only the engine writes."""
     for line in cgroup_text.splitlines():
         path = line.split(":", 2)[-1]
-        for part in reversed(path.split("/")):
+        for part in path.split("/"):
             m = _ID.search(part)
             if m:
                 return m.group(1)
