@@ -179,14 +179,13 @@ def test_an_answer_that_is_not_events_is_an_error_naming_it(
     assert says in str(end) and "event stream" in str(end), str(end)
 
 
-def test_a_line_sent_a_byte_a_chunk_is_refused_in_time_linear_in_it() -> None:
+def test_a_line_sent_a_byte_a_chunk_is_refused_and_its_ends_still_found() -> None:
     """A proxy (or a hung engine) that sends a line one byte per chunk: each chunk
     searched the whole line so far for its end again, 1 MiB taking 8 to 17 s of the
-    daemon's CPU (quadratic), before it was refused as over the bound."""
-    start = time.monotonic()
+    daemon's CPU (quadratic), before it was refused as over the bound. Its time is
+    measured by benchmarks/bench_event_trickle.py, not here."""
     with pytest.raises(NotAnEvent, match="over 1 MiB without its end of line"):
         list(read_events((b"x" for _ in range(MAX_EVENT_BYTES + 2)), "proxy"))
-    assert time.monotonic() - start < 4
     # and a line ended after such a trickle is still found, whole
     trickle = [bytes([b]) for b in ev("node", "n1") + b"\n" + ev("node", "n2") + b"\n"]
     assert [e["Actor"]["ID"] for e in read_events(trickle, "proxy")] == ["n1", "n2"]
