@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
+from swarmgpu.swarm.eventstream import MAX_EVENT_BYTES, NotAnEvent, read_events
 
 
 class Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -176,6 +177,18 @@ def test_an_answer_that_is_not_events_is_an_error_naming_it(
     assert [e["Actor"]["ID"] for e in got] == ["n1"]
     assert isinstance(end, SwarmError), repr(end)
     assert says in str(end) and "event stream" in str(end), str(end)
+
+
+def test_a_line_sent_a_byte_a_chunk_is_refused_and_its_ends_still_found() -> None:
+    """A proxy (or a hung engine) that sends a line one byte per chunk: each chunk
+    searched the whole line so far for its end again, 1 MiB taking 8 to 17 s of the
+    daemon's CPU (quadratic), before it was refused as over the bound. Its time is
+    measured by benchmarks/bench_event_trickle.py, not here."""
+    with pytest.raises(NotAnEvent, match="over 1 MiB without its end of line"):
+        list(read_events((b"x" for _ in range(MAX_EVENT_BYTES + 2)), "proxy"))
+    # and a line ended after such a trickle is still found, whole
+    trickle = [bytes([b]) for b in ev("node", "n1") + b"\n" + ev("node", "n2") + b"\n"]
+    assert [e["Actor"]["ID"] for e in read_events(trickle, "proxy")] == ["n1", "n2"]
 
 
 def test_a_stream_that_ends_inside_an_event_says_so(engine: Engine) -> None:

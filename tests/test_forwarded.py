@@ -155,5 +155,20 @@ def test_a_bad_trusted_proxies_setting_is_a_config_error_naming_it(
     with pytest.raises(ConfigError, match=r"http\.trusted_proxies: ") as got:
         load_config(None, env={"SWARMGPU_HTTP_TRUSTED_PROXIES": value})
     assert says in str(got.value), str(got.value)
-    assert load_config(None, env={"SWARMGPU_HTTP_TRUSTED_PROXIES": " 10.0.0.5 , ::1 "}
+    assert load_config(None, env={"SWARMGPU_HTTP_TRUSTED_PROXIES": " 10.0.0.5 , ::1 ",
+                                  "SWARMGPU_HTTP_AUTH": "required"}
                        ).http.trusted_proxies == " 10.0.0.5 , ::1 "
+
+
+@pytest.mark.parametrize("named", ["127.0.0.1", "::1", "::ffff:127.0.0.1", "10.0.0.5, ::/0",
+                                   "0.0.0.0/0"])
+def test_a_loopback_proxy_under_auth_auto_is_a_config_error(named: str) -> None:
+    """Under ``http.auth: auto`` (the default) a loopback peer reads everything without
+    proof, so a proxy on the manager named trusted let every client through it read the
+    cluster, token or none: the setting loaded, and the token it was named for was never
+    asked. Refused at load, the fix named; under ``required`` it is what it is for."""
+    with pytest.raises(ConfigError, match=r"http\.trusted_proxies: .*http\.auth: required"):
+        load_config(None, env={"SWARMGPU_HTTP_TRUSTED_PROXIES": named})
+    load_config(None, env={"SWARMGPU_HTTP_TRUSTED_PROXIES": named,
+                           "SWARMGPU_HTTP_AUTH": "required"})
+    load_config(None, env={"SWARMGPU_HTTP_TRUSTED_PROXIES": "10.0.0.5, 10.1.0.0/24, 2001:db8::/64"})

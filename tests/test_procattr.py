@@ -29,6 +29,17 @@ def test_container_of_each_cgroup_layout() -> None:
     assert container_of("") is None
 
 
+def test_a_cgroup_a_container_made_inside_its_own_names_no_other_container() -> None:
+    """A container that may write its cgroup tree (cgroup v2 delegation, systemd
+    inside, a writable /sys/fs/cgroup) makes a child cgroup named for another task's
+    container id and moves its GPU process there: the innermost id was read, so its
+    memory was credited to that task (and under ``placement.overshare: restart`` that
+    task restarted). The outermost id is Docker's: the container's own."""
+    assert container_of(f"0::/system.slice/docker-{CID}.scope/{OTHER}\n") == CID
+    assert container_of(f"0::/docker/{CID}/x/docker-{OTHER}.scope\n") == CID
+    assert container_of(f"12:memory:/docker/{CID}/{OTHER}\n11:cpu:/docker/{CID}\n") == CID
+
+
 def test_attributor_names_owners_and_survives_what_it_cannot_read(tmp_path: Path) -> None:
     fake_pid(tmp_path, 100, f"0::/system.slice/docker-{CID}.scope\n", 50.0)
     fake_pid(tmp_path, 200, "0::/user.slice\n", 60.0)
@@ -82,6 +93,21 @@ def test_a_pid_reused_after_nvml_listed_it_is_not_credited(tmp_path: Path) -> No
     (out,) = att([s], listed_at)
     assert out.processes[0] == GpuProcess(100, 30000)  # not OTHER's: unattributed
     assert out.processes[1] == GpuProcess(101, 500, None, CID, "task-of-3f1c", "svc-3f1c")
+
+
+def test_a_pid_reused_in_the_hundredth_the_clock_was_read_is_not_credited(
+        tmp_path: Path) -> None:
+    """/proc/uptime and a start time are both whole hundredths of a second, truncated:
+    a process that took the PID in the hundredth the clock was read in (after it, as
+    likely as before) read as no younger than the listing, and was credited."""
+    fake_pid(tmp_path, 100, f"0::/docker/{OTHER}\n", 1000.0)
+    set_uptime(tmp_path, 1000.0)
+    att = Attributor(_labels, str(tmp_path))
+    s = GpuSample("GPU-x", 0, None, 10, 10, None, None, None, (GpuProcess(100, 30000),))
+    (out,) = att([s], att.boot_clock())
+    assert out.processes == (GpuProcess(100, 30000),)
+    (out,) = att([s], 1000.01)  # a hundredth later: the process is older than the listing
+    assert out.processes[0].container == OTHER
 
 
 def test_the_agent_times_its_attribution_from_before_nvml_is_asked(tmp_path: Path) -> None:

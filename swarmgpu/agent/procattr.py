@@ -11,9 +11,10 @@ NVML lists PIDs first and ``/proc`` is read after: a process that ended in betwe
 have left its PID to a new one of another container, which would be credited with the
 old one's GPU memory (and be restarted for it under ``placement.overshare: restart``).
 So a PID is attributed only when its start time (``/proc/<pid>/stat``) reads the same
-before and after its cgroup is read, and is no later than the moment before NVML was
-asked (``/proc/uptime``, taken by the agent before it samples): a process younger than
-the listing is not the one NVML measured, and is left without an owner this scrape.
+before and after its cgroup is read, and is earlier than the moment before NVML was
+asked (``/proc/uptime``, taken by the agent before it samples; both read in hundredths,
+so one started in that very hundredth counts as younger): a process younger than the
+listing is not the one NVML measured, and is left without an owner this scrape.
 
 Never raises and never blocks long: an unreadable ``/proc`` entry (the process ended)
 or an engine that does not answer leaves that process unattributed; owners are cached
@@ -46,10 +47,12 @@ Labels = Callable[[str], Mapping[str, str] | None]  # container id -> its labels
 
 
 def container_of(cgroup_text: str) -> str | None:
-    """The container id in ``/proc/<pid>/cgroup`` (v1 or v2), or None: not a container."""
+    """The container id in ``/proc/<pid>/cgroup`` (v1 or v2), or None: not a container.
+    The outermost id: below its own cgroup a container may name child cgroups as it
+    likes (another container's id among them), above it only the engine writes."""
     for line in cgroup_text.splitlines():
         path = line.split(":", 2)[-1]
-        for part in reversed(path.split("/")):
+        for part in path.split("/"):
             m = _ID.search(part)
             if m:
                 return m.group(1)
@@ -127,7 +130,10 @@ class Attributor:
         cid = self._container(pid)
         if cid is None or self._start_ticks(pid) != before:
             return None  # not in a container, or the PID changed hands during the read
-        if listed_at is not None and before / self._hz > listed_at:
+        # Both clocks are whole hundredths (truncated): a start in the very hundredth
+        # the clock was read in may be after it, so it is taken for one (unowned for
+        # this scrape; a process that old is attributed the next).
+        if listed_at is not None and before / self._hz >= listed_at:
             return None  # started after NVML was asked: a PID reused since
         return cid
 

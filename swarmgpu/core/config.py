@@ -28,7 +28,7 @@ from swarmgpu.core.configvalues import (
     not_text,
     template_problem,
 )
-from swarmgpu.core.forwarded import parse_trusted
+from swarmgpu.core.forwarded import check_auth, parse_trusted
 from swarmgpu.core.labelkeys import (
     docker_namespace,
     node_label_key_fault,
@@ -451,7 +451,7 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
         add(f"http.secure_cookie: {cfg.http.secure_cookie!r}; use auto (the default: "
             "Secure over the daemon's own HTTPS) or always (HTTPS ends at a proxy)")
     try:
-        parse_trusted(cfg.http.trusted_proxies)
+        check_auth(parse_trusted(cfg.http.trusted_proxies), cfg.http.auth)
     except ValueError as exc:
         add(f"http.trusted_proxies: {exc}")
     check_rebalance(cfg.rebalance, add)

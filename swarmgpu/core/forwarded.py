@@ -16,7 +16,8 @@ So is one that carries RFC 7239 ``Forwarded``: a proxy that writes that header p
 the client's own ``X-Forwarded-For`` on untouched, and reading it would let a guesser
 pick its bucket. The address read counts tokens and names the client in the log; who
 may read what (a loopback peer under ``http.auth: auto``) is still judged by the
-connection's peer.
+connection's peer, so a proxy that may be a loopback peer is a config error under the
+daemon's ``auto`` (``check_auth``): every client through it would read everything.
 
 Addresses are matched as nginx's realip and Go's netip do: an IPv4-mapped IPv6 peer
 or entry (``::ffff:10.0.0.5``, a dual-stack listener's IPv4 peer) as its IPv4 address,
@@ -39,6 +40,7 @@ MAX_HOPS = 32  # entries of one X-Forwarded-For; a longer chain is refused
 HEADER = "X-Forwarded-For"
 RFC7239 = "Forwarded"
 LINK_LOCAL = ipaddress.IPv6Network("fe80::/10")
+LOOPBACK = (ipaddress.IPv4Network("127.0.0.0/8"), ipaddress.IPv6Network("::1/128"))
 
 
 class BadForwarded(ValueError):
@@ -69,6 +71,18 @@ def parse_trusted(text: str) -> tuple[Network, ...]:
     if len(out) > MAX_TRUSTED:
         raise ValueError(f"{len(out)} entries; at most {MAX_TRUSTED}: name networks")
     return tuple(out)
+
+
+def check_auth(proxies: Sequence[Network], auth: str) -> None:
+    """ValueError when a proxy named may be a loopback peer under the daemon's
+    ``http.auth: auto``: a loopback peer reads everything there without proof, and so
+    would every client of a proxy on the manager (the agent has no such rule)."""
+    for net in proxies if auth == "auto" else ():
+        if any(net.version == lo.version and net.overlaps(lo) for lo in LOOPBACK):
+            raise ValueError(f"{net} holds loopback addresses, and under http.auth: auto a "
+                             "loopback peer reads everything without proof: so would every "
+                             "client of a proxy there; set http.auth: required, which asks "
+                             "every client but a manager certificate for the token")
 
 
 def trusted(ip: str, proxies: Sequence[Network]) -> bool:

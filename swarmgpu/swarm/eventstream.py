@@ -83,13 +83,16 @@ def read_events(
 ) -> Iterator[dict[str, Any]]:
     """Each event of ``chunks`` (the answer's body as it arrives), as a dict."""
     buf = bytearray()
-    for chunk in chunks:
+    seen = 0  # bytes of ``buf`` known to hold no end of line: a line sent a byte a chunk
+    for chunk in chunks:  # was searched again from its start each time, quadratic in it
         buf += chunk
-        while (end := buf.find(b"\n")) >= 0:
+        while (end := buf.find(b"\n", seen)) >= 0:
             line = bytes(buf[:end])
             del buf[: end + 1]
+            seen = 0
             if line.strip():
                 yield parse_event(line, source, limit)
+        seen = len(buf)
         if len(buf) > limit:
             raise NotAnEvent(
                 f"event stream from {source}: an event over {limit >> 20} MiB without its "
