@@ -5,7 +5,6 @@ swarmgpu writes nothing to it (docs/requests.md, "A service without a GPU")."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +14,7 @@ from click.testing import CliRunner
 from loguru import logger
 from support.placement import P, apply
 from support.planner import two_nodes
+from support.sim import default_sample
 
 from swarmgpu.cli import main
 from swarmgpu.core.config import Config
@@ -26,8 +26,6 @@ from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.rebalance.context import why_not_movable
 from swarmgpu.manager.services.requests import RequestError, parse_all, parse_request
 from swarmgpu.sim.swarm_replay import Replay
-from swarmgpu.sim.trace import load_nodes, load_pods
-from swarmgpu.sim.traces import bundled
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
 
 GIB = 1024 * 1024 * 1024
@@ -165,13 +163,8 @@ def test_the_replay_places_cpu_only_pods_through_the_planner() -> None:
     """``--cpu-pods policy``: each CPU-only pod is a service with ``gpus: "0"`` the
     planner holds (its gate opens, its task runs there), not a task put on a node by the
     planner's allocator directly (the stand-in until stop 67)."""
-    nodes_csv, pods_csv = bundled("default")
-    rng = random.Random(5)
-    nodes = rng.sample(load_nodes(nodes_csv), 30)
-    pods = load_pods(pods_csv)
-    cpu = [p for p in pods if p.total_gpu_milli == 0]
-    gpu = [p for p in pods if p.total_gpu_milli > 0]
-    rp = Replay(nodes, rng.sample(gpu, 150) + rng.sample(cpu, 60), 42, batch=20)
+    nodes, pods = default_sample(150, 60)
+    rp = Replay(nodes, pods, 42, batch=20)
     rp.run()
     w = rp.world
     assert not w.cpu_tasks  # the stand-in placed none
