@@ -18,6 +18,7 @@ from support.sim import default_sample
 
 from swarmgpu.cli import main
 from swarmgpu.core.config import Config
+from swarmgpu.manager.commands.plan import render_plan
 from swarmgpu.manager.cycle.placement import PlacementStep
 from swarmgpu.manager.placement import Planner, gate_constraint, gate_key, plan_placement
 from swarmgpu.manager.placement.envs import env_template
@@ -336,3 +337,16 @@ def test_render_check_counts_it_apart_from_the_gpu_requests(tmp_path: Path) -> N
     assert res.exit_code == 0, res.stderr
     assert "valid (3 service(s), 1 GPU request(s), 1 placed without a GPU)" in res.stderr, \
         res.stderr
+
+
+def test_plan_says_no_gpu_on_its_node() -> None:
+    """``swarmgpu plan`` lists a placement as ``<node>: GPU <indices> <uuids>``; for a
+    service of no GPU it said ``node-a: GPU`` with nothing after it."""
+    nodes, facts = two_nodes()
+    web = service("web", {f"{P}gpus": "0"}, cpu_milli=1000)
+    (sp,) = plan_placement(nodes, [web], [], facts).services  # type: ignore[arg-type]
+    text = render_plan([sp], ungranted=[], workload={}, health=[], moves=None, listen="x")
+    lines = text.splitlines()
+    host = sp.placements[0].hostname
+    assert f"  {host}: no GPU" in lines, text
+    assert not any(ln.rstrip().endswith(": GPU") for ln in lines), text
