@@ -350,3 +350,36 @@ def test_plan_says_no_gpu_on_its_node() -> None:
     host = sp.placements[0].hostname
     assert f"  {host}: no GPU" in lines, text
     assert not any(ln.rstrip().endswith(": GPU") for ln in lines), text
+
+
+def _reserved(s: SwarmService) -> list[object]:
+    res = (s.spec.get("TaskTemplate") or {}).get("Resources") or {}
+    return list((res.get("Reservations") or {}).get("GenericResources") or [])
+
+
+def test_switched_to_no_gpu_it_reserves_no_gpu_of_swarm_while_it_runs() -> None:
+    """``placement.generic_resource_kind``: a GPU service reserves its GPUs as Swarm
+    generic resources too. Switched to ``gpus: "0"`` while its task runs, its tasks are
+    replaced (its device list goes) but the reservation was left "while tasks run": its
+    new task claimed a GPU in Swarm's count that the ledger gives another service (whose
+    task Swarm then refuses there), every cycle saying so."""
+    kind = "NVIDIA-GPU"
+    nodes, facts = two_nodes()
+    nodes = [replace(n, generic_resources={kind: tuple(g.uuid for g in facts[n.id].gpus)})  # type: ignore[attr-defined]
+             for n in nodes]
+    pl = Planner(generic_kind=kind)
+    web = service("web", {f"{P}gpus": "1"}, cpu_milli=500)
+    nodes, web, on = settle(pl, nodes, [web], [], facts, "web")
+    assert [g["DiscreteResourceSpec"] for g in _reserved(web)] == [{"Kind": kind, "Value": 1}]  # type: ignore[index]
+    tasks = [running(web, on, 500)]
+    raw = {**web.spec, "Labels": {**web.labels, f"{P}gpus": "0"}}
+    web = service_from_api({"ID": web.id, "Spec": raw, "Version": {"Index": web.version + 1}})
+    (sp,) = pl.plan(nodes, [web], tasks, facts).services  # type: ignore[arg-type]
+    assert sp.force_update, sp  # its tasks are replaced anyway
+    assert not any("generic" in w for w in sp.warnings), sp.warnings
+    new = service_compute(sp.writes)(web.spec)
+    assert new is not None
+    web = service_from_api({"ID": web.id, "Spec": new, "Version": {"Index": web.version + 1}})
+    assert _reserved(web) == []
+    (again,) = pl.plan(nodes, [web], tasks, facts).services  # type: ignore[arg-type]
+    assert again.set_generic is None and not any("generic" in w for w in again.warnings)

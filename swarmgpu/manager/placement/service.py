@@ -350,7 +350,9 @@ def _finish(
         )
         d.status = Status.PENDING
     if cyc.generic_kind and isinstance(r, GpuRequest) and valid:
-        d.set_generic, note = reserve_generic(r, s, cyc.generic_kind, bool(running_on))
+        # (tasks this write replaces anyway take the new reservation with them)
+        d.set_generic, note = reserve_generic(r, s, cyc.generic_kind,
+                                              bool(running_on) and not d.force_update)
         if note is not None:
             d.warnings.append(note)
     who, done_with = preempted_mark(
