@@ -383,3 +383,22 @@ def test_switched_to_no_gpu_it_reserves_no_gpu_of_swarm_while_it_runs() -> None:
     assert _reserved(web) == []
     (again,) = pl.plan(nodes, [web], tasks, facts).services  # type: ignore[arg-type]
     assert again.set_generic is None and not any("generic" in w for w in again.warnings)
+
+
+def test_two_tasks_on_one_node_are_said_without_gpus() -> None:
+    """Two replicas, one held per node; Swarm ran both tasks on node-a (MaxReplicas
+    raised by the owner): the warning said "whose GPUs are held for one replica: they
+    share its device list" of a service that holds no GPU. It names its place now."""
+    nodes, facts = two_nodes()
+    pl = Planner()
+    web = service("web", {f"{P}gpus": "0"}, cpu_milli=500)
+    raw = {**web.spec, "Mode": {"Replicated": {"Replicas": 2}}}
+    web = service_from_api({"ID": web.id, "Spec": raw, "Version": {"Index": 1}})
+    nodes, web, on = settle(pl, nodes, [web], [], facts, "web")
+    web = replace(web, max_replicas_per_node=None)
+    tasks = [replace(running(web, on, 500), id=f"t-{k}", slot=k) for k in (1, 2)]
+    (sp,) = pl.plan(nodes, [web], tasks, facts).services  # type: ignore[arg-type]
+    said = [w for w in sp.warnings if "2 tasks run on" in w]
+    assert said, sp.warnings
+    assert "GPU" not in said[0] and "device list" not in said[0], said[0]
+    assert "placed for one replica" in said[0], said[0]

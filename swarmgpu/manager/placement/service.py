@@ -247,7 +247,7 @@ def _plan_replicated(
         d.packed is None
         and want > 1
         and job is None
-        and (crowd := crowding(s, d.placements, running_on, cyc)) is not None
+        and (crowd := crowding(s, d.placements, running_on, cyc, r.cpu_only)) is not None
     ):
         d.warnings.append(crowd.why)  # placed: pending would let it preempt for nothing
         d.state_labels[cyc.prefix + RESPREAD_STATE] = crowd.label
