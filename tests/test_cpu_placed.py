@@ -402,3 +402,33 @@ def test_two_tasks_on_one_node_are_said_without_gpus() -> None:
     assert said, sp.warnings
     assert "GPU" not in said[0] and "device list" not in said[0], said[0]
     assert "placed for one replica" in said[0], said[0]
+
+
+def test_a_gpu_request_short_of_cpu_preempts_no_gpu_holder_for_nothing() -> None:
+    """One node: ``low`` (priority 0) holds its GPUs and reserves no CPU, ``c`` (gpus
+    "0", never a victim) reserves 1.5 of its 2 CPUs. ``hi`` (priority 1000, 1 GPU, 1 CPU)
+    waits for the CPU ("has only 500 CPU milli free"). Before, it preempted ``low``:
+    stopping it frees GPUs but no CPU, so ``hi`` stayed pending and ``low`` was stopped
+    for nothing, again after each cooldown."""
+    nodes, facts = two_nodes()
+    nodes, facts = nodes[:1], {"n-a": facts["n-a"]}
+    n = len(facts["n-a"].gpus)  # type: ignore[attr-defined]
+    pl = Planner()
+    low = service("low", {f"{P}gpus": str(n), f"{P}priority": "0"})
+    nodes, low, on = settle(pl, nodes, [low], [], facts, "low")
+    tasks = [running(low, on, 0)]
+    c = service("c", {f"{P}gpus": "0"}, cpu_milli=1500)
+    nodes, c, _ = settle(pl, nodes, [low, c], tasks, facts, "c")
+    tasks.append(running(c, on, 1500))
+    hi = service("hi", {f"{P}gpus": "1", f"{P}priority": "1000"}, cpu_milli=1000)
+    services = [low, c, hi]
+    plan = pl.plan(nodes, services, tasks, facts)  # type: ignore[arg-type]
+    sp = next(x for x in plan.services if x.name == "hi")
+    assert sp.status == "pending" and "CPU" in (sp.reason or ""), sp.reason
+    assert choose_preemptions(plan, nodes, services, tasks, facts, prefix=P,  # type: ignore[arg-type]
+                              preemptible_below=100) == []
+    # with the CPU there (c gone), the same request does preempt low
+    plan = pl.plan(nodes, [low, hi], tasks[:1], facts)  # type: ignore[arg-type]
+    (p,) = choose_preemptions(plan, nodes, [low, hi], tasks[:1], facts, prefix=P,  # type: ignore[arg-type]
+                              preemptible_below=100)
+    assert [v.service for v in p.victims] == ["low"]
