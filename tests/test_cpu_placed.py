@@ -432,3 +432,16 @@ def test_a_gpu_request_short_of_cpu_preempts_no_gpu_holder_for_nothing() -> None
     (p,) = choose_preemptions(plan, nodes, [low, hi], tasks[:1], facts, prefix=P,  # type: ignore[arg-type]
                               preemptible_below=100)
     assert [v.service for v in p.victims] == ["low"]
+
+
+def test_a_job_of_no_gpu_counts_its_holdings_without_gpus() -> None:
+    """A replicated job of ``gpus: "0"``: its run's progress said "2 GPU holding(s)
+    now" of holdings of no GPU."""
+    nodes, facts = two_nodes()
+    spec = {"Name": "batch", "Labels": {f"{P}gpus": "0"},
+            "TaskTemplate": {"ContainerSpec": {"Image": "x"},
+                             "Resources": {"Reservations": {"NanoCPUs": 500_000_000}}},
+            "Mode": {"ReplicatedJob": {"MaxConcurrent": 2, "TotalCompletions": 2}}}
+    job = service_from_api({"ID": "id-batch", "Spec": spec, "Version": {"Index": 1}})
+    (sp,) = plan_placement(nodes, [job], [], facts).services  # type: ignore[arg-type]
+    assert sp.progress == "0 of 2 complete, 2 holding(s) of no GPU now", sp.progress

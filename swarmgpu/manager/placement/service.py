@@ -184,7 +184,8 @@ def _plan_global(
         else State.ALLOCATED
     )
     if s.mode == "global-job":
-        d.job(job_run(s, job or JobProgress(), d.placements, d.nodes_waiting, d.writes(), cyc), cyc)
+        d.job(job_run(s, job or JobProgress(), d.placements, d.nodes_waiting, d.writes(), cyc,
+                      r.cpu_only), cyc)
 
 
 def _plan_replicated(
@@ -262,7 +263,7 @@ def _plan_replicated(
             d.labels_remove += (key,)
     _outcome(d, s, r, spread.reasons, dm.all_open, stuck, running_on, waiting, replicas, want, cyc)
     if job is not None:
-        d.job(job_run(s, job, d.placements, d.nodes_waiting, d.writes(), cyc), cyc)
+        d.job(job_run(s, job, d.placements, d.nodes_waiting, d.writes(), cyc, r.cpu_only), cyc)
 
 
 def _keep_holdings(
