@@ -5,7 +5,6 @@ swarmgpu writes nothing to it (docs/requests.md, "A service without a GPU")."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,9 +14,11 @@ from click.testing import CliRunner
 from loguru import logger
 from support.placement import P, apply
 from support.planner import two_nodes
+from support.sim import default_sample
 
 from swarmgpu.cli import main
 from swarmgpu.core.config import Config
+from swarmgpu.manager.commands.plan import render_plan
 from swarmgpu.manager.cycle.placement import PlacementStep
 from swarmgpu.manager.placement import Planner, gate_constraint, gate_key, plan_placement
 from swarmgpu.manager.placement.envs import env_template
@@ -26,8 +27,6 @@ from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.rebalance.context import why_not_movable
 from swarmgpu.manager.services.requests import RequestError, parse_all, parse_request
 from swarmgpu.sim.swarm_replay import Replay
-from swarmgpu.sim.trace import load_nodes, load_pods
-from swarmgpu.sim.traces import bundled
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
 
 GIB = 1024 * 1024 * 1024
@@ -165,13 +164,8 @@ def test_the_replay_places_cpu_only_pods_through_the_planner() -> None:
     """``--cpu-pods policy``: each CPU-only pod is a service with ``gpus: "0"`` the
     planner holds (its gate opens, its task runs there), not a task put on a node by the
     planner's allocator directly (the stand-in until stop 67)."""
-    nodes_csv, pods_csv = bundled("default")
-    rng = random.Random(5)
-    nodes = rng.sample(load_nodes(nodes_csv), 30)
-    pods = load_pods(pods_csv)
-    cpu = [p for p in pods if p.total_gpu_milli == 0]
-    gpu = [p for p in pods if p.total_gpu_milli > 0]
-    rp = Replay(nodes, rng.sample(gpu, 150) + rng.sample(cpu, 60), 42, batch=20)
+    nodes, pods = default_sample(150, 60)
+    rp = Replay(nodes, pods, 42, batch=20)
     rp.run()
     w = rp.world
     assert not w.cpu_tasks  # the stand-in placed none
@@ -343,3 +337,111 @@ def test_render_check_counts_it_apart_from_the_gpu_requests(tmp_path: Path) -> N
     assert res.exit_code == 0, res.stderr
     assert "valid (3 service(s), 1 GPU request(s), 1 placed without a GPU)" in res.stderr, \
         res.stderr
+
+
+def test_plan_says_no_gpu_on_its_node() -> None:
+    """``swarmgpu plan`` lists a placement as ``<node>: GPU <indices> <uuids>``; for a
+    service of no GPU it said ``node-a: GPU`` with nothing after it."""
+    nodes, facts = two_nodes()
+    web = service("web", {f"{P}gpus": "0"}, cpu_milli=1000)
+    (sp,) = plan_placement(nodes, [web], [], facts).services  # type: ignore[arg-type]
+    text = render_plan([sp], ungranted=[], workload={}, health=[], moves=None, listen="x")
+    lines = text.splitlines()
+    host = sp.placements[0].hostname
+    assert f"  {host}: no GPU" in lines, text
+    assert not any(ln.rstrip().endswith(": GPU") for ln in lines), text
+
+
+def _reserved(s: SwarmService) -> list[object]:
+    res = (s.spec.get("TaskTemplate") or {}).get("Resources") or {}
+    return list((res.get("Reservations") or {}).get("GenericResources") or [])
+
+
+def test_switched_to_no_gpu_it_reserves_no_gpu_of_swarm_while_it_runs() -> None:
+    """``placement.generic_resource_kind``: a GPU service reserves its GPUs as Swarm
+    generic resources too. Switched to ``gpus: "0"`` while its task runs, its tasks are
+    replaced (its device list goes) but the reservation was left "while tasks run": its
+    new task claimed a GPU in Swarm's count that the ledger gives another service (whose
+    task Swarm then refuses there), every cycle saying so."""
+    kind = "NVIDIA-GPU"
+    nodes, facts = two_nodes()
+    nodes = [replace(n, generic_resources={kind: tuple(g.uuid for g in facts[n.id].gpus)})  # type: ignore[attr-defined]
+             for n in nodes]
+    pl = Planner(generic_kind=kind)
+    web = service("web", {f"{P}gpus": "1"}, cpu_milli=500)
+    nodes, web, on = settle(pl, nodes, [web], [], facts, "web")
+    assert [g["DiscreteResourceSpec"] for g in _reserved(web)] == [{"Kind": kind, "Value": 1}]  # type: ignore[index]
+    tasks = [running(web, on, 500)]
+    raw = {**web.spec, "Labels": {**web.labels, f"{P}gpus": "0"}}
+    web = service_from_api({"ID": web.id, "Spec": raw, "Version": {"Index": web.version + 1}})
+    (sp,) = pl.plan(nodes, [web], tasks, facts).services  # type: ignore[arg-type]
+    assert sp.force_update, sp  # its tasks are replaced anyway
+    assert not any("generic" in w for w in sp.warnings), sp.warnings
+    new = service_compute(sp.writes)(web.spec)
+    assert new is not None
+    web = service_from_api({"ID": web.id, "Spec": new, "Version": {"Index": web.version + 1}})
+    assert _reserved(web) == []
+    (again,) = pl.plan(nodes, [web], tasks, facts).services  # type: ignore[arg-type]
+    assert again.set_generic is None and not any("generic" in w for w in again.warnings)
+
+
+def test_two_tasks_on_one_node_are_said_without_gpus() -> None:
+    """Two replicas, one held per node; Swarm ran both tasks on node-a (MaxReplicas
+    raised by the owner): the warning said "whose GPUs are held for one replica: they
+    share its device list" of a service that holds no GPU. It names its place now."""
+    nodes, facts = two_nodes()
+    pl = Planner()
+    web = service("web", {f"{P}gpus": "0"}, cpu_milli=500)
+    raw = {**web.spec, "Mode": {"Replicated": {"Replicas": 2}}}
+    web = service_from_api({"ID": web.id, "Spec": raw, "Version": {"Index": 1}})
+    nodes, web, on = settle(pl, nodes, [web], [], facts, "web")
+    web = replace(web, max_replicas_per_node=None)
+    tasks = [replace(running(web, on, 500), id=f"t-{k}", slot=k) for k in (1, 2)]
+    (sp,) = pl.plan(nodes, [web], tasks, facts).services  # type: ignore[arg-type]
+    said = [w for w in sp.warnings if "2 tasks run on" in w]
+    assert said, sp.warnings
+    assert "GPU" not in said[0] and "device list" not in said[0], said[0]
+    assert "placed for one replica" in said[0], said[0]
+
+
+def test_a_gpu_request_short_of_cpu_preempts_no_gpu_holder_for_nothing() -> None:
+    """One node: ``low`` (priority 0) holds its GPUs and reserves no CPU, ``c`` (gpus
+    "0", never a victim) reserves 1.5 of its 2 CPUs. ``hi`` (priority 1000, 1 GPU, 1 CPU)
+    waits for the CPU ("has only 500 CPU milli free"). Before, it preempted ``low``:
+    stopping it frees GPUs but no CPU, so ``hi`` stayed pending and ``low`` was stopped
+    for nothing, again after each cooldown."""
+    nodes, facts = two_nodes()
+    nodes, facts = nodes[:1], {"n-a": facts["n-a"]}
+    n = len(facts["n-a"].gpus)  # type: ignore[attr-defined]
+    pl = Planner()
+    low = service("low", {f"{P}gpus": str(n), f"{P}priority": "0"})
+    nodes, low, on = settle(pl, nodes, [low], [], facts, "low")
+    tasks = [running(low, on, 0)]
+    c = service("c", {f"{P}gpus": "0"}, cpu_milli=1500)
+    nodes, c, _ = settle(pl, nodes, [low, c], tasks, facts, "c")
+    tasks.append(running(c, on, 1500))
+    hi = service("hi", {f"{P}gpus": "1", f"{P}priority": "1000"}, cpu_milli=1000)
+    services = [low, c, hi]
+    plan = pl.plan(nodes, services, tasks, facts)  # type: ignore[arg-type]
+    sp = next(x for x in plan.services if x.name == "hi")
+    assert sp.status == "pending" and "CPU" in (sp.reason or ""), sp.reason
+    assert choose_preemptions(plan, nodes, services, tasks, facts, prefix=P,  # type: ignore[arg-type]
+                              preemptible_below=100) == []
+    # with the CPU there (c gone), the same request does preempt low
+    plan = pl.plan(nodes, [low, hi], tasks[:1], facts)  # type: ignore[arg-type]
+    (p,) = choose_preemptions(plan, nodes, [low, hi], tasks[:1], facts, prefix=P,  # type: ignore[arg-type]
+                              preemptible_below=100)
+    assert [v.service for v in p.victims] == ["low"]
+
+
+def test_a_job_of_no_gpu_counts_its_holdings_without_gpus() -> None:
+    """A replicated job of ``gpus: "0"``: its run's progress said "2 GPU holding(s)
+    now" of holdings of no GPU."""
+    nodes, facts = two_nodes()
+    spec = {"Name": "batch", "Labels": {f"{P}gpus": "0"},
+            "TaskTemplate": {"ContainerSpec": {"Image": "x"},
+                             "Resources": {"Reservations": {"NanoCPUs": 500_000_000}}},
+            "Mode": {"ReplicatedJob": {"MaxConcurrent": 2, "TotalCompletions": 2}}}
+    job = service_from_api({"ID": "id-batch", "Spec": spec, "Version": {"Index": 1}})
+    (sp,) = plan_placement(nodes, [job], [], facts).services  # type: ignore[arg-type]
+    assert sp.progress == "0 of 2 complete, 2 holding(s) of no GPU now", sp.progress

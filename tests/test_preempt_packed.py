@@ -12,12 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from support.placement import DGX, FACTS, R4090, apply, svc
+from support.placement import DGX, FACTS, R4090, daemon_plans, settle, svc
 
-from swarmgpu.core.config import Config, PreemptionConfig
-from swarmgpu.manager.cycle.preemption import plan_as_daemon
-from swarmgpu.manager.nodes.agent_client import FactsResult
-from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import (
     ServicePlan,
     assign_key,
@@ -30,16 +26,6 @@ from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 P = "swarmgpu."
 
 
-def _written(s: SwarmService, sp: ServicePlan) -> SwarmService:
-    labels = {k: v for k, v in s.labels.items() if k not in sp.service_labels_remove}
-    labels.update(sp.service_labels_set)
-    mrpn = s.max_replicas_per_node if sp.set_max_replicas is None else sp.set_max_replicas
-    env = tuple(new if e == old else e for e in s.env for old, new in
-                (sp.replace_env or [("", "")]))
-    return replace(s, labels=labels, max_replicas_per_node=mrpn, env=env,
-                   force_update=s.force_update + sp.force_update, version=s.version + 1)
-
-
 def test_a_pending_packed_service_preempts_nothing() -> None:
     """p (priority 100) is packed 4 x 1 GPU on gpu-node-1; low (priority 0) holds all of
     gpu-node-2. p's owner sets max_replicas_per_node 2: p is pending. Before: "would
@@ -49,23 +35,14 @@ def test_a_pending_packed_service_preempts_nothing() -> None:
                       "swarmgpu.priority": "0"})
     p = svc("p", {"swarmgpu.gpus": "1", "swarmgpu.pack": "always",
                   "swarmgpu.priority": "100"}, replicas=4)
-    nodes, services = [DGX, R4090], [low, p]
-    for _ in range(2):  # placed, then the gates open
-        plan = plan_placement(nodes, services, [], FACTS)
-        by = {sp.name: sp for sp in plan.services}
-        services = [_written(s, by[s.name]) for s in services]
-        nodes = apply(nodes, plan)
-    low, p = services
+    nodes, (low, p), _ = settle([DGX, R4090], [low, p])
     p = replace(p, max_replicas_per_node=2, version=p.version + 1)
     tasks = [SwarmTask("t-low", low.id, "n-4090", 1, "running", "running", (),
                        force_update=low.force_update)]
     tasks += [SwarmTask(f"t-p{k}", p.id, "n-dgx" if k <= 2 else "", k,
                         "running" if k <= 2 else "pending", "running", (),
                         force_update=p.force_update) for k in range(1, 5)]
-    facts = {nid: FactsResult(nid, nid, "", f, None, 1.0) for nid, f in FACTS.items()}
-    snap = Snapshot(nodes, [low, p], tasks, facts, swarm_labels={})
-    got = {sp.name: sp for sp in plan_as_daemon(
-        snap, Config(preemption=PreemptionConfig(dry_run=False))).services}
+    got = daemon_plans(nodes, [low, p], tasks)
     assert got["p"].status == "pending" and got["p"].packed, got["p"]
     assert not [w for w in got["p"].warnings if "preempt" in w], got["p"].warnings
 
@@ -85,13 +62,7 @@ def _scaled_past_the_room(most: int | None = None, queues: dict[str, Any] | None
                   "swarmgpu.priority": "100", **A100, **q[0]}, replicas=4)
     low = svc("low", {"swarmgpu.gpus": "3", "swarmgpu.priority": low_priority, **A100,
                       **q[1]})
-    nodes, services = [DGX, R4090], [p, low]
-    for _ in range(2):  # placed, then the gates open
-        plan = plan_placement(nodes, services, [], FACTS)
-        by = {sp.name: sp for sp in plan.services}
-        services = [_written(s, by[s.name]) for s in services]
-        nodes = apply(nodes, plan)
-    p, low = services
+    nodes, (p, low), by = settle([DGX, R4090], [p, low])
     assert by["p"].packed and by["low"].placements[0].node_id == "n-dgx", by
     p = replace(p, replicas=6, version=p.version + 1,
                 max_replicas_per_node=p.max_replicas_per_node if most is None else most)
@@ -100,11 +71,7 @@ def _scaled_past_the_room(most: int | None = None, queues: dict[str, Any] | None
     tasks += [SwarmTask(f"t-p{k}", p.id, "n-dgx" if k <= 4 else "", k,
                         "running" if k <= 4 else "pending", "running", (),
                         force_update=p.force_update) for k in range(1, 7)]
-    facts = {nid: FactsResult(nid, nid, "", f, None, 1.0) for nid, f in FACTS.items()}
-    snap = Snapshot(nodes, [p, low], tasks, facts, swarm_labels={})
-    got = {sp.name: sp for sp in plan_as_daemon(
-        snap, Config(preemption=PreemptionConfig(dry_run=False),
-                     queues=queues or {})).services}
+    got = daemon_plans(nodes, [p, low], tasks, queues)
     assert got["p"].status == "pending" and got["p"].packed, got["p"]
     return got, nodes, p, low
 

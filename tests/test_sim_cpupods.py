@@ -6,12 +6,11 @@ planner's replay, and the option end to end (the default's output unchanged)."""
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
 from collections import Counter
 
-from support.sim import node_spec
+from support.sim import default_sample, node_spec
 
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import Choice, Demand
@@ -105,13 +104,7 @@ def test_ties_are_drawn_from_the_seed_and_moves_are_counted() -> None:
 def test_every_pod_placed_by_swarm_is_counted_on_its_node_in_the_planner_replay() -> None:
     """GPU pods (the planner's holdings, moves included) and CPU-only pods (Swarm's)
     count on their node, as Swarm counts the tasks there."""
-    nodes_csv, pods_csv = bundled("default")
-    rng = random.Random(5)
-    nodes = rng.sample(load_nodes(nodes_csv), 30)
-    pods = load_pods(pods_csv)
-    cpu = [p for p in pods if p.total_gpu_milli == 0]
-    gpu = [p for p in pods if p.total_gpu_milli > 0]
-    pods = rng.sample(gpu, 220) + rng.sample(cpu, 80)
+    nodes, pods = default_sample(220, 80)
     rp = Replay(nodes, pods, 42, cpu_pods="swarm")
     res = rp.run(10.0, FragmentationMover(), defrag_every=25, min_batch=1)
     sched = rp.world.sched

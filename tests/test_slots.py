@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from support.gpu_nodes import RTX4090
-from support.placement import DGX, FACTS, R4090, apply, svc
+from support.placement import DGX, FACTS, R4090, apply, svc, written
 
 from swarmgpu.manager.commands.render import render_stack
 from swarmgpu.manager.placement import (
@@ -32,17 +32,6 @@ def task(s: SwarmService, slot: int, state: str = "running", node: str = "n-4090
          desired: str = "running", force: int = 1) -> SwarmTask:
     return SwarmTask(f"t-{s.name}-{slot}-{state}", s.id, node if state == "running" else "",
                      slot, state, desired, (), force_update=force)
-
-
-def written(s: SwarmService, sp: ServicePlan) -> SwarmService:
-    """The service as Swarm holds it once the plan's service write landed."""
-    labels = {k: v for k, v in s.labels.items() if k not in sp.service_labels_remove}
-    labels.update(sp.service_labels_set)
-    mrpn = s.max_replicas_per_node if sp.set_max_replicas is None else sp.set_max_replicas
-    env = tuple(new if e == old else e for e in s.env for old, new in
-                (sp.replace_env or [("", "")]))
-    return replace(s, labels=labels, max_replicas_per_node=mrpn, env=env,
-                   force_update=s.force_update + sp.force_update, version=s.version + 1)
 
 
 def slot_lists(sp: ServicePlan, node: str = "n-4090") -> dict[int, str]:

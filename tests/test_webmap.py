@@ -365,6 +365,24 @@ def test_map_shows_nodes_gpus_holders_pending_mig_groups(
     assert re.search(r'<div id="banner" class="banner" role="alert" hidden="">\s*</div>', dom)
 
 
+def test_a_service_of_no_gpu_lists_its_node_without_gpus(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    """A ``gpus: "0"`` service's placement has no GPUs: the Services panel said
+    ``gpu-node-1: GPU`` with nothing after it."""
+    doc = sample()
+    doc["services"].append({"name": "indexer", "id": "id-indexer",
+                            "request": "no GPU, placed by swarmgpu by its CPU and memory",
+                            "status": "placed", "state": "Active", "reason": None,
+                            "placements": [{"node": "gpu-node-1", "gpus": [], "uuids": []}]})
+    srv = serve(lambda: doc)
+    dom = dump_dom(chromium, srv.url)
+    section = dom[dom.index('id="services"'):]
+    panel = text_of(section[: section.index("</section>")])
+    assert "indexer" in panel and "gpu-node-1: no GPU" in panel, panel
+    assert not re.search(r"gpu-node-1: GPU\s*(?:$|[a-z])", panel), panel
+
+
 def test_screenshots_for_a_human_look(
     chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
 ) -> None:

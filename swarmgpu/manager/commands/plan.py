@@ -42,7 +42,10 @@ def _service_lines(sp: ServicePlan) -> list[str]:
     out = [f"{sp.name}: {sp.status} ({sp.state}) {sp.request_text}"]
     for pl in sp.placements:
         slot = f" (slot {pl.slot})" if pl.slot is not None else ""
-        out.append(f"  {pl.hostname}{slot}: GPU {','.join(map(str, pl.gpus))} {','.join(pl.uuids)}")
+        # a holding of no GPU (gpus: "0") is a place, not a GPU list
+        held = (f"GPU {','.join(map(str, pl.gpus))} {','.join(pl.uuids)}" if pl.uuids
+                else "no GPU")
+        out.append(f"  {pl.hostname}{slot}: {held}")
     if sp.packed:
         out.append(f"  replicas {sp.packed}")
     if sp.mode != "replicated":  # global: per node; a job: its run's progress

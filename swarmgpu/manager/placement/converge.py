@@ -150,6 +150,7 @@ def crowding(
     placements: Sequence[ReplicaPlacement],
     running_on: Mapping[str, int],
     cyc: Cycle,
+    no_gpu: bool = False,
 ) -> Crowding | None:
     """A spread replica holds one device list per node, and MaxReplicas 1 keeps Swarm to
     one task there -- but only for the tasks it schedules while the spec says so. Once
@@ -159,7 +160,8 @@ def crowding(
     any other node), and both read the same list: two model servers on one GPU set.
     Setting 1 back moves no task (a change of placement alone restarts none), so the
     service's tasks are replaced once (ForceUpdate: the new ones carry MaxReplicas 1);
-    not again while that rolling update runs, unless MaxReplicas was changed since."""
+    not again while that rolling update runs, unless MaxReplicas was changed since.
+    ``no_gpu``: a service of ``gpus: "0"``, whose place holds its CPU and memory once."""
     over = sorted(
         (cyc.by_id[p.node_id].hostname, running_on[p.node_id])
         for p in placements
@@ -167,10 +169,10 @@ def crowding(
     )
     if not over:
         return None
-    what = "; ".join(
-        f"{n} tasks run on {host}, whose GPUs are held for one replica: they share its device list"
-        for host, n in over
-    )
+    held = ("where swarmgpu placed for one replica: its CPU and memory are counted once"
+            if no_gpu else
+            "whose GPUs are held for one replica: they share its device list")
+    what = "; ".join(f"{n} tasks run on {host}, {held}" for host, n in over)
     rolling = (
         s.labels.get(cyc.prefix + RESPREAD_STATE) == str(s.force_update)
         and s.max_replicas_per_node == 1

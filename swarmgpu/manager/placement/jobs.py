@@ -40,8 +40,9 @@ class JobProgress:
     tasks: int = 0  # tasks of this run, in any state
     failed_nodes: frozenset[str] = frozenset()  # a global job's nodes Swarm gave up on
 
-    def text(self, total: int, held: int) -> str:
-        out = f"{self.complete} of {total} complete, {held} GPU holding(s) now"
+    def text(self, total: int, held: int, no_gpu: bool = False) -> str:
+        what = "holding(s) of no GPU" if no_gpu else "GPU holding(s)"  # (gpus: "0")
+        out = f"{self.complete} of {total} complete, {held} {what} now"
         return out + (f", {self.failed} failed" if self.failed else "")
 
 
@@ -146,16 +147,18 @@ class JobRun:
 
 
 def job_run(s: SwarmService, prog: JobProgress, placements: Sequence[ReplicaPlacement],
-            nodes_waiting: Mapping[str, str], writes: SpecWrites, cyc: Cycle) -> JobRun:
+            nodes_waiting: Mapping[str, str], writes: SpecWrites, cyc: Cycle,
+            no_gpu: bool = False) -> JobRun:
     """A job's plan after placement: its progress, ``done`` once every task completed, the
-    gates its completed tasks need, and no service write a running job would be re-run by."""
+    gates its completed tasks need, and no service write a running job would be re-run by.
+    ``no_gpu``: a job of ``gpus: "0"`` (its holdings are said as of no GPU)."""
     prefix = cyc.prefix
     gate = gate_key(prefix, s.name)
     held = {p.node_id for p in placements}
     total = (s.total_completions if s.total_completions is not None else 1
              ) if s.mode == "replicated-job" else (prog.complete + len(placements)
                                                    + len(prog.failed_nodes))
-    progress = prog.text(total, len(placements))
+    progress = prog.text(total, len(placements), no_gpu)
     finished = (prog.complete >= total if s.mode == "replicated-job"
                 else bool(prog.complete) and not nodes_waiting)
     # The device map of nodes given back stays: removing it would re-run the job, and a

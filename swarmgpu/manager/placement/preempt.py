@@ -40,7 +40,9 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   queue's waiting services fits alone;
 * no preemption when a node the preemptor may use already has enough free GPUs: the
   request is pending for another reason (topology, CPU, a constraint), and stopping a
-  service would not place it.
+  service would not place it; nor on a node where the CPU and memory its tasks reserve
+  would not be left once the victims' tasks go (``Room``: what Swarm's ResourceFilter
+  counts; a service of no GPU there, never a victim, may hold it).
 
 Only whole-GPU requests preempt (a share or a MIG device waits). The actuator
 (``swarmgpu.manager.cycle.preemption``) owns dry-run, budgets, cooldowns and the writes: the
@@ -72,7 +74,7 @@ from swarmgpu.manager.placement.queues import (
 )
 from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
 
 PREEMPTED_STATE = "state.preempted"  # service label: JSON {by, priority, at, node}
 MAX_STATE_CHARS = 1024  # a longer label is not swarmgpu's: not read
@@ -248,6 +250,60 @@ def _usable(r: GpuRequest, facts: NodeFacts | None) -> set[str]:
             and (r.min_memory_mib is None or g.memory_mib >= r.min_memory_mib)}
 
 
+@dataclass(frozen=True, slots=True)
+class Room:
+    """CPU and memory per node as Swarm's ResourceFilter counts them: what is left
+    (None: the node's capacity unknown), and what each service reserves there -- its
+    tasks' reservations, or its holding's while no task of it runs there yet (as
+    ``ClusterAllocator.holding_reservation`` counts it)."""
+
+    left: Mapping[str, tuple[int | None, int | None]]
+    held: Mapping[tuple[str, str], tuple[int, int]]  # (service name, node id) -> reserved
+
+    @staticmethod
+    def of(nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
+           tasks: Sequence[SwarmTask], holdings: Mapping[str, Mapping[str, Holding]]) -> Room:
+        name_of = {s.id: s.name for s in services}
+        held: dict[tuple[str, str], tuple[int, int]] = {}
+        on: set[tuple[str, str]] = set()
+        for t in tasks:
+            if t.desired_state != "running" or not t.node_id:
+                continue
+            on.add((t.service_id, t.node_id))
+            k = (name_of.get(t.service_id, "\0" + t.service_id), t.node_id)
+            c, m = held.get(k, (0, 0))
+            held[k] = (c + t.cpu_milli, m + t.memory_mib)
+        by_name = {s.name: s for s in services}
+        for nid, here in holdings.items():
+            for svc, h in here.items():
+                s = by_name.get(svc)
+                if s is not None and (s.id, nid) not in on:
+                    c, m = reservations(s.spec)
+                    held[(svc, nid)] = (c * h.replicas, m * h.replicas)
+        use: dict[str, tuple[int, int]] = {}
+        for (_svc, nid), (c, m) in held.items():
+            uc, um = use.get(nid, (0, 0))
+            use[nid] = (uc + c, um + m)
+        left = {n.id: (None if n.cpu_milli is None else n.cpu_milli - use.get(n.id, (0, 0))[0],
+                       None if n.memory_mib is None else n.memory_mib - use.get(n.id, (0, 0))[1])
+                for n in nodes}
+        return Room(left, held)
+
+    def fits(self, s: SwarmService, nid: str, victims: Sequence[Candidate], count: int,
+             ) -> bool:
+        """``count`` tasks of ``s`` fit on ``nid`` once ``victims``' reservations go."""
+        want = reservations(s.spec)
+        left = self.left.get(nid, (None, None))
+        for i in (0, 1):
+            have = left[i]
+            if have is None or not want[i]:
+                continue
+            freed = sum(self.held.get((v.service, nid), (0, 0))[i] for v in victims)
+            if have + freed < want[i] * count:
+                return False
+        return True
+
+
 @dataclass(slots=True)
 class _Round:
     """The cluster as one round of ``choose_preemptions`` reads it, and what the round
@@ -271,6 +327,7 @@ class _Round:
     q_given: dict[str, int] = field(default_factory=dict)  # milli per queue its preemptors take
     # of ``refused``, nodes refused for a host-mode port alone -> the services binding it
     ports: Callable[[SwarmService], Mapping[str, AbstractSet[str]]] | None = None
+    room: Room | None = None  # CPU and memory per node (None: not counted)
 
     def refused_of(self, s: SwarmService) -> AbstractSet[str]:
         return self.refused(s) if self.refused is not None else frozenset()
@@ -332,7 +389,8 @@ def choose_preemptions(
     rd = _Round(by_name, {n.id: n for n in nodes}, facts,
                 {**{q["queue"]: q for q in plan.queues}, "": _no_queue(holdings, req, facts)},
                 req, started, holdings, refused, preemptible_below, cooling, moving,
-                done_idle(services, tasks), ports=ports)
+                done_idle(services, tasks), ports=ports,
+                room=Room.of(nodes, services, tasks, holdings))
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     # A packed service's replicas go only on its node: it preempts there alone, for all
     # the replicas it lacks at once (``packing.repack`` places them so); elsewhere its
@@ -448,6 +506,9 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
                                together, over)
         if not victims or (nid in no and not takers[nid] <= {v.service for v in victims}):
             continue  # (a port another service binds here stays bound: Swarm refuses it)
+        if rd.room is not None and not rd.room.fits(
+                s, nid, victims, packed[1] if packed is not None else 1):
+            continue  # its CPU or memory would still be missing: they go for nothing
         prios = [v.priority for v in victims]
         key = (len(victims), max(reclaim_rank(v, over) for v in victims), max(prios),
                sum(prios), node.hostname)

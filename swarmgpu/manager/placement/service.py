@@ -184,7 +184,8 @@ def _plan_global(
         else State.ALLOCATED
     )
     if s.mode == "global-job":
-        d.job(job_run(s, job or JobProgress(), d.placements, d.nodes_waiting, d.writes(), cyc), cyc)
+        d.job(job_run(s, job or JobProgress(), d.placements, d.nodes_waiting, d.writes(), cyc,
+                      r.cpu_only), cyc)
 
 
 def _plan_replicated(
@@ -247,7 +248,7 @@ def _plan_replicated(
         d.packed is None
         and want > 1
         and job is None
-        and (crowd := crowding(s, d.placements, running_on, cyc)) is not None
+        and (crowd := crowding(s, d.placements, running_on, cyc, r.cpu_only)) is not None
     ):
         d.warnings.append(crowd.why)  # placed: pending would let it preempt for nothing
         d.state_labels[cyc.prefix + RESPREAD_STATE] = crowd.label
@@ -262,7 +263,7 @@ def _plan_replicated(
             d.labels_remove += (key,)
     _outcome(d, s, r, spread.reasons, dm.all_open, stuck, running_on, waiting, replicas, want, cyc)
     if job is not None:
-        d.job(job_run(s, job, d.placements, d.nodes_waiting, d.writes(), cyc), cyc)
+        d.job(job_run(s, job, d.placements, d.nodes_waiting, d.writes(), cyc, r.cpu_only), cyc)
 
 
 def _keep_holdings(
@@ -350,7 +351,9 @@ def _finish(
         )
         d.status = Status.PENDING
     if cyc.generic_kind and isinstance(r, GpuRequest) and valid:
-        d.set_generic, note = reserve_generic(r, s, cyc.generic_kind, bool(running_on))
+        # (tasks this write replaces anyway take the new reservation with them)
+        d.set_generic, note = reserve_generic(r, s, cyc.generic_kind,
+                                              bool(running_on) and not d.force_update)
         if note is not None:
             d.warnings.append(note)
     who, done_with = preempted_mark(

@@ -43,8 +43,13 @@ def service_compute(sp: SpecWrites) -> SpecCompute:
             reservations = resources["Reservations"] = dict(resources.get("Reservations") or {})
             others = [g for g in reservations.get("GenericResources") or []
                       if (g.get("DiscreteResourceSpec") or {}).get("Kind") != kind]
-            reservations["GenericResources"] = [
-                *others, {"DiscreteResourceSpec": {"Kind": kind, "Value": count}}]
+            # a count of 0 (gpus: "0") is no reservation of the kind: Swarm would still
+            # want the kind advertised on the node
+            mine = [{"DiscreteResourceSpec": {"Kind": kind, "Value": count}}] if count else []
+            if others or mine:
+                reservations["GenericResources"] = [*others, *mine]
+            else:
+                reservations.pop("GenericResources", None)
         if sp.set_update_parallelism is not None:
             update = new["UpdateConfig"] = dict(new.get("UpdateConfig") or {})
             update["Parallelism"] = sp.set_update_parallelism

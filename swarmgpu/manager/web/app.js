@@ -1507,7 +1507,7 @@
                 {},
                 h("div", {}, svcLink(s.name), " ", badge(k, icon, s.status), s.state ? h("span", { class: "meta" }, ` ${s.state}`) : null),
                 h("div", { class: "req" }, s.request),
-                arr(s.placements).slice(0, 4).map((p) => h("div", { class: "meta" }, `${text(p.node)}: GPU ${list(p.gpus)}`)),
+                arr(s.placements).slice(0, 4).map((p) => h("div", { class: "meta" }, `${text(p.node)}: ${arr(p.gpus).length ? `GPU ${list(p.gpus)}` : "no GPU"}`)), // gpus: "0" holds a place, no GPU
                 (s.placements || []).length > 4 ? h("div", { class: "meta" }, `and ${s.placements.length - 4} more replicas`) : null,
                 s.reason ? h("div", { class: "reason" }, s.reason) : null,
               );
