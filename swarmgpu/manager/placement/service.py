@@ -19,7 +19,8 @@ service's ``ServicePlan`` once from it:
 8. the queue's cap on a scale-up (``queues.QueueLimit``), the generic reservation
    (``generic``), the preemption record (``preempt``), a CUDA_DEVICE_ORDER record whose
    line the owner took out (``gating.stale_order_record``: dropped);
-9. ``restarts``: the task spec change decided, or held back.
+9. ``restarts``: the task spec change decided, or held back; a write that replaces no
+   task held while a task of the service waits for a node (``strands_waiting``).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from swarmgpu.manager.placement.records import (
     Status,
 )
 from swarmgpu.manager.placement.replicas import placement_order, replicas_of
-from swarmgpu.manager.placement.restarts import settle_restarts
+from swarmgpu.manager.placement.restarts import settle_restarts, strands_waiting
 from swarmgpu.manager.placement.spread import place_replicas
 from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, RequestError
@@ -140,7 +141,7 @@ def plan_service(
                 job,
                 cap.replicas if cap is not None else None,
             )
-    return _finish(d, s, r, running_on, cyc, cap)
+    return _finish(d, s, r, running_on, waiting, cyc, cap)
 
 
 _MODES = frozenset(("replicated", "global", "replicated-job", "global-job"))
@@ -337,6 +338,7 @@ def _finish(
     s: SwarmService,
     r: GpuRequest | RequestError,
     running_on: Mapping[str, int],
+    waiting: Waiting,
     cyc: Cycle,
     cap: QueueLimit | None,
 ) -> ServicePlan:
@@ -372,6 +374,8 @@ def _finish(
             # What adoption said it added was not added: the held note says what waits.
             d.warnings = [w for w in d.warnings if not w.startswith("adopted")]
             d.warnings.append(settled.note)
+    if strands_waiting(writes, s, waiting):  # written once no task waits for a node
+        writes = NO_WRITES
     return d.build(writes)
 
 
