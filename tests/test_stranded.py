@@ -96,3 +96,36 @@ def test_a_record_is_not_dropped_while_a_task_waits_for_a_node() -> None:
     # With no task waiting, the record goes.
     (sp,) = Planner().plan(nodes, [s], _tasks(s, ["n-a", "n-b"], "running"), facts).services
     assert PREEMPTED in sp.service_labels_remove and not sp.force_update
+
+
+def test_a_task_swarm_left_behind_an_open_gate_is_replaced_where_it_is() -> None:
+    """A write by anyone else (an operator's label, a preemption's record) left the
+    service's waiting task of an older revision: Swarm keeps the message it gave before
+    the gate opened and never tries the task again. The converge step read that as
+    Swarm refusing the node and, with no other node to take the replica, waited for
+    good. Nothing of it runs: its waiting task is replaced where it is (a ForceUpdate),
+    under the back-off."""
+    nodes = [node("n-a", "node-a")]
+    facts = {"n-a": RTX4090.facts()}
+    planner = Planner()
+    s = svc("one", {"swarmgpu.gpus": "1"})
+    for _ in range(3):
+        plan = planner.plan(nodes, [s], [], facts, now=1000.0)
+        nodes, (s,) = apply(nodes, plan), as_written([s], plan)
+    assert nodes[0].labels.get("swarmgpu.service.one") == "true"
+    s = _as_written(s, add={"team": "ml"})  # the operator's label: a new revision
+    (t,) = _tasks(s, [""])
+    t = replace(t, error="no suitable node (scheduling constraints not satisfied on 1 node)")
+    (sp,) = planner.plan(nodes, [s], [t], facts, now=1001.0).services
+    assert not sp.force_update and sp.status == "pending"  # within the gate's grace
+    (sp,) = planner.plan(nodes, [s], [t], facts, now=1010.0).services
+    assert sp.force_update and sp.decision is not None and sp.decision[0] == "place"
+    assert "swarmgpu.state.replaced" in sp.service_labels_set
+    assert nodes[0].labels.get("swarmgpu.assign.one") and "n-a" not in sp.node_remove
+    # Replaced once: the back-off holds the next try.
+    s2 = replace(s, force_update=s.force_update + 1,
+                 labels={**s.labels, **sp.service_labels_set})
+    (t2,) = _tasks(s2, [""])
+    t2 = replace(t2, error=t.error)
+    (sp,) = planner.plan(nodes, [s2], [t2], facts, now=1012.0).services
+    assert not sp.force_update and "backed off" in (sp.reason or "")

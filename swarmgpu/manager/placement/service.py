@@ -145,6 +145,8 @@ def plan_service(
 
 
 _MODES = frozenset(("replicated", "global", "replicated-job", "global-job"))
+RENEW_WHY = ("its waiting task, which Swarm has not tried since a write of its spec, "
+             "replaced where it is (nothing of it runs)")
 
 
 def _plan_global(
@@ -223,6 +225,8 @@ def _plan_replicated(
             d.remove_holdings(conv.dropped, cyc)
             d.state_labels[cyc.prefix + REPLACED_STATE] = conv.backoff_label
             d.replaced = conv.replaced
+        elif conv.renew:
+            d.state_labels[cyc.prefix + REPLACED_STATE] = conv.backoff_label
     spread = place_replicas(s, r, holdings, replicas, slots or {}, res, cyc)
     d.placements = tuple(sorted(spread.placements, key=placement_order))
     d.packed, d.new = spread.packed, spread.new
@@ -254,6 +258,8 @@ def _plan_replicated(
         d.state_labels[cyc.prefix + RESPREAD_STATE] = crowd.label
         if crowd.force and not d.force_update:
             d.force_update, d.decision = True, ("place", crowd.why)
+    if conv is not None and conv.renew and not d.force_update:
+        d.force_update, d.decision = True, ("place", RENEW_WHY)
     # swarmgpu's own records: the MaxReplicas it set, the back-off (no device map: no
     # restart), the re-spread; a record no longer true goes
     if want_state := {k: v for k, v in d.state_labels.items() if s.labels.get(k) != v}:
