@@ -349,6 +349,30 @@ def test_the_over_share_restart_is_the_operators_word(tmp_path: Any,
     check(sw, logs)
 
 
+def test_the_over_share_restart_marks_its_service_before_its_task_is_replaced(
+        tmp_path: Any, logs: list[str]) -> None:
+    """The cooldown mark (``moved-at``) is a write of the service's labels alone. Written
+    after the gate reopened, it left the replacement task -- still waiting for a node
+    while the old task gives back what it reserves -- of an older revision, which Swarm's
+    scheduler never tries again (moby/swarmkit 807f25e, ``noSuitableNode``). Written
+    before the gate closes, the replacement is made from the marked spec."""
+    from swarmgpu.manager.rebalance.context import MOVED_AT
+    from swarmgpu.manager.services.overshare import Restarter, ServiceUse
+
+    sw = _busy_4090({f"{P}priority": "0"}, 8)
+    cfg = Config(state_dir=str(tmp_path), placement=PlacementConfig(overshare="restart"))
+    r = Restarter(sw, cfg, wait_s=1.0, clock=lambda: 1234.0)  # type: ignore[arg-type]
+    u = ServiceUse("batch", "n-4090", "gpu-node-2", 0, R_UUIDS[0], 30000, 20000, 1000,
+                   ("t-batch",), (), ())
+    n = len(sw.calls)
+    assert r._bounce(sw.service("id-batch"), u, MOVED_AT)
+    mine = sw.calls[n:]
+    assert mine.index(("service", "id-batch")) < mine.index(("node", "n-4090")), mine
+    assert sw.service("id-batch").labels[P + MOVED_AT] == "1234"
+    assert sw.restarts == [("n-4090", "id-batch", "n-4090")]
+    check(sw, logs)
+
+
 def _label_rm(sw: ModelSwarm, service_id: str, *keys: str) -> None:
     """``docker service update --label-rm KEY``: the labels go, nothing else changes."""
     sw.update_service_spec(service_id, lambda spec: {

@@ -20,6 +20,7 @@ from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.swarm.client import SwarmService
 
 GATE_GRACE_S = 5.0  # a gate must have been open this long before Swarm's refusal counts
+_SAYS = ", Swarm says: "
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,7 @@ class Convergence:
     dropped: tuple[str, ...] = ()
     replaced: str = ""
     backoff_label: str = ""  # ``<p>state.replaced``, written with the device map
+    renew: bool = False  # its waiting task is replaced where it is (a ForceUpdate)
 
 
 def converge(
@@ -53,12 +55,14 @@ def converge(
     if not waiting:
         return None
     stuck: dict[str, str] = {}
+    told = True  # only the scheduler's message says so, nothing Swarm's state shows
     for nid, h in holdings.items():
         if h.packed or running_on.get(nid):
             continue  # a task runs there: Swarm does run it
         why = _stuck_on(s, nid, waiting, res, cyc)
         if why:
             stuck[nid] = why
+            told = told and why.endswith(_SAYS + waiting.refused)
     if not stuck:
         return None
     # A service of no GPU (gpus: "0") holds none: say where it is placed instead.
@@ -85,9 +89,16 @@ def converge(
             cluster.commit_holding(
                 s.name, nid, holdings[nid], cluster.holding_reservation(s.id, nid, res)
             )
-        return Convergence(
-            holdings, f"{what}; no other node can take it: {cluster.hostnames(probe.reason)}"
-        )
+        nowhere = f"{what}; no other node can take it: {cluster.hostnames(probe.reason)}"
+        if told and not any(running_on.values()):
+            # The message may be one Swarm gave before the gate opened and never again:
+            # a write of the service since (anyone's) left its waiting task of an older
+            # revision, which Swarm's scheduler never tries again (swarmkit 807f25e,
+            # noSuitableNode). Replacing it (nothing runs) lets Swarm try a new one.
+            b.replaced(cyc.now)
+            return Convergence(holdings, f"{nowhere}; its waiting task is replaced where it "
+                               "is", backoff_label=b.label(), renew=True)
+        return Convergence(holdings, nowhere)
     cyc.avoid[s.id] = frozenset(stuck)
     b.replaced(cyc.now)
     return Convergence(
@@ -131,7 +142,7 @@ def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int],
         since = cyc.open_since.get(key, cyc.now)
         cyc.open_seen[key] = since
         if waiting.refused and cyc.now - since >= GATE_GRACE_S:
-            return f"on {host}, Swarm says: {waiting.refused}"
+            return f"on {host}{_SAYS}{waiting.refused}"
     return ""
 
 

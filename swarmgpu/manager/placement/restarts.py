@@ -23,6 +23,13 @@ the service's constraints: Swarm replaces it for any change of placement), and `
 says what would change. The held changes go with the
 service's next decided write, or with the operator's ``swarmgpu apply --service``
 (``release``). Pure: the plan, the service and the nodes its tasks run on, in.
+
+A write that replaces no task (labels, update parallelism: ``strands_waiting``) waits
+while a task of the service waits for a node: Swarm's scheduler never tries again a task
+of an older service revision (moby/swarmkit 807f25e, ``noSuitableNode``) and the
+orchestrator replaces only a task whose own spec changed, so such a write would leave
+that task pending for good, its gate open or not (docs/deploy.md). A task reads the
+labels it was created with: none of these writes is for a waiting task.
 """
 
 from __future__ import annotations
@@ -33,8 +40,10 @@ from typing import Any
 
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.envs import device_env
+from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.placement.specwrite import service_compute
+from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.constraints import node_satisfies, parse_all
 from swarmgpu.swarm.taskspec import restarts_on, task_changes
@@ -93,6 +102,18 @@ def settle_restarts(writes: SpecWrites, decision: tuple[str, str] | None, s: Swa
     if not restarts_on(s.spec, new, nodes):
         return Restarts(PLACEMENT_ONLY, writes)
     return _hold(writes, s, nodes, changes)
+
+
+def strands_waiting(writes: SpecWrites, s: SwarmService, waiting: Waiting) -> bool:
+    """``writes`` change the spec but no task's (no ForceUpdate, the task template as it
+    is) while a task of the service waits without a node: held back until none does (see
+    the module). A job is left out: any write of its spec runs it again, new tasks."""
+    if not writes or writes.force_update or s.mode in JOB_MODES:
+        return False
+    if waiting.count <= waiting.placed:  # every waiting task is on a node already
+        return False
+    new = service_compute(writes)(s.spec)
+    return new is not None and not task_changes(s.spec, new)
 
 
 def _running_nodes(s: SwarmService, running_on: Mapping[str, int],

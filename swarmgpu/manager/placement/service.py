@@ -19,7 +19,8 @@ service's ``ServicePlan`` once from it:
 8. the queue's cap on a scale-up (``queues.QueueLimit``), the generic reservation
    (``generic``), the preemption record (``preempt``), a CUDA_DEVICE_ORDER record whose
    line the owner took out (``gating.stale_order_record``: dropped);
-9. ``restarts``: the task spec change decided, or held back.
+9. ``restarts``: the task spec change decided, or held back; a write that replaces no
+   task held while a task of the service waits for a node (``strands_waiting``).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from swarmgpu.manager.placement.records import (
     Status,
 )
 from swarmgpu.manager.placement.replicas import placement_order, replicas_of
-from swarmgpu.manager.placement.restarts import settle_restarts
+from swarmgpu.manager.placement.restarts import settle_restarts, strands_waiting
 from swarmgpu.manager.placement.spread import place_replicas
 from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, RequestError
@@ -140,10 +141,12 @@ def plan_service(
                 job,
                 cap.replicas if cap is not None else None,
             )
-    return _finish(d, s, r, running_on, cyc, cap)
+    return _finish(d, s, r, running_on, waiting, cyc, cap)
 
 
 _MODES = frozenset(("replicated", "global", "replicated-job", "global-job"))
+RENEW_WHY = ("its waiting task, which Swarm has not tried since a write of its spec, "
+             "replaced where it is (nothing of it runs)")
 
 
 def _plan_global(
@@ -223,6 +226,8 @@ def _plan_replicated(
             d.remove_holdings(conv.dropped, cyc)
             d.state_labels[cyc.prefix + REPLACED_STATE] = conv.backoff_label
             d.replaced = conv.replaced
+        elif conv.renew:
+            d.state_labels[cyc.prefix + REPLACED_STATE] = conv.backoff_label
     spread = place_replicas(s, r, holdings, replicas, slots or {}, res, cyc)
     d.placements = tuple(sorted(spread.placements, key=placement_order))
     d.packed, d.new = spread.packed, spread.new
@@ -254,6 +259,8 @@ def _plan_replicated(
         d.state_labels[cyc.prefix + RESPREAD_STATE] = crowd.label
         if crowd.force and not d.force_update:
             d.force_update, d.decision = True, ("place", crowd.why)
+    if conv is not None and conv.renew and not d.force_update:
+        d.force_update, d.decision = True, ("place", RENEW_WHY)
     # swarmgpu's own records: the MaxReplicas it set, the back-off (no device map: no
     # restart), the re-spread; a record no longer true goes
     if want_state := {k: v for k, v in d.state_labels.items() if s.labels.get(k) != v}:
@@ -338,6 +345,7 @@ def _finish(
     s: SwarmService,
     r: GpuRequest | RequestError,
     running_on: Mapping[str, int],
+    waiting: Waiting,
     cyc: Cycle,
     cap: QueueLimit | None,
 ) -> ServicePlan:
@@ -375,6 +383,8 @@ def _finish(
             # What adoption said it added was not added: the held note says what waits.
             d.warnings = [w for w in d.warnings if not w.startswith("adopted")]
             d.warnings.append(settled.note)
+    if strands_waiting(writes, s, waiting):  # written once no task waits for a node
+        writes = NO_WRITES
     return d.build(writes)
 
 

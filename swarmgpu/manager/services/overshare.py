@@ -441,6 +441,16 @@ class Restarter:
                         prefix=p)
         why = Why("operator", f"placement.overshare: restart (over its GPU share on "
                               f"{u.hostname}: {u.describe()})")
+
+        def mark(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+            new = dict(spec)
+            new["Labels"] = {**(spec.get("Labels") or {}), p + moved_at: f"{self.clock():.0f}"}
+            return new
+
+        # The cooldown mark first: a write of the spec after the replacement task exists
+        # would leave that task, while it waits for the old one's reservations, of an
+        # older revision, which Swarm's scheduler never tries again (swarmkit 807f25e).
+        writes.service_spec(s.id, mark)
         try:
             writes.node_labels(
                 u.node_id, lambda cur: {k: v for k, v in cur.items() if k != gate}, why)
@@ -458,12 +468,6 @@ class Restarter:
             # Reopened whatever happened: a closed gate would keep the service down.
             writes.node_labels(u.node_id, lambda cur: {**cur, gate: "true"})
 
-        def mark(spec: Mapping[str, Any]) -> Mapping[str, Any]:
-            new = dict(spec)
-            new["Labels"] = {**(spec.get("Labels") or {}), p + moved_at: f"{self.clock():.0f}"}
-            return new
-
-        writes.service_spec(s.id, mark)
         log.warning("restarted {}'s task on {} (over its GPU share: {}; tasks {})", s.name,
                     u.hostname, u.describe(), ",".join(u.tasks) or "?")
         return True

@@ -1,0 +1,131 @@
+"""A service write that replaces no task leaves a task waiting for a node unscheduled for
+good: Swarm's scheduler never tries again a task of an older service revision (moby/
+swarmkit 807f25e, ``noSuitableNode``), and the orchestrator replaces only a task whose
+own spec changed. So placement writes nothing but a ForceUpdate or a task spec change
+while a task of the service waits without a node (docs/deploy.md)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from support.gpu_nodes import RTX4090
+from support.memo import as_written
+from support.placement import apply, node, svc
+
+from swarmgpu.manager.placement import Planner
+from swarmgpu.manager.placement.records import ServicePlan
+from swarmgpu.manager.placement.specwrite import service_compute
+from swarmgpu.swarm.client import SwarmService, SwarmTask
+
+PAR = "swarmgpu.state.update-parallelism"
+PREEMPTED = "swarmgpu.state.preempted"
+
+
+def _tasks(s: SwarmService, on: list[str], state: str = "pending") -> list[SwarmTask]:
+    """One task per entry of ``on`` ("" : no node yet), created at the service's
+    current ForceUpdate."""
+    return [SwarmTask(id=f"t-{s.name}-{i}", service_id=s.id, node_id=nid, slot=i,
+                      state=state if nid else "pending", desired_state="running", env=(),
+                      force_update=s.force_update)
+            for i, nid in enumerate(on, start=1)]
+
+
+def _as_written(s: SwarmService, parallelism: int = 1,
+                add: dict[str, str] | None = None) -> SwarmService:
+    """``s`` with the spec Swarm holds after the planner's writes: one replica a node
+    (MaxReplicas 1), the update parallelism given, and labels ``add`` besides."""
+    labels = {**s.labels, **(add or {})}
+    tt = {"ContainerSpec": {"Env": list(s.env)},
+          "Placement": {"Constraints": list(s.constraints), "MaxReplicas": 1}}
+    return replace(s, labels=labels, max_replicas_per_node=1, spec={
+        "Labels": labels, "TaskTemplate": tt, "UpdateConfig": {"Parallelism": parallelism}})
+
+
+def _replaces_no_task(sp: ServicePlan, s: SwarmService) -> bool:
+    """A write of ``sp`` that changes the spec but no task's spec (labels, parallelism)."""
+    if not sp.needs_service_write or sp.force_update:
+        return False
+    new = service_compute(sp.writes)(s.spec)
+    return new is not None and new.get("TaskTemplate") == s.spec.get("TaskTemplate")
+
+
+def test_parallelism_is_not_given_back_while_its_tasks_wait_for_their_gates() -> None:
+    """The cycle that opens the gates gave the owner's update parallelism back in the
+    service write before the gate writes: a scheduler pass in between (any task or node
+    event of the cluster) found no node for the waiting tasks and dropped them, and the
+    gates opened for tasks Swarm never tried again."""
+    nodes = [node("n-a", "node-a"), node("n-b", "node-b"), node("n-c", "node-c")]
+    facts = {n.id: RTX4090.facts() for n in nodes}
+    planner = Planner()
+    s = svc("three", {"swarmgpu.gpus": "1"}, replicas=3)
+    first = planner.plan(nodes, [s], _tasks(s, ["", "", ""]), facts)
+    (sp1,) = first.services
+    assert sp1.force_update and sp1.set_update_parallelism == 0 and sp1.gates_deferred
+    nodes = apply(nodes, first)
+    (s,) = as_written([s], first)
+    s = _as_written(s, parallelism=0)
+    waiting = _tasks(s, ["", "", ""])  # the forced update's tasks: no node yet
+    opens = planner.plan(nodes, [s], waiting, facts)
+    (sp2,) = opens.services
+    assert all(labels.get("swarmgpu.service.three") == "true"
+               for labels in opens.node_set.values()) and len(opens.node_set) == 3
+    assert not _replaces_no_task(sp2, s), sp2.writes
+    nodes = apply(nodes, opens)
+    # Once its tasks are on their nodes, the parallelism goes back.
+    on = sorted(opens.node_set)
+    (sp3,) = planner.plan(nodes, [s], _tasks(s, on, "running"), facts).services
+    assert sp3.set_update_parallelism == 1 and PAR in sp3.service_labels_remove
+
+
+def test_a_record_is_not_dropped_while_a_task_waits_for_a_node() -> None:
+    """A preempted service placed again drops its record in a write of its labels
+    alone: with one replica running and the other's task waiting for a node (its gate
+    open, the node's CPU still taken), that write left the waiting task unscheduled."""
+    nodes = [node("n-a", "node-a"), node("n-b", "node-b")]
+    facts = {n.id: RTX4090.facts() for n in nodes}
+    planner = Planner()
+    s = svc("two", {"swarmgpu.gpus": "1"}, replicas=2)
+    for _ in range(3):
+        plan = planner.plan(nodes, [s], [], facts)
+        nodes, (s,) = apply(nodes, plan), as_written([s], plan)
+    record = '{"at": 1.0, "by": "hi", "node": "n-b", "priority": 5}'
+    s = replace(_as_written(s, add={PREEMPTED: record}), version=s.version + 1)
+    tasks = _tasks(s, ["n-a", ""], "running")
+    (sp,) = planner.plan(nodes, [s], tasks, facts).services
+    assert not _replaces_no_task(sp, s), sp.writes
+    # With no task waiting, the record goes.
+    (sp,) = Planner().plan(nodes, [s], _tasks(s, ["n-a", "n-b"], "running"), facts).services
+    assert PREEMPTED in sp.service_labels_remove and not sp.force_update
+
+
+def test_a_task_swarm_left_behind_an_open_gate_is_replaced_where_it_is() -> None:
+    """A write by anyone else (an operator's label, a preemption's record) left the
+    service's waiting task of an older revision: Swarm keeps the message it gave before
+    the gate opened and never tries the task again. The converge step read that as
+    Swarm refusing the node and, with no other node to take the replica, waited for
+    good. Nothing of it runs: its waiting task is replaced where it is (a ForceUpdate),
+    under the back-off."""
+    nodes = [node("n-a", "node-a")]
+    facts = {"n-a": RTX4090.facts()}
+    planner = Planner()
+    s = svc("one", {"swarmgpu.gpus": "1"})
+    for _ in range(3):
+        plan = planner.plan(nodes, [s], [], facts, now=1000.0)
+        nodes, (s,) = apply(nodes, plan), as_written([s], plan)
+    assert nodes[0].labels.get("swarmgpu.service.one") == "true"
+    s = _as_written(s, add={"team": "ml"})  # the operator's label: a new revision
+    (t,) = _tasks(s, [""])
+    t = replace(t, error="no suitable node (scheduling constraints not satisfied on 1 node)")
+    (sp,) = planner.plan(nodes, [s], [t], facts, now=1001.0).services
+    assert not sp.force_update and sp.status == "pending"  # within the gate's grace
+    (sp,) = planner.plan(nodes, [s], [t], facts, now=1010.0).services
+    assert sp.force_update and sp.decision is not None and sp.decision[0] == "place"
+    assert "swarmgpu.state.replaced" in sp.service_labels_set
+    assert nodes[0].labels.get("swarmgpu.assign.one") and "n-a" not in sp.node_remove
+    # Replaced once: the back-off holds the next try.
+    s2 = replace(s, force_update=s.force_update + 1,
+                 labels={**s.labels, **sp.service_labels_set})
+    (t2,) = _tasks(s2, [""])
+    t2 = replace(t2, error=t.error)
+    (sp,) = planner.plan(nodes, [s2], [t2], facts, now=1012.0).services
+    assert not sp.force_update and "backed off" in (sp.reason or "")

@@ -1,0 +1,66 @@
+"""A task Swarm's scheduler no longer tries, on the real test swarm: a write of the
+service (a label, by anyone) while its task waits for a node leaves that task of an
+older revision pending for good (moby/swarmkit 807f25e, ``noSuitableNode``), even once
+its node can take it. The daemon replaces it where it is once its gate has been open a
+while and nothing of the service runs (docs/requests.md; the pure side:
+tests/test_stranded.py)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from support.daemon import ModuleDaemon
+from support.swarm_harness import SwarmCluster
+from support.swarm_services import P, deploy, wait_running
+
+pytestmark = pytest.mark.swarm
+
+DAEMON = ModuleDaemon("stranded-daemon.log", {"sync": {"interval_s": 2}},
+                      remove_stacks=("strand",))
+HOST = "gpu-node-1"
+
+
+def _waiting(swarm: SwarmCluster, service: str) -> list[dict[str, Any]]:
+    api = swarm.client(swarm.manager).api
+    return [t for t in api.tasks(filters={"service": service, "desired-state": "running"})
+            if not t.get("NodeID") and t["Status"]["State"] == "pending"]
+
+
+def test_a_task_left_behind_by_a_label_write_is_replaced_and_runs(
+    swarm: SwarmCluster, daemon: dict[str, Any]
+) -> None:
+    """(1) ``x`` (gpus 0, pinned to one node) runs behind its gate. (2) Its node paused
+    and a forced update: its new task waits, no node for it. (3) A label added by hand:
+    the waiting task is now of an older revision; a node update makes Swarm's scheduler
+    look at it (no node: dropped from its queue). (4) The node active again: Swarm never
+    tries that task; the daemon, its gate open and Swarm's old message standing, replaces
+    it where it is, and it runs there."""
+    mgr = swarm.manager
+    deploy(swarm, daemon["tmp"], "strand", {
+        "x": {"labels": {f"{P}gpus": "0"}, "constraints": [f"node.hostname=={HOST}"]}})
+    (first,) = wait_running(swarm, "strand_x", 1)
+    try:
+        swarm.cli(mgr, "node", "update", "--availability", "pause", HOST)
+        swarm.cli(mgr, "service", "update", "--detach", "--force", "strand_x")
+        (pending,) = swarm.wait_for(lambda: _waiting(swarm, "strand_x"), 30,
+                                    "x's new task waiting for a node")
+        swarm.cli(mgr, "service", "update", "--detach", "--label-add", "team=ml",
+                  "strand_x")
+        # Any node update makes the scheduler try its queue: x's task finds no node and,
+        # of an older revision now, is not queued again.
+        swarm.cli(mgr, "node", "update", "--label-add", "strand.nudge=1", HOST)
+        time.sleep(1.0)  # (the scheduler's pass follows the update within 50 ms)
+        assert [t["ID"] for t in _waiting(swarm, "strand_x")] == [pending["ID"]]
+    finally:
+        swarm.cli(mgr, "node", "update", "--availability", "active", HOST, check=False)
+        swarm.cli(mgr, "node", "update", "--label-rm", "strand.nudge", HOST, check=False)
+    # Gate open for the grace (5 s), then a forced update (back-off: the first is at
+    # once): a new task, which Swarm places.
+    (t,) = wait_running(swarm, "strand_x", 1, timeout=90)
+    assert t["ID"] not in (first["ID"], pending["ID"]), t
+    assert swarm.node(t["NodeID"]).hostname == HOST
+    api = swarm.client(mgr).api
+    old = api.inspect_task(pending["ID"])
+    assert old["DesiredState"] != "running", old["DesiredState"]
