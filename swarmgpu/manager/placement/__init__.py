@@ -101,6 +101,7 @@ from swarmgpu.manager.placement.queues import (
     Moving,
 )
 from swarmgpu.manager.placement.records import (
+    NodeWrites,
     PlacementPlan,
     ReplicaPlacement,
     ServicePlan,
@@ -137,6 +138,7 @@ __all__ = [
     "Holding",
     "HostPorts",
     "Moving",
+    "NodeWrites",
     "PlacementPlan",
     "Planner",
     "ReplicaPlacement",

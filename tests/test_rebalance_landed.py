@@ -1,0 +1,184 @@
+"""The rebalancer plans on the ledger placement's writes of this cycle left, as they
+landed (``PlacementPlan.landed``, ``cycle.rebalance.ledger_after``), not as planned.
+Pure: placement's writer (``apply_plan``) over a recording stand-in for Swarm.
+
+- A release whose node write failed leaves its GPUs taken: no move is proposed onto them
+  (before, the move was proposed: refused when the mover started it, or said as a move
+  by a dry-run mover, which reads nothing before it says so).
+- A release held back (its service cannot be read) leaves its GPUs taken.
+- A release that landed stays landed when its service's spec write fails after it (before,
+  the ledger showed the holding again).
+- A ledger entry whose write failed may have landed: its GPUs stay taken.
+- In dry-run nothing is written, and the rebalancer plans on what the plan says would be
+  (its log's "would set ... remove ..."), as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from support.forged import NodeWritesFail, sw_svc
+from support.rebalance import CFG, FACTS, U2, P, cluster, page
+
+from swarmgpu.core.config import Config
+from swarmgpu.manager.cycle.placement import apply_plan
+from swarmgpu.manager.placement import (
+    Holding,
+    PlacementPlan,
+    Planner,
+    assign_key,
+    gate_key,
+    read_ledger,
+)
+from swarmgpu.manager.placement.records import ServicePlan, SpecWrites, Status
+from swarmgpu.manager.rebalance.scrape import judge
+from swarmgpu.swarm.client import SwarmNode
+
+WHOLE = tuple(g.uuid for g in FACTS["n1"].gpus if not g.mig_enabled)
+Q_ON_N1 = Holding("q", "n1", WHOLE, (1000,) * len(WHOLE))
+
+
+def _swarm(q_live: bool = False, q: bool = True) -> NodeWritesFail:
+    """The support cluster (a and b share a GPU of gpu-node-2), with q holding every
+    whole GPU of gpu-node-1 (unless not ``q``; q a live service when ``q_live``, else
+    gone)."""
+    nodes, svcs, tasks = cluster()
+    n1 = dataclasses.replace(nodes[0], labels={assign_key(P, "q"): Q_ON_N1.label_value(),
+                                               gate_key(P, "q"): "true"} if q else {})
+    names = [s.name for s in svcs] + (["q"] if q_live else [])
+    return NodeWritesFail([n1, nodes[1]], [sw_svc(n, {f"{P}gpu-fraction": "0.5"})
+                                           for n in names], tasks)
+
+
+def _release_q() -> PlacementPlan:
+    """q's ledger entry and gate on gpu-node-1 go (q gone, or no longer annotated)."""
+    return PlacementPlan(node_remove={"n1": [assign_key(P, "q"), gate_key(P, "q")]},
+                         released=["q"])
+
+
+def _rebalance(tmp_path: Path, sw: NodeWritesFail, before: list[SwarmNode],
+               plan: PlacementPlan, *, dry_run: bool = False) -> list[tuple[str, str]]:
+    """The daemon's rebalance step after placement (hotspot only, rebalance dry-run):
+    twelve cycles with a hot GPU 0 on gpu-node-2, then one with ``plan`` applied;
+    ``before``: the snapshot's nodes (taken before placement wrote). The moves proposed
+    in that last cycle."""
+    from swarmgpu.manager.cycle.rebalance import Rebalancer
+    from swarmgpu.manager.cycle.session import CycleSession
+    from swarmgpu.manager.daemon import Daemon
+    from swarmgpu.manager.nodes.sync import Snapshot
+
+    cfg = Config(state_dir=str(tmp_path), dry_run=dry_run, rebalance=dataclasses.replace(
+        CFG, dry_run=True, trust_unauthenticated_metrics=True, policies="hotspot"))
+    rb = Rebalancer(Daemon(cfg, swarm=sw))  # type: ignore[arg-type]
+
+    def cycle(at: float, placement: PlacementPlan) -> list[tuple[str, str]]:
+        session = CycleSession(Snapshot(before, sw.services(), sw.tasks(), {},
+                                        swarm_labels=sw.swarm_labels(), taken_at=at))
+        session.facts = dict(FACTS)
+        session.scrapes = {n.id: judge(n, "http://x/metrics", page(
+            FACTS[n.id], {0: 97.0} if n.id == "n2" else {}), at) for n in before}
+        session.placement = placement
+        session.planner = Planner(prefix=P)
+        rb.run(session)
+        assert rb.last is not None
+        return [(m.service, m.target_host) for m in rb.last.moves]
+
+    for t in range(12):
+        assert cycle(float(t), PlacementPlan()) == []  # gpu-node-1 is q's
+    return cycle(12.0, plan)
+
+
+def test_a_release_that_landed_frees_its_gpus(tmp_path: Path) -> None:
+    sw = _swarm()
+    before = sw.nodes()
+    plan = _release_q()
+    assert apply_plan(sw, plan, dry_run=False, services=sw.services(), prefix=P) == 1
+    assert _rebalance(tmp_path, sw, before, plan) == [("a", "gpu-node-1")]
+
+
+def test_a_release_whose_write_failed_leaves_its_gpus_taken(tmp_path: Path) -> None:
+    """gpu-node-1's write failed: q still holds its GPUs, no move goes there (before, a's
+    move onto q's GPUs was proposed, and the dry-run mover said it as a move)."""
+    sw = _swarm()
+    sw.fail_nodes = frozenset({"n1"})
+    before = sw.nodes()
+    plan = _release_q()
+    assert apply_plan(sw, plan, dry_run=False, services=sw.services(), prefix=P) == 0
+    assert read_ledger(sw.nodes(), P)["q"] == {"n1": Q_ON_N1}  # as Swarm has it
+    assert _rebalance(tmp_path, sw, before, plan) == []
+
+
+def test_a_release_held_back_leaves_its_gpus_taken(tmp_path: Path) -> None:
+    """q is live and cannot be read before its release is written (``cycle.releases``):
+    nothing of its plan is written, its GPUs are no target."""
+    sw = _swarm(q_live=True)
+    sw.unreadable = frozenset({"id-q"})
+    before = sw.nodes()
+    plan = _release_q()
+    assert apply_plan(sw, plan, dry_run=False, services=sw.services(), prefix=P) == 0
+    assert _rebalance(tmp_path, sw, before, plan) == []
+
+
+def test_in_dry_run_the_rebalancer_plans_on_what_the_plan_would_write(
+        tmp_path: Path) -> None:
+    """Top-level dry-run: nothing is written; the rebalancer (dry-run too) plans on the
+    plan's writes as its log says they would land: q's release makes room."""
+    sw = _swarm()
+    before = sw.nodes()
+    plan = _release_q()
+    assert apply_plan(sw, plan, dry_run=True, services=sw.services(), prefix=P) == 0
+    assert sw.calls == []
+    assert _rebalance(tmp_path, sw, before, plan, dry_run=True) == [("a", "gpu-node-1")]
+
+
+def test_a_plan_not_written_changes_nothing(tmp_path: Path) -> None:
+    """A plan the writer never ran over (placement's step raised before it): nothing of
+    it landed, q's GPUs stay taken."""
+    sw = _swarm()
+    before = sw.nodes()
+    assert _rebalance(tmp_path, sw, before, _release_q()) == []
+
+
+def _replace_a(sw: NodeWritesFail) -> PlacementPlan:
+    """a re-placed from gpu-node-2 to gpu-node-1's GPU 0 (q not there): its release on
+    gpu-node-2, its spec write (the new device map), its ledger entry and gate on
+    gpu-node-1."""
+    a = next(s for s in sw.services() if s.name == "a")
+    new = Holding("a", "n1", (WHOLE[0],), (500,))
+    sp = ServicePlan("a", a.id, None, "0.5", Status.PLACED, "Bound",
+                     writes=SpecWrites(service_labels_set={f"{P}devices.n1": WHOLE[0]}))
+    return PlacementPlan(
+        services=[sp], node_remove={"n2": [assign_key(P, "a"), gate_key(P, "a")]},
+        node_set={"n1": {assign_key(P, "a"): new.label_value(), gate_key(P, "a"): "true"}})
+
+
+def test_a_release_that_landed_stays_landed_when_the_spec_write_fails() -> None:
+    """a's release on gpu-node-2 landed, then its spec write failed (its ledger entry on
+    gpu-node-1 is not written): the ledger has a nowhere, as Swarm has it (before, the
+    plan's release was taken out with the rest, and a held gpu-node-2's GPU again)."""
+    from swarmgpu.manager.cycle.rebalance import ledger_after
+
+    sw = _swarm(q=False)
+    sw.fail_specs = frozenset({"id-a"})
+    before = sw.nodes()
+    plan = _replace_a(sw)
+    assert apply_plan(sw, plan, dry_run=False, services=sw.services(), prefix=P) == 1
+    after = ledger_after(before, plan, P, read_ledger(before, P))
+    assert after == read_ledger(sw.nodes(), P)
+    assert "a" not in after
+
+
+def test_a_ledger_entry_whose_write_failed_counts_as_taken() -> None:
+    """gpu-node-1's write (a's new ledger entry) failed, its outcome unknown: its GPU may
+    be a's now, so it is nobody else's target; the release on gpu-node-2 landed."""
+    from swarmgpu.manager.cycle.rebalance import ledger_after
+
+    sw = _swarm(q=False)
+    sw.fail_nodes = frozenset({"n1"})
+    before = sw.nodes()
+    plan = _replace_a(sw)
+    apply_plan(sw, plan, dry_run=False, services=sw.services(), prefix=P)
+    after = ledger_after(before, plan, P, read_ledger(before, P))
+    assert after["a"] == {"n1": Holding("a", "n1", (WHOLE[0],), (500,))}
+    assert after["b"] == {"n2": Holding("b", "n2", (U2[0],), (500,))}
