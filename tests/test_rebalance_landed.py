@@ -11,6 +11,10 @@ Pure: placement's writer (``apply_plan``) over a recording stand-in for Swarm.
 - A ledger entry whose write failed may have landed: its GPUs stay taken.
 - In dry-run nothing is written, and the rebalancer plans on what the plan says would be
   (its log's "would set ... remove ..."), as before.
+- A GPU's reading is split among the holders it was read under (the snapshot's ledger,
+  ``Inputs.measured``): a share placed on that GPU in this cycle takes none of it
+  (before, a hot GPU's one busy holder was judged to carry half its load, and moved
+  onto a GPU it then made hot).
 """
 
 from __future__ import annotations
@@ -182,3 +186,54 @@ def test_a_ledger_entry_whose_write_failed_counts_as_taken() -> None:
     after = ledger_after(before, plan, P, read_ledger(before, P))
     assert after["a"] == {"n1": Holding("a", "n1", (WHOLE[0],), (500,))}
     assert after["b"] == {"n2": Holding("b", "n2", (U2[0],), (500,))}
+
+
+def _hot_alone(measured: bool) -> list[tuple[str, str]]:
+    """a holds half of gpu-node-2's GPU 0, alone, and makes it hot (97%); placement gave
+    the other half to c in this cycle (c has no task yet). The moves proposed, with the
+    snapshot's ledger as the one the metrics were read under (``measured``) or not."""
+    from support.rebalance import feed, node, running, service
+
+    from swarmgpu.manager.rebalance.context import Inputs
+    from swarmgpu.manager.rebalance.planner import plan_moves
+    from swarmgpu.manager.rebalance.signals import Signals
+
+    half = f"{P}gpu-fraction"
+    n2 = {assign_key(P, "a"): f"{U2[0]}@500", gate_key(P, "a"): "true"}
+    nodes = [node("n1", "gpu-node-1", {}), node("n2", "gpu-node-2", n2)]
+    svcs = [service("a", {half: "0.5"}), service("c", {half: "0.5"})]
+    tasks = [running("a", "n2")]
+    before = read_ledger(nodes, P)
+    after = {**before, "c": {"n2": Holding("c", "n2", (U2[0],), (500,))}}
+    sig = Signals(CFG)
+    times = [float(t) for t in range(13)]
+    feed(sig, nodes, times, {t: {0: 97.0} for t in times})
+    prop = plan_moves(Inputs(nodes, svcs, tasks, FACTS, after, sig.gpus, sig.nodes, CFG,
+                             times[-1], (), P, measured=before if measured else None))
+    return [(m.service, m.target_host) for m in prop.moves]
+
+
+def test_a_share_placed_since_the_reading_takes_none_of_its_load() -> None:
+    """a carries all of its GPU's 97%: moved, it makes any target at 5% hot (102%), so it
+    stays (before, the reading was split with c, placed after it: a was judged to carry
+    48 points, and moved onto a GPU it then made hot)."""
+    assert _hot_alone(measured=False) == [("a", "gpu-node-1")]  # the reading split with c
+    assert _hot_alone(measured=True) == []
+
+
+def test_the_cycle_splits_a_reading_among_the_holders_it_was_made_under(
+        tmp_path: Path) -> None:
+    """The daemon's step: placement gives c the other half of a's hot GPU in this cycle;
+    a still carries all of the 97%, so it is not moved onto gpu-node-1's idle GPU, which
+    it would make hot (before: moved, judged to carry half)."""
+    from support.rebalance import node, running
+
+    n2 = {assign_key(P, "a"): f"{U2[0]}@500", gate_key(P, "a"): "true"}
+    sw = NodeWritesFail([node("n1", "gpu-node-1", {}), node("n2", "gpu-node-2", n2)],
+                        [sw_svc(n, {f"{P}gpu-fraction": "0.5"}) for n in ("a", "c")],
+                        [running("a", "n2")])
+    before = sw.nodes()
+    plan = PlacementPlan(node_set={"n2": {assign_key(P, "c"): f"{U2[0]}@500",
+                                          gate_key(P, "c"): "true"}})
+    assert apply_plan(sw, plan, dry_run=False, services=sw.services(), prefix=P) == 1
+    assert _rebalance(tmp_path, sw, before, plan) == []

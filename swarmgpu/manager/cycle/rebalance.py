@@ -169,6 +169,7 @@ class Rebalancer(Step):
         model = planner.model if planner is not None else None
         inp = Inputs(nodes=snap.nodes, services=snap.services, tasks=snap.tasks, facts=facts,
                      ledger=ledger_after(snap.nodes, plan, self.prefix, ledger),
+                     measured=ledger,
                      gpus=self.signals.gpus, node_signals=self.signals.nodes,
                      cfg=self.cfg, now=snap.taken_at, pending=pending, prefix=self.prefix,
                      workload=model.typical() if model is not None else None,
