@@ -11,6 +11,8 @@ Pure: placement's writer (``apply_plan``) over a recording stand-in for Swarm.
 - A ledger entry whose write failed may have landed: its GPUs stay taken.
 - In dry-run nothing is written, and the rebalancer plans on what the plan says would be
   (its log's "would set ... remove ..."), as before.
+- A ledger entry placement gave out on a node where a release's write failed is not
+  written (nor its service's device map): it may name the GPUs the release still holds.
 - A GPU's reading is split among the holders it was read under (the snapshot's ledger,
   ``Inputs.measured``): a share placed on that GPU in this cycle takes none of it
   (before, a hot GPU's one busy holder was judged to carry half its load, and moved
@@ -20,6 +22,7 @@ Pure: placement's writer (``apply_plan``) over a recording stand-in for Swarm.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 from support.forged import NodeWritesFail, sw_svc
@@ -37,13 +40,14 @@ from swarmgpu.manager.placement import (
 )
 from swarmgpu.manager.placement.records import ServicePlan, SpecWrites, Status
 from swarmgpu.manager.rebalance.scrape import judge
-from swarmgpu.swarm.client import SwarmNode
+from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 WHOLE = tuple(g.uuid for g in FACTS["n1"].gpus if not g.mig_enabled)
 Q_ON_N1 = Holding("q", "n1", WHOLE, (1000,) * len(WHOLE))
 
 
-def _swarm(q_live: bool = False, q: bool = True) -> NodeWritesFail:
+def _swarm(q_live: bool = False, q: bool = True,
+           also: Sequence[SwarmService] = ()) -> NodeWritesFail:
     """The support cluster (a and b share a GPU of gpu-node-2), with q holding every
     whole GPU of gpu-node-1 (unless not ``q``; q a live service when ``q_live``, else
     gone)."""
@@ -51,8 +55,8 @@ def _swarm(q_live: bool = False, q: bool = True) -> NodeWritesFail:
     n1 = dataclasses.replace(nodes[0], labels={assign_key(P, "q"): Q_ON_N1.label_value(),
                                                gate_key(P, "q"): "true"} if q else {})
     names = [s.name for s in svcs] + (["q"] if q_live else [])
-    return NodeWritesFail([n1, nodes[1]], [sw_svc(n, {f"{P}gpu-fraction": "0.5"})
-                                           for n in names], tasks)
+    return NodeWritesFail([n1, nodes[1]], [*(sw_svc(n, {f"{P}gpu-fraction": "0.5"})
+                                             for n in names), *also], tasks)
 
 
 def _release_q() -> PlacementPlan:
@@ -237,3 +241,24 @@ def test_the_cycle_splits_a_reading_among_the_holders_it_was_made_under(
                                           gate_key(P, "c"): "true"}})
     assert apply_plan(sw, plan, dry_run=False, services=sw.services(), prefix=P) == 1
     assert _rebalance(tmp_path, sw, before, plan) == []
+
+
+def test_no_ledger_entry_is_written_where_a_release_did_not_land() -> None:
+    """q's release on gpu-node-1 failed (its first write there); r was given q's GPU 0
+    there: neither r's ledger entry and gate nor its device map is written (before, both
+    were: GPU 0 had two holders, q's entry still standing)."""
+    from swarmgpu.manager.cycle.rebalance import ledger_after
+
+    sw = _swarm(also=[sw_svc("r", {f"{P}gpus": "1"})])
+    sw.fail_once = frozenset({"n1"})
+    before = sw.nodes()
+    new = Holding("r", "n1", (WHOLE[0],), (1000,))
+    sp = ServicePlan("r", "id-r", None, "1", Status.PLACED, "Bound",
+                     writes=SpecWrites(service_labels_set={f"{P}devices.n1": WHOLE[0]}))
+    plan = _release_q()
+    plan.services.append(sp)
+    plan.node_set["n1"] = {assign_key(P, "r"): new.label_value(), gate_key(P, "r"): "true"}
+    assert apply_plan(sw, plan, dry_run=False, services=sw.services(), prefix=P) == 0
+    assert sw.calls == []
+    assert read_ledger(sw.nodes(), P) == read_ledger(before, P)
+    assert ledger_after(before, plan, P, read_ledger(before, P)) == read_ledger(before, P)

@@ -3,7 +3,9 @@
 0. the services whose plan releases something are read and judged first: one whose
    spec no longer asks for what its plan was made from gets nothing of it written
    (``cycle.releases``);
-1. node labels that go away (released gates and ledger entries);
+1. node labels that go away (released gates and ledger entries); where a ledger entry's
+   release did not land, nothing new is given out on that node this cycle
+   (``releases.hold_unreleased``);
 2. service specs (device labels first: a task created later reads them);
 3. node labels that appear (ledger + gate: the gate opens last).
 
@@ -30,7 +32,7 @@ from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
-from swarmgpu.manager.cycle.releases import drop_writes, hold_stale_releases
+from swarmgpu.manager.cycle.releases import drop_writes, hold_stale_releases, hold_unreleased
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.engine.writes import HeldNodeWrites, LabelCompute, chain, write_each
@@ -179,9 +181,12 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
     items = list(first.items())
     done = write_each(items, lambda kv: node_write(kv[0], {}, kv[1]))
     writes = sum(w.made for w in done)
-    # A release counts only once it landed: one whose outcome is unknown still holds.
+    # A release counts only once it landed: one whose outcome is unknown still holds, and
+    # no service takes the room it would have made.
     landed.remove.update((nid, list(keys)) for (nid, keys), w in zip(items, done, strict=True)
                          if keys and w.landed is True)
+    held_back |= hold_unreleased(plan, {nid: keys for nid, keys in items
+                                        if keys and nid not in landed.remove}, prefix)
     # Phase 2: service specs (device maps), before any gate that lets a task use them.
     todo = [sp for sp in plan.services if sp.needs_service_write and sp.name not in held_back]
     seen = {s.id: s.spec for s in services}
