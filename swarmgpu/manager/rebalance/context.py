@@ -64,8 +64,9 @@ class Inputs:
     services: Sequence[SwarmService]
     tasks: Sequence[SwarmTask]
     facts: Mapping[str, NodeFacts]
-    # The ledger as this cycle's placement writes leave it (the daemon's step:
-    # ``cycle.rebalance.ledger_after``), so GPUs placement just gave away are taken
+    # The ledger as this cycle's placement writes left it, those that landed (the
+    # daemon's step: ``cycle.rebalance.ledger_after``), so GPUs placement just gave away
+    # are taken, and those a release held back or failed still holds
     ledger: Mapping[str, Mapping[str, Holding]]
     gpus: Mapping[tuple[str, str], GpuSignal]  # (node id, UUID): signals.GpuKey
     node_signals: Mapping[str, NodeSignal]
