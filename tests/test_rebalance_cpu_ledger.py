@@ -5,8 +5,9 @@
   not chosen (before, the search chose it and the last check dropped it, with every
   move after it).
 - A fragmentation move the last check drops is searched again, without that target.
-- The ledger is the one placement's writes of this cycle leave: a move onto GPUs placed
-  in this same cycle is refused at planning, not at the mover's start.
+- The ledger is the one placement's writes of this cycle leave (those that landed:
+  tests/test_rebalance_landed.py): a move onto GPUs placed in this same cycle is
+  refused at planning, not at the mover's start.
 - A holding whose task does not exist yet reserves its service's CPU for the rebalancer,
   as it does for placement.
 """
@@ -22,7 +23,7 @@ from support.rebalance import CFG, FACTS, U2, P, cluster, feed, node, page, runn
 from support.rebalance_fragmentation import U1, plan, two_half_used
 
 from swarmgpu.core.config import Config
-from swarmgpu.manager.placement import PlacementPlan, Planner, read_ledger
+from swarmgpu.manager.placement import NodeWrites, PlacementPlan, Planner, read_ledger
 from swarmgpu.manager.placement.records import ReplicaPlacement, ServicePlan, Status
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.planner import plan_moves
@@ -134,6 +135,7 @@ def test_gpus_placed_in_this_cycle_are_no_target(tmp_path: Path) -> None:
         (1000,) * len(whole)),), new=True)
     plan = PlacementPlan(services=[q], node_set={"n1": {
         f"{P}assign.q": ",".join(g.uuid for g in whole), f"{P}service.q": "true"}})
+    plan.landed = NodeWrites(set=dict(plan.node_set))  # as placement's writer made them
 
     def cycle(at: float, with_q: bool) -> list[tuple[str, str]]:
         session = CycleSession(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {},

@@ -267,3 +267,35 @@ def start_with_its_record_answer_lost(sw: RecordingSwarm, mover: Mover, move: Mo
         now[0] += 1.0
         mover.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
     assert read_records(sw.swarm_labels(), P) == {}
+
+
+class NodeWritesFail(RecordingSwarm):
+    """A RecordingSwarm whose writes of the nodes in ``fail_nodes`` (the first write of
+    each in ``fail_once``) and of the services in ``fail_specs`` (ids) raise (the
+    engine's error, nothing made), and whose reads of the services in ``unreadable``
+    (ids) raise too."""
+
+    fail_nodes: frozenset[str] = frozenset()
+    fail_once: frozenset[str] = frozenset()
+    fail_specs: frozenset[str] = frozenset()
+    unreadable: frozenset[str] = frozenset()
+
+    def update_node_labels(self, node_id: str,
+                           compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
+                           **kw: Any) -> bool:
+        if node_id in self.fail_nodes or node_id in self.fail_once:
+            self.fail_once = self.fail_once - {node_id}
+            raise SwarmError(f"node {node_id} update: the engine answered 500 (test)")
+        return super().update_node_labels(node_id, compute, **kw)
+
+    def update_service_spec(self, service_id: str,
+                            compute: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
+                            **kw: Any) -> bool:
+        if service_id in self.fail_specs:
+            raise SwarmError(f"service {service_id} update: the engine answered 500 (test)")
+        return super().update_service_spec(service_id, compute, **kw)
+
+    def service(self, service_id: str) -> SwarmService:
+        if service_id in self.unreadable:
+            raise SwarmError(f"service {service_id}: the engine answered 500 (test)")
+        return super().service(service_id)

@@ -3,7 +3,9 @@
 0. the services whose plan releases something are read and judged first: one whose
    spec no longer asks for what its plan was made from gets nothing of it written
    (``cycle.releases``);
-1. node labels that go away (released gates and ledger entries);
+1. node labels that go away (released gates and ledger entries); where a ledger entry's
+   release did not land, nothing new is given out on that node this cycle
+   (``releases.hold_unreleased``);
 2. service specs (device labels first: a task created later reads them);
 3. node labels that appear (ledger + gate: the gate opens last).
 
@@ -18,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from loguru import logger
 
@@ -30,13 +32,14 @@ from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
-from swarmgpu.manager.cycle.releases import drop_writes, hold_stale_releases
+from swarmgpu.manager.cycle.releases import drop_writes, hold_stale_releases, hold_unreleased
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.engine.writes import HeldNodeWrites, LabelCompute, chain, write_each
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import (
     NO_WAITING,
+    NodeWrites,
     PlacementPlan,
     Planner,
     ServicePlan,
@@ -149,28 +152,22 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
     written in phase 1 alone: one write per node per cycle, and label sync's changes
     land no later than the node's gate. ``open_gates_now``: after the service writes,
     one list of the tasks opens, in this cycle, the gates whose service's tasks all
-    carry the new device map (``gates_ready_now``)."""
+    carry the new device map (``gates_ready_now``).
+
+    ``plan.landed``: what of its node label changes landed, recorded as each phase ends
+    (in dry-run: all of them, as the log says they would), for the steps after this one
+    (the rebalancer plans on the ledger as it is, ``cycle.rebalance.ledger_after``)."""
     if dry_run:
-        for sp in plan.services:
-            if sp.needs_service_write:
-                logger.bind(service=sp.name).info(
-                    "dry-run: would set {} remove {} add constraints {} remove constraints "
-                    "{} env {} remove env {} mounts {}",
-                    sp.service_labels_set, sp.service_labels_remove, sp.add_constraints,
-                    sp.remove_constraints, [*sp.add_env, *(new for _, new in sp.replace_env)],
-                    [*sp.remove_env, *(old for old, _ in sp.replace_env)],
-                    [m["Target"] for m in sp.add_mounts])
-        for nid in set(plan.node_set) | set(plan.node_remove):
-            logger.info("dry-run: node {} labels set {} remove {}", nid[:12],
-                        plan.node_set.get(nid, {}), plan.node_remove.get(nid, []))
+        say_dry_run(plan)
         return 0
     gate = Writes(swarm, dry_run=dry_run, who="placement", prefix=prefix)
     forced = _Forced()
+    landed = plan.landed = NodeWrites()
     # Phase 0: a release is judged before it is written, not with its service write
     # (which comes after it): a refused write would leave its release standing.
     held_back = hold_stale_releases(swarm, gate, plan, services, prefix)
 
-    def node_write(nid: str, set_: Mapping[str, str], remove: Sequence[str]) -> int:
+    def node_write(nid: str, set_: Mapping[str, str], remove: Sequence[str]) -> Written:
         return write_node(gate, nid, set_, remove, held, RELEASE if remove else None)
 
     # Phase 1: released gates and ledger entries, and label sync's writes of the nodes
@@ -181,7 +178,15 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
         for nid in held.nodes():
             if nid not in plan.node_set:
                 first.setdefault(nid, [])
-    writes = sum(write_each(list(first.items()), lambda kv: node_write(kv[0], {}, kv[1])))
+    items = list(first.items())
+    done = write_each(items, lambda kv: node_write(kv[0], {}, kv[1]))
+    writes = sum(w.made for w in done)
+    # A release counts only once it landed: one whose outcome is unknown still holds, and
+    # no service takes the room it would have made.
+    landed.remove.update((nid, list(keys)) for (nid, keys), w in zip(items, done, strict=True)
+                         if keys and w.landed is True)
+    held_back |= hold_unreleased(plan, {nid: keys for nid, keys in items
+                                        if keys and nid not in landed.remove}, prefix)
     # Phase 2: service specs (device maps), before any gate that lets a task use them.
     todo = [sp for sp in plan.services if sp.needs_service_write and sp.name not in held_back]
     seen = {s.id: s.spec for s in services}
@@ -197,9 +202,32 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
         time.sleep(max(0.0, forced.last_at + RELIST_SETTLE_S - time.monotonic()))
         gates_ready_now(swarm, plan, forced.value, prefix)
     # Phase 3: ledger entries and gates (with label sync's change of the same node).
-    writes += sum(write_each(list(plan.node_set.items()),
-                             lambda kv: node_write(kv[0], kv[1], [])))
-    return writes
+    sets = list(plan.node_set.items())
+    done = write_each(sets, lambda kv: node_write(kv[0], kv[1], []))
+    # A ledger entry counts unless it surely did not land: one whose outcome is unknown
+    # may have, and its GPUs are no one else's to plan on.
+    landed.set.update((nid, dict(labels)) for (nid, labels), w in zip(sets, done, strict=True)
+                      if w.landed is not False)
+    return writes + sum(w.made for w in done)
+
+
+def say_dry_run(plan: PlacementPlan) -> None:
+    """Dry-run: log what ``apply_plan`` would write; ``plan.landed`` is all of its node
+    label changes, as the log says they would land."""
+    plan.landed = NodeWrites({nid: dict(v) for nid, v in plan.node_set.items()},
+                             {nid: list(v) for nid, v in plan.node_remove.items()})
+    for sp in plan.services:
+        if sp.needs_service_write:
+            logger.bind(service=sp.name).info(
+                "dry-run: would set {} remove {} add constraints {} remove constraints "
+                "{} env {} remove env {} mounts {}",
+                sp.service_labels_set, sp.service_labels_remove, sp.add_constraints,
+                sp.remove_constraints, [*sp.add_env, *(new for _, new in sp.replace_env)],
+                [*sp.remove_env, *(old for old, _ in sp.replace_env)],
+                [m["Target"] for m in sp.add_mounts])
+    for nid in set(plan.node_set) | set(plan.node_remove):
+        logger.info("dry-run: node {} labels set {} remove {}", nid[:12],
+                    plan.node_set.get(nid, {}), plan.node_remove.get(nid, []))
 
 
 class _Forced:
@@ -222,10 +250,20 @@ RELEASE = Why("release", "the service is gone, scaled down, no longer annotated,
                          "re-placed off a node where Swarm would not run it")
 
 
+class Written(NamedTuple):
+    """One node write's outcome (``write_node``): ``made`` 1 when placement's part made
+    a change; ``landed`` True when the node's labels now carry placement's part (made,
+    or there already), False when it surely did not land (refused), None unknown (the
+    write failed: it may have landed before its answer was lost)."""
+
+    made: int
+    landed: bool | None
+
+
 def write_node(gate: Writes, nid: str, set_: Mapping[str, str], remove: Sequence[str],
-               held: HeldNodeWrites | None, why: Why | None = None) -> int:
+               held: HeldNodeWrites | None, why: Why | None = None) -> Written:
     """One node's write: label sync's held change of it first (if any), then placement's
-    (``remove``, then ``set_``); 1 when placement's part landed."""
+    (``remove``, then ``set_``)."""
     mine_changed = [False]  # the last call is the one that landed (retries)
 
     def mine(cur: Mapping[str, str]) -> Mapping[str, str] | None:
@@ -247,9 +285,11 @@ def write_node(gate: Writes, nid: str, set_: Mapping[str, str], remove: Sequence
     except SwarmError as exc:
         logger.error("placement: node {} label write failed: {}", nid[:12], exc)
         finish(False, str(exc))
-        return 0
+        return Written(0, None)
     finish(landed, None)  # label sync's part: landed, and its version conflicts counted
-    return int(landed and mine_changed[0])
+    # Not landed and placement's part a change: the gate refused the write (or nothing
+    # was written, the labels as wanted already: ``mine_changed`` False then).
+    return Written(int(landed and mine_changed[0]), landed or not mine_changed[0])
 
 
 STALE = "stale"  # write_service: the spec changed what its plan was made from

@@ -169,6 +169,7 @@ class Rebalancer(Step):
         model = planner.model if planner is not None else None
         inp = Inputs(nodes=snap.nodes, services=snap.services, tasks=snap.tasks, facts=facts,
                      ledger=ledger_after(snap.nodes, plan, self.prefix, ledger),
+                     measured=ledger,
                      gpus=self.signals.gpus, node_signals=self.signals.nodes,
                      cfg=self.cfg, now=snap.taken_at, pending=pending, prefix=self.prefix,
                      workload=model.typical() if model is not None else None,
@@ -298,26 +299,29 @@ def placed_of(plan: PlacementPlan | None) -> dict[str, tuple[str, ...]]:
 
 def ledger_after(nodes: Sequence[SwarmNode], plan: PlacementPlan | None, prefix: str,
                  ledger: dict[str, dict[str, Holding]]) -> dict[str, dict[str, Holding]]:
-    """The ledger as this cycle's placement writes leave it: ``ledger`` (the snapshot's)
-    with the plan's node label changes applied, removals first, as the writer makes them
-    (a service whose spec write failed has had its entries taken out of the plan). The
-    rebalancer plans on it: a GPU placement just gave away is no move's target (else the
-    move was refused only when the mover started it, by the ledger it reads then)."""
-    if plan is None or not (plan.node_set or plan.node_remove):
+    """The ledger as this cycle's placement writes left it: ``ledger`` (the snapshot's)
+    with the node label changes that landed applied (``plan.landed``: in dry-run, all of
+    the plan's, as its log says), removals first, as the writer makes them. A release
+    held back, refused or failed is not among them: its GPUs stay taken. The rebalancer
+    plans on it: a GPU placement just gave away is no move's target, and one it did not
+    free is none either (else the move was refused only when the mover started it, by
+    the ledger it reads then; a dry-run mover has no such read)."""
+    landed = plan.landed if plan is not None else None
+    if landed is None or not (landed.set or landed.remove):
         return ledger
     assign = prefix + ASSIGN
-    touched = {nid for nid, keys in plan.node_remove.items()
+    touched = {nid for nid, keys in landed.remove.items()
                if any(k.startswith(assign) for k in keys)}
-    touched |= {nid for nid, labels in plan.node_set.items()
+    touched |= {nid for nid, labels in landed.set.items()
                 if any(k.startswith(assign) for k in labels)}
     if not touched:
         return ledger
     after: list[SwarmNode] = []
     for n in nodes:
         if n.id in touched:
-            gone = set(plan.node_remove.get(n.id, ()))
+            gone = set(landed.remove.get(n.id, ()))
             labels = {k: v for k, v in n.labels.items() if k not in gone}
-            labels.update(plan.node_set.get(n.id, {}))
+            labels.update(landed.set.get(n.id, {}))
             after.append(dataclasses.replace(n, labels=labels))
     out = {svc: {nid: h for nid, h in per.items() if nid not in touched}
            for svc, per in ledger.items()}

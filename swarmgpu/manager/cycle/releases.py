@@ -12,11 +12,13 @@ plan of a service given a new ledger entry on a node where it would have release
 may name the GPUs that release would have freed), nor, in turn, of any service that
 second one would have made room for. The next cycle plans them from a fresh read. A
 service that cannot be read is held back the same way; one that is gone is released.
+A release whose node write fails holds back, the same way, the services given a new
+ledger entry on that node (``hold_unreleased``): its GPUs are still held.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from loguru import logger
 
@@ -67,6 +69,31 @@ def hold_stale_releases(
                         nid[:12],
                         name,
                     )
+    for name in held:
+        drop_writes(plan, name, prefix)
+    return held
+
+
+def hold_unreleased(plan: PlacementPlan, failed: Mapping[str, Sequence[str]],
+                    prefix: str) -> set[str]:
+    """The services given a new ledger entry on a node where a ledger entry's release did
+    not land (``failed``: node id -> the keys its failed write removed): the new entry
+    may name GPUs that release would have freed, still held (written, one GPU had two
+    holders). Their writes still to come are taken out of ``plan``, as
+    ``hold_stale_releases``' are; their names returned. The next cycle plans them from a
+    fresh read."""
+    held: set[str] = set()
+    for nid, keys in failed.items():
+        if not any(owner(k, prefix, ASSIGN) is not None for k in keys):
+            continue  # only gates went: no GPU was to be freed there
+        for k in plan.node_set.get(nid, {}):
+            name = owner(k, prefix, ASSIGN)
+            if name is not None and name not in held:
+                held.add(name)
+                logger.bind(service=name).info(
+                    "placement: {} waits a cycle: its new ledger entry on node {} may name "
+                    "GPUs that a release there, whose write failed, still holds",
+                    name, nid[:12])
     for name in held:
         drop_writes(plan, name, prefix)
     return held

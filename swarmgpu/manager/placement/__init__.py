@@ -102,6 +102,7 @@ from swarmgpu.manager.placement.queues import (
     Moving,
 )
 from swarmgpu.manager.placement.records import (
+    NodeWrites,
     PlacementPlan,
     ReplicaPlacement,
     ServicePlan,
@@ -138,6 +139,7 @@ __all__ = [
     "Holding",
     "HostPorts",
     "Moving",
+    "NodeWrites",
     "PlacementPlan",
     "Planner",
     "ReplicaPlacement",

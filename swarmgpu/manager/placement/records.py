@@ -231,6 +231,15 @@ class ServicePlan:
 
 
 @dataclass
+class NodeWrites:
+    """Node label changes as the writer made them (``PlacementPlan.landed``): node id ->
+    the labels it set, the keys it removed."""
+
+    set: dict[str, dict[str, str]] = field(default_factory=dict)
+    remove: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
 class PlacementPlan:
     """One cycle's plan: every service's, and the node label changes of them all (and
     of the planner's own releases), applied after the service writes. The planner
@@ -243,6 +252,10 @@ class PlacementPlan:
     released: list[str] = field(default_factory=list)  # services whose holdings go
     workload: dict[str, Any] = field(default_factory=dict)  # the model placement used
     queues: list[dict[str, Any]] = field(default_factory=list)  # use against quota (queues)
+    # What of node_set and node_remove the daemon's writer landed (in dry-run: all of
+    # it, as its log says it would), written as it goes: a release held back, refused
+    # or failed is not in it. None: nothing written (``cycle.placement.apply_plan``).
+    landed: NodeWrites | None = None
 
     @property
     def empty(self) -> bool:

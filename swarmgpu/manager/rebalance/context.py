@@ -64,8 +64,9 @@ class Inputs:
     services: Sequence[SwarmService]
     tasks: Sequence[SwarmTask]
     facts: Mapping[str, NodeFacts]
-    # The ledger as this cycle's placement writes leave it (the daemon's step:
-    # ``cycle.rebalance.ledger_after``), so GPUs placement just gave away are taken
+    # The ledger as this cycle's placement writes left it, those that landed (the
+    # daemon's step: ``cycle.rebalance.ledger_after``), so GPUs placement just gave away
+    # are taken, and those a release held back or failed still holds
     ledger: Mapping[str, Mapping[str, Holding]]
     gpus: Mapping[tuple[str, str], GpuSignal]  # (node id, UUID): signals.GpuKey
     node_signals: Mapping[str, NodeSignal]
@@ -88,6 +89,11 @@ class Inputs:
     # it): service name -> the node of each replica placed. Their CPU, memory and
     # host-mode ports count against a move's target (``SwarmTargets``).
     placed: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The ledger the metrics were read under (the snapshot's: ``ledger`` less what
+    # placement wrote since): a GPU's reading is the load of these holders' tasks, split
+    # among them by share; a holding placed after it carries none of it yet. None:
+    # ``ledger``.
+    measured: Mapping[str, Mapping[str, Holding]] | None = None
 
 
 REPLICAS_COUNTED = 8  # replicas of one service that workload_now counts
@@ -196,7 +202,7 @@ class Context:
     # metrics show none of it yet, so two moves each judged alone against a GPU's
     # reading could together make it hot (``gpu_ok_as_target`` adds it).
     load: Load = field(default_factory=dict)
-    # the input ledger's holders per GPU (``load_of``), read once
+    # the measured ledger's holders per GPU (``share_util``), read once
     _by_gpu: dict[str, list[Share]] | None = field(default=None, init=False, repr=False)
     # Swarm's filters for a move's target (``refused``), built once per pass
     _targets: SwarmTargets | None = field(default=None, init=False, repr=False)
@@ -251,21 +257,30 @@ class Context:
         planned = (self.load if load is None else load).get((g.node_id, g.uuid), 0.0)
         return g.util_pct + planned + add_util < self.cfg.hotspot.clear_pct
 
+    def share_util(self, svc: str, node_id: str, uuid: str, util: float | None) -> float:
+        """``svc``'s part of GPU ``uuid``'s reading ``util`` on ``node_id``: split by share
+        among the holders the reading was made under (``Inputs.measured``), so a holding
+        placement gave out on that GPU since neither takes part of it nor adds to it
+        (before, the share moved was judged to carry half the load it does). 0: unknown,
+        or no holder of it then."""
+        if self._by_gpu is None:
+            measured = self.inp.measured
+            self._by_gpu = holders_by_gpu(self.inp.ledger if measured is None else measured)
+        on = [s for s in self._by_gpu.get(uuid, []) if s.node_id == node_id]
+        mine = next((s for s in on if s.service == svc), None)
+        return (estimated_util(mine, util, on) or 0.0) if mine is not None else 0.0
+
     def load_of(self, svc: str, source: str) -> float:
         """The utilisation points ``svc``'s holding on ``source`` carries on each GPU it
         lands on: its GPUs' readings split by share, the busiest of them (0 unknown)."""
         h = self.inp.ledger.get(svc, {}).get(source)
         if h is None:
             return 0.0
-        if self._by_gpu is None:
-            self._by_gpu = holders_by_gpu(self.inp.ledger)
         most = 0.0
         for u in h.uuids:
             sig = self.inp.gpus.get((source, u))
-            on = [s for s in self._by_gpu.get(u, []) if s.node_id == source]
-            mine = next((s for s in on if s.service == svc), None)
-            if sig is not None and mine is not None:
-                most = max(most, estimated_util(mine, sig.util_pct, on) or 0.0)
+            if sig is not None:
+                most = max(most, self.share_util(svc, source, u, sig.util_pct))
         return most
 
     def workload(self) -> tuple[TypicalTask, ...]:

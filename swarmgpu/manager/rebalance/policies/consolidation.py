@@ -9,7 +9,6 @@ threshold), the GPU becomes whole again. Only then are the moves proposed.
 from __future__ import annotations
 
 from swarmgpu.core.rebalanceconfig import ConsolidationConfig
-from swarmgpu.manager.rebalance.attribution import estimated_util
 from swarmgpu.manager.rebalance.context import Context
 from swarmgpu.manager.rebalance.moves import Trigger
 from swarmgpu.manager.rebalance.windows import State
@@ -30,7 +29,7 @@ def propose(ctx: Context, cfg: ConsolidationConfig) -> None:
                 continue
             st = ctx.statement()  # every holder moves, or none
             for s in on:
-                est = estimated_util(s, g.util_pct, on) or 0.0
+                est = ctx.share_util(s.service, nid, g.uuid, g.util_pct)
                 choice = ctx.find_target(s.service, nid, add_util=est, only_shared=True,
                                          st=st)
                 if choice is None:

@@ -9,7 +9,6 @@ target the allocator finds on another node whose GPUs are known and would stay c
 from __future__ import annotations
 
 from swarmgpu.core.rebalanceconfig import HotspotConfig
-from swarmgpu.manager.rebalance.attribution import estimated_util
 from swarmgpu.manager.rebalance.context import Context
 from swarmgpu.manager.rebalance.moves import Trigger
 from swarmgpu.manager.rebalance.windows import State
@@ -32,7 +31,7 @@ def propose(ctx: Context, cfg: HotspotConfig) -> None:
             if why is not None:
                 ctx.notes.append(f"hot spot {host} GPU {g.index}: {share.service} stays: {why}")
                 continue
-            est = estimated_util(share, g.util_pct, on) or 0.0
+            est = ctx.share_util(share.service, g.node_id, g.uuid, g.util_pct)
             choice = ctx.find_target(share.service, g.node_id, add_util=est)
             if choice is None:
                 ctx.notes.append(f"hot spot {host} GPU {g.index}: no verified-free target "
