@@ -130,10 +130,13 @@ def test_baseline_replay_places_cpu_pods_by_swarm_deterministically() -> None:
 
 def test_the_option_is_refused_where_it_is_not_read() -> None:
     base = {"policies": ["fgd"], "bound": "lp", "online_at": 95}
-    why = unused_option({"--cpu-pods"}, departures=True, priorities=False, **base)
-    assert why is not None and why.startswith("--cpu-pods applies without --departures")
-    why = unused_option({"--cpu-pods"}, departures=False, priorities=True, **base)
-    assert why is not None and why.startswith("--cpu-pods applies without --priorities")
+    # --departures and --priorities place CPU-only pods as policy does: swarm is refused
+    why = unused_option({"--cpu-pods"}, departures=True, priorities=False, cpu_pods="swarm",
+                        **base)
+    assert why is not None and why.startswith("--cpu-pods swarm applies without --departures")
+    why = unused_option({"--cpu-pods"}, departures=False, priorities=True, cpu_pods="swarm",
+                        **base)
+    assert why is not None and why.startswith("--cpu-pods swarm applies without --departures")
     assert unused_option({"--cpu-pods"}, departures=False, priorities=False, **base) is None
     text, rc = run_simulate("n.csv", "p.csv", ["fgd"], [1], False, None, cpu_pods="kube")
     assert rc == 2 and "--cpu-pods 'kube'" in text

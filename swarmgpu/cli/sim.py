@@ -65,9 +65,10 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
     default="policy",
     show_default=True,
     type=click.Choice(["policy", "swarm"]),
-    help="Who places the trace's CPU-only pods: policy = each policy's own allocator; "
-    "swarm = a model of Swarm's scheduler (resource filter, then the node with the "
-    "fewest tasks), as in the product, for every policy alike. Not with --departures.",
+    help="Who places the trace's CPU-only pods: policy = swarmgpu's planner (as "
+    'gpus: "0" services), each baseline\'s own allocator; swarm = a model of Swarm\'s '
+    "scheduler (resource filter, then the node with the fewest tasks), for every policy "
+    "alike. swarm not with --departures or --priorities.",
 )
 @click.option(
     "--speedup",
@@ -201,6 +202,7 @@ def simulate(
         priorities=priority_share is not None,
         bound=bound,
         online_at=online_at,
+        cpu_pods=cpu_pods,
     )
     if why:
         click.echo(f"swarmgpu simulate: {why}", err=True)

@@ -52,6 +52,16 @@ _NOT_WITH_PRIORITIES = (
 )
 
 
+# --departures and --priorities place CPU-only pods as --cpu-pods policy does (swarmgpu's
+# through its planner, as gpus: "0" services); Swarm's scheduler is not modelled there.
+CPU_PODS_SWARM_ONLY = (
+    "--cpu-pods swarm applies without --departures and --priorities (Swarm's scheduler "
+    "is modelled in the replay to 130% arrived load; these replays place CPU-only pods as "
+    "--cpu-pods policy does: swarmgpu's through its planner, as gpus: \"0\" services); "
+    "drop --cpu-pods swarm"
+)
+
+
 def unused_option(
     given: Collection[str],
     *,
@@ -60,11 +70,14 @@ def unused_option(
     priorities: bool,
     bound: str,
     online_at: int,
+    cpu_pods: str = "policy",
 ) -> str | None:
     """Why the first option in ``given`` (those typed, by their flag; ``--progress`` when
-    on) does nothing in the mode asked, or None. ``--policy swarmgpu`` with --priorities
-    (the planner it replays) and ``--online-at 0`` (no online bound) are what happens
-    anyway; --plot with --departures is refused by ``run_simulate``."""
+    on) does nothing in the mode asked, or None. ``--policy swarmgpu`` and ``--cpu-pods
+    policy`` with --priorities (the planner it replays, which places CPU-only pods as
+    ``gpus: "0"`` services), ``--cpu-pods policy`` with --departures and ``--online-at 0``
+    (no online bound) are what happens anyway; --plot with --departures is refused by
+    ``run_simulate``."""
     if "--trace" in given and "--nodes" in given and "--pods" in given:
         return (
             "--trace applies without both --nodes and --pods (it fills the one not "
@@ -76,15 +89,16 @@ def unused_option(
                 continue
             if opt == "--online-at" and online_at == 0:
                 continue
+            if opt == "--cpu-pods" and cpu_pods == "policy":
+                continue
+            if opt == "--cpu-pods":
+                return CPU_PODS_SWARM_ONLY
             return (
                 f"{opt} applies without --priorities, which replays swarmgpu's planner "
                 "with a queue alone (no other policy, bound, plot or progress); drop one of the two"
             )
-    elif "--cpu-pods" in given and departures:
-        return (
-            "--cpu-pods applies without --departures (Swarm's scheduler is modelled in "
-            "the replay to 130% arrived load); drop one of the two"
-        )
+    elif "--cpu-pods" in given and departures and cpu_pods != "policy":
+        return CPU_PODS_SWARM_ONLY
     elif "--speedup" in given and not departures:
         return (
             "--speedup applies with --departures or --priorities (arrivals K times faster); "
@@ -325,8 +339,9 @@ def run_simulate(
     upper bound beside the no-departure table (``sim.bound_runs``; "off" for none);
     ``online_at``: F of its online bound's row (0: no online bound).
     ``trace``: what the --plot title calls the trace (default: the pod file's name).
-    ``cpu_pods``: who places the CPU-only pods, ``policy`` (each policy's allocator) or
-    ``swarm`` (a model of Swarm's scheduler, ``sim.swarm_sched``)."""
+    ``cpu_pods``: who places the CPU-only pods, ``policy`` (swarmgpu's planner as
+    ``gpus: "0"`` services, each baseline's allocator; what --departures does) or
+    ``swarm`` (a model of Swarm's scheduler, ``sim.swarm_sched``; not with --departures)."""
     known = set(POLICIES) | {"fgd-unrounded"}
     bad = [p for p in policies if p not in known]
     if bad:
@@ -344,7 +359,7 @@ def run_simulate(
     if cpu_pods not in CPU_PODS:
         return (f"--cpu-pods {cpu_pods!r}: use one of {', '.join(CPU_PODS)}", 2)
     if departures and cpu_pods != "policy":
-        return ("--cpu-pods swarm applies without --departures; drop one of the two", 2)
+        return (CPU_PODS_SWARM_ONLY, 2)
     if bound not in BOUND_METHODS:
         return (f"--bound {bound!r}: use one of {', '.join(BOUND_METHODS)}", 2)
     # The row is solved at a level the replays record: another printed no row, silently.

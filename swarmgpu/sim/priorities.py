@@ -7,7 +7,11 @@ here a pod that does not fit waits: its service stays, pending, and every cycle 
 again, higher priority first (``placement.preempt.serve_order``); its wait is the time
 from its arrival to the cycle that places it. Cycles run every ``interval_s`` of trace
 time (1 s: the daemon plans on every service event) while something waits or
-arrived, and a pod's lifetime starts when it is placed.
+arrived, and a pod's lifetime starts when it is placed. A CPU-only pod is a
+``swarmgpu.gpus: "0"`` service (priority 0) the planner places by its CPU and memory; it
+waits as a GPU pod does and is counted apart (``cpu_pods`` in the JSON), not in the
+classes, nor in the contended span's start (until stop 68 the planner's allocator put it
+on a node at arrival, a stand-in no daemon runs, and one that found none was lost).
 
 With priorities, after each cycle ``placement.preempt.choose_preemptions`` (the daemon's
 own decision, victims of priority 0 for pending pods of priority 100) runs, and each
@@ -44,7 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarmgpu.allocator.values import Choice, Demand, NodeSpec
+from swarmgpu.allocator.values import NodeSpec
 from swarmgpu.core.config import parse_priority_classes
 from swarmgpu.core.tenants import STACK_LABEL, parse_tenants
 from swarmgpu.manager.placement import Planner, assign_key, devices_key, gate_key
@@ -112,6 +116,8 @@ class PriorityResult:
     contended_from: int | None = None
     contended_s: int = 0
     contended_alloc_pct: float | None = None
+    # The CPU-only pods (``gpus: "0"`` services, priority 0), apart from the GPU classes
+    cpu: ClassResult = field(default_factory=ClassResult)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -125,6 +131,7 @@ class PriorityResult:
             ),
             "preemptions": self.preemptions,
             "classes": {k: v.to_dict() for k, v in sorted(self.classes.items())},
+            "cpu_pods": self.cpu.to_dict(),
         }
 
 
@@ -200,9 +207,9 @@ def replay_priorities(
     waiting: dict[str, int] = {}  # service id -> when it (last) started waiting
     arrived_at: dict[str, int] = {}  # service id -> arrival (first wait)
     lifetime: dict[str, int] = {}
-    leaving: list[tuple[int, int, str]] = []  # (time, generation, service id or cpu key)
+    leaving: list[tuple[int, int, str]] = []  # (time, generation, service id)
     gen: dict[str, int] = {}  # a preempted pod's old departure is stale
-    klass: dict[str, str] = {}
+    klass: dict[str, str] = {}  # GPU pods' services only
     start = arrival_times(order[0], speedup)[0] if order else 0
     w = _Steps(start)
 
@@ -210,6 +217,9 @@ def replay_priorities(
         s = world.services.get(sid)
         pod = world.pods.get(s.name) if s is not None else None
         return pod.total_gpu_milli if pod is not None else 0
+
+    def class_of(sid: str) -> ClassResult:
+        return res.classes[klass[sid]] if sid in klass else res.cpu
 
     dirty = [True]  # something changed since the last cycle (read in the drain)
 
@@ -236,7 +246,10 @@ def replay_priorities(
             find_contention
             and res.contended_from is None
             and any(
-                sp.id in waiting and not sp.placements and sp.status == "pending"
+                sp.id in waiting
+                and sp.id in klass  # a GPU pod (a CPU-only one waiting is not counted)
+                and not sp.placements
+                and sp.status == "pending"
                 for sp in plan.services
             )
         ):
@@ -244,7 +257,7 @@ def replay_priorities(
         for sp in plan.services:
             if sp.id in waiting and sp.placements:
                 del waiting[sp.id]
-                c = res.classes[klass[sp.id]]
+                c = class_of(sp.id)
                 if sp.id in arrived_at:  # its first start: the wait the user sees
                     c.started += 1
                     c.waits.append(w.now - arrived_at.pop(sp.id))
@@ -294,7 +307,7 @@ def replay_priorities(
         dirty[0] = True
         w.allocated -= running_milli(sid)
         waiting[sid] = w.now
-        res.classes[klass[sid]].preempted += 1
+        class_of(sid).preempted += 1
 
     def grid(x: int) -> int:  # the first cycle time at or after x
         return start + -(-(x - start) // interval_s) * interval_s
@@ -317,11 +330,7 @@ def replay_priorities(
                 break
             _, g, key = heapq.heappop(leaving)
             w.advance(due)
-            if key in world.cpu_tasks:
-                task = world.cpu_tasks.pop(key)
-                world.services.pop(key, None)
-                planner.cluster.add_usage(task.node_id, -task.cpu_milli, -task.memory_mib)
-            elif key in world.services and gen.get(key) == g:
+            if key in world.services and gen.get(key) == g:
                 w.allocated -= running_milli(key)
                 world.remove_service(key)
                 dirty[0] = True
@@ -332,17 +341,12 @@ def replay_priorities(
             meter(tid, len(order))
         arrive, leave = arrival_times(pod, speedup)
         until(arrive)
-        if pod.total_gpu_milli == 0:  # CPU-only: placed at once, as the departures replay
-            got = planner.cluster.alloc.place(
-                Demand(cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib), explain=False
-            )
-            if isinstance(got, Choice):
-                key = f"cpu{tid}"
-                world.add_cpu_task(key, got.node, pod)
-                planner.cluster.add_usage(got.node, pod.cpu_milli, pod.memory_mib)
-                heapq.heappush(leaving, (leave, 0, key))
-            continue
         s = world.add_service(tid, pod)
+        if pod.total_gpu_milli == 0:  # CPU-only (gpus: "0"): it waits as a GPU pod does
+            res.cpu.pods += 1
+            waiting[s.id] = arrived_at[s.id] = arrive
+            lifetime[s.id] = leave - arrive
+            continue
         is_high = pod.name in high
         klass[s.id] = "high" if is_high else "batch"
         labels = dict(s.labels)

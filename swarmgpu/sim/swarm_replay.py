@@ -26,7 +26,9 @@ swarmgpu's placement (``swarmgpu.gpus: "0"``: its CPU and memory reservations ar
 demand, behind a gate), planned at arrival as a GPU pod is, so the figure is of the path
 a user runs (until stop 67 the planner's allocator placed it directly, a stand-in no
 daemon runs); with ``cpu_pods="swarm"`` it is Swarm's, placed by the model of Swarm's
-scheduler (``sim.swarm_sched``), in every policy's replay alike.
+scheduler (``sim.swarm_sched``), in every policy's replay alike. The departures replay
+(``replay_departures_planner``) and ``sim.priorities`` plan CPU-only pods as ``gpus: "0"``
+services too (since stop 68); ``cpu_pods="swarm"`` is of this replay alone.
 
 ``workload``: ``online`` (what the daemon does: the model learned from the services seen
 so far, starting from the prior) or ``oracle`` (the whole trace's typical tasks, as FGD's
@@ -554,7 +556,10 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
     never sees capacity freed after it arrived; a departed pod's service is removed and
     the planner releases its holding, as the daemon does when a stack goes. With
     ``rescuer``, a pod that finds no node gets room made by moves (within the moves
-    allowed) and stays for the next cycle, as a pending service does."""
+    allowed) and stays for the next cycle, as a pending service does. A CPU-only pod is a
+    ``swarmgpu.gpus: "0"`` service (a job, as the GPU pods), planned by the same cycles
+    (until stop 68 the planner's allocator placed it at arrival, a stand-in no daemon
+    runs); the rescuer makes no room for one, as the daemon's defrag makes none."""
     if speedup <= 0:
         raise ValueError(f"speedup={speedup}: must be > 0 (1 = the trace's own times)")
     order = timed_pods(pods, source)
@@ -568,7 +573,7 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
     planner.cluster.explain = False  # reasons are not read here
     res = TimelineResult("swarmgpu", seed, pods=len(order))
     failed: Counter[str] = Counter()
-    leaving: list[tuple[int, int, str]] = []  # (deletion time, tid, service id or cpu key)
+    leaving: list[tuple[int, int, str]] = []  # (deletion time, tid, service id)
     wanted: list[tuple[int, int]] = []
     # service id -> (tid, pod, leave, arrival), awaiting their first cycle
     new: dict[str, tuple[int, TracePod, int, int]] = {}
@@ -589,8 +594,9 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
             if got is None:
                 continue
             tid, pod, leave, arrived = got
+            # (the daemon's defrag makes no room for a CPU-only service)
             if (not sp.placements and rescuer is not None and sp.id not in rescued
-                    and moved[1] - moved[0] >= 1):
+                    and pod.total_gpu_milli and moved[1] - moved[0] >= 1):
                 moves = rescuer(planner, world.pods, pod, moved[1] - moved[0])
                 if moves:
                     carry_out(planner, world, moves)
@@ -628,11 +634,6 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
             w.demanded -= milli
             while leaving and leaving[0][0] <= when:
                 _, _tid, key = heapq.heappop(leaving)
-                if key in world.cpu_tasks:
-                    task = world.cpu_tasks.pop(key)
-                    world.services.pop(key, None)
-                    planner.cluster.add_usage(task.node_id, -task.cpu_milli, -task.memory_mib)
-                    continue
                 pod = world.pods.get(world.services[key].name) if key in world.services else None
                 if pod is not None:
                     w.allocated -= pod.total_gpu_milli
@@ -648,21 +649,9 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
         w.demanded += pod.total_gpu_milli
         res.asked_gpu_milli += pod.total_gpu_milli
         heapq.heappush(wanted, (leave, pod.total_gpu_milli))
-        if pod.total_gpu_milli == 0:
-            alloc = planner.cluster.alloc
-            got = alloc.place(Demand(cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib),
-                              explain=False)
-            if isinstance(got, Choice):
-                key = f"cpu{tid}"
-                world.add_cpu_task(key, got.node, pod)
-                planner.cluster.add_usage(got.node, pod.cpu_milli, pod.memory_mib)
-                heapq.heappush(leaving, (leave, tid, key))
-                res.placed += 1
-            else:
-                failed["cpu"] += 1
-        else:
-            s = world.add_service(tid, pod)
-            new[s.id] = (tid, pod, leave, arrive)
+        # a GPU pod, or a CPU-only one the planner places (gpus: "0"), both at the next cycle
+        s = world.add_service(tid, pod)
+        new[s.id] = (tid, pod, leave, arrive)
         if len(new) >= batch:
             cycle()
         if defrag is not None and tid % DEFRAG_EVERY == 0:
