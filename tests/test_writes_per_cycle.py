@@ -20,6 +20,7 @@ import pytest
 from loguru import logger
 from support.forged import sw_node, sw_svc
 from support.gpu_nodes import DGX_A100, RTX4090
+from support.scheduler import SpecVersions
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.manager.cycle.pipeline import Step
@@ -51,6 +52,7 @@ class TaskSwarm:
                  lag: int = 0) -> None:
         self._nodes = {n.id: n for n in nodes}
         self._services = {s.id: s for s in services}
+        self.versions = SpecVersions()  # Swarm's rule on a waiting task of an older spec
         self._tasks: dict[str, list[SwarmTask]] = {s.id: self._fresh(s) for s in services}
         self._pending: list[tuple[int, SwarmService]] = []  # (lists to wait, service)
         self.lag = lag
@@ -61,11 +63,13 @@ class TaskSwarm:
         self.conflict_once: set[str] = set()  # nodes another writer changes mid-write
         self.writes = 0
 
-    @staticmethod
-    def _fresh(s: SwarmService) -> list[SwarmTask]:
-        return [SwarmTask(f"t-{s.name}-{s.force_update}-{k}", s.id, "", k, "pending", "running",
-                          s.env, force_update=s.force_update)
-                for k in range(1, (s.replicas or 0) + 1)]
+    def _fresh(self, s: SwarmService) -> list[SwarmTask]:
+        out = [SwarmTask(f"t-{s.name}-{s.force_update}-{k}", s.id, "", k, "pending", "running",
+                         s.env, force_update=s.force_update)
+               for k in range(1, (s.replicas or 0) + 1)]
+        for t in out:  # made at the service's version now (the updater's, when lagging)
+            self.versions.made_at(t.id, self._services[s.id].version)
+        return out
 
     def is_leader(self) -> bool:
         return True
@@ -96,16 +100,27 @@ class TaskSwarm:
         self._pending = [(n - 1, s) for n, s in self._pending if n > 0]
         for s in due:  # the updater acts: the old tasks go, new ones from the spec
             self._tasks[s.id] = self._fresh(s)
+        self._schedule()
+        return [t for s in self._services.values() for t in self._tasks.get(s.id, [])]
+
+    def _schedule(self) -> None:
+        """A pass of the scheduler: a waiting task runs where its gate is open; one it
+        finds no node for is dropped for good once its service is newer (SpecVersions)."""
         gates = {k.removeprefix(P + "service."): nid for nid, n in self._nodes.items()
                  for k, v in n.labels.items() if k.startswith(P + "service.") and v == "true"}
-        out = []
         for s in self._services.values():
             for i, t in enumerate(self._tasks.get(s.id, [])):
-                if t.state == "pending" and s.name in gates:  # the scheduler starts it
-                    t = self._tasks[s.id][i] = replace(t, node_id=gates[s.name],
-                                                       state="running")
-                out.append(t)
-        return out
+                if t.state != "pending" or not self.versions.tries(t.id):
+                    continue
+                if s.name in gates:  # the scheduler starts it
+                    self._tasks[s.id][i] = replace(t, node_id=gates[s.name], state="running")
+                else:
+                    self.versions.no_node(t.id, s.version)
+
+    def stranded(self) -> list[str]:
+        """The waiting tasks no scheduler pass tries again (pending for good)."""
+        return [t.id for ts in self._tasks.values() for t in ts
+                if t.state == "pending" and not self.versions.tries(t.id)]
 
     def update_node_labels(self, node_id: str,
                            compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
@@ -146,6 +161,11 @@ class TaskSwarm:
             if not self.lag:
                 self._tasks[s2.id] = self._fresh(s2)
                 self._pending.pop()
+        elif new.get("TaskTemplate") != s.spec.get("TaskTemplate"):
+            # the orchestrator replaces a waiting task whose own spec changed
+            self._tasks[s2.id] = [self._fresh(s2)[i] if t.state == "pending" and not t.node_id
+                                  else t for i, t in enumerate(self._tasks.get(s2.id, []))]
+        self._schedule()  # any event of the cluster may come before the daemon's next write
         return True
 
     def redeploy(self, service_id: str, labels: Mapping[str, str]) -> None:
@@ -156,6 +176,7 @@ class TaskSwarm:
         spec["Labels"] = dict(labels)
         self._services[service_id] = service_from_api(
             {"ID": s.id, "Spec": spec, "Version": {"Index": s.version + 1}})
+        self._schedule()
 
     def bump_force(self, service_id: str) -> None:
         """Someone else's ``docker service update --force``: new tasks, no device map."""
