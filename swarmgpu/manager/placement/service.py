@@ -265,10 +265,7 @@ def _plan_replicated(
         if crowd.force and not d.force_update:
             d.force_update, d.decision = True, ("place", crowd.why)
     if conv is not None and conv.renew and not d.force_update:
-        d.force_update, d.decision = True, ("place", RENEW_WHY)
-        if (owners := all_at_once(s)) is not None:  # nothing runs: all at once
-            d.state_labels[cyc.prefix + PARALLELISM_STATE] = owners
-            d.set_update_parallelism = 0
+        _renew(d, s, cyc)
     # swarmgpu's own records: the MaxReplicas it set, the back-off (no device map: no
     # restart), the re-spread; a record no longer true goes
     if want_state := {k: v for k, v in d.state_labels.items() if s.labels.get(k) != v}:
@@ -279,6 +276,15 @@ def _plan_replicated(
     _outcome(d, s, r, spread.reasons, dm.all_open, stuck, running_on, waiting, replicas, want, cyc)
     if job is not None:
         d.job(job_run(s, job, d.placements, d.nodes_waiting, d.writes(), cyc, r.cpu_only), cyc)
+
+
+def _renew(d: _Draft, s: SwarmService, cyc: Cycle) -> None:
+    """Its waiting tasks replaced where they are (``converge``): nothing of it runs, so
+    all at once (the rolling updater waits for each new task to run)."""
+    d.force_update, d.decision = True, ("place", RENEW_WHY)
+    if (owners := all_at_once(s)) is not None:
+        d.state_labels[cyc.prefix + PARALLELISM_STATE] = owners
+        d.set_update_parallelism = 0
 
 
 def _keep_holdings(
