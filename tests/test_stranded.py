@@ -153,3 +153,27 @@ def test_a_renewal_of_several_waiting_replicas_replaces_them_all_at_once() -> No
     assert sp.force_update and "replaced where it is" in (sp.reason or ""), sp.reason
     assert sp.set_update_parallelism == 0 and PAR not in sp.service_labels_remove
     assert {**s.labels, **sp.service_labels_set}.get(PAR) == "1"  # the owner's, kept
+
+
+def test_a_task_left_behind_an_open_gate_beside_a_running_replica_names_the_fix() -> None:
+    """A replica of the service runs, so its waiting task is not replaced where it is
+    (a ForceUpdate restarts the running replicas: the operator's call). It waited for
+    good with a reason that read as Swarm refusing the node: the pending line says the
+    task may be one Swarm no longer tries, and the command that replaces it."""
+    nodes = [node("n-a", "node-a"), node("n-b", "node-b")]
+    facts = {n.id: RTX4090.facts() for n in nodes}
+    planner = Planner()
+    s = svc("two", {"swarmgpu.gpus": "1"}, replicas=2)
+    for _ in range(3):
+        plan = planner.plan(nodes, [s], [], facts, now=1000.0)
+        nodes, (s,) = apply(nodes, plan), as_written([s], plan)
+    s = _as_written(s, parallelism=1, add={"team": "ml"})  # a new revision
+    err = "no suitable node (scheduling constraints not satisfied on 2 nodes)"
+    running, waiting = _tasks(s, ["n-a", ""], "running")
+    tasks = [running, replace(waiting, error=err)]
+    planner.plan(nodes, [s], tasks, facts, now=1001.0)
+    (sp,) = planner.plan(nodes, [s], tasks, facts, now=1010.0).services
+    assert not sp.force_update and sp.status == "pending"
+    why = sp.reason or ""
+    assert "Swarm no longer tries" in why and "docker service update --force two" in why, why
+    assert "restarts its 1 running replica" in why, why
