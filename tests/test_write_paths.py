@@ -6,7 +6,10 @@ boundary that replaces tasks as Swarm does: a service write replaces each task w
 task spec it changes (a change of placement alone leaves a running task whose node
 satisfies it: ``swarm.taskspec``), a node label write stops the tasks whose constraints
 the node no longer satisfies, and a waiting task runs on a node that satisfies its
-constraints. Every running task so stopped is a restart, counted by the model; the
+constraints (a scheduler pass at each task list and after each service write; a waiting
+task of an older revision than its service that a pass finds no node for is never tried
+again: ``support.scheduler``, and ``check`` finds none left so). Every running task so
+stopped is a restart, counted by the model; the
 test walks the daemon through its write paths -- placement of a held stack, an
 upgrade's new env lines, the operator's word, an ungated task, a preemption (a stop
 and a move), the over-share restart, a service removed -- and checks each restart
