@@ -90,7 +90,6 @@ from swarmgpu.manager.placement.preempt import (
     Preemption,
     choose_preemptions,
     preempted_state,
-    waiting_for_node,
 )
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import Move, Trigger
@@ -318,7 +317,6 @@ class Preempter:
             if (st is not None and now - st.at < pc.victim_cooldown_s
                     and round(st.at) in stopped_at):
                 cooling.add(s.name)
-        cooling |= waiting_for_node(snap.services, snap.tasks)  # no task left for good
         settling = set(self.preemptor_at)
         # The daemon's records only (a move label alone protects nothing); those read
         # after the rebalancer's movers ran too: a move they started this cycle, stopped

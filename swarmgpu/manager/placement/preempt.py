@@ -61,7 +61,7 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.placement.jobs import JOB_MODES, job_progress
+from swarmgpu.manager.placement.jobs import job_progress
 from swarmgpu.manager.placement.keys import MAX_STATE
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.queues import (
@@ -349,16 +349,6 @@ def done_idle(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
             and (t.job_iteration is None or t.job_iteration == runs[t.service_id])}
     return frozenset((sid, nid) for sid, prog in job_progress(services, tasks).items()
                      for nid in prog.done_nodes if nid and (sid, nid) not in live)
-
-
-def waiting_for_node(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
-                     ) -> frozenset[str]:
-    """Services (not jobs) with a task that waits for a node: no victim now. Its spec
-    write (labels only) would leave that task of an older revision, which Swarm's
-    scheduler never tries again (swarmkit 807f25e, ``noSuitableNode``; docs/deploy.md);
-    a ForceUpdate would restart its running replicas. A job's write runs it anew."""
-    ids = {t.service_id for t in tasks if t.desired_state == "running" and not t.node_id}
-    return frozenset(s.name for s in services if s.id in ids and s.mode not in JOB_MODES)
 
 
 def choose_preemptions(
