@@ -129,3 +129,51 @@ def test_a_task_swarm_left_behind_an_open_gate_is_replaced_where_it_is() -> None
     t2 = replace(t2, error=t.error)
     (sp,) = planner.plan(nodes, [s2], [t2], facts, now=1012.0).services
     assert not sp.force_update and "backed off" in (sp.reason or "")
+
+
+def test_a_renewal_of_several_waiting_replicas_replaces_them_all_at_once() -> None:
+    """The renewal of waiting tasks left behind their open gates is a ForceUpdate; with
+    the owner's update parallelism (1) Swarm's rolling updater replaced one task, waited
+    for it to run, and left the others behind for as long as it did not: the renewal
+    replaces them all at once (parallelism 0, the owner's recorded and given back once
+    they are on their nodes), as the device map's first forced update does."""
+    nodes = [node("n-a", "node-a"), node("n-b", "node-b")]
+    facts = {n.id: RTX4090.facts() for n in nodes}
+    planner = Planner()
+    s = svc("two", {"swarmgpu.gpus": "1"}, replicas=2)
+    for _ in range(3):
+        plan = planner.plan(nodes, [s], [], facts, now=1000.0)
+        nodes, (s,) = apply(nodes, plan), as_written([s], plan)
+    assert all(n.labels.get("swarmgpu.service.two") == "true" for n in nodes)
+    s = _as_written(s, parallelism=1, add={"team": "ml"})  # the owner's, and a new label
+    err = "no suitable node (scheduling constraints not satisfied on 2 nodes)"
+    waiting = [replace(t, error=err) for t in _tasks(s, ["", ""])]
+    planner.plan(nodes, [s], waiting, facts, now=1001.0)
+    (sp,) = planner.plan(nodes, [s], waiting, facts, now=1010.0).services
+    assert sp.force_update and "replaced where it is" in (sp.reason or ""), sp.reason
+    assert sp.set_update_parallelism == 0 and PAR not in sp.service_labels_remove
+    assert {**s.labels, **sp.service_labels_set}.get(PAR) == "1"  # the owner's, kept
+
+
+def test_a_task_left_behind_an_open_gate_beside_a_running_replica_names_the_fix() -> None:
+    """A replica of the service runs, so its waiting task is not replaced where it is
+    (a ForceUpdate restarts the running replicas: the operator's call). It waited for
+    good with a reason that read as Swarm refusing the node: the pending line says the
+    task may be one Swarm no longer tries, and the command that replaces it."""
+    nodes = [node("n-a", "node-a"), node("n-b", "node-b")]
+    facts = {n.id: RTX4090.facts() for n in nodes}
+    planner = Planner()
+    s = svc("two", {"swarmgpu.gpus": "1"}, replicas=2)
+    for _ in range(3):
+        plan = planner.plan(nodes, [s], [], facts, now=1000.0)
+        nodes, (s,) = apply(nodes, plan), as_written([s], plan)
+    s = _as_written(s, parallelism=1, add={"team": "ml"})  # a new revision
+    err = "no suitable node (scheduling constraints not satisfied on 2 nodes)"
+    running, waiting = _tasks(s, ["n-a", ""], "running")
+    tasks = [running, replace(waiting, error=err)]
+    planner.plan(nodes, [s], tasks, facts, now=1001.0)
+    (sp,) = planner.plan(nodes, [s], tasks, facts, now=1010.0).services
+    assert not sp.force_update and sp.status == "pending"
+    why = sp.reason or ""
+    assert "Swarm no longer tries" in why and "docker service update --force two" in why, why
+    assert "restarts its 1 running replica" in why, why

@@ -6,7 +6,10 @@ boundary that replaces tasks as Swarm does: a service write replaces each task w
 task spec it changes (a change of placement alone leaves a running task whose node
 satisfies it: ``swarm.taskspec``), a node label write stops the tasks whose constraints
 the node no longer satisfies, and a waiting task runs on a node that satisfies its
-constraints. Every running task so stopped is a restart, counted by the model; the
+constraints (a scheduler pass at each task list and after each service write; a waiting
+task of an older revision than its service that a pass finds no node for is never tried
+again: ``support.scheduler``, and ``check`` finds none left so). Every running task so
+stopped is a restart, counted by the model; the
 test walks the daemon through its write paths -- placement of a held stack, an
 upgrade's new env lines, the operator's word, an ungated task, a preemption (a stop
 and a move), the over-share restart, a service removed -- and checks each restart
@@ -25,6 +28,7 @@ from typing import Any
 import pytest
 from loguru import logger
 from support.forged import DGX_F, R4090_F, RecordingSwarm, closed_port, sw_node, sw_svc
+from support.scheduler import SpecVersions
 from support.write_paths import svc
 
 from swarmgpu.core.config import (
@@ -71,6 +75,9 @@ class ModelSwarm(RecordingSwarm):
         self.writes_of: dict[str, set[int]] = {}  # object id -> its writes that restarted
         self._made: dict[str, Mapping[str, Any]] = {  # task id -> the spec it was made from
             t.id: copy.deepcopy(dict(self.service(t.service_id).spec)) for t in tasks}
+        self.versions = SpecVersions()  # Swarm's rule on a waiting task of an older spec
+        for t in tasks:
+            self.versions.made_at(t.id, self.service(t.service_id).version)
         self._n = 0
 
     def _new_task(self, s: SwarmService, slot: int | None) -> None:
@@ -79,6 +86,7 @@ class ModelSwarm(RecordingSwarm):
                       force_update=s.force_update)
         self._tasks.append(t)
         self._made[t.id] = copy.deepcopy(dict(s.spec))
+        self.versions.made_at(t.id, s.version)
 
     def _stop(self, t: SwarmTask, by: str) -> None:
         self._tasks.remove(t)
@@ -106,6 +114,7 @@ class ModelSwarm(RecordingSwarm):
             if restarts_on(self._made[t.id], new, [node] if node else []) or (
                     not node and self._made[t.id].get("TaskTemplate") != new.get("TaskTemplate")):
                 self._stop(t, service_id)
+        self._schedule()  # any event of the cluster may come before the daemon's next write
         return True
 
     def update_node_labels(self, node_id: str,
@@ -124,15 +133,28 @@ class ModelSwarm(RecordingSwarm):
         return parse_all((tt.get("Placement") or {}).get("Constraints") or [])[0]
 
     def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
-        for i, t in enumerate(self._tasks):  # the scheduler: waiting tasks run where they may
-            if t.state != "pending":
+        self._schedule()
+        return super().tasks(filters)
+
+    def _schedule(self) -> None:
+        """The scheduler: waiting tasks run where they may; one it finds no node for is
+        dropped for good once its service is newer (``SpecVersions``)."""
+        for i, t in enumerate(self._tasks):
+            if t.state != "pending" or not self.versions.tries(t.id):
                 continue
             used = {x.node_id for x in self._tasks if x.service_id == t.service_id}
             for n in self._nodes.values():
                 if n.role == "worker" and n.id not in used and node_satisfies(self._cons(t), n):
                     self._tasks[i] = replace(t, node_id=n.id, state="running")
                     break
-        return super().tasks(filters)
+            else:
+                if t.service_id in self._services:
+                    self.versions.no_node(t.id, self._services[t.service_id].version)
+
+    def stranded(self) -> list[str]:
+        """The waiting tasks no scheduler pass tries again (pending for good)."""
+        return [t.id for t in self._tasks
+                if t.state == "pending" and not self.versions.tries(t.id)]
 
     def drop_service(self, service_id: str) -> None:
         del self._services[service_id]
@@ -172,8 +194,11 @@ def decided(lines: list[str], obj: str) -> list[str]:
 
 def check(sw: ModelSwarm, lines: list[str]) -> None:
     """Every write that stopped a running task was logged by the gate as a decision of
-    one of the kinds that may (one line per such write, at least); none was refused."""
+    one of the kinds that may (one line per such write, at least); none was refused; no
+    task waits for good (a write of its service left it of an older revision)."""
     assert not [x for x in lines if "refused a write" in x], lines
+    sw.tasks()  # a scheduler pass on the state the test ends with
+    assert not sw.stranded(), (sw.stranded(), sw.tasks())
     for obj, writes in sw.writes_of.items():
         kinds = [k for k in decided(lines, obj) if k in KINDS]
         assert len(kinds) >= len(writes), (obj, sorted(writes), decided(lines, obj),

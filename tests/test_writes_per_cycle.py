@@ -4,7 +4,12 @@ The daemon's cycle (label sync, then placement) over ``TaskSwarm``: the SwarmCli
 methods the daemon calls, answered from in-memory Swarm objects, with Swarm's task
 behaviour as far as gates go (a replica is a task from the moment its service exists;
 a ForceUpdate replaces the waiting tasks, optionally only after ``lag`` task lists: the
-updater has not acted yet). Every write is recorded in order.
+updater has not acted yet; a change of the task template replaces a waiting task; a
+scheduler pass runs a waiting task on a node whose gate is open, one replica a node, at
+each task list and after each service write; one of an older revision than its service
+that a pass finds no node for is never tried again: ``support.scheduler``). Every write
+is recorded in order, and ``_cycle`` checks that none of the daemon's left a task
+waiting for good.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import pytest
 from loguru import logger
 from support.forged import sw_node, sw_svc
 from support.gpu_nodes import DGX_A100, RTX4090
+from support.scheduler import SpecVersions
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.manager.cycle.pipeline import Step
@@ -51,6 +57,8 @@ class TaskSwarm:
                  lag: int = 0) -> None:
         self._nodes = {n.id: n for n in nodes}
         self._services = {s.id: s for s in services}
+        self.versions = SpecVersions()  # Swarm's rule on a waiting task of an older spec
+        self.daemon_stranded: set[str] = set()  # tasks a write of the daemon left for good
         self._tasks: dict[str, list[SwarmTask]] = {s.id: self._fresh(s) for s in services}
         self._pending: list[tuple[int, SwarmService]] = []  # (lists to wait, service)
         self.lag = lag
@@ -61,11 +69,13 @@ class TaskSwarm:
         self.conflict_once: set[str] = set()  # nodes another writer changes mid-write
         self.writes = 0
 
-    @staticmethod
-    def _fresh(s: SwarmService) -> list[SwarmTask]:
-        return [SwarmTask(f"t-{s.name}-{s.force_update}-{k}", s.id, "", k, "pending", "running",
-                          s.env, force_update=s.force_update)
-                for k in range(1, (s.replicas or 0) + 1)]
+    def _fresh(self, s: SwarmService) -> list[SwarmTask]:
+        out = [SwarmTask(f"t-{s.name}-{s.force_update}-{k}", s.id, "", k, "pending", "running",
+                         s.env, force_update=s.force_update)
+               for k in range(1, (s.replicas or 0) + 1)]
+        for t in out:  # made at the service's version now (the updater's, when lagging)
+            self.versions.made_at(t.id, self._services[s.id].version)
+        return out
 
     def is_leader(self) -> bool:
         return True
@@ -96,16 +106,39 @@ class TaskSwarm:
         self._pending = [(n - 1, s) for n, s in self._pending if n > 0]
         for s in due:  # the updater acts: the old tasks go, new ones from the spec
             self._tasks[s.id] = self._fresh(s)
-        gates = {k.removeprefix(P + "service."): nid for nid, n in self._nodes.items()
-                 for k, v in n.labels.items() if k.startswith(P + "service.") and v == "true"}
-        out = []
+        self._schedule()
+        return [t for s in self._services.values() for t in self._tasks.get(s.id, [])]
+
+    def _schedule(self) -> None:
+        """A pass of the scheduler: a waiting task runs where its gate is open; one it
+        finds no node for is dropped for good once its service is newer (SpecVersions)."""
+        gates: dict[str, list[str]] = {}
+        for nid, n in self._nodes.items():
+            for k, v in n.labels.items():
+                if k.startswith(P + "service.") and v == "true":
+                    gates.setdefault(k.removeprefix(P + "service."), []).append(nid)
         for s in self._services.values():
             for i, t in enumerate(self._tasks.get(s.id, [])):
-                if t.state == "pending" and s.name in gates:  # the scheduler starts it
-                    t = self._tasks[s.id][i] = replace(t, node_id=gates[s.name],
-                                                       state="running")
-                out.append(t)
-        return out
+                if t.state != "pending" or not self.versions.tries(t.id):
+                    continue
+                used = {x.node_id for x in self._tasks[s.id]}  # one replica a node
+                free = [nid for nid in gates.get(s.name, []) if nid not in used]
+                if free:  # the scheduler starts it
+                    self._tasks[s.id][i] = replace(t, node_id=free[0], state="running")
+                else:
+                    self.versions.no_node(t.id, s.version)
+
+    def left_by_daemon(self) -> list[str]:
+        """The waiting tasks a write of the daemon left for good: not tried again, and no
+        ForceUpdate on its way to replace them (the updater's ``lag``)."""
+        return [t.id for s in self._services.values() for t in self._tasks.get(s.id, [])
+                if t.id in self.stranded() and t.id in self.daemon_stranded
+                and t.force_update == s.force_update]
+
+    def stranded(self) -> list[str]:
+        """The waiting tasks no scheduler pass tries again (pending for good)."""
+        return [t.id for ts in self._tasks.values() for t in ts
+                if t.state == "pending" and not self.versions.tries(t.id)]
 
     def update_node_labels(self, node_id: str,
                            compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
@@ -146,6 +179,13 @@ class TaskSwarm:
             if not self.lag:
                 self._tasks[s2.id] = self._fresh(s2)
                 self._pending.pop()
+        elif new.get("TaskTemplate") != s.spec.get("TaskTemplate"):
+            # the orchestrator replaces a waiting task whose own spec changed
+            self._tasks[s2.id] = [self._fresh(s2)[i] if t.state == "pending" and not t.node_id
+                                  else t for i, t in enumerate(self._tasks.get(s2.id, []))]
+        before = set(self.versions.dropped)
+        self._schedule()  # any event of the cluster may come before the daemon's next write
+        self.daemon_stranded |= self.versions.dropped - before
         return True
 
     def redeploy(self, service_id: str, labels: Mapping[str, str]) -> None:
@@ -156,6 +196,7 @@ class TaskSwarm:
         spec["Labels"] = dict(labels)
         self._services[service_id] = service_from_api(
             {"ID": s.id, "Spec": spec, "Version": {"Index": s.version + 1}})
+        self._schedule()
 
     def bump_force(self, service_id: str) -> None:
         """Someone else's ``docker service update --force``: new tasks, no device map."""
@@ -184,6 +225,7 @@ def _cycle(d: Daemon, sw: TaskSwarm) -> None:
                     {nid: FactsResult(nid, HOSTS[nid], "", f, None, now)
                      for nid, f in FACTS.items()})
     d.run_steps(snap)
+    assert not sw.left_by_daemon(), sw.left_by_daemon()
 
 
 def _snapshot(sw: TaskSwarm) -> Snapshot:
@@ -618,3 +660,24 @@ def test_a_held_back_note_and_a_tenant_limit_are_logged_once_while_they_last(
         logger.remove(sink)
     assert said == [[": x", ": y", "a: over"], [": y"], [": x2", ": y"], [": y"],
                     [": x2", "a: more"]]
+
+
+def test_no_waiting_replica_is_left_for_good_by_the_cycle_that_opens_its_gates(
+        tmp_path: Path) -> None:
+    """Two replicas over ``TaskSwarm``'s scheduler rule (``SpecVersions``: a waiting task
+    of an older revision that a pass finds no node for is never tried again): the cycle
+    that writes the device map replaces the waiting tasks at once (parallelism 0), the
+    gates open for the new ones, both run, one a node, and the owner's parallelism goes
+    back once they do; no write of the daemon leaves a task waiting for good (``_cycle``)."""
+    nodes = [sw_node("n-dgx", HOSTS["n-dgx"]), sw_node("n-4090", HOSTS["n-4090"])]
+    s = sw_svc("pair", {f"{P}gpus": "1"}, replicas=2)
+    spec = copy.deepcopy(dict(s.spec))
+    spec["UpdateConfig"] = {"Parallelism": 1}
+    sw = TaskSwarm(nodes, [service_from_api({"ID": s.id, "Spec": spec,
+                                             "Version": {"Index": 1}})])
+    d = _daemon(sw, tmp_path)
+    for _ in range(4):
+        _cycle(d, sw)
+    tasks = [t for t in sw.tasks() if t.service_id == s.id]
+    assert [t.state for t in tasks] == ["running", "running"], (tasks, sw.stranded())
+    assert (sw.service(s.id).spec.get("UpdateConfig") or {}).get("Parallelism") == 1

@@ -24,8 +24,9 @@ and forged Swarm objects), health, rebalance, rebalance_fragmentation, identity,
 webauth, overshare, dashboard, deploy_docs, sim, memo, planner, render_compose,
 render_engines, prometheus, write_paths, fifo (a FIFO where a file belongs, read
 without hanging the test), fake_proc (a fake ``/proc``: a PID's cgroup and start time,
-the uptime, its ``self`` links), commands (`plan`/`status --json` in-process over a
-recording swarm); and for the real swarm: swarm_services
+the uptime, its ``self`` links), scheduler (Swarm's scheduler rule on a waiting task of
+an older service revision, for the in-memory swarms), commands (`plan`/`status --json`
+in-process over a recording swarm); and for the real swarm: swarm_services
 (deploy a stack, wait for it), swarm_rebalance, swarm_fragmentation, health_swarm,
 webauth_swarm.
 """

@@ -98,6 +98,8 @@ def converge(
             b.replaced(cyc.now)
             return Convergence(holdings, f"{nowhere}; its waiting task is replaced where it "
                                "is", backoff_label=b.label(), renew=True)
+        if told:  # a replica runs: replacing the task restarts it, the operator's call
+            nowhere += _stale_fix(s, sum(running_on.values()))
         return Convergence(holdings, nowhere)
     cyc.avoid[s.id] = frozenset(stuck)
     b.replaced(cyc.now)
@@ -107,6 +109,15 @@ def converge(
         replaced=what,
         backoff_label=b.label(),
     )
+
+
+def _stale_fix(s: SwarmService, running: int) -> str:
+    """What the pending line adds where only Swarm's message says its node refuses the
+    task and a replica runs: the task may be one Swarm no longer tries (a write of the
+    service since it was made), which only a forced update replaces (docs/deploy.md)."""
+    return (f"; if Swarm no longer tries that task (the service was written since it was "
+            f"made), `docker service update --force {s.name}` replaces it (and restarts "
+            f"its {running} running replica(s))")
 
 
 def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int], cyc: Cycle) -> str:

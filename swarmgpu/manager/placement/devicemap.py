@@ -93,10 +93,9 @@ def write_devices_and_gates(
     # the first batch already: no change, and no write to give it back.
     par_key = f"{prefix}state.update-parallelism"
     current_par = int_or0(str((s.spec.get("UpdateConfig") or {}).get("Parallelism", 1)))
-    one_batch = s.mode == "replicated" and (s.replicas or 0) <= current_par
     parallelism: int | None = None
-    if force and not running_on and current_par != 0 and not one_batch:
-        labels_set.setdefault(par_key, str(current_par))
+    if force and not running_on and (owners := all_at_once(s)) is not None:
+        labels_set.setdefault(par_key, owners)
         parallelism = 0
     elif gate_ready and par_key in s.labels and current_par == 0:
         parallelism = int_or0(s.labels[par_key]) or 1
@@ -113,6 +112,16 @@ def write_devices_and_gates(
         decision,
         warnings,
     )
+
+
+def all_at_once(s: SwarmService) -> str | None:
+    """The owner's update parallelism to record where a forced update of a service that
+    runs nothing sets 0 (every waiting task replaced at once: the rolling updater waits
+    for each new task to run); None where it is 0 already, or every task is in the first
+    batch anyway."""
+    current = int_or0(str((s.spec.get("UpdateConfig") or {}).get("Parallelism", 1)))
+    one_batch = s.mode == "replicated" and (s.replicas or 0) <= current
+    return None if current == 0 or one_batch else str(current)
 
 
 def _service_labels(

@@ -19,6 +19,7 @@ MAX_STATE = "state.max-replicas"  # service label: the MaxReplicas swarmgpu set 
 # service label: swarmgpu appended CUDA_DEVICE_ORDER=PCI_BUS_ID (adoption), so it is its to
 # take back on release; the same line without it is the owner's
 ORDER_STATE = "state.order-env"
+PARALLELISM_STATE = "state.update-parallelism"  # the owner's, while swarmgpu set 0
 # service label: "<re-placements>@<epoch s of the last>" (``converge``'s back-off, kept in
 # Swarm so `plan`, `status` and a new leader see it)
 REPLACED_STATE = "state.replaced"

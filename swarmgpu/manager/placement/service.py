@@ -31,7 +31,11 @@ from typing import Any
 
 from swarmgpu.manager.placement.converge import converge, crowding
 from swarmgpu.manager.placement.cycle import Cycle, Released, release_dropped
-from swarmgpu.manager.placement.devicemap import DeviceMap, write_devices_and_gates
+from swarmgpu.manager.placement.devicemap import (
+    DeviceMap,
+    all_at_once,
+    write_devices_and_gates,
+)
 from swarmgpu.manager.placement.gating import Gating, gate_service, stale_order_record
 from swarmgpu.manager.placement.generic import reserve_generic
 from swarmgpu.manager.placement.globalmode import GLOBAL_MODES, place_global
@@ -44,6 +48,7 @@ from swarmgpu.manager.placement.jobs import (
 )
 from swarmgpu.manager.placement.keys import (
     MAX_STATE,
+    PARALLELISM_STATE,
     REPLACED_STATE,
     RESPREAD_STATE,
     assign_key,
@@ -260,7 +265,7 @@ def _plan_replicated(
         if crowd.force and not d.force_update:
             d.force_update, d.decision = True, ("place", crowd.why)
     if conv is not None and conv.renew and not d.force_update:
-        d.force_update, d.decision = True, ("place", RENEW_WHY)
+        _renew(d, s, cyc)
     # swarmgpu's own records: the MaxReplicas it set, the back-off (no device map: no
     # restart), the re-spread; a record no longer true goes
     if want_state := {k: v for k, v in d.state_labels.items() if s.labels.get(k) != v}:
@@ -271,6 +276,15 @@ def _plan_replicated(
     _outcome(d, s, r, spread.reasons, dm.all_open, stuck, running_on, waiting, replicas, want, cyc)
     if job is not None:
         d.job(job_run(s, job, d.placements, d.nodes_waiting, d.writes(), cyc, r.cpu_only), cyc)
+
+
+def _renew(d: _Draft, s: SwarmService, cyc: Cycle) -> None:
+    """Its waiting tasks replaced where they are (``converge``): nothing of it runs, so
+    all at once (the rolling updater waits for each new task to run)."""
+    d.force_update, d.decision = True, ("place", RENEW_WHY)
+    if (owners := all_at_once(s)) is not None:
+        d.state_labels[cyc.prefix + PARALLELISM_STATE] = owners
+        d.set_update_parallelism = 0
 
 
 def _keep_holdings(

@@ -44,6 +44,7 @@ from swarmgpu.manager.placement.keys import (
     MAX_STATE,
     MOVE_STATE,
     ORDER_STATE,
+    PARALLELISM_STATE,
     is_gate_of,
     is_hold,
 )
@@ -52,7 +53,6 @@ from swarmgpu.manager.services.sharing import SHARE, env_lines
 from swarmgpu.swarm.client import SwarmService
 
 STATE = "state."  # swarmgpu's records on a service (keys)
-PARALLELISM_STATE = STATE + "update-parallelism"  # the owner's, while swarmgpu set 0
 
 # The decision its write is made under: it replaces the service's tasks (a constraint
 # and env change), as the release of its GPUs must -- a running task's container keeps

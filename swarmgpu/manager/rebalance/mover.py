@@ -41,7 +41,10 @@ Progress is read back from Swarm each cycle (gates, tasks), so a daemon killed a
 point, or a new leader, finishes the move, or rolls it back once ``move_timeout_s``
 has passed without B's task running: A reopened, B closed, the spec restored. A health
 move is never rolled back onto its failed GPU: past the timeout it ends on B (A closed,
-the spec restored) and Swarm runs B's task when it can. No step
+the spec restored, with a ForceUpdate where its task waits for a node and nothing else
+of it runs) and Swarm runs B's task when it can. A roll-back moves the gates before it
+writes the spec: a task waiting for a node is never left of an older revision while no
+node can take it (Swarm's scheduler never tries such a task again: docs/deploy.md). No step
 leaves more than replicas + 1 tasks, and A's task stops only after B is open. A record
 whose service lost its move label (a stack re-deploy rewrites the labels) is finished
 when A's gate is already closed, else rolled back.
@@ -559,9 +562,10 @@ class Mover:
         return self._write_node(node_id, compute)
 
     def _finish(self, sid: str, st: MoveState, drop_node: str, outcome: Outcome,
-                detail: str) -> None:
+                detail: str, renew: bool = False) -> None:
         """Step 4 (``record.end_move``): the node left behind loses its device map and
-        share labels, and the surge goes; the outcome is said before the record goes."""
+        share labels, and the surge goes; the outcome is said before the record goes.
+        ``renew``: with a ForceUpdate (its waiting task replaced; nothing of it runs)."""
         p = self.prefix
 
         def also(spec: dict[str, Any]) -> None:
@@ -571,6 +575,9 @@ class Mover:
                 labels.pop(k)
             if st.surge:
                 end_surge(spec, st)
+            if renew:
+                tt = spec.setdefault("TaskTemplate", {})
+                tt["ForceUpdate"] = int(tt.get("ForceUpdate") or 0) + 1
 
         end_move(self.writes, p, sid, self.clock(), also,
                  partial(self.outcomes.end, st, outcome, detail))
@@ -651,15 +658,21 @@ class Mover:
             if dst_open:
                 if src_open:
                     self._close(st.source, st.service)
+                # Its task waiting for the target would be of an older revision once the
+                # spec is written, never tried again (docs/deploy.md): replaced with the
+                # write where nothing else of it runs (a running replica is not restarted
+                # for it: the pending line names the operator's fix).
+                renew = any(not t.node_id for t in tasks) and running_on <= {st.source}
                 self._finish(sid, st, st.source, Outcome.FAILED,
-                             kept_on_healthy(st, self.cfg.move_timeout_s, down))
+                             kept_on_healthy(st, self.cfg.move_timeout_s, down), renew)
                 return
         elif st.direction == "forward" and why is not None:
-            back = replace(st, direction="back")
-            self._put_record(sid, back)  # the record first: it is the authority
-            self._write_spec(sid, lambda spec: spec_labels(spec).__setitem__(
-                p + MOVE_STATE, back.to_json()))
-            st = back
+            # The record alone (the authority) says "back": a write of the spec before
+            # the source reopens would leave a task waiting for the target of an older
+            # revision, which Swarm's scheduler never tries again once it finds no node
+            # (docs/deploy.md); the roll-back moves the gates first, then ends the move.
+            st = replace(st, direction="back")
+            self._put_record(sid, st)
         if st.direction == "back":
             self._roll_back(sid, st, why or "its record says it rolls back")
             return
