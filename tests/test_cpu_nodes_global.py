@@ -166,3 +166,48 @@ def test_a_plain_node_helper_without_resources_is_not_cpu_only() -> None:
     nodes, facts = gpu_and(node("n-x", "node-x"))
     sp, _ = one(nodes, gservice("agent", ZERO, 500), facts)
     assert on(sp) == ["n-g"], sp.placements
+
+
+def _settle(pl: Planner, nodes: list[SwarmNode], s: SwarmService,
+            facts: dict[str, object]) -> tuple[list[SwarmNode], SwarmService, ServicePlan]:
+    for _ in range(3):
+        sp, plan = one(nodes, s, facts, pl)
+        nodes, s = apply(nodes, plan), written(s, sp)
+    return nodes, s, sp
+
+
+def test_a_holding_on_a_node_whose_agent_answers_later_is_kept_and_counted_once() -> None:
+    """node-x has no agent yet: a replicated gpus "0" service goes there as to a CPU-only
+    node. Its agent then answers (a GPU node after all): the holding stays, its
+    reservation counted once, on the GPU nodes' allocator; its facts gone again, the
+    same on the CPU-only nodes' allocator."""
+    nodes = [cpu_node("n-g", "node-g"), cpu_node("n-x", "node-x", 4000)]
+    facts: dict[str, object] = {"n-g": RTX4090.facts()}
+    tt: dict[str, object] = {"ContainerSpec": {"Image": "x", "Env": [env_template(P)]},
+                             "Resources": {"Reservations": {"NanoCPUs": 1_000_000_000}},
+                             "Placement": {"Constraints": [gate_constraint(P, "web")]}}
+    spec = {"Name": "web", "Labels": ZERO, "TaskTemplate": tt,
+            "Mode": {"Replicated": {"Replicas": 1}}}
+    s = service_from_api({"ID": "id-web", "Version": {"Index": 1}, "Spec": spec})
+    pl = Planner()
+    nodes, s, sp = _settle(pl, nodes, s, facts)
+    assert on(sp) == ["n-x"] and pl.cluster.cpu.nodes["n-x"].cpu_left == 3000
+    for now in ({**facts, "n-x": RTX4090.facts()}, facts):
+        sp, plan = one(nodes, s, now, pl)
+        assert on(sp) == ["n-x"], sp
+        assert not plan.node_remove, plan.node_remove  # type: ignore[attr-defined]
+        state = pl.cluster.node_state("n-x")
+        assert state is not None and state.cpu_left == 3000, now.keys()
+        nodes = apply(nodes, plan)
+
+
+def test_a_settled_holding_on_a_cpu_only_node_is_not_released_and_committed_each_cycle() -> None:
+    """A cycle over the same cluster leaves the CPU-only nodes' allocator as it is (its
+    capacity generation, which every memo of an unplaceable demand is keyed on)."""
+    nodes, facts = gpu_and(cpu_node("n-c", "node-c", 4000))
+    pl = Planner()
+    nodes, s, sp = _settle(pl, nodes, gservice("agent", ZERO, 500), facts)
+    assert on(sp) == ["n-c", "n-g"]
+    before = (pl.cluster.cpu.capacity_gen, pl.cluster.alloc.capacity_gen)
+    one(nodes, s, facts, pl)
+    assert (pl.cluster.cpu.capacity_gen, pl.cluster.alloc.capacity_gen) == before

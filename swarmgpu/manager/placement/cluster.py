@@ -333,6 +333,7 @@ class ClusterAllocator:
         kept_count: int,
     ) -> dict[str, dict[str, Holding]]:
         tasks_on, held_map, nodes = self.tasks_on, self._held, self.alloc.nodes
+        cpu_nodes = self.cpu.nodes
         res: dict[tuple[str, str], tuple[int, int]] = {}
         same: set[tuple[str, str]] = set()  # committed as it is wanted
         as_is: list[bool] = []  # per entry of ``order``
@@ -349,7 +350,7 @@ class ClusterAllocator:
             held = held_map.get(key)
             if (
                 held is not None
-                and nid in nodes
+                and (nid in nodes or nid in cpu_nodes)  # either allocator: committed as is
                 and held.key[1] == cpu
                 and held.key[2] == mem
                 and held.key[0] == h.label_value()
