@@ -211,3 +211,22 @@ def test_a_settled_holding_on_a_cpu_only_node_is_not_released_and_committed_each
     before = (pl.cluster.cpu.capacity_gen, pl.cluster.alloc.capacity_gen)
     one(nodes, s, facts, pl)
     assert (pl.cluster.cpu.capacity_gen, pl.cluster.alloc.capacity_gen) == before
+
+
+def test_a_cpu_only_node_that_changes_platform_or_loses_its_resources() -> None:
+    """Its platform no longer the service's: its holding goes (gate and ledger entry),
+    the others stay. Swarm no longer says its CPU and memory: nothing new is placed
+    there, and the holding it has stays (as an unread GPU node's does)."""
+    amd = [{"OS": "linux", "Architecture": "amd64"}]
+    nodes, facts = gpu_and(cpu_node("n-c1", "node-c1", 4000), cpu_node("n-c2", "node-c2", 4000))
+    nodes = [replace(n, os="linux", arch="x86_64") for n in nodes]
+    pl = Planner()
+    nodes, s, sp = _settle(pl, nodes, gservice("agent", ZERO, 500, platforms=amd), facts)
+    assert on(sp) == ["n-c1", "n-c2", "n-g"]
+    nodes = [replace(n, arch="aarch64", version=n.version + 1) if n.id == "n-c1" else
+             replace(n, cpu_milli=None, version=n.version + 1) if n.id == "n-c2" else n
+             for n in nodes]
+    sp, plan = one(nodes, s, facts, pl)
+    assert on(sp) == ["n-c2", "n-g"], sp.placements
+    removed = plan.node_remove  # type: ignore[attr-defined]
+    assert set(removed) == {"n-c1"} and gate_key(P, "agent") in removed["n-c1"], removed
