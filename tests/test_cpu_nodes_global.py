@@ -230,3 +230,21 @@ def test_a_cpu_only_node_that_changes_platform_or_loses_its_resources() -> None:
     assert on(sp) == ["n-c2", "n-g"], sp.placements
     removed = plan.node_remove  # type: ignore[attr-defined]
     assert set(removed) == {"n-c1"} and gate_key(P, "agent") in removed["n-c1"], removed
+
+
+def test_a_holding_of_no_gpu_stays_where_an_agent_starts_answering_with_no_gpu() -> None:
+    """An agent starts answering on node-x, a CPU-only node holding a gpus "0" service,
+    with no GPU (no error): the node leaves the CPU-only nodes (an agent's node is not
+    taken anew), but nothing says the holding is gone: it stays, and with it the gate
+    its running task needs (before: released, the gate closed under its task, which
+    Swarm's constraint enforcer then stops)."""
+    nodes = [cpu_node("n-g", "node-g"), cpu_node("n-x", "node-x", 4000)]
+    facts: dict[str, object] = {"n-g": RTX4090.facts()}
+    s = gservice("agent", ZERO, 500)
+    pl = Planner()
+    nodes, s, sp = _settle(pl, nodes, s, facts)
+    assert on(sp) == ["n-g", "n-x"]
+    none = replace(RTX4090.facts(), gpus=(), links=())
+    sp, plan = one(nodes, s, {**facts, "n-x": none}, pl)
+    assert on(sp) == ["n-g", "n-x"], sp
+    assert not plan.node_remove, plan.node_remove  # type: ignore[attr-defined]
