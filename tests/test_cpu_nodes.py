@@ -183,3 +183,16 @@ def test_the_daemon_opens_its_gate_on_the_cpu_only_node_and_dry_run_writes_nothi
     assert labels["n-mgr"].get(gate_key(P, "web")) == "true", labels
     assert labels["n-mgr"].get(f"{P}assign.web") == "", labels
     assert gate_key(P, "web") not in labels["n-dgx"], labels
+
+
+def test_a_gpu_node_labelled_for_the_agent_is_not_cpu_only_before_its_agent_answers() -> None:
+    """The operator's ``gpu=true`` label (node or engine label, docs/deploy.md: where the
+    shipped stack runs agents) says a GPU node whose agent has not answered yet (a new
+    node, its agent starting or refused): before, with no generic resources and no label
+    sync labels yet, it was taken as a CPU-only node, and gpus "0" services went there
+    first, on the CPU its GPUs need."""
+    base = cpu_node("n-c", "node-c", 4000)
+    for n in (replace(base, labels={"gpu": "true"}), replace(base, engine_labels={"gpu": "true"})):
+        nodes, facts = cluster(n)
+        sp = plan_of(nodes, [service("web", ZERO, 1000)], [], facts, "web")
+        assert where(sp) == "n-g", n

@@ -60,3 +60,35 @@ def test_global_service_one_pinned_gpu_per_gpu_node(swarm: SwarmCluster,
                        for n in api.nodes()) or None
 
     swarm.wait_for(released, 15, f"{name}'s ledger gone")
+
+
+def test_global_service_of_no_gpu_runs_on_every_node_the_cpu_only_one_included(
+        swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
+    """``swarmgpu.gpus=0`` in ``mode: global``: its gate opens on every node with room
+    for its CPU, mgr-1 (no agent, no GPU: a CPU-only node) too, and Swarm runs one task
+    on each, told no GPU (docs/requests.md, "A service without a GPU"; the pure side:
+    tests/test_cpu_nodes_global.py). Before: the GPU nodes only, none on mgr-1."""
+    name = "cpuagent"
+    swarm.cli(swarm.manager, "service", "create", "-d", "--no-resolve-image", "--name", name,
+              "--mode", "global", "--label", f"{P}gpus=0", "--reserve-cpu", "0.1",
+              "--constraint", gate_constraint(P, name), "--env", env_template(P),
+              "local/busybox:latest", "sleep", "3600")
+    everyone = sorted([*GPU_NODES, "mgr-1"])
+    tasks = wait_running(swarm, name, len(everyone), timeout=90)
+    seen = {swarm.node(t["NodeID"]).hostname: container_env(swarm, t) for t in tasks}
+    assert sorted(seen) == everyone, sorted(seen)
+    assert all(env["NVIDIA_VISIBLE_DEVICES"] == "void" for env in seen.values()), seen
+    res = run_cli("plan", "--config", str(daemon["cfg"]), "--json")
+    assert res.returncode == 0, res.stderr
+    (p,) = [s for s in json.loads(res.stdout)["services"] if s["name"] == name]
+    assert p["mode"] == "global" and p["status"] == "placed" and not p["nodes_waiting"], p
+    assert sorted(pl["node"] for pl in p["placements"]) == everyone, p
+    assert all(pl["uuids"] == [] for pl in p["placements"]), p
+    api = swarm.client(swarm.manager).api
+    swarm.cli(swarm.manager, "service", "rm", name)
+
+    def released() -> bool | None:
+        return not any(f"{P}assign.{name}" in (n["Spec"].get("Labels") or {})
+                       for n in api.nodes()) or None
+
+    swarm.wait_for(released, 15, f"{name}'s ledger gone")

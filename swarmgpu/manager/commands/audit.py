@@ -20,7 +20,8 @@ from swarmgpu.core.peertext import escaped
 from swarmgpu.manager.commands.compose_gpu import GPU_RESOURCE_KINDS, gpu_kinds
 from swarmgpu.manager.nodes.gpuhealth import failing_why
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
-from swarmgpu.manager.nodes.sync import Snapshot, gpu_hint
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement.cpunodes import gpu_hint
 from swarmgpu.manager.placement.keys import (
     ASSIGN,
     GATE,

@@ -14,7 +14,6 @@ from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.core.statefile import save_said
-from swarmgpu.manager.commands.compose_gpu import GPU_RESOURCE_KINDS
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.engine.actuator import Actuator, ApplyResult
 from swarmgpu.manager.engine.stop import StopRequest
@@ -23,6 +22,7 @@ from swarmgpu.manager.nodes.agent_client import FactsResult, fetch_all
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
+from swarmgpu.manager.placement.cpunodes import gpu_hint
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_task_read
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import (
@@ -37,7 +37,6 @@ from swarmgpu.swarm.identity import IdentityError, agent_auth
 from swarmgpu.swarm.labels import (
     NodeLabelPlan,
     constrained_keys,
-    owned_by_label_sync,
     plan_node_labels,
 )
 
@@ -120,20 +119,6 @@ def fetch_agents(
         msg = f"agent identity unusable: {exc}"
         return {n.id: FactsResult(n.id, n.hostname, "", None, msg, now) for n in nodes}
     return fetch_all(nodes, cfg.agents, auth.tls, auth.token, stop)
-
-
-def gpu_hint(node: SwarmNode, prefix: str) -> str | None:
-    """Why Swarm itself says this is a GPU node, whose agent must be read: it carries
-    label sync's labels, the ``gpu=true`` label the shipped stack places agents by, or
-    its engine advertises GPU generic resources. None: nothing says so."""
-    if any(owned_by_label_sync(k, prefix) for k in node.labels):
-        return f"it carries {prefix}gpu labels"
-    if node.labels.get("gpu") == "true":
-        return "it is labelled gpu=true (where the stack runs agents)"
-    kinds = set(node.generic_resources) | set(node.discrete_resources)
-    if kinds & set(GPU_RESOURCE_KINDS):
-        return "its engine advertises GPU generic resources"
-    return None
 
 
 def is_gpu_node(node: SwarmNode, book: AgentBook, prefix: str) -> bool:

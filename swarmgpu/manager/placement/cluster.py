@@ -333,6 +333,7 @@ class ClusterAllocator:
         kept_count: int,
     ) -> dict[str, dict[str, Holding]]:
         tasks_on, held_map, nodes = self.tasks_on, self._held, self.alloc.nodes
+        cpu_nodes = self.cpu.nodes
         res: dict[tuple[str, str], tuple[int, int]] = {}
         same: set[tuple[str, str]] = set()  # committed as it is wanted
         as_is: list[bool] = []  # per entry of ``order``
@@ -349,7 +350,7 @@ class ClusterAllocator:
             held = held_map.get(key)
             if (
                 held is not None
-                and nid in nodes
+                and (nid in nodes or nid in cpu_nodes)  # either allocator: committed as is
                 and held.key[1] == cpu
                 and held.key[2] == mem
                 and held.key[0] == h.label_value()
@@ -405,13 +406,13 @@ class ClusterAllocator:
         if node_id in self.cpu.nodes and not h.uuids:
             return self._commit_cpu_holding(key, h, res)
         if node_id not in self.alloc.nodes:
-            if node_id not in self.nodes or not unread(self.facts.get(node_id)):
+            if node_id not in self.nodes or (h.uuids and not unread(self.facts.get(node_id))):
                 return False
-            # Its GPUs cannot be read (agent unreachable with no facts to stand in, or
-            # its source failed): nothing says the holding is gone, and dropping it would
-            # release it, closing the gate under its running task. Kept, counted nowhere
-            # (the node is not on the allocator); recorded under a key no commit wants, so
-            # once the facts are back it is committed on the allocator again.
+            # Its GPUs cannot be read (agent unreachable, no facts to stand in, or its
+            # source failed), or it holds none (its agent says no GPU): nothing says it is
+            # gone, and dropping it would close the gate under its task. Kept, counted
+            # nowhere (the node is on no allocator), under a key no commit wants, so once
+            # the node is back on one it is committed there again.
             old = self._held.get(key)
             if old is not None:
                 self._release(key, old)

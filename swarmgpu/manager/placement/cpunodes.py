@@ -25,21 +25,36 @@ from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.labels import owned_by_label_sync
 
 
+def gpu_hint(node: SwarmNode, prefix: str) -> str | None:
+    """Why Swarm itself says this is a GPU node, whose agent must be read: it carries
+    label sync's labels, the ``gpu=true`` label the shipped stack places agents by, or
+    its engine advertises GPU generic resources. None: nothing says so. (Label sync
+    expects an agent there, ``nodes.sync.is_gpu_node``; placement never takes it as a
+    CPU-only node.)"""
+    if any(owned_by_label_sync(k, prefix) for k in node.labels):
+        return f"it carries {prefix}gpu labels"
+    if node.labels.get("gpu") == "true":
+        return "it is labelled gpu=true (where the stack runs agents)"
+    kinds = set(node.generic_resources) | set(node.discrete_resources)
+    if kinds & set(GPU_RESOURCE_KINDS):
+        return "its engine advertises GPU generic resources"
+    return None
+
+
 def cpu_only_node(node: SwarmNode, facts: NodeFacts | None, prefix: str) -> bool:
     """A node a service of no GPU may be placed on though no agent describes it: no
     agent facts at all, Swarm reports its CPU and memory, and nothing Swarm says makes
-    it a GPU node whose agent is merely not read (its engine advertises GPU generic
-    resources, or it carries label sync's labels, written only for nodes whose agent
-    once answered). A GPU node's holdings there stay as an unread node's do
-    (``ClusterAllocator.commit_holding``)."""
+    it a GPU node whose agent is merely not read yet (``gpu_hint``: label sync's labels,
+    written only for nodes whose agent once answered; the operator's ``gpu=true``, node
+    or engine label, where agents run; GPU generic resources). A GPU node's holdings
+    there stay as an unread node's do (``ClusterAllocator.commit_holding``)."""
     if facts is not None:
         return False  # the agent answered (or its last facts stand in): a GPU node's path
     if not node.cpu_milli or not node.memory_mib:
         return False  # Swarm does not say what it has: nothing to place against
-    kinds = set(node.generic_resources) | set(node.discrete_resources)
-    if kinds & set(GPU_RESOURCE_KINDS):
-        return False
-    return not any(owned_by_label_sync(k, prefix) for k in node.labels)
+    if node.engine_labels.get("gpu") == "true":
+        return False  # docs/deploy.md: the engine label may place the agents too
+    return gpu_hint(node, prefix) is None
 
 
 def cpu_node_spec(node: SwarmNode, prefix: str) -> NodeSpec:

@@ -1,5 +1,7 @@
 """A ``mode: global`` service (and a ``global-job``) with a GPU request: one holding per
-eligible GPU node, each node's own GPU set; a node without room waits, gate closed.
+eligible GPU node, each node's own GPU set; a node without room waits, gate closed. A
+request of no GPU (``gpus: "0"``) holds on the CPU-only nodes too (``placement.cpunodes``),
+each judged by its own CPU and memory: a global service runs on every node it may.
 
 Swarm's global orchestrator creates a task only on a node whose labels match the
 service's constraints, so a node whose gate is closed (no room, or no GPU at all) gets
@@ -13,8 +15,9 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from swarmgpu.allocator.values import NodeState, Unplaceable
+from swarmgpu.allocator.values import Choice, Demand, NodeState, Unplaceable
 from swarmgpu.core.migprofile import MigProfileError
+from swarmgpu.manager.placement.cpunodes import no_gpu, place_no_gpu
 from swarmgpu.manager.placement.cycle import Cycle, Released, release_dropped
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ReplicaPlacement
@@ -29,24 +32,26 @@ GLOBAL_MODES = frozenset(("global", "global-job"))
 @dataclass(frozen=True, slots=True)
 class GlobalPlacement:
     """A global service's holdings: kept and new, one per node, sorted; the nodes it
-    no longer holds on; and the GPU nodes that wait, by name (``client.node_names``),
-    with why."""
+    no longer holds on; and the nodes that wait, by name (``client.node_names``), with
+    why. ``kind``: the nodes it goes to, in words ("GPU node"; "node" for a request of
+    no GPU, which CPU-only nodes take too)."""
 
     placements: tuple[ReplicaPlacement, ...]
     released: Released
     nodes_waiting: Mapping[str, str]
     new: bool
+    kind: str = "GPU node"
 
     def outcome(self, done_nodes: AbstractSet[str]) -> tuple[str | None, str | None]:
         """(why it is pending, or None; a warning about the nodes that wait, or None)."""
-        waits = self.nodes_waiting
+        waits, kind = self.nodes_waiting, self.kind
         if waits:
             text = grouped(waits)
             if self.placements:
-                return None, f"{len(waits)} GPU node(s) wait, gate closed: {text}"
-            return f"no GPU node has room: {text}", None
+                return None, f"{len(waits)} {kind}(s) wait, gate closed: {text}"
+            return f"no {kind} has room: {text}", None
         if not self.placements and not done_nodes:
-            return "no GPU node Swarm would run it on", None
+            return f"no {kind} Swarm would run it on", None
         return None, None
 
 
@@ -63,6 +68,22 @@ def grouped(waits: Mapping[str, str], named: int = 3) -> str:
     return "; ".join(parts)
 
 
+def _place_on(cyc: Cycle, demand: Demand, nid: str) -> Choice | Unplaceable:
+    """``demand`` on node ``nid`` alone: a CPU-only node judged on its own allocator (its
+    reason then names it, not the GPU nodes), a GPU node on the GPU nodes'."""
+    cluster = cyc.cluster
+
+    def only(ns: NodeState) -> bool:
+        return ns.spec.name == nid
+
+    try:
+        if nid in cluster.cpu.nodes:
+            return place_no_gpu(cluster.cpu, demand, only, frozenset(), None, cluster.explain)
+        return cluster.place(demand, allowed=only)
+    except MigProfileError as exc:
+        return Unplaceable(str(exc))
+
+
 def place_global(
     s: SwarmService,
     r: GpuRequest,
@@ -74,7 +95,8 @@ def place_global(
     most: tuple[int, str] | None = None,
 ) -> GlobalPlacement:
     """Keep the holdings on nodes Swarm still runs it on, place one on every other GPU
-    node with room, and say which nodes wait and why. ``done_nodes``: a global job's
+    node with room (and CPU-only node, for a request of no GPU), and say which nodes
+    wait and why. ``done_nodes``: a global job's
     nodes whose task completed (they hold nothing). ``most``: its queue's max, as the
     most nodes it may hold on and why the others wait (``placement.queues``); a holding
     the ledger has is kept whatever it says, one adopted from the service's own device
@@ -100,7 +122,9 @@ def place_global(
     demand = demand_of(r, *res)
     new = False
     room = None if most is None else most[0] - len(holdings)
-    for nid in sorted(cluster.alloc.nodes, key=lambda n: by_id[n].hostname if n in by_id else n):
+    cpu_too = no_gpu(demand)
+    walk = [*cluster.alloc.nodes, *cluster.cpu.nodes] if cpu_too else cluster.alloc.nodes
+    for nid in sorted(walk, key=lambda n: by_id[n].hostname if n in by_id else n):
         if nid in holdings or nid in done_nodes or nid not in by_id or nid in no:
             # held, done, or a node Swarm would never run it on (constraints); one where
             # another service's task binds its host-mode port, or one that lacks a
@@ -112,20 +136,14 @@ def place_global(
             continue
         if nid in waits:
             continue
-        if cluster.alloc.nodes[nid].blocked:
+        state = cluster.node_state(nid)
+        if state is None or state.blocked:
             waits[nid] = "node is down, paused or drained"
             continue
         if room is not None and room <= 0 and most is not None:
             waits[nid] = most[1]  # its queue's max: no more nodes
             continue
-
-        def only(ns: NodeState, nid: str = nid) -> bool:
-            return ns.spec.name == nid
-
-        try:
-            choice = cluster.place(demand, allowed=only)
-        except MigProfileError as exc:
-            choice = Unplaceable(str(exc))
+        choice = _place_on(cyc, demand, nid)
         if isinstance(choice, Unplaceable):
             waits[nid] = cluster.hostnames(choice.reason)
             continue
@@ -140,4 +158,5 @@ def place_global(
         released,
         {names[nid]: why for nid, why in waits.items()},
         new,
+        "node" if cpu_too else "GPU node",
     )

@@ -9,7 +9,8 @@ service's ``ServicePlan`` once from it:
    queue's max holds back (``queues.QueueLimit``) while it holds nothing: all pending;
 2. a rebalancing move owns the service: its holdings as they are, nothing written;
 3. ``gating``: its gate, env template, device mount (present, adopted); or it waits;
-4. a global service (``globalmode``): one holding per GPU node, the others waiting;
+4. a global service (``globalmode``): one holding per GPU node (and CPU-only node,
+   for gpus "0"), the others waiting;
    a replicated one: the holdings it keeps (up to its replicas; the rest released),
    ``converge`` (holdings Swarm will not run: re-placed or reported), ``spread`` and
    ``packing`` (where its missing replicas go; a packed one's env and MaxReplicas);

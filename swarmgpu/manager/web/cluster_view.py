@@ -16,8 +16,9 @@ from swarmgpu.core.model import NodeFacts, is_nvlink
 from swarmgpu.core.peertext import escaped
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.nodes.agent_client import FactsResult
-from swarmgpu.manager.nodes.sync import Snapshot, gpu_hint
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import PlacementPlan, read_ledger
+from swarmgpu.manager.placement.cpunodes import gpu_hint
 from swarmgpu.manager.rebalance.attribution import service_states
 from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.rebalance.scrape import scrape_all
