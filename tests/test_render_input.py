@@ -76,6 +76,8 @@ def test_stdin_is_one_file_of_several(tmp_path: Path, flag: str) -> None:
     "deploy:\n      replicas",
     "deploy:\n      mode",
     "platform",
+    "deploy:\n      resources:\n        reservations:\n          devices:\n"
+    "            - capabilities: [gpu]\n              count",
 ])
 def test_a_huge_bad_value_is_named_cut_not_echoed_whole(key: str) -> None:
     """``memory`` echoed the whole bad value (up to the 8 MiB a stack may hold) into its
