@@ -338,3 +338,16 @@ def test_an_empty_config_path_is_refused_naming_the_option(args: list[str], name
     assert "a directory" not in res.output
     with pytest.raises(ConfigError, match=r"^config file: an empty path; give the path"):
         load_config("", env={})
+
+
+@pytest.mark.parametrize("section", ["log:\n  level", "http:\n  listen", "sync:\n  prefix",
+                                     "placement:\n  grants"])
+def test_a_huge_bad_value_is_named_cut_not_echoed_whole(tmp_path: Path, section: str) -> None:
+    """A config value named in an error was echoed whole (up to the 8 MiB a config may
+    hold): it is cut, its start and its length, as a stack's are."""
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"{section}: {'x' * 1_000_000}\n")
+    res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert res.exit_code == 2, res.output[:300]
+    assert "... [1000000 characters]" in res.output and len(res.output) < 2000, \
+        res.output[:300]

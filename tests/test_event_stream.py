@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
-from swarmgpu.swarm.eventstream import MAX_EVENT_BYTES, NotAnEvent, read_events
+from swarmgpu.swarm.eventstream import MAX_EVENT_BYTES, NotAnEvent, parse_event, read_events
 
 
 class Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -256,3 +256,16 @@ def test_a_stream_whose_socket_is_hidden_hands_the_cache_no_cut(
     got = list(client.events(on_cut=cuts.append, idle_s=5.0))
     assert [e["Actor"]["ID"] for e in got] == ["n1"]
     assert cuts == []
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32",
+                                      "utf-8-sig"])
+def test_an_event_not_in_utf8_is_refused_as_the_engine_s_client_would(encoding: str) -> None:
+    """json.loads on bytes guessed UTF-16/32 and skipped a byte order mark, so a line
+    Go's decoder (the docker CLI's) refuses was taken for an event: strict UTF-8."""
+    line = json.dumps({"Type": "node", "Action": "update", "Actor": {"ID": "n1"}})
+    with pytest.raises(NotAnEvent, match="not UTF-8"):
+        parse_event(line.encode(encoding), "proxy")
+    with pytest.raises(NotAnEvent, match=r"not UTF-8 \(byte 1\)"):
+        parse_event(b'{\xff"Type": "node"}', "proxy")
+    assert parse_event(line.encode(), "proxy")["Actor"]["ID"] == "n1"

@@ -143,6 +143,20 @@ def test_a_peer_with_a_zone_is_never_a_trusted_proxy() -> None:
             parse_trusted(named)
 
 
+def test_an_ipv4_link_local_proxy_is_refused_as_an_ipv6_one_is() -> None:
+    """169.254.0.0/16 is link-local as fe80::/10 is (RFC 3927: self-assigned, one host
+    per link, anyone's on another link); fe80:: was refused for that, 169.254.x.y was
+    trusted, and matched (an IPv4 peer has no zone): one rule for both."""
+    for named in ("169.254.10.5", "169.254.0.0/16", "169.254.7.0/24",
+                  "::ffff:169.254.10.5", "10.0.0.5, 169.254.1.1"):
+        with pytest.raises(ValueError, match="link-local, one host per link"):
+            parse_trusted(named)
+    assert parse_trusted("169.0.0.0/8, 10.0.0.5")  # a wider network holding it: as IPv6's
+    with pytest.raises(ConfigError, match=r"169\.254\.3\.3' is link-local"):
+        load_config(None, env={"SWARMGPU_HTTP_TRUSTED_PROXIES": "169.254.3.3",
+                               "SWARMGPU_HTTP_AUTH": "required"})
+
+
 @pytest.mark.parametrize(("value", "says"), [
     ("proxy.example", "names are not resolved"),
     ("10.0.0.1/8", "host bits set"),

@@ -3,16 +3,16 @@ per-process metric. The engine side runs for real in tests/test_overshare_swarm.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 from support.fake_proc import fake_pid, set_uptime, stat_line
-from support.fifo import make_fifo
+from support.fifo import make_fifo, read_within
 from support.gpu_nodes import RTX4090
 
 from swarmgpu.agent.metrics import PROCESS_MEMORY, render_metrics
-from swarmgpu.agent.procattr import SERVICE_LABEL, TASK_LABEL, Attributor, container_of
+from swarmgpu.agent.procattr import FIX, SERVICE_LABEL, TASK_LABEL, Attributor, container_of
 from swarmgpu.agent.server import build_server
+from swarmgpu.core.boundedfile import read_head
 from swarmgpu.core.samples import GpuProcess, GpuSample
 
 CID = "3f1c0a9e" * 8
@@ -138,21 +138,46 @@ def test_the_agent_times_its_attribution_from_before_nvml_is_asked(tmp_path: Pat
 def test_a_pid_reused_while_its_cgroup_is_read_is_not_credited(tmp_path: Path) -> None:
     """The start time is read before and after the cgroup: a process that ended and whose
     PID was taken between the two (the cgroup read may be the new one's) is dropped."""
+    d = fake_pid(tmp_path, 100, f"0::/docker/{OTHER}\n", 400.0)
+
+    def the_kernel(path: Path, limit: int) -> bytes:
+        if path.name == "cgroup":  # the PID changes hands while its cgroup is read
+            (d / "stat").write_text(stat_line(100, 401 * 100))
+        return read_head(path, limit)
+
+    s = GpuSample("GPU-x", 0, None, 10, 10, None, None, None, (GpuProcess(100, 30000),))
+    (out,) = Attributor(_labels, str(tmp_path), read=the_kernel)([s])
+    assert out.processes == (GpuProcess(100, 30000),)
+    (out,) = Attributor(_labels, str(tmp_path))([s])  # read without a change: its owner
+    assert out.processes[0].container == OTHER
+
+
+def test_a_fifo_or_a_huge_file_under_proc_root_is_refused_not_waited_on(
+        tmp_path: Path) -> None:
+    """A --proc-root that is not a procfs may hold a FIFO where ``uptime`` or a
+    ``cgroup`` belongs: the sampler thread blocked on its open for ever (no writer), and
+    a huge file was read whole. Each is refused (regular files only, bounded), the first
+    logged with its path and the fix, and the process left without an owner."""
+    make_fifo(tmp_path / "uptime")
     d = fake_pid(tmp_path, 100, "", 400.0)
     (d / "cgroup").unlink()
-    fifo = make_fifo(d / "cgroup")
-
-    def the_kernel() -> None:
-        with open(fifo, "w") as w:  # opened once the attributor opens the cgroup
-            (d / "stat").write_text(stat_line(100, 401 * 100))  # the PID changes hands
-            w.write(f"0::/docker/{OTHER}\n")
-
-    t = threading.Thread(target=the_kernel, daemon=True)
-    t.start()
-    s = GpuSample("GPU-x", 0, None, 10, 10, None, None, None, (GpuProcess(100, 30000),))
-    (out,) = Attributor(_labels, str(tmp_path))([s])
-    t.join(5)
-    assert out.processes == (GpuProcess(100, 30000),)
+    make_fifo(d / "cgroup")
+    fake_pid(tmp_path, 101, f"0::/docker/{CID}\n" + "x" * (1 << 20), 400.0)
+    fake_pid(tmp_path, 102, f"0::/docker/{CID}\n", 400.0)
+    (tmp_path / "102" / "stat").unlink()
+    make_fifo(tmp_path / "102" / "stat")
+    att = Attributor(_labels, str(tmp_path))
+    assert read_within(att.boot_clock, tmp_path / "uptime") is None
+    assert att.refused is not None and str(tmp_path / "uptime") in att.refused
+    assert "FIFO" in att.refused
+    s = GpuSample("GPU-x", 0, None, 10, 10, None, None, None,
+                  (GpuProcess(100, 1), GpuProcess(101, 2), GpuProcess(102, 3)))
+    (out,) = read_within(lambda: att([s]), d / "cgroup")
+    assert out.processes == s.processes  # none attributed, none waited on
+    assert "-v /proc:/host/proc:ro --proc-root /host/proc" in FIX
+    big = Attributor(_labels, str(tmp_path))
+    assert big.process(GpuProcess(101, 2)) == GpuProcess(101, 2)
+    assert big.refused is not None and "101/cgroup: larger than 64 KiB" in big.refused
 
 
 def test_a_pid_without_a_readable_start_is_not_credited(tmp_path: Path) -> None:

@@ -85,6 +85,40 @@ def test_an_intermediate_namespace_s_proc_is_not_called_the_host_s(tmp_path: Pat
     assert check.status is Status.WARN and "--proc-root /host/proc" in check.fix
 
 
+def test_an_outer_proc_numbering_the_agent_as_its_own_does_is_not_called_its_own(
+        tmp_path: Path) -> None:
+    """The own-namespace check compared PID numbers: an outer /proc (the host's) where the
+    agent happens to have the PID it has in its container was called its own, a false
+    alarm. ``self/status``'s NSpid line (the PID in each namespace, the procfs's first)
+    decides it; without it PID 1's namespace link; with neither the finding says it
+    guessed. A PID 1 link that names no namespace leaves the doubt said, not "the
+    host's /proc"."""
+    child_ns = 4026532175
+
+    def tree(name: str, nspid: str | None, init_link: str | None) -> str:
+        root = self_links(tmp_path / name, 7, child_ns)
+        if nspid is not None:
+            (root / "7" / "status").write_text(f"Name:\tswarmgpu\nNSpid:\t{nspid}\n")
+        if init_link is not None:
+            (root / "1" / "ns").mkdir(parents=True)
+            (root / "1" / "ns" / "pid").symlink_to(init_link)
+        return str(root)
+
+    outer = proc_root_view(tree("outer", "7\t7", f"pid:[{INIT_PID_NS}]"), pid=7)
+    assert outer.kind is ProcRootKind.HOST and "the host's /proc" in outer.found, outer
+    own = proc_root_view(tree("own", "7", None), pid=7)
+    assert own.kind is ProcRootKind.OWN and "PID numbers" not in own.found, own
+    by_init = proc_root_view(tree("by-init", None, f"pid:[{child_ns}]"), pid=7)
+    assert by_init.kind is ProcRootKind.OWN and "PID numbers" not in by_init.found
+    outer_by_init = proc_root_view(tree("outer-by-init", None, f"pid:[{INIT_PID_NS}]"), pid=7)
+    assert outer_by_init.kind is ProcRootKind.HOST, outer_by_init
+    guessed = proc_root_view(tree("guessed", None, None), pid=7)
+    assert guessed.kind is ProcRootKind.OWN and "PID numbers alone" in guessed.found
+    odd = proc_root_view(tree("odd", "7\t7", "net:[4026531840]"), pid=7)
+    assert odd.kind is ProcRootKind.HOST and not odd.blind, odd
+    assert "unless containers are nested" in odd.found and "names no PID namespace" in odd.found
+
+
 def test_this_host_s_proc_raises_no_alarm() -> None:
     view = proc_root_view("/proc")
     assert view.kind is ProcRootKind.HOST, view

@@ -68,3 +68,23 @@ def test_stdin_is_one_file_of_several(tmp_path: Path, flag: str) -> None:
     assert code == 0, out
     code, out = _check(flag, "-", flag, "-", "-n", "web", stdin=STACK)
     assert code == 2 and "stdin (-) once" in out, out
+
+
+@pytest.mark.parametrize("key", [
+    "deploy:\n      resources:\n        reservations:\n          memory",
+    "deploy:\n      resources:\n        reservations:\n          cpus",
+    "deploy:\n      replicas",
+    "deploy:\n      mode",
+    "platform",
+    "deploy:\n      resources:\n        reservations:\n          devices:\n"
+    "            - capabilities: [gpu]\n              count",
+])
+def test_a_huge_bad_value_is_named_cut_not_echoed_whole(key: str) -> None:
+    """``memory`` echoed the whole bad value (up to the 8 MiB a stack may hold) into its
+    error, where ``cpus`` cut it: every stack value named in an error is cut the same
+    way, its start and its length."""
+    value = "x" * 1_000_000
+    code, out = _check("-n", "s", "-", stdin=f"{STACK}    {key}: {value}\n")
+    assert code == 1, out[:300]
+    assert "... [1000000 characters]" in out, out[:300]
+    assert len(out) < 2000, out[:300]

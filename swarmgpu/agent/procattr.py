@@ -18,7 +18,10 @@ listing is not the one NVML measured, and is left without an owner this scrape.
 
 Never raises and never blocks long: an unreadable ``/proc`` entry (the process ended)
 or an engine that does not answer leaves that process unattributed; owners are cached
-per container (labels of a container never change), the cache is bounded.
+per container (labels of a container never change), the cache is bounded. Each file is
+read bounded and only if it is a regular file (procfs's are): a FIFO or a huge file
+under a wrong ``--proc-root`` would hang or bloat the sampler; it is refused, logged
+once with its path and the fix, and its process left unattributed.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 
 from loguru import logger
 
+from swarmgpu.core.boundedfile import FileRefused, TooLarge, read_head
 from swarmgpu.core.samples import GpuProcess, GpuSample
 
 _ID = re.compile(r"(?<![0-9a-f])([0-9a-f]{64})(?![0-9a-f])")
@@ -42,8 +46,13 @@ _CACHE_MAX = 4096
 # (which may hold spaces and ')': the fields start after the last ')')
 _START_FIELD = 19
 _MAX_STAT = 4096  # a stat line is a few hundred bytes
+_MAX_UPTIME = 256  # two decimal numbers
+_MAX_CGROUP = 64 << 10  # a line per cgroup v1 hierarchy (one on v2), each a path
+FIX = ("point --proc-root at the host's /proc, a procfs "
+       "(-v /proc:/host/proc:ro --proc-root /host/proc)")
 
 Labels = Callable[[str], Mapping[str, str] | None]  # container id -> its labels (None: unknown)
+Reader = Callable[[Path, int], bytes]  # up to limit + 1 bytes of a regular file (read_head)
 
 
 def container_of(cgroup_text: str) -> str | None:
@@ -85,28 +94,46 @@ def engine_labels(base_url: str, timeout_s: float = 1.5) -> Labels:
 class Attributor:
     """Adds container, task and service to every process of a sample list."""
 
-    def __init__(self, labels: Labels | None, proc_root: str = "/proc") -> None:
+    def __init__(self, labels: Labels | None, proc_root: str = "/proc",
+                 read: Reader = read_head) -> None:
         self.labels = labels
         self.proc_root = Path(proc_root)
+        self.read = read
+        self.refused: str | None = None  # the first file refused, in words (logged once)
         self._owners: dict[str, tuple[str, str]] = {}  # container -> (task, service)
         self._hz = os.sysconf("SC_CLK_TCK")  # the unit of stat's starttime
+
+    def _read(self, path: Path, limit: int) -> str | None:
+        """The text of ``path`` (at most ``limit`` bytes), or None: gone, unreadable, or
+        refused (not a regular file, too large: logged the first time)."""
+        try:
+            data = self.read(path, limit)
+            if len(data) > limit:
+                raise TooLarge(limit)
+        except FileRefused as exc:
+            if self.refused is None:
+                self.refused = f"{path}: {exc.why}"
+                logger.bind(component="agent").warning(
+                    "GPU processes not attributed: {}; {}", self.refused, FIX)
+            return None
+        except OSError:
+            return None
+        return data.decode("ascii", "replace")
 
     def boot_clock(self) -> float | None:
         """Seconds since boot (``<proc_root>/uptime``), the clock of a process's start
         time; None when unreadable (then only the before/after check is made)."""
+        text = self._read(self.proc_root / "uptime", _MAX_UPTIME)
         try:
-            first = (self.proc_root / "uptime").read_text()[:64].split()[0]
-            value = float(first)
-        except (OSError, ValueError, IndexError):
+            value = float((text or "").split()[0])
+        except (ValueError, IndexError):
             return None
         return value if value >= 0 and value != float("inf") else None
 
     def _start_ticks(self, pid: int) -> int | None:
         """The process's start, in clock ticks after boot; None: gone or unreadable."""
-        try:
-            with open(self.proc_root / str(pid) / "stat", "rb") as fh:
-                text = fh.read(_MAX_STAT).decode("ascii", "replace")
-        except OSError:
+        text = self._read(self.proc_root / str(pid) / "stat", _MAX_STAT)
+        if text is None:
             return None
         fields = text.rpartition(")")[2].split()
         if len(fields) <= _START_FIELD or not fields[_START_FIELD].isascii() \
@@ -115,11 +142,8 @@ class Attributor:
         return int(fields[_START_FIELD])
 
     def _container(self, pid: int) -> str | None:
-        try:
-            text = (self.proc_root / str(pid) / "cgroup").read_text(errors="replace")
-        except OSError:
-            return None
-        return container_of(text)
+        text = self._read(self.proc_root / str(pid) / "cgroup", _MAX_CGROUP)
+        return None if text is None else container_of(text)
 
     def _same_process(self, pid: int, listed_at: float | None) -> str | None:
         """The container of ``pid`` when it is still the process NVML listed (module

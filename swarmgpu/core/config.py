@@ -35,6 +35,7 @@ from swarmgpu.core.labelkeys import (
     usable_label_key,
     usable_resource_kind,
 )
+from swarmgpu.core.peertext import quoted
 from swarmgpu.core.rebalanceconfig import FLAT_KEYS, check_rebalance, move_flat_keys
 from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
 from swarmgpu.core.tenants import MAX_PRIORITY, NAME_RE, parse_tenants
@@ -244,14 +245,15 @@ def parse_priority_classes(text: str) -> dict[str, int]:
         name, num = name.strip().lower(), num.strip()
         if not eq or not name.replace("-", "").replace("_", "").isalnum() or not name.isascii() \
                 or not num.lstrip("-").isdigit() or not num.isascii():
-            raise ValueError(f"{part!r} is not name=integer")
+            raise ValueError(f"{quoted(part)} is not name=integer")
         if len(num.lstrip("-")) > 6:  # a label's own number is no wider (requests._PRIO_RE)
-            raise ValueError(f"{part!r} is out of range; a priority is -999999 to 999999")
+            raise ValueError(f"{quoted(part)} is out of range; a priority is -999999 to 999999")
         if name.lstrip("-").isdigit():  # a label's value is read as a number first
-            raise ValueError(f"{name!r} is a number: swarmgpu.priority={name} reads as "
+            raise ValueError(f"{quoted(name)} is a number: swarmgpu.priority={name} reads as "
                              f"priority {int(name)}, never this class; name it with a letter")
         if name in out:  # a dict would keep the last one, silently
-            raise ValueError(f"{name!r} is given twice ({out[name]} and {int(num)}); keep one")
+            raise ValueError(f"{quoted(name)} is given twice ({out[name]} and {int(num)}); "
+                             "keep one")
         out[name] = int(num)
     return out
 
@@ -272,7 +274,7 @@ def queue_quotas(queues: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]
                              f"label's swarmgpu.queue={other} or ={name} would pick one by a "
                              "typo: rename one")
         if not isinstance(q, Mapping):
-            raise ValueError(f"{name}: expected {{guaranteed: GPUs, max: GPUs}}, got {q!r}")
+            raise ValueError(f"{name}: expected {{guaranteed: GPUs, max: GPUs}}, got {quoted(q)}")
         for key in q:
             if key not in ("guaranteed", "max"):
                 close = difflib.get_close_matches(str(key), ("guaranteed", "max"), n=1)
@@ -282,7 +284,7 @@ def queue_quotas(queues: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]
             v = q.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
                                   or not math.isfinite(v)):
-                raise ValueError(f"{name}.{key}: expected a number of GPUs, got {v!r}")
+                raise ValueError(f"{name}.{key}: expected a number of GPUs, got {quoted(v)}")
         g = float(q.get("guaranteed") or 0)
         m = None if q.get("max") is None else float(q["max"])
         if g < 0 or (m is not None and m < g) or g > MAX_GPUS \
@@ -378,7 +380,7 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
         at_most(where, getattr(getattr(cfg, section), key), most, what, add)
     stop = cfg.placement.residual_stop_weight
     if not 0 <= stop <= 1:  # NaN fails both comparisons: refused too
-        add(f"placement.residual_stop_weight: {stop!r}; a weight from 0 to 1 (default 0.01)")
+        add(f"placement.residual_stop_weight: {quoted(stop)}; a weight from 0 to 1 (default 0.01)")
     if cfg.agents.port <= 0 or cfg.agents.port > 65535:
         add(f"agents.port: {cfg.agents.port} is not a TCP port (1-65535)")
     if cfg.agents.timeout_s <= 0:
@@ -390,10 +392,10 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
     if cfg.agents.parallel < 1:
         add("agents.parallel: must be >= 1")
     if cfg.agents.identity not in ("none", "swarm-pki"):
-        add(f"agents.identity: {cfg.agents.identity!r}; use swarm-pki or none")
+        add(f"agents.identity: {quoted(cfg.agents.identity)}; use swarm-pki or none")
     if cfg.agents.identity == "swarm-pki" and not cfg.agents.url_template.startswith("https://"):
         add(
-            f"agents.url_template: {cfg.agents.url_template!r} is plain HTTP, but "
+            f"agents.url_template: {quoted(cfg.agents.url_template)} is plain HTTP, but "
             "agents.identity is swarm-pki (the default), so agents serve HTTPS; remove "
             "agents.url_template (it then defaults to 'https://{addr}:{port}'), or set "
             "agents.identity: none to read agents over plain HTTP (not recommended)")
@@ -423,12 +425,12 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
     p = cfg.sync.prefix
     if not p.endswith(".") or not usable_label_key(p + "x"):
         add(
-            f"sync.prefix: {p!r} must end with '.' and use only letters, digits, "
+            f"sync.prefix: {quoted(p)} must end with '.' and use only letters, digits, "
             "'-', '_', '.' (Swarm constraint keys cannot contain '/'); e.g. 'swarmgpu.'"
         )
     reserved = docker_namespace(p)
     if reserved:
-        add(f"sync.prefix: {p!r} overlaps {reserved}*, reserved by Docker (com.docker.*, "
+        add(f"sync.prefix: {quoted(p)} overlaps {reserved}*, reserved by Docker (com.docker.*, "
             "io.docker.*, org.dockerproject.*): swarmgpu would take com.docker.stack."
             "namespace and the like as its own; e.g. 'swarmgpu.'")
     if not 2 <= cfg.history.samples <= 100_000:
@@ -436,19 +438,19 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
     if not 1 <= cfg.history.max_gpus <= 1_000_000:
         add("history.max_gpus: must be 1-1000000 (default 16384)")
     if cfg.log.format not in ("text", "json"):
-        add(f"log.format: {cfg.log.format!r}; use 'text' or 'json'")
+        add(f"log.format: {quoted(cfg.log.format)}; use 'text' or 'json'")
     if cfg.log.level.upper() not in ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR"):
-        add(f"log.level: {cfg.log.level!r}; use DEBUG, INFO, WARNING or ERROR")
+        add(f"log.level: {quoted(cfg.log.level)}; use DEBUG, INFO, WARNING or ERROR")
     host, _, port = cfg.http.listen.rpartition(":")
     if not host or not port.isdigit() or not port.isascii():  # '²' is a digit to isdigit
-        add(f"http.listen: {cfg.http.listen!r}; use HOST:PORT, e.g. 127.0.0.1:9402")
+        add(f"http.listen: {quoted(cfg.http.listen)}; use HOST:PORT, e.g. 127.0.0.1:9402")
     elif len(port) > 5 or int(port) > 65535:  # 99999 raised at bind (0: any free port)
         add(f"http.listen: {port} is not a TCP port (0-65535); use HOST:PORT, "
             "e.g. 127.0.0.1:9402")
     if cfg.http.auth not in ("auto", "required", "off"):
-        add(f"http.auth: {cfg.http.auth!r}; use auto (the default), required or off")
+        add(f"http.auth: {quoted(cfg.http.auth)}; use auto (the default), required or off")
     if cfg.http.secure_cookie not in ("auto", "always"):
-        add(f"http.secure_cookie: {cfg.http.secure_cookie!r}; use auto (the default: "
+        add(f"http.secure_cookie: {quoted(cfg.http.secure_cookie)}; use auto (the default: "
             "Secure over the daemon's own HTTPS) or always (HTTPS ends at a proxy)")
     try:
         check_auth(parse_trusted(cfg.http.trusted_proxies), cfg.http.auth)
@@ -457,7 +459,7 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
     check_rebalance(cfg.rebalance, add)
     _check_preemption(cfg.preemption, add)
     if not isinstance(cfg.queues, Mapping):
-        add(f"queues: expected a mapping of queue -> {{guaranteed, max}}, got {cfg.queues!r}")
+        add(f"queues: expected a mapping of queue -> {{guaranteed, max}}, got {quoted(cfg.queues)}")
     else:
         try:
             queue_quotas(cfg.queues)
@@ -465,31 +467,32 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
             add(f"queues.{e}")
     _check_tenants(cfg, add)
     if cfg.placement.overshare not in ("report", "restart"):
-        add(f"placement.overshare: {cfg.placement.overshare!r}; use 'report' "
+        add(f"placement.overshare: {quoted(cfg.placement.overshare)}; use 'report' "
             "or 'restart'")
     if cfg.placement.overshare_window_s <= 0:
         add("placement.overshare_window_s: must be > 0 seconds")
     if cfg.placement.ungranted not in ("report", "void"):
-        add(f"placement.ungranted: {cfg.placement.ungranted!r}; use 'report' or 'void'")
+        add(f"placement.ungranted: {quoted(cfg.placement.ungranted)}; use 'report' or 'void'")
     if why := node_label_key_fault(cfg.placement.zone_label):  # only read, never a constraint
-        add(f"placement.zone_label: {cfg.placement.zone_label!r} is not a node label key: "
+        add(f"placement.zone_label: {quoted(cfg.placement.zone_label)} is not a node label key: "
             f"{why}; e.g. topology.zone")
     elif p and cfg.placement.zone_label.startswith(p):  # swarm.labels.owned_by_label_sync
-        add(f"placement.zone_label: {cfg.placement.zone_label!r} is under sync.prefix {p!r}, "
+        add(f"placement.zone_label: {quoted(cfg.placement.zone_label)} is under sync.prefix "
+            f"{quoted(p)}, "
             "whose node labels label sync owns: it would remove the zone from every node; "
             "pick a key outside the prefix, e.g. topology.zone")
     kind = cfg.placement.generic_resource_kind
     if kind and not usable_resource_kind(kind):  # reserved, it would match no node's kind
-        add(f"placement.generic_resource_kind: {kind!r} is not a kind dockerd's "
+        add(f"placement.generic_resource_kind: {quoted(kind)} is not a kind dockerd's "
             "node-generic-resources can name (KIND=VALUE): letters, digits, '-', '_', '.', "
             "'/', first a letter or digit; e.g. NVIDIA-GPU, as the nodes advertise it")
     if cfg.placement.grants not in ("env", "mounts"):
-        add(f"placement.grants: {cfg.placement.grants!r}; use 'env' or 'mounts'")
+        add(f"placement.grants: {quoted(cfg.placement.grants)}; use 'env' or 'mounts'")
     elif kind and usable_resource_kind(kind) and cfg.placement.grants == "env":
         # Swarm appends its own pick of that kind to each task's env, and the toolkit
         # reads it instead of the grant: swarm-resource names every advertised kind
         # (node-config; doctor requires it). Only a mount is read before it.
-        add(f"placement.generic_resource_kind: {kind!r} with placement.grants: env would "
+        add(f"placement.generic_resource_kind: {quoted(kind)} with placement.grants: env would "
             f"give each task Swarm's own pick of GPUs: Swarm appends "
             f"DOCKER_RESOURCE_{kind.upper()}=<its pick> to the task's env, which the NVIDIA "
             "toolkit reads instead of placement's NVIDIA_VISIBLE_DEVICES where swarm-resource "
@@ -520,7 +523,7 @@ def _check_tenants(cfg: Config, add: Callable[[str], None]) -> None:
         if isinstance(name, str) and not name.strip():
             # "" is how the planner says "no queue": a queue of that name would count
             # nothing against its quota and guarantee nothing (the fix64-reclaim reading)
-            add(f"queues.{name!r}: a queue needs a name (a blank one reads as no queue: "
+            add(f"queues.{quoted(name)}: a queue needs a name (a blank one reads as no queue: "
                 "its use would count against nothing), e.g. research")
         elif isinstance(name, str) and name not in firsts and not NAME_RE.fullmatch(name):
             add(f"queues.{name}: a queue name is what a swarmgpu.queue label can carry: "
@@ -545,7 +548,7 @@ def _build(cls: Any, data: Any, where: str, add: Callable[[str], None]) -> Any:
     """``cls`` from ``data``; a key that is unknown or of the wrong type is given to
     ``add`` and left at its default, so the checks after it still run."""
     if not isinstance(data, Mapping):
-        add(f"{where or 'config'}: expected a mapping of keys, got {data!r}")
+        add(f"{where or 'config'}: expected a mapping of keys, got {quoted(data)}")
         return cls()
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from swarmgpu.core.goscalar import YAML11_BOOLS, out_of_range
-from swarmgpu.core.peertext import peer_text
+from swarmgpu.core.peertext import peer_text, quoted
 from swarmgpu.core.yamlfile import Lines, plain_is_text
 
 
@@ -101,7 +101,7 @@ def not_text(value: Any, where: str) -> str:
     """The error for a name YAML did not read as text (``1:``, ``007:``, ``true:``, ``~:``).
     Its fix is the file's own spelling in quotes, not the value read: quoted as read,
     ``007`` would become the name "7", ``0x1F`` "31", ``true`` "True"."""
-    return (f"{where}: expected a string, got {value!r} ({_kind(value)}); quote it as the "
+    return (f"{where}: expected a string, got {quoted(value)} ({_kind(value)}); quote it as the "
             "file writes it if it is meant as text (YAML reads 007 as 7, true as True)")
 
 
@@ -113,7 +113,7 @@ def template_problem(template: str, names: tuple[str, ...]) -> str | None:
     try:
         parts = list(string.Formatter().parse(template))
     except ValueError:
-        return (f"{template!r} is not a template (a brace without its pair); use {use}, "
+        return (f"{quoted(template)} is not a template (a brace without its pair); use {use}, "
                 "and {{ or }} for a brace itself")
     for _, name, spec, conv in parts:
         if name is not None and (name not in names or spec or conv):

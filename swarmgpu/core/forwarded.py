@@ -23,7 +23,10 @@ Addresses are matched as nginx's realip and Go's netip do: an IPv4-mapped IPv6 p
 or entry (``::ffff:10.0.0.5``, a dual-stack listener's IPv4 peer) as its IPv4 address,
 and a proxy named that way as the IPv4 one; an address with a zone (a link-local peer,
 ``fe80::1%eth0``) matches no network, and a link-local proxy is refused at load: such an
-address names a host on one link only, and on another link anyone may take it.
+address names a host on one link only, and on another link anyone may take it. That holds
+for IPv4's link-local ``169.254.0.0/16`` (RFC 3927: self-assigned, any host of any link
+may take one, ``::ffff:169.254.x.y`` too) as much as for ``fe80::/10``, so both are
+refused; an IPv4 one has no zone and would match, which makes it worse, not better.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ MAX_HOPS = 32  # entries of one X-Forwarded-For; a longer chain is refused
 HEADER = "X-Forwarded-For"
 RFC7239 = "Forwarded"
 LINK_LOCAL = ipaddress.IPv6Network("fe80::/10")
+LINK_LOCAL_V4 = ipaddress.IPv4Network("169.254.0.0/16")
 LOOPBACK = (ipaddress.IPv4Network("127.0.0.0/8"), ipaddress.IPv6Network("::1/128"))
 
 
@@ -63,11 +67,15 @@ def parse_trusted(text: str) -> tuple[Network, ...]:
             raise ValueError(f"{entry!r} is not an IP address or network ({exc}); names "
                              "are not resolved: give the proxy's address, e.g. 10.0.0.5 "
                              "or 10.1.0.0/24") from None
-        if isinstance(net, ipaddress.IPv6Network) and net.subnet_of(LINK_LOCAL):
-            # A link-local peer has a zone and matches nothing (trusted): silently dead.
+        net = _unmapped(net)
+        if net.subnet_of(LINK_LOCAL) if isinstance(net, ipaddress.IPv6Network) \
+                else net.subnet_of(LINK_LOCAL_V4):
+            # One host per link: on another link anyone may take it (an IPv6 one would
+            # also match nothing, its peers having a zone).
             raise ValueError(f"{entry!r} is link-local, one host per link, never "
-                             "trusted; give the proxy's global or unique-local address")
-        out.append(_unmapped(net))
+                             "trusted; give the proxy's global, private or unique-local "
+                             "address")
+        out.append(net)
     if len(out) > MAX_TRUSTED:
         raise ValueError(f"{len(out)} entries; at most {MAX_TRUSTED}: name networks")
     return tuple(out)

@@ -71,3 +71,19 @@ def json_escaped(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(json.dumps(c)[1:-1] if _hidden(c) else c for c in text)
+
+
+SHOWN_LIMIT = 60
+
+
+def quoted(value: object, limit: int = SHOWN_LIMIT) -> str:
+    """``value`` as ``repr`` shows it, for an error naming bad input (a stack's, a
+    config's or a label's value, which may be megabytes): whole up to ``limit``
+    characters, else its start quoted and ``... [N characters]``, N its length."""
+    if isinstance(value, str):
+        if len(value) <= limit and len(shown := repr(value)) <= limit:
+            return shown
+        return f"{value[:max(1, limit - 20)]!r}... [{len(value)} characters]"
+    shown = repr(value)  # not text: its repr, cut the same way
+    return shown if len(shown) <= limit else \
+        f"{shown[:max(1, limit - 20)]}... [{len(shown)} characters]"

@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from swarmgpu.core.configvalues import not_text
+from swarmgpu.core.peertext import quoted
 
 DEFAULT_TENANT = "default"
 STACK_LABEL = "com.docker.stack.namespace"  # set by `docker stack deploy` from the stack name
@@ -60,12 +61,12 @@ def default_budget(max_per_hour: int) -> int:
 def _globs(value: Any, where: str, add: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list) or not value:
         add(f"{where}: expected a non-empty list of names or globs, e.g. [\"team-a*\"], "
-            f"got {value!r}")
+            f"got {quoted(value)}")
         return ()
     out = []
     for g in value:
         if not isinstance(g, str) or len(g) > MAX_GLOB or not _GLOB_RE.fullmatch(g):
-            add(f"{where}: {g!r} is not a name or glob (letters, digits, . _ - and the "
+            add(f"{where}: {quoted(g)} is not a name or glob (letters, digits, . _ - and the "
                 "glob characters * ? [...]; at most 128 characters)")
             continue
         out.append(g)
@@ -77,7 +78,7 @@ def _number(value: Any, where: str, add: Any, *, whole: bool) -> float | None:
     ok = isinstance(value, int) if whole else isinstance(value, int | float)
     if isinstance(value, bool) or not ok or value < 0 or value > MAX_PRIORITY:
         kind = "a whole number" if whole else "a number of GPUs"
-        add(f"{where}: expected {kind} from 0 to {MAX_PRIORITY}, got {value!r}")
+        add(f"{where}: expected {kind} from 0 to {MAX_PRIORITY}, got {quoted(value)}")
         return None
     return float(value)
 
@@ -104,7 +105,7 @@ def parse_tenants(raw: Any, queues: Any, classes: Mapping[str, int],
         return [], {}, []
     if not isinstance(raw, Mapping):
         return [], {}, [f"tenants: expected a mapping of tenant -> {{stacks, max_priority, "
-                        f"may_opt_out, ...}}, got {raw!r}"]
+                        f"may_opt_out, ...}}, got {quoted(raw)}"]
     # A queue name that is not text is the queues check's error, and no queue here.
     known_queues = ({q for q in queues if isinstance(q, str)} if isinstance(queues, Mapping)
                     else set())
@@ -132,7 +133,7 @@ def parse_tenants(raw: Any, queues: Any, classes: Mapping[str, int],
         body = {} if body is None else body
         if not isinstance(body, Mapping):
             add(f"{w}: expected a mapping such as {{stacks: [\"{name}*\"], max_priority: 0}}, "
-                f"got {body!r}")
+                f"got {quoted(body)}")
             continue
         for key in body:
             if key not in KEYS:
@@ -150,7 +151,7 @@ def parse_tenants(raw: Any, queues: Any, classes: Mapping[str, int],
         prio = _priority(body.get("max_priority", 0), f"{w}.max_priority", classes, add)
         opt = body.get("may_opt_out", False)
         if not isinstance(opt, bool):
-            add(f"{w}.may_opt_out: expected true or false, got {opt!r}")
+            add(f"{w}.may_opt_out: expected true or false, got {quoted(opt)}")
             opt = False
         owned: list[str] = []
         if "guaranteed" in body or "max" in body:
@@ -170,11 +171,11 @@ def parse_tenants(raw: Any, queues: Any, classes: Mapping[str, int],
         q_raw = body.get("queues", [])
         if isinstance(q_raw, str) or not isinstance(q_raw, list):
             add(f"{w}.queues: expected a list of queue names of the config's queues, "
-                f"got {q_raw!r}")
+                f"got {quoted(q_raw)}")
             q_raw = []
         for q in q_raw:
             if not isinstance(q, str) or q not in known_queues:
-                add(f"{w}.queues: {q!r} is not a queue of the config's queues: "
+                add(f"{w}.queues: {quoted(q)} is not a queue of the config's queues: "
                     f"({', '.join(sorted(known_queues)) or 'none defined'})")
             elif owner.get(q) == name:  # (its own list, not another tenant)
                 add(f"{w}.queues: {q} is listed twice; name each queue once")

@@ -118,8 +118,19 @@ def parse_event(line: bytes, source: str, limit: int = MAX_EVENT_BYTES) -> dict[
     what = f"event stream from {source}: {line[:60]!r}{'...' if len(line) > 60 else ''}"
     if len(line) > limit:
         raise NotAnEvent(f"{what} is over {limit >> 20} MiB: not an event")
+    # Strict UTF-8, as Go's decoder reads it: json.loads on bytes guesses UTF-16 or -32
+    # from NUL bytes and skips a byte order mark, where the engine's own client refuses
+    # both. ASCII in UTF-16/32 is valid UTF-8 with NULs, which JSON refuses as such.
     try:
-        event = json.loads(line)
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotAnEvent(f"{what} is not UTF-8 (byte {exc.start}): not an event; a proxy "
+                         "between?") from None
+    if text.startswith("\ufeff") or "\x00" in text:
+        raise NotAnEvent(f"{what} is not UTF-8 JSON (a byte order mark or a NUL byte: "
+                         "UTF-16 or UTF-32?): not an event; a proxy between?")
+    try:
+        event = json.loads(text)
     except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise NotAnEvent(
             f"{what} is not JSON ({type(exc).__name__}): not an event; a proxy between?"

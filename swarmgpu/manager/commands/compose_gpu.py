@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from swarmgpu.core.peertext import quoted
+
 # Generic-resource kinds that name GPUs (the one Docker's docs use first).
 GPU_RESOURCE_KINDS = ("NVIDIA-GPU", "GPU", "gpu", "nvidia.com/gpu")
 
@@ -92,7 +94,7 @@ def _devices(entries: object, at: str, out: ComposeGpu) -> int | str | None:
             return None
         if driver not in (None, "nvidia") or (driver is None and "gpu" not in cap_list):
             out.errors.append(
-                f"{w}: driver {driver!r}, capabilities {cap_list}: swarmgpu places NVIDIA "
+                f"{w}: driver {quoted(driver)}, capabilities {cap_list}: swarmgpu places NVIDIA "
                 "GPUs only (driver: nvidia or capabilities: [gpu]), and Swarm has no other "
                 "device reservations (`docker stack deploy` refuses the key); remove it")
             return None
@@ -104,7 +106,7 @@ def _devices(entries: object, at: str, out: ComposeGpu) -> int | str | None:
         caps += [c for c in cap_list if c != "gpu" and c not in caps]
         if e.get("device_ids") is not None:
             out.errors.append(
-                f"{w}.device_ids: {e['device_ids']!r} cannot be expressed: swarmgpu chooses "
+                f"{w}.device_ids: {quoted(e['device_ids'])} cannot be expressed: swarmgpu chooses "
                 "each replica's GPUs itself (a named GPU may be held by another service, "
                 "and an index means a different GPU on each node); use count, and "
                 "swarmgpu.gpu-product / gpu-memory for the kind, a placement constraint "
@@ -113,11 +115,11 @@ def _devices(entries: object, at: str, out: ComposeGpu) -> int | str | None:
         raw = e.get("count", "all")  # Compose: no count and no device_ids means all
         n = _count(raw)
         if n is None:
-            out.errors.append(f"{w}.count: {raw!r} is not a whole number >= 1 or 'all'")
+            out.errors.append(f"{w}.count: {quoted(raw)} is not a whole number >= 1 or 'all'")
             return None
         total = "all" if "all" in (n, total) else int(total) + int(n)
         if e.get("options"):
-            out.notes.append(f"{w}.options {e['options']!r} dropped: Swarm passes no device "
+            out.notes.append(f"{w}.options {quoted(e['options'])} dropped: Swarm passes no device "
                              "options; the container gets its GPUs from NVIDIA_VISIBLE_DEVICES")
     if caps:
         out.env["NVIDIA_DRIVER_CAPABILITIES"] = ",".join(caps)
@@ -173,7 +175,7 @@ def read_gpu_reservations(
     if gpus is not _ABSENT:
         out.drop_gpus = True
         if not isinstance(gpus, list) and _count(gpus) is None:
-            out.errors.append(f"{where}.gpus: {gpus!r} is not 'all', a whole number >= 1 "
+            out.errors.append(f"{where}.gpus: {quoted(gpus)} is not 'all', a whole number >= 1 "
                               "or a list of device requests")
             return out
         sources.append((f"{where}.gpus", _gpus_entries(gpus)))

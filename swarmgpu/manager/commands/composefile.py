@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from swarmgpu.core import goscalar
+from swarmgpu.core.peertext import quoted
 from swarmgpu.manager.placement import (
     DEVICES,
     OWNED_LABEL_RISK,
@@ -120,14 +121,14 @@ def check_version(stack: dict[str, Any], where: str) -> tuple[list[str], list[st
                     "refuses a stack file without one"]
     got = version_of(stack)
     if got is None or got[0] != 3:
-        return [f"{where}: version {stack['version']!r}: docker stack deploy takes "
+        return [f"{where}: version {quoted(stack['version'])}: docker stack deploy takes "
                 f"Compose format 3 only; write version: \"{COMPOSE_VERSION}\""], []
     if got != (3, 8):
         old = stack["version"]
         stack["version"] = COMPOSE_VERSION
         why = ("render writes keys of 3.8 (max_replicas_per_node)" if got < (3, 8) else
                "Docker 19.03, the oldest engine swarmgpu supports, knows 3.8 at most")
-        return [], [f"version: {old!r} became \"{COMPOSE_VERSION}\": {why}"]
+        return [], [f"version: {quoted(old)} became \"{COMPOSE_VERSION}\": {why}"]
     stack["version"] = COMPOSE_VERSION  # 3.8 as a number or "3.8 ": the CLI wants the string
     return [], []
 
@@ -165,8 +166,9 @@ def owned_key_errors(labels: Mapping[str, str], constraints: Sequence[str], wher
         gated = gate_of(c, prefix)  # any other constraint on a gate label is the owner's
         if gated is None or gated == service or (service is None and gated.endswith(f"_{name}")):
             continue  # its own gate, as render writes it
-        errors.append(f"{where}.deploy.placement.constraints: {c!r}: the placement gate of "
-                      f"{gated!r}, owned by the swarmgpu daemon; remove it (render writes "
+        errors.append(f"{where}.deploy.placement.constraints: {quoted(c, 200)}: the placement "
+                      f"gate of {quoted(gated, 200)}, owned by the swarmgpu daemon; remove it "
+                      "(render writes "
                       "this service's own gate)")
     return errors
 
@@ -174,7 +176,7 @@ def owned_key_errors(labels: Mapping[str, str], constraints: Sequence[str], wher
 def owned_label_notes(constraints: Sequence[str], where: str, prefix: str) -> list[str]:
     """A warning for each constraint on a node label placement writes that is not a
     gate (``keys.owned_label_read``): rendered as written, with the risk named."""
-    return [f"{where}.deploy.placement.constraints: {c!r} reads {key}, "
+    return [f"{where}.deploy.placement.constraints: {quoted(c, 200)} reads {key}, "
             + OWNED_LABEL_RISK.format(gate=gate_constraint(prefix, "<service>"))
             for c in constraints if (key := owned_label_read(c, prefix)) is not None]
 
@@ -209,7 +211,7 @@ def interpolation_errors(svc: Mapping[str, Any], where: str, prefix: str) -> lis
     elif isinstance(labels, dict):
         found += [(f"{where}.deploy.labels.{k}", v) for k, v in labels.items()
                   if str(k).startswith(prefix) and "$" in str(v)]
-    return [f"{at}: {v!r}: docker stack deploy substitutes $ (${{VAR}}, $VAR, $$) after "
+    return [f"{at}: {quoted(v)}: docker stack deploy substitutes $ (${{VAR}}, $VAR, $$) after "
             "render has read the value, so Swarm would get another one than render checked "
             "and placed; write the value itself (or substitute that variable into the file "
             "before render)" for at, v in found]
@@ -318,4 +320,4 @@ def _additional(e: Any) -> str:
     patterns = e.schema.get("patternProperties", {})
     extra = [str(k) for k in e.instance if k not in known
              and not any(re.search(p, str(k)) for p in patterns)]
-    return "; ".join(f"additional property {k!r} is not allowed" for k in extra)
+    return "; ".join(f"additional property {quoted(k)} is not allowed" for k in extra)

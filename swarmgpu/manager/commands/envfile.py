@@ -21,6 +21,7 @@ from collections.abc import Collection, Mapping, Set
 from typing import Any
 
 from swarmgpu.core.boundedfile import FileRefused, read_bounded
+from swarmgpu.core.peertext import quoted
 from swarmgpu.core.yamlfile import MAX_TEXT
 from swarmgpu.manager.placement import ORDER_ENV, env_template, env_template_per_node
 from swarmgpu.manager.placement.envs import DEVICE_VAR, VOID_LINE
@@ -189,11 +190,12 @@ def env_file_variables(
                 else getattr(exc, "why", None) or "not UTF-8 text, or longer than 8 MiB"
             )
             raise error(
-                f"{where}: {path!r}: cannot read it ({why}); docker stack deploy "
+                f"{where}: {quoted(path, 200)}: cannot read it ({why}); docker stack deploy "
                 "reads it into the service's environment, and refuses the stack "
                 "without it"
             ) from None
-        out.update(_variables(text.removeprefix("\ufeff"), environ, f"{where}: {path!r}", error))
+        at = f"{where}: {quoted(path, 200)}"
+        out.update(_variables(text.removeprefix("\ufeff"), environ, at, error))
     return out
 
 
@@ -208,7 +210,7 @@ def _variables(
         name, eq, value = line.partition("=")
         if not name or " " in name or "\t" in name:
             raise error(
-                f"{where}: line {n}: {name!r} is no variable name (docker stack "
+                f"{where}: line {n}: {quoted(name)} is no variable name (docker stack "
                 "deploy refuses it: none, or white space in it); write NAME=value"
             )
         if eq:

@@ -30,6 +30,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from swarmgpu.core.peertext import quoted
 from swarmgpu.core.yamlfile import MAX_TEXT, Lines
 from swarmgpu.manager.commands.composefile import PLACED_BY
 
@@ -147,7 +148,7 @@ def _variable(sub: str, env: Mapping[str, str], warnings: list[str]) -> str:
             continue
         if not _PLAIN_NAME.fullmatch(name):
             warnings.append(
-                f"${{{sub}}} is the variable {name!r} to docker (its {sep!r} is "
+                f"${{{sub}}} is the variable {quoted(name)} to docker (its {quoted(sep)} is "
                 "taken first), which no shell sets"
             )
         value = env.get(name)
@@ -194,7 +195,7 @@ def interpolate(
             left[0] = -1 if isinstance(exc, TooLong) else left[0]  # said once
             return v
         left[0] -= len(new)
-        warnings.extend(f"{at}: {v!r}: {w}" for w in said)
+        warnings.extend(f"{at}: {quoted(v)}: {w}" for w in said)
         if new == v:  # docker casts only what substitution changed
             return v
         kind = _cast_kind(path)
@@ -203,7 +204,7 @@ def interpolate(
         try:
             return _cast(new, kind)
         except ValueError as exc:
-            errors.append(f"{at}: {v!r} is {new!r} once substituted: {exc}")
+            errors.append(f"{at}: {quoted(v)} is {quoted(new)} once substituted: {exc}")
             return v
 
     return {k: walk(x, (k,)) for k, x in stack.items()}, errors, warnings

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.core.peertext import escaped
+from swarmgpu.core.peertext import escaped, quoted
 from swarmgpu.core.yamlfile import Lines, parse_yaml_lines
 from swarmgpu.manager.commands.compose_gpu import read_gpu_reservations, remove_gpu_generic
 from swarmgpu.manager.commands.composefile import (
@@ -111,9 +111,9 @@ def _unshared(v: Any, where: str, at: str) -> Any:
         for k in v:
             if not isinstance(k, str):
                 raise StackError(
-                    f"{where}: non-string key in {at or 'the top level'}: {k!r} (docker's YAML "
-                    "reader reads true/false, numbers and null as such); quote it if it is "
-                    "meant as text")
+                    f"{where}: non-string key in {at or 'the top level'}: {quoted(k)} "
+                    "(docker's YAML reader reads true/false, numbers and null as such); quote "
+                    "it if it is meant as text")
         return {k: _unshared(x, where, f"{at}.{k}" if at else k) for k, x in v.items()}
     if isinstance(v, list):
         return [_unshared(x, where, f"{at}[{i}]") for i, x in enumerate(v)]

@@ -29,6 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from swarmgpu.core.peertext import quoted
+
 
 class MergeError(ValueError):
     """The files cannot be merged as docker would; ``errors``: each names field and files."""
@@ -128,8 +130,8 @@ def _version(stack: Mapping[str, Any]) -> str:
 def _version_errors(files: Sequence[StackFile]) -> list[str]:
     want = _version(files[0].written)
     return [
-        f"version: {files[0].name} is {want!r} to docker stack deploy, {f.name} "
-        f"{_version(f.written)!r} (a file with no version is 3.13): it refuses the "
+        f"version: {files[0].name} is {quoted(want)} to docker stack deploy, {f.name} "
+        f"{quoted(_version(f.written))} (a file with no version is 3.13): it refuses the "
         'two ("version mismatched between two composefiles"); write one version in '
         "every file"
         for f in files[1:]
@@ -219,8 +221,8 @@ def _replace(base: Any, over: Any, at: str, ctx: _Ctx) -> Any:
     if not _zero(base, at) and _sub(base) != _sub(over):
         ctx.refuse(
             at,
-            f"docker stack deploy keeps the earlier {_sub(base)!r} where the "
-            f"later file gives an empty {_sub(over)!r} (mergo skips empty values)",
+            f"docker stack deploy keeps the earlier {quoted(_sub(base))} where the "
+            f"later file gives an empty {quoted(_sub(over))} (mergo skips empty values)",
             "leave the key out of the later file, or give the value you want",
         )
     return base
@@ -373,14 +375,15 @@ def _keyed(key: str, base: Any, over: Any, at: str, ctx: _Ctx) -> Any:
             if k is None:
                 ctx.refuse(
                     at,
-                    f"{_sub(item)!r}: render cannot read its {what} as docker does (a range?)",
+                    f"{quoted(_sub(item))}: render cannot read its {what} as docker does "
+                    "(a range?)",
                     "write each port in the long syntax",
                 )
                 return base
             if k in seen:
                 ctx.refuse(
                     at,
-                    f"{name} lists two entries of {what} {k!r}: docker stack "
+                    f"{name} lists two entries of {what} {quoted(k)}: docker stack "
                     "deploy keys them by it when it merges and keeps only the last",
                     f"give each its own {what}, or list them in one file only",
                 )

@@ -22,6 +22,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from swarmgpu.core.peertext import quoted
+
 # docker/cli's isAbs: a Unix path, or a Windows one (drive letter, or \\server)
 _ABSOLUTE = re.compile(r"/|\\\\|[A-Za-z]:[\\/]")
 
@@ -44,7 +46,7 @@ def absolute_paths(
     def join(path: str, at: str) -> str:
         if escape and re.match(r"\$(?!\$)", path):
             raise error(
-                f"{at}: {path!r}: docker reads a relative path against the stack file's "
+                f"{at}: {quoted(path, 200)}: docker reads a relative path against the stack file's "
                 "folder, which render writes in (docker stack deploy -c - reads it against "
                 "the folder it runs in), but whether this one is relative is known only once "
                 "docker substitutes it (--skip-interpolation); start it with the folder "

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from swarmgpu.core.peertext import quoted
 from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.commands.nanocpus import NotRational, TooLarge, TooPrecise, nano_cpus
 from swarmgpu.manager.placement import DEVICES
@@ -40,8 +41,8 @@ def read_labels(deploy: Mapping[str, Any], where: str) -> dict[str, str]:
             if k in out:
                 # docker keeps the last; a mapping's key given twice is refused
                 # (yamlfile), and so is this: a reader sees the first one
-                raise StackError(f"{where}.deploy.labels: {k!r} given twice "
-                                 f"({out[k]!r}, then {v!r}); keep one")
+                raise StackError(f"{where}.deploy.labels: {quoted(k)} given twice "
+                                 f"({quoted(out[k])}, then {quoted(v)}); keep one")
             out[k] = v
         return out
     if not isinstance(raw, dict):
@@ -75,7 +76,7 @@ def replicas_of(deploy: Mapping[str, Any], where: str) -> int:
     text = str(v) if isinstance(v, int | str) and not isinstance(v, bool) else ""
     # ASCII digits only ('¹' passes isdigit(), not int()), and a sane length.
     if not text.isascii() or not text.isdigit() or len(text) > 6:
-        raise StackError(f"{where}.deploy.replicas: {v!r} is not a whole number >= 0")
+        raise StackError(f"{where}.deploy.replicas: {quoted(v)} is not a whole number >= 0")
     return int(v)
 
 
@@ -106,7 +107,7 @@ def parse_cpus(v: object, where: str) -> int:
     opts.ParseCPUs reads it (``nanocpus``); 0 is none, as Swarm takes a 0 reservation
     (compose: no limit), and so is "", which docker leaves unset."""
     text = str(v) if isinstance(v, int | float | str) and not isinstance(v, bool) else None
-    shown = repr(v) if len(repr(v)) <= 60 else f"{str(v)[:40]!r}..."  # hostile: cut
+    shown = quoted(v)  # hostile: cut
     try:
         if text is None:
             raise NotRational("not text")
@@ -133,11 +134,11 @@ def parse_memory(v: object, where: str) -> int:
     text = str(v) if isinstance(v, int | str) and not isinstance(v, bool) else ""
     m = _MEM_RE.match(text)
     if m is None:
-        raise StackError(f"{where}: {v!r} is not an amount of memory (bytes, or a number "
+        raise StackError(f"{where}: {quoted(v)} is not an amount of memory (bytes, or a number "
                          "with b, k, m, g, t or p: \"512M\", \"1g\")")
     got = int(float(m.group(1)) * _MEM_UNIT[m.group(2).lower()])
     if 0 < got < MIN_MEMORY_BYTES:
-        raise StackError(f"{where}: {v!r}: Swarm refuses a reservation below 4 MiB (at "
+        raise StackError(f"{where}: {quoted(v)}: Swarm refuses a reservation below 4 MiB (at "
                          "least 4 MiB, or 0 for none)")
     return got
 
@@ -187,7 +188,7 @@ def preferences_of(placement: Mapping[str, Any], where: str) -> list[dict[str, A
     for item in v:
         spread = item.get("spread") if isinstance(item, dict) else None
         if not isinstance(spread, str) or not spread:
-            raise StackError(f"{at}: {item!r} is not {{spread: node.labels.NAME}}")
+            raise StackError(f"{at}: {quoted(item)} is not {{spread: node.labels.NAME}}")
         out.append({"Spread": {"SpreadDescriptor": spread}})
     return out
 
@@ -197,7 +198,7 @@ def max_replicas_of(placement: Mapping[str, Any], where: str) -> int | None:
     if v is None:
         return None
     if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1_000_000:
-        raise StackError(f"{where}.deploy.placement.max_replicas_per_node: {v!r} is not a "
+        raise StackError(f"{where}.deploy.placement.max_replicas_per_node: {quoted(v)} is not a "
                          "whole number >= 0")
     return v or None  # 0 is Swarm's "no limit"
 
@@ -210,7 +211,7 @@ def platforms_of(svc: Mapping[str, Any], where: str) -> list[dict[str, str]]:
         return []
     parts = str(v).split("/") if isinstance(v, str) else []
     if not 2 <= len(parts) <= 3 or not all(parts[:2]):
-        raise StackError(f"{where}.platform: {v!r} is not os/arch (like linux/amd64)")
+        raise StackError(f"{where}.platform: {quoted(v)} is not os/arch (like linux/amd64)")
     return [{"OS": parts[0], "Architecture": parts[1]}]
 
 
@@ -220,7 +221,7 @@ _MODES = ("replicated", "global", "replicated-job", "global-job")
 def mode_of(deploy: Mapping[str, Any], where: str) -> str:
     mode = str(deploy.get("mode", "replicated"))
     if mode not in _MODES:
-        raise StackError(f"{where}.deploy.mode: {mode!r} is not one of {', '.join(_MODES)}")
+        raise StackError(f"{where}.deploy.mode: {quoted(mode)} is not one of {', '.join(_MODES)}")
     return mode
 
 
