@@ -6,7 +6,14 @@ from __future__ import annotations
 import json
 
 from swarmgpu.allocator.values import GpuSpec, NodeSpec
-from swarmgpu.sim.priorities import RUNS, high_pods, replay_priorities, run_cli, tenant_of
+from swarmgpu.sim.priorities import (
+    RUNS,
+    high_pods,
+    replay_priorities,
+    run,
+    run_cli,
+    tenant_of,
+)
 from swarmgpu.sim.trace import TracePod
 from swarmgpu.sim.traces import bundled
 
@@ -107,3 +114,51 @@ def test_the_cli_refuses_a_non_finite_speedup() -> None:
     for bad in (float("nan"), float("inf")):
         text, code = run_cli(str(n), str(p), [42], 0.1, bad, "online", False)
         assert code == 2 and f"--speedup {bad:g}" in text
+
+
+def test_every_run_of_a_seed_is_measured_over_the_same_contended_span() -> None:
+    """Each run was measured from the shared start to its OWN end (its queue emptied):
+    a run whose last pod started later had its quiet tail averaged in.
+
+    One 8-GPU node: ``v`` (6 GPUs, batch) runs from 0 to 1000; ``h`` (4 GPUs) arrives at
+    10, ``f`` (4 GPUs, batch) at 20. Without priorities both wait for ``v`` (6 of 8 held)
+    and start at 1000: the queue is empty, the span ends. With priorities ``h`` preempts
+    ``v`` and ``f`` fills the rest (8 of 8 held) to 1000; then ``v`` (6 GPUs) waits for
+    ``h`` to leave at ~3010 with 4 of 8 held -- a tail after the span's end."""
+    pods = [_pod("v", 6, 0, 1000), _pod("x-h", 4, 10, 3010), _pod("y-f", 4, 20, 1000)]
+    seed = next(s for s in range(100) if high_pods(pods, 1 / 3, s) == {"x-h"})
+    out = run([_node("n1", 8)], pods, [seed], share=1 / 3, drain_s=10_000)
+    off, on = out["without"][0], out["with"][0]
+    assert on.preemptions == 1 and on.classes["batch"].preempted == 1
+    assert off.contended_from is not None and off.contended_from <= 11
+    assert 985 <= off.contended_s <= 995
+    assert off.contended_alloc_pct is not None and 74.0 <= off.contended_alloc_pct <= 76.0
+    # the same span, not the run's own (longer) one
+    assert on.contended_from == off.contended_from and on.contended_s == off.contended_s
+    assert on.contended_alloc_pct is not None and on.contended_alloc_pct >= 99.0
+    # what the run's own end would have shown, and how much later it came, reported
+    assert off.ended_later_s == 0
+    assert 1_990 <= on.ended_later_s <= 2_030
+    assert on.own_end_contended_s == on.contended_s + on.ended_later_s
+    pct = on.own_end_contended_alloc_pct
+    assert pct is not None and 60.0 <= pct <= 70.0
+    d = on.to_dict()
+    assert d["ended_later_s"] == on.ended_later_s and d["own_end_contended_alloc_pct"] == round(
+        pct, 2
+    )
+
+
+def test_a_run_that_empties_its_queue_earlier_is_carried_on_to_the_span_end() -> None:
+    """``h`` (4 GPUs, 100 s) preempts ``v`` (6 GPUs), which restarts when ``h`` leaves
+    (~110): that run's queue empties ~890 s before the run without priorities' does. Its
+    departures go on to the span's end (6 of 8 held from ~110), not measured to ~110."""
+    pods = [_pod("v", 6, 0, 1000), _pod("x-h", 4, 10, 110)]
+    seed = next(s for s in range(100) if high_pods(pods, 1 / 2, s) == {"x-h"})
+    out = run([_node("n1", 8)], pods, [seed], share=1 / 2, drain_s=10_000)
+    off, on = out["without"][0], out["with"][0]
+    assert on.preemptions == 1
+    assert on.contended_s == off.contended_s and 985 <= off.contended_s <= 995
+    # ~100 s at 4 of 8, then ~890 s at 6 of 8
+    assert on.contended_alloc_pct is not None and 71.0 <= on.contended_alloc_pct <= 74.0
+    assert -900 <= on.ended_later_s <= -880 and on.own_end_contended_s < 120
+    assert on.mean_alloc_pct < 55  # the window's own mean still ends at its own end

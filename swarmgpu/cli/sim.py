@@ -171,7 +171,9 @@ def simulate(
     seeds.
     --priorities: per run (without, with priorities, with tenants) and class, pods,
     started, mean/median/p95 wait (s), never started, preempted, mean alloc%, and the
-    mean alloc% of the contended span (from the first cycle that left a pod waiting).
+    mean alloc% of the contended span (from the first cycle that left a pod waiting
+    without priorities to that run's end, the same span in every run) and how much
+    later each run's own window ended.
 
     \b
     Progress on stderr, on a terminal (or with --progress): replays done, the share of

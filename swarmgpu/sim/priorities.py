@@ -24,7 +24,13 @@ Reported per class (high, batch): pods, started, mean / median / p95 wait, never
 within the window, and preemptions (times its pods were stopped); and the time-weighted
 mean GPU allocation of the window, beside the run without priorities, and of its
 contended part: from the first cycle that left a pod waiting in the run without
-priorities to the end of the window (the same span in every run of the seed).
+priorities to the end of that run's window (the same span in every run of the seed; a
+run's window ends when its own queue empties, so until stop 68 each run was measured to
+its own end, and a run whose last pod started later had its quiet tail averaged in).
+How much later (or earlier) each run's own window ended is reported beside it
+(``ended_later_s``), and its allocation to its own end kept in ``--json``
+(``own_end_contended_alloc_pct``). A run that ended earlier is carried on to the span's
+end: nothing waits by then, only its departures happen.
 
 A third run (``tenants``) adds the operator's tenants (``manager.tenants``, the daemon's
 own rules): each GPU pod's service belongs to stack ``inference`` or ``research`` (a
@@ -112,10 +118,15 @@ class PriorityResult:
     preemptions: int = 0  # decisions (each stops one or more victims)
     tenants: bool = False
     # The contended span: from the first cycle that left a GPU pod waiting (in the run
-    # without priorities; None: none did) to the end; the mean allocation over it.
+    # without priorities; None: none did) to the end of that run's window; the mean
+    # allocation over it. ``ended_later_s``: this run's own window end minus the span's.
     contended_from: int | None = None
     contended_s: int = 0
     contended_alloc_pct: float | None = None
+    ended_later_s: int = 0
+    # The same from the span's start to this run's own end (the figure until stop 68)
+    own_end_contended_s: int = 0
+    own_end_contended_alloc_pct: float | None = None
     # The CPU-only pods (``gpus: "0"`` services, priority 0), apart from the GPU classes
     cpu: ClassResult = field(default_factory=ClassResult)
 
@@ -126,13 +137,18 @@ class PriorityResult:
             "tenants": self.tenants,
             "mean_alloc_pct": round(self.mean_alloc_pct, 2),
             "contended_s": self.contended_s,
-            "contended_alloc_pct": (
-                None if self.contended_alloc_pct is None else round(self.contended_alloc_pct, 2)
-            ),
+            "contended_alloc_pct": _r2(self.contended_alloc_pct),
+            "ended_later_s": self.ended_later_s,
+            "own_end_contended_s": self.own_end_contended_s,
+            "own_end_contended_alloc_pct": _r2(self.own_end_contended_alloc_pct),
             "preemptions": self.preemptions,
             "classes": {k: v.to_dict() for k, v in sorted(self.classes.items())},
             "cpu_pods": self.cpu.to_dict(),
         }
+
+
+def _r2(v: float | None) -> float | None:
+    return None if v is None else round(v, 2)
 
 
 class _Steps(Window):
@@ -147,12 +163,14 @@ class _Steps(Window):
             self.steps.append((self.now, t, self.allocated))
         super().advance(t)
 
-    def mean_since(self, t0: int) -> float:
-        """Mean allocated GPU-milli from ``t0`` to now (0 over an empty span)."""
-        span = self.now - t0
-        if span <= 0:
+    def mean_between(self, t0: int, t1: int) -> float:
+        """Mean allocated GPU-milli from ``t0`` to ``t1`` (at most now; 0 over an empty
+        span)."""
+        t1 = min(t1, self.now)
+        if t1 <= t0:
             return 0.0
-        return sum(a * (min(b, self.now) - max(f, t0)) for f, b, a in self.steps if b > t0) / span
+        area = sum(a * (min(b, t1) - max(f, t0)) for f, b, a in self.steps if b > t0 and f < t1)
+        return area / (t1 - t0)
 
 
 def high_pods(pods: Sequence[TracePod], share: float, seed: int) -> set[str]:
@@ -175,12 +193,14 @@ def replay_priorities(
     source: str = "the pod file",
     tenants: bool = False,
     contended_from: int | None = None,
+    contended_to: int | None = None,
     find_contention: bool = True,
     drain_s: int = 0,
 ) -> PriorityResult:
     """One run; ``tenants`` (priorities on) adds ``SIM_TENANTS``. ``contended_from``: the
     contended span's start to measure over; without it the run finds its own (unless
-    ``find_contention`` is False: another run of the seed found none). ``drain_s``:
+    ``find_contention`` is False: another run of the seed found none). ``contended_to``:
+    the span's end (the run that found the start: its own end). ``drain_s``:
     after the last arrival the window goes on up to this long while pods wait (they
     start as others leave); in it a cycle runs only when something changed since the
     last one (a departure, a preemption, a cycle that placed or wrote)."""
@@ -369,11 +389,19 @@ def replay_priorities(
         end = w.now + drain_s
         while waiting and w.now < end:
             until(min(end, w.now + interval_s), idle_skips=True)
-    span = w.now - start
+    end = w.now
+    span = end - start
     res.mean_alloc_pct = 100.0 * w.area_alloc / span / cluster_milli if span > 0 else 0.0
-    if res.contended_from is not None:
-        res.contended_s = w.now - res.contended_from
-        res.contended_alloc_pct = 100.0 * w.mean_since(res.contended_from) / cluster_milli
+    c0 = res.contended_from
+    if c0 is not None:
+        res.own_end_contended_s = end - c0
+        res.own_end_contended_alloc_pct = 100.0 * w.mean_between(c0, end) / cluster_milli
+        to = end if contended_to is None else contended_to
+        if to > end:  # ended earlier: on to the span's end (nothing waits: departures)
+            until(to)
+        res.ended_later_s = end - to
+        res.contended_s = to - c0
+        res.contended_alloc_pct = 100.0 * w.mean_between(c0, to) / cluster_milli
     return res
 
 
@@ -417,6 +445,9 @@ def run(
                     source=source,
                     tenants=key == "tenants",
                     contended_from=off.contended_from,
+                    contended_to=off.contended_from + off.contended_s
+                    if off.contended_from is not None
+                    else None,
                     find_contention=False,
                     drain_s=drain_s,
                 )
@@ -443,6 +474,7 @@ def as_text(results: dict[str, list[PriorityResult]], share: float) -> str:
         "preempted",
         "mean alloc%",
         "contended alloc%",
+        "ended later s",
     ]
     rows = [head]
     for key, runs in results.items():
@@ -464,6 +496,7 @@ def as_text(results: dict[str, list[PriorityResult]], share: float) -> str:
                         "-"
                         if r.contended_alloc_pct is None
                         else f"{r.contended_alloc_pct:.2f} ({r.contended_s} s)",
+                        "-" if r.contended_alloc_pct is None else f"{r.ended_later_s:+d}",
                     ]
                 )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
@@ -488,9 +521,13 @@ columns (one row per run, seed and priority class; waits in seconds of trace tim
   never started  pods still waiting when the window ended
   preempted      times a pod of the class was stopped for a higher-priority one
   mean alloc%    time-weighted mean allocated GPU share of the run (all classes)
-  contended alloc%  the same over the contended span (from the first cycle that left
-                 a pod waiting in the run without priorities to the end; its length
-                 in brackets; - when no pod waited)"""
+  contended alloc%  the same over the contended span, the same span in every run of
+                 the seed: from the first cycle that left a pod waiting in the run
+                 without priorities to the end of that run's window (its length in
+                 brackets; - when no pod waited)
+  ended later s  how much later this run's own window ended (its queue emptied)
+                 than the span's end; --json also has its allocation to its own end
+                 (own_end_contended_alloc_pct)"""
 
 
 def _num(v: float | None) -> str:
