@@ -72,7 +72,7 @@ from swarmgpu.manager.placement.queues import (
     reclaimable,
     within_max,
 )
-from swarmgpu.manager.placement.records import PlacementPlan, Status
+from swarmgpu.manager.placement.records import NodeWrites, PlacementPlan, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
 
@@ -250,14 +250,15 @@ def _usable(r: GpuRequest, facts: NodeFacts | None) -> set[str]:
             and (r.min_memory_mib is None or g.memory_mib >= r.min_memory_mib)}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Room:
     """CPU and memory per node as Swarm's ResourceFilter counts them: what is left
     (None: the node's capacity unknown), and what each service reserves there -- its
     tasks' reservations, or its holding's while no task of it runs there yet (as
-    ``ClusterAllocator.holding_reservation`` counts it)."""
+    ``ClusterAllocator.holding_reservation`` counts it). A round's decisions are counted
+    in it as they are made (``took``, ``moved``): a node's CPU is not given twice."""
 
-    left: Mapping[str, tuple[int | None, int | None]]
+    left: dict[str, tuple[int | None, int | None]]
     held: Mapping[tuple[str, str], tuple[int, int]]  # (service name, node id) -> reserved
 
     @staticmethod
@@ -302,6 +303,27 @@ class Room:
             if have + freed < want[i] * count:
                 return False
         return True
+
+    def took(self, s: SwarmService, nid: str, victims: Sequence[Candidate], count: int,
+             ) -> None:
+        """``count`` tasks of ``s`` go on ``nid`` in place of ``victims``'."""
+        want = reservations(s.spec)
+        freed = [sum(self.held.get((v.service, nid), (0, 0))[i] for v in victims)
+                 for i in (0, 1)]
+        self._add(nid, freed[0] - want[0] * count, freed[1] - want[1] * count)
+
+    def moved(self, s: SwarmService, nid: str) -> bool:
+        """One task of ``s`` (a victim relocated) fits on ``nid``: counted there, True;
+        else False (it would stay pending there)."""
+        if not self.fits(s, nid, (), 1):
+            return False
+        want = reservations(s.spec)
+        self._add(nid, -want[0], -want[1])
+        return True
+
+    def _add(self, nid: str, cpu: int, mem: int) -> None:
+        c, m = self.left.get(nid, (None, None))
+        self.left[nid] = (None if c is None else c + cpu, None if m is None else m + mem)
 
 
 @dataclass(slots=True)
@@ -375,6 +397,7 @@ def choose_preemptions(
     GPUs. ``raised``: a preemptor whose choice raises (a bug, or input no one foresaw)
     preempts nothing, the round as before it, its exception kept there by name for the
     caller's log (None: it raises)."""
+    nodes = after_writes(nodes, plan)
     by_name = {s.name: s for s in services}
     started: dict[tuple[str, str], str] = {}
     for t in tasks:
@@ -426,6 +449,26 @@ def choose_preemptions(
                 raise
             rd.taken, rd.gone, rd.q_gone, rd.q_given = mark
             raised[s.name] = exc
+    return out
+
+
+def after_writes(nodes: Sequence[SwarmNode], plan: PlacementPlan) -> list[SwarmNode]:
+    """``nodes`` (the cycle's snapshot) as this cycle's placement writes left them:
+    ``plan.landed`` (what the daemon's writer landed; in dry-run, all of it), or, nothing
+    written yet (``plan``, ``status``, the simulator's world, where they are applied
+    already), all of the plan's; removals first, as the writer makes them. Read from the
+    snapshot, GPUs placement had just given out looked free (a victim stopped for a
+    preemptor that still did not fit) and a holding it had just released was a victim."""
+    w = plan.landed if plan.landed is not None else NodeWrites(plan.node_set, plan.node_remove)
+    if not (w.set or w.remove):
+        return list(nodes)
+    out = []
+    for n in nodes:
+        gone, put = set(w.remove.get(n.id, ())), w.set.get(n.id, {})
+        if gone & n.labels.keys() or any(n.labels.get(k) != v for k, v in put.items()):
+            n = replace(n, labels={**{k: v for k, v in n.labels.items() if k not in gone},
+                                   **put})
+        out.append(n)
     return out
 
 
@@ -558,12 +601,15 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
     if r.queue:
         rd.q_given[r.queue] = rd.q_given.get(r.queue, 0) + 1000 * r.gpus * replicas
     rd.taken.update((p.node_id, u) for v in p.victims for u in v.uuids)
+    s = rd.by_name.get(p.service)
+    if rd.room is not None and s is not None:  # its CPU in place of its victims'
+        rd.room.took(s, p.node_id, p.victims, replicas)
     moves: dict[str, Relocation] = {}
     for v in p.victims:
         vr, vs = rd.req.get(v.service), rd.by_name.get(v.service)
         if isinstance(vr, GpuRequest) and vs is not None:
             where = relocation(vr, vs, v, rd.by_node, rd.facts, rd.holdings, rd.taken,
-                               rd.refused_of(vs))
+                               rd.refused_of(vs), rd.room)
             if where is not None:
                 moves[v.service] = where
                 rd.taken.update((where.node_id, u) for u in where.uuids)
@@ -573,10 +619,14 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
 def relocation(r: GpuRequest, s: SwarmService, v: Candidate, by_node: Mapping[str, SwarmNode],
                facts: Mapping[str, NodeFacts], holdings: Mapping[str, Mapping[str, Holding]],
                taken: AbstractSet[tuple[str, str]], refused: AbstractSet[str],
-               ) -> Relocation | None:
-    """Free whole GPUs for one replica of ``s`` on another node it does not hold on: the
-    node left with the fewest free GPUs (best fit), then the hostname. Only a plain
-    whole-GPU replica (no topology, not packed) is moved; the others are stopped."""
+               room: Room | None = None) -> Relocation | None:
+    """Free whole GPUs for one replica of ``s`` on another node it does not hold on, with
+    the CPU and memory its task reserves left there (``room``, the round's decisions
+    counted; the node chosen is counted in it): the node left with the fewest free GPUs
+    (best fit), then the hostname. Only a plain whole-GPU replica (no topology, not
+    packed) is moved; the others are stopped. Moved where Swarm's ResourceFilter refuses
+    its task, it stayed pending there until the move timed out and was rolled back, its
+    preemptor waiting all that while."""
     h = v.holding
     if (r.is_fraction or r.mig_profile or r.topology is not Topology.ANY or h is None
             or h.packed or len(h.uuids) != r.gpus):
@@ -594,9 +644,13 @@ def relocation(r: GpuRequest, s: SwarmService, v: Candidate, by_node: Mapping[st
                 and (nid, g.uuid) not in taken]
         if len(free) < r.gpus:
             continue
+        if room is not None and not room.fits(s, nid, (), 1):
+            continue
         pick = sorted(free, key=lambda g: g.index)[:r.gpus]
         key = (len(free) - r.gpus, node.hostname)
         if best is None or key < best[0]:
             best = (key, Relocation(nid, node.hostname, tuple(g.index for g in pick),
                                     tuple(g.uuid for g in pick)))
+    if best is not None and room is not None:
+        room.moved(s, best[1].node_id)
     return best[1] if best is not None else None
