@@ -187,3 +187,29 @@ def test_a_release_that_landed_this_cycle_frees_its_gpus_for_preemption() -> Non
     chosen: Any = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
                                      preemptible_below=100)
     assert chosen == []
+
+
+def test_two_preemptors_on_one_node_share_its_cpu() -> None:
+    """hi1 and hi2 (1200 CPU milli each) each find a 2-GPU victim (500 each) on n-4090,
+    which has 1000 left: hi1 fits once a goes, and then b's 500 with what hi1 left
+    (300) is short of hi2's 1200. Before, each preemptor was judged against the node's
+    CPU as if alone: b was stopped too, and hi2 stayed pending for the CPU."""
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             replace(sw_node("n-4090", "gpu-node-2", {
+                 **_held("a", "n-4090", R_UUIDS[:2]), **_held("b", "n-4090", R_UUIDS[2:4]),
+                 **_held("filler", "n-4090", R_UUIDS[4:])}), cpu_milli=2000)]
+    a, b = (_reserving(sw_svc(n, {f"{P}gpus": "2", devices_key(P, "n-4090"): ",".join(u)}), 500)
+            for n, u in (("a", R_UUIDS[:2]), ("b", R_UUIDS[2:4])))
+    filler = sw_svc("filler", {f"{P}gpus": "4", f"{P}priority": "50", f"{P}preemptible": "false",
+                             devices_key(P, "n-4090"): ",".join(R_UUIDS[4:])})
+    hi = [_reserving(sw_svc(n, {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
+                                f"{P}priority": "100"}), 1200) for n in ("hi1", "hi2")]
+    services = [a, b, filler, *hi]
+    tasks = [SwarmTask("t-a", a.id, "n-4090", 1, "running", "running", (), cpu_milli=500),
+             SwarmTask("t-b", b.id, "n-4090", 1, "running", "running", (), cpu_milli=500),
+             SwarmTask("t-f", filler.id, "n-4090", 1, "running", "running", ()),
+             *(SwarmTask(f"t-{s.name}", s.id, "", 1, "pending", "running", ()) for s in hi)]
+    plan = plan_placement(nodes, services, tasks, FACTS)
+    chosen = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                                preemptible_below=100)
+    assert [(p.service, [v.service for v in p.victims]) for p in chosen] == [("hi1", ["a"])]
