@@ -213,3 +213,36 @@ def test_two_preemptors_on_one_node_share_its_cpu() -> None:
     chosen = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
                                 preemptible_below=100)
     assert [(p.service, [v.service for v in p.victims]) for p in chosen] == [("hi1", ["a"])]
+
+
+# --- services of no GPU --------------------------------------------------------------------
+
+
+def test_services_of_no_gpu_never_crowd_the_gpu_holders_out_of_the_candidates() -> None:
+    """12 services of ``gpus: "0"`` (priority 0) hold n-4090 beside batch (priority 10),
+    which holds its 8 GPUs. Before, they were candidates (freeing no GPU), ranked first by
+    their lower priority, and filled the 12 candidates a node keeps: batch was cut off
+    and high never preempted it. A service of no GPU is never a victim."""
+    cpu = [f"c{i:02d}" for i in range(12)]
+    held = Holding("batch", "n-4090", R_UUIDS, tuple(1000 for _ in R_UUIDS))
+    labels = {assign_key(P, "batch"): held.label_value(), gate_key(P, "batch"): "true"}
+    for c in cpu:
+        labels |= {assign_key(P, c): "", gate_key(P, c): "true"}
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", labels)]
+    batch = sw_svc("batch", {f"{P}gpus": "8", f"{P}priority": "10",
+                           devices_key(P, "n-4090"): ",".join(R_UUIDS)})
+    cs = [_reserving(sw_svc(c, {f"{P}gpus": "0"}), 100) for c in cpu]
+    high = sw_svc("high", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
+                         f"{P}priority": "100"})
+    tasks = [SwarmTask("t-batch", batch.id, "n-4090", 1, "running", "running", ()),
+             *(SwarmTask(f"t-{c.name}", c.id, "n-4090", 1, "running", "running", (),
+                         cpu_milli=100) for c in cs),
+             SwarmTask("t-high", high.id, "", 1, "pending", "running", ())]
+    services = [batch, *cs, high]
+    plan = plan_placement(nodes, services, tasks, FACTS)
+    st = {sp.name: sp.status for sp in plan.services}
+    assert st["high"] == "pending" and st["batch"] == "placed", st
+    chosen = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                                preemptible_below=100)
+    assert [[v.service for v in p.victims] for p in chosen] == [["batch"]]

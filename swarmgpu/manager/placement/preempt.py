@@ -571,6 +571,12 @@ def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding]
         if (not isinstance(vr, GpuRequest) or vs is None or svc in rd.cooling
                 or svc in rd.gone or svc in rd.moving or (vs.id, nid) in rd.done):
             continue
+        # None of the GPUs it could be given (a service of gpus: "0", another product's):
+        # stopped, it frees nothing for it, and as a candidate it took one of the node's
+        # MAX_CANDIDATES places (a lower priority ranks first) from a holder that does.
+        uuids = tuple(u for u in h.uuids if u in usable)
+        if not uuids:
+            continue
         # another queue's guarantee holds against priority too: alone here, with the
         # set's other victims of that queue in ``pick_victims`` (``together``)
         guard = guarded_queue(r, vr, rd.queues)
@@ -582,7 +588,7 @@ def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding]
         if not (by_priority or by_quota):
             continue
         cands.append(Candidate(svc, vs.id, nid, vr.priority, rd.started.get((vs.id, nid), ""),
-                               tuple(u for u in h.uuids if u in usable), h,
+                               uuids, h,
                                None if by_priority else vr.queue,
                                guard if by_priority else ""))
     return cands
