@@ -1,4 +1,6 @@
 """Priority and preemption, decided (snapshot in, preemptions out); nothing is written here.
+The snapshot's nodes are read as this cycle's placement writes left them
+(``after_writes``).
 
 Served order: pending requests are planned by priority (``swarmgpu.priority``, higher
 first), then by age (the service's creation time, oldest first), then by name; with no
@@ -42,9 +44,12 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   request is pending for another reason (topology, CPU, a constraint), and stopping a
   service would not place it; nor on a node where the CPU and memory its tasks reserve
   would not be left once the victims' tasks go (``Room``: what Swarm's ResourceFilter
-  counts; a service of no GPU there, never a victim, may hold it).
+  counts, the round's earlier preemptors and moves counted; a service of no GPU there,
+  never a victim nor a candidate, may hold it).
 
-Only whole-GPU requests preempt (a share or a MIG device waits). The actuator
+A victim that can run elsewhere is said moved there (``relocation``): free whole GPUs
+and the CPU and memory its task reserves on another node. Only whole-GPU requests
+preempt (a share or a MIG device waits). The actuator
 (``swarmgpu.manager.cycle.preemption``) owns dry-run, budgets, cooldowns and the writes: the
 victim's ledger entry and gate go (Swarm stops its task with its stop_grace_period), its
 device lists go, and ``<p>state.preempted`` records why, so ``plan``, ``status`` and
