@@ -246,3 +246,31 @@ def test_services_of_no_gpu_never_crowd_the_gpu_holders_out_of_the_candidates() 
     chosen = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
                                 preemptible_below=100)
     assert [[v.service for v in p.victims] for p in chosen] == [["batch"]]
+
+
+def test_a_free_gpu_one_preemptor_counts_on_is_not_counted_again_for_the_next() -> None:
+    """n-4090: one RTX 4090 free, v1 and v2 (priority 0) one each, filler (not
+    preemptible) the other 5; hi1 and hi2 (priority 100) want 2 each. hi1 takes the free
+    one and v1's. Before, hi2 counted the same free GPU again and stopped v2 for it: 3
+    GPUs for 4, and v2 was stopped for a preemptor that still did not fit."""
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", {
+                 **_held("v1", "n-4090", R_UUIDS[1:2]), **_held("v2", "n-4090", R_UUIDS[2:3]),
+                 **_held("filler", "n-4090", R_UUIDS[3:])})]
+    vs = [sw_svc(n, {f"{P}gpus": "1", devices_key(P, "n-4090"): u})
+          for n, u in (("v1", R_UUIDS[1]), ("v2", R_UUIDS[2]))]
+    filler = sw_svc("filler", {f"{P}gpus": "5", f"{P}priority": "50", f"{P}preemptible": "false",
+                             devices_key(P, "n-4090"): ",".join(R_UUIDS[3:])})
+    hi = [sw_svc(n, {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*", f"{P}priority": "100"})
+          for n in ("hi1", "hi2")]
+    services = [*vs, filler, *hi]
+    tasks = [*(SwarmTask(f"t-{s.name}", s.id, "n-4090", 1, "running", "running", ())
+               for s in [*vs, filler]),
+             *(SwarmTask(f"t-{s.name}", s.id, "", 1, "pending", "running", ()) for s in hi)]
+    plan = plan_placement(nodes, services, tasks, FACTS)
+    assert {sp.name: sp.status for sp in plan.services if sp.name in ("hi1", "hi2")} == {
+        "hi1": "pending", "hi2": "pending"}
+    chosen = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                                preemptible_below=100)
+    assert [(p.service, len(p.victims)) for p in chosen] == [("hi1", 1)], \
+        [p.describe() for p in chosen]

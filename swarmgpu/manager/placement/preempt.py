@@ -611,6 +611,7 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
                                    + holding_milli(vq, v.holding, rd.facts))
     if r.queue:
         rd.q_given[r.queue] = rd.q_given.get(r.queue, 0) + 1000 * r.gpus * replicas
+    rd.taken.update(_free_used(rd, p, r, replicas))
     rd.taken.update((p.node_id, u) for v in p.victims for u in v.uuids)
     s = rd.by_name.get(p.service)
     if rd.room is not None and s is not None:  # its CPU in place of its victims'
@@ -625,6 +626,20 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
                 moves[v.service] = where
                 rd.taken.update((where.node_id, u) for u in where.uuids)
     return replace(p, moves=moves)
+
+
+def _free_used(rd: _Round, p: Preemption, r: GpuRequest, replicas: int,
+               ) -> set[tuple[str, str]]:
+    """The free GPUs of ``p``'s node its preemptor counts on beside those its victims
+    free: taken in the round too. Counted again, a second preemptor on the node stopped
+    a victim for a GPU the first one gets (``pick_victims``' ``free``)."""
+    nid, here = p.node_id, rd.holdings.get(p.node_id, {})
+    names = {v.service for v in p.victims}
+    freed = {u for v in p.victims for u in v.uuids
+             if all(svc in names for svc, h in here.items() if u in h.uuids)}
+    held = {u for h in here.values() for u in h.uuids}
+    free = sorted(_usable(r, rd.facts.get(nid)) - held - {u for n, u in rd.taken if n == nid})
+    return {(nid, u) for u in free[:max(0, r.gpus * replicas - len(freed))]}
 
 
 def relocation(r: GpuRequest, s: SwarmService, v: Candidate, by_node: Mapping[str, SwarmNode],
