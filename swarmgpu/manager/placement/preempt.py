@@ -29,6 +29,8 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   preempts by priority within a queue only and takes from another by reclaim, which
   never goes below a guarantee. Within one queue, and for a victim of no queue or of a
   queue without a guarantee, priority alone decides, as without queues;
+* a round counts what it gave: the victims' GPUs and the free ones a preemptor counts on
+  beside them (``_free_used``) are no other preemptor's;
 * victims (``pick_victims``, per node, then across nodes): the fewest victims that free
   enough GPUs, however they are taken (never more stopped than needed: no smaller set
   frees enough). Among sets of that size, one taken by priority alone first; one that
