@@ -8,13 +8,21 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from support.forged import DGX_F, R4090_F, sw_node, sw_svc
 
 from swarmgpu.core.config import Config, PreemptionConfig, SyncConfig
 from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key, plan_placement
+from swarmgpu.manager.placement import (
+    Holding,
+    assign_key,
+    devices_key,
+    gate_key,
+    plan_placement,
+    preempt,
+)
 from swarmgpu.manager.placement.preempt import choose_preemptions
 from swarmgpu.manager.placement.records import NodeWrites
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -189,11 +197,9 @@ def test_a_release_that_landed_this_cycle_frees_its_gpus_for_preemption() -> Non
     assert chosen == []
 
 
-def test_two_preemptors_on_one_node_share_its_cpu() -> None:
-    """hi1 and hi2 (1200 CPU milli each) each find a 2-GPU victim (500 each) on n-4090,
-    which has 1000 left: hi1 fits once a goes, and then b's 500 with what hi1 left
-    (300) is short of hi2's 1200. Before, each preemptor was judged against the node's
-    CPU as if alone: b was stopped too, and hi2 stayed pending for the CPU."""
+def _cpu_node() -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
+    """hi1 and hi2 (1200 CPU milli each) each find a 2-GPU victim (a, b: 500 each) on
+    n-4090, which has 1000 CPU milli left."""
     nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
              replace(sw_node("n-4090", "gpu-node-2", {
                  **_held("a", "n-4090", R_UUIDS[:2]), **_held("b", "n-4090", R_UUIDS[2:4]),
@@ -209,10 +215,43 @@ def test_two_preemptors_on_one_node_share_its_cpu() -> None:
              SwarmTask("t-b", b.id, "n-4090", 1, "running", "running", (), cpu_milli=500),
              SwarmTask("t-f", filler.id, "n-4090", 1, "running", "running", ()),
              *(SwarmTask(f"t-{s.name}", s.id, "", 1, "pending", "running", ()) for s in hi)]
+    return nodes, services, tasks
+
+
+def test_two_preemptors_on_one_node_share_its_cpu() -> None:
+    """hi1 fits once a goes, and then b's 500 with what hi1 left (300) is short of
+    hi2's 1200. Before, each preemptor was judged against the node's CPU as if alone: b
+    was stopped too, and hi2 stayed pending for the CPU."""
+    nodes, services, tasks = _cpu_node()
     plan = plan_placement(nodes, services, tasks, FACTS)
     chosen = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
                                 preemptible_below=100)
     assert [(p.service, [v.service for v in p.victims]) for p in chosen] == [("hi1", ["a"])]
+
+
+def test_a_preemptor_that_raises_leaves_the_rounds_cpu_as_before_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """hi1's choice raises once its CPU was counted on n-4090 (its victim's relocation,
+    injected): it preempts nothing, and the round is as before it, its CPU too. Before,
+    the CPU it had counted stayed taken: hi2 found n-4090 short of CPU and preempted
+    nothing either."""
+    real = preempt.relocation
+    calls: list[str] = []
+
+    def relocation(*a: Any, **kw: Any) -> Any:
+        calls.append(a[1].name)
+        if len(calls) == 1:
+            raise RuntimeError("injected")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(preempt, "relocation", relocation)
+    nodes, services, tasks = _cpu_node()
+    plan = plan_placement(nodes, services, tasks, FACTS)
+    raised: dict[str, Exception] = {}
+    chosen = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                                preemptible_below=100, raised=raised)
+    assert list(raised) == ["hi1"]
+    assert [(p.service, len(p.victims)) for p in chosen] == [("hi2", 1)]
 
 
 # --- services of no GPU --------------------------------------------------------------------

@@ -444,6 +444,7 @@ def choose_preemptions(
         if not within_max(r, rd.queues, rd.q_given):  # the round's preemptors fill it
             continue
         mark = (set(rd.taken), set(rd.gone), dict(rd.q_gone), dict(rd.q_given))
+        room = dict(rd.room.left) if rd.room is not None else None  # its CPU counted too
         try:
             on = packed_need(rd.holdings, s, prefix) if s.name in packed else None
             if s.name in packed and on is None:
@@ -455,6 +456,8 @@ def choose_preemptions(
             if raised is None:
                 raise
             rd.taken, rd.gone, rd.q_gone, rd.q_given = mark
+            if rd.room is not None and room is not None:
+                rd.room.left = room
             raised[s.name] = exc
     return out
 
