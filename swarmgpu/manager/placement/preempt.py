@@ -1,4 +1,6 @@
 """Priority and preemption, decided (snapshot in, preemptions out); nothing is written here.
+The snapshot's nodes are read as this cycle's placement writes left them
+(``after_writes``).
 
 Served order: pending requests are planned by priority (``swarmgpu.priority``, higher
 first), then by age (the service's creation time, oldest first), then by name; with no
@@ -27,6 +29,8 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   preempts by priority within a queue only and takes from another by reclaim, which
   never goes below a guarantee. Within one queue, and for a victim of no queue or of a
   queue without a guarantee, priority alone decides, as without queues;
+* a round counts what it gave: the victims' GPUs and the free ones a preemptor counts on
+  beside them (``_free_used``) are no other preemptor's;
 * victims (``pick_victims``, per node, then across nodes): the fewest victims that free
   enough GPUs, however they are taken (never more stopped than needed: no smaller set
   frees enough). Among sets of that size, one taken by priority alone first; one that
@@ -42,9 +46,12 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   request is pending for another reason (topology, CPU, a constraint), and stopping a
   service would not place it; nor on a node where the CPU and memory its tasks reserve
   would not be left once the victims' tasks go (``Room``: what Swarm's ResourceFilter
-  counts; a service of no GPU there, never a victim, may hold it).
+  counts, the round's earlier preemptors and moves counted; a service of no GPU there,
+  never a victim nor a candidate, may hold it).
 
-Only whole-GPU requests preempt (a share or a MIG device waits). The actuator
+A victim that can run elsewhere is said moved there (``relocation``): free whole GPUs
+and the CPU and memory its task reserves on another node. Only whole-GPU requests
+preempt (a share or a MIG device waits). The actuator
 (``swarmgpu.manager.cycle.preemption``) owns dry-run, budgets, cooldowns and the writes: the
 victim's ledger entry and gate go (Swarm stops its task with its stop_grace_period), its
 device lists go, and ``<p>state.preempted`` records why, so ``plan``, ``status`` and
@@ -72,7 +79,7 @@ from swarmgpu.manager.placement.queues import (
     reclaimable,
     within_max,
 )
-from swarmgpu.manager.placement.records import PlacementPlan, Status
+from swarmgpu.manager.placement.records import NodeWrites, PlacementPlan, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
 
@@ -250,14 +257,15 @@ def _usable(r: GpuRequest, facts: NodeFacts | None) -> set[str]:
             and (r.min_memory_mib is None or g.memory_mib >= r.min_memory_mib)}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Room:
     """CPU and memory per node as Swarm's ResourceFilter counts them: what is left
     (None: the node's capacity unknown), and what each service reserves there -- its
     tasks' reservations, or its holding's while no task of it runs there yet (as
-    ``ClusterAllocator.holding_reservation`` counts it)."""
+    ``ClusterAllocator.holding_reservation`` counts it). A round's decisions are counted
+    in it as they are made (``took``, ``moved``): a node's CPU is not given twice."""
 
-    left: Mapping[str, tuple[int | None, int | None]]
+    left: dict[str, tuple[int | None, int | None]]
     held: Mapping[tuple[str, str], tuple[int, int]]  # (service name, node id) -> reserved
 
     @staticmethod
@@ -302,6 +310,27 @@ class Room:
             if have + freed < want[i] * count:
                 return False
         return True
+
+    def took(self, s: SwarmService, nid: str, victims: Sequence[Candidate], count: int,
+             ) -> None:
+        """``count`` tasks of ``s`` go on ``nid`` in place of ``victims``'."""
+        want = reservations(s.spec)
+        freed = [sum(self.held.get((v.service, nid), (0, 0))[i] for v in victims)
+                 for i in (0, 1)]
+        self._add(nid, freed[0] - want[0] * count, freed[1] - want[1] * count)
+
+    def moved(self, s: SwarmService, nid: str) -> bool:
+        """One task of ``s`` (a victim relocated) fits on ``nid``: counted there, True;
+        else False (it would stay pending there)."""
+        if not self.fits(s, nid, (), 1):
+            return False
+        want = reservations(s.spec)
+        self._add(nid, -want[0], -want[1])
+        return True
+
+    def _add(self, nid: str, cpu: int, mem: int) -> None:
+        c, m = self.left.get(nid, (None, None))
+        self.left[nid] = (None if c is None else c + cpu, None if m is None else m + mem)
 
 
 @dataclass(slots=True)
@@ -375,6 +404,7 @@ def choose_preemptions(
     GPUs. ``raised``: a preemptor whose choice raises (a bug, or input no one foresaw)
     preempts nothing, the round as before it, its exception kept there by name for the
     caller's log (None: it raises)."""
+    nodes = after_writes(nodes, plan)
     by_name = {s.name: s for s in services}
     started: dict[tuple[str, str], str] = {}
     for t in tasks:
@@ -414,6 +444,7 @@ def choose_preemptions(
         if not within_max(r, rd.queues, rd.q_given):  # the round's preemptors fill it
             continue
         mark = (set(rd.taken), set(rd.gone), dict(rd.q_gone), dict(rd.q_given))
+        room = dict(rd.room.left) if rd.room is not None else None  # its CPU counted too
         try:
             on = packed_need(rd.holdings, s, prefix) if s.name in packed else None
             if s.name in packed and on is None:
@@ -425,7 +456,29 @@ def choose_preemptions(
             if raised is None:
                 raise
             rd.taken, rd.gone, rd.q_gone, rd.q_given = mark
+            if rd.room is not None and room is not None:
+                rd.room.left = room
             raised[s.name] = exc
+    return out
+
+
+def after_writes(nodes: Sequence[SwarmNode], plan: PlacementPlan) -> list[SwarmNode]:
+    """``nodes`` (the cycle's snapshot) as this cycle's placement writes left them:
+    ``plan.landed`` (what the daemon's writer landed; in dry-run, all of it), or, nothing
+    written yet (``plan``, ``status``, the simulator's world, where they are applied
+    already), all of the plan's; removals first, as the writer makes them. Read from the
+    snapshot, GPUs placement had just given out looked free (a victim stopped for a
+    preemptor that still did not fit) and a holding it had just released was a victim."""
+    w = plan.landed if plan.landed is not None else NodeWrites(plan.node_set, plan.node_remove)
+    if not (w.set or w.remove):
+        return list(nodes)
+    out = []
+    for n in nodes:
+        gone, put = set(w.remove.get(n.id, ())), w.set.get(n.id, {})
+        if gone & n.labels.keys() or any(n.labels.get(k) != v for k, v in put.items()):
+            n = replace(n, labels={**{k: v for k, v in n.labels.items() if k not in gone},
+                                   **put})
+        out.append(n)
     return out
 
 
@@ -528,6 +581,12 @@ def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding]
         if (not isinstance(vr, GpuRequest) or vs is None or svc in rd.cooling
                 or svc in rd.gone or svc in rd.moving or (vs.id, nid) in rd.done):
             continue
+        # None of the GPUs it could be given (a service of gpus: "0", another product's):
+        # stopped, it frees nothing for it, and as a candidate it took one of the node's
+        # MAX_CANDIDATES places (a lower priority ranks first) from a holder that does.
+        uuids = tuple(u for u in h.uuids if u in usable)
+        if not uuids:
+            continue
         # another queue's guarantee holds against priority too: alone here, with the
         # set's other victims of that queue in ``pick_victims`` (``together``)
         guard = guarded_queue(r, vr, rd.queues)
@@ -539,7 +598,7 @@ def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding]
         if not (by_priority or by_quota):
             continue
         cands.append(Candidate(svc, vs.id, nid, vr.priority, rd.started.get((vs.id, nid), ""),
-                               tuple(u for u in h.uuids if u in usable), h,
+                               uuids, h,
                                None if by_priority else vr.queue,
                                guard if by_priority else ""))
     return cands
@@ -557,26 +616,48 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
                                    + holding_milli(vq, v.holding, rd.facts))
     if r.queue:
         rd.q_given[r.queue] = rd.q_given.get(r.queue, 0) + 1000 * r.gpus * replicas
+    rd.taken.update(_free_used(rd, p, r, replicas))
     rd.taken.update((p.node_id, u) for v in p.victims for u in v.uuids)
+    s = rd.by_name.get(p.service)
+    if rd.room is not None and s is not None:  # its CPU in place of its victims'
+        rd.room.took(s, p.node_id, p.victims, replicas)
     moves: dict[str, Relocation] = {}
     for v in p.victims:
         vr, vs = rd.req.get(v.service), rd.by_name.get(v.service)
         if isinstance(vr, GpuRequest) and vs is not None:
             where = relocation(vr, vs, v, rd.by_node, rd.facts, rd.holdings, rd.taken,
-                               rd.refused_of(vs))
+                               rd.refused_of(vs), rd.room)
             if where is not None:
                 moves[v.service] = where
                 rd.taken.update((where.node_id, u) for u in where.uuids)
     return replace(p, moves=moves)
 
 
+def _free_used(rd: _Round, p: Preemption, r: GpuRequest, replicas: int,
+               ) -> set[tuple[str, str]]:
+    """The free GPUs of ``p``'s node its preemptor counts on beside those its victims
+    free: taken in the round too. Counted again, a second preemptor on the node stopped
+    a victim for a GPU the first one gets (``pick_victims``' ``free``)."""
+    nid, here = p.node_id, rd.holdings.get(p.node_id, {})
+    names = {v.service for v in p.victims}
+    freed = {u for v in p.victims for u in v.uuids
+             if all(svc in names for svc, h in here.items() if u in h.uuids)}
+    held = {u for h in here.values() for u in h.uuids}
+    free = sorted(_usable(r, rd.facts.get(nid)) - held - {u for n, u in rd.taken if n == nid})
+    return {(nid, u) for u in free[:max(0, r.gpus * replicas - len(freed))]}
+
+
 def relocation(r: GpuRequest, s: SwarmService, v: Candidate, by_node: Mapping[str, SwarmNode],
                facts: Mapping[str, NodeFacts], holdings: Mapping[str, Mapping[str, Holding]],
                taken: AbstractSet[tuple[str, str]], refused: AbstractSet[str],
-               ) -> Relocation | None:
-    """Free whole GPUs for one replica of ``s`` on another node it does not hold on: the
-    node left with the fewest free GPUs (best fit), then the hostname. Only a plain
-    whole-GPU replica (no topology, not packed) is moved; the others are stopped."""
+               room: Room | None = None) -> Relocation | None:
+    """Free whole GPUs for one replica of ``s`` on another node it does not hold on, with
+    the CPU and memory its task reserves left there (``room``, the round's decisions
+    counted; the node chosen is counted in it): the node left with the fewest free GPUs
+    (best fit), then the hostname. Only a plain whole-GPU replica (no topology, not
+    packed) is moved; the others are stopped. Moved where Swarm's ResourceFilter refuses
+    its task, it stayed pending there until the move timed out and was rolled back, its
+    preemptor waiting all that while."""
     h = v.holding
     if (r.is_fraction or r.mig_profile or r.topology is not Topology.ANY or h is None
             or h.packed or len(h.uuids) != r.gpus):
@@ -594,9 +675,13 @@ def relocation(r: GpuRequest, s: SwarmService, v: Candidate, by_node: Mapping[st
                 and (nid, g.uuid) not in taken]
         if len(free) < r.gpus:
             continue
+        if room is not None and not room.fits(s, nid, (), 1):
+            continue
         pick = sorted(free, key=lambda g: g.index)[:r.gpus]
         key = (len(free) - r.gpus, node.hostname)
         if best is None or key < best[0]:
             best = (key, Relocation(nid, node.hostname, tuple(g.index for g in pick),
                                     tuple(g.uuid for g in pick)))
+    if best is not None and room is not None:
+        room.moved(s, best[1].node_id)
     return best[1] if best is not None else None
