@@ -11,13 +11,15 @@ from typing import Any
 from support.forged import (
     DGX_F,
     R4090_F,
+    T_UUID,
     RecordingSwarm,
+    repin_move,
     victim_cluster,
     victim_move,
 )
 
 from swarmgpu.core.config import RebalanceConfig
-from swarmgpu.manager.placement import gate_key
+from swarmgpu.manager.placement import devices_key, gate_key
 from swarmgpu.manager.rebalance.mover import Mover
 from swarmgpu.manager.rebalance.moves import Outcome, Trigger
 from swarmgpu.swarm.client import SwarmTask
@@ -128,3 +130,79 @@ def test_a_health_move_ended_on_its_target_past_the_timeout_replaces_its_waiting
     waiting = [t for t in sw.tasks() if t.service_id == "id-victim"]
     assert [t.id for t in waiting] == ["t-victim-2-new"] and not waiting[0].node_id
     assert not sw.stranded
+
+
+def _repinned_and_waiting(trigger: Trigger, *, beside: bool = False
+                          ) -> tuple[_Scheduling, Mover, list[float]]:
+    """third (one replica) repinned on the 4090, whose replacement task then waits for a
+    node (the 4090 takes it not: its CPU, say) past ``move_timeout_s``: one cycle there.
+    ``beside``: a second replica of it runs on the DGX from then on."""
+    base = victim_cluster({})
+    sw = _Scheduling(base.nodes(), base.services(), base.tasks())
+    sw.cannot_run = frozenset({"n-4090"})
+    now = [1000.0]
+    cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
+    m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    m.run_cycle([replace(repin_move(), trigger=trigger)], sw.nodes(), sw.services(),
+                sw.tasks())
+    assert gate_key(P, "third") not in sw.node("n-4090").labels  # step 2: the gate closed
+    if beside:  # a replica elsewhere (the move is checked at its start only)
+        sw.run_task(SwarmTask("t-third-b", "id-third", "n-dgx", 2, "running", "running", ()))
+    sw.stop_tasks("id-third", "n-4090")  # the enforcer stops it; its replacement waits
+    sw.run_task(SwarmTask("t-third-2", "id-third", "", 1, "pending", "running", ()))
+    now[0] += 10.0
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert sw.node("n-4090").labels.get(gate_key(P, "third")) == "true"  # step 3
+    now[0] += 200.0  # past move_timeout_s
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    return sw, m, now
+
+
+def _third(sw: _Scheduling) -> list[tuple[str, str, tuple[str, ...]]]:
+    return [(t.node_id, t.state, t.env) for t in sw.tasks() if t.service_id == "id-third"]
+
+
+def test_a_repin_rolled_back_while_its_task_waits_for_a_node_replaces_that_task() -> None:
+    """A repin whose new task waits for a node past its timeout was rolled back with a
+    write of the spec first: that task, of an older revision, was never tried again, and
+    it carried the repin's target GPU besides. With nothing else of the service running,
+    the roll-back closes the gate first, then writes the spec with a ForceUpdate: a task
+    of the roll-back's device map, which runs once the node takes it."""
+    sw, m, now = _repinned_and_waiting(Trigger.HOTSPOT)
+    assert not sw.stranded
+    sw.cannot_run = frozenset()  # the node could take it now
+    for _ in range(3):
+        now[0] += 1.0
+        m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert not sw.stranded
+    assert [r.outcome for r in m.recent][-1] is Outcome.ROLLED_BACK
+    assert [t[:2] for t in _third(sw)] == [("n-4090", "running")]
+    assert sw.service("id-third").labels[devices_key(P, "n-4090")] == T_UUID
+
+
+def test_a_health_repin_ended_past_its_timeout_replaces_its_waiting_task() -> None:
+    """A health repin past its timeout ends on its new GPU with the end write of the spec
+    while its task waits for the node: that task was never tried again. With nothing else
+    of the service running, the end write replaces it (a ForceUpdate)."""
+    sw, m, _ = _repinned_and_waiting(Trigger.HEALTH)
+    assert [r.outcome for r in m.recent][-1] is Outcome.FAILED
+    assert not sw.stranded
+    assert [t.id for t in sw.tasks() if t.service_id == "id-third"] == ["t-third-2-new"]
+
+
+def test_a_repin_is_not_rolled_back_while_its_task_waits_beside_a_running_replica(
+        ) -> None:
+    """Beside a running replica a ForceUpdate would restart it, and a roll-back's plain
+    write of the spec would leave the waiting task of an older revision. The repin stays
+    in flight (its waiting task carries the new GPUs, which the ledger holds) and ends
+    once the node takes that task."""
+    sw, m, now = _repinned_and_waiting(Trigger.HOTSPOT, beside=True)
+    assert not sw.stranded and [r.outcome for r in m.recent] == [Outcome.STARTED]
+    assert sw.service("id-third").force_update == 0
+    sw.cannot_run = frozenset()
+    sw._pass(None)  # Swarm's next pass: the node takes it
+    now[0] += 1.0
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert [r.outcome for r in m.recent][-1] is Outcome.DONE
+    assert sorted(t[:2] for t in _third(sw)) == [("n-4090", "running"), ("n-dgx", "running")]
+    assert sw.service("id-third").force_update == 0

@@ -42,7 +42,7 @@ service back from the ledger. A move label without a record is never acted on
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableSet, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -106,6 +106,39 @@ def _node_share(labels: Mapping[str, str], prefix: str, node_id: str
                 ) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, v) for k, v in labels.items()
                         if node_of_key(k, prefix) == node_id))
+
+
+def force_update(spec: dict[str, Any]) -> None:
+    """The spec edit that replaces the service's tasks (``TaskTemplate.ForceUpdate``)."""
+    tt = spec.setdefault("TaskTemplate", {})
+    tt["ForceUpdate"] = int(tt.get("ForceUpdate") or 0) + 1
+
+
+@dataclass(frozen=True)
+class Waits:
+    """A service's tasks (desired running) as one look found them, for its spec writes:
+    a task waiting without a node is never tried again by Swarm once the service is
+    written (docs/deploy.md). ``renew``: one waits and nothing of the service runs, so
+    the write replaces it (a ForceUpdate restarts no running task); ``held``: one waits
+    beside a running task, so the write waits (a running task is never restarted for
+    this)."""
+
+    waiting: bool
+    running: bool
+
+    @classmethod
+    def of(cls, tasks: Sequence[SwarmTask]) -> Waits:
+        wanted = [t for t in tasks if t.desired_state == "running"]
+        return cls(any(not t.node_id for t in wanted),
+                   any(t.state == "running" for t in wanted))
+
+    @property
+    def renew(self) -> bool:
+        return self.waiting and not self.running
+
+    @property
+    def held(self) -> bool:
+        return self.waiting and self.running
 
 
 def kept_on_healthy(st: MoveState, timeout_s: float, why: str | None = None) -> str:
@@ -209,9 +242,11 @@ class Repin:
             return st
 
     # --- writes --------------------------------------------------------------------
-    def _point_spec(self, sid: str, st: MoveState, label: MoveState) -> bool:
+    def _point_spec(self, sid: str, st: MoveState, label: MoveState,
+                    renew: bool = False) -> bool:
         """Step 1: the move label (``label``) and the node's device map and share labels
-        for ``st``'s target GPUs. Tasks created from now on read them."""
+        for ``st``'s target GPUs. Tasks created from now on read them. ``renew``: with a
+        ForceUpdate (``Waits.renew``)."""
         p, nid = self.prefix, st.source
 
         def edit(spec: dict[str, Any]) -> None:
@@ -221,6 +256,8 @@ class Repin:
             for k in [k for k in labels if node_of_key(k, p) == nid]:
                 labels.pop(k)
             labels.update(dict(st.target_share))
+            if renew:
+                force_update(spec)
 
         return self.writes.service_spec(sid, spec_edit(edit))
 
@@ -244,11 +281,20 @@ class Repin:
     def _open(self, st: MoveState, h: Holding) -> bool:
         return self._node(st, h, gate_open=True)
 
-    def _finish(self, sid: str, st: MoveState, outcome: Outcome, detail: str) -> None:
+    def _finish(self, sid: str, st: MoveState, outcome: Outcome, detail: str,
+                waits: Waits | None = None) -> None:
         """Step 4: the move label goes, ``moved-at`` is set, the outcome is said (once:
-        the mover's ``say``), then the record goes."""
+        the mover's ``say``), then the record goes. ``waits``: the service's tasks as
+        this look found them; while one waits for a node the write is held (the move
+        stays in flight) or replaces it (``Waits``)."""
+        if waits is not None and waits.held:
+            logger.bind(service=st.service).info(
+                "repin on {}: its end waits while a task of it waits for a node",
+                st.source_host)
+            return
+        renew = waits is not None and waits.renew
         end_move(self.writes, self.prefix, sid, self.clock(),
-                 said=partial(self.say, st, outcome, detail))
+                 force_update if renew else None, partial(self.say, st, outcome, detail))
 
     # --- progress ------------------------------------------------------------------
     def advance(self, sid: str, st: MoveState) -> None:
@@ -262,46 +308,24 @@ class Repin:
         p = self.prefix
         held = parse_holding(st.service, node.id, node.labels.get(assign_key(p, st.service), ""))
         gate_open = node.labels.get(gate_key(p, st.service)) == "true"
-        on_node = [t for t in self.swarm.tasks({"service": sid}) if t.node_id == st.source]
+        tasks = self.swarm.tasks({"service": sid})
+        waits = Waits.of(tasks)  # every spec write below is made by it (docs/deploy.md)
+        on_node = [t for t in tasks if t.node_id == st.source]
         wanted = any(t.desired_state == "running" for t in on_node)
         runs = any(t.desired_state == "running" and t.state == "running" for t in on_node)
         at_target = held == st.target_holding()
         if held not in (st.source_holding(), st.target_holding()):
             self._leave(sid, st, held, f"its ledger entry on {st.source_host} is "
-                                       f"{'gone' if held is None else 'another GPU set'}")
+                                       f"{'gone' if held is None else 'another GPU set'}",
+                        waits)
             return
         done = at_target and gate_open and runs
         late = (not done and self.clock() - self.seen.started(st, self.clock())
                 > self.cfg.move_timeout_s)
-        if late and st.trigger == HEALTH:
-            # Never rolled back: that would restore its holding on the failed GPU, which
-            # the policy proposes again at once (a restart loop). Once the gate is open on
-            # the healthy GPUs, Swarm has a task with the new devices and keeps it (a slow
-            # start, an image, its restart policy), as for any placement: the repin ends
-            # there. Before that the steps carry on (the closed gate is Swarm's to act on:
-            # its constraint enforcer stops the old task).
-            if at_target and gate_open:
-                self._finish(sid, st, Outcome.FAILED,
-                             kept_on_healthy(st, self.cfg.move_timeout_s))
-                return
-        elif late:
-            if st.direction == "forward" and self._taken(sid, st, node, held,
-                                                         st.source_holding()):
-                return
-            if st.direction == "back":
-                self._leave(sid, st, held, f"the roll-back's task did not run within "
-                                           f"{self.cfg.move_timeout_s:g}s")
-                return
-            back = swapped(st, self.clock())
-            put_record(self.writes, p, sid, back)  # the record first: it is the authority
-            self._point_spec(sid, back, back)
-            logger.bind(service=st.service).warning(
-                "repin on {}: no task running on {} within {:g}s; rolling back",
-                st.source_host, ",".join(st.target_uuids), self.cfg.move_timeout_s)
-            self.advance(sid, back)
+        if late and self._late(sid, st, node, held, at_target and gate_open, waits):
             return
         if not at_target:  # step 2 (or a roll-back's first node write)
-            if self._taken(sid, st, node, held, st.target_holding(), repoint=True):
+            if self._taken(sid, st, node, held, st.target_holding(), waits, repoint=True):
                 return
             self._close(st)
             crash_point("repin-step-2")
@@ -313,32 +337,90 @@ class Repin:
             outcome = Outcome.DONE if st.direction == "forward" else Outcome.ROLLED_BACK
             self._finish(sid, st, outcome, f"running on {st.source_host} with "
                                            f"{','.join(st.target_uuids)}; only that node's "
-                                           "task was replaced")
+                                           "task was replaced", waits)
+
+    def _late(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None,
+              opened: bool, waits: Waits) -> bool:
+        """Past ``move_timeout_s``; True when this look is done (``opened``: the ledger
+        at the target and the gate open)."""
+        if st.trigger == HEALTH:
+            # Never rolled back: that would restore its holding on the failed GPU, which
+            # the policy proposes again at once (a restart loop). Once the gate is open on
+            # the healthy GPUs, Swarm has a task with the new devices and keeps it (a slow
+            # start, an image, its restart policy), as for any placement: the repin ends
+            # there. Before that the steps carry on (the closed gate is Swarm's to act on:
+            # its constraint enforcer stops the old task).
+            if opened:
+                self._finish(sid, st, Outcome.FAILED,
+                             kept_on_healthy(st, self.cfg.move_timeout_s), waits)
+            return opened
+        if st.direction == "forward" and self._taken(sid, st, node, held,
+                                                     st.source_holding(), waits):
+            return True
+        if st.direction == "back":
+            self._leave(sid, st, held, f"the roll-back's task did not run within "
+                                       f"{self.cfg.move_timeout_s:g}s", waits)
+            return True
+        if waits.held:
+            # Its waiting task carries the new GPUs, which the ledger holds: it runs with
+            # them once the node takes it (the repin then ends). A roll-back's spec write
+            # would leave it of an older revision, never tried again, and a forced one
+            # restarts the running replicas.
+            logger.bind(service=st.service).info(
+                "repin on {}: not rolled back while a task of it waits for a node beside a "
+                "running one", st.source_host)
+            return True
+        self._roll_back(sid, swapped(st, self.clock()), node, held, waits)
+        return True
+
+    def _roll_back(self, sid: str, back: MoveState, node: SwarmNode, held: Holding | None,
+                   waits: Waits) -> None:
+        """The roll-back's first steps (``back``: the record's GPU sets swapped)."""
+        put_record(self.writes, self.prefix, sid, back)  # the record first: the authority
+        logger.bind(service=back.service).warning(
+            "repin on {}: no task running on {} within {:g}s; rolling back",
+            back.source_host, ",".join(back.source_uuids), self.cfg.move_timeout_s)
+        if not waits.renew:
+            self._point_spec(sid, back, back)
+            self.advance(sid, back)
+            return
+        # A task waits for a node, nothing of the service runs: the gate closes first
+        # (it stops no task: none is on the node), then the spec write replaces the
+        # waiting task (a ForceUpdate), which carried the repin's target GPUs, by one of
+        # the roll-back's device map, of the spec's revision (tried again: docs/deploy.md).
+        if self._taken(sid, back, node, held, back.target_holding(), waits, repoint=True):
+            return
+        self._close(back)
+        crash_point("repin-step-2")
+        self._point_spec(sid, back, back, renew=True)
 
     def _taken(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None,
-               h: Holding, *, repoint: bool = False) -> bool:
+               h: Holding, waits: Waits, *, repoint: bool = False) -> bool:
         """A step about to write ``h`` into the ledger finds another service holding its
         GPUs now: the ledger did not hold them for this move (the new GPUs before step 2
         landed, the old ones once it did), and a placement in between may have given
         them out. Then the service is left to placement on the GPUs it holds (``held``),
         ``repoint``: its device map, which names ``h``'s GPUs, pointed at those again;
-        True then."""
+        True then (a write held by ``waits``: tried again next look)."""
         taken = "; ".join(held_by_others(node.labels, self.prefix, h))
         if not taken:
             return False
-        if repoint:
+        if repoint and not waits.held:
             ahead = swapped(st, self.clock())  # its GPU sets swapped: its target is held's
-            self._point_spec(sid, ahead, ahead)
-        self._leave(sid, st, held, f"{st.service}'s GPUs {','.join(h.uuids)} on "
-                                   f"{st.source_host}: {taken} now (placed while it moved)")
+            self._point_spec(sid, ahead, ahead, renew=waits.renew)
+        if not (repoint and waits.held):
+            self._leave(sid, st, held, f"{st.service}'s GPUs {','.join(h.uuids)} on "
+                                       f"{st.source_host}: {taken} now (placed while it "
+                                       "moved)", waits)
         return True
 
-    def _leave(self, sid: str, st: MoveState, held: Holding | None, why: str) -> None:
+    def _leave(self, sid: str, st: MoveState, held: Holding | None, why: str,
+               waits: Waits) -> None:
         """Give the service back to placement: its gate open on the ledger as it is (none:
         closed, placement places it), the move label and record gone."""
         if held is not None:
             self._open(st, held)
-        self._finish(sid, st, Outcome.FAILED, f"{why}; left to placement")
+        self._finish(sid, st, Outcome.FAILED, f"{why}; left to placement", waits)
 
     def recover(self, sid: str, st: MoveState) -> None:
         """A recorded repin whose service lost its move label (a stack re-deploy, or a
