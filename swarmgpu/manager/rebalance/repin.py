@@ -33,7 +33,12 @@ node), so a restarted daemon or a new leader carries on. A move whose new task d
 run within ``move_timeout_s`` is rolled back: the same steps with the GPU sets swapped
 (``direction: back``); a roll-back that times out too is left to placement (gate open,
 ledger as it is, move label gone). A health repin is never rolled back (its source GPU
-failed): past the timeout it ends on the new GPUs once their gate is open. A record whose
+failed): past the timeout it ends on the new GPUs once their gate is open. No spec write
+leaves a task of the service waiting for a node (a replicated replacement N does not take)
+of an older revision, which Swarm never tries again (docs/deploy.md; ``Waits``): where
+nothing of it runs, a roll-back closes the gate first, then writes the spec with a
+ForceUpdate (the waiting task carried the new GPUs), and an end write carries one too;
+beside a running replica neither is made while such a task waits. A record whose
 service lost its move label (a stack re-deploy) is dropped and placement takes the
 service back from the ledger. A move label without a record is never acted on
 (``mover.verify``).
