@@ -206,3 +206,62 @@ def test_a_repin_is_not_rolled_back_while_its_task_waits_beside_a_running_replic
     assert [r.outcome for r in m.recent][-1] is Outcome.DONE
     assert sorted(t[:2] for t in _third(sw)) == [("n-4090", "running"), ("n-dgx", "running")]
     assert sw.service("id-third").force_update == 0
+
+
+def _preemption_move(make_before_break: bool) -> tuple[_Scheduling, Mover, list[float]]:
+    """The victim moved as preemption moves it (``Preemption.moves``: ``Mover.start``, a
+    ``preemption`` move, no window) to a target that never runs its task; its new task
+    waits (the surge task, or without make-before-break the replacement of the task the
+    closed source stopped); then past ``move_timeout_s``: one cycle there."""
+    base = victim_cluster({})
+    sw = _Scheduling(base.nodes(), base.services(), base.tasks())
+    sw.cannot_run = frozenset({"n-4090"})
+    now = [1000.0]
+    cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0,
+                          make_before_break=make_before_break)
+    m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    mv = replace(victim_move(), trigger=Trigger.PREEMPTION, window_s=None)
+    assert m.start(mv, sw.service("id-victim")).ok
+    if make_before_break:  # the surge task, of the start's revision
+        assert sw.service("id-victim").replicas == 2
+        # MaxReplicas 1 (the surge's) keeps it off the source, which runs one already
+        sw.cannot_run = frozenset({"n-4090", "n-dgx"})
+        sw.run_task(SwarmTask("t-victim-2", "id-victim", "", 2, "pending", "running", ()))
+    else:
+        now[0] += 10.0
+        m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+        assert gate_key(P, "victim") not in sw.node("n-dgx").labels  # the source closed
+        sw.stop_tasks("id-victim", "n-dgx")  # the enforcer stops it; its replacement waits
+        sw.run_task(SwarmTask("t-victim-2", "id-victim", "", 1, "pending", "running", ()))
+    sw._pass(None)  # Swarm's pass: the target does not take it
+    now[0] += 200.0
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    return sw, m, now
+
+
+def test_a_victim_moved_by_preemption_and_rolled_back_keeps_running_on_its_source() -> None:
+    """With make-before-break (the default) the roll-back's spec write restores the
+    replica count: Swarm's scale-down drops the surge task that never ran (stood in for
+    here), so the task it strands is gone; the victim's task on its source ran all
+    along."""
+    sw, m, _ = _preemption_move(True)
+    assert [r.outcome for r in m.recent][-1] is Outcome.ROLLED_BACK
+    assert sw.service("id-victim").replicas == 1
+    sw._tasks = [t for t in sw._tasks if t.node_id or t.service_id != "id-victim"]
+    assert not sw.stranded & {t.id for t in sw.tasks()}
+    assert [(t.id, t.node_id, t.state) for t in sw.tasks() if t.service_id == "id-victim"
+            ] == [("t-victim", "n-dgx", "running")]
+    assert sw.node("n-dgx").labels.get(gate_key(P, "victim")) == "true"
+    assert gate_key(P, "victim") not in sw.node("n-4090").labels
+
+
+def test_a_victim_moved_by_preemption_without_a_surge_is_rolled_back_onto_its_source(
+        ) -> None:
+    """Without make-before-break its source closes at once; rolled back, the gates move
+    before the spec write (the mover's roll-back), so its waiting task runs on the source
+    again and none is left waiting for good."""
+    sw, m, _ = _preemption_move(False)
+    assert [r.outcome for r in m.recent][-1] is Outcome.ROLLED_BACK
+    assert not sw.stranded
+    assert [(t.node_id, t.state) for t in sw.tasks() if t.service_id == "id-victim"] == [
+        ("n-dgx", "running")]
