@@ -293,7 +293,7 @@ class Repin:
         this look found them; while one waits for a node the write is held (the move
         stays in flight) or replaces it (``Waits``)."""
         if waits is not None and waits.held:
-            logger.bind(service=st.service).info(
+            logger.bind(service=st.service).debug(
                 "repin on {}: its end waits while a task of it waits for a node",
                 st.source_host)
             return
@@ -371,7 +371,7 @@ class Repin:
             # them once the node takes it (the repin then ends). A roll-back's spec write
             # would leave it of an older revision, never tried again, and a forced one
             # restarts the running replicas.
-            logger.bind(service=st.service).info(
+            logger.bind(service=st.service).debug(
                 "repin on {}: not rolled back while a task of it waits for a node beside a "
                 "running one", st.source_host)
             return True
