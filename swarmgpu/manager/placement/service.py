@@ -38,7 +38,7 @@ from swarmgpu.manager.placement.devicemap import (
     write_devices_and_gates,
 )
 from swarmgpu.manager.placement.gating import Gating, gate_service, stale_order_record
-from swarmgpu.manager.placement.generic import reserve_generic
+from swarmgpu.manager.placement.generic import int_or0, reserve_generic
 from swarmgpu.manager.placement.globalmode import GLOBAL_MODES, place_global
 from swarmgpu.manager.placement.jobs import (
     JobProgress,
@@ -54,6 +54,8 @@ from swarmgpu.manager.placement.keys import (
     RESPREAD_STATE,
     assign_key,
     gate_key,
+    is_renew,
+    next_renewal,
 )
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.packing import packed_env
@@ -153,6 +155,9 @@ def plan_service(
 _MODES = frozenset(("replicated", "global", "replicated-job", "global-job"))
 RENEW_WHY = ("its waiting task, which Swarm has not tried since a write of its spec, "
              "replaced where it is (nothing of it runs)")
+RENEW_BESIDE_WHY = ("its waiting task, which Swarm has not tried since a write of its "
+                    "spec, replaced where it is by a change of placement alone that every "
+                    "node meets (its running replicas keep running)")
 
 
 def _plan_global(
@@ -266,7 +271,7 @@ def _plan_replicated(
         if crowd.force and not d.force_update:
             d.force_update, d.decision = True, ("place", crowd.why)
     if conv is not None and conv.renew and not d.force_update:
-        _renew(d, s, cyc)
+        _renew(d, s, running_on, waiting, cyc)
     # swarmgpu's own records: the MaxReplicas it set, the back-off (no device map: no
     # restart), the re-spread; a record no longer true goes
     if want_state := {k: v for k, v in d.state_labels.items() if s.labels.get(k) != v}:
@@ -279,11 +284,26 @@ def _plan_replicated(
         d.job(job_run(s, job, d.placements, d.nodes_waiting, d.writes(), cyc, r.cpu_only), cyc)
 
 
-def _renew(d: _Draft, s: SwarmService, cyc: Cycle) -> None:
-    """Its waiting tasks replaced where they are (``converge``): nothing of it runs, so
-    all at once (the rolling updater waits for each new task to run)."""
-    d.force_update, d.decision = True, ("place", RENEW_WHY)
-    if (owners := all_at_once(s)) is not None:
+def _renew(d: _Draft, s: SwarmService, running_on: Mapping[str, int], waiting: Waiting,
+           cyc: Cycle) -> None:
+    """Its waiting tasks replaced where they are (``converge``). Nothing of it runs: a
+    ForceUpdate. A replica runs: a ForceUpdate would restart it too, so the renewal
+    constraint (``keys.RENEW_STATE``) changes instead, which every node meets: Swarm's
+    updater replaces only the tasks without a node (swarmkit ``IsTaskDirty``). Either
+    way all at once where several wait (the rolling updater waits for each new task to
+    run)."""
+    owners = all_at_once(s)
+    if any(running_on.values()):
+        mine = tuple(c for c in s.constraints if is_renew(c, cyc.prefix))
+        d.remove_constraints += mine
+        d.add_constraints += next_renewal(mine, cyc.prefix, s.version)
+        d.decision = ("place", RENEW_BESIDE_WHY)
+        par = int_or0(str((s.spec.get("UpdateConfig") or {}).get("Parallelism", 1)))
+        if waiting.count - waiting.placed <= par:
+            owners = None  # its tasks without a node are one batch already
+    else:
+        d.force_update, d.decision = True, ("place", RENEW_WHY)
+    if owners is not None:
         d.state_labels[cyc.prefix + PARALLELISM_STATE] = owners
         d.set_update_parallelism = 0
 
