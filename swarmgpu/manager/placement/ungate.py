@@ -47,6 +47,7 @@ from swarmgpu.manager.placement.keys import (
     PARALLELISM_STATE,
     is_gate_of,
     is_hold,
+    is_renew,
 )
 from swarmgpu.manager.placement.records import NO_WRITES, SpecWrites
 from swarmgpu.manager.services.sharing import SHARE, env_lines
@@ -71,7 +72,8 @@ def ungate(s: SwarmService, prefix: str, *, released: bool) -> SpecWrites:
     cons = tuple(
         c
         for c in s.constraints
-        if prefix in c and (is_gate_of(c, prefix, s.name) or is_hold(c, prefix))
+        if prefix in c and (is_gate_of(c, prefix, s.name) or is_hold(c, prefix)
+                            or is_renew(c, prefix))
     )
     if not cons and not released:
         return NO_WRITES  # (nearly every service without a request, every cycle)
