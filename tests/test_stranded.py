@@ -12,7 +12,6 @@ from support.gpu_nodes import RTX4090
 from support.memo import as_written
 from support.placement import apply, node, svc
 from support.placement import written as service_written
-
 from support.scheduler import is_task_dirty
 
 from swarmgpu.core.model import NodeFacts
