@@ -5,9 +5,9 @@ swarmgpu.gpus``, or a re-deploy of a file that keeps the gate): placement releas
 holdings, closing its gates, but the gate constraint (or the hold) in its spec would
 then match no node ever again, and Swarm could never place its tasks. The owner asked
 for no GPU, not for the service to stop. So its spec loses, in one write, what is
-swarmgpu's: its own gate constraint and the hold, its output labels (device maps,
-shares, its ``state.*`` records but a move's), the share env lines and the
-``MaxReplicas`` it recorded setting; the update parallelism it recorded before setting
+swarmgpu's: its own gate constraint, the hold and the renewal (``keys.RENEW_STATE``),
+its output labels (device maps, shares, its ``state.*`` records but a move's), the
+share env lines and the ``MaxReplicas`` it recorded setting; the update parallelism it recorded before setting
 0 is given back, and the device template becomes ``NVIDIA_VISIBLE_DEVICES=void`` (with
 no line at all, a CUDA image's own ``all`` would hand it every GPU of its node).
 
@@ -23,8 +23,9 @@ mount (``placement.grants: mounts``; with no device map it names no device). A s
 whose request is only invalid is not here: it keeps what it held.
 
 Only a service with something to take back is written: one whose holdings are
-released in this cycle, or that carries its gate or the hold. The spec tells what is
-left to do, so a write that failed is made again next cycle, with no ledger entry left.
+released in this cycle, or that carries its gate, the hold or the renewal. The spec
+tells what is left to do, so a write that failed is made again next cycle, with no
+ledger entry left.
 Pure.
 """
 
