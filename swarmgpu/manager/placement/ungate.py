@@ -7,9 +7,10 @@ then match no node ever again, and Swarm could never place its tasks. The owner 
 for no GPU, not for the service to stop. So its spec loses, in one write, what is
 swarmgpu's: its own gate constraint, the hold and the renewal (``keys.RENEW_STATE``),
 its output labels (device maps, shares, its ``state.*`` records but a move's), the
-share env lines and the ``MaxReplicas`` it recorded setting; the update parallelism it recorded before setting
-0 is given back, and the device template becomes ``NVIDIA_VISIBLE_DEVICES=void`` (with
-no line at all, a CUDA image's own ``all`` would hand it every GPU of its node).
+share env lines and the ``MaxReplicas`` it recorded setting; the update parallelism
+it recorded before setting 0 is given back, and the device template becomes
+``NVIDIA_VISIBLE_DEVICES=void`` (with no line at all, a CUDA image's own ``all`` would
+hand it every GPU of its node).
 
 ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` goes too where adoption appended it (its record,
 ``state.order-env``, says so); the same line without the record is the owner's. A
