@@ -18,6 +18,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement import Planner
 from swarmgpu.manager.placement.records import ServicePlan
 from swarmgpu.manager.placement.specwrite import service_compute
+from swarmgpu.manager.services.sharing import env_lines
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 PAR = "swarmgpu.state.update-parallelism"
@@ -158,7 +159,8 @@ def test_a_renewal_of_several_waiting_replicas_replaces_them_all_at_once() -> No
     assert {**s.labels, **sp.service_labels_set}.get(PAR) == "1"  # the owner's, kept
 
 
-def _beside_running(on: list[str], parallelism: int = 1) -> tuple[
+def _beside_running(on: list[str], parallelism: int = 1,
+                    labels: dict[str, str] | None = None) -> tuple[
         list[SwarmNode], SwarmService, list[SwarmTask], Planner, dict[str, NodeFacts]]:
     """A service of ``len(on)`` replicas placed, its gates open, then a new revision
     (an operator's label): tasks on ``on`` ("" : waiting without a node, Swarm's old
@@ -166,7 +168,7 @@ def _beside_running(on: list[str], parallelism: int = 1) -> tuple[
     nodes = [node(f"n-{c}", f"node-{c}") for c in "abc"[: len(on)]]
     facts = {n.id: RTX4090.facts() for n in nodes}
     planner = Planner()
-    s = svc("two", {"swarmgpu.gpus": "1"}, replicas=len(on))
+    s = svc("two", labels or {"swarmgpu.gpus": "1"}, replicas=len(on))
     for _ in range(3):
         plan = planner.plan(nodes, [s], [], facts, now=1000.0)
         nodes, (s,) = apply(nodes, plan), as_written([s], plan)
@@ -230,3 +232,19 @@ def test_several_tasks_left_behind_beside_a_running_replica_are_replaced_at_once
     assert _replaced(s, sp, tasks, nodes) == ["t-two-2", "t-two-3"]
     assert sp.set_update_parallelism == 0
     assert {**s.labels, **sp.service_labels_set}.get(PAR) == "1"
+
+
+def test_a_renewal_beside_a_running_replica_carries_no_change_held_back() -> None:
+    """A change held back for the running replica (the share's env lines a newer
+    swarmgpu tells its container: they would restart it) stays held when the waiting
+    task is renewed beside it: the renewal is no decision that lets it through."""
+    nodes, s, tasks, planner, facts = _beside_running(
+        ["n-a", ""], labels={"swarmgpu.gpu-fraction": "0.5"})
+    env = tuple(e for e in s.env if e not in env_lines("swarmgpu."))
+    tt = {**s.spec["TaskTemplate"], "ContainerSpec": {"Env": list(env)}}
+    s = replace(s, env=env, spec={**s.spec, "TaskTemplate": tt})
+    planner.plan(nodes, [s], tasks, facts, now=1001.0)
+    (sp,) = planner.plan(nodes, [s], tasks, facts, now=1010.0).services
+    assert sp.held and not sp.add_env and not sp.force_update, (sp.held, sp.writes)
+    assert sp.writes.add_constraints, sp.reason
+    assert _replaced(s, sp, tasks, nodes) == ["t-two-2"]

@@ -155,9 +155,6 @@ def plan_service(
 _MODES = frozenset(("replicated", "global", "replicated-job", "global-job"))
 RENEW_WHY = ("its waiting task, which Swarm has not tried since a write of its spec, "
              "replaced where it is (nothing of it runs)")
-RENEW_BESIDE_WHY = ("its waiting task, which Swarm has not tried since a write of its "
-                    "spec, replaced where it is by a change of placement alone that every "
-                    "node meets (its running replicas keep running)")
 
 
 def _plan_global(
@@ -296,8 +293,9 @@ def _renew(d: _Draft, s: SwarmService, running_on: Mapping[str, int], waiting: W
     if any(running_on.values()):
         mine = tuple(c for c in s.constraints if is_renew(c, cyc.prefix))
         d.remove_constraints += mine
+        # No decision: ``restarts`` finds it a change of placement alone its running
+        # nodes meet, and still holds back anything else that would restart them.
         d.add_constraints += next_renewal(mine, cyc.prefix, s.version)
-        d.decision = ("place", RENEW_BESIDE_WHY)
         par = int_or0(str((s.spec.get("UpdateConfig") or {}).get("Parallelism", 1)))
         if waiting.count - waiting.placed <= par:
             owners = None  # its tasks without a node are one batch already
