@@ -221,17 +221,17 @@ def test_a_task_left_behind_an_open_gate_beside_a_running_replica_is_replaced_al
     assert _replaced(s2, sp3, [tasks[0], waiting], nodes) == ["t-two-2b"]
 
 
-def test_several_tasks_left_behind_beside_a_running_replica_are_replaced_at_once() -> None:
-    """Two tasks wait beside a running replica, the owner's update parallelism 1: the
-    rolling updater would replace one and wait for it to run before the other. Both
-    are replaced in one batch (parallelism 0, the owner's recorded), the running one
-    not at all."""
+def test_several_tasks_left_behind_beside_a_running_replica_are_replaced_not_it() -> None:
+    """Two tasks wait beside a running replica, the owner's update parallelism 1: both
+    are replaced (the rolling updater one after the other), the running one not at
+    all, and the owner's parallelism stays: a forced update landing while it were 0
+    would restart every running replica at once."""
     nodes, s, tasks, planner, facts = _beside_running(["n-a", "", ""])
     (sp,) = planner.plan(nodes, [s], tasks, facts, now=1010.0).services
     assert not sp.force_update
     assert _replaced(s, sp, tasks, nodes) == ["t-two-2", "t-two-3"]
-    assert sp.set_update_parallelism == 0
-    assert {**s.labels, **sp.service_labels_set}.get(PAR) == "1"
+    assert sp.set_update_parallelism is None
+    assert PAR not in sp.service_labels_set
 
 
 def test_a_renewal_beside_a_running_replica_carries_no_change_held_back() -> None:

@@ -38,7 +38,7 @@ from swarmgpu.manager.placement.devicemap import (
     write_devices_and_gates,
 )
 from swarmgpu.manager.placement.gating import Gating, gate_service, stale_order_record
-from swarmgpu.manager.placement.generic import int_or0, reserve_generic
+from swarmgpu.manager.placement.generic import reserve_generic
 from swarmgpu.manager.placement.globalmode import GLOBAL_MODES, place_global
 from swarmgpu.manager.placement.jobs import (
     JobProgress,
@@ -287,18 +287,17 @@ def _renew(d: _Draft, s: SwarmService, running_on: Mapping[str, int], waiting: W
     ForceUpdate. A replica runs: a ForceUpdate would restart it too, so the renewal
     constraint (``keys.RENEW_STATE``) changes instead, which every node meets: Swarm's
     updater replaces only the tasks without a node (swarmkit ``IsTaskDirty``). Either
-    way all at once where several wait (the rolling updater waits for each new task to
-    run)."""
+    way all at once where several wait and nothing runs (the rolling updater waits for
+    each new task to run); beside a running replica the owner's parallelism stays: a
+    forced update landing while it were 0 would restart every running replica at once."""
     owners = all_at_once(s)
     if any(running_on.values()):
+        owners = None
         mine = tuple(c for c in s.constraints if is_renew(c, cyc.prefix))
         d.remove_constraints += mine
         # No decision: ``restarts`` finds it a change of placement alone its running
         # nodes meet, and still holds back anything else that would restart them.
         d.add_constraints += next_renewal(mine, cyc.prefix, s.version)
-        par = int_or0(str((s.spec.get("UpdateConfig") or {}).get("Parallelism", 1)))
-        if waiting.count - waiting.placed <= par:
-            owners = None  # its tasks without a node are one batch already
     else:
         d.force_update, d.decision = True, ("place", RENEW_WHY)
     if owners is not None:
