@@ -11,11 +11,15 @@ from dataclasses import replace
 from support.gpu_nodes import RTX4090
 from support.memo import as_written
 from support.placement import apply, node, svc
+from support.placement import written as service_written
+from support.scheduler import is_task_dirty
 
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement import Planner
 from swarmgpu.manager.placement.records import ServicePlan
 from swarmgpu.manager.placement.specwrite import service_compute
-from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.manager.services.sharing import env_lines
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 PAR = "swarmgpu.state.update-parallelism"
 PREEMPTED = "swarmgpu.state.preempted"
@@ -155,25 +159,92 @@ def test_a_renewal_of_several_waiting_replicas_replaces_them_all_at_once() -> No
     assert {**s.labels, **sp.service_labels_set}.get(PAR) == "1"  # the owner's, kept
 
 
-def test_a_task_left_behind_an_open_gate_beside_a_running_replica_names_the_fix() -> None:
-    """A replica of the service runs, so its waiting task is not replaced where it is
-    (a ForceUpdate restarts the running replicas: the operator's call). It waited for
-    good with a reason that read as Swarm refusing the node: the pending line says the
-    task may be one Swarm no longer tries, and the command that replaces it."""
-    nodes = [node("n-a", "node-a"), node("n-b", "node-b")]
+def _beside_running(on: list[str], parallelism: int = 1,
+                    labels: dict[str, str] | None = None) -> tuple[
+        list[SwarmNode], SwarmService, list[SwarmTask], Planner, dict[str, NodeFacts]]:
+    """A service of ``len(on)`` replicas placed, its gates open, then a new revision
+    (an operator's label): tasks on ``on`` ("" : waiting without a node, Swarm's old
+    message standing), the others running; the planner has seen them once."""
+    nodes = [node(f"n-{c}", f"node-{c}") for c in "abc"[: len(on)]]
     facts = {n.id: RTX4090.facts() for n in nodes}
     planner = Planner()
-    s = svc("two", {"swarmgpu.gpus": "1"}, replicas=2)
+    s = svc("two", labels or {"swarmgpu.gpus": "1"}, replicas=len(on))
     for _ in range(3):
         plan = planner.plan(nodes, [s], [], facts, now=1000.0)
         nodes, (s,) = apply(nodes, plan), as_written([s], plan)
-    s = _as_written(s, parallelism=1, add={"team": "ml"})  # a new revision
-    err = "no suitable node (scheduling constraints not satisfied on 2 nodes)"
-    running, waiting = _tasks(s, ["n-a", ""], "running")
-    tasks = [running, replace(waiting, error=err)]
+    s = _as_written(s, parallelism=parallelism, add={"team": "ml"})  # a new revision
+    err = f"no suitable node (scheduling constraints not satisfied on {len(on)} nodes)"
+    tasks = [t if t.node_id else replace(t, error=err) for t in _tasks(s, on, "running")]
+    planner.plan(nodes, [s], tasks, facts, now=1001.0)
+    return nodes, s, tasks, planner, facts
+
+
+def _replaced(s: SwarmService, sp: ServicePlan, tasks: list[SwarmTask],
+              nodes: list[SwarmNode]) -> list[str]:
+    """The tasks Swarm's updater replaces for the plan's write (``is_task_dirty``): each
+    made from ``s``'s task template."""
+    new = service_compute(sp.writes)(s.spec) if sp.needs_service_write else s.spec
+    assert new is not None
+    labels = {n.id: n.labels for n in nodes}
+    return [t.id for t in tasks if is_task_dirty(s.spec["TaskTemplate"], new,
+                                                 labels[t.node_id] if t.node_id else None)]
+
+
+def test_a_task_left_behind_an_open_gate_beside_a_running_replica_is_replaced_alone(
+        ) -> None:
+    """A replica of the service runs, so its waiting task, which Swarm no longer tries,
+    was not replaced (a ForceUpdate restarts the running replica too): it waited for
+    good, the pending line naming the operator's `docker service update --force`. Now a
+    change of placement alone that every node meets (the renewal constraint, on a label
+    no node has) replaces the task without a node and leaves the running one (swarmkit
+    ``IsTaskDirty``), under the back-off."""
+    nodes, s, tasks, planner, facts = _beside_running(["n-a", ""])
+    (sp,) = planner.plan(nodes, [s], tasks, facts, now=1010.0).services
+    assert not sp.force_update and sp.decision is not None, sp.reason
+    assert _replaced(s, sp, tasks, nodes) == ["t-two-2"]  # the waiting one alone
+    (renew,) = sp.writes.add_constraints
+    assert renew.startswith("node.labels.swarmgpu.state.renew!="), renew
+    assert "keep running" in (sp.reason or "") and "--force" not in (sp.reason or "")
+    assert "swarmgpu.state.replaced" in sp.service_labels_set
+    assert sp.set_update_parallelism is None  # one task waits: one batch already
+    # The next renewal (the back-off past) writes another value in its place.
+    spec = service_compute(sp.writes)(s.spec)
+    assert spec is not None
+    s2 = replace(service_written(s, sp), spec=spec,
+                 constraints=tuple(spec["TaskTemplate"]["Placement"]["Constraints"]))
+    waiting = replace(tasks[1], id="t-two-2b")
+    (sp2,) = planner.plan(nodes, [s2], [tasks[0], waiting], facts, now=1012.0).services
+    assert not sp2.needs_service_write and "backed off" in (sp2.reason or "")
+    (sp3,) = planner.plan(nodes, [s2], [tasks[0], waiting], facts, now=5000.0).services
+    assert sp3.writes.remove_constraints == (renew,)
+    assert sp3.writes.add_constraints and sp3.writes.add_constraints != (renew,)
+    assert _replaced(s2, sp3, [tasks[0], waiting], nodes) == ["t-two-2b"]
+
+
+def test_several_tasks_left_behind_beside_a_running_replica_are_replaced_not_it() -> None:
+    """Two tasks wait beside a running replica, the owner's update parallelism 1: both
+    are replaced (the rolling updater one after the other), the running one not at
+    all, and the owner's parallelism stays: a forced update landing while it were 0
+    would restart every running replica at once."""
+    nodes, s, tasks, planner, facts = _beside_running(["n-a", "", ""])
+    (sp,) = planner.plan(nodes, [s], tasks, facts, now=1010.0).services
+    assert not sp.force_update
+    assert _replaced(s, sp, tasks, nodes) == ["t-two-2", "t-two-3"]
+    assert sp.set_update_parallelism is None
+    assert PAR not in sp.service_labels_set
+
+
+def test_a_renewal_beside_a_running_replica_carries_no_change_held_back() -> None:
+    """A change held back for the running replica (the share's env lines a newer
+    swarmgpu tells its container: they would restart it) stays held when the waiting
+    task is renewed beside it: the renewal is no decision that lets it through."""
+    nodes, s, tasks, planner, facts = _beside_running(
+        ["n-a", ""], labels={"swarmgpu.gpu-fraction": "0.5"})
+    env = tuple(e for e in s.env if e not in env_lines("swarmgpu."))
+    tt = {**s.spec["TaskTemplate"], "ContainerSpec": {"Env": list(env)}}
+    s = replace(s, env=env, spec={**s.spec, "TaskTemplate": tt})
     planner.plan(nodes, [s], tasks, facts, now=1001.0)
     (sp,) = planner.plan(nodes, [s], tasks, facts, now=1010.0).services
-    assert not sp.force_update and sp.status == "pending"
-    why = sp.reason or ""
-    assert "Swarm no longer tries" in why and "docker service update --force two" in why, why
-    assert "restarts its 1 running replica" in why, why
+    assert sp.held and not sp.add_env and not sp.force_update, (sp.held, sp.writes)
+    assert sp.writes.add_constraints, sp.reason
+    assert _replaced(s, sp, tasks, nodes) == ["t-two-2"]

@@ -2,7 +2,8 @@
 service (a label, by anyone) while its task waits for a node leaves that task of an
 older revision pending for good (moby/swarmkit 807f25e, ``noSuitableNode``), even once
 its node can take it. The daemon replaces it where it is once its gate has been open a
-while and nothing of the service runs (docs/requests.md; the pure side:
+while: a forced update where nothing of the service runs, a change of placement alone
+that every node meets beside a running replica (docs/requests.md; the pure side:
 tests/test_stranded.py)."""
 
 from __future__ import annotations
@@ -64,3 +65,46 @@ def test_a_task_left_behind_by_a_label_write_is_replaced_and_runs(
     api = swarm.client(mgr).api
     old = api.inspect_task(pending["ID"])
     assert old["DesiredState"] != "running", old["DesiredState"]
+
+
+def test_a_task_left_behind_beside_a_running_replica_is_replaced_alone(
+    swarm: SwarmCluster, daemon: dict[str, Any]
+) -> None:
+    """(1) ``y`` (gpus 0, two replicas, workers only: one per worker) runs behind its
+    gates. (2) gpu-node-2 paused and its task's container killed: Swarm's replacement
+    waits, no node for it (gpu-node-1 holds one replica already). (3) A label added by
+    hand and a node update: that task, of an older revision, is dropped from the
+    scheduler's queue. (4) gpu-node-2 active again: the daemon, its gate open and Swarm's
+    old message standing, replaces the waiting task alone by a change of placement that
+    every node meets (the renewal constraint): it runs on gpu-node-2, and the replica on
+    gpu-node-1 keeps running, the same task."""
+    mgr, other = swarm.manager, "gpu-node-2"
+    deploy(swarm, daemon["tmp"], "strand", {
+        "y": {"labels": {f"{P}gpus": "0"}, "replicas": 2,
+              "constraints": ["node.role==worker"]}})
+    first = wait_running(swarm, "strand_y", 2, timeout=90)
+    on = {swarm.node(t["NodeID"]).hostname: t for t in first}
+    assert set(on) == {HOST, other}, sorted(on)
+    try:
+        swarm.cli(mgr, "node", "update", "--availability", "pause", other)
+        cid = on[other]["Status"]["ContainerStatus"]["ContainerID"]
+        swarm.client(swarm.node(other)).api.kill(cid)
+        (pending,) = swarm.wait_for(lambda: _waiting(swarm, "strand_y"), 30,
+                                    "y's replacement task waiting for a node")
+        swarm.cli(mgr, "service", "update", "--detach", "--label-add", "team=ml",
+                  "strand_y")
+        swarm.cli(mgr, "node", "update", "--label-add", "strand.nudge=1", other)
+        time.sleep(1.0)  # (the scheduler's pass follows the update within 50 ms)
+        assert [t["ID"] for t in _waiting(swarm, "strand_y")] == [pending["ID"]]
+    finally:
+        swarm.cli(mgr, "node", "update", "--availability", "active", other, check=False)
+        swarm.cli(mgr, "node", "update", "--label-rm", "strand.nudge", other, check=False)
+    ts = wait_running(swarm, "strand_y", 2, timeout=90,
+                      each=lambda t: t["ID"] != pending["ID"], what=", the waiting one replaced")
+    now = {swarm.node(t["NodeID"]).hostname: t["ID"] for t in ts}
+    assert now[HOST] == on[HOST]["ID"], "the running replica was replaced"
+    assert now[other] not in (on[other]["ID"], pending["ID"])
+    api = swarm.client(mgr).api
+    cons = api.inspect_service("strand_y")["Spec"]["TaskTemplate"]["Placement"]["Constraints"]
+    assert any(c.startswith(f"node.labels.{P}state.renew!=") for c in cons), cons
+    assert api.inspect_task(pending["ID"])["DesiredState"] != "running"

@@ -29,6 +29,7 @@ from swarmgpu.manager.placement.keys import (
     gate_constraint,
     gate_of,
     is_hold,
+    is_renew,
     owned_label_read,
 )
 from swarmgpu.manager.placement.ledger import Holding, parse_holding
@@ -386,6 +387,8 @@ def _service_findings(svc: SwarmService, prefix: str, generic_resource_kind: str
     for c in good:
         text, label_key = c.text(), str(c.node_label)
         gated, held = gate_of(text, prefix), is_hold(text, prefix)
+        if is_renew(text, prefix):
+            continue  # swarmgpu's renewal (placement.keys.RENEW_STATE): every node meets it
         if asks and (gated is not None or held):
             continue  # a placement gate (no node has it until swarmgpu opens it), or the
             # hold of a stack deployed as written (swarmgpu replaces it), or another

@@ -11,7 +11,8 @@ write in ``swarmgpu/manager``: cycle.placement, cycle.preemption, overshare, reb
 - service spec: service labels under the prefix (a ``devices.*`` list the write sets:
   GPU-/MIG- UUIDs, not ``all`` or a CDI name, ``_check_device_labels``); gate constraints
   (``node.labels.<prefix>service.*``) and the hold of a stack deployed as written
-  (``node.labels.<prefix>hold==true``, which placement replaces with the gate); the env
+  (``node.labels.<prefix>hold==true``, which placement replaces with the gate), the
+  renewal constraint (``node.labels.<prefix>state.renew!=<n>``, met by every node); the env
   lines swarmgpu writes (the device templates, ``CUDA_DEVICE_ORDER``, the share
   templates, exact strings); ``ForceUpdate``; ``Placement.MaxReplicas``;
   ``Mode.Replicated.Replicas`` (moves: raised by one at most); discrete generic
@@ -50,7 +51,7 @@ from swarmgpu.manager.placement.envs import (
     env_template,
     env_template_per_node,
 )
-from swarmgpu.manager.placement.keys import DEVICES, gate_of, is_hold
+from swarmgpu.manager.placement.keys import DEVICES, gate_of, is_hold, is_renew
 from swarmgpu.manager.services.sharing import env_lines
 from swarmgpu.swarm.dockerproxy import WriteChecks
 from swarmgpu.swarm.jsonstrict import first_difference, same, sub_object
@@ -115,7 +116,8 @@ def _mask_service(spec: dict[str, Any], prefix: str) -> dict[str, Any]:
         cons = placement.get("Constraints")
         if isinstance(cons, list):
             placement["Constraints"] = [c for c in cons if not is_gate_constraint(c, prefix)
-                                        and not (isinstance(c, str) and is_hold(c, prefix))]
+                                        and not (isinstance(c, str) and (is_hold(c, prefix)
+                                                                     or is_renew(c, prefix)))]
             _drop_empty(placement, "Constraints")
         _drop_empty(tt, "Placement")
     resources = sub_object(tt, "Resources")

@@ -34,7 +34,7 @@ class Convergence:
     dropped: tuple[str, ...] = ()
     replaced: str = ""
     backoff_label: str = ""  # ``<p>state.replaced``, written with the device map
-    renew: bool = False  # its waiting task is replaced where it is (a ForceUpdate)
+    renew: bool = False  # its waiting task is replaced where it is (``service``)
 
 
 def converge(
@@ -90,16 +90,19 @@ def converge(
                 s.name, nid, holdings[nid], cluster.holding_reservation(s.id, nid, res)
             )
         nowhere = f"{what}; no other node can take it: {cluster.hostnames(probe.reason)}"
-        if told and not any(running_on.values()):
+        if told:
             # The message may be one Swarm gave before the gate opened and never again:
             # a write of the service since (anyone's) left its waiting task of an older
             # revision, which Swarm's scheduler never tries again (swarmkit 807f25e,
-            # noSuitableNode). Replacing it (nothing runs) lets Swarm try a new one.
+            # noSuitableNode). Replacing it where it is lets Swarm try a new one: with
+            # nothing running, a ForceUpdate; beside a running replica, a change of
+            # placement alone that its node meets (``service``: it keeps running).
             b.replaced(cyc.now)
+            running = sum(running_on.values())
+            kept = (f" (a change of placement alone: its {running} running replica(s) "
+                    "keep running)" if running else "")
             return Convergence(holdings, f"{nowhere}; its waiting task is replaced where it "
-                               "is", backoff_label=b.label(), renew=True)
-        if told:  # a replica runs: replacing the task restarts it, the operator's call
-            nowhere += _stale_fix(s, sum(running_on.values()))
+                               f"is{kept}", backoff_label=b.label(), renew=True)
         return Convergence(holdings, nowhere)
     cyc.avoid[s.id] = frozenset(stuck)
     b.replaced(cyc.now)
@@ -109,15 +112,6 @@ def converge(
         replaced=what,
         backoff_label=b.label(),
     )
-
-
-def _stale_fix(s: SwarmService, running: int) -> str:
-    """What the pending line adds where only Swarm's message says its node refuses the
-    task and a replica runs: the task may be one Swarm no longer tries (a write of the
-    service since it was made), which only a forced update replaces (docs/deploy.md)."""
-    return (f"; if Swarm no longer tries that task (the service was written since it was "
-            f"made), `docker service update --force {s.name}` replaces it (and restarts "
-            f"its {running} running replica(s))")
 
 
 def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int], cyc: Cycle) -> str:

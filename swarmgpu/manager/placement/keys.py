@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 
 from swarmgpu.swarm.constraints import ConstraintError, parse_constraint
@@ -26,6 +27,12 @@ REPLACED_STATE = "state.replaced"
 # service label: the ForceUpdate swarmgpu wrote to replace spread tasks Swarm ran
 # together on one node (``converge.crowding``): no second one while that update rolls
 RESPREAD_STATE = "state.respread"
+# The renewal constraint ``node.labels.<p>state.renew!=<n>``: a change of placement alone
+# that every node meets (no node has the label: label sync owns every key under the
+# prefix it does not write, and removes it), so Swarm's updater replaces only a task
+# without a node and leaves the running ones where they are (swarmkit ``IsTaskDirty``);
+# ``n`` changes with each renewal (``converge``: a waiting task Swarm no longer tries).
+RENEW_STATE = "state.renew"
 ACTIVE_STATES = (
     "running",
     "starting",
@@ -68,6 +75,34 @@ def _true_label(constraint: str, start: str) -> str | None:
 def is_hold(constraint: str, prefix: str) -> bool:
     """The hold constraint, read as ``gate_of`` reads a gate (``_true_label``)."""
     return _true_label(constraint, prefix + HOLD) == prefix + HOLD
+
+
+def renew_constraint(prefix: str, n: int) -> str:
+    return f"node.labels.{prefix}{RENEW_STATE}!={n}"
+
+
+def renew_of(constraint: str, prefix: str) -> str | None:
+    """The value of a renewal constraint (``node.labels.<p>state.renew!=<n>``, read as
+    Swarm reads it), or None for any other constraint (``== <n>`` is the owner's)."""
+    if prefix + RENEW_STATE not in constraint:
+        return None  # (nearly every constraint)
+    try:
+        c = parse_constraint(constraint)
+    except ConstraintError:
+        return None
+    return c.value if c.op == "!=" and c.node_label == prefix + RENEW_STATE else None
+
+
+def is_renew(constraint: str, prefix: str) -> bool:
+    return renew_of(constraint, prefix) is not None
+
+
+def next_renewal(constraints: Sequence[str], prefix: str, version: int) -> tuple[str, ...]:
+    """The renewal constraint to write next: ``n`` the service's spec version, past any
+    value its constraints carry (a task made from one of them differs from it)."""
+    old = [int(v) for c in constraints if (v := renew_of(c, prefix)) is not None
+           and v.isdigit()]
+    return (renew_constraint(prefix, max([version, *(n + 1 for n in old)])),)
 
 
 def gate_of(constraint: str, prefix: str) -> str | None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from swarmgpu.core.tenants import STACK_LABEL
-from swarmgpu.manager.placement.keys import MAX_STATE, gate_of, is_hold
+from swarmgpu.manager.placement.keys import MAX_STATE, gate_of, is_hold, is_renew
 from swarmgpu.manager.services.requests import request_labels
 from swarmgpu.swarm.client import reservations
 
@@ -69,7 +69,8 @@ def planned_from(spec: Mapping[str, Any], prefix: str) -> PlanInputs:
     others: list[str] = []
     for c in placement.get("Constraints") or []:
         gated = gate_of(c, prefix) if isinstance(c, str) else name
-        if gated != name and not is_hold(c, prefix):  # another's gate, or the owner's
+        if gated != name and not is_hold(c, prefix) and not is_renew(c, prefix):
+            # another's gate, or the owner's (the renewal: swarmgpu's, met by every node)
             (cons if gated is None else others).append(c.replace(" ", ""))
     most = placement.get("MaxReplicas") or 0
     # 0 and 1 read alike (``spread``); 1 is also swarmgpu's one-per-node rule, and a

@@ -54,6 +54,8 @@ from swarmgpu.manager.placement.keys import (
     RESPREAD_STATE,
     assign_key,
     gate_key,
+    is_renew,
+    next_renewal,
 )
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.packing import packed_env
@@ -266,7 +268,7 @@ def _plan_replicated(
         if crowd.force and not d.force_update:
             d.force_update, d.decision = True, ("place", crowd.why)
     if conv is not None and conv.renew and not d.force_update:
-        _renew(d, s, cyc)
+        _renew(d, s, running_on, waiting, cyc)
     # swarmgpu's own records: the MaxReplicas it set, the back-off (no device map: no
     # restart), the re-spread; a record no longer true goes
     if want_state := {k: v for k, v in d.state_labels.items() if s.labels.get(k) != v}:
@@ -279,11 +281,26 @@ def _plan_replicated(
         d.job(job_run(s, job, d.placements, d.nodes_waiting, d.writes(), cyc, r.cpu_only), cyc)
 
 
-def _renew(d: _Draft, s: SwarmService, cyc: Cycle) -> None:
-    """Its waiting tasks replaced where they are (``converge``): nothing of it runs, so
-    all at once (the rolling updater waits for each new task to run)."""
-    d.force_update, d.decision = True, ("place", RENEW_WHY)
-    if (owners := all_at_once(s)) is not None:
+def _renew(d: _Draft, s: SwarmService, running_on: Mapping[str, int], waiting: Waiting,
+           cyc: Cycle) -> None:
+    """Its waiting tasks replaced where they are (``converge``). Nothing of it runs: a
+    ForceUpdate. A replica runs: a ForceUpdate would restart it too, so the renewal
+    constraint (``keys.RENEW_STATE``) changes instead, which every node meets: Swarm's
+    updater replaces only the tasks without a node (swarmkit ``IsTaskDirty``). Either
+    way all at once where several wait and nothing runs (the rolling updater waits for
+    each new task to run); beside a running replica the owner's parallelism stays: a
+    forced update landing while it were 0 would restart every running replica at once."""
+    owners = all_at_once(s)
+    if any(running_on.values()):
+        owners = None
+        mine = tuple(c for c in s.constraints if is_renew(c, cyc.prefix))
+        d.remove_constraints += mine
+        # No decision: ``restarts`` finds it a change of placement alone its running
+        # nodes meet, and still holds back anything else that would restart them.
+        d.add_constraints += next_renewal(mine, cyc.prefix, s.version)
+    else:
+        d.force_update, d.decision = True, ("place", RENEW_WHY)
+    if owners is not None:
         d.state_labels[cyc.prefix + PARALLELISM_STATE] = owners
         d.set_update_parallelism = 0
 

@@ -5,11 +5,12 @@ swarmgpu.gpus``, or a re-deploy of a file that keeps the gate): placement releas
 holdings, closing its gates, but the gate constraint (or the hold) in its spec would
 then match no node ever again, and Swarm could never place its tasks. The owner asked
 for no GPU, not for the service to stop. So its spec loses, in one write, what is
-swarmgpu's: its own gate constraint and the hold, its output labels (device maps,
-shares, its ``state.*`` records but a move's), the share env lines and the
-``MaxReplicas`` it recorded setting; the update parallelism it recorded before setting
-0 is given back, and the device template becomes ``NVIDIA_VISIBLE_DEVICES=void`` (with
-no line at all, a CUDA image's own ``all`` would hand it every GPU of its node).
+swarmgpu's: its own gate constraint, the hold and the renewal (``keys.RENEW_STATE``),
+its output labels (device maps, shares, its ``state.*`` records but a move's), the
+share env lines and the ``MaxReplicas`` it recorded setting; the update parallelism
+it recorded before setting 0 is given back, and the device template becomes
+``NVIDIA_VISIBLE_DEVICES=void`` (with no line at all, a CUDA image's own ``all`` would
+hand it every GPU of its node).
 
 ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` goes too where adoption appended it (its record,
 ``state.order-env``, says so); the same line without the record is the owner's. A
@@ -23,8 +24,9 @@ mount (``placement.grants: mounts``; with no device map it names no device). A s
 whose request is only invalid is not here: it keeps what it held.
 
 Only a service with something to take back is written: one whose holdings are
-released in this cycle, or that carries its gate or the hold. The spec tells what is
-left to do, so a write that failed is made again next cycle, with no ledger entry left.
+released in this cycle, or that carries its gate, the hold or the renewal. The spec
+tells what is left to do, so a write that failed is made again next cycle, with no
+ledger entry left.
 Pure.
 """
 
@@ -47,6 +49,7 @@ from swarmgpu.manager.placement.keys import (
     PARALLELISM_STATE,
     is_gate_of,
     is_hold,
+    is_renew,
 )
 from swarmgpu.manager.placement.records import NO_WRITES, SpecWrites
 from swarmgpu.manager.services.sharing import SHARE, env_lines
@@ -71,7 +74,8 @@ def ungate(s: SwarmService, prefix: str, *, released: bool) -> SpecWrites:
     cons = tuple(
         c
         for c in s.constraints
-        if prefix in c and (is_gate_of(c, prefix, s.name) or is_hold(c, prefix))
+        if prefix in c and (is_gate_of(c, prefix, s.name) or is_hold(c, prefix)
+                            or is_renew(c, prefix))
     )
     if not cons and not released:
         return NO_WRITES  # (nearly every service without a request, every cycle)
