@@ -55,10 +55,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarmgpu.allocator.values import NodeSpec
-from swarmgpu.core.config import parse_priority_classes
+from swarmgpu.core.config import Config, PreemptionConfig, parse_priority_classes
 from swarmgpu.core.tenants import STACK_LABEL, parse_tenants
 from swarmgpu.manager.placement import Planner, assign_key, devices_key, gate_key
-from swarmgpu.manager.placement.preempt import choose_preemptions
+from swarmgpu.manager.cycle.preemption import Preempter
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.sim.runs import METER_EVERY, Window, arrival_times, meter, timed_pods
 from swarmgpu.sim.swarm_replay import P, World, workload_model
@@ -73,6 +74,10 @@ SIM_TENANTS: dict[str, Any] = {
     "research": {"stacks": ["research"], "max_priority": 50},
 }
 RUNS = ("without", "with", "tenants")
+# The daemon's preemption settings (their defaults): its settle time and victim
+# cooldown decide here as there; its budgets are not applied (``Preempter.decide`` is
+# run, not ``over_budget``).
+SIM_CONFIG = Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=HIGH))
 
 
 def sim_tenants() -> Tenants:
@@ -216,6 +221,7 @@ def replay_priorities(
     tenancy = sim_tenants() if tenants else None
     planner = Planner(workload=workload_model(workload, pods), tenants=tenancy)
     planner.cluster.explain = False
+    preempter = Preempter(SIM_CONFIG)
     priorities = priorities or tenants
     res = PriorityResult(
         seed,
@@ -289,17 +295,17 @@ def replay_priorities(
             for sp in plan.services
         ):
             return  # only a pending high pod preempts: skip the decision's ledger read
-        chosen = choose_preemptions(
-            plan,
-            list(world.nodes.values()),
-            list(world.services.values()),
-            world.all_tasks(),
-            world.facts,
-            prefix=P,
-            preemptible_below=HIGH,
+        # The daemon's Preempter decides (its settle times and cooldowns, and the
+        # planner's refused nodes and port takers, as the daemon's cycle passes them).
+        snap = Snapshot(
+            list(world.nodes.values()), list(world.services.values()), world.all_tasks(), {}
+        )
+        chosen = preempter.decide(
+            snap, plan, world.facts, planner.refused_nodes, float(w.now), planner.port_takers
         )
         for p in chosen:
             res.preemptions += 1
+            preempter.took(p.service, [v.service for v in p.victims], float(w.now))
             for v in p.victims:
                 stop(v.service_id, v.node_id)
         if chosen:
