@@ -162,3 +162,26 @@ def test_a_run_that_empties_its_queue_earlier_is_carried_on_to_the_span_end() ->
     assert on.contended_alloc_pct is not None and 71.0 <= on.contended_alloc_pct <= 74.0
     assert -900 <= on.ended_later_s <= -880 and on.own_end_contended_s < 120
     assert on.mean_alloc_pct < 55  # the window's own mean still ends at its own end
+
+
+def test_a_preemptor_does_not_preempt_again_while_its_preemption_settles() -> None:
+    """The replay called ``choose_preemptions`` without the daemon's ``settling``: the
+    re-plan right after a preemption, which saw the preemptor still pending, preempted
+    again for it on another node (on load120 one 4-GPU pod stopped four 8-GPU pods).
+
+    Two 8-GPU nodes, each held by an 8-GPU batch pod; five high one-GPU sharing pods
+    (0.9 GPU each, which never preempt) wait from 50 s; at 100 s a high 4-GPU pod
+    arrives and preempts one batch pod. The re-plan serves the older sharing pods first:
+    they take five of the eight GPUs freed, so it still waits. It must not stop the other
+    batch pod too: the sharing pods leave 10 s later and it starts then."""
+    batch = [_pod("b0", 8, 0, 10_000), _pod("b1", 8, 1, 10_000)]
+    share = [TracePod(f"f{i}", 1000, 1024, 1, 900, (), 50 + i, 60 + i) for i in range(5)]
+    pods = [*batch, *share, _pod("zz", 4, 100, 400)]
+    want = {p.name for p in [*share, pods[-1]]}
+    seed = next(s for s in range(1000) if high_pods(pods, 6 / 8, s) == want)
+    nodes = [_node("n1", 8), _node("n2", 8)]
+    on = replay_priorities(nodes, pods, seed, share=6 / 8, priorities=True, drain_s=2_000)
+    assert on.preemptions == 1 and on.classes["batch"].preempted == 1
+    hi = on.classes["high"].to_dict()
+    assert hi["started"] == 6 and hi["never_started"] == 0
+    assert on.classes["high"].waits[-1] <= 15  # zz: when the sharing pods left, not later

@@ -13,12 +13,19 @@ waits as a GPU pod does and is counted apart (``cpu_pods`` in the JSON), not in 
 classes, nor in the contended span's start (until stop 68 the planner's allocator put it
 on a node at arrival, a stand-in no daemon runs, and one that found none was lost).
 
-With priorities, after each cycle ``placement.preempt.choose_preemptions`` (the daemon's
-own decision, victims of priority 0 for pending pods of priority 100) runs, and each
-victim is stopped as ``manager.cycle.preemption`` stops one (its ledger entry and gate go): it
-waits again and, when placed anew, runs its whole lifetime again (the work is lost). A
-cycle right after the preemptions places the preemptors (the daemon triggers one a second
-later). Victims are never moved here (no mover in the simulator).
+With priorities, after each cycle the daemon's own decision runs: ``manager.cycle.
+preemption.Preempter.decide`` (``placement.preempt.choose_preemptions``, victims of
+priority 0 for pending pods of priority 100, with what the daemon passes it: the
+planner's refused nodes and port takers, the victims cooling down and the preemptors
+settling, kept by one ``Preempter`` per run as the daemon keeps them, on the trace's
+clock, at the config's defaults ``victim_cooldown_s`` 600 s and ``settle_s`` 30 s).
+Until stop 68 the replay called ``choose_preemptions`` bare: the cycle right after a
+preemption, seeing its preemptor still pending (the GPUs freed taken by older high
+pods that do not preempt, sharing ones), preempted again for it on another node. Each
+victim is stopped as ``manager.cycle.preemption`` stops one (its ledger entry and gate
+go): it waits again and, when placed anew, runs its whole lifetime again (the work is
+lost). A cycle right after the preemptions places the preemptors (the daemon triggers
+one a second later). Victims are never moved here (no mover in the simulator).
 
 Reported per class (high, batch): pods, started, mean / median / p95 wait, never started
 within the window, and preemptions (times its pods were stopped); and the time-weighted
@@ -38,9 +45,8 @@ seeded coin flip), the config gives ``inference`` a priority ceiling of 100 and
 ``research`` one of 50, and both label their high pods 100; research's are capped at 50
 (they still pass batch pods and may preempt them, and are preemptible by inference's).
 Its classes are reported per tenant (``inference:high``, ``research:batch``, ...).
-Preemption budgets (``max_per_hour``, per tenant ``preemptions_per_hour``), the victim
-cooldown and the settle time are not applied here: every preemption the rule chooses
-is made.
+Preemption budgets (``max_per_hour``, per tenant ``preemptions_per_hour``) are not
+applied here (``Preempter.over_budget`` is not run): every preemption decided is made.
 """
 
 from __future__ import annotations
@@ -55,10 +61,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarmgpu.allocator.values import NodeSpec
-from swarmgpu.core.config import parse_priority_classes
+from swarmgpu.core.config import Config, PreemptionConfig, parse_priority_classes
 from swarmgpu.core.tenants import STACK_LABEL, parse_tenants
+from swarmgpu.manager.cycle.preemption import Preempter
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Planner, assign_key, devices_key, gate_key
-from swarmgpu.manager.placement.preempt import choose_preemptions
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.sim.runs import METER_EVERY, Window, arrival_times, meter, timed_pods
 from swarmgpu.sim.swarm_replay import P, World, workload_model
@@ -73,6 +80,10 @@ SIM_TENANTS: dict[str, Any] = {
     "research": {"stacks": ["research"], "max_priority": 50},
 }
 RUNS = ("without", "with", "tenants")
+# The daemon's preemption settings (their defaults): its settle time and victim
+# cooldown decide here as there; its budgets are not applied (``Preempter.decide`` is
+# run, not ``over_budget``).
+SIM_CONFIG = Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=HIGH))
 
 
 def sim_tenants() -> Tenants:
@@ -216,6 +227,7 @@ def replay_priorities(
     tenancy = sim_tenants() if tenants else None
     planner = Planner(workload=workload_model(workload, pods), tenants=tenancy)
     planner.cluster.explain = False
+    preempter = Preempter(SIM_CONFIG)
     priorities = priorities or tenants
     res = PriorityResult(
         seed,
@@ -289,17 +301,17 @@ def replay_priorities(
             for sp in plan.services
         ):
             return  # only a pending high pod preempts: skip the decision's ledger read
-        chosen = choose_preemptions(
-            plan,
-            list(world.nodes.values()),
-            list(world.services.values()),
-            world.all_tasks(),
-            world.facts,
-            prefix=P,
-            preemptible_below=HIGH,
+        # The daemon's Preempter decides (its settle times and cooldowns, and the
+        # planner's refused nodes and port takers, as the daemon's cycle passes them).
+        snap = Snapshot(
+            list(world.nodes.values()), list(world.services.values()), world.all_tasks(), {}
+        )
+        chosen = preempter.decide(
+            snap, plan, world.facts, planner.refused_nodes, float(w.now), planner.port_takers
         )
         for p in chosen:
             res.preemptions += 1
+            preempter.took(p.service, [v.service for v in p.victims], float(w.now))
             for v in p.victims:
                 stop(v.service_id, v.node_id)
         if chosen:

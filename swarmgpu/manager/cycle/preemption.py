@@ -209,9 +209,7 @@ class Preempter:
             stopped, corrected = self._act(swarm, snap, plan, p, tenant, now, waits)
             unstored |= corrected
             if stopped:
-                self.preemptor_at[p.service] = now
-                for v in stopped:
-                    self.victim_at[v.service] = now
+                self.took(p.service, [v.service for v in stopped], now)
                 done.append(p)
         self.logged.end()
         said.end()
@@ -330,6 +328,14 @@ class Preempter:
             preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
             refused=refused, moving=in_move, ports=ports, raised=raised)
         return chosen
+
+    def took(self, preemptor: str, victims: list[str], now: float) -> None:
+        """``preemptor``'s preemption stopped or moved ``victims`` at ``now``: from then on
+        it settles (``settle_s``: ``decide`` passes it over while its victims' GPUs free)
+        and they cool down (``victim_cooldown_s``). The simulator's replay calls it too."""
+        self.preemptor_at[preemptor] = now
+        for v in victims:
+            self.victim_at[v] = now
 
     def over_budget(self, p: Preemption, tenant: str) -> str | None:
         """Why ``p`` is not made for the hour's budgets (all, then ``tenant``'s), or None."""
