@@ -16,7 +16,6 @@ unless the policy released it to placement (best healthy GPU on the same node).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -316,13 +315,7 @@ def ledger_after(nodes: Sequence[SwarmNode], plan: PlacementPlan | None, prefix:
                 if any(k.startswith(assign) for k in labels)}
     if not touched:
         return ledger
-    after: list[SwarmNode] = []
-    for n in nodes:
-        if n.id in touched:
-            gone = set(landed.remove.get(n.id, ()))
-            labels = {k: v for k, v in n.labels.items() if k not in gone}
-            labels.update(landed.set.get(n.id, {}))
-            after.append(dataclasses.replace(n, labels=labels))
+    after = landed.applied([n for n in nodes if n.id in touched])
     out = {svc: {nid: h for nid, h in per.items() if nid not in touched}
            for svc, per in ledger.items()}
     for svc, per in read_ledger(after, prefix).items():

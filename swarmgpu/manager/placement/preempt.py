@@ -470,16 +470,7 @@ def after_writes(nodes: Sequence[SwarmNode], plan: PlacementPlan) -> list[SwarmN
     snapshot, GPUs placement had just given out looked free (a victim stopped for a
     preemptor that still did not fit) and a holding it had just released was a victim."""
     w = plan.landed if plan.landed is not None else NodeWrites(plan.node_set, plan.node_remove)
-    if not (w.set or w.remove):
-        return list(nodes)
-    out = []
-    for n in nodes:
-        gone, put = set(w.remove.get(n.id, ())), w.set.get(n.id, {})
-        if gone & n.labels.keys() or any(n.labels.get(k) != v for k, v in put.items()):
-            n = replace(n, labels={**{k: v for k, v in n.labels.items() if k not in gone},
-                                   **put})
-        out.append(n)
-    return out
+    return w.applied(nodes)
 
 
 def _no_queue(holdings: Mapping[str, Mapping[str, Holding]],

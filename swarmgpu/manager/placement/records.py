@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from swarmgpu.manager.services.requests import GpuRequest
+from swarmgpu.swarm.client import SwarmNode
 
 
 class Status(StrEnum):
@@ -237,6 +238,18 @@ class NodeWrites:
 
     set: dict[str, dict[str, str]] = field(default_factory=dict)
     remove: dict[str, list[str]] = field(default_factory=dict)
+
+    def applied(self, nodes: Sequence[SwarmNode]) -> list[SwarmNode]:
+        """``nodes`` with these changes made, removals first, as the writer makes them
+        (a node they leave as it was is the same object)."""
+        out = []
+        for n in nodes:
+            gone, put = set(self.remove.get(n.id, ())), self.set.get(n.id, {})
+            if gone & n.labels.keys() or any(n.labels.get(k) != v for k, v in put.items()):
+                n = replace(n, labels={**{k: v for k, v in n.labels.items() if k not in gone},
+                                       **put})
+            out.append(n)
+        return out
 
 
 @dataclass
