@@ -14,10 +14,13 @@ from loguru import logger
 from support.commands import command_json
 from support.forged import (
     DGX_F,
+    FACTS,
     R4090_F,
+    R_UUIDS,
     RecordingSwarm,
     closed_port,
     held_labels,
+    snapshot,
     sw_node,
     sw_svc,
 )
@@ -66,8 +69,6 @@ from swarmgpu.swarm.client import (
 )
 
 P = "swarmgpu."
-R_UUIDS = tuple(g.uuid for g in R4090_F.gpus)  # 8 RTX 4090s on n-4090
-FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
 
 
 # --- the labels ------------------------------------------------------------------------
@@ -1279,14 +1280,6 @@ def test_a_reserved_move_holds_its_slots_of_the_budgets_not_every_move(
                    for m in said), said
 
 
-def _snap(nodes: list[SwarmNode], services: list[SwarmService], tasks: list[SwarmTask],
-          ) -> Snapshot:
-    from swarmgpu.manager.nodes.agent_client import FactsResult
-
-    facts = {nid: FactsResult(nid, nid, "", f, None, 1.0) for nid, f in FACTS.items()}
-    return Snapshot(nodes, services, tasks, facts, swarm_labels={})
-
-
 def _publishing(s: SwarmService, port: int = 8000) -> SwarmService:
     """``s`` publishing ``port`` in host mode (Swarm runs one such task per node)."""
     ports = [{"Protocol": "tcp", "TargetPort": 80, "PublishedPort": port, "PublishMode": "host"}]
@@ -1303,7 +1296,7 @@ def test_a_victim_binding_the_preemptors_host_port_is_preempted_as_any_other(
 
     nodes, (batch, high), tasks = _gpu_cluster({f"{P}priority": "0"}, {f"{P}priority": "100"})
     services = [_publishing(batch, victim_port), _publishing(high)]
-    plan = plan_as_daemon(_snap(nodes, services, tasks),
+    plan = plan_as_daemon(snapshot(nodes, services, tasks),
                           Config(preemption=PreemptionConfig(dry_run=False)))
     sp = next(sp for sp in plan.services if sp.name == "high")
     assert sp.status == "pending"
@@ -1320,7 +1313,7 @@ def test_a_node_another_services_task_binds_the_port_on_is_no_preemption_target(
     proxy = _publishing(sw_svc("proxy", {}, gated=False))
     services = [batch, _publishing(high), proxy]
     tasks = [*tasks, SwarmTask("t-proxy", proxy.id, "n-4090", 1, "running", "running", ())]
-    plan = plan_as_daemon(_snap(nodes, services, tasks),
+    plan = plan_as_daemon(snapshot(nodes, services, tasks),
                           Config(preemption=PreemptionConfig(dry_run=False)))
     sp = next(sp for sp in plan.services if sp.name == "high")
     assert sp.status == "pending" and not [w for w in sp.warnings if "preempt" in w]

@@ -9,12 +9,10 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from support.forged import DGX_F, R4090_F, sw_node, sw_svc
+from support.forged import FACTS, R_UUIDS, snapshot, sw_node, sw_svc
 
 from swarmgpu.core.config import Config, PreemptionConfig, SyncConfig
 from swarmgpu.manager.cycle.preemption import Preempter
-from swarmgpu.manager.nodes.agent_client import FactsResult
-from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import (
     Holding,
     assign_key,
@@ -28,8 +26,6 @@ from swarmgpu.manager.placement.records import NodeWrites
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
-R_UUIDS = tuple(g.uuid for g in R4090_F.gpus)  # 8 RTX 4090s on n-4090
-FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
 MIB = 1 << 20
 
 
@@ -161,12 +157,6 @@ def _cfg() -> Config:
     return Config(sync=SyncConfig(prefix=P), preemption=PreemptionConfig(dry_run=True))
 
 
-def _snap(nodes: list[SwarmNode], services: list[SwarmService], tasks: list[SwarmTask],
-          ) -> Snapshot:
-    facts = {nid: FactsResult(nid, nid, "", f, None, 1.0) for nid, f in FACTS.items()}
-    return Snapshot(nodes, services, tasks, facts, swarm_labels={})
-
-
 def test_the_daemon_decides_on_the_writes_that_landed() -> None:
     """The daemon's step reads what of placement's writes landed (``plan.landed``): x's
     ledger entry landed, so batch is not stopped; had it not landed (refused), x holds
@@ -176,9 +166,9 @@ def test_the_daemon_decides_on_the_writes_that_landed() -> None:
     plan.landed = NodeWrites({nid: dict(v) for nid, v in plan.node_set.items()},
                              {nid: list(v) for nid, v in plan.node_remove.items()})
     pre = Preempter(_cfg())
-    assert pre.decide(_snap(nodes, services, tasks), plan, FACTS, None, 1000.0) == []
+    assert pre.decide(snapshot(nodes, services, tasks), plan, FACTS, None, 1000.0) == []
     plan.landed = NodeWrites()  # none landed
-    (p,) = Preempter(_cfg()).decide(_snap(nodes, services, tasks), plan, FACTS, None, 1000.0)
+    (p,) = Preempter(_cfg()).decide(snapshot(nodes, services, tasks), plan, FACTS, None, 1000.0)
     assert [v.service for v in p.victims] == ["batch"]
 
 

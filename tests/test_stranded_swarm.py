@@ -8,11 +8,11 @@ tests/test_stranded.py)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 from support.daemon import ModuleDaemon
+from support.stranded_swarm import strand
 from support.swarm_harness import SwarmCluster
 from support.swarm_services import P, deploy, wait_running
 
@@ -21,12 +21,6 @@ pytestmark = pytest.mark.swarm
 DAEMON = ModuleDaemon("stranded-daemon.log", {"sync": {"interval_s": 2}},
                       remove_stacks=("strand",))
 HOST = "gpu-node-1"
-
-
-def _waiting(swarm: SwarmCluster, service: str) -> list[dict[str, Any]]:
-    api = swarm.client(swarm.manager).api
-    return [t for t in api.tasks(filters={"service": service, "desired-state": "running"})
-            if not t.get("NodeID") and t["Status"]["State"] == "pending"]
 
 
 def test_a_task_left_behind_by_a_label_write_is_replaced_and_runs(
@@ -42,21 +36,9 @@ def test_a_task_left_behind_by_a_label_write_is_replaced_and_runs(
     deploy(swarm, daemon["tmp"], "strand", {
         "x": {"labels": {f"{P}gpus": "0"}, "constraints": [f"node.hostname=={HOST}"]}})
     (first,) = wait_running(swarm, "strand_x", 1)
-    try:
-        swarm.cli(mgr, "node", "update", "--availability", "pause", HOST)
-        swarm.cli(mgr, "service", "update", "--detach", "--force", "strand_x")
-        (pending,) = swarm.wait_for(lambda: _waiting(swarm, "strand_x"), 30,
-                                    "x's new task waiting for a node")
-        swarm.cli(mgr, "service", "update", "--detach", "--label-add", "team=ml",
-                  "strand_x")
-        # Any node update makes the scheduler try its queue: x's task finds no node and,
-        # of an older revision now, is not queued again.
-        swarm.cli(mgr, "node", "update", "--label-add", "strand.nudge=1", HOST)
-        time.sleep(1.0)  # (the scheduler's pass follows the update within 50 ms)
-        assert [t["ID"] for t in _waiting(swarm, "strand_x")] == [pending["ID"]]
-    finally:
-        swarm.cli(mgr, "node", "update", "--availability", "active", HOST, check=False)
-        swarm.cli(mgr, "node", "update", "--label-rm", "strand.nudge", HOST, check=False)
+    pending = strand(swarm, "strand_x", HOST, lambda: swarm.cli(
+        mgr, "service", "update", "--detach", "--force", "strand_x"),
+        "x's new task waiting for a node")
     # Gate open for the grace (5 s), then a forced update (back-off: the first is at
     # once): a new task, which Swarm places.
     (t,) = wait_running(swarm, "strand_x", 1, timeout=90)
@@ -85,20 +67,12 @@ def test_a_task_left_behind_beside_a_running_replica_is_replaced_alone(
     first = wait_running(swarm, "strand_y", 2, timeout=90)
     on = {swarm.node(t["NodeID"]).hostname: t for t in first}
     assert set(on) == {HOST, other}, sorted(on)
-    try:
-        swarm.cli(mgr, "node", "update", "--availability", "pause", other)
+
+    def kill() -> None:
         cid = on[other]["Status"]["ContainerStatus"]["ContainerID"]
         swarm.client(swarm.node(other)).api.kill(cid)
-        (pending,) = swarm.wait_for(lambda: _waiting(swarm, "strand_y"), 30,
-                                    "y's replacement task waiting for a node")
-        swarm.cli(mgr, "service", "update", "--detach", "--label-add", "team=ml",
-                  "strand_y")
-        swarm.cli(mgr, "node", "update", "--label-add", "strand.nudge=1", other)
-        time.sleep(1.0)  # (the scheduler's pass follows the update within 50 ms)
-        assert [t["ID"] for t in _waiting(swarm, "strand_y")] == [pending["ID"]]
-    finally:
-        swarm.cli(mgr, "node", "update", "--availability", "active", other, check=False)
-        swarm.cli(mgr, "node", "update", "--label-rm", "strand.nudge", other, check=False)
+
+    pending = strand(swarm, "strand_y", other, kill, "y's replacement task waiting for a node")
     ts = wait_running(swarm, "strand_y", 2, timeout=90,
                       each=lambda t: t["ID"] != pending["ID"], what=", the waiting one replaced")
     now = {swarm.node(t["NodeID"]).hostname: t["ID"] for t in ts}

@@ -28,5 +28,5 @@ the uptime, its ``self`` links), scheduler (Swarm's scheduler rule on a waiting 
 an older service revision, for the in-memory swarms), commands (`plan`/`status --json`
 in-process over a recording swarm); and for the real swarm: swarm_services
 (deploy a stack, wait for it), swarm_rebalance, swarm_fragmentation, health_swarm,
-webauth_swarm.
+webauth_swarm, stranded_swarm (a waiting task Swarm's scheduler no longer tries).
 """

@@ -1,5 +1,6 @@
 """A recording stand-in for the Swarm client and forged Swarm objects (nodes,
-services, ledger labels): the daemon's steps over a cluster a test writes.
+services, ledger labels, a snapshot over the two GPU nodes' facts): the daemon's steps
+over a cluster a test writes.
 
 First written in tests/test_forged_state.py."""
 
@@ -12,6 +13,8 @@ from dataclasses import replace
 from typing import Any
 
 from support.gpu_nodes import DGX_A100, RTX4090
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import (
     Holding,
     assign_key,
@@ -36,6 +39,8 @@ P = "swarmgpu."
 DGX_F, R4090_F = DGX_A100.facts(), RTX4090.facts()
 V_UUID = DGX_F.gpus[0].uuid  # the victim's GPU (node n-dgx)
 T_UUID = R4090_F.gpus[0].uuid  # the third service's GPU (node n-4090)
+R_UUIDS = tuple(g.uuid for g in R4090_F.gpus)  # 8 RTX 4090s on n-4090
+FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
 
 
 class RecordingSwarm:
@@ -168,6 +173,13 @@ def held_labels(service: str, nid: str, uuid: str, milli: int = 1000) -> dict[st
     """The node labels of ``service`` holding ``milli`` of GPU ``uuid``: ledger and gate."""
     return {assign_key(P, service): Holding(service, nid, (uuid,), (milli,)).label_value(),
             gate_key(P, service): "true"}
+
+
+def snapshot(nodes: list[SwarmNode], services: list[SwarmService], tasks: list[SwarmTask],
+             ) -> Snapshot:
+    """A sync snapshot of these objects, both GPU nodes' agents answering with FACTS."""
+    facts = {nid: FactsResult(nid, nid, "", f, None, 1.0) for nid, f in FACTS.items()}
+    return Snapshot(nodes, services, tasks, facts, swarm_labels={})
 
 
 def victim_cluster(attacker_labels: Mapping[str, str]) -> RecordingSwarm:

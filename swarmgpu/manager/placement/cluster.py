@@ -413,17 +413,12 @@ class ClusterAllocator:
             # gone, and dropping it would close the gate under its task. Kept, counted
             # nowhere (the node is on no allocator), under a key no commit wants, so once
             # the node is back on one it is committed there again.
-            old = self._held.get(key)
-            if old is not None:
-                self._release(key, old)
+            self.release_holding(svc, node_id)
             self._held[key] = _Held((h.label_value(), -1, -1), None, ())
             return True
         want = (h.label_value(), res[0], res[1])
-        held = self._held.get(key)
-        if held is not None and held.key == want:
+        if self._kept_as(key, want):
             return True
-        if held is not None:
-            self._release(key, held)
         index = self._uuid_index(node_id)
         gpus: list[int] = []
         milli: list[int] = []
@@ -476,11 +471,8 @@ class ClusterAllocator:
                             res: tuple[int, int]) -> bool:
         """A holding of no GPU on a CPU-only node: its reservation counted there."""
         want = (h.label_value(), res[0], res[1])
-        held = self._held.get(key)
-        if held is not None and held.key == want:
+        if self._kept_as(key, want):
             return True
-        if held is not None:
-            self._release(key, held)
         choice: Choice | None = None
         if res != (0, 0):
             choice = Choice(node=key[1], gpus=(), milli=(), score=0.0,
@@ -489,6 +481,13 @@ class ClusterAllocator:
             self.cpu.commit(choice)
         self._held[key] = _Held(want, choice, ())
         return True
+
+    def _kept_as(self, key: tuple[str, str], want: tuple[str, int, int]) -> bool:
+        """Whether ``key`` is committed as ``want``; if not, what it holds is released."""
+        held = self._held.get(key)
+        if held is not None and held.key != want:
+            self._release(key, held)
+        return held is not None and held.key == want
 
     def _uuid_index(self, node_id: str) -> Mapping[str, tuple[int, bool]]:
         """uuid -> (GPU index, a MIG device), per node, kept while its facts are the
