@@ -368,13 +368,18 @@ def test_node_updates_change_only_labels_under_the_prefix(
     for what, body in {"availability": {**spec, "Availability": "drain"},
                        "role": {**spec, "Role": "manager"},
                        "label outside the prefix": {**spec, "Labels": {
-                           **(spec.get("Labels") or {}), "evil": "1"}}}.items():
+                           **(spec.get("Labels") or {}), "evil": "1"}},
+                       # no node carries it: a service's renewal would exclude the node
+                       "the renewal's label": {**spec, "Labels": {
+                           **(spec.get("Labels") or {}), P + "state.renew": "1"}}
+                       }.items():
         with pytest.raises(docker.errors.APIError) as exc:
             api.update_node(nid, version, body)
         assert exc.value.status_code == 403, what
     now = engine.inspect_node(nid)
     assert now["Version"]["Index"] == version
     assert now["Spec"]["Availability"] == "active" and now["Spec"]["Role"] == "worker"
+    assert P + "state.renew" not in (now["Spec"].get("Labels") or {})
 
 
 def test_swarm_updates_rotate_nothing_and_get_swarm_has_no_join_token(

@@ -266,6 +266,30 @@ def test_node_writes_change_only_labels_under_the_prefix() -> None:
         check_node_update(cur, {**cur, "Labels": {"other.x": "1"}}, P)
 
 
+@pytest.mark.parametrize("key", [P + "state.renew", P + "state.x", P + "hold"])
+def test_a_node_write_never_sets_a_label_no_node_carries(key: str) -> None:
+    """The hold and the renewal constraint (``node.labels.<p>hold==true``,
+    ``node.labels.<p>state.renew!=<n>``) are met or not because no node has their
+    label, and every other ``<p>state.`` key is a record kept on a service or the swarm
+    object: the daemon writes none on a node. A node write that set
+    ``<p>state.renew`` to a service's value was let through (the label is under the
+    prefix): that service's renewal constraint excluded the node, its task stopped
+    there. Removing one, or a write leaving one as the node has it, passes."""
+    cur = node()
+    for value in ("7", "true", ""):
+        msg = _refused(check_node_update, cur, {**cur, "Labels": {
+            **cur.get("Labels", {}), key: value}})
+        assert key in msg and "--label-rm" in msg, msg
+    had = {**cur, "Labels": {**cur.get("Labels", {}), key: "7"}}
+    _refused(check_node_update, had, {**had, "Labels": {**had["Labels"], key: "8"}})
+    check_node_update(had, cur, P)  # label sync removes it
+    check_node_update(had, {**had, "Labels": {**had["Labels"], P + "gpu.count": "8"}}, P)
+    # the labels the daemon writes on nodes: facts, gates, ledger
+    check_node_update(cur, {**cur, "Labels": {P + "gpu.count": "8", P + "service.x": "true",
+                                              P + "assign.x": "GPU-1", P + "holder": "x",
+                                              P + "statex": "1"}}, P)
+
+
 def test_swarm_writes_change_only_labels_under_the_prefix() -> None:
     cur = swarm()
     check_swarm_update(cur, {**cur, "Labels": {P + "state.workload": "{}"}}, P)

@@ -7,14 +7,18 @@ while a task of the service waits without a node (docs/deploy.md)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
+from loguru import logger
 from support.gpu_nodes import RTX4090
 from support.memo import as_written
 from support.placement import apply, node, svc
 from support.placement import written as service_written
 from support.scheduler import is_task_dirty
 
+from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.cycle.placement import PlacementStep
 from swarmgpu.manager.placement import Planner
 from swarmgpu.manager.placement.records import ServicePlan
 from swarmgpu.manager.placement.specwrite import service_compute
@@ -207,6 +211,7 @@ def test_a_task_left_behind_an_open_gate_beside_a_running_replica_is_replaced_al
     assert "keep running" in (sp.reason or "") and "--force" not in (sp.reason or "")
     assert "swarmgpu.state.replaced" in sp.service_labels_set
     assert sp.set_update_parallelism is None  # one task waits: one batch already
+    assert sp.renewed and sp.transient and sp.transient in (sp.reason or "")  # (the log)
     # The next renewal (the back-off past) writes another value in its place.
     spec = service_compute(sp.writes)(s.spec)
     assert spec is not None
@@ -248,3 +253,50 @@ def test_a_renewal_beside_a_running_replica_carries_no_change_held_back() -> Non
     assert sp.held and not sp.add_env and not sp.force_update, (sp.held, sp.writes)
     assert sp.writes.add_constraints, sp.reason
     assert _replaced(s, sp, tasks, nodes) == ["t-two-2"]
+
+
+def test_a_task_its_node_truly_refuses_is_said_once_then_counted() -> None:
+    """Swarm's message cannot tell a task its node truly refuses from one Swarm stopped
+    trying, so it is replaced where it is after each back-off (what is written stays so).
+    The daemon's pending line was said again with each renewal and every cycle between
+    (the back-off's countdown, "backed off for 140 s more", made each a new note): said
+    once now, then a short line with the count at each renewal, also where a cycle
+    comes before Swarm's word on the new task (not pending then)."""
+    nodes = [node("n-a", "node-a")]
+    facts = {"n-a": RTX4090.facts()}
+    planner = Planner()
+    s = svc("one", {"swarmgpu.gpus": "1"})
+    for _ in range(3):
+        plan = planner.plan(nodes, [s], [], facts, now=1000.0)
+        nodes, (s,) = apply(nodes, plan), as_written([s], plan)
+    err = "no suitable node (scheduling constraints not satisfied on 1 node)"
+    step = PlacementStep(SimpleNamespace(cfg=Config()))  # type: ignore[arg-type]
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="INFO")
+    renewals = 0
+    try:
+        for i in range(1, 60):  # a cycle every 20 s, the task refused each time
+            (t,) = _tasks(s, [""])
+            plan = planner.plan(nodes, [s], [replace(t, error=err)], facts,
+                                now=1000.0 + 20 * i)
+            (sp,) = plan.services
+            step._log(plan)
+            if i == 1:  # within the gate's grace: Swarm's word alone, said as such
+                assert not sp.force_update and sp.status == "pending"
+                lines.clear()
+            renewals += sp.force_update
+            s = service_written(s, sp)
+            if sp.force_update:  # a cycle before Swarm's word on the new task: not pending
+                (t,) = _tasks(s, [""])
+                gap = planner.plan(nodes, [s], [t], facts, now=1001.0 + 20 * i)
+                assert gap.services[0].status == "placed" and not gap.services[0].writes
+                step._log(gap)
+    finally:
+        logger.remove(sink)
+    assert renewals >= 6  # written as before: replaced after each back-off
+    said = [x for x in lines if x.startswith("pending: ")]
+    assert len(said) == 1 and "replaced where it is" in said[0], lines
+    again = [x for x in lines if not x.startswith("pending: ")]
+    assert len(again) == renewals - 1, again
+    assert all("again" in x and "backed off" not in x and len(x) < 200 for x in again)
+    assert again[-1].count(f"{renewals - 1} time") == 1, again[-1]

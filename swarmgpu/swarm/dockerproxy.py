@@ -170,7 +170,9 @@ ALLOWED_CALLS: tuple[Call, ...] = (
     Call("POST", "/nodes/{id}/update", ("update_node",),
          "node labels under the prefix: facts, placement gates, the GPU ledger",
          "`version` (the current one); the spec equal to the current one but for labels "
-         "under the prefix (no role, availability, name or other label change)",
+         "under the prefix (no role, availability, name or other label change), none of "
+         "them one no node carries (`<prefix>hold`, `<prefix>state.*`: the hold and the "
+         "renewal constraint read their absence) added or changed",
          "node-update", _WRITE),
     Call("POST", "/services/{id}/update", ("/services/{0}/update",),
          "placement and moves: swarmgpu.* service labels, the gate, the device env",

@@ -43,6 +43,8 @@ from swarmgpu.manager.placement import (
     PlacementPlan,
     Planner,
     ServicePlan,
+    State,
+    Status,
     gate_key,
 )
 from swarmgpu.manager.placement.gating import HOLD_ADOPTED
@@ -392,6 +394,10 @@ class PlacementStep(Step):
         self.said: SaidOnce[tuple[str, str]] = SaidOnce()
         self.held_said: SaidOnce[str] = SaidOnce()
         self.status_said: SaidOnce[str] = SaidOnce()
+        # service id -> (its pending note, renewals since it was said), of a service that
+        # renews its waiting task: kept while it waits, across a cycle it is not pending
+        # (``_say_pending``)
+        self.renewals: dict[str, tuple[str, int]] = {}
 
     def stand_by(self) -> None:
         self.planner = None  # a new term starts from what Swarm stores
@@ -424,6 +430,26 @@ class PlacementStep(Step):
             timer.daemon = True
             timer.start()
 
+    def _say_pending(self, sp: ServicePlan, note: str, again: bool) -> None:
+        """A pending line, said once while it lasts (``again``: a new note). A task its
+        node truly refuses is renewed after each back-off (Swarm's message is the one it
+        gives a task it stopped trying, ``converge``): each renewal is counted in a short
+        line, and the cycle between a renewal and Swarm's word on the new task (not
+        pending then: ``renewals`` outlives it) does not make the note new again."""
+        log = logger.bind(service=sp.name)
+        kept = self.renewals.get(sp.id)
+        if kept is not None and kept[0] != note:
+            kept = None
+        if again and kept is None:
+            log.warning("pending: {} ({})", sp.reason or "", sp.request_text)
+            kept = (note, 0) if sp.renewed else None  # (only a renewal is kept past a gap)
+        elif sp.renewed:
+            kept = (note, (kept[1] if kept is not None else 0) + 1)
+            log.info("pending as said: its waiting task replaced where it is again, {} "
+                     "time(s) since (Swarm's message unchanged)", kept[1])
+        if kept is not None:
+            self.renewals[sp.id] = kept
+
     def _log(self, plan: PlacementPlan) -> int:
         """Log what people must see of ``plan`` (each invalid or pending service, held-back
         note and tenant limit once while it lasts); return the number of pending services."""
@@ -435,15 +461,15 @@ class PlacementStep(Step):
             log = logger.bind(service=sp.name)
             if sp.status in ("invalid", "pending"):
                 # Said again when the reason changes or comes back after a fix; the
-                # plan and the map keep it every cycle.
-                now = (sp.status, sp.reason or "")
-                again = status_said.fresh(sp.id, now)
+                # plan and the map keep it every cycle. Its transient clause (a
+                # back-off's countdown, a renewal: ``converge``) is no change.
+                note = (sp.reason or "").replace(sp.transient, "")
+                again = status_said.fresh(sp.id, (sp.status, note))
                 if sp.status == "invalid" and again:
-                    log.warning("invalid GPU request, service left as it is: {}", now[1])
+                    log.warning("invalid GPU request, service left as it is: {}", note)
                 elif sp.status == "pending":
                     pending += 1
-                    if again:
-                        log.warning("pending: {} ({})", now[1], sp.request_text)
+                    self._say_pending(sp, note, again)
             for w in sp.warnings:
                 if w == sp.replaced:  # moved off a node where Swarm would not run it
                     log.warning("{}", w)
@@ -456,6 +482,10 @@ class PlacementStep(Step):
                 held_said.forget(sp.name)
         held_said.end()
         status_said.end()
+        waits = {sp.id for sp in plan.services if sp.status == Status.PENDING
+                 or (sp.status == Status.PLACED and sp.state != State.ACTIVE)}
+        for gone in self.renewals.keys() - waits:
+            del self.renewals[gone]
         limits = {(sp.name, why) for sp in plan.services if sp.request is not None
                   for why in sp.request.limits}
         self.said.begin()

@@ -6,8 +6,11 @@ only when it differs in nothing but what the daemon writes (found by reading eve
 write in ``swarmgpu/manager``: cycle.placement, cycle.preemption, overshare, rebalance):
 
 - node spec: labels under the prefix (label sync's facts, placement's gates and
-  ledger). Role, availability, name and every other label stay as they are; the
-  health drain moves services off a node, it never changes the node's availability.
+  ledger), never one no node carries (``keys.never_on_a_node``: ``<prefix>hold`` and
+  ``<prefix>state.*``, whose absence the hold and the renewal constraint read; removed,
+  or left as the node has it, it passes). Role, availability, name and every other
+  label stay as they are; the health drain moves services off a node, it never changes
+  the node's availability.
 - service spec: service labels under the prefix (a ``devices.*`` list the write sets:
   GPU-/MIG- UUIDs, not ``all`` or a CDI name, ``_check_device_labels``); gate constraints
   (``node.labels.<prefix>service.*``) and the hold of a stack deployed as written
@@ -51,7 +54,15 @@ from swarmgpu.manager.placement.envs import (
     env_template,
     env_template_per_node,
 )
-from swarmgpu.manager.placement.keys import DEVICES, gate_of, is_hold, is_renew
+from swarmgpu.manager.placement.keys import (
+    DEVICES,
+    HOLD,
+    STATE,
+    gate_of,
+    is_hold,
+    is_renew,
+    never_on_a_node,
+)
 from swarmgpu.manager.services.sharing import env_lines
 from swarmgpu.swarm.dockerproxy import WriteChecks
 from swarmgpu.swarm.jsonstrict import first_difference, same, sub_object
@@ -279,8 +290,27 @@ def _check_replicas(current: Mapping[str, Any], new: Any) -> None:
                           "break move's surge)")
 
 
+def _check_node_labels(current: Mapping[str, Any], new: Any, prefix: str) -> None:
+    """No node write sets a label no node carries (``keys.never_on_a_node``): the hold
+    and the renewal constraint read its absence, so ``<p>state.renew=<n>`` on a node
+    would stop a service's task there. Removed, or left as the node has it, it passes."""
+    had = current.get("Labels")
+    had = had if isinstance(had, dict) else {}
+    labels = new.get("Labels") if isinstance(new, dict) else None
+    for key, value in (labels.items() if isinstance(labels, dict) else ()):
+        if never_on_a_node(key, prefix) and not (key in had and same(had[key], value)):
+            raise PolicyError(
+                f"this node update sets Labels.{key[:80]} to {value!r:.80}: no node carries "
+                f"{prefix}{HOLD} or a label under {prefix}{STATE} (swarmgpu's hold and "
+                "renewal constraints read their absence; its records live on services and "
+                "the swarm object), and the daemon writes none on a node: leave it out of "
+                f"the write; one a node has goes with docker node update --label-rm "
+                f"{key[:80]} NODE")
+
+
 def check_node_update(current: Mapping[str, Any], new: Any, prefix: str) -> None:
     _check("node", _mask_labels, current, new, prefix, f"labels under {prefix!r}")
+    _check_node_labels(current, new, prefix)
 
 
 def check_swarm_update(current: Mapping[str, Any], new: Any, prefix: str) -> None:

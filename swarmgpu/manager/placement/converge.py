@@ -35,6 +35,9 @@ class Convergence:
     replaced: str = ""
     backoff_label: str = ""  # ``<p>state.replaced``, written with the device map
     renew: bool = False  # its waiting task is replaced where it is (``service``)
+    # The clause of ``stuck`` that moves while nothing else does: the back-off's countdown,
+    # or the renewal that ends it. The daemon's log says the rest once while it lasts.
+    transient: str = ""
 
 
 def converge(
@@ -73,9 +76,8 @@ def converge(
     if b.since is not None and b.since > cyc.now + MAX_SKEW_S:
         b.since = cyc.now  # a recorded time no clock wrote (core.stamps): count from now
     if (left := b.wait_left(cyc.now)) > 0:
-        return Convergence(
-            holdings, f"{what}; re-placing it is backed off for {left:.0f} s more ({b.describe()})"
-        )
+        passing = f"; re-placing it is backed off for {left:.0f} s more ({b.describe()})"
+        return Convergence(holdings, what + passing, transient=passing)
     cluster = cyc.cluster
     for nid in stuck:
         cluster.release_holding(s.name, nid)
@@ -89,7 +91,7 @@ def converge(
             cluster.commit_holding(
                 s.name, nid, holdings[nid], cluster.holding_reservation(s.id, nid, res)
             )
-        nowhere = f"{what}; no other node can take it: {cluster.hostnames(probe.reason)}"
+        nowhere = f"; no other node can take it: {cluster.hostnames(probe.reason)}"
         if told:
             # The message may be one Swarm gave before the gate opened and never again:
             # a write of the service since (anyone's) left its waiting task of an older
@@ -101,9 +103,12 @@ def converge(
             running = sum(running_on.values())
             kept = (f" (a change of placement alone: its {running} running replica(s) "
                     "keep running)" if running else "")
-            return Convergence(holdings, f"{nowhere}; its waiting task is replaced where it "
-                               f"is{kept}", backoff_label=b.label(), renew=True)
-        return Convergence(holdings, nowhere)
+            # Swarm's message is the same whether its node truly refuses the task or
+            # Swarm stopped trying it: renewed after each back-off, said once (``transient``).
+            passing = f"{nowhere}; its waiting task is replaced where it is{kept}"
+            return Convergence(holdings, what + passing, backoff_label=b.label(), renew=True,
+                               transient=passing)
+        return Convergence(holdings, what + nowhere)
     cyc.avoid[s.id] = frozenset(stuck)
     b.replaced(cyc.now)
     return Convergence(

@@ -33,6 +33,8 @@ RESPREAD_STATE = "state.respread"
 # without a node and leaves the running ones where they are (swarmkit ``IsTaskDirty``);
 # ``n`` changes with each renewal (``converge``: a waiting task Swarm no longer tries).
 RENEW_STATE = "state.renew"
+# Every key under it is a record kept on a service or the swarm object, never on a node.
+STATE = "state."
 ACTIVE_STATES = (
     "running",
     "starting",
@@ -75,6 +77,15 @@ def _true_label(constraint: str, start: str) -> str | None:
 def is_hold(constraint: str, prefix: str) -> bool:
     """The hold constraint, read as ``gate_of`` reads a gate (``_true_label``)."""
     return _true_label(constraint, prefix + HOLD) == prefix + HOLD
+
+
+def never_on_a_node(key: str, prefix: str) -> bool:
+    """A node label no node carries: the hold and the renewal constraint are met (or not)
+    because no node has their label (``HOLD``, ``RENEW_STATE``), and every other key
+    under ``<p>state.`` is a record kept on a service or the swarm object. The daemon
+    writes none on a node and label sync removes one it finds; the docker-proxy refuses
+    a node write that sets one (a node with ``<p>state.renew=<n>`` fails that renewal)."""
+    return key == prefix + HOLD or key.startswith(prefix + STATE)
 
 
 def renew_constraint(prefix: str, n: int) -> str:

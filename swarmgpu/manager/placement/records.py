@@ -147,6 +147,11 @@ class ServicePlan:
     # decision (placement.restarts): each as it would change the spec. They go with the
     # service's next decided write, or the operator's ``swarmgpu apply --service``.
     held: tuple[str, ...] = ()
+    # The clause of ``reason`` that moves each cycle while nothing else does (the
+    # back-off's countdown, the renewal: ``converge``), and whether this plan renews its
+    # waiting task: the daemon's log says the reason once, then counts the renewals.
+    transient: str = ""
+    renewed: bool = False
 
     @property
     def needs_service_write(self) -> bool:

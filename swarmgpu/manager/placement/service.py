@@ -229,7 +229,7 @@ def _plan_replicated(
     d.released(release_dropped(cyc, old, holdings), cyc)
     stuck = ""
     if (conv := converge(s, r, holdings, running_on, waiting, res, cyc)) is not None:
-        holdings, stuck = conv.holdings, conv.stuck
+        holdings, stuck, d.transient = conv.holdings, conv.stuck, conv.transient
         if conv.dropped:  # re-placed off them: their ledger entry and gate go
             d.remove_holdings(conv.dropped, cyc)
             d.state_labels[cyc.prefix + REPLACED_STATE] = conv.backoff_label
@@ -290,6 +290,7 @@ def _renew(d: _Draft, s: SwarmService, running_on: Mapping[str, int], waiting: W
     way all at once where several wait and nothing runs (the rolling updater waits for
     each new task to run); beside a running replica the owner's parallelism stays: a
     forced update landing while it were 0 would restart every running replica at once."""
+    d.renewed = True
     owners = all_at_once(s)
     if any(running_on.values()):
         owners = None
@@ -459,6 +460,8 @@ class _Draft:
     job_running: bool  # a job whose run started: its spec is not written (``jobs``)
     decision: tuple[str, str] | None
     held: tuple[str, ...]
+    transient: str  # ``ServicePlan.transient``
+    renewed: bool
 
     def __init__(self, s: SwarmService, request: GpuRequest | None, text: str) -> None:
         self.s, self.request, self.request_text = s, request, text
@@ -472,7 +475,8 @@ class _Draft:
         self.node_set, self.node_remove, self.state_labels = {}, {}, {}
         self.packed = self.progress = self.decision = self.limit = None
         self.replaced, self.nodes_waiting, self.held = "", EMPTY, ()
-        self.job_running = False
+        self.job_running = self.renewed = False
+        self.transient = ""
 
     def gated(self, g: Gating) -> bool:
         """Step 3's result; False: the service waits."""
@@ -585,4 +589,6 @@ class _Draft:
             self.progress,
             self.decision,
             self.held,
+            self.transient,
+            self.renewed,
         )
