@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from loguru import logger
 from support.forged import (
     DGX_F,
     R4090_F,
@@ -206,6 +207,72 @@ def test_a_repin_is_not_rolled_back_while_its_task_waits_beside_a_running_replic
     assert [r.outcome for r in m.recent][-1] is Outcome.DONE
     assert sorted(t[:2] for t in _third(sw)) == [("n-4090", "running"), ("n-dgx", "running")]
     assert sw.service("id-third").force_update == 0
+
+
+def _held_lines(fn: Any) -> list[str]:
+    """The WARNING lines said while ``fn`` runs."""
+    lines: list[str] = []
+    sink = logger.add(lambda msg: lines.append(str(msg.record["message"])), level="WARNING")
+    try:
+        fn()
+    finally:
+        logger.remove(sink)
+    return lines
+
+
+def test_a_repin_held_beside_a_running_replica_ends_past_its_hold_limit() -> None:
+    """Beside a running replica the repin waited for its waiting task with no limit: a
+    node that never takes it (Swarm's message stays the same) held the move, its record
+    and its move budget, for good. The hold lasts ``move_timeout_s`` past the repin's
+    own timeout (the mover's limit); then it ends where it is, as a move past its
+    timeout does: one line names the service and its waiting task, the record and its
+    budget go, and placement carries on (its renewal replaces the waiting task)."""
+    sw, m, now = _repinned_and_waiting(Trigger.HOTSPOT, beside=True)
+    now[0] += 20.0  # 230 s in: still within the hold's limit (2 x 120 s)
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert [r.outcome for r in m.recent] == [Outcome.STARTED] and m.records()
+    now[0] += 20.0  # 250 s in: past it
+    lines = _held_lines(lambda: m.run_cycle([], sw.nodes(), sw.services(), sw.tasks()))
+    assert [r.outcome for r in m.recent][-1] is Outcome.FAILED
+    assert not m.records()  # the record, and the budget it held, gone
+    said = [ln for ln in lines if "t-third-2" in ln]
+    assert len(said) == 1 and "third" in said[0], lines
+    assert sw.node("n-4090").labels.get(gate_key(P, "third")) == "true"
+    assert sw.service("id-third").force_update == 0  # the running replica not restarted
+    assert sorted(t[:2] for t in _third(sw)) == [("", "pending"), ("n-dgx", "running")]
+
+
+def test_a_repin_done_beside_a_replica_that_waits_for_good_ends_past_its_hold_limit(
+        ) -> None:
+    """The repin's own task runs on its new GPU, but another replica of the service waits
+    for good (Swarm never tries it again): the end write waited for it with no limit,
+    the move in flight and its budget held. Past the hold's limit the end is written
+    (the move done), with one line naming the waiting task."""
+    base = victim_cluster({})
+    sw = _Scheduling(base.nodes(), base.services(), base.tasks())
+    now = [1000.0]
+    cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
+    m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    m.run_cycle([repin_move()], sw.nodes(), sw.services(), sw.tasks())
+    sw.run_task(SwarmTask("t-third-w", "id-third", "", 2, "pending", "running", ()))
+    sw.stranded.add("t-third-w")  # of an older revision: never placed again
+    sw.stop_tasks("id-third", "n-4090")  # the enforcer stops it; its replacement waits
+    sw.run_task(SwarmTask("t-third-2", "id-third", "", 1, "pending", "running", ()))
+    for _ in range(2):
+        now[0] += 10.0
+        m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert ("n-4090", "running") in [t[:2] for t in _third(sw)]  # the repin's task runs
+    assert [r.outcome for r in m.recent] == [Outcome.STARTED] and m.records()
+    now[0] += 200.0  # 220 s in: held still
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert m.records()
+    now[0] += 30.0  # 250 s in: past 2 x move_timeout_s
+    lines = _held_lines(lambda: m.run_cycle([], sw.nodes(), sw.services(), sw.tasks()))
+    assert [r.outcome for r in m.recent][-1] is Outcome.DONE
+    assert not m.records()
+    said = [ln for ln in lines if "t-third-w" in ln]
+    assert len(said) == 1 and "third" in said[0], lines
+    assert sw.service("id-third").labels[devices_key(P, "n-4090")] == R_UUIDS[2]
 
 
 def _preemption_move(make_before_break: bool) -> tuple[_Scheduling, Mover, list[float]]:
