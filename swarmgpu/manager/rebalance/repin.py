@@ -38,7 +38,11 @@ leaves a task of the service waiting for a node (a replicated replacement N does
 of an older revision, which Swarm never tries again (docs/deploy.md; ``Waits``): where
 nothing of it runs, a roll-back closes the gate first, then writes the spec with a
 ForceUpdate (the waiting task carried the new GPUs), and an end write carries one too;
-beside a running replica neither is made while such a task waits. A record whose
+beside a running replica neither is made while such a task waits, for at most
+``move_timeout_s`` past the repin's timeout (a task Swarm never places would hold the
+move and its budget for good): then the repin ends where it is (not rolled back: the
+roll-back's own task would be the one its write left waiting), its end written plain, one
+line naming the waiting tasks, and placement's renewal replaces them. A record whose
 service lost its move label (a stack re-deploy) is dropped and placement takes the
 service back from the ledger. A move label without a record is never acted on
 (``mover.verify``).
@@ -303,9 +307,10 @@ class Repin:
             # plain (a running replica is never restarted for it). The waiting task is
             # left of an older revision; placement's renewal replaces it where it is.
             logger.bind(service=st.service).warning(
-                "repin of {} on {}: its end is written after {:g}s held while task(s) {} "
-                "of it wait for a node (placement replaces them where they are)",
-                st.service, st.source_host, 2 * self.cfg.move_timeout_s, ",".join(waits.ids))
+                "repin of {} on {}: its end, held while task(s) {} of it wait for a node, "
+                "is written past its limit ({:g}s from its start); placement replaces "
+                "them where they are", st.service, st.source_host, ",".join(waits.ids),
+                2 * self.cfg.move_timeout_s)
         renew = waits is not None and waits.renew
         end_move(self.writes, self.prefix, sid, self.clock(),
                  force_update if renew else None, partial(self.say, st, outcome, detail))
