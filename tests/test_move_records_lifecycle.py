@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from loguru import logger
-from support.forged import P, RecordingSwarm, victim_cluster, victim_move
+from support.forged import P, RecordingSwarm, repin_move, victim_cluster, victim_move
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.nodes.sync import Snapshot
@@ -134,3 +134,23 @@ def test_audit_names_a_move_record_past_its_timeout() -> None:
             )
         )
     )  # no timeout given: not judged
+
+
+def test_audit_gives_a_repin_record_its_hold_limit() -> None:
+    """A repin beside a running replica holds its writes while a task of it waits for a
+    node, up to ``move_timeout_s`` past its timeout (repin.py): its record was said stuck
+    (needs action) while the daemon was holding it on purpose."""
+    sw, now = victim_cluster({}), [1000.0]
+    _mover(sw, now).run_cycle([repin_move()], sw.nodes(), sw.services(), sw.tasks())
+    key = record_key(P, "id-third")
+    assert key in sw.swarm_labels()
+    check = forged_check(P, move_timeout_s=120.0, cycle_s=30.0)
+
+    def found(at: float) -> set[str | None]:
+        snap = Snapshot(
+            sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels(), taken_at=at
+        )
+        return {f.key for f in check(snap) if f.kind == "move-record-stuck"}
+
+    assert found(1000.0 + 200.0) == set()  # held: within 2 x 120 s and one cycle
+    assert key in found(1000.0 + 300.0)

@@ -8,18 +8,25 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from loguru import logger
 from support.forged import (
     DGX_F,
     R4090_F,
     T_UUID,
     RecordingSwarm,
     repin_move,
+    sw_node,
+    sw_svc,
     victim_cluster,
     victim_move,
 )
 
-from swarmgpu.core.config import RebalanceConfig
-from swarmgpu.manager.placement import devices_key, gate_key
+from swarmgpu.core.config import Config, PreemptionConfig, RebalanceConfig
+from swarmgpu.manager.cycle.placement import make_plan
+from swarmgpu.manager.cycle.preemption import Preempter
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key
+from swarmgpu.manager.placement.keys import is_renew
 from swarmgpu.manager.rebalance.mover import Mover
 from swarmgpu.manager.rebalance.moves import Outcome, Trigger
 from swarmgpu.swarm.client import SwarmTask
@@ -55,10 +62,15 @@ class _Scheduling(RecordingSwarm):
                 self.stranded.add(t.id)
 
     def update_service_spec(self, service_id: str, compute: Any, **kw: Any) -> bool:
-        force = self.service(service_id).force_update
+        before = self.service(service_id)
         wrote = super().update_service_spec(service_id, compute, **kw)
+        after = self.service(service_id)
         fresh: frozenset[str] = frozenset()
-        if self.service(service_id).force_update != force:  # the waiting tasks replaced
+        # A task spec change (a ForceUpdate, a change of placement) replaces the tasks
+        # without a node (swarmkit ``IsTaskDirty``); a running task stays where its node
+        # meets the new constraints (the ones written here all do).
+        if (after.force_update, after.constraints) != (before.force_update,
+                                                       before.constraints):
             self._tasks = [replace(t, id=t.id + "-new") if t.service_id == service_id
                            and not t.node_id else t for t in self._tasks]
             fresh = frozenset(t.id for t in self._tasks if t.id.endswith("-new"))
@@ -208,6 +220,72 @@ def test_a_repin_is_not_rolled_back_while_its_task_waits_beside_a_running_replic
     assert sw.service("id-third").force_update == 0
 
 
+def _held_lines(fn: Any) -> list[str]:
+    """The WARNING lines said while ``fn`` runs."""
+    lines: list[str] = []
+    sink = logger.add(lambda msg: lines.append(str(msg.record["message"])), level="WARNING")
+    try:
+        fn()
+    finally:
+        logger.remove(sink)
+    return lines
+
+
+def test_a_repin_held_beside_a_running_replica_ends_past_its_hold_limit() -> None:
+    """Beside a running replica the repin waited for its waiting task with no limit: a
+    node that never takes it (Swarm's message stays the same) held the move, its record
+    and its move budget, for good. The hold lasts ``move_timeout_s`` past the repin's
+    own timeout (the mover's limit); then it ends where it is, as a move past its
+    timeout does: one line names the service and its waiting task, the record and its
+    budget go, and placement carries on (its renewal replaces the waiting task)."""
+    sw, m, now = _repinned_and_waiting(Trigger.HOTSPOT, beside=True)
+    now[0] += 20.0  # 230 s in: still within the hold's limit (2 x 120 s)
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert [r.outcome for r in m.recent] == [Outcome.STARTED] and m.records()
+    now[0] += 20.0  # 250 s in: past it
+    lines = _held_lines(lambda: m.run_cycle([], sw.nodes(), sw.services(), sw.tasks()))
+    assert [r.outcome for r in m.recent][-1] is Outcome.FAILED
+    assert not m.records()  # the record, and the budget it held, gone
+    said = [ln for ln in lines if "t-third-2" in ln]
+    assert len(said) == 1 and "third" in said[0], lines
+    assert sw.node("n-4090").labels.get(gate_key(P, "third")) == "true"
+    assert sw.service("id-third").force_update == 0  # the running replica not restarted
+    assert sorted(t[:2] for t in _third(sw)) == [("", "pending"), ("n-dgx", "running")]
+
+
+def test_a_repin_done_beside_a_replica_that_waits_for_good_ends_past_its_hold_limit(
+        ) -> None:
+    """The repin's own task runs on its new GPU, but another replica of the service waits
+    for good (Swarm never tries it again): the end write waited for it with no limit,
+    the move in flight and its budget held. Past the hold's limit the end is written
+    (the move done), with one line naming the waiting task."""
+    base = victim_cluster({})
+    sw = _Scheduling(base.nodes(), base.services(), base.tasks())
+    now = [1000.0]
+    cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
+    m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    m.run_cycle([repin_move()], sw.nodes(), sw.services(), sw.tasks())
+    sw.run_task(SwarmTask("t-third-w", "id-third", "", 2, "pending", "running", ()))
+    sw.stranded.add("t-third-w")  # of an older revision: never placed again
+    sw.stop_tasks("id-third", "n-4090")  # the enforcer stops it; its replacement waits
+    sw.run_task(SwarmTask("t-third-2", "id-third", "", 1, "pending", "running", ()))
+    for _ in range(2):
+        now[0] += 10.0
+        m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert ("n-4090", "running") in [t[:2] for t in _third(sw)]  # the repin's task runs
+    assert [r.outcome for r in m.recent] == [Outcome.STARTED] and m.records()
+    now[0] += 200.0  # 220 s in: held still
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert m.records()
+    now[0] += 30.0  # 250 s in: past 2 x move_timeout_s
+    lines = _held_lines(lambda: m.run_cycle([], sw.nodes(), sw.services(), sw.tasks()))
+    assert [r.outcome for r in m.recent][-1] is Outcome.DONE
+    assert not m.records()
+    said = [ln for ln in lines if "t-third-w" in ln]
+    assert len(said) == 1 and "third" in said[0], lines
+    assert sw.service("id-third").labels[devices_key(P, "n-4090")] == R_UUIDS[2]
+
+
 def _preemption_move(make_before_break: bool) -> tuple[_Scheduling, Mover, list[float]]:
     """The victim moved as preemption moves it (``Preemption.moves``: ``Mover.start``, a
     ``preemption`` move, no window) to a target that never runs its task; its new task
@@ -265,3 +343,39 @@ def test_a_victim_moved_by_preemption_without_a_surge_is_rolled_back_onto_its_so
     assert not sw.stranded
     assert [(t.node_id, t.state) for t in sw.tasks() if t.service_id == "id-victim"] == [
         ("n-dgx", "running")]
+
+
+def test_a_victims_write_replaces_its_replica_that_waits_for_a_node() -> None:
+    """batch (priority 0, 2 replicas of 8 GPUs) runs one replica on the 4090, which
+    high (priority 100) preempts; its second replica waits for a node. The victim's
+    spec write (its device list gone, the preempted record: labels only) left that
+    task of an older revision, never tried again: it waited until batch's next
+    placement forced it. The write carries the renewal constraint now (a change of
+    placement alone, which every node meets): the waiting task is replaced by one of the
+    write's revision; the running one stays until its gate closes."""
+    held = Holding("batch", "n-4090", R_UUIDS, tuple(1000 for _ in R_UUIDS))
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", {assign_key(P, "batch"): held.label_value(),
+                                            gate_key(P, "batch"): "true"})]
+    batch = sw_svc("batch", {f"{P}gpus": "8", f"{P}priority": "0",
+                             devices_key(P, "n-4090"): ",".join(R_UUIDS)}, replicas=2)
+    high = sw_svc("high", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
+                           f"{P}priority": "100"})
+    tasks = [SwarmTask("t-batch-1", batch.id, "n-4090", 1, "running", "running", ()),
+             SwarmTask("t-batch-2", batch.id, "", 2, "pending", "running", ()),
+             SwarmTask("t-high", high.id, "", 1, "pending", "running", ())]
+    sw = _Scheduling(nodes, [batch, high], tasks)
+    sw.cannot_run = frozenset({"n-4090"})  # MaxReplicas 1: it runs one of batch already
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels())
+    cfg = Config(preemption=PreemptionConfig(dry_run=False))
+    done = Preempter(cfg).cycle(sw, snap, make_plan(snap, cfg), FACTS,  # type: ignore[arg-type]
+                                now=5000.0)
+    assert [p.describe() for p in done] == [
+        "preempt batch (priority 0) on gpu-node-2 for high (priority 100)"]
+    assert gate_key(P, "batch") not in sw.node("n-4090").labels  # stopped
+    assert not sw.stranded
+    assert [t.id for t in sw.tasks() if t.service_id == batch.id] == [
+        "t-batch-1", "t-batch-2-new"]  # the running one was not replaced by the write
+    spec = sw.service(batch.id)
+    assert spec.force_update == 0 and [c for c in spec.constraints if is_renew(c, P)]
+    assert devices_key(P, "n-4090") not in spec.labels

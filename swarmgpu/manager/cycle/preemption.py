@@ -59,7 +59,6 @@ placement gave them their GPUs back the next cycle: stopped and restarted for no
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -77,14 +76,13 @@ from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.placement import make_plan, new_planner
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
 from swarmgpu.manager.cycle.session import CycleSession, Slot
+from swarmgpu.manager.cycle.victimspec import renewed, victim_spec
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.engine.stop import Stopped
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import PlacementPlan, ServicePlan, assign_key, gate_key
-from swarmgpu.manager.placement.keys import DEVICES
 from swarmgpu.manager.placement.ledger import read_ledger
 from swarmgpu.manager.placement.preempt import (
-    PREEMPTED_STATE,
     Candidate,
     Preempted,
     Preemption,
@@ -596,8 +594,10 @@ class Preempter:
         # Through the actuator's gate, as every write; preemption's own dry-run checks
         # ran before this (``cycle``), the gate's refuses whatever slipped past them.
         for v in victims:
-            try:
-                gate.service_spec(v.service_id, _unmapped(prefix, p.node_id, record), why)
+            try:  # a task of it waiting for a node: replaced by the write (victimspec)
+                renew = renewed(swarm, v.service_id)
+                gate.service_spec(v.service_id, victim_spec(prefix, p.node_id, record, renew),
+                                  why)
             except SwarmError as exc:
                 log.error("preemption: {}'s spec write failed: none of {} stopped for {}, "
                           "no gate closed: {}", v.service, names(victims), p.service, exc)
@@ -627,22 +627,6 @@ class Preempter:
 
 def names(victims: list[Candidate]) -> str:
     return ", ".join(v.service for v in victims)
-
-
-def _unmapped(prefix: str, node_id: str, record: str
-              ) -> Callable[[Mapping[str, Any]], Mapping[str, Any] | None]:
-    """A victim's spec write: its device lists for ``node_id`` gone, the record set."""
-    dk = f"{prefix}{DEVICES}{node_id}"
-
-    def service(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        new = copy.deepcopy(dict(spec))
-        labels = {k: val for k, val in (new.get("Labels") or {}).items()
-                  if not (k == dk or k.startswith(dk + "."))}
-        labels[prefix + PREEMPTED_STATE] = record
-        new["Labels"] = labels
-        return None if new == spec else new
-
-    return service
 
 
 def _note(plan: PlacementPlan, by_name: Mapping[str, int], name: str, note: str) -> None:

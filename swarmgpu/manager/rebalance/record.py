@@ -180,9 +180,11 @@ def stuck_finding(key: str, st: MoveState, now: float, timeout_s: float, cycle_s
     """``audit``: a record older than ``move_timeout_s`` and one cycle (``cycle_s``), by
     the audit's clock. By then a daemon with writes on has finished it or rolled it back
     (a service that is gone: dropped at once); one left says it does not run, runs in
-    dry-run, or its steps fail. A start no clock wrote (``core.stamps``) is not judged."""
+    dry-run, or its steps fail. A start no clock wrote (``core.stamps``) is not judged.
+    A repin's writes may be held ``timeout_s`` longer while a task of its service waits
+    for a node beside a running one (``repin.py``): judged past that."""
     age = now - stamps.started(st.started_at, now)
-    if age <= timeout_s + cycle_s:
+    if age <= timeout_s * (2 if st.same_node else 1) + cycle_s:
         return None
     what = "its service is gone" if gone else f"{st.source_host} -> {st.target_host}"
     return Finding("move-record-stuck", st.service, peer_text(

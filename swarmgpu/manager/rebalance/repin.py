@@ -38,7 +38,11 @@ leaves a task of the service waiting for a node (a replicated replacement N does
 of an older revision, which Swarm never tries again (docs/deploy.md; ``Waits``): where
 nothing of it runs, a roll-back closes the gate first, then writes the spec with a
 ForceUpdate (the waiting task carried the new GPUs), and an end write carries one too;
-beside a running replica neither is made while such a task waits. A record whose
+beside a running replica neither is made while such a task waits, for at most
+``move_timeout_s`` past the repin's timeout (a task Swarm never places would hold the
+move and its budget for good): then the repin ends where it is (not rolled back: the
+roll-back's own task would be the one its write left waiting), its end written plain, one
+line naming the waiting tasks, and placement's renewal replaces them. A record whose
 service lost its move label (a stack re-deploy) is dropped and placement takes the
 service back from the ledger. A move label without a record is never acted on
 (``mover.verify``).
@@ -130,12 +134,13 @@ class Waits:
 
     waiting: bool
     running: bool
+    ids: tuple[str, ...] = ()  # the waiting tasks, for the line said when a hold ends
 
     @classmethod
     def of(cls, tasks: Sequence[SwarmTask]) -> Waits:
         wanted = [t for t in tasks if t.desired_state == "running"]
-        return cls(any(not t.node_id for t in wanted),
-                   any(t.state == "running" for t in wanted))
+        ids = tuple(sorted(t.id for t in wanted if not t.node_id))
+        return cls(bool(ids), any(t.state == "running" for t in wanted), ids)
 
     @property
     def renew(self) -> bool:
@@ -293,10 +298,19 @@ class Repin:
         this look found them; while one waits for a node the write is held (the move
         stays in flight) or replaces it (``Waits``)."""
         if waits is not None and waits.held:
-            logger.bind(service=st.service).debug(
-                "repin on {}: its end waits while a task of it waits for a node",
-                st.source_host)
-            return
+            if not self._hold_over(st):
+                logger.bind(service=st.service).debug(
+                    "repin on {}: its end waits while a task of it waits for a node",
+                    st.source_host)
+                return
+            # Past the hold's limit: made as the mover makes its end (it holds none),
+            # plain (a running replica is never restarted for it). The waiting task is
+            # left of an older revision; placement's renewal replaces it where it is.
+            logger.bind(service=st.service).warning(
+                "repin of {} on {}: its end, held while task(s) {} of it wait for a node, "
+                "is written past its limit ({:g}s from its start); placement replaces "
+                "them where they are", st.service, st.source_host, ",".join(waits.ids),
+                2 * self.cfg.move_timeout_s)
         renew = waits is not None and waits.renew
         end_move(self.writes, self.prefix, sid, self.clock(),
                  force_update if renew else None, partial(self.say, st, outcome, detail))
@@ -366,7 +380,7 @@ class Repin:
             self._leave(sid, st, held, f"the roll-back's task did not run within "
                                        f"{self.cfg.move_timeout_s:g}s", waits)
             return True
-        if waits.held:
+        if waits.held and not self._hold_over(st):
             # Its waiting task carries the new GPUs, which the ledger holds: it runs with
             # them once the node takes it (the repin then ends). A roll-back's spec write
             # would leave it of an older revision, never tried again, and a forced one
@@ -375,8 +389,26 @@ class Repin:
                 "repin on {}: not rolled back while a task of it waits for a node beside a "
                 "running one", st.source_host)
             return True
+        if waits.held:
+            # Past the hold's limit: ended where it is, not rolled back (a roll-back's own
+            # task would be the one its spec write left waiting for good): the ledger and
+            # the device map name the GPUs it holds, and placement takes it from there.
+            if held is not None and held != st.target_holding():
+                ahead = swapped(st, self.clock())  # step 2 never landed: the map points back
+                self._point_spec(sid, ahead, ahead)
+            self._leave(sid, st, held, f"its task on {st.source_host} is not running "
+                                       f"within {self.cfg.move_timeout_s:g}s", waits)
+            return True
         self._roll_back(sid, swapped(st, self.clock()), node, held, waits)
         return True
+
+    def _hold_over(self, st: MoveState) -> bool:
+        """A write held while a task of the service waits for a node beside a running one
+        (``Waits.held``) waits at most ``move_timeout_s`` past the repin's own timeout
+        (``st``'s age, as ``advance`` times it): a task Swarm never places would hold the
+        move, and its budget, for good."""
+        now = self.clock()
+        return now - self.seen.started(st, now) > 2 * self.cfg.move_timeout_s
 
     def _roll_back(self, sid: str, back: MoveState, node: SwarmNode, held: Holding | None,
                    waits: Waits) -> None:

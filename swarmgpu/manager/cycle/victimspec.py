@@ -1,0 +1,59 @@
+"""A preemption victim's spec write (``preemption._close``): its device lists for the
+node go and ``<p>state.preempted`` records why (labels: no task restarts).
+
+A task of the victim that waits for a node when that write lands would be of an older
+revision, which Swarm's scheduler never tries again (moby/swarmkit 807f25e,
+``noSuitableNode``; docs/deploy.md): it waited until the victim's next placement forced
+it. The write cannot wait for it (a replica asked beyond what fits would make a service
+immune to preemption), so where one waits, read from Swarm just before, the write carries
+the renewal constraint too (``placement.keys.RENEW_STATE``, met by every node), as
+placement's converge renewal does: Swarm's updater replaces only the tasks without a
+node, and the running ones stay (the victim's on the preempted node until its gate
+closes, its replicas elsewhere). A job is left out: any write of its spec runs it anew.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from swarmgpu.manager.placement.jobs import JOB_MODES
+from swarmgpu.manager.placement.keys import DEVICES, is_renew, next_renewal
+from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
+from swarmgpu.swarm.client import SwarmClient, SwarmService
+
+SpecCompute = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
+
+
+def renewed(swarm: SwarmClient, service_id: str) -> SwarmService | None:
+    """The victim as Swarm has it now, where a task of it waits for a node (not a job):
+    its write carries the renewal; None where none waits. Raises ``SwarmError``."""
+    s = swarm.service(service_id)
+    if s.mode in JOB_MODES:
+        return None
+    tasks = swarm.tasks({"service": service_id, "desired-state": "running"})
+    return s if any(not t.node_id for t in tasks) else None
+
+
+def victim_spec(prefix: str, node_id: str, record: str,
+                renew: SwarmService | None = None) -> SpecCompute:
+    """The victim's spec write: its device lists for ``node_id`` gone, the record set;
+    ``renew`` (``renewed``): its renewal constraint changed too."""
+    dk = f"{prefix}{DEVICES}{node_id}"
+
+    def service(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        new = copy.deepcopy(dict(spec))
+        labels = {k: val for k, val in (new.get("Labels") or {}).items()
+                  if not (k == dk or k.startswith(dk + "."))}
+        labels[prefix + PREEMPTED_STATE] = record
+        new["Labels"] = labels
+        if renew is not None:
+            placement = new.setdefault("TaskTemplate", {}).setdefault("Placement", {})
+            cons = [str(c) for c in placement.get("Constraints") or []]
+            mine = [c for c in cons if is_renew(c, prefix)]
+            placement["Constraints"] = ([c for c in cons if c not in mine]
+                                        + list(next_renewal(mine, prefix, renew.version)))
+        return None if new == spec else new
+
+    return service
