@@ -196,3 +196,15 @@ def test_a_gpu_node_labelled_for_the_agent_is_not_cpu_only_before_its_agent_answ
         nodes, facts = cluster(n)
         sp = plan_of(nodes, [service("web", ZERO, 1000)], [], facts, "web")
         assert where(sp) == "n-g", n
+
+
+def test_the_agents_gpu_label_is_read_in_any_case_as_swarm_matches_it() -> None:
+    """Swarm matches ``node.labels.gpu==true`` case-insensitively (EqualFold), so agents
+    run on a node labelled ``gpu=True`` too: before, only ``true`` kept it off, and such a
+    GPU node whose agent had not answered was taken first for gpus "0" services."""
+    base = cpu_node("n-c", "node-c", 4000)
+    for v in ("True", "TRUE"):
+        for n in (replace(base, labels={"gpu": v}), replace(base, engine_labels={"gpu": v})):
+            nodes, facts = cluster(n)
+            sp = plan_of(nodes, [service("web", ZERO, 1000)], [], facts, "web")
+            assert where(sp) == "n-g", n

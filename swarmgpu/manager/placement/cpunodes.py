@@ -22,6 +22,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.commands.compose_gpu import GPU_RESOURCE_KINDS
 from swarmgpu.manager.placement.specs import schedulable, user_labels
 from swarmgpu.swarm.client import SwarmNode
+from swarmgpu.swarm.constraints import equal_fold
 from swarmgpu.swarm.labels import owned_by_label_sync
 
 
@@ -33,7 +34,7 @@ def gpu_hint(node: SwarmNode, prefix: str) -> str | None:
     CPU-only node.)"""
     if any(owned_by_label_sync(k, prefix) for k in node.labels):
         return f"it carries {prefix}gpu labels"
-    if node.labels.get("gpu") == "true":
+    if equal_fold(node.labels.get("gpu", ""), "true"):  # as Swarm matches gpu==true
         return "it is labelled gpu=true (where the stack runs agents)"
     kinds = set(node.generic_resources) | set(node.discrete_resources)
     if kinds & set(GPU_RESOURCE_KINDS):
@@ -52,7 +53,7 @@ def cpu_only_node(node: SwarmNode, facts: NodeFacts | None, prefix: str) -> bool
         return False  # the agent answered (or its last facts stand in): a GPU node's path
     if not node.cpu_milli or not node.memory_mib:
         return False  # Swarm does not say what it has: nothing to place against
-    if node.engine_labels.get("gpu") == "true":
+    if equal_fold(node.engine_labels.get("gpu", ""), "true"):
         return False  # docs/deploy.md: the engine label may place the agents too
     return gpu_hint(node, prefix) is None
 
