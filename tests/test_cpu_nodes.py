@@ -208,3 +208,18 @@ def test_the_agents_gpu_label_is_read_in_any_case_as_swarm_matches_it() -> None:
             nodes, facts = cluster(n)
             sp = plan_of(nodes, [service("web", ZERO, 1000)], [], facts, "web")
             assert where(sp) == "n-g", n
+
+
+def test_a_node_advertising_the_configured_generic_kind_is_not_cpu_only() -> None:
+    """``placement.generic_resource_kind`` names the kind the GPU nodes advertise (doctor
+    asks for it): a node whose engine advertises it, its agent not answered yet, is a
+    GPU node. Before, only the usual kinds (NVIDIA-GPU, GPU...) kept it off, and a node
+    advertising ``A100`` was taken first for gpus "0" services."""
+    base = cpu_node("n-c", "node-c", 4000)
+    for n in (replace(base, discrete_resources={"A100": 2}),
+              replace(base, generic_resources={"A100": ("GPU-1",)})):
+        nodes, facts = cluster(n)
+        plan = Planner(generic_kind="A100").plan(
+            nodes, [service("web", ZERO, 1000)], [], facts)  # type: ignore[arg-type]
+        (sp,) = plan.services
+        assert where(sp) == "n-g", n
