@@ -196,3 +196,30 @@ def test_a_gpu_node_labelled_for_the_agent_is_not_cpu_only_before_its_agent_answ
         nodes, facts = cluster(n)
         sp = plan_of(nodes, [service("web", ZERO, 1000)], [], facts, "web")
         assert where(sp) == "n-g", n
+
+
+def test_the_agents_gpu_label_is_read_in_any_case_as_swarm_matches_it() -> None:
+    """Swarm matches ``node.labels.gpu==true`` case-insensitively (EqualFold), so agents
+    run on a node labelled ``gpu=True`` too: before, only ``true`` kept it off, and such a
+    GPU node whose agent had not answered was taken first for gpus "0" services."""
+    base = cpu_node("n-c", "node-c", 4000)
+    for v in ("True", "TRUE"):
+        for n in (replace(base, labels={"gpu": v}), replace(base, engine_labels={"gpu": v})):
+            nodes, facts = cluster(n)
+            sp = plan_of(nodes, [service("web", ZERO, 1000)], [], facts, "web")
+            assert where(sp) == "n-g", n
+
+
+def test_a_node_advertising_the_configured_generic_kind_is_not_cpu_only() -> None:
+    """``placement.generic_resource_kind`` names the kind the GPU nodes advertise (doctor
+    asks for it): a node whose engine advertises it, its agent not answered yet, is a
+    GPU node. Before, only the usual kinds (NVIDIA-GPU, GPU...) kept it off, and a node
+    advertising ``A100`` was taken first for gpus "0" services."""
+    base = cpu_node("n-c", "node-c", 4000)
+    for n in (replace(base, discrete_resources={"A100": 2}),
+              replace(base, generic_resources={"A100": ("GPU-1",)})):
+        nodes, facts = cluster(n)
+        plan = Planner(generic_kind="A100").plan(
+            nodes, [service("web", ZERO, 1000)], [], facts)  # type: ignore[arg-type]
+        (sp,) = plan.services
+        assert where(sp) == "n-g", n

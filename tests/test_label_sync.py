@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 from support.forged import R4090_F, RecordingSwarm, sw_node
 from support.write_paths import svc
 
-from swarmgpu.core.config import Config, SyncConfig
+from swarmgpu.core.config import Config, PlacementConfig, SyncConfig
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.nodes.agent_client import FactsResult
@@ -264,3 +264,21 @@ def test_a_gpu_uuid_in_the_facts_of_two_nodes_of_one_hostname_names_each_apart(
     assert sorted(ln.partition(" does: ")[0] for ln in said) == sorted(
         f"{HOST} ({me}) lists GPU {R4090_F.gpus[0].uuid} in its facts, as {HOST} ({other})"
         for me, other in (("n-new", "n-old"), ("n-old", "n-new"))), said
+
+
+def test_a_node_advertising_the_configured_generic_kind_expects_an_agent(
+        tmp_path: Path, logs: list[str]) -> None:
+    """A node whose engine advertises ``placement.generic_resource_kind`` is a GPU node
+    (placement keeps it off the CPU-only nodes too): its agent not answering is said,
+    as for one advertising NVIDIA-GPU. Before, only the usual kinds counted, and it was
+    taken for a node without GPUs (debug: "no agent")."""
+    node = replace(sw_node(NID, HOST, {}), discrete_resources={"A100": 2})
+    sw = RecordingSwarm([node], [], [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 placement=PlacementConfig(generic_resource_kind="A100"))
+    metrics = DaemonMetrics()
+    sync = LabelSync(sw, cfg, metrics, AgentBook())  # type: ignore[arg-type]
+    why = f"agent at https://{HOST}:9101/facts: connection refused"
+    sync.cycle(Snapshot(sw.nodes(), [], [], {NID: _facts(None, why)}))
+    assert metrics.agents_unreachable._value.get() == 1
+    assert any("agent unreachable" in ln for ln in logs), logs

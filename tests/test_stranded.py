@@ -300,3 +300,22 @@ def test_a_task_its_node_truly_refuses_is_said_once_then_counted() -> None:
     assert len(again) == renewals - 1, again
     assert all("again" in x and "backed off" not in x and len(x) < 200 for x in again)
     assert again[-1].count(f"{renewals - 1} time") == 1, again[-1]
+
+
+def test_a_renewal_value_too_long_for_a_number_does_not_stop_the_cycle() -> None:
+    """A renewal constraint in the spec whose value is a number Python will not read
+    (over 4300 digits: ``int`` raises ValueError) raised out of the planner when the
+    waiting task was renewed, and no service was planned in that cycle or any after.
+    Now it is a value like any other not swarmgpu's form: taken out, a new one written."""
+    nodes, s, tasks, planner, facts = _beside_running(["n-a", ""])
+    odd = "node.labels.swarmgpu.state.renew!=" + "9" * 5000
+    cons = (*s.constraints, odd)
+    tt = {**s.spec["TaskTemplate"],
+          "Placement": {**s.spec["TaskTemplate"]["Placement"], "Constraints": list(cons)}}
+    s = replace(s, constraints=cons, spec={**s.spec, "TaskTemplate": tt})
+    planner.plan(nodes, [s], tasks, facts, now=1001.0)
+    (sp,) = planner.plan(nodes, [s], tasks, facts, now=1010.0).services
+    assert odd in sp.writes.remove_constraints, sp.reason
+    (renew,) = sp.writes.add_constraints
+    assert renew.startswith("node.labels.swarmgpu.state.renew!=") and renew != odd
+    assert _replaced(s, sp, tasks, nodes) == ["t-two-2"]

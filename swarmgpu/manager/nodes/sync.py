@@ -121,11 +121,12 @@ def fetch_agents(
     return fetch_all(nodes, cfg.agents, auth.tls, auth.token, stop)
 
 
-def is_gpu_node(node: SwarmNode, book: AgentBook, prefix: str) -> bool:
-    """A node we expect an agent on: Swarm says it has GPUs (``gpu_hint``) or an agent
-    answered once."""
+def is_gpu_node(node: SwarmNode, book: AgentBook, prefix: str, kind: str = "") -> bool:
+    """A node we expect an agent on: Swarm says it has GPUs (``gpu_hint``; ``kind``:
+    ``placement.generic_resource_kind``) or an agent answered once."""
     rec = book.records.get(node.id)
-    return (rec is not None and rec.last_ok is not None) or gpu_hint(node, prefix) is not None
+    return (rec is not None and rec.last_ok is not None) or \
+        gpu_hint(node, prefix, kind) is not None
 
 
 @dataclass
@@ -173,7 +174,7 @@ class LabelSync:
         # later step of this cycle reads (labels, placement), so it is never given out.
         snapshot.facts.update(self.health.apply(snapshot.nodes, snapshot.facts))
         save_said(self._save_said, "GPU health", self.cfg.state_dir, self.health.save)
-        prefix = self.cfg.sync.prefix
+        prefix, kind = self.cfg.sync.prefix, self.cfg.placement.generic_resource_kind
         unreachable = unread = held = 0
         todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]] = []
         self._node_said.begin()
@@ -181,7 +182,7 @@ class LabelSync:
             log = logger.bind(node=node.hostname)
             warn = self._once(node.id, log)
             result = snapshot.facts.get(node.id)
-            expected = is_gpu_node(node, self.book, prefix)
+            expected = is_gpu_node(node, self.book, prefix, kind)
             if result is not None:
                 self.book.record(result)
             facts = result.facts if result else None

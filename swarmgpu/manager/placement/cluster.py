@@ -46,10 +46,10 @@ class ClusterAllocator:
     ``sync_nodes`` rebuilds only nodes whose facts, resources, labels or state changed;
     holdings are committed once and released when they go (``begin_holdings``); what
     other tasks reserve on a node is its usage. Nodes without GPUs that Swarm alone
-    describes (``placement.cpunodes``) are on a second allocator, ``cpu``, which only
-    demands of no GPU are placed on. A cycle over an unchanged cluster
-    therefore costs a pass over the nodes and holdings, not a rebuild, and identical
-    nodes in the same state are scored once (``Allocator`` groups).
+    describes (``placement.cpunodes``; one advertising ``generic_kind`` has GPUs) are on
+    a second allocator, ``cpu``, which only demands of no GPU are placed on. A cycle over
+    an unchanged cluster therefore costs a pass over the nodes and holdings, not a
+    rebuild, and identical nodes in the same state are scored once (``Allocator`` groups).
     """
 
     def __init__(
@@ -61,8 +61,9 @@ class ClusterAllocator:
         scorer: Scorer | None = None,
         prefix: str = "swarmgpu.",
         tasks: Sequence[SwarmTask] = (),
+        generic_kind: str = "",
     ) -> None:
-        self.prefix = prefix
+        self.prefix, self.generic_kind = prefix, generic_kind
         self.alloc = Allocator(scorer or SwarmScorer(), mig_picker=_mig_picker(self))
         self.cpu = Allocator(CpuFit())  # the CPU-only nodes (placement.cpunodes)
         self._cpu_keys: dict[str, tuple[object, ...]] = {}
@@ -78,8 +79,7 @@ class ClusterAllocator:
         # replay that reads no reasons turns it off, as the baselines' replay does.
         self.explain = True
         self._host_text: dict[str, str] = {}
-        # (node, MIG profile, gpu-product globs) with no free device: stays so until a
-        # release on the node
+        # (node, MIG profile, gpu-product globs) with no free device, till a release there
         self._mig_none: set[tuple[str, str, tuple[str, ...]]] = set()
         self._by_rank: list[NodeState] = []  # for MIG requests, rebuilt with the nodes
         # (MIG profile, gpu-product globs) -> (node generation, why none can be free)
@@ -196,7 +196,7 @@ class ClusterAllocator:
     def _sync_cpu_node(self, n: SwarmNode, f: NodeFacts | None, rank: int,
                        dropped: set[str]) -> None:
         """``cpunodes.sync_cpu_node``, each change a new generation of the node."""
-        got = sync_cpu_node(self.cpu, self._cpu_keys, n, f, rank, self.prefix)
+        got = sync_cpu_node(self.cpu, self._cpu_keys, n, f, rank, self.prefix, self.generic_kind)
         if got:
             self._gen += 1
             self.node_gen[n.id] = self._gen

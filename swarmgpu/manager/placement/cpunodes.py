@@ -19,29 +19,32 @@ from collections.abc import Set as AbstractSet
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import Choice, Demand, NodeSpec, NodeState, Unplaceable
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.commands.compose_gpu import GPU_RESOURCE_KINDS
+from swarmgpu.manager.commands.compose_gpu import gpu_kinds
 from swarmgpu.manager.placement.specs import schedulable, user_labels
 from swarmgpu.swarm.client import SwarmNode
+from swarmgpu.swarm.constraints import equal_fold
 from swarmgpu.swarm.labels import owned_by_label_sync
 
 
-def gpu_hint(node: SwarmNode, prefix: str) -> str | None:
+def gpu_hint(node: SwarmNode, prefix: str, kind: str = "") -> str | None:
     """Why Swarm itself says this is a GPU node, whose agent must be read: it carries
     label sync's labels, the ``gpu=true`` label the shipped stack places agents by, or
-    its engine advertises GPU generic resources. None: nothing says so. (Label sync
+    its engine advertises GPU generic resources (the usual kinds, or ``kind``:
+    ``placement.generic_resource_kind``). None: nothing says so. (Label sync
     expects an agent there, ``nodes.sync.is_gpu_node``; placement never takes it as a
     CPU-only node.)"""
     if any(owned_by_label_sync(k, prefix) for k in node.labels):
         return f"it carries {prefix}gpu labels"
-    if node.labels.get("gpu") == "true":
+    if equal_fold(node.labels.get("gpu", ""), "true"):  # as Swarm matches gpu==true
         return "it is labelled gpu=true (where the stack runs agents)"
     kinds = set(node.generic_resources) | set(node.discrete_resources)
-    if kinds & set(GPU_RESOURCE_KINDS):
+    if kinds & set(gpu_kinds(kind)):
         return "its engine advertises GPU generic resources"
     return None
 
 
-def cpu_only_node(node: SwarmNode, facts: NodeFacts | None, prefix: str) -> bool:
+def cpu_only_node(node: SwarmNode, facts: NodeFacts | None, prefix: str, kind: str = "",
+                  ) -> bool:
     """A node a service of no GPU may be placed on though no agent describes it: no
     agent facts at all, Swarm reports its CPU and memory, and nothing Swarm says makes
     it a GPU node whose agent is merely not read yet (``gpu_hint``: label sync's labels,
@@ -52,9 +55,9 @@ def cpu_only_node(node: SwarmNode, facts: NodeFacts | None, prefix: str) -> bool
         return False  # the agent answered (or its last facts stand in): a GPU node's path
     if not node.cpu_milli or not node.memory_mib:
         return False  # Swarm does not say what it has: nothing to place against
-    if node.engine_labels.get("gpu") == "true":
+    if equal_fold(node.engine_labels.get("gpu", ""), "true"):
         return False  # docs/deploy.md: the engine label may place the agents too
-    return gpu_hint(node, prefix) is None
+    return gpu_hint(node, prefix, kind) is None
 
 
 def cpu_node_spec(node: SwarmNode, prefix: str) -> NodeSpec:
@@ -89,13 +92,15 @@ class CpuFit:
 
 
 def sync_cpu_node(alloc: Allocator, keys: MutableMapping[str, tuple[object, ...]],
-                  n: SwarmNode, f: NodeFacts | None, rank: int, prefix: str) -> str:
+                  n: SwarmNode, f: NodeFacts | None, rank: int, prefix: str,
+                  kind: str = "") -> str:
     """Keep a node without GPU facts on the CPU-only allocator while Swarm alone says it
     is one (``cpu_only_node``), rebuilt when its spec would change; its status is its
-    blocking (down, paused, drained: it takes nothing new). Returns what changed:
+    blocking (down, paused, drained: it takes nothing new). ``kind``: the configured
+    generic resource kind (``gpu_hint``). Returns what changed:
     "added", "rebuilt", "dropped", or ""."""
     there = n.id in alloc.nodes
-    if not cpu_only_node(n, f, prefix):
+    if not cpu_only_node(n, f, prefix, kind):
         if there:
             alloc.remove_node(n.id)
             keys.pop(n.id, None)

@@ -35,6 +35,7 @@ RESPREAD_STATE = "state.respread"
 RENEW_STATE = "state.renew"
 # Every key under it is a record kept on a service or the swarm object, never on a node.
 STATE = "state."
+RENEW_DIGITS = 18  # the longest renewal value read as a number (spec versions are far below)
 ACTIVE_STATES = (
     "running",
     "starting",
@@ -110,9 +111,11 @@ def is_renew(constraint: str, prefix: str) -> bool:
 
 def next_renewal(constraints: Sequence[str], prefix: str, version: int) -> tuple[str, ...]:
     """The renewal constraint to write next: ``n`` the service's spec version, past any
-    value its constraints carry (a task made from one of them differs from it)."""
+    value its constraints carry (a task made from one of them differs from it). A value
+    too long to be ours (an owner's 5000 digits: ``int`` refuses it) is passed over as a
+    non-numeric one is: the new value's text differs from it anyway."""
     old = [int(v) for c in constraints if (v := renew_of(c, prefix)) is not None
-           and v.isdigit()]
+           and v.isdigit() and len(v) <= RENEW_DIGITS]
     return (renew_constraint(prefix, max([version, *(n + 1 for n in old)])),)
 
 

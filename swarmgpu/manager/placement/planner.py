@@ -139,7 +139,8 @@ class Planner:
         # config's; simulate keeps the default, which is the config key's default
         self.scorer = SwarmScorer(self.model.typical(), stop=stop_weight,
                                   shapes=self.model.current())
-        self.cluster = ClusterAllocator(scorer=self.scorer, prefix=prefix)
+        self.cluster = ClusterAllocator(scorer=self.scorer, prefix=prefix,
+                                        generic_kind=generic_kind)
         self._model_mark = self.model.seen
         # what it remembers across cycles, by name (``placement.memo``)
         self._memo = memo = PlannerMemo(prefix)
