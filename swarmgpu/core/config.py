@@ -26,6 +26,7 @@ from swarmgpu.core.configvalues import (
     coerce,
     locate_in,
     not_text,
+    service_name_problem,
     template_problem,
 )
 from swarmgpu.core.forwarded import check_auth, parse_trusted
@@ -95,6 +96,9 @@ class AgentsConfig:
     """Seconds between light polls of every agent's facts between full cycles; a change
     starts a cycle at once (a fact change shows as a label within about this long after
     the agent sees it). 0 turns the watch off."""
+    service: str = "swarmgpu_agent"
+    """The agents' Swarm service (<stack>_agent): a node Swarm has given one of its tasks is
+    a GPU node, whatever its labels (not a CPU-only node). "": none (systemd agents)."""
 
     def __post_init__(self) -> None:
         if not self.url_template:  # derived: switching identity on is one key
@@ -391,6 +395,9 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
             f"{MAX_RESPONSE} (64 MiB; default {AgentsConfig.max_response_bytes})")
     if cfg.agents.parallel < 1:
         add("agents.parallel: must be >= 1")
+    if bad := service_name_problem("agents.service", cfg.agents.service, "the shipped stack's "
+                                   "is swarmgpu_agent (<stack>_agent); '' for none"):
+        add(bad)
     if cfg.agents.identity not in ("none", "swarm-pki"):
         add(f"agents.identity: {quoted(cfg.agents.identity)}; use swarm-pki or none")
     if cfg.agents.identity == "swarm-pki" and not cfg.agents.url_template.startswith("https://"):
@@ -416,18 +423,13 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
     if bad and cfg.rebalance.metrics_url_template != _metrics_from(cfg.agents):
         add(f"rebalance.metrics_url_template: {bad}")  # not twice for the derived one
     elif "{addr}" not in cfg.agents.url_template and "{hostname}" not in cfg.agents.url_template:
-        add(
-            "agents.url_template: must contain {addr} or {hostname}, "
-            "e.g. 'http://{addr}:{port}'"
-        )
+        add("agents.url_template: must contain {addr} or {hostname}, e.g. 'http://{addr}:{port}'")
     if cfg.sync.interval_s < 1:
         add("sync.interval_s: must be >= 1 second (default 30)")
     p = cfg.sync.prefix
     if not p.endswith(".") or not usable_label_key(p + "x"):
-        add(
-            f"sync.prefix: {quoted(p)} must end with '.' and use only letters, digits, "
-            "'-', '_', '.' (Swarm constraint keys cannot contain '/'); e.g. 'swarmgpu.'"
-        )
+        add(f"sync.prefix: {quoted(p)} must end with '.' and use only letters, digits, "
+            "'-', '_', '.' (Swarm constraint keys cannot contain '/'); e.g. 'swarmgpu.'")
     reserved = docker_namespace(p)
     if reserved:
         add(f"sync.prefix: {quoted(p)} overlaps {reserved}*, reserved by Docker (com.docker.*, "

@@ -123,6 +123,19 @@ def template_problem(template: str, names: tuple[str, ...]) -> str | None:
     return None
 
 
+# What Swarm takes as a service's name (swarmkit controlapi: isValidDNSName, 63 at most).
+_SERVICE_NAME = re.compile(r"[a-zA-Z0-9](?:[-_]*[A-Za-z0-9]+)*", re.ASCII)
+
+
+def service_name_problem(where: str, name: str, fix: str) -> str | None:
+    """Why ``name`` can be no Swarm service's name (so a key naming one could never
+    match), or None; "" is allowed (the key is off). ``fix``: what to write instead."""
+    if not name or (len(name) <= 63 and _SERVICE_NAME.fullmatch(name)):
+        return None
+    return (f"{where}: {quoted(peer_text(name, 80))} is no Swarm service name (letters and "
+            f"digits, '-' or '_' between them, at most 63); {fix}")
+
+
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?)\s*(ms|s|m|h|d)", re.ASCII)
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 

@@ -112,7 +112,8 @@ def new_planner(cfg: Config, swarm: Any = None,
                       queues=(tenants.quotas(cfg.queues) if tenants is not None
                               else queue_quotas(cfg.queues)),
                       tenants=tenants, grants=cfg.placement.grants,
-                      stop_weight=cfg.placement.residual_stop_weight)
+                      stop_weight=cfg.placement.residual_stop_weight,
+                      agent_service=cfg.agents.service)
     if cfg.rebalance.health_policy:  # its holdings on failed GPUs: the health policy's
         planner.keep_failed_holdings(lambda _service, _node: True)
     return planner

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,7 @@ from swarmgpu.manager.nodes.agent_client import FactsResult, fetch_all
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
-from swarmgpu.manager.placement.cpunodes import gpu_hint
+from swarmgpu.manager.placement.cpunodes import agent_nodes, gpu_hint
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_task_read
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import (
@@ -121,12 +122,14 @@ def fetch_agents(
     return fetch_all(nodes, cfg.agents, auth.tls, auth.token, stop)
 
 
-def is_gpu_node(node: SwarmNode, book: AgentBook, prefix: str, kind: str = "") -> bool:
+def is_gpu_node(node: SwarmNode, book: AgentBook, prefix: str, kind: str = "",
+                agents: AbstractSet[str] = frozenset()) -> bool:
     """A node we expect an agent on: Swarm says it has GPUs (``gpu_hint``; ``kind``:
-    ``placement.generic_resource_kind``) or an agent answered once."""
+    ``placement.generic_resource_kind``; ``agents``: the nodes running the agents'
+    service, ``cpunodes.agent_nodes``) or an agent answered once."""
     rec = book.records.get(node.id)
     return (rec is not None and rec.last_ok is not None) or \
-        gpu_hint(node, prefix, kind) is not None
+        gpu_hint(node, prefix, kind, agents) is not None
 
 
 @dataclass
@@ -175,6 +178,7 @@ class LabelSync:
         snapshot.facts.update(self.health.apply(snapshot.nodes, snapshot.facts))
         save_said(self._save_said, "GPU health", self.cfg.state_dir, self.health.save)
         prefix, kind = self.cfg.sync.prefix, self.cfg.placement.generic_resource_kind
+        agents = agent_nodes(snapshot.services, snapshot.tasks, self.cfg.agents.service)
         unreachable = unread = held = 0
         todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]] = []
         self._node_said.begin()
@@ -182,7 +186,7 @@ class LabelSync:
             log = logger.bind(node=node.hostname)
             warn = self._once(node.id, log)
             result = snapshot.facts.get(node.id)
-            expected = is_gpu_node(node, self.book, prefix, kind)
+            expected = is_gpu_node(node, self.book, prefix, kind, agents)
             if result is not None:
                 self.book.record(result)
             facts = result.facts if result else None

@@ -49,8 +49,7 @@ class ClusterAllocator:
     describes (``placement.cpunodes``; one advertising ``generic_kind`` has GPUs) are on
     a second allocator, ``cpu``, which only demands of no GPU are placed on. A cycle over
     an unchanged cluster therefore costs a pass over the nodes and holdings, not a
-    rebuild, and identical nodes in the same state are scored once (``Allocator`` groups).
-    """
+    rebuild, and identical nodes in the same state are scored once (``Allocator`` groups)."""
 
     def __init__(
         self,
@@ -121,8 +120,10 @@ class ClusterAllocator:
         return None if (a := self.allocator_of(node_id)) is None else a.nodes[node_id]
 
     # --- nodes -------------------------------------------------------------------
-    def sync_nodes(self, nodes: Sequence[SwarmNode], facts: Mapping[str, NodeFacts]) -> None:
-        """Bring the allocator's nodes in line with Swarm's and the agents' view."""
+    def sync_nodes(self, nodes: Sequence[SwarmNode], facts: Mapping[str, NodeFacts],
+                   agents: AbstractSet[str] = frozenset()) -> None:
+        """Bring the allocator's nodes in line with Swarm's view and the agents' (``agents``:
+        the nodes Swarm runs the agents' service on, ``cpunodes.agent_nodes``)."""
         order = sorted(nodes, key=lambda n: (n.hostname, n.id))
         ids = [n.id for n in order]
         if ids != self._order:  # ranks follow hostnames: a new set means a new order
@@ -156,10 +157,10 @@ class ClusterAllocator:
                     # quiet services): without facts it has none, a change as a rebuild is.
                     self._gen += 1
                     self.node_gen[n.id] = self._gen
-                self._sync_cpu_node(n, f, rank, dropped)
+                self._sync_cpu_node(n, f, rank, dropped, agents)
                 continue
             if n.id in self.cpu.nodes:  # its agent answered: a GPU node now
-                self._sync_cpu_node(n, f, rank, dropped)
+                self._sync_cpu_node(n, f, rank, dropped, agents)
             old = self._node_keys.get(n.id)
             if (
                 old is None
@@ -169,13 +170,8 @@ class ClusterAllocator:
             ):
                 # Labels change only with the spec version (as the ledger's cache reads
                 # them): the same version, resources and facts skip the label walk.
-                key = (
-                    n.hostname,
-                    n.cpu_milli,
-                    n.memory_mib,
-                    tuple(sorted(user_labels(n.labels, self.prefix).items())),
-                    f,
-                )
+                key = (n.hostname, n.cpu_milli, n.memory_mib,
+                       tuple(sorted(user_labels(n.labels, self.prefix).items())), f)
                 if old is None or old[:-1] != key[:-1] or (old[-1] is not f and old[-1] != f):
                     if present:
                         self._drop_node(n.id, dropped)
@@ -194,9 +190,10 @@ class ClusterAllocator:
                 del self._held[k]
 
     def _sync_cpu_node(self, n: SwarmNode, f: NodeFacts | None, rank: int,
-                       dropped: set[str]) -> None:
+                       dropped: set[str], agents: AbstractSet[str]) -> None:
         """``cpunodes.sync_cpu_node``, each change a new generation of the node."""
-        got = sync_cpu_node(self.cpu, self._cpu_keys, n, f, rank, self.prefix, self.generic_kind)
+        got = sync_cpu_node(self.cpu, self._cpu_keys, n, f, rank, self.prefix,
+                            self.generic_kind, agents)
         if got:
             self._gen += 1
             self.node_gen[n.id] = self._gen

@@ -6,14 +6,15 @@ Such a node runs no swarmgpu agent, so nothing but Swarm describes it: its node 
 ``Description.Resources`` (the CPU and memory Swarm's ResourceFilter checks reservations
 against), its status and availability (``specs.schedulable``) and its platform (Swarm's
 filters, ``placement.filters``). No agent answer makes a node one (a peer on the agent
-port could say anything), and no label does either: a label only ever keeps a node out.
+port could say anything), and no label does either: a label only ever keeps a node out,
+as a task of the agents' own service does (``agent_nodes``: Swarm put an agent there).
 GPU requests never see these nodes: they live on their own allocator
 (``ClusterAllocator.cpu``), which only demands of no GPU are placed on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from collections.abc import Set as AbstractSet
 
 from swarmgpu.allocator.core import Allocator
@@ -21,15 +22,34 @@ from swarmgpu.allocator.values import Choice, Demand, NodeSpec, NodeState, Unpla
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.commands.compose_gpu import gpu_kinds
 from swarmgpu.manager.placement.specs import schedulable, user_labels
-from swarmgpu.swarm.client import SwarmNode
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.constraints import equal_fold
 from swarmgpu.swarm.labels import owned_by_label_sync
 
+# A task Swarm has put on its node and still means to run there (``agent_nodes``): not
+# one still waiting for a node, nor one ended (its service's restart makes a new one).
+ASSIGNED = frozenset(("assigned", "accepted", "preparing", "ready", "starting", "running"))
 
-def gpu_hint(node: SwarmNode, prefix: str, kind: str = "") -> str | None:
+
+def agent_nodes(services: Iterable[SwarmService], tasks: Iterable[SwarmTask],
+                name: str) -> frozenset[str]:
+    """The nodes Swarm has assigned a task of the agents' service to (``name``:
+    ``agents.service``, the shipped stack's ``swarmgpu_agent``; "": none is read): GPU
+    nodes by Swarm's own word, whatever their labels (the operator placed the agents by
+    a label of their own, or by hand). Its task desired running, assigned or later."""
+    ids = {s.id for s in services if name and s.name == name}
+    if not ids:
+        return frozenset()
+    return frozenset(t.node_id for t in tasks if t.service_id in ids and t.node_id
+                     and t.desired_state == "running" and t.state in ASSIGNED)
+
+
+def gpu_hint(node: SwarmNode, prefix: str, kind: str = "",
+             agents: AbstractSet[str] = frozenset()) -> str | None:
     """Why Swarm itself says this is a GPU node, whose agent must be read: it carries
-    label sync's labels, the ``gpu=true`` label the shipped stack places agents by, or
-    its engine advertises GPU generic resources (the usual kinds, or ``kind``:
+    label sync's labels, the ``gpu=true`` label the shipped stack places agents by, it
+    runs a task of the agents' service (``agents``: ``agent_nodes``), or its engine
+    advertises GPU generic resources (the usual kinds, or ``kind``:
     ``placement.generic_resource_kind``). None: nothing says so. (Label sync
     expects an agent there, ``nodes.sync.is_gpu_node``; placement never takes it as a
     CPU-only node.)"""
@@ -37,6 +57,8 @@ def gpu_hint(node: SwarmNode, prefix: str, kind: str = "") -> str | None:
         return f"it carries {prefix}gpu labels"
     if equal_fold(node.labels.get("gpu", ""), "true"):  # as Swarm matches gpu==true
         return "it is labelled gpu=true (where the stack runs agents)"
+    if node.id in agents:
+        return "Swarm runs a task of the agents' service there (agents.service)"
     kinds = set(node.generic_resources) | set(node.discrete_resources)
     if kinds & set(gpu_kinds(kind)):
         return "its engine advertises GPU generic resources"
@@ -44,20 +66,21 @@ def gpu_hint(node: SwarmNode, prefix: str, kind: str = "") -> str | None:
 
 
 def cpu_only_node(node: SwarmNode, facts: NodeFacts | None, prefix: str, kind: str = "",
-                  ) -> bool:
+                  agents: AbstractSet[str] = frozenset()) -> bool:
     """A node a service of no GPU may be placed on though no agent describes it: no
     agent facts at all, Swarm reports its CPU and memory, and nothing Swarm says makes
     it a GPU node whose agent is merely not read yet (``gpu_hint``: label sync's labels,
     written only for nodes whose agent once answered; the operator's ``gpu=true``, node
-    or engine label, where agents run; GPU generic resources). A GPU node's holdings
-    there stay as an unread node's do (``ClusterAllocator.commit_holding``)."""
+    or engine label, where agents run; a task of the agents' service there, ``agents``;
+    GPU generic resources). A GPU node's holdings there stay as an unread node's do
+    (``ClusterAllocator.commit_holding``)."""
     if facts is not None:
         return False  # the agent answered (or its last facts stand in): a GPU node's path
     if not node.cpu_milli or not node.memory_mib:
         return False  # Swarm does not say what it has: nothing to place against
     if equal_fold(node.engine_labels.get("gpu", ""), "true"):
         return False  # docs/deploy.md: the engine label may place the agents too
-    return gpu_hint(node, prefix, kind) is None
+    return gpu_hint(node, prefix, kind, agents) is None
 
 
 def cpu_node_spec(node: SwarmNode, prefix: str) -> NodeSpec:
@@ -93,14 +116,14 @@ class CpuFit:
 
 def sync_cpu_node(alloc: Allocator, keys: MutableMapping[str, tuple[object, ...]],
                   n: SwarmNode, f: NodeFacts | None, rank: int, prefix: str,
-                  kind: str = "") -> str:
+                  kind: str = "", agents: AbstractSet[str] = frozenset()) -> str:
     """Keep a node without GPU facts on the CPU-only allocator while Swarm alone says it
     is one (``cpu_only_node``), rebuilt when its spec would change; its status is its
     blocking (down, paused, drained: it takes nothing new). ``kind``: the configured
-    generic resource kind (``gpu_hint``). Returns what changed:
-    "added", "rebuilt", "dropped", or ""."""
+    generic resource kind, ``agents``: the nodes running the agents' service
+    (``gpu_hint``). Returns what changed: "added", "rebuilt", "dropped", or ""."""
     there = n.id in alloc.nodes
-    if not cpu_only_node(n, f, prefix, kind):
+    if not cpu_only_node(n, f, prefix, kind, agents):
         if there:
             alloc.remove_node(n.id)
             keys.pop(n.id, None)

@@ -14,6 +14,7 @@ from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.backoff import Backoff
 from swarmgpu.manager.placement.cluster import ClusterAllocator
+from swarmgpu.manager.placement.cpunodes import agent_nodes
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
@@ -119,8 +120,10 @@ class Planner:
                  priority_classes: Mapping[str, int] | None = None,
                  queues: Quotas | None = None, change_driven: bool = True,
                  tenants: Tenants | None = None, grants: str = "env",
-                 stop_weight: float = STOP_WEIGHT) -> None:
+                 stop_weight: float = STOP_WEIGHT, agent_service: str = "") -> None:
         self.prefix = prefix
+        # agents.service: the nodes its tasks are on are GPU nodes (cpunodes.agent_nodes)
+        self.agent_service = agent_service
         self.tenants = tenants  # the operator's limits on each request (manager.services.tenants)
         self.grants = grants  # placement.grants: env, or mounts (also the device mount)
         # Visit only the services whose inputs changed (placement.quiet); False: every
@@ -267,7 +270,7 @@ class Planner:
         # Taken, not read: a cycle that raises leaves none, so the next one is a full pass
         # (its node and task diffs are against the snapshot of the cycle that failed).
         records, self._memo.quiet.records = self._memo.quiet.records, {}
-        seen = self._see(nodes, facts, moving)
+        seen = self._see(nodes, facts, moving, agent_nodes(services, tasks, self.agent_service))
         self._ports.new_cycle(services, tasks)
         self._filters.set_tasks(tasks)
         read = self._reads.read(services, seen.most)
@@ -297,14 +300,14 @@ class Planner:
         return plan
 
     def _see(self, nodes: Sequence[SwarmNode], facts: Mapping[str, NodeFacts],
-             moving: AbstractSet[str]) -> _Seen:
-        """The nodes read: the ledger, the allocator's nodes, Swarm's filters, and what
-        changed since the last cycle."""
+             moving: AbstractSet[str], agents: AbstractSet[str]) -> _Seen:
+        """The nodes read: the ledger, the allocator's nodes (``agents``: those running the
+        agents' service), Swarm's filters, and what changed since the last cycle."""
         memo, cluster = self._memo, self.cluster
         ledger = read_ledger(nodes, self.prefix, memo.ledger)
         cluster.problems = []
         alloc_was = cluster.alloc
-        cluster.sync_nodes(nodes, facts)
+        cluster.sync_nodes(nodes, facts, agents)
         rebuilt = cluster.alloc is not alloc_was  # a new node set: every holding anew
         self._filters.new_cycle(nodes)
         memo.node_content.new_cycle(nodes)
