@@ -263,6 +263,7 @@ def replay_priorities(
             world.all_tasks(),
             world.facts,
             now=float(w.now),
+            nominated=preempter.nominated.current(float(w.now)),  # as the daemon holds them
         )
         world.apply(plan)
         if (
@@ -311,7 +312,7 @@ def replay_priorities(
         )
         for p in chosen:
             res.preemptions += 1
-            preempter.took(p.service, [v.service for v in p.victims], float(w.now))
+            preempter.took(p, list(p.victims), float(w.now))
             for v in p.victims:
                 stop(v.service_id, v.node_id)
         if chosen:
