@@ -22,6 +22,10 @@ clock, at the config's defaults ``victim_cooldown_s`` 600 s and ``settle_s`` 30 
 Until stop 68 the replay called ``choose_preemptions`` bare: the cycle right after a
 preemption, seeing its preemptor still pending (the GPUs freed taken by older high
 pods that do not preempt, sharing ones), preempted again for it on another node. Each
+cycle's plan is passed the GPUs the Preempter holds for its preemptors while they settle
+(``Preempter.nominated``, ``placement.nominated``), as the daemon's placement step is:
+until stop 69 nothing held them, so older high sharing pods took them and the preemptor,
+still pending when its settle time had passed, stopped another victim. Each
 victim is stopped as ``manager.cycle.preemption`` stops one (its ledger entry and gate
 go): it waits again and, when placed anew, runs its whole lifetime again (the work is
 lost). A cycle right after the preemptions places the preemptors (the daemon triggers
@@ -263,6 +267,7 @@ def replay_priorities(
             world.all_tasks(),
             world.facts,
             now=float(w.now),
+            nominated=preempter.nominated.current(float(w.now)),  # as the daemon holds them
         )
         world.apply(plan)
         if (
@@ -311,7 +316,7 @@ def replay_priorities(
         )
         for p in chosen:
             res.preemptions += 1
-            preempter.took(p.service, [v.service for v in p.victims], float(w.now))
+            preempter.took(p, list(p.victims), float(w.now))
             for v in p.victims:
                 stop(v.service_id, v.node_id)
         if chosen:

@@ -40,6 +40,7 @@ from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import (
     NO_WAITING,
     NodeWrites,
+    Nomination,
     PlacementPlan,
     Planner,
     ServicePlan,
@@ -121,13 +122,16 @@ def new_planner(cfg: Config, swarm: Any = None,
 
 def make_plan(snap: Snapshot, cfg: Config,
               fallback: Mapping[str, NodeFacts] | None = None, *,
-              planner: Planner | None = None, swarm: Any = None) -> PlacementPlan:
-    """One placement cycle: the daemon passes its long-lived planner; one-shot commands
+              planner: Planner | None = None, swarm: Any = None,
+              nominated: Sequence[Nomination] = ()) -> PlacementPlan:
+    """One placement cycle: the daemon passes its long-lived planner, and the GPUs its
+    preemptions hold for their preemptors (``Preempter.nominated``); one-shot commands
     (``plan``, ``audit``, ``status``) get a fresh one from the stored model."""
     if planner is None:
         planner = new_planner(cfg, swarm, snap.services)
     return planner.plan(snap.nodes, snap.services, snap.tasks, facts_by_node(snap, fallback),
-                        moving=moving(snap.services, snap.swarm_labels, cfg.sync.prefix))
+                        moving=moving(snap.services, snap.swarm_labels, cfg.sync.prefix),
+                        nominated=nominated)
 
 
 WORKLOAD_STORE_EVERY_S = 60.0  # one swarm write a minute at most while the model learns
@@ -385,9 +389,12 @@ class PlacementStep(Step):
     requires = frozenset({Slot.SNAPSHOT, Slot.FACTS, Slot.HELD})
     provides = frozenset({Slot.PLACEMENT, Slot.PLANNER})
 
-    def __init__(self, host: CycleHost) -> None:
+    def __init__(self, host: CycleHost,
+                 nominated: Callable[[], Sequence[Nomination]] = tuple) -> None:
+        """``nominated``: the GPUs preemptions hold now (the preemption step's records)."""
         self.host = host
         self.cfg = host.cfg
+        self.nominated = nominated
         self.planner: Planner | None = None  # kept across cycles as leader
         self.last_store = 0.0
         # each logged while it lasts: (service, tenant limit); service -> its held-back
@@ -410,7 +417,7 @@ class PlacementStep(Step):
             self.planner = new_planner(cfg, host.swarm, snap.services)
             logger.info("placement: workload model {}", self.planner.model.summary())
         planner = self.planner
-        plan = make_plan(snap, cfg, session.facts, planner=planner)
+        plan = make_plan(snap, cfg, session.facts, planner=planner, nominated=self.nominated())
         session.placement = plan
         session.planner = planner
         now = time.monotonic()

@@ -14,9 +14,9 @@ safety and the writes:
 * cooldown per victim (``victim_cooldown_s``, from its last preemption, kept in Swarm in
   its ``<p>state.preempted`` label and here; the label counts only when the hour on the
   swarm object has a victim stopped at its time, as a stack can write it too) and a
-  settle time per preemptor
-  (``settle_s``): a preemptor that is still pending after its victims were stopped does
-  not stop more until it has passed;
+  settle time per preemptor (``settle_s``): a preemptor still pending after its victims
+  were stopped stops no more until it has passed, their GPUs held for it meanwhile
+  (``nominated``, never a label; ``placement.nominated``);
 * input is not state: each victim's holding is read again from its node just before
   the writes, and a victim whose ledger entry is gone or changed is left alone;
 * no victim under a move: the snapshot is older than the moves the rebalancer and the
@@ -80,7 +80,7 @@ from swarmgpu.manager.cycle.victimspec import renewed, victim_spec
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.engine.stop import Stopped
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
-from swarmgpu.manager.placement import PlacementPlan, ServicePlan, assign_key, gate_key
+from swarmgpu.manager.placement import Nominations, PlacementPlan, ServicePlan, assign_key, gate_key
 from swarmgpu.manager.placement.ledger import read_ledger
 from swarmgpu.manager.placement.preempt import (
     Candidate,
@@ -134,6 +134,7 @@ class Preempter:
         self.tenants = Tenants.from_config(cfg)
         self.victim_at: dict[str, float] = {}  # victim name -> when it was last preempted
         self.preemptor_at: dict[str, float] = {}  # preemptor name -> its last preemption
+        self.nominated = Nominations(cfg.preemption.settle_s)  # its victims' GPUs, held for it
         self.logged: SaidOnce[str] = SaidOnce()  # dry-run decisions, while decided
         self.said_spent: SaidOnce[str] = SaidOnce()  # budget refusals, while they last
         self.said_raised: SaidOnce[str] = SaidOnce()  # victims that raised, while they do
@@ -207,7 +208,7 @@ class Preempter:
             stopped, corrected = self._act(swarm, snap, plan, p, tenant, now, waits)
             unstored |= corrected
             if stopped:
-                self.took(p.service, [v.service for v in stopped], now)
+                self.took(p, stopped, now)
                 done.append(p)
         self.logged.end()
         said.end()
@@ -301,6 +302,7 @@ class Preempter:
                           if now - at < pc.victim_cooldown_s}
         self.preemptor_at = {n: at for n, at in self.preemptor_at.items()
                              if now - at < pc.settle_s}
+        self.nominated.keep(plan, now)  # placed, gone or settled: it ends
         cooling = set(self.victim_at)
         # The record in Swarm counts too (a new leader), but it is a label on the victim's
         # own spec, which its stack writes: it counts only when the hour on the swarm
@@ -327,13 +329,14 @@ class Preempter:
             refused=refused, moving=in_move, ports=ports, raised=raised)
         return chosen
 
-    def took(self, preemptor: str, victims: list[str], now: float) -> None:
-        """``preemptor``'s preemption stopped or moved ``victims`` at ``now``: from then on
-        it settles (``settle_s``: ``decide`` passes it over while its victims' GPUs free)
-        and they cool down (``victim_cooldown_s``). The simulator's replay calls it too."""
-        self.preemptor_at[preemptor] = now
+    def took(self, p: Preemption, victims: list[Candidate], now: float) -> None:
+        """``p`` stopped or moved ``victims`` at ``now``: from then on its preemptor settles
+        (``settle_s``: ``decide`` passes it over while their GPUs free, held for it meanwhile:
+        ``nominated``) and they cool down (``victim_cooldown_s``). The simulator calls it too."""
+        self.preemptor_at[p.service] = now
+        self.nominated.nominate(p, victims, now)
         for v in victims:
-            self.victim_at[v] = now
+            self.victim_at[v.service] = now
 
     def over_budget(self, p: Preemption, tenant: str) -> str | None:
         """Why ``p`` is not made for the hour's budgets (all, then ``tenant``'s), or None."""

@@ -36,10 +36,10 @@ def daemon_steps(host: CycleHost) -> list[Step]:
     cfg = host.cfg
     placement = cfg.placement.enabled
     steps: list[Step] = []
-    if placement:
-        steps.append(PlacementStep(host))
-    steps += [GrantsStep(host, placement=placement), ScrapeStep(host)]
     preempt = PreemptStep(host, after_moves=cfg.rebalance.enabled) if placement else None
+    if preempt is not None:  # the GPUs its preemptions freed, held for their preemptors
+        steps.append(PlacementStep(host, nominated=preempt.preempter.nominated.current))
+    steps += [GrantsStep(host, placement=placement), ScrapeStep(host)]
     # A preemption that waited for the move budgets holds the slot its move needs from
     # the rebalancer's next cycle (which runs first): its moves, handed over as a call.
     rebalancer = Rebalancer(host, placement=placement,

@@ -34,7 +34,7 @@ The package, by responsibility; each module imports only modules listed before i
 ``records``; ``envs``, ``ledger``, ``specs``, ``tasks``, ``backoff``, ``generic``;
 ``hostports``; ``memsize``, ``cpunodes``, ``cluster``, ``replicas``, ``filters``, ``quiet``,
 ``memo``; ``queues``;
-``cycle``, ``jobs``, ``preempt``, ``existing``, ``reads``; ``packing``, ``gating``,
+``cycle``, ``jobs``, ``preempt``, ``nominated``, ``existing``, ``reads``; ``packing``, ``gating``,
 ``converge``, ``devicemap``;
 ``spread``, ``globalmode``; ``planned``, ``specwrite``, ``restarts``, ``ungate``; ``service``;
 ``planner``.
@@ -94,6 +94,10 @@ from swarmgpu.manager.placement.ledger import (
     parse_holding,
     read_ledger,
 )
+from swarmgpu.manager.placement.nominated import (
+    Nomination,
+    Nominations,
+)
 from swarmgpu.manager.placement.planner import (
     Planner,
     plan_placement,
@@ -140,6 +144,8 @@ __all__ = [
     "HostPorts",
     "Moving",
     "NodeWrites",
+    "Nomination",
+    "Nominations",
     "PlacementPlan",
     "Planner",
     "ReplicaPlacement",

@@ -36,6 +36,8 @@ from swarmgpu.manager.placement.memo import (
     SettledPlan,
     key_after_gates_open,
 )
+from swarmgpu.manager.placement.nominated import Holds, Nomination
+from swarmgpu.manager.placement.preempt import priority_of
 from swarmgpu.manager.placement.queues import (
     Moving,
     QueueBook,
@@ -87,6 +89,7 @@ class _Visit:
     records: dict[str, Quiet]  # the quiet records, kept in place (``_visit`` updates)
     cyc: Cycle
     moving: AbstractSet[str]
+    holds: Holds  # GPUs a preemption freed, held for its preemptor
 
 
 def _settles(key: tuple[object, ...], sp: ServicePlan, s: SwarmService,
@@ -255,11 +258,14 @@ class Planner:
     def plan(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
              tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *,
              now: float | None = None, moving: AbstractSet[str] = frozenset(),
-             ) -> PlacementPlan:
+             nominated: Sequence[Nomination] = ()) -> PlacementPlan:
         """Decide placements for every annotated service; say what to write, in order.
         ``now`` (epoch seconds; the back-off of ``converge`` is kept in Swarm as such).
         ``moving``: the services with a move in flight by the daemon's own records
         (``rebalance.record.moving``); placement leaves them to the move.
+        ``nominated``: GPUs preemptions freed, held for their preemptors while they
+        settle (``placement.nominated``: no service of their priority or lower but the
+        preemptor is placed on them).
 
         The phases, in order: see what changed; read the services and their tasks;
         release what is no longer held; learn the workload and the back-offs; commit
@@ -291,8 +297,12 @@ class Planner:
         cyc = self._cycle(plan, nodes, facts, seen, now, moving)
         # Both kept in place: a quiet service's entries stay as they are; every other
         # visited service's are dropped first, then set again if it settles.
-        self._visit(plan, _Visit(read, quiet, kept, seen.ledger, seen.by_id, tv, jobs,
-                                 records, cyc, moving))
+        holds = Holds(self.cluster, [n for n in nominated if n.service in read.names])
+        try:  # a hold is counted for this visit only, whatever it raises
+            self._visit(plan, _Visit(read, quiet, kept, seen.ledger, seen.by_id, tv, jobs,
+                                     records, cyc, moving, holds))
+        finally:
+            holds.end()
         self._memo.evict(services, seen.by_id)
         self._note_problems(plan, {s.name: s for s, _ in read.parsed})
         plan.workload = self.model.summary()
@@ -420,6 +430,7 @@ class Planner:
             if s.id in quiet and ports.ports_of(s):
                 ports.claim(s, ledger.get(s.name, {}))
         for s, r in visit:
+            v.holds.visit(s.name, priority_of(r), planned)  # (placement.nominated)
             memo = settled.pop(s.id, None)
             records.pop(s.id, None)
             mine = v.kept.get(s.name, {})

@@ -186,6 +186,9 @@ class Preemption:
     hostname: str
     victims: tuple[Candidate, ...]
     moves: Mapping[str, Relocation] = field(default_factory=dict)  # victim -> elsewhere
+    # the GPUs of ``node_id`` its preemptor is counted on (freed, free beside them):
+    # placement holds them for it while it settles (``placement.nominated``)
+    held: tuple[str, ...] = ()
 
     def describe(self) -> str:
         names = ", ".join(f"{v.service} (priority {v.priority})" +
@@ -607,7 +610,8 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
                                    + holding_milli(vq, v.holding, rd.facts))
     if r.queue:
         rd.q_given[r.queue] = rd.q_given.get(r.queue, 0) + 1000 * r.gpus * replicas
-    rd.taken.update(_free_used(rd, p, r, replicas))
+    used = sorted(u for _n, u in _free_used(rd, p, r, replicas))
+    rd.taken.update((p.node_id, u) for u in used)
     rd.taken.update((p.node_id, u) for v in p.victims for u in v.uuids)
     s = rd.by_name.get(p.service)
     if rd.room is not None and s is not None:  # its CPU in place of its victims'
@@ -621,7 +625,11 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
             if where is not None:
                 moves[v.service] = where
                 rd.taken.update((where.node_id, u) for u in where.uuids)
-    return replace(p, moves=moves)
+    here, names = rd.holdings.get(p.node_id, {}), {v.service for v in p.victims}
+    freed = sorted({u for v in p.victims for u in v.uuids  # (a GPU shared with others stays)
+                    if all(svc in names for svc, h in here.items() if u in h.uuids)})
+    held = (*used, *freed[:max(0, r.gpus * replicas - len(used))])
+    return replace(p, moves=moves, held=held)
 
 
 def _free_used(rd: _Round, p: Preemption, r: GpuRequest, replicas: int,

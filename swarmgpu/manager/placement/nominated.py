@@ -1,0 +1,119 @@
+"""GPUs a preemption freed, held for its preemptor while it settles (Kubernetes'
+nominated node, ``pod.status.nominatedNodeName``).
+
+Placement serves the waiting services by priority, then by age (``preempt.serve_order``),
+so an older waiting service of the preemptor's own priority -- a share or a MIG device,
+which never preempts -- was visited first and took the GPUs the victims had just freed;
+the preemptor stayed pending and, once its settle time had passed, stopped another
+victim. While a nomination holds, the GPUs of it that are free are counted used for
+every service visited of the preemptor's priority or lower but the preemptor itself; a
+higher-priority one may take them, as Kubernetes lets a pod of higher priority onto a
+nominated node. The nominations are the daemon's own records
+(``manager.cycle.preemption.Preempter.nominations``), never a label; a hold is counted
+on the allocator for one visit only (``Holds.end``), so nothing of it outlives the cycle.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from swarmgpu.allocator.values import Choice
+from swarmgpu.manager.placement.cluster import ClusterAllocator
+from swarmgpu.manager.placement.preempt import Candidate, Preemption
+from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
+
+
+@dataclass(frozen=True)
+class Nomination:
+    """``uuids`` on ``node_id``, freed by ``service``'s preemption, held for it."""
+
+    service: str
+    priority: int
+    node_id: str
+    uuids: tuple[str, ...]
+
+
+class Nominations:
+    """The nominations kept across cycles (by the daemon's ``Preempter``): one per
+    preemptor, its last preemption's, from when its victims were stopped or moved."""
+
+    def __init__(self, settle_s: float) -> None:
+        self.settle_s = settle_s  # ``preemption.settle_s``: how long one holds at most
+        self.by: dict[str, tuple[Nomination, float]] = {}  # preemptor -> (it, since)
+
+    def nominate(self, p: Preemption, victims: Sequence[Candidate], at: float) -> None:
+        """``p`` stopped or moved ``victims`` at ``at``: the GPUs they free are held."""
+        uuids = p.held or tuple(sorted({u for v in victims for u in v.uuids}))
+        self.by[p.service] = (Nomination(p.service, p.priority, p.node_id, uuids), at)
+
+    def current(self, now: float | None = None) -> tuple[Nomination, ...]:
+        """Those that hold at ``now`` (epoch seconds; None: now): still settling."""
+        now = time.time() if now is None else now
+        return tuple(n for n, at in self.by.values() if now - at < self.settle_s)
+
+    def keep(self, plan: PlacementPlan, now: float) -> None:
+        """Forget those that ended: settled (the preemption given up; a new one
+        nominates anew), or whose preemptor ``plan`` has no longer pending (placed, or
+        gone)."""
+        pending = {sp.name for sp in plan.services if sp.status == Status.PENDING}
+        self.by = {k: (n, at) for k, (n, at) in self.by.items()
+                   if now - at < self.settle_s and k in pending}
+
+
+class Holds:
+    """The nominations of one cycle's visit, counted on ``cluster`` while they hold."""
+
+    def __init__(self, cluster: ClusterAllocator, nominations: Sequence[Nomination]) -> None:
+        self.cluster = cluster
+        self.left = {n.service: n for n in nominations}  # not ended in this visit
+        self.on: dict[str, Choice] = {}  # preemptor -> its GPUs counted used now
+
+    def visit(self, name: str, priority: int, planned: Sequence[ServicePlan]) -> None:
+        """Before service ``name`` (of ``priority``) is planned: each hold counted for it
+        or not; ``planned``: the plans made so far in this visit (a preemptor placed
+        by the last one ends its hold)."""
+        if not self.left:
+            return
+        if planned and planned[-1].name in self.left \
+                and planned[-1].status != Status.PENDING:
+            self._free(planned[-1].name)
+            del self.left[planned[-1].name]
+        for n in list(self.left.values()):
+            want = name != n.service and priority <= n.priority
+            if want and n.service not in self.on:
+                self._hold(n)
+            elif not want:
+                self._free(n.service)
+
+    def end(self) -> None:
+        """The visit is over: every hold given back to the allocator."""
+        for svc in list(self.on):
+            self._free(svc)
+        self.left = {}
+
+    def _hold(self, n: Nomination) -> None:
+        """Count ``n``'s GPUs that are wholly free now as used (one a higher-priority
+        service took in this visit, or still held, is left as it is)."""
+        alloc = self.cluster.alloc
+        state, facts = alloc.nodes.get(n.node_id), self.cluster.facts.get(n.node_id)
+        if state is None or facts is None:
+            return
+        want = set(n.uuids)
+        gpus = tuple(i for i, g in enumerate(facts.gpus)
+                     if g.uuid in want and i < len(state.free) and not g.mig_enabled
+                     and state.free[i] > 0
+                     and state.free[i] == state.spec.gpus[i].capacity_milli)
+        if not gpus:
+            return
+        choice = Choice(node=n.node_id, gpus=gpus, milli=tuple(state.free[i] for i in gpus),
+                        score=0.0, explanation=f"held for {n.service} (its preemption)",
+                        cpu_milli=0, memory_mib=0)
+        alloc.commit(choice)
+        self.on[n.service] = choice
+
+    def _free(self, svc: str) -> None:
+        choice = self.on.pop(svc, None)
+        if choice is not None:
+            self.cluster.alloc.release(choice)

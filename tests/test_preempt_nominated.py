@@ -1,0 +1,163 @@
+"""The GPUs a preemption freed are held for its preemptor while it settles
+(``placement.nominated``, Kubernetes' nominated node): placement and the daemon's
+``Preempter`` over plain snapshots, cycle after cycle, the victims stopped as the
+actuator stops them (ledger entry, gate and device lists gone)."""
+
+from __future__ import annotations
+
+from support.forged import DGX_F, R4090_F, sw_node, sw_svc
+
+from swarmgpu.core.config import Config, PreemptionConfig
+from swarmgpu.manager.cycle.preemption import Preempter
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement import (
+    Holding,
+    PlacementPlan,
+    Planner,
+    assign_key,
+    devices_key,
+    gate_key,
+)
+from swarmgpu.manager.placement.preempt import Preemption
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
+
+P = "swarmgpu."
+R = tuple(g.uuid for g in R4090_F.gpus)  # 8 RTX 4090s on n-4090
+FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
+ON_4090 = {f"{P}gpu-product": "*RTX 4090*"}
+
+
+class World:
+    """n-4090's 8 GPUs: batch and batch2 (priority 0) hold 2 each, filler (not
+    preemptible) the other 4. Waiting: share (half a GPU, priority 100, which never
+    preempts) since 10 s, high (2 GPUs, priority 100) since 20 s."""
+
+    def __init__(self) -> None:
+        held = {"batch": R[:2], "batch2": R[2:4], "filler": R[4:]}
+        self.services: dict[str, SwarmService] = {}
+        labels: dict[str, str] = {}
+        for name, uuids in held.items():
+            h = Holding(name, "n-4090", uuids, tuple(1000 for _ in uuids))
+            labels |= {assign_key(P, name): h.label_value(), gate_key(P, name): "true"}
+            extra = {f"{P}preemptible": "false"} if name == "filler" else {}
+            self.services[name] = sw_svc(name, {f"{P}gpus": str(len(uuids)), **ON_4090,
+                                                devices_key(P, "n-4090"): ",".join(uuids),
+                                                **extra})
+        self.nodes = {"n-dgx": sw_node("n-dgx", "gpu-node-1"),
+                      "n-4090": sw_node("n-4090", "gpu-node-2", labels)}
+        for name, gpus, created in (("share", "1", "10"), ("high", "2", "20")):
+            share = {f"{P}gpu-fraction": "0.5"} if name == "share" else {}
+            s = sw_svc(name, {f"{P}gpus": gpus, f"{P}priority": "100", **ON_4090, **share})
+            object.__setattr__(s, "created_at", created)  # share is the older
+            self.services[name] = s
+        self.tasks = {n: SwarmTask(f"t-{n}", s.id, "n-4090" if n in held else "", 1,
+                                   "running" if n in held else "pending", "running", ())
+                      for n, s in self.services.items()}
+
+    def snap(self) -> Snapshot:
+        return Snapshot(list(self.nodes.values()), list(self.services.values()),
+                        list(self.tasks.values()), {})
+
+    def plan(self, planner: Planner, pre: Preempter, now: float) -> PlacementPlan:
+        """A placement cycle, its node writes landed (gates open at once here)."""
+        snap = self.snap()
+        plan = planner.plan(snap.nodes, snap.services, snap.tasks, FACTS, now=now,
+                            nominated=pre.nominated.current(now))
+        for nid, changes in plan.node_set.items():
+            n = self.nodes[nid]
+            self.nodes[nid] = _relabel(n, {**n.labels, **changes})
+        return plan
+
+    def stop(self, p: Preemption) -> None:
+        """``p``'s victims stopped as the actuator stops them."""
+        for v in p.victims:
+            n = self.nodes[v.node_id]
+            drop = {assign_key(P, v.service), gate_key(P, v.service)}
+            self.nodes[v.node_id] = _relabel(n, {k: x for k, x in n.labels.items()
+                                                 if k not in drop})
+            s = self.services[v.service]
+            dk = devices_key(P, v.node_id)
+            spec = {**s.spec, "Labels": {k: x for k, x in s.labels.items() if k != dk}}
+            s = self.services[v.service] = service_from_api(
+                {"ID": s.id, "Spec": spec, "Version": {"Index": s.version + 1}})
+            self.tasks[v.service] = SwarmTask(f"t2-{v.service}", s.id, "", 2, "pending",
+                                              "running", ())
+
+
+def _relabel(n: SwarmNode, labels: dict[str, str]) -> SwarmNode:
+    return SwarmNode(**{**n.__dict__, "labels": labels, "version": n.version + 1})
+
+
+def _held_on(plan: PlacementPlan, name: str) -> list[str]:
+    sp = next(sp for sp in plan.services if sp.name == name)
+    return [u for p in sp.placements for u in p.uuids]
+
+
+def test_the_freed_gpus_go_to_the_preemptor_not_to_an_older_share_of_its_priority() -> None:
+    """Served by age within a priority, the older share was planned first and took one of
+    the two GPUs batch's stop freed; high stayed pending and, its settle time passed,
+    stopped batch2 too. Held for high, they are its: share waits, one victim only."""
+    w, planner = World(), Planner(prefix=P)
+    pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
+    t = 1000.0
+    plan = w.plan(planner, pre, t)
+    assert {sp.name for sp in plan.services if sp.status == "pending"} == {"share", "high"}
+    chosen = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
+    assert [p.describe() for p in chosen] == [
+        "preempt batch (priority 0) on gpu-node-2 for high (priority 100)"]
+    assert set(chosen[0].held) == set(R[:2])  # what high is counted on
+    pre.took(chosen[0], list(chosen[0].victims), t)
+    w.stop(chosen[0])
+    stopped, got = ["batch"], {}
+    for now in (t + 1, t + 2, t + 40):  # the daemon's re-plan, and after the settle time
+        plan = w.plan(planner, pre, now)
+        got[now] = {n: _held_on(plan, n) for n in ("high", "share")}
+        for p in pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, now,
+                            planner.port_takers):
+            pre.took(p, list(p.victims), now)
+            w.stop(p)
+            stopped += [v.service for v in p.victims]
+    assert stopped == ["batch"]  # (it stopped batch2 too, 30 s later)
+    assert sorted(got[t + 1]["high"]) == sorted(R[:2])
+    assert not got[t + 1]["share"]  # nothing else is free on n-4090
+    assert not pre.nominated.current(t + 2)  # high placed: its hold ended
+
+
+def test_a_higher_priority_service_may_take_the_held_gpus() -> None:
+    """A waiting service of a priority above the preemptor's is served first and may
+    take what is held for it, as a higher-priority pod may a nominated node."""
+    w, planner = World(), Planner(prefix=P)
+    pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
+    t = 1000.0
+    plan = w.plan(planner, pre, t)
+    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
+    pre.took(p, list(p.victims), t)
+    w.stop(p)
+    urgent = sw_svc("urgent", {f"{P}gpus": "1", f"{P}priority": "1000", **ON_4090})
+    w.services["urgent"] = urgent
+    w.tasks["urgent"] = SwarmTask("t-urgent", urgent.id, "", 1, "pending", "running", ())
+    plan = w.plan(planner, pre, t + 1)
+    assert len(_held_on(plan, "urgent")) == 1 and set(_held_on(plan, "urgent")) <= set(R[:2])
+    assert not _held_on(plan, "share")  # the other held GPU stays high's
+    assert not _held_on(plan, "high")  # one GPU left of its two: it waits
+
+
+def test_a_hold_ends_when_its_preemption_settles_or_its_preemptor_goes() -> None:
+    """Given up (the settle time passed) or its preemptor gone, the GPUs are anyone's."""
+    w, planner = World(), Planner(prefix=P)
+    pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
+    t = 1000.0
+    plan = w.plan(planner, pre, t)
+    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
+    pre.took(p, list(p.victims), t)
+    assert [n.uuids for n in pre.nominated.current(t + 29)] == [p.held]
+    assert pre.nominated.current(t + 31) == ()  # settle_s 30 s
+    w.stop(p)
+    free = planner.cluster.alloc.snapshot()["n-4090"]
+    w.services.pop("high")
+    w.tasks.pop("high")
+    plan = w.plan(planner, pre, t + 1)
+    assert _held_on(plan, "share") and set(_held_on(plan, "share")) <= set(R[:2])
+    pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t + 1, planner.port_takers)
+    assert pre.nominated.current(t + 2) == ()
+    assert free == (0, 0, 0, 0, 0, 0, 0, 0)  # (a visit's holds are given back after it)
