@@ -104,11 +104,9 @@ def write_devices_and_gates(
         labels_set.setdefault(par_key, owners)
         parallelism = 0
     elif gate_ready and par_key in s.labels and current_par == 0:
-        parallelism, untrusted = kept_parallelism(s, prefix)
-        if untrusted:
-            warnings += (untrusted,)
-        else:
-            labels_remove.append(par_key)
+        parallelism, untrusted = kept_parallelism(s, prefix)  # (one not trusted stays)
+        warnings += (untrusted,) if untrusted else ()
+        labels_remove += () if untrusted else (par_key,)
     node_set, deferred = _node_writes(held, gate_ready, ak, gk, by_id)
     return DeviceMap(
         labels_set,

@@ -448,9 +448,7 @@ def choose_preemptions(
             on = packed_need(rd.holdings, s, prefix) if s.name in packed else None
             if s.name in packed and on is None:
                 continue  # nothing of it held yet, or nothing missing: no node to free
-            # every replica it preempts for counts (a packed one's, all it lacks), with
-            # what the round's earlier preemptors fill
-            if not within_max(r, rd.queues, rd.q_given, on[1] if on is not None else 1):
+            if not within_max(r, rd.queues, rd.q_given, on[1] if on else 1):  # all it lacks
                 continue
             p = _best_preemption(rd, s, r) if on is None else _best_preemption(rd, s, r, on)
             if p is not None:
