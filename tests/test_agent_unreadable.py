@@ -182,3 +182,25 @@ def test_a_gpu_labelled_node_without_a_readable_agent_needs_action() -> None:
     # a CPU node with nothing on the port: nothing to say
     plain = _bare()
     assert audit(Snapshot([plain], [], [], {plain.id: gone})) == []
+
+
+def test_a_node_advertising_the_configured_kind_is_a_gpu_node_on_the_map_and_audit() -> None:
+    """A node whose engine advertises ``placement.generic_resource_kind`` (here "A100")
+    is a GPU node to label sync and placement (``gpu_hint`` with the kind): the map and
+    audit called ``gpu_hint`` without it, so its agent not answering showed as "no
+    agent" (a node without GPUs) and audit found nothing."""
+    from dataclasses import replace
+
+    n = replace(_bare(), discrete_resources={"A100": 2})
+    res = FactsResult(n.id, n.hostname, "https://10.0.0.2:9401/facts", None,
+                      "agent at https://10.0.0.2:9401/facts: connection refused", 1.0)
+    snap = Snapshot([n], [], [], {n.id: res})
+    found = audit(snap, generic_resource_kind="A100")
+    assert [f.kind for f in found] == ["unreachable"], found
+    doc = build_cluster(snap, None, findings=found, generic_resource_kind="A100")
+    (node,) = doc["nodes"]
+    assert node["agent"]["status"] == "unreachable"
+    assert node["labels_state"] == "agent-unreadable"
+    # Without the kind configured, such a node is no GPU node (as label sync reads it).
+    (node,) = build_cluster(snap, None)["nodes"]
+    assert node["agent"]["status"] == "none"

@@ -282,3 +282,40 @@ def test_a_node_advertising_the_configured_generic_kind_expects_an_agent(
     sync.cycle(Snapshot(sw.nodes(), [], [], {NID: _facts(None, why)}))
     assert metrics.agents_unreachable._value.get() == 1
     assert any("agent unreachable" in ln for ln in logs), logs
+
+
+def test_a_label_no_node_carries_goes_from_a_node_whose_agent_does_not_answer(
+    tmp_path: Path,
+) -> None:
+    """``<p>state.*`` and ``<p>hold`` are never right on a node (``keys.never_on_a_node``):
+    a hand-set ``<p>state.renew=<n>`` there fails that renewal constraint
+    (``!=<n>``) on that node. Label sync removed them only from nodes whose agent
+    answered; an unreachable agent, a node whose GPUs cannot be read and a CPU node with
+    no agent kept them. Now they go from every node (the other labels stay as they are);
+    dry-run writes nothing; a change a running task's constraint reads is held back."""
+    strays = {f"{P}state.renew": "7", f"{P}hold": "true", f"{P}state.x": "1"}
+    why = f"agent at https://{HOST}:9101/facts: timed out after 3s"
+    answers = (_facts(None, why), _facts(NodeFacts(hostname=HOST, errors=(MISMATCH,))),
+               FactsResult(NID, HOST, "", None, "connection refused", time.time()))
+    llm = svc("llm", {}, [], [f"node.labels.{P}gpu.present==true"])
+    ours = {**desired_labels(R4090_F, P), "zone": "a"}
+    for i, res in enumerate(answers):
+        before = ours if i < 2 else {"zone": "a"}  # the last: a CPU node, no agent
+        for hold in (False, True):
+            sw = RecordingSwarm([sw_node(NID, HOST, {**before, **strays})], [llm],
+                                [SwarmTask("t1", llm.id, NID, 1, "running", "running", ())])
+            report, _ = _cycle(sw, tmp_path, res, hold=hold)
+            assert sw.node(NID).labels == before, (i, hold)
+            assert report.writes == 1
+    # Dry-run: nothing written.
+    sw = RecordingSwarm([sw_node(NID, HOST, {**ours, **strays})], [llm], [])
+    cfg = Config(state_dir=str(tmp_path), dry_run=True, sync=SyncConfig(watch_events=False))
+    sync = LabelSync(sw, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
+    sync.cycle(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {NID: answers[0]}))
+    assert sw.node(NID).labels == {**ours, **strays} and sw.calls == []
+    # An owner's running task whose constraint reads one keeps it (held back).
+    held = svc("held", {}, [], [f"node.labels.{P}state.x==1"])
+    sw = RecordingSwarm([sw_node(NID, HOST, {"zone": "a", **strays})], [held],
+                        [SwarmTask("t2", held.id, NID, 1, "running", "running", ())])
+    _cycle(sw, tmp_path, answers[0])
+    assert sw.node(NID).labels == {"zone": "a", f"{P}state.x": "1"}

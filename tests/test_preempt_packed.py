@@ -116,3 +116,34 @@ def test_a_packed_reclaim_stays_within_its_queues_guarantee_for_every_replica() 
                                     low_priority="100")
     said = [w for w in got["p"].warnings if "preempt" in w]
     assert len(said) == 1 and "low (priority 100)" in said[0], said
+
+
+def test_a_packed_preemptor_stays_within_its_queues_max_for_every_replica() -> None:
+    """p (queue a, max 6 GPUs, 4 held on gpu-node-1) lacks 2 replicas; q (queue a, a
+    lower priority) is placed on gpu-node-2 in the same cycle, after p was visited: 5 of
+    a's 6 GPUs then. The max check counted one replica of p (5 + 1 <= 6) and p preempted
+    low for two: its queue at 7, so the next cycle's max held one back, and a victim's
+    GPUs were freed for nothing. Every replica p lacks counts, as for the guarantee."""
+    def run(most: int) -> ServicePlan:
+        p = svc("p", {"swarmgpu.gpus": "1", "swarmgpu.pack": "always",
+                      "swarmgpu.priority": "100", "swarmgpu.queue": "a", **A100}, replicas=4)
+        low = svc("low", {"swarmgpu.gpus": "3", "swarmgpu.priority": "0", **A100})
+        nodes, (p, low), by = settle([DGX, R4090], [p, low])
+        assert by["p"].packed and by["low"].placements[0].node_id == "n-dgx", by
+        p = replace(p, replicas=6, version=p.version + 1)
+        q = svc("q", {"swarmgpu.gpus": "1", "swarmgpu.priority": "50",
+                      "swarmgpu.queue": "a", "swarmgpu.gpu-product": "*4090*"})
+        tasks = [SwarmTask("t-low", low.id, "n-dgx", 1, "running", "running", (),
+                           force_update=low.force_update)]
+        tasks += [SwarmTask(f"t-p{k}", p.id, "n-dgx" if k <= 4 else "", k,
+                            "running" if k <= 4 else "pending", "running", (),
+                            force_update=p.force_update) for k in range(1, 7)]
+        got = daemon_plans(nodes, [p, low, q], tasks, {"a": {"max": most}})
+        assert got["q"].status == "placed", got["q"]
+        assert got["p"].status == "pending" and got["p"].packed, got["p"]
+        return got["p"]
+
+    assert not [w for w in run(6).warnings if "preempt" in w], run(6).warnings
+    # max 7: both replicas fit within it, and low is preempted
+    said = [w for w in run(7).warnings if "preempt" in w]
+    assert len(said) == 1 and "low (priority 0)" in said[0], said

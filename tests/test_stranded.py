@@ -319,3 +319,63 @@ def test_a_renewal_value_too_long_for_a_number_does_not_stop_the_cycle() -> None
     (renew,) = sp.writes.add_constraints
     assert renew.startswith("node.labels.swarmgpu.state.renew!=") and renew != odd
     assert _replaced(s, sp, tasks, nodes) == ["t-two-2"]
+
+
+def test_a_hand_edited_parallelism_record_is_not_written_back() -> None:
+    """The record of the owner's update parallelism is a label anyone may edit: one that
+    is not a decimal integer Docker takes (its Parallelism is a uint64) was written
+    back as the spec's, and Docker refused the write every cycle, so the gate and
+    release writes of that service never landed. Such a record is not trusted: no
+    give-back (as with no record), and it is said once, naming service, label, value."""
+    nodes = [node("n-a", "node-a"), node("n-b", "node-b")]
+    facts = {n.id: RTX4090.facts() for n in nodes}
+    lines: list[str] = []
+    for bad in ("-3", str(2**64), "2x", "+2", "\u0661"):  # (an Arabic-Indic 1)
+        planner = Planner()
+        s = svc("one", {"swarmgpu.gpus": "1"}, replicas=2)
+        first = planner.plan(nodes, [s], _tasks(s, ["", ""]), facts)
+        nodes_w = apply(nodes, first)
+        (s,) = as_written([s], first)
+        s = _as_written(s, parallelism=0, add={PAR: bad})
+        opens = planner.plan(nodes_w, [s], _tasks(s, ["", ""]), facts)
+        nodes_w, on = apply(nodes_w, opens), sorted(opens.node_set)
+        step = PlacementStep(SimpleNamespace(cfg=Config()))  # type: ignore[arg-type]
+        lines.clear()
+        sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="INFO")
+        try:
+            for _ in range(3):
+                plan = planner.plan(nodes_w, [s], _tasks(s, on, "running"),
+                                    facts)
+                (sp,) = plan.services
+                assert sp.set_update_parallelism is None, (bad, sp.writes)
+                step._log(plan)
+        finally:
+            logger.remove(sink)
+        said = [x for x in lines if PAR in x]
+        assert len(said) == 1 and "one" in said[0] and repr(bad) in said[0], (bad, lines)
+    # The largest value Docker takes is given back as it is.
+    s = replace(_as_written(s, parallelism=0, add={PAR: str(2**64 - 1)}), version=9)
+    (sp,) = planner.plan(nodes_w, [s], _tasks(s, on, "running"),
+                         facts).services
+    assert sp.set_update_parallelism == 2**64 - 1
+
+
+def test_a_hand_edited_parallelism_record_is_not_given_back_on_release() -> None:
+    """The same record read when the owner takes the request away (``ungate``): not
+    written back; the records go as before, the spec's parallelism stays 0."""
+    step = PlacementStep(SimpleNamespace(cfg=Config()))  # type: ignore[arg-type]
+    nodes = [node("n-a", "node-a")]
+    s = svc("gone", {PAR: "-3"})
+    s = replace(s, spec={"UpdateConfig": {"Parallelism": 0}})
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="INFO")
+    try:
+        for _ in range(2):
+            plan = Planner().plan(nodes, [s], [], {})
+            (sp,) = plan.services
+            assert sp.set_update_parallelism is None and PAR in sp.service_labels_remove
+            step._log(plan)
+    finally:
+        logger.remove(sink)
+    said = [x for x in lines if PAR in x]
+    assert len(said) == 1 and "gone" in said[0] and "'-3'" in said[0], lines

@@ -566,6 +566,7 @@ def status(config_path: str | None, as_json: bool) -> None:
             node_lost_grace_s=cfg.health.node_lost_grace_s,
         ),
         ungranted=rows(find(cfg, snap, p, ImageEnvs(swarm))),
+        generic_resource_kind=cfg.placement.generic_resource_kind,
     )
     click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc))
 

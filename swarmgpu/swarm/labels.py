@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from swarmgpu.core.labelkeys import usable_label_key, usable_label_value
@@ -291,6 +291,7 @@ def plan_node_labels(
     prefix: str = DEFAULT_PREFIX,
     allow_disruptive: bool = False,
     facts_error: str | None = None,
+    never: Callable[[str], bool] | None = None,
 ) -> NodeLabelPlan:
     """Compare the node's labels with what its facts call for.
 
@@ -301,19 +302,27 @@ def plan_node_labels(
     A change that would make a running task on this node violate its own constraints
     (its spec's, which Swarm's constraint enforcer reads) or its service's is held back
     unless ``allow_disruptive``.
+    ``never``: the keys no node ever carries (the manager's ``keys.never_on_a_node``),
+    removed from the node even with no facts: they say nothing of its GPUs, and one left
+    there (a hand-set renewal label) keeps swarmgpu's own tasks off the node. The
+    skipped plan then removes them alone, under the same guard.
     """
+    skipped: str | None = None
     if facts is None:
-        return NodeLabelPlan(
-            node.id, node.hostname, skipped=facts_error or "no facts from the agent"
-        )
-    if facts.gpus_unread:
-        return NodeLabelPlan(
-            node.id, node.hostname, skipped=f"{gpus_unread_why(facts)}; fix: {GPUS_UNREAD_FIX}"
-        )
-    want = desired_labels(facts, prefix)
-    have = label_sync_labels(node.labels, prefix)
-    to_set = {k: v for k, v in want.items() if have.get(k) != v}
-    to_remove = tuple(sorted(k for k in have if k not in want))
+        skipped = facts_error or "no facts from the agent"
+    elif facts.gpus_unread:
+        skipped = f"{gpus_unread_why(facts)}; fix: {GPUS_UNREAD_FIX}"
+    if facts is None or skipped is not None:
+        strays = tuple(sorted(k for k in node.labels if never is not None and never(k)))
+        if not strays:
+            return NodeLabelPlan(node.id, node.hostname, skipped=skipped)
+        to_set: dict[str, str] = {}
+        to_remove = strays
+    else:
+        want = desired_labels(facts, prefix)
+        have = label_sync_labels(node.labels, prefix)
+        to_set = {k: v for k, v in want.items() if have.get(k) != v}
+        to_remove = tuple(sorted(k for k in have if k not in want))
     if not to_set and not to_remove:
         return NodeLabelPlan(node.id, node.hostname)
 
@@ -364,5 +373,6 @@ def plan_node_labels(
         to_set = {k: v for k, v in to_set.items() if k not in held_keys}
         to_remove = tuple(k for k in to_remove if k not in held_keys)
     return NodeLabelPlan(
-        node.id, node.hostname, set=to_set, remove=to_remove, held=tuple(held)
+        node.id, node.hostname, set=to_set, remove=to_remove, held=tuple(held),
+        skipped=skipped,
     )

@@ -105,7 +105,7 @@ def audit(
     out: list[Finding] = []
     for node in snap.nodes:
         saved = saved_agents.get(node.id, {})
-        if (new := _rejoined(snap, node, prefix, saved)) is not None:
+        if (new := _rejoined(snap, node, prefix, saved, generic_resource_kind)) is not None:
             found = [_replaced(node, new, prefix)]  # its labels and ledger go with it
         else:
             found = (_node_findings(snap, node, prefix, saved, generic_resource_kind,
@@ -137,7 +137,7 @@ def _node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[
             ))
     res = snap.facts.get(node.id)
     if res is None or res.facts is None:
-        if _gpu_node(node, prefix, saved):
+        if _gpu_node(node, prefix, saved, generic_resource_kind):
             state = (f"agent answers but cannot be read ({res.cause})"
                      if res is not None and res.listening else "agent unreachable")
             down = ("; Swarm reports the node down: bring its engine back, or remove it "
@@ -294,9 +294,10 @@ def _unreadable_holding(node: SwarmNode, key: str, value: str) -> Finding:
     )
 
 
-def _gpu_node(node: SwarmNode, prefix: str, saved: Mapping[str, Any]) -> bool:
-    """Swarm's labels or the agent's record say the node has GPUs."""
-    return gpu_hint(node, prefix) is not None or saved.get("last_ok") is not None
+def _gpu_node(node: SwarmNode, prefix: str, saved: Mapping[str, Any], kind: str) -> bool:
+    """Swarm's labels or the agent's record say the node has GPUs (``gpu_hint``, with
+    ``placement.generic_resource_kind``: as label sync and placement read it)."""
+    return gpu_hint(node, prefix, kind) is not None or saved.get("last_ok") is not None
 
 
 def _namesake(snap: Snapshot, node: SwarmNode) -> SwarmNode | None:
@@ -320,15 +321,15 @@ def _gpu_ids(snap: Snapshot, node: SwarmNode, prefix: str) -> set[str]:
     return out
 
 
-def _rejoined(snap: Snapshot, node: SwarmNode, prefix: str,
-              saved: Mapping[str, Any]) -> tuple[SwarmNode, str] | None:
+def _rejoined(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[str, Any],
+              kind: str) -> tuple[SwarmNode, str] | None:
     """For a down GPU node with no facts: the ready node it is the old ID of (the
     machine re-imaged or joined again under a new ID; Swarm keeps the old entry, down,
     until removed), with what says so. A hostname alone does not (two nodes may share
     one): the same address does, or a GPU UUID of the old entry that the other has."""
     res = snap.facts.get(node.id)
     if (node.state != "down" or (res is not None and res.facts is not None)
-            or not _gpu_node(node, prefix, saved)):
+            or not _gpu_node(node, prefix, saved, kind)):
         return None
     mine = _gpu_ids(snap, node, prefix)
     for n in snap.nodes:

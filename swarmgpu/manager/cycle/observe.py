@@ -92,6 +92,7 @@ class ObserveStep(Step):
             + overshare.findings(uses, att.unattributed),
             moves=self.moves() if self.moves else None, leader=host.leader,
             zone_label=cfg.placement.zone_label, ungranted=rows(session.ungranted),
+            generic_resource_kind=cfg.placement.generic_resource_kind,
         )
         overshare.annotate(doc, uses, att.unattributed)
         self.history.record(doc)

@@ -48,6 +48,7 @@ from swarmgpu.manager.placement import (
     Status,
     gate_key,
 )
+from swarmgpu.manager.placement.devicemap import UNTRUSTED_RECORD
 from swarmgpu.manager.placement.gating import HOLD_ADOPTED
 from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.placement.planned import Planned
@@ -402,6 +403,7 @@ class PlacementStep(Step):
         self.said: SaidOnce[tuple[str, str]] = SaidOnce()
         self.held_said: SaidOnce[str] = SaidOnce()
         self.status_said: SaidOnce[str] = SaidOnce()
+        self.record_said: SaidOnce[tuple[str, str]] = SaidOnce()  # (service, its note)
         # service id -> (its pending note, renewals since it was said), of a service that
         # renews its waiting task: kept while it waits, across a cycle it is not pending
         # (``_say_pending``)
@@ -461,9 +463,10 @@ class PlacementStep(Step):
     def _log(self, plan: PlacementPlan) -> int:
         """Log what people must see of ``plan`` (each invalid or pending service, held-back
         note and tenant limit once while it lasts); return the number of pending services."""
-        held_said, status_said = self.held_said, self.status_said
+        held_said, status_said, record_said = self.held_said, self.status_said, self.record_said
         held_said.begin()
         status_said.begin()
+        record_said.begin()
         pending = 0
         for sp in plan.services:
             log = logger.bind(service=sp.name)
@@ -484,12 +487,16 @@ class PlacementStep(Step):
                 elif w.startswith(HOLD_HINT):  # logged when it changes, not every cycle
                     if held_said.fresh(sp.name, w):
                         log.info("{}", w)
+                elif w.startswith(UNTRUSTED_RECORD):  # said once while it lasts
+                    if record_said.fresh((sp.name, w)):
+                        log.warning("{}", w)
                 else:
                     log.info("{}", w)
             if not sp.held:  # kept while the service is held (and there), no longer
                 held_said.forget(sp.name)
         held_said.end()
         status_said.end()
+        record_said.end()
         waits = {sp.id for sp in plan.services if sp.status == Status.PENDING
                  or (sp.status == Status.PLACED and sp.state != State.ACTIVE)}
         for gone in self.renewals.keys() - waits:

@@ -20,12 +20,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, NamedTuple
 
 from loguru import logger
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.placement.keys import never_on_a_node
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.labels import NodeLabelPlan, plan_node_labels
 from swarmgpu.swarm.taskspec import describe, task_changes
@@ -201,11 +203,13 @@ class Actuator:
         self.prefix = prefix
         self.allow_disruptive = allow_disruptive
         self.writes = Writes(swarm, dry_run=dry_run, who="label sync", prefix=prefix)
+        # the keys no node carries: removed from every node, its agent answering or not
+        self.never: Callable[[str], bool] = partial(never_on_a_node, prefix=prefix)
 
     def label_compute(
         self,
         node: SwarmNode,
-        facts: NodeFacts,
+        facts: NodeFacts | None,
         services: Sequence[SwarmService],
         tasks: Sequence[SwarmTask],
         watched: AbstractSet[str] | None = None,
@@ -225,6 +229,7 @@ class Actuator:
                 tasks=tasks,
                 prefix=self.prefix,
                 allow_disruptive=self.allow_disruptive,
+                never=self.never,
             )
 
         def compute(current: Mapping[str, str]) -> Mapping[str, str] | None:
@@ -243,7 +248,7 @@ class Actuator:
         self,
         plan: NodeLabelPlan,
         node: SwarmNode,
-        facts: NodeFacts,
+        facts: NodeFacts | None,
         services: Sequence[SwarmService],
         tasks: Sequence[SwarmTask],
         watched: AbstractSet[str] | None = None,

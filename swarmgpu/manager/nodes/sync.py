@@ -180,7 +180,7 @@ class LabelSync:
         prefix, kind = self.cfg.sync.prefix, self.cfg.placement.generic_resource_kind
         agents = agent_nodes(snapshot.services, snapshot.tasks, self.cfg.agents.service)
         unreachable = unread = held = 0
-        todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]] = []
+        todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts | None]] = []
         self._node_said.begin()
         for node in snapshot.nodes:
             log = logger.bind(node=node.hostname)
@@ -204,7 +204,13 @@ class LabelSync:
                     report.errors.append(f"{node.hostname}: {err}")
                 else:
                     log.debug("no agent (not a GPU node?): {}", err)
-                report.plans.append(plan_node_labels(node, None, facts_error=err))
+                # (with no facts, only the labels no node carries go: ``plan_node_labels``)
+                plan = plan_node_labels(node, None, services=snapshot.services,
+                                        tasks=snapshot.tasks, prefix=prefix,
+                                        allow_disruptive=self.cfg.sync.allow_disruptive,
+                                        facts_error=err, never=self.actuator.never)
+                report.plans.append(plan)
+                self._keep(plan, node, None, todo, warn)
                 continue
             for e in facts.errors:
                 warn("agent reports: {}", e)
@@ -215,18 +221,14 @@ class LabelSync:
                 tasks=snapshot.tasks,
                 prefix=prefix,
                 allow_disruptive=self.cfg.sync.allow_disruptive,
+                never=self.actuator.never,
             )
             report.plans.append(plan)
             if plan.skipped:  # its GPUs cannot be read: left as they are, as unreachable
                 unread += 1
                 warn("{}; labels left as they are", plan.skipped)
                 report.errors.append(f"{node.hostname}: {plan.skipped}")
-                continue
-            for h in plan.held:
-                held += 1
-                warn("held label change {}: {} -> {}: {}", h.key, h.old, h.new, h.reason)
-            if not plan.empty:  # nothing to write: no round trip either
-                todo.append((plan, node, facts))
+            held += self._keep(plan, node, facts, todo, warn)
 
         self._node_said.end()
         self.book.keep({n.id for n in snapshot.nodes})
@@ -240,6 +242,17 @@ class LabelSync:
         self.metrics.held_changes.set(held)
         self._identity_off()
         return report
+
+    def _keep(self, plan: NodeLabelPlan, node: SwarmNode, facts: NodeFacts | None,
+              todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts | None]],
+              warn: Callable[..., None]) -> int:
+        """Note ``plan``'s held changes and queue its write (none when it changes
+        nothing: no round trip either); the number of changes held back."""
+        for h in plan.held:
+            warn("held label change {}: {} -> {}: {}", h.key, h.old, h.new, h.reason)
+        if not plan.empty:
+            todo.append((plan, node, facts))
+        return len(plan.held)
 
     def _identity_off(self) -> None:
         off = self.cfg.agents.identity == "none"
@@ -284,13 +297,13 @@ class LabelSync:
 
     def _write_now(
         self,
-        todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]],
+        todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts | None]],
         snapshot: Snapshot,
         report: CycleReport,
     ) -> None:
         watched = constrained_keys(snapshot.services, snapshot.tasks) if todo else frozenset()
 
-        def write(item: tuple[NodeLabelPlan, SwarmNode, NodeFacts]) -> ApplyResult:
+        def write(item: tuple[NodeLabelPlan, SwarmNode, NodeFacts | None]) -> ApplyResult:
             plan, node, facts = item
             return self.actuator.apply_labels(
                 plan, node, facts, snapshot.services, snapshot.tasks, watched
@@ -302,7 +315,7 @@ class LabelSync:
 
     def _hold(
         self,
-        todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]],
+        todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts | None]],
         snapshot: Snapshot,
         report: CycleReport,
     ) -> HeldNodeWrites:

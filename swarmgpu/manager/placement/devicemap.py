@@ -7,7 +7,13 @@ from dataclasses import dataclass
 
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.generic import int_or0
-from swarmgpu.manager.placement.keys import DEVICES, assign_key, devices_key, gate_key
+from swarmgpu.manager.placement.keys import (
+    DEVICES,
+    PARALLELISM_STATE,
+    assign_key,
+    devices_key,
+    gate_key,
+)
 from swarmgpu.manager.placement.ledger import Holding, holdings_of, packed_holding
 from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.tasks import Waiting
@@ -98,8 +104,9 @@ def write_devices_and_gates(
         labels_set.setdefault(par_key, owners)
         parallelism = 0
     elif gate_ready and par_key in s.labels and current_par == 0:
-        parallelism = int_or0(s.labels[par_key]) or 1
-        labels_remove.append(par_key)
+        parallelism, untrusted = kept_parallelism(s, prefix)  # (one not trusted stays)
+        warnings += (untrusted,) if untrusted else ()
+        labels_remove += () if untrusted else (par_key,)
     node_set, deferred = _node_writes(held, gate_ready, ak, gk, by_id)
     return DeviceMap(
         labels_set,
@@ -112,6 +119,29 @@ def write_devices_and_gates(
         decision,
         warnings,
     )
+
+
+# What a record's note starts with: one that is not a value swarmgpu wrote (hand-edited)
+UNTRUSTED_RECORD = "record not trusted:"
+UINT64_MAX = 2**64 - 1  # Docker's UpdateConfig.Parallelism is a uint64
+
+
+def kept_parallelism(s: SwarmService, prefix: str) -> tuple[int | None, str | None]:
+    """The owner's update parallelism recorded in ``<p>state.update-parallelism``, to
+    give back (0 reads as 1, as ever): (None, None) with no record. A record that is not
+    a decimal integer Docker takes (0 to 2**64-1) was edited by hand: written back,
+    Docker would refuse the service's write every cycle and its gate or release write
+    would never land. It is read as no record, with a note (said once) of what to do."""
+    key = prefix + PARALLELISM_STATE
+    kept = s.labels.get(key)
+    if kept is None:
+        return None, None
+    if kept.isascii() and kept.isdigit() and len(kept) <= 20 and int(kept) <= UINT64_MAX:
+        return int(kept) or 1, None
+    return None, (f"{UNTRUSTED_RECORD} service {s.name}'s label {key}={kept!r} is no "
+                  f"parallelism Docker takes (a whole number, 0 to {UINT64_MAX}): not "
+                  "written back, the spec's stays 0; give yours back with `docker service "
+                  f"update --update-parallelism N --label-rm {key} {s.name}`")
 
 
 def all_at_once(s: SwarmService) -> str | None:

@@ -363,11 +363,11 @@ class Planner:
             # ... and take swarmgpu's lines out of its spec, its gate first: closed, it
             # would match no node ever again (placement.ungate). Written after its gates
             # close (phase 1 of the write); a failed write is made again next cycle.
-            writes = ungate(s, prefix, released=held)
+            writes, notes = ungate(s, prefix, released=held)
             if writes:
                 plan.services.append(ServicePlan(
                     s.name, s.id, None, "", Status.RELEASED, State.RELEASED,
-                    writes=writes, decision=UNGATED))
+                    warnings=notes, writes=writes, decision=UNGATED))
 
     def _stray_gates(self, plan: PlacementPlan, nodes: Sequence[SwarmNode],
                      live_names: AbstractSet[str]) -> None:

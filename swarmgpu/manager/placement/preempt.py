@@ -39,7 +39,8 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   KAI-Scheduler and Kueue reclaim. Then the lowest highest priority, the lowest total
   priority, the most recently started. Across nodes the same order, then the hostname;
 * a preemptor preempts only while its queue's max, and its tenant's queues' together,
-  leave room for its replica with what the round's earlier preemptors take there
+  leave room for its replica (a packed one's: all it lacks, as it preempts for them)
+  with what the round's earlier preemptors take there
   (``queues.within_max``): the planner holds back one service at a time, so each of a
   queue's waiting services fits alone;
 * no preemption when a node the preemptor may use already has enough free GPUs: the
@@ -444,14 +445,14 @@ def choose_preemptions(
             continue
         if s.mode != "replicated" or not s.replicas:
             continue
-        if not within_max(r, rd.queues, rd.q_given):  # the round's preemptors fill it
-            continue
         mark = (set(rd.taken), set(rd.gone), dict(rd.q_gone), dict(rd.q_given))
         room = dict(rd.room.left) if rd.room is not None else None  # its CPU counted too
         try:
             on = packed_need(rd.holdings, s, prefix) if s.name in packed else None
             if s.name in packed and on is None:
                 continue  # nothing of it held yet, or nothing missing: no node to free
+            if not within_max(r, rd.queues, rd.q_given, on[1] if on else 1):  # all it lacks
+                continue
             p = _best_preemption(rd, s, r) if on is None else _best_preemption(rd, s, r, on)
             if p is not None:
                 out.append(_take(rd, p, r, on[1] if on is not None else 1))

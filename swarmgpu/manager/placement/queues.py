@@ -407,8 +407,9 @@ def within_guarantee(preemptor: GpuRequest, queues: Mapping[str, Mapping[str, An
 
 
 def within_max(preemptor: GpuRequest, queues: Mapping[str, Mapping[str, Any]],
-               given: Mapping[str, int]) -> bool:
-    """The preemptor's queue stays within its max with one more replica, counted with
+               given: Mapping[str, int], replicas: int = 1) -> bool:
+    """The preemptor's queue stays within its max with ``replicas`` more (a packed
+    preemptor's: all it lacks, which it preempts for at once), counted with
     what the round's earlier preemptors place there (``given``: milli per queue), and its
     tenant's queues within the sum of theirs when each has one (``Together``). The
     planner holds back a service its queue's max refuses, one service at a time: each
@@ -417,7 +418,7 @@ def within_max(preemptor: GpuRequest, queues: Mapping[str, Mapping[str, Any]],
     p = queues.get(preemptor.queue) if preemptor.queue else None
     if p is None:
         return True
-    need = replica_milli(preemptor)
+    need = replica_milli(preemptor) * replicas
     most = _gpus_milli(p.get("max_gpus"))
     if most is not None and _used_milli(p) + given.get(preemptor.queue, 0) + need > most:
         return False

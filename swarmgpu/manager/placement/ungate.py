@@ -34,19 +34,18 @@ from __future__ import annotations
 
 from functools import cache
 
+from swarmgpu.manager.placement.devicemap import kept_parallelism
 from swarmgpu.manager.placement.envs import (
     ORDER_ENV,
     VOID_LINE,
     env_template,
     env_template_per_node,
 )
-from swarmgpu.manager.placement.generic import int_or0
 from swarmgpu.manager.placement.keys import (
     DEVICES,
     MAX_STATE,
     MOVE_STATE,
     ORDER_STATE,
-    PARALLELISM_STATE,
     is_gate_of,
     is_hold,
     is_renew,
@@ -67,10 +66,12 @@ UNGATED = (
 )
 
 
-def ungate(s: SwarmService, prefix: str, *, released: bool) -> SpecWrites:
+def ungate(s: SwarmService, prefix: str, *, released: bool
+           ) -> tuple[SpecWrites, tuple[str, ...]]:
     """The write that takes swarmgpu's own lines out of ``s``, a service with no
     request (module docstring); ``released``: its holdings are released in this cycle.
-    ``NO_WRITES`` when there is nothing to take back."""
+    ``NO_WRITES`` when there is nothing to take back. With it, its notes (a record
+    not trusted: ``devicemap.kept_parallelism``)."""
     cons = tuple(
         c
         for c in s.constraints
@@ -78,7 +79,7 @@ def ungate(s: SwarmService, prefix: str, *, released: bool) -> SpecWrites:
                             or is_renew(c, prefix))
     )
     if not cons and not released:
-        return NO_WRITES  # (nearly every service without a request, every cycle)
+        return NO_WRITES, ()  # (nearly every service without a request, every cycle)
     owned, move = _owned_labels(prefix), prefix + MOVE_STATE
     labels = tuple(k for k in s.labels if k.startswith(owned) and k != move)
     templates = (env_template(prefix), env_template_per_node(prefix))
@@ -88,22 +89,23 @@ def ungate(s: SwarmService, prefix: str, *, released: bool) -> SpecWrites:
         shares += (ORDER_ENV,)  # appended by adoption, as its record says: swarmgpu's
     most = s.max_replicas_per_node
     mine = bool(most) and s.labels.get(prefix + MAX_STATE) == str(most)
+    parallelism, untrusted = _parallelism(s, prefix)
     return SpecWrites(
         service_labels_remove=labels,
         remove_constraints=cons,
         replace_env=voided,
         remove_env=shares,
         set_max_replicas=0 if mine else None,
-        set_update_parallelism=_parallelism(s, prefix),
-    )
+        set_update_parallelism=parallelism,
+    ), (untrusted,) if untrusted else ()
 
 
-def _parallelism(s: SwarmService, prefix: str) -> int | None:
+def _parallelism(s: SwarmService, prefix: str) -> tuple[int | None, str | None]:
     """The owner's update parallelism, given back: swarmgpu set 0 (every waiting task
-    at once) and recorded the owner's value (``devicemap``)."""
-    kept = s.labels.get(prefix + PARALLELISM_STATE)
+    at once) and recorded the owner's value (``devicemap``); a note where the record
+    is not one to trust (``kept_parallelism``)."""
     now = (s.spec.get("UpdateConfig") or {}).get("Parallelism", 1)
-    return (int_or0(kept) or 1) if kept is not None and now == 0 else None
+    return kept_parallelism(s, prefix) if now == 0 else (None, None)
 
 
 @cache  # one per prefix

@@ -127,8 +127,11 @@ def build_cluster(
     leader: bool = True,
     zone_label: str = "topology.zone",
     ungranted: Sequence[Mapping[str, Any]] = (),
+    generic_resource_kind: str = "",
 ) -> dict[str, Any]:
-    """``ungranted``: the services that see GPUs without a grant (``cycle.grants.rows``)."""
+    """``ungranted``: the services that see GPUs without a grant (``cycle.grants.rows``);
+    ``generic_resource_kind``: ``placement.generic_resource_kind`` (a node advertising it
+    is a GPU node, as label sync reads it: ``gpu_hint``)."""
     metrics = metrics or {}
     saved_agents = saved_agents or {}
     holders = _Holders(snap, plan, prefix)
@@ -137,7 +140,7 @@ def build_cluster(
         res = snap.facts.get(n.id)
         facts = res.facts if res else None
         agent, labels_state, drift = _agent_and_labels(n, res, saved_agents.get(n.id, {}),
-                                                       prefix)
+                                                       prefix, generic_resource_kind)
         gpus_out = (_gpu_rows(facts, metrics.get(n.id, {}), *holders.on(n.id))
                     if facts is not None else [])
         nodes_out.append({
@@ -173,7 +176,7 @@ def build_cluster(
 
 
 def _agent_and_labels(n: SwarmNode, res: FactsResult | None, saved: Mapping[str, Any],
-                      prefix: str) -> tuple[dict[str, Any], str, list[str]]:
+                      prefix: str, kind: str) -> tuple[dict[str, Any], str, list[str]]:
     """A node's agent as the map shows it, and its labels' state with the drift."""
     facts = res.facts if res else None
     ours = label_sync_labels(n.labels, prefix)
@@ -197,7 +200,7 @@ def _agent_and_labels(n: SwarmNode, res: FactsResult | None, saved: Mapping[str,
         return ({"status": "unreachable", "error": res.error if res else None,
                  "last_ok": saved.get("last_ok"), "failing_since": saved.get("failing_since"),
                  **_why(res)}, "agent-stale", [])
-    if res is not None and (res.listening or gpu_hint(n, prefix)):
+    if res is not None and (res.listening or gpu_hint(n, prefix, kind)):
         # An agent the daemon cannot read (or a GPU node Swarm knows without one):
         # never "none", which reads as "not a GPU node".
         return ({"status": "unreadable" if res.listening else "unreachable",
