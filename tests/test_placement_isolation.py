@@ -183,3 +183,22 @@ def test_the_daemons_cycle_shows_the_failed_service_and_goes_on(
     assert ("service", f"id-{BAD}") not in sw.calls
     assert not any(assign_key(P, BAD) in n.labels for n in sw.nodes())
     assert len([e for e in errors if BAD in e["message"]]) == 1
+
+
+def test_a_probe_that_raises_gives_back_what_it_took(
+        monkeypatch: pytest.MonkeyPatch, errors: list[Any]) -> None:
+    """Replicas packed on one node are probed there, each committed on the core
+    allocator till all fit; one that raises mid-probe leaves none of them taken."""
+    one = [NODES[0]]
+    planner = Planner()
+    planner.plan(one, [], [], FACTS)  # the allocator of this node set, kept from now on
+
+    def place_on(*_: Any) -> None:  # the probe's next replica, its first one committed
+        raise RuntimeError("probe")
+
+    monkeypatch.setattr(planner.cluster.alloc, "place_on", place_on)
+    bad = svc(BAD, {f"{P}gpus": "4"}, replicas=2)  # two replicas, one node: packed
+    big = svc("b-big", {f"{P}gpus": "8"})
+    got = _by_name(planner.plan(one, [bad, big], [], FACTS))
+    assert got[BAD].status == "failed" and "probe" in (got[BAD].reason or "")
+    assert got["b-big"].status == "placed"
