@@ -21,7 +21,7 @@ from support.placement import P, apply, node, svc, written
 from swarmgpu.allocator.values import Choice
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.cycle.placement import PlacementStep
+from swarmgpu.manager.cycle.placement import PlacementStep, findings_of
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.placement import PlacementPlan, Planner, ServicePlan, assign_key
 from swarmgpu.manager.placement import planner as planner_mod
@@ -179,6 +179,8 @@ def test_the_daemons_cycle_shows_the_failed_service_and_goes_on(
         shown = {s["name"]: s for s in doc["services"]}[BAD]
         assert (shown["status"], shown["state"]) == ("failed", "Failed")
         assert "report it" in shown["reason"]
+        (fault,) = [f for f in findings_of(plan) if f.subject == BAD]
+        assert fault.kind == "placement-fault"
     assert ("service", "id-b-one") in sw.calls
     assert ("service", f"id-{BAD}") not in sw.calls
     assert not any(assign_key(P, BAD) in n.labels for n in sw.nodes())
