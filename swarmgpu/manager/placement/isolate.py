@@ -29,9 +29,12 @@ def failed_reason(name: str, exc: Exception) -> str:
 def failed_plan(s: SwarmService, r: GpuRequest | RequestError, exc: Exception) -> ServicePlan:
     """The plan of ``s`` when planning it raised: no placements, no writes."""
     req = r if isinstance(r, GpuRequest) else None
-    return ServicePlan(s.name, s.id, req, req.describe() if req is not None else "",
-                       Status.FAILED, State.FAILED, reason=failed_reason(s.name, exc),
-                       mode=s.mode)
+    try:  # (the fault may be in saying the request: the plan is made all the same)
+        text = req.describe() if req is not None else ""
+    except Exception:
+        text = ""
+    return ServicePlan(s.name, s.id, req, text, Status.FAILED, State.FAILED,
+                       reason=failed_reason(s.name, exc), mode=s.mode)
 
 
 def restore(cluster: ClusterAllocator, s: SwarmService, before: Mapping[str, Holding],
