@@ -62,6 +62,16 @@ def restore(cluster: ClusterAllocator, s: SwarmService, before: Mapping[str, Hol
             s.id, nid, res, h.replicas))
 
 
+def isolated(cluster: ClusterAllocator, faults: Faults, s: SwarmService,
+             r: GpuRequest | RequestError, exc: Exception, before: Mapping[str, Holding],
+             res: tuple[int, int]) -> ServicePlan:
+    """What a cycle does of a service whose planning raised ``exc``: its holdings as they
+    were (``restore``), the traceback said once while it lasts, and its plan."""
+    restore(cluster, s, before, res)
+    faults.say(s, exc)
+    return failed_plan(s, r, exc)
+
+
 class Faults:
     """The services whose planning raised, each logged with its traceback once while it
     keeps raising (said again after a cycle without it)."""

@@ -19,7 +19,7 @@ from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.globalmode import GLOBAL_MODES
 from swarmgpu.manager.placement.hostports import HostPorts
-from swarmgpu.manager.placement.isolate import Faults, failed_plan, restore
+from swarmgpu.manager.placement.isolate import Faults, isolated
 from swarmgpu.manager.placement.jobs import (
     JobProgress,
     job_progress,
@@ -91,8 +91,7 @@ class _Visit:
 
 @dataclass(frozen=True, slots=True)
 class _Visited:
-    """One service's visit (``Planner._visit_one``): its plan; whether its node writes
-    go into the cycle's plan; whether it is settled, and quiet from the next cycle on."""
+    """``Planner._visit_one``: the plan, its node writes to add, settled, quiet next cycle."""
 
     plan: ServicePlan
     writes: bool
@@ -439,10 +438,8 @@ class Planner:
             except Exception as exc:  # one service's fault is its own: the rest go on
                 settled.pop(s.id, None)
                 records.pop(s.id, None)
-                restore(self.cluster, s, before,
-                        self._memo.reservation(s.id) if before else (0, 0))
-                faults.say(s, exc)
-                planned.append(failed_plan(s, r, exc))
+                planned.append(isolated(self.cluster, faults, s, r, exc, before,
+                                        self._memo.reservation(s.id) if before else (0, 0)))
                 if ports.ports_of(s):  # its tasks still run where it holds
                     ports.claim(s, before)
                 continue
@@ -476,8 +473,7 @@ class Planner:
         memo = settled.pop(s.id, None)
         records.pop(s.id, None)
         mine = v.kept.get(s.name, {})
-        ledger = v.ledger
-        old, running_on = ledger.get(s.name, {}), v.tasks.running.get(s.id, {})
+        old, running_on = v.ledger.get(s.name, {}), v.tasks.running.get(s.id, {})
         # Its queue's max. What it holds is what the ledger says: a device list adopted
         # from its own labels this cycle is a new placement (placement.queues).
         held = held_in_ledger(mine, old) if quotas else mine
@@ -509,7 +505,7 @@ class Planner:
         # is keyed again (a write that did not land leaves no change to see).
         is_quiet = (memo is not None and not sp.node_writes and bo is None
                     and capped is None and bool(mine) and s.mode == "replicated"
-                    and mine == ledger.get(s.name))
+                    and mine == v.ledger.get(s.name))
         if is_quiet:
             records[s.id] = Quiet(s.version, len(mine))
         return _Visited(sp, fresh, memo is not None, is_quiet)
@@ -635,9 +631,7 @@ class Planner:
                                   self._memo.requests[s.id].reservation, cyc,
                                   tv.slots.get(s.id, {}))
             except Exception as exc:
-                restore(self.cluster, s, {}, (0, 0))
-                self._faults.say(s, exc)
-                plan.services.append(failed_plan(s, r, exc))
+                plan.services.append(isolated(self.cluster, self._faults, s, r, exc, {}, (0, 0)))
                 continue
             plan.add(sp)
             claim(cyc.ports, s, sp)
