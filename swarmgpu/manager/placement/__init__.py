@@ -37,7 +37,7 @@ The package, by responsibility; each module imports only modules listed before i
 ``cycle``, ``jobs``, ``preempt``, ``nominated``, ``existing``, ``reads``; ``packing``, ``gating``,
 ``converge``, ``devicemap``;
 ``spread``, ``globalmode``; ``planned``, ``specwrite``, ``restarts``, ``ungate``; ``service``;
-``planner``.
+``isolate``; ``planner``.
 This module re-exports what the rest of swarmgpu uses.
 """
 

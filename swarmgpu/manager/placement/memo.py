@@ -1,6 +1,7 @@
 """The planner's memory across cycles (``PlannerMemo``: named records, named bounds, one
 ``evict``); what a settled service's plan reads of a node, by content (``NodeContent``),
-and the key it will have once its own gates are open (``key_after_gates_open``).
+and the key it will have once its own gates are open (``key_after_gates_open``),
+which ``settles`` keeps a new plan under.
 
 Nothing here decides: each record is an answer the planner computed once and reuses
 while its inputs (a spec version, a node's version, the same labels) are unchanged.
@@ -223,3 +224,16 @@ def key_after_gates_open(key: tuple[object, ...], sp: ServicePlan, s: SwarmServi
         return None
     after = tuple((*n[:4], "true" if n[0] in opened else n[4], *n[5:]) for n in nodes)
     return (key[0], after, *key[2:])
+
+
+def settles(key: tuple[object, ...], sp: ServicePlan, s: SwarmService,
+            old: Mapping[str, Holding], prefix: str) -> SettledPlan | None:
+    """A new plan as its service's settled one: a plan that writes nothing, under its
+    key; one whose writes are only its gates opening, under the key it will have once
+    they landed (``placement.memo``); None: it is planned again next cycle."""
+    if ((sp.status in (Status.PLACED, Status.DONE)
+         or (sp.status == Status.PENDING and not sp.placements))
+            and not sp.needs_service_write and not sp.node_writes and not sp.new):
+        return SettledPlan(key, sp)
+    after = key_after_gates_open(key, sp, s, old, prefix)
+    return None if after is None else SettledPlan(after, sp.without_node_writes())

@@ -60,16 +60,18 @@ def place_packed(s: SwarmService, r: GpuRequest, slots: Sequence[int],
             cluster.alloc.commit(first)
             choices.append(first)
         ok = target in cluster.alloc.nodes
-        while ok and len(choices) < len(new):
-            got = cluster.alloc.place_on(target, demand)
-            if isinstance(got, Unplaceable):
-                why = cluster.hostnames(got.reason)
-                ok = False
-                break
-            cluster.alloc.commit(got)
-            choices.append(got)
-        for c in choices:
-            cluster.alloc.release(c)
+        try:  # a probe: released whatever happens (placement.isolate.restore relies on it)
+            while ok and len(choices) < len(new):
+                got = cluster.alloc.place_on(target, demand)
+                if isinstance(got, Unplaceable):
+                    why = cluster.hostnames(got.reason)
+                    ok = False
+                    break
+                cluster.alloc.commit(got)
+                choices.append(got)
+        finally:
+            for c in choices:
+                cluster.alloc.release(c)
         if ok:
             break
         if node is not None:

@@ -20,6 +20,7 @@ from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.globalmode import GLOBAL_MODES
 from swarmgpu.manager.placement.hostports import HostPorts
+from swarmgpu.manager.placement.isolate import Faults, isolated
 from swarmgpu.manager.placement.jobs import (
     JobProgress,
     job_progress,
@@ -33,8 +34,7 @@ from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.memo import (
     NodeGates,
     PlannerMemo,
-    SettledPlan,
-    key_after_gates_open,
+    settles,
 )
 from swarmgpu.manager.placement.nominated import Holds, Nomination
 from swarmgpu.manager.placement.preempt import priority_of
@@ -92,17 +92,14 @@ class _Visit:
     holds: Holds  # GPUs a preemption freed, held for its preemptor
 
 
-def _settles(key: tuple[object, ...], sp: ServicePlan, s: SwarmService,
-             old: Mapping[str, Holding], prefix: str) -> SettledPlan | None:
-    """A new plan as its service's settled one: a plan that writes nothing, under its
-    key; one whose writes are only its gates opening, under the key it will have once
-    they landed (``placement.memo``); None: it is planned again next cycle."""
-    if ((sp.status in (Status.PLACED, Status.DONE)
-         or (sp.status == Status.PENDING and not sp.placements))
-            and not sp.needs_service_write and not sp.node_writes and not sp.new):
-        return SettledPlan(key, sp)
-    after = key_after_gates_open(key, sp, s, old, prefix)
-    return None if after is None else SettledPlan(after, sp.without_node_writes())
+@dataclass(frozen=True, slots=True)
+class _Visited:
+    """``Planner._visit_one``: the plan, its node writes to add, settled, quiet next cycle."""
+
+    plan: ServicePlan
+    writes: bool
+    settled: bool = False
+    quiet: bool = False
 
 
 class Planner:
@@ -167,6 +164,7 @@ class Planner:
         self.release: set[str] = set()  # services whose held changes are written now
         self._backoff: dict[str, Backoff] = {}  # service id -> its re-placements
         self._open_since: dict[tuple[str, str], float] = {}  # (service id, node): gate seen open
+        self._faults = Faults()  # services whose planning raised (placement.isolate)
 
     def keep_failed_holdings(self, keep: Callable[[str, str], bool] | None) -> None:
         """(service name, node id) -> keep its holding on a failed GPU (the health
@@ -412,7 +410,8 @@ class Planner:
 
     def _visit(self, plan: PlacementPlan, v: _Visit) -> None:
         """Plan each service that is not quiet, in serve order (its settled plan when
-        nothing it reads changed); the quiet ones' plans take their places."""
+        nothing it reads changed); the quiet ones' plans take their places. A service
+        whose planning raises costs itself alone (``placement.isolate``)."""
         settled, records, queues = self._memo.settled, v.records, self.queues
         queues.start(v.read.parsed if v.read.queued else (), v.kept, v.ledger,  # no queue: none
                      v.read.broken_queues, v.moving, v.cyc.facts)
@@ -424,56 +423,34 @@ class Planner:
         visit = [p for p in served if p[0].id not in quiet] if quiet else served
         n_settled = n_records = len(quiet)
         planned: list[ServicePlan] = []
-        running, waiting, ledger = v.tasks.running, v.tasks.waiting, v.ledger
+        ledger = v.ledger
         ports = v.cyc.ports  # each decision takes its host-mode ports (hostports.claim)
         for s, _r in served if quiet else ():  # not visited: what they hold stays theirs
             if s.id in quiet and ports.ports_of(s):
                 ports.claim(s, ledger.get(s.name, {}))
+        faults = self._faults
+        faults.begin()
         for s, r in visit:
             v.holds.visit(s.name, priority_of(r), planned)  # (placement.nominated)
-            memo = settled.pop(s.id, None)
-            records.pop(s.id, None)
-            mine = v.kept.get(s.name, {})
-            old, running_on = ledger.get(s.name, {}), running.get(s.id, {})
-            # Its queue's max. What it holds is what the ledger says: a device list adopted
-            # from its own labels this cycle is a new placement (placement.queues).
-            held = held_in_ledger(mine, old) if quotas else mine
-            capped = (queues.limit(s, r, held, _wanted(s, v.jobs.get(s.id))) if quotas
-                      else None)
-            waits = waiting.get(s.id, NO_WAITING)
-            if capped is not None and capped.whole:  # all of it waits: nothing to keep
-                for nid in mine.keys() - held.keys():  # adopted lists: free for the others
-                    self.cluster.release_holding(s.name, nid)
-                mine = dict(held)
-                planned.append(sp := plan_service(s, r, mine, old, running_on, waits,
-                                                  self._memo.requests[s.id].reservation,
-                                                  v.cyc, cap=capped))
-                claim(ports, s, sp)
+            before = dict(v.kept.get(s.name, {}))  # as committed: what a failure restores
+            try:
+                got = self._visit_one(s, r, v, quotas)
+            except Exception as exc:  # one service's fault is its own: the rest go on
+                settled.pop(s.id, None)
+                records.pop(s.id, None)
+                planned.append(isolated(self.cluster, faults, s, r, exc, before,
+                                        self._memo.reservation(s.id) if before else (0, 0)))
+                if ports.ports_of(s):  # its tasks still run where it holds
+                    ports.claim(s, before)
                 continue
-            bo = self._backoff.get(s.id)
-            key = self._settled_key(s, mine, old, v.by_id, running_on, waits,
-                                    self._more(s, mine, v, bo, capped))
-            if memo is not None and memo.key == key:
-                sp = memo.plan  # last cycle's plan, no writes: it still holds
-            else:
-                sp = plan_service(s, r, mine, old, running_on, waits,
-                                  self._memo.requests[s.id].reservation, v.cyc,
-                                  v.tasks.slots.get(s.id, {}), v.jobs.get(s.id), capped)
+            sp = got.plan
+            if got.writes:
                 plan.add_node_writes(sp)
-                memo = _settles(key, sp, s, old, self.prefix)
-            queues.count(r, held, sp, self.prefix)
-            if memo is not None:
-                settled[s.id] = memo
-                n_settled += 1
-            # Quiet from the next cycle on only when this snapshot is what the kept plan
-            # answers: a plan settled under the key it has once its gate writes landed
-            # is keyed again (a write that did not land leaves no change to see).
-            if (memo is not None and not sp.node_writes and bo is None and capped is None
-                    and mine and s.mode == "replicated" and mine == ledger.get(s.name)):
-                records[s.id] = Quiet(s.version, len(mine))
-                n_records += 1
+            n_settled += got.settled
+            n_records += got.quiet
             planned.append(sp)
             claim(ports, s, sp)
+        faults.end()
         if quiet:
             visited_plans = iter(planned)
             plan.services.extend([settled[s.id].plan if s.id in quiet
@@ -487,6 +464,51 @@ class Planner:
                     del book[sid]
         self._memo.quiet.records = records
         self._open_since = v.cyc.open_seen
+
+    def _visit_one(self, s: SwarmService, r: GpuRequest | RequestError, v: _Visit,
+                   quotas: bool) -> _Visited:
+        """One service's visit (``_visit``): its plan, and what the cycle keeps of it.
+        Its node writes are the caller's to add: none of a plan that raised is."""
+        settled, records, queues = self._memo.settled, v.records, self.queues
+        memo = settled.pop(s.id, None)
+        records.pop(s.id, None)
+        mine = v.kept.get(s.name, {})
+        old, running_on = v.ledger.get(s.name, {}), v.tasks.running.get(s.id, {})
+        # Its queue's max. What it holds is what the ledger says: a device list adopted
+        # from its own labels this cycle is a new placement (placement.queues).
+        held = held_in_ledger(mine, old) if quotas else mine
+        capped = (queues.limit(s, r, held, _wanted(s, v.jobs.get(s.id))) if quotas
+                  else None)
+        waits = v.tasks.waiting.get(s.id, NO_WAITING)
+        if capped is not None and capped.whole:  # all of it waits: nothing to keep
+            for nid in mine.keys() - held.keys():  # adopted lists: free for the others
+                self.cluster.release_holding(s.name, nid)
+            return _Visited(plan_service(s, r, dict(held), old, running_on, waits,
+                                         self._memo.requests[s.id].reservation,
+                                         v.cyc, cap=capped), False)
+        bo = self._backoff.get(s.id)
+        key = self._settled_key(s, mine, old, v.by_id, running_on, waits,
+                                self._more(s, mine, v, bo, capped))
+        fresh = memo is None or memo.key != key
+        if memo is not None and not fresh:
+            sp = memo.plan  # last cycle's plan, no writes: it still holds
+        else:
+            sp = plan_service(s, r, mine, old, running_on, waits,
+                              self._memo.requests[s.id].reservation, v.cyc,
+                              v.tasks.slots.get(s.id, {}), v.jobs.get(s.id), capped)
+            memo = settles(key, sp, s, old, self.prefix)
+        queues.count(r, held, sp, self.prefix)
+        if memo is not None:
+            settled[s.id] = memo
+        # Quiet from the next cycle on only when this snapshot is what the kept plan
+        # answers: a plan settled under the key it has once its gate writes landed
+        # is keyed again (a write that did not land leaves no change to see).
+        is_quiet = (memo is not None and not sp.node_writes and bo is None
+                    and capped is None and bool(mine) and s.mode == "replicated"
+                    and mine == v.ledger.get(s.name))
+        if is_quiet:
+            records[s.id] = Quiet(s.version, len(mine))
+        return _Visited(sp, fresh, memo is not None, is_quiet)
 
     def _more(self, s: SwarmService, mine: Mapping[str, Holding], v: _Visit,
               bo: Backoff | None, capped: QueueLimit | None) -> tuple[object, ...]:
@@ -604,9 +626,14 @@ class Planner:
         tv = tasks_by_service(tasks)
         self._learn_on_gpu_nodes(parsed, cpu_only, tv.on_nodes, forget=False)
         for s, r in parsed:
-            plan.add(sp := plan_service(s, r, {}, {}, {}, tv.waiting.get(s.id, NO_WAITING),
-                                        self._memo.requests[s.id].reservation, cyc,
-                                        tv.slots.get(s.id, {})))
+            try:  # as in a cycle (``_visit``): a new service holds nothing to restore
+                sp = plan_service(s, r, {}, {}, {}, tv.waiting.get(s.id, NO_WAITING),
+                                  self._memo.requests[s.id].reservation, cyc,
+                                  tv.slots.get(s.id, {}))
+            except Exception as exc:
+                plan.services.append(isolated(self.cluster, self._faults, s, r, exc, {}, (0, 0)))
+                continue
+            plan.add(sp)
             claim(cyc.ports, s, sp)
         return plan
 

@@ -19,6 +19,7 @@ class Status(StrEnum):
     INVALID = "invalid"  # its request, or its mode, is nothing swarmgpu places
     RELEASED = "released"  # its request labels were removed: its device lists go
     DONE = "done"  # a job whose every task completed (placement.jobs)
+    FAILED = "failed"  # planning it raised: a swarmgpu fault, nothing written (placement.isolate)
 
 
 class State(StrEnum):
@@ -33,6 +34,7 @@ class State(StrEnum):
     REBALANCING = "Rebalancing"  # a move owns it (rebalance.record.move_of)
     RELEASED = "Released"
     COMPLETE = "Complete"  # a job done
+    FAILED = "Failed"  # planning it raised: what it holds stays held (placement.isolate)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,91 @@
+"""One service's planning kept apart from the others': planning that raises (a bug, or
+input no one foresaw) costs that service alone. Its plan says so and writes nothing, the
+allocator is as it was before the service was visited (``restore``), and the traceback
+is logged once while it keeps raising (``Faults``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from loguru import logger
+
+from swarmgpu.core.peertext import peer_text
+from swarmgpu.core.saidonce import SaidOnce
+from swarmgpu.manager.placement.cluster import ClusterAllocator
+from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.records import ServicePlan, State, Status
+from swarmgpu.manager.services.requests import GpuRequest, RequestError
+from swarmgpu.swarm.client import SwarmService
+
+
+def failed_reason(name: str, exc: Exception) -> str:
+    """What the plan of ``name`` says when planning it raised ``exc`` (no traceback)."""
+    return (f"planning {name} failed unexpectedly ({type(exc).__name__}: "
+            f"{peer_text(str(exc), 200)}): nothing is written for it this cycle, what it "
+            "holds stays held, the other services are placed; fix: this is a swarmgpu "
+            "fault, report it with the daemon's log, which has the traceback")
+
+
+def failed_plan(s: SwarmService, r: GpuRequest | RequestError, exc: Exception) -> ServicePlan:
+    """The plan of ``s`` when planning it raised: no placements, no writes."""
+    req = r if isinstance(r, GpuRequest) else None
+    try:  # (the fault may be in saying the request: the plan is made all the same)
+        text = req.describe() if req is not None else ""
+    except Exception:
+        text = ""
+    return ServicePlan(s.name, s.id, req, text, Status.FAILED, State.FAILED,
+                       reason=failed_reason(s.name, exc), mode=s.mode)
+
+
+def restore(cluster: ClusterAllocator, s: SwarmService, before: Mapping[str, Holding],
+            res: tuple[int, int]) -> None:
+    """Leave ``s``'s holdings on the allocator as they were before it was visited
+    (``before``: node id -> holding, as the cycle committed them).
+
+    Why this is exact and cheap: a service's planning changes the allocator only
+    through holdings under its own name (``release_holding``, ``commit_holding``,
+    ``commit(choice, name)``; a probe's commits are released in a ``finally``:
+    ``packing.place_packed``), and no other service was planned since it began. So
+    releasing whatever it holds now that it did not hold before, then committing each
+    holding it had as the cycle did (the same reservation: ``holding_reservation``;
+    one committed as it is stays as it is), gives back the GPUs and CPU it took and
+    takes again those it gave up: its running tasks still use them, and a service
+    planned after it must not get them. The walk over every holding is paid only
+    when a service failed; a copy of the allocator before each service would cost
+    every service, every cycle."""
+    name = s.name
+    for (svc, nid), _held in cluster.held_items():
+        if svc == name and nid not in before:
+            cluster.release_holding(name, nid)
+    for nid, h in before.items():
+        cluster.commit_holding(name, nid, h, cluster.holding_reservation(
+            s.id, nid, res, h.replicas))
+
+
+def isolated(cluster: ClusterAllocator, faults: Faults, s: SwarmService,
+             r: GpuRequest | RequestError, exc: Exception, before: Mapping[str, Holding],
+             res: tuple[int, int]) -> ServicePlan:
+    """What a cycle does of a service whose planning raised ``exc``: its holdings as they
+    were (``restore``), the traceback said once while it lasts, and its plan."""
+    restore(cluster, s, before, res)
+    faults.say(s, exc)
+    return failed_plan(s, r, exc)
+
+
+class Faults:
+    """The services whose planning raised, each logged with its traceback once while it
+    keeps raising (said again after a cycle without it)."""
+
+    def __init__(self) -> None:
+        self._said: SaidOnce[str] = SaidOnce()
+
+    def begin(self) -> None:
+        self._said.begin()
+
+    def end(self) -> None:
+        self._said.end()
+
+    def say(self, s: SwarmService, exc: Exception) -> None:
+        if self._said.fresh(s.name):
+            logger.bind(service=s.name).opt(exception=exc).error(
+                "placement: {}", failed_reason(s.name, exc))

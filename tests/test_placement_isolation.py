@@ -1,0 +1,206 @@
+"""A service whose planning raises costs itself alone (``placement.isolate``): it gets a
+plan that names it, the exception and the fix (report it), and writes nothing; what it
+held stays held, the allocator is as it was before it was visited (a half-committed
+choice given back), every other service is planned as without the fault, the traceback
+is logged once while it lasts, and the daemon's cycle goes on."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from loguru import logger
+from support.forged import RecordingSwarm, snapshot, sw_node, sw_svc
+from support.gpu_nodes import RTX4090
+from support.placement import P, apply, node, svc, written
+
+from swarmgpu.allocator.values import Choice
+from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.cycle.placement import PlacementStep, findings_of
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.placement import PlacementPlan, Planner, ServicePlan, assign_key
+from swarmgpu.manager.placement import planner as planner_mod
+from swarmgpu.manager.web.cluster_view import build_cluster
+from swarmgpu.swarm.client import SwarmNode, SwarmService
+
+BAD = "a-bad"  # first in serve order: every other service is planned after it
+
+
+def _facts(i: int) -> NodeFacts:
+    """The RTX 4090 machine's eight GPUs, with UUIDs of this node's own."""
+    text = json.dumps(RTX4090.facts().to_dict())
+    return NodeFacts.from_dict(json.loads(text.replace("GPU-5ca1ab1e-", f"GPU-{i:08x}-")))
+
+
+NODES = [node("n-a", "gpu-a"), node("n-b", "gpu-b")]
+FACTS = {"n-a": _facts(1), "n-b": _facts(2)}
+
+
+def _settled_bad() -> tuple[list[SwarmNode], SwarmService]:
+    """``a-bad`` holding 4 GPUs of one node, its writes landed (two cycles)."""
+    nodes, s = list(NODES), svc(BAD, {f"{P}gpus": "4"})
+    planner = Planner()
+    for _ in range(2):
+        plan = planner.plan(nodes, [s], [], FACTS)
+        s = written(s, plan.services[0])
+        nodes = apply(nodes, plan)
+    return nodes, s
+
+
+def _raising_commit(planner: Planner, seen: list[str]) -> Callable[..., None]:
+    """The allocator's commit, which raises once it committed a choice of ``a-bad``: a
+    fault met half-way through the service, its new replica's GPUs taken."""
+    real = planner.cluster.commit
+
+    def commit(choice: Choice, service: str = "") -> None:
+        real(choice, service)
+        if service == BAD:
+            seen.append(choice.node)
+            raise RuntimeError("boom in the middle of a-bad")
+
+    return commit
+
+
+@pytest.fixture
+def errors() -> Iterator[list[Any]]:
+    got: list[Any] = []
+    sink = logger.add(lambda m: got.append(m.record), level="ERROR")
+    yield got
+    logger.remove(sink)
+
+
+def _by_name(plan: PlacementPlan) -> dict[str, ServicePlan]:
+    return {sp.name: sp for sp in plan.services}
+
+
+def test_a_service_whose_planning_raises_costs_itself_alone(
+        monkeypatch: pytest.MonkeyPatch, errors: list[Any]) -> None:
+    nodes, bad = _settled_bad()
+    held = {n.id: n.labels[assign_key(P, BAD)] for n in nodes
+            if assign_key(P, BAD) in n.labels}
+    (bad_node,) = held
+    other = next(n.id for n in nodes if n.id != bad_node)
+    big = svc("b-big", {f"{P}gpus": "8"})  # only a whole node: the one a-bad half took
+    six = svc("c-six", {f"{P}gpus": "6"})  # fits only where a-bad's 4 GPUs are
+    # What the two get beside a-bad holding its 4 GPUs and asking for nothing more.
+    base = Planner().plan(nodes, [bad, big, six], [], FACTS)
+    # a-bad asks for a second replica: placing it raises after its GPUs were committed.
+    grown = replace(bad, replicas=2)
+    planner = Planner()
+    seen: list[str] = []
+    monkeypatch.setattr(planner.cluster, "commit", _raising_commit(planner, seen))
+    plan = planner.plan(nodes, [grown, big, six], [], FACTS)
+    assert seen == [other]  # it raised with the other node's 4 GPUs committed to it
+    got, want = _by_name(plan), _by_name(base)
+    sp = got[BAD]
+    assert (sp.status, sp.state) == ("failed", "Failed")
+    assert sp.reason is not None and "Traceback" not in sp.reason
+    for part in (BAD, "RuntimeError", "boom in the middle of a-bad", "swarmgpu fault",
+                 "report it"):
+        assert part in sp.reason, sp.reason
+    assert not sp.writes and not sp.node_writes and not sp.placements
+    # Every other service as without the fault: the half-taken node whole again for
+    # b-big, a-bad's own GPUs still its (c-six waits, as it does beside it).
+    assert got["b-big"] == want["b-big"]
+    assert got["c-six"] == want["c-six"]
+    assert got["b-big"].placements[0].node_id == other
+    assert got["c-six"].status == "pending"
+    # Nothing written for a-bad: the cycle's node writes are the ones without the fault.
+    assert (plan.node_set, plan.node_remove) == (base.node_set, base.node_remove)
+    mine = {k: h for k, h in planner.cluster.held_items() if k[0] == BAD}
+    assert [(k, h.key[0]) for k, h in mine.items()] == [((BAD, bad_node), held[bad_node])]
+    assert planner.cluster.alloc.snapshot() == _allocator_after(nodes, [bad, big, six])
+    # The traceback logged once, at error, while it lasts; the next cycle plans it again.
+    (rec,) = errors
+    assert rec["exception"] is not None and BAD in rec["message"]
+    again = planner.plan(nodes, [grown, big, six], [], FACTS)
+    assert _by_name(again)[BAD].status == "failed" and len(errors) == 1
+    assert _by_name(again)["b-big"] == want["b-big"]
+    monkeypatch.undo()  # mended: planned as any service is
+    mended = _by_name(planner.plan(nodes, [grown, big, six], [], FACTS))
+    assert mended[BAD].status in ("placed", "pending") and len(errors) == 1
+
+
+def _allocator_after(nodes: list[SwarmNode], services: list[SwarmService]) -> Any:
+    """The allocator's free GPU milli per node after a fault-free cycle of ``services``."""
+    p = Planner()
+    p.plan(nodes, services, [], FACTS)
+    return p.cluster.alloc.snapshot()
+
+
+def test_a_new_service_that_raises_between_cycles_costs_itself_alone(
+        monkeypatch: pytest.MonkeyPatch, errors: list[Any]) -> None:
+    """``place_arrivals`` (simulate's arrivals) isolates each arrival as a cycle does."""
+    planner = Planner()
+    planner.plan(list(NODES), [], [], FACTS)
+    seen: list[str] = []
+    monkeypatch.setattr(planner.cluster, "commit", _raising_commit(planner, seen))
+    bad, big = svc(BAD, {f"{P}gpus": "4"}), svc("b-big", {f"{P}gpus": "8"})
+    plan = planner.place_arrivals([bad, big], [])
+    got = _by_name(plan)
+    assert got[BAD].status == "failed" and not got[BAD].node_writes
+    assert got["b-big"].status == "placed"
+    assert not any(assign_key(P, BAD) in labels for labels in plan.node_set.values())
+    assert not [k for k, _ in planner.cluster.held_items() if k[0] == BAD]
+    assert len(errors) == 1
+
+
+def test_the_daemons_cycle_shows_the_failed_service_and_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, errors: list[Any]) -> None:
+    real = planner_mod.plan_service
+
+    def plan_service(s: SwarmService, *a: Any, **kw: Any) -> ServicePlan:
+        if s.name == BAD:
+            raise KeyError("no such thing")
+        return real(s, *a, **kw)
+
+    monkeypatch.setattr(planner_mod, "plan_service", plan_service)
+    sw = RecordingSwarm([sw_node("n-dgx", "gpu-node-1"), sw_node("n-4090", "gpu-node-2")],
+                        [sw_svc(BAD, {f"{P}gpus": "1"}), sw_svc("b-one", {f"{P}gpus": "1"})],
+                        [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none"))
+    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
+    d.use([PlacementStep(d)])
+    for _ in range(2):  # cycle after cycle
+        snap = snapshot(sw.nodes(), sw.services(), [])
+        d.run_steps(snap)
+        plan = d.last_session.placement
+        assert plan is not None
+        got = _by_name(plan)
+        assert got[BAD].status == "failed" and "KeyError" in (got[BAD].reason or "")
+        assert got["b-one"].status == "placed"
+        doc = build_cluster(snap, plan)
+        shown = {s["name"]: s for s in doc["services"]}[BAD]
+        assert (shown["status"], shown["state"]) == ("failed", "Failed")
+        assert "report it" in shown["reason"]
+        (fault,) = [f for f in findings_of(plan) if f.subject == BAD]
+        assert fault.kind == "placement-fault"
+    assert ("service", "id-b-one") in sw.calls
+    assert ("service", f"id-{BAD}") not in sw.calls
+    assert not any(assign_key(P, BAD) in n.labels for n in sw.nodes())
+    assert len([e for e in errors if BAD in e["message"]]) == 1
+
+
+def test_a_probe_that_raises_gives_back_what_it_took(
+        monkeypatch: pytest.MonkeyPatch, errors: list[Any]) -> None:
+    """Replicas packed on one node are probed there, each committed on the core
+    allocator till all fit; one that raises mid-probe leaves none of them taken."""
+    one = [NODES[0]]
+    planner = Planner()
+    planner.plan(one, [], [], FACTS)  # the allocator of this node set, kept from now on
+
+    def place_on(*_: Any) -> None:  # the probe's next replica, its first one committed
+        raise RuntimeError("probe")
+
+    monkeypatch.setattr(planner.cluster.alloc, "place_on", place_on)
+    bad = svc(BAD, {f"{P}gpus": "4"}, replicas=2)  # two replicas, one node: packed
+    big = svc("b-big", {f"{P}gpus": "8"})
+    got = _by_name(planner.plan(one, [bad, big], [], FACTS))
+    assert got[BAD].status == "failed" and "probe" in (got[BAD].reason or "")
+    assert got["b-big"].status == "placed"
