@@ -660,8 +660,8 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
         # Nothing to match: "labels match the facts" said all was well where no GPU
         # node was ever found (no agent running yet, the first thing to set up).
         lines.append(
-            "No findings, and no GPU node: no agent answered with GPUs, and no node "
-            "carries swarmgpu labels, gpu=true or GPU generic resources; run the agent on "
+            "No findings, and no GPU node: no agent answered with GPUs, no node carries swarmgpu "
+            "labels, gpu=true or GPU generic resources or runs agents.service; run the agent on "
             'each GPU node (README, "Run the manager and the agents"), then audit again.')
     elif not findings:  # every node Swarm calls a GPU node, or whose agent answers, was read
         lines.append("No findings: labels match the facts.")
