@@ -52,9 +52,9 @@ def test_a_swarm_with_no_gpu_node_is_not_called_in_sync() -> None:
     text = render_table([], s, "swarmgpu.")
     assert "labels match the facts" not in text
     assert text.endswith(
-        "No findings, and no GPU node: no agent answered with GPUs, and no node carries "
-        "swarmgpu labels, gpu=true or GPU generic resources; run the agent on each GPU "
-        "node (README, \"Run the manager and the agents\"), then audit again.")
+        "No findings, and no GPU node: no agent answered with GPUs, no node carries swarmgpu "
+        "labels, gpu=true or GPU generic resources or runs agents.service; run the agent on "
+        "each GPU node (README, \"Run the manager and the agents\"), then audit again.")
 
 
 def test_missing_wrong_stale_and_unusable_keys() -> None:

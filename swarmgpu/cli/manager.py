@@ -176,6 +176,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
         extra_checks=checks,
         generic_resource_kind=cfg.placement.generic_resource_kind,
         node_lost_grace_s=cfg.health.node_lost_grace_s,
+        agent_service=cfg.agents.service,
     )
     code = exit_code(findings, strict=strict)
     if as_json:
@@ -564,9 +565,11 @@ def status(config_path: str | None, as_json: bool) -> None:
             saved_agents=saved,
             generic_resource_kind=cfg.placement.generic_resource_kind,
             node_lost_grace_s=cfg.health.node_lost_grace_s,
+            agent_service=cfg.agents.service,
         ),
         ungranted=rows(find(cfg, snap, p, ImageEnvs(swarm))),
         generic_resource_kind=cfg.placement.generic_resource_kind,
+        agent_service=cfg.agents.service,
     )
     click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc))
 

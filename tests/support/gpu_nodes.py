@@ -115,13 +115,14 @@ def cfg_file(tmp: Path, swarm: SwarmCluster, **extra: Any) -> Path:
     """A daemon config for the test swarm: the shipped defaults (agents.identity
     swarm-pki: the daemon presents the manager's certificate from its engine's data
     root; http.auth auto, with the token HTTP_TOKEN) but for the addresses and a fast
-    cycle."""
+    cycle. The agents run outside Swarm (no agents' service, as under systemd):
+    ``agents.service`` "", else the daemon and audit say no such service exists."""
     token = tmp / "http-token"
     token.write_text(HTTP_TOKEN + "\n")
     cfg: dict[str, Any] = {
         "docker_host": swarm.manager.docker_host,
         "state_dir": str(tmp / "state"),
-        "agents": {"timeout_s": 2},
+        "agents": {"timeout_s": 2, "service": ""},
         "sync": {"interval_s": 1},
         "http": {"listen": "127.0.0.1:0", "token_file": str(token)},
     }

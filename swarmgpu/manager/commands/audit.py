@@ -18,10 +18,11 @@ from swarmgpu.core.config import HealthConfig
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.core.peertext import escaped
 from swarmgpu.manager.commands.compose_gpu import GPU_RESOURCE_KINDS, gpu_kinds
+from swarmgpu.manager.nodes.agentservice import missing_agent_service
 from swarmgpu.manager.nodes.gpuhealth import failing_why
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.manager.placement.cpunodes import gpu_hint
+from swarmgpu.manager.placement.cpunodes import agent_nodes, gpu_hint
 from swarmgpu.manager.placement.keys import (
     ASSIGN,
     GATE,
@@ -94,23 +95,34 @@ def audit(
     generic_resource_kind: str = "",
     node_lost_grace_s: float = HealthConfig().node_lost_grace_s,
     metrics: Mapping[str, Mapping[str, Any]] | None = None,
+    agent_service: str = "",
 ) -> list[Finding]:
     """``generic_resource_kind``: placement's reservation kind (config); when set, a GPU
     node that does not advertise it needs action, else its absence is only advisory.
     ``node_lost_grace_s``: ``health.node_lost_grace_s``; a GPU node whose agent has been
     lost that long is ``node-failing`` (the health policy's rule). ``metrics``: each
     node's scraped samples by UUID (the daemon's; the CLI has none): a page reporting
-    another node's GPU is flagged too."""
+    another node's GPU is flagged too. ``agent_service``: ``agents.service``; a node its
+    tasks run on is a GPU node (``gpu_hint``), and a name no service has is said."""
     saved_agents = saved_agents or {}
+    agents = agent_nodes(snap.services, snap.tasks, agent_service)
     out: list[Finding] = []
+    any_gpu = False
     for node in snap.nodes:
         saved = saved_agents.get(node.id, {})
-        if (new := _rejoined(snap, node, prefix, saved, generic_resource_kind)) is not None:
+        gpu = (gpu_hint(node, prefix, generic_resource_kind, agents) is not None
+               or saved.get("last_ok") is not None)  # as label sync's ``is_gpu_node``
+        any_gpu |= gpu or getattr(snap.facts.get(node.id), "facts", None) is not None
+        if (new := _rejoined(snap, node, prefix, gpu)) is not None:
             found = [_replaced(node, new, prefix)]  # its labels and ledger go with it
         else:
             found = (_node_findings(snap, node, prefix, saved, generic_resource_kind,
-                                    node_lost_grace_s) + _ledger_findings(snap, node, prefix))
+                                    node_lost_grace_s, gpu)
+                     + _ledger_findings(snap, node, prefix))
         out += [replace(f, node=node.id) for f in found]
+    if any_gpu and (note := missing_agent_service(snap.services, agent_service)):
+        out.append(Finding("agents-service-missing", "agents", note,
+                           key=agent_service, advisory=True))
     fields = _NodeFields(snap.nodes)
     for svc in snap.services:
         out += _service_findings(svc, prefix, generic_resource_kind, fields)
@@ -121,9 +133,10 @@ def audit(
 
 
 def _node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[str, Any],
-                   generic_resource_kind: str, node_lost_grace_s: float) -> list[Finding]:
-    """One node: unusable label keys, its agent lost, its labels against its facts, its
-    resources and GPU health."""
+                   generic_resource_kind: str, node_lost_grace_s: float,
+                   gpu: bool) -> list[Finding]:
+    """One node (``gpu``: a GPU node, its agent read or not): unusable label keys, its
+    agent lost, its labels against its facts, its resources and GPU health."""
     out: list[Finding] = []
     h = node.hostname
     ours = label_sync_labels(node.labels, prefix)
@@ -137,7 +150,7 @@ def _node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[
             ))
     res = snap.facts.get(node.id)
     if res is None or res.facts is None:
-        if _gpu_node(node, prefix, saved, generic_resource_kind):
+        if gpu:
             state = (f"agent answers but cannot be read ({res.cause})"
                      if res is not None and res.listening else "agent unreachable")
             down = ("; Swarm reports the node down: bring its engine back, or remove it "
@@ -294,12 +307,6 @@ def _unreadable_holding(node: SwarmNode, key: str, value: str) -> Finding:
     )
 
 
-def _gpu_node(node: SwarmNode, prefix: str, saved: Mapping[str, Any], kind: str) -> bool:
-    """Swarm's labels or the agent's record say the node has GPUs (``gpu_hint``, with
-    ``placement.generic_resource_kind``: as label sync and placement read it)."""
-    return gpu_hint(node, prefix, kind) is not None or saved.get("last_ok") is not None
-
-
 def _namesake(snap: Snapshot, node: SwarmNode) -> SwarmNode | None:
     """A ready node, another ID, with this node's hostname."""
     return next((n for n in snap.nodes if n.hostname == node.hostname and n.id != node.id
@@ -321,15 +328,15 @@ def _gpu_ids(snap: Snapshot, node: SwarmNode, prefix: str) -> set[str]:
     return out
 
 
-def _rejoined(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[str, Any],
-              kind: str) -> tuple[SwarmNode, str] | None:
-    """For a down GPU node with no facts: the ready node it is the old ID of (the
+def _rejoined(snap: Snapshot, node: SwarmNode, prefix: str,
+              gpu: bool) -> tuple[SwarmNode, str] | None:
+    """For a down GPU node (``gpu``) with no facts: the ready node it is the old ID of (the
     machine re-imaged or joined again under a new ID; Swarm keeps the old entry, down,
     until removed), with what says so. A hostname alone does not (two nodes may share
     one): the same address does, or a GPU UUID of the old entry that the other has."""
     res = snap.facts.get(node.id)
     if (node.state != "down" or (res is not None and res.facts is not None)
-            or not _gpu_node(node, prefix, saved, kind)):
+            or not gpu):
         return None
     mine = _gpu_ids(snap, node, prefix)
     for n in snap.nodes:
@@ -653,8 +660,8 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
         # Nothing to match: "labels match the facts" said all was well where no GPU
         # node was ever found (no agent running yet, the first thing to set up).
         lines.append(
-            "No findings, and no GPU node: no agent answered with GPUs, and no node "
-            "carries swarmgpu labels, gpu=true or GPU generic resources; run the agent on "
+            "No findings, and no GPU node: no agent answered with GPUs, no node carries swarmgpu "
+            "labels, gpu=true or GPU generic resources or runs agents.service; run the agent on "
             'each GPU node (README, "Run the manager and the agents"), then audit again.')
     elif not findings:  # every node Swarm calls a GPU node, or whose agent answers, was read
         lines.append("No findings: labels match the facts.")

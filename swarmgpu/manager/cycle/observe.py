@@ -88,11 +88,13 @@ class ObserveStep(Step):
             # whose agent is lost past the grace is node-failing on the map too.
             findings=audit(snap, prefix=cfg.sync.prefix, saved_agents=saved,
                            generic_resource_kind=cfg.placement.generic_resource_kind,
-                           node_lost_grace_s=cfg.health.node_lost_grace_s, metrics=metrics)
+                           node_lost_grace_s=cfg.health.node_lost_grace_s, metrics=metrics,
+                           agent_service=cfg.agents.service)
             + overshare.findings(uses, att.unattributed),
             moves=self.moves() if self.moves else None, leader=host.leader,
             zone_label=cfg.placement.zone_label, ungranted=rows(session.ungranted),
             generic_resource_kind=cfg.placement.generic_resource_kind,
+            agent_service=cfg.agents.service,
         )
         overshare.annotate(doc, uses, att.unattributed)
         self.history.record(doc)

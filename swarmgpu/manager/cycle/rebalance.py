@@ -32,6 +32,7 @@ from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot, is_gpu_node
 from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, read_ledger
+from swarmgpu.manager.placement.cpunodes import agent_nodes
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import (
@@ -82,6 +83,9 @@ class Rebalancer(Step):
                                    *([Slot.PLACEMENT, Slot.PLANNER] if placement else [])})
         self.cfg = cfg.rebalance
         self.prefix = cfg.sync.prefix
+        # what makes a node a GPU node, as placement reads it (cpunodes.gpu_hint)
+        self.agent_service, self.generic_kind = (cfg.agents.service,
+                                                 cfg.placement.generic_resource_kind)
         self.signals = Signals(self.cfg)
         self.mover = Mover(daemon.swarm, self.cfg, prefix=self.prefix,
                            dry_run=cfg.dry_run or self.cfg.dry_run, metrics=daemon.metrics,
@@ -173,7 +177,9 @@ class Rebalancer(Step):
                      cfg=self.cfg, now=snap.taken_at, pending=pending, prefix=self.prefix,
                      workload=model.typical() if model is not None else None,
                      moving=moving(snap.services, snap.swarm_labels, self.prefix),
-                     unreadable=self._unreadable(snap), placed=placed_of(plan))
+                     unreadable=self._unreadable(snap), placed=placed_of(plan),
+                     agents=agent_nodes(snap.services, snap.tasks, self.agent_service),
+                     generic_kind=self.generic_kind)
         if planner is not None:  # placement's next cycle keeps failed holdings for us
             planner.keep_failed_holdings(self.keeps if self.health_on else None)
         prop = plan_moves(inp, self.health_inputs(snap))

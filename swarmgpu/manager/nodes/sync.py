@@ -21,6 +21,7 @@ from swarmgpu.manager.engine.stop import StopRequest
 from swarmgpu.manager.engine.writes import HeldNodeWrites, HeldWrite, write_each
 from swarmgpu.manager.nodes.agent_client import FactsResult, fetch_all
 from swarmgpu.manager.nodes.agentbook import AgentBook
+from swarmgpu.manager.nodes.agentservice import missing_agent_service
 from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.cpunodes import agent_nodes, gpu_hint
@@ -166,6 +167,7 @@ class LabelSync:
         # is said once, again when it changes or comes back (hash: an agent's text)
         self._node_said: SaidOnce[tuple[str, int]] = SaidOnce()
         self._save_said: SaidOnce[str] = SaidOnce()  # gpu-health.json could not be saved
+        self._service_said: SaidOnce[str] = SaidOnce()  # agents.service names no service
 
     def cycle(self, snapshot: Snapshot, *, hold: bool = False) -> CycleReport:
         """Plan every node's labels and write them; with ``hold``, the writes are kept
@@ -237,6 +239,7 @@ class LabelSync:
         else:
             self._write_now(todo, snapshot, report)
         self._warn_uuid_conflicts(snapshot)
+        self._agent_service_missing(snapshot, agents)
         self.metrics.agents_unreachable.set(unreachable)
         self.metrics.nodes_gpus_unread.set(unread)
         self.metrics.held_changes.set(held)
@@ -253,6 +256,18 @@ class LabelSync:
         if not plan.empty:
             todo.append((plan, node, facts))
         return len(plan.held)
+
+    def _agent_service_missing(self, snapshot: Snapshot, agents: AbstractSet[str]) -> None:
+        """``agents.service`` names no service while GPU nodes exist: said once while it
+        lasts (``agentservice``); nothing stops for it."""
+        prefix, kind = self.cfg.sync.prefix, self.cfg.placement.generic_resource_kind
+        note = (missing_agent_service(snapshot.services, self.cfg.agents.service)
+                if any(is_gpu_node(n, self.book, prefix, kind, agents) for n in snapshot.nodes)
+                else None)
+        self._service_said.begin()
+        if note is not None and self._service_said.fresh(note):
+            logger.warning("{}", note)
+        self._service_said.end()
 
     def _identity_off(self) -> None:
         off = self.cfg.agents.identity == "none"

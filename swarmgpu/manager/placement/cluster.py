@@ -32,8 +32,7 @@ from swarmgpu.swarm.client import SwarmNode, SwarmTask
 
 @dataclass
 class _Held:
-    """One holding as committed on the allocator: the label value and reservation it
-    was committed with, and what it took."""
+    """A holding as committed: its label value and reservation, and what it took."""
 
     key: tuple[str, int, int]
     choice: Choice | None
@@ -46,7 +45,8 @@ class ClusterAllocator:
     ``sync_nodes`` rebuilds only nodes whose facts, resources, labels or state changed;
     holdings are committed once and released when they go (``begin_holdings``); what
     other tasks reserve on a node is its usage. Nodes without GPUs that Swarm alone
-    describes (``placement.cpunodes``; one advertising ``generic_kind`` has GPUs) are on
+    describes (``placement.cpunodes``; one advertising ``generic_kind``, or running a task
+    of the agents' service, ``agents``, has GPUs) are on
     a second allocator, ``cpu``, which only demands of no GPU are placed on. A cycle over
     an unchanged cluster therefore costs a pass over the nodes and holdings, not a
     rebuild, and identical nodes in the same state are scored once (``Allocator`` groups)."""
@@ -60,7 +60,7 @@ class ClusterAllocator:
         scorer: Scorer | None = None,
         prefix: str = "swarmgpu.",
         tasks: Sequence[SwarmTask] = (),
-        generic_kind: str = "",
+        generic_kind: str = "", agents: AbstractSet[str] = frozenset(),
     ) -> None:
         self.prefix, self.generic_kind = prefix, generic_kind
         self.alloc = Allocator(scorer or SwarmScorer(), mig_picker=_mig_picker(self))
@@ -98,7 +98,7 @@ class ClusterAllocator:
         # Demands no node could take, with the capacity generation they were asked at.
         self.unplaceable: dict[object, tuple[int, Unplaceable]] = {}
         if nodes or ledger:
-            self.sync_nodes(nodes, facts or {})
+            self.sync_nodes(nodes, facts or {}, agents)
             self.set_usage(tasks)
             self.begin_holdings(ledger or {})
             for svc, per_node in (ledger or {}).items():

@@ -47,16 +47,19 @@ def agent_nodes(services: Iterable[SwarmService], tasks: Iterable[SwarmTask],
 def gpu_hint(node: SwarmNode, prefix: str, kind: str = "",
              agents: AbstractSet[str] = frozenset()) -> str | None:
     """Why Swarm itself says this is a GPU node, whose agent must be read: it carries
-    label sync's labels, the ``gpu=true`` label the shipped stack places agents by, it
-    runs a task of the agents' service (``agents``: ``agent_nodes``), or its engine
-    advertises GPU generic resources (the usual kinds, or ``kind``:
-    ``placement.generic_resource_kind``). None: nothing says so. (Label sync
-    expects an agent there, ``nodes.sync.is_gpu_node``; placement never takes it as a
-    CPU-only node.)"""
+    label sync's labels, the ``gpu=true`` node or engine label the shipped stack places
+    agents by (docs/deploy.md), it runs a task of the agents' service (``agents``:
+    ``agent_nodes``), or its engine advertises GPU generic resources (the usual kinds,
+    or ``kind``: ``placement.generic_resource_kind``). None: nothing says so. The one
+    answer to "is this a GPU node" before its agent answers: label sync expects an agent
+    there (``nodes.sync.is_gpu_node``), ``audit``, ``status`` and the map say it is
+    unreachable, and placement never takes it as a CPU-only node."""
     if any(owned_by_label_sync(k, prefix) for k in node.labels):
         return f"it carries {prefix}gpu labels"
     if equal_fold(node.labels.get("gpu", ""), "true"):  # as Swarm matches gpu==true
         return "it is labelled gpu=true (where the stack runs agents)"
+    if equal_fold(node.engine_labels.get("gpu", ""), "true"):
+        return "its engine is labelled gpu=true (where the stack runs agents)"
     if node.id in agents:
         return "Swarm runs a task of the agents' service there (agents.service)"
     kinds = set(node.generic_resources) | set(node.discrete_resources)
@@ -78,8 +81,6 @@ def cpu_only_node(node: SwarmNode, facts: NodeFacts | None, prefix: str, kind: s
         return False  # the agent answered (or its last facts stand in): a GPU node's path
     if not node.cpu_milli or not node.memory_mib:
         return False  # Swarm does not say what it has: nothing to place against
-    if equal_fold(node.engine_labels.get("gpu", ""), "true"):
-        return False  # docs/deploy.md: the engine label may place the agents too
     return gpu_hint(node, prefix, kind, agents) is None
 
 

@@ -94,6 +94,12 @@ class Inputs:
     # among them by share; a holding placed after it carries none of it yet. None:
     # ``ledger``.
     measured: Mapping[str, Mapping[str, Holding]] | None = None
+    # The nodes Swarm runs the agents' service on (``cpunodes.agent_nodes`` of
+    # ``agents.service``): GPU nodes though their agent has not answered, never CPU-only
+    # ones, as placement's allocator sees them; ``generic_kind`` too
+    # (``placement.generic_resource_kind``: a node advertising it has GPUs).
+    agents: AbstractSet[str] = frozenset()
+    generic_kind: str = ""
 
 
 REPLICAS_COUNTED = 8  # replicas of one service that workload_now counts
@@ -311,9 +317,12 @@ class Context:
         exist yet and the new tasks of the pass's moves and of these
         (``SwarmTargets.reserve``; None: GPUs only)."""
         lg = self.ledger if ledger is None else ledger
+        inp = self.inp  # the nodes as placement's allocator sees them (``Inputs.agents``)
+        alloc = ClusterAllocator(inp.nodes, inp.facts, lg, prefix=inp.prefix,
+                                 tasks=inp.tasks if moves is not None else (),
+                                 generic_kind=inp.generic_kind, agents=inp.agents)
         if moves is None:
-            return ClusterAllocator(self.inp.nodes, self.inp.facts, lg)
-        alloc = ClusterAllocator(self.inp.nodes, self.inp.facts, lg, tasks=self.inp.tasks)
+            return alloc
         self.targets.reserve(alloc, [*self.moves, *moves], lg)
         return alloc
 

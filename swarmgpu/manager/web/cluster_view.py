@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from swarmgpu.core.config import Config
@@ -18,7 +19,7 @@ from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import PlacementPlan, read_ledger
-from swarmgpu.manager.placement.cpunodes import gpu_hint
+from swarmgpu.manager.placement.cpunodes import agent_nodes, gpu_hint
 from swarmgpu.manager.rebalance.attribution import service_states
 from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.rebalance.scrape import scrape_all
@@ -128,19 +129,22 @@ def build_cluster(
     zone_label: str = "topology.zone",
     ungranted: Sequence[Mapping[str, Any]] = (),
     generic_resource_kind: str = "",
+    agent_service: str = "",
 ) -> dict[str, Any]:
     """``ungranted``: the services that see GPUs without a grant (``cycle.grants.rows``);
-    ``generic_resource_kind``: ``placement.generic_resource_kind`` (a node advertising it
-    is a GPU node, as label sync reads it: ``gpu_hint``)."""
+    ``generic_resource_kind``: ``placement.generic_resource_kind``, ``agent_service``:
+    ``agents.service`` (a node advertising it, or running a task of that service, is a
+    GPU node, as label sync reads it: ``gpu_hint``)."""
     metrics = metrics or {}
     saved_agents = saved_agents or {}
+    agents = agent_nodes(snap.services, snap.tasks, agent_service)
     holders = _Holders(snap, plan, prefix)
     nodes_out = []
     for n in sorted(snap.nodes, key=lambda n: n.hostname):
         res = snap.facts.get(n.id)
         facts = res.facts if res else None
         agent, labels_state, drift = _agent_and_labels(n, res, saved_agents.get(n.id, {}),
-                                                       prefix, generic_resource_kind)
+                                                       prefix, generic_resource_kind, agents)
         gpus_out = (_gpu_rows(facts, metrics.get(n.id, {}), *holders.on(n.id))
                     if facts is not None else [])
         nodes_out.append({
@@ -176,7 +180,8 @@ def build_cluster(
 
 
 def _agent_and_labels(n: SwarmNode, res: FactsResult | None, saved: Mapping[str, Any],
-                      prefix: str, kind: str) -> tuple[dict[str, Any], str, list[str]]:
+                      prefix: str, kind: str, agents: AbstractSet[str],
+                      ) -> tuple[dict[str, Any], str, list[str]]:
     """A node's agent as the map shows it, and its labels' state with the drift."""
     facts = res.facts if res else None
     ours = label_sync_labels(n.labels, prefix)
@@ -200,7 +205,7 @@ def _agent_and_labels(n: SwarmNode, res: FactsResult | None, saved: Mapping[str,
         return ({"status": "unreachable", "error": res.error if res else None,
                  "last_ok": saved.get("last_ok"), "failing_since": saved.get("failing_since"),
                  **_why(res)}, "agent-stale", [])
-    if res is not None and (res.listening or gpu_hint(n, prefix, kind)):
+    if res is not None and (res.listening or gpu_hint(n, prefix, kind, agents)):
         # An agent the daemon cannot read (or a GPU node Swarm knows without one):
         # never "none", which reads as "not a GPU node".
         return ({"status": "unreadable" if res.listening else "unreachable",
