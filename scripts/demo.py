@@ -84,11 +84,13 @@ def main() -> int:
             stderr=subprocess.STDOUT)
         cluster.wait_for(proxy_sock.exists, 20, "docker-proxy's socket")
         # The shipped defaults (agents.identity swarm-pki: the daemon presents the
-        # manager's certificate and checks each agent's) but for the addresses.
+        # manager's certificate and checks each agent's) but for the addresses, and
+        # agents.service: the demo starts its agents itself, not as a Swarm service.
         cfg = tmp / "config.yml"
         cfg.write_text(json.dumps({
             "docker_host": f"unix://{proxy_sock}", "state_dir": str(tmp / "state"),
             "sync": {"interval_s": 2}, "http": {"listen": "127.0.0.1:9402"},
+            "agents": {"service": ""},
         }))
         # The daemon runs on the host: it reaches the manager's socket and every agent
         # through the test bridge, and its GPU map is on this machine's loopback.
