@@ -291,4 +291,4 @@ def test_a_hold_under_a_move_ends_with_the_moves_timeout() -> None:
     for now in (t + 60, t + 119, t + 140, t + 151):  # move_timeout_s 120, settle_s 30
         pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, now, planner.port_takers,
                    records=records)
-    assert pre.nominated.current(t + 148) == ()
+    assert pre.nominated.current(t + 152) == ()
