@@ -5,6 +5,9 @@ actuator stops them (ledger entry, gate and device lists gone)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from support.forged import DGX_F, R4090_F, sw_node, sw_svc
 
 from swarmgpu.core.config import Config, PreemptionConfig
@@ -18,7 +21,8 @@ from swarmgpu.manager.placement import (
     devices_key,
     gate_key,
 )
-from swarmgpu.manager.placement.preempt import Preemption
+from swarmgpu.manager.placement.preempt import Preemption, Relocation
+from swarmgpu.manager.rebalance.record import MoveState, record_key
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
 
 P = "swarmgpu."
@@ -161,3 +165,130 @@ def test_a_hold_ends_when_its_preemption_settles_or_its_preemptor_goes() -> None
     pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t + 1, planner.port_takers)
     assert pre.nominated.current(t + 2) == ()
     assert free == (0, 0, 0, 0, 0, 0, 0, 0)  # (a visit's holds are given back after it)
+
+
+def _waiting(w: World, name: str, gpus: int, priority: int, created: str,
+             labels: dict[str, str] | None = None) -> None:
+    """A service of ``gpus`` whole GPUs and ``priority`` waits from ``created``."""
+    s = sw_svc(name, {f"{P}gpus": str(gpus), f"{P}priority": str(priority),
+                      **(ON_4090 if labels is None else labels)})
+    object.__setattr__(s, "created_at", created)
+    w.services[name] = s
+    w.tasks[name] = SwarmTask(f"t-{name}", s.id, "", 1, "pending", "running", ())
+
+
+@pytest.mark.parametrize(("priority", "preempts"), [(100, True), (50, True), (200, False)])
+def test_a_held_gpu_counts_as_used_when_another_service_weighs_preemption(
+        priority: int, preempts: bool) -> None:
+    """urgent (above high) took one of the two GPUs held for high, which waits for one
+    more; late (1 GPU) of high's priority or lower is not given the other one by
+    placement. Before, the preemption decision saw it free, took late for pending for
+    another reason and preempted nowhere until high's settle time passed; now the held
+    GPU is used for late, as Kubernetes counts a nominated pod of equal or higher
+    priority, and late preempts batch2. One of a higher priority is placed on it."""
+    w, planner = World(), Planner(prefix=P)
+    pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
+    t = 1000.0
+    plan = w.plan(planner, pre, t)
+    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
+    pre.took(p, list(p.victims), t)
+    w.stop(p)
+    _waiting(w, "urgent", 1, 1000, "30")
+    _waiting(w, "late", 1, priority, "40")
+    plan = w.plan(planner, pre, t + 1)
+    assert len(_held_on(plan, "urgent")) == 1 and not _held_on(plan, "high")
+    assert bool(_held_on(plan, "late")) is not preempts  # (placement.nominated)
+    chosen = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t + 1,
+                        planner.port_takers)
+    assert [c.describe() for c in chosen] == (
+        [f"preempt batch2 (priority 0) on gpu-node-2 for late (priority {priority})"]
+        if preempts else [])
+
+
+def test_a_victim_is_never_moved_onto_gpus_held_for_another_preemptor() -> None:
+    """The DGX's two free GPUs are held for wide (3 A100s, waiting: the others are
+    not preemptible). high preempts batch on n-4090; batch could run on those two GPUs.
+    Before, it was to be moved there, taking them from wide; now it is stopped."""
+    d = tuple(g.uuid for g in DGX_F.gpus if not g.mig_enabled)  # 7 whole A100s
+    w, planner = World(), Planner(prefix=P)
+    pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
+    batch = w.services["batch"]  # it may run on any product
+    w.services["batch"] = sw_svc("batch", {k: v for k, v in batch.labels.items()
+                                           if k != f"{P}gpu-product"})
+    h = Holding("dfill", "n-dgx", d[:5], tuple(1000 for _ in d[:5]))
+    w.nodes["n-dgx"] = sw_node("n-dgx", "gpu-node-1", {
+        assign_key(P, "dfill"): h.label_value(), gate_key(P, "dfill"): "true"})
+    w.services["dfill"] = sw_svc("dfill", {f"{P}gpus": "5", f"{P}preemptible": "false",
+                                           devices_key(P, "n-dgx"): ",".join(d[:5])})
+    w.tasks["dfill"] = SwarmTask("t-dfill", w.services["dfill"].id, "n-dgx", 1, "running",
+                                 "running", ())
+    w.services.pop("share")
+    w.tasks.pop("share")
+    _waiting(w, "wide", 3, 100, "5", {f"{P}gpu-product": "*A100*"})
+    t = 1000.0
+    wide = Preemption("wide", "id-wide", 100, "n-dgx", "gpu-node-1", (), held=d[5:])
+    pre.took(wide, [], t - 5)  # its preemption still settles: d[5:] are held for it
+    plan = w.plan(planner, pre, t)
+    assert {sp.name for sp in plan.services if sp.status == "pending"} == {"wide", "high"}
+    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
+    assert p.describe() == "preempt batch (priority 0) on gpu-node-2 for high (priority 100)"
+    assert not p.moves  # (it was "-> moved to gpu-node-1", onto d[5:])
+
+
+def _move_record(victim: SwarmService, at: float) -> dict[str, str]:
+    """The swarm object's labels while the daemon moves ``victim`` off n-4090 (its record)."""
+    st = MoveState(id="m-1", service=victim.name, source="n-4090", source_host="gpu-node-2",
+                   source_uuids=R[:2], source_milli=(1000, 1000), target="n-dgx",
+                   target_host="gpu-node-1", target_uuids=("GPU-x", "GPU-y"),
+                   target_milli=(1000, 1000), surge=True, replicas=1, max_replicas=0,
+                   started_at=at, trigger="preemption", reason="room for high",
+                   service_id=victim.id)
+    return {record_key(P, victim.id): st.to_json()}
+
+
+def test_a_hold_lasts_while_its_victims_move_is_in_flight_then_settles() -> None:
+    """batch is moved, not stopped, for high, and its move takes longer than settle_s.
+    Before, the hold lapsed after settle_s: when the move ended, the older share took one
+    of the GPUs it freed and high, still pending, stopped batch2 too. Now the hold lasts
+    while the move is in flight (the daemon's move record) and settle_s after it."""
+    w, planner = World(), Planner(prefix=P)
+    pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
+    t = 1000.0
+    plan = w.plan(planner, pre, t)
+    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
+    p = replace(p, moves={"batch": Relocation("n-dgx", "gpu-node-1", (1, 2), ("GPU-x", "GPU-y"))})
+    pre.took(p, list(p.victims), t)
+    pre.moving[p.service] = "batch"  # as ``Preempter._move`` keeps it once started
+    records = _move_record(w.services["batch"], t)
+    stopped: list[str] = []
+    for now in (t + 20, t + 40):  # the move in flight, past settle_s (30 s)
+        plan = w.plan(planner, pre, now)
+        for c in pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, now,
+                            planner.port_takers, records=records):
+            stopped += [v.service for v in c.victims]
+        assert [n.uuids for n in pre.nominated.current(now + 1)] == [p.held]
+    before = w.snap()  # the cycle's snapshot: the rebalancer ends the move after it
+    w.stop(p)  # its source closed: batch runs on n-dgx now (not modelled here)
+    for c in pre.decide(before, plan, FACTS, planner.refused_nodes, t + 50,
+                        planner.port_takers, records={}):
+        stopped += [v.service for v in c.victims]
+    assert stopped == []  # (high stopped batch2 as its hold lapsed)
+    plan = w.plan(planner, pre, t + 51)
+    assert sorted(_held_on(plan, "high")) == sorted(R[:2]) and not _held_on(plan, "share")
+
+
+def test_a_hold_under_a_move_ends_with_the_moves_timeout() -> None:
+    """A move that never ends holds the GPUs no longer than ``rebalance.move_timeout_s``
+    (the mover rolls it back then) and settle_s after it."""
+    w, planner = World(), Planner(prefix=P)
+    pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
+    t = 1000.0
+    plan = w.plan(planner, pre, t)
+    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
+    p = replace(p, moves={"batch": Relocation("n-dgx", "gpu-node-1", (1, 2), ("GPU-x", "GPU-y"))})
+    pre.took(p, list(p.victims), t)
+    records = _move_record(w.services["batch"], t)
+    for now in (t + 60, t + 119, t + 140, t + 151):  # move_timeout_s 120, settle_s 30
+        pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, now, planner.port_takers,
+                   records=records)
+    assert pre.nominated.current(t + 152) == ()

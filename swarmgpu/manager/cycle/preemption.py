@@ -16,7 +16,9 @@ safety and the writes:
   swarm object has a victim stopped at its time, as a stack can write it too) and a
   settle time per preemptor (``settle_s``): a preemptor still pending after its victims
   were stopped stops no more until it has passed, their GPUs held for it meanwhile
-  (``nominated``, never a label; ``placement.nominated``);
+  (``nominated``, never a label; ``placement.nominated``), and while a victim's move is
+  in flight and ``settle_s`` after it (``rebalance.move_timeout_s`` at most); held, they
+  are used for the other preemptors of its priority or lower, and no victim moves there;
 * input is not state: each victim's holding is read again from its node just before
   the writes, and a victim whose ledger entry is gone or changed is left alone;
 * no victim under a move: the snapshot is older than the moves the rebalancer and the
@@ -82,6 +84,7 @@ from swarmgpu.manager.engine.stop import Stopped
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import Nominations, PlacementPlan, ServicePlan, assign_key, gate_key
 from swarmgpu.manager.placement.ledger import read_ledger
+from swarmgpu.manager.placement.nominated import held_gpus
 from swarmgpu.manager.placement.preempt import (
     Candidate,
     Preempted,
@@ -134,7 +137,8 @@ class Preempter:
         self.tenants = Tenants.from_config(cfg)
         self.victim_at: dict[str, float] = {}  # victim name -> when it was last preempted
         self.preemptor_at: dict[str, float] = {}  # preemptor name -> its last preemption
-        self.nominated = Nominations(cfg.preemption.settle_s)  # its victims' GPUs, held for it
+        # its victims' GPUs, held for it (while a victim's move is in flight too)
+        self.nominated = Nominations(cfg.preemption.settle_s, cfg.rebalance.move_timeout_s)
         self.logged: SaidOnce[str] = SaidOnce()  # dry-run decisions, while decided
         self.said_spent: SaidOnce[str] = SaidOnce()  # budget refusals, while they last
         self.said_raised: SaidOnce[str] = SaidOnce()  # victims that raised, while they do
@@ -302,7 +306,6 @@ class Preempter:
                           if now - at < pc.victim_cooldown_s}
         self.preemptor_at = {n: at for n, at in self.preemptor_at.items()
                              if now - at < pc.settle_s}
-        self.nominated.keep(plan, now)  # placed, gone or settled: it ends
         cooling = set(self.victim_at)
         # The record in Swarm counts too (a new leader), but it is a label on the victim's
         # own spec, which its stack writes: it counts only when the hour on the swarm
@@ -322,11 +325,15 @@ class Preempter:
         in_move = moving(snap.services, snap.swarm_labels, self.prefix) | recorded(
             snap.services, snap.swarm_labels if records is None else records, self.prefix)
         self.moving = {p: v for p, v in self.moving.items() if v in in_move}
-        settling |= self.moving.keys()  # its victim's move is in flight: wait for it
+        self.nominated.keep(plan, now, in_move)  # placed, gone or settled: it ends
+        held = self.nominated.current(now)  # used for those of their priority or lower
+        # its victim's move is in flight, or its GPUs still held for it: wait for them
+        settling |= self.moving.keys() | {n.service for n in held}
         chosen = choose_preemptions(
             plan, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
             preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
-            refused=refused, moving=in_move, ports=ports, raised=raised)
+            refused=refused, moving=in_move, ports=ports, raised=raised,
+            held=held_gpus(held))
         return chosen
 
     def took(self, p: Preemption, victims: list[Candidate], now: float) -> None:

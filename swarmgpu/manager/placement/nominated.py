@@ -9,14 +9,23 @@ victim. While a nomination holds, the GPUs of it that are free are counted used 
 every service visited of the preemptor's priority or lower but the preemptor itself; a
 higher-priority one may take them, as Kubernetes lets a pod of higher priority onto a
 nominated node. The nominations are the daemon's own records
-(``manager.cycle.preemption.Preempter.nominations``), never a label; a hold is counted
+(``manager.cycle.preemption.Preempter.nominated``), never a label; a hold is counted
 on the allocator for one visit only (``Holds.end``), so nothing of it outlives the cycle.
+
+The preemption decision counts them the same way (``held_gpus``, given to
+``preempt.choose_preemptions``): for a preemptor of the hold's priority or lower, the
+held GPUs are used, so it preempts elsewhere instead of taking itself for pending for
+another reason, and no victim is moved onto GPUs held for anyone. A hold whose victim
+is moved, not stopped, lasts while that move is in flight (the daemon's move records,
+at most ``rebalance.move_timeout_s``, when the mover rolls it back) and ``settle_s``
+after: the GPUs free only when the move ends.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from swarmgpu.allocator.values import Choice
@@ -33,33 +42,55 @@ class Nomination:
     priority: int
     node_id: str
     uuids: tuple[str, ...]
+    moved: tuple[str, ...] = ()  # its victims to be moved, not stopped
+
+
+def held_gpus(nominations: Sequence[Nomination]) -> dict[tuple[str, str], tuple[str, int]]:
+    """(node id, GPU uuid) -> (the preemptor, its priority) each held GPU is held for, as
+    ``preempt.choose_preemptions`` reads them."""
+    out: dict[tuple[str, str], tuple[str, int]] = {}
+    for n in sorted(nominations, key=lambda n: n.priority):  # the highest one's, if two
+        out |= {(n.node_id, u): (n.service, n.priority) for u in n.uuids}
+    return out
 
 
 class Nominations:
     """The nominations kept across cycles (by the daemon's ``Preempter``): one per
     preemptor, its last preemption's, from when its victims were stopped or moved."""
 
-    def __init__(self, settle_s: float) -> None:
-        self.settle_s = settle_s  # ``preemption.settle_s``: how long one holds at most
-        self.by: dict[str, tuple[Nomination, float]] = {}  # preemptor -> (it, since)
+    def __init__(self, settle_s: float, move_timeout_s: float = 0.0) -> None:
+        self.settle_s = settle_s  # ``preemption.settle_s``: how long one settles
+        self.move_timeout_s = move_timeout_s  # ``rebalance.move_timeout_s``: a move's longest
+        # preemptor -> (it, when nominated, when it last had a victim's move in flight)
+        self.by: dict[str, tuple[Nomination, float, float]] = {}
 
     def nominate(self, p: Preemption, victims: Sequence[Candidate], at: float) -> None:
         """``p`` stopped or moved ``victims`` at ``at``: the GPUs they free are held."""
         uuids = p.held or tuple(sorted({u for v in victims for u in v.uuids}))
-        self.by[p.service] = (Nomination(p.service, p.priority, p.node_id, uuids), at)
+        moved = tuple(sorted(v.service for v in victims if v.service in p.moves))
+        self.by[p.service] = (Nomination(p.service, p.priority, p.node_id, uuids, moved),
+                              at, at)
 
     def current(self, now: float | None = None) -> tuple[Nomination, ...]:
         """Those that hold at ``now`` (epoch seconds; None: now): still settling."""
         now = time.time() if now is None else now
-        return tuple(n for n, at in self.by.values() if now - at < self.settle_s)
+        return tuple(n for n, _at, last in self.by.values() if now - last < self.settle_s)
 
-    def keep(self, plan: PlacementPlan, now: float) -> None:
+    def keep(self, plan: PlacementPlan, now: float,
+             moving: AbstractSet[str] = frozenset()) -> None:
         """Forget those that ended: settled (the preemption given up; a new one
         nominates anew), or whose preemptor ``plan`` has no longer pending (placed, or
-        gone)."""
+        gone). ``moving``: the services with a move in flight by the daemon's records;
+        a hold one of whose victims is among them settles from now (its GPUs free when
+        the move ends), for ``move_timeout_s`` from its nomination at most."""
         pending = {sp.name for sp in plan.services if sp.status == Status.PENDING}
-        self.by = {k: (n, at) for k, (n, at) in self.by.items()
-                   if now - at < self.settle_s and k in pending}
+        kept: dict[str, tuple[Nomination, float, float]] = {}
+        for k, (n, at, last) in self.by.items():
+            if any(v in moving for v in n.moved) and now - at < self.move_timeout_s:
+                last = now
+            if now - last < self.settle_s and k in pending:
+                kept[k] = (n, at, last)
+        self.by = kept
 
 
 class Holds:

@@ -30,7 +30,9 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   never goes below a guarantee. Within one queue, and for a victim of no queue or of a
   queue without a guarantee, priority alone decides, as without queues;
 * a round counts what it gave: the victims' GPUs and the free ones a preemptor counts on
-  beside them (``_free_used``) are no other preemptor's;
+  beside them (``_free_used``) are no other preemptor's; nor, for one of its priority or
+  lower, are those an earlier preemption holds for its preemptor (``held``,
+  ``placement.nominated``: Kubernetes counts a nominated pod of equal or higher priority);
 * victims (``pick_victims``, per node, then across nodes): the fewest victims that free
   enough GPUs, however they are taken (never more stopped than needed: no smaller set
   frees enough). Among sets of that size, one taken by priority alone first; one that
@@ -50,9 +52,9 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   counts, the round's earlier preemptors and moves counted; a service of no GPU there,
   never a victim nor a candidate, may hold it).
 
-A victim that can run elsewhere is said moved there (``relocation``): free whole GPUs
-and the CPU and memory its task reserves on another node. Only whole-GPU requests
-preempt (a share or a MIG device waits). The actuator
+A victim that can run elsewhere is said moved there (``relocation``): free whole GPUs,
+held for no preemptor, and the CPU and memory its task reserves on another node. Only
+whole-GPU requests preempt (a share or a MIG device waits). The actuator
 (``swarmgpu.manager.cycle.preemption``) owns dry-run, budgets, cooldowns and the writes: the
 victim's ledger entry and gate go (Swarm stops its task with its stop_grace_period), its
 device lists go, and ``<p>state.preempted`` records why, so ``plan``, ``status`` and
@@ -361,12 +363,22 @@ class _Round:
     # of ``refused``, nodes refused for a host-mode port alone -> the services binding it
     ports: Callable[[SwarmService], Mapping[str, AbstractSet[str]]] | None = None
     room: Room | None = None  # CPU and memory per node (None: not counted)
+    # (node, uuid) -> the preemptor and priority it is held for (``nominated.held_gpus``):
+    # used for any other of that priority or lower (``off``); no victim is moved onto it
+    held: Mapping[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
 
     def refused_of(self, s: SwarmService) -> AbstractSet[str]:
         return self.refused(s) if self.refused is not None else frozenset()
 
     def port_takers(self, s: SwarmService) -> Mapping[str, AbstractSet[str]]:
         return self.ports(s) if self.ports is not None else {}
+
+    def off(self, nid: str, name: str, priority: int) -> set[str]:
+        """GPUs of ``nid`` taken in the round, or held for another preemptor than ``name``
+        of ``priority`` or higher: not for ``name`` (of ``priority``)."""
+        return {u for n, u in self.taken if n == nid} | {
+            u for (n, u), (who, pr) in self.held.items()
+            if n == nid and who != name and priority <= pr}
 
 
 def done_idle(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
@@ -393,6 +405,7 @@ def choose_preemptions(
     moving: AbstractSet[str] = frozenset(),
     ports: Callable[[SwarmService], Mapping[str, AbstractSet[str]]] | None = None,
     raised: dict[str, Exception] | None = None,
+    held: Mapping[tuple[str, str], tuple[str, int]] | None = None,
 ) -> list[Preemption]:
     """At most one preemption per pending service (one replica's GPUs on one node; a
     packed service's: all the replicas it lacks, on its node), in served order; a GPU
@@ -407,7 +420,8 @@ def choose_preemptions(
     node is a target when those are all its victims, whose stop frees the port with the
     GPUs. ``raised``: a preemptor whose choice raises (a bug, or input no one foresaw)
     preempts nothing, the round as before it, its exception kept there by name for the
-    caller's log (None: it raises)."""
+    caller's log (None: it raises). ``held``: the GPUs nominated for preemptors
+    (``_Round.held``)."""
     nodes = after_writes(nodes, plan)
     by_name = {s.name: s for s in services}
     started: dict[tuple[str, str], str] = {}
@@ -424,7 +438,7 @@ def choose_preemptions(
                 {**{q["queue"]: q for q in plan.queues}, "": _no_queue(holdings, req, facts)},
                 req, started, holdings, refused, preemptible_below, cooling, moving,
                 done_idle(services, tasks), ports=ports,
-                room=Room.of(nodes, services, tasks, holdings))
+                room=Room.of(nodes, services, tasks, holdings), held=held or {})
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     # A packed service's replicas go only on its node: it preempts there alone, for all
     # the replicas it lacks at once (``packing.repack`` places them so); elsewhere its
@@ -441,9 +455,7 @@ def choose_preemptions(
         if r.cpu_only:  # (gpus: "0") stops no GPU work for CPU: the operator's rule
             continue
         if s.name in settling or s.name in rd.gone or s.name in held_at_max \
-                or s.name in moving:
-            continue
-        if s.mode != "replicated" or not s.replicas:
+                or s.name in moving or s.mode != "replicated" or not s.replicas:
             continue
         mark = (set(rd.taken), set(rd.gone), dict(rd.q_gone), dict(rd.q_given))
         room = dict(rd.room.left) if rd.room is not None else None  # its CPU counted too
@@ -528,7 +540,7 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
             continue  # a packed service's replicas go only on its node
         if packed is None and s.name in here:
             continue  # one replica per node: a held node is not where it goes
-        usable = _usable(r, rd.facts.get(nid)) - {u for (n, u) in rd.taken if n == nid}
+        usable = _usable(r, rd.facts.get(nid)) - rd.off(nid, s.name, r.priority)
         if len(usable) < need:
             continue
         holders: dict[str, set[str]] = {}
@@ -621,8 +633,8 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
     for v in p.victims:
         vr, vs = rd.req.get(v.service), rd.by_name.get(v.service)
         if isinstance(vr, GpuRequest) and vs is not None:
-            where = relocation(vr, vs, v, rd.by_node, rd.facts, rd.holdings, rd.taken,
-                               rd.refused_of(vs), rd.room)
+            where = relocation(vr, vs, v, rd.by_node, rd.facts, rd.holdings,
+                               rd.taken | rd.held.keys(), rd.refused_of(vs), rd.room)
             if where is not None:
                 moves[v.service] = where
                 rd.taken.update((where.node_id, u) for u in where.uuids)
@@ -643,7 +655,7 @@ def _free_used(rd: _Round, p: Preemption, r: GpuRequest, replicas: int,
     freed = {u for v in p.victims for u in v.uuids
              if all(svc in names for svc, h in here.items() if u in h.uuids)}
     held = {u for h in here.values() for u in h.uuids}
-    free = sorted(_usable(r, rd.facts.get(nid)) - held - {u for n, u in rd.taken if n == nid})
+    free = sorted(_usable(r, rd.facts.get(nid)) - held - rd.off(nid, p.service, r.priority))
     return {(nid, u) for u in free[:max(0, r.gpus * replicas - len(freed))]}
 
 
