@@ -16,6 +16,7 @@ import pytest
 from loguru import logger
 from support.forged import RecordingSwarm, snapshot, sw_node, sw_svc
 from support.gpu_nodes import RTX4090
+from support.health import F1, F2, U2, mark, service, setup
 from support.placement import P, apply, node, svc, written
 
 from swarmgpu.allocator.values import Choice
@@ -204,3 +205,37 @@ def test_a_probe_that_raises_gives_back_what_it_took(
     got = _by_name(planner.plan(one, [bad, big], [], FACTS))
     assert got[BAD].status == "failed" and "probe" in (got[BAD].reason or "")
     assert got["b-big"].status == "placed"
+
+
+def test_a_holding_kept_whole_on_a_failed_gpu_stays_committed_when_its_planning_raises(
+        monkeypatch: pytest.MonkeyPatch, errors: list[Any]) -> None:
+    """With the health policy on, a holding on a failed GPU is kept whole but committed
+    without that GPU (``existing._strip_failed``). Before: the restore committed the
+    whole one, which the allocator refuses (no room on a failed GPU), so the service's
+    healthy GPU, its task running there, was left free and the next service given it."""
+    nodes, svcs, tasks = setup({BAD: [U2[0], U2[1]]}, full_n2=False,
+                               svc_labels={BAD: {f"{P}gpus": "2"}})
+    svcs = [s for s in svcs if s.name == BAD]
+    seven = service("z-seven", {f"{P}gpus": "7"}, constraints=["node.hostname==gpu-node-2"])
+    facts = {"n1": F1, "n2": mark(F2, failed=[0])}
+
+    def planned(fault: bool) -> tuple[dict[str, ServicePlan], Any]:
+        planner = Planner()
+        planner.keep_failed_holdings(lambda _svc, _nid: True)
+        real = planner_mod.plan_service
+
+        def plan_service(s: SwarmService, *a: Any, **kw: Any) -> ServicePlan:
+            if fault and s.name == BAD:
+                raise RuntimeError("boom")
+            return real(s, *a, **kw)
+
+        monkeypatch.setattr(planner_mod, "plan_service", plan_service)
+        got = _by_name(planner.plan(nodes, [*svcs, seven], tasks, facts))
+        monkeypatch.undo()
+        return got, planner.cluster.alloc.snapshot()
+
+    base, alloc = planned(False)
+    got, after = planned(True)
+    assert got[BAD].status == "failed" and base[BAD].status == "placed"
+    assert got["z-seven"] == base["z-seven"] and got["z-seven"].status == "pending"
+    assert after == alloc  # U2[1] still counted used: a-bad's task runs on it

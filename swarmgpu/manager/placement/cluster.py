@@ -252,6 +252,9 @@ class ClusterAllocator:
     def held_items(self) -> list[tuple[tuple[str, str], _Held]]:
         return list(self._held.items())
 
+    def held_at(self, svc: str, node_id: str) -> _Held | None:
+        return self._held.get((svc, node_id))
+
     def moved(self, svc: str, old: str, new: Choice, uuids: Sequence[str]) -> str:
         """Record a move the fragmentation policy made on this allocator (released from
         ``old``, ``new`` committed with the task's reservation): the task now runs on the

@@ -12,7 +12,7 @@ from loguru import logger
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
-from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.ledger import Holding, parse_holding
 from swarmgpu.manager.placement.records import ServicePlan, State, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmService
@@ -37,37 +37,49 @@ def failed_plan(s: SwarmService, r: GpuRequest | RequestError, exc: Exception) -
                        reason=failed_reason(s.name, exc), mode=s.mode)
 
 
-def restore(cluster: ClusterAllocator, s: SwarmService, before: Mapping[str, Holding],
-            res: tuple[int, int]) -> None:
+# node id -> (ledger value, CPU milli, memory MiB): a holding as the allocator committed it
+Committed = Mapping[str, tuple[str, int, int]]
+
+
+def committed(cluster: ClusterAllocator, name: str, kept: Mapping[str, Holding]) -> Committed:
+    """What service ``name`` has committed on the allocator on each node of ``kept`` (its
+    holdings kept this cycle), taken before it is visited: what ``restore`` puts back.
+    Not ``kept`` itself: a holding on a failed GPU that the health policy keeps is kept
+    whole but committed without that GPU (``existing``), and committed whole again the
+    allocator refuses it (no room on a failed GPU), leaving its healthy GPUs free under
+    its running task."""
+    return {nid: held.key for nid in kept if (held := cluster.held_at(name, nid)) is not None}
+
+
+def restore(cluster: ClusterAllocator, s: SwarmService, before: Committed) -> None:
     """Leave ``s``'s holdings on the allocator as they were before it was visited
-    (``before``: node id -> holding, as the cycle committed them).
+    (``before``: ``committed``).
 
     Why this is exact and cheap: a service's planning changes the allocator only
     through holdings under its own name (``release_holding``, ``commit_holding``,
     ``commit(choice, name)``; a probe's commits are released in a ``finally``:
     ``packing.place_packed``), and no other service was planned since it began. So
     releasing whatever it holds now that it did not hold before, then committing each
-    holding it had as the cycle did (the same reservation: ``holding_reservation``;
-    one committed as it is stays as it is), gives back the GPUs and CPU it took and
-    takes again those it gave up: its running tasks still use them, and a service
-    planned after it must not get them. The walk over every holding is paid only
-    when a service failed; a copy of the allocator before each service would cost
-    every service, every cycle."""
+    holding as it was committed (its ledger value and reservation; one committed as it
+    is stays as it is), gives back the GPUs and CPU it took and takes again those it
+    gave up: its running tasks still use them, and a service planned after it must not
+    get them. The walk over every holding is paid only when a service failed; a copy
+    of the allocator before each service would cost every service, every cycle."""
     name = s.name
     for (svc, nid), _held in cluster.held_items():
         if svc == name and nid not in before:
             cluster.release_holding(name, nid)
-    for nid, h in before.items():
-        cluster.commit_holding(name, nid, h, cluster.holding_reservation(
-            s.id, nid, res, h.replicas))
+    for nid, (value, cpu, mem) in before.items():
+        h = parse_holding(name, nid, value)  # (its own label value: it parses)
+        if h is not None:  # (-1: kept on a node no allocator has, its reservation none)
+            cluster.commit_holding(name, nid, h, (max(cpu, 0), max(mem, 0)))
 
 
 def isolated(cluster: ClusterAllocator, faults: Faults, s: SwarmService,
-             r: GpuRequest | RequestError, exc: Exception, before: Mapping[str, Holding],
-             res: tuple[int, int]) -> ServicePlan:
+             r: GpuRequest | RequestError, exc: Exception, before: Committed) -> ServicePlan:
     """What a cycle does of a service whose planning raised ``exc``: its holdings as they
     were (``restore``), the traceback said once while it lasts, and its plan."""
-    restore(cluster, s, before, res)
+    restore(cluster, s, before)
     faults.say(s, exc)
     return failed_plan(s, r, exc)
 

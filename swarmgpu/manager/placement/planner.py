@@ -20,7 +20,7 @@ from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.globalmode import GLOBAL_MODES
 from swarmgpu.manager.placement.hostports import HostPorts
-from swarmgpu.manager.placement.isolate import Faults, isolated
+from swarmgpu.manager.placement.isolate import Faults, committed, isolated
 from swarmgpu.manager.placement.jobs import (
     JobProgress,
     job_progress,
@@ -432,14 +432,13 @@ class Planner:
         faults.begin()
         for s, r in visit:
             v.holds.visit(s.name, priority_of(r), planned)  # (placement.nominated)
-            before = dict(v.kept.get(s.name, {}))  # as committed: what a failure restores
+            before = committed(self.cluster, s.name, v.kept.get(s.name, {}))  # (isolate)
             try:
                 got = self._visit_one(s, r, v, quotas)
             except Exception as exc:  # one service's fault is its own: the rest go on
                 settled.pop(s.id, None)
                 records.pop(s.id, None)
-                planned.append(isolated(self.cluster, faults, s, r, exc, before,
-                                        self._memo.reservation(s.id) if before else (0, 0)))
+                planned.append(isolated(self.cluster, faults, s, r, exc, before))
                 if ports.ports_of(s):  # its tasks still run where it holds
                     ports.claim(s, before)
                 continue
@@ -631,7 +630,7 @@ class Planner:
                                   self._memo.requests[s.id].reservation, cyc,
                                   tv.slots.get(s.id, {}))
             except Exception as exc:
-                plan.services.append(isolated(self.cluster, self._faults, s, r, exc, {}, (0, 0)))
+                plan.services.append(isolated(self.cluster, self._faults, s, r, exc, {}))
                 continue
             plan.add(sp)
             claim(cyc.ports, s, sp)
