@@ -32,6 +32,7 @@ from support.browser import (
     text_of,
 )
 
+from swarmgpu.manager.placement import Status
 from swarmgpu.manager.web import webmap
 from swarmgpu.manager.web.history import History
 from swarmgpu.manager.web.webguard import SECURITY_HEADERS
@@ -284,6 +285,27 @@ def test_a_node_whose_gpus_cannot_be_read_is_shown_so_not_drift() -> None:
     drifted = re.search(r"const isDrifted = \(n\) => \[([^\]]*)\]", js)
     assert drifted is not None
     assert re.findall(r'"([^"]+)"', drifted.group(1)) == list(webmap.DRIFTED)
+
+
+def test_every_plan_status_has_its_badge_and_failed_its_filter() -> None:
+    """A service whose planning raised (Status.FAILED, placement.isolate) shows as failed
+    on the map: its own badge, a state filter of its own (the "pending" one is not it),
+    offered in the page's select and help as every other state."""
+    js = (WEB / "app.js").read_text()
+    html = (WEB / "index.html").read_text()
+    badges = re.search(r"const SERVICE_STATUS = \{([^}]*)\}", js)
+    assert badges is not None
+    assert set(re.findall(r"(\w+): \[", badges.group(1))) == {str(s) for s in Status}
+    assert 'failed: ["bad", "✕"]' in badges.group(1)
+    states = re.search(r"const STATES = \[([^\]]*)\]", js)
+    assert states is not None
+    names = re.findall(r'"([^"]+)"', states.group(1))
+    assert "failed" in names
+    select = re.search(r'<select id="state"(.*?)</select>', html, re.S)
+    assert select is not None
+    assert re.findall(r'<option value="([^"]+)">', select.group(1)) == names
+    assert "state: (" + ", ".join(names[:3]) in re.sub(r"\s+", " ", html)
+    assert 't.value === "failed") return svc.status === "failed"' in js
 
 
 def test_assets_are_offline_and_never_inject_html() -> None:
