@@ -181,6 +181,10 @@ def test_the_daemons_cycle_shows_the_failed_service_and_goes_on(
         assert "report it" in shown["reason"]
         (fault,) = [f for f in findings_of(plan) if f.subject == BAD]
         assert fault.kind == "placement-fault"
+        for status, n in (("failed", 1), ("placed", 1), ("pending", 0)):
+            got_n = d.metrics.registry.get_sample_value(
+                "swarmgpu_planned_services", {"status": status})
+            assert got_n == n, status
     assert ("service", "id-b-one") in sw.calls
     assert ("service", f"id-{BAD}") not in sw.calls
     assert not any(assign_key(P, BAD) in n.labels for n in sw.nodes())
