@@ -25,7 +25,7 @@ from swarmgpu.manager.cycle.placement import PlacementStep, findings_of
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.placement import PlacementPlan, Planner, ServicePlan, assign_key
 from swarmgpu.manager.placement import planner as planner_mod
-from swarmgpu.manager.web.cluster_view import build_cluster
+from swarmgpu.manager.web.cluster_view import build_cluster, render_status
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 BAD = "a-bad"  # first in serve order: every other service is planned after it
@@ -179,6 +179,9 @@ def test_the_daemons_cycle_shows_the_failed_service_and_goes_on(
         shown = {s["name"]: s for s in doc["services"]}[BAD]
         assert (shown["status"], shown["state"]) == ("failed", "Failed")
         assert "report it" in shown["reason"]
+        text = render_status(doc)  # `status` names it, as it names a pending request
+        assert "planning failed (a swarmgpu fault" in text
+        assert f"  {BAD}: planning {BAD} failed unexpectedly (KeyError" in text
         (fault,) = [f for f in findings_of(plan) if f.subject == BAD]
         assert fault.kind == "placement-fault"
         for status, n in (("failed", 1), ("placed", 1), ("pending", 0)):

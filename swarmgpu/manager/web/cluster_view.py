@@ -467,6 +467,16 @@ def _pending_lines(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _failed_lines(doc: Mapping[str, Any]) -> list[str]:
+    """`status`: the services whose planning raised (placement.isolate): no pending
+    request, no placement, so no other part of the text names them."""
+    failed = [sv for sv in doc.get("services", []) if sv.get("status") == "failed"]
+    if not failed:
+        return []
+    return ["", "planning failed (a swarmgpu fault: report it with the daemon's log):",
+            *(f"  {sv['name']}: {sv.get('reason') or ''}" for sv in failed)]
+
+
 def render_status(doc: Mapping[str, Any]) -> str:
     """`swarmgpu status`: nodes x GPUs, memory, holders, pending requests. Hostnames,
     service names and agents' errors are others' text: each line shows them escaped."""
@@ -523,6 +533,7 @@ def render_status(doc: Mapping[str, Any]) -> str:
         lines.append("")
         lines.extend(ungranted_lines(doc["ungranted"]))
     lines.extend(_pending_lines(doc))
+    lines.extend(_failed_lines(doc))
     if doc.get("queues"):
         lines.append("")
         lines.append("queues (GPUs used / guaranteed / max):")
