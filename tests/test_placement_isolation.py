@@ -211,3 +211,26 @@ def test_a_probe_that_raises_gives_back_what_it_took(
     got = _by_name(planner.plan(one, [bad, big], [], FACTS))
     assert got[BAD].status == "failed" and "probe" in (got[BAD].reason or "")
     assert got["b-big"].status == "placed"
+
+
+def test_apply_names_a_service_whose_planning_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, errors: list[Any]) -> None:
+    """`swarmgpu apply --service` of a service whose planning raised says so (exit 1),
+    not "nothing held back" as if its plan had nothing to let through."""
+    from swarmgpu.manager.services.release import release_held
+
+    real = planner_mod.plan_service
+
+    def plan_service(s: SwarmService, *a: Any, **kw: Any) -> ServicePlan:
+        if s.name == BAD:
+            raise KeyError("no such thing")
+        return real(s, *a, **kw)
+
+    monkeypatch.setattr(planner_mod, "plan_service", plan_service)
+    sw = RecordingSwarm([sw_node("n-dgx", "gpu-node-1")],
+                        [sw_svc(BAD, {f"{P}gpus": "1"})], [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
+    snap = snapshot(sw.nodes(), sw.services(), [])
+    (r,) = release_held(sw, snap, cfg, [BAD], dry_run=True)  # type: ignore[arg-type]
+    assert r.error is not None and f"planning {BAD} failed unexpectedly" in r.error, r
+    assert not r.changes and not r.written
