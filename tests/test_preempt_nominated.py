@@ -127,15 +127,21 @@ def test_the_freed_gpus_go_to_the_preemptor_not_to_an_older_share_of_its_priorit
     assert not pre.nominated.current(t + 2)  # high placed: its hold ended
 
 
-def test_a_higher_priority_service_may_take_the_held_gpus() -> None:
-    """A waiting service of a priority above the preemptor's is served first and may
-    take what is held for it, as a higher-priority pod may a nominated node."""
+def _preempted(t: float) -> tuple[World, Planner, Preempter, Preemption]:
+    """The World planned at ``t``: high's preemption decided and taken (its GPUs held)."""
     w, planner = World(), Planner(prefix=P)
     pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
-    t = 1000.0
     plan = w.plan(planner, pre, t)
     (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
     pre.took(p, list(p.victims), t)
+    return w, planner, pre, p
+
+
+def test_a_higher_priority_service_may_take_the_held_gpus() -> None:
+    """A waiting service of a priority above the preemptor's is served first and may
+    take what is held for it, as a higher-priority pod may a nominated node."""
+    t = 1000.0
+    w, planner, pre, p = _preempted(t)
     w.stop(p)
     urgent = sw_svc("urgent", {f"{P}gpus": "1", f"{P}priority": "1000", **ON_4090})
     w.services["urgent"] = urgent
@@ -148,12 +154,8 @@ def test_a_higher_priority_service_may_take_the_held_gpus() -> None:
 
 def test_a_hold_ends_when_its_preemption_settles_or_its_preemptor_goes() -> None:
     """Given up (the settle time passed) or its preemptor gone, the GPUs are anyone's."""
-    w, planner = World(), Planner(prefix=P)
-    pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
     t = 1000.0
-    plan = w.plan(planner, pre, t)
-    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
-    pre.took(p, list(p.victims), t)
+    w, planner, pre, p = _preempted(t)
     assert [n.uuids for n in pre.nominated.current(t + 29)] == [p.held]
     assert pre.nominated.current(t + 31) == ()  # settle_s 30 s
     w.stop(p)
@@ -186,12 +188,8 @@ def test_a_held_gpu_counts_as_used_when_another_service_weighs_preemption(
     another reason and preempted nowhere until high's settle time passed; now the held
     GPU is used for late, as Kubernetes counts a nominated pod of equal or higher
     priority, and late preempts batch2. One of a higher priority is placed on it."""
-    w, planner = World(), Planner(prefix=P)
-    pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
     t = 1000.0
-    plan = w.plan(planner, pre, t)
-    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
-    pre.took(p, list(p.victims), t)
+    w, planner, pre, p = _preempted(t)
     w.stop(p)
     _waiting(w, "urgent", 1, 1000, "30")
     _waiting(w, "late", 1, priority, "40")
