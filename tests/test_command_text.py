@@ -148,7 +148,8 @@ def test_plan_says_a_failed_service_in_its_text_and_exit_status(
     from swarmgpu.manager.services.requests import RequestError
     from swarmgpu.swarm import client
 
-    bad = failed_plan(sw_svc("bad", {"swarmgpu.gpus": "1"}), RequestError("swarmgpu.gpus", "1", "x"), KeyError("k"))
+    bad = failed_plan(sw_svc("bad", {"swarmgpu.gpus": "1"}),
+                      RequestError("swarmgpu.gpus", "1", "x"), KeyError("k"))
     waits = ServicePlan("web", "id-web", None, "gpus=1", "pending", "Pending", reason="full")
     plans = {"now": [bad, waits]}
     monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg: snapshot([], [], []))

@@ -150,8 +150,8 @@ def test_a_new_service_that_raises_between_cycles_costs_itself_alone(
     assert len(errors) == 1
 
 
-def test_the_daemons_cycle_shows_the_failed_service_and_goes_on(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, errors: list[Any]) -> None:
+def _bad_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planning BAD raises (a KeyError); every other service is planned as it is."""
     real = planner_mod.plan_service
 
     def plan_service(s: SwarmService, *a: Any, **kw: Any) -> ServicePlan:
@@ -160,6 +160,11 @@ def test_the_daemons_cycle_shows_the_failed_service_and_goes_on(
         return real(s, *a, **kw)
 
     monkeypatch.setattr(planner_mod, "plan_service", plan_service)
+
+
+def test_the_daemons_cycle_shows_the_failed_service_and_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, errors: list[Any]) -> None:
+    _bad_raises(monkeypatch)
     sw = RecordingSwarm([sw_node("n-dgx", "gpu-node-1"), sw_node("n-4090", "gpu-node-2")],
                         [sw_svc(BAD, {f"{P}gpus": "1"}), sw_svc("b-one", {f"{P}gpus": "1"})],
                         [])
@@ -219,14 +224,7 @@ def test_apply_names_a_service_whose_planning_failed(
     not "nothing held back" as if its plan had nothing to let through."""
     from swarmgpu.manager.services.release import release_held
 
-    real = planner_mod.plan_service
-
-    def plan_service(s: SwarmService, *a: Any, **kw: Any) -> ServicePlan:
-        if s.name == BAD:
-            raise KeyError("no such thing")
-        return real(s, *a, **kw)
-
-    monkeypatch.setattr(planner_mod, "plan_service", plan_service)
+    _bad_raises(monkeypatch)
     sw = RecordingSwarm([sw_node("n-dgx", "gpu-node-1")],
                         [sw_svc(BAD, {f"{P}gpus": "1"})], [])
     cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
