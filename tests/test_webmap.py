@@ -259,6 +259,39 @@ def _gpus_unread_doc() -> Doc:
     return build_cluster(Snapshot([node], [], [], {"n1": res}), None)
 
 
+def _failing_doc() -> Doc:
+    """The one-node document built with the audit's findings: a node-failing one on the
+    node (its ID), and one about a service of the same name (no node)."""
+    from swarmgpu.manager.commands.audit import Finding
+    from swarmgpu.manager.nodes.sync import Snapshot
+    from swarmgpu.manager.web.cluster_view import build_cluster
+
+    (node,) = _gpus_unread_snapshot_nodes()
+    found = [Finding("node-failing", "gpu-node-2", "3 of 8 GPUs failed; drain it", node="n1"),
+             Finding("pending", "gpu-node-2", "a service's finding, not the node's")]
+    return build_cluster(Snapshot([node], [], [], {}), None, findings=found)
+
+
+def _gpus_unread_snapshot_nodes() -> list[Any]:
+    from support.gpu_nodes import RTX4090
+
+    from swarmgpu.swarm.client import SwarmNode
+    from swarmgpu.swarm.labels import desired_labels
+
+    return [SwarmNode(id="n1", hostname="gpu-node-2", addr="10.0.0.2", role="worker",
+                      state="ready", availability="active",
+                      labels=desired_labels(RTX4090.facts()), engine_labels={}, version=1,
+                      generic_resources={}, discrete_resources={})]
+
+
+def test_a_node_with_a_finding_carries_it_in_the_map_document() -> None:
+    """observe passes the audit's findings to build_cluster (a failing node shows on the
+    map through them): each node's own are on it, with their text and severity."""
+    (n,) = _failing_doc()["nodes"]
+    assert n["findings"] == [{"kind": "node-failing", "severity": "action",
+                              "message": "3 of 8 GPUs failed; drain it"}]
+
+
 def test_a_node_whose_gpus_cannot_be_read_is_shown_so_not_drift() -> None:
     """The map says the GPUs cannot be read, with the error and the fix and the labels
     as they stand (label sync keeps them), not a node drifting to 0 GPUs."""
@@ -1157,6 +1190,24 @@ def test_a_node_whose_gpus_cannot_be_read_has_its_card(
     assert "No GPUs" not in text and "drifted" not in text
     assert f"agent: its GPUs cannot be read: {NVML_ERR}" in text
     assert "kept: swarmgpu.gpu.count=8" in text
+
+
+def test_a_node_with_a_finding_is_marked_with_its_text(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    def with_failing() -> Doc:
+        doc = sample()
+        (n,) = _failing_doc()["nodes"]
+        doc["nodes"].append({**n, "id": "n9", "hostname": "gpu-node-9"})
+        return doc
+
+    srv = serve(with_failing)
+    dom = dump_dom(chromium, srv.url)
+    card = re.search(r'<article class="node[^"]*"[^>]*data-node="gpu-node-9".*?</article>', dom)
+    assert card is not None
+    text = text_of(card.group(0))
+    assert "! node-failing 3 of 8 GPUs failed; drain it" in text, text
+    assert "a service's finding" not in text
 
 
 def test_the_summary_says_leadership_unknown_while_the_engine_is_unreachable(

@@ -672,6 +672,17 @@
     return d;
   }
 
+  function nodeFindings(node) {
+    // the audit's findings about this node (node-failing, stale labels...), as `audit` says them
+    const found = Array.isArray(node.findings) ? node.findings : [];
+    if (!found.length) return null;
+    return h(
+      "ul",
+      { class: "findings", "aria-label": "Audit findings" },
+      found.map((f) => h("li", {}, badge(f.severity === "action" ? "bad" : "warn", "!", String(f.kind)), " ", String(f.message))),
+    );
+  }
+
   function driftDetails(node) {
     const drift = node.drift || [];
     const agent = node.agent || {};
@@ -728,6 +739,7 @@
         node.zone ? h("span", { class: "zone" }, ` · zone ${node.zone}`) : null,
         node.addr ? h("span", { class: "addr" }, ` · ${node.addr}`) : null,
       ),
+      nodeFindings(node),
       driftDetails(node),
       lay.others.length ? h("p", { class: "chips", "aria-label": "Other GPU groups" }, lay.others.map(groupChip)) : null,
       gpus.length

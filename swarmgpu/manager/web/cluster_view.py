@@ -131,7 +131,9 @@ def build_cluster(
     generic_resource_kind: str = "",
     agent_service: str = "",
 ) -> dict[str, Any]:
-    """``ungranted``: the services that see GPUs without a grant (``cycle.grants.rows``);
+    """``findings``: the audit's (``commands.audit.audit``); each node's own (its ID in
+    ``Finding.node``) are listed on it, so the map marks it with their text.
+    ``ungranted``: the services that see GPUs without a grant (``cycle.grants.rows``);
     ``generic_resource_kind``: ``placement.generic_resource_kind``, ``agent_service``:
     ``agents.service`` (a node advertising it, or running a task of that service, is a
     GPU node, as label sync reads it: ``gpu_hint``)."""
@@ -139,6 +141,11 @@ def build_cluster(
     saved_agents = saved_agents or {}
     agents = agent_nodes(snap.services, snap.tasks, agent_service)
     holders = _Holders(snap, plan, prefix)
+    on_node: dict[str, list[dict[str, str]]] = {}  # node ID -> its findings, as the map marks it
+    for f in findings:
+        if f.node is not None:
+            on_node.setdefault(f.node, []).append(
+                {"kind": f.kind, "message": f.message, "severity": f.severity})
     nodes_out = []
     for n in sorted(snap.nodes, key=lambda n: n.hostname):
         res = snap.facts.get(n.id)
@@ -163,6 +170,7 @@ def build_cluster(
             "gpus": gpus_out,
             "links": [list(r) for r in facts.links] if facts else [],
             "groups": _groups(facts) if facts else [],
+            "findings": on_node.get(n.id, []),  # the audit's, node-failing among them
         })
     services_out = _services(snap, plan, moves, prefix)
     pending = [{"service": sp.name, "request": sp.request_text, "reason": sp.reason}
