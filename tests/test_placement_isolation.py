@@ -21,6 +21,7 @@ from support.placement import P, apply, node, svc, written
 from swarmgpu.allocator.values import Choice
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.cycle.grants import managed_names
 from swarmgpu.manager.cycle.placement import PlacementStep, findings_of
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.placement import PlacementPlan, Planner, ServicePlan, assign_key
@@ -189,6 +190,8 @@ def test_the_daemons_cycle_shows_the_failed_service_and_goes_on(
         assert f"  {BAD}: planning {BAD} failed unexpectedly (KeyError" in text
         (fault,) = [f for f in findings_of(plan) if f.subject == BAD]
         assert fault.kind == "placement-fault"
+        # its running tasks use what it was granted: no ungranted GPU access (grants)
+        assert BAD in managed_names(plan)
         for status, n in (("failed", 1), ("placed", 1), ("pending", 0)):
             got_n = d.metrics.registry.get_sample_value(
                 "swarmgpu_planned_services", {"status": status})
