@@ -132,3 +132,41 @@ def test_an_answer_on_the_daemons_port_that_is_not_moves_is_read_not_trusted() -
                        moves={"proposed": [{"service": "llm"}]}, listen="127.0.0.1:9402")
     assert "move llm: None -> None" in text
     assert entries({"proposed": ["x", {"service": "a"}]}, "proposed") == [{"service": "a"}]
+
+
+def test_plan_says_a_failed_service_in_its_text_and_exit_status(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service whose planning raised (placement.isolate) is a swarmgpu fault: `plan`
+    says so last and exits 1, as text and as JSON; a pending one is no fault (exit 0)."""
+    from support.forged import snapshot, sw_svc
+
+    from swarmgpu.cli import main
+    from swarmgpu.cli import manager as cli_manager
+    from swarmgpu.manager.cycle import grants, preemption
+    from swarmgpu.manager.placement import PlacementPlan
+    from swarmgpu.manager.placement.isolate import failed_plan
+    from swarmgpu.manager.services.requests import RequestError
+    from swarmgpu.swarm import client
+
+    bad = failed_plan(sw_svc("bad", {"swarmgpu.gpus": "1"}),
+                      RequestError("swarmgpu.gpus", "1", "x"), KeyError("k"))
+    waits = ServicePlan("web", "id-web", None, "gpus=1", "pending", "Pending", reason="full")
+    plans = {"now": [bad, waits]}
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg: snapshot([], [], []))
+    monkeypatch.setattr(cli_manager, "_daemon_moves", lambda cfg: None)
+    monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
+    monkeypatch.setattr(grants, "find", lambda *a, **k: [])
+    monkeypatch.setattr(preemption, "plan_as_daemon",
+                        lambda *a, **k: PlacementPlan(services=list(plans["now"])))
+    res = CliRunner().invoke(main, ["plan"])
+    assert res.exit_code == 1, res.output
+    assert "bad: failed (Failed)" in res.output
+    assert res.output.rstrip().splitlines()[-1].startswith("planning failed for bad: a "
+                                                          "swarmgpu fault")
+    res = CliRunner().invoke(main, ["plan", "--json"])
+    assert res.exit_code == 1, res.output
+    assert json.loads(res.output)["services"][0]["status"] == "failed"
+    plans["now"] = [waits]
+    res = CliRunner().invoke(main, ["plan"])
+    assert res.exit_code == 0, res.output
+    assert "planning failed" not in res.output

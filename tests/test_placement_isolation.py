@@ -22,11 +22,12 @@ from support.placement import P, apply, node, svc, written
 from swarmgpu.allocator.values import Choice
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.cycle.grants import managed_names
 from swarmgpu.manager.cycle.placement import PlacementStep, findings_of
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.placement import PlacementPlan, Planner, ServicePlan, assign_key
 from swarmgpu.manager.placement import planner as planner_mod
-from swarmgpu.manager.web.cluster_view import build_cluster
+from swarmgpu.manager.web.cluster_view import build_cluster, render_status
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 BAD = "a-bad"  # first in serve order: every other service is planned after it
@@ -151,8 +152,8 @@ def test_a_new_service_that_raises_between_cycles_costs_itself_alone(
     assert len(errors) == 1
 
 
-def test_the_daemons_cycle_shows_the_failed_service_and_goes_on(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, errors: list[Any]) -> None:
+def _bad_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planning BAD raises (a KeyError); every other service is planned as it is."""
     real = planner_mod.plan_service
 
     def plan_service(s: SwarmService, *a: Any, **kw: Any) -> ServicePlan:
@@ -161,6 +162,11 @@ def test_the_daemons_cycle_shows_the_failed_service_and_goes_on(
         return real(s, *a, **kw)
 
     monkeypatch.setattr(planner_mod, "plan_service", plan_service)
+
+
+def test_the_daemons_cycle_shows_the_failed_service_and_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, errors: list[Any]) -> None:
+    _bad_raises(monkeypatch)
     sw = RecordingSwarm([sw_node("n-dgx", "gpu-node-1"), sw_node("n-4090", "gpu-node-2")],
                         [sw_svc(BAD, {f"{P}gpus": "1"}), sw_svc("b-one", {f"{P}gpus": "1"})],
                         [])
@@ -180,8 +186,17 @@ def test_the_daemons_cycle_shows_the_failed_service_and_goes_on(
         shown = {s["name"]: s for s in doc["services"]}[BAD]
         assert (shown["status"], shown["state"]) == ("failed", "Failed")
         assert "report it" in shown["reason"]
+        text = render_status(doc)  # `status` names it, as it names a pending request
+        assert "planning failed (a swarmgpu fault" in text
+        assert f"  {BAD}: planning {BAD} failed unexpectedly (KeyError" in text
         (fault,) = [f for f in findings_of(plan) if f.subject == BAD]
         assert fault.kind == "placement-fault"
+        # its running tasks use what it was granted: no ungranted GPU access (grants)
+        assert BAD in managed_names(plan)
+        for status, n in (("failed", 1), ("placed", 1), ("pending", 0)):
+            got_n = d.metrics.registry.get_sample_value(
+                "swarmgpu_planned_services", {"status": status})
+            assert got_n == n, status
     assert ("service", "id-b-one") in sw.calls
     assert ("service", f"id-{BAD}") not in sw.calls
     assert not any(assign_key(P, BAD) in n.labels for n in sw.nodes())
@@ -239,3 +254,19 @@ def test_a_holding_kept_whole_on_a_failed_gpu_stays_committed_when_its_planning_
     assert got[BAD].status == "failed" and base[BAD].status == "placed"
     assert got["z-seven"] == base["z-seven"] and got["z-seven"].status == "pending"
     assert after == alloc  # U2[1] still counted used: a-bad's task runs on it
+
+
+def test_apply_names_a_service_whose_planning_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, errors: list[Any]) -> None:
+    """`swarmgpu apply --service` of a service whose planning raised says so (exit 1),
+    not "nothing held back" as if its plan had nothing to let through."""
+    from swarmgpu.manager.services.release import release_held
+
+    _bad_raises(monkeypatch)
+    sw = RecordingSwarm([sw_node("n-dgx", "gpu-node-1")],
+                        [sw_svc(BAD, {f"{P}gpus": "1"})], [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
+    snap = snapshot(sw.nodes(), sw.services(), [])
+    (r,) = release_held(sw, snap, cfg, [BAD], dry_run=True)  # type: ignore[arg-type]
+    assert r.error is not None and f"planning {BAD} failed unexpectedly" in r.error, r
+    assert not r.changes and not r.written

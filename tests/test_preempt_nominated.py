@@ -127,15 +127,26 @@ def test_the_freed_gpus_go_to_the_preemptor_not_to_an_older_share_of_its_priorit
     assert not pre.nominated.current(t + 2)  # high placed: its hold ended
 
 
+def _preempted(t: float, *, moved: bool = False,
+               ) -> tuple[World, Planner, Preempter, Preemption, PlacementPlan]:
+    """The World planned at ``t``: high's preemption decided and taken (its GPUs held),
+    with the plan it was decided on. ``moved``: batch, its victim, moved to the DGX."""
+    w, planner = World(), Planner(prefix=P)
+    pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
+    plan = w.plan(planner, pre, t)
+    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
+    if moved:
+        p = replace(p, moves={"batch": Relocation("n-dgx", "gpu-node-1", (1, 2),
+                                                   ("GPU-x", "GPU-y"))})
+    pre.took(p, list(p.victims), t)
+    return w, planner, pre, p, plan
+
+
 def test_a_higher_priority_service_may_take_the_held_gpus() -> None:
     """A waiting service of a priority above the preemptor's is served first and may
     take what is held for it, as a higher-priority pod may a nominated node."""
-    w, planner = World(), Planner(prefix=P)
-    pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
     t = 1000.0
-    plan = w.plan(planner, pre, t)
-    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
-    pre.took(p, list(p.victims), t)
+    w, planner, pre, p, _ = _preempted(t)
     w.stop(p)
     urgent = sw_svc("urgent", {f"{P}gpus": "1", f"{P}priority": "1000", **ON_4090})
     w.services["urgent"] = urgent
@@ -148,12 +159,8 @@ def test_a_higher_priority_service_may_take_the_held_gpus() -> None:
 
 def test_a_hold_ends_when_its_preemption_settles_or_its_preemptor_goes() -> None:
     """Given up (the settle time passed) or its preemptor gone, the GPUs are anyone's."""
-    w, planner = World(), Planner(prefix=P)
-    pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
     t = 1000.0
-    plan = w.plan(planner, pre, t)
-    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
-    pre.took(p, list(p.victims), t)
+    w, planner, pre, p, _ = _preempted(t)
     assert [n.uuids for n in pre.nominated.current(t + 29)] == [p.held]
     assert pre.nominated.current(t + 31) == ()  # settle_s 30 s
     w.stop(p)
@@ -186,12 +193,8 @@ def test_a_held_gpu_counts_as_used_when_another_service_weighs_preemption(
     another reason and preempted nowhere until high's settle time passed; now the held
     GPU is used for late, as Kubernetes counts a nominated pod of equal or higher
     priority, and late preempts batch2. One of a higher priority is placed on it."""
-    w, planner = World(), Planner(prefix=P)
-    pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
     t = 1000.0
-    plan = w.plan(planner, pre, t)
-    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
-    pre.took(p, list(p.victims), t)
+    w, planner, pre, p, _ = _preempted(t)
     w.stop(p)
     _waiting(w, "urgent", 1, 1000, "30")
     _waiting(w, "late", 1, priority, "40")
@@ -251,13 +254,8 @@ def test_a_hold_lasts_while_its_victims_move_is_in_flight_then_settles() -> None
     Before, the hold lapsed after settle_s: when the move ended, the older share took one
     of the GPUs it freed and high, still pending, stopped batch2 too. Now the hold lasts
     while the move is in flight (the daemon's move record) and settle_s after it."""
-    w, planner = World(), Planner(prefix=P)
-    pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
     t = 1000.0
-    plan = w.plan(planner, pre, t)
-    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
-    p = replace(p, moves={"batch": Relocation("n-dgx", "gpu-node-1", (1, 2), ("GPU-x", "GPU-y"))})
-    pre.took(p, list(p.victims), t)
+    w, planner, pre, p, plan = _preempted(t, moved=True)
     pre.moving[p.service] = "batch"  # as ``Preempter._move`` keeps it once started
     records = _move_record(w.services["batch"], t)
     stopped: list[str] = []
@@ -280,13 +278,8 @@ def test_a_hold_lasts_while_its_victims_move_is_in_flight_then_settles() -> None
 def test_a_hold_under_a_move_ends_with_the_moves_timeout() -> None:
     """A move that never ends holds the GPUs no longer than ``rebalance.move_timeout_s``
     (the mover rolls it back then) and settle_s after it."""
-    w, planner = World(), Planner(prefix=P)
-    pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
     t = 1000.0
-    plan = w.plan(planner, pre, t)
-    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
-    p = replace(p, moves={"batch": Relocation("n-dgx", "gpu-node-1", (1, 2), ("GPU-x", "GPU-y"))})
-    pre.took(p, list(p.victims), t)
+    w, planner, pre, _, plan = _preempted(t, moved=True)
     records = _move_record(w.services["batch"], t)
     for now in (t + 60, t + 119, t + 140, t + 151):  # move_timeout_s 120, settle_s 30
         pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, now, planner.port_takers,

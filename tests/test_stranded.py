@@ -106,13 +106,9 @@ def test_a_record_is_not_dropped_while_a_task_waits_for_a_node() -> None:
     assert PREEMPTED in sp.service_labels_remove and not sp.force_update
 
 
-def test_a_task_swarm_left_behind_an_open_gate_is_replaced_where_it_is() -> None:
-    """A write by anyone else (an operator's label, a preemption's record) left the
-    service's waiting task of an older revision: Swarm keeps the message it gave before
-    the gate opened and never tries the task again. The converge step read that as
-    Swarm refusing the node and, with no other node to take the replica, waited for
-    good. Nothing of it runs: its waiting task is replaced where it is (a ForceUpdate),
-    under the back-off."""
+def _one_placed() -> tuple[list[SwarmNode], dict[str, NodeFacts], Planner, SwarmService]:
+    """One service of one GPU placed on node-a, its writes landed (nodes and spec), by
+    the planner that placed it."""
     nodes = [node("n-a", "node-a")]
     facts = {"n-a": RTX4090.facts()}
     planner = Planner()
@@ -120,6 +116,17 @@ def test_a_task_swarm_left_behind_an_open_gate_is_replaced_where_it_is() -> None
     for _ in range(3):
         plan = planner.plan(nodes, [s], [], facts, now=1000.0)
         nodes, (s,) = apply(nodes, plan), as_written([s], plan)
+    return nodes, facts, planner, s
+
+
+def test_a_task_swarm_left_behind_an_open_gate_is_replaced_where_it_is() -> None:
+    """A write by anyone else (an operator's label, a preemption's record) left the
+    service's waiting task of an older revision: Swarm keeps the message it gave before
+    the gate opened and never tries the task again. The converge step read that as
+    Swarm refusing the node and, with no other node to take the replica, waited for
+    good. Nothing of it runs: its waiting task is replaced where it is (a ForceUpdate),
+    under the back-off."""
+    nodes, facts, planner, s = _one_placed()
     assert nodes[0].labels.get("swarmgpu.service.one") == "true"
     s = _as_written(s, add={"team": "ml"})  # the operator's label: a new revision
     (t,) = _tasks(s, [""])
@@ -262,13 +269,7 @@ def test_a_task_its_node_truly_refuses_is_said_once_then_counted() -> None:
     (the back-off's countdown, "backed off for 140 s more", made each a new note): said
     once now, then a short line with the count at each renewal, also where a cycle
     comes before Swarm's word on the new task (not pending then)."""
-    nodes = [node("n-a", "node-a")]
-    facts = {"n-a": RTX4090.facts()}
-    planner = Planner()
-    s = svc("one", {"swarmgpu.gpus": "1"})
-    for _ in range(3):
-        plan = planner.plan(nodes, [s], [], facts, now=1000.0)
-        nodes, (s,) = apply(nodes, plan), as_written([s], plan)
+    nodes, facts, planner, s = _one_placed()
     err = "no suitable node (scheduling constraints not satisfied on 1 node)"
     step = PlacementStep(SimpleNamespace(cfg=Config()))  # type: ignore[arg-type]
     lines: list[str] = []

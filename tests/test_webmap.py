@@ -32,6 +32,7 @@ from support.browser import (
     text_of,
 )
 
+from swarmgpu.manager.placement import Status
 from swarmgpu.manager.web import webmap
 from swarmgpu.manager.web.history import History
 from swarmgpu.manager.web.webguard import SECURITY_HEADERS
@@ -258,6 +259,39 @@ def _gpus_unread_doc() -> Doc:
     return build_cluster(Snapshot([node], [], [], {"n1": res}), None)
 
 
+def _failing_doc() -> Doc:
+    """The one-node document built with the audit's findings: a node-failing one on the
+    node (its ID), and one about a service of the same name (no node)."""
+    from swarmgpu.manager.commands.audit import Finding
+    from swarmgpu.manager.nodes.sync import Snapshot
+    from swarmgpu.manager.web.cluster_view import build_cluster
+
+    (node,) = _gpus_unread_snapshot_nodes()
+    found = [Finding("node-failing", "gpu-node-2", "3 of 8 GPUs failed; drain it", node="n1"),
+             Finding("pending", "gpu-node-2", "a service's finding, not the node's")]
+    return build_cluster(Snapshot([node], [], [], {}), None, findings=found)
+
+
+def _gpus_unread_snapshot_nodes() -> list[Any]:
+    from support.gpu_nodes import RTX4090
+
+    from swarmgpu.swarm.client import SwarmNode
+    from swarmgpu.swarm.labels import desired_labels
+
+    return [SwarmNode(id="n1", hostname="gpu-node-2", addr="10.0.0.2", role="worker",
+                      state="ready", availability="active",
+                      labels=desired_labels(RTX4090.facts()), engine_labels={}, version=1,
+                      generic_resources={}, discrete_resources={})]
+
+
+def test_a_node_with_a_finding_carries_it_in_the_map_document() -> None:
+    """observe passes the audit's findings to build_cluster (a failing node shows on the
+    map through them): each node's own are on it, with their text and severity."""
+    (n,) = _failing_doc()["nodes"]
+    assert n["findings"] == [{"kind": "node-failing", "severity": "action",
+                              "message": "3 of 8 GPUs failed; drain it"}]
+
+
 def test_a_node_whose_gpus_cannot_be_read_is_shown_so_not_drift() -> None:
     """The map says the GPUs cannot be read, with the error and the fix and the labels
     as they stand (label sync keeps them), not a node drifting to 0 GPUs."""
@@ -284,6 +318,27 @@ def test_a_node_whose_gpus_cannot_be_read_is_shown_so_not_drift() -> None:
     drifted = re.search(r"const isDrifted = \(n\) => \[([^\]]*)\]", js)
     assert drifted is not None
     assert re.findall(r'"([^"]+)"', drifted.group(1)) == list(webmap.DRIFTED)
+
+
+def test_every_plan_status_has_its_badge_and_failed_its_filter() -> None:
+    """A service whose planning raised (Status.FAILED, placement.isolate) shows as failed
+    on the map: its own badge, a state filter of its own (the "pending" one is not it),
+    offered in the page's select and help as every other state."""
+    js = (WEB / "app.js").read_text()
+    html = (WEB / "index.html").read_text()
+    badges = re.search(r"const SERVICE_STATUS = \{([^}]*)\}", js)
+    assert badges is not None
+    assert set(re.findall(r"(\w+): \[", badges.group(1))) == {str(s) for s in Status}
+    assert 'failed: ["bad", "✕"]' in badges.group(1)
+    states = re.search(r"const STATES = \[([^\]]*)\]", js)
+    assert states is not None
+    names = re.findall(r'"([^"]+)"', states.group(1))
+    assert "failed" in names
+    select = re.search(r'<select id="state"(.*?)</select>', html, re.S)
+    assert select is not None
+    assert re.findall(r'<option value="([^"]+)">', select.group(1)) == names
+    assert "state: (" + ", ".join(names[:3]) in re.sub(r"\s+", " ", html)
+    assert 't.value === "failed") return svc.status === "failed"' in js
 
 
 def test_assets_are_offline_and_never_inject_html() -> None:
@@ -1135,6 +1190,24 @@ def test_a_node_whose_gpus_cannot_be_read_has_its_card(
     assert "No GPUs" not in text and "drifted" not in text
     assert f"agent: its GPUs cannot be read: {NVML_ERR}" in text
     assert "kept: swarmgpu.gpu.count=8" in text
+
+
+def test_a_node_with_a_finding_is_marked_with_its_text(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    def with_failing() -> Doc:
+        doc = sample()
+        (n,) = _failing_doc()["nodes"]
+        doc["nodes"].append({**n, "id": "n9", "hostname": "gpu-node-9"})
+        return doc
+
+    srv = serve(with_failing)
+    dom = dump_dom(chromium, srv.url)
+    card = re.search(r'<article class="node[^"]*"[^>]*data-node="gpu-node-9".*?</article>', dom)
+    assert card is not None
+    text = text_of(card.group(0))
+    assert "! node-failing 3 of 8 GPUs failed; drain it" in text, text
+    assert "a service's finding" not in text
 
 
 def test_the_summary_says_leadership_unknown_while_the_engine_is_unreachable(

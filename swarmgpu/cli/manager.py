@@ -219,7 +219,7 @@ def _snapshot(cfg: Config) -> Any:
                    "GPU health and ungranted GPU access.")
 def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
-    from swarmgpu.manager.commands.plan import entries, render_plan
+    from swarmgpu.manager.commands.plan import entries, plan_exit, render_plan
     from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
     from swarmgpu.manager.cycle.preemption import plan_as_daemon
     from swarmgpu.manager.nodes.gpuhealth import health_rows
@@ -258,17 +258,19 @@ def plan(config_path: str | None, as_json: bool) -> None:
                 indent=2,
             )
         )
-        return
-    click.echo(
-        render_plan(
-            p.services,
-            ungranted=ungranted,
-            workload=p.workload,
-            health=health_rows(snap.facts),
-            moves=moves,
-            listen=cfg.http.listen,
+    else:
+        click.echo(
+            render_plan(
+                p.services,
+                ungranted=ungranted,
+                workload=p.workload,
+                health=health_rows(snap.facts),
+                moves=moves,
+                listen=cfg.http.listen,
+            )
         )
-    )
+    if code := plan_exit(p.services):
+        sys.exit(code)
 
 
 def _daemon_moves(cfg: Config) -> dict[str, Any] | None:

@@ -56,6 +56,10 @@ class DaemonMetrics:
         self.pending = Gauge(
             "swarmgpu_pending_requests", "GPU requests that cannot be placed now", registry=r
         )
+        self.planned = Gauge(  # every status each cycle, 0 included: an alert needs it
+            "swarmgpu_planned_services", "Services with a GPU request, by their plan's status "
+            "(placed, pending, invalid, released, done, failed)", ["status"], registry=r
+        )
         self.moves = Counter(
             "swarmgpu_moves", "Rebalancing moves, by outcome", ["outcome"], registry=r
         )

@@ -429,6 +429,9 @@ class PlacementStep(Step):
                 planner.model_changed = False
             self.last_store = now
         host.metrics.pending.set(self._log(plan))
+        for status in Status:  # a failed one (placement.isolate) is counted as the others
+            host.metrics.planned.labels(status=str(status)).set(
+                sum(1 for sp in plan.services if sp.status == status))
         if plan.empty:
             return
         n = apply_plan(host.swarm, plan, dry_run=cfg.dry_run, services=snap.services,

@@ -53,6 +53,9 @@ def release_held(swarm: SwarmClient, snap: Snapshot, cfg: Config, names: Sequenc
         if sp.status == "invalid":
             r.error = f"{name}: invalid GPU request: {sp.reason}"
             continue
+        if sp.status == "failed":  # nothing planned to let through (placement.isolate)
+            r.error = f"{name}: {sp.reason}"
+            continue
         new = service_compute(sp.writes)(s.spec) if sp.needs_service_write else None
         r.changes = task_changes(s.spec, new) if new is not None else []
         if not r.changes or dry_run:

@@ -17,7 +17,7 @@
     const s = getComputedStyle(document.documentElement);
     return { util: Number(s.getPropertyValue("--hot-util-pct")), temp: Number(s.getPropertyValue("--hot-temp-c")) };
   })())[k];
-  const STATES = ["pending", "hot", "unhealthy", "drifted", "over-share", "free"];
+  const STATES = ["pending", "failed", "hot", "unhealthy", "drifted", "over-share", "free"];
   const TIMEOUT_MS = 4000; // for the daemon to start its answer
   // for the body once it has: a fleet's document on a slow link takes longer (the daemon
   // ends an answer not read within 10 s itself, httpguard.WRITE_DEADLINE_S)
@@ -271,6 +271,11 @@
   const isOverShare = (g) => shareSum(g) > 1000 || (g.holders || []).some((x) => x.over_share || (x.badges || []).some((b) => b && b.text === "over-share"));
   const isDrifted = (n) => ["drifted", "agent-stale", "agent-unreadable", "gpus-unread"].includes(n.labels_state);
 
+  function failedServices() {
+    // the names of the services whose planning failed, in the document drawn now
+    return new Set((state.doc?.services || []).filter((s) => s.status === "failed").map((s) => s.name));
+  }
+
   function gpuServices(gpu) {
     const names = (gpu.holders || []).map((x) => x.service);
     for (const m of gpu.mig || []) if (m.holder) names.push(m.holder.service);
@@ -313,6 +318,8 @@
       if (t.value === "unhealthy") return isSick(gpu);
       if (t.value === "over-share") return isOverShare(gpu);
       if (t.value === "free") return !gpuHeld(gpu);
+      // a service whose planning failed keeps what it holds (placement.isolate)
+      if (t.value === "failed") return gpuServices(gpu).some((s) => failedServices().has(s));
       return false; // pending requests hold no GPU: see the Pending panel
     }
     if (t.key === "text") return has(node.hostname, t.value) || has(gpu.product || node.product, t.value) || has(node.zone, t.value) || gpuServices(gpu).some((s) => has(s, t.value));
@@ -339,6 +346,7 @@
       if (t.key === "service") return has(svc.name, t.value);
       if (t.key === "node") return (svc.placements || []).some((p) => has(p.node, t.value));
       if (t.key === "state" && t.value === "pending") return svc.status === "pending" || svc.status === "invalid";
+      if (t.key === "state" && t.value === "failed") return svc.status === "failed";
       if (t.key === "text") return has(svc.name, t.value) || (svc.placements || []).some((p) => has(p.node, t.value));
       return true;
     });
@@ -664,6 +672,17 @@
     return d;
   }
 
+  function nodeFindings(node) {
+    // the audit's findings about this node (node-failing, stale labels...), as `audit` says them
+    const found = Array.isArray(node.findings) ? node.findings : [];
+    if (!found.length) return null;
+    return h(
+      "ul",
+      { class: "findings", "aria-label": "Audit findings" },
+      found.map((f) => h("li", {}, badge(f.severity === "action" ? "bad" : "warn", "!", String(f.kind)), " ", String(f.message))),
+    );
+  }
+
   function driftDetails(node) {
     const drift = node.drift || [];
     const agent = node.agent || {};
@@ -720,6 +739,7 @@
         node.zone ? h("span", { class: "zone" }, ` · zone ${node.zone}`) : null,
         node.addr ? h("span", { class: "addr" }, ` · ${node.addr}`) : null,
       ),
+      nodeFindings(node),
       driftDetails(node),
       lay.others.length ? h("p", { class: "chips", "aria-label": "Other GPU groups" }, lay.others.map(groupChip)) : null,
       gpus.length
@@ -1120,7 +1140,7 @@
     replace(
       root,
       legend(color),
-      shown.length ? grid : h("p", { class: "empty" }, state.stateFilter === "pending" || /state:pending/.test(state.q) ? "Pending requests hold no GPUs: see Pending requests." : "No GPU matches the filter."),
+      shown.length ? grid : h("p", { class: "empty" }, state.stateFilter === "pending" || /state:pending/.test(state.q) ? "Pending requests hold no GPUs: see Pending requests." : state.stateFilter === "failed" || /state:failed/.test(state.q) ? "No GPU is held by a service whose planning failed: see Services." : "No GPU matches the filter."),
       hidden ? h("p", { class: "muted" }, `${hidden} node${hidden === 1 ? "" : "s"} not shown (no GPUs, or no match).`) : null,
     );
     // the first paint of a big fleet (the light document) is a sketch on one canvas
@@ -1288,7 +1308,7 @@
         "article",
         { class: "service-view", "aria-labelledby": "svc-title", "data-service": name },
         h("header", { class: "node-head" }, h("h2", { id: "svc-title" }, svcChip(name)), h("div", { class: "node-badges" }, badge(k, icon, svc.status), svc.state ? badge("muted", "·", svc.state) : null)),
-        dl([["Request", svc.request || "?"], ["Replicas placed", String((svc.placements || []).length)], svc.reason ? [svc.status === "placed" ? "Note" : svc.status === "done" ? "Run" : "Why pending", svc.reason] : null,
+        dl([["Request", svc.request || "?"], ["Replicas placed", String((svc.placements || []).length)], svc.reason ? [svc.status === "placed" ? "Note" : svc.status === "done" ? "Run" : svc.status === "failed" ? "Why failed" : svc.status === "invalid" ? "Why invalid" : "Why pending", svc.reason] : null,
           // global services: the GPU nodes that wait; jobs: the run's progress
           svc.mode ? ["Mode", svc.mode] : null, svc.progress && svc.status !== "done" ? ["Progress", svc.progress] : null,
           // config tenants: whose it is, and what its labels asked beyond the tenant's limits
@@ -1488,7 +1508,7 @@
     );
   }
 
-  const SERVICE_STATUS = { placed: ["ok", "✓"], pending: ["warn", "◔"], invalid: ["bad", "✕"], done: ["muted", "✓"] };
+  const SERVICE_STATUS = { placed: ["ok", "✓"], pending: ["warn", "◔"], invalid: ["bad", "✕"], done: ["muted", "✓"], released: ["muted", "·"], failed: ["bad", "✕"] };
 
   function renderServices(doc, f) {
     const all = doc.services || [];

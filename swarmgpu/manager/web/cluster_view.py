@@ -131,7 +131,9 @@ def build_cluster(
     generic_resource_kind: str = "",
     agent_service: str = "",
 ) -> dict[str, Any]:
-    """``ungranted``: the services that see GPUs without a grant (``cycle.grants.rows``);
+    """``findings``: the audit's (``commands.audit.audit``); each node's own (its ID in
+    ``Finding.node``) are listed on it, so the map marks it with their text.
+    ``ungranted``: the services that see GPUs without a grant (``cycle.grants.rows``);
     ``generic_resource_kind``: ``placement.generic_resource_kind``, ``agent_service``:
     ``agents.service`` (a node advertising it, or running a task of that service, is a
     GPU node, as label sync reads it: ``gpu_hint``)."""
@@ -139,6 +141,11 @@ def build_cluster(
     saved_agents = saved_agents or {}
     agents = agent_nodes(snap.services, snap.tasks, agent_service)
     holders = _Holders(snap, plan, prefix)
+    on_node: dict[str, list[dict[str, str]]] = {}  # node ID -> its findings, as the map marks it
+    for f in findings:
+        if f.node is not None:
+            on_node.setdefault(f.node, []).append(
+                {"kind": f.kind, "message": f.message, "severity": f.severity})
     nodes_out = []
     for n in sorted(snap.nodes, key=lambda n: n.hostname):
         res = snap.facts.get(n.id)
@@ -163,6 +170,7 @@ def build_cluster(
             "gpus": gpus_out,
             "links": [list(r) for r in facts.links] if facts else [],
             "groups": _groups(facts) if facts else [],
+            "findings": on_node.get(n.id, []),  # the audit's, node-failing among them
         })
     services_out = _services(snap, plan, moves, prefix)
     pending = [{"service": sp.name, "request": sp.request_text, "reason": sp.reason}
@@ -467,6 +475,16 @@ def _pending_lines(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _failed_lines(doc: Mapping[str, Any]) -> list[str]:
+    """`status`: the services whose planning raised (placement.isolate): no pending
+    request, no placement, so no other part of the text names them."""
+    failed = [sv for sv in doc.get("services", []) if sv.get("status") == "failed"]
+    if not failed:
+        return []
+    return ["", "planning failed (a swarmgpu fault: report it with the daemon's log):",
+            *(f"  {sv['name']}: {sv.get('reason') or ''}" for sv in failed)]
+
+
 def render_status(doc: Mapping[str, Any]) -> str:
     """`swarmgpu status`: nodes x GPUs, memory, holders, pending requests. Hostnames,
     service names and agents' errors are others' text: each line shows them escaped."""
@@ -523,6 +541,7 @@ def render_status(doc: Mapping[str, Any]) -> str:
         lines.append("")
         lines.extend(ungranted_lines(doc["ungranted"]))
     lines.extend(_pending_lines(doc))
+    lines.extend(_failed_lines(doc))
     if doc.get("queues"):
         lines.append("")
         lines.append("queues (GPUs used / guaranteed / max):")
