@@ -319,3 +319,27 @@ def test_a_label_no_node_carries_goes_from_a_node_whose_agent_does_not_answer(
                         [SwarmTask("t2", held.id, NID, 1, "running", "running", ())])
     _cycle(sw, tmp_path, answers[0])
     assert sw.node(NID).labels == {"zone": "a", f"{P}state.x": "1"}
+
+
+def test_the_line_of_a_node_left_as_it_is_names_the_labels_removed_from_it(
+    tmp_path: Path, logs: list[str],
+) -> None:
+    """An unreachable agent, or one whose GPUs cannot be read: its labels are left as
+    they are, but those no node carries (``keys.never_on_a_node``) go all the same. The
+    line said "labels left as they are" while the cycle removed them; it names them now,
+    and says the rest are left (dry-run: that they would go)."""
+    strays = {f"{P}state.renew": "7", f"{P}hold": "true"}
+    down = _facts(None, f"agent at https://{HOST}:9101/facts: timed out after 3s")
+    unread = _facts(NodeFacts(hostname=HOST, errors=(MISMATCH,)))
+    for res, dry in ((down, False), (unread, False), (down, True)):
+        logs.clear()
+        sw = RecordingSwarm([sw_node(NID, HOST, {**desired_labels(R4090_F, P), **strays})],
+                            [], [])
+        cfg = Config(state_dir=str(tmp_path), dry_run=dry,
+                     sync=SyncConfig(watch_events=False))
+        sync = LabelSync(sw, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
+        sync.cycle(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {NID: res}))
+        (line,) = [ln for ln in logs if "left as they are" in ln]
+        removed = f"{P}hold, {P}state.renew {'would be removed' if dry else 'removed'}"
+        assert removed in line and "the other labels left as they are" in line, line
+        assert (res.error or MISMATCH) in line, line

@@ -12,6 +12,7 @@ from loguru import logger
 from support.forged import P, RecordingSwarm, repin_move, victim_cluster, victim_move
 
 from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.core.stamps import MAX_SKEW_S
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import MOVE_STATE, gate_key
 from swarmgpu.manager.rebalance.mover import Mover, forged_check, read_records, record_key
@@ -153,4 +154,29 @@ def test_audit_gives_a_repin_record_its_hold_limit() -> None:
         return {f.key for f in check(snap) if f.kind == "move-record-stuck"}
 
     assert found(1000.0 + 200.0) == set()  # held: within 2 x 120 s and one cycle
-    assert key in found(1000.0 + 300.0)
+    assert key in found(1000.0 + 300.0 + MAX_SKEW_S)  # (and the clocks' skew)
+
+
+
+def test_audit_gives_the_daemons_clock_its_skew_before_it_says_stuck() -> None:
+    """The daemon times a move by its own clock (from the record's start, or from when it
+    first saw it where that is earlier: ``FirstSeen``) and ends it at its first look past
+    its limit; ``audit`` may run on another manager whose clock is up to
+    ``stamps.MAX_SKEW_S`` ahead of the daemon's (after a leader change, the new leader's
+    clock may be behind the one that wrote the start). Judged by the audit's clock with
+    one cycle of margin only, a repin the daemon still held within its limit (its last
+    look just before it, the next one a cycle later) was said stuck."""
+    sw, now = victim_cluster({}), [1000.0]
+    _mover(sw, now).run_cycle([repin_move()], sw.nodes(), sw.services(), sw.tasks())
+    key = record_key(P, "id-third")
+    check = forged_check(P, move_timeout_s=120.0, cycle_s=30.0)
+
+    def found(at: float) -> set[str | None]:
+        snap = Snapshot(
+            sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels(), taken_at=at
+        )
+        return {f.key for f in check(snap) if f.kind == "move-record-stuck"}
+
+    limit = 1000.0 + 2 * 120.0 + 30.0  # its hold limit and one cycle, by the daemon's clock
+    assert found(limit + MAX_SKEW_S / 2) == set()  # the daemon's clock MAX_SKEW_S/2 behind
+    assert key in found(limit + MAX_SKEW_S + 1.0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from loguru import logger
 from support.forged import DGX_F, R4090_F, sw_node, sw_svc
 
 from swarmgpu.core.config import Config, PreemptionConfig
@@ -21,7 +22,9 @@ from swarmgpu.manager.placement import (
     devices_key,
     gate_key,
 )
+from swarmgpu.manager.placement.nominated import Holds, Nomination
 from swarmgpu.manager.placement.preempt import Preemption, Relocation
+from swarmgpu.manager.placement.records import Status
 from swarmgpu.manager.rebalance.record import MoveState, record_key
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
 
@@ -285,3 +288,44 @@ def test_a_hold_under_a_move_ends_with_the_moves_timeout() -> None:
         pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, now, planner.port_takers,
                    records=records)
     assert pre.nominated.current(t + 152) == ()
+
+
+@pytest.mark.parametrize("counted", [False, True])
+def test_a_hold_that_raises_costs_that_hold_alone(
+    monkeypatch: pytest.MonkeyPatch, counted: bool
+) -> None:
+    """``Holds.visit`` ran outside the per-service guard (``placement.isolate``): a hold
+    that raised stopped the whole cycle, every service unplanned. Now the hold alone is
+    dropped for the rest of the visit (its GPUs given back where it had counted them:
+    the service it was counted for gets one), said once while it lasts, and both are
+    planned."""
+    real = Holds._hold
+
+    def boom(self: Holds, n: Nomination) -> None:
+        if counted:  # its GPUs counted used, then the fault
+            real(self, n)
+        raise RuntimeError("hold boom")
+
+    monkeypatch.setattr(Holds, "_hold", boom)
+    nodes = [sw_node("n-4090", "gpu-node-2")]
+    # second, older and of first's priority, is served first: first's hold counts for it
+    first = sw_svc("first", {f"{P}gpus": "1", f"{P}priority": "100", **ON_4090})
+    second = sw_svc("second", {f"{P}gpus": "1", f"{P}priority": "100", **ON_4090})
+    object.__setattr__(first, "created_at", "20")
+    object.__setattr__(second, "created_at", "10")
+    tasks = [SwarmTask(f"t-{s.name}", s.id, "", 1, "pending", "running", ())
+             for s in (first, second)]
+    held = [Nomination("first", 100, "n-4090", R)]  # every GPU held for first
+    errors: list[str] = []
+    sink = logger.add(lambda m: errors.append(str(m.record["message"])), level="ERROR")
+    try:
+        planner = Planner(prefix=P)
+        for now in (1000.0, 1001.0):
+            plan = planner.plan(nodes, [first, second], tasks, FACTS, now=now,
+                                nominated=held)
+            assert {sp.name: sp.status for sp in plan.services} == {
+                "first": Status.PLACED, "second": Status.PLACED}, plan.services
+    finally:
+        logger.remove(sink)
+    said = [e for e in errors if "first" in e and "RuntimeError: hold boom" in e]
+    assert len(said) == 1 and len(errors) == 1, errors

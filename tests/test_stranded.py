@@ -380,3 +380,17 @@ def test_a_hand_edited_parallelism_record_is_not_given_back_on_release() -> None
         logger.remove(sink)
     said = [x for x in lines if PAR in x]
     assert len(said) == 1 and "gone" in said[0] and "'-3'" in said[0], lines
+
+
+def test_the_release_note_of_a_hand_edited_record_says_it_goes_with_the_release() -> None:
+    """On release (``ungate``) the hand-edited record is swarmgpu's own label and leaves
+    the spec in the same write as its others; the note told the owner to ``--label-rm``
+    it, a needless step (and a write of the spec the release is writing). It says the
+    record goes, the spec's parallelism stays 0, and how to set the owner's."""
+    s = replace(svc("gone", {PAR: "2x"}), spec={"UpdateConfig": {"Parallelism": 0}})
+    (sp,) = Planner().plan([node("n-a", "node-a")], [s], [], {}).services
+    assert PAR in sp.service_labels_remove and sp.set_update_parallelism is None
+    (note,) = sp.warnings
+    assert "--label-rm" not in note and "'2x'" in note and "gone" in note, note
+    assert "removed with" in note and "stays 0" in note, note
+    assert "docker service update --update-parallelism N gone" in note, note

@@ -194,9 +194,14 @@ class LabelSync:
             facts = result.facts if result else None
             if facts is None:
                 err = result.error if result else "not fetched"
+                # (with no facts, only the labels no node carries go: ``plan_node_labels``)
+                plan = plan_node_labels(node, None, services=snapshot.services,
+                                        tasks=snapshot.tasks, prefix=prefix,
+                                        allow_disruptive=self.cfg.sync.allow_disruptive,
+                                        facts_error=err, never=self.actuator.never)
                 if expected:
                     unreachable += 1
-                    warn("agent unreachable, labels left as they are: {}", err)
+                    warn("agent unreachable, {}: {}", self._left(plan), err)
                     report.errors.append(f"{node.hostname}: {err}")
                 elif result is not None and result.listening:
                     # Something answers on the agent port, but not with facts the daemon
@@ -206,11 +211,6 @@ class LabelSync:
                     report.errors.append(f"{node.hostname}: {err}")
                 else:
                     log.debug("no agent (not a GPU node?): {}", err)
-                # (with no facts, only the labels no node carries go: ``plan_node_labels``)
-                plan = plan_node_labels(node, None, services=snapshot.services,
-                                        tasks=snapshot.tasks, prefix=prefix,
-                                        allow_disruptive=self.cfg.sync.allow_disruptive,
-                                        facts_error=err, never=self.actuator.never)
                 report.plans.append(plan)
                 self._keep(plan, node, None, todo, warn)
                 continue
@@ -228,7 +228,7 @@ class LabelSync:
             report.plans.append(plan)
             if plan.skipped:  # its GPUs cannot be read: left as they are, as unreachable
                 unread += 1
-                warn("{}; labels left as they are", plan.skipped)
+                warn("{}; {}", plan.skipped, self._left(plan))
                 report.errors.append(f"{node.hostname}: {plan.skipped}")
             held += self._keep(plan, node, facts, todo, warn)
 
@@ -245,6 +245,15 @@ class LabelSync:
         self.metrics.held_changes.set(held)
         self._identity_off()
         return report
+
+    def _left(self, plan: NodeLabelPlan) -> str:
+        """What a node whose GPUs are not known (``plan.skipped``) keeps: every label,
+        but those no node carries, which its plan removes all the same."""
+        if not plan.remove:
+            return "labels left as they are"
+        verb = "would be removed (dry run)" if self.cfg.dry_run else "removed"
+        return (f"{', '.join(plan.remove)} {verb} (no node carries them), the other "
+                "labels left as they are")
 
     def _keep(self, plan: NodeLabelPlan, node: SwarmNode, facts: NodeFacts | None,
               todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts | None]],

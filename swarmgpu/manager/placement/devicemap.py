@@ -126,21 +126,30 @@ UNTRUSTED_RECORD = "record not trusted:"
 UINT64_MAX = 2**64 - 1  # Docker's UpdateConfig.Parallelism is a uint64
 
 
-def kept_parallelism(s: SwarmService, prefix: str) -> tuple[int | None, str | None]:
+def kept_parallelism(s: SwarmService, prefix: str, *, released: bool = False
+                     ) -> tuple[int | None, str | None]:
     """The owner's update parallelism recorded in ``<p>state.update-parallelism``, to
     give back (0 reads as 1, as ever): (None, None) with no record. A record that is not
     a decimal integer Docker takes (0 to 2**64-1) was edited by hand: written back,
     Docker would refuse the service's write every cycle and its gate or release write
-    would never land. It is read as no record, with a note (said once) of what to do."""
+    would never land. It is read as no record, with a note (said once) of what to do.
+    ``released``: the record leaves the spec in this write with swarmgpu's other labels
+    (``ungate``), so the note says so rather than asking the owner to remove it."""
     key = prefix + PARALLELISM_STATE
     kept = s.labels.get(key)
     if kept is None:
         return None, None
     if kept.isascii() and kept.isdigit() and len(kept) <= 20 and int(kept) <= UINT64_MAX:
         return int(kept) or 1, None
-    return None, (f"{UNTRUSTED_RECORD} service {s.name}'s label {key}={kept!r} is no "
-                  f"parallelism Docker takes (a whole number, 0 to {UINT64_MAX}): not "
-                  "written back, the spec's stays 0; give yours back with `docker service "
+    said = (f"{UNTRUSTED_RECORD} service {s.name}'s label {key}={kept!r} is no "
+            f"parallelism Docker takes (a whole number, 0 to {UINT64_MAX}): not written "
+            "back, ")
+    if released:
+        return None, (said + "it is removed with swarmgpu's other labels as the service "
+                      "is released, and the spec's update parallelism stays 0 (every task "
+                      "at once); give yours back with `docker service update "
+                      f"--update-parallelism N {s.name}`")
+    return None, (said + "the spec's stays 0; give yours back with `docker service "
                   f"update --update-parallelism N --label-rm {key} {s.name}`")
 
 

@@ -11,6 +11,10 @@ higher-priority one may take them, as Kubernetes lets a pod of higher priority o
 nominated node. The nominations are the daemon's own records
 (``manager.cycle.preemption.Preempter.nominated``), never a label; a hold is counted
 on the allocator for one visit only (``Holds.end``), so nothing of it outlives the cycle.
+A hold's work that raises (a bug, or a state no one foresaw) costs that hold alone, as a
+service's planning costs that service alone (``placement.isolate``): it is dropped for
+the rest of the visit, its GPUs given back, said once while it keeps raising
+(``HoldFaults``), and the services are planned as if it were not there.
 
 The preemption decision counts them the same way (``held_gpus``, given to
 ``preempt.choose_preemptions``): for a preemptor of the hold's priority or lower, the
@@ -24,11 +28,16 @@ after: the GPUs free only when the move ends.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
+from loguru import logger
+
 from swarmgpu.allocator.values import Choice
+from swarmgpu.core.peertext import peer_text
+from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
@@ -93,13 +102,34 @@ class Nominations:
         self.by = kept
 
 
-class Holds:
-    """The nominations of one cycle's visit, counted on ``cluster`` while they hold."""
+class HoldFaults:
+    """The holds whose work raised, by preemptor: each said with its traceback once while
+    it keeps raising (again after a cycle without it). Kept across cycles by the planner."""
 
-    def __init__(self, cluster: ClusterAllocator, nominations: Sequence[Nomination]) -> None:
+    def __init__(self) -> None:
+        self.said: SaidOnce[str] = SaidOnce()
+
+    def say(self, preemptor: str, exc: Exception) -> None:
+        if self.said.fresh(preemptor):
+            logger.bind(service=preemptor).opt(exception=exc).error(
+                "placement: the hold of the GPUs freed for {} by its preemption failed "
+                "unexpectedly ({}: {}): it is dropped for this cycle, its GPUs free to any "
+                "service, every service planned as usual; fix: this is a swarmgpu fault, "
+                "report it with the daemon's log, which has the traceback",
+                preemptor, type(exc).__name__, peer_text(str(exc), 200))
+
+
+class Holds:
+    """The nominations of one cycle's visit, counted on ``cluster`` while they hold.
+    ``faults``: the planner's (said once across cycles); one round of it per visit."""
+
+    def __init__(self, cluster: ClusterAllocator, nominations: Sequence[Nomination],
+                 faults: HoldFaults | None = None) -> None:
         self.cluster = cluster
         self.left = {n.service: n for n in nominations}  # not ended in this visit
         self.on: dict[str, Choice] = {}  # preemptor -> its GPUs counted used now
+        self.faults = faults if faults is not None else HoldFaults()
+        self.faults.said.begin()
 
     def visit(self, name: str, priority: int, planned: Sequence[ServicePlan]) -> None:
         """Before service ``name`` (of ``priority``) is planned: each hold counted for it
@@ -107,22 +137,41 @@ class Holds:
         by the last one ends its hold)."""
         if not self.left:
             return
-        if planned and planned[-1].name in self.left \
-                and planned[-1].status != Status.PENDING:
-            self._free(planned[-1].name)
-            del self.left[planned[-1].name]
+        last = planned[-1] if planned else None
+        if last is not None and last.name in self.left and last.status != Status.PENDING:
+            with self._own(last.name):
+                self._free(last.name)
+                del self.left[last.name]
         for n in list(self.left.values()):
             want = name != n.service and priority <= n.priority
-            if want and n.service not in self.on:
-                self._hold(n)
-            elif not want:
-                self._free(n.service)
+            with self._own(n.service):
+                if want and n.service not in self.on:
+                    self._hold(n)
+                elif not want:
+                    self._free(n.service)
 
     def end(self) -> None:
         """The visit is over: every hold given back to the allocator."""
         for svc in list(self.on):
-            self._free(svc)
+            with self._own(svc):
+                self._free(svc)
         self.left = {}
+        self.faults.said.end()
+
+    @contextmanager
+    def _own(self, preemptor: str) -> Iterator[None]:
+        """One hold's own work: a fault in it costs that hold alone (the module's
+        docstring), not the cycle. Its GPUs are given back where it counted them (a
+        release that raises too is not raised again: the first fault is the one said)."""
+        try:
+            yield
+        except Exception as exc:  # a hold's fault is its own: the visit goes on
+            self.left.pop(preemptor, None)
+            choice = self.on.pop(preemptor, None)
+            if choice is not None:
+                with suppress(Exception):
+                    self.cluster.alloc.release(choice)
+            self.faults.say(preemptor, exc)
 
     def _hold(self, n: Nomination) -> None:
         """Count ``n``'s GPUs that are wholly free now as used (one a higher-priority

@@ -36,7 +36,7 @@ from swarmgpu.manager.placement.memo import (
     PlannerMemo,
     settles,
 )
-from swarmgpu.manager.placement.nominated import Holds, Nomination
+from swarmgpu.manager.placement.nominated import HoldFaults, Holds, Nomination
 from swarmgpu.manager.placement.preempt import priority_of
 from swarmgpu.manager.placement.queues import (
     Moving,
@@ -165,6 +165,7 @@ class Planner:
         self._backoff: dict[str, Backoff] = {}  # service id -> its re-placements
         self._open_since: dict[tuple[str, str], float] = {}  # (service id, node): gate seen open
         self._faults = Faults()  # services whose planning raised (placement.isolate)
+        self._hold_faults = HoldFaults()  # holds whose work raised (placement.nominated)
 
     def keep_failed_holdings(self, keep: Callable[[str, str], bool] | None) -> None:
         """(service name, node id) -> keep its holding on a failed GPU (the health
@@ -295,7 +296,8 @@ class Planner:
         cyc = self._cycle(plan, nodes, facts, seen, now, moving)
         # Both kept in place: a quiet service's entries stay as they are; every other
         # visited service's are dropped first, then set again if it settles.
-        holds = Holds(self.cluster, [n for n in nominated if n.service in read.names])
+        holds = Holds(self.cluster, [n for n in nominated if n.service in read.names],
+                      self._hold_faults)
         try:  # a hold is counted for this visit only, whatever it raises
             self._visit(plan, _Visit(read, quiet, kept, seen.ledger, seen.by_id, tv, jobs,
                                      records, cyc, moving, holds))
@@ -431,7 +433,7 @@ class Planner:
         faults = self._faults
         faults.begin()
         for s, r in visit:
-            v.holds.visit(s.name, priority_of(r), planned)  # (placement.nominated)
+            v.holds.visit(s.name, priority_of(r), planned)  # its faults its own (nominated)
             before = committed(self.cluster, s.name, v.kept.get(s.name, {}))  # (isolate)
             try:
                 got = self._visit_one(s, r, v, quotas)

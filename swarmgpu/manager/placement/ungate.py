@@ -103,9 +103,9 @@ def ungate(s: SwarmService, prefix: str, *, released: bool
 def _parallelism(s: SwarmService, prefix: str) -> tuple[int | None, str | None]:
     """The owner's update parallelism, given back: swarmgpu set 0 (every waiting task
     at once) and recorded the owner's value (``devicemap``); a note where the record
-    is not one to trust (``kept_parallelism``)."""
+    is not one to trust (``kept_parallelism``): this write removes it, the spec keeps 0."""
     now = (s.spec.get("UpdateConfig") or {}).get("Parallelism", 1)
-    return kept_parallelism(s, prefix) if now == 0 else (None, None)
+    return kept_parallelism(s, prefix, released=True) if now == 0 else (None, None)
 
 
 @cache  # one per prefix

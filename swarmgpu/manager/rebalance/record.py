@@ -177,14 +177,21 @@ def node_gone_finding(key: str, st: MoveState, nodes: Sequence[SwarmNode]) -> Fi
 
 def stuck_finding(key: str, st: MoveState, now: float, timeout_s: float, cycle_s: float,
                   *, gone: bool = False) -> Finding | None:
-    """``audit``: a record older than ``move_timeout_s`` and one cycle (``cycle_s``), by
-    the audit's clock. By then a daemon with writes on has finished it or rolled it back
-    (a service that is gone: dropped at once); one left says it does not run, runs in
-    dry-run, or its steps fail. A start no clock wrote (``core.stamps``) is not judged.
-    A repin's writes may be held ``timeout_s`` longer while a task of its service waits
-    for a node beside a running one (``repin.py``): judged past that."""
+    """``audit``: a record older than ``move_timeout_s``, one cycle (``cycle_s``) and the
+    clocks' skew (``stamps.MAX_SKEW_S``), by the audit's clock. By then a daemon with
+    writes on has finished it or rolled it back (a service that is gone: dropped at
+    once); one left says it does not run, runs in dry-run, or its steps fail. A start
+    no clock wrote (``core.stamps``) is not judged. A repin's writes may be held
+    ``timeout_s`` longer while a task of its service waits for a node beside a running
+    one (``repin.py``): judged past that."""
     age = now - stamps.started(st.started_at, now)
-    if age <= timeout_s * (2 if st.same_node else 1) + cycle_s:
+    # The daemon's worst case, by this clock: it times the move by its own clock from the
+    # record's start (``FirstSeen`` only ever takes an earlier time), ends it at its
+    # first look past the limit (a cycle later at most), and its clock may be up to
+    # ``MAX_SKEW_S`` behind this one (the audit run on another manager; a new leader
+    # behind the one that wrote the start). With a cycle's margin alone, a record it
+    # still held within its limit was said stuck.
+    if age <= timeout_s * (2 if st.same_node else 1) + cycle_s + stamps.MAX_SKEW_S:
         return None
     what = "its service is gone" if gone else f"{st.source_host} -> {st.target_host}"
     return Finding("move-record-stuck", st.service, peer_text(
