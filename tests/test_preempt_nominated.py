@@ -258,7 +258,7 @@ def test_a_hold_lasts_while_its_victims_move_is_in_flight_then_settles() -> None
     (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
     p = replace(p, moves={"batch": Relocation("n-dgx", "gpu-node-1", (1, 2), ("GPU-x", "GPU-y"))})
     pre.took(p, list(p.victims), t)
-    pre.moving[p.service] = "batch"  # as ``Preempter._move`` keeps it once started
+    pre.moving[p.service] = {"batch"}  # as ``Preempter._move`` keeps it once started
     records = _move_record(w.services["batch"], t)
     stopped: list[str] = []
     for now in (t + 20, t + 40):  # the move in flight, past settle_s (30 s)
