@@ -151,7 +151,7 @@ def test_a_victims_move_that_raises_after_its_first_write_is_judged_from_swarm(
     assert sorted(p.service for p in done) == ["h1", "h2"]
     assert f"{P}{PREEMPTED_STATE}" not in sw.service("id-a").labels
     assert gate_key(P, "a") in sw.node("n-4090").labels
-    assert _stored_hour(sw) == 2 and pre.moving == {"h1": "a", "h2": "b"}
+    assert _stored_hour(sw) == 2 and pre.moving == {"h1": {"a"}, "h2": {"b"}}
 
 
 def test_a_victims_move_that_keeps_raising_is_logged_once_while_it_does(
@@ -375,7 +375,7 @@ def test_a_victims_move_whose_record_write_answer_is_lost_is_not_stopped_too() -
     assert "id-a" in read_records(sw.swarm_labels(), P)
     assert f"{P}{PREEMPTED_STATE}" not in sw.service("id-a").labels
     assert gate_key(P, "a") in sw.node("n-4090").labels
-    assert _stored_hour(sw) == 2 and pre.moving == {"h1": "a", "h2": "b"}
+    assert _stored_hour(sw) == 2 and pre.moving == {"h1": {"a"}, "h2": {"b"}}
 
 
 def _one_preemptor_two_victims(b_labels: dict[str, str]) -> RecordingSwarm:

@@ -259,7 +259,7 @@ def test_a_hold_lasts_while_its_victims_move_is_in_flight_then_settles() -> None
     while the move is in flight (the daemon's move record) and settle_s after it."""
     t = 1000.0
     w, planner, pre, p, plan = _preempted(t, moved=True)
-    pre.moving[p.service] = "batch"  # as ``Preempter._move`` keeps it once started
+    pre.moving[p.service] = {"batch"}  # as ``Preempter._move`` keeps it once started
     records = _move_record(w.services["batch"], t)
     stopped: list[str] = []
     for now in (t + 20, t + 40):  # the move in flight, past settle_s (30 s)

@@ -667,3 +667,38 @@ def test_a_repin_whose_record_answer_was_lost_is_said_failed_once() -> None:
     start_with_its_record_answer_lost(sw, m, _repin_move(), now)
     ended = [r.outcome for r in m.recent if r.outcome is not Outcome.STARTED]
     assert ended == [Outcome.FAILED], ended
+
+
+def test_a_roll_back_that_times_out_before_its_node_write_points_the_device_map_back(
+        ) -> None:
+    """The roll-back pointed g's device map at its old GPU (U[1]), then its node write
+    (the ledger back on U[1]) failed each cycle until the roll-back timed out too. Before:
+    g was left to placement with its ledger on U[0] and its device map on U[1] (its task
+    sees a GPU the ledger does not give it). Now the map points at U[0] again, as the
+    hold-limit end does when step 2 never landed."""
+    sw, now = victim_cluster(), [1000.0]
+    _cycle(sw, now, [_repin_move()])
+    for _ in range(2):
+        swarm_acts(sw, new_state="starting")
+        _cycle(sw, now)
+    now[0] += RB.move_timeout_s + 1
+    real = sw.update_node_labels
+    sw.update_node_labels = lambda *a, **k: (_ for _ in ()).throw(  # type: ignore[method-assign]
+        SwarmUnavailable("engine down"))
+    _cycle(sw, now)  # the roll-back: its record and spec written, its node write failed
+    (rec,) = read_records(sw.swarm_labels(), P).values()
+    assert rec.direction == "back"
+    assert sw.service("id-g").labels[devices_key(P, "n-4090")] == U[1]
+    now[0] += 10
+    _cycle(sw, now)  # failed again
+    sw.update_node_labels = real  # type: ignore[method-assign]
+    now[0] += RB.move_timeout_s + 1
+    (last,) = _cycle(sw, now).recent
+    assert last.outcome is Outcome.FAILED
+    labels = sw.node("n-4090").labels
+    assert labels[assign_key(P, "g")] == f"{U[0]}@500" and labels[gate_key(P, "g")] == "true"
+    g = sw.service("id-g")
+    assert g.labels[devices_key(P, "n-4090")] == U[0] and P + MOVE_STATE not in g.labels
+    assert {k: v for k, v in g.labels.items() if node_of_key(k, P) == "n-4090"} == \
+        _shares("n-4090", U[0])
+    assert read_records(sw.swarm_labels(), P) == {}

@@ -36,10 +36,12 @@ def two_half_used(a_labels: Mapping[str, str] | None = None,
 
 def plan(nodes: list[SwarmNode], svcs: list[SwarmService], tasks: list[SwarmTask],
          cfg: RebalanceConfig = CFG, workload: tuple[TypicalTask, ...] | None = None,
-         moving: frozenset[str] = frozenset()) -> list[Move]:
+         moving: frozenset[str] = frozenset(),
+         held: Mapping[tuple[str, str], tuple[str, int]] | None = None) -> list[Move]:
+    """``held``: the GPUs preemptions hold (``Inputs.held``)."""
     sig = Signals(cfg)
     times = [float(t) for t in range(13)]
     feed(sig, nodes, times, {})  # every GPU idle and known
     inp = Inputs(nodes, svcs, tasks, FACTS, read_ledger(nodes, P), sig.gpus, sig.nodes, cfg,
-                 times[-1], (), P, workload, moving)
+                 times[-1], (), P, workload, moving, held=held or {})
     return plan_moves(inp).moves

@@ -142,7 +142,7 @@ class Preempter:
         self.logged: SaidOnce[str] = SaidOnce()  # dry-run decisions, while decided
         self.said_spent: SaidOnce[str] = SaidOnce()  # budget refusals, while they last
         self.said_raised: SaidOnce[str] = SaidOnce()  # victims that raised, while they do
-        self.moving: dict[str, str] = {}  # preemptor -> a victim it had moved
+        self.moving: dict[str, set[str]] = {}  # preemptor -> each victim it had moved
         self.mover: Mover | None = None
         self.waits: SaidOnce[str] = SaidOnce()  # moves said to wait for the move budgets
         # Those moves, as of this step's last cycle: the rebalancer's next cycle holds
@@ -324,7 +324,7 @@ class Preempter:
         # here, would reopen its source, now the preemptor's, if rolled back.
         in_move = moving(snap.services, snap.swarm_labels, self.prefix) | recorded(
             snap.services, snap.swarm_labels if records is None else records, self.prefix)
-        self.moving = {p: v for p, v in self.moving.items() if v in in_move}
+        self.moving = {p: vs & in_move for p, vs in self.moving.items() if vs & in_move}
         self.nominated.keep(plan, now, in_move)  # placed, gone or settled: it ends
         held = self.nominated.current(now)  # used for those of their priority or lower
         # its victim's move is in flight, or its GPUs still held for it: wait for them
@@ -516,7 +516,7 @@ class Preempter:
                 "preemption: moving {} for {} failed after its record was written ({}): "
                 "counted as started, judged from its record next cycle", v.service,
                 p.service, exc)
-            self.moving[p.service] = v.service
+            self.moving.setdefault(p.service, set()).add(v.service)
             return "moved"
         except Stopped:
             raise  # the daemon stops: no later victim is acted on
@@ -532,7 +532,7 @@ class Preempter:
                              + "); the other preemptions go on")
             if not wrote:
                 return "stop"
-            self.moving[p.service] = v.service
+            self.moving.setdefault(p.service, set()).add(v.service)
             return "moved"
         if started.budget is not None:
             waits.append((f"{p.service}:{v.service}:{started.budget.key}", (
@@ -543,7 +543,7 @@ class Preempter:
             return "wait"
         if not started.ok:
             return "stop"
-        self.moving[p.service] = v.service
+        self.moving.setdefault(p.service, set()).add(v.service)
         logger.bind(service=v.service).warning(
             "moved from {} to {} (make-before-break) to make room for {} (priority {})",
             p.hostname, where.hostname, p.service, p.priority)

@@ -33,6 +33,7 @@ from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot, is_gpu_node
 from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, read_ledger
 from swarmgpu.manager.placement.cpunodes import agent_nodes
+from swarmgpu.manager.placement.nominated import Nomination, held_gpus
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import (
@@ -69,16 +70,20 @@ class Rebalancer(Step):
     provides = frozenset({Slot.MOVES})
 
     def __init__(self, daemon: CycleHost, *, placement: bool = True,
-                 reserved: Callable[[], Sequence[Move]] = tuple) -> None:
+                 reserved: Callable[[], Sequence[Move]] = tuple,
+                 nominated: Callable[[], Sequence[Nomination]] = tuple) -> None:
         """``placement``: the placement step runs before this one (its pending services
         are what defragmentation makes room for; its model is what fragmentation judges
         by; it keeps failed holdings for the health policy). ``reserved``: the moves a
         later step waits to start for the move budgets (preemption's, its last cycle):
-        the budgets' slots they need are theirs, not this step's new moves'."""
+        the budgets' slots they need are theirs, not this step's new moves'.
+        ``nominated``: the GPUs preemptions hold now for their preemptors (the
+        preemption step's records, as placement is handed them): no move lands there."""
         cfg = daemon.cfg
         self.host = daemon
         self.placement = placement
         self.reserved = reserved
+        self.nominated = nominated
         self.requires = frozenset({Slot.SNAPSHOT, Slot.FACTS, Slot.METRICS,
                                    *([Slot.PLACEMENT, Slot.PLANNER] if placement else [])})
         self.cfg = cfg.rebalance
@@ -179,7 +184,7 @@ class Rebalancer(Step):
                      moving=moving(snap.services, snap.swarm_labels, self.prefix),
                      unreadable=self._unreadable(snap), placed=placed_of(plan),
                      agents=agent_nodes(snap.services, snap.tasks, self.agent_service),
-                     generic_kind=self.generic_kind)
+                     generic_kind=self.generic_kind, held=self.held())
         if planner is not None:  # placement's next cycle keeps failed holdings for us
             planner.keep_failed_holdings(self.keeps if self.health_on else None)
         prop = plan_moves(inp, self.health_inputs(snap))
@@ -202,6 +207,11 @@ class Rebalancer(Step):
             timer = threading.Timer(1.0, self.host.trigger)
             timer.daemon = True
             timer.start()
+
+    def held(self) -> dict[tuple[str, str], tuple[str, int]]:
+        """The GPUs held for preemptors now (``Inputs.held``): (node id, UUID) -> (the
+        preemptor, its priority)."""
+        return held_gpus(self.nominated())
 
     def _unreadable(self, snap: Snapshot) -> dict[str, str]:
         """The services whose own move record cannot be read (none is proposed), each

@@ -6,7 +6,8 @@
     grants       services that see GPUs without a grant (judged on placement's grants)
     metrics      every node's metrics page, once (a stop cuts it: the cycle ends)
     rebalance    windows, policies, movers (rebalance.enabled); no new move of its own
-                 in a slot of the budgets a preemption waited for last cycle
+                 in a slot of the budgets a preemption waited for last cycle, nor onto
+                 GPUs a preemption holds for its preemptor
     preemption   after placement's writes and the rebalancer's moves (placement.enabled)
     observe      the cluster document, the over-share watch, the map
     overshare    placement.overshare: restart, on observe's watch
@@ -41,10 +42,12 @@ def daemon_steps(host: CycleHost) -> list[Step]:
         steps.append(PlacementStep(host, nominated=preempt.preempter.nominated.current))
     steps += [GrantsStep(host, placement=placement), ScrapeStep(host)]
     # A preemption that waited for the move budgets holds the slot its move needs from
-    # the rebalancer's next cycle (which runs first): its moves, handed over as a call.
+    # the rebalancer's next cycle (which runs first): its moves, handed over as a call;
+    # so are the GPUs its preemptions hold (no move lands there).
     rebalancer = Rebalancer(host, placement=placement,
                             reserved=preempt.preempter.reserved if preempt else tuple,
-                            ) if cfg.rebalance.enabled else None
+                            nominated=preempt.preempter.nominated.current if preempt
+                            else tuple) if cfg.rebalance.enabled else None
     if rebalancer is not None:
         serve(host, rebalancer)
         steps.append(rebalancer)

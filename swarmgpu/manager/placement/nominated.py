@@ -23,6 +23,10 @@ another reason, and no victim is moved onto GPUs held for anyone. A hold whose v
 is moved, not stopped, lasts while that move is in flight (the daemon's move records,
 at most ``rebalance.move_timeout_s``, when the mover rolls it back) and ``settle_s``
 after: the GPUs free only when the move ends.
+
+The rebalancer is handed them too (``held_gpus``, ``rebalance.context.Inputs.held``): no
+move of any of its policies lands on a held GPU, whatever the moved service's priority
+(``Context.held_for_other`` says why).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ possible target only when its metrics are known and it is not (and would not bec
 hot: its utilisation, the load the moves proposed before in the pass put on it (its
 metrics do not show them yet: ``Context.load``) and the moving share's own load stay
 below ``hotspot.clear_pct``. Sources stay reserved until their move ends
-(make-before-break needs both).
+(make-before-break needs both). No GPU held for a preemptor (``Inputs.held``:
+``placement.nominated``) is a target of any policy's move.
 """
 
 from __future__ import annotations
@@ -100,6 +101,11 @@ class Inputs:
     # (``placement.generic_resource_kind``: a node advertising it has GPUs).
     agents: AbstractSet[str] = frozenset()
     generic_kind: str = ""
+    # The GPUs preemptions freed, held for their preemptors while they settle
+    # (``placement.nominated.held_gpus`` of the daemon's ``Preempter.nominated``): (node
+    # id, GPU UUID) -> (the preemptor, its priority). No move lands on them
+    # (``Context.held_for_other``).
+    held: Mapping[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
 
 
 REPLICAS_COUNTED = 8  # replicas of one service that workload_now counts
@@ -253,6 +259,16 @@ class Context:
         sig = self.inp.node_signals.get(nid)
         return sig is not None and sig.known
 
+    def held_for_other(self, svc: str | None, nid: str, uuid: str) -> bool:
+        """GPU ``uuid`` on ``nid`` is held for a preemptor other than ``svc`` (``Inputs.
+        held``): no move's target, whatever the moved service's priority. Placement lets
+        a service of higher priority than the preemptor's take it, but the priority read
+        here is not placement's (no config priority classes, no tenant caps: ``build``),
+        and a move is never needed now: it waits ``preemption.settle_s`` at most (or
+        while the victim's move is in flight)."""
+        who = self.inp.held.get((nid, uuid))
+        return who is not None and who[0] != svc
+
     def gpu_ok_as_target(self, g: GpuSignal, add_util: float, load: Load | None = None
                          ) -> bool:
         """``g`` may take a share carrying ``add_util`` points: known, not hot, and below
@@ -346,7 +362,8 @@ class Context:
             f = self.inp.facts[nid]
             for i, gpu in enumerate(f.gpus):
                 sig = self.inp.gpus.get((nid, gpu.uuid))
-                blocked = sig is None or not self.gpu_ok_as_target(sig, add, load)
+                blocked = (sig is None or not self.gpu_ok_as_target(sig, add, load)
+                           or self.held_for_other(svc, nid, gpu.uuid))
                 if only_shared and node.free[i] == node.spec.gpus[i].capacity_milli:
                     blocked = True
                 if blocked and node.free[i] > 0:

@@ -28,24 +28,24 @@ gate); the node is without its task only between steps 2 and 3's task start, and
 daemon comes back a second later while a move is in flight. The source GPUs are freed in
 the ledger at step 2, as a move without make-before-break frees its source.
 
-Progress is read back from Swarm each cycle (the node's ledger and gate, the tasks on the
-node), so a restarted daemon or a new leader carries on. A move whose new task does not
-run within ``move_timeout_s`` is rolled back: the same steps with the GPU sets swapped
-(``direction: back``); a roll-back that times out too is left to placement (gate open,
-ledger as it is, move label gone). A health repin is never rolled back (its source GPU
-failed): past the timeout it ends on the new GPUs once their gate is open. No spec write
-leaves a task of the service waiting for a node (a replicated replacement N does not take)
-of an older revision, which Swarm never tries again (docs/deploy.md; ``Waits``): where
-nothing of it runs, a roll-back closes the gate first, then writes the spec with a
-ForceUpdate (the waiting task carried the new GPUs), and an end write carries one too;
-beside a running replica neither is made while such a task waits, for at most
-``move_timeout_s`` past the repin's timeout (a task Swarm never places would hold the
-move and its budget for good): then the repin ends where it is (not rolled back: the
-roll-back's own task would be the one its write left waiting), its end written plain, one
-line naming the waiting tasks, and placement's renewal replaces them. A record whose
-service lost its move label (a stack re-deploy) is dropped and placement takes the
-service back from the ledger. A move label without a record is never acted on
-(``mover.verify``).
+Progress is read back from Swarm each cycle (the node's ledger and gate, the tasks on
+the node), so a restarted daemon or a new leader carries on. A move whose new task does
+not run within ``move_timeout_s`` is rolled back: the same steps with the GPU sets
+swapped (``direction: back``); a roll-back that times out too is left to placement (gate
+open, ledger as it is, the device map pointed at the GPUs it names, move label gone). A
+health repin is never rolled back (its source GPU failed): past the timeout it ends on
+the new GPUs once their gate is open. No spec write leaves a task of the service waiting
+for a node (a replicated replacement N does not take) of an older revision, which Swarm
+never tries again (docs/deploy.md; ``Waits``): where nothing of it runs, a roll-back
+closes the gate first, then writes the spec with a ForceUpdate (the waiting task carried
+the new GPUs), and an end write carries one too; beside a running replica neither is
+made while such a task waits, for at most ``move_timeout_s`` past the repin's timeout (a
+task Swarm never places would hold the move and its budget for good): then the repin
+ends where it is (not rolled back: the roll-back's own task would be the one its write
+left waiting), its end written plain, one line naming the waiting tasks, and placement's
+renewal replaces them. A record whose service lost its move label (a stack re-deploy) is
+dropped and placement takes the service back from the ledger. A move label without a
+record is never acted on (``mover.verify``).
 """
 
 from __future__ import annotations
@@ -377,6 +377,8 @@ class Repin:
                                                      st.source_holding(), waits):
             return True
         if st.direction == "back":
+            if not (waits.held and not self._hold_over(st)):  # else its end waits too
+                self._point_at_held(sid, st, held)
             self._leave(sid, st, held, f"the roll-back's task did not run within "
                                        f"{self.cfg.move_timeout_s:g}s", waits)
             return True
@@ -393,14 +395,22 @@ class Repin:
             # Past the hold's limit: ended where it is, not rolled back (a roll-back's own
             # task would be the one its spec write left waiting for good): the ledger and
             # the device map name the GPUs it holds, and placement takes it from there.
-            if held is not None and held != st.target_holding():
-                ahead = swapped(st, self.clock())  # step 2 never landed: the map points back
-                self._point_spec(sid, ahead, ahead)
+            self._point_at_held(sid, st, held)
             self._leave(sid, st, held, f"its task on {st.source_host} is not running "
                                        f"within {self.cfg.move_timeout_s:g}s", waits)
             return True
         self._roll_back(sid, swapped(st, self.clock()), node, held, waits)
         return True
+
+    def _point_at_held(self, sid: str, st: MoveState, held: Holding | None) -> None:
+        """Before ``st`` is left to placement on ``held``: when its first node write (the
+        ledger on its target GPUs) never landed, the device map, which names the target
+        GPUs since step 1, is pointed at ``held``'s again (written plain: ``_finish``
+        replaces a waiting task where nothing runs), so the task sees the GPUs its
+        ledger gives it."""
+        if held is not None and held != st.target_holding():
+            ahead = swapped(st, self.clock())  # its GPU sets swapped: its target is held's
+            self._point_spec(sid, ahead, ahead)
 
     def _hold_over(self, st: MoveState) -> bool:
         """A write held while a task of the service waits for a node beside a running one

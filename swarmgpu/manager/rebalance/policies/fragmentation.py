@@ -6,15 +6,16 @@ The search is :class:`swarmgpu.allocator.defrag.FragmentationMoves`, the same ob
 policy. Here it reads the ledger (what runs where), the workload (``Inputs.workload``:
 placement's model; else the typical tasks of the services annotated now) and the
 daemon's limits on targets: a node that is ready, active and has known metrics, a GPU
-that is verified free (known, not hot, below ``hotspot.clear_pct`` with the load the
-pass's earlier moves put on it, and, checked once the search chose it, with the share's
-own load: a move that fails that, or Swarm's word on CPU, memory and host ports with the
-pass's moves counted, is dropped, said, and the search runs again without that target
-for that share), the service's own constraints, no node the service already holds, and,
-when the spread policy runs, no target that spread would undo. The search counts CPU as
-FGD's score does: its allocator counts what the nodes' tasks, the holdings whose task
-does not exist yet and the pass's moves reserve, and each share asks what its service
-reserves, so a node with GPUs free and no CPU left for the share is not chosen.
+that is verified free (known, not hot, not held for a preemptor: ``Inputs.held``, below
+``hotspot.clear_pct`` with the load the pass's earlier moves put on it, and, checked
+once the search chose it, with the share's own load: a move that fails that, or Swarm's
+word on CPU, memory and host ports with the pass's moves counted, is dropped, said, and
+the search runs again without that target for that share), the service's own
+constraints, no node the service already holds, and, when the spread policy runs, no
+target that spread would undo. The search counts CPU as FGD's score does: its allocator
+counts what the nodes' tasks, the holdings whose task does not exist yet and the pass's
+moves reserve, and each share asks what its service reserves, so a node with GPUs free
+and no CPU left for the share is not chosen.
 
 Only single-GPU shares of services that may move now (``Context.movable``: opt-out,
 cooldown, converged, no move in flight) are candidates, and no share with zone rules
@@ -179,8 +180,11 @@ def propose(ctx: Context, own: FragmentationConfig) -> None:
                 and ctx.node_known(node.spec.name))
 
     def gpu_ok(node: NodeState, i: int) -> bool:  # (the pass's earlier moves' load too)
-        sig = ctx.inp.gpus.get((node.spec.name, ctx.inp.facts[node.spec.name].gpus[i].uuid))
-        return sig is not None and ctx.gpu_ok_as_target(sig, 0.0)
+        nid = node.spec.name
+        uuid = ctx.inp.facts[nid].gpus[i].uuid
+        sig = ctx.inp.gpus.get((nid, uuid))
+        return (sig is not None and ctx.gpu_ok_as_target(sig, 0.0)
+                and not ctx.held_for_other(None, nid, uuid))  # (a preemptor's: no share)
 
     def task_ok(h: Held, node: NodeState) -> bool:
         svc, src = _key(h.key)

@@ -124,11 +124,11 @@ def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
             and (s.id, source) in alloc.tasks_on:
         alloc.add_usage(source, -res[0], -res[1])  # its own task there is the one replaced
     a = alloc.alloc
-    for nid, node in a.nodes.items():  # degraded and known-hot GPUs are no target
+    for nid, node in a.nodes.items():  # degraded, known-hot and held GPUs are no target
         for i, gpu in enumerate(ctx.inp.facts[nid].gpus):
             sig = ctx.inp.gpus.get((nid, gpu.uuid))
-            if ((nid, gpu.uuid) in degraded or (sig is not None and sig.hot is State.TRUE)) \
-                    and node.free[i] > 0:
+            if ((nid, gpu.uuid) in degraded or (sig is not None and sig.hot is State.TRUE)
+                    or ctx.held_for_other(svc, nid, gpu.uuid)) and node.free[i] > 0:
                 a.commit(Choice(nid, (i,), (node.free[i],), 0.0, "blocked"))
     has = set(lg.get(svc, {}))
     no = ctx.refused(svc)  # Swarm's filters: plugins, platforms, host ports, ...

@@ -1,0 +1,95 @@
+"""No rebalancer move lands on GPUs a preemption freed and holds for its preemptor while
+it settles (``Inputs.held``, from the daemon's ``Preempter.nominated``): placement and
+preemption respected the holds, the rebalancer's policies did not, so a move could take
+them from the preemptor. Pure: real facts and metrics pages, ``plan_moves``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from support.forged import RecordingSwarm, sw_node
+from support.health import F2 as HF2
+from support.health import U2 as HU2
+from support.health import mark, setup
+from support.health import plan as health_plan
+from support.rebalance import CFG, F1, FACTS, P, cluster, feed
+from support.rebalance_fragmentation import U1, two_half_used
+from support.rebalance_fragmentation import plan as frag_plan
+
+from swarmgpu.core.config import Config, RebalanceConfig, SyncConfig
+from swarmgpu.manager.cycle.preemption import PreemptStep
+from swarmgpu.manager.cycle.rebalance import Rebalancer
+from swarmgpu.manager.cycle.wiring import daemon_steps
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.placement import read_ledger
+from swarmgpu.manager.placement.preempt import Preemption
+from swarmgpu.manager.rebalance.context import Inputs
+from swarmgpu.manager.rebalance.moves import Move, Trigger
+from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.signals import Signals
+
+WHOLE1 = [g.uuid for g in F1.gpus if not g.mig_enabled]  # gpu-node-1's whole A100s
+
+
+def _held(nid: str, uuids: list[str]) -> dict[tuple[str, str], tuple[str, int]]:
+    """``uuids`` on ``nid`` held for preemptor p (priority 100)."""
+    return {(nid, u): ("p", 100) for u in uuids}
+
+
+def _hot(held: Mapping[tuple[str, str], tuple[str, int]]) -> list[Move]:
+    """a and b share gpu-node-2 GPU 0, hot for the whole window: one moves away."""
+    nodes, svcs, tasks = cluster()
+    sig = Signals(CFG)
+    times = [float(t) for t in range(13)]
+    feed(sig, nodes, times, {t: {0: 97.0} for t in times})
+    return plan_moves(Inputs(nodes, svcs, tasks, FACTS, read_ledger(nodes, P), sig.gpus,
+                             sig.nodes, CFG, times[-1], (), P, held=held)).moves
+
+
+def test_a_hotspot_move_never_lands_on_gpus_held_for_a_preemptor() -> None:
+    (m,) = _hot({})
+    free = m.target_uuids[0]
+    (m,) = _hot(_held("n1", [free]))
+    assert m.trigger is Trigger.HOTSPOT and m.target_uuids[0] != free
+    left = WHOLE1[-1]
+    (m,) = _hot(_held("n1", [u for u in WHOLE1 if u != left]))
+    assert m.target_uuids == (left,)
+    assert _hot(_held("n1", WHOLE1)) == []  # nowhere else: no move
+
+
+def test_a_fragmentation_move_never_lands_on_a_gpu_held_for_a_preemptor() -> None:
+    (m,) = frag_plan(*two_half_used())
+    assert (m.service, m.target_uuids) == ("b", (U1[1],))  # b joins a on gpu-node-1 GPU 1
+    assert all(U1[1] not in x.target_uuids
+               for x in frag_plan(*two_half_used(), held=_held("n1", [U1[1]])))
+
+
+def test_a_health_move_never_lands_on_gpus_held_for_a_preemptor() -> None:
+    """a's GPU failed; gpu-node-2 is full, so its target is on gpu-node-1, where every
+    whole A100 but one is held for p."""
+    nodes, svcs, tasks = setup({"a": [HU2[0]]})
+    left = WHOLE1[-1]
+    p = health_plan(nodes, svcs, tasks, mark(HF2, failed=[0]),
+                    held=_held("n1", [u for u in WHOLE1 if u != left]))
+    assert [(m.service, m.trigger, m.target_uuids) for m in p.moves] == [
+        ("a", Trigger.HEALTH, (left,))]
+
+
+def test_the_daemon_hands_the_rebalancer_the_gpus_its_preemptions_hold(tmp_path: Path
+                                                                       ) -> None:
+    """The daemon's steps: the rebalancer reads the preemption step's holds each cycle,
+    as placement does (``cycle.wiring``)."""
+    sw = RecordingSwarm([sw_node("n-mgr", "manager", role="manager")], [], [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 rebalance=RebalanceConfig(policies=""))
+    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
+    steps = daemon_steps(d)
+    (rb,) = [s for s in steps if isinstance(s, Rebalancer)]
+    (pre,) = [s for s in steps if isinstance(s, PreemptStep)]
+    assert rb.held() == {}
+    wide = Preemption("wide", "id-wide", 100, "n-dgx", "gpu-node-1", (),
+                      held=tuple(WHOLE1[5:]))
+    pre.preempter.took(wide, [], time.time())
+    assert rb.held() == {("n-dgx", u): ("wide", 100) for u in WHOLE1[5:]}
