@@ -11,6 +11,8 @@ import pytest
 from loguru import logger
 from support.forged import DGX_F, R4090_F, sw_node, sw_svc
 
+from swarmgpu.allocator.core import Allocator
+from swarmgpu.allocator.values import Choice
 from swarmgpu.core.config import Config, PreemptionConfig
 from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.nodes.sync import Snapshot
@@ -329,3 +331,40 @@ def test_a_hold_that_raises_costs_that_hold_alone(
         logger.remove(sink)
     said = [e for e in errors if "first" in e and "RuntimeError: hold boom" in e]
     assert len(said) == 1 and len(errors) == 1, errors
+
+
+def test_a_faulty_hold_whose_give_back_raises_leaves_no_gpu_counted_next_cycle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hold that raised once its GPUs were counted, and whose give-back raised too:
+    they stayed counted used on the planner's allocator, which lives across cycles, so
+    a later service found them taken with no holder. Now that node is built anew from
+    the ledger at the next cycle: the GPUs are free again."""
+    real_hold, real_release = Holds._hold, Allocator.release
+
+    def boom(self: Holds, n: Nomination) -> None:
+        real_hold(self, n)
+        raise RuntimeError("hold boom")
+
+    def release(self: Allocator, choice: Choice) -> None:
+        if choice.explanation.startswith("held for"):
+            raise ValueError("release boom")
+        real_release(self, choice)
+
+    nodes = [sw_node("n-4090", "gpu-node-2")]
+    first = sw_svc("first", {f"{P}gpus": "1", f"{P}priority": "100", **ON_4090})
+    second = sw_svc("second", {f"{P}gpus": "1", f"{P}priority": "100", **ON_4090})
+    object.__setattr__(first, "created_at", "20")  # second, older, is served first:
+    object.__setattr__(second, "created_at", "10")  # first's hold counts for it
+    tasks = [SwarmTask(f"t-{s.name}", s.id, "", 1, "pending", "running", ())
+             for s in (first, second)]
+    planner = Planner(prefix=P)
+    with monkeypatch.context() as m:
+        m.setattr(Holds, "_hold", boom)
+        m.setattr(Allocator, "release", release)
+        planner.plan(nodes, [first, second], tasks, FACTS, now=1000.0,
+                     nominated=[Nomination("first", 100, "n-4090", R)])
+    big = sw_svc("big", {f"{P}gpus": "8", **ON_4090})
+    plan = planner.plan(nodes, [big], [SwarmTask("t-big", big.id, "", 1, "pending",
+                                                 "running", ())], FACTS, now=1001.0)
+    assert {sp.name: sp.status for sp in plan.services} == {"big": Status.PLACED}, plan

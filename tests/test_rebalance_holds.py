@@ -15,6 +15,9 @@ from support.health import U2 as HU2
 from support.health import mark, setup
 from support.health import plan as health_plan
 from support.rebalance import CFG, F1, FACTS, P, cluster, feed
+from support.rebalance import node as rebalance_node
+from support.rebalance import running as rebalance_running
+from support.rebalance import service as rebalance_service
 from support.rebalance_fragmentation import U1, two_half_used
 from support.rebalance_fragmentation import plan as frag_plan
 
@@ -93,3 +96,28 @@ def test_the_daemon_hands_the_rebalancer_the_gpus_its_preemptions_hold(tmp_path:
                       held=tuple(WHOLE1[5:]))
     pre.preempter.took(wide, [], time.time())
     assert rb.held() == {("n-dgx", u): ("wide", 100) for u in WHOLE1[5:]}
+
+
+def _defrag(held: Mapping[tuple[str, str], tuple[str, int]]) -> list[Move]:
+    """gpu-node-2: a (1 GPU) on GPU 0; pending p wants all 8 of its GPUs."""
+    n2 = {f"{P}assign.a": HU2[0], f"{P}service.a": "true"}
+    nodes = [rebalance_node("n1", "gpu-node-1", {}), rebalance_node("n2", "gpu-node-2", n2)]
+    svcs = [rebalance_service("a", {f"{P}gpus": "1"}),
+            rebalance_service("p", {f"{P}gpus": "8"})]
+    tasks = [rebalance_running("a", "n2")]
+    sig = Signals(CFG)
+    times = [float(t) for t in range(13)]
+    feed(sig, nodes, times, {})
+    return [m for m in plan_moves(Inputs(nodes, svcs, tasks, FACTS, read_ledger(nodes, P),
+                                         sig.gpus, sig.nodes, CFG, times[-1], ["p"], P,
+                                         held=held)).moves
+            if m.trigger is Trigger.DEFRAG]
+
+
+def test_defrag_counts_gpus_held_for_another_preemptor_used_on_the_node_it_frees() -> None:
+    """Its last check (the pending request fits on the node the moves free) counted a GPU
+    held for another preemptor free: placement does not give it to p, so the move was
+    wasted. Held for p itself, it is p's room."""
+    assert [m.service for m in _defrag({})] == ["a"]
+    assert _defrag({("n2", HU2[1]): ("q", 100)}) == []
+    assert [m.service for m in _defrag({("n2", HU2[1]): ("p", 100)})] == ["a"]

@@ -702,3 +702,23 @@ def test_a_roll_back_that_times_out_before_its_node_write_points_the_device_map_
     assert {k: v for k, v in g.labels.items() if node_of_key(k, P) == "n-4090"} == \
         _shares("n-4090", U[0])
     assert read_records(sw.swarm_labels(), P) == {}
+
+
+def test_a_health_repin_whose_old_task_swarm_never_lets_go_ends_at_its_hold_limit() -> None:
+    """Its gate closed, Swarm still wants the old task on the node (it never stops it):
+    past twice ``move_timeout_s`` the repin ends, failed, record gone (audit's
+    stuck-record finding judges it by that limit), not rolled back onto the failed GPU:
+    the ledger keeps the healthy GPU and the gate stays closed (the old task carries the
+    failed GPU's devices), placement carries on from there."""
+    sw, now = victim_cluster(), [1000.0]
+    move = dataclasses.replace(_repin_move(), trigger=Trigger.HEALTH, reason="health: x")
+    _cycle(sw, now, [move])
+    now[0] += RB.move_timeout_s + 1
+    assert [r.outcome for r in _cycle(sw, now).recent] == []  # within the hold: carries on
+    now[0] += RB.move_timeout_s
+    assert [r.outcome for r in _cycle(sw, now).recent] == [Outcome.FAILED]
+    assert read_records(sw.swarm_labels(), P) == {}
+    n = sw.node("n-4090").labels
+    assert n[assign_key(P, "g")] == f"{U[0]}@500" and gate_key(P, "g") not in n
+    g = sw.service("id-g")
+    assert g.labels[devices_key(P, "n-4090")] == U[0] and P + MOVE_STATE not in g.labels

@@ -200,6 +200,12 @@ class ClusterAllocator:
         if got in ("dropped", "rebuilt"):
             dropped.add(n.id)
 
+    def rebuild_node(self, node_id: str) -> None:
+        """Build ``node_id`` anew at the next ``sync_nodes``, its holdings committed again
+        (``keep_holdings``): for usage this allocator lost count of (a release that raised)."""
+        self._node_keys.pop(node_id, None)
+        self._seen.pop(node_id, None)
+
     def _drop_node(self, node_id: str, dropped: set[str]) -> None:
         """Forget a node; its holdings and MIG answers go once ``dropped`` is complete."""
         self.alloc.remove_node(node_id)
@@ -223,21 +229,15 @@ class ClusterAllocator:
                 u[1] += t.memory_mib
         self.set_usage_of(use, on_nodes)
 
-    def set_usage_of(
-        self,
-        use: Mapping[str, Sequence[int]],
-        on_nodes: Mapping[str, AbstractSet[str]],
-        tasks_on: AbstractSet[tuple[str, str]] | None = None,
-    ) -> None:
+    def set_usage_of(self, use: Mapping[str, Sequence[int]],
+                     on_nodes: Mapping[str, AbstractSet[str]],
+                     tasks_on: AbstractSet[tuple[str, str]] | None = None) -> None:
         """``set_usage`` from its sums: node id -> (CPU milli, memory MiB) reserved, and
         service id -> the nodes its tasks are on (``tasks_by_service`` makes both in its
         one pass over the tasks); ``tasks_on``: those as (service id, node id) pairs,
         when the caller keeps them (``TaskBook``)."""
-        self.tasks_on = (
-            set(tasks_on)
-            if tasks_on is not None
-            else {(sid, nid) for sid, where in on_nodes.items() for nid in where}
-        )
+        self.tasks_on = (set(tasks_on) if tasks_on is not None
+                         else {(sid, nid) for sid, where in on_nodes.items() for nid in where})
         for alloc in (self.alloc, self.cpu):
             for nid in alloc.nodes:
                 cpu, mem = use.get(nid, (0, 0))

@@ -34,7 +34,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from loguru import logger
@@ -173,8 +173,12 @@ class Holds:
             self.left.pop(preemptor, None)
             choice = self.on.pop(preemptor, None)
             if choice is not None:
-                with suppress(Exception):
+                try:
                     self.cluster.alloc.release(choice)
+                except Exception:  # the first fault is the one said
+                    # Its GPUs stayed counted used on an allocator that lives across
+                    # cycles: that node is built anew from the ledger at the next sync.
+                    self.cluster.rebuild_node(choice.node)
             self.faults.say(preemptor, exc)
 
     def _hold(self, n: Nomination) -> None:

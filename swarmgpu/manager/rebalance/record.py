@@ -183,7 +183,8 @@ def stuck_finding(key: str, st: MoveState, now: float, timeout_s: float, cycle_s
     once); one left says it does not run, runs in dry-run, or its steps fail. A start
     no clock wrote (``core.stamps``) is not judged. A repin's writes may be held
     ``timeout_s`` longer while a task of its service waits for a node beside a running
-    one (``repin.py``): judged past that."""
+    one, and a health repin's steps carry on that long while Swarm has not let its old
+    task go (``repin.py``, its hold limit): judged past that."""
     age = now - stamps.started(st.started_at, now)
     # The daemon's worst case, by this clock: it times the move by its own clock from the
     # record's start (``FirstSeen`` only ever takes an earlier time), ends it at its

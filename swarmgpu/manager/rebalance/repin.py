@@ -34,7 +34,10 @@ not run within ``move_timeout_s`` is rolled back: the same steps with the GPU se
 swapped (``direction: back``); a roll-back that times out too is left to placement (gate
 open, ledger as it is, the device map pointed at the GPUs it names, move label gone). A
 health repin is never rolled back (its source GPU failed): past the timeout it ends on
-the new GPUs once their gate is open. No spec write leaves a task of the service waiting
+the new GPUs once their gate is open, and one whose gate has not reopened by its hold
+limit (twice ``move_timeout_s``: Swarm has not let the old task go) ends there, gate
+left closed (the old task carries the failed GPU), left to placement. No spec write
+leaves a task of the service waiting
 for a node (a replicated replacement N does not take) of an older revision, which Swarm
 never tries again (docs/deploy.md; ``Waits``): where nothing of it runs, a roll-back
 closes the gate first, then writes the spec with a ForceUpdate (the waiting task carried
@@ -368,11 +371,15 @@ class Repin:
             # the healthy GPUs, Swarm has a task with the new devices and keeps it (a slow
             # start, an image, its restart policy), as for any placement: the repin ends
             # there. Before that the steps carry on (the closed gate is Swarm's to act on:
-            # its constraint enforcer stops the old task).
+            # its constraint enforcer stops the old task), for at most the hold's limit.
             if opened:
                 self._finish(sid, st, Outcome.FAILED,
                              kept_on_healthy(st, self.cfg.move_timeout_s), waits)
-            return opened
+                return True
+            if not self._hold_over(st):
+                return False
+            self._health_over(sid, st, held, waits)
+            return True
         if st.direction == "forward" and self._taken(sid, st, node, held,
                                                      st.source_holding(), waits):
             return True
@@ -401,6 +408,26 @@ class Repin:
             return True
         self._roll_back(sid, swapped(st, self.clock()), node, held, waits)
         return True
+
+    def _health_over(self, sid: str, st: MoveState, held: Holding | None,
+                     waits: Waits) -> None:
+        """A health repin past its hold limit (``_hold_over``) whose gate on the healthy
+        GPUs never opened (Swarm has not let the old task go: a node that does not
+        answer, say): it ends where it is, failed, its record and budget released, as
+        the non-health repin's hold ends. Never rolled back, and its gate is not opened:
+        the old task carries the failed GPU's devices, and an open gate would keep it
+        running there; the closed gate still has Swarm's enforcer stop it, the ledger
+        keeps the healthy GPUs, and placement carries on from there. Its node write
+        never landed (the ledger still on the failed GPU): the device map is pointed
+        back at the ledger's GPUs, and the health policy proposes the move again."""
+        self._point_at_held(sid, st, held)
+        at = "the healthy GPU(s) it holds" if held == st.target_holding() else (
+            "the GPU(s) its ledger still names")
+        self._finish(sid, st, Outcome.FAILED, (
+            f"its gate on {st.source_host} did not reopen within "
+            f"{2 * self.cfg.move_timeout_s:g}s (Swarm has not let its old task go); "
+            f"gate left closed, not rolled back onto the failed GPU(s); left to "
+            f"placement on {at}"), waits)
 
     def _point_at_held(self, sid: str, st: MoveState, held: Holding | None) -> None:
         """Before ``st`` is left to placement on ``held``: when its first node write (the

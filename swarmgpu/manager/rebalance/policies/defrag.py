@@ -11,7 +11,9 @@ node order). The cheapest few (``MAX_TRIES``) are tried for real under the daemo
 each holding moves to its best target elsewhere (``Context.find_target``: ready nodes
 with known metrics, verified-free GPUs, the service's constraints), and the pending
 request must then fit on the node they left: its GPUs, and the CPU and memory it
-reserves beside the node's other tasks (the moved ones' given back), as Swarm counts.
+reserves beside the node's other tasks (the moved ones' given back), as Swarm counts,
+and none of the GPUs held there for another preemptor (``Inputs.held``), which placement
+does not give it.
 The first plan that holds is proposed.
 """
 
@@ -52,8 +54,27 @@ def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pendin
         if t.node_id == node and t.desired_state == "running" and t.service_id in ids:
             cpu, mem = cpu - t.cpu_milli, mem - t.memory_mib
     alloc.alloc.set_usage(node, max(0, cpu), max(0, mem))
+    _count_held(ctx, alloc, node, pending)
     ok = alloc.alloc.place_on(node, demand_of(req, *ctx.targets.reservation(pending)))
     return st if getattr(ok, "gpus", None) else None
+
+
+def _count_held(ctx: Context, alloc: ClusterAllocator, node: str, pending: str) -> None:
+    """The GPUs of ``node`` held for a preemptor other than ``pending`` counted used on
+    ``alloc`` (this check's own copy), as placement counts them (``placement/
+    nominated.py``: wholly free ones): counted free, the moves made room placement never
+    gives the pending service. The priority rule is ``Context.held_for_other``'s."""
+    state, facts = alloc.alloc.nodes.get(node), alloc.facts.get(node)
+    if state is None or facts is None:
+        return
+    gpus = tuple(i for i, g in enumerate(facts.gpus)
+                 if i < len(state.free) and not g.mig_enabled and state.free[i] > 0
+                 and state.free[i] == state.spec.gpus[i].capacity_milli
+                 and ctx.held_for_other(pending, node, g.uuid))
+    if gpus:
+        alloc.alloc.commit(Choice(node=node, gpus=gpus, milli=tuple(state.free[i] for i in gpus),
+                                  score=0.0, explanation="held for a preemptor", cpu_milli=0,
+                                  memory_mib=0))
 
 
 def _running(ctx: Context, held: ClusterAllocator, pending: str
