@@ -98,6 +98,10 @@ def test_the_light_document_is_what_the_heat_map_reads() -> None:
     assert "services" not in light and "pending" not in light
     fleet["ungranted"] = [{"service": "a", "exempt": False}, {"service": "b", "exempt": True}]
     assert webmap.light_doc(fleet)["ungranted_count"] == 1  # the summary's, exempt not counted
+    # the header's first count: services whose planning raised (placement.isolate)
+    assert light["failed_count"] == 0
+    assert webmap.light_doc({**fleet, "services": [{"name": "bad", "status": "failed"}, {
+        "name": "ok", "status": "placed"}]})["failed_count"] == 1
     assert [n["hostname"] for n in light["nodes"]] == [n["hostname"] for n in fleet["nodes"]]
     for ln, n in zip(light["nodes"], fleet["nodes"], strict=True):
         assert ln["state"] == n["state"] and len(ln["gpus"]) == len(n["gpus"])
@@ -339,6 +343,13 @@ def test_every_plan_status_has_its_badge_and_failed_its_filter() -> None:
     assert re.findall(r'<option value="([^"]+)">', select.group(1)) == names
     assert "state: (" + ", ".join(names[:3]) in re.sub(r"\s+", " ", html)
     assert 't.value === "failed") return svc.status === "failed"' in js
+    # the header counts them first, before Pending (renderSummary; the light document's
+    # failed_count, webmap.light_doc)
+    summary = js[js.index("function renderSummary"):]
+    summary = summary[:summary.index("\n  }\n")]
+    assert summary.index('item("Failed", String(failedCount), failedCount > 0)') < \
+        summary.index('item("Pending"')
+    assert "doc.failed_count ??" in summary
 
 
 def test_assets_are_offline_and_never_inject_html() -> None:
@@ -1094,9 +1105,11 @@ def test_fleet_first_frame_holds_no_more_elements_than_the_5_node_page(
                 cdp.wait_for("window.swarmgpuMap.state.perf.full !== null")
                 dd = cdp.js("[...document.querySelectorAll('#summary dd')].map((e) => "
                             "e.textContent)")
-                assert [dd[0], dd[1], dd[4], dd[5], dd[6]] == [
+                assert [dd[0], dd[1], dd[5], dd[6], dd[7]] == [
                     str(want["nodes"]), f"{want['used']} / {want['gpus']}", str(want["hot"]),
                     str(want["sick"]), str(want["drifted"])]
+                assert dd[2] == str(sum(sv.get("status") == "failed"
+                                        for sv in fleet.get("services") or []))
         finally:
             cdp.close()
     fleet_first, small_first = first["fleet"], first["5 nodes"]

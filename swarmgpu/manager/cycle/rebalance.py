@@ -31,7 +31,7 @@ from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot, is_gpu_node
-from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, read_ledger
+from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, Status, read_ledger
 from swarmgpu.manager.placement.cpunodes import agent_nodes
 from swarmgpu.manager.placement.nominated import Nomination, held_gpus
 from swarmgpu.manager.rebalance.context import Inputs
@@ -183,6 +183,7 @@ class Rebalancer(Step):
                      workload=model.typical() if model is not None else None,
                      moving=moving(snap.services, snap.swarm_labels, self.prefix),
                      unreadable=self._unreadable(snap), placed=placed_of(plan),
+                     failed=failed_of(plan),
                      agents=agent_nodes(snap.services, snap.tasks, self.agent_service),
                      generic_kind=self.generic_kind, held=self.held())
         if planner is not None:  # placement's next cycle keeps failed holdings for us
@@ -310,6 +311,12 @@ def placed_of(plan: PlacementPlan | None) -> dict[str, tuple[str, ...]]:
         return {}
     return {sp.name: tuple(p.node_id for p in sp.placements)
             for sp in plan.services if sp.placements}
+
+
+def failed_of(plan: PlacementPlan | None) -> frozenset[str]:
+    """The services whose planning raised this cycle (``Inputs.failed``: none is moved)."""
+    return frozenset(sp.name for sp in (plan.services if plan else [])
+                     if sp.status == Status.FAILED)
 
 
 def ledger_after(nodes: Sequence[SwarmNode], plan: PlacementPlan | None, prefix: str,

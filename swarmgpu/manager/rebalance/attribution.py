@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from swarmgpu.manager.placement import Holding, ServicePlan
+from swarmgpu.manager.placement import Holding, ServicePlan, State
 
 
 @dataclass(frozen=True)
@@ -46,13 +46,13 @@ def estimated_util(share: Share, gpu_util: float | None, holders: Sequence[Share
 def service_states(plans: Iterable[ServicePlan], moving: AbstractSet[str],
                    proposed_idle: Iterable[str] = ()) -> dict[str, str]:
     """Pending -> Bound -> Allocated -> Active, then Rebalancing (a move in flight by the
-    daemon's records: ``record.moving``) or IdleCleanup (a consolidation move proposed
-    for it)."""
+    daemon's records: ``record.moving``; never over Failed, which says its planning
+    raised: the fault to see) or IdleCleanup (a consolidation move proposed for it)."""
     idle = set(proposed_idle)
     out: dict[str, str] = {}
     for sp in plans:
         st = sp.state
-        if sp.name in moving:
+        if sp.name in moving and st != State.FAILED:  # a failed plan is what to see
             st = "Rebalancing"
         elif sp.name in idle and st == "Active":
             st = "IdleCleanup"

@@ -86,6 +86,10 @@ class Inputs:
     # Services whose own move record cannot be read, each with why no move of it starts
     # (``record.unreadable_of``): such a move may be under way, so none is proposed.
     unreadable: Mapping[str, str] = field(default_factory=dict)
+    # Services whose planning raised this cycle (placement's plan: status ``failed``,
+    # ``placement.isolate``): nothing is written for them, a move included (it would
+    # restart their task on a plan no one could make), so none is proposed.
+    failed: AbstractSet[str] = frozenset()
     # This cycle's placement decisions, made after the snapshot (its writes are not in
     # it): service name -> the node of each replica placed. Their CPU, memory and
     # host-mode ports count against a move's target (``SwarmTargets``).
@@ -107,6 +111,10 @@ class Inputs:
     # (``Context.held_for_other``).
     held: Mapping[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
 
+
+FAILED_WHY = ("its placement failed this cycle (plan status failed): nothing is written "
+              "for it, a move included, until its planning works; fix: see its plan's "
+              "reason (swarmgpu plan) and the daemon's log")
 
 REPLICAS_COUNTED = 8  # replicas of one service that workload_now counts
 
@@ -227,6 +235,7 @@ class Context:
         # Why, with the fix, once per plan (a policy passing it over says it short).
         ctx.notes += [f"{name} is not moved: {why}"
                       for name, why in sorted(inp.unreadable.items())]
+        ctx.notes += [f"{name} is not moved: {FAILED_WHY}" for name in sorted(inp.failed)]
         for s in inp.services:
             ctx.by_name[s.name] = s
             r = parse_all(s.labels, prefix=inp.prefix)
@@ -247,6 +256,8 @@ class Context:
             return "already has a proposed move"
         if svc in self.inp.unreadable:  # the fix is the plan's note, said once
             return "its move record cannot be read"
+        if svc in self.inp.failed:  # the why is the plan's note, said once
+            return "its placement failed this cycle"
         return why_not_movable(s, self.requests.get(svc), self.inp.tasks,
                                self.inp.ledger.get(svc, {}), self.inp.prefix, self.inp.now,
                                self.cfg.cooldown_s, same_node=same_node,

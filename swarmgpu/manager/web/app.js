@@ -1556,6 +1556,8 @@
     // the first screen's light document holds a screen of nodes: the daemon counted them all
     // (webmap.summary_counts, held equal to these counts by tests/test_webmap.py)
     if (doc.light && doc.first && doc.summary) ({ nodes: count, gpus: total, used, hot, sick, drifted } = doc.summary);
+    // services whose planning raised (placement.isolate): what an operator must see first
+    const failedCount = doc.failed_count ?? (doc.services || []).filter((s) => s.status === "failed").length;
     const pendingCount = doc.pending_count ?? (doc.pending || []).length; // the light document counts them
     const ungrantedCount = doc.ungranted_count ?? (doc.ungranted || []).filter((u) => !u.exempt).length; // exempt ones not counted
     const item = (k, v, warn) => h("div", { class: warn ? "warn" : "" }, h("dt", {}, k), h("dd", {}, v));
@@ -1563,6 +1565,7 @@
       $("summary"),
       item("Nodes", String(count)),
       item("GPUs in use", `${used} / ${total}`),
+      item("Failed", String(failedCount), failedCount > 0),
       item("Pending", String(pendingCount), pendingCount > 0),
       item("Ungranted", String(ungrantedCount), ungrantedCount > 0),
       item("Hot", String(hot), hot > 0),

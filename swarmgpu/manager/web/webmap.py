@@ -106,8 +106,9 @@ def _kept(d: dict[str, Any], keys: tuple[str, ...], fine: tuple[Any, ...] = (Non
 def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
     """The cluster document cut to what the first paint of the fleet heat map reads: per
     node its name and state, per GPU its values and who holds what share; services,
-    pending requests and moves are left out (``pending_count`` says how many are
-    pending, ``ungranted_count`` how many services see GPUs without a grant). At 1,000
+    pending requests and moves are left out (``failed_count`` says how many services'
+    planning failed, ``pending_count`` how many are pending, ``ungranted_count`` how
+    many services see GPUs without a grant). At 1,000
     nodes about a tenth of the whole document's bytes."""
     nodes = []
     for n in doc.get("nodes") or []:
@@ -134,6 +135,9 @@ def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
     return {"schema": doc.get("schema", SCHEMA), "generated_at": doc.get("generated_at"),
             **{k: doc[k] for k in LIVE_KEYS if k in doc}, "light": True, "nodes": nodes,
             "pending_count": len(doc.get("pending") or []),
+            # the header's first count: services whose planning raised (placement.isolate)
+            "failed_count": sum(isinstance(sv, dict) and sv.get("status") == "failed"
+                                for sv in doc.get("services") or []),
             "ungranted_count": sum(not u.get("exempt") for u in doc.get("ungranted") or [])}
 
 

@@ -176,8 +176,9 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
             if (svc, nid) in h.released:
                 ctx.notes.append(f"{svc} on {host}: left to placement to re-place ({reason})")
                 continue
-            # may be under way (in ``moving`` too): the plan's note says why, once
-            if svc in ctx.inp.unreadable:
+            # its record unreadable (a move may be under way) or its planning failed
+            # this cycle (nothing is written for it): the plan's note says why, once
+            if svc in ctx.inp.unreadable or svc in ctx.inp.failed:
                 continue
             if svc in ctx.inp.moving:  # by the daemon's record, never a label alone
                 ctx.notes.append(f"{svc} on {host}: a move is under way ({reason})")
