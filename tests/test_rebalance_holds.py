@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from support.forged import RecordingSwarm, sw_node
@@ -14,7 +15,7 @@ from support.health import F2 as HF2
 from support.health import U2 as HU2
 from support.health import mark, setup
 from support.health import plan as health_plan
-from support.rebalance import CFG, F1, FACTS, P, cluster, feed
+from support.rebalance import CFG, F1, FACTS, P, cluster, feed, page
 from support.rebalance import node as rebalance_node
 from support.rebalance import running as rebalance_running
 from support.rebalance import service as rebalance_service
@@ -31,6 +32,7 @@ from swarmgpu.manager.placement.preempt import Preemption
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.scrape import judge
 from swarmgpu.manager.rebalance.signals import Signals
 
 WHOLE1 = [g.uuid for g in F1.gpus if not g.mig_enabled]  # gpu-node-1's whole A100s
@@ -121,3 +123,44 @@ def test_defrag_counts_gpus_held_for_another_preemptor_used_on_the_node_it_frees
     assert [m.service for m in _defrag({})] == ["a"]
     assert _defrag({("n2", HU2[1]): ("q", 100)}) == []
     assert [m.service for m in _defrag({("n2", HU2[1]): ("p", 100)})] == ["a"]
+
+
+def _defrag_many(held: Mapping[tuple[str, str], tuple[str, int]]) -> list[Move]:
+    """gpu-node-2..5 (RTX 4090s, 8 each): one 1-GPU holding on GPU 0, GPU 1 ``held``;
+    gpu-node-6: two 1-GPU holdings; gpu-node-1: 7 whole A100s free, where moves land.
+    Pending p wants 8 GPUs."""
+    facts = {"n1": F1}
+    for k in range(2, 7):
+        facts[f"n{k}"] = replace(HF2, hostname=f"gpu-node-{k}", gpus=tuple(
+            replace(g, uuid=f"{g.uuid[:-2]}{k:02d}") for g in HF2.gpus))
+    nodes = [rebalance_node("n1", "gpu-node-1", {})]
+    svcs = [rebalance_service("p", {f"{P}gpus": "8"})]
+    tasks = []
+    for k in range(2, 7):
+        u = [g.uuid for g in facts[f"n{k}"].gpus]
+        mine = [f"a{k}"] if k < 6 else ["b", "c"]
+        labels: dict[str, str] = {}
+        for i, name in enumerate(mine):
+            labels.update({f"{P}assign.{name}": u[i], f"{P}service.{name}": "true"})
+            svcs.append(rebalance_service(name, {f"{P}gpus": "1"}))
+            tasks.append(replace(rebalance_running(name, f"n{k}"), id=f"t-{name}"))
+        nodes.append(rebalance_node(f"n{k}", f"gpu-node-{k}", labels))
+    sig = Signals(CFG)
+    times = [float(t) for t in range(13)]
+    ledger = read_ledger(nodes, P)
+    for t in times:
+        scr = {n.id: judge(n, "http://x/metrics", page(facts[n.id], {}), t) for n in nodes}
+        sig.observe(scr, facts, {n.id: n.hostname for n in nodes}, ledger, t)
+    return [m for m in plan_moves(Inputs(nodes, svcs, tasks, facts, ledger, sig.gpus,
+                                         sig.nodes, CFG, times[-1], ["p"], P,
+                                         held=held)).moves
+            if m.trigger is Trigger.DEFRAG]
+
+
+def test_defrag_searches_without_gpus_held_for_another_preemptor() -> None:
+    """Its search counted GPUs held for another preemptor free, so the cheapest plans
+    (one move off gpu-node-2..5, each with a GPU held for q) used up every try and the
+    workable one (two moves off gpu-node-6) was never tried."""
+    heldq = {(f"n{k}", f"{HU2[1][:-2]}{k:02d}"): ("q", 100) for k in range(2, 6)}
+    assert sorted(m.service for m in _defrag_many(heldq)) == ["b", "c"]
+    assert len(_defrag_many({})) == 1  # unheld, one move off gpu-node-2 is cheapest

@@ -18,7 +18,7 @@ from swarmgpu.manager.placement.ledger import Holding, holdings_of, packed_holdi
 from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.manager.services.sharing import SHARE, node_of_key, want_labels
-from swarmgpu.swarm.client import SwarmNode, SwarmService
+from swarmgpu.swarm.client import SwarmService
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +107,7 @@ def write_devices_and_gates(
         parallelism, untrusted = kept_parallelism(s, prefix)  # (one not trusted stays)
         warnings += (untrusted,) if untrusted else ()
         labels_remove += () if untrusted else (par_key,)
-    node_set, deferred = _node_writes(held, gate_ready, ak, gk, by_id)
+    node_set, deferred = _node_writes(held, gate_ready, ak, gk, cyc, running_on)
     return DeviceMap(
         labels_set,
         tuple(labels_remove),
@@ -190,16 +190,17 @@ def _node_writes(
     gate_ready: bool,
     ak: str,
     gk: str,
-    by_id: Mapping[str, SwarmNode],
+    cyc: Cycle,
+    running_on: Mapping[str, int],
 ) -> tuple[list[tuple[str, Mapping[str, str]]], bool]:
     """Per node its ledger entry and gate to write; whether a gate waits (deferred)."""
     deferred = False
     node_set: list[tuple[str, Mapping[str, str]]] = []
     for nid, h in held.items():
-        labels = by_id[nid].labels
+        labels = cyc.by_id[nid].labels
         value = h.label_value()
         diff = {ak: value} if labels.get(ak) != value else {}
-        if gate_ready or labels.get(gk) == "true":
+        if labels.get(gk) == "true" or (gate_ready and not _old_task_stays(nid, running_on, cyc)):
             if labels.get(gk) != "true":
                 diff[gk] = "true"
         else:
@@ -207,6 +208,16 @@ def _node_writes(
         if diff:
             node_set.append((nid, diff))
     return node_set, deferred
+
+
+def _old_task_stays(nid: str, running_on: Mapping[str, int], cyc: Cycle) -> bool:
+    """A closed gate stays closed while a task of the service still runs on ``nid``
+    beside a failed GPU: a health repin that ended at its hold limit left it closed on
+    purpose (``rebalance/repin.py`` ``_health_over``), the task was made with the failed
+    GPU's devices, and opened, Swarm would keep it running there. It opens once Swarm has
+    let the task go, as the repin's own step 3 does."""
+    f = cyc.facts.get(nid)
+    return bool(running_on.get(nid)) and f is not None and any(not g.healthy for g in f.gpus)
 
 
 def _nodes_of(keys: Sequence[str], prefix: str) -> set[str]:

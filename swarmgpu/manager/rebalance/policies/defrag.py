@@ -7,7 +7,8 @@ fewest movable holdings (at most ``max_moves``) whose GPU share, CPU and memory,
 back, let the pending request fit there (the nodes' CPU and memory as Swarm counts them:
 its tasks', the holdings' whose task does not exist yet, the pass's moves'; the request's
 reservation asked); cheapest first (fewest moves, least GPU moved,
-node order). The cheapest few (``MAX_TRIES``) are tried for real under the daemon's rules:
+node order), none of it on GPUs held for another preemptor (``Inputs.held``: counted
+used). The cheapest few (``MAX_TRIES``) are tried for real under the daemon's rules:
 each holding moves to its best target elsewhere (``Context.find_target``: ready nodes
 with known metrics, verified-free GPUs, the service's constraints), and the pending
 request must then fit on the node they left: its GPUs, and the CPU and memory it
@@ -59,14 +60,16 @@ def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pendin
     return st if getattr(ok, "gpus", None) else None
 
 
-def _count_held(ctx: Context, alloc: ClusterAllocator, node: str, pending: str) -> None:
+def _count_held(ctx: Context, alloc: ClusterAllocator, node: str, pending: str
+                ) -> tuple[int, ...]:
     """The GPUs of ``node`` held for a preemptor other than ``pending`` counted used on
     ``alloc`` (this check's own copy), as placement counts them (``placement/
     nominated.py``: wholly free ones): counted free, the moves made room placement never
-    gives the pending service. The priority rule is ``Context.held_for_other``'s."""
+    gives the pending service. The priority rule is ``Context.held_for_other``'s. Returns
+    their indices."""
     state, facts = alloc.alloc.nodes.get(node), alloc.facts.get(node)
     if state is None or facts is None:
-        return
+        return ()
     gpus = tuple(i for i, g in enumerate(facts.gpus)
                  if i < len(state.free) and not g.mig_enabled and state.free[i] > 0
                  and state.free[i] == state.spec.gpus[i].capacity_milli
@@ -75,6 +78,28 @@ def _count_held(ctx: Context, alloc: ClusterAllocator, node: str, pending: str) 
         alloc.alloc.commit(Choice(node=node, gpus=gpus, milli=tuple(state.free[i] for i in gpus),
                                   score=0.0, explanation="held for a preemptor", cpu_milli=0,
                                   memory_mib=0))
+    return gpus
+
+
+# What no GPU satisfies: the search's stand-in for GPUs held for another preemptor is a
+# task that cannot move (``rescue.plans`` never counts its GPUs as room).
+_STUCK = 1 << 62
+
+
+def _hide_held(ctx: Context, held: ClusterAllocator,
+               running: dict[str, dict[str, tuple[Demand, Choice]]], pending: str) -> None:
+    """The GPUs held for a preemptor other than ``pending`` kept out of the search's
+    room: counted used on its copy ``held`` (``_count_held``), and, where the search looks
+    (``running``'s nodes), occupied by a task that cannot move (a used GPU holding no
+    task counts as room to it). Counted free, plans needing them used up ``MAX_TRIES``
+    before a workable one was tried (``_try`` checks them too)."""
+    for nid in sorted(held.alloc.nodes):
+        gpus = _count_held(ctx, held, nid, pending)
+        if gpus and nid in running:
+            running[nid][f"held for a preemptor on {nid}"] = (
+                Demand(num_gpu=len(gpus), min_memory_mib=_STUCK),
+                Choice(node=nid, gpus=gpus, milli=(0,) * len(gpus), score=0.0,
+                       explanation="held for a preemptor"))
 
 
 def _running(ctx: Context, held: ClusterAllocator, pending: str
@@ -122,6 +147,7 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
         # search blind to them planned room the last check (``_try``) then refused
         held = ctx.allocator(None, ())
         running = _running(ctx, held, pending)
+        _hide_held(ctx, held, running, pending)
         best: Statement | None = None
         want = demand_of(req, *ctx.targets.reservation(pending))
         if running:

@@ -1,0 +1,44 @@
+"""A health repin that ends at its hold limit leaves its gate closed on purpose
+(``rebalance/repin.py`` ``_health_over``): the old task, made with the failed GPU's
+devices, still runs there because Swarm has not let it go, and the closed gate is what has
+Swarm's enforcer stop it. Placement must not reopen that gate while the old task is still
+wanted on the node: it opens once Swarm has let it go, as the repin's own step 3 does.
+Pure: ``plan_placement`` on the state the repin leaves."""
+
+from __future__ import annotations
+
+from support.forged import sw_node, sw_svc
+from support.gpu_nodes import RTX4090
+from support.health import mark
+
+from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key, plan_placement
+from swarmgpu.swarm.client import SwarmTask
+
+P = "swarmgpu."
+F4090 = RTX4090.facts()
+U = [g.uuid for g in F4090.gpus]
+
+
+def _gate_write(old_desired: str, failed: bool = True) -> str | None:
+    """g (a whole GPU) moved by a health repin from gpu-node-2 GPU 1 (failed) to GPU 0:
+    the ledger names GPU 0, its device map too, the gate closed; its old task on the node
+    has desired state ``old_desired``. The gate value placement writes for g there."""
+    n = sw_node("n-4090", "gpu-node-2",
+                {assign_key(P, "g"): Holding("g", "n-4090", (U[0],), (1000,)).label_value()})
+    g = sw_svc("g", {f"{P}gpus": "1", devices_key(P, "n-4090"): U[0]}, mode={"Global": {}})
+    old = SwarmTask("t-g-old", g.id, "n-4090", None,
+                    "running" if old_desired == "running" else "shutdown", old_desired, ())
+    facts = {"n-4090": mark(F4090, failed=[1] if failed else [])}
+    plan = plan_placement([n], [g], [old], facts)
+    return plan.node_set.get("n-4090", {}).get(gate_key(P, "g"))
+
+
+def test_placement_keeps_a_health_repins_gate_closed_while_its_old_task_is_wanted() -> None:
+    assert _gate_write("running") is None
+    assert _gate_write("shutdown") == "true"  # Swarm let the old task go: it opens
+
+
+def test_a_running_task_with_no_failed_gpu_on_its_node_keeps_its_gate_opened() -> None:
+    """No failed GPU on the node: placement opens the gate where the task runs, as
+    before (an adopted or relabelled node's running task is not stopped)."""
+    assert _gate_write("running", failed=False) == "true"
