@@ -368,3 +368,64 @@ def test_a_faulty_hold_whose_give_back_raises_leaves_no_gpu_counted_next_cycle(
     plan = planner.plan(nodes, [big], [SwarmTask("t-big", big.id, "", 1, "pending",
                                                  "running", ())], FACTS, now=1001.0)
     assert {sp.name: sp.status for sp in plan.services} == {"big": Status.PLACED}, plan
+
+
+def test_a_hold_whose_commit_raises_after_counting_leaves_no_gpu_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Allocator.commit`` can raise once it has counted the GPUs used: the scorer's
+    ``observe_cluster`` runs last, after the node's counts change. The hold was recorded
+    only once commit returned, so nothing gave them back: counted used with no holder,
+    on an allocator that lives across cycles. Now it is recorded first, and its fault
+    gives them back at once: the service served next gets them in the same cycle."""
+    real_commit = Allocator.commit
+
+    def commit(self: Allocator, choice: Choice) -> None:
+        real_commit(self, choice)
+        if choice.explanation.startswith("held for"):
+            raise RuntimeError("observe boom")
+
+    nodes = [sw_node("n-4090", "gpu-node-2")]
+    first = sw_svc("first", {f"{P}gpus": "1", f"{P}priority": "100", **ON_4090})
+    second = sw_svc("second", {f"{P}gpus": "8", f"{P}priority": "100", **ON_4090})
+    object.__setattr__(first, "created_at", "20")  # second, older, is served first:
+    object.__setattr__(second, "created_at", "10")  # first's hold counts for it
+    tasks = [SwarmTask(f"t-{s.name}", s.id, "", 1, "pending", "running", ())
+             for s in (first, second)]
+    planner = Planner(prefix=P)
+    with monkeypatch.context() as m:
+        m.setattr(Allocator, "commit", commit)
+        plan = planner.plan(nodes, [first, second], tasks, FACTS, now=1000.0,
+                            nominated=[Nomination("first", 100, "n-4090", R)])
+    assert {sp.name: sp.status for sp in plan.services}["second"] == Status.PLACED, plan
+
+
+def test_a_hold_whose_commit_raises_before_counting_frees_nothing_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The other side of recording first: a commit that raised before counting anything
+    is not given back as if it had (the give-back refuses it: that node is rebuilt from
+    the ledger instead), and the GPUs stay free to the service served next."""
+    real_commit = Allocator.commit
+
+    def commit(self: Allocator, choice: Choice) -> None:
+        if choice.explanation.startswith("held for"):
+            raise RuntimeError("commit boom")
+        real_commit(self, choice)
+
+    nodes = [sw_node("n-4090", "gpu-node-2")]
+    first = sw_svc("first", {f"{P}gpus": "1", f"{P}priority": "100", **ON_4090})
+    second = sw_svc("second", {f"{P}gpus": "8", f"{P}priority": "100", **ON_4090})
+    object.__setattr__(first, "created_at", "20")
+    object.__setattr__(second, "created_at", "10")
+    tasks = [SwarmTask(f"t-{s.name}", s.id, "", 1, "pending", "running", ())
+             for s in (first, second)]
+    planner = Planner(prefix=P)
+    with monkeypatch.context() as m:
+        m.setattr(Allocator, "commit", commit)
+        plan = planner.plan(nodes, [first, second], tasks, FACTS, now=1000.0,
+                            nominated=[Nomination("first", 100, "n-4090", R)])
+    assert {sp.name: sp.status for sp in plan.services}["second"] == Status.PLACED, plan
+    alloc = planner.cluster.alloc
+    node = alloc.nodes["n-4090"]
+    assert all(0 <= f <= g.capacity_milli for f, g in zip(node.free, node.spec.gpus, strict=True))

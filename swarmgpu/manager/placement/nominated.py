@@ -198,8 +198,11 @@ class Holds:
         choice = Choice(node=n.node_id, gpus=gpus, milli=tuple(state.free[i] for i in gpus),
                         score=0.0, explanation=f"held for {n.service} (its preemption)",
                         cpu_milli=0, memory_mib=0)
-        alloc.commit(choice)
+        # Recorded before commit: commit can raise once it counted the GPUs (the scorer's
+        # ``observe_cluster`` runs last), and ``_own`` gives back only what is recorded
+        # (a give-back that raises, as one never counted does, rebuilds the node).
         self.on[n.service] = choice
+        alloc.commit(choice)
 
     def _free(self, svc: str) -> None:
         choice = self.on.pop(svc, None)

@@ -48,12 +48,14 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
 * no preemption when a node the preemptor may use already has enough free GPUs: the
   request is pending for another reason (topology, CPU, a constraint), and stopping a
   service would not place it; nor on a node where the CPU and memory its tasks reserve
-  would not be left once the victims' tasks go (``Room``: what Swarm's ResourceFilter
+  would not be left once the victims' tasks go (``preemptroom.Room``: what Swarm's ResourceFilter
   counts, the round's earlier preemptors and moves counted; a service of no GPU there,
   never a victim nor a candidate, may hold it).
 
 A victim that can run elsewhere is said moved there (``relocation``): free whole GPUs,
-held for no preemptor, and the CPU and memory its task reserves on another node. Only
+held for no preemptor, and the CPU and memory its task reserves on another node; never
+one whose planning failed this cycle (plan status failed, ``placement.isolate``): a move
+places it again, and that keeps raising. It is stopped, a victim as any other. Only
 whole-GPU requests preempt (a share or a MIG device waits). The actuator
 (``swarmgpu.manager.cycle.preemption``) owns dry-run, budgets, cooldowns and the writes: the
 victim's ledger entry and gate go (Swarm stops its task with its stop_grace_period), its
@@ -74,6 +76,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.jobs import job_progress
 from swarmgpu.manager.placement.keys import MAX_STATE
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
+from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.placement.queues import (
     group_reclaimable,
     guarded_queue,
@@ -84,7 +87,7 @@ from swarmgpu.manager.placement.queues import (
 )
 from swarmgpu.manager.placement.records import NodeWrites, PlacementPlan, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 PREEMPTED_STATE = "state.preempted"  # service label: JSON {by, priority, at, node}
 MAX_STATE_CHARS = 1024  # a longer label is not swarmgpu's: not read
@@ -264,82 +267,6 @@ def _usable(r: GpuRequest, facts: NodeFacts | None) -> set[str]:
 
 
 @dataclass(slots=True)
-class Room:
-    """CPU and memory per node as Swarm's ResourceFilter counts them: what is left
-    (None: the node's capacity unknown), and what each service reserves there -- its
-    tasks' reservations, or its holding's while no task of it runs there yet (as
-    ``ClusterAllocator.holding_reservation`` counts it). A round's decisions are counted
-    in it as they are made (``took``, ``moved``): a node's CPU is not given twice."""
-
-    left: dict[str, tuple[int | None, int | None]]
-    held: Mapping[tuple[str, str], tuple[int, int]]  # (service name, node id) -> reserved
-
-    @staticmethod
-    def of(nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
-           tasks: Sequence[SwarmTask], holdings: Mapping[str, Mapping[str, Holding]]) -> Room:
-        name_of = {s.id: s.name for s in services}
-        held: dict[tuple[str, str], tuple[int, int]] = {}
-        on: set[tuple[str, str]] = set()
-        for t in tasks:
-            if t.desired_state != "running" or not t.node_id:
-                continue
-            on.add((t.service_id, t.node_id))
-            k = (name_of.get(t.service_id, "\0" + t.service_id), t.node_id)
-            c, m = held.get(k, (0, 0))
-            held[k] = (c + t.cpu_milli, m + t.memory_mib)
-        by_name = {s.name: s for s in services}
-        for nid, here in holdings.items():
-            for svc, h in here.items():
-                s = by_name.get(svc)
-                if s is not None and (s.id, nid) not in on:
-                    c, m = reservations(s.spec)
-                    held[(svc, nid)] = (c * h.replicas, m * h.replicas)
-        use: dict[str, tuple[int, int]] = {}
-        for (_svc, nid), (c, m) in held.items():
-            uc, um = use.get(nid, (0, 0))
-            use[nid] = (uc + c, um + m)
-        left = {n.id: (None if n.cpu_milli is None else n.cpu_milli - use.get(n.id, (0, 0))[0],
-                       None if n.memory_mib is None else n.memory_mib - use.get(n.id, (0, 0))[1])
-                for n in nodes}
-        return Room(left, held)
-
-    def fits(self, s: SwarmService, nid: str, victims: Sequence[Candidate], count: int,
-             ) -> bool:
-        """``count`` tasks of ``s`` fit on ``nid`` once ``victims``' reservations go."""
-        want = reservations(s.spec)
-        left = self.left.get(nid, (None, None))
-        for i in (0, 1):
-            have = left[i]
-            if have is None or not want[i]:
-                continue
-            freed = sum(self.held.get((v.service, nid), (0, 0))[i] for v in victims)
-            if have + freed < want[i] * count:
-                return False
-        return True
-
-    def took(self, s: SwarmService, nid: str, victims: Sequence[Candidate], count: int,
-             ) -> None:
-        """``count`` tasks of ``s`` go on ``nid`` in place of ``victims``'."""
-        want = reservations(s.spec)
-        freed = [sum(self.held.get((v.service, nid), (0, 0))[i] for v in victims)
-                 for i in (0, 1)]
-        self._add(nid, freed[0] - want[0] * count, freed[1] - want[1] * count)
-
-    def moved(self, s: SwarmService, nid: str) -> bool:
-        """One task of ``s`` (a victim relocated) fits on ``nid``: counted there, True;
-        else False (it would stay pending there)."""
-        if not self.fits(s, nid, (), 1):
-            return False
-        want = reservations(s.spec)
-        self._add(nid, -want[0], -want[1])
-        return True
-
-    def _add(self, nid: str, cpu: int, mem: int) -> None:
-        c, m = self.left.get(nid, (None, None))
-        self.left[nid] = (None if c is None else c + cpu, None if m is None else m + mem)
-
-
-@dataclass(slots=True)
 class _Round:
     """The cluster as one round of ``choose_preemptions`` reads it, and what the round
     has taken so far (a GPU freed for one preemptor is not counted for another)."""
@@ -355,6 +282,7 @@ class _Round:
     preemptible_below: int
     cooling: AbstractSet[str]  # may not be victims now
     moving: AbstractSet[str]  # neither preemptors nor victims
+    failed: AbstractSet[str]  # planning raised this cycle: a victim stopped, never moved
     done: AbstractSet[tuple[str, str]] = frozenset()  # (service id, node): ``done_idle``
     taken: set[tuple[str, str]] = field(default_factory=set)  # (node, uuid) freed already
     gone: set[str] = field(default_factory=set)  # victims already chosen
@@ -394,6 +322,11 @@ def done_idle(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
             and (t.job_iteration is None or t.job_iteration == runs[t.service_id])}
     return frozenset((sid, nid) for sid, prog in job_progress(services, tasks).items()
                      for nid in prog.done_nodes if nid and (sid, nid) not in live)
+
+
+def _failed(plan: PlacementPlan) -> frozenset[str]:
+    """The services whose planning raised this cycle (``placement.isolate``)."""
+    return frozenset(sp.name for sp in plan.services if sp.status == Status.FAILED)
 
 
 def choose_preemptions(
@@ -437,7 +370,7 @@ def choose_preemptions(
     rd = _Round(by_name, {n.id: n for n in nodes}, facts,
                 {**{q["queue"]: q for q in plan.queues}, "": _no_queue(holdings, req, facts)},
                 req, started, holdings, refused, preemptible_below, cooling, moving,
-                done_idle(services, tasks), ports=ports,
+                _failed(plan), done_idle(services, tasks), ports=ports,
                 room=Room.of(nodes, services, tasks, holdings), held=held or {})
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     # A packed service's replicas go only on its node: it preempts there alone, for all
@@ -632,7 +565,8 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
     moves: dict[str, Relocation] = {}
     for v in p.victims:
         vr, vs = rd.req.get(v.service), rd.by_name.get(v.service)
-        if isinstance(vr, GpuRequest) and vs is not None:
+        # a move places it again, and its planning keeps raising (``placement.isolate``)
+        if isinstance(vr, GpuRequest) and vs is not None and v.service not in rd.failed:
             where = relocation(vr, vs, v, rd.by_node, rd.facts, rd.holdings,
                                rd.taken | rd.held.keys(), rd.refused_of(vs), rd.room)
             if where is not None:

@@ -1,0 +1,94 @@
+"""CPU and memory per node as preemption counts them (``Room``), as Swarm's ResourceFilter
+does: a preemptor, or a victim moved, is sent only where its tasks' reservations fit."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
+
+
+class Named(Protocol):
+    """A victim as ``Room`` reads it: the service it is (``preempt.Candidate``)."""
+
+    @property
+    def service(self) -> str: ...
+
+
+@dataclass(slots=True)
+class Room:
+    """CPU and memory per node as Swarm's ResourceFilter counts them: what is left
+    (None: the node's capacity unknown), and what each service reserves there -- its
+    tasks' reservations, or its holding's while no task of it runs there yet (as
+    ``ClusterAllocator.holding_reservation`` counts it). A round's decisions are counted
+    in it as they are made (``took``, ``moved``): a node's CPU is not given twice."""
+
+    left: dict[str, tuple[int | None, int | None]]
+    held: Mapping[tuple[str, str], tuple[int, int]]  # (service name, node id) -> reserved
+
+    @staticmethod
+    def of(nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
+           tasks: Sequence[SwarmTask], holdings: Mapping[str, Mapping[str, Holding]]) -> Room:
+        name_of = {s.id: s.name for s in services}
+        held: dict[tuple[str, str], tuple[int, int]] = {}
+        on: set[tuple[str, str]] = set()
+        for t in tasks:
+            if t.desired_state != "running" or not t.node_id:
+                continue
+            on.add((t.service_id, t.node_id))
+            k = (name_of.get(t.service_id, "\0" + t.service_id), t.node_id)
+            c, m = held.get(k, (0, 0))
+            held[k] = (c + t.cpu_milli, m + t.memory_mib)
+        by_name = {s.name: s for s in services}
+        for nid, here in holdings.items():
+            for svc, h in here.items():
+                s = by_name.get(svc)
+                if s is not None and (s.id, nid) not in on:
+                    c, m = reservations(s.spec)
+                    held[(svc, nid)] = (c * h.replicas, m * h.replicas)
+        use: dict[str, tuple[int, int]] = {}
+        for (_svc, nid), (c, m) in held.items():
+            uc, um = use.get(nid, (0, 0))
+            use[nid] = (uc + c, um + m)
+        left = {n.id: (None if n.cpu_milli is None else n.cpu_milli - use.get(n.id, (0, 0))[0],
+                       None if n.memory_mib is None else n.memory_mib - use.get(n.id, (0, 0))[1])
+                for n in nodes}
+        return Room(left, held)
+
+    def fits(self, s: SwarmService, nid: str, victims: Sequence[Named], count: int,
+             ) -> bool:
+        """``count`` tasks of ``s`` fit on ``nid`` once ``victims``' reservations go."""
+        want = reservations(s.spec)
+        left = self.left.get(nid, (None, None))
+        for i in (0, 1):
+            have = left[i]
+            if have is None or not want[i]:
+                continue
+            freed = sum(self.held.get((v.service, nid), (0, 0))[i] for v in victims)
+            if have + freed < want[i] * count:
+                return False
+        return True
+
+    def took(self, s: SwarmService, nid: str, victims: Sequence[Named], count: int,
+             ) -> None:
+        """``count`` tasks of ``s`` go on ``nid`` in place of ``victims``'."""
+        want = reservations(s.spec)
+        freed = [sum(self.held.get((v.service, nid), (0, 0))[i] for v in victims)
+                 for i in (0, 1)]
+        self._add(nid, freed[0] - want[0] * count, freed[1] - want[1] * count)
+
+    def moved(self, s: SwarmService, nid: str) -> bool:
+        """One task of ``s`` (a victim relocated) fits on ``nid``: counted there, True;
+        else False (it would stay pending there)."""
+        if not self.fits(s, nid, (), 1):
+            return False
+        want = reservations(s.spec)
+        self._add(nid, -want[0], -want[1])
+        return True
+
+    def _add(self, nid: str, cpu: int, mem: int) -> None:
+        c, m = self.left.get(nid, (None, None))
+        self.left[nid] = (None if c is None else c + cpu, None if m is None else m + mem)
