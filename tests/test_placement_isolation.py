@@ -27,6 +27,7 @@ from swarmgpu.manager.cycle.placement import PlacementStep, findings_of
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.placement import PlacementPlan, Planner, ServicePlan, assign_key
 from swarmgpu.manager.placement import planner as planner_mod
+from swarmgpu.manager.placement.ledger import parse_holding
 from swarmgpu.manager.web.cluster_view import build_cluster, render_status
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
@@ -270,3 +271,57 @@ def test_apply_names_a_service_whose_planning_failed(
     (r,) = release_held(sw, snap, cfg, [BAD], dry_run=True)  # type: ignore[arg-type]
     assert r.error is not None and f"planning {BAD} failed unexpectedly" in r.error, r
     assert not r.changes and not r.written
+
+
+@pytest.mark.parametrize("counted", [True, False])
+def test_a_restore_that_raises_costs_its_service_alone_and_its_nodes_are_rebuilt(
+        monkeypatch: pytest.MonkeyPatch, errors: list[Any], counted: bool) -> None:
+    """Putting back what a failed service held raises too (its commit raised after it
+    counted the GPUs and before it recorded them, or before it counted them: they are
+    free under its running task): the visit goes on, the two other services are
+    planned away from what it held, the fault is said once, and the next cycle's
+    allocator is the one a fresh planner builds from the ledger (``isolate.unsure``)."""
+    nodes, bad = _settled_bad()
+    (bad_node,) = [n.id for n in nodes if assign_key(P, BAD) in n.labels]
+    two, three = svc("b-two", {f"{P}gpus": "2"}), svc("c-three", {f"{P}gpus": "3"})
+    planner = Planner()
+    cluster, real_plan = planner.cluster, planner_mod.plan_service
+
+    def plan_service(s: SwarmService, *a: Any, **kw: Any) -> ServicePlan:
+        if s.name != BAD:
+            return real_plan(s, *a, **kw)
+        cluster.release_holding(BAD, bad_node)  # what a move gives up first
+        real_commit = cluster.alloc.commit
+
+        def commit(choice: Choice) -> None:  # restore's commit: counted, then it raises
+            if counted or choice.explanation != f"held by {BAD}":
+                real_commit(choice)
+            if choice.explanation == f"held by {BAD}":
+                raise RuntimeError("boom putting a-bad back")
+
+        monkeypatch.setattr(cluster.alloc, "commit", commit)
+        raise KeyError("no such thing")
+
+    monkeypatch.setattr(planner_mod, "plan_service", plan_service)
+    got = _by_name(planner.plan(nodes, [bad, two, three], [], FACTS))
+    monkeypatch.undo()
+    assert (got[BAD].status, got[BAD].state) == ("failed", "Failed")
+    assert "KeyError" in (got[BAD].reason or "") and not got[BAD].node_writes
+    value = next(n for n in nodes if n.id == bad_node).labels[assign_key(P, BAD)]
+    h = parse_holding(BAD, bad_node, value)
+    assert h is not None
+    held = set(h.uuids)
+    for name in ("b-two", "c-three"):
+        assert got[name].status == "placed", got[name]
+        for p in got[name].placements:  # none of a-bad's GPUs, its task running there
+            assert p.node_id != bad_node or not held & set(p.uuids), p
+    (rec,) = [e for e in errors if BAD in e["message"]]
+    assert rec["exception"] is not None and "boom putting a-bad back" in rec["message"]
+    plan = planner.plan(nodes, [bad, two, three], [], FACTS)
+    nodes = apply(nodes, plan)
+    planner.plan(nodes, [bad, two, three], [], FACTS)
+    fresh = Planner()
+    fresh.plan(nodes, [bad, two, three], [], FACTS)
+    assert cluster.alloc.snapshot() == fresh.cluster.alloc.snapshot()
+    assert ({k: h.key for k, h in cluster.held_items()}
+            == {k: h.key for k, h in fresh.cluster.held_items()})

@@ -1,7 +1,9 @@
 """One service's planning kept apart from the others': planning that raises (a bug, or
 input no one foresaw) costs that service alone. Its plan says so and writes nothing, the
 allocator is as it was before the service was visited (``restore``), and the traceback
-is logged once while it keeps raising (``Faults``)."""
+is logged once while it keeps raising (``Faults``). A ``restore`` that raises too costs
+that service alone as well (``unsure``): its nodes are rebuilt from the ledger at the
+next sync, and kept from the other services till then where its holdings may be free."""
 
 from __future__ import annotations
 
@@ -79,9 +81,36 @@ def isolated(cluster: ClusterAllocator, faults: Faults, s: SwarmService,
              r: GpuRequest | RequestError, exc: Exception, before: Committed) -> ServicePlan:
     """What a cycle does of a service whose planning raised ``exc``: its holdings as they
     were (``restore``), the traceback said once while it lasts, and its plan."""
-    restore(cluster, s, before)
-    faults.say(s, exc)
+    try:
+        restore(cluster, s, before)
+    except Exception as undone:  # (its traceback chains the planning fault's)
+        unsure(cluster, s.name, before)
+        faults.say(s, exc, undone)
+    else:
+        faults.say(s, exc)
     return failed_plan(s, r, exc)
+
+
+def unsure(cluster: ClusterAllocator, name: str, before: Committed) -> None:
+    """After ``restore`` raised part-way: each node ``name`` held (``before``) or holds
+    now is built anew from the ledger at the next sync (``rebuild_node``), the allocator
+    kept across cycles having lost count there; for the rest of this cycle, a node where
+    a holding of ``before`` is not committed as it was is blocked (no new placement).
+
+    Why that is safe: a holding committed as it was (``held_at``) has its GPUs counted
+    used (``commit_holding`` records it after the commit; ``_release`` forgets it before
+    the release). Any other state of the node (a release done and its re-commit not, a
+    commit done and its record not) may leave the service's GPUs free under its running
+    tasks, or more counted used than are: a block gives none of them to another service
+    this cycle, and the rebuild counts them right next cycle. A node it took only this
+    cycle keeps at worst its new GPUs counted used this cycle: the safe side too."""
+    nodes = set(before) | {nid for (svc, nid), _ in cluster.held_items() if svc == name}
+    for nid in sorted(nodes):
+        cluster.rebuild_node(nid)
+        held = cluster.held_at(name, nid)
+        alloc = cluster.allocator_of(nid)
+        if nid in before and alloc is not None and (held is None or held.key != before[nid]):
+            alloc.set_blocked(nid, True)  # (the rebuild sets it from the node next sync)
 
 
 class Faults:
@@ -97,7 +126,12 @@ class Faults:
     def end(self) -> None:
         self._said.end()
 
-    def say(self, s: SwarmService, exc: Exception) -> None:
+    def say(self, s: SwarmService, exc: Exception, undone: Exception | None = None) -> None:
+        """``undone``: what ``restore`` raised after ``exc`` (its traceback shows both)."""
         if self._said.fresh(s.name):
-            logger.bind(service=s.name).opt(exception=exc).error(
-                "placement: {}", failed_reason(s.name, exc))
+            also = "" if undone is None else (
+                f"; putting back what it held raised too ({type(undone).__name__}: "
+                f"{peer_text(str(undone), 200)}): its nodes are rebuilt from the ledger "
+                "next cycle")
+            logger.bind(service=s.name).opt(exception=undone or exc).error(
+                "placement: {}{}", failed_reason(s.name, exc), also)
