@@ -223,3 +223,27 @@ def test_a_node_advertising_the_configured_generic_kind_is_not_cpu_only() -> Non
             nodes, [service("web", ZERO, 1000)], [], facts)  # type: ignore[arg-type]
         (sp,) = plan.services
         assert where(sp) == "n-g", n
+
+
+def test_a_cpu_only_node_marked_for_rebuild_is_built_anew_from_its_holdings() -> None:
+    """``ClusterAllocator.rebuild_node`` (a give-back or a restore that raised: the count
+    may be lost) rebuilt a GPU node at the next sync, never a CPU-only one: its key
+    stayed, so a CPU count gone wrong there stayed wrong for good."""
+    from swarmgpu.allocator.values import Choice
+
+    nodes, facts = cluster(cpu_node("n-c", "node-c", cpu_milli=4000))
+    s = service("web", ZERO, cpu_milli=1000)
+    planner, fresh = Planner(), Planner()
+    for p in (planner, fresh):
+        plan = p.plan(nodes, [s], [running(s, "n-c", 1000)], facts)  # type: ignore[arg-type]
+    cpu = planner.cluster.cpu
+    lost = Choice(node="n-c", gpus=(), milli=(), score=0.0, explanation="lost count",
+                  cpu_milli=2000, memory_mib=0)
+    cpu.commit(lost)  # counted used with no holder: what a raise mid-release leaves
+    assert cpu.nodes["n-c"].cpu_left != fresh.cluster.cpu.nodes["n-c"].cpu_left
+    planner.cluster.rebuild_node("n-c")
+    t = [running(s, "n-c", 1000)]
+    planner.plan(nodes, [s], t, facts)  # type: ignore[arg-type]
+    fresh.plan(nodes, [s], t, facts)  # type: ignore[arg-type]
+    assert (planner.cluster.cpu.nodes["n-c"].cpu_left
+            == fresh.cluster.cpu.nodes["n-c"].cpu_left), plan

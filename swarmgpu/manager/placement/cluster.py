@@ -204,6 +204,7 @@ class ClusterAllocator:
         """Build ``node_id`` anew at the next ``sync_nodes``, its holdings committed again
         (``keep_holdings``): for usage this allocator lost count of (a release that raised)."""
         self._node_keys.pop(node_id, None)
+        self._cpu_keys.pop(node_id, None)  # a CPU-only node's too (cpunodes.sync_cpu_node)
         self._seen.pop(node_id, None)
 
     def _drop_node(self, node_id: str, dropped: set[str]) -> None:
