@@ -5,6 +5,7 @@ actuator stops them (ledger entry, gate and device lists gone)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -101,6 +102,45 @@ def _held_on(plan: PlacementPlan, name: str) -> list[str]:
     sp = next(sp for sp in plan.services if sp.name == name)
     return [u for p in sp.placements for u in p.uuids]
 
+
+
+def _first_holds_for_older_second(
+        second_gpus: str) -> tuple[list[SwarmNode], SwarmService, SwarmService, list[SwarmTask]]:
+    """gpu-node-2, and two waiting services of priority 100: ``first`` (1 GPU) and
+    ``second`` (``second_gpus``), older, so served first: a hold for first counts for it."""
+    nodes = [sw_node("n-4090", "gpu-node-2")]
+    first = sw_svc("first", {f"{P}gpus": "1", f"{P}priority": "100", **ON_4090})
+    second = sw_svc("second", {f"{P}gpus": second_gpus, f"{P}priority": "100", **ON_4090})
+    object.__setattr__(first, "created_at", "20")
+    object.__setattr__(second, "created_at", "10")
+    tasks = [SwarmTask(f"t-{s.name}", s.id, "", 1, "pending", "running", ())
+             for s in (first, second)]
+    return nodes, first, second, tasks
+
+
+def _refusing_holds(real: Callable[[Allocator, Choice], None],
+                    exc: Exception) -> Callable[[Allocator, Choice], None]:
+    """``real`` (an allocator's commit or release), raising ``exc`` for a hold's choice
+    before it changes anything."""
+    def refusing(self: Allocator, choice: Choice) -> None:
+        if choice.explanation.startswith("held for"):
+            raise exc
+        real(self, choice)
+    return refusing
+
+
+def _second_placed_beside_a_hold(monkeypatch: pytest.MonkeyPatch,
+                                 commit: Callable[[Allocator, Choice], None]) -> Planner:
+    """One cycle of first's hold beside second (8 GPUs) with ``commit`` as the allocator's:
+    second is placed all the same (the planner, to read its allocator)."""
+    nodes, first, second, tasks = _first_holds_for_older_second("8")
+    planner = Planner(prefix=P)
+    with monkeypatch.context() as m:
+        m.setattr(Allocator, "commit", commit)
+        plan = planner.plan(nodes, [first, second], tasks, FACTS, now=1000.0,
+                            nominated=[Nomination("first", 100, "n-4090", R)])
+    assert {sp.name: sp.status for sp in plan.services}["second"] == Status.PLACED, plan
+    return planner
 
 def test_the_freed_gpus_go_to_the_preemptor_not_to_an_older_share_of_its_priority() -> None:
     """Served by age within a priority, the older share was planned first and took one of
@@ -309,14 +349,7 @@ def test_a_hold_that_raises_costs_that_hold_alone(
         raise RuntimeError("hold boom")
 
     monkeypatch.setattr(Holds, "_hold", boom)
-    nodes = [sw_node("n-4090", "gpu-node-2")]
-    # second, older and of first's priority, is served first: first's hold counts for it
-    first = sw_svc("first", {f"{P}gpus": "1", f"{P}priority": "100", **ON_4090})
-    second = sw_svc("second", {f"{P}gpus": "1", f"{P}priority": "100", **ON_4090})
-    object.__setattr__(first, "created_at", "20")
-    object.__setattr__(second, "created_at", "10")
-    tasks = [SwarmTask(f"t-{s.name}", s.id, "", 1, "pending", "running", ())
-             for s in (first, second)]
+    nodes, first, second, tasks = _first_holds_for_older_second("1")
     held = [Nomination("first", 100, "n-4090", R)]  # every GPU held for first
     errors: list[str] = []
     sink = logger.add(lambda m: errors.append(str(m.record["message"])), level="ERROR")
@@ -346,18 +379,9 @@ def test_a_faulty_hold_whose_give_back_raises_leaves_no_gpu_counted_next_cycle(
         real_hold(self, n)
         raise RuntimeError("hold boom")
 
-    def release(self: Allocator, choice: Choice) -> None:
-        if choice.explanation.startswith("held for"):
-            raise ValueError("release boom")
-        real_release(self, choice)
+    release = _refusing_holds(real_release, ValueError("release boom"))
 
-    nodes = [sw_node("n-4090", "gpu-node-2")]
-    first = sw_svc("first", {f"{P}gpus": "1", f"{P}priority": "100", **ON_4090})
-    second = sw_svc("second", {f"{P}gpus": "1", f"{P}priority": "100", **ON_4090})
-    object.__setattr__(first, "created_at", "20")  # second, older, is served first:
-    object.__setattr__(second, "created_at", "10")  # first's hold counts for it
-    tasks = [SwarmTask(f"t-{s.name}", s.id, "", 1, "pending", "running", ())
-             for s in (first, second)]
+    nodes, first, second, tasks = _first_holds_for_older_second("1")
     planner = Planner(prefix=P)
     with monkeypatch.context() as m:
         m.setattr(Holds, "_hold", boom)
@@ -385,19 +409,7 @@ def test_a_hold_whose_commit_raises_after_counting_leaves_no_gpu_counted(
         if choice.explanation.startswith("held for"):
             raise RuntimeError("observe boom")
 
-    nodes = [sw_node("n-4090", "gpu-node-2")]
-    first = sw_svc("first", {f"{P}gpus": "1", f"{P}priority": "100", **ON_4090})
-    second = sw_svc("second", {f"{P}gpus": "8", f"{P}priority": "100", **ON_4090})
-    object.__setattr__(first, "created_at", "20")  # second, older, is served first:
-    object.__setattr__(second, "created_at", "10")  # first's hold counts for it
-    tasks = [SwarmTask(f"t-{s.name}", s.id, "", 1, "pending", "running", ())
-             for s in (first, second)]
-    planner = Planner(prefix=P)
-    with monkeypatch.context() as m:
-        m.setattr(Allocator, "commit", commit)
-        plan = planner.plan(nodes, [first, second], tasks, FACTS, now=1000.0,
-                            nominated=[Nomination("first", 100, "n-4090", R)])
-    assert {sp.name: sp.status for sp in plan.services}["second"] == Status.PLACED, plan
+    _second_placed_beside_a_hold(monkeypatch, commit)
 
 
 def test_a_hold_whose_commit_raises_before_counting_frees_nothing_twice(
@@ -406,26 +418,9 @@ def test_a_hold_whose_commit_raises_before_counting_frees_nothing_twice(
     """The other side of recording first: a commit that raised before counting anything
     is not given back as if it had (the give-back refuses it: that node is rebuilt from
     the ledger instead), and the GPUs stay free to the service served next."""
-    real_commit = Allocator.commit
+    commit = _refusing_holds(Allocator.commit, RuntimeError("commit boom"))
 
-    def commit(self: Allocator, choice: Choice) -> None:
-        if choice.explanation.startswith("held for"):
-            raise RuntimeError("commit boom")
-        real_commit(self, choice)
-
-    nodes = [sw_node("n-4090", "gpu-node-2")]
-    first = sw_svc("first", {f"{P}gpus": "1", f"{P}priority": "100", **ON_4090})
-    second = sw_svc("second", {f"{P}gpus": "8", f"{P}priority": "100", **ON_4090})
-    object.__setattr__(first, "created_at", "20")
-    object.__setattr__(second, "created_at", "10")
-    tasks = [SwarmTask(f"t-{s.name}", s.id, "", 1, "pending", "running", ())
-             for s in (first, second)]
-    planner = Planner(prefix=P)
-    with monkeypatch.context() as m:
-        m.setattr(Allocator, "commit", commit)
-        plan = planner.plan(nodes, [first, second], tasks, FACTS, now=1000.0,
-                            nominated=[Nomination("first", 100, "n-4090", R)])
-    assert {sp.name: sp.status for sp in plan.services}["second"] == Status.PLACED, plan
+    planner = _second_placed_beside_a_hold(monkeypatch, commit)
     alloc = planner.cluster.alloc
     node = alloc.nodes["n-4090"]
     assert all(0 <= f <= g.capacity_milli for f, g in zip(node.free, node.spec.gpus, strict=True))

@@ -118,6 +118,30 @@ def _running_on(sw: RecordingSwarm, nid: str) -> list[SwarmTask]:
             and t.desired_state == "running"]
 
 
+
+def _ended_on(sw: Any, uuid: str) -> None:
+    """The repin ended with g on ``uuid`` of gpu-node-2 (half of it): its assignment and
+    open gate, its device list and shares, no move state, no record left."""
+    labels = sw.node("n-4090").labels
+    assert labels[assign_key(P, "g")] == f"{uuid}@500" and labels[gate_key(P, "g")] == "true"
+    g = sw.service("id-g")
+    assert g.labels[devices_key(P, "n-4090")] == uuid and P + MOVE_STATE not in g.labels
+    assert {k: v for k, v in g.labels.items() if node_of_key(k, P) == "n-4090"} == \
+        _shares("n-4090", uuid)
+    assert read_records(sw.swarm_labels(), P) == {}
+
+
+def _timed_out_repin() -> tuple[Any, list[float]]:
+    """The victim cluster with g's repin started, its new task starting for two cycles,
+    and the clock past ``move_timeout_s``."""
+    sw, now = victim_cluster(), [1000.0]
+    _cycle(sw, now, [_repin_move()])
+    for _ in range(2):
+        swarm_acts(sw, new_state="starting")
+        _cycle(sw, now)
+    now[0] += RB.move_timeout_s + 1
+    return sw, now
+
 def test_repin_replaces_only_that_nodes_task_with_the_new_gpu() -> None:
     sw, now = victim_cluster(), [1000.0]
     m = _cycle(sw, now, [_repin_move()])
@@ -541,12 +565,7 @@ def test_a_roll_back_never_writes_back_old_gpus_another_service_holds_now(when: 
     to placement on the GPU it holds (U[0], its device map pointed there, gate open),
     failed, the outcome naming g's old GPU and b. ``after the swap``: the roll-back's
     record and spec were written, then its node write failed; b took U[1] meanwhile."""
-    sw, now = victim_cluster(), [1000.0]
-    _cycle(sw, now, [_repin_move()])
-    for _ in range(2):
-        swarm_acts(sw, new_state="starting")
-        _cycle(sw, now)
-    now[0] += RB.move_timeout_s + 1
+    sw, now = _timed_out_repin()
     if when == "after the swap":
         real = sw.update_node_labels
         sw.update_node_labels = lambda *a, **k: (_ for _ in ()).throw(  # type: ignore[method-assign]
@@ -587,13 +606,7 @@ def test_new_gpus_given_out_before_step_2_landed_are_not_written() -> None:
                                                                               U[0])})
     now[0] += 1
     m = _cycle(sw, now)
-    labels = sw.node("n-4090").labels
-    assert labels[assign_key(P, "g")] == f"{U[1]}@500" and labels[gate_key(P, "g")] == "true"
-    g = sw.service("id-g")
-    assert g.labels[devices_key(P, "n-4090")] == U[1] and P + MOVE_STATE not in g.labels
-    assert {k: v for k, v in g.labels.items() if node_of_key(k, P) == "n-4090"} == \
-        _shares("n-4090", U[1])
-    assert read_records(sw.swarm_labels(), P) == {}
+    _ended_on(sw, U[1])
     (last,) = m.recent
     assert last.outcome is Outcome.FAILED and U[0] in last.detail and "c" in last.detail
 
@@ -676,12 +689,7 @@ def test_a_roll_back_that_times_out_before_its_node_write_points_the_device_map_
     g was left to placement with its ledger on U[0] and its device map on U[1] (its task
     sees a GPU the ledger does not give it). Now the map points at U[0] again, as the
     hold-limit end does when step 2 never landed."""
-    sw, now = victim_cluster(), [1000.0]
-    _cycle(sw, now, [_repin_move()])
-    for _ in range(2):
-        swarm_acts(sw, new_state="starting")
-        _cycle(sw, now)
-    now[0] += RB.move_timeout_s + 1
+    sw, now = _timed_out_repin()
     real = sw.update_node_labels
     sw.update_node_labels = lambda *a, **k: (_ for _ in ()).throw(  # type: ignore[method-assign]
         SwarmUnavailable("engine down"))
@@ -695,13 +703,7 @@ def test_a_roll_back_that_times_out_before_its_node_write_points_the_device_map_
     now[0] += RB.move_timeout_s + 1
     (last,) = _cycle(sw, now).recent
     assert last.outcome is Outcome.FAILED
-    labels = sw.node("n-4090").labels
-    assert labels[assign_key(P, "g")] == f"{U[0]}@500" and labels[gate_key(P, "g")] == "true"
-    g = sw.service("id-g")
-    assert g.labels[devices_key(P, "n-4090")] == U[0] and P + MOVE_STATE not in g.labels
-    assert {k: v for k, v in g.labels.items() if node_of_key(k, P) == "n-4090"} == \
-        _shares("n-4090", U[0])
-    assert read_records(sw.swarm_labels(), P) == {}
+    _ended_on(sw, U[0])
 
 
 def test_a_health_repin_whose_old_task_swarm_never_lets_go_ends_at_its_hold_limit() -> None:
