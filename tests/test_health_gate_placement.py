@@ -19,15 +19,15 @@ F4090 = RTX4090.facts()
 U = [g.uuid for g in F4090.gpus]
 
 
-def _gate_write(old_desired: str, failed: bool = True) -> str | None:
+def _gate_write(old_desired: str, failed: bool = True, old_state: str = "") -> str | None:
     """g (a whole GPU) moved by a health repin from gpu-node-2 GPU 1 (failed) to GPU 0:
     the ledger names GPU 0, its device map too, the gate closed; its old task on the node
     has desired state ``old_desired``. The gate value placement writes for g there."""
     n = sw_node("n-4090", "gpu-node-2",
                 {assign_key(P, "g"): Holding("g", "n-4090", (U[0],), (1000,)).label_value()})
     g = sw_svc("g", {f"{P}gpus": "1", devices_key(P, "n-4090"): U[0]}, mode={"Global": {}})
-    old = SwarmTask("t-g-old", g.id, "n-4090", None,
-                    "running" if old_desired == "running" else "shutdown", old_desired, ())
+    state = old_state or ("running" if old_desired == "running" else "shutdown")
+    old = SwarmTask("t-g-old", g.id, "n-4090", None, state, old_desired, ())
     facts = {"n-4090": mark(F4090, failed=[1] if failed else [])}
     plan = plan_placement([n], [g], [old], facts)
     return plan.node_set.get("n-4090", {}).get(gate_key(P, "g"))
@@ -42,3 +42,12 @@ def test_a_running_task_with_no_failed_gpu_on_its_node_keeps_its_gate_opened() -
     """No failed GPU on the node: placement opens the gate where the task runs, as
     before (an adopted or relabelled node's running task is not stopped)."""
     assert _gate_write("running", failed=False) == "true"
+
+
+def test_an_old_task_assigned_there_but_not_running_keeps_the_gate_closed_too() -> None:
+    """Swarm put the old task on the node before the gate closed and it has not started
+    (assigned to ready): of the map's own generation, it is no newer task the gate is
+    for, and an opened gate would let it start on the failed GPU's devices."""
+    for state in ("assigned", "accepted", "preparing", "ready"):
+        assert _gate_write("running", old_state=state) is None, state
+    assert _gate_write("running", failed=False, old_state="assigned") == "true"

@@ -63,3 +63,20 @@ def test_a_host_port_deployed_since_planning_refuses_the_start() -> None:
     assert why is not None and "host-mode port 8000/tcp is taken by a task of third" in why, why
 
 
+
+
+def test_a_service_whose_plan_failed_this_cycle_is_refused_at_start() -> None:
+    """A caller that asks for a move of a service whose plan this cycle is failed
+    (``placement.isolate``) gets it refused at the mover, with the plan named, and
+    nothing written: its task would restart on a plan no one could make."""
+    sw = victim_cluster({})
+    cfg = RebalanceConfig(dry_run=False, max_moves_per_cycle=9, max_moves_per_node=9)
+    mover = Mover(sw, cfg, prefix=P, dry_run=False,  # type: ignore[arg-type]
+                  clock=lambda: 1000.0)
+    mover.plan_failed = frozenset({"victim"})
+    before = copy.deepcopy(dict(sw.service("id-victim").spec))
+    got = mover.start(victim_move(), sw.service("id-victim"))
+    assert not got.ok and "plan status failed" in got.why, got.why
+    assert [r.outcome for r in mover.recent] == [Outcome.REFUSED]
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert dict(sw.service("id-victim").spec) == before

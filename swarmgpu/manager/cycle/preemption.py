@@ -82,7 +82,14 @@ from swarmgpu.manager.cycle.victimspec import renewed, victim_spec
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.engine.stop import Stopped
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
-from swarmgpu.manager.placement import Nominations, PlacementPlan, ServicePlan, assign_key, gate_key
+from swarmgpu.manager.placement import (
+    Nominations,
+    PlacementPlan,
+    ServicePlan,
+    Status,
+    assign_key,
+    gate_key,
+)
 from swarmgpu.manager.placement.ledger import read_ledger
 from swarmgpu.manager.placement.nominated import held_gpus
 from swarmgpu.manager.placement.preempt import (
@@ -180,6 +187,8 @@ class Preempter:
             self.said_raised.end()
             return []
         raised: dict[str, Exception] = {}
+        self._mover(swarm).plan_failed = frozenset(  # its start refuses them too
+            sp.name for sp in plan.services if sp.status == Status.FAILED)
         chosen = self.decide(snap, plan, facts, refused, now, ports, raised, records)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         for name, exc in raised.items():

@@ -107,7 +107,7 @@ def write_devices_and_gates(
         parallelism, untrusted = kept_parallelism(s, prefix)  # (one not trusted stays)
         warnings += (untrusted,) if untrusted else ()
         labels_remove += () if untrusted else (par_key,)
-    node_set, deferred = _node_writes(held, gate_ready, ak, gk, cyc, running_on)
+    node_set, deferred = _node_writes(held, gate_ready, ak, gk, cyc, running_on, waiting)
     return DeviceMap(
         labels_set,
         tuple(labels_remove),
@@ -192,6 +192,7 @@ def _node_writes(
     gk: str,
     cyc: Cycle,
     running_on: Mapping[str, int],
+    waiting: Waiting,
 ) -> tuple[list[tuple[str, Mapping[str, str]]], bool]:
     """Per node its ledger entry and gate to write; whether a gate waits (deferred)."""
     deferred = False
@@ -200,7 +201,9 @@ def _node_writes(
         labels = cyc.by_id[nid].labels
         value = h.label_value()
         diff = {ak: value} if labels.get(ak) != value else {}
-        if labels.get(gk) == "true" or (gate_ready and not _old_task_stays(nid, running_on, cyc)):
+        if labels.get(gk) == "true" or (
+            gate_ready and not _old_task_stays(nid, running_on, waiting, cyc)
+        ):
             if labels.get(gk) != "true":
                 diff[gk] = "true"
         else:
@@ -210,14 +213,20 @@ def _node_writes(
     return node_set, deferred
 
 
-def _old_task_stays(nid: str, running_on: Mapping[str, int], cyc: Cycle) -> bool:
+def _old_task_stays(nid: str, running_on: Mapping[str, int], waiting: Waiting,
+                    cyc: Cycle) -> bool:
     """A closed gate stays closed while a task of the service still runs on ``nid``
     beside a failed GPU: a health repin that ended at its hold limit left it closed on
     purpose (``rebalance/repin.py`` ``_health_over``), the task was made with the failed
     GPU's devices, and opened, Swarm would keep it running there. It opens once Swarm has
-    let the task go, as the repin's own step 3 does."""
+    let the task go, as the repin's own step 3 does. A task Swarm put on ``nid`` that does
+    not run yet (assigned to ready) is as old: Swarm's scheduler assigns none to a node
+    whose gate is closed, so it was put there before the gate closed (its ForceUpdate may
+    be the map's own: a repin writes none beside a running task). The new task the gate
+    exists for is not on the node yet (pending), and is not counted."""
     f = cyc.facts.get(nid)
-    return bool(running_on.get(nid)) and f is not None and any(not g.healthy for g in f.gpus)
+    old = bool(running_on.get(nid)) or nid in waiting.assigned
+    return old and f is not None and any(not g.healthy for g in f.gpus)
 
 
 def _nodes_of(keys: Sequence[str], prefix: str) -> set[str]:

@@ -24,6 +24,9 @@ class Waiting:
     refused: str = ""  # Swarm's words ("no suitable node (insufficient resources ...)")
     placed: int = 0  # of them, those Swarm has put on a node already
     nodes: frozenset[str] = frozenset()  # the nodes those are on
+    # the nodes where one is past Swarm's scheduler (assigned to ready): put there while
+    # the node met every constraint, so before a gate closed there (``devicemap``)
+    assigned: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
         return self.count > 0
@@ -42,6 +45,7 @@ class Waiting:
 NO_WAITING = Waiting()
 _T = TypeVar("_T")
 _ACTIVE = frozenset(ACTIVE_STATES) - {"running", "starting"}
+_ASSIGNED = frozenset(("assigned", "accepted", "preparing", "ready"))
 _FAILED = frozenset(("failed", "rejected"))
 _JOB_LIVE = frozenset(ACTIVE_STATES)
 
@@ -75,7 +79,8 @@ def tasks_by_service(
     slots: dict[str, dict[int, str]] = {}
     on_nodes: dict[str, set[str]] = {}
     failed: dict[str, list[str]] = {}
-    # service id -> [count, min ForceUpdate, refusal, count on a node, their nodes]
+    # service id -> [count, min ForceUpdate, refusal, count on a node, their nodes,
+    # nodes where one is past the scheduler]
     acc: dict[str, list[Any]] = {}
     refusal: dict[tuple[str, str], str] = {}  # Swarm repeats one text over many tasks
     wanted: dict[str, bool] = {}
@@ -117,11 +122,13 @@ def tasks_by_service(
         elif state in _ACTIVE:
             a = acc.get(sid)
             if a is None:
-                a = acc[sid] = [0, t.force_update, "", 0, set()]
+                a = acc[sid] = [0, t.force_update, "", 0, set(), set()]
             a[0] += 1
             if nid:
                 a[3] += 1
                 a[4].add(nid)
+                if state in _ASSIGNED:
+                    a[5].add(nid)
             if t.force_update < a[1]:
                 a[1] = t.force_update
             if not a[2] and (t.error or t.message):
@@ -130,7 +137,10 @@ def tasks_by_service(
                 if text is None:
                     text = refusal[key] = _refusal_text(t.error, t.message)
                 a[2] = text
-    waiting = {sid: Waiting(a[0], a[1], a[2], a[3], frozenset(a[4])) for sid, a in acc.items()}
+    waiting = {
+        sid: Waiting(a[0], a[1], a[2], a[3], frozenset(a[4]), frozenset(a[5]))
+        for sid, a in acc.items()
+    }
     return TaskView(running, waiting, slots, on_nodes, failed, use)
 
 

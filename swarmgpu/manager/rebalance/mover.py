@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -79,7 +80,7 @@ from swarmgpu.manager.placement import (
 from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.rebalance.admission import Budget, admit, over_budget
 from swarmgpu.manager.rebalance.budget import FragBudget, finished_times
-from swarmgpu.manager.rebalance.context import why_not_movable
+from swarmgpu.manager.rebalance.context import FAILED_WHY, why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
 from swarmgpu.manager.rebalance.outcomes import Outcomes
 from swarmgpu.manager.rebalance.record import (
@@ -190,6 +191,8 @@ class Mover:
         # moves that stay on their node (source == target): repin.py
         self.repin = Repin(swarm, self.writes, cfg, prefix=prefix, clock=clock,
                            seen=self.seen, ended=self._ended, say=self.outcomes.say)
+        # plan status failed this cycle (``placement.isolate``): set by callers, each cycle
+        self.plan_failed: AbstractSet[str] = frozenset()
 
     def stand_by(self) -> None:
         """Not the leader: the next term counts the fragmentation budget afresh, its
@@ -453,8 +456,8 @@ class Mover:
         fresh = self.swarm.service(svc.id)
         labels = self.swarm.swarm_labels()
         every, bad = read_records(labels, self.prefix), unreadable_records(labels, self.prefix)
-        if fresh.id in bad:  # its move may be under way; a new record would overwrite it
-            return self._refused(m, unreadable_why(self.prefix, fresh.id), None)
+        if (first := self._never(m, fresh.id, bad)) is not None:
+            return self._refused(m, first, None)
         budget = over_budget(m, self.in_flight(every), (), self.cfg, len(bad))
         if m.target_node == m.source_node:
             if budget is not None:
@@ -524,6 +527,13 @@ class Mover:
             self._step(m.service, self._open, st.target, st.target_holding())
             crash_point("move-step-2")
             return Started(ok=True)
+
+    def _never(self, m: Move, sid: str, bad: AbstractSet[str]) -> str | None:
+        """Why ``start`` refuses ``m`` first: its plan failed this cycle (a restart on no
+        plan), or its record is unreadable (a move under way that a new one overwrites)."""
+        if m.service in self.plan_failed:
+            return FAILED_WHY
+        return unreadable_why(self.prefix, sid) if sid in bad else None
 
     def _refused(self, m: Move, why: str | None, budget: Budget | None) -> Started:
         """``start``'s refusal: another reason first (recorded); the budget alone is not
