@@ -31,7 +31,7 @@ from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot, is_gpu_node
-from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, Status, read_ledger
+from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, read_ledger
 from swarmgpu.manager.placement.cpunodes import agent_nodes
 from swarmgpu.manager.placement.nominated import Nomination, held_gpus
 from swarmgpu.manager.rebalance.context import Inputs
@@ -316,8 +316,7 @@ def placed_of(plan: PlacementPlan | None) -> dict[str, tuple[str, ...]]:
 
 def failed_of(plan: PlacementPlan | None) -> frozenset[str]:
     """The services whose planning raised this cycle (``Inputs.failed``: none is moved)."""
-    return frozenset(sp.name for sp in (plan.services if plan else [])
-                     if sp.status == Status.FAILED)
+    return plan.failed if plan else frozenset()
 
 
 def ledger_after(nodes: Sequence[SwarmNode], plan: PlacementPlan | None, prefix: str,

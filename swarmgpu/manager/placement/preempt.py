@@ -324,11 +324,6 @@ def done_idle(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
                      for nid in prog.done_nodes if nid and (sid, nid) not in live)
 
 
-def _failed(plan: PlacementPlan) -> frozenset[str]:
-    """The services whose planning raised this cycle (``placement.isolate``)."""
-    return frozenset(sp.name for sp in plan.services if sp.status == Status.FAILED)
-
-
 def choose_preemptions(
     plan: PlacementPlan, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
     tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *, prefix: str,
@@ -370,7 +365,7 @@ def choose_preemptions(
     rd = _Round(by_name, {n.id: n for n in nodes}, facts,
                 {**{q["queue"]: q for q in plan.queues}, "": _no_queue(holdings, req, facts)},
                 req, started, holdings, refused, preemptible_below, cooling, moving,
-                _failed(plan), done_idle(services, tasks), ports=ports,
+                plan.failed, done_idle(services, tasks), ports=ports,
                 room=Room.of(nodes, services, tasks, holdings), held=held or {})
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     # A packed service's replicas go only on its node: it preempts there alone, for all
