@@ -128,11 +128,11 @@ class Holds:
     ``faults``: the planner's (said once across cycles); one round of it per visit."""
 
     def __init__(self, cluster: ClusterAllocator, nominations: Sequence[Nomination],
-                 faults: HoldFaults | None = None) -> None:
+                 faults: HoldFaults) -> None:
         self.cluster = cluster
         self.left = {n.service: n for n in nominations}  # not ended in this visit
         self.on: dict[str, Choice] = {}  # preemptor -> its GPUs counted used now
-        self.faults = faults if faults is not None else HoldFaults()
+        self.faults = faults
         self.faults.said.begin()
 
     def visit(self, name: str, priority: int, planned: Sequence[ServicePlan]) -> None:
