@@ -551,7 +551,8 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
                                    + holding_milli(vq, v.holding, rd.facts))
     if r.queue:
         rd.q_given[r.queue] = rd.q_given.get(r.queue, 0) + 1000 * r.gpus * replicas
-    used = sorted(u for _n, u in _free_used(rd, p, r, replicas))
+    freed = _freed(rd, p)
+    used = sorted(u for _n, u in _free_used(rd, p, r, replicas, freed))
     rd.taken.update((p.node_id, u) for u in used)
     rd.taken.update((p.node_id, u) for v in p.victims for u in v.uuids)
     s = rd.by_name.get(p.service)
@@ -567,22 +568,23 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
             if where is not None:
                 moves[v.service] = where
                 rd.taken.update((where.node_id, u) for u in where.uuids)
-    here, names = rd.holdings.get(p.node_id, {}), {v.service for v in p.victims}
-    freed = sorted({u for v in p.victims for u in v.uuids  # (a GPU shared with others stays)
-                    if all(svc in names for svc, h in here.items() if u in h.uuids)})
-    held = (*used, *freed[:max(0, r.gpus * replicas - len(used))])
+    held = (*used, *sorted(freed)[:max(0, r.gpus * replicas - len(used))])
     return replace(p, moves=moves, held=held)
 
 
+def _freed(rd: _Round, p: Preemption) -> set[str]:
+    """The GPUs of ``p``'s node its victims free (a GPU shared with others stays)."""
+    here, names = rd.holdings.get(p.node_id, {}), {v.service for v in p.victims}
+    return {u for v in p.victims for u in v.uuids
+            if all(svc in names for svc, h in here.items() if u in h.uuids)}
+
+
 def _free_used(rd: _Round, p: Preemption, r: GpuRequest, replicas: int,
-               ) -> set[tuple[str, str]]:
+               freed: AbstractSet[str]) -> set[tuple[str, str]]:
     """The free GPUs of ``p``'s node its preemptor counts on beside those its victims
-    free: taken in the round too. Counted again, a second preemptor on the node stopped
-    a victim for a GPU the first one gets (``pick_victims``' ``free``)."""
+    free (``freed``): taken in the round too. Counted again, a second preemptor on the
+    node stopped a victim for a GPU the first one gets (``pick_victims``' ``free``)."""
     nid, here = p.node_id, rd.holdings.get(p.node_id, {})
-    names = {v.service for v in p.victims}
-    freed = {u for v in p.victims for u in v.uuids
-             if all(svc in names for svc, h in here.items() if u in h.uuids)}
     held = {u for h in here.values() for u in h.uuids}
     free = sorted(_usable(r, rd.facts.get(nid)) - held - rd.off(nid, p.service, r.priority))
     return {(nid, u) for u in free[:max(0, r.gpus * replicas - len(freed))]}
