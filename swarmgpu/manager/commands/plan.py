@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from swarmgpu.core.peertext import escaped
-from swarmgpu.manager.placement import ServicePlan, Status
+from swarmgpu.manager.placement import ServicePlan
+from swarmgpu.manager.placement.records import failed_names
 from swarmgpu.manager.web.cluster_view import ungranted_lines, workload_lines
 
 
@@ -35,7 +36,8 @@ def render_plan(
         f"GPU health: {r['node']} GPU {r['gpu']} {r['uuid']}: {r['health']}" for r in health
     ]  # failed GPUs are given to nothing (docs/health.md)
     lines += _move_lines(moves, listen)
-    failed = [sp.name for sp in services if sp.status == Status.FAILED]
+    raised = failed_names(services)
+    failed = [sp.name for sp in services if sp.name in raised]  # in the plan's order
     if failed:  # a swarmgpu fault (placement.isolate): said last, where a reader ends
         lines.append(f"planning failed for {', '.join(failed)}: a swarmgpu fault, "
                      "report it with the daemon's log (exit 1)")
@@ -45,7 +47,7 @@ def render_plan(
 def plan_exit(services: Sequence[ServicePlan]) -> int:
     """``plan``'s exit status: 1 when planning a service raised (``Status.FAILED``),
     a fault to report; pending and invalid requests are the plan's answer, not one."""
-    return 1 if any(sp.status == Status.FAILED for sp in services) else 0
+    return 1 if failed_names(services) else 0
 
 
 def _service_lines(sp: ServicePlan) -> list[str]:

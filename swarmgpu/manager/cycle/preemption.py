@@ -86,7 +86,6 @@ from swarmgpu.manager.placement import (
     Nominations,
     PlacementPlan,
     ServicePlan,
-    Status,
     assign_key,
     gate_key,
 )
@@ -187,8 +186,7 @@ class Preempter:
             self.said_raised.end()
             return []
         raised: dict[str, Exception] = {}
-        self._mover(swarm).plan_failed = frozenset(  # its start refuses them too
-            sp.name for sp in plan.services if sp.status == Status.FAILED)
+        self._mover(swarm).plan_failed = plan.failed  # its start refuses them too
         chosen = self.decide(snap, plan, facts, refused, now, ports, raised, records)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         for name, exc in raised.items():

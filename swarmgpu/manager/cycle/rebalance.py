@@ -30,8 +30,8 @@ from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.nodes.gpuowners import rejoined
-from swarmgpu.manager.nodes.sync import Snapshot, is_gpu_node
-from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, Status, read_ledger
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, read_ledger
 from swarmgpu.manager.placement.cpunodes import agent_nodes
 from swarmgpu.manager.placement.nominated import Nomination, held_gpus
 from swarmgpu.manager.rebalance.context import Inputs
@@ -145,7 +145,7 @@ class Rebalancer(Step):
             res = snap.facts.get(n.id)
             rec = book.records.get(n.id)
             if ((res is None or res.facts is None) and rec is not None
-                    and rec.last_ok is not None and is_gpu_node(n, book, self.prefix)):
+                    and rec.last_ok is not None):  # an agent answered once: a GPU node
                 lost[n.id] = max(0.0, snap.taken_at - rec.last_ok)
         return HealthInputs(evacuate=self.health.evacuate, left=left, left_why=why,
                             released=frozenset(self.released), lost=lost,
@@ -316,8 +316,7 @@ def placed_of(plan: PlacementPlan | None) -> dict[str, tuple[str, ...]]:
 
 def failed_of(plan: PlacementPlan | None) -> frozenset[str]:
     """The services whose planning raised this cycle (``Inputs.failed``: none is moved)."""
-    return frozenset(sp.name for sp in (plan.services if plan else [])
-                     if sp.status == Status.FAILED)
+    return plan.failed if plan else frozenset()
 
 
 def ledger_after(nodes: Sequence[SwarmNode], plan: PlacementPlan | None, prefix: str,

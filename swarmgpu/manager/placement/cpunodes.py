@@ -21,14 +21,11 @@ from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import Choice, Demand, NodeSpec, NodeState, Unplaceable
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.commands.compose_gpu import gpu_kinds
+from swarmgpu.manager.placement.keys import ASSIGNED_STATES
 from swarmgpu.manager.placement.specs import schedulable, user_labels
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.constraints import equal_fold
 from swarmgpu.swarm.labels import owned_by_label_sync
-
-# A task Swarm has put on its node and still means to run there (``agent_nodes``): not
-# one still waiting for a node, nor one ended (its service's restart makes a new one).
-ASSIGNED = frozenset(("assigned", "accepted", "preparing", "ready", "starting", "running"))
 
 
 def agent_nodes(services: Iterable[SwarmService], tasks: Iterable[SwarmTask],
@@ -41,7 +38,7 @@ def agent_nodes(services: Iterable[SwarmService], tasks: Iterable[SwarmTask],
     if not ids:
         return frozenset()
     return frozenset(t.node_id for t in tasks if t.service_id in ids and t.node_id
-                     and t.desired_state == "running" and t.state in ASSIGNED)
+                     and t.desired_state == "running" and t.state in ASSIGNED_STATES)
 
 
 def gpu_hint(node: SwarmNode, prefix: str, kind: str = "",

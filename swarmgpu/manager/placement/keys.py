@@ -47,6 +47,9 @@ ACTIVE_STATES = (
     "new",
     "allocated",
 )
+# A task Swarm has put on its node and still means to run there: not one still waiting
+# for a node (new, pending, allocated), nor one ended (a restart makes a new one).
+ASSIGNED_STATES = frozenset(ACTIVE_STATES) - {"new", "pending", "allocated"}
 
 
 def gate_key(prefix: str, service: str) -> str:

@@ -32,7 +32,7 @@ move of any of its policies lands on a held GPU, whatever the moved service's pr
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -128,11 +128,11 @@ class Holds:
     ``faults``: the planner's (said once across cycles); one round of it per visit."""
 
     def __init__(self, cluster: ClusterAllocator, nominations: Sequence[Nomination],
-                 faults: HoldFaults | None = None) -> None:
+                 faults: HoldFaults) -> None:
         self.cluster = cluster
         self.left = {n.service: n for n in nominations}  # not ended in this visit
         self.on: dict[str, Choice] = {}  # preemptor -> its GPUs counted used now
-        self.faults = faults if faults is not None else HoldFaults()
+        self.faults = faults
         self.faults.said.begin()
 
     def visit(self, name: str, priority: int, planned: Sequence[ServicePlan]) -> None:
@@ -185,19 +185,11 @@ class Holds:
         """Count ``n``'s GPUs that are wholly free now as used (one a higher-priority
         service took in this visit, or still held, is left as it is)."""
         alloc = self.cluster.alloc
-        state, facts = alloc.nodes.get(n.node_id), self.cluster.facts.get(n.node_id)
-        if state is None or facts is None:
-            return
         want = set(n.uuids)
-        gpus = tuple(i for i, g in enumerate(facts.gpus)
-                     if g.uuid in want and i < len(state.free) and not g.mig_enabled
-                     and state.free[i] > 0
-                     and state.free[i] == state.spec.gpus[i].capacity_milli)
-        if not gpus:
+        choice = held_choice(self.cluster, n.node_id, want.__contains__,
+                             f"held for {n.service} (its preemption)")
+        if choice is None:
             return
-        choice = Choice(node=n.node_id, gpus=gpus, milli=tuple(state.free[i] for i in gpus),
-                        score=0.0, explanation=f"held for {n.service} (its preemption)",
-                        cpu_milli=0, memory_mib=0)
         # Recorded before commit: commit can raise once it counted the GPUs (the scorer's
         # ``observe_cluster`` runs last), and ``_own`` gives back only what is recorded
         # (a give-back that raises, as one never counted does, rebuilds the node).
@@ -208,3 +200,20 @@ class Holds:
         choice = self.on.pop(svc, None)
         if choice is not None:
             self.cluster.alloc.release(choice)
+
+
+def held_choice(cluster: ClusterAllocator, node: str, held: Callable[[str], bool],
+                explanation: str) -> Choice | None:
+    """The GPUs of ``node`` that ``held`` says (by UUID) are held and are wholly free on
+    ``cluster`` (not MIG, some share free, all of it), as a Choice that counts them used
+    once committed; None when there is none (or the node is not known)."""
+    state, facts = cluster.alloc.nodes.get(node), cluster.facts.get(node)
+    if state is None or facts is None:
+        return None
+    gpus = tuple(i for i, g in enumerate(facts.gpus)
+                 if i < len(state.free) and not g.mig_enabled and state.free[i] > 0
+                 and state.free[i] == state.spec.gpus[i].capacity_milli and held(g.uuid))
+    if not gpus:
+        return None
+    return Choice(node=node, gpus=gpus, milli=tuple(state.free[i] for i in gpus), score=0.0,
+                  explanation=explanation, cpu_milli=0, memory_mib=0)

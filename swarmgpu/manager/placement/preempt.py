@@ -324,11 +324,6 @@ def done_idle(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
                      for nid in prog.done_nodes if nid and (sid, nid) not in live)
 
 
-def _failed(plan: PlacementPlan) -> frozenset[str]:
-    """The services whose planning raised this cycle (``placement.isolate``)."""
-    return frozenset(sp.name for sp in plan.services if sp.status == Status.FAILED)
-
-
 def choose_preemptions(
     plan: PlacementPlan, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
     tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *, prefix: str,
@@ -370,7 +365,7 @@ def choose_preemptions(
     rd = _Round(by_name, {n.id: n for n in nodes}, facts,
                 {**{q["queue"]: q for q in plan.queues}, "": _no_queue(holdings, req, facts)},
                 req, started, holdings, refused, preemptible_below, cooling, moving,
-                _failed(plan), done_idle(services, tasks), ports=ports,
+                plan.failed, done_idle(services, tasks), ports=ports,
                 room=Room.of(nodes, services, tasks, holdings), held=held or {})
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     # A packed service's replicas go only on its node: it preempts there alone, for all
@@ -556,7 +551,8 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
                                    + holding_milli(vq, v.holding, rd.facts))
     if r.queue:
         rd.q_given[r.queue] = rd.q_given.get(r.queue, 0) + 1000 * r.gpus * replicas
-    used = sorted(u for _n, u in _free_used(rd, p, r, replicas))
+    freed = _freed(rd, p)
+    used = sorted(u for _n, u in _free_used(rd, p, r, replicas, freed))
     rd.taken.update((p.node_id, u) for u in used)
     rd.taken.update((p.node_id, u) for v in p.victims for u in v.uuids)
     s = rd.by_name.get(p.service)
@@ -572,22 +568,23 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
             if where is not None:
                 moves[v.service] = where
                 rd.taken.update((where.node_id, u) for u in where.uuids)
-    here, names = rd.holdings.get(p.node_id, {}), {v.service for v in p.victims}
-    freed = sorted({u for v in p.victims for u in v.uuids  # (a GPU shared with others stays)
-                    if all(svc in names for svc, h in here.items() if u in h.uuids)})
-    held = (*used, *freed[:max(0, r.gpus * replicas - len(used))])
+    held = (*used, *sorted(freed)[:max(0, r.gpus * replicas - len(used))])
     return replace(p, moves=moves, held=held)
 
 
+def _freed(rd: _Round, p: Preemption) -> set[str]:
+    """The GPUs of ``p``'s node its victims free (a GPU shared with others stays)."""
+    here, names = rd.holdings.get(p.node_id, {}), {v.service for v in p.victims}
+    return {u for v in p.victims for u in v.uuids
+            if all(svc in names for svc, h in here.items() if u in h.uuids)}
+
+
 def _free_used(rd: _Round, p: Preemption, r: GpuRequest, replicas: int,
-               ) -> set[tuple[str, str]]:
+               freed: AbstractSet[str]) -> set[tuple[str, str]]:
     """The free GPUs of ``p``'s node its preemptor counts on beside those its victims
-    free: taken in the round too. Counted again, a second preemptor on the node stopped
-    a victim for a GPU the first one gets (``pick_victims``' ``free``)."""
+    free (``freed``): taken in the round too. Counted again, a second preemptor on the
+    node stopped a victim for a GPU the first one gets (``pick_victims``' ``free``)."""
     nid, here = p.node_id, rd.holdings.get(p.node_id, {})
-    names = {v.service for v in p.victims}
-    freed = {u for v in p.victims for u in v.uuids
-             if all(svc in names for svc, h in here.items() if u in h.uuids)}
     held = {u for h in here.values() for u in h.uuids}
     free = sorted(_usable(r, rd.facts.get(nid)) - held - rd.off(nid, p.service, r.priority))
     return {(nid, u) for u in free[:max(0, r.gpus * replicas - len(freed))]}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -283,6 +283,11 @@ class PlacementPlan:
             s.needs_service_write for s in self.services
         )
 
+    @property
+    def failed(self) -> frozenset[str]:
+        """The services whose planning raised this cycle (``placement.isolate``)."""
+        return failed_names(self.services)
+
     def add(self, sp: ServicePlan) -> None:
         """``sp``, with its node label changes."""
         self.services.append(sp)
@@ -293,6 +298,11 @@ class PlacementPlan:
             remove_node_labels(self, nid, keys)
         for nid, labels in sp.node_set.items():
             set_node_labels(self, nid, labels)
+
+
+def failed_names(services: Iterable[ServicePlan]) -> frozenset[str]:
+    """The names of ``services`` whose planning raised (``Status.FAILED``)."""
+    return frozenset(sp.name for sp in services if sp.status == Status.FAILED)
 
 
 def set_node_labels(plan: PlacementPlan, node_id: str, labels: Mapping[str, str]) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, TypeVar
 
-from swarmgpu.manager.placement.keys import ACTIVE_STATES
+from swarmgpu.manager.placement.keys import ACTIVE_STATES, ASSIGNED_STATES
 from swarmgpu.swarm.client import SwarmTask
 
 
@@ -45,7 +45,7 @@ class Waiting:
 NO_WAITING = Waiting()
 _T = TypeVar("_T")
 _ACTIVE = frozenset(ACTIVE_STATES) - {"running", "starting"}
-_ASSIGNED = frozenset(("assigned", "accepted", "preparing", "ready"))
+_ASSIGNED = ASSIGNED_STATES - {"running", "starting"}
 _FAILED = frozenset(("failed", "rejected"))
 _JOB_LIVE = frozenset(ACTIVE_STATES)
 

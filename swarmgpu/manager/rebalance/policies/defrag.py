@@ -26,6 +26,7 @@ from swarmgpu.allocator.rescue import MAX_TRIES, plans
 from swarmgpu.allocator.values import Choice, Demand
 from swarmgpu.core.rebalanceconfig import DefragConfig
 from swarmgpu.manager.placement import ClusterAllocator, Holding, demand_of
+from swarmgpu.manager.placement.nominated import held_choice
 from swarmgpu.manager.rebalance.context import Context, Statement
 from swarmgpu.manager.rebalance.moves import Trigger
 
@@ -67,18 +68,12 @@ def _count_held(ctx: Context, alloc: ClusterAllocator, node: str, pending: str
     nominated.py``: wholly free ones): counted free, the moves made room placement never
     gives the pending service. The priority rule is ``Context.held_for_other``'s. Returns
     their indices."""
-    state, facts = alloc.alloc.nodes.get(node), alloc.facts.get(node)
-    if state is None or facts is None:
+    choice = held_choice(alloc, node, lambda uuid: ctx.held_for_other(pending, node, uuid),
+                         "held for a preemptor")
+    if choice is None:
         return ()
-    gpus = tuple(i for i, g in enumerate(facts.gpus)
-                 if i < len(state.free) and not g.mig_enabled and state.free[i] > 0
-                 and state.free[i] == state.spec.gpus[i].capacity_milli
-                 and ctx.held_for_other(pending, node, g.uuid))
-    if gpus:
-        alloc.alloc.commit(Choice(node=node, gpus=gpus, milli=tuple(state.free[i] for i in gpus),
-                                  score=0.0, explanation="held for a preemptor", cpu_milli=0,
-                                  memory_mib=0))
-    return gpus
+    alloc.alloc.commit(choice)
+    return choice.gpus
 
 
 # What no GPU satisfies: the search's stand-in for GPUs held for another preemptor is a
