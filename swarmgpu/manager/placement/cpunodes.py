@@ -37,7 +37,9 @@ def agent_nodes(services: Iterable[SwarmService], tasks: Iterable[SwarmTask],
     ``agents.service``, the shipped stack's ``swarmgpu_agent``; "": none is read): GPU
     nodes by Swarm's own word, whatever their labels (the operator placed the agents by
     a label of their own, or by hand). Its task desired running, assigned or later."""
-    ids = {s.id for s in services if name and s.name == name}
+    if not name:  # the replay's and render's default: no service is walked for it
+        return frozenset()
+    ids = {s.id for s in services if s.name == name}
     if not ids:
         return frozenset()
     return frozenset(t.node_id for t in tasks if t.service_id in ids and t.node_id
