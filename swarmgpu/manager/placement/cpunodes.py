@@ -70,6 +70,14 @@ def gpu_hint(node: SwarmNode, prefix: str, kind: str = "",
     return None
 
 
+def expects_agent(node: SwarmNode, answered: bool, prefix: str, kind: str = "",
+                  agents: AbstractSet[str] = frozenset()) -> bool:
+    """A GPU node, whose agent must be read: its agent answered once (``answered``: the
+    agent book's ``last_ok``, live or saved) or Swarm says so (``gpu_hint``). The one
+    predicate label sync (``nodes.sync.is_gpu_node``) and ``audit`` share."""
+    return answered or gpu_hint(node, prefix, kind, agents) is not None
+
+
 def cpu_only_node(node: SwarmNode, facts: NodeFacts | None, prefix: str, kind: str = "",
                   agents: AbstractSet[str] = frozenset()) -> bool:
     """A node a service of no GPU may be placed on though no agent describes it: no
