@@ -22,7 +22,7 @@ from swarmgpu.manager.nodes.agentservice import missing_agent_service
 from swarmgpu.manager.nodes.gpuhealth import failing_why
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.manager.placement.cpunodes import agent_nodes, gpu_hint
+from swarmgpu.manager.placement.cpunodes import agent_nodes, expects_agent
 from swarmgpu.manager.placement.keys import (
     ASSIGN,
     GATE,
@@ -110,8 +110,8 @@ def audit(
     any_gpu = False
     for node in snap.nodes:
         saved = saved_agents.get(node.id, {})
-        gpu = (gpu_hint(node, prefix, generic_resource_kind, agents) is not None
-               or saved.get("last_ok") is not None)  # as label sync's ``is_gpu_node``
+        gpu = expects_agent(node, saved.get("last_ok") is not None, prefix,
+                            generic_resource_kind, agents)  # as label sync's
         any_gpu |= gpu or getattr(snap.facts.get(node.id), "facts", None) is not None
         if (new := _rejoined(snap, node, prefix, gpu)) is not None:
             found = [_replaced(node, new, prefix)]  # its labels and ledger go with it

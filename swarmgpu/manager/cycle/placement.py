@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
@@ -429,9 +430,9 @@ class PlacementStep(Step):
                 planner.model_changed = False
             self.last_store = now
         host.metrics.pending.set(self._log(plan))
+        counts = Counter(sp.status for sp in plan.services)  # one pass, not one a status
         for status in Status:  # a failed one (placement.isolate) is counted as the others
-            host.metrics.planned.labels(status=str(status)).set(
-                sum(1 for sp in plan.services if sp.status == status))
+            host.metrics.planned.labels(status=str(status)).set(counts[status])
         if plan.empty:
             return
         n = apply_plan(host.swarm, plan, dry_run=cfg.dry_run, services=snap.services,

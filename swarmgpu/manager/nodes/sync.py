@@ -24,7 +24,7 @@ from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.agentservice import missing_agent_service
 from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
-from swarmgpu.manager.placement.cpunodes import agent_nodes, gpu_hint
+from swarmgpu.manager.placement.cpunodes import agent_nodes, expects_agent
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_task_read
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import (
@@ -129,8 +129,7 @@ def is_gpu_node(node: SwarmNode, book: AgentBook, prefix: str, kind: str = "",
     ``placement.generic_resource_kind``; ``agents``: the nodes running the agents'
     service, ``cpunodes.agent_nodes``) or an agent answered once."""
     rec = book.records.get(node.id)
-    return (rec is not None and rec.last_ok is not None) or \
-        gpu_hint(node, prefix, kind, agents) is not None
+    return expects_agent(node, rec is not None and rec.last_ok is not None, prefix, kind, agents)
 
 
 @dataclass
@@ -182,6 +181,7 @@ class LabelSync:
         prefix, kind = self.cfg.sync.prefix, self.cfg.placement.generic_resource_kind
         agents = agent_nodes(snapshot.services, snapshot.tasks, self.cfg.agents.service)
         unreachable = unread = held = 0
+        any_gpu = False  # a GPU node after this cycle's answers (``_agent_service_missing``)
         todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts | None]] = []
         self._node_said.begin()
         for node in snapshot.nodes:
@@ -192,6 +192,7 @@ class LabelSync:
             if result is not None:
                 self.book.record(result)
             facts = result.facts if result else None
+            any_gpu |= expected or facts is not None  # an answer now sets its last_ok
             if facts is None:
                 err = result.error if result else "not fetched"
                 # (with no facts, only the labels no node carries go: ``plan_node_labels``)
@@ -239,7 +240,7 @@ class LabelSync:
         else:
             self._write_now(todo, snapshot, report)
         self._warn_uuid_conflicts(snapshot)
-        self._agent_service_missing(snapshot, agents)
+        self._agent_service_missing(snapshot, any_gpu)
         self.metrics.agents_unreachable.set(unreachable)
         self.metrics.nodes_gpus_unread.set(unread)
         self.metrics.held_changes.set(held)
@@ -266,13 +267,12 @@ class LabelSync:
             todo.append((plan, node, facts))
         return len(plan.held)
 
-    def _agent_service_missing(self, snapshot: Snapshot, agents: AbstractSet[str]) -> None:
-        """``agents.service`` names no service while GPU nodes exist: said once while it
-        lasts (``agentservice``); nothing stops for it."""
-        prefix, kind = self.cfg.sync.prefix, self.cfg.placement.generic_resource_kind
+    def _agent_service_missing(self, snapshot: Snapshot, any_gpu: bool) -> None:
+        """``agents.service`` names no service while GPU nodes exist (``any_gpu``: the
+        cycle's loop found one, ``is_gpu_node``): said once while it lasts
+        (``agentservice``); nothing stops for it."""
         note = (missing_agent_service(snapshot.services, self.cfg.agents.service)
-                if any(is_gpu_node(n, self.book, prefix, kind, agents) for n in snapshot.nodes)
-                else None)
+                if any_gpu else None)
         self._service_said.begin()
         if note is not None and self._service_said.fresh(note):
             logger.warning("{}", note)

@@ -34,7 +34,9 @@ def agent_nodes(services: Iterable[SwarmService], tasks: Iterable[SwarmTask],
     ``agents.service``, the shipped stack's ``swarmgpu_agent``; "": none is read): GPU
     nodes by Swarm's own word, whatever their labels (the operator placed the agents by
     a label of their own, or by hand). Its task desired running, assigned or later."""
-    ids = {s.id for s in services if name and s.name == name}
+    if not name:  # the replay's and render's default: no service is walked for it
+        return frozenset()
+    ids = {s.id for s in services if s.name == name}
     if not ids:
         return frozenset()
     return frozenset(t.node_id for t in tasks if t.service_id in ids and t.node_id
@@ -63,6 +65,14 @@ def gpu_hint(node: SwarmNode, prefix: str, kind: str = "",
     if kinds & set(gpu_kinds(kind)):
         return "its engine advertises GPU generic resources"
     return None
+
+
+def expects_agent(node: SwarmNode, answered: bool, prefix: str, kind: str = "",
+                  agents: AbstractSet[str] = frozenset()) -> bool:
+    """A GPU node, whose agent must be read: its agent answered once (``answered``: the
+    agent book's ``last_ok``, live or saved) or Swarm says so (``gpu_hint``). The one
+    predicate label sync (``nodes.sync.is_gpu_node``) and ``audit`` share."""
+    return answered or gpu_hint(node, prefix, kind, agents) is not None
 
 
 def cpu_only_node(node: SwarmNode, facts: NodeFacts | None, prefix: str, kind: str = "",

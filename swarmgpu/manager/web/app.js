@@ -271,9 +271,16 @@
   const isOverShare = (g) => shareSum(g) > 1000 || (g.holders || []).some((x) => x.over_share || (x.badges || []).some((b) => b && b.text === "over-share"));
   const isDrifted = (n) => ["drifted", "agent-stale", "agent-unreadable", "gpus-unread"].includes(n.labels_state);
 
+  // the names of the services whose planning failed, in the document drawn now: built
+  // once per document (the "failed" filter asks for every holder of every GPU)
+  let failedMemo = { doc: null, names: new Set() };
+
   function failedServices() {
-    // the names of the services whose planning failed, in the document drawn now
-    return new Set((state.doc?.services || []).filter((s) => s.status === "failed").map((s) => s.name));
+    if (failedMemo.doc !== state.doc) {
+      const names = new Set((state.doc?.services || []).filter((s) => s.status === "failed").map((s) => s.name));
+      failedMemo = { doc: state.doc, names };
+    }
+    return failedMemo.names;
   }
 
   function gpuServices(gpu) {
