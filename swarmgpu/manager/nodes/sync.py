@@ -202,7 +202,7 @@ class LabelSync:
                                         facts_error=err, never=self.actuator.never)
                 if expected:
                     unreachable += 1
-                    warn("agent unreachable, {}: {}", self._left(plan), err)
+                    warn("agent unreachable, {}: {}", self._left(plan), err, key=err)
                     report.errors.append(f"{node.hostname}: {err}")
                 elif result is not None and result.listening:
                     # Something answers on the agent port, but not with facts the daemon
@@ -229,7 +229,7 @@ class LabelSync:
             report.plans.append(plan)
             if plan.skipped:  # its GPUs cannot be read: left as they are, as unreachable
                 unread += 1
-                warn("{}; {}", plan.skipped, self._left(plan))
+                warn("{}; {}", plan.skipped, self._left(plan), key=plan.skipped)
                 report.errors.append(f"{node.hostname}: {plan.skipped}")
             held += self._keep(plan, node, facts, todo, warn)
 
@@ -290,10 +290,13 @@ class LabelSync:
             )
 
     def _once(self, node_id: str, log: Any) -> Callable[..., None]:
-        """A warning about ``node_id`` said unless it was said last cycle too."""
+        """A warning about ``node_id`` said unless it was said last cycle too. ``key``:
+        what makes it the same warning, where the text says more (what a node left as
+        it is had removed: gone the next cycle, and the episode goes on)."""
 
-        def warn(msg: str, *args: object) -> None:
-            if self._node_said.fresh((node_id, hash((msg, *map(str, args))))):
+        def warn(msg: str, *args: object, key: object = None) -> None:
+            same = (msg, *map(str, args)) if key is None else (msg, str(key))
+            if self._node_said.fresh((node_id, hash(same))):
                 log.warning(msg, *args)
 
         return warn
