@@ -15,6 +15,13 @@ from swarmgpu.swarm.client import SwarmService
 
 SHOWN = 5  # services ending in _agent named in the note
 
+# The fix, the same in the daemon's log, ``audit`` and ``doctor``: the systemd fleet's
+# first (left at the default, it is told this once), as docs/systemd.md says it.
+FIX = ("agents run by systemd (swarmgpu-agent.service) or otherwise outside Swarm: set "
+       'agents.service: "" in the daemon\'s config (docs/systemd.md); agents run by a '
+       "stack: set agents.service to their service (docker service ls; the stack's is "
+       "<stack>_agent)")
+
 
 def missing_agent_service(services: Iterable[SwarmService], name: str) -> str | None:
     """Why ``agents.service`` (``name``) matches no service in Swarm, with the services
@@ -29,6 +36,5 @@ def missing_agent_service(services: Iterable[SwarmService], name: str) -> str | 
             if like else "no service is named *_agent")
     return (f"agents.service: no Swarm service is named {quoted(name)} ({seen}), so no "
             "node is known as a GPU node by the agents' tasks: one whose agent has not "
-            "answered and has no gpu=true label may be taken as CPU-only; fix: set "
-            "agents.service to the agents' service (docker service ls; the stack's is "
-            "<stack>_agent), or to '' where the agents run outside Swarm (systemd)")
+            f"answered and has no gpu=true label may be taken as CPU-only; fix: {FIX}")
+
