@@ -21,11 +21,11 @@ from swarmgpu.manager.engine.stop import StopRequest
 from swarmgpu.manager.engine.writes import HeldNodeWrites, HeldWrite, write_each
 from swarmgpu.manager.nodes.agent_client import FactsResult, fetch_all
 from swarmgpu.manager.nodes.agentbook import AgentBook
-from swarmgpu.manager.nodes.agentservice import missing_agent_service
 from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.cpunodes import agent_nodes, expects_agent
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_task_read
+from swarmgpu.swarm.agentservice import missing_agent_service
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import (
     SwarmClient,
@@ -270,7 +270,7 @@ class LabelSync:
     def _agent_service_missing(self, snapshot: Snapshot, any_gpu: bool) -> None:
         """``agents.service`` names no service while GPU nodes exist (``any_gpu``: the
         cycle's loop found one, ``is_gpu_node``): said once while it lasts
-        (``agentservice``); nothing stops for it."""
+        (``swarm.agentservice``); nothing stops for it."""
         note = (missing_agent_service(snapshot.services, self.cfg.agents.service)
                 if any_gpu else None)
         self._service_said.begin()
