@@ -158,3 +158,22 @@ def test_a_misspelled_agents_service_is_said_once_naming_the_key_and_the_fix(
     cpu = Snapshot([node_c()], [AGENT], [], {})
     assert not [f for f in audit(cpu, agent_service="x_agent")
                 if f.kind == "agents-service-missing"]
+
+
+def test_a_systemd_fleet_left_at_the_default_name_is_told_to_set_the_key_empty(
+        tmp_path: Path) -> None:
+    """Agents run by systemd (no agents' service in Swarm), ``agents.service`` left at
+    its default: the daemon says once that no service is named so, and its fix is the
+    one docs/systemd.md gives, ``agents.service: ""`` in the config (before: "or to ''
+    where the agents run outside Swarm", after the fix for a stack)."""
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="WARNING")
+    try:
+        gpu = node_c(labels={"gpu": "true"})
+        sync_errors(tmp_path, snapshot(gpu, [], []), cycles=3)
+    finally:
+        logger.remove(sink)
+    (said,) = [x for x in lines if x.startswith("agents.service")]
+    assert "'swarmgpu_agent'" in said and "systemd" in said, said
+    assert 'set agents.service: "" in the daemon\'s config' in said, said
+    assert "docs/systemd.md" in said, said

@@ -343,3 +343,25 @@ def test_the_line_of_a_node_left_as_it_is_names_the_labels_removed_from_it(
         removed = f"{P}hold, {P}state.renew {'would be removed' if dry else 'removed'}"
         assert removed in line and "the other labels left as they are" in line, line
         assert (res.error or MISMATCH) in line, line
+
+
+def test_a_node_left_as_it_is_is_said_once_when_its_strays_are_gone(
+    tmp_path: Path, logs: list[str],
+) -> None:
+    """The first cycle of an unreachable agent (or unread GPUs) removes the labels no
+    node carries and names them in its line; the next cycle, with them gone, said the
+    node again ("labels left as they are" was a new text). Once per episode now."""
+    strays = {f"{P}state.renew": "7", f"{P}hold": "true"}
+    down = _facts(None, f"agent at https://{HOST}:9101/facts: timed out after 3s")
+    unread = _facts(NodeFacts(hostname=HOST, errors=(MISMATCH,)))
+    for res in (down, unread):
+        logs.clear()
+        sw = RecordingSwarm([sw_node(NID, HOST, {**desired_labels(R4090_F, P), **strays})],
+                            [], [])
+        cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
+        sync = LabelSync(sw, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
+        for _ in range(3):
+            sync.cycle(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {NID: res}))
+        assert f"{P}hold" not in sw.node(NID).labels  # the strays went in the first
+        said = [ln for ln in logs if "left as they are" in ln]
+        assert len(said) == 1 and "removed" in said[0], said

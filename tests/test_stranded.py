@@ -394,3 +394,39 @@ def test_the_release_note_of_a_hand_edited_record_says_it_goes_with_the_release(
     assert "--label-rm" not in note and "'2x'" in note and "gone" in note, note
     assert "removed with" in note and "stays 0" in note, note
     assert "docker service update --update-parallelism N gone" in note, note
+
+
+def test_a_renewal_write_says_its_decision_and_placement_once_then_counts(
+        tmp_path: object) -> None:
+    """Each renewal of a task its node truly refuses is a spec write (a ForceUpdate):
+    the log said "decision (place: its waiting task ... replaced where it is)" and
+    "placement written: [...]" again at every one, the same lines after each back-off.
+    Said once per change now; the renewals after it are counted (debug), not re-said."""
+    from support.forged import RecordingSwarm
+
+    from swarmgpu.manager.cycle.placement import WrittenSaid, apply_plan
+
+    nodes, facts, planner, s = _one_placed()
+    err = "no suitable node (scheduling constraints not satisfied on 1 node)"
+    said = WrittenSaid()
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="INFO")
+    renewals = writes = 0
+    try:
+        for i in range(1, 60):  # a cycle every 20 s, the task refused each time
+            (t,) = _tasks(s, [""])
+            plan = planner.plan(nodes, [s], [replace(t, error=err)], facts,
+                                now=1000.0 + 20 * i)
+            (sp,) = plan.services
+            renewals += sp.force_update
+            sw = RecordingSwarm(nodes, [s], [])  # Swarm holds what was written
+            apply_plan(sw, plan, dry_run=False, services=[s], said=said)  # type: ignore[arg-type]
+            writes += sw.calls.count(("service", s.id))
+            s = service_written(s, sp)
+    finally:
+        logger.remove(sink)
+    assert renewals >= 4 and writes == renewals, (renewals, writes)
+    decided = [x for x in lines if "decision (" in x]
+    assert len(decided) == 1 and "replaced where it is" in decided[0], decided
+    assert len([x for x in lines if x.startswith("placement written")]) == 1, lines
+    assert said.renewals(s.id) == renewals - 1

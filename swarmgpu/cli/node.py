@@ -296,10 +296,15 @@ def _log_plain(why: str) -> None:
               help="The agent's --proc-root, to check it shows the host's processes "
                    "(agent.proc-root; default: /proc when --root is /). Run where the "
                    "agent runs: docker exec AGENT swarmgpu doctor --proc-root /host/proc.")
+@click.option("--agents-service", default="swarmgpu_agent", show_default=True,
+              metavar="NAME",
+              help="The daemon's agents.service, checked on a manager (agents.service): "
+                   "the service exists and runs a task on each GPU-labelled node; '' "
+                   "where the agents run outside Swarm (systemd).")
 @_source_detail_options
 def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root: str | None,
-           hostname: str | None, product: str | None, memory_mib: int | None,
-           mig_layout: str | None) -> None:
+           agents_service: str, hostname: str | None, product: str | None,
+           memory_mib: int | None, mig_layout: str | None) -> None:
     """Check this node's GPU container setup and explain each problem and its fix."""
     from swarmgpu.agent.doctor import FactsRead, factsread, run_doctor
     from swarmgpu.agent.procroot import proc_root_view
@@ -328,13 +333,41 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
                             facts_error=read.error, engine_probed=root == "/",
                             docker_error=docker_error, facts_hung=read.hung,
                             proc_root=proc_root_view(proc_root or "/proc")
-                            if proc_root or root == "/" else None)
+                            if proc_root or root == "/" else None,
+                            agents_service=agents_service if root == "/" else None,
+                            swarm=_swarm_read(docker_info, docker_error, agents_service)
+                            if root == "/" else None)
     click.echo(text)
     if read.hung:
         # Exit now: the exit hooks would wait on the hung read (NVML's shutdown takes the
         # lock its init holds; the GPU-read pool joins its threads), for as long as it hangs.
         _exit_now(code)
     sys.exit(code)
+
+
+def _swarm_read(docker_info: Any, docker_error: str | None, name: str) -> Any:
+    """Swarm's nodes, services and tasks for the ``agents.service`` check, read where
+    this engine is a manager (``docker info``'s ``Swarm.ControlAvailable``); else why
+    not. Not read with the key off ('')."""
+    from swarmgpu.agent.doctor import SwarmRead
+
+    if not name:
+        return SwarmRead()
+    if docker_info is None:
+        return SwarmRead(error=f"dockerd did not answer ({docker_error or 'not asked'})")
+    if not (docker_info.get("Swarm") or {}).get("ControlAvailable"):
+        return SwarmRead(error="this node is no Swarm manager (a worker cannot list "
+                               "services)")
+    from swarmgpu.swarm.client import SwarmClient, SwarmError
+
+    try:
+        client = SwarmClient(timeout_s=10)
+        services = client.services()
+        ids = [sv.id for sv in services if sv.name == name]
+        tasks = client.tasks({"service": ids, "desired-state": "running"}) if ids else []
+        return SwarmRead(client.nodes(), services, tasks)
+    except SwarmError as exc:
+        return SwarmRead(error=str(exc))
 
 
 @click.command("node-config")

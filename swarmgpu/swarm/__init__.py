@@ -7,6 +7,8 @@ PluginFilter: the plugins a task needs, what a node lists), ``taskspec`` (which 
 changes make Swarm replace a task), ``identity`` (agent identity from the swarm's own
 PKI), ``dockerproxy`` (the least-privilege door to the engine socket, with ``httpframe``,
 its strict HTTP framing, ``enginewire``, its side of the engine's connection,
-``jsonstrict``, and ``surges``, its bound on the daemon's replica raises).
+``jsonstrict``, and ``surges``, its bound on the daemon's replica raises),
+``agentservice`` (``agents.service`` against Swarm: the service named, the GPU-labelled
+nodes its tasks run on).
 Imports only ``swarmgpu.core``.
 """

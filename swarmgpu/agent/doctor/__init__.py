@@ -12,7 +12,8 @@ See docs/doctor.md for every check and the fixture conventions.
 
 One module per group of checks: ``view`` (NodeView, Check, paths), ``read`` (the
 root into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
-``sharing``, ``identity``, ``procview`` (the checks), ``report`` (run, exit code, text/JSON),
+``sharing``, ``identity``, ``procview``, ``agentsvc`` (the checks), ``report`` (run, exit
+code, text/JSON),
 ``factsread`` (the fact source read within a deadline), ``rootpath`` (a path under the
 root as the node sees it), ``runtimepath`` (where dockerd finds the NVIDIA runtime),
 ``dockerdkeys`` (the daemon.json keys dockerd knows, as data).
@@ -20,6 +21,7 @@ root as the node sees it), ``runtimepath`` (where dockerd finds the NVIDIA runti
 
 from __future__ import annotations
 
+from swarmgpu.agent.doctor.agentsvc import check_agents_service
 from swarmgpu.agent.doctor.devices import (
     check_cgroup,
     check_dev_char_links,
@@ -89,6 +91,7 @@ from swarmgpu.agent.doctor.view import (
     Parsed,
     RuntimeLookup,
     Status,
+    SwarmRead,
     Version,
 )
 
@@ -122,8 +125,10 @@ __all__ = [
     "Parsed",
     "RuntimeLookup",
     "Status",
+    "SwarmRead",
     "Version",
     "check_agent_identity",
+    "check_agents_service",
     "check_cgroup",
     "check_daemon_json",
     "check_daemon_keys",

@@ -8,6 +8,7 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from swarmgpu.agent.doctor.agentsvc import check_agents_service
 from swarmgpu.agent.doctor.devices import (
     check_cgroup,
     check_dev_char_links,
@@ -30,7 +31,7 @@ from swarmgpu.agent.doctor.identity import check_agent_identity
 from swarmgpu.agent.doctor.procview import check_proc_root
 from swarmgpu.agent.doctor.read import read_view
 from swarmgpu.agent.doctor.sharing import check_sharing, sharing_mode
-from swarmgpu.agent.doctor.view import Check, DoctorError, NodeView, Status
+from swarmgpu.agent.doctor.view import Check, DoctorError, NodeView, Status, SwarmRead
 from swarmgpu.agent.procroot import ProcRootView
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import escaped
@@ -109,6 +110,7 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
                facts_error: str | None = None, engine_probed: bool = False,
                docker_error: str | None = None, facts_hung: bool = False,
                proc_root: ProcRootView | None = None,
+               agents_service: str | None = None, swarm: SwarmRead | None = None,
                ) -> tuple[str, int]:
     """Text (or JSON) to print and the exit code: 0 ok, 1 a check failed, 2 cannot run.
 
@@ -121,7 +123,9 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
     ``engine_probed``: dockerd was asked (the live node), ``docker_error`` why it did not
     answer; ``docker.engine`` then reports that and its Swarm state. ``proc_root``: what
     the agent's ``--proc-root`` shows (``agent.proc-root``; the live node's ``/proc``, or
-    the one ``doctor --proc-root`` names).
+    the one ``doctor --proc-root`` names). ``agents_service``: the daemon's
+    ``agents.service`` (``doctor --agents-service``), checked against ``swarm`` (a
+    manager's lists, or why they could not be read); None: not checked.
     """
     try:
         view = read_view(root, facts=facts, docker_info=docker_info, facts_error=facts_error)
@@ -131,8 +135,11 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
         return f"swarmgpu doctor: {escaped(exc)}", 2
     view = dataclasses.replace(view, agent_scheme=agent_scheme, grants=grants,
                                docker_error=docker_error, facts_hung=facts_hung,
-                               proc_root=proc_root)
+                               proc_root=proc_root, agents_service=agents_service,
+                               swarm=swarm)
     checks = run_checks(view)
+    if agents_service is not None:  # the live node: a fixture tree has no swarm to ask
+        checks.insert(0, check_agents_service(view))
     if proc_root is not None:  # the live node, or a --proc-root named
         checks.insert(0, check_proc_root(view))
     if engine_probed:  # the live node only: a fixture tree has no engine to ask

@@ -10,6 +10,7 @@ from typing import Any
 
 from swarmgpu.agent.procroot import ProcRootView
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 SWARMGPU_KIND = "NVIDIA-GPU"
 # Fixture-only files: a fixture tree cannot hold device nodes, NVML or a live dockerd.
@@ -111,6 +112,21 @@ class NodeView:
     grants: str = "env"
     # What the agent's --proc-root shows (the live node, or doctor --proc-root); None: not read
     proc_root: ProcRootView | None = None
+    # The daemon's agents.service (doctor --agents-service) and what Swarm says of it
+    # (a manager's lists); None: not checked (another root: no swarm to ask)
+    agents_service: str | None = None
+    swarm: SwarmRead | None = None
+
+
+@dataclass(frozen=True)
+class SwarmRead:
+    """Swarm's lists, as a manager answers them, or why they could not be read (a worker
+    cannot list services)."""
+
+    nodes: Sequence[SwarmNode] = ()
+    services: Sequence[SwarmService] = ()
+    tasks: Sequence[SwarmTask] = ()
+    error: str | None = None
 
 
 @dataclass(frozen=True)

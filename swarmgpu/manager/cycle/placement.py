@@ -20,6 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -146,9 +147,44 @@ WORKLOAD_STORE_EVERY_S = 60.0  # one swarm write a minute at most while the mode
 RELIST_SETTLE_S = 0.25
 
 
+class WrittenSaid:
+    """Per service, what its last service write said (placements and decision), and the
+    renewals since: a renewal that writes what was said (its waiting task replaced where
+    it is, after each back-off) is counted, at debug, not said again; the pending line
+    counts them for people (``PlacementStep._say_pending``). Kept by the daemon's
+    placement step across cycles; each service is written by one thread of a cycle."""
+
+    def __init__(self) -> None:
+        self._said: dict[str, tuple[str, int]] = {}  # service id -> (what, renewals)
+
+    @staticmethod
+    def _what(sp: ServicePlan) -> str:
+        return repr(([p.to_dict() for p in sp.placements], sp.decision))
+
+    def fresh(self, sp: ServicePlan) -> bool:
+        """Whether ``sp``'s write is to be said: not a renewal of what was said last."""
+        kept = self._said.get(sp.id)
+        return not (sp.renewed and kept is not None and kept[0] == self._what(sp))
+
+    def landed(self, sp: ServicePlan, said: bool) -> None:
+        """``sp``'s write landed: said (``fresh``), or counted as a renewal."""
+        kept = self._said.get(sp.id)
+        self._said[sp.id] = (self._what(sp), 0 if said or kept is None else kept[1] + 1)
+
+    def renewals(self, service_id: str) -> int:
+        """The renewals counted since the service's write was last said."""
+        return self._said.get(service_id, ("", 0))[1]
+
+    def keep(self, service_ids: AbstractSet[str]) -> None:
+        """Forget the services not in this cycle's plan (gone, or no longer placed)."""
+        for gone in self._said.keys() - service_ids:
+            del self._said[gone]
+
+
 def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
                services: Sequence[SwarmService], held: HeldNodeWrites | None = None,
-               prefix: str = "swarmgpu.", open_gates_now: bool = True) -> int:
+               prefix: str = "swarmgpu.", open_gates_now: bool = True,
+               said: WrittenSaid | None = None) -> int:
     """Apply in the safe order; return the number of placement writes that landed.
 
     ``services``: the snapshot's, as the plan saw them: a service whose spec no longer
@@ -161,7 +197,8 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
     written in phase 1 alone: one write per node per cycle, and label sync's changes
     land no later than the node's gate. ``open_gates_now``: after the service writes,
     one list of the tasks opens, in this cycle, the gates whose service's tasks all
-    carry the new device map (``gates_ready_now``).
+    carry the new device map (``gates_ready_now``). ``said``: the daemon's memory of
+    what each service write said (``WrittenSaid``; none: every write is said).
 
     ``plan.landed``: what of its node label changes landed, recorded as each phase ends
     (in dry-run: all of them, as the log says they would), for the steps after this one
@@ -200,7 +237,7 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
     todo = [sp for sp in plan.services if sp.needs_service_write and sp.name not in held_back]
     seen = {s.id: s.spec for s in services}
     for sp, ok in zip(todo, write_each(todo, lambda sp: write_service(
-            gate, sp, forced, Planned(seen.get(sp.id, {}), prefix))), strict=True):
+            gate, sp, forced, Planned(seen.get(sp.id, {}), prefix), said)), strict=True):
         writes += ok is True
         if ok is None or ok is STALE:  # never open a gate whose devices were not written,
             drop_writes(plan, sp.name, prefix)  # nor write a ledger planned for an old spec
@@ -305,12 +342,14 @@ STALE = "stale"  # write_service: the spec changed what its plan was made from
 
 
 def write_service(gate: Writes, sp: ServicePlan, forced: _Forced,
-                  planned: Planned) -> bool | str | None:
+                  planned: Planned, said: WrittenSaid | None = None) -> bool | str | None:
     """True: written, False: nothing to write, None: the write failed, ``STALE``: the
     spec no longer asks for what ``planned`` saw (nothing written; it is read afresh and
     planned again next cycle). A forced update notes the ForceUpdate it landed (the last
-    compute is the one that landed)."""
+    compute is the one that landed). A renewal that writes what was said is counted in
+    ``said``, its decision and written lines at debug."""
     log = logger.bind(service=sp.name)
+    say = said is None or said.fresh(sp)
     inner = planned.guard(service_compute(sp.writes))
     last: list[Mapping[str, Any] | None] = [None]
 
@@ -320,7 +359,8 @@ def write_service(gate: Writes, sp: ServicePlan, forced: _Forced,
         return new
 
     try:
-        landed = gate.service_spec(sp.id, compute, Why(*sp.decision) if sp.decision else None)
+        landed = gate.service_spec(sp.id, compute, Why(*sp.decision) if sp.decision else None,
+                                   say)
     except SwarmError as exc:  # its own node writes only are left out: the rest go
         log.error("placement: {}'s service write failed: its gates stay closed and its "
                   "ledger entries unwritten; made again next cycle: {}", sp.name, exc)
@@ -333,7 +373,13 @@ def write_service(gate: Writes, sp: ServicePlan, forced: _Forced,
         return STALE
     if not landed:
         return False
-    log.info("placement written: {}", [p.to_dict() for p in sp.placements])
+    if said is not None:
+        said.landed(sp, say)
+    if say:
+        log.info("placement written: {}", [p.to_dict() for p in sp.placements])
+    else:
+        log.debug("placement written as said, its waiting task renewed ({} time(s) since)",
+                  said.renewals(sp.id) if said is not None else 0)
     if sp.force_update and last[0] is not None:
         forced.landed(sp.id, last[0])
     return True
@@ -409,6 +455,7 @@ class PlacementStep(Step):
         # renews its waiting task: kept while it waits, across a cycle it is not pending
         # (``_say_pending``)
         self.renewals: dict[str, tuple[str, int]] = {}
+        self.written_said = WrittenSaid()  # each service write said once per change
 
     def stand_by(self) -> None:
         self.planner = None  # a new term starts from what Swarm stores
@@ -435,8 +482,9 @@ class PlacementStep(Step):
             host.metrics.planned.labels(status=str(status)).set(counts[status])
         if plan.empty:
             return
+        self.written_said.keep({sp.id for sp in plan.services})
         n = apply_plan(host.swarm, plan, dry_run=cfg.dry_run, services=snap.services,
-                       held=session.held, prefix=cfg.sync.prefix)
+                       held=session.held, prefix=cfg.sync.prefix, said=self.written_said)
         host.metrics.placements.labels(outcome="written").inc(n)
         if any(sp.gates_deferred or sp.force_update for sp in plan.services):
             # Replaced tasks appear within a second; open their gates right after.

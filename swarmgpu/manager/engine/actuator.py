@@ -106,13 +106,15 @@ class Writes:
                      "decision ({}); a bug: every such write names its reason", self.who,
                      what, describe(changes))
 
-    def _decided(self, what: str, why: Why, changes: Sequence[str]) -> None:
+    def _decided(self, what: str, why: Why, changes: Sequence[str], say: bool = True) -> None:
+        """Record the decision; log it unless ``say`` is False (the caller said it once
+        already: a renewal's, ``cycle.placement.WrittenSaid``), then at debug only."""
         if len(self.decided) >= 200:
             del self.decided[:100]
         self.decided.append((what, why, describe(changes)))
         if why.kind != "none":
-            logger.info("{}: decision ({}) for {}: {}", self.who, why.text(), what,
-                        describe(changes))
+            logger.log("INFO" if say else "DEBUG", "{}: decision ({}) for {}: {}",
+                       self.who, why.text(), what, describe(changes))
 
     def node_labels(self, node_id: str,
                     compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
@@ -142,7 +144,8 @@ class Writes:
 
     def service_spec(self, service_id: str,
                      compute: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
-                     why: Why | None = None) -> bool:
+                     why: Why | None = None, say: bool = True) -> bool:
+        """``say``: log the decision at info (``_decided``)."""
         what = f"service {service_id[:12]} spec"
         if self._refuse(what):
             return False
@@ -160,7 +163,7 @@ class Writes:
         if undecided[0]:
             self._undecided(what, changes)
         elif landed and changes and why is not None:
-            self._decided(what, why, changes)
+            self._decided(what, why, changes, say)
         return landed
 
     def reread(self, kind: str, obj_id: str) -> None:

@@ -6,5 +6,4 @@
 ``sync``         the snapshot, and label sync: facts -> node labels (through the actuator)
 ``gpuhealth``    GPU health states per GPU, kept across cycles
 ``gpuowners``    which node speaks for which GPU (each for the GPUs its facts list)
-``agentservice`` ``agents.service`` naming no service in Swarm: said, with the fix
 """

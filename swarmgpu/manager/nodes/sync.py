@@ -21,11 +21,11 @@ from swarmgpu.manager.engine.stop import StopRequest
 from swarmgpu.manager.engine.writes import HeldNodeWrites, HeldWrite, write_each
 from swarmgpu.manager.nodes.agent_client import FactsResult, fetch_all
 from swarmgpu.manager.nodes.agentbook import AgentBook
-from swarmgpu.manager.nodes.agentservice import missing_agent_service
 from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.cpunodes import agent_nodes, expects_agent
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_task_read
+from swarmgpu.swarm.agentservice import missing_agent_service
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import (
     SwarmClient,
@@ -202,7 +202,7 @@ class LabelSync:
                                         facts_error=err, never=self.actuator.never)
                 if expected:
                     unreachable += 1
-                    warn("agent unreachable, {}: {}", self._left(plan), err)
+                    warn("agent unreachable, {}: {}", self._left(plan), err, key=err)
                     report.errors.append(f"{node.hostname}: {err}")
                 elif result is not None and result.listening:
                     # Something answers on the agent port, but not with facts the daemon
@@ -229,7 +229,7 @@ class LabelSync:
             report.plans.append(plan)
             if plan.skipped:  # its GPUs cannot be read: left as they are, as unreachable
                 unread += 1
-                warn("{}; {}", plan.skipped, self._left(plan))
+                warn("{}; {}", plan.skipped, self._left(plan), key=plan.skipped)
                 report.errors.append(f"{node.hostname}: {plan.skipped}")
             held += self._keep(plan, node, facts, todo, warn)
 
@@ -270,7 +270,7 @@ class LabelSync:
     def _agent_service_missing(self, snapshot: Snapshot, any_gpu: bool) -> None:
         """``agents.service`` names no service while GPU nodes exist (``any_gpu``: the
         cycle's loop found one, ``is_gpu_node``): said once while it lasts
-        (``agentservice``); nothing stops for it."""
+        (``swarm.agentservice``); nothing stops for it."""
         note = (missing_agent_service(snapshot.services, self.cfg.agents.service)
                 if any_gpu else None)
         self._service_said.begin()
@@ -290,10 +290,13 @@ class LabelSync:
             )
 
     def _once(self, node_id: str, log: Any) -> Callable[..., None]:
-        """A warning about ``node_id`` said unless it was said last cycle too."""
+        """A warning about ``node_id`` said unless it was said last cycle too. ``key``:
+        what makes it the same warning, where the text says more (what a node left as
+        it is had removed: gone the next cycle, and the episode goes on)."""
 
-        def warn(msg: str, *args: object) -> None:
-            if self._node_said.fresh((node_id, hash((msg, *map(str, args))))):
+        def warn(msg: str, *args: object, key: object = None) -> None:
+            same = (msg, *map(str, args)) if key is None else (msg, str(key))
+            if self._node_said.fresh((node_id, hash(same))):
                 log.warning(msg, *args)
 
         return warn

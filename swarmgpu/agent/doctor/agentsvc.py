@@ -1,0 +1,54 @@
+"""Does ``agents.service`` name the agents' Swarm service, and does a task of it run on
+each GPU-labelled node? A name no service has (a typo, a stack deployed under another
+name) marks no node as a GPU node: one whose agent has not answered may be taken as
+CPU-only. Read from a manager (a worker cannot list services)."""
+
+from __future__ import annotations
+
+from swarmgpu.agent.doctor.view import Check, NodeView, Status
+from swarmgpu.core.peertext import quoted
+from swarmgpu.swarm.agentservice import FIX, missing_agent_service, unserved
+
+CID = "agents.service"
+SHOWN = 5  # nodes named in the finding
+
+
+def check_agents_service(view: NodeView) -> Check:
+    """``view.agents_service`` (the daemon's key, ``doctor --agents-service``) against
+    ``view.swarm`` (the manager's lists)."""
+    name = view.agents_service
+    if name is None:
+        return Check(CID, Status.SKIP, "not checked (no swarm to ask under another --root)")
+    if name == "":
+        return Check(CID, Status.OK,
+                     "agents.service is '' (agents run outside Swarm, e.g. by systemd): "
+                     "GPU nodes are known only from their agents' answers and their "
+                     "labels (gpu=true, swarmgpu's labels, GPU generic resources); a "
+                     "node with none of these whose agent never answered is taken as "
+                     "CPU-only")
+    read = view.swarm
+    if read is None or read.error is not None:
+        why = read.error if read is not None and read.error else "Swarm was not asked"
+        return Check(CID, Status.SKIP,
+                     f"agents.service {quoted(name)} not checked: {why}; run swarmgpu "
+                     "doctor on a manager, or swarmgpu audit")
+    missing = missing_agent_service(read.services, name)
+    if missing is not None:
+        return Check(CID, Status.FAIL, missing,
+                     "a misspelled agents.service marks no node as a GPU node: a GPU "
+                     "node whose agent has not answered may be given CPU-only services",
+                     FIX + "; doctor --agents-service NAME checks another name")
+    left = unserved(read.nodes, read.services, read.tasks, name)
+    if left:
+        hosts = ", ".join(n.hostname for n in left[:SHOWN]) + (
+            f" and {len(left) - SHOWN} more" if len(left) > SHOWN else "")
+        return Check(CID, Status.WARN,
+                     f"no task of {quoted(name)} runs on {len(left)} GPU-labelled "
+                     f"node(s): {hosts}",
+                     "no agent there reports the node's GPUs: its labels go stale and "
+                     "no GPU of it is given out",
+                     f"docker service ps {name} --no-trunc (a task refused or failing "
+                     "there says why); check the service's placement constraints "
+                     "(node.labels.gpu==true) match those nodes")
+    return Check(CID, Status.OK,
+                 f"a task of {quoted(name)} runs on each GPU-labelled node")

@@ -1,0 +1,67 @@
+"""``agents.service`` against Swarm: a name no service has (a typo, or a stack deployed
+under another name) marks no node, silently; this says so, with the fix.
+
+Not an error to the daemon: the key is only one sign of a GPU node
+(``manager.placement.cpunodes.gpu_hint``), and systemd agents run in no service at all.
+Said where GPU nodes exist, so a swarm without any is not told about agents it does not
+run. ``swarmgpu doctor`` fails it (``agent.doctor.agentsvc``), and names the GPU-labelled
+nodes no task of the service runs on (``unserved``): the daemon, the log, ``audit`` and
+the doctor read it here alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from swarmgpu.core.peertext import quoted
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.constraints import equal_fold
+from swarmgpu.swarm.labels import owned_by_label_sync
+
+SHOWN = 5  # services ending in _agent named in the note
+
+# The fix, the same in the daemon's log, ``audit`` and ``doctor``: the systemd fleet's
+# first (left at the default, it is told this once), as docs/systemd.md says it.
+FIX = ("agents run by systemd (swarmgpu-agent.service) or otherwise outside Swarm: set "
+       'agents.service: "" in the daemon\'s config (docs/systemd.md); agents run by a '
+       "stack: set agents.service to their service (docker service ls; the stack's is "
+       "<stack>_agent)")
+
+
+def missing_agent_service(services: Iterable[SwarmService], name: str) -> str | None:
+    """Why ``agents.service`` (``name``) matches no service in Swarm, with the services
+    whose name ends in ``_agent`` (the stack's ``<stack>_agent``) and the fix; None when
+    one is named so, or the key is off ("")."""
+    names = sorted({s.name for s in services})
+    if not name or name in names:
+        return None
+    like = [n for n in names if n.endswith("_agent")]
+    seen = (f"services named *_agent: {', '.join(like[:SHOWN])}"
+            + (f" and {len(like) - SHOWN} more" if len(like) > SHOWN else "")
+            if like else "no service is named *_agent")
+    return (f"agents.service: no Swarm service is named {quoted(name)} ({seen}), so no "
+            "node is known as a GPU node by the agents' tasks: one whose agent has not "
+            f"answered and has no gpu=true label may be taken as CPU-only; fix: {FIX}")
+
+
+
+def gpu_labelled(node: SwarmNode, prefix: str = "swarmgpu.") -> bool:
+    """A node labelled as a GPU node: ``gpu=true`` (node or engine label, as Swarm
+    matches it: where the shipped stack places the agents), or label sync's labels."""
+    return (equal_fold(node.labels.get("gpu", ""), "true")
+            or equal_fold(node.engine_labels.get("gpu", ""), "true")
+            or any(owned_by_label_sync(k, prefix) for k in node.labels))
+
+
+def unserved(nodes: Iterable[SwarmNode], services: Iterable[SwarmService],
+             tasks: Iterable[SwarmTask], name: str,
+             prefix: str = "swarmgpu.") -> list[SwarmNode]:
+    """The GPU-labelled nodes (``gpu_labelled``) on which no task of the service
+    ``name`` runs (desired running and running), by hostname; a node that is down or
+    drained is left out (Swarm runs nothing there)."""
+    ids = {s.id for s in services if s.name == name}
+    running = {t.node_id for t in tasks if t.service_id in ids
+               and t.desired_state == "running" and t.state == "running"}
+    return sorted((n for n in nodes if gpu_labelled(n, prefix) and n.id not in running
+                   and n.state == "ready" and n.availability == "active"),
+                  key=lambda n: (n.hostname, n.id))

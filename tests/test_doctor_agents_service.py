@@ -1,0 +1,83 @@
+"""``swarmgpu doctor``'s ``agents.service`` check: the daemon's key (``doctor
+--agents-service``) against Swarm's lists, read on a manager. Before, the doctor did
+not look at the key: a misspelled name marked no node as a GPU node, and only the
+daemon's log (once) and ``audit`` said so. Pure: the lists are given as a manager
+answers them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from support.forged import sw_node, sw_svc
+
+from swarmgpu.agent.doctor import (
+    Check,
+    Status,
+    SwarmRead,
+    check_agents_service,
+    run_doctor,
+)
+from swarmgpu.agent.doctor.read import read_view
+from swarmgpu.swarm.client import SwarmTask
+
+AGENT = sw_svc("swarmgpu_agent", {}, gated=False, mode={"Global": {}})
+GPU_A = sw_node("n-a", "gpu-a", {"gpu": "true"})
+GPU_B = replace(sw_node("n-b", "gpu-b"), engine_labels={"gpu": "TRUE"})
+CPU = sw_node("n-c", "cpu-c")
+DOCTOR_ROOTS = Path(__file__).parent / "doctor_roots"
+
+
+def _task(node_id: str, state: str = "running") -> SwarmTask:
+    return SwarmTask(id=f"t-{node_id}", service_id=AGENT.id, node_id=node_id, slot=None,
+                     state=state, desired_state="running", env=())
+
+
+def _check(name: str | None, read: SwarmRead | None) -> Check:
+    view = replace(read_view(str(DOCTOR_ROOTS / "healthy")), agents_service=name, swarm=read)
+    return check_agents_service(view)
+
+
+def test_a_misspelled_agents_service_fails_naming_the_key_and_the_fix() -> None:
+    read = SwarmRead([GPU_A, CPU], [AGENT], [_task("n-a")])
+    c = _check("swarmgpu-agent", read)
+    assert c.status is Status.FAIL and c.id == "agents.service", c
+    assert c.found.startswith("agents.service: no Swarm service is named 'swarmgpu-agent'")
+    assert "swarmgpu_agent" in c.found, c.found  # the service of that stack's form
+    assert 'agents.service: ""' in c.fix and "docker service ls" in c.fix, c.fix
+    assert "--agents-service" in c.fix
+
+
+def test_the_service_runs_on_each_gpu_labelled_node_or_the_nodes_left_are_named() -> None:
+    every = SwarmRead([GPU_A, GPU_B, CPU], [AGENT], [_task("n-a"), _task("n-b")])
+    assert _check("swarmgpu_agent", every).status is Status.OK
+    left = SwarmRead([GPU_A, GPU_B, CPU], [AGENT], [_task("n-a"), _task("n-b", "pending")])
+    c = _check("swarmgpu_agent", left)
+    assert c.status is Status.WARN and "gpu-b" in c.found, c
+    assert "gpu-a" not in c.found and "cpu-c" not in c.found, c.found
+    assert "docker service ps swarmgpu_agent" in c.fix, c.fix
+    drained = replace(GPU_B, availability="drain")  # Swarm runs nothing there
+    ok = SwarmRead([GPU_A, drained], [AGENT], [_task("n-a")])
+    assert _check("swarmgpu_agent", ok).status is Status.OK
+
+
+def test_an_empty_agents_service_says_plainly_how_gpu_nodes_are_known() -> None:
+    c = _check("", SwarmRead())
+    assert c.status is Status.OK, c
+    assert "known only from their agents' answers and their labels" in c.found, c.found
+
+
+def test_a_worker_cannot_list_services_and_the_check_says_so() -> None:
+    c = _check("swarmgpu_agent", SwarmRead(error="this node is no Swarm manager"))
+    assert c.status is Status.SKIP and "run swarmgpu doctor on a manager" in c.found, c
+
+
+def test_the_doctor_fails_a_misspelled_name_and_leaves_a_fixture_tree_unchecked() -> None:
+    root = str(DOCTOR_ROOTS / "healthy")
+    read = SwarmRead([GPU_A], [AGENT], [_task("n-a")])
+    text, code = run_doctor(root, as_json=True, agents_service="swarmgpu-agent", swarm=read)
+    (c,) = [c for c in json.loads(text)["checks"] if c["id"] == "agents.service"]
+    assert c["status"] == "fail" and code == 1, c
+    text, _ = run_doctor(root, as_json=True)
+    assert "agents.service" not in [c["id"] for c in json.loads(text)["checks"]]
