@@ -142,3 +142,19 @@ def test_agents_service_defaults_to_the_shipped_stacks_agent(tmp_path: Path) -> 
         path = tmp_path / "c.yml"
         path.write_text(f"agents:\n  service: '{ok}'\n")
         assert load_config(str(path)).agents.service == ok
+
+
+def test_an_agent_task_in_its_restart_delay_still_marks_its_node() -> None:
+    """An agent that fails at start (never answered: no swarmgpu labels) restarts under
+    Swarm's restart policy: its replacement is made on the node with desired state
+    ``ready`` for the restart delay (5 s by default), then ``running``. Swarm still runs
+    the agents' service there; before, the node read as CPU-only in each delay, and a
+    gpus "0" service went there first (a flip every crash loop)."""
+    n = cpu_node("n-c", "node-c", 4000, labels={"accelerator": "nvidia"})
+    web = sw_svc("web", ZERO, gated=False)
+    agent = sw_svc("swarmgpu_agent", {}, gated=False, mode=GLOBAL)
+    for state in ("assigned", "preparing", "ready"):
+        tasks = [agent_task(agent, "n-c", "failed", "shutdown"),
+                 agent_task(agent, "n-c", state, "ready")]
+        assert agent_nodes([agent, web], tasks, "swarmgpu_agent") == {"n-c"}, state
+        assert where_web(snapshot(n, [agent, web], tasks), Config()) == "n-g", state
