@@ -145,11 +145,12 @@ def test_agents_service_defaults_to_the_shipped_stacks_agent(tmp_path: Path) -> 
 
 
 def test_an_agent_task_in_its_restart_delay_still_marks_its_node() -> None:
-    """An agent that fails at start (never answered: no swarmgpu labels) restarts under
-    Swarm's restart policy: its replacement is made on the node with desired state
-    ``ready`` for the restart delay (5 s by default), then ``running``. Swarm still runs
-    the agents' service there; before, the node read as CPU-only in each delay, and a
-    gpus "0" service went there first (a flip every crash loop)."""
+    """Swarm makes an agents' task on its node with desired state ``ready`` before it
+    runs: a failed task's replacement for its restart delay (5 s by default; an agent
+    that fails at start, never answered, loops so), and the new task of a rolling update
+    (an upgrade of the agents) while the old one stops. Swarm still means the agent
+    there; before, the node read as CPU-only then (no other sign: no swarmgpu labels,
+    placed by the operator's label), and a gpus "0" service went there first."""
     n = cpu_node("n-c", "node-c", 4000, labels={"accelerator": "nvidia"})
     web = sw_svc("web", ZERO, gated=False)
     agent = sw_svc("swarmgpu_agent", {}, gated=False, mode=GLOBAL)
@@ -158,3 +159,6 @@ def test_an_agent_task_in_its_restart_delay_still_marks_its_node() -> None:
                  agent_task(agent, "n-c", state, "ready")]
         assert agent_nodes([agent, web], tasks, "swarmgpu_agent") == {"n-c"}, state
         assert where_web(snapshot(n, [agent, web], tasks), Config()) == "n-g", state
+    update = [agent_task(agent, "n-c", "running", "shutdown"),
+              agent_task(agent, "n-c", "assigned", "ready")]
+    assert where_web(snapshot(n, [agent, web], update), Config()) == "n-g"

@@ -28,7 +28,8 @@ from swarmgpu.swarm.constraints import equal_fold
 from swarmgpu.swarm.labels import owned_by_label_sync
 
 # An agents' task's desired states while Swarm means it on its node: running, or ready
-# (its restart delay, as ``labels.plan_node_labels`` and ``jobs.job_task_read`` read it).
+# (swarmkit makes a failed task's replacement, and a rolling update's new task, so until
+# it starts it: the restart delay, the old task's stop; as ``jobs.job_task_read`` reads).
 _MEANT = frozenset(("running", "ready"))
 
 
@@ -38,8 +39,8 @@ def agent_nodes(services: Iterable[SwarmService], tasks: Iterable[SwarmTask],
     ``agents.service``, the shipped stack's ``swarmgpu_agent``; "": none is read): GPU
     nodes by Swarm's own word, whatever their labels (the operator placed the agents by
     a label of their own, or by hand). Its task assigned or later, desired running or
-    ``ready``: a failed task's replacement waits out its restart delay so (an agent that
-    fails at start, crash-looping, never answers), and Swarm still means the agent there."""
+    ``ready`` (``_MEANT``: a restart's or an update's new task before it starts; an agent
+    that fails at start loops so, never answering)."""
     if not name:  # the replay's and render's default: no service is walked for it
         return frozenset()
     ids = {s.id for s in services if s.name == name}
