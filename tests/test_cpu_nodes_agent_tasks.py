@@ -144,7 +144,7 @@ def test_agents_service_defaults_to_the_shipped_stacks_agent(tmp_path: Path) -> 
         assert load_config(str(path)).agents.service == ok
 
 
-def test_an_agent_task_in_its_restart_delay_still_marks_its_node() -> None:
+def test_an_agents_task_made_ready_before_it_starts_still_marks_its_node() -> None:
     """Swarm makes an agents' task on its node with desired state ``ready`` before it
     runs: a failed task's replacement for its restart delay (5 s by default; an agent
     that fails at start, never answered, loops so), and the new task of a rolling update
