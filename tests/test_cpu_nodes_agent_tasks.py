@@ -142,3 +142,23 @@ def test_agents_service_defaults_to_the_shipped_stacks_agent(tmp_path: Path) -> 
         path = tmp_path / "c.yml"
         path.write_text(f"agents:\n  service: '{ok}'\n")
         assert load_config(str(path)).agents.service == ok
+
+
+def test_an_agents_task_made_ready_before_it_starts_still_marks_its_node() -> None:
+    """Swarm makes an agents' task on its node with desired state ``ready`` before it
+    runs: a failed task's replacement for its restart delay (5 s by default; an agent
+    that fails at start, never answered, loops so), and the new task of a rolling update
+    (an upgrade of the agents) while the old one stops. Swarm still means the agent
+    there; before, the node read as CPU-only then (no other sign: no swarmgpu labels,
+    placed by the operator's label), and a gpus "0" service went there first."""
+    n = cpu_node("n-c", "node-c", 4000, labels={"accelerator": "nvidia"})
+    web = sw_svc("web", ZERO, gated=False)
+    agent = sw_svc("swarmgpu_agent", {}, gated=False, mode=GLOBAL)
+    for state in ("assigned", "preparing", "ready"):
+        tasks = [agent_task(agent, "n-c", "failed", "shutdown"),
+                 agent_task(agent, "n-c", state, "ready")]
+        assert agent_nodes([agent, web], tasks, "swarmgpu_agent") == {"n-c"}, state
+        assert where_web(snapshot(n, [agent, web], tasks), Config()) == "n-g", state
+    update = [agent_task(agent, "n-c", "running", "shutdown"),
+              agent_task(agent, "n-c", "assigned", "ready")]
+    assert where_web(snapshot(n, [agent, web], update), Config()) == "n-g"

@@ -724,3 +724,26 @@ def test_a_health_repin_whose_old_task_swarm_never_lets_go_ends_at_its_hold_limi
     assert n[assign_key(P, "g")] == f"{U[0]}@500" and gate_key(P, "g") not in n
     g = sw.service("id-g")
     assert g.labels[devices_key(P, "n-4090")] == U[0] and P + MOVE_STATE not in g.labels
+
+
+def test_a_health_repin_whose_node_write_never_landed_says_so_at_its_hold_limit() -> None:
+    """Its node write (ledger on the healthy GPU, gate closed) fails each cycle till the
+    hold limit: the gate never closed, the ledger still names the old GPU, the device map
+    is pointed back at it. Before, its outcome said the gate did not reopen because Swarm
+    had not let the old task go, gate left closed: neither is so (the gate is open, the
+    old task runs), and the operator was sent after Swarm instead of the failed write."""
+    sw, now = victim_cluster(), [1000.0]
+    real = sw.update_node_labels
+    sw.update_node_labels = lambda *a, **k: (_ for _ in ()).throw(  # type: ignore[method-assign]
+        SwarmUnavailable("engine down"))
+    move = dataclasses.replace(_repin_move(), trigger=Trigger.HEALTH, reason="health: x")
+    _cycle(sw, now, [move])
+    now[0] += 2 * RB.move_timeout_s + 1
+    (last,) = _cycle(sw, now).recent
+    sw.update_node_labels = real  # type: ignore[method-assign]
+    assert last.outcome is Outcome.FAILED
+    n = sw.node("n-4090").labels
+    assert n[assign_key(P, "g")] == f"{U[1]}@500" and n[gate_key(P, "g")] == "true"
+    assert sw.service("id-g").labels[devices_key(P, "n-4090")] == U[1]
+    assert "did not reopen" not in last.detail and "left closed" not in last.detail
+    assert "node write" in last.detail and "gate open" in last.detail, last.detail

@@ -378,7 +378,8 @@ class Repin:
                 return True
             if not self._hold_over(st):
                 return False
-            self._health_over(sid, st, held, waits)
+            gate = node.labels.get(gate_key(self.prefix, st.service)) == "true"
+            self._health_over(sid, st, held, waits, gate)
             return True
         if st.direction == "forward" and self._taken(sid, st, node, held,
                                                      st.source_holding(), waits):
@@ -410,7 +411,7 @@ class Repin:
         return True
 
     def _health_over(self, sid: str, st: MoveState, held: Holding | None,
-                     waits: Waits) -> None:
+                     waits: Waits, gate_open: bool) -> None:
         """A health repin past its hold limit (``_hold_over``) whose gate on the healthy
         GPUs never opened (Swarm has not let the old task go: a node that does not
         answer, say): it ends where it is, failed, its record and budget released, as
@@ -419,15 +420,21 @@ class Repin:
         running there; the closed gate still has Swarm's enforcer stop it, the ledger
         keeps the healthy GPUs, and placement carries on from there. Its node write
         never landed (the ledger still on the failed GPU): the device map is pointed
-        back at the ledger's GPUs, and the health policy proposes the move again."""
+        back at the ledger's GPUs, and the health policy proposes the move again: its
+        outcome says that write failed, not Swarm (``gate_open``: the gate as read)."""
         self._point_at_held(sid, st, held)
-        at = "the healthy GPU(s) it holds" if held == st.target_holding() else (
-            "the GPU(s) its ledger still names")
-        self._finish(sid, st, Outcome.FAILED, (
-            f"its gate on {st.source_host} did not reopen within "
-            f"{2 * self.cfg.move_timeout_s:g}s (Swarm has not let its old task go); "
-            f"gate left closed, not rolled back onto the failed GPU(s); left to "
-            f"placement on {at}"), waits)
+        limit = f"{2 * self.cfg.move_timeout_s:g}s"
+        if held == st.target_holding():
+            why = (f"its gate on {st.source_host} did not reopen within {limit} (Swarm has "
+                   "not let its old task go); gate left closed, not rolled back onto the "
+                   "failed GPU(s); left to placement on the healthy GPU(s) it holds")
+        else:
+            why = (f"its node write on {st.source_host} (the ledger on "
+                   f"{','.join(st.target_uuids)}, the gate closed) did not land within "
+                   f"{limit}; gate {'open' if gate_open else 'closed'} as it was, left to "
+                   "placement on the GPU(s) its ledger still names (the device map pointed "
+                   "back at them); fix: the daemon's log says why the node write failed")
+        self._finish(sid, st, Outcome.FAILED, why, waits)
 
     def _point_at_held(self, sid: str, st: MoveState, held: Holding | None) -> None:
         """Before ``st`` is left to placement on ``held``: when its first node write (the
