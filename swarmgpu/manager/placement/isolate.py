@@ -88,7 +88,19 @@ def isolated(cluster: ClusterAllocator, faults: Faults, s: SwarmService,
         faults.say(s, exc, undone)
     else:
         faults.say(s, exc)
+    unrecorded(cluster)
     return failed_plan(s, r, exc)
+
+
+def unrecorded(cluster: ClusterAllocator) -> None:
+    """Each node where a commit raised once it began counting and before its holding
+    was recorded (``ClusterAllocator.unrecorded``) is built anew from the ledger at the
+    next sync: ``restore`` gives back only what is recorded, and what the allocator
+    counted there is not known. Till then its GPUs are counted used or were never
+    counted, both free of any running task: the safe side, no block needed."""
+    for nid in sorted(cluster.unrecorded):
+        cluster.rebuild_node(nid)
+    cluster.unrecorded.clear()
 
 
 def unsure(cluster: ClusterAllocator, name: str, before: Committed) -> None:
