@@ -205,3 +205,18 @@ def test_a_record_that_raises_after_the_commit_gives_the_gpus_back(
     _failed(_by_name(plan)[BAD], "boom recording")
     assert not [k for k, _ in planner.cluster.held_items() if k[0] == BAD]
     assert planner.cluster.alloc.snapshot() == _fresh_after(list(NODES), [ok])
+
+
+def test_a_service_whose_ungating_raises_costs_itself_alone() -> None:
+    """The pass that releases the services that no longer ask for a GPU: a-bad's
+    request labels are gone, its gate is still in its spec, its UpdateConfig is not a
+    mapping. It is failed and keeps its ledger entry and its lines (nothing written)."""
+    nodes, held = _settled(svc(BAD, {f"{P}gpus": "4"}))
+    bad = replace(held, labels={}, spec={"UpdateConfig": "fast"}, version=held.version + 1)
+    ok = svc("b-ok", {f"{P}gpus": "4"})
+    plan = Planner().plan(nodes, [bad, ok], [], FACTS)
+    got = _by_name(plan)
+    _failed(got[BAD], "AttributeError")
+    assert got["b-ok"].status == "placed"
+    assert BAD not in plan.released
+    assert not any(BAD in k for ks in plan.node_remove.values() for k in ks)

@@ -248,6 +248,7 @@ class Planner:
         seen = self._see(nodes, facts, moving, agent_nodes(services, tasks, self.agent_service))
         self._ports.new_cycle(services, tasks)
         self._filters.set_tasks(tasks)
+        self._faults.begin()  # (a service's fault said once while it lasts: isolate)
         read = self._reads.read(services, seen.most)
         tv, tasks_changed = self._read_tasks(tasks, read.few)
         self._release(plan, nodes, seen.ledger, read)
@@ -279,18 +280,19 @@ class Planner:
             holds.end()
         self._memo.evict(services, seen.by_id)
         self._failed_unvisited(plan, read)
+        self._faults.end()
         self._note_problems(plan, {s.name: s for s, _ in read.parsed})
         plan.workload = self.model.summary()
         plan.queues = self.queues.summary()
         return plan
 
     def _failed_unvisited(self, plan: PlacementPlan, read: ServiceRead) -> None:
-        """A failed plan for each service a pass failed that no visit planned (a CPU-only
-        one: its count in the workload model raised)."""
+        """A failed plan for each service a pass failed that no visit planned (one of no
+        request: its ungating, or its count in the workload model, raised)."""
         if not read.failed:
             return
         have = {sp.name for sp in plan.services}
-        for s in read.cpu_only:
+        for s in read.no_request:
             if s.id in read.failed and s.name not in have:
                 plan.services.append(isolated(self.cluster, self._faults, s,
                                               RequestError("", "", ""), read.failed[s.id], {}))
@@ -341,6 +343,11 @@ class Planner:
         self._stray_gates(plan, nodes, live_names)
         for s in read.no_request:
             held = s.name in ledger
+            try:  # (first: nothing is written for a service whose ungating raises)
+                writes, notes = ungate(s, prefix, released=held)
+            except Exception as exc:  # its fault is its own (placement.isolate)
+                read.failed.setdefault(s.id, exc)
+                continue
             if held:  # request labels removed: release its GPUs
                 plan.released.append(s.name)
                 for node_id in ledger[s.name]:
@@ -349,7 +356,6 @@ class Planner:
             # ... and take swarmgpu's lines out of its spec, its gate first: closed, it
             # would match no node ever again (placement.ungate). Written after its gates
             # close (phase 1 of the write); a failed write is made again next cycle.
-            writes, notes = ungate(s, prefix, released=held)
             if writes:
                 plan.services.append(ServicePlan(
                     s.name, s.id, None, "", Status.RELEASED, State.RELEASED,
@@ -417,7 +423,6 @@ class Planner:
             if s.id in quiet and ports.ports_of(s):
                 ports.claim(s, ledger.get(s.name, {}))
         faults = self._faults
-        faults.begin()
         failed = v.read.failed  # a pass over every service raised for these (``plan``)
         for s, r in visit:
             v.holds.visit(s.name, priority_of(r), planned)  # its faults its own (nominated)
@@ -440,7 +445,6 @@ class Planner:
             n_records += got.quiet
             planned.append(sp)
             claim(ports, s, sp)
-        faults.end()
         if quiet:
             visited_plans = iter(planned)
             plan.services.extend([settled[s.id].plan if s.id in quiet
