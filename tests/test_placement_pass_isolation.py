@@ -220,3 +220,15 @@ def test_a_service_whose_ungating_raises_costs_itself_alone() -> None:
     assert got["b-ok"].status == "placed"
     assert BAD not in plan.released
     assert not any(BAD in k for ks in plan.node_remove.values() for k in ks)
+
+
+def test_an_arrival_whose_read_raises_costs_itself_alone() -> None:
+    """The arrivals' own read (``place_arrivals``, as ``simulate`` places each one): the
+    other arrival is placed."""
+    planner = Planner()
+    planner.plan(list(NODES), [], [], FACTS)
+    bad = replace(svc(BAD, {f"{P}gpus": "4"}), spec={"TaskTemplate": {"Resources": "lots"}})
+    plan = planner.place_arrivals([bad, svc("b-ok", {f"{P}gpus": "4"})], [])
+    got = _by_name(plan)
+    _failed(got[BAD], "AttributeError")
+    assert got["b-ok"].status == "placed"
