@@ -3,7 +3,10 @@ input no one foresaw) costs that service alone. Its plan says so and writes noth
 allocator is as it was before the service was visited (``restore``), and the traceback
 is logged once while it keeps raising (``Faults``). A ``restore`` that raises too costs
 that service alone as well (``unsure``): its nodes are rebuilt from the ledger at the
-next sync, and kept from the other services till then where its holdings may be free."""
+next sync, and kept from the other services till then where its holdings may be free.
+So is a node where a commit raised before its holding was recorded (``unrecorded``).
+The planner's passes over every service before the visits name a service whose part
+raised (``ServiceRead.failed``); its visit is this module's too."""
 
 from __future__ import annotations
 
