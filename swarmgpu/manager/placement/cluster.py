@@ -91,6 +91,9 @@ class ClusterAllocator:
         self._node_keys: dict[str, tuple[object, ...]] = {}
         self._node_version: dict[str, int] = {}  # spec version each node's key was read at
         self._held: dict[tuple[str, str], _Held] = {}
+        # nodes where a commit counted GPUs it has not recorded yet: a fault between the
+        # two leaves them here, and the service's isolation has them rebuilt (isolate)
+        self.unrecorded: set[str] = set()
         self._uuid_indexes: dict[str, tuple[NodeFacts, dict[str, tuple[int, bool]]]] = {}
         # node id -> (the node, its facts) as last synced while on the allocator
         self._seen: dict[str, tuple[SwarmNode, NodeFacts | None]] = {}
@@ -459,13 +462,16 @@ class ClusterAllocator:
                 cpu_milli=res[0],
                 memory_mib=res[1],
             )
+            self.unrecorded.add(node_id)  # (as in ``commit``)
             try:
                 self.alloc.commit(choice)
-            except ValueError as exc:
+            except ValueError as exc:  # (refused before anything is counted)
+                self.unrecorded.discard(node_id)
                 self.problems.append(f"{svc}: {exc}")
                 return False
         self.assigned_mig.setdefault(node_id, set()).update(migs)
         self._held[key] = _Held(want, choice, tuple(migs))
+        self.unrecorded.discard(node_id)
         return True
 
     def _commit_cpu_holding(self, key: tuple[str, str], h: Holding,
@@ -479,8 +485,10 @@ class ClusterAllocator:
             choice = Choice(node=key[1], gpus=(), milli=(), score=0.0,
                             explanation=f"held by {key[0]}", cpu_milli=res[0],
                             memory_mib=res[1])
+            self.unrecorded.add(key[1])  # (as in ``commit``)
             self.cpu.commit(choice)
         self._held[key] = _Held(want, choice, ())
+        self.unrecorded.discard(key[1])
         return True
 
     def _kept_as(self, key: tuple[str, str], want: tuple[str, int, int]) -> bool:
@@ -649,24 +657,22 @@ class ClusterAllocator:
             return ReplicaPlacement(choice.node, host, (), (), (), None)
         f = self.facts[choice.node]
         if isinstance(choice.mig, MigChoice):
-            return ReplicaPlacement(
-                choice.node,
-                host,
-                (choice.mig.gpu_index,),
-                (choice.mig.mig_uuid,),
-                (1000,),
-                choice.score,
-            )
-        return ReplicaPlacement(
-            choice.node,
-            host,
-            choice.gpus,
-            tuple(f.gpus[i].uuid for i in choice.gpus),
-            choice.milli,
-            choice.score if math.isfinite(choice.score) else None,
-        )
+            return ReplicaPlacement(choice.node, host, (choice.mig.gpu_index,),
+                                    (choice.mig.mig_uuid,), (1000,), choice.score)
+        return ReplicaPlacement(choice.node, host, choice.gpus,
+                                tuple(f.gpus[i].uuid for i in choice.gpus), choice.milli,
+                                choice.score if math.isfinite(choice.score) else None)
 
     def commit(self, choice: Choice, service: str = "") -> None:
+        held: _Held | None = None
+        if service:  # recorded as the holding the ledger will show next cycle
+            rp = self.to_replica(choice)  # (made before anything is counted: it may raise)
+            h = Holding(service, choice.node, rp.uuids, rp.milli)
+            migs = (choice.mig.mig_uuid,) if isinstance(choice.mig, MigChoice) else ()
+            held = _Held((h.label_value(), choice.cpu_milli, choice.memory_mib),
+                         choice if (choice.gpus or choice.cpu_milli or choice.memory_mib)
+                         else None, migs)
+        self.unrecorded.add(choice.node)  # (the scorer is shown the commit last: it may raise)
         if isinstance(choice.mig, MigChoice):
             self.assigned_mig.setdefault(choice.node, set()).add(choice.mig.mig_uuid)
         elif choice.node in self.cpu.nodes:
@@ -674,15 +680,9 @@ class ClusterAllocator:
                 self.cpu.commit(choice)
         elif choice.gpus or choice.cpu_milli or choice.memory_mib:
             self.alloc.commit(choice)
-        if service:  # recorded as the holding the ledger will show next cycle
-            rp = self.to_replica(choice)
-            h = Holding(service, choice.node, rp.uuids, rp.milli)
-            migs = (choice.mig.mig_uuid,) if isinstance(choice.mig, MigChoice) else ()
-            self._held[(service, choice.node)] = _Held(
-                (h.label_value(), choice.cpu_milli, choice.memory_mib),
-                choice if (choice.gpus or choice.cpu_milli or choice.memory_mib) else None,
-                migs,
-            )
+        if held is not None:
+            self._held[(service, choice.node)] = held
+        self.unrecorded.discard(choice.node)
 
 
 def _mig_picker(

@@ -3,7 +3,7 @@ declares, adopted onto free GPUs only (``KeptHoldings``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from swarmgpu.core.model import NodeFacts
@@ -20,6 +20,7 @@ Parsed = Sequence[tuple[SwarmService, GpuRequest | RequestError]]
 Declared = tuple[bool, str, SwarmService, GpuRequest, Holding]
 # (service id, service name, holding), in commit order
 Order = list[tuple[str, str, Holding]]
+Failed = MutableMapping[str, Exception]  # service id -> what a pass over it raised
 
 
 class KeptHoldings:
@@ -49,18 +50,21 @@ class KeptHoldings:
 
     def commit(self, parsed: Parsed, ledger: Mapping[str, Mapping[str, Holding]],
                by_id: Mapping[str, SwarmNode], facts: Mapping[str, NodeFacts],
-               running: Mapping[str, Mapping[str, int]], keep: AbstractSet[str] = frozenset(),
+               running: Mapping[str, Mapping[str, int]], failed: Failed,
+               keep: AbstractSet[str] = frozenset(),
                kept_count: int = 0) -> dict[str, dict[str, Holding]] | None:
         """service name -> node id -> holding kept (and committed) this cycle. ``keep``:
         services left out of ``parsed`` whose committed holdings stay as they are (a
         change-driven cycle's quiet ones: ``kept_count`` holdings); None, with nothing
         committed, when a service of ``parsed`` has a declared list to adopt then
-        (adoption reads every service's holdings: only a full pass does it)."""
-        wanted, order, declared = self._read(parsed, ledger, by_id, facts, running)
+        (adoption reads every service's holdings: only a full pass does it). A service
+        whose reading raises is named in ``failed`` (service id -> the fault), what it
+        holds in the ledger kept as it is."""
+        wanted, order, declared = self._read(parsed, ledger, by_id, facts, running, failed)
         if keep and declared:
             return None
-        self._adopt(declared, facts, wanted, order)
-        whole = self._strip_failed(wanted, order, facts) if self.keep_failed else {}
+        self._adopt(declared, facts, wanted, order, failed)
+        whole = self._strip_failed(wanted, order, facts, failed) if self.keep_failed else {}
         kept = self.cluster.keep_holdings(wanted, order, self.reservation, keep, kept_count)
         for (name, nid), h in whole.items():
             if nid in kept.get(name, {}):
@@ -68,7 +72,8 @@ class KeptHoldings:
         return kept
 
     def _strip_failed(self, wanted: dict[str, dict[str, Holding]], order: Order,
-                      facts: Mapping[str, NodeFacts]) -> dict[tuple[str, str], Holding]:
+                      facts: Mapping[str, NodeFacts], failed: Failed,
+                      ) -> dict[tuple[str, str], Holding]:
         """Holdings on failed GPUs that ``keep_failed`` keeps: committed without those GPUs
         (no room to count there, nobody is given them), kept whole; returns the whole ones."""
         keep = self.keep_failed
@@ -81,7 +86,12 @@ class KeptHoldings:
             gone = bad.get(h.node_id)
             if not gone or h.packed or gone.isdisjoint(h.uuids):
                 continue
-            if not keep(name, h.node_id):  # released: re-placed, and said why
+            try:
+                kept = keep(name, h.node_id)
+            except Exception as exc:  # its fault is its own: kept, as the policy keeps
+                failed.setdefault(sid, exc)
+                kept = True
+            if not kept:  # released: re-placed, and said why
                 drop.append(i)
                 wanted[name].pop(h.node_id, None)
                 self.cluster.problems.append(
@@ -100,82 +110,111 @@ class KeptHoldings:
 
     def _read(self, parsed: Parsed, ledger: Mapping[str, Mapping[str, Holding]],
               by_id: Mapping[str, SwarmNode], facts: Mapping[str, NodeFacts],
-              running: Mapping[str, Mapping[str, int]],
+              running: Mapping[str, Mapping[str, int]], failed: Failed,
               ) -> tuple[dict[str, dict[str, Holding]], Order, list[Declared]]:
         """The valid ledger entries (service name -> node id -> holding, and in commit
-        order); the declared lists of nodes the service holds nothing on, to adopt."""
-        cluster = self.cluster
+        order); the declared lists of nodes the service holds nothing on, to adopt. A
+        service whose reading raises keeps its ledger entries whole, as an invalid
+        request does, and is named in ``failed`` (service id -> the fault)."""
         wanted: dict[str, dict[str, Holding]] = {}
         order: Order = []
-        gen, in_alloc, fits = cluster.node_gen, cluster.alloc.nodes, self.fits
-        cpu_nodes = cluster.cpu.nodes
         declared: list[Declared] = []
         no_holdings: dict[str, Holding] = {}
         for s, r in parsed:
             mine = ledger.get(s.name, no_holdings)
-            if mine and not isinstance(r, RequestError):
-                # Per service and request object (a new spec version parses a new one):
-                # one lookup per service, not a hash of the request per holding.
-                got_fits = fits.get(s.id)
-                if got_fits is None or got_fits[0] is not r or len(got_fits[1]) > 64:
-                    got_fits = fits[s.id] = (r, {})
-                known = got_fits[1]
-            for node_id, h in mine.items():  # 1. the ledger
-                if not isinstance(r, RequestError):  # invalid now: keep, never drop
-                    if node_id not in by_id:
-                        continue
-                    if not h.uuids and not r.cpu_only and node_id in cpu_nodes:
-                        continue  # an entry of no GPU there is nothing a GPU request wants
-                    fk = (h, gen.get(node_id, 0) if node_id in in_alloc else -1)
-                    why = known.get(fk, fk)
-                    if why is fk:
-                        why = known[fk] = holding_fits(h, r, facts.get(node_id))
-                    if why is not None:
-                        continue
-                wanted.setdefault(s.name, {})[node_id] = h
-                order.append((s.id, s.name, h))
-            if isinstance(r, RequestError) or s.mode in JOB_MODES:
-                continue  # a job's lists outlive its run (placement.jobs): never adopted
-            got = self.declared.get(s.id)
-            if got is None or got[0] != s.version:
-                got = (s.version, _declared_lists(s.labels, self.dk))
-                self.declared[s.id] = got
-            per_slot: dict[str, dict[int, tuple[Sequence[str], Sequence[int]]]] = {}
-            for nid, slot, uuids in got[1]:  # 2. declared device lists (``_adopt``)
-                if nid in mine or nid not in by_id or not uuids:
-                    continue
-                milli = r.gpu_milli if r.is_fraction else 1000
-                if slot is not None:  # replicas packed on the node: one list per slot
-                    per_slot.setdefault(nid, {})[slot] = (uuids, tuple(1000 for _ in uuids))
-                    continue
-                h = Holding(s.name, nid, uuids, tuple(milli for _ in uuids))
-                declared.append((not running.get(s.id, {}).get(nid), s.name, s, r, h))
-            for nid, per in per_slot.items():
-                h = packed_holding(s.name, nid, per)
-                if len(set(h.uuids)) == len(h.uuids):  # a GPU in two slots: not adopted
-                    declared.append((not running.get(s.id, {}).get(nid), s.name, s, r, h))
+            n_order, n_declared = len(order), len(declared)
+            try:
+                self._read_one(s, r, mine, by_id, facts, running, wanted, order, declared)
+            except Exception as exc:  # its fault is its own: what it holds stays held
+                failed.setdefault(s.id, exc)
+                del order[n_order:], declared[n_declared:]
+                wanted.pop(s.name, None)
+                for h in mine.values():
+                    wanted.setdefault(s.name, {})[h.node_id] = h
+                    order.append((s.id, s.name, h))
         return wanted, order, declared
 
+    def _read_one(self, s: SwarmService, r: GpuRequest | RequestError,
+                  mine: Mapping[str, Holding], by_id: Mapping[str, SwarmNode],
+                  facts: Mapping[str, NodeFacts], running: Mapping[str, Mapping[str, int]],
+                  wanted: dict[str, dict[str, Holding]], order: Order,
+                  declared: list[Declared]) -> None:
+        """``_read`` of one service (``mine``: its ledger entries)."""
+        cluster = self.cluster
+        gen, in_alloc, fits = cluster.node_gen, cluster.alloc.nodes, self.fits
+        cpu_nodes = cluster.cpu.nodes
+        if mine and not isinstance(r, RequestError):
+            # Per service and request object (a new spec version parses a new one):
+            # one lookup per service, not a hash of the request per holding.
+            got_fits = fits.get(s.id)
+            if got_fits is None or got_fits[0] is not r or len(got_fits[1]) > 64:
+                got_fits = fits[s.id] = (r, {})
+            known = got_fits[1]
+        for node_id, h in mine.items():  # 1. the ledger
+            if not isinstance(r, RequestError):  # invalid now: keep, never drop
+                if node_id not in by_id:
+                    continue
+                if not h.uuids and not r.cpu_only and node_id in cpu_nodes:
+                    continue  # an entry of no GPU there is nothing a GPU request wants
+                fk = (h, gen.get(node_id, 0) if node_id in in_alloc else -1)
+                why = known.get(fk, fk)
+                if why is fk:
+                    why = known[fk] = holding_fits(h, r, facts.get(node_id))
+                if why is not None:
+                    continue
+            wanted.setdefault(s.name, {})[node_id] = h
+            order.append((s.id, s.name, h))
+        if isinstance(r, RequestError) or s.mode in JOB_MODES:
+            return  # a job's lists outlive its run (placement.jobs): never adopted
+        got = self.declared.get(s.id)
+        if got is None or got[0] != s.version:
+            got = (s.version, _declared_lists(s.labels, self.dk))
+            self.declared[s.id] = got
+        per_slot: dict[str, dict[int, tuple[Sequence[str], Sequence[int]]]] = {}
+        for nid, slot, uuids in got[1]:  # 2. declared device lists (``_adopt``)
+            if nid in mine or nid not in by_id or not uuids:
+                continue
+            milli = r.gpu_milli if r.is_fraction else 1000
+            if slot is not None:  # replicas packed on the node: one list per slot
+                per_slot.setdefault(nid, {})[slot] = (uuids, tuple(1000 for _ in uuids))
+                continue
+            h = Holding(s.name, nid, uuids, tuple(milli for _ in uuids))
+            declared.append((not running.get(s.id, {}).get(nid), s.name, s, r, h))
+        for nid, per in per_slot.items():
+            h = packed_holding(s.name, nid, per)
+            if len(set(h.uuids)) == len(h.uuids):  # a GPU in two slots: not adopted
+                declared.append((not running.get(s.id, {}).get(nid), s.name, s, r, h))
+
     def _adopt(self, declared: Sequence[Declared], facts: Mapping[str, NodeFacts],
-               wanted: dict[str, dict[str, Holding]], order: Order) -> None:
-        """Declared lists onto GPUs no other service holds (running services first)."""
+               wanted: dict[str, dict[str, Holding]], order: Order, failed: Failed) -> None:
+        """Declared lists onto GPUs no other service holds (running services first); a
+        list whose check raises is not adopted, its service named in ``failed``."""
         owner = {(nid, u): svc for svc, per in wanted.items() for nid, h in per.items()
                  for u in h.uuids} if declared else {}
-        for _, name, s, r, h in sorted(declared, key=lambda d: (d[0], d[1])):
-            # A share of a GPU may sit beside another service's share (capacity decides).
-            taken = sorted({owner[(h.node_id, u)] for u, m in zip(h.uuids, h.milli, strict=True)
-                            if m >= 1000 and owner.get((h.node_id, u), name) != name})
-            if taken:
-                self.cluster.problems.append(
-                    f"{name}: its label {self.dk}{h.node_id} names GPU(s) that "
-                    f"{', '.join(taken)} hold(s) in the ledger; ignored, and the service is "
-                    "placed anew")
-                continue
-            if holding_fits(h, r, facts.get(h.node_id)) is None:
-                wanted.setdefault(name, {})[h.node_id] = h
-                order.append((s.id, name, h))
-                owner.update({(h.node_id, u): name for u in h.uuids})
+        for d in sorted(declared, key=lambda d: (d[0], d[1])):
+            try:
+                self._adopt_one(d, facts, wanted, order, owner)
+            except Exception as exc:  # its fault is its own
+                failed.setdefault(d[2].id, exc)
 
+    def _adopt_one(self, d: Declared, facts: Mapping[str, NodeFacts],
+                   wanted: dict[str, dict[str, Holding]], order: Order,
+                   owner: dict[tuple[str, str], str]) -> None:
+        """``_adopt`` of one declared list."""
+        _, name, s, r, h = d
+        # A share of a GPU may sit beside another service's share (capacity decides).
+        taken = sorted({owner[(h.node_id, u)] for u, m in zip(h.uuids, h.milli, strict=True)
+                        if m >= 1000 and owner.get((h.node_id, u), name) != name})
+        if taken:
+            self.cluster.problems.append(
+                f"{name}: its label {self.dk}{h.node_id} names GPU(s) that "
+                f"{', '.join(taken)} hold(s) in the ledger; ignored, and the service is "
+                "placed anew")
+            return
+        if holding_fits(h, r, facts.get(h.node_id)) is None:
+            wanted.setdefault(name, {})[h.node_id] = h
+            order.append((s.id, name, h))
+            owner.update({(h.node_id, u): name for u in h.uuids})
 
 def failed_uuids(facts: NodeFacts) -> set[str]:
     """The failed GPUs of a node, and the MIG devices on them (a slice fails with its GPU)."""

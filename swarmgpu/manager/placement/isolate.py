@@ -3,7 +3,10 @@ input no one foresaw) costs that service alone. Its plan says so and writes noth
 allocator is as it was before the service was visited (``restore``), and the traceback
 is logged once while it keeps raising (``Faults``). A ``restore`` that raises too costs
 that service alone as well (``unsure``): its nodes are rebuilt from the ledger at the
-next sync, and kept from the other services till then where its holdings may be free."""
+next sync, and kept from the other services till then where its holdings may be free.
+So is a node where a commit raised before its holding was recorded (``unrecorded``).
+The planner's passes over every service before the visits name a service whose part
+raised (``ServiceRead.failed``); its visit is this module's too."""
 
 from __future__ import annotations
 
@@ -88,7 +91,19 @@ def isolated(cluster: ClusterAllocator, faults: Faults, s: SwarmService,
         faults.say(s, exc, undone)
     else:
         faults.say(s, exc)
+    unrecorded(cluster)
     return failed_plan(s, r, exc)
+
+
+def unrecorded(cluster: ClusterAllocator) -> None:
+    """Each node where a commit raised once it began counting and before its holding
+    was recorded (``ClusterAllocator.unrecorded``) is built anew from the ledger at the
+    next sync: ``restore`` gives back only what is recorded, and what the allocator
+    counted there is not known. Till then its GPUs are counted used or were never
+    counted, both free of any running task: the safe side, no block needed."""
+    for nid in sorted(cluster.unrecorded):
+        cluster.rebuild_node(nid)
+    cluster.unrecorded.clear()
 
 
 def unsure(cluster: ClusterAllocator, name: str, before: Committed) -> None:

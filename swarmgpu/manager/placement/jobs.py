@@ -10,7 +10,7 @@ and gate), and the device map stays on the service for the next run.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -47,14 +47,27 @@ class JobProgress:
 
 
 def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
+                 failures: MutableMapping[str, Exception] | None = None,
                  ) -> dict[str, JobProgress]:
     """Per job service id, its current run's progress (one pass over the tasks; none
-    when there is no job)."""
+    when there is no job). A job whose spec cannot be read is left out and named in
+    ``failures`` (service id -> the fault; raised when None): the others are read."""
     jobs = [s for s in services if s.mode in JOB_MODES]
-    runs = {s.id: s.job_iteration for s in jobs}
+    runs: dict[str, int] = {}
+    restarts: set[str] = set()
+    for s in jobs:
+        try:
+            iteration, restart = s.job_iteration, restarts_failed(s)
+        except Exception as exc:  # its fault is its own
+            if failures is None:
+                raise
+            failures.setdefault(s.id, exc)
+            continue
+        runs[s.id] = iteration
+        if restart:
+            restarts.add(s.id)
     if not runs:
         return {}
-    restarts = {s.id for s in jobs if restarts_failed(s)}
     per_node = {s.id for s in jobs if s.mode == "global-job"}
     complete: dict[str, int] = dict.fromkeys(runs, 0)
     # A slot (a global job's: its node) failed while none of its tasks lives or completed,
@@ -208,12 +221,14 @@ def _withheld(w: SpecWrites) -> str:
 def without_finished(ledger: Mapping[str, Mapping[str, Holding]],
                      parsed: Iterable[tuple[SwarmService, object]],
                      jobs: Mapping[str, JobProgress],
+                     failed: MutableMapping[str, Exception] | None = None,
                      ) -> Mapping[str, Mapping[str, Holding]]:
     """The ledger to commit this cycle: a job's holdings its run no longer needs (every
     task of a replicated job done, a global job's nodes whose task completed or failed
     with no replacement) are left
     out, so their GPUs are free to every service planned in this cycle; their labels
-    are still removed (the job's plan reads the whole ledger)."""
+    are still removed (the job's plan reads the whole ledger). A job whose counts
+    cannot be read keeps its holdings, named in ``failed`` (raised when None)."""
     if not jobs:
         return ledger
     out = dict(ledger)
@@ -221,7 +236,14 @@ def without_finished(ledger: Mapping[str, Mapping[str, Holding]],
         prog = jobs.get(s.id)
         if prog is None or s.name not in ledger:
             continue
-        if s.mode == "replicated-job" and job_replicas(s, prog) == 0:
+        try:
+            done = s.mode == "replicated-job" and job_replicas(s, prog) == 0
+        except Exception as exc:  # its fault is its own: what it holds stays held
+            if failed is None:
+                raise
+            failed.setdefault(s.id, exc)
+            continue
+        if done:
             out.pop(s.name)
         elif s.mode == "global-job" and (prog.done_nodes or prog.failed_nodes):
             out[s.name] = {nid: h for nid, h in ledger[s.name].items()
@@ -240,14 +262,27 @@ def learned_count(s: SwarmService) -> int:
 
 
 def running_jobs(parsed: Sequence[tuple[SwarmService, R]],
-                 jobs: Mapping[str, JobProgress]) -> list[tuple[SwarmService, R]]:
+                 jobs: Mapping[str, JobProgress],
+                 failed: MutableMapping[str, Exception] | None = None,
+                 ) -> list[tuple[SwarmService, R]]:
     """``parsed`` without the replicated jobs whose run is over: the workload model counts
-    a job while it runs (its real lifetime), as a service until it is removed."""
+    a job while it runs (its real lifetime), as a service until it is removed. A job
+    whose counts cannot be read is left out, named in ``failed`` (raised when None)."""
     if not jobs:
         return list(parsed)
-    return [(s, r) for s, r in parsed
-            if not (s.mode == "replicated-job" and s.id in jobs
-                    and job_replicas(s, jobs[s.id]) == 0)]
+    out: list[tuple[SwarmService, R]] = []
+    for s, r in parsed:
+        try:
+            over = (s.mode == "replicated-job" and s.id in jobs
+                    and job_replicas(s, jobs[s.id]) == 0)
+        except Exception as exc:  # its fault is its own
+            if failed is None:
+                raise
+            failed.setdefault(s.id, exc)
+            continue
+        if not over:
+            out.append((s, r))
+    return out
 
 
 def job_defaults(s: SwarmService, r: GpuRequest | RequestError | None, prefix: str,

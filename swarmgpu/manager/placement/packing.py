@@ -57,9 +57,11 @@ def place_packed(s: SwarmService, r: GpuRequest, slots: Sequence[int],
             if isinstance(first, Unplaceable):
                 return [], why
             target = first.node
+            cluster.unrecorded.add(target)  # (a commit raising once it counted: isolate)
             cluster.alloc.commit(first)
             choices.append(first)
         ok = target in cluster.alloc.nodes
+        cluster.unrecorded.add(target)
         try:  # a probe: released whatever happens (placement.isolate.restore relies on it)
             while ok and len(choices) < len(new):
                 got = cluster.alloc.place_on(target, demand)
@@ -72,6 +74,7 @@ def place_packed(s: SwarmService, r: GpuRequest, slots: Sequence[int],
         finally:
             for c in choices:
                 cluster.alloc.release(c)
+        cluster.unrecorded.discard(target)  # (every probe commit given back)
         if ok:
             break
         if node is not None:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from swarmgpu.allocator.fragmentation import STOP_WEIGHT, TaskShape
+from swarmgpu.allocator.fragmentation import STOP_WEIGHT
 from swarmgpu.allocator.scorer import SwarmScorer
 from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.core.model import NodeFacts
@@ -25,11 +25,11 @@ from swarmgpu.manager.placement.jobs import (
     JobProgress,
     job_progress,
     job_replicas,
-    learned_count,
     running_jobs,
     without_finished,
 )
 from swarmgpu.manager.placement.keys import GATE, assign_key, gate_key
+from swarmgpu.manager.placement.learning import learn
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.memo import (
     NodeGates,
@@ -56,7 +56,6 @@ from swarmgpu.manager.placement.records import (
     remove_node_labels,
 )
 from swarmgpu.manager.placement.service import plan_service
-from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.placement.tasks import NO_WAITING, TaskView, Waiting, tasks_by_service
 from swarmgpu.manager.placement.ungate import UNGATED, ungate
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
@@ -174,41 +173,12 @@ class Planner:
 
     # --- the workload model ------------------------------------------------------
     def _learn(self, parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],
-               cpu_only: Sequence[SwarmService] = (), *, forget: bool = True) -> None:
-        """Count each service's shape once. Services without a GPU request count too,
-        by the CPU they reserve: they compete for the CPU that GPU tasks need, and the
-        policy's CPU reserve weighs them (``cpu_reserve_per_gpu_milli``). ``forget``:
-        ``parsed`` and ``cpu_only`` are every live service (a full cycle), so the marks
-        of the others are dropped."""
-        memo = self._memo
-        model, shapes, learned = self.model, memo.shapes, memo.learned
-        if memo.learned_of is not model:
-            learned.clear()
-            memo.learned_of = model
-        for s in [s for s in cpu_only if s.id not in learned]:
-            if s.id in shapes and model.knows(s.id):
-                learned.add(s.id)
-                continue
-            cpu = memo.requests[s.id].reservation[0]
-            shape = TaskShape(cpu, 0, 0)
-            shapes[s.id] = shape
-            count = max(1, s.replicas or 0) if s.mode == "replicated" else 1
-            if model.observe(s.id, str(shape), shape, count):
-                self.model_changed = True
-        for s, r in [p for p in parsed if p[0].id not in learned]:
-            if s.id in shapes and model.knows(s.id):
-                learned.add(s.id)
-                continue  # counted (per request: a changed request has a new version)
-            if isinstance(r, RequestError) or not learned_count(s) or r.mig_profile:
-                continue  # MIG slices are their own pool; they do not fragment shares
-            cpu, _mem = memo.requests[s.id].reservation
-            shape = demand_of(r, cpu).shape()
-            shapes[s.id] = shape
-            if model.observe(s.id, str(shape), shape, learned_count(s)):
-                self.model_changed = True
-        if forget and model.known_count() > len(parsed) + len(cpu_only):
-            model.forget_keys([*(s.id for s, _ in parsed), *(s.id for s in cpu_only)])
-            learned.clear()
+               cpu_only: Sequence[SwarmService], failed: dict[str, Exception], *,
+               forget: bool = True) -> None:
+        """Count each service's shape once (``placement.learning``); a service whose count
+        raises is named in ``failed``."""
+        if learn(self._memo, self.model, parsed, cpu_only, failed, forget=forget):
+            self.model_changed = True
         # Refresh the policy when the model grew by a tenth since (a new model drops the
         # allocator's score cache, so not on every arrival), and on each of the first ten
         # tasks: their CPU replaces the prior's (``WorkloadModel.current``), and the first
@@ -220,8 +190,8 @@ class Planner:
 
     def _learn_on_gpu_nodes(
             self, parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],
-            cpu_only: Sequence[SwarmService], on_nodes: Mapping[str, AbstractSet[str]], *,
-            forget: bool = True) -> None:
+            cpu_only: Sequence[SwarmService], on_nodes: Mapping[str, AbstractSet[str]],
+            failed: dict[str, Exception], *, forget: bool = True) -> None:
         """``_learn``, unless the model is pinned. A CPU-only service competes for the GPU
         nodes' CPU only where its tasks run there; one on CPU-only nodes is none of
         placement's business."""
@@ -230,7 +200,7 @@ class Planner:
         gpu_nodes = self.cluster.alloc.nodes
         self._learn(parsed, [s for s in cpu_only
                              if any(n in gpu_nodes for n in on_nodes.get(s.id, ()))],
-                    forget=forget)
+                    failed, forget=forget)
 
     def set_workload(self, model: WorkloadModel) -> None:
         self.model = model
@@ -278,12 +248,17 @@ class Planner:
         seen = self._see(nodes, facts, moving, agent_nodes(services, tasks, self.agent_service))
         self._ports.new_cycle(services, tasks)
         self._filters.set_tasks(tasks)
+        self._faults.begin()  # (a service's fault said once while it lasts: isolate)
         read = self._reads.read(services, seen.most)
         tv, tasks_changed = self._read_tasks(tasks, read.few)
         self._release(plan, nodes, seen.ledger, read)
         # {} when no service is a job (none parsed as one: no pass over the services)
-        jobs = job_progress(services, tasks) if self._memo.job_ids else {}
-        self._learn_on_gpu_nodes(running_jobs(read.parsed, jobs), read.cpu_only, tv.on_nodes)
+        # Each pass over the services below names in ``read.failed`` a service whose part
+        # of it raised: that service is planned as failed, the others as ever (isolate).
+        failed = read.failed
+        jobs = job_progress(services, tasks, failed) if self._memo.job_ids else {}
+        self._learn_on_gpu_nodes(running_jobs(read.parsed, jobs, failed), read.cpu_only,
+                                 tv.on_nodes, failed)
         self._back_off(read.parsed, tv.failed, now)
         # First commit every valid existing holding, so new placements never reuse GPUs.
         self.cluster.set_usage_of(tv.use, tv.on_nodes,
@@ -304,10 +279,23 @@ class Planner:
         finally:
             holds.end()
         self._memo.evict(services, seen.by_id)
+        self._failed_unvisited(plan, read)
+        self._faults.end()
         self._note_problems(plan, {s.name: s for s, _ in read.parsed})
         plan.workload = self.model.summary()
         plan.queues = self.queues.summary()
         return plan
+
+    def _failed_unvisited(self, plan: PlacementPlan, read: ServiceRead) -> None:
+        """A failed plan for each service a pass failed that no visit planned (one of no
+        request: its ungating, or its count in the workload model, raised)."""
+        if not read.failed:
+            return
+        have = {sp.name for sp in plan.services}
+        for s in read.no_request:
+            if s.id in read.failed and s.name not in have:
+                plan.services.append(isolated(self.cluster, self._faults, s,
+                                              RequestError("", "", ""), read.failed[s.id], {}))
 
     def _see(self, nodes: Sequence[SwarmNode], facts: Mapping[str, NodeFacts],
              moving: AbstractSet[str], agents: AbstractSet[str]) -> _Seen:
@@ -355,6 +343,11 @@ class Planner:
         self._stray_gates(plan, nodes, live_names)
         for s in read.no_request:
             held = s.name in ledger
+            try:  # (first: nothing is written for a service whose ungating raises)
+                writes, notes = ungate(s, prefix, released=held)
+            except Exception as exc:  # its fault is its own (placement.isolate)
+                read.failed.setdefault(s.id, exc)
+                continue
             if held:  # request labels removed: release its GPUs
                 plan.released.append(s.name)
                 for node_id in ledger[s.name]:
@@ -363,7 +356,6 @@ class Planner:
             # ... and take swarmgpu's lines out of its spec, its gate first: closed, it
             # would match no node ever again (placement.ungate). Written after its gates
             # close (phase 1 of the write); a failed write is made again next cycle.
-            writes, notes = ungate(s, prefix, released=held)
             if writes:
                 plan.services.append(ServicePlan(
                     s.name, s.id, None, "", Status.RELEASED, State.RELEASED,
@@ -431,11 +423,13 @@ class Planner:
             if s.id in quiet and ports.ports_of(s):
                 ports.claim(s, ledger.get(s.name, {}))
         faults = self._faults
-        faults.begin()
+        failed = v.read.failed  # a pass over every service raised for these (``plan``)
         for s, r in visit:
             v.holds.visit(s.name, priority_of(r), planned)  # its faults its own (nominated)
             before = committed(self.cluster, s.name, v.kept.get(s.name, {}))  # (isolate)
             try:
+                if s.id in failed:
+                    raise failed[s.id]
                 got = self._visit_one(s, r, v, quotas)
             except Exception as exc:  # one service's fault is its own: the rest go on
                 settled.pop(s.id, None)
@@ -451,7 +445,6 @@ class Planner:
             n_records += got.quiet
             planned.append(sp)
             claim(ports, s, sp)
-        faults.end()
         if quiet:
             visited_plans = iter(planned)
             plan.services.extend([settled[s.id].plan if s.id in quiet
@@ -545,8 +538,9 @@ class Planner:
                 if p.startswith(sp.name + ":"):
                     plan.services[i] = sp.noted(p)
         for i, sp in enumerate(plan.services):
-            s = by_name.get(sp.name)
-            if s is not None and (why := self._filters.plugins_unknown(s)):
+            s = by_name.get(sp.name)  # (a failed plan says nothing of where it would go)
+            if s is not None and sp.status != Status.FAILED and (
+                    why := self._filters.plugins_unknown(s)):
                 plan.services[i] = plan.services[i].noted(why)
 
     def _commit_kept(self, read: ServiceRead, ledger: Mapping[str, Mapping[str, Holding]],
@@ -561,13 +555,14 @@ class Planner:
         quiet, rest, count = (self._quiet_services(read, records, tasks_changed, touched, facts)
                               if may_skip else ({}, read.parsed, 0))
         if quiet:
-            got = self._kept.commit(rest, without_finished(ledger, rest, jobs), by_id, facts,
-                                    running, keep=set(quiet.values()), kept_count=count)
+            got = self._kept.commit(rest, without_finished(ledger, rest, jobs, read.failed),
+                                    by_id, facts, running, read.failed,
+                                    keep=set(quiet.values()), kept_count=count)
             if got is not None:
                 return quiet, got
         parsed = read.parsed  # the full pass
-        got = self._kept.commit(parsed, without_finished(ledger, parsed, jobs), by_id, facts,
-                                running)
+        got = self._kept.commit(parsed, without_finished(ledger, parsed, jobs, read.failed),
+                                by_id, facts, running, read.failed)
         return {}, got or {}
 
     def _quiet_services(self, read: ServiceRead, records: Mapping[str, Quiet],
@@ -589,7 +584,8 @@ class Planner:
             sid = s.id
             q = records.get(sid)
             if (q is not None and q.version == s.version and sid not in tasks_changed
-                    and s.name not in touched and sid not in backoff):
+                    and s.name not in touched and sid not in backoff
+                    and sid not in read.failed):
                 quiet[sid] = s.name
                 count += q.held
             else:
@@ -625,9 +621,11 @@ class Planner:
         read = self._reads.read(services)
         parsed, cpu_only = read.parsed, read.cpu_only
         tv = tasks_by_service(tasks)
-        self._learn_on_gpu_nodes(parsed, cpu_only, tv.on_nodes, forget=False)
+        self._learn_on_gpu_nodes(parsed, cpu_only, tv.on_nodes, read.failed, forget=False)
         for s, r in parsed:
             try:  # as in a cycle (``_visit``): a new service holds nothing to restore
+                if s.id in read.failed:
+                    raise read.failed[s.id]
                 sp = plan_service(s, r, {}, {}, {}, tv.waiting.get(s.id, NO_WAITING),
                                   self._memo.requests[s.id].reservation, cyc,
                                   tv.slots.get(s.id, {}))

@@ -38,6 +38,9 @@ class ServiceRead:
     broken_queues: dict[str, str] = field(default_factory=dict)
     serve_keys: list[tuple[int, str]] = field(default_factory=list)  # of ``parsed``
     mixed: bool = False  # not every serve key is the same
+    # service id -> what a pass over every service raised for it before its visit (its
+    # read here; the planner's other passes add theirs): planned as failed, kept whole
+    failed: dict[str, Exception] = field(default_factory=dict)
 
     def served(self) -> Parsed:
         """``parsed`` in serve order (``placement.preempt.serve_order``: the same stable
@@ -79,12 +82,17 @@ class RequestReader:
         order = sorted(services, key=_by_name)
         # New spec versions parsed first; then each field is one comprehension over
         # the services (a loop doing all of it per service cost 3-4 times as much).
+        failed: dict[str, Exception] = {}
         for s in [s for s in order if (g := known.get(s.id)) is None or g.version != s.version]:
-            self._parse(s)
+            try:
+                self._parse(s)
+            except Exception as exc:  # its fault is its own: the others are read
+                failed[s.id] = exc
+                known[s.id] = unread(s)
         pairs = list(zip(order, map(known.__getitem__, map(_by_id, order)), strict=True))
         parsed: Parsed = [(s, g.request) for s, g in pairs if g.request is not None]
         keys = [g.serve_key for _, g in pairs if g.request is not None]
-        broken = self._broken_queues(parsed)
+        broken = self._broken_queues(parsed, failed)
         return ServiceRead(
             parsed=parsed,
             cpu_only=[s for s, g in pairs if g.request is None and g.reservation[0] > 0],
@@ -99,18 +107,23 @@ class RequestReader:
             broken_queues=broken,
             serve_keys=keys,
             mixed=bool(keys) and keys.count(keys[0]) != len(keys),
+            failed=failed,
         )
 
-    def _broken_queues(self, parsed: Parsed) -> dict[str, str]:
+    def _broken_queues(self, parsed: Parsed, failed: dict[str, Exception]) -> dict[str, str]:
         """The queue of each invalid request: what it holds is kept (never dropped for a
         broken label), so it still counts -- against its label's queue when that names
         one it may (with tenants: one its tenant owns, else the tenant's first)."""
         out: dict[str, str] = {}
         for s, r in parsed:
             if isinstance(r, RequestError):
-                asked = s.labels.get(self.prefix + "queue", "")
-                asked = asked if NAME_RE.fullmatch(asked) else ""
-                q = self.tenants.queue_of(s, asked) if self.tenants is not None else asked
+                try:
+                    asked = s.labels.get(self.prefix + "queue", "")
+                    asked = asked if NAME_RE.fullmatch(asked) else ""
+                    q = self.tenants.queue_of(s, asked) if self.tenants is not None else asked
+                except Exception as exc:  # (as in ``read``)
+                    failed.setdefault(s.id, exc)
+                    continue
                 if q:
                     out[s.name] = q
         return out
@@ -160,6 +173,13 @@ class RequestReader:
             else:
                 ids.discard(s.id)
         return entry
+
+
+def unread(s: SwarmService) -> RequestEntry:
+    """The entry of a service whose read raised: an invalid request (what it holds is
+    kept, never dropped), no reservation, read again next cycle (no version matches)."""
+    r = RequestError(f"{s.name}'s labels", "", "labels swarmgpu could read")
+    return RequestEntry(-1, r, (0, 0), (0, s.created_at))
 
 
 def _container_labels(s: SwarmService) -> Mapping[str, str]:

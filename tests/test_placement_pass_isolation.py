@@ -1,0 +1,234 @@
+"""A service whose part of a pass over every service before the visits raises (its
+request read, its holdings kept, its count in the workload mix, its job's progress)
+costs itself alone (``placement.isolate``): its plan is failed and names the fault, it
+writes nothing, what it holds in the ledger stays held, and every other service is
+placed. And a commit that raises once it counted GPUs, before its holding was recorded,
+leaves no GPU counted for good: its node is built anew (or nothing was counted)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from support.gpu_nodes import RTX4090
+from support.placement import P, apply, node, svc, written
+
+from swarmgpu.allocator.core import Allocator
+from swarmgpu.allocator.values import Choice
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.placement import PlacementPlan, Planner, ReplicaPlacement, ServicePlan
+from swarmgpu.manager.placement import existing as existing_mod
+from swarmgpu.swarm.client import SwarmNode, SwarmService
+
+BAD = "a-bad"  # first in serve order: every other service is planned after it
+
+
+def _facts(i: int) -> NodeFacts:
+    """The RTX 4090 machine's eight GPUs, with UUIDs of this node's own."""
+    text = json.dumps(RTX4090.facts().to_dict())
+    return NodeFacts.from_dict(json.loads(text.replace("GPU-5ca1ab1e-", f"GPU-{i:08x}-")))
+
+
+NODES = [node("n-a", "gpu-a"), node("n-b", "gpu-b")]
+FACTS = {"n-a": _facts(1), "n-b": _facts(2)}
+
+
+def _by_name(plan: PlacementPlan) -> dict[str, ServicePlan]:
+    return {sp.name: sp for sp in plan.services}
+
+
+def _settled(s: SwarmService) -> tuple[list[SwarmNode], SwarmService]:
+    """``s`` holding its GPUs on one node, its writes landed (two cycles)."""
+    nodes, planner = list(NODES), Planner()
+    for _ in range(2):
+        plan = planner.plan(nodes, [s], [], FACTS)
+        s = written(s, plan.services[0])
+        nodes = apply(nodes, plan)
+    return nodes, s
+
+
+def _failed(sp: ServicePlan, *why: str) -> None:
+    assert (sp.status, sp.state) == ("failed", "Failed"), sp
+    assert sp.reason is not None
+    for part in (sp.name, "swarmgpu fault", *why):
+        assert part in sp.reason, sp.reason
+    assert not sp.writes and not sp.node_writes and not sp.placements
+
+
+def _held_stays(bad: SwarmService, malformed: Callable[[SwarmService], SwarmService],
+                planner: Planner | None = None) -> tuple[PlacementPlan, Planner]:
+    """``bad`` settled on 4 GPUs of one node, then made ``malformed``: planned beside
+    ``b-big`` (8 GPUs: only the other node) and ``c-six`` (6: only where ``bad`` holds).
+    ``bad`` fails, its GPUs stay held (``c-six`` waits), ``b-big`` is placed."""
+    nodes, s = _settled(bad)
+    (bad_node,) = [n.id for n in nodes if f"{P}assign.{BAD}" in n.labels]
+    big, six = svc("b-big", {f"{P}gpus": "8"}), svc("c-six", {f"{P}gpus": "6"})
+    planner = planner or Planner()
+    plan = planner.plan(nodes, [malformed(s), big, six], [], FACTS)
+    got = _by_name(plan)
+    assert got["b-big"].status == "placed"
+    assert got["b-big"].placements[0].node_id != bad_node
+    assert got["c-six"].status == "pending"
+    held = planner.cluster.held_at(BAD, bad_node)
+    assert held is not None and held.key[0] == nodes[[n.id for n in nodes].index(
+        bad_node)].labels[f"{P}assign.{BAD}"]
+    assert bad_node not in plan.node_remove and BAD not in plan.released
+    assert not any(BAD in k for ks in plan.node_set.values() for k in ks)
+    return plan, planner
+
+
+def test_a_spec_whose_read_raises_costs_its_service_alone() -> None:
+    """The read pass: Resources that are not a mapping (a spec no docker CLI makes)."""
+    bad = svc(BAD, {f"{P}gpus": "4"})
+
+    def malformed(s: SwarmService) -> SwarmService:
+        return replace(s, spec={"TaskTemplate": {"Resources": "lots"}}, version=s.version + 1)
+
+    plan, planner = _held_stays(bad, malformed)
+    _failed(_by_name(plan)[BAD], "AttributeError")
+    # read again every cycle while it raises (no spec version is taken as read)
+    nodes = apply(list(NODES), plan)
+    assert _by_name(planner.plan(nodes, [malformed(bad)], [], FACTS))[BAD].status == "failed"
+
+
+def test_a_holding_check_that_raises_costs_its_service_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass that commits every service's kept holdings."""
+    real = existing_mod.holding_fits
+
+    def fits(h: Any, r: Any, f: Any) -> str | None:
+        if h.service == BAD:
+            raise RuntimeError("boom checking a-bad's holding")
+        return real(h, r, f)
+
+    monkeypatch.setattr(existing_mod, "holding_fits", fits)
+    plan, _ = _held_stays(svc(BAD, {f"{P}gpus": "4"}), lambda s: s)
+    _failed(_by_name(plan)[BAD], "RuntimeError", "boom checking")
+
+
+def test_a_workload_count_that_raises_costs_its_service_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass that learns the workload mix."""
+    planner = Planner()
+    real = planner.model.observe
+
+    def observe(key: str, *args: Any, **kw: Any) -> bool:
+        if key == f"id-{BAD}":
+            raise RuntimeError("boom counting a-bad")
+        return real(key, *args, **kw)
+
+    def malformed(s: SwarmService) -> SwarmService:  # a new request: counted again
+        monkeypatch.setattr(planner.model, "observe", observe)
+        return replace(s, labels={**s.labels, f"{P}gpu-memory": "1GiB"},
+                       version=s.version + 1)
+
+    plan, _ = _held_stays(svc(BAD, {f"{P}gpus": "4"}), malformed, planner)
+    _failed(_by_name(plan)[BAD], "RuntimeError", "boom counting")
+
+
+def _job(name: str, spec: dict[str, Any], **kw: Any) -> SwarmService:
+    counts: dict[str, Any] = {"total_completions": 1, "max_concurrent": 1, **kw}
+    return replace(svc(name, {f"{P}gpus": "4"}), mode="replicated-job", replicas=None,
+                   spec=spec, **counts)
+
+
+@pytest.mark.parametrize(("spec", "kw", "why"), [
+    ({"TaskTemplate": {"RestartPolicy": "none"}}, {}, "AttributeError"),  # job_progress
+    ({}, {"total_completions": "one"}, "TypeError"),  # its run's counts (running_jobs)
+])
+def test_a_job_whose_progress_raises_costs_itself_alone(
+        spec: dict[str, Any], kw: dict[str, Any], why: str) -> None:
+    """The passes over every job before the visits: its run's progress and counts."""
+    bad, other = _job(BAD, spec, **kw), svc("b-ok", {f"{P}gpus": "4"})
+    plan = Planner().plan(list(NODES), [bad, other], [], FACTS)
+    got = _by_name(plan)
+    _failed(got[BAD], why)
+    assert got["b-ok"].status == "placed"
+
+
+def _fresh_after(nodes: list[SwarmNode], services: list[SwarmService]) -> Any:
+    """The allocator's free GPU milli per node after a fault-free cycle of ``services``."""
+    p = Planner()
+    p.plan(nodes, services, [], FACTS)
+    return p.cluster.alloc.snapshot()
+
+
+def test_a_commit_that_raises_once_it_counted_has_its_node_rebuilt(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The allocator counted a-bad's GPUs, then raised (its scorer is shown the commit
+    last) before the holding was recorded: the node is built anew at the next sync, not
+    left with 4 GPUs counted that no ledger entry holds."""
+    bad, ok = svc(BAD, {f"{P}gpus": "4"}), svc("b-ok", {f"{P}gpus": "4"})
+    planner = Planner()
+    real = Allocator.commit
+    hit: list[str] = []
+
+    def commit(self: Allocator, choice: Choice) -> None:
+        real(self, choice)
+        if not hit and self is planner.cluster.alloc and choice.gpus:
+            hit.append(choice.node)
+            raise RuntimeError("boom once counted")
+
+    monkeypatch.setattr(Allocator, "commit", commit)
+    plan = planner.plan(list(NODES), [bad, ok], [], FACTS)
+    monkeypatch.undo()
+    assert hit
+    _failed(_by_name(plan)[BAD], "boom once counted")
+    assert _by_name(plan)["b-ok"].status == "placed"
+    nodes = apply(list(NODES), plan)
+    ok = written(ok, _by_name(plan)["b-ok"])
+    planner.plan(nodes, [bad, ok], [], FACTS)  # mended
+    assert planner.cluster.alloc.snapshot() == _fresh_after(nodes, [bad, ok])
+
+
+def test_a_record_that_raises_after_the_commit_gives_the_gpus_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making a-bad's record raised once its choice was made: nothing of it is counted
+    in that cycle already (b-ok is placed as if a-bad asked for nothing)."""
+    bad, ok = svc(BAD, {f"{P}gpus": "4"}), svc("b-ok", {f"{P}gpus": "4"})
+    planner = Planner()
+    real = planner.cluster.to_replica
+    hit: list[str] = []
+
+    def to_replica(choice: Choice) -> ReplicaPlacement:
+        if not hit:
+            hit.append(choice.node)
+            raise RuntimeError("boom recording")
+        return real(choice)
+
+    monkeypatch.setattr(planner.cluster, "to_replica", to_replica)
+    plan = planner.plan(list(NODES), [bad, ok], [], FACTS)
+    assert hit
+    _failed(_by_name(plan)[BAD], "boom recording")
+    assert not [k for k, _ in planner.cluster.held_items() if k[0] == BAD]
+    assert planner.cluster.alloc.snapshot() == _fresh_after(list(NODES), [ok])
+
+
+def test_a_service_whose_ungating_raises_costs_itself_alone() -> None:
+    """The pass that releases the services that no longer ask for a GPU: a-bad's
+    request labels are gone, its gate is still in its spec, its UpdateConfig is not a
+    mapping. It is failed and keeps its ledger entry and its lines (nothing written)."""
+    nodes, held = _settled(svc(BAD, {f"{P}gpus": "4"}))
+    bad = replace(held, labels={}, spec={"UpdateConfig": "fast"}, version=held.version + 1)
+    ok = svc("b-ok", {f"{P}gpus": "4"})
+    plan = Planner().plan(nodes, [bad, ok], [], FACTS)
+    got = _by_name(plan)
+    _failed(got[BAD], "AttributeError")
+    assert got["b-ok"].status == "placed"
+    assert BAD not in plan.released
+    assert not any(BAD in k for ks in plan.node_remove.values() for k in ks)
+
+
+def test_an_arrival_whose_read_raises_costs_itself_alone() -> None:
+    """The arrivals' own read (``place_arrivals``, as ``simulate`` places each one): the
+    other arrival is placed."""
+    planner = Planner()
+    planner.plan(list(NODES), [], [], FACTS)
+    bad = replace(svc(BAD, {f"{P}gpus": "4"}), spec={"TaskTemplate": {"Resources": "lots"}})
+    plan = planner.place_arrivals([bad, svc("b-ok", {f"{P}gpus": "4"})], [])
+    got = _by_name(plan)
+    _failed(got[BAD], "AttributeError")
+    assert got["b-ok"].status == "placed"
