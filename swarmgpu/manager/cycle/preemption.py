@@ -1,61 +1,64 @@
 """The preemption actuator: the only code that stops a service for a higher-priority one.
 
-``placement.preempt`` decides (snapshot in, preemptions out); this step owns every safety and the
-writes:
+``placement.preempt`` decides (snapshot in, preemptions out); this step owns every
+safety and the writes:
 
-* ``preemption.dry_run`` (default true): the decision is logged and shown on the preemptor's plan
-  ("would preempt ..."); nothing is written;
-* budgets: at most ``max_per_hour`` victims stopped per hour (0 turns preemption off), and with
-  tenants in the config, at most each tenant's ``preemptions_per_hour`` for its services'
-  preemptions (``manager.services.tenants``): no one tenant spends the whole hour's. The hour is
-  kept in Swarm too (``preempt_budget``), so a new leader spends what is left; it is stored before
-  the victims' writes (``_reserve``; a victim moved instead, before its move's first write:
-  ``_count_first``), so a stop between them never leaves it short;
-* cooldown per victim (``victim_cooldown_s``, from its last preemption, kept in Swarm in its
-  ``<p>state.preempted`` label and here; the label counts only when the hour on the swarm object
-  has a victim stopped at its time, as a stack can write it too) and a settle time per preemptor
-  (``settle_s``): a preemptor still pending after its victims were stopped stops no more until it
-  has passed, their GPUs held for it meanwhile (``nominated``, never a label;
-  ``placement.nominated``), and while a victim's move is in flight and ``settle_s`` after it
-  (``rebalance.move_timeout_s`` at most); held, they are used for the other preemptors of its
-  priority or lower, and no victim moves there;
-* times Swarm keeps (the hour, ``<p>state.preempted``) are wall-clock (``now``), those in memory
-  (settle, cooldowns, holds) monotonic (``clock``, ``mono``): a wall clock's step changes none;
-* input is not state: each victim's holding is read again from its node just before the writes, and
-  a victim whose ledger entry is gone or changed is left alone;
-* no victim under a move: the snapshot is older than the moves the rebalancer and the health mover
-  started earlier in this cycle, so the move records are read again from Swarm before deciding
-  (``record.recorded``; unreadable: no preemption this cycle). Stopped under its move (the mover
-  refuses a second one), a victim's roll-back would reopen its source GPUs, given to the preemptor.
+* ``preemption.dry_run`` (default true): the decision is logged and shown on the
+  preemptor's plan ("would preempt ..."); nothing is written;
+* budgets: at most ``max_per_hour`` victims stopped per hour (0 turns preemption off),
+  and with tenants in the config, at most each tenant's ``preemptions_per_hour`` for its
+  services' preemptions (``manager.services.tenants``): no one tenant spends the whole hour's.
+  The hour is kept in Swarm too (``preempt_budget``), so a new leader spends what is left;
+  it is stored before the victims' writes (``_reserve``; a victim moved instead, before
+  its move's first write: ``_count_first``), so a stop between them never leaves it short;
+* cooldown per victim (``victim_cooldown_s``, from its last preemption, kept in Swarm in
+  its ``<p>state.preempted`` label and here; the label counts only when the hour on the
+  swarm object has a victim stopped at its time, as a stack can write it too) and a
+  settle time per preemptor (``settle_s``): a preemptor still pending after its victims
+  were stopped stops no more until it has passed, their GPUs held for it meanwhile
+  (``nominated``, never a label; ``placement.nominated``), and while a victim's move is
+  in flight and ``settle_s`` after it (``rebalance.move_timeout_s`` at most); held, they
+  are used for the other preemptors of its priority or lower, and no victim moves there;
+* times Swarm keeps (the hour, ``<p>state.preempted``) are wall-clock (``now``), those in
+  memory (settle, cooldowns, holds) monotonic (``clock``, ``mono``): no clock step moves them;
+* input is not state: each victim's holding is read again from its node just before
+  the writes, and a victim whose ledger entry is gone or changed is left alone;
+* no victim under a move: the snapshot is older than the moves the rebalancer and the
+  health mover started earlier in this cycle, so the move records are read again from
+  Swarm before deciding (``record.recorded``; unreadable: no preemption this cycle).
+  Stopped under its move (the mover refuses a second one), a victim's roll-back would
+  reopen its source GPUs, given to the preemptor.
 
 A victim that can run on another node (``Preemption.moves``) is moved there instead,
-make-before-break, through the rebalancer's mover (``Mover.start``: its own checks, the record, the
-surge, and the rebalancer's budgets ``max_moves_per_cycle`` and ``max_moves_per_node``, its moves
-in flight counted: this step runs after it, and one actuator owns the budgets); the rebalancer's
-mover advances it each cycle, so a move needs ``rebalance.enabled``, ``rebalance.dry_run: false``
-and both budgets above 0 (0 turns those moves off; else the victim is stopped). The mover refuses a
-service with ``swarmgpu.rebalance: never``, one cooling down or not converged: that victim is
-stopped. A move refused for the budgets alone waits instead (a budget never turns a move into a
-stop): the victim keeps running, and so do the preemption's other victims (one stopped alone frees
-GPUs the preemptor cannot use yet), nothing of the hour is spent, the preemptor stays pending with
-the reason (its plan, the log once) and the move is tried again next cycle. It holds its slot
-meanwhile: the rebalancer, which runs first, starts none of its own moves in the slots the waiting
-move needs (``reserved``, found again each cycle, so the slot is held only while it waits). Its
-preemptor waits while the move is in flight.
+make-before-break, through the rebalancer's mover (``Mover.start``: its own checks, the
+record, the surge, and the rebalancer's budgets ``max_moves_per_cycle`` and
+``max_moves_per_node``, its moves in flight counted: this step runs after it, and one
+actuator owns the budgets); the rebalancer's mover advances it each cycle, so a move needs
+``rebalance.enabled``, ``rebalance.dry_run: false`` and both budgets above 0 (0 turns
+those moves off; else the victim is stopped). The
+mover refuses a service with ``swarmgpu.rebalance: never``, one cooling down or not
+converged: that victim is stopped. A move refused for the budgets alone waits instead (a
+budget never turns a move into a stop): the victim keeps running, and so do the
+preemption's other victims (one stopped alone frees GPUs the preemptor cannot use yet),
+nothing of the hour is spent, the preemptor stays pending with the reason (its plan, the
+log once) and the move is tried again next cycle. It holds its slot meanwhile: the
+rebalancer, which runs first, starts none of its own moves in the slots the waiting move
+needs (``reserved``, found again each cycle, so the slot is held only while it waits).
+Its preemptor waits while the move is in flight.
 
 A victim is stopped by swarmgpu's own state only: its ``<p>devices.<node>`` lists go and
-``<p>state.preempted`` is set on the service (no task restarts: labels only), then its ledger entry
-and gate leave the node, and Swarm's constraint enforcer stops the task with the service's own
-stop_grace_period. Its spec is otherwise untouched; the planner places it again when capacity frees
-(and removes the record then).
+``<p>state.preempted`` is set on the service (no task restarts: labels only), then its
+ledger entry and gate leave the node, and Swarm's constraint enforcer stops the task with
+the service's own stop_grace_period. Its spec is otherwise untouched; the planner places
+it again when capacity frees (and removes the record then).
 
-The victims of one preemption (all on the preemptor's node) are stopped whole or not at all: their
-holdings are read again first, then each one's spec is written, then all their gates close in one
-node write (``_close``). A victim that no longer holds what was decided, or a spec write that
-fails, stops none (the hour given back, tried again next cycle; a spec written is placement's to
-restore, its victim still holding). Stopped one by one, a failure left the others stopped for a
-preemptor that still could not run, and placement gave them their GPUs back the next cycle: stopped
-and restarted for nothing.
+The victims of one preemption (all on the preemptor's node) are stopped whole or not at
+all: their holdings are read again first, then each one's spec is written, then all
+their gates close in one node write (``_close``). A victim that no longer holds what was
+decided, or a spec write that fails, stops none (the hour given back, tried again next
+cycle; a spec written is placement's to restore, its victim still holding). Stopped one
+by one, a failure left the others stopped for a preemptor that still could not run, and
+placement gave them their GPUs back the next cycle: stopped and restarted for nothing.
 """
 
 from __future__ import annotations
@@ -70,12 +73,12 @@ from loguru import logger
 
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.placement import make_plan, new_planner
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
+from swarmgpu.manager.cycle.preempt_notes import dry_note, note_on, raised_note
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.cycle.victimspec import renewed, victim_spec
 from swarmgpu.manager.engine.actuator import Why, Writes
@@ -116,20 +119,6 @@ PortTakers = Callable[[SwarmService], Mapping[str, AbstractSet[str]]]
 class Unstored(Exception):
     """The hour could not be stored before a victim's move (``_count_first``). Not a
     ``SwarmError``: no caller takes it for a failed write and goes on to the next."""
-
-
-def dry_note(p: Preemption) -> str:
-    """What a preemptor's plan says of ``p`` in dry-run (the map, `plan`, `status`)."""
-    return f"would {p.describe()} (preemption.dry_run)"
-
-
-def raised_note(name: str, exc: Exception) -> str:
-    """What preemptor ``name``'s plan says when choosing its victims raised (the map,
-    `plan`, `status`): it alone preempts nothing, as in the daemon's cycle."""
-    return (f"preemption: choosing victims for {name} failed unexpectedly "
-            f"({type(exc).__name__}: {peer_text(str(exc), 200)}): it preempts nothing, the "
-            "other preemptions go on; fix: a bug or input swarmgpu does not foresee, "
-            "report it with the daemon's log, which has the traceback")
 
 
 class Preempter:
@@ -173,9 +162,10 @@ class Preempter:
               refused: Callable[[SwarmService], AbstractSet[str]] | None = None,
               now: float | None = None, ports: PortTakers | None = None,
               mono: float | None = None) -> list[Preemption]:
-        """Decide and (outside dry-run, within budget) act; return what was acted on (in
-        dry-run: what would have been). ``refused``, ``ports``: the planner's ``refused_nodes``
-        and ``port_takers``; ``now``, ``mono``: the wall clock's and ``clock``'s (None: now)."""
+        """Decide and (outside dry-run, within budget) act; return what was acted on
+        (in dry-run: what would have been). ``refused``, ``ports``: the planner's
+        ``refused_nodes`` and ``port_takers`` (``choose_preemptions``). ``now``, ``mono``:
+        the wall clock's and ``clock``'s (the module's two clocks; None: now)."""
         pc = self.cfg.preemption
         now = time.time() if now is None else now  # stored in Swarm: wall clock
         mono = self.clock() if mono is None else mono
@@ -195,7 +185,7 @@ class Preempter:
             self._say_raised(f"choose:{name}", name, exc, f"choosing victims for {name} "
                              "failed unexpectedly, it preempts nothing this cycle; the "
                              "other preemptions go on")
-            _note(plan, by_name, name, raised_note(name, exc))
+            note_on(plan, by_name, name, raised_note(name, exc))
         done: list[Preemption] = []
         waits: list[tuple[str, str, Move]] = []  # (key, what is said, the move) that wait
         unstored = False  # the hour in memory differs from the one last stored
@@ -234,12 +224,12 @@ class Preempter:
     def _act(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan, p: Preemption,
              tenant: str, now: float, waits: list[tuple[str, str, Move]],
              ) -> tuple[list[Candidate], bool]:
-        """Move or stop ``p``'s victims: those moved or stopped, and whether the hour in memory now
-        differs from the one stored. A victim whose move waits (the move budgets: a budget never
-        turns a move into a stop) or is held (the hour not stored) holds the whole preemption back:
-        no victim of it is stopped this cycle. Stopped alone, a victim freed GPUs the preemptor
-        could not use yet, and placement gave them back to it the next cycle: stopped and restarted
-        for nothing."""
+        """Move or stop ``p``'s victims: those moved or stopped, and whether the hour in
+        memory now differs from the one stored. A victim whose move waits (the move
+        budgets: a budget never turns a move into a stop) or is held (the hour not
+        stored) holds the whole preemption back: no victim of it is stopped this cycle.
+        Stopped alone, a victim freed GPUs the preemptor could not use yet, and placement
+        gave them back to it the next cycle: stopped and restarted for nothing."""
         i = next((k for k, sp in enumerate(plan.services) if sp.name == p.service), None)
         moved: list[Candidate] = []
         to_stop: list[Candidate] = []
@@ -270,11 +260,12 @@ class Preempter:
 
     def _records(self, swarm: SwarmClient, per_hour: int,
                  dry: bool = False) -> Mapping[str, str] | None:
-        """The swarm object's labels read now, after the rebalancer's movers ran in this cycle: the
-        moves they started are not in the snapshot (``decide``). None when they cannot be read,
-        said once while it lasts: a move unknown could be stopped under, so nothing is preempted
-        this cycle; in dry-run (``dry``), which stops nothing, the snapshot's records decide, as
-        `plan` and `status` do. Preemption off: not read."""
+        """The swarm object's labels read now, after the rebalancer's movers ran in this
+        cycle: the moves they started are not in the snapshot (``decide``). None when
+        they cannot be read, said once while it lasts: a move unknown could be stopped
+        under, so nothing is preempted this cycle; in dry-run (``dry``), which stops
+        nothing, the snapshot's records decide, as `plan` and `status` do. Preemption
+        off: not read."""
         if per_hour == 0:
             return {}
         try:
@@ -298,12 +289,13 @@ class Preempter:
                raised: dict[str, Exception] | None = None,
                records: Mapping[str, str] | None = None,
                mono: float | None = None) -> list[Preemption]:
-        """The preemptions of this cycle (``choose_preemptions``), with the cooldowns, settle times
-        and the hour as this Preempter and Swarm keep them; acts on none. ``now``, ``mono``: the
-        wall clock's and ``clock``'s (None: now). ``raised``: preemptors whose choice raised,
-        skipped alone (else it raises). ``records``: the swarm object's labels read after this
-        cycle's moves started (None: the snapshot's); a service with a move record there is neither
-        victim nor preemptor, its move label in the snapshot or not (``record.recorded``)."""
+        """The preemptions of this cycle (``choose_preemptions``), with the cooldowns,
+        settle times and the hour as this Preempter and Swarm keep them; acts on none.
+        ``now``, ``mono``: the wall clock's and ``clock``'s (None: now).
+        ``raised``: preemptors whose choice raised, skipped alone (else it raises).
+        ``records``: the swarm object's labels read after this cycle's moves started
+        (None: the snapshot's); a service with a move record there is neither victim nor
+        preemptor, its move label in the snapshot or not (``record.recorded``)."""
         pc = self.cfg.preemption
         if pc.max_per_hour == 0:
             return []
@@ -349,7 +341,8 @@ class Preempter:
     def took(self, p: Preemption, victims: list[Candidate], mono: float) -> None:
         """``p`` stopped or moved ``victims`` at ``mono`` (``clock``'s): from then on its
         preemptor settles (``settle_s``: ``decide`` passes it over while their GPUs free, held
-        for it meanwhile: ``nominated``) and they cool down (``victim_cooldown_s``)."""
+        for it meanwhile: ``nominated``) and they cool down (``victim_cooldown_s``). The
+        simulator calls it too (its one clock for both)."""
         self.preemptor_at[p.service] = mono
         self.nominated.nominate(p, victims, mono)
         for v in victims:
@@ -381,7 +374,7 @@ class Preempter:
         chosen = self.decide(snap, plan, facts, refused, now, ports, raised, mono=mono)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         for name, exc in raised.items():
-            _note(plan, by_name, name, raised_note(name, exc))
+            note_on(plan, by_name, name, raised_note(name, exc))
         for p in chosen:
             i = by_name.get(p.service)
             if i is None:
@@ -425,12 +418,12 @@ class Preempter:
 
     def _reserve(self, swarm: SwarmClient, p: Preemption, tenant: str, n: int,
                  now: float) -> bool:
-        """Spend the ``n`` victims of ``p`` about to be stopped, and store the hour, before their
-        writes. Stored after them, a daemon stop asked in between (the write gate then refuses that
-        store) left a restarted daemon or the next leader counting fewer than were stopped, free to
-        stop more than ``max_per_hour``. A stop asked before the correction (``cycle``) leaves the
-        hour over-counted until those seconds leave it: the safe side. Not stored: none is stopped
-        now (tried again next cycle)."""
+        """Spend the ``n`` victims of ``p`` about to be stopped, and store the hour, before
+        their writes. Stored after them, a daemon stop asked in between (the write gate
+        then refuses that store) left a restarted daemon or the next leader counting fewer
+        than were stopped, free to stop more than ``max_per_hour``. A stop asked before
+        the correction (``cycle``) leaves the hour over-counted until those seconds leave
+        it: the safe side. Not stored: none is stopped now (tried again next cycle)."""
         for _ in range(n):
             self.spent.spend(now, tenant)
         try:
@@ -465,10 +458,10 @@ class Preempter:
 
     def _count_first(self, swarm: SwarmClient, p: Preemption, tenant: str, now: float,
                      v: Candidate, counted: set[str]) -> Callable[[], None]:
-        """The hook run before the first write of ``v``'s move (``Writes.before_first``): ``v``
-        spent and the hour stored, as before a stop (``_reserve``). Stored after, a daemon stop
-        inside the mover's writes left a move under way uncounted. Not stored: ``Unstored`` is
-        raised and nothing of the move is written."""
+        """The hook run before the first write of ``v``'s move (``Writes.before_first``):
+        ``v`` spent and the hour stored, as before a stop (``_reserve``). Stored after,
+        a daemon stop inside the mover's writes left a move under way uncounted. Not
+        stored: ``Unstored`` is raised and nothing of the move is written."""
 
         def first() -> None:
             if not self._reserve(swarm, p, tenant, 1, now):
@@ -486,11 +479,11 @@ class Preempter:
     def _move(self, swarm: SwarmClient, snap: Snapshot, p: Preemption, v: Candidate,
               waits: list[tuple[str, str, Move]], first: Callable[[], None],
               ) -> Literal["moved", "wait", "stop", "held"]:
-        """Start moving ``v`` where it can run instead, ``first`` run before the move's first
-        write. "stop": it cannot move (the mover refused it, or moves are off); "wait": the move
-        budgets alone refused it (said in ``waits``), tried again next cycle: a budget never turns
-        a move into a stop; "held": ``first`` could not store the hour, nothing of the move was
-        written (said), tried again next cycle."""
+        """Start moving ``v`` where it can run instead, ``first`` run before the move's
+        first write. "stop": it cannot move (the mover refused it, or moves are off);
+        "wait": the move budgets alone refused it (said in ``waits``), tried again next
+        cycle: a budget never turns a move into a stop; "held": ``first`` could not store
+        the hour, nothing of the move was written (said), tried again next cycle."""
         where = p.moves.get(v.service)
         svc = next((s for s in snap.services if s.id == v.service_id), None)
         if where is None or not self.can_move or v.holding is None or svc is None:
@@ -567,9 +560,9 @@ class Preempter:
 
     def _stop(self, swarm: SwarmClient, p: Preemption, victims: list[Candidate],
               now: float) -> bool | None:
-        """``_close``, this preemption's loss only whatever it raises: True stopped, False none
-        stopped; None when half made (the gate write let through, then it raised: a bug or an
-        answer no one foresaw): counted, judged from Swarm next cycle."""
+        """``_close``, this preemption's loss only whatever it raises: True stopped, False
+        none stopped; None when half made (the gate write let through, then it raised: a
+        bug or an answer no one foresaw): counted, judged from Swarm next cycle."""
         gate = Writes(swarm, dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
                       who="preemption", prefix=self.prefix)
         closing: list[bool] = []
@@ -588,11 +581,12 @@ class Preempter:
 
     def _close(self, gate: Writes, swarm: SwarmClient, p: Preemption,
                victims: list[Candidate], now: float, closing: list[bool]) -> bool | None:
-        """Close the victims' gates on their node in one write, after reading their holdings again
-        and writing each one's spec (its device lists gone, the record; no task restarts): a fault
-        before that write stops none (a spec written is placement's to restore: the victim still
-        holds). True closed, False none, None half made (the gate write failed: its outcome
-        unknown, counted). ``closing``: appended to once the gate write is tried."""
+        """Close the victims' gates on their node in one write, after reading their
+        holdings again and writing each one's spec (its device lists gone, the record; no
+        task restarts): a fault before that write stops none (a spec written is
+        placement's to restore: the victim still holds). True closed, False none, None
+        half made (the gate write failed: its outcome unknown, counted). ``closing``:
+        appended to once the gate write is tried."""
         prefix = self.prefix
         log = logger.bind(service=p.service)
         try:  # the holdings as Swarm has them now, not as the snapshot had them
@@ -646,13 +640,6 @@ class Preempter:
 
 def names(victims: list[Candidate]) -> str:
     return ", ".join(v.service for v in victims)
-
-
-def _note(plan: PlacementPlan, by_name: Mapping[str, int], name: str, note: str) -> None:
-    """``note`` on service ``name``'s plan, where the plan has it."""
-    i = by_name.get(name)
-    if i is not None:
-        plan.services[i] = plan.services[i].noted(note)
 
 
 def plan_as_daemon(snap: Snapshot, cfg: Config, swarm: Any = None) -> PlacementPlan:
