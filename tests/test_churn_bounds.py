@@ -38,11 +38,13 @@ def test_preemption_settle_times_of_gone_services_are_dropped() -> None:
         pre.preemptor_at[f"ci-{i}_job"] = 1000.0
     snap = Snapshot([], [], [], {})
     plan = make_plan(snap, cfg)
-    pre.decide(snap, plan, {}, None, 1000.0 + cfg.preemption.settle_s - 1)
+    at = 1000.0 + cfg.preemption.settle_s - 1
+    pre.decide(snap, plan, {}, None, at, mono=at)
     assert len(pre.preemptor_at) == N  # still settling: kept
-    pre.decide(snap, plan, {}, None, 1000.0 + cfg.preemption.victim_cooldown_s - 1)
+    at = 1000.0 + cfg.preemption.victim_cooldown_s - 1
+    pre.decide(snap, plan, {}, None, at, mono=at)
     assert not pre.preemptor_at and len(pre.victim_at) == N  # still cooling: kept
-    pre.decide(snap, plan, {}, None, 1000.0 + cfg.preemption.victim_cooldown_s)
+    pre.decide(snap, plan, {}, None, at + 1, mono=at + 1)
     assert not pre.victim_at
 
 

@@ -54,7 +54,8 @@ def test_a_preemptor_waits_while_any_of_its_victims_moves_is_in_flight() -> None
                  preemption=PreemptionConfig(dry_run=False, victim_cooldown_s=100))
     snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels())
     pre, t = Preempter(cfg), 5000.0
-    (p,) = pre.cycle(sw, snap, make_plan(snap, cfg), FACTS, now=t)  # type: ignore[arg-type]
+    (p,) = pre.cycle(sw, snap, make_plan(snap, cfg), FACTS, now=t,  # type: ignore[arg-type]
+                     mono=t)
     assert sorted(p.moves) == ["a", "b"]
     # b's move ended: it runs on the DGX alone, its record gone; a's is in flight
     st = read_records(sw.swarm_labels(), P)["id-b"]
@@ -75,4 +76,4 @@ def test_a_preemptor_waits_while_any_of_its_victims_moves_is_in_flight() -> None
     plan = make_plan(snap, cfg)
     assert pre.nominated.current(now) == ()
     assert [c.describe() for c in pre.decide(snap, plan, FACTS, None, now,
-                                             records=labels)] == []  # (it stopped c)
+                                             records=labels, mono=now)] == []  # (it stopped c)

@@ -151,7 +151,8 @@ def test_the_freed_gpus_go_to_the_preemptor_not_to_an_older_share_of_its_priorit
     t = 1000.0
     plan = w.plan(planner, pre, t)
     assert {sp.name for sp in plan.services if sp.status == "pending"} == {"share", "high"}
-    chosen = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
+    chosen = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers,
+                        mono=t)
     assert [p.describe() for p in chosen] == [
         "preempt batch (priority 0) on gpu-node-2 for high (priority 100)"]
     assert set(chosen[0].held) == set(R[:2])  # what high is counted on
@@ -162,7 +163,7 @@ def test_the_freed_gpus_go_to_the_preemptor_not_to_an_older_share_of_its_priorit
         plan = w.plan(planner, pre, now)
         got[now] = {n: _held_on(plan, n) for n in ("high", "share")}
         for p in pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, now,
-                            planner.port_takers):
+                            planner.port_takers, mono=now):
             pre.took(p, list(p.victims), now)
             w.stop(p)
             stopped += [v.service for v in p.victims]
@@ -179,7 +180,8 @@ def _preempted(t: float, *, moved: bool = False,
     w, planner = World(), Planner(prefix=P)
     pre = Preempter(Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
     plan = w.plan(planner, pre, t)
-    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
+    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers,
+                      mono=t)
     if moved:
         p = replace(p, moves={"batch": Relocation("n-dgx", "gpu-node-1", (1, 2),
                                                    ("GPU-x", "GPU-y"))})
@@ -214,7 +216,8 @@ def test_a_hold_ends_when_its_preemption_settles_or_its_preemptor_goes() -> None
     w.tasks.pop("high")
     plan = w.plan(planner, pre, t + 1)
     assert _held_on(plan, "share") and set(_held_on(plan, "share")) <= set(R[:2])
-    pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t + 1, planner.port_takers)
+    pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t + 1, planner.port_takers,
+               mono=t + 1)
     assert pre.nominated.current(t + 2) == ()
     assert free == (0, 0, 0, 0, 0, 0, 0, 0)  # (a visit's holds are given back after it)
 
@@ -247,7 +250,7 @@ def test_a_held_gpu_counts_as_used_when_another_service_weighs_preemption(
     assert len(_held_on(plan, "urgent")) == 1 and not _held_on(plan, "high")
     assert bool(_held_on(plan, "late")) is not preempts  # (placement.nominated)
     chosen = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t + 1,
-                        planner.port_takers)
+                        planner.port_takers, mono=t + 1)
     assert [c.describe() for c in chosen] == (
         [f"preempt batch2 (priority 0) on gpu-node-2 for late (priority {priority})"]
         if preempts else [])
@@ -278,7 +281,8 @@ def test_a_victim_is_never_moved_onto_gpus_held_for_another_preemptor() -> None:
     pre.took(wide, [], t - 5)  # its preemption still settles: d[5:] are held for it
     plan = w.plan(planner, pre, t)
     assert {sp.name for sp in plan.services if sp.status == "pending"} == {"wide", "high"}
-    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers)
+    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers,
+                      mono=t)
     assert p.describe() == "preempt batch (priority 0) on gpu-node-2 for high (priority 100)"
     assert not p.moves  # (it was "-> moved to gpu-node-1", onto d[5:])
 
@@ -307,13 +311,13 @@ def test_a_hold_lasts_while_its_victims_move_is_in_flight_then_settles() -> None
     for now in (t + 20, t + 40):  # the move in flight, past settle_s (30 s)
         plan = w.plan(planner, pre, now)
         for c in pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, now,
-                            planner.port_takers, records=records):
+                            planner.port_takers, records=records, mono=now):
             stopped += [v.service for v in c.victims]
         assert [n.uuids for n in pre.nominated.current(now + 1)] == [p.held]
     before = w.snap()  # the cycle's snapshot: the rebalancer ends the move after it
     w.stop(p)  # its source closed: batch runs on n-dgx now (not modelled here)
     for c in pre.decide(before, plan, FACTS, planner.refused_nodes, t + 50,
-                        planner.port_takers, records={}):
+                        planner.port_takers, records={}, mono=t + 50):
         stopped += [v.service for v in c.victims]
     assert stopped == []  # (high stopped batch2 as its hold lapsed)
     plan = w.plan(planner, pre, t + 51)
@@ -328,7 +332,7 @@ def test_a_hold_under_a_move_ends_with_the_moves_timeout() -> None:
     records = _move_record(w.services["batch"], t)
     for now in (t + 60, t + 119, t + 140, t + 151):  # move_timeout_s 120, settle_s 30
         pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, now, planner.port_takers,
-                   records=records)
+                   records=records, mono=now)
     assert pre.nominated.current(t + 152) == ()
 
 

@@ -96,7 +96,7 @@ def test_the_daemon_hands_the_rebalancer_the_gpus_its_preemptions_hold(tmp_path:
     assert rb.held() == {}
     wide = Preemption("wide", "id-wide", 100, "n-dgx", "gpu-node-1", (),
                       held=tuple(WHOLE1[5:]))
-    pre.preempter.took(wide, [], time.time())
+    pre.preempter.took(wide, [], time.monotonic())  # in-memory times: monotonic
     assert rb.held() == {("n-dgx", u): ("wide", 100) for u in WHOLE1[5:]}
 
 

@@ -312,7 +312,8 @@ def replay_priorities(
             list(world.nodes.values()), list(world.services.values()), world.all_tasks(), {}
         )
         chosen = preempter.decide(
-            snap, plan, world.facts, planner.refused_nodes, float(w.now), planner.port_takers
+            snap, plan, world.facts, planner.refused_nodes, float(w.now), planner.port_takers,
+            mono=float(w.now),  # the sim's one clock serves both of the daemon's
         )
         for p in chosen:
             res.preemptions += 1

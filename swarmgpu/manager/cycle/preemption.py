@@ -19,6 +19,8 @@ safety and the writes:
   (``nominated``, never a label; ``placement.nominated``), and while a victim's move is
   in flight and ``settle_s`` after it (``rebalance.move_timeout_s`` at most); held, they
   are used for the other preemptors of its priority or lower, and no victim moves there;
+* times Swarm keeps (the hour, ``<p>state.preempted``) are wall-clock (``now``), those in
+  memory (settle, cooldowns, holds) monotonic (``clock``, ``mono``): no clock step moves them;
 * input is not state: each victim's holding is read again from its node just before
   the writes, and a victim whose ledger entry is gone or changed is left alone;
 * no victim under a move: the snapshot is older than the moves the rebalancer and the
@@ -71,12 +73,12 @@ from loguru import logger
 
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.placement import make_plan, new_planner
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
+from swarmgpu.manager.cycle.preempt_notes import dry_note, note_on, raised_note
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.cycle.victimspec import renewed, victim_spec
 from swarmgpu.manager.engine.actuator import Why, Writes
@@ -119,32 +121,19 @@ class Unstored(Exception):
     ``SwarmError``: no caller takes it for a failed write and goes on to the next."""
 
 
-def dry_note(p: Preemption) -> str:
-    """What a preemptor's plan says of ``p`` in dry-run (the map, `plan`, `status`)."""
-    return f"would {p.describe()} (preemption.dry_run)"
-
-
-def raised_note(name: str, exc: Exception) -> str:
-    """What preemptor ``name``'s plan says when choosing its victims raised (the map,
-    `plan`, `status`): it alone preempts nothing, as in the daemon's cycle."""
-    return (f"preemption: choosing victims for {name} failed unexpectedly "
-            f"({type(exc).__name__}: {peer_text(str(exc), 200)}): it preempts nothing, the "
-            "other preemptions go on; fix: a bug or input swarmgpu does not foresee, "
-            "report it with the daemon's log, which has the traceback")
-
-
 class Preempter:
     """Kept across cycles by the daemon: the budget window and the last preemptions."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, clock: Callable[[], float] | None = None) -> None:
         self.cfg = cfg
+        self.clock = clock or time.monotonic  # the in-memory times' (the module's two clocks)
         self.prefix = cfg.sync.prefix
         self.spent = SpentHour(self.prefix)  # when each victim was stopped, per tenant too
         self.tenants = Tenants.from_config(cfg)
-        self.victim_at: dict[str, float] = {}  # victim name -> when it was last preempted
-        self.preemptor_at: dict[str, float] = {}  # preemptor name -> its last preemption
+        self.victim_at: dict[str, float] = {}  # victim -> when last preempted (``clock``)
+        self.preemptor_at: dict[str, float] = {}  # preemptor -> its last preemption
         # its victims' GPUs, held for it (while a victim's move is in flight too)
-        self.nominated = Nominations(cfg.preemption.settle_s, cfg.rebalance.move_timeout_s)
+        self.nominated = Nominations(cfg.preemption.settle_s, cfg.rebalance.move_timeout_s, clock)
         self.logged: SaidOnce[str] = SaidOnce()  # dry-run decisions, while decided
         self.said_spent: SaidOnce[str] = SaidOnce()  # budget refusals, while they last
         self.said_raised: SaidOnce[str] = SaidOnce()  # victims that raised, while they do
@@ -171,12 +160,15 @@ class Preempter:
     def cycle(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan,
               facts: Mapping[str, NodeFacts],
               refused: Callable[[SwarmService], AbstractSet[str]] | None = None,
-              now: float | None = None, ports: PortTakers | None = None) -> list[Preemption]:
+              now: float | None = None, ports: PortTakers | None = None,
+              mono: float | None = None) -> list[Preemption]:
         """Decide and (outside dry-run, within budget) act; return what was acted on
         (in dry-run: what would have been). ``refused``, ``ports``: the planner's
-        ``refused_nodes`` and ``port_takers`` (``choose_preemptions``)."""
+        ``refused_nodes`` and ``port_takers`` (``choose_preemptions``). ``now``, ``mono``:
+        the wall clock's and ``clock``'s (the module's two clocks; None: now)."""
         pc = self.cfg.preemption
-        now = time.time() if now is None else now
+        now = time.time() if now is None else now  # stored in Swarm: wall clock
+        mono = self.clock() if mono is None else mono
         # Found again each cycle, so a cycle that fails part-way holds no stale slot.
         self.waiting = ()
         self.said_raised.begin()
@@ -187,13 +179,13 @@ class Preempter:
             return []
         raised: dict[str, Exception] = {}
         self._mover(swarm).plan_failed = plan.failed  # its start refuses them too
-        chosen = self.decide(snap, plan, facts, refused, now, ports, raised, records)
+        chosen = self.decide(snap, plan, facts, refused, now, ports, raised, records, mono)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         for name, exc in raised.items():
             self._say_raised(f"choose:{name}", name, exc, f"choosing victims for {name} "
                              "failed unexpectedly, it preempts nothing this cycle; the "
                              "other preemptions go on")
-            _note(plan, by_name, name, raised_note(name, exc))
+            note_on(plan, by_name, name, raised_note(name, exc))
         done: list[Preemption] = []
         waits: list[tuple[str, str, Move]] = []  # (key, what is said, the move) that wait
         unstored = False  # the hour in memory differs from the one last stored
@@ -219,7 +211,7 @@ class Preempter:
             stopped, corrected = self._act(swarm, snap, plan, p, tenant, now, waits)
             unstored |= corrected
             if stopped:
-                self.took(p, stopped, now)
+                self.took(p, stopped, mono)
                 done.append(p)
         self.logged.end()
         said.end()
@@ -295,9 +287,11 @@ class Preempter:
                refused: Callable[[SwarmService], AbstractSet[str]] | None,
                now: float, ports: PortTakers | None = None,
                raised: dict[str, Exception] | None = None,
-               records: Mapping[str, str] | None = None) -> list[Preemption]:
+               records: Mapping[str, str] | None = None,
+               mono: float | None = None) -> list[Preemption]:
         """The preemptions of this cycle (``choose_preemptions``), with the cooldowns,
         settle times and the hour as this Preempter and Swarm keep them; acts on none.
+        ``now``, ``mono``: the wall clock's and ``clock``'s (None: now).
         ``raised``: preemptors whose choice raised, skipped alone (else it raises).
         ``records``: the swarm object's labels read after this cycle's moves started
         (None: the snapshot's); a service with a move record there is neither victim nor
@@ -307,12 +301,13 @@ class Preempter:
             return []
         # the hour as stored in Swarm counts too (a new leader's first cycle)
         self.spent.read(snap.swarm_labels, now, self.tenants.by_name if self.tenants else ())
+        mono = self.clock() if mono is None else mono
         # A time past its cooldown (settle time) decides nothing: dropped, or each name a
-        # month of CI stacks had preempted stayed in memory for good.
+        # month of CI stacks had preempted stayed in memory for good (``clock``'s times).
         self.victim_at = {n: at for n, at in self.victim_at.items()
-                          if now - at < pc.victim_cooldown_s}
+                          if mono - at < pc.victim_cooldown_s}
         self.preemptor_at = {n: at for n, at in self.preemptor_at.items()
-                             if now - at < pc.settle_s}
+                             if mono - at < pc.settle_s}
         cooling = set(self.victim_at)
         # The record in Swarm counts too (a new leader), but it is a label on the victim's
         # own spec, which its stack writes: it counts only when the hour on the swarm
@@ -320,7 +315,7 @@ class Preempter:
         # record a stack made up (a time far ahead, or refreshed by each re-deploy) buys
         # no immunity from preemption.
         stopped_at = {round(t) for t in self.spent.all}
-        for s in snap.services:
+        for s in snap.services:  # a time Swarm keeps: the wall clock's
             st = preempted_state(s.labels, self.prefix)
             if (st is not None and now - st.at < pc.victim_cooldown_s
                     and round(st.at) in stopped_at):
@@ -332,8 +327,8 @@ class Preempter:
         in_move = moving(snap.services, snap.swarm_labels, self.prefix) | recorded(
             snap.services, snap.swarm_labels if records is None else records, self.prefix)
         self.moving = {p: vs & in_move for p, vs in self.moving.items() if vs & in_move}
-        self.nominated.keep(plan, now, in_move)  # placed, gone or settled: it ends
-        held = self.nominated.current(now)  # used for those of their priority or lower
+        self.nominated.keep(plan, mono, in_move)  # placed, gone or settled: it ends
+        held = self.nominated.current(mono)  # used for those of their priority or lower
         # its victim's move is in flight, or its GPUs still held for it: wait for them
         settling |= self.moving.keys() | {n.service for n in held}
         chosen = choose_preemptions(
@@ -343,14 +338,15 @@ class Preempter:
             held=held_gpus(held))
         return chosen
 
-    def took(self, p: Preemption, victims: list[Candidate], now: float) -> None:
-        """``p`` stopped or moved ``victims`` at ``now``: from then on its preemptor settles
-        (``settle_s``: ``decide`` passes it over while their GPUs free, held for it meanwhile:
-        ``nominated``) and they cool down (``victim_cooldown_s``). The simulator calls it too."""
-        self.preemptor_at[p.service] = now
-        self.nominated.nominate(p, victims, now)
+    def took(self, p: Preemption, victims: list[Candidate], mono: float) -> None:
+        """``p`` stopped or moved ``victims`` at ``mono`` (``clock``'s): from then on its
+        preemptor settles (``settle_s``: ``decide`` passes it over while their GPUs free, held
+        for it meanwhile: ``nominated``) and they cool down (``victim_cooldown_s``). The
+        simulator calls it too (its one clock for both)."""
+        self.preemptor_at[p.service] = mono
+        self.nominated.nominate(p, victims, mono)
         for v in victims:
-            self.victim_at[v.service] = now
+            self.victim_at[v.service] = mono
 
     def over_budget(self, p: Preemption, tenant: str) -> str | None:
         """Why ``p`` is not made for the hour's budgets (all, then ``tenant``'s), or None."""
@@ -366,7 +362,7 @@ class Preempter:
     def preview(self, snap: Snapshot, plan: PlacementPlan, facts: Mapping[str, NodeFacts],
                 refused: Callable[[SwarmService], AbstractSet[str]] | None = None,
                 now: float | None = None, ports: PortTakers | None = None,
-                ) -> list[Preemption]:
+                mono: float | None = None) -> list[Preemption]:
         """What ``cycle`` decides on ``plan``, acting on nothing (`plan`, `status`): each
         preemptor's plan notes it as the daemon's does in dry-run, or outside dry-run what
         this step would do (or that a budget stops it). A fresh Preempter decides as a new
@@ -375,10 +371,10 @@ class Preempter:
         now = time.time() if now is None else now
         dry = self.cfg.preemption.dry_run or self.cfg.dry_run
         raised: dict[str, Exception] = {}  # isolated as ``cycle`` does: the rest shown
-        chosen = self.decide(snap, plan, facts, refused, now, ports, raised)
+        chosen = self.decide(snap, plan, facts, refused, now, ports, raised, mono=mono)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         for name, exc in raised.items():
-            _note(plan, by_name, name, raised_note(name, exc))
+            note_on(plan, by_name, name, raised_note(name, exc))
         for p in chosen:
             i = by_name.get(p.service)
             if i is None:
@@ -644,13 +640,6 @@ class Preempter:
 
 def names(victims: list[Candidate]) -> str:
     return ", ".join(v.service for v in victims)
-
-
-def _note(plan: PlacementPlan, by_name: Mapping[str, int], name: str, note: str) -> None:
-    """``note`` on service ``name``'s plan, where the plan has it."""
-    i = by_name.get(name)
-    if i is not None:
-        plan.services[i] = plan.services[i].noted(note)
 
 
 def plan_as_daemon(snap: Snapshot, cfg: Config, swarm: Any = None) -> PlacementPlan:

@@ -24,6 +24,11 @@ is moved, not stopped, lasts while that move is in flight (the daemon's move rec
 at most ``rebalance.move_timeout_s``, when the mover rolls it back) and ``settle_s``
 after: the GPUs free only when the move ends.
 
+Their times are in-memory durations, measured on a monotonic clock (``time.monotonic``,
+or the clock the ``Preempter`` is given): nothing of them is stored in or compared with
+Swarm, and on the wall clock a clock stepped back lengthened a hold while its preemptor
+waited (stepped forward, ended it early).
+
 The rebalancer is handed them too (``held_gpus``, ``rebalance.context.Inputs.held``): no
 move of any of its policies lands on a held GPU, whatever the moved service's priority
 (``Context.held_for_other`` says why).
@@ -71,31 +76,35 @@ class Nominations:
     """The nominations kept across cycles (by the daemon's ``Preempter``): one per
     preemptor, its last preemption's, from when its victims were stopped or moved."""
 
-    def __init__(self, settle_s: float, move_timeout_s: float = 0.0) -> None:
+    def __init__(self, settle_s: float, move_timeout_s: float = 0.0,
+                 clock: Callable[[], float] | None = None) -> None:
+        self.clock = clock or time.monotonic  # every time here is an in-memory duration's
         self.settle_s = settle_s  # ``preemption.settle_s``: how long one settles
         self.move_timeout_s = move_timeout_s  # ``rebalance.move_timeout_s``: a move's longest
         # preemptor -> (it, when nominated, when it last had a victim's move in flight)
         self.by: dict[str, tuple[Nomination, float, float]] = {}
 
     def nominate(self, p: Preemption, victims: Sequence[Candidate], at: float) -> None:
-        """``p`` stopped or moved ``victims`` at ``at``: the GPUs they free are held."""
+        """``p`` stopped or moved ``victims`` at ``at`` (``clock``'s time): the GPUs they
+        free are held."""
         uuids = p.held or tuple(sorted({u for v in victims for u in v.uuids}))
         moved = tuple(sorted(v.service for v in victims if v.service in p.moves))
         self.by[p.service] = (Nomination(p.service, p.priority, p.node_id, uuids, moved),
                               at, at)
 
     def current(self, now: float | None = None) -> tuple[Nomination, ...]:
-        """Those that hold at ``now`` (epoch seconds; None: now): still settling."""
-        now = time.time() if now is None else now
+        """Those that hold at ``now`` (``clock``'s time, monotonic; None: now): still
+        settling."""
+        now = self.clock() if now is None else now
         return tuple(n for n, _at, last in self.by.values() if now - last < self.settle_s)
 
     def keep(self, plan: PlacementPlan, now: float,
              moving: AbstractSet[str] = frozenset()) -> None:
-        """Forget those that ended: settled (the preemption given up; a new one
-        nominates anew), or whose preemptor ``plan`` has no longer pending (placed, or
-        gone). ``moving``: the services with a move in flight by the daemon's records;
-        a hold one of whose victims is among them settles from now (its GPUs free when
-        the move ends), for ``move_timeout_s`` from its nomination at most."""
+        """Forget those that ended at ``now`` (``clock``'s time): settled (the preemption
+        given up; a new one nominates anew), or whose preemptor ``plan`` has no longer
+        pending (placed, or gone). ``moving``: the services with a move in flight by the
+        daemon's records; a hold one of whose victims is among them settles from now (its
+        GPUs free when the move ends), for ``move_timeout_s`` from its nomination at most."""
         pending = {sp.name for sp in plan.services if sp.status == Status.PENDING}
         kept: dict[str, tuple[Nomination, float, float]] = {}
         for k, (n, at, last) in self.by.items():

@@ -33,6 +33,8 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   beside them (``_free_used``) are no other preemptor's; nor, for one of its priority or
   lower, are those an earlier preemption holds for its preemptor (``held``,
   ``placement.nominated``: Kubernetes counts a nominated pod of equal or higher priority);
+  of the freed and free GPUs, a ``topology`` request (nvlink, numa) is counted on the set
+  the allocator would give it there (``Allocator.gpu_set``), held for it;
 * victims (``pick_victims``, per node, then across nodes): the fewest victims that free
   enough GPUs, however they are taken (never more stopped than needed: no smaller set
   frees enough). Among sets of that size, one taken by priority alone first; one that
@@ -72,6 +74,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 
+from swarmgpu.allocator.core import Allocator
+from swarmgpu.allocator.values import NodeState
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.jobs import job_progress
 from swarmgpu.manager.placement.keys import MAX_STATE
@@ -86,6 +90,7 @@ from swarmgpu.manager.placement.queues import (
     within_max,
 )
 from swarmgpu.manager.placement.records import NodeWrites, PlacementPlan, Status
+from swarmgpu.manager.placement.specs import demand_of, node_spec
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
@@ -552,7 +557,9 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
     if r.queue:
         rd.q_given[r.queue] = rd.q_given.get(r.queue, 0) + 1000 * r.gpus * replicas
     freed = _freed(rd, p)
-    used = sorted(u for _n, u in _free_used(rd, p, r, replicas, freed))
+    chosen = _chosen(rd, p, r, replicas, freed)
+    used = sorted(u for _n, u in _free_used(rd, p, r, replicas, freed)) if chosen is None \
+        else sorted(set(chosen) - freed)
     rd.taken.update((p.node_id, u) for u in used)
     rd.taken.update((p.node_id, u) for v in p.victims for u in v.uuids)
     s = rd.by_name.get(p.service)
@@ -568,8 +575,35 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
             if where is not None:
                 moves[v.service] = where
                 rd.taken.update((where.node_id, u) for u in where.uuids)
-    held = (*used, *sorted(freed)[:max(0, r.gpus * replicas - len(used))])
+    held = chosen or (*used, *sorted(freed)[:max(0, r.gpus * replicas - len(used))])
     return replace(p, moves=moves, held=held)
+
+
+def _chosen(rd: _Round, p: Preemption, r: GpuRequest, replicas: int,
+            freed: AbstractSet[str]) -> tuple[str, ...] | None:
+    """The GPUs the allocator would give ``replicas`` of ``r`` on ``p``'s node once its
+    victims go (``Allocator.gpu_set`` over the freed and the free GPUs it may use: its
+    own placement's choice), or None where it gives none. Taken by UUID order instead, a
+    ``topology`` request was held GPUs it cannot use together, the set it could use left
+    to the others placed before it: it stayed pending, and preempted again. None for a
+    request of any topology: any of those GPUs go together (``_usable`` filtered them),
+    so they are taken as before (the simulator's figures stay as they were)."""
+    f, node = rd.facts.get(p.node_id), rd.by_node.get(p.node_id)
+    if f is None or node is None or r.topology is Topology.ANY:
+        return None
+    here = {u for h in rd.holdings.get(p.node_id, {}).values() for u in h.uuids}
+    can = freed | (_usable(r, f) - here - rd.off(p.node_id, p.service, r.priority))
+    state = NodeState(node_spec(node, f), 0)
+    state.free = [m if g.uuid in can else 0 for m, g in zip(state.free, f.gpus, strict=True)]
+    pick, alloc, d = [], Allocator(), demand_of(r)
+    for _ in range(replicas):  # a packed one's replicas, one set each
+        gpus = alloc.gpu_set(state, d)
+        if not gpus:
+            return None
+        for i in gpus:
+            state.free[i] = 0
+        pick += [f.gpus[i].uuid for i in gpus]
+    return tuple(pick)
 
 
 def _freed(rd: _Round, p: Preemption) -> set[str]:
