@@ -747,3 +747,31 @@ def test_a_health_repin_whose_node_write_never_landed_says_so_at_its_hold_limit(
     assert sw.service("id-g").labels[devices_key(P, "n-4090")] == U[1]
     assert "did not reopen" not in last.detail and "left closed" not in last.detail
     assert "node write" in last.detail and "gate open" in last.detail, last.detail
+
+
+def test_the_gate_stays_closed_while_a_task_desired_ready_is_on_the_node() -> None:
+    """g's task failed as its gate closed: Swarm stopped it, and its restart supervisor
+    had made the replacement there already (desired ready, its restart delay), with the
+    old GPU's devices. Before: only tasks desired running counted as Swarm's wish, so
+    the gate reopened and that task started on the old GPU, the ledger on the new one.
+    Now the gate waits until Swarm lets that one go too."""
+    sw, now = victim_cluster(), [1000.0]
+    _cycle(sw, now, [_repin_move()])
+    assert gate_key(P, "g") not in sw.node("n-4090").labels  # step 2: closed
+    sw._tasks = [dataclasses.replace(t, desired_state="shutdown", state="failed")
+                 if t.id == "t-g-4090" else t for t in sw._tasks]
+    sw._tasks.append(SwarmTask("t-g-again", "id-g", "n-4090", None, "assigned", "ready",
+                               (f"NVIDIA_VISIBLE_DEVICES={U[1]}",)))
+    now[0] += 1
+    _cycle(sw, now)
+    assert gate_key(P, "g") not in sw.node("n-4090").labels
+    swarm_acts(sw)  # the enforcer stops it too; the gate reopens, the new task runs
+    sw._tasks = [dataclasses.replace(t, desired_state="shutdown", state="rejected")
+                 if t.id == "t-g-again" else t for t in sw._tasks]
+    for _ in range(3):
+        now[0] += 1
+        _cycle(sw, now)
+        swarm_acts(sw)
+    _ended_on(sw, U[0])
+    (t,) = _running_on(sw, "n-4090")
+    assert t.env == (f"NVIDIA_VISIBLE_DEVICES={U[0]}",)

@@ -70,6 +70,7 @@ from swarmgpu.manager.placement import (
     gate_key,
     parse_holding,
 )
+from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.rebalance.context import why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, Outcome
 from swarmgpu.manager.rebalance.record import (
@@ -128,7 +129,8 @@ def force_update(spec: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class Waits:
-    """A service's tasks (desired running) as one look found them, for its spec writes:
+    """A service's tasks (desired running, or ready: a restart's or an update's new task
+    before it starts, ``MEANT_STATES``) as one look found them, for its spec writes:
     a task waiting without a node is never tried again by Swarm once the service is
     written (docs/deploy.md). ``renew``: one waits and nothing of the service runs, so
     the write replaces it (a ForceUpdate restarts no running task); ``held``: one waits
@@ -141,7 +143,7 @@ class Waits:
 
     @classmethod
     def of(cls, tasks: Sequence[SwarmTask]) -> Waits:
-        wanted = [t for t in tasks if t.desired_state == "running"]
+        wanted = [t for t in tasks if t.desired_state in MEANT_STATES]
         ids = tuple(sorted(t.id for t in wanted if not t.node_id))
         return cls(bool(ids), any(t.state == "running" for t in wanted), ids)
 
@@ -333,7 +335,9 @@ class Repin:
         tasks = self.swarm.tasks({"service": sid})
         waits = Waits.of(tasks)  # every spec write below is made by it (docs/deploy.md)
         on_node = [t for t in tasks if t.node_id == st.source]
-        wanted = any(t.desired_state == "running" for t in on_node)
+        # a task desired ready there (a restart's, made before the gate closed) would
+        # start with the old devices once the gate opens: Swarm still wants it too
+        wanted = any(t.desired_state in MEANT_STATES for t in on_node)
         runs = any(t.desired_state == "running" and t.state == "running" for t in on_node)
         at_target = held == st.target_holding()
         if held not in (st.source_holding(), st.target_holding()):
