@@ -682,13 +682,15 @@ def test_a_repin_whose_record_answer_was_lost_is_said_failed_once() -> None:
     assert ended == [Outcome.FAILED], ended
 
 
-def test_a_roll_back_that_times_out_before_its_node_write_points_the_device_map_back(
+def test_a_roll_back_whose_node_write_never_lands_says_so_and_points_the_map_back(
         ) -> None:
     """The roll-back pointed g's device map at its old GPU (U[1]), then its node write
     (the ledger back on U[1]) failed each cycle until the roll-back timed out too. Before:
     g was left to placement with its ledger on U[0] and its device map on U[1] (its task
     sees a GPU the ledger does not give it). Now the map points at U[0] again, as the
-    hold-limit end does when step 2 never landed."""
+    hold-limit end does when step 2 never landed, and its outcome names that node write,
+    the gate as read and the daemon's log: before, it said the roll-back's task did not
+    run, sending the operator after Swarm and the task when swarmgpu's write failed."""
     sw, now = _timed_out_repin()
     real = sw.update_node_labels
     sw.update_node_labels = lambda *a, **k: (_ for _ in ()).throw(  # type: ignore[method-assign]
@@ -704,6 +706,9 @@ def test_a_roll_back_that_times_out_before_its_node_write_points_the_device_map_
     (last,) = _cycle(sw, now).recent
     assert last.outcome is Outcome.FAILED
     _ended_on(sw, U[0])
+    assert "task did not run" not in last.detail, last.detail
+    assert f"roll-back's node write on gpu-node-2 (the ledger on {U[1]}" in last.detail
+    assert "gate open as read" in last.detail and "daemon's log" in last.detail
 
 
 def test_a_health_repin_whose_old_task_swarm_never_lets_go_ends_at_its_hold_limit() -> None:

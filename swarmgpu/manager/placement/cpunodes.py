@@ -28,7 +28,6 @@ from swarmgpu.swarm.constraints import equal_fold
 from swarmgpu.swarm.labels import owned_by_label_sync
 
 
-
 def agent_nodes(services: Iterable[SwarmService], tasks: Iterable[SwarmTask],
                 name: str) -> frozenset[str]:
     """The nodes Swarm has assigned a task of the agents' service to (``name``:

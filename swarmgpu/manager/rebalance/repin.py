@@ -164,6 +164,18 @@ def kept_on_healthy(st: MoveState, timeout_s: float, why: str | None = None) -> 
     return f"{why}; kept there, not rolled back onto the failed GPU(s); Swarm runs it when it can"
 
 
+def unlanded(st: MoveState, limit: str, gate_open: bool) -> str:
+    """The outcome's detail of a repin (or its roll-back) whose node write (the ledger on
+    its target GPUs, the gate closed) never landed within ``limit``: that write failed,
+    not Swarm (``gate_open``: the gate as read); the ledger still names its source."""
+    what = "roll-back's node write" if st.direction == "back" else "node write"
+    return (f"its {what} on {st.source_host} (the ledger on {','.join(st.target_uuids)}, "
+            f"the gate closed) did not land within {limit} (the daemon's log says why it "
+            f"failed), not Swarm's doing; gate {'open' if gate_open else 'closed'} as read, "
+            f"on the GPU(s) its ledger still names ({','.join(st.source_uuids)}; the device "
+            "map pointed back at them)")
+
+
 def swapped(st: MoveState, now: float) -> MoveState:
     """The roll-back of ``st``: the same steps, GPU sets swapped, its own timeout."""
     return replace(st, source_uuids=st.target_uuids, source_milli=st.target_milli,
@@ -391,8 +403,11 @@ class Repin:
         if st.direction == "back":
             if not (waits.held and not self._hold_over(st)):  # else its end waits too
                 self._point_at_held(sid, st, held)
-            self._leave(sid, st, held, f"the roll-back's task did not run within "
-                                       f"{self.cfg.move_timeout_s:g}s", waits)
+            why = f"the roll-back's task did not run within {self.cfg.move_timeout_s:g}s"
+            if held != st.target_holding():  # its node write never landed: not Swarm's
+                gate = node.labels.get(gate_key(self.prefix, st.service)) == "true"
+                why = unlanded(st, f"{self.cfg.move_timeout_s:g}s", gate)
+            self._leave(sid, st, held, why, waits)
             return True
         if waits.held and not self._hold_over(st):
             # Its waiting task carries the new GPUs, which the ledger holds: it runs with
@@ -433,11 +448,7 @@ class Repin:
                    "not let its old task go); gate left closed, not rolled back onto the "
                    "failed GPU(s); left to placement on the healthy GPU(s) it holds")
         else:
-            why = (f"its node write on {st.source_host} (the ledger on "
-                   f"{','.join(st.target_uuids)}, the gate closed) did not land within "
-                   f"{limit}; gate {'open' if gate_open else 'closed'} as it was, left to "
-                   "placement on the GPU(s) its ledger still names (the device map pointed "
-                   "back at them); fix: the daemon's log says why the node write failed")
+            why = f"{unlanded(st, limit, gate_open)}; left to placement"
         self._finish(sid, st, Outcome.FAILED, why, waits)
 
     def _point_at_held(self, sid: str, st: MoveState, held: Holding | None) -> None:
