@@ -780,3 +780,24 @@ def test_the_gate_stays_closed_while_a_task_desired_ready_is_on_the_node() -> No
     _ended_on(sw, U[0])
     (t,) = _running_on(sw, "n-4090")
     assert t.env == (f"NVIDIA_VISIBLE_DEVICES={U[0]}",)
+
+
+def test_a_repin_on_a_node_paused_after_its_gate_closed_is_handed_back_at_once() -> None:
+    """The operator paused gpu-node-2 once g's gate had closed: Swarm's constraint
+    enforcer acts on no paused node, so g's old task runs on with the old GPU. Before:
+    the repin waited for its timeout, then a roll-back that waited too, the ledger
+    naming the new GPU while the task used the old one. Now it ends that cycle on the
+    GPU its task has (ledger, device map, gate open), saying the node is paused. A repin
+    is never started there (``room_for``: the node takes no work)."""
+    sw, now = victim_cluster(), [1000.0]
+    _cycle(sw, now, [_repin_move()])
+    assert gate_key(P, "g") not in sw.node("n-4090").labels  # step 2: closed
+    sw._nodes["n-4090"] = dataclasses.replace(sw._nodes["n-4090"], availability="pause")
+    now[0] += 1
+    (last,) = _cycle(sw, now).recent
+    assert last.outcome is Outcome.FAILED and "gpu-node-2 is paused" in last.detail, last
+    _ended_on(sw, U[1])
+    assert [t.id for t in _running_on(sw, "n-4090")] == ["t-g-4090"]
+    fresh = victim_cluster()  # paused before: refused at its start, nothing written
+    fresh._nodes["n-4090"] = dataclasses.replace(fresh._nodes["n-4090"], availability="pause")
+    assert "gpu-node-2 is ready/pause" in (_start_repin(fresh) or "")

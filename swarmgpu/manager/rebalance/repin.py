@@ -36,8 +36,10 @@ open, ledger as it is, the device map pointed at the GPUs it names, move label g
 health repin is never rolled back (its source GPU failed): past the timeout it ends on
 the new GPUs once their gate is open, and one whose gate has not reopened by its hold
 limit (twice ``move_timeout_s``: Swarm has not let the old task go) ends there, gate
-left closed (the old task carries the failed GPU), left to placement. No spec write
-leaves a task of the service waiting
+left closed (the old task carries the failed GPU), left to placement. A node paused
+once its gate closed, before Swarm let the old task go (its constraint enforcer acts on
+no paused node), ends a repin that cycle, back on the GPUs the old task has
+(``_paused``). No spec write leaves a task of the service waiting
 for a node (a replicated replacement N does not take) of an older revision, which Swarm
 never tries again (docs/deploy.md; ``Waits``): where nothing of it runs, a roll-back
 closes the gate first, then writes the spec with a ForceUpdate (the waiting task carried
@@ -357,6 +359,10 @@ class Repin:
                                        f"{'gone' if held is None else 'another GPU set'}",
                         waits)
             return
+        if (at_target and not gate_open and wanted and node.availability == "pause"
+                and st.trigger != HEALTH and not waits.waiting):
+            self._paused(sid, st, node, held, waits)
+            return
         done = at_target and gate_open and runs
         late = (not done and self.clock() - self.seen.started(st, self.clock())
                 > self.cfg.move_timeout_s)
@@ -376,6 +382,26 @@ class Repin:
             self._finish(sid, st, outcome, f"running on {st.source_host} with "
                                            f"{','.join(st.target_uuids)}; only that node's "
                                            "task was replaced", waits)
+
+    def _paused(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None,
+                waits: Waits) -> None:
+        """Its gate closed on a node the operator paused before Swarm let the old task
+        go: Swarm's constraint enforcer acts on no paused node, so that task runs on with
+        the step's source GPUs and the step would only wait for its timeout (a roll-back
+        on it too). Left to placement at once where its task is: the ledger and the
+        device map back on those GPUs, the gate open. (A health repin is not: its source
+        GPU failed; its hold limit ends it.)"""
+        if self._taken(sid, st, node, held, st.source_holding(), waits):
+            return
+        ahead = swapped(st, self.clock())  # its GPU sets swapped: its target is the source
+        self._point_spec(sid, ahead, ahead)
+        self._open(st, st.source_holding())
+        self._finish(sid, st, Outcome.FAILED, (
+            f"{st.source_host} is paused (availability pause: the operator's `docker node "
+            "update`): Swarm stops no task there, so its task runs on with "
+            f"{','.join(st.source_uuids)}; the ledger and device map back on them, gate "
+            "open; left to placement (`docker node update --availability active` lets a "
+            "repin there again)"), waits)
 
     def _late(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None,
               opened: bool, waits: Waits) -> bool:
