@@ -10,6 +10,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from click.testing import CliRunner
 from support.forged import sw_node, sw_svc
 
 from swarmgpu.agent.doctor import (
@@ -20,6 +21,8 @@ from swarmgpu.agent.doctor import (
     run_doctor,
 )
 from swarmgpu.agent.doctor.read import read_view
+from swarmgpu.cli import main
+from swarmgpu.cli.node import agents_service_for
 from swarmgpu.swarm.client import SwarmTask
 
 AGENT = sw_svc("swarmgpu_agent", {}, gated=False, mode={"Global": {}})
@@ -81,3 +84,30 @@ def test_the_doctor_fails_a_misspelled_name_and_leaves_a_fixture_tree_unchecked(
     assert c["status"] == "fail" and code == 1, c
     text, _ = run_doctor(root, as_json=True)
     assert "agents.service" not in [c["id"] for c in json.loads(text)["checks"]]
+
+
+def test_the_doctor_takes_agents_service_from_the_daemons_config(tmp_path: Path) -> None:
+    """Before, the doctor took no --config: the operator repeated agents.service as
+    --agents-service, and a doctor run without it checked swarmgpu_agent, not the name
+    the daemon uses. An explicit --agents-service still wins ('' too)."""
+    cfg = tmp_path / "swarmgpu.yml"
+    cfg.write_text("agents:\n  service: gpus_agent\n")
+    assert agents_service_for(None, str(cfg)) == "gpus_agent"
+    assert agents_service_for("other_agent", str(cfg)) == "other_agent"
+    assert agents_service_for("", str(cfg)) == ""
+    assert agents_service_for(None, None) == "swarmgpu_agent"
+
+
+def test_the_doctors_config_is_checked_as_the_daemon_checks_it(tmp_path: Path) -> None:
+    """A misspelled key ends the doctor (exit 2), naming the file's line and the key, as
+    every command that loads the configuration does."""
+    cfg = tmp_path / "swarmgpu.yml"
+    cfg.write_text("agents:\n  servce: gpus_agent\n")
+    res = CliRunner().invoke(main, ["doctor", "--root", str(DOCTOR_ROOTS / "healthy"),
+                                    "--config", str(cfg)])
+    assert res.exit_code == 2, res.output
+    assert "configuration error" in res.output and "servce" in res.output, res.output
+    cfg.write_text("agents:\n  service: gpus_agent\n")
+    res = CliRunner().invoke(main, ["doctor", "--root", str(DOCTOR_ROOTS / "healthy"),
+                                    "--config", str(cfg), "--json"])
+    assert res.exit_code in (0, 1) and "configuration error" not in res.output, res.output

@@ -682,13 +682,15 @@ def test_a_repin_whose_record_answer_was_lost_is_said_failed_once() -> None:
     assert ended == [Outcome.FAILED], ended
 
 
-def test_a_roll_back_that_times_out_before_its_node_write_points_the_device_map_back(
+def test_a_roll_back_whose_node_write_never_lands_says_so_and_points_the_map_back(
         ) -> None:
     """The roll-back pointed g's device map at its old GPU (U[1]), then its node write
     (the ledger back on U[1]) failed each cycle until the roll-back timed out too. Before:
     g was left to placement with its ledger on U[0] and its device map on U[1] (its task
     sees a GPU the ledger does not give it). Now the map points at U[0] again, as the
-    hold-limit end does when step 2 never landed."""
+    hold-limit end does when step 2 never landed, and its outcome names that node write,
+    the gate as read and the daemon's log: before, it said the roll-back's task did not
+    run, sending the operator after Swarm and the task when swarmgpu's write failed."""
     sw, now = _timed_out_repin()
     real = sw.update_node_labels
     sw.update_node_labels = lambda *a, **k: (_ for _ in ()).throw(  # type: ignore[method-assign]
@@ -704,6 +706,9 @@ def test_a_roll_back_that_times_out_before_its_node_write_points_the_device_map_
     (last,) = _cycle(sw, now).recent
     assert last.outcome is Outcome.FAILED
     _ended_on(sw, U[0])
+    assert "task did not run" not in last.detail, last.detail
+    assert f"roll-back's node write on gpu-node-2 (the ledger on {U[1]}" in last.detail
+    assert "gate open as read" in last.detail and "daemon's log" in last.detail
 
 
 def test_a_health_repin_whose_old_task_swarm_never_lets_go_ends_at_its_hold_limit() -> None:
@@ -747,3 +752,52 @@ def test_a_health_repin_whose_node_write_never_landed_says_so_at_its_hold_limit(
     assert sw.service("id-g").labels[devices_key(P, "n-4090")] == U[1]
     assert "did not reopen" not in last.detail and "left closed" not in last.detail
     assert "node write" in last.detail and "gate open" in last.detail, last.detail
+
+
+def test_the_gate_stays_closed_while_a_task_desired_ready_is_on_the_node() -> None:
+    """g's task failed as its gate closed: Swarm stopped it, and its restart supervisor
+    had made the replacement there already (desired ready, its restart delay), with the
+    old GPU's devices. Before: only tasks desired running counted as Swarm's wish, so
+    the gate reopened and that task started on the old GPU, the ledger on the new one.
+    Now the gate waits until Swarm lets that one go too."""
+    sw, now = victim_cluster(), [1000.0]
+    _cycle(sw, now, [_repin_move()])
+    assert gate_key(P, "g") not in sw.node("n-4090").labels  # step 2: closed
+    sw._tasks = [dataclasses.replace(t, desired_state="shutdown", state="failed")
+                 if t.id == "t-g-4090" else t for t in sw._tasks]
+    sw._tasks.append(SwarmTask("t-g-again", "id-g", "n-4090", None, "assigned", "ready",
+                               (f"NVIDIA_VISIBLE_DEVICES={U[1]}",)))
+    now[0] += 1
+    _cycle(sw, now)
+    assert gate_key(P, "g") not in sw.node("n-4090").labels
+    swarm_acts(sw)  # the enforcer stops it too; the gate reopens, the new task runs
+    sw._tasks = [dataclasses.replace(t, desired_state="shutdown", state="rejected")
+                 if t.id == "t-g-again" else t for t in sw._tasks]
+    for _ in range(3):
+        now[0] += 1
+        _cycle(sw, now)
+        swarm_acts(sw)
+    _ended_on(sw, U[0])
+    (t,) = _running_on(sw, "n-4090")
+    assert t.env == (f"NVIDIA_VISIBLE_DEVICES={U[0]}",)
+
+
+def test_a_repin_on_a_node_paused_after_its_gate_closed_is_handed_back_at_once() -> None:
+    """The operator paused gpu-node-2 once g's gate had closed: Swarm's constraint
+    enforcer acts on no paused node, so g's old task runs on with the old GPU. Before:
+    the repin waited for its timeout, then a roll-back that waited too, the ledger
+    naming the new GPU while the task used the old one. Now it ends that cycle on the
+    GPU its task has (ledger, device map, gate open), saying the node is paused. A repin
+    is never started there (``room_for``: the node takes no work)."""
+    sw, now = victim_cluster(), [1000.0]
+    _cycle(sw, now, [_repin_move()])
+    assert gate_key(P, "g") not in sw.node("n-4090").labels  # step 2: closed
+    sw._nodes["n-4090"] = dataclasses.replace(sw._nodes["n-4090"], availability="pause")
+    now[0] += 1
+    (last,) = _cycle(sw, now).recent
+    assert last.outcome is Outcome.FAILED and "gpu-node-2 is paused" in last.detail, last
+    _ended_on(sw, U[1])
+    assert [t.id for t in _running_on(sw, "n-4090")] == ["t-g-4090"]
+    fresh = victim_cluster()  # paused before: refused at its start, nothing written
+    fresh._nodes["n-4090"] = dataclasses.replace(fresh._nodes["n-4090"], availability="pause")
+    assert "gpu-node-2 is ready/pause" in (_start_repin(fresh) or "")

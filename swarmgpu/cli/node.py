@@ -11,11 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from swarmgpu.cli.config import ConfigPath
 from swarmgpu.cli.logs import setup_logging
+from swarmgpu.core.config import AgentsConfig
 
 if TYPE_CHECKING:
     from swarmgpu.swarm.identity import ReloadingServerContext
 
+DEFAULT_AGENTS_SERVICE = AgentsConfig.service  # the daemon's own default
 MAX_REFRESH_S = 86400  # a day: a longer period is a typo (the watchdog is 2x it + 30 s)
 
 
@@ -296,19 +299,23 @@ def _log_plain(why: str) -> None:
               help="The agent's --proc-root, to check it shows the host's processes "
                    "(agent.proc-root; default: /proc when --root is /). Run where the "
                    "agent runs: docker exec AGENT swarmgpu doctor --proc-root /host/proc.")
-@click.option("--agents-service", default="swarmgpu_agent", show_default=True,
-              metavar="NAME",
+@click.option("--agents-service", default=None, metavar="NAME",
               help="The daemon's agents.service, checked on a manager (agents.service): "
                    "the service exists and runs a task on each GPU-labelled node; '' "
-                   "where the agents run outside Swarm (systemd).")
+                   "where the agents run outside Swarm (systemd). Default: the --config "
+                   f"file's, else {DEFAULT_AGENTS_SERVICE}.")
+@click.option("--config", "config_path", default=None, type=ConfigPath(),
+              help="The daemon's YAML config (checked as `swarmgpu config check` does): "
+                   "its agents.service, unless --agents-service is given.")
 @_source_detail_options
 def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root: str | None,
-           agents_service: str, hostname: str | None, product: str | None,
-           memory_mib: int | None, mig_layout: str | None) -> None:
+           agents_service: str | None, config_path: str | None, hostname: str | None,
+           product: str | None, memory_mib: int | None, mig_layout: str | None) -> None:
     """Check this node's GPU container setup and explain each problem and its fix."""
     from swarmgpu.agent.doctor import FactsRead, factsread, run_doctor
     from swarmgpu.agent.procroot import proc_root_view
 
+    agents_service = agents_service_for(agents_service, config_path)
     read = FactsRead(None)
     docker_info = None
     if source or root == "/":
@@ -343,6 +350,19 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
         # lock its init holds; the GPU-read pool joins its threads), for as long as it hangs.
         _exit_now(code)
     sys.exit(code)
+
+
+def agents_service_for(given: str | None, config_path: str | None) -> str:
+    """The ``agents.service`` the doctor checks: ``--agents-service`` where given, else
+    the daemon's config file's (``--config``: loaded and checked as every command loads
+    it; an error ends the doctor, exit 2), else the daemon's default."""
+    if given is not None:
+        return given
+    if config_path is None:
+        return DEFAULT_AGENTS_SERVICE
+    from swarmgpu.cli.config import load_cfg
+
+    return load_cfg(config_path).agents.service
 
 
 def _swarm_read(docker_info: Any, docker_error: str | None, name: str) -> Any:

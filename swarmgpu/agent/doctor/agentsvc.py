@@ -37,7 +37,8 @@ def check_agents_service(view: NodeView) -> Check:
         return Check(CID, Status.FAIL, missing,
                      "a misspelled agents.service marks no node as a GPU node: a GPU "
                      "node whose agent has not answered may be given CPU-only services",
-                     FIX + "; doctor --agents-service NAME checks another name")
+                     FIX + "; doctor --agents-service NAME checks another name, "
+                     "doctor --config FILE the daemon's")
     left = unserved(read.nodes, read.services, read.tasks, name)
     if left:
         hosts = ", ".join(n.hostname for n in left[:SHOWN]) + (

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from swarmgpu.manager.placement.jobs import JOB_MODES
-from swarmgpu.manager.placement.keys import DEVICES, is_renew, next_renewal
+from swarmgpu.manager.placement.keys import DEVICES, MEANT_STATES, is_renew, next_renewal
 from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
 from swarmgpu.swarm.client import SwarmClient, SwarmService
 
@@ -27,13 +27,16 @@ SpecCompute = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
 
 
 def renewed(swarm: SwarmClient, service_id: str) -> SwarmService | None:
-    """The victim as Swarm has it now, where a task of it waits for a node (not a job):
+    """The victim as Swarm has it now, where a task of it waits for a node (not a job;
+    desired running, or ready: a restart's or an update's new task before it starts):
     its write carries the renewal; None where none waits. Raises ``SwarmError``."""
     s = swarm.service(service_id)
     if s.mode in JOB_MODES:
         return None
-    tasks = swarm.tasks({"service": service_id, "desired-state": "running"})
-    return s if any(not t.node_id for t in tasks) else None
+    # Every task read, not the engine's desired-state filter, which takes no ``ready``:
+    # a restart's or an update's new task waits for a node so too (``MEANT_STATES``).
+    tasks = swarm.tasks({"service": service_id})
+    return s if any(not t.node_id and t.desired_state in MEANT_STATES for t in tasks) else None
 
 
 def victim_spec(prefix: str, node_id: str, record: str,

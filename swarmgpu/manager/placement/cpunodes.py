@@ -21,16 +21,11 @@ from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import Choice, Demand, NodeSpec, NodeState, Unplaceable
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.commands.compose_gpu import gpu_kinds
-from swarmgpu.manager.placement.keys import ASSIGNED_STATES
+from swarmgpu.manager.placement.keys import ASSIGNED_STATES, MEANT_STATES
 from swarmgpu.manager.placement.specs import schedulable, user_labels
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.constraints import equal_fold
 from swarmgpu.swarm.labels import owned_by_label_sync
-
-# An agents' task's desired states while Swarm means it on its node: running, or ready
-# (swarmkit makes a failed task's replacement, and a rolling update's new task, so until
-# it starts it: the restart delay, the old task's stop; as ``jobs.job_task_read`` reads).
-_MEANT = frozenset(("running", "ready"))
 
 
 def agent_nodes(services: Iterable[SwarmService], tasks: Iterable[SwarmTask],
@@ -39,15 +34,15 @@ def agent_nodes(services: Iterable[SwarmService], tasks: Iterable[SwarmTask],
     ``agents.service``, the shipped stack's ``swarmgpu_agent``; "": none is read): GPU
     nodes by Swarm's own word, whatever their labels (the operator placed the agents by
     a label of their own, or by hand). Its task assigned or later, desired running or
-    ``ready`` (``_MEANT``: a restart's or an update's new task before it starts; an agent
-    that fails at start loops so, never answering)."""
+    ``ready`` (``keys.MEANT_STATES``: a restart's or an update's new task before it
+    starts; an agent that fails at start loops so, never answering)."""
     if not name:  # the replay's and render's default: no service is walked for it
         return frozenset()
     ids = {s.id for s in services if s.name == name}
     if not ids:
         return frozenset()
     return frozenset(t.node_id for t in tasks if t.service_id in ids and t.node_id
-                     and t.desired_state in _MEANT and t.state in ASSIGNED_STATES)
+                     and t.desired_state in MEANT_STATES and t.state in ASSIGNED_STATES)
 
 
 def gpu_hint(node: SwarmNode, prefix: str, kind: str = "",

@@ -50,6 +50,10 @@ ACTIVE_STATES = (
 # A task Swarm has put on its node and still means to run there: not one still waiting
 # for a node (new, pending, allocated), nor one ended (a restart makes a new one).
 ASSIGNED_STATES = frozenset(ACTIVE_STATES) - {"new", "pending", "allocated"}
+# A task's desired states while Swarm means it to run: running, or ready (swarmkit's
+# restart supervisor and updater make a replacement so until it may start: the restart
+# delay, the old task's stop; it is scheduled, or waits for a node, meanwhile).
+MEANT_STATES = frozenset(("running", "ready"))
 
 
 def gate_key(prefix: str, service: str) -> str:

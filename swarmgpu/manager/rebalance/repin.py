@@ -36,8 +36,10 @@ open, ledger as it is, the device map pointed at the GPUs it names, move label g
 health repin is never rolled back (its source GPU failed): past the timeout it ends on
 the new GPUs once their gate is open, and one whose gate has not reopened by its hold
 limit (twice ``move_timeout_s``: Swarm has not let the old task go) ends there, gate
-left closed (the old task carries the failed GPU), left to placement. No spec write
-leaves a task of the service waiting
+left closed (the old task carries the failed GPU), left to placement. A node paused
+once its gate closed, before Swarm let the old task go (its constraint enforcer acts on
+no paused node), ends a repin that cycle, back on the GPUs the old task has
+(``_paused``). No spec write leaves a task of the service waiting
 for a node (a replicated replacement N does not take) of an older revision, which Swarm
 never tries again (docs/deploy.md; ``Waits``): where nothing of it runs, a roll-back
 closes the gate first, then writes the spec with a ForceUpdate (the waiting task carried
@@ -70,6 +72,7 @@ from swarmgpu.manager.placement import (
     gate_key,
     parse_holding,
 )
+from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.rebalance.context import why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, Outcome
 from swarmgpu.manager.rebalance.record import (
@@ -128,7 +131,8 @@ def force_update(spec: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class Waits:
-    """A service's tasks (desired running) as one look found them, for its spec writes:
+    """A service's tasks (desired running, or ready: a restart's or an update's new task
+    before it starts, ``MEANT_STATES``) as one look found them, for its spec writes:
     a task waiting without a node is never tried again by Swarm once the service is
     written (docs/deploy.md). ``renew``: one waits and nothing of the service runs, so
     the write replaces it (a ForceUpdate restarts no running task); ``held``: one waits
@@ -141,7 +145,7 @@ class Waits:
 
     @classmethod
     def of(cls, tasks: Sequence[SwarmTask]) -> Waits:
-        wanted = [t for t in tasks if t.desired_state == "running"]
+        wanted = [t for t in tasks if t.desired_state in MEANT_STATES]
         ids = tuple(sorted(t.id for t in wanted if not t.node_id))
         return cls(bool(ids), any(t.state == "running" for t in wanted), ids)
 
@@ -160,6 +164,18 @@ def kept_on_healthy(st: MoveState, timeout_s: float, why: str | None = None) -> 
     why = why or (f"its task on {st.target_host} ({','.join(st.target_uuids)}) is not "
                   f"running within {timeout_s:g}s")
     return f"{why}; kept there, not rolled back onto the failed GPU(s); Swarm runs it when it can"
+
+
+def unlanded(st: MoveState, limit: str, gate_open: bool) -> str:
+    """The outcome's detail of a repin (or its roll-back) whose node write (the ledger on
+    its target GPUs, the gate closed) never landed within ``limit``: that write failed,
+    not Swarm (``gate_open``: the gate as read); the ledger still names its source."""
+    what = "roll-back's node write" if st.direction == "back" else "node write"
+    return (f"its {what} on {st.source_host} (the ledger on {','.join(st.target_uuids)}, "
+            f"the gate closed) did not land within {limit} (the daemon's log says why it "
+            f"failed), not Swarm's doing; gate {'open' if gate_open else 'closed'} as read, "
+            f"on the GPU(s) its ledger still names ({','.join(st.source_uuids)}; the device "
+            "map pointed back at them)")
 
 
 def swapped(st: MoveState, now: float) -> MoveState:
@@ -333,13 +349,19 @@ class Repin:
         tasks = self.swarm.tasks({"service": sid})
         waits = Waits.of(tasks)  # every spec write below is made by it (docs/deploy.md)
         on_node = [t for t in tasks if t.node_id == st.source]
-        wanted = any(t.desired_state == "running" for t in on_node)
+        # a task desired ready there (a restart's, made before the gate closed) would
+        # start with the old devices once the gate opens: Swarm still wants it too
+        wanted = any(t.desired_state in MEANT_STATES for t in on_node)
         runs = any(t.desired_state == "running" and t.state == "running" for t in on_node)
         at_target = held == st.target_holding()
         if held not in (st.source_holding(), st.target_holding()):
             self._leave(sid, st, held, f"its ledger entry on {st.source_host} is "
                                        f"{'gone' if held is None else 'another GPU set'}",
                         waits)
+            return
+        if (at_target and not gate_open and wanted and node.availability == "pause"
+                and st.trigger != HEALTH and not waits.waiting):
+            self._paused(sid, st, node, held, waits)
             return
         done = at_target and gate_open and runs
         late = (not done and self.clock() - self.seen.started(st, self.clock())
@@ -360,6 +382,26 @@ class Repin:
             self._finish(sid, st, outcome, f"running on {st.source_host} with "
                                            f"{','.join(st.target_uuids)}; only that node's "
                                            "task was replaced", waits)
+
+    def _paused(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None,
+                waits: Waits) -> None:
+        """Its gate closed on a node the operator paused before Swarm let the old task
+        go: Swarm's constraint enforcer acts on no paused node, so that task runs on with
+        the step's source GPUs and the step would only wait for its timeout (a roll-back
+        on it too). Left to placement at once where its task is: the ledger and the
+        device map back on those GPUs, the gate open. (A health repin is not: its source
+        GPU failed; its hold limit ends it.)"""
+        if self._taken(sid, st, node, held, st.source_holding(), waits):
+            return
+        ahead = swapped(st, self.clock())  # its GPU sets swapped: its target is the source
+        self._point_spec(sid, ahead, ahead)
+        self._open(st, st.source_holding())
+        self._finish(sid, st, Outcome.FAILED, (
+            f"{st.source_host} is paused (availability pause: the operator's `docker node "
+            "update`): Swarm stops no task there, so its task runs on with "
+            f"{','.join(st.source_uuids)}; the ledger and device map back on them, gate "
+            "open; left to placement (`docker node update --availability active` lets a "
+            "repin there again)"), waits)
 
     def _late(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None,
               opened: bool, waits: Waits) -> bool:
@@ -387,8 +429,11 @@ class Repin:
         if st.direction == "back":
             if not (waits.held and not self._hold_over(st)):  # else its end waits too
                 self._point_at_held(sid, st, held)
-            self._leave(sid, st, held, f"the roll-back's task did not run within "
-                                       f"{self.cfg.move_timeout_s:g}s", waits)
+            why = f"the roll-back's task did not run within {self.cfg.move_timeout_s:g}s"
+            if held != st.target_holding():  # its node write never landed: not Swarm's
+                gate = node.labels.get(gate_key(self.prefix, st.service)) == "true"
+                why = unlanded(st, f"{self.cfg.move_timeout_s:g}s", gate)
+            self._leave(sid, st, held, why, waits)
             return True
         if waits.held and not self._hold_over(st):
             # Its waiting task carries the new GPUs, which the ledger holds: it runs with
@@ -429,11 +474,7 @@ class Repin:
                    "not let its old task go); gate left closed, not rolled back onto the "
                    "failed GPU(s); left to placement on the healthy GPU(s) it holds")
         else:
-            why = (f"its node write on {st.source_host} (the ledger on "
-                   f"{','.join(st.target_uuids)}, the gate closed) did not land within "
-                   f"{limit}; gate {'open' if gate_open else 'closed'} as it was, left to "
-                   "placement on the GPU(s) its ledger still names (the device map pointed "
-                   "back at them); fix: the daemon's log says why the node write failed")
+            why = f"{unlanded(st, limit, gate_open)}; left to placement"
         self._finish(sid, st, Outcome.FAILED, why, waits)
 
     def _point_at_held(self, sid: str, st: MoveState, held: Holding | None) -> None:
