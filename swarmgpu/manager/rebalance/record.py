@@ -344,6 +344,16 @@ def read_records(labels: Mapping[str, str], prefix: str) -> dict[str, MoveState]
     return out
 
 
+def move_gpus(labels: Mapping[str, str], prefix: str) -> frozenset[tuple[str, str]]:
+    """(node, uuid) of each GPU a recorded move holds: its target's from its start, its
+    source's until it ends (``read_records``). A move started this cycle is in no
+    snapshot's ledger yet; preemption counts these used, or a GPU such a move took looked
+    free beside a victim's."""
+    return frozenset((node, u) for st in read_records(labels, prefix).values()
+                     for node, uuids in ((st.source, st.source_uuids),
+                                         (st.target, st.target_uuids)) for u in uuids)
+
+
 def unreadable_records(labels: Mapping[str, str], prefix: str) -> set[str]:
     """Service ids whose move record exists but cannot be read (``read_records`` leaves
     them out): such a move may still be under way in Swarm, so its service is left
