@@ -345,13 +345,12 @@ def read_records(labels: Mapping[str, str], prefix: str) -> dict[str, MoveState]
 
 
 def move_gpus(labels: Mapping[str, str], prefix: str) -> frozenset[tuple[str, str]]:
-    """(node, uuid) of each GPU a recorded move holds: its target's from its start, its
-    source's until it ends (``read_records``). A move started this cycle is in no
-    snapshot's ledger yet; preemption counts these used, or a GPU such a move took looked
-    free beside a victim's."""
-    return frozenset((node, u) for st in read_records(labels, prefix).values()
-                     for node, uuids in ((st.source, st.source_uuids),
-                                         (st.target, st.target_uuids)) for u in uuids)
+    """(node, uuid) of each recorded move's target GPUs (``read_records``), held from its
+    start: a move started this cycle is in no snapshot's ledger yet, and preemption
+    counted such a GPU free beside a victim's. (Its source is in the ledger until the
+    move ends, its service never a victim: those never looked freed.)"""
+    return frozenset((st.target, u) for st in read_records(labels, prefix).values()
+                     for u in st.target_uuids)
 
 
 def unreadable_records(labels: Mapping[str, str], prefix: str) -> set[str]:
