@@ -357,15 +357,7 @@ def choose_preemptions(
     the cycle it starts)."""
     nodes = after_writes(nodes, plan)
     by_name = {s.name: s for s in services}
-    started: dict[tuple[str, str], str] = {}
-    for t in tasks:
-        if t.desired_state == "running" and t.node_id:
-            k = (t.service_id, t.node_id)
-            started[k] = max(started.get(k, ""), t.created_at)
-    holdings: dict[str, dict[str, Holding]] = {}  # node -> service -> holding
-    for svc, per in read_ledger(nodes, prefix).items():
-        for nid, h in per.items():
-            holdings.setdefault(nid, {})[svc] = h
+    started, holdings = _started(tasks), _by_node(nodes, prefix)
     req = {sp.name: sp.request for sp in plan.services if sp.request is not None}
     rd = _Round(by_name, {n.id: n for n in nodes}, facts,
                 {**{q["queue"]: q for q in plan.queues}, "": _no_queue(holdings, req, facts)},
@@ -410,6 +402,25 @@ def choose_preemptions(
                 rd.room.left = room
             raised[s.name] = exc
     return out
+
+
+def _started(tasks: Sequence[SwarmTask]) -> dict[tuple[str, str], str]:
+    """(service id, node) -> the creation time of its newest task meant to run there."""
+    started: dict[tuple[str, str], str] = {}
+    for t in tasks:
+        if t.desired_state == "running" and t.node_id:
+            k = (t.service_id, t.node_id)
+            started[k] = max(started.get(k, ""), t.created_at)
+    return started
+
+
+def _by_node(nodes: Sequence[SwarmNode], prefix: str) -> dict[str, dict[str, Holding]]:
+    """node -> service -> its holding there (the ledger)."""
+    holdings: dict[str, dict[str, Holding]] = {}
+    for svc, per in read_ledger(nodes, prefix).items():
+        for nid, h in per.items():
+            holdings.setdefault(nid, {})[svc] = h
+    return holdings
 
 
 def after_writes(nodes: Sequence[SwarmNode], plan: PlacementPlan) -> list[SwarmNode]:
