@@ -23,11 +23,11 @@ safety and the writes:
   memory (settle, cooldowns, holds) monotonic (``clock``, ``mono``): no clock step moves them;
 * input is not state: each victim's holding is read again from its node just before
   the writes, and a victim whose ledger entry is gone or changed is left alone;
-* no victim under a move: the snapshot is older than the moves the rebalancer and the
-  health mover started earlier in this cycle, so the move records are read again from
-  Swarm before deciding (``record.recorded``; unreadable: no preemption this cycle).
-  Stopped under its move (the mover refuses a second one), a victim's roll-back would
-  reopen its source GPUs, given to the preemptor.
+* no victim under a move, no GPU a move holds counted free: the snapshot is older than
+  the moves the rebalancer and the health mover started in this cycle, so the records
+  are read again before deciding (``record.recorded``, ``record.move_gpus``; unreadable:
+  no preemption this cycle). Stopped under its move, a victim's roll-back reopened its
+  source, given to the preemptor; a move's new target looked free beside a victim.
 
 A victim that can run on another node (``Preemption.moves``) is moved there instead,
 make-before-break, through the rebalancer's mover (``Mover.start``: its own checks, the
@@ -102,7 +102,7 @@ from swarmgpu.manager.placement.preempt import (
 )
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import Move, Trigger
-from swarmgpu.manager.rebalance.record import moving, recorded
+from swarmgpu.manager.rebalance.record import move_gpus, moving, recorded
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import (
     NotLeader,
@@ -324,8 +324,9 @@ class Preempter:
         # The daemon's records only (a move label alone protects nothing); those read
         # after the rebalancer's movers ran too: a move they started this cycle, stopped
         # here, would reopen its source, now the preemptor's, if rolled back.
+        fresh = snap.swarm_labels if records is None else records
         in_move = moving(snap.services, snap.swarm_labels, self.prefix) | recorded(
-            snap.services, snap.swarm_labels if records is None else records, self.prefix)
+            snap.services, fresh, self.prefix)
         self.moving = {p: vs & in_move for p, vs in self.moving.items() if vs & in_move}
         self.nominated.keep(plan, mono, in_move)  # placed, gone or settled: it ends
         held = self.nominated.current(mono)  # used for those of their priority or lower
@@ -335,7 +336,7 @@ class Preempter:
             plan, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
             preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
             refused=refused, moving=in_move, ports=ports, raised=raised,
-            held=held_gpus(held))
+            held=held_gpus(held), flying=move_gpus(fresh, self.prefix))
         return chosen
 
     def took(self, p: Preemption, victims: list[Candidate], mono: float) -> None:

@@ -289,7 +289,8 @@ class _Round:
     moving: AbstractSet[str]  # neither preemptors nor victims
     failed: AbstractSet[str]  # planning raised this cycle: a victim stopped, never moved
     done: AbstractSet[tuple[str, str]] = frozenset()  # (service id, node): ``done_idle``
-    taken: set[tuple[str, str]] = field(default_factory=set)  # (node, uuid) freed already
+    # (node, uuid) freed already, or held by a move in flight (``flying``)
+    taken: set[tuple[str, str]] = field(default_factory=set)
     gone: set[str] = field(default_factory=set)  # victims already chosen
     q_gone: dict[str, int] = field(default_factory=dict)  # milli per queue its victims free
     q_given: dict[str, int] = field(default_factory=dict)  # milli per queue its preemptors take
@@ -339,6 +340,7 @@ def choose_preemptions(
     ports: Callable[[SwarmService], Mapping[str, AbstractSet[str]]] | None = None,
     raised: dict[str, Exception] | None = None,
     held: Mapping[tuple[str, str], tuple[str, int]] | None = None,
+    flying: AbstractSet[tuple[str, str]] = frozenset(),
 ) -> list[Preemption]:
     """At most one preemption per pending service (one replica's GPUs on one node; a
     packed service's: all the replicas it lacks, on its node), in served order; a GPU
@@ -354,24 +356,20 @@ def choose_preemptions(
     GPUs. ``raised``: a preemptor whose choice raises (a bug, or input no one foresaw)
     preempts nothing, the round as before it, its exception kept there by name for the
     caller's log (None: it raises). ``held``: the GPUs nominated for preemptors
-    (``_Round.held``)."""
+    (``_Round.held``). ``flying``: (node, uuid) the moves in flight hold, by their
+    records read after this cycle's movers ran (``record.move_gpus``): used for all,
+    counted as taken from the round's start (a move's target is in no snapshot's ledger
+    the cycle it starts)."""
     nodes = after_writes(nodes, plan)
     by_name = {s.name: s for s in services}
-    started: dict[tuple[str, str], str] = {}
-    for t in tasks:
-        if t.desired_state == "running" and t.node_id:
-            k = (t.service_id, t.node_id)
-            started[k] = max(started.get(k, ""), t.created_at)
-    holdings: dict[str, dict[str, Holding]] = {}  # node -> service -> holding
-    for svc, per in read_ledger(nodes, prefix).items():
-        for nid, h in per.items():
-            holdings.setdefault(nid, {})[svc] = h
+    started, holdings = _started(tasks), _by_node(nodes, prefix)
     req = {sp.name: sp.request for sp in plan.services if sp.request is not None}
     rd = _Round(by_name, {n.id: n for n in nodes}, facts,
                 {**{q["queue"]: q for q in plan.queues}, "": _no_queue(holdings, req, facts)},
                 req, started, holdings, refused, preemptible_below, cooling, moving,
                 plan.failed, done_idle(services, tasks), ports=ports,
-                room=Room.of(nodes, services, tasks, holdings), held=held or {})
+                room=Room.of(nodes, services, tasks, holdings), held=held or {},
+                taken=set(flying))
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     # A packed service's replicas go only on its node: it preempts there alone, for all
     # the replicas it lacks at once (``packing.repack`` places them so); elsewhere its
@@ -409,6 +407,25 @@ def choose_preemptions(
                 rd.room.left = room
             raised[s.name] = exc
     return out
+
+
+def _started(tasks: Sequence[SwarmTask]) -> dict[tuple[str, str], str]:
+    """(service id, node) -> the creation time of its newest task meant to run there."""
+    started: dict[tuple[str, str], str] = {}
+    for t in tasks:
+        if t.desired_state == "running" and t.node_id:
+            k = (t.service_id, t.node_id)
+            started[k] = max(started.get(k, ""), t.created_at)
+    return started
+
+
+def _by_node(nodes: Sequence[SwarmNode], prefix: str) -> dict[str, dict[str, Holding]]:
+    """node -> service -> its holding there (the ledger)."""
+    holdings: dict[str, dict[str, Holding]] = {}
+    for svc, per in read_ledger(nodes, prefix).items():
+        for nid, h in per.items():
+            holdings.setdefault(nid, {})[svc] = h
+    return holdings
 
 
 def after_writes(nodes: Sequence[SwarmNode], plan: PlacementPlan) -> list[SwarmNode]:

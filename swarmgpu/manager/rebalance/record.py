@@ -344,6 +344,15 @@ def read_records(labels: Mapping[str, str], prefix: str) -> dict[str, MoveState]
     return out
 
 
+def move_gpus(labels: Mapping[str, str], prefix: str) -> frozenset[tuple[str, str]]:
+    """(node, uuid) of each recorded move's target GPUs (``read_records``), held from its
+    start: a move started this cycle is in no snapshot's ledger yet, and preemption
+    counted such a GPU free beside a victim's. (Its source is in the ledger until the
+    move ends, its service never a victim: those never looked freed.)"""
+    return frozenset((st.target, u) for st in read_records(labels, prefix).values()
+                     for u in st.target_uuids)
+
+
 def unreadable_records(labels: Mapping[str, str], prefix: str) -> set[str]:
     """Service ids whose move record exists but cannot be read (``read_records`` leaves
     them out): such a move may still be under way in Swarm, so its service is left
