@@ -7,7 +7,9 @@ hot: its utilisation, the load the moves proposed before in the pass put on it (
 metrics do not show them yet: ``Context.load``) and the moving share's own load stay
 below ``hotspot.clear_pct``. Sources stay reserved until their move ends
 (make-before-break needs both). No GPU held for a preemptor (``Inputs.held``:
-``placement.nominated``) is a target of any policy's move.
+``placement.nominated``) is a target of any policy's move: the Context marks them on the
+allocator a move's target is searched on (``block_targets``), and counts them used as
+placement does where a policy checks a pending request's room (``count_held``).
 """
 
 from __future__ import annotations
