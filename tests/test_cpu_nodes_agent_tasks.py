@@ -162,3 +162,35 @@ def test_an_agents_task_made_ready_before_it_starts_still_marks_its_node() -> No
     update = [agent_task(agent, "n-c", "running", "shutdown"),
               agent_task(agent, "n-c", "assigned", "ready")]
     assert where_web(snapshot(n, [agent, web], update), Config()) == "n-g"
+
+
+def test_a_snapshot_walks_the_agents_tasks_once_for_every_step_that_asks(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Placement, label sync, audit and the map all ask which nodes run the agents'
+    service of the same snapshot: it is walked once (``Snapshot.agent_nodes``), not once
+    per step, and each step sees the same answer."""
+    from swarmgpu.manager.commands.audit import audit
+    from swarmgpu.manager.nodes import sync
+    from swarmgpu.manager.placement import planner
+    from swarmgpu.manager.web.cluster_view import build_cluster
+
+    walks: list[str] = []
+
+    def counted(services: list[SwarmService], tasks: list[SwarmTask], name: str
+                ) -> frozenset[str]:
+        walks.append(name)
+        return agent_nodes(services, tasks, name)
+
+    monkeypatch.setattr(sync, "agent_nodes", counted)
+    monkeypatch.setattr(planner, "agent_nodes", counted)
+    n = cpu_node("n-c", "node-c", 4000)
+    web = sw_svc("web", ZERO, gated=False)
+    agent = sw_svc("swarmgpu_agent", {}, gated=False, mode=GLOBAL)
+    snap = snapshot(n, [agent, web], [agent_task(agent, "n-c")])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
+    assert where_web(snap, cfg) == "n-g"  # placement: node-c is a GPU node
+    labels = LabelSync(None, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
+    labels.cycle(snap, hold=True)  # (its writes held: none is made)
+    audit(snap, agent_service="swarmgpu_agent")
+    build_cluster(snap, None, agent_service="swarmgpu_agent")
+    assert walks == ["swarmgpu_agent"]

@@ -73,9 +73,8 @@ def test_a_service_whose_plan_failed_this_cycle_is_refused_at_start() -> None:
     cfg = RebalanceConfig(dry_run=False, max_moves_per_cycle=9, max_moves_per_node=9)
     mover = Mover(sw, cfg, prefix=P, dry_run=False,  # type: ignore[arg-type]
                   clock=lambda: 1000.0)
-    mover.plan_failed = frozenset({"victim"})
     before = copy.deepcopy(dict(sw.service("id-victim").spec))
-    got = mover.start(victim_move(), sw.service("id-victim"))
+    got = mover.start(victim_move(), sw.service("id-victim"), frozenset({"victim"}))
     assert not got.ok and "plan status failed" in got.why, got.why
     assert [r.outcome for r in mover.recent] == [Outcome.REFUSED]
     assert read_records(sw.swarm_labels(), P) == {}

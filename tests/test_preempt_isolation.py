@@ -110,9 +110,9 @@ def _raising_start(monkeypatch: pytest.MonkeyPatch, victim: str, *, after_first:
     written, or (``after_first``) after the move record, its first write."""
     real = Mover.start
 
-    def start(self: Mover, m: Move, svc: SwarmService) -> Any:
+    def start(self: Mover, m: Move, svc: SwarmService, plan_failed: Any = frozenset()) -> Any:
         if m.service != victim:
-            return real(self, m, svc)
+            return real(self, m, svc, plan_failed)
         if after_first:
             self.writes.swarm_labels(lambda cur: {**cur, f"{P}state.moves.{svc.id}": "{}"})
         raise TypeError("'NoneType' object is not subscriptable")

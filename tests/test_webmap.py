@@ -26,10 +26,12 @@ from support.browser import (
     Cdp,
     Doc,
     MapServer,
+    card_text,
     dump_dom,
     sample,
     screenshot,
     text_of,
+    with_node_9,
 )
 
 from swarmgpu.manager.placement import Status
@@ -1187,18 +1189,9 @@ def test_over_share_badge_and_filter(
 def test_a_node_whose_gpus_cannot_be_read_has_its_card(
     chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
 ) -> None:
-    def with_unread() -> Doc:
-        doc = sample()
-        (n,) = _gpus_unread_doc()["nodes"]
-        doc["nodes"].append({**n, "id": "n9", "hostname": "gpu-node-9"})
-        return doc
-
-    srv = serve(with_unread)
+    srv = serve(with_node_9(_gpus_unread_doc))
     dom = dump_dom(chromium, srv.url + "?state=drifted")
-    card = re.search(r'<article class="node no-gpu ls-gpus-unread"[^>]*data-node="gpu-node-9"'
-                     r".*?</article>", dom)
-    assert card is not None
-    text = text_of(card.group(0))
+    text = card_text(dom, "gpu-node-9", "node no-gpu ls-gpus-unread")
     assert "✕ GPUs cannot be read GPUs cannot be read · driver 550.54.15" in text
     assert "No GPUs" not in text and "drifted" not in text
     assert f"agent: its GPUs cannot be read: {NVML_ERR}" in text
@@ -1208,17 +1201,8 @@ def test_a_node_whose_gpus_cannot_be_read_has_its_card(
 def test_a_node_with_a_finding_is_marked_with_its_text(
     chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
 ) -> None:
-    def with_failing() -> Doc:
-        doc = sample()
-        (n,) = _failing_doc()["nodes"]
-        doc["nodes"].append({**n, "id": "n9", "hostname": "gpu-node-9"})
-        return doc
-
-    srv = serve(with_failing)
-    dom = dump_dom(chromium, srv.url)
-    card = re.search(r'<article class="node[^"]*"[^>]*data-node="gpu-node-9".*?</article>', dom)
-    assert card is not None
-    text = text_of(card.group(0))
+    srv = serve(with_node_9(_failing_doc))
+    text = card_text(dump_dom(chromium, srv.url), "gpu-node-9")
     assert "! node-failing 3 of 8 GPUs failed; drain it" in text, text
     assert "a service's finding" not in text
 

@@ -285,3 +285,25 @@ class Cdp:
         os.close(self.from_child)
         self.profile.cleanup()
         assert not seen, f"CSP violations: {seen}"
+
+
+def with_node_9(one: Callable[[], Doc]) -> Callable[[], Doc]:
+    """The sample cluster with the one node of ``one()``'s document added to it as
+    ``n9`` (``gpu-node-9``), built afresh on each read (as the map polls it)."""
+
+    def doc() -> Doc:
+        out = sample()
+        (n,) = one()["nodes"]
+        out["nodes"].append({**n, "id": "n9", "hostname": "gpu-node-9"})
+        return out
+
+    return doc
+
+
+def card_text(dom: str, hostname: str, classes: str = r'node[^"]*') -> str:
+    """The text of the node card of ``hostname`` in ``dom`` (its ``article``, whose
+    class attribute matches the regular expression ``classes``); it must be there."""
+    card = re.search(rf'<article class="{classes}"[^>]*data-node="{re.escape(hostname)}"'
+                     r".*?</article>", dom)
+    assert card is not None, f"no card of {hostname} (class {classes})"
+    return text_of(card.group(0))

@@ -21,7 +21,7 @@ from swarmgpu.manager.commands.compose_gpu import GPU_RESOURCE_KINDS, gpu_kinds
 from swarmgpu.manager.nodes.gpuhealth import failing_why
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.manager.placement.cpunodes import agent_nodes, expects_agent
+from swarmgpu.manager.placement.cpunodes import expects_agent
 from swarmgpu.manager.placement.keys import (
     ASSIGN,
     GATE,
@@ -105,7 +105,7 @@ def audit(
     another node's GPU is flagged too. ``agent_service``: ``agents.service``; a node its
     tasks run on is a GPU node (``gpu_hint``), and a name no service has is said."""
     saved_agents = saved_agents or {}
-    agents = agent_nodes(snap.services, snap.tasks, agent_service)
+    agents = snap.agent_nodes(agent_service)
     out: list[Finding] = []
     any_gpu = False
     for node in snap.nodes:

@@ -178,7 +178,6 @@ class Preempter:
             self.said_raised.end()
             return []
         raised: dict[str, Exception] = {}
-        self._mover(swarm).plan_failed = plan.failed  # its start refuses them too
         chosen = self.decide(snap, plan, facts, refused, now, ports, raised, records, mono)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         for name, exc in raised.items():
@@ -236,8 +235,8 @@ class Preempter:
         counted: set[str] = set()  # victims spent and stored before their move's writes
         unstored, whole = False, True
         for v in p.victims:
-            act = self._move(swarm, snap, p, v, waits,
-                             self._count_first(swarm, p, tenant, now, v, counted))
+            act = self._move(swarm, snap, p, v, waits,  # its start refuses plan.failed too
+                             self._count_first(swarm, p, tenant, now, v, counted), plan.failed)
             if act == "moved":
                 moved.append(v)
                 if v.service not in counted:  # no write was let through: counted now
@@ -479,7 +478,7 @@ class Preempter:
 
     def _move(self, swarm: SwarmClient, snap: Snapshot, p: Preemption, v: Candidate,
               waits: list[tuple[str, str, Move]], first: Callable[[], None],
-              ) -> Literal["moved", "wait", "stop", "held"]:
+              plan_failed: AbstractSet[str]) -> Literal["moved", "wait", "stop", "held"]:
         """Start moving ``v`` where it can run instead, ``first`` run before the move's
         first write. "stop": it cannot move (the mover refused it, or moves are off);
         "wait": the move budgets alone refused it (said in ``waits``), tried again next
@@ -505,7 +504,7 @@ class Preempter:
 
         try:
             with mover.writes.before_first(counted_first):
-                started = mover.start(m, svc)
+                started = mover.start(m, svc, plan_failed)
         except Unstored:
             return "held"
         except SwarmError as exc:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any
 
@@ -32,7 +33,6 @@ from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, read_ledger
-from swarmgpu.manager.placement.cpunodes import agent_nodes
 from swarmgpu.manager.placement.nominated import Nomination, held_gpus
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
@@ -184,7 +184,7 @@ class Rebalancer(Step):
                      moving=moving(snap.services, snap.swarm_labels, self.prefix),
                      unreadable=self._unreadable(snap), placed=placed_of(plan),
                      failed=failed_of(plan),
-                     agents=agent_nodes(snap.services, snap.tasks, self.agent_service),
+                     agents=snap.agent_nodes(self.agent_service),
                      generic_kind=self.generic_kind, held=self.held())
         if planner is not None:  # placement's next cycle keeps failed holdings for us
             planner.keep_failed_holdings(self.keeps if self.health_on else None)
@@ -199,10 +199,11 @@ class Rebalancer(Step):
         # reads now, and a health move finished below leaves this snapshot's label stale.
         # A preemption that waited for the budgets gets the slot it needs first: it runs
         # after this step, which would otherwise take every slot that frees.
-        self.mover.plan_failed = self.health_mover.plan_failed = inp.failed
         self.mover.run_cycle([m for m in prop.moves if m.trigger is not Trigger.HEALTH],
-                             snap.nodes, snap.services, snap.tasks, self.reserved())
-        self.health_step(prop, [m for m in prop.moves if m.trigger is Trigger.HEALTH], snap)
+                             snap.nodes, snap.services, snap.tasks, self.reserved(),
+                             plan_failed=inp.failed)
+        self.health_step(prop, [m for m in prop.moves if m.trigger is Trigger.HEALTH], snap,
+                         inp.failed)
         if any(not (self.health_mover if st.trigger == Trigger.HEALTH else self.mover).dry_run
                for st in self.mover.records().values()):
             # A move in flight progresses on the next cycle: make that one come soon.
@@ -236,8 +237,10 @@ class Rebalancer(Step):
                              "plan's note says what was lost):\n{}", name, tb)
         self._failed.end()
 
-    def health_step(self, prop: Proposal, moves: list[Move], snap: Snapshot) -> None:
-        """Start the health moves, hand the releases to placement, log and count."""
+    def health_step(self, prop: Proposal, moves: list[Move], snap: Snapshot,
+                    plan_failed: AbstractSet[str] = frozenset()) -> None:
+        """Start the health moves (``plan_failed``: ``Mover.start``'s), hand the releases
+        to placement, log and count."""
         now = snap.taken_at
         if "health" not in prop.policy_errors:  # else unknown now: kept until it runs
             self.released &= set(prop.failed_holders)  # re-placed, or off the failed GPU
@@ -258,7 +261,8 @@ class Rebalancer(Step):
                     "dry-run: health would have placement re-place {} on {}: {}", r.service,
                     r.host, r.reason)
         said.end()
-        self.health_mover.run_cycle(moves, snap.nodes, snap.services, snap.tasks)
+        self.health_mover.run_cycle(moves, snap.nodes, snap.services, snap.tasks,
+                                    plan_failed=plan_failed)
         for rec in self._new_records():  # (a start is spent by its record: health_spent)
             self.evacuations.labels(outcome=str(rec.outcome)).inc()
 

@@ -14,16 +14,15 @@ closes, its replicas elsewhere). A job is left out: any write of its spec runs i
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.placement.keys import DEVICES, MEANT_STATES, is_renew, next_renewal
 from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
+from swarmgpu.manager.placement.records import SpecWrites
+from swarmgpu.manager.placement.specwrite import SpecCompute, service_compute
 from swarmgpu.swarm.client import SwarmClient, SwarmService
-
-SpecCompute = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
 
 
 def renewed(swarm: SwarmClient, service_id: str) -> SwarmService | None:
@@ -42,21 +41,24 @@ def renewed(swarm: SwarmClient, service_id: str) -> SwarmService | None:
 def victim_spec(prefix: str, node_id: str, record: str,
                 renew: SwarmService | None = None) -> SpecCompute:
     """The victim's spec write: its device lists for ``node_id`` gone, the record set;
-    ``renew`` (``renewed``): its renewal constraint changed too."""
+    ``renew`` (``renewed``): its renewal constraint changed too. What goes is read from
+    the spec the write reads (its labels and constraints then), and placement's own
+    ``service_compute`` applies it."""
     dk = f"{prefix}{DEVICES}{node_id}"
 
     def service(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        new = copy.deepcopy(dict(spec))
-        labels = {k: val for k, val in (new.get("Labels") or {}).items()
-                  if not (k == dk or k.startswith(dk + "."))}
-        labels[prefix + PREEMPTED_STATE] = record
-        new["Labels"] = labels
+        drop = tuple(k for k in spec.get("Labels") or {}
+                     if k == dk or k.startswith(dk + "."))
+        mine: tuple[str, ...] = ()
+        renewal: tuple[str, ...] = ()
         if renew is not None:
-            placement = new.setdefault("TaskTemplate", {}).setdefault("Placement", {})
-            cons = [str(c) for c in placement.get("Constraints") or []]
-            mine = [c for c in cons if is_renew(c, prefix)]
-            placement["Constraints"] = ([c for c in cons if c not in mine]
-                                        + list(next_renewal(mine, prefix, renew.version)))
-        return None if new == spec else new
+            placement = (spec.get("TaskTemplate") or {}).get("Placement") or {}
+            mine = tuple(c for c in placement.get("Constraints") or []
+                         if is_renew(c, prefix))
+            renewal = next_renewal(mine, prefix, renew.version)
+        writes = SpecWrites(service_labels_set={prefix + PREEMPTED_STATE: record},
+                            service_labels_remove=drop, remove_constraints=mine,
+                            add_constraints=renewal)
+        return service_compute(writes)(spec)
 
     return service

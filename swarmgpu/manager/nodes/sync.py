@@ -56,6 +56,18 @@ class Snapshot:
     # the first had): the daemon's own records, which only the manager API can write
     # (``rebalance.record.moving`` reads the moves in flight from them).
     swarm_labels: Mapping[str, str] = field(default_factory=dict)
+    # ``agent_nodes`` per agents' service name, walked once per snapshot (label sync,
+    # placement, rebalance, audit and the map all ask it of the same one)
+    _agents: dict[str, frozenset[str]] = field(default_factory=dict, init=False,
+                                               repr=False, compare=False)
+
+    def agent_nodes(self, name: str) -> frozenset[str]:
+        """``cpunodes.agent_nodes`` of this snapshot's services and tasks (``name``:
+        ``agents.service``), walked once per name."""
+        got = self._agents.get(name)
+        if got is None:
+            got = self._agents[name] = agent_nodes(self.services, self.tasks, name)
+        return got
 
 
 def take_snapshot(
@@ -179,7 +191,7 @@ class LabelSync:
         snapshot.facts.update(self.health.apply(snapshot.nodes, snapshot.facts))
         save_said(self._save_said, "GPU health", self.cfg.state_dir, self.health.save)
         prefix, kind = self.cfg.sync.prefix, self.cfg.placement.generic_resource_kind
-        agents = agent_nodes(snapshot.services, snapshot.tasks, self.cfg.agents.service)
+        agents = snapshot.agent_nodes(self.cfg.agents.service)
         unreachable = unread = held = 0
         any_gpu = False  # a GPU node after this cycle's answers (``_agent_service_missing``)
         todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts | None]] = []

@@ -227,14 +227,16 @@ class Planner:
     def plan(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
              tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *,
              now: float | None = None, moving: AbstractSet[str] = frozenset(),
-             nominated: Sequence[Nomination] = ()) -> PlacementPlan:
+             nominated: Sequence[Nomination] = (),
+             agents: AbstractSet[str] | None = None) -> PlacementPlan:
         """Decide placements for every annotated service; say what to write, in order.
         ``now`` (epoch seconds; the back-off of ``converge`` is kept in Swarm as such).
         ``moving``: the services with a move in flight by the daemon's own records
         (``rebalance.record.moving``); placement leaves them to the move.
         ``nominated``: GPUs preemptions freed, held for their preemptors while they
         settle (``placement.nominated``: no service of their priority or lower but the
-        preemptor is placed on them).
+        preemptor is placed on them). ``agents``: the nodes running the agents' service,
+        the snapshot's ``agent_nodes`` (None: walked here, from ``services`` and ``tasks``).
 
         The phases, in order: see what changed; read the services and their tasks;
         release what is no longer held; learn the workload and the back-offs; commit
@@ -245,7 +247,9 @@ class Planner:
         # Taken, not read: a cycle that raises leaves none, so the next one is a full pass
         # (its node and task diffs are against the snapshot of the cycle that failed).
         records, self._memo.quiet.records = self._memo.quiet.records, {}
-        seen = self._see(nodes, facts, moving, agent_nodes(services, tasks, self.agent_service))
+        if agents is None:  # (no snapshot: the simulator's, render's)
+            agents = agent_nodes(services, tasks, self.agent_service)
+        seen = self._see(nodes, facts, moving, agents)
         self._ports.new_cycle(services, tasks)
         self._filters.set_tasks(tasks)
         self._faults.begin()  # (a service's fault said once while it lasts: isolate)

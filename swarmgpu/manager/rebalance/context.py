@@ -7,13 +7,15 @@ hot: its utilisation, the load the moves proposed before in the pass put on it (
 metrics do not show them yet: ``Context.load``) and the moving share's own load stay
 below ``hotspot.clear_pct``. Sources stay reserved until their move ends
 (make-before-break needs both). No GPU held for a preemptor (``Inputs.held``:
-``placement.nominated``) is a target of any policy's move.
+``placement.nominated``) is a target of any policy's move: the Context marks them on the
+allocator a move's target is searched on (``block_targets``), and counts them used as
+placement does where a policy checks a pending request's room (``count_held``).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -28,6 +30,7 @@ from swarmgpu.manager.placement import (
     demand_of,
     is_gate_of,
 )
+from swarmgpu.manager.placement.nominated import held_choice
 from swarmgpu.manager.rebalance.attribution import Share, estimated_util, holders_by_gpu
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Move, Trigger
 from swarmgpu.manager.rebalance.signals import GpuSignal, NodeSignal
@@ -43,6 +46,8 @@ OPT_OUT = "rebalance"  # <prefix>rebalance=never
 
 
 Load = dict[tuple[str, str], float]  # (node id, GPU UUID) -> utilisation points
+# A policy's own rule for a GPU that is no target: (its node, index, UUID, signals)
+Blocked = Callable[[NodeState, int, str, GpuSignal | None], bool]
 
 
 def hold(ledger: dict[str, dict[str, Holding]], m: Move, load: Load | None = None,
@@ -280,6 +285,33 @@ class Context:
         who = self.inp.held.get((nid, uuid))
         return who is not None and who[0] != svc
 
+    def block_targets(self, alloc: ClusterAllocator, svc: str, blocked: Blocked) -> None:
+        """The GPUs no target of ``svc``'s move counted used on ``alloc`` (their free
+        share committed, one GPU at a time in the allocator's node order): those held for
+        a preemptor other than ``svc`` (``held_for_other``), marked here for every
+        policy, and those the policy's own rule ``blocked`` names."""
+        a = alloc.alloc
+        for nid, node in a.nodes.items():
+            for i, gpu in enumerate(self.inp.facts[nid].gpus):
+                sig = self.inp.gpus.get((nid, gpu.uuid))
+                if (blocked(node, i, gpu.uuid, sig) or self.held_for_other(svc, nid, gpu.uuid)
+                        ) and node.free[i] > 0:
+                    a.commit(Choice(nid, (i,), (node.free[i],), 0.0, "blocked"))
+
+    def count_held(self, alloc: ClusterAllocator, node: str, pending: str
+                   ) -> tuple[int, ...]:
+        """The GPUs of ``node`` held for a preemptor other than ``pending`` counted used on
+        ``alloc`` (a check's own copy), as placement counts them (``placement/
+        nominated.py``: wholly free ones): counted free, the moves made room placement
+        never gives the pending service. The priority rule is ``held_for_other``'s.
+        Returns their indices."""
+        choice = held_choice(alloc, node, lambda uuid: self.held_for_other(pending, node, uuid),
+                             "held for a preemptor")
+        if choice is None:
+            return ()
+        alloc.alloc.commit(choice)
+        return choice.gpus
+
     def gpu_ok_as_target(self, g: GpuSignal, add_util: float, load: Load | None = None
                          ) -> bool:
         """``g`` may take a share carrying ``add_util`` points: known, not hot, and below
@@ -368,17 +400,12 @@ class Context:
         pending = st.moves if st is not None else ()
         add = self.load_of(svc, source) if add_util is None else add_util
         alloc = self.allocator(lg, pending)
-        a = alloc.alloc
-        for nid, node in a.nodes.items():  # block GPUs that are not verified free
-            f = self.inp.facts[nid]
-            for i, gpu in enumerate(f.gpus):
-                sig = self.inp.gpus.get((nid, gpu.uuid))
-                blocked = (sig is None or not self.gpu_ok_as_target(sig, add, load)
-                           or self.held_for_other(svc, nid, gpu.uuid))
-                if only_shared and node.free[i] == node.spec.gpus[i].capacity_milli:
-                    blocked = True
-                if blocked and node.free[i] > 0:
-                    a.commit(Choice(nid, (i,), (node.free[i],), 0.0, "blocked"))
+
+        def blocked(node: NodeState, i: int, _uuid: str, sig: GpuSignal | None) -> bool:
+            return (sig is None or not self.gpu_ok_as_target(sig, add, load)  # not verified free
+                    or (only_shared and node.free[i] == node.spec.gpus[i].capacity_milli))
+
+        self.block_targets(alloc, svc, blocked)
         has = set(lg.get(svc, {}))
         no = self.refused(svc, pending)
 

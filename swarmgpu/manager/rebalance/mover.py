@@ -144,6 +144,8 @@ from swarmgpu.swarm.client import (
     VersionConflict,
 )
 
+Names = AbstractSet[str]  # (plan_failed: the services whose plan failed this cycle)
+
 
 @dataclass(frozen=True)
 class Started:
@@ -191,8 +193,6 @@ class Mover:
         # moves that stay on their node (source == target): repin.py
         self.repin = Repin(swarm, self.writes, cfg, prefix=prefix, clock=clock,
                            seen=self.seen, ended=self._ended, say=self.outcomes.say)
-        # plan status failed this cycle (``placement.isolate``): set by callers, each cycle
-        self.plan_failed: AbstractSet[str] = frozenset()
 
     def stand_by(self) -> None:
         """Not the leader: the next term counts the fragmentation budget afresh, its
@@ -272,7 +272,7 @@ class Mover:
     # --- starting ------------------------------------------------------------------
     def run_cycle(self, moves: Sequence[Move], nodes: Sequence[SwarmNode],
                   services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
-                  reserved: Sequence[Move] = ()) -> None:
+                  reserved: Sequence[Move] = (), plan_failed: Names = frozenset()) -> None:
         """Judge the move labels against the daemon's records, advance the moves it
         started, then start the admitted new ones (``reserved``: moves that wait for the
         budgets elsewhere keep their slots, ``admit``). In dry-run nothing is written."""
@@ -332,15 +332,16 @@ class Mover:
                                          Outcome.DRY_RUN, f"GPUs {','.join(m.target_uuids)}")
             self._last_dry = now_keys
             return
-        self._start_all(ok, by_name)
+        self._start_all(ok, by_name, plan_failed)
 
-    def _start_all(self, ok: Sequence[Move], by_name: Mapping[str, SwarmService]) -> None:
+    def _start_all(self, ok: Sequence[Move], by_name: Mapping[str, SwarmService],
+                   plan_failed: Names) -> None:
         """Start the admitted moves, each its own loss whatever it raises."""
         for m in ok:
             wrote: list[bool] = []  # a write of the move was let through (its record first)
             try:
                 with self.writes.before_first(partial(wrote.append, True)):
-                    got = self.start(m, by_name[m.service])
+                    got = self.start(m, by_name[m.service], plan_failed)
                 if got.budget is not None:  # admitted on this cycle's first read
                     logger.bind(service=m.service).info(
                         "move {} -> {} not started: {}", m.source_host, m.target_host, got.why)
@@ -447,16 +448,16 @@ class Mover:
                 continue  # gone: no move in flight, as in the cycle's list
         return verify_scope(every, services, self.prefix, self.scope).in_flight()
 
-    def start(self, m: Move, svc: SwarmService) -> Started:
+    def start(self, m: Move, svc: SwarmService, plan_failed: Names = frozenset()) -> Started:
         """Start ``m`` after fresh checks, its budgets among them (a caller other than
         ``run_cycle``, such as preemption, gets no move past them); refused: nothing is
         written, and the refusal is recorded unless it is the budget alone (its caller
-        says that one, as ``run_cycle`` says ``admit``'s). A move that stays on its node
-        is a repin (``repin.py``)."""
+        says that one, as ``run_cycle`` says ``admit``'s). ``plan_failed``: this cycle's
+        (``placement.isolate``), refused. A repin stays on its node (``repin.py``)."""
         fresh = self.swarm.service(svc.id)
         labels = self.swarm.swarm_labels()
         every, bad = read_records(labels, self.prefix), unreadable_records(labels, self.prefix)
-        if (first := self._never(m, fresh.id, bad)) is not None:
+        if (first := self._never(m, fresh.id, bad, plan_failed)) is not None:
             return self._refused(m, first, None)
         budget = over_budget(m, self.in_flight(every), (), self.cfg, len(bad))
         if m.target_node == m.source_node:
@@ -528,10 +529,10 @@ class Mover:
             crash_point("move-step-2")
             return Started(ok=True)
 
-    def _never(self, m: Move, sid: str, bad: AbstractSet[str]) -> str | None:
+    def _never(self, m: Move, sid: str, bad: Names, failed: Names) -> str | None:
         """Why ``start`` refuses ``m`` first: its plan failed this cycle (a restart on no
         plan), or its record is unreadable (a move under way that a new one overwrites)."""
-        if m.service in self.plan_failed:
+        if m.service in failed:
             return FAILED_WHY
         return unreadable_why(self.prefix, sid) if sid in bad else None
 
@@ -608,9 +609,8 @@ class Mover:
 
     def _node_left(self, sid: str, st: MoveState, src: SwarmNode | None,
                    dst: SwarmNode | None) -> None:
-        """A node of the move left the swarm (``docker node rm``): the move ends on the
-        node that is left (placement carries on from its ledger), never a step error
-        every cycle."""
+        """A node of the move left the swarm (``docker node rm``): the move ends on the node
+        that is left (placement carries on from its ledger), never a step error each cycle."""
         if dst is None:
             taken = self._open(st.source, st.source_holding()) if src is not None else ""
             self._rolled_back(sid, st, f"{st.target_host} left the swarm", taken)

@@ -19,7 +19,7 @@ from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import PlacementPlan, read_ledger
-from swarmgpu.manager.placement.cpunodes import agent_nodes, gpu_hint
+from swarmgpu.manager.placement.cpunodes import gpu_hint
 from swarmgpu.manager.rebalance.attribution import service_states
 from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.rebalance.scrape import scrape_all
@@ -139,7 +139,7 @@ def build_cluster(
     GPU node, as label sync reads it: ``gpu_hint``)."""
     metrics = metrics or {}
     saved_agents = saved_agents or {}
-    agents = agent_nodes(snap.services, snap.tasks, agent_service)
+    agents = snap.agent_nodes(agent_service)
     holders = _Holders(snap, plan, prefix)
     on_node: dict[str, list[dict[str, str]]] = {}  # node ID -> its findings, as the map marks it
     for f in findings:

@@ -26,7 +26,6 @@ from swarmgpu.allocator.rescue import MAX_TRIES, plans
 from swarmgpu.allocator.values import Choice, Demand
 from swarmgpu.core.rebalanceconfig import DefragConfig
 from swarmgpu.manager.placement import ClusterAllocator, Holding, demand_of
-from swarmgpu.manager.placement.nominated import held_choice
 from swarmgpu.manager.rebalance.context import Context, Statement
 from swarmgpu.manager.rebalance.moves import Trigger
 
@@ -56,24 +55,9 @@ def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pendin
         if t.node_id == node and t.desired_state == "running" and t.service_id in ids:
             cpu, mem = cpu - t.cpu_milli, mem - t.memory_mib
     alloc.alloc.set_usage(node, max(0, cpu), max(0, mem))
-    _count_held(ctx, alloc, node, pending)
+    ctx.count_held(alloc, node, pending)
     ok = alloc.alloc.place_on(node, demand_of(req, *ctx.targets.reservation(pending)))
     return st if getattr(ok, "gpus", None) else None
-
-
-def _count_held(ctx: Context, alloc: ClusterAllocator, node: str, pending: str
-                ) -> tuple[int, ...]:
-    """The GPUs of ``node`` held for a preemptor other than ``pending`` counted used on
-    ``alloc`` (this check's own copy), as placement counts them (``placement/
-    nominated.py``: wholly free ones): counted free, the moves made room placement never
-    gives the pending service. The priority rule is ``Context.held_for_other``'s. Returns
-    their indices."""
-    choice = held_choice(alloc, node, lambda uuid: ctx.held_for_other(pending, node, uuid),
-                         "held for a preemptor")
-    if choice is None:
-        return ()
-    alloc.alloc.commit(choice)
-    return choice.gpus
 
 
 # What no GPU satisfies: the search's stand-in for GPUs held for another preemptor is a
@@ -84,12 +68,12 @@ _STUCK = 1 << 62
 def _hide_held(ctx: Context, held: ClusterAllocator,
                running: dict[str, dict[str, tuple[Demand, Choice]]], pending: str) -> None:
     """The GPUs held for a preemptor other than ``pending`` kept out of the search's
-    room: counted used on its copy ``held`` (``_count_held``), and, where the search looks
+    room: counted used on its copy ``held`` (``Context.count_held``), and, where the search looks
     (``running``'s nodes), occupied by a task that cannot move (a used GPU holding no
     task counts as room to it). Counted free, plans needing them used up ``MAX_TRIES``
     before a workable one was tried (``_try`` checks them too)."""
     for nid in sorted(held.alloc.nodes):
-        gpus = _count_held(ctx, held, nid, pending)
+        gpus = ctx.count_held(held, nid, pending)
         if gpus and nid in running:
             running[nid][f"held for a preemptor on {nid}"] = (
                 Demand(num_gpu=len(gpus), min_memory_mib=_STUCK),

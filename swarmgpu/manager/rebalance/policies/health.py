@@ -35,6 +35,7 @@ from swarmgpu.manager.nodes.gpuhealth import failing_why, level_of
 from swarmgpu.manager.placement import demand_of
 from swarmgpu.manager.rebalance.context import Context, constraints_allow, why_not_movable
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Release, Trigger
+from swarmgpu.manager.rebalance.signals import GpuSignal
 from swarmgpu.manager.rebalance.windows import State
 from swarmgpu.manager.services.requests import RequestError, parse_all
 from swarmgpu.swarm.client import SwarmService
@@ -123,13 +124,11 @@ def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
     if same and res != (0, 0) and source in alloc.alloc.nodes \
             and (s.id, source) in alloc.tasks_on:
         alloc.add_usage(source, -res[0], -res[1])  # its own task there is the one replaced
-    a = alloc.alloc
-    for nid, node in a.nodes.items():  # degraded, known-hot and held GPUs are no target
-        for i, gpu in enumerate(ctx.inp.facts[nid].gpus):
-            sig = ctx.inp.gpus.get((nid, gpu.uuid))
-            if ((nid, gpu.uuid) in degraded or (sig is not None and sig.hot is State.TRUE)
-                    or ctx.held_for_other(svc, nid, gpu.uuid)) and node.free[i] > 0:
-                a.commit(Choice(nid, (i,), (node.free[i],), 0.0, "blocked"))
+
+    def blocked(node: NodeState, _i: int, uuid: str, sig: GpuSignal | None) -> bool:
+        return (node.spec.name, uuid) in degraded or (sig is not None and sig.hot is State.TRUE)
+
+    ctx.block_targets(alloc, svc, blocked)  # degraded, known-hot and held: no target
     has = set(lg.get(svc, {}))
     no = ctx.refused(svc)  # Swarm's filters: plugins, platforms, host ports, ...
 

@@ -1,0 +1,46 @@
+"""The preemption victim's spec write (``cycle.victimspec.victim_spec``), made by
+placement's own ``service_compute``: what it removes, keeps and adds."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+from typing import Any, cast
+
+from swarmgpu.manager.cycle.victimspec import victim_spec
+from swarmgpu.swarm.client import SwarmService
+
+P = "swarmgpu."
+
+
+def _spec() -> dict[str, Any]:
+    return {"Name": "v",
+            "Labels": {P + "devices.n1": "0", P + "devices.n1.0": "x",
+                       P + "devices.n12": "1", "own": "kept"},
+            "TaskTemplate": {"Placement": {"Constraints": [
+                "node.role==worker", f"node.labels.{P}state.renew!=3"]}}}
+
+
+def test_the_node_s_device_lists_go_and_the_record_is_set_the_rest_kept() -> None:
+    spec = _spec()
+    before = copy.deepcopy(spec)
+    new = victim_spec(P, "n1", "rec")(spec)
+    assert spec == before  # the spec read is never changed
+    assert new is not None
+    assert new["Labels"] == {P + "devices.n12": "1", "own": "kept",
+                             P + "state.preempted": "rec"}
+    assert new["TaskTemplate"] == spec["TaskTemplate"]
+
+
+def test_a_renewal_replaces_only_the_victim_s_own_renewal_constraint() -> None:
+    renew = cast(SwarmService, SimpleNamespace(version=2))
+    new = victim_spec(P, "n1", "rec", renew)(_spec())
+    assert new is not None
+    assert new["TaskTemplate"]["Placement"]["Constraints"] == [
+        "node.role==worker", f"node.labels.{P}state.renew!=4"]
+
+
+def test_no_write_where_the_spec_already_says_it_all() -> None:
+    spec = {"Name": "v", "Labels": {P + "state.preempted": "rec"}}
+    assert victim_spec(P, "n1", "rec")(spec) is None
+    assert "TaskTemplate" not in (victim_spec(P, "n1", "other")(spec) or {})
