@@ -31,7 +31,8 @@ or the clock the ``Preempter`` is given): nothing of them is stored in or compar
 Swarm, and on the wall clock a clock stepped back lengthened a hold while its preemptor
 waited (stepped forward, ended it early).
 
-The rebalancer is handed them too (``held_gpus``, ``rebalance.context.Inputs.held``): no
+The rebalancer is handed them too, a live preemptor's only, as placement reads them
+(``held_gpus``, ``rebalance.context.Inputs.held``): no
 move of any of its policies lands on a held GPU, whatever the moved service's priority
 (``Context.held_for_other`` says why).
 """
