@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from loguru import logger
@@ -25,9 +26,10 @@ from swarmgpu.manager.placement import (
     devices_key,
     gate_key,
 )
+from swarmgpu.manager.placement import planner as planner_mod
 from swarmgpu.manager.placement.nominated import Holds, Nomination
 from swarmgpu.manager.placement.preempt import Preemption, Relocation
-from swarmgpu.manager.placement.records import Status
+from swarmgpu.manager.placement.records import ServicePlan, Status
 from swarmgpu.manager.rebalance.record import MoveState, record_key
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
 
@@ -428,3 +430,34 @@ def test_a_hold_whose_commit_raises_before_counting_frees_nothing_twice(
     alloc = planner.cluster.alloc
     node = alloc.nodes["n-4090"]
     assert all(0 <= f <= g.capacity_milli for f, g in zip(node.free, node.spec.gpus, strict=True))
+
+
+def test_a_preemptor_whose_planning_fails_keeps_its_hold_until_it_settles(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """high's planning raises (plan status failed, ``placement.isolate``) once its victim
+    is stopped. Before, its hold ended in that visit and ``keep`` dropped it: late (of
+    high's priority, served after it) took a GPU batch's stop freed for high. Now the
+    hold lasts while its planning fails, settle_s at most, and high is placed on it."""
+    t = 1000.0
+    w, planner, pre, p, _ = _preempted(t)
+    w.stop(p)
+    _waiting(w, "late", 1, 100, "30")
+    real = planner_mod.plan_service
+
+    def plan_service(s: SwarmService, *a: Any, **kw: Any) -> ServicePlan:
+        if s.name == "high":
+            raise KeyError("a swarmgpu fault")
+        return real(s, *a, **kw)
+
+    monkeypatch.setattr(planner_mod, "plan_service", plan_service)
+    for now in (t + 1, t + 2):
+        plan = w.plan(planner, pre, now)
+        assert {sp.name: sp.status for sp in plan.services}["high"] == Status.FAILED
+        assert not _held_on(plan, "late") and not _held_on(plan, "share")
+        pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, now, planner.port_takers,
+                   mono=now)
+        assert [n.uuids for n in pre.nominated.current(now + 1)] == [p.held]
+    assert pre.nominated.current(t + 31) == ()  # settle_s 30 s: no longer than that
+    monkeypatch.setattr(planner_mod, "plan_service", real)
+    plan = w.plan(planner, pre, t + 3)
+    assert sorted(_held_on(plan, "high")) == sorted(p.held)

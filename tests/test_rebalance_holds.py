@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from support.forged import RecordingSwarm, sw_node
+import pytest
+from support.forged import RecordingSwarm, sw_node, sw_svc
 from support.health import F2 as HF2
 from support.health import U2 as HU2
 from support.health import mark, setup
@@ -25,11 +26,14 @@ from support.rebalance_fragmentation import plan as frag_plan
 from swarmgpu.core.config import Config, RebalanceConfig, SyncConfig
 from swarmgpu.manager.cycle.preemption import PreemptStep
 from swarmgpu.manager.cycle.rebalance import Rebalancer
+from swarmgpu.manager.cycle.session import CycleSession
 from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
-from swarmgpu.manager.placement import read_ledger
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement import PlacementPlan, Planner, read_ledger
 from swarmgpu.manager.placement.preempt import Preemption
-from swarmgpu.manager.rebalance.context import Inputs
+from swarmgpu.manager.rebalance import policies
+from swarmgpu.manager.rebalance.context import Context, Inputs
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.scrape import judge
@@ -93,11 +97,49 @@ def test_the_daemon_hands_the_rebalancer_the_gpus_its_preemptions_hold(tmp_path:
     steps = daemon_steps(d)
     (rb,) = [s for s in steps if isinstance(s, Rebalancer)]
     (pre,) = [s for s in steps if isinstance(s, PreemptStep)]
-    assert rb.held() == {}
+    assert rb.held({"wide"}) == {}
     wide = Preemption("wide", "id-wide", 100, "n-dgx", "gpu-node-1", (),
                       held=tuple(WHOLE1[5:]))
     pre.preempter.took(wide, [], time.monotonic())  # in-memory times: monotonic
-    assert rb.held() == {("n-dgx", u): ("wide", 100) for u in WHOLE1[5:]}
+    assert rb.held({"wide"}) == {("n-dgx", u): ("wide", 100) for u in WHOLE1[5:]}
+
+
+class _Seen:
+    """A policy that keeps the GPUs each pass's inputs hold for preemptors."""
+
+    name = "hotspot"
+
+    def __init__(self) -> None:
+        self.held: list[dict[tuple[str, str], tuple[str, int]]] = []
+
+    def propose(self, ctx: Context) -> None:
+        self.held.append(dict(ctx.inp.held))
+
+
+def test_the_rebalancer_no_longer_honours_the_hold_of_a_removed_preemptor(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """wide's and tall's preemptions hold GPUs; wide's service is removed. Placement
+    filters holds by the snapshot's services, the rebalancer read them all: wide's GPUs
+    stayed closed to its moves until the preemption step's next ``keep``. Now a pass
+    holds tall's alone."""
+    seen = _Seen()
+    monkeypatch.setitem(policies.PLUGINS, "hotspot", lambda _rb: seen)
+    sw = RecordingSwarm([sw_node("n-mgr", "manager", role="manager")],
+                        [sw_svc("tall", {f"{P}gpus": "2", f"{P}priority": "100"})], [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 rebalance=RebalanceConfig(policies="hotspot"))
+    steps = daemon_steps(Daemon(cfg, swarm=sw))  # type: ignore[arg-type]
+    (rb,) = [s for s in steps if isinstance(s, Rebalancer)]
+    (pre,) = [s for s in steps if isinstance(s, PreemptStep)]
+    for name, gpus in (("wide", WHOLE1[5:]), ("tall", WHOLE1[2:4])):
+        pre.preempter.took(Preemption(name, f"id-{name}", 100, "n-dgx", "gpu-node-1", (),
+                                      held=tuple(gpus)), [], time.monotonic())
+    session = CycleSession(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {},
+                                    swarm_labels=sw.swarm_labels(), taken_at=1000.0))
+    session.facts, session.scrapes = {}, {}
+    session.placement, session.planner = PlacementPlan(), Planner(prefix=P)
+    rb.run(session)
+    assert seen.held == [{("n-dgx", u): ("tall", 100) for u in WHOLE1[2:4]}]
 
 
 def _defrag(held: Mapping[tuple[str, str], tuple[str, int]]) -> list[Move]:

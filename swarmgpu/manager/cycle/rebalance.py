@@ -185,7 +185,8 @@ class Rebalancer(Step):
                      unreadable=self._unreadable(snap), placed=placed_of(plan),
                      failed=failed_of(plan),
                      agents=snap.agent_nodes(self.agent_service),
-                     generic_kind=self.generic_kind, held=self.held())
+                     generic_kind=self.generic_kind,
+                     held=self.held({sv.name for sv in snap.services}))
         if planner is not None:  # placement's next cycle keeps failed holdings for us
             planner.keep_failed_holdings(self.keeps if self.health_on else None)
         prop = plan_moves(inp, self.health_inputs(snap))
@@ -211,10 +212,12 @@ class Rebalancer(Step):
             timer.daemon = True
             timer.start()
 
-    def held(self) -> dict[tuple[str, str], tuple[str, int]]:
+    def held(self, live: AbstractSet[str]) -> dict[tuple[str, str], tuple[str, int]]:
         """The GPUs held for preemptors now (``Inputs.held``): (node id, UUID) -> (the
-        preemptor, its priority)."""
-        return held_gpus(self.nominated())
+        preemptor, its priority). Only those of a preemptor among ``live`` (the snapshot's
+        services), as placement reads them: a removed one's hold lasted here until the
+        preemption step's next ``keep``, and no move could take its GPUs meanwhile."""
+        return held_gpus([n for n in self.nominated() if n.service in live])
 
     def _unreadable(self, snap: Snapshot) -> dict[str, str]:
         """The services whose own move record cannot be read (none is proposed), each

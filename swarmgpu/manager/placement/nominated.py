@@ -14,7 +14,9 @@ on the allocator for one visit only (``Holds.end``), so nothing of it outlives t
 A hold's work that raises (a bug, or a state no one foresaw) costs that hold alone, as a
 service's planning costs that service alone (``placement.isolate``): it is dropped for
 the rest of the visit, its GPUs given back, said once while it keeps raising
-(``HoldFaults``), and the services are planned as if it were not there.
+(``HoldFaults``), and the services are planned as if it were not there. A preemptor
+whose own planning raises (plan status failed) keeps its hold until it settles: that
+fault is the daemon's, and its victims' GPUs, given to others, were stopped for nothing.
 
 The preemption decision counts them the same way (``held_gpus``, given to
 ``preempt.choose_preemptions``): for a preemptor of the hold's priority or lower, the
@@ -29,7 +31,8 @@ or the clock the ``Preempter`` is given): nothing of them is stored in or compar
 Swarm, and on the wall clock a clock stepped back lengthened a hold while its preemptor
 waited (stepped forward, ended it early).
 
-The rebalancer is handed them too (``held_gpus``, ``rebalance.context.Inputs.held``): no
+The rebalancer is handed them too, a live preemptor's only, as placement reads them
+(``held_gpus``, ``rebalance.context.Inputs.held``): no
 move of any of its policies lands on a held GPU, whatever the moved service's priority
 (``Context.held_for_other`` says why).
 """
@@ -50,6 +53,10 @@ from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
+
+# A preemptor's plan status while its hold lasts: one whose planning raised
+# (``placement.isolate``) keeps it, or its victims' GPUs went to others for a daemon fault.
+WAITING = frozenset({Status.PENDING, Status.FAILED})
 
 
 @dataclass(frozen=True)
@@ -102,10 +109,12 @@ class Nominations:
              moving: AbstractSet[str] = frozenset()) -> None:
         """Forget those that ended at ``now`` (``clock``'s time): settled (the preemption
         given up; a new one nominates anew), or whose preemptor ``plan`` has no longer
-        pending (placed, or gone). ``moving``: the services with a move in flight by the
-        daemon's records; a hold one of whose victims is among them settles from now (its
-        GPUs free when the move ends), for ``move_timeout_s`` from its nomination at most."""
-        pending = {sp.name for sp in plan.services if sp.status == Status.PENDING}
+        pending (placed, or gone); one whose planning failed (``placement.isolate``: the
+        daemon's fault, not its) keeps it until it settles. ``moving``: the services with
+        a move in flight by the daemon's records; a hold one of whose victims is among them
+        settles from now (its GPUs free when the move ends), for ``move_timeout_s`` from
+        its nomination at most."""
+        pending = {sp.name for sp in plan.services if sp.status in WAITING}
         kept: dict[str, tuple[Nomination, float, float]] = {}
         for k, (n, at, last) in self.by.items():
             if any(v in moving for v in n.moved) and now - at < self.move_timeout_s:
@@ -147,11 +156,11 @@ class Holds:
     def visit(self, name: str, priority: int, planned: Sequence[ServicePlan]) -> None:
         """Before service ``name`` (of ``priority``) is planned: each hold counted for it
         or not; ``planned``: the plans made so far in this visit (a preemptor placed
-        by the last one ends its hold)."""
+        by the last one ends its hold; one whose planning failed keeps it)."""
         if not self.left:
             return
         last = planned[-1] if planned else None
-        if last is not None and last.name in self.left and last.status != Status.PENDING:
+        if last is not None and last.name in self.left and last.status not in WAITING:
             with self._own(last.name):
                 self._free(last.name)
                 del self.left[last.name]

@@ -34,7 +34,8 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   lower, are those an earlier preemption holds for its preemptor (``held``,
   ``placement.nominated``: Kubernetes counts a nominated pod of equal or higher priority);
   of the freed and free GPUs, a ``topology`` request (nvlink, numa) is counted on the set
-  the allocator would give it there (``Allocator.gpu_set``), held for it;
+  the allocator would give it there (``Allocator.gpu_set``), held for it; a victim set
+  that leaves it no such set is never taken (the next set, or node, is tried);
 * victims (``pick_victims``, per node, then across nodes): the fewest victims that free
   enough GPUs, however they are taken (never more stopped than needed: no smaller set
   frees enough). Among sets of that size, one taken by priority alone first; one that
@@ -479,7 +480,8 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
     no, takers = rd.refused_of(s), rd.port_takers(s)
     over = {q: over_guarantee(row, rd.q_gone.get(q, 0)) for q, row in rd.queues.items()}
     best: tuple[tuple[int, Rank, int, int, str], Preemption] | None = None
-    need = r.gpus * (packed[1] if packed is not None else 1)
+    replicas = packed[1] if packed is not None else 1
+    need = r.gpus * replicas
     for nid in sorted(rd.holdings.keys() | rd.facts.keys()):
         node = rd.by_node.get(nid)
         if node is None or (nid in no and nid not in takers) or node.state != "ready" \
@@ -503,21 +505,24 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
                 continue  # the port holds it back here, not the GPUs
             return None  # room already: pending for another reason
 
-        def together(combo: tuple[Candidate, ...], r: GpuRequest = r) -> bool:
+        def together(combo: tuple[Candidate, ...], r: GpuRequest = r, nid: str = nid,
+                     here: Mapping[str, Holding] = here) -> bool:
             def milli(c: Candidate) -> int:
                 return holding_milli(rd.req.get(c.service), c.holding, rd.facts) if c.holding else 0
+            # and a topology request has a set the allocator gives (``_chosen``) once they
+            # go: else they were stopped for nothing, their preemptor still pending
             return group_reclaimable(  # every replica placed counts against its guarantee
                 r, [(c.quota, milli(c)) for c in combo if c.quota is not None], rd.queues,
                 rd.q_gone, rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard],
-                packed[1] if packed is not None else 1)
+                replicas) and (r.topology is Topology.ANY or _gpu_pick(
+                    rd, nid, s.name, r, replicas, _freed_of(here, combo)) is not None)
 
         others = {k: h for k, h in here.items() if k != s.name}  # (a packed one's own)
         victims = pick_victims(need, free, _candidates(rd, r, nid, others, usable), holders,
                                together, over)
         if not victims or (nid in no and not takers[nid] <= {v.service for v in victims}):
             continue  # (a port another service binds here stays bound: Swarm refuses it)
-        if rd.room is not None and not rd.room.fits(
-                s, nid, victims, packed[1] if packed is not None else 1):
+        if rd.room is not None and not rd.room.fits(s, nid, victims, replicas):
             continue  # its CPU or memory would still be missing: they go for nothing
         prios = [v.priority for v in victims]
         key = (len(victims), max(reclaim_rank(v, over) for v in victims), max(prios),
@@ -605,11 +610,18 @@ def _chosen(rd: _Round, p: Preemption, r: GpuRequest, replicas: int,
     to the others placed before it: it stayed pending, and preempted again. None for a
     request of any topology: any of those GPUs go together (``_usable`` filtered them),
     so they are taken as before (the simulator's figures stay as they were)."""
-    f, node = rd.facts.get(p.node_id), rd.by_node.get(p.node_id)
+    return _gpu_pick(rd, p.node_id, p.service, r, replicas, freed)
+
+
+def _gpu_pick(rd: _Round, nid: str, name: str, r: GpuRequest, replicas: int,
+              freed: AbstractSet[str]) -> tuple[str, ...] | None:
+    """``_chosen`` for ``name``'s ``r`` on node ``nid`` once ``freed`` is freed there
+    (the victim choice's test too: ``_best_preemption``)."""
+    f, node = rd.facts.get(nid), rd.by_node.get(nid)
     if f is None or node is None or r.topology is Topology.ANY:
         return None
-    here = {u for h in rd.holdings.get(p.node_id, {}).values() for u in h.uuids}
-    can = freed | (_usable(r, f) - here - rd.off(p.node_id, p.service, r.priority))
+    here = {u for h in rd.holdings.get(nid, {}).values() for u in h.uuids}
+    can = freed | (_usable(r, f) - here - rd.off(nid, name, r.priority))
     state = NodeState(node_spec(node, f), 0)
     state.free = [m if g.uuid in can else 0 for m, g in zip(state.free, f.gpus, strict=True)]
     pick, alloc, d = [], Allocator(), demand_of(r)
@@ -625,8 +637,14 @@ def _chosen(rd: _Round, p: Preemption, r: GpuRequest, replicas: int,
 
 def _freed(rd: _Round, p: Preemption) -> set[str]:
     """The GPUs of ``p``'s node its victims free (a GPU shared with others stays)."""
-    here, names = rd.holdings.get(p.node_id, {}), {v.service for v in p.victims}
-    return {u for v in p.victims for u in v.uuids
+    return _freed_of(rd.holdings.get(p.node_id, {}), p.victims)
+
+
+def _freed_of(here: Mapping[str, Holding], victims: Sequence[Candidate]) -> set[str]:
+    """The GPUs ``victims`` free on a node whose holdings are ``here`` (a GPU shared with
+    others stays)."""
+    names = {v.service for v in victims}
+    return {u for v in victims for u in v.uuids
             if all(svc in names for svc, h in here.items() if u in h.uuids)}
 
 
