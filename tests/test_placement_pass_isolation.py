@@ -232,3 +232,13 @@ def test_an_arrival_whose_read_raises_costs_itself_alone() -> None:
     got = _by_name(plan)
     _failed(got[BAD], "AttributeError")
     assert got["b-ok"].status == "placed"
+
+
+def test_a_service_whose_ungating_raises_keeps_its_gpus_committed() -> None:
+    """Its failed plan says what it holds stays held: so its ledger GPUs stay counted
+    used that cycle (c-six, 6 GPUs, fits only where a-bad holds 4: it waits)."""
+    def malformed(s: SwarmService) -> SwarmService:
+        return replace(s, labels={}, spec={"UpdateConfig": "fast"}, version=s.version + 1)
+
+    plan, _ = _held_stays(svc(BAD, {f"{P}gpus": "4"}), malformed)
+    _failed(_by_name(plan)[BAD], "AttributeError")

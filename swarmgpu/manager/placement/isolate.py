@@ -10,7 +10,7 @@ raised (``ServiceRead.failed``); its visit is this module's too."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from loguru import logger
 
@@ -93,6 +93,21 @@ def isolated(cluster: ClusterAllocator, faults: Faults, s: SwarmService,
         faults.say(s, exc)
     unrecorded(cluster)
     return failed_plan(s, r, exc)
+
+
+def unreleased(no_request: Sequence[SwarmService], failed: Mapping[str, Exception],
+               ledger: Mapping[str, object]) -> list[tuple[SwarmService, RequestError]]:
+    """The services of no request whose ungating raised (``failed``) that hold ledger
+    entries, each with a blank invalid request: committed with the kept holdings as an
+    invalid request's are (whole), as their failed plans say (what it holds stays held),
+    not released as a service's that no longer asks for GPUs."""
+    return [(s, RequestError("", "", "")) for s in no_request
+            if s.id in failed and s.name in ledger]
+
+
+def held_now(cluster: ClusterAllocator, name: str) -> Committed:
+    """What ``name`` has committed on the allocator now, on every node (``committed``)."""
+    return {nid: held.key for (svc, nid), held in cluster.held_items() if svc == name}
 
 
 def unrecorded(cluster: ClusterAllocator) -> None:

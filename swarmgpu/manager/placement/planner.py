@@ -20,7 +20,7 @@ from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.globalmode import GLOBAL_MODES
 from swarmgpu.manager.placement.hostports import HostPorts
-from swarmgpu.manager.placement.isolate import Faults, committed, isolated
+from swarmgpu.manager.placement.isolate import Faults, committed, held_now, isolated, unreleased
 from swarmgpu.manager.placement.jobs import (
     JobProgress,
     job_progress,
@@ -298,8 +298,8 @@ class Planner:
         have = {sp.name for sp in plan.services}
         for s in read.no_request:
             if s.id in read.failed and s.name not in have:
-                plan.services.append(isolated(self.cluster, self._faults, s,
-                                              RequestError("", "", ""), read.failed[s.id], {}))
+                plan.services.append(isolated(self.cluster, self._faults, s, RequestError(
+                    "", "", ""), read.failed[s.id], held_now(self.cluster, s.name)))
 
     def _see(self, nodes: Sequence[SwarmNode], facts: Mapping[str, NodeFacts],
              moving: AbstractSet[str], agents: AbstractSet[str]) -> _Seen:
@@ -558,13 +558,15 @@ class Planner:
         returned, and service name -> node id -> holding for the others."""
         quiet, rest, count = (self._quiet_services(read, records, tasks_changed, touched, facts)
                               if may_skip else ({}, read.parsed, 0))
+        held = unreleased(read.no_request, read.failed, ledger)  # (isolate: kept whole)
         if quiet:
+            rest = [*rest, *held] if held else rest
             got = self._kept.commit(rest, without_finished(ledger, rest, jobs, read.failed),
                                     by_id, facts, running, read.failed,
                                     keep=set(quiet.values()), kept_count=count)
             if got is not None:
                 return quiet, got
-        parsed = read.parsed  # the full pass
+        parsed = [*read.parsed, *held] if held else read.parsed  # the full pass
         got = self._kept.commit(parsed, without_finished(ledger, parsed, jobs, read.failed),
                                 by_id, facts, running, read.failed)
         return {}, got or {}
