@@ -21,6 +21,7 @@ from swarmgpu.allocator.values import Choice
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement import PlacementPlan, Planner, ReplicaPlacement, ServicePlan
 from swarmgpu.manager.placement import existing as existing_mod
+from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 BAD = "a-bad"  # first in serve order: every other service is planned after it
@@ -242,3 +243,24 @@ def test_a_service_whose_ungating_raises_keeps_its_gpus_committed() -> None:
 
     plan, _ = _held_stays(svc(BAD, {f"{P}gpus": "4"}), malformed)
     _failed(_by_name(plan)[BAD], "AttributeError")
+
+
+def test_a_plugin_check_that_raises_costs_its_service_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last pass, which notes on each plan the nodes that do not say if they have
+    its plugins: a-bad's check raises; its plan (placed) says the check failed, and
+    b-ok's is made and noted as ever."""
+    bad, ok = svc(BAD, {f"{P}gpus": "4"}), svc("b-ok", {f"{P}gpus": "4"})
+    planner = Planner()
+
+    def plugins_unknown(self: SwarmFilters, s: SwarmService) -> str:
+        if s.name == BAD:
+            raise RuntimeError("boom checking plugins")
+        return "b-ok's plugins: unknown on gpu-a"
+
+    monkeypatch.setattr(SwarmFilters, "plugins_unknown", plugins_unknown)
+    got = _by_name(planner.plan(list(NODES), [bad, ok], [], FACTS))
+    assert got[BAD].status == "placed" and got["b-ok"].status == "placed"
+    assert any("boom checking plugins" in w and "swarmgpu fault" in w
+               for w in got[BAD].warnings), got[BAD].warnings
+    assert "b-ok's plugins: unknown on gpu-a" in got["b-ok"].warnings

@@ -10,7 +10,7 @@ raised (``ServiceRead.failed``); its visit is this module's too."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableSequence, Sequence
 
 from loguru import logger
 
@@ -105,9 +105,44 @@ def unreleased(no_request: Sequence[SwarmService], failed: Mapping[str, Exceptio
             if s.id in failed and s.name in ledger]
 
 
-def held_now(cluster: ClusterAllocator, name: str) -> Committed:
-    """What ``name`` has committed on the allocator now, on every node (``committed``)."""
-    return {nid: held.key for (svc, nid), held in cluster.held_items() if svc == name}
+def failed_unvisited(plans: list[ServicePlan], no_request: Sequence[SwarmService],
+                     failed: Mapping[str, Exception], cluster: ClusterAllocator,
+                     faults: Faults) -> None:
+    """A failed plan for each service a pass failed that no visit planned (one of no
+    request: its ungating, or its count in the workload model, raised). What it holds
+    now is what it held (no visit changed it): kept (``unreleased``)."""
+    if not failed:
+        return
+    have = {sp.name for sp in plans}
+    for s in no_request:
+        if s.id in failed and s.name not in have:
+            now = {nid: held.key for (svc, nid), held in cluster.held_items()
+                   if svc == s.name}
+            plans.append(isolated(cluster, faults, s, RequestError("", "", ""),
+                                  failed[s.id], now))
+
+
+def plugins_noted(plans: MutableSequence[ServicePlan], by_name: Mapping[str, SwarmService],
+                  check: Callable[[SwarmService], str], faults: Faults) -> None:
+    """On each plan whose service needs plugins, the nodes that do not say if they have
+    them (``check``: ``SwarmFilters.plugins_unknown``); a check that raises is said on
+    its plan alone, whose placement stands. A failed plan says nothing of where it would
+    go."""
+    for i, sp in enumerate(plans):
+        s = by_name.get(sp.name)
+        if s is None or sp.status == Status.FAILED:
+            continue
+        try:
+            why = check(s)
+        except Exception as exc:  # its fault is its own: the other plans are noted
+            why = (f"checking which nodes say if they have the plugins {s.name} needs "
+                   f"failed unexpectedly ({type(exc).__name__}: {peer_text(str(exc), 200)})"
+                   ": its plan stands, Swarm's PluginFilter decides on every node; fix: "
+                   "this is a swarmgpu fault, report it with the daemon's log, which has "
+                   "the traceback")
+            faults.say_once(f"{s.name}\0plugins", why, exc)
+        if why:
+            plans[i] = sp.noted(why)
 
 
 def unrecorded(cluster: ClusterAllocator) -> None:
@@ -155,6 +190,11 @@ class Faults:
 
     def end(self) -> None:
         self._said.end()
+
+    def say_once(self, key: str, text: str, exc: Exception) -> None:
+        """``text`` logged with ``exc``'s traceback once while ``key`` keeps raising."""
+        if self._said.fresh(key):
+            logger.opt(exception=exc).error("placement: {}", text)
 
     def say(self, s: SwarmService, exc: Exception, undone: Exception | None = None) -> None:
         """``undone``: what ``restore`` raised after ``exc`` (its traceback shows both)."""
