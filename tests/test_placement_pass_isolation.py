@@ -21,6 +21,7 @@ from swarmgpu.allocator.values import Choice
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement import PlacementPlan, Planner, ReplicaPlacement, ServicePlan
 from swarmgpu.manager.placement import existing as existing_mod
+from swarmgpu.manager.placement import queues as queues_mod
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
@@ -264,3 +265,27 @@ def test_a_plugin_check_that_raises_costs_its_service_alone(
     assert any("boom checking plugins" in w and "swarmgpu fault" in w
                for w in got[BAD].warnings), got[BAD].warnings
     assert "b-ok's plugins: unknown on gpu-a" in got["b-ok"].warnings
+
+
+def test_a_queue_count_that_raises_refuses_new_work_to_its_queue(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass that counts each queue's use: a-bad's holdings (4 GPUs of queue q, max
+    8) cannot be counted. a-bad is failed, its GPUs held; its queue is not undercounted:
+    b-new (6 GPUs of q: 10 with a-bad's) is refused this cycle, its plan naming why;
+    c-free (no queue) is placed."""
+    q = {f"{P}queue": "q"}
+    nodes, bad = _settled(svc(BAD, {f"{P}gpus": "4", **q}))
+    real = queues_mod.held_in_ledger
+
+    def held_in_ledger(kept: Any, ledger: Any, *a: Any) -> Any:
+        if any(h.service == BAD for h in ledger.values()):
+            raise RuntimeError("boom counting a-bad's queue")
+        return real(kept, ledger, *a)
+
+    monkeypatch.setattr(queues_mod, "held_in_ledger", held_in_ledger)
+    new, free = svc("b-new", {f"{P}gpus": "6", **q}), svc("c-free", {f"{P}gpus": "2"})
+    got = _by_name(Planner(queues={"q": (0, 8000)}).plan(nodes, [bad, new, free], [], FACTS))
+    _failed(got[BAD], "boom counting a-bad's queue")
+    assert got["c-free"].status == "placed"
+    assert got["b-new"].status == "pending" and not got["b-new"].placements
+    assert "queue q" in (got["b-new"].reason or "") and BAD in (got["b-new"].reason or "")
