@@ -289,3 +289,34 @@ def test_a_queue_count_that_raises_refuses_new_work_to_its_queue(
     assert got["c-free"].status == "placed"
     assert got["b-new"].status == "pending" and not got["b-new"].placements
     assert "queue q" in (got["b-new"].reason or "") and BAD in (got["b-new"].reason or "")
+
+
+def test_gpus_a_raising_commit_counted_stay_used_till_the_next_cycle(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not rebuilt in the same cycle (``isolate.unrecorded`` says why): the 4 GPUs a-bad's
+    commit counted before it raised are given to no one else that cycle (c-six, 6 GPUs,
+    waits; b-big takes the other node), and c-six is placed there the next cycle."""
+    bad, big, six = (svc(BAD, {f"{P}gpus": "4"}), svc("b-big", {f"{P}gpus": "8"}),
+                     svc("c-six", {f"{P}gpus": "6"}))
+    planner = Planner()
+    real = Allocator.commit
+    hit: list[str] = []
+
+    def commit(self: Allocator, choice: Choice) -> None:
+        real(self, choice)
+        if not hit and self is planner.cluster.alloc and choice.gpus:
+            hit.append(choice.node)
+            raise RuntimeError("boom once counted")
+
+    monkeypatch.setattr(Allocator, "commit", commit)
+    plan = planner.plan(list(NODES), [bad, big, six], [], FACTS)
+    monkeypatch.undo()
+    got = _by_name(plan)
+    _failed(got[BAD], "boom once counted")
+    assert got["b-big"].status == "placed" and got["b-big"].placements[0].node_id != hit[0]
+    assert got["c-six"].status == "pending"
+    nodes = apply(list(NODES), plan)
+    big = written(big, got["b-big"])
+    again = _by_name(planner.plan(nodes, [big, six], [], FACTS))
+    assert again["c-six"].status == "placed"
+    assert again["c-six"].placements[0].node_id == hit[0]

@@ -4,7 +4,8 @@ allocator is as it was before the service was visited (``restore``), and the tra
 is logged once while it keeps raising (``Faults``). A ``restore`` that raises too costs
 that service alone as well (``unsure``): its nodes are rebuilt from the ledger at the
 next sync, and kept from the other services till then where its holdings may be free.
-So is a node where a commit raised before its holding was recorded (``unrecorded``).
+So is a node where a commit raised before its holding was recorded (``unrecorded``),
+not in the same cycle: see ``unrecorded`` for why its GPUs stay counted used till then.
 The planner's passes over every service before the visits name a service whose part
 raised (``ServiceRead.failed``); its visit is this module's too."""
 
@@ -150,7 +151,17 @@ def unrecorded(cluster: ClusterAllocator) -> None:
     was recorded (``ClusterAllocator.unrecorded``) is built anew from the ledger at the
     next sync: ``restore`` gives back only what is recorded, and what the allocator
     counted there is not known. Till then its GPUs are counted used or were never
-    counted, both free of any running task: the safe side, no block needed."""
+    counted, both free of any running task: the safe side, no block needed.
+
+    Why not rebuilt in this cycle, before the next service is planned: a node is built
+    only by ``sync_nodes`` (its spec and rank), ``set_usage_of`` (its tasks' CPU) and
+    ``keep_holdings`` (the ledger's holdings), each a pass at the cycle's start. Built
+    mid-visit it would also need this cycle's commits of the services planned before
+    (in no ledger yet) and its MIG devices taken, by a second path no healthy cycle
+    runs, and its new generation re-keys the settled plans of every service on it
+    (``node_gen``): a fault there could then move a healthy service's placement. The
+    cost of waiting: a service planned after it this cycle may wait one cycle for those
+    GPUs (tests/test_placement_pass_isolation.py)."""
     for nid in sorted(cluster.unrecorded):
         cluster.rebuild_node(nid)
     cluster.unrecorded.clear()
