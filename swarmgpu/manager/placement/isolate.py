@@ -4,13 +4,14 @@ allocator is as it was before the service was visited (``restore``), and the tra
 is logged once while it keeps raising (``Faults``). A ``restore`` that raises too costs
 that service alone as well (``unsure``): its nodes are rebuilt from the ledger at the
 next sync, and kept from the other services till then where its holdings may be free.
-So is a node where a commit raised before its holding was recorded (``unrecorded``).
+So is a node where a commit raised before its holding was recorded (``unrecorded``),
+not in the same cycle: see ``unrecorded`` for why its GPUs stay counted used till then.
 The planner's passes over every service before the visits name a service whose part
 raised (``ServiceRead.failed``); its visit is this module's too."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, MutableSequence, Sequence
 
 from loguru import logger
 
@@ -95,12 +96,72 @@ def isolated(cluster: ClusterAllocator, faults: Faults, s: SwarmService,
     return failed_plan(s, r, exc)
 
 
+def unreleased(no_request: Sequence[SwarmService], failed: Mapping[str, Exception],
+               ledger: Mapping[str, object]) -> list[tuple[SwarmService, RequestError]]:
+    """The services of no request whose ungating raised (``failed``) that hold ledger
+    entries, each with a blank invalid request: committed with the kept holdings as an
+    invalid request's are (whole), as their failed plans say (what it holds stays held),
+    not released as a service's that no longer asks for GPUs."""
+    return [(s, RequestError("", "", "")) for s in no_request
+            if s.id in failed and s.name in ledger]
+
+
+def failed_unvisited(plans: list[ServicePlan], no_request: Sequence[SwarmService],
+                     failed: Mapping[str, Exception], cluster: ClusterAllocator,
+                     faults: Faults) -> None:
+    """A failed plan for each service a pass failed that no visit planned (one of no
+    request: its ungating, or its count in the workload model, raised). What it holds
+    now is what it held (no visit changed it): kept (``unreleased``)."""
+    if not failed:
+        return
+    have = {sp.name for sp in plans}
+    for s in no_request:
+        if s.id in failed and s.name not in have:
+            now = {nid: held.key for (svc, nid), held in cluster.held_items()
+                   if svc == s.name}
+            plans.append(isolated(cluster, faults, s, RequestError("", "", ""),
+                                  failed[s.id], now))
+
+
+def plugins_noted(plans: MutableSequence[ServicePlan], by_name: Mapping[str, SwarmService],
+                  check: Callable[[SwarmService], str], faults: Faults) -> None:
+    """On each plan whose service needs plugins, the nodes that do not say if they have
+    them (``check``: ``SwarmFilters.plugins_unknown``); a check that raises is said on
+    its plan alone, whose placement stands. A failed plan says nothing of where it would
+    go."""
+    for i, sp in enumerate(plans):
+        s = by_name.get(sp.name)
+        if s is None or sp.status == Status.FAILED:
+            continue
+        try:
+            why = check(s)
+        except Exception as exc:  # its fault is its own: the other plans are noted
+            why = (f"checking which nodes say if they have the plugins {s.name} needs "
+                   f"failed unexpectedly ({type(exc).__name__}: {peer_text(str(exc), 200)})"
+                   ": its plan stands, Swarm's PluginFilter decides on every node; fix: "
+                   "this is a swarmgpu fault, report it with the daemon's log, which has "
+                   "the traceback")
+            faults.say_once(f"{s.name}\0plugins", why, exc)
+        if why:
+            plans[i] = sp.noted(why)
+
+
 def unrecorded(cluster: ClusterAllocator) -> None:
     """Each node where a commit raised once it began counting and before its holding
     was recorded (``ClusterAllocator.unrecorded``) is built anew from the ledger at the
     next sync: ``restore`` gives back only what is recorded, and what the allocator
     counted there is not known. Till then its GPUs are counted used or were never
-    counted, both free of any running task: the safe side, no block needed."""
+    counted, both free of any running task: the safe side, no block needed.
+
+    Why not rebuilt in this cycle, before the next service is planned: a node is built
+    only by ``sync_nodes`` (its spec and rank), ``set_usage_of`` (its tasks' CPU) and
+    ``keep_holdings`` (the ledger's holdings), each a pass at the cycle's start. Built
+    mid-visit it would also need this cycle's commits of the services planned before
+    (in no ledger yet) and its MIG devices taken, by a second path no healthy cycle
+    runs, and its new generation re-keys the settled plans of every service on it
+    (``node_gen``): a fault there could then move a healthy service's placement. The
+    cost of waiting: a service planned after it this cycle may wait one cycle for those
+    GPUs (tests/test_placement_pass_isolation.py)."""
     for nid in sorted(cluster.unrecorded):
         cluster.rebuild_node(nid)
     cluster.unrecorded.clear()
@@ -140,6 +201,11 @@ class Faults:
 
     def end(self) -> None:
         self._said.end()
+
+    def say_once(self, key: str, text: str, exc: Exception) -> None:
+        """``text`` logged with ``exc``'s traceback once while ``key`` keeps raising."""
+        if self._said.fresh(key):
+            logger.opt(exception=exc).error("placement: {}", text)
 
     def say(self, s: SwarmService, exc: Exception, undone: Exception | None = None) -> None:
         """``undone``: what ``restore`` raised after ``exc`` (its traceback shows both)."""

@@ -20,7 +20,14 @@ from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.globalmode import GLOBAL_MODES
 from swarmgpu.manager.placement.hostports import HostPorts
-from swarmgpu.manager.placement.isolate import Faults, committed, isolated
+from swarmgpu.manager.placement.isolate import (
+    Faults,
+    committed,
+    failed_unvisited,
+    isolated,
+    plugins_noted,
+    unreleased,
+)
 from swarmgpu.manager.placement.jobs import (
     JobProgress,
     job_progress,
@@ -283,23 +290,13 @@ class Planner:
         finally:
             holds.end()
         self._memo.evict(services, seen.by_id)
-        self._failed_unvisited(plan, read)
-        self._faults.end()
+        failed_unvisited(plan.services, read.no_request, read.failed, self.cluster,
+                         self._faults)
         self._note_problems(plan, {s.name: s for s, _ in read.parsed})
+        self._faults.end()
         plan.workload = self.model.summary()
         plan.queues = self.queues.summary()
         return plan
-
-    def _failed_unvisited(self, plan: PlacementPlan, read: ServiceRead) -> None:
-        """A failed plan for each service a pass failed that no visit planned (one of no
-        request: its ungating, or its count in the workload model, raised)."""
-        if not read.failed:
-            return
-        have = {sp.name for sp in plan.services}
-        for s in read.no_request:
-            if s.id in read.failed and s.name not in have:
-                plan.services.append(isolated(self.cluster, self._faults, s,
-                                              RequestError("", "", ""), read.failed[s.id], {}))
 
     def _see(self, nodes: Sequence[SwarmNode], facts: Mapping[str, NodeFacts],
              moving: AbstractSet[str], agents: AbstractSet[str]) -> _Seen:
@@ -412,7 +409,7 @@ class Planner:
         whose planning raises costs itself alone (``placement.isolate``)."""
         settled, records, queues = self._memo.settled, v.records, self.queues
         queues.start(v.read.parsed if v.read.queued else (), v.kept, v.ledger,  # no queue: none
-                     v.read.broken_queues, v.moving, v.cyc.facts)
+                     v.read.broken_queues, v.moving, v.cyc.facts, v.read.failed)
         quotas = bool(queues.quotas)  # without any, nothing is refused or capped
         served = v.read.served()  # priority, then age (placement.preempt)
         quiet = v.quiet
@@ -541,11 +538,7 @@ class Planner:
             for i, sp in enumerate(plan.services):
                 if p.startswith(sp.name + ":"):
                     plan.services[i] = sp.noted(p)
-        for i, sp in enumerate(plan.services):
-            s = by_name.get(sp.name)  # (a failed plan says nothing of where it would go)
-            if s is not None and sp.status != Status.FAILED and (
-                    why := self._filters.plugins_unknown(s)):
-                plan.services[i] = plan.services[i].noted(why)
+        plugins_noted(plan.services, by_name, self._filters.plugins_unknown, self._faults)
 
     def _commit_kept(self, read: ServiceRead, ledger: Mapping[str, Mapping[str, Holding]],
                      jobs: Mapping[str, JobProgress], by_id: Mapping[str, SwarmNode],
@@ -558,13 +551,15 @@ class Planner:
         returned, and service name -> node id -> holding for the others."""
         quiet, rest, count = (self._quiet_services(read, records, tasks_changed, touched, facts)
                               if may_skip else ({}, read.parsed, 0))
+        held = unreleased(read.no_request, read.failed, ledger)  # (isolate: kept whole)
         if quiet:
+            rest = [*rest, *held] if held else rest
             got = self._kept.commit(rest, without_finished(ledger, rest, jobs, read.failed),
                                     by_id, facts, running, read.failed,
                                     keep=set(quiet.values()), kept_count=count)
             if got is not None:
                 return quiet, got
-        parsed = read.parsed  # the full pass
+        parsed = [*read.parsed, *held] if held else read.parsed  # the full pass
         got = self._kept.commit(parsed, without_finished(ledger, parsed, jobs, read.failed),
                                 by_id, facts, running, read.failed)
         return {}, got or {}

@@ -44,13 +44,14 @@ placement past what the operator gave it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
 from swarmgpu.core.migprofile import canonical_profile, compute_share
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.placement.keys import assign_key
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ServicePlan, Status
@@ -211,31 +212,46 @@ class QueueBook:
     facts: Mapping[str, NodeFacts] = field(default_factory=dict)  # node id -> the cycle's
     together: Mapping[str, Together] = field(default_factory=dict)  # queue -> its tenant's
     owner: Mapping[str, str] = field(default_factory=dict)  # queue -> its tenant (reclaim)
+    unknown: dict[str, str] = field(default_factory=dict)  # queue -> why its use is unknown
     _mig: dict[str, set[str | None]] | None = None  # mig_products of ``facts``, when asked
 
     def start(self, parsed: Any, kept: Mapping[str, Mapping[str, Holding]],
               ledger: Mapping[str, Mapping[str, Holding]],
               broken: Mapping[str, str] | None = None,
               moving: AbstractSet[str] = frozenset(),
-              facts: Mapping[str, NodeFacts] | None = None) -> None:
+              facts: Mapping[str, NodeFacts] | None = None,
+              failed: MutableMapping[str, Exception] | None = None) -> None:
         """Count the holdings kept this cycle that the ledger has (a device list adopted
         from a service's own labels is counted when its service is visited, as new);
         ``broken``: the queue of each invalid request (service name -> queue), whose
         holdings are kept and so count; ``moving``: a move's source is not counted
         while its target is held too (``Moving``); ``facts``: the nodes', where a MIG
-        device's GPU is read."""
-        self.used, self.blocked = {}, {}
+        device's GPU is read. A service whose count raises is named in ``failed``
+        (service id -> the fault; raised when None), and its queue's use is not known
+        this cycle (``unknown``): no new work is admitted to it (``limit``), as counting
+        its use without that service's would admit more than its max."""
+        self.used, self.blocked, self.unknown = {}, {}, {}
         self.facts, self._mig = facts or {}, None
         moves = moving.nodes if isinstance(moving, Moving) else {}
         for s, r in parsed:
             q = r.queue if isinstance(r, GpuRequest) else (broken or {}).get(s.name, "")
             if not q:
                 continue
-            held = held_in_ledger(kept.get(s.name, {}), ledger.get(s.name, {}))
-            source, target = moves.get(s.name, ("", ""))
-            self.used[q] = self.used.get(q, 0) + sum(
-                held_parts(r, h.uuids, h.milli, self.facts.get(nid)) for nid, h in held.items()
-                if nid != source or target == source or target not in held)
+            try:
+                held = held_in_ledger(kept.get(s.name, {}), ledger.get(s.name, {}))
+                source, target = moves.get(s.name, ("", ""))
+                got = sum(held_parts(r, h.uuids, h.milli, self.facts.get(nid))
+                          for nid, h in held.items()
+                          if nid != source or target == source or target not in held)
+            except Exception as exc:  # its fault is its own (placement.isolate)
+                if failed is None:
+                    raise
+                failed.setdefault(s.id, exc)
+                self.unknown.setdefault(q, (
+                    f"counting the use of {s.name} raised ({type(exc).__name__}: "
+                    f"{peer_text(str(exc), 200)})"))
+                continue
+            self.used[q] = self.used.get(q, 0) + got
 
     def limit(self, s: SwarmService, r: GpuRequest | RequestError,
               mine: Mapping[str, Holding], wanted: int | None) -> QueueLimit | None:
@@ -247,10 +263,28 @@ class QueueBook:
         bound = self._bound(r.queue)
         if bound is None:
             return None
+        if self.unknown:
+            t = self.together.get(r.queue)
+            for q in (r.queue, *(t.queues if t is not None else ())):
+                if q in self.unknown:
+                    return self._unknown(s, r, mine, wanted, q)
         if wanted is None:
             return self._nodes(s, r, mine, bound)
         return self._refuse(s, r, bound, wanted) if not mine else self._cap(
             s, r, mine, bound, wanted)
+
+    def _unknown(self, s: SwarmService, r: GpuRequest, mine: Mapping[str, Holding],
+                 wanted: int | None, queue: str) -> QueueLimit | None:
+        """``s`` keeps what it holds and gets nothing new: ``queue`` (its own, or one of
+        its tenant's) has a use this cycle could not count (``start``)."""
+        held = len(mine) if wanted is None else sum(h.replicas for h in mine.values())
+        if wanted is not None and held >= wanted:
+            return None
+        self.blocked.setdefault(r.queue, []).append(s.name)
+        return QueueLimit(held, (
+            f"queue {queue}'s use is not known this cycle, so no new work is admitted "
+            f"to it: {self.unknown[queue]}; fix: this is a swarmgpu fault, report it with "
+            "the daemon's log, which has the traceback"), wanted)
 
     def _bound(self, queue: str) -> _Bound | None:
         """The max that leaves ``queue``'s new work the least room: its own, or its
