@@ -78,6 +78,7 @@ from swarmgpu.manager.placement import (
     read_ledger,
 )
 from swarmgpu.manager.placement.jobs import JOB_MODES
+from swarmgpu.manager.placement.keys import meant_filter
 from swarmgpu.manager.rebalance.admission import Budget, admit, over_budget
 from swarmgpu.manager.rebalance.budget import FragBudget, finished_times
 from swarmgpu.manager.rebalance.context import FAILED_WHY, why_not_movable
@@ -462,7 +463,7 @@ class Mover:
         if m.target_node == m.source_node:
             if budget is not None:
                 node = self.swarm.node(m.source_node)
-                tasks = self.swarm.tasks({"service": fresh.id, "desired-state": "running"})
+                tasks = self.swarm.tasks({"service": fresh.id, "desired-state": meant_filter()})
                 return self._refused(m, self.repin.refusal(m, fresh, node, tasks), budget)
             got = self.repin.start(m, fresh)
             if isinstance(got, str):
@@ -478,7 +479,7 @@ class Mover:
         flying = fresh.id in every
         if why is None and flying:
             why = "a move record exists for it already"
-        tasks = self.swarm.tasks({"service": fresh.id, "desired-state": "running"})
+        tasks = self.swarm.tasks({"service": fresh.id, "desired-state": meant_filter()})
         req = parse_all(fresh.labels, prefix=self.prefix)
         ledger = service_ledger(self.swarm, self.prefix, m.service)
         why = why or why_not_movable(fresh, req if isinstance(req, GpuRequest) else None,
@@ -644,8 +645,11 @@ class Mover:
         if src is None or dst is None:
             self._node_left(sid, st, src, dst)
             return
-        tasks = self.swarm.tasks({"service": sid, "desired-state": "running"})
-        running_on = {t.node_id for t in tasks if t.state == "running"}
+        # Desired ready too: a task made before the source closed (a restart's in its
+        # delay) may still start there, on the source's GPUs (``keys.MEANT_STATES``).
+        tasks = self.swarm.tasks({"service": sid, "desired-state": meant_filter()})
+        running_on = {t.node_id for t in tasks
+                      if t.desired_state == "running" and t.state == "running"}
         on_source = any(t.node_id == st.source for t in tasks)
         src_open = src.labels.get(gate_key(p, st.service)) == "true"
         dst_open = dst.labels.get(gate_key(p, st.service)) == "true"
