@@ -1,0 +1,102 @@
+"""The daemon's reads take the tasks Swarm means to run but has not started: desired
+state ``ready`` (swarmkit's restart supervisor during a restart delay, its updater while
+the old task stops) beside ``running`` (``placement.keys.MEANT_STATES``; Moby's task
+filter ORs several desired states). Swarm's scheduler counts such a task on its node.
+Before, the snapshot (``nodes.sync.take_snapshot``) and the mover's look at a move in
+flight listed desired running alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from support.forged import RecordingSwarm, sw_node, sw_svc, victim_cluster, victim_move
+
+from swarmgpu.core.config import Config, RebalanceConfig
+from swarmgpu.manager.nodes import sync
+from swarmgpu.manager.nodes.agentbook import AgentBook
+from swarmgpu.manager.placement import gate_key
+from swarmgpu.manager.placement.cpunodes import agent_nodes
+from swarmgpu.manager.rebalance.mover import Mover, read_records
+from swarmgpu.manager.rebalance.moves import Outcome
+from swarmgpu.swarm.client import SwarmTask
+
+P = "swarmgpu."
+
+
+def _agents(*tasks: SwarmTask) -> RecordingSwarm:
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-c", "node-c")]
+    return RecordingSwarm(nodes, [sw_svc("swarmgpu_agent", {}, gated=False,
+                                         mode={"Global": {}})], list(tasks))
+
+
+def _agent_task(tid: str, desired: str, state: str) -> SwarmTask:
+    return SwarmTask(tid, "id-swarmgpu_agent", "n-c", None, state, desired, ())
+
+
+def test_the_snapshot_holds_an_agents_task_in_its_restart_delay(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """node-c's agent failed; its replacement waits out the restart delay (desired
+    ready, assigned to node-c). Before: the snapshot had no task of the agents there,
+    so the live daemon took node-c as a CPU-only node (no agent expected)."""
+    monkeypatch.setattr(sync, "fetch_agents", lambda *_a, **_k: {})
+    sw = _agents(_agent_task("t-old", "shutdown", "failed"),
+                 _agent_task("t-new", "ready", "ready"))
+    snap = sync.take_snapshot(sw, Config())  # type: ignore[arg-type]
+    assert [t.id for t in snap.tasks] == ["t-new"]
+    agents = agent_nodes(snap.services, snap.tasks, "swarmgpu_agent")
+    assert agents == {"n-c"}
+    assert sync.is_gpu_node(sw.node("n-c"), AgentBook(), P, agents=agents)
+
+
+def test_the_snapshot_of_running_tasks_is_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sync, "fetch_agents", lambda *_a, **_k: {})
+    sw = _agents(_agent_task("t-run", "running", "running"),
+                 _agent_task("t-old", "shutdown", "shutdown"))
+    snap = sync.take_snapshot(sw, Config())  # type: ignore[arg-type]
+    assert [t.id for t in snap.tasks] == ["t-run"]
+    assert not sync.is_gpu_node(sw.node("n-mgr"), AgentBook(), P,
+                                agents=agent_nodes(snap.services, snap.tasks,
+                                                   "swarmgpu_agent"))
+
+
+def _source_closed() -> tuple[RecordingSwarm, list[float], Mover]:
+    """The victim's move (gpu-node-1 to gpu-node-2) without make-before-break, its
+    source closed (step 3), its old task stopped and its new one running on the target."""
+    sw, now = victim_cluster({}), [1000.0]
+    cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0, make_before_break=False)
+    m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    now[0] += 5.0
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert gate_key(P, "victim") not in sw.node("n-dgx").labels
+    sw.stop_tasks("id-victim", "n-dgx")
+    sw.run_task(SwarmTask("t-moved", "id-victim", "n-4090", 1, "running", "running", ()))
+    return sw, now, m
+
+
+def _done(m: Mover, sw: RecordingSwarm) -> Any:
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    return read_records(sw.swarm_labels(), P).get("id-victim")
+
+
+def test_a_move_waits_for_a_task_desired_ready_on_its_source() -> None:
+    """A task of the victim on the source made before its gate closed (a restart's
+    replacement in its delay: desired ready) may still start there, on the old GPU.
+    Before: the move ended as soon as no task desired running was on the source."""
+    sw, now, m = _source_closed()
+    sw.run_task(SwarmTask("t-late", "id-victim", "n-dgx", 2, "assigned", "ready", ()))
+    now[0] += 5.0
+    assert _done(m, sw) is not None  # not finished: the source task may still start
+    assert not any(r.outcome is Outcome.DONE for r in m.recent)
+    sw.stop_tasks("id-victim", "n-dgx")  # the constraint enforcer
+    now[0] += 5.0
+    assert _done(m, sw) is None
+    assert m.recent[-1].outcome is Outcome.DONE
+
+
+def test_a_move_with_nothing_left_on_its_source_ends_as_before() -> None:
+    sw, now, m = _source_closed()
+    now[0] += 5.0
+    assert _done(m, sw) is None
+    assert m.recent[-1].outcome is Outcome.DONE
