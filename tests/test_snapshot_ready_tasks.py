@@ -15,8 +15,9 @@ from support.forged import RecordingSwarm, sw_node, sw_svc, victim_cluster, vict
 from swarmgpu.core.config import Config, RebalanceConfig
 from swarmgpu.manager.nodes import sync
 from swarmgpu.manager.nodes.agentbook import AgentBook
-from swarmgpu.manager.placement import gate_key
+from swarmgpu.manager.placement import MOVE_STATE, gate_key
 from swarmgpu.manager.placement.cpunodes import agent_nodes
+from swarmgpu.manager.placement.tasks import tasks_by_service
 from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.moves import Outcome
 from swarmgpu.swarm.client import SwarmTask
@@ -100,3 +101,35 @@ def test_a_move_with_nothing_left_on_its_source_ends_as_before() -> None:
     now[0] += 5.0
     assert _done(m, sw) is None
     assert m.recent[-1].outcome is Outcome.DONE
+
+
+def test_a_move_is_not_started_while_an_update_or_restart_is_under_way() -> None:
+    """The victim's running task and, for its slot, an update's new task desired ready
+    (assigned, waiting for the old one to stop): not converged. Before: the mover read
+    desired running alone and started the move in the middle of Swarm's update."""
+    sw = victim_cluster({})
+    sw.run_task(SwarmTask("t-next", "id-victim", "n-dgx", 1, "assigned", "ready", ()))
+    m = Mover(sw, RebalanceConfig(dry_run=False), prefix=P, dry_run=False,  # type: ignore[arg-type]
+              clock=lambda: 1000.0)
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert P + MOVE_STATE not in sw.service("id-victim").labels
+    assert gate_key(P, "victim") in sw.node("n-dgx").labels
+
+
+def test_placement_reads_a_ready_task_as_waiting_with_its_reservation() -> None:
+    """A restart's replacement in its delay, assigned to n-a (desired ready), made
+    with device-map generation 3: placement counts it as waiting there (so no gate opens
+    until every waiting task carries the newer map) and its CPU on n-a, as Swarm's
+    scheduler does. Before: it was not read at all. A slot keeps the node of its task
+    desired running over an update's new one."""
+    ready = SwarmTask("t-new", "s", "n-a", 1, "ready", "ready", (), force_update=3,
+                      cpu_milli=500, memory_mib=64)
+    tv = tasks_by_service([ready, SwarmTask("t-old", "s", "n-a", 1, "failed", "shutdown", ())])
+    w = tv.waiting["s"]
+    assert w.count == 1 and w.assigned == {"n-a"} and not w.all_newer(4)
+    assert tv.use == {"n-a": [500, 64]} and tv.slots["s"] == {1: "n-a"}
+    old = SwarmTask("t-run", "s", "n-b", 1, "running", "running", ())
+    for order in ([ready, old], [old, ready]):
+        assert tasks_by_service(order).slots["s"] == {1: "n-b"}
+        assert tasks_by_service(order).running == {"s": {"n-b": 1}}
