@@ -17,6 +17,7 @@ from swarmgpu.manager.nodes import sync
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.placement import MOVE_STATE, gate_key
 from swarmgpu.manager.placement.cpunodes import agent_nodes
+from swarmgpu.manager.placement.hostports import binds
 from swarmgpu.manager.placement.tasks import tasks_by_service
 from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.moves import Outcome
@@ -133,3 +134,11 @@ def test_placement_reads_a_ready_task_as_waiting_with_its_reservation() -> None:
     for order in ([ready, old], [old, ready]):
         assert tasks_by_service(order).slots["s"] == {1: "n-b"}
         assert tasks_by_service(order).running == {"s": {"n-b": 1}}
+
+
+def test_a_ready_task_on_a_node_waiting_to_start_binds_its_host_port() -> None:
+    """A task desired ready with a node, not yet past Swarm's scheduler's early states,
+    binds its host-mode port there as one desired running does. Before: it did not."""
+    for desired in ("running", "ready"):
+        assert binds(SwarmTask("t", "s", "n-a", 1, "pending", desired, ()))
+    assert not binds(SwarmTask("t", "s", "n-a", 1, "pending", "shutdown", ()))

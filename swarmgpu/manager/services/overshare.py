@@ -37,7 +37,6 @@ from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import Holding, gate_key, read_ledger
-from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.rebalance.admission import over_budget_on
 from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
 from swarmgpu.manager.rebalance.mover import rebalancing, verify_scope
@@ -435,9 +434,8 @@ class Restarter:
         p = self.cfg.sync.prefix
         gate = gate_key(p, s.name)
         log = logger.bind(service=s.name)
-        # desired ready too (a restart's in its delay): it would start on the share
         old = {t.id for t in self.swarm.tasks({"service": s.id})
-               if t.node_id == u.node_id and t.desired_state in MEANT_STATES}
+               if t.node_id == u.node_id and t.desired_state == "running"}
         # Every write through the actuator's gate; the step's dry-run check ran first.
         writes = Writes(self.swarm, dry_run=self.cfg.dry_run, who="over-share restart",
                         prefix=p)
@@ -459,7 +457,7 @@ class Restarter:
             deadline = time.monotonic() + self.wait_s
             while time.monotonic() < deadline:
                 live = {t.id for t in self.swarm.tasks({"service": s.id})
-                        if t.id in old and t.desired_state in MEANT_STATES}
+                        if t.id in old and t.desired_state == "running"}
                 if not live:
                     break
                 time.sleep(0.2)
