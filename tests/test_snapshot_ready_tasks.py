@@ -18,10 +18,14 @@ from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.placement import MOVE_STATE, gate_key
 from swarmgpu.manager.placement.cpunodes import agent_nodes
 from swarmgpu.manager.placement.hostports import binds
+from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.placement.tasks import tasks_by_service
 from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.moves import Outcome
+from swarmgpu.manager.rebalance.targets import SwarmTargets
+from swarmgpu.manager.services.grants import on_gpu_nodes
 from swarmgpu.swarm.client import SwarmTask
+from swarmgpu.swarm.plugins import network_drivers_of
 
 P = "swarmgpu."
 
@@ -142,3 +146,22 @@ def test_a_ready_task_on_a_node_waiting_to_start_binds_its_host_port() -> None:
     for desired in ("running", "ready"):
         assert binds(SwarmTask("t", "s", "n-a", 1, "pending", desired, ()))
     assert not binds(SwarmTask("t", "s", "n-a", 1, "pending", "shutdown", ()))
+
+
+def test_reads_of_tasks_meant_to_run_count_a_ready_one() -> None:
+    """What Swarm's scheduler counts on a node counts a task desired ready as one
+    desired running: preemption's CPU room (``preemptroom.Room``), the rebalancer's
+    "a task of it is there" (``SwarmTargets.has``), the network drivers Swarm's
+    PluginFilter reads, and the GPU nodes a service's tasks are on (grants). Before:
+    none did; a task desired shutdown still counts in none."""
+    node = sw_node("n-a", "node-a")
+    svc = sw_svc("s", {}, gated=False)
+    for desired, counted in (("ready", True), ("running", True), ("shutdown", False)):
+        t = SwarmTask("t", svc.id, "n-a", 1, "assigned", desired, (), cpu_milli=500,
+                      network_drivers=("overlay",))
+        room = Room.of([node], [svc], [t], {})
+        assert (("s", "n-a") in room.held) is counted, desired
+        has = SwarmTargets([node], [svc], [t], P).has
+        assert ((svc.id, "n-a") in has) is counted, desired
+        assert (svc.id in network_drivers_of([t])) is counted, desired
+        assert (svc.id in on_gpu_nodes([svc], [t], {"n-a": "node-a"})) is counted, desired
