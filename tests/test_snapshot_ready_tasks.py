@@ -11,11 +11,14 @@ from typing import Any
 
 import pytest
 from support.forged import RecordingSwarm, sw_node, sw_svc, victim_cluster, victim_move
+from support.gpu_nodes import RTX4090
+from support.placement import node, svc
 
 from swarmgpu.core.config import Config, RebalanceConfig
+from swarmgpu.manager.cycle.placement import gates_ready_now
 from swarmgpu.manager.nodes import sync
 from swarmgpu.manager.nodes.agentbook import AgentBook
-from swarmgpu.manager.placement import MOVE_STATE, gate_key
+from swarmgpu.manager.placement import MOVE_STATE, Planner, gate_key
 from swarmgpu.manager.placement.cpunodes import agent_nodes
 from swarmgpu.manager.placement.hostports import binds
 from swarmgpu.manager.placement.preemptroom import Room
@@ -165,3 +168,20 @@ def test_reads_of_tasks_meant_to_run_count_a_ready_one() -> None:
         assert ((svc.id, "n-a") in has) is counted, desired
         assert (svc.id in network_drivers_of([t])) is counted, desired
         assert (svc.id in on_gpu_nodes([svc], [t], {"n-a": "node-a"})) is counted, desired
+
+
+def test_a_gate_does_not_open_in_the_cycle_while_a_ready_task_has_the_old_map() -> None:
+    """The daemon opens a new placement's gate in the cycle it writes the map once every
+    task meant to run carries it (``cycle.placement.gates_ready_now``). A restart's
+    replacement made before the map (desired ready, ForceUpdate 0) would start with the
+    old one: the gate waits for the next cycle. Before: the list was desired running
+    alone, so the gate opened."""
+    nodes, facts = [node("n-a", "node-a")], {"n-a": RTX4090.facts()}
+    services = [svc("a", {"swarmgpu.gpus": "1"})]
+    sid = services[0].id
+    for force, opened in ((0, []), (1, ["a"])):
+        plan = Planner().plan(nodes, services, [], facts)
+        assert plan.services[0].gates_deferred
+        sw = RecordingSwarm(nodes, services, [
+            SwarmTask("t-new", sid, "", 1, "pending", "ready", (), force_update=force)])
+        assert gates_ready_now(sw, plan, {sid: 1}, P) == opened  # type: ignore[arg-type]
