@@ -13,12 +13,13 @@ import pytest
 from support.forged import RecordingSwarm, sw_node, sw_svc, victim_cluster, victim_move
 from support.gpu_nodes import RTX4090
 from support.placement import node, svc
+from support.planner import cpu_node
 
 from swarmgpu.core.config import Config, RebalanceConfig
 from swarmgpu.manager.cycle.placement import gates_ready_now
 from swarmgpu.manager.nodes import sync
 from swarmgpu.manager.nodes.agentbook import AgentBook
-from swarmgpu.manager.placement import MOVE_STATE, Planner, gate_key
+from swarmgpu.manager.placement import MOVE_STATE, Planner, gate_key, plan_placement
 from swarmgpu.manager.placement.cpunodes import agent_nodes
 from swarmgpu.manager.placement.hostports import binds
 from swarmgpu.manager.placement.preemptroom import Room
@@ -27,10 +28,18 @@ from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.moves import Outcome
 from swarmgpu.manager.rebalance.targets import SwarmTargets
 from swarmgpu.manager.services.grants import on_gpu_nodes
-from swarmgpu.swarm.client import SwarmTask
+from swarmgpu.swarm.client import SwarmService, SwarmTask, service_from_api
 from swarmgpu.swarm.plugins import network_drivers_of
 
 P = "swarmgpu."
+
+
+def _cpu_service(name: str, labels: dict[str, str], cpu_milli: int) -> SwarmService:
+    tt = {"ContainerSpec": {"Image": "x"},
+          "Resources": {"Reservations": {"NanoCPUs": cpu_milli * 1_000_000}}}
+    spec = {"Name": name, "Labels": labels, "TaskTemplate": tt,
+            "Mode": {"Replicated": {"Replicas": 1}}}
+    return service_from_api({"ID": f"id-{name}", "Spec": spec, "Version": {"Index": 1}})
 
 
 def _agents(*tasks: SwarmTask) -> RecordingSwarm:
@@ -185,3 +194,20 @@ def test_a_gate_does_not_open_in_the_cycle_while_a_ready_task_has_the_old_map() 
         sw = RecordingSwarm(nodes, services, [
             SwarmTask("t-new", sid, "", 1, "pending", "ready", (), force_update=force)])
         assert gates_ready_now(sw, plan, {sid: 1}, P) == opened  # type: ignore[arg-type]
+
+
+def test_placement_counts_the_cpu_a_ready_task_reserves_on_its_node() -> None:
+    """Another service's restart replacement in its delay (desired ready) on the
+    CPU-only node-c reserves 1.5 of its 2 CPUs, as Swarm's scheduler counts it: a
+    service of no GPU needing 1 CPU goes to the GPU node. Before: placed on node-c,
+    where Swarm's ResourceFilter left it pending."""
+    zero = {f"{P}gpus": "0"}
+    nodes, facts = [cpu_node("n-g", "node-g"), cpu_node("n-c", "node-c")], {
+        "n-g": RTX4090.facts()}
+    other = _cpu_service("other", {}, cpu_milli=1500)
+    web = _cpu_service("web", zero, cpu_milli=1000)
+    for desired, where in (("ready", "n-g"), ("running", "n-g"), ("shutdown", "n-c")):
+        t = SwarmTask("t-other", other.id, "n-c", 1, "assigned", desired, (), cpu_milli=1500)
+        plan = plan_placement(nodes, [other, web], [t], facts)  # type: ignore[arg-type]
+        sp = next(x for x in plan.services if x.name == "web")
+        assert sp.status == "placed" and sp.placements[0].node_id == where, desired
