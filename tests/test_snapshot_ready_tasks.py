@@ -10,7 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.forged import RecordingSwarm, sw_node, sw_svc, victim_cluster, victim_move
+from support.forged import (
+    RecordingSwarm,
+    snapshot,
+    sw_node,
+    sw_svc,
+    victim_cluster,
+    victim_move,
+)
 from support.gpu_nodes import RTX4090
 from support.placement import node, svc
 from support.planner import cpu_node
@@ -28,6 +35,7 @@ from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.moves import Outcome
 from swarmgpu.manager.rebalance.targets import SwarmTargets
 from swarmgpu.manager.services.grants import on_gpu_nodes
+from swarmgpu.manager.web.cluster_view import build_cluster
 from swarmgpu.swarm.client import SwarmService, SwarmTask, service_from_api
 from swarmgpu.swarm.plugins import network_drivers_of
 
@@ -211,3 +219,15 @@ def test_placement_counts_the_cpu_a_ready_task_reserves_on_its_node() -> None:
         plan = plan_placement(nodes, [other, web], [t], facts)  # type: ignore[arg-type]
         sp = next(x for x in plan.services if x.name == "web")
         assert sp.status == "placed" and sp.placements[0].node_id == where, desired
+
+
+def test_the_map_shows_a_holders_task_in_its_restart_delay() -> None:
+    """The web map names the tasks of each GPU's holder: the victim's replacement in its
+    restart delay (desired ready) is its task on gpu-node-1. Before: none was shown."""
+    sw = victim_cluster({})
+    sw.stop_tasks("id-victim", "n-dgx")
+    sw.run_task(SwarmTask("t-next", "id-victim", "n-dgx", 1, "ready", "ready", ()))
+    out = build_cluster(snapshot(sw.nodes(), sw.services(), sw.tasks()), None)
+    dgx = next(n for n in out["nodes"] if n["id"] == "n-dgx")
+    held = [h for g in dgx["gpus"] for h in g["holders"] if h["service"] == "victim"]
+    assert [h["tasks"] for h in held] == [["t-next"]]
