@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from support.forged import (
     RecordingSwarm,
+    repin_move,
     snapshot,
     sw_node,
     sw_svc,
@@ -231,3 +232,19 @@ def test_the_map_shows_a_holders_task_in_its_restart_delay() -> None:
     dgx = next(n for n in out["nodes"] if n["id"] == "n-dgx")
     held = [h for g in dgx["gpus"] for h in g["holders"] if h["service"] == "victim"]
     assert [h["tasks"] for h in held] == [["t-next"]]
+
+
+@pytest.mark.parametrize("repin", [False, True])
+def test_a_moves_own_read_at_its_start_sees_a_ready_task(repin: bool) -> None:
+    """``Mover.start`` reads the service's tasks afresh (between nodes, and a repin's):
+    an update's new task desired ready beside the running one is a service not settled,
+    never moved. Before: that read listed desired running alone."""
+    sw = victim_cluster({})
+    move, sid, nid = ((repin_move(), "id-third", "n-4090") if repin
+                      else (victim_move(), "id-victim", "n-dgx"))
+    sw.run_task(SwarmTask("t-next", sid, nid, 1, "assigned", "ready", ()))
+    m = Mover(sw, RebalanceConfig(dry_run=False), prefix=P, dry_run=False,  # type: ignore[arg-type]
+              clock=lambda: 1000.0)
+    got = m.start(move, sw.service(sid))
+    assert not got.ok and "not converged" in (got.why or ""), got
+    assert read_records(sw.swarm_labels(), P) == {}
