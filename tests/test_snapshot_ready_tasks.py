@@ -7,9 +7,11 @@ flight listed desired running alone."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
+import support.rebalance as rb
 from support.forged import (
     RecordingSwarm,
     repin_move,
@@ -27,13 +29,16 @@ from swarmgpu.core.config import Config, RebalanceConfig
 from swarmgpu.manager.cycle.placement import gates_ready_now
 from swarmgpu.manager.nodes import sync
 from swarmgpu.manager.nodes.agentbook import AgentBook
-from swarmgpu.manager.placement import MOVE_STATE, Planner, gate_key, plan_placement
+from swarmgpu.manager.placement import MOVE_STATE, Planner, gate_key, plan_placement, read_ledger
 from swarmgpu.manager.placement.cpunodes import agent_nodes
 from swarmgpu.manager.placement.hostports import binds
 from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.placement.tasks import tasks_by_service
+from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.moves import Outcome
+from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.manager.rebalance.targets import SwarmTargets
 from swarmgpu.manager.services.grants import on_gpu_nodes
 from swarmgpu.manager.web.cluster_view import build_cluster
@@ -248,3 +253,26 @@ def test_a_moves_own_read_at_its_start_sees_a_ready_task(repin: bool) -> None:
     got = m.start(move, sw.service(sid))
     assert not got.ok and "not converged" in (got.why or ""), got
     assert read_records(sw.swarm_labels(), P) == {}
+
+
+def test_defrag_counts_the_cpu_a_ready_task_reserves_on_the_node_it_frees() -> None:
+    """p (8 GPUs, 4 CPUs) pending; gpu-node-2 (8 CPUs) holds a (1 GPU) and c's task (no
+    GPU, 6 CPUs) in its restart delay (desired ready): moving a leaves p no CPU there
+    (Swarm's scheduler counts c's task), so no room is made. Before: a was moved."""
+    n2 = {f"{P}assign.a": rb.U2[0], f"{P}service.a": "true"}
+    nodes = [dataclasses.replace(rb.node("n1", "gpu-node-1", {}), cpu_milli=64000),
+             dataclasses.replace(rb.node("n2", "gpu-node-2", n2), cpu_milli=8000)]
+    res = {"TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 4000 * 10**6}}}}
+    p = dataclasses.replace(rb.service("p", {f"{P}gpus": "8"}), spec={"Name": "p", **res})
+    a = rb.service("a", {f"{P}gpus": "1"})
+    c = dataclasses.replace(rb.service("c", {}), constraints=())
+    cfg = dataclasses.replace(rb.CFG, policies="defrag")
+    for desired, moved in (("ready", []), ("running", []), ("shutdown", ["a"])):
+        tasks = [rb.running("a", "n2"),
+                 SwarmTask("t-c", c.id, "n2", 1, "assigned", desired, (), cpu_milli=6000)]
+        sig = Signals(cfg)
+        times = [float(t) for t in range(13)]
+        rb.feed(sig, nodes, times, {})
+        inp = Inputs(nodes, [a, p, c], tasks, rb.FACTS, read_ledger(nodes, P), sig.gpus,
+                     sig.nodes, cfg, times[-1], ["p"], P)
+        assert [m.service for m in plan_moves(inp).moves] == moved, desired
