@@ -34,8 +34,7 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   lower, are those an earlier preemption holds for its preemptor (``held``,
   ``placement.nominated``: Kubernetes counts a nominated pod of equal or higher priority);
   of the freed and free GPUs, a ``topology`` request (nvlink, numa) is counted on the set
-  the allocator would give it there (``Allocator.gpu_set``), held for it; a victim set
-  that leaves it no such set is never taken (the next set, or node, is tried);
+  the allocator would give it there (``Allocator.gpu_set``), held for it;
 * victims (``pick_victims``, per node, then across nodes): the fewest victims that free
   enough GPUs, however they are taken (never more stopped than needed: no smaller set
   frees enough). Among sets of that size, one taken by priority alone first; one that
@@ -290,8 +289,7 @@ class _Round:
     moving: AbstractSet[str]  # neither preemptors nor victims
     failed: AbstractSet[str]  # planning raised this cycle: a victim stopped, never moved
     done: AbstractSet[tuple[str, str]] = frozenset()  # (service id, node): ``done_idle``
-    # (node, uuid) freed already, or held by a move in flight (``flying``)
-    taken: set[tuple[str, str]] = field(default_factory=set)
+    taken: set[tuple[str, str]] = field(default_factory=set)  # (node, uuid) freed already
     gone: set[str] = field(default_factory=set)  # victims already chosen
     q_gone: dict[str, int] = field(default_factory=dict)  # milli per queue its victims free
     q_given: dict[str, int] = field(default_factory=dict)  # milli per queue its preemptors take
@@ -341,7 +339,6 @@ def choose_preemptions(
     ports: Callable[[SwarmService], Mapping[str, AbstractSet[str]]] | None = None,
     raised: dict[str, Exception] | None = None,
     held: Mapping[tuple[str, str], tuple[str, int]] | None = None,
-    flying: AbstractSet[tuple[str, str]] = frozenset(),
 ) -> list[Preemption]:
     """At most one preemption per pending service (one replica's GPUs on one node; a
     packed service's: all the replicas it lacks, on its node), in served order; a GPU
@@ -357,20 +354,24 @@ def choose_preemptions(
     GPUs. ``raised``: a preemptor whose choice raises (a bug, or input no one foresaw)
     preempts nothing, the round as before it, its exception kept there by name for the
     caller's log (None: it raises). ``held``: the GPUs nominated for preemptors
-    (``_Round.held``). ``flying``: (node, uuid) the moves in flight hold, by their
-    records read after this cycle's movers ran (``record.move_gpus``): used for all,
-    counted as taken from the round's start (a move's target is in no snapshot's ledger
-    the cycle it starts)."""
+    (``_Round.held``)."""
     nodes = after_writes(nodes, plan)
     by_name = {s.name: s for s in services}
-    started, holdings = _started(tasks), _by_node(nodes, prefix)
+    started: dict[tuple[str, str], str] = {}
+    for t in tasks:
+        if t.desired_state == "running" and t.node_id:
+            k = (t.service_id, t.node_id)
+            started[k] = max(started.get(k, ""), t.created_at)
+    holdings: dict[str, dict[str, Holding]] = {}  # node -> service -> holding
+    for svc, per in read_ledger(nodes, prefix).items():
+        for nid, h in per.items():
+            holdings.setdefault(nid, {})[svc] = h
     req = {sp.name: sp.request for sp in plan.services if sp.request is not None}
     rd = _Round(by_name, {n.id: n for n in nodes}, facts,
                 {**{q["queue"]: q for q in plan.queues}, "": _no_queue(holdings, req, facts)},
                 req, started, holdings, refused, preemptible_below, cooling, moving,
                 plan.failed, done_idle(services, tasks), ports=ports,
-                room=Room.of(nodes, services, tasks, holdings), held=held or {},
-                taken=set(flying))
+                room=Room.of(nodes, services, tasks, holdings), held=held or {})
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     # A packed service's replicas go only on its node: it preempts there alone, for all
     # the replicas it lacks at once (``packing.repack`` places them so); elsewhere its
@@ -408,25 +409,6 @@ def choose_preemptions(
                 rd.room.left = room
             raised[s.name] = exc
     return out
-
-
-def _started(tasks: Sequence[SwarmTask]) -> dict[tuple[str, str], str]:
-    """(service id, node) -> the creation time of its newest task meant to run there."""
-    started: dict[tuple[str, str], str] = {}
-    for t in tasks:
-        if t.desired_state == "running" and t.node_id:
-            k = (t.service_id, t.node_id)
-            started[k] = max(started.get(k, ""), t.created_at)
-    return started
-
-
-def _by_node(nodes: Sequence[SwarmNode], prefix: str) -> dict[str, dict[str, Holding]]:
-    """node -> service -> its holding there (the ledger)."""
-    holdings: dict[str, dict[str, Holding]] = {}
-    for svc, per in read_ledger(nodes, prefix).items():
-        for nid, h in per.items():
-            holdings.setdefault(nid, {})[svc] = h
-    return holdings
 
 
 def after_writes(nodes: Sequence[SwarmNode], plan: PlacementPlan) -> list[SwarmNode]:
@@ -480,8 +462,7 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
     no, takers = rd.refused_of(s), rd.port_takers(s)
     over = {q: over_guarantee(row, rd.q_gone.get(q, 0)) for q, row in rd.queues.items()}
     best: tuple[tuple[int, Rank, int, int, str], Preemption] | None = None
-    replicas = packed[1] if packed is not None else 1
-    need = r.gpus * replicas
+    need = r.gpus * (packed[1] if packed is not None else 1)
     for nid in sorted(rd.holdings.keys() | rd.facts.keys()):
         node = rd.by_node.get(nid)
         if node is None or (nid in no and nid not in takers) or node.state != "ready" \
@@ -505,24 +486,21 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
                 continue  # the port holds it back here, not the GPUs
             return None  # room already: pending for another reason
 
-        def together(combo: tuple[Candidate, ...], r: GpuRequest = r, nid: str = nid,
-                     here: Mapping[str, Holding] = here) -> bool:
+        def together(combo: tuple[Candidate, ...], r: GpuRequest = r) -> bool:
             def milli(c: Candidate) -> int:
                 return holding_milli(rd.req.get(c.service), c.holding, rd.facts) if c.holding else 0
-            # and a topology request has a set the allocator gives (``_chosen``) once they
-            # go: else they were stopped for nothing, their preemptor still pending
             return group_reclaimable(  # every replica placed counts against its guarantee
                 r, [(c.quota, milli(c)) for c in combo if c.quota is not None], rd.queues,
                 rd.q_gone, rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard],
-                replicas) and (r.topology is Topology.ANY or _gpu_pick(
-                    rd, nid, s.name, r, replicas, _freed_of(here, combo)) is not None)
+                packed[1] if packed is not None else 1)
 
         others = {k: h for k, h in here.items() if k != s.name}  # (a packed one's own)
         victims = pick_victims(need, free, _candidates(rd, r, nid, others, usable), holders,
                                together, over)
         if not victims or (nid in no and not takers[nid] <= {v.service for v in victims}):
             continue  # (a port another service binds here stays bound: Swarm refuses it)
-        if rd.room is not None and not rd.room.fits(s, nid, victims, replicas):
+        if rd.room is not None and not rd.room.fits(
+                s, nid, victims, packed[1] if packed is not None else 1):
             continue  # its CPU or memory would still be missing: they go for nothing
         prios = [v.priority for v in victims]
         key = (len(victims), max(reclaim_rank(v, over) for v in victims), max(prios),
@@ -610,18 +588,11 @@ def _chosen(rd: _Round, p: Preemption, r: GpuRequest, replicas: int,
     to the others placed before it: it stayed pending, and preempted again. None for a
     request of any topology: any of those GPUs go together (``_usable`` filtered them),
     so they are taken as before (the simulator's figures stay as they were)."""
-    return _gpu_pick(rd, p.node_id, p.service, r, replicas, freed)
-
-
-def _gpu_pick(rd: _Round, nid: str, name: str, r: GpuRequest, replicas: int,
-              freed: AbstractSet[str]) -> tuple[str, ...] | None:
-    """``_chosen`` for ``name``'s ``r`` on node ``nid`` once ``freed`` is freed there
-    (the victim choice's test too: ``_best_preemption``)."""
-    f, node = rd.facts.get(nid), rd.by_node.get(nid)
+    f, node = rd.facts.get(p.node_id), rd.by_node.get(p.node_id)
     if f is None or node is None or r.topology is Topology.ANY:
         return None
-    here = {u for h in rd.holdings.get(nid, {}).values() for u in h.uuids}
-    can = freed | (_usable(r, f) - here - rd.off(nid, name, r.priority))
+    here = {u for h in rd.holdings.get(p.node_id, {}).values() for u in h.uuids}
+    can = freed | (_usable(r, f) - here - rd.off(p.node_id, p.service, r.priority))
     state = NodeState(node_spec(node, f), 0)
     state.free = [m if g.uuid in can else 0 for m, g in zip(state.free, f.gpus, strict=True)]
     pick, alloc, d = [], Allocator(), demand_of(r)
@@ -637,14 +608,8 @@ def _gpu_pick(rd: _Round, nid: str, name: str, r: GpuRequest, replicas: int,
 
 def _freed(rd: _Round, p: Preemption) -> set[str]:
     """The GPUs of ``p``'s node its victims free (a GPU shared with others stays)."""
-    return _freed_of(rd.holdings.get(p.node_id, {}), p.victims)
-
-
-def _freed_of(here: Mapping[str, Holding], victims: Sequence[Candidate]) -> set[str]:
-    """The GPUs ``victims`` free on a node whose holdings are ``here`` (a GPU shared with
-    others stays)."""
-    names = {v.service for v in victims}
-    return {u for v in victims for u in v.uuids
+    here, names = rd.holdings.get(p.node_id, {}), {v.service for v in p.victims}
+    return {u for v in p.victims for u in v.uuids
             if all(svc in names for svc, h in here.items() if u in h.uuids)}
 
 
