@@ -276,3 +276,17 @@ def test_defrag_counts_the_cpu_a_ready_task_reserves_on_the_node_it_frees() -> N
         inp = Inputs(nodes, [a, p, c], tasks, rb.FACTS, read_ledger(nodes, P), sig.gpus,
                      sig.nodes, cfg, times[-1], ["p"], P)
         assert [m.service for m in plan_moves(inp).moves] == moved, desired
+
+
+def test_a_jobs_ready_task_is_in_the_snapshot_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job's tasks are listed by service too (``job_task_read``: its replacement in
+    the restart delay, desired ready, among them): that task is read once, not twice
+    (it would count twice in the job's progress and on its node)."""
+    monkeypatch.setattr(sync, "fetch_agents", lambda *_a, **_k: {})
+    job = sw_svc("j", {}, gated=False, mode={"ReplicatedJob": {"MaxConcurrent": 1,
+                                                               "TotalCompletions": 1}})
+    sw = RecordingSwarm([sw_node("n-a", "node-a")], [job], [
+        SwarmTask("t-old", job.id, "n-a", 1, "failed", "shutdown", ()),
+        SwarmTask("t-new", job.id, "n-a", 1, "ready", "ready", ())])
+    snap = sync.take_snapshot(sw, Config())  # type: ignore[arg-type]
+    assert sorted(t.id for t in snap.tasks) == ["t-new", "t-old"]

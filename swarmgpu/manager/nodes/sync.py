@@ -85,10 +85,11 @@ def take_snapshot(
     tasks = swarm.tasks({"desired-state": meant_filter()})
     jobs = {s.id for s in services if s.mode in JOB_MODES}
     if jobs:  # a job's tasks have desired state "complete": its progress is read from them
+        listed = {t.id for t in tasks}  # a job's task desired ready is in both lists
         tasks += [
             t
             for t in swarm.tasks({"service": sorted(jobs)})
-            if t.service_id in jobs and job_task_read(t)
+            if t.service_id in jobs and job_task_read(t) and t.id not in listed
         ]
     after = swarm.swarm_labels()
     return Snapshot(
