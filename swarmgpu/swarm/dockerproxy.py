@@ -156,7 +156,7 @@ ALLOWED_CALLS: tuple[Call, ...] = (
          params={"filters": _ANY, "status": _BOOL}),
     Call("GET", "/services/{id}", ("inspect_service",), "read before write",
          "`insertDefaults`", params={"insertDefaults": _BOOL}),
-    Call("GET", "/tasks", ("tasks",), "snapshot (desired-state running)", "`filters`",
+    Call("GET", "/tasks", ("tasks",), "snapshot (desired-state running, ready)", "`filters`",
          params={"filters": _ANY}),
     Call("GET", "/events", ("/events",), "a cycle on every node or service change (stream)",
          "`filters`; streamed", "stream", {"filters": _ANY}),

@@ -88,9 +88,11 @@ class RecordingSwarm:
         f = dict(filters or {})
         sids = f.get("service")
         sids = [sids] if isinstance(sids, str) else sids  # the engine takes one or a list
+        want = f.get("desired-state")
+        want = [want] if isinstance(want, str) else want  # one or several, OR'd (Moby)
         return [t for t in self._tasks
                 if (sids is None or t.service_id in sids)
-                and f.get("desired-state") in (None, t.desired_state)]
+                and (want is None or t.desired_state in want)]
 
     def swarm_labels(self) -> Mapping[str, str]:
         return dict(self._swarm_labels)

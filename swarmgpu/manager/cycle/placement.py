@@ -53,6 +53,7 @@ from swarmgpu.manager.placement import (
 from swarmgpu.manager.placement.devicemap import UNTRUSTED_RECORD
 from swarmgpu.manager.placement.gating import HOLD_ADOPTED
 from swarmgpu.manager.placement.jobs import JOB_MODES
+from swarmgpu.manager.placement.keys import meant_filter
 from swarmgpu.manager.placement.planned import Planned
 from swarmgpu.manager.placement.restarts import HOLD_HINT
 from swarmgpu.manager.placement.specwrite import service_compute
@@ -396,7 +397,8 @@ def gates_ready_now(swarm: SwarmClient, plan: PlacementPlan,
     ``ForceUpdate`` to ``written_force[id]`` -- the value this write landed, not the
     snapshot's guess, so a ``--force`` by someone else in between cannot pass for ours.
     A task created before that update has a lower ``ForceUpdate``; the list is read
-    after the update landed, so every such task still meant to run is in it, waiting
+    after the update landed, so every such task still meant to run (desired running or
+    ready: a restart's in its delay, ``MEANT_STATES``) is in it, waiting
     (a gate closed since the map was planned: none can be running). Only when none is
     does the gate open; a task Swarm creates after the list is made from the spec that
     carries the map. The gate goes into the same node write as the service's ledger
@@ -406,7 +408,7 @@ def gates_ready_now(swarm: SwarmClient, plan: PlacementPlan,
     cycle: their tasks have desired state "complete" and a list of running ones would
     not show them."""
     try:
-        tasks = swarm.tasks({"desired-state": "running"})
+        tasks = swarm.tasks({"desired-state": meant_filter()})
     except SwarmError as exc:
         logger.warning("placement: cannot list tasks, gates open next cycle: {}", exc)
         return []

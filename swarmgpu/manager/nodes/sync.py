@@ -25,6 +25,7 @@ from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.cpunodes import agent_nodes, expects_agent
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_task_read
+from swarmgpu.manager.placement.keys import meant_filter
 from swarmgpu.swarm.agentservice import missing_agent_service
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import (
@@ -78,7 +79,8 @@ def take_snapshot(
 ) -> Snapshot:
     """One read of the cluster. With ``cache`` (the daemon's, fed by the event stream)
     nodes and services come from it, re-listed only when it must (swarm.cache); tasks
-    have no events and are listed each time. A ``stop`` asked during the agents' reads
+    have no events and are listed each time: those desired running or ready, and a
+    job's. A ``stop`` asked during the agents' reads
     ends it with ``Stopped`` (``fetch_all``).
 
     The swarm object's labels are read just before and just after the services: a
@@ -90,13 +92,16 @@ def take_snapshot(
     a fresh read (``SwarmClient.on_write``)."""
     before = swarm.swarm_labels()
     nodes, services = cache.read() if cache is not None else (swarm.nodes(), swarm.services())
-    tasks = swarm.tasks({"desired-state": "running"})
+    # Desired running or ready (a restart's or an update's new task before it starts):
+    # Swarm's scheduler counts both on their node (``keys.MEANT_STATES``).
+    tasks = swarm.tasks({"desired-state": meant_filter()})
     jobs = {s.id for s in services if s.mode in JOB_MODES}
     if jobs:  # a job's tasks have desired state "complete": its progress is read from them
+        listed = {t.id for t in tasks}  # a job's task desired ready is in both lists
         tasks += [
             t
             for t in swarm.tasks({"service": sorted(jobs)})
-            if t.service_id in jobs and job_task_read(t)
+            if t.service_id in jobs and job_task_read(t) and t.id not in listed
         ]
     after = swarm.swarm_labels()
     return Snapshot(

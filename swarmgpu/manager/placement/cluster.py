@@ -22,6 +22,7 @@ from swarmgpu.manager.placement.cpunodes import (
     sync_cpu_node,
     with_cpu_reason,
 )
+from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.memsize import short_of
 from swarmgpu.manager.placement.records import ReplicaPlacement
@@ -218,13 +219,12 @@ class ClusterAllocator:
         dropped.add(node_id)
 
     def set_usage(self, tasks: Sequence[SwarmTask]) -> None:
-        """CPU and memory that tasks reserve on each node (Swarm counts every task with
-        desired state running, GPU or not); a holding's own reservation is counted by
-        the holding until its task exists (``holding_reservation``)."""
+        """CPU and memory tasks reserve per node (Swarm counts every task desired running or
+        ready, GPU or not); a holding's counts until its task exists (``holding_reservation``)."""
         use: dict[str, list[int]] = {}
         on_nodes: dict[str, set[str]] = {}
         for t in tasks:
-            if t.desired_state != "running" or not t.node_id:
+            if t.desired_state not in MEANT_STATES or not t.node_id:
                 continue
             on_nodes.setdefault(t.service_id, set()).add(t.node_id)
             if t.cpu_milli or t.memory_mib:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
+from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.specs import host_mode, host_ports
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
@@ -37,7 +38,7 @@ def published(s: SwarmService) -> tuple[str, ...]:
 def binds(t: SwarmTask) -> bool:
     """The task holds its host-mode ports on its node: it runs or is on its way."""
     return bool(t.node_id) and (
-        t.state in _BOUND or (t.desired_state == "running" and t.state in _COMING)
+        t.state in _BOUND or (t.desired_state in MEANT_STATES and t.state in _COMING)
     )
 
 

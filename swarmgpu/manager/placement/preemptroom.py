@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
 
@@ -36,7 +37,7 @@ class Room:
         held: dict[tuple[str, str], tuple[int, int]] = {}
         on: set[tuple[str, str]] = set()
         for t in tasks:
-            if t.desired_state != "running" or not t.node_id:
+            if t.desired_state not in MEANT_STATES or not t.node_id:
                 continue
             on.add((t.service_id, t.node_id))
             k = (name_of.get(t.service_id, "\0" + t.service_id), t.node_id)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, TypeVar
 
-from swarmgpu.manager.placement.keys import ACTIVE_STATES, ASSIGNED_STATES
+from swarmgpu.manager.placement.keys import ACTIVE_STATES, ASSIGNED_STATES, MEANT_STATES
 from swarmgpu.swarm.client import SwarmTask
 
 
@@ -65,8 +65,11 @@ class TaskView:
 
 
 def meant_to_run(t: SwarmTask) -> bool:
-    """Desired state running, or a job's task (desired state "complete") still live."""
-    return t.desired_state == "running" or (t.desired_state == "complete" and t.state in _JOB_LIVE)
+    """Desired state running or ready (``MEANT_STATES``: a restart's or an update's new
+    task before it starts, which Swarm counts on its node and which starts with the
+    spec it was made from), or a job's task (desired state "complete") still live."""
+    return t.desired_state in MEANT_STATES or (
+        t.desired_state == "complete" and t.state in _JOB_LIVE)
 
 
 def tasks_by_service(
@@ -84,6 +87,7 @@ def tasks_by_service(
     acc: dict[str, list[Any]] = {}
     refusal: dict[tuple[str, str], str] = {}  # Swarm repeats one text over many tasks
     wanted: dict[str, bool] = {}
+    readied: set[tuple[str, int]] = set()  # slots a desired-ready task named the node of
     for t in tasks:
         sid, state = t.service_id, t.state
         if state in _FAILED:
@@ -99,8 +103,14 @@ def tasks_by_service(
                     want = wanted[sid] = slots_of is None or slots_of(sid)
                 if want:
                     at = slots[sid] = {}
-            if at is not None and not at.get(t.slot):
+            # A slot's desired-running task names its node over a ready one (an update's
+            # new task while the old one stops): as before ready tasks were read.
+            if at is not None and (not at.get(t.slot) or (sid, t.slot) in readied):
                 at[t.slot] = nid
+                if t.desired_state == "ready":
+                    readied.add((sid, t.slot))
+                else:
+                    readied.discard((sid, t.slot))
         if nid:
             on = on_nodes.get(sid)
             if on is None:

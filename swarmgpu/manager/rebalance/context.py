@@ -30,6 +30,7 @@ from swarmgpu.manager.placement import (
     demand_of,
     is_gate_of,
 )
+from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.nominated import held_choice
 from swarmgpu.manager.rebalance.attribution import Share, estimated_util, holders_by_gpu
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Move, Trigger
@@ -183,8 +184,9 @@ def why_not_movable(s: SwarmService, req: GpuRequest | None, tasks: Sequence[Swa
         return f"cooling down ({cooldown_s - (now - last):.0f}s left of {cooldown_s:g}s)"
     # a global service runs one task on each node it holds
     replicas = len(holdings) if s.mode == "global" else s.replicas or 0
-    mine = [t for t in tasks if t.service_id == s.id and t.desired_state == "running"]
-    running = [t for t in mine if t.state == "running"]
+    # a task desired ready (a restart's in its delay, an update's) is one more: not settled
+    mine = [t for t in tasks if t.service_id == s.id and t.desired_state in MEANT_STATES]
+    running = [t for t in mine if t.desired_state == "running" and t.state == "running"]
     if len(running) != replicas or len(mine) != replicas or len(holdings) != replicas:
         return (f"not converged ({len(running)} running of {replicas}, {len(holdings)} "
                 "placed); moved only once stable")

@@ -1,14 +1,13 @@
 """The move actuator: the only code that writes a rebalancing move, and every safety.
 
 Safety owned here (policies only propose): dry-run (nothing is written, not even to
-finish a move in flight); a budget of moves per cycle and
-per node (moves in flight count: ``over_budget``, asked by ``admit`` and again by
-``start``, so a move started by preemption holds it too), and of fragmentation moves per
-hour and per 100 placements (``budget.py``); per-service cooldown; opt-out
-(``<p>rebalance=never``); never an unconverged service or a job, and a global service
-only between GPUs of its own node; the target is verified free against a fresh read of
-the ledger, and Swarm's filters against a fresh read of the service, just before the
-first write.
+finish a move in flight); a budget of moves per cycle and per node (moves in flight
+count: ``over_budget``, asked by ``admit`` and again by ``start``, so a move started by
+preemption holds it too), and of fragmentation moves per hour and per 100 placements
+(``budget.py``); per-service cooldown; opt-out (``<p>rebalance=never``); never an
+unconverged service or a job, and a global service only between GPUs of its own node;
+the target is verified free against a fresh read of the ledger, and Swarm's filters
+against a fresh read of the service, just before the first write.
 
 A move whose target node is its source node is a repin (``repin.py``: the node's task is
 replaced with one on the new GPUs, no other node's); everything below is the move between
@@ -38,13 +37,13 @@ mechanisms (gate node label, ledger node label, per-node device service label):
    said (once, kept in the record: ``outcomes.py``); then the record goes.
 
 Progress is read back from Swarm each cycle (gates, tasks), so a daemon killed at any
-point, or a new leader, finishes the move, or rolls it back once ``move_timeout_s``
-has passed without B's task running: A reopened, B closed, the spec restored. A health
-move is never rolled back onto its failed GPU: past the timeout it ends on B (A closed,
-the spec restored, with a ForceUpdate where its task waits for a node and nothing else
-of it runs) and Swarm runs B's task when it can. A roll-back moves the gates before it
-writes the spec: a task waiting for a node is never left of an older revision while no
-node can take it (Swarm's scheduler never tries such a task again: docs/deploy.md). No step
+point, or a new leader, finishes the move, or rolls it back once ``move_timeout_s`` has
+passed without B's task running: A reopened, B closed, the spec restored. A health move
+is never rolled back onto its failed GPU: past the timeout it ends on B (A closed, the
+spec restored, with a ForceUpdate where its task waits for a node and nothing else of it
+runs) and Swarm runs B's task when it can. A roll-back moves the gates before it writes
+the spec: a task waiting for a node is never left of an older revision while no node can
+take it (Swarm's scheduler never tries such a task again: docs/deploy.md). No step
 leaves more than replicas + 1 tasks, and A's task stops only after B is open. A record
 whose service lost its move label (a stack re-deploy rewrites the labels) is finished
 when A's gate is already closed, else rolled back.
@@ -78,6 +77,7 @@ from swarmgpu.manager.placement import (
     read_ledger,
 )
 from swarmgpu.manager.placement.jobs import JOB_MODES
+from swarmgpu.manager.placement.keys import meant_filter
 from swarmgpu.manager.rebalance.admission import Budget, admit, over_budget
 from swarmgpu.manager.rebalance.budget import FragBudget, finished_times
 from swarmgpu.manager.rebalance.context import FAILED_WHY, why_not_movable
@@ -463,7 +463,7 @@ class Mover:
         if m.target_node == m.source_node:
             if budget is not None:
                 node = self.swarm.node(m.source_node)
-                tasks = self.swarm.tasks({"service": fresh.id, "desired-state": "running"})
+                tasks = self.swarm.tasks({"service": fresh.id, "desired-state": meant_filter()})
                 return self._refused(m, self.repin.refusal(m, fresh, node, tasks), budget)
             got = self.repin.start(m, fresh)
             if isinstance(got, str):
@@ -479,7 +479,7 @@ class Mover:
         flying = fresh.id in every
         if why is None and flying:
             why = "a move record exists for it already"
-        tasks = self.swarm.tasks({"service": fresh.id, "desired-state": "running"})
+        tasks = self.swarm.tasks({"service": fresh.id, "desired-state": meant_filter()})
         req = parse_all(fresh.labels, prefix=self.prefix)
         ledger = service_ledger(self.swarm, self.prefix, m.service)
         why = why or why_not_movable(fresh, req if isinstance(req, GpuRequest) else None,
@@ -644,9 +644,9 @@ class Mover:
         if src is None or dst is None:
             self._node_left(sid, st, src, dst)
             return
-        tasks = self.swarm.tasks({"service": sid, "desired-state": "running"})
-        running_on = {t.node_id for t in tasks if t.state == "running"}
-        on_source = any(t.node_id == st.source for t in tasks)
+        tasks = self.swarm.tasks({"service": sid, "desired-state": meant_filter()})
+        running_on = {t.node_id for t in tasks if t.desired_state == t.state == "running"}
+        on_source = any(t.node_id == st.source for t in tasks)  # desired ready: may start
         src_open = src.labels.get(gate_key(p, st.service)) == "true"
         dst_open = dst.labels.get(gate_key(p, st.service)) == "true"
         # Failed: B's task does not run and B cannot run it (down, drained, paused: no

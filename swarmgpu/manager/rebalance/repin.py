@@ -72,7 +72,7 @@ from swarmgpu.manager.placement import (
     gate_key,
     parse_holding,
 )
-from swarmgpu.manager.placement.keys import MEANT_STATES
+from swarmgpu.manager.placement.keys import MEANT_STATES, meant_filter
 from swarmgpu.manager.rebalance.context import why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, Outcome
 from swarmgpu.manager.rebalance.record import (
@@ -232,7 +232,7 @@ class Repin:
         """Steps 0-2 for ``m`` (``m.source_node == m.target_node``); the move's state, or
         why it was refused (nothing written then)."""
         node = self.swarm.node(m.source_node)
-        tasks = self.swarm.tasks({"service": fresh.id, "desired-state": "running"})
+        tasks = self.swarm.tasks({"service": fresh.id, "desired-state": meant_filter()})
         why = self.refusal(m, fresh, node, tasks)
         if why is not None:
             return why

@@ -28,6 +28,7 @@ from collections.abc import Set as AbstractSet
 
 from swarmgpu.manager.placement import ClusterAllocator, Holding, HostPorts, SwarmFilters
 from swarmgpu.manager.placement.hostports import published
+from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.rebalance.moves import Move
 from swarmgpu.swarm.client import (
     SwarmClient,
@@ -57,8 +58,8 @@ class SwarmTargets:
         self.by_name = {s.name: s for s in services}
         self.nodes = {n.id: n for n in nodes}
         self._refused: dict[str, AbstractSet[str]] = {}
-        # (service id, node id) with a task Swarm counts (desired state running)
-        self.has = {(t.service_id, t.node_id) for t in tasks if t.desired_state == "running"}
+        # (service id, node id) with a task Swarm counts (desired running or ready)
+        self.has = {(t.service_id, t.node_id) for t in tasks if t.desired_state in MEANT_STATES}
         self.placed_use = self._placed(placed or {})
 
     def _placed(self, placed: Mapping[str, Sequence[str]]

@@ -56,7 +56,7 @@ from swarmgpu.manager.placement.envs import (
     device_env,
     device_mount,
 )
-from swarmgpu.manager.placement.keys import DEVICES
+from swarmgpu.manager.placement.keys import DEVICES, MEANT_STATES
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 MOUNT_ROOT = DEVICE_MOUNT_ROOT  # the toolkit's DeviceListAsVolumeMountsRoot
@@ -177,7 +177,7 @@ def on_gpu_nodes(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
     ids = {s.id for s in services}
     for t in tasks:
         if t.service_id in ids and t.node_id in gpu and (
-                t.desired_state == "running" or t.state == "running"):
+                t.desired_state in MEANT_STATES or t.state == "running"):
             out.setdefault(t.service_id, set()).add(gpu[t.node_id])
     return {k: tuple(sorted(v)) for k, v in out.items()}
 

@@ -20,6 +20,7 @@ from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import PlacementPlan, read_ledger
 from swarmgpu.manager.placement.cpunodes import gpu_hint
+from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.rebalance.attribution import service_states
 from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.rebalance.scrape import scrape_all
@@ -238,7 +239,8 @@ class _Holders:
         self.plans = {sp.name: sp for sp in (plan.services if plan else [])}
         self.tasks: dict[tuple[str, str], list[str]] = {}  # (service id, node id) -> tasks
         for t in snap.tasks:
-            if t.desired_state == "running" and t.node_id:  # a task on no node shows nowhere
+            # desired running or ready (a restart's in its delay); on no node: nowhere
+            if t.desired_state in MEANT_STATES and t.node_id:
                 self.tasks.setdefault((t.service_id, t.node_id), []).append(t.id)
 
     def on(self, node_id: str) -> tuple[dict[str, list[dict[str, Any]]],

@@ -26,6 +26,7 @@ from swarmgpu.allocator.rescue import MAX_TRIES, plans
 from swarmgpu.allocator.values import Choice, Demand
 from swarmgpu.core.rebalanceconfig import DefragConfig
 from swarmgpu.manager.placement import ClusterAllocator, Holding, demand_of
+from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.rebalance.context import Context, Statement
 from swarmgpu.manager.rebalance.moves import Trigger
 
@@ -52,7 +53,7 @@ def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pendin
     ids = {ctx.by_name[svc].id for svc, _h in combo}
     cpu, mem = alloc.alloc.usage(node)
     for t in ctx.inp.tasks:
-        if t.node_id == node and t.desired_state == "running" and t.service_id in ids:
+        if t.node_id == node and t.desired_state in MEANT_STATES and t.service_id in ids:
             cpu, mem = cpu - t.cpu_milli, mem - t.memory_mib
     alloc.alloc.set_usage(node, max(0, cpu), max(0, mem))
     ctx.count_held(alloc, node, pending)
@@ -93,7 +94,7 @@ def _running(ctx: Context, held: ClusterAllocator, pending: str
     out: dict[str, dict[str, tuple[Demand, Choice]]] = {}
     use: dict[tuple[str, str], tuple[int, int]] = {}  # (service id, node) -> its tasks'
     for t in ctx.inp.tasks:
-        if t.desired_state == "running" and t.node_id and (t.cpu_milli or t.memory_mib):
+        if t.desired_state in MEANT_STATES and t.node_id and (t.cpu_milli or t.memory_mib):
             u = use.get((t.service_id, t.node_id), (0, 0))
             use[(t.service_id, t.node_id)] = (u[0] + t.cpu_milli, u[1] + t.memory_mib)
     for (svc, nid), h in held.held_items():
