@@ -111,3 +111,16 @@ def test_the_doctors_config_is_checked_as_the_daemon_checks_it(tmp_path: Path) -
     res = CliRunner().invoke(main, ["doctor", "--root", str(DOCTOR_ROOTS / "healthy"),
                                     "--config", str(cfg), "--json"])
     assert res.exit_code in (0, 1) and "configuration error" not in res.output, res.output
+
+
+def test_a_misspelled_agents_service_says_its_fix_once() -> None:
+    """Before, the finding carried the daemon's one-line text, its fix included, and the
+    check's own fix line said it again (and its why twice): the fix is said once, on
+    its line; the daemon's log and audit keep the one line."""
+    read = SwarmRead([GPU_A, CPU], [AGENT], [_task("n-a")])
+    c = _check("swarmgpu-agent", read)
+    assert "fix:" not in c.found and "docs/systemd.md" not in c.found, c.found
+    assert c.fix.count('agents.service: ""') == 1, c.fix
+    text, _ = run_doctor(str(DOCTOR_ROOTS / "healthy"), agents_service="swarmgpu-agent",
+                         swarm=read)
+    assert text.count("docs/systemd.md") == 1, text
