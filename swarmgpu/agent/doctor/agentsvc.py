@@ -39,7 +39,7 @@ def check_agents_service(view: NodeView) -> Check:
                      "node whose agent has not answered may be given CPU-only services",
                      FIX + "; doctor --agents-service NAME checks another name, "
                      "doctor --config FILE the daemon's")
-    left = unserved(read.nodes, read.services, read.tasks, name)
+    left = unserved(read.nodes, read.services, read.tasks, name, read.prefix)
     if left:
         hosts = ", ".join(n.hostname for n in left[:SHOWN]) + (
             f" and {len(left) - SHOWN} more" if len(left) > SHOWN else "")
