@@ -22,7 +22,7 @@ from swarmgpu.agent.doctor import (
 )
 from swarmgpu.agent.doctor.read import read_view
 from swarmgpu.cli import main
-from swarmgpu.cli.node import agents_service_for
+from swarmgpu.cli.node import daemon_keys
 from swarmgpu.swarm.client import SwarmTask
 
 AGENT = sw_svc("swarmgpu_agent", {}, gated=False, mode={"Global": {}})
@@ -92,10 +92,10 @@ def test_the_doctor_takes_agents_service_from_the_daemons_config(tmp_path: Path)
     the daemon uses. An explicit --agents-service still wins ('' too)."""
     cfg = tmp_path / "swarmgpu.yml"
     cfg.write_text("agents:\n  service: gpus_agent\n")
-    assert agents_service_for(None, str(cfg)) == "gpus_agent"
-    assert agents_service_for("other_agent", str(cfg)) == "other_agent"
-    assert agents_service_for("", str(cfg)) == ""
-    assert agents_service_for(None, None) == "swarmgpu_agent"
+    assert daemon_keys(None, str(cfg))[0] == "gpus_agent"
+    assert daemon_keys("other_agent", str(cfg))[0] == "other_agent"
+    assert daemon_keys("", str(cfg))[0] == ""
+    assert daemon_keys(None, None) == ("swarmgpu_agent", "swarmgpu.")
 
 
 def test_the_doctors_config_is_checked_as_the_daemon_checks_it(tmp_path: Path) -> None:
@@ -111,3 +111,31 @@ def test_the_doctors_config_is_checked_as_the_daemon_checks_it(tmp_path: Path) -
     res = CliRunner().invoke(main, ["doctor", "--root", str(DOCTOR_ROOTS / "healthy"),
                                     "--config", str(cfg), "--json"])
     assert res.exit_code in (0, 1) and "configuration error" not in res.output, res.output
+
+
+def test_a_misspelled_agents_service_says_its_fix_once() -> None:
+    """Before, the finding carried the daemon's one-line text, its fix included, and the
+    check's own fix line said it again (and its why twice): the fix is said once, on
+    its line; the daemon's log and audit keep the one line."""
+    read = SwarmRead([GPU_A, CPU], [AGENT], [_task("n-a")])
+    c = _check("swarmgpu-agent", read)
+    assert "fix:" not in c.found and "docs/systemd.md" not in c.found, c.found
+    assert c.fix.count('agents.service: ""') == 1, c.fix
+    text, _ = run_doctor(str(DOCTOR_ROOTS / "healthy"), agents_service="swarmgpu-agent",
+                         swarm=read)
+    assert text.count("docs/systemd.md") == 1, text
+
+
+def test_gpu_labelled_nodes_are_known_by_the_daemons_label_prefix(tmp_path: Path) -> None:
+    """Before, the check knew label sync's labels by ``swarmgpu.`` alone: with the
+    daemon's ``sync.prefix`` another (``--config``), a node marked only by label sync's
+    labels, no agent's task there, was not named."""
+    cfg = tmp_path / "swarmgpu.yml"
+    cfg.write_text("sync:\n  prefix: acme.\n")
+    name, prefix = daemon_keys(None, str(cfg))
+    assert (name, prefix) == ("swarmgpu_agent", "acme.")
+    synced = sw_node("n-s", "gpu-s", {"acme.gpu.count": "2"})
+    read = SwarmRead([GPU_A, synced], [AGENT], [_task("n-a")], prefix=prefix)
+    c = _check(name, read)
+    assert c.status is Status.WARN and "gpu-s" in c.found, c
+    assert _check(name, replace(read, prefix="swarmgpu.")).status is Status.OK

@@ -13,12 +13,13 @@ import click
 
 from swarmgpu.cli.config import ConfigPath
 from swarmgpu.cli.logs import setup_logging
-from swarmgpu.core.config import AgentsConfig
+from swarmgpu.core.config import AgentsConfig, SyncConfig
 
 if TYPE_CHECKING:
     from swarmgpu.swarm.identity import ReloadingServerContext
 
-DEFAULT_AGENTS_SERVICE = AgentsConfig.service  # the daemon's own default
+DEFAULT_AGENTS_SERVICE = AgentsConfig.service  # the daemon's own defaults
+DEFAULT_LABEL_PREFIX = SyncConfig.prefix
 MAX_REFRESH_S = 86400  # a day: a longer period is a typo (the watchdog is 2x it + 30 s)
 
 
@@ -306,7 +307,8 @@ def _log_plain(why: str) -> None:
                    f"file's, else {DEFAULT_AGENTS_SERVICE}.")
 @click.option("--config", "config_path", default=None, type=ConfigPath(),
               help="The daemon's YAML config (checked as `swarmgpu config check` does): "
-                   "its agents.service, unless --agents-service is given.")
+                   "its agents.service, unless --agents-service is given, and its "
+                   "sync.prefix (label sync's labels mark GPU nodes).")
 @_source_detail_options
 def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root: str | None,
            agents_service: str | None, config_path: str | None, hostname: str | None,
@@ -315,7 +317,7 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
     from swarmgpu.agent.doctor import FactsRead, factsread, run_doctor
     from swarmgpu.agent.procroot import proc_root_view
 
-    agents_service = agents_service_for(agents_service, config_path)
+    agents_service, prefix = daemon_keys(agents_service, config_path)
     read = FactsRead(None)
     docker_info = None
     if source or root == "/":
@@ -342,7 +344,7 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
                             proc_root=proc_root_view(proc_root or "/proc")
                             if proc_root or root == "/" else None,
                             agents_service=agents_service if root == "/" else None,
-                            swarm=_swarm_read(docker_info, docker_error, agents_service)
+                            swarm=_swarm_read(docker_info, docker_error, agents_service, prefix)
                             if root == "/" else None)
     click.echo(text)
     if read.hung:
@@ -352,23 +354,24 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
     sys.exit(code)
 
 
-def agents_service_for(given: str | None, config_path: str | None) -> str:
-    """The ``agents.service`` the doctor checks: ``--agents-service`` where given, else
+def daemon_keys(given: str | None, config_path: str | None) -> tuple[str, str]:
+    """The ``agents.service`` the doctor checks, and ``sync.prefix`` (a node carrying
+    label sync's labels under it is GPU-labelled): ``--agents-service`` where given, else
     the daemon's config file's (``--config``: loaded and checked as every command loads
-    it; an error ends the doctor, exit 2), else the daemon's default."""
-    if given is not None:
-        return given
+    it, whenever given; an error ends the doctor, exit 2), else the daemon's defaults."""
     if config_path is None:
-        return DEFAULT_AGENTS_SERVICE
+        return (DEFAULT_AGENTS_SERVICE if given is None else given), DEFAULT_LABEL_PREFIX
     from swarmgpu.cli.config import load_cfg
 
-    return load_cfg(config_path).agents.service
+    cfg = load_cfg(config_path)
+    return (cfg.agents.service if given is None else given), cfg.sync.prefix
 
 
-def _swarm_read(docker_info: Any, docker_error: str | None, name: str) -> Any:
+def _swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: str
+               ) -> Any:
     """Swarm's nodes, services and tasks for the ``agents.service`` check, read where
     this engine is a manager (``docker info``'s ``Swarm.ControlAvailable``); else why
-    not. Not read with the key off ('')."""
+    not (``prefix``: ``sync.prefix``). Not read with the key off ('')."""
     from swarmgpu.agent.doctor import SwarmRead
 
     if not name:
@@ -385,7 +388,7 @@ def _swarm_read(docker_info: Any, docker_error: str | None, name: str) -> Any:
         services = client.services()
         ids = [sv.id for sv in services if sv.name == name]
         tasks = client.tasks({"service": ids, "desired-state": "running"}) if ids else []
-        return SwarmRead(client.nodes(), services, tasks)
+        return SwarmRead(client.nodes(), services, tasks, prefix=prefix)
     except SwarmError as exc:
         return SwarmRead(error=str(exc))
 

@@ -28,10 +28,11 @@ FIX = ("agents run by systemd (swarmgpu-agent.service) or otherwise outside Swar
        "<stack>_agent)")
 
 
-def missing_agent_service(services: Iterable[SwarmService], name: str) -> str | None:
-    """Why ``agents.service`` (``name``) matches no service in Swarm, with the services
-    whose name ends in ``_agent`` (the stack's ``<stack>_agent``) and the fix; None when
-    one is named so, or the key is off ("")."""
+def unnamed_agent_service(services: Iterable[SwarmService], name: str) -> str | None:
+    """The finding alone: ``agents.service`` (``name``) matches no service in Swarm,
+    with the services whose name ends in ``_agent`` (the stack's ``<stack>_agent``);
+    None when one is named so, or the key is off (""). The doctor gives its why and
+    fix their own lines (``agent.doctor.agentsvc``)."""
     names = sorted({s.name for s in services})
     if not name or name in names:
         return None
@@ -39,10 +40,18 @@ def missing_agent_service(services: Iterable[SwarmService], name: str) -> str | 
     seen = (f"services named *_agent: {', '.join(like[:SHOWN])}"
             + (f" and {len(like) - SHOWN} more" if len(like) > SHOWN else "")
             if like else "no service is named *_agent")
-    return (f"agents.service: no Swarm service is named {quoted(name)} ({seen}), so no "
-            "node is known as a GPU node by the agents' tasks: one whose agent has not "
-            f"answered and has no gpu=true label may be taken as CPU-only; fix: {FIX}")
+    return f"agents.service: no Swarm service is named {quoted(name)} ({seen})"
 
+
+def missing_agent_service(services: Iterable[SwarmService], name: str) -> str | None:
+    """``unnamed_agent_service``'s finding in one line, with what it costs and the fix
+    (the daemon's log, ``audit``); None as there."""
+    found = unnamed_agent_service(services, name)
+    if found is None:
+        return None
+    return (f"{found}, so no node is known as a GPU node by the agents' tasks: one whose "
+            "agent has not answered and has no gpu=true label may be taken as CPU-only; "
+            f"fix: {FIX}")
 
 
 def gpu_labelled(node: SwarmNode, prefix: str = "swarmgpu.") -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from swarmgpu.agent.doctor.view import Check, NodeView, Status
 from swarmgpu.core.peertext import quoted
-from swarmgpu.swarm.agentservice import FIX, missing_agent_service, unserved
+from swarmgpu.swarm.agentservice import FIX, unnamed_agent_service, unserved
 
 CID = "agents.service"
 SHOWN = 5  # nodes named in the finding
@@ -32,14 +32,14 @@ def check_agents_service(view: NodeView) -> Check:
         return Check(CID, Status.SKIP,
                      f"agents.service {quoted(name)} not checked: {why}; run swarmgpu "
                      "doctor on a manager, or swarmgpu audit")
-    missing = missing_agent_service(read.services, name)
+    missing = unnamed_agent_service(read.services, name)
     if missing is not None:
         return Check(CID, Status.FAIL, missing,
                      "a misspelled agents.service marks no node as a GPU node: a GPU "
                      "node whose agent has not answered may be given CPU-only services",
                      FIX + "; doctor --agents-service NAME checks another name, "
                      "doctor --config FILE the daemon's")
-    left = unserved(read.nodes, read.services, read.tasks, name)
+    left = unserved(read.nodes, read.services, read.tasks, name, read.prefix)
     if left:
         hosts = ", ".join(n.hostname for n in left[:SHOWN]) + (
             f" and {len(left) - SHOWN} more" if len(left) > SHOWN else "")

@@ -11,6 +11,7 @@ from typing import Any
 from swarmgpu.agent.procroot import ProcRootView
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.labels import DEFAULT_PREFIX
 
 SWARMGPU_KIND = "NVIDIA-GPU"
 # Fixture-only files: a fixture tree cannot hold device nodes, NVML or a live dockerd.
@@ -121,12 +122,14 @@ class NodeView:
 @dataclass(frozen=True)
 class SwarmRead:
     """Swarm's lists, as a manager answers them, or why they could not be read (a worker
-    cannot list services)."""
+    cannot list services); ``prefix``: the daemon's ``sync.prefix``, under which label
+    sync's labels mark a GPU node."""
 
     nodes: Sequence[SwarmNode] = ()
     services: Sequence[SwarmService] = ()
     tasks: Sequence[SwarmTask] = ()
     error: str | None = None
+    prefix: str = DEFAULT_PREFIX
 
 
 @dataclass(frozen=True)

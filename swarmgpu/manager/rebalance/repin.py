@@ -366,7 +366,7 @@ class Repin:
         done = at_target and gate_open and runs
         late = (not done and self.clock() - self.seen.started(st, self.clock())
                 > self.cfg.move_timeout_s)
-        if late and self._late(sid, st, node, held, at_target and gate_open, waits):
+        if late and self._late(sid, st, node, held, gate_open, waits):
             return
         if not at_target:  # step 2 (or a roll-back's first node write)
             if self._taken(sid, st, node, held, st.target_holding(), waits, repoint=True):
@@ -404,9 +404,9 @@ class Repin:
             "repin there again)"), waits)
 
     def _late(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None,
-              opened: bool, waits: Waits) -> bool:
-        """Past ``move_timeout_s``; True when this look is done (``opened``: the ledger
-        at the target and the gate open)."""
+              gate_open: bool, waits: Waits) -> bool:
+        """Past ``move_timeout_s``; True when this look is done (``gate_open``: the gate
+        as ``advance`` read it)."""
         if st.trigger == HEALTH:
             # Never rolled back: that would restore its holding on the failed GPU, which
             # the policy proposes again at once (a restart loop). Once the gate is open on
@@ -414,14 +414,13 @@ class Repin:
             # start, an image, its restart policy), as for any placement: the repin ends
             # there. Before that the steps carry on (the closed gate is Swarm's to act on:
             # its constraint enforcer stops the old task), for at most the hold's limit.
-            if opened:
+            if held == st.target_holding() and gate_open:
                 self._finish(sid, st, Outcome.FAILED,
                              kept_on_healthy(st, self.cfg.move_timeout_s), waits)
                 return True
             if not self._hold_over(st):
                 return False
-            gate = node.labels.get(gate_key(self.prefix, st.service)) == "true"
-            self._health_over(sid, st, held, waits, gate)
+            self._health_over(sid, st, held, waits, gate_open)
             return True
         if st.direction == "forward" and self._taken(sid, st, node, held,
                                                      st.source_holding(), waits):
@@ -431,8 +430,7 @@ class Repin:
                 self._point_at_held(sid, st, held)
             why = f"the roll-back's task did not run within {self.cfg.move_timeout_s:g}s"
             if held != st.target_holding():  # its node write never landed: not Swarm's
-                gate = node.labels.get(gate_key(self.prefix, st.service)) == "true"
-                why = unlanded(st, f"{self.cfg.move_timeout_s:g}s", gate)
+                why = unlanded(st, f"{self.cfg.move_timeout_s:g}s", gate_open)
             self._leave(sid, st, held, why, waits)
             return True
         if waits.held and not self._hold_over(st):
