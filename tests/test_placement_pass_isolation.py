@@ -23,7 +23,7 @@ from swarmgpu.manager.placement import PlacementPlan, Planner, ReplicaPlacement,
 from swarmgpu.manager.placement import existing as existing_mod
 from swarmgpu.manager.placement import queues as queues_mod
 from swarmgpu.manager.placement.filters import SwarmFilters
-from swarmgpu.swarm.client import SwarmNode, SwarmService
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 BAD = "a-bad"  # first in serve order: every other service is planned after it
 
@@ -320,3 +320,34 @@ def test_gpus_a_raising_commit_counted_stay_used_till_the_next_cycle(
     again = _by_name(planner.plan(nodes, [big, six], [], FACTS))
     assert again["c-six"].status == "placed"
     assert again["c-six"].placements[0].node_id == hit[0]
+
+
+def test_a_released_service_whose_workload_count_raises_frees_its_gpus(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """a-bad's request labels are gone (released this cycle, its ledger entries
+    removed); it reserves CPU and runs on its GPU node, and counting it in the workload
+    mix raises. Its GPUs are released as its plan says, not committed again as a
+    service's whose ungating raised: b-big (8 GPUs) and c-six (6) are both placed in
+    the same cycle (a-bad's 4 held, one of them waited)."""
+    nodes, s = _settled(svc(BAD, {f"{P}gpus": "4"}))
+    (bad_node,) = [n.id for n in nodes if f"{P}assign.{BAD}" in n.labels]
+    cpu = {"TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 500_000_000}}}}
+    bad = replace(s, labels={}, spec=cpu, version=s.version + 1)
+    task = SwarmTask(id="t-bad", service_id=bad.id, node_id=bad_node, slot=1,
+                     state="running", desired_state="running", env=(), cpu_milli=500)
+    planner = Planner()
+    real = planner.model.observe
+
+    def observe(key: str, *args: Any, **kw: Any) -> bool:
+        if key == bad.id:
+            raise RuntimeError("boom counting a-bad")
+        return real(key, *args, **kw)
+
+    monkeypatch.setattr(planner.model, "observe", observe)
+    big, six = svc("b-big", {f"{P}gpus": "8"}), svc("c-six", {f"{P}gpus": "6"})
+    plan = planner.plan(nodes, [bad, big, six], [task], FACTS)
+    got = _by_name(plan)
+    assert BAD in plan.released
+    assert got["c-six"].status == "placed", got["c-six"].reason
+    assert got["b-big"].status == "placed", got["b-big"].reason
+    assert planner.cluster.held_at(BAD, bad_node) is None

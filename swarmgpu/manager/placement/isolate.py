@@ -12,6 +12,7 @@ raised (``ServiceRead.failed``); its visit is this module's too."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableSequence, Sequence
+from collections.abc import Set as AbstractSet
 
 from loguru import logger
 
@@ -96,14 +97,16 @@ def isolated(cluster: ClusterAllocator, faults: Faults, s: SwarmService,
     return failed_plan(s, r, exc)
 
 
-def unreleased(no_request: Sequence[SwarmService], failed: Mapping[str, Exception],
+def unreleased(no_request: Sequence[SwarmService], ungate_failed: AbstractSet[str],
                ledger: Mapping[str, object]) -> list[tuple[SwarmService, RequestError]]:
-    """The services of no request whose ungating raised (``failed``) that hold ledger
-    entries, each with a blank invalid request: committed with the kept holdings as an
-    invalid request's are (whole), as their failed plans say (what it holds stays held),
-    not released as a service's that no longer asks for GPUs."""
+    """The services of no request whose ungating raised (``ungate_failed``: ids) that
+    hold ledger entries, each with a blank invalid request: committed with the kept
+    holdings as an invalid request's are (whole), as their failed plans say (what it
+    holds stays held), not released as a service's that no longer asks for GPUs. Only
+    those: one released this cycle whose later pass raised (its workload count) had its
+    ledger entries removed, and committed again its GPUs went to no one that cycle."""
     return [(s, RequestError("", "", "")) for s in no_request
-            if s.id in failed and s.name in ledger]
+            if s.id in ungate_failed and s.name in ledger]
 
 
 def failed_unvisited(plans: list[ServicePlan], no_request: Sequence[SwarmService],

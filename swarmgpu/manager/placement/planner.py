@@ -348,6 +348,7 @@ class Planner:
                 writes, notes = ungate(s, prefix, released=held)
             except Exception as exc:  # its fault is its own (placement.isolate)
                 read.failed.setdefault(s.id, exc)
+                read.ungate_failed.add(s.id)
                 continue
             if held:  # request labels removed: release its GPUs
                 plan.released.append(s.name)
@@ -551,7 +552,7 @@ class Planner:
         returned, and service name -> node id -> holding for the others."""
         quiet, rest, count = (self._quiet_services(read, records, tasks_changed, touched, facts)
                               if may_skip else ({}, read.parsed, 0))
-        held = unreleased(read.no_request, read.failed, ledger)  # (isolate: kept whole)
+        held = unreleased(read.no_request, read.ungate_failed, ledger)  # (isolate: kept whole)
         if quiet:
             rest = [*rest, *held] if held else rest
             got = self._kept.commit(rest, without_finished(ledger, rest, jobs, read.failed),
