@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from loguru import logger
 from support.gpu_nodes import RTX4090
 from support.placement import P, apply, node, svc, written
 
@@ -345,9 +346,19 @@ def test_a_released_service_whose_workload_count_raises_frees_its_gpus(
 
     monkeypatch.setattr(planner.model, "observe", observe)
     big, six = svc("b-big", {f"{P}gpus": "8"}), svc("c-six", {f"{P}gpus": "6"})
-    plan = planner.plan(nodes, [bad, big, six], [task], FACTS)
+    logs: list[Any] = []
+    sink = logger.add(lambda m: logs.append(m.record), level="ERROR")
+    try:
+        plan = planner.plan(nodes, [bad, big, six], [task], FACTS)
+    finally:
+        logger.remove(sink)
     got = _by_name(plan)
     assert BAD in plan.released
+    # its fault is logged, with its traceback, though its plan is not failed
+    (rec,) = [r for r in logs if BAD in r["message"]]
+    assert "boom counting a-bad" in rec["message"] and rec["exception"] is not None
+    assert "released all the same" in rec["message"]
+    assert got.get(BAD) is None or got[BAD].status != "failed"
     assert got["c-six"].status == "placed", got["c-six"].reason
     assert got["b-big"].status == "placed", got["b-big"].reason
     assert planner.cluster.held_at(BAD, bad_node) is None

@@ -111,15 +111,24 @@ def unreleased(no_request: Sequence[SwarmService], ungate_failed: AbstractSet[st
 
 def failed_unvisited(plans: list[ServicePlan], no_request: Sequence[SwarmService],
                      failed: Mapping[str, Exception], cluster: ClusterAllocator,
-                     faults: Faults) -> None:
+                     faults: Faults, released: AbstractSet[str] = frozenset()) -> None:
     """A failed plan for each service a pass failed that no visit planned (one of no
     request: its ungating, or its count in the workload model, raised). What it holds
-    now is what it held (no visit changed it): kept (``unreleased``)."""
+    now is what it held (no visit changed it): kept (``unreleased``). One released this
+    cycle (``released``, or planned so), whose later pass raised, keeps its plan: its
+    fault is logged once while it lasts (else no log had its traceback)."""
     if not failed:
         return
     have = {sp.name for sp in plans}
     for s in no_request:
-        if s.id in failed and s.name not in have:
+        exc = failed.get(s.id)
+        if exc is not None and (s.name in have or s.name in released):
+            faults.say_once(f"{s.name}\0released", (
+                f"reading {s.name} after its release failed unexpectedly "
+                f"({type(exc).__name__}: {peer_text(str(exc), 200)}): it is released all "
+                "the same, as its plan says; fix: this is a swarmgpu fault, report it "
+                "with the daemon's log, which has the traceback"), exc)
+        elif exc is not None:
             now = {nid: held.key for (svc, nid), held in cluster.held_items()
                    if svc == s.name}
             plans.append(isolated(cluster, faults, s, RequestError("", "", ""),

@@ -291,7 +291,7 @@ class Planner:
             holds.end()
         self._memo.evict(services, seen.by_id)
         failed_unvisited(plan.services, read.no_request, read.failed, self.cluster,
-                         self._faults)
+                         self._faults, set(plan.released))
         self._note_problems(plan, {s.name: s for s, _ in read.parsed})
         self._faults.end()
         plan.workload = self.model.summary()
