@@ -362,3 +362,28 @@ def test_a_released_service_whose_workload_count_raises_frees_its_gpus(
     assert got["c-six"].status == "placed", got["c-six"].reason
     assert got["b-big"].status == "placed", got["b-big"].reason
     assert planner.cluster.held_at(BAD, bad_node) is None
+
+
+def test_a_kept_holding_whose_commit_raises_once_counted_leaves_no_gpu_counted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new planner (a new leader) commits a-bad's ledger holding; the allocator
+    counted its GPUs, then raised, in the pass that commits every kept holding (not a
+    service's visit: the cycle fails). The next cycle counts that node as the ledger
+    says, not with a-bad's 4 GPUs counted twice (its holding, then the stray count)."""
+    nodes, bad = _settled(svc(BAD, {f"{P}gpus": "4"}))
+    planner = Planner()
+    real = Allocator.commit
+    hit: list[str] = []
+
+    def commit(self: Allocator, choice: Choice) -> None:
+        real(self, choice)
+        if not hit and self is planner.cluster.alloc and choice.gpus:
+            hit.append(choice.node)
+            raise RuntimeError("boom once counted")
+
+    monkeypatch.setattr(Allocator, "commit", commit)
+    with pytest.raises(RuntimeError, match="boom once counted"):
+        planner.plan(nodes, [bad], [], FACTS)
+    monkeypatch.undo()
+    planner.plan(nodes, [bad], [], FACTS)  # the daemon's next cycle
+    assert planner.cluster.alloc.snapshot() == _fresh_after(nodes, [bad])

@@ -173,7 +173,12 @@ def unrecorded(cluster: ClusterAllocator) -> None:
     runs, and its new generation re-keys the settled plans of every service on it
     (``node_gen``): a fault there could then move a healthy service's placement. The
     cost of waiting: a service planned after it this cycle may wait one cycle for those
-    GPUs (tests/test_placement_pass_isolation.py)."""
+    GPUs (tests/test_placement_pass_isolation.py).
+
+    The planner calls it at each cycle's start too: a commit that raised outside a visit
+    (the pass that commits every kept holding) fails the whole cycle, no service's
+    isolation ran, and its node kept its stray count (those GPUs counted twice once the
+    next cycle committed the holding again)."""
     for nid in sorted(cluster.unrecorded):
         cluster.rebuild_node(nid)
     cluster.unrecorded.clear()

@@ -26,6 +26,7 @@ from swarmgpu.manager.placement.isolate import (
     failed_unvisited,
     isolated,
     plugins_noted,
+    unrecorded,
     unreleased,
 )
 from swarmgpu.manager.placement.jobs import (
@@ -254,6 +255,7 @@ class Planner:
         # Taken, not read: a cycle that raises leaves none, so the next one is a full pass
         # (its node and task diffs are against the snapshot of the cycle that failed).
         records, self._memo.quiet.records = self._memo.quiet.records, {}
+        unrecorded(self.cluster)  # a cycle that raised outside a visit left them: rebuilt
         if agents is None:  # (no snapshot: the simulator's, render's)
             agents = agent_nodes(services, tasks, self.agent_service)
         seen = self._see(nodes, facts, moving, agents)
