@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from loguru import logger
 from support.gpu_nodes import RTX4090
 from support.placement import P, apply, node, svc, written
 
@@ -23,7 +24,7 @@ from swarmgpu.manager.placement import PlacementPlan, Planner, ReplicaPlacement,
 from swarmgpu.manager.placement import existing as existing_mod
 from swarmgpu.manager.placement import queues as queues_mod
 from swarmgpu.manager.placement.filters import SwarmFilters
-from swarmgpu.swarm.client import SwarmNode, SwarmService
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 BAD = "a-bad"  # first in serve order: every other service is planned after it
 
@@ -320,3 +321,69 @@ def test_gpus_a_raising_commit_counted_stay_used_till_the_next_cycle(
     again = _by_name(planner.plan(nodes, [big, six], [], FACTS))
     assert again["c-six"].status == "placed"
     assert again["c-six"].placements[0].node_id == hit[0]
+
+
+def test_a_released_service_whose_workload_count_raises_frees_its_gpus(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """a-bad's request labels are gone (released this cycle, its ledger entries
+    removed); it reserves CPU and runs on its GPU node, and counting it in the workload
+    mix raises. Its GPUs are released as its plan says, not committed again as a
+    service's whose ungating raised: b-big (8 GPUs) and c-six (6) are both placed in
+    the same cycle (a-bad's 4 held, one of them waited)."""
+    nodes, s = _settled(svc(BAD, {f"{P}gpus": "4"}))
+    (bad_node,) = [n.id for n in nodes if f"{P}assign.{BAD}" in n.labels]
+    cpu = {"TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 500_000_000}}}}
+    bad = replace(s, labels={}, spec=cpu, version=s.version + 1)
+    task = SwarmTask(id="t-bad", service_id=bad.id, node_id=bad_node, slot=1,
+                     state="running", desired_state="running", env=(), cpu_milli=500)
+    planner = Planner()
+    real = planner.model.observe
+
+    def observe(key: str, *args: Any, **kw: Any) -> bool:
+        if key == bad.id:
+            raise RuntimeError("boom counting a-bad")
+        return real(key, *args, **kw)
+
+    monkeypatch.setattr(planner.model, "observe", observe)
+    big, six = svc("b-big", {f"{P}gpus": "8"}), svc("c-six", {f"{P}gpus": "6"})
+    logs: list[Any] = []
+    sink = logger.add(lambda m: logs.append(m.record), level="ERROR")
+    try:
+        plan = planner.plan(nodes, [bad, big, six], [task], FACTS)
+    finally:
+        logger.remove(sink)
+    got = _by_name(plan)
+    assert BAD in plan.released
+    # its fault is logged, with its traceback, though its plan is not failed
+    (rec,) = [r for r in logs if BAD in r["message"]]
+    assert "boom counting a-bad" in rec["message"] and rec["exception"] is not None
+    assert "released all the same" in rec["message"]
+    assert got.get(BAD) is None or got[BAD].status != "failed"
+    assert got["c-six"].status == "placed", got["c-six"].reason
+    assert got["b-big"].status == "placed", got["b-big"].reason
+    assert planner.cluster.held_at(BAD, bad_node) is None
+
+
+def test_a_kept_holding_whose_commit_raises_once_counted_leaves_no_gpu_counted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new planner (a new leader) commits a-bad's ledger holding; the allocator
+    counted its GPUs, then raised, in the pass that commits every kept holding (not a
+    service's visit: the cycle fails). The next cycle counts that node as the ledger
+    says, not with a-bad's 4 GPUs counted twice (its holding, then the stray count)."""
+    nodes, bad = _settled(svc(BAD, {f"{P}gpus": "4"}))
+    planner = Planner()
+    real = Allocator.commit
+    hit: list[str] = []
+
+    def commit(self: Allocator, choice: Choice) -> None:
+        real(self, choice)
+        if not hit and self is planner.cluster.alloc and choice.gpus:
+            hit.append(choice.node)
+            raise RuntimeError("boom once counted")
+
+    monkeypatch.setattr(Allocator, "commit", commit)
+    with pytest.raises(RuntimeError, match="boom once counted"):
+        planner.plan(nodes, [bad], [], FACTS)
+    monkeypatch.undo()
+    planner.plan(nodes, [bad], [], FACTS)  # the daemon's next cycle
+    assert planner.cluster.alloc.snapshot() == _fresh_after(nodes, [bad])

@@ -1,5 +1,5 @@
 """The victims stopped for a ``topology`` preemptor (nvlink, numa) free a set the
-allocator would give it (``Allocator.gpu_set``, as ``preempt._chosen`` holds it), not
+allocator would give it (``Allocator.gpu_set``, as ``preempt._gpu_pick`` holds it), not
 just enough GPUs: counted by number alone, victims whose GPUs (with the free ones) form
 no such set were stopped and the preemptor still could not be placed. Pure: the real
 planner and ``choose_preemptions`` over a forged snapshot."""

@@ -12,6 +12,7 @@ raised (``ServiceRead.failed``); its visit is this module's too."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableSequence, Sequence
+from collections.abc import Set as AbstractSet
 
 from loguru import logger
 
@@ -96,27 +97,38 @@ def isolated(cluster: ClusterAllocator, faults: Faults, s: SwarmService,
     return failed_plan(s, r, exc)
 
 
-def unreleased(no_request: Sequence[SwarmService], failed: Mapping[str, Exception],
+def unreleased(no_request: Sequence[SwarmService], ungate_failed: AbstractSet[str],
                ledger: Mapping[str, object]) -> list[tuple[SwarmService, RequestError]]:
-    """The services of no request whose ungating raised (``failed``) that hold ledger
-    entries, each with a blank invalid request: committed with the kept holdings as an
-    invalid request's are (whole), as their failed plans say (what it holds stays held),
-    not released as a service's that no longer asks for GPUs."""
+    """The services of no request whose ungating raised (``ungate_failed``: ids) that
+    hold ledger entries, each with a blank invalid request: committed with the kept
+    holdings as an invalid request's are (whole), as their failed plans say (what it
+    holds stays held), not released as a service's that no longer asks for GPUs. Only
+    those: one released this cycle whose later pass raised (its workload count) had its
+    ledger entries removed, and committed again its GPUs went to no one that cycle."""
     return [(s, RequestError("", "", "")) for s in no_request
-            if s.id in failed and s.name in ledger]
+            if s.id in ungate_failed and s.name in ledger]
 
 
 def failed_unvisited(plans: list[ServicePlan], no_request: Sequence[SwarmService],
                      failed: Mapping[str, Exception], cluster: ClusterAllocator,
-                     faults: Faults) -> None:
+                     faults: Faults, released: AbstractSet[str] = frozenset()) -> None:
     """A failed plan for each service a pass failed that no visit planned (one of no
     request: its ungating, or its count in the workload model, raised). What it holds
-    now is what it held (no visit changed it): kept (``unreleased``)."""
+    now is what it held (no visit changed it): kept (``unreleased``). One released this
+    cycle (``released``, or planned so), whose later pass raised, keeps its plan: its
+    fault is logged once while it lasts (else no log had its traceback)."""
     if not failed:
         return
     have = {sp.name for sp in plans}
     for s in no_request:
-        if s.id in failed and s.name not in have:
+        exc = failed.get(s.id)
+        if exc is not None and (s.name in have or s.name in released):
+            faults.say_once(f"{s.name}\0released", (
+                f"reading {s.name} after its release failed unexpectedly "
+                f"({type(exc).__name__}: {peer_text(str(exc), 200)}): it is released all "
+                "the same, as its plan says; fix: this is a swarmgpu fault, report it "
+                "with the daemon's log, which has the traceback"), exc)
+        elif exc is not None:
             now = {nid: held.key for (svc, nid), held in cluster.held_items()
                    if svc == s.name}
             plans.append(isolated(cluster, faults, s, RequestError("", "", ""),
@@ -161,7 +173,12 @@ def unrecorded(cluster: ClusterAllocator) -> None:
     runs, and its new generation re-keys the settled plans of every service on it
     (``node_gen``): a fault there could then move a healthy service's placement. The
     cost of waiting: a service planned after it this cycle may wait one cycle for those
-    GPUs (tests/test_placement_pass_isolation.py)."""
+    GPUs (tests/test_placement_pass_isolation.py).
+
+    The planner calls it at each cycle's start too: a commit that raised outside a visit
+    (the pass that commits every kept holding) fails the whole cycle, no service's
+    isolation ran, and its node kept its stray count (those GPUs counted twice once the
+    next cycle committed the holding again)."""
     for nid in sorted(cluster.unrecorded):
         cluster.rebuild_node(nid)
     cluster.unrecorded.clear()

@@ -26,6 +26,7 @@ from swarmgpu.manager.placement.isolate import (
     failed_unvisited,
     isolated,
     plugins_noted,
+    unrecorded,
     unreleased,
 )
 from swarmgpu.manager.placement.jobs import (
@@ -254,6 +255,7 @@ class Planner:
         # Taken, not read: a cycle that raises leaves none, so the next one is a full pass
         # (its node and task diffs are against the snapshot of the cycle that failed).
         records, self._memo.quiet.records = self._memo.quiet.records, {}
+        unrecorded(self.cluster)  # a cycle that raised outside a visit left them: rebuilt
         if agents is None:  # (no snapshot: the simulator's, render's)
             agents = agent_nodes(services, tasks, self.agent_service)
         seen = self._see(nodes, facts, moving, agents)
@@ -291,7 +293,7 @@ class Planner:
             holds.end()
         self._memo.evict(services, seen.by_id)
         failed_unvisited(plan.services, read.no_request, read.failed, self.cluster,
-                         self._faults)
+                         self._faults, set(plan.released))
         self._note_problems(plan, {s.name: s for s, _ in read.parsed})
         self._faults.end()
         plan.workload = self.model.summary()
@@ -348,6 +350,7 @@ class Planner:
                 writes, notes = ungate(s, prefix, released=held)
             except Exception as exc:  # its fault is its own (placement.isolate)
                 read.failed.setdefault(s.id, exc)
+                read.ungate_failed.add(s.id)
                 continue
             if held:  # request labels removed: release its GPUs
                 plan.released.append(s.name)
@@ -551,7 +554,7 @@ class Planner:
         returned, and service name -> node id -> holding for the others."""
         quiet, rest, count = (self._quiet_services(read, records, tasks_changed, touched, facts)
                               if may_skip else ({}, read.parsed, 0))
-        held = unreleased(read.no_request, read.failed, ledger)  # (isolate: kept whole)
+        held = unreleased(read.no_request, read.ungate_failed, ledger)  # (isolate: kept whole)
         if quiet:
             rest = [*rest, *held] if held else rest
             got = self._kept.commit(rest, without_finished(ledger, rest, jobs, read.failed),

@@ -509,7 +509,7 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
                      here: Mapping[str, Holding] = here) -> bool:
             def milli(c: Candidate) -> int:
                 return holding_milli(rd.req.get(c.service), c.holding, rd.facts) if c.holding else 0
-            # and a topology request has a set the allocator gives (``_chosen``) once they
+            # and a topology request has a set the allocator gives (``_gpu_pick``) once they
             # go: else they were stopped for nothing, their preemptor still pending
             return group_reclaimable(  # every replica placed counts against its guarantee
                 r, [(c.quota, milli(c)) for c in combo if c.quota is not None], rd.queues,
@@ -579,7 +579,7 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
     if r.queue:
         rd.q_given[r.queue] = rd.q_given.get(r.queue, 0) + 1000 * r.gpus * replicas
     freed = _freed(rd, p)
-    chosen = _chosen(rd, p, r, replicas, freed)
+    chosen = _gpu_pick(rd, p.node_id, p.service, r, replicas, freed)
     used = sorted(u for _n, u in _free_used(rd, p, r, replicas, freed)) if chosen is None \
         else sorted(set(chosen) - freed)
     rd.taken.update((p.node_id, u) for u in used)
@@ -601,22 +601,16 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
     return replace(p, moves=moves, held=held)
 
 
-def _chosen(rd: _Round, p: Preemption, r: GpuRequest, replicas: int,
-            freed: AbstractSet[str]) -> tuple[str, ...] | None:
-    """The GPUs the allocator would give ``replicas`` of ``r`` on ``p``'s node once its
-    victims go (``Allocator.gpu_set`` over the freed and the free GPUs it may use: its
-    own placement's choice), or None where it gives none. Taken by UUID order instead, a
-    ``topology`` request was held GPUs it cannot use together, the set it could use left
-    to the others placed before it: it stayed pending, and preempted again. None for a
-    request of any topology: any of those GPUs go together (``_usable`` filtered them),
-    so they are taken as before (the simulator's figures stay as they were)."""
-    return _gpu_pick(rd, p.node_id, p.service, r, replicas, freed)
-
-
 def _gpu_pick(rd: _Round, nid: str, name: str, r: GpuRequest, replicas: int,
               freed: AbstractSet[str]) -> tuple[str, ...] | None:
-    """``_chosen`` for ``name``'s ``r`` on node ``nid`` once ``freed`` is freed there
-    (the victim choice's test too: ``_best_preemption``)."""
+    """The GPUs the allocator would give ``replicas`` of ``name``'s ``r`` on node ``nid``
+    once ``freed`` is freed there (``Allocator.gpu_set`` over the freed and the free GPUs
+    it may use: its own placement's choice), or None where it gives none: held for it
+    (``_take``), and the victim choice's test (``_best_preemption``). Taken by UUID order
+    instead, a ``topology`` request was held GPUs it cannot use together, the set it could
+    use left to the others placed before it: it stayed pending, and preempted again. None
+    for a request of any topology: any of those GPUs go together (``_usable`` filtered
+    them), so they are taken as before (the simulator's figures stay as they were)."""
     f, node = rd.facts.get(nid), rd.by_node.get(nid)
     if f is None or node is None or r.topology is Topology.ANY:
         return None

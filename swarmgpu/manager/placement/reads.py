@@ -41,6 +41,9 @@ class ServiceRead:
     # service id -> what a pass over every service raised for it before its visit (its
     # read here; the planner's other passes add theirs): planned as failed, kept whole
     failed: dict[str, Exception] = field(default_factory=dict)
+    # of ``failed``, the services of no request whose ungating raised (the planner's
+    # release pass): the only ones whose ledger entries are kept whole (``unreleased``)
+    ungate_failed: set[str] = field(default_factory=set)
 
     def served(self) -> Parsed:
         """``parsed`` in serve order (``placement.preempt.serve_order``: the same stable
