@@ -19,7 +19,11 @@ from typing import Any
 
 from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.placement.keys import (
-    DEVICES, MEANT_STATES, is_renew, meant_filter, next_renewal,
+    DEVICES,
+    MEANT_STATES,
+    is_renew,
+    meant_filter,
+    next_renewal,
 )
 from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
 from swarmgpu.manager.placement.records import SpecWrites
