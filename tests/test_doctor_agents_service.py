@@ -139,3 +139,15 @@ def test_gpu_labelled_nodes_are_known_by_the_daemons_label_prefix(tmp_path: Path
     c = _check(name, read)
     assert c.status is Status.WARN and "gpu-s" in c.found, c
     assert _check(name, replace(read, prefix="swarmgpu.")).status is Status.OK
+
+
+def test_a_misspelled_agents_service_is_no_fail_where_no_node_is_gpu_labelled() -> None:
+    """Before, the doctor failed it on a swarm without GPU nodes, while the daemon and
+    ``audit`` say it only where GPU nodes exist (``swarm.agentservice``): now ``ok``,
+    saying what it saw; with a GPU-labelled node it still fails."""
+    c = _check("swarmgpu-agent", SwarmRead([CPU], [AGENT], []))
+    assert c.status is Status.OK, c
+    assert "no Swarm service is named 'swarmgpu-agent'" in c.found, c.found
+    assert "no node is GPU-labelled" in c.found and "1 node(s)" in c.found, c.found
+    c = _check("swarmgpu-agent", SwarmRead([CPU, GPU_B], [AGENT], []))
+    assert c.status is Status.FAIL, c

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from support.forged import (
+    NodeWritesFail,
     RecordDropFails,
     RecordingSwarm,
     held_labels,
@@ -801,3 +802,25 @@ def test_a_repin_on_a_node_paused_after_its_gate_closed_is_handed_back_at_once()
     fresh = victim_cluster()  # paused before: refused at its start, nothing written
     fresh._nodes["n-4090"] = dataclasses.replace(fresh._nodes["n-4090"], availability="pause")
     assert "gpu-node-2 is ready/pause" in (_start_repin(fresh) or "")
+
+
+def test_a_repin_whose_node_is_paused_before_step_2_ends_without_closing_its_gate() -> None:
+    """Step 2's write failed at the start (the engine's 500), then the operator paused
+    gpu-node-2. Before: the next look closed g's gate (stopping nothing there), and the
+    one after opened it again (``_paused``): two pointless node writes. Now that look
+    ends the repin as ``_paused`` does, the gate never closed."""
+    base = victim_cluster()
+    sw = NodeWritesFail(list(base._nodes.values()), list(base._services.values()),
+                        base._tasks)
+    sw.fail_once = frozenset({"n-4090"})
+    now = [1000.0]
+    _cycle(sw, now, [_repin_move()])
+    assert sw.node("n-4090").labels[gate_key(P, "g")] == "true"  # step 2 not made
+    sw._nodes["n-4090"] = dataclasses.replace(sw._nodes["n-4090"], availability="pause")
+    before = len([c for c in sw.calls if c == ("node", "n-4090")])
+    now[0] += 1
+    (last,) = _cycle(sw, now).recent
+    assert last.outcome is Outcome.FAILED and "gpu-node-2 is paused" in last.detail, last
+    assert len([c for c in sw.calls if c == ("node", "n-4090")]) == before, sw.calls
+    _ended_on(sw, U[1])
+    assert [t.id for t in _running_on(sw, "n-4090")] == ["t-g-4090"]

@@ -4,9 +4,9 @@ under another name) marks no node, silently; this says so, with the fix.
 Not an error to the daemon: the key is only one sign of a GPU node
 (``manager.placement.cpunodes.gpu_hint``), and systemd agents run in no service at all.
 Said where GPU nodes exist, so a swarm without any is not told about agents it does not
-run. ``swarmgpu doctor`` fails it (``agent.doctor.agentsvc``), and names the GPU-labelled
-nodes no task of the service runs on (``unserved``): the daemon, the log, ``audit`` and
-the doctor read it here alike.
+run. ``swarmgpu doctor`` fails it where a node is GPU-labelled (``gpu_labelled``;
+``agent.doctor.agentsvc``), and names the GPU-labelled nodes no task of the service runs
+on (``unserved``): the daemon, the log, ``audit`` and the doctor read it here alike.
 """
 
 from __future__ import annotations

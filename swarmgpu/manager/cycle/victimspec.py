@@ -18,7 +18,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from swarmgpu.manager.placement.jobs import JOB_MODES
-from swarmgpu.manager.placement.keys import DEVICES, MEANT_STATES, is_renew, next_renewal
+from swarmgpu.manager.placement.keys import (
+    DEVICES,
+    MEANT_STATES,
+    is_renew,
+    meant_filter,
+    next_renewal,
+)
 from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
 from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.placement.specwrite import SpecCompute, service_compute
@@ -32,9 +38,9 @@ def renewed(swarm: SwarmClient, service_id: str) -> SwarmService | None:
     s = swarm.service(service_id)
     if s.mode in JOB_MODES:
         return None
-    # Every task read, not the engine's desired-state filter, which takes no ``ready``:
-    # a restart's or an update's new task waits for a node so too (``MEANT_STATES``).
-    tasks = swarm.tasks({"service": service_id})
+    # Desired ready too (Moby's task filter takes any state name): a restart's or an
+    # update's new task waits for a node so too (``MEANT_STATES``).
+    tasks = swarm.tasks({"service": service_id, "desired-state": meant_filter()})
     return s if any(not t.node_id and t.desired_state in MEANT_STATES for t in tasks) else None
 
 

@@ -79,7 +79,7 @@ from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import NodeState
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.jobs import job_progress
-from swarmgpu.manager.placement.keys import MAX_STATE
+from swarmgpu.manager.placement.keys import MAX_STATE, MEANT_STATES
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.placement.queues import (
@@ -411,10 +411,11 @@ def choose_preemptions(
 
 
 def _started(tasks: Sequence[SwarmTask]) -> dict[tuple[str, str], str]:
-    """(service id, node) -> the creation time of its newest task meant to run there."""
+    """(service id, node) -> the creation time of its newest task meant to run there
+    (desired ready too: a restart's, whose work is lost already)."""
     started: dict[tuple[str, str], str] = {}
     for t in tasks:
-        if t.desired_state == "running" and t.node_id:
+        if t.desired_state in MEANT_STATES and t.node_id:
             k = (t.service_id, t.node_id)
             started[k] = max(started.get(k, ""), t.created_at)
     return started

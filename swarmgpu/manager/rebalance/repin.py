@@ -37,9 +37,9 @@ health repin is never rolled back (its source GPU failed): past the timeout it e
 the new GPUs once their gate is open, and one whose gate has not reopened by its hold
 limit (twice ``move_timeout_s``: Swarm has not let the old task go) ends there, gate
 left closed (the old task carries the failed GPU), left to placement. A node paused
-once its gate closed, before Swarm let the old task go (its constraint enforcer acts on
-no paused node), ends a repin that cycle, back on the GPUs the old task has
-(``_paused``). No spec write leaves a task of the service waiting
+before Swarm let the old task go (its constraint enforcer acts on no paused node), its
+gate closed or step 2 not yet made, ends a repin that cycle, back on the GPUs the old
+task has (``_paused``). No spec write leaves a task of the service waiting
 for a node (a replicated replacement N does not take) of an older revision, which Swarm
 never tries again (docs/deploy.md; ``Waits``): where nothing of it runs, a roll-back
 closes the gate first, then writes the spec with a ForceUpdate (the waiting task carried
@@ -359,7 +359,9 @@ class Repin:
                                        f"{'gone' if held is None else 'another GPU set'}",
                         waits)
             return
-        if (at_target and not gate_open and wanted and node.availability == "pause"
+        # paused before step 2 too: closing the gate would stop nothing there, and the
+        # next look would only open it again (two writes, a restart risk)
+        if ((not at_target or not gate_open) and wanted and node.availability == "pause"
                 and st.trigger != HEALTH and not waits.waiting):
             self._paused(sid, st, node, held, waits)
             return
@@ -385,10 +387,11 @@ class Repin:
 
     def _paused(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None,
                 waits: Waits) -> None:
-        """Its gate closed on a node the operator paused before Swarm let the old task
-        go: Swarm's constraint enforcer acts on no paused node, so that task runs on with
-        the step's source GPUs and the step would only wait for its timeout (a roll-back
-        on it too). Left to placement at once where its task is: the ledger and the
+        """Its node paused by the operator before Swarm let the old task go (its gate
+        closed, or step 2 not yet made: closing it would stop nothing): Swarm's
+        constraint enforcer acts on no paused node, so that task runs on with the step's
+        source GPUs and the step would only wait for its timeout (a roll-back on it
+        too). Left to placement at once where its task is: the ledger and the
         device map back on those GPUs, the gate open. (A health repin is not: its source
         GPU failed; its hold limit ends it.)"""
         if self._taken(sid, st, node, held, st.source_holding(), waits):
