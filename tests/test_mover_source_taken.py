@@ -22,6 +22,7 @@ from support.forged import (
     sw_svc,
     victim_cluster,
     victim_move,
+    victim_source_closed,
 )
 
 from swarmgpu.core.config import RebalanceConfig
@@ -37,19 +38,6 @@ def lines() -> Any:
     sink = logger.add(lambda m: said.append(str(m)), level="INFO")
     yield said
     logger.remove(sink)
-
-
-def _source_closed() -> tuple[RecordingSwarm, list[float], Mover]:
-    """The victim's move without make-before-break, its source closed (step 3)."""
-    sw, now = victim_cluster({}), [1000.0]
-    cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0, make_before_break=False)
-    m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
-    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
-    now[0] += 5.0
-    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
-    assert gate_key(P, "victim") not in sw.node("n-dgx").labels
-    sw.stop_tasks("id-victim", "n-dgx")  # the constraint enforcer
-    return sw, now, m
 
 
 def _placed_on_source(sw: RecordingSwarm, milli: int = 1000) -> None:
@@ -68,7 +56,7 @@ def test_a_roll_back_never_reopens_a_source_another_service_holds_now(
         why: str, lines: list[str]) -> None:
     """Before: the roll-back wrote the victim's ledger entry and gate back on n-dgx
     beside other's: one GPU held by two services, both tasks started on it."""
-    sw, now, m = _source_closed()
+    sw, now, m = victim_source_closed()
     _placed_on_source(sw)
     if why == "timeout":
         now[0] += 200.0
@@ -98,7 +86,7 @@ def test_a_roll_back_never_reopens_a_source_another_service_holds_now(
 def test_a_source_gpu_shared_with_room_left_is_reopened() -> None:
     """other took half the GPU: the victim's whole GPU no longer fits (taken); a share
     that fits beside another's is the source as it was (reopened)."""
-    sw, now, m = _source_closed()
+    sw, now, m = victim_source_closed()
     _placed_on_source(sw, milli=500)
     now[0] += 200.0
     m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
@@ -107,7 +95,7 @@ def test_a_source_gpu_shared_with_room_left_is_reopened() -> None:
 
 
 def test_a_source_nobody_took_is_reopened_as_before() -> None:
-    sw, now, m = _source_closed()
+    sw, now, m = victim_source_closed()
     now[0] += 200.0
     m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
     assert sw.node("n-dgx").labels[assign_key(P, "victim")] == V_UUID
@@ -122,7 +110,7 @@ def test_placement_places_the_replica_anew_after_a_roll_back_not_reopened() -> N
 
     from swarmgpu.manager.placement import plan_placement
 
-    sw, now, m = _source_closed()
+    sw, now, m = victim_source_closed()
     _placed_on_source(sw)
     now[0] += 200.0
     m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())

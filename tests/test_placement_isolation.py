@@ -6,7 +6,6 @@ is logged once while it lasts, and the daemon's cycle goes on."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -15,13 +14,12 @@ from typing import Any
 import pytest
 from loguru import logger
 from support.forged import RecordingSwarm, snapshot, sw_node, sw_svc
-from support.gpu_nodes import RTX4090
 from support.health import F1, F2, U2, mark, service, setup
-from support.placement import P, apply, node, svc, written
+from support.isolation import BAD, FACTS, NODES, settled
+from support.placement import P, apply, svc
 
 from swarmgpu.allocator.values import Choice
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
-from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.cycle.grants import managed_names
 from swarmgpu.manager.cycle.placement import PlacementStep, findings_of
 from swarmgpu.manager.daemon import Daemon
@@ -30,29 +28,6 @@ from swarmgpu.manager.placement import planner as planner_mod
 from swarmgpu.manager.placement.ledger import parse_holding
 from swarmgpu.manager.web.cluster_view import build_cluster, render_status
 from swarmgpu.swarm.client import SwarmNode, SwarmService
-
-BAD = "a-bad"  # first in serve order: every other service is planned after it
-
-
-def _facts(i: int) -> NodeFacts:
-    """The RTX 4090 machine's eight GPUs, with UUIDs of this node's own."""
-    text = json.dumps(RTX4090.facts().to_dict())
-    return NodeFacts.from_dict(json.loads(text.replace("GPU-5ca1ab1e-", f"GPU-{i:08x}-")))
-
-
-NODES = [node("n-a", "gpu-a"), node("n-b", "gpu-b")]
-FACTS = {"n-a": _facts(1), "n-b": _facts(2)}
-
-
-def _settled_bad() -> tuple[list[SwarmNode], SwarmService]:
-    """``a-bad`` holding 4 GPUs of one node, its writes landed (two cycles)."""
-    nodes, s = list(NODES), svc(BAD, {f"{P}gpus": "4"})
-    planner = Planner()
-    for _ in range(2):
-        plan = planner.plan(nodes, [s], [], FACTS)
-        s = written(s, plan.services[0])
-        nodes = apply(nodes, plan)
-    return nodes, s
 
 
 def _raising_commit(planner: Planner, seen: list[str]) -> Callable[..., None]:
@@ -83,7 +58,7 @@ def _by_name(plan: PlacementPlan) -> dict[str, ServicePlan]:
 
 def test_a_service_whose_planning_raises_costs_itself_alone(
         monkeypatch: pytest.MonkeyPatch, errors: list[Any]) -> None:
-    nodes, bad = _settled_bad()
+    nodes, bad = settled(svc(BAD, {f"{P}gpus": "4"}))
     held = {n.id: n.labels[assign_key(P, BAD)] for n in nodes
             if assign_key(P, BAD) in n.labels}
     (bad_node,) = held
@@ -281,7 +256,7 @@ def test_a_restore_that_raises_costs_its_service_alone_and_its_nodes_are_rebuilt
     free under its running task): the visit goes on, the two other services are
     planned away from what it held, the fault is said once, and the next cycle's
     allocator is the one a fresh planner builds from the ledger (``isolate.unsure``)."""
-    nodes, bad = _settled_bad()
+    nodes, bad = settled(svc(BAD, {f"{P}gpus": "4"}))
     (bad_node,) = [n.id for n in nodes if assign_key(P, BAD) in n.labels]
     two, three = svc("b-two", {f"{P}gpus": "2"}), svc("c-three", {f"{P}gpus": "3"})
     planner = Planner()

@@ -7,50 +7,26 @@ leaves no GPU counted for good: its node is built anew (or nothing was counted).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import pytest
 from loguru import logger
-from support.gpu_nodes import RTX4090
-from support.placement import P, apply, node, svc, written
+from support.isolation import BAD, FACTS, NODES, settled
+from support.placement import P, apply, svc, written
 
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import Choice
-from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement import PlacementPlan, Planner, ReplicaPlacement, ServicePlan
 from swarmgpu.manager.placement import existing as existing_mod
 from swarmgpu.manager.placement import queues as queues_mod
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
-BAD = "a-bad"  # first in serve order: every other service is planned after it
-
-
-def _facts(i: int) -> NodeFacts:
-    """The RTX 4090 machine's eight GPUs, with UUIDs of this node's own."""
-    text = json.dumps(RTX4090.facts().to_dict())
-    return NodeFacts.from_dict(json.loads(text.replace("GPU-5ca1ab1e-", f"GPU-{i:08x}-")))
-
-
-NODES = [node("n-a", "gpu-a"), node("n-b", "gpu-b")]
-FACTS = {"n-a": _facts(1), "n-b": _facts(2)}
-
 
 def _by_name(plan: PlacementPlan) -> dict[str, ServicePlan]:
     return {sp.name: sp for sp in plan.services}
-
-
-def _settled(s: SwarmService) -> tuple[list[SwarmNode], SwarmService]:
-    """``s`` holding its GPUs on one node, its writes landed (two cycles)."""
-    nodes, planner = list(NODES), Planner()
-    for _ in range(2):
-        plan = planner.plan(nodes, [s], [], FACTS)
-        s = written(s, plan.services[0])
-        nodes = apply(nodes, plan)
-    return nodes, s
 
 
 def _failed(sp: ServicePlan, *why: str) -> None:
@@ -66,7 +42,7 @@ def _held_stays(bad: SwarmService, malformed: Callable[[SwarmService], SwarmServ
     """``bad`` settled on 4 GPUs of one node, then made ``malformed``: planned beside
     ``b-big`` (8 GPUs: only the other node) and ``c-six`` (6: only where ``bad`` holds).
     ``bad`` fails, its GPUs stay held (``c-six`` waits), ``b-big`` is placed."""
-    nodes, s = _settled(bad)
+    nodes, s = settled(bad)
     (bad_node,) = [n.id for n in nodes if f"{P}assign.{BAD}" in n.labels]
     big, six = svc("b-big", {f"{P}gpus": "8"}), svc("c-six", {f"{P}gpus": "6"})
     planner = planner or Planner()
@@ -159,13 +135,9 @@ def _fresh_after(nodes: list[SwarmNode], services: list[SwarmService]) -> Any:
     return p.cluster.alloc.snapshot()
 
 
-def test_a_commit_that_raises_once_it_counted_has_its_node_rebuilt(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The allocator counted a-bad's GPUs, then raised (its scorer is shown the commit
-    last) before the holding was recorded: the node is built anew at the next sync, not
-    left with 4 GPUs counted that no ledger entry holds."""
-    bad, ok = svc(BAD, {f"{P}gpus": "4"}), svc("b-ok", {f"{P}gpus": "4"})
-    planner = Planner()
+def _commit_raises_once(monkeypatch: pytest.MonkeyPatch, planner: Planner) -> list[str]:
+    """The allocator's commit of ``planner``, which raises once it counted the first choice
+    of GPUs: the node of that choice is put in the list returned."""
     real = Allocator.commit
     hit: list[str] = []
 
@@ -176,6 +148,17 @@ def test_a_commit_that_raises_once_it_counted_has_its_node_rebuilt(
             raise RuntimeError("boom once counted")
 
     monkeypatch.setattr(Allocator, "commit", commit)
+    return hit
+
+
+def test_a_commit_that_raises_once_it_counted_has_its_node_rebuilt(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The allocator counted a-bad's GPUs, then raised (its scorer is shown the commit
+    last) before the holding was recorded: the node is built anew at the next sync, not
+    left with 4 GPUs counted that no ledger entry holds."""
+    bad, ok = svc(BAD, {f"{P}gpus": "4"}), svc("b-ok", {f"{P}gpus": "4"})
+    planner = Planner()
+    hit = _commit_raises_once(monkeypatch, planner)
     plan = planner.plan(list(NODES), [bad, ok], [], FACTS)
     monkeypatch.undo()
     assert hit
@@ -214,7 +197,7 @@ def test_a_service_whose_ungating_raises_costs_itself_alone() -> None:
     """The pass that releases the services that no longer ask for a GPU: a-bad's
     request labels are gone, its gate is still in its spec, its UpdateConfig is not a
     mapping. It is failed and keeps its ledger entry and its lines (nothing written)."""
-    nodes, held = _settled(svc(BAD, {f"{P}gpus": "4"}))
+    nodes, held = settled(svc(BAD, {f"{P}gpus": "4"}))
     bad = replace(held, labels={}, spec={"UpdateConfig": "fast"}, version=held.version + 1)
     ok = svc("b-ok", {f"{P}gpus": "4"})
     plan = Planner().plan(nodes, [bad, ok], [], FACTS)
@@ -275,7 +258,7 @@ def test_a_queue_count_that_raises_refuses_new_work_to_its_queue(
     b-new (6 GPUs of q: 10 with a-bad's) is refused this cycle, its plan naming why;
     c-free (no queue) is placed."""
     q = {f"{P}queue": "q"}
-    nodes, bad = _settled(svc(BAD, {f"{P}gpus": "4", **q}))
+    nodes, bad = settled(svc(BAD, {f"{P}gpus": "4", **q}))
     real = queues_mod.held_in_ledger
 
     def held_in_ledger(kept: Any, ledger: Any, *a: Any) -> Any:
@@ -300,16 +283,7 @@ def test_gpus_a_raising_commit_counted_stay_used_till_the_next_cycle(
     bad, big, six = (svc(BAD, {f"{P}gpus": "4"}), svc("b-big", {f"{P}gpus": "8"}),
                      svc("c-six", {f"{P}gpus": "6"}))
     planner = Planner()
-    real = Allocator.commit
-    hit: list[str] = []
-
-    def commit(self: Allocator, choice: Choice) -> None:
-        real(self, choice)
-        if not hit and self is planner.cluster.alloc and choice.gpus:
-            hit.append(choice.node)
-            raise RuntimeError("boom once counted")
-
-    monkeypatch.setattr(Allocator, "commit", commit)
+    hit = _commit_raises_once(monkeypatch, planner)
     plan = planner.plan(list(NODES), [bad, big, six], [], FACTS)
     monkeypatch.undo()
     got = _by_name(plan)
@@ -330,7 +304,7 @@ def test_a_released_service_whose_workload_count_raises_frees_its_gpus(
     mix raises. Its GPUs are released as its plan says, not committed again as a
     service's whose ungating raised: b-big (8 GPUs) and c-six (6) are both placed in
     the same cycle (a-bad's 4 held, one of them waited)."""
-    nodes, s = _settled(svc(BAD, {f"{P}gpus": "4"}))
+    nodes, s = settled(svc(BAD, {f"{P}gpus": "4"}))
     (bad_node,) = [n.id for n in nodes if f"{P}assign.{BAD}" in n.labels]
     cpu = {"TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 500_000_000}}}}
     bad = replace(s, labels={}, spec=cpu, version=s.version + 1)
@@ -370,18 +344,9 @@ def test_a_kept_holding_whose_commit_raises_once_counted_leaves_no_gpu_counted(
     counted its GPUs, then raised, in the pass that commits every kept holding (not a
     service's visit: the cycle fails). The next cycle counts that node as the ledger
     says, not with a-bad's 4 GPUs counted twice (its holding, then the stray count)."""
-    nodes, bad = _settled(svc(BAD, {f"{P}gpus": "4"}))
+    nodes, bad = settled(svc(BAD, {f"{P}gpus": "4"}))
     planner = Planner()
-    real = Allocator.commit
-    hit: list[str] = []
-
-    def commit(self: Allocator, choice: Choice) -> None:
-        real(self, choice)
-        if not hit and self is planner.cluster.alloc and choice.gpus:
-            hit.append(choice.node)
-            raise RuntimeError("boom once counted")
-
-    monkeypatch.setattr(Allocator, "commit", commit)
+    _commit_raises_once(monkeypatch, planner)
     with pytest.raises(RuntimeError, match="boom once counted"):
         planner.plan(nodes, [bad], [], FACTS)
     monkeypatch.undo()

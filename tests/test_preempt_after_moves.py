@@ -10,30 +10,14 @@ rebalance step), then ``Preempter.cycle`` on that same snapshot (the preemption 
 
 from __future__ import annotations
 
-from support.forged import DGX_F, R4090_F, RecordingSwarm, sw_node, sw_svc
+from support.forged import RecordingSwarm, sw_node, sw_svc
+from support.move_then_preempt import D, P, R, holds, move_then_preempt
 
-from swarmgpu.core.config import Config, PreemptionConfig, RebalanceConfig
-from swarmgpu.manager.cycle.placement import make_plan
-from swarmgpu.manager.cycle.preemption import Preempter
-from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key
+from swarmgpu.core.config import Config, PreemptionConfig
+from swarmgpu.manager.placement import devices_key, gate_key
 from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
-from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.swarm.client import SwarmTask
-
-P = "swarmgpu."
-R = tuple(g.uuid for g in R4090_F.gpus)  # 8 RTX 4090s on n-4090
-D = tuple(g.uuid for g in DGX_F.gpus if not g.mig_enabled)
-FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
-
-
-def _holds(node: str, holds: dict[str, tuple[str, ...]]) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    for name, uuids in holds.items():
-        h = Holding(name, node, uuids, tuple(1000 for _ in uuids))
-        labels |= {assign_key(P, name): h.label_value(), gate_key(P, name): "true"}
-    return labels
 
 
 def _cluster() -> RecordingSwarm:
@@ -42,8 +26,8 @@ def _cluster() -> RecordingSwarm:
     100) wants 2 RTX 4090s: small's GPU and the free one would do."""
     nodes = [
         sw_node("n-mgr", "manager", role="manager"),
-        sw_node("n-dgx", "gpu-node-1", _holds("n-dgx", {"mover": D[:1]})),
-        sw_node("n-4090", "gpu-node-2", _holds("n-4090", {"small": R[:1], "filler": R[2:]})),
+        sw_node("n-dgx", "gpu-node-1", holds("n-dgx", {"mover": D[:1]})),
+        sw_node("n-4090", "gpu-node-2", holds("n-4090", {"small": R[:1], "filler": R[2:]})),
     ]
     small = sw_svc("small", {f"{P}gpus": "1", devices_key(P, "n-4090"): R[0]})
     keep = {f"{P}priority": "50", f"{P}preemptible": "false"}
@@ -71,15 +55,10 @@ def _mover_to_4090() -> Move:
 def _cycle(sw: RecordingSwarm, move: bool) -> list[tuple[str, list[str], str]]:
     """One daemon cycle's rebalance then preemption steps, on one snapshot: what was
     preempted: (preemptor, victims, node)."""
-    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels())
-    rb = RebalanceConfig(dry_run=False, max_moves_per_cycle=4, max_moves_per_node=4)
     cfg = Config(preemption=PreemptionConfig(dry_run=False))  # victims stopped, not moved
-    plan = make_plan(snap, cfg)
+    moving, done = move_then_preempt(sw, cfg, [_mover_to_4090()] if move else [])
     if move:
-        Mover(sw, rb, prefix=P, dry_run=False).run_cycle(  # type: ignore[arg-type]
-            [_mover_to_4090()], snap.nodes, snap.services, snap.tasks)
-        assert {st.service for st in read_records(sw.swarm_labels(), P).values()} == {"mover"}
-    done = Preempter(cfg).cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+        assert moving == {"mover"}
     return [(p.service, [v.service for v in p.victims], p.hostname) for p in done]
 
 

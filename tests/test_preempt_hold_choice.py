@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from support.forged import R4090_F, sw_node, sw_svc
+from support.preempt_stop import stop_victims
 
 from swarmgpu.core.config import Config, PreemptionConfig
 from swarmgpu.core.model import NodeFacts
@@ -15,7 +16,7 @@ from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, Planner, assign_key, devices_key, gate_key
 from swarmgpu.manager.placement.preempt import Preemption
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
+from swarmgpu.swarm.client import SwarmService, SwarmTask
 
 P = "swarmgpu."
 FACTS = {"n-4090": R4090_F}
@@ -59,21 +60,9 @@ class World:
 
     def stop(self, p: Preemption) -> None:
         """``p``'s victims stopped as the actuator stops them."""
-        for v in p.victims:
-            drop = {assign_key(P, v.service), gate_key(P, v.service)}
-            self.node = _relabel(self.node, {k: x for k, x in self.node.labels.items()
-                                             if k not in drop})
-            s = self.services[v.service]
-            dk = devices_key(P, v.node_id)
-            spec = {**s.spec, "Labels": {k: x for k, x in s.labels.items() if k != dk}}
-            s = self.services[v.service] = service_from_api(
-                {"ID": s.id, "Spec": spec, "Version": {"Index": s.version + 1}})
-            self.tasks[v.service] = SwarmTask(f"t2-{v.service}", s.id, "", 2, "pending",
-                                              "running", ())
-
-
-def _relabel(n: SwarmNode, labels: dict[str, str]) -> SwarmNode:
-    return SwarmNode(**{**n.__dict__, "labels": labels, "version": n.version + 1})
+        nodes = {self.node.id: self.node}
+        stop_victims(nodes, self.services, self.tasks, p)
+        self.node = nodes[self.node.id]
 
 
 def _held_then_placed(w: World, facts: dict[str, NodeFacts]) -> tuple[Preemption, Plan]:

@@ -15,32 +15,35 @@ from typing import Any
 
 import pytest
 from loguru import logger
-from support.forged import DGX_F, R4090_F, RecordingSwarm, sw_node, sw_svc
+from support.forged import RecordingSwarm, sw_node, sw_svc
+from support.move_then_preempt import (
+    FACTS,
+    REBALANCE,
+    D,
+    P,
+    R,
+    holds,
+    move_then_preempt,
+    run_moves,
+    snapshot_of,
+)
 
 from swarmgpu.core.config import Config, PreemptionConfig, RebalanceConfig
 from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.manager.placement import MOVE_STATE, Holding, assign_key, devices_key, gate_key
+from swarmgpu.manager.placement import MOVE_STATE, devices_key, gate_key
 from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
-from swarmgpu.manager.rebalance.mover import Mover, read_records
+from swarmgpu.manager.rebalance.mover import read_records
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.swarm.client import SwarmError, SwarmTask
-
-P = "swarmgpu."
-R = tuple(g.uuid for g in R4090_F.gpus)  # 8 RTX 4090s on n-4090
-D = tuple(g.uuid for g in DGX_F.gpus if not g.mig_enabled)
-FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
 
 
 def _cluster() -> RecordingSwarm:
     """small (priority 0, 2 GPUs) and filler (not preemptible, 6) fill n-4090; the DGX
     has whole GPUs free; high (priority 100) wants 2 RTX 4090s: small is its only
     victim."""
-    labels: dict[str, str] = {}
-    for name, uuids in {"small": R[:2], "filler": R[2:]}.items():
-        h = Holding(name, "n-4090", uuids, tuple(1000 for _ in uuids))
-        labels |= {assign_key(P, name): h.label_value(), gate_key(P, name): "true"}
+    labels = holds("n-4090", {"small": R[:2], "filler": R[2:]})
     nodes = [
         sw_node("n-mgr", "manager", role="manager"),
         sw_node("n-dgx", "gpu-node-1"),
@@ -87,17 +90,13 @@ def _small_to_dgx(trigger: Trigger) -> Move:
 
 def _cycle(sw: RecordingSwarm, trigger: Trigger, moves: bool) -> list[Any]:
     """One daemon cycle's rebalance then preemption steps, on one snapshot."""
-    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels())
-    rb = RebalanceConfig(dry_run=False, max_moves_per_cycle=4, max_moves_per_node=4)
     cfg = Config(
-        rebalance=rb if moves else RebalanceConfig(), preemption=PreemptionConfig(dry_run=False)
+        rebalance=REBALANCE if moves else RebalanceConfig(),
+        preemption=PreemptionConfig(dry_run=False),
     )
-    plan = make_plan(snap, cfg)
-    Mover(sw, rb, prefix=P, dry_run=False).run_cycle(  # type: ignore[arg-type]
-        [_small_to_dgx(trigger)], snap.nodes, snap.services, snap.tasks
-    )
-    assert {st.service for st in read_records(sw.swarm_labels(), P).values()} == {"small"}
-    return Preempter(cfg).cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    moving, done = move_then_preempt(sw, cfg, [_small_to_dgx(trigger)])
+    assert moving == {"small"}
+    return done
 
 
 @pytest.mark.parametrize("trigger", [Trigger.CONSOLIDATION, Trigger.HEALTH])
@@ -124,7 +123,7 @@ def test_a_service_preempted_last_cycle_is_not_moved_by_the_next_cycles_movers(
     record on its spec), it holds nothing the movers could move; a move of its former
     holding is refused (not converged: 0 placed) and nothing is written."""
     sw = _cluster()
-    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels())
+    snap = snapshot_of(sw)
     cfg = Config(preemption=PreemptionConfig(dry_run=False))
     (p,) = Preempter(cfg).cycle(
         sw,
@@ -135,13 +134,9 @@ def test_a_service_preempted_last_cycle_is_not_moved_by_the_next_cycles_movers(
     )
     assert [v.service for v in p.victims] == ["small"]
     assert f"{P}{PREEMPTED_STATE}" in sw.service("id-small").labels
-    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels())
-    rb = RebalanceConfig(dry_run=False, max_moves_per_cycle=4, max_moves_per_node=4)
     written = len(sw.calls)
-    Mover(sw, rb, prefix=P, dry_run=False).run_cycle(  # type: ignore[arg-type]
-        [_small_to_dgx(trigger)], snap.nodes, snap.services, snap.tasks
-    )
-    assert not read_records(sw.swarm_labels(), P) and len(sw.calls) == written
+    assert not run_moves(sw, [_small_to_dgx(trigger)], snapshot_of(sw))
+    assert len(sw.calls) == written
 
 
 def test_no_preemption_while_the_move_records_cannot_be_read_said_once() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from loguru import logger
 from support.forged import DGX_F, R4090_F, sw_node, sw_svc
+from support.preempt_stop import relabel, stop_victims
 
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import Choice
@@ -31,7 +32,7 @@ from swarmgpu.manager.placement.nominated import Holds, Nomination
 from swarmgpu.manager.placement.preempt import Preemption, Relocation
 from swarmgpu.manager.placement.records import ServicePlan, Status
 from swarmgpu.manager.rebalance.record import MoveState, record_key
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
 R = tuple(g.uuid for g in R4090_F.gpus)  # 8 RTX 4090s on n-4090
@@ -77,27 +78,12 @@ class World:
                             nominated=pre.nominated.current(now))
         for nid, changes in plan.node_set.items():
             n = self.nodes[nid]
-            self.nodes[nid] = _relabel(n, {**n.labels, **changes})
+            self.nodes[nid] = relabel(n, {**n.labels, **changes})
         return plan
 
     def stop(self, p: Preemption) -> None:
         """``p``'s victims stopped as the actuator stops them."""
-        for v in p.victims:
-            n = self.nodes[v.node_id]
-            drop = {assign_key(P, v.service), gate_key(P, v.service)}
-            self.nodes[v.node_id] = _relabel(n, {k: x for k, x in n.labels.items()
-                                                 if k not in drop})
-            s = self.services[v.service]
-            dk = devices_key(P, v.node_id)
-            spec = {**s.spec, "Labels": {k: x for k, x in s.labels.items() if k != dk}}
-            s = self.services[v.service] = service_from_api(
-                {"ID": s.id, "Spec": spec, "Version": {"Index": s.version + 1}})
-            self.tasks[v.service] = SwarmTask(f"t2-{v.service}", s.id, "", 2, "pending",
-                                              "running", ())
-
-
-def _relabel(n: SwarmNode, labels: dict[str, str]) -> SwarmNode:
-    return SwarmNode(**{**n.__dict__, "labels": labels, "version": n.version + 1})
+        stop_victims(self.nodes, self.services, self.tasks, p)
 
 
 def _held_on(plan: PlacementPlan, name: str) -> list[str]:

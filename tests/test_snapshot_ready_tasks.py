@@ -20,6 +20,7 @@ from support.forged import (
     sw_svc,
     victim_cluster,
     victim_move,
+    victim_source_closed,
 )
 from support.gpu_nodes import RTX4090
 from support.placement import node, svc
@@ -93,16 +94,9 @@ def test_the_snapshot_of_running_tasks_is_as_before(monkeypatch: pytest.MonkeyPa
 
 
 def _source_closed() -> tuple[RecordingSwarm, list[float], Mover]:
-    """The victim's move (gpu-node-1 to gpu-node-2) without make-before-break, its
-    source closed (step 3), its old task stopped and its new one running on the target."""
-    sw, now = victim_cluster({}), [1000.0]
-    cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0, make_before_break=False)
-    m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
-    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
-    now[0] += 5.0
-    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
-    assert gate_key(P, "victim") not in sw.node("n-dgx").labels
-    sw.stop_tasks("id-victim", "n-dgx")
+    """The victim's source closed (``victim_source_closed``), its new task running on the
+    target."""
+    sw, now, m = victim_source_closed()
     sw.run_task(SwarmTask("t-moved", "id-victim", "n-4090", 1, "running", "running", ()))
     return sw, now, m
 

@@ -19,7 +19,7 @@ from support.scheduler import is_task_dirty
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.cycle.placement import PlacementStep
-from swarmgpu.manager.placement import Planner
+from swarmgpu.manager.placement import PlacementPlan, Planner
 from swarmgpu.manager.placement.records import ServicePlan
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.services.sharing import env_lines
@@ -262,6 +262,16 @@ def test_a_renewal_beside_a_running_replica_carries_no_change_held_back() -> Non
     assert _replaced(s, sp, tasks, nodes) == ["t-two-2"]
 
 
+def _refused_at(planner: Planner, nodes: list[SwarmNode], facts: dict[str, NodeFacts],
+                s: SwarmService, i: int) -> tuple[PlacementPlan, ServicePlan]:
+    """Cycle ``i`` (a cycle every 20 s) with ``s``'s one task refused by its node."""
+    (t,) = _tasks(s, [""])
+    err = "no suitable node (scheduling constraints not satisfied on 1 node)"
+    plan = planner.plan(nodes, [s], [replace(t, error=err)], facts, now=1000.0 + 20 * i)
+    (sp,) = plan.services
+    return plan, sp
+
+
 def test_a_task_its_node_truly_refuses_is_said_once_then_counted() -> None:
     """Swarm's message cannot tell a task its node truly refuses from one Swarm stopped
     trying, so it is replaced where it is after each back-off (what is written stays so).
@@ -270,17 +280,13 @@ def test_a_task_its_node_truly_refuses_is_said_once_then_counted() -> None:
     once now, then a short line with the count at each renewal, also where a cycle
     comes before Swarm's word on the new task (not pending then)."""
     nodes, facts, planner, s = _one_placed()
-    err = "no suitable node (scheduling constraints not satisfied on 1 node)"
     step = PlacementStep(SimpleNamespace(cfg=Config()))  # type: ignore[arg-type]
     lines: list[str] = []
     sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="INFO")
     renewals = 0
     try:
         for i in range(1, 60):  # a cycle every 20 s, the task refused each time
-            (t,) = _tasks(s, [""])
-            plan = planner.plan(nodes, [s], [replace(t, error=err)], facts,
-                                now=1000.0 + 20 * i)
-            (sp,) = plan.services
+            plan, sp = _refused_at(planner, nodes, facts, s, i)
             step._log(plan)
             if i == 1:  # within the gate's grace: Swarm's word alone, said as such
                 assert not sp.force_update and sp.status == "pending"
@@ -407,17 +413,13 @@ def test_a_renewal_write_says_its_decision_and_placement_once_then_counts(
     from swarmgpu.manager.cycle.placement import WrittenSaid, apply_plan
 
     nodes, facts, planner, s = _one_placed()
-    err = "no suitable node (scheduling constraints not satisfied on 1 node)"
     said = WrittenSaid()
     lines: list[str] = []
     sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="INFO")
     renewals = writes = 0
     try:
         for i in range(1, 60):  # a cycle every 20 s, the task refused each time
-            (t,) = _tasks(s, [""])
-            plan = planner.plan(nodes, [s], [replace(t, error=err)], facts,
-                                now=1000.0 + 20 * i)
-            (sp,) = plan.services
+            plan, sp = _refused_at(planner, nodes, facts, s, i)
             renewals += sp.force_update
             sw = RecordingSwarm(nodes, [s], [])  # Swarm holds what was written
             apply_plan(sw, plan, dry_run=False, services=[s], said=said)  # type: ignore[arg-type]

@@ -26,7 +26,10 @@ render_engines, prometheus, write_paths, fifo (a FIFO where a file belongs, read
 without hanging the test), fake_proc (a fake ``/proc``: a PID's cgroup and start time,
 the uptime, its ``self`` links), scheduler (Swarm's scheduler rule on a waiting task of
 an older service revision, for the in-memory swarms), commands (`plan`/`status --json`
-in-process over a recording swarm); and for the real swarm: swarm_services
+in-process over a recording swarm), isolation (two RTX 4090 nodes and the failing
+a-bad of the placement isolation tests), preempt_stop (victims stopped as the actuator
+stops them), move_then_preempt (a cycle's rebalance then preemption steps on one
+snapshot); and for the real swarm: swarm_services
 (deploy a stack, wait for it), swarm_rebalance, swarm_fragmentation, health_swarm,
 webauth_swarm, stranded_swarm (a waiting task Swarm's scheduler no longer tries).
 """

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from support.gpu_nodes import DGX_A100, RTX4090
+from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import (
@@ -206,6 +207,21 @@ def victim_move() -> Move:
                 target_node="n-4090", target_host="gpu-node-2", target_gpus=(1,),
                 target_uuids=(f.gpus[1].uuid,), target_milli=(1000,),
                 trigger=Trigger.HOTSPOT, window_s=5.0, reason="test", gain="test")
+
+
+def victim_source_closed() -> tuple[RecordingSwarm, list[float], Mover]:
+    """The victim's move (gpu-node-1 to gpu-node-2) without make-before-break, its source
+    closed (step 3) and its old task stopped by the constraint enforcer: the Swarm, the
+    clock the mover reads (``now[0]``) and the mover."""
+    sw, now = victim_cluster({}), [1000.0]
+    cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0, make_before_break=False)
+    m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    now[0] += 5.0
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert gate_key(P, "victim") not in sw.node("n-dgx").labels
+    sw.stop_tasks("id-victim", "n-dgx")
+    return sw, now, m
 
 
 def repin_move() -> Move:

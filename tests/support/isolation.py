@@ -1,0 +1,37 @@
+"""Two RTX 4090 nodes with GPU UUIDs of their own, and a-bad, the service the placement
+isolation tests make fail (first in serve order: every other service is planned after
+it); ``settled`` is a service holding its GPUs on one of them, its writes landed.
+
+First written in tests/test_placement_isolation.py."""
+
+from __future__ import annotations
+
+import json
+
+from support.gpu_nodes import RTX4090
+from support.placement import apply, node, written
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.placement import Planner
+from swarmgpu.swarm.client import SwarmNode, SwarmService
+
+BAD = "a-bad"
+
+
+def node_facts(i: int) -> NodeFacts:
+    """The RTX 4090 machine's eight GPUs, with UUIDs of this node's own."""
+    text = json.dumps(RTX4090.facts().to_dict())
+    return NodeFacts.from_dict(json.loads(text.replace("GPU-5ca1ab1e-", f"GPU-{i:08x}-")))
+
+
+NODES = [node("n-a", "gpu-a"), node("n-b", "gpu-b")]
+FACTS = {"n-a": node_facts(1), "n-b": node_facts(2)}
+
+
+def settled(s: SwarmService) -> tuple[list[SwarmNode], SwarmService]:
+    """``s`` holding its GPUs on one node, its writes landed (two cycles)."""
+    nodes, planner = list(NODES), Planner()
+    for _ in range(2):
+        plan = planner.plan(nodes, [s], [], FACTS)
+        s = written(s, plan.services[0])
+        nodes = apply(nodes, plan)
+    return nodes, s
