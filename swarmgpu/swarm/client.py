@@ -105,6 +105,13 @@ class SwarmService:
                                                           compare=False)
 
 
+# A task's desired states while Swarm means it to run: running, or ready (swarmkit's
+# restart supervisor and updater make a replacement so until it may start: the restart
+# delay, the old task's stop; it is scheduled, or waits for a node, meanwhile). Here, the
+# layer every reader of tasks imports (``manager.placement.keys`` names it too).
+MEANT_STATES = frozenset(("running", "ready"))
+
+
 @dataclass(frozen=True)
 class SwarmTask:
     id: str
