@@ -45,6 +45,15 @@ class NotLeader(SwarmError):
     (``SwarmClient.may_write``)."""
 
 
+# Generic-resource kinds that name GPUs (the one Docker's docs use first).
+GPU_RESOURCE_KINDS = ("NVIDIA-GPU", "GPU", "gpu", "nvidia.com/gpu")
+
+
+def gpu_kinds(configured: str = "") -> tuple[str, ...]:
+    """``GPU_RESOURCE_KINDS``, and ``configured`` (``placement.generic_resource_kind``)."""
+    return (*GPU_RESOURCE_KINDS, configured) if configured else GPU_RESOURCE_KINDS
+
+
 @dataclass(frozen=True)
 class SwarmNode:
     id: str
