@@ -151,3 +151,18 @@ def test_a_misspelled_agents_service_is_no_fail_where_no_node_is_gpu_labelled() 
     assert "no node is GPU-labelled" in c.found and "1 node(s)" in c.found, c.found
     c = _check("swarmgpu-agent", SwarmRead([CPU, GPU_B], [AGENT], []))
     assert c.status is Status.FAIL, c
+
+
+def test_a_misspelled_agents_service_fails_where_a_node_advertises_gpu_resources() -> None:
+    """A node with no GPU label whose engine advertises GPU generic resources (what
+    ``swarmgpu node-config`` prints) is a GPU node to the daemon and ``audit``
+    (``gpu_hint``), which say the misspelled name there. Before, the doctor judged by
+    the labels alone: ``ok``, "no agent is expected", on that very swarm."""
+    gen = replace(sw_node("n-g", "gpu-g"), discrete_resources={"NVIDIA-GPU": 4})
+    named = replace(sw_node("n-h", "gpu-h"),
+                    generic_resources={"nvidia.com/gpu": ("GPU-0a1b",)})
+    for node in (gen, named):
+        c = _check("swarmgpu-agent", SwarmRead([CPU, node], [AGENT], []))
+        assert c.status is Status.FAIL, c
+    other = replace(sw_node("n-o", "fpga-o"), discrete_resources={"FPGA": 1})
+    assert _check("swarmgpu-agent", SwarmRead([CPU, other], [AGENT], [])).status is Status.OK

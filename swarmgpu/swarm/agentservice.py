@@ -4,9 +4,10 @@ under another name) marks no node, silently; this says so, with the fix.
 Not an error to the daemon: the key is only one sign of a GPU node
 (``manager.placement.cpunodes.gpu_hint``), and systemd agents run in no service at all.
 Said where GPU nodes exist, so a swarm without any is not told about agents it does not
-run. ``swarmgpu doctor`` fails it where a node is GPU-labelled (``gpu_labelled``;
-``agent.doctor.agentsvc``), and names the GPU-labelled nodes no task of the service runs
-on (``unserved``): the daemon, the log, ``audit`` and the doctor read it here alike.
+run. ``swarmgpu doctor`` fails it where a node is GPU-labelled (``gpu_labelled``) or
+advertises GPU generic resources (``gpu_advertised``; ``agent.doctor.agentsvc``), and
+names the GPU-labelled nodes no task of the service runs on (``unserved``): the daemon,
+the log, ``audit`` and the doctor read it here alike.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from swarmgpu.core.peertext import quoted
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, gpu_kinds
 from swarmgpu.swarm.constraints import equal_fold
 from swarmgpu.swarm.labels import owned_by_label_sync
 
@@ -52,6 +53,14 @@ def missing_agent_service(services: Iterable[SwarmService], name: str) -> str | 
     return (f"{found}, so no node is known as a GPU node by the agents' tasks: one whose "
             "agent has not answered and has no gpu=true label may be taken as CPU-only; "
             f"fix: {FIX}")
+
+
+def gpu_advertised(node: SwarmNode, kind: str = "") -> bool:
+    """Its engine advertises GPU generic resources (the usual kinds, or ``kind``:
+    ``placement.generic_resource_kind``): one of the daemon's signs of a GPU node
+    (``manager.placement.cpunodes.gpu_hint``), though no label says so."""
+    return not set(gpu_kinds(kind)).isdisjoint(
+        (*node.generic_resources, *node.discrete_resources))
 
 
 def gpu_labelled(node: SwarmNode, prefix: str = "swarmgpu.") -> bool:

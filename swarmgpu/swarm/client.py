@@ -45,6 +45,15 @@ class NotLeader(SwarmError):
     (``SwarmClient.may_write``)."""
 
 
+# Generic-resource kinds that name GPUs (the one Docker's docs use first).
+GPU_RESOURCE_KINDS = ("NVIDIA-GPU", "GPU", "gpu", "nvidia.com/gpu")
+
+
+def gpu_kinds(configured: str = "") -> tuple[str, ...]:
+    """``GPU_RESOURCE_KINDS``, and ``configured`` (``placement.generic_resource_kind``)."""
+    return (*GPU_RESOURCE_KINDS, configured) if configured else GPU_RESOURCE_KINDS
+
+
 @dataclass(frozen=True)
 class SwarmNode:
     id: str
@@ -103,6 +112,13 @@ class SwarmService:
     # changed since may not have reached them yet)
     endpoint_ports: tuple[Mapping[str, Any], ...] = field(default=(), repr=False,
                                                           compare=False)
+
+
+# A task's desired states while Swarm means it to run: running, or ready (swarmkit's
+# restart supervisor and updater make a replacement so until it may start: the restart
+# delay, the old task's stop; it is scheduled, or waits for a node, meanwhile). Here, the
+# layer every reader of tasks imports (``manager.placement.keys`` names it too).
+MEANT_STATES = frozenset(("running", "ready"))
 
 
 @dataclass(frozen=True)

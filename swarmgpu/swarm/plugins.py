@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from swarmgpu.swarm.client import SwarmNode, SwarmTask
+from swarmgpu.swarm.client import MEANT_STATES, SwarmNode, SwarmTask
 
 Plugin = tuple[str, str]  # (type: Volume, Network or Log; name)
 VOLUME, NETWORK, LOG = "Volume", "Network", "Log"
@@ -57,17 +57,12 @@ def needed(spec: Mapping[str, Any], network_drivers: Iterable[str] = ()) -> tupl
     return tuple(dict.fromkeys(out))
 
 
-# Desired running or ready (a restart's or an update's new task before it starts):
-# ``placement.keys.MEANT_STATES``, which this layer below the manager does not import.
-_MEANT = frozenset(("running", "ready"))
-
-
 def network_drivers_of(tasks: Sequence[SwarmTask]) -> dict[str, tuple[str, ...]]:
     """Service id -> the network drivers its tasks meant to run are attached with (the
     task's networks are what Swarm's filter reads; a task not yet allocated has none)."""
     out: dict[str, dict[str, None]] = {}
     for t in tasks:
-        if t.network_drivers and t.desired_state in _MEANT:
+        if t.network_drivers and t.desired_state in MEANT_STATES:
             out.setdefault(t.service_id, {}).update(dict.fromkeys(t.network_drivers))
     return {sid: tuple(sorted(d)) for sid, d in out.items()}
 

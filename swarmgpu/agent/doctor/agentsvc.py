@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from swarmgpu.agent.doctor.view import Check, NodeView, Status
 from swarmgpu.core.peertext import quoted
-from swarmgpu.swarm.agentservice import FIX, gpu_labelled, unnamed_agent_service, unserved
+from swarmgpu.swarm.agentservice import (
+    FIX,
+    gpu_advertised,
+    gpu_labelled,
+    unnamed_agent_service,
+    unserved,
+)
 
 CID = "agents.service"
 SHOWN = 5  # nodes named in the finding
@@ -33,13 +39,16 @@ def check_agents_service(view: NodeView) -> Check:
                      f"agents.service {quoted(name)} not checked: {why}; run swarmgpu "
                      "doctor on a manager, or swarmgpu audit")
     missing = unnamed_agent_service(read.services, name)
-    if missing is not None and not any(gpu_labelled(n, read.prefix) for n in read.nodes):
+    if missing is not None and not any(gpu_labelled(n, read.prefix) or gpu_advertised(n)
+                                       for n in read.nodes):
         # As the daemon and audit (swarm.agentservice): a swarm with no GPU node is not
-        # failed for agents it does not run.
+        # failed for agents it does not run (a node advertising GPU generic resources
+        # is one to them, labelled or not: ``gpu_hint``).
         return Check(CID, Status.OK,
                      f"{missing}; no node is GPU-labelled (gpu=true, or label sync's "
-                     f"labels under {quoted(read.prefix)}) among {len(read.nodes)} "
-                     "node(s): no agent is expected, so nothing is missed")
+                     f"labels under {quoted(read.prefix)}) or advertises GPU generic "
+                     f"resources among {len(read.nodes)} node(s): no agent is expected, "
+                     "so nothing is missed")
     if missing is not None:
         return Check(CID, Status.FAIL, missing,
                      "a misspelled agents.service marks no node as a GPU node: a GPU "

@@ -17,7 +17,6 @@ from typing import Any
 from swarmgpu.core.config import HealthConfig
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.core.peertext import escaped
-from swarmgpu.manager.commands.compose_gpu import GPU_RESOURCE_KINDS, gpu_kinds
 from swarmgpu.manager.nodes.gpuhealth import failing_why
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.nodes.sync import Snapshot
@@ -35,7 +34,7 @@ from swarmgpu.manager.placement.keys import (
 from swarmgpu.manager.placement.ledger import Holding, parse_holding
 from swarmgpu.manager.services.requests import parse_all as parse_request_labels
 from swarmgpu.swarm.agentservice import missing_agent_service
-from swarmgpu.swarm.client import SwarmNode, SwarmService
+from swarmgpu.swarm.client import GPU_RESOURCE_KINDS, SwarmNode, SwarmService, gpu_kinds
 from swarmgpu.swarm.constraints import Constraint, node_field, node_satisfies, parse_all
 from swarmgpu.swarm.labels import (
     GPUS_UNREAD_FIX,

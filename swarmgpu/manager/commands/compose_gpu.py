@@ -20,9 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarmgpu.core.peertext import quoted
-
-# Generic-resource kinds that name GPUs (the one Docker's docs use first).
-GPU_RESOURCE_KINDS = ("NVIDIA-GPU", "GPU", "gpu", "nvidia.com/gpu")
+from swarmgpu.swarm.client import gpu_kinds
 
 # What the NVIDIA runtime reads from a device request's capabilities: `gpu` selects the
 # driver, the others become NVIDIA_DRIVER_CAPABILITIES (as `docker run --gpus` does).
@@ -41,10 +39,6 @@ class ComposeGpu:
     unresolved: bool = False  # count: all offline: the count is a stand-in, not the file's
     notes: list[str] = field(default_factory=list)  # what was done, for the file's comment
     errors: list[str] = field(default_factory=list)  # each names the service and key
-
-
-def gpu_kinds(configured: str = "") -> tuple[str, ...]:
-    return (*GPU_RESOURCE_KINDS, configured) if configured else GPU_RESOURCE_KINDS
 
 
 def remove_gpu_generic(reservations: dict[str, Any], kind: str = "") -> None:

@@ -20,9 +20,9 @@ from collections.abc import Set as AbstractSet
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import Choice, Demand, NodeSpec, NodeState, Unplaceable
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.commands.compose_gpu import gpu_kinds
 from swarmgpu.manager.placement.keys import ASSIGNED_STATES, MEANT_STATES
 from swarmgpu.manager.placement.specs import schedulable, user_labels
+from swarmgpu.swarm.agentservice import gpu_advertised
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.constraints import equal_fold
 from swarmgpu.swarm.labels import owned_by_label_sync
@@ -63,8 +63,7 @@ def gpu_hint(node: SwarmNode, prefix: str, kind: str = "",
         return "its engine is labelled gpu=true (where the stack runs agents)"
     if node.id in agents:
         return "Swarm runs a task of the agents' service there (agents.service)"
-    kinds = set(node.generic_resources) | set(node.discrete_resources)
-    if kinds & set(gpu_kinds(kind)):
+    if gpu_advertised(node, kind):
         return "its engine advertises GPU generic resources"
     return None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 
+from swarmgpu.swarm.client import MEANT_STATES as MEANT_STATES  # (re-exported)
 from swarmgpu.swarm.constraints import ConstraintError, parse_constraint
 
 GATE = "service."
@@ -50,10 +51,6 @@ ACTIVE_STATES = (
 # A task Swarm has put on its node and still means to run there: not one still waiting
 # for a node (new, pending, allocated), nor one ended (a restart makes a new one).
 ASSIGNED_STATES = frozenset(ACTIVE_STATES) - {"new", "pending", "allocated"}
-# A task's desired states while Swarm means it to run: running, or ready (swarmkit's
-# restart supervisor and updater make a replacement so until it may start: the restart
-# delay, the old task's stop; it is scheduled, or waits for a node, meanwhile).
-MEANT_STATES = frozenset(("running", "ready"))
 
 
 def meant_filter() -> list[str]:

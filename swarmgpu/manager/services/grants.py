@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from swarmgpu.core.commalist import comma_list
-from swarmgpu.manager.commands.compose_gpu import gpu_kinds
 from swarmgpu.manager.placement.envs import (
     DEVICE_MOUNT_ROOT,
     DEVICE_VAR,
@@ -57,7 +56,7 @@ from swarmgpu.manager.placement.envs import (
     device_mount,
 )
 from swarmgpu.manager.placement.keys import DEVICES, MEANT_STATES
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, gpu_kinds
 
 MOUNT_ROOT = DEVICE_MOUNT_ROOT  # the toolkit's DeviceListAsVolumeMountsRoot
 RESOURCE_PREFIX = "DOCKER_RESOURCE_"  # what swarm-resource names (Swarm's generic resources)
