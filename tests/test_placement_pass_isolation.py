@@ -7,12 +7,11 @@ leaves no GPU counted for good: its node is built anew (or nothing was counted).
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
-
-import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from loguru import logger
@@ -20,10 +19,10 @@ from support.isolation import BAD, FACTS, NODES, settled
 from support.placement import P, apply, svc, written
 
 from swarmgpu.allocator.core import Allocator
+from swarmgpu.allocator.values import Choice
 from swarmgpu.core.config import load_config
 from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.cycle.placement import new_planner
-from swarmgpu.allocator.values import Choice
 from swarmgpu.manager.placement import PlacementPlan, Planner, ReplicaPlacement, ServicePlan
 from swarmgpu.manager.placement import existing as existing_mod
 from swarmgpu.manager.placement import queues as queues_mod
@@ -301,8 +300,8 @@ def test_a_queue_whose_count_raised_shows_its_use_unknown_not_the_undercount(
     (row,) = plan.queues
     assert row["used_unknown"] and BAD in row["used_unknown"], row
     assert "boom counting" in row["used_unknown"]
-    (line,) = [x for x in render_status({"nodes": [], "pending": [], "queues": plan.queues}).splitlines()
-               if x.startswith("  q:")]
+    text = render_status({"nodes": [], "pending": [], "queues": plan.queues})
+    (line,) = [x for x in text.splitlines() if x.startswith("  q:")]
     assert line.startswith("  q: used unknown this cycle (counting the use of a-bad raised")
     assert ": 0 /" not in line, line
 

@@ -4,6 +4,7 @@ cycle's services as the planner reads them (``ServiceRead``)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -150,12 +151,10 @@ class RequestReader:
         its label's, and every queue of its tenant; every queue (``ALL_QUEUES``) where
         neither can be told."""
         out: set[str] = set()
-        try:
+        with suppress(Exception):  # (its fault is said once, by ``_broken_queues``)
             asked = s.labels.get(self.prefix + "queue", "")
             if isinstance(asked, str) and NAME_RE.fullmatch(asked):
                 out.add(asked)
-        except Exception:  # (its fault is said once, by ``_broken_queues``)
-            pass
         if self.tenants is None:
             return out or {ALL_QUEUES}
         try:
