@@ -7,8 +7,10 @@ leaves no GPU counted for good: its node is built anew (or nothing was counted).
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,10 +20,15 @@ from support.placement import P, apply, svc, written
 
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import Choice
+from swarmgpu.core.config import load_config
+from swarmgpu.core.tenants import STACK_LABEL
+from swarmgpu.manager.cycle.placement import new_planner
 from swarmgpu.manager.placement import PlacementPlan, Planner, ReplicaPlacement, ServicePlan
 from swarmgpu.manager.placement import existing as existing_mod
 from swarmgpu.manager.placement import queues as queues_mod
 from swarmgpu.manager.placement.filters import SwarmFilters
+from swarmgpu.manager.services.tenants import Tenants
+from swarmgpu.manager.web.cluster_view import render_status
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 
@@ -273,6 +280,62 @@ def test_a_queue_count_that_raises_refuses_new_work_to_its_queue(
     assert got["c-free"].status == "placed"
     assert got["b-new"].status == "pending" and not got["b-new"].placements
     assert "queue q" in (got["b-new"].reason or "") and BAD in (got["b-new"].reason or "")
+
+
+def test_a_queue_whose_count_raised_shows_its_use_unknown_not_the_undercount(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``status`` (text and JSON) said q used 0 GPUs while a-bad held 4 of it uncounted:
+    its row says the use is unknown this cycle and why, never the lower figure alone."""
+    q = {f"{P}queue": "q"}
+    nodes, bad = settled(svc(BAD, {f"{P}gpus": "4", **q}))
+    real = queues_mod.held_in_ledger
+
+    def held_in_ledger(kept: Any, ledger: Any, *a: Any) -> Any:
+        if any(h.service == BAD for h in ledger.values()):
+            raise RuntimeError("boom counting a-bad's queue")
+        return real(kept, ledger, *a)
+
+    monkeypatch.setattr(queues_mod, "held_in_ledger", held_in_ledger)
+    plan = Planner(queues={"q": (0, 8000)}).plan(nodes, [bad], [], FACTS)
+    (row,) = plan.queues
+    assert row["used_unknown"] and BAD in row["used_unknown"], row
+    assert "boom counting" in row["used_unknown"]
+    text = render_status({"nodes": [], "pending": [], "queues": plan.queues})
+    (line,) = [x for x in text.splitlines() if x.startswith("  q:")]
+    assert line.startswith("  q: used unknown this cycle (counting the use of a-bad raised")
+    assert ": 0 /" not in line, line
+
+
+def test_a_broken_request_whose_queue_lookup_raises_closes_its_queue(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """a-bad (tenant t, queue q, max 8) holds 4 GPUs and its labels turn invalid; finding
+    its queue raises. Its 4 GPUs counted in no queue, so b-new (6 GPUs of q: 10 with
+    a-bad's) was placed past the max; now q is unknown this cycle and b-new waits."""
+    f = tmp_path / "config.yml"
+    f.write_text(textwrap.dedent("""\
+        tenants:
+          t: {stacks: ["t*"], guaranteed: 0, max: 8}
+        """))
+    cfg = load_config(f, env={})
+    stack = {STACK_LABEL: "t"}
+    nodes, bad = settled(svc(BAD, {f"{P}gpus": "4", **stack}))
+    bad = replace(bad, labels={**bad.labels, f"{P}topology": "bogus"})
+    real = Tenants.queue_of
+
+    def queue_of(self: Tenants, s: SwarmService, asked: str) -> str:
+        if s.name == BAD:
+            raise RuntimeError("boom finding a-bad's queue")
+        return real(self, s, asked)
+
+    monkeypatch.setattr(Tenants, "queue_of", queue_of)
+    new = svc("b-new", {f"{P}gpus": "6", **stack})
+    plan = new_planner(cfg).plan(nodes, [bad, new], [], FACTS)
+    got = _by_name(plan)
+    _failed(got[BAD], "boom finding a-bad's queue")
+    assert got["b-new"].status == "pending" and not got["b-new"].placements
+    assert "queue t" in (got["b-new"].reason or "") and BAD in (got["b-new"].reason or "")
+    (row,) = [r for r in plan.queues if r["queue"] == "t"]
+    assert "finding the queue of a-bad raised" in (row["used_unknown"] or "")
 
 
 def test_gpus_a_raising_commit_counted_stay_used_till_the_next_cycle(

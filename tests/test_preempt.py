@@ -787,9 +787,9 @@ def test_a_queue_never_exceeds_its_max_and_status_counts_its_use() -> None:
         "queue research at its quota: max 5 GPUs, 4 used, this service needs 2")
     assert plan.queues == [
         {"queue": "prod", "used_gpus": 2.0, "guaranteed_gpus": 8.0, "max_gpus": None,
-         "configured": True, "tenant": None, "blocked": []},
+         "configured": True, "tenant": None, "blocked": [], "used_unknown": None},
         {"queue": "research", "used_gpus": 4.0, "guaranteed_gpus": 0.0, "max_gpus": 5.0,
-         "configured": True, "tenant": None, "blocked": ["b"]}]
+         "configured": True, "tenant": None, "blocked": ["b"], "used_unknown": None}]
     # held at its max: it never preempts
     assert choose_preemptions(plan, nodes, [a, b, c], [], FACTS, prefix=P,
                               preemptible_below=100) == []

@@ -412,7 +412,8 @@ class Planner:
         whose planning raises costs itself alone (``placement.isolate``)."""
         settled, records, queues = self._memo.settled, v.records, self.queues
         queues.start(v.read.parsed if v.read.queued else (), v.kept, v.ledger,  # no queue: none
-                     v.read.broken_queues, v.moving, v.cyc.facts, v.read.failed)
+                     v.read.broken_queues, v.moving, v.cyc.facts, v.read.failed,
+                     v.read.unknown_queues)
         quotas = bool(queues.quotas)  # without any, nothing is refused or capped
         served = v.read.served()  # priority, then age (placement.preempt)
         quiet = v.quiet

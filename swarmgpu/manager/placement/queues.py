@@ -69,6 +69,8 @@ _GPU = 1000 * _PARTS
 # A max that bounds a queue's new work: (its words, the max in thousandths, the use
 # it bounds in _PARTS): the queue's own, or its tenant's queues' together
 _Bound = tuple[str, int, int]
+# (``QueueBook.start``'s ``unknown``: a service whose queue cannot be told at all)
+ALL_QUEUES = "*"
 
 
 def replica_parts(r: GpuRequest, products: Iterable[str | None] = (None,)) -> int:
@@ -220,7 +222,8 @@ class QueueBook:
               broken: Mapping[str, str] | None = None,
               moving: AbstractSet[str] = frozenset(),
               facts: Mapping[str, NodeFacts] | None = None,
-              failed: MutableMapping[str, Exception] | None = None) -> None:
+              failed: MutableMapping[str, Exception] | None = None,
+              unknown: Mapping[str, str] | None = None) -> None:
         """Count the holdings kept this cycle that the ledger has (a device list adopted
         from a service's own labels is counted when its service is visited, as new);
         ``broken``: the queue of each invalid request (service name -> queue), whose
@@ -229,8 +232,12 @@ class QueueBook:
         device's GPU is read. A service whose count raises is named in ``failed``
         (service id -> the fault; raised when None), and its queue's use is not known
         this cycle (``unknown``): no new work is admitted to it (``limit``), as counting
-        its use without that service's would admit more than its max."""
-        self.used, self.blocked, self.unknown = {}, {}, {}
+        its use without that service's would admit more than its max. ``unknown``: queue
+        -> why, the queues already known not countable (``reads``: an invalid request's
+        queue lookup that raised; ``ALL_QUEUES``: every configured queue)."""
+        self.used, self.blocked = {}, {}
+        self.unknown = {q: why for k, why in (unknown or {}).items()
+                        for q in (self.quotas if k == ALL_QUEUES else (k,))}
         self.facts, self._mig = facts or {}, None
         moves = moving.nodes if isinstance(moving, Moving) else {}
         for s, r in parsed:
@@ -385,14 +392,18 @@ class QueueBook:
 
     def summary(self) -> list[dict[str, Any]]:
         """Each queue's use against its quota (``status``, the map's document), with its
-        tenant (None: no tenants, or no tenant's), whose queues reclaim together."""
+        tenant (None: no tenants, or no tenant's), whose queues reclaim together;
+        ``used_unknown``: why the use of a queue is not known this cycle (``start``), else
+        None. Its ``used_gpus`` is then only what was counted, which
+        preemption's reclaim reads as before; a reader showing the use says unknown."""
         out = []
-        for name in sorted(self.quotas.keys() | self.used.keys()):
+        for name in sorted(self.quotas.keys() | self.used.keys() | self.unknown.keys()):
             g, m = self.quotas.get(name, (0, None))
             out.append({"queue": name, "used_gpus": _gpus_of(self.used.get(name, 0)),
                         "guaranteed_gpus": _gpus(g), "max_gpus": _gpus(m),
                         "configured": name in self.quotas, "tenant": self.owner.get(name),
-                        "blocked": sorted(self.blocked.get(name, []))})
+                        "blocked": sorted(self.blocked.get(name, [])),
+                        "used_unknown": self.unknown.get(name)})
         return out
 
 

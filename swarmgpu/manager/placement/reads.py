@@ -4,13 +4,16 @@ cycle's services as the planner reads them (``ServiceRead``)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.tenants import NAME_RE
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_defaults
 from swarmgpu.manager.placement.memo import LabelParse, PlannerMemo, RequestEntry
 from swarmgpu.manager.placement.preempt import serve_key
+from swarmgpu.manager.placement.queues import ALL_QUEUES
 from swarmgpu.manager.services.requests import (
     GpuRequest,
     RequestError,
@@ -36,6 +39,9 @@ class ServiceRead:
     queued: bool = False  # some request names a queue
     # service name -> the queue an invalid request's holdings count against (``read``)
     broken_queues: dict[str, str] = field(default_factory=dict)
+    # queue -> why its use is not known this cycle: an invalid request's queue lookup
+    # raised (``QueueBook.start``'s ``unknown``; ``ALL_QUEUES``: every queue)
+    unknown_queues: dict[str, str] = field(default_factory=dict)
     serve_keys: list[tuple[int, str]] = field(default_factory=list)  # of ``parsed``
     mixed: bool = False  # not every serve key is the same
     # service id -> what a pass over every service raised for it before its visit (its
@@ -95,28 +101,33 @@ class RequestReader:
         pairs = list(zip(order, map(known.__getitem__, map(_by_id, order)), strict=True))
         parsed: Parsed = [(s, g.request) for s, g in pairs if g.request is not None]
         keys = [g.serve_key for _, g in pairs if g.request is not None]
-        broken = self._broken_queues(parsed, failed)
+        unknown: dict[str, str] = {}
+        broken = self._broken_queues(parsed, failed, unknown)
         return ServiceRead(
             parsed=parsed,
             cpu_only=[s for s, g in pairs if g.request is None and g.reservation[0] > 0],
             no_request=[s for s, g in pairs if g.request is None],
             names=set(map(_by_name, order)),
             few={s.id for s in order if (s.replicas or 0) <= most},
-            queued=bool(broken)
+            queued=bool(broken) or bool(unknown)
             or (
                 bool(self.memo.queued_ids)
                 and any(isinstance(r, GpuRequest) and r.queue for _, r in parsed)
             ),
             broken_queues=broken,
+            unknown_queues=unknown,
             serve_keys=keys,
             mixed=bool(keys) and keys.count(keys[0]) != len(keys),
             failed=failed,
         )
 
-    def _broken_queues(self, parsed: Parsed, failed: dict[str, Exception]) -> dict[str, str]:
+    def _broken_queues(self, parsed: Parsed, failed: dict[str, Exception],
+                       unknown: dict[str, str]) -> dict[str, str]:
         """The queue of each invalid request: what it holds is kept (never dropped for a
         broken label), so it still counts -- against its label's queue when that names
-        one it may (with tenants: one its tenant owns, else the tenant's first)."""
+        one it may (with tenants: one its tenant owns, else the tenant's first). One
+        whose lookup raises is failed and its holdings count nowhere, so each queue it
+        may count against is put in ``unknown`` (no new work is admitted to it)."""
         out: dict[str, str] = {}
         for s, r in parsed:
             if isinstance(r, RequestError):
@@ -126,9 +137,30 @@ class RequestReader:
                     q = self.tenants.queue_of(s, asked) if self.tenants is not None else asked
                 except Exception as exc:  # (as in ``read``)
                     failed.setdefault(s.id, exc)
+                    why = (f"finding the queue of {s.name} raised ({type(exc).__name__}: "
+                           f"{peer_text(str(exc), 200)})")
+                    for each in self._maybe_queues(s):
+                        unknown.setdefault(each, why)
                     continue
                 if q:
                     out[s.name] = q
+        return out
+
+    def _maybe_queues(self, s: SwarmService) -> set[str]:
+        """The queues an invalid request whose queue lookup raised may count against:
+        its label's, and every queue of its tenant; every queue (``ALL_QUEUES``) where
+        neither can be told."""
+        out: set[str] = set()
+        with suppress(Exception):  # (its fault is said once, by ``_broken_queues``)
+            asked = s.labels.get(self.prefix + "queue", "")
+            if isinstance(asked, str) and NAME_RE.fullmatch(asked):
+                out.add(asked)
+        if self.tenants is None:
+            return out or {ALL_QUEUES}
+        try:
+            out.update(self.tenants.of_service(s).queues)
+        except Exception:  # its tenant cannot be told: any tenant's queue
+            out.add(ALL_QUEUES)
         return out
 
     def _parse(self, s: SwarmService) -> RequestEntry:

@@ -551,7 +551,10 @@ def render_status(doc: Mapping[str, Any]) -> str:
             top = "-" if q["max_gpus"] is None else f"{q['max_gpus']:g}"
             note = "" if q["configured"] else " (not in the config: no quota)"
             held = f"; held at max: {', '.join(q['blocked'])}" if q["blocked"] else ""
-            lines.append(f"  {q['queue']}: {q['used_gpus']:g} / {q['guaranteed_gpus']:g} / "
+            # (a use not counted this cycle is said unknown, never the undercount)
+            used = (f"used unknown this cycle ({q['used_unknown']})" if q.get("used_unknown")
+                    else f"{q['used_gpus']:g}")
+            lines.append(f"  {q['queue']}: {used} / {q['guaranteed_gpus']:g} / "
                          f"{top}{note}{held}")
     if doc.get("workload"):
         lines.append("")
