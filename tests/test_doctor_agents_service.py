@@ -95,7 +95,7 @@ def test_the_doctor_takes_agents_service_from_the_daemons_config(tmp_path: Path)
     assert daemon_keys(None, str(cfg))[0] == "gpus_agent"
     assert daemon_keys("other_agent", str(cfg))[0] == "other_agent"
     assert daemon_keys("", str(cfg))[0] == ""
-    assert daemon_keys(None, None) == ("swarmgpu_agent", "swarmgpu.")
+    assert daemon_keys(None, None) == ("swarmgpu_agent", "swarmgpu.", "")
 
 
 def test_the_doctors_config_is_checked_as_the_daemon_checks_it(tmp_path: Path) -> None:
@@ -132,7 +132,7 @@ def test_gpu_labelled_nodes_are_known_by_the_daemons_label_prefix(tmp_path: Path
     labels, no agent's task there, was not named."""
     cfg = tmp_path / "swarmgpu.yml"
     cfg.write_text("sync:\n  prefix: acme.\n")
-    name, prefix = daemon_keys(None, str(cfg))
+    name, prefix, _ = daemon_keys(None, str(cfg))
     assert (name, prefix) == ("swarmgpu_agent", "acme.")
     synced = sw_node("n-s", "gpu-s", {"acme.gpu.count": "2"})
     read = SwarmRead([GPU_A, synced], [AGENT], [_task("n-a")], prefix=prefix)
@@ -166,3 +166,21 @@ def test_a_misspelled_agents_service_fails_where_a_node_advertises_gpu_resources
         assert c.status is Status.FAIL, c
     other = replace(sw_node("n-o", "fpga-o"), discrete_resources={"FPGA": 1})
     assert _check("swarmgpu-agent", SwarmRead([CPU, other], [AGENT], [])).status is Status.OK
+
+
+def test_a_node_advertising_only_the_configured_gpu_kind_is_a_gpu_node_to_the_doctor(
+        tmp_path: Path) -> None:
+    """A node whose engine advertises only ``placement.generic_resource_kind`` (a custom
+    GPU kind) is a GPU node to the daemon (``gpu_hint``). Before, ``doctor --config``
+    passed agents.service and sync.prefix on, not the kind: ``ok``, "no agent is
+    expected", for a misspelled agents.service on that very swarm."""
+    cfg = tmp_path / "swarmgpu.yml"
+    cfg.write_text("agents:\n  service: swarmgpu-agent\n"
+                   "placement:\n  generic_resource_kind: ACME-GPU\n  grants: mounts\n")
+    name, prefix, kind = daemon_keys(None, str(cfg))
+    assert kind == "ACME-GPU"
+    acme = replace(sw_node("n-x", "gpu-x"), discrete_resources={"ACME-GPU": 2})
+    read = SwarmRead([CPU, acme], [AGENT], [], prefix=prefix, kind=kind)
+    c = _check(name, read)
+    assert c.status is Status.FAIL, c
+    assert _check(name, replace(read, kind="")).status is Status.OK

@@ -415,3 +415,53 @@ def test_a_kept_holding_whose_commit_raises_once_counted_leaves_no_gpu_counted(
     monkeypatch.undo()
     planner.plan(nodes, [bad], [], FACTS)  # the daemon's next cycle
     assert planner.cluster.alloc.snapshot() == _fresh_after(nodes, [bad])
+
+
+def _bad_logs(logs: list[Any]) -> list[Any]:
+    return [r for r in logs if BAD in r["message"]]
+
+
+def test_an_arrival_that_keeps_raising_is_logged_once_while_it_lasts() -> None:
+    """``place_arrivals`` (simulate's arrivals) says a failing arrival's traceback as a
+    cycle does: once while it lasts, the next cycle's fault of it included. Before, it
+    said it outside any round of ``Faults``: on every arrival, and again next cycle."""
+    planner = Planner()
+    planner.plan(list(NODES), [], [], FACTS)
+    bad = replace(svc(BAD, {f"{P}gpus": "4"}), spec={"TaskTemplate": {"Resources": "lots"}})
+    logs: list[Any] = []
+    sink = logger.add(lambda m: logs.append(m.record), level="ERROR")
+    try:
+        for _ in range(2):
+            _failed(_by_name(planner.place_arrivals([bad], []))[BAD], "AttributeError")
+        _failed(_by_name(planner.plan(list(NODES), [bad], [], FACTS))[BAD])
+        assert len(_bad_logs(logs)) == 1, logs
+        planner.plan(list(NODES), [], [], FACTS)  # gone a cycle: said again when back
+        planner.place_arrivals([bad], [])
+    finally:
+        logger.remove(sink)
+    assert len(_bad_logs(logs)) == 2, logs
+
+
+def test_an_arrival_whose_workload_count_raises_gets_a_failed_plan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU-only arrival whose task runs on a GPU node is counted in the workload mix;
+    counting it raises. Its plan says so, as a cycle's does (``failed_unvisited``);
+    before, ``place_arrivals`` gave it no plan at all, and its fault went unsaid."""
+    planner = Planner()
+    planner.plan(list(NODES), [], [], FACTS)
+    cpu = {"TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 500_000_000}}}}
+    bad = replace(svc(BAD, {}), spec=cpu)
+    task = SwarmTask(id="t-bad", service_id=bad.id, node_id=NODES[0].id, slot=1,
+                     state="running", desired_state="running", env=(), cpu_milli=500)
+    real = planner.model.observe
+
+    def observe(key: str, *args: Any, **kw: Any) -> bool:
+        if key == bad.id:
+            raise RuntimeError("boom counting a-bad")
+        return real(key, *args, **kw)
+
+    monkeypatch.setattr(planner.model, "observe", observe)
+    plan = planner.place_arrivals([bad, svc("b-ok", {f"{P}gpus": "4"})], [task])
+    got = _by_name(plan)
+    _failed(got[BAD], "RuntimeError", "boom counting")
+    assert got["b-ok"].status == "placed"

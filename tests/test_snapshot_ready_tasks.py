@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 import support.rebalance as rb
 from support.forged import (
+    DGX_F,
     RecordingSwarm,
+    held_labels,
     repin_move,
     snapshot,
     sw_node,
@@ -27,10 +29,20 @@ from support.placement import node, svc
 from support.planner import cpu_node
 
 from swarmgpu.core.config import Config, RebalanceConfig
+from swarmgpu.core.model import MigDevice
 from swarmgpu.manager.cycle.placement import gates_ready_now
 from swarmgpu.manager.nodes import sync
+from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.agentbook import AgentBook
-from swarmgpu.manager.placement import MOVE_STATE, Planner, gate_key, plan_placement, read_ledger
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement import (
+    MOVE_STATE,
+    Planner,
+    devices_key,
+    gate_key,
+    plan_placement,
+    read_ledger,
+)
 from swarmgpu.manager.placement.cpunodes import agent_nodes
 from swarmgpu.manager.placement.hostports import binds
 from swarmgpu.manager.placement.preemptroom import Room
@@ -284,3 +296,25 @@ def test_a_jobs_ready_task_is_in_the_snapshot_once(monkeypatch: pytest.MonkeyPat
         SwarmTask("t-new", job.id, "n-a", 1, "ready", "ready", ())])
     snap = sync.take_snapshot(sw, Config())  # type: ignore[arg-type]
     assert sorted(t.id for t in snap.tasks) == ["t-new", "t-old"]
+
+
+@pytest.mark.parametrize("ready_first", [False, True])
+def test_the_map_names_a_mig_holders_running_task_beside_its_update(
+        ready_first: bool) -> None:
+    """A start-first update: the service's new task (desired running, still ready) beside
+    the running one on the node of its MIG slice. The slice's holder names the running
+    task whatever Swarm's list order; before, it named the first listed (the ready one
+    where Swarm listed it first)."""
+    mig = MigDevice("3g.20gb", "MIG-1111", 19968, gi_id=1, ci_id=0)
+    gpu0 = dataclasses.replace(DGX_F.gpus[0], mig_enabled=True, mig_devices=(mig,))
+    facts = dataclasses.replace(DGX_F, gpus=(gpu0, *DGX_F.gpus[1:]))
+    nodes = [sw_node("n-dgx", "gpu-node-1", held_labels("m", "n-dgx", mig.uuid))]
+    m = sw_svc("m", {f"{P}gpus": "1", devices_key(P, "n-dgx"): mig.uuid})
+    run = SwarmTask("t-run", "id-m", "n-dgx", 1, "running", "running", ())
+    new = SwarmTask("t-new", "id-m", "n-dgx", 1, "ready", "running", ())
+    tasks = [new, run] if ready_first else [run, new]
+    snap = Snapshot(nodes, [m], tasks, {"n-dgx": FactsResult("n-dgx", "n-dgx", "", facts,
+                                                            None, 1.0)}, swarm_labels={})
+    out = build_cluster(snap, None)
+    slices = [s for g in out["nodes"][0]["gpus"] for s in g["mig"]]
+    assert [s["holder"] for s in slices] == [{"service": "m", "task": "t-run"}]

@@ -307,8 +307,10 @@ def _log_plain(why: str) -> None:
                    f"file's, else {DEFAULT_AGENTS_SERVICE}.")
 @click.option("--config", "config_path", default=None, type=ConfigPath(),
               help="The daemon's YAML config (checked as `swarmgpu config check` does): "
-                   "its agents.service, unless --agents-service is given, and its "
-                   "sync.prefix (label sync's labels mark GPU nodes).")
+                   "its agents.service, unless --agents-service is given, its "
+                   "sync.prefix (label sync's labels mark GPU nodes) and its "
+                   "placement.generic_resource_kind (a node advertising it is a GPU "
+                   "node).")
 @_source_detail_options
 def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root: str | None,
            agents_service: str | None, config_path: str | None, hostname: str | None,
@@ -317,7 +319,7 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
     from swarmgpu.agent.doctor import FactsRead, factsread, run_doctor
     from swarmgpu.agent.procroot import proc_root_view
 
-    agents_service, prefix = daemon_keys(agents_service, config_path)
+    agents_service, prefix, kind = daemon_keys(agents_service, config_path)
     read = FactsRead(None)
     docker_info = None
     if source or root == "/":
@@ -344,8 +346,8 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
                             proc_root=proc_root_view(proc_root or "/proc")
                             if proc_root or root == "/" else None,
                             agents_service=agents_service if root == "/" else None,
-                            swarm=_swarm_read(docker_info, docker_error, agents_service, prefix)
-                            if root == "/" else None)
+                            swarm=_swarm_read(docker_info, docker_error, agents_service, prefix,
+                                              kind) if root == "/" else None)
     click.echo(text)
     if read.hung:
         # Exit now: the exit hooks would wait on the hung read (NVML's shutdown takes the
@@ -354,24 +356,28 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
     sys.exit(code)
 
 
-def daemon_keys(given: str | None, config_path: str | None) -> tuple[str, str]:
-    """The ``agents.service`` the doctor checks, and ``sync.prefix`` (a node carrying
-    label sync's labels under it is GPU-labelled): ``--agents-service`` where given, else
-    the daemon's config file's (``--config``: loaded and checked as every command loads
-    it, whenever given; an error ends the doctor, exit 2), else the daemon's defaults."""
+def daemon_keys(given: str | None, config_path: str | None) -> tuple[str, str, str]:
+    """The ``agents.service`` the doctor checks, ``sync.prefix`` (a node carrying label
+    sync's labels under it is GPU-labelled) and ``placement.generic_resource_kind`` (a
+    node advertising it is a GPU node, as to the daemon: ``gpu_hint``):
+    ``--agents-service`` where given, else the daemon's config file's (``--config``:
+    loaded and checked as every command loads it, whenever given; an error ends the
+    doctor, exit 2), else the daemon's defaults."""
     if config_path is None:
-        return (DEFAULT_AGENTS_SERVICE if given is None else given), DEFAULT_LABEL_PREFIX
+        return (DEFAULT_AGENTS_SERVICE if given is None else given), DEFAULT_LABEL_PREFIX, ""
     from swarmgpu.cli.config import load_cfg
 
     cfg = load_cfg(config_path)
-    return (cfg.agents.service if given is None else given), cfg.sync.prefix
+    return ((cfg.agents.service if given is None else given), cfg.sync.prefix,
+            cfg.placement.generic_resource_kind)
 
 
-def _swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: str
-               ) -> Any:
+def _swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: str,
+                kind: str) -> Any:
     """Swarm's nodes, services and tasks for the ``agents.service`` check, read where
     this engine is a manager (``docker info``'s ``Swarm.ControlAvailable``); else why
-    not (``prefix``: ``sync.prefix``). Not read with the key off ('')."""
+    not (``prefix``: ``sync.prefix``; ``kind``: ``placement.generic_resource_kind``).
+    Not read with the key off ('')."""
     from swarmgpu.agent.doctor import SwarmRead
 
     if not name:
@@ -388,7 +394,7 @@ def _swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: s
         services = client.services()
         ids = [sv.id for sv in services if sv.name == name]
         tasks = client.tasks({"service": ids, "desired-state": "running"}) if ids else []
-        return SwarmRead(client.nodes(), services, tasks, prefix=prefix)
+        return SwarmRead(client.nodes(), services, tasks, prefix=prefix, kind=kind)
     except SwarmError as exc:
         return SwarmRead(error=str(exc))
 

@@ -33,6 +33,15 @@ class SaidOnce(Generic[K]):
         self._seen[key] = value
         return key not in self._said or self._said[key] != value
 
+    def fresh_between(self, key: K, value: object = None) -> bool:
+        """``fresh`` asked between rounds (a note made outside a cycle: simulate's
+        arrivals): True as there, and kept as said by the last round closed, so a later
+        ask between rounds and the next round do not say it again; a round that does not
+        see it forgets it."""
+        said = key not in self._said or self._said[key] != value
+        self._said[key] = value
+        return said
+
     def forget(self, key: K) -> None:
         """This round's ``key`` is not kept: said again the next time it is seen."""
         self._seen.pop(key, None)

@@ -39,7 +39,7 @@ def check_agents_service(view: NodeView) -> Check:
                      f"agents.service {quoted(name)} not checked: {why}; run swarmgpu "
                      "doctor on a manager, or swarmgpu audit")
     missing = unnamed_agent_service(read.services, name)
-    if missing is not None and not any(gpu_labelled(n, read.prefix) or gpu_advertised(n)
+    if missing is not None and not any(gpu_labelled(n, read.prefix) or gpu_advertised(n, read.kind)
                                        for n in read.nodes):
         # As the daemon and audit (swarm.agentservice): a swarm with no GPU node is not
         # failed for agents it does not run (a node advertising GPU generic resources

@@ -123,13 +123,15 @@ class NodeView:
 class SwarmRead:
     """Swarm's lists, as a manager answers them, or why they could not be read (a worker
     cannot list services); ``prefix``: the daemon's ``sync.prefix``, under which label
-    sync's labels mark a GPU node."""
+    sync's labels mark a GPU node; ``kind``: its ``placement.generic_resource_kind``, a
+    GPU generic resource kind beside the usual ones."""
 
     nodes: Sequence[SwarmNode] = ()
     services: Sequence[SwarmService] = ()
     tasks: Sequence[SwarmTask] = ()
     error: str | None = None
     prefix: str = DEFAULT_PREFIX
+    kind: str = ""
 
 
 @dataclass(frozen=True)

@@ -150,10 +150,14 @@ RELIST_SETTLE_S = 0.25
 
 class WrittenSaid:
     """Per service, what its last service write said (placements and decision), and the
-    renewals since: a renewal that writes what was said (its waiting task replaced where
-    it is, after each back-off) is counted, at debug, not said again; the pending line
-    counts them for people (``PlacementStep._say_pending``). Kept by the daemon's
-    placement step across cycles; each service is written by one thread of a cycle."""
+    renewal writes landed since: a renewal that writes what was said (its waiting task
+    replaced where it is, after each back-off) is counted in the debug line of its
+    write, not said again. Not the pending line's count (``PlacementStep.renewals``,
+    ``_say_pending``), which counts the cycles that plan a renewal while the pending
+    note lasts, before the writes and in dry-run too: this one counts the writes that
+    landed while the placements are unchanged (a failed write is not counted, a changed
+    note does not reset it). Kept by the daemon's placement step across cycles; each
+    service is written by one thread of a cycle."""
 
     def __init__(self) -> None:
         self._said: dict[str, tuple[str, int]] = {}  # service id -> (what, renewals)
@@ -453,9 +457,9 @@ class PlacementStep(Step):
         self.held_said: SaidOnce[str] = SaidOnce()
         self.status_said: SaidOnce[str] = SaidOnce()
         self.record_said: SaidOnce[tuple[str, str]] = SaidOnce()  # (service, its note)
-        # service id -> (its pending note, renewals since it was said), of a service that
-        # renews its waiting task: kept while it waits, across a cycle it is not pending
-        # (``_say_pending``)
+        # service id -> (its pending note, renewals planned since it was said), of a
+        # service that renews its waiting task: kept while it waits, across a cycle it is
+        # not pending (``_say_pending``; not ``WrittenSaid``'s count of writes landed)
         self.renewals: dict[str, tuple[str, int]] = {}
         self.written_said = WrittenSaid()  # each service write said once per change
 

@@ -208,25 +208,38 @@ def unsure(cluster: ClusterAllocator, name: str, before: Committed) -> None:
 
 class Faults:
     """The services whose planning raised, each logged with its traceback once while it
-    keeps raising (said again after a cycle without it)."""
+    keeps raising (said again after a cycle without it). Between cycles (``between``:
+    ``Planner.place_arrivals``) a fault counts as said by the last cycle: said once over
+    the arrivals and the next cycle, which forgets it where it no longer raises."""
 
     def __init__(self) -> None:
         self._said: SaidOnce[str] = SaidOnce()
+        self._open = False  # a cycle's round is open (begin, not yet end)
 
     def begin(self) -> None:
         self._said.begin()
+        self._open = True
 
     def end(self) -> None:
         self._said.end()
+        self._open = False
+
+    def between(self) -> None:
+        """Faults said from now to the next ``begin`` are said between cycles (a round
+        a raising cycle left open is dropped by that ``begin`` all the same)."""
+        self._open = False
+
+    def _fresh(self, key: str) -> bool:
+        return self._said.fresh(key) if self._open else self._said.fresh_between(key)
 
     def say_once(self, key: str, text: str, exc: Exception) -> None:
         """``text`` logged with ``exc``'s traceback once while ``key`` keeps raising."""
-        if self._said.fresh(key):
+        if self._fresh(key):
             logger.opt(exception=exc).error("placement: {}", text)
 
     def say(self, s: SwarmService, exc: Exception, undone: Exception | None = None) -> None:
         """``undone``: what ``restore`` raised after ``exc`` (its traceback shows both)."""
-        if self._said.fresh(s.name):
+        if self._fresh(s.name):
             also = "" if undone is None else (
                 f"; putting back what it held raised too ({type(undone).__name__}: "
                 f"{peer_text(str(undone), 200)}): its nodes are rebuilt from the ledger "

@@ -621,6 +621,7 @@ class Planner:
             cyc = self._arrival_cycle = copy.copy(last)
             cyc.release = frozenset()  # (an arrival has nothing held to release)
         cyc.plan = plan
+        self._faults.between()  # a fault said once over the arrivals and the next cycle
         read = self._reads.read(services)
         parsed, cpu_only = read.parsed, read.cpu_only
         tv = tasks_by_service(tasks)
@@ -637,6 +638,9 @@ class Planner:
                 continue
             plan.add(sp)
             claim(cyc.ports, s, sp)
+        # (as a cycle: an arrival of no request whose count raised gets its failed plan)
+        failed_unvisited(plan.services, read.no_request, read.failed, self.cluster,
+                         self._faults)
         return plan
 
     def _settled_key(self, s: SwarmService, kept: Mapping[str, Holding],

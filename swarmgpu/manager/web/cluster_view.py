@@ -238,10 +238,13 @@ class _Holders:
         self.services = {s.name: s for s in snap.services}
         self.plans = {sp.name: sp for sp in (plan.services if plan else [])}
         self.tasks: dict[tuple[str, str], list[str]] = {}  # (service id, node id) -> tasks
+        self.running: set[str] = set()  # of those, the tasks Swarm says run
         for t in snap.tasks:
             # desired running or ready (a restart's in its delay); on no node: nowhere
             if t.desired_state in MEANT_STATES and t.node_id:
                 self.tasks.setdefault((t.service_id, t.node_id), []).append(t.id)
+                if t.state == "running":
+                    self.running.add(t.id)
 
     def on(self, node_id: str) -> tuple[dict[str, list[dict[str, Any]]],
                                         dict[str, dict[str, Any]]]:
@@ -255,6 +258,9 @@ class _Holders:
             svc = self.services.get(svc_name)
             sp = self.plans.get(svc_name)
             tasks = self.tasks.get((svc.id, node_id), []) if svc else []
+            # a slice names one task: the running one before a start-first update's new
+            # task (not started yet), whatever Swarm's list order
+            shown = next((t for t in tasks if t in self.running), tasks[0] if tasks else None)
             slot_of = dict(zip(h.uuids, h.slots, strict=True)) if h.packed else {}
             for u, m in zip(h.uuids, h.milli, strict=True):
                 entry = {"service": svc_name, "service_id": svc.id if svc else None,
@@ -263,7 +269,7 @@ class _Holders:
                 if u in slot_of:  # replicas packed on one node: whose GPU this is
                     entry["slot"] = slot_of[u]
                 holders.setdefault(u, []).append(entry)
-                mig_holder[u] = {"service": svc_name, "task": tasks[0] if tasks else None}
+                mig_holder[u] = {"service": svc_name, "task": shown}
         return holders, mig_holder
 
 
