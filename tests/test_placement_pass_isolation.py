@@ -258,12 +258,9 @@ def test_a_plugin_check_that_raises_costs_its_service_alone(
     assert "b-ok's plugins: unknown on gpu-a" in got["b-ok"].warnings
 
 
-def test_a_queue_count_that_raises_refuses_new_work_to_its_queue(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pass that counts each queue's use: a-bad's holdings (4 GPUs of queue q, max
-    8) cannot be counted. a-bad is failed, its GPUs held; its queue is not undercounted:
-    b-new (6 GPUs of q: 10 with a-bad's) is refused this cycle, its plan naming why;
-    c-free (no queue) is placed."""
+def _queue_count_raises(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, dict[str, str]]:
+    """a-bad settled with 4 GPUs of queue q, and counting its queue use raising: the
+    nodes, a-bad and the queue label."""
     q = {f"{P}queue": "q"}
     nodes, bad = settled(svc(BAD, {f"{P}gpus": "4", **q}))
     real = queues_mod.held_in_ledger
@@ -274,6 +271,16 @@ def test_a_queue_count_that_raises_refuses_new_work_to_its_queue(
         return real(kept, ledger, *a)
 
     monkeypatch.setattr(queues_mod, "held_in_ledger", held_in_ledger)
+    return nodes, bad, q
+
+
+def test_a_queue_count_that_raises_refuses_new_work_to_its_queue(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass that counts each queue's use: a-bad's holdings (4 GPUs of queue q, max
+    8) cannot be counted. a-bad is failed, its GPUs held; its queue is not undercounted:
+    b-new (6 GPUs of q: 10 with a-bad's) is refused this cycle, its plan naming why;
+    c-free (no queue) is placed."""
+    nodes, bad, q = _queue_count_raises(monkeypatch)
     new, free = svc("b-new", {f"{P}gpus": "6", **q}), svc("c-free", {f"{P}gpus": "2"})
     got = _by_name(Planner(queues={"q": (0, 8000)}).plan(nodes, [bad, new, free], [], FACTS))
     _failed(got[BAD], "boom counting a-bad's queue")
@@ -286,16 +293,7 @@ def test_a_queue_whose_count_raised_shows_its_use_unknown_not_the_undercount(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``status`` (text and JSON) said q used 0 GPUs while a-bad held 4 of it uncounted:
     its row says the use is unknown this cycle and why, never the lower figure alone."""
-    q = {f"{P}queue": "q"}
-    nodes, bad = settled(svc(BAD, {f"{P}gpus": "4", **q}))
-    real = queues_mod.held_in_ledger
-
-    def held_in_ledger(kept: Any, ledger: Any, *a: Any) -> Any:
-        if any(h.service == BAD for h in ledger.values()):
-            raise RuntimeError("boom counting a-bad's queue")
-        return real(kept, ledger, *a)
-
-    monkeypatch.setattr(queues_mod, "held_in_ledger", held_in_ledger)
+    nodes, bad, _q = _queue_count_raises(monkeypatch)
     plan = Planner(queues={"q": (0, 8000)}).plan(nodes, [bad], [], FACTS)
     (row,) = plan.queues
     assert row["used_unknown"] and BAD in row["used_unknown"], row
@@ -360,6 +358,18 @@ def test_gpus_a_raising_commit_counted_stay_used_till_the_next_cycle(
     assert again["c-six"].placements[0].node_id == hit[0]
 
 
+def _counting_raises(monkeypatch: pytest.MonkeyPatch, planner: Planner, sid: str) -> None:
+    """Counting service ``sid`` in ``planner``'s workload mix raises."""
+    real = planner.model.observe
+
+    def observe(key: str, *args: Any, **kw: Any) -> bool:
+        if key == sid:
+            raise RuntimeError("boom counting a-bad")
+        return real(key, *args, **kw)
+
+    monkeypatch.setattr(planner.model, "observe", observe)
+
+
 def test_a_released_service_whose_workload_count_raises_frees_its_gpus(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """a-bad's request labels are gone (released this cycle, its ledger entries
@@ -374,14 +384,7 @@ def test_a_released_service_whose_workload_count_raises_frees_its_gpus(
     task = SwarmTask(id="t-bad", service_id=bad.id, node_id=bad_node, slot=1,
                      state="running", desired_state="running", env=(), cpu_milli=500)
     planner = Planner()
-    real = planner.model.observe
-
-    def observe(key: str, *args: Any, **kw: Any) -> bool:
-        if key == bad.id:
-            raise RuntimeError("boom counting a-bad")
-        return real(key, *args, **kw)
-
-    monkeypatch.setattr(planner.model, "observe", observe)
+    _counting_raises(monkeypatch, planner, bad.id)
     big, six = svc("b-big", {f"{P}gpus": "8"}), svc("c-six", {f"{P}gpus": "6"})
     logs: list[Any] = []
     sink = logger.add(lambda m: logs.append(m.record), level="ERROR")
@@ -453,14 +456,7 @@ def test_an_arrival_whose_workload_count_raises_gets_a_failed_plan(
     bad = replace(svc(BAD, {}), spec=cpu)
     task = SwarmTask(id="t-bad", service_id=bad.id, node_id=NODES[0].id, slot=1,
                      state="running", desired_state="running", env=(), cpu_milli=500)
-    real = planner.model.observe
-
-    def observe(key: str, *args: Any, **kw: Any) -> bool:
-        if key == bad.id:
-            raise RuntimeError("boom counting a-bad")
-        return real(key, *args, **kw)
-
-    monkeypatch.setattr(planner.model, "observe", observe)
+    _counting_raises(monkeypatch, planner, bad.id)
     plan = planner.place_arrivals([bad, svc("b-ok", {f"{P}gpus": "4"})], [task])
     got = _by_name(plan)
     _failed(got[BAD], "RuntimeError", "boom counting")
