@@ -10,6 +10,7 @@ import pytest
 from support.isolation import BAD, FACTS, NODES
 from support.placement import P, apply, svc, written
 
+from swarmgpu.manager.cycle.preempt_notes import note_unknown_use
 from swarmgpu.manager.placement import Planner
 from swarmgpu.manager.placement import queues as queues_mod
 from swarmgpu.manager.placement.preempt import choose_preemptions
@@ -32,7 +33,7 @@ def test_a_queue_whose_use_is_unknown_reclaims_nothing(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Queue q (guarantee 8, no max): a-bad holds 4 of it, uncounted this cycle, so q
     looked at 0 and b-new (8 GPUs of q: 12 with a-bad's) preempted unqueued work to
-    "reclaim" GPUs past q's guarantee."""
+    "reclaim" GPUs past q's guarantee. Now it preempts nothing, its plan saying why."""
     q = {f"{P}queue": "q"}
     services = [svc(BAD, {f"{P}gpus": "4", **q}), svc("c-low", {f"{P}gpus": "8"}),
                 svc("d-fill", {f"{P}gpus": "4"})]
@@ -50,6 +51,11 @@ def test_a_queue_whose_use_is_unknown_reclaims_nothing(
     assert {sp.name: sp.status for sp in plan.services}["b-new"] == "pending"
     assert choose_preemptions(plan, nodes, services, [], FACTS, prefix=P,
                               preemptible_below=100) == []
+    note_unknown_use(plan)  # as the preemption step (cycle and `plan`) notes it
+    (new,) = [sp for sp in plan.services if sp.name == "b-new"]
+    (said,) = [w for w in new.warnings if w.startswith("preemption:")]
+    assert "queue q's use is not known this cycle" in said and BAD in said, said
+    assert "reclaims no GPUs" in said and "fix:" in said
 
 
 def _row(used: float, guaranteed: float, unknown: str | None) -> dict[str, Any]:

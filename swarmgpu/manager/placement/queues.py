@@ -432,6 +432,20 @@ def _unknown(queues: Mapping[str, Mapping[str, Any]], q: str) -> bool:
     return row is not None and bool(row.get("used_unknown"))
 
 
+def unknown_of(queue: str, queues: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The queue, ``queue`` or one of its tenant's, whose use is not known this cycle
+    (its row's ``used_unknown``), which keeps ``queue``'s work from reclaiming by its
+    guarantee (``within_guarantee``); None: all known, or no such queue."""
+    row = queues.get(queue)
+    if row is None:
+        return None
+    if row.get("used_unknown"):
+        return queue
+    tenant = row.get("tenant")
+    return next((q for q, r in sorted(queues.items()) if tenant and r.get("tenant") == tenant
+                 and r.get("used_unknown")), None)
+
+
 def within_guarantee(preemptor: GpuRequest, queues: Mapping[str, Mapping[str, Any]],
                      taken: Sequence[tuple[str, int]] = (), given: Mapping[str, int] | None = None,
                      gone: Mapping[str, int] | None = None, replicas: int = 1) -> bool:
@@ -445,7 +459,7 @@ def within_guarantee(preemptor: GpuRequest, queues: Mapping[str, Mapping[str, An
     guarantee, the tenant not: without the sum, each such relabel reclaimed one more
     holding of another tenant's past what the operator guaranteed it."""
     p, given, gone = queues.get(preemptor.queue), given or {}, gone or {}
-    if p is None or not p.get("configured") or p.get("used_unknown"):
+    if p is None or not p.get("configured") or unknown_of(preemptor.queue, queues):
         return False
     need = replica_milli(preemptor) * replicas
     if _used_milli(p) + given.get(preemptor.queue, 0) + need > _guaranteed_milli(p):
@@ -454,8 +468,6 @@ def within_guarantee(preemptor: GpuRequest, queues: Mapping[str, Mapping[str, An
     if not tenant:
         return True
     mine = {q: row for q, row in queues.items() if row.get("tenant") == tenant}
-    if any(row.get("used_unknown") for row in mine.values()):
-        return False
     used = sum(_used_milli(row) + given.get(q, 0) - gone.get(q, 0) for q, row in mine.items())
     freed = sum(milli for q, milli in taken if q in mine)
     return used - freed + need <= sum(_guaranteed_milli(row) for row in mine.values())
