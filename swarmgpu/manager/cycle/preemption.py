@@ -78,7 +78,12 @@ from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.placement import make_plan, new_planner
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
-from swarmgpu.manager.cycle.preempt_notes import dry_note, note_on, raised_note
+from swarmgpu.manager.cycle.preempt_notes import (
+    dry_note,
+    note_on,
+    note_unknown_use,
+    raised_note,
+)
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.cycle.victimspec import renewed, victim_spec
 from swarmgpu.manager.engine.actuator import Why, Writes
@@ -179,6 +184,7 @@ class Preempter:
             return []
         raised: dict[str, Exception] = {}
         chosen = self.decide(snap, plan, facts, refused, now, ports, raised, records, mono)
+        note_unknown_use(plan)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         for name, exc in raised.items():
             self._say_raised(f"choose:{name}", name, exc, f"choosing victims for {name} "
@@ -372,6 +378,7 @@ class Preempter:
         dry = self.cfg.preemption.dry_run or self.cfg.dry_run
         raised: dict[str, Exception] = {}  # isolated as ``cycle`` does: the rest shown
         chosen = self.decide(snap, plan, facts, refused, now, ports, raised, mono=mono)
+        note_unknown_use(plan)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         for name, exc in raised.items():
             note_on(plan, by_name, name, raised_note(name, exc))

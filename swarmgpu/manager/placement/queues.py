@@ -394,8 +394,9 @@ class QueueBook:
         """Each queue's use against its quota (``status``, the map's document), with its
         tenant (None: no tenants, or no tenant's), whose queues reclaim together;
         ``used_unknown``: why the use of a queue is not known this cycle (``start``), else
-        None. Its ``used_gpus`` is then only what was counted, which
-        preemption's reclaim reads as before; a reader showing the use says unknown."""
+        None. Its ``used_gpus`` is then only what was counted: preemption's reclaim skips
+        the queue that cycle (``within_guarantee``, ``reclaimable``); a reader showing
+        the use says unknown."""
         out = []
         for name in sorted(self.quotas.keys() | self.used.keys() | self.unknown.keys()):
             g, m = self.quotas.get(name, (0, None))
@@ -424,6 +425,27 @@ def _guaranteed_milli(row: Mapping[str, Any]) -> int:
     return round(1000 * float(row.get("guaranteed_gpus") or 0))
 
 
+def _unknown(queues: Mapping[str, Mapping[str, Any]], q: str) -> bool:
+    """``q``'s use could not be counted this cycle: its ``used_gpus`` is too low, no
+    ground to judge it below or above its guarantee (no reclaim by it or from it)."""
+    row = queues.get(q)
+    return row is not None and bool(row.get("used_unknown"))
+
+
+def unknown_of(queue: str, queues: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The queue, ``queue`` or one of its tenant's, whose use is not known this cycle
+    (its row's ``used_unknown``), which keeps ``queue``'s work from reclaiming by its
+    guarantee (``within_guarantee``); None: all known, or no such queue."""
+    row = queues.get(queue)
+    if row is None:
+        return None
+    if row.get("used_unknown"):
+        return queue
+    tenant = row.get("tenant")
+    return next((q for q, r in sorted(queues.items()) if tenant and r.get("tenant") == tenant
+                 and r.get("used_unknown")), None)
+
+
 def within_guarantee(preemptor: GpuRequest, queues: Mapping[str, Mapping[str, Any]],
                      taken: Sequence[tuple[str, int]] = (), given: Mapping[str, int] | None = None,
                      gone: Mapping[str, int] | None = None, replicas: int = 1) -> bool:
@@ -437,7 +459,7 @@ def within_guarantee(preemptor: GpuRequest, queues: Mapping[str, Mapping[str, An
     guarantee, the tenant not: without the sum, each such relabel reclaimed one more
     holding of another tenant's past what the operator guaranteed it."""
     p, given, gone = queues.get(preemptor.queue), given or {}, gone or {}
-    if p is None or not p.get("configured"):
+    if p is None or not p.get("configured") or unknown_of(preemptor.queue, queues):
         return False
     need = replica_milli(preemptor) * replicas
     if _used_milli(p) + given.get(preemptor.queue, 0) + need > _guaranteed_milli(p):
@@ -492,7 +514,8 @@ def reclaimable(preemptor: GpuRequest, victim: GpuRequest, victim_milli: int,
     if not preemptor.queue or preemptor.queue == victim.queue:
         return False
     v = queues.get(victim.queue)
-    if v is not None and _used_milli(v) - victim_milli < _guaranteed_milli(v):
+    if v is not None and (v.get("used_unknown")
+                          or _used_milli(v) - victim_milli < _guaranteed_milli(v)):
         return False
     return within_guarantee(preemptor, queues, [(victim.queue, victim_milli)])
 
@@ -539,6 +562,8 @@ def group_reclaimable(preemptor: GpuRequest, taken: Sequence[tuple[str, int]],
     for q, milli in (*taken, *by_priority):
         per[q] = per.get(q, 0) + milli
     for q, milli in per.items():
+        if _unknown(queues, q):
+            return False
         v = queues.get(q)  # none (no queue, or not in the plan): guaranteed nothing
         if v is not None and _used_milli(v) - gone.get(q, 0) - milli < _guaranteed_milli(v):
             return False
