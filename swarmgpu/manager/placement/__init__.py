@@ -38,7 +38,8 @@ The package, by responsibility; each module imports only modules listed before i
 ``learning``;
 ``packing``, ``gating``,
 ``converge``, ``devicemap``;
-``spread``, ``globalmode``; ``planned``, ``specwrite``, ``restarts``, ``ungate``; ``service``;
+``spread``, ``globalmode``; ``planned``, ``specwrite``, ``restarts``, ``ungate``,
+``release``; ``service``;
 ``isolate``; ``planner``.
 This module re-exports what the rest of swarmgpu uses.
 """

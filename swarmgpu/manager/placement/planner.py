@@ -36,11 +36,9 @@ from swarmgpu.manager.placement.jobs import (
     running_jobs,
     without_finished,
 )
-from swarmgpu.manager.placement.keys import GATE, assign_key, gate_key
 from swarmgpu.manager.placement.learning import learn
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.memo import (
-    NodeGates,
     PlannerMemo,
     settles,
 )
@@ -59,13 +57,10 @@ from swarmgpu.manager.placement.reads import Parsed, RequestReader, ServiceRead
 from swarmgpu.manager.placement.records import (
     PlacementPlan,
     ServicePlan,
-    State,
-    Status,
-    remove_node_labels,
 )
+from swarmgpu.manager.placement.release import release
 from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.tasks import NO_WAITING, TaskView, Waiting, tasks_by_service
-from swarmgpu.manager.placement.ungate import UNGATED, ungate
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -264,7 +259,7 @@ class Planner:
         self._faults.begin()  # (a service's fault said once while it lasts: isolate)
         read = self._reads.read(services, seen.most)
         tv, tasks_changed = self._read_tasks(tasks, read.few)
-        self._release(plan, nodes, seen.ledger, read)
+        release(plan, nodes, seen.ledger, read, self.prefix, self._memo.node_gates)
         # {} when no service is a job (none parsed as one: no pass over the services)
         # Each pass over the services below names in ``read.failed`` a service whose part
         # of it raised: that service is planned as failed, the others as ever (isolate).
@@ -330,56 +325,6 @@ class Planner:
         if self.change_driven:
             return self._memo.tasks.update(tasks, few)
         return tasks_by_service(tasks, few.__contains__), set()
-
-    def _release(self, plan: PlacementPlan, nodes: Sequence[SwarmNode],
-                 ledger: Mapping[str, Mapping[str, Holding]], read: ServiceRead) -> None:
-        """Release the holdings of services that are gone or no longer ask for GPUs
-        (their ledger entries and gates), and gates without a holding."""
-        prefix, live_names = self.prefix, read.names
-        gone = ledger.keys() - live_names
-        for svc_name, per_node in ledger.items() if gone else ():
-            if svc_name in gone:
-                plan.released.append(svc_name)
-                for node_id in per_node:
-                    remove_node_labels(plan, node_id, [assign_key(prefix, svc_name),
-                                                       gate_key(prefix, svc_name)])
-        self._stray_gates(plan, nodes, live_names)
-        for s in read.no_request:
-            held = s.name in ledger
-            try:  # (first: nothing is written for a service whose ungating raises)
-                writes, notes = ungate(s, prefix, released=held)
-            except Exception as exc:  # its fault is its own (placement.isolate)
-                read.failed.setdefault(s.id, exc)
-                read.ungate_failed.add(s.id)
-                continue
-            if held:  # request labels removed: release its GPUs
-                plan.released.append(s.name)
-                for node_id in ledger[s.name]:
-                    remove_node_labels(plan, node_id, [assign_key(prefix, s.name),
-                                                       gate_key(prefix, s.name)])
-            # ... and take swarmgpu's lines out of its spec, its gate first: closed, it
-            # would match no node ever again (placement.ungate). Written after its gates
-            # close (phase 1 of the write); a failed write is made again next cycle.
-            if writes:
-                plan.services.append(ServicePlan(
-                    s.name, s.id, None, "", Status.RELEASED, State.RELEASED,
-                    warnings=notes, writes=writes, decision=UNGATED))
-
-    def _stray_gates(self, plan: PlacementPlan, nodes: Sequence[SwarmNode],
-                     live_names: AbstractSet[str]) -> None:
-        """Remove the gates that name a service that is gone."""
-        gk = self.prefix + GATE
-        gates = self._memo.node_gates
-        for n in nodes:
-            got = gates.get(n.id)
-            if got is None or got.version != n.version:  # a node's gates, per spec version
-                pairs = [(k, k[len(gk):]) for k in n.labels if k.startswith(gk)]
-                got = gates[n.id] = NodeGates(n.version, pairs,
-                                              frozenset(name for _, name in pairs))
-            if got.names and not got.names <= live_names:
-                for k, name in got.gates:
-                    if name not in live_names:
-                        remove_node_labels(plan, n.id, [k])
 
     def _back_off(self, parsed: Parsed, failed: Mapping[str, Sequence[str]],
                   now: float) -> None:
