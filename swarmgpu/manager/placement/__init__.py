@@ -40,7 +40,7 @@ The package, by responsibility; each module imports only modules listed before i
 ``converge``, ``devicemap``;
 ``spread``, ``globalmode``; ``planned``, ``specwrite``, ``restarts``, ``ungate``,
 ``release``; ``service``;
-``isolate``; ``planner``.
+``isolate``, ``commitpass``; ``planner``.
 This module re-exports what the rest of swarmgpu uses.
 """
 

@@ -14,6 +14,7 @@ from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.backoff import Backoff
 from swarmgpu.manager.placement.cluster import ClusterAllocator
+from swarmgpu.manager.placement.commitpass import commit_kept, quiet_services
 from swarmgpu.manager.placement.cpunodes import agent_nodes
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.existing import KeptHoldings
@@ -27,14 +28,12 @@ from swarmgpu.manager.placement.isolate import (
     isolated,
     plugins_noted,
     unrecorded,
-    unreleased,
 )
 from swarmgpu.manager.placement.jobs import (
     JobProgress,
     job_progress,
     job_replicas,
     running_jobs,
-    without_finished,
 )
 from swarmgpu.manager.placement.learning import learn
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
@@ -271,10 +270,11 @@ class Planner:
         # First commit every valid existing holding, so new placements never reuse GPUs.
         self.cluster.set_usage_of(tv.use, tv.on_nodes,
                                   self._memo.tasks.tasks_on if self.change_driven else None)
-        quiet, kept = self._commit_kept(
-            read, seen.ledger, jobs, seen.by_id, facts, tv.running, records, tasks_changed,
-            seen.touched,
-            self.change_driven and not seen.rebuilt and seen.most == self._memo.most)
+        skip = (self._quiet_services(read, records, tasks_changed, seen.touched, facts)
+                if self.change_driven and not seen.rebuilt and seen.most == self._memo.most
+                else None)
+        quiet, kept = commit_kept(self._kept, read, seen.ledger, jobs, seen.by_id, facts,
+                                  tv.running, skip)
         self._memo.most = seen.most
         cyc = self._cycle(plan, nodes, facts, seen, now, moving)
         # Both kept in place: a quiet service's entries stay as they are; every other
@@ -489,56 +489,13 @@ class Planner:
                     plan.services[i] = sp.noted(p)
         plugins_noted(plan.services, by_name, self._filters.plugins_unknown, self._faults)
 
-    def _commit_kept(self, read: ServiceRead, ledger: Mapping[str, Mapping[str, Holding]],
-                     jobs: Mapping[str, JobProgress], by_id: Mapping[str, SwarmNode],
-                     facts: Mapping[str, NodeFacts], running: Mapping[str, Mapping[str, int]],
-                     records: Mapping[str, Quiet], tasks_changed: AbstractSet[str],
-                     touched: AbstractSet[str],
-                     may_skip: bool) -> tuple[dict[str, str], dict[str, dict[str, Holding]]]:
-        """Commit the holdings kept this cycle; returns the quiet services (id -> name:
-        placement.quiet), whose holdings stay committed as they are and are not
-        returned, and service name -> node id -> holding for the others."""
-        quiet, rest, count = (self._quiet_services(read, records, tasks_changed, touched, facts)
-                              if may_skip else ({}, read.parsed, 0))
-        held = unreleased(read.no_request, read.ungate_failed, ledger)  # (isolate: kept whole)
-        if quiet:
-            rest = [*rest, *held] if held else rest
-            got = self._kept.commit(rest, without_finished(ledger, rest, jobs, read.failed),
-                                    by_id, facts, running, read.failed,
-                                    keep=set(quiet.values()), kept_count=count)
-            if got is not None:
-                return quiet, got
-        parsed = [*read.parsed, *held] if held else read.parsed  # the full pass
-        got = self._kept.commit(parsed, without_finished(ledger, parsed, jobs, read.failed),
-                                by_id, facts, running, read.failed)
-        return {}, got or {}
-
     def _quiet_services(self, read: ServiceRead, records: Mapping[str, Quiet],
                         tasks_changed: AbstractSet[str],
                         touched: AbstractSet[str], facts: Mapping[str, NodeFacts],
                         ) -> tuple[dict[str, str], Parsed, int]:
-        """The services this cycle need not visit (id -> name; placement.quiet), the
-        others, and how many holdings the quiet ones have committed; none when something
-        every service reads may have changed."""
-        if read.queued or self.queues.quotas or (self._kept.keep_failed is not None and any(
-                not g.healthy for f in facts.values() for g in f.gpus)):
-            return {}, read.parsed, 0  # a queue's use is counted over every service
-        backoff = self._backoff
-        quiet: dict[str, str] = {}
-        rest: Parsed = []
-        count = 0
-        for p in read.parsed:
-            s = p[0]
-            sid = s.id
-            q = records.get(sid)
-            if (q is not None and q.version == s.version and sid not in tasks_changed
-                    and s.name not in touched and sid not in backoff
-                    and sid not in read.failed):
-                quiet[sid] = s.name
-                count += q.held
-            else:
-                rest.append(p)
-        return quiet, rest, count
+        """``commitpass.quiet_services`` with this planner's queues and back-offs."""
+        return quiet_services(self._kept, read, records, tasks_changed, touched, facts,
+                              quotas=bool(self.queues.quotas), backoff=self._backoff)
 
     def place_arrivals(self, services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
                        ) -> PlacementPlan:
