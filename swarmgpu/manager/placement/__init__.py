@@ -38,8 +38,9 @@ The package, by responsibility; each module imports only modules listed before i
 ``learning``;
 ``packing``, ``gating``,
 ``converge``, ``devicemap``;
-``spread``, ``globalmode``; ``planned``, ``specwrite``, ``restarts``, ``ungate``; ``service``;
-``isolate``; ``planner``.
+``spread``, ``globalmode``; ``planned``, ``specwrite``, ``restarts``, ``ungate``,
+``release``; ``service``;
+``isolate``, ``commitpass``; ``planner``.
 This module re-exports what the rest of swarmgpu uses.
 """
 

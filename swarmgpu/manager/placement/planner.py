@@ -14,6 +14,7 @@ from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.backoff import Backoff
 from swarmgpu.manager.placement.cluster import ClusterAllocator
+from swarmgpu.manager.placement.commitpass import commit_kept, quiet_services
 from swarmgpu.manager.placement.cpunodes import agent_nodes
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.existing import KeptHoldings
@@ -27,20 +28,16 @@ from swarmgpu.manager.placement.isolate import (
     isolated,
     plugins_noted,
     unrecorded,
-    unreleased,
 )
 from swarmgpu.manager.placement.jobs import (
     JobProgress,
     job_progress,
     job_replicas,
     running_jobs,
-    without_finished,
 )
-from swarmgpu.manager.placement.keys import GATE, assign_key, gate_key
 from swarmgpu.manager.placement.learning import learn
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.memo import (
-    NodeGates,
     PlannerMemo,
     settles,
 )
@@ -59,13 +56,10 @@ from swarmgpu.manager.placement.reads import Parsed, RequestReader, ServiceRead
 from swarmgpu.manager.placement.records import (
     PlacementPlan,
     ServicePlan,
-    State,
-    Status,
-    remove_node_labels,
 )
+from swarmgpu.manager.placement.release import release
 from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.tasks import NO_WAITING, TaskView, Waiting, tasks_by_service
-from swarmgpu.manager.placement.ungate import UNGATED, ungate
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -264,7 +258,7 @@ class Planner:
         self._faults.begin()  # (a service's fault said once while it lasts: isolate)
         read = self._reads.read(services, seen.most)
         tv, tasks_changed = self._read_tasks(tasks, read.few)
-        self._release(plan, nodes, seen.ledger, read)
+        release(plan, nodes, seen.ledger, read, self.prefix, self._memo.node_gates)
         # {} when no service is a job (none parsed as one: no pass over the services)
         # Each pass over the services below names in ``read.failed`` a service whose part
         # of it raised: that service is planned as failed, the others as ever (isolate).
@@ -276,10 +270,11 @@ class Planner:
         # First commit every valid existing holding, so new placements never reuse GPUs.
         self.cluster.set_usage_of(tv.use, tv.on_nodes,
                                   self._memo.tasks.tasks_on if self.change_driven else None)
-        quiet, kept = self._commit_kept(
-            read, seen.ledger, jobs, seen.by_id, facts, tv.running, records, tasks_changed,
-            seen.touched,
-            self.change_driven and not seen.rebuilt and seen.most == self._memo.most)
+        skip = (self._quiet_services(read, records, tasks_changed, seen.touched, facts)
+                if self.change_driven and not seen.rebuilt and seen.most == self._memo.most
+                else None)
+        quiet, kept = commit_kept(self._kept, read, seen.ledger, jobs, seen.by_id, facts,
+                                  tv.running, skip)
         self._memo.most = seen.most
         cyc = self._cycle(plan, nodes, facts, seen, now, moving)
         # Both kept in place: a quiet service's entries stay as they are; every other
@@ -330,56 +325,6 @@ class Planner:
         if self.change_driven:
             return self._memo.tasks.update(tasks, few)
         return tasks_by_service(tasks, few.__contains__), set()
-
-    def _release(self, plan: PlacementPlan, nodes: Sequence[SwarmNode],
-                 ledger: Mapping[str, Mapping[str, Holding]], read: ServiceRead) -> None:
-        """Release the holdings of services that are gone or no longer ask for GPUs
-        (their ledger entries and gates), and gates without a holding."""
-        prefix, live_names = self.prefix, read.names
-        gone = ledger.keys() - live_names
-        for svc_name, per_node in ledger.items() if gone else ():
-            if svc_name in gone:
-                plan.released.append(svc_name)
-                for node_id in per_node:
-                    remove_node_labels(plan, node_id, [assign_key(prefix, svc_name),
-                                                       gate_key(prefix, svc_name)])
-        self._stray_gates(plan, nodes, live_names)
-        for s in read.no_request:
-            held = s.name in ledger
-            try:  # (first: nothing is written for a service whose ungating raises)
-                writes, notes = ungate(s, prefix, released=held)
-            except Exception as exc:  # its fault is its own (placement.isolate)
-                read.failed.setdefault(s.id, exc)
-                read.ungate_failed.add(s.id)
-                continue
-            if held:  # request labels removed: release its GPUs
-                plan.released.append(s.name)
-                for node_id in ledger[s.name]:
-                    remove_node_labels(plan, node_id, [assign_key(prefix, s.name),
-                                                       gate_key(prefix, s.name)])
-            # ... and take swarmgpu's lines out of its spec, its gate first: closed, it
-            # would match no node ever again (placement.ungate). Written after its gates
-            # close (phase 1 of the write); a failed write is made again next cycle.
-            if writes:
-                plan.services.append(ServicePlan(
-                    s.name, s.id, None, "", Status.RELEASED, State.RELEASED,
-                    warnings=notes, writes=writes, decision=UNGATED))
-
-    def _stray_gates(self, plan: PlacementPlan, nodes: Sequence[SwarmNode],
-                     live_names: AbstractSet[str]) -> None:
-        """Remove the gates that name a service that is gone."""
-        gk = self.prefix + GATE
-        gates = self._memo.node_gates
-        for n in nodes:
-            got = gates.get(n.id)
-            if got is None or got.version != n.version:  # a node's gates, per spec version
-                pairs = [(k, k[len(gk):]) for k in n.labels if k.startswith(gk)]
-                got = gates[n.id] = NodeGates(n.version, pairs,
-                                              frozenset(name for _, name in pairs))
-            if got.names and not got.names <= live_names:
-                for k, name in got.gates:
-                    if name not in live_names:
-                        remove_node_labels(plan, n.id, [k])
 
     def _back_off(self, parsed: Parsed, failed: Mapping[str, Sequence[str]],
                   now: float) -> None:
@@ -544,56 +489,13 @@ class Planner:
                     plan.services[i] = sp.noted(p)
         plugins_noted(plan.services, by_name, self._filters.plugins_unknown, self._faults)
 
-    def _commit_kept(self, read: ServiceRead, ledger: Mapping[str, Mapping[str, Holding]],
-                     jobs: Mapping[str, JobProgress], by_id: Mapping[str, SwarmNode],
-                     facts: Mapping[str, NodeFacts], running: Mapping[str, Mapping[str, int]],
-                     records: Mapping[str, Quiet], tasks_changed: AbstractSet[str],
-                     touched: AbstractSet[str],
-                     may_skip: bool) -> tuple[dict[str, str], dict[str, dict[str, Holding]]]:
-        """Commit the holdings kept this cycle; returns the quiet services (id -> name:
-        placement.quiet), whose holdings stay committed as they are and are not
-        returned, and service name -> node id -> holding for the others."""
-        quiet, rest, count = (self._quiet_services(read, records, tasks_changed, touched, facts)
-                              if may_skip else ({}, read.parsed, 0))
-        held = unreleased(read.no_request, read.ungate_failed, ledger)  # (isolate: kept whole)
-        if quiet:
-            rest = [*rest, *held] if held else rest
-            got = self._kept.commit(rest, without_finished(ledger, rest, jobs, read.failed),
-                                    by_id, facts, running, read.failed,
-                                    keep=set(quiet.values()), kept_count=count)
-            if got is not None:
-                return quiet, got
-        parsed = [*read.parsed, *held] if held else read.parsed  # the full pass
-        got = self._kept.commit(parsed, without_finished(ledger, parsed, jobs, read.failed),
-                                by_id, facts, running, read.failed)
-        return {}, got or {}
-
     def _quiet_services(self, read: ServiceRead, records: Mapping[str, Quiet],
                         tasks_changed: AbstractSet[str],
                         touched: AbstractSet[str], facts: Mapping[str, NodeFacts],
                         ) -> tuple[dict[str, str], Parsed, int]:
-        """The services this cycle need not visit (id -> name; placement.quiet), the
-        others, and how many holdings the quiet ones have committed; none when something
-        every service reads may have changed."""
-        if read.queued or self.queues.quotas or (self._kept.keep_failed is not None and any(
-                not g.healthy for f in facts.values() for g in f.gpus)):
-            return {}, read.parsed, 0  # a queue's use is counted over every service
-        backoff = self._backoff
-        quiet: dict[str, str] = {}
-        rest: Parsed = []
-        count = 0
-        for p in read.parsed:
-            s = p[0]
-            sid = s.id
-            q = records.get(sid)
-            if (q is not None and q.version == s.version and sid not in tasks_changed
-                    and s.name not in touched and sid not in backoff
-                    and sid not in read.failed):
-                quiet[sid] = s.name
-                count += q.held
-            else:
-                rest.append(p)
-        return quiet, rest, count
+        """``commitpass.quiet_services`` with this planner's queues and back-offs."""
+        return quiet_services(self._kept, read, records, tasks_changed, touched, facts,
+                              quotas=bool(self.queues.quotas), backoff=self._backoff)
 
     def place_arrivals(self, services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
                        ) -> PlacementPlan:
