@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from loguru import logger
-from support.isolation import BAD, FACTS, NODES, settled
+from support.isolation import BAD, FACTS, NODES, queue_count_raises, settled
 from support.placement import P, apply, svc, written
 
 from swarmgpu.allocator.core import Allocator
@@ -25,7 +25,6 @@ from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.cycle.placement import new_planner
 from swarmgpu.manager.placement import PlacementPlan, Planner, ReplicaPlacement, ServicePlan
 from swarmgpu.manager.placement import existing as existing_mod
-from swarmgpu.manager.placement import queues as queues_mod
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.manager.web.cluster_view import render_status
@@ -263,14 +262,7 @@ def _queue_count_raises(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, dict
     nodes, a-bad and the queue label."""
     q = {f"{P}queue": "q"}
     nodes, bad = settled(svc(BAD, {f"{P}gpus": "4", **q}))
-    real = queues_mod.held_in_ledger
-
-    def held_in_ledger(kept: Any, ledger: Any, *a: Any) -> Any:
-        if any(h.service == BAD for h in ledger.values()):
-            raise RuntimeError("boom counting a-bad's queue")
-        return real(kept, ledger, *a)
-
-    monkeypatch.setattr(queues_mod, "held_in_ledger", held_in_ledger)
+    queue_count_raises(monkeypatch)
     return nodes, bad, q
 
 

@@ -7,26 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.isolation import BAD, FACTS, NODES
+from support.isolation import BAD, FACTS, NODES, queue_count_raises
 from support.placement import P, apply, svc, written
 
 from swarmgpu.manager.cycle.preempt_notes import note_unknown_use
 from swarmgpu.manager.placement import Planner
-from swarmgpu.manager.placement import queues as queues_mod
 from swarmgpu.manager.placement.preempt import choose_preemptions
 from swarmgpu.manager.placement.queues import reclaimable, within_guarantee
 from swarmgpu.manager.services.requests import GpuRequest
-
-
-def _count_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = queues_mod.held_in_ledger
-
-    def held_in_ledger(kept: Any, ledger: Any, *a: Any) -> Any:
-        if any(h.service == BAD for h in ledger.values()):
-            raise RuntimeError("boom counting a-bad's queue")
-        return real(kept, ledger, *a)
-
-    monkeypatch.setattr(queues_mod, "held_in_ledger", held_in_ledger)
 
 
 def test_a_queue_whose_use_is_unknown_reclaims_nothing(
@@ -43,7 +31,7 @@ def test_a_queue_whose_use_is_unknown_reclaims_nothing(
         by = {sp.name: sp for sp in plan.services}
         services = [written(s, by[s.name]) for s in services]
         nodes = apply(nodes, plan)
-    _count_raises(monkeypatch)
+    queue_count_raises(monkeypatch)
     services.append(svc("b-new", {f"{P}gpus": "8", **q}))
     plan = planner.plan(nodes, services, [], FACTS)
     (row,) = [r for r in plan.queues if r["queue"] == "q"]

@@ -7,11 +7,15 @@ First written in tests/test_placement_isolation.py."""
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import pytest
 
 from support.gpu_nodes import RTX4090
 from support.placement import apply, node, written
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement import Planner
+from swarmgpu.manager.placement import queues as queues_mod
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 BAD = "a-bad"
@@ -35,3 +39,15 @@ def settled(s: SwarmService) -> tuple[list[SwarmNode], SwarmService]:
         s = written(s, plan.services[0])
         nodes = apply(nodes, plan)
     return nodes, s
+
+
+def queue_count_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counting a-bad's holdings in its queue's use raises (``queues.held_in_ledger``)."""
+    real = queues_mod.held_in_ledger
+
+    def held_in_ledger(kept: Any, ledger: Any, *a: Any) -> Any:
+        if any(h.service == BAD for h in ledger.values()):
+            raise RuntimeError("boom counting a-bad's queue")
+        return real(kept, ledger, *a)
+
+    monkeypatch.setattr(queues_mod, "held_in_ledger", held_in_ledger)
