@@ -121,6 +121,13 @@ class SwarmService:
 MEANT_STATES = frozenset(("running", "ready"))
 
 
+def meant_filter() -> list[str]:
+    """The task list's ``desired-state`` filter for ``MEANT_STATES``: Moby ORs the
+    states of one filter (``newListTasksFilters``), and docker-py sends a list as is (a
+    tuple it would nest)."""
+    return sorted(MEANT_STATES)
+
+
 @dataclass(frozen=True)
 class SwarmTask:
     id: str

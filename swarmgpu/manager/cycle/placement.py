@@ -53,14 +53,13 @@ from swarmgpu.manager.placement import (
 from swarmgpu.manager.placement.devicemap import UNTRUSTED_RECORD
 from swarmgpu.manager.placement.gating import HOLD_ADOPTED
 from swarmgpu.manager.placement.jobs import JOB_MODES
-from swarmgpu.manager.placement.keys import meant_filter
 from swarmgpu.manager.placement.planned import Planned
 from swarmgpu.manager.placement.restarts import HOLD_HINT
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.placement.tasks import tasks_by_service
 from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.services.tenants import Tenants
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService, meant_filter
 
 
 def load_workload(cfg: Config, swarm: Any = None,

@@ -22,7 +22,6 @@ from swarmgpu.manager.placement.keys import (
     DEVICES,
     MEANT_STATES,
     is_renew,
-    meant_filter,
     next_renewal,
 )
 from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
@@ -38,9 +37,11 @@ def renewed(swarm: SwarmClient, service_id: str) -> SwarmService | None:
     s = swarm.service(service_id)
     if s.mode in JOB_MODES:
         return None
-    # Desired ready too (Moby's task filter takes any state name): a restart's or an
-    # update's new task waits for a node so too (``MEANT_STATES``).
-    tasks = swarm.tasks({"service": service_id, "desired-state": meant_filter()})
+    # Desired ready too: a restart's or an update's new task waits for a node so too
+    # (``MEANT_STATES``). Judged on each task Swarm returns, not by a desired-state
+    # filter sent with the list: the check that reads Swarm's answer is the one kept,
+    # so an engine (or proxy) that dropped the filter could not renew for a dead task.
+    tasks = swarm.tasks({"service": service_id})
     return s if any(not t.node_id and t.desired_state in MEANT_STATES for t in tasks) else None
 
 

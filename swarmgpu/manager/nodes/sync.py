@@ -25,7 +25,6 @@ from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.cpunodes import agent_nodes, expects_agent
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_task_read
-from swarmgpu.manager.placement.keys import meant_filter
 from swarmgpu.swarm.agentservice import missing_agent_service
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import (
@@ -34,6 +33,7 @@ from swarmgpu.swarm.client import (
     SwarmNode,
     SwarmService,
     SwarmTask,
+    meant_filter,
     node_names,
 )
 from swarmgpu.swarm.identity import IdentityError, agent_auth

@@ -53,13 +53,6 @@ ACTIVE_STATES = (
 ASSIGNED_STATES = frozenset(ACTIVE_STATES) - {"new", "pending", "allocated"}
 
 
-def meant_filter() -> list[str]:
-    """The task list's ``desired-state`` filter for ``MEANT_STATES``: Moby ORs the
-    states of one filter (``newListTasksFilters``), and docker-py sends a list as is (a
-    tuple it would nest)."""
-    return sorted(MEANT_STATES)
-
-
 def gate_key(prefix: str, service: str) -> str:
     return f"{prefix}{GATE}{service}"
 

@@ -77,7 +77,6 @@ from swarmgpu.manager.placement import (
     read_ledger,
 )
 from swarmgpu.manager.placement.jobs import JOB_MODES
-from swarmgpu.manager.placement.keys import meant_filter
 from swarmgpu.manager.rebalance.admission import Budget, admit, over_budget
 from swarmgpu.manager.rebalance.budget import FragBudget, finished_times
 from swarmgpu.manager.rebalance.context import FAILED_WHY, why_not_movable
@@ -142,6 +141,7 @@ from swarmgpu.swarm.client import (
     SwarmService,
     SwarmTask,
     VersionConflict,
+    meant_filter,
 )
 
 Names = AbstractSet[str]  # (plan_failed: the services whose plan failed this cycle)

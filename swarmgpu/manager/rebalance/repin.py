@@ -72,7 +72,7 @@ from swarmgpu.manager.placement import (
     gate_key,
     parse_holding,
 )
-from swarmgpu.manager.placement.keys import MEANT_STATES, meant_filter
+from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.rebalance.context import why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, Outcome
 from swarmgpu.manager.rebalance.record import (
@@ -103,6 +103,7 @@ from swarmgpu.swarm.client import (
     SwarmService,
     SwarmTask,
     VersionConflict,
+    meant_filter,
 )
 
 # (move state, outcome, detail): the mover's `recent` list, logs and metrics
