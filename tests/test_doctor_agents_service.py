@@ -23,6 +23,7 @@ from swarmgpu.agent.doctor import (
 from swarmgpu.agent.doctor.read import read_view
 from swarmgpu.cli import main
 from swarmgpu.cli.node import daemon_keys
+from swarmgpu.manager.placement.cpunodes import gpu_hint
 from swarmgpu.swarm.client import SwarmTask
 
 AGENT = sw_svc("swarmgpu_agent", {}, gated=False, mode={"Global": {}})
@@ -184,3 +185,30 @@ def test_a_node_advertising_only_the_configured_gpu_kind_is_a_gpu_node_to_the_do
     c = _check(name, read)
     assert c.status is Status.FAIL, c
     assert _check(name, replace(read, kind="")).status is Status.OK
+
+
+def test_the_doctor_and_the_daemon_call_the_same_nodes_gpu_nodes() -> None:
+    """One reading of a node's labels (``agentservice.gpu_label_why``) serves the
+    daemon's ``gpu_hint`` and the doctor: on the same node, prefix and kind, the doctor
+    fails a misspelled agents.service (a GPU node is there) exactly where the daemon
+    takes the node for a GPU node whose agent must be read (no agents' task there)."""
+    labelled = [{"gpu": "true"}, {"gpu": "TRUE"}, {"gpu": "yes"}, {"gpu": "false"},
+                {"swarmgpu.gpu.count": "2"}, {"acme.gpu.count": "2"},
+                {"swarmgpu.service.web": "true"}, {"zone": "a"}, {}]
+    nodes = [sw_node(f"n-{i}", f"host-{i}", labels) for i, labels in enumerate(labelled)]
+    nodes += [replace(sw_node("n-e", "host-e"), engine_labels={"gpu": "True"}),
+              replace(sw_node("n-d", "host-d"), discrete_resources={"NVIDIA-GPU": 4}),
+              replace(sw_node("n-g", "host-g"),
+                      generic_resources={"nvidia.com/gpu": ("GPU-0a1b",)}),
+              replace(sw_node("n-x", "host-x"), discrete_resources={"ACME-GPU": 2}),
+              replace(sw_node("n-f", "host-f"), discrete_resources={"FPGA": 1})]
+    seen = set()
+    for prefix in ("swarmgpu.", "acme."):
+        for kind in ("", "ACME-GPU"):
+            for n in nodes:
+                daemon = gpu_hint(n, prefix, kind) is not None
+                doctor = _check("swarmgpu-agent", SwarmRead([CPU, n], [AGENT], [],
+                                                            prefix=prefix, kind=kind))
+                assert (doctor.status is Status.FAIL) == daemon, (n, prefix, kind, doctor)
+                seen.add(daemon)
+    assert seen == {True, False}

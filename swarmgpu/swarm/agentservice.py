@@ -63,12 +63,23 @@ def gpu_advertised(node: SwarmNode, kind: str = "") -> bool:
         (*node.generic_resources, *node.discrete_resources))
 
 
+def gpu_label_why(node: SwarmNode, prefix: str = "swarmgpu.") -> str | None:
+    """Which label makes this a GPU node: label sync's labels, or ``gpu=true`` (node or
+    engine label, as Swarm matches it: where the shipped stack places the agents); None:
+    none does. The labels' part of the daemon's answer
+    (``manager.placement.cpunodes.gpu_hint``) and the doctor's, one code for both."""
+    if any(owned_by_label_sync(k, prefix) for k in node.labels):
+        return f"it carries {prefix}gpu labels"
+    if equal_fold(node.labels.get("gpu", ""), "true"):  # as Swarm matches gpu==true
+        return "it is labelled gpu=true (where the stack runs agents)"
+    if equal_fold(node.engine_labels.get("gpu", ""), "true"):
+        return "its engine is labelled gpu=true (where the stack runs agents)"
+    return None
+
+
 def gpu_labelled(node: SwarmNode, prefix: str = "swarmgpu.") -> bool:
-    """A node labelled as a GPU node: ``gpu=true`` (node or engine label, as Swarm
-    matches it: where the shipped stack places the agents), or label sync's labels."""
-    return (equal_fold(node.labels.get("gpu", ""), "true")
-            or equal_fold(node.engine_labels.get("gpu", ""), "true")
-            or any(owned_by_label_sync(k, prefix) for k in node.labels))
+    """A node labelled as a GPU node (``gpu_label_why``)."""
+    return gpu_label_why(node, prefix) is not None
 
 
 def unserved(nodes: Iterable[SwarmNode], services: Iterable[SwarmService],

@@ -22,10 +22,8 @@ from swarmgpu.allocator.values import Choice, Demand, NodeSpec, NodeState, Unpla
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.keys import ASSIGNED_STATES, MEANT_STATES
 from swarmgpu.manager.placement.specs import schedulable, user_labels
-from swarmgpu.swarm.agentservice import gpu_advertised
+from swarmgpu.swarm.agentservice import gpu_advertised, gpu_label_why
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
-from swarmgpu.swarm.constraints import equal_fold
-from swarmgpu.swarm.labels import owned_by_label_sync
 
 
 def agent_nodes(services: Iterable[SwarmService], tasks: Iterable[SwarmTask],
@@ -55,12 +53,9 @@ def gpu_hint(node: SwarmNode, prefix: str, kind: str = "",
     answer to "is this a GPU node" before its agent answers: label sync expects an agent
     there (``nodes.sync.is_gpu_node``), ``audit``, ``status`` and the map say it is
     unreachable, and placement never takes it as a CPU-only node."""
-    if any(owned_by_label_sync(k, prefix) for k in node.labels):
-        return f"it carries {prefix}gpu labels"
-    if equal_fold(node.labels.get("gpu", ""), "true"):  # as Swarm matches gpu==true
-        return "it is labelled gpu=true (where the stack runs agents)"
-    if equal_fold(node.engine_labels.get("gpu", ""), "true"):
-        return "its engine is labelled gpu=true (where the stack runs agents)"
+    labelled = gpu_label_why(node, prefix)  # the doctor's reading of the labels too
+    if labelled is not None:
+        return labelled
     if node.id in agents:
         return "Swarm runs a task of the agents' service there (agents.service)"
     if gpu_advertised(node, kind):
