@@ -79,9 +79,9 @@ from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.placement import make_plan, new_planner
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
 from swarmgpu.manager.cycle.preempt_notes import (
+    UnknownVictims,
     dry_note,
     note_on,
-    note_unknown_use,
     raised_note,
 )
 from swarmgpu.manager.cycle.session import CycleSession, Slot
@@ -142,6 +142,7 @@ class Preempter:
         self.logged: SaidOnce[str] = SaidOnce()  # dry-run decisions, while decided
         self.said_spent: SaidOnce[str] = SaidOnce()  # budget refusals, while they last
         self.said_raised: SaidOnce[str] = SaidOnce()  # victims that raised, while they do
+        self.unknown = UnknownVictims()  # preemptors held back by a queue's unknown use
         self.moving: dict[str, set[str]] = {}  # preemptor -> each victim it had moved
         self.mover: Mover | None = None
         self.waits: SaidOnce[str] = SaidOnce()  # moves said to wait for the move budgets
@@ -184,7 +185,7 @@ class Preempter:
             return []
         raised: dict[str, Exception] = {}
         chosen = self.decide(snap, plan, facts, refused, now, ports, raised, records, mono)
-        note_unknown_use(plan)
+        self.unknown.note(plan, log=True)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         for name, exc in raised.items():
             self._say_raised(f"choose:{name}", name, exc, f"choosing victims for {name} "
@@ -337,11 +338,14 @@ class Preempter:
         held = self.nominated.current(mono)  # used for those of their priority or lower
         # its victim's move is in flight, or its GPUs still held for it: wait for them
         settling |= self.moving.keys() | {n.service for n in held}
-        chosen = choose_preemptions(
-            plan, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
-            preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
-            refused=refused, moving=in_move, ports=ports, raised=raised,
-            held=held_gpus(held), flying=move_gpus(fresh, self.prefix))
+        def choose(p: PlacementPlan, raised: dict[str, Exception] | None) -> list[Preemption]:
+            return choose_preemptions(
+                p, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
+                preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
+                refused=refused, moving=in_move, ports=ports, raised=raised,
+                held=held_gpus(held), flying=move_gpus(fresh, self.prefix))
+        chosen = choose(plan, raised)
+        self.unknown.find(plan, chosen, lambda p: choose(p, {}))  # (acts on nothing)
         return chosen
 
     def took(self, p: Preemption, victims: list[Candidate], mono: float) -> None:
@@ -378,7 +382,7 @@ class Preempter:
         dry = self.cfg.preemption.dry_run or self.cfg.dry_run
         raised: dict[str, Exception] = {}  # isolated as ``cycle`` does: the rest shown
         chosen = self.decide(snap, plan, facts, refused, now, ports, raised, mono=mono)
-        note_unknown_use(plan)
+        self.unknown.note(plan)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         for name, exc in raised.items():
             note_on(plan, by_name, name, raised_note(name, exc))

@@ -1,0 +1,86 @@
+"""A preemptor whose only victims sit in a queue whose use is not known this cycle
+(``queues.unknown_of``: its counted use too low, so no guarantee is judged by it)
+preempts nothing, and now its plan says why (the map, `plan`, `status`) and the daemon's
+log says it once while it lasts (``preempt_notes.UnknownVictims``). Before, only a
+preemptor of the unknown queue itself was noted (``note_unknown_use``): this one stayed
+pending with no word of the preemption it did not make."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from loguru import logger
+from support.forged import RecordingSwarm
+from support.isolation import BAD, FACTS, NODES, queue_count_raises
+from support.placement import P, apply, svc, written
+
+from swarmgpu.core.config import Config
+from swarmgpu.manager.cycle.preemption import Preempter
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement import PlacementPlan, Planner
+from swarmgpu.swarm.client import SwarmNode, SwarmService
+
+QUOTAS = {"q": (4000, None), "p": (8000, None)}
+
+
+def _held_back(monkeypatch: pytest.MonkeyPatch) -> tuple[
+        Planner, list[SwarmNode], list[SwarmService]]:
+    """Queue q (guarantee 4) holds both nodes' 16 GPUs (a-bad 4, q-big 8, q-four 4);
+    b-new (queue p, guarantee 8) wants 4. Known, q is 12 above its guarantee and b-new
+    reclaims from it; a-bad's count raises, so q's use is unknown and it reclaims none."""
+    q = {f"{P}queue": "q"}
+    services = [svc(BAD, {f"{P}gpus": "4", **q}), svc("q-big", {f"{P}gpus": "8", **q}),
+                svc("q-four", {f"{P}gpus": "4", **q})]
+    nodes, planner = list(NODES), Planner(queues=QUOTAS)
+    for _ in range(2):
+        plan = planner.plan(nodes, services, [], FACTS)
+        by = {sp.name: sp for sp in plan.services}
+        services = [written(s, by[s.name]) for s in services]
+        nodes = apply(nodes, plan)
+    assert all(sp.status == "placed" for sp in plan.services), plan.services
+    queue_count_raises(monkeypatch)
+    services.append(svc("b-new", {f"{P}gpus": "4", f"{P}queue": "p"}))
+    return planner, nodes, services
+
+
+def _said(plan: PlacementPlan, name: str) -> list[str]:
+    (sp,) = [sp for sp in plan.services if sp.name == name]
+    return [w for w in sp.warnings if w.startswith("preemption:")]
+
+
+@pytest.fixture
+def lines() -> Any:
+    said: list[str] = []
+    sink = logger.add(lambda m: said.append(str(m)), level="INFO")
+    yield said
+    logger.remove(sink)
+
+
+def test_a_preemptor_held_back_by_its_victims_unknown_queue_says_why(
+        monkeypatch: pytest.MonkeyPatch, lines: list[str]) -> None:
+    planner, nodes, services = _held_back(monkeypatch)
+    sw = RecordingSwarm(nodes, services, [])
+    snap = Snapshot(nodes, services, [], {}, swarm_labels={})
+    pre = Preempter(Config())  # preemption.dry_run (the default): decided, said, not made
+    for _ in range(2):
+        plan = planner.plan(nodes, services, [], FACTS)
+        (row,) = [r for r in plan.queues if r["queue"] == "q"]
+        assert row["used_unknown"], row
+        assert pre.cycle(sw, snap, plan, FACTS) == []
+        (said,) = _said(plan, "b-new")
+        assert "b-new preempts nothing" in said and "queue q" in said, said
+        assert "not known this cycle" in said and BAD in said and "fix:" in said, said
+    logged = [ln for ln in lines if "b-new preempts nothing" in ln]
+    assert len(logged) == 1, logged  # once while it lasts, not every cycle
+    # `plan` and `status` (``preview``) say it too
+    plan = planner.plan(nodes, services, [], FACTS)
+    Preempter(Config()).preview(snap, plan, FACTS)
+    assert any("b-new preempts nothing" in w for w in _said(plan, "b-new"))
+    # the queue's use known again: it reclaims, and nothing of the unknown is said
+    monkeypatch.undo()
+    plan = planner.plan(nodes, services, [], FACTS)
+    (done,) = pre.cycle(sw, snap, plan, FACTS)
+    assert done.service == "b-new" and {v.service for v in done.victims} <= {
+        BAD, "q-big", "q-four"}, done
+    assert not any("preempts nothing" in w for w in _said(plan, "b-new"))
