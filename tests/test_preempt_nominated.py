@@ -28,7 +28,7 @@ from swarmgpu.manager.placement import (
     gate_key,
 )
 from swarmgpu.manager.placement import planner as planner_mod
-from swarmgpu.manager.placement.nominated import Holds, Nomination
+from swarmgpu.manager.placement.nominated import Holds, Nomination, live_nominations
 from swarmgpu.manager.placement.preempt import Preemption, Relocation
 from swarmgpu.manager.placement.records import ServicePlan, Status
 from swarmgpu.manager.rebalance.record import MoveState, record_key
@@ -447,3 +447,14 @@ def test_a_preemptor_whose_planning_fails_keeps_its_hold_until_it_settles(
     monkeypatch.setattr(planner_mod, "plan_service", real)
     plan = w.plan(planner, pre, t + 3)
     assert sorted(_held_on(plan, "high")) == sorted(p.held)
+
+
+def test_a_removed_preemptors_hold_ends_by_one_rule_for_each_reader() -> None:
+    """Placement's visit and the rebalancer's ``Inputs.held`` read the holds through
+    one filter (``nominated.live_nominations``): a preemptor Swarm no longer has holds
+    nothing for either, and the others keep their order (placement's ``Holds`` takes
+    them as given; the rebalancer's ``held_gpus`` ranks them by priority itself)."""
+    noms = [Nomination("tall", 100, "n-dgx", ("G1",)), Nomination("gone", 90, "n-dgx", ("G2",)),
+            Nomination("wide", 80, "n-4090", ("G3",))]
+    assert live_nominations(noms, {"wide", "tall", "other"}) == [noms[0], noms[2]]
+    assert live_nominations(noms, set()) == []

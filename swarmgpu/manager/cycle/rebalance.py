@@ -33,7 +33,7 @@ from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, read_ledger
-from swarmgpu.manager.placement.nominated import Nomination, held_gpus
+from swarmgpu.manager.placement.nominated import Nomination, held_gpus, live_nominations
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import (
@@ -217,7 +217,7 @@ class Rebalancer(Step):
         preemptor, its priority). Only those of a preemptor among ``live`` (the snapshot's
         services), as placement reads them: a removed one's hold lasted here until the
         preemption step's next ``keep``, and no move could take its GPUs meanwhile."""
-        return held_gpus([n for n in self.nominated() if n.service in live])
+        return held_gpus(live_nominations(self.nominated(), live))
 
     def _unreadable(self, snap: Snapshot) -> dict[str, str]:
         """The services whose own move record cannot be read (none is proposed), each

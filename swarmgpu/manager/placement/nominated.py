@@ -79,6 +79,14 @@ def held_gpus(nominations: Sequence[Nomination]) -> dict[tuple[str, str], tuple[
     return out
 
 
+def live_nominations(nominations: Sequence[Nomination],
+                     names: AbstractSet[str]) -> list[Nomination]:
+    """Those of a preemptor among ``names`` (the services Swarm has now), in their order:
+    a removed one's hold ends at once for every reader (placement's visit, the
+    rebalancer's ``Inputs.held``), not at the preemption step's next ``Nominations.keep``."""
+    return [n for n in nominations if n.service in names]
+
+
 class Nominations:
     """The nominations kept across cycles (by the daemon's ``Preempter``): one per
     preemptor, its last preemption's, from when its victims were stopped or moved."""

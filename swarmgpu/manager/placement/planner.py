@@ -41,7 +41,12 @@ from swarmgpu.manager.placement.memo import (
     PlannerMemo,
     settles,
 )
-from swarmgpu.manager.placement.nominated import HoldFaults, Holds, Nomination
+from swarmgpu.manager.placement.nominated import (
+    HoldFaults,
+    Holds,
+    Nomination,
+    live_nominations,
+)
 from swarmgpu.manager.placement.preempt import priority_of
 from swarmgpu.manager.placement.queues import (
     Moving,
@@ -279,8 +284,7 @@ class Planner:
         cyc = self._cycle(plan, nodes, facts, seen, now, moving)
         # Both kept in place: a quiet service's entries stay as they are; every other
         # visited service's are dropped first, then set again if it settles.
-        holds = Holds(self.cluster, [n for n in nominated if n.service in read.names],
-                      self._hold_faults)
+        holds = Holds(self.cluster, live_nominations(nominated, read.names), self._hold_faults)
         try:  # a hold is counted for this visit only, whatever it raises
             self._visit(plan, _Visit(read, quiet, kept, seen.ledger, seen.by_id, tv, jobs,
                                      records, cyc, moving, holds))
