@@ -25,7 +25,7 @@ from swarmgpu.manager.placement.keys import (
     meant_filter,
     next_renewal,
 )
-from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
+from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
 from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.placement.specwrite import SpecCompute, service_compute
 from swarmgpu.swarm.client import SwarmClient, SwarmService

@@ -62,14 +62,13 @@ places it again, and that keeps raising. It is stopped, a victim as any other. O
 whole-GPU requests preempt (a share or a MIG device waits). The actuator
 (``swarmgpu.manager.cycle.preemption``) owns dry-run, budgets, cooldowns and the writes: the
 victim's ledger entry and gate go (Swarm stops its task with its stop_grace_period), its
-device lists go, and ``<p>state.preempted`` records why, so ``plan``, ``status`` and
-``audit`` give "preempted by <service> (priority N)" until it is placed again.
+device lists go, and ``<p>state.preempted`` records why (``placement.preempted``), so
+``plan``, ``status`` and ``audit`` give "preempted by <service> (priority N)" until it is
+placed again.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -95,55 +94,8 @@ from swarmgpu.manager.placement.specs import demand_of, node_spec
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
-PREEMPTED_STATE = "state.preempted"  # service label: JSON {by, priority, at, node}
-MAX_STATE_CHARS = 1024  # a longer label is not swarmgpu's: not read
 MAX_CANDIDATES = 12  # per node, in rule order: subsets of at most 2**12 are tried
 Rank = tuple[int, float, float]  # a victim set's reclaim rank (``reclaim_rank``), least first
-
-
-@dataclass(frozen=True)
-class Preempted:
-    """What ``<p>state.preempted`` says: who preempted this service, when, where."""
-
-    by: str
-    priority: int
-    at: float
-    node_id: str
-
-    def reason(self) -> str:
-        return f"preempted by {self.by} (priority {self.priority})"
-
-    def to_json(self) -> str:
-        return json.dumps({"by": self.by, "priority": self.priority, "at": round(self.at, 3),
-                           "node": self.node_id}, sort_keys=True)
-
-
-def preempted_state(labels: Mapping[str, str], prefix: str) -> Preempted | None:
-    text = labels.get(prefix + PREEMPTED_STATE)
-    if not text or len(text) > MAX_STATE_CHARS:
-        return None
-    try:
-        d = json.loads(text)
-        st = Preempted(str(d["by"])[:200], int(d["priority"]), float(d["at"]),
-                       str(d.get("node", ""))[:64])
-    except (ValueError, KeyError, TypeError, OverflowError):
-        return None
-    # JSON reads Infinity, NaN and 1e999 too: no preemption happened at such a time
-    return st if math.isfinite(st.at) else None
-
-
-def preempted_mark(s: SwarmService, prefix: str, waits: bool, placed: bool,
-                   ) -> tuple[str | None, str | None]:
-    """A preempted service that waits (``waits``: pending, nothing placed) says why
-    first in its reason; once ``placed`` again, its record goes (written with the
-    placement): (that reason, or None; the label to remove, or None)."""
-    key = prefix + PREEMPTED_STATE
-    if key not in s.labels:
-        return None, None
-    st = preempted_state(s.labels, prefix)
-    if waits and st is not None:
-        return st.reason(), None
-    return None, key if placed else None
 
 
 def priority_of(r: GpuRequest | RequestError | None) -> int:
