@@ -75,7 +75,7 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 from swarmgpu.allocator.core import Allocator
-from swarmgpu.allocator.values import NodeState
+from swarmgpu.allocator.values import NodeSpec, NodeState
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.jobs import job_progress
 from swarmgpu.manager.placement.keys import MAX_STATE, MEANT_STATES
@@ -458,8 +458,11 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
                 continue  # the port holds it back here, not the GPUs
             return None  # room already: pending for another reason
 
-        def together(combo: tuple[Candidate, ...], r: GpuRequest = r, nid: str = nid,
-                     here: Mapping[str, Holding] = here) -> bool:
+        sets = _GpuSets(rd, nid, s.name, r, replicas)  # (asked only for a topology)
+
+        def together(combo: tuple[Candidate, ...], r: GpuRequest = r,
+                     holders: Mapping[str, AbstractSet[str]] = holders,
+                     sets: _GpuSets = sets) -> bool:
             def milli(c: Candidate) -> int:
                 return holding_milli(rd.req.get(c.service), c.holding, rd.facts) if c.holding else 0
             # and a topology request has a set the allocator gives (``_gpu_pick``) once they
@@ -467,8 +470,7 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
             return group_reclaimable(  # every replica placed counts against its guarantee
                 r, [(c.quota, milli(c)) for c in combo if c.quota is not None], rd.queues,
                 rd.q_gone, rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard],
-                replicas) and (r.topology is Topology.ANY or _gpu_pick(
-                    rd, nid, s.name, r, replicas, _freed_of(here, combo)) is not None)
+                replicas) and (r.topology is Topology.ANY or sets.gives(combo, holders))
 
         others = {k: h for k, h in here.items() if k != s.name}  # (a packed one's own)
         victims = pick_victims(need, free, _candidates(rd, r, nid, others, usable), holders,
@@ -559,27 +561,66 @@ def _gpu_pick(rd: _Round, nid: str, name: str, r: GpuRequest, replicas: int,
     """The GPUs the allocator would give ``replicas`` of ``name``'s ``r`` on node ``nid``
     once ``freed`` is freed there (``Allocator.gpu_set`` over the freed and the free GPUs
     it may use: its own placement's choice), or None where it gives none: held for it
-    (``_take``), and the victim choice's test (``_best_preemption``). Taken by UUID order
-    instead, a ``topology`` request was held GPUs it cannot use together, the set it could
-    use left to the others placed before it: it stayed pending, and preempted again. None
-    for a request of any topology: any of those GPUs go together (``_usable`` filtered
-    them), so they are taken as before (the simulator's figures stay as they were)."""
-    f, node = rd.facts.get(nid), rd.by_node.get(nid)
-    if f is None or node is None or r.topology is Topology.ANY:
-        return None
-    here = {u for h in rd.holdings.get(nid, {}).values() for u in h.uuids}
-    can = freed | (_usable(r, f) - here - rd.off(nid, name, r.priority))
-    state = NodeState(node_spec(node, f), 0)
-    state.free = [m if g.uuid in can else 0 for m, g in zip(state.free, f.gpus, strict=True)]
-    pick, alloc, d = [], Allocator(), demand_of(r)
-    for _ in range(replicas):  # a packed one's replicas, one set each
-        gpus = alloc.gpu_set(state, d)
-        if not gpus:
+    (``_take``), and the victim choice's test (``_best_preemption``, through ``_GpuSets``).
+    Taken by UUID order instead, a ``topology`` request was held GPUs it cannot use
+    together, the set it could use left to the others placed before it: it stayed
+    pending, and preempted again. None for a request of any topology: any of those GPUs
+    go together (``_usable`` filtered them), so they are taken as before (the
+    simulator's figures stay as they were)."""
+    return _GpuSets(rd, nid, name, r, replicas).pick(freed)
+
+
+@dataclass(slots=True)
+class _GpuSets:
+    """``_gpu_pick`` on one node for one request, what does not change with ``freed``
+    read once (the node's spec, the GPUs free for it): the round does not change while
+    a node's victims are chosen. ``gives`` answers once per freed set: a node's victim
+    sets (up to 4,095 of ``MAX_CANDIDATES``) free at most one set per subset of its GPUs,
+    most of them alike (a shared GPU frees only with all its holders). Asked for each
+    set anew, 12 small victims on an 8-GPU node took 0.8 s for one topology preemptor
+    (``benchmarks/bench_preempt_topology.py``)."""
+
+    rd: _Round
+    nid: str
+    name: str
+    r: GpuRequest
+    replicas: int
+    base: tuple[NodeSpec, frozenset[str]] | None = None  # (spec, GPUs free for it)
+    given: dict[frozenset[str], bool] = field(default_factory=dict)  # freed -> a set
+
+    def pick(self, freed: AbstractSet[str]) -> tuple[str, ...] | None:
+        rd, nid, r = self.rd, self.nid, self.r
+        f, node = rd.facts.get(nid), rd.by_node.get(nid)
+        if f is None or node is None or r.topology is Topology.ANY:
             return None
-        for i in gpus:
-            state.free[i] = 0
-        pick += [f.gpus[i].uuid for i in gpus]
-    return tuple(pick)
+        if self.base is None:
+            here = {u for h in rd.holdings.get(nid, {}).values() for u in h.uuids}
+            self.base = (node_spec(node, f),
+                         frozenset(_usable(r, f) - here - rd.off(nid, self.name, r.priority)))
+        spec, free = self.base
+        can = freed | free
+        state = NodeState(spec, 0)
+        state.free = [m if g.uuid in can else 0 for m, g in zip(state.free, f.gpus, strict=True)]
+        pick, alloc, d = [], Allocator(), demand_of(r)
+        for _ in range(self.replicas):  # a packed one's replicas, one set each
+            gpus = alloc.gpu_set(state, d)
+            if not gpus:
+                return None
+            for i in gpus:
+                state.free[i] = 0
+            pick += [f.gpus[i].uuid for i in gpus]
+        return tuple(pick)
+
+    def gives(self, victims: Sequence[Candidate],
+              holders: Mapping[str, AbstractSet[str]]) -> bool:
+        """Whether ``pick`` gives a set once ``victims`` go (``holders``: GPU -> every
+        service holding it on the node: what they free, as ``_freed_of`` says)."""
+        names = {v.service for v in victims}
+        key = frozenset(u for v in victims for u in v.uuids if holders[u] <= names)
+        got = self.given.get(key)
+        if got is None:
+            got = self.given[key] = self.pick(key) is not None
+        return got
 
 
 def _freed(rd: _Round, p: Preemption) -> set[str]:
