@@ -34,8 +34,8 @@ The package, by responsibility; each module imports only modules listed before i
 ``records``; ``envs``, ``ledger``, ``specs``, ``tasks``, ``backoff``, ``generic``;
 ``hostports``; ``memsize``, ``reasons``, ``cpunodes``, ``cluster``, ``replicas``, ``filters``,
 ``quiet``, ``memo``; ``queues``;
-``cycle``, ``jobs``, ``preemptroom``, ``preempted``, ``preempt``, ``nominated``, ``existing``,
-``reads``, ``learning``;
+``cycle``, ``jobs``, ``preemptroom``, ``preempted``, ``preemptview``, ``preempt``,
+``nominated``, ``existing``, ``reads``, ``learning``;
 ``packing``, ``gating``,
 ``converge``, ``devicemap``;
 ``spread``, ``globalmode``; ``planned``, ``specwrite``, ``restarts``, ``ungate``,

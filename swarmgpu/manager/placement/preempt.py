@@ -1,6 +1,6 @@
 """Priority and preemption, decided (snapshot in, preemptions out); nothing is written here.
 The snapshot's nodes are read as this cycle's placement writes left them
-(``after_writes``).
+(``preemptview.after_writes``).
 
 Served order: pending requests are planned by priority (``swarmgpu.priority``, higher
 first), then by age (the service's creation time, oldest first), then by name; with no
@@ -77,10 +77,16 @@ from itertools import combinations
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import NodeSpec, NodeState
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.placement.jobs import job_progress
-from swarmgpu.manager.placement.keys import MAX_STATE, MEANT_STATES
-from swarmgpu.manager.placement.ledger import Holding, read_ledger
+from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preemptroom import Room
+from swarmgpu.manager.placement.preemptview import (
+    after_writes,
+    done_idle,
+    holdings_by_node,
+    no_queue_row,
+    packed_need,
+    task_starts,
+)
 from swarmgpu.manager.placement.queues import (
     group_reclaimable,
     guarded_queue,
@@ -89,7 +95,7 @@ from swarmgpu.manager.placement.queues import (
     reclaimable,
     within_max,
 )
-from swarmgpu.manager.placement.records import NodeWrites, PlacementPlan, Status
+from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.placement.specs import demand_of, node_spec
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -268,21 +274,6 @@ class _Round:
             if n == nid and who != name and priority <= pr}
 
 
-def done_idle(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
-              ) -> frozenset[tuple[str, str]]:
-    """(job service id, node) where its run's task completed and none of the run lives:
-    the holding a replicated job keeps there for the run's next task (``jobs.job_busy_nodes``)
-    runs nothing. It is no victim: stopping it frees no running work, and its closed gate
-    makes Swarm reject the completed task and run it again."""
-    runs = {s.id: s.job_iteration for s in services}
-    live = {(t.service_id, t.node_id) for t in tasks
-            if t.service_id in runs and t.node_id and t.state not in ("complete", "failed",
-                                                                    "rejected")
-            and (t.job_iteration is None or t.job_iteration == runs[t.service_id])}
-    return frozenset((sid, nid) for sid, prog in job_progress(services, tasks).items()
-                     for nid in prog.done_nodes if nid and (sid, nid) not in live)
-
-
 def choose_preemptions(
     plan: PlacementPlan, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
     tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *, prefix: str,
@@ -315,10 +306,11 @@ def choose_preemptions(
     the cycle it starts)."""
     nodes = after_writes(nodes, plan)
     by_name = {s.name: s for s in services}
-    started, holdings = _started(tasks), _by_node(nodes, prefix)
+    started, holdings = task_starts(tasks), holdings_by_node(nodes, prefix)
     req = {sp.name: sp.request for sp in plan.services if sp.request is not None}
     rd = _Round(by_name, {n.id: n for n in nodes}, facts,
-                {**{q["queue"]: q for q in plan.queues}, "": _no_queue(holdings, req, facts)},
+                {**{q["queue"]: q for q in plan.queues},
+                 "": no_queue_row(holdings, req, facts)},
                 req, started, holdings, refused, preemptible_below, cooling, moving,
                 plan.failed, done_idle(services, tasks), ports=ports,
                 room=Room.of(nodes, services, tasks, holdings), held=held or {},
@@ -360,66 +352,6 @@ def choose_preemptions(
                 rd.room.left = room
             raised[s.name] = exc
     return out
-
-
-def _started(tasks: Sequence[SwarmTask]) -> dict[tuple[str, str], str]:
-    """(service id, node) -> the creation time of its newest task meant to run there
-    (desired ready too: a restart's, whose work is lost already)."""
-    started: dict[tuple[str, str], str] = {}
-    for t in tasks:
-        if t.desired_state in MEANT_STATES and t.node_id:
-            k = (t.service_id, t.node_id)
-            started[k] = max(started.get(k, ""), t.created_at)
-    return started
-
-
-def _by_node(nodes: Sequence[SwarmNode], prefix: str) -> dict[str, dict[str, Holding]]:
-    """node -> service -> its holding there (the ledger)."""
-    holdings: dict[str, dict[str, Holding]] = {}
-    for svc, per in read_ledger(nodes, prefix).items():
-        for nid, h in per.items():
-            holdings.setdefault(nid, {})[svc] = h
-    return holdings
-
-
-def after_writes(nodes: Sequence[SwarmNode], plan: PlacementPlan) -> list[SwarmNode]:
-    """``nodes`` (the cycle's snapshot) as this cycle's placement writes left them:
-    ``plan.landed`` (what the daemon's writer landed; in dry-run, all of it), or, nothing
-    written yet (``plan``, ``status``, the simulator's world, where they are applied
-    already), all of the plan's; removals first, as the writer makes them. Read from the
-    snapshot, GPUs placement had just given out looked free (a victim stopped for a
-    preemptor that still did not fit) and a holding it had just released was a victim."""
-    w = plan.landed if plan.landed is not None else NodeWrites(plan.node_set, plan.node_remove)
-    return w.applied(nodes)
-
-
-def _no_queue(holdings: Mapping[str, Mapping[str, Holding]],
-              req: Mapping[str, GpuRequest | RequestError], facts: Mapping[str, NodeFacts],
-              ) -> dict[str, object]:
-    """Work of no queue as the queue row (under "") reclaim reads: what it holds,
-    guaranteed nothing (``queues.reclaimable``), so furthest above it with any use
-    (``over_guarantee``)."""
-    milli = sum(holding_milli(r, h, facts) for per in holdings.values()
-                for svc, h in per.items()
-                if isinstance(r := req.get(svc), GpuRequest) and not r.queue)
-    return {"queue": "", "used_gpus": milli / 1000, "guaranteed_gpus": 0.0,
-            "max_gpus": None, "configured": False, "tenant": None, "blocked": []}
-
-
-def packed_need(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService,
-                prefix: str) -> tuple[str, int] | None:
-    """A packed service's node and how many replicas it lacks there that Swarm would run
-    (None: it holds no node yet, or lacks none: pending for another reason). Its owner's
-    MaxReplicas (not one swarmgpu set: ``packing._packed_max``) caps them: Swarm runs no
-    more there, so GPUs freed beyond it would go unused."""
-    most = s.max_replicas_per_node or 0
-    owners = most not in (0, 1) and s.labels.get(prefix + MAX_STATE) != str(most)
-    for nid, here in holdings.items():
-        h = here.get(s.name)
-        if h is not None:
-            lacks = min(s.replicas or 0, most if owners else s.replicas or 0) - h.replicas
-            return (nid, lacks) if lacks > 0 else None
-    return None
 
 
 def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
