@@ -50,13 +50,12 @@ from swarmgpu.manager.placement import (
     plan_placement,
 )
 from swarmgpu.manager.placement.preempt import (
-    PREEMPTED_STATE,
     Candidate,
     choose_preemptions,
     pick_victims,
-    preempted_state,
     serve_order,
 )
+from swarmgpu.manager.placement.preempted import PREEMPTED_STATE, preempted_state
 from swarmgpu.manager.rebalance.mover import read_records
 from swarmgpu.manager.rebalance.record import MoveState, record_key
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_all, parse_request

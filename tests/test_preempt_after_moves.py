@@ -15,7 +15,7 @@ from support.move_then_preempt import D, P, R, holds, move_then_preempt
 
 from swarmgpu.core.config import Config, PreemptionConfig
 from swarmgpu.manager.placement import devices_key, gate_key
-from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
+from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.swarm.client import SwarmTask
 

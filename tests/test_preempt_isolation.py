@@ -22,7 +22,7 @@ from swarmgpu.manager.cycle.preempt_budget import SpentHour
 from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key
-from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
+from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
 from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.moves import Move
 from swarmgpu.swarm.client import SwarmService, SwarmTask

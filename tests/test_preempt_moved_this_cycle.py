@@ -33,7 +33,7 @@ from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import MOVE_STATE, devices_key, gate_key
-from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
+from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
 from swarmgpu.manager.rebalance.mover import read_records
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.swarm.client import SwarmError, SwarmTask

@@ -38,7 +38,7 @@ from swarmgpu.manager.placement import (
     gate_constraint,
     gate_key,
 )
-from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
+from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
 from swarmgpu.manager.placement.quiet import QuietServices
 from swarmgpu.manager.placement.records import PlacementPlan
 from swarmgpu.manager.placement.specwrite import service_compute

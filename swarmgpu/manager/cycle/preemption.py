@@ -98,13 +98,8 @@ from swarmgpu.manager.placement import (
 )
 from swarmgpu.manager.placement.ledger import read_ledger
 from swarmgpu.manager.placement.nominated import held_gpus
-from swarmgpu.manager.placement.preempt import (
-    Candidate,
-    Preempted,
-    Preemption,
-    choose_preemptions,
-    preempted_state,
-)
+from swarmgpu.manager.placement.preempt import Candidate, Preemption, choose_preemptions
+from swarmgpu.manager.placement.preempted import Preempted, preempted_state
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.record import move_gpus, moving, recorded

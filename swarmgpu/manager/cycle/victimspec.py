@@ -24,7 +24,7 @@ from swarmgpu.manager.placement.keys import (
     is_renew,
     next_renewal,
 )
-from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
+from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
 from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.placement.specwrite import SpecCompute, service_compute
 from swarmgpu.swarm.client import SwarmClient, SwarmService

@@ -32,10 +32,10 @@ How a placement is expressed (every piece verified on a real swarm, see README):
 The package, by responsibility; each module imports only modules listed before it
 (README.md "Layout" says what each owns; tests/test_layout.py checks both): ``keys``,
 ``records``; ``envs``, ``ledger``, ``specs``, ``tasks``, ``backoff``, ``generic``;
-``hostports``; ``memsize``, ``cpunodes``, ``cluster``, ``replicas``, ``filters``, ``quiet``,
-``memo``; ``queues``;
-``cycle``, ``jobs``, ``preemptroom``, ``preempt``, ``nominated``, ``existing``, ``reads``,
-``learning``;
+``hostports``; ``memsize``, ``reasons``, ``cpunodes``, ``cluster``, ``replicas``, ``filters``,
+``quiet``, ``memo``; ``queues``;
+``cycle``, ``jobs``, ``preemptroom``, ``preempted``, ``preemptview``, ``preempt``,
+``nominated``, ``existing``, ``reads``, ``learning``;
 ``packing``, ``gating``,
 ``converge``, ``devicemap``;
 ``spread``, ``globalmode``; ``planned``, ``specwrite``, ``restarts``, ``ungate``,

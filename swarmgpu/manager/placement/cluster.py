@@ -13,7 +13,6 @@ from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.mig import MigChoice, pick_mig_device
 from swarmgpu.allocator.scorer import Scorer, SwarmScorer
 from swarmgpu.allocator.values import Choice, Demand, NodeSpec, NodeState, Unplaceable
-from swarmgpu.core.migprofile import not_offered
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.cpunodes import (
     CpuFit,
@@ -24,7 +23,7 @@ from swarmgpu.manager.placement.cpunodes import (
 )
 from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.ledger import Holding
-from swarmgpu.manager.placement.memsize import short_of
+from swarmgpu.manager.placement.reasons import Reasons
 from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.specs import node_spec, schedulable, unread, user_labels
 from swarmgpu.manager.services.requests import matches_products
@@ -78,15 +77,10 @@ class ClusterAllocator:
         # Name the closest node when nothing fits (a scan of every node state); a
         # replay that reads no reasons turns it off, as the baselines' replay does.
         self.explain = True
-        self._host_text: dict[str, str] = {}
+        self.reasons = Reasons()  # why nothing fits, in words people read
         # (node, MIG profile, gpu-product globs) with no free device, till a release there
         self._mig_none: set[tuple[str, str, tuple[str, ...]]] = set()
         self._by_rank: list[NodeState] = []  # for MIG requests, rebuilt with the nodes
-        # (MIG profile, gpu-product globs) -> (node generation, why none can be free)
-        self._offers: dict[tuple[str, tuple[str, ...]], tuple[tuple[int, int], str | None]] = {}
-        # (gpu-memory MiB, gpu-product globs) -> (node generation, the GPU that comes close)
-        self._short: dict[tuple[int, tuple[str, ...]], tuple[tuple[int, int], str | None]] = {}
-        self._names: tuple[tuple[str, str], ...] = ()
         self._gen = 0
         self._order: list[str] = []
         self._node_keys: dict[str, tuple[object, ...]] = {}
@@ -141,10 +135,7 @@ class ClusterAllocator:
             self._order = ids
         self.nodes = {n.id: n for n in nodes}
         self.facts = dict(facts)
-        names = tuple((n.id, n.hostname) for n in order)
-        if names != self._names:
-            self._names = names
-            self._host_text.clear()
+        self.reasons.rename(tuple((n.id, n.hostname) for n in order))
         self._by_rank = []
         dropped: set[str] = set()
         seen = self._seen
@@ -587,7 +578,8 @@ class ClusterAllocator:
                         cpu_milli=d.cpu_milli,
                         memory_mib=d.memory_mib,
                     )
-            why = self._not_offered(d) or "no allowed node has one free"
+            why = self.reasons.not_offered(d, self.facts, self._stamp()) \
+                or "no allowed node has one free"
             return Unplaceable(f"needs {d.describe()}; {why}")
         if allowed is not None:
             exclude = frozenset(exclude) | {n for n, ns in a.nodes.items() if not allowed(ns)}
@@ -600,56 +592,19 @@ class ClusterAllocator:
         got = a.place(known[0], exclude=exclude, where=where, explain=self.explain, note=known[1])
         if isinstance(got, Unplaceable) and d.min_memory_mib and self.explain:
             # no GPU has the memory: that, not the node that came closest, is the reason
-            short = self._short_of(d)
+            short = self.reasons.short_of(d, self.facts, self._stamp(), self.prefix)
             if short is not None:
                 return Unplaceable(f"needs {known[1]}; {short}")
         return got
 
-    def _not_offered(self, d: Demand) -> str | None:
-        """The MIG profiles the cluster's GPUs of the asked products offer, when none
-        offers the asked one (it can never be free: the owner must change the label);
-        once per profile and products while the nodes are the same."""
-        stamp = (self._gen, len(self.alloc.nodes))
-        key = (d.mig_profile or "", d.products)
-        got = self._offers.get(key)
-        if got is None or got[0] != stamp:
-            if len(self._offers) > 1_000:
-                self._offers.clear()
-            models = {
-                g.product
-                for f in self.facts.values()
-                for g in f.gpus
-                if (g.mig_capable or g.mig_devices) and matches_products(g.product, d.products)
-            }
-            got = self._offers[key] = (stamp, not_offered(key[0], models))
-        return got[1]
-
-    def _short_of(self, d: Demand) -> str | None:
-        """``memsize.short_of`` over the cluster's GPUs; once per size and products while
-        the nodes are the same."""
-        stamp = (self._gen, len(self.alloc.nodes))
-        key = (d.min_memory_mib, d.products)
-        got = self._short.get(key)
-        if got is None or got[0] != stamp:
-            if len(self._short) > 1_000:
-                self._short.clear()
-            gpus = (g for f in self.facts.values() for g in f.gpus)
-            got = self._short[key] = (stamp, short_of(key[0], key[1], gpus, self.prefix))
-        return got[1]
+    def _stamp(self) -> tuple[int, int]:
+        """The nodes' generation: a reason read at another one is read again."""
+        return (self._gen, len(self.alloc.nodes))
 
     def hostnames(self, text: str) -> str:
-        """Node ids in the allocator's words, as the hostnames people know (identical
-        pending requests share one reason: each text is rewritten once per node set)."""
-        got = self._host_text.get(text)
-        if got is None:
-            got = text
-            for nid, n in self.nodes.items():
-                if nid in got:
-                    got = got.replace(nid, n.hostname)
-            if len(self._host_text) > 10_000:
-                self._host_text.clear()
-            self._host_text[text] = got
-        return got
+        """Node ids in the allocator's words, as the hostnames people know
+        (``Reasons.hostnames``)."""
+        return self.reasons.hostnames(text, self.nodes)
 
     def to_replica(self, choice: Choice) -> ReplicaPlacement:
         host = self.nodes[choice.node].hostname

@@ -1,6 +1,6 @@
 """Priority and preemption, decided (snapshot in, preemptions out); nothing is written here.
 The snapshot's nodes are read as this cycle's placement writes left them
-(``after_writes``).
+(``preemptview.after_writes``).
 
 Served order: pending requests are planned by priority (``swarmgpu.priority``, higher
 first), then by age (the service's creation time, oldest first), then by name; with no
@@ -62,26 +62,31 @@ places it again, and that keeps raising. It is stopped, a victim as any other. O
 whole-GPU requests preempt (a share or a MIG device waits). The actuator
 (``swarmgpu.manager.cycle.preemption``) owns dry-run, budgets, cooldowns and the writes: the
 victim's ledger entry and gate go (Swarm stops its task with its stop_grace_period), its
-device lists go, and ``<p>state.preempted`` records why, so ``plan``, ``status`` and
-``audit`` give "preempted by <service> (priority N)" until it is placed again.
+device lists go, and ``<p>state.preempted`` records why (``placement.preempted``), so
+``plan``, ``status`` and ``audit`` give "preempted by <service> (priority N)" until it is
+placed again.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 from swarmgpu.allocator.core import Allocator
-from swarmgpu.allocator.values import NodeState
+from swarmgpu.allocator.values import NodeSpec, NodeState
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.placement.jobs import job_progress
-from swarmgpu.manager.placement.keys import MAX_STATE, MEANT_STATES
-from swarmgpu.manager.placement.ledger import Holding, read_ledger
+from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preemptroom import Room
+from swarmgpu.manager.placement.preemptview import (
+    after_writes,
+    done_idle,
+    holdings_by_node,
+    no_queue_row,
+    packed_need,
+    task_starts,
+)
 from swarmgpu.manager.placement.queues import (
     group_reclaimable,
     guarded_queue,
@@ -90,60 +95,13 @@ from swarmgpu.manager.placement.queues import (
     reclaimable,
     within_max,
 )
-from swarmgpu.manager.placement.records import NodeWrites, PlacementPlan, Status
+from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.placement.specs import demand_of, node_spec
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
-PREEMPTED_STATE = "state.preempted"  # service label: JSON {by, priority, at, node}
-MAX_STATE_CHARS = 1024  # a longer label is not swarmgpu's: not read
 MAX_CANDIDATES = 12  # per node, in rule order: subsets of at most 2**12 are tried
 Rank = tuple[int, float, float]  # a victim set's reclaim rank (``reclaim_rank``), least first
-
-
-@dataclass(frozen=True)
-class Preempted:
-    """What ``<p>state.preempted`` says: who preempted this service, when, where."""
-
-    by: str
-    priority: int
-    at: float
-    node_id: str
-
-    def reason(self) -> str:
-        return f"preempted by {self.by} (priority {self.priority})"
-
-    def to_json(self) -> str:
-        return json.dumps({"by": self.by, "priority": self.priority, "at": round(self.at, 3),
-                           "node": self.node_id}, sort_keys=True)
-
-
-def preempted_state(labels: Mapping[str, str], prefix: str) -> Preempted | None:
-    text = labels.get(prefix + PREEMPTED_STATE)
-    if not text or len(text) > MAX_STATE_CHARS:
-        return None
-    try:
-        d = json.loads(text)
-        st = Preempted(str(d["by"])[:200], int(d["priority"]), float(d["at"]),
-                       str(d.get("node", ""))[:64])
-    except (ValueError, KeyError, TypeError, OverflowError):
-        return None
-    # JSON reads Infinity, NaN and 1e999 too: no preemption happened at such a time
-    return st if math.isfinite(st.at) else None
-
-
-def preempted_mark(s: SwarmService, prefix: str, waits: bool, placed: bool,
-                   ) -> tuple[str | None, str | None]:
-    """A preempted service that waits (``waits``: pending, nothing placed) says why
-    first in its reason; once ``placed`` again, its record goes (written with the
-    placement): (that reason, or None; the label to remove, or None)."""
-    key = prefix + PREEMPTED_STATE
-    if key not in s.labels:
-        return None, None
-    st = preempted_state(s.labels, prefix)
-    if waits and st is not None:
-        return st.reason(), None
-    return None, key if placed else None
 
 
 def priority_of(r: GpuRequest | RequestError | None) -> int:
@@ -316,21 +274,6 @@ class _Round:
             if n == nid and who != name and priority <= pr}
 
 
-def done_idle(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
-              ) -> frozenset[tuple[str, str]]:
-    """(job service id, node) where its run's task completed and none of the run lives:
-    the holding a replicated job keeps there for the run's next task (``jobs.job_busy_nodes``)
-    runs nothing. It is no victim: stopping it frees no running work, and its closed gate
-    makes Swarm reject the completed task and run it again."""
-    runs = {s.id: s.job_iteration for s in services}
-    live = {(t.service_id, t.node_id) for t in tasks
-            if t.service_id in runs and t.node_id and t.state not in ("complete", "failed",
-                                                                    "rejected")
-            and (t.job_iteration is None or t.job_iteration == runs[t.service_id])}
-    return frozenset((sid, nid) for sid, prog in job_progress(services, tasks).items()
-                     for nid in prog.done_nodes if nid and (sid, nid) not in live)
-
-
 def choose_preemptions(
     plan: PlacementPlan, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
     tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *, prefix: str,
@@ -363,10 +306,11 @@ def choose_preemptions(
     the cycle it starts)."""
     nodes = after_writes(nodes, plan)
     by_name = {s.name: s for s in services}
-    started, holdings = _started(tasks), _by_node(nodes, prefix)
+    started, holdings = task_starts(tasks), holdings_by_node(nodes, prefix)
     req = {sp.name: sp.request for sp in plan.services if sp.request is not None}
     rd = _Round(by_name, {n.id: n for n in nodes}, facts,
-                {**{q["queue"]: q for q in plan.queues}, "": _no_queue(holdings, req, facts)},
+                {**{q["queue"]: q for q in plan.queues},
+                 "": no_queue_row(holdings, req, facts)},
                 req, started, holdings, refused, preemptible_below, cooling, moving,
                 plan.failed, done_idle(services, tasks), ports=ports,
                 room=Room.of(nodes, services, tasks, holdings), held=held or {},
@@ -410,66 +354,6 @@ def choose_preemptions(
     return out
 
 
-def _started(tasks: Sequence[SwarmTask]) -> dict[tuple[str, str], str]:
-    """(service id, node) -> the creation time of its newest task meant to run there
-    (desired ready too: a restart's, whose work is lost already)."""
-    started: dict[tuple[str, str], str] = {}
-    for t in tasks:
-        if t.desired_state in MEANT_STATES and t.node_id:
-            k = (t.service_id, t.node_id)
-            started[k] = max(started.get(k, ""), t.created_at)
-    return started
-
-
-def _by_node(nodes: Sequence[SwarmNode], prefix: str) -> dict[str, dict[str, Holding]]:
-    """node -> service -> its holding there (the ledger)."""
-    holdings: dict[str, dict[str, Holding]] = {}
-    for svc, per in read_ledger(nodes, prefix).items():
-        for nid, h in per.items():
-            holdings.setdefault(nid, {})[svc] = h
-    return holdings
-
-
-def after_writes(nodes: Sequence[SwarmNode], plan: PlacementPlan) -> list[SwarmNode]:
-    """``nodes`` (the cycle's snapshot) as this cycle's placement writes left them:
-    ``plan.landed`` (what the daemon's writer landed; in dry-run, all of it), or, nothing
-    written yet (``plan``, ``status``, the simulator's world, where they are applied
-    already), all of the plan's; removals first, as the writer makes them. Read from the
-    snapshot, GPUs placement had just given out looked free (a victim stopped for a
-    preemptor that still did not fit) and a holding it had just released was a victim."""
-    w = plan.landed if plan.landed is not None else NodeWrites(plan.node_set, plan.node_remove)
-    return w.applied(nodes)
-
-
-def _no_queue(holdings: Mapping[str, Mapping[str, Holding]],
-              req: Mapping[str, GpuRequest | RequestError], facts: Mapping[str, NodeFacts],
-              ) -> dict[str, object]:
-    """Work of no queue as the queue row (under "") reclaim reads: what it holds,
-    guaranteed nothing (``queues.reclaimable``), so furthest above it with any use
-    (``over_guarantee``)."""
-    milli = sum(holding_milli(r, h, facts) for per in holdings.values()
-                for svc, h in per.items()
-                if isinstance(r := req.get(svc), GpuRequest) and not r.queue)
-    return {"queue": "", "used_gpus": milli / 1000, "guaranteed_gpus": 0.0,
-            "max_gpus": None, "configured": False, "tenant": None, "blocked": []}
-
-
-def packed_need(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService,
-                prefix: str) -> tuple[str, int] | None:
-    """A packed service's node and how many replicas it lacks there that Swarm would run
-    (None: it holds no node yet, or lacks none: pending for another reason). Its owner's
-    MaxReplicas (not one swarmgpu set: ``packing._packed_max``) caps them: Swarm runs no
-    more there, so GPUs freed beyond it would go unused."""
-    most = s.max_replicas_per_node or 0
-    owners = most not in (0, 1) and s.labels.get(prefix + MAX_STATE) != str(most)
-    for nid, here in holdings.items():
-        h = here.get(s.name)
-        if h is not None:
-            lacks = min(s.replicas or 0, most if owners else s.replicas or 0) - h.replicas
-            return (nid, lacks) if lacks > 0 else None
-    return None
-
-
 def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
                      packed: tuple[str, int] | None = None) -> Preemption | None:
     """The preemption that places one replica of ``s`` (the fewest victims; then by
@@ -506,8 +390,11 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
                 continue  # the port holds it back here, not the GPUs
             return None  # room already: pending for another reason
 
-        def together(combo: tuple[Candidate, ...], r: GpuRequest = r, nid: str = nid,
-                     here: Mapping[str, Holding] = here) -> bool:
+        sets = _GpuSets(rd, nid, s.name, r, replicas)  # (asked only for a topology)
+
+        def together(combo: tuple[Candidate, ...], r: GpuRequest = r,
+                     holders: Mapping[str, AbstractSet[str]] = holders,
+                     sets: _GpuSets = sets) -> bool:
             def milli(c: Candidate) -> int:
                 return holding_milli(rd.req.get(c.service), c.holding, rd.facts) if c.holding else 0
             # and a topology request has a set the allocator gives (``_gpu_pick``) once they
@@ -515,8 +402,7 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
             return group_reclaimable(  # every replica placed counts against its guarantee
                 r, [(c.quota, milli(c)) for c in combo if c.quota is not None], rd.queues,
                 rd.q_gone, rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard],
-                replicas) and (r.topology is Topology.ANY or _gpu_pick(
-                    rd, nid, s.name, r, replicas, _freed_of(here, combo)) is not None)
+                replicas) and (r.topology is Topology.ANY or sets.gives(combo, holders))
 
         others = {k: h for k, h in here.items() if k != s.name}  # (a packed one's own)
         victims = pick_victims(need, free, _candidates(rd, r, nid, others, usable), holders,
@@ -607,27 +493,66 @@ def _gpu_pick(rd: _Round, nid: str, name: str, r: GpuRequest, replicas: int,
     """The GPUs the allocator would give ``replicas`` of ``name``'s ``r`` on node ``nid``
     once ``freed`` is freed there (``Allocator.gpu_set`` over the freed and the free GPUs
     it may use: its own placement's choice), or None where it gives none: held for it
-    (``_take``), and the victim choice's test (``_best_preemption``). Taken by UUID order
-    instead, a ``topology`` request was held GPUs it cannot use together, the set it could
-    use left to the others placed before it: it stayed pending, and preempted again. None
-    for a request of any topology: any of those GPUs go together (``_usable`` filtered
-    them), so they are taken as before (the simulator's figures stay as they were)."""
-    f, node = rd.facts.get(nid), rd.by_node.get(nid)
-    if f is None or node is None or r.topology is Topology.ANY:
-        return None
-    here = {u for h in rd.holdings.get(nid, {}).values() for u in h.uuids}
-    can = freed | (_usable(r, f) - here - rd.off(nid, name, r.priority))
-    state = NodeState(node_spec(node, f), 0)
-    state.free = [m if g.uuid in can else 0 for m, g in zip(state.free, f.gpus, strict=True)]
-    pick, alloc, d = [], Allocator(), demand_of(r)
-    for _ in range(replicas):  # a packed one's replicas, one set each
-        gpus = alloc.gpu_set(state, d)
-        if not gpus:
+    (``_take``), and the victim choice's test (``_best_preemption``, through ``_GpuSets``).
+    Taken by UUID order instead, a ``topology`` request was held GPUs it cannot use
+    together, the set it could use left to the others placed before it: it stayed
+    pending, and preempted again. None for a request of any topology: any of those GPUs
+    go together (``_usable`` filtered them), so they are taken as before (the
+    simulator's figures stay as they were)."""
+    return _GpuSets(rd, nid, name, r, replicas).pick(freed)
+
+
+@dataclass(slots=True)
+class _GpuSets:
+    """``_gpu_pick`` on one node for one request, what does not change with ``freed``
+    read once (the node's spec, the GPUs free for it): the round does not change while
+    a node's victims are chosen. ``gives`` answers once per freed set: a node's victim
+    sets (up to 4,095 of ``MAX_CANDIDATES``) free at most one set per subset of its GPUs,
+    most of them alike (a shared GPU frees only with all its holders). Asked for each
+    set anew, 12 small victims on an 8-GPU node took 0.8 s for one topology preemptor
+    (``benchmarks/bench_preempt_topology.py``)."""
+
+    rd: _Round
+    nid: str
+    name: str
+    r: GpuRequest
+    replicas: int
+    base: tuple[NodeSpec, frozenset[str]] | None = None  # (spec, GPUs free for it)
+    given: dict[frozenset[str], bool] = field(default_factory=dict)  # freed -> a set
+
+    def pick(self, freed: AbstractSet[str]) -> tuple[str, ...] | None:
+        rd, nid, r = self.rd, self.nid, self.r
+        f, node = rd.facts.get(nid), rd.by_node.get(nid)
+        if f is None or node is None or r.topology is Topology.ANY:
             return None
-        for i in gpus:
-            state.free[i] = 0
-        pick += [f.gpus[i].uuid for i in gpus]
-    return tuple(pick)
+        if self.base is None:
+            here = {u for h in rd.holdings.get(nid, {}).values() for u in h.uuids}
+            self.base = (node_spec(node, f),
+                         frozenset(_usable(r, f) - here - rd.off(nid, self.name, r.priority)))
+        spec, free = self.base
+        can = freed | free
+        state = NodeState(spec, 0)
+        state.free = [m if g.uuid in can else 0 for m, g in zip(state.free, f.gpus, strict=True)]
+        pick, alloc, d = [], Allocator(), demand_of(r)
+        for _ in range(self.replicas):  # a packed one's replicas, one set each
+            gpus = alloc.gpu_set(state, d)
+            if not gpus:
+                return None
+            for i in gpus:
+                state.free[i] = 0
+            pick += [f.gpus[i].uuid for i in gpus]
+        return tuple(pick)
+
+    def gives(self, victims: Sequence[Candidate],
+              holders: Mapping[str, AbstractSet[str]]) -> bool:
+        """Whether ``pick`` gives a set once ``victims`` go (``holders``: GPU -> every
+        service holding it on the node: what they free, as ``_freed_of`` says)."""
+        names = {v.service for v in victims}
+        key = frozenset(u for v in victims for u in v.uuids if holders[u] <= names)
+        got = self.given.get(key)
+        if got is None:
+            got = self.given[key] = self.pick(key) is not None
+        return got
 
 
 def _freed(rd: _Round, p: Preemption) -> set[str]:

@@ -59,7 +59,7 @@ from swarmgpu.manager.placement.keys import (
 )
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.packing import packed_env
-from swarmgpu.manager.placement.preempt import preempted_mark
+from swarmgpu.manager.placement.preempted import preempted_mark
 from swarmgpu.manager.placement.queues import Moving, QueueLimit
 from swarmgpu.manager.placement.records import (
     EMPTY,

@@ -1,0 +1,61 @@
+"""The ``<p>state.preempted`` record (a service label): who preempted a service, at what
+priority, when and where. The actuator (``swarmgpu.manager.cycle.preemption``) writes
+it; placement reads it back as a waiting service's reason and removes it once the
+service is placed again (``preempted_mark``); ``plan``, ``status`` and ``audit`` show it."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from swarmgpu.swarm.client import SwarmService
+
+PREEMPTED_STATE = "state.preempted"  # service label: JSON {by, priority, at, node}
+MAX_STATE_CHARS = 1024  # a longer label is not swarmgpu's: not read
+
+
+@dataclass(frozen=True)
+class Preempted:
+    """What ``<p>state.preempted`` says: who preempted this service, when, where."""
+
+    by: str
+    priority: int
+    at: float
+    node_id: str
+
+    def reason(self) -> str:
+        return f"preempted by {self.by} (priority {self.priority})"
+
+    def to_json(self) -> str:
+        return json.dumps({"by": self.by, "priority": self.priority, "at": round(self.at, 3),
+                           "node": self.node_id}, sort_keys=True)
+
+
+def preempted_state(labels: Mapping[str, str], prefix: str) -> Preempted | None:
+    text = labels.get(prefix + PREEMPTED_STATE)
+    if not text or len(text) > MAX_STATE_CHARS:
+        return None
+    try:
+        d = json.loads(text)
+        st = Preempted(str(d["by"])[:200], int(d["priority"]), float(d["at"]),
+                       str(d.get("node", ""))[:64])
+    except (ValueError, KeyError, TypeError, OverflowError):
+        return None
+    # JSON reads Infinity, NaN and 1e999 too: no preemption happened at such a time
+    return st if math.isfinite(st.at) else None
+
+
+def preempted_mark(s: SwarmService, prefix: str, waits: bool, placed: bool,
+                   ) -> tuple[str | None, str | None]:
+    """A preempted service that waits (``waits``: pending, nothing placed) says why
+    first in its reason; once ``placed`` again, its record goes (written with the
+    placement): (that reason, or None; the label to remove, or None)."""
+    key = prefix + PREEMPTED_STATE
+    if key not in s.labels:
+        return None, None
+    st = preempted_state(s.labels, prefix)
+    if waits and st is not None:
+        return st.reason(), None
+    return None, key if placed else None

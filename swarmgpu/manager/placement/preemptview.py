@@ -1,0 +1,92 @@
+"""The cluster as a preemption round reads it (``preempt.choose_preemptions``): the
+nodes as this cycle's placement writes left them, the holdings by node, when each
+service's task started there, the job runs that hold a node idle, work of no queue as
+a queue row, and what a packed service lacks on its node."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.placement.jobs import job_progress
+from swarmgpu.manager.placement.keys import MAX_STATE, MEANT_STATES
+from swarmgpu.manager.placement.ledger import Holding, read_ledger
+from swarmgpu.manager.placement.queues import holding_milli
+from swarmgpu.manager.placement.records import NodeWrites, PlacementPlan
+from swarmgpu.manager.services.requests import GpuRequest, RequestError
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+
+
+def done_idle(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
+              ) -> frozenset[tuple[str, str]]:
+    """(job service id, node) where its run's task completed and none of the run lives:
+    the holding a replicated job keeps there for the run's next task (``jobs.job_busy_nodes``)
+    runs nothing. It is no victim: stopping it frees no running work, and its closed gate
+    makes Swarm reject the completed task and run it again."""
+    runs = {s.id: s.job_iteration for s in services}
+    live = {(t.service_id, t.node_id) for t in tasks
+            if t.service_id in runs and t.node_id and t.state not in ("complete", "failed",
+                                                                    "rejected")
+            and (t.job_iteration is None or t.job_iteration == runs[t.service_id])}
+    return frozenset((sid, nid) for sid, prog in job_progress(services, tasks).items()
+                     for nid in prog.done_nodes if nid and (sid, nid) not in live)
+
+
+def task_starts(tasks: Sequence[SwarmTask]) -> dict[tuple[str, str], str]:
+    """(service id, node) -> the creation time of its newest task meant to run there
+    (desired ready too: a restart's, whose work is lost already)."""
+    started: dict[tuple[str, str], str] = {}
+    for t in tasks:
+        if t.desired_state in MEANT_STATES and t.node_id:
+            k = (t.service_id, t.node_id)
+            started[k] = max(started.get(k, ""), t.created_at)
+    return started
+
+
+def holdings_by_node(nodes: Sequence[SwarmNode], prefix: str) -> dict[str, dict[str, Holding]]:
+    """node -> service -> its holding there (the ledger)."""
+    holdings: dict[str, dict[str, Holding]] = {}
+    for svc, per in read_ledger(nodes, prefix).items():
+        for nid, h in per.items():
+            holdings.setdefault(nid, {})[svc] = h
+    return holdings
+
+
+def after_writes(nodes: Sequence[SwarmNode], plan: PlacementPlan) -> list[SwarmNode]:
+    """``nodes`` (the cycle's snapshot) as this cycle's placement writes left them:
+    ``plan.landed`` (what the daemon's writer landed; in dry-run, all of it), or, nothing
+    written yet (``plan``, ``status``, the simulator's world, where they are applied
+    already), all of the plan's; removals first, as the writer makes them. Read from the
+    snapshot, GPUs placement had just given out looked free (a victim stopped for a
+    preemptor that still did not fit) and a holding it had just released was a victim."""
+    w = plan.landed if plan.landed is not None else NodeWrites(plan.node_set, plan.node_remove)
+    return w.applied(nodes)
+
+
+def no_queue_row(holdings: Mapping[str, Mapping[str, Holding]],
+                 req: Mapping[str, GpuRequest | RequestError], facts: Mapping[str, NodeFacts],
+                 ) -> dict[str, object]:
+    """Work of no queue as the queue row (under "") reclaim reads: what it holds,
+    guaranteed nothing (``queues.reclaimable``), so furthest above it with any use
+    (``over_guarantee``)."""
+    milli = sum(holding_milli(r, h, facts) for per in holdings.values()
+                for svc, h in per.items()
+                if isinstance(r := req.get(svc), GpuRequest) and not r.queue)
+    return {"queue": "", "used_gpus": milli / 1000, "guaranteed_gpus": 0.0,
+            "max_gpus": None, "configured": False, "tenant": None, "blocked": []}
+
+
+def packed_need(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService,
+                prefix: str) -> tuple[str, int] | None:
+    """A packed service's node and how many replicas it lacks there that Swarm would run
+    (None: it holds no node yet, or lacks none: pending for another reason). Its owner's
+    MaxReplicas (not one swarmgpu set: ``packing._packed_max``) caps them: Swarm runs no
+    more there, so GPUs freed beyond it would go unused."""
+    most = s.max_replicas_per_node or 0
+    owners = most not in (0, 1) and s.labels.get(prefix + MAX_STATE) != str(most)
+    for nid, here in holdings.items():
+        h = here.get(s.name)
+        if h is not None:
+            lacks = min(s.replicas or 0, most if owners else s.replicas or 0) - h.replicas
+            return (nid, lacks) if lacks > 0 else None
+    return None

@@ -1,0 +1,77 @@
+"""One GPU node crowded with small holders and a pending request of priority 100 that
+may preempt them: the victims ``choose_preemptions`` picks there, over a forged snapshot
+and the real planner's plan (``tests/test_preempt_topology_bound.py``,
+``benchmarks/bench_preempt_topology.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from support.forged import sw_node, sw_svc
+from swarmgpu.core.config import Config, PreemptionConfig
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.cycle.placement import make_plan
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key
+from swarmgpu.manager.placement.preempt import Preemption, choose_preemptions
+from swarmgpu.swarm.client import SwarmTask
+
+P = "swarmgpu."
+CFG = Config(preemption=PreemptionConfig(dry_run=False))
+# holder -> (its GPUs' indexes, milli of each, priority; below 0: not preemptible)
+Held = Mapping[str, tuple[tuple[int, ...], int, int]]
+
+
+def twelve_small() -> dict[str, tuple[tuple[int, ...], int, int]]:
+    """12 holders of priority 0 (the most ``pick_victims`` weighs): GPUs 0-3 whole, one
+    each; GPUs 4-7 in halves, two each."""
+    held = {f"w{i}": ((i,), 1000, 0) for i in range(4)}
+    for i in range(4, 8):
+        held |= {f"a{i}": ((i,), 500, 0), f"b{i}": ((i,), 500, 0)}
+    return held
+
+
+def halves() -> dict[str, tuple[tuple[int, ...], int, int]]:
+    """16 holders of priority 0, two halves on each of 8 GPUs."""
+    held: dict[str, tuple[tuple[int, ...], int, int]] = {}
+    for i in range(8):
+        held |= {f"a{i}": ((i,), 500, 0), f"b{i}": ((i,), 500, 0)}
+    return held
+
+
+def chooser(facts: NodeFacts, held: Held, gpus: int, topology: str,
+            ) -> Callable[[], list[Preemption]]:
+    """``choose_preemptions`` for "high" (``gpus`` GPUs, ``topology`` or none) on node
+    "n" whose GPUs ``held`` holds, ready to call (the plan made once)."""
+    uuids = [g.uuid for g in facts.gpus]
+    labels: dict[str, str] = {}
+    svcs = []
+    for name, (idx, milli, prio) in held.items():
+        mine = tuple(uuids[i] for i in idx)
+        h = Holding(name, "n", mine, (milli,) * len(mine))
+        labels |= {assign_key(P, name): h.label_value(), gate_key(P, name): "true"}
+        ask = {P + "gpus": str(len(mine))} if milli == 1000 else \
+            {P + "gpu-fraction": str(milli / 1000)}
+        svcs.append(sw_svc(name, {**ask, P + "priority": str(max(prio, 0)),
+                                  devices_key(P, "n"): ",".join(mine),
+                                  **({P + "preemptible": "false"} if prio < 0 else {})}))
+    svcs.append(sw_svc("high", {P + "gpus": str(gpus), P + "priority": "100",
+                                **({P + "topology": topology} if topology else {})}))
+    tasks = [SwarmTask(f"t-{s.name}", s.id, "" if s.name == "high" else "n", 1,
+                       "pending" if s.name == "high" else "running", "running", ())
+             for s in svcs]
+    snap = Snapshot([sw_node("n", "gpu-node-1", labels)], svcs, tasks, {})
+    on = {"n": facts}
+    plan = make_plan(snap, CFG, on)
+
+    def choose() -> list[Preemption]:
+        return choose_preemptions(plan, snap.nodes, snap.services, snap.tasks, on, prefix=P,
+                                  preemptible_below=CFG.preemption.preemptible_below)
+
+    return choose
+
+
+def victims(facts: NodeFacts, held: Held, gpus: int, topology: str) -> list[list[str]]:
+    """The victims of each preemption chosen for "high", by name."""
+    return [sorted(v.service for v in p.victims)
+            for p in chooser(facts, held, gpus, topology)()]
