@@ -9,21 +9,40 @@ another service whose task then started on GPUs still in use."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import support.rebalance as rb
 from support.forged import FACTS, R_UUIDS, RecordingSwarm, snapshot, sw_node, sw_svc
 from support.placement import apply
 from support.planner import cpu_node
 
-from swarmgpu.core.config import Config, PreemptionConfig
+from swarmgpu.core.config import Config, PreemptionConfig, RebalanceConfig, SyncConfig
 from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.cycle.preemption import Preempter
+from swarmgpu.manager.cycle.rebalance import Rebalancer
+from swarmgpu.manager.cycle.session import CycleSession
+from swarmgpu.manager.cycle.wiring import daemon_steps
+from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes import sync
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
-from swarmgpu.manager.placement import Holding, Planner, Status, assign_key, gate_key
+from swarmgpu.manager.placement import (
+    Holding,
+    PlacementPlan,
+    Planner,
+    Status,
+    assign_key,
+    gate_key,
+    read_ledger,
+)
 from swarmgpu.manager.placement.keys import stopping
+from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY
 from swarmgpu.manager.placement.preemptroom import Room
+from swarmgpu.manager.rebalance import policies
+from swarmgpu.manager.rebalance.context import Context, Inputs
+from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
 
 P = "swarmgpu."
@@ -161,3 +180,68 @@ def test_preemption_counts_a_stopping_tasks_cpu_and_never_frees_it() -> None:
     assert room.left["n-a"] == (2000, 256000)
     assert not room.fits(high, "n-a", [V()], 1)  # 2000 left + small's 1000 < 3500
     assert Room.of([node], [small, high], tasks, {}).fits(high, "n-a", [V()], 1)
+
+
+def _defrag_moves(c_desired: str) -> list[str]:
+    """p (8 GPUs, 4 CPUs) pending; gpu-node-2 (8 CPUs) holds a (1 GPU) and a task of c,
+    a service of no GPU, reserving 6 CPUs there: running, or stopping."""
+    n2 = {f"{P}assign.a": rb.U2[0], f"{P}service.a": "true"}
+    nodes = [replace(rb.node("n1", "gpu-node-1", {}), cpu_milli=64000),
+             replace(rb.node("n2", "gpu-node-2", n2), cpu_milli=8000)]
+    res = {"TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 4000 * 10**6}}}}
+    p = replace(rb.service("p", {f"{P}gpus": "8"}), spec={"Name": "p", **res})
+    a, c = rb.service("a", {f"{P}gpus": "1"}), replace(rb.service("c", {}), constraints=())
+    t_c = SwarmTask("t-c", c.id, "n2", 1, "running", c_desired, (), cpu_milli=6000)
+    cfg = replace(rb.CFG, policies="defrag")
+    sig = Signals(cfg)
+    times = [float(t) for t in range(13)]
+    rb.feed(sig, nodes, times, {})
+    meant = c_desired == "running"
+    inp = Inputs(nodes, [a, p, c], [rb.running("a", "n2"), *([t_c] if meant else [])],
+                 rb.FACTS, read_ledger(nodes, P), sig.gpus, sig.nodes, cfg, times[-1],
+                 ["p"], P, stopping=[] if meant else [t_c])
+    return [m.service for m in plan_moves(inp).moves]
+
+
+def test_defrag_makes_no_room_where_a_stopping_tasks_cpu_is_still_used() -> None:
+    """c's 6 CPUs and p's 4 exceed gpu-node-2's 8 while c's task stops, as while it runs.
+    Before: the stopping task's CPU was free to the rebalancer, which moved a away for a
+    p that Swarm then left pending."""
+    assert _defrag_moves("running") == []
+    assert _defrag_moves("shutdown") == []
+
+
+class _Seen:
+    """A policy that keeps each pass's inputs."""
+
+    name = "hotspot"
+
+    def __init__(self) -> None:
+        self.inputs: list[Inputs] = []
+
+    def propose(self, ctx: Context) -> None:
+        self.inputs.append(ctx.inp)
+
+
+def test_the_rebalancer_is_handed_the_stopping_tasks_and_their_gpus(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon's rebalance step: no move lands on the GPUs placement holds for a
+    stopping task (``Inputs.held``), and the task's CPU counts (``Inputs.stopping``)."""
+    seen = _Seen()
+    monkeypatch.setitem(policies.PLUGINS, "hotspot", lambda _rb: seen)
+    s = sw_svc("s", {f"{P}gpus": "1"})
+    sw = RecordingSwarm([sw_node("n-mgr", "manager", role="manager")], [s], [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 rebalance=RebalanceConfig(policies="hotspot"))
+    (step,) = [x for x in daemon_steps(Daemon(cfg, swarm=sw))  # type: ignore[arg-type]
+               if isinstance(x, Rebalancer)]
+    t_s = _task("t-s", s, "n-4090", "running", "shutdown", 500)
+    held = {("n-4090", R_UUIDS[0]): ("a stopping task (t-s)", STOPPING_PRIORITY)}
+    session = CycleSession(Snapshot(sw.nodes(), sw.services(), [], {}, taken_at=1000.0,
+                                    stopping=[t_s]))
+    session.facts, session.scrapes = {}, {}
+    session.placement = PlacementPlan(stopping_held=held)
+    session.planner = Planner(prefix=P)
+    step.run(session)
+    (inp,) = seen.inputs
+    assert inp.held == held and list(inp.stopping) == [t_s]

@@ -116,6 +116,9 @@ class Inputs:
     # id, GPU UUID) -> (the preemptor, its priority). No move lands on them
     # (``Context.held_for_other``).
     held: Mapping[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    # Tasks Swarm is stopping that still use their node (``placement.keys.stopping``):
+    # their CPU and memory count where they are; none of them is a task of its service.
+    stopping: Sequence[SwarmTask] = ()
 
 
 FAILED_WHY = ("its placement failed this cycle (plan status failed): nothing is written "
@@ -380,7 +383,7 @@ class Context:
         lg = self.ledger if ledger is None else ledger
         inp = self.inp  # the nodes as placement's allocator sees them (``Inputs.agents``)
         alloc = ClusterAllocator(inp.nodes, inp.facts, lg, prefix=inp.prefix,
-                                 tasks=inp.tasks if moves is not None else (),
+                                 tasks=[*inp.tasks, *inp.stopping] if moves is not None else (),
                                  generic_kind=inp.generic_kind, agents=inp.agents)
         if moves is None:
             return alloc
