@@ -245,3 +245,21 @@ def test_the_rebalancer_is_handed_the_stopping_tasks_and_their_gpus(
     step.run(session)
     (inp,) = seen.inputs
     assert inp.held == held and list(inp.stopping) == [t_s]
+
+
+def test_a_stopping_tasks_host_port_is_still_bound_on_its_node() -> None:
+    """proxy's task publishing 8000 in host mode stops on node-a (the only node): llm,
+    publishing 8000 too, waits for it. Before: the daemon's snapshot had no such task and
+    llm was placed on node-a, where Swarm's HostPortFilter left it pending."""
+    ports = {"EndpointSpec": {"Ports": [{"Protocol": "tcp", "TargetPort": 80,
+                                         "PublishedPort": 8000, "PublishMode": "host"}]}}
+    llm = replace(_reserving("llm", 0), spec={**_reserving("llm", 0).spec, **ports})
+    proxy = replace(_reserving("proxy", 0, ""), spec={"Name": "proxy", **ports})
+    facts = {"n-a": FactsResult("n-a", "n-a", "", FACTS["n-4090"], None, 1.0)}
+    snap = Snapshot([cpu_node("n-a", "node-a")], [llm, proxy], [], facts,
+                    stopping=[_task("t-proxy", proxy, "n-a", "running", "shutdown")])
+    sp = {sp.name: sp for sp in make_plan(snap, Config(), planner=Planner(prefix=P)).services}
+    assert sp["llm"].status == Status.PENDING and "8000/tcp" in (sp["llm"].reason or "")
+    sp = {sp.name: sp for sp in make_plan(replace(snap, stopping=[]), Config(),
+                                          planner=Planner(prefix=P)).services}
+    assert sp["llm"].status == Status.PLACED
