@@ -37,7 +37,8 @@ from swarmgpu.manager.placement import (
     read_ledger,
 )
 from swarmgpu.manager.placement.keys import stopping
-from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY
+from swarmgpu.manager.placement.ledger import packed_holding
+from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY, StoppingGpus
 from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.rebalance import policies
 from swarmgpu.manager.rebalance.context import Context, Inputs
@@ -236,7 +237,7 @@ def test_the_rebalancer_is_handed_the_stopping_tasks_and_their_gpus(
     (step,) = [x for x in daemon_steps(Daemon(cfg, swarm=sw))  # type: ignore[arg-type]
                if isinstance(x, Rebalancer)]
     t_s = _task("t-s", s, "n-4090", "running", "shutdown", 500)
-    held = {("n-4090", R_UUIDS[0]): ("a stopping task (t-s)", STOPPING_PRIORITY)}
+    held = {("n-4090", R_UUIDS[0]): ("tasks stopping on n-4090", STOPPING_PRIORITY)}
     session = CycleSession(Snapshot(sw.nodes(), sw.services(), [], {}, taken_at=1000.0,
                                     stopping=[t_s]))
     session.facts, session.scrapes = {}, {}
@@ -263,3 +264,20 @@ def test_a_stopping_tasks_host_port_is_still_bound_on_its_node() -> None:
     sp = {sp.name: sp for sp in make_plan(replace(snap, stopping=[]), Config(),
                                           planner=Planner(prefix=P)).services}
     assert sp["llm"].status == Status.PLACED
+
+
+def test_the_gpus_held_are_those_of_the_stopping_tasks_own_slot_and_outlive_the_service(
+        ) -> None:
+    """A packed service's stopping task holds its slot's GPUs only; a removed service's
+    task (desired remove) is known by the name the last cycle had for the service, and
+    its GPUs are held after its ledger entry went, until it stops."""
+    s = sw_svc("old", {})
+    packed = packed_holding("old", "n-4090", {1: ((R_UUIDS[0],), (1000,)),
+                                              2: ((R_UUIDS[1],), (1000,))})
+    g = StoppingGpus()
+    assert g.holds([], [s], {}) == []
+    t2 = replace(_task("t-2", s, "n-4090", "running", "remove"), slot=2)
+    (n,) = g.holds([t2], [], {"old": {"n-4090": packed}})  # old is gone from the services
+    assert (n.node_id, n.uuids, n.priority) == ("n-4090", (R_UUIDS[1],), STOPPING_PRIORITY)
+    assert g.holds([t2], [], {}) == [n]  # its ledger entry gone: still held
+    assert g.holds([], [], {}) == []  # it stopped

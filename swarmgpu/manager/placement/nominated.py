@@ -282,5 +282,8 @@ class StoppingGpus:
                        or h.uuids)
             known[t.id] = got
         self.known, self.names = known, names
-        return [Nomination(f"a stopping task ({tid})", STOPPING_PRIORITY, nid, uuids)
-                for tid, (nid, uuids) in sorted(known.items())]
+        by_node: dict[str, set[str]] = {}  # one hold per node: each visit walks them all
+        for nid, uuids in known.values():
+            by_node.setdefault(nid, set()).update(uuids)
+        return [Nomination(f"tasks stopping on {nid}", STOPPING_PRIORITY, nid,
+                           tuple(sorted(uuids))) for nid, uuids in sorted(by_node.items())]
