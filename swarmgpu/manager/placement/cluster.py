@@ -22,7 +22,7 @@ from swarmgpu.manager.placement.cpunodes import (
     sync_cpu_node,
     with_cpu_reason,
 )
-from swarmgpu.manager.placement.keys import MEANT_STATES, stopping
+from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.memsize import short_of
 from swarmgpu.manager.placement.records import ReplicaPlacement
@@ -47,10 +47,10 @@ class ClusterAllocator:
     holdings are committed once and released when they go (``begin_holdings``); what
     other tasks reserve on a node is its usage. Nodes without GPUs that Swarm alone
     describes (``placement.cpunodes``; one advertising ``generic_kind``, or running a task
-    of the agents' service, ``agents``, has GPUs) are on a second allocator, ``cpu``,
-    which only demands of no GPU are placed on. A cycle over an unchanged cluster costs a
-    pass over the nodes and holdings, not a rebuild, and identical nodes in the same
-    state are scored once (``Allocator`` groups)."""
+    of the agents' service, ``agents``, has GPUs) are on
+    a second allocator, ``cpu``, which only demands of no GPU are placed on. A cycle over
+    an unchanged cluster therefore costs a pass over the nodes and holdings, not a
+    rebuild, and identical nodes in the same state are scored once (``Allocator`` groups)."""
 
     def __init__(
         self,
@@ -219,18 +219,18 @@ class ClusterAllocator:
         dropped.add(node_id)
 
     def set_usage(self, tasks: Sequence[SwarmTask]) -> None:
-        """CPU and memory tasks reserve per node (each desired running or ready, or stopping:
-        ``keys.stopping``); a holding's until its task exists (``holding_reservation``)."""
+        """CPU and memory tasks reserve per node (Swarm counts every task desired running or
+        ready, GPU or not); a holding's counts until its task exists (``holding_reservation``)."""
         use: dict[str, list[int]] = {}
         on_nodes: dict[str, set[str]] = {}
         for t in tasks:
-            if t.desired_state in MEANT_STATES and t.node_id:
-                on_nodes.setdefault(t.service_id, set()).add(t.node_id)
-            elif not stopping(t):
+            if t.desired_state not in MEANT_STATES or not t.node_id:
                 continue
+            on_nodes.setdefault(t.service_id, set()).add(t.node_id)
             if t.cpu_milli or t.memory_mib:
                 u = use.setdefault(t.node_id, [0, 0])
-                u[0], u[1] = u[0] + t.cpu_milli, u[1] + t.memory_mib
+                u[0] += t.cpu_milli
+                u[1] += t.memory_mib
         self.set_usage_of(use, on_nodes)
 
     def set_usage_of(self, use: Mapping[str, Sequence[int]],
