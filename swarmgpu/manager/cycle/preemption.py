@@ -338,7 +338,8 @@ class Preempter:
                 p, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
                 preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
                 refused=refused, moving=in_move, ports=ports, raised=raised,
-                held=held_gpus(held), flying=move_gpus(fresh, self.prefix))
+                held=held_gpus(held) | p.stopping_held, flying=move_gpus(fresh, self.prefix),
+                stopping=snap.stopping)
         chosen = choose(plan, raised)
         self.unknown.find(plan, chosen, lambda p: choose(p, {}))  # (acts on nothing)
         return chosen

@@ -186,7 +186,9 @@ class Rebalancer(Step):
                      failed=failed_of(plan),
                      agents=snap.agent_nodes(self.agent_service),
                      generic_kind=self.generic_kind,
-                     held=self.held({sv.name for sv in snap.services}))
+                     held=self.held({sv.name for sv in snap.services})
+                     | (plan.stopping_held if plan is not None else {}),
+                     stopping=snap.stopping)
         if planner is not None:  # placement's next cycle keeps failed holdings for us
             planner.keep_failed_holdings(self.keeps if self.health_on else None)
         prop = plan_moves(inp, self.health_inputs(snap))

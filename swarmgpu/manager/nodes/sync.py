@@ -25,6 +25,7 @@ from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.cpunodes import agent_nodes, expects_agent
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_task_read
+from swarmgpu.manager.placement.keys import STOPPING_STATES, stopping
 from swarmgpu.swarm.agentservice import missing_agent_service
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import (
@@ -57,6 +58,9 @@ class Snapshot:
     # the first had): the daemon's own records, which only the manager API can write
     # (``rebalance.record.moving`` reads the moves in flight from them).
     swarm_labels: Mapping[str, str] = field(default_factory=dict)
+    # Tasks Swarm is stopping that still use their node (``keys.stopping``): counted as
+    # using its CPU, memory, host ports and GPUs, never as their service's meant tasks.
+    stopping: list[SwarmTask] = field(default_factory=list)
     # ``agent_nodes`` per agents' service name, walked once per snapshot (label sync,
     # placement, rebalance, audit and the map all ask it of the same one)
     _agents: dict[str, frozenset[str]] = field(default_factory=dict, init=False,
@@ -79,9 +83,9 @@ def take_snapshot(
 ) -> Snapshot:
     """One read of the cluster. With ``cache`` (the daemon's, fed by the event stream)
     nodes and services come from it, re-listed only when it must (swarm.cache); tasks
-    have no events and are listed each time: those desired running or ready, and a
-    job's. A ``stop`` asked during the agents' reads
-    ends it with ``Stopped`` (``fetch_all``).
+    have no events and are listed each time: those desired running or ready, a job's,
+    and those Swarm is stopping that still use their node (``keys.stopping``). A
+    ``stop`` asked during the agents' reads ends it with ``Stopped`` (``fetch_all``).
 
     The swarm object's labels are read just before and just after the services: a
     move's record is written before its service's label and removed after it, so the
@@ -103,6 +107,9 @@ def take_snapshot(
             for t in swarm.tasks({"service": sorted(jobs)})
             if t.service_id in jobs and job_task_read(t) and t.id not in listed
         ]
+    listed = {t.id for t in tasks}
+    leaving = [t for t in swarm.tasks({"desired-state": list(STOPPING_STATES)})
+               if stopping(t) and t.id not in listed]
     after = swarm.swarm_labels()
     return Snapshot(
         nodes,
@@ -110,6 +117,7 @@ def take_snapshot(
         tasks,
         fetch_agents(swarm, cfg, nodes, stop),
         swarm_labels={**before, **after},
+        stopping=leaving,
     )
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from functools import cache
 
 from swarmgpu.swarm.client import MEANT_STATES as MEANT_STATES  # (re-exported)
+from swarmgpu.swarm.client import SwarmTask
 from swarmgpu.swarm.constraints import ConstraintError, parse_constraint
 
 GATE = "service."
@@ -51,6 +52,19 @@ ACTIVE_STATES = (
 # A task Swarm has put on its node and still means to run there: not one still waiting
 # for a node (new, pending, allocated), nor one ended (a restart makes a new one).
 ASSIGNED_STATES = frozenset(ACTIVE_STATES) - {"new", "pending", "allocated"}
+# The desired states of a task Swarm is stopping (a scale-down, an update's old task, a
+# removed service's): its container runs on until it stops, its stop grace period at most.
+STOPPING_STATES = ("remove", "shutdown")  # (sorted: the task list's filter, as sent)
+
+
+def stopping(t: SwarmTask) -> bool:
+    """A task Swarm is stopping that its scheduler still counts on its node: it uses the
+    node's CPU, memory, host ports and its GPUs, but is none of its service's meant tasks
+    (not a live replica, not a victim, not a move, keeps no holding)."""
+    # swarmkit manager/scheduler/scheduler.go (updateTask, setupTasksList) and nodeinfo.go
+    # (addTask/removeTask): reservations, generic resources and host ports count on a node
+    # while the actual state is assigned..running, whatever the desired state.
+    return bool(t.node_id) and t.desired_state in STOPPING_STATES and t.state in ASSIGNED_STATES
 
 
 def gate_key(prefix: str, service: str) -> str:

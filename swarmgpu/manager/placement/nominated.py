@@ -39,8 +39,9 @@ move of any of its policies lands on a held GPU, whatever the moved service's pr
 
 from __future__ import annotations
 
+import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -51,8 +52,10 @@ from swarmgpu.allocator.values import Choice
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
+from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
+from swarmgpu.swarm.client import SwarmService, SwarmTask
 
 # A preemptor's plan status while its hold lasts: one whose planning raised
 # (``placement.isolate``) keeps it, or its victims' GPUs went to others for a daemon fault.
@@ -243,3 +246,44 @@ def held_choice(cluster: ClusterAllocator, node: str, held: Callable[[str], bool
         return None
     return Choice(node=node, gpus=gpus, milli=tuple(state.free[i] for i in gpus), score=0.0,
                   explanation=explanation, cpu_milli=0, memory_mib=0)
+
+
+# A stopping task's GPUs are held from every service: none is of a higher priority.
+STOPPING_PRIORITY = sys.maxsize
+
+
+class StoppingGpus:
+    """The GPUs of tasks Swarm is stopping (``keys.stopping``: a scale-down's, an
+    update's old task, a removed service's), held as a nomination of the top priority
+    while they stop. The service's holding there goes as ever (the task keeps none), but
+    its container runs on the GPUs its ledger entry named, its stop grace period at most:
+    no service is placed on them, nor preempts as if they were free, meanwhile. The GPUs
+    are read from the ledger of the cycle that first sees the task stopping (its entry
+    goes in that cycle's writes) and kept, by task id, while it is seen stopping; a
+    daemon that starts while a task stops, after its entry went, does not know them."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, tuple[str, tuple[str, ...]]] = {}  # task id -> (node, uuids)
+        self.names: dict[str, str] = {}  # service id -> name, as the last cycle had them
+
+    def holds(self, stopping: Sequence[SwarmTask], services: Sequence[SwarmService],
+              ledger: Mapping[str, Mapping[str, Holding]]) -> list[Nomination]:
+        """This cycle's holds; ``ledger``: service name -> node id -> holding, as read."""
+        names = {s.id: s.name for s in services}
+        known: dict[str, tuple[str, tuple[str, ...]]] = {}
+        for t in stopping:
+            got = self.known.get(t.id)
+            if got is None:  # a removed service's name: the last cycle's
+                name = names.get(t.service_id) or self.names.get(t.service_id, "")
+                h = ledger.get(name, {}).get(t.node_id)
+                if h is None or not h.uuids:
+                    continue
+                got = (t.node_id, (h.per_slot().get(t.slot or 0) if h.packed else None)
+                       or h.uuids)
+            known[t.id] = got
+        self.known, self.names = known, names
+        by_node: dict[str, set[str]] = {}  # one hold per node: each visit walks them all
+        for nid, uuids in known.values():
+            by_node.setdefault(nid, set()).update(uuids)
+        return [Nomination(f"tasks stopping on {nid}", STOPPING_PRIORITY, nid,
+                           tuple(sorted(uuids))) for nid, uuids in sorted(by_node.items())]

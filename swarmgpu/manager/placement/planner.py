@@ -45,6 +45,8 @@ from swarmgpu.manager.placement.nominated import (
     HoldFaults,
     Holds,
     Nomination,
+    StoppingGpus,
+    held_gpus,
     live_nominations,
 )
 from swarmgpu.manager.placement.preempt import priority_of
@@ -172,6 +174,7 @@ class Planner:
         self._open_since: dict[tuple[str, str], float] = {}  # (service id, node): gate seen open
         self._faults = Faults()  # services whose planning raised (placement.isolate)
         self._hold_faults = HoldFaults()  # holds whose work raised (placement.nominated)
+        self._stopping = StoppingGpus()  # GPUs of tasks Swarm is stopping, held meanwhile
 
     def keep_failed_holdings(self, keep: Callable[[str, str], bool] | None) -> None:
         """(service name, node id) -> keep its holding on a failed GPU (the health
@@ -235,7 +238,8 @@ class Planner:
              tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *,
              now: float | None = None, moving: AbstractSet[str] = frozenset(),
              nominated: Sequence[Nomination] = (),
-             agents: AbstractSet[str] | None = None) -> PlacementPlan:
+             agents: AbstractSet[str] | None = None,
+             stopping: Sequence[SwarmTask] = ()) -> PlacementPlan:
         """Decide placements for every annotated service; say what to write, in order.
         ``now`` (epoch seconds; the back-off of ``converge`` is kept in Swarm as such).
         ``moving``: the services with a move in flight by the daemon's own records
@@ -244,6 +248,8 @@ class Planner:
         settle (``placement.nominated``: no service of their priority or lower but the
         preemptor is placed on them). ``agents``: the nodes running the agents' service,
         the snapshot's ``agent_nodes`` (None: walked here, from ``services`` and ``tasks``).
+        ``stopping``: tasks Swarm is stopping that still use their node (``keys.stopping``):
+        their CPU, memory, host ports and GPUs count as used, none of them as a meant task.
 
         The phases, in order: see what changed; read the services and their tasks;
         release what is no longer held; learn the workload and the back-offs; commit
@@ -258,7 +264,7 @@ class Planner:
         if agents is None:  # (no snapshot: the simulator's, render's)
             agents = agent_nodes(services, tasks, self.agent_service)
         seen = self._see(nodes, facts, moving, agents)
-        self._ports.new_cycle(services, tasks)
+        self._ports.new_cycle(services, [*tasks, *stopping] if stopping else tasks)
         self._filters.set_tasks(tasks)
         self._faults.begin()  # (a service's fault said once while it lasts: isolate)
         read = self._reads.read(services, seen.most)
@@ -273,7 +279,7 @@ class Planner:
                                  tv.on_nodes, failed)
         self._back_off(read.parsed, tv.failed, now)
         # First commit every valid existing holding, so new placements never reuse GPUs.
-        self.cluster.set_usage_of(tv.use, tv.on_nodes,
+        self.cluster.set_usage_of(_with_stopping(tv.use, stopping), tv.on_nodes,
                                   self._memo.tasks.tasks_on if self.change_driven else None)
         skip = (self._quiet_services(read, records, tasks_changed, seen.touched, facts)
                 if self.change_driven and not seen.rebuilt and seen.most == self._memo.most
@@ -284,7 +290,10 @@ class Planner:
         cyc = self._cycle(plan, nodes, facts, seen, now, moving)
         # Both kept in place: a quiet service's entries stay as they are; every other
         # visited service's are dropped first, then set again if it settles.
-        holds = Holds(self.cluster, live_nominations(nominated, read.names), self._hold_faults)
+        leaving = self._stopping.holds(stopping, services, seen.ledger)
+        plan.stopping_held = held_gpus(leaving)
+        holds = Holds(self.cluster, [*live_nominations(nominated, read.names), *leaving],
+                      self._hold_faults)
         try:  # a hold is counted for this visit only, whatever it raises
             self._visit(plan, _Visit(read, quiet, kept, seen.ledger, seen.by_id, tv, jobs,
                                      records, cyc, moving, holds))
@@ -603,3 +612,17 @@ def plan_placement(
     return Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=adopt_ungated,
                    generic_kind=generic_kind, workload=workload).plan(
         nodes, services, tasks, facts)
+
+
+def _with_stopping(use: dict[str, list[int]], stopping: Sequence[SwarmTask],
+                   ) -> dict[str, list[int]]:
+    """``use`` (node id -> [CPU milli, memory MiB] its meant tasks reserve; a TaskBook's
+    own, never changed here) with what the tasks Swarm is stopping still reserve."""
+    if not stopping:
+        return use
+    out = {nid: list(u) for nid, u in use.items()}
+    for t in stopping:
+        u = out.setdefault(t.node_id, [0, 0])
+        u[0] += t.cpu_milli
+        u[1] += t.memory_mib
+    return out

@@ -285,6 +285,7 @@ def choose_preemptions(
     raised: dict[str, Exception] | None = None,
     held: Mapping[tuple[str, str], tuple[str, int]] | None = None,
     flying: AbstractSet[tuple[str, str]] = frozenset(),
+    stopping: Sequence[SwarmTask] = (),
 ) -> list[Preemption]:
     """At most one preemption per pending service (one replica's GPUs on one node; a
     packed service's: all the replicas it lacks, on its node), in served order; a GPU
@@ -303,7 +304,8 @@ def choose_preemptions(
     (``_Round.held``). ``flying``: (node, uuid) the moves in flight hold, by their
     records read after this cycle's movers ran (``record.move_gpus``): used for all,
     counted as taken from the round's start (a move's target is in no snapshot's ledger
-    the cycle it starts)."""
+    the cycle it starts). ``stopping``: tasks Swarm is stopping (``keys.stopping``): their
+    CPU and memory are used where they are (``Room``), none of them is a victim."""
     nodes = after_writes(nodes, plan)
     by_name = {s.name: s for s in services}
     started, holdings = task_starts(tasks), holdings_by_node(nodes, prefix)
@@ -313,7 +315,7 @@ def choose_preemptions(
                  "": no_queue_row(holdings, req, facts)},
                 req, started, holdings, refused, preemptible_below, cooling, moving,
                 plan.failed, done_idle(services, tasks), ports=ports,
-                room=Room.of(nodes, services, tasks, holdings), held=held or {},
+                room=Room.of(nodes, services, tasks, holdings, stopping), held=held or {},
                 taken=set(flying))
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     # A packed service's replicas go only on its node: it preempts there alone, for all

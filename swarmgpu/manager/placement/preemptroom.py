@@ -32,7 +32,10 @@ class Room:
 
     @staticmethod
     def of(nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
-           tasks: Sequence[SwarmTask], holdings: Mapping[str, Mapping[str, Holding]]) -> Room:
+           tasks: Sequence[SwarmTask], holdings: Mapping[str, Mapping[str, Holding]],
+           stopping: Sequence[SwarmTask] = ()) -> Room:
+        """``stopping``: tasks Swarm is stopping (``keys.stopping``), whose reservations
+        count on their node until they stop: used there, never freed by a victim's stop."""
         name_of = {s.id: s.name for s in services}
         held: dict[tuple[str, str], tuple[int, int]] = {}
         on: set[tuple[str, str]] = set()
@@ -51,6 +54,9 @@ class Room:
                     c, m = reservations(s.spec)
                     held[(svc, nid)] = (c * h.replicas, m * h.replicas)
         use: dict[str, tuple[int, int]] = {}
+        for t in stopping:
+            uc, um = use.get(t.node_id, (0, 0))
+            use[t.node_id] = (uc + t.cpu_milli, um + t.memory_mib)
         for (_svc, nid), (c, m) in held.items():
             uc, um = use.get(nid, (0, 0))
             use[nid] = (uc + c, um + m)

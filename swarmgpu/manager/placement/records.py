@@ -276,6 +276,9 @@ class PlacementPlan:
     # it, as its log says it would), written as it goes: a release held back, refused
     # or failed is not in it. None: nothing written (``cycle.placement.apply_plan``).
     landed: NodeWrites | None = None
+    # (node id, GPU uuid) -> (who, priority): the GPUs of tasks Swarm is stopping, held
+    # while they stop (``nominated.StoppingGpus``); preemption counts them used too
+    stopping_held: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:

@@ -116,6 +116,9 @@ class Inputs:
     # id, GPU UUID) -> (the preemptor, its priority). No move lands on them
     # (``Context.held_for_other``).
     held: Mapping[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    # Tasks Swarm is stopping that still use their node (``placement.keys.stopping``):
+    # their CPU and memory count where they are; none of them is a task of its service.
+    stopping: Sequence[SwarmTask] = ()
 
 
 FAILED_WHY = ("its placement failed this cycle (plan status failed): nothing is written "
@@ -375,8 +378,8 @@ class Context:
                   moves: Sequence[Move] | None = None) -> ClusterAllocator:
         """The allocator over ``ledger`` (None: the pass's). ``moves``: count CPU and
         memory too, what the nodes' tasks reserve, the holdings whose task does not
-        exist yet and the new tasks of the pass's moves and of these
-        (``SwarmTargets.reserve``; None: GPUs only)."""
+        exist yet, the tasks Swarm is stopping (``Inputs.stopping``) and the new tasks of
+        the pass's moves and of these (``SwarmTargets.reserve``; None: GPUs only)."""
         lg = self.ledger if ledger is None else ledger
         inp = self.inp  # the nodes as placement's allocator sees them (``Inputs.agents``)
         alloc = ClusterAllocator(inp.nodes, inp.facts, lg, prefix=inp.prefix,
@@ -384,6 +387,9 @@ class Context:
                                  generic_kind=inp.generic_kind, agents=inp.agents)
         if moves is None:
             return alloc
+        for t in inp.stopping:  # used where they are until they stop; no holding's task
+            if t.node_id in alloc.alloc.nodes or t.node_id in alloc.cpu.nodes:
+                alloc.add_usage(t.node_id, t.cpu_milli, t.memory_mib)
         self.targets.reserve(alloc, [*self.moves, *moves], lg)
         return alloc
 

@@ -1,0 +1,283 @@
+"""A task Swarm is stopping (desired state ``shutdown`` or ``remove``, actual state still
+running: a scale-down's, an update's old task, a removed service's, in its stop grace
+period) still uses its node: swarmkit's scheduler counts its reservations, generic
+resources and host ports there until it stops (``placement.keys.stopping``). Before,
+the daemon's snapshot listed only the tasks desired running or ready: for the grace
+period it counted less CPU on that node, and gave the GPUs of the stopping task to
+another service whose task then started on GPUs still in use."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import support.rebalance as rb
+from support.forged import FACTS, R_UUIDS, RecordingSwarm, snapshot, sw_node, sw_svc
+from support.placement import apply
+from support.planner import cpu_node
+
+from swarmgpu.core.config import Config, PreemptionConfig, RebalanceConfig, SyncConfig
+from swarmgpu.manager.cycle.placement import make_plan
+from swarmgpu.manager.cycle.preemption import Preempter
+from swarmgpu.manager.cycle.rebalance import Rebalancer
+from swarmgpu.manager.cycle.session import CycleSession
+from swarmgpu.manager.cycle.wiring import daemon_steps
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes import sync
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
+from swarmgpu.manager.placement import (
+    Holding,
+    PlacementPlan,
+    Planner,
+    Status,
+    assign_key,
+    gate_key,
+    read_ledger,
+)
+from swarmgpu.manager.placement.keys import stopping
+from swarmgpu.manager.placement.ledger import packed_holding
+from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY, StoppingGpus
+from swarmgpu.manager.placement.preemptroom import Room
+from swarmgpu.manager.rebalance import policies
+from swarmgpu.manager.rebalance.context import Context, Inputs
+from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.signals import Signals
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
+
+P = "swarmgpu."
+
+
+def _task(tid: str, service: SwarmService, node: str, state: str, desired: str,
+          cpu_milli: int = 0) -> SwarmTask:
+    return SwarmTask(tid, service.id, node, 1, state, desired, (), cpu_milli=cpu_milli)
+
+
+def _held(name: str, nid: str, uuids: tuple[str, ...]) -> dict[str, str]:
+    h = Holding(name, nid, uuids, tuple(1000 for _ in uuids))
+    return {assign_key(P, name): h.label_value(), gate_key(P, name): "true"}
+
+
+def test_the_snapshot_carries_stopping_tasks_apart_from_the_meant_ones(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sync, "fetch_agents", lambda *_a, **_k: {})
+    s = sw_svc("s", {f"{P}gpus": "1"})
+    tasks = [_task("t-run", s, "n-4090", "running", "running"),
+             _task("t-stopping", s, "n-4090", "running", "shutdown"),
+             _task("t-removed", s, "n-4090", "starting", "remove"),
+             _task("t-ended", s, "n-4090", "shutdown", "shutdown"),
+             _task("t-never-placed", s, "", "pending", "shutdown")]
+    sw = RecordingSwarm([sw_node("n-4090", "gpu-node-2")], [s], tasks)
+    snap = sync.take_snapshot(sw, Config())  # type: ignore[arg-type]
+    assert [t.id for t in snap.tasks] == ["t-run"]
+    assert [t.id for t in snap.stopping] == ["t-stopping", "t-removed"]
+    assert [t.id for t in tasks if stopping(t)] == ["t-stopping", "t-removed"]
+
+
+def _scaled_down() -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask], SwarmTask]:
+    """old held six RTX 4090s of n-4090 (filler the other two) and was scaled to 0: its
+    task stops (desired shutdown, still running). new asks for 2 RTX 4090s."""
+    old = sw_svc("old", {f"{P}gpus": "6"}, replicas=0)
+    filler = sw_svc("filler", {f"{P}gpus": "2"})
+    new = sw_svc("new", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*"})
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", {**_held("old", "n-4090", R_UUIDS[:6]),
+                                            **_held("filler", "n-4090", R_UUIDS[6:])})]
+    tasks = [_task("t-filler", filler, "n-4090", "running", "running"),
+             _task("t-new", new, "", "pending", "running")]
+    return nodes, [old, filler, new], tasks, _task("t-old", old, "n-4090", "running", "shutdown")
+
+
+def _snap(nodes: list[SwarmNode], services: list[SwarmService], tasks: list[SwarmTask],
+          leaving: list[SwarmTask]) -> Snapshot:
+    return replace(snapshot(nodes, services, tasks), stopping=leaving)
+
+
+def test_a_new_gpu_task_is_not_placed_on_the_gpus_a_stopping_task_holds() -> None:
+    """old's holding goes (it keeps none: scaled to 0), but its task runs on its six
+    GPUs until it stops; new waits for them, across cycles (old's ledger entry is gone
+    from the second), and is placed once the task has stopped. Before: new was given
+    two of old's GPUs in the cycle after the one that released them."""
+    nodes, services, tasks, t_old = _scaled_down()
+    planner, cfg = Planner(prefix=P), Config()
+    for _ in range(2):
+        plan = make_plan(_snap(nodes, services, tasks, [t_old]), cfg, planner=planner)
+        by = {sp.name: sp for sp in plan.services}
+        assert by["new"].status == Status.PENDING and not by["new"].placements, by["new"]
+        nodes = apply(nodes, plan)
+    assert {("n-4090", u) for u in R_UUIDS[:6]} <= plan.stopping_held.keys()  # preemption's
+    assert assign_key(P, "old") not in nodes[2].labels  # its holding went, as before
+    plan = make_plan(_snap(nodes, services, tasks, []), cfg, planner=planner)
+    placed = {sp.name: sp for sp in plan.services}["new"].placements
+    assert [p.node_id for p in placed] == ["n-4090"]
+    assert set(placed[0].uuids) <= set(R_UUIDS[:6])
+
+
+def test_a_stopping_task_is_not_a_victim_and_its_gpus_are_not_free_to_preempt() -> None:
+    """high (priority 100) wants 2 RTX 4090s; old, preemptible, stops on six of them. It
+    is no victim (no holding, no meant task: it is stopping already) and its GPUs are
+    not taken for free: high waits. Before: high was placed on old's GPUs while old's
+    task still ran on them (the cycle after the one that released them)."""
+    nodes, services, tasks, t_old = _scaled_down()
+    high = sw_svc("high", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
+                           f"{P}priority": "100"})
+    services = [*services[:2], high]
+    tasks = [tasks[0], _task("t-high", high, "", "pending", "running")]
+    cfg = Config(preemption=PreemptionConfig(dry_run=False))
+    planner = Planner(prefix=P)
+    for _ in range(2):  # the cycle that releases old's holding, then the next
+        snap = _snap(nodes, services, tasks, [t_old])
+        plan = make_plan(snap, cfg, planner=planner)
+        assert {sp.name: sp for sp in plan.services}["high"].status == Status.PENDING
+        chosen = Preempter(cfg).decide(snap, plan, facts_by_node(snap), None, 0.0, None, {})
+        assert all(v.service != "old" for p in chosen for v in p.victims), chosen
+        nodes = apply(nodes, plan)
+
+
+def _reserving(name: str, cpu_milli: int, gpus: str = "1") -> SwarmService:
+    labels = {f"{P}gpus": gpus} if gpus else {}
+    tt = {"ContainerSpec": {"Image": "x"},
+          "Resources": {"Reservations": {"NanoCPUs": cpu_milli * 1_000_000}}}
+    spec = {"Name": name, "Labels": labels, "TaskTemplate": tt,
+            "Mode": {"Replicated": {"Replicas": 1}}}
+    return service_from_api({"ID": f"id-{name}", "Spec": spec, "Version": {"Index": 1}})
+
+
+def test_the_cpu_of_a_stopping_task_is_counted_on_its_node() -> None:
+    """Two nodes of 2000 CPU milli: a task of no GPU reserves 1500 on node-b, a stopping
+    one 1500 on node-a. gpu (1 GPU, 1000 CPU milli) fits on neither until it stops.
+    Before: it was placed on node-a, where Swarm left it pending."""
+    nodes = [cpu_node("n-a", "node-a"), cpu_node("n-b", "node-b")]
+    facts = {"n-a": FACTS["n-4090"], "n-b": FACTS["n-4090"]}
+    hog, gone, gpu = _reserving("hog", 1500, ""), _reserving("gone", 1500, ""), \
+        _reserving("gpu", 1000)
+    tasks = [_task("t-hog", hog, "n-b", "running", "running", 1500),
+             _task("t-gpu", gpu, "", "pending", "running")]
+    t_gone = _task("t-gone", gone, "n-a", "running", "shutdown", 1500)
+    read = {nid: FactsResult(nid, nid, "", f, None, 1.0) for nid, f in facts.items()}
+    snap = Snapshot(nodes, [hog, gpu], tasks, read, stopping=[t_gone])
+    plan = make_plan(snap, Config(), planner=Planner(prefix=P))
+    sp = {sp.name: sp for sp in plan.services}["gpu"]
+    assert sp.status == Status.PENDING and not sp.placements, sp
+    plan = make_plan(replace(snap, stopping=[]), Config(), planner=Planner(prefix=P))
+    assert [p.node_id for p in {sp.name: sp for sp in plan.services}["gpu"].placements] \
+        == ["n-a"]
+
+
+def test_preemption_counts_a_stopping_tasks_cpu_and_never_frees_it() -> None:
+    """``Room``: the stopping task's CPU is used on its node, and a victim's stop there
+    frees only the victim's own."""
+    node = replace(sw_node("n-a", "node-a"), cpu_milli=4000)
+    small = _reserving("small", 1000)
+    high = _reserving("high", 3500)
+    tasks = [_task("t-small", small, "n-a", "running", "running", 1000)]
+    leaving = [_task("t-small-old", small, "n-a", "running", "shutdown", 1000)]
+
+    class V:
+        service = "small"
+
+    room = Room.of([node], [small, high], tasks, {}, leaving)
+    assert room.left["n-a"] == (2000, 256000)
+    assert not room.fits(high, "n-a", [V()], 1)  # 2000 left + small's 1000 < 3500
+    assert Room.of([node], [small, high], tasks, {}).fits(high, "n-a", [V()], 1)
+
+
+def _defrag_moves(c_desired: str) -> list[str]:
+    """p (8 GPUs, 4 CPUs) pending; gpu-node-2 (8 CPUs) holds a (1 GPU) and a task of c,
+    a service of no GPU, reserving 6 CPUs there: running, or stopping."""
+    n2 = {f"{P}assign.a": rb.U2[0], f"{P}service.a": "true"}
+    nodes = [replace(rb.node("n1", "gpu-node-1", {}), cpu_milli=64000),
+             replace(rb.node("n2", "gpu-node-2", n2), cpu_milli=8000)]
+    res = {"TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 4000 * 10**6}}}}
+    p = replace(rb.service("p", {f"{P}gpus": "8"}), spec={"Name": "p", **res})
+    a, c = rb.service("a", {f"{P}gpus": "1"}), replace(rb.service("c", {}), constraints=())
+    t_c = SwarmTask("t-c", c.id, "n2", 1, "running", c_desired, (), cpu_milli=6000)
+    cfg = replace(rb.CFG, policies="defrag")
+    sig = Signals(cfg)
+    times = [float(t) for t in range(13)]
+    rb.feed(sig, nodes, times, {})
+    meant = c_desired == "running"
+    inp = Inputs(nodes, [a, p, c], [rb.running("a", "n2"), *([t_c] if meant else [])],
+                 rb.FACTS, read_ledger(nodes, P), sig.gpus, sig.nodes, cfg, times[-1],
+                 ["p"], P, stopping=[] if meant else [t_c])
+    return [m.service for m in plan_moves(inp).moves]
+
+
+def test_defrag_makes_no_room_where_a_stopping_tasks_cpu_is_still_used() -> None:
+    """c's 6 CPUs and p's 4 exceed gpu-node-2's 8 while c's task stops, as while it runs.
+    Before: the stopping task's CPU was free to the rebalancer, which moved a away for a
+    p that Swarm then left pending."""
+    assert _defrag_moves("running") == []
+    assert _defrag_moves("shutdown") == []
+
+
+class _Seen:
+    """A policy that keeps each pass's inputs."""
+
+    name = "hotspot"
+
+    def __init__(self) -> None:
+        self.inputs: list[Inputs] = []
+
+    def propose(self, ctx: Context) -> None:
+        self.inputs.append(ctx.inp)
+
+
+def test_the_rebalancer_is_handed_the_stopping_tasks_and_their_gpus(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon's rebalance step: no move lands on the GPUs placement holds for a
+    stopping task (``Inputs.held``), and the task's CPU counts (``Inputs.stopping``)."""
+    seen = _Seen()
+    monkeypatch.setitem(policies.PLUGINS, "hotspot", lambda _rb: seen)
+    s = sw_svc("s", {f"{P}gpus": "1"})
+    sw = RecordingSwarm([sw_node("n-mgr", "manager", role="manager")], [s], [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 rebalance=RebalanceConfig(policies="hotspot"))
+    (step,) = [x for x in daemon_steps(Daemon(cfg, swarm=sw))  # type: ignore[arg-type]
+               if isinstance(x, Rebalancer)]
+    t_s = _task("t-s", s, "n-4090", "running", "shutdown", 500)
+    held = {("n-4090", R_UUIDS[0]): ("tasks stopping on n-4090", STOPPING_PRIORITY)}
+    session = CycleSession(Snapshot(sw.nodes(), sw.services(), [], {}, taken_at=1000.0,
+                                    stopping=[t_s]))
+    session.facts, session.scrapes = {}, {}
+    session.placement = PlacementPlan(stopping_held=held)
+    session.planner = Planner(prefix=P)
+    step.run(session)
+    (inp,) = seen.inputs
+    assert inp.held == held and list(inp.stopping) == [t_s]
+
+
+def test_a_stopping_tasks_host_port_is_still_bound_on_its_node() -> None:
+    """proxy's task publishing 8000 in host mode stops on node-a (the only node): llm,
+    publishing 8000 too, waits for it. Before: the daemon's snapshot had no such task and
+    llm was placed on node-a, where Swarm's HostPortFilter left it pending."""
+    ports = {"EndpointSpec": {"Ports": [{"Protocol": "tcp", "TargetPort": 80,
+                                         "PublishedPort": 8000, "PublishMode": "host"}]}}
+    llm = replace(_reserving("llm", 0), spec={**_reserving("llm", 0).spec, **ports})
+    proxy = replace(_reserving("proxy", 0, ""), spec={"Name": "proxy", **ports})
+    facts = {"n-a": FactsResult("n-a", "n-a", "", FACTS["n-4090"], None, 1.0)}
+    snap = Snapshot([cpu_node("n-a", "node-a")], [llm, proxy], [], facts,
+                    stopping=[_task("t-proxy", proxy, "n-a", "running", "shutdown")])
+    sp = {sp.name: sp for sp in make_plan(snap, Config(), planner=Planner(prefix=P)).services}
+    assert sp["llm"].status == Status.PENDING and "8000/tcp" in (sp["llm"].reason or "")
+    sp = {sp.name: sp for sp in make_plan(replace(snap, stopping=[]), Config(),
+                                          planner=Planner(prefix=P)).services}
+    assert sp["llm"].status == Status.PLACED
+
+
+def test_the_gpus_held_are_those_of_the_stopping_tasks_own_slot_and_outlive_the_service(
+        ) -> None:
+    """A packed service's stopping task holds its slot's GPUs only; a removed service's
+    task (desired remove) is known by the name the last cycle had for the service, and
+    its GPUs are held after its ledger entry went, until it stops."""
+    s = sw_svc("old", {})
+    packed = packed_holding("old", "n-4090", {1: ((R_UUIDS[0],), (1000,)),
+                                              2: ((R_UUIDS[1],), (1000,))})
+    g = StoppingGpus()
+    assert g.holds([], [s], {}) == []
+    t2 = replace(_task("t-2", s, "n-4090", "running", "remove"), slot=2)
+    (n,) = g.holds([t2], [], {"old": {"n-4090": packed}})  # old is gone from the services
+    assert (n.node_id, n.uuids, n.priority) == ("n-4090", (R_UUIDS[1],), STOPPING_PRIORITY)
+    assert g.holds([t2], [], {}) == [n]  # its ledger entry gone: still held
+    assert g.holds([], [], {}) == []  # it stopped
