@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from support.forged import P, T_UUID, repin_move, sw_svc, victim_cluster
+from support.forged import T_UUID, P, repin_move, sw_svc, victim_cluster
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.placement import MOVE_STATE, assign_key, devices_key, gate_key
