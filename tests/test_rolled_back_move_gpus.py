@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from support.forged import RecordingSwarm, sw_node, sw_svc
+from support.forged import RecordingSwarm, sw_node, sw_svc, victim_cluster, victim_move
 from support.move_then_preempt import FACTS, D, P, R, holds, snapshot_of
 
-from swarmgpu.core.config import Config, PreemptionConfig
+from swarmgpu.core.config import Config, PreemptionConfig, RebalanceConfig
 from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.cycle.preemption import Preempter
-from swarmgpu.manager.rebalance.record import MoveState, move_gpus, record_key
-from swarmgpu.swarm.client import SwarmTask
+from swarmgpu.manager.placement import MOVE_STATE, gate_key
+from swarmgpu.manager.rebalance.mover import Mover
+from swarmgpu.manager.rebalance.record import MoveState, move_gpus, read_records, record_key
+from swarmgpu.swarm.client import SwarmError, SwarmTask
 
 
 def _moved(direction: str = "forward", said: str = "") -> MoveState:
@@ -81,3 +83,33 @@ def test_a_preemptor_gets_the_gpus_a_rolled_back_move_left_free() -> None:
                                 now=5000.0)
     assert [(p.service, [v.service for v in p.victims]) for p in done] == [
         ("high", ["small"])]
+
+
+def test_a_roll_back_is_recorded_before_its_gates_move_on_every_path() -> None:
+    """A move whose service lost its move label (a re-deploy) is rolled back by
+    ``recover``, which recorded nothing: its gates moved (the target closed) while the
+    record still said forward, and a spec write that then failed left that record, so
+    the closed target read busy until the next cycle's try. Now every roll-back records
+    ``back`` first, as the timeout's always did."""
+    sw, now = victim_cluster({}), [1000.0]
+    rb = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
+    m = Mover(sw, rb, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    now[0] += 5.0
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    target = victim_move().target_uuids
+    assert sw.node("n-4090").labels[gate_key(P, "victim")] == "true"  # step 2 made
+    victim = sw.service("id-victim")
+    sw._services["id-victim"] = sw_svc("victim", {k: v for k, v in victim.labels.items()
+                                                  if k != P + MOVE_STATE})  # re-deployed
+
+    def refused(*_: object, **__: object) -> bool:
+        raise SwarmError("service update: 500 Server Error")
+
+    sw.update_service_spec = refused  # type: ignore[method-assign]
+    now[0] += 5.0
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert gate_key(P, "victim") not in sw.node("n-4090").labels  # target closed
+    (st,) = read_records(sw.swarm_labels(), P).values()  # its end's write failed
+    assert st.direction == "back"
+    assert not {("n-4090", u) for u in target} & move_gpus(sw.swarm_labels(), P)
