@@ -51,3 +51,18 @@ def test_an_old_task_assigned_there_but_not_running_keeps_the_gate_closed_too() 
     for state in ("assigned", "accepted", "preparing", "ready"):
         assert _gate_write("running", old_state=state) is None, state
     assert _gate_write("running", failed=False, old_state="assigned") == "true"
+
+
+def test_an_open_gate_beside_a_failed_gpu_is_not_held_for_its_running_task() -> None:
+    """The hold-off is for a closed gate only: g runs on healthy GPU 0 with its gate
+    open, and another GPU of the node has failed. Its gate stays open and nothing of it
+    waits (a closed gate is one Swarm's enforcer is already acting on: its tasks'
+    constraints read it, so the hold lasts as long as Swarm takes to stop the task)."""
+    n = sw_node("n-4090", "gpu-node-2",
+                {assign_key(P, "g"): Holding("g", "n-4090", (U[0],), (1000,)).label_value(),
+                 gate_key(P, "g"): "true"})
+    g = sw_svc("g", {f"{P}gpus": "1", devices_key(P, "n-4090"): U[0]}, mode={"Global": {}})
+    run = SwarmTask("t-g", g.id, "n-4090", None, "running", "running", ())
+    plan = plan_placement([n], [g], [run], {"n-4090": mark(F4090, failed=[1])})
+    (sp,) = plan.services
+    assert not sp.gates_deferred and gate_key(P, "g") not in plan.node_remove.get("n-4090", ())

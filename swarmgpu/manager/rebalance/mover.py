@@ -603,6 +603,8 @@ class Mover:
                      "(placed while the move ran); placement places its replica anew")
 
     def _roll_back(self, sid: str, st: MoveState, detail: str) -> None:
+        if st.direction == "forward":  # recorded first: its target no longer held (move_gpus)
+            self._put_record(sid, st := replace(st, direction="back"))
         taken = self._open(st.source, st.source_holding())
         self._close(st.target, st.service)
         self._rolled_back(sid, st, detail, taken)
@@ -676,14 +678,11 @@ class Mover:
                 self._finish(sid, st, st.source, Outcome.FAILED,
                              kept_on_healthy(st, self.cfg.move_timeout_s, down), renew)
                 return
-        elif st.direction == "forward" and why is not None:
-            # The record alone (the authority) says "back": a write of the spec before
-            # the source reopens would leave a task waiting for the target of an older
-            # revision, which Swarm's scheduler never tries again once it finds no node
-            # (docs/deploy.md); the roll-back moves the gates first, then ends the move.
-            st = replace(st, direction="back")
-            self._put_record(sid, st)
-        if st.direction == "back":
+        elif st.direction == "back" or why is not None:
+            # The record alone (the authority) says "back" (``_roll_back``): a write of the
+            # spec before the source reopens would leave a task waiting for the target of
+            # an older revision, which Swarm's scheduler never tries again once it finds no
+            # node (docs/deploy.md); the roll-back moves the gates first, then ends the move.
             self._roll_back(sid, st, why or "its record says it rolls back")
             return
         if not dst_open:  # its GPUs given out before they were: the move is rolled back

@@ -345,12 +345,23 @@ def read_records(labels: Mapping[str, str], prefix: str) -> dict[str, MoveState]
 
 
 def move_gpus(labels: Mapping[str, str], prefix: str) -> frozenset[tuple[str, str]]:
-    """(node, uuid) of each recorded move's target GPUs (``read_records``), held from its
-    start: a move started this cycle is in no snapshot's ledger yet, and preemption
-    counted such a GPU free beside a victim's. (Its source is in the ledger until the
-    move ends, its service never a victim: those never looked freed.)"""
-    return frozenset((st.target, u) for st in read_records(labels, prefix).values()
-                     for u in st.target_uuids)
+    """(node, uuid) each recorded move holds (``read_records``), from its start: a move
+    started this cycle is in no snapshot's ledger yet, and preemption counted such a GPU
+    free beside a victim's. A move's target (its source is in the ledger until the move
+    ends, its service never a victim: those never looked freed); once a move between
+    nodes records its roll-back (``direction`` back, or the outcome said), its source
+    instead, reopened (by then maybe in no snapshot), its target closed: nothing of it
+    runs there, so it reads free, not busy until the record goes (none where the source
+    was not reopened: failed). A repin's roll-back names the GPUs it returns to as its
+    target (``repin.swapped``)."""
+    out: set[tuple[str, str]] = set()
+    for st in read_records(labels, prefix).values():
+        back = not st.same_node and (st.direction == "back" or st.said == "rolled-back")
+        if back and st.said != "failed":
+            out.update((st.source, u) for u in st.source_uuids)
+        elif not back:
+            out.update((st.target, u) for u in st.target_uuids)
+    return frozenset(out)
 
 
 def unreadable_records(labels: Mapping[str, str], prefix: str) -> set[str]:

@@ -48,7 +48,9 @@ made while such a task waits, for at most ``move_timeout_s`` past the repin's ti
 task Swarm never places would hold the move and its budget for good): then the repin
 ends where it is (not rolled back: the roll-back's own task would be the one its write
 left waiting), its end written plain, one line naming the waiting tasks, and placement's
-renewal replaces them. A record whose service lost its move label (a stack re-deploy) is
+renewal replaces them (its gate closed while Swarm still wants the old task there: back on
+the old GPUs that task has, gate open, as ``_paused``). A record whose service lost its
+move label (a stack re-deploy) is
 dropped and placement takes the service back from the ledger. A move label without a
 record is never acted on (``mover.verify``).
 """
@@ -369,7 +371,8 @@ class Repin:
         done = at_target and gate_open and runs
         late = (not done and self.clock() - self.seen.started(st, self.clock())
                 > self.cfg.move_timeout_s)
-        if late and self._late(sid, st, node, held, gate_open, waits):
+        if late and self._late(sid, st, node, held, gate_open, waits,
+                               kept=not gate_open and wanted):
             return
         if not at_target:  # step 2 (or a roll-back's first node write)
             if self._taken(sid, st, node, held, st.target_holding(), waits, repoint=True):
@@ -395,22 +398,30 @@ class Repin:
         too). Left to placement at once where its task is: the ledger and the
         device map back on those GPUs, the gate open. (A health repin is not: its source
         GPU failed; its hold limit ends it.)"""
+        self._hand_back(sid, st, node, held, waits, (
+            f"{st.source_host} is paused (availability pause: the operator's `docker node "
+            "update`): Swarm stops no task there, so its task runs on with "
+            f"{','.join(st.source_uuids)}; the ledger and device map back on them, gate "
+            "open; left to placement (`docker node update --availability active` lets a "
+            "repin there again)"))
+
+    def _hand_back(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None,
+                   waits: Waits, why: str) -> None:
+        """Left to placement on ``st``'s source GPUs, which its task still runs with: the
+        ledger and device map back on them, gate open, ``why`` said (another service
+        holds them now: ``_taken``)."""
         if self._taken(sid, st, node, held, st.source_holding(), waits):
             return
         ahead = swapped(st, self.clock())  # its GPU sets swapped: its target is the source
         self._point_spec(sid, ahead, ahead)
         self._open(st, st.source_holding())
-        self._finish(sid, st, Outcome.FAILED, (
-            f"{st.source_host} is paused (availability pause: the operator's `docker node "
-            "update`): Swarm stops no task there, so its task runs on with "
-            f"{','.join(st.source_uuids)}; the ledger and device map back on them, gate "
-            "open; left to placement (`docker node update --availability active` lets a "
-            "repin there again)"), waits)
+        self._finish(sid, st, Outcome.FAILED, why, waits)
 
     def _late(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None,
-              gate_open: bool, waits: Waits) -> bool:
+              gate_open: bool, waits: Waits, kept: bool = False) -> bool:
         """Past ``move_timeout_s``; True when this look is done (``gate_open``: the gate
-        as ``advance`` read it)."""
+        as ``advance`` read it; ``kept``: closed while Swarm still wants a task on the
+        node, the old one, made before it closed)."""
         if st.trigger == HEALTH:
             # Never rolled back: that would restore its holding on the failed GPU, which
             # the policy proposes again at once (a restart loop). Once the gate is open on
@@ -450,6 +461,15 @@ class Repin:
             # Past the hold's limit: ended where it is, not rolled back (a roll-back's own
             # task would be the one its spec write left waiting for good): the ledger and
             # the device map name the GPUs it holds, and placement takes it from there.
+            if kept and held == st.target_holding():
+                # Where it is: its old task, on the old GPUs (a paused node's, or one that
+                # does not answer); opened on the new ones, those read free under it.
+                self._hand_back(sid, st, node, held, waits, (
+                    f"its task on {st.source_host} is not running within "
+                    f"{self.cfg.move_timeout_s:g}s and Swarm still wants its old task there, "
+                    f"on {','.join(st.source_uuids)}: the ledger and device map back on "
+                    "them, gate open; left to placement"))
+                return True
             self._point_at_held(sid, st, held)
             self._leave(sid, st, held, f"its task on {st.source_host} is not running "
                                        f"within {self.cfg.move_timeout_s:g}s", waits)
