@@ -78,7 +78,7 @@ from itertools import combinations
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import NodeState
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.placement.jobs import job_progress
+from swarmgpu.manager.placement.jobs import done_idle
 from swarmgpu.manager.placement.keys import MAX_STATE, MEANT_STATES
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.preemptroom import Room
@@ -314,21 +314,6 @@ class _Round:
         return {u for n, u in self.taken if n == nid} | {
             u for (n, u), (who, pr) in self.held.items()
             if n == nid and who != name and priority <= pr}
-
-
-def done_idle(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
-              ) -> frozenset[tuple[str, str]]:
-    """(job service id, node) where its run's task completed and none of the run lives:
-    the holding a replicated job keeps there for the run's next task (``jobs.job_busy_nodes``)
-    runs nothing. It is no victim: stopping it frees no running work, and its closed gate
-    makes Swarm reject the completed task and run it again."""
-    runs = {s.id: s.job_iteration for s in services}
-    live = {(t.service_id, t.node_id) for t in tasks
-            if t.service_id in runs and t.node_id and t.state not in ("complete", "failed",
-                                                                    "rejected")
-            and (t.job_iteration is None or t.job_iteration == runs[t.service_id])}
-    return frozenset((sid, nid) for sid, prog in job_progress(services, tasks).items()
-                     for nid in prog.done_nodes if nid and (sid, nid) not in live)
 
 
 def choose_preemptions(
