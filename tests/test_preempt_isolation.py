@@ -488,3 +488,23 @@ def test_a_job_whose_progress_raises_leaves_the_preemptions_made() -> None:
     chosen = Preempter(cfg).decide(snap, plan, FACTS, None, 5000.0)
     assert [(p.service, [v.service for v in p.victims], sorted(p.moves)) for p in chosen] \
         == [("h1", ["a"], []), ("h2", ["b"], ["b"])]
+
+
+def test_a_holder_whose_spec_read_raises_leaves_the_preemptions_made() -> None:
+    """filler's Resources are not a mapping (a spec no docker CLI makes): placement fails
+    it alone and keeps its GPUs (``placement.isolate``). With no task of it on its node,
+    preemption's CPU count (``preemptroom.Room.of``) read its reservation from that spec
+    and raised: nothing was preempted, the daemon's cycle failed at that step every
+    cycle and `plan` and `status` raised. Now its reservation there counts none."""
+    sw = _two_preemptions()
+    svcs = [replace(s, spec={**s.spec, "TaskTemplate": {**s.spec["TaskTemplate"],
+                                                         "Resources": "lots"}})
+            if s.name == "filler" else s for s in sw.services()]
+    tasks = [t for t in sw.tasks() if t.id != "t-filler"]  # (restarting: on no node)
+    snap = Snapshot(sw.nodes(), svcs, tasks, {}, swarm_labels=sw.swarm_labels())
+    cfg = Config(preemption=PreemptionConfig(dry_run=False))
+    plan = make_plan(snap, cfg)
+    assert [sp.status for sp in plan.services if sp.name == "filler"] == ["failed"]
+    chosen = Preempter(cfg).decide(snap, plan, FACTS, None, 5000.0)
+    assert sorted((p.service, v.service) for p in chosen for v in p.victims) == [
+        ("h1", "a"), ("h2", "b")]
