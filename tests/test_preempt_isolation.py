@@ -466,3 +466,45 @@ def test_a_preemption_whose_second_victim_cannot_be_stopped_stops_neither(fault:
     a = {sp.name: sp for sp in make_plan(snap, cfg).services}["a"]
     assert a.status == "placed" and [pl.node_id for pl in a.placements] == ["n-4090"]
     assert not a.force_update and (a.decision is None or a.decision[0] == "none")
+
+
+def test_a_job_whose_progress_raises_leaves_the_preemptions_made() -> None:
+    """a, holding 2 GPUs, is a job whose run's progress cannot be read (its restart policy
+    not a mapping): placement fails it alone and keeps its GPUs (``placement.isolate``).
+    Preemption's pass over every job (``jobs.done_idle``) read it again without that
+    isolation and raised: nothing was preempted, the daemon's cycle failed at this step
+    every cycle (the steps after it never ran) and `plan` and `status` raised. Now both
+    preemptions are made, a a victim as any failed plan (stopped, never moved)."""
+    sw = _two_preemptions()
+    svcs = [replace(s, mode="replicated-job", replicas=None, total_completions=1,
+                    max_concurrent=1, spec={**s.spec, "TaskTemplate": {
+                        **s.spec["TaskTemplate"], "RestartPolicy": "none"}})
+            if s.name == "a" else s for s in sw.services()]
+    tasks = [replace(t, desired_state="complete") if t.id == "t-a" else t for t in sw.tasks()]
+    snap = Snapshot(sw.nodes(), svcs, tasks, {}, swarm_labels=sw.swarm_labels())
+    cfg = Config(preemption=PreemptionConfig(dry_run=False))
+    plan = make_plan(snap, cfg)
+    assert [sp.status for sp in plan.services if sp.name == "a"] == ["failed"]
+    chosen = Preempter(cfg).decide(snap, plan, FACTS, None, 5000.0)
+    assert [(p.service, [v.service for v in p.victims], sorted(p.moves)) for p in chosen] \
+        == [("h1", ["a"], []), ("h2", ["b"], ["b"])]
+
+
+def test_a_holder_whose_spec_read_raises_leaves_the_preemptions_made() -> None:
+    """filler's Resources are not a mapping (a spec no docker CLI makes): placement fails
+    it alone and keeps its GPUs (``placement.isolate``). With no task of it on its node,
+    preemption's CPU count (``preemptroom.Room.of``) read its reservation from that spec
+    and raised: nothing was preempted, the daemon's cycle failed at that step every
+    cycle and `plan` and `status` raised. Now its reservation there counts none."""
+    sw = _two_preemptions()
+    svcs = [replace(s, spec={**s.spec, "TaskTemplate": {**s.spec["TaskTemplate"],
+                                                         "Resources": "lots"}})
+            if s.name == "filler" else s for s in sw.services()]
+    tasks = [t for t in sw.tasks() if t.id != "t-filler"]  # (restarting: on no node)
+    snap = Snapshot(sw.nodes(), svcs, tasks, {}, swarm_labels=sw.swarm_labels())
+    cfg = Config(preemption=PreemptionConfig(dry_run=False))
+    plan = make_plan(snap, cfg)
+    assert [sp.status for sp in plan.services if sp.name == "filler"] == ["failed"]
+    chosen = Preempter(cfg).decide(snap, plan, FACTS, None, 5000.0)
+    assert sorted((p.service, v.service) for p in chosen for v in p.victims) == [
+        ("h1", "a"), ("h2", "b")]

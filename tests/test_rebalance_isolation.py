@@ -7,6 +7,7 @@ the health policy's moves and releases (holders of failed GPUs) were lost with i
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -227,3 +228,18 @@ def test_a_node_without_usable_metrics_is_said_once_while_it_lasts(tmp_path: Pat
         logger.remove(sink)
     assert [(at, m.split(": ")[1]) for at, m in said] == [
         (0, "gpu-node-1"), (0, "gpu-node-2"), (3, "gpu-node-2")], said
+
+
+def test_a_holder_whose_spec_read_raises_costs_no_policy() -> None:
+    """bad holds GPU 2 of gpu-node-2, its Resources not a mapping (a spec no docker CLI
+    makes: placement fails it alone), no task of it there yet. Counting the CPU its
+    holding reserves (``SwarmTargets.reserve``) read that spec for every policy's
+    allocator and raised: the health policy failed every cycle, a on its failed GPU
+    never moved. Now its reservation counts none, and a moves."""
+    nodes, svcs, tasks = setup({"a": [U2[0]], "bad": [U2[2]]}, full_n2=False)
+    svcs = [replace(s, spec={"TaskTemplate": {"Resources": "lots"}}) if s.name == "bad"
+            else s for s in svcs]
+    tasks = [t for t in tasks if t.id != "t-bad"]
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0]))
+    assert not p.policy_errors, p.policy_errors
+    assert [(m.service, m.trigger) for m in p.moves] == [("a", Trigger.HEALTH)]

@@ -243,6 +243,18 @@ def reservations(spec: Mapping[str, Any]) -> tuple[int, int]:
     return (_ceil_div(res.get("NanoCPUs"), 1_000_000), _ceil_div(res.get("MemoryBytes"), 1 << 20))
 
 
+def held_reservations(spec: Mapping[str, Any]) -> tuple[int, int]:
+    """``reservations`` for a pass over every holder (preemption's room, the rebalance
+    policies' CPU count): none where the spec's structure cannot be read (Resources not
+    a mapping: a spec no docker CLI makes). Placement fails such a service alone
+    (``placement.isolate``); raised here, one such holder failed every preemption, or
+    every rebalance policy (health's evacuations too), each cycle."""
+    try:
+        return reservations(spec)
+    except (AttributeError, TypeError):
+        return 0, 0
+
+
 def _ceil_div(v: Any, unit: int) -> int:
     try:
         n = int(v or 0)

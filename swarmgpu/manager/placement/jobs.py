@@ -104,6 +104,26 @@ def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
     return out
 
 
+def done_idle(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
+              ) -> frozenset[tuple[str, str]]:
+    """(job service id, node) where its run's task completed and none of the run lives:
+    the holding a replicated job keeps there for the run's next task (``job_busy_nodes``)
+    runs nothing. It is no preemption victim: stopping it frees no running work, and its
+    closed gate makes Swarm reject the completed task and run it again. A job whose
+    progress cannot be read has none (placement fails its plan for it alone:
+    ``placement.isolate``; a victim as any failed plan). Raised here instead, such a job
+    cost every preemption of the cycle (the daemon's cycle failed at that step, `plan`
+    and `status` raised)."""
+    runs = {s.id: s.job_iteration for s in services}
+    live = {(t.service_id, t.node_id) for t in tasks
+            if t.service_id in runs and t.node_id and t.state not in ("complete", "failed",
+                                                                    "rejected")
+            and (t.job_iteration is None or t.job_iteration == runs[t.service_id])}
+    unread: dict[str, Exception] = {}  # (its failed plan says why)
+    return frozenset((sid, nid) for sid, prog in job_progress(services, tasks, unread).items()
+                     for nid in prog.done_nodes if nid and (sid, nid) not in live)
+
+
 def job_task_read(t: SwarmTask) -> bool:
     """Whether the daemon reads task ``t`` of a job: desired state complete (its runs'
     live and completed tasks), ready (a failed task's replacement while its restart delay

@@ -77,11 +77,11 @@ from itertools import combinations
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import NodeSpec, NodeState
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.placement.jobs import done_idle
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.placement.preemptview import (
     after_writes,
-    done_idle,
     holdings_by_node,
     no_queue_row,
     packed_need,

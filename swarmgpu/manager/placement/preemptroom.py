@@ -9,7 +9,13 @@ from typing import Protocol
 
 from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.ledger import Holding
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
+from swarmgpu.swarm.client import (
+    SwarmNode,
+    SwarmService,
+    SwarmTask,
+    held_reservations,
+    reservations,
+)
 
 
 class Named(Protocol):
@@ -51,7 +57,7 @@ class Room:
             for svc, h in here.items():
                 s = by_name.get(svc)
                 if s is not None and (s.id, nid) not in on:
-                    c, m = reservations(s.spec)
+                    c, m = held_reservations(s.spec)  # (one unreadable: none)
                     held[(svc, nid)] = (c * h.replicas, m * h.replicas)
         use: dict[str, tuple[int, int]] = {}
         for t in stopping:

@@ -1,35 +1,19 @@
 """The cluster as a preemption round reads it (``preempt.choose_preemptions``): the
 nodes as this cycle's placement writes left them, the holdings by node, when each
-service's task started there, the job runs that hold a node idle, work of no queue as
-a queue row, and what a packed service lacks on its node."""
+service's task started there, work of no queue as a queue row, and what a packed
+service lacks on its node."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.placement.jobs import job_progress
 from swarmgpu.manager.placement.keys import MAX_STATE, MEANT_STATES
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.queues import holding_milli
 from swarmgpu.manager.placement.records import NodeWrites, PlacementPlan
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
-
-
-def done_idle(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
-              ) -> frozenset[tuple[str, str]]:
-    """(job service id, node) where its run's task completed and none of the run lives:
-    the holding a replicated job keeps there for the run's next task (``jobs.job_busy_nodes``)
-    runs nothing. It is no victim: stopping it frees no running work, and its closed gate
-    makes Swarm reject the completed task and run it again."""
-    runs = {s.id: s.job_iteration for s in services}
-    live = {(t.service_id, t.node_id) for t in tasks
-            if t.service_id in runs and t.node_id and t.state not in ("complete", "failed",
-                                                                    "rejected")
-            and (t.job_iteration is None or t.job_iteration == runs[t.service_id])}
-    return frozenset((sid, nid) for sid, prog in job_progress(services, tasks).items()
-                     for nid in prog.done_nodes if nid and (sid, nid) not in live)
 
 
 def task_starts(tasks: Sequence[SwarmTask]) -> dict[tuple[str, str], str]:

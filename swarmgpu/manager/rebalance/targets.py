@@ -36,6 +36,7 @@ from swarmgpu.swarm.client import (
     SwarmNotFound,
     SwarmService,
     SwarmTask,
+    held_reservations,
     reservations,
 )
 
@@ -114,7 +115,7 @@ class SwarmTargets:
     def reservation(self, svc: str) -> tuple[int, int]:
         """(CPU milli, memory MiB) one task of ``svc`` reserves."""
         s = self.by_name.get(svc)
-        return reservations(s.spec) if s is not None else (0, 0)
+        return held_reservations(s.spec) if s is not None else (0, 0)
 
     def reserve(self, alloc: ClusterAllocator, moves: Iterable[Move],
                 ledger: Mapping[str, Mapping[str, Holding]]) -> None:
@@ -131,7 +132,7 @@ class SwarmTargets:
             s = self.by_name.get(svc)
             if s is None:
                 continue
-            cpu, mem = reservations(s.spec)
+            cpu, mem = held_reservations(s.spec)  # (one unreadable: none)
             if not (cpu or mem):
                 continue
             for nid, h in per_node.items():
