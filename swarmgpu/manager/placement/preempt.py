@@ -194,10 +194,12 @@ def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candida
     not free ``need`` GPUs. ``free``: GPUs of the node the preemptor may use that nobody
     holds; ``holders``: GPU -> every service holding it (a shared GPU frees only when all
     its holders are victims); ``allowed``: whether a set may go together (the victims of
-    one queue that its guarantee bounds, ``queues.group_reclaimable``); ``over``: how far
-    each queue is above its guarantee (``reclaim_rank``)."""
-    if len(free) >= need:
-        return ()
+    one queue that its guarantee bounds, ``queues.group_reclaimable``; a topology
+    request's set, ``_GpuSets.gives``), asked of no victims where ``free`` is enough by
+    count (False: the free GPUs give no set it can use, victims are chosen); ``over``: how
+    far each queue is above its guarantee (``reclaim_rank``)."""
+    if len(free) >= need and (allowed is None or allowed(())):
+        return ()  # (enough by count, and no topology the free GPUs fail: none needed)
     # Rank order decides which candidates a crowded node keeps; a set's size comes first
     # whatever its rank (a reclaim of one before two by priority: never more than needed).
     ranked = sorted(((reclaim_rank(c, over or {}), c) for c in rule_sorted(candidates)),
@@ -387,12 +389,13 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
             for u in h.uuids:
                 holders.setdefault(u, set()).add(svc)
         free = usable - holders.keys()
-        if len(free) >= need:
+        sets = _GpuSets(rd, nid, s.name, r, replicas)  # (asked only for a topology)
+        # room already only where the free GPUs give a set it can use: enough by count,
+        # no NVLink pair among them, an NVLink job waited behind a single-GPU holder
+        if len(free) >= need and (r.topology is Topology.ANY or sets.gives((), holders)):
             if nid in no:
                 continue  # the port holds it back here, not the GPUs
             return None  # room already: pending for another reason
-
-        sets = _GpuSets(rd, nid, s.name, r, replicas)  # (asked only for a topology)
 
         def together(combo: tuple[Candidate, ...], r: GpuRequest = r,
                      holders: Mapping[str, AbstractSet[str]] = holders,
