@@ -34,17 +34,25 @@ def _reserving(s: SwarmService, cpu_milli: int) -> SwarmService:
 
 
 def _choose(nodes: list[SwarmNode], facts: dict[str, NodeFacts], high: SwarmService,
-            ) -> list[Preemption]:
-    """low (priority 0, one GPU) holds GPU 0 of n-pair, the rest of it is free; ``high``
-    (priority 100) waits: the preemptions chosen for it, once the plan says it pends."""
-    h = Holding("low", "n-pair", (U[0],), (1000,))
-    nodes = [replace(n, labels={assign_key(P, "low"): h.label_value(),
-                                gate_key(P, "low"): "true"}) if n.id == "n-pair" else n
-             for n in nodes]
-    low = sw_svc("low", {f"{P}gpus": "1", devices_key(P, "n-pair"): U[0]})
-    services = [low, high]
-    tasks = [SwarmTask("t-low", low.id, "n-pair", 1, "running", "running", ()),
-             SwarmTask("t-high", high.id, "", 1, "pending", "running", ())]
+            held: dict[str, tuple[int, ...]] | None = None) -> list[Preemption]:
+    """``held`` (by default low on GPU 0) holds those GPUs of n-pair, the rest of it is
+    free: low (priority 0) may be preempted, filler may not; ``high`` (priority 100)
+    waits: the preemptions chosen for it, once the plan says it pends."""
+    labels: dict[str, str] = {}
+    services = []
+    for name, idx in (held or {"low": (0,)}).items():
+        mine = tuple(U[i] for i in idx)
+        h = Holding(name, "n-pair", mine, (1000,) * len(mine))
+        labels |= {assign_key(P, name): h.label_value(), gate_key(P, name): "true"}
+        services.append(sw_svc(name, {f"{P}gpus": str(len(mine)),
+                                      devices_key(P, "n-pair"): ",".join(mine),
+                                      **({f"{P}preemptible": "false"}
+                                         if name == "filler" else {})}))
+    nodes = [replace(n, labels=labels) if n.id == "n-pair" else n for n in nodes]
+    tasks = [SwarmTask(f"t-{s.name}", s.id, "n-pair", 1, "running", "running", ())
+             for s in services]
+    services.append(high)
+    tasks.append(SwarmTask("t-high", high.id, "", 1, "pending", "running", ()))
     plan = plan_placement(nodes, services, tasks, facts)
     assert [sp.status for sp in plan.services if sp.name == "high"] == [Status.PENDING]
     return choose_preemptions(plan, nodes, services, tasks, facts, prefix=P,
@@ -89,3 +97,14 @@ def test_a_free_nvlink_pair_elsewhere_is_room_already_and_nothing_is_preempted()
              sw_node("n-pair", "gpu-node-2")]
     facts = {"n-dgx": DGX_F, "n-pair": PAIR_F}
     assert _choose(nodes, facts, _nvlink_pair(cpu_milli=2000)) == []
+
+
+def test_a_numa_preemptor_stops_a_holder_when_the_free_gpus_straddle_numa_nodes() -> None:
+    """GPUs 0 and 4 free (one on each NUMA node), low on GPU 3, filler (not preemptible)
+    on the rest: low goes, high gets 0 and 3 on NUMA node 0. Before, two free GPUs were
+    room already for a request of two."""
+    high = sw_svc("high", {f"{P}gpus": "2", f"{P}topology": "numa", f"{P}priority": "100"})
+    (p,) = _choose([sw_node("n-pair", "gpu-node-2")], {"n-pair": R4090_F}, high,
+                   {"low": (3,), "filler": (1, 2, 5, 6, 7)})
+    assert [v.service for v in p.victims] == ["low"]
+    assert sorted(p.held) == sorted((U[0], U[3]))

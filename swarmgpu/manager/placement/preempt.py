@@ -48,8 +48,11 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   with what the round's earlier preemptors take there
   (``queues.within_max``): the planner holds back one service at a time, so each of a
   queue's waiting services fits alone;
-* no preemption when a node the preemptor may use already has enough free GPUs: the
-  request is pending for another reason (topology, CPU, a constraint), and stopping a
+* no preemption when a node the preemptor may use already has enough free GPUs, for a
+  ``topology`` request a free set the allocator gives it (``_GpuSets.gives``: enough by
+  count but no NVLink pair among them, it preempts as Kubernetes does, asking whether
+  it fits once its victims go): the request is pending for another reason (CPU, a
+  constraint), and stopping a
   service would not place it; nor on a node where the CPU and memory its tasks reserve
   would not be left once the victims' tasks go (``preemptroom.Room``: what Swarm's ResourceFilter
   counts, the round's earlier preemptors and moves counted; a service of no GPU there,
@@ -363,7 +366,8 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
     """The preemption that places one replica of ``s`` (the fewest victims; then by
     priority alone before a reclaim, a reclaim from the queues furthest above their
     guarantees first; then the lowest priorities, the hostname); None when there is none,
-    or when a node it may use has room already (it is pending for another reason).
+    or when a node it may use has room already, a set its topology asks for included (it
+    is pending for another reason).
     ``packed``: the node a packed service holds and the replicas it lacks, all placed
     there together: that node only, for all of them."""
     no, takers = rd.refused_of(s), rd.port_takers(s)
