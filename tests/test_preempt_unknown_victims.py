@@ -84,3 +84,35 @@ def test_a_preemptor_held_back_by_its_victims_unknown_queue_says_why(
     assert done.service == "b-new" and {v.service for v in done.victims} <= {
         BAD, "q-big", "q-four"}, done
     assert not any("preempts nothing" in w for w in _said(plan, "b-new"))
+
+
+def test_a_preemptor_left_only_the_unknown_queues_victims_says_why(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpu-a holds a-bad (queue q, its use unknown) and k1 (queue k, 4 above a guarantee
+    of 1); b-first and b-second (queue p, guarantee 8) want 4 GPUs each. b-first
+    reclaims k1; all that is left b-second is a-bad, of the unknown queue. Before, the
+    round the note reads chose anew with q's use known: b-first took a-bad there (q
+    furthest above its guarantee), b-second k1, so b-second's victims were never q's and
+    it stayed pending with no word. Now that round takes the preemptions made as they
+    were, then looks at the others."""
+    quotas = {**QUOTAS, "k": (1000, None)}
+    services = [svc(BAD, {f"{P}gpus": "4", f"{P}queue": "q"}),
+                svc("filler", {f"{P}gpus": "7", f"{P}preemptible": "false"}),
+                svc("k1", {f"{P}gpus": "4", f"{P}queue": "k"}),
+                svc("zk-small", {f"{P}gpus": "1", f"{P}queue": "k"})]
+    nodes, planner = list(NODES), Planner(queues=quotas)
+    for _ in range(2):
+        plan = planner.plan(nodes, services, [], FACTS)
+        by = {sp.name: sp for sp in plan.services}
+        services = [written(s, by[s.name]) for s in services]
+        nodes = apply(nodes, plan)
+    assert all(sp.status == "placed" for sp in plan.services), plan.services
+    queue_count_raises(monkeypatch)
+    services += [svc(n, {f"{P}gpus": "4", f"{P}queue": "p"}) for n in ("b-first", "b-second")]
+    snap = Snapshot(nodes, services, [], {}, swarm_labels={})
+    plan = planner.plan(nodes, services, [], FACTS)
+    (done,) = Preempter(Config()).cycle(RecordingSwarm(nodes, services, []), snap, plan, FACTS)
+    assert done.service == "b-first" and [v.service for v in done.victims] == ["k1"], done
+    (said,) = _said(plan, "b-second")
+    assert "b-second preempts nothing" in said and "queue q" in said, said
+    assert not any("preempts nothing" in w for w in _said(plan, "b-first"))

@@ -76,9 +76,12 @@ class UnknownVictims:
     def find(self, plan: PlacementPlan, chosen: list[Preemption],
              choose: Callable[[PlacementPlan], list[Preemption]]) -> None:
         """After ``chosen`` (the round on ``plan``): choose again (``choose``, acting on
-        nothing) with each unknown queue's use taken as far above its guarantee; a
-        pending preemptor that then takes a victim of such a queue preempted nothing for
-        it alone. Only where a queue's use is unknown (a fault): no second round else."""
+        nothing, ``chosen`` taken first as they were: ``choose_preemptions``' ``first``)
+        with each unknown queue's use taken as far above its guarantee; a pending
+        preemptor that then takes a victim of such a queue preempted nothing for it
+        alone. Chosen anew, one of ``chosen`` took such a victim there instead, and the
+        one it left its own victims to was never said held back. Only where a queue's
+        use is unknown (a fault): no second round else."""
         self.found = {}
         rows = {q["queue"]: q for q in plan.queues}
         unknown = {q for q, row in rows.items() if row.get("used_unknown")}

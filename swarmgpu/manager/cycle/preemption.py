@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any, Literal
 
@@ -333,15 +333,17 @@ class Preempter:
         held = self.nominated.current(mono)  # used for those of their priority or lower
         # its victim's move is in flight, or its GPUs still held for it: wait for them
         settling |= self.moving.keys() | {n.service for n in held}
-        def choose(p: PlacementPlan, raised: dict[str, Exception] | None) -> list[Preemption]:
+        def choose(p: PlacementPlan, raised: dict[str, Exception] | None,
+                   first: Sequence[Preemption] = ()) -> list[Preemption]:
             return choose_preemptions(
                 p, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
                 preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
                 refused=refused, moving=in_move, ports=ports, raised=raised,
                 held=held_gpus(held) | p.stopping_held, flying=move_gpus(fresh, self.prefix),
-                stopping=snap.stopping)
+                stopping=snap.stopping, first=first)
         chosen = choose(plan, raised)
-        self.unknown.find(plan, chosen, lambda p: choose(p, {}))  # (acts on nothing)
+        # (acts on nothing; those chosen are taken first as they were: ``find``)
+        self.unknown.find(plan, chosen, lambda p: choose(p, {}, chosen))
         return chosen
 
     def took(self, p: Preemption, victims: list[Candidate], mono: float) -> None:

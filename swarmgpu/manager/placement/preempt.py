@@ -291,6 +291,7 @@ def choose_preemptions(
     held: Mapping[tuple[str, str], tuple[str, int]] | None = None,
     flying: AbstractSet[tuple[str, str]] = frozenset(),
     stopping: Sequence[SwarmTask] = (),
+    first: Sequence[Preemption] = (),
 ) -> list[Preemption]:
     """At most one preemption per pending service (one replica's GPUs on one node; a
     packed service's: all the replicas it lacks, on its node), in served order; a GPU
@@ -310,7 +311,9 @@ def choose_preemptions(
     records read after this cycle's movers ran (``record.move_gpus``): used for all,
     counted as taken from the round's start (a move's target is in no snapshot's ledger
     the cycle it starts). ``stopping``: tasks Swarm is stopping (``keys.stopping``): their
-    CPU and memory are used where they are (``Room``), none of them is a victim."""
+    CPU and memory are used where they are (``Room``), none of them is a victim.
+    ``first``: preemptions another round on this snapshot chose (``preempt_notes``):
+    taken first as they were, returned again; the others choose from what they leave."""
     nodes = after_writes(nodes, plan)
     by_name = {s.name: s for s in services}
     started, holdings = task_starts(tasks), holdings_by_node(nodes, prefix)
@@ -331,6 +334,8 @@ def choose_preemptions(
     packed = {sp.name for sp in pending if sp.packed}
     order = serve_order([(by_name[sp.name], sp.request) for sp in pending
                          if sp.name in by_name and isinstance(sp.request, GpuRequest)])
+    made = {p.service: p for p in first}
+    order = sorted(order, key=lambda sr: sr[0].name not in made)  # (stable: served order)
     out: list[Preemption] = []
     for s, r in order:
         if not isinstance(r, GpuRequest) or r.is_fraction or r.mig_profile:
@@ -343,14 +348,9 @@ def choose_preemptions(
         mark = (set(rd.taken), set(rd.gone), dict(rd.q_gone), dict(rd.q_given))
         room = dict(rd.room.left) if rd.room is not None else None  # its CPU counted too
         try:
-            on = packed_need(rd.holdings, s, prefix) if s.name in packed else None
-            if s.name in packed and on is None:
-                continue  # nothing of it held yet, or nothing missing: no node to free
-            if not within_max(r, rd.queues, rd.q_given, on[1] if on else 1):  # all it lacks
-                continue
-            p = _best_preemption(rd, s, r) if on is None else _best_preemption(rd, s, r, on)
+            p = _choose_one(rd, s, r, prefix, s.name in packed, made.get(s.name))
             if p is not None:
-                out.append(_take(rd, p, r, on[1] if on is not None else 1))
+                out.append(p)
         except Exception as exc:  # one preemptor's loss: the others choose as before
             if raised is None:
                 raise
@@ -359,6 +359,20 @@ def choose_preemptions(
                 rd.room.left = room
             raised[s.name] = exc
     return out
+
+
+def _choose_one(rd: _Round, s: SwarmService, r: GpuRequest, prefix: str, packed: bool,
+                made: Preemption | None) -> Preemption | None:
+    """``s``'s preemption in the round, counted there (``_take``); None: none. ``made``:
+    the one another round chose for it, taken as it was (``choose_preemptions``' first)."""
+    on = packed_need(rd.holdings, s, prefix) if packed else None
+    if packed and on is None:
+        return None  # nothing of it held yet, or nothing missing: no node to free
+    if made is None and not within_max(r, rd.queues, rd.q_given, on[1] if on else 1):
+        return None  # (all it lacks)
+    p = made if made is not None else _best_preemption(rd, s, r) if on is None \
+        else _best_preemption(rd, s, r, on)
+    return None if p is None else _take(rd, p, r, on[1] if on is not None else 1)
 
 
 def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
