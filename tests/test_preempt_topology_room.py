@@ -89,14 +89,20 @@ def test_a_plain_request_of_two_still_takes_free_gpus_for_room() -> None:
                               prefix=P, preemptible_below=100) == []
 
 
-def test_a_free_nvlink_pair_elsewhere_is_room_already_and_nothing_is_preempted() -> None:
+def test_a_free_nvlink_pair_without_the_cpu_is_no_room_and_the_pair_elsewhere_is_freed(
+) -> None:
     """The DGX has NVLinked GPUs free but too little CPU for high's reservation: high
-    pends for its CPU, not for GPUs, and low is not stopped on n-pair for it (the rule
-    for room already: a usable set free on a node it may use)."""
+    pends for its CPU there, which no stop frees (nothing there is a candidate), so low
+    goes on n-pair, where high fits once it goes (Kubernetes asks per node). Room
+    already is a usable set free on a node it may use with its CPU and memory left
+    there too (``tests/test_preempt_room_cpu.py``); before, the DGX's pair was room
+    already and high waited for ever."""
     nodes = [replace(sw_node("n-dgx", "gpu-node-1"), cpu_milli=1000),
              sw_node("n-pair", "gpu-node-2")]
     facts = {"n-dgx": DGX_F, "n-pair": PAIR_F}
-    assert _choose(nodes, facts, _nvlink_pair(cpu_milli=2000)) == []
+    (p,) = _choose(nodes, facts, _nvlink_pair(cpu_milli=2000))
+    assert [v.service for v in p.victims] == ["low"] and p.node_id == "n-pair"
+    assert sorted(p.held) == sorted(U[:2])
 
 
 def test_a_numa_preemptor_stops_a_holder_when_the_free_gpus_straddle_numa_nodes() -> None:

@@ -51,12 +51,16 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
 * no preemption when a node the preemptor may use already has enough free GPUs, for a
   ``topology`` request a free set the allocator gives it (``_GpuSets.gives``: enough by
   count but no NVLink pair among them, it preempts as Kubernetes does, asking whether
-  it fits once its victims go): the request is pending for another reason (CPU, a
-  constraint), and stopping a
-  service would not place it; nor on a node where the CPU and memory its tasks reserve
-  would not be left once the victims' tasks go (``preemptroom.Room``: what Swarm's ResourceFilter
-  counts, the round's earlier preemptors and moves counted; a service of no GPU there,
-  never a victim nor a candidate, may hold it).
+  it fits once its victims go), and the CPU and memory its tasks reserve left there
+  (``preemptroom.Room``, no victim): the request is pending for another reason (a
+  constraint), and stopping a service would not place it. A node with the GPUs free
+  but not the CPU (a ``gpus: "0"`` service there) is no room, as Kubernetes asks per
+  node: victims are sought on the others (before, the first such node by id ended the
+  search and the request waited for ever). Nor does it preempt on a node where the CPU
+  and memory its tasks reserve would not be left once the victims' tasks go
+  (``preemptroom.Room``: what Swarm's ResourceFilter counts, the round's earlier
+  preemptors and moves counted; a service of no GPU there, never a victim nor a
+  candidate, may hold it).
 
 A victim that can run elsewhere is said moved there (``relocation``): free whole GPUs,
 held for no preemptor, and the CPU and memory its task reserves on another node; never
@@ -380,8 +384,8 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
     """The preemption that places one replica of ``s`` (the fewest victims; then by
     priority alone before a reclaim, a reclaim from the queues furthest above their
     guarantees first; then the lowest priorities, the hostname); None when there is none,
-    or when a node it may use has room already, a set its topology asks for included (it
-    is pending for another reason).
+    or when a node it may use has room already: the GPUs, a set its topology asks for
+    included, and its CPU and memory (it is pending for another reason).
     ``packed``: the node a packed service holds and the replicas it lacks, all placed
     there together: that node only, for all of them."""
     no, takers = rd.refused_of(s), rd.port_takers(s)
@@ -408,11 +412,13 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
                 holders.setdefault(u, set()).add(svc)
         free = usable - holders.keys()
         sets = _GpuSets(rd, nid, s.name, r, replicas)  # (asked only for a topology)
-        # room already only where the free GPUs give a set it can use: enough by count,
-        # no NVLink pair among them, an NVLink job waited behind a single-GPU holder
+        # room already only where the free GPUs give a set it can use (enough by count,
+        # no NVLink pair among them: an NVLink job waited behind a single-GPU holder)
+        # and its CPU and memory are left (a gpus: "0" service's: it waited for ever
+        # while a lower holder elsewhere kept the GPUs it would fit beside)
         if len(free) >= need and (r.topology is Topology.ANY or sets.gives((), holders)):
-            if nid in no:
-                continue  # the port holds it back here, not the GPUs
+            if nid in no or (rd.room is not None and not rd.room.fits(s, nid, (), replicas)):
+                continue  # the port or the CPU holds it back here, not the GPUs
             return None  # room already: pending for another reason
 
         def together(combo: tuple[Candidate, ...], r: GpuRequest = r,

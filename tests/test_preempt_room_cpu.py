@@ -1,0 +1,103 @@
+"""Room already, for preemption, is a node with the GPUs free AND the CPU and memory the
+request's task reserves left (``preemptroom.Room`` with no victim). A node with free
+GPUs but its CPU held (a ``gpus: "0"`` service there) is no room: victims are sought
+on the other nodes, as Kubernetes asks per node whether the pod fits once its victims
+go. Before, the first node by id with free GPUs was "room already" whatever its CPU:
+nothing was preempted anywhere and the request waited for ever. Pure: the real planner
+and ``choose_preemptions`` over a forged snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from support.forged import DGX_F, R4090_F, sw_node, sw_svc
+
+from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key, plan_placement
+from swarmgpu.manager.placement.preempt import Preemption, choose_preemptions
+from swarmgpu.manager.placement.records import PlacementPlan, Status
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+
+P = "swarmgpu."
+R = tuple(g.uuid for g in R4090_F.gpus)
+FACTS = {"n-a": DGX_F, "n-b": R4090_F}
+
+
+def _reserving(s: SwarmService, cpu_milli: int) -> SwarmService:
+    """``s`` whose tasks reserve ``cpu_milli`` (Swarm's ResourceFilter)."""
+    tt = dict(s.spec["TaskTemplate"])
+    tt["Resources"] = {"Reservations": {"NanoCPUs": cpu_milli * 1_000_000}}
+    return replace(s, spec={**s.spec, "TaskTemplate": tt})
+
+
+def _held(name: str, nid: str, uuids: tuple[str, ...]) -> dict[str, str]:
+    h = Holding(name, nid, uuids, tuple(1000 for _ in uuids))
+    return {assign_key(P, name): h.label_value(), gate_key(P, name): "true"}
+
+
+def _cluster(a_cpu: int, with_low: bool = True,
+             ) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
+    """n-a (first by id, the DGX) has its GPUs free and ``a_cpu`` CPU milli, 1500 of it
+    held by c (``gpus: "0"``, placed there by swarmgpu); on n-b low (priority 0) holds
+    GPU 0 and filler (not preemptible) the other 7. high (priority 100) wants 1 GPU and
+    1 CPU. ``with_low``: False once low is gone (its holding and task)."""
+    b = {**_held("filler", "n-b", R[1:]), **(_held("low", "n-b", R[:1]) if with_low else {})}
+    nodes = [replace(sw_node("n-a", "gpu-node-1", _held("c", "n-a", ())), cpu_milli=a_cpu),
+             sw_node("n-b", "gpu-node-2", b)]
+    c = _reserving(sw_svc("c", {f"{P}gpus": "0"}), 1500)
+    low = sw_svc("low", {f"{P}gpus": "1", devices_key(P, "n-b"): R[0]})
+    filler = sw_svc("filler", {f"{P}gpus": "7", f"{P}priority": "50",
+                               f"{P}preemptible": "false",
+                               devices_key(P, "n-b"): ",".join(R[1:])})
+    high = _reserving(sw_svc("high", {f"{P}gpus": "1", f"{P}priority": "100"}), 1000)
+    tasks = [SwarmTask("t-c", c.id, "n-a", 1, "running", "running", (), cpu_milli=1500),
+             SwarmTask("t-filler", filler.id, "n-b", 1, "running", "running", ()),
+             SwarmTask("t-high", high.id, "", 1, "pending", "running", ())]
+    services = [c, filler, high]
+    if with_low:
+        tasks.append(SwarmTask("t-low", low.id, "n-b", 1, "running", "running", ()))
+        services.append(low)
+    return nodes, services, tasks
+
+
+def _high(plan: PlacementPlan) -> tuple[str, str]:
+    (sp,) = [sp for sp in plan.services if sp.name == "high"]
+    return sp.status, sp.reason or ""
+
+
+def _choose(nodes: list[SwarmNode], services: list[SwarmService], tasks: list[SwarmTask],
+            ) -> tuple[PlacementPlan, list[Preemption]]:
+    plan = plan_placement(nodes, services, tasks, FACTS)
+    return plan, choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                                    preemptible_below=100)
+
+
+def test_free_gpus_without_the_cpu_are_no_room_and_the_lower_holder_elsewhere_goes() -> None:
+    """n-a has 7 free GPUs but 500 CPU milli left: placement says high pends for the
+    CPU there. It preempts low on n-b, where it fits once low goes: placed there then.
+    Before, n-a's free GPUs were room already and nothing was preempted anywhere."""
+    plan, got = _choose(*_cluster(a_cpu=2000))
+    status, reason = _high(plan)
+    assert status == Status.PENDING and "CPU" in reason and "gpu-node-1" in reason, reason
+    (p,) = got
+    assert [v.service for v in p.victims] == ["low"] and p.node_id == "n-b"
+    assert p.held == R[:1]
+    # placement itself agrees: once low goes, high is placed on n-b
+    plan = plan_placement(*_cluster(a_cpu=2000, with_low=False), FACTS)
+    status, reason = _high(plan)
+    assert status == Status.PLACED, reason
+    (sp,) = [sp for sp in plan.services if sp.name == "high"]
+    assert [(x.hostname, x.uuids) for x in sp.placements] == [("gpu-node-2", R[:1])]
+
+
+def test_free_gpus_and_cpu_are_room_already_and_nothing_is_preempted() -> None:
+    """With the CPU on n-a too, high is placed there and low stays. And where high pends
+    for a reason preemption does not see (here: the plan read n-a short of CPU, the
+    snapshot preemption reads has it), n-a's free GPUs and CPU are room already:
+    stopping low would not place it, so nothing is preempted."""
+    plan, got = _choose(*_cluster(a_cpu=64000))
+    assert _high(plan)[0] == Status.PLACED and got == []
+    short = plan_placement(*_cluster(a_cpu=2000), FACTS)
+    assert _high(short)[0] == Status.PENDING
+    nodes, services, tasks = _cluster(a_cpu=64000)
+    assert choose_preemptions(short, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=100) == []
