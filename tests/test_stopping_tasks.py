@@ -281,3 +281,65 @@ def test_the_gpus_held_are_those_of_the_stopping_tasks_own_slot_and_outlive_the_
     assert (n.node_id, n.uuids, n.priority) == ("n-4090", (R_UUIDS[1],), STOPPING_PRIORITY)
     assert g.holds([t2], [], {}) == [n]  # its ledger entry gone: still held
     assert g.holds([], [], {}) == []  # it stopped
+
+
+def test_a_stopping_tasks_own_device_line_names_its_gpus_to_a_fresh_daemon() -> None:
+    """A daemon (or a new leader) that starts after the stopping task's ledger entry went
+    reads the GPUs from the task itself: the device line its service pinned, those of
+    its node only (index 3 too; a UUID the node has not is input, ignored). Before:
+    nothing was held (the ledger was the only source)."""
+    s = sw_svc("pinned", {})
+    line = f"NVIDIA_VISIBLE_DEVICES={R_UUIDS[1]}, GPU-not-on-this-node,3"
+    t = replace(_task("t-p", s, "n-4090", "running", "shutdown"), env=("A=1", line))
+    (n,) = StoppingGpus(P).holds([t], [s], {}, [], FACTS)
+    assert (n.node_id, set(n.uuids)) == ("n-4090", {R_UUIDS[1], R_UUIDS[3]})
+    other = replace(t, env=(line.replace(R_UUIDS[1], "GPU-gone").replace(",3", ""),))
+    assert StoppingGpus(P).holds([other], [s], {}, [], FACTS) == []  # none of its node's
+
+
+def test_a_same_node_repins_old_task_holds_the_gpus_it_runs_on_not_the_new_ones() -> None:
+    """s runs on GPU 0 of n-4090; a repin writes GPU 1 into its ledger before Swarm stops
+    the old task. Once it stops, GPU 0 (where its container still runs) is held. Before:
+    the ledger of the cycle that first saw it stopping named GPU 1 only, and GPU 0 was
+    free to any service."""
+    s = sw_svc("s", {})
+    t = _task("t-old", s, "n-4090", "running", "running")
+    old = {"s": {"n-4090": Holding("s", "n-4090", (R_UUIDS[0],), (1000,))}}
+    new = {"s": {"n-4090": Holding("s", "n-4090", (R_UUIDS[1],), (1000,))}}
+    g = StoppingGpus(P)
+    assert g.holds([], [s], old, [t], FACTS) == []
+    assert g.holds([], [s], new, [t], FACTS) == []  # repinned: the old task runs on
+    t_new = _task("t-new", s, "n-4090", "starting", "running")
+    (n,) = g.holds([replace(t, desired_state="shutdown")], [s], new, [t_new], FACTS)
+    assert n.uuids == (R_UUIDS[0],)
+
+
+def test_a_stopping_tasks_share_of_a_gpu_other_services_share_is_held() -> None:
+    """n-4090: filler holds seven GPUs, live half of the eighth; old's task (the other
+    half) stops. frac (half a GPU) waits for it. Before: only wholly free GPUs were
+    held, and frac was placed on the half old's container still used."""
+    old = sw_svc("old", {f"{P}gpu-fraction": "0.5"}, replicas=0)
+    live = sw_svc("live", {f"{P}gpu-fraction": "0.5"})
+    filler = sw_svc("filler", {f"{P}gpus": "7"})
+    frac = sw_svc("frac", {f"{P}gpu-fraction": "0.5", f"{P}gpu-product": "*RTX 4090*"})
+    half = Holding("old", "n-4090", (R_UUIDS[0],), (500,))
+    labels = {**_held("filler", "n-4090", R_UUIDS[1:]), gate_key(P, "live"): "true",
+              assign_key(P, "live"): Holding("live", "n-4090", (R_UUIDS[0],), (500,))
+              .label_value(), assign_key(P, "old"): half.label_value(),
+              gate_key(P, "old"): "true"}
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", labels)]
+    tasks = [_task("t-filler", filler, "n-4090", "running", "running"),
+             _task("t-live", live, "n-4090", "running", "running"),
+             _task("t-frac", frac, "", "pending", "running")]
+    t_old = _task("t-old", old, "n-4090", "running", "shutdown")
+    services = [old, live, filler, frac]
+    planner, cfg = Planner(prefix=P), Config()
+    for _ in range(2):  # the cycle that releases old's holding, then the next
+        plan = make_plan(_snap(nodes, services, tasks, [t_old]), cfg, planner=planner)
+        by = {sp.name: sp for sp in plan.services}
+        assert by["frac"].status == Status.PENDING and not by["frac"].placements, by["frac"]
+        nodes = apply(nodes, plan)
+    plan = make_plan(_snap(nodes, services, tasks, []), cfg, planner=planner)
+    placed = {sp.name: sp for sp in plan.services}["frac"].placements
+    assert [(p.node_id, p.uuids) for p in placed] == [("n-4090", (R_UUIDS[0],))]
