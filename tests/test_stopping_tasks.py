@@ -343,3 +343,33 @@ def test_a_stopping_tasks_share_of_a_gpu_other_services_share_is_held() -> None:
     plan = make_plan(_snap(nodes, services, tasks, []), cfg, planner=planner)
     placed = {sp.name: sp for sp in plan.services}["frac"].placements
     assert [(p.node_id, p.uuids) for p in placed] == [("n-4090", (R_UUIDS[0],))]
+
+
+def test_render_plans_beside_the_tasks_swarm_is_stopping(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`swarmgpu render` reads Swarm (a snapshot, stopping tasks included): gone's task,
+    reserving 1.5 of node-a's 2 CPUs, stops there (the only node), so the rendered llm,
+    reserving 1 CPU, waits. Before: render planned without the stopping tasks and wrote
+    llm onto node-a, where Swarm left it pending until the task stopped."""
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+    from swarmgpu.cli import manager as cli_manager
+    from swarmgpu.swarm import client
+
+    gone = _reserving("gone", 1500, "")
+    facts = {"n-a": FactsResult("n-a", "n-a", "", FACTS["n-4090"], None, 1.0)}
+    snap = Snapshot([cpu_node("n-a", "node-a")], [gone], [], facts,
+                    stopping=[_task("t-gone", gone, "n-a", "running", "shutdown", 1500)])
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg: snap)
+    monkeypatch.setattr(client, "SwarmClient",
+                        lambda *a, **k: RecordingSwarm(snap.nodes, snap.services, []))
+    src, cfg = tmp_path / "ai.yml", tmp_path / "config.yml"
+    src.write_text('version: "3.8"\nservices:\n  llm:\n    image: x\n    deploy:\n'
+                   '      resources: {reservations: {cpus: "1"}}\n'
+                   '      labels:\n        swarmgpu.gpus: "1"\n')
+    cfg.write_text(f"state_dir: {tmp_path}\n")
+    res = CliRunner().invoke(main, ["render", str(src), "--config", str(cfg)],
+                             catch_exceptions=False)
+    assert res.exit_code == 0 and "ai_llm is pending" in res.output, res.output
+    assert R_UUIDS[0] not in res.output, res.output
