@@ -373,3 +373,56 @@ def test_render_plans_beside_the_tasks_swarm_is_stopping(
                              catch_exceptions=False)
     assert res.exit_code == 0 and "ai_llm is pending" in res.output, res.output
     assert R_UUIDS[0] not in res.output, res.output
+
+
+class _TaskApi:
+    """The engine's task list (the API's objects), filtered by desired state as Moby
+    filters it; nodes, services and the swarm object empty."""
+
+    def __init__(self, raw: list[dict[str, object]]) -> None:
+        self.raw = raw
+
+    def tasks(self, filters: dict[str, list[str]]) -> list[dict[str, object]]:
+        want = filters.get("desired-state")
+        return [t for t in self.raw if want is None or t["DesiredState"] in want]
+
+    def nodes(self, **_: object) -> list[object]:
+        return []
+
+    def services(self, **_: object) -> list[object]:
+        return []
+
+    def inspect_swarm(self) -> dict[str, object]:
+        return {}
+
+
+def test_the_snapshot_parses_no_ended_task_of_swarms_history(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine filters the task list by desired state only: the stopping tasks' list
+    holds every ended task Swarm keeps (5 per slot by default). Only the ones still on
+    their node are parsed (benchmarks/bench_snapshot_history.py). Before: all 300 ended
+    tasks were parsed each cycle to keep the one still running."""
+    from swarmgpu.swarm import client as client_mod
+    from swarmgpu.swarm.client import SwarmClient, task_from_api
+
+    def raw(i: int, desired: str, state: str) -> dict[str, object]:
+        return {"ID": f"t{i}", "ServiceID": "s", "NodeID": "n", "Slot": 1,
+                "DesiredState": desired, "Status": {"State": state},
+                "Spec": {"ContainerSpec": {"Image": "x"}}}
+
+    tasks = [raw(0, "running", "running"), raw(1, "shutdown", "running"),
+             *(raw(2 + i, ("shutdown", "remove")[i % 2], ("shutdown", "failed")[i % 2])
+               for i in range(300))]
+    parsed: list[str] = []
+
+    def counted(t: dict[str, object]) -> SwarmTask:
+        parsed.append(str(t["ID"]))
+        return task_from_api(t)
+
+    monkeypatch.setattr(client_mod, "task_from_api", counted)
+    monkeypatch.setattr(sync, "fetch_agents", lambda *_a, **_k: {})
+    sw = SwarmClient.__new__(SwarmClient)
+    sw.endpoint, sw._api = "unix:///test", _TaskApi(tasks)
+    snap = sync.take_snapshot(sw, Config())
+    assert [t.id for t in snap.tasks] == ["t0"] and [t.id for t in snap.stopping] == ["t1"]
+    assert sorted(parsed) == ["t0", "t1"]
