@@ -33,6 +33,7 @@ from swarmgpu.manager.placement import (
     Planner,
     Status,
     assign_key,
+    env_template,
     gate_key,
     read_ledger,
 )
@@ -295,6 +296,8 @@ def test_a_stopping_tasks_own_device_line_names_its_gpus_to_a_fresh_daemon() -> 
     assert (n.node_id, set(n.uuids)) == ("n-4090", {R_UUIDS[1], R_UUIDS[3]})
     other = replace(t, env=(line.replace(R_UUIDS[1], "GPU-gone").replace(",3", ""),))
     assert StoppingGpus(P).holds([other], [s], {}, [], FACTS) == []  # none of its node's
+    templated = replace(t, env=(line, env_template(P)))  # docker reads the later line
+    assert StoppingGpus(P).holds([templated], [s], {}, [], FACTS) == []
 
 
 def test_a_same_node_repins_old_task_holds_the_gpus_it_runs_on_not_the_new_ones() -> None:

@@ -53,7 +53,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
-from swarmgpu.manager.placement.envs import own_device_line
+from swarmgpu.manager.placement.envs import DEVICE_VAR, own_device_line
 from swarmgpu.manager.placement.keys import ASSIGNED_STATES
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
@@ -357,8 +357,10 @@ class StoppingGpus:
 def task_device_uses(t: SwarmTask, prefix: str, facts: NodeFacts | None) -> Uses:
     """The GPUs of its node that ``t``'s own device line names (UUIDs or indexes; a
     MIG device's UUID is not counted), each wholly; none without the node's facts, for
-    swarmgpu's template, ``all`` and ``void``."""
-    line = own_device_line(t.env, prefix)
+    swarmgpu's template, ``all`` and ``void``. Docker reads the last line that sets the
+    variable: a line of the service's before swarmgpu's template is not the one used."""
+    last = [x for x in t.env if x.partition("=")[0] == DEVICE_VAR][-1:]
+    line = own_device_line(last, prefix)
     if line is None or facts is None:
         return ()
     by_name = {g.uuid: g.uuid for g in facts.gpus} | {str(g.index): g.uuid for g in facts.gpus}
