@@ -33,6 +33,7 @@ from swarmgpu.manager.placement import (
     Planner,
     Status,
     assign_key,
+    env_template,
     gate_key,
     read_ledger,
 )
@@ -281,3 +282,150 @@ def test_the_gpus_held_are_those_of_the_stopping_tasks_own_slot_and_outlive_the_
     assert (n.node_id, n.uuids, n.priority) == ("n-4090", (R_UUIDS[1],), STOPPING_PRIORITY)
     assert g.holds([t2], [], {}) == [n]  # its ledger entry gone: still held
     assert g.holds([], [], {}) == []  # it stopped
+
+
+def test_a_stopping_tasks_own_device_line_names_its_gpus_to_a_fresh_daemon() -> None:
+    """A daemon (or a new leader) that starts after the stopping task's ledger entry went
+    reads the GPUs from the task itself: the device line its service pinned, those of
+    its node only (index 3 too; a UUID the node has not is input, ignored). Before:
+    nothing was held (the ledger was the only source)."""
+    s = sw_svc("pinned", {})
+    line = f"NVIDIA_VISIBLE_DEVICES={R_UUIDS[1]}, GPU-not-on-this-node,3"
+    t = replace(_task("t-p", s, "n-4090", "running", "shutdown"), env=("A=1", line))
+    (n,) = StoppingGpus(P).holds([t], [s], {}, [], FACTS)
+    assert (n.node_id, set(n.uuids)) == ("n-4090", {R_UUIDS[1], R_UUIDS[3]})
+    other = replace(t, env=(line.replace(R_UUIDS[1], "GPU-gone").replace(",3", ""),))
+    assert StoppingGpus(P).holds([other], [s], {}, [], FACTS) == []  # none of its node's
+    templated = replace(t, env=(line, env_template(P)))  # docker reads the later line
+    assert StoppingGpus(P).holds([templated], [s], {}, [], FACTS) == []
+
+
+def test_a_same_node_repins_old_task_holds_the_gpus_it_runs_on_not_the_new_ones() -> None:
+    """s runs on GPU 0 of n-4090; a repin writes GPU 1 into its ledger before Swarm stops
+    the old task. Once it stops, GPU 0 (where its container still runs) is held. Before:
+    the ledger of the cycle that first saw it stopping named GPU 1 only, and GPU 0 was
+    free to any service."""
+    s = sw_svc("s", {})
+    t = _task("t-old", s, "n-4090", "running", "running")
+    old = {"s": {"n-4090": Holding("s", "n-4090", (R_UUIDS[0],), (1000,))}}
+    new = {"s": {"n-4090": Holding("s", "n-4090", (R_UUIDS[1],), (1000,))}}
+    g = StoppingGpus(P)
+    assert g.holds([], [s], old, [t], FACTS) == []
+    assert g.holds([], [s], new, [t], FACTS) == []  # repinned: the old task runs on
+    t_new = _task("t-new", s, "n-4090", "starting", "running")
+    (n,) = g.holds([replace(t, desired_state="shutdown")], [s], new, [t_new], FACTS)
+    assert n.uuids == (R_UUIDS[0],)
+
+
+def test_a_stopping_tasks_share_of_a_gpu_other_services_share_is_held() -> None:
+    """n-4090: filler holds seven GPUs, live half of the eighth; old's task (the other
+    half) stops. frac (half a GPU) waits for it. Before: only wholly free GPUs were
+    held, and frac was placed on the half old's container still used."""
+    old = sw_svc("old", {f"{P}gpu-fraction": "0.5"}, replicas=0)
+    live = sw_svc("live", {f"{P}gpu-fraction": "0.5"})
+    filler = sw_svc("filler", {f"{P}gpus": "7"})
+    frac = sw_svc("frac", {f"{P}gpu-fraction": "0.5", f"{P}gpu-product": "*RTX 4090*"})
+    half = Holding("old", "n-4090", (R_UUIDS[0],), (500,))
+    labels = {**_held("filler", "n-4090", R_UUIDS[1:]), gate_key(P, "live"): "true",
+              assign_key(P, "live"): Holding("live", "n-4090", (R_UUIDS[0],), (500,))
+              .label_value(), assign_key(P, "old"): half.label_value(),
+              gate_key(P, "old"): "true"}
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", labels)]
+    tasks = [_task("t-filler", filler, "n-4090", "running", "running"),
+             _task("t-live", live, "n-4090", "running", "running"),
+             _task("t-frac", frac, "", "pending", "running")]
+    t_old = _task("t-old", old, "n-4090", "running", "shutdown")
+    services = [old, live, filler, frac]
+    planner, cfg = Planner(prefix=P), Config()
+    for _ in range(2):  # the cycle that releases old's holding, then the next
+        plan = make_plan(_snap(nodes, services, tasks, [t_old]), cfg, planner=planner)
+        by = {sp.name: sp for sp in plan.services}
+        assert by["frac"].status == Status.PENDING and not by["frac"].placements, by["frac"]
+        nodes = apply(nodes, plan)
+    plan = make_plan(_snap(nodes, services, tasks, []), cfg, planner=planner)
+    placed = {sp.name: sp for sp in plan.services}["frac"].placements
+    assert [(p.node_id, p.uuids) for p in placed] == [("n-4090", (R_UUIDS[0],))]
+
+
+def test_render_plans_beside_the_tasks_swarm_is_stopping(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`swarmgpu render` reads Swarm (a snapshot, stopping tasks included): gone's task,
+    reserving 1.5 of node-a's 2 CPUs, stops there (the only node), so the rendered llm,
+    reserving 1 CPU, waits. Before: render planned without the stopping tasks and wrote
+    llm onto node-a, where Swarm left it pending until the task stopped."""
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+    from swarmgpu.cli import manager as cli_manager
+    from swarmgpu.swarm import client
+
+    gone = _reserving("gone", 1500, "")
+    facts = {"n-a": FactsResult("n-a", "n-a", "", FACTS["n-4090"], None, 1.0)}
+    snap = Snapshot([cpu_node("n-a", "node-a")], [gone], [], facts,
+                    stopping=[_task("t-gone", gone, "n-a", "running", "shutdown", 1500)])
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg: snap)
+    monkeypatch.setattr(client, "SwarmClient",
+                        lambda *a, **k: RecordingSwarm(snap.nodes, snap.services, []))
+    src, cfg = tmp_path / "ai.yml", tmp_path / "config.yml"
+    src.write_text('version: "3.8"\nservices:\n  llm:\n    image: x\n    deploy:\n'
+                   '      resources: {reservations: {cpus: "1"}}\n'
+                   '      labels:\n        swarmgpu.gpus: "1"\n')
+    cfg.write_text(f"state_dir: {tmp_path}\n")
+    res = CliRunner().invoke(main, ["render", str(src), "--config", str(cfg)],
+                             catch_exceptions=False)
+    assert res.exit_code == 0 and "ai_llm is pending" in res.output, res.output
+    assert R_UUIDS[0] not in res.output, res.output
+
+
+class _TaskApi:
+    """The engine's task list (the API's objects), filtered by desired state as Moby
+    filters it; nodes, services and the swarm object empty."""
+
+    def __init__(self, raw: list[dict[str, object]]) -> None:
+        self.raw = raw
+
+    def tasks(self, filters: dict[str, list[str]]) -> list[dict[str, object]]:
+        want = filters.get("desired-state")
+        return [t for t in self.raw if want is None or t["DesiredState"] in want]
+
+    def nodes(self, **_: object) -> list[object]:
+        return []
+
+    def services(self, **_: object) -> list[object]:
+        return []
+
+    def inspect_swarm(self) -> dict[str, object]:
+        return {}
+
+
+def test_the_snapshot_parses_no_ended_task_of_swarms_history(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine filters the task list by desired state only: the stopping tasks' list
+    holds every ended task Swarm keeps (5 per slot by default). Only the ones still on
+    their node are parsed (benchmarks/bench_snapshot_history.py). Before: all 300 ended
+    tasks were parsed each cycle to keep the one still running."""
+    from swarmgpu.swarm import client as client_mod
+    from swarmgpu.swarm.client import SwarmClient, task_from_api
+
+    def raw(i: int, desired: str, state: str) -> dict[str, object]:
+        return {"ID": f"t{i}", "ServiceID": "s", "NodeID": "n", "Slot": 1,
+                "DesiredState": desired, "Status": {"State": state},
+                "Spec": {"ContainerSpec": {"Image": "x"}}}
+
+    tasks = [raw(0, "running", "running"), raw(1, "shutdown", "running"),
+             *(raw(2 + i, ("shutdown", "remove")[i % 2], ("shutdown", "failed")[i % 2])
+               for i in range(300))]
+    parsed: list[str] = []
+
+    def counted(t: dict[str, object]) -> SwarmTask:
+        parsed.append(str(t["ID"]))
+        return task_from_api(t)
+
+    monkeypatch.setattr(client_mod, "task_from_api", counted)
+    monkeypatch.setattr(sync, "fetch_agents", lambda *_a, **_k: {})
+    sw = SwarmClient.__new__(SwarmClient)
+    sw.endpoint, sw._api = "unix:///test", _TaskApi(tasks)
+    snap = sync.take_snapshot(sw, Config())
+    assert [t.id for t in snap.tasks] == ["t0"] and [t.id for t in snap.stopping] == ["t1"]
+    assert sorted(parsed) == ["t0", "t1"]

@@ -22,6 +22,7 @@ import copy
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any
 
@@ -132,9 +133,10 @@ class ModelSwarm(RecordingSwarm):
         tt = self._made[t.id].get("TaskTemplate") or {}
         return parse_all((tt.get("Placement") or {}).get("Constraints") or [])[0]
 
-    def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
+    def tasks(self, filters: Mapping[str, Any] | None = None, *,
+              states: AbstractSet[str] | None = None) -> list[SwarmTask]:
         self._schedule()
-        return super().tasks(filters)
+        return super().tasks(filters, states=states)
 
     def _schedule(self) -> None:
         """The scheduler: waiting tasks run where they may; one it finds no node for is

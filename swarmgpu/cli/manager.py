@@ -461,6 +461,7 @@ def render(
             environ=environ,
             more=more,
             base=os.path.dirname(os.path.abspath(files[0])),
+            stopping=snap.stopping,
         )
     except StackError as exc:  # only what needs the swarm: count: all with no GPU node
         _render_errors(stack_file, exc.errors)

@@ -13,6 +13,7 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -467,8 +468,16 @@ class SwarmClient:
     def service(self, service_id: str) -> SwarmService:
         return service_from_api(self._call(self._api.inspect_service, service_id))
 
-    def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
-        return [task_from_api(t) for t in self._call(self._api.tasks, filters=dict(filters or {}))]
+    def tasks(self, filters: Mapping[str, Any] | None = None, *,
+              states: AbstractSet[str] | None = None) -> list[SwarmTask]:
+        """``states``: only the tasks whose actual state (``Status.State``) is one of
+        them, the others left unparsed (the engine filters by desired state only: a
+        list of desired shutdown holds every ended task Swarm keeps)."""
+        raw = self._call(self._api.tasks, filters=dict(filters or {}))
+        if states is None:
+            return [task_from_api(t) for t in raw]
+        return [task_from_api(t) for t in raw
+                if str((t.get("Status") or {}).get("State") or "") in states]
 
     def image_env(self, ref: str) -> tuple[str, ...] | None:
         """``Config.Env`` of the image ``ref`` names, as this engine has it; None when it

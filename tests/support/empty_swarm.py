@@ -27,5 +27,5 @@ class EmptySwarm:
     def services(self) -> list[SwarmService]:
         return []
 
-    def tasks(self, filters: Any = None) -> list[SwarmTask]:
+    def tasks(self, filters: Any = None, *, states: Any = None) -> list[SwarmTask]:
         return []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import socket
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any
 
@@ -85,7 +86,8 @@ class RecordingSwarm:
             raise SwarmNotFound(f"service {service_id} not found")  # the engine's 404
         return self._services[service_id]
 
-    def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
+    def tasks(self, filters: Mapping[str, Any] | None = None, *,
+              states: AbstractSet[str] | None = None) -> list[SwarmTask]:
         f = dict(filters or {})
         sids = f.get("service")
         sids = [sids] if isinstance(sids, str) else sids  # the engine takes one or a list
@@ -93,7 +95,8 @@ class RecordingSwarm:
         want = [want] if isinstance(want, str) else want  # one or several, OR'd (Moby)
         return [t for t in self._tasks
                 if (sids is None or t.service_id in sids)
-                and (want is None or t.desired_state in want)]
+                and (want is None or t.desired_state in want)
+                and (states is None or t.state in states)]
 
     def swarm_labels(self) -> Mapping[str, str]:
         return dict(self._swarm_labels)

@@ -25,7 +25,7 @@ from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.cpunodes import agent_nodes, expects_agent
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_task_read
-from swarmgpu.manager.placement.keys import STOPPING_STATES, stopping
+from swarmgpu.manager.placement.keys import ASSIGNED_STATES, STOPPING_STATES, stopping
 from swarmgpu.swarm.agentservice import missing_agent_service
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import (
@@ -108,7 +108,9 @@ def take_snapshot(
             if t.service_id in jobs and job_task_read(t) and t.id not in listed
         ]
     listed = {t.id for t in tasks}
-    leaving = [t for t in swarm.tasks({"desired-state": list(STOPPING_STATES)})
+    # (the list holds every ended task Swarm keeps: only those still on a node parsed)
+    leaving = [t for t in swarm.tasks({"desired-state": list(STOPPING_STATES)},
+                                      states=ASSIGNED_STATES)
                if stopping(t) and t.id not in listed]
     after = swarm.swarm_labels()
     return Snapshot(

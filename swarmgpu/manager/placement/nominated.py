@@ -49,9 +49,12 @@ from dataclasses import dataclass
 from loguru import logger
 
 from swarmgpu.allocator.values import Choice
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
+from swarmgpu.manager.placement.envs import DEVICE_VAR, own_device_line
+from swarmgpu.manager.placement.keys import ASSIGNED_STATES
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
@@ -71,6 +74,9 @@ class Nomination:
     node_id: str
     uuids: tuple[str, ...]
     moved: tuple[str, ...] = ()  # its victims to be moved, not stopped
+    # The share of each of ``uuids`` held (stopping tasks': ``StoppingGpus``), what of it
+    # is free; empty: each GPU held only when it is wholly free (a preemption's)
+    milli: tuple[int, ...] = ()
 
 
 def held_gpus(nominations: Sequence[Nomination]) -> dict[tuple[str, str], tuple[str, int]]:
@@ -215,8 +221,10 @@ class Holds:
         service took in this visit, or still held, is left as it is)."""
         alloc = self.cluster.alloc
         want = set(n.uuids)
-        choice = held_choice(self.cluster, n.node_id, want.__contains__,
-                             f"held for {n.service} (its preemption)")
+        choice = (share_choice(self.cluster, n.node_id, dict(zip(n.uuids, n.milli, strict=True)),
+                               f"held for {n.service}") if n.milli else
+                  held_choice(self.cluster, n.node_id, want.__contains__,
+                              f"held for {n.service} (its preemption)"))
         if choice is None:
             return
         # Recorded before commit: commit can raise once it counted the GPUs (the scorer's
@@ -248,42 +256,117 @@ def held_choice(cluster: ClusterAllocator, node: str, held: Callable[[str], bool
                   explanation=explanation, cpu_milli=0, memory_mib=0)
 
 
+def share_choice(cluster: ClusterAllocator, node: str, milli: Mapping[str, int],
+                 explanation: str) -> Choice | None:
+    """``milli`` (GPU uuid -> the share held of it) of ``node``'s GPUs, as much of each as
+    is free on ``cluster`` (a GPU in MIG mode is none: the allocator counts its devices
+    by profile, not by UUID), as a Choice that counts them used once committed; None when
+    nothing of them is free (or the node is not known)."""
+    state, facts = cluster.alloc.nodes.get(node), cluster.facts.get(node)
+    if state is None or facts is None:
+        return None
+    take = [(i, min(milli[g.uuid], state.free[i])) for i, g in enumerate(facts.gpus)
+            if i < len(state.free) and not g.mig_enabled and g.uuid in milli]
+    take = [(i, m) for i, m in take if m > 0]
+    if not take:
+        return None
+    return Choice(node=node, gpus=tuple(i for i, _ in take), milli=tuple(m for _, m in take),
+                  score=0.0, explanation=explanation, cpu_milli=0, memory_mib=0)
+
+
 # A stopping task's GPUs are held from every service: none is of a higher priority.
 STOPPING_PRIORITY = sys.maxsize
+
+
+# (GPU uuid, the share of it in milli) a stopping task uses
+Uses = tuple[tuple[str, int], ...]
 
 
 class StoppingGpus:
     """The GPUs of tasks Swarm is stopping (``keys.stopping``: a scale-down's, an
     update's old task, a removed service's), held as a nomination of the top priority
-    while they stop. The service's holding there goes as ever (the task keeps none), but
-    its container runs on the GPUs its ledger entry named, its stop grace period at most:
-    no service is placed on them, nor preempts as if they were free, meanwhile. The GPUs
-    are read from the ledger of the cycle that first sees the task stopping (its entry
-    goes in that cycle's writes) and kept, by task id, while it is seen stopping; a
-    daemon that starts while a task stops, after its entry went, does not know them."""
+    while they stop: its share of each (a fraction's beside live services' shares too),
+    as much of it as is free. The service's holding there goes as ever (the task keeps
+    none), but its container runs on its GPUs, its stop grace period at most: no service
+    is placed on them, nor preempts as if they were free, meanwhile.
 
-    def __init__(self) -> None:
-        self.known: dict[str, tuple[str, tuple[str, ...]]] = {}  # task id -> (node, uuids)
+    A task's GPUs are read, in order: from the task itself, the device line of its own
+    env (``envs.own_device_line``: UUIDs or indexes a service pins, as given when the
+    task was made), those of its node's GPUs only (the agent's facts: a UUID not there is
+    input, ignored); else as the ledger named them when the task was first seen running
+    (a same-node repin writes the new GPUs before Swarm stops the old task); else from
+    the ledger of the cycle that first sees it stopping. Kept by task id while it runs or
+    stops. swarmgpu's own device template is expanded from the service's labels on the
+    node, which the task API does not show, and Swarm's assigned generic resources are
+    not the GPUs placement's grant gives (docs/deploy.md): neither is read. So a daemon
+    that starts while a task stops, after its entry went, knows only a pinned line's."""
+
+    def __init__(self, prefix: str = "swarmgpu.") -> None:
+        self.prefix = prefix
+        self.known: dict[str, tuple[str, Uses]] = {}  # stopping task id -> (node, uses)
+        self.running: dict[str, tuple[str, Uses]] = {}  # meant task id -> as first seen
         self.names: dict[str, str] = {}  # service id -> name, as the last cycle had them
 
     def holds(self, stopping: Sequence[SwarmTask], services: Sequence[SwarmService],
-              ledger: Mapping[str, Mapping[str, Holding]]) -> list[Nomination]:
-        """This cycle's holds; ``ledger``: service name -> node id -> holding, as read."""
+              ledger: Mapping[str, Mapping[str, Holding]],
+              tasks: Sequence[SwarmTask] = (),
+              facts: Mapping[str, NodeFacts] | None = None) -> list[Nomination]:
+        """This cycle's holds; ``ledger``: service name -> node id -> holding, as read;
+        ``tasks``: the meant ones (their GPUs learned while they run); ``facts``: the
+        agents' answers per node id (a task's own device line is checked against them)."""
         names = {s.id: s.name for s in services}
-        known: dict[str, tuple[str, tuple[str, ...]]] = {}
+        facts = facts or {}
+        running: dict[str, tuple[str, Uses]] = {}
+        for t in tasks:  # learned before it stops: its ledger entry may change first
+            if t.node_id and t.state in ASSIGNED_STATES:
+                got = self.running.get(t.id) or self._from_ledger(t, names, ledger)
+                if got is not None:
+                    running[t.id] = got
+        known: dict[str, tuple[str, Uses]] = {}
         for t in stopping:
-            got = self.known.get(t.id)
-            if got is None:  # a removed service's name: the last cycle's
-                name = names.get(t.service_id) or self.names.get(t.service_id, "")
-                h = ledger.get(name, {}).get(t.node_id)
-                if h is None or not h.uuids:
-                    continue
-                got = (t.node_id, (h.per_slot().get(t.slot or 0) if h.packed else None)
-                       or h.uuids)
-            known[t.id] = got
-        self.known, self.names = known, names
-        by_node: dict[str, set[str]] = {}  # one hold per node: each visit walks them all
-        for nid, uuids in known.values():
-            by_node.setdefault(nid, set()).update(uuids)
+            own = task_device_uses(t, self.prefix, facts.get(t.node_id))
+            got = ((t.node_id, own) if own else self.known.get(t.id)
+                   or self.running.get(t.id) or self._from_ledger(t, names, ledger))
+            if got is not None:
+                known[t.id] = got
+        self.known, self.running, self.names = known, running, names
+        by_node: dict[str, dict[str, int]] = {}  # one hold per node: each visit walks them all
+        for nid, uses in known.values():
+            on = by_node.setdefault(nid, {})
+            for u, m in uses:
+                on[u] = min(1000, on.get(u, 0) + m)
         return [Nomination(f"tasks stopping on {nid}", STOPPING_PRIORITY, nid,
-                           tuple(sorted(uuids))) for nid, uuids in sorted(by_node.items())]
+                           tuple(sorted(on)), milli=tuple(on[u] for u in sorted(on)))
+                for nid, on in sorted(by_node.items())]
+
+    def _from_ledger(self, t: SwarmTask, names: Mapping[str, str],
+                     ledger: Mapping[str, Mapping[str, Holding]]) -> tuple[str, Uses] | None:
+        """What the ledger names for ``t``'s service on its node (its slot's, packed)."""
+        name = names.get(t.service_id) or self.names.get(t.service_id, "")  # a removed one's
+        h = ledger.get(name, {}).get(t.node_id)
+        if h is None or not h.uuids:
+            return None
+        uuids, milli = h.uuids, h.milli
+        if h.packed:
+            uuids, milli = h.per_slot_milli().get(t.slot or 0, ((), ()))
+            if not uuids:
+                uuids, milli = h.uuids, h.milli
+        return t.node_id, tuple(zip(uuids, milli, strict=True))
+
+
+def task_device_uses(t: SwarmTask, prefix: str, facts: NodeFacts | None) -> Uses:
+    """The GPUs of its node that ``t``'s own device line names (UUIDs or indexes; a
+    MIG device's UUID is not counted), each wholly; none without the node's facts, for
+    swarmgpu's template, ``all`` and ``void``. Docker reads the last line that sets the
+    variable: a line of the service's before swarmgpu's template is not the one used."""
+    last = [x for x in t.env if x.partition("=")[0] == DEVICE_VAR][-1:]
+    line = own_device_line(last, prefix)
+    if line is None or facts is None:
+        return ()
+    by_name = {g.uuid: g.uuid for g in facts.gpus} | {str(g.index): g.uuid for g in facts.gpus}
+    out: dict[str, int] = {}
+    for part in line.partition("=")[2].split(","):
+        u = by_name.get(part.strip())
+        if u is not None:
+            out[u] = 1000
+    return tuple(out.items())

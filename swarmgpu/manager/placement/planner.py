@@ -174,7 +174,7 @@ class Planner:
         self._open_since: dict[tuple[str, str], float] = {}  # (service id, node): gate seen open
         self._faults = Faults()  # services whose planning raised (placement.isolate)
         self._hold_faults = HoldFaults()  # holds whose work raised (placement.nominated)
-        self._stopping = StoppingGpus()  # GPUs of tasks Swarm is stopping, held meanwhile
+        self._stopping = StoppingGpus(prefix)  # GPUs of tasks Swarm is stopping, held meanwhile
 
     def keep_failed_holdings(self, keep: Callable[[str, str], bool] | None) -> None:
         """(service name, node id) -> keep its holding on a failed GPU (the health
@@ -290,7 +290,7 @@ class Planner:
         cyc = self._cycle(plan, nodes, facts, seen, now, moving)
         # Both kept in place: a quiet service's entries stay as they are; every other
         # visited service's are dropped first, then set again if it settles.
-        leaving = self._stopping.holds(stopping, services, seen.ledger)
+        leaving = self._stopping.holds(stopping, services, seen.ledger, tasks, facts)
         plan.stopping_held = held_gpus(leaving)
         holds = Holds(self.cluster, [*live_nominations(nominated, read.names), *leaving],
                       self._hold_faults)
