@@ -476,8 +476,9 @@ class SwarmClient:
         raw = self._call(self._api.tasks, filters=dict(filters or {}))
         if states is None:
             return [task_from_api(t) for t in raw]
-        return [task_from_api(t) for t in raw
-                if str((t.get("Status") or {}).get("State") or "") in states]
+        return [task_from_api(t) for t in raw  # (not a mapping: task_from_api says why)
+                if not isinstance(t, Mapping) or not isinstance(t.get("Status"), Mapping)
+                or str(t["Status"].get("State") or "") in states]
 
     def image_env(self, ref: str) -> tuple[str, ...] | None:
         """``Config.Env`` of the image ``ref`` names, as this engine has it; None when it
