@@ -429,3 +429,32 @@ def test_the_snapshot_parses_no_ended_task_of_swarms_history(
     snap = sync.take_snapshot(sw, Config())
     assert [t.id for t in snap.tasks] == ["t0"] and [t.id for t in snap.stopping] == ["t1"]
     assert sorted(parsed) == ["t0", "t1"]
+
+
+def test_a_task_stopped_after_the_daemon_released_its_gpus_still_holds_them() -> None:
+    """The daemon re-places old (now asking A100s) on n-dgx and releases its six RTX
+    4090s in the same cycle, while its task still runs on them; Swarm stops that task
+    after the write, so the next cycle sees it stopping with its entry already gone.
+    new (2 RTX 4090s) waits for them all the same. Before: new was placed on two of the
+    GPUs the stopping task still used (its ledger entry was gone when first seen)."""
+    nodes, services, tasks, t_old = _scaled_down()
+    old, filler, new = services
+    running = replace(t_old, desired_state="running")
+    planner, cfg = Planner(prefix=P), Config()
+    plan = make_plan(_snap(nodes, [old, filler], [tasks[0], running], []), cfg,
+                     planner=planner)
+    nodes = apply(nodes, plan)
+    a100 = replace(sw_svc("old", {f"{P}gpus": "6", f"{P}gpu-product": "*A100*"}), version=2)
+    plan = make_plan(_snap(nodes, [a100, filler], [tasks[0], running], []), cfg,
+                     planner=planner)
+    assert [p.node_id for sp in plan.services if sp.name == "old"
+            for p in sp.placements] == ["n-dgx"]
+    nodes = apply(nodes, plan)
+    assert assign_key(P, "old") not in nodes[2].labels  # released, its task still runs
+    waiting = [tasks[0], replace(running, id="t-old-2", node_id="", state="pending",
+                                 desired_state="ready"), tasks[1]]
+    plan = make_plan(_snap(nodes, [a100, filler, new], waiting, [t_old]), cfg,
+                     planner=planner)
+    by = {sp.name: sp for sp in plan.services}
+    assert by["new"].status == Status.PENDING and not by["new"].placements, by["new"]
+    assert {("n-4090", u) for u in R_UUIDS[:6]} <= plan.stopping_held.keys()
