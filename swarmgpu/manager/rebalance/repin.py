@@ -31,7 +31,9 @@ the ledger at step 2, as a move without make-before-break frees its source.
 Progress is read back from Swarm each cycle (the node's ledger and gate, the tasks on
 the node), so a restarted daemon or a new leader carries on. A move whose new task does
 not run within ``move_timeout_s`` is rolled back: the same steps with the GPU sets
-swapped (``direction: back``); a roll-back that times out too is left to placement (gate
+swapped (``direction: back``), unless Swarm still wants its old task there, gate closed:
+then it ends on the old GPUs that task has, as at its hold limit (a roll-back in flight
+with it on the node, paused then, was handed back on the new GPUs); a roll-back that times out too is left to placement (gate
 open, ledger as it is, the device map pointed at the GPUs it names, move label gone). A
 health repin is never rolled back (its source GPU failed): past the timeout it ends on
 the new GPUs once their gate is open, and one whose gate has not reopened by its hold
@@ -457,19 +459,22 @@ class Repin:
                 "repin on {}: not rolled back while a task of it waits for a node beside a "
                 "running one", st.source_host)
             return True
+        if kept and held == st.target_holding():
+            # Swarm still wants its old task there, on the old GPUs (made before the gate
+            # closed: a paused node's, its stop grace, one that does not answer): the repin
+            # ends on them (past the hold's limit, or with no hold). Opened on the new ones,
+            # those read free under it; a roll-back would run with that task on the node,
+            # and a pause then handed it back on the roll-back's source, the new GPUs.
+            self._hand_back(sid, st, node, held, waits, (
+                f"its task on {st.source_host} is not running within "
+                f"{self.cfg.move_timeout_s:g}s and Swarm still wants its old task there, "
+                f"on {','.join(st.source_uuids)}: the ledger and device map back on "
+                "them, gate open; left to placement"))
+            return True
         if waits.held:
             # Past the hold's limit: ended where it is, not rolled back (a roll-back's own
             # task would be the one its spec write left waiting for good): the ledger and
             # the device map name the GPUs it holds, and placement takes it from there.
-            if kept and held == st.target_holding():
-                # Where it is: its old task, on the old GPUs (a paused node's, or one that
-                # does not answer); opened on the new ones, those read free under it.
-                self._hand_back(sid, st, node, held, waits, (
-                    f"its task on {st.source_host} is not running within "
-                    f"{self.cfg.move_timeout_s:g}s and Swarm still wants its old task there, "
-                    f"on {','.join(st.source_uuids)}: the ledger and device map back on "
-                    "them, gate open; left to placement"))
-                return True
             self._point_at_held(sid, st, held)
             self._leave(sid, st, held, f"its task on {st.source_host} is not running "
                                        f"within {self.cfg.move_timeout_s:g}s", waits)
