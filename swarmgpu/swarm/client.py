@@ -23,6 +23,7 @@ import requests.exceptions
 import urllib3.exceptions
 
 from swarmgpu.swarm.eventstream import Cut, NotAnEvent, read_events
+from swarmgpu.swarm.taskspec import task_rules
 
 
 class SwarmError(RuntimeError):
@@ -323,8 +324,7 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
         job_iteration=(int((raw.get("JobIteration") or {}).get("Index") or 0)
                        if "JobIteration" in raw else None),
         created_at=str(raw.get("CreatedAt") or ""),
-        constraints=tuple(str(c) for c in (spec.get("Placement") or {}).get("Constraints")
-                          or ()),
+        constraints=task_rules(spec),
         network_drivers=_network_drivers(raw),
     )
 

@@ -27,6 +27,14 @@ def _constraints(tt: Mapping[str, Any]) -> list[str]:
     return list((tt.get("Placement") or {}).get("Constraints") or [])
 
 
+def task_rules(spec: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """A task spec's ``Placement.Constraints`` (() for none); None where it is anything
+    but a list of texts (not read: a text would be read as its letters)."""
+    pl = spec.get("Placement") or {}
+    c = (pl.get("Constraints") or []) if isinstance(pl, Mapping) else None
+    return tuple(c) if isinstance(c, list) and all(isinstance(x, str) for x in c) else None
+
+
 def _diff_keys(a: Mapping[str, Any], b: Mapping[str, Any], skip: tuple[str, ...]) -> list[str]:
     return sorted(k for k in set(a) | set(b) if k not in skip and a.get(k) != b.get(k))
 

@@ -44,6 +44,10 @@ class Cycle:
     release: AbstractSet[str] = frozenset()  # services whose held changes are written now
     ports: HostPorts = field(default_factory=HostPorts)  # (why ``exclude`` refuses a node)
     filters: SwarmFilters | None = None  # (why ``exclude`` refuses a node: its plugins)
+    # ``TaskView.rules``: the constraints of each service's old tasks per node (none known
+    # here: every such task is taken to read its gate, ``devicemap``)
+    task_rules: Mapping[str, Mapping[str, AbstractSet[tuple[str, ...] | None]]] = field(
+        default_factory=dict)
 
     def plugins_why(self, s: SwarmService, node: SwarmNode) -> str:
         """Why Swarm's PluginFilter refuses ``s`` on ``node`` ("" when it does not)."""

@@ -13,6 +13,7 @@ from swarmgpu.manager.placement.keys import (
     assign_key,
     devices_key,
     gate_key,
+    is_gate_of,
 )
 from swarmgpu.manager.placement.ledger import Holding, holdings_of, packed_holding
 from swarmgpu.manager.placement.records import ReplicaPlacement
@@ -107,7 +108,7 @@ def write_devices_and_gates(
         parallelism, untrusted = kept_parallelism(s, prefix)  # (one not trusted stays)
         warnings += (untrusted,) if untrusted else ()
         labels_remove += () if untrusted else (par_key,)
-    node_set, deferred = _node_writes(held, gate_ready, ak, gk, cyc, running_on, waiting)
+    node_set, deferred = _node_writes(s, held, gate_ready, ak, gk, cyc, running_on, waiting)
     return DeviceMap(
         labels_set,
         tuple(labels_remove),
@@ -186,6 +187,7 @@ def _service_labels(
 
 
 def _node_writes(
+    s: SwarmService,
     held: Mapping[str, Holding],
     gate_ready: bool,
     ak: str,
@@ -202,7 +204,7 @@ def _node_writes(
         value = h.label_value()
         diff = {ak: value} if labels.get(ak) != value else {}
         if labels.get(gk) == "true" or (
-            gate_ready and not _old_task_stays(nid, running_on, waiting, cyc)
+            gate_ready and not _old_task_stays(s, nid, running_on, waiting, cyc)
         ):
             if labels.get(gk) != "true":
                 diff[gk] = "true"
@@ -213,8 +215,8 @@ def _node_writes(
     return node_set, deferred
 
 
-def _old_task_stays(nid: str, running_on: Mapping[str, int], waiting: Waiting,
-                    cyc: Cycle) -> bool:
+def _old_task_stays(s: SwarmService, nid: str, running_on: Mapping[str, int],
+                    waiting: Waiting, cyc: Cycle) -> bool:
     """A closed gate stays closed while a task of the service still runs on ``nid``
     beside a failed GPU: a health repin that ended at its hold limit left it closed on
     purpose (``rebalance/repin.py`` ``_health_over``), the task was made with the failed
@@ -223,10 +225,18 @@ def _old_task_stays(nid: str, running_on: Mapping[str, int], waiting: Waiting,
     not run yet (assigned to ready) is as old: Swarm's scheduler assigns none to a node
     whose gate is closed, so it was put there before the gate closed (its ForceUpdate may
     be the map's own: a repin writes none beside a running task). The new task the gate
-    exists for is not on the node yet (pending), and is not counted."""
+    exists for is not on the node yet (pending), and is not counted. Only a task whose
+    constraints read the gate (or are not known) counts: Swarm never stops one made
+    before its service had a gate (adopted ungated, ``update_config.order: start-first``,
+    whose new task waits for this gate) for a closed gate, and waiting for it was a
+    stall for good."""
     f = cyc.facts.get(nid)
     old = bool(running_on.get(nid)) or nid in waiting.assigned
-    return old and f is not None and any(not g.healthy for g in f.gpus)
+    if not (old and f is not None and any(not g.healthy for g in f.gpus)):
+        return False
+    rules = cyc.task_rules.get(s.id, {}).get(nid)
+    return rules is None or any(
+        c is None or any(is_gate_of(x, cyc.prefix, s.name) for x in c) for c in rules)
 
 
 def _nodes_of(keys: Sequence[str], prefix: str) -> set[str]:

@@ -288,6 +288,7 @@ class Planner:
                                   tv.running, skip)
         self._memo.most = seen.most
         cyc = self._cycle(plan, nodes, facts, seen, now, moving)
+        cyc.task_rules = tv.rules
         # Both kept in place: a quiet service's entries stay as they are; every other
         # visited service's are dropped first, then set again if it settles.
         leaving = self._stopping.holds(stopping, services, seen.ledger, tasks, facts)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, TypeVar
 
@@ -62,6 +62,9 @@ class TaskView:
     on_nodes: dict[str, set[str]]
     failed: dict[str, list[str]]
     use: dict[str, list[int]]  # node id -> [CPU milli, memory MiB] its tasks reserve
+    # per service id, node id -> the constraints (``SwarmTask.constraints``) of its tasks
+    # there that run or are past the scheduler: whether they read its gate (devicemap)
+    rules: dict[str, dict[str, set[tuple[str, ...] | None]]] = field(default_factory=dict)
 
 
 def meant_to_run(t: SwarmTask) -> bool:
@@ -82,6 +85,7 @@ def tasks_by_service(
     slots: dict[str, dict[int, str]] = {}
     on_nodes: dict[str, set[str]] = {}
     failed: dict[str, list[str]] = {}
+    rules: dict[str, dict[str, set[tuple[str, ...] | None]]] = {}
     # service id -> [count, min ForceUpdate, refusal, count on a node, their nodes,
     # nodes where one is past the scheduler]
     acc: dict[str, list[Any]] = {}
@@ -129,6 +133,7 @@ def tasks_by_service(
                 running[sid] = {nid: 1}
             else:
                 per[nid] = per.get(nid, 0) + 1
+            _add_rule(rules, sid, nid, t.constraints)
         elif state in _ACTIVE:
             a = acc.get(sid)
             if a is None:
@@ -139,6 +144,7 @@ def tasks_by_service(
                 a[4].add(nid)
                 if state in _ASSIGNED:
                     a[5].add(nid)
+                    _add_rule(rules, sid, nid, t.constraints)
             if t.force_update < a[1]:
                 a[1] = t.force_update
             if not a[2] and (t.error or t.message):
@@ -151,7 +157,18 @@ def tasks_by_service(
         sid: Waiting(a[0], a[1], a[2], a[3], frozenset(a[4]), frozenset(a[5]))
         for sid, a in acc.items()
     }
-    return TaskView(running, waiting, slots, on_nodes, failed, use)
+    return TaskView(running, waiting, slots, on_nodes, failed, use, rules)
+
+
+def _add_rule(rules: dict[str, dict[str, set[tuple[str, ...] | None]]], sid: str, nid: str,
+              c: tuple[str, ...] | None) -> None:
+    per = rules.get(sid)
+    if per is None:
+        rules[sid] = {nid: {c}}
+    elif (on := per.get(nid)) is None:
+        per[nid] = {c}
+    else:
+        on.add(c)
 
 
 # What Swarm's scheduler writes into a task it cannot place (swarmkit scheduler/filter.go).
@@ -229,6 +246,7 @@ class TaskBook:
             for nid in v.on_nodes.get(sid, ()):
                 pairs.add((sid, nid))
             _put(v.failed, part.failed, sid)
+            _put(v.rules, part.rules, sid)
         use = _use_by_service(tasks)
         for sid in changed:  # node totals: each changed service's old part out, new in
             for nid, (cpu, mem) in self._use.pop(sid, {}).items():

@@ -33,8 +33,9 @@ the node), so a restarted daemon or a new leader carries on. A move whose new ta
 not run within ``move_timeout_s`` is rolled back: the same steps with the GPU sets
 swapped (``direction: back``), unless Swarm still wants its old task there, gate closed:
 then it ends on the old GPUs that task has, as at its hold limit (a roll-back in flight
-with it on the node, paused then, was handed back on the new GPUs); a roll-back that times out too is left to placement (gate
-open, ledger as it is, the device map pointed at the GPUs it names, move label gone). A
+with it on the node, paused then, was handed back on the new GPUs); a roll-back that
+times out too is left to placement (gate open, ledger as it is, the device map pointed at
+the GPUs it names, move label gone). A
 health repin is never rolled back (its source GPU failed): past the timeout it ends on
 the new GPUs once their gate is open, and one whose gate has not reopened by its hold
 limit (twice ``move_timeout_s``: Swarm has not let the old task go) ends there, gate
