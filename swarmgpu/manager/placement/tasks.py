@@ -85,7 +85,6 @@ def tasks_by_service(
     slots: dict[str, dict[int, str]] = {}
     on_nodes: dict[str, set[str]] = {}
     failed: dict[str, list[str]] = {}
-    rules: dict[str, dict[str, set[tuple[str, ...] | None]]] = {}
     # service id -> [count, min ForceUpdate, refusal, count on a node, their nodes,
     # nodes where one is past the scheduler]
     acc: dict[str, list[Any]] = {}
@@ -133,7 +132,6 @@ def tasks_by_service(
                 running[sid] = {nid: 1}
             else:
                 per[nid] = per.get(nid, 0) + 1
-            _add_rule(rules, sid, nid, t.constraints)
         elif state in _ACTIVE:
             a = acc.get(sid)
             if a is None:
@@ -144,7 +142,6 @@ def tasks_by_service(
                 a[4].add(nid)
                 if state in _ASSIGNED:
                     a[5].add(nid)
-                    _add_rule(rules, sid, nid, t.constraints)
             if t.force_update < a[1]:
                 a[1] = t.force_update
             if not a[2] and (t.error or t.message):
@@ -157,18 +154,18 @@ def tasks_by_service(
         sid: Waiting(a[0], a[1], a[2], a[3], frozenset(a[4]), frozenset(a[5]))
         for sid, a in acc.items()
     }
-    return TaskView(running, waiting, slots, on_nodes, failed, use, rules)
+    return TaskView(running, waiting, slots, on_nodes, failed, use, _rules_by_service(tasks))
 
 
-def _add_rule(rules: dict[str, dict[str, set[tuple[str, ...] | None]]], sid: str, nid: str,
-              c: tuple[str, ...] | None) -> None:
-    per = rules.get(sid)
-    if per is None:
-        rules[sid] = {nid: {c}}
-    elif (on := per.get(nid)) is None:
-        per[nid] = {c}
-    else:
-        on.add(c)
+def _rules_by_service(tasks: Sequence[SwarmTask]
+                      ) -> dict[str, dict[str, set[tuple[str, ...] | None]]]:
+    """``TaskView.rules``: of each service's tasks meant to run that are on a node and
+    past the scheduler (assigned to running: ``devicemap``'s old tasks), the constraints."""
+    out: dict[str, dict[str, set[tuple[str, ...] | None]]] = {}
+    for t in tasks:
+        if t.node_id and t.state in ASSIGNED_STATES and meant_to_run(t):
+            out.setdefault(t.service_id, {}).setdefault(t.node_id, set()).add(t.constraints)
+    return out
 
 
 # What Swarm's scheduler writes into a task it cannot place (swarmkit scheduler/filter.go).
