@@ -479,8 +479,7 @@ class Mover:
         flying = fresh.id in every
         if why is None and flying:
             why = "a move record exists for it already"
-        # No desired-state filter: each reader judges it on Swarm's answer (MEANT_STATES)
-        tasks = self.swarm.tasks({"service": fresh.id})
+        tasks = self.swarm.tasks({"service": fresh.id})  # desired state: its readers judge it
         req = parse_all(fresh.labels, prefix=self.prefix)
         ledger = service_ledger(self.swarm, self.prefix, m.service)
         why = why or why_not_movable(fresh, req if isinstance(req, GpuRequest) else None,
@@ -647,6 +646,7 @@ class Mover:
         if src is None or dst is None:
             self._node_left(sid, st, src, dst)
             return
+        # judged on Swarm's answer, as victimspec.renewed: its shut-down tasks are none
         tasks = [t for t in self.swarm.tasks({"service": sid}) if t.desired_state in MEANT_STATES]
         running_on = {t.node_id for t in tasks if t.desired_state == t.state == "running"}
         on_source = any(t.node_id == st.source for t in tasks)  # desired ready: may start
