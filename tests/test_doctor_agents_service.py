@@ -212,3 +212,20 @@ def test_the_doctor_and_the_daemon_call_the_same_nodes_gpu_nodes() -> None:
                 assert (doctor.status is Status.FAIL) == daemon, (n, prefix, kind, doctor)
                 seen.add(daemon)
     assert seen == {True, False}
+
+
+def test_a_hostile_hostname_in_the_finding_shows_escaped_in_text_and_json() -> None:
+    """A node's hostname is the node's own word (its engine reports it): one carrying an
+    escape sequence and a newline is shown escaped on the report's line, never forging
+    another line or colouring the terminal, and the JSON report decodes to it."""
+    host = "gpu-x\x1b[31m\nOK    agents.service: forged\u202e"
+    read = SwarmRead([sw_node("n-x", host, {"gpu": "true"})], [AGENT], [])
+    root = str(DOCTOR_ROOTS / "healthy")
+    text, _ = run_doctor(root, agents_service="swarmgpu_agent", swarm=read)
+    assert not any(c in text for c in "\x1b\r\u202e"), text
+    (line,) = [ln for ln in text.split("\n") if "agents.service" in ln]
+    assert line.startswith("WARN") and r"gpu-x\x1b[31m\nOK" in line, line
+    doc, _ = run_doctor(root, as_json=True, agents_service="swarmgpu_agent", swarm=read)
+    assert "\x1b" not in doc and "\u202e" not in doc, doc
+    (c,) = [c for c in json.loads(doc)["checks"] if c["id"] == "agents.service"]
+    assert host in c["found"], c

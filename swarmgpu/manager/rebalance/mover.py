@@ -133,6 +133,7 @@ from swarmgpu.manager.rebalance.verdict import (
 from swarmgpu.manager.services.requests import GpuRequest, parse_all
 from swarmgpu.manager.services.sharing import node_of_key
 from swarmgpu.swarm.client import (
+    MEANT_STATES,
     NotLeader,
     SwarmClient,
     SwarmError,
@@ -141,7 +142,6 @@ from swarmgpu.swarm.client import (
     SwarmService,
     SwarmTask,
     VersionConflict,
-    meant_filter,
 )
 
 Names = AbstractSet[str]  # (plan_failed: the services whose plan failed this cycle)
@@ -463,7 +463,7 @@ class Mover:
         if m.target_node == m.source_node:
             if budget is not None:
                 node = self.swarm.node(m.source_node)
-                tasks = self.swarm.tasks({"service": fresh.id, "desired-state": meant_filter()})
+                tasks = self.swarm.tasks({"service": fresh.id})
                 return self._refused(m, self.repin.refusal(m, fresh, node, tasks), budget)
             got = self.repin.start(m, fresh)
             if isinstance(got, str):
@@ -479,7 +479,7 @@ class Mover:
         flying = fresh.id in every
         if why is None and flying:
             why = "a move record exists for it already"
-        tasks = self.swarm.tasks({"service": fresh.id, "desired-state": meant_filter()})
+        tasks = self.swarm.tasks({"service": fresh.id})  # desired state: its readers judge it
         req = parse_all(fresh.labels, prefix=self.prefix)
         ledger = service_ledger(self.swarm, self.prefix, m.service)
         why = why or why_not_movable(fresh, req if isinstance(req, GpuRequest) else None,
@@ -646,7 +646,8 @@ class Mover:
         if src is None or dst is None:
             self._node_left(sid, st, src, dst)
             return
-        tasks = self.swarm.tasks({"service": sid, "desired-state": meant_filter()})
+        # judged on Swarm's answer, as victimspec.renewed: its shut-down tasks are none
+        tasks = [t for t in self.swarm.tasks({"service": sid}) if t.desired_state in MEANT_STATES]
         running_on = {t.node_id for t in tasks if t.desired_state == t.state == "running"}
         on_source = any(t.node_id == st.source for t in tasks)  # desired ready: may start
         src_open = src.labels.get(gate_key(p, st.service)) == "true"

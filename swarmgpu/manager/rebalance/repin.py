@@ -108,7 +108,6 @@ from swarmgpu.swarm.client import (
     SwarmService,
     SwarmTask,
     VersionConflict,
-    meant_filter,
 )
 
 # (move state, outcome, detail): the mover's `recent` list, logs and metrics
@@ -238,7 +237,8 @@ class Repin:
         """Steps 0-2 for ``m`` (``m.source_node == m.target_node``); the move's state, or
         why it was refused (nothing written then)."""
         node = self.swarm.node(m.source_node)
-        tasks = self.swarm.tasks({"service": fresh.id, "desired-state": meant_filter()})
+        # No desired-state filter: refusal's readers judge it on Swarm's answer (MEANT_STATES)
+        tasks = self.swarm.tasks({"service": fresh.id})
         why = self.refusal(m, fresh, node, tasks)
         if why is not None:
             return why
