@@ -79,3 +79,26 @@ def test_a_service_whose_plan_failed_this_cycle_is_refused_at_start() -> None:
     assert [r.outcome for r in mover.recent] == [Outcome.REFUSED]
     assert read_records(sw.swarm_labels(), P) == {}
     assert dict(sw.service("id-victim").spec) == before
+
+
+def test_a_target_gpu_a_stopping_task_still_uses_refuses_the_start() -> None:
+    """The ledger shows the target GPU free, but a task Swarm is stopping there still
+    runs on it (``plan.stopping_held``, handed to the mover as ``held``): the start is
+    refused, naming it, and nothing is written. A GPU held for the moved service itself
+    refuses nothing."""
+    target = victim_move().target_uuids[0]
+    sw = victim_cluster({})
+    cfg = RebalanceConfig(dry_run=False, max_moves_per_cycle=9, max_moves_per_node=9)
+    mover = Mover(sw, cfg, prefix=P, dry_run=False,  # type: ignore[arg-type]
+                  clock=lambda: 1000.0)
+    mover.held = {("n-4090", target): ("tasks stopping on n-4090", 2**62)}
+    before = copy.deepcopy(dict(sw.service("id-victim").spec))
+    got = mover.start(victim_move(), sw.service("id-victim"))
+    assert not got.ok and f"{target} on gpu-node-2 is held for tasks stopping" in got.why, got.why
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert dict(sw.service("id-victim").spec) == before
+    sw = victim_cluster({})
+    mover = Mover(sw, cfg, prefix=P, dry_run=False,  # type: ignore[arg-type]
+                  clock=lambda: 1000.0)
+    mover.held = {("n-4090", target): ("victim", 5)}
+    assert mover.start(victim_move(), sw.service("id-victim")).ok

@@ -232,6 +232,8 @@ class Preempter:
         Stopped alone, a victim freed GPUs the preemptor could not use yet, and placement
         gave them back to it the next cycle: stopped and restarted for nothing."""
         i = next((k for k, sp in enumerate(plan.services) if sp.name == p.service), None)
+        if self.can_move:  # a victim's target: no GPU a task Swarm is stopping still uses
+            self._mover(swarm).held = plan.stopping_held
         moved: list[Candidate] = []
         to_stop: list[Candidate] = []
         counted: set[str] = set()  # victims spent and stored before their move's writes

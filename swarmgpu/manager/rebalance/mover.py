@@ -177,8 +177,7 @@ class Mover:
         self.writes = Writes(swarm, dry_run=dry_run, who="rebalance", prefix=prefix,
                              why=Why(why, "a rebalancing move" if why == "move" else
                                      "the health policy moves it off a failed GPU"))
-        self.metrics = metrics
-        self.clock = clock
+        self.metrics, self.clock = metrics, clock
         # what is said of the moves, each end once (kept in Swarm too): outcomes.py
         self.outcomes = Outcomes(self.writes, prefix, clock, metrics)
         self.recent = self.outcomes.recent
@@ -189,6 +188,7 @@ class Mover:
         self._said: SaidOnce[str] = SaidOnce()  # forged or mismatched labels reported
         self._raised: SaidOnce[str] = SaidOnce()  # admission's faults ("": its reads)
         self.seen = FirstSeen()  # a move's age: a record dated ahead still times out
+        self.held: Mapping[tuple[str, str], tuple[str, int]] = {}  # ``room_for``'s, per cycle
         self._ended = self.outcomes.ended  # moves whose end was said while their record stays
         # moves that stay on their node (source == target): repin.py
         self.repin = Repin(swarm, self.writes, cfg, prefix=prefix, clock=clock,
@@ -471,7 +471,7 @@ class Mover:
             return Started(ok=True)
         target = self.swarm.node(m.target_node)
         source = self.swarm.node(m.source_node)
-        why = room_for(m, target, self.prefix, own_moves=False)  # by its live ledger
+        why = room_for(m, target, self.prefix, own_moves=False, held=self.held)
         held = source.labels.get(assign_key(self.prefix, m.service))
         h = parse_holding(m.service, m.source_node, held or "")
         if why is None and (h is None or h.uuids != m.source_uuids):

@@ -113,10 +113,22 @@ def cannot_run(node: SwarmNode, host: str) -> str | None:
     return None
 
 
-def room_for(m: Move, node: SwarmNode, prefix: str, *, own_moves: bool) -> str | None:
+# (node id, GPU uuid) -> (for whom, priority): GPUs held though the ledger shows them free
+Held = Mapping[tuple[str, str], tuple[str, int]]
+
+
+def room_for(m: Move, node: SwarmNode, prefix: str, *, own_moves: bool,
+             held: Held | None = None) -> str | None:
     """None when ``m``'s target GPUs have room on ``node`` by its live ledger and the node
     takes work. ``own_moves``: the service's own holding there is the one that moves (a
-    repin), left out of the count; else any holding of it there refuses the move."""
+    repin), left out of the count; else any holding of it there refuses the move.
+    ``held``: (node id, GPU uuid) -> (for whom, priority), GPUs the ledger shows free that
+    are not (a preemptor's nomination, a task Swarm is stopping: ``Inputs.held``); one held
+    for another than ``m.service`` refuses it, as ``Context.held_for_other`` does."""
+    for u in m.target_uuids:
+        who = (held or {}).get((node.id, u))
+        if who is not None and who[0] != m.service:
+            return f"{u} on {node.hostname} is held for {who[0]}"
     used: dict[str, int] = {}
     for by_node in read_ledger([node], prefix).values():
         for h in by_node.values():
