@@ -458,3 +458,18 @@ def test_a_removed_preemptors_hold_ends_by_one_rule_for_each_reader() -> None:
             Nomination("wide", 80, "n-4090", ("G3",))]
     assert live_nominations(noms, {"wide", "tall", "other"}) == [noms[0], noms[2]]
     assert live_nominations(noms, set()) == []
+
+
+def test_a_service_a_hold_keeps_pending_is_told_of_the_hold() -> None:
+    """second (older, 8 GPUs) is visited first and finds first's held GPUs taken, while
+    the ledger shows them free: its reason names them and whom they are held for, not
+    only the free count."""
+    nodes, first, second, tasks = _first_holds_for_older_second("8")
+    plan = Planner(prefix=P).plan(nodes, [first, second], tasks, FACTS, now=1000.0,
+                                  nominated=[Nomination("first", 100, "n-4090", R)])
+    sp = next(sp for sp in plan.services if sp.name == "second")
+    assert sp.status == Status.PENDING, sp
+    assert sp.reason is not None and sp.reason.endswith(
+        "; 8 GPUs of gpu-node-2 held for first (its preemption)"), sp.reason
+    placed = next(sp for sp in plan.services if sp.name == "first")
+    assert placed.status == Status.PLACED and "held for" not in (placed.reason or "")

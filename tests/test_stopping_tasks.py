@@ -115,6 +115,24 @@ def test_a_new_gpu_task_is_not_placed_on_the_gpus_a_stopping_task_holds() -> Non
     assert set(placed[0].uuids) <= set(R_UUIDS[:6])
 
 
+def test_a_service_the_stopping_gpus_keep_pending_is_told_why() -> None:
+    """Once old's ledger entry is gone its GPUs read free there, yet new waits: its
+    reason says they are held for the tasks Swarm is stopping on that node (before, only
+    "best node gpu-node-1 has 0 free": nothing named gpu-node-2's six GPUs)."""
+    nodes, services, tasks, t_old = _scaled_down()
+    planner, cfg = Planner(prefix=P), Config()
+    nodes = apply(nodes, make_plan(_snap(nodes, services, tasks, [t_old]), cfg,
+                                   planner=planner))
+    plan = make_plan(_snap(nodes, services, tasks, [t_old]), cfg, planner=planner)
+    by = {sp.name: sp for sp in plan.services}
+    assert by["new"].status == Status.PENDING, by["new"]
+    assert by["new"].reason is not None and by["new"].reason.endswith(
+        "; 6 GPUs of gpu-node-2 held for tasks Swarm is stopping there"), by["new"].reason
+    assert by["filler"].reason is None  # placed: nothing to explain
+    plan = make_plan(_snap(nodes, services, tasks, []), cfg, planner=planner)
+    assert "held for" not in ({sp.name: sp for sp in plan.services}["new"].reason or "")
+
+
 def test_a_stopping_task_is_not_a_victim_and_its_gpus_are_not_free_to_preempt() -> None:
     """high (priority 100) wants 2 RTX 4090s; old, preemptible, stops on six of them. It
     is no victim (no holding, no meant task: it is stopping already) and its GPUs are

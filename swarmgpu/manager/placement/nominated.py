@@ -189,6 +189,19 @@ class Holds:
                 elif not want:
                     self._free(n.service)
 
+    def note(self) -> str:
+        """The holds counted for the service visited now, in words, for a pending one's
+        reason (the ledger shows their GPUs free): "" when none is."""
+        said = []
+        for svc, c in sorted(self.on.items(), key=lambda kv: (kv[1].node, kv[0])):
+            n, host = self.left.get(svc), self.cluster.nodes.get(c.node)
+            if n is None or host is None:
+                continue
+            gpus = f"{len(c.gpus)} GPU{'s' if len(c.gpus) > 1 else ''} of {host.hostname}"
+            said.append(f"{gpus} held for tasks Swarm is stopping there" if n.priority ==
+                        STOPPING_PRIORITY else f"{gpus} held for {svc} (its preemption)")
+        return "; ".join(said)
+
     def end(self) -> None:
         """The visit is over: every hold given back to the allocator."""
         for svc in list(self.on):

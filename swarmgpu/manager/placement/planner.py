@@ -6,7 +6,7 @@ import copy
 import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from swarmgpu.allocator.fragmentation import STOP_WEIGHT
 from swarmgpu.allocator.scorer import SwarmScorer
@@ -63,6 +63,7 @@ from swarmgpu.manager.placement.reads import Parsed, RequestReader, ServiceRead
 from swarmgpu.manager.placement.records import (
     PlacementPlan,
     ServicePlan,
+    Status,
 )
 from swarmgpu.manager.placement.release import release
 from swarmgpu.manager.placement.service import plan_service
@@ -403,6 +404,8 @@ class Planner:
                     ports.claim(s, before)
                 continue
             sp = got.plan
+            if sp.status == Status.PENDING and (held := v.holds.note()):  # (not memo'd)
+                sp = replace(sp, reason=f"{sp.reason}; {held}" if sp.reason else held)
             if got.writes:
                 plan.add_node_writes(sp)
             n_settled += got.settled
