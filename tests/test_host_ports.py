@@ -10,7 +10,7 @@ from support.placement import apply, svc
 from support.planner import two_nodes
 
 from swarmgpu.manager.placement import Planner, plan_placement
-from swarmgpu.swarm.client import SwarmService, SwarmTask, service_from_api
+from swarmgpu.swarm.client import SwarmService, SwarmTask, service_from_api, task_from_api
 
 
 def publishing(
@@ -226,3 +226,51 @@ def test_a_placement_whose_task_is_not_running_yet_keeps_its_port_in_later_cycle
         first, second = plan.services
         assert first.status == "placed" and second.status == "pending", plan.services
         assert "taken by llm1, placed there" in (second.reason or ""), second.reason
+
+
+def _removed_services_task(node_id: str, ports: object) -> SwarmTask:
+    """A task Swarm is stopping whose service was removed, as the engine lists it."""
+    return task_from_api({"ID": "t-gone", "ServiceID": "id-gone", "NodeID": node_id, "Slot": 1,
+                          "DesiredState": "remove",
+                          "Status": {"State": "running", "PortStatus": {"Ports": ports}}})
+
+
+def test_a_removed_services_stopping_task_keeps_its_host_port_from_its_own_status() -> None:
+    """Its service is gone, so no spec names the port it binds: its own status does
+    (``Status.PortStatus``). Before, its node looked free of the port and llm's task
+    was placed where Swarm would not start it until the old task stopped."""
+    nodes, facts = two_nodes()
+    llm = publishing(svc("llm", {"swarmgpu.gpus": "1"}))
+    port = {"Protocol": "tcp", "TargetPort": 80, "PublishedPort": 8000, "PublishMode": "host"}
+    for busy, free in (("n-a", "n-b"), ("n-b", "n-a")):
+        gone = _removed_services_task(busy, [port])
+        plan = Planner().plan(nodes, [llm], [], facts, stopping=[gone])  # type: ignore[arg-type]
+        sp = next(p for p in plan.services if p.name == "llm")
+        assert sp.status == "placed" and [p.node_id for p in sp.placements] == [free], sp
+    plan = Planner().plan(nodes[:1], [llm], [], {"n-a": facts["n-a"]},  # type: ignore[arg-type]
+                          stopping=[_removed_services_task("n-a", [port])])
+    sp = next(p for p in plan.services if p.name == "llm")
+    assert sp.status == "pending" and "8000/tcp is taken by a task of a removed service" in (
+        sp.reason or ""), sp.reason
+
+
+def test_a_tasks_port_status_is_read_strictly() -> None:
+    """Only host-mode entries with a port and protocol Swarm makes; anything else in the
+    engine's answer is ignored, never raised on."""
+    good = {"Protocol": "udp", "PublishedPort": 53, "PublishMode": "host"}
+    bad: list[object] = [
+        None, "8000/tcp", 7, {"PublishMode": "ingress", "PublishedPort": 9000},
+        {"PublishMode": "host", "PublishedPort": "9001"},
+        {"PublishMode": "host", "PublishedPort": True},
+        {"PublishMode": "host", "PublishedPort": 0},
+        {"PublishMode": "host", "PublishedPort": 70000},
+        {"PublishMode": "host", "PublishedPort": 9002, "Protocol": ["tcp"]},
+        {"PublishMode": "host", "PublishedPort": 9003, "Protocol": "http"},
+    ]
+    assert _removed_services_task("n-a", [*bad, good, good]).host_ports == ("53/udp",)
+    assert _removed_services_task("n-a", [{"PublishMode": "host", "PublishedPort": 8000}]
+                                  ).host_ports == ("8000/tcp",)
+    for ports in (None, {}, "x", [[]]):
+        assert _removed_services_task("n-a", ports).host_ports == ()
+    for status in ({}, {"PortStatus": None}, {"PortStatus": []}, {"PortStatus": "x"}):
+        assert task_from_api({"ID": "t", "Status": status}).host_ports == ()

@@ -1,6 +1,7 @@
 """The engine edge: everything that speaks Docker Swarm's language.
 
 ``client`` (the engine API, typed), ``eventstream`` (its event stream, read bounded),
+``taskports`` (the host-mode ports a task binds, from its own status),
 ``cache`` (nodes and services kept from the event stream), ``labels`` (the node labels
 swarmgpu owns), ``constraints`` (Swarm's constraint language), ``plugins`` (its
 PluginFilter: the plugins a task needs, what a node lists), ``taskspec`` (which spec

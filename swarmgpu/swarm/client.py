@@ -23,6 +23,7 @@ import requests.exceptions
 import urllib3.exceptions
 
 from swarmgpu.swarm.eventstream import Cut, NotAnEvent, read_events
+from swarmgpu.swarm.taskports import task_host_ports
 from swarmgpu.swarm.taskspec import task_rules
 
 
@@ -153,6 +154,8 @@ class SwarmTask:
     # NetworksAttachments[].Network.DriverState.Name: the drivers of the networks Swarm's
     # allocator attached it to, which its PluginFilter reads (swarm.plugins)
     network_drivers: tuple[str, ...] = field(default=(), compare=False)
+    # Status.PortStatus: the host-mode ports it binds (a removed service's too: taskports)
+    host_ports: tuple[str, ...] = field(default=(), compare=False)
 
 
 def _is_out_of_sequence(exc: docker.errors.APIError) -> bool:
@@ -326,6 +329,7 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
         created_at=str(raw.get("CreatedAt") or ""),
         constraints=task_rules(spec),
         network_drivers=_network_drivers(raw),
+        host_ports=task_host_ports(status),
     )
 
 

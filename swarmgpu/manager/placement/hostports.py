@@ -6,7 +6,9 @@ manager/scheduler/filter.go), so a replica placed there would wait forever on it
 Swarm's task list shows the tasks that bind a port; a placement decided in this cycle
 has no task yet, so each decision takes its ports on its nodes too (``claim``): two
 services publishing one port are never placed on one node in one cycle. Where a task
-binds the port, the tasks alone say who holds it (the one Swarm runs keeps it)."""
+binds the port, the tasks alone say who holds it (the one Swarm runs keeps it). A task of
+a removed service (one Swarm is stopping) has no spec to read its ports from: its own
+status's are counted (``SwarmTask.host_ports``, ``swarm.taskports``)."""
 
 from __future__ import annotations
 
@@ -68,6 +70,13 @@ class HostPorts:
             live = {s.id for s in services}
             self._ports = {k: v for k, v in self._ports.items() if k in live}
         used: dict[str, dict[str, dict[str, str]]] = {}
+        orphans = [t for t in tasks if t.host_ports and binds(t)]  # few: reported ports
+        if orphans:
+            live = {s.id for s in services}
+            for t in orphans:
+                for p in t.host_ports if t.service_id not in live else ():
+                    used.setdefault(p, {}).setdefault(t.node_id, {})[t.service_id] = (
+                        "a removed service (its task stopping)")
         if names:
             for t in [t for t in tasks if t.service_id in names]:
                 if binds(t):
