@@ -8,7 +8,10 @@ from dataclasses import replace
 from support.memo import as_written
 from support.placement import apply, svc
 from support.planner import two_nodes
+from support.render_compose import FACTS as RENDER_FACTS
+from support.render_compose import NODES
 
+from swarmgpu.manager.commands.render import render_stack
 from swarmgpu.manager.placement import Planner, plan_placement
 from swarmgpu.swarm.client import SwarmService, SwarmTask, service_from_api, task_from_api
 
@@ -274,3 +277,40 @@ def test_a_tasks_port_status_is_read_strictly() -> None:
         assert _removed_services_task("n-a", ports).host_ports == ()
     for status in ({}, {"PortStatus": None}, {"PortStatus": []}, {"PortStatus": "x"}):
         assert task_from_api({"ID": "t", "Status": status}).host_ports == ()
+
+
+STACK_PORTS = """\
+version: "3.8"
+services:
+  llm:
+    image: vllm/vllm-openai
+    ports:
+{ports}
+    deploy:
+      labels:
+        swarmgpu.gpus: "1"
+"""
+HOST_LONG = "      - {target: 80, published: 8000, mode: host}"
+
+
+def test_render_refuses_the_node_where_a_task_binds_a_stack_services_host_port() -> None:
+    """A stack service's own long-syntax ``mode: host`` port is read into the spec
+    render plans with: the node where proxy's task binds 8000 is left out (both orders).
+    Before, render ignored the stack's ports and could pick it; Swarm would not start the
+    task there. The short syntax, ingress mode and another port refuse nothing."""
+    proxy = publishing(svc("proxy", {}, gated=False))
+    for busy, free in (("n-dgx", "n-4090"), ("n-4090", "n-dgx")):
+        _out, plan = render_stack(STACK_PORTS.format(ports=HOST_LONG), "ai", NODES, [proxy],
+                                  [on("tp", proxy, busy)], RENDER_FACTS)
+        sp = next(p for p in plan.services if p.name == "ai_llm")
+        assert sp.status == "placed" and [p.node_id for p in sp.placements] == [free], sp
+    for ports in ('      - "8000:80"', "      - {target: 80, published: 8000, mode: ingress}",
+                  "      - {target: 80, published: 8001, mode: host}",
+                  "      - {target: 80, published: 8000, mode: host, protocol: udp}"):
+        placed = set()
+        for busy in ("n-dgx", "n-4090"):
+            _out, plan = render_stack(STACK_PORTS.format(ports=ports), "ai", NODES, [proxy],
+                                      [on("tp", proxy, busy)], RENDER_FACTS)
+            sp = next(p for p in plan.services if p.name == "ai_llm")
+            placed |= {p.node_id for p in sp.placements}
+        assert len(placed) == 1, (ports, placed)  # the same node, the port taken or not

@@ -1,7 +1,7 @@
 """A stack's services as `docker stack deploy` hands them to Swarm: each service's keys
 read in the shapes Compose allows (labels, environment, replicas, mode, placement,
-reservations, platform), and the Engine API service spec made of them, as far as
-Swarm's scheduler reads it (``stack_services``), so the planner refuses every node
+reservations, platform, host-mode ports), and the Engine API service spec made of them,
+as far as Swarm's scheduler reads it (``stack_services``), so the planner refuses every node
 Swarm would refuse. A key in a shape docker refuses is a ``StackError`` naming it.
 """
 
@@ -225,6 +225,25 @@ def mode_of(deploy: Mapping[str, Any], where: str) -> str:
     return mode
 
 
+def host_ports_of(svc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``ports`` published in host mode, as the Engine API's EndpointSpec holds them:
+    Swarm runs one task per node with each (its HostPortFilter). Only the long syntax
+    with ``mode: host`` publishes in host mode (the short one is ingress: docker/cli
+    ``convertPortSpecs``); one without a published port (the engine picks one) binds
+    none Swarm checks. The schema checked the types (and ``interpolation`` made the
+    ports numbers): an entry in another shape is left to it, not read."""
+    ports = svc.get("ports")
+    out: list[dict[str, Any]] = []
+    for p in ports if isinstance(ports, list) else ():
+        if not isinstance(p, Mapping) or p.get("mode") != "host":
+            continue
+        port, proto = p.get("published"), p.get("protocol") or "tcp"
+        if type(port) is int and 0 < port < 65536 and isinstance(proto, str):
+            out.append({"Protocol": proto, "TargetPort": p.get("target"),
+                        "PublishedPort": port, "PublishMode": "host"})
+    return out
+
+
 def swarm_spec(full: str, svc: Mapping[str, Any], deploy: Mapping[str, Any],
                 placement: Mapping[str, Any], labels: Mapping[str, str], env: Sequence[str],
                 mode: str, replicas: int | None, where: str) -> dict[str, Any]:
@@ -246,7 +265,10 @@ def swarm_spec(full: str, svc: Mapping[str, Any], deploy: Mapping[str, Any],
         else {"ReplicatedJob": {"MaxConcurrent": replicas, "TotalCompletions": replicas}}
         if mode == "replicated-job"
         else {"".join(w.capitalize() for w in mode.split("-")): {}})
-    return {"Name": full, "Labels": dict(labels), "Mode": api_mode, "TaskTemplate": tt}
+    spec = {"Name": full, "Labels": dict(labels), "Mode": api_mode, "TaskTemplate": tt}
+    if ports := host_ports_of(svc):  # (hostports: a node whose task binds one is refused)
+        spec["EndpointSpec"] = {"Ports": ports}
+    return spec
 
 
 def stack_services(stack: Mapping[str, Any], name: str,
