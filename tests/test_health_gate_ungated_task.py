@@ -63,3 +63,21 @@ def test_a_tasks_constraints_are_read_strictly() -> None:
     assert rules("node.labels.swarmgpu.service.g==true") is None
     assert rules([1, "x"]) is None and rules({"a": 1}) is None
     assert task_from_api({"ID": "t", "Spec": {"Placement": "x"}}).constraints is None
+
+
+def test_a_falsy_constraints_value_that_is_no_list_is_not_read_as_none() -> None:
+    """Absent or null reads as no constraint (()); an empty list too. A present value
+    that is no list (``""``, ``{}``, ``0``; a ``Placement`` that is no mapping, ``[]``)
+    is not read (None), as a non-empty one is: read as (), it read no gate, and a closed
+    gate beside a failed GPU opened under a task that may read it."""
+    def rules(spec: dict[str, object]) -> tuple[str, ...] | None:
+        return task_from_api({"ID": "t", "Spec": spec}).constraints
+
+    assert rules({}) == () and rules({"Placement": None}) == ()
+    assert rules({"Placement": {}}) == () and rules({"Placement": {"Constraints": None}}) == ()
+    assert rules({"Placement": {"Constraints": []}}) == ()
+    for c in ("", {}, 0, False):
+        assert rules({"Placement": {"Constraints": c}}) is None, c
+    for pl in ([], "", 0):
+        assert rules({"Placement": pl}) is None, pl
+    assert _gate_write(rules({"Placement": {"Constraints": ""}})) is None

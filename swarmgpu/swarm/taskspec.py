@@ -30,8 +30,14 @@ def _constraints(tt: Mapping[str, Any]) -> list[str]:
 def task_rules(spec: Mapping[str, Any]) -> tuple[str, ...] | None:
     """A task spec's ``Placement.Constraints`` (() for none); None where it is anything
     but a list of texts (not read: a text would be read as its letters)."""
-    pl = spec.get("Placement") or {}
-    c = (pl.get("Constraints") or []) if isinstance(pl, Mapping) else None
+    # Absent or null is none; a present value of another kind is not read, a falsy one
+    # ("", {}, 0) too: read as none, it read no gate (``devicemap._old_task_stays``).
+    pl = spec.get("Placement")
+    if pl is None:
+        return ()
+    c = pl.get("Constraints") if isinstance(pl, Mapping) else None
+    if c is None:
+        return () if isinstance(pl, Mapping) else None
     return tuple(c) if isinstance(c, list) and all(isinstance(x, str) for x in c) else None
 
 
