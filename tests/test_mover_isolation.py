@@ -9,11 +9,12 @@ No real input is known to make these raise so: the faults are injected (monkeypa
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from loguru import logger
 from support.forged import DGX_F, T_UUID, P, RecordingSwarm, victim_cluster, victim_move
+from support.loglines import log_lines
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.rebalance import admission, mover
@@ -50,11 +51,8 @@ def _mover(sw: RecordingSwarm) -> Mover:
 
 
 @pytest.fixture
-def lines() -> Any:
-    said: list[str] = []
-    sink = logger.add(lambda m: said.append(str(m)), level="INFO")
-    yield said
-    logger.remove(sink)
+def lines() -> Iterator[list[str]]:
+    yield from log_lines("INFO")
 
 
 def test_a_move_whose_admission_raises_is_refused_alone(

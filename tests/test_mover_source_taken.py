@@ -9,11 +9,11 @@ and placement places the replica anew. Pure, over the recording Swarm stand-in
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from loguru import logger
 from support.forged import (
     V_UUID,
     P,
@@ -24,6 +24,7 @@ from support.forged import (
     victim_move,
     victim_source_closed,
 )
+from support.loglines import log_lines
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.placement import MOVE_STATE, assign_key, devices_key, gate_key
@@ -33,11 +34,8 @@ from swarmgpu.swarm.client import SwarmTask
 
 
 @pytest.fixture
-def lines() -> Any:
-    said: list[str] = []
-    sink = logger.add(lambda m: said.append(str(m)), level="INFO")
-    yield said
-    logger.remove(sink)
+def lines() -> Iterator[list[str]]:
+    yield from log_lines("INFO")
 
 
 def _placed_on_source(sw: RecordingSwarm, milli: int = 1000) -> None:

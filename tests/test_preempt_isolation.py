@@ -9,12 +9,13 @@ No real input is known to make the mover or a stop raise so: the faults are inje
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from loguru import logger
 from support.forged import DGX_F, R4090_F, RecordingSwarm, sw_node, sw_svc
+from support.loglines import log_lines
 
 from swarmgpu.core.config import Config, PreemptionConfig, RebalanceConfig
 from swarmgpu.manager.cycle.placement import make_plan
@@ -98,11 +99,8 @@ def _logged(lines: list[str], what: str) -> list[str]:
 
 
 @pytest.fixture
-def lines() -> Any:
-    said: list[str] = []
-    sink = logger.add(lambda m: said.append(str(m)), level="INFO")
-    yield said
-    logger.remove(sink)
+def lines() -> Iterator[list[str]]:
+    yield from log_lines("INFO")
 
 
 def _raising_start(monkeypatch: pytest.MonkeyPatch, victim: str, *, after_first: bool) -> None:

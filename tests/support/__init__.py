@@ -22,15 +22,16 @@ Harness and stand-ins (also run as scripts or by benchmarks/ and scripts/demo.py
 Builders of test inputs, one module per subject: placement, forged (a recording swarm
 and forged Swarm objects), health, rebalance, rebalance_fragmentation, identity,
 webauth, overshare, dashboard, deploy_docs, sim, memo, planner, render_compose,
-render_engines, prometheus, write_paths, fifo (a FIFO where a file belongs, read
-without hanging the test), fake_proc (a fake ``/proc``: a PID's cgroup and start time,
-the uptime, its ``self`` links), scheduler (Swarm's scheduler rule on a waiting task of
-an older service revision, for the in-memory swarms), commands (`plan`/`status --json`
-in-process over a recording swarm), isolation (two RTX 4090 nodes and the failing
-a-bad of the placement isolation tests), preempt_stop (victims stopped as the actuator
-stops them), move_then_preempt (a cycle's rebalance then preemption steps on one
-snapshot), crowded_node (one GPU node crowded with small victims, a topology
-preemptor's choice there); and for the real swarm: swarm_services
-(deploy a stack, wait for it), swarm_rebalance, swarm_fragmentation, health_swarm,
-webauth_swarm, stranded_swarm (a waiting task Swarm's scheduler no longer tries).
+render_engines, prometheus, write_paths, fifo (a FIFO where a file belongs, read without
+hanging the test), loglines (the log lines a fixture keeps), fake_proc (a fake
+``/proc``: a PID's cgroup and start time, the uptime, its ``self`` links), scheduler
+(Swarm's scheduler rule on a waiting task of an older service revision, for the
+in-memory swarms), commands (`plan`/`status --json` in-process over a recording swarm),
+isolation (two RTX 4090 nodes and the failing a-bad of the placement isolation tests),
+preempt_stop (victims stopped as the actuator stops them), move_then_preempt (a cycle's
+rebalance then preemption steps on one snapshot), crowded_node (one GPU node crowded
+with small victims, a topology preemptor's choice there); and for the real swarm:
+swarm_services (deploy a stack, wait for it), swarm_rebalance, swarm_fragmentation,
+health_swarm, webauth_swarm, stranded_swarm (a waiting task Swarm's scheduler no longer
+tries).
 """
