@@ -7,13 +7,13 @@ pending with no word of the preemption it did not make."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
-from loguru import logger
 from support.forged import RecordingSwarm
-from support.isolation import BAD, FACTS, NODES, queue_count_raises
-from support.placement import P, apply, svc, written
+from support.isolation import BAD, FACTS, queue_count_raises, settled_all
+from support.loglines import log_lines
+from support.placement import P, svc
 
 from swarmgpu.core.config import Config
 from swarmgpu.manager.cycle.preemption import Preempter
@@ -32,12 +32,8 @@ def _held_back(monkeypatch: pytest.MonkeyPatch) -> tuple[
     q = {f"{P}queue": "q"}
     services = [svc(BAD, {f"{P}gpus": "4", **q}), svc("q-big", {f"{P}gpus": "8", **q}),
                 svc("q-four", {f"{P}gpus": "4", **q})]
-    nodes, planner = list(NODES), Planner(queues=QUOTAS)
-    for _ in range(2):
-        plan = planner.plan(nodes, services, [], FACTS)
-        by = {sp.name: sp for sp in plan.services}
-        services = [written(s, by[s.name]) for s in services]
-        nodes = apply(nodes, plan)
+    planner = Planner(queues=QUOTAS)
+    nodes, services, plan = settled_all(planner, services)
     assert all(sp.status == "placed" for sp in plan.services), plan.services
     queue_count_raises(monkeypatch)
     services.append(svc("b-new", {f"{P}gpus": "4", f"{P}queue": "p"}))
@@ -50,11 +46,8 @@ def _said(plan: PlacementPlan, name: str) -> list[str]:
 
 
 @pytest.fixture
-def lines() -> Any:
-    said: list[str] = []
-    sink = logger.add(lambda m: said.append(str(m)), level="INFO")
-    yield said
-    logger.remove(sink)
+def lines() -> Iterator[list[str]]:
+    yield from log_lines("INFO")
 
 
 def test_a_preemptor_held_back_by_its_victims_unknown_queue_says_why(
@@ -100,12 +93,8 @@ def test_a_preemptor_left_only_the_unknown_queues_victims_says_why(
                 svc("filler", {f"{P}gpus": "7", f"{P}preemptible": "false"}),
                 svc("k1", {f"{P}gpus": "4", f"{P}queue": "k"}),
                 svc("zk-small", {f"{P}gpus": "1", f"{P}queue": "k"})]
-    nodes, planner = list(NODES), Planner(queues=quotas)
-    for _ in range(2):
-        plan = planner.plan(nodes, services, [], FACTS)
-        by = {sp.name: sp for sp in plan.services}
-        services = [written(s, by[s.name]) for s in services]
-        nodes = apply(nodes, plan)
+    planner = Planner(queues=quotas)
+    nodes, services, plan = settled_all(planner, services)
     assert all(sp.status == "placed" for sp in plan.services), plan.services
     queue_count_raises(monkeypatch)
     services += [svc(n, {f"{P}gpus": "4", f"{P}queue": "p"}) for n in ("b-first", "b-second")]

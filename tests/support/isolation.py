@@ -1,6 +1,7 @@
 """Two RTX 4090 nodes with GPU UUIDs of their own, and a-bad, the service the placement
 isolation tests make fail (first in serve order: every other service is planned after
-it); ``settled`` is a service holding its GPUs on one of them, its writes landed.
+it); ``settled`` is a service holding its GPUs on one of them, its writes landed
+(``settled_all``: services placed by a given planner).
 
 First written in tests/test_placement_isolation.py."""
 
@@ -14,7 +15,7 @@ import pytest
 from support.gpu_nodes import RTX4090
 from support.placement import apply, node, written
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.placement import Planner
+from swarmgpu.manager.placement import PlacementPlan, Planner
 from swarmgpu.manager.placement import queues as queues_mod
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
@@ -33,12 +34,21 @@ FACTS = {"n-a": node_facts(1), "n-b": node_facts(2)}
 
 def settled(s: SwarmService) -> tuple[list[SwarmNode], SwarmService]:
     """``s`` holding its GPUs on one node, its writes landed (two cycles)."""
-    nodes, planner = list(NODES), Planner()
-    for _ in range(2):
-        plan = planner.plan(nodes, [s], [], FACTS)
-        s = written(s, plan.services[0])
-        nodes = apply(nodes, plan)
+    nodes, (s,), _ = settled_all(Planner(), [s])
     return nodes, s
+
+
+def settled_all(planner: Planner, services: list[SwarmService]) -> tuple[
+        list[SwarmNode], list[SwarmService], PlacementPlan]:
+    """``services`` planned by ``planner`` over both nodes, each cycle's writes landed (two
+    cycles): the nodes, the services and the last cycle's plan."""
+    nodes = list(NODES)
+    for _ in range(2):
+        plan = planner.plan(nodes, services, [], FACTS)
+        by = {sp.name: sp for sp in plan.services}
+        services = [written(s, by[s.name]) for s in services]
+        nodes = apply(nodes, plan)
+    return nodes, services, plan
 
 
 def queue_count_raises(monkeypatch: pytest.MonkeyPatch) -> None:
