@@ -13,11 +13,9 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from support.forged import P, RecordingSwarm, victim_cluster, victim_move
+from support.forged import P, RecordingSwarm, victim_cluster, victim_source_closed
 
-from swarmgpu.core.config import RebalanceConfig
-from swarmgpu.manager.placement import gate_key
-from swarmgpu.manager.rebalance.mover import Mover, read_records
+from swarmgpu.manager.rebalance.mover import read_records
 from swarmgpu.manager.rebalance.moves import Outcome
 from swarmgpu.swarm.client import SwarmTask
 
@@ -34,17 +32,9 @@ class Unfiltered(RecordingSwarm):
 
 def test_a_shut_down_task_on_the_source_does_not_hold_a_move_open() -> None:
     base = victim_cluster({})
-    sw = Unfiltered(base.nodes(), base.services(), base.tasks())
-    now = [1000.0]
-    cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0, make_before_break=False)
-    m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
-    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
-    now[0] += 5.0
-    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
-    assert gate_key(P, "victim") not in sw.node("n-dgx").labels  # source closed
-    # The enforcer stopped the old task: Swarm keeps it, desired and observed shutdown,
-    # and runs its replacement on the target.
-    sw.stop_tasks("id-victim", "n-dgx")
+    # its source closed; the enforcer stopped the old task: Swarm keeps it, desired and
+    # observed shutdown, and runs its replacement on the target.
+    sw, now, m = victim_source_closed(Unfiltered(base.nodes(), base.services(), base.tasks()))
     sw.run_task(SwarmTask("t-victim", "id-victim", "n-dgx", 1, "shutdown", "shutdown", ()))
     sw.run_task(SwarmTask("t-victim-2", "id-victim", "n-4090", 1, "running", "running", ()))
     now[0] += 5.0

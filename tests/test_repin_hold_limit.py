@@ -15,39 +15,28 @@ from __future__ import annotations
 
 import dataclasses
 
-from support.forged import T_UUID, P, repin_move, sw_svc, victim_cluster
+from support.forged import T_UUID, P, outcomes_of_a_cycle, repin_gate_closed, sw_svc
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.placement import MOVE_STATE, assign_key, devices_key, gate_key
-from swarmgpu.manager.rebalance.mover import Mover, read_records
+from swarmgpu.manager.rebalance.mover import read_records
 from swarmgpu.manager.rebalance.moves import Outcome
 from swarmgpu.swarm.client import SwarmTask
 
 RB = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
 
 
-def _cycle(sw: object, now: list[float]) -> list[tuple[Outcome, str]]:
-    m = Mover(sw, RB, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
-    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())  # type: ignore[attr-defined]
-    return [(r.outcome, r.detail) for r in m.recent]
-
-
 def test_a_repin_past_its_hold_limit_whose_old_task_runs_on_ends_on_its_old_gpus() -> None:
-    sw, now = victim_cluster({}), [1000.0]
-    m = Mover(sw, RB, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
-    m.run_cycle([repin_move()], sw.nodes(), sw.services(), sw.tasks())
-    new = repin_move().target_uuids[0]
-    assert sw.node("n-4090").labels[assign_key(P, "third")] == new  # step 2
-    assert gate_key(P, "third") not in sw.node("n-4090").labels
+    sw, now = repin_gate_closed(RB)  # step 2: the ledger on the new GPU, the gate closed
     # The operator pauses gpu-node-2 (its enforcer stops nothing: t-third runs on, on
     # GPU 0) and scales third to 2: the second replica waits for a node, beside it.
     sw._services["id-third"] = sw_svc("third", sw.service("id-third").labels, replicas=2)
     sw._nodes["n-4090"] = dataclasses.replace(sw._nodes["n-4090"], availability="pause")
     sw._tasks.append(SwarmTask("t-third-2", "id-third", "", 2, "pending", "running", ()))
     now[0] += RB.move_timeout_s + 1
-    assert _cycle(sw, now) == []  # held: its end waits for the waiting task
+    assert outcomes_of_a_cycle(sw, RB, now) == []  # held: its end waits for the waiting task
     now[0] += RB.move_timeout_s
-    ((outcome, detail),) = _cycle(sw, now)
+    ((outcome, detail),) = outcomes_of_a_cycle(sw, RB, now)
     assert outcome is Outcome.FAILED, detail
     labels = sw.node("n-4090").labels
     assert labels[assign_key(P, "third")] == T_UUID, labels

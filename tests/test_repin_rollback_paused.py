@@ -15,37 +15,26 @@ from __future__ import annotations
 
 import dataclasses
 
-from support.forged import T_UUID, P, repin_move, victim_cluster
+from support.forged import T_UUID, P, outcomes_of_a_cycle, repin_gate_closed
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.placement import MOVE_STATE, assign_key, devices_key, gate_key
-from swarmgpu.manager.rebalance.mover import Mover, read_records
+from swarmgpu.manager.rebalance.mover import read_records
 from swarmgpu.manager.rebalance.moves import Outcome
 
 RB = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
 
 
-def _cycle(sw: object, now: list[float]) -> list[tuple[Outcome, str]]:
-    m = Mover(sw, RB, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
-    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())  # type: ignore[attr-defined]
-    return [(r.outcome, r.detail) for r in m.recent]
-
-
 def test_a_repin_whose_old_task_stays_then_its_node_paused_ends_on_the_old_gpus() -> None:
-    sw, now = victim_cluster({}), [1000.0]
-    m = Mover(sw, RB, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
-    m.run_cycle([repin_move()], sw.nodes(), sw.services(), sw.tasks())
-    new = repin_move().target_uuids[0]
-    assert sw.node("n-4090").labels[assign_key(P, "third")] == new  # step 2
-    assert gate_key(P, "third") not in sw.node("n-4090").labels
+    sw, now = repin_gate_closed(RB)  # step 2: the ledger on the new GPU, the gate closed
     # Swarm has not let t-third go (still desired running, on GPU 0) by the timeout.
     now[0] += RB.move_timeout_s + 1
-    said = _cycle(sw, now)
+    said = outcomes_of_a_cycle(sw, RB, now)
     # then the operator pauses gpu-node-2: its enforcer stops nothing there
     sw._nodes["n-4090"] = dataclasses.replace(sw._nodes["n-4090"], availability="pause")
     for _ in range(2):
         now[0] += 1
-        said += _cycle(sw, now)
+        said += outcomes_of_a_cycle(sw, RB, now)
     labels = sw.node("n-4090").labels
     assert labels[assign_key(P, "third")] == T_UUID, labels  # the GPU t-third uses
     assert labels[gate_key(P, "third")] == "true"

@@ -19,6 +19,7 @@ from support.forged import (
     sw_svc,
     victim_cluster,
     victim_move,
+    victim_source_closed,
 )
 
 from swarmgpu.core.config import Config, PreemptionConfig, RebalanceConfig
@@ -92,14 +93,8 @@ def test_a_rolled_back_move_reopens_its_source_before_it_writes_the_spec() -> No
     base = victim_cluster({})
     sw = _Scheduling(base.nodes(), base.services(), base.tasks())
     sw.cannot_run = frozenset({"n-4090"})  # its task never runs on the target
-    now = [1000.0]
-    cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0, make_before_break=False)
-    m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
-    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
-    now[0] += 10.0
-    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
-    assert gate_key(P, "victim") not in sw.node("n-dgx").labels  # the source closed
-    sw.stop_tasks("id-victim", "n-dgx")  # the enforcer stops it; its replacement waits
+    # the source closed, the enforcer stops its task; its replacement waits
+    _, now, m = victim_source_closed(sw, step_s=10.0)
     sw.run_task(SwarmTask("t-victim-2", "id-victim", "", 1, "pending", "running", ()))
     now[0] += 200.0  # past move_timeout_s
     m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())

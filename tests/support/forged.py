@@ -26,7 +26,7 @@ from swarmgpu.manager.placement import (
     gate_key,
 )
 from swarmgpu.manager.rebalance.mover import Mover, read_records
-from swarmgpu.manager.rebalance.moves import Move, Trigger
+from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
 from swarmgpu.swarm.client import (
     SwarmError,
     SwarmNode,
@@ -212,15 +212,17 @@ def victim_move() -> Move:
                 trigger=Trigger.HOTSPOT, window_s=5.0, reason="test", gain="test")
 
 
-def victim_source_closed() -> tuple[RecordingSwarm, list[float], Mover]:
+def victim_source_closed(sw: RecordingSwarm | None = None, step_s: float = 5.0,
+                         ) -> tuple[RecordingSwarm, list[float], Mover]:
     """The victim's move (gpu-node-1 to gpu-node-2) without make-before-break, its source
-    closed (step 3) and its old task stopped by the constraint enforcer: the Swarm, the
-    clock the mover reads (``now[0]``) and the mover."""
-    sw, now = victim_cluster({}), [1000.0]
+    closed (step 3, ``step_s`` after its start) and its old task stopped by the constraint
+    enforcer: the Swarm, the clock the mover reads (``now[0]``) and the mover. ``sw``: the
+    victim cluster in a stand-in of the caller's own (by default ``victim_cluster({})``)."""
+    sw, now = sw or victim_cluster({}), [1000.0]
     cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0, make_before_break=False)
     m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
     m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
-    now[0] += 5.0
+    now[0] += step_s
     m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
     assert gate_key(P, "victim") not in sw.node("n-dgx").labels
     sw.stop_tasks("id-victim", "n-dgx")
@@ -234,6 +236,27 @@ def repin_move() -> Move:
                 target_node="n-4090", target_host="gpu-node-2", target_gpus=(2,),
                 target_uuids=(R4090_F.gpus[2].uuid,), target_milli=(1000,),
                 trigger=Trigger.HOTSPOT, window_s=5.0, reason="test", gain="test")
+
+
+def repin_gate_closed(cfg: RebalanceConfig) -> tuple[RecordingSwarm, list[float]]:
+    """third's repin (``repin_move``) started under ``cfg`` and at step 2: the ledger
+    names its new GPU, its gate closed. The Swarm and the clock a mover reads (``now[0]``)."""
+    sw, now = victim_cluster({}), [1000.0]
+    m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    m.run_cycle([repin_move()], sw.nodes(), sw.services(), sw.tasks())
+    new = repin_move().target_uuids[0]
+    assert sw.node("n-4090").labels[assign_key(P, "third")] == new  # step 2
+    assert gate_key(P, "third") not in sw.node("n-4090").labels
+    return sw, now
+
+
+def outcomes_of_a_cycle(sw: RecordingSwarm, cfg: RebalanceConfig, now: list[float],
+                        ) -> list[tuple[Outcome, str]]:
+    """A cycle of a fresh mover under ``cfg`` at ``now[0]``, no new moves: what it ended
+    (the outcome and detail of each)."""
+    m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    return [(r.outcome, r.detail) for r in m.recent]
 
 
 def closed_port() -> int:
