@@ -1,7 +1,9 @@
 """The engine edge: everything that speaks Docker Swarm's language.
 
 ``client`` (the engine API, typed), ``eventstream`` (its event stream, read bounded),
-``taskports`` (the host-mode ports a task binds, from its own status),
+``taskports`` (the host-mode ports a task binds, from its own status; a service's
+published ports), ``taskstop`` (until when a task the constraint enforcer rejected may
+still run),
 ``cache`` (nodes and services kept from the event stream), ``labels`` (the node labels
 swarmgpu owns), ``constraints`` (Swarm's constraint language), ``plugins`` (its
 PluginFilter: the plugins a task needs, what a node lists), ``taskspec`` (which spec

@@ -23,8 +23,9 @@ import requests.exceptions
 import urllib3.exceptions
 
 from swarmgpu.swarm.eventstream import Cut, NotAnEvent, read_events
-from swarmgpu.swarm.taskports import task_host_ports
+from swarmgpu.swarm.taskports import endpoint_ports, task_host_ports
 from swarmgpu.swarm.taskspec import task_rules
+from swarmgpu.swarm.taskstop import rejected_until
 
 
 class SwarmError(RuntimeError):
@@ -156,6 +157,8 @@ class SwarmTask:
     network_drivers: tuple[str, ...] = field(default=(), compare=False)
     # Status.PortStatus: the host-mode ports it binds (a removed service's too: taskports)
     host_ports: tuple[str, ...] = field(default=(), compare=False)
+    # rejected by the constraint enforcer: epoch s its container may run until (taskstop)
+    rejected_until: float | None = field(default=None, compare=False)
 
 
 def _is_out_of_sequence(exc: docker.errors.APIError) -> bool:
@@ -297,14 +300,8 @@ def service_from_api(raw: Mapping[str, Any]) -> SwarmService:
         job_iteration=int(((raw.get("JobStatus") or {}).get("JobIteration") or {})
                           .get("Index") or 0),
         created_at=str(raw.get("CreatedAt") or ""),
-        endpoint_ports=_endpoint_ports(raw),
+        endpoint_ports=endpoint_ports(raw),
     )
-
-
-def _endpoint_ports(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
-    endpoint = raw.get("Endpoint")
-    ports = endpoint.get("Ports") if isinstance(endpoint, Mapping) else None
-    return tuple(p for p in ports if isinstance(p, Mapping)) if isinstance(ports, list) else ()
 
 
 def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
@@ -330,6 +327,7 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
         constraints=task_rules(spec),
         network_drivers=_network_drivers(raw),
         host_ports=task_host_ports(status),
+        rejected_until=rejected_until(status, spec),
     )
 
 

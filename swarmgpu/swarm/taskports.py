@@ -5,7 +5,8 @@ A task's service names the ports it publishes; a removed service's task that Swa
 still stopping has no service left to read them from, yet binds them until it stops
 (swarmkit's HostPortFilter counts them: ``placement.hostports``). Read strictly: an entry
 that is not an object, not host mode, or whose port or protocol is not one Swarm makes,
-is ignored, never raised on."""
+is ignored, never raised on. A service's published ports (``Endpoint.Ports``) are read
+here too."""
 
 from __future__ import annotations
 
@@ -32,3 +33,10 @@ def _one(p: Any) -> str:
             or proto not in _PROTOCOLS):
         return ""
     return f"{port}/{proto}"
+
+
+def endpoint_ports(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
+    """A service's ``Endpoint.Ports`` (what Swarm published, each an object)."""
+    endpoint = raw.get("Endpoint")
+    ports = endpoint.get("Ports") if isinstance(endpoint, Mapping) else None
+    return tuple(p for p in ports if isinstance(p, Mapping)) if isinstance(ports, list) else ()

@@ -376,12 +376,13 @@ def render_stack(
     zone_label: str = "topology.zone", planner: Planner | None = None,
     moving: AbstractSet[str] = frozenset(), environ: Mapping[str, str] | None = None,
     more: Sequence[tuple[str, str]] = (), base: str | None = None,
-    stopping: Sequence[SwarmTask] = (),
+    stopping: Sequence[SwarmTask] = (), rejected: Sequence[SwarmTask] = (),
 ) -> tuple[str, PlacementPlan]:
     """``planner``: the daemon's (its config's generic-resource kind, its stored
     workload model), so render chooses what the daemon would; a fresh default one
     otherwise. ``moving``: the services with a move in flight, ``stopping``: the tasks
-    Swarm is stopping that still use their node (both as ``Planner.plan`` reads them).
+    Swarm is stopping that still use their node, ``rejected``: those its constraint
+    enforcer rejected (each as ``Planner.plan`` reads them).
     ``environ``, ``more``: as in ``check_stack``; ``base``: ``stackpaths.absolute_paths``'s."""
     if planner is None:
         planner = Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=False)
@@ -408,7 +409,7 @@ def render_stack(
              for s in mine]
     planner.adopt_ungated = False  # the file carries the gate and env: nothing to adopt
     plan = planner.plan(nodes, [*others, *gated], tasks, facts, moving=moving,
-                        stopping=stopping)
+                        stopping=stopping, rejected=rejected)
     out = copy.deepcopy(stack)
     by_name = {sp.name: sp for sp in plan.services}
     for svc_name, svc in out["services"].items():

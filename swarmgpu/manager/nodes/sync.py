@@ -61,6 +61,9 @@ class Snapshot:
     # Tasks Swarm is stopping that still use their node (``keys.stopping``): counted as
     # using its CPU, memory, host ports and GPUs, never as their service's meant tasks.
     stopping: list[SwarmTask] = field(default_factory=list)
+    # Tasks Swarm is stopping that its constraint enforcer rejected (a closed gate): their
+    # GPUs held while their container may still run (``keys.rejected_running``), no more
+    rejected: list[SwarmTask] = field(default_factory=list)
     # ``agent_nodes`` per agents' service name, walked once per snapshot (label sync,
     # placement, rebalance, audit and the map all ask it of the same one)
     _agents: dict[str, frozenset[str]] = field(default_factory=dict, init=False,
@@ -84,7 +87,8 @@ def take_snapshot(
     """One read of the cluster. With ``cache`` (the daemon's, fed by the event stream)
     nodes and services come from it, re-listed only when it must (swarm.cache); tasks
     have no events and are listed each time: those desired running or ready, a job's,
-    and those Swarm is stopping that still use their node (``keys.stopping``). A
+    and those Swarm is stopping that still use their node (``keys.stopping``) or that
+    its constraint enforcer rejected (``Snapshot.rejected``). A
     ``stop`` asked during the agents' reads ends it with ``Stopped`` (``fetch_all``).
 
     The swarm object's labels are read just before and just after the services: a
@@ -109,9 +113,12 @@ def take_snapshot(
         ]
     listed = {t.id for t in tasks}
     # (the list holds every ended task Swarm keeps: only those still on a node parsed)
-    leaving = [t for t in swarm.tasks({"desired-state": list(STOPPING_STATES)},
-                                      states=ASSIGNED_STATES)
-               if stopping(t) and t.id not in listed]
+    ended = swarm.tasks({"desired-state": list(STOPPING_STATES)},
+                        states=ASSIGNED_STATES | {"rejected"})
+    leaving = [t for t in ended if stopping(t) and t.id not in listed]
+    # (every one the enforcer rejected that Swarm keeps: the planner reads their time)
+    rejected = [t for t in ended if t.node_id and t.rejected_until is not None
+                and t.id not in listed]
     after = swarm.swarm_labels()
     return Snapshot(
         nodes,
@@ -120,6 +127,7 @@ def take_snapshot(
         fetch_agents(swarm, cfg, nodes, stop),
         swarm_labels={**before, **after},
         stopping=leaving,
+        rejected=rejected,
     )
 
 

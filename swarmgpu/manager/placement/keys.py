@@ -67,6 +67,18 @@ def stopping(t: SwarmTask) -> bool:
     return bool(t.node_id) and t.desired_state in STOPPING_STATES and t.state in ASSIGNED_STATES
 
 
+def rejected_running(t: SwarmTask, now: float) -> bool:
+    """A task Swarm is stopping that its constraint enforcer rejected (its gate closed)
+    whose container may still run at ``now`` (epoch seconds): Swarm's scheduler freed its
+    reservations, but its GPUs are in use until its stop grace period from its status
+    time is over (``swarm.taskstop``)."""
+    # ``now`` is the daemon's clock, the status time the Swarm leader's: Swarm's TLS and
+    # raft want the managers' clocks in step, and a skew moves the end of a hold that
+    # lasts seconds (5 minutes at most) by as much, never makes it last on.
+    return (bool(t.node_id) and t.desired_state in STOPPING_STATES
+            and t.rejected_until is not None and now < t.rejected_until)
+
+
 def gate_key(prefix: str, service: str) -> str:
     return f"{prefix}{GATE}{service}"
 

@@ -312,7 +312,13 @@ class StoppingGpus:
     stops. swarmgpu's own device template is expanded from the service's labels on the
     node, which the task API does not show, and Swarm's assigned generic resources are
     not the GPUs placement's grant gives (docs/deploy.md): neither is read. So a daemon
-    that starts while a task stops, after its entry went, knows only a pinned line's."""
+    that starts while a task stops, after its entry went, knows only a pinned line's.
+
+    A task whose gate closed (a repin's old one, a preemption's victim, a move's source)
+    is rejected by Swarm's constraint enforcer instead: its reservations freed at once,
+    its container stopped as any other's. Its GPUs are held the same way (not its CPU,
+    memory or ports) until its status time plus its stop grace period
+    (``keys.rejected_running``), but for those its preemptor's nomination holds."""
 
     def __init__(self, prefix: str = "swarmgpu.") -> None:
         self.prefix = prefix
@@ -323,20 +329,28 @@ class StoppingGpus:
     def holds(self, stopping: Sequence[SwarmTask], services: Sequence[SwarmService],
               ledger: Mapping[str, Mapping[str, Holding]],
               tasks: Sequence[SwarmTask] = (),
-              facts: Mapping[str, NodeFacts] | None = None) -> list[Nomination]:
+              facts: Mapping[str, NodeFacts] | None = None,
+              rejected: Sequence[SwarmTask] = (),
+              spare: AbstractSet[tuple[str, str]] = frozenset()) -> list[Nomination]:
         """This cycle's holds; ``ledger``: service name -> node id -> holding, as read;
         ``tasks``: the meant ones (their GPUs learned while they run); ``facts``: the
-        agents' answers per node id (a task's own device line is checked against them)."""
+        agents' answers per node id (a task's own device line is checked against them).
+        ``rejected``: tasks the constraint enforcer rejected whose container may still
+        run (``keys.rejected_running``), their GPUs held but those in ``spare`` ((node id,
+        GPU uuid) a live preemptor's nomination holds: its victims' stay its own, or a
+        grace period longer than its settle time would make it preempt again)."""
         names = {s.id: s.name for s in services}
         facts = facts or {}
         running: dict[str, tuple[str, Uses]] = {}
         for t in tasks:  # learned before it stops: its ledger entry may change first
             if t.node_id and t.state in ASSIGNED_STATES:
                 got = self.running.get(t.id) or self._from_ledger(t, names, ledger)
-                if got is not None:
-                    running[t.id] = got
+            else:  # rejected, not yet desired shutdown: as learned while it ran
+                got = self.running.get(t.id) if t.rejected_until is not None else None
+            if got is not None:
+                running[t.id] = got
         known: dict[str, tuple[str, Uses]] = {}
-        for t in stopping:
+        for t in [*stopping, *rejected]:
             own = task_device_uses(t, self.prefix, facts.get(t.node_id))
             got = ((t.node_id, own) if own else self.known.get(t.id)
                    or self.running.get(t.id) or self._from_ledger(t, names, ledger))
@@ -344,9 +358,11 @@ class StoppingGpus:
                 known[t.id] = got
         self.known, self.running, self.names = known, running, names
         by_node: dict[str, dict[str, int]] = {}  # one hold per node: each visit walks them all
-        for nid, uses in known.values():
-            on = by_node.setdefault(nid, {})
-            for u, m in uses:
+        spared = {t.id for t in rejected} if spare else set()
+        for tid, (nid, uses) in known.items():
+            kept = [(u, m) for u, m in uses if tid not in spared or (nid, u) not in spare]
+            on = by_node.setdefault(nid, {}) if kept else {}
+            for u, m in kept:
                 on[u] = min(1000, on.get(u, 0) + m)
         return [Nomination(f"tasks stopping on {nid}", STOPPING_PRIORITY, nid,
                            tuple(sorted(on)), milli=tuple(on[u] for u in sorted(on)))

@@ -35,6 +35,7 @@ from swarmgpu.manager.placement.jobs import (
     job_replicas,
     running_jobs,
 )
+from swarmgpu.manager.placement.keys import rejected_running
 from swarmgpu.manager.placement.learning import learn
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.memo import (
@@ -240,7 +241,8 @@ class Planner:
              now: float | None = None, moving: AbstractSet[str] = frozenset(),
              nominated: Sequence[Nomination] = (),
              agents: AbstractSet[str] | None = None,
-             stopping: Sequence[SwarmTask] = ()) -> PlacementPlan:
+             stopping: Sequence[SwarmTask] = (),
+             rejected: Sequence[SwarmTask] = ()) -> PlacementPlan:
         """Decide placements for every annotated service; say what to write, in order.
         ``now`` (epoch seconds; the back-off of ``converge`` is kept in Swarm as such).
         ``moving``: the services with a move in flight by the daemon's own records
@@ -251,6 +253,8 @@ class Planner:
         the snapshot's ``agent_nodes`` (None: walked here, from ``services`` and ``tasks``).
         ``stopping``: tasks Swarm is stopping that still use their node (``keys.stopping``):
         their CPU, memory, host ports and GPUs count as used, none of them as a meant task.
+        ``rejected``: tasks Swarm stops that its constraint enforcer rejected: their GPUs
+        alone held while ``keys.rejected_running`` at ``now`` (``StoppingGpus.holds``).
 
         The phases, in order: see what changed; read the services and their tasks;
         release what is no longer held; learn the workload and the back-offs; commit
@@ -292,10 +296,13 @@ class Planner:
         cyc.task_rules = tv.rules
         # Both kept in place: a quiet service's entries stay as they are; every other
         # visited service's are dropped first, then set again if it settles.
-        leaving = self._stopping.holds(stopping, services, seen.ledger, tasks, facts)
+        live = live_nominations(nominated, read.names)
+        leaving = self._stopping.holds(
+            stopping, services, seen.ledger, tasks, facts,
+            [t for t in rejected if rejected_running(t, now)],
+            {(n.node_id, u) for n in live for u in n.uuids})
         plan.stopping_held = held_gpus(leaving)
-        holds = Holds(self.cluster, [*live_nominations(nominated, read.names), *leaving],
-                      self._hold_faults)
+        holds = Holds(self.cluster, [*live, *leaving], self._hold_faults)
         try:  # a hold is counted for this visit only, whatever it raises
             self._visit(plan, _Visit(read, quiet, kept, seen.ledger, seen.by_id, tv, jobs,
                                      records, cyc, moving, holds))
