@@ -25,6 +25,7 @@ from swarmgpu.manager.placement import (
     gate_key,
     read_ledger,
 )
+from swarmgpu.manager.placement.keys import rejected_running
 from swarmgpu.manager.placement.nominated import Nomination, StoppingGpus
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, task_from_api
 from swarmgpu.swarm.taskstop import rfc3339_epoch
@@ -173,3 +174,32 @@ def test_a_preemptor_still_gets_its_victims_gpus_while_the_victim_stops() -> Non
                                   rejected=[t_victim])  # no nomination: held from all
     assert {("n-4090", u) for u in R_UUIDS[:2]} <= plan.stopping_held.keys()
     assert {sp.name: sp for sp in plan.services}["high"].status == Status.PENDING
+
+
+def test_a_status_time_at_the_edge_of_the_calendar_is_read_not_raised() -> None:
+    """Go writes years 1..9999 with any offset: one whose UTC instant falls outside
+    Python's datetime range (year 10000, year 0) is read as the epoch seconds it names,
+    never an OverflowError out of the task list (the whole snapshot failed, every cycle
+    Swarm keeps the task). Before: raised."""
+    s = sw_svc("s", {})
+    end = rfc3339_epoch("9999-12-31T23:00:00Z")
+    start = rfc3339_epoch("0001-01-01T00:00:00Z")
+    assert end is not None and start is not None
+    assert rfc3339_epoch("9999-12-31T23:00:00-05:00") == end + 5 * 3600
+    assert rfc3339_epoch("0001-01-01T00:00:00+05:00") == start - 5 * 3600
+    assert _rejected("t", s, Timestamp="9999-12-31T23:00:00-05:00").rejected_until == \
+        end + 5 * 3600 + 10
+    assert rfc3339_epoch("2026-12-06T05:00:00-05:00") == rfc3339_epoch("2026-12-06T10:00:00Z")
+
+
+def test_a_status_time_ahead_of_the_clock_holds_no_longer_than_the_cap() -> None:
+    """A rejected task whose status time is ahead of the daemon's clock (the leader's
+    clock skewed, or a forged time years ahead): its GPUs are held while at most the cap
+    (5 minutes) of its hold is left, never for the whole skew. Before: a time a day
+    ahead held them for a day (as long as Swarm keeps the task)."""
+    s = sw_svc("s", {})
+    t = _rejected("t", s)  # rejected at AT, 10 s grace
+    assert rejected_running(t, AT + 5) and not rejected_running(t, AT + 10.5)
+    assert rejected_running(t, AT - 60)  # a minute of skew: held as ever
+    assert not rejected_running(t, AT - 86400)  # a day ahead: not held now
+    assert not rejected_running(_rejected("t", s, Timestamp="9999-01-01T00:00:00Z"), AT)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 # swarmkit constraint_enforcer.go, rejectNoncompliantTasks: Status.Message and Status.Err
 ENFORCER_MESSAGE = "task rejected by constraint enforcer"
@@ -38,13 +38,15 @@ def rfc3339_epoch(text: object) -> float | None:
         at = datetime(y, mo, d, h, mi, s, tzinfo=UTC)
     except ValueError:  # month 13, second 60 (Go writes no leap second)
         return None
+    offset = 0
     if zone != "Z":
         sign = 1 if zone[0] == "+" else -1
         oh, om = int(zone[1:3]), int(zone[4:6])
         if oh > 23 or om > 59:
             return None
-        at -= sign * timedelta(hours=oh, minutes=om)
-    return at.timestamp() + int((m.group(7) or "0").ljust(9, "0")) / 1e9
+        offset = sign * (oh * 3600 + om * 60)
+    # (in seconds, not on the datetime: year 9999 with a negative offset is past its range)
+    return at.timestamp() - offset + int((m.group(7) or "0").ljust(9, "0")) / 1e9
 
 
 def stop_grace_s(spec: object) -> float:

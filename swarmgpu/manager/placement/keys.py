@@ -8,6 +8,7 @@ from functools import cache
 from swarmgpu.swarm.client import MEANT_STATES as MEANT_STATES  # (re-exported)
 from swarmgpu.swarm.client import SwarmTask
 from swarmgpu.swarm.constraints import ConstraintError, parse_constraint
+from swarmgpu.swarm.taskstop import MAX_GRACE_S
 
 GATE = "service."
 # The hold: a constraint an annotated stack deployed as written carries instead of the
@@ -73,10 +74,11 @@ def rejected_running(t: SwarmTask, now: float) -> bool:
     reservations, but its GPUs are in use until its stop grace period from its status
     time is over (``swarm.taskstop``)."""
     # ``now`` is the daemon's clock, the status time the Swarm leader's: Swarm's TLS and
-    # raft want the managers' clocks in step, and a skew moves the end of a hold that
-    # lasts seconds (5 minutes at most) by as much, never makes it last on.
+    # raft want the managers' clocks in step, and a small skew moves the end of a hold
+    # by as much. A hold never has more than the cap left: a status time far ahead (a
+    # skewed clock, a forged time) would otherwise hold the GPUs for the whole skew.
     return (bool(t.node_id) and t.desired_state in STOPPING_STATES
-            and t.rejected_until is not None and now < t.rejected_until)
+            and t.rejected_until is not None and now < t.rejected_until <= now + MAX_GRACE_S)
 
 
 def gate_key(prefix: str, service: str) -> str:
