@@ -314,3 +314,21 @@ def test_render_refuses_the_node_where_a_task_binds_a_stack_services_host_port()
             sp = next(p for p in plan.services if p.name == "ai_llm")
             placed |= {p.node_id for p in sp.placements}
         assert len(placed) == 1, (ports, placed)  # the same node, the port taken or not
+
+
+def test_render_reads_a_stack_ports_mode_and_protocol_as_the_engine_does() -> None:
+    """The engine reads a port's publish mode and protocol by their upper-cased name (an
+    unknown protocol is tcp: daemon/cluster/convert ``ServiceSpecToGRPC``) and answers
+    them lower-cased: ``mode: HOST`` publishes in host mode and ``protocol: TCP`` is
+    8000/tcp, so proxy's node (8000/tcp bound) is refused. Before: both were read as
+    spelled, and render picked that node; Swarm would not start the task there."""
+    proxy = publishing(svc("proxy", {}, gated=False))
+    for ports in ("      - {target: 80, published: 8000, mode: HOST}",
+                  "      - {target: 80, published: 8000, mode: host, protocol: TCP}",
+                  "      - {target: 80, published: 8000, mode: Host, protocol: Tcp}"):
+        for busy, free in (("n-dgx", "n-4090"), ("n-4090", "n-dgx")):
+            _out, plan = render_stack(STACK_PORTS.format(ports=ports), "ai", NODES, [proxy],
+                                      [on("tp", proxy, busy)], RENDER_FACTS)
+            sp = next(p for p in plan.services if p.name == "ai_llm")
+            assert sp.status == "placed" and [p.node_id for p in sp.placements] == [free], \
+                (ports, sp)

@@ -231,14 +231,19 @@ def host_ports_of(svc: Mapping[str, Any]) -> list[dict[str, Any]]:
     with ``mode: host`` publishes in host mode (the short one is ingress: docker/cli
     ``convertPortSpecs``); one without a published port (the engine picks one) binds
     none Swarm checks. The schema checked the types (and ``interpolation`` made the
-    ports numbers): an entry in another shape is left to it, not read."""
+    ports numbers): an entry in another shape is left to it, not read. The engine reads
+    the mode and protocol by their upper-cased names, an unknown protocol as tcp, and
+    answers them lower-cased (daemon/cluster/convert ``ServiceSpecToGRPC``): read so."""
     ports = svc.get("ports")
     out: list[dict[str, Any]] = []
     for p in ports if isinstance(ports, list) else ():
-        if not isinstance(p, Mapping) or p.get("mode") != "host":
+        mode = p.get("mode") if isinstance(p, Mapping) else None
+        if not isinstance(mode, str) or mode.upper() != "HOST":
             continue
-        port, proto = p.get("published"), p.get("protocol") or "tcp"
-        if type(port) is int and 0 < port < 65536 and isinstance(proto, str):
+        port, proto = p.get("published"), p.get("protocol")
+        proto = proto.lower() if isinstance(proto, str) else ""
+        proto = proto if proto in ("tcp", "udp", "sctp") else "tcp"
+        if type(port) is int and 0 < port < 65536:
             out.append({"Protocol": proto, "TargetPort": p.get("target"),
                         "PublishedPort": port, "PublishMode": "host"})
     return out
