@@ -195,11 +195,13 @@ def test_a_status_time_at_the_edge_of_the_calendar_is_read_not_raised() -> None:
 def test_a_status_time_ahead_of_the_clock_holds_no_longer_than_the_cap() -> None:
     """A rejected task whose status time is ahead of the daemon's clock (the leader's
     clock skewed, or a forged time years ahead): its GPUs are held while at most the cap
-    (5 minutes) of its hold is left, never for the whole skew. Before: a time a day
-    ahead held them for a day (as long as Swarm keeps the task)."""
+    (5 minutes) and a minute of skew of its hold are left, never for the whole skew.
+    Before: a time a day ahead held them for a day (as long as Swarm keeps the task)."""
     s = sw_svc("s", {})
     t = _rejected("t", s)  # rejected at AT, 10 s grace
     assert rejected_running(t, AT + 5) and not rejected_running(t, AT + 10.5)
     assert rejected_running(t, AT - 60)  # a minute of skew: held as ever
+    longest = _rejected("t", s, grace_ns=10**13)  # the 5-minute cap, a minute of skew
+    assert rejected_running(longest, AT - 59) and not rejected_running(longest, AT - 61)
     assert not rejected_running(t, AT - 86400)  # a day ahead: not held now
     assert not rejected_running(_rejected("t", s, Timestamp="9999-01-01T00:00:00Z"), AT)

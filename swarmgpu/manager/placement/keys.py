@@ -68,6 +68,9 @@ def stopping(t: SwarmTask) -> bool:
     return bool(t.node_id) and t.desired_state in STOPPING_STATES and t.state in ASSIGNED_STATES
 
 
+SKEW_S = 60  # of the Swarm leader's clock ahead of the daemon's, a rejected task held as ever
+
+
 def rejected_running(t: SwarmTask, now: float) -> bool:
     """A task Swarm is stopping that its constraint enforcer rejected (its gate closed)
     whose container may still run at ``now`` (epoch seconds): Swarm's scheduler freed its
@@ -75,10 +78,12 @@ def rejected_running(t: SwarmTask, now: float) -> bool:
     time is over (``swarm.taskstop``)."""
     # ``now`` is the daemon's clock, the status time the Swarm leader's: Swarm's TLS and
     # raft want the managers' clocks in step, and a small skew moves the end of a hold
-    # by as much. A hold never has more than the cap left: a status time far ahead (a
-    # skewed clock, a forged time) would otherwise hold the GPUs for the whole skew.
+    # by as much. A hold never has more than the cap (and a minute of skew) left: a
+    # status time far ahead (a skewed clock, a forged time) would otherwise hold the GPUs
+    # for the whole skew.
     return (bool(t.node_id) and t.desired_state in STOPPING_STATES
-            and t.rejected_until is not None and now < t.rejected_until <= now + MAX_GRACE_S)
+            and t.rejected_until is not None
+            and now < t.rejected_until <= now + MAX_GRACE_S + SKEW_S)
 
 
 def gate_key(prefix: str, service: str) -> str:
