@@ -476,3 +476,18 @@ def test_a_task_stopped_after_the_daemon_released_its_gpus_still_holds_them() ->
     by = {sp.name: sp for sp in plan.services}
     assert by["new"].status == Status.PENDING and not by["new"].placements, by["new"]
     assert {("n-4090", u) for u in R_UUIDS[:6]} <= plan.stopping_held.keys()
+
+
+def test_a_victim_stopped_by_a_write_to_its_spec_leaves_its_gpus_to_its_preemptor() -> None:
+    """A job victim's spec is written (a new run): Swarm stops its task (desired shutdown,
+    still running), not its constraint enforcer. The GPUs its preemptor's hold names stay
+    the preemptor's (``spare``), the rest held while it stops. Before: all held, and the
+    preemptor waited out the victim's grace period (real swarm: test_job_preempt_swarm)."""
+    s = sw_svc("victim", {})
+    t = _task("t-v", s, "n-4090", "running", "shutdown")
+    h = Holding("victim", "n-4090", R_UUIDS[:2], (1000, 1000))
+    g = StoppingGpus()
+    g.holds([], [s], {"victim": {"n-4090": h}}, [replace(t, desired_state="running")])
+    (n,) = g.holds([t], [s], {}, spare={("n-4090", R_UUIDS[0])})
+    assert n.uuids == (R_UUIDS[1],)
+    assert g.holds([t], [s], {}, spare={("n-4090", u) for u in R_UUIDS[:2]}) == []

@@ -336,9 +336,10 @@ class StoppingGpus:
         ``tasks``: the meant ones (their GPUs learned while they run); ``facts``: the
         agents' answers per node id (a task's own device line is checked against them).
         ``rejected``: tasks the constraint enforcer rejected whose container may still
-        run (``keys.rejected_running``), their GPUs held but those in ``spare`` ((node id,
-        GPU uuid) a live preemptor's nomination holds: its victims' stay its own, or a
-        grace period longer than its settle time would make it preempt again)."""
+        run (``keys.rejected_running``). The GPUs of both are held but those in ``spare``
+        ((node id, GPU uuid) a live preemptor's nomination holds: its victims' stay its
+        own, stopped by their gate or by a write to their spec (a job's), or a grace
+        period longer than its settle time would make it preempt again)."""
         names = {s.id: s.name for s in services}
         facts = facts or {}
         running: dict[str, tuple[str, Uses]] = {}
@@ -358,9 +359,8 @@ class StoppingGpus:
                 known[t.id] = got
         self.known, self.running, self.names = known, running, names
         by_node: dict[str, dict[str, int]] = {}  # one hold per node: each visit walks them all
-        spared = {t.id for t in rejected} if spare else set()
-        for tid, (nid, uses) in known.items():
-            kept = [(u, m) for u, m in uses if tid not in spared or (nid, u) not in spare]
+        for nid, uses in known.values():
+            kept = [(u, m) for u, m in uses if (nid, u) not in spare]
             on = by_node.setdefault(nid, {}) if kept else {}
             for u, m in kept:
                 on[u] = min(1000, on.get(u, 0) + m)
