@@ -87,6 +87,12 @@ def test_job_runs_pinned_releases_and_reruns(swarm: SwarmCluster,
     assert swarm.node(t["NodeID"]).hostname == "gpu-node-2"
     swarm.cli(swarm.manager, "service", "rm", whole)
     swarm.wait_for(lambda: not ledger_of(swarm, whole) or None, 15, "whole's ledger gone")
+    # Its task runs on until it stops (its grace period: `sleep` ignores SIGTERM), its GPUs
+    # held meanwhile (docs/deploy.md): the next service waits for them, as Swarm's would.
+    api = swarm.client(swarm.manager).api
+    swarm.wait_for(lambda: not [x for x in api.tasks() if x["ServiceID"] == t["ServiceID"]
+                                and x["Status"]["State"] == "running"] or None,
+                   60, "whole's task stopped")
     # Re-run: Swarm runs the job again on --force; each task gets a GPU again.
     swarm.cli(swarm.manager, "service", "update", "-d", "--force", JOB)
     again = run_devices(swarm)
