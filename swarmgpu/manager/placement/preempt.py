@@ -423,23 +423,24 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
 
         def together(combo: tuple[Candidate, ...], r: GpuRequest = r,
                      holders: Mapping[str, AbstractSet[str]] = holders,
-                     sets: _GpuSets = sets) -> bool:
+                     sets: _GpuSets = sets, nid: str = nid) -> bool:
             def milli(c: Candidate) -> int:
                 return holding_milli(rd.req.get(c.service), c.holding, rd.facts) if c.holding else 0
             # and a topology request has a set the allocator gives (``_gpu_pick``) once they
-            # go: else they were stopped for nothing, their preemptor still pending
+            # go, and its CPU and memory are left: else they were stopped for nothing, their
+            # preemptor still pending (checked after the choice, the set ranked first freed
+            # the GPU and not the CPU, and the node was given up for a set that would do)
             return group_reclaimable(  # every replica placed counts against its guarantee
                 r, [(c.quota, milli(c)) for c in combo if c.quota is not None], rd.queues,
                 rd.q_gone, rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard],
-                replicas) and (r.topology is Topology.ANY or sets.gives(combo, holders))
+                replicas) and (r.topology is Topology.ANY or sets.gives(combo, holders)) \
+                and (rd.room is None or rd.room.fits(s, nid, combo, replicas))
 
         others = {k: h for k, h in here.items() if k != s.name}  # (a packed one's own)
         victims = pick_victims(need, free, _candidates(rd, r, nid, others, usable), holders,
                                together, over)
         if not victims or (nid in no and not takers[nid] <= {v.service for v in victims}):
             continue  # (a port another service binds here stays bound: Swarm refuses it)
-        if rd.room is not None and not rd.room.fits(s, nid, victims, replicas):
-            continue  # its CPU or memory would still be missing: they go for nothing
         prios = [v.priority for v in victims]
         key = (len(victims), max(reclaim_rank(v, over) for v in victims), max(prios),
                sum(prios), node.hostname)

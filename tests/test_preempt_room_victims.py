@@ -1,0 +1,94 @@
+"""The victims chosen on a node free the CPU and memory their preemptor reserves too
+(``preemptroom.Room`` asked of each victim set, ``pick_victims``' ``allowed``), as
+Kubernetes asks whether the pod fits once its victims go. Before, the set was chosen by
+its GPUs alone and then checked: where the set ranked first freed the GPU but not the
+CPU, the node was given up, though another holder's stop would have placed it, and the
+request waited for ever. Pure: the real planner and ``choose_preemptions`` over a forged
+snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from support.forged import R4090_F, sw_node, sw_svc
+
+from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key, plan_placement
+from swarmgpu.manager.placement.preempt import Preemption, choose_preemptions
+from swarmgpu.manager.placement.records import PlacementPlan, Status
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+
+P = "swarmgpu."
+R = tuple(g.uuid for g in R4090_F.gpus)
+FACTS = {"n-b": R4090_F}
+
+
+def _reserving(s: SwarmService, cpu_milli: int) -> SwarmService:
+    """``s`` whose tasks reserve ``cpu_milli`` (Swarm's ResourceFilter)."""
+    tt = dict(s.spec["TaskTemplate"])
+    tt["Resources"] = {"Reservations": {"NanoCPUs": cpu_milli * 1_000_000}}
+    return replace(s, spec={**s.spec, "TaskTemplate": tt})
+
+
+def _held(name: str, uuids: tuple[str, ...]) -> dict[str, str]:
+    h = Holding(name, "n-b", uuids, tuple(1000 for _ in uuids))
+    return {assign_key(P, name): h.label_value(), gate_key(P, name): "true"}
+
+
+def _cluster(gone: str = "") -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
+    """n-b (4000 CPU milli, 8 GPUs): filler (not preemptible) holds GPUs 2-7; light
+    (priority 0, started last: the rule's first victim) holds GPU 0 and reserves no CPU;
+    heavy (priority 0) holds GPU 1 and reserves 3500 CPU milli. high (priority 100) wants
+    1 GPU and 1000 CPU milli: it fits only once heavy goes. ``gone``: that one stopped
+    (its holding and task gone)."""
+    filler = sw_svc("filler", {f"{P}gpus": "6", f"{P}priority": "50",
+                               f"{P}preemptible": "false",
+                               devices_key(P, "n-b"): ",".join(R[2:])})
+    light = sw_svc("light", {f"{P}gpus": "1", devices_key(P, "n-b"): R[0]})
+    heavy = _reserving(sw_svc("heavy", {f"{P}gpus": "1", devices_key(P, "n-b"): R[1]}), 3500)
+    high = _reserving(sw_svc("high", {f"{P}gpus": "1", f"{P}priority": "100"}), 1000)
+    labels = {**_held("filler", R[2:])}
+    services = [filler, high]
+    tasks = [SwarmTask("t-filler", filler.id, "n-b", 1, "running", "running", ()),
+             SwarmTask("t-high", high.id, "", 1, "pending", "running", ())]
+    if gone != "light":
+        labels.update(_held("light", R[:1]))
+        services.append(light)
+        tasks.append(SwarmTask("t-light", light.id, "n-b", 1, "running", "running", (),
+                               created_at="2026-12-06T10:00:00Z"))
+    if gone != "heavy":
+        labels.update(_held("heavy", R[1:2]))
+        services.append(heavy)
+        tasks.append(SwarmTask("t-heavy", heavy.id, "n-b", 1, "running", "running", (),
+                               cpu_milli=3500, created_at="2026-12-06T09:00:00Z"))
+    nodes = [replace(sw_node("n-b", "gpu-node-2", labels), cpu_milli=4000)]
+    return nodes, services, tasks
+
+
+def _high(plan: PlacementPlan) -> tuple[str, str]:
+    (sp,) = [sp for sp in plan.services if sp.name == "high"]
+    return sp.status, sp.reason or ""
+
+
+def _choose(gone: str = "") -> tuple[PlacementPlan, list[Preemption]]:
+    nodes, services, tasks = _cluster(gone)
+    plan = plan_placement(nodes, services, tasks, FACTS)
+    return plan, choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                                    preemptible_below=100)
+
+
+def test_the_victim_chosen_frees_the_cpu_its_preemptor_reserves() -> None:
+    """light ranks first (the most recently started) and frees a GPU, but not the CPU
+    high reserves: heavy is the victim, and placement places high once it goes (and not
+    once light goes: light stopped for nothing). Before, light was chosen, the node
+    given up for its CPU, and nothing was preempted: high waited for ever."""
+    plan, got = _choose()
+    assert _high(plan)[0] == Status.PENDING
+    (p,) = got
+    assert [v.service for v in p.victims] == ["heavy"] and p.held == R[1:2]
+    # placement agrees: once heavy goes, high is placed on its GPU
+    after = plan_placement(*_cluster(gone="heavy"), FACTS)
+    assert _high(after)[0] == Status.PLACED, _high(after)[1]
+    (sp,) = [sp for sp in after.services if sp.name == "high"]
+    assert [x.uuids for x in sp.placements] == [R[1:2]]
+    # and once light alone goes, it still waits for the CPU
+    assert _high(plan_placement(*_cluster(gone="light"), FACTS))[0] == Status.PENDING
