@@ -13,6 +13,7 @@ from dataclasses import replace
 from support.forged import R4090_F, sw_node, sw_svc
 
 from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key, plan_placement
+from swarmgpu.manager.placement.planner import Planner
 from swarmgpu.manager.placement.preempt import Preemption, choose_preemptions
 from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -92,3 +93,36 @@ def test_the_victim_chosen_frees_the_cpu_its_preemptor_reserves() -> None:
     assert [x.uuids for x in sp.placements] == [R[1:2]]
     # and once light alone goes, it still waits for the CPU
     assert _high(plan_placement(*_cluster(gone="light"), FACTS))[0] == Status.PENDING
+
+
+def _publishing(s: SwarmService, port: int = 8000) -> SwarmService:
+    """``s`` publishing ``port`` in host mode (Swarm runs one such task per node)."""
+    ports = [{"Protocol": "tcp", "TargetPort": 80, "PublishedPort": port, "PublishMode": "host"}]
+    return replace(s, spec={**s.spec, "EndpointSpec": {"Ports": ports}})
+
+
+def _port_cluster(gone: str = "") -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
+    """``_cluster`` with no CPU reserved, heavy's task binding host port 8000, which high
+    publishes too: high fits on n-b only once heavy goes (the port with its GPU)."""
+    nodes, services, tasks = _cluster(gone)
+    nodes = [replace(n, cpu_milli=64000) for n in nodes]
+    services = [_publishing(s) if s.name in ("heavy", "high") else s for s in services]
+    return nodes, services, tasks
+
+
+def test_the_victim_chosen_frees_the_host_port_its_preemptor_publishes() -> None:
+    """light ranks first and frees a GPU, but heavy's task binds the port high publishes:
+    heavy is the victim, and placement places high once it goes. Before, light was
+    chosen, the node given up for the port, and nothing was preempted."""
+    nodes, services, tasks = _port_cluster()
+    planner = Planner(prefix=P)
+    plan = planner.plan(nodes, services, tasks, FACTS, now=1000.0)
+    assert _high(plan)[0] == Status.PENDING
+    (p,) = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=100, refused=planner.refused_nodes,
+                              ports=planner.port_takers)
+    assert [v.service for v in p.victims] == ["heavy"]
+    after = Planner(prefix=P).plan(*_port_cluster(gone="heavy"), FACTS, now=1001.0)
+    assert _high(after)[0] == Status.PLACED, _high(after)[1]
+    assert _high(Planner(prefix=P).plan(*_port_cluster(gone="light"), FACTS,
+                                        now=1001.0))[0] == Status.PENDING

@@ -38,7 +38,10 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   that leaves it no such set is never taken (the next set, or node, is tried);
 * victims (``pick_victims``, per node, then across nodes): the fewest victims that free
   enough GPUs, however they are taken (never more stopped than needed: no smaller set
-  frees enough). Among sets of that size, one taken by priority alone first; one that
+  frees enough), and leave the CPU and memory its tasks reserve (``preemptroom.Room``)
+  and free a host-mode port it publishes that a victim binds there (asked of each set:
+  checked after the choice, the node was given up where the first set freed the GPU
+  alone). Among sets of that size, one taken by priority alone first; one that
   reclaims is ranked by the queue it takes from that is least far above its guarantee
   (``queues.over_guarantee``, counting the cycle's earlier victims), furthest first, as
   KAI-Scheduler and Kueue reclaim. Then the lowest highest priority, the lowest total
@@ -427,20 +430,23 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
             def milli(c: Candidate) -> int:
                 return holding_milli(rd.req.get(c.service), c.holding, rd.facts) if c.holding else 0
             # and a topology request has a set the allocator gives (``_gpu_pick``) once they
-            # go, and its CPU and memory are left: else they were stopped for nothing, their
-            # preemptor still pending (checked after the choice, the set ranked first freed
-            # the GPU and not the CPU, and the node was given up for a set that would do)
+            # go, its CPU and memory are left and a host port it publishes is freed (a port
+            # another service binds here stays bound: Swarm refuses it): else they were
+            # stopped for nothing, their preemptor still pending (checked after the choice,
+            # the set ranked first freed the GPU alone, and the node was given up for
+            # another set that would do)
             return group_reclaimable(  # every replica placed counts against its guarantee
                 r, [(c.quota, milli(c)) for c in combo if c.quota is not None], rd.queues,
                 rd.q_gone, rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard],
                 replicas) and (r.topology is Topology.ANY or sets.gives(combo, holders)) \
-                and (rd.room is None or rd.room.fits(s, nid, combo, replicas))
+                and (rd.room is None or rd.room.fits(s, nid, combo, replicas)) \
+                and (nid not in no or takers[nid] <= {c.service for c in combo})
 
         others = {k: h for k, h in here.items() if k != s.name}  # (a packed one's own)
         victims = pick_victims(need, free, _candidates(rd, r, nid, others, usable), holders,
                                together, over)
-        if not victims or (nid in no and not takers[nid] <= {v.service for v in victims}):
-            continue  # (a port another service binds here stays bound: Swarm refuses it)
+        if not victims:
+            continue
         prios = [v.priority for v in victims]
         key = (len(victims), max(reclaim_rank(v, over) for v in victims), max(prios),
                sum(prios), node.hostname)
