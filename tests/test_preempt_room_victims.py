@@ -126,3 +126,35 @@ def test_the_victim_chosen_frees_the_host_port_its_preemptor_publishes() -> None
     assert _high(after)[0] == Status.PLACED, _high(after)[1]
     assert _high(Planner(prefix=P).plan(*_port_cluster(gone="light"), FACTS,
                                         now=1001.0))[0] == Status.PENDING
+
+
+def test_a_free_gpu_beside_the_port_binding_holder_does_not_hide_it() -> None:
+    """GPU 0 is free (light gone) and heavy's task binds the port high publishes: heavy
+    is the victim, its stop placing high. Before, the free GPU made the node look like
+    room held back by the port alone: no victim was sought there, none was preempted,
+    and high waited for ever, where with GPU 0 held too heavy was preempted."""
+    nodes, services, tasks = _port_cluster(gone="light")
+    planner = Planner(prefix=P)
+    plan = planner.plan(nodes, services, tasks, FACTS, now=1000.0)
+    assert _high(plan)[0] == Status.PENDING
+    (p,) = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=100, refused=planner.refused_nodes,
+                              ports=planner.port_takers)
+    assert [v.service for v in p.victims] == ["heavy"]
+    nodes, services, tasks = _port_cluster(gone="light")
+    services = [s for s in services if s.name != "heavy"]
+    tasks = [t for t in tasks if t.id != "t-heavy"]
+    nodes = [replace(n, labels={k: v for k, v in n.labels.items() if "heavy" not in k})
+             for n in nodes]
+    assert _high(Planner(prefix=P).plan(nodes, services, tasks, FACTS,
+                                        now=1001.0))[0] == Status.PLACED
+
+
+def test_a_free_gpu_beside_the_cpu_holding_holder_does_not_hide_it() -> None:
+    """The same with the CPU: GPU 0 free, heavy's task holding the CPU high reserves."""
+    nodes, services, tasks = _cluster(gone="light")
+    plan = plan_placement(nodes, services, tasks, FACTS)
+    assert _high(plan)[0] == Status.PENDING
+    (p,) = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=100)
+    assert [v.service for v in p.victims] == ["heavy"]

@@ -57,9 +57,10 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   it fits once its victims go), and the CPU and memory its tasks reserve left there
   (``preemptroom.Room``, no victim): the request is pending for another reason (a
   constraint), and stopping a service would not place it. A node with the GPUs free
-  but not the CPU (a ``gpus: "0"`` service there) is no room, as Kubernetes asks per
-  node: victims are sought on the others (before, the first such node by id ended the
-  search and the request waited for ever). Nor does it preempt on a node where the CPU
+  but not the CPU (a ``gpus: "0"`` service there), or a host port another service binds
+  there, is no room, as Kubernetes asks per node: victims are sought there (one whose
+  stop frees the CPU or the port) and on the others (before, the first such node by id
+  ended the search and the request waited for ever). Nor does it preempt on a node where the CPU
   and memory its tasks reserve would not be left once the victims' tasks go
   (``preemptroom.Room``: what Swarm's ResourceFilter counts, the round's earlier
   preemptors and moves counted; a service of no GPU there, never a victim nor a
@@ -419,10 +420,12 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
         # no NVLink pair among them: an NVLink job waited behind a single-GPU holder)
         # and its CPU and memory are left (a gpus: "0" service's: it waited for ever
         # while a lower holder elsewhere kept the GPUs it would fit beside)
-        if len(free) >= need and (r.topology is Topology.ANY or sets.gives((), holders)):
-            if nid in no or (rd.room is not None and not rd.room.fits(s, nid, (), replicas)):
-                continue  # the port or the CPU holds it back here, not the GPUs
+        if len(free) >= need and (r.topology is Topology.ANY or sets.gives((), holders)) \
+                and nid not in no and (rd.room is None or rd.room.fits(s, nid, (), replicas)):
             return None  # room already: pending for another reason
+        # (else the port or the CPU holds it back here: a victim whose stop frees them is
+        # sought here too, ``together``; skipped, a holder binding the port beside a free
+        # GPU was never preempted, where with that GPU held too it was)
 
         def together(combo: tuple[Candidate, ...], r: GpuRequest = r,
                      holders: Mapping[str, AbstractSet[str]] = holders,
