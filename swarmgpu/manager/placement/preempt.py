@@ -206,8 +206,9 @@ def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candida
     holds; ``holders``: GPU -> every service holding it (a shared GPU frees only when all
     its holders are victims); ``allowed``: whether a set may go together (the victims of
     one queue that its guarantee bounds, ``queues.group_reclaimable``; a topology
-    request's set, ``_GpuSets.gives``), asked of no victims where ``free`` is enough by
-    count (False: the free GPUs give no set it can use, victims are chosen); ``over``: how
+    request's set, ``_GpuSets.gives``; its CPU and memory and host ports left), asked of
+    no victims where ``free`` is enough by count (False: the free GPUs give no set it can
+    use, or its CPU or a port is held there, victims are chosen); ``over``: how
     far each queue is above its guarantee (``reclaim_rank``)."""
     if len(free) >= need and (allowed is None or allowed(())):
         return ()  # (enough by count, and no topology the free GPUs fail: none needed)
