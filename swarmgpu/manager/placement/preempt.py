@@ -38,7 +38,10 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   that leaves it no such set is never taken (the next set, or node, is tried);
 * victims (``pick_victims``, per node, then across nodes): the fewest victims that free
   enough GPUs, however they are taken (never more stopped than needed: no smaller set
-  frees enough). Among sets of that size, one taken by priority alone first; one that
+  frees enough), and leave the CPU and memory its tasks reserve (``preemptroom.Room``)
+  and free a host-mode port it publishes that a victim binds there (asked of each set:
+  checked after the choice, the node was given up where the first set freed the GPU
+  alone). Among sets of that size, one taken by priority alone first; one that
   reclaims is ranked by the queue it takes from that is least far above its guarantee
   (``queues.over_guarantee``, counting the cycle's earlier victims), furthest first, as
   KAI-Scheduler and Kueue reclaim. Then the lowest highest priority, the lowest total
@@ -54,9 +57,10 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   it fits once its victims go), and the CPU and memory its tasks reserve left there
   (``preemptroom.Room``, no victim): the request is pending for another reason (a
   constraint), and stopping a service would not place it. A node with the GPUs free
-  but not the CPU (a ``gpus: "0"`` service there) is no room, as Kubernetes asks per
-  node: victims are sought on the others (before, the first such node by id ended the
-  search and the request waited for ever). Nor does it preempt on a node where the CPU
+  but not the CPU (a ``gpus: "0"`` service there), or a host port another service binds
+  there, is no room, as Kubernetes asks per node: victims are sought there (one whose
+  stop frees the CPU or the port) and on the others (before, the first such node by id
+  ended the search and the request waited for ever). Nor does it preempt on a node where the CPU
   and memory its tasks reserve would not be left once the victims' tasks go
   (``preemptroom.Room``: what Swarm's ResourceFilter counts, the round's earlier
   preemptors and moves counted; a service of no GPU there, never a victim nor a
@@ -202,8 +206,9 @@ def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candida
     holds; ``holders``: GPU -> every service holding it (a shared GPU frees only when all
     its holders are victims); ``allowed``: whether a set may go together (the victims of
     one queue that its guarantee bounds, ``queues.group_reclaimable``; a topology
-    request's set, ``_GpuSets.gives``), asked of no victims where ``free`` is enough by
-    count (False: the free GPUs give no set it can use, victims are chosen); ``over``: how
+    request's set, ``_GpuSets.gives``; its CPU and memory and host ports left), asked of
+    no victims where ``free`` is enough by count (False: the free GPUs give no set it can
+    use, or its CPU or a port is held there, victims are chosen); ``over``: how
     far each queue is above its guarantee (``reclaim_rank``)."""
     if len(free) >= need and (allowed is None or allowed(())):
         return ()  # (enough by count, and no topology the free GPUs fail: none needed)
@@ -416,30 +421,36 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
         # no NVLink pair among them: an NVLink job waited behind a single-GPU holder)
         # and its CPU and memory are left (a gpus: "0" service's: it waited for ever
         # while a lower holder elsewhere kept the GPUs it would fit beside)
-        if len(free) >= need and (r.topology is Topology.ANY or sets.gives((), holders)):
-            if nid in no or (rd.room is not None and not rd.room.fits(s, nid, (), replicas)):
-                continue  # the port or the CPU holds it back here, not the GPUs
+        if len(free) >= need and (r.topology is Topology.ANY or sets.gives((), holders)) \
+                and nid not in no and (rd.room is None or rd.room.fits(s, nid, (), replicas)):
             return None  # room already: pending for another reason
+        # (else the port or the CPU holds it back here: a victim whose stop frees them is
+        # sought here too, ``together``; skipped, a holder binding the port beside a free
+        # GPU was never preempted, where with that GPU held too it was)
 
         def together(combo: tuple[Candidate, ...], r: GpuRequest = r,
                      holders: Mapping[str, AbstractSet[str]] = holders,
-                     sets: _GpuSets = sets) -> bool:
+                     sets: _GpuSets = sets, nid: str = nid) -> bool:
             def milli(c: Candidate) -> int:
                 return holding_milli(rd.req.get(c.service), c.holding, rd.facts) if c.holding else 0
             # and a topology request has a set the allocator gives (``_gpu_pick``) once they
-            # go: else they were stopped for nothing, their preemptor still pending
+            # go, its CPU and memory are left and a host port it publishes is freed (a port
+            # another service binds here stays bound: Swarm refuses it): else they were
+            # stopped for nothing, their preemptor still pending (checked after the choice,
+            # the set ranked first freed the GPU alone, and the node was given up for
+            # another set that would do)
             return group_reclaimable(  # every replica placed counts against its guarantee
                 r, [(c.quota, milli(c)) for c in combo if c.quota is not None], rd.queues,
                 rd.q_gone, rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard],
-                replicas) and (r.topology is Topology.ANY or sets.gives(combo, holders))
+                replicas) and (r.topology is Topology.ANY or sets.gives(combo, holders)) \
+                and (rd.room is None or rd.room.fits(s, nid, combo, replicas)) \
+                and (nid not in no or takers[nid] <= {c.service for c in combo})
 
         others = {k: h for k, h in here.items() if k != s.name}  # (a packed one's own)
         victims = pick_victims(need, free, _candidates(rd, r, nid, others, usable), holders,
                                together, over)
-        if not victims or (nid in no and not takers[nid] <= {v.service for v in victims}):
-            continue  # (a port another service binds here stays bound: Swarm refuses it)
-        if rd.room is not None and not rd.room.fits(s, nid, victims, replicas):
-            continue  # its CPU or memory would still be missing: they go for nothing
+        if not victims:
+            continue
         prios = [v.priority for v in victims]
         key = (len(victims), max(reclaim_rank(v, over) for v in victims), max(prios),
                sum(prios), node.hostname)
