@@ -12,7 +12,7 @@ import pytest
 from support.daemon import ModuleDaemon
 from support.gpu_nodes import GPU_NODES, RTX4090, run_cli
 from support.swarm_harness import SwarmCluster
-from support.swarm_services import P, gpu_create, wait_running
+from support.swarm_services import P, gpu_create, removed_tasks_stopped, wait_running
 
 pytestmark = pytest.mark.swarm
 JOB = "embed"
@@ -89,10 +89,7 @@ def test_job_runs_pinned_releases_and_reruns(swarm: SwarmCluster,
     swarm.wait_for(lambda: not ledger_of(swarm, whole) or None, 15, "whole's ledger gone")
     # Its task runs on until it stops (its grace period: `sleep` ignores SIGTERM), its GPUs
     # held meanwhile (docs/deploy.md): the next service waits for them, as Swarm's would.
-    api = swarm.client(swarm.manager).api
-    swarm.wait_for(lambda: not [x for x in api.tasks() if x["ServiceID"] == t["ServiceID"]
-                                and x["Status"]["State"] == "running"] or None,
-                   60, "whole's task stopped")
+    removed_tasks_stopped(swarm)
     # Re-run: Swarm runs the job again on --force; each task gets a GPU again.
     swarm.cli(swarm.manager, "service", "update", "-d", "--force", JOB)
     again = run_devices(swarm)

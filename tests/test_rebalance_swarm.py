@@ -26,7 +26,13 @@ from support.gpu_nodes import (
 )
 from support.swarm_harness import SwarmCluster
 from support.swarm_rebalance import IDLE, P, holder_gpu, hot, labels, node_labels, where
-from support.swarm_services import container_env, deploy, tasks_running, wait_running
+from support.swarm_services import (
+    container_env,
+    deploy,
+    removed_tasks_stopped,
+    tasks_running,
+    wait_running,
+)
 
 from swarmgpu.swarm.client import SwarmClient
 from swarmgpu.swarm.identity import client_context, default_cert_paths
@@ -170,6 +176,7 @@ def fresh_pair(swarm: SwarmCluster, rb: dict[str, Any], stack: str) -> tuple[str
     swarm.wait_for(lambda: not any(k.startswith(f"{P}assign.")
                                    for h in GPU_NODES for k in node_labels(swarm, h)),
                    60, "the GPUs of earlier stacks released")
+    removed_tasks_stopped(swarm)  # their GPUs are held while their tasks stop
     frac = {"labels": {"swarmgpu.gpu-fraction": "0.5"}}
     deploy(swarm, rb["tmp"], stack, {"x": frac, "y": frac})
     for s in ("x", "y"):

@@ -14,7 +14,7 @@ import pytest
 from support.daemon import ModuleDaemon
 from support.gpu_nodes import RTX4090, run_cli
 from support.swarm_harness import SwarmCluster
-from support.swarm_services import container_env, tasks_running
+from support.swarm_services import container_env, removed_tasks_stopped, tasks_running
 from support.swarm_services import deploy as placement_deploy
 from support.swarm_services import wait_running as placement_wait_running
 
@@ -184,6 +184,7 @@ def test_eight_replicas_of_one_gpu_fill_the_8gpu_box(
         swarm.wait_for(lambda: not held() or None, 60, "earlier stacks' GPUs released")
     except Exception as exc:  # name what still holds GPUs (another module's leftovers?)
         raise AssertionError(f"{exc}: still held: {held()}") from exc
+    removed_tasks_stopped(swarm)  # their GPUs are held while their tasks stop
     deploy(swarm, daemon["tmp"], "eight", {"inf": {"replicas": 8,
                                                    "labels": {"swarmgpu.gpus": "1"}}})
     wait_running(swarm, "eight_inf", 8, timeout=120)

@@ -126,3 +126,16 @@ def devices_of(swarm: SwarmCluster, service: str) -> dict[str, list[str]]:
 PREEMPTING: dict[str, Any] = {"sync": {"interval_s": 2},
                               "preemption": {"dry_run": False, "settle_s": 10},
                               "rebalance": {"dry_run": False, "policies": ""}}
+
+
+def removed_tasks_stopped(swarm: SwarmCluster, timeout: float = 60) -> None:
+    """Wait until no task of a removed service still runs: it keeps its GPUs for its stop
+    grace period (`sleep` ignores SIGTERM: 10 s), held from every new service meanwhile
+    (docs/deploy.md), so a test that wants every GPU idle waits for them."""
+    api = swarm.client(swarm.manager).api
+
+    def stopped() -> bool:
+        live = {s["ID"] for s in api.services()}
+        return not [t for t in api.tasks() if t["ServiceID"] not in live
+                    and t["Status"]["State"] == "running"]
+    swarm.wait_for(lambda: stopped() or None, timeout, "removed services' tasks stopped")
