@@ -110,11 +110,10 @@ def _port_cluster(gone: str = "") -> tuple[list[SwarmNode], list[SwarmService], 
     return nodes, services, tasks
 
 
-def test_the_victim_chosen_frees_the_host_port_its_preemptor_publishes() -> None:
-    """light ranks first and frees a GPU, but heavy's task binds the port high publishes:
-    heavy is the victim, and placement places high once it goes. Before, light was
-    chosen, the node given up for the port, and nothing was preempted."""
-    nodes, services, tasks = _port_cluster()
+def _assert_heavy_is_the_victim(nodes: list[SwarmNode], services: list[SwarmService],
+                                tasks: list[SwarmTask]) -> None:
+    """high is pending on the planner's own plan, and its preemption stops heavy alone
+    (the planner's refused nodes and port takers handed on, as the daemon does)."""
     planner = Planner(prefix=P)
     plan = planner.plan(nodes, services, tasks, FACTS, now=1000.0)
     assert _high(plan)[0] == Status.PENDING
@@ -122,6 +121,13 @@ def test_the_victim_chosen_frees_the_host_port_its_preemptor_publishes() -> None
                               preemptible_below=100, refused=planner.refused_nodes,
                               ports=planner.port_takers)
     assert [v.service for v in p.victims] == ["heavy"]
+
+
+def test_the_victim_chosen_frees_the_host_port_its_preemptor_publishes() -> None:
+    """light ranks first and frees a GPU, but heavy's task binds the port high publishes:
+    heavy is the victim, and placement places high once it goes. Before, light was
+    chosen, the node given up for the port, and nothing was preempted."""
+    _assert_heavy_is_the_victim(*_port_cluster())
     after = Planner(prefix=P).plan(*_port_cluster(gone="heavy"), FACTS, now=1001.0)
     assert _high(after)[0] == Status.PLACED, _high(after)[1]
     assert _high(Planner(prefix=P).plan(*_port_cluster(gone="light"), FACTS,
@@ -133,14 +139,7 @@ def test_a_free_gpu_beside_the_port_binding_holder_does_not_hide_it() -> None:
     is the victim, its stop placing high. Before, the free GPU made the node look like
     room held back by the port alone: no victim was sought there, none was preempted,
     and high waited for ever, where with GPU 0 held too heavy was preempted."""
-    nodes, services, tasks = _port_cluster(gone="light")
-    planner = Planner(prefix=P)
-    plan = planner.plan(nodes, services, tasks, FACTS, now=1000.0)
-    assert _high(plan)[0] == Status.PENDING
-    (p,) = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
-                              preemptible_below=100, refused=planner.refused_nodes,
-                              ports=planner.port_takers)
-    assert [v.service for v in p.victims] == ["heavy"]
+    _assert_heavy_is_the_victim(*_port_cluster(gone="light"))
     nodes, services, tasks = _port_cluster(gone="light")
     services = [s for s in services if s.name != "heavy"]
     tasks = [t for t in tasks if t.id != "t-heavy"]
