@@ -8,7 +8,10 @@ has no task yet, so each decision takes its ports on its nodes too (``claim``): 
 services publishing one port are never placed on one node in one cycle. Where a task
 binds the port, the tasks alone say who holds it (the one Swarm runs keeps it). A task of
 a removed service (one Swarm is stopping) has no spec to read its ports from: its own
-status's are counted (``SwarmTask.host_ports``, ``swarm.taskports``)."""
+status's are counted (``SwarmTask.host_ports``, ``swarm.taskports``); so are a live
+service's stopping task's once it runs (``own_ports``): an update that changed the
+published port leaves its old task on the old port, not the new one (none reported: the
+service's, as before)."""
 
 from __future__ import annotations
 
@@ -42,6 +45,16 @@ def binds(t: SwarmTask) -> bool:
     return bool(t.node_id) and (
         t.state in _BOUND or (t.desired_state in MEANT_STATES and t.state in _COMING)
     )
+
+
+def own_ports(t: SwarmTask) -> tuple[str, ...] | None:
+    """The ports a task Swarm is stopping binds, as its own status reports them once it
+    runs (an update's old task binds the ports it was made with, not those its service's
+    spec publishes now); None: not known (not running yet, or meant to run), the
+    service's then."""
+    if t.desired_state in MEANT_STATES or t.state != "running":
+        return None
+    return t.host_ports
 
 
 class HostPorts:
@@ -81,7 +94,7 @@ class HostPorts:
             for t in [t for t in tasks if t.service_id in names]:
                 if binds(t):
                     sid = t.service_id
-                    for p in self._ports[sid][1]:
+                    for p in own_ports(t) or self._ports[sid][1]:
                         used.setdefault(p, {}).setdefault(t.node_id, {})[sid] = names[sid]
         self._used = used
         self._claims = {}
