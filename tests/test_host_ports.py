@@ -356,3 +356,10 @@ def test_a_live_services_stopping_task_binds_the_port_its_own_status_reports() -
     sp = next(p for p in Planner().plan(one, [proxy, old8000], [], one_facts,  # type: ignore[arg-type]
                                         stopping=[old]).services if p.name == "old8000")
     assert "8000/tcp is taken by a task of proxy" in (sp.reason or ""), sp.reason
+    # an update that removed the port: the old task binds it all the same (before, a
+    # service publishing nothing was not read at all)
+    bare = svc("proxy", {}, gated=False)
+    sp = next(p for p in Planner().plan(one, [bare, old8000], [], one_facts,  # type: ignore[arg-type]
+                                        stopping=[old]).services if p.name == "old8000")
+    assert sp.status == "pending" and "8000/tcp is taken by a task of proxy" in (
+        sp.reason or ""), sp.reason

@@ -85,11 +85,16 @@ class HostPorts:
         used: dict[str, dict[str, dict[str, str]]] = {}
         orphans = [t for t in tasks if t.host_ports and binds(t)]  # few: reported ports
         if orphans:
-            live = {s.id for s in services}
+            live = {s.id: s.name for s in services}
             for t in orphans:
-                for p in t.host_ports if t.service_id not in live else ():
-                    used.setdefault(p, {}).setdefault(t.node_id, {})[t.service_id] = (
-                        "a removed service (its task stopping)")
+                if t.service_id not in live:
+                    who, ports = "a removed service (its task stopping)", t.host_ports
+                elif t.service_id not in names:  # its update dropped the port: bound still
+                    who, ports = live[t.service_id], own_ports(t) or ()
+                else:
+                    continue  # its service publishes ports: read below
+                for p in ports:
+                    used.setdefault(p, {}).setdefault(t.node_id, {})[t.service_id] = who
         if names:
             for t in [t for t in tasks if t.service_id in names]:
                 if binds(t):
