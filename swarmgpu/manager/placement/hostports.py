@@ -80,8 +80,8 @@ class HostPorts:
         ports_of = self.ports_of
         names = {s.id: s.name for s in services if ports_of(s)}
         if len(self._ports) > 2 * len(services) + 64:  # services gone: their entries go
-            live = {s.id for s in services}
-            self._ports = {k: v for k, v in self._ports.items() if k in live}
+            ids = {s.id for s in services}
+            self._ports = {k: v for k, v in self._ports.items() if k in ids}
         used: dict[str, dict[str, dict[str, str]]] = {}
         orphans = [t for t in tasks if t.host_ports and binds(t)]  # few: reported ports
         if orphans:
