@@ -332,3 +332,34 @@ def test_render_reads_a_stack_ports_mode_and_protocol_as_the_engine_does() -> No
             sp = next(p for p in plan.services if p.name == "ai_llm")
             assert sp.status == "placed" and [p.node_id for p in sp.placements] == [free], \
                 (ports, sp)
+
+
+def test_a_live_services_stopping_task_binds_the_port_its_own_status_reports() -> None:
+    """proxy was updated from 8000 to 9000; its old task, still stopping on n-a, binds
+    8000 (its ``PortStatus``), not the spec's 9000 its replacement will. Before, it was
+    counted with the service's current ports: n-a refused new9000, a service publishing
+    9000, and took old8000, which Swarm would not start there until the old task stopped."""
+    nodes, facts = two_nodes()
+    one, one_facts = nodes[:1], {"n-a": facts["n-a"]}
+    proxy = publishing(svc("proxy", {}, gated=False), port=9000)
+    new9000 = publishing(svc("new9000", {"swarmgpu.gpus": "1"}), port=9000)
+    old8000 = publishing(svc("old8000", {"swarmgpu.gpus": "1"}), port=8000)
+    old = task_from_api({"ID": "t-old", "ServiceID": proxy.id, "NodeID": "n-a", "Slot": 1,
+                         "DesiredState": "shutdown", "Status": {"State": "running", "PortStatus": {
+                             "Ports": [{"Protocol": "tcp", "TargetPort": 80,
+                                        "PublishedPort": 8000, "PublishMode": "host"}]}}})
+    for s, status in ((new9000, "placed"), (old8000, "pending")):
+        plan = Planner().plan(one, [proxy, s], [], one_facts,  # type: ignore[arg-type]
+                              stopping=[old])
+        sp = next(p for p in plan.services if p.name == s.name)
+        assert sp.status == status, sp
+    sp = next(p for p in Planner().plan(one, [proxy, old8000], [], one_facts,  # type: ignore[arg-type]
+                                        stopping=[old]).services if p.name == "old8000")
+    assert "8000/tcp is taken by a task of proxy" in (sp.reason or ""), sp.reason
+    # an update that removed the port: the old task binds it all the same (before, a
+    # service publishing nothing was not read at all)
+    bare = svc("proxy", {}, gated=False)
+    sp = next(p for p in Planner().plan(one, [bare, old8000], [], one_facts,  # type: ignore[arg-type]
+                                        stopping=[old]).services if p.name == "old8000")
+    assert sp.status == "pending" and "8000/tcp is taken by a task of proxy" in (
+        sp.reason or ""), sp.reason

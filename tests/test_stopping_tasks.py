@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import support.rebalance as rb
-from support.forged import FACTS, R_UUIDS, RecordingSwarm, snapshot, sw_node, sw_svc
+from support.forged import DGX_F, FACTS, R_UUIDS, RecordingSwarm, snapshot, sw_node, sw_svc
 from support.placement import apply
 from support.planner import cpu_node
 
@@ -491,3 +491,94 @@ def test_a_victim_stopped_by_a_write_to_its_spec_leaves_its_gpus_to_its_preempto
     (n,) = g.holds([t], [s], {}, spare={("n-4090", R_UUIDS[0])})
     assert n.uuids == (R_UUIDS[1],)
     assert g.holds([t], [s], {}, spare={("n-4090", u) for u in R_UUIDS[:2]}) == []
+
+
+def _new_instead(new: SwarmService, *, drain: bool = False) -> tuple[Planner, Snapshot]:
+    """``_scaled_down`` with ``new`` in new's place, a cycle after old's holding went
+    (its GPUs held for its stopping task, the ledger showing them free: the planner that
+    saw the first cycle learned them), gpu-node-2 drained if ``drain``."""
+    nodes, services, tasks, t_old = _scaled_down()
+    planner, cfg = Planner(prefix=P), Config()
+    nodes = apply(nodes, make_plan(_snap(nodes, services, tasks, [t_old]), cfg,
+                                   planner=planner))
+    assert assign_key(P, "old") not in nodes[2].labels
+    if drain:
+        nodes = [replace(n, availability="drain") if n.id == "n-4090" else n for n in nodes]
+    services = [*services[:2], new]
+    return planner, _snap(nodes, services, [tasks[0], _task("t-new", new, "", "pending",
+                                                            "running")], [t_old])
+
+
+def _constrained(name: str, labels: dict[str, str], rule: str) -> SwarmService:
+    s = sw_svc(name, labels)
+    spec = {**s.spec, "TaskTemplate": {**s.spec["TaskTemplate"], "Placement": {
+        "Constraints": [*s.spec["TaskTemplate"]["Placement"]["Constraints"], rule]}}}
+    return service_from_api({"ID": s.id, "Spec": spec,
+                             "Version": {"Index": 1}})
+
+
+def test_a_stopping_hold_where_the_service_could_not_run_anyway_is_not_named() -> None:
+    """The six RTX 4090s held for old's stopping task are not why a service waits that
+    asks for H100s, that a constraint keeps off gpu-node-2, or while gpu-node-2 is
+    drained: no hold is named (before, each reason ended "; 6 GPUs of gpu-node-2 held
+    for tasks Swarm is stopping there"). A service that could run there is told."""
+    r4090 = {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*"}
+    cases = [(sw_svc("h100", {f"{P}gpus": "2", f"{P}gpu-product": "*H100*"}), False),
+             (_constrained("kept-off", r4090, "node.hostname!=gpu-node-2"), False),
+             (sw_svc("drained", r4090), True)]
+    for new, drain in cases:
+        planner, snap = _new_instead(new, drain=drain)
+        plan = make_plan(snap, Config(), planner=planner)
+        sp = next(sp for sp in plan.services if sp.name == new.name)
+        assert sp.status == Status.PENDING, sp
+        assert "held for" not in (sp.reason or ""), (new.name, sp.reason)
+    planner, snap = _new_instead(sw_svc("fits", r4090))
+    plan = make_plan(snap, Config(), planner=planner)
+    sp = next(sp for sp in plan.services if sp.name == "fits")
+    assert (sp.reason or "").endswith(
+        "; 6 GPUs of gpu-node-2 held for tasks Swarm is stopping there"), sp.reason
+
+
+def test_a_held_share_of_a_gpu_is_said_as_a_share() -> None:
+    """old's stopping task used half of an RTX 4090 (live the other half): frac, which
+    waits for it, is told "0.50 of a GPU" is held, not "1 GPU" (before)."""
+    old = sw_svc("old", {f"{P}gpu-fraction": "0.5"}, replicas=0)
+    live = sw_svc("live", {f"{P}gpu-fraction": "0.5"})
+    filler = sw_svc("filler", {f"{P}gpus": "7"})
+    frac = sw_svc("frac", {f"{P}gpu-fraction": "0.5", f"{P}gpu-product": "*RTX 4090*"})
+    labels = {**_held("filler", "n-4090", R_UUIDS[1:]), gate_key(P, "live"): "true",
+              assign_key(P, "live"): Holding("live", "n-4090", (R_UUIDS[0],), (500,))
+              .label_value(), gate_key(P, "old"): "true", assign_key(P, "old"):
+              Holding("old", "n-4090", (R_UUIDS[0],), (500,)).label_value()}
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", labels)]
+    tasks = [_task("t-filler", filler, "n-4090", "running", "running"),
+             _task("t-live", live, "n-4090", "running", "running"),
+             _task("t-frac", frac, "", "pending", "running")]
+    t_old = _task("t-old", old, "n-4090", "running", "shutdown")
+    services = [old, live, filler, frac]
+    planner, cfg = Planner(prefix=P), Config()
+    nodes = apply(nodes, make_plan(_snap(nodes, services, tasks, [t_old]), cfg, planner=planner))
+    plan = make_plan(_snap(nodes, services, tasks, [t_old]), cfg, planner=planner)
+    sp = next(sp for sp in plan.services if sp.name == "frac")
+    assert sp.status == Status.PENDING, sp
+    assert (sp.reason or "").endswith(
+        "; 0.50 of a GPU of gpu-node-2 held for tasks Swarm is stopping there"), sp.reason
+
+
+def test_a_service_swarm_cannot_run_is_not_told_of_a_hold() -> None:
+    """placed holds a DGX GPU, but Swarm refuses its task there: it waits for Swarm, not
+    for room, so the RTX 4090s held for old's stopping task are not named (before, its
+    reason "Swarm cannot run its task: ..." ended with them)."""
+    placed = sw_svc("placed", {f"{P}gpus": "1"})
+    planner, snap = _new_instead(placed)
+    nodes = [replace(n, labels={**n.labels, **_held("placed", "n-dgx", (DGX_F.gpus[0].uuid,))})
+             if n.id == "n-dgx" else n for n in snap.nodes]
+    refused = replace(_task("t-new", placed, "", "pending", "running"),
+                      message="no suitable node (insufficient resources on 3 nodes)")
+    snap = replace(snap, nodes=nodes, tasks=[snap.tasks[0], refused])
+    sp = next(sp for sp in make_plan(snap, Config(), planner=planner).services
+              if sp.name == "placed")
+    assert sp.status == Status.PENDING, sp
+    assert (sp.reason or "").startswith("Swarm cannot run its task"), sp.reason
+    assert "held for" not in (sp.reason or ""), sp.reason

@@ -8,7 +8,10 @@ has no task yet, so each decision takes its ports on its nodes too (``claim``): 
 services publishing one port are never placed on one node in one cycle. Where a task
 binds the port, the tasks alone say who holds it (the one Swarm runs keeps it). A task of
 a removed service (one Swarm is stopping) has no spec to read its ports from: its own
-status's are counted (``SwarmTask.host_ports``, ``swarm.taskports``)."""
+status's are counted (``SwarmTask.host_ports``, ``swarm.taskports``); so are a live
+service's stopping task's once it runs (``own_ports``): an update that changed the
+published port leaves its old task on the old port, not the new one (none reported: the
+service's, as before)."""
 
 from __future__ import annotations
 
@@ -44,6 +47,16 @@ def binds(t: SwarmTask) -> bool:
     )
 
 
+def own_ports(t: SwarmTask) -> tuple[str, ...] | None:
+    """The ports a task Swarm is stopping binds, as its own status reports them once it
+    runs (an update's old task binds the ports it was made with, not those its service's
+    spec publishes now); None: not known (not running yet, or meant to run), the
+    service's then."""
+    if t.desired_state in MEANT_STATES or t.state != "running":
+        return None
+    return t.host_ports
+
+
 class HostPorts:
     """Indexed once per snapshot (``new_cycle``): per host-mode port, the nodes a task
     binding it is on and whose tasks they are. Most services publish nothing: then the
@@ -67,21 +80,26 @@ class HostPorts:
         ports_of = self.ports_of
         names = {s.id: s.name for s in services if ports_of(s)}
         if len(self._ports) > 2 * len(services) + 64:  # services gone: their entries go
-            live = {s.id for s in services}
-            self._ports = {k: v for k, v in self._ports.items() if k in live}
+            ids = {s.id for s in services}
+            self._ports = {k: v for k, v in self._ports.items() if k in ids}
         used: dict[str, dict[str, dict[str, str]]] = {}
         orphans = [t for t in tasks if t.host_ports and binds(t)]  # few: reported ports
         if orphans:
-            live = {s.id for s in services}
+            live = {s.id: s.name for s in services}
             for t in orphans:
-                for p in t.host_ports if t.service_id not in live else ():
-                    used.setdefault(p, {}).setdefault(t.node_id, {})[t.service_id] = (
-                        "a removed service (its task stopping)")
+                if t.service_id not in live:
+                    who, ports = "a removed service (its task stopping)", t.host_ports
+                elif t.service_id not in names:  # its update dropped the port: bound still
+                    who, ports = live[t.service_id], own_ports(t) or ()
+                else:
+                    continue  # its service publishes ports: read below
+                for p in ports:
+                    used.setdefault(p, {}).setdefault(t.node_id, {})[t.service_id] = who
         if names:
             for t in [t for t in tasks if t.service_id in names]:
                 if binds(t):
                     sid = t.service_id
-                    for p in self._ports[sid][1]:
+                    for p in own_ports(t) or self._ports[sid][1]:
                         used.setdefault(p, {}).setdefault(t.node_id, {})[sid] = names[sid]
         self._used = used
         self._claims = {}

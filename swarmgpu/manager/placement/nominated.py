@@ -39,6 +39,7 @@ move of any of its policies lands on a held GPU, whatever the moved service's pr
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -48,7 +49,8 @@ from dataclasses import dataclass
 
 from loguru import logger
 
-from swarmgpu.allocator.values import Choice
+from swarmgpu.allocator.fragmentation import MILLI
+from swarmgpu.allocator.values import Choice, Demand
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
@@ -189,18 +191,34 @@ class Holds:
                 elif not want:
                     self._free(n.service)
 
-    def note(self) -> str:
-        """The holds counted for the service visited now, in words, for a pending one's
-        reason (the ledger shows their GPUs free): "" when none is."""
+    def note(self, d: Demand, refused: AbstractSet[str] = frozenset()) -> str:
+        """The holds counted for the service visited now that keep demand ``d`` off a
+        node, in words, for a pending one's reason (the ledger shows their GPUs free): ""
+        when none does. Only a node it could otherwise run on is named: not one in
+        ``refused`` (Swarm's filters: constraints, ports, plugins), nor a paused, drained
+        or down one, nor one whose GPUs it cannot use (model, memory, topology) or
+        where it does not fit even without the hold."""
         said = []
         for svc, c in sorted(self.on.items(), key=lambda kv: (kv[1].node, kv[0])):
             n, host = self.left.get(svc), self.cluster.nodes.get(c.node)
-            if n is None or host is None:
+            if n is None or host is None or c.node in refused or not self._keeps_off(c, d):
                 continue
-            gpus = f"{len(c.gpus)} GPU{'s' if len(c.gpus) > 1 else ''} of {host.hostname}"
+            gpus = f"{held_words(self.cluster, c)} of {host.hostname}"
             said.append(f"{gpus} held for tasks Swarm is stopping there" if n.priority ==
                         STOPPING_PRIORITY else f"{gpus} held for {svc} (its preemption)")
         return "; ".join(said)
+
+    def _keeps_off(self, c: Choice, d: Demand) -> bool:
+        """``d`` does not fit on ``c``'s node now, but would with ``c`` given back."""
+        alloc = self.cluster.alloc
+        state = alloc.nodes.get(c.node)
+        if state is None or alloc.fits(state, d):
+            return False
+        shadow = copy.copy(state)  # the allocator's own state is left as it is
+        shadow.free = list(state.free)
+        for i, m in zip(c.gpus, c.milli, strict=True):
+            shadow.free[i] += m
+        return alloc.fits(shadow, d)
 
     def end(self) -> None:
         """The visit is over: every hold given back to the allocator."""
@@ -250,6 +268,20 @@ class Holds:
         choice = self.on.pop(svc, None)
         if choice is not None:
             self.cluster.alloc.release(choice)
+
+
+def held_words(cluster: ClusterAllocator, c: Choice) -> str:
+    """What ``c`` holds, as a demand is described ("2 GPUs", "0.50 of a GPU", "1 GPU
+    and 0.25 of a GPU"): a share of a GPU is not said as the whole of one."""
+    state = cluster.alloc.nodes.get(c.node)
+    caps = [state.spec.gpus[i].capacity_milli if state is not None else MILLI
+            for i in c.gpus]
+    whole = sum(1 for m, cap in zip(c.milli, caps, strict=True) if m >= cap)
+    parts = sorted((m for m, cap in zip(c.milli, caps, strict=True) if m < cap),
+                   reverse=True)
+    said = [f"{whole} GPU{'s' if whole > 1 else ''}"] if whole else []
+    said += [f"{m / MILLI:.2f} of a GPU" for m in parts]
+    return " and ".join(said)
 
 
 def held_choice(cluster: ClusterAllocator, node: str, held: Callable[[str], bool],

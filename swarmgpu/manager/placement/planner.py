@@ -68,6 +68,7 @@ from swarmgpu.manager.placement.records import (
 )
 from swarmgpu.manager.placement.release import release
 from swarmgpu.manager.placement.service import plan_service
+from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.placement.tasks import NO_WAITING, TaskView, Waiting, tasks_by_service
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.manager.services.tenants import Tenants
@@ -110,6 +111,7 @@ class _Visited:
     writes: bool
     settled: bool = False
     quiet: bool = False
+    capped: bool = False  # its queue's max holds some of it back (``queues.limit``)
 
 
 class Planner:
@@ -411,7 +413,7 @@ class Planner:
                     ports.claim(s, before)
                 continue
             sp = got.plan
-            if sp.status == Status.PENDING and (held := v.holds.note()):  # (not memo'd)
+            if held := self._held_note(s, r, sp, v, got.capped):  # (not memo'd)
                 sp = replace(sp, reason=f"{sp.reason}; {held}" if sp.reason else held)
             if got.writes:
                 plan.add_node_writes(sp)
@@ -453,7 +455,7 @@ class Planner:
                 self.cluster.release_holding(s.name, nid)
             return _Visited(plan_service(s, r, dict(held), old, running_on, waits,
                                          self._memo.requests[s.id].reservation,
-                                         v.cyc, cap=capped), False)
+                                         v.cyc, cap=capped), False, capped=True)
         bo = self._backoff.get(s.id)
         key = self._settled_key(s, mine, old, v.by_id, running_on, waits,
                                 self._more(s, mine, v, bo, capped))
@@ -476,7 +478,20 @@ class Planner:
                     and mine == v.ledger.get(s.name))
         if is_quiet:
             records[s.id] = Quiet(s.version, len(mine))
-        return _Visited(sp, fresh, memo is not None, is_quiet)
+        return _Visited(sp, fresh, memo is not None, is_quiet, capped is not None)
+
+    def _held_note(self, s: SwarmService, r: GpuRequest | RequestError, sp: ServicePlan,
+                   v: _Visit, capped: bool) -> str:
+        """The holds that keep pending ``s`` off a node it could otherwise run on
+        (``Holds.note``): said only where placement found no room for some of it, not
+        where Swarm refuses its placed task or its queue's max holds it back."""
+        if sp.status != Status.PENDING or capped or not isinstance(r, GpuRequest):
+            return ""
+        want = _wanted(s, v.jobs.get(s.id))
+        if want is not None and len(sp.placements) >= want:
+            return ""  # every replica placed: not room, something else keeps it waiting
+        return v.holds.note(demand_of(r, *self._memo.requests[s.id].reservation),
+                            v.cyc.swarm_no(s))
 
     def _more(self, s: SwarmService, mine: Mapping[str, Holding], v: _Visit,
               bo: Backoff | None, capped: QueueLimit | None) -> tuple[object, ...]:
