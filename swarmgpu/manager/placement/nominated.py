@@ -167,6 +167,7 @@ class Holds:
         self.cluster = cluster
         self.left = {n.service: n for n in nominations}  # not ended in this visit
         self.on: dict[str, Choice] = {}  # preemptor -> its GPUs counted used now
+        self.migs: dict[str, tuple[str, ...]] = {}  # -> its MIG devices counted used now
         self.faults = faults
         self.faults.said.begin()
 
@@ -204,7 +205,7 @@ class Holds:
 
     def end(self) -> None:
         """The visit is over: every hold given back to the allocator."""
-        for svc in list(self.on):
+        for svc in dict.fromkeys([*self.on, *self.migs]):
             with self._own(svc):
                 self._free(svc)
         self.left = {}
@@ -218,7 +219,10 @@ class Holds:
         try:
             yield
         except Exception as exc:  # a hold's fault is its own: the visit goes on
-            self.left.pop(preemptor, None)
+            n = self.left.pop(preemptor, None)
+            migs = self.migs.pop(preemptor, ())
+            if n is not None and migs:
+                self.cluster.free_migs(n.node_id, migs)  # (only a set's work: never raises)
             choice = self.on.pop(preemptor, None)
             if choice is not None:
                 try:
@@ -232,6 +236,9 @@ class Holds:
     def _hold(self, n: Nomination) -> None:
         """Count ``n``'s GPUs that are wholly free now as used (one a higher-priority
         service took in this visit, or still held, is left as it is)."""
+        if n.milli and (migs := self.cluster.hold_migs(n.node_id, n.uuids)):
+            # a stopping task's MIG device, counted as a holding's (by UUID, not share)
+            self.migs[n.service] = (*self.migs.get(n.service, ()), *migs)
         alloc = self.cluster.alloc
         want = set(n.uuids)
         choice = (share_choice(self.cluster, n.node_id, dict(zip(n.uuids, n.milli, strict=True)),
@@ -247,6 +254,9 @@ class Holds:
         alloc.commit(choice)
 
     def _free(self, svc: str) -> None:
+        migs, n = self.migs.pop(svc, ()), self.left.get(svc)
+        if migs and n is not None:
+            self.cluster.free_migs(n.node_id, migs)
         choice = self.on.pop(svc, None)
         if choice is not None:
             self.cluster.alloc.release(choice)
@@ -299,9 +309,11 @@ class StoppingGpus:
     """The GPUs of tasks Swarm is stopping (``keys.stopping``: a scale-down's, an
     update's old task, a removed service's), held as a nomination of the top priority
     while they stop: its share of each (a fraction's beside live services' shares too),
-    as much of it as is free. The service's holding there goes as ever (the task keeps
-    none), but its container runs on its GPUs, its stop grace period at most: no service
-    is placed on them, nor preempts as if they were free, meanwhile.
+    as much of it as is free; a MIG device by its UUID, as a holding's (``Holds``:
+    the allocator counts MIG devices so, not by share). The service's holding there goes
+    as ever (the task keeps none), but its container runs on its GPUs, its stop grace
+    period at most: no service is placed on them, nor preempts as if they were free,
+    meanwhile.
 
     A task's GPUs are read, in order: from the task itself, the device line of its own
     env (``envs.own_device_line``: UUIDs or indexes a service pins, as given when the
@@ -384,8 +396,8 @@ class StoppingGpus:
 
 
 def task_device_uses(t: SwarmTask, prefix: str, facts: NodeFacts | None) -> Uses:
-    """The GPUs of its node that ``t``'s own device line names (UUIDs or indexes; a
-    MIG device's UUID is not counted), each wholly; none without the node's facts, for
+    """The GPUs of its node that ``t``'s own device line names (UUIDs or indexes; a MIG
+    device's UUID too, held by UUID), each wholly; none without the node's facts, for
     swarmgpu's template, ``all`` and ``void``. Docker reads the last line that sets the
     variable: a line of the service's before swarmgpu's template is not the one used."""
     last = [x for x in t.env if x.partition("=")[0] == DEVICE_VAR][-1:]
@@ -393,6 +405,7 @@ def task_device_uses(t: SwarmTask, prefix: str, facts: NodeFacts | None) -> Uses
     if line is None or facts is None:
         return ()
     by_name = {g.uuid: g.uuid for g in facts.gpus} | {str(g.index): g.uuid for g in facts.gpus}
+    by_name |= {m.uuid: m.uuid for g in facts.gpus for m in g.mig_devices}
     out: dict[str, int] = {}
     for part in line.partition("=")[2].split(","):
         u = by_name.get(part.strip())

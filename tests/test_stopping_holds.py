@@ -1,0 +1,74 @@
+"""The holds of tasks Swarm is stopping (``nominated.StoppingGpus``), stop 72's gaps: a
+stopping task's MIG device held as the ledger holds a running task's; a GPU both a
+preemptor's nomination and a stopping task hold read as the preemptor's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from support.placement import DGX, FACTS, apply, svc
+
+from swarmgpu.manager.placement import Holding, Planner, Status, assign_key, gate_key
+from swarmgpu.swarm.client import SwarmTask
+
+P = "swarmgpu."
+SLICE_3G = next(m.uuid for m in FACTS["n-dgx"].gpus[0].mig_devices if m.profile == "3g.20gb")
+h = Holding("old", "n-dgx", (SLICE_3G,), (1000,))
+
+
+def test_a_mig_device_a_holding_frees_is_given_to_the_request_waiting_for_it() -> None:
+    """old holds the DGX's only 3g.20gb device, new waits for one; old is scaled to 0 and
+    its task is gone: new is placed on it in the next cycle. Before: new waited for good
+    (its "none free" answer was kept while the cluster's capacity had not grown, and a
+    MIG device freed grew none: no GPU share changes)."""
+    nodes = [replace(DGX, labels={assign_key(P, "old"): h.label_value(),
+                                  gate_key(P, "old"): "true"})]
+    old = svc("old", {f"{P}mig": "3g.20gb"}, replicas=0)
+    new = svc("new", {f"{P}mig": "3g.20gb"})
+    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", ())
+    planner, facts = Planner(prefix=P), {"n-dgx": FACTS["n-dgx"]}
+    plan = planner.plan(nodes, [old, new], [t_new], facts)
+    assert {sp.name: sp for sp in plan.services}["new"].status == Status.PENDING
+    plan = planner.plan(apply(nodes, plan), [old, new], [t_new], facts)
+    by = {sp.name: sp for sp in plan.services}
+    assert [p.uuids for p in by["new"].placements] == [(SLICE_3G,)], by["new"]
+
+
+def test_a_stopping_tasks_mig_device_is_not_given_to_a_new_mig_request() -> None:
+    """old held the DGX's only 3g.20gb MIG device and was scaled to 0: its task stops on
+    that device. new asks 3g.20gb: it waits while the task stops, across cycles (old's
+    ledger entry is gone from the second), and is placed on it once it has stopped.
+    Before: new was given the device the stopping task still used (the holds counted
+    whole GPUs only; the allocator counts MIG devices by UUID, not by GPU share)."""
+    nodes = [replace(DGX, labels={assign_key(P, "old"): h.label_value(),
+                                  gate_key(P, "old"): "true"})]
+    old = svc("old", {f"{P}mig": "3g.20gb"}, replicas=0)
+    new = svc("new", {f"{P}mig": "3g.20gb"})
+    t_old = SwarmTask("t-old", old.id, "n-dgx", 1, "running", "shutdown", ())
+    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", ())
+    planner = Planner(prefix=P)
+    facts = {"n-dgx": FACTS["n-dgx"]}
+    for _ in range(2):
+        plan = planner.plan(nodes, [old, new], [t_new], facts, stopping=[t_old])
+        by = {sp.name: sp for sp in plan.services}
+        assert by["new"].status == Status.PENDING and not by["new"].placements, by["new"]
+        nodes = apply(nodes, plan)
+    assert assign_key(P, "old") not in nodes[0].labels  # its holding went, as before
+    plan = planner.plan(nodes, [old, new], [t_new], facts, stopping=[])
+    by = {sp.name: sp for sp in plan.services}
+    assert [p.uuids for p in by["new"].placements] == [(SLICE_3G,)], by["new"]
+
+
+def test_a_stopping_tasks_own_line_naming_a_mig_device_holds_it_for_a_fresh_daemon() -> None:
+    """A daemon that starts after old's ledger entry went reads the MIG device from the
+    stopping task's own pinned device line, and holds it. Before: a MIG device's UUID in
+    the line was not read (nothing held: new was given the device in use)."""
+    old = svc("old", {}, gated=False)
+    new = svc("new", {f"{P}mig": "3g.20gb"})
+    t_old = SwarmTask("t-old", old.id, "n-dgx", 1, "running", "shutdown",
+                      (f"NVIDIA_VISIBLE_DEVICES={SLICE_3G}",))
+    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", ())
+    plan = Planner(prefix=P).plan([DGX], [old, new], [t_new], {"n-dgx": FACTS["n-dgx"]},
+                                  stopping=[t_old])
+    by = {sp.name: sp for sp in plan.services}
+    assert by["new"].status == Status.PENDING and not by["new"].placements, by["new"]
