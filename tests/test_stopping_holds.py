@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from support.placement import DGX, FACTS, apply, svc
+from support.placement import DGX, FACTS, R4090, apply, svc
 
 from swarmgpu.manager.placement import Holding, Planner, Status, assign_key, gate_key
 from swarmgpu.swarm.client import SwarmTask
@@ -72,3 +72,34 @@ def test_a_stopping_tasks_own_line_naming_a_mig_device_holds_it_for_a_fresh_daem
                                   stopping=[t_old])
     by = {sp.name: sp for sp in plan.services}
     assert by["new"].status == Status.PENDING and not by["new"].placements, by["new"]
+
+
+def test_a_global_jobs_run_waits_for_a_node_a_stopping_task_holds_for_seconds() -> None:
+    """embed, a global job of 1 GPU, on both GPU nodes; a removed service's task stops on
+    every GPU of gpu-node-2 (stop grace period 10 s). embed's run waits for that node: no
+    write to its spec starts it while the hold lasts; once the task has stopped it is
+    placed there too and the run starts with both. A hold past its end (the task still
+    seen stopping) is waited for no more: the run starts without the node, said so.
+    Before: the run started at once on gpu-node-1 alone, and gpu-node-2 ran nothing of
+    that run (seen on the real swarm)."""
+    s = replace(svc("embed", {f"{P}gpus": "1"}), mode="global-job", replicas=None)
+    gone = svc("gone", {}, gated=False)
+    line = "NVIDIA_VISIBLE_DEVICES=" + ",".join(g.uuid for g in FACTS["n-4090"].gpus)
+    t_old = SwarmTask("t-old", gone.id, "n-4090", 1, "running", "shutdown", (line,))
+    assert t_old.stop_grace_s == 10  # docker's default, as its spec sets none
+    planner, nodes = Planner(prefix=P), [DGX, R4090]
+    for now in (1000.0, 1005.0):
+        plan = planner.plan(nodes, [s], [], FACTS, now=now, stopping=[t_old])
+        (sp,) = plan.services
+        assert [p.hostname for p in sp.placements] == ["gpu-node-1"], sp
+        assert not sp.needs_service_write, sp  # no write starts its run
+        assert any(w.startswith("its run waits for gpu-node-2") for w in sp.warnings), sp
+        nodes = apply(nodes, plan)
+    later = planner.plan(nodes, [s], [], FACTS, now=1011.0, stopping=[t_old])
+    (sp,) = later.services
+    assert sp.needs_service_write, sp  # the hold outlived its end: the run goes without it
+    assert "longer than a run waits for them" in sp.nodes_waiting["gpu-node-2"], sp
+    plan = planner.plan(nodes, [s], [], FACTS, now=1006.0, stopping=[])  # it stopped
+    (sp,) = plan.services
+    assert [p.hostname for p in sp.placements] == ["gpu-node-1", "gpu-node-2"], sp
+    assert sp.needs_service_write and not sp.nodes_waiting, sp  # the run, with both

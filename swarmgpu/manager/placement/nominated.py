@@ -337,13 +337,18 @@ class StoppingGpus:
         self.known: dict[str, tuple[str, Uses]] = {}  # stopping task id -> (node, uses)
         self.running: dict[str, tuple[str, Uses]] = {}  # meant task id -> as first seen
         self.names: dict[str, str] = {}  # service id -> name, as the last cycle had them
+        self.seen: dict[str, float] = {}  # stopping task id -> when first seen so (epoch s)
+        # node id -> when its hold ends at most (epoch s): its tasks' rejected_until, or
+        # first seen stopping plus the stop grace period (a global job's run waits for it)
+        self.until: dict[str, float] = {}
 
     def holds(self, stopping: Sequence[SwarmTask], services: Sequence[SwarmService],
               ledger: Mapping[str, Mapping[str, Holding]],
               tasks: Sequence[SwarmTask] = (),
               facts: Mapping[str, NodeFacts] | None = None,
               rejected: Sequence[SwarmTask] = (),
-              spare: AbstractSet[tuple[str, str]] = frozenset()) -> list[Nomination]:
+              spare: AbstractSet[tuple[str, str]] = frozenset(),
+              now: float = 0.0) -> list[Nomination]:
         """This cycle's holds; ``ledger``: service name -> node id -> holding, as read;
         ``tasks``: the meant ones (their GPUs learned while they run); ``facts``: the
         agents' answers per node id (a task's own device line is checked against them).
@@ -351,7 +356,8 @@ class StoppingGpus:
         run (``keys.rejected_running``). The GPUs of both are held but those in ``spare``
         ((node id, GPU uuid) a live preemptor's nomination holds: its victims' stay its
         own, stopped by their gate or by a write to their spec (a job's), or a grace
-        period longer than its settle time would make it preempt again)."""
+        period longer than its settle time would make it preempt again). ``now`` (epoch
+        s): when each node's hold ends at most is kept in ``until``."""
         names = {s.id: s.name for s in services}
         facts = facts or {}
         running: dict[str, tuple[str, Uses]] = {}
@@ -370,9 +376,16 @@ class StoppingGpus:
             if got is not None:
                 known[t.id] = got
         self.known, self.running, self.names = known, running, names
+        self.seen = {tid: self.seen.get(tid, now) for tid in known}
+        ends = {t.id: t.rejected_until if t.rejected_until is not None
+                else self.seen[t.id] + t.stop_grace_s for t in [*stopping, *rejected]
+                if t.id in known}
         by_node: dict[str, dict[str, int]] = {}  # one hold per node: each visit walks them all
-        for nid, uses in known.values():
+        self.until = {}
+        for tid, (nid, uses) in known.items():
             kept = [(u, m) for u, m in uses if (nid, u) not in spare]
+            if kept:
+                self.until[nid] = max(self.until.get(nid, 0.0), ends[tid])
             on = by_node.setdefault(nid, {}) if kept else {}
             for u, m in kept:
                 on[u] = min(1000, on.get(u, 0) + m)
