@@ -9,6 +9,7 @@ from dataclasses import replace
 from support.placement import DGX, FACTS, R4090, apply, svc
 
 from swarmgpu.manager.placement import Holding, Planner, Status, assign_key, gate_key
+from swarmgpu.manager.placement.nominated import Nomination
 from swarmgpu.swarm.client import SwarmTask
 
 P = "swarmgpu."
@@ -103,3 +104,37 @@ def test_a_global_jobs_run_waits_for_a_node_a_stopping_task_holds_for_seconds() 
     (sp,) = plan.services
     assert [p.hostname for p in sp.placements] == ["gpu-node-1", "gpu-node-2"], sp
     assert sp.needs_service_write and not sp.nodes_waiting, sp  # the run, with both
+
+
+def test_a_gpu_a_preemptor_is_nominated_and_its_victim_still_stops_on_reads_as_nominated(
+        ) -> None:
+    """victim stops on six RTX 4090s of gpu-node-2 (its pinned line); high's nomination
+    holds two of them (its preemption), and high, asking three, still waits. new (priority
+    0) waits too: its reason names the two as held for high, the other four for the
+    stopping task, and the plan's stopping holds (preemption's, the rebalancer's) leave
+    out the two. A guard: right on main since stop 71's spare (0e20339)."""
+    r4090 = FACTS["n-4090"].gpus
+    uuids = tuple(g.uuid for g in r4090)
+    victim = svc("victim", {}, gated=False)
+    filler = svc("filler", {f"{P}gpus": "2"})
+    high = svc("high", {f"{P}gpus": "3", f"{P}priority": "100",
+                        f"{P}gpu-product": "*RTX 4090*"})
+    new = svc("new", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*"})
+    held = Holding("filler", "n-4090", uuids[6:], (1000, 1000))
+    nodes = [DGX, replace(R4090, labels={assign_key(P, "filler"): held.label_value(),
+                                         gate_key(P, "filler"): "true"})]
+    line = "NVIDIA_VISIBLE_DEVICES=" + ",".join(uuids[:6])
+    t_v = SwarmTask("t-v", victim.id, "n-4090", 1, "running", "shutdown", (line,))
+    tasks = [SwarmTask("t-f", filler.id, "n-4090", 1, "running", "running", ()),
+             SwarmTask("t-h", high.id, "", 1, "pending", "running", ()),
+             SwarmTask("t-n", new.id, "", 1, "pending", "running", ())]
+    nom = Nomination("high", 100, "n-4090", uuids[:2])
+    facts = {"n-4090": FACTS["n-4090"]}
+    plan = Planner(prefix=P).plan(nodes[1:], [victim, filler, high, new], tasks, facts,
+                                  stopping=[t_v], nominated=[nom])
+    by = {sp.name: sp for sp in plan.services}
+    assert by["high"].status == Status.PENDING and by["new"].status == Status.PENDING
+    assert (by["new"].reason or "").endswith(
+        "; 2 GPUs of gpu-node-2 held for high (its preemption); 4 GPUs of gpu-node-2 held "
+        "for tasks Swarm is stopping there"), by["new"].reason
+    assert set(plan.stopping_held) == {("n-4090", u) for u in uuids[2:6]}
