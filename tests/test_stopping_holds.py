@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from support.forged import R_UUIDS, snapshot, sw_node, sw_svc
 from support.placement import DGX, FACTS, R4090, apply, svc
 
+from swarmgpu.core.config import Config
+from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.placement import Holding, Planner, Status, assign_key, gate_key
 from swarmgpu.manager.placement.nominated import Nomination
+from swarmgpu.manager.placement.preempted import Preempted
 from swarmgpu.swarm.client import SwarmTask
 
 P = "swarmgpu."
@@ -138,3 +142,34 @@ def test_a_gpu_a_preemptor_is_nominated_and_its_victim_still_stops_on_reads_as_n
         "; 2 GPUs of gpu-node-2 held for high (its preemption); 4 GPUs of gpu-node-2 held "
         "for tasks Swarm is stopping there"), by["new"].reason
     assert set(plan.stopping_held) == {("n-4090", u) for u in uuids[2:6]}
+
+
+def test_plan_reads_a_stopping_victims_gpus_as_its_preemptors_as_the_daemon_does() -> None:
+    """`plan` and `status` (a one-shot planner: no nomination in its memory) see
+    high's victim still stopping on two RTX 4090s (its pinned line), its record naming
+    high 5 s ago on that node. The daemon holds them for high (its nomination, the stop
+    held for the rest only): high is placed on them. The one-shot now reads the record
+    as that nomination. Before: high read pending, "2 GPUs of gpu-node-2 held for tasks
+    Swarm is stopping there", and preemption's preview chose it new victims."""
+    record = Preempted("high", 100, 995.0, "n-4090").to_json()
+    victim = replace(sw_svc("victim", {f"{P}gpus": "2", f"{P}state.preempted": record}),
+                     replicas=0)
+    filler = sw_svc("filler", {f"{P}gpus": "6"})
+    high = sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100",
+                           f"{P}gpu-product": "*RTX 4090*"})
+    h = Holding("filler", "n-4090", R_UUIDS[2:], (1000,) * 6)
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", {assign_key(P, "filler"): h.label_value(),
+                                              gate_key(P, "filler"): "true"})]
+    line = "NVIDIA_VISIBLE_DEVICES=" + ",".join(R_UUIDS[:2])
+    t_v = SwarmTask("t-v", victim.id, "n-4090", 1, "running", "shutdown", (line,))
+    tasks = [SwarmTask("t-f", filler.id, "n-4090", 1, "running", "running", ()),
+             SwarmTask("t-h", high.id, "", 1, "pending", "running", ())]
+    snap = replace(snapshot(nodes, [victim, filler, high], tasks), stopping=[t_v],
+                   taken_at=1000.0)
+    by = {sp.name: sp for sp in make_plan(snap, Config()).services}
+    assert [set(p.uuids) for p in by["high"].placements] == [set(R_UUIDS[:2])], by["high"]
+    late = replace(snap, taken_at=1000.0 + Config().preemption.settle_s)  # it settled
+    by = {sp.name: sp for sp in make_plan(late, Config()).services}
+    assert by["high"].status == Status.PENDING, by["high"]  # the stop held, as the daemon
+    assert "held for tasks Swarm is stopping there" in (by["high"].reason or "")
