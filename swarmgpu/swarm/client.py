@@ -25,7 +25,7 @@ import urllib3.exceptions
 from swarmgpu.swarm.eventstream import Cut, NotAnEvent, read_events
 from swarmgpu.swarm.taskports import endpoint_ports, task_host_ports
 from swarmgpu.swarm.taskspec import task_rules
-from swarmgpu.swarm.taskstop import rejected_until
+from swarmgpu.swarm.taskstop import DEFAULT_GRACE_S, rejected_until, stop_grace_s
 
 
 class SwarmError(RuntimeError):
@@ -159,6 +159,7 @@ class SwarmTask:
     host_ports: tuple[str, ...] = field(default=(), compare=False)
     # rejected by the constraint enforcer: epoch s its container may run until (taskstop)
     rejected_until: float | None = field(default=None, compare=False)
+    stop_grace_s: float = field(default=DEFAULT_GRACE_S, compare=False)  # taskstop.stop_grace_s
 
 
 def _is_out_of_sequence(exc: docker.errors.APIError) -> bool:
@@ -327,7 +328,7 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
         constraints=task_rules(spec),
         network_drivers=_network_drivers(raw),
         host_ports=task_host_ports(status),
-        rejected_until=rejected_until(status, spec),
+        rejected_until=rejected_until(status, spec), stop_grace_s=stop_grace_s(spec),
     )
 
 

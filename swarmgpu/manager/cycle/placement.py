@@ -53,6 +53,7 @@ from swarmgpu.manager.placement import (
 from swarmgpu.manager.placement.devicemap import UNTRUSTED_RECORD
 from swarmgpu.manager.placement.gating import HOLD_ADOPTED
 from swarmgpu.manager.placement.jobs import JOB_MODES
+from swarmgpu.manager.placement.nominated import recorded_nominations
 from swarmgpu.manager.placement.planned import Planned
 from swarmgpu.manager.placement.restarts import HOLD_HINT
 from swarmgpu.manager.placement.specwrite import service_compute
@@ -126,13 +127,19 @@ def new_planner(cfg: Config, swarm: Any = None,
 def make_plan(snap: Snapshot, cfg: Config,
               fallback: Mapping[str, NodeFacts] | None = None, *,
               planner: Planner | None = None, swarm: Any = None,
-              nominated: Sequence[Nomination] = ()) -> PlacementPlan:
+              nominated: Sequence[Nomination] | None = None) -> PlacementPlan:
     """One placement cycle: the daemon passes its long-lived planner, and the GPUs its
     preemptions hold for their preemptors (``Preempter.nominated``); one-shot commands
-    (``plan``, ``audit``, ``status``) get a fresh one from the stored model."""
+    (``plan``, ``audit``, ``status``) get a fresh one from the stored model, and the
+    holds their victims' records imply (None: ``nominated.recorded_nominations``)."""
     if planner is None:
         planner = new_planner(cfg, swarm, snap.services)
-    return planner.plan(snap.nodes, snap.services, snap.tasks, facts_by_node(snap, fallback),
+    facts = facts_by_node(snap, fallback)
+    if nominated is None:
+        nominated = recorded_nominations(snap.services, [*snap.stopping, *snap.rejected],
+                                         facts, cfg.sync.prefix, snap.taken_at,
+                                         cfg.preemption.settle_s)
+    return planner.plan(snap.nodes, snap.services, snap.tasks, facts,
                         moving=moving(snap.services, snap.swarm_labels, cfg.sync.prefix),
                         nominated=nominated, agents=snap.agent_nodes(planner.agent_service),
                         stopping=snap.stopping, rejected=snap.rejected)

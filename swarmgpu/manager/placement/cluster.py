@@ -80,6 +80,7 @@ class ClusterAllocator:
         self.reasons = Reasons()  # why nothing fits, in words people read
         # (node, MIG profile, gpu-product globs) with no free device, till a release there
         self._mig_none: set[tuple[str, str, tuple[str, ...]]] = set()
+        self._mig_gen = 0  # MIG devices freed: no GPU share grows, yet capacity does
         self._by_rank: list[NodeState] = []  # for MIG requests, rebuilt with the nodes
         self._gen = 0
         self._order: list[str] = []
@@ -105,7 +106,7 @@ class ClusterAllocator:
 
     @property
     def version(self) -> int:
-        return self.alloc.capacity_gen + self.cpu.capacity_gen  # either one growing
+        return self.alloc.capacity_gen + self.cpu.capacity_gen + self._mig_gen  # any growing
 
     def allocator_of(self, node_id: str) -> Allocator | None:
         """The allocator a node is on: GPU nodes', CPU-only nodes', or none."""
@@ -388,10 +389,25 @@ class ClusterAllocator:
         alloc = self.allocator_of(key[1])
         if held.choice is not None and alloc is not None:
             alloc.release(held.choice)
-        for u in held.migs:
-            self.assigned_mig.get(key[1], set()).discard(u)
-        if held.migs:
-            self._mig_none = {k for k in self._mig_none if k[0] != key[1]}
+        self.free_migs(key[1], held.migs)
+
+    def hold_migs(self, node_id: str, uuids: Sequence[str]) -> tuple[str, ...]:
+        """Count those of ``uuids`` that are MIG devices of ``node_id`` and free used, as a
+        holding's are (``assigned_mig``); the ones counted, for ``free_migs``."""
+        index, taken = self._uuid_index(node_id), self.assigned_mig.setdefault(node_id, set())
+        got = tuple(u for u in uuids if u in index and index[u][1] and u not in taken)
+        taken.update(got)
+        return got
+
+    def free_migs(self, node_id: str, uuids: Sequence[str]) -> None:
+        """MIG devices of ``node_id`` free again: the answers that found none there, and
+        every pending request's memo'd one (``unplaceable``), read anew."""
+        if not uuids:
+            return
+        for u in uuids:
+            self.assigned_mig.get(node_id, set()).discard(u)
+        self._mig_none = {k for k in self._mig_none if k[0] != node_id}
+        self._mig_gen += 1
 
     def commit_holding(
         self, svc: str, node_id: str, h: Holding, res: tuple[int, int] = (0, 0)

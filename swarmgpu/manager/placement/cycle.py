@@ -48,6 +48,9 @@ class Cycle:
     # here: every such task is taken to read its gate, ``devicemap``)
     task_rules: Mapping[str, Mapping[str, AbstractSet[tuple[str, ...] | None]]] = field(
         default_factory=dict)
+    # node id -> when the GPU hold of the tasks Swarm is stopping there ends at most (epoch
+    # s, ``nominated.StoppingGpus.until``): a global job's run waits for such a node
+    stopping_until: Mapping[str, float] = field(default_factory=dict)
 
     def plugins_why(self, s: SwarmService, node: SwarmNode) -> str:
         """Why Swarm's PluginFilter refuses ``s`` on ``node`` ("" when it does not)."""

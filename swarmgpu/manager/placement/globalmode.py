@@ -7,13 +7,20 @@ Swarm's global orchestrator creates a task only on a node whose labels match the
 service's constraints, so a node whose gate is closed (no room, or no GPU at all) gets
 no task: nothing waits there, and the task a node gets once its gate opens is created
 after its device map was written.
+
+A global job's run makes its tasks once, when it starts (any write to its spec starts
+one), on the nodes that match then: a node whose GPUs tasks Swarm is stopping still hold
+for a few seconds (``nominated.StoppingGpus``) would run nothing that run. Its run waits
+for such a node (``GlobalPlacement.run_waits``: no write to its spec while one waits)
+while the hold ends within ``RUN_WAIT_S``; one held longer, or past its end, waits as a
+node without free GPUs does (the run starts without it), said so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from swarmgpu.allocator.values import Choice, Demand, NodeState, Unplaceable
 from swarmgpu.core.migprofile import MigProfileError
@@ -27,6 +34,7 @@ from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.swarm.client import SwarmService, node_names
 
 GLOBAL_MODES = frozenset(("global", "global-job"))
+RUN_WAIT_S = 60.0  # the longest a global job's run waits for a stopping task's node
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +49,9 @@ class GlobalPlacement:
     nodes_waiting: Mapping[str, str]
     new: bool
     kind: str = "GPU node"
+    # a global job's nodes (by name) its run waits for: seconds left of their stopping
+    # tasks' hold (the module's docstring)
+    run_waits: Mapping[str, float] = field(default_factory=dict)
 
     def outcome(self, done_nodes: AbstractSet[str]) -> tuple[str | None, str | None]:
         """(why it is pending, or None; a warning about the nodes that wait, or None)."""
@@ -84,6 +95,18 @@ def _place_on(cyc: Cycle, demand: Demand, nid: str) -> Choice | Unplaceable:
         return Unplaceable(str(exc))
 
 
+def _stopping_held(cyc: Cycle, nid: str, why: str, run_waits: dict[str, float]) -> str:
+    """A global job's node ``nid`` where tasks Swarm is stopping hold GPUs and the job had
+    no room (``why``): one whose hold ends within ``RUN_WAIT_S`` is waited for (put in
+    ``run_waits``, seconds left); one held longer, or past its end, is said so."""
+    left = cyc.stopping_until[nid] - cyc.now
+    if 0 < left <= RUN_WAIT_S:
+        run_waits[nid] = left
+        return why
+    return (f"{why}; GPUs held for tasks Swarm is stopping there longer than a run waits "
+            f"for them ({RUN_WAIT_S:g} s)")
+
+
 def place_global(
     s: SwarmService,
     r: GpuRequest,
@@ -121,6 +144,7 @@ def place_global(
     ]
     demand = demand_of(r, *res)
     new = False
+    run_waits: dict[str, float] = {}  # node id -> the seconds left of its stopping hold
     room = None if most is None else most[0] - len(holdings)
     cpu_too = no_gpu(demand)
     walk = [*cluster.alloc.nodes, *cluster.cpu.nodes] if cpu_too else cluster.alloc.nodes
@@ -146,6 +170,8 @@ def place_global(
         choice = _place_on(cyc, demand, nid)
         if isinstance(choice, Unplaceable):
             waits[nid] = cluster.hostnames(choice.reason)
+            if s.mode == "global-job" and nid in cyc.stopping_until:
+                waits[nid] = _stopping_held(cyc, nid, waits[nid], run_waits)
             continue
         cluster.commit(choice, s.name)
         placements.append(cluster.to_replica(choice))
@@ -159,4 +185,5 @@ def place_global(
         {names[nid]: why for nid, why in waits.items()},
         new,
         "node" if cpu_too else "GPU node",
+        {names[nid]: left for nid, left in run_waits.items()},
     )

@@ -181,10 +181,11 @@ class JobRun:
 
 def job_run(s: SwarmService, prog: JobProgress, placements: Sequence[ReplicaPlacement],
             nodes_waiting: Mapping[str, str], writes: SpecWrites, cyc: Cycle,
-            no_gpu: bool = False) -> JobRun:
+            no_gpu: bool = False, run_waits: Mapping[str, float] | None = None) -> JobRun:
     """A job's plan after placement: its progress, ``done`` once every task completed, the
     gates its completed tasks need, and no service write a running job would be re-run by.
-    ``no_gpu``: a job of ``gpus: "0"`` (its holdings are said as of no GPU)."""
+    ``no_gpu``: a job of ``gpus: "0"`` (its holdings are said as of no GPU). ``run_waits``:
+    a global job's nodes its run waits for (``globalmode``): no write starts it yet."""
     prefix = cyc.prefix
     gate = gate_key(prefix, s.name)
     held = {p.node_id for p in placements}
@@ -211,6 +212,12 @@ def job_run(s: SwarmService, prog: JobProgress, placements: Sequence[ReplicaPlac
         writes = replace(writes, force_update=True)
         warnings.append("its gates are open: a run is started so that Swarm creates its "
                         "tasks on those nodes")
+    if run_waits and writes and not prog.started:
+        # the run would make no task on them (``globalmode``): started once they are free
+        warnings.append(f"its run waits for {', '.join(sorted(run_waits))} (GPUs held for "
+                        "tasks Swarm is stopping there, "
+                        f"{max(run_waits.values()):.0f} s at most)")
+        writes = NO_WRITES
     if prog.started and writes:
         if withheld := _withheld(writes):
             warnings.append("not written while the job runs (any update of a job runs it "

@@ -59,6 +59,7 @@ from swarmgpu.manager.placement.envs import DEVICE_VAR, own_device_line
 from swarmgpu.manager.placement.keys import ASSIGNED_STATES
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
+from swarmgpu.manager.placement.preempted import preempted_state
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 
@@ -169,6 +170,7 @@ class Holds:
         self.cluster = cluster
         self.left = {n.service: n for n in nominations}  # not ended in this visit
         self.on: dict[str, Choice] = {}  # preemptor -> its GPUs counted used now
+        self.migs: dict[str, tuple[str, ...]] = {}  # -> its MIG devices counted used now
         self.faults = faults
         self.faults.said.begin()
 
@@ -222,7 +224,7 @@ class Holds:
 
     def end(self) -> None:
         """The visit is over: every hold given back to the allocator."""
-        for svc in list(self.on):
+        for svc in dict.fromkeys([*self.on, *self.migs]):
             with self._own(svc):
                 self._free(svc)
         self.left = {}
@@ -236,7 +238,10 @@ class Holds:
         try:
             yield
         except Exception as exc:  # a hold's fault is its own: the visit goes on
-            self.left.pop(preemptor, None)
+            n = self.left.pop(preemptor, None)
+            migs = self.migs.pop(preemptor, ())
+            if n is not None and migs:
+                self.cluster.free_migs(n.node_id, migs)  # (only a set's work: never raises)
             choice = self.on.pop(preemptor, None)
             if choice is not None:
                 try:
@@ -250,6 +255,9 @@ class Holds:
     def _hold(self, n: Nomination) -> None:
         """Count ``n``'s GPUs that are wholly free now as used (one a higher-priority
         service took in this visit, or still held, is left as it is)."""
+        if n.milli and (migs := self.cluster.hold_migs(n.node_id, n.uuids)):
+            # a stopping task's MIG device, counted as a holding's (by UUID, not share)
+            self.migs[n.service] = (*self.migs.get(n.service, ()), *migs)
         alloc = self.cluster.alloc
         want = set(n.uuids)
         choice = (share_choice(self.cluster, n.node_id, dict(zip(n.uuids, n.milli, strict=True)),
@@ -265,6 +273,9 @@ class Holds:
         alloc.commit(choice)
 
     def _free(self, svc: str) -> None:
+        migs, n = self.migs.pop(svc, ()), self.left.get(svc)
+        if migs and n is not None:
+            self.cluster.free_migs(n.node_id, migs)
         choice = self.on.pop(svc, None)
         if choice is not None:
             self.cluster.alloc.release(choice)
@@ -331,9 +342,11 @@ class StoppingGpus:
     """The GPUs of tasks Swarm is stopping (``keys.stopping``: a scale-down's, an
     update's old task, a removed service's), held as a nomination of the top priority
     while they stop: its share of each (a fraction's beside live services' shares too),
-    as much of it as is free. The service's holding there goes as ever (the task keeps
-    none), but its container runs on its GPUs, its stop grace period at most: no service
-    is placed on them, nor preempts as if they were free, meanwhile.
+    as much of it as is free; a MIG device by its UUID, as a holding's (``Holds``:
+    the allocator counts MIG devices so, not by share). The service's holding there goes
+    as ever (the task keeps none), but its container runs on its GPUs, its stop grace
+    period at most: no service is placed on them, nor preempts as if they were free,
+    meanwhile.
 
     A task's GPUs are read, in order: from the task itself, the device line of its own
     env (``envs.own_device_line``: UUIDs or indexes a service pins, as given when the
@@ -357,13 +370,18 @@ class StoppingGpus:
         self.known: dict[str, tuple[str, Uses]] = {}  # stopping task id -> (node, uses)
         self.running: dict[str, tuple[str, Uses]] = {}  # meant task id -> as first seen
         self.names: dict[str, str] = {}  # service id -> name, as the last cycle had them
+        self.seen: dict[str, float] = {}  # stopping task id -> when first seen so (epoch s)
+        # node id -> when its hold ends at most (epoch s): its tasks' rejected_until, or
+        # first seen stopping plus the stop grace period (a global job's run waits for it)
+        self.until: dict[str, float] = {}
 
     def holds(self, stopping: Sequence[SwarmTask], services: Sequence[SwarmService],
               ledger: Mapping[str, Mapping[str, Holding]],
               tasks: Sequence[SwarmTask] = (),
               facts: Mapping[str, NodeFacts] | None = None,
               rejected: Sequence[SwarmTask] = (),
-              spare: AbstractSet[tuple[str, str]] = frozenset()) -> list[Nomination]:
+              spare: AbstractSet[tuple[str, str]] = frozenset(),
+              now: float = 0.0) -> list[Nomination]:
         """This cycle's holds; ``ledger``: service name -> node id -> holding, as read;
         ``tasks``: the meant ones (their GPUs learned while they run); ``facts``: the
         agents' answers per node id (a task's own device line is checked against them).
@@ -371,7 +389,8 @@ class StoppingGpus:
         run (``keys.rejected_running``). The GPUs of both are held but those in ``spare``
         ((node id, GPU uuid) a live preemptor's nomination holds: its victims' stay its
         own, stopped by their gate or by a write to their spec (a job's), or a grace
-        period longer than its settle time would make it preempt again)."""
+        period longer than its settle time would make it preempt again). ``now`` (epoch
+        s): when each node's hold ends at most is kept in ``until``."""
         names = {s.id: s.name for s in services}
         facts = facts or {}
         running: dict[str, tuple[str, Uses]] = {}
@@ -390,9 +409,16 @@ class StoppingGpus:
             if got is not None:
                 known[t.id] = got
         self.known, self.running, self.names = known, running, names
+        self.seen = {tid: self.seen.get(tid, now) for tid in known}
+        ends = {t.id: t.rejected_until if t.rejected_until is not None
+                else self.seen[t.id] + t.stop_grace_s for t in [*stopping, *rejected]
+                if t.id in known}
         by_node: dict[str, dict[str, int]] = {}  # one hold per node: each visit walks them all
-        for nid, uses in known.values():
+        self.until = {}
+        for tid, (nid, uses) in known.items():
             kept = [(u, m) for u, m in uses if (nid, u) not in spare]
+            if kept:
+                self.until[nid] = max(self.until.get(nid, 0.0), ends[tid])
             on = by_node.setdefault(nid, {}) if kept else {}
             for u, m in kept:
                 on[u] = min(1000, on.get(u, 0) + m)
@@ -416,8 +442,8 @@ class StoppingGpus:
 
 
 def task_device_uses(t: SwarmTask, prefix: str, facts: NodeFacts | None) -> Uses:
-    """The GPUs of its node that ``t``'s own device line names (UUIDs or indexes; a
-    MIG device's UUID is not counted), each wholly; none without the node's facts, for
+    """The GPUs of its node that ``t``'s own device line names (UUIDs or indexes; a MIG
+    device's UUID too, held by UUID), each wholly; none without the node's facts, for
     swarmgpu's template, ``all`` and ``void``. Docker reads the last line that sets the
     variable: a line of the service's before swarmgpu's template is not the one used."""
     last = [x for x in t.env if x.partition("=")[0] == DEVICE_VAR][-1:]
@@ -425,9 +451,37 @@ def task_device_uses(t: SwarmTask, prefix: str, facts: NodeFacts | None) -> Uses
     if line is None or facts is None:
         return ()
     by_name = {g.uuid: g.uuid for g in facts.gpus} | {str(g.index): g.uuid for g in facts.gpus}
+    by_name |= {m.uuid: m.uuid for g in facts.gpus for m in g.mig_devices}
     out: dict[str, int] = {}
     for part in line.partition("=")[2].split(","):
         u = by_name.get(part.strip())
         if u is not None:
             out[u] = 1000
     return tuple(out.items())
+
+
+def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[SwarmTask],
+                         facts: Mapping[str, NodeFacts], prefix: str, now: float,
+                         settle_s: float) -> list[Nomination]:
+    """A one-shot's stand-in for the daemon's nominations, kept in its memory only
+    (``plan``, ``status``: ``cycle.placement.make_plan``): the GPUs of each task Swarm
+    still stops (``leaving``: stopping or rejected) whose service's ``state.preempted``
+    record names a live preemptor, that task's node and a time less than ``settle_s``
+    before ``now`` (epoch s), held for that preemptor. Read from the task's own device
+    line only (a one-shot knows no ledger entry the preemption removed). Without them
+    such GPUs read as held for the stopping task: the preemptor waits (its plan said
+    so) and the preview of preemption chose new victims for it, which the daemon, its
+    nomination held, does not."""
+    by_id, names = {s.id: s for s in services}, {s.name for s in services}
+    got: dict[tuple[str, int, str], set[str]] = {}
+    for t in leaving:
+        svc = by_id.get(t.service_id)
+        st = None if svc is None else preempted_state(svc.labels, prefix)
+        if (st is None or st.node_id != t.node_id or st.by not in names
+                or not 0 <= now - st.at < settle_s):
+            continue
+        uuids = {u for u, _m in task_device_uses(t, prefix, facts.get(t.node_id))}
+        if uuids:
+            got.setdefault((st.by, st.priority, t.node_id), set()).update(uuids)
+    return [Nomination(by, priority, nid, tuple(sorted(uuids)))
+            for (by, priority, nid), uuids in sorted(got.items())]

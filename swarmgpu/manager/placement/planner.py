@@ -302,8 +302,8 @@ class Planner:
         leaving = self._stopping.holds(
             stopping, services, seen.ledger, tasks, facts,
             [t for t in rejected if rejected_running(t, now)],
-            {(n.node_id, u) for n in live for u in n.uuids})
-        plan.stopping_held = held_gpus(leaving)
+            {(n.node_id, u) for n in live for u in n.uuids}, now)
+        plan.stopping_held, cyc.stopping_until = held_gpus(leaving), self._stopping.until
         holds = Holds(self.cluster, [*live, *leaving], self._hold_faults)
         try:  # a hold is counted for this visit only, whatever it raises
             self._visit(plan, _Visit(read, quiet, kept, seen.ledger, seen.by_id, tv, jobs,
