@@ -164,7 +164,7 @@ def test_a_preemptor_still_gets_its_victims_gpus_while_the_victim_stops() -> Non
     nodes = _node(_holding("filler", R_UUIDS[2:]))
     tasks = [task_from_api(_raw("t-filler", filler, "running", "running")),
              replace(task_from_api(_raw("t-high", high, "pending", "running")), node_id="")]
-    held = Nomination("high", 100, "n-4090", R_UUIDS[:2])
+    held = Nomination("high", 100, "n-4090", R_UUIDS[:2], victims=(victim.id,))
     plan = Planner(prefix=P).plan(nodes, [victim, filler, high], tasks, FACTS, now=AT + 1,
                                   nominated=[held], rejected=[t_victim])
     sp = {sp.name: sp for sp in plan.services}["high"]

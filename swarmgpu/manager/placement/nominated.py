@@ -24,7 +24,9 @@ held GPUs are used, so it preempts elsewhere instead of taking itself for pendin
 another reason, and no victim is moved onto GPUs held for anyone. A hold whose victim
 is moved, not stopped, lasts while that move is in flight (the daemon's move records,
 at most ``rebalance.move_timeout_s``, when the mover rolls it back) and ``settle_s``
-after: the GPUs free only when the move ends.
+after: the GPUs free only when the move ends. So does one whose victim's task Swarm
+stops with its spec (a job's: ``keys.stopping``), ``STOP_WAIT_S`` at most: Swarm counts
+its CPU, memory and host ports until it stops, which no hold can give the preemptor.
 
 Their times are in-memory durations, measured on a monotonic clock (``time.monotonic``,
 or the clock the ``Preempter`` is given): nothing of them is stored in or compared with
@@ -54,11 +56,12 @@ from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.envs import DEVICE_VAR, own_device_line
-from swarmgpu.manager.placement.keys import ASSIGNED_STATES
+from swarmgpu.manager.placement.keys import ASSIGNED_STATES, SKEW_S
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
 from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.taskstop import MAX_GRACE_S
 
 # A preemptor's plan status while its hold lasts: one whose planning raised
 # (``placement.isolate``) keeps it, or its victims' GPUs went to others for a daemon fault.
@@ -77,6 +80,9 @@ class Nomination:
     # The share of each of ``uuids`` held (stopping tasks': ``StoppingGpus``), what of it
     # is free; empty: each GPU held only when it is wholly free (a preemption's)
     milli: tuple[int, ...] = ()
+    # its victims' service ids: only their stopping tasks' GPUs are its own while they
+    # stop (``StoppingGpus.holds``' spare), another service's stay held from all
+    victims: tuple[str, ...] = ()
 
 
 def held_gpus(nominations: Sequence[Nomination]) -> dict[tuple[str, str], tuple[str, int]]:
@@ -113,8 +119,9 @@ class Nominations:
         free are held."""
         uuids = p.held or tuple(sorted({u for v in victims for u in v.uuids}))
         moved = tuple(sorted(v.service for v in victims if v.service in p.moves))
-        self.by[p.service] = (Nomination(p.service, p.priority, p.node_id, uuids, moved),
-                              at, at)
+        ids = tuple(sorted({v.service_id for v in victims}))
+        self.by[p.service] = (Nomination(p.service, p.priority, p.node_id, uuids, moved,
+                                         victims=ids), at, at)
 
     def current(self, now: float | None = None) -> tuple[Nomination, ...]:
         """Those that hold at ``now`` (``clock``'s time, monotonic; None: now): still
@@ -123,18 +130,27 @@ class Nominations:
         return tuple(n for n, _at, last in self.by.values() if now - last < self.settle_s)
 
     def keep(self, plan: PlacementPlan, now: float,
-             moving: AbstractSet[str] = frozenset()) -> None:
+             moving: AbstractSet[str] = frozenset(),
+             stopping: AbstractSet[tuple[str, str]] = frozenset()) -> None:
         """Forget those that ended at ``now`` (``clock``'s time): settled (the preemption
         given up; a new one nominates anew), or whose preemptor ``plan`` has no longer
         pending (placed, or gone); one whose planning failed (``placement.isolate``: the
         daemon's fault, not its) keeps it until it settles. ``moving``: the services with
         a move in flight by the daemon's records; a hold one of whose victims is among them
         settles from now (its GPUs free when the move ends), for ``move_timeout_s`` from
-        its nomination at most."""
+        its nomination at most. ``stopping``: (service id, node id) of the tasks Swarm is
+        stopping that still use their node (``keys.stopping``: a job victim's, stopped by
+        its spec write); a hold one of whose victims has one on its node settles from now,
+        for ``STOP_WAIT_S`` from its nomination at most: Swarm counts that task's CPU,
+        memory and host ports until it stops, so its preemptor waits for them (its GPUs
+        are its own meanwhile: ``StoppingGpus``), or its hold lapsed after ``settle_s``
+        and it stopped another victim for what the first one's stop frees."""
         pending = {sp.name for sp in plan.services if sp.status in WAITING}
         kept: dict[str, tuple[Nomination, float, float]] = {}
         for k, (n, at, last) in self.by.items():
             if any(v in moving for v in n.moved) and now - at < self.move_timeout_s:
+                last = now
+            if any((v, n.node_id) in stopping for v in n.victims) and now - at < STOP_WAIT_S:
                 last = now
             if now - last < self.settle_s and k in pending:
                 kept[k] = (n, at, last)
@@ -289,6 +305,22 @@ def share_choice(cluster: ClusterAllocator, node: str, milli: Mapping[str, int],
 
 # A stopping task's GPUs are held from every service: none is of a higher priority.
 STOPPING_PRIORITY = sys.maxsize
+# The longest a hold waits for its victims' stopping tasks (``Nominations.keep``): a
+# stop grace period as long as a rejected task's is held (``keys.rejected_running``).
+STOP_WAIT_S = MAX_GRACE_S + SKEW_S
+
+
+def stopping_held(plan: PlacementPlan, nominations: Sequence[Nomination],
+                  ) -> dict[tuple[str, str], tuple[str, int]]:
+    """``plan.stopping_held``, and the GPUs its placement spared for a preemptor
+    (``plan.stopping_spared``) whose hold is not among ``nominations`` (a later reader's:
+    the preemption step's, after its ``keep``; the rebalancer's): held as the stopping
+    tasks' they are. Placement read the holds before; one that ended since left its
+    victims' still-running GPUs counted nowhere for that reader."""
+    live = {n.service for n in nominations}
+    back = {k: (f"tasks stopping on {k[0]}", STOPPING_PRIORITY)
+            for k, who in plan.stopping_spared.items() if who not in live}
+    return back | plan.stopping_held
 
 
 # (GPU uuid, the share of it in milli) a stopping task uses
@@ -325,21 +357,25 @@ class StoppingGpus:
         self.known: dict[str, tuple[str, Uses]] = {}  # stopping task id -> (node, uses)
         self.running: dict[str, tuple[str, Uses]] = {}  # meant task id -> as first seen
         self.names: dict[str, str] = {}  # service id -> name, as the last cycle had them
+        # (node id, GPU uuid) -> the preemptor its hold spared it for, in the last ``holds``
+        self.spared: dict[tuple[str, str], str] = {}
 
     def holds(self, stopping: Sequence[SwarmTask], services: Sequence[SwarmService],
               ledger: Mapping[str, Mapping[str, Holding]],
               tasks: Sequence[SwarmTask] = (),
               facts: Mapping[str, NodeFacts] | None = None,
               rejected: Sequence[SwarmTask] = (),
-              spare: AbstractSet[tuple[str, str]] = frozenset()) -> list[Nomination]:
+              spare: Sequence[Nomination] = ()) -> list[Nomination]:
         """This cycle's holds; ``ledger``: service name -> node id -> holding, as read;
         ``tasks``: the meant ones (their GPUs learned while they run); ``facts``: the
         agents' answers per node id (a task's own device line is checked against them).
         ``rejected``: tasks the constraint enforcer rejected whose container may still
-        run (``keys.rejected_running``). The GPUs of both are held but those in ``spare``
-        ((node id, GPU uuid) a live preemptor's nomination holds: its victims' stay its
-        own, stopped by their gate or by a write to their spec (a job's), or a grace
-        period longer than its settle time would make it preempt again)."""
+        run (``keys.rejected_running``). The GPUs of both are held but those ``spare``
+        (the live preemptors' nominations) names for a victim of its own on its node: its
+        victims' stay its own, stopped by their gate or by a write to their spec (a
+        job's), or a grace period longer than its settle time would make it preempt again
+        (``spared`` says which, and for whom). Another task on them (a service placed
+        there and stopped within the settle time) stays held: its container runs."""
         names = {s.id: s.name for s in services}
         facts = facts or {}
         running: dict[str, tuple[str, Uses]] = {}
@@ -351,16 +387,27 @@ class StoppingGpus:
             if got is not None:
                 running[t.id] = got
         known: dict[str, tuple[str, Uses]] = {}
+        owner: dict[str, str] = {}  # stopping task id -> its service id
         for t in [*stopping, *rejected]:
+            owner[t.id] = t.service_id
             own = task_device_uses(t, self.prefix, facts.get(t.node_id))
             got = ((t.node_id, own) if own else self.known.get(t.id)
                    or self.running.get(t.id) or self._from_ledger(t, names, ledger))
             if got is not None:
                 known[t.id] = got
         self.known, self.running, self.names = known, running, names
+        for_victim = {(n.node_id, u, v): n.service for n in spare
+                      for u in n.uuids for v in n.victims}
+        self.spared = {}
         by_node: dict[str, dict[str, int]] = {}  # one hold per node: each visit walks them all
-        for nid, uses in known.values():
-            kept = [(u, m) for u, m in uses if (nid, u) not in spare]
+        for tid, (nid, uses) in known.items():
+            kept = []
+            for u, m in uses:
+                who = for_victim.get((nid, u, owner[tid]))
+                if who is None:
+                    kept.append((u, m))
+                else:
+                    self.spared[(nid, u)] = who
             on = by_node.setdefault(nid, {}) if kept else {}
             for u, m in kept:
                 on[u] = min(1000, on.get(u, 0) + m)
