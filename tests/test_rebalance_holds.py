@@ -106,9 +106,11 @@ def test_the_daemon_hands_the_rebalancer_the_gpus_its_preemptions_hold(tmp_path:
     # A victim's GPU placement spared for a hold (its task still stops there) is held as
     # the stopping task's once that hold is not the rebalancer's (it ended since): before,
     # the rebalancer took plan.stopping_held alone, and a move could land on it.
-    plan = PlacementPlan(stopping_spared={("n-dgx", WHOLE1[5]): "wide",
-                                          ("n-dgx", WHOLE1[0]): "gone"})
-    assert rb.held({"wide"}, plan) == {("n-dgx", u): ("wide", 100) for u in WHOLE1[5:]} | {
+    spared = {("n-dgx", WHOLE1[5]): "wide", ("n-dgx", WHOLE1[0]): "gone"}
+    plan = PlacementPlan(stopping_spared=spared, stopping_held={
+        k: (who, STOPPING_PRIORITY) for k, who in spared.items()})
+    assert rb.held({"wide"}, plan) == {("n-dgx", u): ("wide", 100) for u in WHOLE1[6:]} | {
+        ("n-dgx", WHOLE1[5]): ("wide", STOPPING_PRIORITY),
         ("n-dgx", WHOLE1[0]): ("tasks stopping on n-dgx", STOPPING_PRIORITY)}
 
 

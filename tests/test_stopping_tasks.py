@@ -481,16 +481,20 @@ def test_a_task_stopped_after_the_daemon_released_its_gpus_still_holds_them() ->
 def test_a_victim_stopped_by_a_write_to_its_spec_leaves_its_gpus_to_its_preemptor() -> None:
     """A job victim's spec is written (a new run): Swarm stops its task (desired shutdown,
     still running), not its constraint enforcer. The GPUs its preemptor's hold names stay
-    the preemptor's (``spare``), the rest held while it stops. Before: all held, and the
-    preemptor waited out the victim's grace period (real swarm: test_job_preempt_swarm)."""
+    the preemptor's (``spare``: held from every other service), the rest held from all
+    while it stops. Before: all held, and the preemptor waited out the victim's grace
+    period (real swarm: test_job_preempt_swarm)."""
     s = sw_svc("victim", {})
     t = _task("t-v", s, "n-4090", "running", "shutdown")
     h = Holding("victim", "n-4090", R_UUIDS[:2], (1000, 1000))
     g = StoppingGpus()
     g.holds([], [s], {"victim": {"n-4090": h}}, [replace(t, desired_state="running")])
-    (n,) = g.holds([t], [s], {}, spare=[_hold(R_UUIDS[:1], s)])
-    assert n.uuids == (R_UUIDS[1],) and g.spared == {("n-4090", R_UUIDS[0]): "p"}
-    assert g.holds([t], [s], {}, spare=[_hold(R_UUIDS[:2], s)]) == []
+    mine, n = g.holds([t], [s], {}, spare=[_hold(R_UUIDS[:1], s)])
+    assert n.uuids == (R_UUIDS[1],) and not n.owner and g.spared == {
+        ("n-4090", R_UUIDS[0]): "p"}
+    assert (mine.uuids, mine.owner, mine.priority) == (R_UUIDS[:1], "p", STOPPING_PRIORITY)
+    (mine,) = g.holds([t], [s], {}, spare=[_hold(R_UUIDS[:2], s)])
+    assert (set(mine.uuids), mine.owner) == (set(R_UUIDS[:2]), "p")  # held from the others
 
 
 def _hold(uuids: tuple[str, ...], *victims: SwarmService) -> Nomination:

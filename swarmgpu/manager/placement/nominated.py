@@ -8,7 +8,8 @@ the preemptor stayed pending and, once its settle time had passed, stopped anoth
 victim. While a nomination holds, the GPUs of it that are free are counted used for
 every service visited of the preemptor's priority or lower but the preemptor itself; a
 higher-priority one may take them, as Kubernetes lets a pod of higher priority onto a
-nominated node. The nominations are the daemon's own records
+nominated node, but for those a victim's container still runs on (``StoppingGpus``:
+the preemptor's alone while it stops). The nominations are the daemon's own records
 (``manager.cycle.preemption.Preempter.nominated``), never a label; a hold is counted
 on the allocator for one visit only (``Holds.end``), so nothing of it outlives the cycle.
 A hold's work that raises (a bug, or a state no one foresaw) costs that hold alone, as a
@@ -83,6 +84,9 @@ class Nomination:
     # its victims' service ids: only their stopping tasks' GPUs are its own while they
     # stop (``StoppingGpus.holds``' spare), another service's stay held from all
     victims: tuple[str, ...] = ()
+    # a stopping tasks' hold spared for this preemptor (its victims'): held from every
+    # other service, whatever its priority ("": held from all, or a preemption's)
+    owner: str = ""
 
 
 def held_gpus(nominations: Sequence[Nomination]) -> dict[tuple[str, str], tuple[str, int]]:
@@ -90,7 +94,7 @@ def held_gpus(nominations: Sequence[Nomination]) -> dict[tuple[str, str], tuple[
     ``preempt.choose_preemptions`` reads them."""
     out: dict[tuple[str, str], tuple[str, int]] = {}
     for n in sorted(nominations, key=lambda n: n.priority):  # the highest one's, if two
-        out |= {(n.node_id, u): (n.service, n.priority) for u in n.uuids}
+        out |= {(n.node_id, u): (n.owner or n.service, n.priority) for u in n.uuids}
     return out
 
 
@@ -198,7 +202,7 @@ class Holds:
                 self._free(last.name)
                 del self.left[last.name]
         for n in list(self.left.values()):
-            want = name != n.service and priority <= n.priority
+            want = name not in (n.service, n.owner) and priority <= n.priority
             with self._own(n.service):
                 if want and n.service not in self.on:
                     self._hold(n)
@@ -312,15 +316,16 @@ STOP_WAIT_S = MAX_GRACE_S + SKEW_S
 
 def stopping_held(plan: PlacementPlan, nominations: Sequence[Nomination],
                   ) -> dict[tuple[str, str], tuple[str, int]]:
-    """``plan.stopping_held``, and the GPUs its placement spared for a preemptor
-    (``plan.stopping_spared``) whose hold is not among ``nominations`` (a later reader's:
-    the preemption step's, after its ``keep``; the rebalancer's): held as the stopping
-    tasks' they are. Placement read the holds before; one that ended since left its
-    victims' still-running GPUs counted nowhere for that reader."""
+    """``plan.stopping_held``, the GPUs its placement spared for a preemptor
+    (``plan.stopping_spared``: held for it alone) whose hold is not among ``nominations``
+    (a later reader's: the preemption step's, after its ``keep``; the rebalancer's) held
+    from all, as the stopping tasks' they are. Placement read the holds before: one that
+    ended since left its victims' still-running GPUs to a preemptor that no longer has
+    them (before: counted nowhere for that reader)."""
     live = {n.service for n in nominations}
-    back = {k: (f"tasks stopping on {k[0]}", STOPPING_PRIORITY)
-            for k, who in plan.stopping_spared.items() if who not in live}
-    return back | plan.stopping_held
+    return {k: (f"tasks stopping on {k[0]}", STOPPING_PRIORITY)
+            if k in plan.stopping_spared and who not in live else (who, pr)
+            for k, (who, pr) in plan.stopping_held.items()}
 
 
 # (GPU uuid, the share of it in milli) a stopping task uses
@@ -350,7 +355,9 @@ class StoppingGpus:
     is rejected by Swarm's constraint enforcer instead: its reservations freed at once,
     its container stopped as any other's. Its GPUs are held the same way (not its CPU,
     memory or ports) until its status time plus its stop grace period
-    (``keys.rejected_running``), but for those its preemptor's nomination holds."""
+    (``keys.rejected_running``). A victim's (either way: a job's spec write stops it as
+    a scale-down does) on GPUs its preemptor's nomination holds is held for that
+    preemptor alone (``Nomination.owner``)."""
 
     def __init__(self, prefix: str = "swarmgpu.") -> None:
         self.prefix = prefix
@@ -399,21 +406,23 @@ class StoppingGpus:
         for_victim = {(n.node_id, u, v): n.service for n in spare
                       for u in n.uuids for v in n.victims}
         self.spared = {}
-        by_node: dict[str, dict[str, int]] = {}  # one hold per node: each visit walks them all
+        # (node id, "" or the preemptor they are spared for) -> uuid -> share: one hold
+        # per node and one per preemptor there (each visit walks them all)
+        by_node: dict[tuple[str, str], dict[str, int]] = {}
         for tid, (nid, uses) in known.items():
-            kept = []
             for u, m in uses:
-                who = for_victim.get((nid, u, owner[tid]))
-                if who is None:
-                    kept.append((u, m))
-                else:
+                who = for_victim.get((nid, u, owner[tid]), "")
+                if who:
                     self.spared[(nid, u)] = who
-            on = by_node.setdefault(nid, {}) if kept else {}
-            for u, m in kept:
+                on = by_node.setdefault((nid, who), {})
                 on[u] = min(1000, on.get(u, 0) + m)
-        return [Nomination(f"tasks stopping on {nid}", STOPPING_PRIORITY, nid,
-                           tuple(sorted(on)), milli=tuple(on[u] for u in sorted(on)))
-                for nid, on in sorted(by_node.items())]
+        # Those spared first: ``held_gpus`` keeps the last of one priority, and a GPU
+        # another stopping task uses too is held from all.
+        return [Nomination(f"tasks stopping on {nid}" + (f" for {who}" if who else ""),
+                           STOPPING_PRIORITY, nid, tuple(sorted(on)),
+                           milli=tuple(on[u] for u in sorted(on)), owner=who)
+                for (nid, who), on in sorted(by_node.items(), key=lambda kv: (
+                    not kv[0][1], kv[0]))]
 
     def _from_ledger(self, t: SwarmTask, names: Mapping[str, str],
                      ledger: Mapping[str, Mapping[str, Holding]]) -> tuple[str, Uses] | None:
