@@ -377,12 +377,13 @@ class StoppingGpus:
         ``tasks``: the meant ones (their GPUs learned while they run); ``facts``: the
         agents' answers per node id (a task's own device line is checked against them).
         ``rejected``: tasks the constraint enforcer rejected whose container may still
-        run (``keys.rejected_running``). The GPUs of both are held but those ``spare``
-        (the live preemptors' nominations) names for a victim of its own on its node: its
-        victims' stay its own, stopped by their gate or by a write to their spec (a
-        job's), or a grace period longer than its settle time would make it preempt again
-        (``spared`` says which, and for whom). Another task on them (a service placed
-        there and stopped within the settle time) stays held: its container runs."""
+        run (``keys.rejected_running``). The GPUs of both are held from all but those
+        ``spare`` (the live preemptors' nominations) names for a victim of its own on its
+        node, held from all but that preemptor: its victims' are its own, stopped by their
+        gate or by a write to their spec (a job's), or a grace period longer than its
+        settle time would make it preempt again (``spared`` says which, and for whom).
+        Another task on them (a service placed there and stopped within the settle time)
+        is held from all: its container runs."""
         names = {s.id: s.name for s in services}
         facts = facts or {}
         running: dict[str, tuple[str, Uses]] = {}
