@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from loguru import logger
-from support.forged import DGX_F, R4090_F, sw_node, sw_svc
+from support.forged import DGX_F, R4090_F, reserving, sw_node, sw_svc
 from support.preempt_stop import relabel, stop_victims
 
 from swarmgpu.allocator.core import Allocator
@@ -473,3 +473,136 @@ def test_a_service_a_hold_keeps_pending_is_told_of_the_hold() -> None:
         "; 8 GPUs of gpu-node-2 held for first (its preemption)"), sp.reason
     placed = next(sp for sp in plan.services if sp.name == "first")
     assert placed.status == Status.PLACED and "held for" not in (placed.reason or "")
+
+
+def _victim_stopping(w: World, p: Preemption, cpu_milli: int = 0) -> list[SwarmTask]:
+    """``p``'s victims stopped, their old tasks still running as Swarm stops them
+    (desired shutdown, ``keys.stopping``: a job victim's after its spec write)."""
+    old = [replace(w.tasks[v.service], desired_state="shutdown", cpu_milli=cpu_milli)
+           for v in p.victims]
+    w.stop(p)
+    return old
+
+
+def _on_dgx(w: World) -> None:
+    """n-dgx: dfill (not preemptible) holds 6 A100s, dv (priority 0, any product) the
+    7th; qa (1 A100, priority 50) waits."""
+    d = tuple(g.uuid for g in DGX_F.gpus if not g.mig_enabled)
+    labels: dict[str, str] = {}
+    for name, uuids, extra in (("dfill", d[:6], {f"{P}preemptible": "false"}),
+                               ("dv", d[6:], {})):
+        h = Holding(name, "n-dgx", uuids, tuple(1000 for _ in uuids))
+        labels |= {assign_key(P, name): h.label_value(), gate_key(P, name): "true"}
+        s = w.services[name] = sw_svc(name, {f"{P}gpus": str(len(uuids)), **extra,
+                                             devices_key(P, "n-dgx"): ",".join(uuids)})
+        w.tasks[name] = SwarmTask(f"t-{name}", s.id, "n-dgx", 1, "running", "running", ())
+    w.nodes["n-dgx"] = sw_node("n-dgx", "gpu-node-1", labels)
+    _waiting(w, "qa", 1, 50, "40", {f"{P}gpu-product": "*A100*"})
+
+
+def _cpu_full(w: World) -> None:
+    """n-4090's CPU (3 cores) all reserved: filler, batch and batch2 one core each; high
+    asks one."""
+    w.nodes["n-4090"] = replace(w.nodes["n-4090"], cpu_milli=3000)
+    for name in ("filler", "batch", "batch2", "high"):
+        w.services[name] = reserving(w.services[name], 1000)
+        if w.tasks[name].node_id:
+            w.tasks[name] = replace(w.tasks[name], cpu_milli=1000)
+
+
+def _rejected_victims(w: World, p: Preemption, until: float) -> list[SwarmTask]:
+    """``p``'s victims stopped by their closed gate: the constraint enforcer rejected
+    their tasks (their CPU freed), whose containers run on their GPUs until ``until``."""
+    out = [replace(w.tasks[v.service], state="rejected", desired_state="shutdown",
+                   cpu_milli=0, rejected_until=until) for v in p.victims]
+    w.stop(p)
+    return out
+
+
+def test_a_higher_priority_service_is_not_placed_on_a_victims_running_gpus() -> None:
+    """batch, high's victim, was rejected (its gate closed); its container runs on R[:2]
+    for its grace period. urgent (above high) waits for one GPU: those GPUs are high's
+    own (spared for it, its victim's), not urgent's, who waits. Before, urgent took
+    R[0] as a hold's GPU, while batch's task still ran on it."""
+    t = 1000.0
+    w, planner, pre, p, _ = _preempted(t)
+    rejected = _rejected_victims(w, p, t + 100)
+    _waiting(w, "urgent", 1, 1000, "30")
+    plan = planner.plan(*_parts(w), FACTS, now=t + 1, nominated=pre.nominated.current(t + 1),
+                        rejected=rejected)
+    assert not _held_on(plan, "urgent") and sorted(_held_on(plan, "high")) == sorted(R[:2])
+
+
+def _parts(w: World) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
+    snap = w.snap()
+    return snap.nodes, snap.services, snap.tasks
+
+
+def test_a_hold_ending_after_placement_leaves_its_victims_gpus_held_as_stopping() -> None:
+    """batch, high's victim, was rejected; its container runs on R[:2] (its grace
+    period), and high waits for a core (hog took batch's). Placement (t+29) spared R[:2]
+    for high's live hold; the preemption step (t+31) finds that hold settled. Before,
+    R[:2] were counted nowhere in that step: qa's victim dv was to be moved onto one
+    while batch's task still ran there. Now a GPU spared for a hold the step no longer
+    keeps is held as a stopping task's (``nominated.stopping_held``)."""
+    t = 1000.0
+    w, planner, pre = World(), Planner(prefix=P), Preempter(
+        Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
+    _cpu_full(w)
+    plan = w.plan(planner, pre, t)
+    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers,
+                      mono=t)
+    pre.took(p, list(p.victims), t)
+    rejected = _rejected_victims(w, p, t + 100)
+    hog = w.services["hog"] = sw_svc("hog", {}, gated=False)
+    w.tasks["hog"] = SwarmTask("t-hog", hog.id, "n-4090", 1, "running", "running", (),
+                               cpu_milli=1000)
+    _on_dgx(w)
+    snap = replace(w.snap(), rejected=rejected)
+    plan = planner.plan(snap.nodes, snap.services, snap.tasks, FACTS, now=t + 29,
+                        nominated=pre.nominated.current(t + 29), rejected=rejected)
+    assert not _held_on(plan, "high") and not _held_on(plan, "qa")
+    chosen = pre.decide(snap, plan, FACTS, planner.refused_nodes, t + 31,
+                        planner.port_takers, mono=t + 31)
+    onto = {u for c in chosen for m in c.moves.values() for u in m.uuids}
+    assert "dv" in {v.service for c in chosen for v in c.victims}
+    assert not onto & set(R[:2]), [c.describe() for c in chosen]
+    # nor does high count on them (its hold over): it is held batch2's, which it stops
+    assert [set(c.held) for c in chosen if c.service == "high"] == [set(R[2:4])]
+
+
+def test_a_preemptor_waits_for_its_victims_cpu_while_their_tasks_stop() -> None:
+    """n-4090's CPU is all reserved (``_cpu_full``). batch is stopped for high, its task
+    stopping far longer than settle_s (a job victim's grace period): Swarm counts its
+    core until it stops, so high waits (pending for the CPU). Before, high's hold settled
+    after settle_s and high stopped batch2 too, for nothing; now the hold lasts while a
+    victim's task stops there (as while its move is in flight) and settle_s after, the
+    stop cap at most."""
+    t = 1000.0
+    w, planner, pre = World(), Planner(prefix=P), Preempter(
+        Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
+    _cpu_full(w)
+    plan = w.plan(planner, pre, t)
+    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers,
+                      mono=t)
+    assert [v.service for v in p.victims] == ["batch"]
+    pre.took(p, list(p.victims), t)
+    stopping = _victim_stopping(w, p, cpu_milli=1000)
+    victims = []
+    for now in (t + 31, t + 200, t + 350):
+        snap = replace(w.snap(), stopping=stopping)
+        plan = planner.plan(snap.nodes, snap.services, snap.tasks, FACTS, now=now,
+                            nominated=pre.nominated.current(now), stopping=stopping)
+        assert {sp.name: sp.status for sp in plan.services}["high"] == Status.PENDING
+        victims += [v.service for c in pre.decide(snap, plan, FACTS, planner.refused_nodes,
+                                                  now, planner.port_takers, mono=now)
+                    for v in c.victims]
+    assert victims == []  # (batch2 at t+31: its core freed, batch's still counted)
+    assert [n.uuids for n in pre.nominated.current(t + 351)] == [p.held]
+    snap = replace(w.snap(), stopping=stopping)  # past the stop cap: settled as ever
+    plan = planner.plan(snap.nodes, snap.services, snap.tasks, FACTS, now=t + 400,
+                        nominated=pre.nominated.current(t + 400), stopping=stopping)
+    assert {sp.name: sp.status for sp in plan.services}["high"] == Status.PENDING
+    pre.decide(snap, plan, FACTS, planner.refused_nodes, t + 400, planner.port_takers,
+               mono=t + 400)
+    assert pre.nominated.current(t + 400) == ()

@@ -10,9 +10,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from support.forged import DGX_F, R4090_F, sw_node, sw_svc
 
-from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key, plan_placement
+from swarmgpu.manager.placement import (
+    Holding,
+    Planner,
+    assign_key,
+    devices_key,
+    gate_key,
+    plan_placement,
+)
 from swarmgpu.manager.placement.preempt import Preemption, choose_preemptions
 from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -101,3 +109,25 @@ def test_free_gpus_and_cpu_are_room_already_and_nothing_is_preempted() -> None:
     nodes, services, tasks = _cluster(a_cpu=64000)
     assert choose_preemptions(short, nodes, services, tasks, FACTS, prefix=P,
                               preemptible_below=100) == []
+
+
+@pytest.mark.parametrize("c_runs", [False, True])
+def test_free_gpus_short_of_cpu_for_a_stopping_task_alone_wait_for_it(c_runs: bool) -> None:
+    """n-a's GPUs are free, its CPU short for a task Swarm is stopping there (gone's,
+    500 CPU milli, and c's 1500 unless c runs on): high waits the seconds it takes to
+    stop and preempts nothing, as Swarm will start it there then. Before, n-a was no room
+    and low was stopped on n-b for it. With c running on, n-a stays short once the task
+    stops: low goes, as before."""
+    nodes, services, tasks = _cluster(a_cpu=2000)
+    gone = _reserving(sw_svc("gone", {}), 500)
+    (t_c,) = [t for t in tasks if t.id == "t-c"]
+    leaving = [SwarmTask("t-gone", gone.id, "n-a", 1, "running", "shutdown", (), cpu_milli=500)]
+    if not c_runs:  # c scaled to 0: its holding gone, its task stopping
+        nodes[0] = replace(sw_node("n-a", "gpu-node-1"), cpu_milli=2000)
+        tasks, leaving = [t for t in tasks if t.id != "t-c"], [
+            *leaving, replace(t_c, desired_state="shutdown")]
+    plan = Planner(prefix=P).plan(nodes, services, tasks, FACTS, stopping=leaving)
+    assert _high(plan)[0] == Status.PENDING
+    got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                             preemptible_below=100, stopping=leaving)
+    assert [v.service for p in got for v in p.victims] == (["low"] if c_runs else [])

@@ -31,6 +31,7 @@ from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import PlacementPlan, Planner, read_ledger
+from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY
 from swarmgpu.manager.placement.preempt import Preemption
 from swarmgpu.manager.rebalance import policies
 from swarmgpu.manager.rebalance.context import Context, Inputs
@@ -102,6 +103,15 @@ def test_the_daemon_hands_the_rebalancer_the_gpus_its_preemptions_hold(tmp_path:
                       held=tuple(WHOLE1[5:]))
     pre.preempter.took(wide, [], time.monotonic())  # in-memory times: monotonic
     assert rb.held({"wide"}) == {("n-dgx", u): ("wide", 100) for u in WHOLE1[5:]}
+    # A victim's GPU placement spared for a hold (its task still stops there) is held as
+    # the stopping task's once that hold is not the rebalancer's (it ended since): before,
+    # the rebalancer took plan.stopping_held alone, and a move could land on it.
+    spared = {("n-dgx", WHOLE1[5]): "wide", ("n-dgx", WHOLE1[0]): "gone"}
+    plan = PlacementPlan(stopping_spared=spared, stopping_held={
+        k: (who, STOPPING_PRIORITY) for k, who in spared.items()})
+    assert rb.held({"wide"}, plan) == {("n-dgx", u): ("wide", 100) for u in WHOLE1[6:]} | {
+        ("n-dgx", WHOLE1[5]): ("wide", STOPPING_PRIORITY),
+        ("n-dgx", WHOLE1[0]): ("tasks stopping on n-dgx", STOPPING_PRIORITY)}
 
 
 class _Seen:

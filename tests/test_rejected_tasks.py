@@ -26,7 +26,7 @@ from swarmgpu.manager.placement import (
     read_ledger,
 )
 from swarmgpu.manager.placement.keys import rejected_running
-from swarmgpu.manager.placement.nominated import Nomination, StoppingGpus
+from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY, Nomination, StoppingGpus
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, task_from_api
 from swarmgpu.swarm.taskstop import rfc3339_epoch
 
@@ -164,12 +164,12 @@ def test_a_preemptor_still_gets_its_victims_gpus_while_the_victim_stops() -> Non
     nodes = _node(_holding("filler", R_UUIDS[2:]))
     tasks = [task_from_api(_raw("t-filler", filler, "running", "running")),
              replace(task_from_api(_raw("t-high", high, "pending", "running")), node_id="")]
-    held = Nomination("high", 100, "n-4090", R_UUIDS[:2])
+    held = Nomination("high", 100, "n-4090", R_UUIDS[:2], victims=(victim.id,))
     plan = Planner(prefix=P).plan(nodes, [victim, filler, high], tasks, FACTS, now=AT + 1,
                                   nominated=[held], rejected=[t_victim])
     sp = {sp.name: sp for sp in plan.services}["high"]
     assert sp.status != Status.PENDING and set(sp.placements[0].uuids) == set(R_UUIDS[:2]), sp
-    assert ("n-4090", R_UUIDS[0]) not in plan.stopping_held
+    assert plan.stopping_held[("n-4090", R_UUIDS[0])] == ("high", STOPPING_PRIORITY)  # its own
     plan = Planner(prefix=P).plan(nodes, [victim, filler, high], tasks, FACTS, now=AT + 1,
                                   rejected=[t_victim])  # no nomination: held from all
     assert {("n-4090", u) for u in R_UUIDS[:2]} <= plan.stopping_held.keys()

@@ -115,8 +115,8 @@ def test_a_gpu_a_preemptor_is_nominated_and_its_victim_still_stops_on_reads_as_n
     """victim stops on six RTX 4090s of gpu-node-2 (its pinned line); high's nomination
     holds two of them (its preemption), and high, asking three, still waits. new (priority
     0) waits too: its reason names the two as held for high, the other four for the
-    stopping task, and the plan's stopping holds (preemption's, the rebalancer's) leave
-    out the two. A guard: right on main since stop 71's spare (0e20339)."""
+    stopping task, and the plan's stopping holds (preemption's, the rebalancer's) keep the
+    two for high alone (its victim's). A guard: right on main since stop 71's spare."""
     r4090 = FACTS["n-4090"].gpus
     uuids = tuple(g.uuid for g in r4090)
     victim = svc("victim", {}, gated=False)
@@ -132,7 +132,7 @@ def test_a_gpu_a_preemptor_is_nominated_and_its_victim_still_stops_on_reads_as_n
     tasks = [SwarmTask("t-f", filler.id, "n-4090", 1, "running", "running", ()),
              SwarmTask("t-h", high.id, "", 1, "pending", "running", ()),
              SwarmTask("t-n", new.id, "", 1, "pending", "running", ())]
-    nom = Nomination("high", 100, "n-4090", uuids[:2])
+    nom = Nomination("high", 100, "n-4090", uuids[:2], victims=(victim.id,))
     facts = {"n-4090": FACTS["n-4090"]}
     plan = Planner(prefix=P).plan(nodes[1:], [victim, filler, high, new], tasks, facts,
                                   stopping=[t_v], nominated=[nom])
@@ -141,7 +141,9 @@ def test_a_gpu_a_preemptor_is_nominated_and_its_victim_still_stops_on_reads_as_n
     assert (by["new"].reason or "").endswith(
         "; 2 GPUs of gpu-node-2 held for high (its preemption); 4 GPUs of gpu-node-2 held "
         "for tasks Swarm is stopping there"), by["new"].reason
-    assert set(plan.stopping_held) == {("n-4090", u) for u in uuids[2:6]}
+    assert {k for k, (who, _p) in plan.stopping_held.items() if who != "high"} == {
+        ("n-4090", u) for u in uuids[2:6]}
+    assert plan.stopping_spared == {("n-4090", u): "high" for u in uuids[:2]}
 
 
 def test_plan_reads_a_stopping_victims_gpus_as_its_preemptors_as_the_daemon_does() -> None:

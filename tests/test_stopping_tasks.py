@@ -39,7 +39,7 @@ from swarmgpu.manager.placement import (
 )
 from swarmgpu.manager.placement.keys import stopping
 from swarmgpu.manager.placement.ledger import packed_holding
-from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY, StoppingGpus
+from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY, Nomination, StoppingGpus
 from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.rebalance import policies
 from swarmgpu.manager.rebalance.context import Context, Inputs
@@ -481,16 +481,20 @@ def test_a_task_stopped_after_the_daemon_released_its_gpus_still_holds_them() ->
 def test_a_victim_stopped_by_a_write_to_its_spec_leaves_its_gpus_to_its_preemptor() -> None:
     """A job victim's spec is written (a new run): Swarm stops its task (desired shutdown,
     still running), not its constraint enforcer. The GPUs its preemptor's hold names stay
-    the preemptor's (``spare``), the rest held while it stops. Before: all held, and the
-    preemptor waited out the victim's grace period (real swarm: test_job_preempt_swarm)."""
+    the preemptor's (``spare``: held from every other service), the rest held from all
+    while it stops. Before: all held, and the preemptor waited out the victim's grace
+    period (real swarm: test_job_preempt_swarm)."""
     s = sw_svc("victim", {})
     t = _task("t-v", s, "n-4090", "running", "shutdown")
     h = Holding("victim", "n-4090", R_UUIDS[:2], (1000, 1000))
     g = StoppingGpus()
     g.holds([], [s], {"victim": {"n-4090": h}}, [replace(t, desired_state="running")])
-    (n,) = g.holds([t], [s], {}, spare={("n-4090", R_UUIDS[0])})
-    assert n.uuids == (R_UUIDS[1],)
-    assert g.holds([t], [s], {}, spare={("n-4090", u) for u in R_UUIDS[:2]}) == []
+    mine, n = g.holds([t], [s], {}, spare=[_hold(R_UUIDS[:1], s)])
+    assert n.uuids == (R_UUIDS[1],) and not n.owner and g.spared == {
+        ("n-4090", R_UUIDS[0]): "p"}
+    assert (mine.uuids, mine.owner, mine.priority) == (R_UUIDS[:1], "p", STOPPING_PRIORITY)
+    (mine,) = g.holds([t], [s], {}, spare=[_hold(R_UUIDS[:2], s)])
+    assert (set(mine.uuids), mine.owner) == (set(R_UUIDS[:2]), "p")  # held from the others
 
 
 def _new_instead(new: SwarmService, *, drain: bool = False) -> tuple[Planner, Snapshot]:
@@ -582,3 +586,26 @@ def test_a_service_swarm_cannot_run_is_not_told_of_a_hold() -> None:
     assert sp.status == Status.PENDING, sp
     assert (sp.reason or "").startswith("Swarm cannot run its task"), sp.reason
     assert "held for" not in (sp.reason or ""), sp.reason
+
+
+def _hold(uuids: tuple[str, ...], *victims: SwarmService) -> Nomination:
+    """p's hold of ``uuids`` on n-4090, its preemption's victims ``victims``."""
+    return Nomination("p", 100, "n-4090", uuids, victims=tuple(v.id for v in victims))
+
+
+def test_a_stopping_task_no_hold_names_as_its_victim_keeps_its_gpus_held() -> None:
+    """new's hold (its preemption, still settling) covers two of the six GPUs old's task
+    still runs on, but old is no victim of it: old was scaled down on its own (a
+    higher-priority service placed there and stopped within the settle time). Its GPUs
+    stay held while it stops. Before, every stopping task on a hold's GPUs was spared:
+    new was placed on two GPUs old's task still used."""
+    nodes, services, tasks, t_old = _scaled_down()
+    hold = Nomination("new", 100, "n-4090", R_UUIDS[:2])  # its victims: none of old
+    planner = Planner(prefix=P)
+    for _ in range(2):  # (the second: old's ledger entry gone)
+        plan = make_plan(_snap(nodes, services, tasks, [t_old]), Config(), planner=planner,
+                         nominated=[hold])
+        by = {sp.name: sp for sp in plan.services}
+        assert by["new"].status == Status.PENDING and not by["new"].placements, by["new"]
+        nodes = apply(nodes, plan)
+    assert {("n-4090", u) for u in R_UUIDS[:6]} <= plan.stopping_held.keys()

@@ -175,6 +175,13 @@ def sw_svc(name: str, labels: Mapping[str, str], *, replicas: int = 1, gated: bo
     return service_from_api({"ID": f"id-{name}", "Spec": spec, "Version": {"Index": 1}})
 
 
+def reserving(s: SwarmService, cpu_milli: int) -> SwarmService:
+    """``s`` whose tasks reserve ``cpu_milli`` (Swarm's ResourceFilter)."""
+    tt = dict(s.spec["TaskTemplate"])
+    tt["Resources"] = {"Reservations": {"NanoCPUs": cpu_milli * 1_000_000}}
+    return replace(s, spec={**s.spec, "TaskTemplate": tt})
+
+
 def held_labels(service: str, nid: str, uuid: str, milli: int = 1000) -> dict[str, str]:
     """The node labels of ``service`` holding ``milli`` of GPU ``uuid``: ledger and gate."""
     return {assign_key(P, service): Holding(service, nid, (uuid,), (milli,)).label_value(),

@@ -17,7 +17,7 @@ safety and the writes:
   settle time per preemptor (``settle_s``): a preemptor still pending after its victims
   were stopped stops no more until it has passed, their GPUs held for it meanwhile
   (``nominated``, never a label; ``placement.nominated``), and while a victim's move is
-  in flight and ``settle_s`` after it (``rebalance.move_timeout_s`` at most); held, they
+  in flight or its task stops (``Nominations.keep``) and ``settle_s`` after; held, they
   are used for the other preemptors of its priority or lower, and no victim moves there;
 * times Swarm keeps (the hour, ``<p>state.preempted``) are wall-clock (``now``), those in
   memory (settle, cooldowns, holds) monotonic (``clock``, ``mono``): no clock step moves them;
@@ -97,7 +97,7 @@ from swarmgpu.manager.placement import (
     gate_key,
 )
 from swarmgpu.manager.placement.ledger import read_ledger
-from swarmgpu.manager.placement.nominated import held_gpus
+from swarmgpu.manager.placement.nominated import held_gpus, stopping_held
 from swarmgpu.manager.placement.preempt import Candidate, Preemption, choose_preemptions
 from swarmgpu.manager.placement.preempted import Preempted, preempted_state
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
@@ -233,7 +233,7 @@ class Preempter:
         gave them back to it the next cycle: stopped and restarted for nothing."""
         i = next((k for k, sp in enumerate(plan.services) if sp.name == p.service), None)
         if self.can_move:  # a victim's target: no GPU a task Swarm is stopping still uses
-            self._mover(swarm).held = plan.stopping_held
+            self._mover(swarm).held = stopping_held(plan, ())  # (a hold's victims' too)
         moved: list[Candidate] = []
         to_stop: list[Candidate] = []
         counted: set[str] = set()  # victims spent and stored before their move's writes
@@ -331,7 +331,8 @@ class Preempter:
         in_move = moving(snap.services, snap.swarm_labels, self.prefix) | recorded(
             snap.services, fresh, self.prefix)
         self.moving = {p: vs & in_move for p, vs in self.moving.items() if vs & in_move}
-        self.nominated.keep(plan, mono, in_move)  # placed, gone or settled: it ends
+        self.nominated.keep(plan, mono, in_move,  # placed, gone or settled: it ends
+                            {(t.service_id, t.node_id) for t in snap.stopping})
         held = self.nominated.current(mono)  # used for those of their priority or lower
         # its victim's move is in flight, or its GPUs still held for it: wait for them
         settling |= self.moving.keys() | {n.service for n in held}
@@ -341,7 +342,8 @@ class Preempter:
                 p, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
                 preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
                 refused=refused, moving=in_move, ports=ports, raised=raised,
-                held=held_gpus(held) | p.stopping_held, flying=move_gpus(fresh, self.prefix),
+                held=held_gpus(held) | stopping_held(p, held),  # (those ``keep`` ended too)
+                flying=move_gpus(fresh, self.prefix),
                 stopping=snap.stopping, first=first)
         chosen = choose(plan, raised)
         # (acts on nothing; those chosen are taken first as they were: ``find``)

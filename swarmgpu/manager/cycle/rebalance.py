@@ -33,7 +33,12 @@ from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, read_ledger
-from swarmgpu.manager.placement.nominated import Nomination, held_gpus, live_nominations
+from swarmgpu.manager.placement.nominated import (
+    Nomination,
+    held_gpus,
+    live_nominations,
+    stopping_held,
+)
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import (
@@ -186,8 +191,7 @@ class Rebalancer(Step):
                      failed=failed_of(plan),
                      agents=snap.agent_nodes(self.agent_service),
                      generic_kind=self.generic_kind,
-                     held=self.held({sv.name for sv in snap.services})
-                     | (plan.stopping_held if plan is not None else {}),
+                     held=self.held({sv.name for sv in snap.services}, plan),
                      stopping=snap.stopping)
         if planner is not None:  # placement's next cycle keeps failed holdings for us
             planner.keep_failed_holdings(self.keeps if self.health_on else None)
@@ -215,12 +219,16 @@ class Rebalancer(Step):
             timer.daemon = True
             timer.start()
 
-    def held(self, live: AbstractSet[str]) -> dict[tuple[str, str], tuple[str, int]]:
+    def held(self, live: AbstractSet[str], plan: PlacementPlan | None = None,
+             ) -> dict[tuple[str, str], tuple[str, int]]:
         """The GPUs held for preemptors now (``Inputs.held``): (node id, UUID) -> (the
         preemptor, its priority). Only those of a preemptor among ``live`` (the snapshot's
         services), as placement reads them: a removed one's hold lasted here until the
-        preemption step's next ``keep``, and no move could take its GPUs meanwhile."""
-        return held_gpus(live_nominations(self.nominated(), live))
+        preemption step's next ``keep``, and no move could take its GPUs meanwhile. With
+        ``plan``: its stopping tasks' GPUs too, read with these same holds (one that
+        settled since placement: its victims' GPUs held as theirs, not counted nowhere)."""
+        noms = live_nominations(self.nominated(), live)
+        return held_gpus(noms) | (stopping_held(plan, noms) if plan is not None else {})
 
     def _unreadable(self, snap: Snapshot) -> dict[str, str]:
         """The services whose own move record cannot be read (none is proposed), each

@@ -8,7 +8,8 @@ the preemptor stayed pending and, once its settle time had passed, stopped anoth
 victim. While a nomination holds, the GPUs of it that are free are counted used for
 every service visited of the preemptor's priority or lower but the preemptor itself; a
 higher-priority one may take them, as Kubernetes lets a pod of higher priority onto a
-nominated node. The nominations are the daemon's own records
+nominated node, but for those a victim's container still runs on (``StoppingGpus``:
+the preemptor's alone while it stops). The nominations are the daemon's own records
 (``manager.cycle.preemption.Preempter.nominated``), never a label; a hold is counted
 on the allocator for one visit only (``Holds.end``), so nothing of it outlives the cycle.
 A hold's work that raises (a bug, or a state no one foresaw) costs that hold alone, as a
@@ -24,7 +25,9 @@ held GPUs are used, so it preempts elsewhere instead of taking itself for pendin
 another reason, and no victim is moved onto GPUs held for anyone. A hold whose victim
 is moved, not stopped, lasts while that move is in flight (the daemon's move records,
 at most ``rebalance.move_timeout_s``, when the mover rolls it back) and ``settle_s``
-after: the GPUs free only when the move ends.
+after: the GPUs free only when the move ends. So does one whose victim's task Swarm
+stops with its spec (a job's: ``keys.stopping``), ``STOP_WAIT_S`` at most: Swarm counts
+its CPU, memory and host ports until it stops, which no hold can give the preemptor.
 
 Their times are in-memory durations, measured on a monotonic clock (``time.monotonic``,
 or the clock the ``Preempter`` is given): nothing of them is stored in or compared with
@@ -56,12 +59,13 @@ from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.envs import DEVICE_VAR, own_device_line
-from swarmgpu.manager.placement.keys import ASSIGNED_STATES
+from swarmgpu.manager.placement.keys import ASSIGNED_STATES, SKEW_S
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.preempted import preempted_state
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
 from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.taskstop import MAX_GRACE_S
 
 # A preemptor's plan status while its hold lasts: one whose planning raised
 # (``placement.isolate``) keeps it, or its victims' GPUs went to others for a daemon fault.
@@ -80,6 +84,12 @@ class Nomination:
     # The share of each of ``uuids`` held (stopping tasks': ``StoppingGpus``), what of it
     # is free; empty: each GPU held only when it is wholly free (a preemption's)
     milli: tuple[int, ...] = ()
+    # its victims' service ids: only their stopping tasks' GPUs are its own while they
+    # stop (``StoppingGpus.holds``' spare), another service's stay held from all
+    victims: tuple[str, ...] = ()
+    # a stopping tasks' hold spared for this preemptor (its victims'): held from every
+    # other service, whatever its priority ("": held from all, or a preemption's)
+    owner: str = ""
 
 
 def held_gpus(nominations: Sequence[Nomination]) -> dict[tuple[str, str], tuple[str, int]]:
@@ -87,7 +97,7 @@ def held_gpus(nominations: Sequence[Nomination]) -> dict[tuple[str, str], tuple[
     ``preempt.choose_preemptions`` reads them."""
     out: dict[tuple[str, str], tuple[str, int]] = {}
     for n in sorted(nominations, key=lambda n: n.priority):  # the highest one's, if two
-        out |= {(n.node_id, u): (n.service, n.priority) for u in n.uuids}
+        out |= {(n.node_id, u): (n.owner or n.service, n.priority) for u in n.uuids}
     return out
 
 
@@ -116,8 +126,9 @@ class Nominations:
         free are held."""
         uuids = p.held or tuple(sorted({u for v in victims for u in v.uuids}))
         moved = tuple(sorted(v.service for v in victims if v.service in p.moves))
-        self.by[p.service] = (Nomination(p.service, p.priority, p.node_id, uuids, moved),
-                              at, at)
+        ids = tuple(sorted({v.service_id for v in victims}))
+        self.by[p.service] = (Nomination(p.service, p.priority, p.node_id, uuids, moved,
+                                         victims=ids), at, at)
 
     def current(self, now: float | None = None) -> tuple[Nomination, ...]:
         """Those that hold at ``now`` (``clock``'s time, monotonic; None: now): still
@@ -126,18 +137,27 @@ class Nominations:
         return tuple(n for n, _at, last in self.by.values() if now - last < self.settle_s)
 
     def keep(self, plan: PlacementPlan, now: float,
-             moving: AbstractSet[str] = frozenset()) -> None:
+             moving: AbstractSet[str] = frozenset(),
+             stopping: AbstractSet[tuple[str, str]] = frozenset()) -> None:
         """Forget those that ended at ``now`` (``clock``'s time): settled (the preemption
         given up; a new one nominates anew), or whose preemptor ``plan`` has no longer
         pending (placed, or gone); one whose planning failed (``placement.isolate``: the
         daemon's fault, not its) keeps it until it settles. ``moving``: the services with
         a move in flight by the daemon's records; a hold one of whose victims is among them
         settles from now (its GPUs free when the move ends), for ``move_timeout_s`` from
-        its nomination at most."""
+        its nomination at most. ``stopping``: (service id, node id) of the tasks Swarm is
+        stopping that still use their node (``keys.stopping``: a job victim's, stopped by
+        its spec write); a hold one of whose victims has one on its node settles from now,
+        for ``STOP_WAIT_S`` from its nomination at most: Swarm counts that task's CPU,
+        memory and host ports until it stops, so its preemptor waits for them (its GPUs
+        are its own meanwhile: ``StoppingGpus``), or its hold lapsed after ``settle_s``
+        and it stopped another victim for what the first one's stop frees."""
         pending = {sp.name for sp in plan.services if sp.status in WAITING}
         kept: dict[str, tuple[Nomination, float, float]] = {}
         for k, (n, at, last) in self.by.items():
             if any(v in moving for v in n.moved) and now - at < self.move_timeout_s:
+                last = now
+            if any((v, n.node_id) in stopping for v in n.victims) and now - at < STOP_WAIT_S:
                 last = now
             if now - last < self.settle_s and k in pending:
                 kept[k] = (n, at, last)
@@ -186,7 +206,7 @@ class Holds:
                 self._free(last.name)
                 del self.left[last.name]
         for n in list(self.left.values()):
-            want = name != n.service and priority <= n.priority
+            want = name not in (n.service, n.owner) and priority <= n.priority
             with self._own(n.service):
                 if want and n.service not in self.on:
                     self._hold(n)
@@ -201,14 +221,21 @@ class Holds:
         or down one, nor one whose GPUs it cannot use (model, memory, topology) or
         where it does not fit even without the hold."""
         said = []
-        for svc, c in sorted(self.on.items(), key=lambda kv: (kv[1].node, kv[0])):
+        for svc, c in sorted(self.on.items(), key=lambda kv: (kv[1].node, self._for(kv[0]))):
             n, host = self.left.get(svc), self.cluster.nodes.get(c.node)
             if n is None or host is None or c.node in refused or not self._keeps_off(c, d):
                 continue
             gpus = f"{held_words(self.cluster, c)} of {host.hostname}"
+            # a victim's stopping task's GPUs spared for its preemptor are that one's
             said.append(f"{gpus} held for tasks Swarm is stopping there" if n.priority ==
-                        STOPPING_PRIORITY else f"{gpus} held for {svc} (its preemption)")
+                        STOPPING_PRIORITY and not n.owner
+                        else f"{gpus} held for {self._for(svc)} (its preemption)")
         return "; ".join(said)
+
+    def _for(self, svc: str) -> str:
+        """Whom the hold ``svc`` (a key of ``on``) keeps its GPUs for, by name."""
+        n = self.left.get(svc)
+        return n.owner if n is not None and n.owner else svc
 
     def _keeps_off(self, c: Choice, d: Demand) -> bool:
         """``d`` does not fit on ``c``'s node now, but would with ``c`` given back."""
@@ -332,6 +359,23 @@ def share_choice(cluster: ClusterAllocator, node: str, milli: Mapping[str, int],
 
 # A stopping task's GPUs are held from every service: none is of a higher priority.
 STOPPING_PRIORITY = sys.maxsize
+# The longest a hold waits for its victims' stopping tasks (``Nominations.keep``): a
+# stop grace period as long as a rejected task's is held (``keys.rejected_running``).
+STOP_WAIT_S = MAX_GRACE_S + SKEW_S
+
+
+def stopping_held(plan: PlacementPlan, nominations: Sequence[Nomination],
+                  ) -> dict[tuple[str, str], tuple[str, int]]:
+    """``plan.stopping_held``, the GPUs its placement spared for a preemptor
+    (``plan.stopping_spared``: held for it alone) whose hold is not among ``nominations``
+    (a later reader's: the preemption step's, after its ``keep``; the rebalancer's) held
+    from all, as the stopping tasks' they are. Placement read the holds before: one that
+    ended since left its victims' still-running GPUs to a preemptor that no longer has
+    them (before: counted nowhere for that reader)."""
+    live = {n.service for n in nominations}
+    return {k: (f"tasks stopping on {k[0]}", STOPPING_PRIORITY)
+            if k in plan.stopping_spared and who not in live else (who, pr)
+            for k, (who, pr) in plan.stopping_held.items()}
 
 
 # (GPU uuid, the share of it in milli) a stopping task uses
@@ -363,7 +407,9 @@ class StoppingGpus:
     is rejected by Swarm's constraint enforcer instead: its reservations freed at once,
     its container stopped as any other's. Its GPUs are held the same way (not its CPU,
     memory or ports) until its status time plus its stop grace period
-    (``keys.rejected_running``), but for those its preemptor's nomination holds."""
+    (``keys.rejected_running``). A victim's (either way: a job's spec write stops it as
+    a scale-down does) on GPUs its preemptor's nomination holds is held for that
+    preemptor alone (``Nomination.owner``)."""
 
     def __init__(self, prefix: str = "swarmgpu.") -> None:
         self.prefix = prefix
@@ -374,23 +420,28 @@ class StoppingGpus:
         # node id -> when its hold ends at most (epoch s): its tasks' rejected_until, or
         # first seen stopping plus the stop grace period (a global job's run waits for it)
         self.until: dict[str, float] = {}
+        # (node id, GPU uuid) -> the preemptor its hold spared it for, in the last ``holds``
+        self.spared: dict[tuple[str, str], str] = {}
 
     def holds(self, stopping: Sequence[SwarmTask], services: Sequence[SwarmService],
               ledger: Mapping[str, Mapping[str, Holding]],
               tasks: Sequence[SwarmTask] = (),
               facts: Mapping[str, NodeFacts] | None = None,
               rejected: Sequence[SwarmTask] = (),
-              spare: AbstractSet[tuple[str, str]] = frozenset(),
+              spare: Sequence[Nomination] = (),
               now: float = 0.0) -> list[Nomination]:
         """This cycle's holds; ``ledger``: service name -> node id -> holding, as read;
         ``tasks``: the meant ones (their GPUs learned while they run); ``facts``: the
         agents' answers per node id (a task's own device line is checked against them).
         ``rejected``: tasks the constraint enforcer rejected whose container may still
-        run (``keys.rejected_running``). The GPUs of both are held but those in ``spare``
-        ((node id, GPU uuid) a live preemptor's nomination holds: its victims' stay its
-        own, stopped by their gate or by a write to their spec (a job's), or a grace
-        period longer than its settle time would make it preempt again). ``now`` (epoch
-        s): when each node's hold ends at most is kept in ``until``."""
+        run (``keys.rejected_running``). The GPUs of both are held from all but those
+        ``spare`` (the live preemptors' nominations) names for a victim of its own on its
+        node, held from all but that preemptor: its victims' are its own, stopped by their
+        gate or by a write to their spec (a job's), or a grace period longer than its
+        settle time would make it preempt again (``spared`` says which, and for whom).
+        Another task on them (a service placed there and stopped within the settle time)
+        is held from all: its container runs. ``now`` (epoch s): when each node's hold
+        ends at most is kept in ``until`` (spared GPUs aside: they go to their preemptor)."""
         names = {s.id: s.name for s in services}
         facts = facts or {}
         running: dict[str, tuple[str, Uses]] = {}
@@ -402,7 +453,9 @@ class StoppingGpus:
             if got is not None:
                 running[t.id] = got
         known: dict[str, tuple[str, Uses]] = {}
+        owner: dict[str, str] = {}  # stopping task id -> its service id
         for t in [*stopping, *rejected]:
+            owner[t.id] = t.service_id
             own = task_device_uses(t, self.prefix, facts.get(t.node_id))
             got = ((t.node_id, own) if own else self.known.get(t.id)
                    or self.running.get(t.id) or self._from_ledger(t, names, ledger))
@@ -413,18 +466,28 @@ class StoppingGpus:
         ends = {t.id: t.rejected_until if t.rejected_until is not None
                 else self.seen[t.id] + t.stop_grace_s for t in [*stopping, *rejected]
                 if t.id in known}
-        by_node: dict[str, dict[str, int]] = {}  # one hold per node: each visit walks them all
-        self.until = {}
+        for_victim = {(n.node_id, u, v): n.service for n in spare
+                      for u in n.uuids for v in n.victims}
+        self.spared, self.until = {}, {}
+        # (node id, "" or the preemptor they are spared for) -> uuid -> share: one hold
+        # per node and one per preemptor there (each visit walks them all)
+        by_node: dict[tuple[str, str], dict[str, int]] = {}
         for tid, (nid, uses) in known.items():
-            kept = [(u, m) for u, m in uses if (nid, u) not in spare]
-            if kept:
-                self.until[nid] = max(self.until.get(nid, 0.0), ends[tid])
-            on = by_node.setdefault(nid, {}) if kept else {}
-            for u, m in kept:
+            for u, m in uses:
+                who = for_victim.get((nid, u, owner[tid]), "")
+                if who:
+                    self.spared[(nid, u)] = who
+                else:
+                    self.until[nid] = max(self.until.get(nid, 0.0), ends[tid])
+                on = by_node.setdefault((nid, who), {})
                 on[u] = min(1000, on.get(u, 0) + m)
-        return [Nomination(f"tasks stopping on {nid}", STOPPING_PRIORITY, nid,
-                           tuple(sorted(on)), milli=tuple(on[u] for u in sorted(on)))
-                for nid, on in sorted(by_node.items())]
+        # Those spared first: ``held_gpus`` keeps the last of one priority, and a GPU
+        # another stopping task uses too is held from all.
+        return [Nomination(f"tasks stopping on {nid}" + (f" for {who}" if who else ""),
+                           STOPPING_PRIORITY, nid, tuple(sorted(on)),
+                           milli=tuple(on[u] for u in sorted(on)), owner=who)
+                for (nid, who), on in sorted(by_node.items(), key=lambda kv: (
+                    not kv[0][1], kv[0]))]
 
     def _from_ledger(self, t: SwarmTask, names: Mapping[str, str],
                      ledger: Mapping[str, Mapping[str, Holding]]) -> tuple[str, Uses] | None:
@@ -474,6 +537,7 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
     nomination held, does not."""
     by_id, names = {s.id: s for s in services}, {s.name for s in services}
     got: dict[tuple[str, int, str], set[str]] = {}
+    victims: dict[tuple[str, int, str], set[str]] = {}  # their service ids: only theirs spared
     for t in leaving:
         svc = by_id.get(t.service_id)
         st = None if svc is None else preempted_state(svc.labels, prefix)
@@ -483,5 +547,7 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
         uuids = {u for u, _m in task_device_uses(t, prefix, facts.get(t.node_id))}
         if uuids:
             got.setdefault((st.by, st.priority, t.node_id), set()).update(uuids)
-    return [Nomination(by, priority, nid, tuple(sorted(uuids)))
+            victims.setdefault((st.by, st.priority, t.node_id), set()).add(t.service_id)
+    return [Nomination(by, priority, nid, tuple(sorted(uuids)),
+                       victims=tuple(sorted(victims[(by, priority, nid)])))
             for (by, priority, nid), uuids in sorted(got.items())]

@@ -299,12 +299,12 @@ class Planner:
         # Both kept in place: a quiet service's entries stay as they are; every other
         # visited service's are dropped first, then set again if it settles.
         live = live_nominations(nominated, read.names)
-        leaving = self._stopping.holds(
-            stopping, services, seen.ledger, tasks, facts,
-            [t for t in rejected if rejected_running(t, now)],
-            {(n.node_id, u) for n in live for u in n.uuids}, now)
-        plan.stopping_held, cyc.stopping_until = held_gpus(leaving), self._stopping.until
-        holds = Holds(self.cluster, [*live, *leaving], self._hold_faults)
+        leaving = self._stopping.holds(stopping, services, seen.ledger, tasks, facts, [
+            t for t in rejected if rejected_running(t, now)], live, now)
+        plan.stopping_held, plan.stopping_spared, cyc.stopping_until = (
+            held_gpus(leaving), self._stopping.spared, self._stopping.until)
+        # Stopping tasks' first: a GPU of theirs not spared (no victim's) is not a hold's
+        holds = Holds(self.cluster, [*leaving, *live], self._hold_faults)
         try:  # a hold is counted for this visit only, whatever it raises
             self._visit(plan, _Visit(read, quiet, kept, seen.ledger, seen.by_id, tv, jobs,
                                      records, cyc, moving, holds))

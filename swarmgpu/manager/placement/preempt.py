@@ -60,11 +60,13 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   but not the CPU (a ``gpus: "0"`` service there), or a host port another service binds
   there, is no room, as Kubernetes asks per node: victims are sought there (one whose
   stop frees the CPU or the port) and on the others (before, the first such node by id
-  ended the search and the request waited for ever). Nor does it preempt on a node where the CPU
-  and memory its tasks reserve would not be left once the victims' tasks go
-  (``preemptroom.Room``: what Swarm's ResourceFilter counts, the round's earlier
-  preemptors and moves counted; a service of no GPU there, never a victim nor a
-  candidate, may hold it).
+  ended the search and the request waited for ever); one short of the CPU only for a task
+  Swarm is stopping there is room already (``Room.fits_once_stopped``: it waits the
+  seconds that takes; a victim stopped elsewhere went for nothing). Nor does it preempt
+  on a node where the CPU and memory its tasks reserve would not be left once the
+  victims' tasks go (``preemptroom.Room``: what Swarm's ResourceFilter counts, the
+  round's earlier preemptors and moves counted; a service of no GPU there, never a
+  victim nor a candidate, may hold it).
 
 A victim that can run elsewhere is said moved there (``relocation``): free whole GPUs,
 held for no preemptor, and the CPU and memory its task reserves on another node; never
@@ -422,8 +424,12 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
         # and its CPU and memory are left (a gpus: "0" service's: it waited for ever
         # while a lower holder elsewhere kept the GPUs it would fit beside)
         if len(free) >= need and (r.topology is Topology.ANY or sets.gives((), holders)) \
-                and nid not in no and (rd.room is None or rd.room.fits(s, nid, (), replicas)):
-            return None  # room already: pending for another reason
+                and nid not in no and (rd.room is None or rd.room.fits(s, nid, (), replicas)
+                                       or rd.room.fits_once_stopped(s, nid, replicas)):
+            # room already: pending for another reason, or for the CPU or memory of a
+            # task Swarm is stopping there (its grace period at most; Swarm starts it
+            # there then: a victim stopped elsewhere meanwhile went for nothing)
+            return None
         # (else the port or the CPU holds it back here: a victim whose stop frees them is
         # sought here too, ``together``; skipped, a holder binding the port beside a free
         # GPU was never preempted, where with that GPU held too it was)

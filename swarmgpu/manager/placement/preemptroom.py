@@ -4,7 +4,7 @@ does: a preemptor, or a victim moved, is sent only where its tasks' reservations
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from swarmgpu.manager.placement.keys import MEANT_STATES
@@ -35,6 +35,8 @@ class Room:
 
     left: dict[str, tuple[int | None, int | None]]
     held: Mapping[tuple[str, str], tuple[int, int]]  # (service name, node id) -> reserved
+    # node id -> what the tasks Swarm is stopping there reserve (in ``left`` as used)
+    stopping: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @staticmethod
     def of(nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
@@ -59,17 +61,18 @@ class Room:
                 if s is not None and (s.id, nid) not in on:
                     c, m = held_reservations(s.spec)  # (one unreadable: none)
                     held[(svc, nid)] = (c * h.replicas, m * h.replicas)
-        use: dict[str, tuple[int, int]] = {}
+        stops: dict[str, tuple[int, int]] = {}
         for t in stopping:
-            uc, um = use.get(t.node_id, (0, 0))
-            use[t.node_id] = (uc + t.cpu_milli, um + t.memory_mib)
+            uc, um = stops.get(t.node_id, (0, 0))
+            stops[t.node_id] = (uc + t.cpu_milli, um + t.memory_mib)
+        use = dict(stops)
         for (_svc, nid), (c, m) in held.items():
             uc, um = use.get(nid, (0, 0))
             use[nid] = (uc + c, um + m)
         left = {n.id: (None if n.cpu_milli is None else n.cpu_milli - use.get(n.id, (0, 0))[0],
                        None if n.memory_mib is None else n.memory_mib - use.get(n.id, (0, 0))[1])
                 for n in nodes}
-        return Room(left, held)
+        return Room(left, held, stops)
 
     def fits(self, s: SwarmService, nid: str, victims: Sequence[Named], count: int,
              ) -> bool:
@@ -84,6 +87,18 @@ class Room:
             if have + freed < want[i] * count:
                 return False
         return True
+
+    def fits_once_stopped(self, s: SwarmService, nid: str, count: int) -> bool:
+        """``count`` tasks of ``s`` fit on ``nid`` once the tasks Swarm is stopping there
+        have stopped (their grace period at most), no victim's going."""
+        if not self.stopping.get(nid):
+            return False  # (none stops there: ``fits`` says it)
+        was = self.left.get(nid, (None, None))
+        self._add(nid, *self.stopping[nid])
+        try:
+            return self.fits(s, nid, (), count)
+        finally:
+            self.left[nid] = was
 
     def took(self, s: SwarmService, nid: str, victims: Sequence[Named], count: int,
              ) -> None:

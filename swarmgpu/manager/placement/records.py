@@ -279,6 +279,10 @@ class PlacementPlan:
     # (node id, GPU uuid) -> (who, priority): the GPUs of tasks Swarm is stopping, held
     # while they stop (``nominated.StoppingGpus``); preemption counts them used too
     stopping_held: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    # (node id, GPU uuid) -> the preemptor: of those GPUs, the ones held for a live
+    # preemptor alone, its victim's task stopping there (``nominated.stopping_held`` holds
+    # them from all for a reader that no longer has that preemptor's hold)
+    stopping_spared: dict[tuple[str, str], str] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
