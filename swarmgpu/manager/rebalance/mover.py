@@ -544,8 +544,10 @@ class Mover:
         if src is None or dst is None:
             self._node_left(sid, st, src, dst)
             return
-        # judged on Swarm's answer, as victimspec.renewed: its shut-down tasks are none
-        tasks = [t for t in self.swarm.tasks({"service": sid}) if t.desired_state in MEANT_STATES]
+        # judged on Swarm's answer, as victimspec.renewed: its shut-down tasks are none, nor
+        # another service's (an engine or proxy that dropped the filter)
+        tasks = [t for t in self.swarm.tasks({"service": sid})
+                 if t.service_id == sid and t.desired_state in MEANT_STATES]
         running_on = {t.node_id for t in tasks if t.desired_state == t.state == "running"}
         on_source = any(t.node_id == st.source for t in tasks)  # desired ready: may start
         src_open = src.labels.get(gate_key(p, st.service)) == "true"
