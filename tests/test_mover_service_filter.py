@@ -4,7 +4,8 @@ state is: ``test_mover_desired_state``). Before, ``Mover.advance`` took every ta
 engine or proxy that dropped the filter returned as the service's own: another
 service's task running on the target finished the move there (the moved replica not
 running anywhere: the source closed), and another's on the source held it open until its
-timeout rolled it back. Pure, over the recording Swarm stand-in (tests/support/forged.py).
+timeout rolled it back; a repin's (``Repin.advance``) alike, on its one node. Pure, over
+the recording Swarm stand-in (tests/support/forged.py).
 """
 
 from __future__ import annotations
@@ -13,8 +14,17 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from support.forged import P, RecordingSwarm, victim_cluster, victim_source_closed
+from support.forged import (
+    P,
+    RecordingSwarm,
+    outcomes_of_a_cycle,
+    repin_gate_closed,
+    victim_cluster,
+    victim_source_closed,
+)
 
+from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.manager.placement import gate_key
 from swarmgpu.manager.rebalance.mover import read_records
 from swarmgpu.manager.rebalance.moves import Outcome
 from swarmgpu.swarm.client import SwarmTask
@@ -58,3 +68,19 @@ def test_another_services_task_on_the_source_does_not_hold_a_move_open() -> None
     assert {r.service: r.outcome for r in m.recent if r.outcome is not Outcome.STARTED} \
         == {"victim": Outcome.DONE}
     assert read_records(sw.swarm_labels(), P) == {}
+
+
+def test_another_services_task_on_a_repins_node_neither_holds_nor_finishes_it() -> None:
+    rb = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
+    base, now = repin_gate_closed(rb)  # third's repin at step 2: its gate closed
+    base.stop_tasks("id-third", "n-4090")  # Swarm let its old task go
+    sw = NoServiceFilter(base.nodes(), base.services(), base.tasks(), base.swarm_labels())
+    # another service's task runs on the node (neither third's old task nor its new one)
+    sw.run_task(SwarmTask("t-attacker-2", "id-attacker", "n-4090", 2, "running", "running", ()))
+    now[0] += 5.0
+    assert outcomes_of_a_cycle(sw, rb, now) == []
+    assert sw.node("n-4090").labels.get(gate_key(P, "third")) == "true"  # step 3
+    now[0] += 5.0
+    # third's new task is not running yet: the repin waits, not finished on another's
+    assert outcomes_of_a_cycle(sw, rb, now) == []
+    assert set(read_records(sw.swarm_labels(), P)) == {"id-third"}
