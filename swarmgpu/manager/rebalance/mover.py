@@ -182,10 +182,6 @@ class Mover:
     def _write_spec(self, sid: str, fn: Callable[[dict[str, Any]], None]) -> bool:
         return self.writes.service_spec(sid, spec_edit(fn))
 
-    def _write_node(self, node_id: str,
-                    compute: Callable[[Mapping[str, str]], Mapping[str, str] | None]) -> bool:
-        return self.writes.node_labels(node_id, compute)
-
     def _put_record(self, sid: str, st: MoveState) -> bool:
         return put_record(self.writes, self.prefix, sid, st)
 
@@ -459,7 +455,7 @@ class Mover:
             taken[:] = held_by_others(cur, self.prefix, h)  # as the node is at write time
             return None if taken else {**cur, **want}
 
-        self._write_node(node_id, compute)
+        self.writes.node_labels(node_id, compute)
         return "; ".join(taken)
 
     def _close(self, node_id: str, service: str) -> bool:
@@ -468,7 +464,7 @@ class Mover:
         def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
             return {k: v for k, v in cur.items() if k not in keys}
 
-        return self._write_node(node_id, compute)
+        return self.writes.node_labels(node_id, compute)
 
     def _finish(self, sid: str, st: MoveState, drop_node: str, outcome: Outcome,
                 detail: str, renew: bool = False) -> None:
