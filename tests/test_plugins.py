@@ -12,8 +12,9 @@ from support.placement import svc
 from support.planner import two_nodes
 
 from swarmgpu.manager.placement import plan_placement
-from swarmgpu.swarm.client import SwarmService, SwarmTask, node_from_api, task_from_api
+from swarmgpu.swarm.client import SwarmService, SwarmTask, task_from_api
 from swarmgpu.swarm.plugins import missing, needed, unknown
+from swarmgpu.swarm.swarmnode import node_from_api
 
 # What a Docker 27 engine lists (docker info's Plugins, and the overlay driver Swarm adds)
 BUILT_IN = (("Volume", "local"), ("Network", "bridge"), ("Network", "host"),

@@ -260,7 +260,7 @@ JUSTIFIED = {
     ("B104", "swarmgpu/agent/server.py"): "--listen :9401 (an empty host) means every interface, "
     "as asked; the default is loopback",
     ("B104", "swarmgpu/core/httpguard.py"): "a comparison with '0.0.0.0', not a bind",
-    ("B104", "swarmgpu/swarm/client.py"): "a comparison with '0.0.0.0', not a bind",
+    ("B104", "swarmgpu/swarm/swarmnode.py"): "a comparison with '0.0.0.0', not a bind",
     ("B104", "swarmgpu/core/healthcheck.py"): "a comparison with '0.0.0.0', not a bind",
     ("B104", "swarmgpu/manager/commands/audit.py"): "a comparison with '0.0.0.0', not a "
     "bind",

@@ -1,6 +1,7 @@
 """The engine edge: everything that speaks Docker Swarm's language.
 
-``client`` (the engine API, typed), ``eventstream`` (its event stream, read bounded),
+``client`` (the engine API, typed; ``swarmnode``, a node as it describes one, and
+the GPU resource kinds), ``eventstream`` (its event stream, read bounded),
 ``taskports`` (the host-mode ports a task binds, from its own status; a service's
 published ports), ``taskstop`` (until when a task the constraint enforcer rejected may
 still run),

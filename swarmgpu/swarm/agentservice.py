@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from swarmgpu.core.peertext import quoted
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, gpu_kinds
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.constraints import equal_fold
 from swarmgpu.swarm.labels import owned_by_label_sync
+from swarmgpu.swarm.swarmnode import gpu_kinds
 
 SHOWN = 5  # services ending in _agent named in the note
 

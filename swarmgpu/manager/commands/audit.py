@@ -34,7 +34,7 @@ from swarmgpu.manager.placement.keys import (
 from swarmgpu.manager.placement.ledger import Holding, parse_holding
 from swarmgpu.manager.services.requests import parse_all as parse_request_labels
 from swarmgpu.swarm.agentservice import missing_agent_service
-from swarmgpu.swarm.client import GPU_RESOURCE_KINDS, SwarmNode, SwarmService, gpu_kinds
+from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.constraints import Constraint, node_field, node_satisfies, parse_all
 from swarmgpu.swarm.labels import (
     GPUS_UNREAD_FIX,
@@ -42,6 +42,7 @@ from swarmgpu.swarm.labels import (
     gpus_unread_why,
     label_sync_labels,
 )
+from swarmgpu.swarm.swarmnode import GPU_RESOURCE_KINDS, gpu_kinds
 
 __all__ = ["GPU_RESOURCE_KINDS", "Finding", "audit", "exit_code"]
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarmgpu.core.peertext import quoted
-from swarmgpu.swarm.client import gpu_kinds
+from swarmgpu.swarm.swarmnode import gpu_kinds
 
 # What the NVIDIA runtime reads from a device request's capabilities: `gpu` selects the
 # driver, the others become NVIDIA_DRIVER_CAPABILITIES (as `docker run --gpus` does).

@@ -35,7 +35,6 @@ from swarmgpu.swarm.client import (
     SwarmService,
     SwarmTask,
     meant_filter,
-    node_names,
 )
 from swarmgpu.swarm.identity import IdentityError, agent_auth
 from swarmgpu.swarm.labels import (
@@ -43,6 +42,7 @@ from swarmgpu.swarm.labels import (
     constrained_keys,
     plan_node_labels,
 )
+from swarmgpu.swarm.swarmnode import node_names
 
 
 @dataclass(frozen=True)

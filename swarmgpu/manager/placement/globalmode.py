@@ -31,7 +31,8 @@ from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.replicas import placement_order, replicas_of
 from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.services.requests import GpuRequest
-from swarmgpu.swarm.client import SwarmService, node_names
+from swarmgpu.swarm.client import SwarmService
+from swarmgpu.swarm.swarmnode import node_names
 
 GLOBAL_MODES = frozenset(("global", "global-job"))
 RUN_WAIT_S = 60.0  # the longest a global job's run waits for a stopping task's node
@@ -40,7 +41,7 @@ RUN_WAIT_S = 60.0  # the longest a global job's run waits for a stopping task's 
 @dataclass(frozen=True, slots=True)
 class GlobalPlacement:
     """A global service's holdings: kept and new, one per node, sorted; the nodes it
-    no longer holds on; and the nodes that wait, by name (``client.node_names``), with
+    no longer holds on; and the nodes that wait, by name (``swarmnode.node_names``), with
     why. ``kind``: the nodes it goes to, in words ("GPU node"; "node" for a request of
     no GPU, which CPU-only nodes take too)."""
 

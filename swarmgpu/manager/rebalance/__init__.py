@@ -1,7 +1,9 @@
 """Rebalancing: metrics in, windows, pure policies, one safe actuator (the mover).
 
 Layers, outer to inner (the daemon's step is ``cycle.rebalance``): ``mover`` (the only writer;
-``repin`` for a move between GPUs of one node, ``admission`` for which moves may start and
+``repin`` for a move between GPUs of one node, ``startchecks`` for a move's fresh checks
+before its first write, ``findings`` for what it says and mends of forged, mismatched and
+unreadable records, ``admission`` for which moves may start and
 the move budgets, ``budget`` for the fragmentation moves'
 budget, ``record`` for a move's record in Swarm, ``outcomes`` for what is said of each
 move (its end once, kept in the record), ``verdict`` for which records are

@@ -54,7 +54,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -73,13 +73,12 @@ from swarmgpu.manager.placement import (
     assign_key,
     devices_key,
     gate_key,
-    parse_holding,
     read_ledger,
 )
 from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.rebalance.admission import Budget, admit, over_budget
 from swarmgpu.manager.rebalance.budget import FragBudget, finished_times
-from swarmgpu.manager.rebalance.context import FAILED_WHY, why_not_movable
+from swarmgpu.manager.rebalance.findings import repair, report
 from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
 from swarmgpu.manager.rebalance.outcomes import Outcomes
 from swarmgpu.manager.rebalance.record import (
@@ -88,49 +87,34 @@ from swarmgpu.manager.rebalance.record import (
     cannot_run,
     crash_point,
     drop_record,
-    earlier_surge,
     end_move,
     end_surge,
     failed_if_raised,
     held_by_others,
     node_by_id,
     put_record,
-    room_for,
-    service_ledger,
     spec_edit,
     spec_labels,
     start_surge,
-    swarm_id,
     unreadable_records,
-    unreadable_why,
 )
-from swarmgpu.manager.rebalance.record import (  # the record: re-exported for callers
-    MoveState as MoveState,
-)
-from swarmgpu.manager.rebalance.record import (
-    read_records as read_records,
-)
-from swarmgpu.manager.rebalance.record import (
-    record_key as record_key,
-)
+
+# re-exported for callers: the record (record.py) and the judgement (verdict.py)
+from swarmgpu.manager.rebalance.record import MoveState as MoveState
+from swarmgpu.manager.rebalance.record import read_records as read_records
+from swarmgpu.manager.rebalance.record import record_key as record_key
 from swarmgpu.manager.rebalance.repin import Repin, kept_on_healthy
-from swarmgpu.manager.rebalance.targets import live_refusal
-from swarmgpu.manager.rebalance.verdict import (  # the judgement: re-exported for callers
-    Verdict as Verdict,
+from swarmgpu.manager.rebalance.startchecks import (
+    Started,
+    first_refusal,
+    in_flight,
+    move_refusal,
 )
-from swarmgpu.manager.rebalance.verdict import (
-    forged_check as forged_check,
-)
-from swarmgpu.manager.rebalance.verdict import (
-    rebalancing as rebalancing,
-)
-from swarmgpu.manager.rebalance.verdict import (
-    verify as verify,
-)
-from swarmgpu.manager.rebalance.verdict import (
-    verify_scope as verify_scope,
-)
-from swarmgpu.manager.services.requests import GpuRequest, parse_all
+from swarmgpu.manager.rebalance.verdict import Verdict as Verdict
+from swarmgpu.manager.rebalance.verdict import forged_check as forged_check
+from swarmgpu.manager.rebalance.verdict import rebalancing as rebalancing
+from swarmgpu.manager.rebalance.verdict import verify as verify
+from swarmgpu.manager.rebalance.verdict import verify_scope as verify_scope
 from swarmgpu.manager.services.sharing import node_of_key
 from swarmgpu.swarm.client import (
     MEANT_STATES,
@@ -138,23 +122,12 @@ from swarmgpu.swarm.client import (
     SwarmClient,
     SwarmError,
     SwarmNode,
-    SwarmNotFound,
     SwarmService,
     SwarmTask,
     VersionConflict,
 )
 
 Names = AbstractSet[str]  # (plan_failed: the services whose plan failed this cycle)
-
-
-@dataclass(frozen=True)
-class Started:
-    """What ``Mover.start`` did: started (``ok``), or refused and why; ``budget`` when
-    the budget alone refused it (it may start on a later cycle)."""
-
-    ok: bool
-    why: str = ""
-    budget: Budget | None = None
 
 
 class Mover:
@@ -205,41 +178,9 @@ class Mover:
         """The moves this daemon (or a leader before it) started, from Swarm itself."""
         return read_records(self.swarm.swarm_labels(), self.prefix)
 
-    def _report(self, v: Verdict) -> None:
-        """Say each forged or mismatched move label once (while it stays the same), and
-        (one mover: ``judge_labels``) each record that cannot be read, while it lasts."""
-        said = self._said
-        said.begin()
-        for sid in sorted(v.unreadable - v.unreadable_gone) if self.judge_labels else ():
-            if said.fresh(f"unreadable:{sid}"):
-                logger.error("move record {} cannot be read: its move may be under way, so "
-                             "its service is not moved, re-placed or preempted and it counts "
-                             "as a move in flight; check the service's gates, then remove it "
-                             "by hand (swarmgpu audit: move-record-unreadable)",
-                             peer_text(record_key(self.prefix, sid)))
-        for s, why in v.forged:
-            # The id and a hash of the value, not the value: a tenant's label may be a
-            # megabyte (hash(): salted per process, no copy of the string).
-            if said.fresh(f"{s.id}:{hash(s.labels.get(self.prefix + MOVE_STATE)):x}"):
-                self.outcomes.record(s.name, "-", "-", "a move label the daemon did not write",
-                                     Outcome.IGNORED, why + (
-                                         "" if self.dry_run else "; left on its spec: a job "
-                                         "runs again from the start on any write of its spec"
-                                         if s.mode in JOB_MODES else "; removed from its spec"))
-        for sid, st in v.mismatched:
-            if said.fresh(f"{sid}:{st.id}"):
-                logger.error("move record {} names {} but service id {} is not that service: "
-                             "left alone; remove it by hand", record_key(self.prefix, sid),
-                             st.service, sid)
-        said.end()
-
     # --- writes: through the actuator's gate, which refuses every one in dry-run ------
     def _write_spec(self, sid: str, fn: Callable[[dict[str, Any]], None]) -> bool:
         return self.writes.service_spec(sid, spec_edit(fn))
-
-    def _write_node(self, node_id: str,
-                    compute: Callable[[Mapping[str, str]], Mapping[str, str] | None]) -> bool:
-        return self.writes.node_labels(node_id, compute)
 
     def _put_record(self, sid: str, st: MoveState) -> bool:
         return put_record(self.writes, self.prefix, sid, st)
@@ -247,27 +188,6 @@ class Mover:
     def _drop_record(self, sid: str, finished: bool = False, started: bool = True) -> bool:
         """Remove a move's record (``record.drop_record``)."""
         return drop_record(self.writes, self.prefix, sid, self.clock(), finished, started)
-
-    def _repair(self, s: SwarmService) -> None:
-        """Remove a move label the daemon did not write from its own service's spec
-        (swarmgpu's key; nothing else of the spec changes, no task restarts), with the
-        surge of a move an earlier release started, as its end would (``earlier_surge``)."""
-        key = self.prefix + MOVE_STATE
-        seen = s.labels.get(key)
-        old = earlier_surge(s, self.prefix, self.swarm)
-
-        def edit(spec: dict[str, Any]) -> None:
-            labels = spec_labels(spec)
-            if labels.get(key) == seen:  # a newer value is judged next cycle
-                labels.pop(key, None)
-                if old is not None:  # placement then releases the idle node's holding
-                    end_surge(spec, old)
-
-        if self._write_spec(s.id, edit) and old is not None:
-            logger.bind(service=s.name).warning(
-                "move {} -> {} of {} started by an earlier release (its label, no record): "
-                "its surge undone (replicas {}); placement carries on from the ledger",
-                peer_text(old.source_host), peer_text(old.target_host), s.name, old.replicas)
 
     # --- starting ------------------------------------------------------------------
     def run_cycle(self, moves: Sequence[Move], nodes: Sequence[SwarmNode],
@@ -286,7 +206,8 @@ class Mover:
         except SwarmError as exc:
             logger.error("rebalance: cannot read the move records, no move this cycle: {}", exc)
             return
-        self._report(v)
+        report(v, self._said, self.outcomes, self.prefix, dry_run=self.dry_run,
+               judge_labels=self.judge_labels)
         self.seen.keep(v.in_flight())
         self._ended &= {st.id for st in every.values()}  # gone: said and ended
         if self.dry_run:
@@ -391,7 +312,7 @@ class Mover:
 
     def _act_on(self, v: Verdict) -> None:
         for s in (s for s, _why in v.forged if s.mode not in JOB_MODES):
-            self._step(s.name, self._repair, s)
+            self._step(s.name, repair, self.writes, self.swarm, self.prefix, s)
         for sid in sorted(v.unreadable_gone) if self.judge_labels else ():
             # as a readable record of a gone service: its gates are placement's to release
             key = peer_text(record_key(self.prefix, sid))
@@ -431,22 +352,8 @@ class Mover:
         return True
 
     def in_flight(self, every: Mapping[str, MoveState]) -> list[MoveState]:
-        """The moves in flight this mover's budgets count (its scope's records), judged
-        as ``run_cycle`` judges them, against a fresh read of each record's service: one
-        inspect per record, not the swarm's whole list (seconds at 25,000 services, per
-        move started). Only those services can make a record in flight (``verify``). A
-        record under a key that is no service id names no service (``swarm_id``): gone, as
-        in the cycle's list, never sent to the engine, which refuses it (a SwarmError:
-        ``start`` failed, and preemption stopped its victim instead of moving it)."""
-        mine = [sid for sid, st in every.items()
-                if swarm_id(sid) and (self.scope is None or self.scope(st))]
-        services = []
-        for sid in mine:
-            try:
-                services.append(self.swarm.service(sid))
-            except SwarmNotFound:
-                continue  # gone: no move in flight, as in the cycle's list
-        return verify_scope(every, services, self.prefix, self.scope).in_flight()
+        """The moves in flight this mover's budgets count (``startchecks.in_flight``)."""
+        return in_flight(self.swarm, every, self.prefix, self.scope)
 
     def start(self, m: Move, svc: SwarmService, plan_failed: Names = frozenset()) -> Started:
         """Start ``m`` after fresh checks, its budgets among them (a caller other than
@@ -457,38 +364,32 @@ class Mover:
         fresh = self.swarm.service(svc.id)
         labels = self.swarm.swarm_labels()
         every, bad = read_records(labels, self.prefix), unreadable_records(labels, self.prefix)
-        if (first := self._never(m, fresh.id, bad, plan_failed)) is not None:
+        if (first := first_refusal(m, fresh.id, bad, plan_failed, self.prefix)) is not None:
             return self._refused(m, first, None)
         budget = over_budget(m, self.in_flight(every), (), self.cfg, len(bad))
         if m.target_node == m.source_node:
-            if budget is not None:
-                node = self.swarm.node(m.source_node)
-                tasks = self.swarm.tasks({"service": fresh.id})
-                return self._refused(m, self.repin.refusal(m, fresh, node, tasks), budget)
-            got = self.repin.start(m, fresh)
-            if isinstance(got, str):
-                return self._refused(m, got, None)
-            return Started(ok=True)
-        target = self.swarm.node(m.target_node)
-        source = self.swarm.node(m.source_node)
-        why = room_for(m, target, self.prefix, own_moves=False, held=self.held)
-        held = source.labels.get(assign_key(self.prefix, m.service))
-        h = parse_holding(m.service, m.source_node, held or "")
-        if why is None and (h is None or h.uuids != m.source_uuids):
-            why = f"the replica on {m.source_host} changed since planning"
-        flying = fresh.id in every
-        if why is None and flying:
-            why = "a move record exists for it already"
-        tasks = self.swarm.tasks({"service": fresh.id})  # desired state: its readers judge it
-        req = parse_all(fresh.labels, prefix=self.prefix)
-        ledger = service_ledger(self.swarm, self.prefix, m.service)
-        why = why or why_not_movable(fresh, req if isinstance(req, GpuRequest) else None,
-                                     tasks, ledger, self.prefix, self.clock(),
-                                     self.cfg.cooldown_s, moving=flying)
-        # Swarm's word on the target for the service as just read (a re-deploy): else pending
-        why = why or live_refusal(self.swarm, fresh, target, tasks, self.prefix)
+            return self._start_repin(m, fresh, budget)
+        why = move_refusal(self.swarm, m, fresh, every, self.prefix, self.cfg, self.clock,
+                           self.held)
         if why is not None or budget is not None:
             return self._refused(m, why, budget)
+        return self._begin(m, fresh)
+
+    def _start_repin(self, m: Move, fresh: SwarmService, budget: Budget | None) -> Started:
+        """``start`` of a move that stays on its node (``repin.py``): over budget, refused
+        with the reason its own checks give, if any (``_refused``)."""
+        if budget is not None:
+            node = self.swarm.node(m.source_node)
+            tasks = self.swarm.tasks({"service": fresh.id})
+            return self._refused(m, self.repin.refusal(m, fresh, node, tasks), budget)
+        got = self.repin.start(m, fresh)
+        if isinstance(got, str):
+            return self._refused(m, got, None)
+        return Started(ok=True)
+
+    def _begin(self, m: Move, fresh: SwarmService) -> Started:
+        """Steps 0 to 2 of a move that passed ``start``'s checks: its record, the
+        service write, the target opened."""
         replicas = fresh.replicas or 0
         st = MoveState.start(m, fresh, self.clock(), surge=self.cfg.make_before_break)
         p = self.prefix
@@ -529,13 +430,6 @@ class Mover:
             crash_point("move-step-2")
             return Started(ok=True)
 
-    def _never(self, m: Move, sid: str, bad: Names, failed: Names) -> str | None:
-        """Why ``start`` refuses ``m`` first: its plan failed this cycle (a restart on no
-        plan), or its record is unreadable (a move under way that a new one overwrites)."""
-        if m.service in failed:
-            return FAILED_WHY
-        return unreadable_why(self.prefix, sid) if sid in bad else None
-
     def _refused(self, m: Move, why: str | None, budget: Budget | None) -> Started:
         """``start``'s refusal: another reason first (recorded); the budget alone is not
         recorded (it would be every cycle while a caller waits for it)."""
@@ -561,7 +455,7 @@ class Mover:
             taken[:] = held_by_others(cur, self.prefix, h)  # as the node is at write time
             return None if taken else {**cur, **want}
 
-        self._write_node(node_id, compute)
+        self.writes.node_labels(node_id, compute)
         return "; ".join(taken)
 
     def _close(self, node_id: str, service: str) -> bool:
@@ -570,7 +464,7 @@ class Mover:
         def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
             return {k: v for k, v in cur.items() if k not in keys}
 
-        return self._write_node(node_id, compute)
+        return self.writes.node_labels(node_id, compute)
 
     def _finish(self, sid: str, st: MoveState, drop_node: str, outcome: Outcome,
                 detail: str, renew: bool = False) -> None:
@@ -646,8 +540,10 @@ class Mover:
         if src is None or dst is None:
             self._node_left(sid, st, src, dst)
             return
-        # judged on Swarm's answer, as victimspec.renewed: its shut-down tasks are none
-        tasks = [t for t in self.swarm.tasks({"service": sid}) if t.desired_state in MEANT_STATES]
+        # judged on Swarm's answer, as victimspec.renewed: its shut-down tasks are none, nor
+        # another service's (an engine or proxy that dropped the filter)
+        tasks = [t for t in self.swarm.tasks({"service": sid})
+                 if t.service_id == sid and t.desired_state in MEANT_STATES]
         running_on = {t.node_id for t in tasks if t.desired_state == t.state == "running"}
         on_source = any(t.node_id == st.source for t in tasks)  # desired ready: may start
         src_open = src.labels.get(gate_key(p, st.service)) == "true"

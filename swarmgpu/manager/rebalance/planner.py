@@ -20,7 +20,7 @@ import traceback
 from swarmgpu.manager.rebalance.context import Context, Inputs
 from swarmgpu.manager.rebalance.moves import HealthInputs, Proposal
 from swarmgpu.manager.rebalance.policies import enabled
-from swarmgpu.swarm.client import node_names
+from swarmgpu.swarm.swarmnode import node_names
 
 
 def plan_moves(inp: Inputs, health_in: HealthInputs | None = None) -> Proposal:

@@ -347,7 +347,7 @@ class MoveState:
 def read_records(labels: Mapping[str, str], prefix: str) -> dict[str, MoveState]:
     """service id -> the move the daemon recorded for it, from the swarm object's labels.
     Those that cannot be read are left out (``unreadable_records``), said by the mover
-    once while they last (``Mover._report``): this is read several times a cycle."""
+    once while they last (``findings.report``): this is read several times a cycle."""
     out: dict[str, MoveState] = {}
     head = prefix + RECORD
     for k, v in labels.items():
@@ -573,7 +573,7 @@ def earlier_surge(s: SwarmService, prefix: str, swarm: SwarmClient) -> MoveState
     """The move whose surge (replicas + 1, MaxReplicas 1) ``s``'s move label says an
     earlier release left: releases before the record (293896d) kept a move in its
     service's label alone, so after an upgrade mid-move that label has no record and is
-    removed as one the daemon did not write (``Mover._repair``), which left the surge's
+    removed as one the daemon did not write (``findings.repair``), which left the surge's
     extra replica for good. None unless the label is that format (no ``service_id``,
     which every label written since carries), a make-before-break move of ``s``
     between two nodes, and the service's ledger -- swarmgpu's own node labels, not the

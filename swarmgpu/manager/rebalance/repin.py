@@ -352,7 +352,8 @@ class Repin:
         p = self.prefix
         held = parse_holding(st.service, node.id, node.labels.get(assign_key(p, st.service), ""))
         gate_open = node.labels.get(gate_key(p, st.service)) == "true"
-        tasks = self.swarm.tasks({"service": sid})
+        # its own, by ServiceID on Swarm's answer (an engine or proxy may drop the filter)
+        tasks = [t for t in self.swarm.tasks({"service": sid}) if t.service_id == sid]
         waits = Waits.of(tasks)  # every spec write below is made by it (docs/deploy.md)
         on_node = [t for t in tasks if t.node_id == st.source]
         # a task desired ready there (a restart's, made before the gate closed) would

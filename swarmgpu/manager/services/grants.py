@@ -56,7 +56,8 @@ from swarmgpu.manager.placement.envs import (
     device_mount,
 )
 from swarmgpu.manager.placement.keys import DEVICES, MEANT_STATES
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, gpu_kinds
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.swarmnode import gpu_kinds
 
 MOUNT_ROOT = DEVICE_MOUNT_ROOT  # the toolkit's DeviceListAsVolumeMountsRoot
 RESOURCE_PREFIX = "DOCKER_RESOURCE_"  # what swarm-resource names (Swarm's generic resources)
