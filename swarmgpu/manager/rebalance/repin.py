@@ -122,6 +122,13 @@ def same_node_free(m: Move, node: SwarmNode, prefix: str) -> str | None:
     return room_for(m, node, prefix, own_moves=True)
 
 
+def own_tasks(swarm: SwarmClient, sid: str) -> list[SwarmTask]:
+    """``sid``'s tasks, every desired state: the list's ``service`` filter asks, each
+    task's ServiceID on Swarm's answer decides (an engine or proxy that dropped the
+    filter would have another service's task count as this one's)."""
+    return [t for t in swarm.tasks({"service": sid}) if t.service_id == sid]
+
+
 def _node_share(labels: Mapping[str, str], prefix: str, node_id: str
                 ) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, v) for k, v in labels.items()
@@ -212,6 +219,7 @@ class Repin:
                 tasks: Sequence[SwarmTask]) -> str | None:
         """Why ``m`` may not start now, from fresh reads; None when it may."""
         p = self.prefix
+        tasks = [t for t in tasks if t.service_id == fresh.id]  # (``own_tasks``: the caller's)
         held = parse_holding(m.service, node.id, node.labels.get(assign_key(p, m.service), ""))
         if held is None or held.uuids != m.source_uuids or held.milli != m.source_milli:
             return f"the share on {m.source_host} changed since planning"
@@ -238,7 +246,7 @@ class Repin:
         why it was refused (nothing written then)."""
         node = self.swarm.node(m.source_node)
         # No desired-state filter: refusal's readers judge it on Swarm's answer (MEANT_STATES)
-        tasks = self.swarm.tasks({"service": fresh.id})
+        tasks = own_tasks(self.swarm, fresh.id)
         why = self.refusal(m, fresh, node, tasks)
         if why is not None:
             return why
@@ -352,7 +360,7 @@ class Repin:
         p = self.prefix
         held = parse_holding(st.service, node.id, node.labels.get(assign_key(p, st.service), ""))
         gate_open = node.labels.get(gate_key(p, st.service)) == "true"
-        tasks = self.swarm.tasks({"service": sid})
+        tasks = own_tasks(self.swarm, sid)
         waits = Waits.of(tasks)  # every spec write below is made by it (docs/deploy.md)
         on_node = [t for t in tasks if t.node_id == st.source]
         # a task desired ready there (a restart's, made before the gate closed) would
