@@ -233,7 +233,8 @@ class Preempter:
         gave them back to it the next cycle: stopped and restarted for nothing."""
         i = next((k for k, sp in enumerate(plan.services) if sp.name == p.service), None)
         if self.can_move:  # a victim's target: no GPU a task Swarm is stopping still uses
-            self._mover(swarm).held = plan.stopping_held
+            mover = self._mover(swarm)
+            mover.held = mover.repin.held = plan.stopping_held
         moved: list[Candidate] = []
         to_stop: list[Candidate] = []
         counted: set[str] = set()  # victims spent and stored before their move's writes

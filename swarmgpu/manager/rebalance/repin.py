@@ -83,6 +83,7 @@ from swarmgpu.manager.rebalance.moves import Move, Outcome
 from swarmgpu.manager.rebalance.record import (
     HEALTH,
     FirstSeen,
+    Held,
     MoveState,
     crash_point,
     drop_record,
@@ -114,12 +115,14 @@ from swarmgpu.swarm.client import (
 Say = Callable[[MoveState, Outcome, str], None]
 
 
-def same_node_free(m: Move, node: SwarmNode, prefix: str) -> str | None:
+def same_node_free(m: Move, node: SwarmNode, prefix: str, held: Held | None = None
+                   ) -> str | None:
     """None when the move's target GPUs have room on its node by the live ledger, the
-    service's own holding there left out (it is the one that moves)."""
+    service's own holding there left out (it is the one that moves), and none of them is
+    ``held`` for another (``room_for``: a task Swarm is stopping, a preemptor)."""
     if set(m.target_uuids) == set(m.source_uuids):
         return "the target GPUs are the ones it holds"
-    return room_for(m, node, prefix, own_moves=True)
+    return room_for(m, node, prefix, own_moves=True, held=held)
 
 
 def own_tasks(swarm: SwarmClient, sid: str) -> list[SwarmTask]:
@@ -213,6 +216,10 @@ class Repin:
         self.prefix = prefix
         self.clock = clock
         self.say = say
+        # GPUs the ledger shows free that are held (``Inputs.held``: a stopping or rejected
+        # task's, a preemptor's), as its proposal read them: set each cycle beside the
+        # mover's own (``Mover.held``), checked again at ``start``
+        self.held: Held = {}
 
     # --- starting ------------------------------------------------------------------
     def refusal(self, m: Move, fresh: SwarmService, node: SwarmNode,
@@ -225,7 +232,7 @@ class Repin:
             return f"the share on {m.source_host} changed since planning"
         if node.labels.get(gate_key(p, m.service)) != "true":
             return f"its gate on {m.source_host} is not open"
-        why = same_node_free(m, node, p)
+        why = same_node_free(m, node, p, self.held)
         if why is not None:
             return why
         if fresh.id in read_records(self.swarm.swarm_labels(), p):
