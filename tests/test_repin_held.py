@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from support.forged import P, R_UUIDS, RecordingSwarm, repin_move, sw_node, victim_cluster
+from support.forged import R_UUIDS, P, RecordingSwarm, repin_move, sw_node, victim_cluster
 
 from swarmgpu.core.config import Config, RebalanceConfig, SyncConfig
 from swarmgpu.manager.cycle.rebalance import Rebalancer
