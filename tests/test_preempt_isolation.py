@@ -493,7 +493,8 @@ def test_a_holder_whose_spec_read_raises_leaves_the_preemptions_made() -> None:
     it alone and keeps its GPUs (``placement.isolate``). With no task of it on its node,
     preemption's CPU count (``preemptroom.Room.of``) read its reservation from that spec
     and raised: nothing was preempted, the daemon's cycle failed at that step every
-    cycle and `plan` and `status` raised. Now its reservation there counts none."""
+    cycle and `plan` and `status` raised. Now its reservation there counts its node's
+    whole (tests/test_unread_answers.py), and these preemptors reserve no CPU."""
     sw = _two_preemptions()
     svcs = [replace(s, spec={**s.spec, "TaskTemplate": {**s.spec["TaskTemplate"],
                                                          "Resources": "lots"}})

@@ -235,7 +235,8 @@ def test_a_holder_whose_spec_read_raises_costs_no_policy() -> None:
     makes: placement fails it alone), no task of it there yet. Counting the CPU its
     holding reserves (``SwarmTargets.reserve``) read that spec for every policy's
     allocator and raised: the health policy failed every cycle, a on its failed GPU
-    never moved. Now its reservation counts none, and a moves."""
+    never moved. Now its reservation counts its node's whole (no CPU known there: no
+    limit; tests/test_unread_answers.py), and a moves."""
     nodes, svcs, tasks = setup({"a": [U2[0]], "bad": [U2[2]]}, full_n2=False)
     svcs = [replace(s, spec={"TaskTemplate": {"Resources": "lots"}}) if s.name == "bad"
             else s for s in svcs]

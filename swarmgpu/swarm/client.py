@@ -146,16 +146,16 @@ def reservations(spec: Mapping[str, Any]) -> tuple[int, int]:
     return (_ceil_div(res.get("NanoCPUs"), 1_000_000), _ceil_div(res.get("MemoryBytes"), 1 << 20))
 
 
-def held_reservations(spec: Mapping[str, Any]) -> tuple[int, int]:
+def held_reservations(spec: Mapping[str, Any]) -> tuple[int, int] | None:
     """``reservations`` for a pass over every holder (preemption's room, the rebalance
-    policies' CPU count): none where the spec's structure cannot be read (Resources not
-    a mapping: a spec no docker CLI makes). Placement fails such a service alone
-    (``placement.isolate``); raised here, one such holder failed every preemption, or
-    every rebalance policy (health's evacuations too), each cycle."""
+    policies' CPU count); None where the spec's structure cannot be read (Resources not a
+    mapping: a spec no docker CLI makes): its holder counts its node's whole CPU and
+    memory (none counted oversubscribed it). Placement fails it alone (isolate); raised,
+    one such holder failed every preemption and rebalance policy (health's), each cycle."""
     try:
         return reservations(spec)
     except (AttributeError, TypeError):
-        return 0, 0
+        return None
 
 
 def _ceil_div(v: Any, unit: int) -> int:
@@ -200,8 +200,10 @@ def service_from_api(raw: Mapping[str, Any]) -> SwarmService:
 
 
 def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
-    spec = raw.get("Spec", {})
-    status = raw.get("Status", {})
+    spec, status = raw.get("Spec", {}), raw.get("Status", {})
+    if not (isinstance(status, Mapping) and isinstance(spec, Mapping)):  # (a proxy's null)
+        raise SwarmError(f"task {str(raw.get('ID'))[:80]!r}: Status {type(status).__name__}, "
+                         f"Spec {type(spec).__name__} (Docker sends objects; check any proxy)")
     return SwarmTask(
         id=raw["ID"],
         service_id=raw.get("ServiceID", ""),

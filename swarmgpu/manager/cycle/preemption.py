@@ -233,7 +233,8 @@ class Preempter:
         gave them back to it the next cycle: stopped and restarted for nothing."""
         i = next((k for k, sp in enumerate(plan.services) if sp.name == p.service), None)
         if self.can_move:  # a victim's target: no GPU a task Swarm is stopping still uses
-            self._mover(swarm).held = stopping_held(plan, ())  # (a hold's victims' too)
+            mover = self._mover(swarm)  # (a hold's victims' too)
+            mover.held = mover.repin.held = stopping_held(plan, ())
         moved: list[Candidate] = []
         to_stop: list[Candidate] = []
         counted: set[str] = set()  # victims spent and stored before their move's writes
@@ -265,10 +266,9 @@ class Preempter:
                  dry: bool = False) -> Mapping[str, str] | None:
         """The swarm object's labels read now, after the rebalancer's movers ran in this
         cycle: the moves they started are not in the snapshot (``decide``). None when
-        they cannot be read, said once while it lasts: a move unknown could be stopped
-        under, so nothing is preempted this cycle; in dry-run (``dry``), which stops
-        nothing, the snapshot's records decide, as `plan` and `status` do. Preemption
-        off: not read."""
+        unread, said once while it lasts: a move unknown could be stopped under, so
+        nothing is preempted this cycle; in dry-run (``dry``), which stops nothing, the
+        snapshot's records decide, as `plan` and `status` do. Preemption off: not read."""
         if per_hour == 0:
             return {}
         try:

@@ -206,7 +206,8 @@ class Rebalancer(Step):
         # reads now, and a health move finished below leaves this snapshot's label stale.
         # A preemption that waited for the budgets gets the slot it needs first: it runs
         # after this step, which would otherwise take every slot that frees.
-        self.mover.held = self.health_mover.held = inp.held  # (``Mover.start``'s)
+        for mover in (self.mover, self.health_mover):  # (``Mover.start``'s and its repins')
+            mover.held = mover.repin.held = inp.held
         self.mover.run_cycle([m for m in prop.moves if m.trigger is not Trigger.HEALTH],
                              snap.nodes, snap.services, snap.tasks, self.reserved(),
                              plan_failed=inp.failed)

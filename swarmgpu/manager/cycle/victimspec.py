@@ -40,9 +40,11 @@ def renewed(swarm: SwarmClient, service_id: str) -> SwarmService | None:
     # Desired ready too: a restart's or an update's new task waits for a node so too
     # (``MEANT_STATES``). Judged on each task Swarm returns, not by a desired-state
     # filter sent with the list: the check that reads Swarm's answer is the one kept,
-    # so an engine (or proxy) that dropped the filter could not renew for a dead task.
+    # so an engine (or proxy) that dropped the filter could not renew for a dead task,
+    # nor (its ServiceID checked too) for another service's waiting task.
     tasks = swarm.tasks({"service": service_id})
-    return s if any(not t.node_id and t.desired_state in MEANT_STATES for t in tasks) else None
+    return s if any(t.service_id == service_id and not t.node_id
+                    and t.desired_state in MEANT_STATES for t in tasks) else None
 
 
 def victim_spec(prefix: str, node_id: str, record: str,

@@ -55,12 +55,14 @@ class Room:
             c, m = held.get(k, (0, 0))
             held[k] = (c + t.cpu_milli, m + t.memory_mib)
         by_name = {s.name: s for s in services}
+        whole = {n.id: (n.cpu_milli or 0, n.memory_mib or 0) for n in nodes}
         for nid, here in holdings.items():
             for svc, h in here.items():
                 s = by_name.get(svc)
                 if s is not None and (s.id, nid) not in on:
-                    c, m = held_reservations(s.spec)  # (one unreadable: none)
-                    held[(svc, nid)] = (c * h.replicas, m * h.replicas)
+                    res = held_reservations(s.spec)  # unread: its node's whole, never less
+                    held[(svc, nid)] = ((res[0] * h.replicas, res[1] * h.replicas)
+                                        if res is not None else whole.get(nid, (0, 0)))
         stops: dict[str, tuple[int, int]] = {}
         for t in stopping:
             uc, um = stops.get(t.node_id, (0, 0))

@@ -83,6 +83,7 @@ from swarmgpu.manager.rebalance.moves import Move, Outcome
 from swarmgpu.manager.rebalance.record import (
     HEALTH,
     FirstSeen,
+    Held,
     MoveState,
     crash_point,
     drop_record,
@@ -114,12 +115,21 @@ from swarmgpu.swarm.client import (
 Say = Callable[[MoveState, Outcome, str], None]
 
 
-def same_node_free(m: Move, node: SwarmNode, prefix: str) -> str | None:
+def same_node_free(m: Move, node: SwarmNode, prefix: str, held: Held | None = None
+                   ) -> str | None:
     """None when the move's target GPUs have room on its node by the live ledger, the
-    service's own holding there left out (it is the one that moves)."""
+    service's own holding there left out (it is the one that moves), and none of them is
+    ``held`` for another (``room_for``: a task Swarm is stopping, a preemptor)."""
     if set(m.target_uuids) == set(m.source_uuids):
         return "the target GPUs are the ones it holds"
-    return room_for(m, node, prefix, own_moves=True)
+    return room_for(m, node, prefix, own_moves=True, held=held)
+
+
+def own_tasks(swarm: SwarmClient, sid: str) -> list[SwarmTask]:
+    """``sid``'s tasks, every desired state: the list's ``service`` filter asks, each
+    task's ServiceID on Swarm's answer decides (an engine or proxy that dropped the
+    filter would have another service's task count as this one's)."""
+    return [t for t in swarm.tasks({"service": sid}) if t.service_id == sid]
 
 
 def _node_share(labels: Mapping[str, str], prefix: str, node_id: str
@@ -206,18 +216,23 @@ class Repin:
         self.prefix = prefix
         self.clock = clock
         self.say = say
+        # GPUs the ledger shows free that are held (``Inputs.held``: a stopping or rejected
+        # task's, a preemptor's), as its proposal read them: set each cycle beside the
+        # mover's own (``Mover.held``), checked again at ``start``
+        self.held: Held = {}
 
     # --- starting ------------------------------------------------------------------
     def refusal(self, m: Move, fresh: SwarmService, node: SwarmNode,
                 tasks: Sequence[SwarmTask]) -> str | None:
         """Why ``m`` may not start now, from fresh reads; None when it may."""
         p = self.prefix
+        tasks = [t for t in tasks if t.service_id == fresh.id]  # (``own_tasks``: the caller's)
         held = parse_holding(m.service, node.id, node.labels.get(assign_key(p, m.service), ""))
         if held is None or held.uuids != m.source_uuids or held.milli != m.source_milli:
             return f"the share on {m.source_host} changed since planning"
         if node.labels.get(gate_key(p, m.service)) != "true":
             return f"its gate on {m.source_host} is not open"
-        why = same_node_free(m, node, p)
+        why = same_node_free(m, node, p, self.held)
         if why is not None:
             return why
         if fresh.id in read_records(self.swarm.swarm_labels(), p):
@@ -238,7 +253,7 @@ class Repin:
         why it was refused (nothing written then)."""
         node = self.swarm.node(m.source_node)
         # No desired-state filter: refusal's readers judge it on Swarm's answer (MEANT_STATES)
-        tasks = self.swarm.tasks({"service": fresh.id})
+        tasks = own_tasks(self.swarm, fresh.id)
         why = self.refusal(m, fresh, node, tasks)
         if why is not None:
             return why
@@ -352,8 +367,7 @@ class Repin:
         p = self.prefix
         held = parse_holding(st.service, node.id, node.labels.get(assign_key(p, st.service), ""))
         gate_open = node.labels.get(gate_key(p, st.service)) == "true"
-        # its own, by ServiceID on Swarm's answer (an engine or proxy may drop the filter)
-        tasks = [t for t in self.swarm.tasks({"service": sid}) if t.service_id == sid]
+        tasks = own_tasks(self.swarm, sid)
         waits = Waits.of(tasks)  # every spec write below is made by it (docs/deploy.md)
         on_node = [t for t in tasks if t.node_id == st.source]
         # a task desired ready there (a restart's, made before the gate closed) would

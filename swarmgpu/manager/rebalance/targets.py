@@ -115,7 +115,8 @@ class SwarmTargets:
     def reservation(self, svc: str) -> tuple[int, int]:
         """(CPU milli, memory MiB) one task of ``svc`` reserves."""
         s = self.by_name.get(svc)
-        return held_reservations(s.spec) if s is not None else (0, 0)
+        # (an unread spec: none; placement fails that service, and no move of it starts)
+        return (held_reservations(s.spec) if s is not None else None) or (0, 0)
 
     def reserve(self, alloc: ClusterAllocator, moves: Iterable[Move],
                 ledger: Mapping[str, Mapping[str, Holding]]) -> None:
@@ -132,13 +133,16 @@ class SwarmTargets:
             s = self.by_name.get(svc)
             if s is None:
                 continue
-            cpu, mem = held_reservations(s.spec)  # (one unreadable: none)
-            if not (cpu or mem):
+            res = held_reservations(s.spec)  # unread: its node's whole, never less
+            if res == (0, 0):
                 continue
             for nid, h in per_node.items():
                 if (s.id, nid) in self.has or (svc, nid) in targets or nid not in nodes:
                     continue
-                alloc.add_usage(nid, cpu * h.replicas, mem * h.replicas)
+                spec = nodes[nid].spec
+                cpu, mem = ((res[0] * h.replicas, res[1] * h.replicas) if res is not None
+                            else (spec.cpu_milli or 0, spec.memory_mib or 0))
+                alloc.add_usage(nid, cpu, mem)
                 counted.add((svc, nid))
         for (svc, nid), (cpu, mem) in self.placed_use.items():
             if nid in nodes and (svc, nid) not in counted:

@@ -1,0 +1,84 @@
+"""What the engine's answers hold that cannot be read is never read as nothing.
+
+A holder whose spec's reservations cannot be read (Resources not a mapping: a spec no
+docker CLI makes), with no task on its node yet, counted no CPU and no memory there
+(``swarm.client.held_reservations``): preemption's room (``preemptroom.Room``) and the
+rebalance policies' allocator (``SwarmTargets.reserve``) sent work onto a node whose CPU
+it may hold. Now it counts its node's whole CPU and memory (never less than Swarm
+counts), and its own stop frees them.
+
+A task whose Status (or Spec) is null, which Docker never sends but a proxy might,
+raised an AttributeError out of ``task_from_api`` (the daemon's cycle failed with a
+traceback); now it is refused with a SwarmError naming the task, the error the cycle
+takes for an engine it cannot read (aborted, tried again next interval)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pytest
+from support.forged import sw_node, sw_svc
+from support.health import F1, F2, ONE, U2, hold, mark, plan, service, setup
+
+from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.preemptroom import Room
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService, task_from_api
+
+UNREAD = {"TaskTemplate": {"Resources": "lots"}}
+CPUS2 = {"TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 2_000_000_000}}}}
+
+
+@dataclass(frozen=True)
+class Victim:
+    service: str
+
+
+def _with(s: SwarmService, spec: dict[str, Any]) -> SwarmService:
+    return replace(s, spec={**s.spec, **spec})
+
+
+def test_an_unread_holder_counts_its_node_s_whole_cpu_for_preemption() -> None:
+    node = sw_node("n1", "gpu-node-1")  # 64 CPUs
+    bad, pre = _with(sw_svc("bad", ONE), UNREAD), _with(sw_svc("pre", ONE), CPUS2)
+    held = {"n1": {"bad": Holding("bad", "n1", (U2[0],), (1000,))}}
+    room = Room.of([node], [bad, pre], [], held)  # no task of bad there yet
+    assert not room.fits(pre, "n1", (), 1)
+    assert room.fits(pre, "n1", [Victim("bad")], 1)  # its stop frees what it holds
+
+
+def test_an_unread_holder_s_node_takes_no_health_move_that_needs_cpu() -> None:
+    nodes, svcs, tasks = setup({"a": [U2[0]]})  # big holds the rest of gpu-node-2
+    n1 = replace(nodes[0], labels=hold("bad", [F1.gpus[0].uuid]), cpu_milli=8000,
+                 memory_mib=64000)  # bad holds a GPU there, no task of it yet
+    svcs = [*(replace(s, spec=CPUS2) for s in svcs), replace(service("bad", ONE), spec=UNREAD)]
+    p = plan([n1, nodes[1]], svcs, tasks, mark(F2, failed=[0]))
+    assert not p.policy_errors, p.policy_errors
+    assert [(m.service, m.target_node) for m in p.moves] == []  # before: a to gpu-node-1
+
+
+class _Api:
+    """The engine's task list as a proxy answered it."""
+
+    def __init__(self, raw: list[Any]) -> None:
+        self.raw = raw
+
+    def tasks(self, filters: dict[str, Any]) -> list[Any]:
+        return self.raw
+
+
+def _client(raw: list[Any]) -> SwarmClient:
+    sw = SwarmClient.__new__(SwarmClient)
+    sw.endpoint, sw._api = "unix:///test", _Api(raw)  # type: ignore[assignment]
+    return sw
+
+
+@pytest.mark.parametrize("field", ["Status", "Spec"])
+def test_a_task_with_a_null_status_is_refused_naming_it(field: str) -> None:
+    raw = {"ID": "t-null", "ServiceID": "s", "NodeID": "n", "DesiredState": "shutdown",
+           "Status": {"State": "running"}, "Spec": {}, field: None}
+    with pytest.raises(SwarmError, match=f"task 't-null': .*{field} NoneType"):
+        task_from_api(raw)
+    for states in (None, {"running"}):
+        with pytest.raises(SwarmError, match="t-null"):
+            _client([raw]).tasks({"desired-state": ["shutdown"]}, states=states)
