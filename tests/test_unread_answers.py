@@ -10,7 +10,8 @@ counts), and its own stop frees them.
 A task whose Status (or Spec) is null, which Docker never sends but a proxy might,
 raised an AttributeError out of ``task_from_api`` (the daemon's cycle failed with a
 traceback); now it is refused with a SwarmError naming the task, the error the cycle
-takes for an engine it cannot read (aborted, tried again next interval)."""
+takes for an engine it cannot read (aborted, tried again next interval). So too a task
+listed as no object (an AttributeError before) or without its ID (a KeyError)."""
 
 from __future__ import annotations
 
@@ -82,3 +83,25 @@ def test_a_task_with_a_null_status_is_refused_naming_it(field: str) -> None:
     for states in (None, {"running"}):
         with pytest.raises(SwarmError, match="t-null"):
             _client([raw]).tasks({"desired-state": ["shutdown"]}, states=states)
+
+
+@pytest.mark.parametrize("raw", [None, "t-x", 3, ["t-x"]])
+def test_a_task_that_is_no_object_is_refused(raw: Any) -> None:
+    """A task listed as no object (a proxy's null or string) raised an AttributeError."""
+    with pytest.raises(SwarmError, match=f"a task listed as {type(raw).__name__}"):
+        task_from_api(raw)
+    with pytest.raises(SwarmError, match="Docker sends objects"):
+        _client([raw]).tasks({"desired-state": ["running"]}, states={"running"})
+
+
+@pytest.mark.parametrize("task_id", [None, "", 7, "missing"])
+def test_a_task_without_an_id_is_refused(task_id: Any) -> None:
+    """A task listed without its ID raised a KeyError (or took a non-string as its id)."""
+    raw: dict[str, Any] = {"ServiceID": "s-x", "NodeID": "n", "DesiredState": "running",
+                           "Status": {"State": "running"}, "Spec": {}}
+    if task_id != "missing":
+        raw["ID"] = task_id
+    with pytest.raises(SwarmError, match="task of service 's-x' listed without an ID"):
+        task_from_api(raw)
+    with pytest.raises(SwarmError, match="without an ID"):
+        _client([raw]).tasks({"desired-state": ["running"]})
