@@ -93,7 +93,11 @@ from swarmgpu.manager.placement import (
     gate_key,
 )
 from swarmgpu.manager.placement.ledger import read_ledger
-from swarmgpu.manager.placement.nominated import held_gpus, stopping_held
+from swarmgpu.manager.placement.nominated import (
+    held_gpus,
+    live_nominations,
+    stopping_held,
+)
 from swarmgpu.manager.placement.preempt import Candidate, Preemption, choose_preemptions
 from swarmgpu.manager.placement.preempted import Preempted, preempted_state
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
@@ -205,7 +209,7 @@ class Preempter:
                 if said.fresh(spent):  # a wait for the hour: said once
                     log.warning("{}", spent)
                 continue
-            stopped, corrected = self._act(swarm, snap, plan, p, tenant, now, waits)
+            stopped, corrected = self._act(swarm, snap, plan, p, tenant, now, waits, mono)
             unstored |= corrected
             if stopped:
                 self.took(p, stopped, mono)
@@ -220,6 +224,7 @@ class Preempter:
 
     def _act(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan, p: Preemption,
              tenant: str, now: float, waits: list[tuple[str, str, Move]],
+             mono: float | None = None,
              ) -> tuple[list[Candidate], bool]:
         """Move or stop ``p``'s victims: those moved or stopped, and whether the hour in
         memory now differs from the one stored. A victim whose move waits (the move
@@ -229,8 +234,12 @@ class Preempter:
         gave them back to it the next cycle: stopped and restarted for nothing."""
         i = next((k for k, sp in enumerate(plan.services) if sp.name == p.service), None)
         if self.can_move:  # a victim's target: no GPU a task Swarm is stopping still uses
-            mover = self._mover(swarm)  # (a hold's victims' too)
-            mover.held = mover.repin.held = stopping_held(plan, ())
+            # (a hold's victims' too), nor one held for another preemptor (one nominated
+            # earlier in this very cycle too), as the rebalance step's movers are given
+            noms = live_nominations(self.nominated.current(mono),
+                                    {s.name for s in snap.services})
+            mover = self._mover(swarm)
+            mover.held = mover.repin.held = held_gpus(noms) | stopping_held(plan, noms)
         moved: list[Candidate] = []
         to_stop: list[Candidate] = []
         counted: set[str] = set()  # victims spent and stored before their move's writes
