@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from loguru import logger
-from support.forged import P, T_UUID, RecordingSwarm, victim_cluster
+from support.forged import T_UUID, P, RecordingSwarm, victim_cluster
 
 from swarmgpu.core.config import Config, PlacementConfig
 from swarmgpu.manager.placement import gate_key

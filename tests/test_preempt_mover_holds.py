@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from support.forged import DGX_F, RecordingSwarm, sw_node, sw_svc
-from support.move_then_preempt import D, P, R, REBALANCE, holds
+from support.move_then_preempt import REBALANCE, D, P, R, holds
 
 from swarmgpu.core.config import Config, PreemptionConfig
 from swarmgpu.manager.cycle.preemption import Preempter
