@@ -24,7 +24,7 @@ from support.rebalance_fragmentation import U1, two_half_used
 from support.rebalance_fragmentation import plan as frag_plan
 
 from swarmgpu.core.config import Config, RebalanceConfig, SyncConfig
-from swarmgpu.manager.cycle.preemption import PreemptStep
+from swarmgpu.manager.cycle.preempt_step import PreemptStep
 from swarmgpu.manager.cycle.rebalance import Rebalancer
 from swarmgpu.manager.cycle.session import CycleSession
 from swarmgpu.manager.cycle.wiring import daemon_steps

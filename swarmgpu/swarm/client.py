@@ -200,12 +200,19 @@ def service_from_api(raw: Mapping[str, Any]) -> SwarmService:
 
 
 def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
+    if not isinstance(raw, Mapping):  # (a proxy's null or string in the list)
+        raise SwarmError(f"a task listed as {type(raw).__name__} (Docker sends objects; "
+                         "check any proxy)")
+    tid = raw.get("ID")
+    if not isinstance(tid, str) or not tid:  # every id the daemon keys on is Swarm's
+        raise SwarmError(f"a task of service {str(raw.get('ServiceID'))[:80]!r} listed "
+                         "without an ID (Docker sends one with every task; check any proxy)")
     spec, status = raw.get("Spec", {}), raw.get("Status", {})
     if not (isinstance(status, Mapping) and isinstance(spec, Mapping)):  # (a proxy's null)
         raise SwarmError(f"task {str(raw.get('ID'))[:80]!r}: Status {type(status).__name__}, "
                          f"Spec {type(spec).__name__} (Docker sends objects; check any proxy)")
     return SwarmTask(
-        id=raw["ID"],
+        id=tid,
         service_id=raw.get("ServiceID", ""),
         node_id=raw.get("NodeID", ""),
         slot=raw.get("Slot"),

@@ -26,7 +26,8 @@ The steps, in the order ``wiring`` runs them:
 ``scrape``     every node's GPU metrics, read once per cycle for the rebalancer and the map
 ``rebalance``  windows, policies, movers (``rebalance/``)
 ``preemption`` the preemption actuator: budgets, dry-run, the victims' writes
-               (``preempt_budget``: the budgets' hour, kept on the swarm object;
+               (``preempt_step``: the step that runs it;
+               ``preempt_budget``: the budgets' hour, kept on the swarm object;
                ``victimspec``: a victim's spec write, its waiting task renewed;
                ``preempt_notes``: what a preemptor's plan says of the decision)
 ``observe``    the cluster document, the over-share watch, the map

@@ -63,7 +63,6 @@ placement gave them their GPUs back the next cycle: stopped and restarted for no
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -74,8 +73,6 @@ from loguru import logger
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
-from swarmgpu.manager.cycle.host import CycleHost
-from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.placement import make_plan, new_planner
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
 from swarmgpu.manager.cycle.preempt_notes import (
@@ -84,7 +81,6 @@ from swarmgpu.manager.cycle.preempt_notes import (
     note_on,
     raised_note,
 )
-from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.cycle.victimspec import renewed, victim_spec
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.engine.stop import Stopped
@@ -97,7 +93,11 @@ from swarmgpu.manager.placement import (
     gate_key,
 )
 from swarmgpu.manager.placement.ledger import read_ledger
-from swarmgpu.manager.placement.nominated import held_gpus, stopping_held
+from swarmgpu.manager.placement.nominated import (
+    held_gpus,
+    live_nominations,
+    stopping_held,
+)
 from swarmgpu.manager.placement.preempt import Candidate, Preemption, choose_preemptions
 from swarmgpu.manager.placement.preempted import Preempted, preempted_state
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
@@ -209,7 +209,7 @@ class Preempter:
                 if said.fresh(spent):  # a wait for the hour: said once
                     log.warning("{}", spent)
                 continue
-            stopped, corrected = self._act(swarm, snap, plan, p, tenant, now, waits)
+            stopped, corrected = self._act(swarm, snap, plan, p, tenant, now, waits, mono)
             unstored |= corrected
             if stopped:
                 self.took(p, stopped, mono)
@@ -224,6 +224,7 @@ class Preempter:
 
     def _act(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan, p: Preemption,
              tenant: str, now: float, waits: list[tuple[str, str, Move]],
+             mono: float | None = None,
              ) -> tuple[list[Candidate], bool]:
         """Move or stop ``p``'s victims: those moved or stopped, and whether the hour in
         memory now differs from the one stored. A victim whose move waits (the move
@@ -233,8 +234,12 @@ class Preempter:
         gave them back to it the next cycle: stopped and restarted for nothing."""
         i = next((k for k, sp in enumerate(plan.services) if sp.name == p.service), None)
         if self.can_move:  # a victim's target: no GPU a task Swarm is stopping still uses
-            mover = self._mover(swarm)  # (a hold's victims' too)
-            mover.held = mover.repin.held = stopping_held(plan, ())
+            # (a hold's victims' too), nor one held for another preemptor (one nominated
+            # earlier in this very cycle too), as the rebalance step's movers are given
+            noms = live_nominations(self.nominated.current(mono),
+                                    {s.name for s in snap.services})
+            mover = self._mover(swarm)
+            mover.held = mover.repin.held = held_gpus(noms) | stopping_held(plan, noms)
         moved: list[Candidate] = []
         to_stop: list[Candidate] = []
         counted: set[str] = set()  # victims spent and stored before their move's writes
@@ -666,35 +671,3 @@ def plan_as_daemon(snap: Snapshot, cfg: Config, swarm: Any = None) -> PlacementP
         Preempter(cfg).preview(snap, plan, facts_by_node(snap), planner.refused_nodes,
                                ports=planner.port_takers)
     return plan
-
-
-class PreemptStep(Step):
-    """Preemption after placement's writes and the rebalancer's moves: placement's
-    writes (a re-deploy's device map) cannot reopen a gate closed here, and a move
-    started here is judged by the rebalancer's mover only from the next snapshot on,
-    which carries its label (as for the mover's own moves)."""
-
-    name = "preemption"
-    provides: frozenset[Slot] = frozenset()
-
-    def __init__(self, host: CycleHost, *, after_moves: bool) -> None:
-        """``after_moves``: the rebalancer runs in this cycle (this step comes after it)."""
-        self.host = host
-        self.requires = frozenset({Slot.SNAPSHOT, Slot.FACTS, Slot.PLACEMENT, Slot.PLANNER,
-                                   *([Slot.MOVES] if after_moves else [])})
-        self.preempter = Preempter(host.cfg)
-
-    def stand_by(self) -> None:
-        """Not the leader: a new term holds no slot until its own cycle waits."""
-        self.preempter.waiting = ()
-
-    def run(self, session: CycleSession) -> None:
-        host, cfg = self.host, self.host.cfg
-        done = self.preempter.cycle(host.swarm, session.snapshot, session.placement,
-                                    session.facts, session.planner.refused_nodes,
-                                    ports=session.planner.port_takers)
-        if done and not (cfg.preemption.dry_run or cfg.dry_run):
-            # The victims' tasks stop within their grace period: plan again soon.
-            timer = threading.Timer(1.0, host.trigger)
-            timer.daemon = True
-            timer.start()

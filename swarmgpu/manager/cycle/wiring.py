@@ -26,7 +26,7 @@ from swarmgpu.manager.cycle.observe import ObserveStep
 from swarmgpu.manager.cycle.overshare import OvershareStep
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.placement import PlacementStep
-from swarmgpu.manager.cycle.preemption import PreemptStep
+from swarmgpu.manager.cycle.preempt_step import PreemptStep
 from swarmgpu.manager.cycle.rebalance import Rebalancer, serve
 from swarmgpu.manager.cycle.scrape import ScrapeStep
 

@@ -113,10 +113,18 @@ class SwarmTargets:
         return f"on {host}: a host-mode port of {s.name} is taken by another move"
 
     def reservation(self, svc: str) -> tuple[int, int]:
-        """(CPU milli, memory MiB) one task of ``svc`` reserves."""
+        """(CPU milli, memory MiB) one task of ``svc`` reserves. A spec whose reservations
+        cannot be read (``held_reservations``: None) reserves the largest node's whole CPU
+        and memory, as its holder counts its node's whole: never less than Swarm counts
+        (none read as nothing sent its new task onto a node whose CPU others hold)."""
         s = self.by_name.get(svc)
-        # (an unread spec: none; placement fails that service, and no move of it starts)
-        return (held_reservations(s.spec) if s is not None else None) or (0, 0)
+        if s is None:
+            return (0, 0)
+        got = held_reservations(s.spec)
+        if got is None:
+            return (max((n.cpu_milli or 0 for n in self.nodes.values()), default=0),
+                    max((n.memory_mib or 0 for n in self.nodes.values()), default=0))
+        return got
 
     def reserve(self, alloc: ClusterAllocator, moves: Iterable[Move],
                 ledger: Mapping[str, Mapping[str, Holding]]) -> None:

@@ -434,8 +434,11 @@ class Restarter:
         p = self.cfg.sync.prefix
         gate = gate_key(p, s.name)
         log = logger.bind(service=s.name)
+        # each task's ServiceID on Swarm's answer decides (``repin.own_tasks``): an engine
+        # or proxy that dropped the filter would have another's task hold the gate shut
         old = {t.id for t in self.swarm.tasks({"service": s.id})
-               if t.node_id == u.node_id and t.desired_state == "running"}
+               if t.service_id == s.id and t.node_id == u.node_id
+               and t.desired_state == "running"}
         # Every write through the actuator's gate; the step's dry-run check ran first.
         writes = Writes(self.swarm, dry_run=self.cfg.dry_run, who="over-share restart",
                         prefix=p)
@@ -457,7 +460,8 @@ class Restarter:
             deadline = time.monotonic() + self.wait_s
             while time.monotonic() < deadline:
                 live = {t.id for t in self.swarm.tasks({"service": s.id})
-                        if t.id in old and t.desired_state == "running"}
+                        if t.service_id == s.id and t.id in old
+                        and t.desired_state == "running"}
                 if not live:
                     break
                 time.sleep(0.2)

@@ -33,6 +33,7 @@ from swarmgpu.core.rebalanceconfig import HealthPolicyConfig
 from swarmgpu.core.stamps import in_hour
 from swarmgpu.manager.nodes.gpuhealth import failing_why, level_of
 from swarmgpu.manager.placement import demand_of
+from swarmgpu.manager.placement.tasks import meant_to_run
 from swarmgpu.manager.rebalance.context import Context, constraints_allow, why_not_movable
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Release, Trigger
 from swarmgpu.manager.rebalance.signals import GpuSignal
@@ -121,9 +122,13 @@ def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
     lg = ctx.ledger_without([(svc, source)])
     alloc = ctx.allocator(lg, ())  # CPU and memory counted too (Swarm's scheduler does)
     res = ctx.targets.reservation(svc)
-    if same and res != (0, 0) and source in alloc.alloc.nodes \
-            and (s.id, source) in alloc.tasks_on:
-        alloc.add_usage(source, -res[0], -res[1])  # its own task there is the one replaced
+    if same and source in alloc.alloc.nodes:
+        # its own task there is the one replaced: what the allocator counted for it (its
+        # task's reservation), never its spec's (an older task's may be less; unread: more)
+        own = [t for t in ctx.inp.tasks
+               if t.service_id == s.id and t.node_id == source and meant_to_run(t)]
+        alloc.add_usage(source, -sum(t.cpu_milli for t in own),
+                        -sum(t.memory_mib for t in own))
 
     def blocked(node: NodeState, _i: int, uuid: str, sig: GpuSignal | None) -> bool:
         return (node.spec.name, uuid) in degraded or (sig is not None and sig.hot is State.TRUE)
