@@ -59,7 +59,7 @@ from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.envs import DEVICE_VAR, own_device_line
-from swarmgpu.manager.placement.keys import ASSIGNED_STATES, SKEW_S
+from swarmgpu.manager.placement.keys import ASSIGNED_STATES, SKEW_S, stop_overdue
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.preempted import preempted_state
@@ -417,6 +417,8 @@ class StoppingGpus:
         self.running: dict[str, tuple[str, Uses]] = {}  # meant task id -> as first seen
         self.names: dict[str, str] = {}  # service id -> name, as the last cycle had them
         self.seen: dict[str, float] = {}  # stopping task id -> when first seen so (epoch s)
+        self.first: dict[str, float] = {}  # as ``seen``, for every stopping task (GPUs or not)
+        self.overdue: frozenset[str] = frozenset()  # of those, past their hold's end at ``now``
         # node id -> when its hold ends at most (epoch s): its tasks' rejected_until, or
         # first seen stopping plus the stop grace period (a global job's run waits for it)
         self.until: dict[str, float] = {}
@@ -463,6 +465,9 @@ class StoppingGpus:
                 known[t.id] = got
         self.known, self.running, self.names = known, running, names
         self.seen = {tid: self.seen.get(tid, now) for tid in known}
+        self.first = {t.id: self.first.get(t.id, now) for t in stopping}
+        self.overdue = frozenset(t.id for t in stopping
+                                 if stop_overdue(t, self.first[t.id], now))
         ends = {t.id: t.rejected_until if t.rejected_until is not None
                 else self.seen[t.id] + t.stop_grace_s for t in [*stopping, *rejected]
                 if t.id in known}
