@@ -337,8 +337,7 @@ def choose_preemptions(
                 req, started, holdings, refused, preemptible_below, cooling, moving,
                 plan.failed, done_idle(services, tasks), ports=ports,
                 room=Room.of(nodes, services, tasks, holdings, stopping, plan.stopping_overdue),
-                held=held or {},
-                taken=set(flying))
+                held=held or {}, taken=set(flying))
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     # A packed service's replicas go only on its node: it preempts there alone, for all
     # the replicas it lacks at once (``packing.repack`` places them so); elsewhere its
