@@ -131,3 +131,67 @@ def test_free_gpus_short_of_cpu_for_a_stopping_task_alone_wait_for_it(c_runs: bo
     got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
                              preemptible_below=100, stopping=leaving)
     assert [v.service for p in got for v in p.victims] == (["low"] if c_runs else [])
+
+
+def _publishing(s: SwarmService, port: int = 8000) -> SwarmService:
+    """``s`` publishing ``port``/tcp in host mode (Swarm's HostPortFilter)."""
+    return replace(s, spec={**s.spec, "EndpointSpec": {"Ports": [
+        {"Protocol": "tcp", "TargetPort": 80, "PublishedPort": port, "PublishMode": "host"}]}})
+
+
+def _gone_binding(node_id: str, port: int = 8000) -> SwarmTask:
+    """A removed service's task Swarm is stopping on ``node_id``, binding ``port``/tcp."""
+    return SwarmTask("t-gone", "id-gone", node_id, 1, "running", "remove", (),
+                     host_ports=(f"{port}/tcp",))
+
+
+@pytest.mark.parametrize("web_binds", [False, True])
+def test_free_gpus_short_of_a_host_port_for_a_stopping_task_alone_wait_for_it(
+        web_binds: bool) -> None:
+    """n-a has the GPUs and the CPU, but a removed service's task Swarm is stopping there
+    binds 8000/tcp, which high publishes in host mode: high waits the seconds its stop
+    takes, as it does for such a task's CPU, and preempts nothing. Before, n-a was no room
+    (no victim frees that port) and low was stopped on n-b for nothing. With a running
+    task of web (no swarmgpu service) binding it too, n-a stays refused: low goes."""
+    nodes, services, tasks = _cluster(a_cpu=64000)
+    services = [_publishing(s) if s.name == "high" else s for s in services]
+    if web_binds:
+        web = _publishing(sw_svc("web", {}))
+        services.append(web)
+        tasks.append(SwarmTask("t-web", web.id, "n-a", 1, "running", "running", ()))
+    leaving = [_gone_binding("n-a")]
+    planner = Planner(prefix=P)
+    plan = planner.plan(nodes, services, tasks, FACTS, stopping=leaving)
+    status, reason = _high(plan)
+    assert status == Status.PENDING and "8000/tcp" in reason, reason
+    got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                             preemptible_below=100, refused=planner.refused_nodes,
+                             ports=planner.port_takers, stopping=leaving)
+    assert [v.service for p in got for v in p.victims] == (["low"] if web_binds else [])
+
+
+@pytest.mark.parametrize("what", ["cpu", "port"])
+def test_a_stopping_task_past_its_hold_end_is_waited_for_no_longer(what: str) -> None:
+    """The task Swarm is stopping on n-a (its CPU, or a host port high publishes) does
+    not stop: its node paused, its stop stuck. high waits for it while its hold lasts
+    (first seen stopping + its stop grace period, 10 s here, + the skew, 60 s), as the
+    GPUs of a stopping task are held, and preempts low on n-b once it is over. Before,
+    it waited as long as the task lasted, however long that was."""
+    nodes, services, tasks = _cluster(a_cpu=64000 if what == "port" else 2000)
+    if what == "port":
+        services = [_publishing(s) if s.name == "high" else s for s in services]
+        leaving = [_gone_binding("n-a")]
+    else:  # c scaled to 0: its holding gone, its task stopping
+        nodes[0] = replace(sw_node("n-a", "gpu-node-1"), cpu_milli=2000)
+        (t_c,) = [t for t in tasks if t.id == "t-c"]
+        tasks, leaving = [t for t in tasks if t.id != "t-c"], [
+            replace(t_c, desired_state="shutdown")]
+    planner = Planner(prefix=P)
+    t0 = 1_000_000.0
+    for at, victims in ((t0, []), (t0 + 70, []), (t0 + 71, ["low"]), (t0 + 500, ["low"])):
+        plan = planner.plan(nodes, services, tasks, FACTS, stopping=leaving, now=at)
+        assert _high(plan)[0] == Status.PENDING
+        got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                                 preemptible_below=100, refused=planner.refused_nodes,
+                                 ports=planner.port_takers, stopping=leaving)
+        assert [v.service for p in got for v in p.victims] == victims, at

@@ -175,3 +175,32 @@ def test_plan_reads_a_stopping_victims_gpus_as_its_preemptors_as_the_daemon_does
     by = {sp.name: sp for sp in make_plan(late, Config()).services}
     assert by["high"].status == Status.PENDING, by["high"]  # the stop held, as the daemon
     assert "held for tasks Swarm is stopping there" in (by["high"].reason or "")
+
+
+def test_a_pending_mig_request_is_told_of_the_stopping_tasks_mig_device_it_waits_for() -> None:
+    """old's task stops on the DGX's only 3g.20gb device, which new asks for: new's reason
+    names that device held for the stopping task. Before, only whole-GPU holds were named
+    (``Holds.note``): the ledger showed the device free, and nothing said why new waited.
+    A request for another profile (1g.10gb, free there) is not told of it."""
+    nodes = [replace(DGX, labels={assign_key(P, "old"): h.label_value(),
+                                  gate_key(P, "old"): "true"})]
+    old = svc("old", {f"{P}mig": "3g.20gb"}, replicas=0)
+    new = svc("new", {f"{P}mig": "3g.20gb"})
+    t_old = SwarmTask("t-old", old.id, "n-dgx", 1, "running", "shutdown", ())
+    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", ())
+    planner, facts = Planner(prefix=P), {"n-dgx": FACTS["n-dgx"]}
+    # the first cycle releases old's ledger entry (its holding, not a hold, then): from
+    # the next the device reads free in the ledger, held for the stopping task alone
+    nodes = apply(nodes, planner.plan(nodes, [old, new], [t_new], facts, stopping=[t_old]))
+    for _ in range(2):
+        plan = planner.plan(nodes, [old, new], [t_new], facts, stopping=[t_old])
+        by = {sp.name: sp for sp in plan.services}
+        assert by["new"].status == Status.PENDING, by["new"]
+        assert (by["new"].reason or "").endswith(
+            "3g.20gb MIG device of gpu-node-1 held for tasks Swarm is stopping there"
+        ), by["new"].reason
+        nodes = apply(nodes, plan)
+    small = svc("small", {f"{P}mig": "1g.10gb"})
+    plan = planner.plan(nodes, [old, small], [], facts, stopping=[t_old])
+    sp = next(sp for sp in plan.services if sp.name == "small")
+    assert "held for" not in (sp.reason or ""), sp

@@ -71,6 +71,14 @@ def stopping(t: SwarmTask) -> bool:
 SKEW_S = 60  # of the Swarm leader's clock ahead of the daemon's, a rejected task held as ever
 
 
+def stop_overdue(t: SwarmTask, first_seen: float, now: float) -> bool:
+    """A task Swarm is stopping (``stopping``), first seen so at ``first_seen``, is past
+    its hold's end at ``now`` (epoch seconds): its stop grace period and the skew are over
+    (as a rejected task's GPUs are held no longer), yet Swarm counts it on its node (its
+    node down or paused, its stop stuck). Whoever waits for its stop waits no longer."""
+    return now > first_seen + t.stop_grace_s + SKEW_S
+
+
 def rejected_running(t: SwarmTask, now: float) -> bool:
     """A task Swarm is stopping that its constraint enforcer rejected (its gate closed)
     whose container may still run at ``now`` (epoch seconds): Swarm's scheduler freed its

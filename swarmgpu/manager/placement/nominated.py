@@ -53,17 +53,19 @@ from dataclasses import dataclass
 from loguru import logger
 
 from swarmgpu.allocator.fragmentation import MILLI
+from swarmgpu.allocator.mig import MigChoice, pick_mig_device
 from swarmgpu.allocator.values import Choice, Demand
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.envs import DEVICE_VAR, own_device_line
-from swarmgpu.manager.placement.keys import ASSIGNED_STATES, SKEW_S
+from swarmgpu.manager.placement.keys import ASSIGNED_STATES, SKEW_S, stop_overdue
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.preempted import preempted_state
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
+from swarmgpu.manager.services.requests import matches_products
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 from swarmgpu.swarm.taskstop import MAX_GRACE_S
 
@@ -226,11 +228,24 @@ class Holds:
             if n is None or host is None or c.node in refused or not self._keeps_off(c, d):
                 continue
             gpus = f"{held_words(self.cluster, c)} of {host.hostname}"
-            # a victim's stopping task's GPUs spared for its preemptor are that one's
-            said.append(f"{gpus} held for tasks Swarm is stopping there" if n.priority ==
-                        STOPPING_PRIORITY and not n.owner
-                        else f"{gpus} held for {self._for(svc)} (its preemption)")
+            said.append(self._held_for(svc, n, gpus))
+        # a stopping task's MIG devices are held by UUID, beside the whole GPUs (``_hold``)
+        for svc, migs in sorted(self.migs.items(), key=lambda kv: (
+                self.left[kv[0]].node_id if kv[0] in self.left else "", self._for(kv[0]))):
+            n = self.left.get(svc)
+            host = self.cluster.nodes.get(n.node_id) if n is not None else None
+            if n is None or host is None or n.node_id in refused \
+                    or not _migs_keep_off(self.cluster, n.node_id, migs, d):
+                continue
+            said.append(self._held_for(svc, n, f"{_mig_words(self.cluster, n.node_id, migs)}"
+                                                f" of {host.hostname}"))
         return "; ".join(said)
+
+    def _held_for(self, svc: str, n: Nomination, what: str) -> str:
+        # a victim's stopping task's GPUs spared for its preemptor are that one's
+        return (f"{what} held for tasks Swarm is stopping there"
+                if n.priority == STOPPING_PRIORITY and not n.owner
+                else f"{what} held for {self._for(svc)} (its preemption)")
 
     def _for(self, svc: str) -> str:
         """Whom the hold ``svc`` (a key of ``on``) keeps its GPUs for, by name."""
@@ -320,6 +335,37 @@ def held_words(cluster: ClusterAllocator, c: Choice) -> str:
     said = [f"{whole} GPU{'s' if whole > 1 else ''}"] if whole else []
     said += [f"{m / MILLI:.2f} of a GPU" for m in parts]
     return " and ".join(said)
+
+
+def _migs_keep_off(cluster: ClusterAllocator, node: str, migs: Sequence[str],
+                   d: Demand) -> bool:
+    """``d``, a MIG request, gets no device on ``node`` now but would with ``migs`` (held
+    MIG devices) free, its CPU and memory left there (not a drained or down node)."""
+    state, facts = cluster.alloc.nodes.get(node), cluster.facts.get(node)
+    if d.mig_profile is None or state is None or facts is None or not cluster.alloc.fits(
+            state, Demand(cpu_milli=d.cpu_milli, memory_mib=d.memory_mib,
+                          node_labels=d.node_labels)):
+        return False
+    gpus = [g for g in facts.gpus if matches_products(g.product, d.products)]
+    taken = cluster.assigned_mig.get(node, set())
+    try:
+        return not isinstance(pick_mig_device(gpus, d.mig_profile, taken), MigChoice) \
+            and isinstance(pick_mig_device(gpus, d.mig_profile, taken - set(migs)), MigChoice)
+    except ValueError:  # (a malformed profile: its request said so already)
+        return False
+
+
+def _mig_words(cluster: ClusterAllocator, node: str, migs: Sequence[str]) -> str:
+    """``migs`` by profile ("1g.10gb MIG device", "2 1g.10gb MIG devices")."""
+    facts = cluster.facts.get(node)
+    profile = {m.uuid: m.profile for g in (facts.gpus if facts is not None else ())
+               for m in g.mig_devices}
+    count: dict[str, int] = {}
+    for u in migs:
+        count[profile.get(u, "")] = count.get(profile.get(u, ""), 0) + 1
+    return " and ".join(f"{k} MIG device" if c == 1 and k else
+                        f"{c} {k} MIG devices" if k else
+                        f"{c} MIG device{'s' if c > 1 else ''}" for k, c in sorted(count.items()))
 
 
 def held_choice(cluster: ClusterAllocator, node: str, held: Callable[[str], bool],
@@ -417,6 +463,8 @@ class StoppingGpus:
         self.running: dict[str, tuple[str, Uses]] = {}  # meant task id -> as first seen
         self.names: dict[str, str] = {}  # service id -> name, as the last cycle had them
         self.seen: dict[str, float] = {}  # stopping task id -> when first seen so (epoch s)
+        self.first: dict[str, float] = {}  # as ``seen``, for every stopping task (GPUs or not)
+        self.overdue: frozenset[str] = frozenset()  # of those, past their hold's end at ``now``
         # node id -> when its hold ends at most (epoch s): its tasks' rejected_until, or
         # first seen stopping plus the stop grace period (a global job's run waits for it)
         self.until: dict[str, float] = {}
@@ -463,6 +511,9 @@ class StoppingGpus:
                 known[t.id] = got
         self.known, self.running, self.names = known, running, names
         self.seen = {tid: self.seen.get(tid, now) for tid in known}
+        self.first = {t.id: self.first.get(t.id, now) for t in stopping}
+        self.overdue = frozenset(t.id for t in stopping
+                                 if stop_overdue(t, self.first[t.id], now))
         ends = {t.id: t.rejected_until if t.rejected_until is not None
                 else self.seen[t.id] + t.stop_grace_s for t in [*stopping, *rejected]
                 if t.id in known}

@@ -298,11 +298,11 @@ class Planner:
         cyc.task_rules = tv.rules
         # Both kept in place: a quiet service's entries stay as they are; every other
         # visited service's are dropped first, then set again if it settles.
-        live = live_nominations(nominated, read.names)
-        leaving = self._stopping.holds(stopping, services, seen.ledger, tasks, facts, [
+        live, st = live_nominations(nominated, read.names), self._stopping
+        leaving = st.holds(stopping, services, seen.ledger, tasks, facts, [
             t for t in rejected if rejected_running(t, now)], live, now)
-        plan.stopping_held, plan.stopping_spared, cyc.stopping_until = (
-            held_gpus(leaving), self._stopping.spared, self._stopping.until)
+        plan.stopping_held, plan.stopping_spared, plan.stopping_overdue, cyc.stopping_until = (
+            held_gpus(leaving), st.spared, st.overdue, st.until)
         # Stopping tasks' first: a GPU of theirs not spared (no victim's) is not a hold's
         holds = Holds(self.cluster, [*leaving, *live], self._hold_faults)
         try:  # a hold is counted for this visit only, whatever it raises

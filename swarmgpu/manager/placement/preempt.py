@@ -60,9 +60,11 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   but not the CPU (a ``gpus: "0"`` service there), or a host port another service binds
   there, is no room, as Kubernetes asks per node: victims are sought there (one whose
   stop frees the CPU or the port) and on the others (before, the first such node by id
-  ended the search and the request waited for ever); one short of the CPU only for a task
-  Swarm is stopping there is room already (``Room.fits_once_stopped``: it waits the
-  seconds that takes; a victim stopped elsewhere went for nothing). Nor does it preempt
+  ended the search and the request waited for ever); one short of the CPU, or of a
+  host port, only for a task Swarm is stopping there is room already
+  (``Room.fits_once_stopped``, ``Room.ports_once_stopped``: it waits the seconds that
+  takes; a victim stopped elsewhere went for nothing), until that task's hold ends
+  (``keys.stop_overdue``: past it, stuck, it is no room again). Nor does it preempt
   on a node where the CPU and memory its tasks reserve would not be left once the
   victims' tasks go (``preemptroom.Room``: what Swarm's ResourceFilter counts, the
   round's earlier preemptors and moves counted; a service of no GPU there, never a
@@ -334,8 +336,8 @@ def choose_preemptions(
                  "": no_queue_row(holdings, req, facts)},
                 req, started, holdings, refused, preemptible_below, cooling, moving,
                 plan.failed, done_idle(services, tasks), ports=ports,
-                room=Room.of(nodes, services, tasks, holdings, stopping), held=held or {},
-                taken=set(flying))
+                room=Room.of(nodes, services, tasks, holdings, stopping, plan.stopping_overdue),
+                held=held or {}, taken=set(flying))
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     # A packed service's replicas go only on its node: it preempts there alone, for all
     # the replicas it lacks at once (``packing.repack`` places them so); elsewhere its
@@ -424,11 +426,10 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
         # and its CPU and memory are left (a gpus: "0" service's: it waited for ever
         # while a lower holder elsewhere kept the GPUs it would fit beside)
         if len(free) >= need and (r.topology is Topology.ANY or sets.gives((), holders)) \
-                and nid not in no and (rd.room is None or rd.room.fits(s, nid, (), replicas)
-                                       or rd.room.fits_once_stopped(s, nid, replicas)):
-            # room already: pending for another reason, or for the CPU or memory of a
-            # task Swarm is stopping there (its grace period at most; Swarm starts it
-            # there then: a victim stopped elsewhere meanwhile went for nothing)
+                and _room_once_stopped(rd, s, nid, replicas, no, takers):
+            # room already: pending for another reason, or for the CPU, memory or a host
+            # port of a task Swarm is stopping there (its hold's end at most; Swarm starts
+            # it there then: a victim stopped elsewhere meanwhile went for nothing)
             return None
         # (else the port or the CPU holds it back here: a victim whose stop frees them is
         # sought here too, ``together``; skipped, a holder binding the port beside a free
@@ -463,6 +464,17 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
         if best is None or key < best[0]:
             best = (key, Preemption(s.name, s.id, r.priority, nid, node.hostname, victims))
     return best[1] if best is not None else None
+
+
+def _room_once_stopped(rd: _Round, s: SwarmService, nid: str, replicas: int,
+                       no: AbstractSet[str], takers: Mapping[str, AbstractSet[str]]) -> bool:
+    """``replicas`` of ``s`` fit on ``nid`` now, or once the tasks Swarm is stopping
+    there stop (``Room``: none past its hold's end), its GPUs aside: its CPU and memory,
+    and no filter refuses it there but a host-mode port only those tasks bind."""
+    if rd.room is None:
+        return nid not in no
+    return (nid not in no or (nid in takers and rd.room.ports_once_stopped(s, nid))) and (
+        rd.room.fits(s, nid, (), replicas) or rd.room.fits_once_stopped(s, nid, replicas))
 
 
 def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding],

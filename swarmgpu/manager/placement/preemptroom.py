@@ -1,12 +1,16 @@
 """CPU and memory per node as preemption counts them (``Room``), as Swarm's ResourceFilter
-does: a preemptor, or a victim moved, is sent only where its tasks' reservations fit."""
+does: a preemptor, or a victim moved, is sent only where its tasks' reservations fit.
+What the tasks Swarm is stopping hold there (CPU, memory, host-mode ports) is room once
+they stop, their hold's end at most (``keys.stop_overdue``): past it, no more."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from swarmgpu.manager.placement.hostports import binds, own_ports, published
 from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.swarm.client import (
@@ -35,15 +39,24 @@ class Room:
 
     left: dict[str, tuple[int | None, int | None]]
     held: Mapping[tuple[str, str], tuple[int, int]]  # (service name, node id) -> reserved
-    # node id -> what the tasks Swarm is stopping there reserve (in ``left`` as used)
+    # node id -> what the tasks Swarm is stopping there reserve (in ``left`` as used),
+    # those past their hold's end aside (used still, but no longer waited for)
     stopping: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # node id -> the host-mode ports those tasks bind there; node id -> port -> the
+    # services that bind it there otherwise (a meant task, a holder publishing it, a
+    # stopping task past its hold's end): a port freed by their stop alone is room then
+    stop_ports: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    kept_ports: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
 
     @staticmethod
     def of(nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
            tasks: Sequence[SwarmTask], holdings: Mapping[str, Mapping[str, Holding]],
-           stopping: Sequence[SwarmTask] = ()) -> Room:
+           stopping: Sequence[SwarmTask] = (),
+           overdue: AbstractSet[str] = frozenset()) -> Room:
         """``stopping``: tasks Swarm is stopping (``keys.stopping``), whose reservations
-        count on their node until they stop: used there, never freed by a victim's stop."""
+        count on their node until they stop: used there, never freed by a victim's stop.
+        ``overdue``: the ids of those past their hold's end (``keys.stop_overdue``: a node
+        down or paused, a stop stuck): used still, but never room once stopped."""
         name_of = {s.id: s.name for s in services}
         held: dict[tuple[str, str], tuple[int, int]] = {}
         on: set[tuple[str, str]] = set()
@@ -63,18 +76,19 @@ class Room:
                     res = held_reservations(s.spec)  # unread: its node's whole, never less
                     held[(svc, nid)] = ((res[0] * h.replicas, res[1] * h.replicas)
                                         if res is not None else whole.get(nid, (0, 0)))
+        use: dict[str, tuple[int, int]] = {}
         stops: dict[str, tuple[int, int]] = {}
-        for t in stopping:
-            uc, um = stops.get(t.node_id, (0, 0))
-            stops[t.node_id] = (uc + t.cpu_milli, um + t.memory_mib)
-        use = dict(stops)
+        for t in stopping:  # used as ever; waited for only until its hold's end
+            for got in (use, stops) if t.id not in overdue else (use,):
+                uc, um = got.get(t.node_id, (0, 0))
+                got[t.node_id] = (uc + t.cpu_milli, um + t.memory_mib)
         for (_svc, nid), (c, m) in held.items():
             uc, um = use.get(nid, (0, 0))
             use[nid] = (uc + c, um + m)
         left = {n.id: (None if n.cpu_milli is None else n.cpu_milli - use.get(n.id, (0, 0))[0],
                        None if n.memory_mib is None else n.memory_mib - use.get(n.id, (0, 0))[1])
                 for n in nodes}
-        return Room(left, held, stops)
+        return Room(left, held, stops, *_ports(services, tasks, holdings, stopping, overdue))
 
     def fits(self, s: SwarmService, nid: str, victims: Sequence[Named], count: int,
              ) -> bool:
@@ -102,6 +116,15 @@ class Room:
         finally:
             self.left[nid] = was
 
+    def ports_once_stopped(self, s: SwarmService, nid: str) -> bool:
+        """Each host-mode port ``s`` publishes that is bound on ``nid`` is bound there
+        only by tasks Swarm is stopping, none past its hold's end: free once they stop."""
+        ports = published(s) if nid in self.stop_ports else ()
+        if not ports or not self.stop_ports[nid].intersection(ports):
+            return False
+        kept = self.kept_ports.get(nid, {})
+        return not any(kept.get(p, frozenset()) - {s.name} for p in ports)
+
     def took(self, s: SwarmService, nid: str, victims: Sequence[Named], count: int,
              ) -> None:
         """``count`` tasks of ``s`` go on ``nid`` in place of ``victims``'."""
@@ -122,3 +145,43 @@ class Room:
     def _add(self, nid: str, cpu: int, mem: int) -> None:
         c, m = self.left.get(nid, (None, None))
         self.left[nid] = (None if c is None else c + cpu, None if m is None else m + mem)
+
+
+def _ports(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
+           holdings: Mapping[str, Mapping[str, Holding]], stopping: Sequence[SwarmTask],
+           overdue: AbstractSet[str],
+           ) -> tuple[dict[str, frozenset[str]], dict[str, dict[str, frozenset[str]]]]:
+    """``Room.stop_ports`` and ``Room.kept_ports``, as ``hostports.HostPorts`` counts a
+    task's ports (its own status's while Swarm stops it, else its service's; a removed
+    service's, its status's); nothing read where no stopping task binds a port."""
+    by_id = {s.id: s for s in services}
+
+    def ports_of(t: SwarmTask) -> tuple[str, ...]:
+        svc = by_id.get(t.service_id)
+        return own_ports(t) or (published(svc) if svc is not None else t.host_ports)
+
+    stop: dict[str, set[str]] = {}
+    for t in stopping:
+        if t.id not in overdue:
+            stop.setdefault(t.node_id, set()).update(ports_of(t))
+    stop = {nid: got for nid, got in stop.items() if got}
+    if not stop:
+        return {}, {}
+    kept: dict[str, dict[str, set[str]]] = {}
+
+    def keep(nid: str, ports: Sequence[str], who: str) -> None:
+        for p in ports:
+            kept.setdefault(nid, {}).setdefault(p, set()).add(who)
+
+    waited = {t.id for t in stopping if t.id not in overdue}
+    for t in [*tasks, *stopping]:
+        if t.node_id in stop and t.id not in waited and binds(t):
+            svc = by_id.get(t.service_id)
+            keep(t.node_id, ports_of(t), svc.name if svc is not None else "\0" + t.service_id)
+    by_name = {s.name: s for s in services}
+    for nid in stop:
+        for name in holdings.get(nid, {}):  # placed there (this cycle too): binds it soon
+            if (svc := by_name.get(name)) is not None:
+                keep(nid, published(svc), name)
+    return ({nid: frozenset(got) for nid, got in stop.items()},
+            {nid: {p: frozenset(w) for p, w in by.items()} for nid, by in kept.items()})
