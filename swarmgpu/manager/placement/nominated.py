@@ -60,6 +60,7 @@ from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.envs import DEVICE_VAR, own_device_line
 from swarmgpu.manager.placement.keys import ASSIGNED_STATES, SKEW_S
+from swarmgpu.manager.placement.keys import stopping as still_counted
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.preempted import preempted_state
@@ -530,7 +531,8 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
     (``plan``, ``status``: ``cycle.placement.make_plan``): the GPUs of each task Swarm
     still stops (``leaving``: stopping or rejected) whose service's ``state.preempted``
     record names a live preemptor, that task's node and a time less than ``settle_s``
-    before ``now`` (epoch s), held for that preemptor. Read from the task's own device
+    before ``now`` (epoch s; ``STOP_WAIT_S`` more for a task Swarm still counts there,
+    ``keys.stopping``: the daemon's hold waits for it), held for that preemptor. Read from the task's own device
     line only (a one-shot knows no ledger entry the preemption removed). Without them
     such GPUs read as held for the stopping task: the preemptor waits (its plan said
     so) and the preview of preemption chose new victims for it, which the daemon, its
@@ -541,8 +543,11 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
     for t in leaving:
         svc = by_id.get(t.service_id)
         st = None if svc is None else preempted_state(svc.labels, prefix)
+        # The daemon's hold lasts while a victim's task Swarm counts still stops
+        # (``Nominations.keep``: ``STOP_WAIT_S`` at most), then ``settle_s``.
+        lasts = settle_s + (STOP_WAIT_S if still_counted(t) else 0.0)
         if (st is None or st.node_id != t.node_id or st.by not in names
-                or not 0 <= now - st.at < settle_s):
+                or not 0 <= now - st.at < lasts):
             continue
         uuids = {u for u, _m in task_device_uses(t, prefix, facts.get(t.node_id))}
         if uuids:
