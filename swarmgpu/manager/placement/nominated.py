@@ -60,12 +60,11 @@ from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.envs import DEVICE_VAR, own_device_line
 from swarmgpu.manager.placement.keys import ASSIGNED_STATES, SKEW_S
-from swarmgpu.manager.placement.keys import stopping as still_counted
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.preempted import preempted_state
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
-from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.taskstop import MAX_GRACE_S
 
 # A preemptor's plan status while its hold lasts: one whose planning raised
@@ -163,6 +162,16 @@ class Nominations:
             if now - last < self.settle_s and k in pending:
                 kept[k] = (n, at, last)
         self.by = kept
+
+
+def stops_waited(stopping: Sequence[SwarmTask], nodes: Sequence[SwarmNode],
+                 ) -> frozenset[tuple[str, str]]:
+    """(service id, node id) of the tasks Swarm is stopping (``keys.stopping``) whose stop
+    a hold waits for (``Nominations.keep``): on a ready, active node only. A down node's
+    task may never report its stop, and a paused or drained node starts nothing: its
+    preemptor could not run there once it stopped, so its hold settles as ever."""
+    usable = {n.id for n in nodes if n.state == "ready" and n.availability == "active"}
+    return frozenset((t.service_id, t.node_id) for t in stopping if t.node_id in usable)
 
 
 class HoldFaults:
@@ -526,14 +535,16 @@ def task_device_uses(t: SwarmTask, prefix: str, facts: NodeFacts | None) -> Uses
 
 def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[SwarmTask],
                          facts: Mapping[str, NodeFacts], prefix: str, now: float,
-                         settle_s: float) -> list[Nomination]:
+                         settle_s: float, waited: AbstractSet[tuple[str, str]] = frozenset(),
+                         ) -> list[Nomination]:
     """A one-shot's stand-in for the daemon's nominations, kept in its memory only
     (``plan``, ``status``: ``cycle.placement.make_plan``): the GPUs of each task Swarm
     still stops (``leaving``: stopping or rejected) whose service's ``state.preempted``
     record names a live preemptor, that task's node and a time less than ``settle_s``
-    before ``now`` (epoch s; ``STOP_WAIT_S`` more for a task Swarm still counts there,
-    ``keys.stopping``: the daemon's hold waits for it), held for that preemptor. Read from the task's own device
-    line only (a one-shot knows no ledger entry the preemption removed). Without them
+    before ``now`` (epoch s; ``STOP_WAIT_S`` more for a task among ``waited``,
+    ``stops_waited``: the daemon's hold waits for its stop), held for that preemptor.
+    Read from the task's own device line only (a one-shot knows no ledger entry the
+    preemption removed). Without them
     such GPUs read as held for the stopping task: the preemptor waits (its plan said
     so) and the preview of preemption chose new victims for it, which the daemon, its
     nomination held, does not."""
@@ -545,7 +556,7 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
         st = None if svc is None else preempted_state(svc.labels, prefix)
         # The daemon's hold lasts while a victim's task Swarm counts still stops
         # (``Nominations.keep``: ``STOP_WAIT_S`` at most), then ``settle_s``.
-        lasts = settle_s + (STOP_WAIT_S if still_counted(t) else 0.0)
+        lasts = settle_s + (STOP_WAIT_S if (t.service_id, t.node_id) in waited else 0.0)
         if (st is None or st.node_id != t.node_id or st.by not in names
                 or not 0 <= now - st.at < lasts):
             continue
