@@ -9,7 +9,7 @@ from dataclasses import replace
 from support.forged import R_UUIDS, snapshot, sw_node, sw_svc
 from support.placement import DGX, FACTS, R4090, apply, svc
 
-from swarmgpu.core.config import Config
+from swarmgpu.core.config import Config, PreemptionConfig
 from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.placement import Holding, Planner, Status, assign_key, gate_key
 from swarmgpu.manager.placement.nominated import STOP_WAIT_S, Nomination, Nominations
@@ -216,6 +216,10 @@ def test_plan_reads_a_victim_still_stopping_past_settle_as_the_daemon_holds_it()
     assert [set(p.uuids) for p in daemon["high"].placements] == [set(R_UUIDS[:2])]
     by = {sp.name: sp for sp in make_plan(snap, Config()).services}
     assert [set(p.uuids) for p in by["high"].placements] == [set(R_UUIDS[:2])], by["high"]
+    # A daemon that settles no preemption (settle_s 0) holds none, however long it stops.
+    none = Config(preemption=PreemptionConfig(settle_s=0))
+    by = {sp.name: sp for sp in make_plan(snap, none).services}
+    assert by["high"].status == Status.PENDING, by["high"]
     # Once past the longest a hold waits for its victims' stop, neither holds it.
     gone = replace(snap, taken_at=995.0 + STOP_WAIT_S + settle)
     for now in range(int(late), int(gone.taken_at) + 1, 5):

@@ -555,8 +555,9 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
         svc = by_id.get(t.service_id)
         st = None if svc is None else preempted_state(svc.labels, prefix)
         # The daemon's hold lasts while a victim's task Swarm counts still stops
-        # (``Nominations.keep``: ``STOP_WAIT_S`` at most), then ``settle_s``.
-        lasts = settle_s + (STOP_WAIT_S if (t.service_id, t.node_id) in waited else 0.0)
+        # (``Nominations.keep``: ``STOP_WAIT_S`` at most), then ``settle_s`` (none: none)
+        waits = settle_s > 0 and (t.service_id, t.node_id) in waited
+        lasts = settle_s + (STOP_WAIT_S if waits else 0.0)
         if (st is None or st.node_id != t.node_id or st.by not in names
                 or not 0 <= now - st.at < lasts):
             continue
