@@ -227,3 +227,38 @@ def test_plan_reads_a_victim_still_stopping_past_settle_as_the_daemon_holds_it()
     assert not noms.current(gone.taken_at)
     by = {sp.name: sp for sp in make_plan(gone, Config()).services}
     assert by["high"].status == Status.PENDING, by["high"]
+
+
+def test_a_gpu_a_victim_and_another_stopping_task_both_use_stays_held_from_its_preemptor(
+        ) -> None:
+    """victim (high's) and pinned (a plain service pinning two GPUs) both stop on the
+    first RTX 4090 of gpu-node-2, pinned on the second too; filler holds the other six.
+    urgent (priority 200, asking more than the node has) is visited first. pinned's
+    container still runs on the first GPU: high waits, its GPU held from all (the
+    spared hold's own words). Before: the spared hold took the GPU first, the other
+    stopping hold got only the second, and high's visit gave the first back: high was
+    placed on a GPU pinned's container ran on."""
+    uuids = tuple(g.uuid for g in FACTS["n-4090"].gpus)
+    victim, pinned = svc("victim", {}, gated=False), svc("pinned", {}, gated=False)
+    filler = svc("filler", {f"{P}gpus": "6"})
+    urgent = svc("urgent", {f"{P}gpus": "8", f"{P}priority": "200",
+                            f"{P}gpu-product": "*RTX 4090*"})
+    high = svc("high", {f"{P}gpus": "1", f"{P}priority": "100",
+                        f"{P}gpu-product": "*RTX 4090*"})
+    held = Holding("filler", "n-4090", uuids[2:], (1000,) * 6)
+    nodes = [replace(R4090, labels={assign_key(P, "filler"): held.label_value(),
+                                    gate_key(P, "filler"): "true"})]
+    t_v = SwarmTask("t-v", victim.id, "n-4090", 1, "running", "shutdown",
+                    (f"NVIDIA_VISIBLE_DEVICES={uuids[0]}",))
+    t_p = SwarmTask("t-p", pinned.id, "n-4090", 1, "running", "shutdown",
+                    (f"NVIDIA_VISIBLE_DEVICES={uuids[0]},{uuids[1]}",))
+    tasks = [SwarmTask("t-f", filler.id, "n-4090", 1, "running", "running", ()),
+             SwarmTask("t-u", urgent.id, "", 1, "pending", "running", ()),
+             SwarmTask("t-h", high.id, "", 1, "pending", "running", ())]
+    nom = Nomination("high", 100, "n-4090", uuids[:1], victims=(victim.id,))
+    plan = Planner(prefix=P).plan(nodes, [victim, pinned, filler, urgent, high], tasks,
+                                  {"n-4090": FACTS["n-4090"]}, stopping=[t_v, t_p],
+                                  nominated=[nom])
+    by = {sp.name: sp for sp in plan.services}
+    assert by["high"].status == Status.PENDING and not by["high"].placements, by["high"]
+    assert plan.stopping_held[("n-4090", uuids[0])][0] == "tasks stopping on n-4090"

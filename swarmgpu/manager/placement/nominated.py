@@ -198,7 +198,15 @@ class Holds:
     def __init__(self, cluster: ClusterAllocator, nominations: Sequence[Nomination],
                  faults: HoldFaults) -> None:
         self.cluster = cluster
-        self.left = {n.service: n for n in nominations}  # not ended in this visit
+        # Each counted in this order when first held: the stopping tasks' held from all,
+        # then those spared for a preemptor, then the preemptions' (whole free GPUs only).
+        # A GPU another task stops on too is so counted by the first, not given back
+        # with the spared hold on its preemptor's visit (its container runs there).
+        def order(n: Nomination) -> tuple[bool, bool]:
+            return (n.priority != STOPPING_PRIORITY or bool(n.owner),
+                    n.priority != STOPPING_PRIORITY)
+        # not ended in this visit
+        self.left = {n.service: n for n in sorted(nominations, key=order)}
         self.on: dict[str, Choice] = {}  # preemptor -> its GPUs counted used now
         self.migs: dict[str, tuple[str, ...]] = {}  # -> its MIG devices counted used now
         self.faults = faults
