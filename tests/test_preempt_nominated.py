@@ -606,3 +606,30 @@ def test_a_preemptor_waits_for_its_victims_cpu_while_their_tasks_stop() -> None:
     pre.decide(snap, plan, FACTS, planner.refused_nodes, t + 400, planner.port_takers,
                mono=t + 400)
     assert pre.nominated.current(t + 400) == ()
+
+
+@pytest.mark.parametrize("node", [{"state": "down"}, {"availability": "pause"}])
+def test_a_preemptor_waits_no_stop_on_a_node_it_can_no_longer_run_on(node: dict[str, str],
+                                                                     ) -> None:
+    """As above, batch is stopped for high and its task still stops; then n-4090 goes
+    down (the task's stop never reported) or is paused (Swarm starts nothing there): high
+    could not run there whatever stops, so its hold settles after settle_s as ever. Before:
+    it lasted while the task was seen stopping, the stop cap (6 minutes): high neither
+    preempted elsewhere nor was its nomination given up meanwhile."""
+    t = 1000.0
+    w, planner, pre = World(), Planner(prefix=P), Preempter(
+        Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
+    _cpu_full(w)
+    plan = w.plan(planner, pre, t)
+    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers,
+                      mono=t)
+    pre.took(p, list(p.victims), t)
+    stopping = _victim_stopping(w, p, cpu_milli=1000)
+    w.nodes["n-4090"] = replace(w.nodes["n-4090"], **node)
+    for now in (t + 10, t + 31):
+        snap = replace(w.snap(), stopping=stopping)
+        plan = planner.plan(snap.nodes, snap.services, snap.tasks, FACTS, now=now,
+                            nominated=pre.nominated.current(now), stopping=stopping)
+        pre.decide(snap, plan, FACTS, planner.refused_nodes, now, planner.port_takers,
+                   mono=now)
+    assert pre.nominated.current(t + 31) == ()

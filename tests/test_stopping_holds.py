@@ -9,10 +9,10 @@ from dataclasses import replace
 from support.forged import R_UUIDS, snapshot, sw_node, sw_svc
 from support.placement import DGX, FACTS, R4090, apply, svc
 
-from swarmgpu.core.config import Config
+from swarmgpu.core.config import Config, PreemptionConfig
 from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.placement import Holding, Planner, Status, assign_key, gate_key
-from swarmgpu.manager.placement.nominated import Nomination
+from swarmgpu.manager.placement.nominated import STOP_WAIT_S, Nomination, Nominations
 from swarmgpu.manager.placement.preempted import Preempted
 from swarmgpu.swarm.client import SwarmTask
 
@@ -171,7 +171,8 @@ def test_plan_reads_a_stopping_victims_gpus_as_its_preemptors_as_the_daemon_does
                    taken_at=1000.0)
     by = {sp.name: sp for sp in make_plan(snap, Config()).services}
     assert [set(p.uuids) for p in by["high"].placements] == [set(R_UUIDS[:2])], by["high"]
-    late = replace(snap, taken_at=1000.0 + Config().preemption.settle_s)  # it settled
+    # it settled: the daemon's hold waits for a victim's stop STOP_WAIT_S at most
+    late = replace(snap, taken_at=995.0 + STOP_WAIT_S + Config().preemption.settle_s)
     by = {sp.name: sp for sp in make_plan(late, Config()).services}
     assert by["high"].status == Status.PENDING, by["high"]  # the stop held, as the daemon
     assert "held for tasks Swarm is stopping there" in (by["high"].reason or "")
@@ -204,3 +205,89 @@ def test_a_pending_mig_request_is_told_of_the_stopping_tasks_mig_device_it_waits
     plan = planner.plan(nodes, [old, small], [], facts, stopping=[t_old])
     sp = next(sp for sp in plan.services if sp.name == "small")
     assert "held for" not in (sp.reason or ""), sp
+
+
+def test_plan_reads_a_victim_still_stopping_past_settle_as_the_daemon_holds_it() -> None:
+    """high's victim (a job's task, stopped by its spec write: Swarm still counts it) is
+    still stopping on two RTX 4090s a whole settle time after its record: the daemon's
+    nomination lasts while that task stops (``Nominations.keep``, ``STOP_WAIT_S`` at
+    most), so it spares the GPUs for high, and `plan` reads the record so too. Before:
+    the one-shot cut the record at ``settle_s``: high read pending, "held for tasks Swarm
+    is stopping there", while the daemon placed it."""
+    settle = Config().preemption.settle_s
+    record = Preempted("high", 100, 995.0, "n-4090").to_json()
+    victim = replace(sw_svc("victim", {f"{P}gpus": "2", f"{P}state.preempted": record}),
+                     replicas=0)
+    filler = sw_svc("filler", {f"{P}gpus": "6"})
+    high = sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100",
+                           f"{P}gpu-product": "*RTX 4090*"})
+    h = Holding("filler", "n-4090", R_UUIDS[2:], (1000,) * 6)
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", {assign_key(P, "filler"): h.label_value(),
+                                              gate_key(P, "filler"): "true"})]
+    line = "NVIDIA_VISIBLE_DEVICES=" + ",".join(R_UUIDS[:2])
+    t_v = SwarmTask("t-v", victim.id, "n-4090", 1, "running", "shutdown", (line,))
+    tasks = [SwarmTask("t-f", filler.id, "n-4090", 1, "running", "running", ()),
+             SwarmTask("t-h", high.id, "", 1, "pending", "running", ())]
+    late = 995.0 + settle + 5.0
+    snap = replace(snapshot(nodes, [victim, filler, high], tasks), stopping=[t_v],
+                   taken_at=late)
+    # The daemon's side: nominated at 995, the victim's task seen stopping since.
+    noms = Nominations(settle)
+    noms.by["high"] = (Nomination("high", 100, "n-4090", R_UUIDS[:2],
+                                  victims=(victim.id,)), 995.0, 995.0)
+    pending = make_plan(snap, Config(), nominated=[])  # high waits without the hold
+    assert {sp.name: sp for sp in pending.services}["high"].status == Status.PENDING
+    for now in range(1000, int(late) + 1, 5):
+        noms.keep(pending, float(now), stopping={(victim.id, "n-4090")})
+    daemon = {sp.name: sp for sp in make_plan(snap, Config(), nominated=noms.current(late))
+              .services}
+    assert [set(p.uuids) for p in daemon["high"].placements] == [set(R_UUIDS[:2])]
+    by = {sp.name: sp for sp in make_plan(snap, Config()).services}
+    assert [set(p.uuids) for p in by["high"].placements] == [set(R_UUIDS[:2])], by["high"]
+    # A daemon that settles no preemption (settle_s 0) holds none, however long it stops.
+    none = Config(preemption=PreemptionConfig(settle_s=0))
+    by = {sp.name: sp for sp in make_plan(snap, none).services}
+    assert by["high"].status == Status.PENDING, by["high"]
+    # Once past the longest a hold waits for its victims' stop, neither holds it.
+    gone = replace(snap, taken_at=995.0 + STOP_WAIT_S + settle)
+    for now in range(int(late), int(gone.taken_at) + 1, 5):
+        noms.keep(pending, float(now), stopping={(victim.id, "n-4090")})
+    assert not noms.current(gone.taken_at)
+    by = {sp.name: sp for sp in make_plan(gone, Config()).services}
+    assert by["high"].status == Status.PENDING, by["high"]
+
+
+def test_a_gpu_a_victim_and_another_stopping_task_both_use_stays_held_from_its_preemptor(
+        ) -> None:
+    """victim (high's) and pinned (a plain service pinning two GPUs) both stop on the
+    first RTX 4090 of gpu-node-2, pinned on the second too; filler holds the other six.
+    urgent (priority 200, asking more than the node has) is visited first. pinned's
+    container still runs on the first GPU: high waits, its GPU held from all (the
+    spared hold's own words). Before: the spared hold took the GPU first, the other
+    stopping hold got only the second, and high's visit gave the first back: high was
+    placed on a GPU pinned's container ran on."""
+    uuids = tuple(g.uuid for g in FACTS["n-4090"].gpus)
+    victim, pinned = svc("victim", {}, gated=False), svc("pinned", {}, gated=False)
+    filler = svc("filler", {f"{P}gpus": "6"})
+    urgent = svc("urgent", {f"{P}gpus": "8", f"{P}priority": "200",
+                            f"{P}gpu-product": "*RTX 4090*"})
+    high = svc("high", {f"{P}gpus": "1", f"{P}priority": "100",
+                        f"{P}gpu-product": "*RTX 4090*"})
+    held = Holding("filler", "n-4090", uuids[2:], (1000,) * 6)
+    nodes = [replace(R4090, labels={assign_key(P, "filler"): held.label_value(),
+                                    gate_key(P, "filler"): "true"})]
+    t_v = SwarmTask("t-v", victim.id, "n-4090", 1, "running", "shutdown",
+                    (f"NVIDIA_VISIBLE_DEVICES={uuids[0]}",))
+    t_p = SwarmTask("t-p", pinned.id, "n-4090", 1, "running", "shutdown",
+                    (f"NVIDIA_VISIBLE_DEVICES={uuids[0]},{uuids[1]}",))
+    tasks = [SwarmTask("t-f", filler.id, "n-4090", 1, "running", "running", ()),
+             SwarmTask("t-u", urgent.id, "", 1, "pending", "running", ()),
+             SwarmTask("t-h", high.id, "", 1, "pending", "running", ())]
+    nom = Nomination("high", 100, "n-4090", uuids[:1], victims=(victim.id,))
+    plan = Planner(prefix=P).plan(nodes, [victim, pinned, filler, urgent, high], tasks,
+                                  {"n-4090": FACTS["n-4090"]}, stopping=[t_v, t_p],
+                                  nominated=[nom])
+    by = {sp.name: sp for sp in plan.services}
+    assert by["high"].status == Status.PENDING and not by["high"].placements, by["high"]
+    assert plan.stopping_held[("n-4090", uuids[0])][0] == "tasks stopping on n-4090"

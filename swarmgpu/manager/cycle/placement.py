@@ -53,7 +53,7 @@ from swarmgpu.manager.placement import (
 from swarmgpu.manager.placement.devicemap import UNTRUSTED_RECORD
 from swarmgpu.manager.placement.gating import HOLD_ADOPTED
 from swarmgpu.manager.placement.jobs import JOB_MODES
-from swarmgpu.manager.placement.nominated import recorded_nominations
+from swarmgpu.manager.placement.nominated import recorded_nominations, stops_waited
 from swarmgpu.manager.placement.planned import Planned
 from swarmgpu.manager.placement.restarts import HOLD_HINT
 from swarmgpu.manager.placement.specwrite import service_compute
@@ -138,7 +138,8 @@ def make_plan(snap: Snapshot, cfg: Config,
     if nominated is None:
         nominated = recorded_nominations(snap.services, [*snap.stopping, *snap.rejected],
                                          facts, cfg.sync.prefix, snap.taken_at,
-                                         cfg.preemption.settle_s)
+                                         cfg.preemption.settle_s,
+                                         stops_waited(snap.stopping, snap.nodes))
     return planner.plan(snap.nodes, snap.services, snap.tasks, facts,
                         moving=moving(snap.services, snap.swarm_labels, cfg.sync.prefix),
                         nominated=nominated, agents=snap.agent_nodes(planner.agent_service),

@@ -97,6 +97,7 @@ from swarmgpu.manager.placement.nominated import (
     held_gpus,
     live_nominations,
     stopping_held,
+    stops_waited,
 )
 from swarmgpu.manager.placement.preempt import Candidate, Preemption, choose_preemptions
 from swarmgpu.manager.placement.preempted import Preempted, preempted_state
@@ -337,7 +338,7 @@ class Preempter:
             snap.services, fresh, self.prefix)
         self.moving = {p: vs & in_move for p, vs in self.moving.items() if vs & in_move}
         self.nominated.keep(plan, mono, in_move,  # placed, gone or settled: it ends
-                            {(t.service_id, t.node_id) for t in snap.stopping})
+                            stops_waited(snap.stopping, snap.nodes))
         held = self.nominated.current(mono)  # used for those of their priority or lower
         # its victim's move is in flight, or its GPUs still held for it: wait for them
         settling |= self.moving.keys() | {n.service for n in held}

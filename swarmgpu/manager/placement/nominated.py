@@ -66,7 +66,7 @@ from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.preempted import preempted_state
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
 from swarmgpu.manager.services.requests import matches_products
-from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.taskstop import MAX_GRACE_S
 
 # A preemptor's plan status while its hold lasts: one whose planning raised
@@ -166,6 +166,16 @@ class Nominations:
         self.by = kept
 
 
+def stops_waited(stopping: Sequence[SwarmTask], nodes: Sequence[SwarmNode],
+                 ) -> frozenset[tuple[str, str]]:
+    """(service id, node id) of the tasks Swarm is stopping (``keys.stopping``) whose stop
+    a hold waits for (``Nominations.keep``): on a ready, active node only. A down node's
+    task may never report its stop, and a paused or drained node starts nothing: its
+    preemptor could not run there once it stopped, so its hold settles as ever."""
+    usable = {n.id for n in nodes if n.state == "ready" and n.availability == "active"}
+    return frozenset((t.service_id, t.node_id) for t in stopping if t.node_id in usable)
+
+
 class HoldFaults:
     """The holds whose work raised, by preemptor: each said with its traceback once while
     it keeps raising (again after a cycle without it). Kept across cycles by the planner."""
@@ -190,7 +200,15 @@ class Holds:
     def __init__(self, cluster: ClusterAllocator, nominations: Sequence[Nomination],
                  faults: HoldFaults) -> None:
         self.cluster = cluster
-        self.left = {n.service: n for n in nominations}  # not ended in this visit
+        # Each counted in this order when first held: the stopping tasks' held from all,
+        # then those spared for a preemptor, then the preemptions' (whole free GPUs only).
+        # A GPU another task stops on too is so counted by the first, not given back
+        # with the spared hold on its preemptor's visit (its container runs there).
+        def order(n: Nomination) -> tuple[bool, bool]:
+            return (n.priority != STOPPING_PRIORITY or bool(n.owner),
+                    n.priority != STOPPING_PRIORITY)
+        # not ended in this visit
+        self.left = {n.service: n for n in sorted(nominations, key=order)}
         self.on: dict[str, Choice] = {}  # preemptor -> its GPUs counted used now
         self.migs: dict[str, tuple[str, ...]] = {}  # -> its MIG devices counted used now
         self.faults = faults
@@ -576,13 +594,16 @@ def task_device_uses(t: SwarmTask, prefix: str, facts: NodeFacts | None) -> Uses
 
 def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[SwarmTask],
                          facts: Mapping[str, NodeFacts], prefix: str, now: float,
-                         settle_s: float) -> list[Nomination]:
+                         settle_s: float, waited: AbstractSet[tuple[str, str]] = frozenset(),
+                         ) -> list[Nomination]:
     """A one-shot's stand-in for the daemon's nominations, kept in its memory only
     (``plan``, ``status``: ``cycle.placement.make_plan``): the GPUs of each task Swarm
     still stops (``leaving``: stopping or rejected) whose service's ``state.preempted``
     record names a live preemptor, that task's node and a time less than ``settle_s``
-    before ``now`` (epoch s), held for that preemptor. Read from the task's own device
-    line only (a one-shot knows no ledger entry the preemption removed). Without them
+    before ``now`` (epoch s; ``STOP_WAIT_S`` more for a task among ``waited``,
+    ``stops_waited``: the daemon's hold waits for its stop), held for that preemptor.
+    Read from the task's own device line only (a one-shot knows no ledger entry the
+    preemption removed). Without them
     such GPUs read as held for the stopping task: the preemptor waits (its plan said
     so) and the preview of preemption chose new victims for it, which the daemon, its
     nomination held, does not."""
@@ -592,8 +613,12 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
     for t in leaving:
         svc = by_id.get(t.service_id)
         st = None if svc is None else preempted_state(svc.labels, prefix)
+        # The daemon's hold lasts while a victim's task Swarm counts still stops
+        # (``Nominations.keep``: ``STOP_WAIT_S`` at most), then ``settle_s`` (none: none)
+        waits = settle_s > 0 and (t.service_id, t.node_id) in waited
+        lasts = settle_s + (STOP_WAIT_S if waits else 0.0)
         if (st is None or st.node_id != t.node_id or st.by not in names
-                or not 0 <= now - st.at < settle_s):
+                or not 0 <= now - st.at < lasts):
             continue
         uuids = {u for u, _m in task_device_uses(t, prefix, facts.get(t.node_id))}
         if uuids:
