@@ -509,7 +509,9 @@ def task_device_uses(t: SwarmTask, prefix: str, facts: NodeFacts | None) -> Uses
     device's UUID too, held by UUID), each wholly; none without the node's facts, for
     swarmgpu's template, ``all`` and ``void``. Docker reads the last line that sets the
     variable: a line of the service's before swarmgpu's template is not the one used."""
-    last = [x for x in t.env if x.partition("=")[0] == DEVICE_VAR][-1:]
+    # (an entry that is no text, which no engine sends, is skipped: this runs outside
+    # any service's isolation, and a raise failed the cycle)
+    last = [x for x in t.env if isinstance(x, str) and x.partition("=")[0] == DEVICE_VAR][-1:]
     line = own_device_line(last, prefix)
     if line is None or facts is None:
         return ()
