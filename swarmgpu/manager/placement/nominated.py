@@ -422,6 +422,10 @@ class StoppingGpus:
         self.until: dict[str, float] = {}
         # (node id, GPU uuid) -> the preemptor its hold spared it for, in the last ``holds``
         self.spared: dict[tuple[str, str], str] = {}
+        # (node id, GPU uuid) held for stopping tasks alone, none past its end and a
+        # minute of skew (``SKEW_S``): a preemptor waits for them (``preempt``); one past
+        # it may never stop (a process hung in the GPU driver), its GPUs held as ever
+        self.waits: frozenset[tuple[str, str]] = frozenset()
 
     def holds(self, stopping: Sequence[SwarmTask], services: Sequence[SwarmService],
               ledger: Mapping[str, Mapping[str, Holding]],
@@ -472,6 +476,8 @@ class StoppingGpus:
         # (node id, "" or the preemptor they are spared for) -> uuid -> share: one hold
         # per node and one per preemptor there (each visit walks them all)
         by_node: dict[tuple[str, str], dict[str, int]] = {}
+        soon: set[tuple[str, str]] = set()
+        late: set[tuple[str, str]] = set()
         for tid, (nid, uses) in known.items():
             for u, m in uses:
                 who = for_victim.get((nid, u, owner[tid]), "")
@@ -479,8 +485,10 @@ class StoppingGpus:
                     self.spared[(nid, u)] = who
                 else:
                     self.until[nid] = max(self.until.get(nid, 0.0), ends[tid])
+                    (late if now > ends[tid] + SKEW_S else soon).add((nid, u))
                 on = by_node.setdefault((nid, who), {})
                 on[u] = min(1000, on.get(u, 0) + m)
+        self.waits = frozenset(soon - late - self.spared.keys())
         # Those spared first: ``held_gpus`` keeps the last of one priority, and a GPU
         # another stopping task uses too is held from all.
         return [Nomination(f"tasks stopping on {nid}" + (f" for {who}" if who else ""),

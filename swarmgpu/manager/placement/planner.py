@@ -301,8 +301,8 @@ class Planner:
         live = live_nominations(nominated, read.names)
         leaving = self._stopping.holds(stopping, services, seen.ledger, tasks, facts, [
             t for t in rejected if rejected_running(t, now)], live, now)
-        plan.stopping_held, plan.stopping_spared, cyc.stopping_until = (
-            held_gpus(leaving), self._stopping.spared, self._stopping.until)
+        plan.stopping_held, plan.stopping_spared, cyc.stopping_until, plan.stopping_waits = (
+            held_gpus(leaving), self._stopping.spared, self._stopping.until, self._stopping.waits)
         # Stopping tasks' first: a GPU of theirs not spared (no victim's) is not a hold's
         holds = Holds(self.cluster, [*leaving, *live], self._hold_faults)
         try:  # a hold is counted for this visit only, whatever it raises

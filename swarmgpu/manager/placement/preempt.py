@@ -62,8 +62,9 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   stop frees the CPU or the port) and on the others (before, the first such node by id
   ended the search and the request waited for ever); one short of the CPU only for a task
   Swarm is stopping there is room already (``Room.fits_once_stopped``: it waits the
-  seconds that takes; a victim stopped elsewhere went for nothing). Nor does it preempt
-  on a node where the CPU and memory its tasks reserve would not be left once the
+  seconds that takes; a victim stopped elsewhere went for nothing), and so is one short
+  of GPUs only for such tasks within their grace period (``_room_once_stopped``). Nor
+  does it preempt on a node where the CPU and memory its tasks reserve would not be left once the
   victims' tasks go (``preemptroom.Room``: what Swarm's ResourceFilter counts, the
   round's earlier preemptors and moves counted; a service of no GPU there, never a
   victim nor a candidate, may hold it).
@@ -275,6 +276,9 @@ class _Round:
     # (node, uuid) -> the preemptor and priority it is held for (``nominated.held_gpus``):
     # used for any other of that priority or lower (``off``); no victim is moved onto it
     held: Mapping[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    # of ``held``, those of tasks Swarm is stopping that free within their grace period
+    # (``PlacementPlan.stopping_waits``): a request they alone keep off a node waits
+    waits: AbstractSet[tuple[str, str]] = frozenset()
 
     def refused_of(self, s: SwarmService) -> AbstractSet[str]:
         return self.refused(s) if self.refused is not None else frozenset()
@@ -335,7 +339,7 @@ def choose_preemptions(
                 req, started, holdings, refused, preemptible_below, cooling, moving,
                 plan.failed, done_idle(services, tasks), ports=ports,
                 room=Room.of(nodes, services, tasks, holdings, stopping), held=held or {},
-                taken=set(flying))
+                taken=set(flying), waits=plan.stopping_waits)
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     # A packed service's replicas go only on its node: it preempts there alone, for all
     # the replicas it lacks at once (``packing.repack`` places them so); elsewhere its
@@ -410,6 +414,8 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
             continue  # a packed service's replicas go only on its node
         if packed is None and s.name in here:
             continue  # one replica per node: a held node is not where it goes
+        if nid not in no and _room_once_stopped(rd, s, r, nid, here, need, replicas):
+            return None  # it waits for them: no running service stopped for it
         usable = _usable(r, rd.facts.get(nid)) - rd.off(nid, s.name, r.priority)
         if len(usable) < need:
             continue
@@ -463,6 +469,21 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
         if best is None or key < best[0]:
             best = (key, Preemption(s.name, s.id, r.priority, nid, node.hostname, victims))
     return best[1] if best is not None else None
+
+
+def _room_once_stopped(rd: _Round, s: SwarmService, r: GpuRequest, nid: str,
+                       here: Mapping[str, Holding], need: int, replicas: int) -> bool:
+    """``s`` has room on ``nid`` once the tasks Swarm is stopping there stop, within their
+    grace period (``_Round.waits``: GPUs held for them alone), not before; a topology
+    request is not judged so (it preempts as before)."""
+    soon = {u for n, u in rd.waits if n == nid}
+    if not soon or r.topology is not Topology.ANY:
+        return False
+    usable = _usable(r, rd.facts.get(nid)) - (rd.off(nid, s.name, r.priority) - soon)
+    free = usable - {u for h in here.values() for u in h.uuids}
+    return len(free) >= need and bool(free & soon) and (
+        rd.room is None or rd.room.fits(s, nid, (), replicas)
+        or rd.room.fits_once_stopped(s, nid, replicas))
 
 
 def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding],

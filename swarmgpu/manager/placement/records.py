@@ -283,6 +283,10 @@ class PlacementPlan:
     # preemptor alone, its victim's task stopping there (``nominated.stopping_held`` holds
     # them from all for a reader that no longer has that preemptor's hold)
     stopping_spared: dict[tuple[str, str], str] = field(default_factory=dict)
+    # Of ``stopping_held``, (node id, GPU uuid) held for stopping tasks alone (none
+    # spared) that have not outlived their grace period since first seen (one may never
+    # stop: a process hung in the GPU driver): a preemptor waits for these, no victim
+    stopping_waits: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def empty(self) -> bool:
