@@ -57,7 +57,8 @@ def stop_grace_s(spec: object) -> float:
     ns = cs.get("StopGracePeriod") if isinstance(cs, Mapping) else None
     if type(ns) is not int or ns < 0:
         return DEFAULT_GRACE_S
-    return min(ns / 1e9, MAX_GRACE_S)
+    # (compared as ints: one past a float's range would raise in the division)
+    return MAX_GRACE_S if ns >= MAX_GRACE_S * 10**9 else ns / 1e9
 
 
 def rejected_until(status: object, spec: object) -> float | None:

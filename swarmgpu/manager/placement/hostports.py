@@ -11,7 +11,8 @@ a removed service (one Swarm is stopping) has no spec to read its ports from: it
 status's are counted (``SwarmTask.host_ports``, ``swarm.taskports``); so are a live
 service's stopping task's once it runs (``own_ports``): an update that changed the
 published port leaves its old task on the old port, not the new one (none reported: the
-service's, as before)."""
+service's, as before), and one meant to run that its rolling update has not reached yet
+binds its own reported ones beside its spec's (``_bound``)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,16 @@ def own_ports(t: SwarmTask) -> tuple[str, ...] | None:
     return t.host_ports
 
 
+def _bound(t: SwarmTask, published: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The ports ``t`` binds: a stopping one's own (``own_ports``); one meant to run, its
+    service's ``published`` and those its own status reports (its rolling update not
+    there yet: made with the old spec, it binds the old ports)."""
+    own = own_ports(t)
+    if own is not None:
+        return own or published
+    return tuple(dict.fromkeys((*published, *t.host_ports))) if t.host_ports else published
+
+
 class HostPorts:
     """Indexed once per snapshot (``new_cycle``): per host-mode port, the nodes a task
     binding it is on and whose tasks they are. Most services publish nothing: then the
@@ -90,7 +101,7 @@ class HostPorts:
                 if t.service_id not in live:
                     who, ports = "a removed service (its task stopping)", t.host_ports
                 elif t.service_id not in names:  # its update dropped the port: bound still
-                    who, ports = live[t.service_id], own_ports(t) or ()
+                    who, ports = live[t.service_id], _bound(t)
                 else:
                     continue  # its service publishes ports: read below
                 for p in ports:
@@ -99,7 +110,7 @@ class HostPorts:
             for t in [t for t in tasks if t.service_id in names]:
                 if binds(t):
                     sid = t.service_id
-                    for p in own_ports(t) or self._ports[sid][1]:
+                    for p in _bound(t, self._ports[sid][1]):
                         used.setdefault(p, {}).setdefault(t.node_id, {})[sid] = names[sid]
         self._used = used
         self._claims = {}

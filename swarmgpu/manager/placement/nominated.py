@@ -488,6 +488,10 @@ class StoppingGpus:
         self.until: dict[str, float] = {}
         # (node id, GPU uuid) -> the preemptor its hold spared it for, in the last ``holds``
         self.spared: dict[tuple[str, str], str] = {}
+        # (node id, GPU uuid) held for stopping tasks alone, none past its end and a
+        # minute of skew (``SKEW_S``): a preemptor waits for them (``preempt``); one past
+        # it may never stop (a process hung in the GPU driver), its GPUs held as ever
+        self.waits: frozenset[tuple[str, str]] = frozenset()
 
     def holds(self, stopping: Sequence[SwarmTask], services: Sequence[SwarmService],
               ledger: Mapping[str, Mapping[str, Holding]],
@@ -541,6 +545,8 @@ class StoppingGpus:
         # (node id, "" or the preemptor they are spared for) -> uuid -> share: one hold
         # per node and one per preemptor there (each visit walks them all)
         by_node: dict[tuple[str, str], dict[str, int]] = {}
+        soon: set[tuple[str, str]] = set()
+        late: set[tuple[str, str]] = set()
         for tid, (nid, uses) in known.items():
             for u, m in uses:
                 who = for_victim.get((nid, u, owner[tid]), "")
@@ -548,8 +554,10 @@ class StoppingGpus:
                     self.spared[(nid, u)] = who
                 else:
                     self.until[nid] = max(self.until.get(nid, 0.0), ends[tid])
+                    (late if now > ends[tid] + SKEW_S else soon).add((nid, u))
                 on = by_node.setdefault((nid, who), {})
                 on[u] = min(1000, on.get(u, 0) + m)
+        self.waits = frozenset(soon - late - self.spared.keys())
         # Those spared first: ``held_gpus`` keeps the last of one priority, and a GPU
         # another stopping task uses too is held from all.
         return [Nomination(f"tasks stopping on {nid}" + (f" for {who}" if who else ""),
@@ -578,7 +586,9 @@ def task_device_uses(t: SwarmTask, prefix: str, facts: NodeFacts | None) -> Uses
     device's UUID too, held by UUID), each wholly; none without the node's facts, for
     swarmgpu's template, ``all`` and ``void``. Docker reads the last line that sets the
     variable: a line of the service's before swarmgpu's template is not the one used."""
-    last = [x for x in t.env if x.partition("=")[0] == DEVICE_VAR][-1:]
+    # (an entry that is no text, which no engine sends, is skipped: this runs outside
+    # any service's isolation, and a raise failed the cycle)
+    last = [x for x in t.env if isinstance(x, str) and x.partition("=")[0] == DEVICE_VAR][-1:]
     line = own_device_line(last, prefix)
     if line is None or facts is None:
         return ()

@@ -298,11 +298,9 @@ class Planner:
         cyc.task_rules = tv.rules
         # Both kept in place: a quiet service's entries stay as they are; every other
         # visited service's are dropped first, then set again if it settles.
-        live, st = live_nominations(nominated, read.names), self._stopping
-        leaving = st.holds(stopping, services, seen.ledger, tasks, facts, [
+        live = live_nominations(nominated, read.names)
+        leaving = self._leaving(plan, cyc, stopping, services, seen.ledger, tasks, facts, [
             t for t in rejected if rejected_running(t, now)], live, now)
-        plan.stopping_held, plan.stopping_spared, plan.stopping_overdue, cyc.stopping_until = (
-            held_gpus(leaving), st.spared, st.overdue, st.until)
         # Stopping tasks' first: a GPU of theirs not spared (no victim's) is not a hold's
         holds = Holds(self.cluster, [*leaving, *live], self._hold_faults)
         try:  # a hold is counted for this visit only, whatever it raises
@@ -360,6 +358,20 @@ class Planner:
             for sid, ids in failed.items():
                 if sid in live_ids:
                     self._backoff.setdefault(sid, Backoff()).saw_failures(ids, now)
+
+    def _leaving(self, plan: PlacementPlan, cyc: Cycle, stopping: Sequence[SwarmTask],
+                 services: Sequence[SwarmService],
+                 ledger: Mapping[str, Mapping[str, Holding]], tasks: Sequence[SwarmTask],
+                 facts: Mapping[str, NodeFacts], rejected: Sequence[SwarmTask],
+                 live: Sequence[Nomination], now: float) -> list[Nomination]:
+        """This cycle's holds for the tasks Swarm is stopping (``StoppingGpus.holds``),
+        with what they hold, spare and wait for set on ``plan`` and ``cyc``."""
+        st = self._stopping
+        leaving = st.holds(stopping, services, ledger, tasks, facts, rejected, live, now)
+        plan.stopping_held, plan.stopping_spared = held_gpus(leaving), st.spared
+        plan.stopping_overdue, plan.stopping_waits = st.overdue, st.waits
+        cyc.stopping_until = st.until
+        return leaving
 
     def _cycle(self, plan: PlacementPlan, nodes: Sequence[SwarmNode],
                facts: Mapping[str, NodeFacts], seen: _Seen, now: float,

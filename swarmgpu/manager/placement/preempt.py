@@ -64,8 +64,9 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   host port, only for a task Swarm is stopping there is room already
   (``Room.fits_once_stopped``, ``Room.ports_once_stopped``: it waits the seconds that
   takes; a victim stopped elsewhere went for nothing), until that task's hold ends
-  (``keys.stop_overdue``: past it, stuck, it is no room again). Nor does it preempt
-  on a node where the CPU and memory its tasks reserve would not be left once the
+  (``keys.stop_overdue``: past it, stuck, it is no room again), and so is one short
+  of GPUs only for such tasks within their grace period (``_gpus_once_stopped``). Nor
+  does it preempt on a node where the CPU and memory its tasks reserve would not be left once the
   victims' tasks go (``preemptroom.Room``: what Swarm's ResourceFilter counts, the
   round's earlier preemptors and moves counted; a service of no GPU there, never a
   victim nor a candidate, may hold it).
@@ -277,6 +278,9 @@ class _Round:
     # (node, uuid) -> the preemptor and priority it is held for (``nominated.held_gpus``):
     # used for any other of that priority or lower (``off``); no victim is moved onto it
     held: Mapping[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    # of ``held``, those of tasks Swarm is stopping that free within their grace period
+    # (``PlacementPlan.stopping_waits``): a request they alone keep off a node waits
+    waits: AbstractSet[tuple[str, str]] = frozenset()
 
     def refused_of(self, s: SwarmService) -> AbstractSet[str]:
         return self.refused(s) if self.refused is not None else frozenset()
@@ -337,7 +341,7 @@ def choose_preemptions(
                 req, started, holdings, refused, preemptible_below, cooling, moving,
                 plan.failed, done_idle(services, tasks), ports=ports,
                 room=Room.of(nodes, services, tasks, holdings, stopping, plan.stopping_overdue),
-                held=held or {}, taken=set(flying))
+                held=held or {}, taken=set(flying), waits=plan.stopping_waits)
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     # A packed service's replicas go only on its node: it preempts there alone, for all
     # the replicas it lacks at once (``packing.repack`` places them so); elsewhere its
@@ -412,6 +416,8 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
             continue  # a packed service's replicas go only on its node
         if packed is None and s.name in here:
             continue  # one replica per node: a held node is not where it goes
+        if nid not in no and _gpus_once_stopped(rd, s, r, nid, here, need, replicas):
+            return None  # it waits for them: no running service stopped for it
         usable = _usable(r, rd.facts.get(nid)) - rd.off(nid, s.name, r.priority)
         if len(usable) < need:
             continue
@@ -475,6 +481,21 @@ def _room_once_stopped(rd: _Round, s: SwarmService, nid: str, replicas: int,
         return nid not in no
     return (nid not in no or (nid in takers and rd.room.ports_once_stopped(s, nid))) and (
         rd.room.fits(s, nid, (), replicas) or rd.room.fits_once_stopped(s, nid, replicas))
+
+
+def _gpus_once_stopped(rd: _Round, s: SwarmService, r: GpuRequest, nid: str,
+                       here: Mapping[str, Holding], need: int, replicas: int) -> bool:
+    """``s`` has room on ``nid`` once the tasks Swarm is stopping there stop, within their
+    grace period (``_Round.waits``: GPUs held for them alone), not before; a topology
+    request is not judged so (it preempts as before)."""
+    soon = {u for n, u in rd.waits if n == nid}
+    if not soon or r.topology is not Topology.ANY:
+        return False
+    usable = _usable(r, rd.facts.get(nid)) - (rd.off(nid, s.name, r.priority) - soon)
+    free = usable - {u for h in here.values() for u in h.uuids}
+    return len(free) >= need and bool(free & soon) and (
+        rd.room is None or rd.room.fits(s, nid, (), replicas)
+        or rd.room.fits_once_stopped(s, nid, replicas))
 
 
 def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding],

@@ -286,6 +286,10 @@ class PlacementPlan:
     # ids of the tasks Swarm is stopping past their hold's end (``keys.stop_overdue``):
     # preemption waits for their CPU, memory and ports no longer (``preemptroom.Room``)
     stopping_overdue: frozenset[str] = frozenset()
+    # Of ``stopping_held``, (node id, GPU uuid) held for stopping tasks alone (none
+    # spared) that have not outlived their grace period since first seen (one may never
+    # stop: a process hung in the GPU driver): a preemptor waits for these, no victim
+    stopping_waits: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def empty(self) -> bool:
