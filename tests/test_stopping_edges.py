@@ -1,0 +1,70 @@
+"""Stop 72's edges of the holds for tasks Swarm is stopping (``nominated.StoppingGpus``):
+the rebalancer without placement, a global job's run waiting across a rolling stream of
+stops, and a service recreated under the name of one whose task still stops."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from support.forged import R4090_F, R_UUIDS, RecordingSwarm, sw_node, sw_svc
+
+from swarmgpu.core.config import Config, PlacementConfig, RebalanceConfig, SyncConfig
+from swarmgpu.manager.cycle.rebalance import Rebalancer
+from swarmgpu.manager.cycle.session import CycleSession
+from swarmgpu.manager.cycle.wiring import daemon_steps
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement import Holding, assign_key, gate_key
+from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY
+from swarmgpu.manager.rebalance import policies
+from swarmgpu.manager.rebalance.context import Context, Inputs
+from swarmgpu.swarm.client import SwarmTask
+
+P = "swarmgpu."
+
+
+class _Seen:
+    """A policy that keeps each pass's inputs."""
+
+    name = "hotspot"
+
+    def __init__(self) -> None:
+        self.inputs: list[Inputs] = []
+
+    def propose(self, ctx: Context) -> None:
+        self.inputs.append(ctx.inp)
+
+
+def test_without_placement_the_rebalancer_holds_a_moved_sources_stopping_gpus(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """placement.enabled false: a ran on GPU 0 of n-4090; a move rewrote its ledger entry
+    to another node and closed its gate there, and its old task, rejected, still stops
+    for 10 s. No move lands on GPU 0 meanwhile (``Inputs.held``). Before: the stopping
+    holds came from placement's plan alone, and without placement none were held."""
+    seen = _Seen()
+    monkeypatch.setitem(policies.PLUGINS, "hotspot", lambda _rb: seen)
+    a = sw_svc("a", {f"{P}gpus": "1"})
+    h = Holding("a", "n-4090", (R_UUIDS[0],), (1000,))
+    on = {assign_key(P, "a"): h.label_value(), gate_key(P, "a"): "true"}
+    sw = RecordingSwarm([sw_node("n-mgr", "manager", role="manager"),
+                         sw_node("n-4090", "gpu-node-2", on)], [a], [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 placement=PlacementConfig(enabled=False),
+                 rebalance=RebalanceConfig(policies="hotspot"))
+    (step,) = [x for x in daemon_steps(Daemon(cfg, swarm=sw))  # type: ignore[arg-type]
+               if isinstance(x, Rebalancer)]
+    t = SwarmTask("t-a", a.id, "n-4090", 1, "running", "running", ())
+    for snap in (Snapshot(sw.nodes(), [a], [t], {}, taken_at=1000.0),  # it runs
+                 Snapshot([sw_node("n-mgr", "manager", role="manager"),
+                           sw_node("n-4090", "gpu-node-2", {})], [a], [], {},
+                          taken_at=1005.0,  # moved away: its task rejected, stopping
+                          rejected=[replace(t, desired_state="shutdown",
+                                            rejected_until=1012.0)])):
+        session = CycleSession(snap)
+        session.facts, session.scrapes = {"n-4090": R4090_F}, {}
+        step.run(session)
+    assert seen.inputs[0].held == {}
+    assert seen.inputs[1].held == {
+        ("n-4090", R_UUIDS[0]): ("tasks stopping on n-4090", STOPPING_PRIORITY)}
