@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from support.forged import R4090_F, R_UUIDS, RecordingSwarm, sw_node, sw_svc
+from support.forged import FACTS, R4090_F, R_UUIDS, RecordingSwarm, sw_node, sw_svc
 
 from swarmgpu.core.config import Config, PlacementConfig, RebalanceConfig, SyncConfig
 from swarmgpu.manager.cycle.rebalance import Rebalancer
@@ -17,7 +17,7 @@ from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, assign_key, gate_key
-from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY
+from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY, StoppingGpus
 from swarmgpu.manager.rebalance import policies
 from swarmgpu.manager.rebalance.context import Context, Inputs
 from swarmgpu.swarm.client import SwarmTask
@@ -68,3 +68,30 @@ def test_without_placement_the_rebalancer_holds_a_moved_sources_stopping_gpus(
     assert seen.inputs[0].held == {}
     assert seen.inputs[1].held == {
         ("n-4090", R_UUIDS[0]): ("tasks stopping on n-4090", STOPPING_PRIORITY)}
+
+
+def test_a_recreated_services_ledger_entry_is_not_read_as_the_removed_ones_stopping_gpus(
+        ) -> None:
+    """web (id-old) was live last cycle, its task not yet learned on n-4090; it was
+    removed and a new web (id-new) created and placed there on GPU 1, while the old task
+    stops (on GPU 0, its own line says where the service pinned it). Its GPUs are not
+    read from the entry of the new web (the ledger keys by name only): nothing from it is
+    held, only what the task's own line names. Before: the new service's GPU 1 was held
+    as the old task's, and the GPU the old container ran on was not."""
+    old = replace(sw_svc("web", {}), id="id-old")
+    new = replace(sw_svc("web", {}), id="id-new")
+    ledger = {"web": {"n-4090": Holding("web", "n-4090", (R_UUIDS[1],), (1000,))}}
+    t = SwarmTask("t-old", old.id, "n-4090", 1, "running", "remove", ())
+    g = StoppingGpus(P)
+    assert g.holds([], [old], {}, [], FACTS) == []
+    assert g.holds([t], [new], ledger, [], FACTS) == []
+    g = StoppingGpus(P)
+    assert g.holds([], [old], {}, [], FACTS) == []
+    pinned = replace(t, env=(f"NVIDIA_VISIBLE_DEVICES={R_UUIDS[0]}",))
+    (n,) = g.holds([pinned], [new], ledger, [], FACTS)
+    assert (n.node_id, n.uuids) == ("n-4090", (R_UUIDS[0],))
+    # a removed service whose name no live one has is read by it, as before
+    g = StoppingGpus(P)
+    assert g.holds([], [old], {}, [], FACTS) == []
+    (n,) = g.holds([t], [], ledger, [], FACTS)
+    assert n.uuids == (R_UUIDS[1],)
