@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from support.forged import FACTS, R4090_F, R_UUIDS, RecordingSwarm, sw_node, sw_svc
+from support.placement import DGX, R4090, apply, svc
+from support.placement import FACTS as PFACTS
 
 from swarmgpu.core.config import Config, PlacementConfig, RebalanceConfig, SyncConfig
 from swarmgpu.manager.cycle.rebalance import Rebalancer
@@ -16,7 +18,8 @@ from swarmgpu.manager.cycle.session import CycleSession
 from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.manager.placement import Holding, assign_key, gate_key
+from swarmgpu.manager.placement import Holding, Planner, assign_key, gate_key
+from swarmgpu.manager.placement.globalmode import RUN_WAIT_CAP_S
 from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY, StoppingGpus
 from swarmgpu.manager.rebalance import policies
 from swarmgpu.manager.rebalance.context import Context, Inputs
@@ -95,3 +98,28 @@ def test_a_recreated_services_ledger_entry_is_not_read_as_the_removed_ones_stopp
     assert g.holds([], [old], {}, [], FACTS) == []
     (n,) = g.holds([t], [], ledger, [], FACTS)
     assert n.uuids == (R_UUIDS[1],)
+
+
+def test_a_global_jobs_run_waits_no_longer_than_its_cap_across_a_rolling_stream_of_stops(
+        ) -> None:
+    """embed, a global job of 1 GPU, on both GPU nodes; a rolling update stops a new task
+    on every GPU of gpu-node-2 each cycle (10 s grace each). Its run waits while it has
+    waited less than ``RUN_WAIT_CAP_S`` in all, then starts without gpu-node-2, said so.
+    Before: each new stop put the run off again, for as long as the stops kept coming."""
+    s = replace(svc("embed", {f"{P}gpus": "1"}), mode="global-job", replicas=None)
+    gone = svc("gone", {}, gated=False)
+    line = "NVIDIA_VISIBLE_DEVICES=" + ",".join(g.uuid for g in PFACTS["n-4090"].gpus)
+    planner, nodes = Planner(prefix=P), [DGX, R4090]
+    t0 = 1000.0
+    for k, now in enumerate(t0 + 30.0 * i for i in range(8)):
+        t_k = SwarmTask(f"t-{k}", gone.id, "n-4090", 1, "running", "shutdown", (line,))
+        plan = planner.plan(nodes, [s], [], PFACTS, now=now, stopping=[t_k])
+        (sp,) = plan.services
+        assert [p.hostname for p in sp.placements] == ["gpu-node-1"], sp
+        if now - t0 < RUN_WAIT_CAP_S:
+            assert not sp.needs_service_write, (now, sp)  # its run waits
+            assert any(w.startswith("its run waits for gpu-node-2") for w in sp.warnings)
+        else:
+            assert sp.needs_service_write, (now, sp)  # waited its most: the run goes
+            assert "the most it waits" in sp.nodes_waiting["gpu-node-2"], sp
+        nodes = apply(nodes, plan)
