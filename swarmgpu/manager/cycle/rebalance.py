@@ -26,13 +26,13 @@ from typing import Any
 from loguru import logger
 from prometheus_client import Counter, Gauge
 
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, read_ledger
 from swarmgpu.manager.placement.keys import rejected_running
 from swarmgpu.manager.placement.nominated import (
