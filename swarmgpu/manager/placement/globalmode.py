@@ -194,12 +194,8 @@ def place_global(
         if room is not None:
             room -= 1
     names = node_names(by_id.values()) if waits else {}
-    return GlobalPlacement(
-        tuple(sorted(placements, key=placement_order)),
-        released,
-        {names[nid]: why for nid, why in waits.items()},
-        new,
-        "node" if cpu_too else "GPU node",
-        {names[nid]: left for nid, left in run_waits.items()},
-        bool(capped),
-    )
+    return GlobalPlacement(tuple(sorted(placements, key=placement_order)), released,
+                           {names[nid]: why for nid, why in waits.items()}, new,
+                           "node" if cpu_too else "GPU node",
+                           {names[nid]: left for nid, left in run_waits.items()},
+                           bool(capped))
