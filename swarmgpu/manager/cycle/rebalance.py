@@ -26,6 +26,7 @@ from typing import Any
 from loguru import logger
 from prometheus_client import Counter, Gauge
 
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
@@ -33,8 +34,10 @@ from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, read_ledger
+from swarmgpu.manager.placement.keys import rejected_running
 from swarmgpu.manager.placement.nominated import (
     Nomination,
+    StoppingGpus,
     held_gpus,
     live_nominations,
     stopping_held,
@@ -89,6 +92,9 @@ class Rebalancer(Step):
         self.placement = placement
         self.reserved = reserved
         self.nominated = nominated
+        # Without placement no plan holds the GPUs of tasks Swarm is stopping (a moved
+        # source's rejected task among them): built here as placement builds them.
+        self.stopping = None if placement else StoppingGpus(cfg.sync.prefix)
         self.requires = frozenset({Slot.SNAPSHOT, Slot.FACTS, Slot.METRICS,
                                    *([Slot.PLACEMENT, Slot.PLANNER] if placement else [])})
         self.cfg = cfg.rebalance
@@ -191,7 +197,8 @@ class Rebalancer(Step):
                      failed=failed_of(plan),
                      agents=snap.agent_nodes(self.agent_service),
                      generic_kind=self.generic_kind,
-                     held=self.held({sv.name for sv in snap.services}, plan),
+                     held=self.held({sv.name for sv in snap.services}, plan)
+                     | self.stopping_alone(snap, facts, ledger),
                      stopping=snap.stopping)
         if planner is not None:  # placement's next cycle keeps failed holdings for us
             planner.keep_failed_holdings(self.keeps if self.health_on else None)
@@ -230,6 +237,21 @@ class Rebalancer(Step):
         settled since placement: its victims' GPUs held as theirs, not counted nowhere)."""
         noms = live_nominations(self.nominated(), live)
         return held_gpus(noms) | (stopping_held(plan, noms) if plan is not None else {})
+
+    def stopping_alone(self, snap: Snapshot, facts: Mapping[str, NodeFacts],
+                       ledger: Mapping[str, Mapping[str, Holding]],
+                       ) -> dict[tuple[str, str], tuple[str, int]]:
+        """Without placement (``placement.enabled: false``): the GPUs of the tasks Swarm
+        is stopping, a rejected one's while its container may run, held from every move
+        as placement's plan holds them (``StoppingGpus.holds``, kept across cycles: a
+        task's GPUs learned from the ledger while it ran, before a move rewrote it).
+        With placement: none here (its plan's are read)."""
+        if self.stopping is None:
+            return {}
+        now = snap.taken_at
+        rejected = [t for t in snap.rejected if rejected_running(t, now)]
+        return held_gpus(self.stopping.holds(snap.stopping, snap.services, ledger,
+                                             snap.tasks, facts, rejected, now=now))
 
     def _unreadable(self, snap: Snapshot) -> dict[str, str]:
         """The services whose own move record cannot be read (none is proposed), each

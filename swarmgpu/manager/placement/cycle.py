@@ -51,6 +51,9 @@ class Cycle:
     # node id -> when the GPU hold of the tasks Swarm is stopping there ends at most (epoch
     # s, ``nominated.StoppingGpus.until``): a global job's run waits for such a node
     stopping_until: Mapping[str, float] = field(default_factory=dict)
+    # global job id -> when its run first waited for such a node (epoch s): the planner's,
+    # kept across cycles until its run starts or no such node keeps it (``globalmode``)
+    run_waited: dict[str, float] = field(default_factory=dict)
 
     def plugins_why(self, s: SwarmService, node: SwarmNode) -> str:
         """Why Swarm's PluginFilter refuses ``s`` on ``node`` ("" when it does not)."""

@@ -13,7 +13,10 @@ one), on the nodes that match then: a node whose GPUs tasks Swarm is stopping st
 for a few seconds (``nominated.StoppingGpus``) would run nothing that run. Its run waits
 for such a node (``GlobalPlacement.run_waits``: no write to its spec while one waits)
 while the hold ends within ``RUN_WAIT_S``; one held longer, or past its end, waits as a
-node without free GPUs does (the run starts without it), said so.
+node without free GPUs does (the run starts without it), said so. A run waits
+``RUN_WAIT_CAP_S`` at most in all, from when it first waited (``Cycle.run_waited``):
+while nodes keep getting new short stops (a rolling update across many) it was put off
+again and again; past it, such nodes are left out of the run as one held longer is.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from swarmgpu.swarm.swarmnode import node_names
 
 GLOBAL_MODES = frozenset(("global", "global-job"))
 RUN_WAIT_S = 60.0  # the longest a global job's run waits for a stopping task's node
+RUN_WAIT_CAP_S = 180.0  # the longest one run waits in all, from when it first waited
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +57,8 @@ class GlobalPlacement:
     # a global job's nodes (by name) its run waits for: seconds left of their stopping
     # tasks' hold (the module's docstring)
     run_waits: Mapping[str, float] = field(default_factory=dict)
+    # a node its run would have waited for, left out: the run waited ``RUN_WAIT_CAP_S``
+    run_capped: bool = False
 
     def outcome(self, done_nodes: AbstractSet[str]) -> tuple[str | None, str | None]:
         """(why it is pending, or None; a warning about the nodes that wait, or None)."""
@@ -96,14 +102,21 @@ def _place_on(cyc: Cycle, demand: Demand, nid: str) -> Choice | Unplaceable:
         return Unplaceable(str(exc))
 
 
-def _stopping_held(cyc: Cycle, nid: str, why: str, run_waits: dict[str, float]) -> str:
-    """A global job's node ``nid`` where tasks Swarm is stopping hold GPUs and the job had
-    no room (``why``): one whose hold ends within ``RUN_WAIT_S`` is waited for (put in
-    ``run_waits``, seconds left); one held longer, or past its end, is said so."""
+def _stopping_held(cyc: Cycle, sid: str, nid: str, why: str,
+                   run_waits: dict[str, float], capped: set[str]) -> str:
+    """Global job ``sid``'s node ``nid`` where tasks Swarm is stopping hold GPUs and the
+    job had no room (``why``): one whose hold ends within ``RUN_WAIT_S`` is waited for
+    (put in ``run_waits``, seconds left) while the run has waited less than
+    ``RUN_WAIT_CAP_S`` (else put in ``capped``); one held longer, or past its end, is
+    said so."""
     left = cyc.stopping_until[nid] - cyc.now
     if 0 < left <= RUN_WAIT_S:
-        run_waits[nid] = left
-        return why
+        if cyc.now - cyc.run_waited.get(sid, cyc.now) < RUN_WAIT_CAP_S:
+            run_waits[nid] = left
+            return why
+        capped.add(nid)
+        return (f"{why}; GPUs held for tasks Swarm is stopping there, and its run has "
+                f"waited for such nodes the most it waits ({RUN_WAIT_CAP_S:g} s)")
     return (f"{why}; GPUs held for tasks Swarm is stopping there longer than a run waits "
             f"for them ({RUN_WAIT_S:g} s)")
 
@@ -146,6 +159,7 @@ def place_global(
     demand = demand_of(r, *res)
     new = False
     run_waits: dict[str, float] = {}  # node id -> the seconds left of its stopping hold
+    capped: set[str] = set()  # nodes it would wait for, had its run not waited its most
     room = None if most is None else most[0] - len(holdings)
     cpu_too = no_gpu(demand)
     walk = [*cluster.alloc.nodes, *cluster.cpu.nodes] if cpu_too else cluster.alloc.nodes
@@ -172,7 +186,7 @@ def place_global(
         if isinstance(choice, Unplaceable):
             waits[nid] = cluster.hostnames(choice.reason)
             if s.mode == "global-job" and nid in cyc.stopping_until:
-                waits[nid] = _stopping_held(cyc, nid, waits[nid], run_waits)
+                waits[nid] = _stopping_held(cyc, s.id, nid, waits[nid], run_waits, capped)
             continue
         cluster.commit(choice, s.name)
         placements.append(cluster.to_replica(choice))
@@ -180,11 +194,8 @@ def place_global(
         if room is not None:
             room -= 1
     names = node_names(by_id.values()) if waits else {}
-    return GlobalPlacement(
-        tuple(sorted(placements, key=placement_order)),
-        released,
-        {names[nid]: why for nid, why in waits.items()},
-        new,
-        "node" if cpu_too else "GPU node",
-        {names[nid]: left for nid, left in run_waits.items()},
-    )
+    return GlobalPlacement(tuple(sorted(placements, key=placement_order)), released,
+                           {names[nid]: why for nid, why in waits.items()}, new,
+                           "node" if cpu_too else "GPU node",
+                           {names[nid]: left for nid, left in run_waits.items()},
+                           bool(capped))

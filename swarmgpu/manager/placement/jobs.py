@@ -181,11 +181,14 @@ class JobRun:
 
 def job_run(s: SwarmService, prog: JobProgress, placements: Sequence[ReplicaPlacement],
             nodes_waiting: Mapping[str, str], writes: SpecWrites, cyc: Cycle,
-            no_gpu: bool = False, run_waits: Mapping[str, float] | None = None) -> JobRun:
+            no_gpu: bool = False, run_waits: Mapping[str, float] | None = None,
+            run_capped: bool = False) -> JobRun:
     """A job's plan after placement: its progress, ``done`` once every task completed, the
     gates its completed tasks need, and no service write a running job would be re-run by.
     ``no_gpu``: a job of ``gpus: "0"`` (its holdings are said as of no GPU). ``run_waits``:
-    a global job's nodes its run waits for (``globalmode``): no write starts it yet."""
+    a global job's nodes its run waits for (``globalmode``): no write starts it yet;
+    ``run_capped``: such a node left out, its run having waited its most. When its run
+    first waited is kept (``Cycle.run_waited``) while it waits or is so capped."""
     prefix = cyc.prefix
     gate = gate_key(prefix, s.name)
     held = {p.node_id for p in placements}
@@ -214,10 +217,13 @@ def job_run(s: SwarmService, prog: JobProgress, placements: Sequence[ReplicaPlac
                         "tasks on those nodes")
     if run_waits and writes and not prog.started:
         # the run would make no task on them (``globalmode``): started once they are free
+        cyc.run_waited.setdefault(s.id, cyc.now)
         warnings.append(f"its run waits for {', '.join(sorted(run_waits))} (GPUs held for "
                         "tasks Swarm is stopping there, "
                         f"{max(run_waits.values()):.0f} s at most)")
         writes = NO_WRITES
+    elif prog.started or not (run_waits or run_capped):  # started, or none keeps it
+        cyc.run_waited.pop(s.id, None)
     if prog.started and writes:
         if withheld := _withheld(writes):
             warnings.append("not written while the job runs (any update of a job runs it "

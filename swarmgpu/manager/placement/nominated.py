@@ -480,6 +480,7 @@ class StoppingGpus:
         self.known: dict[str, tuple[str, Uses]] = {}  # stopping task id -> (node, uses)
         self.running: dict[str, tuple[str, Uses]] = {}  # meant task id -> as first seen
         self.names: dict[str, str] = {}  # service id -> name, as the last cycle had them
+        self.taken: frozenset[str] = frozenset()  # the live services' names, this cycle
         self.seen: dict[str, float] = {}  # stopping task id -> when first seen so (epoch s)
         self.first: dict[str, float] = {}  # as ``seen``, for every stopping task (GPUs or not)
         self.overdue: frozenset[str] = frozenset()  # of those, past their hold's end at ``now``
@@ -513,6 +514,7 @@ class StoppingGpus:
         is held from all: its container runs. ``now`` (epoch s): when each node's hold
         ends at most is kept in ``until`` (spared GPUs aside: they go to their preemptor)."""
         names = {s.id: s.name for s in services}
+        self.taken = frozenset(names.values())  # (``_from_ledger``: a name reused)
         facts = facts or {}
         running: dict[str, tuple[str, Uses]] = {}
         for t in tasks:  # learned before it stops: its ledger entry may change first
@@ -568,8 +570,16 @@ class StoppingGpus:
 
     def _from_ledger(self, t: SwarmTask, names: Mapping[str, str],
                      ledger: Mapping[str, Mapping[str, Holding]]) -> tuple[str, Uses] | None:
-        """What the ledger names for ``t``'s service on its node (its slot's, packed)."""
-        name = names.get(t.service_id) or self.names.get(t.service_id, "")  # a removed one's
+        """What the ledger names for ``t``'s service on its node (its slot's, packed). The
+        ledger keys by name alone: a removed service's name (the last cycle's) that a live
+        service of another id has now (recreated so) names that one's entry, not the
+        removed task's GPUs: nothing is read from it (its own line, or what was learned
+        while it ran, is all that is held)."""
+        name = names.get(t.service_id)
+        if name is None:  # a removed one's, by the last cycle's name
+            name = self.names.get(t.service_id, "")
+            if name in self.taken:
+                return None
         h = ledger.get(name, {}).get(t.node_id)
         if h is None or not h.uuids:
             return None

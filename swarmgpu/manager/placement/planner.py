@@ -176,6 +176,7 @@ class Planner:
         self.release: set[str] = set()  # services whose held changes are written now
         self._backoff: dict[str, Backoff] = {}  # service id -> its re-placements
         self._open_since: dict[tuple[str, str], float] = {}  # (service id, node): gate seen open
+        self._run_waited: dict[str, float] = {}  # global job id -> its run first waited
         self._faults = Faults()  # services whose planning raised (placement.isolate)
         self._hold_faults = HoldFaults()  # holds whose work raised (placement.nominated)
         self._stopping = StoppingGpus(prefix)  # GPUs of tasks Swarm is stopping, held meanwhile
@@ -351,7 +352,12 @@ class Planner:
     def _back_off(self, parsed: Parsed, failed: Mapping[str, Sequence[str]],
                   now: float) -> None:
         """Each live service's re-placements (``placement.backoff``): its tasks that
-        failed since are counted; a gone service's record goes."""
+        failed since are counted; a gone service's record goes, as does when a gone
+        global job's run first waited (``Cycle.run_waited``)."""
+        if self._run_waited:  # (kept in place: the next cycle's ``Cycle`` is handed it)
+            gone = self._run_waited.keys() - {s.id for s, _ in parsed}
+            for sid in gone:
+                del self._run_waited[sid]
         if self._backoff or failed:
             live_ids = {s.id for s, _ in parsed}
             self._backoff = {k: v for k, v in self._backoff.items() if k in live_ids}
@@ -381,6 +387,7 @@ class Planner:
                     self.zone_label, {n.labels.get(self.zone_label, "") for n in nodes},
                     self.adopt_ungated, plan, self._refused, most_gpus=seen.most,
                     now=now, backoff=self._backoff, open_since=self._open_since,
+                    run_waited=self._run_waited,
                     moving=moving, grants=self.grants, generic_kind=self.generic_kind,
                     release=self.release, ports=self._ports, filters=self._filters)
         self._last_cycle = cyc

@@ -196,7 +196,7 @@ def _plan_global(
     )
     if s.mode == "global-job":
         d.job(job_run(s, job or JobProgress(), d.placements, d.nodes_waiting, d.writes(), cyc,
-                      r.cpu_only, g.run_waits), cyc)
+                      r.cpu_only, g.run_waits, g.run_capped), cyc)
 
 
 def _plan_replicated(
