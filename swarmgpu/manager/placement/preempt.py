@@ -65,7 +65,8 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   (``Room.fits_once_stopped``, ``Room.ports_once_stopped``: it waits the seconds that
   takes; a victim stopped elsewhere went for nothing), until that task's hold ends
   (``keys.stop_overdue``: past it, stuck, it is no room again), and so is one short
-  of GPUs only for such tasks within their grace period (``_gpus_once_stopped``). Nor
+  of GPUs only for such tasks within their grace period, its CPU and ports judged so
+  too (``_gpus_once_stopped``: one task often holds both the GPUs and the port). Nor
   does it preempt on a node where the CPU and memory its tasks reserve would not be left once the
   victims' tasks go (``preemptroom.Room``: what Swarm's ResourceFilter counts, the
   round's earlier preemptors and moves counted; a service of no GPU there, never a
@@ -416,7 +417,7 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
             continue  # a packed service's replicas go only on its node
         if packed is None and s.name in here:
             continue  # one replica per node: a held node is not where it goes
-        if nid not in no and _gpus_once_stopped(rd, s, r, nid, here, need, replicas):
+        if _gpus_once_stopped(rd, s, r, nid, here, need, replicas, no, takers):
             return None  # it waits for them: no running service stopped for it
         usable = _usable(r, rd.facts.get(nid)) - rd.off(nid, s.name, r.priority)
         if len(usable) < need:
@@ -484,18 +485,18 @@ def _room_once_stopped(rd: _Round, s: SwarmService, nid: str, replicas: int,
 
 
 def _gpus_once_stopped(rd: _Round, s: SwarmService, r: GpuRequest, nid: str,
-                       here: Mapping[str, Holding], need: int, replicas: int) -> bool:
+                       here: Mapping[str, Holding], need: int, replicas: int,
+                       no: AbstractSet[str], takers: Mapping[str, AbstractSet[str]]) -> bool:
     """``s`` has room on ``nid`` once the tasks Swarm is stopping there stop, within their
-    grace period (``_Round.waits``: GPUs held for them alone), not before; a topology
-    request is not judged so (it preempts as before)."""
+    grace period (``_Round.waits``: GPUs held for them alone; its CPU and ports as
+    ``_room_once_stopped`` has them), not before; not judged for a topology request."""
     soon = {u for n, u in rd.waits if n == nid}
     if not soon or r.topology is not Topology.ANY:
         return False
     usable = _usable(r, rd.facts.get(nid)) - (rd.off(nid, s.name, r.priority) - soon)
     free = usable - {u for h in here.values() for u in h.uuids}
-    return len(free) >= need and bool(free & soon) and (
-        rd.room is None or rd.room.fits(s, nid, (), replicas)
-        or rd.room.fits_once_stopped(s, nid, replicas))
+    return len(free) >= need and bool(free & soon) and _room_once_stopped(
+        rd, s, nid, replicas, no, takers)
 
 
 def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding],
