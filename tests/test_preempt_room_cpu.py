@@ -195,3 +195,56 @@ def test_a_stopping_task_past_its_hold_end_is_waited_for_no_longer(what: str) ->
                                  preemptible_below=100, refused=planner.refused_nodes,
                                  ports=planner.port_takers, stopping=leaving)
         assert [v.service for p in got for v in p.victims] == victims, at
+
+
+def _waiter_and_mid(what: str) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask],
+                                        list[SwarmTask]]:
+    """n-b (4000 CPU milli) for high (priority 100: 2 RTX 4090s, 3000 CPU milli) and mid
+    (priority 90: 4 RTX 4090s); low (priority 0) and filler (not preemptible) hold the
+    rest of n-b. high waits there for a task Swarm is stopping: old's on R[:2] (``what``
+    "gpus": low holds 4, mid wants 3000 CPU milli), or gone's, R[:2] free but 2000 CPU
+    milli gone's (``what`` "cpu": low holds 2, mid wants 1000 CPU milli)."""
+    gpus = what == "gpus"
+    old = sw_svc("old", {f"{P}gpus": "2"}, replicas=0)
+    r4090, cut = {f"{P}gpu-product": "*RTX 4090*"}, 6 if gpus else 4
+    low = sw_svc("low", {f"{P}gpus": str(cut - 2), **r4090})
+    filler = sw_svc("filler", {f"{P}gpus": str(8 - cut), f"{P}priority": "50",
+                               f"{P}preemptible": "false"})
+    high = _reserving(sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100", **r4090}), 3000)
+    mid = _reserving(sw_svc("mid", {f"{P}gpus": "4", f"{P}priority": "90", **r4090}),
+                     3000 if gpus else 1000)
+    b = {**_held("low", "n-b", R[2:cut]), **_held("filler", "n-b", R[cut:]),
+         **(_held("old", "n-b", R[:2]) if gpus else {})}
+    nodes = [sw_node("n-a", "gpu-node-1"), replace(sw_node("n-b", "gpu-node-2", b),
+                                                   cpu_milli=4000)]
+    tasks = [SwarmTask(f"t-{s.name}", s.id, "n-b", 1, "running", "running", ())
+             for s in (low, filler)]
+    tasks += [SwarmTask(f"t-{s.name}", s.id, "", 1, "pending", "running", ()) for s in (high, mid)]
+    leaving = [SwarmTask("t-old", old.id, "n-b", 1, "running", "shutdown", ())] if gpus else [
+        SwarmTask("t-gone", "id-gone", "n-b", 1, "running", "remove", (), cpu_milli=2000)]
+    return nodes, [old, low, filler, high, mid], tasks, leaving
+
+
+@pytest.mark.parametrize("what", ["gpus", "cpu"])
+def test_a_waiter_takes_what_it_waits_for_from_a_lower_preemptor(what: str) -> None:
+    """high waits on n-b for a task Swarm is stopping there (its GPUs, or its CPU): once
+    it stops, high is placed there, its GPUs and CPU taken. mid (lower) stops no victim
+    on n-b for them: low stays. Before, a waiter was counted in no round: mid preempted
+    low on n-b for the CPU (or the free GPUs) high takes in seconds, and stayed pending
+    with low stopped for nothing."""
+    nodes, services, tasks, leaving = _waiter_and_mid(what)
+    planner = Planner(prefix=P)
+    plan = planner.plan(nodes, services, tasks, FACTS, stopping=leaving)
+    assert _high(plan)[0] == Status.PENDING
+    got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                             preemptible_below=100, refused=planner.refused_nodes,
+                             ports=planner.port_takers, stopping=leaving,
+                             held=plan.stopping_held)
+    assert [(p.service, [v.service for v in p.victims]) for p in got] == []
+    # placement agrees: with the task stopped and low gone, high is placed, mid is not
+    nodes[1] = replace(nodes[1], labels={k: v for k, v in nodes[1].labels.items()
+                                         if not k.endswith((".low", ".old"))})
+    plan = plan_placement(nodes, [s for s in services if s.name != "low"],
+                          [t for t in tasks if t.id != "t-low"], FACTS)
+    status = {sp.name: sp.status for sp in plan.services}
+    assert (status["high"], status["mid"]) == (Status.PLACED, Status.PENDING), plan.services

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from support.forged import R_UUIDS, snapshot, sw_node, sw_svc
+import pytest
+from support.forged import DGX_F, R_UUIDS, snapshot, sw_node, sw_svc
 from support.placement import apply
 
 from swarmgpu.core.config import Config, PreemptionConfig
@@ -23,8 +24,8 @@ def _task(tid: str, s: SwarmService, node: str, state: str, desired: str) -> Swa
     return SwarmTask(tid, s.id, node, 1, state, desired, ())
 
 
-def _held(name: str, uuids: tuple[str, ...]) -> dict[str, str]:
-    h = Holding(name, "n-4090", uuids, tuple(1000 for _ in uuids))
+def _held(name: str, uuids: tuple[str, ...], nid: str = "n-4090") -> dict[str, str]:
+    h = Holding(name, nid, uuids, tuple(1000 for _ in uuids))
     return {assign_key(P, name): h.label_value(), gate_key(P, name): "true"}
 
 
@@ -104,3 +105,42 @@ def test_a_task_stopping_past_its_grace_period_is_not_waited_for() -> None:
         got.append([(p.service, [v.service for v in p.victims]) for p in chosen])
         nodes = apply(nodes, plan)
     assert got == [[], [], [("high", ["filler"])]]
+
+
+def _publishing(s: SwarmService) -> SwarmService:
+    """``s`` publishing 8000/tcp in host mode (Swarm's HostPortFilter)."""
+    return replace(s, spec={**s.spec, "EndpointSpec": {"Ports": [
+        {"Protocol": "tcp", "TargetPort": 80, "PublishedPort": 8000, "PublishMode": "host"}]}})
+
+
+@pytest.mark.parametrize("web_binds", [False, True])
+def test_a_preemptor_waits_for_the_gpus_and_the_host_port_of_one_stopping_task(
+        web_binds: bool) -> None:
+    """old's stopping task holds six RTX 4090s and binds 8000/tcp, which high (2 GPUs,
+    any product) publishes too; low (preemptible) holds the DGX. Both free once old's
+    task stops: high waits and low runs on. Before, n-4090 was refused for the port and
+    skipped before its stopping GPUs were asked: low was stopped for GPUs and a port free
+    seconds later (the GPU wait and the port wait each held alone). With web's running
+    task binding 8000/tcp there too, n-4090 stays refused: low goes, as before."""
+    nodes, services, tasks, t_old = _cluster(2)
+    d = tuple(g.uuid for g in DGX_F.gpus)
+    low = sw_svc("low", {f"{P}gpus": str(len(d))})
+    nodes[1] = sw_node("n-dgx", "gpu-node-1", _held("low", d, "n-dgx"))
+    high = _publishing(sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100"}))
+    services = [_publishing(services[0]), services[1], low, high]
+    tasks = [*tasks, SwarmTask("t-low", low.id, "n-dgx", 1, "running", "running", ())]
+    if web_binds:
+        web = _publishing(sw_svc("web", {}, gated=False))
+        services.append(web)
+        tasks.append(SwarmTask("t-web", web.id, "n-4090", 1, "running", "running", ()))
+    t_old = replace(t_old, host_ports=("8000/tcp",))
+    cfg = Config(preemption=PreemptionConfig(dry_run=False))
+    planner = Planner(prefix=P)
+    snap = replace(snapshot(nodes, services, tasks), stopping=[t_old])
+    plan = make_plan(snap, cfg, planner=planner)
+    (sp,) = [sp for sp in plan.services if sp.name == "high"]
+    assert sp.status == Status.PENDING and "8000/tcp" in (sp.reason or ""), sp.reason
+    chosen = Preempter(cfg).decide(snap, plan, facts_by_node(snap), planner.refused_nodes,
+                                   0.0, planner.port_takers, {})
+    assert [(p.service, [v.service for v in p.victims]) for p in chosen] == (
+        [("high", ["low"])] if web_binds else [])

@@ -51,25 +51,24 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   with what the round's earlier preemptors take there
   (``queues.within_max``): the planner holds back one service at a time, so each of a
   queue's waiting services fits alone;
-* no preemption when a node the preemptor may use already has enough free GPUs, for a
-  ``topology`` request a free set the allocator gives it (``_GpuSets.gives``: enough by
-  count but no NVLink pair among them, it preempts as Kubernetes does, asking whether
-  it fits once its victims go), and the CPU and memory its tasks reserve left there
-  (``preemptroom.Room``, no victim): the request is pending for another reason (a
-  constraint), and stopping a service would not place it. A node with the GPUs free
-  but not the CPU (a ``gpus: "0"`` service there), or a host port another service binds
-  there, is no room, as Kubernetes asks per node: victims are sought there (one whose
-  stop frees the CPU or the port) and on the others (before, the first such node by id
-  ended the search and the request waited for ever); one short of the CPU, or of a
-  host port, only for a task Swarm is stopping there is room already
-  (``Room.fits_once_stopped``, ``Room.ports_once_stopped``: it waits the seconds that
-  takes; a victim stopped elsewhere went for nothing), until that task's hold ends
-  (``keys.stop_overdue``: past it, stuck, it is no room again), and so is one short
-  of GPUs only for such tasks within their grace period (``_gpus_once_stopped``). Nor
-  does it preempt on a node where the CPU and memory its tasks reserve would not be left once the
-  victims' tasks go (``preemptroom.Room``: what Swarm's ResourceFilter counts, the
-  round's earlier preemptors and moves counted; a service of no GPU there, never a
-  victim nor a candidate, may hold it).
+* no preemption when a node the preemptor may use already has enough free GPUs (for a
+  ``topology`` request a free set the allocator gives it, ``_GpuSets.gives``: enough by
+  count but no NVLink pair, it preempts as Kubernetes does) and the CPU and memory its
+  tasks reserve left there (``preemptroom.Room``): it is pending for another reason (a
+  constraint), and stopping a service would not place it. A node with the GPUs free but
+  not the CPU (a ``gpus: "0"`` service there), or a host port another service binds, is
+  no room, as Kubernetes asks per node: victims are sought there (whose stop frees them)
+  and on the others (before, the first such node by id ended the search: it waited for
+  ever). One short of the CPU, of a host port (``Room.fits_once_stopped``,
+  ``Room.ports_once_stopped``) or of GPUs (``_gpus_once_stopped``, not for a
+  ``topology`` request) only for tasks Swarm is stopping there, or of any of them
+  together, is waited for until their hold ends (``keys.stop_overdue``: past it, stuck,
+  no room again): Swarm starts it there in seconds, a victim stopped elsewhere went for
+  nothing; what it waits for is counted taken in the round (``_wait``). Nor does it
+  preempt on a node where the CPU and memory its tasks reserve would not be left once the
+  victims' tasks go (``preemptroom.Room``: Swarm's ResourceFilter's count, the round's
+  earlier preemptors and moves counted; a service of no GPU there, never a victim nor a
+  candidate, may hold it).
 
 A victim that can run elsewhere is said moved there (``relocation``): free whole GPUs,
 held for no preemptor, and the CPU and memory its task reserves on another node; never
@@ -300,15 +299,12 @@ def choose_preemptions(
     plan: PlacementPlan, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
     tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *, prefix: str,
     preemptible_below: int, cooling: AbstractSet[str] = frozenset(),
-    settling: AbstractSet[str] = frozenset(),
+    settling: AbstractSet[str] = frozenset(), moving: AbstractSet[str] = frozenset(),
     refused: Callable[[SwarmService], AbstractSet[str]] | None = None,
-    moving: AbstractSet[str] = frozenset(),
     ports: Callable[[SwarmService], Mapping[str, AbstractSet[str]]] | None = None,
-    raised: dict[str, Exception] | None = None,
+    raised: dict[str, Exception] | None = None, first: Sequence[Preemption] = (),
     held: Mapping[tuple[str, str], tuple[str, int]] | None = None,
-    flying: AbstractSet[tuple[str, str]] = frozenset(),
-    stopping: Sequence[SwarmTask] = (),
-    first: Sequence[Preemption] = (),
+    flying: AbstractSet[tuple[str, str]] = frozenset(), stopping: Sequence[SwarmTask] = (),
 ) -> list[Preemption]:
     """At most one preemption per pending service (one replica's GPUs on one node; a
     packed service's: all the replicas it lacks, on its node), in served order; a GPU
@@ -416,8 +412,9 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
             continue  # a packed service's replicas go only on its node
         if packed is None and s.name in here:
             continue  # one replica per node: a held node is not where it goes
-        if nid not in no and _gpus_once_stopped(rd, s, r, nid, here, need, replicas):
-            return None  # it waits for them: no running service stopped for it
+        if wait := _gpus_once_stopped(rd, s, r, nid, here, need, replicas, no, takers):
+            _wait(rd, s, nid, wait, replicas)  # it waits for them: no service stopped for it
+            return None
         usable = _usable(r, rd.facts.get(nid)) - rd.off(nid, s.name, r.priority)
         if len(usable) < need:
             continue
@@ -427,19 +424,17 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
                 holders.setdefault(u, set()).add(svc)
         free = usable - holders.keys()
         sets = _GpuSets(rd, nid, s.name, r, replicas)  # (asked only for a topology)
-        # room already only where the free GPUs give a set it can use (enough by count,
-        # no NVLink pair among them: an NVLink job waited behind a single-GPU holder)
-        # and its CPU and memory are left (a gpus: "0" service's: it waited for ever
-        # while a lower holder elsewhere kept the GPUs it would fit beside)
+        # room already only where the free GPUs give a set it can use (an NVLink job
+        # waited behind a single-GPU holder) and its CPU and memory are left (it waited
+        # for ever while a lower holder elsewhere kept the GPUs it would fit beside):
+        # pending for another reason, or waiting for a task Swarm is stopping here
         if len(free) >= need and (r.topology is Topology.ANY or sets.gives((), holders)) \
                 and _room_once_stopped(rd, s, nid, replicas, no, takers):
-            # room already: pending for another reason, or for the CPU, memory or a host
-            # port of a task Swarm is stopping there (its hold's end at most; Swarm starts
-            # it there then: a victim stopped elsewhere meanwhile went for nothing)
+            if nid in no or (rd.room is not None and not rd.room.fits(s, nid, (), replicas)):
+                _wait(rd, s, nid, sorted(free)[:need], replicas)  # (the stopping task's)
             return None
-        # (else the port or the CPU holds it back here: a victim whose stop frees them is
-        # sought here too, ``together``; skipped, a holder binding the port beside a free
-        # GPU was never preempted, where with that GPU held too it was)
+        # (else the port or the CPU holds it back: a victim whose stop frees them is sought
+        # here too, ``together``; a holder binding the port beside a free GPU was not)
 
         def together(combo: tuple[Candidate, ...], r: GpuRequest = r,
                      holders: Mapping[str, AbstractSet[str]] = holders,
@@ -447,11 +442,9 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
             def milli(c: Candidate) -> int:
                 return holding_milli(rd.req.get(c.service), c.holding, rd.facts) if c.holding else 0
             # and a topology request has a set the allocator gives (``_gpu_pick``) once they
-            # go, its CPU and memory are left and a host port it publishes is freed (a port
-            # another service binds here stays bound: Swarm refuses it): else they were
-            # stopped for nothing, their preemptor still pending (checked after the choice,
-            # the set ranked first freed the GPU alone, and the node was given up for
-            # another set that would do)
+            # go, its CPU and memory are left and a host port it publishes is freed (one
+            # another service binds stays bound): else stopped for nothing (checked after
+            # the choice, the node was given up for another set that would do)
             return group_reclaimable(  # every replica placed counts against its guarantee
                 r, [(c.quota, milli(c)) for c in combo if c.quota is not None], rd.queues,
                 rd.q_gone, rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard],
@@ -483,19 +476,28 @@ def _room_once_stopped(rd: _Round, s: SwarmService, nid: str, replicas: int,
         rd.room.fits(s, nid, (), replicas) or rd.room.fits_once_stopped(s, nid, replicas))
 
 
+def _wait(rd: _Round, s: SwarmService, nid: str, uuids: Sequence[str], replicas: int) -> None:
+    """``s`` waits on ``nid`` for tasks Swarm is stopping there: ``uuids`` and its CPU
+    counted taken in the round (a lower one stopped a victim there for them, in vain)."""
+    rd.taken.update((nid, u) for u in uuids)
+    if rd.room is not None:
+        rd.room.took(s, nid, (), replicas)
+
+
 def _gpus_once_stopped(rd: _Round, s: SwarmService, r: GpuRequest, nid: str,
-                       here: Mapping[str, Holding], need: int, replicas: int) -> bool:
-    """``s`` has room on ``nid`` once the tasks Swarm is stopping there stop, within their
-    grace period (``_Round.waits``: GPUs held for them alone), not before; a topology
-    request is not judged so (it preempts as before)."""
-    soon = {u for n, u in rd.waits if n == nid}
+                       here: Mapping[str, Holding], need: int, replicas: int,
+                       no: AbstractSet[str], takers: Mapping[str, AbstractSet[str]]) -> list[str]:
+    """The GPUs ``s`` has on ``nid`` once tasks Swarm stops there stop, in their grace period
+    (``_Round.waits``: held for them alone, none a waiter took in the round; its CPU and
+    ports as ``_room_once_stopped`` has them), not before; none for a topology request."""
+    soon = {u for n, u in rd.waits if n == nid} - {u for n, u in rd.taken if n == nid}
     if not soon or r.topology is not Topology.ANY:
-        return False
+        return []
     usable = _usable(r, rd.facts.get(nid)) - (rd.off(nid, s.name, r.priority) - soon)
     free = usable - {u for h in here.values() for u in h.uuids}
-    return len(free) >= need and bool(free & soon) and (
-        rd.room is None or rd.room.fits(s, nid, (), replicas)
-        or rd.room.fits_once_stopped(s, nid, replicas))
+    ok = len(free) >= need and bool(free & soon) and _room_once_stopped(
+        rd, s, nid, replicas, no, takers)
+    return sorted(free, key=lambda u: (u not in soon, u))[:need] if ok else []
 
 
 def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding],
