@@ -294,3 +294,18 @@ def test_placement_fails_a_service_reserving_lots_of_cpus_alone() -> None:
         "TaskTemplate.Resources.Reservations.NanoCPUs is 'lots'" in got[BAD].reason
     assert "swarmgpu fault" not in got[BAD].reason
     assert got["b-ok"].status == "placed"
+
+
+def test_placement_fails_a_service_whose_generic_resources_cannot_be_read_alone() -> None:
+    """Swarm's filters for a-bad (its generic resources, a string): placement failed it
+    as a swarmgpu fault (an AttributeError); now its plan names the field, b-ok placed."""
+    planner = Planner()
+    planner.plan(list(NODES), [], [], FACTS)
+    spec = {"TaskTemplate": {"Resources": {"Reservations": {"GenericResources": "gpu"}}}}
+    bad = replace(svc(BAD, {f"{P}gpus": "4"}), spec=spec)
+    got = {sp.name: sp for sp in planner.plan(
+        list(NODES), [bad, svc("b-ok", {f"{P}gpus": "4"})], [], FACTS).services}
+    assert got[BAD].status == "failed" and not got[BAD].placements
+    assert got[BAD].reason is not None and f"{BAD}'s spec cannot be read: {GENERIC} is " \
+        "str, not a list" in got[BAD].reason
+    assert got["b-ok"].status == "placed"

@@ -95,6 +95,16 @@ class SwarmFilters:
             got = self.keys[s.id] = (s.version, nets, key)
         return got[2]
 
+    def refused_strict(self, s: SwarmService) -> frozenset[str]:
+        """``refused``, raising ``UnreadSpec`` where the filter cannot be read: placement
+        fails that service alone (``isolate``), its plan naming the field, rather than
+        leaving it pending for "no node allowed"."""
+        got = self.refused(s)
+        why = self.unread.get(s.id)
+        if why is not None:
+            raise UnreadSpec(why)
+        return got
+
     def unread_why(self, s: SwarmService) -> str:
         """Why ``s``'s filter cannot be read, naming the field and the fix ("": it can)."""
         self.key_of(s)
