@@ -35,10 +35,10 @@ def _by_name(plan: PlacementPlan) -> dict[str, ServicePlan]:
     return {sp.name: sp for sp in plan.services}
 
 
-def _failed(sp: ServicePlan, *why: str) -> None:
+def _failed(sp: ServicePlan, *why: str, fault: str = "swarmgpu fault") -> None:
     assert (sp.status, sp.state) == ("failed", "Failed"), sp
     assert sp.reason is not None
-    for part in (sp.name, "swarmgpu fault", *why):
+    for part in (sp.name, fault, *why):
         assert part in sp.reason, sp.reason
     assert not sp.writes and not sp.node_writes and not sp.placements
 
@@ -73,7 +73,7 @@ def test_a_spec_whose_read_raises_costs_its_service_alone() -> None:
         return replace(s, spec={"TaskTemplate": {"Resources": "lots"}}, version=s.version + 1)
 
     plan, planner = _held_stays(bad, malformed)
-    _failed(_by_name(plan)[BAD], "AttributeError")
+    _failed(_by_name(plan)[BAD], "TaskTemplate.Resources is str", fault="spec cannot be read")
     # read again every cycle while it raises (no spec version is taken as read)
     nodes = apply(list(NODES), plan)
     assert _by_name(planner.plan(nodes, [malformed(bad)], [], FACTS))[BAD].status == "failed"
@@ -222,7 +222,7 @@ def test_an_arrival_whose_read_raises_costs_itself_alone() -> None:
     bad = replace(svc(BAD, {f"{P}gpus": "4"}), spec={"TaskTemplate": {"Resources": "lots"}})
     plan = planner.place_arrivals([bad, svc("b-ok", {f"{P}gpus": "4"})], [])
     got = _by_name(plan)
-    _failed(got[BAD], "AttributeError")
+    _failed(got[BAD], "TaskTemplate.Resources is str", fault="spec cannot be read")
     assert got["b-ok"].status == "placed"
 
 
@@ -427,8 +427,10 @@ def test_an_arrival_that_keeps_raising_is_logged_once_while_it_lasts() -> None:
     sink = logger.add(lambda m: logs.append(m.record), level="ERROR")
     try:
         for _ in range(2):
-            _failed(_by_name(planner.place_arrivals([bad], []))[BAD], "AttributeError")
-        _failed(_by_name(planner.plan(list(NODES), [bad], [], FACTS))[BAD])
+            _failed(_by_name(planner.place_arrivals([bad], []))[BAD],
+                    "TaskTemplate.Resources is str", fault="spec cannot be read")
+        _failed(_by_name(planner.plan(list(NODES), [bad], [], FACTS))[BAD],
+                fault="spec cannot be read")
         assert len(_bad_logs(logs)) == 1, logs
         planner.plan(list(NODES), [], [], FACTS)  # gone a cycle: said again when back
         planner.place_arrivals([bad], [])

@@ -8,9 +8,11 @@ still run),
 ``cache`` (nodes and services kept from the event stream), ``labels`` (the node labels
 swarmgpu owns), ``constraints`` (Swarm's constraint language), ``plugins`` (its
 PluginFilter: the plugins a task needs, what a node lists), ``taskspec`` (which spec
-changes make Swarm replace a task), ``identity`` (agent identity from the swarm's own
-PKI), ``dockerproxy`` (the least-privilege door to the engine socket, with ``httpframe``,
-its strict HTTP framing, ``enginewire``, its side of the engine's connection,
+changes make Swarm replace a task), ``specread`` (a spec's objects and numbers read
+as Docker sends them, or refused naming the field), ``identity`` (agent identity from
+the swarm's own PKI), ``dockerproxy`` (the least-privilege door to the engine socket,
+with ``httpframe``, its strict HTTP framing, ``enginewire``, its side of the engine's
+connection,
 ``jsonstrict``, and ``surges``, its bound on the daemon's replica raises),
 ``agentservice`` (``agents.service`` against Swarm: the service named, the GPU-labelled
 nodes its tasks run on).

@@ -22,6 +22,7 @@ import requests.exceptions
 import urllib3.exceptions
 
 from swarmgpu.swarm.eventstream import Cut, NotAnEvent, read_events
+from swarmgpu.swarm.specread import UnreadSpec, spec_count, spec_object
 from swarmgpu.swarm.swarmnode import SwarmNode as SwarmNode  # with the snapshot types
 from swarmgpu.swarm.swarmnode import node_from_api
 from swarmgpu.swarm.taskports import endpoint_ports, task_host_ports
@@ -140,30 +141,28 @@ def _network_drivers(raw: Mapping[str, Any]) -> tuple[str, ...]:
 def reservations(spec: Mapping[str, Any]) -> tuple[int, int]:
     """(CPU milli, memory MiB) a service or task spec reserves on its node, rounded up
     (a node's capacity is rounded down): Swarm compares nanoCPUs and bytes, so a sum
-    that fits here fits there."""
+    that fits here fits there. ``UnreadSpec`` (naming the field) where a part is not what
+    Docker sends: never 0 for a reservation that cannot be read (an undercount)."""
     tt = spec.get("TaskTemplate", spec)
-    res = ((tt.get("Resources") or {}).get("Reservations") or {})
-    return (_ceil_div(res.get("NanoCPUs"), 1_000_000), _ceil_div(res.get("MemoryBytes"), 1 << 20))
+    where = "TaskTemplate.Resources" if tt is not spec else "Resources"
+    res = spec_object(spec_object(spec_object(tt, "TaskTemplate").get("Resources"), where)
+                      .get("Reservations"), where + ".Reservations")
+    cpu = spec_count(res.get("NanoCPUs"), where + ".Reservations.NanoCPUs")
+    mem = spec_count(res.get("MemoryBytes"), where + ".Reservations.MemoryBytes")
+    return (-(-cpu // 1_000_000), -(-mem // (1 << 20)))
 
 
 def held_reservations(spec: Mapping[str, Any]) -> tuple[int, int] | None:
     """``reservations`` for a pass over every holder (preemption's room, the rebalance
-    policies' CPU count); None where the spec's structure cannot be read (Resources not a
-    mapping: a spec no docker CLI makes): its holder counts its node's whole CPU and
-    memory (none counted oversubscribed it). Placement fails it alone (isolate); raised,
-    one such holder failed every preemption and rebalance policy (health's), each cycle."""
+    policies' CPU count); None where the spec cannot be read (``UnreadSpec``: Resources
+    not a mapping, NanoCPUs not a number; a spec no docker CLI makes): its holder counts
+    its node's whole CPU and memory (none counted oversubscribed it). Placement fails it
+    alone (isolate); raised, one such holder failed every preemption and rebalance policy
+    (health's), each cycle."""
     try:
         return reservations(spec)
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError, UnreadSpec):
         return None
-
-
-def _ceil_div(v: Any, unit: int) -> int:
-    try:
-        n = int(v or 0)
-    except (TypeError, ValueError):
-        return 0
-    return max(0, -(-n // unit))
 
 
 # Spec.Mode's keys as the stack file and the CLI write them (--mode replicated-job).
@@ -211,6 +210,16 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
     if not (isinstance(status, Mapping) and isinstance(spec, Mapping)):  # (a proxy's null)
         raise SwarmError(f"task {str(raw.get('ID'))[:80]!r}: Status {type(status).__name__}, "
                          f"Spec {type(spec).__name__} (Docker sends objects; check any proxy)")
+    try:  # (a proxy's string where an object or a number goes: refused, never read as 0)
+        container = spec_object(spec.get("ContainerSpec"), "Spec.ContainerSpec")
+        iteration = (spec_object(raw.get("JobIteration"), "JobIteration")
+                     if "JobIteration" in raw else None)
+        cpu_milli, memory_mib = reservations(spec)
+        force = spec_count(spec.get("ForceUpdate"), "Spec.ForceUpdate")
+        run = (spec_count(iteration.get("Index"), "JobIteration.Index")
+               if iteration is not None else None)
+    except UnreadSpec as exc:
+        raise SwarmError(f"task {tid[:80]!r}: {exc}") from None
     return SwarmTask(
         id=tid,
         service_id=raw.get("ServiceID", ""),
@@ -218,15 +227,14 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
         slot=raw.get("Slot"),
         state=status.get("State", ""),
         desired_state=raw.get("DesiredState", ""),
-        env=tuple(spec.get("ContainerSpec", {}).get("Env") or ()),
+        env=tuple(container.get("Env") or ()),
         error=status.get("Err", "") or "",
-        force_update=int(spec.get("ForceUpdate") or 0),
-        cpu_milli=reservations(spec)[0],
-        memory_mib=reservations(spec)[1],
+        force_update=force,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
         message=str(status.get("Message", "") or ""),
         container_id=str((status.get("ContainerStatus") or {}).get("ContainerID") or ""),
-        job_iteration=(int((raw.get("JobIteration") or {}).get("Index") or 0)
-                       if "JobIteration" in raw else None),
+        job_iteration=run,
         created_at=str(raw.get("CreatedAt") or ""),
         constraints=task_rules(spec),
         network_drivers=_network_drivers(raw),

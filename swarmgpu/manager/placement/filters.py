@@ -13,6 +13,7 @@ from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.constraints import node_satisfies, platform_ok
 from swarmgpu.swarm.constraints import parse_all as parse_constraints
 from swarmgpu.swarm.plugins import Plugin, missing, needed, network_drivers_of, said, unknown
+from swarmgpu.swarm.specread import UnreadSpec, spec_object
 
 # (constraints, platforms (os, arch), generic reservations (kind, count), plugins needed)
 ExcludeKey = tuple[tuple[str, ...], tuple[tuple[str, str], ...], tuple[tuple[str, int], ...],
@@ -39,6 +40,9 @@ class SwarmFilters:
         # Some node lists its plugins (else the plugins are never judged, nor read).
         self.plugins_known = False
         self.networks: Mapping[str, tuple[str, ...]] = {}  # service id -> network drivers
+        # service id -> why its filter cannot be read (``UnreadSpec``): refused on every
+        # node, that service alone (raised, it failed every caller's whole pass)
+        self.unread: dict[str, str] = {}
 
     def new_cycle(self, nodes: Sequence[SwarmNode]) -> None:
         self._nodes = nodes
@@ -58,8 +62,11 @@ class SwarmFilters:
     def refused(self, s: SwarmService) -> frozenset[str]:
         """Nodes Swarm would refuse the service's task on: its own constraints (not the
         gate, which swarmgpu opens, nor the hold, which it replaces with the gate),
-        platforms and generic resources."""
+        platforms and generic resources. A spec whose filter cannot be read: every node
+        (``unread_why`` says why)."""
         key = self.key_of(s)
+        if s.id in self.unread:
+            return frozenset(n.id for n in self._nodes)
         if key is None:
             return frozenset()
         hit = self._exclude.get(key)
@@ -80,9 +87,29 @@ class SwarmFilters:
         nets = self.networks.get(s.id, _NO_NETWORKS)
         got = self.keys.get(s.id)
         if got is None or got[0] != s.version or got[1] != nets:
-            got = (s.version, nets, self._key(s, nets))
-            self.keys[s.id] = got
+            self.unread.pop(s.id, None)
+            try:
+                key = self._key(s, nets)
+            except UnreadSpec as exc:
+                key, self.unread[s.id] = None, str(exc)
+            got = self.keys[s.id] = (s.version, nets, key)
         return got[2]
+
+    def refused_strict(self, s: SwarmService) -> frozenset[str]:
+        """``refused``, raising ``UnreadSpec`` where the filter cannot be read: placement
+        fails that service alone (``isolate``), its plan naming the field, rather than
+        leaving it pending for "no node allowed"."""
+        got = self.refused(s)
+        why = self.unread.get(s.id)
+        if why is not None:
+            raise UnreadSpec(why)
+        return got
+
+    def unread_why(self, s: SwarmService) -> str:
+        """Why ``s``'s filter cannot be read, naming the field and the fix ("": it can)."""
+        self.key_of(s)
+        why = self.unread.get(s.id)
+        return f"{s.name}'s spec cannot be read: {why}" if why else ""
 
     def plugins_why(self, s: SwarmService, node: SwarmNode) -> str:
         """Why ``node`` is refused for the plugins ``s`` needs ("" when it is not)."""
@@ -117,9 +144,11 @@ class SwarmFilters:
         # replace; any other constraint on a gate label is the owner's, and Swarm's.
         cons = tuple(c for c in s.constraints
                      if gate_of(c, self.prefix) is None and not is_hold(c, self.prefix))
+        tt = spec_object(s.spec.get("TaskTemplate"), "TaskTemplate")
+        listed = spec_object(tt.get("Placement"), "TaskTemplate.Placement").get("Platforms")
         plats = tuple((str(p.get("OS") or ""), str(p.get("Architecture") or ""))
-                      for p in ((s.spec.get("TaskTemplate") or {}).get("Placement") or {})
-                      .get("Platforms") or () if isinstance(p, Mapping))
+                      for p in listed if isinstance(p, Mapping)) \
+            if isinstance(listed, list | tuple) else ()
         generic = dict(generic_reservations(s.spec))
         r = self.request_of(s.id)
         if (self.generic_kind and isinstance(r, GpuRequest) and not r.mig_profile

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from swarmgpu.core.peertext import quoted
 from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.swarm.client import SwarmNode, SwarmService
+from swarmgpu.swarm.specread import UnreadSpec, spec_count, spec_object
 
 
 def reserve_generic(r: GpuRequest, s: SwarmService, kind: str, running: bool,
@@ -16,12 +18,10 @@ def reserve_generic(r: GpuRequest, s: SwarmService, kind: str, running: bool,
     change rolls tasks, so it is only made before any runs."""
     if r.mig_profile or r.is_fraction:
         return None, None
-    res = (s.spec.get("TaskTemplate") or {}).get("Resources") or {}
     have = 0
-    for gr in (res.get("Reservations") or {}).get("GenericResources") or []:
-        d = gr.get("DiscreteResourceSpec") or {}
-        if d.get("Kind") == kind:
-            have = int(d.get("Value") or 0)
+    for k, v in generic_reservations(s.spec):
+        if k == kind:
+            have = v
     if have == r.gpus:
         return None, None
     if running:
@@ -31,12 +31,24 @@ def reserve_generic(r: GpuRequest, s: SwarmService, kind: str, running: bool,
 
 
 def generic_reservations(spec: Mapping[str, Any]) -> list[tuple[str, int]]:
-    res = (spec.get("TaskTemplate") or {}).get("Resources") or {}
+    """(kind, count) of each discrete generic resource ``spec`` reserves; ``UnreadSpec``
+    naming the field where a part is not what Docker sends (never none for it: a node
+    without the resource would be taken for one Swarm accepts)."""
+    where = "TaskTemplate.Resources.Reservations"
+    res = spec_object(spec_object(spec.get("TaskTemplate"), "TaskTemplate").get("Resources"),
+                      "TaskTemplate.Resources")
+    listed = spec_object(res.get("Reservations"), where).get("GenericResources") or []
+    if not isinstance(listed, list):
+        raise UnreadSpec(f"{where}.GenericResources is {type(listed).__name__}, not a list "
+                         "(Docker sends one; check any proxy)")
     out: list[tuple[str, int]] = []
-    for gr in (res.get("Reservations") or {}).get("GenericResources") or []:
-        d = gr.get("DiscreteResourceSpec") or {}
+    for gr in listed:
+        one = where + ".GenericResources[]"
+        d = spec_object(spec_object(gr, one).get("DiscreteResourceSpec"),
+                        one + ".DiscreteResourceSpec")
         if d.get("Kind"):
-            out.append((str(d["Kind"]), int_or0(str(d.get("Value") or 0))))
+            out.append((str(d["Kind"]), spec_count(d.get("Value"), f"{where}.GenericResources"
+                                                   f"[{quoted(d['Kind'])}].Value")))
     return out
 
 

@@ -23,10 +23,15 @@ from swarmgpu.manager.placement.ledger import Holding, parse_holding
 from swarmgpu.manager.placement.records import ServicePlan, State, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmService
+from swarmgpu.swarm.specread import UnreadSpec
 
 
 def failed_reason(name: str, exc: Exception) -> str:
     """What the plan of ``name`` says when planning it raised ``exc`` (no traceback)."""
+    if isinstance(exc, UnreadSpec):  # its spec's fault, named with its fix: not swarmgpu's
+        return (f"{name}'s spec cannot be read: {peer_text(str(exc), 300)}; nothing is "
+                "written for it this cycle, what it holds stays held, the other services "
+                "are placed")
     return (f"planning {name} failed unexpectedly ({type(exc).__name__}: "
             f"{peer_text(str(exc), 200)}): nothing is written for it this cycle, what it "
             "holds stays held, the other services are placed; fix: this is a swarmgpu "

@@ -34,7 +34,7 @@ from typing import Any
 from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.placement.keys import MAX_STATE, gate_of, is_hold, is_renew
 from swarmgpu.manager.services.requests import request_labels
-from swarmgpu.swarm.client import reservations
+from swarmgpu.swarm.client import held_reservations
 
 SpecCompute = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
 
@@ -53,7 +53,8 @@ class PlanInputs:
     other_gates: tuple[str, ...]  # gates naming other services (as ``constraints``)
     platforms: tuple[tuple[str, str], ...]  # (OS, Architecture)
     max_replicas: int  # its own MaxReplicas; 0: none (or the one swarmgpu set)
-    reserves: tuple[int, int]  # CPU milli, memory MiB each task reserves
+    reserves: tuple[int, int] | None  # CPU milli, memory MiB each task reserves (None:
+    # unread, a change: ``held_reservations``)
 
 
 def planned_from(spec: Mapping[str, Any], prefix: str) -> PlanInputs:
@@ -93,7 +94,7 @@ def planned_from(spec: Mapping[str, Any], prefix: str) -> PlanInputs:
             if isinstance(p, Mapping)
         ),
         max_replicas=0 if mine else int(most),
-        reserves=reservations(spec),
+        reserves=held_reservations(spec),
     )
 
 

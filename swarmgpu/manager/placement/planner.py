@@ -166,7 +166,8 @@ class Planner:
         # wall time -- not when its owner lets go of it)
         self._filters = SwarmFilters(prefix, generic_kind, memo.request)
         self._ports = HostPorts()  # other services' tasks binding a host-mode port
-        self._refused = self._ports.excluding(self._filters.refused)
+        # (strict: a spec whose filter cannot be read fails its service alone, named)
+        self._refused = self._ports.excluding(self._filters.refused_strict)
         self._kept = KeptHoldings(self.cluster, prefix, memo.reservation)
         memo.by_service = (self._kept.declared, self._filters.keys)
         memo.fits = self._kept.fits

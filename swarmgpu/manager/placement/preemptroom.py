@@ -18,7 +18,6 @@ from swarmgpu.swarm.client import (
     SwarmService,
     SwarmTask,
     held_reservations,
-    reservations,
 )
 
 
@@ -47,6 +46,9 @@ class Room:
     # stopping task past its hold's end): a port freed by their stop alone is room then
     stop_ports: Mapping[str, frozenset[str]] = field(default_factory=dict)
     kept_ports: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
+    # node id -> its whole CPU and memory: what a task whose spec's reservations cannot be
+    # read reserves there (``want``), never less than Swarm counts
+    whole: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @staticmethod
     def of(nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
@@ -88,12 +90,13 @@ class Room:
         left = {n.id: (None if n.cpu_milli is None else n.cpu_milli - use.get(n.id, (0, 0))[0],
                        None if n.memory_mib is None else n.memory_mib - use.get(n.id, (0, 0))[1])
                 for n in nodes}
-        return Room(left, held, stops, *_ports(services, tasks, holdings, stopping, overdue))
+        return Room(left, held, stops, *_ports(services, tasks, holdings, stopping, overdue),
+                    whole=whole)
 
     def fits(self, s: SwarmService, nid: str, victims: Sequence[Named], count: int,
              ) -> bool:
         """``count`` tasks of ``s`` fit on ``nid`` once ``victims``' reservations go."""
-        want = reservations(s.spec)
+        want = self.want(s, nid)
         left = self.left.get(nid, (None, None))
         for i in (0, 1):
             have = left[i]
@@ -128,7 +131,7 @@ class Room:
     def took(self, s: SwarmService, nid: str, victims: Sequence[Named], count: int,
              ) -> None:
         """``count`` tasks of ``s`` go on ``nid`` in place of ``victims``'."""
-        want = reservations(s.spec)
+        want = self.want(s, nid)
         freed = [sum(self.held.get((v.service, nid), (0, 0))[i] for v in victims)
                  for i in (0, 1)]
         self._add(nid, freed[0] - want[0] * count, freed[1] - want[1] * count)
@@ -138,9 +141,16 @@ class Room:
         else False (it would stay pending there)."""
         if not self.fits(s, nid, (), 1):
             return False
-        want = reservations(s.spec)
+        want = self.want(s, nid)
         self._add(nid, -want[0], -want[1])
         return True
+
+    def want(self, s: SwarmService, nid: str) -> tuple[int, int]:
+        """What one task of ``s`` reserves on ``nid``: its spec's, or the node's whole
+        where that cannot be read (``held_reservations``: None; read as 0 it fit
+        anywhere)."""
+        got = held_reservations(s.spec)
+        return got if got is not None else self.whole.get(nid, (0, 0))
 
     def _add(self, nid: str, cpu: int, mem: int) -> None:
         c, m = self.left.get(nid, (None, None))

@@ -37,7 +37,6 @@ from swarmgpu.swarm.client import (
     SwarmService,
     SwarmTask,
     held_reservations,
-    reservations,
 )
 
 
@@ -74,8 +73,11 @@ class SwarmTargets:
             if s is None or not nids:
                 continue
             self.ports.claim(s, nids)
-            cpu, mem = reservations(s.spec)
+            got = held_reservations(s.spec)  # unread: its node's whole, never less
             for nid in nids:
+                n = self.nodes.get(nid)
+                cpu, mem = got if got is not None else (
+                    (n.cpu_milli or 0, n.memory_mib or 0) if n is not None else (0, 0))
                 if (cpu or mem) and (s.id, nid) not in self.has:
                     u = use.get((name, nid), (0, 0))
                     use[(name, nid)] = (u[0] + cpu, u[1] + mem)
@@ -99,6 +101,9 @@ class SwarmTargets:
         """Why ``refused`` names ``node_id`` for ``s``, in words (None: it does not)."""
         if node_id not in self.refused(s, moves):
             return None
+        unread = self.filters.unread_why(s)
+        if unread:  # refused on every node until its spec is fixed
+            return unread
         n = self.nodes.get(node_id)
         host = n.hostname if n is not None else node_id
         port = self.ports.refused(s).get(node_id)

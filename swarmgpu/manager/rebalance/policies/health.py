@@ -191,6 +191,10 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
                 ctx.notes.append(f"{svc} on {host} stays: {request_problem(s, prefix)} "
                                  f"({reason})")
                 continue
+            unread = ctx.targets.filters.unread_why(s)
+            if unread:  # Swarm's filters unknown: refused on every node, it alone
+                ctx.notes.append(f"{svc} on {host} stays: {unread} ({reason})")
+                continue
             if left <= 0:
                 ctx.notes.append(f"{svc} on {host} waits for the health budget: "
                                  f"{h.left_why} ({reason})")
