@@ -16,6 +16,7 @@ import support.rebalance as rb
 from support.forged import DGX_F, FACTS, R_UUIDS, RecordingSwarm, snapshot, sw_node, sw_svc
 from support.placement import apply
 from support.planner import cpu_node
+from support.rebalance import SeenPolicy
 
 from swarmgpu.core.config import Config, PreemptionConfig, RebalanceConfig, SyncConfig
 from swarmgpu.manager.cycle.placement import make_plan
@@ -42,7 +43,7 @@ from swarmgpu.manager.placement.ledger import packed_holding
 from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY, Nomination, StoppingGpus
 from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.rebalance import policies
-from swarmgpu.manager.rebalance.context import Context, Inputs
+from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
@@ -231,23 +232,11 @@ def test_defrag_makes_no_room_where_a_stopping_tasks_cpu_is_still_used() -> None
     assert _defrag_moves("shutdown") == []
 
 
-class _Seen:
-    """A policy that keeps each pass's inputs."""
-
-    name = "hotspot"
-
-    def __init__(self) -> None:
-        self.inputs: list[Inputs] = []
-
-    def propose(self, ctx: Context) -> None:
-        self.inputs.append(ctx.inp)
-
-
 def test_the_rebalancer_is_handed_the_stopping_tasks_and_their_gpus(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The daemon's rebalance step: no move lands on the GPUs placement holds for a
     stopping task (``Inputs.held``), and the task's CPU counts (``Inputs.stopping``)."""
-    seen = _Seen()
+    seen = SeenPolicy()
     monkeypatch.setitem(policies.PLUGINS, "hotspot", lambda _rb: seen)
     s = sw_svc("s", {f"{P}gpus": "1"})
     sw = RecordingSwarm([sw_node("n-mgr", "manager", role="manager")], [s], [])
