@@ -324,10 +324,10 @@ def test_a_same_node_repins_old_task_holds_the_gpus_it_runs_on_not_the_new_ones(
     assert n.uuids == (R_UUIDS[0],)
 
 
-def test_a_stopping_tasks_share_of_a_gpu_other_services_share_is_held() -> None:
-    """n-4090: filler holds seven GPUs, live half of the eighth; old's task (the other
-    half) stops. frac (half a GPU) waits for it. Before: only wholly free GPUs were
-    held, and frac was placed on the half old's container still used."""
+def _half_gpu_stopping() -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask],
+                                    SwarmTask]:
+    """n-4090: filler holds seven GPUs, live half of the eighth, old's task (the other
+    half) stops; frac (half an RTX 4090) pending. Nodes, services, tasks and old's task."""
     old = sw_svc("old", {f"{P}gpu-fraction": "0.5"}, replicas=0)
     live = sw_svc("live", {f"{P}gpu-fraction": "0.5"})
     filler = sw_svc("filler", {f"{P}gpus": "7"})
@@ -344,6 +344,14 @@ def test_a_stopping_tasks_share_of_a_gpu_other_services_share_is_held() -> None:
              _task("t-frac", frac, "", "pending", "running")]
     t_old = _task("t-old", old, "n-4090", "running", "shutdown")
     services = [old, live, filler, frac]
+    return nodes, services, tasks, t_old
+
+
+def test_a_stopping_tasks_share_of_a_gpu_other_services_share_is_held() -> None:
+    """n-4090: filler holds seven GPUs, live half of the eighth; old's task (the other
+    half) stops. frac (half a GPU) waits for it. Before: only wholly free GPUs were
+    held, and frac was placed on the half old's container still used."""
+    nodes, services, tasks, t_old = _half_gpu_stopping()
     planner, cfg = Planner(prefix=P), Config()
     for _ in range(2):  # the cycle that releases old's holding, then the next
         plan = make_plan(_snap(nodes, services, tasks, [t_old]), cfg, planner=planner)
@@ -535,21 +543,7 @@ def test_a_stopping_hold_where_the_service_could_not_run_anyway_is_not_named() -
 def test_a_held_share_of_a_gpu_is_said_as_a_share() -> None:
     """old's stopping task used half of an RTX 4090 (live the other half): frac, which
     waits for it, is told "0.50 of a GPU" is held, not "1 GPU" (before)."""
-    old = sw_svc("old", {f"{P}gpu-fraction": "0.5"}, replicas=0)
-    live = sw_svc("live", {f"{P}gpu-fraction": "0.5"})
-    filler = sw_svc("filler", {f"{P}gpus": "7"})
-    frac = sw_svc("frac", {f"{P}gpu-fraction": "0.5", f"{P}gpu-product": "*RTX 4090*"})
-    labels = {**_held("filler", "n-4090", R_UUIDS[1:]), gate_key(P, "live"): "true",
-              assign_key(P, "live"): Holding("live", "n-4090", (R_UUIDS[0],), (500,))
-              .label_value(), gate_key(P, "old"): "true", assign_key(P, "old"):
-              Holding("old", "n-4090", (R_UUIDS[0],), (500,)).label_value()}
-    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
-             sw_node("n-4090", "gpu-node-2", labels)]
-    tasks = [_task("t-filler", filler, "n-4090", "running", "running"),
-             _task("t-live", live, "n-4090", "running", "running"),
-             _task("t-frac", frac, "", "pending", "running")]
-    t_old = _task("t-old", old, "n-4090", "running", "shutdown")
-    services = [old, live, filler, frac]
+    nodes, services, tasks, t_old = _half_gpu_stopping()
     planner, cfg = Planner(prefix=P), Config()
     nodes = apply(nodes, make_plan(_snap(nodes, services, tasks, [t_old]), cfg, planner=planner))
     plan = make_plan(_snap(nodes, services, tasks, [t_old]), cfg, planner=planner)
