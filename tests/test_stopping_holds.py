@@ -15,11 +15,24 @@ from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, Planner, Status, assign_key, gate_key
 from swarmgpu.manager.placement.nominated import STOP_WAIT_S, Nomination, Nominations
 from swarmgpu.manager.placement.preempted import Preempted
-from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
 SLICE_3G = next(m.uuid for m in FACTS["n-dgx"].gpus[0].mig_devices if m.profile == "3g.20gb")
 h = Holding("old", "n-dgx", (SLICE_3G,), (1000,))
+
+
+def _old_stopping_on_the_3g() -> tuple[list[SwarmNode], SwarmService, SwarmService,
+                                        SwarmTask, SwarmTask]:
+    """The DGX, old holding its only 3g.20gb device (``h``), scaled to 0; new asks
+    3g.20gb, pending. Nodes, old, new, old's task stopping there and new's."""
+    nodes = [replace(DGX, labels={assign_key(P, "old"): h.label_value(),
+                                  gate_key(P, "old"): "true"})]
+    old = svc("old", {f"{P}mig": "3g.20gb"}, replicas=0)
+    new = svc("new", {f"{P}mig": "3g.20gb"})
+    t_old = SwarmTask("t-old", old.id, "n-dgx", 1, "running", "shutdown", ())
+    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", ())
+    return nodes, old, new, t_old, t_new
 
 
 def test_a_mig_device_a_holding_frees_is_given_to_the_request_waiting_for_it() -> None:
@@ -27,11 +40,7 @@ def test_a_mig_device_a_holding_frees_is_given_to_the_request_waiting_for_it() -
     its task is gone: new is placed on it in the next cycle. Before: new waited for good
     (its "none free" answer was kept while the cluster's capacity had not grown, and a
     MIG device freed grew none: no GPU share changes)."""
-    nodes = [replace(DGX, labels={assign_key(P, "old"): h.label_value(),
-                                  gate_key(P, "old"): "true"})]
-    old = svc("old", {f"{P}mig": "3g.20gb"}, replicas=0)
-    new = svc("new", {f"{P}mig": "3g.20gb"})
-    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", ())
+    nodes, old, new, _t_old, t_new = _old_stopping_on_the_3g()
     planner, facts = Planner(prefix=P), {"n-dgx": FACTS["n-dgx"]}
     plan = planner.plan(nodes, [old, new], [t_new], facts)
     assert {sp.name: sp for sp in plan.services}["new"].status == Status.PENDING
@@ -46,12 +55,7 @@ def test_a_stopping_tasks_mig_device_is_not_given_to_a_new_mig_request() -> None
     ledger entry is gone from the second), and is placed on it once it has stopped.
     Before: new was given the device the stopping task still used (the holds counted
     whole GPUs only; the allocator counts MIG devices by UUID, not by GPU share)."""
-    nodes = [replace(DGX, labels={assign_key(P, "old"): h.label_value(),
-                                  gate_key(P, "old"): "true"})]
-    old = svc("old", {f"{P}mig": "3g.20gb"}, replicas=0)
-    new = svc("new", {f"{P}mig": "3g.20gb"})
-    t_old = SwarmTask("t-old", old.id, "n-dgx", 1, "running", "shutdown", ())
-    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", ())
+    nodes, old, new, t_old, t_new = _old_stopping_on_the_3g()
     planner = Planner(prefix=P)
     facts = {"n-dgx": FACTS["n-dgx"]}
     for _ in range(2):
@@ -192,12 +196,7 @@ def test_a_pending_mig_request_is_told_of_the_stopping_tasks_mig_device_it_waits
     names that device held for the stopping task. Before, only whole-GPU holds were named
     (``Holds.note``): the ledger showed the device free, and nothing said why new waited.
     A request for another profile (1g.10gb, free there) is not told of it."""
-    nodes = [replace(DGX, labels={assign_key(P, "old"): h.label_value(),
-                                  gate_key(P, "old"): "true"})]
-    old = svc("old", {f"{P}mig": "3g.20gb"}, replicas=0)
-    new = svc("new", {f"{P}mig": "3g.20gb"})
-    t_old = SwarmTask("t-old", old.id, "n-dgx", 1, "running", "shutdown", ())
-    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", ())
+    nodes, old, new, t_old, t_new = _old_stopping_on_the_3g()
     planner, facts = Planner(prefix=P), {"n-dgx": FACTS["n-dgx"]}
     # the first cycle releases old's ledger entry (its holding, not a hold, then): from
     # the next the device reads free in the ledger, held for the stopping task alone
