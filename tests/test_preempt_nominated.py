@@ -510,6 +510,18 @@ def _cpu_full(w: World) -> None:
             w.tasks[name] = replace(w.tasks[name], cpu_milli=1000)
 
 
+def _cpu_full_preempting(t: float) -> tuple[World, Planner, Preempter, Preemption]:
+    """``_cpu_full``'s world, planned and its one preemption (for high) decided at ``t``,
+    not yet taken."""
+    w, planner, pre = World(), Planner(prefix=P), Preempter(
+        Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
+    _cpu_full(w)
+    plan = w.plan(planner, pre, t)
+    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers,
+                      mono=t)
+    return w, planner, pre, p
+
+
 def _rejected_victims(w: World, p: Preemption, until: float) -> list[SwarmTask]:
     """``p``'s victims stopped by their closed gate: the constraint enforcer rejected
     their tasks (their CPU freed), whose containers run on their GPUs until ``until``."""
@@ -546,12 +558,7 @@ def test_a_hold_ending_after_placement_leaves_its_victims_gpus_held_as_stopping(
     while batch's task still ran there. Now a GPU spared for a hold the step no longer
     keeps is held as a stopping task's (``nominated.stopping_held``)."""
     t = 1000.0
-    w, planner, pre = World(), Planner(prefix=P), Preempter(
-        Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
-    _cpu_full(w)
-    plan = w.plan(planner, pre, t)
-    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers,
-                      mono=t)
+    w, planner, pre, p = _cpu_full_preempting(t)
     pre.took(p, list(p.victims), t)
     rejected = _rejected_victims(w, p, t + 100)
     hog = w.services["hog"] = sw_svc("hog", {}, gated=False)
@@ -579,12 +586,7 @@ def test_a_preemptor_waits_for_its_victims_cpu_while_their_tasks_stop() -> None:
     victim's task stops there (as while its move is in flight) and settle_s after, the
     stop cap at most."""
     t = 1000.0
-    w, planner, pre = World(), Planner(prefix=P), Preempter(
-        Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
-    _cpu_full(w)
-    plan = w.plan(planner, pre, t)
-    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers,
-                      mono=t)
+    w, planner, pre, p = _cpu_full_preempting(t)
     assert [v.service for v in p.victims] == ["batch"]
     pre.took(p, list(p.victims), t)
     stopping = _victim_stopping(w, p, cpu_milli=1000)
@@ -617,12 +619,7 @@ def test_a_preemptor_waits_no_stop_on_a_node_it_can_no_longer_run_on(node: dict[
     it lasted while the task was seen stopping, the stop cap (6 minutes): high neither
     preempted elsewhere nor was its nomination given up meanwhile."""
     t = 1000.0
-    w, planner, pre = World(), Planner(prefix=P), Preempter(
-        Config(preemption=PreemptionConfig(dry_run=False, preemptible_below=100)))
-    _cpu_full(w)
-    plan = w.plan(planner, pre, t)
-    (p,) = pre.decide(w.snap(), plan, FACTS, planner.refused_nodes, t, planner.port_takers,
-                      mono=t)
+    w, planner, pre, p = _cpu_full_preempting(t)
     pre.took(p, list(p.victims), t)
     stopping = _victim_stopping(w, p, cpu_milli=1000)
     w.nodes["n-4090"] = replace(w.nodes["n-4090"], **node)

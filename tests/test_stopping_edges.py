@@ -11,6 +11,7 @@ import pytest
 from support.forged import FACTS, R4090_F, R_UUIDS, RecordingSwarm, sw_node, sw_svc
 from support.placement import DGX, R4090, apply, svc
 from support.placement import FACTS as PFACTS
+from support.rebalance import SeenPolicy
 
 from swarmgpu.core.config import Config, PlacementConfig, RebalanceConfig, SyncConfig
 from swarmgpu.manager.cycle.rebalance import Rebalancer
@@ -22,22 +23,9 @@ from swarmgpu.manager.placement import Holding, Planner, assign_key, gate_key
 from swarmgpu.manager.placement.globalmode import RUN_WAIT_CAP_S
 from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY, StoppingGpus
 from swarmgpu.manager.rebalance import policies
-from swarmgpu.manager.rebalance.context import Context, Inputs
 from swarmgpu.swarm.client import SwarmTask
 
 P = "swarmgpu."
-
-
-class _Seen:
-    """A policy that keeps each pass's inputs."""
-
-    name = "hotspot"
-
-    def __init__(self) -> None:
-        self.inputs: list[Inputs] = []
-
-    def propose(self, ctx: Context) -> None:
-        self.inputs.append(ctx.inp)
 
 
 def test_without_placement_the_rebalancer_holds_a_moved_sources_stopping_gpus(
@@ -46,7 +34,7 @@ def test_without_placement_the_rebalancer_holds_a_moved_sources_stopping_gpus(
     to another node and closed its gate there, and its old task, rejected, still stops
     for 10 s. No move lands on GPU 0 meanwhile (``Inputs.held``). Before: the stopping
     holds came from placement's plan alone, and without placement none were held."""
-    seen = _Seen()
+    seen = SeenPolicy()
     monkeypatch.setitem(policies.PLUGINS, "hotspot", lambda _rb: seen)
     a = sw_svc("a", {f"{P}gpus": "1"})
     h = Holding("a", "n-4090", (R_UUIDS[0],), (1000,))

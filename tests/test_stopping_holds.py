@@ -11,14 +11,28 @@ from support.placement import DGX, FACTS, R4090, apply, svc
 
 from swarmgpu.core.config import Config, PreemptionConfig
 from swarmgpu.manager.cycle.placement import make_plan
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, Planner, Status, assign_key, gate_key
 from swarmgpu.manager.placement.nominated import STOP_WAIT_S, Nomination, Nominations
 from swarmgpu.manager.placement.preempted import Preempted
-from swarmgpu.swarm.client import SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
 SLICE_3G = next(m.uuid for m in FACTS["n-dgx"].gpus[0].mig_devices if m.profile == "3g.20gb")
 h = Holding("old", "n-dgx", (SLICE_3G,), (1000,))
+
+
+def _old_stopping_on_the_3g() -> tuple[list[SwarmNode], SwarmService, SwarmService,
+                                        SwarmTask, SwarmTask]:
+    """The DGX, old holding its only 3g.20gb device (``h``), scaled to 0; new asks
+    3g.20gb, pending. Nodes, old, new, old's task stopping there and new's."""
+    nodes = [replace(DGX, labels={assign_key(P, "old"): h.label_value(),
+                                  gate_key(P, "old"): "true"})]
+    old = svc("old", {f"{P}mig": "3g.20gb"}, replicas=0)
+    new = svc("new", {f"{P}mig": "3g.20gb"})
+    t_old = SwarmTask("t-old", old.id, "n-dgx", 1, "running", "shutdown", ())
+    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", ())
+    return nodes, old, new, t_old, t_new
 
 
 def test_a_mig_device_a_holding_frees_is_given_to_the_request_waiting_for_it() -> None:
@@ -26,11 +40,7 @@ def test_a_mig_device_a_holding_frees_is_given_to_the_request_waiting_for_it() -
     its task is gone: new is placed on it in the next cycle. Before: new waited for good
     (its "none free" answer was kept while the cluster's capacity had not grown, and a
     MIG device freed grew none: no GPU share changes)."""
-    nodes = [replace(DGX, labels={assign_key(P, "old"): h.label_value(),
-                                  gate_key(P, "old"): "true"})]
-    old = svc("old", {f"{P}mig": "3g.20gb"}, replicas=0)
-    new = svc("new", {f"{P}mig": "3g.20gb"})
-    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", ())
+    nodes, old, new, _t_old, t_new = _old_stopping_on_the_3g()
     planner, facts = Planner(prefix=P), {"n-dgx": FACTS["n-dgx"]}
     plan = planner.plan(nodes, [old, new], [t_new], facts)
     assert {sp.name: sp for sp in plan.services}["new"].status == Status.PENDING
@@ -45,12 +55,7 @@ def test_a_stopping_tasks_mig_device_is_not_given_to_a_new_mig_request() -> None
     ledger entry is gone from the second), and is placed on it once it has stopped.
     Before: new was given the device the stopping task still used (the holds counted
     whole GPUs only; the allocator counts MIG devices by UUID, not by GPU share)."""
-    nodes = [replace(DGX, labels={assign_key(P, "old"): h.label_value(),
-                                  gate_key(P, "old"): "true"})]
-    old = svc("old", {f"{P}mig": "3g.20gb"}, replicas=0)
-    new = svc("new", {f"{P}mig": "3g.20gb"})
-    t_old = SwarmTask("t-old", old.id, "n-dgx", 1, "running", "shutdown", ())
-    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", ())
+    nodes, old, new, t_old, t_new = _old_stopping_on_the_3g()
     planner = Planner(prefix=P)
     facts = {"n-dgx": FACTS["n-dgx"]}
     for _ in range(2):
@@ -146,13 +151,10 @@ def test_a_gpu_a_preemptor_is_nominated_and_its_victim_still_stops_on_reads_as_n
     assert plan.stopping_spared == {("n-4090", u): "high" for u in uuids[:2]}
 
 
-def test_plan_reads_a_stopping_victims_gpus_as_its_preemptors_as_the_daemon_does() -> None:
-    """`plan` and `status` (a one-shot planner: no nomination in its memory) see
-    high's victim still stopping on two RTX 4090s (its pinned line), its record naming
-    high 5 s ago on that node. The daemon holds them for high (its nomination, the stop
-    held for the rest only): high is placed on them. The one-shot now reads the record
-    as that nomination. Before: high read pending, "2 GPUs of gpu-node-2 held for tasks
-    Swarm is stopping there", and preemption's preview chose it new victims."""
+def _victim_stopping_on_4090s(taken_at: float) -> tuple[Snapshot, SwarmService]:
+    """high's victim still stopping on two RTX 4090s (its pinned line), its record naming
+    high at 995 on that node; filler holds the other six; high pending. Returns the
+    snapshot taken at ``taken_at`` and the victim."""
     record = Preempted("high", 100, 995.0, "n-4090").to_json()
     victim = replace(sw_svc("victim", {f"{P}gpus": "2", f"{P}state.preempted": record}),
                      replicas=0)
@@ -168,7 +170,18 @@ def test_plan_reads_a_stopping_victims_gpus_as_its_preemptors_as_the_daemon_does
     tasks = [SwarmTask("t-f", filler.id, "n-4090", 1, "running", "running", ()),
              SwarmTask("t-h", high.id, "", 1, "pending", "running", ())]
     snap = replace(snapshot(nodes, [victim, filler, high], tasks), stopping=[t_v],
-                   taken_at=1000.0)
+                   taken_at=taken_at)
+    return snap, victim
+
+
+def test_plan_reads_a_stopping_victims_gpus_as_its_preemptors_as_the_daemon_does() -> None:
+    """`plan` and `status` (a one-shot planner: no nomination in its memory) see
+    high's victim still stopping on two RTX 4090s (its pinned line), its record naming
+    high 5 s ago on that node. The daemon holds them for high (its nomination, the stop
+    held for the rest only): high is placed on them. The one-shot now reads the record
+    as that nomination. Before: high read pending, "2 GPUs of gpu-node-2 held for tasks
+    Swarm is stopping there", and preemption's preview chose it new victims."""
+    snap, _victim = _victim_stopping_on_4090s(1000.0)
     by = {sp.name: sp for sp in make_plan(snap, Config()).services}
     assert [set(p.uuids) for p in by["high"].placements] == [set(R_UUIDS[:2])], by["high"]
     # it settled: the daemon's hold waits for a victim's stop STOP_WAIT_S at most
@@ -183,12 +196,7 @@ def test_a_pending_mig_request_is_told_of_the_stopping_tasks_mig_device_it_waits
     names that device held for the stopping task. Before, only whole-GPU holds were named
     (``Holds.note``): the ledger showed the device free, and nothing said why new waited.
     A request for another profile (1g.10gb, free there) is not told of it."""
-    nodes = [replace(DGX, labels={assign_key(P, "old"): h.label_value(),
-                                  gate_key(P, "old"): "true"})]
-    old = svc("old", {f"{P}mig": "3g.20gb"}, replicas=0)
-    new = svc("new", {f"{P}mig": "3g.20gb"})
-    t_old = SwarmTask("t-old", old.id, "n-dgx", 1, "running", "shutdown", ())
-    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", ())
+    nodes, old, new, t_old, t_new = _old_stopping_on_the_3g()
     planner, facts = Planner(prefix=P), {"n-dgx": FACTS["n-dgx"]}
     # the first cycle releases old's ledger entry (its holding, not a hold, then): from
     # the next the device reads free in the ledger, held for the stopping task alone
@@ -215,23 +223,8 @@ def test_plan_reads_a_victim_still_stopping_past_settle_as_the_daemon_holds_it()
     the one-shot cut the record at ``settle_s``: high read pending, "held for tasks Swarm
     is stopping there", while the daemon placed it."""
     settle = Config().preemption.settle_s
-    record = Preempted("high", 100, 995.0, "n-4090").to_json()
-    victim = replace(sw_svc("victim", {f"{P}gpus": "2", f"{P}state.preempted": record}),
-                     replicas=0)
-    filler = sw_svc("filler", {f"{P}gpus": "6"})
-    high = sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100",
-                           f"{P}gpu-product": "*RTX 4090*"})
-    h = Holding("filler", "n-4090", R_UUIDS[2:], (1000,) * 6)
-    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
-             sw_node("n-4090", "gpu-node-2", {assign_key(P, "filler"): h.label_value(),
-                                              gate_key(P, "filler"): "true"})]
-    line = "NVIDIA_VISIBLE_DEVICES=" + ",".join(R_UUIDS[:2])
-    t_v = SwarmTask("t-v", victim.id, "n-4090", 1, "running", "shutdown", (line,))
-    tasks = [SwarmTask("t-f", filler.id, "n-4090", 1, "running", "running", ()),
-             SwarmTask("t-h", high.id, "", 1, "pending", "running", ())]
     late = 995.0 + settle + 5.0
-    snap = replace(snapshot(nodes, [victim, filler, high], tasks), stopping=[t_v],
-                   taken_at=late)
+    snap, victim = _victim_stopping_on_4090s(late)
     # The daemon's side: nominated at 995, the victim's task seen stopping since.
     noms = Nominations(settle)
     noms.by["high"] = (Nomination("high", 100, "n-4090", R_UUIDS[:2],

@@ -16,6 +16,7 @@ import support.rebalance as rb
 from support.forged import DGX_F, FACTS, R_UUIDS, RecordingSwarm, snapshot, sw_node, sw_svc
 from support.placement import apply
 from support.planner import cpu_node
+from support.rebalance import SeenPolicy
 
 from swarmgpu.core.config import Config, PreemptionConfig, RebalanceConfig, SyncConfig
 from swarmgpu.manager.cycle.placement import make_plan
@@ -42,7 +43,7 @@ from swarmgpu.manager.placement.ledger import packed_holding
 from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY, Nomination, StoppingGpus
 from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.rebalance import policies
-from swarmgpu.manager.rebalance.context import Context, Inputs
+from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
@@ -231,23 +232,11 @@ def test_defrag_makes_no_room_where_a_stopping_tasks_cpu_is_still_used() -> None
     assert _defrag_moves("shutdown") == []
 
 
-class _Seen:
-    """A policy that keeps each pass's inputs."""
-
-    name = "hotspot"
-
-    def __init__(self) -> None:
-        self.inputs: list[Inputs] = []
-
-    def propose(self, ctx: Context) -> None:
-        self.inputs.append(ctx.inp)
-
-
 def test_the_rebalancer_is_handed_the_stopping_tasks_and_their_gpus(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The daemon's rebalance step: no move lands on the GPUs placement holds for a
     stopping task (``Inputs.held``), and the task's CPU counts (``Inputs.stopping``)."""
-    seen = _Seen()
+    seen = SeenPolicy()
     monkeypatch.setitem(policies.PLUGINS, "hotspot", lambda _rb: seen)
     s = sw_svc("s", {f"{P}gpus": "1"})
     sw = RecordingSwarm([sw_node("n-mgr", "manager", role="manager")], [s], [])
@@ -335,10 +324,10 @@ def test_a_same_node_repins_old_task_holds_the_gpus_it_runs_on_not_the_new_ones(
     assert n.uuids == (R_UUIDS[0],)
 
 
-def test_a_stopping_tasks_share_of_a_gpu_other_services_share_is_held() -> None:
-    """n-4090: filler holds seven GPUs, live half of the eighth; old's task (the other
-    half) stops. frac (half a GPU) waits for it. Before: only wholly free GPUs were
-    held, and frac was placed on the half old's container still used."""
+def _half_gpu_stopping() -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask],
+                                    SwarmTask]:
+    """n-4090: filler holds seven GPUs, live half of the eighth, old's task (the other
+    half) stops; frac (half an RTX 4090) pending. Nodes, services, tasks and old's task."""
     old = sw_svc("old", {f"{P}gpu-fraction": "0.5"}, replicas=0)
     live = sw_svc("live", {f"{P}gpu-fraction": "0.5"})
     filler = sw_svc("filler", {f"{P}gpus": "7"})
@@ -355,6 +344,14 @@ def test_a_stopping_tasks_share_of_a_gpu_other_services_share_is_held() -> None:
              _task("t-frac", frac, "", "pending", "running")]
     t_old = _task("t-old", old, "n-4090", "running", "shutdown")
     services = [old, live, filler, frac]
+    return nodes, services, tasks, t_old
+
+
+def test_a_stopping_tasks_share_of_a_gpu_other_services_share_is_held() -> None:
+    """n-4090: filler holds seven GPUs, live half of the eighth; old's task (the other
+    half) stops. frac (half a GPU) waits for it. Before: only wholly free GPUs were
+    held, and frac was placed on the half old's container still used."""
+    nodes, services, tasks, t_old = _half_gpu_stopping()
     planner, cfg = Planner(prefix=P), Config()
     for _ in range(2):  # the cycle that releases old's holding, then the next
         plan = make_plan(_snap(nodes, services, tasks, [t_old]), cfg, planner=planner)
@@ -546,21 +543,7 @@ def test_a_stopping_hold_where_the_service_could_not_run_anyway_is_not_named() -
 def test_a_held_share_of_a_gpu_is_said_as_a_share() -> None:
     """old's stopping task used half of an RTX 4090 (live the other half): frac, which
     waits for it, is told "0.50 of a GPU" is held, not "1 GPU" (before)."""
-    old = sw_svc("old", {f"{P}gpu-fraction": "0.5"}, replicas=0)
-    live = sw_svc("live", {f"{P}gpu-fraction": "0.5"})
-    filler = sw_svc("filler", {f"{P}gpus": "7"})
-    frac = sw_svc("frac", {f"{P}gpu-fraction": "0.5", f"{P}gpu-product": "*RTX 4090*"})
-    labels = {**_held("filler", "n-4090", R_UUIDS[1:]), gate_key(P, "live"): "true",
-              assign_key(P, "live"): Holding("live", "n-4090", (R_UUIDS[0],), (500,))
-              .label_value(), gate_key(P, "old"): "true", assign_key(P, "old"):
-              Holding("old", "n-4090", (R_UUIDS[0],), (500,)).label_value()}
-    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
-             sw_node("n-4090", "gpu-node-2", labels)]
-    tasks = [_task("t-filler", filler, "n-4090", "running", "running"),
-             _task("t-live", live, "n-4090", "running", "running"),
-             _task("t-frac", frac, "", "pending", "running")]
-    t_old = _task("t-old", old, "n-4090", "running", "shutdown")
-    services = [old, live, filler, frac]
+    nodes, services, tasks, t_old = _half_gpu_stopping()
     planner, cfg = Planner(prefix=P), Config()
     nodes = apply(nodes, make_plan(_snap(nodes, services, tasks, [t_old]), cfg, planner=planner))
     plan = make_plan(_snap(nodes, services, tasks, [t_old]), cfg, planner=planner)

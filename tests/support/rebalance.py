@@ -14,6 +14,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.rebalanceconfig import ConsolidationConfig, HotspotConfig
 from swarmgpu.core.samples import GpuSample
 from swarmgpu.manager.placement import env_template, gate_constraint, read_ledger
+from swarmgpu.manager.rebalance.context import Context, Inputs
 from swarmgpu.manager.rebalance.scrape import NodeScrape, judge
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -93,3 +94,15 @@ def load_rebalance(rebalance: dict[str, object]) -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as fh:
         json.dump({"rebalance": rebalance}, fh)
     load_config(fh.name, env={})
+
+
+class SeenPolicy:
+    """A policy that keeps each pass's inputs (registered as hotspot)."""
+
+    name = "hotspot"
+
+    def __init__(self) -> None:
+        self.inputs: list[Inputs] = []
+
+    def propose(self, ctx: Context) -> None:
+        self.inputs.append(ctx.inp)
