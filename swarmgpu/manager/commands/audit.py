@@ -27,6 +27,7 @@ from swarmgpu.manager.commands.auditnodes import (
 )
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement.cpunodes import expects_agent
+from swarmgpu.manager.placement.generic import generic_reservations
 from swarmgpu.manager.placement.keys import (
     OWNED_LABEL_RISK,
     gate_constraint,
@@ -40,6 +41,7 @@ from swarmgpu.swarm.agentservice import missing_agent_service
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.constraints import Constraint, node_field, node_satisfies, parse_all
 from swarmgpu.swarm.labels import desired_labels
+from swarmgpu.swarm.specread import UnreadSpec
 from swarmgpu.swarm.swarmnode import GPU_RESOURCE_KINDS, gpu_kinds
 
 __all__ = ["GPU_RESOURCE_KINDS", "Finding", "audit", "exit_code"]
@@ -216,13 +218,15 @@ def _swarm_gpu_reservation(svc: Any, prefix: str, kind: str) -> list[Finding]:
     """A service that reserves GPUs as Swarm generic resources but asks swarmgpu for
     nothing: Swarm picks its GPUs by count alone, and swarmgpu, which does not know of
     them, can hand the same GPUs to its own services. With a request, Swarm's pick is
-    read instead of the grant under grants as env: ``ungranted-gpu-access`` names it."""
-    res = (svc.spec.get("TaskTemplate") or {}).get("Resources") or {}
+    read instead of the grant under grants as env: ``ungranted-gpu-access`` names it.
+    A reservation that cannot be read is that service's finding alone."""
+    try:
+        listed = generic_reservations(svc.spec)
+    except UnreadSpec as exc:
+        return [Finding("unreadable-spec", svc.name,
+                        f"its GPU reservation cannot be read: {exc}")]
     kinds = gpu_kinds(kind)
-    reserved = [(d.get("Kind"), d.get("Value"))
-                for gr in (res.get("Reservations") or {}).get("GenericResources") or []
-                if isinstance(gr, dict)
-                for d in [gr.get("DiscreteResourceSpec") or {}] if d.get("Kind") in kinds]
+    reserved = [(k, v) for k, v in listed if k in kinds]
     if not reserved or parse_request_labels(svc.labels, prefix=prefix) is not None:
         return []
     k, v = reserved[0]
