@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from swarmgpu.core.commalist import comma_list
+from swarmgpu.core.peertext import quoted
 from swarmgpu.manager.placement.envs import (
     DEVICE_MOUNT_ROOT,
     DEVICE_VAR,
@@ -55,8 +56,10 @@ from swarmgpu.manager.placement.envs import (
     device_env,
     device_mount,
 )
+from swarmgpu.manager.placement.generic import generic_reservations
 from swarmgpu.manager.placement.keys import DEVICES, MEANT_STATES
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.specread import UnreadSpec, spec_object
 from swarmgpu.swarm.swarmnode import gpu_kinds
 
 MOUNT_ROOT = DEVICE_MOUNT_ROOT  # the toolkit's DeviceListAsVolumeMountsRoot
@@ -82,7 +85,7 @@ class ImageEnv:
 class Access:
     """One way a service's containers see GPUs without a grant."""
 
-    via: str  # env | image | resource-env | mount | reservation
+    via: str  # env | image | resource-env | mount | reservation | unread
     what: str  # the reason, as plan/status/audit show it
     known: bool = True  # False: rests on what the manager cannot see (treated as access)
     voidable: bool = True  # NVIDIA_VISIBLE_DEVICES=void (or the variable's void) stops it
@@ -134,6 +137,9 @@ class Ungranted:
             parts.append("remove its Swarm generic-resource reservation of GPUs and ask with "
                          "swarmgpu.gpus instead (an env write cannot stop it: Swarm appends "
                          "its own line last)")
+        if any(a.via == "unread" for a in self.access):
+            parts.append("make its spec readable as the reason says (until then whether "
+                         "it sees GPUs is unknown)")
         if any(a.via == "mount" for a in self.access):
             parts.append(f"remove its /dev/null mount under {MOUNT_ROOT} (an env write "
                          "cannot stop it: mounts win)")
@@ -234,26 +240,48 @@ def final_env(service_env: Sequence[str], image_env: Sequence[str] | None
     return out
 
 
+def _container(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``TaskTemplate.ContainerSpec``; ``UnreadSpec`` naming the part that is not an
+    object (read as none, a string there hid the service's env and mounts)."""
+    tt = spec_object(spec.get("TaskTemplate"), "TaskTemplate")
+    return spec_object(tt.get("ContainerSpec"), "TaskTemplate.ContainerSpec")
+
+
+def _listed(cs: Mapping[str, Any], key: str) -> list[Any]:
+    """A list of ``ContainerSpec`` (absent: none); ``UnreadSpec`` where it is not one (a
+    string's characters read as its lines)."""
+    value = cs.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise UnreadSpec(f"TaskTemplate.ContainerSpec.{key} is {type(value).__name__} "
+                         f"{quoted(value)}, not a list (Docker sends one; check any proxy, "
+                         "or re-create the service)")
+    return value
+
+
 def _mounts(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    cs = (spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}
-    return [m for m in cs.get("Mounts") or [] if isinstance(m, Mapping)]
+    return [m for m in _listed(_container(spec), "Mounts") if isinstance(m, Mapping)]
 
 
 def _privileged(spec: Mapping[str, Any]) -> bool:
     """CAP_SYS_ADMIN added: the toolkit counts the container as privileged (its bounding
     set), and reads its variables even with envvar-when-unprivileged off."""
-    cs = (spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}
-    return any(str(c).upper() in _SYS_ADMIN for c in cs.get("CapabilityAdd") or [])
+    return any(str(c).upper() in _SYS_ADMIN
+               for c in _listed(_container(spec), "CapabilityAdd"))
 
 
 def image_of(spec: Mapping[str, Any]) -> str:
-    cs = (spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}
-    return str(cs.get("Image") or "")
+    """The service's image; "" where its spec cannot be read (``service_access`` then
+    names the field)."""
+    try:
+        return str(_container(spec).get("Image") or "")
+    except UnreadSpec:
+        return ""
 
 
 def _env(spec: Mapping[str, Any]) -> list[str]:
-    cs = (spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}
-    return [str(x) for x in cs.get("Env") or []]
+    return [str(x) for x in _listed(_container(spec), "Env")]
 
 
 # --- one service ---------------------------------------------------------------------
@@ -379,16 +407,13 @@ def _reservation(spec: Mapping[str, Any], generic_kind: str, managed: bool = Fal
     service's env (so no env line of its own can override it: the toolkit keeps the
     last). On any service it is GPUs nobody granted; on one placement manages, Swarm's
     pick replaces its grant, so two services can share a GPU the ledger gives one."""
-    res = (spec.get("TaskTemplate") or {}).get("Resources") or {}
     kinds = gpu_kinds(generic_kind)
     out = []
-    for gr in (res.get("Reservations") or {}).get("GenericResources") or []:
-        d = gr.get("DiscreteResourceSpec") if isinstance(gr, Mapping) else None
-        if not isinstance(d, Mapping) or d.get("Kind") not in kinds:
+    for kind, count in generic_reservations(spec):  # UnreadSpec: that service's failure
+        if kind not in kinds:
             continue
-        kind = str(d["Kind"])
         whose = f"{DEVICE_VAR} (placement's grant)" if managed else DEVICE_VAR
-        out.append(Access("reservation", f"reserves {_cut(str(d.get('Value')))} {_cut(kind)} "
+        out.append(Access("reservation", f"reserves {count} {_cut(kind)} "
                                          "as Swarm generic resources: Swarm names the GPUs it "
                                          f"picks in {RESOURCE_PREFIX}{_cut(kind.upper())}, "
                                          f"which the toolkit reads instead of {whose} "
@@ -398,7 +423,8 @@ def _reservation(spec: Mapping[str, Any], generic_kind: str, managed: bool = Fal
 
 
 def _device_mounts(spec: Mapping[str, Any], prefix: str, managed: bool) -> list[Access]:
-    labelled = any(k.startswith(prefix + DEVICES) for k in spec.get("Labels") or {})
+    labelled = any(k.startswith(prefix + DEVICES)
+                   for k in spec_object(spec.get("Labels"), "Labels"))
     out = []
     for m in _mounts(spec):
         source, target = str(m.get("Source") or ""), str(m.get("Target") or "")
@@ -455,8 +481,14 @@ def find_ungranted(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
             continue
         ref = image_of(s.spec)
         image = images.get(ref) or ImageEnv(ref, None, "not read")
-        access = service_access(s.spec, image, prefix=prefix, managed=s.name in managed,
-                                grants=grants, generic_kind=generic_kind)
+        try:
+            access = service_access(s.spec, image, prefix=prefix, managed=s.name in managed,
+                                    grants=grants, generic_kind=generic_kind)
+        except UnreadSpec as exc:
+            # Its access unknown, so listed (as an image not read is), never written
+            # to; the other services go on.
+            access = [Access("unread", f"its spec cannot be read: {exc}", known=False,
+                             voidable=False)]
         if access:
             out.append(Ungranted(s.name, s.id, nodes, tuple(access),
                                  exempt=exempt_of(s.name, exempt)))
