@@ -1,22 +1,34 @@
-"""A service spec part that is not what Docker sends (a proxy's string or null where an
-object goes) fails that one service, naming the field and the fix: in ``audit``, the
-grants check and a preemption victim's write; the other services go on."""
+"""A service spec part that is not what Docker sends (a proxy's string where an object or
+a list goes) fails that one service, naming the field and the fix: in ``audit``, the
+grants check and a preemption victim's choice and write; the other services go on.
+Before, each raised an AttributeError (or read a string's characters) that failed the
+whole audit, the grants step or the preemption."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support.forged import DGX_F, R4090_F, RecordingSwarm, sw_node, sw_svc
 from support.loglines import log_lines
 
+from swarmgpu.core.config import Config, PreemptionConfig
 from swarmgpu.manager.commands.audit import audit
 from swarmgpu.manager.cycle.grants import ImageEnvs, void_one
+from swarmgpu.manager.cycle.placement import make_plan
+from swarmgpu.manager.cycle.preemption import Preempter
+from swarmgpu.manager.cycle.victimspec import victim_spec
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key
+from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
 from swarmgpu.manager.services.grants import find_ungranted, images_to_read
 from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.specread import UnreadSpec
 
 P = "swarmgpu."
 
@@ -129,3 +141,88 @@ def test_a_void_write_on_a_spec_unreadable_at_write_time_writes_nothing(
                       images=ImageEnvs(sw))  # type: ignore[arg-type]
     assert not landed and sw.writes == 0
     assert any("cannot be read" in line and field in line for line in errors)
+
+
+# --- a preemption victim: never chosen on an unreadable spec, skipped at its write -------
+
+R = tuple(g.uuid for g in R4090_F.gpus)  # 8 RTX 4090s on n-4090
+FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
+UNREAD_VICTIM = [
+    ({"Placement": "x"}, "TaskTemplate.Placement"),
+    ({"Placement": {"Constraints": "node.role==worker"}}, "Placement.Constraints"),
+    ({"ContainerSpec": {"Env": "A=1"}}, "ContainerSpec.Env"),
+]
+
+
+def _holders(bad_a: dict[str, Any] | None = None) -> RecordingSwarm:
+    """a and b (priority 0, 2 GPUs each) and filler (not preemptible, 4) fill n-4090;
+    h1 (priority 100) wants 2 RTX 4090s: a is the victim (by name), unless its
+    TaskTemplate has ``bad_a``'s parts."""
+    held = {"a": R[:2], "b": R[2:4], "filler": R[4:]}
+    labels: dict[str, str] = {}
+    for name, uuids in held.items():
+        h = Holding(name, "n-4090", uuids, tuple(1000 for _ in uuids))
+        labels |= {assign_key(P, name): h.label_value(), gate_key(P, name): "true"}
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", labels)]
+    svcs = [sw_svc(name, {f"{P}gpus": "2", devices_key(P, "n-4090"): ",".join(uuids),
+                          **({f"{P}priority": "50", f"{P}preemptible": "false"}
+                             if name == "filler" else {})})
+            for name, uuids in held.items()]
+    svcs.append(sw_svc("h1", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
+                              f"{P}priority": "100"}))
+    if bad_a is not None:
+        a = svcs[0]
+        svcs[0] = dataclasses.replace(a, spec={**a.spec, "TaskTemplate": {
+            **a.spec["TaskTemplate"], **bad_a}})
+    tasks = [SwarmTask(f"t-{s.name}", s.id, "" if s.name == "h1" else "n-4090", 1,
+                       "pending" if s.name == "h1" else "running", "running", ())
+             for s in svcs]
+    return RecordingSwarm(nodes, svcs, tasks)
+
+
+def _cycle(sw: RecordingSwarm, snap_of: RecordingSwarm | None = None) -> list[Any]:
+    of = snap_of or sw
+    snap = Snapshot(of.nodes(), of.services(), of.tasks(), {}, swarm_labels=of.swarm_labels())
+    cfg = Config(preemption=PreemptionConfig(dry_run=False))
+    return Preempter(cfg).cycle(sw, snap, make_plan(snap, cfg), FACTS,  # type: ignore[arg-type]
+                                now=5000.0)
+
+
+@pytest.fixture
+def said() -> Iterator[list[str]]:
+    yield from log_lines("WARNING")
+
+
+def test_a_holder_whose_spec_the_victim_write_cannot_read_is_never_chosen(
+        said: list[str]) -> None:
+    assert [v.service for p in _cycle(_holders()) for v in p.victims] == ["a"]  # as a rule
+    sw = _holders({"Placement": "x"})
+    done = _cycle(sw)
+    assert [(p.service, [v.service for v in p.victims]) for p in done] == [("h1", ["b"])]
+    assert gate_key(P, "a") in sw.node("n-4090").labels  # a left as it is
+    assert gate_key(P, "b") not in sw.node("n-4090").labels
+    assert not [ln for ln in said if "failed unexpectedly" in ln]
+    (why,) = [ln for ln in said if "not taken as a victim" in ln]
+    assert "TaskTemplate.Placement" in why and "check any proxy" in why
+
+
+@pytest.mark.parametrize(("bad", "field"), UNREAD_VICTIM)
+def test_a_victim_whose_spec_is_unreadable_at_its_write_is_skipped_with_the_reason(
+        bad: dict[str, Any], field: str, said: list[str]) -> None:
+    sw = _holders(bad)
+    assert _cycle(sw, snap_of=_holders()) == []  # chosen on the snapshot's readable spec
+    assert gate_key(P, "a") in sw.node("n-4090").labels  # none stopped
+    assert f"{P}{PREEMPTED_STATE}" not in sw.service("id-a").labels
+    assert not [ln for ln in said if "failed unexpectedly" in ln]
+    (why,) = [ln for ln in said if "a skipped, its spec cannot be read" in ln]
+    assert field in why and "none of a stopped for h1" in why
+
+
+@pytest.mark.parametrize(("bad", "field"), UNREAD_VICTIM)
+def test_the_victim_write_with_a_renewal_names_the_unreadable_part(
+        bad: dict[str, Any], field: str) -> None:
+    spec = {"Name": "v", "Labels": {P + "devices.n1": "0"}, "TaskTemplate": bad}
+    renew = SimpleNamespace(version=2)
+    with pytest.raises(UnreadSpec, match=field.replace(".", r"\.")):
+        victim_spec(P, "n1", "rec", renew)(spec)  # type: ignore[arg-type]
