@@ -9,14 +9,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from support.forged import DGX_F, R4090_F, RecordingSwarm, sw_node, sw_svc
+from support.forged import DGX_F, R4090_F, T_UUID, RecordingSwarm, sw_node, sw_svc, victim_cluster
 from support.loglines import log_lines
 
-from swarmgpu.core.config import Config, PreemptionConfig
+from swarmgpu.core.config import Config, PlacementConfig, PreemptionConfig
 from swarmgpu.manager.commands.audit import audit
 from swarmgpu.manager.cycle.grants import ImageEnvs, void_one
 from swarmgpu.manager.cycle.placement import make_plan
@@ -26,7 +27,9 @@ from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key
 from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
+from swarmgpu.manager.rebalance.context import MOVED_AT
 from swarmgpu.manager.services.grants import find_ungranted, images_to_read
+from swarmgpu.manager.services.overshare import Restarter, ServiceUse
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 from swarmgpu.swarm.specread import UnreadSpec
 
@@ -226,3 +229,22 @@ def test_the_victim_write_with_a_renewal_names_the_unreadable_part(
     renew = SimpleNamespace(version=2)
     with pytest.raises(UnreadSpec, match=field.replace(".", r"\.")):
         victim_spec(P, "n1", "rec", renew)(spec)  # type: ignore[arg-type]
+
+
+# --- an over-share restart: that one not done, nothing written --------------------------
+
+def test_an_overshare_restart_of_a_spec_with_unreadable_labels_is_not_done(
+        tmp_path: Path, said: list[str]) -> None:
+    base = victim_cluster({})
+    third = base.service("id-third")
+    svcs = [dataclasses.replace(s, spec={**s.spec, "Labels": "x"}) if s is third else s
+            for s in base.services()]
+    sw = RecordingSwarm(base.nodes(), svcs, base.tasks(), base.swarm_labels())
+    cfg = Config(state_dir=str(tmp_path), placement=PlacementConfig(overshare="restart"))
+    r = Restarter(sw, cfg, wait_s=1.0)  # type: ignore[arg-type]
+    u = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
+                   ("t-third",), (), ())
+    assert not r._bounce(sw.service("id-third"), u, MOVED_AT)
+    assert sw.calls == []  # no mark, no gate closed
+    (why,) = [ln for ln in said if "over-share restart of third" in ln]
+    assert "Labels is str" in why and "check any proxy" in why
