@@ -60,7 +60,13 @@ from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.envs import DEVICE_VAR, own_device_line
-from swarmgpu.manager.placement.keys import ASSIGNED_STATES, SKEW_S, stop_overdue
+from swarmgpu.manager.placement.keys import (
+    ASSIGNED_STATES,
+    SKEW_S,
+    stop_began,
+    stop_hold_end,
+    stop_overdue,
+)
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.preempted import preempted_state
@@ -473,7 +479,13 @@ class StoppingGpus:
     memory or ports) until its status time plus its stop grace period
     (``keys.rejected_running``). A victim's (either way: a job's spec write stops it as
     a scale-down does) on GPUs its preemptor's nomination holds is held for that
-    preemptor alone (``Nomination.owner``)."""
+    preemptor alone (``Nomination.owner``).
+
+    A stopping task's hold is timed by one clock, when its stop began (``began``,
+    ``keys.stop_began``: first seen so, or Swarm's time for one already stopping at the
+    first look): when its GPUs are waited for until (``waits``, ``until``) and when it is
+    overdue (``keys.stop_hold_end``). A fresh reader (``plan``, ``status``, a restarted
+    daemon) so ends it when a long-running daemon does."""
 
     def __init__(self, prefix: str = "swarmgpu.") -> None:
         self.prefix = prefix
@@ -481,11 +493,13 @@ class StoppingGpus:
         self.running: dict[str, tuple[str, Uses]] = {}  # meant task id -> as first seen
         self.names: dict[str, str] = {}  # service id -> name, as the last cycle had them
         self.taken: frozenset[str] = frozenset()  # the live services' names, this cycle
-        self.seen: dict[str, float] = {}  # stopping task id -> when first seen so (epoch s)
-        self.first: dict[str, float] = {}  # as ``seen``, for every stopping task (GPUs or not)
+        # stopping or rejected task id -> when its stop began (epoch s, ``keys.stop_began``):
+        # its hold's one clock (``keys.stop_hold_end``), whether its GPUs are known or not
+        self.began: dict[str, float] = {}
+        self.looked = False  # a cycle was read before: a task new since began stopping since
         self.overdue: frozenset[str] = frozenset()  # of those, past their hold's end at ``now``
         # node id -> when its hold ends at most (epoch s): its tasks' rejected_until, or
-        # first seen stopping plus the stop grace period (a global job's run waits for it)
+        # ``keys.stop_hold_end`` (a global job's run waits for it)
         self.until: dict[str, float] = {}
         # (node id, GPU uuid) -> the preemptor its hold spared it for, in the last ``holds``
         self.spared: dict[tuple[str, str], str] = {}
@@ -534,13 +548,14 @@ class StoppingGpus:
             if got is not None:
                 known[t.id] = got
         self.known, self.running, self.names = known, running, names
-        self.seen = {tid: self.seen.get(tid, now) for tid in known}
-        self.first = {t.id: self.first.get(t.id, now) for t in stopping}
+        leaving = [*stopping, *rejected]
+        self.began = {t.id: self.began[t.id] if t.id in self.began
+                      else stop_began(t, now, self.looked) for t in leaving}
+        self.looked = True
         self.overdue = frozenset(t.id for t in stopping
-                                 if stop_overdue(t, self.first[t.id], now))
+                                 if stop_overdue(t, self.began[t.id], now))
         ends = {t.id: t.rejected_until if t.rejected_until is not None
-                else self.seen[t.id] + t.stop_grace_s for t in [*stopping, *rejected]
-                if t.id in known}
+                else stop_hold_end(t, self.began[t.id]) for t in leaving if t.id in known}
         for_victim = {(n.node_id, u, v): n.service for n in spare
                       for u in n.uuids for v in n.victims}
         self.spared, self.until = {}, {}
