@@ -156,17 +156,17 @@ class Nominations:
         its nomination at most. ``stopping``: (service id, node id) of the tasks Swarm is
         stopping that still use their node (``keys.stopping``: a job victim's, stopped by
         its spec write); a hold one of whose victims has one on its node settles from now,
-        for ``STOP_WAIT_S`` from its nomination at most: Swarm counts that task's CPU,
-        memory and host ports until it stops, so its preemptor waits for them (its GPUs
-        are its own meanwhile: ``StoppingGpus``), or its hold lapsed after ``settle_s``
-        and it stopped another victim for what the first one's stop frees."""
+        ``STOP_WAIT_S`` after its nomination at most (``settles_from``): Swarm counts
+        that task's CPU, memory and host ports until it stops, so its preemptor waits for
+        them (its GPUs are its own meanwhile: ``StoppingGpus``), or its hold lapsed after
+        ``settle_s`` and it stopped another victim for what the first one's stop frees."""
         pending = {sp.name for sp in plan.services if sp.status in WAITING}
         kept: dict[str, tuple[Nomination, float, float]] = {}
         for k, (n, at, last) in self.by.items():
             if any(v in moving for v in n.moved) and now - at < self.move_timeout_s:
                 last = now
-            if any((v, n.node_id) in stopping for v in n.victims) and now - at < STOP_WAIT_S:
-                last = now
+            last = settles_from(at, last, now,
+                                any((v, n.node_id) in stopping for v in n.victims))
             if now - last < self.settle_s and k in pending:
                 kept[k] = (n, at, last)
         self.by = kept
@@ -434,6 +434,15 @@ STOPPING_PRIORITY = sys.maxsize
 STOP_WAIT_S = MAX_GRACE_S + SKEW_S
 
 
+def settles_from(at: float, last: float, now: float, stops: bool) -> float:
+    """When a hold nominated at ``at``, settling from ``last``, settles from at ``now``
+    (it ends ``settle_s`` after): while a victim's task it waits for still stops
+    (``stops``), from ``now``, ``STOP_WAIT_S`` after ``at`` at most. The daemon's
+    ``Nominations.keep`` and the one-shot's ``recorded_nominations`` both read it, so a
+    `plan` ends the hold when the daemon does."""
+    return max(last, min(now, at + STOP_WAIT_S)) if stops else last
+
+
 def stopping_held(plan: PlacementPlan, nominations: Sequence[Nomination],
                   ) -> dict[tuple[str, str], tuple[str, int]]:
     """``plan.stopping_held``, the GPUs its placement spared for a preemptor
@@ -635,8 +644,8 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
     (``plan``, ``status``: ``cycle.placement.make_plan``): the GPUs of each task Swarm
     still stops (``leaving``: stopping or rejected) whose service's ``state.preempted``
     record names a live preemptor, that task's node and a time less than ``settle_s``
-    before ``now`` (epoch s; ``STOP_WAIT_S`` more for a task among ``waited``,
-    ``stops_waited``: the daemon's hold waits for its stop), held for that preemptor.
+    before ``now`` (epoch s; for a task among ``waited``, ``stops_waited``, the daemon's
+    hold waits for its stop: ``settles_from``), held for that preemptor.
     Read from the task's own device line only (a one-shot knows no ledger entry the
     preemption removed). Without them
     such GPUs read as held for the stopping task: the preemptor waits (its plan said
@@ -649,11 +658,11 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
         svc = by_id.get(t.service_id)
         st = None if svc is None else preempted_state(svc.labels, prefix)
         # The daemon's hold lasts while a victim's task Swarm counts still stops
-        # (``Nominations.keep``: ``STOP_WAIT_S`` at most), then ``settle_s`` (none: none)
-        waits = settle_s > 0 and (t.service_id, t.node_id) in waited
-        lasts = settle_s + (STOP_WAIT_S if waits else 0.0)
-        if (st is None or st.node_id != t.node_id or st.by not in names
-                or not 0 <= now - st.at < lasts):
+        # (``settles_from``), then ``settle_s``; the task stopping now stopped since the
+        # record (the preemption stopped it)
+        if (st is None or st.node_id != t.node_id or st.by not in names or now < st.at
+                or now - settles_from(st.at, st.at, now, (t.service_id, t.node_id) in waited)
+                >= settle_s):
             continue
         uuids = {u for u, _m in task_device_uses(t, prefix, facts.get(t.node_id))}
         if uuids:
