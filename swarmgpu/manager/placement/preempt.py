@@ -60,8 +60,8 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   no room, as Kubernetes asks per node: victims are sought there (whose stop frees them)
   and on the others (before, the first such node by id ended the search: it waited for
   ever). One short of the CPU, of a host port (``Room.fits_once_stopped``,
-  ``Room.ports_once_stopped``) or of GPUs (``_gpus_once_stopped``, not for a
-  ``topology`` request) only for tasks Swarm is stopping there, or of any of them
+  ``Room.ports_once_stopped``) or of GPUs (``_gpus_once_stopped``; for a ``topology``
+  request, of a set it can use) only for tasks Swarm is stopping there, or of any of them
   together, is waited for until their hold ends (``keys.stop_overdue``: past it, stuck,
   no room again): Swarm starts it there in seconds, a victim stopped elsewhere went for
   nothing; what it waits for is counted taken in the round (``_wait``). Nor does it
@@ -366,7 +366,8 @@ def _best_preemption(rd: Round, s: SwarmService, r: GpuRequest,
             continue  # a packed service's replicas go only on its node
         if packed is None and s.name in here:
             continue  # one replica per node: a held node is not where it goes
-        if wait := _gpus_once_stopped(rd, s, r, nid, here, need, replicas, no, takers):
+        sets = _GpuSets(rd, nid, s.name, r, replicas)  # (asked only for a topology)
+        if wait := _gpus_once_stopped(rd, s, r, nid, here, need, replicas, no, takers, sets):
             _wait(rd, s, nid, wait, replicas)  # it waits for them: no service stopped for it
             return None
         usable = _usable(r, rd.facts.get(nid)) - rd.off(nid, s.name, r.priority)
@@ -377,7 +378,6 @@ def _best_preemption(rd: Round, s: SwarmService, r: GpuRequest,
             for u in h.uuids:
                 holders.setdefault(u, set()).add(svc)
         free = usable - holders.keys()
-        sets = _GpuSets(rd, nid, s.name, r, replicas)  # (asked only for a topology)
         # room already only where the free GPUs give a set it can use (an NVLink job
         # waited behind a single-GPU holder) and its CPU and memory are left (it waited
         # for ever while a lower holder elsewhere kept the GPUs it would fit beside):
@@ -440,18 +440,25 @@ def _wait(rd: Round, s: SwarmService, nid: str, uuids: Sequence[str], replicas: 
 
 def _gpus_once_stopped(rd: Round, s: SwarmService, r: GpuRequest, nid: str,
                        here: Mapping[str, Holding], need: int, replicas: int,
-                       no: AbstractSet[str], takers: Mapping[str, AbstractSet[str]]) -> list[str]:
+                       no: AbstractSet[str], takers: Mapping[str, AbstractSet[str]],
+                       sets: _GpuSets) -> list[str]:
     """The GPUs ``s`` has on ``nid`` once tasks Swarm stops there stop, in their grace period
     (``Round.waits``: held for them alone, none a waiter took in the round; its CPU and
-    ports as ``_room_once_stopped`` has them), not before; none for a topology request."""
+    ports as ``_room_once_stopped`` has them), not before; for a topology request, the
+    set the allocator gives it with theirs (``sets``, as a victim's GPUs are counted)."""
     soon = {u for n, u in rd.waits if n == nid} - {u for n, u in rd.taken if n == nid}
-    if not soon or r.topology is not Topology.ANY:
+    if not soon:
         return []
     usable = _usable(r, rd.facts.get(nid)) - (rd.off(nid, s.name, r.priority) - soon)
     free = usable - {u for h in here.values() for u in h.uuids}
-    ok = len(free) >= need and bool(free & soon) and _room_once_stopped(
-        rd, s, nid, replicas, no, takers)
-    return sorted(free, key=lambda u: (u not in soon, u))[:need] if ok else []
+    if len(free) < need or not free & soon or not _room_once_stopped(
+            rd, s, nid, replicas, no, takers):
+        return []
+    if r.topology is Topology.ANY:
+        return sorted(free, key=lambda u: (u not in soon, u))[:need]
+    # a set of free GPUs alone is room already (``_best_preemption``), not a wait
+    got = sets.pick(free & soon)
+    return list(got) if got is not None and soon.intersection(got) else []
 
 
 def _candidates(rd: Round, r: GpuRequest, nid: str, here: Mapping[str, Holding],
