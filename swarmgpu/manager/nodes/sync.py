@@ -222,6 +222,10 @@ class LabelSync:
         for node in snapshot.nodes:
             log = logger.bind(node=node.hostname)
             warn = self._once(node.id, log)
+            if node.unread:  # its labels as Swarm has them unknown: none written, none gone
+                warn("{}", node.unread)
+                report.errors.append(node.unread)
+                continue
             result = snapshot.facts.get(node.id)
             expected = is_gpu_node(node, self.book, prefix, kind, agents)
             if result is not None:

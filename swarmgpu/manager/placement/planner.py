@@ -65,6 +65,7 @@ from swarmgpu.manager.placement.records import (
     PlacementPlan,
     ServicePlan,
     Status,
+    leave_unread,
 )
 from swarmgpu.manager.placement.release import release
 from swarmgpu.manager.placement.service import plan_service
@@ -315,6 +316,7 @@ class Planner:
                          self._faults, set(plan.released))
         self._note_problems(plan, {s.name: s for s, _ in read.parsed})
         self._faults.end()
+        leave_unread(plan, nodes)
         plan.workload = self.model.summary()
         plan.queues = self.queues.summary()
         return plan

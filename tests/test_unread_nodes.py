@@ -1,0 +1,163 @@
+"""A node whose engine answer cannot be read in part is that node's alone.
+
+A node listed with ``Description.Resources`` a string (or ``Spec`` null, ``Spec.Labels``
+a list, ``Version.Index`` "x", a generic resource with no Kind...: what a proxy, or an
+engine API call no docker CLI makes, may send) raised out of ``node_from_api``, and the
+whole node list failed, hence the whole cycle. Now that node is ``unread``, its message
+naming the part and the fix: placement puts nothing new on it, its holdings are kept,
+label sync and every other label write leave it as it is, and the rebalancer moves
+nothing onto or off it; the other nodes are read, synced and placed on as ever. A node
+without an ID is refused naming it (there is nothing to key it on)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.forged import RecordingSwarm
+from support.health import hold
+from support.placement import FACTS, P, svc
+
+from swarmgpu.core.config import Config, SyncConfig
+from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.agentbook import AgentBook
+from swarmgpu.manager.nodes.sync import LabelSync, Snapshot
+from swarmgpu.manager.placement import plan_placement
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmTask
+from swarmgpu.swarm.swarmnode import node_from_api
+
+HELD = FACTS["n-4090"].gpus[0].uuid
+
+
+def raw_node(nid: str, host: str, labels: dict[str, str] | None = None,
+             **parts: Any) -> dict[str, Any]:
+    """A node as Docker sends it, ``parts`` replacing its top-level parts."""
+    return {"ID": nid, "Version": {"Index": 7},
+            "Spec": {"Role": "worker", "Availability": "active", "Labels": labels or {}},
+            "Description": {"Hostname": host, "Platform": {"OS": "linux",
+                                                           "Architecture": "x86_64"},
+                            "Resources": {"NanoCPUs": 64_000_000_000,
+                                          "MemoryBytes": 512 * 1024**3},
+                            "Engine": {"Labels": {}}},
+            "Status": {"State": "ready", "Addr": "10.0.0.2"}, **parts}
+
+
+class _Api:
+    def __init__(self, raw: list[Any]) -> None:
+        self.raw = raw
+
+    def nodes(self, filters: Any = None) -> list[Any]:
+        return self.raw
+
+    def inspect_node(self, node_id: str) -> Any:
+        return next(n for n in self.raw if n["ID"] == node_id)
+
+
+def _client(raw: list[Any]) -> SwarmClient:
+    sw = SwarmClient.__new__(SwarmClient)
+    sw.endpoint, sw._api = "unix:///test", _Api(raw)  # type: ignore[assignment]
+    sw.on_write = sw.on_landed = None
+    return sw
+
+
+BAD_RESOURCES = raw_node("n-4090", "gpu-node-2", hold("held", [HELD]),
+                         Description={"Hostname": "gpu-node-2", "Resources": "x"})
+
+
+def _listed() -> list[SwarmNode]:
+    return _client([raw_node("n-dgx", "gpu-node-1"), BAD_RESOURCES]).nodes()
+
+
+def test_a_node_with_resources_a_string_is_unread_and_the_others_read() -> None:
+    good, bad = _listed()
+    assert not good.unread and good.cpu_milli == 64_000
+    assert bad.unread.startswith("node gpu-node-2: Description.Resources is str 'x', "
+                                 "not an object")
+    assert "docker node update" in bad.unread
+    assert bad.labels == hold("held", [HELD])  # what can be read is read
+
+
+def test_an_unread_node_gets_no_placement_and_keeps_its_holding() -> None:
+    nodes = _listed()
+    services = [svc("held", {f"{P}gpus": "1"}), svc("new", {f"{P}gpus": "4"}),
+                svc("more", {f"{P}gpus": "1"})]
+    tasks = [SwarmTask("t1", "id-held", "n-4090", 1, "running", "running", ())]
+    plan = plan_placement(nodes, services, tasks, FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    assert by["new"].status == "placed"  # the other node placed on
+    assert [p.node_id for p in by["new"].placements] == ["n-dgx"]
+    assert all(p.node_id == "n-dgx" for p in by["more"].placements)
+    assert "n-4090" not in plan.node_remove and "n-4090" not in plan.node_set
+    assert [(p.node_id, p.uuids) for p in by["held"].placements] == [("n-4090", (HELD,))]
+
+
+def test_label_sync_writes_the_other_nodes_never_the_unread_one(tmp_path: Path) -> None:
+    nodes = _listed()
+    swarm = RecordingSwarm(nodes, [], [])
+    facts = {nid: FactsResult(nid, nid, "", f, None, 1.0) for nid, f in FACTS.items()}
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
+    sync = LabelSync(swarm, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
+    report = sync.cycle(Snapshot(nodes, [], [], facts, swarm_labels={}))
+    assert ("node", "n-dgx") in swarm.calls
+    assert ("node", "n-4090") not in swarm.calls
+    assert swarm.node("n-4090").labels == hold("held", [HELD])
+    assert any("Description.Resources" in e and "gpu-node-2" in e for e in report.errors)
+
+
+def test_a_label_write_to_a_node_unread_at_write_time_is_refused() -> None:
+    sw = _client([BAD_RESOURCES])
+    with pytest.raises(SwarmError, match="label write refused: node gpu-node-2: "
+                       "Description.Resources"):
+        sw.update_node_labels("n-4090", lambda cur: {})
+
+
+@pytest.mark.parametrize(("parts", "said"), [
+    ({"Spec": None}, "Spec is null"),
+    ({"Spec": "worker"}, "Spec is str 'worker'"),
+    ({"Spec": {"Labels": ["a=b"]}}, "Spec.Labels is list"),
+    ({"Version": {"Index": "x"}}, "Version.Index is 'x'"),
+    ({"ManagerStatus": "leader"}, "ManagerStatus is str"),
+    ({"Status": {"State": 3}}, "Status.State is 3"),
+    ({"Description": {"Resources": {"GenericResources": "gpu"}}},
+     "Description.Resources.GenericResources is 'gpu', not a list"),
+    ({"Description": {"Resources": {"GenericResources": ["gpu"]}}},
+     "Description.Resources.GenericResources[0] is 'gpu', not an object"),
+    ({"Description": {"Resources": {"GenericResources": [
+        {"NamedResourceSpec": {"Value": "GPU-1"}}]}}},
+     "GenericResources[0].NamedResourceSpec has no Kind or Value"),
+    ({"Description": {"Resources": {"GenericResources": [
+        {"DiscreteResourceSpec": {"Kind": "gpu", "Value": "many"}}]}}},
+     "DiscreteResourceSpec.Value is 'many'"),
+])
+def test_a_node_part_not_as_docker_sends_it_leaves_the_node_unread(
+        parts: dict[str, Any], said: str) -> None:
+    got = node_from_api(raw_node("n1", "h1", **parts))
+    assert said in got.unread
+    assert got.id == "n1"
+
+
+@pytest.mark.parametrize("raw", [None, "n1", {"Spec": {}}, {"ID": ""}, {"ID": 7}])
+def test_a_node_without_an_id_is_refused_naming_it(raw: Any) -> None:
+    with pytest.raises(SwarmError, match="a node listed"):
+        _client([raw]).nodes()
+
+
+def test_nodes_as_docker_sends_them_read_as_ever() -> None:
+    """A worker with no ManagerStatus, a node with no Resources or Platform, a named and
+    a discrete generic resource: read, none unread."""
+    bare = node_from_api({"ID": "n1", "Spec": {"Role": "worker"}, "Status": {},
+                          "Description": {"Hostname": "h"}, "Version": {"Index": 1}})
+    assert not bare.unread and bare.cpu_milli is None and bare.labels == {}
+    gen = node_from_api(raw_node("n2", "h2", ManagerStatus={
+        "Leader": True, "Addr": "10.0.0.9:2377"}, Description={"Resources": {
+            "GenericResources": [
+                {"NamedResourceSpec": {"Kind": "NVIDIA-GPU", "Value": "GPU-b"}},
+                {"NamedResourceSpec": {"Kind": "NVIDIA-GPU", "Value": "GPU-a"}},
+                {"DiscreteResourceSpec": {"Kind": "gpu", "Value": 2}}]}}))
+    assert not gen.unread and gen.leader
+    assert gen.generic_resources == {"NVIDIA-GPU": ("GPU-a", "GPU-b")}
+    assert gen.discrete_resources == {"gpu": 2}
+    assert replace(gen, unread="x").unread == "x"
