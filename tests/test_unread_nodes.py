@@ -11,11 +11,14 @@ without an ID is refused naming it (there is nothing to key it on)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+import support.health as hp
+import support.rebalance as rb
 from support.forged import RecordingSwarm
 from support.health import hold
 from support.placement import FACTS, P, svc
@@ -25,8 +28,11 @@ from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.sync import LabelSync, Snapshot
-from swarmgpu.manager.placement import plan_placement
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmTask
+from swarmgpu.manager.placement import plan_placement, read_ledger
+from swarmgpu.manager.rebalance.context import Inputs
+from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.signals import Signals
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.swarmnode import node_from_api
 
 HELD = FACTS["n-4090"].gpus[0].uuid
@@ -109,8 +115,8 @@ def test_label_sync_writes_the_other_nodes_never_the_unread_one(tmp_path: Path) 
 
 def test_a_label_write_to_a_node_unread_at_write_time_is_refused() -> None:
     sw = _client([BAD_RESOURCES])
-    with pytest.raises(SwarmError, match="label write refused: node gpu-node-2: "
-                       "Description.Resources"):
+    with pytest.raises(SwarmError, match=re.escape(
+            "label write refused: node gpu-node-2: Description.Resources")):
         sw.update_node_labels("n-4090", lambda cur: {})
 
 
@@ -161,3 +167,56 @@ def test_nodes_as_docker_sends_them_read_as_ever() -> None:
     assert gen.generic_resources == {"NVIDIA-GPU": ("GPU-a", "GPU-b")}
     assert gen.discrete_resources == {"gpu": 2}
     assert replace(gen, unread="x").unread == "x"
+
+
+def _unread(nodes: list[SwarmNode], nid: str) -> list[SwarmNode]:
+    return [replace(n, unread=f"node {n.hostname}: Description.Resources is str 'x'")
+            if n.id == nid else n for n in nodes]
+
+
+@pytest.mark.parametrize("which", ["n1", "n2"])
+def test_no_hot_spot_move_onto_or_off_an_unread_node(which: str) -> None:
+    """gpu-node-2's shared GPU runs hot: its share moved to gpu-node-1; with either node
+    unread (gpu-node-2 the source, gpu-node-1 the target) none moves."""
+    nodes, svcs, tasks = rb.cluster()
+    sig = Signals(rb.CFG)
+    times = [float(t) for t in range(13)]
+    rb.feed(sig, nodes, times, {t: {0: 97.0} for t in times})
+    moves = plan_moves(_inputs(sig, _unread(nodes, which), svcs, tasks)).moves
+    assert moves == []
+    assert len(plan_moves(_inputs(sig, nodes, svcs, tasks)).moves) == 1  # read: it moves
+
+
+@pytest.mark.parametrize("which", ["n1", "n2"])
+def test_no_defrag_move_onto_or_off_an_unread_node(which: str) -> None:
+    """Pending p wants gpu-node-2's 8 GPUs: a (on its GPU 0) is moved to gpu-node-1;
+    with either node unread, a stays."""
+    n2 = {f"{P}assign.a": rb.U2[0], f"{P}service.a": "true"}
+    nodes = [rb.node("n1", "gpu-node-1", {}), rb.node("n2", "gpu-node-2", n2)]
+    svcs = [rb.service("a", {f"{P}gpus": "1"}), rb.service("p", {f"{P}gpus": "8"})]
+    tasks = [rb.running("a", "n2")]
+    sig = Signals(rb.CFG)
+    rb.feed(sig, nodes, [float(t) for t in range(13)], {})
+    assert plan_moves(_inputs(sig, _unread(nodes, which), svcs, tasks, ["p"])).moves == []
+    assert plan_moves(_inputs(sig, nodes, svcs, tasks, ["p"])).moves != []
+
+
+def _inputs(sig: Signals, nodes: list[SwarmNode], svcs: list[SwarmService],
+            tasks: list[SwarmTask], pending: list[str] | None = None) -> Inputs:
+    return Inputs(nodes, svcs, tasks, rb.FACTS, read_ledger(nodes, P), sig.gpus, sig.nodes,
+                  rb.CFG, 12.0, pending or [], P)
+
+
+@pytest.mark.parametrize("opted_out", [False, True])
+def test_a_failed_gpu_s_holder_on_an_unread_node_stays_and_is_said(opted_out: bool) -> None:
+    """a holds gpu-node-2's failed GPU 0: moved to gpu-node-1 (or, opted out of moves,
+    released to placement); on an unread gpu-node-2, it stays, the note naming why."""
+    labels = {"a": {f"{P}rebalance": "never"}} if opted_out else None
+    nodes, svcs, tasks = hp.setup({"a": [rb.U2[0]]}, full_n2=not opted_out, svc_labels=labels)
+    f2 = hp.mark(rb.F2, failed=[0])
+    read = hp.plan(nodes, svcs, tasks, f2)
+    assert read.moves or read.releases
+    p = hp.plan(_unread(nodes, "n2"), svcs, tasks, f2)
+    assert not p.moves and not p.releases
+    assert any(n.startswith("a on gpu-node-2 stays: node gpu-node-2: Description.Resources")
+               for n in p.notes), p.notes
