@@ -23,7 +23,13 @@ from support.forged import RecordingSwarm
 from support.health import hold
 from support.placement import FACTS, P, svc
 
+from swarmgpu.agent.doctor import check_unread_nodes
+from swarmgpu.agent.doctor.read import read_view
+from swarmgpu.agent.doctor.view import Status, SwarmRead
 from swarmgpu.core.config import Config, SyncConfig
+from swarmgpu.manager.commands.audit import audit as run_audit
+from swarmgpu.manager.commands.audit import exit_code
+from swarmgpu.manager.commands.plan import render_plan
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.agentbook import AgentBook
@@ -32,10 +38,12 @@ from swarmgpu.manager.placement import plan_placement, read_ledger
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.signals import Signals
+from swarmgpu.manager.web.cluster_view import build_cluster, render_status
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.swarmnode import node_from_api
 
 HELD = FACTS["n-4090"].gpus[0].uuid
+DOCTOR_ROOTS = Path(__file__).parent / "doctor_roots"
 
 
 def raw_node(nid: str, host: str, labels: dict[str, str] | None = None,
@@ -220,3 +228,27 @@ def test_a_failed_gpu_s_holder_on_an_unread_node_stays_and_is_said(opted_out: bo
     assert not p.moves and not p.releases
     assert any(n.startswith("a on gpu-node-2 stays: node gpu-node-2: Description.Resources")
                for n in p.notes), p.notes
+
+
+def test_audit_status_plan_and_doctor_name_the_unread_node() -> None:
+    nodes = _listed()
+    facts = {nid: FactsResult(nid, nid, "", f, None, 1.0) for nid, f in FACTS.items()}
+    snap = Snapshot(nodes, [], [], facts, swarm_labels={})
+    found = run_audit(snap)
+    mine = [f for f in found if f.node == "n-4090"]
+    assert [f.kind for f in mine] == ["node-unread"]  # no label drift read off it
+    assert "Description.Resources" in mine[0].message and not mine[0].advisory
+    assert exit_code(found) == 1
+    doc = build_cluster(snap, None, findings=found)
+    (n2,) = [n for n in doc["nodes"] if n["id"] == "n-4090"]
+    assert n2["unread"] == nodes[1].unread
+    assert f"  {nodes[1].unread}" in render_status(doc).splitlines()
+    text = render_plan([], ungranted=[], workload={}, health=[], moves=None, listen="x",
+                       unread=[nodes[1].unread])
+    assert "node gpu-node-2: Description.Resources is str 'x'" in text
+    read = SwarmRead(nodes=nodes)
+    check = check_unread_nodes(replace(read_view(str(DOCTOR_ROOTS / "healthy")), swarm=read))
+    assert check is not None and check.status == Status.WARN
+    assert "node gpu-node-2: Description.Resources" in check.found
+    assert check_unread_nodes(replace(read_view(str(DOCTOR_ROOTS / "healthy")),
+                                      swarm=SwarmRead(nodes=nodes[:1]))) is None

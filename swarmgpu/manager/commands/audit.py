@@ -113,7 +113,9 @@ def audit(
         gpu = expects_agent(node, saved.get("last_ok") is not None, prefix,
                             generic_resource_kind, agents)  # as label sync's
         any_gpu |= gpu or getattr(snap.facts.get(node.id), "facts", None) is not None
-        if (new := _rejoined(snap, node, prefix, gpu)) is not None:
+        if node.unread:  # its labels and resources may not be Swarm's: the part unread said
+            found = [Finding("node-unread", node.hostname, node.unread)]
+        elif (new := _rejoined(snap, node, prefix, gpu)) is not None:
             found = [_replaced(node, new, prefix)]  # its labels and ledger go with it
         else:
             found = (_node_findings(snap, node, prefix, saved, generic_resource_kind,
@@ -199,13 +201,11 @@ def _node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[
         if k not in ours:
             out.append(Finding("missing", h, f"label {k} missing (want {v!r})", k, v, None))
         elif ours[k] != v:
-            out.append(Finding(
-                "wrong", h, f"label {k} is {ours[k]!r}, facts say {v!r}", k, v, ours[k]
-            ))
+            out.append(Finding("wrong", h, f"label {k} is {ours[k]!r}, facts say {v!r}",
+                               k, v, ours[k]))
     for k in sorted(set(ours) - set(want)):
-        out.append(Finding(
-            "stale", h, f"label {k}={ours[k]!r} no longer matches any fact", k, None, ours[k]
-        ))
+        out.append(Finding("stale", h, f"label {k}={ours[k]!r} no longer matches any fact",
+                           k, None, ours[k]))
     out.extend(_resource_findings(node.hostname, node.generic_resources,
                                   node.discrete_resources, res.facts, generic_resource_kind))
     out.extend(_health_findings(h, res.facts, node_lost_grace_s))

@@ -158,6 +158,7 @@ def build_cluster(
         nodes_out.append({
             "id": n.id, "hostname": n.hostname, "role": n.role, "state": n.state,
             "availability": n.availability, "addr": n.addr, "agent": agent,
+            "unread": n.unread or None,  # a part of the engine's answer (swarmnode)
             "zone": n.labels.get(zone_label) or None,
             "labels_state": labels_state, "drift": drift,
             # what its GPUs cannot be read against: label sync's labels as they stand
@@ -506,6 +507,8 @@ def render_status(doc: Mapping[str, Any]) -> str:
             head += (f" - {n['gpu_count']}x {n['product']}, driver {n['driver_version'] or '?'}"
                      f", CUDA {n['cuda_driver_version'] or '?'}")
         lines.append(head)
+        if n.get("unread"):
+            lines.append(f"  {n['unread']}")
         if agent.get("status") in ("unreachable", "unreadable") and agent.get("url"):
             lines.append(f"  agent at {agent['url']}: {agent.get('cause') or agent['status']}")
             if agent.get("fix"):
