@@ -507,8 +507,7 @@ def render_status(doc: Mapping[str, Any]) -> str:
             head += (f" - {n['gpu_count']}x {n['product']}, driver {n['driver_version'] or '?'}"
                      f", CUDA {n['cuda_driver_version'] or '?'}")
         lines.append(head)
-        if n.get("unread"):
-            lines.append(f"  {n['unread']}")
+        lines += [f"  {n['unread']}"] if n.get("unread") else []  # (swarmnode)
         if agent.get("status") in ("unreachable", "unreadable") and agent.get("url"):
             lines.append(f"  agent at {agent['url']}: {agent.get('cause') or agent['status']}")
             if agent.get("fix"):
@@ -536,8 +535,7 @@ def render_status(doc: Mapping[str, Any]) -> str:
                          f"{who or 'free'}")
     packed = [sv for sv in doc.get("services", []) if sv.get("packed")]
     if packed:
-        lines.append("")
-        lines.append("replicas packed on one node:")
+        lines += ["", "replicas packed on one node:"]
         for sv in packed:
             lines.append(f"  {sv['name']}: {sv['packed']}")
     lines.extend(_modes_lines(doc.get("services", [])))
