@@ -252,3 +252,22 @@ def test_audit_status_plan_and_doctor_name_the_unread_node() -> None:
     assert "node gpu-node-2: Description.Resources" in check.found
     assert check_unread_nodes(replace(read_view(str(DOCTOR_ROOTS / "healthy")),
                                       swarm=SwarmRead(nodes=nodes[:1]))) is None
+
+
+def test_a_holder_on_a_node_whose_labels_cannot_be_read_is_left_as_it_is() -> None:
+    """gpu-node-2's Spec.Labels a list: its holdings cannot be read. held, whose task
+    runs there, was taken for holding nothing and placed on gpu-node-1 anew (its task
+    replaced); now nothing is written for it, its plan naming the node; more is placed."""
+    raw = raw_node("n-4090", "gpu-node-2")
+    raw["Spec"]["Labels"] = [f"{k}={v}" for k, v in hold("held", [HELD]).items()]
+    nodes = _client([raw_node("n-dgx", "gpu-node-1"), raw]).nodes()
+    services = [svc("held", {f"{P}gpus": "1"}), svc("more", {f"{P}gpus": "1"})]
+    tasks = [SwarmTask("t1", "id-held", "n-4090", 1, "running", "running", ())]
+    plan = plan_placement(nodes, services, tasks, FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    assert not by["held"].placements and not by["held"].needs_service_write
+    assert by["held"].reason is not None
+    assert "node gpu-node-2: Spec.Labels is list" in by["held"].reason
+    assert "spec cannot be read" not in by["held"].reason
+    assert not any(k.endswith(".held") for k in plan.node_set.get("n-dgx", {}))
+    assert [p.node_id for p in by["more"].placements] == ["n-dgx"]
