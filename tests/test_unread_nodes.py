@@ -28,7 +28,7 @@ from swarmgpu.agent.doctor.read import read_view
 from swarmgpu.agent.doctor.view import Status, SwarmRead
 from swarmgpu.core.config import Config, SyncConfig
 from swarmgpu.manager.commands.audit import audit as run_audit
-from swarmgpu.manager.commands.audit import exit_code
+from swarmgpu.manager.commands.audit import exit_code, render_table
 from swarmgpu.manager.commands.plan import render_plan
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.nodes.agent_client import FactsResult
@@ -271,3 +271,15 @@ def test_a_holder_on_a_node_whose_labels_cannot_be_read_is_left_as_it_is() -> No
     assert "spec cannot be read" not in by["held"].reason
     assert not any(k.endswith(".held") for k in plan.node_set.get("n-dgx", {}))
     assert [p.node_id for p in by["more"].placements] == ["n-dgx"]
+
+
+def test_audit_s_table_and_status_show_an_unread_node_s_labels_kept() -> None:
+    nodes = _listed()
+    facts = {nid: FactsResult(nid, nid, "", f, None, 1.0) for nid, f in FACTS.items()}
+    snap = Snapshot(nodes, [], [], facts, swarm_labels={})
+    found = run_audit(snap)
+    (row,) = [ln for ln in render_table(found, snap, P).splitlines()
+              if ln.startswith("gpu-node-2 ")]
+    assert row.split()[4] == "kept"
+    (n2,) = [n for n in build_cluster(snap, None, findings=found)["nodes"] if n["id"] == "n-4090"]
+    assert n2["labels_state"] == "kept"

@@ -636,7 +636,7 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
             else "replaced" if "replaced-node" in kinds \
             else "none" if not kinds & {"unreachable", "unreadable"} \
             else "unreadable" if res and res.listening else "unreachable"
-        label_state = "kept" if agent == "gpus-unread" else "drifted" if kinds & {
+        label_state = "kept" if kinds & {"gpus-unread", "node-unread"} else "drifted" if kinds & {
             "missing", "wrong", "stale"} else ("in-sync" if res and res.facts else "-")
         gpus, product = (n.labels.get(f"{prefix}{k}") for k in ("gpu.count", "gpu.product"))
         if gpus is None and product is None and agent == "ok" and res and res.facts:

@@ -153,6 +153,7 @@ def build_cluster(
         facts = res.facts if res else None
         agent, labels_state, drift = _agent_and_labels(n, res, saved_agents.get(n.id, {}),
                                                        prefix, generic_resource_kind, agents)
+        labels_state = "kept" if n.unread else labels_state  # none written (swarmnode)
         gpus_out = (_gpu_rows(facts, metrics.get(n.id, {}), *holders.on(n.id))
                     if facts is not None else [])
         nodes_out.append({
