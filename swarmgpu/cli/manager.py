@@ -254,6 +254,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
                     "queues": p.queues,
                     "gpu_health": health_rows(snap.facts),
                     "ungranted": ungranted,
+                    "unread_nodes": [n.unread for n in snap.nodes if n.unread],
                 },
                 indent=2,
             )
@@ -267,6 +268,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
                 health=health_rows(snap.facts),
                 moves=moves,
                 listen=cfg.http.listen,
+                unread=[n.unread for n in snap.nodes if n.unread],
             )
         )
     if code := plan_exit(p.services):

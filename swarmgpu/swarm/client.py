@@ -201,6 +201,24 @@ def service_from_api(raw: Mapping[str, Any]) -> SwarmService:
     )
 
 
+def _node(raw: Any) -> SwarmNode:
+    """``node_from_api``; a node it cannot name (no ID) refused as the engine's error
+    (a part it cannot read leaves that node alone ``unread``)."""
+    try:
+        return node_from_api(raw)
+    except UnreadSpec as exc:
+        raise SwarmError(str(exc)) from None
+
+
+def _labels_readable(raw: Any) -> Any:
+    """``raw``, a node read to write its labels, unless some part of it cannot be read
+    (``SwarmNode.unread``): then no write, its labels kept as they are (SwarmError)."""
+    unread = _node(raw).unread
+    if unread:
+        raise SwarmError(f"label write refused: {unread}")
+    return raw
+
+
 def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
     if not isinstance(raw, Mapping):  # (a proxy's null or string in the list)
         raise SwarmError(f"a task listed as {type(raw).__name__} (Docker sends objects; "
@@ -362,11 +380,10 @@ class SwarmClient:
         node_id = self.self_node_id()
         if not node_id:
             return False
-        raw = self._call(self._api.inspect_node, node_id)
-        return bool((raw.get("ManagerStatus") or {}).get("Leader", False))
+        return _node(self._call(self._api.inspect_node, node_id)).leader
 
     def nodes(self) -> list[SwarmNode]:
-        return [node_from_api(n) for n in self._call(self._api.nodes)]
+        return [_node(n) for n in self._call(self._api.nodes)]
 
     def nodes_with_label(self, key: str) -> list[SwarmNode]:
         """The nodes whose own labels carry ``key`` (any value): the engine filters
@@ -375,11 +392,10 @@ class SwarmClient:
         if "=" in key:  # the filter would read ``k=v``: a key and a value to match
             raise SwarmError(f"node label key {key[:80]!r} has '=': the engine's filter "
                              "cannot ask for it (a label prefix or service name with '=')")
-        return [node_from_api(n)
-                for n in self._call(self._api.nodes, filters={"node.label": [key]})]
+        return [_node(n) for n in self._call(self._api.nodes, filters={"node.label": [key]})]
 
     def node(self, node_id: str) -> SwarmNode:
-        return node_from_api(self._call(self._api.inspect_node, node_id))
+        return _node(self._call(self._api.inspect_node, node_id))
 
     def services(self) -> list[SwarmService]:
         return [service_from_api(s) for s in self._call(self._api.services)]
@@ -520,7 +536,7 @@ class SwarmClient:
         Returns True when a write landed.
         """
         return self._told("node", node_id, lambda: self._update_labels(
-            lambda: self._call(self._api.inspect_node, node_id),
+            lambda: _labels_readable(self._call(self._api.inspect_node, node_id)),
             lambda version, spec: self._call(self._api.update_node, node_id, version, spec),
             compute, attempts, f"node {node_id}: labels"))
 

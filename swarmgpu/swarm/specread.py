@@ -16,26 +16,29 @@ from typing import Any
 from swarmgpu.core.peertext import quoted
 
 _EMPTY: Mapping[str, Any] = {}
+_SERVICE_FIX = ("check any proxy, or re-create the service with docker service create / "
+                "docker stack deploy")
+_COUNT_FIX = "check any proxy, or update the service's reservation"
 
 
 class UnreadSpec(ValueError):
     """A spec's field that is not what Docker sends; the message names it."""
 
 
-def spec_object(value: Any, where: str) -> Mapping[str, Any]:
-    """``value`` as an object (absent or null: empty), else ``UnreadSpec``."""
+def spec_object(value: Any, where: str, fix: str = "") -> Mapping[str, Any]:
+    """``value`` as an object (absent or null: empty), else ``UnreadSpec``; ``fix``:
+    what to do, where the thing read is no service's spec (a node's)."""
     if value is None:
         return _EMPTY
     if not isinstance(value, Mapping):
         raise UnreadSpec(f"{where} is {type(value).__name__} {quoted(value)}, not an object "
-                         "(Docker sends one; check any proxy, or re-create the service "
-                         "with docker service create / docker stack deploy)")
+                         f"(Docker sends one; {fix or _SERVICE_FIX})")
     return value
 
 
-def spec_count(value: Any, where: str) -> int:
+def spec_count(value: Any, where: str, fix: str = "") -> int:
     """``value`` as a whole number, not negative (absent or null: 0), else
-    ``UnreadSpec``: never 0 for what cannot be read."""
+    ``UnreadSpec``: never 0 for what cannot be read; ``fix`` as for ``spec_object``."""
     n: int | None = None
     if value is None:
         return 0
@@ -46,5 +49,5 @@ def spec_count(value: Any, where: str) -> int:
             n = None
     if n is None or n < 0:
         raise UnreadSpec(f"{where} is {quoted(value)}, not a whole number (Docker sends "
-                         "one; check any proxy, or update the service's reservation)")
+                         f"one; {fix or _COUNT_FIX})")
     return n

@@ -8,11 +8,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from swarmgpu.core.peertext import quoted
+from swarmgpu.swarm.specread import UnreadSpec, spec_count, spec_object
 
 # Generic-resource kinds that name GPUs (the one Docker's docs use first).
 GPU_RESOURCE_KINDS = ("NVIDIA-GPU", "GPU", "gpu", "nvidia.com/gpu")
+# What to do about a node's part that cannot be read (``SwarmNode.unread``).
+NODE_FIX = ("check any proxy in front of the engine, or docker node inspect the node and "
+            "update it with docker node update")
 
 
 def gpu_kinds(configured: str = "") -> tuple[str, ...]:
@@ -43,6 +49,10 @@ class SwarmNode:
     # Description.Engine.Plugins as (Type, Name): the engine's drivers, built-in and
     # installed, that Swarm's PluginFilter reads (swarm.plugins); None: not described.
     plugins: tuple[tuple[str, str], ...] | None = None
+    # A part of the engine's answer that cannot be read, named with the fix ("" when
+    # all can): no new placement onto the node, none of its labels written, its
+    # holdings kept (``node_from_api``).
+    unread: str = ""
 
 
 def node_names(nodes: Iterable[SwarmNode]) -> dict[str, str]:
@@ -55,43 +65,143 @@ def node_names(nodes: Iterable[SwarmNode]) -> dict[str, str]:
             for n in nodes}
 
 
-def node_from_api(raw: Mapping[str, Any]) -> SwarmNode:
-    spec = raw.get("Spec", {})
-    desc = raw.get("Description", {})
-    status = raw.get("Status", {})
-    mstatus = raw.get("ManagerStatus") or {}
-    addr = status.get("Addr") or ""
-    if addr in ("", "0.0.0.0") and mstatus.get("Addr"):  # noqa: S104 - comparison only
+def node_from_api(raw: Any) -> SwarmNode:
+    """The engine's node, each part read as Docker sends it. A part that is not (a
+    proxy's string where an object goes, a count of "x") leaves the node ``unread``,
+    naming the part, and that part read as nothing, never the whole list failed for it;
+    a node without an ID is refused (``UnreadSpec``: nothing could be said of it)."""
+    if not isinstance(raw, Mapping):
+        raise UnreadSpec(f"a node listed as {type(raw).__name__} {quoted(raw)} (Docker "
+                         f"sends objects; {NODE_FIX})")
+    nid = raw.get("ID")
+    if not isinstance(nid, str) or not nid:
+        raise UnreadSpec(f"a node listed with ID {quoted(nid)} (Docker sends one with every "
+                         f"node; {NODE_FIX})")
+    r = _Reader()
+    spec = r.part(raw, "Spec", "", required=True)
+    desc = r.part(raw, "Description", "")
+    status = r.part(raw, "Status", "")
+    mstatus = r.part(raw, "ManagerStatus", "")
+    res = r.part(desc, "Resources", "Description.")
+    engine = r.part(desc, "Engine", "Description.")
+    platform = r.part(desc, "Platform", "Description.")
+    addr = r.text(status, "Addr", "Status.")
+    manager_addr = r.text(mstatus, "Addr", "ManagerStatus.")
+    if addr in ("", "0.0.0.0") and manager_addr:  # noqa: S104 - comparison only
         # A manager can report 0.0.0.0; its raft address has the real IP.
-        addr = str(mstatus["Addr"]).rsplit(":", 1)[0]
-    named: dict[str, list[str]] = {}
-    discrete: dict[str, int] = {}
-    for gr in desc.get("Resources", {}).get("GenericResources") or []:
-        if "NamedResourceSpec" in gr:
-            s = gr["NamedResourceSpec"]
-            named.setdefault(s["Kind"], []).append(s["Value"])
-        elif "DiscreteResourceSpec" in gr:
-            s = gr["DiscreteResourceSpec"]
-            discrete[s["Kind"]] = int(s["Value"])
-    return SwarmNode(
-        id=raw["ID"],
-        hostname=desc.get("Hostname", ""),
+        addr = manager_addr.rsplit(":", 1)[0]
+    named, discrete = r.generic(res)
+    hostname = r.text(desc, "Hostname", "Description.")
+    node = SwarmNode(
+        id=nid,
+        hostname=hostname,
         addr=addr,
-        role=spec.get("Role", ""),
-        state=status.get("State", ""),
-        availability=spec.get("Availability", ""),
-        labels=dict(spec.get("Labels") or {}),
-        engine_labels=dict(desc.get("Engine", {}).get("Labels") or {}),
-        version=int(raw.get("Version", {}).get("Index", 0)),
+        role=r.text(spec, "Role", "Spec."),
+        state=r.text(status, "State", "Status."),
+        availability=r.text(spec, "Availability", "Spec."),
+        labels=r.labels(spec, "Spec."),
+        engine_labels=r.labels(engine, "Description.Engine."),
+        version=r.count(r.part(raw, "Version", ""), "Index", "Version."),
         generic_resources={k: tuple(sorted(v)) for k, v in named.items()},
         discrete_resources=discrete,
-        leader=bool(mstatus.get("Leader", False)),
-        cpu_milli=_nano_to_milli(desc.get("Resources", {}).get("NanoCPUs")),
-        memory_mib=_bytes_to_mib(desc.get("Resources", {}).get("MemoryBytes")),
-        os=str((desc.get("Platform") or {}).get("OS") or ""),
-        arch=str((desc.get("Platform") or {}).get("Architecture") or ""),
-        plugins=_plugins(desc.get("Engine")),
+        leader=mstatus.get("Leader") is True,
+        cpu_milli=_milli(r.count(res, "NanoCPUs", "Description.Resources.")),
+        memory_mib=_mib(r.count(res, "MemoryBytes", "Description.Resources.")),
+        os=r.text(platform, "OS", "Description.Platform."),
+        arch=r.text(platform, "Architecture", "Description.Platform."),
+        plugins=_plugins(engine),
     )
+    if not r.unread:
+        return node
+    return replace(node, unread=f"node {hostname or nid}: {r.unread}; swarmgpu places "
+                   "nothing on it and writes none of its labels until it reads")
+
+
+class _Reader:
+    """One node's parts read through ``specread``; the first that cannot be read is
+    kept in ``unread`` and read as nothing (what Docker sends when it has none)."""
+
+    def __init__(self) -> None:
+        self.unread = ""
+
+    def _note(self, exc: UnreadSpec) -> None:
+        self.unread = self.unread or str(exc)
+
+    def part(self, of: Mapping[str, Any], key: str, where: str,
+             required: bool = False) -> Mapping[str, Any]:
+        """``of[key]`` as an object; ``required``: Docker always sends it, so null is
+        unread too (a node's Spec: read as empty, its labels would seem gone)."""
+        value = of.get(key)
+        if required and value is None and key in of:
+            self._note(UnreadSpec(f"{where}{key} is null, not an object (Docker sends one; "
+                                  f"{NODE_FIX})"))
+            return {}
+        try:
+            return spec_object(value, where + key, NODE_FIX)
+        except UnreadSpec as exc:
+            self._note(exc)
+            return {}
+
+    def count(self, of: Mapping[str, Any], key: str, where: str) -> int:
+        try:
+            return spec_count(of.get(key), where + key, NODE_FIX)
+        except UnreadSpec as exc:
+            self._note(exc)
+            return 0
+
+    def text(self, of: Mapping[str, Any], key: str, where: str) -> str:
+        value = of.get(key)
+        if value is None or isinstance(value, str):
+            return value or ""
+        self._note(UnreadSpec(f"{where}{key} is {quoted(value)}, not a string (Docker "
+                              f"sends one; {NODE_FIX})"))
+        return ""
+
+    def labels(self, of: Mapping[str, Any], where: str) -> dict[str, str]:
+        got = self.part(of, "Labels", where)
+        if all(isinstance(k, str) and isinstance(v, str) for k, v in got.items()):
+            return dict(got)
+        self._note(UnreadSpec(f"{where}Labels has a key or value that is no string "
+                              f"(Docker sends strings; {NODE_FIX})"))
+        return {k: v for k, v in got.items() if isinstance(k, str) and isinstance(v, str)}
+
+    def generic(self, res: Mapping[str, Any]) -> tuple[dict[str, list[str]], dict[str, int]]:
+        """Description.Resources.GenericResources: named kind -> values, discrete kind ->
+        count; entries of another kind Docker may add later are left out."""
+        named: dict[str, list[str]] = {}
+        discrete: dict[str, int] = {}
+        where = "Description.Resources.GenericResources"
+        listed = res.get("GenericResources")
+        if listed is not None and not isinstance(listed, list):
+            self._note(UnreadSpec(f"{where} is {quoted(listed)}, not a list (Docker sends "
+                                  f"one; {NODE_FIX})"))
+            return named, discrete
+        for i, gr in enumerate(listed or ()):
+            at = f"{where}[{i}]"
+            if not isinstance(gr, Mapping):
+                self._note(UnreadSpec(f"{at} is {quoted(gr)}, not an object (Docker sends "
+                                      f"one; {NODE_FIX})"))
+                continue
+            for key in ("NamedResourceSpec", "DiscreteResourceSpec"):
+                if key not in gr:
+                    continue
+                body = self.part(gr, key, f"{at}.")
+                kind = self.text(body, "Kind", f"{at}.{key}.")
+                if key == "NamedResourceSpec":
+                    value = self.text(body, "Value", f"{at}.{key}.")
+                    ok = bool(kind and value)
+                    if ok:
+                        named.setdefault(kind, []).append(value)
+                else:
+                    count = self.count(body, "Value", f"{at}.{key}.")
+                    ok = bool(kind) and body.get("Value") is not None
+                    if ok:
+                        discrete[kind] = count
+                if not ok:
+                    self._note(UnreadSpec(f"{at}.{key} has no Kind or Value (Docker sends "
+                                          f"both; {NODE_FIX})"))
+                break  # one entry is one resource: Docker sends one of the two
+        return named, discrete
 
 
 def _plugins(engine: Any) -> tuple[tuple[str, str], ...] | None:
@@ -104,16 +214,9 @@ def _plugins(engine: Any) -> tuple[tuple[str, str], ...] | None:
                  and isinstance(p.get("Type"), str) and isinstance(p.get("Name"), str))
 
 
-
-def _nano_to_milli(v: Any) -> int | None:
-    try:
-        return int(v) // 1_000_000 if v else None
-    except (TypeError, ValueError):
-        return None
+def _milli(nano: int) -> int | None:
+    return nano // 1_000_000 if nano else None
 
 
-def _bytes_to_mib(v: Any) -> int | None:
-    try:
-        return int(v) // (1024 * 1024) if v else None
-    except (TypeError, ValueError):
-        return None
+def _mib(size: int) -> int | None:
+    return size // (1024 * 1024) if size else None

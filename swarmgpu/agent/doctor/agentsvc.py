@@ -14,6 +14,7 @@ from swarmgpu.swarm.agentservice import (
     unnamed_agent_service,
     unserved,
 )
+from swarmgpu.swarm.swarmnode import NODE_FIX
 
 CID = "agents.service"
 SHOWN = 5  # nodes named in the finding
@@ -69,3 +70,16 @@ def check_agents_service(view: NodeView) -> Check:
                      "(node.labels.gpu==true) match those nodes")
     return Check(CID, Status.OK,
                  f"a task of {quoted(name)} runs on each GPU-labelled node")
+
+
+def check_unread_nodes(view: NodeView) -> Check | None:
+    """The nodes whose engine answer cannot be read in part (``SwarmNode.unread``): a
+    warning naming each, or None when every node reads (nothing to say)."""
+    read = view.swarm
+    unread = [n.unread for n in (read.nodes if read is not None else ()) if n.unread]
+    if not unread:
+        return None
+    return Check("swarm.nodes", Status.WARN, "; ".join(unread[:SHOWN]) + (
+                     f"; and {len(unread) - SHOWN} more" if len(unread) > SHOWN else ""),
+                 "swarmgpu places nothing new on such a node and writes none of its "
+                 "labels (what it holds is kept)", NODE_FIX)

@@ -84,7 +84,9 @@ def audit(
         gpu = expects_agent(node, saved.get("last_ok") is not None, prefix,
                             generic_resource_kind, agents)  # as label sync's
         any_gpu |= gpu or getattr(snap.facts.get(node.id), "facts", None) is not None
-        if (new := rejoined(snap, node, prefix, gpu)) is not None:
+        if node.unread:  # its labels and resources may not be Swarm's: the part unread said
+            found = [Finding("node-unread", node.hostname, node.unread)]
+        elif (new := rejoined(snap, node, prefix, gpu)) is not None:
             found = [replaced(node, new, prefix)]  # its labels and ledger go with it
         else:
             found = (node_findings(snap, node, prefix, saved, generic_resource_kind,
@@ -266,7 +268,7 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
             else "replaced" if "replaced-node" in kinds \
             else "none" if not kinds & {"unreachable", "unreadable"} \
             else "unreadable" if res and res.listening else "unreachable"
-        label_state = "kept" if agent == "gpus-unread" else "drifted" if kinds & {
+        label_state = "kept" if kinds & {"gpus-unread", "node-unread"} else "drifted" if kinds & {
             "missing", "wrong", "stale"} else ("in-sync" if res and res.facts else "-")
         gpus, product = (n.labels.get(f"{prefix}{k}") for k in ("gpu.count", "gpu.product"))
         if gpus is None and product is None and agent == "ok" and res and res.facts:

@@ -24,9 +24,11 @@ def render_plan(
     health: Sequence[Mapping[str, Any]],
     moves: Mapping[str, Any] | None,
     listen: str,
+    unread: Sequence[str] = (),
 ) -> str:
     """``health``: ``gpuhealth.health_rows``; ``moves``: the daemon's move document, or
-    None when it cannot be reached (at ``listen``)."""
+    None when it cannot be reached (at ``listen``); ``unread``: the nodes placed on and
+    written to by none (``SwarmNode.unread``), each its message."""
     lines = [] if services else ["no service carries a swarmgpu GPU request"]
     for sp in services:
         lines += _service_lines(sp)
@@ -35,6 +37,7 @@ def render_plan(
     lines += [
         f"GPU health: {r['node']} GPU {r['gpu']} {r['uuid']}: {r['health']}" for r in health
     ]  # failed GPUs are given to nothing (docs/health.md)
+    lines += list(unread)
     lines += _move_lines(moves, listen)
     raised = failed_names(services)
     failed = [sp.name for sp in services if sp.name in raised]  # in the plan's order

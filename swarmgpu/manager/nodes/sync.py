@@ -222,6 +222,8 @@ class LabelSync:
         for node in snapshot.nodes:
             log = logger.bind(node=node.hostname)
             warn = self._once(node.id, log)
+            if self._unread(node, warn, report):
+                continue
             result = snapshot.facts.get(node.id)
             expected = is_gpu_node(node, self.book, prefix, kind, agents)
             if result is not None:
@@ -281,6 +283,16 @@ class LabelSync:
         self.metrics.held_changes.set(held)
         self._identity_off()
         return report
+
+    @staticmethod
+    def _unread(node: SwarmNode, warn: Callable[..., None], report: CycleReport) -> bool:
+        """A node whose engine answer cannot be read in part (``SwarmNode.unread``): said,
+        and no plan for it: its labels as Swarm has them are not known, so none is
+        written and none removed (its holdings kept)."""
+        if node.unread:
+            warn("{}", node.unread)
+            report.errors.append(node.unread)
+        return bool(node.unread)
 
     def _left(self, plan: NodeLabelPlan) -> str:
         """What a node whose GPUs are not known (``plan.skipped``) keeps: every label,

@@ -129,6 +129,8 @@ def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int],
     if node is None:
         return ""
     host = node.hostname
+    if node.unread:  # what Swarm makes of it is not known: its holding kept, never moved
+        return ""
     if not schedulable(node):
         return f"{host} is {node.availability if node.availability != 'active' else node.state}"
     port = cyc.ports.refused(s).get(nid)

@@ -21,13 +21,38 @@ from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.ledger import Holding, parse_holding
 from swarmgpu.manager.placement.records import ServicePlan, State, Status
+from swarmgpu.manager.placement.tasks import meant_to_run
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
-from swarmgpu.swarm.client import SwarmService
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.specread import UnreadSpec
+
+
+class UnreadNode(UnreadSpec):
+    """A service's task runs on a node whose engine answer cannot be read
+    (``SwarmNode.unread``), and no holding of it there can be read."""
+
+
+def on_unread_nodes(by_id: Mapping[str, SwarmNode], tasks: Sequence[SwarmTask],
+                    services: Sequence[SwarmService],
+                    ledger: Mapping[str, Mapping[str, Holding]]) -> dict[str, Exception]:
+    """Service id -> ``UnreadNode``: each service with a task meant to run on an unread
+    node where its labels as read show no holding of it (Spec.Labels unread: what it
+    holds there is unknown). Planned as failed, nothing is written for it: it is not
+    given GPUs elsewhere and its task is not replaced for a node that could not be read."""
+    names = {s.id: s.name for s in services}
+    out: dict[str, Exception] = {}
+    for t in tasks:
+        n = by_id.get(t.node_id)
+        if (n is not None and n.unread and t.service_id in names and meant_to_run(t)
+                and t.node_id not in ledger.get(names[t.service_id], {})):
+            out[t.service_id] = UnreadNode(f"a task of it runs on {n.unread}")
+    return out
 
 
 def failed_reason(name: str, exc: Exception) -> str:
     """What the plan of ``name`` says when planning it raised ``exc`` (no traceback)."""
+    if isinstance(exc, UnreadNode):  # its node's answer's fault: not the spec's
+        return (f"{name} is left as it is: {peer_text(str(exc), 600)}")
     if isinstance(exc, UnreadSpec):  # its spec's fault, named with its fix: not swarmgpu's
         return (f"{name}'s spec cannot be read: {peer_text(str(exc), 300)}; nothing is "
                 "written for it this cycle, what it holds stays held, the other services "

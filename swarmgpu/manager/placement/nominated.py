@@ -178,7 +178,8 @@ def stops_waited(stopping: Sequence[SwarmTask], nodes: Sequence[SwarmNode],
     a hold waits for (``Nominations.keep``): on a ready, active node only. A down node's
     task may never report its stop, and a paused or drained node starts nothing: its
     preemptor could not run there once it stopped, so its hold settles as ever."""
-    usable = {n.id for n in nodes if n.state == "ready" and n.availability == "active"}
+    usable = {n.id for n in nodes if n.state == "ready" and n.availability == "active"
+              and not n.unread}
     return frozenset((t.service_id, t.node_id) for t in stopping if t.node_id in usable)
 
 

@@ -26,6 +26,7 @@ from swarmgpu.manager.placement.isolate import (
     committed,
     failed_unvisited,
     isolated,
+    on_unread_nodes,
     plugins_noted,
     unrecorded,
 )
@@ -65,6 +66,7 @@ from swarmgpu.manager.placement.records import (
     PlacementPlan,
     ServicePlan,
     Status,
+    leave_unread,
 )
 from swarmgpu.manager.placement.release import release
 from swarmgpu.manager.placement.service import plan_service
@@ -277,6 +279,7 @@ class Planner:
         self._filters.set_tasks(tasks)
         self._faults.begin()  # (a service's fault said once while it lasts: isolate)
         read = self._reads.read(services, seen.most)
+        read.failed.update(on_unread_nodes(seen.by_id, tasks, services, seen.ledger))
         tv, tasks_changed = self._read_tasks(tasks, read.few)
         release(plan, nodes, seen.ledger, read, self.prefix, self._memo.node_gates)
         # {} when no service is a job (none parsed as one: no pass over the services)
@@ -315,6 +318,7 @@ class Planner:
                          self._faults, set(plan.released))
         self._note_problems(plan, {s.name: s for s, _ in read.parsed})
         self._faults.end()
+        leave_unread(plan, nodes)
         plan.workload = self.model.summary()
         plan.queues = self.queues.summary()
         return plan

@@ -359,7 +359,7 @@ def _best_preemption(rd: Round, s: SwarmService, r: GpuRequest,
     for nid in sorted(rd.holdings.keys() | rd.facts.keys()):
         node = rd.by_node.get(nid)
         if node is None or (nid in no and nid not in takers) or node.state != "ready" \
-                or node.availability != "active":
+                or node.availability != "active" or node.unread:
             continue
         here = rd.holdings.get(nid, {})
         if packed is not None and nid != packed[0]:
@@ -639,7 +639,7 @@ def relocation(r: GpuRequest, s: SwarmService, v: Candidate, by_node: Mapping[st
     best: tuple[tuple[int, str], Relocation] | None = None
     for nid, node in by_node.items():
         if nid == v.node_id or nid in refused or node.state != "ready" \
-                or node.availability != "active" or s.name in holdings.get(nid, {}):
+                or node.availability != "active" or node.unread or s.name in holdings.get(nid, {}):
             continue
         f = facts.get(nid)
         if f is None:

@@ -326,3 +326,12 @@ def set_node_labels(plan: PlacementPlan, node_id: str, labels: Mapping[str, str]
 def remove_node_labels(plan: PlacementPlan, node_id: str, keys: Sequence[str]) -> None:
     cur = plan.node_remove.setdefault(node_id, [])
     cur.extend(k for k in keys if k not in cur)
+
+
+def leave_unread(plan: PlacementPlan, nodes: Iterable[SwarmNode]) -> None:
+    """No label of an ``unread`` node is written: its ledger entries and gates stay as
+    they are (its holdings kept, none freed) until the engine's answer for it reads."""
+    for n in nodes:
+        if n.unread:
+            plan.node_set.pop(n.id, None)
+            plan.node_remove.pop(n.id, None)

@@ -92,4 +92,6 @@ def host_mode(ports: object) -> tuple[str, ...]:
 
 
 def schedulable(node: SwarmNode) -> bool:
-    return node.state == "ready" and node.availability == "active"
+    """Ready, active and read whole: an ``unread`` node takes no new placement (what it
+    holds is kept, as a paused node's)."""
+    return node.state == "ready" and node.availability == "active" and not node.unread

@@ -401,8 +401,9 @@ class Context:
         statement it is tried in (its ledger and load; None: the pass's)."""
         req = self.requests.get(svc)
         s = self.by_name.get(svc)
-        if req is None or s is None:
-            return None
+        src = self.nodes.get(source)
+        if req is None or s is None or (src is not None and src.unread):
+            return None  # (an unread node's holdings are kept where they are)
         lg = self.ledger if st is None else st.ledger
         load = self.load if st is None else st.load
         pending = st.moves if st is not None else ()
@@ -422,7 +423,7 @@ class Context:
             n = self.nodes.get(nid)
             return (n is not None and nid != source and nid not in has
                     and n.state == "ready" and n.availability == "active"
-                    and self.node_known(nid)
+                    and not n.unread and self.node_known(nid)
                     and (only_nodes is None or nid in only_nodes)
                     and nid not in no and constraints_allow(s, n, self.inp.prefix))
 

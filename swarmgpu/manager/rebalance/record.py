@@ -143,7 +143,7 @@ def room_for(m: Move, node: SwarmNode, prefix: str, *, own_moves: bool,
             return f"{u} on {node.hostname} is no longer free ({used[u]} milli held)"
     if node.state != "ready" or node.availability != "active":
         return f"{node.hostname} is {node.state}/{node.availability}"
-    return None
+    return node.unread or None
 
 
 def held_by_others(labels: Mapping[str, str], prefix: str, h: Holding) -> list[str]:

@@ -153,11 +153,13 @@ def build_cluster(
         facts = res.facts if res else None
         agent, labels_state, drift = _agent_and_labels(n, res, saved_agents.get(n.id, {}),
                                                        prefix, generic_resource_kind, agents)
+        labels_state = "kept" if n.unread else labels_state  # none written (swarmnode)
         gpus_out = (_gpu_rows(facts, metrics.get(n.id, {}), *holders.on(n.id))
                     if facts is not None else [])
         nodes_out.append({
             "id": n.id, "hostname": n.hostname, "role": n.role, "state": n.state,
             "availability": n.availability, "addr": n.addr, "agent": agent,
+            "unread": n.unread or None,  # a part of the engine's answer (swarmnode)
             "zone": n.labels.get(zone_label) or None,
             "labels_state": labels_state, "drift": drift,
             # what its GPUs cannot be read against: label sync's labels as they stand
@@ -506,6 +508,7 @@ def render_status(doc: Mapping[str, Any]) -> str:
             head += (f" - {n['gpu_count']}x {n['product']}, driver {n['driver_version'] or '?'}"
                      f", CUDA {n['cuda_driver_version'] or '?'}")
         lines.append(head)
+        lines += [f"  {n['unread']}"] if n.get("unread") else []  # (swarmnode)
         if agent.get("status") in ("unreachable", "unreadable") and agent.get("url"):
             lines.append(f"  agent at {agent['url']}: {agent.get('cause') or agent['status']}")
             if agent.get("fix"):
@@ -533,8 +536,7 @@ def render_status(doc: Mapping[str, Any]) -> str:
                          f"{who or 'free'}")
     packed = [sv for sv in doc.get("services", []) if sv.get("packed")]
     if packed:
-        lines.append("")
-        lines.append("replicas packed on one node:")
+        lines += ["", "replicas packed on one node:"]
         for sv in packed:
             lines.append(f"  {sv['name']}: {sv['packed']}")
     lines.extend(_modes_lines(doc.get("services", [])))

@@ -102,7 +102,7 @@ def _running(ctx: Context, held: ClusterAllocator, pending: str
         n = ctx.nodes.get(nid)
         if (svc == pending or req is None or h.choice is None or not h.choice.gpus
                 or nid in has or n is None or n.state != "ready"
-                or n.availability != "active"):
+                or n.availability != "active" or n.unread):
             continue
         if svc not in may:
             may[svc] = ctx.movable(svc) is None

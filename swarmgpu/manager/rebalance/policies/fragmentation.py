@@ -113,6 +113,8 @@ def _running_shares(ctx: Context, alloc: Allocator) -> tuple[list[Held], list[He
         d = demand_of(req, *ctx.targets.reservation(svc))  # what its new task reserves
         for nid, h in sorted(ctx.ledger[svc].items()):
             f = ctx.inp.facts.get(nid)
+            if nid in ctx.nodes and ctx.nodes[nid].unread:
+                continue  # an unread node's holdings are kept where they are
             if f is None or len(h.uuids) != 1 or h.milli != (d.gpu_milli,):
                 continue  # not (yet) what the request asks: placement re-places it
             idx = next((i for i, g in enumerate(f.gpus) if g.uuid == h.uuids[0]), None)
@@ -177,7 +179,7 @@ def propose(ctx: Context, own: FragmentationConfig) -> None:
     def node_ok(node: NodeState) -> bool:
         n = ctx.nodes.get(node.spec.name)
         return (n is not None and n.state == "ready" and n.availability == "active"
-                and ctx.node_known(node.spec.name))
+                and not n.unread and ctx.node_known(node.spec.name))
 
     def gpu_ok(node: NodeState, i: int) -> bool:  # (the pass's earlier moves' load too)
         nid = node.spec.name

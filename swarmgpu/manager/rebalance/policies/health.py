@@ -142,7 +142,7 @@ def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
         n = ctx.nodes.get(nid)
         return (n is not None and nid not in has and nid not in avoid
                 and (same if nid == source else other)
-                and n.state == "ready" and n.availability == "active"
+                and n.state == "ready" and n.availability == "active" and not n.unread
                 and nid not in no and constraints_allow(s, n, ctx.inp.prefix))
 
     got = alloc.place(demand_of(req, *res), allowed)
@@ -173,6 +173,9 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
             out.held.add((svc, nid))
             s = ctx.by_name.get(svc)
             if s is None or svc in ctx.moved:
+                continue
+            if nid in ctx.nodes and ctx.nodes[nid].unread:  # kept: never moved nor released
+                ctx.notes.append(f"{svc} on {host} stays: {ctx.nodes[nid].unread} ({reason})")
                 continue
             if not h.evacuate:
                 ctx.notes.append(f"{svc} on {host} stays (health.evacuate: false): {reason}")
