@@ -41,6 +41,7 @@ from swarmgpu.manager.services.grants import (
     void_spec,
 )
 from swarmgpu.swarm.client import SwarmClient, SwarmError
+from swarmgpu.swarm.specread import UnreadSpec
 
 if TYPE_CHECKING:
     from swarmgpu.core.config import Config
@@ -172,8 +173,10 @@ def void_one(gate: Writes, u: Ungranted, *, prefix: str, managed: bool, grants: 
     def compute(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
         ref = image_of(spec)
         image = images.get(ref) or ImageEnv(ref, None, "not read")
+        new = void_spec(spec, image, prefix=prefix, managed=managed, grants=grants)
+        # (read once void_spec read its parts: objects, else it raised UnreadSpec)
         before[0] = ((spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}).get("Env")
-        return void_spec(spec, image, prefix=prefix, managed=managed, grants=grants)
+        return new
 
     log = logger.bind(service=u.service)
     try:
@@ -182,6 +185,9 @@ def void_one(gate: Writes, u: Ungranted, *, prefix: str, managed: bool, grants: 
             "operator", f"placement.ungranted: void (GPU access without a grant: {u.reason})"))
     except SwarmError as exc:
         log.error("ungranted GPU access: the void write failed: {}", exc)
+        return False
+    except UnreadSpec as exc:  # (changed since it was found: its fault is its own)
+        log.error("ungranted GPU access: no void write: its spec cannot be read: {}", exc)
         return False
     if landed:
         log.warning("ungranted GPU access voided (placement.ungranted: void): "

@@ -23,6 +23,7 @@ from swarmgpu.manager.services.requests import (
 )
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmService, reservations
+from swarmgpu.swarm.specread import UnreadSpec
 
 Parsed = list[tuple[SwarmService, GpuRequest | RequestError]]
 
@@ -167,6 +168,8 @@ class RequestReader:
         """A new spec version's request. A version that changed only what parsing does
         not read (placement's own device map and state labels, constraints, env) keeps
         the request object it had, and the shape learned from it."""
+        if s.unread:  # a part of its spec the engine's answer had unread (swarm.client)
+            raise UnreadSpec(s.unread)
         memo = self.memo
         prev = memo.requests.get(s.id)
         labels = request_labels(s.labels, self.prefix)
