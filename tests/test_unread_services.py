@@ -16,11 +16,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.forged import DGX_F, RecordingSwarm, closed_port, snapshot, sw_node, sw_svc
 from support.isolation import BAD, FACTS, NODES, settled_all
 from support.placement import P, apply, svc
 
+from swarmgpu.core.config import AgentsConfig, Config, RebalanceConfig, SyncConfig
+from swarmgpu.manager.commands.plan import render_plan
+from swarmgpu.manager.cycle.placement import findings_of
+from swarmgpu.manager.cycle.wiring import daemon_steps
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes.agentbook import AgentRecord
 from swarmgpu.manager.placement import Planner
 from swarmgpu.manager.services.grants import ImageEnv, find_ungranted, service_access
+from swarmgpu.manager.web.cluster_view import build_cluster, render_status
 from swarmgpu.swarm.client import (
     SwarmClient,
     SwarmError,
@@ -137,27 +145,29 @@ def test_placement_fails_a_service_with_a_text_task_template_alone() -> None:
     assert got["b-ok"].status == "placed"
 
 
+def _task(s: SwarmService, node: str = "n-a") -> SwarmTask:
+    return SwarmTask(id=f"t-{s.name}", service_id=s.id, node_id=node, slot=1,
+                     state="running", desired_state="running", env=())
+
+
 @pytest.mark.parametrize("fresh", [False, True], ids=["same-planner", "restarted"])
 def test_an_unread_service_keeps_what_it_holds(fresh: bool) -> None:
-    """a-bad holds 4 GPUs of n-a; its spec then reads unread: its holding stays in the
-    ledger and counted used, so of two services asking for a whole node one waits."""
+    """a-bad holds 4 GPUs of n-a, its task running there; its spec then reads unread: its
+    holding stays in the ledger and counted used, so of two services asking for a whole
+    node one waits."""
     planner = Planner()
     nodes, (bad,), _ = settled_all(planner, [svc(BAD, GPUS4)])
     held = {n.id: dict(n.labels) for n in nodes}
     assert held["n-a"]
     big = [svc("c-big", {f"{P}gpus": "8"}), svc("d-big", {f"{P}gpus": "8"})]
-    plan = (Planner() if fresh else planner).plan(nodes, [_unread(bad), *big], [], FACTS)
+    plan = (Planner() if fresh else planner).plan(nodes, [_unread(bad), *big], [_task(bad)],
+                                                  FACTS)
     got = {sp.name: sp for sp in plan.services}
     assert got[BAD].status == "failed"
     after = apply(nodes, plan)
     assert {k: v for k, v in after[0].labels.items() if BAD in k} == held["n-a"]
     assert sorted(got[n].status for n in ("c-big", "d-big")) == ["pending", "placed"]
     assert all(p.node_id == "n-b" for n in ("c-big", "d-big") for p in got[n].placements)
-
-
-def _task(s: SwarmService, node: str = "n-a") -> SwarmTask:
-    return SwarmTask(id=f"t-{s.name}", service_id=s.id, node_id=node, slot=1,
-                     state="running", desired_state="running", env=())
 
 
 def test_grants_say_an_unread_service_and_judge_the_others() -> None:
@@ -184,3 +194,50 @@ def test_service_access_names_a_part_it_cannot_read(spec: dict[str, Any],
                                                     field: str) -> None:
     with pytest.raises(UnreadSpec, match=field):
         service_access(spec, ImageEnv("cuda", None), prefix=P, managed=False)
+
+
+def test_plan_status_and_audit_name_the_field_not_a_swarmgpu_fault() -> None:
+    nodes = [sw_node("n-dgx", "gpu-node-1"), sw_node("n-4090", "gpu-node-2")]
+    bad = _unread(sw_svc(BAD, GPUS4))
+    plan = Planner().plan(nodes, [bad, sw_svc("b-ok", GPUS4)], [], FACTS)
+    sp = {sp.name: sp for sp in plan.services}[BAD]
+    assert sp.unread and sp.to_dict()["unread"] is True
+    text = render_plan(plan.services, ungranted=[], workload={}, health=[], moves=None,
+                       listen="")
+    assert text.splitlines()[-1].startswith(
+        f"not planned, a spec that cannot be read: {BAD}: fix the field")
+    assert "swarmgpu fault" not in text
+    status = render_status(build_cluster(snapshot(nodes, [bad], []), plan))
+    assert "not planned, a spec that cannot be read (fix the field named):" in status
+    assert f"  {BAD}: {BAD}'s spec cannot be read: Spec.TaskTemplate is str" in status
+    assert "swarmgpu fault" not in status
+    assert {f.kind for f in findings_of(plan) if f.subject == BAD} == {"unread-spec"}
+
+
+def test_the_daemons_cycles_go_on_past_an_unread_service(tmp_path: Any) -> None:
+    """Every step the daemon runs, cycle after cycle, a-bad's task running on the DGX:
+    a-bad failed alone (its plan naming the field), b-one placed, grants say a-bad,
+    and nothing is written for a-bad."""
+    bad = _unread(sw_svc(BAD, GPUS4))
+    gpu = {f"{P}gpu.present": "true"}  # (label sync's: a GPU node, for grants)
+    sw = RecordingSwarm([sw_node("n-dgx", "gpu-node-1", gpu), sw_node("n-4090", "gpu-node-2")],
+                        [bad, sw_svc("b-one", GPUS4)], [_task(bad, "n-dgx")])
+    port = closed_port()
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
+                 rebalance=RebalanceConfig(move_timeout_s=0.0, scrape_timeout_s=0.5,
+                                           metrics_url_template=f"http://{{addr}}:{port}/m"))
+    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
+    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
+    d.use(daemon_steps(d))
+    for _ in range(3):
+        d.cycle()
+        plan = d.last_session.placement
+        assert plan is not None
+        got = {sp.name: sp for sp in plan.services}
+        assert got[BAD].status == "failed" and got[BAD].unread
+        assert "Spec.TaskTemplate" in (got[BAD].reason or "")
+        assert got["b-one"].status == "placed"
+        (u,) = [u for u in d.last_session.ungranted if u.service == BAD]
+        assert not u.known and "Spec.TaskTemplate" in u.reason
+    assert ("service", bad.id) not in sw.calls

@@ -21,6 +21,7 @@ from swarmgpu.manager.nodes.gpuhealth import failing_why
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement.cpunodes import expects_agent
+from swarmgpu.manager.placement.generic import generic_reservations
 from swarmgpu.manager.placement.keys import (
     ASSIGN,
     GATE,
@@ -42,6 +43,7 @@ from swarmgpu.swarm.labels import (
     gpus_unread_why,
     label_sync_labels,
 )
+from swarmgpu.swarm.specread import UnreadSpec
 from swarmgpu.swarm.swarmnode import GPU_RESOURCE_KINDS, gpu_kinds
 
 __all__ = ["GPU_RESOURCE_KINDS", "Finding", "audit", "exit_code"]
@@ -124,7 +126,7 @@ def audit(
         out.append(Finding("agents-service-missing", "agents", note,
                            key=agent_service, advisory=True))
     fields = _NodeFields(snap.nodes)
-    for svc in snap.services:
+    for svc in (s for s in snap.services if not s.unread):  # (unread: placement says it)
         out += _service_findings(svc, prefix, generic_resource_kind, fields)
     out.extend(_uuid_findings(snap, metrics))
     for check in extra_checks:
@@ -541,12 +543,10 @@ def _swarm_gpu_reservation(svc: Any, prefix: str, kind: str) -> list[Finding]:
     nothing: Swarm picks its GPUs by count alone, and swarmgpu, which does not know of
     them, can hand the same GPUs to its own services. With a request, Swarm's pick is
     read instead of the grant under grants as env: ``ungranted-gpu-access`` names it."""
-    res = (svc.spec.get("TaskTemplate") or {}).get("Resources") or {}
-    kinds = gpu_kinds(kind)
-    reserved = [(d.get("Kind"), d.get("Value"))
-                for gr in (res.get("Reservations") or {}).get("GenericResources") or []
-                if isinstance(gr, dict)
-                for d in [gr.get("DiscreteResourceSpec") or {}] if d.get("Kind") in kinds]
+    try:  # (a part no object: placement's plan says it, ``unread-spec``)
+        reserved = [(k, v) for k, v in generic_reservations(svc.spec) if k in gpu_kinds(kind)]
+    except UnreadSpec:
+        return []
     if not reserved or parse_request_labels(svc.labels, prefix=prefix) is not None:
         return []
     k, v = reserved[0]

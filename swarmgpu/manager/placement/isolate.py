@@ -46,7 +46,8 @@ def failed_plan(s: SwarmService, r: GpuRequest | RequestError, exc: Exception) -
     except Exception:
         text = ""
     return ServicePlan(s.name, s.id, req, text, Status.FAILED, State.FAILED,
-                       reason=failed_reason(s.name, exc), mode=s.mode)
+                       reason=failed_reason(s.name, exc), mode=s.mode,
+                       unread=isinstance(exc, UnreadSpec))
 
 
 # node id -> (ledger value, CPU milli, memory MiB): a holding as the allocator committed it
