@@ -125,11 +125,10 @@ def test_a_service_that_is_no_object_is_refused(raw: Any) -> None:
         _client([raw]).services()
 
 
-def _unread(s: SwarmService) -> SwarmService:
-    """``s`` as the engine answered it through a proxy: its TaskTemplate a string."""
-    return service_from_api({"ID": s.id, "Version": {"Index": s.version + 1},
-                             "Spec": {"Name": s.name, "Labels": dict(s.labels),
-                                      "TaskTemplate": "x"}})
+def _unread(s: SwarmService, part: str = "TaskTemplate", value: Any = "x") -> SwarmService:
+    """``s`` as the engine answered it through a proxy: its ``part`` ``value``."""
+    spec = {"Name": s.name, "Labels": dict(s.labels), "TaskTemplate": {}, part: value}
+    return service_from_api({"ID": s.id, "Version": {"Index": s.version + 1}, "Spec": spec})
 
 
 def test_placement_fails_a_service_with_a_text_task_template_alone() -> None:
@@ -150,24 +149,30 @@ def _task(s: SwarmService, node: str = "n-a") -> SwarmTask:
                      state="running", desired_state="running", env=())
 
 
+@pytest.mark.parametrize(("part", "value"), [("TaskTemplate", "x"), ("Labels", "x"),
+                                             ("Name", 7)])
 @pytest.mark.parametrize("fresh", [False, True], ids=["same-planner", "restarted"])
-def test_an_unread_service_keeps_what_it_holds(fresh: bool) -> None:
+def test_an_unread_service_keeps_what_it_holds(fresh: bool, part: str, value: Any) -> None:
     """a-bad holds 4 GPUs of n-a, its task running there; its spec then reads unread: its
     holding stays in the ledger and counted used, so of two services asking for a whole
-    node one waits."""
+    node one waits, cycle after cycle. Its labels unread are not taken for a request
+    removed, nor its name unread for a service gone (released)."""
     planner = Planner()
     nodes, (bad,), _ = settled_all(planner, [svc(BAD, GPUS4)])
     held = {n.id: dict(n.labels) for n in nodes}
     assert held["n-a"]
     big = [svc("c-big", {f"{P}gpus": "8"}), svc("d-big", {f"{P}gpus": "8"})]
-    plan = (Planner() if fresh else planner).plan(nodes, [_unread(bad), *big], [_task(bad)],
-                                                  FACTS)
-    got = {sp.name: sp for sp in plan.services}
-    assert got[BAD].status == "failed"
-    after = apply(nodes, plan)
-    assert {k: v for k, v in after[0].labels.items() if BAD in k} == held["n-a"]
-    assert sorted(got[n].status for n in ("c-big", "d-big")) == ["pending", "placed"]
-    assert all(p.node_id == "n-b" for n in ("c-big", "d-big") for p in got[n].placements)
+    planner = Planner() if fresh else planner
+    for _ in range(2):
+        plan = planner.plan(nodes, [_unread(bad, part, value), *big], [_task(bad)], FACTS)
+        got = {sp.id: sp for sp in plan.services}
+        assert got[bad.id].status == "failed" and f"Spec.{part} is " in (
+            got[bad.id].reason or "")
+        assert BAD not in plan.released
+        nodes = apply(nodes, plan)
+        assert {k: v for k, v in nodes[0].labels.items() if BAD in k} == held["n-a"]
+        assert sorted(got[s.id].status for s in big) == ["pending", "placed"]
+        assert all(p.node_id == "n-b" for s in big for p in got[s.id].placements)
 
 
 def test_grants_say_an_unread_service_and_judge_the_others() -> None:

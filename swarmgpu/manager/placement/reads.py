@@ -51,6 +51,9 @@ class ServiceRead:
     # of ``failed``, the services of no request whose ungating raised (the planner's
     # release pass): the only ones whose ledger entries are kept whole (``unreleased``)
     ungate_failed: set[str] = field(default_factory=set)
+    # a service whose name cannot be read (``SwarmService.unread``): any name in the
+    # ledger may be its, so none is taken for gone this cycle (``isolate.unnamed_holders``)
+    unnamed: SwarmService | None = None
 
     def served(self) -> Parsed:
         """``parsed`` in serve order (``placement.preempt.serve_order``: the same stable
@@ -120,6 +123,7 @@ class RequestReader:
             serve_keys=keys,
             mixed=bool(keys) and keys.count(keys[0]) != len(keys),
             failed=failed,
+            unnamed=next((s for s in order if s.unread and not s.name), None),
         )
 
     def _broken_queues(self, parsed: Parsed, failed: dict[str, Exception],
