@@ -219,11 +219,14 @@ def test_plan_status_and_audit_name_the_field_not_a_swarmgpu_fault() -> None:
     assert {f.kind for f in findings_of(plan) if f.subject == BAD} == {"unread-spec"}
 
 
-def test_the_daemons_cycles_go_on_past_an_unread_service(tmp_path: Any) -> None:
+@pytest.mark.parametrize(("part", "value"), [("TaskTemplate", "x"), ("Labels", "x"),
+                                             ("Mode", "x"), ("Name", 7)])
+def test_the_daemons_cycles_go_on_past_an_unread_service(tmp_path: Any, part: str,
+                                                         value: Any) -> None:
     """Every step the daemon runs, cycle after cycle, a-bad's task running on the DGX:
     a-bad failed alone (its plan naming the field), b-one placed, grants say a-bad,
     and nothing is written for a-bad."""
-    bad = _unread(sw_svc(BAD, GPUS4))
+    bad = _unread(sw_svc(BAD, GPUS4), part, value)
     gpu = {f"{P}gpu.present": "true"}  # (label sync's: a GPU node, for grants)
     sw = RecordingSwarm([sw_node("n-dgx", "gpu-node-1", gpu), sw_node("n-4090", "gpu-node-2")],
                         [bad, sw_svc("b-one", GPUS4)], [_task(bad, "n-dgx")])
@@ -239,10 +242,10 @@ def test_the_daemons_cycles_go_on_past_an_unread_service(tmp_path: Any) -> None:
         d.cycle()
         plan = d.last_session.placement
         assert plan is not None
-        got = {sp.name: sp for sp in plan.services}
-        assert got[BAD].status == "failed" and got[BAD].unread
-        assert "Spec.TaskTemplate" in (got[BAD].reason or "")
-        assert got["b-one"].status == "placed"
-        (u,) = [u for u in d.last_session.ungranted if u.service == BAD]
-        assert not u.known and "Spec.TaskTemplate" in u.reason
+        got = {sp.id: sp for sp in plan.services}
+        assert got[bad.id].status == "failed" and got[bad.id].unread
+        assert f"Spec.{part} is" in (got[bad.id].reason or "")
+        assert got["id-b-one"].status == "placed"
+        (u,) = [u for u in d.last_session.ungranted if u.service_id == bad.id]
+        assert not u.known and f"Spec.{part} is" in u.reason
     assert ("service", bad.id) not in sw.calls
