@@ -262,7 +262,7 @@ JUSTIFIED = {
     ("B104", "swarmgpu/core/httpguard.py"): "a comparison with '0.0.0.0', not a bind",
     ("B104", "swarmgpu/swarm/swarmnode.py"): "a comparison with '0.0.0.0', not a bind",
     ("B104", "swarmgpu/core/healthcheck.py"): "a comparison with '0.0.0.0', not a bind",
-    ("B104", "swarmgpu/manager/commands/audit.py"): "a comparison with '0.0.0.0', not a "
+    ("B104", "swarmgpu/manager/commands/auditnodes.py"): "a comparison with '0.0.0.0', not a "
     "bind",
     ("B310", "swarmgpu/core/healthcheck.py"): "urlopen of the container's own http(s) "
     "/healthz on loopback; other schemes are refused before",

@@ -11,9 +11,14 @@ from support.placement import DGX, FACTS, R4090, apply, svc
 
 from swarmgpu.core.config import Config, PreemptionConfig
 from swarmgpu.manager.cycle.placement import make_plan
-from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import Holding, Planner, Status, assign_key, gate_key
-from swarmgpu.manager.placement.nominated import STOP_WAIT_S, Nomination, Nominations
+from swarmgpu.manager.placement.nominated import (
+    STOP_WAIT_S,
+    Nomination,
+    Nominations,
+    recorded_nominations,
+)
 from swarmgpu.manager.placement.preempted import Preempted
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
@@ -284,3 +289,27 @@ def test_a_gpu_a_victim_and_another_stopping_task_both_use_stays_held_from_its_p
     by = {sp.name: sp for sp in plan.services}
     assert by["high"].status == Status.PENDING and not by["high"].placements, by["high"]
     assert plan.stopping_held[("n-4090", uuids[0])][0] == "tasks stopping on n-4090"
+
+
+def test_the_daemons_hold_and_plans_record_of_it_end_together_after_a_long_stop() -> None:
+    """high's victim stops the longest a hold waits for it (``STOP_WAIT_S``), the daemon's
+    cycles 5 s apart: its nomination and `plan`'s stand-in for it (the victim's record,
+    ``recorded_nominations``) both end a settle time after that wait, not before. Before:
+    the daemon settled from its last cycle within the wait, up to a cycle earlier than
+    `plan` said (the two bounds written apart)."""
+    settle = Config().preemption.settle_s
+    snap, victim = _victim_stopping_on_4090s(1000.0)
+    waited = {(victim.id, "n-4090")}
+    noms = Nominations(settle)
+    noms.by["high"] = (Nomination("high", 100, "n-4090", R_UUIDS[:2],
+                                  victims=(victim.id,)), 995.0, 995.0)
+    pending = make_plan(snap, Config(), nominated=[])  # high waits without the hold
+    for now in range(1000, int(995.0 + STOP_WAIT_S) + 1, 5):
+        noms.keep(pending, float(now), stopping=waited)
+    end = 995.0 + STOP_WAIT_S + settle
+    for now in (end - 2, end + 1):
+        noms.keep(pending, now, stopping=waited)
+        daemon = [n.service for n in noms.current(now)]
+        one_shot = [n.service for n in recorded_nominations(
+            snap.services, snap.stopping, facts_by_node(snap), P, now, settle, waited)]
+        assert daemon == one_shot == (["high"] if now < end else []), now

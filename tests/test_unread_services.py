@@ -184,16 +184,16 @@ def test_grants_say_an_unread_service_and_judge_the_others() -> None:
     by = {u.service: u for u in found}
     assert set(by) == {BAD, "b-all"}
     assert not by[BAD].known and not by[BAD].voidable
-    assert "its spec cannot be read (Spec.TaskTemplate is str 'x'" in by[BAD].reason
+    assert "its spec cannot be read: Spec.TaskTemplate is str 'x'" in by[BAD].reason
     assert "make its spec readable" in by[BAD].fix
     assert by["b-all"].voidable
 
 
 @pytest.mark.parametrize(("spec", "field"), [
-    ({"TaskTemplate": "x"}, "Spec.TaskTemplate is"),
+    ({"TaskTemplate": "x"}, "TaskTemplate is"),
     ({"TaskTemplate": {"ContainerSpec": {"Mounts": "x"}}}, "ContainerSpec.Mounts is"),
     ({"TaskTemplate": {"Resources": {"Reservations": "x"}}}, "Reservations is"),
-    ({"Labels": "x"}, "Spec.Labels is"),
+    ({"Labels": "x"}, "Labels is"),
 ])
 def test_service_access_names_a_part_it_cannot_read(spec: dict[str, Any],
                                                     field: str) -> None:
@@ -216,7 +216,7 @@ def test_plan_status_and_audit_name_the_field_not_a_swarmgpu_fault() -> None:
     assert "not planned, a spec that cannot be read (fix the field named):" in status
     assert f"  {BAD}: {BAD}'s spec cannot be read: Spec.TaskTemplate is str" in status
     assert "swarmgpu fault" not in status
-    assert {f.kind for f in findings_of(plan) if f.subject == BAD} == {"unread-spec"}
+    assert {f.kind for f in findings_of(plan) if f.subject == BAD} == {"unreadable-spec"}
 
 
 @pytest.mark.parametrize(("part", "value"), [("TaskTemplate", "x"), ("Labels", "x"),

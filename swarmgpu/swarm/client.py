@@ -36,7 +36,7 @@ from swarmgpu.swarm.swarmnode import SwarmNode as SwarmNode  # with the snapshot
 from swarmgpu.swarm.swarmnode import node_from_api
 from swarmgpu.swarm.taskports import endpoint_ports, task_host_ports
 from swarmgpu.swarm.taskspec import task_rules
-from swarmgpu.swarm.taskstop import DEFAULT_GRACE_S, rejected_until, stop_grace_s
+from swarmgpu.swarm.taskstop import DEFAULT_GRACE_S, rejected_until, stop_grace_s, updated_at
 
 
 class SwarmError(RuntimeError):
@@ -130,6 +130,9 @@ class SwarmTask:
     # rejected by the constraint enforcer: epoch s its container may run until (taskstop)
     rejected_until: float | None = field(default=None, compare=False)
     stop_grace_s: float = field(default=DEFAULT_GRACE_S, compare=False)  # taskstop.stop_grace_s
+    # UpdatedAt (epoch s, the Swarm leader's clock; None: unknown): its desired state was
+    # set then or before (``keys.stop_began``)
+    updated_at: float | None = field(default=None, compare=False)
 
 
 def _is_out_of_sequence(exc: docker.errors.APIError) -> bool:
@@ -277,6 +280,7 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
         force = spec_count(spec.get("ForceUpdate"), "Spec.ForceUpdate")
         run = (spec_count(iteration.get("Index"), "JobIteration.Index")
                if iteration is not None else None)
+        changed = updated_at(raw.get("UpdatedAt"))
     except UnreadSpec as exc:
         raise SwarmError(f"task {tid[:80]!r}: {exc}") from None
     return SwarmTask(
@@ -299,6 +303,7 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
         network_drivers=_network_drivers(raw),
         host_ports=task_host_ports(status),
         rejected_until=rejected_until(status, spec), stop_grace_s=stop_grace_s(spec),
+        updated_at=changed,
     )
 
 

@@ -17,6 +17,9 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
+from swarmgpu.core.peertext import quoted
+from swarmgpu.swarm.specread import UnreadSpec
+
 # swarmkit constraint_enforcer.go, rejectNoncompliantTasks: Status.Message and Status.Err
 ENFORCER_MESSAGE = "task rejected by constraint enforcer"
 ENFORCER_ERR = "assigned node no longer meets constraints"
@@ -71,3 +74,17 @@ def rejected_until(status: object, spec: object) -> float | None:
         return None
     at = rfc3339_epoch(status.get("Timestamp"))
     return None if at is None else at + stop_grace_s(spec)
+
+
+def updated_at(value: object) -> float | None:
+    """Epoch seconds of a task's ``UpdatedAt`` (the Swarm leader's clock: every change to
+    the task, its desired state's too, sets it); None when absent, null or Go's zero time
+    (the engine's for a time never set); ``UnreadSpec`` naming the field for anything else
+    (never read as some other time)."""
+    if value is None:
+        return None
+    at = rfc3339_epoch(value)
+    if at is None:
+        raise UnreadSpec(f"UpdatedAt is {quoted(value)}, not an RFC 3339 time (Docker sends "
+                         "one with every task; check any proxy)")
+    return at if at > 0 else None  # (no swarm ran before 1970: the zero time, unset)

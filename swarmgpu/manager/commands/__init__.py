@@ -1,7 +1,9 @@
 """What the operator's commands compute, pure over a snapshot or a stack file.
 
 ``audit``       `swarmgpu audit`: what is wrong with GPU labels and constraints; its
-                ``Finding`` is what every check returns
+                ``Finding`` is what every check returns; the services' findings
+``auditnodes``  what audit finds wrong with each node (labels, agent, ledger, GPU health),
+                and ``Finding``
 ``plan``        `swarmgpu plan`: what placement would do for each service, as text
 ``render``      `swarmgpu render`: a stack file with GPU placement resolved
 ``swarmspec``   a stack's services as `docker stack deploy` hands them to Swarm: each

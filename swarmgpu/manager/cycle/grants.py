@@ -174,7 +174,7 @@ def void_one(gate: Writes, u: Ungranted, *, prefix: str, managed: bool, grants: 
         ref = image_of(spec)
         image = images.get(ref) or ImageEnv(ref, None, "not read")
         new = void_spec(spec, image, prefix=prefix, managed=managed, grants=grants)
-        # (read once void_spec read its parts: objects, else it raised UnreadSpec)
+        # read once void_spec has (its UnreadSpec named a part that is not an object)
         before[0] = ((spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}).get("Env")
         return new
 
@@ -186,8 +186,8 @@ def void_one(gate: Writes, u: Ungranted, *, prefix: str, managed: bool, grants: 
     except SwarmError as exc:
         log.error("ungranted GPU access: the void write failed: {}", exc)
         return False
-    except UnreadSpec as exc:  # (changed since it was found: its fault is its own)
-        log.error("ungranted GPU access: no void write: its spec cannot be read: {}", exc)
+    except UnreadSpec as exc:  # its spec as read at write time: this service's alone
+        log.error("ungranted GPU access: not voided, its spec cannot be read: {}", exc)
         return False
     if landed:
         log.warning("ungranted GPU access voided (placement.ungranted: void): "

@@ -81,7 +81,7 @@ from swarmgpu.manager.cycle.preempt_notes import (
     note_on,
     raised_note,
 )
-from swarmgpu.manager.cycle.victimspec import renewed, victim_spec
+from swarmgpu.manager.cycle.victimspec import renewed, unread_victims, victim_spec
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.engine.stop import Stopped
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
@@ -112,6 +112,7 @@ from swarmgpu.swarm.client import (
     SwarmService,
     VersionConflict,
 )
+from swarmgpu.swarm.specread import UnreadSpec
 
 # service -> nodes refused to it for a host-mode port alone -> who binds it (Planner.port_takers)
 PortTakers = Callable[[SwarmService], Mapping[str, AbstractSet[str]]]
@@ -142,6 +143,7 @@ class Preempter:
         self.moving: dict[str, set[str]] = {}  # preemptor -> each victim it had moved
         self.mover: Mover | None = None
         self.waits: SaidOnce[str] = SaidOnce()  # moves said to wait for the move budgets
+        self.unread: dict[str, str] = {}  # holders never chosen: their specs' faults
         # Those moves, as of this step's last cycle: the rebalancer's next cycle holds
         # their slots of the budgets for them (``reserved``).
         self.waiting: tuple[Move, ...] = ()
@@ -182,6 +184,11 @@ class Preempter:
         raised: dict[str, Exception] = {}
         chosen = self.decide(snap, plan, facts, refused, now, ports, raised, records, mono)
         self.unknown.note(plan, log=True)
+        for name, why in self.unread.items():
+            if self.said_raised.fresh(f"unread:{name}", why):
+                logger.bind(service=name).warning(
+                    "preemption: {} is not taken as a victim while its spec cannot be "
+                    "read: {}", name, why)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         for name, exc in raised.items():
             self._say_raised(f"choose:{name}", name, exc, f"choosing victims for {name} "
@@ -318,6 +325,10 @@ class Preempter:
         self.preemptor_at = {n: at for n, at in self.preemptor_at.items()
                              if mono - at < pc.settle_s}
         cooling = set(self.victim_at)
+        # A holder whose spec its victim write cannot read is never chosen (the write
+        # would fail after the choice); ``cycle`` says why.
+        self.unread = unread_victims(snap.services, read_ledger(snap.nodes, self.prefix))
+        cooling |= self.unread.keys()
         # The record in Swarm counts too (a new leader), but it is a label on the victim's
         # own spec, which its stack writes: it counts only when the hour on the swarm
         # object (written by managers alone) has a victim stopped in that second, so a
@@ -633,6 +644,11 @@ class Preempter:
             except SwarmError as exc:
                 log.error("preemption: {}'s spec write failed: none of {} stopped for {}, "
                           "no gate closed: {}", v.service, names(victims), p.service, exc)
+                return False
+            except UnreadSpec as exc:  # as Swarm has it now (check_victim): skipped
+                log.error("preemption: {} skipped, its spec cannot be read: {}; none of {} "
+                          "stopped for {}, no gate closed", v.service, exc, names(victims),
+                          p.service)
                 return False
         drop = {k for v in victims for k in (assign_key(prefix, v.service),
                                              gate_key(prefix, v.service))}

@@ -14,9 +14,10 @@ closes, its replicas elsewhere). A job is left out: any write of its spec runs i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from swarmgpu.core.peertext import quoted
 from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.placement.keys import (
     DEVICES,
@@ -28,6 +29,7 @@ from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
 from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.placement.specwrite import SpecCompute, service_compute
 from swarmgpu.swarm.client import SwarmClient, SwarmService
+from swarmgpu.swarm.specread import UnreadSpec, spec_object
 
 
 def renewed(swarm: SwarmClient, service_id: str) -> SwarmService | None:
@@ -56,14 +58,13 @@ def victim_spec(prefix: str, node_id: str, record: str,
     dk = f"{prefix}{DEVICES}{node_id}"
 
     def service(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        drop = tuple(k for k in spec.get("Labels") or {}
+        constraints = check_victim(spec)
+        drop = tuple(k for k in spec_object(spec.get("Labels"), "Labels")
                      if k == dk or k.startswith(dk + "."))
         mine: tuple[str, ...] = ()
         renewal: tuple[str, ...] = ()
         if renew is not None:
-            placement = (spec.get("TaskTemplate") or {}).get("Placement") or {}
-            mine = tuple(c for c in placement.get("Constraints") or []
-                         if is_renew(c, prefix))
+            mine = tuple(c for c in constraints if is_renew(c, prefix))
             renewal = next_renewal(mine, prefix, renew.version)
         writes = SpecWrites(service_labels_set={prefix + PREEMPTED_STATE: record},
                             service_labels_remove=drop, remove_constraints=mine,
@@ -71,3 +72,36 @@ def victim_spec(prefix: str, node_id: str, record: str,
         return service_compute(writes)(spec)
 
     return service
+
+
+def check_victim(spec: Mapping[str, Any]) -> list[str]:
+    """The constraints of a spec the victim's write can read (``service_compute`` reads
+    its labels, placement and env); ``UnreadSpec`` naming the first part that is not
+    what Docker sends: read as none, a string's characters would be written back as
+    its constraints or env lines, and read unguarded it raised mid-preemption."""
+    spec_object(spec.get("Labels"), "Labels")
+    tt = spec_object(spec.get("TaskTemplate"), "TaskTemplate")
+    placement = spec_object(tt.get("Placement"), "TaskTemplate.Placement")
+    cs = spec_object(tt.get("ContainerSpec"), "TaskTemplate.ContainerSpec")
+    for where, value in (("TaskTemplate.Placement.Constraints", placement.get("Constraints")),
+                         ("TaskTemplate.ContainerSpec.Env", cs.get("Env"))):
+        if value is not None and not (isinstance(value, list)
+                                      and all(isinstance(x, str) for x in value)):
+            raise UnreadSpec(f"{where} is {quoted(value)}, not a list of texts (Docker "
+                             "sends one; check any proxy, or re-create the service)")
+    return list(placement.get("Constraints") or [])
+
+
+def unread_victims(services: Sequence[SwarmService], holders: Collection[str]
+                   ) -> dict[str, str]:
+    """Of the services named in ``holders`` (those holding GPUs: the possible victims),
+    each whose spec its victim write could not read, with why (``check_victim``):
+    never chosen, as its write would fail after the preemption was decided."""
+    out: dict[str, str] = {}
+    for s in services:
+        if s.name in holders:
+            try:
+                check_victim(s.spec)
+            except UnreadSpec as exc:
+                out[s.name] = str(exc)
+    return out

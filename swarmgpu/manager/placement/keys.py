@@ -71,12 +71,38 @@ def stopping(t: SwarmTask) -> bool:
 SKEW_S = 60  # of the Swarm leader's clock ahead of the daemon's, a rejected task held as ever
 
 
-def stop_overdue(t: SwarmTask, first_seen: float, now: float) -> bool:
-    """A task Swarm is stopping (``stopping``), first seen so at ``first_seen``, is past
-    its hold's end at ``now`` (epoch seconds): its stop grace period and the skew are over
-    (as a rejected task's GPUs are held no longer), yet Swarm counts it on its node (its
-    node down or paused, its stop stuck). Whoever waits for its stop waits no longer."""
-    return now > first_seen + t.stop_grace_s + SKEW_S
+def stop_began(t: SwarmTask, now: float, looked: bool) -> float:
+    """When a reader that first sees ``t`` stopping at ``now`` (epoch s) takes its stop
+    to have begun: ``now``, or for a task already stopping at the reader's first look
+    (``looked`` false: a one-shot `plan` or `status`, a daemon restarted mid-stop) its
+    ``UpdatedAt`` where earlier, so that it times the hold as a daemon that saw the stop
+    begin does (``stop_hold_end``)."""
+    # Swarm sets UpdatedAt with every change to the task, its desired state's too: it is
+    # never before the stop began, on the leader's clock. A time ahead of ``now`` (a
+    # skewed clock, a forged time) is ``now``: it never lengthens a hold. One behind (the
+    # leader's clock behind ours) ends it early by as much, SKEW_S of it absorbed, as a
+    # rejected task's (``rejected_running``); a task a reader saw begin to stop is timed
+    # by that sight alone, so only the tasks already stopping at its start are exposed.
+    if looked or t.updated_at is None:
+        return now
+    return min(now, t.updated_at)
+
+
+def stop_hold_end(t: SwarmTask, began: float) -> float:
+    """When the hold of a task Swarm is stopping (``stopping``) whose stop began at
+    ``began`` (``stop_began``) ends (epoch s): its stop grace period after. Its GPUs, its
+    overdue time (``stop_overdue``) and its node's end for a global job's run are all
+    timed by it."""
+    return began + t.stop_grace_s
+
+
+def stop_overdue(t: SwarmTask, began: float, now: float) -> bool:
+    """A task Swarm is stopping (``stopping``), whose stop began at ``began``
+    (``stop_began``), is past its hold's end at ``now`` (epoch seconds): its stop grace
+    period and the skew are over (as a rejected task's GPUs are held no longer), yet Swarm
+    counts it on its node (its node down or paused, its stop stuck). Whoever waits for its
+    stop waits no longer."""
+    return now > stop_hold_end(t, began) + SKEW_S
 
 
 def rejected_running(t: SwarmTask, now: float) -> bool:

@@ -60,7 +60,13 @@ from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.envs import DEVICE_VAR, own_device_line
-from swarmgpu.manager.placement.keys import ASSIGNED_STATES, SKEW_S, stop_overdue
+from swarmgpu.manager.placement.keys import (
+    ASSIGNED_STATES,
+    SKEW_S,
+    stop_began,
+    stop_hold_end,
+    stop_overdue,
+)
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.preempted import preempted_state
@@ -150,17 +156,17 @@ class Nominations:
         its nomination at most. ``stopping``: (service id, node id) of the tasks Swarm is
         stopping that still use their node (``keys.stopping``: a job victim's, stopped by
         its spec write); a hold one of whose victims has one on its node settles from now,
-        for ``STOP_WAIT_S`` from its nomination at most: Swarm counts that task's CPU,
-        memory and host ports until it stops, so its preemptor waits for them (its GPUs
-        are its own meanwhile: ``StoppingGpus``), or its hold lapsed after ``settle_s``
-        and it stopped another victim for what the first one's stop frees."""
+        ``STOP_WAIT_S`` after its nomination at most (``settles_from``): Swarm counts
+        that task's CPU, memory and host ports until it stops, so its preemptor waits for
+        them (its GPUs are its own meanwhile: ``StoppingGpus``), or its hold lapsed after
+        ``settle_s`` and it stopped another victim for what the first one's stop frees."""
         pending = {sp.name for sp in plan.services if sp.status in WAITING}
         kept: dict[str, tuple[Nomination, float, float]] = {}
         for k, (n, at, last) in self.by.items():
             if any(v in moving for v in n.moved) and now - at < self.move_timeout_s:
                 last = now
-            if any((v, n.node_id) in stopping for v in n.victims) and now - at < STOP_WAIT_S:
-                last = now
+            last = settles_from(at, last, now,
+                                any((v, n.node_id) in stopping for v in n.victims))
             if now - last < self.settle_s and k in pending:
                 kept[k] = (n, at, last)
         self.by = kept
@@ -428,6 +434,15 @@ STOPPING_PRIORITY = sys.maxsize
 STOP_WAIT_S = MAX_GRACE_S + SKEW_S
 
 
+def settles_from(at: float, last: float, now: float, stops: bool) -> float:
+    """When a hold nominated at ``at``, settling from ``last``, settles from at ``now``
+    (it ends ``settle_s`` after): while a victim's task it waits for still stops
+    (``stops``), from ``now``, ``STOP_WAIT_S`` after ``at`` at most. The daemon's
+    ``Nominations.keep`` and the one-shot's ``recorded_nominations`` both read it, so a
+    `plan` ends the hold when the daemon does."""
+    return max(last, min(now, at + STOP_WAIT_S)) if stops else last
+
+
 def stopping_held(plan: PlacementPlan, nominations: Sequence[Nomination],
                   ) -> dict[tuple[str, str], tuple[str, int]]:
     """``plan.stopping_held``, the GPUs its placement spared for a preemptor
@@ -473,7 +488,13 @@ class StoppingGpus:
     memory or ports) until its status time plus its stop grace period
     (``keys.rejected_running``). A victim's (either way: a job's spec write stops it as
     a scale-down does) on GPUs its preemptor's nomination holds is held for that
-    preemptor alone (``Nomination.owner``)."""
+    preemptor alone (``Nomination.owner``).
+
+    A stopping task's hold is timed by one clock, when its stop began (``began``,
+    ``keys.stop_began``: first seen so, or Swarm's time for one already stopping at the
+    first look): when its GPUs are waited for until (``waits``, ``until``) and when it is
+    overdue (``keys.stop_hold_end``). A fresh reader (``plan``, ``status``, a restarted
+    daemon) so ends it when a long-running daemon does."""
 
     def __init__(self, prefix: str = "swarmgpu.") -> None:
         self.prefix = prefix
@@ -481,11 +502,13 @@ class StoppingGpus:
         self.running: dict[str, tuple[str, Uses]] = {}  # meant task id -> as first seen
         self.names: dict[str, str] = {}  # service id -> name, as the last cycle had them
         self.taken: frozenset[str] = frozenset()  # the live services' names, this cycle
-        self.seen: dict[str, float] = {}  # stopping task id -> when first seen so (epoch s)
-        self.first: dict[str, float] = {}  # as ``seen``, for every stopping task (GPUs or not)
+        # stopping or rejected task id -> when its stop began (epoch s, ``keys.stop_began``):
+        # its hold's one clock (``keys.stop_hold_end``), whether its GPUs are known or not
+        self.began: dict[str, float] = {}
+        self.looked = False  # a cycle was read before: a task new since began stopping since
         self.overdue: frozenset[str] = frozenset()  # of those, past their hold's end at ``now``
         # node id -> when its hold ends at most (epoch s): its tasks' rejected_until, or
-        # first seen stopping plus the stop grace period (a global job's run waits for it)
+        # ``keys.stop_hold_end`` (a global job's run waits for it)
         self.until: dict[str, float] = {}
         # (node id, GPU uuid) -> the preemptor its hold spared it for, in the last ``holds``
         self.spared: dict[tuple[str, str], str] = {}
@@ -534,13 +557,14 @@ class StoppingGpus:
             if got is not None:
                 known[t.id] = got
         self.known, self.running, self.names = known, running, names
-        self.seen = {tid: self.seen.get(tid, now) for tid in known}
-        self.first = {t.id: self.first.get(t.id, now) for t in stopping}
+        leaving = [*stopping, *rejected]
+        self.began = {t.id: self.began[t.id] if t.id in self.began
+                      else stop_began(t, now, self.looked) for t in leaving}
+        self.looked = True
         self.overdue = frozenset(t.id for t in stopping
-                                 if stop_overdue(t, self.first[t.id], now))
+                                 if stop_overdue(t, self.began[t.id], now))
         ends = {t.id: t.rejected_until if t.rejected_until is not None
-                else self.seen[t.id] + t.stop_grace_s for t in [*stopping, *rejected]
-                if t.id in known}
+                else stop_hold_end(t, self.began[t.id]) for t in leaving if t.id in known}
         for_victim = {(n.node_id, u, v): n.service for n in spare
                       for u in n.uuids for v in n.victims}
         self.spared, self.until = {}, {}
@@ -620,8 +644,8 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
     (``plan``, ``status``: ``cycle.placement.make_plan``): the GPUs of each task Swarm
     still stops (``leaving``: stopping or rejected) whose service's ``state.preempted``
     record names a live preemptor, that task's node and a time less than ``settle_s``
-    before ``now`` (epoch s; ``STOP_WAIT_S`` more for a task among ``waited``,
-    ``stops_waited``: the daemon's hold waits for its stop), held for that preemptor.
+    before ``now`` (epoch s; for a task among ``waited``, ``stops_waited``, the daemon's
+    hold waits for its stop: ``settles_from``), held for that preemptor.
     Read from the task's own device line only (a one-shot knows no ledger entry the
     preemption removed). Without them
     such GPUs read as held for the stopping task: the preemptor waits (its plan said
@@ -634,11 +658,11 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
         svc = by_id.get(t.service_id)
         st = None if svc is None else preempted_state(svc.labels, prefix)
         # The daemon's hold lasts while a victim's task Swarm counts still stops
-        # (``Nominations.keep``: ``STOP_WAIT_S`` at most), then ``settle_s`` (none: none)
-        waits = settle_s > 0 and (t.service_id, t.node_id) in waited
-        lasts = settle_s + (STOP_WAIT_S if waits else 0.0)
-        if (st is None or st.node_id != t.node_id or st.by not in names
-                or not 0 <= now - st.at < lasts):
+        # (``settles_from``), then ``settle_s``; the task stopping now stopped since the
+        # record (the preemption stopped it)
+        if (st is None or st.node_id != t.node_id or st.by not in names or now < st.at
+                or now - settles_from(st.at, st.at, now, (t.service_id, t.node_id) in waited)
+                >= settle_s):
             continue
         uuids = {u for u, _m in task_device_uses(t, prefix, facts.get(t.node_id))}
         if uuids:

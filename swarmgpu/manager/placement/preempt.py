@@ -60,8 +60,8 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   no room, as Kubernetes asks per node: victims are sought there (whose stop frees them)
   and on the others (before, the first such node by id ended the search: it waited for
   ever). One short of the CPU, of a host port (``Room.fits_once_stopped``,
-  ``Room.ports_once_stopped``) or of GPUs (``_gpus_once_stopped``, not for a
-  ``topology`` request) only for tasks Swarm is stopping there, or of any of them
+  ``Room.ports_once_stopped``) or of GPUs (``_gpus_once_stopped``; for a ``topology``
+  request, of a set it can use) only for tasks Swarm is stopping there, or of any of them
   together, is waited for until their hold ends (``keys.stop_overdue``: past it, stuck,
   no room again): Swarm starts it there in seconds, a victim stopped elsewhere went for
   nothing; what it waits for is counted taken in the round (``_wait``). Nor does it
@@ -96,6 +96,7 @@ from swarmgpu.manager.placement.jobs import done_idle
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.placement.preemptview import (
+    Round,
     after_writes,
     holdings_by_node,
     no_queue_row,
@@ -248,53 +249,6 @@ def _usable(r: GpuRequest, facts: NodeFacts | None) -> set[str]:
             and (r.min_memory_mib is None or g.memory_mib >= r.min_memory_mib)}
 
 
-@dataclass(slots=True)
-class _Round:
-    """The cluster as one round of ``choose_preemptions`` reads it, and what the round
-    has taken so far (a GPU freed for one preemptor is not counted for another)."""
-
-    by_name: Mapping[str, SwarmService]
-    by_node: Mapping[str, SwarmNode]
-    facts: Mapping[str, NodeFacts]
-    queues: Mapping[str, Mapping[str, object]]  # the plan's queues, by name
-    req: Mapping[str, GpuRequest | RequestError]  # service name -> its request
-    started: Mapping[tuple[str, str], str]  # (service id, node) -> its newest task's start
-    holdings: Mapping[str, Mapping[str, Holding]]  # node -> service -> holding
-    refused: Callable[[SwarmService], AbstractSet[str]] | None
-    preemptible_below: int
-    cooling: AbstractSet[str]  # may not be victims now
-    moving: AbstractSet[str]  # neither preemptors nor victims
-    failed: AbstractSet[str]  # planning raised this cycle: a victim stopped, never moved
-    done: AbstractSet[tuple[str, str]] = frozenset()  # (service id, node): ``done_idle``
-    # (node, uuid) freed already, or held by a move in flight (``flying``)
-    taken: set[tuple[str, str]] = field(default_factory=set)
-    gone: set[str] = field(default_factory=set)  # victims already chosen
-    q_gone: dict[str, int] = field(default_factory=dict)  # milli per queue its victims free
-    q_given: dict[str, int] = field(default_factory=dict)  # milli per queue its preemptors take
-    # of ``refused``, nodes refused for a host-mode port alone -> the services binding it
-    ports: Callable[[SwarmService], Mapping[str, AbstractSet[str]]] | None = None
-    room: Room | None = None  # CPU and memory per node (None: not counted)
-    # (node, uuid) -> the preemptor and priority it is held for (``nominated.held_gpus``):
-    # used for any other of that priority or lower (``off``); no victim is moved onto it
-    held: Mapping[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
-    # of ``held``, those of tasks Swarm is stopping that free within their grace period
-    # (``PlacementPlan.stopping_waits``): a request they alone keep off a node waits
-    waits: AbstractSet[tuple[str, str]] = frozenset()
-
-    def refused_of(self, s: SwarmService) -> AbstractSet[str]:
-        return self.refused(s) if self.refused is not None else frozenset()
-
-    def port_takers(self, s: SwarmService) -> Mapping[str, AbstractSet[str]]:
-        return self.ports(s) if self.ports is not None else {}
-
-    def off(self, nid: str, name: str, priority: int) -> set[str]:
-        """GPUs of ``nid`` taken in the round, or held for another preemptor than ``name``
-        of ``priority`` or higher: not for ``name`` (of ``priority``)."""
-        return {u for n, u in self.taken if n == nid} | {
-            u for (n, u), (who, pr) in self.held.items()
-            if n == nid and who != name and priority <= pr}
-
-
 def choose_preemptions(
     plan: PlacementPlan, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
     tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *, prefix: str,
@@ -320,7 +274,7 @@ def choose_preemptions(
     GPUs. ``raised``: a preemptor whose choice raises (a bug, or input no one foresaw)
     preempts nothing, the round as before it, its exception kept there by name for the
     caller's log (None: it raises). ``held``: the GPUs nominated for preemptors
-    (``_Round.held``). ``flying``: (node, uuid) the moves in flight hold, by their
+    (``Round.held``). ``flying``: (node, uuid) the moves in flight hold, by their
     records read after this cycle's movers ran (``record.move_gpus``): used for all,
     counted as taken from the round's start (a move's target is in no snapshot's ledger
     the cycle it starts). ``stopping``: tasks Swarm is stopping (``keys.stopping``): their
@@ -331,7 +285,7 @@ def choose_preemptions(
     by_name = {s.name: s for s in services}
     started, holdings = task_starts(tasks), holdings_by_node(nodes, prefix)
     req = {sp.name: sp.request for sp in plan.services if sp.request is not None}
-    rd = _Round(by_name, {n.id: n for n in nodes}, facts,
+    rd = Round(by_name, {n.id: n for n in nodes}, facts,
                 {**{q["queue"]: q for q in plan.queues},
                  "": no_queue_row(holdings, req, facts)},
                 req, started, holdings, refused, preemptible_below, cooling, moving,
@@ -374,7 +328,7 @@ def choose_preemptions(
     return out
 
 
-def _choose_one(rd: _Round, s: SwarmService, r: GpuRequest, prefix: str, packed: bool,
+def _choose_one(rd: Round, s: SwarmService, r: GpuRequest, prefix: str, packed: bool,
                 made: Preemption | None) -> Preemption | None:
     """``s``'s preemption in the round, counted there (``_take``); None: none. ``made``:
     the one another round chose for it, taken as it was (``choose_preemptions``' first)."""
@@ -388,7 +342,7 @@ def _choose_one(rd: _Round, s: SwarmService, r: GpuRequest, prefix: str, packed:
     return None if p is None else _take(rd, p, r, on[1] if on is not None else 1)
 
 
-def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
+def _best_preemption(rd: Round, s: SwarmService, r: GpuRequest,
                      packed: tuple[str, int] | None = None) -> Preemption | None:
     """The preemption that places one replica of ``s`` (the fewest victims; then by
     priority alone before a reclaim, a reclaim from the queues furthest above their
@@ -412,7 +366,8 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
             continue  # a packed service's replicas go only on its node
         if packed is None and s.name in here:
             continue  # one replica per node: a held node is not where it goes
-        if wait := _gpus_once_stopped(rd, s, r, nid, here, need, replicas, no, takers):
+        sets = _GpuSets(rd, nid, s.name, r, replicas)  # (asked only for a topology)
+        if wait := _gpus_once_stopped(rd, s, r, nid, here, need, replicas, no, takers, sets):
             _wait(rd, s, nid, wait, replicas)  # it waits for them: no service stopped for it
             return None
         usable = _usable(r, rd.facts.get(nid)) - rd.off(nid, s.name, r.priority)
@@ -423,7 +378,6 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
             for u in h.uuids:
                 holders.setdefault(u, set()).add(svc)
         free = usable - holders.keys()
-        sets = _GpuSets(rd, nid, s.name, r, replicas)  # (asked only for a topology)
         # room already only where the free GPUs give a set it can use (an NVLink job
         # waited behind a single-GPU holder) and its CPU and memory are left (it waited
         # for ever while a lower holder elsewhere kept the GPUs it would fit beside):
@@ -465,7 +419,7 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest,
     return best[1] if best is not None else None
 
 
-def _room_once_stopped(rd: _Round, s: SwarmService, nid: str, replicas: int,
+def _room_once_stopped(rd: Round, s: SwarmService, nid: str, replicas: int,
                        no: AbstractSet[str], takers: Mapping[str, AbstractSet[str]]) -> bool:
     """``replicas`` of ``s`` fit on ``nid`` now, or once the tasks Swarm is stopping
     there stop (``Room``: none past its hold's end), its GPUs aside: its CPU and memory,
@@ -476,7 +430,7 @@ def _room_once_stopped(rd: _Round, s: SwarmService, nid: str, replicas: int,
         rd.room.fits(s, nid, (), replicas) or rd.room.fits_once_stopped(s, nid, replicas))
 
 
-def _wait(rd: _Round, s: SwarmService, nid: str, uuids: Sequence[str], replicas: int) -> None:
+def _wait(rd: Round, s: SwarmService, nid: str, uuids: Sequence[str], replicas: int) -> None:
     """``s`` waits on ``nid`` for tasks Swarm is stopping there: ``uuids`` and its CPU
     counted taken in the round (a lower one stopped a victim there for them, in vain)."""
     rd.taken.update((nid, u) for u in uuids)
@@ -484,23 +438,30 @@ def _wait(rd: _Round, s: SwarmService, nid: str, uuids: Sequence[str], replicas:
         rd.room.took(s, nid, (), replicas)
 
 
-def _gpus_once_stopped(rd: _Round, s: SwarmService, r: GpuRequest, nid: str,
+def _gpus_once_stopped(rd: Round, s: SwarmService, r: GpuRequest, nid: str,
                        here: Mapping[str, Holding], need: int, replicas: int,
-                       no: AbstractSet[str], takers: Mapping[str, AbstractSet[str]]) -> list[str]:
+                       no: AbstractSet[str], takers: Mapping[str, AbstractSet[str]],
+                       sets: _GpuSets) -> list[str]:
     """The GPUs ``s`` has on ``nid`` once tasks Swarm stops there stop, in their grace period
-    (``_Round.waits``: held for them alone, none a waiter took in the round; its CPU and
-    ports as ``_room_once_stopped`` has them), not before; none for a topology request."""
+    (``Round.waits``: held for them alone, none a waiter took in the round; its CPU and
+    ports as ``_room_once_stopped`` has them), not before; for a topology request, the
+    set the allocator gives it with theirs (``sets``, as a victim's GPUs are counted)."""
     soon = {u for n, u in rd.waits if n == nid} - {u for n, u in rd.taken if n == nid}
-    if not soon or r.topology is not Topology.ANY:
+    if not soon:
         return []
     usable = _usable(r, rd.facts.get(nid)) - (rd.off(nid, s.name, r.priority) - soon)
     free = usable - {u for h in here.values() for u in h.uuids}
-    ok = len(free) >= need and bool(free & soon) and _room_once_stopped(
-        rd, s, nid, replicas, no, takers)
-    return sorted(free, key=lambda u: (u not in soon, u))[:need] if ok else []
+    if len(free) < need or not free & soon or not _room_once_stopped(
+            rd, s, nid, replicas, no, takers):
+        return []
+    if r.topology is Topology.ANY:
+        return sorted(free, key=lambda u: (u not in soon, u))[:need]
+    # a set of free GPUs alone is room already (``_best_preemption``), not a wait
+    got = sets.pick(free & soon)
+    return list(got) if got is not None and soon.intersection(got) else []
 
 
-def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding],
+def _candidates(rd: Round, r: GpuRequest, nid: str, here: Mapping[str, Holding],
                 usable: AbstractSet[str]) -> list[Candidate]:
     """The holders on node ``nid`` that ``r`` may preempt (see the module), each with the
     GPUs of ``usable`` it holds."""
@@ -534,7 +495,7 @@ def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding]
     return cands
 
 
-def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemption:
+def _take(rd: Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemption:
     """``p`` chosen for ``replicas`` of ``r``: its victims, the GPUs it frees and the
     queues' use counted in the round; with where each victim that can move goes
     (``relocation``)."""
@@ -569,7 +530,7 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest, replicas: int = 1) -> Preemp
     return replace(p, moves=moves, held=held)
 
 
-def _gpu_pick(rd: _Round, nid: str, name: str, r: GpuRequest, replicas: int,
+def _gpu_pick(rd: Round, nid: str, name: str, r: GpuRequest, replicas: int,
               freed: AbstractSet[str]) -> tuple[str, ...] | None:
     """The GPUs the allocator would give ``replicas`` of ``name``'s ``r`` on node ``nid``
     once ``freed`` is freed there (``Allocator.gpu_set`` over the freed and the free GPUs
@@ -593,7 +554,7 @@ class _GpuSets:
     set anew, 12 small victims on an 8-GPU node took 0.8 s for one topology preemptor
     (``benchmarks/bench_preempt_topology.py``)."""
 
-    rd: _Round
+    rd: Round
     nid: str
     name: str
     r: GpuRequest
@@ -636,7 +597,7 @@ class _GpuSets:
         return got
 
 
-def _freed(rd: _Round, p: Preemption) -> set[str]:
+def _freed(rd: Round, p: Preemption) -> set[str]:
     """The GPUs of ``p``'s node its victims free (a GPU shared with others stays)."""
     return _freed_of(rd.holdings.get(p.node_id, {}), p.victims)
 
@@ -649,7 +610,7 @@ def _freed_of(here: Mapping[str, Holding], victims: Sequence[Candidate]) -> set[
             if all(svc in names for svc, h in here.items() if u in h.uuids)}
 
 
-def _free_used(rd: _Round, p: Preemption, r: GpuRequest, replicas: int,
+def _free_used(rd: Round, p: Preemption, r: GpuRequest, replicas: int,
                freed: AbstractSet[str]) -> set[tuple[str, str]]:
     """The free GPUs of ``p``'s node its preemptor counts on beside those its victims
     free (``freed``): taken in the round too. Counted again, a second preemptor on the

@@ -1,15 +1,18 @@
 """The cluster as a preemption round reads it (``preempt.choose_preemptions``): the
 nodes as this cycle's placement writes left them, the holdings by node, when each
-service's task started there, work of no queue as a queue row, and what a packed
-service lacks on its node."""
+service's task started there, work of no queue as a queue row, what a packed
+service lacks on its node, and the round itself (``Round``: what it read, what it took)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.keys import MAX_STATE, MEANT_STATES
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
+from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.placement.queues import holding_milli
 from swarmgpu.manager.placement.records import NodeWrites, PlacementPlan
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
@@ -74,3 +77,50 @@ def packed_need(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService,
             lacks = min(s.replicas or 0, most if owners else s.replicas or 0) - h.replicas
             return (nid, lacks) if lacks > 0 else None
     return None
+
+
+@dataclass(slots=True)
+class Round:
+    """The cluster as one round of ``choose_preemptions`` reads it, and what the round
+    has taken so far (a GPU freed for one preemptor is not counted for another)."""
+
+    by_name: Mapping[str, SwarmService]
+    by_node: Mapping[str, SwarmNode]
+    facts: Mapping[str, NodeFacts]
+    queues: Mapping[str, Mapping[str, object]]  # the plan's queues, by name
+    req: Mapping[str, GpuRequest | RequestError]  # service name -> its request
+    started: Mapping[tuple[str, str], str]  # (service id, node) -> its newest task's start
+    holdings: Mapping[str, Mapping[str, Holding]]  # node -> service -> holding
+    refused: Callable[[SwarmService], AbstractSet[str]] | None
+    preemptible_below: int
+    cooling: AbstractSet[str]  # may not be victims now
+    moving: AbstractSet[str]  # neither preemptors nor victims
+    failed: AbstractSet[str]  # planning raised this cycle: a victim stopped, never moved
+    done: AbstractSet[tuple[str, str]] = frozenset()  # (service id, node): ``done_idle``
+    # (node, uuid) freed already, or held by a move in flight (``flying``)
+    taken: set[tuple[str, str]] = field(default_factory=set)
+    gone: set[str] = field(default_factory=set)  # victims already chosen
+    q_gone: dict[str, int] = field(default_factory=dict)  # milli per queue its victims free
+    q_given: dict[str, int] = field(default_factory=dict)  # milli per queue its preemptors take
+    # of ``refused``, nodes refused for a host-mode port alone -> the services binding it
+    ports: Callable[[SwarmService], Mapping[str, AbstractSet[str]]] | None = None
+    room: Room | None = None  # CPU and memory per node (None: not counted)
+    # (node, uuid) -> the preemptor and priority it is held for (``nominated.held_gpus``):
+    # used for any other of that priority or lower (``off``); no victim is moved onto it
+    held: Mapping[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    # of ``held``, those of tasks Swarm is stopping that free within their grace period
+    # (``PlacementPlan.stopping_waits``): a request they alone keep off a node waits
+    waits: AbstractSet[tuple[str, str]] = frozenset()
+
+    def refused_of(self, s: SwarmService) -> AbstractSet[str]:
+        return self.refused(s) if self.refused is not None else frozenset()
+
+    def port_takers(self, s: SwarmService) -> Mapping[str, AbstractSet[str]]:
+        return self.ports(s) if self.ports is not None else {}
+
+    def off(self, nid: str, name: str, priority: int) -> set[str]:
+        """GPUs of ``nid`` taken in the round, or held for another preemptor than ``name``
+        of ``priority`` or higher: not for ``name`` (of ``priority``)."""
+        return {u for n, u in self.taken if n == nid} | {
+            u for (n, u), (who, pr) in self.held.items()
+            if n == nid and who != name and priority <= pr}

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from swarmgpu.core.commalist import comma_list
-from swarmgpu.core.peertext import peer_text
+from swarmgpu.core.peertext import quoted
 from swarmgpu.manager.placement.envs import (
     DEVICE_MOUNT_ROOT,
     DEVICE_VAR,
@@ -56,9 +56,10 @@ from swarmgpu.manager.placement.envs import (
     device_env,
     device_mount,
 )
+from swarmgpu.manager.placement.generic import generic_reservations
 from swarmgpu.manager.placement.keys import DEVICES, MEANT_STATES
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
-from swarmgpu.swarm.specread import UnreadSpec, spec_object, spec_texts
+from swarmgpu.swarm.specread import UnreadSpec, spec_object
 from swarmgpu.swarm.swarmnode import gpu_kinds
 
 MOUNT_ROOT = DEVICE_MOUNT_ROOT  # the toolkit's DeviceListAsVolumeMountsRoot
@@ -84,7 +85,7 @@ class ImageEnv:
 class Access:
     """One way a service's containers see GPUs without a grant."""
 
-    via: str  # env | image | resource-env | mount | reservation | spec (cannot be read)
+    via: str  # env | image | resource-env | mount | reservation | unread
     what: str  # the reason, as plan/status/audit show it
     known: bool = True  # False: rests on what the manager cannot see (treated as access)
     voidable: bool = True  # NVIDIA_VISIBLE_DEVICES=void (or the variable's void) stops it
@@ -136,12 +137,12 @@ class Ungranted:
             parts.append("remove its Swarm generic-resource reservation of GPUs and ask with "
                          "swarmgpu.gpus instead (an env write cannot stop it: Swarm appends "
                          "its own line last)")
+        if any(a.via == "unread" for a in self.access):
+            parts.append("make its spec readable as the reason says (until then whether "
+                         "it sees GPUs is unknown)")
         if any(a.via == "mount" for a in self.access):
             parts.append(f"remove its /dev/null mount under {MOUNT_ROOT} (an env write "
                          "cannot stop it: mounts win)")
-        if any(a.via == "spec" for a in self.access):
-            parts.append("make its spec readable as the reason says (check any proxy, or "
-                         "re-create the service); its access is judged once it reads")
         if self.voidable:
             parts.append("placement.ungranted: void writes the void line for you")
         return "; ".join(parts)
@@ -239,40 +240,40 @@ def final_env(service_env: Sequence[str], image_env: Sequence[str] | None
     return out
 
 
-_CONTAINER = "Spec.TaskTemplate.ContainerSpec"
-
-
 def _container(spec: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``TaskTemplate.ContainerSpec``; ``UnreadSpec`` naming the part that is no object (a
-    proxy's null or string: raised unguarded, it failed the whole grants step)."""
-    tt = spec_object(spec.get("TaskTemplate"), "Spec.TaskTemplate")
-    return spec_object(tt.get("ContainerSpec"), _CONTAINER)
+    """``TaskTemplate.ContainerSpec``; ``UnreadSpec`` naming the part that is not an
+    object (read as none, a string there hid the service's env and mounts)."""
+    tt = spec_object(spec.get("TaskTemplate"), "TaskTemplate")
+    return spec_object(tt.get("ContainerSpec"), "TaskTemplate.ContainerSpec")
 
 
-def _list(value: Any, where: str) -> list[Any]:
-    """``value`` as a list (absent or null: empty), else ``UnreadSpec``."""
+def _listed(cs: Mapping[str, Any], key: str) -> list[Any]:
+    """A list of ``ContainerSpec`` (absent: none); ``UnreadSpec`` where it is not one (a
+    string's characters read as its lines)."""
+    value = cs.get(key)
     if value is None:
         return []
     if not isinstance(value, list):
-        raise UnreadSpec(f"{where} is {type(value).__name__}, not a list (Docker sends one; "
-                         "check any proxy, or re-create the service)")
+        raise UnreadSpec(f"TaskTemplate.ContainerSpec.{key} is {type(value).__name__} "
+                         f"{quoted(value)}, not a list (Docker sends one; check any proxy, "
+                         "or re-create the service)")
     return value
 
 
 def _mounts(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    where = f"{_CONTAINER}.Mounts"
-    return [spec_object(m, where) for m in _list(_container(spec).get("Mounts"), where)]
+    return [m for m in _listed(_container(spec), "Mounts") if isinstance(m, Mapping)]
 
 
 def _privileged(spec: Mapping[str, Any]) -> bool:
     """CAP_SYS_ADMIN added: the toolkit counts the container as privileged (its bounding
     set), and reads its variables even with envvar-when-unprivileged off."""
-    added = spec_texts(_container(spec).get("CapabilityAdd"), f"{_CONTAINER}.CapabilityAdd")
-    return any(c.upper() in _SYS_ADMIN for c in added)
+    return any(str(c).upper() in _SYS_ADMIN
+               for c in _listed(_container(spec), "CapabilityAdd"))
 
 
 def image_of(spec: Mapping[str, Any]) -> str:
-    """The service's image; "" where its spec cannot be read (``service_access`` says why)."""
+    """The service's image; "" where its spec cannot be read (``service_access`` then
+    names the field)."""
     try:
         return str(_container(spec).get("Image") or "")
     except UnreadSpec:
@@ -280,7 +281,7 @@ def image_of(spec: Mapping[str, Any]) -> str:
 
 
 def _env(spec: Mapping[str, Any]) -> list[str]:
-    return list(spec_texts(_container(spec).get("Env"), f"{_CONTAINER}.Env"))
+    return [str(x) for x in _listed(_container(spec), "Env")]
 
 
 # --- one service ---------------------------------------------------------------------
@@ -292,10 +293,9 @@ def service_access(spec: Mapping[str, Any], image: ImageEnv | None, *, prefix: s
     placement manages the service's device labels (a valid request); ``grants``: the
     mode of ``placement.grants`` (``mounts``: the nodes' toolkits ignore the variables of
     unprivileged containers, as ``swarmgpu doctor --grants mounts`` checks);
-    ``generic_kind``: ``placement.generic_resource_kind``, a GPU kind beside the usual.
-    ``UnreadSpec`` (naming the part) where a part it reads is not what Docker sends."""
+    ``generic_kind``: ``placement.generic_resource_kind``, a GPU kind beside the usual."""
     env = _env(spec)
-    labels = spec_object(spec.get("Labels"), "Spec.Labels")
+    labels = spec_object(spec.get("Labels"), "Labels")  # (a string: read as its letters)
     out: list[Access] = []
     env_read = grants != "mounts" or _privileged(spec)
     if env_read:
@@ -407,19 +407,13 @@ def _reservation(spec: Mapping[str, Any], generic_kind: str, managed: bool = Fal
     service's env (so no env line of its own can override it: the toolkit keeps the
     last). On any service it is GPUs nobody granted; on one placement manages, Swarm's
     pick replaces its grant, so two services can share a GPU the ledger gives one."""
-    where = "Spec.TaskTemplate.Resources"
-    tt = spec_object(spec.get("TaskTemplate"), "Spec.TaskTemplate")
-    res = spec_object(spec_object(tt.get("Resources"), where).get("Reservations"),
-                      f"{where}.Reservations")
     kinds = gpu_kinds(generic_kind)
     out = []
-    for gr in _list(res.get("GenericResources"), f"{where}.Reservations.GenericResources"):
-        d = gr.get("DiscreteResourceSpec") if isinstance(gr, Mapping) else None
-        if not isinstance(d, Mapping) or d.get("Kind") not in kinds:
+    for kind, count in generic_reservations(spec):  # UnreadSpec: that service's failure
+        if kind not in kinds:
             continue
-        kind = str(d["Kind"])
         whose = f"{DEVICE_VAR} (placement's grant)" if managed else DEVICE_VAR
-        out.append(Access("reservation", f"reserves {_cut(str(d.get('Value')))} {_cut(kind)} "
+        out.append(Access("reservation", f"reserves {count} {_cut(kind)} "
                                          "as Swarm generic resources: Swarm names the GPUs it "
                                          f"picks in {RESOURCE_PREFIX}{_cut(kind.upper())}, "
                                          f"which the toolkit reads instead of {whose} "
@@ -430,7 +424,7 @@ def _reservation(spec: Mapping[str, Any], generic_kind: str, managed: bool = Fal
 
 def _device_mounts(spec: Mapping[str, Any], prefix: str, managed: bool) -> list[Access]:
     labelled = any(k.startswith(prefix + DEVICES)
-                   for k in spec_object(spec.get("Labels"), "Spec.Labels"))
+                   for k in spec_object(spec.get("Labels"), "Labels"))
     out = []
     for m in _mounts(spec):
         source, target = str(m.get("Source") or ""), str(m.get("Target") or "")
@@ -492,20 +486,15 @@ def find_ungranted(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
                 raise UnreadSpec(s.unread)
             access = service_access(s.spec, image, prefix=prefix, managed=s.name in managed,
                                     grants=grants, generic_kind=generic_kind)
-        except UnreadSpec as exc:  # its fault is its own: the others are judged
-            access = [unread_access(exc)]
+        except UnreadSpec as exc:
+            # Its access unknown, so listed (as an image not read is), never written
+            # to; the other services go on.
+            access = [Access("unread", f"its spec cannot be read: {exc}", known=False,
+                             voidable=False)]
         if access:
             out.append(Ungranted(s.name, s.id, nodes, tuple(access),
                                  exempt=exempt_of(s.name, exempt)))
     return sorted(out, key=lambda u: u.service)
-
-
-def unread_access(exc: UnreadSpec) -> Access:
-    """What is said of a service on a GPU node whose spec cannot be read: whether it sees
-    GPUs is not known (counted as if it did), and nothing is written for it."""
-    return Access("spec", f"its spec cannot be read ({peer_text(str(exc), 300)}): whether "
-                          "its containers see GPUs is not known", known=False,
-                  voidable=False)
 
 
 def images_to_read(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],

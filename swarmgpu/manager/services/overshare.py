@@ -51,6 +51,7 @@ from swarmgpu.swarm.client import (
     SwarmService,
     SwarmTask,
 )
+from swarmgpu.swarm.specread import UnreadSpec, spec_object
 
 if TYPE_CHECKING:
     from swarmgpu.core.config import Config
@@ -447,13 +448,19 @@ class Restarter:
 
         def mark(spec: Mapping[str, Any]) -> Mapping[str, Any]:
             new = dict(spec)
-            new["Labels"] = {**(spec.get("Labels") or {}), p + moved_at: f"{self.clock():.0f}"}
+            new["Labels"] = {**spec_object(spec.get("Labels"), "Labels"),
+                             p + moved_at: f"{self.clock():.0f}"}
             return new
 
         # The cooldown mark first: a write of the spec after the replacement task exists
         # would leave that task, while it waits for the old one's reservations, of an
         # older revision, which Swarm's scheduler never tries again (swarmkit 807f25e).
-        writes.service_spec(s.id, mark)
+        try:
+            writes.service_spec(s.id, mark)
+        except UnreadSpec as exc:  # as Swarm has it now: this restart's alone, none made
+            log.warning("over-share restart of {} on {} not done: its spec cannot be read: "
+                        "{}", s.name, u.hostname, exc)
+            return False
         try:
             writes.node_labels(
                 u.node_id, lambda cur: {k: v for k, v in cur.items() if k != gate}, why)
