@@ -14,15 +14,24 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
 import requests.exceptions
 import urllib3.exceptions
 
+from swarmgpu.core.peertext import quoted
 from swarmgpu.swarm.eventstream import Cut, NotAnEvent, read_events
-from swarmgpu.swarm.specread import UnreadSpec, spec_count, spec_object
+from swarmgpu.swarm.specread import (
+    UnreadSpec,
+    spec_count,
+    spec_labels,
+    spec_maybe_count,
+    spec_object,
+    spec_text,
+    spec_texts,
+)
 from swarmgpu.swarm.swarmnode import SwarmNode as SwarmNode  # with the snapshot types
 from swarmgpu.swarm.swarmnode import node_from_api
 from swarmgpu.swarm.taskports import endpoint_ports, task_host_ports
@@ -74,6 +83,9 @@ class SwarmService:
     # changed since may not have reached them yet)
     endpoint_ports: tuple[Mapping[str, Any], ...] = field(default=(), repr=False,
                                                           compare=False)
+    # Why a part of its spec cannot be read ("": read whole): the fields and their fix
+    # (``service_from_api``); placement fails it alone and writes nothing for it
+    unread: str = ""
 
 
 # A task's desired states while Swarm means it to run: running, or ready (swarmkit's
@@ -172,32 +184,56 @@ def held_reservations(spec: Mapping[str, Any]) -> tuple[int, int] | None:
 _MODES = {"ReplicatedJob": "replicated-job", "GlobalJob": "global-job"}
 
 
-def service_from_api(raw: Mapping[str, Any]) -> SwarmService:
-    spec = raw.get("Spec", {})
-    tt = spec.get("TaskTemplate", {})
-    placement = tt.get("Placement") or {}
-    mode = spec.get("Mode", {})
-    mode_name = next(iter(mode), "replicated") if mode else "replicated"
-    replicas = mode.get("Replicated", {}).get("Replicas") if "Replicated" in mode else None
-    job = mode.get("ReplicatedJob") or {}
+def service_from_api(raw: Any) -> SwarmService:
+    """A service as the engine lists it. One whose spec has a part that is not what
+    Docker sends (a proxy's null or string where an object goes) is read as far as it can
+    be and marked ``unread`` (the fields and their fix): placement fails it alone, nothing
+    is written for it, what it holds stays held. Raised instead, one such service failed
+    the whole list, and so every cycle. One listed as no object, or without an ID (the
+    key of everything the daemon keeps), is refused (SwarmError), as a task is."""
+    if not isinstance(raw, Mapping):  # (a proxy's null or string in the list)
+        raise SwarmError(f"a service listed as {type(raw).__name__} (Docker sends objects; "
+                         "check any proxy)")
+    sid = raw.get("ID")
+    if not isinstance(sid, str) or not sid:
+        raise SwarmError(f"a service listed without an ID ({quoted(sid)}; Docker sends one "
+                         "with every service; check any proxy)")
+    why: list[str] = []
+    spec = _part(why, lambda: spec_object(raw.get("Spec"), "Spec"), _EMPTY)
+    tt = _part(why, lambda: spec_object(spec.get("TaskTemplate"), "Spec.TaskTemplate"), _EMPTY)
+    placement = _part(why, lambda: spec_object(tt.get("Placement"), _PLACEMENT), _EMPTY)
+    container = _part(why, lambda: spec_object(tt.get("ContainerSpec"), _CONTAINER), _EMPTY)
+    mode = _part(why, lambda: spec_object(spec.get("Mode"), "Spec.Mode"), _EMPTY)
+    mode_name = str(next(iter(mode), "replicated"))
+    replicated = _part(why, lambda: spec_object(mode.get("Replicated"),
+                                                "Spec.Mode.Replicated"), _EMPTY)
+    job = _part(why, lambda: spec_object(mode.get("ReplicatedJob"),
+                                         "Spec.Mode.ReplicatedJob"), _EMPTY)
     return SwarmService(
-        id=raw["ID"],
-        name=spec.get("Name", ""),
-        labels=dict(spec.get("Labels") or {}),
-        constraints=tuple(placement.get("Constraints") or ()),
-        env=tuple(tt.get("ContainerSpec", {}).get("Env") or ()),
+        id=sid,
+        name=_part(why, lambda: spec_text(spec.get("Name"), "Spec.Name"), ""),
+        labels=_part(why, lambda: spec_labels(spec.get("Labels"), "Spec.Labels"), {}),
+        constraints=_part(why, lambda: spec_texts(placement.get("Constraints"),
+                                                  f"{_PLACEMENT}.Constraints"), ()),
+        env=_part(why, lambda: spec_texts(container.get("Env"), f"{_CONTAINER}.Env"), ()),
         mode=_MODES.get(mode_name, mode_name.lower()),
-        replicas=replicas,
-        max_replicas_per_node=placement.get("MaxReplicas"),
-        version=int(raw.get("Version", {}).get("Index", 0)),
+        replicas=_part(why, lambda: spec_maybe_count(
+            replicated.get("Replicas"), "Spec.Mode.Replicated.Replicas"), None),
+        max_replicas_per_node=_part(why, lambda: spec_maybe_count(
+            placement.get("MaxReplicas"), f"{_PLACEMENT}.MaxReplicas"), None),
+        version=_part(why, lambda: spec_count(spec_object(raw.get("Version"), "Version")
+                                              .get("Index"), "Version.Index"), 0),
         spec=spec,
-        force_update=int(tt.get("ForceUpdate") or 0),
-        max_concurrent=job.get("MaxConcurrent"),
-        total_completions=job.get("TotalCompletions"),
-        job_iteration=int(((raw.get("JobStatus") or {}).get("JobIteration") or {})
-                          .get("Index") or 0),
+        force_update=_part(why, lambda: spec_count(tt.get("ForceUpdate"),
+                                                   "Spec.TaskTemplate.ForceUpdate"), 0),
+        max_concurrent=_part(why, lambda: spec_maybe_count(
+            job.get("MaxConcurrent"), "Spec.Mode.ReplicatedJob.MaxConcurrent"), None),
+        total_completions=_part(why, lambda: spec_maybe_count(
+            job.get("TotalCompletions"), "Spec.Mode.ReplicatedJob.TotalCompletions"), None),
+        job_iteration=_part(why, lambda: _job_iteration(raw), 0),
         created_at=str(raw.get("CreatedAt") or ""),
         endpoint_ports=endpoint_ports(raw),
+        unread="; ".join(why),
     )
 
 
@@ -217,6 +253,29 @@ def _labels_readable(raw: Any) -> Any:
     if unread:
         raise SwarmError(f"label write refused: {unread}")
     return raw
+
+
+_PLACEMENT = "Spec.TaskTemplate.Placement"
+_CONTAINER = "Spec.TaskTemplate.ContainerSpec"
+_EMPTY: Mapping[str, Any] = {}
+_T = TypeVar("_T")
+
+
+def _part(why: list[str], read: Callable[[], _T], default: _T) -> _T:
+    """``read()``, else ``default`` with why it cannot be read added to ``why``: each part
+    of a service read apart, so one unread part leaves the others as they are."""
+    try:
+        return read()
+    except UnreadSpec as exc:
+        why.append(str(exc))
+        return default
+
+
+def _job_iteration(raw: Mapping[str, Any]) -> int:
+    """``JobStatus.JobIteration.Index``: the run a job is on (0: none)."""
+    status = spec_object(raw.get("JobStatus"), "JobStatus")
+    return spec_count(spec_object(status.get("JobIteration"), "JobStatus.JobIteration")
+                      .get("Index"), "JobStatus.JobIteration.Index")
 
 
 def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:

@@ -51,3 +51,38 @@ def spec_count(value: Any, where: str, fix: str = "") -> int:
         raise UnreadSpec(f"{where} is {quoted(value)}, not a whole number (Docker sends "
                          f"one; {fix or _COUNT_FIX})")
     return n
+
+
+def spec_texts(value: Any, where: str) -> tuple[str, ...]:
+    """``value`` as a list of texts (absent or null: none), else ``UnreadSpec``."""
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple) or not all(isinstance(x, str) for x in value):
+        raise UnreadSpec(f"{where} is {quoted(value)}, not a list of texts (Docker sends "
+                         "one; check any proxy, or re-create the service with docker "
+                         "service create / docker stack deploy)")
+    return tuple(value)
+
+
+def spec_labels(value: Any, where: str) -> dict[str, str]:
+    """``value`` as labels, texts by texts (absent or null: none), else ``UnreadSpec``."""
+    labels = spec_object(value, where)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise UnreadSpec(f"{where} is {quoted(value)}, not texts by texts (Docker sends "
+                         "them so; check any proxy, or update the service's labels)")
+    return dict(labels)
+
+
+def spec_maybe_count(value: Any, where: str) -> int | None:
+    """``spec_count``, absent or null read as None (not set) rather than 0."""
+    return None if value is None else spec_count(value, where)
+
+
+def spec_text(value: Any, where: str) -> str:
+    """``value`` as a text (absent or null: ""), else ``UnreadSpec``."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise UnreadSpec(f"{where} is {quoted(value)}, not a text (Docker sends one; check "
+                         "any proxy, or re-create the service)")
+    return value

@@ -97,7 +97,7 @@ def audit(
         out.append(Finding("agents-service-missing", "agents", note,
                            key=agent_service, advisory=True))
     fields = _NodeFields(snap.nodes)
-    for svc in snap.services:
+    for svc in (s for s in snap.services if not s.unread):  # (placement's plan says those)
         out += _service_findings(svc, prefix, generic_resource_kind, fields)
     out.extend(uuid_findings(snap, metrics))
     for check in extra_checks:

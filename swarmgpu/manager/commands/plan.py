@@ -12,7 +12,7 @@ from typing import Any
 
 from swarmgpu.core.peertext import escaped
 from swarmgpu.manager.placement import ServicePlan
-from swarmgpu.manager.placement.records import failed_names
+from swarmgpu.manager.placement.records import failed_names, unread_names
 from swarmgpu.manager.web.cluster_view import ungranted_lines, workload_lines
 
 
@@ -39,9 +39,13 @@ def render_plan(
     ]  # failed GPUs are given to nothing (docs/health.md)
     lines += list(unread)
     lines += _move_lines(moves, listen)
-    raised = failed_names(services)
-    failed = [sp.name for sp in services if sp.name in raised]  # in the plan's order
-    if failed:  # a swarmgpu fault (placement.isolate): said last, where a reader ends
+    raised, unread_specs = failed_names(services), unread_names(services)
+    # in the plan's order; said last, where a reader ends (placement.isolate)
+    failed = [sp.name for sp in services if sp.name in raised - unread_specs]
+    if unreadable := [sp.name for sp in services if sp.name in unread_specs]:
+        lines.append(f"not planned, a spec that cannot be read: {', '.join(unreadable)}: fix "
+                     "the field each one's reason names (exit 1)")
+    if failed:  # a swarmgpu fault
         lines.append(f"planning failed for {', '.join(failed)}: a swarmgpu fault, "
                      "report it with the daemon's log (exit 1)")
     return "\n".join(escaped(line) for line in lines)

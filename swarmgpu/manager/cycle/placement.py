@@ -620,6 +620,8 @@ def findings_of(plan: PlacementPlan) -> list[Finding]:
             out.append(Finding("invalid-request", sp.name, sp.reason or ""))
         elif sp.status == "pending":
             out.append(Finding("pending", sp.name, f"{sp.request_text}: {sp.reason}"))
+        elif sp.status == Status.FAILED and sp.unread:  # its spec's fault, not swarmgpu's
+            out.append(Finding("unreadable-spec", sp.name, sp.reason or ""))
         elif sp.status == Status.FAILED:  # planning it raised: a fault to report (isolate)
             out.append(Finding("placement-fault", sp.name, sp.reason or ""))
         for host, why in sorted(sp.nodes_waiting.items()):  # global: a node without room

@@ -10,7 +10,7 @@ from collections.abc import Set as AbstractSet
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.backoff import Backoff
 from swarmgpu.manager.placement.existing import KeptHoldings
-from swarmgpu.manager.placement.isolate import unreleased
+from swarmgpu.manager.placement.isolate import unnamed_holders, unreleased
 from swarmgpu.manager.placement.jobs import JobProgress, without_finished
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.quiet import Quiet
@@ -29,7 +29,8 @@ def commit_kept(kept: KeptHoldings, read: ServiceRead,
     returned, and service name -> node id -> holding for the others. ``skip``:
     ``quiet_services``' answer, or None where this cycle may skip none."""
     quiet, rest, count = skip if skip is not None else ({}, read.parsed, 0)
-    held = unreleased(read.no_request, read.ungate_failed, ledger)  # (isolate: kept whole)
+    held = [*unreleased(read.no_request, read.ungate_failed, ledger),  # (isolate: whole)
+            *unnamed_holders(read, ledger)]
     if quiet:
         rest = [*rest, *held] if held else rest
         got = kept.commit(rest, without_finished(ledger, rest, jobs, read.failed),

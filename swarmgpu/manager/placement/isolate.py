@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableSequence, Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 
 from loguru import logger
 
@@ -20,6 +21,7 @@ from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.ledger import Holding, parse_holding
+from swarmgpu.manager.placement.reads import ServiceRead
 from swarmgpu.manager.placement.records import ServicePlan, State, Status
 from swarmgpu.manager.placement.tasks import meant_to_run
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
@@ -71,7 +73,8 @@ def failed_plan(s: SwarmService, r: GpuRequest | RequestError, exc: Exception) -
     except Exception:
         text = ""
     return ServicePlan(s.name, s.id, req, text, Status.FAILED, State.FAILED,
-                       reason=failed_reason(s.name, exc), mode=s.mode)
+                       reason=failed_reason(s.name, exc), mode=s.mode,
+                       unread=isinstance(exc, UnreadSpec))
 
 
 # node id -> (ledger value, CPU milli, memory MiB): a holding as the allocator committed it
@@ -137,6 +140,19 @@ def unreleased(no_request: Sequence[SwarmService], ungate_failed: AbstractSet[st
     ledger entries removed, and committed again its GPUs went to no one that cycle."""
     return [(s, RequestError("", "", "")) for s in no_request
             if s.id in ungate_failed and s.name in ledger]
+
+
+def unnamed_holders(read: ServiceRead, ledger: Mapping[str, object],
+                    ) -> list[tuple[SwarmService, RequestError]]:
+    """While a service's name cannot be read (``ServiceRead.unnamed``), each name in the
+    ledger that no service has, as a stand-in of it with a blank invalid request: what it
+    holds is committed whole, as an invalid request's, not freed as a gone service's (it
+    may be that service's, its tasks running there). Not visited: no plan, no write."""
+    s = read.unnamed
+    if s is None:
+        return []
+    return [(replace(s, name=name), RequestError("", "", ""))  # (its id: its read's memo)
+            for name in sorted(ledger.keys() - read.names)]
 
 
 def failed_unvisited(plans: list[ServicePlan], no_request: Sequence[SwarmService],

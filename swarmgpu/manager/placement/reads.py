@@ -23,6 +23,7 @@ from swarmgpu.manager.services.requests import (
 )
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmService, reservations
+from swarmgpu.swarm.specread import UnreadSpec
 
 Parsed = list[tuple[SwarmService, GpuRequest | RequestError]]
 
@@ -50,6 +51,9 @@ class ServiceRead:
     # of ``failed``, the services of no request whose ungating raised (the planner's
     # release pass): the only ones whose ledger entries are kept whole (``unreleased``)
     ungate_failed: set[str] = field(default_factory=set)
+    # a service whose name cannot be read (``SwarmService.unread``): any name in the
+    # ledger may be its, so none is taken for gone this cycle (``isolate.unnamed_holders``)
+    unnamed: SwarmService | None = None
 
     def served(self) -> Parsed:
         """``parsed`` in serve order (``placement.preempt.serve_order``: the same stable
@@ -119,6 +123,7 @@ class RequestReader:
             serve_keys=keys,
             mixed=bool(keys) and keys.count(keys[0]) != len(keys),
             failed=failed,
+            unnamed=next((s for s in order if s.unread and not s.name), None),
         )
 
     def _broken_queues(self, parsed: Parsed, failed: dict[str, Exception],
@@ -167,6 +172,8 @@ class RequestReader:
         """A new spec version's request. A version that changed only what parsing does
         not read (placement's own device map and state labels, constraints, env) keeps
         the request object it had, and the shape learned from it."""
+        if s.unread:  # a part of its spec the engine's answer had unread (swarm.client)
+            raise UnreadSpec(s.unread)
         memo = self.memo
         prev = memo.requests.get(s.id)
         labels = request_labels(s.labels, self.prefix)

@@ -19,7 +19,9 @@ class Status(StrEnum):
     INVALID = "invalid"  # its request, or its mode, is nothing swarmgpu places
     RELEASED = "released"  # its request labels were removed: its device lists go
     DONE = "done"  # a job whose every task completed (placement.jobs)
-    FAILED = "failed"  # planning it raised: a swarmgpu fault, nothing written (placement.isolate)
+    # planning it raised: a swarmgpu fault, or its spec cannot be read (``ServicePlan.
+    # unread``); nothing written, what it holds stays held (placement.isolate)
+    FAILED = "failed"
 
 
 class State(StrEnum):
@@ -154,6 +156,9 @@ class ServicePlan:
     # waiting task: the daemon's log says the reason once, then counts the renewals.
     transient: str = ""
     renewed: bool = False
+    # Failed because a part of its spec cannot be read (``swarm.specread.UnreadSpec``):
+    # ``reason`` names the field and its fix; not a swarmgpu fault to report.
+    unread: bool = False
 
     @property
     def needs_service_write(self) -> bool:
@@ -235,6 +240,7 @@ class ServicePlan:
             **({"tenant": self.request.tenant, "limits": list(self.request.limits)}
                if self.request is not None and self.request.tenant else {}),
             **({"held": list(self.held)} if self.held else {}),
+            **({"unread": True} if self.unread else {}),
         }
 
 
@@ -312,6 +318,11 @@ class PlacementPlan:
             remove_node_labels(self, nid, keys)
         for nid, labels in sp.node_set.items():
             set_node_labels(self, nid, labels)
+
+
+def unread_names(services: Iterable[ServicePlan]) -> frozenset[str]:
+    """Of ``failed_names``, those whose spec cannot be read (``ServicePlan.unread``)."""
+    return frozenset(sp.name for sp in services if sp.status == Status.FAILED and sp.unread)
 
 
 def failed_names(services: Iterable[ServicePlan]) -> frozenset[str]:

@@ -28,14 +28,15 @@ def release(plan: PlacementPlan, nodes: Sequence[SwarmNode],
     (their ledger entries and gates), and gates without a holding. ``gates``: each
     node's gates as last read (``PlannerMemo.node_gates``), kept up to date here."""
     live_names = read.names
-    gone = ledger.keys() - live_names
+    gone = set() if read.unnamed is not None else ledger.keys() - live_names  # (ServiceRead)
     for svc_name, per_node in ledger.items() if gone else ():
         if svc_name in gone:
             plan.released.append(svc_name)
             for node_id in per_node:
                 remove_node_labels(plan, node_id, [assign_key(prefix, svc_name),
                                                    gate_key(prefix, svc_name)])
-    stray_gates(plan, nodes, live_names, prefix, gates)
+    if read.unnamed is None:
+        stray_gates(plan, nodes, live_names, prefix, gates)
     for s in read.no_request:
         held = s.name in ledger
         try:  # (first: nothing is written for a service whose ungating raises)

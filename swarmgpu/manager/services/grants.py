@@ -295,7 +295,7 @@ def service_access(spec: Mapping[str, Any], image: ImageEnv | None, *, prefix: s
     unprivileged containers, as ``swarmgpu doctor --grants mounts`` checks);
     ``generic_kind``: ``placement.generic_resource_kind``, a GPU kind beside the usual."""
     env = _env(spec)
-    labels = spec.get("Labels") or {}
+    labels = spec_object(spec.get("Labels"), "Labels")  # (a string: read as its letters)
     out: list[Access] = []
     env_read = grants != "mounts" or _privileged(spec)
     if env_read:
@@ -482,6 +482,8 @@ def find_ungranted(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
         ref = image_of(s.spec)
         image = images.get(ref) or ImageEnv(ref, None, "not read")
         try:
+            if s.unread:  # (a part the engine's answer had unread: swarm.client)
+                raise UnreadSpec(s.unread)
             access = service_access(s.spec, image, prefix=prefix, managed=s.name in managed,
                                     grants=grants, generic_kind=generic_kind)
         except UnreadSpec as exc:

@@ -489,10 +489,16 @@ def _failed_lines(doc: Mapping[str, Any]) -> list[str]:
     """`status`: the services whose planning raised (placement.isolate): no pending
     request, no placement, so no other part of the text names them."""
     failed = [sv for sv in doc.get("services", []) if sv.get("status") == "failed"]
-    if not failed:
-        return []
-    return ["", "planning failed (a swarmgpu fault: report it with the daemon's log):",
-            *(f"  {sv['name']}: {sv.get('reason') or ''}" for sv in failed)]
+    out: list[str] = []
+    # a spec that cannot be read is its owner's to fix, not a fault to report (ServicePlan)
+    for head, group in (
+            ("not planned, a spec that cannot be read (fix the field named):",
+             [sv for sv in failed if sv.get("unread")]),
+            ("planning failed (a swarmgpu fault: report it with the daemon's log):",
+             [sv for sv in failed if not sv.get("unread")])):
+        if group:
+            out += ["", head, *(f"  {sv['name']}: {sv.get('reason') or ''}" for sv in group)]
+    return out
 
 
 def render_status(doc: Mapping[str, Any]) -> str:
