@@ -8,7 +8,7 @@ back, let the pending request fit there (the nodes' CPU and memory as Swarm coun
 its tasks', the holdings' whose task does not exist yet, the pass's moves'; the request's
 reservation asked); cheapest first (fewest moves, least GPU moved,
 node order), none of it on GPUs held for another preemptor (``Inputs.held``: counted
-used). The cheapest few (``MAX_TRIES``) are tried for real under the daemon's rules:
+used; a stopping task's share of its GPU counted so, the rest free). The cheapest few (``MAX_TRIES``) are tried for real under the daemon's rules:
 each holding moves to its best target elsewhere (``Context.find_target``: ready nodes
 with known metrics, verified-free GPUs, the service's constraints), and the pending
 request must then fit on the node they left: its GPUs, and the CPU and memory it
