@@ -13,16 +13,19 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from support.forged import RecordingSwarm, sw_node, victim_cluster, victim_move
+from support.forged import RecordingSwarm, sw_node, sw_svc, victim_cluster, victim_move
+from support.move_then_preempt import REBALANCE
 from support.rebalance import CFG, F1, FACTS, P, cluster, feed
 from support.rebalance_fragmentation import U1, two_half_used
 from support.rebalance_fragmentation import plan as frag_plan
 
-from swarmgpu.core.config import Config, RebalanceConfig, SyncConfig
+from swarmgpu.core.config import Config, PreemptionConfig, RebalanceConfig, SyncConfig
 from swarmgpu.manager.cycle.preempt_step import PreemptStep
+from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.cycle.rebalance import Rebalancer
 from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import PlacementPlan, read_ledger
 from swarmgpu.manager.placement.nominated import (
     STOPPING_PRIORITY,
@@ -162,3 +165,24 @@ def test_two_stopping_tasks_on_one_gpu_hold_their_sum() -> None:
                       milli=(600,), owner="p")]
     assert held_shares(two) == {("n1", LEFT): 1000}
 
+
+
+def test_the_preemption_steps_mover_is_handed_the_stopping_shares_too(tmp_path: Path) -> None:
+    """A victim moved by the preemption step is checked at start as the rebalancer's moves
+    are: the plan's stopping shares, less a GPU a live preemptor's hold names."""
+    sw = RecordingSwarm([sw_node("n-mgr", "manager", role="manager")],
+                        [sw_svc("wide", {f"{P}gpus": "1", f"{P}priority": "100"})], [])
+    cfg = Config(state_dir=str(tmp_path), rebalance=REBALANCE,
+                 preemption=PreemptionConfig(dry_run=False, preemptible_below=100))
+    pre = Preempter(cfg, clock=lambda: 1000.0)
+    pre.took(Preemption("wide", "id-wide", 100, "n1", "gpu-node-1", (), held=(WHOLE1[1],)),
+             [], 1000.0)
+    stopping = [Nomination("tasks stopping on n1", STOPPING_PRIORITY, "n1",
+                           (WHOLE1[0], WHOLE1[1]), milli=(250, 500))]
+    plan = PlacementPlan(stopping_held=held_gpus(stopping), stopping_milli=held_shares(stopping))
+    high = Preemption("high", "id-high", 100, "n1", "gpu-node-1", ())
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {})
+    pre._act(sw, snap, plan, high, "", 1000.0, [], 1000.0)  # type: ignore[arg-type]
+    assert pre.mover is not None
+    assert pre.mover.shares == pre.mover.repin.shares == {("n1", WHOLE1[0]): 250}
+    assert pre.mover.held[("n1", WHOLE1[0])] == ("tasks stopping on n1", STOPPING_PRIORITY)
