@@ -37,11 +37,14 @@ def two_half_used(a_labels: Mapping[str, str] | None = None,
 def plan(nodes: list[SwarmNode], svcs: list[SwarmService], tasks: list[SwarmTask],
          cfg: RebalanceConfig = CFG, workload: tuple[TypicalTask, ...] | None = None,
          moving: frozenset[str] = frozenset(),
-         held: Mapping[tuple[str, str], tuple[str, int]] | None = None) -> list[Move]:
-    """``held``: the GPUs preemptions hold (``Inputs.held``)."""
+         held: Mapping[tuple[str, str], tuple[str, int]] | None = None,
+         held_shares: Mapping[tuple[str, str], int] | None = None) -> list[Move]:
+    """``held``: the GPUs preemptions hold (``Inputs.held``); ``held_shares``: of those,
+    stopping tasks' shares (``Inputs.held_shares``)."""
     sig = Signals(cfg)
     times = [float(t) for t in range(13)]
     feed(sig, nodes, times, {})  # every GPU idle and known
     inp = Inputs(nodes, svcs, tasks, FACTS, read_ledger(nodes, P), sig.gpus, sig.nodes, cfg,
-                 times[-1], (), P, workload, moving, held=held or {})
+                 times[-1], (), P, workload, moving, held=held or {},
+                 held_shares=held_shares or {})
     return plan_moves(inp).moves

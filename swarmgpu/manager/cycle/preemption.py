@@ -97,6 +97,7 @@ from swarmgpu.manager.placement.nominated import (
     held_gpus,
     live_nominations,
     stopping_held,
+    stopping_shares,
     stops_waited,
 )
 from swarmgpu.manager.placement.preempt import Candidate, Preemption, choose_preemptions
@@ -248,6 +249,7 @@ class Preempter:
                                     {s.name for s in snap.services})
             mover = self._mover(swarm)
             mover.held = mover.repin.held = held_gpus(noms) | stopping_held(plan, noms)
+            mover.shares = mover.repin.shares = stopping_shares(plan.stopping_milli, noms)
         moved: list[Candidate] = []
         to_stop: list[Candidate] = []
         counted: set[str] = set()  # victims spent and stored before their move's writes

@@ -39,8 +39,10 @@ from swarmgpu.manager.placement.nominated import (
     Nomination,
     StoppingGpus,
     held_gpus,
+    held_shares,
     live_nominations,
     stopping_held,
+    stopping_shares,
 )
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
@@ -186,6 +188,7 @@ class Rebalancer(Step):
         # (its learned or pinned model); without placement, the services annotated now.
         planner = session.planner if self.placement else None
         model = planner.model if planner is not None else None
+        live, alone = {sv.name for sv in snap.services}, self.stopping_alone(snap, facts, ledger)
         inp = Inputs(nodes=snap.nodes, services=snap.services, tasks=snap.tasks, facts=facts,
                      ledger=ledger_after(snap.nodes, plan, self.prefix, ledger),
                      measured=ledger,
@@ -197,8 +200,8 @@ class Rebalancer(Step):
                      failed=failed_of(plan),
                      agents=snap.agent_nodes(self.agent_service),
                      generic_kind=self.generic_kind,
-                     held=self.held({sv.name for sv in snap.services}, plan)
-                     | self.stopping_alone(snap, facts, ledger),
+                     held=self.held(live, plan) | held_gpus(alone),
+                     held_shares=self.held_shares(live, plan, alone),
                      stopping=snap.stopping)
         if planner is not None:  # placement's next cycle keeps failed holdings for us
             planner.keep_failed_holdings(self.keeps if self.health_on else None)
@@ -215,6 +218,7 @@ class Rebalancer(Step):
         # after this step, which would otherwise take every slot that frees.
         for mover in (self.mover, self.health_mover):  # (``Mover.start``'s and its repins')
             mover.held = mover.repin.held = inp.held
+            mover.shares = mover.repin.shares = inp.held_shares
         self.mover.run_cycle([m for m in prop.moves if m.trigger is not Trigger.HEALTH],
                              snap.nodes, snap.services, snap.tasks, self.reserved(),
                              plan_failed=inp.failed)
@@ -238,20 +242,29 @@ class Rebalancer(Step):
         noms = live_nominations(self.nominated(), live)
         return held_gpus(noms) | (stopping_held(plan, noms) if plan is not None else {})
 
+    def held_shares(self, live: AbstractSet[str], plan: PlacementPlan | None,
+                    alone: Sequence[Nomination] = ()) -> dict[tuple[str, str], int]:
+        """Of the GPUs held now (``held``, ``stopping_alone``), those held for tasks Swarm
+        is stopping alone, each by their share (``Inputs.held_shares``): ``plan``'s, or
+        without placement ``alone``'s (``stopping_alone``). A GPU a live preemptor's hold
+        names is held whole, as ever (``nominated.stopping_shares``)."""
+        noms = live_nominations(self.nominated(), live)
+        milli = plan.stopping_milli if plan is not None else held_shares(alone)
+        return stopping_shares(milli, noms)
+
     def stopping_alone(self, snap: Snapshot, facts: Mapping[str, NodeFacts],
-                       ledger: Mapping[str, Mapping[str, Holding]],
-                       ) -> dict[tuple[str, str], tuple[str, int]]:
-        """Without placement (``placement.enabled: false``): the GPUs of the tasks Swarm
+                       ledger: Mapping[str, Mapping[str, Holding]]) -> list[Nomination]:
+        """Without placement (``placement.enabled: false``): the holds of the tasks Swarm
         is stopping, a rejected one's while its container may run, held from every move
         as placement's plan holds them (``StoppingGpus.holds``, kept across cycles: a
         task's GPUs learned from the ledger while it ran, before a move rewrote it).
         With placement: none here (its plan's are read)."""
         if self.stopping is None:
-            return {}
+            return []
         now = snap.taken_at
         rejected = [t for t in snap.rejected if rejected_running(t, now)]
-        return held_gpus(self.stopping.holds(snap.stopping, snap.services, ledger,
-                                             snap.tasks, facts, rejected, now=now))
+        return self.stopping.holds(snap.stopping, snap.services, ledger, snap.tasks, facts,
+                                   rejected, now=now)
 
     def _unreadable(self, snap: Snapshot) -> dict[str, str]:
         """The services whose own move record cannot be read (none is proposed), each

@@ -37,7 +37,8 @@ waited (stepped forward, ended it early).
 The rebalancer is handed them too, a live preemptor's only, as placement reads them
 (``held_gpus``, ``rebalance.context.Inputs.held``): no
 move of any of its policies lands on a held GPU, whatever the moved service's priority
-(``Context.held_for_other`` says why).
+(``Context.held_for_other`` says why). A stopping task's is handed by its share
+(``stopping_shares``), as placement counts it: the rest of its GPU is free to a move.
 """
 
 from __future__ import annotations
@@ -106,6 +107,16 @@ def held_gpus(nominations: Sequence[Nomination]) -> dict[tuple[str, str], tuple[
     out: dict[tuple[str, str], tuple[str, int]] = {}
     for n in sorted(nominations, key=lambda n: n.priority):  # the highest one's, if two
         out |= {(n.node_id, u): (n.owner or n.service, n.priority) for u in n.uuids}
+    return out
+
+
+def held_shares(nominations: Sequence[Nomination]) -> dict[tuple[str, str], int]:
+    """(node id, GPU uuid) -> the share (milli) the stopping tasks' holds among
+    ``nominations`` hold of it (``StoppingGpus``), summed: what placement counts used."""
+    out: dict[tuple[str, str], int] = {}
+    for n in nominations:
+        for u, m in zip(n.uuids, n.milli, strict=True) if n.milli else ():
+            out[(n.node_id, u)] = min(MILLI, out.get((n.node_id, u), 0) + m)
     return out
 
 
@@ -456,6 +467,15 @@ def stopping_held(plan: PlacementPlan, nominations: Sequence[Nomination],
     return {k: (f"tasks stopping on {k[0]}", STOPPING_PRIORITY)
             if k in plan.stopping_spared and who not in live else (who, pr)
             for k, (who, pr) in plan.stopping_held.items()}
+
+
+def stopping_shares(milli: Mapping[tuple[str, str], int], nominations: Sequence[Nomination],
+                    ) -> dict[tuple[str, str], int]:
+    """Of ``milli`` (stopping tasks' shares: ``held_shares``, ``plan.stopping_milli``),
+    those of GPUs no preemptor's hold among ``nominations`` names: the rebalancer judges
+    them by share, as placement counts them; a preemptor's hold keeps its GPUs whole."""
+    whole = {(n.node_id, u) for n in nominations if not n.milli for u in n.uuids}
+    return {k: m for k, m in milli.items() if k not in whole}
 
 
 # (GPU uuid, the share of it in milli) a stopping task uses

@@ -49,6 +49,7 @@ from swarmgpu.manager.placement.nominated import (
     Nomination,
     StoppingGpus,
     held_gpus,
+    held_shares,
     live_nominations,
 )
 from swarmgpu.manager.placement.preempt import priority_of
@@ -380,6 +381,7 @@ class Planner:
         st = self._stopping
         leaving = st.holds(stopping, services, ledger, tasks, facts, rejected, live, now)
         plan.stopping_held, plan.stopping_spared = held_gpus(leaving), st.spared
+        plan.stopping_milli = held_shares(leaving)
         plan.stopping_overdue, plan.stopping_waits = st.overdue, st.waits
         cyc.stopping_until = st.until
         return leaving

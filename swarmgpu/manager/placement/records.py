@@ -289,6 +289,9 @@ class PlacementPlan:
     # preemptor alone, its victim's task stopping there (``nominated.stopping_held`` holds
     # them from all for a reader that no longer has that preemptor's hold)
     stopping_spared: dict[tuple[str, str], str] = field(default_factory=dict)
+    # Of ``stopping_held``, the share (milli) of each GPU its stopping tasks hold
+    # (``nominated.held_shares``): the rebalancer judges a move onto it by share
+    stopping_milli: dict[tuple[str, str], int] = field(default_factory=dict)
     # ids of the tasks Swarm is stopping past their hold's end (``keys.stop_overdue``):
     # preemption waits for their CPU, memory and ports no longer (``preemptroom.Room``)
     stopping_overdue: frozenset[str] = frozenset()

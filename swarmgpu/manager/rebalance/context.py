@@ -9,7 +9,9 @@ below ``hotspot.clear_pct``. Sources stay reserved until their move ends
 (make-before-break needs both). No GPU held for a preemptor (``Inputs.held``:
 ``placement.nominated``) is a target of any policy's move: the Context marks them on the
 allocator a move's target is searched on (``block_targets``), and counts them used as
-placement does where a policy checks a pending request's room (``count_held``).
+placement does where a policy checks a pending request's room (``count_held``). A GPU
+held for stopping tasks alone is held by their share (``Inputs.held_shares``), as
+placement counts it: the rest of it is free to a move, under the usual sharing rules.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from swarmgpu.manager.placement import (
     is_gate_of,
 )
 from swarmgpu.manager.placement.keys import MEANT_STATES
-from swarmgpu.manager.placement.nominated import held_choice
+from swarmgpu.manager.placement.nominated import held_choice, share_choice
 from swarmgpu.manager.rebalance.attribution import Share, estimated_util, holders_by_gpu
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Move, Trigger
 from swarmgpu.manager.rebalance.signals import GpuSignal, NodeSignal
@@ -116,6 +118,10 @@ class Inputs:
     # id, GPU UUID) -> (the preemptor, its priority). No move lands on them
     # (``Context.held_for_other``).
     held: Mapping[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    # Of those, (node id, GPU UUID) -> the share (milli) tasks Swarm is stopping hold of
+    # it, where no preemptor's hold names it (``nominated.stopping_shares``): judged by
+    # share, as placement counts it (``Context.held_share``); the rest of it free.
+    held_shares: Mapping[tuple[str, str], int] = field(default_factory=dict)
     # Tasks Swarm is stopping that still use their node (``placement.keys.stopping``):
     # their CPU and memory count where they are; none of them is a task of its service.
     stopping: Sequence[SwarmTask] = ()
@@ -290,32 +296,51 @@ class Context:
         who = self.inp.held.get((nid, uuid))
         return who is not None and who[0] != svc
 
+    def held_share(self, svc: str | None, nid: str, uuid: str) -> int | None:
+        """What of GPU ``uuid`` on ``nid`` is held from a move of ``svc``: 0 nothing; the
+        share tasks Swarm is stopping hold of it (``Inputs.held_shares``: counted used,
+        as placement counts it, the rest free); None: the whole GPU (a preemptor's)."""
+        if not self.held_for_other(svc, nid, uuid):
+            return 0
+        return self.inp.held_shares.get((nid, uuid))
+
     def block_targets(self, alloc: ClusterAllocator, svc: str, blocked: Blocked) -> None:
         """The GPUs no target of ``svc``'s move counted used on ``alloc`` (their free
         share committed, one GPU at a time in the allocator's node order): those held for
         a preemptor other than ``svc`` (``held_for_other``), marked here for every
-        policy, and those the policy's own rule ``blocked`` names."""
+        policy, and those the policy's own rule ``blocked`` names; of a GPU held for
+        stopping tasks alone, their share (``held_share``)."""
         a = alloc.alloc
         for nid, node in a.nodes.items():
             for i, gpu in enumerate(self.inp.facts[nid].gpus):
                 sig = self.inp.gpus.get((nid, gpu.uuid))
-                if (blocked(node, i, gpu.uuid, sig) or self.held_for_other(svc, nid, gpu.uuid)
-                        ) and node.free[i] > 0:
-                    a.commit(Choice(nid, (i,), (node.free[i],), 0.0, "blocked"))
+                share = None if blocked(node, i, gpu.uuid, sig) else self.held_share(
+                    svc, nid, gpu.uuid)
+                take = node.free[i] if share is None else min(share, node.free[i])
+                if take > 0:
+                    a.commit(Choice(nid, (i,), (take,), 0.0, "blocked"))
 
     def count_held(self, alloc: ClusterAllocator, node: str, pending: str
                    ) -> tuple[int, ...]:
         """The GPUs of ``node`` held for a preemptor other than ``pending`` counted used on
         ``alloc`` (a check's own copy), as placement counts them (``placement/
-        nominated.py``: wholly free ones): counted free, the moves made room placement
-        never gives the pending service. The priority rule is ``held_for_other``'s.
-        Returns their indices."""
-        choice = held_choice(alloc, node, lambda uuid: self.held_for_other(pending, node, uuid),
-                             "held for a preemptor")
-        if choice is None:
-            return ()
-        alloc.alloc.commit(choice)
-        return choice.gpus
+        nominated.py``: wholly free ones; of one held for stopping tasks alone, as much of
+        their share as is free): counted free, the moves made room placement never gives
+        the pending service. The priority rule is ``held_for_other``'s. Returns their
+        indices."""
+        shares: dict[str, int] = {}
+        f = self.inp.facts.get(node)
+        for g in f.gpus if f is not None else ():
+            if share := self.held_share(pending, node, g.uuid):
+                shares[g.uuid] = share
+        got: tuple[int, ...] = ()
+        for choice in (share_choice(alloc, node, shares, "held for tasks Swarm is stopping"),
+                       held_choice(alloc, node, lambda uuid: self.held_share(
+                           pending, node, uuid) is None, "held for a preemptor")):
+            if choice is not None:
+                alloc.alloc.commit(choice)
+                got += choice.gpus
+        return tuple(sorted(got))
 
     def gpu_ok_as_target(self, g: GpuSignal, add_util: float, load: Load | None = None
                          ) -> bool:

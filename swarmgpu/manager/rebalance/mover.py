@@ -84,6 +84,7 @@ from swarmgpu.manager.rebalance.outcomes import Outcomes
 from swarmgpu.manager.rebalance.record import (
     HEALTH,
     FirstSeen,
+    Shares,
     cannot_run,
     crash_point,
     drop_record,
@@ -162,6 +163,7 @@ class Mover:
         self._raised: SaidOnce[str] = SaidOnce()  # admission's faults ("": its reads)
         self.seen = FirstSeen()  # a move's age: a record dated ahead still times out
         self.held: Mapping[tuple[str, str], tuple[str, int]] = {}  # ``room_for``'s, per cycle
+        self.shares: Shares = {}  # of those, stopping tasks' shares (``room_for``), per cycle
         self._ended = self.outcomes.ended  # moves whose end was said while their record stays
         # moves that stay on their node (source == target): repin.py
         self.repin = Repin(swarm, self.writes, cfg, prefix=prefix, clock=clock,
@@ -370,7 +372,7 @@ class Mover:
         if m.target_node == m.source_node:
             return self._start_repin(m, fresh, budget)
         why = move_refusal(self.swarm, m, fresh, every, self.prefix, self.cfg, self.clock,
-                           self.held)
+                           self.held, self.shares)
         if why is not None or budget is not None:
             return self._refused(m, why, budget)
         return self._begin(m, fresh)

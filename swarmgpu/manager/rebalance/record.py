@@ -115,20 +115,29 @@ def cannot_run(node: SwarmNode, host: str) -> str | None:
 
 # (node id, GPU uuid) -> (for whom, priority): GPUs held though the ledger shows them free
 Held = Mapping[tuple[str, str], tuple[str, int]]
+# Of those, (node id, GPU uuid) -> the share (milli) tasks Swarm is stopping hold of it,
+# where no preemptor's hold names it (``nominated.stopping_shares``): judged by share
+Shares = Mapping[tuple[str, str], int]
 
 
 def room_for(m: Move, node: SwarmNode, prefix: str, *, own_moves: bool,
-             held: Held | None = None) -> str | None:
+             held: Held | None = None, shares: Shares | None = None) -> str | None:
     """None when ``m``'s target GPUs have room on ``node`` by its live ledger and the node
     takes work. ``own_moves``: the service's own holding there is the one that moves (a
     repin), left out of the count; else any holding of it there refuses the move.
     ``held``: (node id, GPU uuid) -> (for whom, priority), GPUs the ledger shows free that
     are not (a preemptor's nomination, a task Swarm is stopping: ``Inputs.held``); one held
-    for another than ``m.service`` refuses it, as ``Context.held_for_other`` does."""
+    for another than ``m.service`` refuses it, as ``Context.held_for_other`` does, but
+    for the share in ``shares`` (a stopping task's), counted used as placement counts it."""
+    held, shares = held or {}, shares or {}
+    stopping: dict[str, tuple[int, str]] = {}  # uuid -> (its stopping tasks' share, whose)
     for u in m.target_uuids:
-        who = (held or {}).get((node.id, u))
-        if who is not None and who[0] != m.service:
+        who = held.get((node.id, u))
+        if who is None or who[0] == m.service:
+            continue
+        if (node.id, u) not in shares:
             return f"{u} on {node.hostname} is held for {who[0]}"
+        stopping[u] = (shares[(node.id, u)], who[0])
     used: dict[str, int] = {}
     for by_node in read_ledger([node], prefix).values():
         for h in by_node.values():
@@ -141,6 +150,10 @@ def room_for(m: Move, node: SwarmNode, prefix: str, *, own_moves: bool,
     for u, mi in zip(m.target_uuids, m.target_milli, strict=True):
         if used.get(u, 0) + mi > 1000:
             return f"{u} on {node.hostname} is no longer free ({used[u]} milli held)"
+        share, whose = stopping.get(u, (0, ""))
+        if used.get(u, 0) + share + mi > 1000:
+            return (f"{u} on {node.hostname} has no room for {mi} milli: {share} milli of "
+                    f"it is held for {whose} ({used.get(u, 0)} milli by the ledger)")
     if node.state != "ready" or node.availability != "active":
         return f"{node.hostname} is {node.state}/{node.availability}"
     return node.unread or None

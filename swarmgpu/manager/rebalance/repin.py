@@ -85,6 +85,7 @@ from swarmgpu.manager.rebalance.record import (
     FirstSeen,
     Held,
     MoveState,
+    Shares,
     crash_point,
     drop_record,
     end_move,
@@ -115,14 +116,15 @@ from swarmgpu.swarm.client import (
 Say = Callable[[MoveState, Outcome, str], None]
 
 
-def same_node_free(m: Move, node: SwarmNode, prefix: str, held: Held | None = None
-                   ) -> str | None:
+def same_node_free(m: Move, node: SwarmNode, prefix: str, held: Held | None = None,
+                   shares: Shares | None = None) -> str | None:
     """None when the move's target GPUs have room on its node by the live ledger, the
     service's own holding there left out (it is the one that moves), and none of them is
-    ``held`` for another (``room_for``: a task Swarm is stopping, a preemptor)."""
+    ``held`` for another (``room_for``: a task Swarm is stopping, a preemptor; a stopping
+    task's share in ``shares`` counted used, the rest of that GPU free)."""
     if set(m.target_uuids) == set(m.source_uuids):
         return "the target GPUs are the ones it holds"
-    return room_for(m, node, prefix, own_moves=True, held=held)
+    return room_for(m, node, prefix, own_moves=True, held=held, shares=shares)
 
 
 def own_tasks(swarm: SwarmClient, sid: str) -> list[SwarmTask]:
@@ -220,6 +222,7 @@ class Repin:
         # task's, a preemptor's), as its proposal read them: set each cycle beside the
         # mover's own (``Mover.held``), checked again at ``start``
         self.held: Held = {}
+        self.shares: Shares = {}  # of those, stopping tasks' shares (``room_for``)
 
     # --- starting ------------------------------------------------------------------
     def refusal(self, m: Move, fresh: SwarmService, node: SwarmNode,
@@ -232,7 +235,7 @@ class Repin:
             return f"the share on {m.source_host} changed since planning"
         if node.labels.get(gate_key(p, m.service)) != "true":
             return f"its gate on {m.source_host} is not open"
-        why = same_node_free(m, node, p, self.held)
+        why = same_node_free(m, node, p, self.held, self.shares)
         if why is not None:
             return why
         if fresh.id in read_records(self.swarm.swarm_labels(), p):

@@ -20,7 +20,9 @@ from swarmgpu.manager.rebalance.admission import Budget
 from swarmgpu.manager.rebalance.context import FAILED_WHY, why_not_movable
 from swarmgpu.manager.rebalance.moves import Move
 from swarmgpu.manager.rebalance.record import (
+    Held,
     MoveState,
+    Shares,
     room_for,
     service_ledger,
     swarm_id,
@@ -74,12 +76,12 @@ def in_flight(swarm: SwarmClient, every: Mapping[str, MoveState], prefix: str,
 def move_refusal(swarm: SwarmClient, m: Move, fresh: SwarmService,
                  every: Mapping[str, MoveState], prefix: str, cfg: RebalanceConfig,
                  clock: Callable[[], float],
-                 held: Mapping[tuple[str, str], tuple[str, int]]) -> str | None:
+                 held: Held, shares: Shares | None = None) -> str | None:
     """Why ``m`` (between nodes) may not start now, on fresh reads (``fresh``: its
     service as just read; ``every``: the records): None where it may."""
     target = swarm.node(m.target_node)
     source = swarm.node(m.source_node)
-    why = room_for(m, target, prefix, own_moves=False, held=held)
+    why = room_for(m, target, prefix, own_moves=False, held=held, shares=shares)
     h = parse_holding(m.service, m.source_node,
                       source.labels.get(assign_key(prefix, m.service)) or "")
     if why is None and (h is None or h.uuids != m.source_uuids):

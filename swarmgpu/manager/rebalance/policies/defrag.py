@@ -5,16 +5,16 @@ The candidate plans are the shared search's (``swarmgpu.allocator.rescue.plans``
 would run the pending task on, the
 fewest movable holdings (at most ``max_moves``) whose GPU share, CPU and memory, given
 back, let the pending request fit there (the nodes' CPU and memory as Swarm counts them:
-its tasks', the holdings' whose task does not exist yet, the pass's moves'; the request's
-reservation asked); cheapest first (fewest moves, least GPU moved,
-node order), none of it on GPUs held for another preemptor (``Inputs.held``: counted
-used). The cheapest few (``MAX_TRIES``) are tried for real under the daemon's rules:
-each holding moves to its best target elsewhere (``Context.find_target``: ready nodes
-with known metrics, verified-free GPUs, the service's constraints), and the pending
-request must then fit on the node they left: its GPUs, and the CPU and memory it
-reserves beside the node's other tasks (the moved ones' given back), as Swarm counts,
-and none of the GPUs held there for another preemptor (``Inputs.held``), which placement
-does not give it.
+its tasks', the holdings' whose task does not exist yet, the pass's moves'; the
+request's reservation asked); cheapest first (fewest moves, least GPU moved, node
+order), none of it on GPUs held for another preemptor (``Inputs.held``: counted used; a
+stopping task's share of its GPU counted so, the rest free). The cheapest few
+(``MAX_TRIES``) are tried for real under the daemon's rules: each holding moves to its
+best target elsewhere (``Context.find_target``: ready nodes with known metrics,
+verified-free GPUs, the service's constraints), and the pending request must then fit on
+the node they left: its GPUs, and the CPU and memory it reserves beside the node's other
+tasks (the moved ones' given back), as Swarm counts, and none of the GPUs held there for
+another preemptor (``Inputs.held``), which placement does not give it.
 The first plan that holds is proposed.
 """
 

@@ -6,7 +6,8 @@ The search is :class:`swarmgpu.allocator.defrag.FragmentationMoves`, the same ob
 policy. Here it reads the ledger (what runs where), the workload (``Inputs.workload``:
 placement's model; else the typical tasks of the services annotated now) and the
 daemon's limits on targets: a node that is ready, active and has known metrics, a GPU
-that is verified free (known, not hot, not held for a preemptor: ``Inputs.held``, below
+that is verified free (known, not hot, not held for a preemptor: ``Inputs.held``, where
+tasks Swarm is stopping still use it only the rest of their share counted free; below
 ``hotspot.clear_pct`` with the load the pass's earlier moves put on it, and, checked
 once the search chose it, with the share's own load: a move that fails that, or Swarm's
 word on CPU, memory and host ports with the pass's moves counted, is dropped, said, and
@@ -131,6 +132,18 @@ def _free_now(node: NodeState) -> tuple[int, ...]:
                                                             strict=True))
 
 
+def _count_stopping(ctx: Context, alloc: Allocator) -> None:
+    """The shares tasks Swarm is stopping hold (``Context.held_share``) counted used on
+    ``alloc``, as placement counts them: the search moves a share into the rest of such
+    a GPU only. Counted after the candidates are read (their GPUs' ledger is the
+    allocator's, ``_consistent_gpus``)."""
+    for nid, node in alloc.nodes.items():
+        for i, g in enumerate(ctx.inp.facts[nid].gpus):
+            share = ctx.held_share(None, nid, g.uuid)
+            if share and i < len(node.free) and (take := min(share, node.free[i])) > 0:
+                alloc.commit(Choice(nid, (i,), (take,), 0.0, "held for tasks Swarm is stopping"))
+
+
 def best_local_move(alloc: Allocator, local: list[Held], policy: FragmentationMoves,
                     gpu_ok: Callable[[NodeState, int], bool],
                     node_ok: Callable[[NodeState], bool]) -> DefragMove | None:
@@ -171,6 +184,7 @@ def propose(ctx: Context, own: FragmentationConfig) -> None:
     held, local = _running_shares(ctx, alloc)
     if not workload or not (held or local):
         return
+    _count_stopping(ctx, alloc)
     policy = FragmentationMoves(workload)
     spread = "spread" in cfg.enabled_policies
     pct = {nid: p for nid, n in alloc.nodes.items() if (p := _alloc_pct(n)) is not None}
@@ -186,7 +200,7 @@ def propose(ctx: Context, own: FragmentationConfig) -> None:
         uuid = ctx.inp.facts[nid].gpus[i].uuid
         sig = ctx.inp.gpus.get((nid, uuid))
         return (sig is not None and ctx.gpu_ok_as_target(sig, 0.0)
-                and not ctx.held_for_other(None, nid, uuid))  # (a preemptor's: no share)
+                and ctx.held_share(None, nid, uuid) is not None)  # (a preemptor's: whole)
 
     def task_ok(h: Held, node: NodeState) -> bool:
         svc, src = _key(h.key)
