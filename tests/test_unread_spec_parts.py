@@ -26,6 +26,7 @@ from swarmgpu.manager.cycle.victimspec import victim_spec
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key
+from swarmgpu.manager.placement.envs import env_template
 from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
 from swarmgpu.manager.rebalance.context import MOVED_AT
 from swarmgpu.manager.services.grants import find_ungranted, images_to_read
@@ -113,6 +114,31 @@ def test_grants_list_an_unreadable_service_with_the_field_and_check_the_others(
     assert field in u.reason and "Docker sends" in u.reason
     assert not u.known and not u.voidable  # unknown, so listed; never written to
     assert "make its spec readable" in u.fix
+
+
+# Labels that are no object beside swarmgpu's device template: its labels are read for
+# the template's grant (before: a TypeError or AttributeError failed the whole step)
+TEMPLATED = {"ContainerSpec": {"Image": "local/app:1", "Env": [env_template(P)]}}
+
+
+@pytest.mark.parametrize("labels", [5, True, [1], ["x"]])
+def test_grants_list_a_templated_service_whose_labels_cannot_be_read(
+        labels: Any, errors: list[str]) -> None:
+    bad = _service("bad", {"Labels": labels, "TaskTemplate": TEMPLATED})
+    app = _app("app")
+    tasks = [_task(bad, "g"), _task(app, "g")]
+    found = find_ungranted([bad, app], tasks, {"g": "gpu-1"}, prefix=P, managed=set(),
+                           images={})
+    assert [u.service for u in found] == ["app", "bad"]
+    u = found[1]
+    assert "Labels is" in u.reason and "Docker sends" in u.reason and not u.voidable
+    (ua,) = find_ungranted([app], tasks[1:], {"g": "gpu-1"}, prefix=P, managed=set(),
+                           images={})
+    sw = _Specs({"Name": "app", "Labels": labels, "TaskTemplate": TEMPLATED})
+    gate = Writes(sw, dry_run=False, who="test")  # type: ignore[arg-type]
+    assert not void_one(gate, ua, prefix=P, managed=False, grants="env",
+                        images=ImageEnvs(sw))  # type: ignore[arg-type]
+    assert sw.writes == 0 and any("Labels is" in line for line in errors)
 
 
 class _Specs:
