@@ -183,10 +183,11 @@ UNREAD_VICTIM = [
 ]
 
 
-def _holders(bad_a: dict[str, Any] | None = None) -> RecordingSwarm:
+def _holders(bad_a: dict[str, Any] | None = None, *, wants: int = 2,
+             bad: str = "a") -> RecordingSwarm:
     """a and b (priority 0, 2 GPUs each) and filler (not preemptible, 4) fill n-4090;
-    h1 (priority 100) wants 2 RTX 4090s: a is the victim (by name), unless its
-    TaskTemplate has ``bad_a``'s parts."""
+    h1 (priority 100) wants ``wants`` RTX 4090s: a is the victim (by name; both for 4),
+    unless its TaskTemplate has ``bad_a``'s parts (``bad``'s, where named)."""
     held = {"a": R[:2], "b": R[2:4], "filler": R[4:]}
     labels: dict[str, str] = {}
     for name, uuids in held.items():
@@ -198,11 +199,12 @@ def _holders(bad_a: dict[str, Any] | None = None) -> RecordingSwarm:
                           **({f"{P}priority": "50", f"{P}preemptible": "false"}
                              if name == "filler" else {})})
             for name, uuids in held.items()]
-    svcs.append(sw_svc("h1", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
+    svcs.append(sw_svc("h1", {f"{P}gpus": str(wants), f"{P}gpu-product": "*RTX 4090*",
                               f"{P}priority": "100"}))
     if bad_a is not None:
-        a = svcs[0]
-        svcs[0] = dataclasses.replace(a, spec={**a.spec, "TaskTemplate": {
+        i = [s.name for s in svcs].index(bad)
+        a = svcs[i]
+        svcs[i] = dataclasses.replace(a, spec={**a.spec, "TaskTemplate": {
             **a.spec["TaskTemplate"], **bad_a}})
     tasks = [SwarmTask(f"t-{s.name}", s.id, "" if s.name == "h1" else "n-4090", 1,
                        "pending" if s.name == "h1" else "running", "running", ())
@@ -255,6 +257,18 @@ def test_the_victim_write_with_a_renewal_names_the_unreadable_part(
     renew = SimpleNamespace(version=2)
     with pytest.raises(UnreadSpec, match=field.replace(".", r"\.")):
         victim_spec(P, "n1", "rec", renew)(spec)  # type: ignore[arg-type]
+
+
+def test_a_victim_set_with_a_spec_unreadable_at_write_time_is_written_none_of(
+        said: list[str]) -> None:
+    assert [v.service for p in _cycle(_holders(wants=4)) for v in p.victims] == ["a", "b"]
+    sw = _holders({"Placement": "x"}, wants=4, bad="b")
+    assert _cycle(sw, snap_of=_holders(wants=4)) == []  # chosen on readable specs
+    # a's write (a job's would run it anew: stopped) never made for a set not stopped
+    assert [c for c in sw.calls if c[0] != "swarm"] == []  # (the hour taken, given back)
+    assert f"{P}{PREEMPTED_STATE}" not in sw.service("id-a").labels
+    (why,) = [ln for ln in said if "b skipped, its spec cannot be read" in ln]
+    assert "TaskTemplate.Placement" in why and "none of a, b stopped for h1" in why
 
 
 # --- an over-share restart: that one not done, nothing written --------------------------
