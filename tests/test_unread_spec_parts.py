@@ -172,6 +172,26 @@ def test_a_void_write_on_a_spec_unreadable_at_write_time_writes_nothing(
     assert any("cannot be read" in line and field in line for line in errors)
 
 
+# Task spec parts the void leaves as they are but the write's change list reads (before:
+# an AttributeError or ValueError out of the whole grants step, no later service voided)
+UNREAD_TASK_PARTS = [({"Placement": "x"}, "TaskTemplate.Placement"),
+                     ({"ForceUpdate": "lots"}, "TaskTemplate.ForceUpdate")]
+
+
+@pytest.mark.parametrize(("part", "field"), UNREAD_TASK_PARTS)
+def test_a_void_write_whose_other_task_spec_parts_cannot_be_read_writes_nothing(
+        part: dict[str, Any], field: str, errors: list[str]) -> None:
+    app = _app("app")
+    (u,) = find_ungranted([app], [_task(app, "g")], {"g": "gpu-1"}, prefix=P,
+                          managed=set(), images={})
+    sw = _Specs({"Name": "app", "TaskTemplate": {**app.spec["TaskTemplate"], **part}})
+    gate = Writes(sw, dry_run=False, who="test")  # type: ignore[arg-type]
+    assert not void_one(gate, u, prefix=P, managed=False, grants="env",
+                        images=ImageEnvs(sw))  # type: ignore[arg-type]
+    assert sw.writes == 0
+    assert any("cannot be read" in line and field in line for line in errors)
+
+
 # --- a preemption victim: never chosen on an unreadable spec, skipped at its write -------
 
 R = tuple(g.uuid for g in R4090_F.gpus)  # 8 RTX 4090s on n-4090

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from swarmgpu.swarm.constraints import NodeLike, node_satisfies, parse_all
+from swarmgpu.swarm.specread import spec_count, spec_object
 
 
 def _tt(spec: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -48,24 +49,27 @@ def _diff_keys(a: Mapping[str, Any], b: Mapping[str, Any], skip: tuple[str, ...]
 def task_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """What ``new`` changes in ``old``'s task spec, one phrase per change ([]: no task
     of the service is replaced for this write)."""
-    a, b = _tt(old), _tt(new)
-    if a == b:
+    if _tt(old) == _tt(new):
         return []
+    # Each part read as Docker sends it, else ``UnreadSpec`` naming it: read unguarded,
+    # a string there raised an AttributeError out of whichever write's step had it.
+    a, b = (spec_object(s.get("TaskTemplate"), "TaskTemplate") for s in (old, new))
     out: list[str] = []
-    csa, csb = a.get("ContainerSpec") or {}, b.get("ContainerSpec") or {}
+    csa, csb = (spec_object(t.get("ContainerSpec"), "TaskTemplate.ContainerSpec")
+                for t in (a, b))
     ea, eb = list(csa.get("Env") or []), list(csb.get("Env") or [])
     out += [f"add env {e}" for e in eb if e not in ea]
     out += [f"remove env {e}" for e in ea if e not in eb]
-    ca, cb = _constraints(a), _constraints(b)
+    pa, pb = (spec_object(t.get("Placement"), "TaskTemplate.Placement") for t in (a, b))
+    ca, cb = list(pa.get("Constraints") or []), list(pb.get("Constraints") or [])
     out += [f"add constraint {c}" for c in cb if c not in ca]
     out += [f"remove constraint {c}" for c in ca if c not in cb]
-    fa, fb = int(a.get("ForceUpdate") or 0), int(b.get("ForceUpdate") or 0)
+    fa, fb = (spec_count(t.get("ForceUpdate"), "TaskTemplate.ForceUpdate") for t in (a, b))
     if fa != fb:
         out.append(f"ForceUpdate {fa} -> {fb} (every task is replaced)")
     out += [f"change {k}" for k in _diff_keys(a, b, ("ForceUpdate", "Placement",
                                                      "ContainerSpec"))]
     out += [f"change ContainerSpec.{k}" for k in _diff_keys(csa, csb, ("Env",))]
-    pa, pb = a.get("Placement") or {}, b.get("Placement") or {}
     out += [f"change Placement.{k}" for k in _diff_keys(pa, pb, ("Constraints",))]
     return out or ["change the order of its env or constraints"]
 
