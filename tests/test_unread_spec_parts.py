@@ -200,6 +200,7 @@ UNREAD_VICTIM = [
     ({"Placement": "x"}, "TaskTemplate.Placement"),
     ({"Placement": {"Constraints": "node.role==worker"}}, "Placement.Constraints"),
     ({"ContainerSpec": {"Env": "A=1"}}, "ContainerSpec.Env"),
+    ({"ForceUpdate": "lots"}, "TaskTemplate.ForceUpdate"),  # (the write's change list)
 ]
 
 

@@ -29,7 +29,7 @@ from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
 from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.placement.specwrite import SpecCompute, service_compute
 from swarmgpu.swarm.client import SwarmClient, SwarmService
-from swarmgpu.swarm.specread import UnreadSpec, spec_object
+from swarmgpu.swarm.specread import UnreadSpec, spec_count, spec_object
 
 if TYPE_CHECKING:
     from loguru import Logger
@@ -82,13 +82,15 @@ def victim_spec(prefix: str, node_id: str, record: str,
 
 def check_victim(spec: Mapping[str, Any]) -> list[str]:
     """The constraints of a spec the victim's write can read (``service_compute`` reads
-    its labels, placement and env); ``UnreadSpec`` naming the first part that is not
-    what Docker sends: read as none, a string's characters would be written back as
-    its constraints or env lines, and read unguarded it raised mid-preemption."""
+    its labels, placement and env, the actuator's change list its ForceUpdate too);
+    ``UnreadSpec`` naming the first part that is not what Docker sends: read as none, a
+    string's characters would be written back as its constraints or env lines, and
+    read unguarded it raised mid-preemption."""
     spec_object(spec.get("Labels"), "Labels")
     tt = spec_object(spec.get("TaskTemplate"), "TaskTemplate")
     placement = spec_object(tt.get("Placement"), "TaskTemplate.Placement")
     cs = spec_object(tt.get("ContainerSpec"), "TaskTemplate.ContainerSpec")
+    spec_count(tt.get("ForceUpdate"), "TaskTemplate.ForceUpdate")  # (a renewal's change list)
     for where, value in (("TaskTemplate.Placement.Constraints", placement.get("Constraints")),
                          ("TaskTemplate.ContainerSpec.Env", cs.get("Env"))):
         if value is not None and not (isinstance(value, list)
