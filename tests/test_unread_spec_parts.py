@@ -175,6 +175,7 @@ def test_a_void_write_on_a_spec_unreadable_at_write_time_writes_nothing(
 # Task spec parts the void leaves as they are but the write's change list reads (before:
 # an AttributeError or ValueError out of the whole grants step, no later service voided)
 UNREAD_TASK_PARTS = [({"Placement": "x"}, "TaskTemplate.Placement"),
+                     ({"Placement": {"Constraints": 5}}, "Placement.Constraints"),
                      ({"ForceUpdate": "lots"}, "TaskTemplate.ForceUpdate")]
 
 
