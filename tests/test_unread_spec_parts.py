@@ -32,7 +32,7 @@ from swarmgpu.manager.rebalance.context import MOVED_AT
 from swarmgpu.manager.services.grants import find_ungranted, images_to_read
 from swarmgpu.manager.services.overshare import Restarter, ServiceUse
 from swarmgpu.swarm.client import SwarmService, SwarmTask
-from swarmgpu.swarm.specread import UnreadSpec
+from swarmgpu.swarm.specread import UnreadSpec, spec_count
 
 P = "swarmgpu."
 
@@ -191,6 +191,15 @@ def test_a_void_write_whose_other_task_spec_parts_cannot_be_read_writes_nothing(
                         images=ImageEnvs(sw))  # type: ignore[arg-type]
     assert sw.writes == 0
     assert any("cannot be read" in line and field in line for line in errors)
+
+
+def test_an_unreadable_count_outside_a_reservation_is_not_told_to_fix_a_reservation(
+        ) -> None:
+    with pytest.raises(UnreadSpec) as got:
+        spec_count("lots", "TaskTemplate.ForceUpdate")
+    assert "reservation" not in str(got.value) and "check any proxy" in str(got.value)
+    with pytest.raises(UnreadSpec, match="update the service's reservation"):
+        spec_count("lots", "TaskTemplate.Resources.Reservations.NanoCPUs")
 
 
 # --- a preemption victim: never chosen on an unreadable spec, skipped at its write -------

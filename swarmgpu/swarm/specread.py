@@ -45,6 +45,7 @@ def spec_count(value: Any, where: str) -> int:
         except (ValueError, OverflowError):
             n = None
     if n is None or n < 0:
+        fix = "the service's reservation" if "Reservations" in where else "the service"
         raise UnreadSpec(f"{where} is {quoted(value)}, not a whole number (Docker sends "
-                         "one; check any proxy, or update the service's reservation)")
+                         f"one; check any proxy, or update {fix})")
     return n
