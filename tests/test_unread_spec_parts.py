@@ -31,7 +31,7 @@ from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
 from swarmgpu.manager.rebalance.context import MOVED_AT
 from swarmgpu.manager.services.grants import find_ungranted, images_to_read
 from swarmgpu.manager.services.overshare import Restarter, ServiceUse
-from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmService, SwarmTask, service_from_api
 from swarmgpu.swarm.specread import UnreadSpec, spec_count
 
 P = "swarmgpu."
@@ -200,6 +200,22 @@ def test_an_unreadable_count_outside_a_reservation_is_not_told_to_fix_a_reservat
     assert "reservation" not in str(got.value) and "check any proxy" in str(got.value)
     with pytest.raises(UnreadSpec, match="update the service's reservation"):
         spec_count("lots", "TaskTemplate.Resources.Reservations.NanoCPUs")
+
+
+@pytest.mark.parametrize(("part", "field"), [
+    ({"ContainerSpec": {"Image": "busybox", "Env": "A=1"}}, "ContainerSpec.Env"),
+    ({"Placement": {"Constraints": "node.role==worker"}}, "Placement.Constraints")])
+def test_placement_writes_no_text_back_as_its_letters_for_env_or_constraints(
+        part: dict[str, Any], field: str) -> None:
+    """Before, placed: its next write put back ["A", "=", "1"] (the change list read the
+    text's letters as lines, as ``service_compute`` does)."""
+    base = victim_cluster({})
+    svcs = [service_from_api({"ID": s.id, "Version": {"Index": 1}, "Spec": {
+        **s.spec, "TaskTemplate": {**s.spec["TaskTemplate"], **part}}})
+        if s.name == "third" else s for s in base.services()]
+    snap = Snapshot(base.nodes(), svcs, base.tasks(), {}, swarm_labels=base.swarm_labels())
+    (third,) = [sp for sp in make_plan(snap, Config()).services if sp.name == "third"]
+    assert third.status == "failed" and field in (third.reason or "")
 
 
 # --- a preemption victim: never chosen on an unreadable spec, skipped at its write -------
