@@ -26,12 +26,13 @@ from swarmgpu.manager.cycle.victimspec import victim_spec
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key
+from swarmgpu.manager.placement.envs import env_template
 from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
 from swarmgpu.manager.rebalance.context import MOVED_AT
 from swarmgpu.manager.services.grants import find_ungranted, images_to_read
 from swarmgpu.manager.services.overshare import Restarter, ServiceUse
-from swarmgpu.swarm.client import SwarmService, SwarmTask
-from swarmgpu.swarm.specread import UnreadSpec
+from swarmgpu.swarm.client import SwarmService, SwarmTask, service_from_api
+from swarmgpu.swarm.specread import UnreadSpec, spec_count
 
 P = "swarmgpu."
 
@@ -115,6 +116,31 @@ def test_grants_list_an_unreadable_service_with_the_field_and_check_the_others(
     assert "make its spec readable" in u.fix
 
 
+# Labels that are no object beside swarmgpu's device template: its labels are read for
+# the template's grant (before: a TypeError or AttributeError failed the whole step)
+TEMPLATED = {"ContainerSpec": {"Image": "local/app:1", "Env": [env_template(P)]}}
+
+
+@pytest.mark.parametrize("labels", [5, True, [1], ["x"]])
+def test_grants_list_a_templated_service_whose_labels_cannot_be_read(
+        labels: Any, errors: list[str]) -> None:
+    bad = _service("bad", {"Labels": labels, "TaskTemplate": TEMPLATED})
+    app = _app("app")
+    tasks = [_task(bad, "g"), _task(app, "g")]
+    found = find_ungranted([bad, app], tasks, {"g": "gpu-1"}, prefix=P, managed=set(),
+                           images={})
+    assert [u.service for u in found] == ["app", "bad"]
+    u = found[1]
+    assert "Labels is" in u.reason and "Docker sends" in u.reason and not u.voidable
+    (ua,) = find_ungranted([app], tasks[1:], {"g": "gpu-1"}, prefix=P, managed=set(),
+                           images={})
+    sw = _Specs({"Name": "app", "Labels": labels, "TaskTemplate": TEMPLATED})
+    gate = Writes(sw, dry_run=False, who="test")  # type: ignore[arg-type]
+    assert not void_one(gate, ua, prefix=P, managed=False, grants="env",
+                        images=ImageEnvs(sw))  # type: ignore[arg-type]
+    assert sw.writes == 0 and any("Labels is" in line for line in errors)
+
+
 class _Specs:
     """swarmgpu's SwarmClient's read-modify-write over one in-memory spec."""
 
@@ -146,6 +172,52 @@ def test_a_void_write_on_a_spec_unreadable_at_write_time_writes_nothing(
     assert any("cannot be read" in line and field in line for line in errors)
 
 
+# Task spec parts the void leaves as they are but the write's change list reads (before:
+# an AttributeError or ValueError out of the whole grants step, no later service voided)
+UNREAD_TASK_PARTS = [({"Placement": "x"}, "TaskTemplate.Placement"),
+                     ({"Placement": {"Constraints": 5}}, "Placement.Constraints"),
+                     ({"ForceUpdate": "lots"}, "TaskTemplate.ForceUpdate")]
+
+
+@pytest.mark.parametrize(("part", "field"), UNREAD_TASK_PARTS)
+def test_a_void_write_whose_other_task_spec_parts_cannot_be_read_writes_nothing(
+        part: dict[str, Any], field: str, errors: list[str]) -> None:
+    app = _app("app")
+    (u,) = find_ungranted([app], [_task(app, "g")], {"g": "gpu-1"}, prefix=P,
+                          managed=set(), images={})
+    sw = _Specs({"Name": "app", "TaskTemplate": {**app.spec["TaskTemplate"], **part}})
+    gate = Writes(sw, dry_run=False, who="test")  # type: ignore[arg-type]
+    assert not void_one(gate, u, prefix=P, managed=False, grants="env",
+                        images=ImageEnvs(sw))  # type: ignore[arg-type]
+    assert sw.writes == 0
+    assert any("cannot be read" in line and field in line for line in errors)
+
+
+def test_an_unreadable_count_outside_a_reservation_is_not_told_to_fix_a_reservation(
+        ) -> None:
+    with pytest.raises(UnreadSpec) as got:
+        spec_count("lots", "TaskTemplate.ForceUpdate")
+    assert "reservation" not in str(got.value) and "check any proxy" in str(got.value)
+    with pytest.raises(UnreadSpec, match="update the service's reservation"):
+        spec_count("lots", "TaskTemplate.Resources.Reservations.NanoCPUs")
+
+
+@pytest.mark.parametrize(("part", "field"), [
+    ({"ContainerSpec": {"Image": "busybox", "Env": "A=1"}}, "ContainerSpec.Env"),
+    ({"Placement": {"Constraints": "node.role==worker"}}, "Placement.Constraints")])
+def test_placement_writes_no_text_back_as_its_letters_for_env_or_constraints(
+        part: dict[str, Any], field: str) -> None:
+    """Before, placed: its next write put back ["A", "=", "1"] (the change list read the
+    text's letters as lines, as ``service_compute`` does)."""
+    base = victim_cluster({})
+    svcs = [service_from_api({"ID": s.id, "Version": {"Index": 1}, "Spec": {
+        **s.spec, "TaskTemplate": {**s.spec["TaskTemplate"], **part}}})
+        if s.name == "third" else s for s in base.services()]
+    snap = Snapshot(base.nodes(), svcs, base.tasks(), {}, swarm_labels=base.swarm_labels())
+    (third,) = [sp for sp in make_plan(snap, Config()).services if sp.name == "third"]
+    assert third.status == "failed" and field in (third.reason or "")
+
+
 # --- a preemption victim: never chosen on an unreadable spec, skipped at its write -------
 
 R = tuple(g.uuid for g in R4090_F.gpus)  # 8 RTX 4090s on n-4090
@@ -154,13 +226,15 @@ UNREAD_VICTIM = [
     ({"Placement": "x"}, "TaskTemplate.Placement"),
     ({"Placement": {"Constraints": "node.role==worker"}}, "Placement.Constraints"),
     ({"ContainerSpec": {"Env": "A=1"}}, "ContainerSpec.Env"),
+    ({"ForceUpdate": "lots"}, "TaskTemplate.ForceUpdate"),  # (the write's change list)
 ]
 
 
-def _holders(bad_a: dict[str, Any] | None = None) -> RecordingSwarm:
+def _holders(bad_a: dict[str, Any] | None = None, *, wants: int = 2,
+             bad: str = "a") -> RecordingSwarm:
     """a and b (priority 0, 2 GPUs each) and filler (not preemptible, 4) fill n-4090;
-    h1 (priority 100) wants 2 RTX 4090s: a is the victim (by name), unless its
-    TaskTemplate has ``bad_a``'s parts."""
+    h1 (priority 100) wants ``wants`` RTX 4090s: a is the victim (by name; both for 4),
+    unless its TaskTemplate has ``bad_a``'s parts (``bad``'s, where named)."""
     held = {"a": R[:2], "b": R[2:4], "filler": R[4:]}
     labels: dict[str, str] = {}
     for name, uuids in held.items():
@@ -172,11 +246,12 @@ def _holders(bad_a: dict[str, Any] | None = None) -> RecordingSwarm:
                           **({f"{P}priority": "50", f"{P}preemptible": "false"}
                              if name == "filler" else {})})
             for name, uuids in held.items()]
-    svcs.append(sw_svc("h1", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
+    svcs.append(sw_svc("h1", {f"{P}gpus": str(wants), f"{P}gpu-product": "*RTX 4090*",
                               f"{P}priority": "100"}))
     if bad_a is not None:
-        a = svcs[0]
-        svcs[0] = dataclasses.replace(a, spec={**a.spec, "TaskTemplate": {
+        i = [s.name for s in svcs].index(bad)
+        a = svcs[i]
+        svcs[i] = dataclasses.replace(a, spec={**a.spec, "TaskTemplate": {
             **a.spec["TaskTemplate"], **bad_a}})
     tasks = [SwarmTask(f"t-{s.name}", s.id, "" if s.name == "h1" else "n-4090", 1,
                        "pending" if s.name == "h1" else "running", "running", ())
@@ -229,6 +304,18 @@ def test_the_victim_write_with_a_renewal_names_the_unreadable_part(
     renew = SimpleNamespace(version=2)
     with pytest.raises(UnreadSpec, match=field.replace(".", r"\.")):
         victim_spec(P, "n1", "rec", renew)(spec)  # type: ignore[arg-type]
+
+
+def test_a_victim_set_with_a_spec_unreadable_at_write_time_is_written_none_of(
+        said: list[str]) -> None:
+    assert [v.service for p in _cycle(_holders(wants=4)) for v in p.victims] == ["a", "b"]
+    sw = _holders({"Placement": "x"}, wants=4, bad="b")
+    assert _cycle(sw, snap_of=_holders(wants=4)) == []  # chosen on readable specs
+    # a's write (a job's would run it anew: stopped) never made for a set not stopped
+    assert [c for c in sw.calls if c[0] != "swarm"] == []  # (the hour taken, given back)
+    assert f"{P}{PREEMPTED_STATE}" not in sw.service("id-a").labels
+    (why,) = [ln for ln in said if "b skipped, its spec cannot be read" in ln]
+    assert "TaskTemplate.Placement" in why and "none of a, b stopped for h1" in why
 
 
 # --- an over-share restart: that one not done, nothing written --------------------------

@@ -18,7 +18,6 @@ from swarmgpu.core.peertext import quoted
 _EMPTY: Mapping[str, Any] = {}
 _SERVICE_FIX = ("check any proxy, or re-create the service with docker service create / "
                 "docker stack deploy")
-_COUNT_FIX = "check any proxy, or update the service's reservation"
 
 
 class UnreadSpec(ValueError):
@@ -48,8 +47,9 @@ def spec_count(value: Any, where: str, fix: str = "") -> int:
         except (ValueError, OverflowError):
             n = None
     if n is None or n < 0:
+        what = "the service's reservation" if "Reservations" in where else "the service"
         raise UnreadSpec(f"{where} is {quoted(value)}, not a whole number (Docker sends "
-                         f"one; {fix or _COUNT_FIX})")
+                         f"one; {fix or 'check any proxy, or update ' + what})")
     return n
 
 

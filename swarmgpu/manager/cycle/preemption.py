@@ -81,7 +81,12 @@ from swarmgpu.manager.cycle.preempt_notes import (
     note_on,
     raised_note,
 )
-from swarmgpu.manager.cycle.victimspec import renewed, unread_victims, victim_spec
+from swarmgpu.manager.cycle.victimspec import (
+    renewed,
+    unread_victims,
+    unwritten,
+    victim_spec,
+)
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.engine.stop import Stopped
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
@@ -638,20 +643,18 @@ class Preempter:
         why = Why("preempt", f"room for {p.service} (priority {p.priority}) on {p.hostname}")
         # Through the actuator's gate, as every write; preemption's own dry-run checks
         # ran before this (``cycle``), the gate's refuses whatever slipped past them.
-        for v in victims:
+        # Each read and checked before any is written: a job's write runs it anew, so one
+        # written before another's fault was stopped alone for a preemption not made.
+        renew: list[SwarmService | None] = []
+        for i, v in enumerate([*victims, *victims]):  # (read all, then write all)
             try:  # a task of it waiting for a node: replaced by the write (victimspec)
-                renew = renewed(swarm, v.service_id)
-                gate.service_spec(v.service_id, victim_spec(prefix, p.node_id, record, renew),
-                                  why)
-            except SwarmError as exc:
-                log.error("preemption: {}'s spec write failed: none of {} stopped for {}, "
-                          "no gate closed: {}", v.service, names(victims), p.service, exc)
-                return False
-            except UnreadSpec as exc:  # as Swarm has it now (check_victim): skipped
-                log.error("preemption: {} skipped, its spec cannot be read: {}; none of {} "
-                          "stopped for {}, no gate closed", v.service, exc, names(victims),
-                          p.service)
-                return False
+                if i < len(victims):
+                    renew.append(renewed(swarm, v.service_id))
+                    continue
+                gate.service_spec(v.service_id, victim_spec(
+                    prefix, p.node_id, record, renew[i - len(victims)]), why)
+            except (SwarmError, UnreadSpec) as exc:
+                return unwritten(log, v.service, names(victims), p.service, exc)
         drop = {k for v in victims for k in (assign_key(prefix, v.service),
                                              gate_key(prefix, v.service))}
         closing.append(True)

@@ -15,7 +15,7 @@ closes, its replicas elsewhere). A job is left out: any write of its spec runs i
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swarmgpu.core.peertext import quoted
 from swarmgpu.manager.placement.jobs import JOB_MODES
@@ -29,14 +29,20 @@ from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
 from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.placement.specwrite import SpecCompute, service_compute
 from swarmgpu.swarm.client import SwarmClient, SwarmService
-from swarmgpu.swarm.specread import UnreadSpec, spec_object
+from swarmgpu.swarm.specread import UnreadSpec, spec_count, spec_object
+
+if TYPE_CHECKING:
+    from loguru import Logger
 
 
 def renewed(swarm: SwarmClient, service_id: str) -> SwarmService | None:
     """The victim as Swarm has it now, where a task of it waits for a node (not a job;
     desired running, or ready: a restart's or an update's new task before it starts):
-    its write carries the renewal; None where none waits. Raises ``SwarmError``."""
+    its write carries the renewal; None where none waits. Raises ``SwarmError``, or
+    ``UnreadSpec`` where its write could not read its spec (``check_victim``): read so
+    for every victim before the first write, none is written then."""
     s = swarm.service(service_id)
+    check_victim(s.spec)
     if s.mode in JOB_MODES:
         return None
     # Desired ready too: a restart's or an update's new task waits for a node so too
@@ -76,13 +82,15 @@ def victim_spec(prefix: str, node_id: str, record: str,
 
 def check_victim(spec: Mapping[str, Any]) -> list[str]:
     """The constraints of a spec the victim's write can read (``service_compute`` reads
-    its labels, placement and env); ``UnreadSpec`` naming the first part that is not
-    what Docker sends: read as none, a string's characters would be written back as
-    its constraints or env lines, and read unguarded it raised mid-preemption."""
+    its labels, placement and env, the actuator's change list its ForceUpdate too);
+    ``UnreadSpec`` naming the first part that is not what Docker sends: read as none, a
+    string's characters would be written back as its constraints or env lines, and
+    read unguarded it raised mid-preemption."""
     spec_object(spec.get("Labels"), "Labels")
     tt = spec_object(spec.get("TaskTemplate"), "TaskTemplate")
     placement = spec_object(tt.get("Placement"), "TaskTemplate.Placement")
     cs = spec_object(tt.get("ContainerSpec"), "TaskTemplate.ContainerSpec")
+    spec_count(tt.get("ForceUpdate"), "TaskTemplate.ForceUpdate")  # (a renewal's change list)
     for where, value in (("TaskTemplate.Placement.Constraints", placement.get("Constraints")),
                          ("TaskTemplate.ContainerSpec.Env", cs.get("Env"))):
         if value is not None and not (isinstance(value, list)
@@ -105,3 +113,16 @@ def unread_victims(services: Sequence[SwarmService], holders: Collection[str]
             except UnreadSpec as exc:
                 out[s.name] = str(exc)
     return out
+
+
+def unwritten(log: Logger, victim: str, victims: str, preemptor: str, exc: Exception) -> bool:
+    """Say why ``victim``'s read or spec write (``exc``: ``SwarmError``, or
+    ``UnreadSpec``: skipped) stopped the preemption of ``victims`` for ``preemptor``
+    before its gate write; False (none stopped)."""
+    if isinstance(exc, UnreadSpec):  # as Swarm has it now (check_victim)
+        log.error("preemption: {} skipped, its spec cannot be read: {}; none of {} stopped "
+                  "for {}, no gate closed", victim, exc, victims, preemptor)
+    else:
+        log.error("preemption: {}'s spec write failed: none of {} stopped for {}, no gate "
+                  "closed: {}", victim, victims, preemptor, exc)
+    return False

@@ -295,7 +295,9 @@ def service_access(spec: Mapping[str, Any], image: ImageEnv | None, *, prefix: s
     unprivileged containers, as ``swarmgpu doctor --grants mounts`` checks);
     ``generic_kind``: ``placement.generic_resource_kind``, a GPU kind beside the usual."""
     env = _env(spec)
-    labels = spec_object(spec.get("Labels"), "Labels")  # (a string: read as its letters)
+    # (read for the template's grant: iterated unguarded, a number or a list of them
+    # raised out of the whole step)
+    labels = spec_object(spec.get("Labels"), "Labels")
     out: list[Access] = []
     env_read = grants != "mounts" or _privileged(spec)
     if env_read:
