@@ -17,9 +17,6 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from swarmgpu.core.peertext import quoted
-from swarmgpu.swarm.specread import UnreadSpec
-
 # swarmkit constraint_enforcer.go, rejectNoncompliantTasks: Status.Message and Status.Err
 ENFORCER_MESSAGE = "task rejected by constraint enforcer"
 ENFORCER_ERR = "assigned node no longer meets constraints"
@@ -78,13 +75,13 @@ def rejected_until(status: object, spec: object) -> float | None:
 
 def updated_at(value: object) -> float | None:
     """Epoch seconds of a task's ``UpdatedAt`` (the Swarm leader's clock: every change to
-    the task, its desired state's too, sets it); None when absent, null or Go's zero time
-    (the engine's for a time never set); ``UnreadSpec`` naming the field for anything else
-    (never read as some other time)."""
-    if value is None:
-        return None
-    at = rfc3339_epoch(value)
+    the task, its desired state's too, sets it); None when absent, null, Go's zero time
+    (the engine's for a time never set) or not an RFC 3339 time (a proxy's: never read as
+    some other time)."""
+    # Unknown, not refused: it only dates a stop a reader first sees, whose hold is then
+    # timed from that sight (the longer hold); refused, one such task failed the whole
+    # task list, so every cycle, as ``rejected_until`` reads an odd status time too.
+    at = rfc3339_epoch(value) if value is not None else None
     if at is None:
-        raise UnreadSpec(f"UpdatedAt is {quoted(value)}, not an RFC 3339 time (Docker sends "
-                         "one with every task; check any proxy)")
+        return None
     return at if at > 0 else None  # (no swarm ran before 1970: the zero time, unset)
