@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from support.forged import FACTS, snapshot, sw_node, sw_svc
+from support.forged import FACTS, R_UUIDS, snapshot, sw_node, sw_svc
 from support.placement import apply, written
 
 from swarmgpu.core.config import Config
@@ -22,6 +22,7 @@ from swarmgpu.manager.placement import (
     gate_constraint,
 )
 from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.nominated import StoppingGpus
 from swarmgpu.manager.placement.recreated import gate_name, recreated_entries
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
@@ -170,3 +171,15 @@ def test_the_gate_constraint_names_the_service() -> None:
     assert gate_name(replace(t, constraints=(f"node.labels.{P}service.web == true",)),
                      P) == "web"
     assert gate_name(replace(t, constraints=(f"node.labels.{P}service.web!=true",)), P) == ""
+
+
+def test_a_restarted_daemon_holds_a_removed_services_stopping_gpus_by_its_gate() -> None:
+    """No last cycle, web removed (not recreated), its entry not yet released: its task's
+    gate constraint names it, and the entry's GPU is held while it stops. Before: a
+    daemon with no last cycle read no name, and held nothing."""
+    ledger = {"web": {"n-4090": Holding("web", "n-4090", (R_UUIDS[2],), (1000,))}}
+    t = SwarmTask("t-old", "id-gone", "n-4090", 1, "running", "remove", (),
+                  constraints=(gate_constraint(P, "web"),))
+    (n,) = StoppingGpus(P).holds([t], [], ledger, [], FACTS)
+    assert (n.node_id, n.uuids) == ("n-4090", (R_UUIDS[2],))
+    assert StoppingGpus(P).holds([replace(t, constraints=())], [], ledger, [], FACTS) == []
