@@ -47,6 +47,9 @@ class KeptHoldings:
         # (service name, node id) -> True: a holding on a failed GPU is kept, for the
         # health rebalance policy to move (docs/health.md); None or False: re-placed.
         self.keep_failed: Callable[[str, str], bool] | None = None
+        # (service name, node id): entries a removed service of the name left, its task
+        # still stopping there (``placement.recreated``): never kept, nor a list adopted
+        self.disowned: AbstractSet[tuple[str, str]] = frozenset()
 
     def commit(self, parsed: Parsed, ledger: Mapping[str, Mapping[str, Holding]],
                by_id: Mapping[str, SwarmNode], facts: Mapping[str, NodeFacts],
@@ -150,7 +153,10 @@ class KeptHoldings:
             if got_fits is None or got_fits[0] is not r or len(got_fits[1]) > 64:
                 got_fits = fits[s.id] = (r, {})
             known = got_fits[1]
+        disowned = self.disowned
         for node_id, h in mine.items():  # 1. the ledger
+            if disowned and (s.name, node_id) in disowned:
+                continue
             if not isinstance(r, RequestError):  # invalid now: keep, never drop
                 if node_id not in by_id:
                     continue

@@ -72,6 +72,7 @@ from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.preempted import preempted_state
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
+from swarmgpu.manager.placement.recreated import removed_name
 from swarmgpu.manager.services.requests import matches_products
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.taskstop import MAX_GRACE_S
@@ -523,6 +524,7 @@ class StoppingGpus:
         self.running: dict[str, tuple[str, Uses]] = {}  # meant task id -> as first seen
         self.names: dict[str, str] = {}  # service id -> name, as the last cycle had them
         self.taken: frozenset[str] = frozenset()  # the live services' names, this cycle
+        self.recreated: AbstractSet[tuple[str, str]] = frozenset()  # (``holds``)
         # stopping or rejected task id -> when its stop began (epoch s, ``keys.stop_began``):
         # its hold's one clock (``keys.stop_hold_end``), whether its GPUs are known or not
         self.began: dict[str, float] = {}
@@ -544,7 +546,8 @@ class StoppingGpus:
               facts: Mapping[str, NodeFacts] | None = None,
               rejected: Sequence[SwarmTask] = (),
               spare: Sequence[Nomination] = (),
-              now: float = 0.0) -> list[Nomination]:
+              now: float = 0.0, recreated: AbstractSet[tuple[str, str]] = frozenset(),
+              ) -> list[Nomination]:
         """This cycle's holds; ``ledger``: service name -> node id -> holding, as read;
         ``tasks``: the meant ones (their GPUs learned while they run); ``facts``: the
         agents' answers per node id (a task's own device line is checked against them).
@@ -556,7 +559,10 @@ class StoppingGpus:
         settle time would make it preempt again (``spared`` says which, and for whom).
         Another task on them (a service placed there and stopped within the settle time)
         is held from all: its container runs. ``now`` (epoch s): when each node's hold
-        ends at most is kept in ``until`` (spared GPUs aside: they go to their preemptor)."""
+        ends at most is kept in ``until`` (spared GPUs aside: they go to their preemptor).
+        ``recreated``: (name, node id) of ledger entries a removed service left to one
+        recreated under its name (``placement.recreated``): read as its stopping task's."""
+        self.recreated = recreated
         names = {s.id: s.name for s in services}
         self.taken = frozenset(names.values())  # (``_from_ledger``: a name reused)
         facts = facts or {}
@@ -613,17 +619,26 @@ class StoppingGpus:
                 for (nid, who), on in sorted(by_node.items(), key=lambda kv: (
                     not kv[0][1], kv[0]))]
 
+    def learned(self, t: SwarmTask, facts: Mapping[str, NodeFacts]) -> set[str] | None:
+        """The GPUs ``t`` uses as ``holds`` reads them but from the ledger: its own line,
+        else what was learned while it ran or stopped; None where none is known."""
+        got = self.known.get(t.id) or self.running.get(t.id)
+        uses = task_device_uses(t, self.prefix, facts.get(t.node_id)) or (
+            got[1] if got is not None else ())
+        return {u for u, _m in uses} or None
+
     def _from_ledger(self, t: SwarmTask, names: Mapping[str, str],
                      ledger: Mapping[str, Mapping[str, Holding]]) -> tuple[str, Uses] | None:
         """What the ledger names for ``t``'s service on its node (its slot's, packed). The
         ledger keys by name alone: a removed service's name (the last cycle's) that a live
         service of another id has now (recreated so) names that one's entry, not the
         removed task's GPUs: nothing is read from it (its own line, or what was learned
-        while it ran, is all that is held)."""
+        while it ran, is all that is held) unless the entry is still the removed one's
+        (``recreated``). Without the last cycle's name, its gate constraint's is read."""
         name = names.get(t.service_id)
         if name is None:  # a removed one's, by the last cycle's name
-            name = self.names.get(t.service_id, "")
-            if name in self.taken:
+            name = removed_name(t, self.names, self.prefix)
+            if name in self.taken and (name, t.node_id) not in self.recreated:
                 return None
         h = ledger.get(name, {}).get(t.node_id)
         if h is None or not h.uuids:

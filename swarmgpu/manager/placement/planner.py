@@ -69,6 +69,7 @@ from swarmgpu.manager.placement.records import (
     Status,
     leave_unread,
 )
+from swarmgpu.manager.placement.recreated import recreated_entries
 from swarmgpu.manager.placement.release import release
 from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.specs import demand_of
@@ -291,6 +292,9 @@ class Planner:
         self._learn_on_gpu_nodes(running_jobs(read.parsed, jobs, failed), read.cpu_only,
                                  tv.on_nodes, failed)
         self._back_off(read.parsed, tv.failed, now)
+        live = live_nominations(nominated, read.names)
+        leaving = self._leaving(plan, stopping, services, seen.ledger, tasks, facts,
+                                rejected, live, now)
         # First commit every valid existing holding, so new placements never reuse GPUs.
         self.cluster.set_usage_of(_with_stopping(tv.use, stopping), tv.on_nodes,
                                   self._memo.tasks.tasks_on if self.change_driven else None)
@@ -304,9 +308,6 @@ class Planner:
         cyc.task_rules = tv.rules
         # Both kept in place: a quiet service's entries stay as they are; every other
         # visited service's are dropped first, then set again if it settles.
-        live = live_nominations(nominated, read.names)
-        leaving = self._leaving(plan, cyc, stopping, services, seen.ledger, tasks, facts, [
-            t for t in rejected if rejected_running(t, now)], live, now)
         # Stopping tasks' first: a GPU of theirs not spared (no victim's) is not a hold's
         holds = Holds(self.cluster, [*leaving, *live], self._hold_faults)
         try:  # a hold is counted for this visit only, whatever it raises
@@ -371,19 +372,27 @@ class Planner:
                 if sid in live_ids:
                     self._backoff.setdefault(sid, Backoff()).saw_failures(ids, now)
 
-    def _leaving(self, plan: PlacementPlan, cyc: Cycle, stopping: Sequence[SwarmTask],
+    def _leaving(self, plan: PlacementPlan, stopping: Sequence[SwarmTask],
                  services: Sequence[SwarmService],
                  ledger: Mapping[str, Mapping[str, Holding]], tasks: Sequence[SwarmTask],
                  facts: Mapping[str, NodeFacts], rejected: Sequence[SwarmTask],
                  live: Sequence[Nomination], now: float) -> list[Nomination]:
-        """This cycle's holds for the tasks Swarm is stopping (``StoppingGpus.holds``),
-        with what they hold, spare and wait for set on ``plan`` and ``cyc``."""
+        """This cycle's holds for the tasks Swarm is stopping (``StoppingGpus.holds``;
+        ``rejected``: those whose container may run at ``now``), with what they hold,
+        spare and wait for set on ``plan`` (and the cycle's: ``_cycle``). Read before the
+        holdings are committed: the ledger entries a removed service left to one
+        recreated under its name are not kept (``placement.recreated``), by the names
+        the last cycle's holds learned."""
         st = self._stopping
-        leaving = st.holds(stopping, services, ledger, tasks, facts, rejected, live, now)
+        rejected = [t for t in rejected if rejected_running(t, now)]
+        recreated = self._kept.disowned = recreated_entries(
+            services, [*stopping, *rejected], ledger, st.names, tasks, self.prefix,
+            lambda t: st.learned(t, facts))
+        leaving = st.holds(stopping, services, ledger, tasks, facts, rejected, live, now,
+                           recreated)
         plan.stopping_held, plan.stopping_spared = held_gpus(leaving), st.spared
         plan.stopping_milli = held_shares(leaving)
         plan.stopping_overdue, plan.stopping_waits = st.overdue, st.waits
-        cyc.stopping_until = st.until
         return leaving
 
     def _cycle(self, plan: PlacementPlan, nodes: Sequence[SwarmNode],
@@ -397,6 +406,7 @@ class Planner:
                     run_waited=self._run_waited,
                     moving=moving, grants=self.grants, generic_kind=self.generic_kind,
                     release=self.release, ports=self._ports, filters=self._filters)
+        cyc.stopping_until = self._stopping.until  # (``_leaving``: this cycle's holds)
         self._last_cycle = cyc
         self._arrival_cycle = None
         return cyc

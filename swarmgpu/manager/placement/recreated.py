@@ -1,0 +1,93 @@
+"""Ledger entries a removed service left that a service recreated under its name would
+read as its own (``recreated_entries``).
+
+The ledger keys holdings by service name alone. A service removed and created again
+under the same name (``docker stack rm`` then ``docker stack deploy``, or ``docker
+service create`` again) within one cycle found the removed one's entries under its name:
+it kept them, and its task started on GPUs the removed one's container still ran on for
+its stop grace period (GPU memory OOM). The stopping task's hold (``StoppingGpus``) did
+not bite: the GPUs were the new service's own holding.
+
+An entry is the removed one's while a task of a service id Swarm no longer lists, of
+that name, still stops on its node (``keys.stopping``, or rejected and running: Swarm
+lists a removed service's tasks, their ServiceID kept, until they stop). Its name is the
+one the daemon saw last cycle for that id, else the one in the task's gate constraint (a
+restarted daemon's, a one-shot's: it knows no last cycle). A service updated keeps its
+id: its old tasks are never a removed one's. Such an entry is not kept: the service is
+placed afresh (on those GPUs again only once the task has stopped), and the entry is
+read as the stopping task's GPUs (``StoppingGpus.holds``).
+
+An entry the recreated service was placed on since is its own: where the stopping
+task's GPUs are known (learned while it ran, or its own device line) the entry is the
+removed one's only if it names one of them; else only while no task of the live
+service is assigned to that node."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+
+from swarmgpu.manager.placement.keys import ASSIGNED_STATES, GATE
+from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.taskstop import rfc3339_epoch
+
+# (service name, node id) of a ledger entry a removed service left
+Entries = frozenset[tuple[str, str]]
+
+
+def gate_name(t: SwarmTask, prefix: str) -> str:
+    """The service name in ``t``'s swarmgpu gate constraint ("" without one)."""
+    head, tail = f"node.labels.{prefix}{GATE}", "==true"
+    for c in t.constraints or ():
+        text = c.replace(" ", "")
+        if text.startswith(head) and text.endswith(tail) and len(text) > len(head + tail):
+            return text[len(head):-len(tail)]
+    return ""
+
+
+def removed_name(t: SwarmTask, last: Mapping[str, str], prefix: str) -> str:
+    """The name of the service ``t`` was a task of: the last cycle's for its id
+    (``last``: service id -> name), else its gate constraint's."""
+    return last.get(t.service_id) or gate_name(t, prefix)
+
+
+def recreated_entries(services: Sequence[SwarmService], leaving: Sequence[SwarmTask],
+                      ledger: Mapping[str, Mapping[str, Holding]],
+                      last: Mapping[str, str], tasks: Sequence[SwarmTask], prefix: str,
+                      learned: Callable[[SwarmTask], AbstractSet[str] | None],
+                      ) -> Entries:
+    """The ledger entries of live services that are a removed one's of the same name,
+    whose task (among ``leaving``: stopping, or rejected and running) still runs on the
+    entry's node. ``last``: service id -> name as the last cycle had them; ``tasks``: the
+    meant ones; ``learned``: a stopping task's GPUs (UUIDs) where known, else None."""
+    live = {s.id for s in services}
+    gone = [t for t in leaving if t.service_id not in live and t.node_id]
+    if not gone:
+        return frozenset()
+    by_name = {s.name: s for s in services}
+    on: set[tuple[str, str]] | None = None  # (service id, node id) of assigned meant tasks
+    out: set[tuple[str, str]] = set()
+    for t in gone:
+        name = removed_name(t, last, prefix)
+        s = by_name.get(name)
+        h = ledger.get(name, {}).get(t.node_id) if s is not None else None
+        if s is None or h is None or not _older(t, s):
+            continue
+        uses = learned(t)
+        if uses is not None:
+            mine = uses.isdisjoint(h.uuids)
+        else:
+            if on is None:
+                on = {(x.service_id, x.node_id) for x in tasks if x.state in ASSIGNED_STATES}
+            mine = (s.id, t.node_id) in on
+        if not mine:
+            out.add((name, t.node_id))
+    return frozenset(out)
+
+
+def _older(t: SwarmTask, s: SwarmService) -> bool:
+    """``t`` was created before ``s`` (true where either time is unknown): a task of a
+    service removed before ``s`` was created under its name."""
+    made, born = rfc3339_epoch(t.created_at), rfc3339_epoch(s.created_at)
+    return made is None or born is None or made < born

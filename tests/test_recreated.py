@@ -1,0 +1,185 @@
+"""A service removed and created again under the same name (``docker stack rm`` then
+``docker stack deploy``, or ``docker service create`` again) while the removed one's task
+still stops on its GPUs (``placement.recreated``). The ledger keys holdings by name alone:
+before, the new service kept the removed one's entry as its own, and its task started on
+GPUs the old container still ran on (GPU memory OOM); the stopping task's hold did not
+bite, the GPUs being the new service's own holding."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from support.forged import FACTS, R_UUIDS, snapshot, sw_node, sw_svc
+from support.placement import apply, written
+
+from swarmgpu.core.config import Config
+from swarmgpu.manager.cycle.placement import make_plan
+from swarmgpu.manager.placement import (
+    PlacementPlan,
+    Planner,
+    ServicePlan,
+    assign_key,
+    gate_constraint,
+)
+from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.nominated import StoppingGpus
+from swarmgpu.manager.placement.recreated import gate_name, recreated_entries
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+
+P = "swarmgpu."
+OLD_AT, NEW_AT = "2026-12-06T10:00:00.5Z", "2026-12-06T10:05:00Z"
+
+
+def _web(sid: str, gpus: str = "1", created_at: str = OLD_AT) -> SwarmService:
+    return replace(sw_svc("web", {f"{P}gpus": gpus}), id=sid, created_at=created_at)
+
+
+def _nodes() -> list[SwarmNode]:
+    return [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+            sw_node("n-4090", "gpu-node-2")]
+
+
+def _plan(planner: Planner, nodes: list[SwarmNode], services: list[SwarmService],
+          tasks: list[SwarmTask], stopping: list[SwarmTask]) -> PlacementPlan:
+    return make_plan(replace(snapshot(nodes, services, tasks), stopping=stopping), Config(),
+                     planner=planner)
+
+
+def _old_running(planner: Planner) -> tuple[list[SwarmNode], ServicePlan, SwarmTask]:
+    """web (id-old, 1 GPU) placed by the daemon's planner, its gate open, its task running
+    on its GPU: the nodes, its plan and its task."""
+    nodes, old, tasks = _nodes(), _web("id-old"), []
+    for _ in range(3):
+        plan = _plan(planner, nodes, [old], tasks, [])
+        (sp,) = plan.services
+        old, nodes = written(old, sp), apply(nodes, plan)
+        p = sp.placements[0]
+        tasks = [SwarmTask("t-old", old.id, p.node_id, 1, "running", "running", (),
+                           created_at=OLD_AT, constraints=(gate_constraint(P, "web"),))]
+    return nodes, sp, tasks[0]
+
+
+def _one(plan: PlacementPlan) -> ServicePlan:
+    (sp,) = plan.services
+    return sp
+
+
+def test_a_service_recreated_within_a_cycle_is_not_placed_on_the_removed_ones_gpus() -> None:
+    """The daemon saw web (id-old) run on one GPU; within one cycle it was removed and
+    created again (id-new) while the old task stops. The new web is placed afresh off
+    that GPU, held for the stopping task; the old entry is rewritten. The cycle after,
+    its task assigned, it keeps its new GPU (nothing re-placed again); once the old task
+    has stopped it stays where it is."""
+    planner = Planner(prefix=P)
+    nodes, old_sp, t_old = _old_running(planner)
+    (p,) = old_sp.placements
+    new = _web("id-new", created_at=NEW_AT)
+    stopping = [replace(t_old, desired_state="remove")]
+    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", (), created_at=NEW_AT)
+    plan = _plan(planner, nodes, [new], [t_new], stopping)
+    sp = _one(plan)
+    assert sp.placements and not set(sp.placements[0].uuids) & set(p.uuids), sp
+    assert {(p.node_id, u) for u in p.uuids} <= plan.stopping_held.keys()
+    nodes, new = apply(nodes, plan), written(new, sp)
+    assert nodes[1 if p.node_id == "n-dgx" else 2].labels.get(assign_key(P, "web")) \
+        != Holding("web", p.node_id, p.uuids, p.milli).label_value()
+    q = sp.placements[0]
+    t_new = replace(t_new, node_id=q.node_id, state="running")
+    for leaving in (stopping, []):
+        plan = _plan(planner, nodes, [new], [t_new], leaving)
+        again = _one(plan)
+        assert [(x.node_id, x.uuids) for x in again.placements] == [(q.node_id, q.uuids)]
+        # (its gate opens once its device map is written: no assign or spec write)
+        assert all(assign_key(P, "web") not in w for w in plan.node_set.values()), plan
+        assert not again.writes.force_update and not again.writes.service_labels_set
+        nodes = apply(nodes, plan)
+
+
+def test_a_restarted_daemon_reads_the_removed_service_by_its_tasks_gate() -> None:
+    """A fresh planner (a daemon restarted between the removal and the recreation, or
+    ``plan``) has no last cycle: the stopping task's gate constraint names web, its
+    ServiceID is no live service's and it is older than the new web. The same answer:
+    placed afresh, the entry's GPU held for the stopping task."""
+    nodes, old_sp, t_old = _old_running(Planner(prefix=P))
+    (p,) = old_sp.placements
+    new = _web("id-new", created_at=NEW_AT)
+    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", (), created_at=NEW_AT)
+    plan = _plan(Planner(prefix=P), nodes, [new], [t_new],
+                 [replace(t_old, desired_state="remove")])
+    sp = _one(plan)
+    assert sp.placements and not set(sp.placements[0].uuids) & set(p.uuids), sp
+    assert {(p.node_id, u) for u in p.uuids} <= plan.stopping_held.keys()
+
+
+def test_a_recreated_service_of_another_request_is_kept_off_the_removed_ones_gpus() -> None:
+    """Recreated asking for every GPU of a node, after a restart: the old entry does not
+    fit it, so it was placed afresh before too, but the stopping task's GPU was not held
+    (its ledger entry was read as the new service's): free to the new web or any other
+    service. Now it is held, and the new web is placed off it."""
+    nodes, old_sp, t_old = _old_running(Planner(prefix=P))
+    (p,) = old_sp.placements
+    every = str(len(FACTS[p.node_id].gpus))
+    new = _web("id-new", every, created_at=NEW_AT)
+    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", (), created_at=NEW_AT)
+    plan = _plan(Planner(prefix=P), nodes, [new], [t_new],
+                 [replace(t_old, desired_state="remove")])
+    sp = _one(plan)
+    assert all(not set(q.uuids) & set(p.uuids) for q in sp.placements), sp
+    assert {(p.node_id, u) for u in p.uuids} <= plan.stopping_held.keys()
+
+
+def test_an_updated_service_keeps_its_holding_while_its_old_task_stops() -> None:
+    """An update keeps the service's id: its old task stopping is no removed one's, and
+    its holding stays (nothing written). So does a live service's whose task of another
+    (removed) id stops on its node while its own task runs there, its GPUs unknown."""
+    planner = Planner(prefix=P)
+    nodes, old_sp, t_old = _old_running(planner)
+    (p,) = old_sp.placements
+    web = written(_web("id-old"), old_sp)
+    t_up = SwarmTask("t-up", web.id, p.node_id, 1, "running", "running", ())
+    plan = _plan(planner, nodes, [web], [t_up], [replace(t_old, desired_state="shutdown")])
+    assert _one(plan).placements == old_sp.placements and not plan.node_set
+    ledger = {"web": {p.node_id: Holding("web", p.node_id, p.uuids, p.milli)}}
+    gone = replace(t_old, service_id="id-gone", desired_state="remove")
+    new = _web("id-new", created_at=NEW_AT)
+    t_new = replace(t_up, service_id=new.id)
+    assert recreated_entries([new], [gone], ledger, {}, [t_new], P, lambda _t: None) \
+        == frozenset()
+    assert recreated_entries([new], [gone], ledger, {}, [], P, lambda _t: None) \
+        == {("web", p.node_id)}
+
+
+def test_a_removed_task_newer_than_the_live_service_is_not_its_predecessors() -> None:
+    """The live web was created before the stopping task of the removed id: that task is
+    no task of a service web replaced, and web's entry stays its own."""
+    ledger = {"web": {"n-dgx": Holding("web", "n-dgx", ("GPU-a",), (1000,))}}
+    web = _web("id-web", created_at=OLD_AT)
+    t = SwarmTask("t-x", "id-gone", "n-dgx", 1, "running", "remove", (), created_at=NEW_AT,
+                  constraints=(gate_constraint(P, "web"),))
+    assert recreated_entries([web], [t], ledger, {}, [], P, lambda _t: None) == frozenset()
+    assert recreated_entries([web], [replace(t, created_at=OLD_AT)], ledger,
+                             {}, [], P, lambda _t: None) == frozenset()  # not older
+    assert recreated_entries([replace(web, created_at=NEW_AT)], [replace(
+        t, created_at=OLD_AT)], ledger, {}, [], P, lambda _t: None) == {("web", "n-dgx")}
+
+
+def test_the_gate_constraint_names_the_service() -> None:
+    t = SwarmTask("t", "id", "n", 1, "running", "remove", ())
+    assert gate_name(t, P) == ""
+    assert gate_name(replace(t, constraints=("node.role==worker",
+                                             gate_constraint(P, "a-b_c"))), P) == "a-b_c"
+    assert gate_name(replace(t, constraints=(f"node.labels.{P}service.web == true",)),
+                     P) == "web"
+    assert gate_name(replace(t, constraints=(f"node.labels.{P}service.web!=true",)), P) == ""
+
+
+def test_a_restarted_daemon_holds_a_removed_services_stopping_gpus_by_its_gate() -> None:
+    """No last cycle, web removed (not recreated), its entry not yet released: its task's
+    gate constraint names it, and the entry's GPU is held while it stops. Before: a
+    daemon with no last cycle read no name, and held nothing."""
+    ledger = {"web": {"n-4090": Holding("web", "n-4090", (R_UUIDS[2],), (1000,))}}
+    t = SwarmTask("t-old", "id-gone", "n-4090", 1, "running", "remove", (),
+                  constraints=(gate_constraint(P, "web"),))
+    (n,) = StoppingGpus(P).holds([t], [], ledger, [], FACTS)
+    assert (n.node_id, n.uuids) == ("n-4090", (R_UUIDS[2],))
+    assert StoppingGpus(P).holds([replace(t, constraints=())], [], ledger, [], FACTS) == []
