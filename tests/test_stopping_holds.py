@@ -13,13 +13,9 @@ from swarmgpu.core.config import Config, PreemptionConfig
 from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import Holding, Planner, Status, assign_key, gate_key
-from swarmgpu.manager.placement.nominated import (
-    STOP_WAIT_S,
-    Nomination,
-    Nominations,
-    recorded_nominations,
-)
+from swarmgpu.manager.placement.nominated import STOP_WAIT_S, Nomination, Nominations
 from swarmgpu.manager.placement.preempted import Preempted
+from swarmgpu.manager.placement.recorded import recorded_nominations
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."

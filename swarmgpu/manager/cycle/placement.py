@@ -53,8 +53,9 @@ from swarmgpu.manager.placement import (
 from swarmgpu.manager.placement.devicemap import UNTRUSTED_RECORD
 from swarmgpu.manager.placement.gating import HOLD_ADOPTED
 from swarmgpu.manager.placement.jobs import JOB_MODES
-from swarmgpu.manager.placement.nominated import recorded_nominations, stops_waited
+from swarmgpu.manager.placement.nominated import stops_waited
 from swarmgpu.manager.placement.planned import Planned
+from swarmgpu.manager.placement.recorded import recorded_nominations
 from swarmgpu.manager.placement.restarts import HOLD_HINT
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.placement.tasks import tasks_by_service
@@ -131,7 +132,7 @@ def make_plan(snap: Snapshot, cfg: Config,
     """One placement cycle: the daemon passes its long-lived planner, and the GPUs its
     preemptions hold for their preemptors (``Preempter.nominated``); one-shot commands
     (``plan``, ``audit``, ``status``) get a fresh one from the stored model, and the
-    holds their victims' records imply (None: ``nominated.recorded_nominations``)."""
+    holds their victims' records imply (None: ``recorded.recorded_nominations``)."""
     if planner is None:
         planner = new_planner(cfg, swarm, snap.services)
     facts = facts_by_node(snap, fallback)

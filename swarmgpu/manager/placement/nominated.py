@@ -70,7 +70,6 @@ from swarmgpu.manager.placement.keys import (
 )
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
-from swarmgpu.manager.placement.preempted import preempted_state
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
 from swarmgpu.manager.placement.recreated import removed_name
 from swarmgpu.manager.services.requests import matches_products
@@ -670,40 +669,3 @@ def task_device_uses(t: SwarmTask, prefix: str, facts: NodeFacts | None) -> Uses
         if u is not None:
             out[u] = 1000
     return tuple(out.items())
-
-
-def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[SwarmTask],
-                         facts: Mapping[str, NodeFacts], prefix: str, now: float,
-                         settle_s: float, waited: AbstractSet[tuple[str, str]] = frozenset(),
-                         ) -> list[Nomination]:
-    """A one-shot's stand-in for the daemon's nominations, kept in its memory only
-    (``plan``, ``status``: ``cycle.placement.make_plan``): the GPUs of each task Swarm
-    still stops (``leaving``: stopping or rejected) whose service's ``state.preempted``
-    record names a live preemptor, that task's node and a time less than ``settle_s``
-    before ``now`` (epoch s; for a task among ``waited``, ``stops_waited``, the daemon's
-    hold waits for its stop: ``settles_from``), held for that preemptor.
-    Read from the task's own device line only (a one-shot knows no ledger entry the
-    preemption removed). Without them
-    such GPUs read as held for the stopping task: the preemptor waits (its plan said
-    so) and the preview of preemption chose new victims for it, which the daemon, its
-    nomination held, does not."""
-    by_id, names = {s.id: s for s in services}, {s.name for s in services}
-    got: dict[tuple[str, int, str], set[str]] = {}
-    victims: dict[tuple[str, int, str], set[str]] = {}  # their service ids: only theirs spared
-    for t in leaving:
-        svc = by_id.get(t.service_id)
-        st = None if svc is None else preempted_state(svc.labels, prefix)
-        # The daemon's hold lasts while a victim's task Swarm counts still stops
-        # (``settles_from``), then ``settle_s``; the task stopping now stopped since the
-        # record (the preemption stopped it)
-        if (st is None or st.node_id != t.node_id or st.by not in names or now < st.at
-                or now - settles_from(st.at, st.at, now, (t.service_id, t.node_id) in waited)
-                >= settle_s):
-            continue
-        uuids = {u for u, _m in task_device_uses(t, prefix, facts.get(t.node_id))}
-        if uuids:
-            got.setdefault((st.by, st.priority, t.node_id), set()).update(uuids)
-            victims.setdefault((st.by, st.priority, t.node_id), set()).add(t.service_id)
-    return [Nomination(by, priority, nid, tuple(sorted(uuids)),
-                       victims=tuple(sorted(victims[(by, priority, nid)])))
-            for (by, priority, nid), uuids in sorted(got.items())]
