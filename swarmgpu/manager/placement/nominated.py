@@ -72,6 +72,7 @@ from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
 from swarmgpu.manager.placement.recreated import removed_name
+from swarmgpu.manager.placement.repinned import repin_uses
 from swarmgpu.manager.services.requests import matches_products
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.taskstop import MAX_GRACE_S
@@ -497,10 +498,13 @@ class StoppingGpus:
     task was made), those of its node's GPUs only (the agent's facts: a UUID not there is
     input, ignored); else as the ledger named them when the task was first seen running
     (a same-node repin writes the new GPUs before Swarm stops the old task); else from
-    the ledger of the cycle that first sees it stopping. Kept by task id while it runs or
-    stops. swarmgpu's own device template is expanded from the service's labels on the
-    node, which the task API does not show, and Swarm's assigned generic resources are
-    not the GPUs placement's grant gives (docs/deploy.md): neither is read. So a daemon
+    the ledger of the cycle that first sees it stopping. While its service's same-node
+    repin is in flight, the repin's record of its GPU sets is read before the ledger
+    (``repinned``: the ledger names the new GPUs from its step 2 on, a restarted
+    daemon's first look too). Kept by task id while it runs or stops. swarmgpu's own
+    device template is expanded from the service's labels on the node, which the task
+    API does not show, and Swarm's assigned generic resources are not the GPUs
+    placement's grant gives (docs/deploy.md): neither is read. So a daemon
     that starts while a task stops, after its entry went, knows only a pinned line's.
 
     A task whose gate closed (a repin's old one, a preemption's victim, a move's source)
@@ -563,12 +567,14 @@ class StoppingGpus:
         recreated under its name (``placement.recreated``): read as its stopping task's."""
         self.recreated = recreated
         names = {s.id: s.name for s in services}
+        by_id = {s.id: s for s in services}
         self.taken = frozenset(names.values())  # (``_from_ledger``: a name reused)
         facts = facts or {}
         running: dict[str, tuple[str, Uses]] = {}
         for t in tasks:  # learned before it stops: its ledger entry may change first
             if t.node_id and t.state in ASSIGNED_STATES:
-                got = self.running.get(t.id) or self._from_ledger(t, names, ledger)
+                got = (self.running.get(t.id) or self._repinned(t, by_id)
+                       or self._from_ledger(t, names, ledger))
             else:  # rejected, not yet desired shutdown: as learned while it ran
                 got = self.running.get(t.id) if t.rejected_until is not None else None
             if got is not None:
@@ -579,7 +585,8 @@ class StoppingGpus:
             owner[t.id] = t.service_id
             own = task_device_uses(t, self.prefix, facts.get(t.node_id))
             got = ((t.node_id, own) if own else self.known.get(t.id)
-                   or self.running.get(t.id) or self._from_ledger(t, names, ledger))
+                   or self.running.get(t.id) or self._repinned(t, by_id)
+                   or self._from_ledger(t, names, ledger))
             if got is not None:
                 known[t.id] = got
         self.known, self.running, self.names = known, running, names
@@ -625,6 +632,13 @@ class StoppingGpus:
         uses = task_device_uses(t, self.prefix, facts.get(t.node_id)) or (
             got[1] if got is not None else ())
         return {u for u, _m in uses} or None
+
+    def _repinned(self, t: SwarmTask, by_id: Mapping[str, SwarmService],
+                  ) -> tuple[str, Uses] | None:
+        """The GPUs ``t`` runs with by its service's same-node repin in flight
+        (``repinned``): from step 2 on the ledger names the repin's new GPUs."""
+        uses = repin_uses(t, by_id.get(t.service_id), self.prefix)
+        return (t.node_id, uses) if uses else None
 
     def _from_ledger(self, t: SwarmTask, names: Mapping[str, str],
                      ledger: Mapping[str, Mapping[str, Holding]]) -> tuple[str, Uses] | None:
