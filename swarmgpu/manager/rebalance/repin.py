@@ -78,6 +78,7 @@ from swarmgpu.manager.placement import (
     parse_holding,
 )
 from swarmgpu.manager.placement.keys import MEANT_STATES
+from swarmgpu.manager.placement.repinned import made_after
 from swarmgpu.manager.rebalance.context import why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, Outcome
 from swarmgpu.manager.rebalance.record import (
@@ -375,7 +376,11 @@ class Repin:
         on_node = [t for t in tasks if t.node_id == st.source]
         # a task desired ready there (a restart's, made before the gate closed) would
         # start with the old devices once the gate opens: Swarm still wants it too
-        wanted = any(t.desired_state in MEANT_STATES for t in on_node)
+        meant = [t for t in on_node if t.desired_state in MEANT_STATES]
+        wanted = bool(meant)
+        # each made after step 1 (a restart between the steps): they run with the step's
+        # target GPUs, and a hand-back ends there (``_hand_back``)
+        renewed = wanted and all(made_after(t, st.started_at) for t in meant)
         runs = any(t.desired_state == "running" and t.state == "running" for t in on_node)
         at_target = held == st.target_holding()
         if held not in (st.source_holding(), st.target_holding()):
@@ -387,13 +392,13 @@ class Repin:
         # next look would only open it again (two writes, a restart risk)
         if ((not at_target or not gate_open) and wanted and node.availability == "pause"
                 and st.trigger != HEALTH and not waits.waiting):
-            self._paused(sid, st, node, held, waits)
+            self._paused(sid, st, node, held, waits, renewed)
             return
         done = at_target and gate_open and runs
         late = (not done and self.clock() - self.seen.started(st, self.clock())
                 > self.cfg.move_timeout_s)
         if late and self._late(sid, st, node, held, gate_open, waits,
-                               kept=not gate_open and wanted):
+                               kept=not gate_open and wanted, renewed=renewed):
             return
         if not at_target:  # step 2 (or a roll-back's first node write)
             if self._taken(sid, st, node, held, st.target_holding(), waits, repoint=True):
@@ -411,7 +416,7 @@ class Repin:
                                            "task was replaced", waits)
 
     def _paused(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None,
-                waits: Waits) -> None:
+                waits: Waits, renewed: bool = False) -> None:
         """Its node paused by the operator before Swarm let the old task go (its gate
         closed, or step 2 not yet made: closing it would stop nothing): Swarm's
         constraint enforcer acts on no paused node, so that task runs on with the step's
@@ -424,13 +429,25 @@ class Repin:
             "update`): Swarm stops no task there, so its task runs on with "
             f"{','.join(st.source_uuids)}; the ledger and device map back on them, gate "
             "open; left to placement (`docker node update --availability active` lets a "
-            "repin there again)"))
+            "repin there again)"), renewed)
 
     def _hand_back(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None,
-                   waits: Waits, why: str) -> None:
+                   waits: Waits, why: str, renewed: bool = False) -> None:
         """Left to placement on ``st``'s source GPUs, which its task still runs with: the
         ledger and device map back on them, gate open, ``why`` said (another service
-        holds them now: ``_taken``)."""
+        holds them now: ``_taken``). ``renewed``: each task Swarm wants on the node was
+        made after step 1 (a restart between the steps), with the device map of
+        ``st``'s target GPUs: it ends there instead, the ledger on them, gate open."""
+        if renewed:
+            if self._taken(sid, st, node, held, st.target_holding(), waits):
+                return
+            self._open(st, st.target_holding())
+            outcome = Outcome.DONE if st.direction == "forward" else Outcome.ROLLED_BACK
+            self._finish(sid, st, outcome, (
+                f"its task on {st.source_host} was made after the repin's device map "
+                f"(restarted between its steps), with {','.join(st.target_uuids)}: the "
+                "ledger names them, gate open"), waits)
+            return
         if self._taken(sid, st, node, held, st.source_holding(), waits):
             return
         ahead = swapped(st, self.clock())  # its GPU sets swapped: its target is the source
@@ -439,10 +456,11 @@ class Repin:
         self._finish(sid, st, Outcome.FAILED, why, waits)
 
     def _late(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None,
-              gate_open: bool, waits: Waits, kept: bool = False) -> bool:
+              gate_open: bool, waits: Waits, kept: bool = False,
+              renewed: bool = False) -> bool:
         """Past ``move_timeout_s``; True when this look is done (``gate_open``: the gate
         as ``advance`` read it; ``kept``: closed while Swarm still wants a task on the
-        node, the old one, made before it closed)."""
+        node, made before it closed; ``renewed``: each such task made after step 1)."""
         if st.trigger == HEALTH:
             # Never rolled back: that would restore its holding on the failed GPU, which
             # the policy proposes again at once (a restart loop). Once the gate is open on
@@ -488,7 +506,7 @@ class Repin:
                 f"its task on {st.source_host} is not running within "
                 f"{self.cfg.move_timeout_s:g}s and Swarm still wants its old task there, "
                 f"on {','.join(st.source_uuids)}: the ledger and device map back on "
-                "them, gate open; left to placement"))
+                "them, gate open; left to placement"), renewed)
             return True
         if waits.held:
             # Past the hold's limit: ended where it is, not rolled back (a roll-back's own
