@@ -31,8 +31,8 @@ How a placement is expressed (every piece verified on a real swarm, see README):
 
 The package, by responsibility; each module imports only modules listed before it
 (README.md "Layout" says what each owns; tests/test_layout.py checks both): ``keys``,
-``records``; ``envs``, ``ledger``, ``recreated``, ``specs``, ``tasks``, ``backoff``,
-``generic``;
+``records``; ``envs``, ``ledger``, ``recreated``, ``repinned``, ``specs``, ``tasks``,
+``backoff``, ``generic``;
 ``hostports``; ``memsize``, ``reasons``, ``cpunodes``, ``cluster``, ``replicas``, ``filters``,
 ``quiet``, ``memo``; ``queues``;
 ``cycle``, ``jobs``, ``preemptroom``, ``preempted``, ``preemptview``, ``preempt``,

@@ -573,8 +573,7 @@ class StoppingGpus:
         running: dict[str, tuple[str, Uses]] = {}
         for t in tasks:  # learned before it stops: its ledger entry may change first
             if t.node_id and t.state in ASSIGNED_STATES:
-                got = (self.running.get(t.id) or self._repinned(t, by_id)
-                       or self._from_ledger(t, names, ledger))
+                got = self.running.get(t.id) or self._unlearned(t, by_id, names, ledger)
             else:  # rejected, not yet desired shutdown: as learned while it ran
                 got = self.running.get(t.id) if t.rejected_until is not None else None
             if got is not None:
@@ -585,8 +584,7 @@ class StoppingGpus:
             owner[t.id] = t.service_id
             own = task_device_uses(t, self.prefix, facts.get(t.node_id))
             got = ((t.node_id, own) if own else self.known.get(t.id)
-                   or self.running.get(t.id) or self._repinned(t, by_id)
-                   or self._from_ledger(t, names, ledger))
+                   or self.running.get(t.id) or self._unlearned(t, by_id, names, ledger))
             if got is not None:
                 known[t.id] = got
         self.known, self.running, self.names = known, running, names
@@ -633,12 +631,14 @@ class StoppingGpus:
             got[1] if got is not None else ())
         return {u for u, _m in uses} or None
 
-    def _repinned(self, t: SwarmTask, by_id: Mapping[str, SwarmService],
-                  ) -> tuple[str, Uses] | None:
-        """The GPUs ``t`` runs with by its service's same-node repin in flight
-        (``repinned``): from step 2 on the ledger names the repin's new GPUs."""
+    def _unlearned(self, t: SwarmTask, by_id: Mapping[str, SwarmService],
+                   names: Mapping[str, str], ledger: Mapping[str, Mapping[str, Holding]],
+                   ) -> tuple[str, Uses] | None:
+        """``t``'s GPUs where nothing was learned of them: by its service's same-node
+        repin in flight (``repinned``: from its step 2 on the ledger names the repin's new
+        GPUs), else from the ledger."""
         uses = repin_uses(t, by_id.get(t.service_id), self.prefix)
-        return (t.node_id, uses) if uses else None
+        return (t.node_id, uses) if uses else self._from_ledger(t, names, ledger)
 
     def _from_ledger(self, t: SwarmTask, names: Mapping[str, str],
                      ledger: Mapping[str, Mapping[str, Holding]]) -> tuple[str, Uses] | None:

@@ -42,20 +42,21 @@ limit (twice ``move_timeout_s``: Swarm has not let the old task go) ends there, 
 left closed (the old task carries the failed GPU), left to placement. A node paused
 before Swarm let the old task go (its constraint enforcer acts on no paused node), its
 gate closed or step 2 not yet made, ends a repin that cycle, back on the GPUs the old
-task has (``_paused``). No spec write leaves a task of the service waiting
-for a node (a replicated replacement N does not take) of an older revision, which Swarm
-never tries again (docs/deploy.md; ``Waits``): where nothing of it runs, a roll-back
-closes the gate first, then writes the spec with a ForceUpdate (the waiting task carried
-the new GPUs), and an end write carries one too; beside a running replica neither is
-made while such a task waits, for at most ``move_timeout_s`` past the repin's timeout (a
-task Swarm never places would hold the move and its budget for good): then the repin
-ends where it is (not rolled back: the roll-back's own task would be the one its write
-left waiting), its end written plain, one line naming the waiting tasks, and placement's
-renewal replaces them (its gate closed while Swarm still wants the old task there: back on
-the old GPUs that task has, gate open, as ``_paused``). A record whose service lost its
-move label (a stack re-deploy) is
-dropped and placement takes the service back from the ledger. A move label without a
-record is never acted on (``mover.verify``).
+task has (``_paused``; on the new ones where each task Swarm wants there was made after
+step 1, a restart between the steps: ``_hand_back``). No spec write leaves a task of the
+service waiting for a node (a replicated replacement N does not take) of an older
+revision, which Swarm never tries again (docs/deploy.md; ``Waits``): where nothing of it
+runs, a roll-back closes the gate first, then writes the spec with a ForceUpdate (the
+waiting task carried the new GPUs), and an end write carries one too; beside a running
+replica neither is made while such a task waits, for at most ``move_timeout_s`` past
+the repin's timeout (a task Swarm never places would hold the move and its budget for
+good): then the repin ends where it is (not rolled back: the roll-back's own task would
+be the one its write left waiting), its end written plain, one line naming the waiting
+tasks, and placement's renewal replaces them (its gate closed while Swarm still wants
+the old task there: back on the old GPUs that task has, gate open, as ``_paused``). A
+record whose service lost its move label (a stack re-deploy) is dropped and placement
+takes the service back from the ledger. A move label without a record is never acted on
+(``mover.verify``).
 """
 
 from __future__ import annotations
