@@ -249,3 +249,21 @@ def test_the_daemons_cycles_go_on_past_an_unread_service(tmp_path: Any, part: st
         (u,) = [u for u in d.last_session.ungranted if u.service_id == bad.id]
         assert not u.known and f"Spec.{part} is" in u.reason
     assert ("service", bad.id) not in sw.calls
+
+
+@pytest.mark.parametrize(("part", "value"), [("TaskTemplate", "x"), ("Labels", "x"),
+                                             ("Name", 7)])
+def test_an_unread_service_of_a_version_already_read_fails_all_the_same(
+        part: str, value: Any) -> None:
+    """a-bad read whole at its version, then the same version unread (a proxy between):
+    the reader's memo of that version is not its read, so it fails, named, as ever."""
+    planner = Planner()
+    nodes, (bad,), _ = settled_all(planner, [svc(BAD, GPUS4)])
+    planner.plan(nodes, [bad], [_task(bad)], FACTS)
+    spec = {"Name": bad.name, "Labels": dict(bad.labels), "TaskTemplate": {}, part: value}
+    same = service_from_api({"ID": bad.id, "Version": {"Index": bad.version}, "Spec": spec})
+    sp = {sp.id: sp for sp in planner.plan(nodes, [same], [_task(bad)], FACTS).services}
+    assert sp[bad.id].status == "failed" and sp[bad.id].unread
+    assert f"Spec.{part} is" in (sp[bad.id].reason or "")
+    again = {sp.id: sp for sp in planner.plan(nodes, [bad], [_task(bad)], FACTS).services}
+    assert again[bad.id].status == "placed"  # read whole again: planned as ever
