@@ -177,6 +177,14 @@ def test_nodes_as_docker_sends_them_read_as_ever() -> None:
     assert replace(gen, unread="x").unread == "x"
 
 
+def test_a_discrete_resource_of_none_reads_as_zero_not_unread() -> None:
+    """dockerd advertises ``gpu=0`` (node-generic-resources) with no Value: Docker omits
+    a zero Value (omitempty), so the node reads whole, its count 0."""
+    got = node_from_api(raw_node("n1", "h1", Description={"Resources": {
+        "GenericResources": [{"DiscreteResourceSpec": {"Kind": "gpu"}}]}}))
+    assert got.unread == "" and got.discrete_resources == {"gpu": 0}
+
+
 def _unread(nodes: list[SwarmNode], nid: str) -> list[SwarmNode]:
     return [replace(n, unread=f"node {n.hostname}: Description.Resources is str 'x'")
             if n.id == nid else n for n in nodes]

@@ -193,8 +193,9 @@ class _Reader:
                     if ok:
                         named.setdefault(kind, []).append(value)
                 else:
+                    # (no Value: 0, which Docker omits as empty)
                     count = self.count(body, "Value", f"{at}.{key}.")
-                    ok = bool(kind) and body.get("Value") is not None
+                    ok = bool(kind)
                     if ok:
                         discrete[kind] = count
                 if not ok:
