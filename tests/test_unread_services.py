@@ -23,10 +23,11 @@ from support.placement import P, apply, svc
 from swarmgpu.core.config import AgentsConfig, Config, RebalanceConfig, SyncConfig
 from swarmgpu.manager.commands.plan import render_plan
 from swarmgpu.manager.cycle.placement import findings_of
+from swarmgpu.manager.cycle.releases import hold_stale_releases
 from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.agentbook import AgentRecord
-from swarmgpu.manager.placement import Planner
+from swarmgpu.manager.placement import PlacementPlan, Planner, assign_key
 from swarmgpu.manager.services.grants import ImageEnv, find_ungranted, service_access
 from swarmgpu.manager.web.cluster_view import build_cluster, render_status
 from swarmgpu.swarm.client import (
@@ -267,3 +268,27 @@ def test_an_unread_service_of_a_version_already_read_fails_all_the_same(
     assert f"Spec.{part} is" in (sp[bad.id].reason or "")
     again = {sp.id: sp for sp in planner.plan(nodes, [bad], [_task(bad)], FACTS).services}
     assert again[bad.id].status == "placed"  # read whole again: planned as ever
+
+
+class _Gate:
+    def reread(self, kind: str, obj_id: str) -> None:
+        pass
+
+
+class _NowUnread:
+    """The engine answering a-bad, read whole at the snapshot, unread at write time."""
+
+    def service(self, service_id: str) -> SwarmService:
+        return service_from_api({"ID": service_id, "Version": {"Index": 9},
+                                 "Spec": {"Name": BAD, "Labels": {}, "TaskTemplate": "x"}})
+
+
+def test_a_release_of_a_service_unread_at_write_time_is_held_back() -> None:
+    """a-bad's plan releases its ledger entry on n-a; read again before the write, its
+    TaskTemplate is a string: nothing of its plan is written (as for one that cannot be
+    read), never the cycle's writes failed for it."""
+    plan = PlacementPlan()
+    plan.node_remove["n-a"] = [assign_key(P, BAD)]
+    held = hold_stale_releases(_NowUnread(), _Gate(), plan,  # type: ignore[arg-type]
+                               [svc(BAD, GPUS4)], P)
+    assert held == {BAD} and not plan.node_remove.get("n-a")
