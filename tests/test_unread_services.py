@@ -13,6 +13,7 @@ a Name reads as nameless, as ever (the engine's fakes in tests send such)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -55,6 +56,9 @@ class _Api:
 
     def services(self) -> list[Any]:
         return self.raw
+
+    def inspect_service(self, service_id: str) -> Any:
+        return next(s for s in self.raw if s["ID"] == service_id)
 
 
 def _client(raw: list[Any]) -> SwarmClient:
@@ -292,3 +296,15 @@ def test_a_release_of_a_service_unread_at_write_time_is_held_back() -> None:
     held = hold_stale_releases(_NowUnread(), _Gate(), plan,  # type: ignore[arg-type]
                                [svc(BAD, GPUS4)], P)
     assert held == {BAD} and not plan.node_remove.get("n-a")
+
+
+def test_a_spec_write_to_a_service_unread_at_write_time_is_refused() -> None:
+    """Any writer (placement, a move, a preemption, a restart) reads the spec afresh: a
+    part of it unread, nothing is computed from it nor written (SwarmError, its own)."""
+    sw = _client([_raw(BAD, TaskTemplate="x")])
+    sw.on_write = sw.on_landed = None
+    seen: list[Any] = []
+    with pytest.raises(SwarmError, match=re.escape(
+            "service write refused: Spec.TaskTemplate is str 'x'")):
+        sw.update_service_spec(f"id-{BAD}", lambda spec: seen.append(spec) or {})
+    assert seen == []

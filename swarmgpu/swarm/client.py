@@ -255,6 +255,15 @@ def _labels_readable(raw: Any) -> Any:
     return raw
 
 
+def _spec_readable(raw: Any) -> Any:
+    """``raw``, a service read to write its spec, unless some part of it cannot be read
+    (``SwarmService.unread``): then no write, its spec kept as it is (SwarmError)."""
+    unread = service_from_api(raw).unread
+    if unread:
+        raise SwarmError(f"service write refused: {unread}")
+    return raw
+
+
 _PLACEMENT = "Spec.TaskTemplate.Placement"
 _CONTAINER = "Spec.TaskTemplate.ContainerSpec"
 _EMPTY: Mapping[str, Any] = {}
@@ -685,6 +694,6 @@ class SwarmClient:
             return None if new is None or new == spec else new
 
         return self._told("service", service_id, lambda: self._read_modify_write(
-            lambda: self._call(self._api.inspect_service, service_id), change,
+            lambda: _spec_readable(self._call(self._api.inspect_service, service_id)), change,
             lambda raw, new: self._call(self._post_service_update, service_id, raw, new),
             attempts, f"service {service_id}: kept changing for {attempts} attempts"))
