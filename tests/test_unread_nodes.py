@@ -34,7 +34,7 @@ from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.sync import LabelSync, Snapshot
-from swarmgpu.manager.placement import plan_placement, read_ledger
+from swarmgpu.manager.placement import Planner, plan_placement, read_ledger
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.signals import Signals
@@ -291,3 +291,22 @@ def test_audit_s_table_and_status_show_an_unread_node_s_labels_kept() -> None:
     assert row.split()[4] == "kept"
     (n2,) = [n for n in build_cluster(snap, None, findings=found)["nodes"] if n["id"] == "n-4090"]
     assert n2["labels_state"] == "kept"
+
+
+def test_a_node_read_whole_again_at_its_version_shows_its_holdings_again() -> None:
+    """gpu-node-2's Spec.Labels a list, then read whole at the same spec version (a proxy
+    between, mended): the planner remembers a node's ledger and gates by its version, so
+    it kept the unread read's (none): held, running there, was moved to gpu-node-1 and
+    more given every GPU of gpu-node-2, held's among them. Now as a fresh planner has it."""
+    raw = raw_node("n-4090", "gpu-node-2")
+    raw["Spec"]["Labels"] = [f"{k}={v}" for k, v in hold("held", [HELD]).items()]
+    whole = raw_node("n-4090", "gpu-node-2", hold("held", [HELD]))
+    unread, read = (_client([raw_node("n-dgx", "gpu-node-1"), n]).nodes() for n in (raw, whole))
+    assert unread[1].unread and unread[1].version == read[1].version
+    services = [svc("held", {f"{P}gpus": "1"}), svc("more", {f"{P}gpus": "8"})]
+    tasks = [SwarmTask("t1", "id-held", "n-4090", 1, "running", "running", ())]
+    planner = Planner()
+    planner.plan(unread, services, tasks, FACTS)
+    by = {sp.name: sp for sp in planner.plan(read, services, tasks, FACTS).services}
+    assert [(p.node_id, p.uuids) for p in by["held"].placements] == [("n-4090", (HELD,))]
+    assert all(HELD not in p.uuids for p in by["more"].placements)
