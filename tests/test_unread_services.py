@@ -300,11 +300,13 @@ def test_a_release_of_a_service_unread_at_write_time_is_held_back() -> None:
 
 def test_a_spec_write_to_a_service_unread_at_write_time_is_refused() -> None:
     """Any writer (placement, a move, a preemption, a restart) reads the spec afresh: a
-    part of it unread, nothing is computed from it nor written (SwarmError, its own)."""
+    part of it unread, nothing is computed from it nor written (a SwarmError, and an
+    UnreadSpec for the writers that skip such a spec)."""
     sw = _client([_raw(BAD, TaskTemplate="x")])
     sw.on_write = sw.on_landed = None
     seen: list[Any] = []
     with pytest.raises(SwarmError, match=re.escape(
-            "service write refused: Spec.TaskTemplate is str 'x'")):
+            "service write refused: Spec.TaskTemplate is str 'x'")) as got:
         sw.update_service_spec(f"id-{BAD}", lambda spec: seen.append(spec) or {})
     assert seen == []
+    assert isinstance(got.value, UnreadSpec)  # (a writer's own skip of such a spec: taken)

@@ -55,6 +55,12 @@ class VersionConflict(SwarmError):
     """The object changed since we read it ("update out of sequence")."""
 
 
+class UnreadWrite(SwarmError, UnreadSpec):
+    """A spec write refused: the service as read for it has a part that cannot be read
+    (``SwarmService.unread``). Both kinds: a writer that takes a spec it cannot read
+    for its own skip (``UnreadSpec``) does, the others see a failed write."""
+
+
 class NotLeader(SwarmError):
     """The write was not made: this daemon's engine no longer leads the swarm
     (``SwarmClient.may_write``)."""
@@ -260,7 +266,7 @@ def _spec_readable(raw: Any) -> Any:
     (``SwarmService.unread``): then no write, its spec kept as it is (SwarmError)."""
     unread = service_from_api(raw).unread
     if unread:
-        raise SwarmError(f"service write refused: {unread}")
+        raise UnreadWrite(f"service write refused: {unread}")
     return raw
 
 
