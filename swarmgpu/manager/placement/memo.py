@@ -28,7 +28,6 @@ from swarmgpu.manager.placement.keys import assign_key, gate_key, owned_prefixes
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.quiet import QuietServices
 from swarmgpu.manager.placement.records import EMPTY, ServicePlan, Status
-from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.manager.placement.tasks import TaskBook
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmNode, SwarmService
