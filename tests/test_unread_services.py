@@ -310,3 +310,15 @@ def test_a_spec_write_to_a_service_unread_at_write_time_is_refused() -> None:
         sw.update_service_spec(f"id-{BAD}", lambda spec: seen.append(spec) or {})
     assert seen == []
     assert isinstance(got.value, UnreadSpec)  # (a writer's own skip of such a spec: taken)
+
+
+def test_an_update_config_that_is_no_object_is_named_not_a_swarmgpu_fault() -> None:
+    """a-bad's Spec.UpdateConfig a string (its parallelism read for the device map): its
+    plan names the field and the fix, not a fault to report; the others placed."""
+    bad = _unread(svc(BAD, GPUS4), "UpdateConfig", "x")
+    got = {sp.name: sp for sp in Planner().plan(
+        list(NODES), [bad, svc("b-ok", GPUS4)], [_task(bad)], FACTS).services}
+    assert got[BAD].status == "failed" and got[BAD].unread
+    assert "Spec.UpdateConfig is str 'x', not an object" in (got[BAD].reason or "")
+    assert "swarmgpu fault" not in (got[BAD].reason or "")
+    assert got["b-ok"].status == "placed"
