@@ -310,3 +310,13 @@ def test_a_node_read_whole_again_at_its_version_shows_its_holdings_again() -> No
     by = {sp.name: sp for sp in planner.plan(read, services, tasks, FACTS).services}
     assert [(p.node_id, p.uuids) for p in by["held"].placements] == [("n-4090", (HELD,))]
     assert all(HELD not in p.uuids for p in by["more"].placements)
+
+
+def test_a_global_service_waiting_on_an_unread_node_names_why() -> None:
+    """A global service placed on every node but an unread one: that node's wait names
+    the part that cannot be read, not "down, paused or drained" (it is neither)."""
+    nodes = _listed()
+    g = replace(svc("glob", {f"{P}gpus": "1"}), mode="global", replicas=None)
+    (sp,) = plan_placement(nodes, [g], [], FACTS).services
+    assert [p.node_id for p in sp.placements] == ["n-dgx"]
+    assert sp.nodes_waiting == {"gpu-node-2": nodes[1].unread}
