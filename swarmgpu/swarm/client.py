@@ -25,6 +25,7 @@ from swarmgpu.core.peertext import quoted
 from swarmgpu.swarm.eventstream import Cut, NotAnEvent, read_events
 from swarmgpu.swarm.specread import (
     UnreadSpec,
+    job_iteration,
     spec_count,
     spec_labels,
     spec_maybe_count,
@@ -236,7 +237,7 @@ def service_from_api(raw: Any) -> SwarmService:
             job.get("MaxConcurrent"), "Spec.Mode.ReplicatedJob.MaxConcurrent"), None),
         total_completions=_part(why, lambda: spec_maybe_count(
             job.get("TotalCompletions"), "Spec.Mode.ReplicatedJob.TotalCompletions"), None),
-        job_iteration=_part(why, lambda: _job_iteration(raw), 0),
+        job_iteration=_part(why, lambda: job_iteration(raw), 0),
         created_at=str(raw.get("CreatedAt") or ""),
         endpoint_ports=endpoint_ports(raw),
         unread="; ".join(why),
@@ -284,13 +285,6 @@ def _part(why: list[str], read: Callable[[], _T], default: _T) -> _T:
     except UnreadSpec as exc:
         why.append(str(exc))
         return default
-
-
-def _job_iteration(raw: Mapping[str, Any]) -> int:
-    """``JobStatus.JobIteration.Index``: the run a job is on (0: none)."""
-    status = spec_object(raw.get("JobStatus"), "JobStatus")
-    return spec_count(spec_object(status.get("JobIteration"), "JobStatus.JobIteration")
-                      .get("Index"), "JobStatus.JobIteration.Index")
 
 
 def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:

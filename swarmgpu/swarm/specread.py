@@ -86,3 +86,10 @@ def spec_text(value: Any, where: str) -> str:
         raise UnreadSpec(f"{where} is {quoted(value)}, not a text (Docker sends one; check "
                          "any proxy, or re-create the service)")
     return value
+
+
+def job_iteration(raw: Mapping[str, Any]) -> int:
+    """A service's ``JobStatus.JobIteration.Index``: the run a job is on (0: none)."""
+    status = spec_object(raw.get("JobStatus"), "JobStatus")
+    return spec_count(spec_object(status.get("JobIteration"), "JobStatus.JobIteration")
+                      .get("Index"), "JobStatus.JobIteration.Index")
