@@ -39,7 +39,14 @@ from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.manager.web.cluster_view import build_cluster, render_status
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import (
+    SwarmClient,
+    SwarmError,
+    SwarmNode,
+    SwarmService,
+    SwarmTask,
+    service_from_api,
+)
 from swarmgpu.swarm.swarmnode import node_from_api
 
 HELD = FACTS["n-4090"].gpus[0].uuid
@@ -320,3 +327,18 @@ def test_a_global_service_waiting_on_an_unread_node_names_why() -> None:
     (sp,) = plan_placement(nodes, [g], [], FACTS).services
     assert [p.node_id for p in sp.placements] == ["n-dgx"]
     assert sp.nodes_waiting == {"gpu-node-2": nodes[1].unread}
+
+
+def test_an_unread_service_on_an_unread_node_is_named_by_its_own_field() -> None:
+    """held's spec unread (TaskTemplate a string) and its task on gpu-node-2, whose
+    labels cannot be read: its plan names its own spec's field, the fix its owner makes
+    (the node's fault said the node's own way, apart)."""
+    raw = raw_node("n-4090", "gpu-node-2")
+    raw["Spec"]["Labels"] = ["x=y"]
+    nodes = _client([raw_node("n-dgx", "gpu-node-1"), raw]).nodes()
+    held = service_from_api({"ID": "id-held", "Version": {"Index": 2}, "Spec": {
+        "Name": "held", "Labels": {f"{P}gpus": "1"}, "TaskTemplate": "x"}})
+    tasks = [SwarmTask("t1", "id-held", "n-4090", 1, "running", "running", ())]
+    (sp,) = plan_placement(nodes, [held], tasks, FACTS).services
+    assert sp.status == "failed" and sp.unread
+    assert "held's spec cannot be read: Spec.TaskTemplate is str 'x'" in (sp.reason or "")

@@ -41,7 +41,8 @@ def on_unread_nodes(by_id: Mapping[str, SwarmNode], tasks: Sequence[SwarmTask],
     node where its labels as read show no holding of it (Spec.Labels unread: what it
     holds there is unknown). Planned as failed, nothing is written for it: it is not
     given GPUs elsewhere and its task is not replaced for a node that could not be read."""
-    names = {s.id: s.name for s in services}
+    # (one whose own spec is unread is failed by its read, naming its own field)
+    names = {s.id: s.name for s in services if not s.unread}
     out: dict[str, Exception] = {}
     for t in tasks:
         n = by_id.get(t.node_id)
