@@ -322,3 +322,16 @@ def test_an_update_config_that_is_no_object_is_named_not_a_swarmgpu_fault() -> N
     assert "Spec.UpdateConfig is str 'x', not an object" in (got[BAD].reason or "")
     assert "swarmgpu fault" not in (got[BAD].reason or "")
     assert got["b-ok"].status == "placed"
+
+
+def test_a_service_whose_name_cannot_be_read_is_named_by_its_id() -> None:
+    """Spec a string: no name to say, so the plan, its log and status name its ID."""
+    bad = service_from_api({"ID": "id-q", "Version": {"Index": 2}, "Spec": "x"})
+    plan = Planner().plan(list(NODES), [bad, svc("b-ok", GPUS4)], [], FACTS)
+    sp = {sp.id: sp for sp in plan.services}["id-q"]
+    assert (sp.reason or "").startswith("service id-q's spec cannot be read: Spec is str")
+    text = render_plan(plan.services, ungranted=[], workload={}, health=[], moves=None,
+                       listen="")
+    assert "not planned, a spec that cannot be read: service id-q: fix" in text
+    status = render_status(build_cluster(snapshot(list(NODES), [bad], []), plan))
+    assert "  service id-q: service id-q's spec cannot be read" in status

@@ -52,6 +52,11 @@ def on_unread_nodes(by_id: Mapping[str, SwarmNode], tasks: Sequence[SwarmTask],
     return out
 
 
+def named(s: SwarmService) -> str:
+    """``s``'s name, or its ID where its name cannot be read (``ServiceRead.unnamed``)."""
+    return s.name or f"service {s.id}"
+
+
 def failed_reason(name: str, exc: Exception) -> str:
     """What the plan of ``name`` says when planning it raised ``exc`` (no traceback)."""
     if isinstance(exc, UnreadNode):  # its node's answer's fault: not the spec's
@@ -74,7 +79,7 @@ def failed_plan(s: SwarmService, r: GpuRequest | RequestError, exc: Exception) -
     except Exception:
         text = ""
     return ServicePlan(s.name, s.id, req, text, Status.FAILED, State.FAILED,
-                       reason=failed_reason(s.name, exc), mode=s.mode,
+                       reason=failed_reason(named(s), exc), mode=s.mode,
                        unread=isinstance(exc, UnreadSpec))
 
 
@@ -292,4 +297,4 @@ class Faults:
                 f"{peer_text(str(undone), 200)}): its nodes are rebuilt from the ledger "
                 "next cycle")
             logger.bind(service=s.name).opt(exception=undone or exc).error(
-                "placement: {}{}", failed_reason(s.name, exc), also)
+                "placement: {}{}", failed_reason(named(s), exc), also)
