@@ -342,3 +342,16 @@ def test_an_unread_service_on_an_unread_node_is_named_by_its_own_field() -> None
     (sp,) = plan_placement(nodes, [held], tasks, FACTS).services
     assert sp.status == "failed" and sp.unread
     assert "held's spec cannot be read: Spec.TaskTemplate is str 'x'" in (sp.reason or "")
+
+
+def test_a_node_listed_without_its_spec_is_unread_its_holder_left_there() -> None:
+    """gpu-node-2 listed with no Spec (Docker sends one with every node): read as empty,
+    its labels seemed gone and held, running there, was moved to gpu-node-1."""
+    raw = raw_node("n-4090", "gpu-node-2", hold("held", [HELD]))
+    del raw["Spec"]
+    nodes = _client([raw_node("n-dgx", "gpu-node-1"), raw]).nodes()
+    assert nodes[1].unread.startswith("node gpu-node-2: Spec is null or missing, not an object")
+    services = [svc("held", {f"{P}gpus": "1"})]
+    tasks = [SwarmTask("t1", "id-held", "n-4090", 1, "running", "running", ())]
+    (sp,) = plan_placement(nodes, services, tasks, FACTS).services
+    assert not sp.placements and not sp.needs_service_write

@@ -335,3 +335,19 @@ def test_a_service_whose_name_cannot_be_read_is_named_by_its_id() -> None:
     assert "not planned, a spec that cannot be read: service id-q: fix" in text
     status = render_status(build_cluster(snapshot(list(NODES), [bad], []), plan))
     assert "  service id-q: service id-q's spec cannot be read" in status
+
+
+@pytest.mark.parametrize("spec", ["missing", None])
+def test_a_service_listed_without_its_spec_keeps_what_it_holds(spec: Any) -> None:
+    """a-bad listed with no Spec (or a null one; Docker sends one with every service):
+    read as empty, its name was "" and its request none, so its ledger entries were
+    released while its task ran there. Now it is unread and what it holds stays."""
+    planner = Planner()
+    nodes, (bad,), _ = settled_all(planner, [svc(BAD, GPUS4)])
+    raw: dict[str, Any] = {"ID": bad.id, "Version": {"Index": bad.version + 1}}
+    if spec is None:
+        raw["Spec"] = None
+    got = service_from_api(raw)
+    assert got.unread.startswith("Spec is null or missing, not an object")
+    plan = planner.plan(nodes, [got], [_task(bad)], FACTS)
+    assert plan.released == [] and not plan.node_remove

@@ -206,7 +206,7 @@ def service_from_api(raw: Any) -> SwarmService:
         raise SwarmError(f"a service listed without an ID ({quoted(sid)}; Docker sends one "
                          "with every service; check any proxy)")
     why: list[str] = []
-    spec = _part(why, lambda: spec_object(raw.get("Spec"), "Spec"), _EMPTY)
+    spec = _part(why, lambda: spec_object(raw.get("Spec"), "Spec", required=True), _EMPTY)
     tt = _part(why, lambda: spec_object(spec.get("TaskTemplate"), "Spec.TaskTemplate"), _EMPTY)
     placement = _part(why, lambda: spec_object(tt.get("Placement"), _PLACEMENT), _EMPTY)
     container = _part(why, lambda: spec_object(tt.get("ContainerSpec"), _CONTAINER), _EMPTY)

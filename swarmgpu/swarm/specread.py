@@ -25,10 +25,16 @@ class UnreadSpec(ValueError):
     """A spec's field that is not what Docker sends; the message names it."""
 
 
-def spec_object(value: Any, where: str, fix: str = "") -> Mapping[str, Any]:
+def spec_object(value: Any, where: str, fix: str = "",
+                required: bool = False) -> Mapping[str, Any]:
     """``value`` as an object (absent or null: empty), else ``UnreadSpec``; ``fix``:
-    what to do, where the thing read is no service's spec (a node's)."""
+    what to do, where the thing read is no service's spec (a node's); ``required``: one
+    Docker always sends (a Spec), absent or null unread too: read as empty, what it
+    holds would seem gone."""
     if value is None:
+        if required:
+            raise UnreadSpec(f"{where} is null or missing, not an object (Docker sends one; "
+                             f"{fix or _SERVICE_FIX})")
         return _EMPTY
     if not isinstance(value, Mapping):
         raise UnreadSpec(f"{where} is {type(value).__name__} {quoted(value)}, not an object "
