@@ -160,14 +160,14 @@ class _Swarm:
 
 
 def _restart_case(fresh: list[SwarmTask], others: Sequence[SwarmService] = (),
-                  records: Mapping[str, str] | None = None, **budgets: int,
-                  ) -> tuple[_Swarm, int, list[str]]:
+                  records: Mapping[str, str] | None = None, unread: str = "",
+                  **budgets: int) -> tuple[_Swarm, int, list[str]]:
     base = Config()
     cfg = replace(base, dry_run=False, placement=replace(base.placement, overshare="restart"),
                   rebalance=replace(base.rebalance, **budgets))
     held = Holding("victim", DGX.id, (G1.uuid,), (500,))
     dgx = replace(DGX, labels={assign_key(P, "victim"): held.label_value(),
-                               gate_key(P, "victim"): "true"})
+                               gate_key(P, "victim"): "true"}, unread=unread)
     victim = VICTIM
     tasks = [TASKS[0]]
     snap = Snapshot([dgx], [victim, *others], tasks, {})
@@ -193,6 +193,16 @@ def test_a_restart_rechecks_swarm_before_it_writes() -> None:
     swarm, n, why = _restart_case([TASKS[0]])
     assert n == 1 and ("node", DGX.id) in swarm.writes and why == []
 
+
+
+def test_no_restart_on_a_node_whose_answer_cannot_be_read() -> None:
+    """gpu-node-1's engine answer unread in part (SwarmNode.unread): none of its labels is
+    written, so its gate cannot be closed; nothing is written for the restart (before,
+    the cooldown mark landed and the refused gate write failed the step)."""
+    unread = "node gpu-node-1: Description.Resources is str 'x'"
+    swarm, n, why = _restart_case([TASKS[0]], unread=unread)
+    assert (n, swarm.writes) == (0, [])
+    assert why == [unread]
 
 
 def test_forged_move_labels_do_not_ration_restarts() -> None:

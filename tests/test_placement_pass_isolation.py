@@ -202,13 +202,14 @@ def test_a_record_that_raises_after_the_commit_gives_the_gpus_back(
 def test_a_service_whose_ungating_raises_costs_itself_alone() -> None:
     """The pass that releases the services that no longer ask for a GPU: a-bad's
     request labels are gone, its gate is still in its spec, its UpdateConfig is not a
-    mapping. It is failed and keeps its ledger entry and its lines (nothing written)."""
+    mapping. It is failed, naming that field, and keeps its ledger entry and its lines
+    (nothing written)."""
     nodes, held = settled(svc(BAD, {f"{P}gpus": "4"}))
     bad = replace(held, labels={}, spec={"UpdateConfig": "fast"}, version=held.version + 1)
     ok = svc("b-ok", {f"{P}gpus": "4"})
     plan = Planner().plan(nodes, [bad, ok], [], FACTS)
     got = _by_name(plan)
-    _failed(got[BAD], "AttributeError")
+    _failed(got[BAD], "Spec.UpdateConfig is str 'fast'", fault="spec cannot be read")
     assert got["b-ok"].status == "placed"
     assert BAD not in plan.released
     assert not any(BAD in k for ks in plan.node_remove.values() for k in ks)
@@ -233,7 +234,7 @@ def test_a_service_whose_ungating_raises_keeps_its_gpus_committed() -> None:
         return replace(s, labels={}, spec={"UpdateConfig": "fast"}, version=s.version + 1)
 
     plan, _ = _held_stays(svc(BAD, {f"{P}gpus": "4"}), malformed)
-    _failed(_by_name(plan)[BAD], "AttributeError")
+    _failed(_by_name(plan)[BAD], "Spec.UpdateConfig is str 'fast'", fault="spec cannot be read")
 
 
 def test_a_plugin_check_that_raises_costs_its_service_alone(

@@ -34,12 +34,19 @@ from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.sync import LabelSync, Snapshot
-from swarmgpu.manager.placement import plan_placement, read_ledger
+from swarmgpu.manager.placement import Planner, plan_placement, read_ledger
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.manager.web.cluster_view import build_cluster, render_status
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import (
+    SwarmClient,
+    SwarmError,
+    SwarmNode,
+    SwarmService,
+    SwarmTask,
+    service_from_api,
+)
 from swarmgpu.swarm.swarmnode import node_from_api
 
 HELD = FACTS["n-4090"].gpus[0].uuid
@@ -177,6 +184,14 @@ def test_nodes_as_docker_sends_them_read_as_ever() -> None:
     assert replace(gen, unread="x").unread == "x"
 
 
+def test_a_discrete_resource_of_none_reads_as_zero_not_unread() -> None:
+    """dockerd advertises ``gpu=0`` (node-generic-resources) with no Value: Docker omits
+    a zero Value (omitempty), so the node reads whole, its count 0."""
+    got = node_from_api(raw_node("n1", "h1", Description={"Resources": {
+        "GenericResources": [{"DiscreteResourceSpec": {"Kind": "gpu"}}]}}))
+    assert got.unread == "" and got.discrete_resources == {"gpu": 0}
+
+
 def _unread(nodes: list[SwarmNode], nid: str) -> list[SwarmNode]:
     return [replace(n, unread=f"node {n.hostname}: Description.Resources is str 'x'")
             if n.id == nid else n for n in nodes]
@@ -283,3 +298,60 @@ def test_audit_s_table_and_status_show_an_unread_node_s_labels_kept() -> None:
     assert row.split()[4] == "kept"
     (n2,) = [n for n in build_cluster(snap, None, findings=found)["nodes"] if n["id"] == "n-4090"]
     assert n2["labels_state"] == "kept"
+
+
+def test_a_node_read_whole_again_at_its_version_shows_its_holdings_again() -> None:
+    """gpu-node-2's Spec.Labels a list, then read whole at the same spec version (a proxy
+    between, mended): the planner remembers a node's ledger and gates by its version, so
+    it kept the unread read's (none): held, running there, was moved to gpu-node-1 and
+    more given every GPU of gpu-node-2, held's among them. Now as a fresh planner has it."""
+    raw = raw_node("n-4090", "gpu-node-2")
+    raw["Spec"]["Labels"] = [f"{k}={v}" for k, v in hold("held", [HELD]).items()]
+    whole = raw_node("n-4090", "gpu-node-2", hold("held", [HELD]))
+    unread, read = (_client([raw_node("n-dgx", "gpu-node-1"), n]).nodes() for n in (raw, whole))
+    assert unread[1].unread and unread[1].version == read[1].version
+    services = [svc("held", {f"{P}gpus": "1"}), svc("more", {f"{P}gpus": "8"})]
+    tasks = [SwarmTask("t1", "id-held", "n-4090", 1, "running", "running", ())]
+    planner = Planner()
+    planner.plan(unread, services, tasks, FACTS)
+    by = {sp.name: sp for sp in planner.plan(read, services, tasks, FACTS).services}
+    assert [(p.node_id, p.uuids) for p in by["held"].placements] == [("n-4090", (HELD,))]
+    assert all(HELD not in p.uuids for p in by["more"].placements)
+
+
+def test_a_global_service_waiting_on_an_unread_node_names_why() -> None:
+    """A global service placed on every node but an unread one: that node's wait names
+    the part that cannot be read, not "down, paused or drained" (it is neither)."""
+    nodes = _listed()
+    g = replace(svc("glob", {f"{P}gpus": "1"}), mode="global", replicas=None)
+    (sp,) = plan_placement(nodes, [g], [], FACTS).services
+    assert [p.node_id for p in sp.placements] == ["n-dgx"]
+    assert sp.nodes_waiting == {"gpu-node-2": nodes[1].unread}
+
+
+def test_an_unread_service_on_an_unread_node_is_named_by_its_own_field() -> None:
+    """held's spec unread (TaskTemplate a string) and its task on gpu-node-2, whose
+    labels cannot be read: its plan names its own spec's field, the fix its owner makes
+    (the node's fault said the node's own way, apart)."""
+    raw = raw_node("n-4090", "gpu-node-2")
+    raw["Spec"]["Labels"] = ["x=y"]
+    nodes = _client([raw_node("n-dgx", "gpu-node-1"), raw]).nodes()
+    held = service_from_api({"ID": "id-held", "Version": {"Index": 2}, "Spec": {
+        "Name": "held", "Labels": {f"{P}gpus": "1"}, "TaskTemplate": "x"}})
+    tasks = [SwarmTask("t1", "id-held", "n-4090", 1, "running", "running", ())]
+    (sp,) = plan_placement(nodes, [held], tasks, FACTS).services
+    assert sp.status == "failed" and sp.unread
+    assert "held's spec cannot be read: Spec.TaskTemplate is str 'x'" in (sp.reason or "")
+
+
+def test_a_node_listed_without_its_spec_is_unread_its_holder_left_there() -> None:
+    """gpu-node-2 listed with no Spec (Docker sends one with every node): read as empty,
+    its labels seemed gone and held, running there, was moved to gpu-node-1."""
+    raw = raw_node("n-4090", "gpu-node-2", hold("held", [HELD]))
+    del raw["Spec"]
+    nodes = _client([raw_node("n-dgx", "gpu-node-1"), raw]).nodes()
+    assert nodes[1].unread.startswith("node gpu-node-2: Spec is null or missing, not an object")
+    services = [svc("held", {f"{P}gpus": "1"})]
+    tasks = [SwarmTask("t1", "id-held", "n-4090", 1, "running", "running", ())]
+    (sp,) = plan_placement(nodes, services, tasks, FACTS).services
+    assert not sp.placements and not sp.needs_service_write

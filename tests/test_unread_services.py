@@ -13,6 +13,7 @@ a Name reads as nameless, as ever (the engine's fakes in tests send such)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -23,10 +24,11 @@ from support.placement import P, apply, svc
 from swarmgpu.core.config import AgentsConfig, Config, RebalanceConfig, SyncConfig
 from swarmgpu.manager.commands.plan import render_plan
 from swarmgpu.manager.cycle.placement import findings_of
+from swarmgpu.manager.cycle.releases import hold_stale_releases
 from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.agentbook import AgentRecord
-from swarmgpu.manager.placement import Planner
+from swarmgpu.manager.placement import PlacementPlan, Planner, assign_key
 from swarmgpu.manager.services.grants import ImageEnv, find_ungranted, service_access
 from swarmgpu.manager.web.cluster_view import build_cluster, render_status
 from swarmgpu.swarm.client import (
@@ -54,6 +56,9 @@ class _Api:
 
     def services(self) -> list[Any]:
         return self.raw
+
+    def inspect_service(self, service_id: str) -> Any:
+        return next(s for s in self.raw if s["ID"] == service_id)
 
 
 def _client(raw: list[Any]) -> SwarmClient:
@@ -249,3 +254,100 @@ def test_the_daemons_cycles_go_on_past_an_unread_service(tmp_path: Any, part: st
         (u,) = [u for u in d.last_session.ungranted if u.service_id == bad.id]
         assert not u.known and f"Spec.{part} is" in u.reason
     assert ("service", bad.id) not in sw.calls
+
+
+@pytest.mark.parametrize(("part", "value"), [("TaskTemplate", "x"), ("Labels", "x"),
+                                             ("Name", 7)])
+def test_an_unread_service_of_a_version_already_read_fails_all_the_same(
+        part: str, value: Any) -> None:
+    """a-bad read whole at its version, then the same version unread (a proxy between):
+    the reader's memo of that version is not its read, so it fails, named, as ever."""
+    planner = Planner()
+    nodes, (bad,), _ = settled_all(planner, [svc(BAD, GPUS4)])
+    planner.plan(nodes, [bad], [_task(bad)], FACTS)
+    spec = {"Name": bad.name, "Labels": dict(bad.labels), "TaskTemplate": {}, part: value}
+    same = service_from_api({"ID": bad.id, "Version": {"Index": bad.version}, "Spec": spec})
+    sp = {sp.id: sp for sp in planner.plan(nodes, [same], [_task(bad)], FACTS).services}
+    assert sp[bad.id].status == "failed" and sp[bad.id].unread
+    assert f"Spec.{part} is" in (sp[bad.id].reason or "")
+    again = {sp.id: sp for sp in planner.plan(nodes, [bad], [_task(bad)], FACTS).services}
+    assert again[bad.id].status == "placed"  # read whole again: planned as ever
+
+
+class _Gate:
+    def reread(self, kind: str, obj_id: str) -> None:
+        pass
+
+
+class _NowUnread:
+    """The engine answering a-bad, read whole at the snapshot, unread at write time."""
+
+    def service(self, service_id: str) -> SwarmService:
+        return service_from_api({"ID": service_id, "Version": {"Index": 9},
+                                 "Spec": {"Name": BAD, "Labels": {}, "TaskTemplate": "x"}})
+
+
+def test_a_release_of_a_service_unread_at_write_time_is_held_back() -> None:
+    """a-bad's plan releases its ledger entry on n-a; read again before the write, its
+    TaskTemplate is a string: nothing of its plan is written (as for one that cannot be
+    read), never the cycle's writes failed for it."""
+    plan = PlacementPlan()
+    plan.node_remove["n-a"] = [assign_key(P, BAD)]
+    held = hold_stale_releases(_NowUnread(), _Gate(), plan,  # type: ignore[arg-type]
+                               [svc(BAD, GPUS4)], P)
+    assert held == {BAD} and not plan.node_remove.get("n-a")
+
+
+def test_a_spec_write_to_a_service_unread_at_write_time_is_refused() -> None:
+    """Any writer (placement, a move, a preemption, a restart) reads the spec afresh: a
+    part of it unread, nothing is computed from it nor written (a SwarmError, and an
+    UnreadSpec for the writers that skip such a spec)."""
+    sw = _client([_raw(BAD, TaskTemplate="x")])
+    sw.on_write = sw.on_landed = None
+    seen: list[Any] = []
+    with pytest.raises(SwarmError, match=re.escape(
+            "service write refused: Spec.TaskTemplate is str 'x'")) as got:
+        sw.update_service_spec(f"id-{BAD}", lambda spec: seen.append(spec) or {})
+    assert seen == []
+    assert isinstance(got.value, UnreadSpec)  # (a writer's own skip of such a spec: taken)
+
+
+def test_an_update_config_that_is_no_object_is_named_not_a_swarmgpu_fault() -> None:
+    """a-bad's Spec.UpdateConfig a string (its parallelism read for the device map): its
+    plan names the field and the fix, not a fault to report; the others placed."""
+    bad = _unread(svc(BAD, GPUS4), "UpdateConfig", "x")
+    got = {sp.name: sp for sp in Planner().plan(
+        list(NODES), [bad, svc("b-ok", GPUS4)], [_task(bad)], FACTS).services}
+    assert got[BAD].status == "failed" and got[BAD].unread
+    assert "Spec.UpdateConfig is str 'x', not an object" in (got[BAD].reason or "")
+    assert "swarmgpu fault" not in (got[BAD].reason or "")
+    assert got["b-ok"].status == "placed"
+
+
+def test_a_service_whose_name_cannot_be_read_is_named_by_its_id() -> None:
+    """Spec a string: no name to say, so the plan, its log and status name its ID."""
+    bad = service_from_api({"ID": "id-q", "Version": {"Index": 2}, "Spec": "x"})
+    plan = Planner().plan(list(NODES), [bad, svc("b-ok", GPUS4)], [], FACTS)
+    sp = {sp.id: sp for sp in plan.services}["id-q"]
+    assert (sp.reason or "").startswith("service id-q's spec cannot be read: Spec is str")
+    text = render_plan(plan.services, ungranted=[], workload={}, health=[], moves=None,
+                       listen="")
+    assert "not planned, a spec that cannot be read: service id-q: fix" in text
+    status = render_status(build_cluster(snapshot(list(NODES), [bad], []), plan))
+    assert "  service id-q: service id-q's spec cannot be read" in status
+
+
+@pytest.mark.parametrize("spec", ["missing", None])
+def test_a_service_listed_without_its_spec_keeps_what_it_holds(spec: Any) -> None:
+    """a-bad listed with no Spec (or a null one; Docker sends one with every service):
+    read as empty, its name was "" and its request none, so its ledger entries were
+    released while its task ran there. Now it is unread and what it holds stays."""
+    planner = Planner()
+    nodes, (bad,), _ = settled_all(planner, [svc(BAD, GPUS4)])
+    raw: dict[str, Any] = {"ID": bad.id, "Version": {"Index": bad.version + 1}}
+    if spec is None:
+        raw["Spec"] = None
+    got = service_from_api(raw)
+    assert got.unread.startswith("Spec is null or missing, not an object")
+    plan = planner.plan(nodes, [got], [_task(bad)], FACTS)
+    assert plan.released == [] and not plan.node_remove

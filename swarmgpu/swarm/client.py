@@ -25,6 +25,7 @@ from swarmgpu.core.peertext import quoted
 from swarmgpu.swarm.eventstream import Cut, NotAnEvent, read_events
 from swarmgpu.swarm.specread import (
     UnreadSpec,
+    job_iteration,
     spec_count,
     spec_labels,
     spec_maybe_count,
@@ -53,6 +54,12 @@ class SwarmNotFound(SwarmError):
 
 class VersionConflict(SwarmError):
     """The object changed since we read it ("update out of sequence")."""
+
+
+class UnreadWrite(SwarmError, UnreadSpec):
+    """A spec write refused: the service as read for it has a part that cannot be read
+    (``SwarmService.unread``). Both kinds: a writer that takes a spec it cannot read
+    for its own skip (``UnreadSpec``) does, the others see a failed write."""
 
 
 class NotLeader(SwarmError):
@@ -199,7 +206,7 @@ def service_from_api(raw: Any) -> SwarmService:
         raise SwarmError(f"a service listed without an ID ({quoted(sid)}; Docker sends one "
                          "with every service; check any proxy)")
     why: list[str] = []
-    spec = _part(why, lambda: spec_object(raw.get("Spec"), "Spec"), _EMPTY)
+    spec = _part(why, lambda: spec_object(raw.get("Spec"), "Spec", required=True), _EMPTY)
     tt = _part(why, lambda: spec_object(spec.get("TaskTemplate"), "Spec.TaskTemplate"), _EMPTY)
     placement = _part(why, lambda: spec_object(tt.get("Placement"), _PLACEMENT), _EMPTY)
     container = _part(why, lambda: spec_object(tt.get("ContainerSpec"), _CONTAINER), _EMPTY)
@@ -230,7 +237,7 @@ def service_from_api(raw: Any) -> SwarmService:
             job.get("MaxConcurrent"), "Spec.Mode.ReplicatedJob.MaxConcurrent"), None),
         total_completions=_part(why, lambda: spec_maybe_count(
             job.get("TotalCompletions"), "Spec.Mode.ReplicatedJob.TotalCompletions"), None),
-        job_iteration=_part(why, lambda: _job_iteration(raw), 0),
+        job_iteration=_part(why, lambda: job_iteration(raw), 0),
         created_at=str(raw.get("CreatedAt") or ""),
         endpoint_ports=endpoint_ports(raw),
         unread="; ".join(why),
@@ -255,6 +262,15 @@ def _labels_readable(raw: Any) -> Any:
     return raw
 
 
+def _spec_readable(raw: Any) -> Any:
+    """``raw``, a service read to write its spec, unless some part of it cannot be read
+    (``SwarmService.unread``): then no write, its spec kept as it is (SwarmError)."""
+    unread = service_from_api(raw).unread
+    if unread:
+        raise UnreadWrite(f"service write refused: {unread}")
+    return raw
+
+
 _PLACEMENT = "Spec.TaskTemplate.Placement"
 _CONTAINER = "Spec.TaskTemplate.ContainerSpec"
 _EMPTY: Mapping[str, Any] = {}
@@ -269,13 +285,6 @@ def _part(why: list[str], read: Callable[[], _T], default: _T) -> _T:
     except UnreadSpec as exc:
         why.append(str(exc))
         return default
-
-
-def _job_iteration(raw: Mapping[str, Any]) -> int:
-    """``JobStatus.JobIteration.Index``: the run a job is on (0: none)."""
-    status = spec_object(raw.get("JobStatus"), "JobStatus")
-    return spec_count(spec_object(status.get("JobIteration"), "JobStatus.JobIteration")
-                      .get("Index"), "JobStatus.JobIteration.Index")
 
 
 def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
@@ -685,6 +694,6 @@ class SwarmClient:
             return None if new is None or new == spec else new
 
         return self._told("service", service_id, lambda: self._read_modify_write(
-            lambda: self._call(self._api.inspect_service, service_id), change,
+            lambda: _spec_readable(self._call(self._api.inspect_service, service_id)), change,
             lambda raw, new: self._call(self._post_service_update, service_id, raw, new),
             attempts, f"service {service_id}: kept changing for {attempts} attempts"))

@@ -24,10 +24,16 @@ class UnreadSpec(ValueError):
     """A spec's field that is not what Docker sends; the message names it."""
 
 
-def spec_object(value: Any, where: str, fix: str = "") -> Mapping[str, Any]:
+def spec_object(value: Any, where: str, fix: str = "",
+                required: bool = False) -> Mapping[str, Any]:
     """``value`` as an object (absent or null: empty), else ``UnreadSpec``; ``fix``:
-    what to do, where the thing read is no service's spec (a node's)."""
+    what to do, where the thing read is no service's spec (a node's); ``required``: one
+    Docker always sends (a Spec), absent or null unread too: read as empty, what it
+    holds would seem gone."""
     if value is None:
+        if required:
+            raise UnreadSpec(f"{where} is null or missing, not an object (Docker sends one; "
+                             f"{fix or _SERVICE_FIX})")
         return _EMPTY
     if not isinstance(value, Mapping):
         raise UnreadSpec(f"{where} is {type(value).__name__} {quoted(value)}, not an object "
@@ -86,3 +92,10 @@ def spec_text(value: Any, where: str) -> str:
         raise UnreadSpec(f"{where} is {quoted(value)}, not a text (Docker sends one; check "
                          "any proxy, or re-create the service)")
     return value
+
+
+def job_iteration(raw: Mapping[str, Any]) -> int:
+    """A service's ``JobStatus.JobIteration.Index``: the run a job is on (0: none)."""
+    status = spec_object(raw.get("JobStatus"), "JobStatus")
+    return spec_count(spec_object(status.get("JobIteration"), "JobStatus.JobIteration")
+                      .get("Index"), "JobStatus.JobIteration.Index")

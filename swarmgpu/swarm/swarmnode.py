@@ -129,15 +129,10 @@ class _Reader:
 
     def part(self, of: Mapping[str, Any], key: str, where: str,
              required: bool = False) -> Mapping[str, Any]:
-        """``of[key]`` as an object; ``required``: Docker always sends it, so null is
-        unread too (a node's Spec: read as empty, its labels would seem gone)."""
-        value = of.get(key)
-        if required and value is None and key in of:
-            self._note(UnreadSpec(f"{where}{key} is null, not an object (Docker sends one; "
-                                  f"{NODE_FIX})"))
-            return {}
+        """``of[key]`` as an object; ``required``: Docker always sends it, so absent or
+        null is unread too (a node's Spec: read as empty, its labels would seem gone)."""
         try:
-            return spec_object(value, where + key, NODE_FIX)
+            return spec_object(of.get(key), where + key, NODE_FIX, required)
         except UnreadSpec as exc:
             self._note(exc)
             return {}
@@ -193,8 +188,9 @@ class _Reader:
                     if ok:
                         named.setdefault(kind, []).append(value)
                 else:
+                    # (no Value: 0, which Docker omits as empty)
                     count = self.count(body, "Value", f"{at}.{key}.")
-                    ok = bool(kind) and body.get("Value") is not None
+                    ok = bool(kind)
                     if ok:
                         discrete[kind] = count
                 if not ok:

@@ -42,7 +42,8 @@ def render_plan(
     raised, unread_specs = failed_names(services), unread_names(services)
     # in the plan's order; said last, where a reader ends (placement.isolate)
     failed = [sp.name for sp in services if sp.name in raised - unread_specs]
-    if unreadable := [sp.name for sp in services if sp.name in unread_specs]:
+    if unreadable := [sp.name or f"service {sp.id}" for sp in services
+                      if sp.name in unread_specs]:
         lines.append(f"not planned, a spec that cannot be read: {', '.join(unreadable)}: fix "
                      "the field each one's reason names (exit 1)")
     if failed:  # a swarmgpu fault

@@ -114,6 +114,10 @@ def _current(swarm: SwarmClient, gate: Writes, s: SwarmService, prefix: str) -> 
             exc,
         )
         return False
+    if now.unread:  # a part of its spec cannot be read: what it asks is not known
+        log.warning("placement: {}'s spec cannot be read, nothing of its plan written "
+                    "this cycle: {}", s.name, now.unread)
+        return False
     planned = Planned(s.spec, prefix)
     if planned.judge(now.spec):
         return True

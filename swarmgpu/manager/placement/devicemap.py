@@ -20,6 +20,7 @@ from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.manager.services.sharing import SHARE, node_of_key, want_labels
 from swarmgpu.swarm.client import SwarmService
+from swarmgpu.swarm.specread import spec_object
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +100,7 @@ def write_devices_and_gates(
     # A replicated service with no more replicas than its parallelism has every task in
     # the first batch already: no change, and no write to give it back.
     par_key = f"{prefix}state.update-parallelism"
-    current_par = int_or0(str((s.spec.get("UpdateConfig") or {}).get("Parallelism", 1)))
+    current_par = int_or0(str(parallelism_of(s)))
     parallelism: int | None = None
     if force and not running_on and (owners := all_at_once(s)) is not None:
         labels_set.setdefault(par_key, owners)
@@ -154,12 +155,18 @@ def kept_parallelism(s: SwarmService, prefix: str, *, released: bool = False
                   f"update --update-parallelism N --label-rm {key} {s.name}`")
 
 
+def parallelism_of(s: SwarmService) -> object:
+    """``Spec.UpdateConfig.Parallelism`` as sent (absent: 1, Swarm's default);
+    ``UnreadSpec`` where UpdateConfig is no object (its plan names it, not a fault)."""
+    return spec_object(s.spec.get("UpdateConfig"), "Spec.UpdateConfig").get("Parallelism", 1)
+
+
 def all_at_once(s: SwarmService) -> str | None:
     """The owner's update parallelism to record where a forced update of a service that
     runs nothing sets 0 (every waiting task replaced at once: the rolling updater waits
     for each new task to run); None where it is 0 already, or every task is in the first
     batch anyway."""
-    current = int_or0(str((s.spec.get("UpdateConfig") or {}).get("Parallelism", 1)))
+    current = int_or0(str(parallelism_of(s)))
     one_batch = s.mode == "replicated" and (s.replicas or 0) <= current
     return None if current == 0 or one_batch else str(current)
 

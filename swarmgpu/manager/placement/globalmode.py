@@ -177,7 +177,8 @@ def place_global(
             continue
         state = cluster.node_state(nid)
         if state is None or state.blocked:
-            waits[nid] = "node is down, paused or drained"
+            # (an unread node is blocked too: its answer's part named, with the fix)
+            waits[nid] = by_id[nid].unread or "node is down, paused or drained"
             continue
         if room is not None and room <= 0 and most is not None:
             waits[nid] = most[1]  # its queue's max: no more nodes

@@ -41,7 +41,8 @@ def on_unread_nodes(by_id: Mapping[str, SwarmNode], tasks: Sequence[SwarmTask],
     node where its labels as read show no holding of it (Spec.Labels unread: what it
     holds there is unknown). Planned as failed, nothing is written for it: it is not
     given GPUs elsewhere and its task is not replaced for a node that could not be read."""
-    names = {s.id: s.name for s in services}
+    # (one whose own spec is unread is failed by its read, naming its own field)
+    names = {s.id: s.name for s in services if not s.unread}
     out: dict[str, Exception] = {}
     for t in tasks:
         n = by_id.get(t.node_id)
@@ -49,6 +50,11 @@ def on_unread_nodes(by_id: Mapping[str, SwarmNode], tasks: Sequence[SwarmTask],
                 and t.node_id not in ledger.get(names[t.service_id], {})):
             out[t.service_id] = UnreadNode(f"a task of it runs on {n.unread}")
     return out
+
+
+def named(s: SwarmService) -> str:
+    """``s``'s name, or its ID where its name cannot be read (``ServiceRead.unnamed``)."""
+    return s.name or f"service {s.id}"
 
 
 def failed_reason(name: str, exc: Exception) -> str:
@@ -73,7 +79,7 @@ def failed_plan(s: SwarmService, r: GpuRequest | RequestError, exc: Exception) -
     except Exception:
         text = ""
     return ServicePlan(s.name, s.id, req, text, Status.FAILED, State.FAILED,
-                       reason=failed_reason(s.name, exc), mode=s.mode,
+                       reason=failed_reason(named(s), exc), mode=s.mode,
                        unread=isinstance(exc, UnreadSpec))
 
 
@@ -291,4 +297,4 @@ class Faults:
                 f"{peer_text(str(undone), 200)}): its nodes are rebuilt from the ledger "
                 "next cycle")
             logger.bind(service=s.name).opt(exception=undone or exc).error(
-                "placement: {}{}", failed_reason(s.name, exc), also)
+                "placement: {}{}", failed_reason(named(s), exc), also)

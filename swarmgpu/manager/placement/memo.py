@@ -19,7 +19,7 @@ in its second, gate-opening, cycle."""
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any, NamedTuple
 
 from swarmgpu.allocator.fragmentation import TaskShape
@@ -104,6 +104,16 @@ class PlannerMemo:
         # the planner's parts' records by service id, evicted with these
         self.by_service: tuple[MutableMapping[str, Any], ...] = ()
         self.fits: MutableMapping[str, Any] = {}  # ``KeptHoldings.fits``
+        self.unread_version = 0  # the last version given an unread node (``unmatched``)
+
+    def unmatched(self, nodes: Sequence[SwarmNode]) -> Sequence[SwarmNode]:
+        """``nodes``, each ``unread`` one given a spec version no record matches (a new
+        negative one each cycle): what its labels read in part made (its ledger, gates,
+        content) is never kept for the version it has read whole, its holdings missed."""
+        if not any(n.unread for n in nodes):
+            return nodes
+        self.unread_version -= 1
+        return [replace(n, version=self.unread_version) if n.unread else n for n in nodes]
 
     def request(self, sid: str) -> GpuRequest | RequestError | None:
         got = self.requests.get(sid)

@@ -269,7 +269,7 @@ class Planner:
         the holdings kept; visit each service that may have changed; forget what is
         gone; say the allocator's problems on the plans they name."""
         now = time.time() if now is None else now
-        plan = PlacementPlan()
+        plan, nodes = PlacementPlan(), self._memo.unmatched(nodes)  # (unread: none kept)
         # Taken, not read: a cycle that raises leaves none, so the next one is a full pass
         # (its node and task diffs are against the snapshot of the cycle that failed).
         records, self._memo.quiet.records = self._memo.quiet.records, {}

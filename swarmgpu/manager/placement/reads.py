@@ -96,7 +96,10 @@ class RequestReader:
         # New spec versions parsed first; then each field is one comprehension over
         # the services (a loop doing all of it per service cost 3-4 times as much).
         failed: dict[str, Exception] = {}
-        for s in [s for s in order if (g := known.get(s.id)) is None or g.version != s.version]:
+        # an unread service too: its version's memo is not this read of it (a proxy may
+        # answer the same version unread), so it fails again each cycle it is unread
+        for s in [s for s in order
+                  if (g := known.get(s.id)) is None or g.version != s.version or s.unread]:
             try:
                 self._parse(s)
             except Exception as exc:  # its fault is its own: the others are read

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from swarmgpu.manager.placement.devicemap import kept_parallelism
+from swarmgpu.manager.placement.devicemap import kept_parallelism, parallelism_of
 from swarmgpu.manager.placement.envs import (
     ORDER_ENV,
     VOID_LINE,
@@ -104,7 +104,7 @@ def _parallelism(s: SwarmService, prefix: str) -> tuple[int | None, str | None]:
     """The owner's update parallelism, given back: swarmgpu set 0 (every waiting task
     at once) and recorded the owner's value (``devicemap``); a note where the record
     is not one to trust (``kept_parallelism``): this write removes it, the spec keeps 0."""
-    now = (s.spec.get("UpdateConfig") or {}).get("Parallelism", 1)
+    now = parallelism_of(s)
     return kept_parallelism(s, prefix, released=True) if now == 0 else (None, None)
 
 

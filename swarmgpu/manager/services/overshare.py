@@ -381,6 +381,8 @@ class Restarter:
             logger.warning("over-share restarts wait: cannot read the move records ({})", exc)
             return 0
         done_on: list[set[str]] = []  # a restart is a move on its one node
+        # an unread node's labels are written by none (SwarmNode.unread): its gate stays
+        by_node = {n.id: n for n in snap.nodes}
         n = 0
         for u in due:
             log = logger.bind(service=u.service)
@@ -388,10 +390,11 @@ class Restarter:
             if s is None or not u.milli:
                 continue  # holds nothing here: a restart would not bring it within a share
             req = parse_all(s.labels, prefix=p)
-            why = why_not_movable(s, req if isinstance(req, GpuRequest) else None, snap.tasks,
-                                  ledger.get(u.service, {}), p, self.clock(),
-                                  self.cfg.rebalance.cooldown_s,
-                                  moving=s.name in moving([s], swarm_labels, p) or s.id in bad)
+            node = by_node.get(u.node_id)
+            why = node.unread if node is not None and node.unread else why_not_movable(
+                s, req if isinstance(req, GpuRequest) else None, snap.tasks,
+                ledger.get(u.service, {}), p, self.clock(), self.cfg.rebalance.cooldown_s,
+                moving=s.name in moving([s], swarm_labels, p) or s.id in bad)
             b = over_budget_on({u.node_id}, flying, done_on, self.cfg.rebalance, len(bad))
             if why is None and b is not None:
                 why = b.why

@@ -497,7 +497,8 @@ def _failed_lines(doc: Mapping[str, Any]) -> list[str]:
             ("planning failed (a swarmgpu fault: report it with the daemon's log):",
              [sv for sv in failed if not sv.get("unread")])):
         if group:
-            out += ["", head, *(f"  {sv['name']}: {sv.get('reason') or ''}" for sv in group)]
+            out += ["", head, *(f"  {sv['name'] or 'service ' + str(sv.get('id'))}: "
+                                f"{sv.get('reason') or ''}" for sv in group)]
     return out
 
 
