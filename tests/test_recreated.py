@@ -21,6 +21,7 @@ from swarmgpu.manager.placement import (
     assign_key,
     gate_constraint,
 )
+from swarmgpu.manager.placement.keys import devices_key
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.nominated import StoppingGpus
 from swarmgpu.manager.placement.recreated import gate_name, recreated_entries
@@ -183,3 +184,48 @@ def test_a_restarted_daemon_holds_a_removed_services_stopping_gpus_by_its_gate()
     (n,) = StoppingGpus(P).holds([t], [], ledger, [], FACTS)
     assert (n.node_id, n.uuids) == ("n-4090", (R_UUIDS[2],))
     assert StoppingGpus(P).holds([replace(t, constraints=())], [], ledger, [], FACTS) == []
+
+
+def _evil(node_id: str, env: tuple[str, ...] = ()) -> SwarmTask:
+    """A task of a service of another tenant (id-evil), created before web was, that its
+    owner gave web's gate constraint (it ran on web's node) and removed within one cycle:
+    the daemon never saw its name, and it stops on web's node."""
+    return SwarmTask("t-evil", "id-evil", node_id, 1, "running", "remove", env,
+                     created_at=OLD_AT, constraints=(gate_constraint(P, "web"),))
+
+
+def test_a_foreign_task_with_another_services_gate_disowns_no_live_holding() -> None:
+    """A tenant's own constraint naming web's gate is no proof its removed service was a
+    web: the live web's own device map names the entry's GPU, so the entry is its own.
+    Before, its entry was read as the stopping task's whenever web's task was not
+    assigned (restarting) or the foreign task named web's GPU, and web was placed afresh:
+    another tenant could move a live service off its GPUs."""
+    ledger = {"web": {"n-dgx": Holding("web", "n-dgx", ("GPU-a",), (1000,))}}
+    web = replace(_web("id-web", created_at=NEW_AT),
+                  labels={f"{P}gpus": "1", f"{P}devices.n-dgx": "GPU-a"})
+    for learned in (None, {"GPU-a"}):
+        assert recreated_entries([web], [_evil("n-dgx")], ledger, {}, [], P,
+                                 lambda _t, got=learned: got) == frozenset(), learned
+    # a web recreated with no device map of its own (or another one) is as before
+    fresh = _web("id-web", created_at=NEW_AT)
+    other = replace(web, labels={f"{P}gpus": "1", f"{P}devices.n-dgx": "GPU-b"})
+    for s in (fresh, other):
+        assert recreated_entries([s], [_evil("n-dgx")], ledger, {}, [], P,
+                                 lambda _t: None) == {("web", "n-dgx")}, s.labels
+    # by the last cycle's name (Swarm's word for the removed id), as before
+    assert recreated_entries([web], [_evil("n-dgx")], ledger, {"id-evil": "web"}, [], P,
+                             lambda _t: None) == {("web", "n-dgx")}
+
+
+def test_a_restarted_daemon_keeps_a_live_service_on_its_gpus_past_a_foreign_gate() -> None:
+    """End to end, a daemon restarted: web runs nowhere this cycle (its task restarting)
+    while the other tenant's removed task with web's gate stops on web's node. web keeps
+    its GPU (no write); before, it was placed afresh off it."""
+    nodes, sp, _t = _old_running(Planner(prefix=P))
+    (p,) = sp.placements
+    web = _web("id-old", created_at=NEW_AT)  # its device map as the daemon wrote it
+    web = replace(web, labels={**web.labels, devices_key(P, p.node_id): ",".join(p.uuids)})
+    t_web = SwarmTask("t-web2", web.id, "", 1, "pending", "running", (), created_at=NEW_AT)
+    plan = _plan(Planner(prefix=P), nodes, [web], [t_web], [_evil(p.node_id)])
+    assert _one(plan).placements == sp.placements, plan
+    assert all(assign_key(P, "web") not in w for w in plan.node_set.values()), plan

@@ -12,10 +12,13 @@ An entry is the removed one's while a task of a service id Swarm no longer lists
 that name, still stops on its node (``keys.stopping``, or rejected and running: Swarm
 lists a removed service's tasks, their ServiceID kept, until they stop). Its name is the
 one the daemon saw last cycle for that id, else the one in the task's gate constraint (a
-restarted daemon's, a one-shot's: it knows no last cycle). A service updated keeps its
-id: its old tasks are never a removed one's. Such an entry is not kept: the service is
-placed afresh (on those GPUs again only once the task has stopped), and the entry is
-read as the stopping task's GPUs (``StoppingGpus.holds``).
+restarted daemon's, a one-shot's: it knows no last cycle). A gate constraint is the
+removed service's owner's text, no proof it was a service of that name (a tenant may
+write another's gate): read so, an entry the live service's own device map names is its
+own (``_mapped``). A service updated keeps its id: its old tasks are never a removed
+one's. Such an entry is not kept: the service is placed afresh (on those GPUs again
+only once the task has stopped), and the entry is read as the stopping task's GPUs
+(``StoppingGpus.holds``).
 
 An entry the recreated service was placed on since is its own: where the stopping
 task's GPUs are known (learned while it ran, or its own device line) the entry is the
@@ -27,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
-from swarmgpu.manager.placement.keys import ASSIGNED_STATES, GATE
+from swarmgpu.manager.placement.keys import ASSIGNED_STATES, GATE, devices_key
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 from swarmgpu.swarm.taskstop import rfc3339_epoch
@@ -72,7 +75,8 @@ def recreated_entries(services: Sequence[SwarmService], leaving: Sequence[SwarmT
         name = removed_name(t, last, prefix)
         s = by_name.get(name)
         h = ledger.get(name, {}).get(t.node_id) if s is not None else None
-        if s is None or h is None or not _older(t, s):
+        if s is None or h is None or not _older(t, s) or (
+                t.service_id not in last and _mapped(s, h, prefix)):
             continue
         uses = learned(t)
         if uses is not None:
@@ -84,6 +88,15 @@ def recreated_entries(services: Sequence[SwarmService], leaving: Sequence[SwarmT
         if not mine:
             out.add((name, t.node_id))
     return frozenset(out)
+
+
+def _mapped(s: SwarmService, h: Holding, prefix: str) -> bool:
+    """``s``'s own device map on ``h``'s node names one of ``h``'s GPUs: the daemon
+    wrote it for this service (a recreated one has none, or the GPUs it was placed on
+    afresh)."""
+    key = devices_key(prefix, h.node_id)
+    return any(u in h.uuids for k, v in s.labels.items()
+               if k == key or k.startswith(key + ".") for u in v.split(","))
 
 
 def _older(t: SwarmTask, s: SwarmService) -> bool:
