@@ -229,3 +229,34 @@ def test_a_restarted_daemon_keeps_a_live_service_on_its_gpus_past_a_foreign_gate
     plan = _plan(Planner(prefix=P), nodes, [web], [t_web], [_evil(p.node_id)])
     assert _one(plan).placements == sp.placements, plan
     assert all(assign_key(P, "web") not in w for w in plan.node_set.values()), plan
+
+
+def test_a_recreated_fraction_on_the_stopping_tasks_gpu_keeps_its_gate_open() -> None:
+    """web (0.5 of a GPU) recreated while its old task stops: placed afresh on the other
+    half of the old task's GPU (its stopping share counted). From the next cycle the old
+    id is no last cycle's, so its name is read from its gate; the entry names the old
+    task's GPU, but the new web's own device map names it too: its own. Before, it was
+    disowned every other cycle, web's gate removed and set again in turn: Swarm's
+    constraint enforcer stopped its running task each time the gate closed."""
+    frac = {f"{P}gpus": "1", f"{P}gpu-fraction": "0.5"}
+    planner = Planner(prefix=P)
+    nodes, old, tasks = _nodes(), replace(_web("id-old"), labels=frac), []
+    for _ in range(3):
+        plan = _plan(planner, nodes, [old], tasks, [])
+        sp = _one(plan)
+        old, nodes = written(old, sp), apply(nodes, plan)
+        p = sp.placements[0]
+        tasks = [SwarmTask("t-old", old.id, p.node_id, 1, "running", "running", (),
+                           created_at=OLD_AT, constraints=(gate_constraint(P, "web"),))]
+    stopping = [replace(tasks[0], desired_state="remove")]
+    new = replace(_web("id-new", created_at=NEW_AT), labels=frac)
+    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", (), created_at=NEW_AT)
+    for cycle in range(5):
+        plan = _plan(planner, nodes, [new], [t_new], stopping)
+        sp = _one(plan)
+        (q,) = sp.placements
+        assert (q.node_id, q.uuids, q.milli) == (p.node_id, p.uuids, (500,)), sp
+        if cycle:  # (the first rewrites the removed one's entry: placed afresh)
+            assert not plan.node_remove, (cycle, plan.node_remove)
+        nodes, new = apply(nodes, plan), written(new, sp)
+        t_new = replace(t_new, node_id=q.node_id, state="running")

@@ -12,12 +12,15 @@ An entry is the removed one's while a task of a service id Swarm no longer lists
 that name, still stops on its node (``keys.stopping``, or rejected and running: Swarm
 lists a removed service's tasks, their ServiceID kept, until they stop). Its name is the
 one the daemon saw last cycle for that id, else the one in the task's gate constraint (a
-restarted daemon's, a one-shot's: it knows no last cycle). A gate constraint is the
-removed service's owner's text, no proof it was a service of that name (a tenant may
-write another's gate): read so, an entry the live service's own device map names is its
-own (``_mapped``). A service updated keeps its id: its old tasks are never a removed
-one's. Such an entry is not kept: the service is placed afresh (on those GPUs again
-only once the task has stopped), and the entry is read as the stopping task's GPUs
+restarted daemon's, a one-shot's: it knows no last cycle; and every cycle after the
+removal's first: the removed id is no longer listed). A gate constraint is the removed
+service's owner's text, no proof it was a service of that name (a tenant may write
+another's gate): read so, an entry the live service's own device map names is its own
+(``_mapped``), as is one the recreated service was placed on afresh (a fraction on the
+rest of the old task's GPU names that GPU: disowned again, its gate closed every other
+cycle). A service updated keeps its id: its old tasks are never a removed one's. Such
+an entry is not kept: the service is placed afresh (on those GPUs again only once the
+task has stopped), and the entry is read as the stopping task's GPUs
 (``StoppingGpus.holds``).
 
 An entry the recreated service was placed on since is its own: where the stopping
