@@ -260,3 +260,24 @@ def test_a_recreated_fraction_on_the_stopping_tasks_gpu_keeps_its_gate_open() ->
             assert not plan.node_remove, (cycle, plan.node_remove)
         nodes, new = apply(nodes, plan), written(new, sp)
         t_new = replace(t_new, node_id=q.node_id, state="running")
+
+
+def test_a_recreated_service_seen_while_the_old_task_was_listed_running_is_moved_off() -> None:
+    """Swarm sets a removed service's tasks to be removed just after the service goes: a
+    cycle may list the old task still meant to run beside the new web, which keeps the
+    old entry and has its device map written on it. The next cycle, the old task stops:
+    its id is still named by the cycle that saw it listed (kept while a task of it is),
+    so the entry is read as the removed one's, not by the device map's word, and the
+    new web is placed off its GPU. Before (the name read from its gate), the new web
+    stayed on the GPU the old container ran on."""
+    planner = Planner(prefix=P)
+    nodes, old_sp, t_old = _old_running(planner)
+    (p,) = old_sp.placements
+    new = _web("id-new", created_at=NEW_AT)
+    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", (), created_at=NEW_AT)
+    plan = _plan(planner, nodes, [new], [t_new, t_old], [])
+    nodes, new = apply(nodes, plan), written(new, _one(plan))
+    plan = _plan(planner, nodes, [new], [t_new], [replace(t_old, desired_state="remove")])
+    sp = _one(plan)
+    assert sp.placements and not set(sp.placements[0].uuids) & set(p.uuids), sp
+    assert {(p.node_id, u) for u in p.uuids} <= plan.stopping_held.keys()
