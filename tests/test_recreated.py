@@ -233,9 +233,9 @@ def test_a_restarted_daemon_keeps_a_live_service_on_its_gpus_past_a_foreign_gate
 
 def test_a_recreated_fraction_on_the_stopping_tasks_gpu_keeps_its_gate_open() -> None:
     """web (0.5 of a GPU) recreated while its old task stops: placed afresh on the other
-    half of the old task's GPU (its stopping share counted). From the next cycle the old
-    id is no last cycle's, so its name is read from its gate; the entry names the old
-    task's GPU, but the new web's own device map names it too: its own. Before, it was
+    half of the old task's GPU (its stopping share counted). The next cycles the entry
+    names the old task's GPU still, but the daemon placed web there afresh: its own
+    (``recreated.Recreated``). Before, it was
     disowned every other cycle, web's gate removed and set again in turn: Swarm's
     constraint enforcer stopped its running task each time the gate closed."""
     frac = {f"{P}gpus": "1", f"{P}gpu-fraction": "0.5"}
