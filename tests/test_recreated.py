@@ -21,6 +21,7 @@ from swarmgpu.manager.placement import (
     assign_key,
     gate_constraint,
 )
+from swarmgpu.manager.placement.keys import devices_key
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.nominated import StoppingGpus
 from swarmgpu.manager.placement.recreated import gate_name, recreated_entries
@@ -183,3 +184,100 @@ def test_a_restarted_daemon_holds_a_removed_services_stopping_gpus_by_its_gate()
     (n,) = StoppingGpus(P).holds([t], [], ledger, [], FACTS)
     assert (n.node_id, n.uuids) == ("n-4090", (R_UUIDS[2],))
     assert StoppingGpus(P).holds([replace(t, constraints=())], [], ledger, [], FACTS) == []
+
+
+def _evil(node_id: str, env: tuple[str, ...] = ()) -> SwarmTask:
+    """A task of a service of another tenant (id-evil), created before web was, that its
+    owner gave web's gate constraint (it ran on web's node) and removed within one cycle:
+    the daemon never saw its name, and it stops on web's node."""
+    return SwarmTask("t-evil", "id-evil", node_id, 1, "running", "remove", env,
+                     created_at=OLD_AT, constraints=(gate_constraint(P, "web"),))
+
+
+def test_a_foreign_task_with_another_services_gate_disowns_no_live_holding() -> None:
+    """A tenant's own constraint naming web's gate is no proof its removed service was a
+    web: the live web's own device map names the entry's GPU, so the entry is its own.
+    Before, its entry was read as the stopping task's whenever web's task was not
+    assigned (restarting) or the foreign task named web's GPU, and web was placed afresh:
+    another tenant could move a live service off its GPUs."""
+    ledger = {"web": {"n-dgx": Holding("web", "n-dgx", ("GPU-a",), (1000,))}}
+    web = replace(_web("id-web", created_at=NEW_AT),
+                  labels={f"{P}gpus": "1", f"{P}devices.n-dgx": "GPU-a"})
+    for learned in (None, {"GPU-a"}):
+        assert recreated_entries([web], [_evil("n-dgx")], ledger, {}, [], P,
+                                 lambda _t, got=learned: got) == frozenset(), learned
+    # a web recreated with no device map of its own (or another one) is as before
+    fresh = _web("id-web", created_at=NEW_AT)
+    other = replace(web, labels={f"{P}gpus": "1", f"{P}devices.n-dgx": "GPU-b"})
+    for s in (fresh, other):
+        assert recreated_entries([s], [_evil("n-dgx")], ledger, {}, [], P,
+                                 lambda _t: None) == {("web", "n-dgx")}, s.labels
+    # by the last cycle's name (Swarm's word for the removed id), as before
+    assert recreated_entries([web], [_evil("n-dgx")], ledger, {"id-evil": "web"}, [], P,
+                             lambda _t: None) == {("web", "n-dgx")}
+
+
+def test_a_restarted_daemon_keeps_a_live_service_on_its_gpus_past_a_foreign_gate() -> None:
+    """End to end, a daemon restarted: web runs nowhere this cycle (its task restarting)
+    while the other tenant's removed task with web's gate stops on web's node. web keeps
+    its GPU (no write); before, it was placed afresh off it."""
+    nodes, sp, _t = _old_running(Planner(prefix=P))
+    (p,) = sp.placements
+    web = _web("id-old", created_at=NEW_AT)  # its device map as the daemon wrote it
+    web = replace(web, labels={**web.labels, devices_key(P, p.node_id): ",".join(p.uuids)})
+    t_web = SwarmTask("t-web2", web.id, "", 1, "pending", "running", (), created_at=NEW_AT)
+    plan = _plan(Planner(prefix=P), nodes, [web], [t_web], [_evil(p.node_id)])
+    assert _one(plan).placements == sp.placements, plan
+    assert all(assign_key(P, "web") not in w for w in plan.node_set.values()), plan
+
+
+def test_a_recreated_fraction_on_the_stopping_tasks_gpu_keeps_its_gate_open() -> None:
+    """web (0.5 of a GPU) recreated while its old task stops: placed afresh on the other
+    half of the old task's GPU (its stopping share counted). The next cycles the entry
+    names the old task's GPU still, but the daemon placed web there afresh: its own
+    (``recreated.Recreated``). Before, it was
+    disowned every other cycle, web's gate removed and set again in turn: Swarm's
+    constraint enforcer stopped its running task each time the gate closed."""
+    frac = {f"{P}gpus": "1", f"{P}gpu-fraction": "0.5"}
+    planner = Planner(prefix=P)
+    nodes, old, tasks = _nodes(), replace(_web("id-old"), labels=frac), []
+    for _ in range(3):
+        plan = _plan(planner, nodes, [old], tasks, [])
+        sp = _one(plan)
+        old, nodes = written(old, sp), apply(nodes, plan)
+        p = sp.placements[0]
+        tasks = [SwarmTask("t-old", old.id, p.node_id, 1, "running", "running", (),
+                           created_at=OLD_AT, constraints=(gate_constraint(P, "web"),))]
+    stopping = [replace(tasks[0], desired_state="remove")]
+    new = replace(_web("id-new", created_at=NEW_AT), labels=frac)
+    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", (), created_at=NEW_AT)
+    for cycle in range(5):
+        plan = _plan(planner, nodes, [new], [t_new], stopping)
+        sp = _one(plan)
+        (q,) = sp.placements
+        assert (q.node_id, q.uuids, q.milli) == (p.node_id, p.uuids, (500,)), sp
+        if cycle:  # (the first rewrites the removed one's entry: placed afresh)
+            assert not plan.node_remove, (cycle, plan.node_remove)
+        nodes, new = apply(nodes, plan), written(new, sp)
+        t_new = replace(t_new, node_id=q.node_id, state="running")
+
+
+def test_a_recreated_service_seen_while_the_old_task_was_listed_running_is_moved_off() -> None:
+    """Swarm sets a removed service's tasks to be removed just after the service goes: a
+    cycle may list the old task still meant to run beside the new web, which keeps the
+    old entry and has its device map written on it. The next cycle, the old task stops:
+    its id is still named by the cycle that saw it listed (kept while a task of it is),
+    so the entry is read as the removed one's, not by the device map's word, and the
+    new web is placed off its GPU. Before (the name read from its gate), the new web
+    stayed on the GPU the old container ran on."""
+    planner = Planner(prefix=P)
+    nodes, old_sp, t_old = _old_running(planner)
+    (p,) = old_sp.placements
+    new = _web("id-new", created_at=NEW_AT)
+    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", (), created_at=NEW_AT)
+    plan = _plan(planner, nodes, [new], [t_new, t_old], [])
+    nodes, new = apply(nodes, plan), written(new, _one(plan))
+    plan = _plan(planner, nodes, [new], [t_new], [replace(t_old, desired_state="remove")])
+    sp = _one(plan)
+    assert sp.placements and not set(sp.placements[0].uuids) & set(p.uuids), sp
+    assert {(p.node_id, u) for u in p.uuids} <= plan.stopping_held.keys()

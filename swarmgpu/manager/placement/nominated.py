@@ -525,7 +525,8 @@ class StoppingGpus:
         self.prefix = prefix
         self.known: dict[str, tuple[str, Uses]] = {}  # stopping task id -> (node, uses)
         self.running: dict[str, tuple[str, Uses]] = {}  # meant task id -> as first seen
-        self.names: dict[str, str] = {}  # service id -> name, as the last cycle had them
+        # service id -> name, as the last cycle had them (a removed one's while it has a task)
+        self.names: dict[str, str] = {}
         self.taken: frozenset[str] = frozenset()  # the live services' names, this cycle
         self.recreated: AbstractSet[tuple[str, str]] = frozenset()  # (``holds``)
         # stopping or rejected task id -> when its stop began (epoch s, ``keys.stop_began``):
@@ -587,7 +588,8 @@ class StoppingGpus:
                    or self.running.get(t.id) or self._unlearned(t, by_id, names, ledger))
             if got is not None:
                 known[t.id] = got
-        self.known, self.running, self.names = known, running, names
+        self.known, self.running = known, running
+        self.names = names | self._removed_names([*tasks, *stopping, *rejected], names)
         leaving = [*stopping, *rejected]
         self.began = {t.id: self.began[t.id] if t.id in self.began
                       else stop_began(t, now, self.looked) for t in leaving}
@@ -622,6 +624,15 @@ class StoppingGpus:
                            milli=tuple(on[u] for u in sorted(on)), owner=who)
                 for (nid, who), on in sorted(by_node.items(), key=lambda kv: (
                     not kv[0][1], kv[0]))]
+
+    def _removed_names(self, listed: Sequence[SwarmTask], names: Mapping[str, str],
+                       ) -> dict[str, str]:
+        """Of the last cycle's names, those of a removed service (not in ``names``) with a
+        task ``listed``: the cycle that saw it listed still meant to run (Swarm sets that
+        just after the service goes) names it, not its gate constraint, its owner's text
+        (``placement.recreated``)."""
+        ids = {t.service_id for t in listed} - names.keys()
+        return {k: v for k, v in self.names.items() if k in ids}
 
     def learned(self, t: SwarmTask, facts: Mapping[str, NodeFacts]) -> set[str] | None:
         """The GPUs ``t`` uses as ``holds`` reads them but from the ledger: its own line,

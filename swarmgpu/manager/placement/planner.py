@@ -69,7 +69,7 @@ from swarmgpu.manager.placement.records import (
     Status,
     leave_unread,
 )
-from swarmgpu.manager.placement.recreated import recreated_entries
+from swarmgpu.manager.placement.recreated import Recreated
 from swarmgpu.manager.placement.release import release
 from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.specs import demand_of
@@ -185,6 +185,7 @@ class Planner:
         self._faults = Faults()  # services whose planning raised (placement.isolate)
         self._hold_faults = HoldFaults()  # holds whose work raised (placement.nominated)
         self._stopping = StoppingGpus(prefix)  # GPUs of tasks Swarm is stopping, held meanwhile
+        self._recreated = Recreated()  # entries disowned, by cycle (placement.recreated)
 
     def keep_failed_holdings(self, keep: Callable[[str, str], bool] | None) -> None:
         """(service name, node id) -> keep its holding on a failed GPU (the health
@@ -385,7 +386,7 @@ class Planner:
         the last cycle's holds learned."""
         st = self._stopping
         rejected = [t for t in rejected if rejected_running(t, now)]
-        recreated = self._kept.disowned = recreated_entries(
+        recreated = self._kept.disowned = self._recreated.entries(
             services, [*stopping, *rejected], ledger, st.names, tasks, self.prefix,
             lambda t: st.learned(t, facts))
         leaving = st.holds(stopping, services, ledger, tasks, facts, rejected, live, now,

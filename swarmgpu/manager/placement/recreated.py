@@ -12,12 +12,17 @@ An entry is the removed one's while a task of a service id Swarm no longer lists
 that name, still stops on its node (``keys.stopping``, or rejected and running: Swarm
 lists a removed service's tasks, their ServiceID kept, until they stop). Its name is the
 one the daemon saw last cycle for that id, else the one in the task's gate constraint (a
-restarted daemon's, a one-shot's: it knows no last cycle). A service updated keeps its
-id: its old tasks are never a removed one's. Such an entry is not kept: the service is
-placed afresh (on those GPUs again only once the task has stopped), and the entry is
-read as the stopping task's GPUs (``StoppingGpus.holds``).
+restarted daemon's, a one-shot's: it knows no last cycle; and every cycle after the
+removal's first: the removed id is no longer listed). A gate constraint is the removed
+service's owner's text, no proof it was a service of that name (a tenant may write
+another's gate): read so, an entry the live service's own device map names is its own
+(``_mapped``). A service updated keeps its id: its old tasks are never a removed one's. Such
+an entry is not kept: the service is placed afresh (on those GPUs again only once the
+task has stopped), and the entry is read as the stopping task's GPUs
+(``StoppingGpus.holds``).
 
-An entry the recreated service was placed on since is its own: where the stopping
+An entry the recreated service was placed on since is its own: the daemon's own
+(``Recreated``: disowned for it an earlier cycle); else where the stopping
 task's GPUs are known (learned while it ran, or its own device line) the entry is the
 removed one's only if it names one of them; else only while no task of the live
 service is assigned to that node."""
@@ -27,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
-from swarmgpu.manager.placement.keys import ASSIGNED_STATES, GATE
+from swarmgpu.manager.placement.keys import ASSIGNED_STATES, GATE, devices_key
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 from swarmgpu.swarm.taskstop import rfc3339_epoch
@@ -56,11 +61,14 @@ def recreated_entries(services: Sequence[SwarmService], leaving: Sequence[SwarmT
                       ledger: Mapping[str, Mapping[str, Holding]],
                       last: Mapping[str, str], tasks: Sequence[SwarmTask], prefix: str,
                       learned: Callable[[SwarmTask], AbstractSet[str] | None],
-                      ) -> Entries:
+                      afresh: Mapping[tuple[str, str], str] | None = None) -> Entries:
     """The ledger entries of live services that are a removed one's of the same name,
     whose task (among ``leaving``: stopping, or rejected and running) still runs on the
     entry's node. ``last``: service id -> name as the last cycle had them; ``tasks``: the
-    meant ones; ``learned``: a stopping task's GPUs (UUIDs) where known, else None."""
+    meant ones; ``learned``: a stopping task's GPUs (UUIDs) where known, else None;
+    ``afresh``: (name, node id) -> the live service id an earlier cycle disowned the
+    entry for (``Recreated``): placed afresh since, the entry is its own."""
+    afresh = afresh or {}
     live = {s.id for s in services}
     gone = [t for t in leaving if t.service_id not in live and t.node_id]
     if not gone:
@@ -72,7 +80,8 @@ def recreated_entries(services: Sequence[SwarmService], leaving: Sequence[SwarmT
         name = removed_name(t, last, prefix)
         s = by_name.get(name)
         h = ledger.get(name, {}).get(t.node_id) if s is not None else None
-        if s is None or h is None or not _older(t, s):
+        if s is None or h is None or not _older(t, s) or afresh.get((name, t.node_id)) == s.id \
+                or (t.service_id not in last and _mapped(s, h, prefix)):
             continue
         uses = learned(t)
         if uses is not None:
@@ -84,6 +93,39 @@ def recreated_entries(services: Sequence[SwarmService], leaving: Sequence[SwarmT
         if not mine:
             out.add((name, t.node_id))
     return frozenset(out)
+
+
+class Recreated:
+    """``recreated_entries`` across cycles (the planner's): an entry disowned for a live
+    service is the one it was placed on afresh from the next cycle on. Its GPUs may be
+    the stopping task's still (a fraction placed on the rest of that task's GPU): read
+    again as the removed one's, it was disowned every other cycle, the service's gate
+    closed in turn (Swarm's constraint enforcer stopped its running task)."""
+
+    def __init__(self) -> None:
+        self.afresh: dict[tuple[str, str], str] = {}  # (name, node id) -> live service id
+
+    def entries(self, services: Sequence[SwarmService], leaving: Sequence[SwarmTask],
+                ledger: Mapping[str, Mapping[str, Holding]], last: Mapping[str, str],
+                tasks: Sequence[SwarmTask], prefix: str,
+                learned: Callable[[SwarmTask], AbstractSet[str] | None]) -> Entries:
+        """This cycle's ``recreated_entries``, those of earlier cycles' kept."""
+        got = recreated_entries(services, leaving, ledger, last, tasks, prefix, learned,
+                                self.afresh)
+        ids = {s.name: s.id for s in services}
+        live = set(ids.values())  # (a memory per live service only: a removed one's goes)
+        self.afresh = {k: sid for k, sid in self.afresh.items() if sid in live} | {
+            k: ids[k[0]] for k in got}
+        return got
+
+
+def _mapped(s: SwarmService, h: Holding, prefix: str) -> bool:
+    """``s``'s own device map on ``h``'s node names one of ``h``'s GPUs: the daemon
+    wrote it for this service (a recreated one has none, or the GPUs it was placed on
+    afresh)."""
+    key = devices_key(prefix, h.node_id)
+    return any(u in h.uuids for k, v in s.labels.items()
+               if k == key or k.startswith(key + ".") for u in v.split(","))
 
 
 def _older(t: SwarmTask, s: SwarmService) -> bool:
