@@ -10,15 +10,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from support.forged import DGX_F, RecordingSwarm, closed_port, sw_node, sw_svc
+from support.forged import RecordingSwarm, offline_daemon, sw_node, sw_svc
 from support.gpu_nodes import RTX4090
 from support.placement import P, apply
 from support.planner import cpu_node
 
-from swarmgpu.core.config import AgentsConfig, Config, RebalanceConfig, SyncConfig
-from swarmgpu.manager.cycle.wiring import daemon_steps
-from swarmgpu.manager.daemon import Daemon
-from swarmgpu.manager.nodes.agentbook import AgentRecord
 from swarmgpu.manager.placement import Planner, gate_key, plan_placement
 from swarmgpu.manager.placement.records import ServicePlan
 from swarmgpu.manager.placement.specwrite import service_compute
@@ -165,15 +161,7 @@ def test_the_daemon_opens_its_gate_on_the_cpu_only_node_and_dry_run_writes_nothi
     sw = RecordingSwarm([sw_node("n-dgx", "gpu-node-1"),
                          sw_node("n-mgr", "mgr-1", role="manager")],
                         [sw_svc("web", ZERO)], [])
-    port = closed_port()
-    cfg = Config(dry_run=dry_run, state_dir=str(tmp_path),
-                 sync=SyncConfig(watch_events=False),
-                 agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
-                 rebalance=RebalanceConfig(move_timeout_s=0.0, scrape_timeout_s=0.5,
-                                           metrics_url_template=f"http://{{addr}}:{port}/m"))
-    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
-    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
-    d.use(daemon_steps(d))
+    d = offline_daemon(sw, str(tmp_path), dry_run)
     for _ in range(3):
         d.cycle()
     if dry_run:

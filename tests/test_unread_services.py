@@ -17,17 +17,13 @@ import re
 from typing import Any
 
 import pytest
-from support.forged import DGX_F, RecordingSwarm, closed_port, snapshot, sw_node, sw_svc
+from support.forged import RecordingSwarm, offline_daemon, snapshot, sw_node, sw_svc
 from support.isolation import BAD, FACTS, NODES, settled_all
 from support.placement import P, apply, svc
 
-from swarmgpu.core.config import AgentsConfig, Config, RebalanceConfig, SyncConfig
 from swarmgpu.manager.commands.plan import render_plan
 from swarmgpu.manager.cycle.placement import findings_of
 from swarmgpu.manager.cycle.releases import hold_stale_releases
-from swarmgpu.manager.cycle.wiring import daemon_steps
-from swarmgpu.manager.daemon import Daemon
-from swarmgpu.manager.nodes.agentbook import AgentRecord
 from swarmgpu.manager.placement import PlacementPlan, Planner, assign_key
 from swarmgpu.manager.services.grants import ImageEnv, find_ungranted, service_access
 from swarmgpu.manager.web.cluster_view import build_cluster, render_status
@@ -235,14 +231,7 @@ def test_the_daemons_cycles_go_on_past_an_unread_service(tmp_path: Any, part: st
     gpu = {f"{P}gpu.present": "true"}  # (label sync's: a GPU node, for grants)
     sw = RecordingSwarm([sw_node("n-dgx", "gpu-node-1", gpu), sw_node("n-4090", "gpu-node-2")],
                         [bad, sw_svc("b-one", GPUS4)], [_task(bad, "n-dgx")])
-    port = closed_port()
-    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
-                 agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
-                 rebalance=RebalanceConfig(move_timeout_s=0.0, scrape_timeout_s=0.5,
-                                           metrics_url_template=f"http://{{addr}}:{port}/m"))
-    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
-    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
-    d.use(daemon_steps(d))
+    d = offline_daemon(sw, str(tmp_path), False)
     for _ in range(3):
         d.cycle()
         plan = d.last_session.placement

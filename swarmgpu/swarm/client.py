@@ -256,18 +256,19 @@ def _node(raw: Any) -> SwarmNode:
 def _labels_readable(raw: Any) -> Any:
     """``raw``, a node read to write its labels, unless some part of it cannot be read
     (``SwarmNode.unread``): then no write, its labels kept as they are (SwarmError)."""
-    unread = _node(raw).unread
-    if unread:
-        raise SwarmError(f"label write refused: {unread}")
-    return raw
+    return _readable(raw, _node(raw).unread, SwarmError("label write refused: "))
 
 
 def _spec_readable(raw: Any) -> Any:
     """``raw``, a service read to write its spec, unless some part of it cannot be read
-    (``SwarmService.unread``): then no write, its spec kept as it is (SwarmError)."""
-    unread = service_from_api(raw).unread
+    (``SwarmService.unread``): then no write, its spec kept as it is (UnreadWrite)."""
+    return _readable(raw, service_from_api(raw).unread, UnreadWrite("service write refused: "))
+
+
+def _readable(raw: Any, unread: str, refused: SwarmError) -> Any:
+    """``raw`` where ``unread`` is empty, else ``refused`` raised with it said."""
     if unread:
-        raise UnreadWrite(f"service write refused: {unread}")
+        raise type(refused)(f"{refused}{unread}")
     return raw
 
 

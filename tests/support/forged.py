@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from support.gpu_nodes import DGX_A100, RTX4090
-from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.core.config import AgentsConfig, Config, RebalanceConfig, SyncConfig
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import (
@@ -362,3 +362,20 @@ class NodeWritesFail(RecordingSwarm):
         if service_id in self.unreadable:
             raise SwarmError(f"service {service_id}: the engine answered 500 (test)")
         return super().service(service_id)
+
+
+def offline_daemon(sw: RecordingSwarm, state_dir: str, dry_run: bool = False) -> Any:
+    """The real daemon over ``sw`` with every step it runs (``daemon_steps``), its agents
+    on a closed port (none answers): gpu-node-1's (n-dgx's) last facts stand in, the DGX's."""
+    from swarmgpu.manager.cycle.wiring import daemon_steps  # (the daemon's whole import)
+    from swarmgpu.manager.daemon import Daemon
+    from swarmgpu.manager.nodes.agentbook import AgentRecord
+    port = closed_port()
+    cfg = Config(dry_run=dry_run, state_dir=state_dir, sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
+                 rebalance=RebalanceConfig(move_timeout_s=0.0, scrape_timeout_s=0.5,
+                                           metrics_url_template=f"http://{{addr}}:{port}/m"))
+    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
+    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
+    d.use(daemon_steps(d))
+    return d
