@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 
 from swarmgpu.swarm.client import MEANT_STATES as MEANT_STATES  # (re-exported)
@@ -86,6 +86,26 @@ def stop_began(t: SwarmTask, now: float, looked: bool) -> float:
     if looked or t.updated_at is None:
         return now
     return min(now, t.updated_at)
+
+
+# Cycles a task's memory (its stop's start, a recreated entry's owner) outlives its last
+# listing: an engine hiccup that leaves a task out of one listing forgets nothing, while
+# one gone for good is forgotten (the memory stays bounded).
+UNLISTED_CYCLES = 3
+
+
+def kept_starts(began: Mapping[str, float], unlisted: Mapping[str, int],
+                leaving: Sequence[SwarmTask], now: float, looked: bool,
+                ) -> tuple[dict[str, float], dict[str, int]]:
+    """Each task of ``leaving`` (stopping, or rejected and running) with its stop's start
+    (``stop_began``; the one in ``began``, task id -> start, where known), and the tasks
+    of ``began`` listed no more for at most ``UNLISTED_CYCLES`` cycles (``unlisted``:
+    task id -> cycles so, counted on in the second dict returned), their start kept."""
+    listed = {t.id: began[t.id] if t.id in began else stop_began(t, now, looked)
+              for t in leaving}
+    missed = {k: unlisted.get(k, 0) + 1 for k in began.keys() - listed.keys()}
+    missed = {k: n for k, n in missed.items() if n <= UNLISTED_CYCLES}
+    return listed | {k: began[k] for k in missed}, missed
 
 
 def stop_hold_end(t: SwarmTask, began: float) -> float:

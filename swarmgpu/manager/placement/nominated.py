@@ -64,7 +64,7 @@ from swarmgpu.manager.placement.envs import DEVICE_VAR, own_device_line
 from swarmgpu.manager.placement.keys import (
     ASSIGNED_STATES,
     SKEW_S,
-    stop_began,
+    kept_starts,
     stop_hold_end,
     stop_overdue,
 )
@@ -531,7 +531,8 @@ class StoppingGpus:
         self.recreated: AbstractSet[tuple[str, str]] = frozenset()  # (``holds``)
         # stopping or rejected task id -> when its stop began (epoch s, ``keys.stop_began``):
         # its hold's one clock (``keys.stop_hold_end``), whether its GPUs are known or not
-        self.began: dict[str, float] = {}
+        self.began: dict[str, float] = {}  # (kept a few cycles unlisted: ``kept_starts``)
+        self.unlisted: dict[str, int] = {}  # of those, task id -> cycles it was not listed
         self.looked = False  # a cycle was read before: a task new since began stopping since
         self.overdue: frozenset[str] = frozenset()  # of those, past their hold's end at ``now``
         # node id -> when its hold ends at most (epoch s): its tasks' rejected_until, or
@@ -591,8 +592,8 @@ class StoppingGpus:
         self.known, self.running = known, running
         self.names = names | self._removed_names([*tasks, *stopping, *rejected], names)
         leaving = [*stopping, *rejected]
-        self.began = {t.id: self.began[t.id] if t.id in self.began
-                      else stop_began(t, now, self.looked) for t in leaving}
+        self.began, self.unlisted = kept_starts(self.began, self.unlisted, leaving, now,
+                                                self.looked)
         self.looked = True
         self.overdue = frozenset(t.id for t in stopping
                                  if stop_overdue(t, self.began[t.id], now))
