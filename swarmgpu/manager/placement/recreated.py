@@ -32,7 +32,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
-from swarmgpu.manager.placement.keys import ASSIGNED_STATES, GATE, devices_key
+from swarmgpu.manager.placement.keys import (
+    ASSIGNED_STATES,
+    GATE,
+    UNLISTED_CYCLES,
+    devices_key,
+)
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 from swarmgpu.swarm.taskstop import rfc3339_epoch
@@ -104,18 +109,29 @@ class Recreated:
 
     def __init__(self) -> None:
         self.afresh: dict[tuple[str, str], str] = {}  # (name, node id) -> live service id
+        # of those, (name, node id) -> cycles no removed one's task was listed there
+        self.unlisted: dict[tuple[str, str], int] = {}
 
     def entries(self, services: Sequence[SwarmService], leaving: Sequence[SwarmTask],
                 ledger: Mapping[str, Mapping[str, Holding]], last: Mapping[str, str],
                 tasks: Sequence[SwarmTask], prefix: str,
                 learned: Callable[[SwarmTask], AbstractSet[str] | None]) -> Entries:
-        """This cycle's ``recreated_entries``, those of earlier cycles' kept."""
+        """This cycle's ``recreated_entries``, those of earlier cycles' kept while they
+        may matter: their service lives and a removed one's task stopped on their node
+        within ``UNLISTED_CYCLES`` cycles (only such a task makes an entry the removed
+        one's, and a removed service makes no new task; a listing that left it out once
+        does not disown the entry again)."""
         got = recreated_entries(services, leaving, ledger, last, tasks, prefix, learned,
                                 self.afresh)
         ids = {s.name: s.id for s in services}
         live = set(ids.values())  # (a memory per live service only: a removed one's goes)
-        self.afresh = {k: sid for k, sid in self.afresh.items() if sid in live} | {
+        there = {(removed_name(t, last, prefix), t.node_id) for t in leaving
+                 if t.service_id not in live and t.node_id}
+        missed = {k: 0 if k in there else self.unlisted.get(k, 0) + 1 for k in self.afresh}
+        self.afresh = {k: sid for k, sid in self.afresh.items()
+                       if sid in live and missed[k] <= UNLISTED_CYCLES} | {
             k: ids[k[0]] for k in got}
+        self.unlisted = {k: missed.get(k, 0) for k in self.afresh}
         return got
 
 
