@@ -76,8 +76,7 @@ def spec_texts(value: Any, where: str) -> tuple[str, ...]:
         return ()
     if not isinstance(value, list | tuple) or not all(isinstance(x, str) for x in value):
         raise UnreadSpec(f"{where} is {quoted(value)}, not a list of texts (Docker sends "
-                         "one; check any proxy, or re-create the service with docker "
-                         "service create / docker stack deploy)")
+                         f"one; {_SERVICE_FIX})")
     return tuple(value)
 
 
