@@ -59,14 +59,24 @@ def spec_count(value: Any, where: str, fix: str = "") -> int:
     return n
 
 
+def spec_list(value: Any, where: str) -> list[Any]:
+    """``value`` as a list (absent or null: none), else ``UnreadSpec``: a text read as
+    one would be read as its letters."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise UnreadSpec(f"{where} is {type(value).__name__} {quoted(value)}, not a list "
+                         "(Docker sends one; check any proxy, or re-create the service)")
+    return value
+
+
 def spec_texts(value: Any, where: str) -> tuple[str, ...]:
     """``value`` as a list of texts (absent or null: none), else ``UnreadSpec``."""
     if value is None:
         return ()
     if not isinstance(value, list | tuple) or not all(isinstance(x, str) for x in value):
         raise UnreadSpec(f"{where} is {quoted(value)}, not a list of texts (Docker sends "
-                         "one; check any proxy, or re-create the service with docker "
-                         "service create / docker stack deploy)")
+                         f"one; {_SERVICE_FIX})")
     return tuple(value)
 
 

@@ -16,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from swarmgpu.core.peertext import quoted
 from swarmgpu.swarm.constraints import NodeLike, node_satisfies, parse_all
-from swarmgpu.swarm.specread import UnreadSpec, spec_count, spec_object
+from swarmgpu.swarm.specread import spec_count, spec_list, spec_object
 
 
 def _tt(spec: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -47,17 +46,6 @@ def _diff_keys(a: Mapping[str, Any], b: Mapping[str, Any], skip: tuple[str, ...]
     return sorted(k for k in set(a) | set(b) if k not in skip and a.get(k) != b.get(k))
 
 
-def _listed(value: Any, where: str) -> list[Any]:
-    """A list of the task spec (absent or null: none); ``UnreadSpec`` for anything else
-    (a text read as its letters)."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise UnreadSpec(f"{where} is {type(value).__name__} {quoted(value)}, not a list "
-                         "(Docker sends one; check any proxy, or re-create the service)")
-    return value
-
-
 def task_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """What ``new`` changes in ``old``'s task spec, one phrase per change ([]: no task
     of the service is replaced for this write)."""
@@ -69,11 +57,11 @@ def task_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
     csa, csb = (spec_object(t.get("ContainerSpec"), "TaskTemplate.ContainerSpec")
                 for t in (a, b))
-    ea, eb = (_listed(cs.get("Env"), "TaskTemplate.ContainerSpec.Env") for cs in (csa, csb))
+    ea, eb = (spec_list(cs.get("Env"), "TaskTemplate.ContainerSpec.Env") for cs in (csa, csb))
     out += [f"add env {e}" for e in eb if e not in ea]
     out += [f"remove env {e}" for e in ea if e not in eb]
     pa, pb = (spec_object(t.get("Placement"), "TaskTemplate.Placement") for t in (a, b))
-    ca, cb = (_listed(pl.get("Constraints"), "TaskTemplate.Placement.Constraints")
+    ca, cb = (spec_list(pl.get("Constraints"), "TaskTemplate.Placement.Constraints")
               for pl in (pa, pb))
     out += [f"add constraint {c}" for c in cb if c not in ca]
     out += [f"remove constraint {c}" for c in ca if c not in cb]

@@ -39,9 +39,10 @@ def render_plan(
     ]  # failed GPUs are given to nothing (docs/health.md)
     lines += list(unread)
     lines += _move_lines(moves, listen)
-    raised, unread_specs = failed_names(services), unread_names(services)
+    unread_specs = unread_names(services)
+    faults = failed_names(services) - unread_specs  # (once, not per service)
     # in the plan's order; said last, where a reader ends (placement.isolate)
-    failed = [sp.name for sp in services if sp.name in raised - unread_specs]
+    failed = [sp.name for sp in services if sp.name in faults]
     if unreadable := [sp.name or f"service {sp.id}" for sp in services
                       if sp.name in unread_specs]:
         lines.append(f"not planned, a spec that cannot be read: {', '.join(unreadable)}: fix "

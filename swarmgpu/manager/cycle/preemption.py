@@ -646,15 +646,13 @@ class Preempter:
         # Each read and checked before any is written: a job's write runs it anew, so one
         # written before another's fault was stopped alone for a preemption not made.
         renew: list[SwarmService | None] = []
-        for i, v in enumerate([*victims, *victims]):  # (read all, then write all)
-            try:  # a task of it waiting for a node: replaced by the write (victimspec)
-                if i < len(victims):
-                    renew.append(renewed(swarm, v.service_id))
-                    continue
-                gate.service_spec(v.service_id, victim_spec(
-                    prefix, p.node_id, record, renew[i - len(victims)]), why)
-            except (SwarmError, UnreadSpec) as exc:
-                return unwritten(log, v.service, names(victims), p.service, exc)
+        try:  # (``v``: the victim whose read or write failed; a loop's, not a comprehension's)
+            for v in victims:  # a task of it waiting for a node: replaced by the write
+                renew.append(renewed(swarm, v.service_id))
+            for v, r in zip(victims, renew, strict=True):
+                gate.service_spec(v.service_id, victim_spec(prefix, p.node_id, record, r), why)
+        except (SwarmError, UnreadSpec) as exc:
+            return unwritten(log, v.service, names(victims), p.service, exc)
         drop = {k for v in victims for k in (assign_key(prefix, v.service),
                                              gate_key(prefix, v.service))}
         closing.append(True)

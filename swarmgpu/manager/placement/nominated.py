@@ -73,6 +73,7 @@ from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
 from swarmgpu.manager.placement.recreated import removed_name
 from swarmgpu.manager.placement.repinned import repin_uses
+from swarmgpu.manager.placement.specs import schedulable
 from swarmgpu.manager.services.requests import matches_products
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.taskstop import MAX_GRACE_S
@@ -190,8 +191,7 @@ def stops_waited(stopping: Sequence[SwarmTask], nodes: Sequence[SwarmNode],
     a hold waits for (``Nominations.keep``): on a ready, active node only. A down node's
     task may never report its stop, and a paused or drained node starts nothing: its
     preemptor could not run there once it stopped, so its hold settles as ever."""
-    usable = {n.id for n in nodes if n.state == "ready" and n.availability == "active"
-              and not n.unread}
+    usable = {n.id for n in nodes if schedulable(n)}
     return frozenset((t.service_id, t.node_id) for t in stopping if t.node_id in usable)
 
 

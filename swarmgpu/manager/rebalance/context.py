@@ -34,6 +34,7 @@ from swarmgpu.manager.placement import (
 )
 from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.nominated import held_choice, share_choice
+from swarmgpu.manager.placement.specs import schedulable
 from swarmgpu.manager.rebalance.attribution import Share, estimated_util, holders_by_gpu
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Move, Trigger
 from swarmgpu.manager.rebalance.signals import GpuSignal, NodeSignal
@@ -447,8 +448,7 @@ class Context:
             nid = ns.spec.name
             n = self.nodes.get(nid)
             return (n is not None and nid != source and nid not in has
-                    and n.state == "ready" and n.availability == "active"
-                    and not n.unread and self.node_known(nid)
+                    and schedulable(n) and self.node_known(nid)
                     and (only_nodes is None or nid in only_nodes)
                     and nid not in no and constraints_allow(s, n, self.inp.prefix))
 

@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from swarmgpu.core.commalist import comma_list
-from swarmgpu.core.peertext import quoted
 from swarmgpu.manager.placement.envs import (
     DEVICE_MOUNT_ROOT,
     DEVICE_VAR,
@@ -59,7 +58,7 @@ from swarmgpu.manager.placement.envs import (
 from swarmgpu.manager.placement.generic import generic_reservations
 from swarmgpu.manager.placement.keys import DEVICES, MEANT_STATES
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
-from swarmgpu.swarm.specread import UnreadSpec, spec_object
+from swarmgpu.swarm.specread import UnreadSpec, spec_list, spec_object
 from swarmgpu.swarm.swarmnode import gpu_kinds
 
 MOUNT_ROOT = DEVICE_MOUNT_ROOT  # the toolkit's DeviceListAsVolumeMountsRoot
@@ -247,28 +246,20 @@ def _container(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec_object(tt.get("ContainerSpec"), "TaskTemplate.ContainerSpec")
 
 
-def _listed(cs: Mapping[str, Any], key: str) -> list[Any]:
-    """A list of ``ContainerSpec`` (absent: none); ``UnreadSpec`` where it is not one (a
-    string's characters read as its lines)."""
-    value = cs.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise UnreadSpec(f"TaskTemplate.ContainerSpec.{key} is {type(value).__name__} "
-                         f"{quoted(value)}, not a list (Docker sends one; check any proxy, "
-                         "or re-create the service)")
-    return value
+def _listed(spec: Mapping[str, Any], key: str) -> list[Any]:
+    """A list of the spec's ``ContainerSpec`` (``specread.spec_list``)."""
+    return spec_list(_container(spec).get(key), f"TaskTemplate.ContainerSpec.{key}")
 
 
 def _mounts(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [m for m in _listed(_container(spec), "Mounts") if isinstance(m, Mapping)]
+    return [m for m in _listed(spec, "Mounts") if isinstance(m, Mapping)]
 
 
 def _privileged(spec: Mapping[str, Any]) -> bool:
     """CAP_SYS_ADMIN added: the toolkit counts the container as privileged (its bounding
     set), and reads its variables even with envvar-when-unprivileged off."""
     return any(str(c).upper() in _SYS_ADMIN
-               for c in _listed(_container(spec), "CapabilityAdd"))
+               for c in _listed(spec, "CapabilityAdd"))
 
 
 def image_of(spec: Mapping[str, Any]) -> str:
@@ -281,7 +272,7 @@ def image_of(spec: Mapping[str, Any]) -> str:
 
 
 def _env(spec: Mapping[str, Any]) -> list[str]:
-    return [str(x) for x in _listed(_container(spec), "Env")]
+    return [str(x) for x in _listed(spec, "Env")]
 
 
 # --- one service ---------------------------------------------------------------------

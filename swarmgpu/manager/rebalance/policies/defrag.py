@@ -27,6 +27,7 @@ from swarmgpu.allocator.values import Choice, Demand
 from swarmgpu.core.rebalanceconfig import DefragConfig
 from swarmgpu.manager.placement import ClusterAllocator, Holding, demand_of
 from swarmgpu.manager.placement.keys import MEANT_STATES
+from swarmgpu.manager.placement.specs import schedulable
 from swarmgpu.manager.rebalance.context import Context, Statement
 from swarmgpu.manager.rebalance.moves import Trigger
 
@@ -101,8 +102,7 @@ def _running(ctx: Context, held: ClusterAllocator, pending: str
         req = ctx.requests.get(svc)
         n = ctx.nodes.get(nid)
         if (svc == pending or req is None or h.choice is None or not h.choice.gpus
-                or nid in has or n is None or n.state != "ready"
-                or n.availability != "active" or n.unread):
+                or nid in has or n is None or not schedulable(n)):
             continue
         if svc not in may:
             may[svc] = ctx.movable(svc) is None

@@ -50,6 +50,7 @@ from swarmgpu.allocator.defrag import (
 from swarmgpu.allocator.values import Choice, NodeState
 from swarmgpu.core.rebalanceconfig import FragmentationConfig
 from swarmgpu.manager.placement import ClusterAllocator, demand_of
+from swarmgpu.manager.placement.specs import schedulable
 from swarmgpu.manager.rebalance.context import Context, constraints_allow
 from swarmgpu.manager.rebalance.moves import Trigger
 
@@ -192,8 +193,7 @@ def propose(ctx: Context, own: FragmentationConfig) -> None:
 
     def node_ok(node: NodeState) -> bool:
         n = ctx.nodes.get(node.spec.name)
-        return (n is not None and n.state == "ready" and n.availability == "active"
-                and not n.unread and ctx.node_known(node.spec.name))
+        return n is not None and schedulable(n) and ctx.node_known(node.spec.name)
 
     def gpu_ok(node: NodeState, i: int) -> bool:  # (the pass's earlier moves' load too)
         nid = node.spec.name

@@ -33,6 +33,7 @@ from swarmgpu.core.rebalanceconfig import HealthPolicyConfig
 from swarmgpu.core.stamps import in_hour
 from swarmgpu.manager.nodes.gpuhealth import failing_why, level_of
 from swarmgpu.manager.placement import demand_of
+from swarmgpu.manager.placement.specs import schedulable
 from swarmgpu.manager.placement.tasks import meant_to_run
 from swarmgpu.manager.rebalance.context import Context, constraints_allow, why_not_movable
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Release, Trigger
@@ -142,7 +143,7 @@ def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
         n = ctx.nodes.get(nid)
         return (n is not None and nid not in has and nid not in avoid
                 and (same if nid == source else other)
-                and n.state == "ready" and n.availability == "active" and not n.unread
+                and schedulable(n)
                 and nid not in no and constraints_allow(s, n, ctx.inp.prefix))
 
     got = alloc.place(demand_of(req, *res), allowed)
