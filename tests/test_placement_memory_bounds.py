@@ -10,6 +10,7 @@ from dataclasses import replace
 from support.forged import FACTS, R_UUIDS, sw_svc
 
 from swarmgpu.manager.placement import gate_constraint
+from swarmgpu.manager.placement.keys import UNLISTED_CYCLES, kept_unlisted
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.nominated import StoppingGpus
 from swarmgpu.manager.placement.recreated import Recreated
@@ -86,3 +87,15 @@ def test_the_stopping_start_memory_forgets_tasks_gone_for_good() -> None:
     for i in range(1000):
         g.holds([_stopping(s, f"t-{i}")], [s], {}, [], FACTS, now=1000.0 + i)
     assert len(g.began) <= 5, len(g.began)
+
+
+def test_kept_unlisted_keeps_an_entry_unlisted_up_to_the_cycles_then_forgets_it() -> None:
+    """The one keeper both memories use: a listed entry's count starts over; an unlisted
+    one is kept, counted, for UNLISTED_CYCLES cycles, then dropped."""
+    memory: dict[str, float] = {"a": 1.0, "b": 2.0}
+    counts: dict[str, int] = {}
+    for n in range(1, UNLISTED_CYCLES + 1):
+        memory, counts = kept_unlisted(memory, counts, {"a"})
+        assert (memory, counts) == ({"a": 1.0, "b": 2.0}, {"b": n})
+    assert kept_unlisted(memory, counts, {"a"}) == ({"a": 1.0}, {})
+    assert kept_unlisted(memory, counts, {"a", "b"}) == ({"a": 1.0, "b": 2.0}, {})

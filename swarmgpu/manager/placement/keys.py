@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from functools import cache
+from typing import TypeVar
 
 from swarmgpu.swarm.client import MEANT_STATES as MEANT_STATES  # (re-exported)
 from swarmgpu.swarm.client import SwarmTask
@@ -92,6 +94,18 @@ def stop_began(t: SwarmTask, now: float, looked: bool) -> float:
 # listing: an engine hiccup that leaves a task out of one listing forgets nothing, while
 # one gone for good is forgotten (the memory stays bounded).
 UNLISTED_CYCLES = 3
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def kept_unlisted(kept: Mapping[_K, _V], unlisted: Mapping[_K, int],
+                  listed: AbstractSet[_K]) -> tuple[dict[_K, _V], dict[_K, int]]:
+    """The entries of ``kept`` (a memory across cycles) that are ``listed`` this cycle,
+    or were not for at most ``UNLISTED_CYCLES`` cycles (``unlisted``: key -> cycles so;
+    the second dict returned counts them on, the listed ones left out)."""
+    missed = {k: unlisted.get(k, 0) + 1 for k in kept.keys() - listed}
+    missed = {k: n for k, n in missed.items() if n <= UNLISTED_CYCLES}
+    return {k: v for k, v in kept.items() if k in listed or k in missed}, missed
 
 
 def kept_starts(began: Mapping[str, float], unlisted: Mapping[str, int],
@@ -103,9 +117,8 @@ def kept_starts(began: Mapping[str, float], unlisted: Mapping[str, int],
     task id -> cycles so, counted on in the second dict returned), their start kept."""
     listed = {t.id: began[t.id] if t.id in began else stop_began(t, now, looked)
               for t in leaving}
-    missed = {k: unlisted.get(k, 0) + 1 for k in began.keys() - listed.keys()}
-    missed = {k: n for k, n in missed.items() if n <= UNLISTED_CYCLES}
-    return listed | {k: began[k] for k in missed}, missed
+    kept, missed = kept_unlisted(began, unlisted, listed.keys())
+    return listed | kept, missed
 
 
 def stop_hold_end(t: SwarmTask, began: float) -> float:

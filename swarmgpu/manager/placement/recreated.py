@@ -35,8 +35,8 @@ from collections.abc import Set as AbstractSet
 from swarmgpu.manager.placement.keys import (
     ASSIGNED_STATES,
     GATE,
-    UNLISTED_CYCLES,
     devices_key,
+    kept_unlisted,
 )
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.swarm.client import SwarmService, SwarmTask
@@ -127,11 +127,10 @@ class Recreated:
         live = set(ids.values())  # (a memory per live service only: a removed one's goes)
         there = {(removed_name(t, last, prefix), t.node_id) for t in leaving
                  if t.service_id not in live and t.node_id}
-        missed = {k: 0 if k in there else self.unlisted.get(k, 0) + 1 for k in self.afresh}
-        self.afresh = {k: sid for k, sid in self.afresh.items()
-                       if sid in live and missed[k] <= UNLISTED_CYCLES} | {
+        kept, missed = kept_unlisted(self.afresh, self.unlisted, there)
+        self.afresh = {k: sid for k, sid in kept.items() if sid in live} | {
             k: ids[k[0]] for k in got}
-        self.unlisted = {k: missed.get(k, 0) for k in self.afresh}
+        self.unlisted = {k: n for k, n in missed.items() if k in self.afresh}
         return got
 
 
