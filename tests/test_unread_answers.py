@@ -33,7 +33,7 @@ from support.forged import sw_node, sw_svc
 from support.health import F1, F2, ONE, U2, hold, mark, plan, running, service, setup
 from support.isolation import BAD, FACTS, NODES
 from support.placement import P, svc
-from support.unread import reserving, task
+from support.unread import listed_client, reserving, task
 
 from swarmgpu.manager.placement import Planner
 from swarmgpu.manager.placement.filters import SwarmFilters
@@ -42,7 +42,6 @@ from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.rebalance.targets import SwarmTargets
 from swarmgpu.swarm.client import (
-    SwarmClient,
     SwarmError,
     SwarmService,
     held_reservations,
@@ -83,22 +82,6 @@ def test_an_unread_holder_s_node_takes_no_health_move_that_needs_cpu() -> None:
     assert [(m.service, m.target_node) for m in p.moves] == []  # before: a to gpu-node-1
 
 
-class _Api:
-    """The engine's task list as a proxy answered it."""
-
-    def __init__(self, raw: list[Any]) -> None:
-        self.raw = raw
-
-    def tasks(self, filters: dict[str, Any]) -> list[Any]:
-        return self.raw
-
-
-def _client(raw: list[Any]) -> SwarmClient:
-    sw = SwarmClient.__new__(SwarmClient)
-    sw.endpoint, sw._api = "unix:///test", _Api(raw)  # type: ignore[assignment]
-    return sw
-
-
 @pytest.mark.parametrize("field", ["Status", "Spec"])
 def test_a_task_with_a_null_status_is_refused_naming_it(field: str) -> None:
     raw = {"ID": "t-null", "ServiceID": "s", "NodeID": "n", "DesiredState": "shutdown",
@@ -107,7 +90,7 @@ def test_a_task_with_a_null_status_is_refused_naming_it(field: str) -> None:
         task_from_api(raw)
     for states in (None, {"running"}):
         with pytest.raises(SwarmError, match="t-null"):
-            _client([raw]).tasks({"desired-state": ["shutdown"]}, states=states)
+            listed_client([raw]).tasks({"desired-state": ["shutdown"]}, states=states)
 
 
 @pytest.mark.parametrize("raw", [None, "t-x", 3, ["t-x"]])
@@ -116,7 +99,7 @@ def test_a_task_that_is_no_object_is_refused(raw: Any) -> None:
     with pytest.raises(SwarmError, match=f"a task listed as {type(raw).__name__}"):
         task_from_api(raw)
     with pytest.raises(SwarmError, match="Docker sends objects"):
-        _client([raw]).tasks({"desired-state": ["running"]}, states={"running"})
+        listed_client([raw]).tasks({"desired-state": ["running"]}, states={"running"})
 
 
 @pytest.mark.parametrize("task_id", [None, "", 7, "missing"])
@@ -129,7 +112,7 @@ def test_a_task_without_an_id_is_refused(task_id: Any) -> None:
     with pytest.raises(SwarmError, match="task of service 's-x' listed without an ID"):
         task_from_api(raw)
     with pytest.raises(SwarmError, match="without an ID"):
-        _client([raw]).tasks({"desired-state": ["running"]})
+        listed_client([raw]).tasks({"desired-state": ["running"]})
 
 
 CPUS8 = {"TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 8_000_000_000}}}}
@@ -234,7 +217,7 @@ def test_a_task_whose_parts_are_no_objects_is_refused_naming_it(
     with pytest.raises(SwarmError, match=re.escape(f"task 't-bad': {said}")):
         task_from_api(raw)
     with pytest.raises(SwarmError, match="t-bad"):
-        _client([raw]).tasks({"desired-state": ["running"]})
+        listed_client([raw]).tasks({"desired-state": ["running"]})
 
 
 def test_a_task_as_docker_sends_it_is_read_as_ever() -> None:

@@ -22,6 +22,7 @@ import support.rebalance as rb
 from support.forged import RecordingSwarm
 from support.health import hold
 from support.placement import FACTS, P, svc
+from support.unread import listed_client
 
 from swarmgpu.agent.doctor import check_unread_nodes
 from swarmgpu.agent.doctor.read import read_view
@@ -40,7 +41,6 @@ from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.manager.web.cluster_view import build_cluster, render_status
 from swarmgpu.swarm.client import (
-    SwarmClient,
     SwarmError,
     SwarmNode,
     SwarmService,
@@ -66,30 +66,12 @@ def raw_node(nid: str, host: str, labels: dict[str, str] | None = None,
             "Status": {"State": "ready", "Addr": "10.0.0.2"}, **parts}
 
 
-class _Api:
-    def __init__(self, raw: list[Any]) -> None:
-        self.raw = raw
-
-    def nodes(self, filters: Any = None) -> list[Any]:
-        return self.raw
-
-    def inspect_node(self, node_id: str) -> Any:
-        return next(n for n in self.raw if n["ID"] == node_id)
-
-
-def _client(raw: list[Any]) -> SwarmClient:
-    sw = SwarmClient.__new__(SwarmClient)
-    sw.endpoint, sw._api = "unix:///test", _Api(raw)  # type: ignore[assignment]
-    sw.on_write = sw.on_landed = None
-    return sw
-
-
 BAD_RESOURCES = raw_node("n-4090", "gpu-node-2", hold("held", [HELD]),
                          Description={"Hostname": "gpu-node-2", "Resources": "x"})
 
 
 def _listed() -> list[SwarmNode]:
-    return _client([raw_node("n-dgx", "gpu-node-1"), BAD_RESOURCES]).nodes()
+    return listed_client([raw_node("n-dgx", "gpu-node-1"), BAD_RESOURCES]).nodes()
 
 
 def test_a_node_with_resources_a_string_is_unread_and_the_others_read() -> None:
@@ -129,7 +111,7 @@ def test_label_sync_writes_the_other_nodes_never_the_unread_one(tmp_path: Path) 
 
 
 def test_a_label_write_to_a_node_unread_at_write_time_is_refused() -> None:
-    sw = _client([BAD_RESOURCES])
+    sw = listed_client([BAD_RESOURCES])
     with pytest.raises(SwarmError, match=re.escape(
             "label write refused: node gpu-node-2: Description.Resources")):
         sw.update_node_labels("n-4090", lambda cur: {})
@@ -163,7 +145,7 @@ def test_a_node_part_not_as_docker_sends_it_leaves_the_node_unread(
 @pytest.mark.parametrize("raw", [None, "n1", {"Spec": {}}, {"ID": ""}, {"ID": 7}])
 def test_a_node_without_an_id_is_refused_naming_it(raw: Any) -> None:
     with pytest.raises(SwarmError, match="a node listed"):
-        _client([raw]).nodes()
+        listed_client([raw]).nodes()
 
 
 def test_nodes_as_docker_sends_them_read_as_ever() -> None:
@@ -275,7 +257,7 @@ def test_a_holder_on_a_node_whose_labels_cannot_be_read_is_left_as_it_is() -> No
     replaced); now nothing is written for it, its plan naming the node; more is placed."""
     raw = raw_node("n-4090", "gpu-node-2")
     raw["Spec"]["Labels"] = [f"{k}={v}" for k, v in hold("held", [HELD]).items()]
-    nodes = _client([raw_node("n-dgx", "gpu-node-1"), raw]).nodes()
+    nodes = listed_client([raw_node("n-dgx", "gpu-node-1"), raw]).nodes()
     services = [svc("held", {f"{P}gpus": "1"}), svc("more", {f"{P}gpus": "1"})]
     tasks = [SwarmTask("t1", "id-held", "n-4090", 1, "running", "running", ())]
     plan = plan_placement(nodes, services, tasks, FACTS)
@@ -308,7 +290,8 @@ def test_a_node_read_whole_again_at_its_version_shows_its_holdings_again() -> No
     raw = raw_node("n-4090", "gpu-node-2")
     raw["Spec"]["Labels"] = [f"{k}={v}" for k, v in hold("held", [HELD]).items()]
     whole = raw_node("n-4090", "gpu-node-2", hold("held", [HELD]))
-    unread, read = (_client([raw_node("n-dgx", "gpu-node-1"), n]).nodes() for n in (raw, whole))
+    unread, read = (listed_client([raw_node("n-dgx", "gpu-node-1"), n]).nodes()
+                    for n in (raw, whole))
     assert unread[1].unread and unread[1].version == read[1].version
     services = [svc("held", {f"{P}gpus": "1"}), svc("more", {f"{P}gpus": "8"})]
     tasks = [SwarmTask("t1", "id-held", "n-4090", 1, "running", "running", ())]
@@ -335,7 +318,7 @@ def test_an_unread_service_on_an_unread_node_is_named_by_its_own_field() -> None
     (the node's fault said the node's own way, apart)."""
     raw = raw_node("n-4090", "gpu-node-2")
     raw["Spec"]["Labels"] = ["x=y"]
-    nodes = _client([raw_node("n-dgx", "gpu-node-1"), raw]).nodes()
+    nodes = listed_client([raw_node("n-dgx", "gpu-node-1"), raw]).nodes()
     held = service_from_api({"ID": "id-held", "Version": {"Index": 2}, "Spec": {
         "Name": "held", "Labels": {f"{P}gpus": "1"}, "TaskTemplate": "x"}})
     tasks = [SwarmTask("t1", "id-held", "n-4090", 1, "running", "running", ())]
@@ -349,7 +332,7 @@ def test_a_node_listed_without_its_spec_is_unread_its_holder_left_there() -> Non
     its labels seemed gone and held, running there, was moved to gpu-node-1."""
     raw = raw_node("n-4090", "gpu-node-2", hold("held", [HELD]))
     del raw["Spec"]
-    nodes = _client([raw_node("n-dgx", "gpu-node-1"), raw]).nodes()
+    nodes = listed_client([raw_node("n-dgx", "gpu-node-1"), raw]).nodes()
     assert nodes[1].unread.startswith("node gpu-node-2: Spec is null or missing, not an object")
     services = [svc("held", {f"{P}gpus": "1"})]
     tasks = [SwarmTask("t1", "id-held", "n-4090", 1, "running", "running", ())]

@@ -20,6 +20,7 @@ import pytest
 from support.forged import RecordingSwarm, offline_daemon, snapshot, sw_node, sw_svc
 from support.isolation import BAD, FACTS, NODES, settled_all
 from support.placement import P, apply, svc
+from support.unread import listed_client
 
 from swarmgpu.manager.commands.plan import render_plan
 from swarmgpu.manager.cycle.placement import findings_of
@@ -28,7 +29,6 @@ from swarmgpu.manager.placement import PlacementPlan, Planner, assign_key
 from swarmgpu.manager.services.grants import ImageEnv, find_ungranted, service_access
 from swarmgpu.manager.web.cluster_view import build_cluster, render_status
 from swarmgpu.swarm.client import (
-    SwarmClient,
     SwarmError,
     SwarmService,
     SwarmTask,
@@ -44,27 +44,8 @@ def _raw(name: str, labels: Any = None, sid: str = "", **parts: Any) -> dict[str
     return {"ID": sid or f"id-{name}", "Version": {"Index": 2}, "Spec": spec}
 
 
-class _Api:
-    """The engine's service list as a proxy answered it."""
-
-    def __init__(self, raw: list[Any]) -> None:
-        self.raw = raw
-
-    def services(self) -> list[Any]:
-        return self.raw
-
-    def inspect_service(self, service_id: str) -> Any:
-        return next(s for s in self.raw if s["ID"] == service_id)
-
-
-def _client(raw: list[Any]) -> SwarmClient:
-    sw = SwarmClient.__new__(SwarmClient)
-    sw.endpoint, sw._api = "unix:///test", _Api(raw)  # type: ignore[assignment]
-    return sw
-
-
 def test_a_text_task_template_marks_that_service_unread_the_others_read() -> None:
-    got = _client([_raw("a"), _raw(BAD, TaskTemplate="x"), _raw("c")]).services()
+    got = listed_client([_raw("a"), _raw(BAD, TaskTemplate="x"), _raw("c")]).services()
     assert [s.name for s in got] == ["a", BAD, "c"]
     bad = got[1]
     assert bad.unread.startswith("Spec.TaskTemplate is str 'x', not an object")
@@ -117,13 +98,13 @@ def test_a_service_without_an_id_is_refused(sid: Any) -> None:
     else:
         raw["ID"] = sid
     with pytest.raises(SwarmError, match="a service listed without an ID"):
-        _client([raw]).services()
+        listed_client([raw]).services()
 
 
 @pytest.mark.parametrize("raw", [None, "s-x", 3])
 def test_a_service_that_is_no_object_is_refused(raw: Any) -> None:
     with pytest.raises(SwarmError, match=f"a service listed as {type(raw).__name__}"):
-        _client([raw]).services()
+        listed_client([raw]).services()
 
 
 def _unread(s: SwarmService, part: str = "TaskTemplate", value: Any = "x") -> SwarmService:
@@ -291,8 +272,7 @@ def test_a_spec_write_to_a_service_unread_at_write_time_is_refused() -> None:
     """Any writer (placement, a move, a preemption, a restart) reads the spec afresh: a
     part of it unread, nothing is computed from it nor written (a SwarmError, and an
     UnreadSpec for the writers that skip such a spec)."""
-    sw = _client([_raw(BAD, TaskTemplate="x")])
-    sw.on_write = sw.on_landed = None
+    sw = listed_client([_raw(BAD, TaskTemplate="x")])
     seen: list[Any] = []
     with pytest.raises(SwarmError, match=re.escape(
             "service write refused: Spec.TaskTemplate is str 'x'")) as got:

@@ -31,7 +31,7 @@ isolation (two RTX 4090 nodes and the failing a-bad of the placement isolation t
 preempt_stop (victims stopped as the actuator stops them), move_then_preempt (a cycle's
 rebalance then preemption steps on one snapshot), crowded_node (one GPU node crowded
 with small victims, a topology preemptor's choice there), unread (specs and task
-answers not as Docker sends them); and for the real swarm:
+answers not as Docker sends them, a client its engine lists them to); and for the real swarm:
 swarm_services (deploy a stack, wait for it), swarm_rebalance, swarm_fragmentation,
 health_swarm, webauth_swarm, stranded_swarm (a waiting task Swarm's scheduler no longer
 tries).
