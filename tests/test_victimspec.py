@@ -7,8 +7,11 @@ import copy
 from types import SimpleNamespace
 from typing import Any, cast
 
-from swarmgpu.manager.cycle.victimspec import victim_spec
+import pytest
+
+from swarmgpu.manager.cycle.victimspec import check_victim, victim_spec
 from swarmgpu.swarm.client import SwarmService
+from swarmgpu.swarm.specread import UnreadSpec, spec_texts
 
 P = "swarmgpu."
 
@@ -44,3 +47,22 @@ def test_no_write_where_the_spec_already_says_it_all() -> None:
     spec = {"Name": "v", "Labels": {P + "state.preempted": "rec"}}
     assert victim_spec(P, "n1", "rec")(spec) is None
     assert "TaskTemplate" not in (victim_spec(P, "n1", "other")(spec) or {})
+
+
+@pytest.mark.parametrize(("part", "where"), [
+    ({"Placement": {"Constraints": "node.role==worker"}}, "TaskTemplate.Placement.Constraints"),
+    ({"ContainerSpec": {"Env": "A=1"}}, "TaskTemplate.ContainerSpec.Env"),
+])
+def test_a_victim_s_text_list_part_is_refused_as_the_service_reader_refuses_it(
+        part: dict[str, Any], where: str) -> None:
+    """The victim write reads its constraints and env with the spec's one list reader
+    (``spec_texts``): the same refusal and fix as the service's own read (before, its
+    own check named a shorter fix)."""
+    spec = {"Name": "v", "Labels": {}, "TaskTemplate": part}
+    value = next(iter(next(iter(part.values())).values()))
+    with pytest.raises(UnreadSpec) as shared:
+        spec_texts(value, where)
+    with pytest.raises(UnreadSpec) as got:
+        check_victim(spec)
+    assert str(got.value) == str(shared.value)
+    assert check_victim({"TaskTemplate": {"Placement": {"Constraints": ["a==b"]}}}) == ["a==b"]

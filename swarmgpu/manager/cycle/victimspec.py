@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from swarmgpu.core.peertext import quoted
 from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.placement.keys import (
     DEVICES,
@@ -29,7 +28,7 @@ from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
 from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.placement.specwrite import SpecCompute, service_compute
 from swarmgpu.swarm.client import SwarmClient, SwarmService
-from swarmgpu.swarm.specread import UnreadSpec, spec_count, spec_object
+from swarmgpu.swarm.specread import UnreadSpec, spec_count, spec_object, spec_texts
 
 if TYPE_CHECKING:
     from loguru import Logger
@@ -91,13 +90,9 @@ def check_victim(spec: Mapping[str, Any]) -> list[str]:
     placement = spec_object(tt.get("Placement"), "TaskTemplate.Placement")
     cs = spec_object(tt.get("ContainerSpec"), "TaskTemplate.ContainerSpec")
     spec_count(tt.get("ForceUpdate"), "TaskTemplate.ForceUpdate")  # (a renewal's change list)
-    for where, value in (("TaskTemplate.Placement.Constraints", placement.get("Constraints")),
-                         ("TaskTemplate.ContainerSpec.Env", cs.get("Env"))):
-        if value is not None and not (isinstance(value, list)
-                                      and all(isinstance(x, str) for x in value)):
-            raise UnreadSpec(f"{where} is {quoted(value)}, not a list of texts (Docker "
-                             "sends one; check any proxy, or re-create the service)")
-    return list(placement.get("Constraints") or [])
+    constraints = spec_texts(placement.get("Constraints"), "TaskTemplate.Placement.Constraints")
+    spec_texts(cs.get("Env"), "TaskTemplate.ContainerSpec.Env")
+    return list(constraints)
 
 
 def unread_victims(services: Sequence[SwarmService], holders: Collection[str]
