@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from support.forged import FACTS, R_UUIDS, sw_svc
 
-from swarmgpu.manager.placement import MOVE_STATE, Holding, env_template
+from swarmgpu.manager.placement import MOVE_STATE, Holding, env_template, repinned
 from swarmgpu.manager.placement.nominated import StoppingGpus
 from swarmgpu.manager.rebalance.record import MoveState
 from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.taskstop import rfc3339_epoch
 
 P = "swarmgpu."
 START = 1_700_000_000.0  # the repin's start (epoch s)
@@ -87,3 +89,18 @@ def test_a_move_label_of_another_node_or_unreadable_leaves_the_ledger_read() -> 
     noms = StoppingGpus(P).holds([], [svc], _ledger(R_UUIDS[1]), [], FACTS, rejected=[t],
                                  now=START + 5)
     assert {u for n in noms for u in n.uuids} == {R_UUIDS[1]}
+
+
+def test_a_repins_task_age_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``repin_uses`` parses the task's creation time once (it was parsed twice, the
+    second time by ``made_after``), and still holds a fresh task on the new GPUs."""
+    read: list[str | None] = []
+
+    def counted(text: str | None) -> float | None:
+        read.append(text)
+        return rfc3339_epoch(text)
+
+    monkeypatch.setattr(repinned, "rfc3339_epoch", counted)
+    fresh = _task("t-fresh", "2023-11-14T22:20:00Z")
+    uses = repinned.repin_uses(fresh, _moving(_repin()), P)
+    assert uses == ((R_UUIDS[1], 1000),) and read == ["2023-11-14T22:20:00Z"]

@@ -51,7 +51,7 @@ def repin_uses(t: SwarmTask, service: SwarmService | None, prefix: str) -> Uses 
     made = rfc3339_epoch(t.created_at)
     if made is None or made < started - SKEW_S:  # unknown: older than the repin
         got = source
-    elif made_after(t, started):
+    elif _after(made, started):
         got = target
     else:
         got = {u: max(source.get(u, 0), target.get(u, 0)) for u in source | target}
@@ -62,5 +62,9 @@ def made_after(t: SwarmTask, started: float) -> bool:
     """Swarm made ``t`` after ``started`` (epoch s, the daemon's clock) beyond doubt: past
     the clocks' skew (``SKEW_S``); False where its age is unknown. A task made after a
     repin's start has the device map of its step 1, written right after."""
-    made = rfc3339_epoch(t.created_at)
+    return _after(rfc3339_epoch(t.created_at), started)
+
+
+def _after(made: float | None, started: float) -> bool:
+    """``made_after`` of a task made at ``made`` (epoch s, None: unknown)."""
     return made is not None and made > started + SKEW_S
