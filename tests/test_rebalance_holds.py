@@ -6,7 +6,7 @@ them from the preemptor. Pure: real facts and metrics pages, ``plan_moves``."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,7 +31,7 @@ from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import PlacementPlan, Planner, read_ledger
-from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY
+from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY, Nomination
 from swarmgpu.manager.placement.preempt import Preemption
 from swarmgpu.manager.rebalance import policies
 from swarmgpu.manager.rebalance.context import Context, Inputs
@@ -98,18 +98,22 @@ def test_the_daemon_hands_the_rebalancer_the_gpus_its_preemptions_hold(tmp_path:
     steps = daemon_steps(d)
     (rb,) = [s for s in steps if isinstance(s, Rebalancer)]
     (pre,) = [s for s in steps if isinstance(s, PreemptStep)]
-    assert rb.held({"wide"}) == {}
+
+    def held(plan: PlacementPlan | None = None) -> dict[tuple[str, str], tuple[str, int]]:
+        return rb.held(rb.live_holds({"wide"}), plan)  # (the holds as they are now)
+
+    assert held() == {}
     wide = Preemption("wide", "id-wide", 100, "n-dgx", "gpu-node-1", (),
                       held=tuple(WHOLE1[5:]))
     pre.preempter.took(wide, [], time.monotonic())  # in-memory times: monotonic
-    assert rb.held({"wide"}) == {("n-dgx", u): ("wide", 100) for u in WHOLE1[5:]}
+    assert held() == {("n-dgx", u): ("wide", 100) for u in WHOLE1[5:]}
     # A victim's GPU placement spared for a hold (its task still stops there) is held as
     # the stopping task's once that hold is not the rebalancer's (it ended since): before,
     # the rebalancer took plan.stopping_held alone, and a move could land on it.
     spared = {("n-dgx", WHOLE1[5]): "wide", ("n-dgx", WHOLE1[0]): "gone"}
     plan = PlacementPlan(stopping_spared=spared, stopping_held={
         k: (who, STOPPING_PRIORITY) for k, who in spared.items()})
-    assert rb.held({"wide"}, plan) == {("n-dgx", u): ("wide", 100) for u in WHOLE1[6:]} | {
+    assert held(plan) == {("n-dgx", u): ("wide", 100) for u in WHOLE1[6:]} | {
         ("n-dgx", WHOLE1[5]): ("wide", STOPPING_PRIORITY),
         ("n-dgx", WHOLE1[0]): ("tasks stopping on n-dgx", STOPPING_PRIORITY)}
 
@@ -148,8 +152,17 @@ def test_the_rebalancer_no_longer_honours_the_hold_of_a_removed_preemptor(
                                     swarm_labels=sw.swarm_labels(), taken_at=1000.0))
     session.facts, session.scrapes = {}, {}
     session.placement, session.planner = PlacementPlan(), Planner(prefix=P)
+    reads: list[int] = []
+    nominated = rb.nominated
+
+    def counted() -> Sequence[Nomination]:
+        reads.append(1)
+        return nominated()
+
+    rb.nominated = counted
     rb.run(session)
     assert seen.held == [{("n-dgx", u): ("tall", 100) for u in WHOLE1[2:4]}]
+    assert len(reads) == 1  # one read a cycle, for held and held_shares both (were two)
 
 
 def _defrag(held: Mapping[tuple[str, str], tuple[str, int]]) -> list[Move]:

@@ -154,9 +154,10 @@ def test_the_rebalancer_is_handed_stopping_tasks_shares_but_not_under_a_preempto
                            (WHOLE1[0], WHOLE1[1]), milli=(250, 500))]
     plan = PlacementPlan(stopping_held=held_gpus(stopping),
                          stopping_milli=held_shares(stopping))
-    assert rb.held_shares({"wide"}, plan) == {("n1", WHOLE1[0]): 250}
-    assert rb.held_shares(set(), plan) == {("n1", WHOLE1[0]): 250, ("n1", WHOLE1[1]): 500}
-    assert rb.held_shares(set(), None, stopping) == rb.held_shares(set(), plan)
+    wide, none = rb.live_holds({"wide"}), rb.live_holds(set())
+    assert rb.held_shares(wide, plan) == {("n1", WHOLE1[0]): 250}
+    assert rb.held_shares(none, plan) == {("n1", WHOLE1[0]): 250, ("n1", WHOLE1[1]): 500}
+    assert rb.held_shares(none, None, stopping) == rb.held_shares(none, plan)
 
 
 def test_two_stopping_tasks_on_one_gpu_hold_their_sum() -> None:

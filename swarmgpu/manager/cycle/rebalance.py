@@ -188,7 +188,8 @@ class Rebalancer(Step):
         # (its learned or pinned model); without placement, the services annotated now.
         planner = session.planner if self.placement else None
         model = planner.model if planner is not None else None
-        live, alone = {sv.name for sv in snap.services}, self.stopping_alone(snap, facts, ledger)
+        alone = self.stopping_alone(snap, facts, ledger)
+        noms = self.live_holds({sv.name for sv in snap.services})  # (one read: both below)
         inp = Inputs(nodes=snap.nodes, services=snap.services, tasks=snap.tasks, facts=facts,
                      ledger=ledger_after(snap.nodes, plan, self.prefix, ledger),
                      measured=ledger,
@@ -200,8 +201,8 @@ class Rebalancer(Step):
                      failed=failed_of(plan),
                      agents=snap.agent_nodes(self.agent_service),
                      generic_kind=self.generic_kind,
-                     held=self.held(live, plan) | held_gpus(alone),
-                     held_shares=self.held_shares(live, plan, alone),
+                     held=self.held(noms, plan) | held_gpus(alone),
+                     held_shares=self.held_shares(noms, plan, alone),
                      stopping=snap.stopping)
         if planner is not None:  # placement's next cycle keeps failed holdings for us
             planner.keep_failed_holdings(self.keeps if self.health_on else None)
@@ -231,24 +232,27 @@ class Rebalancer(Step):
             timer.daemon = True
             timer.start()
 
-    def held(self, live: AbstractSet[str], plan: PlacementPlan | None = None,
+    def live_holds(self, live: AbstractSet[str]) -> list[Nomination]:
+        """The preemptors' holds now, only those of a preemptor among ``live`` (the
+        snapshot's services), as placement reads them: a removed one's hold lasted here
+        until the preemption step's next ``keep``, and no move could take its GPUs
+        meanwhile. Read once a cycle: ``held`` and ``held_shares`` see the same holds."""
+        return live_nominations(self.nominated(), live)
+
+    def held(self, noms: Sequence[Nomination], plan: PlacementPlan | None = None,
              ) -> dict[tuple[str, str], tuple[str, int]]:
-        """The GPUs held for preemptors now (``Inputs.held``): (node id, UUID) -> (the
-        preemptor, its priority). Only those of a preemptor among ``live`` (the snapshot's
-        services), as placement reads them: a removed one's hold lasted here until the
-        preemption step's next ``keep``, and no move could take its GPUs meanwhile. With
-        ``plan``: its stopping tasks' GPUs too, read with these same holds (one that
-        settled since placement: its victims' GPUs held as theirs, not counted nowhere)."""
-        noms = live_nominations(self.nominated(), live)
+        """The GPUs ``noms`` (``live_holds``) hold for preemptors (``Inputs.held``):
+        (node id, UUID) -> (the preemptor, its priority). With ``plan``: its stopping
+        tasks' GPUs too, read with these same holds (one that settled since placement:
+        its victims' GPUs held as theirs, not counted nowhere)."""
         return held_gpus(noms) | (stopping_held(plan, noms) if plan is not None else {})
 
-    def held_shares(self, live: AbstractSet[str], plan: PlacementPlan | None,
+    def held_shares(self, noms: Sequence[Nomination], plan: PlacementPlan | None,
                     alone: Sequence[Nomination] = ()) -> dict[tuple[str, str], int]:
         """Of the GPUs held now (``held``, ``stopping_alone``), those held for tasks Swarm
         is stopping alone, each by their share (``Inputs.held_shares``): ``plan``'s, or
-        without placement ``alone``'s (``stopping_alone``). A GPU a live preemptor's hold
-        names is held whole, as ever (``nominated.stopping_shares``)."""
-        noms = live_nominations(self.nominated(), live)
+        without placement ``alone``'s (``stopping_alone``). A GPU a hold of ``noms``
+        (``live_holds``) names is held whole, as ever (``nominated.stopping_shares``)."""
         milli = plan.stopping_milli if plan is not None else held_shares(alone)
         return stopping_shares(milli, noms)
 
