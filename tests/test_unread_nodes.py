@@ -47,7 +47,7 @@ from swarmgpu.swarm.client import (
     SwarmTask,
     service_from_api,
 )
-from swarmgpu.swarm.swarmnode import node_from_api
+from swarmgpu.swarm.swarmnode import node_from_api, unread_source
 
 HELD = FACTS["n-4090"].gpus[0].uuid
 DOCTOR_ROOTS = Path(__file__).parent / "doctor_roots"
@@ -338,3 +338,13 @@ def test_a_node_listed_without_its_spec_is_unread_its_holder_left_there() -> Non
     tasks = [SwarmTask("t1", "id-held", "n-4090", 1, "running", "running", ())]
     (sp,) = plan_placement(nodes, services, tasks, FACTS).services
     assert not sp.placements and not sp.needs_service_write
+
+
+def test_a_holding_s_node_is_unread_by_its_own_answer_alone() -> None:
+    """``unread_source``, the one check the rebalance policies, their target search and
+    the over-share restarts make of a holding's node: its part that cannot be read, ""
+    for a node read whole or not listed."""
+    good, bad = _listed()
+    by_id = {n.id: n for n in (good, bad)}
+    assert unread_source(by_id, bad.id) == bad.unread != ""
+    assert unread_source(by_id, good.id) == unread_source(by_id, "n-gone") == ""

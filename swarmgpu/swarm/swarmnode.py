@@ -55,6 +55,14 @@ class SwarmNode:
     unread: str = ""
 
 
+def unread_source(nodes: Mapping[str, SwarmNode], node_id: str) -> str:
+    """Why node ``node_id`` (of ``nodes``, by ID) cannot be read (``SwarmNode.unread``;
+    "" where it can, or is not listed): a holding on it is kept where it is, never moved
+    or restarted off it (what Swarm makes of the node is not known)."""
+    n = nodes.get(node_id)
+    return n.unread if n is not None else ""
+
+
 def node_names(nodes: Iterable[SwarmNode]) -> dict[str, str]:
     """Node ID -> the name people read: its hostname, ``host (ID)`` where two nodes
     share one (one re-joined under a new ID, or two machines named alike), so a map

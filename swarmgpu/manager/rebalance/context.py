@@ -44,6 +44,7 @@ from swarmgpu.manager.services.requests import GpuRequest, Rebalance, parse_all
 from swarmgpu.manager.services.sharing import share_labels
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.constraints import ConstraintError, node_matches, parse_constraint
+from swarmgpu.swarm.swarmnode import unread_source
 
 MOVED_AT = "state.moved-at"  # service label: epoch seconds of its last finished move
 OPT_OUT = "rebalance"  # <prefix>rebalance=never
@@ -427,9 +428,8 @@ class Context:
         statement it is tried in (its ledger and load; None: the pass's)."""
         req = self.requests.get(svc)
         s = self.by_name.get(svc)
-        src = self.nodes.get(source)
-        if req is None or s is None or (src is not None and src.unread):
-            return None  # (an unread node's holdings are kept where they are)
+        if req is None or s is None or unread_source(self.nodes, source):
+            return None
         lg = self.ledger if st is None else st.ledger
         load = self.load if st is None else st.load
         pending = st.moves if st is not None else ()

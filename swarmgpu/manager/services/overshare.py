@@ -52,6 +52,7 @@ from swarmgpu.swarm.client import (
     SwarmTask,
 )
 from swarmgpu.swarm.specread import UnreadSpec, spec_object
+from swarmgpu.swarm.swarmnode import unread_source
 
 if TYPE_CHECKING:
     from swarmgpu.core.config import Config
@@ -381,7 +382,6 @@ class Restarter:
             logger.warning("over-share restarts wait: cannot read the move records ({})", exc)
             return 0
         done_on: list[set[str]] = []  # a restart is a move on its one node
-        # an unread node's labels are written by none (SwarmNode.unread): its gate stays
         by_node = {n.id: n for n in snap.nodes}
         n = 0
         for u in due:
@@ -390,8 +390,8 @@ class Restarter:
             if s is None or not u.milli:
                 continue  # holds nothing here: a restart would not bring it within a share
             req = parse_all(s.labels, prefix=p)
-            node = by_node.get(u.node_id)
-            why = node.unread if node is not None and node.unread else why_not_movable(
+            # an unread node's labels are written by none: its gate stays
+            why = unread_source(by_node, u.node_id) or why_not_movable(
                 s, req if isinstance(req, GpuRequest) else None, snap.tasks,
                 ledger.get(u.service, {}), p, self.clock(), self.cfg.rebalance.cooldown_s,
                 moving=s.name in moving([s], swarm_labels, p) or s.id in bad)

@@ -53,6 +53,7 @@ from swarmgpu.manager.placement import ClusterAllocator, demand_of
 from swarmgpu.manager.placement.specs import schedulable
 from swarmgpu.manager.rebalance.context import Context, constraints_allow
 from swarmgpu.manager.rebalance.moves import Trigger
+from swarmgpu.swarm.swarmnode import unread_source
 
 _PCT_EPS = 1e-9
 
@@ -115,8 +116,8 @@ def _running_shares(ctx: Context, alloc: Allocator) -> tuple[list[Held], list[He
         d = demand_of(req, *ctx.targets.reservation(svc))  # what its new task reserves
         for nid, h in sorted(ctx.ledger[svc].items()):
             f = ctx.inp.facts.get(nid)
-            if nid in ctx.nodes and ctx.nodes[nid].unread:
-                continue  # an unread node's holdings are kept where they are
+            if unread_source(ctx.nodes, nid):
+                continue
             if f is None or len(h.uuids) != 1 or h.milli != (d.gpu_milli,):
                 continue  # not (yet) what the request asks: placement re-places it
             idx = next((i for i, g in enumerate(f.gpus) if g.uuid == h.uuids[0]), None)

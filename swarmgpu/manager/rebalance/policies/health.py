@@ -41,6 +41,7 @@ from swarmgpu.manager.rebalance.signals import GpuSignal
 from swarmgpu.manager.rebalance.windows import State
 from swarmgpu.manager.services.requests import RequestError, parse_all
 from swarmgpu.swarm.client import SwarmService
+from swarmgpu.swarm.swarmnode import unread_source
 
 
 @dataclass(frozen=True)
@@ -175,8 +176,9 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
             s = ctx.by_name.get(svc)
             if s is None or svc in ctx.moved:
                 continue
-            if nid in ctx.nodes and ctx.nodes[nid].unread:  # kept: never moved nor released
-                ctx.notes.append(f"{svc} on {host} stays: {ctx.nodes[nid].unread} ({reason})")
+            unread = unread_source(ctx.nodes, nid)
+            if unread:  # never moved nor released
+                ctx.notes.append(f"{svc} on {host} stays: {unread} ({reason})")
                 continue
             if not h.evacuate:
                 ctx.notes.append(f"{svc} on {host} stays (health.evacuate: false): {reason}")
