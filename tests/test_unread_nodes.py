@@ -113,8 +113,10 @@ def test_label_sync_writes_the_other_nodes_never_the_unread_one(tmp_path: Path) 
 def test_a_label_write_to_a_node_unread_at_write_time_is_refused() -> None:
     sw = listed_client([BAD_RESOURCES])
     with pytest.raises(SwarmError, match=re.escape(
-            "label write refused: node gpu-node-2: Description.Resources")):
+            "label write refused: node gpu-node-2: Description.Resources")) as got:
         sw.update_node_labels("n-4090", lambda cur: {})
+    assert type(got.value) is SwarmError  # (the message whole: the node's own unread)
+    assert str(got.value) == f"label write refused: {node_from_api(BAD_RESOURCES).unread}"
 
 
 @pytest.mark.parametrize(("parts", "said"), [

@@ -32,6 +32,7 @@ from swarmgpu.swarm.client import (
     SwarmError,
     SwarmService,
     SwarmTask,
+    UnreadWrite,
     service_from_api,
 )
 from swarmgpu.swarm.specread import UnreadSpec
@@ -279,6 +280,8 @@ def test_a_spec_write_to_a_service_unread_at_write_time_is_refused() -> None:
         sw.update_service_spec(f"id-{BAD}", lambda spec: seen.append(spec) or {})
     assert seen == []
     assert isinstance(got.value, UnreadSpec)  # (a writer's own skip of such a spec: taken)
+    assert type(got.value) is UnreadWrite and str(got.value) == (
+        f"service write refused: {service_from_api(_raw(BAD, TaskTemplate='x')).unread}")
 
 
 def test_an_update_config_that_is_no_object_is_named_not_a_swarmgpu_fault() -> None:

@@ -256,19 +256,19 @@ def _node(raw: Any) -> SwarmNode:
 def _labels_readable(raw: Any) -> Any:
     """``raw``, a node read to write its labels, unless some part of it cannot be read
     (``SwarmNode.unread``): then no write, its labels kept as they are (SwarmError)."""
-    return _readable(raw, _node(raw).unread, SwarmError("label write refused: "))
+    return _readable(raw, _node(raw).unread, "label", SwarmError)
 
 
 def _spec_readable(raw: Any) -> Any:
     """``raw``, a service read to write its spec, unless some part of it cannot be read
     (``SwarmService.unread``): then no write, its spec kept as it is (UnreadWrite)."""
-    return _readable(raw, service_from_api(raw).unread, UnreadWrite("service write refused: "))
+    return _readable(raw, service_from_api(raw).unread, "service", UnreadWrite)
 
 
-def _readable(raw: Any, unread: str, refused: SwarmError) -> Any:
-    """``raw`` where ``unread`` is empty, else ``refused`` raised with it said."""
+def _readable(raw: Any, unread: str, what: str, refused: type[SwarmError]) -> Any:
+    """``raw`` where ``unread`` is empty, else ``refused``: "<what> write refused: why"."""
     if unread:
-        raise type(refused)(f"{refused}{unread}")
+        raise refused(f"{what} write refused: {unread}")
     return raw
 
 
