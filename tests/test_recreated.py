@@ -21,10 +21,10 @@ from swarmgpu.manager.placement import (
     assign_key,
     gate_constraint,
 )
-from swarmgpu.manager.placement.keys import devices_key
+from swarmgpu.manager.placement.keys import UNLISTED_CYCLES, devices_key
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.nominated import StoppingGpus
-from swarmgpu.manager.placement.recreated import gate_name, recreated_entries
+from swarmgpu.manager.placement.recreated import Recreated, gate_name, recreated_entries
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
@@ -281,3 +281,25 @@ def test_a_recreated_service_seen_while_the_old_task_was_listed_running_is_moved
     sp = _one(plan)
     assert sp.placements and not set(sp.placements[0].uuids) & set(p.uuids), sp
     assert {(p.node_id, u) for u in p.uuids} <= plan.stopping_held.keys()
+
+
+def test_a_removed_task_listed_again_after_a_long_gap_does_not_disown_the_entry_again() -> None:
+    """The removed task drops out of more than ``UNLISTED_CYCLES`` listings (a long
+    engine hiccup) and comes back while the live web, placed afresh on its node, has no
+    task assigned there (restarting). Its entry stays its own: before, the memory had
+    forgotten it, the entry was disowned again, web placed afresh once more and its gate
+    closed in turn (flapping)."""
+    rec = Recreated()
+    web = _web("id-new", created_at=NEW_AT)
+    t = SwarmTask("t-old", "id-old", "n-dgx", 1, "running", "remove", (), created_at=OLD_AT,
+                  constraints=(gate_constraint(P, "web"),))
+    ledger = {"web": {"n-dgx": Holding("web", "n-dgx", ("GPU-a",), (1000,))}}
+    assert rec.entries([web], [t], ledger, {}, [], P, lambda _t: None) == {("web", "n-dgx")}
+    for _ in range(UNLISTED_CYCLES + 2):
+        assert not rec.entries([web], [], ledger, {}, [], P, lambda _t: None)
+    assert not rec.entries([web], [t], ledger, {}, [], P, lambda _t: None)
+    # its entry gone (web placed elsewhere) and the task unlisted as long: forgotten
+    for _ in range(UNLISTED_CYCLES + 1):
+        rec.entries([web], [], {}, {}, [], P, lambda _t: None)
+    assert not rec.afresh
+    assert rec.entries([web], [t], ledger, {}, [], P, lambda _t: None) == {("web", "n-dgx")}

@@ -117,10 +117,13 @@ class Recreated:
                 tasks: Sequence[SwarmTask], prefix: str,
                 learned: Callable[[SwarmTask], AbstractSet[str] | None]) -> Entries:
         """This cycle's ``recreated_entries``, those of earlier cycles' kept while they
-        may matter: their service lives and a removed one's task stopped on their node
-        within ``UNLISTED_CYCLES`` cycles (only such a task makes an entry the removed
-        one's, and a removed service makes no new task; a listing that left it out once
-        does not disown the entry again)."""
+        may matter: their service lives, and the ledger has their entry or a removed
+        one's task stopped on their node within ``UNLISTED_CYCLES`` cycles (the memory
+        stays no larger than the ledger and those tasks). A task listed again after any
+        gap (an engine hiccup) so finds its entry still the live service's: forgotten by
+        the gap alone, it was disowned again and the service placed afresh once more.
+        An entry briefly gone (its rewrite between its removal and its set) is kept
+        while the task stops there."""
         got = recreated_entries(services, leaving, ledger, last, tasks, prefix, learned,
                                 self.afresh)
         ids = {s.name: s.id for s in services}
@@ -128,8 +131,8 @@ class Recreated:
         there = {(removed_name(t, last, prefix), t.node_id) for t in leaving
                  if t.service_id not in live and t.node_id}
         missed = {k: 0 if k in there else self.unlisted.get(k, 0) + 1 for k in self.afresh}
-        self.afresh = {k: sid for k, sid in self.afresh.items()
-                       if sid in live and missed[k] <= UNLISTED_CYCLES} | {
+        self.afresh = {k: sid for k, sid in self.afresh.items() if sid in live and (
+            missed[k] <= UNLISTED_CYCLES or k[1] in ledger.get(k[0], {}))} | {
             k: ids[k[0]] for k in got}
         self.unlisted = {k: missed.get(k, 0) for k in self.afresh}
         return got
