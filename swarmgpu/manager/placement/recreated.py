@@ -25,7 +25,12 @@ An entry the recreated service was placed on since is its own: the daemon's own
 (``Recreated``: disowned for it an earlier cycle); else where the stopping
 task's GPUs are known (learned while it ran, or its own device line) the entry is the
 removed one's only if it names one of them; else only while no task of the live
-service is assigned to that node."""
+service is assigned to that node.
+
+Preemption and the rebalancer read the ledger without the entries so disowned that the
+cycle did not place their service on again (``PlacementPlan.dropped``), as placement
+read it: by name, the live service's holding there (its reservation counted on a node
+it would never run on, a holding to move)."""
 
 from __future__ import annotations
 
