@@ -16,7 +16,11 @@ restarted daemon's, a one-shot's: it knows no last cycle; and every cycle after 
 removal's first: the removed id is no longer listed). A gate constraint is the removed
 service's owner's text, no proof it was a service of that name (a tenant may write
 another's gate): read so, an entry the live service's own device map names is its own
-(``_mapped``). A service updated keeps its id: its old tasks are never a removed one's. Such
+(``_mapped``). So is a map copied with the removed one's spec (``docker service
+inspect`` into ``create``, a stack from ``swarmgpu render``): after a restart it keeps
+the entry, as no daemon can tell it from the map it wrote when it placed the service
+afresh, before the restart (placed twice else); a daemon that saw the removed id reads
+no map. A service updated keeps its id: its old tasks are never a removed one's. Such
 an entry is not kept: the service is placed afresh (on those GPUs again only once the
 task has stopped), and the entry is read as the stopping task's GPUs
 (``StoppingGpus.holds``).
@@ -145,8 +149,8 @@ class Recreated:
 
 def _mapped(s: SwarmService, h: Holding, prefix: str) -> bool:
     """``s``'s own device map on ``h``'s node names one of ``h``'s GPUs: the daemon
-    wrote it for this service (a recreated one has none, or the GPUs it was placed on
-    afresh)."""
+    wrote it for this service (the GPUs it was placed on afresh), or its owner did (a
+    copied spec: its own claim, which no reader can tell from the daemon's)."""
     key = devices_key(prefix, h.node_id)
     return any(u in h.uuids for k, v in s.labels.items()
                if k == key or k.startswith(key + ".") for u in v.split(","))
