@@ -34,8 +34,9 @@ def _recreation(i: int) -> tuple[SwarmService, SwarmTask, dict[str, dict[str, Ho
 def test_the_recreated_memory_forgets_entries_whose_removed_task_stopped() -> None:
     """Fifty services, each recreated once while its removed one's task stops, its entry
     disowned, then the task gone; they all live on. The memory keeps an entry only while
-    it may matter (a removed task still stops on its node, or did a few cycles ago).
-    Before, it kept one per recreation for the live service's life."""
+    it may matter: a removed task still stops on its node (or did a few cycles ago), or
+    the ledger has the entry (the memory no larger than the ledger); once both are gone,
+    it is forgotten. Before, it kept one per recreation for the live service's life."""
     rec = Recreated()
     services: list[SwarmService] = []
     ledger: dict[str, dict[str, Holding]] = {}
@@ -47,6 +48,10 @@ def test_the_recreated_memory_forgets_entries_whose_removed_task_stopped() -> No
         assert got == {(s.name, t.node_id)}, got
         for _ in range(5):  # its task stopped: listed no more
             rec.entries(services, [], ledger, {}, [], P, lambda _t: None)
+        assert len(rec.afresh) <= sum(len(v) for v in ledger.values()), len(rec.afresh)
+    ledger = {}  # their entries went (placed elsewhere, released): a few cycles more
+    for _ in range(UNLISTED_CYCLES + 1):
+        rec.entries(services, [], ledger, {}, [], P, lambda _t: None)
     assert len(rec.afresh) == 0, len(rec.afresh)
 
 

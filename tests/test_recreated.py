@@ -21,10 +21,10 @@ from swarmgpu.manager.placement import (
     assign_key,
     gate_constraint,
 )
-from swarmgpu.manager.placement.keys import devices_key
+from swarmgpu.manager.placement.keys import UNLISTED_CYCLES, devices_key
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.nominated import StoppingGpus
-from swarmgpu.manager.placement.recreated import gate_name, recreated_entries
+from swarmgpu.manager.placement.recreated import Recreated, gate_name, recreated_entries
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
@@ -281,3 +281,69 @@ def test_a_recreated_service_seen_while_the_old_task_was_listed_running_is_moved
     sp = _one(plan)
     assert sp.placements and not set(sp.placements[0].uuids) & set(p.uuids), sp
     assert {(p.node_id, u) for u in p.uuids} <= plan.stopping_held.keys()
+
+
+def test_a_removed_task_listed_again_after_a_long_gap_does_not_disown_the_entry_again() -> None:
+    """The removed task drops out of more than ``UNLISTED_CYCLES`` listings (a long
+    engine hiccup) and comes back while the live web, placed afresh on its node, has no
+    task assigned there (restarting). Its entry stays its own: before, the memory had
+    forgotten it, the entry was disowned again, web placed afresh once more and its gate
+    closed in turn (flapping)."""
+    rec = Recreated()
+    web = _web("id-new", created_at=NEW_AT)
+    t = SwarmTask("t-old", "id-old", "n-dgx", 1, "running", "remove", (), created_at=OLD_AT,
+                  constraints=(gate_constraint(P, "web"),))
+    ledger = {"web": {"n-dgx": Holding("web", "n-dgx", ("GPU-a",), (1000,))}}
+    assert rec.entries([web], [t], ledger, {}, [], P, lambda _t: None) == {("web", "n-dgx")}
+    for _ in range(UNLISTED_CYCLES + 2):
+        assert not rec.entries([web], [], ledger, {}, [], P, lambda _t: None)
+    assert not rec.entries([web], [t], ledger, {}, [], P, lambda _t: None)
+    # its entry gone (web placed elsewhere) and the task unlisted as long: forgotten
+    for _ in range(UNLISTED_CYCLES + 1):
+        rec.entries([web], [], {}, {}, [], P, lambda _t: None)
+    assert not rec.afresh
+    assert rec.entries([web], [t], ledger, {}, [], P, lambda _t: None) == {("web", "n-dgx")}
+
+
+def test_a_restarted_daemon_keeps_a_recreated_service_where_it_was_placed_afresh() -> None:
+    """The daemon placed the recreated web afresh on the removed one's node (device map
+    first, then the ledger: ``cycle.placement.apply_plan``'s order) and restarted while
+    the old task stops, web's task not yet assigned. The fresh daemon has no memory of
+    the disowning (``Recreated``), but web's own device map names the entry's GPU: it
+    is web's, placed once (nothing written over three cycles)."""
+    planner = Planner(prefix=P)
+    nodes, old_sp, t_old = _old_running(planner)
+    (p,) = old_sp.placements
+    new = _web("id-new", created_at=NEW_AT)
+    stopping = [replace(t_old, desired_state="remove")]
+    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", (), created_at=NEW_AT)
+    plan = _plan(planner, nodes, [new], [t_new], stopping)
+    (q,) = _one(plan).placements
+    assert q.node_id == p.node_id and q.uuids != p.uuids, (p, q)
+    nodes, new = apply(nodes, plan), written(new, _one(plan))
+    fresh = Planner(prefix=P)
+    for _ in range(3):
+        plan = _plan(fresh, nodes, [new], [t_new], stopping)
+        assert _one(plan).placements == (replace(q, score=None),), plan
+        assert not plan.node_set and not plan.node_remove, plan
+        assert not _one(plan).writes.service_labels_set, plan
+
+
+def test_a_copied_device_map_is_its_services_own_word_only_after_a_restart() -> None:
+    """web recreated from a copy of the removed one's spec: its device map names the old
+    GPU. A daemon that saw the removed id knows the task is its predecessor's, and web is
+    placed off that GPU. A restarted one reads the task's name from its gate, another
+    owner's text (``placement.recreated``): web's own map wins, as for a foreign task
+    with web's gate, and the entry stays web's (its owner's claim; a restart cannot tell
+    it from a map the daemon wrote, as the test above shows)."""
+    planner = Planner(prefix=P)
+    nodes, old_sp, t_old = _old_running(planner)
+    (p,) = old_sp.placements
+    new = _web("id-new", created_at=NEW_AT)
+    new = replace(new, labels={**new.labels, devices_key(P, p.node_id): ",".join(p.uuids)})
+    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", (), created_at=NEW_AT)
+    stopping = [replace(t_old, desired_state="remove")]
+    sp = _one(_plan(planner, nodes, [new], [t_new], stopping))
+    assert sp.placements and not set(sp.placements[0].uuids) & set(p.uuids), sp
+    again = _one(_plan(Planner(prefix=P), nodes, [new], [t_new], stopping))
+    assert [x.uuids for x in again.placements] == [p.uuids], again

@@ -385,7 +385,22 @@ def ledger_after(nodes: Sequence[SwarmNode], plan: PlacementPlan | None, prefix:
     held back, refused or failed is not among them: its GPUs stay taken. The rebalancer
     plans on it: a GPU placement just gave away is no move's target, and one it did not
     free is none either (else the move was refused only when the mover started it, by
-    the ledger it reads then; a dry-run mover has no such read)."""
+    the ledger it reads then; a dry-run mover has no such read). An entry placement read
+    as a removed service's (``plan.dropped``) is no holding of the live one of its name,
+    as placement read it, whether its release landed or not: its GPUs are the stopping
+    task's (``plan.stopping_held``), and a move of it moved the live service."""
+    out = _landed_ledger(nodes, plan, prefix, ledger)
+    dropped = plan.dropped if plan is not None else frozenset()
+    if not any(nid in out.get(svc, {}) for svc, nid in dropped):
+        return out
+    out = {svc: {nid: h for nid, h in per.items() if (svc, nid) not in dropped}
+           for svc, per in out.items()}
+    return {svc: per for svc, per in out.items() if per}
+
+
+def _landed_ledger(nodes: Sequence[SwarmNode], plan: PlacementPlan | None, prefix: str,
+                   ledger: dict[str, dict[str, Holding]]) -> dict[str, dict[str, Holding]]:
+    """``ledger`` with the node label changes of ``plan.landed`` applied."""
     landed = plan.landed if plan is not None else None
     if landed is None or not (landed.set or landed.remove):
         return ledger

@@ -389,6 +389,7 @@ class Planner:
         recreated = self._kept.disowned = self._recreated.entries(
             services, [*stopping, *rejected], ledger, st.names, tasks, self.prefix,
             lambda t: st.learned(t, facts))
+        plan.disowned = recreated  # (preemption and the rebalancer read without them)
         leaving = st.holds(stopping, services, ledger, tasks, facts, rejected, live, now,
                            recreated)
         plan.stopping_held, plan.stopping_spared = held_gpus(leaving), st.spared

@@ -283,7 +283,7 @@ def choose_preemptions(
     taken first as they were, returned again; the others choose from what they leave."""
     nodes = after_writes(nodes, plan)
     by_name = {s.name: s for s in services}
-    started, holdings = task_starts(tasks), holdings_by_node(nodes, prefix)
+    started, holdings = task_starts(tasks), holdings_by_node(nodes, prefix, plan.dropped)
     req = {sp.name: sp.request for sp in plan.services if sp.request is not None}
     rd = Round(by_name, {n.id: n for n in nodes}, facts,
                 {**{q["queue"]: q for q in plan.queues},

@@ -30,12 +30,16 @@ def task_starts(tasks: Sequence[SwarmTask]) -> dict[tuple[str, str], str]:
     return started
 
 
-def holdings_by_node(nodes: Sequence[SwarmNode], prefix: str) -> dict[str, dict[str, Holding]]:
-    """node -> service -> its holding there (the ledger)."""
+def holdings_by_node(nodes: Sequence[SwarmNode], prefix: str,
+                     dropped: AbstractSet[tuple[str, str]] = frozenset(),
+                     ) -> dict[str, dict[str, Holding]]:
+    """node -> service -> its holding there (the ledger), but ``dropped`` (service name,
+    node id: ``PlacementPlan.dropped``, entries placement read as a removed service's)."""
     holdings: dict[str, dict[str, Holding]] = {}
     for svc, per in read_ledger(nodes, prefix).items():
         for nid, h in per.items():
-            holdings.setdefault(nid, {})[svc] = h
+            if (svc, nid) not in dropped:
+                holdings.setdefault(nid, {})[svc] = h
     return holdings
 
 

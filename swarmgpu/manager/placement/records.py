@@ -299,6 +299,20 @@ class PlacementPlan:
     # spared) that have not outlived their grace period since first seen (one may never
     # stop: a process hung in the GPU driver): a preemptor waits for these, no victim
     stopping_waits: frozenset[tuple[str, str]] = frozenset()
+    # (service name, node id): ledger entries read this cycle as a removed service's that
+    # a live one recreated under its name found (``placement.recreated``), not kept
+    disowned: frozenset[tuple[str, str]] = frozenset()
+
+    @property
+    def dropped(self) -> frozenset[tuple[str, str]]:
+        """Of ``disowned``, those whose service this plan did not place on that node
+        again: no holding of it, as placement read it. Preemption and the rebalancer
+        read the ledger without them (the entry may stay a while: its release held back
+        or failed); before, they read it by name as the live service's holding."""
+        if not self.disowned:
+            return frozenset()
+        return self.disowned - {(sp.name, p.node_id) for sp in self.services
+                                for p in sp.placements}
 
     @property
     def empty(self) -> bool:

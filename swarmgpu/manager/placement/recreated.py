@@ -16,7 +16,11 @@ restarted daemon's, a one-shot's: it knows no last cycle; and every cycle after 
 removal's first: the removed id is no longer listed). A gate constraint is the removed
 service's owner's text, no proof it was a service of that name (a tenant may write
 another's gate): read so, an entry the live service's own device map names is its own
-(``_mapped``). A service updated keeps its id: its old tasks are never a removed one's. Such
+(``_mapped``). So is a map copied with the removed one's spec (``docker service
+inspect`` into ``create``, a stack from ``swarmgpu render``): after a restart it keeps
+the entry, as no daemon can tell it from the map it wrote when it placed the service
+afresh, before the restart (placed twice else); a daemon that saw the removed id reads
+no map. A service updated keeps its id: its old tasks are never a removed one's. Such
 an entry is not kept: the service is placed afresh (on those GPUs again only once the
 task has stopped), and the entry is read as the stopping task's GPUs
 (``StoppingGpus.holds``).
@@ -25,7 +29,12 @@ An entry the recreated service was placed on since is its own: the daemon's own
 (``Recreated``: disowned for it an earlier cycle); else where the stopping
 task's GPUs are known (learned while it ran, or its own device line) the entry is the
 removed one's only if it names one of them; else only while no task of the live
-service is assigned to that node."""
+service is assigned to that node.
+
+Preemption and the rebalancer read the ledger without the entries so disowned that the
+cycle did not place their service on again (``PlacementPlan.dropped``), as placement
+read it: by name, the live service's holding there (its reservation counted on a node
+it would never run on, a holding to move)."""
 
 from __future__ import annotations
 
@@ -117,17 +126,22 @@ class Recreated:
                 tasks: Sequence[SwarmTask], prefix: str,
                 learned: Callable[[SwarmTask], AbstractSet[str] | None]) -> Entries:
         """This cycle's ``recreated_entries``, those of earlier cycles' kept while they
-        may matter: their service lives and a removed one's task stopped on their node
-        within ``UNLISTED_CYCLES`` cycles (only such a task makes an entry the removed
-        one's, and a removed service makes no new task; a listing that left it out once
-        does not disown the entry again)."""
+        may matter: their service lives, and the ledger had their entry or a removed
+        one's task stopped on their node within ``UNLISTED_CYCLES`` cycles (the memory
+        stays no larger than the ledger and those tasks). A task listed again after any
+        gap (an engine hiccup) so finds its entry still the live service's: forgotten by
+        the gap alone, it was disowned again and the service placed afresh once more.
+        An entry briefly gone (its rewrite between its removal and its set) is kept
+        while the task stops there."""
         got = recreated_entries(services, leaving, ledger, last, tasks, prefix, learned,
                                 self.afresh)
         ids = {s.name: s.id for s in services}
         live = set(ids.values())  # (a memory per live service only: a removed one's goes)
         there = {(removed_name(t, last, prefix), t.node_id) for t in leaving
                  if t.service_id not in live and t.node_id}
-        kept, missed = kept_unlisted(self.afresh, self.unlisted, there)
+        # (an entry the ledger still has counts as listed: its memory goes with it)
+        held = {k for k in self.afresh if k[1] in ledger.get(k[0], {})}
+        kept, missed = kept_unlisted(self.afresh, self.unlisted, there | held)
         self.afresh = {k: sid for k, sid in kept.items() if sid in live} | {
             k: ids[k[0]] for k in got}
         self.unlisted = {k: n for k, n in missed.items() if k in self.afresh}
@@ -136,8 +150,8 @@ class Recreated:
 
 def _mapped(s: SwarmService, h: Holding, prefix: str) -> bool:
     """``s``'s own device map on ``h``'s node names one of ``h``'s GPUs: the daemon
-    wrote it for this service (a recreated one has none, or the GPUs it was placed on
-    afresh)."""
+    wrote it for this service (the GPUs it was placed on afresh), or its owner did (a
+    copied spec: its own claim, which no reader can tell from the daemon's)."""
     key = devices_key(prefix, h.node_id)
     return any(u in h.uuids for k, v in s.labels.items()
                if k == key or k.startswith(key + ".") for u in v.split(","))

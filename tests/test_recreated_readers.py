@@ -1,0 +1,94 @@
+"""Preemption and the rebalancer read the ledger as placement did in the cycle it found
+an entry a removed service left to one recreated under its name (``placement.recreated``,
+``PlacementPlan.dropped``): not the live service's holding, whether its release landed
+or not. Before, they read it by name as the live service's: preemption counted the live
+service's reservation on a node it would never run on, and the rebalancer could move a
+holding the live service did not have."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from support.forged import FACTS, R_UUIDS, reserving, snapshot, sw_node, sw_svc
+
+from swarmgpu.core.config import Config
+from swarmgpu.manager.cycle.placement import make_plan
+from swarmgpu.manager.cycle.rebalance import ledger_after
+from swarmgpu.manager.placement import (
+    Holding,
+    NodeWrites,
+    PlacementPlan,
+    Planner,
+    assign_key,
+    devices_key,
+    gate_constraint,
+    gate_key,
+    read_ledger,
+)
+from swarmgpu.manager.placement.preempt import choose_preemptions
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+
+P = "swarmgpu."
+OLD_AT, NEW_AT = "2026-12-06T10:00:00.5Z", "2026-12-06T10:05:00Z"
+
+
+def _recreated() -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask], PlacementPlan]:
+    """A removed batch held six RTX 4090s, its task stopping there (stuck); low (priority 0,
+    preemptible) holds the other two. batch (4 GPUs, reserving 40 of each node's 64
+    CPUs) is recreated without a device map, its task not yet assigned; high (priority
+    100, reserving 30 CPUs) asks for 2 RTX 4090s. A daemon restarted plans the cycle:
+    the new batch placed on the DGX, the old entry released, and that release did not
+    land (a failed node write)."""
+    old = Holding("batch", "n-4090", R_UUIDS[:6], (1000,) * 6)
+    mine = Holding("low", "n-4090", R_UUIDS[6:], (1000,) * 2)
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", {
+                 assign_key(P, "batch"): old.label_value(), gate_key(P, "batch"): "true",
+                 assign_key(P, "low"): mine.label_value(), gate_key(P, "low"): "true"})]
+    batch = replace(reserving(sw_svc("batch", {f"{P}gpus": "4", f"{P}priority": "0"}),
+                              40000), id="id-new", created_at=NEW_AT)
+    low = sw_svc("low", {f"{P}gpus": "2", f"{P}priority": "0",
+                         devices_key(P, "n-4090"): ",".join(R_UUIDS[6:])})
+    high = reserving(sw_svc("high", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
+                                     f"{P}priority": "100"}), 30000)
+    tasks = [SwarmTask("t-batch", batch.id, "", 1, "pending", "running", (),
+                       created_at=NEW_AT),
+             SwarmTask("t-low", low.id, "n-4090", 1, "running", "running", (),
+                       cpu_milli=1000),
+             SwarmTask("t-high", high.id, "", 1, "pending", "running", ())]
+    gone = SwarmTask("t-old", "id-old", "n-4090", 1, "running", "remove", (),
+                     created_at=OLD_AT, constraints=(gate_constraint(P, "batch"),),
+                     updated_at=1.0)  # stopping long past its grace: nothing to wait for
+    services = [batch, low, high]
+    plan = make_plan(replace(snapshot(nodes, services, tasks), stopping=[gone]),
+                     Config(), planner=Planner(prefix=P))
+    assert {sp.name: sp.status for sp in plan.services} == {
+        "batch": "placed", "low": "placed", "high": "pending"}, plan.services
+    assert plan.dropped == {("batch", "n-4090")}, plan.disowned
+    plan.landed = NodeWrites(dict(plan.node_set), {})  # the release failed
+    return nodes, services, tasks, plan
+
+
+def test_preemption_counts_no_reservation_of_a_recreated_service_on_its_namesakes_node(
+) -> None:
+    """high preempts low on gpu-node-2, the CPU it needs free once low stops. Before,
+    the old entry, read by name as the live batch's holding there, counted batch's 40
+    CPUs used on that node (a task that would never come): high fit nowhere, and
+    preempted nothing."""
+    nodes, services, tasks, plan = _recreated()
+    got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                             preemptible_below=100, held=plan.stopping_held)
+    assert [(p.node_id, [v.service for v in p.victims]) for p in got] == [
+        ("n-4090", ["low"])], [p.describe() for p in got]
+
+
+def test_the_rebalancer_reads_no_holding_of_a_recreated_service_on_its_namesakes_entry(
+) -> None:
+    nodes, _services, _tasks, plan = _recreated()
+    got = ledger_after(nodes, plan, P, read_ledger(nodes, P))
+    assert "n-4090" not in got.get("batch", {}), got
+    assert set(got["batch"]) == {p.node_id for sp in plan.services if sp.name == "batch"
+                                 for p in sp.placements}
+    nothing = replace(plan, landed=NodeWrites())  # nothing landed: the entry still dropped
+    assert "n-4090" not in ledger_after(nodes, nothing, P, read_ledger(nodes, P)).get(
+        "batch", {})
