@@ -143,7 +143,7 @@ class Candidate:
     service_id: str
     node_id: str
     priority: int
-    started: str  # its newest task's creation time on the node ("" unknown)
+    started: str  # its newest task's creation time on the node ("": none yet, the newest)
     uuids: tuple[str, ...]  # the GPUs of its holding the preemptor could use
     holding: Holding | None = None  # its whole holding on the node
     quota: str | None = None  # its queue ("": none), when only the quotas make it one
@@ -185,9 +185,11 @@ class Preemption:
 
 def rule_sorted(cands: Sequence[Candidate]) -> list[Candidate]:
     """Lowest priority first, then the most recently started, then by name (stable
-    sorts, last key first)."""
+    sorts, last key first). A holder with no task on the node yet ("": placed this
+    cycle, its task not made) has started nothing: the newest, as kube-scheduler reads
+    a pod with no start time as started now (before, it sorted as the oldest)."""
     by_name = sorted(cands, key=lambda c: c.service)
-    newest = sorted(by_name, key=lambda c: c.started, reverse=True)
+    newest = sorted(by_name, key=lambda c: (not c.started, c.started), reverse=True)
     return sorted(newest, key=lambda c: c.priority)
 
 
