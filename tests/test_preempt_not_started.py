@@ -51,3 +51,31 @@ def test_the_rule_ranks_a_holder_not_started_first_among_its_priority() -> None:
                        c("new", 0, "2026-01-01T10:00:00Z"), c("none", 0, ""),
                        c("high", 5, "")])
     assert [x.service for x in got] == ["low", "none", "new", "old", "high"]
+
+
+def test_across_nodes_the_most_recently_started_victim_goes_before_the_hostname() -> None:
+    """Both nodes are full of priority 0 holders, one GPU each: gpu-node-1's started at
+    9:00, gpu-node-2's at 10:00. hi (priority 100, one GPU of any product) preempts the
+    newest, on gpu-node-2, as the module's rule says ("across nodes the same order,
+    then the hostname"); before, the hostname came right after the priorities and
+    gpu-node-1's 9:07 holder went."""
+    labels: dict[str, dict[str, str]] = {"n-dgx": {}, "n-4090": {}}
+    held, tasks = [], []
+    for nid, hour in (("n-dgx", 9), ("n-4090", 10)):
+        for i, g in enumerate(FACTS[nid].gpus):
+            name = f"{nid}-v{i}"
+            labels[nid] |= held_labels(name, nid, g.uuid)
+            s = sw_svc(name, {f"{P}gpus": "1", devices_key(P, nid): g.uuid,
+                              f"{P}priority": "0"})
+            held.append(s)
+            tasks.append(SwarmTask(f"t-{name}", s.id, nid, 1, "running", "running", (),
+                                   created_at=f"2026-01-01T{hour:02}:0{i}:00Z"))
+    nodes = [sw_node("n-dgx", "gpu-node-1", labels["n-dgx"]),
+             sw_node("n-4090", "gpu-node-2", labels["n-4090"])]
+    hi = sw_svc("hi", {f"{P}gpus": "1", f"{P}priority": "100"})
+    services = [*held, hi]
+    plan = Planner().plan(nodes, services, tasks, FACTS)
+    got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                             preemptible_below=100)
+    assert [(p.service, p.hostname, [v.service for v in p.victims]) for p in got] == [
+        ("hi", "gpu-node-2", ["n-4090-v7"])]

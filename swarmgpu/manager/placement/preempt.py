@@ -193,6 +193,17 @@ def rule_sorted(cands: Sequence[Candidate]) -> list[Candidate]:
     return sorted(newest, key=lambda c: c.priority)
 
 
+def newest_first(victims: Sequence[Candidate]) -> tuple[int, ...]:
+    """A victim set's start, least for the newest: the earliest start among its victims
+    of the highest priority, the latest first (kube-scheduler's
+    ``pickOneNodeForPreemption``: the stop that loses the least work). Not started
+    (""): the newest, ()."""
+    top = max(v.priority for v in victims)
+    first = min((v.started for v in victims if v.priority == top), key=lambda t: (not t, t))
+    # each character negated, ended by a mark above all of them: the order reversed
+    return (*(-ord(ch) for ch in first), 1) if first else ()
+
+
 def reclaim_rank(c: Candidate, over: Mapping[str, tuple[float, float]]) -> Rank:
     """(0, 0, 0) for a victim by priority; for one taken by quota, its queue's distance
     above its guarantee (``over``: ``queues.over_guarantee`` by queue) negated, so that
@@ -348,14 +359,14 @@ def _best_preemption(rd: Round, s: SwarmService, r: GpuRequest,
                      packed: tuple[str, int] | None = None) -> Preemption | None:
     """The preemption that places one replica of ``s`` (the fewest victims; then by
     priority alone before a reclaim, a reclaim from the queues furthest above their
-    guarantees first; then the lowest priorities, the hostname); None when there is none,
-    or when a node it may use has room already: the GPUs, a set its topology asks for
+    guarantees first; then the lowest priorities, the most recently started
+    (``newest_first``), the hostname); None when there is none, or when a node it may use has room already: the GPUs, a set its topology asks for
     included, and its CPU and memory (it is pending for another reason).
     ``packed``: the node a packed service holds and the replicas it lacks, all placed
     there together: that node only, for all of them."""
     no, takers = rd.refused_of(s), rd.port_takers(s)
     over = {q: over_guarantee(row, rd.q_gone.get(q, 0)) for q, row in rd.queues.items()}
-    best: tuple[tuple[int, Rank, int, int, str], Preemption] | None = None
+    best: tuple[tuple[int, Rank, int, int, tuple[int, ...], str], Preemption] | None = None
     replicas = packed[1] if packed is not None else 1
     need = r.gpus * replicas
     for nid in sorted(rd.holdings.keys() | rd.facts.keys()):
@@ -415,7 +426,7 @@ def _best_preemption(rd: Round, s: SwarmService, r: GpuRequest,
             continue
         prios = [v.priority for v in victims]
         key = (len(victims), max(reclaim_rank(v, over) for v in victims), max(prios),
-               sum(prios), node.hostname)
+               sum(prios), newest_first(victims), node.hostname)
         if best is None or key < best[0]:
             best = (key, Preemption(s.name, s.id, r.priority, nid, node.hostname, victims))
     return best[1] if best is not None else None
