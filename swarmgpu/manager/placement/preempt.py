@@ -370,8 +370,9 @@ def _best_preemption(rd: Round, s: SwarmService, r: GpuRequest,
     """The preemption that places one replica of ``s`` (the fewest victims; then by
     priority alone before a reclaim, a reclaim from the queues furthest above their
     guarantees first; then the lowest priorities, the most recently started
-    (``newest_first``), the hostname); None when there is none, or when a node it may use has room already: the GPUs, a set its topology asks for
-    included, and its CPU and memory (it is pending for another reason).
+    (``newest_first``), the hostname); None when there is none, or when a node it may
+    use has room already: the GPUs, a set its topology asks for included, and its CPU
+    and memory (it is pending for another reason).
     ``packed``: the node a packed service holds and the replicas it lacks, all placed
     there together: that node only, for all of them. ``pack``: the same for a spread
     service placement packs on its node (``spread_packs``), where no other node gives one."""
