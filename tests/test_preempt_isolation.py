@@ -237,10 +237,10 @@ def test_a_preemptor_whose_choice_raises_preempts_nothing_alone(
 
     real = preempt.choose_preemptions.__globals__["_best_preemption"]
 
-    def best(rd: Any, s: SwarmService, r: Any) -> Any:
+    def best(rd: Any, s: SwarmService, r: Any, *more: Any) -> Any:
         if s.name == "h1":
             raise KeyError("gpu-node-9")
-        return real(rd, s, r)
+        return real(rd, s, r, *more)
 
     monkeypatch.setitem(preempt.choose_preemptions.__globals__, "_best_preemption", best)
     sw = _two_preemptions()
@@ -260,10 +260,10 @@ def _raising_choice(monkeypatch: pytest.MonkeyPatch, preemptor: str) -> None:
 
     real = preempt.choose_preemptions.__globals__["_best_preemption"]
 
-    def best(rd: Any, s: SwarmService, r: Any) -> Any:
+    def best(rd: Any, s: SwarmService, r: Any, *more: Any) -> Any:
         if s.name == preemptor:
             raise KeyError("gpu-node-9")
-        return real(rd, s, r)
+        return real(rd, s, r, *more)
 
     monkeypatch.setitem(preempt.choose_preemptions.__globals__, "_best_preemption", best)
 

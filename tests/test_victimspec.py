@@ -66,3 +66,18 @@ def test_a_victim_s_text_list_part_is_refused_as_the_service_reader_refuses_it(
         check_victim(spec)
     assert str(got.value) == str(shared.value)
     assert check_victim({"TaskTemplate": {"Placement": {"Constraints": ["a==b"]}}}) == ["a==b"]
+
+
+def test_a_renewal_leaves_the_owner_s_update_parallelism_as_it_is() -> None:
+    """Its waiting tasks are replaced one batch after another at the owner's
+    parallelism, never 0: the write lands beside a running replica (its own on the
+    preempted node, whose gate closes after it), and a 0 left there would stay until it
+    is placed again (giving it back is a write that waits while a task waits for a
+    node), so its next placement's forced update restarted every running replica at
+    once (docs/requests.md, "What happens")."""
+    spec = {**_spec(), "UpdateConfig": {"Parallelism": 1, "Order": "stop-first"}}
+    renew = cast(SwarmService, SimpleNamespace(version=2))
+    new = victim_spec(P, "n1", "rec", renew)(spec)
+    assert new is not None
+    assert new["UpdateConfig"] == {"Parallelism": 1, "Order": "stop-first"}
+    assert P + "state.update-parallelism" not in new["Labels"]

@@ -46,6 +46,9 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   (``queues.over_guarantee``, counting the cycle's earlier victims), furthest first, as
   KAI-Scheduler and Kueue reclaim. Then the lowest highest priority, the lowest total
   priority, the most recently started. Across nodes the same order, then the hostname;
+* a service of spread replicas preempts on no node it holds (placement puts one replica
+  per node there, MaxReplicas 1), but on the one node it holds where placement would
+  pack all it lacks (``preemptview.spread_packs``), when no other node gives one;
 * a preemptor preempts only while its queue's max, and its tenant's queues' together,
   leave room for its replica (a packed one's: all it lacks, as it preempts for them)
   with what the round's earlier preemptors take there
@@ -101,6 +104,7 @@ from swarmgpu.manager.placement.preemptview import (
     holdings_by_node,
     no_queue_row,
     packed_need,
+    spread_packs,
     task_starts,
 )
 from swarmgpu.manager.placement.queues import (
@@ -143,7 +147,7 @@ class Candidate:
     service_id: str
     node_id: str
     priority: int
-    started: str  # its newest task's creation time on the node ("" unknown)
+    started: str  # its newest task's creation time on the node ("": none yet, the newest)
     uuids: tuple[str, ...]  # the GPUs of its holding the preemptor could use
     holding: Holding | None = None  # its whole holding on the node
     quota: str | None = None  # its queue ("": none), when only the quotas make it one
@@ -185,10 +189,23 @@ class Preemption:
 
 def rule_sorted(cands: Sequence[Candidate]) -> list[Candidate]:
     """Lowest priority first, then the most recently started, then by name (stable
-    sorts, last key first)."""
+    sorts, last key first). A holder with no task on the node yet ("": placed this
+    cycle, its task not made) has started nothing: the newest, as kube-scheduler reads
+    a pod with no start time as started now (before, it sorted as the oldest)."""
     by_name = sorted(cands, key=lambda c: c.service)
-    newest = sorted(by_name, key=lambda c: c.started, reverse=True)
+    newest = sorted(by_name, key=lambda c: (not c.started, c.started), reverse=True)
     return sorted(newest, key=lambda c: c.priority)
+
+
+def newest_first(victims: Sequence[Candidate]) -> tuple[int, ...]:
+    """A victim set's start, least for the newest: the earliest start among its victims
+    of the highest priority, the latest first (kube-scheduler's
+    ``pickOneNodeForPreemption``: the stop that loses the least work). Not started
+    (""): the newest, ()."""
+    top = max(v.priority for v in victims)
+    first = min((v.started for v in victims if v.priority == top), key=lambda t: (not t, t))
+    # each character negated, ended by a mark above all of them: the order reversed
+    return (*(-ord(ch) for ch in first), 1) if first else ()
 
 
 def reclaim_rank(c: Candidate, over: Mapping[str, tuple[float, float]]) -> Rank:
@@ -337,23 +354,31 @@ def _choose_one(rd: Round, s: SwarmService, r: GpuRequest, prefix: str, packed: 
         return None  # nothing of it held yet, or nothing missing: no node to free
     if made is None and not within_max(r, rd.queues, rd.q_given, on[1] if on else 1):
         return None  # (all it lacks)
-    p = made if made is not None else _best_preemption(rd, s, r) if on is None \
-        else _best_preemption(rd, s, r, on)
+    # spread, on the one node it holds: all it lacks, packed there as placement would
+    pack = None if packed else spread_packs(rd.holdings, s, r, prefix)
+    if pack is not None and made is None and not within_max(r, rd.queues, rd.q_given, pack[1]):
+        pack = None
+    p = made if made is not None else _best_preemption(rd, s, r, on, pack)
+    if p is not None and pack is not None and p.node_id == pack[0]:
+        on = pack
     return None if p is None else _take(rd, p, r, on[1] if on is not None else 1)
 
 
 def _best_preemption(rd: Round, s: SwarmService, r: GpuRequest,
-                     packed: tuple[str, int] | None = None) -> Preemption | None:
+                     packed: tuple[str, int] | None = None,
+                     pack: tuple[str, int] | None = None) -> Preemption | None:
     """The preemption that places one replica of ``s`` (the fewest victims; then by
     priority alone before a reclaim, a reclaim from the queues furthest above their
-    guarantees first; then the lowest priorities, the hostname); None when there is none,
-    or when a node it may use has room already: the GPUs, a set its topology asks for
-    included, and its CPU and memory (it is pending for another reason).
+    guarantees first; then the lowest priorities, the most recently started
+    (``newest_first``), the hostname); None when there is none, or when a node it may
+    use has room already: the GPUs, a set its topology asks for included, and its CPU
+    and memory (it is pending for another reason).
     ``packed``: the node a packed service holds and the replicas it lacks, all placed
-    there together: that node only, for all of them."""
+    there together: that node only, for all of them. ``pack``: the same for a spread
+    service placement packs on its node (``spread_packs``), where no other node gives one."""
     no, takers = rd.refused_of(s), rd.port_takers(s)
     over = {q: over_guarantee(row, rd.q_gone.get(q, 0)) for q, row in rd.queues.items()}
-    best: tuple[tuple[int, Rank, int, int, str], Preemption] | None = None
+    best: tuple[tuple[int, Rank, int, int, tuple[int, ...], str], Preemption] | None = None
     replicas = packed[1] if packed is not None else 1
     need = r.gpus * replicas
     for nid in sorted(rd.holdings.keys() | rd.facts.keys()):
@@ -413,9 +438,11 @@ def _best_preemption(rd: Round, s: SwarmService, r: GpuRequest,
             continue
         prios = [v.priority for v in victims]
         key = (len(victims), max(reclaim_rank(v, over) for v in victims), max(prios),
-               sum(prios), node.hostname)
+               sum(prios), newest_first(victims), node.hostname)
         if best is None or key < best[0]:
             best = (key, Preemption(s.name, s.id, r.priority, nid, node.hostname, victims))
+    if best is None and pack is not None:
+        return _best_preemption(rd, s, r, pack)  # (no other node took one: packed there)
     return best[1] if best is not None else None
 
 

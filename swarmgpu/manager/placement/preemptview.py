@@ -15,6 +15,7 @@ from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.placement.queues import holding_milli
 from swarmgpu.manager.placement.records import NodeWrites, PlacementPlan
+from swarmgpu.manager.placement.specs import host_ports
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
@@ -81,6 +82,25 @@ def packed_need(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService,
             lacks = min(s.replicas or 0, most if owners else s.replicas or 0) - h.replicas
             return (nid, lacks) if lacks > 0 else None
     return None
+
+
+def spread_packs(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService,
+                 r: GpuRequest, prefix: str) -> tuple[str, int] | None:
+    """The one node a service of spread replicas holds and how many replicas it lacks,
+    where placement would pack them all there once no other node takes one
+    (``spread.place_replicas``: whole GPUs that may pack, no host-mode port, no
+    MaxReplicas of its owner below its replicas). None otherwise: its replicas go one
+    per node (swarmgpu writes MaxReplicas 1), so a node it holds gets none of them."""
+    mine = [(nid, h) for nid, here in holdings.items() if (h := here.get(s.name)) is not None]
+    replicas = s.replicas or 0
+    if len(mine) != 1 or mine[0][1].packed or replicas < 2 or not r.can_pack \
+            or host_ports(s.spec):
+        return None
+    most = s.max_replicas_per_node or 0
+    if s.labels.get(prefix + MAX_STATE) != str(most) and 1 < most < replicas:
+        return None  # (the owner's: Swarm runs no more there)
+    nid, h = mine[0]
+    return (nid, replicas - h.replicas) if replicas > h.replicas else None
 
 
 @dataclass(slots=True)
