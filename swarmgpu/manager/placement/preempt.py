@@ -87,7 +87,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
-from itertools import combinations
 
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import NodeSpec, NodeState
@@ -113,11 +112,11 @@ from swarmgpu.manager.placement.queues import (
 )
 from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.placement.specs import demand_of, node_spec
+from swarmgpu.manager.placement.victimsearch import Rank, best_victims, together_of
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 MAX_CANDIDATES = 12  # per node, in rule order: subsets of at most 2**12 are tried
-Rank = tuple[int, float, float]  # a victim set's reclaim rank (``reclaim_rank``), least first
 
 
 def priority_of(r: GpuRequest | RequestError | None) -> int:
@@ -205,6 +204,7 @@ def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candida
                  holders: Mapping[str, AbstractSet[str]],
                  allowed: Callable[[tuple[Candidate, ...]], bool] | None = None,
                  over: Mapping[str, tuple[float, float]] | None = None,
+                 may: Callable[[frozenset[str]], bool] | None = None,
                  ) -> tuple[Candidate, ...] | None:
     """The victims on one node (see the module's rule), or None when even all of them do
     not free ``need`` GPUs. ``free``: GPUs of the node the preemptor may use that nobody
@@ -214,30 +214,16 @@ def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candida
     request's set, ``_GpuSets.gives``; its CPU and memory and host ports left), asked of
     no victims where ``free`` is enough by count (False: the free GPUs give no set it can
     use, or its CPU or a port is held there, victims are chosen); ``over``: how
-    far each queue is above its guarantee (``reclaim_rank``)."""
+    far each queue is above its guarantee (``reclaim_rank``); ``may``: given the GPUs a
+    set frees, False where ``allowed`` takes no set that frees those alone, and then for
+    any fewer too (``_GpuSets.may``): the search skips them (``victimsearch``)."""
     if len(free) >= need and (allowed is None or allowed(())):
         return ()  # (enough by count, and no topology the free GPUs fail: none needed)
     # Rank order decides which candidates a crowded node keeps; a set's size comes first
     # whatever its rank (a reclaim of one before two by priority: never more than needed).
     ranked = sorted(((reclaim_rank(c, over or {}), c) for c in rule_sorted(candidates)),
                     key=lambda rc: rc[0])[:MAX_CANDIDATES]
-    for k in range(1, len(ranked) + 1):
-        best: tuple[tuple[Rank, int, int, tuple[int, ...]], tuple[Candidate, ...]] | None = None
-        for idx in combinations(range(len(ranked)), k):
-            combo = tuple(ranked[i][1] for i in idx)
-            names = {c.service for c in combo}
-            freed = {u for c in combo for u in c.uuids if holders.get(u, set()) <= names}
-            if len(free) + len(freed - free) < need:
-                continue
-            if allowed is not None and not allowed(combo):
-                continue
-            key = (max(ranked[i][0] for i in idx), max(c.priority for c in combo),
-                   sum(c.priority for c in combo), idx)
-            if best is None or key < best[0]:
-                best = (key, combo)
-        if best is not None:
-            return best[1]
-    return None
+    return best_victims(need, free, ranked, holders, allowed, may)
 
 
 def _usable(r: GpuRequest, facts: NodeFacts | None) -> set[str]:
@@ -408,7 +394,7 @@ def _best_preemption(rd: Round, s: SwarmService, r: GpuRequest,
 
         others = {k: h for k, h in here.items() if k != s.name}  # (a packed one's own)
         victims = pick_victims(need, free, _candidates(rd, r, nid, others, usable), holders,
-                               together, over)
+                               together, over, None if r.topology is Topology.ANY else sets.may)
         if not victims:
             continue
         prios = [v.priority for v in victims]
@@ -561,6 +547,7 @@ class _GpuSets:
     replicas: int
     base: tuple[NodeSpec, frozenset[str]] | None = None  # (spec, GPUs free for it)
     given: dict[frozenset[str], bool] = field(default_factory=dict)  # freed -> a set
+    ok: Callable[[int, int], bool] | None = None  # two GPUs (indexes) may go together
 
     def pick(self, freed: AbstractSet[str]) -> tuple[str, ...] | None:
         rd, nid, r = self.rd, self.nid, self.r
@@ -571,6 +558,7 @@ class _GpuSets:
             here = {u for h in rd.holdings.get(nid, {}).values() for u in h.uuids}
             self.base = (node_spec(node, f),
                          frozenset(_usable(r, f) - here - rd.off(nid, self.name, r.priority)))
+            self.ok = Allocator._allowed_pair(NodeState(self.base[0], 0), demand_of(r))
         spec, free = self.base
         can = freed | free
         state = NodeState(spec, 0)
@@ -584,6 +572,20 @@ class _GpuSets:
                 state.free[i] = 0
             pick += [f.gpus[i].uuid for i in gpus]
         return tuple(pick)
+
+    def may(self, freed: frozenset[str]) -> bool:
+        """False where ``pick`` surely gives no set once ``freed`` is freed, nor once any
+        of them is: among them and the free GPUs, fewer than its replicas' GPUs, or no
+        ``gpus`` of them that the topology lets go together (``Allocator._allowed_pair``,
+        which the allocator's sets keep to). ``pick_victims`` skips such sets unasked."""
+        f = self.rd.facts.get(self.nid)
+        if self.base is None:
+            self.pick(frozenset())  # (reads it)
+        if f is None or self.base is None:
+            return True
+        can = [i for i, g in enumerate(f.gpus) if g.uuid in freed or g.uuid in self.base[1]]
+        return len(can) >= self.r.gpus * self.replicas and together_of(
+            can, self.r.gpus, self.ok)
 
     def gives(self, victims: Sequence[Candidate],
               holders: Mapping[str, AbstractSet[str]]) -> bool:
