@@ -549,7 +549,9 @@ class _GpuSets:
     given: dict[frozenset[str], bool] = field(default_factory=dict)  # freed -> a set
     ok: Callable[[int, int], bool] | None = None  # two GPUs (indexes) may go together
 
-    def pick(self, freed: AbstractSet[str]) -> tuple[str, ...] | None:
+    def _read(self) -> tuple[NodeFacts, NodeSpec, frozenset[str]] | None:
+        """The node's facts, its spec and the GPUs free for it (read once; None: a request
+        of any topology, or a node not known, where ``pick`` gives none)."""
         rd, nid, r = self.rd, self.nid, self.r
         f, node = rd.facts.get(nid), rd.by_node.get(nid)
         if f is None or node is None or r.topology is Topology.ANY:
@@ -559,11 +561,16 @@ class _GpuSets:
             self.base = (node_spec(node, f),
                          frozenset(_usable(r, f) - here - rd.off(nid, self.name, r.priority)))
             self.ok = Allocator._allowed_pair(NodeState(self.base[0], 0), demand_of(r))
-        spec, free = self.base
+        return f, *self.base
+
+    def pick(self, freed: AbstractSet[str]) -> tuple[str, ...] | None:
+        if (read := self._read()) is None:
+            return None
+        f, spec, free = read
         can = freed | free
         state = NodeState(spec, 0)
         state.free = [m if g.uuid in can else 0 for m, g in zip(state.free, f.gpus, strict=True)]
-        pick, alloc, d = [], Allocator(), demand_of(r)
+        pick, alloc, d = [], Allocator(), demand_of(self.r)
         for _ in range(self.replicas):  # a packed one's replicas, one set each
             gpus = alloc.gpu_set(state, d)
             if not gpus:
@@ -578,12 +585,9 @@ class _GpuSets:
         of them is: among them and the free GPUs, fewer than its replicas' GPUs, or no
         ``gpus`` of them that the topology lets go together (``Allocator._allowed_pair``,
         which the allocator's sets keep to). ``pick_victims`` skips such sets unasked."""
-        f = self.rd.facts.get(self.nid)
-        if self.base is None:
-            self.pick(frozenset())  # (reads it)
-        if f is None or self.base is None:
-            return True
-        can = [i for i, g in enumerate(f.gpus) if g.uuid in freed or g.uuid in self.base[1]]
+        if (read := self._read()) is None:
+            return False  # (it gives none)
+        can = [i for i, g in enumerate(read[0].gpus) if g.uuid in freed or g.uuid in read[2]]
         return len(can) >= self.r.gpus * self.replicas and together_of(
             can, self.r.gpus, self.ok)
 
