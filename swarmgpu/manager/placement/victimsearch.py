@@ -6,12 +6,12 @@ its indexes) among those of that size.
 Tried one by one, a crowded node's 4,095 sets were each counted, and each one asked of a
 ``topology`` request's allocator (``preempt._GpuSets``): 72 ms a node for a preemptor no
 set serves (``benchmarks/bench_preempt_topology.py``). Walked instead depth first in
-index order (the order of the key's last term), a branch is left whole when nothing
-under it can win: its sets together free too few GPUs, or no GPU set the topology asks
-for (``may``: what no subset passes either), or its key's least possible value is no
-better than the best found already (every later set in the walk has greater indexes).
-The set chosen is the one the sets tried one by one gave (``tests/test_victim_search.py``
-holds that enumeration and compares them).
+index order (a set before those that add to it, a set before a later one of its size:
+the key's last term), a branch is left whole when nothing in it can win: its sets
+together free too few GPUs, or no GPU set the topology asks for (``may``: what no fewer
+GPUs give either), or are larger than a set found already, or of its size with a key no
+less. The set chosen is the one the sets tried one by one gave
+(``tests/test_victim_search.py`` holds that enumeration and compares them).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 Rank = tuple[int, float, float]  # a victim set's reclaim rank (``preempt.reclaim_rank``)
+Won = tuple[int, tuple[Rank, int, int], int]  # (size, the key's first terms, the set's bits)
 
 
 class Victim(Protocol):
@@ -42,70 +43,83 @@ C = TypeVar("C", bound=Victim)
 
 @dataclass
 class _Walk(Generic[C]):
-    """One node's search (``best``): the candidates by index, the sets as bits."""
+    """One node's search: the candidates by index, a set of them as bits (``mask``), the
+    GPUs it frees as bits of ``uuids``."""
 
     ranked: Sequence[tuple[Rank, C]]
     free: int  # how many GPUs are free already
     need: int
     allowed: Callable[[tuple[C, ...]], bool] | None
     may: Callable[[frozenset[str]], bool] | None
-    # GPU -> (the candidates listing it, those that must all go for it to free); a GPU
-    # held by a holder not ranked here never frees and is not listed
-    gpus: dict[str, tuple[int, int]] = field(default_factory=dict)
+    uuids: list[str]  # the GPUs that may free: those a holder not ranked holds never do
+    # per GPU: (the candidates listing it, those that must all go for it to free)
+    gpus: list[tuple[int, int]]
+    may_of: dict[int, bool] = field(default_factory=dict)  # GPUs freed -> ``may``
+    touch: list[list[int]] = field(default_factory=list)  # index -> the GPUs it bears on
     suffix: list[int] = field(default_factory=list)  # index -> the bits of it and later
-    freed_of: dict[int, frozenset[str]] = field(default_factory=dict)  # bits -> GPUs freed
-    may_of: dict[frozenset[str], bool] = field(default_factory=dict)
+    # index i -> the GPUs any set with all of i and later frees; and those that it may,
+    # or not, by the candidates before i in the set
+    tail: list[int] = field(default_factory=list)
+    split: list[list[int]] = field(default_factory=list)
+    won: Won | None = None
 
-    def freed(self, mask: int) -> frozenset[str]:
-        got = self.freed_of.get(mask)
-        if got is None:
-            got = self.freed_of[mask] = frozenset(
-                u for u, (lists, must) in self.gpus.items()
-                if lists & mask and not must & ~mask)
-        return got
+    def __post_init__(self) -> None:
+        n = len(self.ranked)
+        self.suffix = [(1 << n) - (1 << i) for i in range(n + 1)]
+        self.touch = [[g for g, (lists, must) in enumerate(self.gpus) if (lists | must) >> i & 1]
+                      for i in range(n)]
+        for i in range(n + 1):
+            after, before = self.suffix[i], (1 << i) - 1
+            self.tail.append(sum(1 << g for g, (lists, must) in enumerate(self.gpus)
+                                 if lists & after and not must & before))
+            self.split.append([g for g, (lists, must) in enumerate(self.gpus)
+                               if (lists | must) & after and (must & before or not lists & after)])
 
-    def enough(self, mask: int) -> bool:
-        """The sets within ``mask`` may free enough GPUs and give a set ``may`` takes."""
-        freed = self.freed(mask)
-        if self.free + len(freed) < self.need:
+    def enough(self, freed: int) -> bool:
+        """``freed`` (with the free GPUs) is enough, and a set ``may`` takes."""
+        if self.free + freed.bit_count() < self.need:
             return False
         if self.may is None:
             return True
         got = self.may_of.get(freed)
         if got is None:
-            got = self.may_of[freed] = self.may(freed)
+            got = self.may_of[freed] = self.may(frozenset(
+                u for g, u in enumerate(self.uuids) if freed >> g & 1))
         return got
 
-    def best(self, k: int) -> tuple[C, ...] | None:
-        """The least set of ``k`` candidates that frees enough and ``allowed`` takes."""
-        n = len(self.ranked)
-        ranks, prios = [r for r, _c in self.ranked], [c.priority for _r, c in self.ranked]
-        won: list[tuple[tuple[Rank, int, int], tuple[int, ...]]] = []
-
-        def walk(start: int, chosen: tuple[int, ...], mask: int, top: int, total: int,
-                 ) -> None:
-            left = k - len(chosen)
-            for i in range(start, n - left + 1):
-                if not self.enough(mask | self.suffix[i]):
-                    return  # (nor for a later i: its sets are among these)
-                # the least key of a set of ``chosen``, i and left - 1 after i; ranks
-                # rise with the index, so a set's greatest is its last one's
-                rest = sorted(prios[i + 1:])[:left - 1]
-                low = (ranks[i + left - 1], max(top, prios[i], *rest[-1:]),
-                       total + prios[i] + sum(rest))
-                if won and low[0] > won[0][0][0]:
+    def walk(self, start: int, chosen: tuple[C, ...], mask: int, freed: int, top: int,
+             total: int) -> None:
+        """The sets of ``chosen`` (``mask``, all before ``start``; ``freed``: the GPUs it
+        frees, ``top``, ``total``: its priorities' greatest, sum) and more from ``start``
+        on, in index order: the best kept in ``won``."""
+        ranked, gpus, size = self.ranked, self.gpus, len(chosen)
+        for i in range(start, len(ranked)):
+            won = self.won
+            if won is not None and size + 1 > won[0]:
+                return
+            # all these sets free at most what this and all later candidates do with mask
+            most = self.tail[i] | freed
+            for g in self.split[i]:
+                lists, must = gpus[g]
+                if lists & (mask | self.suffix[i]) and not must & ~(mask | self.suffix[i]):
+                    most |= 1 << g
+            if not self.enough(most):
+                return  # (nor for a later i: its sets are among these)
+            c = ranked[i][1]
+            prio, m2, f2 = c.priority, mask | 1 << i, freed
+            key = (ranked[i][0], max(top, prio), total + prio)  # (ranks rise with i)
+            if won is not None and size + 1 == won[0] and key >= won[1]:
+                if key[0] > won[1][0]:
                     return  # (ranks only rise further on)
-                if won and low >= won[0][0]:
-                    continue  # (a set as good comes first in index order: the key's last)
-                if left > 1:
-                    walk(i + 1, (*chosen, i), mask | 1 << i, max(top, prios[i]),
-                         total + prios[i])
-                elif self.enough(mask | 1 << i) and (self.allowed is None or self.allowed(
-                        tuple(self.ranked[j][1] for j in (*chosen, i)))):
-                    won[:] = [(low, (*chosen, i))]
-
-        walk(0, (), 0, min(prios), 0)  # (no priority is below the least: no bound)
-        return tuple(self.ranked[j][1] for j in won[0][1]) if won else None
+                continue  # (a set as good comes first in index order: the key's last)
+            for g in self.touch[i]:
+                lists, must = gpus[g]
+                if lists & m2 and not must & ~m2:
+                    f2 |= 1 << g
+            if self.enough(f2) and (self.allowed is None or self.allowed((*chosen, c))):
+                self.won = (size + 1, key, m2)
+                continue  # (those that add to it are larger)
+            self.walk(i + 1, (*chosen, c), m2, f2, max(top, prio), total + prio)
 
 
 def best_victims(need: int, free: AbstractSet[str], ranked: Sequence[tuple[Rank, C]],
@@ -117,26 +131,22 @@ def best_victims(need: int, free: AbstractSet[str], ranked: Sequence[tuple[Rank,
     the fewest that free ``need`` GPUs with ``free`` and that ``allowed`` takes, then the
     least key; None when no set does. ``may``: given the GPUs a set frees, False where
     ``allowed`` takes no set that frees only those, and then False for any fewer."""
-    cands = [c for _r, c in ranked]
-    w: _Walk[C] = _Walk(ranked, len(free), need, allowed, may)
-    index = {c.service: j for j, c in enumerate(cands)}
-    for j, c in enumerate(cands):
+    index = {c.service: j for j, (_r, c) in enumerate(ranked)}
+    by_gpu: dict[str, tuple[int, int]] = {}
+    for j, (_r, c) in enumerate(ranked):
         for u in c.uuids:
-            if u in free:
-                continue
             who = holders.get(u, set())
-            if not who <= index.keys():
-                continue  # (held by one not ranked: stays held)
-            lists, must = w.gpus.get(u, (0, sum(1 << index[s] for s in who)))
-            w.gpus[u] = (lists | 1 << j, must)
-    w.suffix = [0] * (len(cands) + 1)
-    for j in range(len(cands) - 1, -1, -1):
-        w.suffix[j] = w.suffix[j + 1] | 1 << j
-    for k in range(1, len(cands) + 1):
-        got = w.best(k)
-        if got is not None:
-            return got
-    return None
+            if u in free or not who <= index.keys():
+                continue  # (free already, or held by one not ranked: stays held)
+            lists, must = by_gpu.get(u, (0, sum(1 << index[s] for s in who)))
+            by_gpu[u] = (lists | 1 << j, must)
+    w: _Walk[C] = _Walk(ranked, len(free), need, allowed, may, list(by_gpu),
+                        list(by_gpu.values()))
+    prios = [c.priority for _r, c in ranked]
+    w.walk(0, (), 0, 0, min(prios, default=0), 0)  # (none is below the least: no bound)
+    if w.won is None:
+        return None
+    return tuple(c for j, (_r, c) in enumerate(ranked) if w.won[2] >> j & 1)
 
 
 def together_of(gpus: Sequence[int], k: int, ok: Callable[[int, int], bool] | None,
