@@ -35,18 +35,20 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO)]
 
 from loguru import logger  # noqa: E402
-from support.crowded_node import chooser, twelve_small  # noqa: E402
+from support.crowded_node import Held, chooser, halves, twelve_small  # noqa: E402
 from support.forged import DGX_F, R4090_F  # noqa: E402
+from support.reference_victims import every_set  # noqa: E402
 
 from swarmgpu.allocator.core import Allocator  # noqa: E402
 from swarmgpu.allocator.values import Demand, NodeState  # noqa: E402
 from swarmgpu.core.model import NodeFacts  # noqa: E402
+from swarmgpu.manager.placement import preempt  # noqa: E402
 
 
-def case(facts: NodeFacts, gpus: int, topology: str, repeat: int,
+def case(facts: NodeFacts, held: Held, gpus: int, topology: str, repeat: int,
          ) -> tuple[float, list[list[str]]]:
     """(the fastest ``choose_preemptions`` in seconds, the victims it chose)."""
-    choose = chooser(facts, twelve_small(), gpus, topology)
+    choose = chooser(facts, held, gpus, topology)
     best, got = float("inf"), []
     for _ in range(repeat):
         t = time.perf_counter()
@@ -56,9 +58,9 @@ def case(facts: NodeFacts, gpus: int, topology: str, repeat: int,
     return best, got
 
 
-def asks(facts: NodeFacts, gpus: int, topology: str) -> int:
+def asks(facts: NodeFacts, held: Held, gpus: int, topology: str) -> int:
     """How often one choice asks the allocator for a GPU set."""
-    choose, real, n = chooser(facts, twelve_small(), gpus, topology), Allocator.gpu_set, [0]
+    choose, real, n = chooser(facts, held, gpus, topology), Allocator.gpu_set, [0]
 
     def counted(self: Allocator, node: NodeState, d: Demand) -> tuple[int, ...] | None:
         n[0] += 1
@@ -73,11 +75,15 @@ def asks(facts: NodeFacts, gpus: int, topology: str) -> int:
 
 
 CASES = (
-    ("reference: plain 2 GPUs, RTX 4090", R4090_F, 2, ""),
-    ("worst: nvlink 2 GPUs, RTX 4090 (no NVLink)", R4090_F, 2, "nvlink"),
-    ("numa 5 GPUs, RTX 4090 (4 per NUMA node)", R4090_F, 5, "numa"),
-    ("numa 4 GPUs, DGX A100 (2 per NUMA node)", DGX_F, 4, "numa"),
-    ("numa 2 GPUs, RTX 4090", R4090_F, 2, "numa"),
+    ("plain 2 GPUs, RTX 4090", R4090_F, twelve_small, 2, ""),
+    ("worst: nvlink 2 GPUs, RTX 4090 (no NVLink)", R4090_F, twelve_small, 2, "nvlink"),
+    ("numa 5 GPUs, RTX 4090 (4 per NUMA node)", R4090_F, twelve_small, 5, "numa"),
+    ("numa 4 GPUs, DGX A100 (2 per NUMA node)", DGX_F, twelve_small, 4, "numa"),
+    ("numa 2 GPUs, RTX 4090", R4090_F, twelve_small, 2, "numa"),
+    ("nvlink 2 GPUs, DGX A100", DGX_F, twelve_small, 2, "nvlink"),
+    ("nvlink 4 GPUs, DGX A100 (5 victims)", DGX_F, twelve_small, 4, "nvlink"),
+    ("halves: nvlink 4 GPUs, DGX A100 (8 victims)", DGX_F, halves, 4, "nvlink"),
+    ("halves: numa 4 GPUs, RTX 4090 (8 victims)", R4090_F, halves, 4, "numa"),
 )
 
 
@@ -86,11 +92,21 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="runs per case; the fastest counts")
     args = ap.parse_args()
     logger.remove()  # the planner's log lines would drown the figures
-    print(f"{'case':<46} {'ms/node':>9} {'asks':>6}  victims")
-    for name, facts, gpus, topo in CASES:
-        s, victims = case(facts, gpus, topo, args.repeat)
-        print(f"{name:<46} {s * 1000:9.1f} {asks(facts, gpus, topo):6d}  "
-              f"{victims or 'none'}")
+    print(f"{'case':<44} {'every set':>9} {'walk':>7} {'asks':>10}  victims")
+    print(f"{'':<44} {'ms/node':>9} {'ms/node':>7} {'set/walk':>10}")
+    real = preempt.pick_victims
+    for name, facts, layout, gpus, topo in CASES:
+        preempt.pick_victims = every_set  # type: ignore[assignment]
+        try:
+            ref, ref_victims = case(facts, layout(), gpus, topo, args.repeat)
+            ref_asks = asks(facts, layout(), gpus, topo)
+        finally:
+            preempt.pick_victims = real
+        s, victims = case(facts, layout(), gpus, topo, args.repeat)
+        if victims != ref_victims:
+            raise SystemExit(f"{name}: the walk chose {victims}, every set {ref_victims}")
+        print(f"{name:<44} {ref * 1000:9.1f} {s * 1000:7.1f} "
+              f"{f'{ref_asks}/{asks(facts, layout(), gpus, topo)}':>10}  {victims or 'none'}")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,8 @@ class _Walk(Generic[C]):
     tail: list[int] = field(default_factory=list)
     split: list[list[int]] = field(default_factory=list)
     won: Won | None = None
+    cap: int = 0  # the largest set a walk tries
+    capped: bool = False  # a walk left larger sets untried
 
     def __post_init__(self) -> None:
         n = len(self.ranked)
@@ -119,6 +121,9 @@ class _Walk(Generic[C]):
             if self.enough(f2) and (self.allowed is None or self.allowed((*chosen, c))):
                 self.won = (size + 1, key, m2)
                 continue  # (those that add to it are larger)
+            if size + 2 > self.cap:
+                self.capped = True
+                continue
             self.walk(i + 1, (*chosen, c), m2, f2, max(top, prio), total + prio)
 
 
@@ -142,11 +147,17 @@ def best_victims(need: int, free: AbstractSet[str], ranked: Sequence[tuple[Rank,
             by_gpu[u] = (lists | 1 << j, must)
     w: _Walk[C] = _Walk(ranked, len(free), need, allowed, may, list(by_gpu),
                         list(by_gpu.values()))
-    prios = [c.priority for _r, c in ranked]
-    w.walk(0, (), 0, 0, min(prios, default=0), 0)  # (none is below the least: no bound)
-    if w.won is None:
-        return None
-    return tuple(c for j, (_r, c) in enumerate(ranked) if w.won[2] >> j & 1)
+    low = min((c.priority for _r, c in ranked), default=0)  # (none below it: no bound)
+    # Sets of 2 at most first: where they serve (most often), the walk does not go deep
+    # into larger sets before it finds them; where nothing serves, it goes on once.
+    for w.cap in (2, len(ranked)):
+        w.capped = False
+        w.walk(0, (), 0, 0, low, 0)
+        if w.won is not None:
+            return tuple(c for j, (_r, c) in enumerate(ranked) if w.won[2] >> j & 1)
+        if not w.capped:
+            break
+    return None
 
 
 def together_of(gpus: Sequence[int], k: int, ok: Callable[[int, int], bool] | None,
