@@ -1,25 +1,33 @@
-"""How long a ``topology`` preemptor's victim choice takes on one crowded 8-GPU node.
+"""How long a ``topology`` preemptor's victim choice takes on one crowded 8-GPU node:
+every victim set tried one by one (``support.reference_victims``, the code before stop
+74) beside the walk that replaced it (``placement.victimsearch``), on the same run.
 
 The worst case of ``placement.preempt``: a node holds 12 small victims (the most
 ``pick_victims`` weighs: ``MAX_CANDIDATES``), four on a whole GPU each and eight
 sharing the other four GPUs in halves, and a pending request of priority 100 asks for
 2 GPUs with ``topology: nvlink`` on the RTX 4090 capture, whose GPUs have no NVLink
 between them. 3,583 of the 4,095 victim sets free 2 GPUs and none gives the request an
-NVLink pair, so each is tested against the allocator (``Allocator.gpu_set``) and nobody
-is stopped. Beside it, from the same run: the same node and victims with a plain 2-GPU
-request (the reference: no topology, the first set that frees 2 GPUs is taken, the
-allocator never asked), and three topology cases (``numa`` for 5 GPUs on the 4090,
-more than its NUMA nodes hold; ``numa`` for 4 GPUs on the DGX A100 capture, whose NUMA
-nodes hold 2 GPUs each; ``numa`` for 2 GPUs on the 4090, found at once).
+NVLink pair: tried one by one, each is counted and its freed GPUs tested against the
+allocator (``Allocator.gpu_set``, once per set of GPUs freed), and nobody is stopped;
+the walk sees at its first step that no two GPUs of the node go together as it asks
+(``preempt._GpuSets.may``) and tries none. Beside it: the same node with a plain 2-GPU
+request (no topology, the allocator never asked), topology requests no set serves
+(``numa`` for 5 GPUs on the 4090, more than its NUMA nodes hold; ``numa`` for 4 GPUs on
+the DGX A100 capture, whose NUMA nodes hold 2 GPUs each), and ones served by 2, 5 and 8
+victims (``halves``: 16 holders, two halves on each GPU); last, ``pick_victims`` alone
+where nothing bounds the walk (12 holders of one GPU each, a test that refuses every
+set: all 4,095 sets tried either way).
 
 Timed: ``choose_preemptions`` alone (the plan is made once before), the fastest of
 ``--repeat`` runs, in ms per node (the choice is made per node: a cluster of N such
-nodes takes N times as long for each pending topology preemptor), with how often it
-asked the allocator for a GPU set. Stop 71, on the 2-core machine with other runs on it
-(load 5), the code before and after in one window: asked once per victim set, the worst
-case took 785 ms a node and 3,583 asks; asked once per distinct set of GPUs freed (at
-most 2**8 on 8 GPUs: ``preempt._GpuSets``), 72 ms and 247 asks, about half of it the
-enumeration of the 4,095 victim sets itself (the reference: 0.3 ms).
+nodes takes N times as long for each pending topology preemptor), with how often each
+asked the allocator for a GPU set; the two must choose the same victims (else it
+stops). Stop 71: asked once per victim set, the worst case took 785 ms a node and 3,583
+asks; once per set of GPUs freed, 72 ms and 247 asks. Stop 74, on the 2-core machine
+with other runs on it (load 10), every set vs the walk: the worst case 159 ms vs 0.3 ms
+(247 asks vs none), numa 5 on the 4090 133 vs 0.3, numa 4 on the DGX 87 vs 0.3, halves
+nvlink 4 on the DGX 65 vs 1.0, numa 2 on the 4090 0.9 vs 0.6; nothing bounding it, 23 vs
+9 ms.
 
     python benchmarks/bench_preempt_topology.py [--repeat 5]
 """
@@ -43,6 +51,7 @@ from swarmgpu.allocator.core import Allocator  # noqa: E402
 from swarmgpu.allocator.values import Demand, NodeState  # noqa: E402
 from swarmgpu.core.model import NodeFacts  # noqa: E402
 from swarmgpu.manager.placement import preempt  # noqa: E402
+from swarmgpu.manager.placement.preempt import Candidate  # noqa: E402
 
 
 def case(facts: NodeFacts, held: Held, gpus: int, topology: str, repeat: int,
@@ -74,6 +83,24 @@ def asks(facts: NodeFacts, held: Held, gpus: int, topology: str) -> int:
     return n[0]
 
 
+def unbounded(repeat: int) -> tuple[float, float]:
+    """``pick_victims`` where nothing bounds the walk: 12 holders of one GPU each, a test
+    that refuses every set. (The fastest of ``repeat`` runs, every set tried and the
+    walk, in seconds.)"""
+    cands = [Candidate(f"c{i:02d}", f"id{i}", "n", i % 3, "", (f"g{i}",)) for i in range(12)]
+    holders = {c.uuids[0]: {c.service} for c in cands}
+    times = []
+    for pick in (every_set, preempt.pick_victims):
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.perf_counter()
+            if pick(1, set(), cands, holders, lambda _c: False) is not None:
+                raise SystemExit("a refused set was chosen")
+            best = min(best, time.perf_counter() - t)
+        times.append(best)
+    return times[0], times[1]
+
+
 CASES = (
     ("plain 2 GPUs, RTX 4090", R4090_F, twelve_small, 2, ""),
     ("worst: nvlink 2 GPUs, RTX 4090 (no NVLink)", R4090_F, twelve_small, 2, "nvlink"),
@@ -96,7 +123,7 @@ def main() -> None:
     print(f"{'':<44} {'ms/node':>9} {'ms/node':>7} {'set/walk':>10}")
     real = preempt.pick_victims
     for name, facts, layout, gpus, topo in CASES:
-        preempt.pick_victims = every_set  # type: ignore[assignment]
+        preempt.pick_victims = every_set
         try:
             ref, ref_victims = case(facts, layout(), gpus, topo, args.repeat)
             ref_asks = asks(facts, layout(), gpus, topo)
@@ -107,6 +134,8 @@ def main() -> None:
             raise SystemExit(f"{name}: the walk chose {victims}, every set {ref_victims}")
         print(f"{name:<44} {ref * 1000:9.1f} {s * 1000:7.1f} "
               f"{f'{ref_asks}/{asks(facts, layout(), gpus, topo)}':>10}  {victims or 'none'}")
+    ref, walk = unbounded(args.repeat)
+    print(f"{'pick_victims alone, every set refused':<44} {ref * 1000:9.1f} {walk * 1000:7.1f}")
 
 
 if __name__ == "__main__":

@@ -537,8 +537,9 @@ class _GpuSets:
     a node's victims are chosen. ``gives`` answers once per freed set: a node's victim
     sets (up to 4,095 of ``MAX_CANDIDATES``) free at most one set per subset of its GPUs,
     most of them alike (a shared GPU frees only with all its holders). Asked for each
-    set anew, 12 small victims on an 8-GPU node took 0.8 s for one topology preemptor
-    (``benchmarks/bench_preempt_topology.py``)."""
+    set anew, 12 small victims on an 8-GPU node took 0.8 s for one topology preemptor;
+    once per freed set, 72 ms where no set served it; ``may`` bounds the walk
+    (``victimsearch``), which then asks nothing (``benchmarks/bench_preempt_topology.py``)."""
 
     rd: Round
     nid: str
