@@ -57,8 +57,8 @@ class _Walk(Generic[C]):
     may_of: dict[int, bool] = field(default_factory=dict)  # GPUs freed -> ``may``
     touch: list[list[int]] = field(default_factory=list)  # index -> the GPUs it bears on
     suffix: list[int] = field(default_factory=list)  # index -> the bits of it and later
-    # index i -> the GPUs any set with all of i and later frees; and those that it may,
-    # or not, by the candidates before i in the set
+    # index i -> the GPUs freed by any set that holds i and all after it, whatever it
+    # holds before i; and those such a set frees or not by what it holds before i
     tail: list[int] = field(default_factory=list)
     split: list[list[int]] = field(default_factory=list)
     won: Won | None = None
