@@ -24,10 +24,11 @@ nodes takes N times as long for each pending topology preemptor), with how often
 asked the allocator for a GPU set; the two must choose the same victims (else it
 stops). Stop 71: asked once per victim set, the worst case took 785 ms a node and 3,583
 asks; once per set of GPUs freed, 72 ms and 247 asks. Stop 74, on the 2-core machine
-with other runs on it (load 10), every set vs the walk: the worst case 159 ms vs 0.3 ms
-(247 asks vs none), numa 5 on the 4090 133 vs 0.3, numa 4 on the DGX 87 vs 0.3, halves
-nvlink 4 on the DGX 65 vs 1.0, numa 2 on the 4090 0.9 vs 0.6; nothing bounding it, 23 vs
-9 ms.
+with other runs on it (load 11: the figures swing twofold run to run), every set vs the
+walk, one run: the worst case 110 ms vs 0.3 ms (247 asks vs none), numa 5 on the 4090
+47 vs 0.3, numa 4 on the DGX 28 vs 0.3, halves nvlink 4 on the DGX 25 vs 1.0, numa 2 on
+the 4090 0.9 vs 0.7, the plain request 0.3 both; nothing bounding the walk, 19 vs 16 ms
+(all 4,095 sets tried either way).
 
     python benchmarks/bench_preempt_topology.py [--repeat 5]
 """
