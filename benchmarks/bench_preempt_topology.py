@@ -1,25 +1,34 @@
-"""How long a ``topology`` preemptor's victim choice takes on one crowded 8-GPU node.
+"""How long a ``topology`` preemptor's victim choice takes on one crowded 8-GPU node:
+every victim set tried one by one (``support.reference_victims``, the code before stop
+74) beside the walk that replaced it (``placement.victimsearch``), on the same run.
 
 The worst case of ``placement.preempt``: a node holds 12 small victims (the most
 ``pick_victims`` weighs: ``MAX_CANDIDATES``), four on a whole GPU each and eight
 sharing the other four GPUs in halves, and a pending request of priority 100 asks for
 2 GPUs with ``topology: nvlink`` on the RTX 4090 capture, whose GPUs have no NVLink
 between them. 3,583 of the 4,095 victim sets free 2 GPUs and none gives the request an
-NVLink pair, so each is tested against the allocator (``Allocator.gpu_set``) and nobody
-is stopped. Beside it, from the same run: the same node and victims with a plain 2-GPU
-request (the reference: no topology, the first set that frees 2 GPUs is taken, the
-allocator never asked), and three topology cases (``numa`` for 5 GPUs on the 4090,
-more than its NUMA nodes hold; ``numa`` for 4 GPUs on the DGX A100 capture, whose NUMA
-nodes hold 2 GPUs each; ``numa`` for 2 GPUs on the 4090, found at once).
+NVLink pair: tried one by one, each is counted and its freed GPUs tested against the
+allocator (``Allocator.gpu_set``, once per set of GPUs freed), and nobody is stopped;
+the walk sees at its first step that no two GPUs of the node go together as it asks
+(``preempt._GpuSets.may``) and tries none. Beside it: the same node with a plain 2-GPU
+request (no topology, the allocator never asked), topology requests no set serves
+(``numa`` for 5 GPUs on the 4090, more than its NUMA nodes hold; ``numa`` for 4 GPUs on
+the DGX A100 capture, whose NUMA nodes hold 2 GPUs each), and ones served by 2, 5 and 8
+victims (``halves``: 16 holders, two halves on each GPU); last, ``pick_victims`` alone
+where nothing bounds the walk (12 holders of one GPU each, a test that refuses every
+set: all 4,095 sets tried either way).
 
 Timed: ``choose_preemptions`` alone (the plan is made once before), the fastest of
 ``--repeat`` runs, in ms per node (the choice is made per node: a cluster of N such
-nodes takes N times as long for each pending topology preemptor), with how often it
-asked the allocator for a GPU set. Stop 71, on the 2-core machine with other runs on it
-(load 5), the code before and after in one window: asked once per victim set, the worst
-case took 785 ms a node and 3,583 asks; asked once per distinct set of GPUs freed (at
-most 2**8 on 8 GPUs: ``preempt._GpuSets``), 72 ms and 247 asks, about half of it the
-enumeration of the 4,095 victim sets itself (the reference: 0.3 ms).
+nodes takes N times as long for each pending topology preemptor), with how often each
+asked the allocator for a GPU set; the two must choose the same victims (else it
+stops). Stop 71: asked once per victim set, the worst case took 785 ms a node and 3,583
+asks; once per set of GPUs freed, 72 ms and 247 asks. Stop 74, on the 2-core machine
+with other runs on it (load 11: the figures swing twofold run to run), every set vs the
+walk, one run: the worst case 110 ms vs 0.3 ms (247 asks vs none), numa 5 on the 4090
+47 vs 0.3, numa 4 on the DGX 28 vs 0.3, halves nvlink 4 on the DGX 25 vs 1.0, numa 2 on
+the 4090 0.9 vs 0.7, the plain request 0.3 both; nothing bounding the walk, 19 vs 16 ms
+(all 4,095 sets tried either way).
 
     python benchmarks/bench_preempt_topology.py [--repeat 5]
 """
@@ -35,18 +44,21 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO)]
 
 from loguru import logger  # noqa: E402
-from support.crowded_node import chooser, twelve_small  # noqa: E402
+from support.crowded_node import Held, chooser, halves, twelve_small  # noqa: E402
 from support.forged import DGX_F, R4090_F  # noqa: E402
+from support.reference_victims import every_set  # noqa: E402
 
 from swarmgpu.allocator.core import Allocator  # noqa: E402
 from swarmgpu.allocator.values import Demand, NodeState  # noqa: E402
 from swarmgpu.core.model import NodeFacts  # noqa: E402
+from swarmgpu.manager.placement import preempt  # noqa: E402
+from swarmgpu.manager.placement.preempt import Candidate  # noqa: E402
 
 
-def case(facts: NodeFacts, gpus: int, topology: str, repeat: int,
+def case(facts: NodeFacts, held: Held, gpus: int, topology: str, repeat: int,
          ) -> tuple[float, list[list[str]]]:
     """(the fastest ``choose_preemptions`` in seconds, the victims it chose)."""
-    choose = chooser(facts, twelve_small(), gpus, topology)
+    choose = chooser(facts, held, gpus, topology)
     best, got = float("inf"), []
     for _ in range(repeat):
         t = time.perf_counter()
@@ -56,9 +68,9 @@ def case(facts: NodeFacts, gpus: int, topology: str, repeat: int,
     return best, got
 
 
-def asks(facts: NodeFacts, gpus: int, topology: str) -> int:
+def asks(facts: NodeFacts, held: Held, gpus: int, topology: str) -> int:
     """How often one choice asks the allocator for a GPU set."""
-    choose, real, n = chooser(facts, twelve_small(), gpus, topology), Allocator.gpu_set, [0]
+    choose, real, n = chooser(facts, held, gpus, topology), Allocator.gpu_set, [0]
 
     def counted(self: Allocator, node: NodeState, d: Demand) -> tuple[int, ...] | None:
         n[0] += 1
@@ -72,12 +84,34 @@ def asks(facts: NodeFacts, gpus: int, topology: str) -> int:
     return n[0]
 
 
+def unbounded(repeat: int) -> tuple[float, float]:
+    """``pick_victims`` where nothing bounds the walk: 12 holders of one GPU each, a test
+    that refuses every set. (The fastest of ``repeat`` runs, every set tried and the
+    walk, in seconds.)"""
+    cands = [Candidate(f"c{i:02d}", f"id{i}", "n", i % 3, "", (f"g{i}",)) for i in range(12)]
+    holders = {c.uuids[0]: {c.service} for c in cands}
+    times = []
+    for pick in (every_set, preempt.pick_victims):
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.perf_counter()
+            if pick(1, set(), cands, holders, lambda _c: False) is not None:
+                raise SystemExit("a refused set was chosen")
+            best = min(best, time.perf_counter() - t)
+        times.append(best)
+    return times[0], times[1]
+
+
 CASES = (
-    ("reference: plain 2 GPUs, RTX 4090", R4090_F, 2, ""),
-    ("worst: nvlink 2 GPUs, RTX 4090 (no NVLink)", R4090_F, 2, "nvlink"),
-    ("numa 5 GPUs, RTX 4090 (4 per NUMA node)", R4090_F, 5, "numa"),
-    ("numa 4 GPUs, DGX A100 (2 per NUMA node)", DGX_F, 4, "numa"),
-    ("numa 2 GPUs, RTX 4090", R4090_F, 2, "numa"),
+    ("plain 2 GPUs, RTX 4090", R4090_F, twelve_small, 2, ""),
+    ("worst: nvlink 2 GPUs, RTX 4090 (no NVLink)", R4090_F, twelve_small, 2, "nvlink"),
+    ("numa 5 GPUs, RTX 4090 (4 per NUMA node)", R4090_F, twelve_small, 5, "numa"),
+    ("numa 4 GPUs, DGX A100 (2 per NUMA node)", DGX_F, twelve_small, 4, "numa"),
+    ("numa 2 GPUs, RTX 4090", R4090_F, twelve_small, 2, "numa"),
+    ("nvlink 2 GPUs, DGX A100", DGX_F, twelve_small, 2, "nvlink"),
+    ("nvlink 4 GPUs, DGX A100 (5 victims)", DGX_F, twelve_small, 4, "nvlink"),
+    ("halves: nvlink 4 GPUs, DGX A100 (8 victims)", DGX_F, halves, 4, "nvlink"),
+    ("halves: numa 4 GPUs, RTX 4090 (8 victims)", R4090_F, halves, 4, "numa"),
 )
 
 
@@ -86,11 +120,23 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="runs per case; the fastest counts")
     args = ap.parse_args()
     logger.remove()  # the planner's log lines would drown the figures
-    print(f"{'case':<46} {'ms/node':>9} {'asks':>6}  victims")
-    for name, facts, gpus, topo in CASES:
-        s, victims = case(facts, gpus, topo, args.repeat)
-        print(f"{name:<46} {s * 1000:9.1f} {asks(facts, gpus, topo):6d}  "
-              f"{victims or 'none'}")
+    print(f"{'case':<44} {'every set':>9} {'walk':>7} {'asks':>10}  victims")
+    print(f"{'':<44} {'ms/node':>9} {'ms/node':>7} {'set/walk':>10}")
+    real = preempt.pick_victims
+    for name, facts, layout, gpus, topo in CASES:
+        preempt.pick_victims = every_set
+        try:
+            ref, ref_victims = case(facts, layout(), gpus, topo, args.repeat)
+            ref_asks = asks(facts, layout(), gpus, topo)
+        finally:
+            preempt.pick_victims = real
+        s, victims = case(facts, layout(), gpus, topo, args.repeat)
+        if victims != ref_victims:
+            raise SystemExit(f"{name}: the walk chose {victims}, every set {ref_victims}")
+        print(f"{name:<44} {ref * 1000:9.1f} {s * 1000:7.1f} "
+              f"{f'{ref_asks}/{asks(facts, layout(), gpus, topo)}':>10}  {victims or 'none'}")
+    ref, walk = unbounded(args.repeat)
+    print(f"{'pick_victims alone, every set refused':<44} {ref * 1000:9.1f} {walk * 1000:7.1f}")
 
 
 if __name__ == "__main__":

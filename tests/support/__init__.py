@@ -30,7 +30,8 @@ in-memory swarms), commands (`plan`/`status --json` in-process over a recording 
 isolation (two RTX 4090 nodes and the failing a-bad of the placement isolation tests),
 preempt_stop (victims stopped as the actuator stops them), move_then_preempt (a cycle's
 rebalance then preemption steps on one snapshot), crowded_node (one GPU node crowded
-with small victims, a topology preemptor's choice there), unread (specs and task
+with small victims, a topology preemptor's choice there), reference_victims (the victims
+as every set tried one by one chose them, before ``victimsearch``), unread (specs and task
 answers not as Docker sends them, a client its engine lists them to); and for the real swarm:
 swarm_services (deploy a stack, wait for it), swarm_rebalance, swarm_fragmentation,
 health_swarm, webauth_swarm, stranded_swarm (a waiting task Swarm's scheduler no longer

@@ -35,7 +35,8 @@ The package, by responsibility; each module imports only modules listed before i
 ``backoff``, ``generic``;
 ``hostports``; ``memsize``, ``reasons``, ``cpunodes``, ``cluster``, ``replicas``, ``filters``,
 ``quiet``, ``memo``; ``queues``;
-``cycle``, ``jobs``, ``preemptroom``, ``preempted``, ``preemptview``, ``preempt``,
+``cycle``, ``jobs``, ``preemptroom``, ``preempted``, ``preemptview``, ``victimsearch``,
+``preempt``,
 ``nominated``, ``recorded``, ``existing``, ``reads``, ``learning``;
 ``packing``, ``gating``,
 ``converge``, ``devicemap``;

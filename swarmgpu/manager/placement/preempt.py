@@ -90,7 +90,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
-from itertools import combinations
 
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import NodeSpec, NodeState
@@ -117,11 +116,11 @@ from swarmgpu.manager.placement.queues import (
 )
 from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.placement.specs import demand_of, node_spec
+from swarmgpu.manager.placement.victimsearch import Rank, best_victims, together_of
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 MAX_CANDIDATES = 12  # per node, in rule order: subsets of at most 2**12 are tried
-Rank = tuple[int, float, float]  # a victim set's reclaim rank (``reclaim_rank``), least first
 
 
 def priority_of(r: GpuRequest | RequestError | None) -> int:
@@ -222,6 +221,7 @@ def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candida
                  holders: Mapping[str, AbstractSet[str]],
                  allowed: Callable[[tuple[Candidate, ...]], bool] | None = None,
                  over: Mapping[str, tuple[float, float]] | None = None,
+                 may: Callable[[frozenset[str]], bool] | None = None,
                  ) -> tuple[Candidate, ...] | None:
     """The victims on one node (see the module's rule), or None when even all of them do
     not free ``need`` GPUs. ``free``: GPUs of the node the preemptor may use that nobody
@@ -231,30 +231,16 @@ def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candida
     request's set, ``_GpuSets.gives``; its CPU and memory and host ports left), asked of
     no victims where ``free`` is enough by count (False: the free GPUs give no set it can
     use, or its CPU or a port is held there, victims are chosen); ``over``: how
-    far each queue is above its guarantee (``reclaim_rank``)."""
+    far each queue is above its guarantee (``reclaim_rank``); ``may``: given the GPUs a
+    set frees, False where ``allowed`` takes no set that frees those alone, and then for
+    any fewer too (``_GpuSets.may``): the search skips them (``victimsearch``)."""
     if len(free) >= need and (allowed is None or allowed(())):
         return ()  # (enough by count, and no topology the free GPUs fail: none needed)
     # Rank order decides which candidates a crowded node keeps; a set's size comes first
     # whatever its rank (a reclaim of one before two by priority: never more than needed).
     ranked = sorted(((reclaim_rank(c, over or {}), c) for c in rule_sorted(candidates)),
                     key=lambda rc: rc[0])[:MAX_CANDIDATES]
-    for k in range(1, len(ranked) + 1):
-        best: tuple[tuple[Rank, int, int, tuple[int, ...]], tuple[Candidate, ...]] | None = None
-        for idx in combinations(range(len(ranked)), k):
-            combo = tuple(ranked[i][1] for i in idx)
-            names = {c.service for c in combo}
-            freed = {u for c in combo for u in c.uuids if holders.get(u, set()) <= names}
-            if len(free) + len(freed - free) < need:
-                continue
-            if allowed is not None and not allowed(combo):
-                continue
-            key = (max(ranked[i][0] for i in idx), max(c.priority for c in combo),
-                   sum(c.priority for c in combo), idx)
-            if best is None or key < best[0]:
-                best = (key, combo)
-        if best is not None:
-            return best[1]
-    return None
+    return best_victims(need, free, ranked, holders, allowed, may)
 
 
 def _usable(r: GpuRequest, facts: NodeFacts | None) -> set[str]:
@@ -433,7 +419,7 @@ def _best_preemption(rd: Round, s: SwarmService, r: GpuRequest,
 
         others = {k: h for k, h in here.items() if k != s.name}  # (a packed one's own)
         victims = pick_victims(need, free, _candidates(rd, r, nid, others, usable), holders,
-                               together, over)
+                               together, over, None if r.topology is Topology.ANY else sets.may)
         if not victims:
             continue
         prios = [v.priority for v in victims]
@@ -578,8 +564,9 @@ class _GpuSets:
     a node's victims are chosen. ``gives`` answers once per freed set: a node's victim
     sets (up to 4,095 of ``MAX_CANDIDATES``) free at most one set per subset of its GPUs,
     most of them alike (a shared GPU frees only with all its holders). Asked for each
-    set anew, 12 small victims on an 8-GPU node took 0.8 s for one topology preemptor
-    (``benchmarks/bench_preempt_topology.py``)."""
+    set anew, 12 small victims on an 8-GPU node took 0.8 s for one topology preemptor;
+    once per freed set, 72 ms where no set served it; ``may`` bounds the walk
+    (``victimsearch``), which then asks nothing (``benchmarks/bench_preempt_topology.py``)."""
 
     rd: Round
     nid: str
@@ -588,8 +575,11 @@ class _GpuSets:
     replicas: int
     base: tuple[NodeSpec, frozenset[str]] | None = None  # (spec, GPUs free for it)
     given: dict[frozenset[str], bool] = field(default_factory=dict)  # freed -> a set
+    ok: Callable[[int, int], bool] | None = None  # two GPUs (indexes) may go together
 
-    def pick(self, freed: AbstractSet[str]) -> tuple[str, ...] | None:
+    def _read(self) -> tuple[NodeFacts, NodeSpec, frozenset[str]] | None:
+        """The node's facts, its spec and the GPUs free for it (read once; None: a request
+        of any topology, or a node not known, where ``pick`` gives none)."""
         rd, nid, r = self.rd, self.nid, self.r
         f, node = rd.facts.get(nid), rd.by_node.get(nid)
         if f is None or node is None or r.topology is Topology.ANY:
@@ -598,11 +588,17 @@ class _GpuSets:
             here = {u for h in rd.holdings.get(nid, {}).values() for u in h.uuids}
             self.base = (node_spec(node, f),
                          frozenset(_usable(r, f) - here - rd.off(nid, self.name, r.priority)))
-        spec, free = self.base
+            self.ok = Allocator._allowed_pair(NodeState(self.base[0], 0), demand_of(r))
+        return f, *self.base
+
+    def pick(self, freed: AbstractSet[str]) -> tuple[str, ...] | None:
+        if (read := self._read()) is None:
+            return None
+        f, spec, free = read
         can = freed | free
         state = NodeState(spec, 0)
         state.free = [m if g.uuid in can else 0 for m, g in zip(state.free, f.gpus, strict=True)]
-        pick, alloc, d = [], Allocator(), demand_of(r)
+        pick, alloc, d = [], Allocator(), demand_of(self.r)
         for _ in range(self.replicas):  # a packed one's replicas, one set each
             gpus = alloc.gpu_set(state, d)
             if not gpus:
@@ -611,6 +607,17 @@ class _GpuSets:
                 state.free[i] = 0
             pick += [f.gpus[i].uuid for i in gpus]
         return tuple(pick)
+
+    def may(self, freed: frozenset[str]) -> bool:
+        """False where ``pick`` surely gives no set once ``freed`` is freed, nor once any
+        of them is: among them and the free GPUs, fewer than its replicas' GPUs, or no
+        ``gpus`` of them that the topology lets go together (``Allocator._allowed_pair``,
+        which the allocator's sets keep to). ``pick_victims`` skips such sets unasked."""
+        if (read := self._read()) is None:
+            return False  # (it gives none)
+        can = [i for i, g in enumerate(read[0].gpus) if g.uuid in freed or g.uuid in read[2]]
+        return len(can) >= self.r.gpus * self.replicas and together_of(
+            can, self.r.gpus, self.ok)
 
     def gives(self, victims: Sequence[Candidate],
               holders: Mapping[str, AbstractSet[str]]) -> bool:
