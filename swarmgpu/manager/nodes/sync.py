@@ -43,6 +43,7 @@ from swarmgpu.swarm.labels import (
     plan_node_labels,
 )
 from swarmgpu.swarm.swarmnode import node_names
+from swarmgpu.swarm.unkeyed import Unkeyed
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class Snapshot:
     # Tasks Swarm is stopping that its constraint enforcer rejected (a closed gate): their
     # GPUs held while their container may still run (``keys.rejected_running``), no more
     rejected: list[SwarmTask] = field(default_factory=list)
+    # The nodes and services the engine listed without an ID (``swarm.unkeyed``): left
+    # out of ``nodes`` and ``services``, said each cycle
+    unkeyed: Unkeyed = field(default_factory=Unkeyed)
     # ``agent_nodes`` per agents' service name, walked once per snapshot (label sync,
     # placement, rebalance, audit and the map all ask it of the same one)
     _agents: dict[str, frozenset[str]] = field(default_factory=dict, init=False,
@@ -128,6 +132,7 @@ def take_snapshot(
         swarm_labels={**before, **after},
         stopping=leaving,
         rejected=rejected,
+        unkeyed=swarm.unkeyed(),  # (the last full lists', which the cache holds)
     )
 
 
@@ -219,6 +224,9 @@ class LabelSync:
         any_gpu = False  # a GPU node after this cycle's answers (``_agent_service_missing``)
         todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts | None]] = []
         self._node_said.begin()
+        for said in snapshot.unkeyed.said():  # (no key to say it once by: every cycle)
+            logger.error("{}", said)
+            report.errors.append(said)
         for node in snapshot.nodes:
             log = logger.bind(node=node.hostname)
             warn = self._once(node.id, log)

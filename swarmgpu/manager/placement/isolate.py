@@ -32,7 +32,8 @@ from swarmgpu.swarm.specread import UnreadSpec
 
 class UnreadNode(UnreadSpec):
     """A service's task runs on a node whose engine answer cannot be read
-    (``SwarmNode.unread``), and no holding of it there can be read."""
+    (``SwarmNode.unread``), or on one the node list left out (``swarm.unkeyed``), and no
+    holding of it there can be read."""
 
 
 def on_unread_nodes(by_id: Mapping[str, SwarmNode], tasks: Sequence[SwarmTask],
