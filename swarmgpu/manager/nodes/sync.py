@@ -172,6 +172,14 @@ def is_gpu_node(node: SwarmNode, book: AgentBook, prefix: str, kind: str = "",
     return expects_agent(node, rec is not None and rec.last_ok is not None, prefix, kind, agents)
 
 
+def said_unkeyed(unkeyed: Unkeyed) -> list[str]:
+    """Each entry the lists left out (``swarm.unkeyed``), logged as an error: every
+    cycle it lasts (no key to say it once by)."""
+    for said in unkeyed.said():
+        logger.error("{}", said)
+    return list(unkeyed.said())
+
+
 @dataclass
 class CycleReport:
     leader: bool = True
@@ -212,7 +220,7 @@ class LabelSync:
         """Plan every node's labels and write them; with ``hold``, the writes are kept
         in ``self.held`` for placement to fold into its own write of the same node (one
         write per node per cycle), and ``flush`` writes what it did not take."""
-        report = CycleReport()
+        report = CycleReport(errors=said_unkeyed(snapshot.unkeyed))
         self.held = None  # never a previous cycle's: this one plans every node afresh
         # GPU health states (docs/health.md): a failed GPU is unhealthy in the facts every
         # later step of this cycle reads (labels, placement), so it is never given out.
@@ -224,9 +232,6 @@ class LabelSync:
         any_gpu = False  # a GPU node after this cycle's answers (``_agent_service_missing``)
         todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts | None]] = []
         self._node_said.begin()
-        for said in snapshot.unkeyed.said():  # (no key to say it once by: every cycle)
-            logger.error("{}", said)
-            report.errors.append(said)
         for node in snapshot.nodes:
             log = logger.bind(node=node.hostname)
             warn = self._once(node.id, log)
