@@ -35,6 +35,7 @@ sys.path[:0] = [str(REPO)]
 from swarmgpu.core.config import Config  # noqa: E402
 from swarmgpu.manager.nodes import sync  # noqa: E402
 from swarmgpu.swarm.client import SwarmNode, SwarmTask, task_from_api  # noqa: E402
+from swarmgpu.swarm.unkeyed import Unkeyed  # noqa: E402
 
 P = "swarmgpu."
 TEMPLATE = ('NVIDIA_VISIBLE_DEVICES={{or (index .Service.Labels (print "swarmgpu.devices." '
@@ -111,6 +112,9 @@ class Engine:
 
     def services(self) -> list[Any]:
         return []
+
+    def unkeyed(self) -> Unkeyed:
+        return Unkeyed()  # every entry has its ID
 
 
 def measure(running: int, ended: int, stopping: int, repeat: int,

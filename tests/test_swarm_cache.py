@@ -34,6 +34,7 @@ from swarmgpu.swarm.client import (
     SwarmService,
     SwarmUnavailable,
 )
+from swarmgpu.swarm.unkeyed import Unkeyed
 
 
 def mk_node(i: int, version: int = 1) -> SwarmNode:
@@ -65,6 +66,9 @@ class Source:
 
     def services(self) -> list[SwarmService]:
         return list(self.s.values())
+
+    def unkeyed(self) -> Unkeyed:
+        return Unkeyed()  # every entry has its ID
 
     def node(self, node_id: str) -> SwarmNode:
         return self._get(self.n, node_id)

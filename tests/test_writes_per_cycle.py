@@ -44,6 +44,7 @@ from swarmgpu.manager.placement.restarts import HOLD_HINT
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.swarm.client import SwarmError, SwarmNode, SwarmService, SwarmTask, service_from_api
+from swarmgpu.swarm.unkeyed import Unkeyed
 
 P = "swarmgpu."
 FACTS = {"n-dgx": DGX_A100.facts(), "n-4090": RTX4090.facts()}
@@ -88,6 +89,9 @@ class TaskSwarm:
 
     def services(self) -> list[SwarmService]:
         return list(self._services.values())
+
+    def unkeyed(self) -> Unkeyed:
+        return Unkeyed()  # every entry has its ID
 
     def service(self, service_id: str) -> SwarmService:
         return self._services[service_id]

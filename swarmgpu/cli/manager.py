@@ -255,6 +255,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
                     "gpu_health": health_rows(snap.facts),
                     "ungranted": ungranted,
                     "unread_nodes": [n.unread for n in snap.nodes if n.unread],
+                    "unkeyed": list(snap.unkeyed.said()),  # (swarm.unkeyed)
                 },
                 indent=2,
             )
@@ -268,7 +269,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
                 health=health_rows(snap.facts),
                 moves=moves,
                 listen=cfg.http.listen,
-                unread=[n.unread for n in snap.nodes if n.unread],
+                unread=[*snap.unkeyed.said(), *(n.unread for n in snap.nodes if n.unread)],
             )
         )
     if code := plan_exit(p.services):

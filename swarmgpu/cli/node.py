@@ -394,7 +394,9 @@ def _swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: s
         services = client.services()
         ids = [sv.id for sv in services if sv.name == name]
         tasks = client.tasks({"service": ids, "desired-state": "running"}) if ids else []
-        return SwarmRead(client.nodes(), services, tasks, prefix=prefix, kind=kind)
+        nodes = client.nodes()
+        return SwarmRead(nodes, services, tasks, prefix=prefix, kind=kind,
+                         unkeyed=client.unkeyed().said())
     except SwarmError as exc:
         return SwarmRead(error=str(exc))
 

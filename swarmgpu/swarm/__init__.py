@@ -2,9 +2,10 @@
 
 ``client`` (the engine API, typed; ``swarmnode``, a node as it describes one, and
 the GPU resource kinds), ``eventstream`` (its event stream, read bounded),
-``taskports`` (the host-mode ports a task binds, from its own status; a service's
-published ports), ``taskstop`` (until when a task the constraint enforcer rejected may
-still run),
+``unkeyed`` (the list entries without an ID, left out and said), ``imageref`` (an
+image reference as the image list's filter), ``taskports`` (the host-mode ports a task
+binds, from its own status; a service's published ports; a task's network drivers),
+``taskstop`` (until when a task the constraint enforcer rejected may still run),
 ``cache`` (nodes and services kept from the event stream), ``labels`` (the node labels
 swarmgpu owns), ``constraints`` (Swarm's constraint language), ``plugins`` (its
 PluginFilter: the plugins a task needs, what a node lists), ``taskspec`` (which spec

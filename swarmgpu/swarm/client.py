@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import docker
@@ -23,6 +23,7 @@ import urllib3.exceptions
 
 from swarmgpu.core.peertext import quoted
 from swarmgpu.swarm.eventstream import Cut, NotAnEvent, read_events
+from swarmgpu.swarm.imageref import image_filter as image_filter  # (tests import it here)
 from swarmgpu.swarm.specread import (
     UnreadSpec,
     job_iteration,
@@ -35,9 +36,10 @@ from swarmgpu.swarm.specread import (
 )
 from swarmgpu.swarm.swarmnode import SwarmNode as SwarmNode  # with the snapshot types
 from swarmgpu.swarm.swarmnode import node_from_api
-from swarmgpu.swarm.taskports import endpoint_ports, task_host_ports
+from swarmgpu.swarm.taskports import endpoint_ports, task_host_ports, task_network_drivers
 from swarmgpu.swarm.taskspec import task_rules
 from swarmgpu.swarm.taskstop import DEFAULT_GRACE_S, rejected_until, stop_grace_s, updated_at
+from swarmgpu.swarm.unkeyed import Unkeyed, keyed
 
 
 class SwarmError(RuntimeError):
@@ -145,19 +147,6 @@ class SwarmTask:
 def _is_out_of_sequence(exc: docker.errors.APIError) -> bool:
     text = str(exc).lower()
     return "out of sequence" in text or "update out of sequence" in text
-
-
-def _network_drivers(raw: Mapping[str, Any]) -> tuple[str, ...]:
-    """A task's NetworksAttachments' Network.DriverState.Name, each once."""
-    out: dict[str, None] = {}
-    attached = raw.get("NetworksAttachments")
-    for a in attached if isinstance(attached, list) else ():
-        net = a.get("Network") if isinstance(a, Mapping) else None
-        state = net.get("DriverState") if isinstance(net, Mapping) else None
-        name = state.get("Name") if isinstance(state, Mapping) else None
-        if isinstance(name, str) and name:
-            out[name] = None
-    return tuple(out)
 
 
 def reservations(spec: Mapping[str, Any]) -> tuple[int, int]:
@@ -328,30 +317,11 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
         job_iteration=run,
         created_at=str(raw.get("CreatedAt") or ""),
         constraints=task_rules(spec),
-        network_drivers=_network_drivers(raw),
+        network_drivers=task_network_drivers(raw),
         host_ports=task_host_ports(status),
         rejected_until=rejected_until(status, spec), stop_grace_s=stop_grace_s(spec),
         updated_at=changed,
     )
-
-
-def image_filter(ref: str) -> str:
-    """The image list's ``reference`` filter for a service's image: the familiar name (the
-    filter matches that form), with its digest when it has one (a tag and a digest never
-    match together), else its tag (``latest`` when none: an untagged name would match
-    every tag)."""
-    name, _, digest = ref.partition("@")
-    slash = name.rfind("/")
-    colon = name.rfind(":")
-    tag = name[colon + 1:] if colon > slash else ""
-    if tag:
-        name = name[:colon]
-    for hub in ("docker.io/", "index.docker.io/", "registry-1.docker.io/"):
-        if name.startswith(hub):
-            name = name[len(hub):].removeprefix("library/")
-    if digest:
-        return f"{name}@{digest}"
-    return f"{name}:{tag or 'latest'}"
 
 
 # The docker SDK's endpoint when neither a URL nor DOCKER_HOST is given.
@@ -451,8 +421,26 @@ class SwarmClient:
             return False
         return _node(self._call(self._api.inspect_node, node_id)).leader
 
+    # The entries the last full lists left out (a class default: a client built
+    # without __init__, as tests do, has none)
+    _unkeyed = Unkeyed()
+
+    def unkeyed(self) -> Unkeyed:
+        """The entries the last full node and service lists left out (``swarm.unkeyed``)."""
+        return self._unkeyed
+
+    def _listed(self, kind: str, fn: Callable[..., Any], **kwargs: Any) -> list[Any]:
+        """The engine's list of ``kind``; one that is no list fails whole (SwarmError)."""
+        raw = self._call(fn, **kwargs)
+        if not isinstance(raw, list):
+            raise SwarmError(f"the engine's {kind} list is {type(raw).__name__} "
+                             f"{quoted(raw, 80)}, not a list (check any proxy)")
+        return raw
+
     def nodes(self) -> list[SwarmNode]:
-        return [_node(n) for n in self._call(self._api.nodes)]
+        got, said = keyed(self._listed("node", self._api.nodes), "node")
+        self._unkeyed = replace(self._unkeyed, nodes=said)
+        return [_node(n) for n in got]
 
     def nodes_with_label(self, key: str) -> list[SwarmNode]:
         """The nodes whose own labels carry ``key`` (any value): the engine filters
@@ -461,13 +449,17 @@ class SwarmClient:
         if "=" in key:  # the filter would read ``k=v``: a key and a value to match
             raise SwarmError(f"node label key {key[:80]!r} has '=': the engine's filter "
                              "cannot ask for it (a label prefix or service name with '=')")
-        return [_node(n) for n in self._call(self._api.nodes, filters={"node.label": [key]})]
+        # (one left out is the full list's to say)
+        listed = self._listed("node", self._api.nodes, filters={"node.label": [key]})
+        return [_node(n) for n in keyed(listed, "node")[0]]
 
     def node(self, node_id: str) -> SwarmNode:
         return _node(self._call(self._api.inspect_node, node_id))
 
     def services(self) -> list[SwarmService]:
-        return [service_from_api(s) for s in self._call(self._api.services)]
+        got, said = keyed(self._listed("service", self._api.services), "service")
+        self._unkeyed = replace(self._unkeyed, services=said)
+        return [service_from_api(s) for s in got]
 
     def service(self, service_id: str) -> SwarmService:
         return service_from_api(self._call(self._api.inspect_service, service_id))

@@ -6,7 +6,7 @@ still stopping has no service left to read them from, yet binds them until it st
 (swarmkit's HostPortFilter counts them: ``placement.hostports``). Read strictly: an entry
 that is not an object, not host mode, or whose port or protocol is not one Swarm makes,
 is ignored, never raised on. A service's published ports (``Endpoint.Ports``) are read
-here too."""
+here too, and the drivers of the networks a task is attached to (``swarm.plugins``)."""
 
 from __future__ import annotations
 
@@ -40,3 +40,16 @@ def endpoint_ports(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
     endpoint = raw.get("Endpoint")
     ports = endpoint.get("Ports") if isinstance(endpoint, Mapping) else None
     return tuple(p for p in ports if isinstance(p, Mapping)) if isinstance(ports, list) else ()
+
+
+def task_network_drivers(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """A task's NetworksAttachments' Network.DriverState.Name, each once."""
+    out: dict[str, None] = {}
+    attached = raw.get("NetworksAttachments")
+    for a in attached if isinstance(attached, list) else ():
+        net = a.get("Network") if isinstance(a, Mapping) else None
+        state = net.get("DriverState") if isinstance(net, Mapping) else None
+        name = state.get("Name") if isinstance(state, Mapping) else None
+        if isinstance(name, str) and name:
+            out[name] = None
+    return tuple(out)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.unkeyed import Unkeyed
 
 
 class EmptySwarm:
@@ -26,6 +27,9 @@ class EmptySwarm:
 
     def services(self) -> list[SwarmService]:
         return []
+
+    def unkeyed(self) -> Unkeyed:
+        return Unkeyed()  # every entry has its ID
 
     def tasks(self, filters: Any = None, *, states: Any = None) -> list[SwarmTask]:
         return []

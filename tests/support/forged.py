@@ -36,6 +36,7 @@ from swarmgpu.swarm.client import (
     SwarmUnavailable,
     service_from_api,
 )
+from swarmgpu.swarm.unkeyed import Unkeyed
 
 P = "swarmgpu."
 DGX_F, R4090_F = DGX_A100.facts(), RTX4090.facts()
@@ -58,6 +59,7 @@ class RecordingSwarm:
         self._swarm_labels = dict(swarm_labels or {})
         self.calls: list[tuple[str, str]] = []
         self.writes = 0  # what SwarmClient counts (the label actuator reads it)
+        self.left_out = Unkeyed()  # the entries its lists leave out (``unkeyed``)
 
     # reads
     def is_leader(self) -> bool:
@@ -68,6 +70,9 @@ class RecordingSwarm:
 
     def nodes(self) -> list[SwarmNode]:
         return list(self._nodes.values())
+
+    def unkeyed(self) -> Unkeyed:
+        return self.left_out
 
     def nodes_with_label(self, key: str) -> list[SwarmNode]:
         """The engine's ``node.label`` filter: the nodes carrying ``key``, any value."""

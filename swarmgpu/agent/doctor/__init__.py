@@ -20,7 +20,11 @@ runtime), ``dockerdkeys`` (the daemon.json keys dockerd knows, as data).
 
 from __future__ import annotations
 
-from swarmgpu.agent.doctor.agentsvc import check_agents_service, check_unread_nodes
+from swarmgpu.agent.doctor.agentsvc import (
+    check_agents_service,
+    check_unkeyed,
+    check_unread_nodes,
+)
 from swarmgpu.agent.doctor.devices import (
     check_cgroup,
     check_dev_char_links,
@@ -144,6 +148,7 @@ __all__ = [
     "check_sharing",
     "check_swarm_resource",
     "check_toolkit_mode",
+    "check_unkeyed",
     "check_unread_nodes",
     "dpkg_version",
     "effective_mode",

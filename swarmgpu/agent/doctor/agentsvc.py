@@ -15,6 +15,7 @@ from swarmgpu.swarm.agentservice import (
     unserved,
 )
 from swarmgpu.swarm.swarmnode import NODE_FIX
+from swarmgpu.swarm.unkeyed import UNKEYED_FIX
 
 CID = "agents.service"
 SHOWN = 5  # nodes named in the finding
@@ -83,3 +84,15 @@ def check_unread_nodes(view: NodeView) -> Check | None:
                      f"; and {len(unread) - SHOWN} more" if len(unread) > SHOWN else ""),
                  "swarmgpu places nothing new on such a node and writes none of its "
                  "labels (what it holds is kept)", NODE_FIX)
+
+
+def check_unkeyed(view: NodeView) -> Check | None:
+    """The nodes and services the engine lists without an ID (``swarm.unkeyed``): a
+    warning naming each, or None when every one has its ID."""
+    said = view.swarm.unkeyed if view.swarm is not None else ()
+    if not said:
+        return None
+    return Check("swarm.ids", Status.WARN, "; ".join(said[:SHOWN]) + (
+                     f"; and {len(said) - SHOWN} more" if len(said) > SHOWN else ""),
+                 "the daemon leaves such an entry out of its lists: nothing is read of it "
+                 "or written to it, the others are placed as ever", UNKEYED_FIX)

@@ -8,7 +8,11 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from swarmgpu.agent.doctor.agentsvc import check_agents_service, check_unread_nodes
+from swarmgpu.agent.doctor.agentsvc import (
+    check_agents_service,
+    check_unkeyed,
+    check_unread_nodes,
+)
 from swarmgpu.agent.doctor.devices import (
     check_cgroup,
     check_dev_char_links,
@@ -142,6 +146,8 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
         checks.insert(0, check_agents_service(view))
         if (unread := check_unread_nodes(view)) is not None:
             checks.insert(0, unread)
+        if (unkeyed := check_unkeyed(view)) is not None:
+            checks.insert(0, unkeyed)
     if proc_root is not None:  # the live node, or a --proc-root named
         checks.insert(0, check_proc_root(view))
     if engine_probed:  # the live node only: a fixture tree has no engine to ask

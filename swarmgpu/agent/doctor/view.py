@@ -132,6 +132,8 @@ class SwarmRead:
     error: str | None = None
     prefix: str = DEFAULT_PREFIX
     kind: str = ""
+    # the nodes and services the lists left out, without an ID (``swarm.unkeyed``)
+    unkeyed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,9 @@ def audit(
                                     node_lost_grace_s, gpu)
                      + ledger_findings(snap, node, prefix))
         out += [replace(f, node=node.id) for f in found]
+    # listed without an ID: left out of the lists, nothing read of them (swarm.unkeyed)
+    out += [Finding("node-unkeyed", "node", m) for m in snap.unkeyed.nodes]
+    out += [Finding("service-unkeyed", "service", m) for m in snap.unkeyed.services]
     if any_gpu and (note := missing_agent_service(snap.services, agent_service)):
         out.append(Finding("agents-service-missing", "agents", note,
                            key=agent_service, advisory=True))

@@ -28,7 +28,8 @@ def render_plan(
 ) -> str:
     """``health``: ``gpuhealth.health_rows``; ``moves``: the daemon's move document, or
     None when it cannot be reached (at ``listen``); ``unread``: the nodes placed on and
-    written to by none (``SwarmNode.unread``), each its message."""
+    written to by none (``SwarmNode.unread``), and the nodes and services the lists left
+    out (``swarm.unkeyed``), each its message."""
     lines = [] if services else ["no service carries a swarmgpu GPU request"]
     for sp in services:
         lines += _service_lines(sp)

@@ -144,7 +144,7 @@ def make_plan(snap: Snapshot, cfg: Config,
     return planner.plan(snap.nodes, snap.services, snap.tasks, facts,
                         moving=moving(snap.services, snap.swarm_labels, cfg.sync.prefix),
                         nominated=nominated, agents=snap.agent_nodes(planner.agent_service),
-                        stopping=snap.stopping, rejected=snap.rejected)
+                        stopping=snap.stopping, rejected=snap.rejected, unkeyed=snap.unkeyed)
 
 
 WORKLOAD_STORE_EVERY_S = 60.0  # one swarm write a minute at most while the model learns

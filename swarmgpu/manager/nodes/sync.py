@@ -43,6 +43,7 @@ from swarmgpu.swarm.labels import (
     plan_node_labels,
 )
 from swarmgpu.swarm.swarmnode import node_names
+from swarmgpu.swarm.unkeyed import Unkeyed
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class Snapshot:
     # Tasks Swarm is stopping that its constraint enforcer rejected (a closed gate): their
     # GPUs held while their container may still run (``keys.rejected_running``), no more
     rejected: list[SwarmTask] = field(default_factory=list)
+    # The nodes and services the engine listed without an ID (``swarm.unkeyed``): left
+    # out of ``nodes`` and ``services``, said each cycle
+    unkeyed: Unkeyed = field(default_factory=Unkeyed)
     # ``agent_nodes`` per agents' service name, walked once per snapshot (label sync,
     # placement, rebalance, audit and the map all ask it of the same one)
     _agents: dict[str, frozenset[str]] = field(default_factory=dict, init=False,
@@ -128,6 +132,7 @@ def take_snapshot(
         swarm_labels={**before, **after},
         stopping=leaving,
         rejected=rejected,
+        unkeyed=swarm.unkeyed(),  # (the last full lists', which the cache holds)
     )
 
 
@@ -165,6 +170,14 @@ def is_gpu_node(node: SwarmNode, book: AgentBook, prefix: str, kind: str = "",
     service, ``cpunodes.agent_nodes``) or an agent answered once."""
     rec = book.records.get(node.id)
     return expects_agent(node, rec is not None and rec.last_ok is not None, prefix, kind, agents)
+
+
+def said_unkeyed(unkeyed: Unkeyed) -> list[str]:
+    """Each entry the lists left out (``swarm.unkeyed``), logged as an error: every
+    cycle it lasts (no key to say it once by)."""
+    for said in unkeyed.said():
+        logger.error("{}", said)
+    return list(unkeyed.said())
 
 
 @dataclass
@@ -207,7 +220,7 @@ class LabelSync:
         """Plan every node's labels and write them; with ``hold``, the writes are kept
         in ``self.held`` for placement to fold into its own write of the same node (one
         write per node per cycle), and ``flush`` writes what it did not take."""
-        report = CycleReport()
+        report = CycleReport(errors=said_unkeyed(snapshot.unkeyed))
         self.held = None  # never a previous cycle's: this one plans every node afresh
         # GPU health states (docs/health.md): a failed GPU is unhealthy in the facts every
         # later step of this cycle reads (labels, placement), so it is never given out.

@@ -20,6 +20,7 @@ from loguru import logger
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.placement.cluster import ClusterAllocator
+from swarmgpu.manager.placement.globalmode import GLOBAL_MODES
 from swarmgpu.manager.placement.ledger import Holding, parse_holding
 from swarmgpu.manager.placement.reads import ServiceRead
 from swarmgpu.manager.placement.records import ServicePlan, State, Status
@@ -31,24 +32,32 @@ from swarmgpu.swarm.specread import UnreadSpec
 
 class UnreadNode(UnreadSpec):
     """A service's task runs on a node whose engine answer cannot be read
-    (``SwarmNode.unread``), and no holding of it there can be read."""
+    (``SwarmNode.unread``), or on one the node list left out (``swarm.unkeyed``), and no
+    holding of it there can be read."""
 
 
 def on_unread_nodes(by_id: Mapping[str, SwarmNode], tasks: Sequence[SwarmTask],
                     services: Sequence[SwarmService],
-                    ledger: Mapping[str, Mapping[str, Holding]]) -> dict[str, Exception]:
+                    ledger: Mapping[str, Mapping[str, Holding]],
+                    unkeyed: Sequence[str] = ()) -> dict[str, Exception]:
     """Service id -> ``UnreadNode``: each service with a task meant to run on an unread
     node where its labels as read show no holding of it (Spec.Labels unread: what it
-    holds there is unknown). Planned as failed, nothing is written for it: it is not
-    given GPUs elsewhere and its task is not replaced for a node that could not be read."""
+    holds there is unknown), or, while a node is listed without an ID (``unkeyed``: the
+    nodes' messages, ``swarm.unkeyed``), on a node not listed. Planned as failed,
+    nothing is written for it: it is not given GPUs elsewhere and its task is not
+    replaced for a node that could not be read. Not a global service: each node is its
+    own holding, so only that node is skipped (``globalmode``: it waits, naming why)."""
     # (one whose own spec is unread is failed by its read, naming its own field)
-    names = {s.id: s.name for s in services if not s.unread}
+    names = {s.id: s.name for s in services if not s.unread and s.mode not in GLOBAL_MODES}
     out: dict[str, Exception] = {}
     for t in tasks:
         n = by_id.get(t.node_id)
-        if (n is not None and n.unread and t.service_id in names and meant_to_run(t)
+        why = (n.unread if n is not None else
+               f"a node the engine's list leaves out ({unkeyed[0]})" if unkeyed and t.node_id
+               else "")
+        if (why and t.service_id in names and meant_to_run(t)
                 and t.node_id not in ledger.get(names[t.service_id], {})):
-            out[t.service_id] = UnreadNode(f"a task of it runs on {n.unread}")
+            out[t.service_id] = UnreadNode(f"a task of it runs on {why}")
     return out
 
 

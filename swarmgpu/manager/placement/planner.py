@@ -77,6 +77,7 @@ from swarmgpu.manager.placement.tasks import NO_WAITING, TaskView, Waiting, task
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.unkeyed import NONE_UNKEYED, Unkeyed
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,10 +249,9 @@ class Planner:
     def plan(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
              tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *,
              now: float | None = None, moving: AbstractSet[str] = frozenset(),
-             nominated: Sequence[Nomination] = (),
-             agents: AbstractSet[str] | None = None,
+             nominated: Sequence[Nomination] = (), agents: AbstractSet[str] | None = None,
              stopping: Sequence[SwarmTask] = (),
-             rejected: Sequence[SwarmTask] = ()) -> PlacementPlan:
+             rejected: Sequence[SwarmTask] = (), unkeyed: Unkeyed = NONE_UNKEYED) -> PlacementPlan:
         """Decide placements for every annotated service; say what to write, in order.
         ``now`` (epoch seconds; the back-off of ``converge`` is kept in Swarm as such).
         ``moving``: the services with a move in flight by the daemon's own records
@@ -264,6 +264,7 @@ class Planner:
         their CPU, memory, host ports and GPUs count as used, none of them as a meant task.
         ``rejected``: tasks Swarm stops that its constraint enforcer rejected: their GPUs
         alone held while ``keys.rejected_running`` at ``now`` (``StoppingGpus.holds``).
+        ``unkeyed``: what the lists left out (``swarm.unkeyed``; ``reads``, ``isolate``).
 
         The phases, in order: see what changed; read the services and their tasks;
         release what is no longer held; learn the workload and the back-offs; commit
@@ -281,8 +282,8 @@ class Planner:
         self._ports.new_cycle(services, [*tasks, *stopping] if stopping else tasks)
         self._filters.set_tasks(tasks)
         self._faults.begin()  # (a service's fault said once while it lasts: isolate)
-        read = self._reads.read(services, seen.most)
-        read.failed.update(on_unread_nodes(seen.by_id, tasks, services, seen.ledger))
+        read = self._reads.read(services, seen.most, unkeyed.services)
+        read.failed.update(on_unread_nodes(seen.by_id, tasks, services, seen.ledger, unkeyed.nodes))
         tv, tasks_changed = self._read_tasks(tasks, read.few)
         release(plan, nodes, seen.ledger, read, self.prefix, self._memo.node_gates)
         # {} when no service is a job (none parsed as one: no pass over the services)

@@ -88,9 +88,12 @@ class RequestReader:
         self.classes = classes
         self.tenants = tenants
 
-    def read(self, services: Sequence[SwarmService], most: int = -1) -> ServiceRead:
+    def read(self, services: Sequence[SwarmService], most: int = -1,
+             unkeyed: Sequence[str] = ()) -> ServiceRead:
         """Every service read once, by name (``ServiceRead``); ``most``: the largest
-        node's GPUs (``few``: services with no more replicas)."""
+        node's GPUs (``few``: services with no more replicas); ``unkeyed``: the services
+        the list left out, without an ID (``swarm.unkeyed``): any name in the ledger may
+        be one's, as a nameless service's may (``ServiceRead.unnamed``)."""
         known = self.memo.requests  # (not "requests": bandit reads that as HTTP's)
         order = sorted(services, key=_by_name)
         # New spec versions parsed first; then each field is one comprehension over
@@ -126,8 +129,18 @@ class RequestReader:
             serve_keys=keys,
             mixed=bool(keys) and keys.count(keys[0]) != len(keys),
             failed=failed,
-            unnamed=next((s for s in order if s.unread and not s.name), None),
+            unnamed=next((s for s in order if s.unread and not s.name), None)
+            or self._stand_in(unkeyed),
         )
+
+    def _stand_in(self, unkeyed: Sequence[str]) -> SwarmService | None:
+        """A nameless stand-in for the services the list left out (``read``), read as
+        one whose read raised (``unread``); None when none was."""
+        if not unkeyed:
+            return None
+        s = SwarmService("", "", {}, (), (), "replicated", None, None, 0, unread=unkeyed[0])
+        self.memo.requests[s.id] = unread(s)  # (its holdings' reservation: none)
+        return s
 
     def _broken_queues(self, parsed: Parsed, failed: dict[str, Exception],
                        unknown: dict[str, str]) -> dict[str, str]:

@@ -92,6 +92,7 @@ from swarmgpu.manager.rebalance.record import (
     end_surge,
     failed_if_raised,
     held_by_others,
+    held_unread,
     node_by_id,
     put_record,
     spec_edit,
@@ -527,6 +528,8 @@ class Mover:
         if src is None or dst is None:
             self._node_left(sid, st, src, dst)
             return
+        if held_unread(st, src, dst):
+            return
         src_open = src.labels.get(gate_key(self.prefix, st.service)) == "true"
         if st.direction == "forward" and not src_open:
             self._finish(sid, st, st.source, Outcome.DONE, "finished from the daemon's "
@@ -541,6 +544,8 @@ class Mover:
         src, dst = node_by_id(self.swarm, st.source), node_by_id(self.swarm, st.target)
         if src is None or dst is None:
             self._node_left(sid, st, src, dst)
+            return
+        if held_unread(st, src, dst):
             return
         # judged on Swarm's answer, as victimspec.renewed: its shut-down tasks are none, nor
         # another service's (an engine or proxy that dropped the filter)

@@ -113,6 +113,20 @@ def cannot_run(node: SwarmNode, host: str) -> str | None:
     return None
 
 
+def held_unread(st: MoveState, src: SwarmNode, dst: SwarmNode) -> bool:
+    """True, said, where a node of move ``st`` cannot be read in part (``SwarmNode.unread``):
+    the move is held as it is. Its labels as Swarm has them are not known (a gate read
+    as closed may be open: the move was finished with the source's entry left behind)
+    and every write to it is refused, so no step is judged or made until it reads; past
+    its timeout by then, it is rolled back as any move is."""
+    why = src.unread or dst.unread
+    if why:
+        logger.bind(service=st.service).warning(
+            "move of {} ({} -> {}) held as it is: {}", peer_text(st.service),
+            peer_text(st.source_host), peer_text(st.target_host), why)
+    return bool(why)
+
+
 # (node id, GPU uuid) -> (for whom, priority): GPUs held though the ledger shows them free
 Held = Mapping[tuple[str, str], tuple[str, int]]
 # Of those, (node id, GPU uuid) -> the share (milli) tasks Swarm is stopping hold of it,

@@ -93,6 +93,7 @@ from swarmgpu.manager.rebalance.record import (
     end_move,
     failed_if_raised,
     held_by_others,
+    held_unread,
     node_by_id,
     put_record,
     read_records,
@@ -368,6 +369,8 @@ class Repin:
         if node is None:  # the node left the swarm: nothing to repin there
             self._finish(sid, st, Outcome.FAILED,
                          f"{st.source_host} left the swarm; left to placement")
+            return
+        if held_unread(st, node, node):  # (its entry read as gone: the repin was left)
             return
         p = self.prefix
         held = parse_holding(st.service, node.id, node.labels.get(assign_key(p, st.service), ""))

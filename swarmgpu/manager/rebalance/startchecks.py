@@ -3,8 +3,9 @@
 Read again from Swarm just before the write, never taken from the cycle's snapshot: the
 reasons a move is refused first (its plan failed this cycle, its record unreadable), the
 moves in flight its budgets count (``admission.over_budget``), and whether it may start
-at all: the target's room, the replica on the source as planned, no record of it yet,
-the service movable now, and Swarm's filters on the target. A repin's are its own
+at all: the target's room, the replica on the source as planned, neither node unread
+(``SwarmNode.unread``), no record of it yet, the service movable now, and Swarm's
+filters on the target. A repin's are its own
 (``repin.py``). Nothing here writes. ``Started``: what ``start`` did.
 """
 
@@ -81,7 +82,10 @@ def move_refusal(swarm: SwarmClient, m: Move, fresh: SwarmService,
     service as just read; ``every``: the records): None where it may."""
     target = swarm.node(m.target_node)
     source = swarm.node(m.source_node)
-    why = room_for(m, target, prefix, own_moves=False, held=held, shares=shares)
+    # (an unread source could never be closed: every write to it is refused; an unread
+    # target is room_for's own refusal)
+    why = source.unread or room_for(m, target, prefix, own_moves=False, held=held,
+                                    shares=shares)
     h = parse_holding(m.service, m.source_node,
                       source.labels.get(assign_key(prefix, m.service)) or "")
     if why is None and (h is None or h.uuids != m.source_uuids):

@@ -1,0 +1,67 @@
+"""Entries of the engine's node or service list that cannot be keyed: no ``ID`` (or
+one that is no non-empty text), or no JSON object at all.
+
+Docker sends an ID with every node and service; a proxy, or an engine no docker CLI
+talks to, may not. Such an entry failed the whole list, so every cycle wrote nothing.
+Now it fails alone: it is left out of the list (everything the daemon keeps is keyed
+by ID, so nothing can be written to it), and its message (``Unkeyed``) names its
+position, whatever name or hostname it carries, and the fix, for the daemon's log and
+for ``audit``, ``doctor`` and ``plan``. A list that is no list still fails whole: no
+entry of it can be told from another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from swarmgpu.core.peertext import quoted
+
+UNKEYED_FIX = ("check the manager's Docker version (Docker sends an ID with every node "
+               "and service), and any proxy in front of the engine")
+
+
+@dataclass(frozen=True)
+class Unkeyed:
+    """The messages of the entries left out of the last full node and service lists
+    (``SwarmClient.unkeyed``), one each."""
+
+    nodes: tuple[str, ...] = ()
+    services: tuple[str, ...] = ()
+
+    def said(self) -> tuple[str, ...]:
+        """Every message, the nodes' first."""
+        return (*self.nodes, *self.services)
+
+
+NONE_UNKEYED = Unkeyed()  # (every entry keyed)
+
+
+def keyed(listed: list[Any], kind: str) -> tuple[list[Mapping[str, Any]], tuple[str, ...]]:
+    """The entries of ``listed`` (the engine's list of ``kind``: "node" or "service")
+    that can be keyed, and a message for each of the others (``Unkeyed``)."""
+    out: list[Mapping[str, Any]] = []
+    said: list[str] = []
+    for pos, raw in enumerate(listed, 1):
+        if isinstance(raw, Mapping) and isinstance(raw.get("ID"), str) and raw["ID"]:
+            out.append(raw)
+            continue
+        what = (f"with ID {quoted(raw.get('ID'), 80)}, not a non-empty text"
+                if isinstance(raw, Mapping) else
+                f"as {type(raw).__name__} {quoted(raw, 80)}, not an object")
+        said.append(f"the engine's answer lists {kind} {pos} of {len(listed)}"
+                    f"{_named(raw, kind)} {what}: it is left out, nothing is read of it "
+                    f"or written to it; {UNKEYED_FIX}")
+    return out, tuple(said)
+
+
+def _named(raw: Any, kind: str) -> str:
+    """`` (hostname 'x')`` or `` (name 'x')``: what the entry calls itself, if anything."""
+    if not isinstance(raw, Mapping):
+        return ""
+    part, key, word = (("Description", "Hostname", "hostname") if kind == "node"
+                       else ("Spec", "Name", "name"))
+    got = raw.get(part)
+    name = got.get(key) if isinstance(got, Mapping) else None
+    return f" ({word} {quoted(name, 80)})" if isinstance(name, str) and name else ""

@@ -1,0 +1,145 @@
+"""A move between nodes and a node whose engine answer cannot be read in part
+(``SwarmNode.unread``): its labels as Swarm has them are not known and every write to
+it is refused (``swarm.client``), so no move starts onto or off it, and a move in flight
+whose source or target becomes unread is held as it is, said, until it reads.
+
+Before, a move off a source unread in a part other than its labels started (its target
+opened, the spec written) though the source could never be closed; and a move in flight
+whose source's labels became unreadable was judged from labels read as none: the source
+taken for closed, the move finished, and the source's entry and gate left behind.
+Pure, over the recording Swarm stand-in: victim moves from gpu-node-1 (n-dgx) to
+gpu-node-2 (n-4090)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from loguru import logger
+from support.forged import (
+    R4090_F,
+    V_UUID,
+    P,
+    RecordingSwarm,
+    repin_move,
+    victim_cluster,
+    victim_move,
+)
+
+from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.manager.placement import assign_key, gate_key
+from swarmgpu.manager.rebalance.mover import Mover, read_records
+from swarmgpu.manager.rebalance.moves import Outcome
+from swarmgpu.swarm.client import SwarmError, SwarmTask
+
+NEW = R4090_F.gpus[1].uuid  # the victim's target GPU
+UNREAD = ("node {}: Description.Resources is str 'x', not an object (Docker sends one; "
+          "check any proxy); swarmgpu places nothing on it and writes none of its labels "
+          "until it reads")
+
+
+class UnreadRefused(RecordingSwarm):
+    """The stand-in refusing a label write to an unread node, as ``SwarmClient`` does."""
+
+    def update_node_labels(self, node_id: str,
+                           compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
+                           **kw: Any) -> bool:
+        if self.node(node_id).unread:
+            raise SwarmError(f"label write refused: {self.node(node_id).unread}")
+        return super().update_node_labels(node_id, compute, **kw)
+
+
+def _swarm() -> UnreadRefused:
+    sw = victim_cluster({})
+    return UnreadRefused(sw.nodes(), sw.services(), sw.tasks())
+
+
+def _unread(sw: RecordingSwarm, nid: str, labels: bool = False) -> None:
+    """Node ``nid`` unread; ``labels``: its Spec.Labels the part (read as none)."""
+    n = sw.node(nid)
+    sw._nodes[nid] = replace(n, unread=UNREAD.format(n.hostname),
+                             labels={} if labels else n.labels)
+
+
+def _mover(sw: RecordingSwarm, now: list[float]) -> Mover:
+    cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0, make_before_break=False)
+    return Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+
+
+def _held_cycles(sw: RecordingSwarm, m: Mover, now: list[float]) -> list[str]:
+    """Three cycles 5 s apart; what they logged, at WARNING or above."""
+    said: list[str] = []
+    sink = logger.add(lambda msg: said.append(f"{msg.record['level'].name} {msg}"),
+                      level="WARNING")
+    try:
+        for _ in range(3):
+            now[0] += 5.0
+            m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    finally:
+        logger.remove(sink)
+    return said
+
+
+@pytest.mark.parametrize("which", ["n-dgx", "n-4090"])
+def test_no_move_starts_off_or_onto_an_unread_node(which: str) -> None:
+    sw, now = _swarm(), [1000.0]
+    _unread(sw, which)
+    m = _mover(sw, now)
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    (r,) = m.recent
+    assert r.outcome == Outcome.REFUSED
+    assert UNREAD.format(sw.node(which).hostname) in r.detail
+    assert sw.calls == []  # nothing written: no record, no spec, no gate
+
+
+@pytest.mark.parametrize("labels", [False, True])
+@pytest.mark.parametrize("which", ["n-dgx", "n-4090"])
+def test_a_move_whose_node_becomes_unread_is_held_as_it_is(which: str, labels: bool) -> None:
+    sw, now = _swarm(), [1000.0]
+    m = _mover(sw, now)
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert [r.outcome for r in m.recent] == [Outcome.STARTED]
+    sw.run_task(SwarmTask("t-new", "id-victim", "n-4090", 1, "running", "running", ()))
+    sw.stop_tasks("id-victim", "n-dgx")
+    kept = sw.node(which).labels
+    _unread(sw, which, labels)
+    before, record = list(sw.calls), read_records(sw.swarm_labels(), P)
+    said = _held_cycles(sw, m, now)
+    assert not [ln for ln in said if "ERROR" in ln], said  # held, no step tried and failed
+    assert any("held as it is" in ln and "gpu-node" in ln for ln in said)
+    assert sw.calls == before  # no step tried: every write there would be refused
+    assert read_records(sw.swarm_labels(), P) == record  # still in flight, as it was
+    assert [r.outcome for r in m.recent] == [Outcome.STARTED]
+    sw._nodes[which] = replace(sw.node(which), unread="", labels=kept)  # read whole again
+    assert kept[assign_key(P, "victim")] == (V_UUID if which == "n-dgx" else NEW)
+    for _ in range(3):
+        now[0] += 5.0
+        m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert gate_key(P, "victim") not in sw.node("n-dgx").labels  # the source closed
+
+
+def test_a_repin_whose_node_becomes_unread_is_held_as_it_is() -> None:
+    """third's repin on gpu-node-2, at step 2; gpu-node-2's Spec.Labels then unreadable:
+    its entry read as gone, the repin was left (its record dropped, the spec pointed
+    back) though the node's labels were never read. Now it is held as it is."""
+    sw, now = _swarm(), [1000.0]
+    m = _mover(sw, now)
+    m.run_cycle([repin_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert [r.outcome for r in m.recent] == [Outcome.STARTED]
+    kept = sw.node("n-4090").labels
+    _unread(sw, "n-4090", labels=True)
+    before, record = list(sw.calls), read_records(sw.swarm_labels(), P)
+    said = _held_cycles(sw, m, now)
+    assert not [ln for ln in said if "ERROR" in ln], said  # held, no step tried and failed
+    assert any("held as it is" in ln and "gpu-node" in ln for ln in said)
+    assert sw.calls == before and read_records(sw.swarm_labels(), P) == record
+    assert [r.outcome for r in m.recent] == [Outcome.STARTED]
+    sw._nodes["n-4090"] = replace(sw.node("n-4090"), unread="", labels=kept)
+    sw.stop_tasks("id-third", "n-4090")  # Swarm let the old task go: step 3 is due
+    now[0] += 5.0
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert sw.calls[len(before):] == [("node", "n-4090")]  # read whole again: it goes on
+    assert sw.node("n-4090").labels[gate_key(P, "third")] == "true"
