@@ -27,5 +27,6 @@ class EmptySwarm:
     def services(self) -> list[SwarmService]:
         return []
 
-    def tasks(self, filters: Any = None, *, states: Any = None) -> list[SwarmTask]:
+    def tasks(self, filters: Any = None, *, states: Any = None,
+              read: Any = None) -> list[SwarmTask]:
         return []

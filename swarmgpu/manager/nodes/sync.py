@@ -24,7 +24,7 @@ from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.cpunodes import agent_nodes, expects_agent
-from swarmgpu.manager.placement.jobs import JOB_MODES, job_task_read
+from swarmgpu.manager.placement.jobs import JOB_MODES, job_raw_read, job_task_read
 from swarmgpu.manager.placement.keys import ASSIGNED_STATES, STOPPING_STATES, stopping
 from swarmgpu.swarm.agentservice import missing_agent_service
 from swarmgpu.swarm.cache import SwarmCache
@@ -103,13 +103,15 @@ def take_snapshot(
     # Desired running or ready (a restart's or an update's new task before it starts):
     # Swarm's scheduler counts both on their node (``keys.MEANT_STATES``).
     tasks = swarm.tasks({"desired-state": meant_filter()})
-    jobs = {s.id for s in services if s.mode in JOB_MODES}
-    if jobs:  # a job's tasks have desired state "complete": its progress is read from them
+    runs = {s.id: s.job_iteration for s in services if s.mode in JOB_MODES}
+    if runs:  # a job's tasks have desired state "complete": its progress is read from them
         listed = {t.id for t in tasks}  # a job's task desired ready is in both lists
+        # (Swarm keeps every task of a job's runs: those not read are not parsed either)
         tasks += [
             t
-            for t in swarm.tasks({"service": sorted(jobs)})
-            if t.service_id in jobs and job_task_read(t) and t.id not in listed
+            for t in swarm.tasks({"service": sorted(runs)}, read=job_raw_read(runs))
+            if t.service_id in runs and job_task_read(t, runs[t.service_id])
+            and t.id not in listed
         ]
     listed = {t.id for t in tasks}
     # (the list holds every ended task Swarm keeps: only those still on a node parsed)
