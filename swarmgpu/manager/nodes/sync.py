@@ -86,10 +86,11 @@ def take_snapshot(
 ) -> Snapshot:
     """One read of the cluster. With ``cache`` (the daemon's, fed by the event stream)
     nodes and services come from it, re-listed only when it must (swarm.cache); tasks
-    have no events and are listed each time: those desired running or ready, a job's,
-    and those Swarm is stopping that still use their node (``keys.stopping``) or that
-    its constraint enforcer rejected (``Snapshot.rejected``). A
-    ``stop`` asked during the agents' reads ends it with ``Stopped`` (``fetch_all``).
+    have no events and are listed each time: those desired running or ready, a job's
+    that the daemon reads (``jobs.job_task_read``: not its other runs' completed ones,
+    left unparsed), and those Swarm is stopping that still use their node
+    (``keys.stopping``) or that its constraint enforcer rejected (``Snapshot.rejected``).
+    A ``stop`` asked during the agents' reads ends it with ``Stopped`` (``fetch_all``).
 
     The swarm object's labels are read just before and just after the services: a
     move's record is written before its service's label and removed after it, so the
