@@ -357,7 +357,8 @@ def test_a_follower_cycle_makes_the_next_term_list_everything(tmp_path: Path) ->
         def swarm_labels(self) -> dict[str, str]:
             return {}
 
-        def tasks(self, filters: Any = None, *, states: Any = None) -> list[Any]:
+        def tasks(self, filters: Any = None, *, states: Any = None,
+                  read: Any = None) -> list[Any]:
             return []
 
     swarm = Swarm(nodes=0)  # no agent to ask

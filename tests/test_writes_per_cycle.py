@@ -105,7 +105,7 @@ class TaskSwarm:
         return False  # the learned workload model: not what these tests count
 
     def tasks(self, filters: Mapping[str, Any] | None = None, *,
-              states: Any = None) -> list[SwarmTask]:
+              states: Any = None, read: Any = None) -> list[SwarmTask]:
         self.task_lists += 1
         due = [s for n, s in self._pending if n <= 0]
         self._pending = [(n - 1, s) for n, s in self._pending if n > 0]

@@ -465,16 +465,16 @@ class SwarmClient:
         return service_from_api(self._call(self._api.inspect_service, service_id))
 
     def tasks(self, filters: Mapping[str, Any] | None = None, *,
-              states: AbstractSet[str] | None = None) -> list[SwarmTask]:
-        """``states``: only the tasks whose actual state (``Status.State``) is one of
-        them, the others left unparsed (the engine filters by desired state only: a
-        list of desired shutdown holds every ended task Swarm keeps)."""
+              states: AbstractSet[str] | None = None,
+              read: Callable[[Any], bool] | None = None) -> list[SwarmTask]:
+        """``states``: only the tasks whose actual state (``Status.State``) is one of them,
+        the others unparsed (the engine filters by desired state only: that list holds every
+        ended task Swarm keeps); ``read``: only the objects it is True of (job_raw_read)."""
         raw = self._call(self._api.tasks, filters=dict(filters or {}))
-        if states is None:
-            return [task_from_api(t) for t in raw]
         return [task_from_api(t) for t in raw  # (not a mapping: task_from_api says why)
-                if not isinstance(t, Mapping) or not isinstance(t.get("Status"), Mapping)
-                or str(t["Status"].get("State") or "") in states]
+                if (read is None or read(t)) and (states is None or not isinstance(t, Mapping)
+                or not isinstance(t.get("Status"), Mapping)
+                or str(t["Status"].get("State") or "") in states)]
 
     def image_env(self, ref: str) -> tuple[str, ...] | None:
         """``Config.Env`` of the image ``ref`` names, as this engine has it; None when it

@@ -31,5 +31,6 @@ class EmptySwarm:
     def unkeyed(self) -> Unkeyed:
         return Unkeyed()  # every entry has its ID
 
-    def tasks(self, filters: Any = None, *, states: Any = None) -> list[SwarmTask]:
+    def tasks(self, filters: Any = None, *, states: Any = None,
+              read: Any = None) -> list[SwarmTask]:
         return []

@@ -92,7 +92,9 @@ class RecordingSwarm:
         return self._services[service_id]
 
     def tasks(self, filters: Mapping[str, Any] | None = None, *,
-              states: AbstractSet[str] | None = None) -> list[SwarmTask]:
+              states: AbstractSet[str] | None = None, read: Any = None) -> list[SwarmTask]:
+        # ``read`` picks of the API's objects; these are parsed already, and the snapshot
+        # reads its answer as if none were left out (``jobs.job_task_read``)
         f = dict(filters or {})
         sids = f.get("service")
         sids = [sids] if isinstance(sids, str) else sids  # the engine takes one or a list

@@ -24,7 +24,7 @@ from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.cpunodes import agent_nodes, expects_agent
-from swarmgpu.manager.placement.jobs import JOB_MODES, job_task_read
+from swarmgpu.manager.placement.jobs import JOB_MODES, job_raw_read, job_task_read
 from swarmgpu.manager.placement.keys import ASSIGNED_STATES, STOPPING_STATES, stopping
 from swarmgpu.swarm.agentservice import missing_agent_service
 from swarmgpu.swarm.cache import SwarmCache
@@ -90,10 +90,11 @@ def take_snapshot(
 ) -> Snapshot:
     """One read of the cluster. With ``cache`` (the daemon's, fed by the event stream)
     nodes and services come from it, re-listed only when it must (swarm.cache); tasks
-    have no events and are listed each time: those desired running or ready, a job's,
-    and those Swarm is stopping that still use their node (``keys.stopping``) or that
-    its constraint enforcer rejected (``Snapshot.rejected``). A
-    ``stop`` asked during the agents' reads ends it with ``Stopped`` (``fetch_all``).
+    have no events and are listed each time: those desired running or ready, a job's
+    that the daemon reads (``jobs.job_task_read``: not its other runs' completed ones,
+    left unparsed), and those Swarm is stopping that still use their node
+    (``keys.stopping``) or that its constraint enforcer rejected (``Snapshot.rejected``).
+    A ``stop`` asked during the agents' reads ends it with ``Stopped`` (``fetch_all``).
 
     The swarm object's labels are read just before and just after the services: a
     move's record is written before its service's label and removed after it, so the
@@ -107,13 +108,15 @@ def take_snapshot(
     # Desired running or ready (a restart's or an update's new task before it starts):
     # Swarm's scheduler counts both on their node (``keys.MEANT_STATES``).
     tasks = swarm.tasks({"desired-state": meant_filter()})
-    jobs = {s.id for s in services if s.mode in JOB_MODES}
-    if jobs:  # a job's tasks have desired state "complete": its progress is read from them
+    runs = {s.id: s.job_iteration for s in services if s.mode in JOB_MODES}
+    if runs:  # a job's tasks have desired state "complete": its progress is read from them
         listed = {t.id for t in tasks}  # a job's task desired ready is in both lists
+        # (Swarm keeps every task of a job's runs: those not read are not parsed either)
         tasks += [
             t
-            for t in swarm.tasks({"service": sorted(jobs)})
-            if t.service_id in jobs and job_task_read(t) and t.id not in listed
+            for t in swarm.tasks({"service": sorted(runs)}, read=job_raw_read(runs))
+            if t.service_id in runs and job_task_read(t, runs[t.service_id])
+            and t.id not in listed
         ]
     listed = {t.id for t in tasks}
     # (the list holds every ended task Swarm keeps: only those still on a node parsed)

@@ -10,10 +10,10 @@ and gate), and the device map stays on the service for the next run.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.keys import DEVICES, gate_key
@@ -124,7 +124,7 @@ def done_idle(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
                      for nid in prog.done_nodes if nid and (sid, nid) not in live)
 
 
-def job_task_read(t: SwarmTask) -> bool:
+def job_task_read(t: SwarmTask, run: int | None = None) -> bool:
     """Whether the daemon reads task ``t`` of a job: desired state complete (its runs'
     live and completed tasks), ready (a failed task's replacement while its restart delay
     runs), or failed (rejected) and shut down. Swarm's restart supervisor sets every
@@ -132,9 +132,40 @@ def job_task_read(t: SwarmTask) -> bool:
     replacement unless it restarts none (condition none, or past ``MaxAttempts``): a
     failure is seen only so (with no replacement its GPUs go), and a run whose only task
     that ran failed is seen as started (no write to the job's spec, which would run it
-    again from the start, its restart attempts counted anew)."""
-    return t.desired_state in ("complete", "ready") or (
-        t.desired_state == "shutdown" and t.state in _FAILED)
+    again from the start, its restart attempts counted anew). ``run``: its job's run
+    (``JobStatus.JobIteration``; None: any): a task that completed in another is not read
+    (``job_read``)."""
+    return job_read(t.desired_state, t.state, t.job_iteration, run)
+
+
+def job_read(desired: str, state: str, iteration: int | None, run: int | None) -> bool:
+    """``job_task_read`` of a task's desired and actual state and its run (``iteration``)."""
+    # Swarm keeps every task a job made, over all its runs. A completed one of another run
+    # is read by nothing: job progress counts the current run's, and no reader of tasks
+    # counts a completed one on its node. Its failed ones stay (``backoff`` counts them).
+    if state == "complete" and None not in (iteration, run) and iteration != run:
+        return False
+    return desired in ("complete", "ready") or (desired == "shutdown" and state in _FAILED)
+
+
+def job_raw_read(runs: Mapping[str, int]) -> Callable[[Any], bool]:
+    """``SwarmClient.tasks``'s ``read`` for the task list of the jobs ``runs`` names (their
+    ids, each to its run): False for a listed object ``job_task_read`` would not read,
+    True for any other (parsed; one not as Docker sends it: ``task_from_api`` says why),
+    so that a job's history is not parsed every cycle."""
+    def read(raw: Any) -> bool:
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("ID"), str):
+            return True
+        status, job = raw.get("Status"), raw.get("JobIteration")
+        desired = raw.get("DesiredState", "")
+        state = status.get("State", "") if isinstance(status, Mapping) else None
+        index = job.get("Index") if isinstance(job, Mapping) else None
+        if not (isinstance(state, str) and isinstance(desired, str)) or (
+                "JobIteration" in raw and not (type(index) is int and index >= 0)):
+            return True  # read as ``task_from_api`` reads it, or refused there
+        return job_read(desired, state, index, runs.get(str(raw.get("ServiceID", ""))))
+
+    return read
 
 
 def restarts_failed(s: SwarmService) -> bool:
