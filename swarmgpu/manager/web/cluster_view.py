@@ -14,7 +14,7 @@ from swarmgpu.core.config import Config
 from swarmgpu.core.health import xid_info
 from swarmgpu.core.metrics_in import GPU_TEMP, POWER, GpuMetrics
 from swarmgpu.core.model import NodeFacts, is_nvlink
-from swarmgpu.core.peertext import escaped
+from swarmgpu.core.peertext import cell, escaped
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
@@ -504,16 +504,18 @@ def _failed_lines(doc: Mapping[str, Any]) -> list[str]:
 
 def render_status(doc: Mapping[str, Any]) -> str:
     """`swarmgpu status`: nodes x GPUs, memory, holders, pending requests. Hostnames,
-    service names and agents' errors are others' text: each line shows them escaped."""
+    service names and agents' errors are others' text: each line shows them escaped, a
+    hostname and a product cut to ``peertext.CELL_WIDTH`` (``--json`` has them whole)."""
     lines: list[str] = []
     for n in doc["nodes"]:
         agent = n["agent"]
-        head = (f"{n['hostname']} ({n['role']}, {n['state']}) agent {agent['status']}"
+        head = (f"{cell(n['hostname'])} ({n['role']}, {n['state']}) "
+                f"agent {agent['status']}"
                 + (f" ({agent['cause']})" if agent.get("cause") else "")
                 + f", labels {n['labels_state']}")
         if n["gpu_count"]:
-            head += (f" - {n['gpu_count']}x {n['product']}, driver {n['driver_version'] or '?'}"
-                     f", CUDA {n['cuda_driver_version'] or '?'}")
+            head += (f" - {n['gpu_count']}x {cell(n['product'])}, "
+                     f"driver {n['driver_version'] or '?'}, CUDA {n['cuda_driver_version'] or '?'}")
         lines.append(head)
         lines += [f"  {n['unread']}"] if n.get("unread") else []  # (swarmnode)
         if agent.get("status") in ("unreachable", "unreadable") and agent.get("url"):
