@@ -485,6 +485,15 @@ def _pending_lines(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _holder_lines(doc: Mapping[str, Any]) -> list[str]:
+    """`status`: what preemption says of services that are not pending (a holder it
+    passes over as a victim while its spec cannot be read: ``preempt_notes.unread_note``)."""
+    pending = {p["service"] for p in doc.get("pending") or []}
+    out = [f"  {w}" for sv in doc.get("services", []) if sv.get("name") not in pending
+           for w in sv.get("warnings") or [] if str(w).startswith("preemption: ")]
+    return ["", "preemption, of services not pending:", *out] if out else []
+
+
 def _failed_lines(doc: Mapping[str, Any]) -> list[str]:
     """`status`: the services whose planning raised (placement.isolate): no pending
     request, no placement, so no other part of the text names them."""
@@ -560,6 +569,7 @@ def render_status(doc: Mapping[str, Any]) -> str:
         lines.append("")
         lines.extend(ungranted_lines(doc["ungranted"]))
     lines.extend(_pending_lines(doc))
+    lines.extend(_holder_lines(doc))
     lines.extend(_failed_lines(doc))
     if doc.get("queues"):
         lines.append("")
