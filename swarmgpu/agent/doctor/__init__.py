@@ -20,6 +20,7 @@ runtime), ``dockerdkeys`` (the daemon.json keys dockerd knows, as data).
 
 from __future__ import annotations
 
+from swarmgpu.agent.doctor.agentanswers import check_agent_answers
 from swarmgpu.agent.doctor.agentsvc import check_agents_service, check_unread_nodes
 from swarmgpu.agent.doctor.devices import (
     check_cgroup,
@@ -83,6 +84,7 @@ from swarmgpu.agent.doctor.view import (
     SWARMGPU_KIND,
     TOOLKIT_PACKAGES,
     TOOLKIT_TOML,
+    AgentAnswer,
     Check,
     DoctorError,
     HamiView,
@@ -115,6 +117,7 @@ __all__ = [
     "SWARM_IN_CDI_FROM",
     "TOOLKIT_PACKAGES",
     "TOOLKIT_TOML",
+    "AgentAnswer",
     "Check",
     "DoctorError",
     "FactsRead",
@@ -126,6 +129,7 @@ __all__ = [
     "Status",
     "SwarmRead",
     "Version",
+    "check_agent_answers",
     "check_agent_identity",
     "check_agents_service",
     "check_cgroup",
