@@ -309,9 +309,10 @@ def _log_plain(why: str) -> None:
 @click.option("--config", "config_path", default=None, type=ConfigPath(),
               help="The daemon's YAML config (checked as `swarmgpu config check` does): "
                    "its agents.service, unless --agents-service is given, its "
-                   "sync.prefix (label sync's labels mark GPU nodes) and its "
+                   "sync.prefix (label sync's labels mark GPU nodes), its "
                    "placement.generic_resource_kind (a node advertising it is a GPU "
-                   "node).")
+                   "node) and its agents settings (each agent read as the daemon reads "
+                   "it: agents.answers).")
 @_source_detail_options
 def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root: str | None,
            agents_service: str | None, config_path: str | None, hostname: str | None,
