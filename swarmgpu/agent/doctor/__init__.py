@@ -12,7 +12,8 @@ See docs/doctor.md for every check and the fixture conventions.
 
 One module per group of checks: ``view`` (NodeView, Check, paths), ``read`` (the
 root into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
-``sharing``, ``identity``, ``procview``, ``agentsvc`` (the checks), ``report`` (run, exit
+``sharing``, ``identity``, ``procview``, ``agentsvc``, ``agentanswers`` (the checks),
+``report`` (run, exit
 code, text/JSON), ``factsread`` (the fact source read within a deadline), ``rootpath`` (a
 path under the root as the node sees it), ``runtimepath`` (where dockerd finds the NVIDIA
 runtime), ``dockerdkeys`` (the daemon.json keys dockerd knows, as data).

@@ -511,6 +511,18 @@ def _failed_lines(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _node_head(n: Mapping[str, Any]) -> str:
+    """A node's first line in `status`: its hostname and product cut (``peertext.cell``)."""
+    agent = n["agent"]
+    head = (f"{cell(n['hostname'])} ({n['role']}, {n['state']}) agent {agent['status']}"
+            + (f" ({agent['cause']})" if agent.get("cause") else "")
+            + f", labels {n['labels_state']}")
+    if n["gpu_count"]:
+        head += (f" - {n['gpu_count']}x {cell(n['product'])}, "
+                 f"driver {n['driver_version'] or '?'}, CUDA {n['cuda_driver_version'] or '?'}")
+    return head
+
+
 def render_status(doc: Mapping[str, Any]) -> str:
     """`swarmgpu status`: nodes x GPUs, memory, holders, pending requests. Hostnames,
     service names and agents' errors are others' text: each line shows them escaped, a
@@ -518,14 +530,7 @@ def render_status(doc: Mapping[str, Any]) -> str:
     lines: list[str] = []
     for n in doc["nodes"]:
         agent = n["agent"]
-        head = (f"{cell(n['hostname'])} ({n['role']}, {n['state']}) "
-                f"agent {agent['status']}"
-                + (f" ({agent['cause']})" if agent.get("cause") else "")
-                + f", labels {n['labels_state']}")
-        if n["gpu_count"]:
-            head += (f" - {n['gpu_count']}x {cell(n['product'])}, "
-                     f"driver {n['driver_version'] or '?'}, CUDA {n['cuda_driver_version'] or '?'}")
-        lines.append(head)
+        lines.append(_node_head(n))
         lines += [f"  {n['unread']}"] if n.get("unread") else []  # (swarmnode)
         if agent.get("status") in ("unreachable", "unreadable") and agent.get("url"):
             lines.append(f"  agent at {agent['url']}: {agent.get('cause') or agent['status']}")
