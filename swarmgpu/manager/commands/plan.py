@@ -104,12 +104,13 @@ def _move_lines(moves: Mapping[str, Any] | None, listen: str) -> list[str]:
         out.append("moves: none proposed" + (" (dry-run)" if moves.get("dry_run") else ""))
     for m in proposed:
         out.append(
-            f"move {m.get('service')}: {m.get('from')} -> {m.get('to')} GPUs {m.get('gpus')} "
+            f"move {m.get('service')}: {cell(m.get('from'))} -> {cell(m.get('to'))} "
+            f"GPUs {m.get('gpus')} "
             f"[{m.get('trigger')}, window {m.get('window')}] {m.get('reason')}; "
             f"gain: {m.get('gain')}"
         )
     for m in recent[-5:]:
-        out.append(f"recent {m.get('service')}: {m.get('from')} -> {m.get('to')}: "
+        out.append(f"recent {m.get('service')}: {cell(m.get('from'))} -> {cell(m.get('to'))}: "
                    f"{m.get('outcome')} ({m.get('reason')})")
     health = moves.get("health")  # the health policy (docs/health.md)
     failing = health.get("failing_nodes") if isinstance(health, Mapping) else None

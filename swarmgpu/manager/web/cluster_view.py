@@ -596,6 +596,6 @@ def render_status(doc: Mapping[str, Any]) -> str:
         lines.append("")
         lines.append("proposed moves:")
         for m in proposed:
-            lines.append(f"  {m.get('service')}: {m.get('from')} -> {m.get('to')} "
+            lines.append(f"  {m.get('service')}: {cell(m.get('from'))} -> {cell(m.get('to'))} "
                          f"({m.get('trigger')}): {m.get('reason')}")
     return "\n".join(escaped(line) for line in lines)
