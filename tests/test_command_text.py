@@ -221,3 +221,15 @@ def test_plan_json_keeps_a_long_hostname_whole(monkeypatch: pytest.MonkeyPatch) 
     assert LONG in json.dumps(pl), pl
     res = CliRunner().invoke(main, ["plan"])
     assert LONG not in res.output and LONG[:37] + "..." in res.output, res.output
+
+
+def test_a_cut_cell_is_at_most_its_width_and_never_halves_an_escape() -> None:
+    from swarmgpu.core.peertext import cell
+
+    assert cell("gpu-1") == "gpu-1" and cell("a\x1bb") == r"a\x1bb"
+    assert cell("z" * 10_000_000) == "z" * 37 + "..."  # (bounded work: cut first)
+    assert cell("x" * 36 + "\u202e" + "y") == "x" * 36 + "..."  # \u202e: 6 wide, left out
+    for n in range(60):  # escapes whole, then w's: never a piece of one
+        shown = cell("\x1b" * n + "w" * 50)
+        assert len(shown) <= 40 and shown.endswith("..."), shown
+        assert shown[:-3].replace(r"\x1b", "").strip("w") == "", shown

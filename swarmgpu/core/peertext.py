@@ -99,11 +99,10 @@ def cell(text: object, width: int = CELL_WIDTH) -> str:
     (as `docker node ls` cuts an ID): a 200-character hostname pushed every column
     after it off the screen. An escape is never cut in two; JSON keeps the whole."""
     s = text if isinstance(text, str) else str(text)
-    shown = escaped(s)
-    if len(shown) <= width:
+    if len(s) <= width and len(shown := escaped(s)) <= width:
         return shown
     room, out = max(0, width - len(CUT)), []
-    for c in s:  # at most ``width`` characters read, whatever the text's size
+    for c in s[:width]:  # the work bounded, whatever the text's size
         piece = ascii(c)[1:-1] if _hidden(c) else c
         room -= len(piece)
         if room < 0:
