@@ -60,19 +60,22 @@ def test_a_gpu_node_whose_agent_does_not_answer_is_a_warning_a_cpu_node_none() -
         "4 GPU(s)", c
 
 
-def test_agents_not_asked_add_no_check_and_a_long_or_hostile_host_is_cut_escaped() -> None:
+def test_agents_not_asked_add_no_check_and_a_hostile_host_shows_escaped() -> None:
     text, _ = run_doctor(ROOT, as_json=True, agents_service="swarmgpu_agent",
                          swarm=SwarmRead([GPU_A], [AGENT], []))
     assert "agents.answers" not in [c["id"] for c in json.loads(text)["checks"]]
-    host = "gpu-\x1b[2K" + "x" * 200
+    host = "gpu-\x1b[2K\nOK    forged"
     read = SwarmRead([sw_node("n-a", host, {"gpu": "true"})], [AGENT], [],
                      agents={"n-a": AgentAnswer(host, 1)})
     text, _ = run_doctor(ROOT, agents_service="swarmgpu_agent", swarm=read)
     lines = text.splitlines()
     (at,) = [i for i, ln in enumerate(lines) if "agents.answers" in ln]
-    assert "\x1b" not in text and "x" * 27 not in lines[at + 1], text
-    cut = r"gpu-\x1b[2K" + "x" * 26 + "..."
-    assert lines[at + 1] == f"      {cut} (n-a): answered for {cut}, 1 GPU(s)", text
+    assert "\x1b" not in text, text
+    shown = r"gpu-\x1b[2K\nOK    forged"
+    assert lines[at + 1] == f"      {shown} (n-a): answered for {shown}, 1 GPU(s)", text
+    doc, _ = run_doctor(ROOT, as_json=True, agents_service="swarmgpu_agent", swarm=read)
+    (c,) = [c for c in json.loads(doc)["checks"] if c["id"] == "agents.answers"]
+    assert c["details"] == [f"{host} (n-a): answered for {host}, 1 GPU(s)"], c  # whole
 
 
 def test_the_cli_makes_each_nodes_answer_from_the_daemons_read(

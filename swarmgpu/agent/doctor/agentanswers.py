@@ -2,12 +2,12 @@
 lists alone (``agents.service``) say a task runs, not that the daemon can read it: an
 agent that answers with another node's certificate or facts (a wrong
 ``agents.url_template``, a cloned machine) is refused, and that node's labels go stale.
-Read from a manager, each node's agent asked once (``SwarmRead.agents``)."""
+Read from a manager, each node's agent asked once (``SwarmRead.agents``). Hostnames are
+shown whole (the JSON report carries the same lines), escaped in the text report."""
 
 from __future__ import annotations
 
 from swarmgpu.agent.doctor.view import AgentAnswer, Check, NodeView, Status
-from swarmgpu.core.peertext import cell
 from swarmgpu.swarm.agentservice import gpu_advertised, gpu_labelled
 from swarmgpu.swarm.client import SwarmNode
 
@@ -27,7 +27,7 @@ def check_agent_answers(view: NodeView) -> Check | None:
     for n in sorted(read.nodes, key=lambda n: (n.hostname, n.id)):
         a = read.agents.get(n.id) or AgentAnswer(cause="not asked")
         gpu = gpu_labelled(n, read.prefix) or gpu_advertised(n, read.kind)
-        details.append(f"{cell(n.hostname)} ({n.id[:12]}): {_said(a, gpu)}")
+        details.append(f"{n.hostname} ({n.id[:12]}): {_said(a, gpu)}")
         if a.wrong:
             wrong.append(_name(n))
         elif a.host is None and gpu:
@@ -55,12 +55,12 @@ def check_agent_answers(view: NodeView) -> Check | None:
 
 
 def _name(n: SwarmNode) -> str:
-    return f"{cell(n.hostname)} ({n.id[:12]})"
+    return f"{n.hostname} ({n.id[:12]})"
 
 
 def _said(a: AgentAnswer, gpu: bool) -> str:
     if a.host is not None:
-        return f"answered for {cell(a.host)}, {a.gpus} GPU(s)"
+        return f"answered for {a.host}, {a.gpus} GPU(s)"
     head = "answered for another node" if a.wrong else (
         "no answer" if gpu else "no answer (no sign of a GPU node: none expected)")
     return f"{head}: {a.cause or 'no cause given'}" + (f"; fix: {a.fix}" if a.fix else "")
