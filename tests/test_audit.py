@@ -478,3 +478,25 @@ def test_a_node_not_labelled_yet_shows_what_its_agent_answers_marked() -> None:
     down = render_table(audit(snap(node({}), facts_ok=False)), snap(node({}), False),
                         "swarmgpu.")
     assert "not labelled yet" not in down  # no answer: nothing to show but "-"
+
+
+def test_a_long_hostname_is_cut_in_the_table_and_the_columns_stay_in_line() -> None:
+    """A 200-character hostname (or label value) pushed every column after it off to
+    the right of its row alone: it is cut to CELL_WIDTH with "...", the NODE column as
+    wide as the longest name shown; control characters stay escaped, none cut in two."""
+    long_host = "gpu-" + "x" * 196
+    hostile = "h" * 30 + f"{ESC}" + "y" * 300
+    labels = {**desired_labels(FACTS), "swarmgpu.gpu.product": "P" * 200}
+    nodes = [replace(node(labels), id="n1", hostname=long_host),
+             replace(node(desired_labels(FACTS)), id="n2", hostname=hostile),
+             replace(node(desired_labels(FACTS)), id="n3", hostname="short")]
+    s = Snapshot(nodes, [], [], {n.id: _at(n) for n in nodes})
+    table = render_table(audit(s), s, "swarmgpu.")
+    rows = table.splitlines()[:4]  # (the findings below are text, not columns)
+    assert "\x1b" not in table and not any(long_host in r for r in rows), table
+    assert all(len(r) <= 130 for r in rows), rows
+    assert len({r.index(" worker" if r[0] != "N" else " ROLE") for r in rows}) == 1, table
+    assert any(r.startswith("gpu-" + "x" * 33 + "...") for r in rows), table
+    assert "P" * 37 + "..." in rows[1] and "P" * 38 not in rows[1], table
+    # the escape fitted whole: shown whole, then cut before the next that did not fit
+    assert any(r.startswith("h" * 30 + r"\x1b[2K" + "...") for r in rows), table

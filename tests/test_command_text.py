@@ -170,3 +170,66 @@ def test_plan_says_a_failed_service_in_its_text_and_exit_status(
     res = CliRunner().invoke(main, ["plan"])
     assert res.exit_code == 0, res.output
     assert "planning failed" not in res.output
+
+
+LONG = "gpu-" + "x" * 196  # a 200-character hostname
+
+
+def test_plan_and_status_cut_a_long_hostname_and_keep_the_escapes() -> None:
+    """A 200-character hostname made each line it is in run on for screens: `plan` and
+    `status` show its start and "..." (``peertext.CELL_WIDTH``), its escapes whole."""
+    from swarmgpu.core.peertext import CELL_WIDTH
+
+    hostile = "h" * 30 + ESC + "y" * 300
+    sp = ServicePlan("web", "id-web", None, "gpus=1", "running", "Running", placements=(
+        ReplicaPlacement("n1", LONG, (0,), ("GPU-1",), (1000,)),
+        ReplicaPlacement("n2", hostile, (0,), ("GPU-2",), (1000,))))
+    text = render_plan([sp], ungranted=[], workload={}, moves=None, listen="x",
+                       health=[{"node": LONG, "gpu": 0, "uuid": "GPU-1", "health": "failed"}])
+    assert "\x1b" not in text and LONG not in text, text
+    cut = LONG[:CELL_WIDTH - 3] + "..."
+    assert f"  {cut}: GPU 0 GPU-1" in text.splitlines(), text
+    assert "  " + "h" * 30 + r"\x1b[2K...: GPU 0 GPU-2" in text.splitlines(), text
+    assert f"GPU health: {cut} GPU 0 GPU-1: failed" in text.splitlines(), text
+    doc = json.loads((Path(__file__).parent / "web_sample_cluster.json").read_text())
+    n = next(n for n in doc["nodes"] if n["gpu_count"])
+    n["hostname"], n["product"] = LONG, "P" * 200
+    text = render_status(doc)
+    assert LONG not in text and f"{cut} (" in text and "P" * 37 + "..., driver" in text, text
+
+
+def test_plan_json_keeps_a_long_hostname_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    from support.forged import snapshot
+
+    from swarmgpu.cli import main
+    from swarmgpu.cli import manager as cli_manager
+    from swarmgpu.manager.cycle import grants, preemption
+    from swarmgpu.manager.placement import PlacementPlan
+    from swarmgpu.swarm import client
+
+    sp = ServicePlan("web", "id-web", None, "gpus=1", "running", "Running", placements=(
+        ReplicaPlacement("n1", LONG, (0,), ("GPU-1",), (1000,)),))
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg: snapshot([], [], []))
+    monkeypatch.setattr(cli_manager, "_daemon_moves", lambda cfg: None)
+    monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
+    monkeypatch.setattr(grants, "find", lambda *a, **k: [])
+    monkeypatch.setattr(preemption, "plan_as_daemon",
+                        lambda *a, **k: PlacementPlan(services=[sp]))
+    res = CliRunner().invoke(main, ["plan", "--json"])
+    assert res.exit_code == 0, res.output
+    (pl,) = json.loads(res.output)["services"][0]["placements"]
+    assert LONG in json.dumps(pl), pl
+    res = CliRunner().invoke(main, ["plan"])
+    assert LONG not in res.output and LONG[:37] + "..." in res.output, res.output
+
+
+def test_a_cut_cell_is_at_most_its_width_and_never_halves_an_escape() -> None:
+    from swarmgpu.core.peertext import cell
+
+    assert cell("gpu-1") == "gpu-1" and cell("a\x1bb") == r"a\x1bb"
+    assert cell("z" * 10_000_000) == "z" * 37 + "..."  # (bounded work: cut first)
+    assert cell("x" * 36 + "\u202e" + "y") == "x" * 36 + "..."  # \u202e: 6 wide, left out
+    for n in range(60):  # escapes whole, then w's: never a piece of one
+        shown = cell("\x1b" * n + "w" * 50)
+        assert len(shown) <= 40 and shown.endswith("..."), shown
+        assert shown[:-3].replace(r"\x1b", "").strip("w") == "", shown

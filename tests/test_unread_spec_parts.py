@@ -335,3 +335,28 @@ def test_an_overshare_restart_of_a_spec_with_unreadable_labels_is_not_done(
     assert sw.calls == []  # no mark, no gate closed
     (why,) = [ln for ln in said if "over-share restart of third" in ln]
     assert "Labels is str" in why and "check any proxy" in why
+
+
+def test_plan_and_status_say_a_holder_passed_over_for_its_unreadable_spec() -> None:
+    """The daemon logged that a holder whose spec its victim write cannot read is not
+    taken as a victim, but `plan` (text, JSON) and `status` said nothing of it: a
+    preemptor's wait had no cause shown. Its plan now says it, the field and the fix."""
+    from swarmgpu.manager.commands.plan import render_plan
+    from swarmgpu.manager.cycle.preemption import plan_as_daemon
+    from swarmgpu.manager.web.cluster_view import render_status
+
+    of = _holders({"Placement": "x"})
+    snap = Snapshot(of.nodes(), of.services(), of.tasks(), {}, swarm_labels=of.swarm_labels())
+    plan = plan_as_daemon(snap, Config(preemption=PreemptionConfig(dry_run=False)))
+    by = {sp.name: sp for sp in plan.services}
+    (note,) = [w for w in by["a"].warnings if w.startswith("preemption: ")]
+    assert "a holds GPUs but is not taken as a victim" in note
+    assert "TaskTemplate.Placement" in note and "fix: " in note, note
+    assert not [w for w in by["b"].warnings if "not taken as a victim" in w]
+    assert note in by["a"].to_dict()["warnings"]  # `plan --json`
+    text = render_plan(plan.services, ungranted=[], workload={}, health=[], moves=None,
+                       listen="x")
+    assert f"  note: {note}" in text.splitlines(), text
+    doc = {"nodes": [], "pending": [], "services": [sp.to_dict() for sp in plan.services]}
+    lines = render_status(doc).splitlines()
+    assert lines[lines.index("preemption, of services not pending:") + 1] == f"  {note}"

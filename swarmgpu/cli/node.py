@@ -13,7 +13,8 @@ import click
 
 from swarmgpu.cli.config import ConfigPath
 from swarmgpu.cli.logs import setup_logging
-from swarmgpu.core.config import AgentsConfig, SyncConfig
+from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
+from swarmgpu.core.peertext import peer_text
 
 if TYPE_CHECKING:
     from swarmgpu.swarm.identity import ReloadingServerContext
@@ -308,9 +309,10 @@ def _log_plain(why: str) -> None:
 @click.option("--config", "config_path", default=None, type=ConfigPath(),
               help="The daemon's YAML config (checked as `swarmgpu config check` does): "
                    "its agents.service, unless --agents-service is given, its "
-                   "sync.prefix (label sync's labels mark GPU nodes) and its "
+                   "sync.prefix (label sync's labels mark GPU nodes), its "
                    "placement.generic_resource_kind (a node advertising it is a GPU "
-                   "node).")
+                   "node) and its agents settings (each agent read as the daemon reads "
+                   "it: agents.answers).")
 @_source_detail_options
 def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root: str | None,
            agents_service: str | None, config_path: str | None, hostname: str | None,
@@ -318,8 +320,10 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
     """Check this node's GPU container setup and explain each problem and its fix."""
     from swarmgpu.agent.doctor import FactsRead, factsread, run_doctor
     from swarmgpu.agent.procroot import proc_root_view
+    from swarmgpu.cli.config import load_cfg
 
-    agents_service, prefix, kind = daemon_keys(agents_service, config_path)
+    cfg = load_cfg(config_path) if config_path is not None else None
+    agents_service, prefix, kind = daemon_keys(agents_service, config_path, cfg)
     read = FactsRead(None)
     docker_info = None
     if source or root == "/":
@@ -347,7 +351,7 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
                             if proc_root or root == "/" else None,
                             agents_service=agents_service if root == "/" else None,
                             swarm=_swarm_read(docker_info, docker_error, agents_service, prefix,
-                                              kind) if root == "/" else None)
+                                              kind, cfg) if root == "/" else None)
     click.echo(text)
     if read.hung:
         # Exit now: the exit hooks would wait on the hung read (NVML's shutdown takes the
@@ -356,28 +360,30 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
     sys.exit(code)
 
 
-def daemon_keys(given: str | None, config_path: str | None) -> tuple[str, str, str]:
+def daemon_keys(given: str | None, config_path: str | None,
+                cfg: Config | None = None) -> tuple[str, str, str]:
     """The ``agents.service`` the doctor checks, ``sync.prefix`` (a node carrying label
     sync's labels under it is GPU-labelled) and ``placement.generic_resource_kind`` (a
     node advertising it is a GPU node, as to the daemon: ``gpu_hint``):
     ``--agents-service`` where given, else the daemon's config file's (``--config``:
     loaded and checked as every command loads it, whenever given; an error ends the
-    doctor, exit 2), else the daemon's defaults."""
+    doctor, exit 2; ``cfg``: that file loaded already), else the daemon's defaults."""
     if config_path is None:
         return (DEFAULT_AGENTS_SERVICE if given is None else given), DEFAULT_LABEL_PREFIX, ""
     from swarmgpu.cli.config import load_cfg
 
-    cfg = load_cfg(config_path)
+    cfg = cfg or load_cfg(config_path)
     return ((cfg.agents.service if given is None else given), cfg.sync.prefix,
             cfg.placement.generic_resource_kind)
 
 
 def _swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: str,
-                kind: str) -> Any:
-    """Swarm's nodes, services and tasks for the ``agents.service`` check, read where
-    this engine is a manager (``docker info``'s ``Swarm.ControlAvailable``); else why
-    not (``prefix``: ``sync.prefix``; ``kind``: ``placement.generic_resource_kind``).
-    Not read with the key off ('')."""
+                kind: str, cfg: Config | None = None) -> Any:
+    """Swarm's nodes, services and tasks for the ``agents.service`` check, and each
+    node's agent's answer to a read as the daemon's (``agents.answers``; ``cfg``: the
+    daemon's config, else its defaults), read where this engine is a manager (``docker
+    info``'s ``Swarm.ControlAvailable``); else why not (``prefix``: ``sync.prefix``;
+    ``kind``: ``placement.generic_resource_kind``). Not read with the key off ('')."""
     from swarmgpu.agent.doctor import SwarmRead
 
     if not name:
@@ -395,10 +401,24 @@ def _swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: s
         ids = [sv.id for sv in services if sv.name == name]
         tasks = client.tasks({"service": ids, "desired-state": "running"}) if ids else []
         nodes = client.nodes()
-        return SwarmRead(nodes, services, tasks, prefix=prefix, kind=kind,
-                         unkeyed=client.unkeyed().said())
+        unkeyed = client.unkeyed().said()
     except SwarmError as exc:
         return SwarmRead(error=str(exc))
+    return SwarmRead(nodes, services, tasks, prefix=prefix, kind=kind, unkeyed=unkeyed,
+                     agents=agent_answers(client, cfg or Config(), nodes))
+
+
+def agent_answers(client: Any, cfg: Config, nodes: list[Any]) -> dict[str, Any]:
+    """node id -> its agent's answer (``AgentAnswer``), each read as the daemon reads it
+    (``sync.fetch_agents``: its identity, deadline and checks)."""
+    from swarmgpu.agent.doctor import AgentAnswer
+    from swarmgpu.manager.nodes.agent_client import WRONG_NODE
+    from swarmgpu.manager.nodes.sync import fetch_agents
+
+    return {nid: AgentAnswer(r.facts.hostname, len(r.facts.gpus)) if r.facts is not None
+            else AgentAnswer(cause=r.cause or peer_text(r.error or "", 160), fix=r.fix,
+                             wrong=r.cause in WRONG_NODE)
+            for nid, r in fetch_agents(client, cfg, nodes).items()}
 
 
 @click.command("node-config")

@@ -87,3 +87,25 @@ def quoted(value: object, limit: int = SHOWN_LIMIT) -> str:
     shown = repr(value)  # not text: its repr, cut the same way
     return shown if len(shown) <= limit else \
         f"{shown[:max(1, limit - 20)]}... [{len(shown)} characters]"
+
+
+CELL_WIDTH = 40  # a table's column of others' text (a hostname, a label's value)
+CUT = "..."
+
+
+def cell(text: object, width: int = CELL_WIDTH) -> str:
+    """``text`` escaped (``escaped``) for a table's column or a text line's name: whole
+    when it fits in ``width`` characters, else its start and ``...``, ``width`` in all
+    (as `docker node ls` cuts an ID): a 200-character hostname pushed every column
+    after it off the screen. An escape is never cut in two; JSON keeps the whole."""
+    s = text if isinstance(text, str) else str(text)
+    if len(s) <= width and len(shown := escaped(s)) <= width:
+        return shown
+    room, out = max(0, width - len(CUT)), []
+    for c in s[:width]:  # the work bounded, whatever the text's size
+        piece = ascii(c)[1:-1] if _hidden(c) else c
+        room -= len(piece)
+        if room < 0:
+            break
+        out.append(piece)
+    return "".join(out) + CUT

@@ -12,7 +12,8 @@ See docs/doctor.md for every check and the fixture conventions.
 
 One module per group of checks: ``view`` (NodeView, Check, paths), ``read`` (the
 root into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
-``sharing``, ``identity``, ``procview``, ``agentsvc`` (the checks), ``report`` (run, exit
+``sharing``, ``identity``, ``procview``, ``agentsvc``, ``agentanswers`` (the checks),
+``report`` (run, exit
 code, text/JSON), ``factsread`` (the fact source read within a deadline), ``rootpath`` (a
 path under the root as the node sees it), ``runtimepath`` (where dockerd finds the NVIDIA
 runtime), ``dockerdkeys`` (the daemon.json keys dockerd knows, as data).
@@ -20,6 +21,7 @@ runtime), ``dockerdkeys`` (the daemon.json keys dockerd knows, as data).
 
 from __future__ import annotations
 
+from swarmgpu.agent.doctor.agentanswers import check_agent_answers
 from swarmgpu.agent.doctor.agentsvc import (
     check_agents_service,
     check_unkeyed,
@@ -87,6 +89,7 @@ from swarmgpu.agent.doctor.view import (
     SWARMGPU_KIND,
     TOOLKIT_PACKAGES,
     TOOLKIT_TOML,
+    AgentAnswer,
     Check,
     DoctorError,
     HamiView,
@@ -119,6 +122,7 @@ __all__ = [
     "SWARM_IN_CDI_FROM",
     "TOOLKIT_PACKAGES",
     "TOOLKIT_TOML",
+    "AgentAnswer",
     "Check",
     "DoctorError",
     "FactsRead",
@@ -130,6 +134,7 @@ __all__ = [
     "Status",
     "SwarmRead",
     "Version",
+    "check_agent_answers",
     "check_agent_identity",
     "check_agents_service",
     "check_cgroup",

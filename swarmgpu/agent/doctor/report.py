@@ -8,6 +8,7 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from swarmgpu.agent.doctor.agentanswers import check_agent_answers
 from swarmgpu.agent.doctor.agentsvc import (
     check_agents_service,
     check_unkeyed,
@@ -129,7 +130,8 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
     the agent's ``--proc-root`` shows (``agent.proc-root``; the live node's ``/proc``, or
     the one ``doctor --proc-root`` names). ``agents_service``: the daemon's
     ``agents.service`` (``doctor --agents-service``), checked against ``swarm`` (a
-    manager's lists, or why they could not be read); None: not checked.
+    manager's lists, or why they could not be read; with its agents' answers, each
+    node's is said: ``agents.answers``); None: not checked.
     """
     try:
         view = read_view(root, facts=facts, docker_info=docker_info, facts_error=facts_error)
@@ -144,6 +146,8 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
     checks = run_checks(view)
     if agents_service is not None:  # the live node: a fixture tree has no swarm to ask
         checks.insert(0, check_agents_service(view))
+        if (answers := check_agent_answers(view)) is not None:
+            checks.insert(1, answers)  # after agents.service: whether its tasks answer
         if (unread := check_unread_nodes(view)) is not None:
             checks.insert(0, unread)
         if (unkeyed := check_unkeyed(view)) is not None:

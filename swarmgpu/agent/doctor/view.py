@@ -120,11 +120,26 @@ class NodeView:
 
 
 @dataclass(frozen=True)
+class AgentAnswer:
+    """What a node's agent answered a read as the daemon's (``agent_client.fetch_facts``,
+    handed over by the CLI: the agent does not import the manager): the host its facts
+    name and their GPUs, or what answered instead and the fix; ``wrong``: an answer of
+    another node (its certificate or its facts' host), which the daemon refuses."""
+
+    host: str | None = None
+    gpus: int = 0
+    cause: str = ""
+    fix: str = ""
+    wrong: bool = False
+
+
+@dataclass(frozen=True)
 class SwarmRead:
     """Swarm's lists, as a manager answers them, or why they could not be read (a worker
     cannot list services); ``prefix``: the daemon's ``sync.prefix``, under which label
     sync's labels mark a GPU node; ``kind``: its ``placement.generic_resource_kind``, a
-    GPU generic resource kind beside the usual ones."""
+    GPU generic resource kind beside the usual ones; ``agents``: each node's agent's
+    answer to a read as the daemon's."""
 
     nodes: Sequence[SwarmNode] = ()
     services: Sequence[SwarmService] = ()
@@ -134,6 +149,8 @@ class SwarmRead:
     kind: str = ""
     # the nodes and services the lists left out, without an ID (``swarm.unkeyed``)
     unkeyed: tuple[str, ...] = ()
+    # node id -> its agent's answer; None: not asked (``agentanswers``)
+    agents: Mapping[str, AgentAnswer] | None = None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from swarmgpu.core.config import HealthConfig
-from swarmgpu.core.peertext import escaped
+from swarmgpu.core.peertext import cell, escaped
 from swarmgpu.manager.commands.auditnodes import (
     SHOWN_VALUES,
     Finding,
@@ -255,11 +255,11 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
     neither label yet, the agent's values, marked ``UNLABELLED``."""
     lines = []
     nodes = sorted(snap.nodes, key=lambda n: (n.hostname, n.id))
-    lines.append(f"{'NODE':<16} {'ROLE':<8} {'AGENT':<12} {'GPUS':<5} {'LABELS':<10} PRODUCT")
     # Findings join rows by node ID: a hostname may be two nodes' (one re-joined under
     # a new ID, its old entry down), which are then shown with their IDs.
     shared = {h for h, c in Counter(n.hostname for n in nodes).items() if c > 1}
     unlabelled = False
+    rows: list[tuple[str, str, str, str, str, str]] = []
     by_node: dict[str, list[Finding]] = {}
     for f in findings:
         if f.node is not None:
@@ -280,9 +280,14 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
             gpus, product = (f"{want.get(prefix + k, '-')}{UNLABELLED}"
                              for k in ("gpu.count", "gpu.product"))
             unlabelled = True
-        name = f"{n.hostname} ({n.id})" if n.hostname in shared else n.hostname
-        lines.append(f"{name:<16} {n.role:<8} {agent:<12} {gpus or '-':<5} "
-                     f"{label_state:<10} {product or '-'}")
+        name = cell(n.hostname) + (f" ({cell(n.id, 30)})" if n.hostname in shared else "")
+        rows.append((name, cell(n.role, 8), agent, cell(gpus or "-", 5), label_state,
+                     cell(product or "-")))
+    # NODE as wide as its longest name (each cut at CELL_WIDTH), at least as before
+    wide = max([16, *(len(r[0]) for r in rows)])
+    lines.append(f"{'NODE':<{wide}} {'ROLE':<8} {'AGENT':<12} {'GPUS':<5} {'LABELS':<10} "
+                 "PRODUCT")
+    lines += [f"{r[0]:<{wide}} {r[1]:<8} {r[2]:<12} {r[3]:<5} {r[4]:<10} {r[5]}" for r in rows]
     if unlabelled:
         lines.append(f"{UNLABELLED} not labelled yet: what the node's agent answers; the "
                      "daemon writes its labels on its next cycle (is `swarmgpu run` "

@@ -2,7 +2,8 @@
 
 Pure over the plan and what the leader daemon said of its moves; the CLI gathers them.
 Service names, labels, hostnames and agents' errors are others' text: every line shows
-their control characters escaped (``peertext.escaped``), so none rewrites the terminal.
+their control characters escaped (``peertext.escaped``), so none rewrites the terminal,
+and a hostname is cut to ``peertext.CELL_WIDTH`` (``cell``; ``--json`` has it whole).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from swarmgpu.core.peertext import escaped
+from swarmgpu.core.peertext import cell, escaped
 from swarmgpu.manager.placement import ServicePlan
 from swarmgpu.manager.placement.records import failed_names, unread_names
 from swarmgpu.manager.web.cluster_view import ungranted_lines, workload_lines
@@ -36,7 +37,7 @@ def render_plan(
     lines += ungranted_lines(ungranted)  # GPUs seen without a grant (docs/security.md)
     lines += workload_lines(workload)
     lines += [
-        f"GPU health: {r['node']} GPU {r['gpu']} {r['uuid']}: {r['health']}" for r in health
+        f"GPU health: {cell(r['node'])} GPU {r['gpu']} {r['uuid']}: {r['health']}" for r in health
     ]  # failed GPUs are given to nothing (docs/health.md)
     lines += list(unread)
     lines += _move_lines(moves, listen)
@@ -67,12 +68,12 @@ def _service_lines(sp: ServicePlan) -> list[str]:
         # a holding of no GPU (gpus: "0") is a place, not a GPU list
         held = (f"GPU {','.join(map(str, pl.gpus))} {','.join(pl.uuids)}" if pl.uuids
                 else "no GPU")
-        out.append(f"  {pl.hostname}{slot}: {held}")
+        out.append(f"  {cell(pl.hostname)}{slot}: {held}")
     if sp.packed:
         out.append(f"  replicas {sp.packed}")
     if sp.mode != "replicated":  # global: per node; a job: its run's progress
         for host, why in sorted(sp.nodes_waiting.items()):
-            out.append(f"  {host}: waiting, gate closed: {why}")
+            out.append(f"  {cell(host)}: waiting, gate closed: {why}")
         if sp.progress and sp.progress != sp.reason:
             out.append(f"  {sp.mode}: {sp.progress}")
     if sp.reason:
@@ -104,18 +105,19 @@ def _move_lines(moves: Mapping[str, Any] | None, listen: str) -> list[str]:
         out.append("moves: none proposed" + (" (dry-run)" if moves.get("dry_run") else ""))
     for m in proposed:
         out.append(
-            f"move {m.get('service')}: {m.get('from')} -> {m.get('to')} GPUs {m.get('gpus')} "
+            f"move {m.get('service')}: {cell(m.get('from'))} -> {cell(m.get('to'))} "
+            f"GPUs {m.get('gpus')} "
             f"[{m.get('trigger')}, window {m.get('window')}] {m.get('reason')}; "
             f"gain: {m.get('gain')}"
         )
     for m in recent[-5:]:
-        out.append(f"recent {m.get('service')}: {m.get('from')} -> {m.get('to')}: "
+        out.append(f"recent {m.get('service')}: {cell(m.get('from'))} -> {cell(m.get('to'))}: "
                    f"{m.get('outcome')} ({m.get('reason')})")
     health = moves.get("health")  # the health policy (docs/health.md)
     failing = health.get("failing_nodes") if isinstance(health, Mapping) else None
     for host, why in sorted((failing if isinstance(failing, Mapping) else {}).items(),
                             key=lambda kv: str(kv[0])):
-        out.append(f"node failing: {host}: {why}")
+        out.append(f"node failing: {cell(host)}: {why}")
     notes = moves.get("notes")
     for n in notes if isinstance(notes, list) else []:
         if "health:" in str(n):

@@ -31,6 +31,21 @@ def raised_note(name: str, exc: Exception) -> str:
             "report it with the daemon's log, which has the traceback")
 
 
+def unread_note(name: str, why: str) -> str:
+    """What holder ``name``'s plan (`plan`, `status`, the map) and the daemon's log say
+    while a preemption would skip it: its victim write cannot read its spec (``why``)."""
+    return (f"preemption: {name} holds GPUs but is not taken as a victim while its spec "
+            f"cannot be read ({why}): a preemptor may wait for GPUs it holds; fix: make "
+            f"that field of {name}'s spec what Docker sends (re-deploy or re-create it)")
+
+
+def note_unread(plan: PlacementPlan, unread: Mapping[str, str]) -> None:
+    """Each holder of ``unread`` (``victimspec.unread_victims``) says why on its plan."""
+    by_name = {sp.name: i for i, sp in enumerate(plan.services)}
+    for name, why in sorted(unread.items()):
+        note_on(plan, by_name, name, unread_note(name, why))
+
+
 def note_on(plan: PlacementPlan, by_name: Mapping[str, int], name: str, note: str) -> None:
     """``note`` on service ``name``'s plan, where the plan has it."""
     i = by_name.get(name)

@@ -53,6 +53,9 @@ _FIX_CERT = (
 _FIX_WRONG_NODE = (
     "agents.url_template must reach each node's own agent: check the address Swarm "
     "reports for the node (docker node inspect) and what listens on the agent port there")
+# The causes of an answer of another node than the one asked (``fetch_facts``).
+WRONG_NODE = frozenset({"certificate of another node", "facts of another host",
+                        "facts of no host"})
 _FIX_UNAUTHORISED = (
     "give the daemon the agents' token (agents.token_file) or serve the agents with their "
     "node certificates (agents.identity: swarm-pki)")

@@ -14,7 +14,7 @@ from swarmgpu.core.config import Config
 from swarmgpu.core.health import xid_info
 from swarmgpu.core.metrics_in import GPU_TEMP, POWER, GpuMetrics
 from swarmgpu.core.model import NodeFacts, is_nvlink
-from swarmgpu.core.peertext import escaped
+from swarmgpu.core.peertext import cell, escaped
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
@@ -485,6 +485,15 @@ def _pending_lines(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _holder_lines(doc: Mapping[str, Any]) -> list[str]:
+    """`status`: what preemption says of services that are not pending (a holder it
+    passes over as a victim while its spec cannot be read: ``preempt_notes.unread_note``)."""
+    pending = {p["service"] for p in doc.get("pending") or []}
+    out = [f"  {w}" for sv in doc.get("services", []) if sv.get("name") not in pending
+           for w in sv.get("warnings") or [] if str(w).startswith("preemption: ")]
+    return ["", "preemption, of services not pending:", *out] if out else []
+
+
 def _failed_lines(doc: Mapping[str, Any]) -> list[str]:
     """`status`: the services whose planning raised (placement.isolate): no pending
     request, no placement, so no other part of the text names them."""
@@ -502,19 +511,26 @@ def _failed_lines(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _node_head(n: Mapping[str, Any]) -> str:
+    """A node's first line in `status`: its hostname and product cut (``peertext.cell``)."""
+    agent = n["agent"]
+    head = (f"{cell(n['hostname'])} ({n['role']}, {n['state']}) agent {agent['status']}"
+            + (f" ({agent['cause']})" if agent.get("cause") else "")
+            + f", labels {n['labels_state']}")
+    if n["gpu_count"]:
+        head += (f" - {n['gpu_count']}x {cell(n['product'])}, "
+                 f"driver {n['driver_version'] or '?'}, CUDA {n['cuda_driver_version'] or '?'}")
+    return head
+
+
 def render_status(doc: Mapping[str, Any]) -> str:
     """`swarmgpu status`: nodes x GPUs, memory, holders, pending requests. Hostnames,
-    service names and agents' errors are others' text: each line shows them escaped."""
+    service names and agents' errors are others' text: each line shows them escaped, a
+    hostname and a product cut to ``peertext.CELL_WIDTH`` (``--json`` has them whole)."""
     lines: list[str] = []
     for n in doc["nodes"]:
         agent = n["agent"]
-        head = (f"{n['hostname']} ({n['role']}, {n['state']}) agent {agent['status']}"
-                + (f" ({agent['cause']})" if agent.get("cause") else "")
-                + f", labels {n['labels_state']}")
-        if n["gpu_count"]:
-            head += (f" - {n['gpu_count']}x {n['product']}, driver {n['driver_version'] or '?'}"
-                     f", CUDA {n['cuda_driver_version'] or '?'}")
-        lines.append(head)
+        lines.append(_node_head(n))
         lines += [f"  {n['unread']}"] if n.get("unread") else []  # (swarmnode)
         if agent.get("status") in ("unreachable", "unreadable") and agent.get("url"):
             lines.append(f"  agent at {agent['url']}: {agent.get('cause') or agent['status']}")
@@ -558,6 +574,7 @@ def render_status(doc: Mapping[str, Any]) -> str:
         lines.append("")
         lines.extend(ungranted_lines(doc["ungranted"]))
     lines.extend(_pending_lines(doc))
+    lines.extend(_holder_lines(doc))
     lines.extend(_failed_lines(doc))
     if doc.get("queues"):
         lines.append("")
@@ -579,6 +596,6 @@ def render_status(doc: Mapping[str, Any]) -> str:
         lines.append("")
         lines.append("proposed moves:")
         for m in proposed:
-            lines.append(f"  {m.get('service')}: {m.get('from')} -> {m.get('to')} "
+            lines.append(f"  {m.get('service')}: {cell(m.get('from'))} -> {cell(m.get('to'))} "
                          f"({m.get('trigger')}): {m.get('reason')}")
     return "\n".join(escaped(line) for line in lines)

@@ -1,0 +1,66 @@
+"""Did each node's agent answer a read as the daemon's, and for which node? Swarm's
+lists alone (``agents.service``) say a task runs, not that the daemon can read it: an
+agent that answers with another node's certificate or facts (a wrong
+``agents.url_template``, a cloned machine) is refused, and that node's labels go stale.
+Read from a manager, each node's agent asked once (``SwarmRead.agents``). Hostnames are
+shown whole (the JSON report carries the same lines), escaped in the text report."""
+
+from __future__ import annotations
+
+from swarmgpu.agent.doctor.view import AgentAnswer, Check, NodeView, Status
+from swarmgpu.swarm.agentservice import gpu_advertised, gpu_labelled
+from swarmgpu.swarm.client import SwarmNode
+
+CID = "agents.answers"
+
+
+def check_agent_answers(view: NodeView) -> Check | None:
+    """Each node of ``view.swarm`` and what its agent answered, one detail line each:
+    FAIL where one answered for another node, WARN where a GPU node's did not answer;
+    None when the agents were not asked (no manager's lists, or none to read)."""
+    read = view.swarm
+    if read is None or read.agents is None or not read.nodes:
+        return None
+    wrong: list[str] = []
+    silent: list[str] = []
+    details = []
+    for n in sorted(read.nodes, key=lambda n: (n.hostname, n.id)):
+        a = read.agents.get(n.id) or AgentAnswer(cause="not asked")
+        gpu = gpu_labelled(n, read.prefix) or gpu_advertised(n, read.kind)
+        details.append(f"{n.hostname} ({n.id[:12]}): {_said(a, gpu)}")
+        if a.wrong:
+            wrong.append(_name(n))
+        elif a.host is None and gpu:
+            silent.append(_name(n))
+    answered = sum(1 for a in read.agents.values() if a.host is not None)
+    found = f"{answered} of {len(read.nodes)} node(s)' agents answered for their own node"
+    if wrong:
+        return Check(CID, Status.FAIL, f"{found}; answered for another node: "
+                     f"{', '.join(wrong)}",
+                     "the daemon refuses an answer of another node: that node's labels "
+                     "go stale and none of its GPUs is given out",
+                     "see each node's line below: agents.url_template must reach the "
+                     "node's own agent (docker node inspect shows the address Swarm "
+                     "reports), and the agent must run with that node's --hostname and "
+                     "certificate", tuple(details))
+    if silent:
+        return Check(CID, Status.WARN, f"{found}; no answer from GPU node(s): "
+                     f"{', '.join(silent)}",
+                     "the daemon cannot read those nodes' GPUs: their labels are kept as "
+                     "they are and no new GPU of them is given out",
+                     "see each node's line below for what answered and its fix; "
+                     "swarmgpu audit says the same from the daemon's config",
+                     tuple(details))
+    return Check(CID, Status.OK, found, details=tuple(details))
+
+
+def _name(n: SwarmNode) -> str:
+    return f"{n.hostname} ({n.id[:12]})"
+
+
+def _said(a: AgentAnswer, gpu: bool) -> str:
+    if a.host is not None:
+        return f"answered for {a.host}, {a.gpus} GPU(s)"
+    head = "answered for another node" if a.wrong else (
+        "no answer" if gpu else "no answer (no sign of a GPU node: none expected)")
+    return f"{head}: {a.cause or 'no cause given'}" + (f"; fix: {a.fix}" if a.fix else "")
