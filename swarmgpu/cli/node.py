@@ -13,7 +13,7 @@ import click
 
 from swarmgpu.cli.config import ConfigPath
 from swarmgpu.cli.logs import setup_logging
-from swarmgpu.core.config import AgentsConfig, SyncConfig
+from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 
 if TYPE_CHECKING:
     from swarmgpu.swarm.identity import ReloadingServerContext
@@ -319,7 +319,8 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
     from swarmgpu.agent.doctor import FactsRead, factsread, run_doctor
     from swarmgpu.agent.procroot import proc_root_view
 
-    agents_service, prefix, kind = daemon_keys(agents_service, config_path)
+    cfg = _daemon_config(config_path)
+    agents_service, prefix, kind = daemon_keys(agents_service, config_path, cfg)
     read = FactsRead(None)
     docker_info = None
     if source or root == "/":
@@ -347,7 +348,7 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
                             if proc_root or root == "/" else None,
                             agents_service=agents_service if root == "/" else None,
                             swarm=_swarm_read(docker_info, docker_error, agents_service, prefix,
-                                              kind) if root == "/" else None)
+                                              kind, cfg) if root == "/" else None)
     click.echo(text)
     if read.hung:
         # Exit now: the exit hooks would wait on the hung read (NVML's shutdown takes the
@@ -356,27 +357,37 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
     sys.exit(code)
 
 
-def daemon_keys(given: str | None, config_path: str | None) -> tuple[str, str, str]:
+def _daemon_config(config_path: str | None) -> Config | None:
+    """The daemon's config file (``doctor --config``), loaded and checked as every
+    command loads it (an error ends the doctor, exit 2); None without one."""
+    if config_path is None:
+        return None
+    from swarmgpu.cli.config import load_cfg
+
+    return load_cfg(config_path)
+
+
+def daemon_keys(given: str | None, config_path: str | None,
+                cfg: Config | None = None) -> tuple[str, str, str]:
     """The ``agents.service`` the doctor checks, ``sync.prefix`` (a node carrying label
     sync's labels under it is GPU-labelled) and ``placement.generic_resource_kind`` (a
     node advertising it is a GPU node, as to the daemon: ``gpu_hint``):
     ``--agents-service`` where given, else the daemon's config file's (``--config``:
     loaded and checked as every command loads it, whenever given; an error ends the
     doctor, exit 2), else the daemon's defaults."""
-    if config_path is None:
+    cfg = cfg if cfg is not None else _daemon_config(config_path)
+    if cfg is None:
         return (DEFAULT_AGENTS_SERVICE if given is None else given), DEFAULT_LABEL_PREFIX, ""
-    from swarmgpu.cli.config import load_cfg
-
-    cfg = load_cfg(config_path)
     return ((cfg.agents.service if given is None else given), cfg.sync.prefix,
             cfg.placement.generic_resource_kind)
 
 
 def _swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: str,
-                kind: str) -> Any:
+                kind: str, cfg: Config | None = None) -> Any:
     """Swarm's nodes, services and tasks for the ``agents.service`` check, read where
     this engine is a manager (``docker info``'s ``Swarm.ControlAvailable``); else why
-    not (``prefix``: ``sync.prefix``; ``kind``: ``placement.generic_resource_kind``).
+    not (``prefix``: ``sync.prefix``; ``kind``: ``placement.generic_resource_kind``;
+    ``cfg``: the daemon's config, whose tenants may not match the agents' service).
     Not read with the key off ('')."""
     from swarmgpu.agent.doctor import SwarmRead
 
@@ -394,7 +405,10 @@ def _swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: s
         services = client.services()
         ids = [sv.id for sv in services if sv.name == name]
         tasks = client.tasks({"service": ids, "desired-state": "running"}) if ids else []
-        return SwarmRead(client.nodes(), services, tasks, prefix=prefix, kind=kind)
+        from swarmgpu.manager.nodes.sync import tenant_specs
+
+        return SwarmRead(client.nodes(), services, tasks, prefix=prefix, kind=kind,
+                         tenants=tenant_specs(cfg) if cfg is not None else ())
     except SwarmError as exc:
         return SwarmRead(error=str(exc))
 

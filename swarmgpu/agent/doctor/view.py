@@ -10,6 +10,7 @@ from typing import Any
 
 from swarmgpu.agent.procroot import ProcRootView
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.tenants import TenantSpec
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.labels import DEFAULT_PREFIX
 
@@ -124,7 +125,8 @@ class SwarmRead:
     """Swarm's lists, as a manager answers them, or why they could not be read (a worker
     cannot list services); ``prefix``: the daemon's ``sync.prefix``, under which label
     sync's labels mark a GPU node; ``kind``: its ``placement.generic_resource_kind``, a
-    GPU generic resource kind beside the usual ones."""
+    GPU generic resource kind beside the usual ones; ``tenants``: its tenancy config's
+    tenants, of which none may match the agents' service."""
 
     nodes: Sequence[SwarmNode] = ()
     services: Sequence[SwarmService] = ()
@@ -132,6 +134,7 @@ class SwarmRead:
     error: str | None = None
     prefix: str = DEFAULT_PREFIX
     kind: str = ""
+    tenants: Sequence[TenantSpec] = ()  # the daemon's config's tenants (--config)
 
 
 @dataclass(frozen=True)

@@ -276,7 +276,8 @@ class Planner:
         records, self._memo.quiet.records = self._memo.quiet.records, {}
         unrecorded(self.cluster)  # a cycle that raised outside a visit left them: rebuilt
         if agents is None:  # (no snapshot: the simulator's, render's)
-            agents = agent_nodes(services, tasks, self.agent_service)
+            agents = agent_nodes(services, tasks, self.agent_service,
+                                 self.tenants.specs if self.tenants is not None else ())
         seen = self._see(nodes, facts, moving, agents)
         self._ports.new_cycle(services, [*tasks, *stopping] if stopping else tasks)
         self._filters.set_tasks(tasks)
