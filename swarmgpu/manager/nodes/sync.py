@@ -27,7 +27,7 @@ from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.cpunodes import agent_nodes, expects_agent
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_task_read
 from swarmgpu.manager.placement.keys import ASSIGNED_STATES, STOPPING_STATES, stopping
-from swarmgpu.manager.services.tenants import Tenants
+from swarmgpu.manager.services.tenants import Tenants, specs_of
 from swarmgpu.swarm.agentservice import claimed_agent_service, missing_agent_service
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import (
@@ -141,8 +141,7 @@ def take_snapshot(
 
 def tenant_specs(cfg: Config) -> tuple[TenantSpec, ...]:
     """The operator's tenants of ``cfg`` (() without a ``tenants`` section)."""
-    tenants = Tenants.from_config(cfg)
-    return tuple(tenants.specs) if tenants is not None else ()
+    return specs_of(Tenants.from_config(cfg))
 
 
 def facts_by_node(

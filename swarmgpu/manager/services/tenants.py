@@ -127,3 +127,8 @@ class Tenants:
         t = self.by_name.get(tenant) or self.by_name[DEFAULT_TENANT]
         return t.preemptions_per_hour
 
+
+def specs_of(tenants: Tenants | None) -> tuple[TenantSpec, ...]:
+    """The tenants' specs in matching order (() without tenants): what a reader below
+    this layer takes (``swarm.agentservice.tenant_agent``)."""
+    return tuple(tenants.specs) if tenants is not None else ()
