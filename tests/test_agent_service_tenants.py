@@ -16,8 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from loguru import logger
-from support.forged import sw_svc
+from support.forged import RecordingSwarm, sw_svc
 from support.gpu_nodes import RTX4090
 from support.planner import cpu_node
 
@@ -152,3 +153,19 @@ def test_the_doctor_fails_a_tenants_agents_service_naming_it_and_the_fix() -> No
     c = check_agents_service(replace(view, agents_service="swarmgpu_agent", swarm=read))
     assert "'swarmgpu_agent'" in c.found and "tenant team-a" in c.found, c.found
     assert 'agents.service: ""' in c.fix and "narrow" in c.fix, c.fix
+
+
+def test_the_daemons_snapshot_reads_the_tenants_of_its_config(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``take_snapshot`` (the daemon's and the CLI's read) carries the config's tenants,
+    so every reader of its ``agent_nodes`` refuses the tenant's service alike."""
+    from swarmgpu.manager.nodes import sync
+
+    monkeypatch.setattr(sync, "fetch_agents", lambda *_a, **_k: {})
+    n = cpu_node("n-c", "node-c", 4000)
+    sw = RecordingSwarm([n], [SPOOF], [agent_task(SPOOF, "n-c")])
+    got = sync.take_snapshot(sw, cfg_of(ALL_STACKS))  # type: ignore[arg-type]
+    assert [t.name for t in got.tenants] == ["team-a", "default"]
+    assert got.agent_nodes("swarmgpu_agent") == frozenset()
+    assert sync.take_snapshot(sw, Config()).agent_nodes(  # type: ignore[arg-type]
+        "swarmgpu_agent") == {"n-c"}
