@@ -8,6 +8,7 @@ need, and label sync expected no agent there (nothing said it could not be read)
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from support.gpu_nodes import RTX4090
 from support.planner import cpu_node
 
 from swarmgpu.core.config import AgentsConfig, Config, ConfigError, SyncConfig, load_config
+from swarmgpu.core.tenants import TenantSpec
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.nodes.agent_client import FactsResult
@@ -176,10 +178,10 @@ def test_a_snapshot_walks_the_agents_tasks_once_for_every_step_that_asks(
 
     walks: list[str] = []
 
-    def counted(services: list[SwarmService], tasks: list[SwarmTask], name: str
-                ) -> frozenset[str]:
+    def counted(services: list[SwarmService], tasks: list[SwarmTask], name: str,
+                tenants: Sequence[TenantSpec] = ()) -> frozenset[str]:
         walks.append(name)
-        return agent_nodes(services, tasks, name)
+        return agent_nodes(services, tasks, name, tenants)
 
     monkeypatch.setattr(sync, "agent_nodes", counted)
     monkeypatch.setattr(planner, "agent_nodes", counted)

@@ -320,9 +320,8 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
     """Check this node's GPU container setup and explain each problem and its fix."""
     from swarmgpu.agent.doctor import FactsRead, factsread, run_doctor
     from swarmgpu.agent.procroot import proc_root_view
-    from swarmgpu.cli.config import load_cfg
 
-    cfg = load_cfg(config_path) if config_path is not None else None
+    cfg = _daemon_config(config_path)
     agents_service, prefix, kind = daemon_keys(agents_service, config_path, cfg)
     read = FactsRead(None)
     docker_info = None
@@ -360,6 +359,16 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
     sys.exit(code)
 
 
+def _daemon_config(config_path: str | None) -> Config | None:
+    """The daemon's config file (``doctor --config``), loaded and checked as every
+    command loads it (an error ends the doctor, exit 2); None without one."""
+    if config_path is None:
+        return None
+    from swarmgpu.cli.config import load_cfg
+
+    return load_cfg(config_path)
+
+
 def daemon_keys(given: str | None, config_path: str | None,
                 cfg: Config | None = None) -> tuple[str, str, str]:
     """The ``agents.service`` the doctor checks, ``sync.prefix`` (a node carrying label
@@ -367,12 +376,10 @@ def daemon_keys(given: str | None, config_path: str | None,
     node advertising it is a GPU node, as to the daemon: ``gpu_hint``):
     ``--agents-service`` where given, else the daemon's config file's (``--config``:
     loaded and checked as every command loads it, whenever given; an error ends the
-    doctor, exit 2; ``cfg``: that file loaded already), else the daemon's defaults."""
-    if config_path is None:
+    doctor, exit 2), else the daemon's defaults."""
+    cfg = cfg if cfg is not None else _daemon_config(config_path)
+    if cfg is None:
         return (DEFAULT_AGENTS_SERVICE if given is None else given), DEFAULT_LABEL_PREFIX, ""
-    from swarmgpu.cli.config import load_cfg
-
-    cfg = cfg or load_cfg(config_path)
     return ((cfg.agents.service if given is None else given), cfg.sync.prefix,
             cfg.placement.generic_resource_kind)
 
@@ -381,9 +388,10 @@ def _swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: s
                 kind: str, cfg: Config | None = None) -> Any:
     """Swarm's nodes, services and tasks for the ``agents.service`` check, and each
     node's agent's answer to a read as the daemon's (``agents.answers``; ``cfg``: the
-    daemon's config, else its defaults), read where this engine is a manager (``docker
-    info``'s ``Swarm.ControlAvailable``); else why not (``prefix``: ``sync.prefix``;
-    ``kind``: ``placement.generic_resource_kind``). Not read with the key off ('')."""
+    daemon's config, else its defaults, whose tenants may not match the agents'
+    service), read where this engine is a manager (``docker info``'s
+    ``Swarm.ControlAvailable``); else why not (``prefix``: ``sync.prefix``; ``kind``:
+    ``placement.generic_resource_kind``). Not read with the key off ('')."""
     from swarmgpu.agent.doctor import SwarmRead
 
     if not name:
@@ -404,8 +412,11 @@ def _swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: s
         unkeyed = client.unkeyed().said()
     except SwarmError as exc:
         return SwarmRead(error=str(exc))
+    from swarmgpu.manager.nodes.sync import tenant_specs
+
     return SwarmRead(nodes, services, tasks, prefix=prefix, kind=kind, unkeyed=unkeyed,
-                     agents=agent_answers(client, cfg or Config(), nodes))
+                     agents=agent_answers(client, cfg or Config(), nodes),
+                     tenants=tenant_specs(cfg) if cfg is not None else ())
 
 
 def agent_answers(client: Any, cfg: Config, nodes: list[Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import lru_cache
@@ -203,6 +203,23 @@ def parse_tenants(raw: Any, queues: Any, classes: Mapping[str, int],
     specs.append(default or TenantSpec(DEFAULT_TENANT,
                                        preemptions_per_hour=default_budget(max_per_hour)))
     return specs, own, errors
+
+
+def matches(t: TenantSpec, name: str, stack: str | None) -> bool:
+    """Every key the tenant gives matches (stacks: the stack name; services: the
+    service name); a tenant with stacks never matches a service of no stack (an empty
+    stack label too: `docker stack deploy` names no stack '', a hand-made service did)."""
+    if t.stacks and (not stack or not any(fnmatchcase(stack, g) for g in t.stacks)):
+        return False
+    return not t.services or any(fnmatchcase(name, g) for g in t.services)
+
+
+def claimed_by(specs: Sequence[TenantSpec], name: str, stack: str | None) -> TenantSpec | None:
+    """The first tenant other than ``default`` that matches service ``name`` of stack
+    ``stack``: a service the operator's tenancy gives a tenant (``default`` takes what
+    no tenant is given, the operator's own stacks among them). None: none does."""
+    return next((t for t in specs if t.name != DEFAULT_TENANT and matches(t, name, stack)),
+                None)
 
 
 # --- a tenant no service can reach ---------------------------------------------------

@@ -8,13 +8,20 @@ run. ``swarmgpu doctor`` fails it where a node is GPU-labelled (``gpu_labelled``
 advertises GPU generic resources (``gpu_advertised``; ``agent.doctor.agentsvc``), and
 names the GPU-labelled nodes no task of the service runs on (``unserved``): the daemon,
 the log, ``audit`` and the doctor read it here alike.
+
+The key is the operator's word, and only the operator's service answers to it: a service
+so named that a tenant of the operator's tenancy config matches (``tenant_agent``: a
+tenant's stack ``swarmgpu`` with a service ``agent`` is named ``swarmgpu_agent``, the
+default, which systemd fleets often leave set) marks no node, and is said
+(``claimed_agent_service``) with the fix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from swarmgpu.core.peertext import quoted
+from swarmgpu.core.tenants import STACK_LABEL, TenantSpec, claimed_by
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.constraints import equal_fold
 from swarmgpu.swarm.labels import owned_by_label_sync
@@ -28,6 +35,10 @@ FIX = ("agents run by systemd (swarmgpu-agent.service) or otherwise outside Swar
        'agents.service: "" in the daemon\'s config (docs/systemd.md); agents run by a '
        "stack: set agents.service to their service (docker service ls; the stack's is "
        "<stack>_agent)")
+
+# A tenant's service named as the agents': the fix above, or the tenant's globs narrowed.
+TENANT_FIX = (FIX + "; agents run by a stack of your own: narrow the tenant's stacks or "
+              "services globs (config tenants) so that they do not match it")
 
 
 def unnamed_agent_service(services: Iterable[SwarmService], name: str) -> str | None:
@@ -43,6 +54,50 @@ def unnamed_agent_service(services: Iterable[SwarmService], name: str) -> str | 
             + (f" and {len(like) - SHOWN} more" if len(like) > SHOWN else "")
             if like else "no service is named *_agent")
     return f"agents.service: no Swarm service is named {quoted(name)} ({seen})"
+
+
+def tenant_agent(s: SwarmService, tenants: Sequence[TenantSpec]) -> str | None:
+    """Why service ``s``, named as ``agents.service``, is a tenant's and not the
+    operator's: a tenant other than ``default`` of the operator's tenancy config
+    (``tenants``: its specs, () without one) matches it. None: none does, so its tasks
+    are the agents' (``operator_agent_ids``)."""
+    stack = s.labels.get(STACK_LABEL)
+    t = claimed_by(tenants, s.name, stack)
+    if t is None:
+        return None
+    of = f" of stack {quoted(stack)}" if stack else ""
+    return f"tenant {t.name} matches it (service {quoted(s.name)}{of}; config tenants.{t.name})"
+
+
+def operator_agent_ids(services: Iterable[SwarmService], name: str,
+                       tenants: Sequence[TenantSpec] = ()) -> frozenset[str]:
+    """The IDs of the services named ``name`` (``agents.service``) that are the
+    operator's (``tenant_agent``): a tenant's service of that name says nothing of
+    nodes, or any tenant could make a node of its choosing a GPU node."""
+    return frozenset(s.id for s in services
+                     if s.name == name and tenant_agent(s, tenants) is None)
+
+
+def tenant_agent_service(services: Iterable[SwarmService], name: str,
+                         tenants: Sequence[TenantSpec]) -> str | None:
+    """The finding alone: the service ``agents.service`` (``name``) names is a tenant's
+    (``tenant_agent``); None: it is not (or no service is so named, or the key is off).
+    The doctor gives its why and fix (``TENANT_FIX``) their own lines."""
+    why = next((w for s in services if name and s.name == name
+                and (w := tenant_agent(s, tenants)) is not None), None)
+    if why is None:
+        return None
+    return f"agents.service {quoted(name)} names a tenant's service, not the operator's: {why}"
+
+
+def claimed_agent_service(services: Iterable[SwarmService], name: str,
+                          tenants: Sequence[TenantSpec]) -> str | None:
+    """``tenant_agent_service``'s finding in one line, with what it costs and the fix
+    (the daemon's log, ``audit``); None as there."""
+    found = tenant_agent_service(services, name, tenants)
+    if found is None:
+        return None
+    return f"{found}; its tasks mark no node as a GPU node; fix: {TENANT_FIX}"
 
 
 def missing_agent_service(services: Iterable[SwarmService], name: str) -> str | None:

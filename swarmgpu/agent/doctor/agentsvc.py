@@ -1,7 +1,8 @@
 """Does ``agents.service`` name the agents' Swarm service, and does a task of it run on
 each GPU-labelled node? A name no service has (a typo, a stack deployed under another
 name) marks no node as a GPU node: one whose agent has not answered may be taken as
-CPU-only. Read from a manager (a worker cannot list services)."""
+CPU-only; a tenant's service so named (the daemon's tenancy config, ``--config``) marks
+none either, and fails. Read from a manager (a worker cannot list services)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from swarmgpu.agent.doctor.view import Check, NodeView, Status
 from swarmgpu.core.peertext import quoted
 from swarmgpu.swarm.agentservice import (
     FIX,
+    TENANT_FIX,
     gpu_advertised,
     gpu_labelled,
+    tenant_agent_service,
     unnamed_agent_service,
     unserved,
 )
@@ -57,6 +60,13 @@ def check_agents_service(view: NodeView) -> Check:
                      "node whose agent has not answered may be given CPU-only services",
                      FIX + "; doctor --agents-service NAME checks another name, "
                      "doctor --config FILE the daemon's")
+    claimed = tenant_agent_service(read.services, name, read.tenants)
+    if claimed is not None:
+        return Check(CID, Status.FAIL, claimed,
+                     "a tenant's service named as the agents' would make the nodes it "
+                     "runs on GPU nodes (never given CPU-only services): the daemon "
+                     "counts none of its tasks, so the agents' nodes are not known by them",
+                     TENANT_FIX)
     left = unserved(read.nodes, read.services, read.tasks, name, read.prefix)
     if left:
         hosts = ", ".join(n.hostname for n in left[:SHOWN]) + (

@@ -10,6 +10,7 @@ from typing import Any
 
 from swarmgpu.agent.procroot import ProcRootView
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.tenants import TenantSpec
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.labels import DEFAULT_PREFIX
 
@@ -139,7 +140,8 @@ class SwarmRead:
     cannot list services); ``prefix``: the daemon's ``sync.prefix``, under which label
     sync's labels mark a GPU node; ``kind``: its ``placement.generic_resource_kind``, a
     GPU generic resource kind beside the usual ones; ``agents``: each node's agent's
-    answer to a read as the daemon's."""
+    answer to a read as the daemon's; ``tenants``: its tenancy config's tenants, of
+    which none may match the agents' service."""
 
     nodes: Sequence[SwarmNode] = ()
     services: Sequence[SwarmService] = ()
@@ -151,6 +153,7 @@ class SwarmRead:
     unkeyed: tuple[str, ...] = ()
     # node id -> its agent's answer; None: not asked (``agentanswers``)
     agents: Mapping[str, AgentAnswer] | None = None
+    tenants: Sequence[TenantSpec] = ()  # the daemon's config's tenants (--config)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from swarmgpu.manager.placement.keys import (
     owned_label_read,
 )
 from swarmgpu.manager.services.requests import parse_all as parse_request_labels
-from swarmgpu.swarm.agentservice import missing_agent_service
+from swarmgpu.swarm.agentservice import claimed_agent_service, missing_agent_service
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.constraints import Constraint, node_field, node_satisfies, parse_all
 from swarmgpu.swarm.labels import desired_labels
@@ -74,7 +74,8 @@ def audit(
     lost that long is ``node-failing`` (the health policy's rule). ``metrics``: each
     node's scraped samples by UUID (the daemon's; the CLI has none): a page reporting
     another node's GPU is flagged too. ``agent_service``: ``agents.service``; a node its
-    tasks run on is a GPU node (``gpu_hint``), and a name no service has is said."""
+    tasks run on is a GPU node (``gpu_hint``), and a name no service has is said, as is
+    a tenant's service so named (``snap.tenants``), which marks no node."""
     saved_agents = saved_agents or {}
     agents = snap.agent_nodes(agent_service)
     out: list[Finding] = []
@@ -99,6 +100,8 @@ def audit(
     if any_gpu and (note := missing_agent_service(snap.services, agent_service)):
         out.append(Finding("agents-service-missing", "agents", note,
                            key=agent_service, advisory=True))
+    if note := claimed_agent_service(snap.services, agent_service, snap.tenants):
+        out.append(Finding("agents-service-tenant", agent_service, note, key=agent_service))
     fields = _NodeFields(snap.nodes)
     for svc in (s for s in snap.services if not s.unread):  # (placement's plan says those)
         out += _service_findings(svc, prefix, generic_resource_kind, fields)

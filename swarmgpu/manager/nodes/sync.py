@@ -15,6 +15,7 @@ from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.core.statefile import save_said
+from swarmgpu.core.tenants import TenantSpec
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.engine.actuator import Actuator, ApplyResult
 from swarmgpu.manager.engine.stop import StopRequest
@@ -26,7 +27,8 @@ from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.cpunodes import agent_nodes, expects_agent
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_raw_read, job_task_read
 from swarmgpu.manager.placement.keys import ASSIGNED_STATES, STOPPING_STATES, stopping
-from swarmgpu.swarm.agentservice import missing_agent_service
+from swarmgpu.manager.services.tenants import Tenants, specs_of
+from swarmgpu.swarm.agentservice import claimed_agent_service, missing_agent_service
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import (
     SwarmClient,
@@ -68,6 +70,10 @@ class Snapshot:
     # The nodes and services the engine listed without an ID (``swarm.unkeyed``): left
     # out of ``nodes`` and ``services``, said each cycle
     unkeyed: Unkeyed = field(default_factory=Unkeyed)
+    # The operator's tenants (config ``tenants``, () without): a service named as
+    # ``agents.service`` that one of them matches is a tenant's, not the agents'
+    # (``agent_nodes``)
+    tenants: tuple[TenantSpec, ...] = ()
     # ``agent_nodes`` per agents' service name, walked once per snapshot (label sync,
     # placement, rebalance, audit and the map all ask it of the same one)
     _agents: dict[str, frozenset[str]] = field(default_factory=dict, init=False,
@@ -78,7 +84,8 @@ class Snapshot:
         ``agents.service``), walked once per name."""
         got = self._agents.get(name)
         if got is None:
-            got = self._agents[name] = agent_nodes(self.services, self.tasks, name)
+            got = self._agents[name] = agent_nodes(self.services, self.tasks, name,
+                                                   self.tenants)
         return got
 
 
@@ -136,7 +143,13 @@ def take_snapshot(
         stopping=leaving,
         rejected=rejected,
         unkeyed=swarm.unkeyed(),  # (the last full lists', which the cache holds)
+        tenants=tenant_specs(cfg),
     )
+
+
+def tenant_specs(cfg: Config) -> tuple[TenantSpec, ...]:
+    """The operator's tenants of ``cfg`` (() without a ``tenants`` section)."""
+    return specs_of(Tenants.from_config(cfg))
 
 
 def facts_by_node(
@@ -332,10 +345,12 @@ class LabelSync:
 
     def _agent_service_missing(self, snapshot: Snapshot, any_gpu: bool) -> None:
         """``agents.service`` names no service while GPU nodes exist (``any_gpu``: the
-        cycle's loop found one, ``is_gpu_node``): said once while it lasts
-        (``swarm.agentservice``); nothing stops for it."""
-        note = (missing_agent_service(snapshot.services, self.cfg.agents.service)
-                if any_gpu else None)
+        cycle's loop found one, ``is_gpu_node``), or names a tenant's service (which
+        marks no node): said once while it lasts (``swarm.agentservice``); nothing stops
+        for it."""
+        name = self.cfg.agents.service
+        note = (missing_agent_service(snapshot.services, name) if any_gpu else None) or \
+            claimed_agent_service(snapshot.services, name, snapshot.tenants)
         self._service_said.begin()
         if note is not None and self._service_said.fresh(note):
             logger.warning("{}", note)

@@ -14,29 +14,32 @@ GPU requests never see these nodes: they live on their own allocator
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import Choice, Demand, NodeSpec, NodeState, Unplaceable
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.tenants import TenantSpec
 from swarmgpu.manager.placement.keys import ASSIGNED_STATES, MEANT_STATES
 from swarmgpu.manager.placement.specs import schedulable, user_labels
-from swarmgpu.swarm.agentservice import gpu_advertised, gpu_label_why
+from swarmgpu.swarm.agentservice import gpu_advertised, gpu_label_why, operator_agent_ids
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 
 def agent_nodes(services: Iterable[SwarmService], tasks: Iterable[SwarmTask],
-                name: str) -> frozenset[str]:
+                name: str, tenants: Sequence[TenantSpec] = ()) -> frozenset[str]:
     """The nodes Swarm has assigned a task of the agents' service to (``name``:
     ``agents.service``, the shipped stack's ``swarmgpu_agent``; "": none is read): GPU
     nodes by Swarm's own word, whatever their labels (the operator placed the agents by
     a label of their own, or by hand). Its task assigned or later, desired running or
     ``ready`` (``keys.MEANT_STATES``: a restart's or an update's new task before it
-    starts; an agent that fails at start loops so, never answering)."""
+    starts; an agent that fails at start loops so, never answering). A service so named
+    that a tenant of ``tenants`` (the operator's tenancy config) matches is not the
+    agents' (``agentservice.operator_agent_ids``)."""
     if not name:  # the replay's and render's default: no service is walked for it
         return frozenset()
-    ids = {s.id for s in services if s.name == name}
+    ids = operator_agent_ids(services, name, tenants)
     if not ids:
         return frozenset()
     return frozenset(t.node_id for t in tasks if t.service_id in ids and t.node_id

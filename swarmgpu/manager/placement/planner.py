@@ -75,7 +75,7 @@ from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.placement.tasks import NO_WAITING, TaskView, Waiting, tasks_by_service
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
-from swarmgpu.manager.services.tenants import Tenants
+from swarmgpu.manager.services.tenants import Tenants, specs_of
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.unkeyed import NONE_UNKEYED, Unkeyed
 
@@ -277,7 +277,7 @@ class Planner:
         records, self._memo.quiet.records = self._memo.quiet.records, {}
         unrecorded(self.cluster)  # a cycle that raised outside a visit left them: rebuilt
         if agents is None:  # (no snapshot: the simulator's, render's)
-            agents = agent_nodes(services, tasks, self.agent_service)
+            agents = agent_nodes(services, tasks, self.agent_service, specs_of(self.tenants))
         seen = self._see(nodes, facts, moving, agents)
         self._ports.new_cycle(services, [*tasks, *stopping] if stopping else tasks)
         self._filters.set_tasks(tasks)

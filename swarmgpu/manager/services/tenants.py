@@ -21,10 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from fnmatch import fnmatchcase
 
 from swarmgpu.core.config import Config, parse_priority_classes, queue_quotas
-from swarmgpu.core.tenants import DEFAULT_TENANT, STACK_LABEL, TenantSpec, parse_tenants
+from swarmgpu.core.tenants import (
+    DEFAULT_TENANT,
+    STACK_LABEL,
+    TenantSpec,
+    matches,
+    parse_tenants,
+)
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmService
 
@@ -59,14 +64,14 @@ class Tenants:
     # --- matching -----------------------------------------------------------------
     def matching(self, name: str, stack: str | None) -> list[TenantSpec]:
         """Every tenant that matches (file order; ``default`` only when none does)."""
-        out = [t for t in self.specs[:-1] if _matches(t, name, stack)]
+        out = [t for t in self.specs[:-1] if matches(t, name, stack)]
         return out or [self.specs[-1]]
 
     def of(self, name: str, stack: str | None) -> TenantSpec:
         """The tenant of service ``name`` of stack ``stack`` (None: not from a stack): the
         first in file order that matches, else ``default``."""
         for t in self.specs[:-1]:
-            if _matches(t, name, stack):
+            if matches(t, name, stack):
                 return t
         return self.specs[-1]
 
@@ -123,10 +128,7 @@ class Tenants:
         return t.preemptions_per_hour
 
 
-def _matches(t: TenantSpec, name: str, stack: str | None) -> bool:
-    """Every key the tenant gives matches (stacks: the stack name; services: the
-    service name); a tenant with stacks never matches a service of no stack (an empty
-    stack label too: `docker stack deploy` names no stack '', a hand-made service did)."""
-    if t.stacks and (not stack or not any(fnmatchcase(stack, g) for g in t.stacks)):
-        return False
-    return not t.services or any(fnmatchcase(name, g) for g in t.services)
+def specs_of(tenants: Tenants | None) -> tuple[TenantSpec, ...]:
+    """The tenants' specs in matching order (() without tenants): what a reader below
+    this layer takes (``swarm.agentservice.tenant_agent``)."""
+    return tuple(tenants.specs) if tenants is not None else ()
