@@ -1,0 +1,106 @@
+"""A service the engine lists without an ID is left out of the list alone
+(``swarm.unkeyed``). While the list left one out, a service not listed may be that one:
+it is never taken for removed where the daemon writes or releases.
+
+Before, the mover dropped the move record of a service not listed (its move under way,
+its gates and ledger then left to a placement that holds them), and the moves' budgets
+(the mover's, over-share's) counted no such move in flight. Pure, over the recording
+Swarm stand-in: victim moves from gpu-node-1 (n-dgx) to gpu-node-2 (n-4090)."""
+
+from __future__ import annotations
+
+from loguru import logger
+from support.forged import P, RecordingSwarm, victim_cluster, victim_move
+
+from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.manager.placement import gate_key
+from swarmgpu.manager.rebalance.mover import Mover, read_records
+from swarmgpu.manager.rebalance.record import MoveState, record_key
+from swarmgpu.manager.rebalance.verdict import verify, verify_scope
+from swarmgpu.swarm.client import SwarmTask
+from swarmgpu.swarm.unkeyed import Unkeyed
+
+LEFT = ("the engine's answer lists service 2 of 3 with ID None, not a non-empty text: "
+        "it is left out")
+
+
+def _started() -> tuple[RecordingSwarm, list[float], Mover]:
+    sw, now = victim_cluster({}), [1000.0]
+    cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0, make_before_break=False)
+    m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert len(read_records(sw.swarm_labels(), P)) == 1
+    return sw, now, m
+
+
+def _cycles_without_victim(sw: RecordingSwarm, m: Mover, now: list[float]) -> list[str]:
+    """Three cycles 5 s apart whose list lacks the victim; what they logged (WARNING+)."""
+    said: list[str] = []
+    sink = logger.add(lambda msg: said.append(f"{msg.record['level'].name} {msg}"),
+                      level="WARNING")
+    try:
+        for _ in range(3):
+            now[0] += 5.0
+            listed = [s for s in sw.services() if s.name != "victim"]
+            m.run_cycle([], sw.nodes(), listed, sw.tasks())
+    finally:
+        logger.remove(sink)
+    return said
+
+
+def test_a_move_record_of_a_service_not_listed_is_held_while_the_list_left_one_out() -> None:
+    sw, now, m = _started()
+    sw.left_out = Unkeyed(services=(LEFT,))
+    before, record = list(sw.calls), read_records(sw.swarm_labels(), P)
+    said = _cycles_without_victim(sw, m, now)
+    assert read_records(sw.swarm_labels(), P) == record  # not dropped: still in flight
+    assert sw.calls == before  # nothing written
+    held = [ln for ln in said if "held as it is" in ln]
+    assert len(held) == 1 and LEFT in held[0]  # said once while it lasts
+    # listed again: the move goes on from its record, to its end
+    sw.left_out = Unkeyed()
+    sw.run_task(SwarmTask("t-new", "id-victim", "n-4090", 1, "running", "running", ()))
+    for _ in range(4):
+        now[0] += 5.0
+        m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+        sw.stop_tasks("id-victim", "n-dgx")
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert gate_key(P, "victim") not in sw.node("n-dgx").labels  # finished: source closed
+
+
+def test_a_move_record_of_a_service_not_listed_is_dropped_when_none_was_left_out() -> None:
+    sw, now, m = _started()
+    _cycles_without_victim(sw, m, now)
+    assert read_records(sw.swarm_labels(), P) == {}  # removed mid-move, as before
+
+
+def _record() -> dict[str, MoveState]:
+    sw, _now, _m = _started()
+    return read_records(sw.swarm_labels(), P)
+
+
+def test_a_record_of_a_service_not_listed_counts_in_flight_while_one_was_left_out() -> None:
+    records = _record()
+    (st,) = records.values()
+    v = verify([], records, P, left_out=(LEFT,))
+    assert v.gone == {} and v.held == records and v.in_flight() == [st]
+    assert verify_scope(records, [], P, None, (), (LEFT,)).in_flight() == [st]  # over-share's
+    assert verify([], records, P).in_flight() == []  # none left out: gone
+
+
+def test_an_unreadable_record_of_no_listed_service_is_kept_while_one_was_left_out() -> None:
+    bad = {"id-victim"}
+    assert verify([], {}, P, bad).unreadable_gone == bad  # dropped by the mover
+    assert verify([], {}, P, bad, left_out=(LEFT,)).unreadable_gone == set()
+
+
+def test_the_mover_keeps_an_unreadable_record_of_no_listed_service_while_one_was_left_out(
+) -> None:
+    sw = victim_cluster({})
+    key = record_key(P, "id-gone")
+    sw._swarm_labels[key] = "not a record"
+    sw.left_out = Unkeyed(services=(LEFT,))
+    m = Mover(sw, RebalanceConfig(dry_run=False), prefix=P,  # type: ignore[arg-type]
+              dry_run=False, clock=lambda: 1000.0)
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert sw.swarm_labels()[key] == "not a record"
