@@ -10,10 +10,12 @@ Swarm stand-in: victim moves from gpu-node-1 (n-dgx) to gpu-node-2 (n-4090)."""
 from __future__ import annotations
 
 from loguru import logger
-from support.forged import P, RecordingSwarm, victim_cluster, victim_move
+from support.forged import R4090_F, P, RecordingSwarm, sw_node, sw_svc, victim_cluster, victim_move
 
 from swarmgpu.core.config import RebalanceConfig
-from swarmgpu.manager.placement import gate_key
+from swarmgpu.manager.placement import Planner, gate_key
+from swarmgpu.manager.placement.nominated import Nomination, Nominations, live_nominations
+from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.record import MoveState, record_key
 from swarmgpu.manager.rebalance.verdict import verify, verify_scope
@@ -104,3 +106,36 @@ def test_the_mover_keeps_an_unreadable_record_of_no_listed_service_while_one_was
               dry_run=False, clock=lambda: 1000.0)
     m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
     assert sw.swarm_labels()[key] == "not a record"
+
+
+R = tuple(g.uuid for g in R4090_F.gpus)  # 8 RTX 4090s on n-4090
+HOLD = Nomination("first", 100, "n-4090", R)  # first's preemption freed them all
+
+
+def test_a_preemptors_hold_stays_while_the_list_left_one_out() -> None:
+    """first (preemptor) is not listed: its hold ended at once, its GPUs free to
+    second, though first may be the service the list left out."""
+    assert live_nominations([HOLD], {"second"}) == []  # none left out: removed
+    assert live_nominations([HOLD], {"second"}, left_out=True) == [HOLD]
+    nodes = [sw_node("n-4090", "gpu-node-2")]
+    second = sw_svc("second", {f"{P}gpus": "8", f"{P}priority": "100",
+                               f"{P}gpu-product": "*RTX 4090*"})
+    tasks = [SwarmTask("t-second", second.id, "", 1, "pending", "running", ())]
+    facts = {"n-4090": R4090_F}
+    plan = Planner(prefix=P).plan(nodes, [second], tasks, facts, now=1000.0,
+                                  nominated=[HOLD], unkeyed=Unkeyed(services=(LEFT,)))
+    (sp,) = plan.services
+    assert sp.status == Status.PENDING and "held for first" in (sp.reason or ""), sp
+
+
+def test_the_preempter_keeps_a_hold_whose_preemptor_is_not_listed_while_one_was_left_out(
+) -> None:
+    noms = Nominations(30.0)
+    noms.by["first"] = (HOLD, 1000.0, 1000.0)
+    noms.keep(PlacementPlan(), 1005.0, left_out=True)
+    assert noms.current(1005.0) == (HOLD,)
+    noms.keep(PlacementPlan(), 1031.0, left_out=True)  # settled: it ends as ever
+    assert noms.current(1031.0) == ()
+    noms.by["first"] = (HOLD, 1000.0, 1000.0)
+    noms.keep(PlacementPlan(), 1005.0)  # none left out: gone
+    assert noms.current(1005.0) == ()
