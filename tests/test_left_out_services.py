@@ -17,7 +17,7 @@ from swarmgpu.manager.placement import Planner, gate_key
 from swarmgpu.manager.placement.nominated import Nomination, Nominations, live_nominations
 from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.rebalance.mover import Mover, read_records
-from swarmgpu.manager.rebalance.record import MoveState, record_key
+from swarmgpu.manager.rebalance.record import MoveState, record_key, recorded
 from swarmgpu.manager.rebalance.verdict import verify, verify_scope
 from swarmgpu.swarm.client import SwarmTask
 from swarmgpu.swarm.unkeyed import Unkeyed
@@ -139,3 +139,15 @@ def test_the_preempter_keeps_a_hold_whose_preemptor_is_not_listed_while_one_was_
     noms.by["first"] = (HOLD, 1000.0, 1000.0)
     noms.keep(PlacementPlan(), 1005.0)  # none left out: gone
     assert noms.current(1005.0) == ()
+
+
+def test_preemption_reads_a_record_of_a_service_not_listed_as_a_move_while_one_was_left_out(
+) -> None:
+    """The victim moved for a preemptor, then not listed: its move read as ended, so its
+    preemptor no longer waited for it (``Preempter.moving``) and could stop another."""
+    sw, _now, _m = _started()
+    labels = sw.swarm_labels()
+    listed = [s for s in sw.services() if s.name != "victim"]
+    assert recorded(sw.services(), labels, P) == {"victim"}
+    assert recorded(listed, labels, P) == set()  # none left out: gone
+    assert recorded(listed, labels, P, left_out=True) == {"victim"}

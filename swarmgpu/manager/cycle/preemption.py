@@ -355,7 +355,7 @@ class Preempter:
         # here, would reopen its source, now the preemptor's, if rolled back.
         fresh = snap.swarm_labels if records is None else records
         in_move = moving(snap.services, snap.swarm_labels, self.prefix) | recorded(
-            snap.services, fresh, self.prefix)
+            snap.services, fresh, self.prefix, bool(snap.unkeyed.services))
         self.moving = {p: vs & in_move for p, vs in self.moving.items() if vs & in_move}
         self.nominated.keep(plan, mono, in_move,  # placed, gone or settled: it ends
                             stops_waited(snap.stopping, snap.nodes),
