@@ -13,12 +13,14 @@ from loguru import logger
 from support.forged import R4090_F, P, RecordingSwarm, sw_node, sw_svc, victim_cluster, victim_move
 
 from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Planner, gate_key
 from swarmgpu.manager.placement.nominated import Nomination, Nominations, live_nominations
 from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.record import MoveState, record_key, recorded
 from swarmgpu.manager.rebalance.verdict import verify, verify_scope
+from swarmgpu.manager.web.cluster_view import build_cluster, render_status
 from swarmgpu.swarm.client import SwarmTask
 from swarmgpu.swarm.unkeyed import Unkeyed
 
@@ -151,3 +153,18 @@ def test_preemption_reads_a_record_of_a_service_not_listed_as_a_move_while_one_w
     assert recorded(sw.services(), labels, P) == {"victim"}
     assert recorded(listed, labels, P) == set()  # none left out: gone
     assert recorded(listed, labels, P, left_out=True) == {"victim"}
+
+
+def test_status_says_each_entry_the_lists_left_out() -> None:
+    """As `plan` says them (``commands.plan``): before, `status` and the map's document
+    said nothing of them, its services' list short of one with no word why."""
+    left = Unkeyed(nodes=("the engine's answer lists node 1 of 2 with ID None",),
+                   services=(LEFT,))
+    doc = build_cluster(Snapshot([sw_node("n-4090", "gpu-node-2")], [], [], {},
+                                 unkeyed=left), None)
+    assert doc["unkeyed"] == list(left.said())
+    text = render_status(doc).splitlines()
+    at = text.index("left out of the engine's lists:")
+    assert text[at + 1:at + 3] == [f"  {m}" for m in left.said()]
+    none = build_cluster(Snapshot([sw_node("n-4090", "gpu-node-2")], [], [], {}), None)
+    assert none["unkeyed"] == [] and "left out" not in render_status(none)
