@@ -9,13 +9,16 @@ Swarm stand-in: victim moves from gpu-node-1 (n-dgx) to gpu-node-2 (n-4090)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from loguru import logger
 from support.forged import R4090_F, P, RecordingSwarm, sw_node, sw_svc, victim_cluster, victim_move
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.manager.placement import Planner, gate_key
+from swarmgpu.manager.placement import Holding, Planner, gate_key
 from swarmgpu.manager.placement.nominated import Nomination, Nominations, live_nominations
+from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.record import MoveState, record_key, recorded
@@ -168,3 +171,17 @@ def test_status_says_each_entry_the_lists_left_out() -> None:
     assert text[at + 1:at + 3] == [f"  {m}" for m in left.said()]
     none = build_cluster(Snapshot([sw_node("n-4090", "gpu-node-2")], [], [], {}), None)
     assert none["unkeyed"] == [] and "left out" not in render_status(none)
+
+
+def test_preemption_counts_a_holder_not_listed_as_using_its_whole_node() -> None:
+    """Placement keeps the holding of a service not listed while the list left one out:
+    before, preemption's room read its CPU and memory as free (no reservation known,
+    no task of a listed service), a preemptor fitting where that holder's task may run."""
+    node = replace(sw_node("n-4090", "gpu-node-2"), cpu_milli=8000, memory_mib=16000)
+    holdings = {"n-4090": {"first": Holding("first", "n-4090", R[:1], (1000,))}}
+    room = Room.of([node], [], [], holdings)
+    assert room.left["n-4090"] == (0, 0)  # unknown: its node's whole, as an unread spec's
+    runs = SwarmTask("t-first", "id-first", "n-4090", 1, "running", "running", (),
+                     cpu_milli=2000, memory_mib=4000)
+    room = Room.of([node], [], [runs], holdings)  # its task counted: what it reserves
+    assert room.left["n-4090"] == (6000, 12000)
