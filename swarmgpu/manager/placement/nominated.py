@@ -122,12 +122,12 @@ def held_shares(nominations: Sequence[Nomination]) -> dict[tuple[str, str], int]
     return out
 
 
-def live_nominations(nominations: Sequence[Nomination],
-                     names: AbstractSet[str]) -> list[Nomination]:
-    """Those of a preemptor among ``names`` (the services Swarm has now), in their order:
-    a removed one's hold ends at once for every reader (placement's visit, the
-    rebalancer's ``Inputs.held``), not at the preemption step's next ``Nominations.keep``."""
-    return [n for n in nominations if n.service in names]
+def live_nominations(nominations: Sequence[Nomination], names: AbstractSet[str],
+                     left_out: bool = False) -> list[Nomination]:
+    """Those of a preemptor among ``names`` (Swarm's services now; all while its list left
+    one out: ``left_out``, ``swarm.unkeyed``), in order: a removed one's hold ends at once
+    for every reader (placement's, ``Inputs.held``), not at the next ``Nominations.keep``."""
+    return list(nominations) if left_out else [n for n in nominations if n.service in names]
 
 
 class Nominations:
@@ -157,9 +157,9 @@ class Nominations:
         now = self.clock() if now is None else now
         return tuple(n for n, _at, last in self.by.values() if now - last < self.settle_s)
 
-    def keep(self, plan: PlacementPlan, now: float,
-             moving: AbstractSet[str] = frozenset(),
-             stopping: AbstractSet[tuple[str, str]] = frozenset()) -> None:
+    def keep(self, plan: PlacementPlan, now: float, moving: AbstractSet[str] = frozenset(),
+             stopping: AbstractSet[tuple[str, str]] = frozenset(), left_out: bool = False,
+             ) -> None:
         """Forget those that ended at ``now`` (``clock``'s time): settled (the preemption
         given up; a new one nominates anew), or whose preemptor ``plan`` has no longer
         pending (placed, or gone); one whose planning failed (``placement.isolate``: the
@@ -172,8 +172,11 @@ class Nominations:
         ``STOP_WAIT_S`` after its nomination at most (``settles_from``): Swarm counts
         that task's CPU, memory and host ports until it stops, so its preemptor waits for
         them (its GPUs are its own meanwhile: ``StoppingGpus``), or its hold lapsed after
-        ``settle_s`` and it stopped another victim for what the first one's stop frees."""
+        ``settle_s`` and it stopped another victim for what the first one's stop frees.
+        ``left_out``: the list left a service out (``swarm.unkeyed``)."""
         pending = {sp.name for sp in plan.services if sp.status in WAITING}
+        if left_out:  # (one the plan lacks is not gone: maybe the one the list left out)
+            pending |= self.by.keys() - {sp.name for sp in plan.services}
         kept: dict[str, tuple[Nomination, float, float]] = {}
         for k, (n, at, last) in self.by.items():
             if any(v in moving for v in n.moved) and now - at < self.move_timeout_s:

@@ -78,6 +78,11 @@ class Room:
                     res = held_reservations(s.spec)  # unread: its node's whole, never less
                     held[(svc, nid)] = ((res[0] * h.replicas, res[1] * h.replicas)
                                         if res is not None else whole.get(nid, (0, 0)))
+                elif s is None and not any(k[1] == nid and k[0][:1] == "\0" for k in held):
+                    # Not listed, yet kept (placement holds it while the list left a
+                    # service out, or a name is unread): what it reserves is unknown, so
+                    # its node's whole, unless a task of a service not listed runs there.
+                    held[(svc, nid)] = whole.get(nid, (0, 0))
         use: dict[str, tuple[int, int]] = {}
         stops: dict[str, tuple[int, int]] = {}
         for t in stopping:  # used as ever; waited for only until its hold's end

@@ -41,6 +41,14 @@ def report(v: Verdict, said: SaidOnce[str], outcomes: Outcomes, prefix: str, *,
                          "as a move in flight; check the service's gates, then remove it "
                          "by hand (swarmgpu audit: move-record-unreadable)",
                          peer_text(record_key(prefix, sid)))
+    for sid, st in sorted(v.held.items()):
+        if said.fresh(f"held:{sid}:{st.id}"):
+            logger.bind(service=st.service).warning(
+                "move record {} of {} ({} -> {}): its service is not listed while the "
+                "list left one out ({}): held as it is, counted in flight, until it is "
+                "listed or the list leaves none out", peer_text(record_key(prefix, sid)),
+                peer_text(st.service), peer_text(st.source_host),
+                peer_text(st.target_host), v.left_out)
     for s, why in v.forged:
         # The id and a hash of the value, not the value: a tenant's label may be a
         # megabyte (hash(): salted per process, no copy of the string).

@@ -203,7 +203,8 @@ class Mover:
             labels = self.swarm.swarm_labels()
             every = read_records(labels, self.prefix)
             v = verify_scope(every, services, self.prefix, self.scope,
-                             unreadable_records(labels, self.prefix))
+                             unreadable_records(labels, self.prefix),
+                             self.swarm.unkeyed().services)
             if not self.judge_labels:
                 v.forged = []
         except SwarmError as exc:

@@ -468,16 +468,22 @@ def moving(services: Sequence[SwarmService], swarm_labels: Mapping[str, str],
 
 
 def recorded(services: Sequence[SwarmService], swarm_labels: Mapping[str, str],
-             prefix: str) -> frozenset[str]:
+             prefix: str, left_out: bool = False) -> frozenset[str]:
     """Names of the services with a move record of their own on the swarm object (under
     their id, naming them, or one that cannot be read), whatever their move label says:
     a mover acts on it, finishing or rolling back the move (its source reopened).
     Preemption reads this from a read made after the rebalancer's movers ran: a move
     they started that cycle has its record before its label, and is not in the
-    snapshot's ``moving``."""
+    snapshot's ``moving``. ``left_out``: the list left a service out (``swarm.unkeyed``):
+    the name each record of a service not listed names too (the mover holds it:
+    ``verdict.verify``), as that service may be the one left out, its move under way."""
     records, bad = read_records(swarm_labels, prefix), unreadable_records(swarm_labels, prefix)
-    return frozenset(s.name for s in services if s.id in bad or (
-        (st := records.get(s.id)) is not None and st.service == s.name))
+    held: set[str] = set()
+    if left_out:
+        ids = {s.id for s in services}
+        held = {st.service for sid, st in records.items() if sid not in ids}
+    return frozenset(held | {s.name for s in services if s.id in bad or (
+        (st := records.get(s.id)) is not None and st.service == s.name)})
 
 
 def spec_edit(fn: Callable[[dict[str, Any]], None]) -> Callable[[Mapping[str, Any]],

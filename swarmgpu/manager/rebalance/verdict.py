@@ -35,6 +35,10 @@ class Verdict:
     # rewrote its labels, or the daemon stopped between the record and the label).
     lost: dict[str, MoveState] = field(default_factory=dict)
     gone: dict[str, MoveState] = field(default_factory=dict)  # the service was removed
+    # Records of a service not listed while the list left some out (``swarm.unkeyed``):
+    # it may be one of those, its move under way. Held as they are, counted in flight.
+    held: dict[str, MoveState] = field(default_factory=dict)
+    left_out: str = ""  # then: the first left-out service's message (``Unkeyed``)
     # Move labels with no record of the daemon's: written by whoever deployed the
     # service. Never acted on.
     forged: list[tuple[SwarmService, str]] = field(default_factory=list)
@@ -45,7 +49,7 @@ class Verdict:
     unreadable_gone: set[str] = field(default_factory=set)
 
     def in_flight(self) -> list[MoveState]:
-        return [*self.verified.values(), *self.lost.values()]
+        return [*self.verified.values(), *self.lost.values(), *self.held.values()]
 
 
 def verify(
@@ -53,17 +57,21 @@ def verify(
     records: Mapping[str, MoveState],
     prefix: str,
     unreadable: Collection[str] = (),
+    left_out: Sequence[str] = (),
 ) -> Verdict:
     """Which moves the daemon started, judged from its records, never from a label alone:
     a move is verified when its record is keyed by the carrying service's id, names that
-    service and carries its move label's move id. An ``unreadable`` record's: left alone."""
-    v = Verdict(unreadable=set(unreadable))
+    service and carries its move label's move id. An ``unreadable`` record's: left alone.
+    ``left_out``: the services the list left out (``swarm.unkeyed``), each its message:
+    while any was, a record of a service not listed is held, never taken for gone."""
+    v = Verdict(unreadable=set(unreadable), left_out=left_out[0] if left_out else "")
     by_id = {s.id: s for s in services}
-    v.unreadable_gone = {sid for sid in v.unreadable if sid not in by_id}
+    if not left_out:
+        v.unreadable_gone = {sid for sid in v.unreadable if sid not in by_id}
     for sid, st in records.items():
         s = by_id.get(sid)
         if s is None:
-            v.gone[sid] = st
+            (v.held if left_out else v.gone)[sid] = st
         elif st.service != s.name or (st.service_id and st.service_id != sid):
             v.mismatched.append((sid, st))
         elif move_of(s, records, prefix) is not None:  # the one rule (record.move_of)
@@ -92,13 +100,16 @@ def verify_scope(
     prefix: str,
     scope: Callable[[MoveState], bool] | None,
     unreadable: Collection[str] = (),
+    left_out: Sequence[str] = (),
 ) -> Verdict:
     """``verify`` for one mover (pure): the records of ``scope`` (None: all); another
     mover's records, and their services, are left to it. Its ``in_flight`` is what the
-    mover's budgets count (``run_cycle``'s and ``start``'s), with ``unreadable``: any scope's."""
+    mover's budgets count (``run_cycle``'s and ``start``'s), with ``unreadable``: any
+    scope's; ``left_out``: ``verify``'s."""
     mine = every if scope is None else {sid: st for sid, st in every.items() if scope(st)}
     return verify(
-        [s for s in services if s.id in mine or s.id not in every], mine, prefix, unreadable
+        [s for s in services if s.id in mine or s.id not in every], mine, prefix, unreadable,
+        left_out,
     )
 
 
@@ -124,6 +135,7 @@ def forged_check(
             read_records(snap.swarm_labels, prefix),
             prefix,
             unreadable_records(snap.swarm_labels, prefix),
+            snap.unkeyed.services,
         )
         out = [
             Finding(
@@ -201,6 +213,6 @@ def _stuck(
         stuck_finding(
             record_key(prefix, sid), st, snap.taken_at, timeout_s, cycle_s, gone=sid in v.gone
         )
-        for sid, st in sorted({**v.verified, **v.lost, **v.gone}.items())
+        for sid, st in sorted({**v.verified, **v.lost, **v.gone, **v.held}.items())
     ]
     return [f for f in found if f is not None and f.key not in said]

@@ -377,7 +377,7 @@ class Restarter:
             swarm_labels = self.swarm.swarm_labels()
             bad = unreadable_records(swarm_labels, p)  # each counts, its scope unknown
             flying = verify_scope(read_records(swarm_labels, p), snap.services, p,
-                                  rebalancing, bad).in_flight()
+                                  rebalancing, bad, snap.unkeyed.services).in_flight()
         except SwarmError as exc:
             logger.warning("over-share restarts wait: cannot read the move records ({})", exc)
             return 0

@@ -187,6 +187,8 @@ def build_cluster(
         "workload": dict(plan.workload) if plan else {},
         "queues": list(plan.queues) if plan else [],  # use against quota (placement.queues)
         "ungranted": [dict(u) for u in ungranted],  # GPU access without a grant
+        # the nodes and services the engine listed without an ID, left out (swarm.unkeyed)
+        "unkeyed": list(snap.unkeyed.said()),
     }
 
 
@@ -557,6 +559,8 @@ def render_status(doc: Mapping[str, Any]) -> str:
             health = "" if g["healthy"] else " UNHEALTHY"
             lines.append(f"  GPU{g['index']:<2} {mem:>17} util {util:>4}{health}  "
                          f"{who or 'free'}")
+    if doc.get("unkeyed"):  # in no node's lines nor the services' (swarm.unkeyed)
+        lines += ["", "left out of the engine's lists:", *(f"  {m}" for m in doc["unkeyed"])]
     packed = [sv for sv in doc.get("services", []) if sv.get("packed")]
     if packed:
         lines += ["", "replicas packed on one node:"]
