@@ -324,8 +324,7 @@ class Planner:
         self._faults.end()
         leave_unread(plan, nodes)
         self._recreated.placed_elsewhere(plan.dropped)  # (placed afresh there alone)
-        plan.workload = self.model.summary()
-        plan.queues = self.queues.summary()
+        plan.workload, plan.queues = self.model.summary(), self.queues.summary()
         return plan
 
     def _see(self, nodes: Sequence[SwarmNode], facts: Mapping[str, NodeFacts],
