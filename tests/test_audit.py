@@ -500,3 +500,17 @@ def test_a_long_hostname_is_cut_in_the_table_and_the_columns_stay_in_line() -> N
     assert "P" * 37 + "..." in rows[1] and "P" * 38 not in rows[1], table
     # the escape fitted whole: shown whole, then cut before the next that did not fit
     assert any(r.startswith("h" * 30 + r"\x1b[2K" + "...") for r in rows), table
+
+
+def test_two_hostnames_cut_alike_in_the_table_show_their_ids() -> None:
+    """Two long hostnames alike in their first CELL_WIDTH - 3 characters read the same
+    once cut ("..."): a node joined under another's long name and one more character
+    passed as that node in the table. Cut names shared by several nodes carry the IDs,
+    as a hostname two nodes have does."""
+    base = "gpu-" + "x" * 60
+    nodes = [replace(node(desired_labels(FACTS)), id=f"id-{i}", hostname=base + tail)
+             for i, tail in enumerate(("a", "b"))]
+    s = Snapshot(nodes, [], [], {n.id: _at(n) for n in nodes})
+    rows = render_table(audit(s), s, "swarmgpu.").splitlines()[1:3]
+    assert [r.split("  ")[0].split(" worker")[0] for r in rows] == [
+        "gpu-" + "x" * 33 + "... (id-0)", "gpu-" + "x" * 33 + "... (id-1)"], rows

@@ -233,3 +233,30 @@ def test_a_cut_cell_is_at_most_its_width_and_never_halves_an_escape() -> None:
         shown = cell("\x1b" * n + "w" * 50)
         assert len(shown) <= 40 and shown.endswith("..."), shown
         assert shown[:-3].replace(r"\x1b", "").strip("w") == "", shown
+
+
+def test_status_names_two_nodes_cut_alike_by_their_ids() -> None:
+    """Two long hostnames alike up to the cut read as one node in `status`'s text (a
+    node joined under another's long name and one more character passed as it): where
+    cut names are alike, each head says its node's ID."""
+    doc = json.loads((Path(__file__).parent / "web_sample_cluster.json").read_text())
+    a, b = doc["nodes"][:2]
+    a["hostname"], b["hostname"] = LONG + "a", LONG + "b"
+    heads = [line for line in render_status(doc).splitlines()
+             if line.startswith(LONG[:37] + "...")]
+    assert heads == [h for h in heads if f"... [{a['id']}]" in h or f"... [{b['id']}]" in h]
+    assert len(heads) == 2, heads
+
+
+def test_plan_names_the_nodes_of_placements_on_hostnames_cut_alike() -> None:
+    """Placements on two nodes whose long hostnames are alike up to the cut read as
+    one node in `plan`'s text: each says its node's ID there; a name cut alone none."""
+    sp = ServicePlan("web", "id-web", None, "gpus=1", "running", "Running", placements=(
+        ReplicaPlacement("n1", LONG + "a", (0,), ("GPU-1",), (1000,)),
+        ReplicaPlacement("n2", LONG + "b", (0,), ("GPU-2",), (1000,)),
+        ReplicaPlacement("n3", "short", (0,), ("GPU-3",), (1000,))))
+    text = render_plan([sp], ungranted=[], workload={}, moves=None, listen="x", health=[])
+    cut = LONG[:37] + "..."
+    lines = text.splitlines()
+    assert f"  {cut} [n1]: GPU 0 GPU-1" in lines and f"  {cut} [n2]: GPU 0 GPU-2" in lines
+    assert "  short: GPU 0 GPU-3" in lines, text

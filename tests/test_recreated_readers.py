@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from support.forged import FACTS, R_UUIDS, reserving, snapshot, sw_node, sw_svc
+from support.placement import apply, written
 
 from swarmgpu.core.config import Config
 from swarmgpu.manager.cycle.placement import make_plan
@@ -32,7 +33,8 @@ P = "swarmgpu."
 OLD_AT, NEW_AT = "2026-12-06T10:00:00.5Z", "2026-12-06T10:05:00Z"
 
 
-def _recreated() -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask], PlacementPlan]:
+def _recreated(planner: Planner | None = None,
+               ) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask], PlacementPlan]:
     """A removed batch held six RTX 4090s, its task stopping there (stuck); low (priority 0,
     preemptible) holds the other two. batch (4 GPUs, reserving 40 of each node's 64
     CPUs) is recreated without a device map, its task not yet assigned; high (priority
@@ -61,7 +63,7 @@ def _recreated() -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask], 
                      updated_at=1.0)  # stopping long past its grace: nothing to wait for
     services = [batch, low, high]
     plan = make_plan(replace(snapshot(nodes, services, tasks), stopping=[gone]),
-                     Config(), planner=Planner(prefix=P))
+                     Config(), planner=planner or Planner(prefix=P))
     assert {sp.name: sp.status for sp in plan.services} == {
         "batch": "placed", "low": "placed", "high": "pending"}, plan.services
     assert plan.dropped == {("batch", "n-4090")}, plan.disowned
@@ -92,3 +94,30 @@ def test_the_rebalancer_reads_no_holding_of_a_recreated_service_on_its_namesakes
     nothing = replace(plan, landed=NodeWrites())  # nothing landed: the entry still dropped
     assert "n-4090" not in ledger_after(nodes, nothing, P, read_ledger(nodes, P)).get(
         "batch", {})
+
+
+def test_an_entry_left_behind_stays_dropped_the_cycles_after_its_service_went_elsewhere(
+) -> None:
+    """The same daemon's next cycle: batch runs on the DGX, where it was placed afresh,
+    the old entry's release still not landed, the removed task still stopping. The
+    entry stays no holding of batch for preemption and the rebalancer. Before, the
+    planner remembered every entry it disowned as one its service was placed on afresh
+    (``Recreated``), wherever that was: from the next cycle on the old entry was
+    batch's own again, a holding to move and a reservation counted there."""
+    planner = Planner(prefix=P)
+    nodes, services, tasks, plan = _recreated(planner)
+    (sp,) = [sp for sp in plan.services if sp.name == "batch"]
+    (q,) = sp.placements
+    nodes = apply(nodes, replace(plan, node_remove={}))  # the release failed
+    services = [written(s, sp) if s.name == "batch" else s for s in services]
+    tasks = [replace(t, node_id=q.node_id, state="running") if t.id == "t-batch" else t
+             for t in tasks]
+    gone = SwarmTask("t-old", "id-old", "n-4090", 1, "running", "remove", (),
+                     created_at=OLD_AT, constraints=(gate_constraint(P, "batch"),),
+                     updated_at=1.0)
+    for _ in range(2):
+        again = make_plan(replace(snapshot(nodes, services, tasks), stopping=[gone]),
+                          Config(), planner=planner)
+        assert again.dropped == {("batch", "n-4090")}, again.disowned
+        got = ledger_after(nodes, again, P, read_ledger(nodes, P))
+        assert set(got["batch"]) == {q.node_id}, got

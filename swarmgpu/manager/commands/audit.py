@@ -261,6 +261,9 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
     # Findings join rows by node ID: a hostname may be two nodes' (one re-joined under
     # a new ID, its old entry down), which are then shown with their IDs.
     shared = {h for h, c in Counter(n.hostname for n in nodes).items() if c > 1}
+    # and so are names cut alike (``cell``): else one joined under another's long name
+    # and a character more passed as it in the table
+    cut_shared = {h for h, c in Counter(cell(n.hostname) for n in nodes).items() if c > 1}
     unlabelled = False
     rows: list[tuple[str, str, str, str, str, str]] = []
     by_node: dict[str, list[Finding]] = {}
@@ -283,7 +286,8 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
             gpus, product = (f"{want.get(prefix + k, '-')}{UNLABELLED}"
                              for k in ("gpu.count", "gpu.product"))
             unlabelled = True
-        name = cell(n.hostname) + (f" ({cell(n.id, 30)})" if n.hostname in shared else "")
+        name = cell(n.hostname)
+        name += f" ({cell(n.id, 30)})" if name in cut_shared else ""
         rows.append((name, cell(n.role, 8), agent, cell(gpus or "-", 5), label_state,
                      cell(product or "-")))
     # NODE as wide as its longest name (each cut at CELL_WIDTH), at least as before

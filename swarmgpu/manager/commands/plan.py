@@ -9,6 +9,7 @@ and a hostname is cut to ``peertext.CELL_WIDTH`` (``cell``; ``--json`` has it wh
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from swarmgpu.core.peertext import cell, escaped
@@ -32,8 +33,13 @@ def render_plan(
     written to by none (``SwarmNode.unread``), and the nodes and services the lists left
     out (``swarm.unkeyed``), each its message."""
     lines = [] if services else ["no service carries a swarmgpu GPU request"]
+    # hostnames cut alike on nodes of their own: each placement there names its node
+    ids: dict[str, set[str]] = {}
+    for pl in (pl for sp in services for pl in sp.placements):
+        ids.setdefault(cell(pl.hostname), set()).add(pl.node_id)
+    alike = {c for c, nodes in ids.items() if len(nodes) > 1}
     for sp in services:
-        lines += _service_lines(sp)
+        lines += _service_lines(sp, alike)
     lines += ungranted_lines(ungranted)  # GPUs seen without a grant (docs/security.md)
     lines += workload_lines(workload)
     lines += [
@@ -61,14 +67,18 @@ def plan_exit(services: Sequence[ServicePlan]) -> int:
     return 1 if failed_names(services) else 0
 
 
-def _service_lines(sp: ServicePlan) -> list[str]:
+def _service_lines(sp: ServicePlan, alike: AbstractSet[str] = frozenset()) -> list[str]:
+    """``sp``'s lines; a placement on a node whose cut hostname is in ``alike`` names the
+    node's ID too."""
     out = [f"{sp.name}: {sp.status} ({sp.state}) {sp.request_text}"]
     for pl in sp.placements:
         slot = f" (slot {pl.slot})" if pl.slot is not None else ""
         # a holding of no GPU (gpus: "0") is a place, not a GPU list
         held = (f"GPU {','.join(map(str, pl.gpus))} {','.join(pl.uuids)}" if pl.uuids
                 else "no GPU")
-        out.append(f"  {cell(pl.hostname)}{slot}: {held}")
+        host = cell(pl.hostname)
+        host += f" [{cell(pl.node_id, 30)}]" if host in alike else ""
+        out.append(f"  {host}{slot}: {held}")
     if sp.packed:
         out.append(f"  replicas {sp.packed}")
     if sp.mode != "replicated":  # global: per node; a job: its run's progress

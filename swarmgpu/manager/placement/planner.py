@@ -323,8 +323,8 @@ class Planner:
         self._note_problems(plan, {s.name: s for s, _ in read.parsed})
         self._faults.end()
         leave_unread(plan, nodes)
-        plan.workload = self.model.summary()
-        plan.queues = self.queues.summary()
+        self._recreated.placed_elsewhere(plan.dropped)  # (placed afresh there alone)
+        plan.workload, plan.queues = self.model.summary(), self.queues.summary()
         return plan
 
     def _see(self, nodes: Sequence[SwarmNode], facts: Mapping[str, NodeFacts],

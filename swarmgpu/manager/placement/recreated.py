@@ -147,6 +147,16 @@ class Recreated:
         self.unlisted = {k: n for k, n in missed.items() if k in self.afresh}
         return got
 
+    def placed_elsewhere(self, dropped: AbstractSet[tuple[str, str]]) -> None:
+        """Of this cycle's entries, forget those whose service the plan did not place on
+        their node again (``PlacementPlan.dropped``): such an entry is still the removed
+        one's while its release has not landed. Remembered as placed afresh, it was the
+        live service's own from the next cycle on (a holding to move, its reservation
+        counted there)."""
+        for k in dropped:
+            self.afresh.pop(k, None)
+            self.unlisted.pop(k, None)
+
 
 def _mapped(s: SwarmService, h: Holding, prefix: str) -> bool:
     """``s``'s own device map on ``h``'s node names one of ``h``'s GPUs: the daemon

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
@@ -513,10 +514,13 @@ def _failed_lines(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _node_head(n: Mapping[str, Any]) -> str:
-    """A node's first line in `status`: its hostname and product cut (``peertext.cell``)."""
+def _node_head(n: Mapping[str, Any], alike: AbstractSet[str] = frozenset()) -> str:
+    """A node's first line in `status`: its hostname and product cut (``peertext.cell``),
+    the node's ID beside a cut name another node's reads as (``alike``)."""
     agent = n["agent"]
-    head = (f"{cell(n['hostname'])} ({n['role']}, {n['state']}) agent {agent['status']}"
+    name = cell(n["hostname"])
+    name += f" [{cell(n.get('id', '?'), 30)}]" if name in alike else ""
+    head = (f"{name} ({n['role']}, {n['state']}) agent {agent['status']}"
             + (f" ({agent['cause']})" if agent.get("cause") else "")
             + f", labels {n['labels_state']}")
     if n["gpu_count"]:
@@ -530,9 +534,12 @@ def render_status(doc: Mapping[str, Any]) -> str:
     service names and agents' errors are others' text: each line shows them escaped, a
     hostname and a product cut to ``peertext.CELL_WIDTH`` (``--json`` has them whole)."""
     lines: list[str] = []
+    # names cut alike: else a node joined under another's long name passed as it
+    cut = Counter(cell(n["hostname"]) for n in doc["nodes"])
+    alike = {c for c, k in cut.items() if k > 1}
     for n in doc["nodes"]:
         agent = n["agent"]
-        lines.append(_node_head(n))
+        lines.append(_node_head(n, alike))
         lines += [f"  {n['unread']}"] if n.get("unread") else []  # (swarmnode)
         if agent.get("status") in ("unreachable", "unreadable") and agent.get("url"):
             lines.append(f"  agent at {agent['url']}: {agent.get('cause') or agent['status']}")
