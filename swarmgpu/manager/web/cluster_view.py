@@ -587,18 +587,7 @@ def render_status(doc: Mapping[str, Any]) -> str:
     lines.extend(_pending_lines(doc))
     lines.extend(_holder_lines(doc))
     lines.extend(_failed_lines(doc))
-    if doc.get("queues"):
-        lines.append("")
-        lines.append("queues (GPUs used / guaranteed / max):")
-        for q in doc["queues"]:
-            top = "-" if q["max_gpus"] is None else f"{q['max_gpus']:g}"
-            note = "" if q["configured"] else " (not in the config: no quota)"
-            held = f"; held at max: {', '.join(q['blocked'])}" if q["blocked"] else ""
-            # (a use not counted this cycle is said unknown, never the undercount)
-            used = (f"used unknown this cycle ({q['used_unknown']})" if q.get("used_unknown")
-                    else f"{q['used_gpus']:g}")
-            lines.append(f"  {q['queue']}: {used} / {q['guaranteed_gpus']:g} / "
-                         f"{top}{note}{held}")
+    lines.extend(_queue_lines(doc))
     if doc.get("workload"):
         lines.append("")
         lines.extend(workload_lines(doc["workload"]))
@@ -610,3 +599,20 @@ def render_status(doc: Mapping[str, Any]) -> str:
             lines.append(f"  {m.get('service')}: {cell(m.get('from'))} -> {cell(m.get('to'))} "
                          f"({m.get('trigger')}): {m.get('reason')}")
     return "\n".join(escaped(line) for line in lines)
+
+
+def _queue_lines(doc: Mapping[str, Any]) -> list[str]:
+    """`status`'s queues: GPUs used, guaranteed and max of each (none: no lines)."""
+    if not doc.get("queues"):
+        return []
+    lines = ["", "queues (GPUs used / guaranteed / max):"]
+    for q in doc["queues"]:
+        top = "-" if q["max_gpus"] is None else f"{q['max_gpus']:g}"
+        note = "" if q["configured"] else " (not in the config: no quota)"
+        held = f"; held at max: {', '.join(q['blocked'])}" if q["blocked"] else ""
+        # (a use not counted this cycle is said unknown, never the undercount)
+        used = (f"used unknown this cycle ({q['used_unknown']})" if q.get("used_unknown")
+                else f"{q['used_gpus']:g}")
+        lines.append(f"  {q['queue']}: {used} / {q['guaranteed_gpus']:g} / "
+                     f"{top}{note}{held}")
+    return lines
