@@ -39,7 +39,7 @@ from swarmgpu.swarm.swarmnode import node_from_api
 from swarmgpu.swarm.taskports import endpoint_ports, task_host_ports, task_network_drivers
 from swarmgpu.swarm.taskspec import task_rules
 from swarmgpu.swarm.taskstop import DEFAULT_GRACE_S, rejected_until, stop_grace_s, updated_at
-from swarmgpu.swarm.unkeyed import Unkeyed, keyed
+from swarmgpu.swarm.unkeyed import Unkeyed, inspected, keyed
 
 
 class SwarmError(RuntimeError):
@@ -52,6 +52,10 @@ class SwarmUnavailable(SwarmError):
 
 class SwarmNotFound(SwarmError):
     """The object is not there (HTTP 404): removed, or never was."""
+
+
+class SwarmUnkeyed(SwarmError):
+    """An inspect answered without an ID (``unkeyed.inspected``): left out, as listed."""
 
 
 class VersionConflict(SwarmError):
@@ -454,7 +458,8 @@ class SwarmClient:
         return [_node(n) for n in keyed(listed, "node")[0]]
 
     def node(self, node_id: str) -> SwarmNode:
-        return _node(self._call(self._api.inspect_node, node_id))
+        raw = self._call(self._api.inspect_node, node_id)
+        return _node(inspected(raw, "node", node_id, SwarmUnkeyed))
 
     def services(self) -> list[SwarmService]:
         got, said = keyed(self._listed("service", self._api.services), "service")
@@ -462,7 +467,8 @@ class SwarmClient:
         return [service_from_api(s) for s in got]
 
     def service(self, service_id: str) -> SwarmService:
-        return service_from_api(self._call(self._api.inspect_service, service_id))
+        raw = self._call(self._api.inspect_service, service_id)
+        return service_from_api(inspected(raw, "service", service_id, SwarmUnkeyed))
 
     def tasks(self, filters: Mapping[str, Any] | None = None, *,
               states: AbstractSet[str] | None = None,
