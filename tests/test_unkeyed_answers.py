@@ -37,6 +37,7 @@ from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.sync import LabelSync, Snapshot
 from swarmgpu.manager.placement import Planner, plan_placement
+from swarmgpu.manager.rebalance.record import service_ledger
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmTask
 from swarmgpu.swarm.unkeyed import UNKEYED_FIX, Unkeyed
 
@@ -118,9 +119,13 @@ def test_a_node_listed_without_an_id_is_left_out_the_others_read() -> None:
     assert sw.unkeyed().services == ()
 
 
-def test_a_node_label_filter_leaves_one_without_an_id_out_too() -> None:
+def test_a_node_label_filter_refuses_one_without_an_id() -> None:
+    """Its reader (a service's ledger) takes the answer for every node carrying the
+    label: one left out would be a holding read as none (the next test)."""
     sw = client(NodeApi([GOOD, NO_ID]))
-    assert [n.id for n in sw.nodes_with_label("x")] == ["n-dgx"]
+    with pytest.raises(SwarmError, match="node 2 of 2"):
+        sw.nodes_with_label("x")
+    assert [n.id for n in client(NodeApi([GOOD])).nodes_with_label("x")] == ["n-dgx"]
 
 
 def test_a_service_listed_without_an_id_is_left_out_the_others_read() -> None:
@@ -227,3 +232,19 @@ def test_while_a_node_is_left_out_a_holder_running_on_one_not_listed_is_left_as_
         sp.reason or "")
     (placed,) = Planner().plan([DGX, R4090], [held], tasks, FACTS).services
     assert placed.placements  # every node listed: placed as ever
+
+
+def test_a_service_s_ledger_read_for_a_move_is_refused_while_a_node_carrying_it_has_no_id(
+        ) -> None:
+    """A move's start reads the service's ledger from every node whose labels carry its
+    entry (``service_ledger``): a holding elsewhere makes it unconverged, never moved.
+    The filtered list left a node without an ID out silently, so a holding left behind
+    there read as none and the move started; now that read is refused (SwarmError, as
+    before the lists left such an entry out), naming it, and no move starts."""
+    keyed_node = raw_node("n-dgx", "gpu-node-1", hold("train", [DGX_HELD]))
+    unkeyed_node = raw_node("n-4090", "gpu-node-2", hold("train", [HELD]))
+    del unkeyed_node["ID"]
+    sw = client(NodeApi([keyed_node, unkeyed_node]))
+    with pytest.raises(SwarmError, match=r"node 2 of 2 \(hostname 'gpu-node-2'\)"):
+        service_ledger(sw, P, "train")
+    assert set(service_ledger(client(NodeApi([keyed_node])), P, "train")) == {"n-dgx"}

@@ -453,9 +453,11 @@ class SwarmClient:
         if "=" in key:  # the filter would read ``k=v``: a key and a value to match
             raise SwarmError(f"node label key {key[:80]!r} has '=': the engine's filter "
                              "cannot ask for it (a label prefix or service name with '=')")
-        # (one left out is the full list's to say)
         listed = self._listed("node", self._api.nodes, filters={"node.label": [key]})
-        return [_node(n) for n in keyed(listed, "node")[0]]
+        got, said = keyed(listed, "node")
+        if said:  # (its readers take it for every such node: a holding unseen is none)
+            raise SwarmError(said[0])
+        return [_node(n) for n in got]
 
     def node(self, node_id: str) -> SwarmNode:
         raw = self._call(self._api.inspect_node, node_id)
