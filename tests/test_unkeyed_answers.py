@@ -23,6 +23,8 @@ from loguru import logger
 from support.forged import RecordingSwarm
 from support.health import hold
 from support.placement import DGX, FACTS, R4090, P, svc
+from support.render_compose import FACTS as RC_FACTS
+from support.render_compose import NODES as RC_NODES
 
 from swarmgpu.agent.doctor import check_unkeyed
 from swarmgpu.agent.doctor.read import read_view
@@ -31,6 +33,7 @@ from swarmgpu.core.config import Config, SyncConfig
 from swarmgpu.manager.commands.audit import audit as run_audit
 from swarmgpu.manager.commands.audit import exit_code, render_table
 from swarmgpu.manager.commands.plan import render_plan
+from swarmgpu.manager.commands.render import render_stack
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.nodes import sync
 from swarmgpu.manager.nodes.agent_client import FactsResult
@@ -248,3 +251,20 @@ def test_a_service_s_ledger_read_for_a_move_is_refused_while_a_node_carrying_it_
     with pytest.raises(SwarmError, match=r"node 2 of 2 \(hostname 'gpu-node-2'\)"):
         service_ledger(sw, P, "train")
     assert set(service_ledger(client(NodeApi([keyed_node])), P, "train")) == {"n-dgx"}
+
+
+def test_render_keeps_the_holdings_a_service_listed_without_an_id_may_have() -> None:
+    """Every GPU of gpu-node-2 is held under the name train, and the service list left
+    one service out (no ID): the daemon takes no ledger name for gone, so train's GPUs
+    stay held. render planned without the list's word: train's GPUs read as free, and
+    the file named them for llm. Now render plans as the daemon does: llm waits."""
+    gpus = [g.uuid for g in RC_FACTS["n-4090"].gpus]
+    nodes = [replace(RC_NODES[1], labels=hold("train", gpus))]
+    facts = {"n-4090": RC_FACTS["n-4090"]}
+    stack = ('version: "3.8"\nservices:\n  llm:\n    image: vllm/vllm-openai\n'
+             '    deploy:\n      labels:\n        swarmgpu.gpus: "1"\n')
+    left_out = Unkeyed(services=("the engine's answer lists service 1 of 1 ...",))
+    _, p = render_stack(stack, "ai", nodes, [], [], facts, unkeyed=left_out)
+    assert not p.services[0].placements, p.services[0]
+    _, p = render_stack(stack, "ai", nodes, [], [], facts)  # (train gone: its GPUs free)
+    assert p.services[0].placements
