@@ -30,6 +30,7 @@ from swarmgpu.agent.doctor import check_unkeyed
 from swarmgpu.agent.doctor.read import read_view
 from swarmgpu.agent.doctor.view import Status, SwarmRead
 from swarmgpu.core.config import Config, SyncConfig
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.commands.audit import audit as run_audit
 from swarmgpu.manager.commands.audit import exit_code, render_table
 from swarmgpu.manager.commands.plan import render_plan
@@ -42,6 +43,7 @@ from swarmgpu.manager.nodes.sync import LabelSync, Snapshot
 from swarmgpu.manager.placement import Planner, plan_placement
 from swarmgpu.manager.rebalance.record import service_ledger
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmTask
+from swarmgpu.swarm.labels import desired_labels
 from swarmgpu.swarm.unkeyed import UNKEYED_FIX, Unkeyed
 
 HELD = FACTS["n-4090"].gpus[0].uuid
@@ -268,3 +270,23 @@ def test_render_keeps_the_holdings_a_service_listed_without_an_id_may_have() -> 
     assert not p.services[0].placements, p.services[0]
     _, p = render_stack(stack, "ai", nodes, [], [], facts)  # (train gone: its GPUs free)
     assert p.services[0].placements
+
+
+def test_label_sync_holds_a_change_a_left_out_job_s_running_task_reads(tmp_path: Path) -> None:
+    """A job's running task (desired state complete) is read only for a job the list
+    shows: one left out (no ID) has no task in the snapshot, so no constraint of it was
+    watched and its running task was not seen: gpu.present went from under it (Swarm's
+    constraint enforcer stops it). While a service is left out, every change is checked
+    against the node's tasks as Swarm has them at write time."""
+    node = replace(R4090, labels={**desired_labels(FACTS["n-4090"], P), "zone": "a"})
+    job = SwarmTask("t-job", "s-job", node.id, 1, "running", "complete", (),
+                    constraints=(f"node.labels.{P}gpu.present==true",))
+    sw = RecordingSwarm([node], [], [job])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
+    labels = LabelSync(sw, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
+    none = FactsResult(node.id, node.hostname, "", NodeFacts(hostname=node.hostname), None, 1.0)
+    snap = Snapshot([node], [], [], {node.id: none},
+                    unkeyed=Unkeyed(services=("service 1 of 1 left out",)))
+    labels.cycle(snap)
+    labels.flush()
+    assert sw.node(node.id).labels[f"{P}gpu.present"] == "true"

@@ -391,7 +391,7 @@ class LabelSync:
         snapshot: Snapshot,
         report: CycleReport,
     ) -> None:
-        watched = constrained_keys(snapshot.services, snapshot.tasks) if todo else frozenset()
+        watched = _watched(snapshot) if todo else frozenset()
 
         def write(item: tuple[NodeLabelPlan, SwarmNode, NodeFacts | None]) -> ApplyResult:
             plan, node, facts = item
@@ -411,7 +411,7 @@ class LabelSync:
     ) -> HeldNodeWrites:
         act = self.actuator
         held: dict[str, HeldWrite] = {}
-        watched = constrained_keys(snapshot.services, snapshot.tasks) if todo else frozenset()
+        watched = _watched(snapshot) if todo else frozenset()
         for plan, node, facts in todo:
 
             def done(
@@ -435,6 +435,17 @@ class LabelSync:
             )
 
         return HeldNodeWrites(held, alone)
+
+
+def _watched(snapshot: Snapshot) -> frozenset[str] | None:
+    """The label keys whose change is checked against a node's tasks as Swarm has them
+    at write time (``Actuator.label_compute``): those the snapshot's constraints read,
+    or every key (None) while a service is left out of the list (``swarm.unkeyed``): its
+    job's running tasks (desired state complete) are read for no job the list omits, so
+    no constraint of theirs is known, and a change could stop them."""
+    if snapshot.unkeyed.services:
+        return None
+    return constrained_keys(snapshot.services, snapshot.tasks)
 
 
 _report_lock = threading.Lock()
