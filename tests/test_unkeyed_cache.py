@@ -1,4 +1,5 @@
-"""An entry the engine answers without an ID, read through the daemon's cache.
+"""An entry the engine answers without an ID, read through the daemon's cache, and the
+left-out entries two threads' lists each keep.
 
 The lists leave such a node or service out alone (``swarm.unkeyed``). The cache
 inspects what an event names: an answer without an ID failed the read, and the read
@@ -9,8 +10,12 @@ reads it: a full list at once, which leaves it out and says it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import pytest
+
+from swarmgpu.swarm import client
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import SwarmClient
 
@@ -94,3 +99,30 @@ def test_a_node_an_event_names_whose_answer_has_no_id_is_left_out_as_the_list_le
     assert [n.id for n in nodes] == ["n1"] and [s.id for s in services] == ["s1"]
     assert len(sw.unkeyed().nodes) == 1 and "(hostname 'gpu-2')" in sw.unkeyed().nodes[0]
     assert cache.read()[0] == nodes  # (no id left dirty: nothing more inspected)
+
+
+def test_a_node_list_beside_a_service_list_keeps_the_services_left_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The facts watch lists the nodes on its own thread while the cycle lists the
+    services (the stream down). The node list read the left-out entries and wrote them
+    back with its own part: a service list between the two was lost, the snapshot read
+    none left out, and the missing service's holdings were released as a gone one's
+    (its GPUs given again while it ran). Each list now keeps its own part."""
+    api = ProxyApi({"n1": raw_node("n1", "gpu-1")}, {"s2": raw_service(None, "train")})
+    sw = SwarmClient.__new__(SwarmClient)
+    sw.endpoint, sw._api = "unix:///test", api  # type: ignore[assignment]
+    sw.on_write = sw.on_landed = None
+    real, listed = dataclasses.replace, []
+
+    def between(obj: Any, **changes: Any) -> Any:  # the other thread lists meanwhile
+        if "nodes" in changes:
+            listed.append(sw.services())
+        return real(obj, **changes)
+
+    # (where the node list reads and writes back the whole record, the services are
+    # listed between its read and its write; where it does not, any time is the same)
+    monkeypatch.setattr(client, "replace", between, raising=False)
+    sw.nodes()
+    if not listed:
+        sw.services()
+    assert len(sw.unkeyed().services) == 1 and "(name 'train')" in sw.unkeyed().services[0]

@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import docker
@@ -425,13 +425,14 @@ class SwarmClient:
             return False
         return _node(self._call(self._api.inspect_node, node_id)).leader
 
-    # The entries the last full lists left out (a class default: a client built
-    # without __init__, as tests do, has none)
-    _unkeyed = Unkeyed()
+    # The entries the last full lists left out, each list's own (two threads list: no
+    # read-modify-write); class defaults: a client built bare, as tests do, has none
+    _unkeyed_nodes: tuple[str, ...] = ()
+    _unkeyed_services: tuple[str, ...] = ()
 
     def unkeyed(self) -> Unkeyed:
         """The entries the last full node and service lists left out (``swarm.unkeyed``)."""
-        return self._unkeyed
+        return Unkeyed(self._unkeyed_nodes, self._unkeyed_services)
 
     def _listed(self, kind: str, fn: Callable[..., Any], **kwargs: Any) -> list[Any]:
         """The engine's list of ``kind``; one that is no list fails whole (SwarmError)."""
@@ -442,8 +443,7 @@ class SwarmClient:
         return raw
 
     def nodes(self) -> list[SwarmNode]:
-        got, said = keyed(self._listed("node", self._api.nodes), "node")
-        self._unkeyed = replace(self._unkeyed, nodes=said)
+        got, self._unkeyed_nodes = keyed(self._listed("node", self._api.nodes), "node")
         return [_node(n) for n in got]
 
     def nodes_with_label(self, key: str) -> list[SwarmNode]:
@@ -464,8 +464,8 @@ class SwarmClient:
         return _node(inspected(raw, "node", node_id, SwarmUnkeyed))
 
     def services(self) -> list[SwarmService]:
-        got, said = keyed(self._listed("service", self._api.services), "service")
-        self._unkeyed = replace(self._unkeyed, services=said)
+        got, self._unkeyed_services = keyed(self._listed("service", self._api.services),
+                                            "service")
         return [service_from_api(s) for s in got]
 
     def service(self, service_id: str) -> SwarmService:
