@@ -290,3 +290,24 @@ def test_label_sync_holds_a_change_a_left_out_job_s_running_task_reads(tmp_path:
     labels.cycle(snap)
     labels.flush()
     assert sw.node(node.id).labels[f"{P}gpu.present"] == "true"
+
+
+def test_the_daemon_s_log_of_left_out_entries_is_bounded_each_cycle(tmp_path: Path) -> None:
+    """A proxy that strips every ID (5,000 nodes) had the daemon log 5,000 errors each
+    cycle (one a cycle before, the list failing whole): the first few are said, the
+    others counted in one line with the fix; the report carries the same."""
+    many = Unkeyed(nodes=tuple(f"the engine's answer lists node {i} of 500 ..."
+                               for i in range(1, 501)))
+    swarm = RecordingSwarm([DGX], [], [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
+    labels = LabelSync(swarm, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
+    lines: list[str] = []
+    sink = logger.add(lines.append, level="ERROR")
+    try:
+        report = labels.cycle(Snapshot([DGX], [], [], {}, unkeyed=many))
+    finally:
+        logger.remove(sink)
+    left = [e for e in report.errors if "of 500" in e or "more" in e]
+    assert len(left) == 6 and left[:5] == list(many.nodes[:5])
+    assert left[5].startswith("and 495 more") and UNKEYED_FIX in left[5]
+    assert sum("of 500" in ln or "495 more" in ln for ln in lines) == 6

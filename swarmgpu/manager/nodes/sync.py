@@ -43,7 +43,7 @@ from swarmgpu.swarm.labels import (
     plan_node_labels,
 )
 from swarmgpu.swarm.swarmnode import node_names
-from swarmgpu.swarm.unkeyed import Unkeyed
+from swarmgpu.swarm.unkeyed import UNKEYED_FIX, Unkeyed
 
 
 @dataclass(frozen=True)
@@ -175,12 +175,20 @@ def is_gpu_node(node: SwarmNode, book: AgentBook, prefix: str, kind: str = "",
     return expects_agent(node, rec is not None and rec.last_ok is not None, prefix, kind, agents)
 
 
+UNKEYED_SAID = 5  # left-out entries logged each cycle; the others counted in one line
+
+
 def said_unkeyed(unkeyed: Unkeyed) -> list[str]:
-    """Each entry the lists left out (``swarm.unkeyed``), logged as an error: every
-    cycle it lasts (no key to say it once by)."""
-    for said in unkeyed.said():
-        logger.error("{}", said)
-    return list(unkeyed.said())
+    """The entries the lists left out (``swarm.unkeyed``), logged as errors: every cycle
+    they last (no key to say one once by). The first ``UNKEYED_SAID``, then the others'
+    count: a proxy that strips every ID would log each node's every cycle."""
+    said = list(unkeyed.said())
+    if len(said) > UNKEYED_SAID:
+        said[UNKEYED_SAID:] = [f"and {len(said) - UNKEYED_SAID} more entries the engine's "
+                               f"lists give without an ID, left out; {UNKEYED_FIX}"]
+    for line in said:
+        logger.error("{}", line)
+    return said
 
 
 @dataclass
