@@ -41,6 +41,7 @@ from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.sync import LabelSync, Snapshot
 from swarmgpu.manager.placement import Planner, plan_placement
+from swarmgpu.manager.placement.keys import devices_key
 from swarmgpu.manager.rebalance.record import service_ledger
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmTask
 from swarmgpu.swarm.labels import desired_labels
@@ -311,3 +312,18 @@ def test_the_daemon_s_log_of_left_out_entries_is_bounded_each_cycle(tmp_path: Pa
     assert len(left) == 6 and left[:5] == list(many.nodes[:5])
     assert left[5].startswith("and 495 more") and UNKEYED_FIX in left[5]
     assert sum("of 500" in ln or "495 more" in ln for ln in lines) == 6
+
+
+def test_a_global_service_running_on_a_node_not_listed_keeps_its_device_map_there() -> None:
+    """glob runs on gpu-node-1 and on a node the list left out (no ID). Skipped there
+    as an unread node is, its device map of that node was removed from its spec: the
+    node is not known gone (its ledger unread, its task running), and a task it starts
+    there again reads no GPUs. Now it is left as it is while a node is left out."""
+    g = replace(svc("glob", {f"{P}gpus": "1", devices_key(P, "n-dgx"): DGX_HELD,
+                             devices_key(P, "n-4090"): HELD}), mode="global", replicas=None)
+    tasks = [SwarmTask("t1", g.id, "n-dgx", None, "running", "running", ()),
+             SwarmTask("t2", g.id, "n-4090", None, "running", "running", ())]
+    nodes = [replace(DGX, labels=hold("glob", [DGX_HELD]))]
+    (sp,) = Planner().plan(nodes, [g], tasks, FACTS, unkeyed=LEFT_OUT).services
+    assert sp.status == "failed" and "leaves out" in (sp.reason or ""), sp.reason
+    assert devices_key(P, "n-4090") not in sp.writes.service_labels_remove
