@@ -565,6 +565,7 @@ def test_a_list_that_keeps_failing_is_said_as_one_failed_list() -> None:
         (Relist(Why.STALLED), False, "no event for a change", "no event for a change"),
         (Relist(Why.EVENTS_AGAIN), False, "events again", "events again"),
         (Relist(Why.MALFORMED), False, "malformed event", "malformed event"),
+        (Relist(Why.UNKEYED), False, "answered without an ID", "answered without an ID"),
         (Relist(Why.FORGOT, "not the leader"), False, "not the leader", "not the leader"),
         (Relist(Why.GAP, "x", failed=True), False, "failed list", "failed list (gap: x)"),
         (Relist(Why.TIMER, failed=True), True, "failed list", "failed list (timer)"),

@@ -23,21 +23,28 @@ from loguru import logger
 from support.forged import RecordingSwarm
 from support.health import hold
 from support.placement import DGX, FACTS, R4090, P, svc
+from support.render_compose import FACTS as RC_FACTS
+from support.render_compose import NODES as RC_NODES
 
 from swarmgpu.agent.doctor import check_unkeyed
 from swarmgpu.agent.doctor.read import read_view
 from swarmgpu.agent.doctor.view import Status, SwarmRead
 from swarmgpu.core.config import Config, SyncConfig
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.commands.audit import audit as run_audit
 from swarmgpu.manager.commands.audit import exit_code, render_table
 from swarmgpu.manager.commands.plan import render_plan
+from swarmgpu.manager.commands.render import render_stack
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.nodes import sync
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.sync import LabelSync, Snapshot
 from swarmgpu.manager.placement import Planner, plan_placement
+from swarmgpu.manager.placement.keys import devices_key
+from swarmgpu.manager.rebalance.record import service_ledger
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmTask
+from swarmgpu.swarm.labels import desired_labels
 from swarmgpu.swarm.unkeyed import UNKEYED_FIX, Unkeyed
 
 HELD = FACTS["n-4090"].gpus[0].uuid
@@ -118,9 +125,13 @@ def test_a_node_listed_without_an_id_is_left_out_the_others_read() -> None:
     assert sw.unkeyed().services == ()
 
 
-def test_a_node_label_filter_leaves_one_without_an_id_out_too() -> None:
+def test_a_node_label_filter_refuses_one_without_an_id() -> None:
+    """Its reader (a service's ledger) takes the answer for every node carrying the
+    label: one left out would be a holding read as none (the next test)."""
     sw = client(NodeApi([GOOD, NO_ID]))
-    assert [n.id for n in sw.nodes_with_label("x")] == ["n-dgx"]
+    with pytest.raises(SwarmError, match="node 2 of 2"):
+        sw.nodes_with_label("x")
+    assert [n.id for n in client(NodeApi([GOOD])).nodes_with_label("x")] == ["n-dgx"]
 
 
 def test_a_service_listed_without_an_id_is_left_out_the_others_read() -> None:
@@ -227,3 +238,92 @@ def test_while_a_node_is_left_out_a_holder_running_on_one_not_listed_is_left_as_
         sp.reason or "")
     (placed,) = Planner().plan([DGX, R4090], [held], tasks, FACTS).services
     assert placed.placements  # every node listed: placed as ever
+
+
+def test_a_service_s_ledger_read_for_a_move_is_refused_while_a_node_carrying_it_has_no_id(
+        ) -> None:
+    """A move's start reads the service's ledger from every node whose labels carry its
+    entry (``service_ledger``): a holding elsewhere makes it unconverged, never moved.
+    The filtered list left a node without an ID out silently, so a holding left behind
+    there read as none and the move started; now that read is refused (SwarmError, as
+    before the lists left such an entry out), naming it, and no move starts."""
+    keyed_node = raw_node("n-dgx", "gpu-node-1", hold("train", [DGX_HELD]))
+    unkeyed_node = raw_node("n-4090", "gpu-node-2", hold("train", [HELD]))
+    del unkeyed_node["ID"]
+    sw = client(NodeApi([keyed_node, unkeyed_node]))
+    with pytest.raises(SwarmError, match=r"node 2 of 2 \(hostname 'gpu-node-2'\)"):
+        service_ledger(sw, P, "train")
+    assert set(service_ledger(client(NodeApi([keyed_node])), P, "train")) == {"n-dgx"}
+
+
+def test_render_keeps_the_holdings_a_service_listed_without_an_id_may_have() -> None:
+    """Every GPU of gpu-node-2 is held under the name train, and the service list left
+    one service out (no ID): the daemon takes no ledger name for gone, so train's GPUs
+    stay held. render planned without the list's word: train's GPUs read as free, and
+    the file named them for llm. Now render plans as the daemon does: llm waits."""
+    gpus = [g.uuid for g in RC_FACTS["n-4090"].gpus]
+    nodes = [replace(RC_NODES[1], labels=hold("train", gpus))]
+    facts = {"n-4090": RC_FACTS["n-4090"]}
+    stack = ('version: "3.8"\nservices:\n  llm:\n    image: vllm/vllm-openai\n'
+             '    deploy:\n      labels:\n        swarmgpu.gpus: "1"\n')
+    left_out = Unkeyed(services=("the engine's answer lists service 1 of 1 ...",))
+    _, p = render_stack(stack, "ai", nodes, [], [], facts, unkeyed=left_out)
+    assert not p.services[0].placements, p.services[0]
+    _, p = render_stack(stack, "ai", nodes, [], [], facts)  # (train gone: its GPUs free)
+    assert p.services[0].placements
+
+
+def test_label_sync_holds_a_change_a_left_out_job_s_running_task_reads(tmp_path: Path) -> None:
+    """A job's running task (desired state complete) is read only for a job the list
+    shows: one left out (no ID) has no task in the snapshot, so no constraint of it was
+    watched and its running task was not seen: gpu.present went from under it (Swarm's
+    constraint enforcer stops it). While a service is left out, every change is checked
+    against the node's tasks as Swarm has them at write time."""
+    node = replace(R4090, labels={**desired_labels(FACTS["n-4090"], P), "zone": "a"})
+    job = SwarmTask("t-job", "s-job", node.id, 1, "running", "complete", (),
+                    constraints=(f"node.labels.{P}gpu.present==true",))
+    sw = RecordingSwarm([node], [], [job])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
+    labels = LabelSync(sw, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
+    none = FactsResult(node.id, node.hostname, "", NodeFacts(hostname=node.hostname), None, 1.0)
+    snap = Snapshot([node], [], [], {node.id: none},
+                    unkeyed=Unkeyed(services=("service 1 of 1 left out",)))
+    labels.cycle(snap)
+    labels.flush()
+    assert sw.node(node.id).labels[f"{P}gpu.present"] == "true"
+
+
+def test_the_daemon_s_log_of_left_out_entries_is_bounded_each_cycle(tmp_path: Path) -> None:
+    """A proxy that strips every ID (5,000 nodes) had the daemon log 5,000 errors each
+    cycle (one a cycle before, the list failing whole): the first few are said, the
+    others counted in one line with the fix; the report carries the same."""
+    many = Unkeyed(nodes=tuple(f"the engine's answer lists node {i} of 500 ..."
+                               for i in range(1, 501)))
+    swarm = RecordingSwarm([DGX], [], [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
+    labels = LabelSync(swarm, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
+    lines: list[str] = []
+    sink = logger.add(lines.append, level="ERROR")
+    try:
+        report = labels.cycle(Snapshot([DGX], [], [], {}, unkeyed=many))
+    finally:
+        logger.remove(sink)
+    left = [e for e in report.errors if "of 500" in e or "more" in e]
+    assert len(left) == 6 and left[:5] == list(many.nodes[:5])
+    assert left[5].startswith("and 495 more") and UNKEYED_FIX in left[5]
+    assert sum("of 500" in ln or "495 more" in ln for ln in lines) == 6
+
+
+def test_a_global_service_running_on_a_node_not_listed_keeps_its_device_map_there() -> None:
+    """glob runs on gpu-node-1 and on a node the list left out (no ID). Skipped there
+    as an unread node is, its device map of that node was removed from its spec: the
+    node is not known gone (its ledger unread, its task running), and a task it starts
+    there again reads no GPUs. Now it is left as it is while a node is left out."""
+    g = replace(svc("glob", {f"{P}gpus": "1", devices_key(P, "n-dgx"): DGX_HELD,
+                             devices_key(P, "n-4090"): HELD}), mode="global", replicas=None)
+    tasks = [SwarmTask("t1", g.id, "n-dgx", None, "running", "running", ()),
+             SwarmTask("t2", g.id, "n-4090", None, "running", "running", ())]
+    nodes = [replace(DGX, labels=hold("glob", [DGX_HELD]))]
+    (sp,) = Planner().plan(nodes, [g], tasks, FACTS, unkeyed=LEFT_OUT).services
+    assert sp.status == "failed" and "leaves out" in (sp.reason or ""), sp.reason
+    assert devices_key(P, "n-4090") not in sp.writes.service_labels_remove

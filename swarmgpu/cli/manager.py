@@ -466,6 +466,7 @@ def render(
             base=os.path.dirname(os.path.abspath(files[0])),
             stopping=snap.stopping,
             rejected=snap.rejected,
+            unkeyed=snap.unkeyed,
         )
     except StackError as exc:  # only what needs the swarm: count: all with no GPU node
         _render_errors(stack_file, exc.errors)

@@ -28,6 +28,8 @@ A full re-list happens
   until it is open again every read lists, as while deaf. A quiet swarm costs one list
   a minute; a stall costs at most that minute and a cycle of staleness;
 - after an event that names no node or service (it said something changed, not what);
+- at once when an inspect is answered without an ID (``SwarmUnkeyed``): the lists leave
+  such an object out and say it (``swarm.unkeyed``), and so the cycle reads it;
 - after ``forget``: the daemon stood by (not the leader). A follower never reads, so it
   keeps nothing (neither the objects nor the ids events name: those piled up for as long
   as it followed), and a new term starts from a full list, not from an earlier term's.
@@ -62,6 +64,7 @@ from swarmgpu.swarm.client import (
     SwarmNode,
     SwarmNotFound,
     SwarmService,
+    SwarmUnkeyed,
 )
 
 RELIST_S = 600.0  # the slow timer: a full re-list at least this often
@@ -106,6 +109,7 @@ class Why(Enum):
     STALLED = "no event for a change"
     EVENTS_AGAIN = "events again"
     MALFORMED = "malformed event"
+    UNKEYED = "answered without an ID"  # an inspect's answer (``SwarmUnkeyed``)
     FORGOT = "forgot"  # counted under the words ``forget`` was given
 
     @property
@@ -404,32 +408,40 @@ class SwarmCache:
             )
 
     def _inspect(self, dirty: dict[str, set[str]]) -> None:
+        """Each object ``dirty`` names read again; one answered without an ID is left out
+        and the whole store listed at once, as every list leaves it out and says it
+        (``SwarmClient.unkeyed``): raised, every read failed until the timer's list."""
         done: dict[str, set[str]] = {k: set() for k in KINDS}
+        unkeyed = False
         try:
             for kind, ids in dirty.items():
                 for obj in sorted(ids):
                     self.stats.inspects += 1
-                    self._refresh(kind, obj)
+                    unkeyed = self._refresh(kind, obj) or unkeyed
                     done[kind].add(obj)
         except SwarmError:
             with self._lock:  # what was not read yet stays dirty
                 for kind, ids in dirty.items():
                     self._dirty[kind] |= ids - done[kind]
             raise
+        if unkeyed:
+            self._relist(Relist(Why.UNKEYED), dirty)
 
-    def _refresh(self, kind: str, obj: str) -> None:
+    def _refresh(self, kind: str, obj: str) -> bool:
+        """``obj`` read again; True where it was answered without an ID (left out)."""
         store: dict[str, Any] = self._nodes if kind == "node" else self._services
         try:
             got = self.swarm.node(obj) if kind == "node" else self.swarm.service(obj)
-        except SwarmNotFound:
+        except (SwarmNotFound, SwarmUnkeyed) as exc:
             store.pop(obj, None)
-            return
+            return isinstance(exc, SwarmUnkeyed)
         if got.id != obj:
             # The engine's inspect also takes a name or an ID prefix (it tries the ID
             # first, so ``obj`` is no object's ID): keep the object under its own ID
             # only, never a second copy under what an event called it.
             store.pop(obj, None)
         store[got.id] = newer(store, got, True)
+        return False
 
 
 def watch_verdict(

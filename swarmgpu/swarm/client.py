@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import docker
@@ -39,7 +39,7 @@ from swarmgpu.swarm.swarmnode import node_from_api
 from swarmgpu.swarm.taskports import endpoint_ports, task_host_ports, task_network_drivers
 from swarmgpu.swarm.taskspec import task_rules
 from swarmgpu.swarm.taskstop import DEFAULT_GRACE_S, rejected_until, stop_grace_s, updated_at
-from swarmgpu.swarm.unkeyed import Unkeyed, keyed
+from swarmgpu.swarm.unkeyed import Unkeyed, inspected, keyed
 
 
 class SwarmError(RuntimeError):
@@ -52,6 +52,10 @@ class SwarmUnavailable(SwarmError):
 
 class SwarmNotFound(SwarmError):
     """The object is not there (HTTP 404): removed, or never was."""
+
+
+class SwarmUnkeyed(SwarmError):
+    """An inspect answered without an ID (``unkeyed.inspected``): left out, as listed."""
 
 
 class VersionConflict(SwarmError):
@@ -421,13 +425,14 @@ class SwarmClient:
             return False
         return _node(self._call(self._api.inspect_node, node_id)).leader
 
-    # The entries the last full lists left out (a class default: a client built
-    # without __init__, as tests do, has none)
-    _unkeyed = Unkeyed()
+    # The entries the last full lists left out, each list's own (two threads list: no
+    # read-modify-write); class defaults: a client built bare, as tests do, has none
+    _unkeyed_nodes: tuple[str, ...] = ()
+    _unkeyed_services: tuple[str, ...] = ()
 
     def unkeyed(self) -> Unkeyed:
         """The entries the last full node and service lists left out (``swarm.unkeyed``)."""
-        return self._unkeyed
+        return Unkeyed(self._unkeyed_nodes, self._unkeyed_services)
 
     def _listed(self, kind: str, fn: Callable[..., Any], **kwargs: Any) -> list[Any]:
         """The engine's list of ``kind``; one that is no list fails whole (SwarmError)."""
@@ -438,8 +443,7 @@ class SwarmClient:
         return raw
 
     def nodes(self) -> list[SwarmNode]:
-        got, said = keyed(self._listed("node", self._api.nodes), "node")
-        self._unkeyed = replace(self._unkeyed, nodes=said)
+        got, self._unkeyed_nodes = keyed(self._listed("node", self._api.nodes), "node")
         return [_node(n) for n in got]
 
     def nodes_with_label(self, key: str) -> list[SwarmNode]:
@@ -449,20 +453,24 @@ class SwarmClient:
         if "=" in key:  # the filter would read ``k=v``: a key and a value to match
             raise SwarmError(f"node label key {key[:80]!r} has '=': the engine's filter "
                              "cannot ask for it (a label prefix or service name with '=')")
-        # (one left out is the full list's to say)
         listed = self._listed("node", self._api.nodes, filters={"node.label": [key]})
-        return [_node(n) for n in keyed(listed, "node")[0]]
+        got, said = keyed(listed, "node")
+        if said:  # (its readers take it for every such node: a holding unseen is none)
+            raise SwarmError(said[0])
+        return [_node(n) for n in got]
 
     def node(self, node_id: str) -> SwarmNode:
-        return _node(self._call(self._api.inspect_node, node_id))
+        raw = self._call(self._api.inspect_node, node_id)
+        return _node(inspected(raw, "node", node_id, SwarmUnkeyed))
 
     def services(self) -> list[SwarmService]:
-        got, said = keyed(self._listed("service", self._api.services), "service")
-        self._unkeyed = replace(self._unkeyed, services=said)
+        got, self._unkeyed_services = keyed(self._listed("service", self._api.services),
+                                            "service")
         return [service_from_api(s) for s in got]
 
     def service(self, service_id: str) -> SwarmService:
-        return service_from_api(self._call(self._api.inspect_service, service_id))
+        raw = self._call(self._api.inspect_service, service_id)
+        return service_from_api(inspected(raw, "service", service_id, SwarmUnkeyed))
 
     def tasks(self, filters: Mapping[str, Any] | None = None, *,
               states: AbstractSet[str] | None = None,

@@ -44,16 +44,35 @@ def keyed(listed: list[Any], kind: str) -> tuple[list[Mapping[str, Any]], tuple[
     out: list[Mapping[str, Any]] = []
     said: list[str] = []
     for pos, raw in enumerate(listed, 1):
-        if isinstance(raw, Mapping) and isinstance(raw.get("ID"), str) and raw["ID"]:
+        if _has_id(raw):
             out.append(raw)
-            continue
-        what = (f"with ID {quoted(raw.get('ID'), 80)}, not a non-empty text"
-                if isinstance(raw, Mapping) else
-                f"as {type(raw).__name__} {quoted(raw, 80)}, not an object")
-        said.append(f"the engine's answer lists {kind} {pos} of {len(listed)}"
-                    f"{_named(raw, kind)} {what}: it is left out, nothing is read of it "
-                    f"or written to it; {UNKEYED_FIX}")
+        else:
+            said.append(_said(raw, kind, f"the engine's answer lists {kind} {pos} of "
+                                         f"{len(listed)}"))
     return out, tuple(said)
+
+
+def inspected(raw: Any, kind: str, asked: str, refused: type[Exception]) -> Any:
+    """``raw``, the engine's answer to an inspect of ``kind`` ``asked`` (an ID an event
+    or a record named), unless it cannot be keyed: then ``refused`` (the client's
+    ``SwarmUnkeyed``), its message worded as ``keyed`` words a list's. The lists leave
+    such an object out; the cache, reading it so, leaves it out as they do."""
+    if _has_id(raw):
+        return raw
+    raise refused(_said(raw, kind, f"the engine answers {kind} {quoted(asked, 80)}"))
+
+
+def _has_id(raw: Any) -> bool:
+    return isinstance(raw, Mapping) and isinstance(raw.get("ID"), str) and bool(raw["ID"])
+
+
+def _said(raw: Any, kind: str, head: str) -> str:
+    """One entry's message (``Unkeyed``): ``head`` names where it was answered."""
+    what = (f"with ID {quoted(raw.get('ID'), 80)}, not a non-empty text"
+            if isinstance(raw, Mapping) else
+            f"as {type(raw).__name__} {quoted(raw, 80)}, not an object")
+    return (f"{head}{_named(raw, kind)} {what}: it is left out, nothing is read of it "
+            f"or written to it; {UNKEYED_FIX}")
 
 
 def _named(raw: Any, kind: str) -> str:

@@ -71,6 +71,7 @@ from swarmgpu.manager.services.requests import (
 from swarmgpu.manager.services.sharing import env_lines, want_labels
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.unkeyed import NONE_UNKEYED, Unkeyed
 
 # StackError and stack_services are swarmspec's, used here and given by this module too
 # (the command and the callers of render_stack catch the one error it raises).
@@ -377,12 +378,14 @@ def render_stack(
     moving: AbstractSet[str] = frozenset(), environ: Mapping[str, str] | None = None,
     more: Sequence[tuple[str, str]] = (), base: str | None = None,
     stopping: Sequence[SwarmTask] = (), rejected: Sequence[SwarmTask] = (),
+    unkeyed: Unkeyed = NONE_UNKEYED,
 ) -> tuple[str, PlacementPlan]:
     """``planner``: the daemon's (its config's generic-resource kind, its stored
     workload model), so render chooses what the daemon would; a fresh default one
     otherwise. ``moving``: the services with a move in flight, ``stopping``: the tasks
     Swarm is stopping that still use their node, ``rejected``: those its constraint
-    enforcer rejected (each as ``Planner.plan`` reads them).
+    enforcer rejected, ``unkeyed``: what the lists left out (``swarm.unkeyed``: no ledger
+    name taken for gone while a service is), each as ``Planner.plan`` reads them.
     ``environ``, ``more``: as in ``check_stack``; ``base``: ``stackpaths.absolute_paths``'s."""
     if planner is None:
         planner = Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=False)
@@ -409,7 +412,7 @@ def render_stack(
              for s in mine]
     planner.adopt_ungated = False  # the file carries the gate and env: nothing to adopt
     plan = planner.plan(nodes, [*others, *gated], tasks, facts, moving=moving,
-                        stopping=stopping, rejected=rejected)
+                        stopping=stopping, rejected=rejected, unkeyed=unkeyed)
     out = copy.deepcopy(stack)
     by_name = {sp.name: sp for sp in plan.services}
     for svc_name, svc in out["services"].items():

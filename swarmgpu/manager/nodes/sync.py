@@ -45,7 +45,7 @@ from swarmgpu.swarm.labels import (
     plan_node_labels,
 )
 from swarmgpu.swarm.swarmnode import node_names
-from swarmgpu.swarm.unkeyed import Unkeyed
+from swarmgpu.swarm.unkeyed import UNKEYED_FIX, Unkeyed
 
 
 @dataclass(frozen=True)
@@ -188,12 +188,20 @@ def is_gpu_node(node: SwarmNode, book: AgentBook, prefix: str, kind: str = "",
     return expects_agent(node, rec is not None and rec.last_ok is not None, prefix, kind, agents)
 
 
+UNKEYED_SAID = 5  # left-out entries logged each cycle; the others counted in one line
+
+
 def said_unkeyed(unkeyed: Unkeyed) -> list[str]:
-    """Each entry the lists left out (``swarm.unkeyed``), logged as an error: every
-    cycle it lasts (no key to say it once by)."""
-    for said in unkeyed.said():
-        logger.error("{}", said)
-    return list(unkeyed.said())
+    """The entries the lists left out (``swarm.unkeyed``), logged as errors: every cycle
+    they last (no key to say one once by). The first ``UNKEYED_SAID``, then the others'
+    count: a proxy that strips every ID would log each node's every cycle."""
+    said = list(unkeyed.said())
+    if len(said) > UNKEYED_SAID:
+        said[UNKEYED_SAID:] = [f"and {len(said) - UNKEYED_SAID} more entries the engine's "
+                               f"lists give without an ID, left out; {UNKEYED_FIX}"]
+    for line in said:
+        logger.error("{}", line)
+    return said
 
 
 @dataclass
@@ -406,7 +414,7 @@ class LabelSync:
         snapshot: Snapshot,
         report: CycleReport,
     ) -> None:
-        watched = constrained_keys(snapshot.services, snapshot.tasks) if todo else frozenset()
+        watched = _watched(snapshot) if todo else frozenset()
 
         def write(item: tuple[NodeLabelPlan, SwarmNode, NodeFacts | None]) -> ApplyResult:
             plan, node, facts = item
@@ -426,7 +434,7 @@ class LabelSync:
     ) -> HeldNodeWrites:
         act = self.actuator
         held: dict[str, HeldWrite] = {}
-        watched = constrained_keys(snapshot.services, snapshot.tasks) if todo else frozenset()
+        watched = _watched(snapshot) if todo else frozenset()
         for plan, node, facts in todo:
 
             def done(
@@ -450,6 +458,17 @@ class LabelSync:
             )
 
         return HeldNodeWrites(held, alone)
+
+
+def _watched(snapshot: Snapshot) -> frozenset[str] | None:
+    """The label keys whose change is checked against a node's tasks as Swarm has them
+    at write time (``Actuator.label_compute``): those the snapshot's constraints read,
+    or every key (None) while a service is left out of the list (``swarm.unkeyed``): its
+    job's running tasks (desired state complete) are read for no job the list omits, so
+    no constraint of theirs is known, and a change could stop them."""
+    if snapshot.unkeyed.services:
+        return None
+    return constrained_keys(snapshot.services, snapshot.tasks)
 
 
 _report_lock = threading.Lock()

@@ -45,16 +45,19 @@ def on_unread_nodes(by_id: Mapping[str, SwarmNode], tasks: Sequence[SwarmTask],
     holds there is unknown), or, while a node is listed without an ID (``unkeyed``: the
     nodes' messages, ``swarm.unkeyed``), on a node not listed. Planned as failed,
     nothing is written for it: it is not given GPUs elsewhere and its task is not
-    replaced for a node that could not be read. Not a global service: each node is its
-    own holding, so only that node is skipped (``globalmode``: it waits, naming why)."""
+    replaced for a node that could not be read. Not a global service on an unread node:
+    each node is its own holding, so only that node is skipped (``globalmode``: it
+    waits, naming why). On a node not listed it is: skipped there, its device map of
+    that node went from its spec as a gone node's (a task it starts there reads none)."""
     # (one whose own spec is unread is failed by its read, naming its own field)
-    names = {s.id: s.name for s in services if not s.unread and s.mode not in GLOBAL_MODES}
+    names = {s.id: s.name for s in services if not s.unread}
+    each = {s.id for s in services if s.mode in GLOBAL_MODES}
     out: dict[str, Exception] = {}
     for t in tasks:
         n = by_id.get(t.node_id)
-        why = (n.unread if n is not None else
-               f"a node the engine's list leaves out ({unkeyed[0]})" if unkeyed and t.node_id
-               else "")
+        why = ("" if t.service_id in each else n.unread) if n is not None else (
+            f"a node the engine's list leaves out ({unkeyed[0]})" if unkeyed and t.node_id
+            else "")
         if (why and t.service_id in names and meant_to_run(t)
                 and t.node_id not in ledger.get(names[t.service_id], {})):
             out[t.service_id] = UnreadNode(f"a task of it runs on {why}")
