@@ -8,8 +8,10 @@ text. Pure: the lists as Swarm answers them."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any, cast
 
 from support.forged import FACTS, R_UUIDS, held_labels, sw_node, sw_svc
+from support.task_watch import Seen, TaskWatch
 
 from swarmgpu.manager.placement import Planner, devices_key
 from swarmgpu.manager.placement.preempt import (
@@ -131,3 +133,12 @@ def test_a_preemptor_stops_the_holder_started_last_whatever_its_digits() -> None
     got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
                              preemptible_below=100)
     assert [(p.service, [v.service for v in p.victims]) for p in got] == [("hi", ["v7"])]
+
+
+def test_the_swarm_tests_task_watch_lists_a_services_tasks_oldest_first() -> None:
+    """The swarm tests read the newest task that ran as the last one ``TaskWatch.of``
+    lists: the .55 s one after the .5 s one (before, the text listed .5 s last)."""
+    w = TaskWatch(cast(Any, None), ["s"])  # (not entered: no poll, no swarm)
+    w.seen = {tid: Seen(tid, "s", at) for tid, at in
+              (("t-late", LATE), ("t-early", EARLY), ("t-first", "2026-01-01T10:00:00Z"))}
+    assert [s.task_id for s in w.of("s")] == ["t-first", "t-early", "t-late"]
