@@ -70,6 +70,11 @@ from swarmgpu.swarm.client import (
 P = "swarmgpu."
 
 
+def _made(second: str) -> str:
+    """A CreatedAt ``second`` seconds into 2026 ("": none); times order by their instant."""
+    return f"2026-01-01T00:00:{int(second):02}Z" if second else ""
+
+
 # --- the labels ------------------------------------------------------------------------
 
 
@@ -113,7 +118,7 @@ def test_served_in_priority_order_then_age_then_as_before() -> None:
     def svc(name: str, prio: str | None, created: str) -> tuple[SwarmService, Any]:
         labels = {f"{P}gpus": "1", **({f"{P}priority": prio} if prio else {})}
         s = sw_svc(name, labels)
-        object.__setattr__(s, "created_at", created)
+        object.__setattr__(s, "created_at", _made(created))
         return s, parse_all(labels)
 
     got = serve_order([svc("a", None, "2"), svc("b", "100", "3"), svc("c", None, "1"),

@@ -30,6 +30,11 @@ SHARES = {"share1": ("1", {f"{P}gpu-fraction": "0.6"}, "10"),
           "share2": ("1", {f"{P}gpu-fraction": "0.6"}, "11")}
 
 
+def _made(second: str) -> str:
+    """A CreatedAt ``second`` seconds into 2026 ("": none); times order by their instant."""
+    return f"2026-01-01T00:00:{int(second):02}Z" if second else ""
+
+
 class World:
     """n-4090: batch (priority 0) and filler (not preemptible) hold ``held`` (4 GPUs each,
     any model); waiting, all of priority 100 and made at ``created``: ``waiting``, (GPUs,
@@ -48,7 +53,7 @@ class World:
         self.node = sw_node("n-4090", "gpu-node-2", labels)
         for name, (gpus, extra, created) in waiting.items():
             s = sw_svc(name, {f"{P}gpus": gpus, f"{P}priority": "100", **ON_4090, **extra})
-            object.__setattr__(s, "created_at", created)
+            object.__setattr__(s, "created_at", _made(created))
             self.services[name] = s
         self.tasks = {n: SwarmTask(f"t-{n}", s.id, "n-4090" if n in held else "", 1,
                                    "running" if n in held else "pending", "running", ())

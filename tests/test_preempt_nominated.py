@@ -40,6 +40,11 @@ FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
 ON_4090 = {f"{P}gpu-product": "*RTX 4090*"}
 
 
+def _made(second: str) -> str:
+    """A CreatedAt ``second`` seconds into 2026 ("": none); times order by their instant."""
+    return f"2026-01-01T00:00:{int(second):02}Z" if second else ""
+
+
 class World:
     """n-4090's 8 GPUs: batch and batch2 (priority 0) hold 2 each, filler (not
     preemptible) the other 4. Waiting: share (half a GPU, priority 100, which never
@@ -61,7 +66,7 @@ class World:
         for name, gpus, created in (("share", "1", "10"), ("high", "2", "20")):
             share = {f"{P}gpu-fraction": "0.5"} if name == "share" else {}
             s = sw_svc(name, {f"{P}gpus": gpus, f"{P}priority": "100", **ON_4090, **share})
-            object.__setattr__(s, "created_at", created)  # share is the older
+            object.__setattr__(s, "created_at", _made(created))  # share is the older
             self.services[name] = s
         self.tasks = {n: SwarmTask(f"t-{n}", s.id, "n-4090" if n in held else "", 1,
                                    "running" if n in held else "pending", "running", ())
@@ -99,8 +104,8 @@ def _first_holds_for_older_second(
     nodes = [sw_node("n-4090", "gpu-node-2")]
     first = sw_svc("first", {f"{P}gpus": "1", f"{P}priority": "100", **ON_4090})
     second = sw_svc("second", {f"{P}gpus": second_gpus, f"{P}priority": "100", **ON_4090})
-    object.__setattr__(first, "created_at", "20")
-    object.__setattr__(second, "created_at", "10")
+    object.__setattr__(first, "created_at", _made("20"))
+    object.__setattr__(second, "created_at", _made("10"))
     tasks = [SwarmTask(f"t-{s.name}", s.id, "", 1, "pending", "running", ())
              for s in (first, second)]
     return nodes, first, second, tasks
@@ -215,7 +220,7 @@ def _waiting(w: World, name: str, gpus: int, priority: int, created: str,
     """A service of ``gpus`` whole GPUs and ``priority`` waits from ``created``."""
     s = sw_svc(name, {f"{P}gpus": str(gpus), f"{P}priority": str(priority),
                       **(ON_4090 if labels is None else labels)})
-    object.__setattr__(s, "created_at", created)
+    object.__setattr__(s, "created_at", _made(created))
     w.services[name] = s
     w.tasks[name] = SwarmTask(f"t-{name}", s.id, "", 1, "pending", "running", ())
 

@@ -164,6 +164,19 @@ def test_a_removed_task_newer_than_the_live_service_is_not_its_predecessors() ->
         t, created_at=OLD_AT)], ledger, {}, [], P, lambda _t: None) == {("web", "n-dgx")}
 
 
+def test_a_removed_task_a_nanosecond_older_than_the_live_service_is_its_predecessors() -> None:
+    """Made 1 ns before web (Docker's times carry nine fraction digits): a task of the
+    service web replaced, whose entry is disowned (before, both read as the same float
+    epoch second, so not older, and web kept the removed one's GPUs)."""
+    ledger = {"web": {"n-dgx": Holding("web", "n-dgx", ("GPU-a",), (1000,))}}
+    web = _web("id-web", created_at="2026-12-06T10:00:00.000000002Z")
+    t = SwarmTask("t-x", "id-gone", "n-dgx", 1, "running", "remove", (),
+                  created_at="2026-12-06T10:00:00.000000001Z",
+                  constraints=(gate_constraint(P, "web"),))
+    assert recreated_entries([web], [t], ledger, {}, [], P, lambda _t: None) == {
+        ("web", "n-dgx")}
+
+
 def test_the_gate_constraint_names_the_service() -> None:
     t = SwarmTask("t", "id", "n", 1, "running", "remove", ())
     assert gate_name(t, P) == ""

@@ -17,6 +17,7 @@ from typing import Any
 import docker
 
 from support.swarm_harness import SwarmCluster
+from swarmgpu.swarm.taskstop import rfc3339_ns
 
 
 @dataclass
@@ -100,9 +101,11 @@ class TaskWatch:
                 self.services.append(service)
 
     def of(self, service: str) -> list[Seen]:
+        """``service``'s tasks, the oldest first (by CreatedAt's instant: as text,
+        "...00.5Z" sorts after "...00.55Z"; one whose time does not read, last)."""
         with self._lock:
             return sorted((s for s in self.seen.values() if s.service == service),
-                          key=lambda s: s.created)
+                          key=lambda s: ((at := rfc3339_ns(s.created)) is None, at or 0))
 
     def settle(self, seconds: float) -> None:
         """Let the poll run a while (each container read while it still exists)."""

@@ -41,6 +41,9 @@ NODES_SLACK = 100  # records of gone nodes, beyond twice the live ones
 FITS_SLACK = 10_000  # kept holdings' fit answers, beyond four per settled service
 
 RequestLabels = tuple[tuple[str, str], ...]
+# a service's place in serve order (``preempt.serve_key``): its priority negated, whether
+# its CreatedAt reads, that time's instant (ns)
+ServeKey = tuple[int, bool, int]
 
 
 class RequestEntry(NamedTuple):
@@ -49,7 +52,7 @@ class RequestEntry(NamedTuple):
     version: int  # the spec version it was read from
     request: GpuRequest | RequestError | None  # None: no GPU request
     reservation: tuple[int, int]  # (CPU milli, memory MiB) each task reserves
-    serve_key: tuple[int, str]  # its place in serve order (``placement.preempt``)
+    serve_key: ServeKey  # its place in serve order (``placement.preempt``)
 
 
 class LabelParse(NamedTuple):

@@ -96,6 +96,7 @@ from swarmgpu.allocator.values import NodeSpec, NodeState
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.jobs import done_idle
 from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.memo import ServeKey
 from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.placement.preemptview import (
     Round,
@@ -119,6 +120,7 @@ from swarmgpu.manager.placement.specs import demand_of, node_spec
 from swarmgpu.manager.placement.victimsearch import Rank, best_victims, together_of
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.taskstop import rfc3339_ns
 
 MAX_CANDIDATES = 12  # per node, in rule order: subsets of at most 2**12 are tried
 
@@ -127,14 +129,15 @@ def priority_of(r: GpuRequest | RequestError | None) -> int:
     return r.priority if isinstance(r, GpuRequest) else 0
 
 
-def serve_key(s: SwarmService, r: GpuRequest | RequestError | None) -> tuple[int, str]:
-    return -priority_of(r), s.created_at
+def serve_key(s: SwarmService, r: GpuRequest | RequestError | None) -> ServeKey:
+    at = rfc3339_ns(s.created_at)  # (no time that reads: the oldest, as "" sorted)
+    return -priority_of(r), at is not None, at or 0
 
 
 def serve_order(parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],
                 ) -> list[tuple[SwarmService, GpuRequest | RequestError]]:
-    """Priority first, then age (``created_at``, oldest first); stable, so services of
-    one priority and age keep the planner's order (by name)."""
+    """Priority first, then age (``created_at``'s instant, oldest first); stable, so
+    services of one priority and age keep the planner's order (by name)."""
     return sorted(parsed, key=lambda sr: serve_key(*sr))
 
 
@@ -187,24 +190,25 @@ class Preemption:
 
 
 def rule_sorted(cands: Sequence[Candidate]) -> list[Candidate]:
-    """Lowest priority first, then the most recently started, then by name (stable
-    sorts, last key first). A holder with no task on the node yet ("": placed this
-    cycle, its task not made) has started nothing: the newest, as kube-scheduler reads
-    a pod with no start time as started now (before, it sorted as the oldest)."""
+    """Lowest priority first, then the most recently started (the instant, never the
+    text), then by name (stable sorts, last key first). A holder with no task on the
+    node yet ("": placed this cycle, its task not made) has started nothing: the newest,
+    as kube-scheduler reads a pod with no start time as started now."""
     by_name = sorted(cands, key=lambda c: c.service)
-    newest = sorted(by_name, key=lambda c: (not c.started, c.started), reverse=True)
+    newest = sorted(by_name, key=lambda c: ((at := rfc3339_ns(c.started)) is None, at or 0),
+                    reverse=True)
     return sorted(newest, key=lambda c: c.priority)
 
 
 def newest_first(victims: Sequence[Candidate]) -> tuple[int, ...]:
     """A victim set's start, least for the newest: the earliest start among its victims
     of the highest priority, the latest first (kube-scheduler's
-    ``pickOneNodeForPreemption``: the stop that loses the least work). Not started
-    (""): the newest, ()."""
+    ``pickOneNodeForPreemption``: the stop that loses the least work), in ns negated.
+    Not started ("", or no time that reads): the newest, ()."""
     top = max(v.priority for v in victims)
-    first = min((v.started for v in victims if v.priority == top), key=lambda t: (not t, t))
-    # each character negated, ended by a mark above all of them: the order reversed
-    return (*(-ord(ch) for ch in first), 1) if first else ()
+    first = min((at for v in victims if v.priority == top
+                 if (at := rfc3339_ns(v.started)) is not None), default=None)
+    return () if first is None else (-first,)
 
 
 def reclaim_rank(c: Candidate, over: Mapping[str, tuple[float, float]]) -> Rank:

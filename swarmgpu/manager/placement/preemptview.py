@@ -18,17 +18,20 @@ from swarmgpu.manager.placement.records import NodeWrites, PlacementPlan
 from swarmgpu.manager.placement.specs import host_ports
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.taskstop import rfc3339_ns
 
 
 def task_starts(tasks: Sequence[SwarmTask]) -> dict[tuple[str, str], str]:
     """(service id, node) -> the creation time of its newest task meant to run there
-    (desired ready too: a restart's, whose work is lost already)."""
-    started: dict[tuple[str, str], str] = {}
+    (desired ready too: a restart's, whose work is lost already), by the instant
+    (``rfc3339_ns``); "" where none of them has a time that reads (none started)."""
+    started: dict[tuple[str, str], tuple[int, str]] = {}
     for t in tasks:
-        if t.desired_state in MEANT_STATES and t.node_id:
+        at = rfc3339_ns(t.created_at)
+        if t.desired_state in MEANT_STATES and t.node_id and at is not None:
             k = (t.service_id, t.node_id)
-            started[k] = max(started.get(k, ""), t.created_at)
-    return started
+            started[k] = max(started.get(k, (at, t.created_at)), (at, t.created_at))
+    return {k: text for k, (_, text) in started.items()}
 
 
 def holdings_by_node(nodes: Sequence[SwarmNode], prefix: str,

@@ -11,7 +11,7 @@ from operator import attrgetter
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.tenants import NAME_RE
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_defaults
-from swarmgpu.manager.placement.memo import LabelParse, PlannerMemo, RequestEntry
+from swarmgpu.manager.placement.memo import LabelParse, PlannerMemo, RequestEntry, ServeKey
 from swarmgpu.manager.placement.preempt import serve_key
 from swarmgpu.manager.placement.queues import ALL_QUEUES
 from swarmgpu.manager.services.requests import (
@@ -43,7 +43,7 @@ class ServiceRead:
     # queue -> why its use is not known this cycle: an invalid request's queue lookup
     # raised (``QueueBook.start``'s ``unknown``; ``ALL_QUEUES``: every queue)
     unknown_queues: dict[str, str] = field(default_factory=dict)
-    serve_keys: list[tuple[int, str]] = field(default_factory=list)  # of ``parsed``
+    serve_keys: list[ServeKey] = field(default_factory=list)  # of ``parsed``
     mixed: bool = False  # not every serve key is the same
     # service id -> what a pass over every service raised for it before its visit (its
     # read here; the planner's other passes add theirs): planned as failed, kept whole
@@ -237,7 +237,7 @@ def unread(s: SwarmService) -> RequestEntry:
     """The entry of a service whose read raised: an invalid request (what it holds is
     kept, never dropped), no reservation, read again next cycle (no version matches)."""
     r = RequestError(f"{s.name}'s labels", "", "labels swarmgpu could read")
-    return RequestEntry(-1, r, (0, 0), (0, s.created_at))
+    return RequestEntry(-1, r, (0, 0), serve_key(s, r))
 
 
 def _container_labels(s: SwarmService) -> Mapping[str, str]:

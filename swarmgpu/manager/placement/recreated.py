@@ -49,7 +49,7 @@ from swarmgpu.manager.placement.keys import (
 )
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.swarm.client import SwarmService, SwarmTask
-from swarmgpu.swarm.taskstop import rfc3339_epoch
+from swarmgpu.swarm.taskstop import rfc3339_ns
 
 # (service name, node id) of a ledger entry a removed service left
 Entries = frozenset[tuple[str, str]]
@@ -170,5 +170,6 @@ def _mapped(s: SwarmService, h: Holding, prefix: str) -> bool:
 def _older(t: SwarmTask, s: SwarmService) -> bool:
     """``t`` was created before ``s`` (true where either time is unknown): a task of a
     service removed before ``s`` was created under its name."""
-    made, born = rfc3339_epoch(t.created_at), rfc3339_epoch(s.created_at)
+    # (exact: a float's epoch seconds would tie times a tenth of a microsecond apart)
+    made, born = rfc3339_ns(t.created_at), rfc3339_ns(s.created_at)
     return made is None or born is None or made < born
