@@ -29,6 +29,7 @@ The steps, in the order ``wiring`` runs them:
                (``preempt_step``: the step that runs it;
                ``preempt_budget``: the budgets' hour, kept on the swarm object;
                ``victimspec``: a victim's spec write, its waiting task renewed;
+               ``victimstop``: the victims stopped as one, their gates in one write;
                ``preempt_notes``: what a preemptor's plan says of the decision)
 ``observe``    the cluster document, the over-share watch, the map
 ``overshare``  placement.overshare: restart, acting on observe's watch

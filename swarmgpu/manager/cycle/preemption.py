@@ -54,7 +54,7 @@ it again when capacity frees (and removes the record then).
 
 The victims of one preemption (all on the preemptor's node) are stopped whole or not at
 all: their holdings are read again first, then each one's spec is written, then all
-their gates close in one node write (``_close``). A victim that no longer holds what was
+their gates close in one node write (``victimstop``). A victim that no longer holds what was
 decided, or a spec write that fails, stops none (the hour given back, tried again next
 cycle; a spec written is placement's to restore, its victim still holding). Stopped one
 by one, a failure left the others stopped for a preemptor that still could not run, and
@@ -83,21 +83,15 @@ from swarmgpu.manager.cycle.preempt_notes import (
     raised_note,
     unread_note,
 )
-from swarmgpu.manager.cycle.victimspec import (
-    renewed,
-    unread_victims,
-    unwritten,
-    victim_spec,
-)
-from swarmgpu.manager.engine.actuator import Why, Writes
+from swarmgpu.manager.cycle.victimspec import unread_victims
+from swarmgpu.manager.cycle.victimstop import close_gates, names
+from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.engine.stop import Stopped
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import (
     Nominations,
     PlacementPlan,
     ServicePlan,
-    assign_key,
-    gate_key,
 )
 from swarmgpu.manager.placement.ledger import read_ledger
 from swarmgpu.manager.placement.nominated import (
@@ -108,7 +102,7 @@ from swarmgpu.manager.placement.nominated import (
     stops_waited,
 )
 from swarmgpu.manager.placement.preempt import Candidate, Preemption, choose_preemptions
-from swarmgpu.manager.placement.preempted import Preempted, preempted_state
+from swarmgpu.manager.placement.preempted import preempted_state
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.record import move_gpus, moving, recorded
@@ -120,7 +114,6 @@ from swarmgpu.swarm.client import (
     SwarmService,
     VersionConflict,
 )
-from swarmgpu.swarm.specread import UnreadSpec
 
 # service -> nodes refused to it for a host-mode port alone -> who binds it (Planner.port_takers)
 PortTakers = Callable[[SwarmService], Mapping[str, AbstractSet[str]]]
@@ -601,7 +594,7 @@ class Preempter:
 
     def _stop(self, swarm: SwarmClient, p: Preemption, victims: list[Candidate],
               now: float) -> bool | None:
-        """``_close``, this preemption's loss only whatever it raises: True stopped, False
+        """``close_gates``, this preemption's loss only whatever it raises: True stopped, False
         none stopped; None when half made (the gate write let through, then it raised: a
         bug or an answer no one foresaw): counted, judged from Swarm next cycle."""
         gate = Writes(swarm, dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
@@ -609,7 +602,7 @@ class Preempter:
         closing: list[bool] = []
         who = names(victims)
         try:
-            return self._close(gate, swarm, p, victims, now, closing)
+            return close_gates(gate, swarm, self.prefix, p, victims, now, closing)
         except Stopped:
             raise  # the daemon stops: no later victim is stopped
         except Exception as exc:  # a bug or unforeseen input: this preemption's loss only
@@ -619,69 +612,6 @@ class Preempter:
                                 else "no gate closed: left as they were")
                              + "); the other preemptions go on")
             return None if closing else False
-
-    def _close(self, gate: Writes, swarm: SwarmClient, p: Preemption,
-               victims: list[Candidate], now: float, closing: list[bool]) -> bool | None:
-        """Close the victims' gates on their node in one write, after reading their
-        holdings again and writing each one's spec (its device lists gone, the record; no
-        task restarts): a fault before that write stops none (a spec written is
-        placement's to restore: the victim still holds). True closed, False none, None
-        half made (the gate write failed: its outcome unknown, counted). ``closing``:
-        appended to once the gate write is tried."""
-        prefix = self.prefix
-        log = logger.bind(service=p.service)
-        try:  # the holdings as Swarm has them now, not as the snapshot had them
-            node = swarm.node(p.node_id)
-        except SwarmError as exc:
-            log.error("preemption: cannot read node {}: {}", p.node_id[:12], exc)
-            return False
-        ledger = read_ledger([node], prefix)
-        gone = [v.service for v in victims if (h := ledger.get(v.service, {}).get(
-            p.node_id)) is None or not set(v.uuids) <= set(h.uuids)]
-        if gone:
-            log.warning("preemption: {} no longer holds what was decided on {}: none of "
-                        "{} stopped for {} (tried again next cycle)", ", ".join(gone),
-                        p.hostname, names(victims), p.service)
-            return False
-        record = Preempted(p.service, p.priority, now, p.node_id).to_json()
-        why = Why("preempt", f"room for {p.service} (priority {p.priority}) on {p.hostname}")
-        # Through the actuator's gate, as every write; preemption's own dry-run checks
-        # ran before this (``cycle``), the gate's refuses whatever slipped past them.
-        # Each read and checked before any is written: a job's write runs it anew, so one
-        # written before another's fault was stopped alone for a preemption not made.
-        renew: list[SwarmService | None] = []
-        try:  # (``v``: the victim whose read or write failed; a loop's, not a comprehension's)
-            for v in victims:  # a task of it waiting for a node: replaced by the write
-                renew.append(renewed(swarm, v.service_id))
-            for v, r in zip(victims, renew, strict=True):
-                gate.service_spec(v.service_id, victim_spec(prefix, p.node_id, record, r), why)
-        except (SwarmError, UnreadSpec) as exc:
-            return unwritten(log, v.service, names(victims), p.service, exc)
-        drop = {k for v in victims for k in (assign_key(prefix, v.service),
-                                             gate_key(prefix, v.service))}
-        closing.append(True)
-        try:
-            gate.node_labels(p.node_id, lambda cur: {k: val for k, val in cur.items()
-                                                     if k not in drop}
-                             if drop & cur.keys() else None, why)
-        except SwarmError as exc:
-            # Half made: the specs landed, and this one's outcome is unknown (a timeout
-            # after the engine made it stopped the victims), so their seconds stay
-            # spent; a victim still holding next cycle is placement's, which keeps it.
-            log.error("preemption of {} for {} half made (specs written, the gate write "
-                      "failed), counted in the hour and judged from Swarm next cycle: {}",
-                      names(victims), p.service, exc)
-            return None
-        for v in victims:
-            logger.bind(service=v.service).warning(
-                "{} on {}: its gate is closed, Swarm stops its task; it is placed again "
-                "when capacity frees", Preempted(p.service, p.priority, now,
-                                                 p.node_id).reason(), p.hostname)
-        return True
-
-
-def names(victims: list[Candidate]) -> str:
-    return ", ".join(v.service for v in victims)
 
 
 def plan_as_daemon(snap: Snapshot, cfg: Config, swarm: Any = None) -> PlacementPlan:

@@ -1,4 +1,4 @@
-"""A preemption victim's spec write (``preemption._close``): its device lists for the
+"""A preemption victim's spec write (``victimstop.close_gates``): its device lists for the
 node go and ``<p>state.preempted`` records why (labels: no task restarts).
 
 A task of the victim that waits for a node when that write lands would be of an older

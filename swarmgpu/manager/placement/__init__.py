@@ -37,7 +37,7 @@ The package, by responsibility; each module imports only modules listed before i
 ``quiet``, ``memo``; ``queues``;
 ``cycle``, ``jobs``, ``preemptroom``, ``preempted``, ``preemptview``, ``victimsearch``,
 ``preempt``,
-``nominated``, ``recorded``, ``existing``, ``reads``, ``learning``;
+``heldchoice``, ``nominated``, ``recorded``, ``existing``, ``reads``, ``learning``;
 ``packing``, ``gating``,
 ``converge``, ``devicemap``;
 ``spread``, ``globalmode``; ``planned``, ``specwrite``, ``restarts``, ``ungate``,

@@ -32,8 +32,8 @@ from swarmgpu.manager.placement import (
     demand_of,
     is_gate_of,
 )
+from swarmgpu.manager.placement.heldchoice import held_choice, share_choice
 from swarmgpu.manager.placement.keys import MEANT_STATES
-from swarmgpu.manager.placement.nominated import held_choice, share_choice
 from swarmgpu.manager.placement.specs import schedulable
 from swarmgpu.manager.rebalance.attribution import Share, estimated_util, holders_by_gpu
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Move, Trigger
