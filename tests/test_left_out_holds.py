@@ -1,0 +1,70 @@
+"""The holds of stopping tasks and of preemptions while the service list left a service
+out (listed without an ID, ``swarm.unkeyed``): a service not listed may be that one.
+
+`plan` and `status` read a preemption's hold from its victim's record
+(``recorded_nominations``); a record naming a preemptor not listed was dropped there, as
+a removed preemptor's, while the daemon keeps that hold until it settles
+(``live_nominations``): `plan` said the preemptor's GPUs were held for the stopping task
+from all, the daemon gave them to it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from support.forged import R_UUIDS, snapshot, sw_node, sw_svc
+
+from swarmgpu.core.config import Config
+from swarmgpu.manager.cycle.placement import make_plan
+from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
+from swarmgpu.manager.placement import Holding, assign_key, gate_key
+from swarmgpu.manager.placement.nominated import Nomination, live_nominations
+from swarmgpu.manager.placement.preempted import Preempted
+from swarmgpu.manager.placement.recorded import recorded_nominations
+from swarmgpu.swarm.client import SwarmTask
+from swarmgpu.swarm.unkeyed import Unkeyed
+
+P = "swarmgpu."
+LEFT = ("the engine's answer lists service 3 of 3 with ID None, not a non-empty text: "
+        "it is left out")
+
+
+def _victim_of_a_preemptor_not_listed(left: Unkeyed) -> Snapshot:
+    """victim stops on two RTX 4090s (its pinned line), its record naming high 5 s ago
+    there; filler holds the other six; high is not listed (``left``: the list left one
+    out, or none)."""
+    record = Preempted("high", 100, 995.0, "n-4090").to_json()
+    victim = replace(sw_svc("victim", {f"{P}gpus": "2", f"{P}state.preempted": record}),
+                     replicas=0)
+    filler = sw_svc("filler", {f"{P}gpus": "6"})
+    h = Holding("filler", "n-4090", R_UUIDS[2:], (1000,) * 6)
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", {assign_key(P, "filler"): h.label_value(),
+                                              gate_key(P, "filler"): "true"})]
+    line = "NVIDIA_VISIBLE_DEVICES=" + ",".join(R_UUIDS[:2])
+    t_v = SwarmTask("t-v", victim.id, "n-4090", 1, "running", "shutdown", (line,))
+    t_f = SwarmTask("t-f", filler.id, "n-4090", 1, "running", "running", ())
+    return replace(snapshot(nodes, [victim, filler], [t_f]), stopping=[t_v],
+                   taken_at=1000.0, unkeyed=left)
+
+
+def _one_shot(snap: Snapshot) -> list[str]:
+    return [n.service for n in recorded_nominations(
+        snap.services, snap.stopping, facts_by_node(snap), P, 1000.0,
+        Config().preemption.settle_s, left_out=bool(snap.unkeyed.services))]
+
+
+def test_plan_keeps_the_hold_of_a_preemptor_not_listed_as_the_daemon_does() -> None:
+    snap = _victim_of_a_preemptor_not_listed(Unkeyed(services=(LEFT,)))
+    names = {s.name for s in snap.services}
+    daemon = [n.service for n in live_nominations(
+        [Nomination("high", 100, "n-4090", R_UUIDS[:2], victims=("id-victim",))], names,
+        left_out=True)]
+    assert daemon == _one_shot(snap) == ["high"]
+    # plan's placement reads it so: the victim's GPUs spared for high, not held from all
+    assert make_plan(snap, Config()).stopping_waits == frozenset()
+
+
+def test_plan_drops_the_hold_of_a_preemptor_not_listed_when_none_was_left_out() -> None:
+    snap = _victim_of_a_preemptor_not_listed(Unkeyed())
+    assert _one_shot(snap) == []
+    assert make_plan(snap, Config()).stopping_waits == {("n-4090", u) for u in R_UUIDS[:2]}
