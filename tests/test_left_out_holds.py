@@ -5,7 +5,11 @@ out (listed without an ID, ``swarm.unkeyed``): a service not listed may be that 
 (``recorded_nominations``); a record naming a preemptor not listed was dropped there, as
 a removed preemptor's, while the daemon keeps that hold until it settles
 (``live_nominations``): `plan` said the preemptor's GPUs were held for the stopping task
-from all, the daemon gave them to it."""
+from all, the daemon gave them to it.
+
+A stopping task of a service not listed (``StoppingGpus.holds``) is read by the name the
+last cycle had for its id, else its own gate constraint's: its GPUs are held as its own
+service's, from all, or spared for its own preemptor alone (pinned below)."""
 
 from __future__ import annotations
 
@@ -16,8 +20,8 @@ from support.forged import R_UUIDS, snapshot, sw_node, sw_svc
 from swarmgpu.core.config import Config
 from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
-from swarmgpu.manager.placement import Holding, assign_key, gate_key
-from swarmgpu.manager.placement.nominated import Nomination, live_nominations
+from swarmgpu.manager.placement import Holding, assign_key, gate_constraint, gate_key
+from swarmgpu.manager.placement.nominated import Nomination, StoppingGpus, live_nominations
 from swarmgpu.manager.placement.preempted import Preempted
 from swarmgpu.manager.placement.recorded import recorded_nominations
 from swarmgpu.swarm.client import SwarmTask
@@ -68,3 +72,38 @@ def test_plan_drops_the_hold_of_a_preemptor_not_listed_when_none_was_left_out() 
     snap = _victim_of_a_preemptor_not_listed(Unkeyed())
     assert _one_shot(snap) == []
     assert make_plan(snap, Config()).stopping_waits == {("n-4090", u) for u in R_UUIDS[:2]}
+
+
+LEFTY = sw_svc("lefty", {f"{P}gpus": "1"})
+OTHER = sw_svc("other", {f"{P}gpus": "1"})
+LEDGER = {"lefty": {"n1": Holding("lefty", "n1", ("GPU-a",), (1000,))},
+          "other": {"n1": Holding("other", "n1", ("GPU-b",), (1000,))}}
+
+
+def _lefty_task(desired: str) -> SwarmTask:
+    return SwarmTask("t-l", LEFTY.id, "n1", 1, "running", desired, (),
+                     constraints=(gate_constraint(P, "lefty"),))
+
+
+def _held(holds: list[Nomination]) -> list[tuple[tuple[str, ...], str]]:
+    return [(n.uuids, n.owner) for n in holds]
+
+
+def test_a_stopping_task_of_a_service_left_out_keeps_its_own_gpus_held() -> None:
+    """lefty runs on GPU-a, then the list leaves it out as its task stops: the daemon
+    (which saw it listed) and a fresh reader (its gate) both hold GPU-a from all, not
+    other's GPU-b, and give it to no one."""
+    daemon = StoppingGpus(P)
+    daemon.holds([], [LEFTY, OTHER], LEDGER, [_lefty_task("running")], now=1000.0)
+    stop = [_lefty_task("shutdown")]
+    assert _held(daemon.holds(stop, [OTHER], LEDGER, [], now=1005.0)) == [(("GPU-a",), "")]
+    fresh = StoppingGpus(P).holds(stop, [OTHER], LEDGER, [], now=1005.0)
+    assert _held(fresh) == [(("GPU-a",), "")]
+
+
+def test_a_stopping_victim_left_out_is_spared_for_its_own_preemptor_alone() -> None:
+    stop = [_lefty_task("shutdown")]
+    spare = [Nomination("big", 100, "n1", ("GPU-a",), victims=(LEFTY.id,)),
+             Nomination("else", 100, "n1", ("GPU-b",), victims=(OTHER.id,))]
+    got = StoppingGpus(P).holds(stop, [OTHER], LEDGER, [], spare=spare, now=1005.0)
+    assert _held(got) == [(("GPU-a",), "big")]
