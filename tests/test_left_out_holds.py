@@ -24,7 +24,8 @@ from swarmgpu.manager.placement import Holding, assign_key, gate_constraint, gat
 from swarmgpu.manager.placement.nominated import Nomination, StoppingGpus, live_nominations
 from swarmgpu.manager.placement.preempted import Preempted
 from swarmgpu.manager.placement.recorded import recorded_nominations
-from swarmgpu.swarm.client import SwarmTask
+from swarmgpu.manager.placement.recreated import Recreated
+from swarmgpu.swarm.client import SwarmService, SwarmTask
 from swarmgpu.swarm.unkeyed import Unkeyed
 
 P = "swarmgpu."
@@ -107,3 +108,25 @@ def test_a_stopping_victim_left_out_is_spared_for_its_own_preemptor_alone() -> N
              Nomination("else", 100, "n1", ("GPU-b",), victims=(OTHER.id,))]
     got = StoppingGpus(P).holds(stop, [OTHER], LEDGER, [], spare=spare, now=1005.0)
     assert _held(got) == [(("GPU-a",), "big")]
+
+
+def test_an_entry_placed_afresh_stays_its_services_after_the_list_left_it_out() -> None:
+    """web was removed and created again; its entry on n1 (a half of GPU-a, which the
+    removed one's task still stops on) was disowned and web placed afresh there. A cycle
+    whose list leaves web out, then web listed again, the old task still stopping: the
+    entry is still web's own (``Recreated``). Before, the memory went with the cycle
+    that did not list web (taken for removed), and the entry was disowned again: web
+    placed afresh once more, its gate closed in turn."""
+    web = sw_svc("web", {f"{P}gpus": "0.5"})
+    ledger = {"web": {"n1": Holding("web", "n1", ("GPU-a",), (500,))}}
+    old = SwarmTask("t-old", "id-old", "n1", 1, "running", "shutdown", (),
+                    constraints=(gate_constraint(P, "web"),))
+    memory, last = Recreated(), {"id-old": "web"}
+
+    def cycle(services: list[SwarmService], left_out: bool) -> frozenset[tuple[str, str]]:
+        return memory.entries(services, [old], ledger, last, [], P,
+                              lambda t: {"GPU-a"}, left_out)
+
+    assert cycle([web], False) == {("web", "n1")}  # disowned: placed afresh there
+    assert cycle([], True) == frozenset()  # web left out of the list
+    assert cycle([web], False) == frozenset()  # still the one it was placed on afresh
