@@ -1261,3 +1261,46 @@ def test_ungranted_gpu_access_panel_and_summary(
     clean = dump_dom(chromium, serve(sample).url)
     assert "None: every service on a GPU node sees only the GPUs placement granted it" in \
         text_of(clean)
+
+
+LEFT_OUT = ("the engine's answer lists service 2 of 3 (name '<b>llm</b>') with ID None, "
+            "not a non-empty text: it is left out, nothing is read of it or written to it")
+
+
+def test_the_left_out_entries_are_counted_in_the_light_document() -> None:
+    """The fleet's first paint (the light document) counts the nodes and services the
+    engine listed without an ID (``unkeyed``), as the summary shows them."""
+    assert webmap.light_doc({**sample(), "unkeyed": [LEFT_OUT, LEFT_OUT]})["unkeyed_count"] == 2
+    assert webmap.light_doc(sample())["unkeyed_count"] == 0
+
+
+def test_the_page_draws_the_left_out_entries_in_their_own_panel() -> None:
+    """The entries the engine's lists left out (the document's ``unkeyed``: in no node's
+    card nor the services' panel) have a panel of their own, hidden while there are
+    none, and a summary count. Before, the page drew none of them."""
+    js, page = (WEB / "app.js").read_text(), (WEB / "index.html").read_text()
+    assert re.search(r'<section id="unkeyed" class="panel" [^>]*hidden>', page)
+    body = js[js.index("function renderUnkeyed(doc)"):]
+    body = body[: body.index("\n  }\n")]
+    assert "arr(doc.unkeyed)" in body and '$("unkeyed")' in body
+    assert "el.hidden = !all.length" in body
+    assert "text(m)" in body  # the message as text, never markup
+    assert "() => renderUnkeyed(doc));" in js[js.index("function render() {"):]  # each poll
+    assert 'doc.unkeyed_count ?? arr(doc.unkeyed).length' in js and 'item("Left out"' in js
+
+
+def test_the_left_out_entries_show_in_the_browser(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    srv = serve(lambda: {**sample(), "unkeyed": [LEFT_OUT]})
+    dom = dump_dom(chromium, srv.url)
+    panel = dom[dom.index('id="unkeyed"'):]
+    panel = panel[: panel.index("</section>")]
+    assert "hidden" not in panel[: panel.index(">")]
+    shown = text_of(panel)
+    assert "Left out of the engine's lists 1" in shown and "left out" in shown
+    assert "(name '&lt;b&gt;llm&lt;/b&gt;')" in shown  # text, never markup
+    assert "Left out 1" in text_of(dom)  # the summary's count
+    clean = dump_dom(chromium, serve(sample).url)
+    empty = clean[clean.index('id="unkeyed"'):]
+    assert "hidden" in empty[: empty.index(">")] and "Left out 1" not in text_of(clean)

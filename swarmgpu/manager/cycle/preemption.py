@@ -93,7 +93,6 @@ from swarmgpu.manager.placement import (
     PlacementPlan,
     ServicePlan,
 )
-from swarmgpu.manager.placement.ledger import read_ledger
 from swarmgpu.manager.placement.nominated import (
     held_gpus,
     live_nominations,
@@ -103,6 +102,7 @@ from swarmgpu.manager.placement.nominated import (
 )
 from swarmgpu.manager.placement.preempt import Candidate, Preemption, choose_preemptions
 from swarmgpu.manager.placement.preempted import preempted_state
+from swarmgpu.manager.placement.preemptview import holdings_by_node
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.record import move_gpus, moving, recorded
@@ -328,8 +328,10 @@ class Preempter:
                              if mono - at < pc.settle_s}
         cooling = set(self.victim_at)
         # A holder whose spec its victim write cannot read is never chosen (the write
-        # would fail after the choice); ``cycle`` says why.
-        self.unread = unread_victims(snap.services, read_ledger(snap.nodes, self.prefix))
+        # would fail after the choice); ``cycle`` says why. (Read as placement read it.)
+        self.unread = unread_victims(snap.services, {
+            svc for per in holdings_by_node(snap.nodes, self.prefix, plan.dropped).values()
+            for svc in per})
         cooling |= self.unread.keys()
         # The record in Swarm counts too (a new leader), but it is a label on the victim's
         # own spec, which its stack writes: it counts only when the hour on the swarm

@@ -16,7 +16,7 @@ from swarmgpu.swarm.client import SwarmService, SwarmTask
 def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[SwarmTask],
                          facts: Mapping[str, NodeFacts], prefix: str, now: float,
                          settle_s: float, waited: AbstractSet[tuple[str, str]] = frozenset(),
-                         ) -> list[Nomination]:
+                         left_out: bool = False) -> list[Nomination]:
     """A one-shot's stand-in for the daemon's nominations, kept in its memory only
     (``plan``, ``status``: ``cycle.placement.make_plan``): the GPUs of each task Swarm
     still stops (``leaving``: stopping or rejected) whose service's ``state.preempted``
@@ -27,7 +27,11 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
     preemption removed). Without them
     such GPUs read as held for the stopping task: the preemptor waits (its plan said
     so) and the preview of preemption chose new victims for it, which the daemon, its
-    nomination held, does not."""
+    nomination held, does not. ``left_out``: the service list left one out
+    (``swarm.unkeyed``): a preemptor not listed may be that one, its hold kept as the
+    daemon keeps it (``live_nominations``). A victim left out cannot be read: its record
+    is a label of its own spec, which the list left out; its task's GPUs read as held
+    from all (``StoppingGpus``) until it stops."""
     by_id, names = {s.id: s for s in services}, {s.name for s in services}
     got: dict[tuple[str, int, str], set[str]] = {}
     victims: dict[tuple[str, int, str], set[str]] = {}  # their service ids: only theirs spared
@@ -37,7 +41,8 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
         # The daemon's hold lasts while a victim's task Swarm counts still stops
         # (``settles_from``), then ``settle_s``; the task stopping now stopped since the
         # record (the preemption stopped it)
-        if (st is None or st.node_id != t.node_id or st.by not in names or now < st.at
+        if (st is None or st.node_id != t.node_id or now < st.at
+                or (st.by not in names and not left_out)
                 or now - settles_from(st.at, st.at, now, (t.service_id, t.node_id) in waited)
                 >= settle_s):
             continue

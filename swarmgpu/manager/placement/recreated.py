@@ -124,7 +124,8 @@ class Recreated:
     def entries(self, services: Sequence[SwarmService], leaving: Sequence[SwarmTask],
                 ledger: Mapping[str, Mapping[str, Holding]], last: Mapping[str, str],
                 tasks: Sequence[SwarmTask], prefix: str,
-                learned: Callable[[SwarmTask], AbstractSet[str] | None]) -> Entries:
+                learned: Callable[[SwarmTask], AbstractSet[str] | None],
+                left_out: bool = False) -> Entries:
         """This cycle's ``recreated_entries``, those of earlier cycles' kept while they
         may matter: their service lives, and the ledger had their entry or a removed
         one's task stopped on their node within ``UNLISTED_CYCLES`` cycles (the memory
@@ -132,7 +133,9 @@ class Recreated:
         gap (an engine hiccup) so finds its entry still the live service's: forgotten by
         the gap alone, it was disowned again and the service placed afresh once more.
         An entry briefly gone (its rewrite between its removal and its set) is kept
-        while the task stops there."""
+        while the task stops there. ``left_out``: the service list left one out
+        (``swarm.unkeyed``): a service not listed may be that one, its memory kept (forgotten,
+        its entry was disowned again once it was listed: placed afresh once more)."""
         got = recreated_entries(services, leaving, ledger, last, tasks, prefix, learned,
                                 self.afresh)
         ids = {s.name: s.id for s in services}
@@ -142,7 +145,7 @@ class Recreated:
         # (an entry the ledger still has counts as listed: its memory goes with it)
         held = {k for k in self.afresh if k[1] in ledger.get(k[0], {})}
         kept, missed = kept_unlisted(self.afresh, self.unlisted, there | held)
-        self.afresh = {k: sid for k, sid in kept.items() if sid in live} | {
+        self.afresh = {k: sid for k, sid in kept.items() if left_out or sid in live} | {
             k: ids[k[0]] for k in got}
         self.unlisted = {k: n for k, n in missed.items() if k in self.afresh}
         return got

@@ -47,7 +47,8 @@ def release_held(swarm: SwarmClient, snap: Snapshot, cfg: Config, names: Sequenc
         out.append(r)
         sp, s = plans.get(name), specs.get(name)
         if sp is None or s is None:
-            r.error = (f"no service {name!r} with a swarmgpu GPU request" if s is None else
+            r.error = (f"no service {name!r} with a swarmgpu GPU request"
+                       + left_out(snap.unkeyed.services) if s is None else
                        f"{name!r} carries no swarmgpu GPU request")
             continue
         if sp.status == "invalid":
@@ -71,3 +72,13 @@ def release_held(swarm: SwarmClient, snap: Snapshot, cfg: Config, names: Sequenc
             r.error = (f"{name}: changed since it was read ({'; '.join(planned.changed)}); "
                        "nothing written: run the command again")
     return out
+
+
+def left_out(said: Sequence[str]) -> str:
+    """For a name not found: the services the engine's list left out (``swarm.unkeyed``,
+    ``said``: their messages, each with its fix), of which it may be one; "" if none."""
+    if not said:
+        return ""
+    more = f" (and {len(said) - 1} more)" if len(said) > 1 else ""
+    return (f"; it may be a service the engine's list left out, listed without an ID: "
+            f"{said[0]}{more}")

@@ -1477,6 +1477,21 @@
     );
   }
 
+  function renderUnkeyed(doc) {
+    // nodes and services the engine listed without an ID (swarm/unkeyed.py): left out of
+    // every list, so in no node's card nor the services' panel; each message names its
+    // position, its name and the fix. Shown only while there are some.
+    const all = arr(doc.unkeyed);
+    if (unchanged("unkeyed", all.slice(0, LIST_CAP), all.length)) return;
+    const el = $("unkeyed");
+    el.hidden = !all.length;
+    replace(
+      el,
+      h("h2", { id: "unkeyed-h" }, "Left out of the engine's lists ", h("span", { class: "count" }, String(all.length))),
+      all.length ? capped(all, (m) => h("li", { class: "unkeyed-item" }, h("div", {}, badge("bad", "✕", "left out")), h("div", { class: "reason" }, text(m))), "entries") : null,
+    );
+  }
+
   function moveRoute(m) {
     return h("div", { class: "route" }, svcLink(m.service), " ", m.from, " → ", m.to, arr(m.gpus).length ? ` (GPU ${list(m.gpus)})` : "");
   }
@@ -1567,6 +1582,8 @@
     const failedCount = doc.failed_count ?? (doc.services || []).filter((s) => s.status === "failed").length;
     const pendingCount = doc.pending_count ?? (doc.pending || []).length; // the light document counts them
     const ungrantedCount = doc.ungranted_count ?? (doc.ungranted || []).filter((u) => !u.exempt).length; // exempt ones not counted
+    // entries the engine listed without an ID (the light document counts them)
+    const unkeyedCount = doc.unkeyed_count ?? arr(doc.unkeyed).length;
     const item = (k, v, warn) => h("div", { class: warn ? "warn" : "" }, h("dt", {}, k), h("dd", {}, v));
     replace(
       $("summary"),
@@ -1578,6 +1595,7 @@
       item("Hot", String(hot), hot > 0),
       item("Unhealthy", String(sick), sick > 0),
       item("Label issues", String(drifted), drifted > 0),
+      unkeyedCount > 0 ? item("Left out", String(unkeyedCount), true) : null,
       // while the daemon cannot ask its engine, who leads is unknown (as /healthz says),
       // not "follower": no write goes out until it answers again
       doc.engine === "unreachable" ? item("Role", "unknown: engine unreachable", true)
@@ -1670,6 +1688,7 @@
       part("Map", () => renderNodes(doc, now, nodes, matches, f));
     }
     const t2 = performance.now();
+    part("Left out of the engine's lists", () => renderUnkeyed(doc));
     part("Ungranted GPU access", () => renderUngranted(doc, f));
     part("Pending requests", () => renderPending(doc, f));
     part("Rebalancing", () => renderMoves(doc, now, f));

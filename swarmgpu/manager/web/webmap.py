@@ -108,7 +108,8 @@ def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
     node its name and state, per GPU its values and who holds what share; services,
     pending requests and moves are left out (``failed_count`` says how many services'
     planning failed, ``pending_count`` how many are pending, ``ungranted_count`` how
-    many services see GPUs without a grant). At 1,000
+    many services see GPUs without a grant, ``unkeyed_count`` how many entries the
+    engine's lists left out). At 1,000
     nodes about a tenth of the whole document's bytes."""
     nodes = []
     for n in doc.get("nodes") or []:
@@ -138,7 +139,9 @@ def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
             # the header's first count: services whose planning raised (placement.isolate)
             "failed_count": sum(isinstance(sv, dict) and sv.get("status") == "failed"
                                 for sv in doc.get("services") or []),
-            "ungranted_count": sum(not u.get("exempt") for u in doc.get("ungranted") or [])}
+            "ungranted_count": sum(not u.get("exempt") for u in doc.get("ungranted") or []),
+            # the entries the engine listed without an ID (swarm.unkeyed): the summary's
+            "unkeyed_count": len(doc.get("unkeyed") or [])}
 
 
 STYLE = "swarmgpu/manager/web/style.css"
