@@ -21,6 +21,7 @@ import requests.exceptions
 import urllib3.exceptions
 
 from swarmgpu.core.peertext import quoted
+from swarmgpu.swarm.answerjson import Repeated, RepeatedAnswer, read_entries, strict_results
 from swarmgpu.swarm.engineaddr import engine_endpoint as engine_endpoint  # (tests import it)
 from swarmgpu.swarm.engineaddr import engine_fix
 from swarmgpu.swarm.eventstream import Cut, NotAnEvent, read_events
@@ -199,7 +200,7 @@ def service_from_api(raw: Any) -> SwarmService:
     if not isinstance(sid, str) or not sid:
         raise SwarmError(f"a service listed without an ID ({quoted(sid)}; Docker sends one "
                          "with every service; check any proxy)")
-    why: list[str] = []
+    why = [raw.why] if isinstance(raw, Repeated) else []  # (a key twice: answerjson)
     spec = _part(why, lambda: spec_object(raw.get("Spec"), "Spec", required=True), _EMPTY)
     tt = _part(why, lambda: spec_object(spec.get("TaskTemplate"), "Spec.TaskTemplate"), _EMPTY)
     placement = _part(why, lambda: spec_object(tt.get("Placement"), _PLACEMENT), _EMPTY)
@@ -286,6 +287,8 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
     if not isinstance(raw, Mapping):  # (a proxy's null or string in the list)
         raise SwarmError(f"a task listed as {type(raw).__name__} (Docker sends objects; "
                          "check any proxy)")
+    if isinstance(raw, Repeated):  # (a key twice in it: its last is no likelier Docker's)
+        raise SwarmError(raw.why)
     tid = raw.get("ID")
     if not isinstance(tid, str) or not tid:  # every id the daemon keys on is Swarm's
         raise SwarmError(f"a task of service {str(raw.get('ServiceID'))[:80]!r} listed "
@@ -348,6 +351,7 @@ class SwarmClient:
             raise SwarmUnavailable(
                 f"cannot reach the Docker Engine at {self.endpoint}: {exc}"
                 f"{engine_fix(str(exc))}") from exc
+        strict_results(self._api)  # (a key twice in an answer: refused, swarm.answerjson)
         self.writes = 0  # every write call made, for metrics and tests
         # Told (kind "node" or "service", id) after a write landed or failed midway: a
         # cache of what the engine holds reads the object again (swarm.cache).
@@ -377,6 +381,8 @@ class SwarmClient:
             raise SwarmError(str(exc)) from exc
         except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
             raise SwarmUnavailable(f"Docker Engine unreachable at {self.endpoint}: {exc}") from exc
+        except RepeatedAnswer as exc:  # (the reads of entries took theirs: read_entries)
+            raise SwarmError(f"{getattr(fn, '__name__', 'a read')}: {exc}") from None
 
     def info(self) -> Mapping[str, Any]:
         return dict(self._call(self._api.info))
@@ -407,7 +413,7 @@ class SwarmClient:
 
     def _listed(self, kind: str, fn: Callable[..., Any], **kwargs: Any) -> list[Any]:
         """The engine's list of ``kind``; one that is no list fails whole (SwarmError)."""
-        raw = self._call(fn, **kwargs)
+        raw = self._call(read_entries, kind, fn, **kwargs)
         if not isinstance(raw, list):
             raise SwarmError(f"the engine's {kind} list is {type(raw).__name__} "
                              f"{quoted(raw, 80)}, not a list (check any proxy)")
@@ -431,7 +437,7 @@ class SwarmClient:
         return [_node(n) for n in got]
 
     def node(self, node_id: str) -> SwarmNode:
-        raw = self._call(self._api.inspect_node, node_id)
+        raw = self._call(read_entries, "node", self._api.inspect_node, node_id)
         return _node(inspected(raw, "node", node_id, SwarmUnkeyed))
 
     def services(self) -> list[SwarmService]:
@@ -440,7 +446,7 @@ class SwarmClient:
         return [service_from_api(s) for s in got]
 
     def service(self, service_id: str) -> SwarmService:
-        raw = self._call(self._api.inspect_service, service_id)
+        raw = self._call(read_entries, "service", self._api.inspect_service, service_id)
         return service_from_api(inspected(raw, "service", service_id, SwarmUnkeyed))
 
     def tasks(self, filters: Mapping[str, Any] | None = None, *,
@@ -449,11 +455,12 @@ class SwarmClient:
         """``states``: only the tasks whose actual state (``Status.State``) is one of them,
         the others unparsed (the engine filters by desired state only: that list holds every
         ended task Swarm keeps); ``read``: only the objects it is True of (job_raw_read)."""
-        raw = self._call(self._api.tasks, filters=dict(filters or {}))
-        return [task_from_api(t) for t in raw  # (not a mapping: task_from_api says why)
-                if (read is None or read(t)) and (states is None or not isinstance(t, Mapping)
+        raw = self._call(read_entries, "task", self._api.tasks, filters=dict(filters or {}))
+        return [task_from_api(t) for t in raw  # (not a mapping, Repeated: refused there)
+                if isinstance(t, Repeated) or ((read is None or read(t)) and (
+                states is None or not isinstance(t, Mapping)
                 or not isinstance(t.get("Status"), Mapping)
-                or str(t["Status"].get("State") or "") in states)]
+                or str(t["Status"].get("State") or "") in states))]
 
     def image_env(self, ref: str) -> tuple[str, ...] | None:
         """``Config.Env`` of the image ``ref`` names, as this engine has it; None when it
