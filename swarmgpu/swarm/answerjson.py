@@ -5,10 +5,11 @@ the standard library's, which keeps the last of two repeated keys silently: a ta
 ``{"NodeID": "a", "NodeID": "b"}`` from a proxy in front of the engine (or a forged
 answer) was read as on node b, where another reader of the same text may see a.
 ``strict_results`` makes a client's ``_result`` refuse such an answer
-(``RepeatedAnswer``: the key, and the text to find the object by). A node or service
-list, and an inspect of one, is read entry by entry (``read_entries``): the entry with the
-repeated key is marked (``Repeated``) and its reader fails it alone (a node or service
-unread, a task list whole, as a task it cannot read); every other answer is refused.
+(``RepeatedAnswer``: the key, and the text to find the object by). A node, service or
+task list, and an inspect of a node or service, is read entry by entry
+(``read_entries``): the entry with the repeated key is marked (``Repeated``) and its
+reader fails it (a node or service alone, unread; a task list whole, as for a task it
+cannot read); every other answer is refused whole.
 """
 
 from __future__ import annotations
