@@ -7,8 +7,10 @@ service's, of usual size): that decode beside orjson's and msgspec's (when impor
 neither is a dependency; ``--venv`` names a site-packages to find them in), each with
 the cyclic garbage collector paused too (the decode makes some 40 objects a task, and
 the collector walks them as they are made), and the parse of every task beside it.
-Nothing is asserted. The proxy's strict read (``jsonstrict.load_json``: repeated keys,
-NaN, numbers past 64 bits refused) is not on this path: it refuses a list this large.
+Nothing is asserted. The daemon's own decode now refuses a key named twice in one object
+(``swarm.answerjson``: ``json.loads`` with ``jsonkeys.unique_keys``), measured beside the
+standard one it replaced. The proxy's strict read (``jsonstrict.load_json``: NaN and
+numbers past 64 bits refused too) is not on this path: it refuses a list this large.
 
 Second table: ``take_snapshot`` with a replicated job whose earlier runs completed H
 tasks (Swarm keeps them all), its tasks parsed as now (the history left out before it is
@@ -35,6 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO)]
 
 from swarmgpu.core.config import Config  # noqa: E402
+from swarmgpu.core.jsonkeys import unique_keys  # noqa: E402
 from swarmgpu.manager.nodes import sync  # noqa: E402
 from swarmgpu.manager.placement import jobs  # noqa: E402
 from swarmgpu.swarm.client import SwarmClient, SwarmTask, task_from_api  # noqa: E402
@@ -102,10 +105,19 @@ def best_ms(fns: Mapping[str, Callable[[], object]], repeat: int,
     return {k: round(min(v) * 1e3, 1) for k, v in times.items()}
 
 
+def strict_loads(body: bytes) -> Any:
+    """The daemon's decode of an engine answer (``swarm.answerjson``): the standard
+    library's, an object that names a key twice refused."""
+    return json.loads(body, object_pairs_hook=unique_keys)
+
+
 def decoders() -> dict[str, Callable[[bytes], Any] | None]:
-    """The decoders measured: the standard library's (docker-py's), orjson's and msgspec's
-    when importable (None: not installed)."""
-    out: dict[str, Callable[[bytes], Any] | None] = {"json (docker-py's, now)": json.loads}
+    """The decoders measured: the standard library's (docker-py's), the daemon's strict
+    one (``strict_loads``), orjson's and msgspec's when importable (None: not
+    installed)."""
+    out: dict[str, Callable[[bytes], Any] | None] = {
+        "json (docker-py's, before)": json.loads,
+        "json, repeated keys refused (the daemon's, now)": strict_loads}
     try:
         import orjson
         out["orjson"] = orjson.loads

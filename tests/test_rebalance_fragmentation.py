@@ -29,6 +29,7 @@ from swarmgpu.manager.rebalance.mover import Mover
 from swarmgpu.manager.rebalance.moves import Move, Trigger, moves_to_dicts, render_moves
 from swarmgpu.sim.rebalance import Defragmenter
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.unkeyed import Unkeyed
 
 
 def test_two_half_used_gpus_are_merged_by_one_move_with_its_gain() -> None:
@@ -194,6 +195,9 @@ def test_forged_moved_at_labels_do_not_spend_the_budget() -> None:
 
         def swarm_labels(self) -> Mapping[str, str]:
             return self.labels
+
+        def unkeyed(self) -> Unkeyed:
+            return Unkeyed()  # every entry has its ID
 
     def budget_left(swarm_labels: dict[str, str]) -> int:
         swarm = Swarm()

@@ -1,10 +1,11 @@
 """The engine edge: everything that speaks Docker Swarm's language.
 
 ``client`` (the engine API, typed; ``swarmnode``, a node as it describes one, and
-the GPU resource kinds; ``swarmservice``, a service as it describes one),
-``eventstream`` (its event stream, read bounded), ``unkeyed`` (the list entries
-without an ID, left out and said), ``imageref`` (an image reference as the image list's
-filter), ``taskports`` (the host-mode ports a task
+the GPU resource kinds; ``swarmservice``, a service as it describes one; ``answerjson``,
+its answers refused where they name a key twice; ``engineaddr``, which engine it talks
+to and what to do when it cannot), ``eventstream`` (its event stream, read bounded),
+``unkeyed`` (the list entries without an ID, left out and said), ``imageref`` (an
+image reference as the image list's filter), ``taskports`` (the host-mode ports a task
 binds, from its own status; a service's published ports; a task's network drivers),
 ``taskstop`` (until when a task the constraint enforcer rejected may still run),
 ``cache`` (nodes and services kept from the event stream), ``labels`` (the node labels

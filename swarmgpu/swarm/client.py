@@ -9,7 +9,6 @@ with a plain HTTP 500 "update out of sequence", which becomes ``VersionConflict`
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
@@ -22,6 +21,9 @@ import requests.exceptions
 import urllib3.exceptions
 
 from swarmgpu.core.peertext import quoted
+from swarmgpu.swarm.answerjson import Repeated, RepeatedAnswer, read_entries, strict_results
+from swarmgpu.swarm.engineaddr import engine_endpoint as engine_endpoint  # (tests import it)
+from swarmgpu.swarm.engineaddr import engine_fix
 from swarmgpu.swarm.eventstream import Cut, NotAnEvent, read_events
 from swarmgpu.swarm.imageref import image_filter as image_filter  # (tests import it here)
 from swarmgpu.swarm.specread import UnreadSpec, spec_count, spec_object
@@ -186,6 +188,8 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
     if not isinstance(raw, Mapping):  # (a proxy's null or string in the list)
         raise SwarmError(f"a task listed as {type(raw).__name__} (Docker sends objects; "
                          "check any proxy)")
+    if isinstance(raw, Repeated):  # (a key twice in it: its last is no likelier Docker's)
+        raise SwarmError(raw.why)
     tid = raw.get("ID")
     if not isinstance(tid, str) or not tid:  # every id the daemon keys on is Swarm's
         raise SwarmError(f"a task of service {str(raw.get('ServiceID'))[:80]!r} listed "
@@ -229,39 +233,9 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
     )
 
 
-# The docker SDK's endpoint when neither a URL nor DOCKER_HOST is given.
-DEFAULT_ENGINE = "unix:///var/run/docker.sock"
 # An event stream with nothing for this long is reopened (``events``): the cache's
 # timer lists everything this often anyway (swarm.cache.RELIST_S).
 EVENT_IDLE_S = 600.0
-
-
-def engine_endpoint(base_url: str | None, env: Mapping[str, str] | None = None) -> str:
-    """The endpoint a client for ``base_url`` talks to, and where that came from, for
-    errors: the one an operator must check (docker contexts are not read by the SDK)."""
-    env = os.environ if env is None else env
-    if base_url:
-        return base_url
-    if env.get("DOCKER_HOST"):
-        return f"{env['DOCKER_HOST']} (DOCKER_HOST)"
-    return f"{DEFAULT_ENGINE} (the default; DOCKER_HOST is not set)"
-
-
-_ADDRESS = "give the engine's address in docker_host (the config) or DOCKER_HOST"
-
-
-def engine_fix(error: str) -> str:
-    """``; fix: ...`` for an engine that cannot be reached, by the SDK's words for why;
-    "" where they say nothing known (the SDK's chain of errors ended every command's
-    first line with no word of what to do)."""
-    if "FileNotFoundError" in error:
-        return f"; fix: no engine socket there: run this on a Swarm manager, or {_ADDRESS}"
-    if "PermissionError" in error or "Permission denied" in error:
-        return "; fix: permission denied: run it as root or as a member of the docker group"
-    if "Connection refused" in error or "ConnectionRefusedError" in error:
-        return (f"; fix: nothing listens there: start dockerd (systemctl start docker), "
-                f"or {_ADDRESS}")
-    return ""
 
 
 class SwarmClient:
@@ -278,6 +252,7 @@ class SwarmClient:
             raise SwarmUnavailable(
                 f"cannot reach the Docker Engine at {self.endpoint}: {exc}"
                 f"{engine_fix(str(exc))}") from exc
+        strict_results(self._api)  # (a key twice in an answer: refused, swarm.answerjson)
         self.writes = 0  # every write call made, for metrics and tests
         # Told (kind "node" or "service", id) after a write landed or failed midway: a
         # cache of what the engine holds reads the object again (swarm.cache).
@@ -307,6 +282,8 @@ class SwarmClient:
             raise SwarmError(str(exc)) from exc
         except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
             raise SwarmUnavailable(f"Docker Engine unreachable at {self.endpoint}: {exc}") from exc
+        except RepeatedAnswer as exc:  # (the reads of entries took theirs: read_entries)
+            raise SwarmError(f"{getattr(fn, '__name__', 'a read')}: {exc}") from None
 
     def info(self) -> Mapping[str, Any]:
         return dict(self._call(self._api.info))
@@ -337,7 +314,7 @@ class SwarmClient:
 
     def _listed(self, kind: str, fn: Callable[..., Any], **kwargs: Any) -> list[Any]:
         """The engine's list of ``kind``; one that is no list fails whole (SwarmError)."""
-        raw = self._call(fn, **kwargs)
+        raw = self._call(read_entries, kind, fn, **kwargs)
         if not isinstance(raw, list):
             raise SwarmError(f"the engine's {kind} list is {type(raw).__name__} "
                              f"{quoted(raw, 80)}, not a list (check any proxy)")
@@ -361,7 +338,7 @@ class SwarmClient:
         return [_node(n) for n in got]
 
     def node(self, node_id: str) -> SwarmNode:
-        raw = self._call(self._api.inspect_node, node_id)
+        raw = self._call(read_entries, "node", self._api.inspect_node, node_id)
         return _node(inspected(raw, "node", node_id, SwarmUnkeyed))
 
     def services(self) -> list[SwarmService]:
@@ -370,7 +347,7 @@ class SwarmClient:
         return [service_from_api(s) for s in got]
 
     def service(self, service_id: str) -> SwarmService:
-        raw = self._call(self._api.inspect_service, service_id)
+        raw = self._call(read_entries, "service", self._api.inspect_service, service_id)
         return service_from_api(inspected(raw, "service", service_id, SwarmUnkeyed))
 
     def tasks(self, filters: Mapping[str, Any] | None = None, *,
@@ -379,11 +356,12 @@ class SwarmClient:
         """``states``: only the tasks whose actual state (``Status.State``) is one of them,
         the others unparsed (the engine filters by desired state only: that list holds every
         ended task Swarm keeps); ``read``: only the objects it is True of (job_raw_read)."""
-        raw = self._call(self._api.tasks, filters=dict(filters or {}))
-        return [task_from_api(t) for t in raw  # (not a mapping: task_from_api says why)
-                if (read is None or read(t)) and (states is None or not isinstance(t, Mapping)
+        raw = self._call(read_entries, "task", self._api.tasks, filters=dict(filters or {}))
+        return [task_from_api(t) for t in raw  # (not a mapping, Repeated: refused there)
+                if isinstance(t, Repeated) or ((read is None or read(t)) and (
+                states is None or not isinstance(t, Mapping)
                 or not isinstance(t.get("Status"), Mapping)
-                or str(t["Status"].get("State") or "") in states)]
+                or str(t["Status"].get("State") or "") in states))]
 
     def image_env(self, ref: str) -> tuple[str, ...] | None:
         """``Config.Env`` of the image ``ref`` names, as this engine has it; None when it

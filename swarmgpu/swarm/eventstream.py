@@ -22,6 +22,10 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
+from swarmgpu.core.peertext import quoted
+from swarmgpu.swarm.answerjson import REPEATED_FIX
+
 MAX_EVENT_BYTES = 1 << 20  # one event; the engine's are under a few KiB
 
 
@@ -130,7 +134,10 @@ def parse_event(line: bytes, source: str, limit: int = MAX_EVENT_BYTES) -> dict[
         raise NotAnEvent(f"{what} is not UTF-8 JSON (a byte order mark or a NUL byte: "
                          "UTF-16 or UTF-32?): not an event; a proxy between?")
     try:
-        event = json.loads(text)
+        event = json.loads(text, object_pairs_hook=unique_keys)
+    except RepeatedKey as exc:  # (which of the two the engine meant cannot be told)
+        raise NotAnEvent(f"{what} names {quoted(exc.key, 80)} twice in one object: not an "
+                         f"event; {REPEATED_FIX}") from None
     except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise NotAnEvent(
             f"{what} is not JSON ({type(exc).__name__}): not an event; a proxy between?"

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from swarmgpu.core.peertext import quoted
+from swarmgpu.swarm.answerjson import Repeated
 from swarmgpu.swarm.specread import UnreadSpec, spec_count, spec_object
 
 # Generic-resource kinds that name GPUs (the one Docker's docs use first).
@@ -86,6 +87,7 @@ def node_from_api(raw: Any) -> SwarmNode:
         raise UnreadSpec(f"a node listed with ID {quoted(nid)} (Docker sends one with every "
                          f"node; {NODE_FIX})")
     r = _Reader()
+    r.unread = raw.why if isinstance(raw, Repeated) else ""  # (a key twice: answerjson)
     spec = r.part(raw, "Spec", "", required=True)
     desc = r.part(raw, "Description", "")
     status = r.part(raw, "Status", "")

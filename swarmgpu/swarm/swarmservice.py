@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from swarmgpu.core.peertext import quoted
+from swarmgpu.swarm.answerjson import Repeated
 from swarmgpu.swarm.specread import (
     UnreadSpec,
     job_iteration,
@@ -86,7 +87,7 @@ def read_service(raw: Any) -> SwarmService:
     if not isinstance(sid, str) or not sid:
         raise UnreadSpec(f"a service listed without an ID ({quoted(sid)}; Docker sends one "
                          "with every service; check any proxy)")
-    why: list[str] = []
+    why = [raw.why] if isinstance(raw, Repeated) else []  # (a key twice: answerjson)
     spec = _part(why, lambda: spec_object(raw.get("Spec"), "Spec", required=True), _EMPTY)
     tt = _part(why, lambda: spec_object(spec.get("TaskTemplate"), "Spec.TaskTemplate"), _EMPTY)
     placement = _part(why, lambda: spec_object(tt.get("Placement"), _PLACEMENT), _EMPTY)

@@ -1,5 +1,5 @@
 """Entries of the engine's node or service list that cannot be keyed: no ``ID`` (or
-one that is no non-empty text), or no JSON object at all.
+one that is no non-empty text, or one named twice: ``answerjson``), or no JSON object.
 
 Docker sends an ID with every node and service; a proxy, or an engine no docker CLI
 talks to, may not. Such an entry failed the whole list, so every cycle wrote nothing.
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from swarmgpu.core.peertext import quoted
+from swarmgpu.swarm.answerjson import Repeated
 
 UNKEYED_FIX = ("check the manager's Docker version (Docker sends an ID with every node "
                "and service), and any proxy in front of the engine")
@@ -68,7 +69,9 @@ def _has_id(raw: Any) -> bool:
 
 def _said(raw: Any, kind: str, head: str) -> str:
     """One entry's message (``Unkeyed``): ``head`` names where it was answered."""
-    what = (f"with ID {quoted(raw.get('ID'), 80)}, not a non-empty text"
+    what = ("naming its ID twice (which one is meant cannot be told)"
+            if isinstance(raw, Repeated) and raw.id_twice else
+            f"with ID {quoted(raw.get('ID'), 80)}, not a non-empty text"
             if isinstance(raw, Mapping) else
             f"as {type(raw).__name__} {quoted(raw, 80)}, not an object")
     return (f"{head}{_named(raw, kind)} {what}: it is left out, nothing is read of it "

@@ -1,0 +1,124 @@
+"""The daemon's own reads of the engine decoded strictly: no key twice in one object.
+
+docker-py decodes every JSON answer with ``Response.json()`` (``APIClient._result``),
+the standard library's, which keeps the last of two repeated keys silently: a task
+``{"NodeID": "a", "NodeID": "b"}`` from a proxy in front of the engine (or a forged
+answer) was read as on node b, where another reader of the same text may see a.
+``strict_results`` makes a client's ``_result`` refuse such an answer
+(``RepeatedAnswer``: the key, and the text to find the object by). A node, service or
+task list, and an inspect of a node or service, is read entry by entry
+(``read_entries``): the entry with the repeated key is marked (``Repeated``) and its
+reader fails it (a node or service alone, unread; a task list whole, as for a task it
+cannot read); every other answer is refused whole.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
+from swarmgpu.core.peertext import quoted
+
+REPEATED_FIX = "check the proxy in front of the engine (Docker names each key once)"
+_SPACE = re.compile(r"[ \t\n\r]*")
+_STRICT = json.JSONDecoder(object_pairs_hook=unique_keys)
+
+
+class RepeatedAnswer(ValueError):
+    """An engine answer that names ``key`` twice in one object; ``text``: the answer."""
+
+    def __init__(self, key: str, text: str) -> None:
+        super().__init__(f"the engine's answer names {quoted(key, 80)} twice in one object "
+                         f"(which one is meant cannot be told): it is not read; {REPEATED_FIX}")
+        self.key, self.text = key, text
+
+
+class Repeated(dict[str, Any]):
+    """A list's entry that names a key twice in one object, decoded as ``json`` would (the
+    last one kept): ``why`` says which key and the fix. Its reader fails it alone."""
+
+    why: str = ""
+    id_twice = False  # its own ID named twice: it has none (``unkeyed`` says so)
+
+
+def strict_results(api: Any) -> None:
+    """Make ``api`` (docker-py's ``APIClient``) decode its JSON answers refusing an object
+    that names a key twice (``RepeatedAnswer``); its other answers as they were."""
+    plain = api._result
+
+    def result(response: Any, json: bool = False, binary: bool = False) -> Any:
+        if not json:
+            return plain(response, json=json, binary=binary)
+        api._raise_for_status(response)
+        try:
+            return response.json(object_pairs_hook=unique_keys)
+        except RepeatedKey as exc:
+            raise RepeatedAnswer(exc.key, response.text) from None
+
+    api._result = result
+
+
+def read_entries(kind: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, a read of the engine's ``kind`` ("node", "service",
+    "task"): a list, or one object (an inspect). An answer that names a key twice is read
+    entry by entry (``entries``), so only the entry that does is a ``Repeated``."""
+    try:
+        return fn(*args, **kwargs)
+    except RepeatedAnswer as exc:
+        return entries(exc, kind)
+
+
+def entries(exc: RepeatedAnswer, kind: str) -> Any:
+    """The engine's answer ``exc.text`` of ``kind``: a list's entries each decoded apart,
+    the one that names a key twice a ``Repeated``; one object (an inspect) a
+    ``Repeated``. An answer that is neither is refused (``exc``)."""
+    text = exc.text
+    at = _skip(text, 0)
+    if text[at:at + 1] == "{":
+        return _repeated(text, at, exc.key, f"{kind} {{}}")[0]
+    if text[at:at + 1] != "[":
+        raise exc
+    out: list[Any] = []
+    at = _skip(text, at + 1)
+    while text[at:at + 1] not in ("]", ""):
+        try:
+            value, end = _STRICT.raw_decode(text, at)
+        except RepeatedKey as one:
+            value, end = _repeated(text, at, one.key, f"{kind} {len(out) + 1} {{}} of the list")
+        out.append(value)
+        at = _skip(text, end)
+        if text[at:at + 1] == ",":
+            at = _skip(text, at + 1)
+    return out
+
+
+def _skip(text: str, at: int) -> int:
+    """Where the JSON whitespace from ``at`` ends."""
+    return _SPACE.match(text, at).end()  # type: ignore[union-attr]  # (matches "" at worst)
+
+
+def _repeated(text: str, at: int, key: str, where: str) -> tuple[Any, int]:
+    """The value at ``at`` of ``text``, which names ``key`` twice, as a ``Repeated``, and
+    where it ends; ``where``: which entry, ``{}`` for its ID. One that names its own
+    ``ID`` twice has none (it cannot be keyed: ``unkeyed`` leaves it out); one that is
+    no object is as it is (its reader refuses it so)."""
+    pairs: list[list[tuple[str, Any]]] = []
+
+    def keep(got: list[tuple[str, Any]]) -> dict[str, Any]:
+        pairs.append(got)  # (the last one kept is the entry's own: inner objects come first)
+        return dict(got)
+
+    value, end = json.JSONDecoder(object_pairs_hook=keep).raw_decode(text, at)
+    if not isinstance(value, dict):
+        return value, end
+    out = Repeated(value)
+    named = where.format(f"(ID {quoted(value.get('ID'), 80)})")
+    out.why = (f"the engine's {named} names {quoted(key, 80)} twice in one object, so which "
+               f"one is meant cannot be told: it is not read; {REPEATED_FIX}")
+    if [k for k, _ in pairs[-1]].count("ID") > 1:
+        out.id_twice = True
+        del out["ID"]
+    return out, end

@@ -1,0 +1,146 @@
+"""The daemon's own reads of the engine refuse an object that names a key twice.
+
+docker-py decoded every answer with ``json``, which keeps the last of two repeated keys
+silently: a task ``{"NodeID": "a", "NodeID": "b"}`` from a proxy in front of the engine
+was read as on node b. Now such an answer is refused, naming the key and the entry:
+a node or a service fails alone (unread: nothing placed on it or written for it), a
+task list fails whole (the cycle), as a task that cannot be read does; an answer read
+whole (info, the swarm, an event) is refused. These go through docker-py's own
+``APIClient`` (its ``_result``), only its HTTP answered here.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import docker
+import pytest
+import requests
+
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnkeyed
+from swarmgpu.swarm.eventstream import NotAnEvent, parse_event
+
+FIX = "check the proxy in front of the engine"
+
+
+def node_text(nid: str, host: str, extra: str = "") -> str:
+    """A node as Docker sends it, as JSON text; ``extra``: more keys in its Spec."""
+    return (f'{{"ID": "{nid}", "Version": {{"Index": 7}}, "Spec": {{"Role": "worker", '
+            f'"Availability": "active", "Labels": {{"gpu": "yes"{extra}}}}}, '
+            f'"Description": {{"Hostname": "{host}"}}, "Status": {{"State": "ready", '
+            f'"Addr": "10.0.0.1"}}}}')
+
+
+def service_text(sid: str, name: str, extra: str = "") -> str:
+    return (f'{{"ID": "{sid}", "Version": {{"Index": 3}}, "Spec": {{"Name": "{name}"{extra}, '
+            '"TaskTemplate": {"ContainerSpec": {"Image": "x"}}, '
+            '"Mode": {"Replicated": {"Replicas": 1}}}}')
+
+
+def task_text(tid: str, node: str, state: str = "running") -> str:
+    return (f'{{"ID": "{tid}", "ServiceID": "s1", {node}, "Slot": 1, '
+            f'"DesiredState": "running", "Status": {{"State": "{state}"}}, '
+            '"Spec": {"ContainerSpec": {"Image": "x"}}}')
+
+
+def engine(monkeypatch: pytest.MonkeyPatch, answers: dict[str, str]) -> SwarmClient:
+    """A client built as the daemon builds it, its engine answering ``answers`` (by path)."""
+    real = docker.APIClient
+    monkeypatch.setattr(docker, "APIClient", functools.partial(real, version="1.43"))
+    sw = SwarmClient("tcp://127.0.0.1:9")
+
+    def get(url: str, **_: Any) -> requests.Response:
+        resp = requests.Response()
+        path = url.split("/v1.43", 1)[1]
+        resp.status_code, resp._content = 200, answers[path].encode()
+        resp.headers["Content-Type"], resp.encoding = "application/json", "utf-8"
+        resp.url = url
+        return resp
+
+    monkeypatch.setattr(sw._api, "_get", get)
+    return sw
+
+
+def test_a_node_naming_a_key_twice_is_unread_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    twice = node_text("n2", "b", ', "gpu": "no"')
+    listed = f'[ {node_text("n1", "a")} ,\n {twice} , {node_text("n3", "c")}]'
+
+    sw = engine(monkeypatch, {"/nodes": listed})
+    nodes = {n.id: n for n in sw.nodes()}
+    assert sorted(nodes) == ["n1", "n2", "n3"]
+    assert nodes["n1"].unread == nodes["n3"].unread == ""
+    assert nodes["n1"].labels == {"gpu": "yes"}
+    why = nodes["n2"].unread
+    assert "'gpu' twice" in why and "node 2 (ID 'n2')" in why and FIX in why, why
+
+
+def test_an_inspected_node_naming_a_key_twice_is_unread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sw = engine(monkeypatch, {"/nodes/n2": node_text("n2", "b", ', "gpu": "no"')})
+    why = sw.node("n2").unread
+    assert "'gpu' twice" in why and "node (ID 'n2')" in why and FIX in why, why
+
+
+def test_a_service_naming_a_key_twice_is_unread_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    twice = service_text("s2", "llm", ', "Name": "other"')
+    listed = f'[{service_text("s1", "web")}, {twice}]'
+
+    sw = engine(monkeypatch, {"/services": listed,
+                              "/services/s2": service_text("s2", "llm", ', "Name": "x"')})
+    got = {s.id: s for s in sw.services()}
+    assert got["s1"].unread == "" and got["s1"].name == "web"
+    assert "'Name' twice" in got["s2"].unread and FIX in got["s2"].unread
+    assert "service (ID 's2')" in sw.service("s2").unread
+
+
+def test_a_task_naming_its_node_twice_fails_the_task_list(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    once, twice = task_text("t1", '"NodeID": "a"'), task_text("t2", '"NodeID": "a", "NodeID": "b"')
+    listed = f"[{once}, {twice}]"
+    sw = engine(monkeypatch, {"/tasks": listed})
+    with pytest.raises(SwarmError, match="task 2 \\(ID 't2'\\) of the list names 'NodeID' "
+                                         "twice") as got:
+        sw.tasks()
+    assert FIX in str(got.value)
+    # a state the caller skips does not skip it: its state is not known either
+    with pytest.raises(SwarmError, match="'NodeID' twice"):
+        sw.tasks(states=frozenset({"complete"}))
+
+
+def test_a_task_list_without_repeated_keys_reads_as_before(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sw = engine(monkeypatch, {"/tasks": "[" + task_text("t1", '"NodeID": "a"') + "]"})
+    assert [(t.id, t.node_id) for t in sw.tasks()] == [("t1", "a")]
+
+
+def test_an_answer_read_whole_naming_a_key_twice_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sw = engine(monkeypatch, {"/swarm": '{"Spec": {"Labels": {"k": "1", "k": "2"}}}',
+                              "/info": '{"Swarm": {"NodeID": "a", "NodeID": "b"}}'})
+    with pytest.raises(SwarmError, match="'k' twice in one object") as got:
+        sw.swarm_labels()
+    assert FIX in str(got.value)
+    with pytest.raises(SwarmError, match="'NodeID' twice"):
+        sw.self_node_id()
+
+
+def test_an_event_naming_a_key_twice_is_not_an_event() -> None:
+    line = b'{"Type": "node", "Actor": {"ID": "n1", "ID": "n2"}, "Action": "update"}'
+    with pytest.raises(NotAnEvent, match="'ID' twice") as got:
+        parse_event(line, "unix:///x.sock")
+    assert FIX in str(got.value)
+
+
+def test_a_node_naming_its_id_twice_is_left_out_as_unkeyed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (kept under either ID it could shadow, or stand for, another node)
+    twice = node_text("n1", "a").replace('"ID": "n1"', '"ID": "n1", "ID": "n2"')
+    sw = engine(monkeypatch, {"/nodes": f'[{twice}, {node_text("n2", "b")}]',
+                              "/nodes/n1": twice})
+    assert [(n.id, n.unread) for n in sw.nodes()] == [("n2", "")]
+    (said,) = sw.unkeyed().nodes
+    assert "node 1 of 2 (hostname 'a') naming its ID twice" in said, said
+    with pytest.raises(SwarmUnkeyed, match="naming its ID twice"):
+        sw.node("n1")
