@@ -476,12 +476,14 @@ def recorded(services: Sequence[SwarmService], swarm_labels: Mapping[str, str],
     they started that cycle has its record before its label, and is not in the
     snapshot's ``moving``. ``left_out``: the list left a service out (``swarm.unkeyed``):
     the name each record of a service not listed names too (the mover holds it:
-    ``verdict.verify``), as that service may be the one left out, its move under way."""
+    ``verdict.verify``), as that service may be the one left out, its move under way;
+    not a name a listed service carries (Swarm's names are unique: that one is gone)."""
     records, bad = read_records(swarm_labels, prefix), unreadable_records(swarm_labels, prefix)
     held: set[str] = set()
     if left_out:
-        ids = {s.id for s in services}
-        held = {st.service for sid, st in records.items() if sid not in ids}
+        ids, names = {s.id for s in services}, {s.name for s in services}
+        held = {st.service for sid, st in records.items()
+                if sid not in ids and st.service not in names}
     return frozenset(held | {s.name for s in services if s.id in bad or (
         (st := records.get(s.id)) is not None and st.service == s.name)})
 
