@@ -176,3 +176,11 @@ def test_a_service_naming_a_key_twice_read_to_write_is_refused_as_unread(
     with pytest.raises(UnreadWrite, match="'Name' twice"):
         sw.update_service_spec("s2", lambda spec: {**spec, "Name": "y"})
     assert sw.writes == 0
+
+
+def test_a_node_naming_a_key_twice_read_to_write_its_labels_names_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sw = engine(monkeypatch, {"/nodes/n2": node_text("n2", "b", ', "gpu": "no"')})
+    with pytest.raises(SwarmError, match="label write refused: node b: .*'gpu' twice"):
+        sw.update_node_labels("n2", lambda cur: {**cur, "x": "1"})
+    assert sw.writes == 0

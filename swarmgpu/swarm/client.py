@@ -484,7 +484,8 @@ class SwarmClient:
         Returns True when a write landed.
         """
         return self._told("node", node_id, lambda: self._update_labels(
-            lambda: _labels_readable(self._call(self._api.inspect_node, node_id)),
+            lambda: _labels_readable(self._call(read_entries, "node", self._api.inspect_node,
+                                                node_id)),
             lambda version, spec: self._call(self._api.update_node, node_id, version, spec),
             compute, attempts, f"node {node_id}: labels"))
 
@@ -574,6 +575,7 @@ class SwarmClient:
             return None if new is None or new == spec else new
 
         return self._told("service", service_id, lambda: self._read_modify_write(
-            lambda: _spec_readable(self._call(self._api.inspect_service, service_id)), change,
+            lambda: _spec_readable(self._call(read_entries, "service", self._api.inspect_service,
+                                               service_id)), change,
             lambda raw, new: self._call(self._post_service_update, service_id, raw, new),
             attempts, f"service {service_id}: kept changing for {attempts} attempts"))
