@@ -181,6 +181,6 @@ def test_a_service_naming_a_key_twice_read_to_write_is_refused_as_unread(
 def test_a_node_naming_a_key_twice_read_to_write_its_labels_names_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     sw = engine(monkeypatch, {"/nodes/n2": node_text("n2", "b", ', "gpu": "no"')})
-    with pytest.raises(SwarmError, match="label write refused: node b: .*'gpu' twice"):
+    with pytest.raises(SwarmError, match=r"label write refused: node b: .*'gpu' twice"):
         sw.update_node_labels("n2", lambda cur: {**cur, "x": "1"})
     assert sw.writes == 0
