@@ -184,3 +184,14 @@ def test_a_node_naming_a_key_twice_read_to_write_its_labels_names_it(
     with pytest.raises(SwarmError, match=r"label write refused: node b: .*'gpu' twice"):
         sw.update_node_labels("n2", lambda cur: {**cur, "x": "1"})
     assert sw.writes == 0
+
+
+def test_an_answer_nested_too_deep_to_decode_is_the_engines_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (a bare RecursionError passed every reader that fails one object alone)
+    deep = "[" * 200_000 + "]" * 200_000
+    sw = engine(monkeypatch, {"/nodes": deep, "/nodes/n1": f'{{"ID": "n1", "Spec": {deep}}}'})
+    with pytest.raises(SwarmError, match="nested too deep"):
+        sw.nodes()
+    with pytest.raises(SwarmError, match="nested too deep"):
+        sw.node("n1")

@@ -284,6 +284,10 @@ class SwarmClient:
             raise SwarmUnavailable(f"Docker Engine unreachable at {self.endpoint}: {exc}") from exc
         except RepeatedAnswer as exc:  # (the reads of entries took theirs: read_entries)
             raise SwarmError(f"{getattr(fn, '__name__', 'a read')}: {exc}") from None
+        except RecursionError:  # (bare, it passed every reader that fails one object)
+            raise SwarmError(f"{getattr(fn, '__name__', 'a read')}: the engine's answer is "
+                             "nested too deep to decode (Docker's nest some ten deep): it "
+                             "is not read; check the proxy in front of the engine") from None
 
     def info(self) -> Mapping[str, Any]:
         return dict(self._call(self._api.info))
