@@ -195,3 +195,32 @@ def test_an_answer_nested_too_deep_to_decode_is_the_engines_error(
         sw.nodes()
     with pytest.raises(SwarmError, match="nested too deep"):
         sw.node("n1")
+
+
+@pytest.mark.parametrize(("path", "answer"), [
+    ("/info", "[1]"),
+    ("/info", '{"Swarm": "x"}'),
+    ("/info", '{"Swarm": {"NodeID": 7}}'),
+    ("/swarm", "[]"),
+    ("/swarm", '{"Spec": "x"}'),
+    ("/swarm", '{"Spec": {"Labels": ["k"]}}'),
+    ("/swarm", '{"Spec": {"Labels": {"k": 1}}}'),
+    ("/swarm", '{"TLSInfo": "x"}'),
+])
+def test_an_answer_read_whole_that_is_not_what_docker_sends_is_the_engines_error(
+        monkeypatch: pytest.MonkeyPatch, path: str, answer: str) -> None:
+    # (an AttributeError out of is_leader passed the leader check's SwarmError, the
+    # term kept; out of swarm_labels, every reader that fails one step alone)
+    sw = engine(monkeypatch, {path: answer})
+    read = {"/info": sw.is_leader, "/swarm": (
+        sw.trust_root if "TLSInfo" in answer else sw.swarm_labels)}[path]
+    with pytest.raises(SwarmError, match="check any proxy"):
+        read()
+
+
+def test_a_swarm_object_without_its_version_is_not_written(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sw = engine(monkeypatch, {"/swarm": '{"Spec": {"Labels": {}}, "Version": {}}'})
+    with pytest.raises(SwarmError, match="check any proxy"):
+        sw.update_swarm_labels(lambda cur: {**cur, "k": "v"})
+    assert sw.writes == 0
