@@ -18,7 +18,7 @@ import docker
 import pytest
 import requests
 
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnkeyed
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnkeyed, UnreadWrite
 from swarmgpu.swarm.eventstream import NotAnEvent, parse_event
 
 FIX = "check the proxy in front of the engine"
@@ -144,3 +144,83 @@ def test_a_node_naming_its_id_twice_is_left_out_as_unkeyed(
     assert "node 1 of 2 (hostname 'a') naming its ID twice" in said, said
     with pytest.raises(SwarmUnkeyed, match="naming its ID twice"):
         sw.node("n1")
+
+
+@pytest.mark.parametrize("after", [
+    ",",  # cut after the entry: the entries after it unseen
+    ', {"ID": "n3",',  # cut inside the next one
+    f', {node_text("n3", "c")} garbage',  # no end of the list
+    f' {node_text("n3", "c")}]',  # no comma between two entries
+    "] trailing",  # more after the list's end
+])
+def test_a_list_naming_a_key_twice_that_is_no_json_fails_whole(
+        monkeypatch: pytest.MonkeyPatch, after: str) -> None:
+    # (read entry by entry, a cut answer was a shorter list: its missing nodes unseen)
+    twice = node_text("n2", "b", ', "gpu": "no"')
+    sw = engine(monkeypatch, {"/nodes": f"[{node_text('n1', 'a')}, {twice}{after}"})
+    with pytest.raises(SwarmError, match="not read"):
+        sw.nodes()
+
+
+def test_an_inspect_naming_a_key_twice_with_more_after_it_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sw = engine(monkeypatch, {"/nodes/n2": node_text("n2", "b", ', "gpu": "no"') + " {}"})
+    with pytest.raises(SwarmError, match="not read"):
+        sw.node("n2")
+
+
+def test_a_service_naming_a_key_twice_read_to_write_is_refused_as_unread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (UnreadSpec: its writers skip that service alone, as for a part they cannot read)
+    sw = engine(monkeypatch, {"/services/s2": service_text("s2", "llm", ', "Name": "x"')})
+    with pytest.raises(UnreadWrite, match="'Name' twice"):
+        sw.update_service_spec("s2", lambda spec: {**spec, "Name": "y"})
+    assert sw.writes == 0
+
+
+def test_a_node_naming_a_key_twice_read_to_write_its_labels_names_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sw = engine(monkeypatch, {"/nodes/n2": node_text("n2", "b", ', "gpu": "no"')})
+    with pytest.raises(SwarmError, match=r"label write refused: node b: .*'gpu' twice"):
+        sw.update_node_labels("n2", lambda cur: {**cur, "x": "1"})
+    assert sw.writes == 0
+
+
+def test_an_answer_nested_too_deep_to_decode_is_the_engines_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (a bare RecursionError passed every reader that fails one object alone)
+    deep = "[" * 200_000 + "]" * 200_000
+    sw = engine(monkeypatch, {"/nodes": deep, "/nodes/n1": f'{{"ID": "n1", "Spec": {deep}}}'})
+    with pytest.raises(SwarmError, match="nested too deep"):
+        sw.nodes()
+    with pytest.raises(SwarmError, match="nested too deep"):
+        sw.node("n1")
+
+
+@pytest.mark.parametrize(("path", "answer"), [
+    ("/info", "[1]"),
+    ("/info", '{"Swarm": "x"}'),
+    ("/info", '{"Swarm": {"NodeID": 7}}'),
+    ("/swarm", "[]"),
+    ("/swarm", '{"Spec": "x"}'),
+    ("/swarm", '{"Spec": {"Labels": ["k"]}}'),
+    ("/swarm", '{"Spec": {"Labels": {"k": 1}}}'),
+    ("/swarm", '{"TLSInfo": "x"}'),
+])
+def test_an_answer_read_whole_that_is_not_what_docker_sends_is_the_engines_error(
+        monkeypatch: pytest.MonkeyPatch, path: str, answer: str) -> None:
+    # (an AttributeError out of is_leader passed the leader check's SwarmError, the
+    # term kept; out of swarm_labels, every reader that fails one step alone)
+    sw = engine(monkeypatch, {path: answer})
+    read = {"/info": sw.is_leader, "/swarm": (
+        sw.trust_root if "TLSInfo" in answer else sw.swarm_labels)}[path]
+    with pytest.raises(SwarmError, match="check any proxy"):
+        read()
+
+
+def test_a_swarm_object_without_its_version_is_not_written(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sw = engine(monkeypatch, {"/swarm": '{"Spec": {"Labels": {}}, "Version": {}}'})
+    with pytest.raises(SwarmError, match="check any proxy"):
+        sw.update_swarm_labels(lambda cur: {**cur, "k": "v"})
+    assert sw.writes == 0

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from support.fake_proc import fake_pid, set_uptime, stat_line
 from support.fifo import make_fifo, read_within
 from support.gpu_nodes import RTX4090
 
 from swarmgpu.agent.metrics import PROCESS_MEMORY, render_metrics
-from swarmgpu.agent.procattr import FIX, SERVICE_LABEL, TASK_LABEL, Attributor, container_of
+from swarmgpu.agent.procattr import (
+    FIX,
+    SERVICE_LABEL,
+    TASK_LABEL,
+    Attributor,
+    container_of,
+    engine_labels,
+)
 from swarmgpu.agent.server import build_server
 from swarmgpu.core.boundedfile import read_head
 from swarmgpu.core.samples import GpuProcess, GpuSample
@@ -194,3 +202,41 @@ def test_a_pid_without_a_readable_start_is_not_credited(tmp_path: Path) -> None:
     (out,) = Attributor(_labels, str(tmp_path))([s])
     assert out.processes[:2] == (GpuProcess(100, 1), GpuProcess(101, 2))
     assert out.processes[2].container == CID
+
+
+def _engine_answering(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    """docker-py's APIClient, its engine answering every GET with ``text``."""
+    import functools
+
+    import docker
+    import requests
+
+    def get(_self: object, url: str, **_: object) -> requests.Response:
+        resp = requests.Response()
+        resp.status_code, resp._content = 200, text.encode()
+        resp.headers["Content-Type"], resp.encoding, resp.url = "application/json", "utf-8", url
+        return resp
+
+    monkeypatch.setattr(docker.APIClient, "_get", get)
+    monkeypatch.setattr(docker, "APIClient", functools.partial(docker.APIClient,
+                                                               version="1.43"))
+
+
+@pytest.mark.parametrize("answer", [
+    # which service the engine meant cannot be told: the last is no likelier
+    f'{{"Config": {{"Labels": {{"{SERVICE_LABEL}": "a", "{SERVICE_LABEL}": "b"}}}}}}',
+    "[]",  # no object
+    "null",
+    '{"Config": "x"}',
+    '{"Config": {"Labels": ["a"]}}',
+    f'{{"Config": {{"Labels": {{"{SERVICE_LABEL}": 1}}}}}}',
+])
+def test_a_container_inspect_that_cannot_be_read_leaves_its_owner_unknown(
+        monkeypatch: pytest.MonkeyPatch, answer: str) -> None:
+    _engine_answering(monkeypatch, answer)
+    assert engine_labels("tcp://127.0.0.1:9")("c" * 64) is None
+
+
+def test_a_container_inspect_names_its_labels(monkeypatch: pytest.MonkeyPatch) -> None:
+    _engine_answering(monkeypatch, f'{{"Config": {{"Labels": {{"{SERVICE_LABEL}": "a"}}}}}}')
+    assert engine_labels("tcp://127.0.0.1:9")("c" * 64) == {SERVICE_LABEL: "a"}

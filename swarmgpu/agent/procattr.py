@@ -37,6 +37,7 @@ from loguru import logger
 
 from swarmgpu.core.boundedfile import FileRefused, TooLarge, read_head
 from swarmgpu.core.samples import GpuProcess, GpuSample
+from swarmgpu.swarm.answerjson import strict_results
 
 _ID = re.compile(r"(?<![0-9a-f])([0-9a-f]{64})(?![0-9a-f])")
 TASK_LABEL = "com.docker.swarm.task.id"
@@ -79,6 +80,7 @@ def engine_labels(base_url: str, timeout_s: float = 1.5) -> Labels:
         try:
             if client is None:
                 client = docker.APIClient(base_url=base_url, timeout=timeout_s)
+                strict_results(client)  # (a label twice: which owner is meant is unknown)
             info = client.inspect_container(cid)
         except docker.errors.NotFound:
             return {}  # gone: no owner, and nothing to ask again
@@ -86,9 +88,23 @@ def engine_labels(base_url: str, timeout_s: float = 1.5) -> Labels:
             logger.bind(component="agent").debug("container {} not inspected: {}", cid[:12],
                                                  exc)
             return None
-        return dict((info.get("Config") or {}).get("Labels") or {})
+        return _labels(info, cid)
 
     return lookup
+
+
+def _labels(info: Any, cid: str) -> Mapping[str, str] | None:
+    """``Config.Labels`` of the engine's inspect ``info`` of container ``cid``; None (its
+    owner unknown this time) where that is not what Docker sends: raised, it failed the
+    scrape."""
+    config = info.get("Config") if isinstance(info, Mapping) else ()  # ((): refused below)
+    labels = (config or {}).get("Labels") if isinstance(config, Mapping | None) else ()
+    if isinstance(labels, Mapping | None) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in (labels or {}).items()):
+        return dict(labels or {})
+    logger.bind(component="agent").debug("container {}: its inspect has no Config.Labels "
+                                         "of texts (check any proxy)", cid[:12])
+    return None
 
 
 class Attributor:

@@ -74,25 +74,44 @@ def read_entries(kind: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
 def entries(exc: RepeatedAnswer, kind: str) -> Any:
     """The engine's answer ``exc.text`` of ``kind``: a list's entries each decoded apart,
     the one that names a key twice a ``Repeated``; one object (an inspect) a
-    ``Repeated``. An answer that is neither is refused (``exc``)."""
+    ``Repeated``. An answer that is neither, or is no JSON past that key (cut short, a
+    comma missing, more after its end), is refused (``exc``): read entry by entry, a cut
+    list was a shorter one, its missing entries taken for gone."""
     text = exc.text
     at = _skip(text, 0)
-    if text[at:at + 1] == "{":
-        return _repeated(text, at, exc.key, f"{kind} {{}}")[0]
-    if text[at:at + 1] != "[":
+    try:
+        if text[at:at + 1] == "{":
+            out, end = _repeated(text, at, exc.key, f"{kind} {{}}")
+        elif text[at:at + 1] == "[":
+            out, end = _list(text, at, exc, kind)
+        else:
+            raise exc
+    except (ValueError, RecursionError):  # (RecursionError: nested too deep)
+        raise exc from None
+    if _skip(text, end) != len(text):
         raise exc
+    return out
+
+
+def _list(text: str, at: int, exc: RepeatedAnswer, kind: str) -> tuple[list[Any], int]:
+    """The list opening at ``at`` of ``text``, each entry decoded apart (``entries``),
+    and where it ends; ``exc`` where it is no JSON list."""
     out: list[Any] = []
     at = _skip(text, at + 1)
-    while text[at:at + 1] not in ("]", ""):
+    if text[at:at + 1] == "]":
+        return out, at + 1
+    while True:
         try:
             value, end = _STRICT.raw_decode(text, at)
         except RepeatedKey as one:
             value, end = _repeated(text, at, one.key, f"{kind} {len(out) + 1} {{}} of the list")
         out.append(value)
         at = _skip(text, end)
-        if text[at:at + 1] == ",":
-            at = _skip(text, at + 1)
-    return out
+        if text[at:at + 1] == "]":
+            return out, at + 1
+        if text[at:at + 1] != ",":
+            raise exc
+        at = _skip(text, at + 1)
 
 
 def _skip(text: str, at: int) -> int:

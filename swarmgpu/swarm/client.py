@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
@@ -184,6 +184,59 @@ def _readable(raw: Any, unread: str, what: str, refused: type[SwarmError]) -> An
     return raw
 
 
+ENGINE_FIX = "check any proxy in front of the engine"
+_T = TypeVar("_T")
+
+
+def _whole(what: str, read: Callable[[], _T]) -> _T:
+    """``read()`` of the engine's ``what``, an answer read whole; a part of it that is
+    not what Docker sends (``UnreadSpec``) the engine's error: raised bare, it passed
+    every reader that fails one step alone (an AttributeError, as was)."""
+    try:
+        return read()
+    except UnreadSpec as exc:
+        raise SwarmError(f"the engine's {what}: {exc}") from None
+
+
+def _text(value: Any, where: str) -> str:
+    """``value`` as a text (absent or null: ""), else ``UnreadSpec``."""
+    if not isinstance(value, str | None):
+        raise UnreadSpec(f"{where} is {quoted(value)}, not a text (Docker sends one; "
+                         f"{ENGINE_FIX})")
+    return value or ""
+
+
+def _swarm_object(raw: Any) -> Mapping[str, Any]:
+    """The engine's swarm object (inspect_swarm): an object, its Spec one, the Labels
+    there texts by texts (SwarmError naming the part otherwise)."""
+    def read() -> Mapping[str, Any]:
+        obj = spec_object(raw, "the answer", ENGINE_FIX, required=True)
+        _swarm_labels(obj)
+        return obj
+
+    return _whole("swarm", read)
+
+
+def _swarm_labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    labels = spec_object(spec_object(obj.get("Spec"), "Spec", ENGINE_FIX).get("Labels"),
+                         "Spec.Labels", ENGINE_FIX)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise SwarmError(f"the engine's swarm: Spec.Labels is {quoted(labels)}, not texts by "
+                         f"texts (Docker sends them so; {ENGINE_FIX})")
+    return dict(labels)
+
+
+def _swarm_versioned(raw: Any) -> Mapping[str, Any]:
+    """``_swarm_object``, read to write it: its ``Version.Index`` a whole number."""
+    obj = _swarm_object(raw)
+    index = _whole("swarm", lambda: spec_object(obj.get("Version"), "Version", ENGINE_FIX,
+                                                required=True).get("Index"))
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise SwarmError(f"the engine's swarm: Version.Index is {quoted(index)}, not a whole "
+                         f"number (Docker sends one; {ENGINE_FIX}): no write")
+    return obj
+
+
 def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
     if not isinstance(raw, Mapping):  # (a proxy's null or string in the list)
         raise SwarmError(f"a task listed as {type(raw).__name__} (Docker sends objects; "
@@ -284,17 +337,26 @@ class SwarmClient:
             raise SwarmUnavailable(f"Docker Engine unreachable at {self.endpoint}: {exc}") from exc
         except RepeatedAnswer as exc:  # (the reads of entries took theirs: read_entries)
             raise SwarmError(f"{getattr(fn, '__name__', 'a read')}: {exc}") from None
+        except RecursionError:  # (bare, it passed every reader that fails one object)
+            raise SwarmError(f"{getattr(fn, '__name__', 'a read')}: the engine's answer is "
+                             "nested too deep to decode (Docker's nest some ten deep): it "
+                             "is not read; check the proxy in front of the engine") from None
 
     def info(self) -> Mapping[str, Any]:
-        return dict(self._call(self._api.info))
+        raw = self._call(self._api.info)
+        return dict(_whole("info", lambda: spec_object(raw, "the answer", ENGINE_FIX,
+                                                        required=True)))
 
     def trust_root(self) -> str:
         """The swarm root CA certificate (PEM), as ``docker swarm ca`` prints it."""
-        raw = self._call(self._api.inspect_swarm)
-        return str((raw.get("TLSInfo") or {}).get("TrustRoot") or "")
+        raw = _swarm_object(self._call(self._api.inspect_swarm))
+        return _whole("swarm", lambda: _text(spec_object(
+            raw.get("TLSInfo"), "TLSInfo", ENGINE_FIX).get("TrustRoot"), "TLSInfo.TrustRoot"))
 
     def self_node_id(self) -> str:
-        return str(self.info().get("Swarm", {}).get("NodeID", ""))
+        info = self.info()
+        return _whole("info", lambda: _text(spec_object(
+            info.get("Swarm"), "Swarm", ENGINE_FIX).get("NodeID"), "Swarm.NodeID"))
 
     def is_leader(self) -> bool:
         """True when the engine we talk to is the current Swarm leader."""
@@ -388,8 +450,7 @@ class SwarmClient:
     def swarm_labels(self) -> Mapping[str, str]:
         """Labels of the swarm object itself (``docker swarm update`` has no flag for
         them; the API does): cluster-wide state that survives leader changes."""
-        raw = self._call(self._api.inspect_swarm)
-        return dict((raw.get("Spec") or {}).get("Labels") or {})
+        return _swarm_labels(_swarm_object(self._call(self._api.inspect_swarm)))
 
     def update_swarm_labels(
         self, compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
@@ -398,7 +459,7 @@ class SwarmClient:
         """Read-modify-write the swarm object's labels (same contract as node labels);
         the rest of the swarm spec is posted back unchanged."""
         return self._update_labels(
-            lambda: self._call(self._api.inspect_swarm),
+            lambda: _swarm_versioned(self._call(self._api.inspect_swarm)),
             lambda version, spec: self._call(self._post_swarm_update, version, spec),
             compute, attempts, "swarm labels")
 
@@ -484,7 +545,8 @@ class SwarmClient:
         Returns True when a write landed.
         """
         return self._told("node", node_id, lambda: self._update_labels(
-            lambda: _labels_readable(self._call(self._api.inspect_node, node_id)),
+            lambda: _labels_readable(self._call(read_entries, "node", self._api.inspect_node,
+                                                node_id)),
             lambda version, spec: self._call(self._api.update_node, node_id, version, spec),
             compute, attempts, f"node {node_id}: labels"))
 
@@ -574,6 +636,7 @@ class SwarmClient:
             return None if new is None or new == spec else new
 
         return self._told("service", service_id, lambda: self._read_modify_write(
-            lambda: _spec_readable(self._call(self._api.inspect_service, service_id)), change,
+            lambda: _spec_readable(self._call(read_entries, "service", self._api.inspect_service,
+                                               service_id)), change,
             lambda raw, new: self._call(self._post_service_update, service_id, raw, new),
             attempts, f"service {service_id}: kept changing for {attempts} attempts"))

@@ -32,6 +32,10 @@ def close_gates(gate: Writes, swarm: SwarmClient, prefix: str, p: Preemption,
     except SwarmError as exc:
         log.error("preemption: cannot read node {}: {}", p.node_id[:12], exc)
         return False
+    if node.unread:  # (its gate write is refused so: the victims' specs not written first)
+        log.error("preemption of {} for {} not made: {}", names(victims), p.service,
+                  node.unread)
+        return False
     ledger = read_ledger([node], prefix)
     gone = [v.service for v in victims if (h := ledger.get(v.service, {}).get(
         p.node_id)) is None or not set(v.uuids) <= set(h.uuids)]
