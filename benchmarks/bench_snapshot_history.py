@@ -32,49 +32,17 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO)]
 
+import engine_task  # noqa: E402  (the benchmarks' folder, as run)
+
 from swarmgpu.core.config import Config  # noqa: E402
 from swarmgpu.manager.nodes import sync  # noqa: E402
 from swarmgpu.swarm.client import SwarmNode, SwarmTask, task_from_api  # noqa: E402
 from swarmgpu.swarm.unkeyed import Unkeyed  # noqa: E402
 
-P = "swarmgpu."
-TEMPLATE = ('NVIDIA_VISIBLE_DEVICES={{or (index .Service.Labels (print "swarmgpu.devices." '
-            '.Node.ID "." .Task.Slot)) (index .Service.Labels (print "swarmgpu.devices." '
-            '.Node.ID)) "void"}}')
-
 
 def raw_task(i: int, desired: str, state: str) -> dict[str, Any]:
     """One task as the engine's task list gives it (a GPU service's, of usual size)."""
-    sid, nid = f"svc{i % 500:022d}", f"node{i % 1000:021d}"
-    return {
-        "ID": f"task{i:021d}", "Version": {"Index": 1000 + i},
-        "CreatedAt": "2026-12-06T10:00:00.000000000Z",
-        "UpdatedAt": "2026-12-06T10:05:00.000000000Z", "Labels": {},
-        "Spec": {"ContainerSpec": {
-            "Image": "vllm/vllm-openai:v0.6.3@sha256:" + "0" * 64,
-            "Env": [TEMPLATE, "CUDA_DEVICE_ORDER=PCI_BUS_ID", "HF_HOME=/models",
-                    "MODEL=meta-llama/Llama-3.1-8B-Instruct"],
-            "Args": ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8000"],
-            "Isolation": "default"},
-            "Resources": {"Limits": {}, "Reservations": {"NanoCPUs": 4 * 10**9,
-                                                         "MemoryBytes": 16 * 2**30}},
-            "RestartPolicy": {"Condition": "any", "MaxAttempts": 0},
-            "Placement": {"Constraints": [f"node.labels.{P}service.s{i % 500}==true"],
-                          "Platforms": [{"Architecture": "amd64", "OS": "linux"}]},
-            "Networks": [{"Target": "net000000000000000000000", "Aliases": ["llm"]}],
-            "ForceUpdate": 1},
-        "ServiceID": sid, "Slot": 1 + i % 3, "NodeID": nid,
-        "Status": {"Timestamp": "2026-12-06T10:05:00.000000000Z", "State": state,
-                   "Message": "started" if state == "running" else "shutdown",
-                   "ContainerStatus": {"ContainerID": f"{i:064x}", "PID": 4242,
-                                       "ExitCode": 0},
-                   "PortStatus": {}},
-        "DesiredState": desired,
-        "NetworksAttachments": [{"Network": {"ID": "net000000000000000000000",
-                                             "Spec": {"Name": "ai_default"},
-                                             "DriverState": {"Name": "overlay"}},
-                                 "Addresses": [f"10.0.{i // 250 % 250}.{i % 250}/24"]}],
-    }
+    return engine_task.raw_task(i, desired, state, label=f"s{i % 500}", ended="shutdown")
 
 
 class Engine:
