@@ -11,8 +11,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from loguru import logger
-from support.forged import R4090_F, P, RecordingSwarm, sw_node, sw_svc, victim_cluster, victim_move
+from support.forged import (
+    R4090_F,
+    P,
+    RecordingSwarm,
+    sw_node,
+    sw_svc,
+    victim_cluster,
+    victim_move,
+    warned_cycles,
+)
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.nodes.sync import Snapshot
@@ -40,26 +48,11 @@ def _started() -> tuple[RecordingSwarm, list[float], Mover]:
     return sw, now, m
 
 
-def _cycles_without_victim(sw: RecordingSwarm, m: Mover, now: list[float]) -> list[str]:
-    """Three cycles 5 s apart whose list lacks the victim; what they logged (WARNING+)."""
-    said: list[str] = []
-    sink = logger.add(lambda msg: said.append(f"{msg.record['level'].name} {msg}"),
-                      level="WARNING")
-    try:
-        for _ in range(3):
-            now[0] += 5.0
-            listed = [s for s in sw.services() if s.name != "victim"]
-            m.run_cycle([], sw.nodes(), listed, sw.tasks())
-    finally:
-        logger.remove(sink)
-    return said
-
-
 def test_a_move_record_of_a_service_not_listed_is_held_while_the_list_left_one_out() -> None:
     sw, now, m = _started()
     sw.left_out = Unkeyed(services=(LEFT,))
     before, record = list(sw.calls), read_records(sw.swarm_labels(), P)
-    said = _cycles_without_victim(sw, m, now)
+    said = warned_cycles(sw, m, now, "victim")
     assert read_records(sw.swarm_labels(), P) == record  # not dropped: still in flight
     assert sw.calls == before  # nothing written
     held = [ln for ln in said if "held as it is" in ln]
@@ -77,7 +70,7 @@ def test_a_move_record_of_a_service_not_listed_is_held_while_the_list_left_one_o
 
 def test_a_move_record_of_a_service_not_listed_is_dropped_when_none_was_left_out() -> None:
     sw, now, m = _started()
-    _cycles_without_victim(sw, m, now)
+    warned_cycles(sw, m, now, "victim")
     assert read_records(sw.swarm_labels(), P) == {}  # removed mid-move, as before
 
 

@@ -17,7 +17,6 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from loguru import logger
 from support.forged import (
     R4090_F,
     V_UUID,
@@ -26,6 +25,7 @@ from support.forged import (
     repin_move,
     victim_cluster,
     victim_move,
+    warned_cycles,
 )
 
 from swarmgpu.core.config import RebalanceConfig
@@ -68,20 +68,6 @@ def _mover(sw: RecordingSwarm, now: list[float]) -> Mover:
     return Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
 
 
-def _held_cycles(sw: RecordingSwarm, m: Mover, now: list[float]) -> list[str]:
-    """Three cycles 5 s apart; what they logged, at WARNING or above."""
-    said: list[str] = []
-    sink = logger.add(lambda msg: said.append(f"{msg.record['level'].name} {msg}"),
-                      level="WARNING")
-    try:
-        for _ in range(3):
-            now[0] += 5.0
-            m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
-    finally:
-        logger.remove(sink)
-    return said
-
-
 @pytest.mark.parametrize("which", ["n-dgx", "n-4090"])
 def test_no_move_starts_off_or_onto_an_unread_node(which: str) -> None:
     sw, now = _swarm(), [1000.0]
@@ -106,7 +92,7 @@ def test_a_move_whose_node_becomes_unread_is_held_as_it_is(which: str, labels: b
     kept = sw.node(which).labels
     _unread(sw, which, labels)
     before, record = list(sw.calls), read_records(sw.swarm_labels(), P)
-    said = _held_cycles(sw, m, now)
+    said = warned_cycles(sw, m, now)
     assert not [ln for ln in said if "ERROR" in ln], said  # held, no step tried and failed
     assert any("held as it is" in ln and "gpu-node" in ln for ln in said)
     assert sw.calls == before  # no step tried: every write there would be refused
@@ -132,7 +118,7 @@ def test_a_repin_whose_node_becomes_unread_is_held_as_it_is() -> None:
     kept = sw.node("n-4090").labels
     _unread(sw, "n-4090", labels=True)
     before, record = list(sw.calls), read_records(sw.swarm_labels(), P)
-    said = _held_cycles(sw, m, now)
+    said = warned_cycles(sw, m, now)
     assert not [ln for ln in said if "ERROR" in ln], said  # held, no step tried and failed
     assert any("held as it is" in ln and "gpu-node" in ln for ln in said)
     assert sw.calls == before and read_records(sw.swarm_labels(), P) == record

@@ -13,6 +13,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any
 
+from loguru import logger
+
 from support.gpu_nodes import DGX_A100, RTX4090
 from swarmgpu.core.config import AgentsConfig, Config, RebalanceConfig, SyncConfig
 from swarmgpu.manager.nodes.agent_client import FactsResult
@@ -271,6 +273,23 @@ def outcomes_of_a_cycle(sw: RecordingSwarm, cfg: RebalanceConfig, now: list[floa
     m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
     m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
     return [(r.outcome, r.detail) for r in m.recent]
+
+
+def warned_cycles(sw: RecordingSwarm, m: Mover, now: list[float], unlisted: str = "",
+                  ) -> list[str]:
+    """Three cycles of ``m`` 5 s apart, no new moves, their service list lacking
+    ``unlisted`` (when named): what they logged at WARNING or above."""
+    said: list[str] = []
+    sink = logger.add(lambda msg: said.append(f"{msg.record['level'].name} {msg}"),
+                      level="WARNING")
+    try:
+        for _ in range(3):
+            now[0] += 5.0
+            listed = [s for s in sw.services() if not unlisted or s.name != unlisted]
+            m.run_cycle([], sw.nodes(), listed, sw.tasks())
+    finally:
+        logger.remove(sink)
+    return said
 
 
 def closed_port() -> int:
