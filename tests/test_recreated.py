@@ -17,6 +17,7 @@ from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.placement import (
     PlacementPlan,
     Planner,
+    ReplicaPlacement,
     ServicePlan,
     assign_key,
     gate_constraint,
@@ -60,6 +61,18 @@ def _old_running(planner: Planner) -> tuple[list[SwarmNode], ServicePlan, SwarmT
     return nodes, sp, tasks[0]
 
 
+def _recreated_while_old_stops(planner: Planner) -> tuple[
+        list[SwarmNode], ReplicaPlacement, SwarmService, SwarmTask, list[SwarmTask]]:
+    """web placed and running (``_old_running``), then removed and created again (id-new,
+    its task pending) while the old task stops: the nodes, the old web's placement, the
+    new web, its task and the stopping list."""
+    nodes, old_sp, t_old = _old_running(planner)
+    (p,) = old_sp.placements
+    new = _web("id-new", created_at=NEW_AT)
+    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", (), created_at=NEW_AT)
+    return nodes, p, new, t_new, [replace(t_old, desired_state="remove")]
+
+
 def _one(plan: PlacementPlan) -> ServicePlan:
     (sp,) = plan.services
     return sp
@@ -72,11 +85,7 @@ def test_a_service_recreated_within_a_cycle_is_not_placed_on_the_removed_ones_gp
     its task assigned, it keeps its new GPU (nothing re-placed again); once the old task
     has stopped it stays where it is."""
     planner = Planner(prefix=P)
-    nodes, old_sp, t_old = _old_running(planner)
-    (p,) = old_sp.placements
-    new = _web("id-new", created_at=NEW_AT)
-    stopping = [replace(t_old, desired_state="remove")]
-    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", (), created_at=NEW_AT)
+    nodes, p, new, t_new, stopping = _recreated_while_old_stops(planner)
     plan = _plan(planner, nodes, [new], [t_new], stopping)
     sp = _one(plan)
     assert sp.placements and not set(sp.placements[0].uuids) & set(p.uuids), sp
@@ -325,11 +334,7 @@ def test_a_restarted_daemon_keeps_a_recreated_service_where_it_was_placed_afresh
     the disowning (``Recreated``), but web's own device map names the entry's GPU: it
     is web's, placed once (nothing written over three cycles)."""
     planner = Planner(prefix=P)
-    nodes, old_sp, t_old = _old_running(planner)
-    (p,) = old_sp.placements
-    new = _web("id-new", created_at=NEW_AT)
-    stopping = [replace(t_old, desired_state="remove")]
-    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", (), created_at=NEW_AT)
+    nodes, p, new, t_new, stopping = _recreated_while_old_stops(planner)
     plan = _plan(planner, nodes, [new], [t_new], stopping)
     (q,) = _one(plan).placements
     assert q.node_id == p.node_id and q.uuids != p.uuids, (p, q)
@@ -350,12 +355,8 @@ def test_a_copied_device_map_is_its_services_own_word_only_after_a_restart() -> 
     with web's gate, and the entry stays web's (its owner's claim; a restart cannot tell
     it from a map the daemon wrote, as the test above shows)."""
     planner = Planner(prefix=P)
-    nodes, old_sp, t_old = _old_running(planner)
-    (p,) = old_sp.placements
-    new = _web("id-new", created_at=NEW_AT)
+    nodes, p, new, t_new, stopping = _recreated_while_old_stops(planner)
     new = replace(new, labels={**new.labels, devices_key(P, p.node_id): ",".join(p.uuids)})
-    t_new = SwarmTask("t-new", new.id, "", 1, "pending", "running", (), created_at=NEW_AT)
-    stopping = [replace(t_old, desired_state="remove")]
     sp = _one(_plan(planner, nodes, [new], [t_new], stopping))
     assert sp.placements and not set(sp.placements[0].uuids) & set(p.uuids), sp
     again = _one(_plan(Planner(prefix=P), nodes, [new], [t_new], stopping))
