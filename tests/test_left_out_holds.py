@@ -13,16 +13,13 @@ service's, from all, or spared for its own preemptor alone (pinned below)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from support.forged import R_UUIDS, snapshot, sw_node, sw_svc
+from support.forged import R_UUIDS, sw_svc, victim_stopping_on_4090s
 
 from swarmgpu.core.config import Config
 from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
-from swarmgpu.manager.placement import Holding, assign_key, gate_constraint, gate_key
+from swarmgpu.manager.placement import Holding, gate_constraint
 from swarmgpu.manager.placement.nominated import Nomination, StoppingGpus, live_nominations
-from swarmgpu.manager.placement.preempted import Preempted
 from swarmgpu.manager.placement.recorded import recorded_nominations
 from swarmgpu.manager.placement.recreated import Recreated
 from swarmgpu.swarm.client import SwarmService, SwarmTask
@@ -34,22 +31,9 @@ LEFT = ("the engine's answer lists service 3 of 3 with ID None, not a non-empty 
 
 
 def _victim_of_a_preemptor_not_listed(left: Unkeyed) -> Snapshot:
-    """victim stops on two RTX 4090s (its pinned line), its record naming high 5 s ago
-    there; filler holds the other six; high is not listed (``left``: the list left one
-    out, or none)."""
-    record = Preempted("high", 100, 995.0, "n-4090").to_json()
-    victim = replace(sw_svc("victim", {f"{P}gpus": "2", f"{P}state.preempted": record}),
-                     replicas=0)
-    filler = sw_svc("filler", {f"{P}gpus": "6"})
-    h = Holding("filler", "n-4090", R_UUIDS[2:], (1000,) * 6)
-    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
-             sw_node("n-4090", "gpu-node-2", {assign_key(P, "filler"): h.label_value(),
-                                              gate_key(P, "filler"): "true"})]
-    line = "NVIDIA_VISIBLE_DEVICES=" + ",".join(R_UUIDS[:2])
-    t_v = SwarmTask("t-v", victim.id, "n-4090", 1, "running", "shutdown", (line,))
-    t_f = SwarmTask("t-f", filler.id, "n-4090", 1, "running", "running", ())
-    return replace(snapshot(nodes, [victim, filler], [t_f]), stopping=[t_v],
-                   taken_at=1000.0, unkeyed=left)
+    """victim stops on two RTX 4090s, its record naming high 5 s ago there; high is not
+    listed (``left``: the list left one out, or none)."""
+    return victim_stopping_on_4090s(1000.0, high=False, unkeyed=left)[0]
 
 
 def _one_shot(snap: Snapshot) -> list[str]:

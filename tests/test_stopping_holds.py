@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from support.forged import R_UUIDS, snapshot, sw_node, sw_svc
+from support.forged import R_UUIDS, victim_stopping_on_4090s
 from support.placement import DGX, FACTS, R4090, apply, svc
 
 from swarmgpu.core.config import Config, PreemptionConfig
 from swarmgpu.manager.cycle.placement import make_plan
-from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
+from swarmgpu.manager.nodes.sync import facts_by_node
 from swarmgpu.manager.placement import Holding, Planner, Status, assign_key, gate_key
 from swarmgpu.manager.placement.nominated import STOP_WAIT_S, Nomination, Nominations
-from swarmgpu.manager.placement.preempted import Preempted
 from swarmgpu.manager.placement.recorded import recorded_nominations
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
@@ -152,29 +151,6 @@ def test_a_gpu_a_preemptor_is_nominated_and_its_victim_still_stops_on_reads_as_n
     assert plan.stopping_spared == {("n-4090", u): "high" for u in uuids[:2]}
 
 
-def _victim_stopping_on_4090s(taken_at: float) -> tuple[Snapshot, SwarmService]:
-    """high's victim still stopping on two RTX 4090s (its pinned line), its record naming
-    high at 995 on that node; filler holds the other six; high pending. Returns the
-    snapshot taken at ``taken_at`` and the victim."""
-    record = Preempted("high", 100, 995.0, "n-4090").to_json()
-    victim = replace(sw_svc("victim", {f"{P}gpus": "2", f"{P}state.preempted": record}),
-                     replicas=0)
-    filler = sw_svc("filler", {f"{P}gpus": "6"})
-    high = sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100",
-                           f"{P}gpu-product": "*RTX 4090*"})
-    h = Holding("filler", "n-4090", R_UUIDS[2:], (1000,) * 6)
-    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
-             sw_node("n-4090", "gpu-node-2", {assign_key(P, "filler"): h.label_value(),
-                                              gate_key(P, "filler"): "true"})]
-    line = "NVIDIA_VISIBLE_DEVICES=" + ",".join(R_UUIDS[:2])
-    t_v = SwarmTask("t-v", victim.id, "n-4090", 1, "running", "shutdown", (line,))
-    tasks = [SwarmTask("t-f", filler.id, "n-4090", 1, "running", "running", ()),
-             SwarmTask("t-h", high.id, "", 1, "pending", "running", ())]
-    snap = replace(snapshot(nodes, [victim, filler, high], tasks), stopping=[t_v],
-                   taken_at=taken_at)
-    return snap, victim
-
-
 def test_plan_reads_a_stopping_victims_gpus_as_its_preemptors_as_the_daemon_does() -> None:
     """`plan` and `status` (a one-shot planner: no nomination in its memory) see
     high's victim still stopping on two RTX 4090s (its pinned line), its record naming
@@ -182,7 +158,7 @@ def test_plan_reads_a_stopping_victims_gpus_as_its_preemptors_as_the_daemon_does
     held for the rest only): high is placed on them. The one-shot now reads the record
     as that nomination. Before: high read pending, "2 GPUs of gpu-node-2 held for tasks
     Swarm is stopping there", and preemption's preview chose it new victims."""
-    snap, _victim = _victim_stopping_on_4090s(1000.0)
+    snap, _victim = victim_stopping_on_4090s(1000.0)
     by = {sp.name: sp for sp in make_plan(snap, Config()).services}
     assert [set(p.uuids) for p in by["high"].placements] == [set(R_UUIDS[:2])], by["high"]
     # it settled: the daemon's hold waits for a victim's stop STOP_WAIT_S at most
@@ -225,7 +201,7 @@ def test_plan_reads_a_victim_still_stopping_past_settle_as_the_daemon_holds_it()
     is stopping there", while the daemon placed it."""
     settle = Config().preemption.settle_s
     late = 995.0 + settle + 5.0
-    snap, victim = _victim_stopping_on_4090s(late)
+    snap, victim = victim_stopping_on_4090s(late)
     # The daemon's side: nominated at 995, the victim's task seen stopping since.
     noms = Nominations(settle)
     noms.by["high"] = (Nomination("high", 100, "n-4090", R_UUIDS[:2],
@@ -294,7 +270,7 @@ def test_the_daemons_hold_and_plans_record_of_it_end_together_after_a_long_stop(
     the daemon settled from its last cycle within the wait, up to a cycle earlier than
     `plan` said (the two bounds written apart)."""
     settle = Config().preemption.settle_s
-    snap, victim = _victim_stopping_on_4090s(1000.0)
+    snap, victim = victim_stopping_on_4090s(1000.0)
     waited = {(victim.id, "n-4090")}
     noms = Nominations(settle)
     noms.by["high"] = (Nomination("high", 100, "n-4090", R_UUIDS[:2],

@@ -27,6 +27,7 @@ from swarmgpu.manager.placement import (
     gate_constraint,
     gate_key,
 )
+from swarmgpu.manager.placement.preempted import Preempted
 from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
 from swarmgpu.swarm.client import (
@@ -202,6 +203,34 @@ def snapshot(nodes: list[SwarmNode], services: list[SwarmService], tasks: list[S
     """A sync snapshot of these objects, both GPU nodes' agents answering with FACTS."""
     facts = {nid: FactsResult(nid, nid, "", f, None, 1.0) for nid, f in FACTS.items()}
     return Snapshot(nodes, services, tasks, facts, swarm_labels={})
+
+
+def victim_stopping_on_4090s(taken_at: float, high: bool = True,
+                             unkeyed: Unkeyed | None = None) -> tuple[Snapshot, SwarmService]:
+    """high's victim still stopping on two RTX 4090s (its pinned line), its record naming
+    high at 995 on that node; filler holds the other six; high pending (``high``: listed,
+    else not; ``unkeyed``: the services the list left out). Returns the snapshot taken at
+    ``taken_at`` and the victim."""
+    record = Preempted("high", 100, 995.0, "n-4090").to_json()
+    victim = replace(sw_svc("victim", {f"{P}gpus": "2", f"{P}state.preempted": record}),
+                     replicas=0)
+    filler = sw_svc("filler", {f"{P}gpus": "6"})
+    h = Holding("filler", "n-4090", R_UUIDS[2:], (1000,) * 6)
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", {assign_key(P, "filler"): h.label_value(),
+                                              gate_key(P, "filler"): "true"})]
+    line = "NVIDIA_VISIBLE_DEVICES=" + ",".join(R_UUIDS[:2])
+    t_v = SwarmTask("t-v", victim.id, "n-4090", 1, "running", "shutdown", (line,))
+    services, tasks = [victim, filler], [SwarmTask("t-f", filler.id, "n-4090", 1, "running",
+                                                   "running", ())]
+    if high:
+        services.append(sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100",
+                                        f"{P}gpu-product": "*RTX 4090*"}))
+        tasks.append(SwarmTask("t-h", services[-1].id, "", 1, "pending", "running", ()))
+    snap = replace(snapshot(nodes, services, tasks), stopping=[t_v], taken_at=taken_at)
+    if unkeyed is not None:
+        snap = replace(snap, unkeyed=unkeyed)
+    return snap, victim
 
 
 def victim_cluster(attacker_labels: Mapping[str, str]) -> RecordingSwarm:
