@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from support.forged import FACTS, R_UUIDS, held_labels, sw_node, sw_svc
+from support.forged import FACTS, held_on_4090s, sw_svc
 
-from swarmgpu.manager.placement import Planner, devices_key
+from swarmgpu.manager.placement import Planner
 from swarmgpu.manager.placement.preempt import choose_preemptions
 from swarmgpu.swarm.client import SwarmTask
 
@@ -22,12 +22,7 @@ def test_a_victim_restarting_now_counts_as_the_most_recently_started() -> None:
     tasks desired running counted: v1 ranked as started never ("") and v8 was stopped
     though v1's work was already lost. Now v1 goes."""
     names = [f"v{i}" for i in range(1, 9)]
-    labels: dict[str, str] = {}
-    for name, u in zip(names, R_UUIDS, strict=True):
-        labels |= held_labels(name, "n-4090", u)
-    nodes = [sw_node("n-dgx", "gpu-node-1"), sw_node("n-4090", "gpu-node-2", labels)]
-    held = [sw_svc(n, {f"{P}gpus": "1", devices_key(P, "n-4090"): u, f"{P}priority": "0"})
-            for n, u in zip(names, R_UUIDS, strict=True)]
+    nodes, held = held_on_4090s(names)
     hi = sw_svc("hi", {f"{P}gpus": "1", f"{P}gpu-product": "*RTX 4090*",
                        f"{P}priority": "100"})
     tasks = [SwarmTask(f"t-{s.name}", s.id, "n-4090", 1, "running", "running", (),

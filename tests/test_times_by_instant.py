@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, cast
 
-from support.forged import FACTS, R_UUIDS, held_labels, sw_node, sw_svc
+from support.forged import FACTS, R_UUIDS, held_labels, held_on_4090s, sw_node, sw_svc
 from support.task_watch import Seen, TaskWatch
 
 from swarmgpu.manager.placement import Planner, devices_key
@@ -119,12 +119,7 @@ def test_a_preemptor_stops_the_holder_started_last_whatever_its_digits() -> None
     at .55 s, the others hours before. hi (priority 100) needs one: v7 goes, the most
     recently started (before, the text made v6 the newer, and v6 went)."""
     names = [f"v{i}" for i in range(8)]
-    labels: dict[str, str] = {}
-    for name, u in zip(names, R_UUIDS, strict=True):
-        labels |= held_labels(name, "n-4090", u)
-    nodes = [sw_node("n-dgx", "gpu-node-1"), sw_node("n-4090", "gpu-node-2", labels)]
-    held = [sw_svc(n, {f"{P}gpus": "1", devices_key(P, "n-4090"): u, f"{P}priority": "0"})
-            for n, u in zip(names, R_UUIDS, strict=True)]
+    nodes, held = held_on_4090s(names)
     starts = [f"2026-01-01T0{i}:00:00Z" for i in range(6)] + [EARLY, LATE]
     tasks = [_task(s, "n-4090", at) for s, at in zip(held, starts, strict=True)]
     hi = sw_svc("hi", {f"{P}gpus": "1", f"{P}priority": "100", **PRODUCT})

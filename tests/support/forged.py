@@ -233,6 +233,19 @@ def victim_stopping_on_4090s(taken_at: float, high: bool = True,
     return snap, victim
 
 
+def held_on_4090s(names: Sequence[str]) -> tuple[list[SwarmNode], list[SwarmService]]:
+    """Each of ``names`` (8 at most) holding one RTX 4090 of n-4090 in turn at priority 0,
+    by its ledger entry and device map: the nodes (n-dgx, n-4090) and those services."""
+    uuids = R_UUIDS[:len(names)]
+    labels: dict[str, str] = {}
+    for name, u in zip(names, uuids, strict=True):
+        labels |= held_labels(name, "n-4090", u)
+    nodes = [sw_node("n-dgx", "gpu-node-1"), sw_node("n-4090", "gpu-node-2", labels)]
+    held = [sw_svc(n, {f"{P}gpus": "1", devices_key(P, "n-4090"): u, f"{P}priority": "0"})
+            for n, u in zip(names, uuids, strict=True)]
+    return nodes, held
+
+
 def victim_cluster(attacker_labels: Mapping[str, str]) -> RecordingSwarm:
     """victim holds DGX GPU 0 and runs; third holds RTX 4090 GPU 0 and runs; the attacker
     is a plain service whose own labels are ``attacker_labels``."""
