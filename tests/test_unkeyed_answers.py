@@ -211,6 +211,16 @@ def test_audit_plan_and_doctor_say_each_left_out_entry() -> None:
     assert check_unkeyed(replace(view, swarm=SwarmRead())) is None
 
 
+def test_doctor_names_the_first_five_left_out_and_counts_the_rest() -> None:
+    said = tuple(f"service {i} of 7 has no ID" for i in range(1, 8))
+    view = read_view(str(DOCTOR_ROOTS / "healthy"))
+    check = check_unkeyed(replace(view, swarm=SwarmRead(unkeyed=said)))
+    assert check is not None
+    assert check.found == "; ".join(said[:5]) + "; and 2 more"
+    five = check_unkeyed(replace(view, swarm=SwarmRead(unkeyed=said[:5])))
+    assert five is not None and five.found == "; ".join(said[:5])
+
+
 def test_while_a_service_is_left_out_no_ledger_name_is_released() -> None:
     """train holds a GPU of gpu-node-2 in the ledger; the engine lists it without an ID.
     Taken for gone, its entries were released and its GPU given to another while its

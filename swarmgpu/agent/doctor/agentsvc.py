@@ -6,6 +6,8 @@ none either, and fails. Read from a manager (a worker cannot list services)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from swarmgpu.agent.doctor.view import Check, NodeView, Status
 from swarmgpu.core.peertext import quoted
 from swarmgpu.swarm.agentservice import (
@@ -83,6 +85,12 @@ def check_agents_service(view: NodeView) -> Check:
                  f"a task of {quoted(name)} runs on each GPU-labelled node")
 
 
+def _first_shown(said: Sequence[str]) -> str:
+    """The first ``SHOWN`` of ``said``, joined, and how many more there are."""
+    more = len(said) - SHOWN
+    return "; ".join(said[:SHOWN]) + (f"; and {more} more" if more > 0 else "")
+
+
 def check_unread_nodes(view: NodeView) -> Check | None:
     """The nodes whose engine answer cannot be read in part (``SwarmNode.unread``): a
     warning naming each, or None when every node reads (nothing to say)."""
@@ -90,8 +98,7 @@ def check_unread_nodes(view: NodeView) -> Check | None:
     unread = [n.unread for n in (read.nodes if read is not None else ()) if n.unread]
     if not unread:
         return None
-    return Check("swarm.nodes", Status.WARN, "; ".join(unread[:SHOWN]) + (
-                     f"; and {len(unread) - SHOWN} more" if len(unread) > SHOWN else ""),
+    return Check("swarm.nodes", Status.WARN, _first_shown(unread),
                  "swarmgpu places nothing new on such a node and writes none of its "
                  "labels (what it holds is kept)", NODE_FIX)
 
@@ -102,7 +109,6 @@ def check_unkeyed(view: NodeView) -> Check | None:
     said = view.swarm.unkeyed if view.swarm is not None else ()
     if not said:
         return None
-    return Check("swarm.ids", Status.WARN, "; ".join(said[:SHOWN]) + (
-                     f"; and {len(said) - SHOWN} more" if len(said) > SHOWN else ""),
+    return Check("swarm.ids", Status.WARN, _first_shown(said),
                  "the daemon leaves such an entry out of its lists: nothing is read of it "
                  "or written to it, the others are placed as ever", UNKEYED_FIX)
