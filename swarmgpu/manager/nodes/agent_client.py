@@ -53,9 +53,12 @@ _FIX_CERT = (
 _FIX_WRONG_NODE = (
     "agents.url_template must reach each node's own agent: check the address Swarm "
     "reports for the node (docker node inspect) and what listens on the agent port there")
-# The causes of an answer of another node than the one asked (``fetch_facts``).
-WRONG_NODE = frozenset({"certificate of another node", "facts of another host",
-                        "facts of no host"})
+# The causes of an answer of another node than the one asked (``fetch_facts``), named
+# once: the doctor tells such an answer by them (``WRONG_NODE``).
+_CAUSE_CERT = "certificate of another node"
+_CAUSE_NO_HOST = "facts of no host"
+_CAUSE_OTHER_HOST = "facts of another host"
+WRONG_NODE = frozenset({_CAUSE_CERT, _CAUSE_OTHER_HOST, _CAUSE_NO_HOST})
 _FIX_UNAUTHORISED = (
     "give the daemon the agents' token (agents.token_file) or serve the agents with their "
     "node certificates (agents.identity: swarm-pki)")
@@ -131,7 +134,7 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
         why = node_refusal(peer_name(got.peer_cert), node.id, node.hostname,
                            getattr(tls, "cluster_id", None) or None)
         if why is not None:
-            return fail(f"agent at {url} {why}; refused", "certificate of another node",
+            return fail(f"agent at {url} {why}; refused", _CAUSE_CERT,
                         _FIX_WRONG_NODE)
     refused = _status_refusal(got.status, url, tls is not None)
     if refused is not None:
@@ -150,12 +153,12 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
     if not facts.hostname and node.hostname:
         return fail(f"agent at {url} serves facts without a host name; Swarm node "
                     f"{node.id[:12]} is {node.hostname!r} (an agent always names its host: "
-                    "is something else answering on that port?)", "facts of no host",
+                    "is something else answering on that port?)", _CAUSE_NO_HOST,
                     _FIX_WRONG_NODE)
     if facts.hostname and node.hostname and facts.hostname != node.hostname:
         return fail(
             f"agent at {url} serves facts for host {facts.hostname[:64]!r}, but Swarm node "
-            f"{node.id[:12]} is {node.hostname!r}", "facts of another host",
+            f"{node.id[:12]} is {node.hostname!r}", _CAUSE_OTHER_HOST,
             "check agents.url_template and the agent's --hostname")
     return FactsResult(node.id, node.hostname, url, facts, None, now, True)
 
