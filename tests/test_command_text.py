@@ -260,3 +260,13 @@ def test_plan_names_the_nodes_of_placements_on_hostnames_cut_alike() -> None:
     lines = text.splitlines()
     assert f"  {cut} [n1]: GPU 0 GPU-1" in lines and f"  {cut} [n2]: GPU 0 GPU-2" in lines
     assert "  short: GPU 0 GPU-3" in lines, text
+
+
+def test_names_cut_alike_are_those_two_names_read_as_after_the_cut() -> None:
+    """``cut_alike``: the one reading of `status`'s and `audit`'s tables: a cut two
+    long names share, or a short name twice; a name alone, or cut alone, is not."""
+    from swarmgpu.core.peertext import cut_alike
+
+    cut = LONG[:37] + "..."
+    assert cut_alike([LONG + "a", LONG + "b", "short", "x", "x"]) == {cut, "x"}
+    assert cut_alike([LONG + "a", "short"]) == set()

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections import Counter
+from collections.abc import Iterable
 
 PEER_TEXT_LIMIT = 300
 
@@ -109,3 +111,9 @@ def cell(text: object, width: int = CELL_WIDTH) -> str:
             break
         out.append(piece)
     return "".join(out) + CUT
+
+
+def cut_alike(names: Iterable[object]) -> set[str]:
+    """The cuts (``cell``) that more than one of ``names`` reads as: a table names the
+    node beside each (else a node joined under another's long name passed as it)."""
+    return {c for c, k in Counter(cell(n) for n in names).items() if k > 1}

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from swarmgpu.core.config import HealthConfig
-from swarmgpu.core.peertext import cell, escaped
+from swarmgpu.core.peertext import cell, cut_alike, escaped
 from swarmgpu.manager.commands.auditnodes import (
     SHOWN_VALUES,
     Finding,
@@ -263,7 +263,7 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
     shared = {h for h, c in Counter(n.hostname for n in nodes).items() if c > 1}
     # and so are names cut alike (``cell``): else one joined under another's long name
     # and a character more passed as it in the table
-    cut_shared = {h for h, c in Counter(cell(n.hostname) for n in nodes).items() if c > 1}
+    cut_shared = cut_alike(n.hostname for n in nodes)
     unlabelled = False
     rows: list[tuple[str, str, str, str, str, str]] = []
     by_node: dict[str, list[Finding]] = {}

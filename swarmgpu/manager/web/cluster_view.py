@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
@@ -15,7 +14,7 @@ from swarmgpu.core.config import Config
 from swarmgpu.core.health import xid_info
 from swarmgpu.core.metrics_in import GPU_TEMP, POWER, GpuMetrics
 from swarmgpu.core.model import NodeFacts, is_nvlink
-from swarmgpu.core.peertext import cell, escaped
+from swarmgpu.core.peertext import cell, cut_alike, escaped
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
@@ -535,8 +534,7 @@ def render_status(doc: Mapping[str, Any]) -> str:
     hostname and a product cut to ``peertext.CELL_WIDTH`` (``--json`` has them whole)."""
     lines: list[str] = []
     # names cut alike: else a node joined under another's long name passed as it
-    cut = Counter(cell(n["hostname"]) for n in doc["nodes"])
-    alike = {c for c, k in cut.items() if k > 1}
+    alike = cut_alike(n["hostname"] for n in doc["nodes"])
     for n in doc["nodes"]:
         agent = n["agent"]
         lines.append(_node_head(n, alike))
