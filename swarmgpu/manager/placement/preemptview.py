@@ -27,8 +27,10 @@ def task_starts(tasks: Sequence[SwarmTask]) -> dict[tuple[str, str], str]:
     (``rfc3339_ns``); "" where none of them has a time that reads (none started)."""
     started: dict[tuple[str, str], tuple[int, str]] = {}
     for t in tasks:
-        at = rfc3339_ns(t.created_at)
-        if t.desired_state in MEANT_STATES and t.node_id and at is not None:
+        # (parsed only for the tasks meant to run: a list is mostly shut-down history)
+        if not (t.desired_state in MEANT_STATES and t.node_id):
+            continue
+        if (at := rfc3339_ns(t.created_at)) is not None:
             k = (t.service_id, t.node_id)
             started[k] = max(started.get(k, (at, t.created_at)), (at, t.created_at))
     return {k: text for k, (_, text) in started.items()}
