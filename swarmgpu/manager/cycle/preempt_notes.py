@@ -39,9 +39,10 @@ def unread_note(name: str, why: str) -> str:
             f"that field of {name}'s spec what Docker sends (re-deploy or re-create it)")
 
 
-def note_unread(plan: PlacementPlan, unread: Mapping[str, str]) -> None:
-    """Each holder of ``unread`` (``victimspec.unread_victims``) says why on its plan."""
-    by_name = {sp.name: i for i, sp in enumerate(plan.services)}
+def note_unread(plan: PlacementPlan, by_name: Mapping[str, int],
+                unread: Mapping[str, str]) -> None:
+    """Each holder of ``unread`` (``victimspec.unread_victims``) says why on its plan
+    (``by_name``: ``note_on``'s)."""
     for name, why in sorted(unread.items()):
         note_on(plan, by_name, name, unread_note(name, why))
 

@@ -185,11 +185,11 @@ class Preempter:
         raised: dict[str, Exception] = {}
         chosen = self.decide(snap, plan, facts, refused, now, ports, raised, records, mono)
         self.unknown.note(plan, log=True)
-        note_unread(plan, self.unread)  # the map says it each cycle, the log once
+        by_name = {sp.name: i for i, sp in enumerate(plan.services)}
+        note_unread(plan, by_name, self.unread)  # the map says it each cycle, the log once
         for name, why in self.unread.items():
             if self.said_raised.fresh(f"unread:{name}", why):
                 logger.bind(service=name).warning("{}", unread_note(name, why))
-        by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         for name, exc in raised.items():
             self._say_raised(f"choose:{name}", name, exc, f"choosing victims for {name} "
                              "failed unexpectedly, it preempts nothing this cycle; the "
@@ -407,8 +407,8 @@ class Preempter:
         raised: dict[str, Exception] = {}  # isolated as ``cycle`` does: the rest shown
         chosen = self.decide(snap, plan, facts, refused, now, ports, raised, mono=mono)
         self.unknown.note(plan)
-        note_unread(plan, self.unread)  # as ``cycle``'s plan says it
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
+        note_unread(plan, by_name, self.unread)  # as ``cycle``'s plan says it
         for name, exc in raised.items():
             note_on(plan, by_name, name, raised_note(name, exc))
         for p in chosen:

@@ -44,7 +44,8 @@ def close_gates(gate: Writes, swarm: SwarmClient, prefix: str, p: Preemption,
                     "{} stopped for {} (tried again next cycle)", ", ".join(gone),
                     p.hostname, names(victims), p.service)
         return False
-    record = Preempted(p.service, p.priority, now, p.node_id).to_json()
+    made = Preempted(p.service, p.priority, now, p.node_id)  # (the record; each log says why)
+    record = made.to_json()
     why = Why("preempt", f"room for {p.service} (priority {p.priority}) on {p.hostname}")
     # Through the actuator's gate, as every write; preemption's own dry-run checks
     # ran before this (``cycle``), the gate's refuses whatever slipped past them.
@@ -76,8 +77,7 @@ def close_gates(gate: Writes, swarm: SwarmClient, prefix: str, p: Preemption,
     for v in victims:
         logger.bind(service=v.service).warning(
             "{} on {}: its gate is closed, Swarm stops its task; it is placed again "
-            "when capacity frees", Preempted(p.service, p.priority, now,
-                                             p.node_id).reason(), p.hostname)
+            "when capacity frees", made.reason(), p.hostname)
     return True
 
 

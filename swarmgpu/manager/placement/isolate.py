@@ -52,12 +52,15 @@ def on_unread_nodes(by_id: Mapping[str, SwarmNode], tasks: Sequence[SwarmTask],
     # (one whose own spec is unread is failed by its read, naming its own field)
     names = {s.id: s.name for s in services if not s.unread}
     each = {s.id for s in services if s.mode in GLOBAL_MODES}
+    # (said of every task on a node not listed while one is left out: worded once)
+    unlisted = f"a node the engine's list leaves out ({unkeyed[0]})" if unkeyed else ""
     out: dict[str, Exception] = {}
     for t in tasks:
         n = by_id.get(t.node_id)
-        why = ("" if t.service_id in each else n.unread) if n is not None else (
-            f"a node the engine's list leaves out ({unkeyed[0]})" if unkeyed and t.node_id
-            else "")
+        if n is not None:
+            why = "" if t.service_id in each else n.unread
+        else:
+            why = unlisted if t.node_id else ""
         if (why and t.service_id in names and meant_to_run(t)
                 and t.node_id not in ledger.get(names[t.service_id], {})):
             out[t.service_id] = UnreadNode(f"a task of it runs on {why}")

@@ -27,8 +27,10 @@ def task_starts(tasks: Sequence[SwarmTask]) -> dict[tuple[str, str], str]:
     (``rfc3339_ns``); "" where none of them has a time that reads (none started)."""
     started: dict[tuple[str, str], tuple[int, str]] = {}
     for t in tasks:
-        at = rfc3339_ns(t.created_at)
-        if t.desired_state in MEANT_STATES and t.node_id and at is not None:
+        # (parsed only for the tasks meant to run: a list is mostly shut-down history)
+        if not (t.desired_state in MEANT_STATES and t.node_id):
+            continue
+        if (at := rfc3339_ns(t.created_at)) is not None:
             k = (t.service_id, t.node_id)
             started[k] = max(started.get(k, (at, t.created_at)), (at, t.created_at))
     return {k: text for k, (_, text) in started.items()}
@@ -94,10 +96,11 @@ def spread_packs(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService,
     (``spread.place_replicas``: whole GPUs that may pack, no host-mode port, no
     MaxReplicas of its owner below its replicas). None otherwise: its replicas go one
     per node (swarmgpu writes MaxReplicas 1), so a node it holds gets none of them."""
-    mine = [(nid, h) for nid, here in holdings.items() if (h := here.get(s.name)) is not None]
     replicas = s.replicas or 0
-    if len(mine) != 1 or mine[0][1].packed or replicas < 2 or not r.can_pack \
-            or host_ports(s.spec):
+    if replicas < 2 or not r.can_pack:  # (most preemptors: before the walk over every node)
+        return None
+    mine = [(nid, h) for nid, here in holdings.items() if (h := here.get(s.name)) is not None]
+    if len(mine) != 1 or mine[0][1].packed or host_ports(s.spec):
         return None
     most = s.max_replicas_per_node or 0
     if s.labels.get(prefix + MAX_STATE) != str(most) and 1 < most < replicas:

@@ -479,13 +479,21 @@ def recorded(services: Sequence[SwarmService], swarm_labels: Mapping[str, str],
     ``verdict.verify``), as that service may be the one left out, its move under way;
     not a name a listed service carries (Swarm's names are unique: that one is gone)."""
     records, bad = read_records(swarm_labels, prefix), unreadable_records(swarm_labels, prefix)
-    held: set[str] = set()
-    if left_out:
-        ids, names = {s.id for s in services}, {s.name for s in services}
-        held = {st.service for sid, st in records.items()
-                if sid not in ids and st.service not in names}
+    held = {st.service for st in unlisted_records(services, records).values()} \
+        if left_out else set()
     return frozenset(held | {s.name for s in services if s.id in bad or (
         (st := records.get(s.id)) is not None and st.service == s.name)})
+
+
+def unlisted_records(services: Sequence[SwarmService], records: Mapping[str, MoveState],
+                     ) -> dict[str, MoveState]:
+    """The ``records`` (by service id) of a service not among ``services`` whose name none
+    of them carries: while the list left a service out (``swarm.unkeyed``) it may be that
+    one, its move under way (``verdict.verify`` holds it, ``recorded`` names it). One whose
+    name a listed service carries is gone: Swarm's names are unique and never change."""
+    ids, names = {s.id for s in services}, {s.name for s in services}
+    return {sid: st for sid, st in records.items()
+            if sid not in ids and st.service not in names}
 
 
 def spec_edit(fn: Callable[[dict[str, Any]], None]) -> Callable[[Mapping[str, Any]],

@@ -21,6 +21,7 @@ from swarmgpu.manager.rebalance.record import (
     read_records,
     record_key,
     stuck_finding,
+    unlisted_records,
     unreadable_records,
 )
 from swarmgpu.swarm.client import SwarmService
@@ -67,15 +68,13 @@ def verify(
     unless a listed service carries its name (a new service of a gone one's name)."""
     v = Verdict(unreadable=set(unreadable), left_out=left_out[0] if left_out else "")
     by_id = {s.id: s for s in services}
-    # (a record whose name a listed service carries under another id is gone: Swarm's
-    # names are unique and never change, so it is not the one left out)
-    names = {s.name for s in services}
+    held = unlisted_records(services, records) if left_out else {}
     if not left_out:
         v.unreadable_gone = {sid for sid in v.unreadable if sid not in by_id}
     for sid, st in records.items():
         s = by_id.get(sid)
         if s is None:
-            (v.held if left_out and st.service not in names else v.gone)[sid] = st
+            (v.held if sid in held else v.gone)[sid] = st
         elif st.service != s.name or (st.service_id and st.service_id != sid):
             v.mismatched.append((sid, st))
         elif move_of(s, records, prefix) is not None:  # the one rule (record.move_of)
