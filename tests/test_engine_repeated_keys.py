@@ -224,3 +224,13 @@ def test_a_swarm_object_without_its_version_is_not_written(
     with pytest.raises(SwarmError, match="check any proxy"):
         sw.update_swarm_labels(lambda cur: {**cur, "k": "v"})
     assert sw.writes == 0
+
+
+def test_a_service_naming_its_id_twice_read_to_write_is_refused_as_unread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (the engine's error failed every writer that skips a service it cannot read alone)
+    twice = service_text("s2", "llm").replace('"ID": "s2"', '"ID": "s2", "ID": "s3"')
+    sw = engine(monkeypatch, {"/services/s2": twice})
+    with pytest.raises(UnreadWrite, match=r"service write refused: .*'ID' twice") as got:
+        sw.update_service_spec("s2", lambda spec: {**spec, "Name": "y"})
+    assert FIX in str(got.value) and sw.writes == 0

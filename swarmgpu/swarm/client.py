@@ -173,7 +173,11 @@ def _labels_readable(raw: Any) -> Any:
 
 def _spec_readable(raw: Any) -> Any:
     """``raw``, a service read to write its spec, unless some part of it cannot be read
-    (``SwarmService.unread``): then no write, its spec kept as it is (UnreadWrite)."""
+    (``SwarmService.unread``): then no write, its spec kept as it is (UnreadWrite). One
+    naming its own ID twice is so too (read_service would refuse it as the engine's
+    error, which fails every writer that skips one service it cannot read)."""
+    if isinstance(raw, Repeated) and raw.id_twice:
+        return _readable(raw, raw.why, "service", UnreadWrite)
     return _readable(raw, service_from_api(raw).unread, "service", UnreadWrite)
 
 
