@@ -331,12 +331,7 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
         read = factsread.read_facts_within(src, source or "nvml", factsread.FACTS_DEADLINE_S)
     docker_error = None
     if root == "/":
-        try:
-            import docker
-
-            docker_info = docker.from_env(timeout=5).info()
-        except Exception as exc:  # dockerd down is itself a finding: docker.engine
-            docker_error = str(exc) or type(exc).__name__
+        docker_info, docker_error = _docker_info()
     scheme = None
     if root == "/":
         from swarmgpu.swarm.identity import probe_agent_scheme
@@ -382,6 +377,24 @@ def daemon_keys(given: str | None, config_path: str | None,
         return (DEFAULT_AGENTS_SERVICE if given is None else given), DEFAULT_LABEL_PREFIX, ""
     return ((cfg.agents.service if given is None else given), cfg.sync.prefix,
             cfg.placement.generic_resource_kind)
+
+
+def _docker_info() -> tuple[Any, str | None]:
+    """``docker info`` of this node's dockerd, read as the daemon reads the engine
+    (``answerjson.strict_results``: a key twice, an answer past the bound, refused), or
+    why not: dockerd down is itself a finding (docker.engine)."""
+    try:
+        import docker
+
+        from swarmgpu.swarm.answerjson import AnswerTooLarge, RepeatedAnswer, strict_results
+
+        client = docker.from_env(timeout=5)
+        strict_results(client.api)
+        return client.info(), None
+    except (RepeatedAnswer, AnswerTooLarge) as exc:  # (docker.engine names the fix)
+        return None, f"docker info: {exc}"
+    except Exception as exc:
+        return None, str(exc) or type(exc).__name__
 
 
 def _swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: str,

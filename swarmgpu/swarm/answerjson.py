@@ -23,6 +23,10 @@ from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
 from swarmgpu.core.peertext import quoted
 
 REPEATED_FIX = "check the proxy in front of the engine (Docker names each key once)"
+# The most of one answer read (docker-py holds it whole to decode it): a 5,000-task list
+# is some 20 MiB, its decode several times that; past this no engine's answer is usable.
+MAX_ANSWER_BYTES = 512 * 1024 * 1024
+_CHUNK = 1024 * 1024
 _SPACE = re.compile(r"[ \t\n\r]*")
 _STRICT = json.JSONDecoder(object_pairs_hook=unique_keys)
 
@@ -36,6 +40,18 @@ class RepeatedAnswer(ValueError):
         self.key, self.text = key, text
 
 
+class AnswerTooLarge(ValueError):
+    """An engine answer past ``limit`` bytes, refused before it is read whole."""
+
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(
+            f"the engine's answer to {what} is over {limit // (1024 * 1024)} MiB, the most "
+            "swarmgpu reads of one answer: it is not read; check the proxy in front of the "
+            "engine (one that answers without end), or, where the swarm keeps this much, "
+            "lower its task history (docker swarm update --task-history-limit 2)")
+        self.limit = limit
+
+
 class Repeated(dict[str, Any]):
     """A list's entry that names a key twice in one object, decoded as ``json`` would (the
     last one kept): ``why`` says which key and the fix. Its reader fails it alone."""
@@ -46,7 +62,9 @@ class Repeated(dict[str, Any]):
 
 def strict_results(api: Any) -> None:
     """Make ``api`` (docker-py's ``APIClient``) decode its JSON answers refusing an object
-    that names a key twice (``RepeatedAnswer``); its other answers as they were."""
+    that names a key twice (``RepeatedAnswer``), and read each answer not streamed to at
+    most ``MAX_ANSWER_BYTES`` (``AnswerTooLarge``); its other answers as they were."""
+    api.hooks["response"].append(_bounded)
     plain = api._result
 
     def result(response: Any, json: bool = False, binary: bool = False) -> Any:
@@ -59,6 +77,29 @@ def strict_results(api: Any) -> None:
             raise RepeatedAnswer(exc.key, response.text) from None
 
     api._result = result
+
+
+def _bounded(response: Any, stream: bool | None = None, **_: Any) -> None:
+    """requests' response hook: the body of ``response`` read as requests would read it
+    (``Response.content``, after the hooks) unless streamed, but only up to
+    ``MAX_ANSWER_BYTES``; past it the connection is closed (its rest unread) and
+    ``AnswerTooLarge`` raised. A streamed answer (events, logs) its reader bounds."""
+    if stream or response._content is not False:  # (read already: a test's stand-in)
+        return
+    limit, got, size = MAX_ANSWER_BYTES, [], 0
+    for chunk in response.iter_content(_CHUNK):
+        got.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            response.close()
+            raise AnswerTooLarge(f"{response.request.method} {_path(response.url)}", limit)
+    response._content = b"".join(got)
+
+
+def _path(url: str) -> str:
+    """The path of ``url``, its API version left out (/v1.43/tasks: /tasks)."""
+    path = url.split("://", 1)[-1].partition("/")[2].partition("?")[0]
+    return "/" + re.sub(r"^v[0-9.]+/", "", path)
 
 
 def read_entries(kind: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

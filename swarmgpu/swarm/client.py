@@ -21,7 +21,13 @@ import requests.exceptions
 import urllib3.exceptions
 
 from swarmgpu.core.peertext import quoted
-from swarmgpu.swarm.answerjson import Repeated, RepeatedAnswer, read_entries, strict_results
+from swarmgpu.swarm.answerjson import (
+    AnswerTooLarge,
+    Repeated,
+    RepeatedAnswer,
+    read_entries,
+    strict_results,
+)
 from swarmgpu.swarm.engineaddr import engine_endpoint as engine_endpoint  # (tests import it)
 from swarmgpu.swarm.engineaddr import engine_fix
 from swarmgpu.swarm.eventstream import Cut, NotAnEvent, read_events
@@ -341,6 +347,8 @@ class SwarmClient:
             raise SwarmUnavailable(f"Docker Engine unreachable at {self.endpoint}: {exc}") from exc
         except RepeatedAnswer as exc:  # (the reads of entries took theirs: read_entries)
             raise SwarmError(f"{getattr(fn, '__name__', 'a read')}: {exc}") from None
+        except AnswerTooLarge as exc:  # (the engine's, as a key twice: not unreachable)
+            raise SwarmError(str(exc)) from None
         except RecursionError:  # (bare, it passed every reader that fails one object)
             raise SwarmError(f"{getattr(fn, '__name__', 'a read')}: the engine's answer is "
                              "nested too deep to decode (Docker's nest some ten deep): it "

@@ -461,6 +461,11 @@ def check_engine(view: NodeView) -> Check:
            "service reaches this node only through Swarm.")
     err = view.docker_error
     if err is not None:
+        if err.startswith("docker info: the engine's answer"):  # (cli.node._docker_info)
+            return Check(cid, Status.FAIL, f"dockerd's answer is not read: {err}", why,
+                         "Check the proxy in front of the engine (DOCKER_HOST names it): "
+                         "dockerd names each key once and answers docker info in a few "
+                         "KiB.")
         if "Permission denied" in err:
             fix = ("Run the doctor as root (`sudo swarmgpu doctor`), or as a member of the "
                    "docker group.")

@@ -1,0 +1,99 @@
+"""An engine on loopback for docker-py's own client: real HTTP/1.1, keep-alive, each
+GET of a path answered from ``answers`` (the path without its /vX.Y): bytes as they
+are (with a length), or a ``Padded`` body sent chunked, as Go sends a long answer. It
+counts the connections it took and the bytes of each padded body it got out."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+VERSION = json.dumps({"ApiVersion": "1.43", "MinAPIVersion": "1.24",
+                      "Version": "24.0.0"}).encode()
+
+
+@dataclass(frozen=True)
+class Padded:
+    """A JSON empty list of ``size`` bytes (``[``, spaces, ``]``): cheap to decode, so a
+    client that reads it whole takes it for an empty list."""
+
+    size: int
+
+
+class LoopEngine(ThreadingHTTPServer):
+    daemon_threads = True
+    answers: dict[str, bytes | Padded]
+    connections: int
+    sent: int  # of the last padded body, once ``sent_all`` is set
+    sent_all: threading.Event
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # (a client that closed its connection, as a refused answer's reader does)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # (keep-alive: a released connection is used again)
+    server: LoopEngine
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.connections += 1
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # (http.server calls it so)
+        path = self.path.partition("?")[0]
+        if path.startswith("/v1."):
+            path = "/" + path.split("/", 2)[2]
+        body = VERSION if path == "/version" else self.server.answers.get(path, b"{}")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if isinstance(body, bytes):
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        sent = 0
+        try:
+            for chunk in _padding(body.size):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                sent += len(chunk)
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client closed it: the rest unread
+            self.close_connection = True
+        finally:
+            self.server.sent = sent
+            self.server.sent_all.set()
+
+
+def _padding(size: int, chunk: int = 64 * 1024) -> Iterator[bytes]:
+    yield b"["
+    spaces = size - 2
+    while spaces > 0:
+        yield b" " * min(chunk, spaces)
+        spaces -= chunk
+    yield b"]"
+
+
+@contextmanager
+def loop_engine(answers: dict[str, bytes | Padded]) -> Iterator[LoopEngine]:
+    """A ``LoopEngine`` on 127.0.0.1 serving ``answers``, for the block's length
+    (its address: ``tcp://127.0.0.1:<server.server_port>``)."""
+    server = LoopEngine(("127.0.0.1", 0), Handler)
+    server.answers, server.connections, server.sent = answers, 0, 0
+    server.sent_all = threading.Event()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

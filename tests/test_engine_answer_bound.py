@@ -1,0 +1,92 @@
+"""Each answer of the engine is read to a bound: docker-py read it whole, then decoded
+it, so a huge one (a broken or hostile engine behind a socket proxy, an answer without
+end) took the daemon's memory. Past ``answerjson.MAX_ANSWER_BYTES`` it is refused,
+naming the limit and the fix, its connection closed with the rest unread; an answer
+within it is read as before, its connection back in the pool. ``doctor``'s ``docker
+info`` is read so too, as strictly as the daemon's reads (a key twice refused). Real
+docker-py clients against an engine on loopback (tests/support/loop_engine.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from swarmgpu.cli import main
+from swarmgpu.swarm import answerjson
+from swarmgpu.swarm.client import SwarmClient, SwarmError
+from tests.support.loop_engine import Padded, loop_engine
+
+MIB = 1024 * 1024
+NODE = {"ID": "n1", "Version": {"Index": 7}, "Spec": {"Role": "worker", "Labels": {}},
+        "Description": {"Hostname": "a"}, "Status": {"State": "ready", "Addr": "10.0.0.1"}}
+
+
+def test_an_answer_past_the_limit_is_refused_naming_it_unread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(answerjson, "MAX_ANSWER_BYTES", MIB)
+    with loop_engine({"/tasks": Padded(64 * MIB)}) as engine:
+        sw = SwarmClient(f"tcp://127.0.0.1:{engine.server_port}")
+        with pytest.raises(SwarmError, match=r"answer to GET /tasks is over 1 MiB") as got:
+            sw.tasks()
+        assert "task-history-limit" in str(got.value) and "proxy" in str(got.value)
+        assert engine.sent_all.wait(10)
+        # (read whole, all 64 MiB left; the socket buffers hold some MiB past the limit)
+        assert engine.sent < 32 * MIB, engine.sent
+
+
+def test_answers_within_the_limit_read_as_before_on_one_connection(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(answerjson, "MAX_ANSWER_BYTES", MIB)
+    answers: dict[str, bytes | Padded] = {
+        "/tasks": Padded(MIB), "/nodes": json.dumps([NODE]).encode(), "/big": Padded(2 * MIB)}
+    with loop_engine(answers) as engine:
+        sw = SwarmClient(f"tcp://127.0.0.1:{engine.server_port}")
+        for _ in range(3):
+            assert sw.tasks() == [] and [n.id for n in sw.nodes()] == ["n1"]
+        assert engine.connections == 1  # (each answer read to its end released it)
+        with pytest.raises(SwarmError, match="over 1 MiB"):
+            sw._call(lambda: sw._api._result(sw._api._get(sw._api._url("/big")), True))
+        assert [n.id for n in sw.nodes()] == ["n1"]  # (on a new connection)
+
+
+def test_a_streamed_answer_is_not_bounded_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (events and logs: their readers bound each line, swarm.eventstream)
+    monkeypatch.setattr(answerjson, "MAX_ANSWER_BYTES", MIB)
+    with loop_engine({"/events": Padded(2 * MIB)}) as engine:
+        api = SwarmClient(f"tcp://127.0.0.1:{engine.server_port}")._api
+        resp = api._get(api._url("/events"), stream=True)
+        assert sum(len(c) for c in resp.iter_content(65536)) == 2 * MIB
+
+
+def doctor_engine(monkeypatch: pytest.MonkeyPatch, port: int) -> Any:
+    """``doctor``'s docker.engine check, asked of the engine at ``port`` (the live node's
+    other checks as they come)."""
+    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{port}")
+    monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
+    res = CliRunner().invoke(main, ["doctor", "--root", "/", "--json", "--agents-service",
+                                    "", "--source", "file:/nonexistent"])
+    (check,) = [c for c in json.loads(res.output)["checks"] if c["id"] == "docker.engine"]
+    return check
+
+
+def test_doctors_docker_info_naming_a_key_twice_is_refused_naming_the_fix(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (docker-py's own client read it as json does: the last one kept, here "inactive")
+    info = (b'{"Swarm": {"LocalNodeState": "active", "NodeID": "n1", '
+            b'"LocalNodeState": "inactive"}}')
+    with loop_engine({"/info": info}) as engine:
+        check = doctor_engine(monkeypatch, engine.server_port)
+    assert check["status"] == "fail", check
+    assert "docker info" in check["found"] and "'LocalNodeState' twice" in check["found"]
+    assert "proxy in front of the engine" in check["fix"], check
+
+
+def test_doctors_docker_info_read_once_strictly_reads_as_before(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    info = b'{"Swarm": {"LocalNodeState": "active", "NodeID": "n1"}}'
+    with loop_engine({"/info": info}) as engine:
+        check = doctor_engine(monkeypatch, engine.server_port)
+    assert check["status"] == "ok" and "node n1" in check["found"], check
