@@ -1,7 +1,8 @@
 """An engine on loopback for docker-py's own client: real HTTP/1.1, keep-alive, each
 GET of a path answered from ``answers`` (the path without its /vX.Y): bytes as they
-are (with a length), or a ``Padded`` body sent chunked, as Go sends a long answer. It
-counts the connections it took and the bytes of each padded body it got out."""
+are (with a length), a ``Padded`` or ``Chunked`` body sent chunked, as Go sends a long
+answer. It counts the connections it took and the bytes of each chunked body it got
+out."""
 
 from __future__ import annotations
 
@@ -24,11 +25,18 @@ class Padded:
     size: int
 
 
+@dataclass(frozen=True)
+class Chunked:
+    """``body`` sent chunked (no length), as Go sends a long answer."""
+
+    body: bytes
+
+
 class LoopEngine(ThreadingHTTPServer):
     daemon_threads = True
-    answers: dict[str, bytes | Padded]
+    answers: dict[str, bytes | Padded | Chunked]
     connections: int
-    sent: int  # of the last padded body, once ``sent_all`` is set
+    sent: int  # of the last chunked body, once ``sent_all`` is set
     sent_all: threading.Event
 
     def handle_error(self, request: object, client_address: object) -> None:
@@ -61,8 +69,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         sent = 0
+        chunks = _padding(body.size) if isinstance(body, Padded) else _slices(body.body)
         try:
-            for chunk in _padding(body.size):
+            for chunk in chunks:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 sent += len(chunk)
             self.wfile.write(b"0\r\n\r\n")
@@ -82,8 +91,12 @@ def _padding(size: int, chunk: int = 64 * 1024) -> Iterator[bytes]:
     yield b"]"
 
 
+def _slices(body: bytes, chunk: int = 32 * 1024) -> Iterator[bytes]:
+    return (body[i:i + chunk] for i in range(0, len(body), chunk))
+
+
 @contextmanager
-def loop_engine(answers: dict[str, bytes | Padded]) -> Iterator[LoopEngine]:
+def loop_engine(answers: dict[str, bytes | Padded | Chunked]) -> Iterator[LoopEngine]:
     """A ``LoopEngine`` on 127.0.0.1 serving ``answers``, for the block's length
     (its address: ``tcp://127.0.0.1:<server.server_port>``)."""
     server = LoopEngine(("127.0.0.1", 0), Handler)
