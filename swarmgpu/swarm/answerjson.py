@@ -9,7 +9,8 @@ answer) was read as on node b, where another reader of the same text may see a.
 task list, and an inspect of a node or service, is read entry by entry
 (``read_entries``): the entry with the repeated key is marked (``Repeated``) and its
 reader fails it (a node or service alone, unread; a task list whole, as for a task it
-cannot read); every other answer is refused whole.
+cannot read); every other answer is refused whole. Each answer not streamed is read to
+``MAX_ANSWER_BYTES`` at most (``AnswerTooLarge``): docker-py read it whole, unbounded.
 """
 
 from __future__ import annotations
