@@ -68,6 +68,15 @@ def _bound(t: SwarmTask, published: tuple[str, ...] = ()) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*published, *t.host_ports))) if t.host_ports else published
 
 
+def _unlisted(t: SwarmTask) -> str:
+    """Who binds the ports of task ``t`` of a service no list shows: a removed one (Swarm
+    stops its tasks), else one the engine's list left out (``swarm.unkeyed``), such as a
+    job: its task still meant to run, not its service's end."""
+    if t.desired_state in MEANT_STATES or t.desired_state == "complete":
+        return "a service the engine's list leaves out (the ports its task reports)"
+    return "a removed service (its task stopping)"
+
+
 class HostPorts:
     """Indexed once per snapshot (``new_cycle``): per host-mode port, the nodes a task
     binding it is on and whose tasks they are. Most services publish nothing: then the
@@ -99,7 +108,7 @@ class HostPorts:
             live = {s.id: s.name for s in services}
             for t in orphans:
                 if t.service_id not in live:
-                    who, ports = "a removed service (its task stopping)", t.host_ports
+                    who, ports = _unlisted(t), t.host_ports
                 elif t.service_id not in names:  # its update dropped the port: bound still
                     who, ports = live[t.service_id], _bound(t)
                 else:
