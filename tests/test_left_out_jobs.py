@@ -25,19 +25,24 @@ LEFT = ("the engine's answer lists service 2 of 2 with ID None, not a non-empty 
 PORT = {"Protocol": "tcp", "TargetPort": 80, "PublishedPort": 8000, "PublishMode": "host"}
 
 
-def _job_task(node_id: str, cpu_milli: int = 0) -> SwarmTask:
-    """A running task of job id-job (not listed), as the engine lists it."""
+def _job_task(node_id: str, cpu_milli: int = 0, state: str = "running") -> SwarmTask:
+    """A task of job id-job (not listed), as the engine lists it: running, its port
+    reported, or on its way (``state``), none reported yet."""
+    status: dict[str, object] = {"State": state}
+    if state == "running":
+        status["PortStatus"] = {"Ports": [PORT]}
     return task_from_api({
         "ID": "t-job", "ServiceID": "id-job", "NodeID": node_id, "Slot": 1,
         "DesiredState": "complete", "JobIteration": {"Index": 3},
         "Spec": {"Resources": {"Reservations": {"NanoCPUs": cpu_milli * 1_000_000}}},
-        "Status": {"State": "running", "PortStatus": {"Ports": [PORT]}}})
+        "Status": status})
 
 
-def _snapshot(busy: str, left_out: bool, cpu_milli: int = 0) -> sync.Snapshot:
+def _snapshot(busy: str, left_out: bool, cpu_milli: int = 0,
+              state: str = "running") -> sync.Snapshot:
     nodes, _facts = two_nodes()
     sw = RecordingSwarm(nodes, [sw_svc("other", {}, gated=False)],
-                        [_job_task(busy, cpu_milli=cpu_milli)])
+                        [_job_task(busy, cpu_milli=cpu_milli, state=state)])
     sw.left_out = Unkeyed(services=(LEFT,)) if left_out else Unkeyed()
     return sync.take_snapshot(sw, Config())  # type: ignore[arg-type]
 
@@ -97,3 +102,17 @@ def test_a_left_out_jobs_cpu_reservation_counts_on_its_node() -> None:
                               unkeyed=snap.unkeyed)
         sp = next(p for p in plan.services if p.name == "llm")
         assert sp.status == "placed" and [p.node_id for p in sp.placements] == [free], sp
+
+
+def test_a_left_out_jobs_task_not_running_yet_is_noted_on_a_plan_publishing_a_port() -> None:
+    """Its ports are reported once it runs, its spec is unread: a replica placed beside
+    it may be refused by Swarm, which the plan says (it is not refused: not known)."""
+    _nodes, facts = two_nodes()
+    llm = _publishing(svc("llm", {"swarmgpu.gpus": "1"}))
+    snap = _snapshot("n-a", left_out=True, state="starting")
+    plan = Planner().plan(snap.nodes[:1], [llm], snap.tasks,  # type: ignore[arg-type]
+                          {"n-a": facts["n-a"]}, unkeyed=snap.unkeyed)
+    sp = next(p for p in plan.services if p.name == "llm")
+    assert sp.status == "placed", sp
+    (note,) = [w for w in sp.warnings if "leaves out" in w]
+    assert "8000/tcp" in note and "node-a" in note and "not known until it runs" in note

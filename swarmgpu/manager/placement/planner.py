@@ -567,6 +567,7 @@ class Planner:
                 if p.startswith(sp.name + ":"):
                     plan.services[i] = sp.noted(p)
         plugins_noted(plan.services, by_name, self._filters.plugins_unknown, self._faults)
+        self._ports.noted(plan.services, by_name)  # (ports a left-out service's task binds)
 
     def _quiet_services(self, read: ServiceRead, records: Mapping[str, Quiet],
                         tasks_changed: AbstractSet[str],
