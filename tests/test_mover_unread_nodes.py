@@ -158,10 +158,13 @@ def test_a_move_whose_node_left_while_its_other_is_unread_waits_said_once(gone: 
     assert sw.node(left).labels.get(gate_key(P, "victim")) == "true"
 
 
-def test_a_move_held_on_an_unread_node_is_said_once_while_it_lasts() -> None:
+@pytest.mark.parametrize("repin", [False, True])
+def test_a_move_held_on_an_unread_node_is_said_once_while_it_lasts(repin: bool) -> None:
+    """(it was said each cycle: a warning a cycle for as long as the node is unread)"""
     sw, now = _swarm(), [1000.0]
     m = _mover(sw, now)
-    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    m.run_cycle([repin_move() if repin else victim_move()], sw.nodes(), sw.services(),
+                sw.tasks())
     _unread(sw, "n-4090")
     said = warned_cycles(sw, m, now)
     assert len([ln for ln in said if "held as it is" in ln]) == 1, said

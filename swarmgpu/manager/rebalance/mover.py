@@ -170,6 +170,7 @@ class Mover:
         # moves that stay on their node (source == target): repin.py
         self.repin = Repin(swarm, self.writes, cfg, prefix=prefix, clock=clock,
                            seen=self.seen, ended=self._ended, say=self.outcomes.say)
+        self.repin.held_said = self._held
 
     def stand_by(self) -> None:
         """Not the leader: the next term counts the fragmentation budget afresh, its
