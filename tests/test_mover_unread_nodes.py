@@ -129,3 +129,42 @@ def test_a_repin_whose_node_becomes_unread_is_held_as_it_is() -> None:
     m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
     assert sw.calls[len(before):] == [("node", "n-4090")]  # read whole again: it goes on
     assert sw.node("n-4090").labels[gate_key(P, "third")] == "true"
+
+
+@pytest.mark.parametrize("gone", ["n-4090", "n-dgx"])
+def test_a_move_whose_node_left_while_its_other_is_unread_waits_said_once(gone: str) -> None:
+    """victim's move in flight; one of its nodes leaves the swarm while the other is
+    unread. The move ends on the node left, a write there: refused, it was tried (an
+    error) each cycle until the node read. Now it waits as it is, said once; read
+    again, the move ends there."""
+    sw, now = _swarm(), [1000.0]
+    m = _mover(sw, now)
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert [r.outcome for r in m.recent] == [Outcome.STARTED]
+    left = "n-dgx" if gone == "n-4090" else "n-4090"
+    kept = sw.node(left).labels
+    del sw._nodes[gone]  # docker node rm
+    _unread(sw, left)
+    before, record = list(sw.calls), read_records(sw.swarm_labels(), P)
+    said = warned_cycles(sw, m, now)
+    assert not [ln for ln in said if "ERROR" in ln], said  # no refused write tried
+    held = [ln for ln in said if "held as it is" in ln]
+    assert len(held) == 1 and "left the swarm" in held[0], said  # once, not a cycle
+    assert sw.calls == before and read_records(sw.swarm_labels(), P) == record
+    sw._nodes[left] = replace(sw.node(left), unread="", labels=kept)  # read whole again
+    now[0] += 5.0
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert read_records(sw.swarm_labels(), P) == {}  # ended on the node left
+    assert sw.node(left).labels.get(gate_key(P, "victim")) == "true"
+
+
+@pytest.mark.parametrize("repin", [False, True])
+def test_a_move_held_on_an_unread_node_is_said_once_while_it_lasts(repin: bool) -> None:
+    """(it was said each cycle: a warning a cycle for as long as the node is unread)"""
+    sw, now = _swarm(), [1000.0]
+    m = _mover(sw, now)
+    m.run_cycle([repin_move() if repin else victim_move()], sw.nodes(), sw.services(),
+                sw.tasks())
+    _unread(sw, "n-4090")
+    said = warned_cycles(sw, m, now)
+    assert len([ln for ln in said if "held as it is" in ln]) == 1, said

@@ -361,3 +361,25 @@ def test_a_copied_device_map_is_its_services_own_word_only_after_a_restart() -> 
     assert sp.placements and not set(sp.placements[0].uuids) & set(p.uuids), sp
     again = _one(_plan(Planner(prefix=P), nodes, [new], [t_new], stopping))
     assert [x.uuids for x in again.placements] == [p.uuids], again
+
+
+def test_a_recreated_service_whose_node_write_failed_is_not_kept_on_the_removed_ones_gpus(
+        ) -> None:
+    """web recreated while its old task stops, placed afresh on the old node off the old
+    GPU; its spec written, the node's write (its entry, its gate) failed: the ledger still
+    has the removed one's entry. Remembered as placed afresh there, that entry was read
+    as web's own the next cycle: kept, its gate opened on the GPU the old container still
+    ran on. Now the entry is web's own only as it was placed: it is disowned again."""
+    planner = Planner(prefix=P)
+    nodes, p, new, t_new, stopping = _recreated_while_old_stops(planner)
+    only = [n for n in nodes if n.id in ("n-mgr", p.node_id)]  # (placed on the old node)
+    plan = _plan(planner, only, [new], [t_new], stopping)
+    sp = _one(plan)
+    (q,) = sp.placements
+    assert q.node_id == p.node_id and not set(q.uuids) & set(p.uuids), sp
+    new = written(new, sp)  # the spec landed; the node's write failed (nodes as they were)
+    for _ in range(2):
+        plan = _plan(planner, only, [new], [t_new], stopping)
+        sp = _one(plan)
+        assert sp.placements and not set(sp.placements[0].uuids) & set(p.uuids), sp
+        assert {(p.node_id, u) for u in p.uuids} <= plan.stopping_held.keys()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from swarmgpu.swarm import client
-from swarmgpu.swarm.cache import SwarmCache
+from swarmgpu.swarm.cache import EVENT_WAIT_S, SwarmCache
 from swarmgpu.swarm.client import SwarmClient
 
 
@@ -126,3 +126,50 @@ def test_a_node_list_beside_a_service_list_keeps_the_services_left_out(
     if not listed:
         sw.services()
     assert len(sw.unkeyed().services) == 1 and "(name 'train')" in sw.unkeyed().services[0]
+
+
+
+def _timer_list_after(change: Any) -> tuple[list[float], SwarmCache]:
+    """web, train and db listed with their IDs, then ``change(api)`` with no event
+    (Swarm's store published none), the timer's list, and a read ``EVENT_WAIT_S``
+    later: the stream's cuts, and the cache."""
+    api = ProxyApi({"n1": raw_node("n1", "gpu-1")},
+                   {"s1": raw_service("s1", "web"), "s2": raw_service("s2", "train"),
+                    "s3": raw_service("s3", "db")})
+    sw = SwarmClient.__new__(SwarmClient)
+    sw.endpoint, sw._api = "unix:///test", api  # type: ignore[assignment]
+    sw.on_write = sw.on_landed = None
+    now, cuts = [0.0], []
+    cache = SwarmCache(sw, relist_s=600.0, clock=lambda: now[0])
+    cache.cut_with(lambda: cuts.append(now[0]))
+    cache.opened()
+    cache.read()
+    change(api)
+    now[0] = 601.0
+    cache.read()
+    now[0] += EVENT_WAIT_S + 1.0
+    cache.read()
+    return cuts, cache
+
+
+def test_a_service_newly_left_out_at_a_timers_list_is_no_removal_no_event_told_of(
+        ) -> None:
+    """The proxy drops train's ID and no event comes. The timer's list left it out: it
+    was taken for a removal no event named, and with no event after it the open stream
+    for stalled, then cut and reopened (every read listing meanwhile). One left out, one
+    gone: none unseen."""
+    def drop_id(api: ProxyApi) -> None:
+        api.s["s2"] = raw_service(None, "train")
+
+    cuts, cache = _timer_list_after(drop_id)
+    assert [s.id for s in cache.read()[1]] == ["s1", "s3"]
+    assert cuts == [] and "no event for a change" not in cache.stats.reasons
+
+
+def test_more_services_gone_than_left_out_are_a_change_no_event_told_of() -> None:
+    def drop_id_and_remove(api: ProxyApi) -> None:
+        api.s["s2"] = raw_service(None, "train")
+        del api.s["s3"]
+
+    cuts, cache = _timer_list_after(drop_id_and_remove)
+    assert len(cuts) == 1 and cache.stats.reasons["no event for a change"] >= 1

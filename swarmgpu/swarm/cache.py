@@ -66,6 +66,7 @@ from swarmgpu.swarm.client import (
     SwarmService,
     SwarmUnkeyed,
 )
+from swarmgpu.swarm.unkeyed import Unkeyed
 
 RELIST_S = 600.0  # the slow timer: a full re-list at least this often
 # Inspecting more than this share of a kind's objects one by one costs more than
@@ -93,6 +94,7 @@ class CacheSource(Protocol):
     def services(self) -> list[SwarmService]: ...
     def node(self, node_id: str) -> SwarmNode: ...
     def service(self, service_id: str) -> SwarmService: ...
+    def unkeyed(self) -> Unkeyed: ...
 
 
 class Why(Enum):
@@ -392,8 +394,9 @@ class SwarmCache:
             named = {k: dirty.get(k, set()) | self._dirty[k] for k in KINDS}
             if not self._stream_up:
                 return
-        unseen = unseen_changes(had[0], nodes, named["node"]) + unseen_changes(
-            had[1], services, named["service"]
+        left = self.swarm.unkeyed()  # (what these two lists left out)
+        unseen = unseen_changes(had[0], nodes, named["node"], len(left.nodes)) + unseen_changes(
+            had[1], services, named["service"], len(left.services)
         )
         if unseen:
             with self._lock:
@@ -470,12 +473,19 @@ def watch_verdict(
     return Why.SILENT if now - quiet_since >= silent_s else None
 
 
-def unseen_changes(have: Mapping[str, Any], listed: list[Any], named: set[str]) -> list[str]:
+def unseen_changes(have: Mapping[str, Any], listed: list[Any], named: set[str],
+                   left_out: int = 0) -> list[str]:
     """The ids (sorted) a list shows created, removed or at a newer version than ``have``
-    and no event or write named: changes the stream did not tell of."""
+    and no event or write named: changes the stream did not tell of. ``left_out``: how
+    many entries the list left out (``swarm.unkeyed``): no more ids than that gone from
+    it may be those, listed without their ID (a proxy's doing, of which Swarm's store
+    publishes no event), so they are none; more gone, each counts. Before, a service
+    newly left out was taken for removed unseen: the open stream for stalled, and cut."""
     got = {o.id: o for o in listed}
     changed = {i for i, o in got.items() if i not in have or o.version > have[i].version}
-    changed |= have.keys() - got.keys()
+    gone = have.keys() - got.keys() - named
+    if len(gone) > left_out:
+        changed |= gone
     return sorted(changed - named)
 
 

@@ -125,6 +125,9 @@ def take_snapshot(
             if t.service_id in runs and job_task_read(t, runs[t.service_id])
             and t.id not in listed
         ]
+    left_out = swarm.unkeyed()  # (the last full lists', which the cache holds)
+    if left_out.services:
+        tasks += _left_out_jobs(swarm, services, tasks)
     listed = {t.id for t in tasks}
     # (the list holds every ended task Swarm keeps: only those still on a node parsed)
     ended = swarm.tasks({"desired-state": list(STOPPING_STATES)},
@@ -142,9 +145,24 @@ def take_snapshot(
         swarm_labels={**before, **after},
         stopping=leaving,
         rejected=rejected,
-        unkeyed=swarm.unkeyed(),  # (the last full lists', which the cache holds)
+        unkeyed=left_out,
         tenants=tenant_specs(cfg),
     )
+
+
+def _left_out_jobs(swarm: SwarmClient, services: list[SwarmService],
+                   tasks: list[SwarmTask]) -> list[SwarmTask]:
+    """The tasks on a node (``ASSIGNED_STATES``) with desired state complete of the
+    services no list shows while one was left out (``swarm.unkeyed``): a job's running
+    tasks, which the desired running list omits and no listed job's list holds. Swarm
+    counts their reservations and host ports on their node; without them placement
+    counted none and chose nodes Swarm then refused. Their spec is their own (each task
+    carries its Resources); the ports of one not running yet are unknown (the list's
+    message says the service is left out)."""
+    known = {s.id for s in services}
+    listed = {t.id for t in tasks}
+    return [t for t in swarm.tasks({"desired-state": ["complete"]}, states=ASSIGNED_STATES)
+            if t.service_id not in known and t.id not in listed]
 
 
 def tenant_specs(cfg: Config) -> tuple[TenantSpec, ...]:

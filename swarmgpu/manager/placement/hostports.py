@@ -16,11 +16,15 @@ binds its own reported ones beside its spec's (``_bound``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableSequence, Sequence
+from typing import TYPE_CHECKING
 
 from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.specs import host_mode, host_ports
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+
+if TYPE_CHECKING:
+    from swarmgpu.manager.placement.records import ServicePlan
 
 # Observed states in which a task has a node and binds its ports there, whatever its
 # desired state (one told to shut down binds them until it stops); the earlier ones
@@ -68,6 +72,29 @@ def _bound(t: SwarmTask, published: tuple[str, ...] = ()) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*published, *t.host_ports))) if t.host_ports else published
 
 
+def _left_out(t: SwarmTask) -> bool:
+    """Task ``t`` of a service no list shows is one the engine's list left out
+    (``swarm.unkeyed``), such as a job's: still meant to run, not stopped as a removed
+    service's tasks are."""
+    return t.desired_state in MEANT_STATES or t.desired_state == "complete"
+
+
+def _unlisted(t: SwarmTask) -> str:
+    """Who binds the ports of task ``t`` of a service no list shows (``_left_out``)."""
+    if _left_out(t):
+        return "a service the engine's list leaves out (the ports its task reports)"
+    return "a removed service (its task stopping)"
+
+
+def _unknown_ports(services: Sequence[SwarmService], tasks: Sequence[SwarmTask]) -> set[str]:
+    """The nodes where a task of a service the list left out (``_left_out``) is on its
+    way and reports no port yet: the host-mode ports it will bind are not known (its
+    service's spec unread; its status reports them once it runs)."""
+    live = {s.id for s in services}
+    return {t.node_id for t in tasks if binds(t) and t.state != "running" and not t.host_ports
+            and t.service_id not in live and _left_out(t)}
+
+
 class HostPorts:
     """Indexed once per snapshot (``new_cycle``): per host-mode port, the nodes a task
     binding it is on and whose tasks they are. Most services publish nothing: then the
@@ -80,6 +107,7 @@ class HostPorts:
         self._claims: dict[str, dict[str, dict[str, str]]] = {}
         self._refused: dict[str, dict[str, str]] = {}  # this cycle's: id -> node -> why
         self._also: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+        self._unknown: set[str] = set()  # this cycle's ``_unknown_ports``
 
     def ports_of(self, s: SwarmService) -> tuple[str, ...]:
         got = self._ports.get(s.id)
@@ -99,7 +127,7 @@ class HostPorts:
             live = {s.id: s.name for s in services}
             for t in orphans:
                 if t.service_id not in live:
-                    who, ports = "a removed service (its task stopping)", t.host_ports
+                    who, ports = _unlisted(t), t.host_ports
                 elif t.service_id not in names:  # its update dropped the port: bound still
                     who, ports = live[t.service_id], _bound(t)
                 else:
@@ -113,9 +141,27 @@ class HostPorts:
                     for p in _bound(t, self._ports[sid][1]):
                         used.setdefault(p, {}).setdefault(t.node_id, {})[sid] = names[sid]
         self._used = used
+        self._unknown = _unknown_ports(services, tasks) if names else set()
         self._claims = {}
         self._refused = {}
         self._also = {}
+
+    def noted(self, plans: MutableSequence[ServicePlan],
+              by_name: Mapping[str, SwarmService]) -> None:
+        """On each plan of a service publishing host-mode ports placed on a node of
+        ``_unknown_ports``: what is not known there, as Swarm may refuse that replica."""
+        if not self._unknown:
+            return
+        for i, sp in enumerate(plans):
+            s = by_name.get(sp.name)
+            hosts = sorted({p.hostname for p in sp.placements if p.node_id in self._unknown})
+            ports = self.ports_of(s) if s is not None and hosts else ()
+            if ports:
+                plans[i] = sp.noted(
+                    f"host-mode ports {', '.join(ports)}: a task of a service the engine's "
+                    f"list leaves out is starting on {', '.join(hosts)}, the ports it binds "
+                    "not known until it runs (its spec unread): Swarm may refuse a replica "
+                    "there; fix: as the list's message on that service says")
 
     def claim(self, s: SwarmService, nodes: Iterable[str]) -> None:
         """``s`` is placed on ``nodes`` in this cycle (all of its holdings, kept or new;

@@ -323,7 +323,7 @@ class Planner:
         self._note_problems(plan, {s.name: s for s, _ in read.parsed})
         self._faults.end()
         leave_unread(plan, nodes)
-        self._recreated.placed_elsewhere(plan.dropped)  # (placed afresh there alone)
+        self._recreated.placed_elsewhere(plan.dropped, plan.services)  # (placed afresh there)
         plan.workload, plan.queues = self.model.summary(), self.queues.summary()
         return plan
 
@@ -567,6 +567,7 @@ class Planner:
                 if p.startswith(sp.name + ":"):
                     plan.services[i] = sp.noted(p)
         plugins_noted(plan.services, by_name, self._filters.plugins_unknown, self._faults)
+        self._ports.noted(plan.services, by_name)  # (ports a left-out service's task binds)
 
     def _quiet_services(self, read: ServiceRead, records: Mapping[str, Quiet],
                         tasks_changed: AbstractSet[str],

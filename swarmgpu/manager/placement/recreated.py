@@ -48,6 +48,7 @@ from swarmgpu.manager.placement.keys import (
     kept_unlisted,
 )
 from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.records import ServicePlan
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 from swarmgpu.swarm.taskstop import rfc3339_ns
 
@@ -75,14 +76,18 @@ def recreated_entries(services: Sequence[SwarmService], leaving: Sequence[SwarmT
                       ledger: Mapping[str, Mapping[str, Holding]],
                       last: Mapping[str, str], tasks: Sequence[SwarmTask], prefix: str,
                       learned: Callable[[SwarmTask], AbstractSet[str] | None],
-                      afresh: Mapping[tuple[str, str], str] | None = None) -> Entries:
+                      afresh: Mapping[tuple[str, str], str] | None = None,
+                      placed: Mapping[tuple[str, str], frozenset[str]] | None = None,
+                      ) -> Entries:
     """The ledger entries of live services that are a removed one's of the same name,
     whose task (among ``leaving``: stopping, or rejected and running) still runs on the
     entry's node. ``last``: service id -> name as the last cycle had them; ``tasks``: the
     meant ones; ``learned``: a stopping task's GPUs (UUIDs) where known, else None;
     ``afresh``: (name, node id) -> the live service id an earlier cycle disowned the
-    entry for (``Recreated``): placed afresh since, the entry is its own."""
-    afresh = afresh or {}
+    entry for (``Recreated``): placed afresh since, the entry is its own; ``placed``: of
+    those, the GPUs it was placed on there: an entry naming others is not that placement
+    (its node's write failed: the removed one's entry still), so not its own for that."""
+    afresh, placed = afresh or {}, placed or {}
     live = {s.id for s in services}
     gone = [t for t in leaving if t.service_id not in live and t.node_id]
     if not gone:
@@ -94,7 +99,8 @@ def recreated_entries(services: Sequence[SwarmService], leaving: Sequence[SwarmT
         name = removed_name(t, last, prefix)
         s = by_name.get(name)
         h = ledger.get(name, {}).get(t.node_id) if s is not None else None
-        if s is None or h is None or not _older(t, s) or afresh.get((name, t.node_id)) == s.id \
+        if s is None or h is None or not _older(t, s) \
+                or _afresh(afresh, placed, (name, t.node_id), s.id, h) \
                 or (t.service_id not in last and _mapped(s, h, prefix)):
             continue
         uses = learned(t)
@@ -120,6 +126,8 @@ class Recreated:
         self.afresh: dict[tuple[str, str], str] = {}  # (name, node id) -> live service id
         # of those, (name, node id) -> cycles no removed one's task was listed there
         self.unlisted: dict[tuple[str, str], int] = {}
+        # of those, (name, node id) -> the GPUs the plan placed it on there (``placed_elsewhere``)
+        self.placed: dict[tuple[str, str], frozenset[str]] = {}
 
     def entries(self, services: Sequence[SwarmService], leaving: Sequence[SwarmTask],
                 ledger: Mapping[str, Mapping[str, Holding]], last: Mapping[str, str],
@@ -137,7 +145,7 @@ class Recreated:
         (``swarm.unkeyed``): a service not listed may be that one, its memory kept (forgotten,
         its entry was disowned again once it was listed: placed afresh once more)."""
         got = recreated_entries(services, leaving, ledger, last, tasks, prefix, learned,
-                                self.afresh)
+                                self.afresh, self.placed)
         ids = {s.name: s.id for s in services}
         live = set(ids.values())  # (a memory per live service only: a removed one's goes)
         there = {(removed_name(t, last, prefix), t.node_id) for t in leaving
@@ -148,17 +156,38 @@ class Recreated:
         self.afresh = {k: sid for k, sid in kept.items() if left_out or sid in live} | {
             k: ids[k[0]] for k in got}
         self.unlisted = {k: n for k, n in missed.items() if k in self.afresh}
+        self.placed = {k: u for k, u in self.placed.items() if k in self.afresh and k not in got}
         return got
 
-    def placed_elsewhere(self, dropped: AbstractSet[tuple[str, str]]) -> None:
+    def placed_elsewhere(self, dropped: AbstractSet[tuple[str, str]],
+                         services: Sequence[ServicePlan] = ()) -> None:
         """Of this cycle's entries, forget those whose service the plan did not place on
         their node again (``PlacementPlan.dropped``): such an entry is still the removed
         one's while its release has not landed. Remembered as placed afresh, it was the
         live service's own from the next cycle on (a holding to move, its reservation
-        counted there)."""
+        counted there). Of the others, the GPUs the plan (``services``) placed them on
+        there: the entry is that placement only once its node's write landed."""
         for k in dropped:
             self.afresh.pop(k, None)
             self.unlisted.pop(k, None)
+            self.placed.pop(k, None)
+        for sp in services:
+            for p in sp.placements:
+                if (sp.name, p.node_id) in self.afresh:
+                    self.placed[(sp.name, p.node_id)] = frozenset(
+                        u for q in sp.placements if q.node_id == p.node_id for u in q.uuids)
+
+
+def _afresh(afresh: Mapping[tuple[str, str], str],
+            placed: Mapping[tuple[str, str], frozenset[str]], key: tuple[str, str],
+            sid: str, h: Holding) -> bool:
+    """Entry ``h`` (``key``) is the one live service ``sid`` was placed on afresh: an
+    earlier cycle disowned it for ``sid``, and its GPUs are those it was placed on
+    there (where known)."""
+    if afresh.get(key) != sid:
+        return False
+    got = placed.get(key)
+    return got is None or got == frozenset(h.uuids)
 
 
 def _mapped(s: SwarmService, h: Holding, prefix: str) -> bool:

@@ -162,6 +162,7 @@ class Mover:
         self._dry_flying: SaidOnce[str] = SaidOnce()  # move ids said "left as it is" (dry-run)
         self._said: SaidOnce[str] = SaidOnce()  # forged or mismatched labels reported
         self._raised: SaidOnce[str] = SaidOnce()  # admission's faults ("": its reads)
+        self._held: SaidOnce[str] = SaidOnce()  # move ids said "held as it is" (node unread)
         self.seen = FirstSeen()  # a move's age: a record dated ahead still times out
         self.held: Mapping[tuple[str, str], tuple[str, int]] = {}  # ``room_for``'s, per cycle
         self.shares: Shares = {}  # of those, stopping tasks' shares (``room_for``), per cycle
@@ -169,6 +170,7 @@ class Mover:
         # moves that stay on their node (source == target): repin.py
         self.repin = Repin(swarm, self.writes, cfg, prefix=prefix, clock=clock,
                            seen=self.seen, ended=self._ended, say=self.outcomes.say)
+        self.repin.held_said = self._held
 
     def stand_by(self) -> None:
         """Not the leader: the next term counts the fragmentation budget afresh, its
@@ -315,6 +317,11 @@ class Mover:
                      len(v.unreadable), raised)
 
     def _act_on(self, v: Verdict) -> None:
+        self._held.begin()
+        self._act_on_records(v)
+        self._held.end()
+
+    def _act_on_records(self, v: Verdict) -> None:
         for s in (s for s, _why in v.forged if s.mode not in JOB_MODES):
             self._step(s.name, repair, self.writes, self.swarm, self.prefix, s)
         for sid in sorted(v.unreadable_gone) if self.judge_labels else ():
@@ -510,7 +517,18 @@ class Mover:
     def _node_left(self, sid: str, st: MoveState, src: SwarmNode | None,
                    dst: SwarmNode | None) -> None:
         """A node of the move left the swarm (``docker node rm``): the move ends on the node
-        that is left (placement carries on from its ledger), never a step error each cycle."""
+        that is left (placement carries on from its ledger), never a step error each cycle.
+        That node unread (``SwarmNode.unread``): every write to it is refused, so the move
+        waits as it is, said once, until it reads (it tried the write each cycle)."""
+        left = src if dst is None else dst
+        if left is not None and left.unread:
+            if self._held.fresh(st.id, left.unread):
+                logger.bind(service=st.service).warning(
+                    "move of {} ({} -> {}) held as it is: {} left the swarm, and {}",
+                    peer_text(st.service), peer_text(st.source_host),
+                    peer_text(st.target_host), peer_text(st.target_host if dst is None
+                                                         else st.source_host), left.unread)
+            return
         if dst is None:
             taken = self._open(st.source, st.source_holding()) if src is not None else ""
             self._rolled_back(sid, st, f"{st.target_host} left the swarm", taken)
@@ -529,7 +547,7 @@ class Mover:
         if src is None or dst is None:
             self._node_left(sid, st, src, dst)
             return
-        if held_unread(st, src, dst):
+        if held_unread(st, src, dst, self._held):
             return
         src_open = src.labels.get(gate_key(self.prefix, st.service)) == "true"
         if st.direction == "forward" and not src_open:
@@ -546,7 +564,7 @@ class Mover:
         if src is None or dst is None:
             self._node_left(sid, st, src, dst)
             return
-        if held_unread(st, src, dst):
+        if held_unread(st, src, dst, self._held):
             return
         # judged on Swarm's answer, as victimspec.renewed: its shut-down tasks are none, nor
         # another service's (an engine or proxy that dropped the filter)

@@ -24,6 +24,7 @@ from loguru import logger
 
 from swarmgpu.core import stamps
 from swarmgpu.core.peertext import peer_text
+from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.engine.stop import Stopped
@@ -113,14 +114,16 @@ def cannot_run(node: SwarmNode, host: str) -> str | None:
     return None
 
 
-def held_unread(st: MoveState, src: SwarmNode, dst: SwarmNode) -> bool:
+def held_unread(st: MoveState, src: SwarmNode, dst: SwarmNode,
+                said: SaidOnce[str] | None = None) -> bool:
     """True, said, where a node of move ``st`` cannot be read in part (``SwarmNode.unread``):
     the move is held as it is. Its labels as Swarm has them are not known (a gate read
     as closed may be open: the move was finished with the source's entry left behind)
     and every write to it is refused, so no step is judged or made until it reads; past
-    its timeout by then, it is rolled back as any move is."""
+    its timeout by then, it is rolled back as any move is. ``said``: the mover's, the
+    hold said once while it lasts (not each cycle)."""
     why = src.unread or dst.unread
-    if why:
+    if why and (said is None or said.fresh(st.id, why)):
         logger.bind(service=st.service).warning(
             "move of {} ({} -> {}) held as it is: {}", peer_text(st.service),
             peer_text(st.source_host), peer_text(st.target_host), why)

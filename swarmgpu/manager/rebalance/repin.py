@@ -69,6 +69,7 @@ from typing import Any
 from loguru import logger
 
 from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.placement import (
     MOVE_STATE,
@@ -221,6 +222,7 @@ class Repin:
         self.prefix = prefix
         self.clock = clock
         self.say = say
+        self.held_said: SaidOnce[str] | None = None  # the mover's: held_unread says once
         # GPUs the ledger shows free that are held (``Inputs.held``: a stopping or rejected
         # task's, a preemptor's), as its proposal read them: set each cycle beside the
         # mover's own (``Mover.held``), checked again at ``start``
@@ -370,7 +372,7 @@ class Repin:
             self._finish(sid, st, Outcome.FAILED,
                          f"{st.source_host} left the swarm; left to placement")
             return
-        if held_unread(st, node, node):  # (its entry read as gone: the repin was left)
+        if held_unread(st, node, node, self.held_said):  # (its entry read as gone: left before)
             return
         p = self.prefix
         held = parse_holding(st.service, node.id, node.labels.get(assign_key(p, st.service), ""))
