@@ -245,7 +245,7 @@ class Preempter:
             # (a hold's victims' too), nor one held for another preemptor (one nominated
             # earlier in this very cycle too), as the rebalance step's movers are given
             noms = live_nominations(self.nominated.current(mono),
-                                    {s.name for s in snap.services},
+                                    {s.name: s.id for s in snap.services},
                                     bool(snap.unkeyed.services))
             mover = self._mover(swarm)
             mover.held = mover.repin.held = held_gpus(noms) | stopping_held(plan, noms)
