@@ -55,7 +55,7 @@ from swarmgpu.manager.placement.gating import HOLD_ADOPTED
 from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.placement.nominated import stops_waited
 from swarmgpu.manager.placement.planned import Planned
-from swarmgpu.manager.placement.recorded import recorded_nominations
+from swarmgpu.manager.placement.recorded import left_out_victims, recorded_nominations
 from swarmgpu.manager.placement.restarts import HOLD_HINT
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.placement.tasks import tasks_by_service
@@ -132,12 +132,15 @@ def make_plan(snap: Snapshot, cfg: Config,
     """One placement cycle: the daemon passes its long-lived planner, and the GPUs its
     preemptions hold for their preemptors (``Preempter.nominated``); one-shot commands
     (``plan``, ``audit``, ``status``) get a fresh one from the stored model, and the
-    holds their victims' records imply (None: ``recorded.recorded_nominations``)."""
+    holds their victims' records imply (None: ``recorded.recorded_nominations``; ``swarm``
+    read for those of a victim the list left out: ``left_out_victims``)."""
     if planner is None:
         planner = new_planner(cfg, swarm, snap.services)
     facts = facts_by_node(snap, fallback)
     if nominated is None:
-        nominated = recorded_nominations(snap.services, [*snap.stopping, *snap.rejected],
+        leaving = [*snap.stopping, *snap.rejected]
+        left = left_out_victims(swarm, snap.services, leaving, bool(snap.unkeyed.services))
+        nominated = recorded_nominations([*snap.services, *left], leaving,
                                          facts, cfg.sync.prefix, snap.taken_at,
                                          cfg.preemption.settle_s,
                                          stops_waited(snap.stopping, snap.nodes),

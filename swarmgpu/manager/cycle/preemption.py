@@ -245,7 +245,7 @@ class Preempter:
             # (a hold's victims' too), nor one held for another preemptor (one nominated
             # earlier in this very cycle too), as the rebalance step's movers are given
             noms = live_nominations(self.nominated.current(mono),
-                                    {s.name for s in snap.services},
+                                    {s.name: s.id for s in snap.services},
                                     bool(snap.unkeyed.services))
             mover = self._mover(swarm)
             mover.held = mover.repin.held = held_gpus(noms) | stopping_held(plan, noms)
@@ -620,9 +620,10 @@ def plan_as_daemon(snap: Snapshot, cfg: Config, swarm: Any = None) -> PlacementP
     """The plan the daemon's cycle makes of ``snap``, for `plan` and `status` (the map
     shows the daemon's own): placement's planner, then, where the daemon runs this step
     (``placement.enabled``), its decision noted on each preemptor (``Preempter.preview``).
-    Writes nothing; ``swarm`` is read for the stored workload model only."""
+    Writes nothing; ``swarm`` is read for the stored workload model, and a victim the
+    list left out (``recorded.left_out_victims``)."""
     planner = new_planner(cfg, swarm, snap.services)
-    plan = make_plan(snap, cfg, planner=planner)
+    plan = make_plan(snap, cfg, planner=planner, swarm=swarm)
     if cfg.placement.enabled:
         Preempter(cfg).preview(snap, plan, facts_by_node(snap), planner.refused_nodes,
                                ports=planner.port_takers)

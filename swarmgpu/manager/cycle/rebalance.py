@@ -189,7 +189,7 @@ class Rebalancer(Step):
         planner = session.planner if self.placement else None
         model = planner.model if planner is not None else None
         alone = self.stopping_alone(snap, facts, ledger)
-        noms = self.live_holds({sv.name for sv in snap.services},  # (one read: both below)
+        noms = self.live_holds({sv.name: sv.id for sv in snap.services},  # (read once)
                                bool(snap.unkeyed.services))
         inp = Inputs(nodes=snap.nodes, services=snap.services, tasks=snap.tasks, facts=facts,
                      ledger=ledger_after(snap.nodes, plan, self.prefix, ledger),
@@ -233,11 +233,12 @@ class Rebalancer(Step):
             timer.daemon = True
             timer.start()
 
-    def live_holds(self, live: AbstractSet[str], left_out: bool = False) -> list[Nomination]:
+    def live_holds(self, live: AbstractSet[str] | Mapping[str, str], left_out: bool = False,
+                   ) -> list[Nomination]:
         """The preemptors' holds now, only those of a preemptor among ``live`` (the
-        snapshot's services), as placement reads them: a removed one's hold lasted here
-        until the preemption step's next ``keep``, and no move could take its GPUs
-        meanwhile. Read once a cycle: ``held`` and ``held_shares`` see the same holds.
+        snapshot's services, name -> id), as placement reads them: a removed one's hold
+        lasted here until the preemption step's next ``keep``, and no move could take its
+        GPUs meanwhile. Read once a cycle: ``held`` and ``held_shares`` see the same holds.
         ``left_out``: ``live_nominations``'."""
         return live_nominations(self.nominated(), live, left_out)
 

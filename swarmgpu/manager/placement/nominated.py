@@ -106,6 +106,9 @@ class Nomination:
     # a stopping tasks' hold spared for this preemptor (its victims'): held from every
     # other service, whatever its priority ("": held from all, or a preemption's)
     owner: str = ""
+    # ``service``'s id ("": unknown, a one-shot's, read from its victims' records): a
+    # service listed by its name with another id is another one (``live_nominations``)
+    service_id: str = ""
 
 
 def held_gpus(nominations: Sequence[Nomination]) -> dict[tuple[str, str], tuple[str, int]]:
@@ -127,12 +130,26 @@ def held_shares(nominations: Sequence[Nomination]) -> dict[tuple[str, str], int]
     return out
 
 
-def live_nominations(nominations: Sequence[Nomination], names: AbstractSet[str],
+def live_nominations(nominations: Sequence[Nomination],
+                     names: AbstractSet[str] | Mapping[str, str],
                      left_out: bool = False) -> list[Nomination]:
-    """Those of a preemptor among ``names`` (Swarm's services now; all while its list left
-    one out: ``left_out``, ``swarm.unkeyed``), in order: a removed one's hold ends at once
-    for every reader (placement's, ``Inputs.held``), not at the next ``Nominations.keep``."""
-    return list(nominations) if left_out else [n for n in nominations if n.service in names]
+    """Those of a preemptor among ``names`` (Swarm's services now, or name -> id; every one
+    not listed while its list left one out: ``left_out``, ``swarm.unkeyed``), in order: a
+    removed one's hold ends at once for every reader (placement's, ``Inputs.held``), not
+    at the next ``Nominations.keep``; so does one whose name ``names`` lists under another
+    id (``another_holder``)."""
+    ids = names if isinstance(names, Mapping) else {}
+    return [n for n in nominations
+            if (left_out or n.service in names) and not another_holder(n, ids)]
+
+
+def another_holder(n: Nomination, ids: Mapping[str, str]) -> bool:
+    """Whether the service ``ids`` (name -> id) lists by ``n``'s preemptor's name is
+    another one: its id known and not that one's. Swarm's names are unique: the
+    preemptor was removed and a service created under its name, which preempted
+    nothing; by name alone it kept the hold and took its GPUs."""
+    sid = ids.get(n.service)
+    return bool(n.service_id) and sid is not None and sid != n.service_id
 
 
 class Nominations:
@@ -154,7 +171,7 @@ class Nominations:
         moved = tuple(sorted(v.service for v in victims if v.service in p.moves))
         ids = tuple(sorted({v.service_id for v in victims}))
         self.by[p.service] = (Nomination(p.service, p.priority, p.node_id, uuids, moved,
-                                         victims=ids), at, at)
+                                         victims=ids, service_id=p.service_id), at, at)
 
     def current(self, now: float | None = None) -> tuple[Nomination, ...]:
         """Those that hold at ``now`` (``clock``'s time, monotonic; None: now): still
@@ -180,10 +197,13 @@ class Nominations:
         ``settle_s`` and it stopped another victim for what the first one's stop frees.
         ``left_out``: the list left a service out (``swarm.unkeyed``)."""
         pending = {sp.name for sp in plan.services if sp.status in WAITING}
+        ids = {sp.name: sp.id for sp in plan.services}
         if left_out:  # (one the plan lacks is not gone: maybe the one the list left out)
-            pending |= self.by.keys() - {sp.name for sp in plan.services}
+            pending |= self.by.keys() - ids.keys()
         kept: dict[str, tuple[Nomination, float, float]] = {}
         for k, (n, at, last) in self.by.items():
+            if another_holder(n, ids):
+                continue  # (its name another service's now: the preemptor is gone)
             if any(v in moving for v in n.moved) and now - at < self.move_timeout_s:
                 last = now
             last = settles_from(at, last, now,

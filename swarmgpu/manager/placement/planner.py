@@ -294,7 +294,7 @@ class Planner:
         self._learn_on_gpu_nodes(running_jobs(read.parsed, jobs, failed), read.cpu_only,
                                  tv.on_nodes, failed)
         self._back_off(read.parsed, tv.failed, now)
-        live = live_nominations(nominated, read.names, bool(unkeyed.services))
+        live = live_nominations(nominated, {s.name: s.id for s in services}, bool(unkeyed.services))
         leaving = self._leaving(plan, stopping, services, seen.ledger, tasks, facts,
                                 rejected, live, now, bool(unkeyed.services))
         # First commit every valid existing holding, so new placements never reuse GPUs.

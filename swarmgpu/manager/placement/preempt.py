@@ -296,9 +296,9 @@ def choose_preemptions(
                 {**{q["queue"]: q for q in plan.queues},
                  "": no_queue_row(holdings, req, facts)},
                 req, started, holdings, refused, preemptible_below, cooling, moving,
-                plan.failed, done_idle(services, tasks), ports=ports,
-                room=Room.of(nodes, services, tasks, holdings, stopping, plan.stopping_overdue),
-                held=held or {}, taken=set(flying), waits=plan.stopping_waits)
+                plan.failed, done_idle(services, tasks), ports=ports, held=held or {},
+                room=Room.of(nodes, services, tasks, holdings, stopping, plan.stopping_overdue,
+                             prefix), taken=set(flying), waits=plan.stopping_waits)
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     # A packed service's replicas go only on its node: it preempts there alone, for all
     # the replicas it lacks at once (``packing.repack`` places them so); elsewhere its

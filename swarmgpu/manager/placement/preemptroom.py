@@ -13,6 +13,7 @@ from typing import Protocol
 from swarmgpu.manager.placement.hostports import binds, own_ports, published
 from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.recreated import gate_name
 from swarmgpu.swarm.client import (
     SwarmNode,
     SwarmService,
@@ -54,18 +55,22 @@ class Room:
     def of(nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
            tasks: Sequence[SwarmTask], holdings: Mapping[str, Mapping[str, Holding]],
            stopping: Sequence[SwarmTask] = (),
-           overdue: AbstractSet[str] = frozenset()) -> Room:
+           overdue: AbstractSet[str] = frozenset(), prefix: str = "swarmgpu.") -> Room:
         """``stopping``: tasks Swarm is stopping (``keys.stopping``), whose reservations
         count on their node until they stop: used there, never freed by a victim's stop.
         ``overdue``: the ids of those past their hold's end (``keys.stop_overdue``: a node
-        down or paused, a stop stuck): used still, but never room once stopped."""
+        down or paused, a stop stuck): used still, but never room once stopped.
+        ``prefix``: swarmgpu's, its gate constraint's (``unlisted_whole``)."""
         name_of = {s.id: s.name for s in services}
         held: dict[tuple[str, str], tuple[int, int]] = {}
         on: set[tuple[str, str]] = set()
+        strays: dict[str, dict[str, str]] = {}  # node id -> service not listed -> its gate's
         for t in tasks:
             if t.desired_state not in MEANT_STATES or not t.node_id:
                 continue
             on.add((t.service_id, t.node_id))
+            if t.service_id not in name_of:
+                strays.setdefault(t.node_id, {})[t.service_id] = gate_name(t, prefix)
             k = (name_of.get(t.service_id, "\0" + t.service_id), t.node_id)
             c, m = held.get(k, (0, 0))
             held[k] = (c + t.cpu_milli, m + t.memory_mib)
@@ -78,11 +83,8 @@ class Room:
                     res = held_reservations(s.spec)  # unread: its node's whole, never less
                     held[(svc, nid)] = ((res[0] * h.replicas, res[1] * h.replicas)
                                         if res is not None else whole.get(nid, (0, 0)))
-                elif s is None and not any(k[1] == nid and k[0][:1] == "\0" for k in held):
-                    # Not listed, yet kept (placement holds it while the list left a
-                    # service out, or a name is unread): what it reserves is unknown, so
-                    # its node's whole, unless a task of a service not listed runs there.
-                    held[(svc, nid)] = whole.get(nid, (0, 0))
+            if unlisted_whole([svc for svc in here if svc not in by_name], strays.get(nid, {})):
+                held[(UNLISTED, nid)] = whole.get(nid, (0, 0))
         use: dict[str, tuple[int, int]] = {}
         stops: dict[str, tuple[int, int]] = {}
         for t in stopping:  # used as ever; waited for only until its hold's end
@@ -160,6 +162,26 @@ class Room:
     def _add(self, nid: str, cpu: int, mem: int) -> None:
         c, m = self.left.get(nid, (None, None))
         self.left[nid] = (None if c is None else c + cpu, None if m is None else m + mem)
+
+
+# ``Room.held``'s key (with the node's id) of the holders not listed there whose
+# reservations are unknown: no service's name (a victim's is looked up by its own)
+UNLISTED = "\0holders not listed"
+
+
+def unlisted_whole(holders: Sequence[str], strays: Mapping[str, str]) -> bool:
+    """Whether a node's whole CPU and memory are counted for ``holders``, those of its
+    ledger whose service is not listed (placement holds them while the list left a
+    service out, or a name is unread): what each reserves is unknown, unless a task of
+    it runs there (counted by its reservations). ``strays``: the services not listed
+    with a task meant to run there -> the name their gate names ("": none). A task
+    whose gate names a holder is that holder's; one that names none may be any one's;
+    one that names another service is no holder's. The whole is counted once, however
+    many holders lack a task: no node holds more (twice, a node's left read below zero
+    by its whole)."""
+    named = set(strays.values())
+    anyone = sum(1 for name in strays.values() if not name)
+    return len([h for h in holders if h not in named]) > anyone
 
 
 def _ports(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],

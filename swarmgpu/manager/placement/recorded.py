@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from typing import Any
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.nominated import Nomination, settles_from, task_device_uses
 from swarmgpu.manager.placement.preempted import preempted_state
-from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmError, SwarmService, SwarmTask
 
 
 def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[SwarmTask],
@@ -29,9 +30,8 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
     so) and the preview of preemption chose new victims for it, which the daemon, its
     nomination held, does not. ``left_out``: the service list left one out
     (``swarm.unkeyed``): a preemptor not listed may be that one, its hold kept as the
-    daemon keeps it (``live_nominations``). A victim left out cannot be read: its record
-    is a label of its own spec, which the list left out; its task's GPUs read as held
-    from all (``StoppingGpus``) until it stops."""
+    daemon keeps it (``live_nominations``). A victim left out is read alone
+    (``left_out_victims``), among ``services``."""
     by_id, names = {s.id: s for s in services}, {s.name for s in services}
     got: dict[tuple[str, int, str], set[str]] = {}
     victims: dict[tuple[str, int, str], set[str]] = {}  # their service ids: only theirs spared
@@ -53,3 +53,25 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
     return [Nomination(by, priority, nid, tuple(sorted(uuids)),
                        victims=tuple(sorted(victims[(by, priority, nid)])))
             for (by, priority, nid), uuids in sorted(got.items())]
+
+
+def left_out_victims(swarm: Any, services: Sequence[SwarmService],
+                     leaving: Sequence[SwarmTask], left_out: bool) -> list[SwarmService]:
+    """For ``recorded_nominations``: the services of ``leaving`` tasks not among
+    ``services`` while the list left one out (``left_out``), each read alone by its
+    task's service id (``swarm.service``: an inspect, nothing written). A victim's
+    record is a label of its own spec, the one place that names its preemptor: left
+    out, its task's GPUs read as held from all, while the daemon holds them for that
+    preemptor. One the engine answers unkeyed too (``SwarmUnkeyed``), or not at all
+    (removed), is not read: held from all (``StoppingGpus``) until it stops. None
+    without ``swarm`` (``audit``'s findings)."""
+    if not left_out or swarm is None:
+        return []
+    listed = {s.id for s in services}
+    out: list[SwarmService] = []
+    for sid in sorted({t.service_id for t in leaving if t.service_id} - listed):
+        try:
+            out.append(swarm.service(sid))
+        except SwarmError:
+            continue  # (its why is the list's message, said by ``plan`` and ``doctor``)
+    return out

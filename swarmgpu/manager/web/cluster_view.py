@@ -235,10 +235,14 @@ def _ours(n: SwarmNode, prefix: str) -> list[str]:
 
 
 class _Holders:
-    """Who holds each GPU of a node, from the ledger, with their tasks and requests."""
+    """Who holds each GPU of a node, from the ledger, with their tasks and requests. An
+    entry placement read as a removed service's (``PlacementPlan.dropped``: one created
+    under its name is listed) is shown as a removed service's: the ledger keys by name,
+    and read so it was the new service's holding (its ID, its request)."""
 
     def __init__(self, snap: Snapshot, plan: PlacementPlan | None, prefix: str) -> None:
         self.ledger = read_ledger(snap.nodes, prefix)
+        self.dropped = plan.dropped if plan is not None else frozenset()
         self.services = {s.name: s for s in snap.services}
         self.plans = {sp.name: sp for sp in (plan.services if plan else [])}
         self.tasks: dict[tuple[str, str], list[str]] = {}  # (service id, node id) -> tasks
@@ -259,8 +263,9 @@ class _Holders:
             h = per_node.get(node_id)
             if h is None:
                 continue
-            svc = self.services.get(svc_name)
-            sp = self.plans.get(svc_name)
+            gone = (svc_name, node_id) in self.dropped
+            svc = None if gone else self.services.get(svc_name)
+            sp = None if gone else self.plans.get(svc_name)
             tasks = self.tasks.get((svc.id, node_id), []) if svc else []
             # a slice names one task: the running one before a start-first update's new
             # task (not started yet), whatever Swarm's list order
