@@ -4,8 +4,6 @@ table's columns in line by the columns a CJK name takes."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from support.gpu_nodes import RTX4090
 
 from swarmgpu.core.peertext import text_width
