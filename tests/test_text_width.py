@@ -3,7 +3,10 @@ two, a combining mark none (``peertext.text_width``, ``cell``, ``padded``)."""
 
 from __future__ import annotations
 
-from swarmgpu.core.peertext import cell, padded, text_width
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from swarmgpu.core.peertext import cell, escaped, padded, text_width
 
 CJK = "计算节点"  # four wide characters: eight columns
 E_ACUTE = "e\u0301"  # e and a combining acute accent: one column
@@ -35,3 +38,16 @@ def test_padded_fills_a_column_by_the_columns_its_text_takes() -> None:
     assert padded(CJK, 10) == CJK + "  "
     assert padded(E_ACUTE, 3) == E_ACUTE + "  "
     assert padded("toolong", 3) == "toolong"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(["a", "节", "\u0301", "\x1b", "\u202e", "\uff21"]),
+               max_size=120), st.integers(min_value=4, max_value=50))
+def test_prop_a_cell_fits_its_width_and_is_the_whole_text_or_its_start(
+        text: str, width: int) -> None:
+    shown = cell(text, width)
+    assert text_width(shown) <= width and shown.isprintable(), shown
+    whole = escaped(text)
+    assert shown == whole or (shown.endswith("...") and whole.startswith(shown[:-3])), shown
+    if text_width(whole) <= width and len(text) <= 4 * width + 4:  # (the work's bound)
+        assert shown == whole, shown
