@@ -95,22 +95,50 @@ CELL_WIDTH = 40  # a table's column of others' text (a hostname, a label's value
 CUT = "..."
 
 
+def text_width(text: str) -> int:
+    """The columns a terminal gives ``text``: two for a wide or fullwidth character
+    (East Asian width W or F: CJK), none for a combining mark (it sits on the character
+    before it), one for any other; ``len`` counted a CJK name half as wide as it shows."""
+    if text.isascii():
+        return len(text)
+    return sum(_char_width(c) for c in text)
+
+
+def _char_width(c: str) -> int:
+    if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me"):
+        return 0
+    return 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+
+
+def padded(text: str, width: int) -> str:
+    """``text`` and spaces to ``width`` columns (``text_width``), for a table's column:
+    ``str.ljust`` counts characters, so a CJK name pushed the columns after it."""
+    return text + " " * max(0, width - text_width(text))
+
+
 def cell(text: object, width: int = CELL_WIDTH) -> str:
     """``text`` escaped (``escaped``) for a table's column or a text line's name: whole
-    when it fits in ``width`` characters, else its start and ``...``, ``width`` in all
-    (as `docker node ls` cuts an ID): a 200-character hostname pushed every column
-    after it off the screen. An escape is never cut in two; JSON keeps the whole."""
+    when it fits in ``width`` columns (``text_width``), else its start and ``...``, at
+    most ``width`` columns in all (as `docker node ls` cuts an ID): a 200-character
+    hostname pushed every column after it off the screen. An escape is never cut in
+    two, a character never parted from its combining marks; JSON keeps the whole."""
     s = text if isinstance(text, str) else str(text)
-    if len(s) <= width and len(shown := escaped(s)) <= width:
-        return shown
-    room, out = max(0, width - len(CUT)), []
-    for c in s[:width]:  # the work bounded, whatever the text's size
+    if len(s) <= width and s.isascii() and s.isprintable():  # the common case
+        return s
+    room, used, fits, out = max(0, width - len(CUT)), 0, 0, list[str]()
+    # The work bounded, whatever the text's size: past 4 characters a column (combining
+    # marks take none) the text is cut where it reached ``room``.
+    for c in s[:4 * width + 4]:
         piece = ascii(c)[1:-1] if _hidden(c) else c
-        room -= len(piece)
-        if room < 0:
-            break
+        used += len(piece) if len(piece) > 1 else _char_width(c)
+        if used > width:
+            return "".join(out[:fits]) + CUT
         out.append(piece)
-    return "".join(out) + CUT
+        if used <= room:
+            fits = len(out)
+    if len(s) > 4 * width + 4:
+        return "".join(out[:fits]) + CUT
+    return "".join(out)
 
 
 def cut_alike(names: Iterable[object]) -> set[str]:

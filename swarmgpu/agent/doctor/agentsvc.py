@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from swarmgpu.agent.doctor.view import Check, NodeView, Status
-from swarmgpu.core.peertext import quoted
+from swarmgpu.core.peertext import cell, cut_alike, quoted
 from swarmgpu.swarm.agentservice import (
     FIX,
     TENANT_FIX,
@@ -19,6 +19,7 @@ from swarmgpu.swarm.agentservice import (
     unnamed_agent_service,
     unserved,
 )
+from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.swarmnode import NODE_FIX
 from swarmgpu.swarm.unkeyed import UNKEYED_FIX
 
@@ -71,18 +72,26 @@ def check_agents_service(view: NodeView) -> Check:
                      TENANT_FIX)
     left = unserved(read.nodes, read.services, read.tasks, name, read.prefix)
     if left:
-        hosts = ", ".join(n.hostname for n in left[:SHOWN]) + (
-            f" and {len(left) - SHOWN} more" if len(left) > SHOWN else "")
+        more = f" and {len(left) - SHOWN} more" if len(left) > SHOWN else ""
+        said = f"no task of {quoted(name)} runs on {len(left)} GPU-labelled node(s): "
         return Check(CID, Status.WARN,
-                     f"no task of {quoted(name)} runs on {len(left)} GPU-labelled "
-                     f"node(s): {hosts}",
+                     said + ", ".join(n.hostname for n in left[:SHOWN]) + more,
                      "no agent there reports the node's GPUs: its labels go stale and "
                      "no GPU of it is given out",
                      f"docker service ps {name} --no-trunc (a task refused or failing "
                      "there says why); check the service's placement constraints "
-                     "(node.labels.gpu==true) match those nodes")
+                     "(node.labels.gpu==true) match those nodes",
+                     text_found=said + _cut_hosts(left[:SHOWN], read.nodes) + more)
     return Check(CID, Status.OK,
                  f"a task of {quoted(name)} runs on each GPU-labelled node")
+
+
+def _cut_hosts(shown: Sequence[SwarmNode], nodes: Sequence[SwarmNode]) -> str:
+    """``shown``'s hostnames cut for the text report (``cell``; the JSON has them whole),
+    each beside its node's ID where another node's name is cut alike (``cut_alike``)."""
+    alike = cut_alike(n.hostname for n in nodes)
+    return ", ".join(cell(n.hostname) + (f" ({n.id[:12]})" if cell(n.hostname) in alike
+                                         else "") for n in shown)
 
 
 def _first_shown(said: Sequence[str]) -> str:

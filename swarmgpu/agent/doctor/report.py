@@ -39,7 +39,7 @@ from swarmgpu.agent.doctor.sharing import check_sharing, sharing_mode
 from swarmgpu.agent.doctor.view import Check, DoctorError, NodeView, Status, SwarmRead
 from swarmgpu.agent.procroot import ProcRootView
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.core.peertext import escaped
+from swarmgpu.core.peertext import cell, escaped
 
 CHECKS: tuple[Callable[[NodeView], Check], ...] = (
     check_daemon_json,
@@ -74,17 +74,22 @@ def _summary(checks: Sequence[Check]) -> dict[str, int]:
 
 def render_text(view: NodeView, checks: Sequence[Check]) -> str:
     """The report: what the node's files, its engine and its driver say is quoted, so
-    each line shows their control characters escaped."""
+    each line shows their control characters escaped; hostnames cut (``Check.text_found``,
+    ``text_details``), whole in ``render_json``."""
     counts = _summary(checks)
-    host = view.facts.hostname if view.facts is not None else _no_facts_host(view.root)
+    # a hostname cut (``cell``) as `plan` and `status` cut it; the JSON has it whole
+    host = cell(view.facts.hostname) if view.facts is not None else \
+        _no_facts_host(view.root)
     lines = [f"swarmgpu doctor: root {view.root}  host {host}  "
              + ", ".join(f"{n} {s}" for s, n in counts.items())]
     for c in checks:
-        lines.append(f"{c.status.value.upper():<5} {c.id}: {c.found}")
+        found = c.found if c.text_found is None else c.text_found
+        lines.append(f"{c.status.value.upper():<5} {c.id}: {found}")
         if c.status in (Status.WARN, Status.FAIL):
             lines.append(f"      why: {c.why}")
             lines.append(f"      fix: {c.fix}")
-        lines.extend(f"      {d}" for d in c.details)
+        lines.extend(f"      {d}" for d in (c.details if c.text_details is None
+                                             else c.text_details))
     return "\n".join(escaped(line) for line in lines)
 
 
@@ -95,7 +100,7 @@ def _no_facts_host(root: str) -> str:
     if root != "/":
         return "?"
     name = socket.gethostname()
-    return f"{name} (this machine's name: no GPU facts)" if name else "?"
+    return f"{cell(name)} (this machine's name: no GPU facts)" if name else "?"
 
 
 def render_json(view: NodeView, checks: Sequence[Check]) -> str:

@@ -60,6 +60,10 @@ class Check:
     why: str = ""
     fix: str = ""
     details: tuple[str, ...] = ()  # extra lines (a table), shown under the check
+    # The text report's ``found`` and ``details`` where others' names in them (hostnames)
+    # are cut there (``peertext.cell``); None: as the JSON, which has them whole.
+    text_found: str | None = None
+    text_details: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -5,6 +5,7 @@
 ``auditnodes``  what audit finds wrong with each node (labels, agent, ledger, GPU health),
                 and ``Finding``
 ``plan``        `swarmgpu plan`: what placement would do for each service, as text
+``movenames``   how `plan` and `status` name a move's nodes: cut hostnames, short IDs
 ``render``      `swarmgpu render`: a stack file with GPU placement resolved
 ``swarmspec``   a stack's services as `docker stack deploy` hands them to Swarm: each
                 key's shape, the service spec the scheduler reads; ``StackError``

@@ -11,11 +11,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any
 
 from swarmgpu.core.config import HealthConfig
-from swarmgpu.core.peertext import cell, cut_alike, escaped
+from swarmgpu.core.peertext import (
+    cell,
+    cut_alike,
+    escaped,
+    padded,
+    text_width,
+)
 from swarmgpu.manager.commands.auditnodes import (
     SHOWN_VALUES,
     Finding,
@@ -291,10 +298,12 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
         rows.append((name, cell(n.role, 8), agent, cell(gpus or "-", 5), label_state,
                      cell(product or "-")))
     # NODE as wide as its longest name (each cut at CELL_WIDTH), at least as before
-    wide = max([16, *(len(r[0]) for r in rows)])
+    # (in columns, ``text_width``: a CJK name takes two a character)
+    wide = max([16, *(text_width(r[0]) for r in rows)])
     lines.append(f"{'NODE':<{wide}} {'ROLE':<8} {'AGENT':<12} {'GPUS':<5} {'LABELS':<10} "
                  "PRODUCT")
-    lines += [f"{r[0]:<{wide}} {r[1]:<8} {r[2]:<12} {r[3]:<5} {r[4]:<10} {r[5]}" for r in rows]
+    lines += [f"{padded(r[0], wide)} {padded(r[1], 8)} {r[2]:<12} {padded(r[3], 5)} "
+              f"{r[4]:<10} {r[5]}" for r in rows]
     if unlabelled:
         lines.append(f"{UNLABELLED} not labelled yet: what the node's agent answers; the "
                      "daemon writes its labels on its next cycle (is `swarmgpu run` "
@@ -314,19 +323,30 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
         lines.append("No findings: labels match the facts.")
     if action:
         lines.append(f"{len(action)} finding(s) needing action:")
-        lines.extend(f"  [{f.kind}] {_who(f, shared)}: {f.message}" for f in action)
+        lines.extend(_finding_line(f, shared | cut_shared) for f in action)
     if advisory:
         if action:
             lines.append("")
         lines.append(f"{len(advisory)} advisory (exit 0 unless --strict):")
-        lines.extend(f"  [{f.kind}] {_who(f, shared)}: {f.message}" for f in advisory)
+        lines.extend(_finding_line(f, shared | cut_shared) for f in advisory)
     return "\n".join(escaped(line) for line in lines)
 
 
-def _who(f: Finding, shared: set[str]) -> str:
-    """A finding's subject, with the node's ID when its hostname is not one node's."""
-    return f"{f.subject} ({f.node})" if f.node is not None and f.subject in shared \
-        else f.subject
+FINDING_WIDTH = 600  # columns of a finding's message in the text: the longest fit whole
+
+
+def _finding_line(f: Finding, shared: AbstractSet[str]) -> str:
+    """A finding's line: its subject cut (``cell``), with the node's ID when its hostname,
+    or its cut, is not one node's (``shared``); its message with the subject cut there
+    too and at most ``FINDING_WIDTH`` columns (a tenant's 500-character service name
+    flooded the terminal). ``--json`` has both whole."""
+    who = cell(f.subject)
+    if f.node is not None and (f.subject in shared or who in shared):
+        who += f" ({cell(f.node, 30)})"
+    said = f.message
+    if (cut := cell(f.subject)) != escaped(f.subject):  # (a name that fits: as written)
+        said = said.replace(f.subject, cut)
+    return f"  [{cell(f.kind)}] {who}: {cell(said, FINDING_WIDTH)}"
 
 
 def identity_check(identity: str, token_file: str) -> ServiceCheck:

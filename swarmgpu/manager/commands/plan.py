@@ -13,6 +13,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from swarmgpu.core.peertext import cell, escaped
+from swarmgpu.manager.commands.movenames import move_names
 from swarmgpu.manager.placement import ServicePlan
 from swarmgpu.manager.placement.records import failed_names, unread_names
 from swarmgpu.manager.web.cluster_view import ungranted_lines, workload_lines
@@ -46,7 +47,8 @@ def render_plan(
         f"GPU health: {cell(r['node'])} GPU {r['gpu']} {r['uuid']}: {r['health']}" for r in health
     ]  # failed GPUs are given to nothing (docs/health.md)
     lines += list(unread)
-    lines += _move_lines(moves, listen)
+    lines += _move_lines(moves, listen, [(pl.hostname, pl.node_id) for sp in services
+                                         for pl in sp.placements])
     unread_specs = unread_names(services)
     faults = failed_names(services) - unread_specs  # (once, not per service)
     # in the plan's order; said last, where a reader ends (placement.isolate)
@@ -102,8 +104,10 @@ def entries(moves: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
     return [m for m in got if isinstance(m, Mapping)] if isinstance(got, list) else []
 
 
-def _move_lines(moves: Mapping[str, Any] | None, listen: str) -> list[str]:
-    """The daemon's proposed and recent moves and its health policy's failing nodes."""
+def _move_lines(moves: Mapping[str, Any] | None, listen: str,
+                nodes: Sequence[tuple[str, str]] = ()) -> list[str]:
+    """The daemon's proposed and recent moves and its health policy's failing nodes;
+    ``nodes``: the (hostname, ID) pairs of the plan's placements (``move_names``)."""
     if moves is None:
         return [
             f"moves: the daemon is not reachable on {listen}; move proposals need "
@@ -111,17 +115,18 @@ def _move_lines(moves: Mapping[str, Any] | None, listen: str) -> list[str]:
         ]
     out = []
     proposed, recent = entries(moves, "proposed"), entries(moves, "recent")
+    name = move_names([*proposed, *recent[-5:]], nodes)
     if not proposed:
         out.append("moves: none proposed" + (" (dry-run)" if moves.get("dry_run") else ""))
     for m in proposed:
         out.append(
-            f"move {m.get('service')}: {cell(m.get('from'))} -> {cell(m.get('to'))} "
+            f"move {m.get('service')}: {name(m, 'from')} -> {name(m, 'to')} "
             f"GPUs {m.get('gpus')} "
             f"[{m.get('trigger')}, window {m.get('window')}] {m.get('reason')}; "
             f"gain: {m.get('gain')}"
         )
     for m in recent[-5:]:
-        out.append(f"recent {m.get('service')}: {cell(m.get('from'))} -> {cell(m.get('to'))}: "
+        out.append(f"recent {m.get('service')}: {name(m, 'from')} -> {name(m, 'to')}: "
                    f"{m.get('outcome')} ({m.get('reason')})")
     health = moves.get("health")  # the health policy (docs/health.md)
     failing = health.get("failing_nodes") if isinstance(health, Mapping) else None

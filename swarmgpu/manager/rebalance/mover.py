@@ -256,7 +256,8 @@ class Mover:
                 now_keys.add(key)
                 if key not in self._last_dry:
                     self.outcomes.record(m.service, m.source_host, m.target_host, m.reason,
-                                         Outcome.DRY_RUN, f"GPUs {','.join(m.target_uuids)}")
+                                         Outcome.DRY_RUN, f"GPUs {','.join(m.target_uuids)}",
+                                         m.nodes)
             self._last_dry = now_keys
             return
         self._start_all(ok, by_name, plan_failed)
@@ -292,7 +293,7 @@ class Mover:
         under way: the hour's budget is spent, as by one started; not when the start took
         its record back (``VersionConflict``...)."""
         self.outcomes.start_failed(m.service, sid, m.source_host, m.target_host, m.reason,
-                               wrote, detail)
+                                   wrote, detail, m.nodes)
         if wrote and m.trigger is Trigger.FRAGMENTATION and not isinstance(
                 exc, (VersionConflict, NotLeader)):
             self.frag_budget.spend(self.clock())
@@ -430,10 +431,11 @@ class Mover:
                 # on (label there); dropped, a surge (replicas + 1) stayed for good.
                 self.outcomes.record(m.service, m.source_host, m.target_host, m.reason,
                                      Outcome.STARTED, f"{detail}; the spec write's outcome "
-                                     f"is unknown ({exc}): judged from the record next cycle")
+                                     f"is unknown ({exc}): judged from the record next cycle",
+                                     m.nodes)
                 return Started(ok=True)
             self.outcomes.record(m.service, m.source_host, m.target_host, m.reason,
-                                 Outcome.STARTED, detail)
+                                 Outcome.STARTED, detail, m.nodes)
             crash_point("move-step-1")
             # In flight from here on by its record, whatever this write does: a failure is
             # retried by ``advance``, and the move is spent (budgets) all the same.
@@ -448,7 +450,7 @@ class Mover:
             return Started(ok=False, why=budget.why, budget=budget)
         why = why or "refused"
         self.outcomes.record(m.service, m.source_host, m.target_host, m.reason,
-                             Outcome.REFUSED, why)
+                             Outcome.REFUSED, why, m.nodes)
         return Started(ok=False, why=why)
 
     # --- progress ------------------------------------------------------------------

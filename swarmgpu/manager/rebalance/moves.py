@@ -59,6 +59,11 @@ class Move:
     frag_before_milli: float | None = None
 
     @property
+    def nodes(self) -> tuple[str, str]:
+        """The source's and the target's node IDs, as a ``MoveRecord`` keeps them."""
+        return self.source_node, self.target_node
+
+    @property
     def frag_gain_pct(self) -> float | None:
         """The gain as a share (%) of the cluster's fragmented GPU-milli before the move."""
         if self.frag_gain_milli is None or not self.frag_before_milli:
@@ -69,6 +74,7 @@ class Move:
         pct = self.frag_gain_pct
         return {
             "service": self.service, "from": self.source_host, "to": self.target_host,
+            "from_node": self.source_node, "to_node": self.target_node,
             "gpus": list(self.target_gpus), "uuids": list(self.target_uuids),
             "trigger": str(self.trigger), "window": self.window_s, "reason": self.reason,
             "gain": self.gain,
@@ -91,11 +97,16 @@ class MoveRecord:
     reason: str
     outcome: Outcome
     detail: str = ""
+    # The nodes' IDs ("": none, a label the daemon did not write): two hostnames may read
+    # alike once the commands cut them (``peertext.cell``), or be the same.
+    source_node: str = ""
+    target_node: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"at": self.at, "service": self.service, "from": self.source_host,
-                "to": self.target_host, "reason": self.reason, "outcome": str(self.outcome),
-                "detail": self.detail}
+                "to": self.target_host, "from_node": self.source_node,
+                "to_node": self.target_node, "reason": self.reason,
+                "outcome": str(self.outcome), "detail": self.detail}
 
 
 @dataclass(frozen=True)

@@ -38,8 +38,10 @@ class Outcomes:
         self.ended: set[str] = set()
 
     def record(self, service: str, src: str, dst: str, reason: str, outcome: Outcome,
-               detail: str = "") -> None:
-        self.recent.append(MoveRecord(self.clock(), service, src, dst, reason, outcome, detail))
+               detail: str = "", nodes: tuple[str, str] = ("", "")) -> None:
+        """``nodes``: the source's and the target's node IDs (``MoveRecord``)."""
+        self.recent.append(MoveRecord(self.clock(), service, src, dst, reason, outcome, detail,
+                                      *nodes))
         if self.metrics is not None:
             self.metrics.moves.labels(outcome=str(outcome)).inc()
         log = logger.bind(service=service)
@@ -56,7 +58,8 @@ class Outcomes:
     def say(self, st: MoveState, outcome: Outcome, detail: str = "") -> None:
         if outcome in ENDS:
             return self.end(st, outcome, detail)
-        self.record(st.service, st.source_host, st.target_host, st.reason, outcome, detail)
+        self.record(st.service, st.source_host, st.target_host, st.reason, outcome, detail,
+                    (st.source, st.target))
 
     def end(self, st: MoveState, outcome: Outcome, detail: str) -> None:
         """A move's outcome, said once, before its record's removal (the last write): a
@@ -68,10 +71,11 @@ class Outcomes:
         if swarm_id(st.service_id):  # a failed mark: nothing said, the step tried again
             mark_said(self.writes, self.prefix, st.service_id, str(outcome), {st.id})
         self.ended.add(st.id)
-        self.record(st.service, st.source_host, st.target_host, st.reason, outcome, detail)
+        self.record(st.service, st.source_host, st.target_host, st.reason, outcome, detail,
+                    (st.source, st.target))
 
     def start_failed(self, service: str, sid: str, src: str, dst: str, reason: str,
-                     wrote: bool, detail: str) -> None:
+                     wrote: bool, detail: str, nodes: tuple[str, str] = ("", "")) -> None:
         """A start that raised: said failed, its one outcome. Its record may have landed
         (``record.failed_if_raised`` put its id in ``ended``): marked said first, best
         effort, so the roll-back a later daemon makes says nothing again."""
@@ -80,4 +84,4 @@ class Outcomes:
                 mark_said(self.writes, self.prefix, sid, str(Outcome.FAILED), self.ended)
         except SwarmError:
             pass  # this daemon's memory still has it (``ended``)
-        self.record(service, src, dst, reason, Outcome.FAILED, detail)
+        self.record(service, src, dst, reason, Outcome.FAILED, detail, nodes)

@@ -16,6 +16,7 @@ from swarmgpu.core.metrics_in import GPU_TEMP, POWER, GpuMetrics
 from swarmgpu.core.model import NodeFacts, is_nvlink
 from swarmgpu.core.peertext import cell, cut_alike, escaped
 from swarmgpu.manager.commands.audit import Finding
+from swarmgpu.manager.commands.movenames import move_names
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import PlacementPlan, read_ledger
@@ -598,8 +599,9 @@ def render_status(doc: Mapping[str, Any]) -> str:
     if proposed:
         lines.append("")
         lines.append("proposed moves:")
+        name = move_names(proposed, ((n["hostname"], n.get("id")) for n in doc["nodes"]))
         for m in proposed:
-            lines.append(f"  {m.get('service')}: {cell(m.get('from'))} -> {cell(m.get('to'))} "
+            lines.append(f"  {m.get('service')}: {name(m, 'from')} -> {name(m, 'to')} "
                          f"({m.get('trigger')}): {m.get('reason')}")
     return "\n".join(escaped(line) for line in lines)
 

@@ -1,0 +1,46 @@
+"""How `plan`'s and `status`'s move lines name a move's nodes: each hostname cut
+(``peertext.cell``), as their tables cut it, and the node's short ID beside a cut that
+more than one node reads as. A line had the cut names alone: a move between two nodes
+whose long names are alike up to the cut read as a move from a node to itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from swarmgpu.core.peertext import cell
+
+SHORT_ID = 12  # characters of a node's ID shown, as `docker node ls` shows it
+
+MoveName = Callable[[Mapping[str, Any], str], str]
+
+
+def move_names(moves: Iterable[Mapping[str, Any]],
+               nodes: Iterable[tuple[object, object]] = ()) -> MoveName:
+    """A function naming move ``m``'s ``side`` (``"from"`` or ``"to"``) for a text line.
+    ``nodes``: the (hostname, ID) pairs known beside the moves' own (``from_node``,
+    ``to_node``; an older daemon's moves have none: the ID is then the one node of that
+    hostname, else ``?``)."""
+    moves = list(moves)
+    ids: dict[str, set[str]] = {}  # hostname -> the IDs of the nodes it is known as
+    for host, nid in nodes:
+        ids.setdefault(str(host), set()).update([str(nid)] if nid else [])
+    for m in moves:
+        for side in ("from", "to"):
+            nid = m.get(f"{side}_node")
+            ids.setdefault(str(m.get(side)), set()).update([str(nid)] if nid else [])
+    by_cut: dict[str, set[str]] = {}
+    for host, known in ids.items():  # a hostname of no known ID is one node, by its name
+        by_cut.setdefault(cell(host), set()).update(known or {f"hostname {host}"})
+    alike = {c for c, known in by_cut.items() if len(known) > 1}
+
+    def name(m: Mapping[str, Any], side: str) -> str:
+        host = cell(m.get(side))
+        if host not in alike:
+            return host
+        nid = m.get(f"{side}_node") or ""
+        if not nid and len(known := ids.get(str(m.get(side)), set())) == 1:
+            (nid,) = known
+        return f"{host} [{str(nid)[:SHORT_ID] or '?'}]"
+
+    return name

@@ -1,0 +1,53 @@
+"""Cut names by the columns a terminal gives them: a wide East-Asian character takes
+two, a combining mark none (``peertext.text_width``, ``cell``, ``padded``)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from swarmgpu.core.peertext import cell, escaped, padded, text_width
+
+CJK = "计算节点"  # four wide characters: eight columns
+E_ACUTE = "e\u0301"  # e and a combining acute accent: one column
+
+
+def test_text_width_counts_wide_characters_two_and_combining_marks_none() -> None:
+    assert text_width("gpu-1") == 5
+    assert text_width(CJK) == 8
+    assert text_width("\uff21\uff22") == 4  # fullwidth A and B (F)
+    assert text_width(E_ACUTE * 3) == 3
+
+
+def test_a_cell_of_wide_characters_is_cut_to_its_width_in_columns() -> None:
+    shown = cell("节" * 30)  # 60 columns: cut, at most 40 of them
+    assert shown.endswith("...") and text_width(shown) <= 40, shown
+    assert shown == "节" * 18 + "...", shown
+    assert cell(CJK * 5) == CJK * 5  # 40 columns: whole
+
+
+def test_a_cell_keeps_a_name_whose_combining_marks_take_no_columns() -> None:
+    name = E_ACUTE * 30  # 60 characters, 30 columns
+    assert cell(name) == name
+    cut = cell(E_ACUTE * 50)  # 50 columns: cut after whole letters, marks kept
+    assert cut == E_ACUTE * 37 + "...", cut
+    assert cell("a" + "\u0301" * 10_000_000).endswith("...")  # (bounded work)
+
+
+def test_padded_fills_a_column_by_the_columns_its_text_takes() -> None:
+    assert padded(CJK, 10) == CJK + "  "
+    assert padded(E_ACUTE, 3) == E_ACUTE + "  "
+    assert padded("toolong", 3) == "toolong"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(["a", "节", "\u0301", "\x1b", "\u202e", "\uff21"]),
+               max_size=120), st.integers(min_value=4, max_value=50))
+def test_prop_a_cell_fits_its_width_and_is_the_whole_text_or_its_start(
+        text: str, width: int) -> None:
+    shown = cell(text, width)
+    assert text_width(shown) <= width and shown.isprintable(), shown
+    whole = escaped(text)
+    assert shown == whole or (shown.endswith("...") and whole.startswith(shown[:-3])), shown
+    if text_width(whole) <= width and len(text) <= 4 * width + 4:  # (the work's bound)
+        assert shown == whole, shown
