@@ -99,15 +99,18 @@ class Room:
                     whole=whole)
 
     def fits(self, s: SwarmService, nid: str, victims: Sequence[Named], count: int,
-             ) -> bool:
-        """``count`` tasks of ``s`` fit on ``nid`` once ``victims``' reservations go."""
+             *, some: bool = False) -> bool:
+        """``count`` tasks of ``s`` fit on ``nid`` once ``victims``' reservations go.
+        ``some``: once some of them go (all, or fewer): each counted where it frees any,
+        so False says no set of them fits (``preemptview.victims_fit``)."""
         want = self.want(s, nid)
         left = self.left.get(nid, (None, None))
         for i in (0, 1):
             have = left[i]
             if have is None or not want[i]:
                 continue
-            freed = sum(self.held.get((v.service, nid), (0, 0))[i] for v in victims)
+            freed = sum(max(0, got) if some else got for v in victims
+                        if (got := self.held.get((v.service, nid), (0, 0))[i]))
             if have + freed < want[i] * count:
                 return False
         return True

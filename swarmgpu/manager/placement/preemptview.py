@@ -12,13 +12,22 @@ from dataclasses import dataclass, field
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.keys import MAX_STATE, MEANT_STATES
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
-from swarmgpu.manager.placement.preemptroom import Room
+from swarmgpu.manager.placement.preemptroom import Named, Room
 from swarmgpu.manager.placement.queues import holding_milli
 from swarmgpu.manager.placement.records import NodeWrites, PlacementPlan
 from swarmgpu.manager.placement.specs import host_ports
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.taskstop import rfc3339_ns
+
+
+def usable_gpus(r: GpuRequest, facts: NodeFacts | None) -> set[str]:
+    """The node's GPUs a whole-GPU request could be given (health, MIG, product, memory)."""
+    if facts is None:
+        return set()
+    return {g.uuid for g in facts.gpus if g.healthy and not g.mig_enabled
+            and r.matches_product(g.product)
+            and (r.min_memory_mib is None or g.memory_mib >= r.min_memory_mib)}
 
 
 def task_starts(tasks: Sequence[SwarmTask]) -> dict[tuple[str, str], str]:
@@ -154,3 +163,21 @@ class Round:
         return {u for n, u in self.taken if n == nid} | {
             u for (n, u), (who, pr) in self.held.items()
             if n == nid and who != name and priority <= pr}
+
+
+def victims_fit(rd: Round, s: SwarmService, nid: str, replicas: int,
+                port: AbstractSet[str] | None) -> Callable[[Sequence[Named]], bool] | None:
+    """What more victims only give ``replicas`` of ``s`` on ``nid`` (``pick_victims``'
+    ``fits``): False where no set of ``victims``, nor of fewer of them, leaves its CPU and
+    memory there (``Room.fits``) and frees the host port it publishes (``port``: the
+    services binding it, all victims then; None: none does). None where neither refuses
+    the node as it is: then no set is refused for them, and nothing is asked. Where they
+    alone refused, ``victimsearch`` walked all 4,095 sets of a crowded node."""
+    room = rd.room if rd.room is not None and not rd.room.fits(s, nid, (), replicas) else None
+    if room is None and port is None:
+        return None
+
+    def fits(victims: Sequence[Named]) -> bool:
+        return (room is None or room.fits(s, nid, victims, replicas, some=True)) and (
+            port is None or port <= {v.service for v in victims})
+    return fits

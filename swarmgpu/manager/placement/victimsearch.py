@@ -9,8 +9,10 @@ set serves (``benchmarks/bench_preempt_topology.py``). Walked instead depth firs
 index order (a set before those that add to it, a set before a later one of its size:
 the key's last term), a branch is left whole when nothing in it can win: its sets
 together free too few GPUs, or no GPU set the topology asks for (``may``: what no fewer
-GPUs give either), or are larger than a set found already, or of its size with a key no
-less. The set chosen is the one the sets tried one by one gave
+GPUs give either), or no set of its victims, all of them at most, leaves the CPU and
+memory or frees the host port ``allowed`` asks (``fits``: what more victims only free;
+where that alone refused, a node walked all 4,095 sets), or are larger than a set found
+already, or of its size with a key no less. The set chosen is the one the sets tried one by one gave
 (``tests/test_victim_search.py`` holds that enumeration and compares them).
 """
 
@@ -51,10 +53,12 @@ class _Walk(Generic[C]):
     need: int
     allowed: Callable[[tuple[C, ...]], bool] | None
     may: Callable[[frozenset[str]], bool] | None
+    fits: Callable[[tuple[C, ...]], bool] | None
     uuids: list[str]  # the GPUs that may free: those a holder not ranked holds never do
     # per GPU: (the candidates listing it, those that must all go for it to free)
     gpus: list[tuple[int, int]]
     may_of: dict[int, bool] = field(default_factory=dict)  # GPUs freed -> ``may``
+    fits_of: dict[int, bool] = field(default_factory=dict)  # a set's bits -> ``fits``
     touch: list[list[int]] = field(default_factory=list)  # index -> the GPUs it bears on
     suffix: list[int] = field(default_factory=list)  # index -> the bits of it and later
     # index i -> the GPUs freed by any set that holds i and all after it, whatever it
@@ -89,6 +93,16 @@ class _Walk(Generic[C]):
                 u for g, u in enumerate(self.uuids) if freed >> g & 1))
         return got
 
+    def room(self, bits: int) -> bool:
+        """``fits`` of the candidates ``bits`` holds (True: none given)."""
+        if self.fits is None:
+            return True
+        got = self.fits_of.get(bits)
+        if got is None:
+            got = self.fits_of[bits] = self.fits(
+                tuple(c for j, (_r, c) in enumerate(self.ranked) if bits >> j & 1))
+        return got
+
     def walk(self, start: int, chosen: tuple[C, ...], mask: int, freed: int, top: int,
              total: int) -> None:
         """The sets of ``chosen`` (``mask``, all before ``start``; ``freed``: the GPUs it
@@ -105,7 +119,7 @@ class _Walk(Generic[C]):
                 lists, must = gpus[g]
                 if lists & (mask | self.suffix[i]) and not must & ~(mask | self.suffix[i]):
                     most |= 1 << g
-            if not self.enough(most):
+            if not self.enough(most) or not self.room(mask | self.suffix[i]):
                 return  # (nor for a later i: its sets are among these)
             c = ranked[i][1]
             prio, m2, f2 = c.priority, mask | 1 << i, freed
@@ -131,11 +145,14 @@ def best_victims(need: int, free: AbstractSet[str], ranked: Sequence[tuple[Rank,
                  holders: Mapping[str, AbstractSet[str]],
                  allowed: Callable[[tuple[C, ...]], bool] | None,
                  may: Callable[[frozenset[str]], bool] | None,
+                 fits: Callable[[tuple[C, ...]], bool] | None = None,
                  ) -> tuple[C, ...] | None:
     """``pick_victims``' choice among ``ranked`` (rank, candidate), ascending by rank:
     the fewest that free ``need`` GPUs with ``free`` and that ``allowed`` takes, then the
     least key; None when no set does. ``may``: given the GPUs a set frees, False where
-    ``allowed`` takes no set that frees only those, and then False for any fewer."""
+    ``allowed`` takes no set that frees only those, and then False for any fewer.
+    ``fits``: given victims, False where ``allowed`` takes none of their sets (the set of
+    them all, or fewer of them)."""
     index = {c.service: j for j, (_r, c) in enumerate(ranked)}
     by_gpu: dict[str, tuple[int, int]] = {}
     for j, (_r, c) in enumerate(ranked):
@@ -145,7 +162,7 @@ def best_victims(need: int, free: AbstractSet[str], ranked: Sequence[tuple[Rank,
                 continue  # (free already, or held by one not ranked: stays held)
             lists, must = by_gpu.get(u, (0, sum(1 << index[s] for s in who)))
             by_gpu[u] = (lists | 1 << j, must)
-    w: _Walk[C] = _Walk(ranked, len(free), need, allowed, may, list(by_gpu),
+    w: _Walk[C] = _Walk(ranked, len(free), need, allowed, may, fits, list(by_gpu),
                         list(by_gpu.values()))
     low = min((c.priority for _r, c in ranked), default=0)  # (none below it: no bound)
     # Sets of 2 at most first: where they serve (most often), the walk does not go deep
