@@ -1,8 +1,10 @@
 """``victimsearch``: the victims its pruned walk chooses are those every set tried one by
 one chooses (``support.reference_victims``), on generated crowded nodes (seeded, with
 ties of priority, start and queue distance; shared GPUs, holders that are no candidates,
-more candidates than are weighed), and the topology bound it prunes by (``may``) never
-refuses a set the allocator gives. Pure."""
+more candidates than are weighed; CPU, memory and a host port that refuse sets too, the
+walk bounded by them: ``fits``), and the topology bound it prunes by (``may``) never
+refuses a set the allocator gives; a node whose CPU no victim set frees is not walked.
+Pure."""
 
 from __future__ import annotations
 
