@@ -2,7 +2,7 @@
 one chooses (``support.reference_victims``), on generated crowded nodes (seeded, with
 ties of priority, start and queue distance; shared GPUs, holders that are no candidates,
 more candidates than are weighed; CPU, memory and a host port that refuse sets too, the
-walk bounded by them: ``fits``), and the topology bound it prunes by (``may``) never
+walk bounded by them: ``Lack``), and the topology bound it prunes by (``may``) never
 refuses a set the allocator gives; a node whose CPU no victim set frees is not walked.
 Pure."""
 
@@ -26,7 +26,7 @@ from swarmgpu.manager.placement import preempt
 from swarmgpu.manager.placement.preempt import Candidate, pick_victims
 from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.placement.specs import node_spec
-from swarmgpu.manager.placement.victimsearch import together_of
+from swarmgpu.manager.placement.victimsearch import Lack, together_of
 
 Case = tuple[int, set[str], list[Candidate], dict[str, set[str]],
              Callable[[tuple[Candidate, ...]], bool] | None, dict[str, tuple[float, float]],
@@ -131,8 +131,7 @@ def test_a_topology_preemptor_stops_whom_every_set_tried_stops(
 
 RoomCase = tuple[int, set[str], list[Candidate], dict[str, set[str]],
                  Callable[[tuple[Candidate, ...]], bool], dict[str, tuple[float, float]],
-                 Callable[[frozenset[str]], bool] | None,
-                 Callable[[tuple[Candidate, ...]], bool]]
+                 Callable[[frozenset[str]], bool] | None, Lack]
 
 
 def _room_case(seed: int) -> RoomCase:
@@ -140,24 +139,27 @@ def _room_case(seed: int) -> RoomCase:
     publishes refuse sets too (``allowed`` asks them besides its own test): each
     candidate's CPU and memory (ties, many of none), what the node lacks of each (often
     nothing, or more than all of them free), the candidates binding the port (often
-    none). ``fits``: those refusals alone, what more victims only free."""
+    none; one a non-candidate at times). ``Lack``: those, what more victims only give."""
     need, free, cands, holders, base, over, may = _case(seed)
     rnd = random.Random(f"room{seed}")
     cpu = {c.service: rnd.choice((0, 0, 1, 2, 4)) for c in cands}
     mem = {c.service: rnd.choice((0, 0, 1, 3)) for c in cands}
-    lack = (rnd.choice((0, 0, 1, 3, 6, 99)), rnd.choice((0, 0, 2, 5)))
+    short = (rnd.choice((0, 0, 1, 3, 6, 99)), rnd.choice((0, 0, 2, 5)))
     port = frozenset(rnd.sample(sorted(cpu), min(len(cpu), rnd.randint(1, 2)))) \
         if rnd.random() < 0.3 else frozenset()
+    if rnd.random() < 0.05:
+        port |= {"other"}
 
     def fits(combo: tuple[Candidate, ...]) -> bool:
         names = {c.service for c in combo}
-        return (sum(cpu[c.service] for c in combo) >= lack[0]
-                and sum(mem[c.service] for c in combo) >= lack[1] and port <= names)
+        return (sum(cpu[c.service] for c in combo) >= short[0]
+                and sum(mem[c.service] for c in combo) >= short[1] and port <= names)
 
     def allowed(combo: tuple[Candidate, ...]) -> bool:
         return fits(combo) and (base is None or base(combo))
 
-    return need, free, cands, holders, allowed, over, may, fits
+    lack = Lack(short, lambda name: (cpu.get(name, 0), mem.get(name, 0)), port)
+    return need, free, cands, holders, allowed, over, may, lack
 
 
 @pytest.mark.parametrize("block", range(6))
@@ -165,11 +167,11 @@ def test_the_walk_bounded_by_cpu_memory_and_ports_chooses_as_every_set_tried_doe
     block: int,
 ) -> None:
     """600 generated nodes (100 a block) whose CPU, memory or a host port refuse sets
-    too, the walk told so (``fits``): the same victims, or None alike."""
+    too, the walk told so (``Lack``): the same victims, or None alike."""
     for seed in range(block * 100, block * 100 + 100):
-        need, free, cands, holders, allowed, over, may, fits = _room_case(seed)
+        need, free, cands, holders, allowed, over, may, lack = _room_case(seed)
         want = every_set(need, free, cands, holders, allowed, over)
-        assert pick_victims(need, free, cands, holders, allowed, over, may, fits) == want, seed
+        assert pick_victims(need, free, cands, holders, allowed, over, may, lack) == want, seed
 
 
 def _counted_fits(monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -35,7 +35,7 @@ The package, by responsibility; each module imports only modules listed before i
 ``backoff``, ``generic``;
 ``hostports``; ``memsize``, ``reasons``, ``cpunodes``, ``cluster``, ``replicas``, ``filters``,
 ``quiet``, ``memo``; ``queues``;
-``cycle``, ``jobs``, ``preemptroom``, ``preempted``, ``preemptview``, ``victimsearch``,
+``cycle``, ``jobs``, ``preemptroom``, ``preempted``, ``victimsearch``, ``preemptview``,
 ``victimmoves``, ``preempt``,
 ``heldchoice``, ``nominated``, ``recorded``, ``existing``, ``reads``, ``learning``;
 ``packing``, ``gating``,

@@ -120,7 +120,7 @@ from swarmgpu.manager.placement.queues import (
 from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.placement.specs import demand_of, node_spec
 from swarmgpu.manager.placement.victimmoves import Relocation, relocation
-from swarmgpu.manager.placement.victimsearch import Rank, best_victims, together_of
+from swarmgpu.manager.placement.victimsearch import Lack, Rank, best_victims, together_of
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.taskstop import rfc3339_ns
@@ -218,7 +218,7 @@ def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candida
                  allowed: Callable[[tuple[Candidate, ...]], bool] | None = None,
                  over: Mapping[str, tuple[float, float]] | None = None,
                  may: Callable[[frozenset[str]], bool] | None = None,
-                 fits: Callable[[tuple[Candidate, ...]], bool] | None = None,
+                 lack: Lack | None = None,
                  ) -> tuple[Candidate, ...] | None:
     """The victims on one node (see the module's rule), or None when even all of them do
     not free ``need`` GPUs. ``free``: GPUs of the node the preemptor may use that nobody
@@ -230,16 +230,16 @@ def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candida
     use, or its CPU or a port is held there, victims are chosen); ``over``: how
     far each queue is above its guarantee (``reclaim_rank``); ``may``: given the GPUs a
     set frees, False where ``allowed`` takes no set that frees those alone, and then for
-    any fewer too (``_GpuSets.may``); ``fits``: given victims, False where ``allowed``
-    takes none of their sets, all or fewer (``preemptview.victims_fit``: its CPU, memory
-    and host ports): the search skips them (``victimsearch``)."""
+    any fewer too (``_GpuSets.may``); ``lack``: what ``allowed`` asks that more victims
+    only give (``preemptview.victims_fit``: its CPU, memory and host ports): the search
+    skips the sets that cannot give it (``victimsearch``)."""
     if len(free) >= need and (allowed is None or allowed(())):
         return ()  # (enough by count, and no topology the free GPUs fail: none needed)
     # Rank order decides which candidates a crowded node keeps; a set's size comes first
     # whatever its rank (a reclaim of one before two by priority: never more than needed).
     ranked = sorted(((reclaim_rank(c, over or {}), c) for c in rule_sorted(candidates)),
                     key=lambda rc: rc[0])[:MAX_CANDIDATES]
-    return best_victims(need, free, ranked, holders, allowed, may, fits)
+    return best_victims(need, free, ranked, holders, allowed, may, lack)
 
 
 def choose_preemptions(

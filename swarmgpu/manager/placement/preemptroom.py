@@ -99,21 +99,30 @@ class Room:
                     whole=whole)
 
     def fits(self, s: SwarmService, nid: str, victims: Sequence[Named], count: int,
-             *, some: bool = False) -> bool:
-        """``count`` tasks of ``s`` fit on ``nid`` once ``victims``' reservations go.
-        ``some``: once some of them go (all, or fewer): each counted where it frees any,
-        so False says no set of them fits (``preemptview.victims_fit``)."""
+             ) -> bool:
+        """``count`` tasks of ``s`` fit on ``nid`` once ``victims``' reservations go."""
         want = self.want(s, nid)
         left = self.left.get(nid, (None, None))
         for i in (0, 1):
             have = left[i]
             if have is None or not want[i]:
                 continue
-            freed = sum(max(0, got) if some else got for v in victims
-                        if (got := self.held.get((v.service, nid), (0, 0))[i]))
+            freed = sum(self.held.get((v.service, nid), (0, 0))[i] for v in victims)
             if have + freed < want[i] * count:
                 return False
         return True
+
+    def lacks(self, s: SwarmService, nid: str, count: int) -> tuple[int, int]:
+        """The CPU and memory ``count`` tasks of ``s`` lack on ``nid`` (0: none, or not
+        counted): ``fits`` takes victims whose reservations there come to as much."""
+        want, left = self.want(s, nid), self.left.get(nid, (None, None))
+        cpu, mem = (0 if have is None or not w else max(0, w * count - have)
+                    for w, have in zip(want, left, strict=True))
+        return cpu, mem
+
+    def frees(self, name: str, nid: str) -> tuple[int, int]:
+        """The CPU and memory service ``name``'s stop frees on ``nid`` (``fits``' count)."""
+        return self.held.get((name, nid), (0, 0))
 
     def fits_once_stopped(self, s: SwarmService, nid: str, count: int) -> bool:
         """``count`` tasks of ``s`` fit on ``nid`` once the tasks Swarm is stopping there

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.keys import MAX_STATE, MEANT_STATES
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
-from swarmgpu.manager.placement.preemptroom import Named, Room
+from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.placement.queues import holding_milli
 from swarmgpu.manager.placement.records import NodeWrites, PlacementPlan
 from swarmgpu.manager.placement.specs import host_ports
+from swarmgpu.manager.placement.victimsearch import Lack
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.taskstop import rfc3339_ns
@@ -166,18 +167,16 @@ class Round:
 
 
 def victims_fit(rd: Round, s: SwarmService, nid: str, replicas: int,
-                port: AbstractSet[str] | None) -> Callable[[Sequence[Named]], bool] | None:
+                port: AbstractSet[str] | None) -> Lack | None:
     """What more victims only give ``replicas`` of ``s`` on ``nid`` (``pick_victims``'
-    ``fits``): False where no set of ``victims``, nor of fewer of them, leaves its CPU and
-    memory there (``Room.fits``) and frees the host port it publishes (``port``: the
-    services binding it, all victims then; None: none does). None where neither refuses
-    the node as it is: then no set is refused for them, and nothing is asked. Where they
-    alone refused, ``victimsearch`` walked all 4,095 sets of a crowded node."""
-    room = rd.room if rd.room is not None and not rd.room.fits(s, nid, (), replicas) else None
-    if room is None and port is None:
+    ``lack``): the CPU and memory it lacks there (``Room.lacks``) and what each victim's
+    stop frees of them (``Room.frees``), and the services binding the host port it
+    publishes there (``port``; None: none does), all victims then. None where neither
+    refuses it there. Where they alone refused, ``victimsearch`` walked all 4,095 sets of
+    a crowded node."""
+    room = rd.room
+    short = room.lacks(s, nid, replicas) if room is not None else (0, 0)
+    if not any(short) and port is None:
         return None
-
-    def fits(victims: Sequence[Named]) -> bool:
-        return (room is None or room.fits(s, nid, victims, replicas, some=True)) and (
-            port is None or port <= {v.service for v in victims})
-    return fits
+    return Lack(short, lambda name: room.frees(name, nid) if room is not None else (0, 0),
+                frozenset(port or ()))
