@@ -284,7 +284,7 @@ def choose_preemptions(
                 req, started, holdings, refused, preemptible_below, cooling, moving,
                 plan.failed, done_idle(services, tasks), ports=ports,
                 room=Room.of(nodes, services, tasks, holdings, stopping, plan.stopping_overdue),
-                held=held or {}, taken=set(flying), waits=plan.stopping_waits)
+                held=held or {}, taken=set(flying), waits=plan.stopping_waits, tasks=tasks)
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     # A packed service's replicas go only on its node: it preempts there alone, for all
     # the replicas it lacks at once (``packing.repack`` places them so); elsewhere its
@@ -331,7 +331,7 @@ def _choose_one(rd: Round, s: SwarmService, r: GpuRequest, prefix: str, packed: 
     if made is None and not within_max(r, rd.queues, rd.q_given, on[1] if on else 1):
         return None  # (all it lacks)
     # spread, on the one node it holds: all it lacks, packed there as placement would
-    pack = None if packed else spread_packs(rd.holdings, s, r, prefix)
+    pack = None if packed else spread_packs(rd.holdings, s, r, prefix, rd.tasks)
     if pack is not None and made is None and not within_max(r, rd.queues, rd.q_given, pack[1]):
         pack = None
     p = made if made is not None else _best_preemption(rd, s, r, on, pack)

@@ -15,7 +15,9 @@ from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.placement.queues import holding_milli
 from swarmgpu.manager.placement.records import NodeWrites, PlacementPlan
+from swarmgpu.manager.placement.replicas import want_slots
 from swarmgpu.manager.placement.specs import host_ports
+from swarmgpu.manager.placement.tasks import tasks_by_service
 from swarmgpu.manager.placement.victimsearch import Lack
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -100,12 +102,17 @@ def packed_need(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService,
 
 
 def spread_packs(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService,
-                 r: GpuRequest, prefix: str) -> tuple[str, int] | None:
+                 r: GpuRequest, prefix: str, tasks: Sequence[SwarmTask] = (),
+                 ) -> tuple[str, int] | None:
     """The one node a service of spread replicas holds and how many replicas it lacks,
     where placement would pack them all there once no other node takes one
     (``spread.place_replicas``: whole GPUs that may pack, no host-mode port, no
-    MaxReplicas of its owner below its replicas). None otherwise: its replicas go one
-    per node (swarmgpu writes MaxReplicas 1), so a node it holds gets none of them."""
+    MaxReplicas of its owner below its replicas, and of its task slots (``tasks``, read
+    as placement reads them: ``tasks_by_service``) at most one on that node, one of
+    those it keeps). None otherwise: its replicas go one per node (swarmgpu writes
+    MaxReplicas 1), so a node it holds gets none of them. Without the slots, two of its
+    tasks on the node, or its task there of a slot past its replicas, had a victim
+    stopped there for replicas placement never packs."""
     replicas = s.replicas or 0
     if replicas < 2 or not r.can_pack:  # (most preemptors: before the walk over every node)
         return None
@@ -116,7 +123,13 @@ def spread_packs(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService,
     if s.labels.get(prefix + MAX_STATE) != str(most) and 1 < most < replicas:
         return None  # (the owner's: Swarm runs no more there)
     nid, h = mine[0]
-    return (nid, replicas - h.replicas) if replicas > h.replicas else None
+    if replicas <= h.replicas:
+        return None
+    live = tasks_by_service([t for t in tasks if t.service_id == s.id]).slots.get(s.id, {})
+    on = [k for k, n in live.items() if n == nid]
+    if len(on) > 1 or (on and on[0] not in want_slots(live, replicas)):
+        return None  # (as ``place_replicas``: it packs there only beside one slot it keeps)
+    return nid, replicas - h.replicas
 
 
 @dataclass(slots=True)
@@ -151,6 +164,7 @@ class Round:
     # of ``held``, those of tasks Swarm is stopping that free within their grace period
     # (``PlacementPlan.stopping_waits``): a request they alone keep off a node waits
     waits: AbstractSet[tuple[str, str]] = frozenset()
+    tasks: Sequence[SwarmTask] = ()  # the snapshot's (``spread_packs`` reads its slots)
 
     def refused_of(self, s: SwarmService) -> AbstractSet[str]:
         return self.refused(s) if self.refused is not None else frozenset()
