@@ -28,7 +28,11 @@ with other runs on it (load 11: the figures swing twofold run to run), every set
 walk, one run: the worst case 110 ms vs 0.3 ms (247 asks vs none), numa 5 on the 4090
 47 vs 0.3, numa 4 on the DGX 28 vs 0.3, halves nvlink 4 on the DGX 25 vs 1.0, numa 2 on
 the 4090 0.9 vs 0.7, the plain request 0.3 both; nothing bounding the walk, 19 vs 16 ms
-(all 4,095 sets tried either way).
+(all 4,095 sets tried either way). Stop 75, where CPU alone refuses sets (plain 2
+GPUs, holders reserving 5,000 CPU milli each, 4,000 left; ``CPU_CASES``), the walk as
+before vs bounded by what more victims only free (``preemptview.victims_fit``), one run
+at load 5: none frees 70,000, 42 vs 0.4 ms (3,589 ``Room.fits`` asks vs none); 4
+victims free 20,000, 1.5 vs 1.5 (83 vs 3 asks); one holder frees it, 0.4 vs 0.5.
 
     python benchmarks/bench_preempt_topology.py [--repeat 5]
 """

@@ -1,7 +1,9 @@
 """The cluster as a preemption round reads it (``preempt.choose_preemptions``): the
 nodes as this cycle's placement writes left them, the holdings by node, when each
 service's task started there, work of no queue as a queue row, what a packed
-service lacks on its node, and the round itself (``Round``: what it read, what it took)."""
+service lacks on its node (and a spread one where placement packs it), what more victims
+only give a preemptor on a node (``victims_fit``), and the round itself (``Round``: what
+it read, what it took)."""
 
 from __future__ import annotations
 

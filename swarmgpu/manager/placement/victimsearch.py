@@ -9,10 +9,11 @@ set serves (``benchmarks/bench_preempt_topology.py``). Walked instead depth firs
 index order (a set before those that add to it, a set before a later one of its size:
 the key's last term), a branch is left whole when nothing in it can win: its sets
 together free too few GPUs, or no GPU set the topology asks for (``may``: what no fewer
-GPUs give either), or free too little CPU or memory, or keep a host port bound, all its
-victims together (``Lack``: what more victims only give; where that alone refused, a
-node's 4,095 sets were walked, 24 ms), or are larger than a set found already, or of its
-size with a key no less. The set chosen is the one the sets tried one by one gave
+GPUs give either), or free too little CPU or memory, or keep a host port bound, its
+victims that give the most, as many as a set that may still win holds (``Lack``: what
+more victims only give; where that alone refused, a node's 4,095 sets were walked:
+24 ms, 0.3 ms bounded), or are larger than a set found already, or of its size with a
+key no less. The set chosen is the one the sets tried one by one gave
 (``tests/test_victim_search.py`` holds that enumeration and compares them).
 """
 
