@@ -28,7 +28,11 @@ with other runs on it (load 11: the figures swing twofold run to run), every set
 walk, one run: the worst case 110 ms vs 0.3 ms (247 asks vs none), numa 5 on the 4090
 47 vs 0.3, numa 4 on the DGX 28 vs 0.3, halves nvlink 4 on the DGX 25 vs 1.0, numa 2 on
 the 4090 0.9 vs 0.7, the plain request 0.3 both; nothing bounding the walk, 19 vs 16 ms
-(all 4,095 sets tried either way).
+(all 4,095 sets tried either way). Stop 75, where CPU alone refuses sets (plain 2
+GPUs, holders reserving 5,000 CPU milli each, 4,000 left; ``CPU_CASES``), the walk as
+before vs bounded by what more victims only free (``preemptview.victims_fit``), one run
+at load 5: none frees 70,000, 42 vs 0.4 ms (3,589 ``Room.fits`` asks vs none); 4
+victims free 20,000, 1.5 vs 1.5 (83 vs 3 asks); one holder frees it, 0.4 vs 0.5.
 
     python benchmarks/bench_preempt_topology.py [--repeat 5]
 """
@@ -38,7 +42,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO)]
@@ -53,12 +59,13 @@ from swarmgpu.allocator.values import Demand, NodeState  # noqa: E402
 from swarmgpu.core.model import NodeFacts  # noqa: E402
 from swarmgpu.manager.placement import preempt  # noqa: E402
 from swarmgpu.manager.placement.preempt import Candidate  # noqa: E402
+from swarmgpu.manager.placement.preemptroom import Room  # noqa: E402
 
 
 def case(facts: NodeFacts, held: Held, gpus: int, topology: str, repeat: int,
-         ) -> tuple[float, list[list[str]]]:
+         cpu: Mapping[str, int] | None = None) -> tuple[float, list[list[str]]]:
     """(the fastest ``choose_preemptions`` in seconds, the victims it chose)."""
-    choose = chooser(facts, held, gpus, topology)
+    choose = chooser(facts, held, gpus, topology, cpu)
     best, got = float("inf"), []
     for _ in range(repeat):
         t = time.perf_counter()
@@ -115,6 +122,59 @@ CASES = (
 )
 
 
+def short_of_cpu(want: int, own: Mapping[str, int] | None = None,
+                 ) -> Callable[[], dict[str, int]]:
+    """twelve_small's holders reserving 5,000 CPU milli each (``own``: some otherwise) on
+    the 64,000 node, "high" reserving ``want``."""
+    def cpu() -> dict[str, int]:
+        return {**{name: 5000 for name in twelve_small()}, **(own or {}), "high": want}
+    return cpu
+
+
+# CPU alone refuses victim sets (no topology): the walk before stop 75 vs the walk
+# bounded by what more victims only free (``preemptview.victims_fit``), same run
+CPU_CASES = (
+    ("cpu: no set frees 70,000 (4,000 left)", short_of_cpu(70_000)),
+    ("cpu: 4 victims free 20,000 (4,000 left)", short_of_cpu(20_000)),
+    ("cpu: w3 frees 40,000 alone (23,000 left)",
+     short_of_cpu(40_000, {**{n: 1000 for n in twelve_small()}, "w3": 30_000})),
+)
+
+
+def bound_off_vs_on(repeat: int) -> None:
+    """``CPU_CASES`` on the RTX 4090, plain 2 GPUs: every set, the walk unbounded by CPU
+    (``victims_fit`` giving None, as before stop 75) and bounded, with ``Room.fits``
+    asks; all three must choose the same victims."""
+    print(f"\n{'CPU alone refuses (plain 2 GPUs, RTX 4090)':<44} {'every set':>9} "
+          f"{'walk':>7} {'bounded':>7} {'fits asks':>16}  victims")
+    real_pick, real_fit, real_fits = preempt.pick_victims, preempt.victims_fit, Room.fits
+    n = [0]
+
+    def counted(self: Room, *a: Any, **kw: Any) -> bool:
+        n[0] += 1
+        return real_fits(self, *a, **kw)
+
+    for name, cpu in CPU_CASES:
+        row, chosen, counts = [], [], []
+        for pick, fit in ((every_set, real_fit), (real_pick, lambda *_a: None),
+                          (real_pick, real_fit)):
+            preempt.pick_victims, preempt.victims_fit = pick, fit  # type: ignore[assignment]
+            try:
+                t, got = case(R4090_F, twelve_small(), 2, "", repeat, cpu())
+                Room.fits, n[0] = counted, 0  # type: ignore[method-assign]
+                chooser(R4090_F, twelve_small(), 2, "", cpu())()
+                counts.append(n[0])
+            finally:
+                preempt.pick_victims, preempt.victims_fit = real_pick, real_fit
+                Room.fits = real_fits  # type: ignore[method-assign]
+            row.append(t)
+            chosen.append(got)
+        if chosen[1:] != chosen[:1] * 2:
+            raise SystemExit(f"{name}: every set, walk, bounded chose {chosen}")
+        print(f"{name:<44} {row[0] * 1000:9.1f} {row[1] * 1000:7.1f} {row[2] * 1000:7.1f} "
+              f"{'/'.join(map(str, counts)):>16}  {chosen[0] or 'none'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--repeat", type=int, default=5, help="runs per case; the fastest counts")
@@ -137,6 +197,7 @@ def main() -> None:
               f"{f'{ref_asks}/{asks(facts, layout(), gpus, topo)}':>10}  {victims or 'none'}")
     ref, walk = unbounded(args.repeat)
     print(f"{'pick_victims alone, every set refused':<44} {ref * 1000:9.1f} {walk * 1000:7.1f}")
+    bound_off_vs_on(args.repeat)
 
 
 if __name__ == "__main__":

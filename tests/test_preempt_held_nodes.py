@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from support.forged import FACTS, held_labels, sw_node, sw_svc
 
 from swarmgpu.manager.placement import Planner, devices_key
@@ -95,3 +96,36 @@ def test_a_service_holding_one_node_preempts_there_for_the_replicas_placement_pa
     sp = next(sp for sp in again.services if sp.name == "multi")
     assert sp.status == Status.PLACED and sp.packed is not None
     assert {p.hostname for p in sp.placements} == {"gpu-node-1"}
+
+
+@pytest.mark.parametrize(("replicas", "slots"), [(2, ((1, "n-dgx"), (2, "n-dgx"))),
+                                                 (2, ((1, ""), (2, ""), (3, "n-dgx")))],
+                         ids=["two-tasks-on-its-node", "its-slot-past-its-replicas"])
+def test_no_preemption_where_placement_would_not_pack_for_its_task_slots(
+    replicas: int, slots: tuple[tuple[int, str], ...],
+) -> None:
+    """As the test above, but multi's tasks keep placement from packing on gpu-node-1
+    (``spread.place_replicas``: the node holds at most one of its task slots, one of
+    those it keeps): two of its tasks run there, or its task there has a slot past its
+    replicas (scaled down; the lower slots' tasks not scheduled). Placement leaves it
+    pending unpacked, so a victim stopped there frees GPUs it is never given: none is
+    (before, ``spread_packs`` counted the node, and d6 was stopped for nothing)."""
+    mine, multi, _mtasks = _multi(replicas, (("n-dgx", DGX[0]),))
+    mtasks = [SwarmTask(f"t-multi-{k}", multi.id, nid, k, "running" if nid else "pending",
+                        "running", ()) for k, nid in slots]
+    dl, ds, dt = _holders("n-dgx", DGX[1:], 0, "d")
+    rl, rs, rt = _holders("n-4090", R4090, 200, "r")
+    nodes = _nodes(mine["n-dgx"] | dl, rl)
+    services, tasks = [*ds, *rs, multi], [*dt, *rt, *mtasks]
+    plan = Planner().plan(nodes, services, tasks, FACTS)
+    sp = next(sp for sp in plan.services if sp.name == "multi")
+    assert sp.status == Status.PENDING and sp.packed is None
+    assert choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=100) == []
+    # d6 gone (as the old choice stopped it): placement still packs nothing there
+    gone = {k: v for k, v in nodes[0].labels.items() if k not in held_labels("d6", "n-dgx", "")}
+    again = Planner().plan([replace(nodes[0], labels=gone), nodes[1]],
+                           [s for s in services if s.name != "d6"],
+                           [t for t in tasks if t.id != "t-d6"], FACTS)
+    sp = next(sp for sp in again.services if sp.name == "multi")
+    assert sp.status == Status.PENDING and sp.packed is None

@@ -1,8 +1,10 @@
 """``victimsearch``: the victims its pruned walk chooses are those every set tried one by
 one chooses (``support.reference_victims``), on generated crowded nodes (seeded, with
 ties of priority, start and queue distance; shared GPUs, holders that are no candidates,
-more candidates than are weighed), and the topology bound it prunes by (``may``) never
-refuses a set the allocator gives. Pure."""
+more candidates than are weighed; CPU, memory and a host port that refuse sets too, the
+walk bounded by them: ``Lack``), and the topology bound it prunes by (``may``) never
+refuses a set the allocator gives; a node whose CPU no victim set frees is not walked.
+Pure."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ import random
 import zlib
 from collections.abc import Callable
 from itertools import combinations
+from typing import Any
 
 import pytest
-from support.crowded_node import Held, victims
+from support.crowded_node import Held, chooser, twelve_small, victims
 from support.forged import DGX_F, R4090_F, sw_node
 from support.reference_victims import every_set
 
@@ -21,8 +24,9 @@ from swarmgpu.allocator.values import Demand, NodeState
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement import preempt
 from swarmgpu.manager.placement.preempt import Candidate, pick_victims
+from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.placement.specs import node_spec
-from swarmgpu.manager.placement.victimsearch import together_of
+from swarmgpu.manager.placement.victimsearch import Lack, together_of
 
 Case = tuple[int, set[str], list[Candidate], dict[str, set[str]],
              Callable[[tuple[Candidate, ...]], bool] | None, dict[str, tuple[float, float]],
@@ -123,3 +127,96 @@ def test_a_topology_preemptor_stops_whom_every_set_tried_stops(
     got = [victims(f, held, gpus, topo) for f, gpus, topo, held in asks]
     monkeypatch.setattr(preempt, "pick_victims", every_set)
     assert got == [victims(f, held, gpus, topo) for f, gpus, topo, held in asks]
+
+
+RoomCase = tuple[int, set[str], list[Candidate], dict[str, set[str]],
+                 Callable[[tuple[Candidate, ...]], bool], dict[str, tuple[float, float]],
+                 Callable[[frozenset[str]], bool] | None, Lack]
+
+
+def _room_case(seed: int) -> RoomCase:
+    """``_case``'s node where the CPU and memory its preemptor reserves and a host port it
+    publishes refuse sets too (``allowed`` asks them besides its own test): each
+    candidate's CPU and memory (ties, many of none), what the node lacks of each (often
+    nothing, or more than all of them free), the candidates binding the port (often
+    none; one a non-candidate at times). ``Lack``: those, what more victims only give."""
+    need, free, cands, holders, base, over, may = _case(seed)
+    rnd = random.Random(f"room{seed}")
+    cpu = {c.service: rnd.choice((0, 0, 1, 2, 4)) for c in cands}
+    mem = {c.service: rnd.choice((0, 0, 1, 3)) for c in cands}
+    short = (rnd.choice((0, 0, 1, 3, 6, 99)), rnd.choice((0, 0, 2, 5)))
+    port = frozenset(rnd.sample(sorted(cpu), min(len(cpu), rnd.randint(1, 2)))) \
+        if rnd.random() < 0.3 else frozenset()
+    if rnd.random() < 0.05:
+        port |= {"other"}
+
+    def fits(combo: tuple[Candidate, ...]) -> bool:
+        names = {c.service for c in combo}
+        return (sum(cpu[c.service] for c in combo) >= short[0]
+                and sum(mem[c.service] for c in combo) >= short[1] and port <= names)
+
+    def allowed(combo: tuple[Candidate, ...]) -> bool:
+        return fits(combo) and (base is None or base(combo))
+
+    lack = Lack(short, lambda name: (cpu.get(name, 0), mem.get(name, 0)), port)
+    return need, free, cands, holders, allowed, over, may, lack
+
+
+@pytest.mark.parametrize("block", range(6))
+def test_the_walk_bounded_by_cpu_memory_and_ports_chooses_as_every_set_tried_does(
+    block: int,
+) -> None:
+    """600 generated nodes (100 a block) whose CPU, memory or a host port refuse sets
+    too, the walk told so (``Lack``): the same victims, or None alike."""
+    for seed in range(block * 100, block * 100 + 100):
+        need, free, cands, holders, allowed, over, may, lack = _room_case(seed)
+        want = every_set(need, free, cands, holders, allowed, over)
+        assert pick_victims(need, free, cands, holders, allowed, over, may, lack) == want, seed
+
+
+def _counted_fits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each call of ``Room.fits`` from now on, counted."""
+    asked: list[int] = []
+    real = Room.fits
+
+    def counted(self: Room, *a: Any, **kw: Any) -> bool:
+        asked.append(1)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Room, "fits", counted)
+    return asked
+
+
+def test_a_crowded_node_whose_cpu_no_victim_set_frees_is_not_walked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """12 small holders reserving 5,000 CPU milli each on a 64,000 node (4,000 left), a
+    preemptor of 2 GPUs reserving 70,000: no victim set leaves it room. Every set was
+    tried, ``Room.fits`` asked for each of the 3,583 that free 2 GPUs; now the walk sees
+    at its first step that even all 12 free too little. Nobody is stopped either way."""
+    cpu = {**{name: 5000 for name in twelve_small()}, "high": 70_000}
+    choose = chooser(R4090_F, twelve_small(), 2, "", cpu)
+    asked = _counted_fits(monkeypatch)
+    assert choose() == []
+    assert len(asked) <= 5, len(asked)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_preemptor_short_of_cpu_stops_whom_every_set_tried_stops(
+    monkeypatch: pytest.MonkeyPatch, seed: int,
+) -> None:
+    """Crowded nodes whose holders reserve CPU (none to 9,000 milli, ties) and whose
+    preemptor reserves more than is left (all of it at most, or more than all victims
+    free): plain, nvlink and numa requests stop those the sets tried one by one stop."""
+    rnd = random.Random(seed)
+    asks = []
+    for _ in range(6):
+        held = _layout(rnd)
+        cpu = {name: rnd.choice((0, 1000, 4000, 9000)) for name in held}
+        cpu["high"] = 64_000 - sum(cpu.values()) + rnd.choice((1, 5000, 20_000, 90_000))
+        f, topo = rnd.choice(((DGX_F, "nvlink"), (DGX_F, ""), (R4090_F, "numa")))
+        asks.append((f, rnd.randint(1, 4), topo, held, cpu))
+    got = [victims(f, held, gpus, topo, cpu) for f, gpus, topo, held, cpu in asks]
+    monkeypatch.setattr(preempt, "pick_victims", every_set)
+    assert got == [victims(f, held, gpus, topo, cpu) for f, gpus, topo, held, cpu in asks]
+    assert any(got), "no case stops anyone"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from support.forged import sw_node, sw_svc
+from support.forged import reserving, sw_node, sw_svc
 from swarmgpu.core.config import Config, PreemptionConfig
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.cycle.placement import make_plan
@@ -40,9 +40,11 @@ def halves() -> dict[str, tuple[tuple[int, ...], int, int]]:
 
 
 def chooser(facts: NodeFacts, held: Held, gpus: int, topology: str,
-            ) -> Callable[[], list[Preemption]]:
+            cpu: Mapping[str, int] | None = None) -> Callable[[], list[Preemption]]:
     """``choose_preemptions`` for "high" (``gpus`` GPUs, ``topology`` or none) on node
-    "n" whose GPUs ``held`` holds, ready to call (the plan made once)."""
+    "n" (64,000 CPU milli) whose GPUs ``held`` holds, ready to call (the plan made once).
+    ``cpu``: service -> the CPU milli its task reserves ("high" too; none: 0)."""
+    cpu = cpu or {}
     uuids = [g.uuid for g in facts.gpus]
     labels: dict[str, str] = {}
     svcs = []
@@ -57,8 +59,10 @@ def chooser(facts: NodeFacts, held: Held, gpus: int, topology: str,
                                   **({P + "preemptible": "false"} if prio < 0 else {})}))
     svcs.append(sw_svc("high", {P + "gpus": str(gpus), P + "priority": "100",
                                 **({P + "topology": topology} if topology else {})}))
+    svcs = [reserving(s, cpu[s.name]) if s.name in cpu else s for s in svcs]
     tasks = [SwarmTask(f"t-{s.name}", s.id, "" if s.name == "high" else "n", 1,
-                       "pending" if s.name == "high" else "running", "running", ())
+                       "pending" if s.name == "high" else "running", "running", (),
+                       cpu_milli=0 if s.name == "high" else cpu.get(s.name, 0))
              for s in svcs]
     snap = Snapshot([sw_node("n", "gpu-node-1", labels)], svcs, tasks, {})
     on = {"n": facts}
@@ -71,7 +75,8 @@ def chooser(facts: NodeFacts, held: Held, gpus: int, topology: str,
     return choose
 
 
-def victims(facts: NodeFacts, held: Held, gpus: int, topology: str) -> list[list[str]]:
+def victims(facts: NodeFacts, held: Held, gpus: int, topology: str,
+            cpu: Mapping[str, int] | None = None) -> list[list[str]]:
     """The victims of each preemption chosen for "high", by name."""
     return [sorted(v.service for v in p.victims)
-            for p in chooser(facts, held, gpus, topology)()]
+            for p in chooser(facts, held, gpus, topology, cpu)()]

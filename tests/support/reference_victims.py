@@ -1,7 +1,7 @@
 """``preempt.pick_victims`` as it was before ``victimsearch``: every set of the ranked
 candidates tried, size by size, the least key kept. The reference the search is compared
 with (``tests/test_victim_search.py``) and timed against
-(``benchmarks/bench_preempt_topology.py``); ``may`` is taken and not read."""
+(``benchmarks/bench_preempt_topology.py``); ``may`` and ``lack`` are taken and not read."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from swarmgpu.manager.placement.preempt import (
     reclaim_rank,
     rule_sorted,
 )
-from swarmgpu.manager.placement.victimsearch import Rank
+from swarmgpu.manager.placement.victimsearch import Lack, Rank
 
 
 def every_set(need: int, free: AbstractSet[str], candidates: Sequence[Candidate],
@@ -23,6 +23,7 @@ def every_set(need: int, free: AbstractSet[str], candidates: Sequence[Candidate]
               allowed: Callable[[tuple[Candidate, ...]], bool] | None = None,
               over: Mapping[str, tuple[float, float]] | None = None,
               may: Callable[[frozenset[str]], bool] | None = None,
+              lack: Lack | None = None,
               ) -> tuple[Candidate, ...] | None:
     """The victims, as ``pick_victims`` chose them by trying every set."""
     if len(free) >= need and (allowed is None or allowed(())):

@@ -35,8 +35,8 @@ The package, by responsibility; each module imports only modules listed before i
 ``backoff``, ``generic``;
 ``hostports``; ``memsize``, ``reasons``, ``cpunodes``, ``cluster``, ``replicas``, ``filters``,
 ``quiet``, ``memo``; ``queues``;
-``cycle``, ``jobs``, ``preemptroom``, ``preempted``, ``preemptview``, ``victimsearch``,
-``preempt``,
+``cycle``, ``jobs``, ``preemptroom``, ``preempted``, ``victimsearch``, ``preemptview``,
+``victimmoves``, ``preempt``,
 ``heldchoice``, ``nominated``, ``recorded``, ``existing``, ``reads``, ``learning``;
 ``packing``, ``gating``,
 ``converge``, ``devicemap``;

@@ -106,6 +106,8 @@ from swarmgpu.manager.placement.preemptview import (
     packed_need,
     spread_packs,
     task_starts,
+    usable_gpus,
+    victims_fit,
 )
 from swarmgpu.manager.placement.queues import (
     group_reclaimable,
@@ -117,7 +119,8 @@ from swarmgpu.manager.placement.queues import (
 )
 from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.placement.specs import demand_of, node_spec
-from swarmgpu.manager.placement.victimsearch import Rank, best_victims, together_of
+from swarmgpu.manager.placement.victimmoves import Relocation, relocation
+from swarmgpu.manager.placement.victimsearch import Lack, Rank, best_victims, together_of
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.taskstop import rfc3339_ns
@@ -154,17 +157,6 @@ class Candidate:
     holding: Holding | None = None  # its whole holding on the node
     quota: str | None = None  # its queue ("": none), when only the quotas make it one
     guard: str = ""  # its queue, taken by priority, when its guarantee binds (guarded_queue)
-
-
-@dataclass(frozen=True)
-class Relocation:
-    """Where a victim could run instead: free GPUs on another node (make-before-break
-    through the rebalancer's mover, ``manager.cycle.preemption``)."""
-
-    node_id: str
-    hostname: str
-    gpus: tuple[int, ...]
-    uuids: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -226,6 +218,7 @@ def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candida
                  allowed: Callable[[tuple[Candidate, ...]], bool] | None = None,
                  over: Mapping[str, tuple[float, float]] | None = None,
                  may: Callable[[frozenset[str]], bool] | None = None,
+                 lack: Lack | None = None,
                  ) -> tuple[Candidate, ...] | None:
     """The victims on one node (see the module's rule), or None when even all of them do
     not free ``need`` GPUs. ``free``: GPUs of the node the preemptor may use that nobody
@@ -237,23 +230,16 @@ def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candida
     use, or its CPU or a port is held there, victims are chosen); ``over``: how
     far each queue is above its guarantee (``reclaim_rank``); ``may``: given the GPUs a
     set frees, False where ``allowed`` takes no set that frees those alone, and then for
-    any fewer too (``_GpuSets.may``): the search skips them (``victimsearch``)."""
+    any fewer too (``_GpuSets.may``); ``lack``: what ``allowed`` asks that more victims
+    only give (``preemptview.victims_fit``: its CPU, memory and host ports): the search
+    skips the sets that cannot give it (``victimsearch``)."""
     if len(free) >= need and (allowed is None or allowed(())):
         return ()  # (enough by count, and no topology the free GPUs fail: none needed)
     # Rank order decides which candidates a crowded node keeps; a set's size comes first
     # whatever its rank (a reclaim of one before two by priority: never more than needed).
     ranked = sorted(((reclaim_rank(c, over or {}), c) for c in rule_sorted(candidates)),
                     key=lambda rc: rc[0])[:MAX_CANDIDATES]
-    return best_victims(need, free, ranked, holders, allowed, may)
-
-
-def _usable(r: GpuRequest, facts: NodeFacts | None) -> set[str]:
-    """The node's GPUs a whole-GPU request could be given (health, MIG, product, memory)."""
-    if facts is None:
-        return set()
-    return {g.uuid for g in facts.gpus if g.healthy and not g.mig_enabled
-            and r.matches_product(g.product)
-            and (r.min_memory_mib is None or g.memory_mib >= r.min_memory_mib)}
+    return best_victims(need, free, ranked, holders, allowed, may, lack)
 
 
 def choose_preemptions(
@@ -296,9 +282,10 @@ def choose_preemptions(
                 {**{q["queue"]: q for q in plan.queues},
                  "": no_queue_row(holdings, req, facts)},
                 req, started, holdings, refused, preemptible_below, cooling, moving,
-                plan.failed, done_idle(services, tasks), ports=ports, held=held or {},
+                plan.failed, done_idle(services, tasks), ports=ports,
                 room=Room.of(nodes, services, tasks, holdings, stopping, plan.stopping_overdue,
-                             prefix), taken=set(flying), waits=plan.stopping_waits)
+                             prefix),
+                held=held or {}, taken=set(flying), waits=plan.stopping_waits, tasks=tasks)
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     # A packed service's replicas go only on its node: it preempts there alone, for all
     # the replicas it lacks at once (``packing.repack`` places them so); elsewhere its
@@ -345,7 +332,7 @@ def _choose_one(rd: Round, s: SwarmService, r: GpuRequest, prefix: str, packed: 
     if made is None and not within_max(r, rd.queues, rd.q_given, on[1] if on else 1):
         return None  # (all it lacks)
     # spread, on the one node it holds: all it lacks, packed there as placement would
-    pack = None if packed else spread_packs(rd.holdings, s, r, prefix)
+    pack = None if packed else spread_packs(rd.holdings, s, r, prefix, rd.tasks)
     if pack is not None and made is None and not within_max(r, rd.queues, rd.q_given, pack[1]):
         pack = None
     p = made if made is not None else _best_preemption(rd, s, r, on, pack)
@@ -385,7 +372,7 @@ def _best_preemption(rd: Round, s: SwarmService, r: GpuRequest,
         if wait := _gpus_once_stopped(rd, s, r, nid, here, need, replicas, no, takers, sets):
             _wait(rd, s, nid, wait, replicas)  # it waits for them: no service stopped for it
             return None
-        usable = _usable(r, rd.facts.get(nid)) - rd.off(nid, s.name, r.priority)
+        usable = usable_gpus(r, rd.facts.get(nid)) - rd.off(nid, s.name, r.priority)
         if len(usable) < need:
             continue
         holders: dict[str, set[str]] = {}
@@ -403,27 +390,14 @@ def _best_preemption(rd: Round, s: SwarmService, r: GpuRequest,
                 _wait(rd, s, nid, sorted(free)[:need], replicas)  # (the stopping task's)
             return None
         # (else the port or the CPU holds it back: a victim whose stop frees them is sought
-        # here too, ``together``; a holder binding the port beside a free GPU was not)
-
-        def together(combo: tuple[Candidate, ...], r: GpuRequest = r,
-                     holders: Mapping[str, AbstractSet[str]] = holders,
-                     sets: _GpuSets = sets, nid: str = nid) -> bool:
-            def milli(c: Candidate) -> int:
-                return holding_milli(rd.req.get(c.service), c.holding, rd.facts) if c.holding else 0
-            # and a topology request has a set the allocator gives (``_gpu_pick``) once they
-            # go, its CPU and memory are left and a host port it publishes is freed (one
-            # another service binds stays bound): else stopped for nothing (checked after
-            # the choice, the node was given up for another set that would do)
-            return group_reclaimable(  # every replica placed counts against its guarantee
-                r, [(c.quota, milli(c)) for c in combo if c.quota is not None], rd.queues,
-                rd.q_gone, rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard],
-                replicas) and (r.topology is Topology.ANY or sets.gives(combo, holders)) \
-                and (rd.room is None or rd.room.fits(s, nid, combo, replicas)) \
-                and (nid not in no or takers[nid] <= {c.service for c in combo})
+        # here too, ``_allowed``; a holder binding the port beside a free GPU was not)
 
         others = {k: h for k, h in here.items() if k != s.name}  # (a packed one's own)
-        victims = pick_victims(need, free, _candidates(rd, r, nid, others, usable), holders,
-                               together, over, None if r.topology is Topology.ANY else sets.may)
+        victims = pick_victims(
+            need, free, _candidates(rd, r, nid, others, usable), holders,
+            _allowed(rd, s, r, nid, replicas, holders, sets, no, takers), over,
+            None if r.topology is Topology.ANY else sets.may,
+            victims_fit(rd, s, nid, replicas, takers[nid] if nid in no else None))
         if not victims:
             continue
         prios = [v.priority for v in victims]
@@ -434,6 +408,28 @@ def _best_preemption(rd: Round, s: SwarmService, r: GpuRequest,
     if best is None and pack is not None:
         return _best_preemption(rd, s, r, pack)  # (no other node took one: packed there)
     return best[1] if best is not None else None
+
+
+def _allowed(rd: Round, s: SwarmService, r: GpuRequest, nid: str, replicas: int,
+             holders: Mapping[str, AbstractSet[str]], sets: _GpuSets, no: AbstractSet[str],
+             takers: Mapping[str, AbstractSet[str]]) -> Callable[[tuple[Candidate, ...]], bool]:
+    """``pick_victims``' ``allowed`` for ``replicas`` of ``s`` on ``nid``: the victims'
+    queues' guarantees hold, and a topology request has a set the allocator gives
+    (``_gpu_pick``) once they go, its CPU and memory are left and a host port it
+    publishes is freed (one another service binds stays bound): else stopped for
+    nothing (checked after the choice, the node was given up for another set that
+    would do). What more victims only free of these, ``victims_fit`` bounds."""
+    def milli(c: Candidate) -> int:
+        return holding_milli(rd.req.get(c.service), c.holding, rd.facts) if c.holding else 0
+
+    def together(combo: tuple[Candidate, ...]) -> bool:
+        return group_reclaimable(  # every replica placed counts against its guarantee
+            r, [(c.quota, milli(c)) for c in combo if c.quota is not None], rd.queues,
+            rd.q_gone, rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard],
+            replicas) and (r.topology is Topology.ANY or sets.gives(combo, holders)) \
+            and (rd.room is None or rd.room.fits(s, nid, combo, replicas)) \
+            and (nid not in no or takers[nid] <= {c.service for c in combo})
+    return together
 
 
 def _room_once_stopped(rd: Round, s: SwarmService, nid: str, replicas: int,
@@ -466,7 +462,7 @@ def _gpus_once_stopped(rd: Round, s: SwarmService, r: GpuRequest, nid: str,
     soon = {u for n, u in rd.waits if n == nid} - {u for n, u in rd.taken if n == nid}
     if not soon:
         return []
-    usable = _usable(r, rd.facts.get(nid)) - (rd.off(nid, s.name, r.priority) - soon)
+    usable = usable_gpus(r, rd.facts.get(nid)) - (rd.off(nid, s.name, r.priority) - soon)
     free = usable - {u for h in here.values() for u in h.uuids}
     if len(free) < need or not free & soon or not _room_once_stopped(
             rd, s, nid, replicas, no, takers):
@@ -556,7 +552,7 @@ def _gpu_pick(rd: Round, nid: str, name: str, r: GpuRequest, replicas: int,
     Taken by UUID order instead, a ``topology`` request was held GPUs it cannot use
     together, the set it could use left to the others placed before it: it stayed
     pending, and preempted again. None for a request of any topology: any of those GPUs
-    go together (``_usable`` filtered them), so they are taken as before (the
+    go together (``usable_gpus`` filtered them), so they are taken as before (the
     simulator's figures stay as they were)."""
     return _GpuSets(rd, nid, name, r, replicas).pick(freed)
 
@@ -591,7 +587,7 @@ class _GpuSets:
         if self.base is None:
             here = {u for h in rd.holdings.get(nid, {}).values() for u in h.uuids}
             self.base = (node_spec(node, f),
-                         frozenset(_usable(r, f) - here - rd.off(nid, self.name, r.priority)))
+                         frozenset(usable_gpus(r, f) - here - rd.off(nid, self.name, r.priority)))
             self.ok = Allocator._allowed_pair(NodeState(self.base[0], 0), demand_of(r))
         return f, *self.base
 
@@ -655,45 +651,5 @@ def _free_used(rd: Round, p: Preemption, r: GpuRequest, replicas: int,
     node stopped a victim for a GPU the first one gets (``pick_victims``' ``free``)."""
     nid, here = p.node_id, rd.holdings.get(p.node_id, {})
     held = {u for h in here.values() for u in h.uuids}
-    free = sorted(_usable(r, rd.facts.get(nid)) - held - rd.off(nid, p.service, r.priority))
+    free = sorted(usable_gpus(r, rd.facts.get(nid)) - held - rd.off(nid, p.service, r.priority))
     return {(nid, u) for u in free[:max(0, r.gpus * replicas - len(freed))]}
-
-
-def relocation(r: GpuRequest, s: SwarmService, v: Candidate, by_node: Mapping[str, SwarmNode],
-               facts: Mapping[str, NodeFacts], holdings: Mapping[str, Mapping[str, Holding]],
-               taken: AbstractSet[tuple[str, str]], refused: AbstractSet[str],
-               room: Room | None = None) -> Relocation | None:
-    """Free whole GPUs for one replica of ``s`` on another node it does not hold on, with
-    the CPU and memory its task reserves left there (``room``, the round's decisions
-    counted; the node chosen is counted in it): the node left with the fewest free GPUs
-    (best fit), then the hostname. Only a plain whole-GPU replica (no topology, not
-    packed) is moved; the others are stopped. Moved where Swarm's ResourceFilter refuses
-    its task, it stayed pending there until the move timed out and was rolled back, its
-    preemptor waiting all that while."""
-    h = v.holding
-    if (r.is_fraction or r.mig_profile or r.topology is not Topology.ANY or h is None
-            or h.packed or len(h.uuids) != r.gpus):
-        return None
-    best: tuple[tuple[int, str], Relocation] | None = None
-    for nid, node in by_node.items():
-        if nid == v.node_id or nid in refused or node.state != "ready" \
-                or node.availability != "active" or node.unread or s.name in holdings.get(nid, {}):
-            continue
-        f = facts.get(nid)
-        if f is None:
-            continue
-        held = {u for hh in holdings.get(nid, {}).values() for u in hh.uuids}
-        free = [g for g in f.gpus if g.uuid in _usable(r, f) and g.uuid not in held
-                and (nid, g.uuid) not in taken]
-        if len(free) < r.gpus:
-            continue
-        if room is not None and not room.fits(s, nid, (), 1):
-            continue
-        pick = sorted(free, key=lambda g: g.index)[:r.gpus]
-        key = (len(free) - r.gpus, node.hostname)
-        if best is None or key < best[0]:
-            best = (key, Relocation(nid, node.hostname, tuple(g.index for g in pick),
-                                    tuple(g.uuid for g in pick)))
-    if best is not None and room is not None:
-        room.moved(s, best[1].node_id)
-    return best[1] if best is not None else None

@@ -114,6 +114,18 @@ class Room:
                 return False
         return True
 
+    def lacks(self, s: SwarmService, nid: str, count: int) -> tuple[int, int]:
+        """The CPU and memory ``count`` tasks of ``s`` lack on ``nid`` (0: none, or not
+        counted): ``fits`` takes victims whose reservations there come to as much."""
+        want, left = self.want(s, nid), self.left.get(nid, (None, None))
+        cpu, mem = (0 if have is None or not w else max(0, w * count - have)
+                    for w, have in zip(want, left, strict=True))
+        return cpu, mem
+
+    def frees(self, name: str, nid: str) -> tuple[int, int]:
+        """The CPU and memory service ``name``'s stop frees on ``nid`` (``fits``' count)."""
+        return self.held.get((name, nid), (0, 0))
+
     def fits_once_stopped(self, s: SwarmService, nid: str, count: int) -> bool:
         """``count`` tasks of ``s`` fit on ``nid`` once the tasks Swarm is stopping there
         have stopped (their grace period at most), no victim's going."""

@@ -1,7 +1,9 @@
 """The cluster as a preemption round reads it (``preempt.choose_preemptions``): the
 nodes as this cycle's placement writes left them, the holdings by node, when each
 service's task started there, work of no queue as a queue row, what a packed
-service lacks on its node, and the round itself (``Round``: what it read, what it took)."""
+service lacks on its node (and a spread one where placement packs it), what more victims
+only give a preemptor on a node (``victims_fit``), and the round itself (``Round``: what
+it read, what it took)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,22 @@ from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.placement.queues import holding_milli
 from swarmgpu.manager.placement.records import NodeWrites, PlacementPlan
+from swarmgpu.manager.placement.replicas import want_slots
 from swarmgpu.manager.placement.specs import host_ports
+from swarmgpu.manager.placement.tasks import tasks_by_service
+from swarmgpu.manager.placement.victimsearch import Lack
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.taskstop import rfc3339_ns
+
+
+def usable_gpus(r: GpuRequest, facts: NodeFacts | None) -> set[str]:
+    """The node's GPUs a whole-GPU request could be given (health, MIG, product, memory)."""
+    if facts is None:
+        return set()
+    return {g.uuid for g in facts.gpus if g.healthy and not g.mig_enabled
+            and r.matches_product(g.product)
+            and (r.min_memory_mib is None or g.memory_mib >= r.min_memory_mib)}
 
 
 def task_starts(tasks: Sequence[SwarmTask]) -> dict[tuple[str, str], str]:
@@ -90,12 +104,17 @@ def packed_need(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService,
 
 
 def spread_packs(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService,
-                 r: GpuRequest, prefix: str) -> tuple[str, int] | None:
+                 r: GpuRequest, prefix: str, tasks: Sequence[SwarmTask] = (),
+                 ) -> tuple[str, int] | None:
     """The one node a service of spread replicas holds and how many replicas it lacks,
     where placement would pack them all there once no other node takes one
     (``spread.place_replicas``: whole GPUs that may pack, no host-mode port, no
-    MaxReplicas of its owner below its replicas). None otherwise: its replicas go one
-    per node (swarmgpu writes MaxReplicas 1), so a node it holds gets none of them."""
+    MaxReplicas of its owner below its replicas, and of its task slots (``tasks``, read
+    as placement reads them: ``tasks_by_service``) at most one on that node, one of
+    those it keeps). None otherwise: its replicas go one per node (swarmgpu writes
+    MaxReplicas 1), so a node it holds gets none of them. Without the slots, two of its
+    tasks on the node, or its task there of a slot past its replicas, had a victim
+    stopped there for replicas placement never packs."""
     replicas = s.replicas or 0
     if replicas < 2 or not r.can_pack:  # (most preemptors: before the walk over every node)
         return None
@@ -106,7 +125,13 @@ def spread_packs(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService,
     if s.labels.get(prefix + MAX_STATE) != str(most) and 1 < most < replicas:
         return None  # (the owner's: Swarm runs no more there)
     nid, h = mine[0]
-    return (nid, replicas - h.replicas) if replicas > h.replicas else None
+    if replicas <= h.replicas:
+        return None
+    live = tasks_by_service([t for t in tasks if t.service_id == s.id]).slots.get(s.id, {})
+    on = [k for k, n in live.items() if n == nid]
+    if len(on) > 1 or (on and on[0] not in want_slots(live, replicas)):
+        return None  # (as ``place_replicas``: it packs there only beside one slot it keeps)
+    return nid, replicas - h.replicas
 
 
 @dataclass(slots=True)
@@ -141,6 +166,7 @@ class Round:
     # of ``held``, those of tasks Swarm is stopping that free within their grace period
     # (``PlacementPlan.stopping_waits``): a request they alone keep off a node waits
     waits: AbstractSet[tuple[str, str]] = frozenset()
+    tasks: Sequence[SwarmTask] = ()  # the snapshot's (``spread_packs`` reads its slots)
 
     def refused_of(self, s: SwarmService) -> AbstractSet[str]:
         return self.refused(s) if self.refused is not None else frozenset()
@@ -154,3 +180,19 @@ class Round:
         return {u for n, u in self.taken if n == nid} | {
             u for (n, u), (who, pr) in self.held.items()
             if n == nid and who != name and priority <= pr}
+
+
+def victims_fit(rd: Round, s: SwarmService, nid: str, replicas: int,
+                port: AbstractSet[str] | None) -> Lack | None:
+    """What more victims only give ``replicas`` of ``s`` on ``nid`` (``pick_victims``'
+    ``lack``): the CPU and memory it lacks there (``Room.lacks``) and what each victim's
+    stop frees of them (``Room.frees``), and the services binding the host port it
+    publishes there (``port``; None: none does), all victims then. None where neither
+    refuses it there. Where they alone refused, ``victimsearch`` walked all 4,095 sets of
+    a crowded node."""
+    room = rd.room
+    short = room.lacks(s, nid, replicas) if room is not None else (0, 0)
+    if not any(short) and port is None:
+        return None
+    return Lack(short, lambda name: room.frees(name, nid) if room is not None else (0, 0),
+                frozenset(port or ()))
