@@ -51,6 +51,7 @@ from swarmgpu.manager.nodes.sync import (
     Snapshot,
     fetch_agents,
     take_snapshot,
+    tenant_specs,
 )
 from swarmgpu.manager.web import webguard
 from swarmgpu.manager.web.webauth import WebAuth
@@ -93,6 +94,8 @@ class Daemon:
         self, cfg: Config, swarm: SwarmClient | None = None, metrics: DaemonMetrics | None = None
     ) -> None:
         self.cfg = cfg
+        # (the daemon's config is its for life: its tenants parsed once, not each snapshot)
+        self.tenants = tenant_specs(cfg)
         self.swarm = swarm or SwarmClient(cfg.docker_host)
         self.metrics = metrics or DaemonMetrics()
         self.book = AgentBook()
@@ -178,7 +181,8 @@ class Daemon:
                 return CycleReport(leader=False)
             try:
                 try:
-                    snapshot = take_snapshot(self.swarm, self.cfg, self.cache, self.stop_event)
+                    snapshot = take_snapshot(self.swarm, self.cfg, self.cache, self.stop_event,
+                                             self.tenants)
                 except Stopped as exc:  # facts half read: no step plans from them, none saved
                     self._reads_left("no step of this cycle ran", exc)
                     return CycleReport()

@@ -94,6 +94,7 @@ def take_snapshot(
     cfg: Config,
     cache: SwarmCache | None = None,
     stop: StopRequest | None = None,
+    tenants: tuple[TenantSpec, ...] | None = None,
 ) -> Snapshot:
     """One read of the cluster. With ``cache`` (the daemon's, fed by the event stream)
     nodes and services come from it, re-listed only when it must (swarm.cache); tasks
@@ -102,6 +103,8 @@ def take_snapshot(
     left unparsed), and those Swarm is stopping that still use their node
     (``keys.stopping``) or that its constraint enforcer rejected (``Snapshot.rejected``).
     A ``stop`` asked during the agents' reads ends it with ``Stopped`` (``fetch_all``).
+    ``tenants``: ``tenant_specs(cfg)`` parsed once by a caller that reads many snapshots
+    of one config (the daemon); None: parsed here.
 
     The swarm object's labels are read just before and just after the services: a
     move's record is written before its service's label and removed after it, so the
@@ -143,7 +146,7 @@ def take_snapshot(
         stopping=leaving,
         rejected=rejected,
         unkeyed=swarm.unkeyed(),  # (the last full lists', which the cache holds)
-        tenants=tenant_specs(cfg),
+        tenants=tenant_specs(cfg) if tenants is None else tenants,
     )
 
 
