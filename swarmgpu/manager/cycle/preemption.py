@@ -246,7 +246,7 @@ class Preempter:
             # earlier in this very cycle too), as the rebalance step's movers are given
             noms = live_nominations(self.nominated.current(mono),
                                     {s.name for s in snap.services},
-                                    bool(snap.unkeyed.services))
+                                    snap.services_left_out)
             mover = self._mover(swarm)
             mover.held = mover.repin.held = held_gpus(noms) | stopping_held(plan, noms)
             mover.shares = mover.repin.shares = stopping_shares(plan.stopping_milli, noms)
@@ -350,11 +350,11 @@ class Preempter:
         # here, would reopen its source, now the preemptor's, if rolled back.
         fresh = snap.swarm_labels if records is None else records
         in_move = moving(snap.services, snap.swarm_labels, self.prefix) | recorded(
-            snap.services, fresh, self.prefix, bool(snap.unkeyed.services))
+            snap.services, fresh, self.prefix, snap.services_left_out)
         self.moving = {p: vs & in_move for p, vs in self.moving.items() if vs & in_move}
         self.nominated.keep(plan, mono, in_move,  # placed, gone or settled: it ends
                             stops_waited(snap.stopping, snap.nodes),
-                            left_out=bool(snap.unkeyed.services))
+                            left_out=snap.services_left_out)
         held = self.nominated.current(mono)  # used for those of their priority or lower
         # its victim's move is in flight, or its GPUs still held for it: wait for them
         settling |= self.moving.keys() | {n.service for n in held}

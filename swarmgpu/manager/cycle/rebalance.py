@@ -190,7 +190,7 @@ class Rebalancer(Step):
         model = planner.model if planner is not None else None
         alone = self.stopping_alone(snap, facts, ledger)
         noms = self.live_holds({sv.name for sv in snap.services},  # (one read: both below)
-                               bool(snap.unkeyed.services))
+                               snap.services_left_out)
         inp = Inputs(nodes=snap.nodes, services=snap.services, tasks=snap.tasks, facts=facts,
                      ledger=ledger_after(snap.nodes, plan, self.prefix, ledger),
                      measured=ledger,

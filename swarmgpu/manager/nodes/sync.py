@@ -79,6 +79,12 @@ class Snapshot:
     _agents: dict[str, frozenset[str]] = field(default_factory=dict, init=False,
                                                repr=False, compare=False)
 
+    @property
+    def services_left_out(self) -> bool:
+        """The engine's service list left one out (``unkeyed``): a service not listed may
+        still run, so what names it (a hold, a record) is not taken for gone."""
+        return bool(self.unkeyed.services)
+
     def agent_nodes(self, name: str) -> frozenset[str]:
         """``cpunodes.agent_nodes`` of this snapshot's services and tasks (``name``:
         ``agents.service``), walked once per name."""
