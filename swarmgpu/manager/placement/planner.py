@@ -323,8 +323,7 @@ class Planner:
         self._note_problems(plan, {s.name: s for s, _ in read.parsed})
         self._faults.end()
         leave_unread(plan, nodes)
-        plan.finish()
-        self._recreated.placed_elsewhere(plan.dropped)  # (placed afresh there alone)
+        self._recreated.placed_elsewhere(plan.finish())  # (dropped: placed afresh there alone)
         plan.workload, plan.queues = self.model.summary(), self.queues.summary()
         return plan
 

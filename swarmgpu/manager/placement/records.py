@@ -319,11 +319,13 @@ class PlacementPlan:
         return self.disowned - {(sp.name, p.node_id) for sp in self.services
                                 for p in sp.placements}
 
-    def finish(self) -> None:
+    def finish(self) -> frozenset[tuple[str, str]]:
         """Planned: no placement changes after this (notes do), so ``dropped`` is worked
-        out once here for its readers (the planner, preemption, the rebalancer)."""
+        out once here for its readers (the planner, preemption, the rebalancer); it is
+        returned."""
         self._dropped = None
         self._dropped = self.dropped
+        return self._dropped
 
     @property
     def empty(self) -> bool:
