@@ -94,9 +94,8 @@ from swarmgpu.manager.placement import (
     ServicePlan,
 )
 from swarmgpu.manager.placement.nominated import (
-    held_gpus,
+    holds_with_stopping,
     live_nominations,
-    stopping_held,
     stopping_shares,
     stops_waited,
 )
@@ -247,9 +246,8 @@ class Preempter:
             noms = live_nominations(self.nominated.current(mono),
                                     {s.name for s in snap.services},
                                     snap.services_left_out)
-            mover = self._mover(swarm)
-            mover.held = mover.repin.held = held_gpus(noms) | stopping_held(plan, noms)
-            mover.shares = mover.repin.shares = stopping_shares(plan.stopping_milli, noms)
+            self._mover(swarm).hold(holds_with_stopping(noms, plan),
+                                    stopping_shares(plan.stopping_milli, noms))
         moved: list[Candidate] = []
         to_stop: list[Candidate] = []
         counted: set[str] = set()  # victims spent and stored before their move's writes
@@ -364,7 +362,7 @@ class Preempter:
                 p, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
                 preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
                 refused=refused, moving=in_move, ports=ports, raised=raised,
-                held=held_gpus(held) | stopping_held(p, held),  # (those ``keep`` ended too)
+                held=holds_with_stopping(held, p),  # (those ``keep`` ended too)
                 flying=move_gpus(fresh, self.prefix),
                 stopping=snap.stopping, first=first)
         chosen = choose(plan, raised)
