@@ -14,6 +14,7 @@ SIGHUP is logged and ignored (the config is read at start only).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import queue
@@ -35,6 +36,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.core.sdnotify import sd_notify, watchdog_s
 from swarmgpu.core.statefile import save_said
+from swarmgpu.core.tenants import TenantSpec
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.cycle.heap import CycleCollector
 from swarmgpu.manager.cycle.host import QueryRoute, Route
@@ -94,8 +96,6 @@ class Daemon:
         self, cfg: Config, swarm: SwarmClient | None = None, metrics: DaemonMetrics | None = None
     ) -> None:
         self.cfg = cfg
-        # (the daemon's config is its for life: its tenants parsed once, not each snapshot)
-        self.tenants = tenant_specs(cfg)
         self.swarm = swarm or SwarmClient(cfg.docker_host)
         self.metrics = metrics or DaemonMetrics()
         self.book = AgentBook()
@@ -145,6 +145,12 @@ class Daemon:
         hold = any(Slot.HELD in s.requires for s in steps)
         self.pipeline = Pipeline([LabelSyncStep(self.labels, hold=hold), *steps])
         return self.pipeline
+
+    @functools.cached_property
+    def tenants(self) -> tuple[TenantSpec, ...]:
+        """The config's tenants (``tenant_specs``), parsed at the first snapshot alone:
+        the daemon's config is its for life."""
+        return tenant_specs(self.cfg)
 
     # --- one cycle -------------------------------------------------------
     def cycle(self) -> CycleReport:
