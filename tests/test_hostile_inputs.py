@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.gpu_nodes import DGX_A100, RTX4090
-from support.overshare import G1
+from support.overshare import G1, service_use
 from support.overshare import F as OF
 from support.placement import DGX
 
@@ -47,7 +47,7 @@ from swarmgpu.manager.nodes.agentbook import AgentBook, load_saved
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, plan_placement
 from swarmgpu.manager.rebalance.scrape import scrape_node
-from swarmgpu.manager.services.overshare import owners, service_use
+from swarmgpu.manager.services.overshare import owners
 from swarmgpu.manager.services.requests import RequestError, parse_all
 from swarmgpu.manager.web.cluster_view import build_cluster
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from support.empty_swarm import EmptySwarm
-from support.overshare import G1, G2, F, metrics_for
+from support.overshare import G1, G2, F, metrics_for, service_use
 from support.placement import DGX
 
 from swarmgpu.core.config import Config
@@ -17,7 +17,7 @@ from swarmgpu.manager.cycle.observe import ObserveStep
 from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.placement import Holding
-from swarmgpu.manager.services.overshare import Watch, annotate, findings, owners, service_use
+from swarmgpu.manager.services.overshare import Watch, annotate, findings, owners
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 
 LEDGER = {"a": {DGX.id: Holding("a", DGX.id, (G1.uuid,), (500,))},

@@ -15,12 +15,11 @@ import dataclasses
 from pathlib import Path
 
 from support.forged import RecordingSwarm, reserving, sw_svc
-from support.rebalance import CFG, FACTS, P, cluster, page
+from support.rebalance import CFG, P, cluster, hot_cycle
 
 from swarmgpu.core.config import Config
-from swarmgpu.manager.placement import NodeWrites, PlacementPlan, Planner
+from swarmgpu.manager.placement import NodeWrites, PlacementPlan
 from swarmgpu.manager.placement.records import ReplicaPlacement, ServicePlan, Status
-from swarmgpu.manager.rebalance.scrape import judge
 
 
 def test_a_failed_placement_write_refuses_a_move_for_its_cycle_only(tmp_path: Path) -> None:
@@ -29,9 +28,7 @@ def test_a_failed_placement_write_refuses_a_move_for_its_cycle_only(tmp_path: Pa
     gpu-node-2, is not moved there while the plan places q there; the first cycle whose
     plan does not, the move is proposed and admitted again (dry-run: its outcome said)."""
     from swarmgpu.manager.cycle.rebalance import Rebalancer
-    from swarmgpu.manager.cycle.session import CycleSession
     from swarmgpu.manager.daemon import Daemon
-    from swarmgpu.manager.nodes.sync import Snapshot
     from swarmgpu.manager.rebalance.moves import Outcome
 
     nodes, svcs, tasks = cluster()
@@ -49,16 +46,7 @@ def test_a_failed_placement_write_refuses_a_move_for_its_cycle_only(tmp_path: Pa
     failed.landed = NodeWrites()  # its write failed: nothing landed
 
     def cycle(at: float, plan: PlacementPlan) -> list[tuple[str, str]]:
-        session = CycleSession(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {},
-                                        swarm_labels=sw.swarm_labels(), taken_at=at))
-        session.facts = dict(FACTS)
-        session.scrapes = {n.id: judge(n, "http://x/metrics", page(
-            FACTS[n.id], {0: 97.0} if n.id == "n2" else {}), at) for n in nodes}
-        session.placement = plan
-        session.planner = Planner(prefix=P)
-        rb.run(session)
-        assert rb.last is not None
-        return [(m.service, m.target_host) for m in rb.last.moves]
+        return hot_cycle(rb, sw, sw.nodes(), at, plan)
 
     for t in range(12):
         cycle(float(t), failed)

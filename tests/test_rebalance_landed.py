@@ -26,20 +26,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from support.forged import NodeWritesFail, sw_svc
-from support.rebalance import CFG, FACTS, U2, P, cluster, page
+from support.rebalance import CFG, FACTS, U2, P, cluster, hot_cycle
 
 from swarmgpu.core.config import Config
 from swarmgpu.manager.cycle.placement import apply_plan
 from swarmgpu.manager.placement import (
     Holding,
     PlacementPlan,
-    Planner,
     assign_key,
     gate_key,
     read_ledger,
 )
 from swarmgpu.manager.placement.records import ServicePlan, SpecWrites, Status
-from swarmgpu.manager.rebalance.scrape import judge
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 WHOLE = tuple(g.uuid for g in FACTS["n1"].gpus if not g.mig_enabled)
@@ -72,25 +70,14 @@ def _rebalance(tmp_path: Path, sw: NodeWritesFail, before: list[SwarmNode],
     ``before``: the snapshot's nodes (taken before placement wrote). The moves proposed
     in that last cycle."""
     from swarmgpu.manager.cycle.rebalance import Rebalancer
-    from swarmgpu.manager.cycle.session import CycleSession
     from swarmgpu.manager.daemon import Daemon
-    from swarmgpu.manager.nodes.sync import Snapshot
 
     cfg = Config(state_dir=str(tmp_path), dry_run=dry_run, rebalance=dataclasses.replace(
         CFG, dry_run=True, trust_unauthenticated_metrics=True, policies="hotspot"))
     rb = Rebalancer(Daemon(cfg, swarm=sw))  # type: ignore[arg-type]
 
     def cycle(at: float, placement: PlacementPlan) -> list[tuple[str, str]]:
-        session = CycleSession(Snapshot(before, sw.services(), sw.tasks(), {},
-                                        swarm_labels=sw.swarm_labels(), taken_at=at))
-        session.facts = dict(FACTS)
-        session.scrapes = {n.id: judge(n, "http://x/metrics", page(
-            FACTS[n.id], {0: 97.0} if n.id == "n2" else {}), at) for n in before}
-        session.placement = placement
-        session.planner = Planner(prefix=P)
-        rb.run(session)
-        assert rb.last is not None
-        return [(m.service, m.target_host) for m in rb.last.moves]
+        return hot_cycle(rb, sw, before, at, placement)
 
     for t in range(12):
         assert cycle(float(t), PlacementPlan()) == []  # gpu-node-1 is q's

@@ -20,6 +20,9 @@ from swarmgpu.manager.placement import (
     NodeWrites,
     PlacementPlan,
     Planner,
+    ReplicaPlacement,
+    ServicePlan,
+    Status,
     assign_key,
     devices_key,
     gate_constraint,
@@ -121,3 +124,20 @@ def test_an_entry_left_behind_stays_dropped_the_cycles_after_its_service_went_el
         assert again.dropped == {("batch", "n-4090")}, again.disowned
         got = ledger_after(nodes, again, P, read_ledger(nodes, P))
         assert set(got["batch"]) == {q.node_id}, got
+
+
+def test_a_finished_plan_works_out_dropped_once_an_unfinished_one_at_each_read() -> None:
+    """``PlacementPlan.finish`` (the planner's last step): ``dropped`` worked out once
+    for its readers; a plan not finished (built by hand, an arrival's) reads its
+    placements each time, as before."""
+    on = ReplicaPlacement("n1", "h1", (0,), ("GPU-a",), (1000,))
+    web = ServicePlan("web", "id-web", None, "", Status.PLACED, "ok", placements=(on,))
+    plan = PlacementPlan(disowned=frozenset({("web", "n1"), ("web", "n2")}))
+    plan.add(web)
+    assert plan.dropped == {("web", "n2")}
+    plan.services.clear()  # not finished: read again
+    assert plan.dropped == {("web", "n1"), ("web", "n2")}
+    plan.add(web)
+    plan.finish()
+    plan.services.clear()  # (no reader does so after finish: here to show the one read)
+    assert plan.dropped == {("web", "n2")}

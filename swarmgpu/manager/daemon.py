@@ -14,6 +14,7 @@ SIGHUP is logged and ignored (the config is read at start only).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import queue
@@ -35,6 +36,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.core.sdnotify import sd_notify, watchdog_s
 from swarmgpu.core.statefile import save_said
+from swarmgpu.core.tenants import TenantSpec
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.cycle.heap import CycleCollector
 from swarmgpu.manager.cycle.host import QueryRoute, Route
@@ -51,6 +53,7 @@ from swarmgpu.manager.nodes.sync import (
     Snapshot,
     fetch_agents,
     take_snapshot,
+    tenant_specs,
 )
 from swarmgpu.manager.web import webguard
 from swarmgpu.manager.web.webauth import WebAuth
@@ -143,6 +146,12 @@ class Daemon:
         self.pipeline = Pipeline([LabelSyncStep(self.labels, hold=hold), *steps])
         return self.pipeline
 
+    @functools.cached_property
+    def tenants(self) -> tuple[TenantSpec, ...]:
+        """The config's tenants (``tenant_specs``), parsed at the first snapshot alone:
+        the daemon's config is its for life."""
+        return tenant_specs(self.cfg)
+
     # --- one cycle -------------------------------------------------------
     def cycle(self) -> CycleReport:
         """Run one full cycle now (serialised: never two at once)."""
@@ -178,7 +187,8 @@ class Daemon:
                 return CycleReport(leader=False)
             try:
                 try:
-                    snapshot = take_snapshot(self.swarm, self.cfg, self.cache, self.stop_event)
+                    snapshot = take_snapshot(self.swarm, self.cfg, self.cache, self.stop_event,
+                                             self.tenants)
                 except Stopped as exc:  # facts half read: no step plans from them, none saved
                     self._reads_left("no step of this cycle ran", exc)
                     return CycleReport()

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from swarmgpu.core.andmore import and_more
 from swarmgpu.core.labelkeys import usable_label_key, usable_label_value
 from swarmgpu.core.migprofile import canonical_profile
 from swarmgpu.core.model import Gpu, NodeFacts, gpu_family, is_nvlink
@@ -278,8 +279,7 @@ GPUS_UNREAD_FIX = "run swarmgpu doctor on the node and fix what it fails"
 def gpus_unread_why(facts: NodeFacts) -> str:
     """Why a node's GPUs cannot be read (``NodeFacts.gpus_unread``), as label sync, audit
     and the map say it: the first error; the agent's others are logged each (sync.py)."""
-    more = f" (and {len(facts.errors) - 1} more)" if len(facts.errors) > 1 else ""
-    return f"its GPUs cannot be read: {facts.errors[0]}{more}"
+    return f"its GPUs cannot be read: {facts.errors[0]}{and_more(len(facts.errors))}"
 
 
 def plan_node_labels(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from typing import TYPE_CHECKING
 
 from support.gpu_nodes import DGX_A100, RTX4090
 from swarmgpu.agent.metrics import render_metrics
@@ -18,6 +19,11 @@ from swarmgpu.manager.rebalance.context import Context, Inputs
 from swarmgpu.manager.rebalance.scrape import NodeScrape, judge
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+
+if TYPE_CHECKING:
+    from support.forged import RecordingSwarm
+    from swarmgpu.manager.cycle.rebalance import Rebalancer
+    from swarmgpu.manager.placement import PlacementPlan
 
 P = "swarmgpu."
 CFG = RebalanceConfig(dry_run=False, hotspot=HotspotConfig(window_s=5),
@@ -106,3 +112,25 @@ class SeenPolicy:
 
     def propose(self, ctx: Context) -> None:
         self.inputs.append(ctx.inp)
+
+
+def hot_cycle(rb: Rebalancer, sw: RecordingSwarm, nodes: list[SwarmNode], at: float,
+              placement: PlacementPlan) -> list[tuple[str, str]]:
+    """One rebalance step of ``rb`` (a ``cycle.rebalance.Rebalancer``) at ``at``, after
+    placement's ``placement`` (a ``PlacementPlan``): a snapshot of ``sw``'s services and
+    tasks on ``nodes``, GPU 0 of gpu-node-2 hot (97%) on its metrics page. The moves
+    proposed, (service, target host) each."""
+    from swarmgpu.manager.cycle.session import CycleSession
+    from swarmgpu.manager.nodes.sync import Snapshot
+    from swarmgpu.manager.placement import Planner
+
+    session = CycleSession(Snapshot(nodes, sw.services(), sw.tasks(), {},
+                                    swarm_labels=sw.swarm_labels(), taken_at=at))
+    session.facts = dict(FACTS)
+    session.scrapes = {n.id: judge(n, "http://x/metrics", page(
+        FACTS[n.id], {0: 97.0} if n.id == "n2" else {}), at) for n in nodes}
+    session.placement = placement
+    session.planner = Planner(prefix=P)
+    rb.run(session)
+    assert rb.last is not None
+    return [(m.service, m.target_host) for m in rb.last.moves]

@@ -144,7 +144,7 @@ def make_plan(snap: Snapshot, cfg: Config,
                                          facts, cfg.sync.prefix, snap.taken_at,
                                          cfg.preemption.settle_s,
                                          stops_waited(snap.stopping, snap.nodes),
-                                         bool(snap.unkeyed.services))
+                                         snap.services_left_out)
     return planner.plan(snap.nodes, snap.services, snap.tasks, facts,
                         moving=moving(snap.services, snap.swarm_labels, cfg.sync.prefix),
                         nominated=nominated, agents=snap.agent_nodes(planner.agent_service),

@@ -94,9 +94,8 @@ from swarmgpu.manager.placement import (
     ServicePlan,
 )
 from swarmgpu.manager.placement.nominated import (
-    held_gpus,
+    holds_with_stopping,
     live_nominations,
-    stopping_held,
     stopping_shares,
     stops_waited,
 )
@@ -246,10 +245,9 @@ class Preempter:
             # earlier in this very cycle too), as the rebalance step's movers are given
             noms = live_nominations(self.nominated.current(mono),
                                     {s.name: s.id for s in snap.services},
-                                    bool(snap.unkeyed.services))
-            mover = self._mover(swarm)
-            mover.held = mover.repin.held = held_gpus(noms) | stopping_held(plan, noms)
-            mover.shares = mover.repin.shares = stopping_shares(plan.stopping_milli, noms)
+                                    snap.services_left_out)
+            self._mover(swarm).hold(holds_with_stopping(noms, plan),
+                                    stopping_shares(plan.stopping_milli, noms))
         moved: list[Candidate] = []
         to_stop: list[Candidate] = []
         counted: set[str] = set()  # victims spent and stored before their move's writes
@@ -350,11 +348,11 @@ class Preempter:
         # here, would reopen its source, now the preemptor's, if rolled back.
         fresh = snap.swarm_labels if records is None else records
         in_move = moving(snap.services, snap.swarm_labels, self.prefix) | recorded(
-            snap.services, fresh, self.prefix, bool(snap.unkeyed.services))
+            snap.services, fresh, self.prefix, snap.services_left_out)
         self.moving = {p: vs & in_move for p, vs in self.moving.items() if vs & in_move}
         self.nominated.keep(plan, mono, in_move,  # placed, gone or settled: it ends
                             stops_waited(snap.stopping, snap.nodes),
-                            left_out=bool(snap.unkeyed.services))
+                            left_out=snap.services_left_out)
         held = self.nominated.current(mono)  # used for those of their priority or lower
         # its victim's move is in flight, or its GPUs still held for it: wait for them
         settling |= self.moving.keys() | {n.service for n in held}
@@ -364,7 +362,7 @@ class Preempter:
                 p, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
                 preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
                 refused=refused, moving=in_move, ports=ports, raised=raised,
-                held=held_gpus(held) | stopping_held(p, held),  # (those ``keep`` ended too)
+                held=holds_with_stopping(held, p),  # (those ``keep`` ended too)
                 flying=move_gpus(fresh, self.prefix),
                 stopping=snap.stopping, first=first)
         chosen = choose(plan, raised)

@@ -40,8 +40,8 @@ from swarmgpu.manager.placement.nominated import (
     StoppingGpus,
     held_gpus,
     held_shares,
+    holds_with_stopping,
     live_nominations,
-    stopping_held,
     stopping_shares,
 )
 from swarmgpu.manager.rebalance.context import Inputs
@@ -189,8 +189,8 @@ class Rebalancer(Step):
         planner = session.planner if self.placement else None
         model = planner.model if planner is not None else None
         alone = self.stopping_alone(snap, facts, ledger)
-        noms = self.live_holds({sv.name: sv.id for sv in snap.services},  # (read once)
-                               bool(snap.unkeyed.services))
+        noms = self.live_holds({sv.name: sv.id for sv in snap.services},  # (one read: both below)
+                               snap.services_left_out)
         inp = Inputs(nodes=snap.nodes, services=snap.services, tasks=snap.tasks, facts=facts,
                      ledger=ledger_after(snap.nodes, plan, self.prefix, ledger),
                      measured=ledger,
@@ -219,8 +219,7 @@ class Rebalancer(Step):
         # A preemption that waited for the budgets gets the slot it needs first: it runs
         # after this step, which would otherwise take every slot that frees.
         for mover in (self.mover, self.health_mover):  # (``Mover.start``'s and its repins')
-            mover.held = mover.repin.held = inp.held
-            mover.shares = mover.repin.shares = inp.held_shares
+            mover.hold(inp.held, inp.held_shares)
         self.mover.run_cycle([m for m in prop.moves if m.trigger is not Trigger.HEALTH],
                              snap.nodes, snap.services, snap.tasks, self.reserved(),
                              plan_failed=inp.failed)
@@ -248,7 +247,7 @@ class Rebalancer(Step):
         (node id, UUID) -> (the preemptor, its priority). With ``plan``: its stopping
         tasks' GPUs too, read with these same holds (one that settled since placement:
         its victims' GPUs held as theirs, not counted nowhere)."""
-        return held_gpus(noms) | (stopping_held(plan, noms) if plan is not None else {})
+        return holds_with_stopping(noms, plan)
 
     def held_shares(self, noms: Sequence[Nomination], plan: PlacementPlan | None,
                     alone: Sequence[Nomination] = ()) -> dict[tuple[str, str], int]:

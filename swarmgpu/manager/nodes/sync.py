@@ -79,6 +79,12 @@ class Snapshot:
     _agents: dict[str, frozenset[str]] = field(default_factory=dict, init=False,
                                                repr=False, compare=False)
 
+    @property
+    def services_left_out(self) -> bool:
+        """The engine's service list left one out (``unkeyed``): a service not listed may
+        still run, so what names it (a hold, a record) is not taken for gone."""
+        return bool(self.unkeyed.services)
+
     def agent_nodes(self, name: str) -> frozenset[str]:
         """``cpunodes.agent_nodes`` of this snapshot's services and tasks (``name``:
         ``agents.service``), walked once per name."""
@@ -94,6 +100,7 @@ def take_snapshot(
     cfg: Config,
     cache: SwarmCache | None = None,
     stop: StopRequest | None = None,
+    tenants: tuple[TenantSpec, ...] | None = None,
 ) -> Snapshot:
     """One read of the cluster. With ``cache`` (the daemon's, fed by the event stream)
     nodes and services come from it, re-listed only when it must (swarm.cache); tasks
@@ -102,6 +109,8 @@ def take_snapshot(
     left unparsed), and those Swarm is stopping that still use their node
     (``keys.stopping``) or that its constraint enforcer rejected (``Snapshot.rejected``).
     A ``stop`` asked during the agents' reads ends it with ``Stopped`` (``fetch_all``).
+    ``tenants``: ``tenant_specs(cfg)`` parsed once by a caller that reads many snapshots
+    of one config (the daemon); None: parsed here.
 
     The swarm object's labels are read just before and just after the services: a
     move's record is written before its service's label and removed after it, so the
@@ -146,7 +155,7 @@ def take_snapshot(
         stopping=leaving,
         rejected=rejected,
         unkeyed=left_out,
-        tenants=tenant_specs(cfg),
+        tenants=tenant_specs(cfg) if tenants is None else tenants,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from swarmgpu.core.andmore import and_more
 from swarmgpu.manager.placement.generic import generic_count, generic_reservations
 from swarmgpu.manager.placement.keys import gate_of, is_hold
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
@@ -123,8 +124,7 @@ class SwarmFilters:
         if key is None or not key[3]:
             return ""
         said_ = [why for n in self._nodes if (why := self.plugins_why(s, n))]
-        more = f" (and {len(said_) - 3} more nodes)" if len(said_) > 3 else ""
-        return "; ".join(said_[:3]) + more if said_ else ""
+        return "; ".join(said_[:3]) + and_more(len(said_), 3, "nodes") if said_ else ""
 
     def plugins_unknown(self, s: SwarmService) -> str:
         """The plugins ``s`` needs and the nodes whose description lists none, in a

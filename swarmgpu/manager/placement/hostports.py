@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableSequence, Sequence
 from typing import TYPE_CHECKING
 
+from swarmgpu.core.andmore import and_more
 from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.specs import host_mode, host_ports
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -261,5 +262,5 @@ class HostPorts:
 
         nids = sorted(refused, key=host)
         said = [f"{host(n)}: {refused[n]}" for n in nids[:3]]
-        more = f" (and {len(nids) - 3} more nodes)" if len(nids) > 3 else ""
-        return "; ".join(said) + more + " (Swarm runs one task with a host-mode port per node)"
+        return ("; ".join(said) + and_more(len(nids), 3, "nodes")
+                + " (Swarm runs one task with a host-mode port per node)")

@@ -418,6 +418,15 @@ def stopping_held(plan: PlacementPlan, nominations: Sequence[Nomination],
             for k, (who, pr) in plan.stopping_held.items()}
 
 
+def holds_with_stopping(nominations: Sequence[Nomination], plan: PlacementPlan | None,
+                        ) -> dict[tuple[str, str], tuple[str, int]]:
+    """The GPUs ``nominations`` hold for preemptors (``held_gpus``) and, with ``plan``,
+    its stopping tasks' GPUs read with these same holds (``stopping_held``): what a
+    mover keeps off (the rebalance step's, the preemption step's)."""
+    return held_gpus(nominations) | (stopping_held(plan, nominations) if plan is not None
+                                     else {})
+
+
 def stopping_shares(milli: Mapping[tuple[str, str], int], nominations: Sequence[Nomination],
                     ) -> dict[tuple[str, str], int]:
     """Of ``milli`` (stopping tasks' shares: ``held_shares``, ``plan.stopping_milli``),

@@ -323,7 +323,7 @@ class Planner:
         self._note_problems(plan, {s.name: s for s, _ in read.parsed})
         self._faults.end()
         leave_unread(plan, nodes)
-        self._recreated.placed_elsewhere(plan.dropped, plan.services)  # (placed afresh there)
+        self._recreated.placed_elsewhere(plan.finish(), plan.services)  # (placed afresh there)
         plan.workload, plan.queues = self.model.summary(), self.queues.summary()
         return plan
 

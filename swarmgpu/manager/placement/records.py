@@ -302,6 +302,9 @@ class PlacementPlan:
     # (service name, node id): ledger entries read this cycle as a removed service's that
     # a live one recreated under its name found (``placement.recreated``), not kept
     disowned: frozenset[tuple[str, str]] = frozenset()
+    # ``dropped`` as the finished plan has it (``finish``); None: worked out at each read
+    _dropped: frozenset[tuple[str, str]] | None = field(default=None, init=False,
+                                                       repr=False, compare=False)
 
     @property
     def dropped(self) -> frozenset[tuple[str, str]]:
@@ -309,10 +312,20 @@ class PlacementPlan:
         again: no holding of it, as placement read it. Preemption and the rebalancer
         read the ledger without them (the entry may stay a while: its release held back
         or failed); before, they read it by name as the live service's holding."""
+        if self._dropped is not None:
+            return self._dropped
         if not self.disowned:
             return frozenset()
         return self.disowned - {(sp.name, p.node_id) for sp in self.services
                                 for p in sp.placements}
+
+    def finish(self) -> frozenset[tuple[str, str]]:
+        """Planned: no placement changes after this (notes do), so ``dropped`` is worked
+        out once here for its readers (the planner, preemption, the rebalancer); it is
+        returned."""
+        self._dropped = None
+        self._dropped = self.dropped
+        return self._dropped
 
     @property
     def empty(self) -> bool:

@@ -172,6 +172,12 @@ class Mover:
                            seen=self.seen, ended=self._ended, say=self.outcomes.say)
         self.repin.held_said = self._held
 
+    def hold(self, held: Mapping[tuple[str, str], tuple[str, int]], shares: Shares) -> None:
+        """This cycle's GPUs no move (nor repin) of this mover lands on (``room_for``):
+        ``held``, the stopping tasks' of them by their ``shares``."""
+        self.held = self.repin.held = held
+        self.shares = self.repin.shares = shares
+
     def stand_by(self) -> None:
         """Not the leader: the next term counts the fragmentation budget afresh, its
         hour read from Swarm (another leader's moves meanwhile are in it)."""

@@ -214,14 +214,6 @@ def attribute(nodes: Sequence[SwarmNode], ledger: Mapping[str, Mapping[str, Hold
     return Attribution(out, stray)
 
 
-def service_use(nodes: Sequence[SwarmNode], ledger: Mapping[str, Mapping[str, Holding]],
-                facts: Mapping[str, NodeFacts],
-                metrics: Mapping[str, Mapping[str, GpuMetrics]],
-                containers: Mapping[str, Owner] | None = None) -> list[ServiceUse]:
-    """``attribute``'s checked uses only."""
-    return attribute(nodes, ledger, facts, metrics, containers).uses
-
-
 def findings(uses: Iterable[ServiceUse],
              unattributed: Iterable[Unattributed] = ()) -> list[Finding]:
     """The audit's view: one finding per holder over its share, and an advisory per GPU

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from swarmgpu.core.andmore import and_more
 from swarmgpu.core.config import Config
 from swarmgpu.manager.cycle.placement import make_plan, new_planner
 from swarmgpu.manager.engine.actuator import Why, Writes
@@ -79,6 +80,5 @@ def left_out(said: Sequence[str]) -> str:
     ``said``: their messages, each with its fix), of which it may be one; "" if none."""
     if not said:
         return ""
-    more = f" (and {len(said) - 1} more)" if len(said) > 1 else ""
     return (f"; it may be a service the engine's list left out, listed without an ID: "
-            f"{said[0]}{more}")
+            f"{said[0]}{and_more(len(said))}")

@@ -27,6 +27,7 @@ from swarmgpu.core.tenants import (
     DEFAULT_TENANT,
     STACK_LABEL,
     TenantSpec,
+    claimed_by,
     matches,
     parse_tenants,
 )
@@ -70,10 +71,7 @@ class Tenants:
     def of(self, name: str, stack: str | None) -> TenantSpec:
         """The tenant of service ``name`` of stack ``stack`` (None: not from a stack): the
         first in file order that matches, else ``default``."""
-        for t in self.specs[:-1]:
-            if matches(t, name, stack):
-                return t
-        return self.specs[-1]
+        return claimed_by(self.specs, name, stack) or self.specs[-1]
 
     def of_service(self, s: SwarmService) -> TenantSpec:
         return self.of(s.name, s.labels.get(STACK_LABEL))
