@@ -139,7 +139,7 @@ def make_plan(snap: Snapshot, cfg: Config,
     facts = facts_by_node(snap, fallback)
     if nominated is None:
         leaving = [*snap.stopping, *snap.rejected]
-        left = left_out_victims(swarm, snap.services, leaving, bool(snap.unkeyed.services))
+        left = left_out_victims(swarm, snap.services, leaving, snap.services_left_out)
         nominated = recorded_nominations([*snap.services, *left], leaving,
                                          facts, cfg.sync.prefix, snap.taken_at,
                                          cfg.preemption.settle_s,
