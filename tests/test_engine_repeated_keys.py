@@ -11,7 +11,6 @@ whole (info, the swarm, an event) is refused. These go through docker-py's own
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import docker
@@ -46,20 +45,18 @@ def task_text(tid: str, node: str, state: str = "running") -> str:
 
 def engine(monkeypatch: pytest.MonkeyPatch, answers: dict[str, str]) -> SwarmClient:
     """A client built as the daemon builds it, its engine answering ``answers`` (by path)."""
-    real = docker.APIClient
-    monkeypatch.setattr(docker, "APIClient", functools.partial(real, version="1.43"))
-    sw = SwarmClient("tcp://127.0.0.1:9")
+    answers = {"/version": '{"ApiVersion": "1.43"}', **answers}  # (asked as it is made)
 
-    def get(url: str, **_: Any) -> requests.Response:
+    def get(_self: object, url: str, **_: Any) -> requests.Response:
         resp = requests.Response()
-        path = url.split("/v1.43", 1)[1]
+        path = url.split("127.0.0.1:9", 1)[1].removeprefix("/v1.43")
         resp.status_code, resp._content = 200, answers[path].encode()
         resp.headers["Content-Type"], resp.encoding = "application/json", "utf-8"
         resp.url = url
         return resp
 
-    monkeypatch.setattr(sw._api, "_get", get)
-    return sw
+    monkeypatch.setattr(docker.APIClient, "_get", get)
+    return SwarmClient("tcp://127.0.0.1:9")
 
 
 def test_a_node_naming_a_key_twice_is_unread_alone(monkeypatch: pytest.MonkeyPatch) -> None:
