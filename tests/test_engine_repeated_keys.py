@@ -231,3 +231,14 @@ def test_a_service_naming_its_id_twice_read_to_write_is_refused_as_unread(
     with pytest.raises(UnreadWrite, match=r"service write refused: .*'ID' twice") as got:
         sw.update_service_spec("s2", lambda spec: {**spec, "Name": "y"})
     assert FIX in str(got.value) and sw.writes == 0
+
+
+def test_a_service_read_without_its_id_to_write_is_refused_as_unread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (a proxy that drops the ID, swarm.unkeyed: the engine's error failed every writer
+    # that skips a service it cannot read alone, as for one naming its ID twice)
+    sw = engine(monkeypatch, {"/services/s2": service_text("s2", "llm").replace(
+        '"ID": "s2", ', "")})
+    with pytest.raises(UnreadWrite, match=r"service write refused: .*without an ID"):
+        sw.update_service_spec("s2", lambda spec: {**spec, "Name": "y"})
+    assert sw.writes == 0

@@ -181,11 +181,16 @@ def _labels_readable(raw: Any) -> Any:
 def _spec_readable(raw: Any) -> Any:
     """``raw``, a service read to write its spec, unless some part of it cannot be read
     (``SwarmService.unread``): then no write, its spec kept as it is (UnreadWrite). One
-    naming its own ID twice is so too (read_service would refuse it as the engine's
-    error, which fails every writer that skips one service it cannot read)."""
+    naming its own ID twice, or none (a proxy that drops it: ``swarm.unkeyed``), is so
+    too (read_service refuses it, as the engine's error, which fails every writer that
+    skips one service it cannot read)."""
     if isinstance(raw, Repeated) and raw.id_twice:
         return _readable(raw, raw.why, "service", UnreadWrite)
-    return _readable(raw, service_from_api(raw).unread, "service", UnreadWrite)
+    try:
+        unread = read_service(raw).unread
+    except UnreadSpec as exc:  # (no object, no ID: this service's write alone)
+        unread = str(exc)
+    return _readable(raw, unread, "service", UnreadWrite)
 
 
 def _readable(raw: Any, unread: str, what: str, refused: type[SwarmError]) -> Any:
