@@ -18,6 +18,7 @@ from swarmgpu.core.config import Config
 from swarmgpu.manager.nodes import sync
 from swarmgpu.manager.placement import Planner
 from swarmgpu.manager.placement.cluster import ClusterAllocator
+from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.swarm.client import SwarmService, SwarmTask, task_from_api
 from swarmgpu.swarm.unkeyed import Unkeyed
 
@@ -131,3 +132,13 @@ def test_a_jobs_running_task_reserves_its_cpu_in_the_movers_allocator_too() -> N
     assert left["n-a"] is not None and left["n-b"] is not None
     assert left["n-b"] - left["n-a"] == 1500, left
     assert ("id-job", "n-a") in alloc.tasks_on
+
+
+def test_a_jobs_running_task_reserves_its_cpu_in_preemptions_room_too() -> None:
+    """Preemption's room (``preemptroom.Room``) counted only tasks desired running or
+    ready: a job's running task reserved nothing there, so victims were stopped for a
+    preemptor Swarm then refused on that node."""
+    nodes, _facts = two_nodes()
+    snap = _snapshot("n-a", left_out=True, cpu_milli=1500)
+    room = Room.of(nodes, snap.services, snap.tasks, {})
+    assert room.left["n-b"][0] == 2000 and room.left["n-a"][0] == 500, room.left
