@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from swarmgpu.agent.procattr import engine_labels
 from swarmgpu.cli import main
 from swarmgpu.swarm import answerjson
-from swarmgpu.swarm.client import SwarmClient, SwarmError
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
 from tests.support.loop_engine import Padded, loop_engine
 
 MIB = 1024 * 1024
@@ -90,3 +91,44 @@ def test_doctors_docker_info_read_once_strictly_reads_as_before(
     with loop_engine({"/info": info}) as engine:
         check = doctor_engine(monkeypatch, engine.server_port)
     assert check["status"] == "ok" and "node n1" in check["found"], check
+
+
+def test_the_version_asked_as_a_client_is_made_is_bounded_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (docker-py asks it in APIClient's constructor, before any hook: read whole)
+    monkeypatch.setattr(answerjson, "MAX_ANSWER_BYTES", MIB)
+    with loop_engine({"/version": Padded(64 * MIB)}) as engine:
+        with pytest.raises(SwarmUnavailable, match=r"answer to GET /version is over 1 MiB"):
+            SwarmClient(f"tcp://127.0.0.1:{engine.server_port}")
+        assert engine.sent_all.wait(10)
+        assert engine.sent < 32 * MIB, engine.sent
+
+
+def test_the_agents_container_inspect_client_bounds_the_version_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(answerjson, "MAX_ANSWER_BYTES", MIB)
+    with loop_engine({"/version": Padded(64 * MIB)}) as engine:
+        lookup = engine_labels(f"tcp://127.0.0.1:{engine.server_port}", timeout_s=10)
+        assert lookup("c" * 64) is None  # (unknown this time, as for an engine down)
+        assert engine.sent_all.wait(10)
+        assert engine.sent < 32 * MIB, engine.sent
+
+
+def test_doctors_version_past_the_limit_is_refused_naming_the_fix(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(answerjson, "MAX_ANSWER_BYTES", MIB)
+    with loop_engine({"/version": Padded(64 * MIB)}) as engine:
+        check = doctor_engine(monkeypatch, engine.server_port)
+        assert engine.sent_all.wait(10)
+        assert engine.sent < 32 * MIB, engine.sent
+    assert check["status"] == "fail", check
+    assert "GET /version is over 1 MiB" in check["found"], check
+    assert "proxy in front of the engine" in check["fix"], check
+
+
+def test_a_version_naming_a_key_twice_is_refused_as_the_engines(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    twice = b'{"ApiVersion": "1.43", "ApiVersion": "1.24", "Version": "24.0.0"}'
+    with loop_engine({"/version": twice}) as engine, pytest.raises(
+            SwarmUnavailable, match="'ApiVersion' twice"):
+        SwarmClient(f"tcp://127.0.0.1:{engine.server_port}")

@@ -11,7 +11,6 @@ whole (info, the swarm, an event) is refused. These go through docker-py's own
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import docker
@@ -46,20 +45,18 @@ def task_text(tid: str, node: str, state: str = "running") -> str:
 
 def engine(monkeypatch: pytest.MonkeyPatch, answers: dict[str, str]) -> SwarmClient:
     """A client built as the daemon builds it, its engine answering ``answers`` (by path)."""
-    real = docker.APIClient
-    monkeypatch.setattr(docker, "APIClient", functools.partial(real, version="1.43"))
-    sw = SwarmClient("tcp://127.0.0.1:9")
+    answers = {"/version": '{"ApiVersion": "1.43"}', **answers}  # (asked as it is made)
 
-    def get(url: str, **_: Any) -> requests.Response:
+    def get(_self: object, url: str, **_: Any) -> requests.Response:
         resp = requests.Response()
-        path = url.split("/v1.43", 1)[1]
+        path = url.split("127.0.0.1:9", 1)[1].removeprefix("/v1.43")
         resp.status_code, resp._content = 200, answers[path].encode()
         resp.headers["Content-Type"], resp.encoding = "application/json", "utf-8"
         resp.url = url
         return resp
 
-    monkeypatch.setattr(sw._api, "_get", get)
-    return sw
+    monkeypatch.setattr(docker.APIClient, "_get", get)
+    return SwarmClient("tcp://127.0.0.1:9")
 
 
 def test_a_node_naming_a_key_twice_is_unread_alone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -234,3 +231,14 @@ def test_a_service_naming_its_id_twice_read_to_write_is_refused_as_unread(
     with pytest.raises(UnreadWrite, match=r"service write refused: .*'ID' twice") as got:
         sw.update_service_spec("s2", lambda spec: {**spec, "Name": "y"})
     assert FIX in str(got.value) and sw.writes == 0
+
+
+def test_a_service_read_without_its_id_to_write_is_refused_as_unread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (a proxy that drops the ID, swarm.unkeyed: the engine's error failed every writer
+    # that skips a service it cannot read alone, as for one naming its ID twice)
+    sw = engine(monkeypatch, {"/services/s2": service_text("s2", "llm").replace(
+        '"ID": "s2", ', "")})
+    with pytest.raises(UnreadWrite, match=r"service write refused: .*without an ID"):
+        sw.update_service_spec("s2", lambda spec: {**spec, "Name": "y"})
+    assert sw.writes == 0

@@ -17,6 +17,8 @@ from support.planner import two_nodes
 from swarmgpu.core.config import Config
 from swarmgpu.manager.nodes import sync
 from swarmgpu.manager.placement import Planner
+from swarmgpu.manager.placement.cluster import ClusterAllocator
+from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.swarm.client import SwarmService, SwarmTask, task_from_api
 from swarmgpu.swarm.unkeyed import Unkeyed
 
@@ -116,3 +118,27 @@ def test_a_left_out_jobs_task_not_running_yet_is_noted_on_a_plan_publishing_a_po
     assert sp.status == "placed", sp
     (note,) = [w for w in sp.warnings if "leaves out" in w]
     assert "8000/tcp" in note and "node-a" in note and "not known until it runs" in note
+
+
+def test_a_jobs_running_task_reserves_its_cpu_in_the_movers_allocator_too() -> None:
+    """The mover's allocator (rebalance.context: ``ClusterAllocator`` over the tasks)
+    counted only tasks desired running or ready: a job's running task (desired
+    complete), listed or left out, reserved nothing there, so a move's target was
+    chosen where Swarm then refused its task."""
+    nodes, facts = two_nodes()
+    snap = _snapshot("n-a", left_out=True, cpu_milli=1500)
+    alloc = ClusterAllocator(nodes, facts, {}, tasks=snap.tasks)  # type: ignore[arg-type]
+    left = {n: alloc.alloc.nodes[n].cpu_left for n in ("n-a", "n-b")}
+    assert left["n-a"] is not None and left["n-b"] is not None
+    assert left["n-b"] - left["n-a"] == 1500, left
+    assert ("id-job", "n-a") in alloc.tasks_on
+
+
+def test_a_jobs_running_task_reserves_its_cpu_in_preemptions_room_too() -> None:
+    """Preemption's room (``preemptroom.Room``) counted only tasks desired running or
+    ready: a job's running task reserved nothing there, so victims were stopped for a
+    preemptor Swarm then refused on that node."""
+    nodes, _facts = two_nodes()
+    snap = _snapshot("n-a", left_out=True, cpu_milli=1500)
+    room = Room.of(nodes, snap.services, snap.tasks, {})
+    assert room.left["n-b"][0] == 2000 and room.left["n-a"][0] == 500, room.left

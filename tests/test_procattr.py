@@ -213,7 +213,8 @@ def _engine_answering(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
 
     def get(_self: object, url: str, **_: object) -> requests.Response:
         resp = requests.Response()
-        resp.status_code, resp._content = 200, text.encode()
+        answer = '{"ApiVersion": "1.43"}' if url.endswith("/version") else text
+        resp.status_code, resp._content = 200, answer.encode()
         resp.headers["Content-Type"], resp.encoding, resp.url = "application/json", "utf-8", url
         return resp
 

@@ -129,13 +129,13 @@ def test_a_node_list_beside_a_service_list_keeps_the_services_left_out(
 
 
 
-def _timer_list_after(change: Any) -> tuple[list[float], SwarmCache]:
-    """web, train and db listed with their IDs, then ``change(api)`` with no event
-    (Swarm's store published none), the timer's list, and a read ``EVENT_WAIT_S``
-    later: the stream's cuts, and the cache."""
+def _timer_list_after(change: Any, **more: dict[str, Any]) -> tuple[list[float], SwarmCache]:
+    """web, train and db listed with their IDs (and ``more``), then ``change(api)`` with
+    no event (Swarm's store published none), the timer's list, and a read
+    ``EVENT_WAIT_S`` later: the stream's cuts, and the cache."""
     api = ProxyApi({"n1": raw_node("n1", "gpu-1")},
                    {"s1": raw_service("s1", "web"), "s2": raw_service("s2", "train"),
-                    "s3": raw_service("s3", "db")})
+                    "s3": raw_service("s3", "db"), **more})
     sw = SwarmClient.__new__(SwarmClient)
     sw.endpoint, sw._api = "unix:///test", api  # type: ignore[assignment]
     sw.on_write = sw.on_landed = None
@@ -172,4 +172,46 @@ def test_more_services_gone_than_left_out_are_a_change_no_event_told_of() -> Non
         del api.s["s3"]
 
     cuts, cache = _timer_list_after(drop_id_and_remove)
+    assert len(cuts) == 1 and cache.stats.reasons["no event for a change"] >= 1
+
+
+def test_a_service_left_out_all_along_does_not_hide_a_removal_no_event_told_of() -> None:
+    """ml was left out by the first list too (its ID dropped all along): db removed with
+    no event is a change the stream did not tell of. Before, one gone was taken for the
+    one left out, so a stalled stream went unseen while any service stayed left out."""
+    def remove(api: ProxyApi) -> None:
+        del api.s["s3"]
+
+    cuts, cache = _timer_list_after(remove, s4=raw_service(None, "ml"))
+    assert len(cuts) == 1 and cache.stats.reasons["no event for a change"] >= 1
+
+
+def test_a_service_listed_again_with_its_id_is_no_creation_no_event_told_of() -> None:
+    """ml, left out until the proxy mends, is listed with its ID: no creation the stream
+    missed (Swarm's store changed nothing). Before, it was taken for one: the open
+    stream for stalled, and cut."""
+    def mend(api: ProxyApi) -> None:
+        api.s["s4"] = raw_service("s4", "ml")
+
+    cuts, cache = _timer_list_after(mend, s4=raw_service(None, "ml"))
+    assert [s.id for s in cache.read()[1]] == ["s1", "s2", "s3", "s4"]
+    assert cuts == [] and "no event for a change" not in cache.stats.reasons
+
+
+def test_a_service_left_out_in_place_of_one_listed_again_is_no_change_unseen() -> None:
+    """ml regains its ID as train loses it: one left out before and after."""
+    def swap(api: ProxyApi) -> None:
+        api.s["s2"] = raw_service(None, "train")
+        api.s["s4"] = raw_service("s4", "ml")
+
+    cuts, cache = _timer_list_after(swap, s4=raw_service(None, "ml"))
+    assert [s.id for s in cache.read()[1]] == ["s1", "s3", "s4"]
+    assert cuts == [] and "no event for a change" not in cache.stats.reasons
+
+
+def test_a_service_created_while_one_stays_left_out_is_a_change_no_event_told_of() -> None:
+    def create(api: ProxyApi) -> None:
+        api.s["s5"] = raw_service("s5", "new")
+
+    cuts, cache = _timer_list_after(create, s4=raw_service(None, "ml"))
     assert len(cuts) == 1 and cache.stats.reasons["no event for a change"] >= 1

@@ -30,6 +30,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from loguru import logger
 
 from swarmgpu.core.boundedfile import FileRefused, TooLarge, read_head
 from swarmgpu.core.samples import GpuProcess, GpuSample
-from swarmgpu.swarm.answerjson import strict_results
+from swarmgpu.swarm.answerjson import strict_api
 
 _ID = re.compile(r"(?<![0-9a-f])([0-9a-f]{64})(?![0-9a-f])")
 TASK_LABEL = "com.docker.swarm.task.id"
@@ -79,8 +80,9 @@ def engine_labels(base_url: str, timeout_s: float = 1.5) -> Labels:
         nonlocal client
         try:
             if client is None:
-                client = docker.APIClient(base_url=base_url, timeout=timeout_s)
-                strict_results(client)  # (a label twice: which owner is meant is unknown)
+                # (a label twice: which owner is meant is unknown; each answer bounded)
+                client = strict_api(partial(docker.APIClient, base_url=base_url,
+                                            timeout=timeout_s))
             info = client.inspect_container(cid)
         except docker.errors.NotFound:
             return {}  # gone: no owner, and nothing to ask again

@@ -381,19 +381,21 @@ def daemon_keys(given: str | None, config_path: str | None,
 
 def _docker_info() -> tuple[Any, str | None]:
     """``docker info`` of this node's dockerd, read as the daemon reads the engine
-    (``answerjson.strict_results``: a key twice, an answer past the bound, refused), or
-    why not: dockerd down is itself a finding (docker.engine)."""
+    (``answerjson.strict_api``: a key twice, an answer past the bound, refused, its
+    version's too), or why not: dockerd down is itself a finding (docker.engine)."""
+    from swarmgpu.swarm.answerjson import AnswerTooLarge, RepeatedAnswer, strict_api
+
+    refused = (RepeatedAnswer, AnswerTooLarge)
     try:
         import docker
 
-        from swarmgpu.swarm.answerjson import AnswerTooLarge, RepeatedAnswer, strict_results
-
-        client = docker.from_env(timeout=5)
-        strict_results(client.api)
-        return client.info(), None
-    except (RepeatedAnswer, AnswerTooLarge) as exc:  # (docker.engine names the fix)
+        api = strict_api(lambda **kw: docker.from_env(timeout=5, **kw).api)
+        return api.info(), None
+    except refused as exc:  # (docker.engine names the fix)
         return None, f"docker info: {exc}"
     except Exception as exc:
+        if isinstance(exc.__cause__, refused):  # (its version, asked as it is made)
+            return None, f"docker info: {exc.__cause__}"
         return None, str(exc) or type(exc).__name__
 
 

@@ -11,6 +11,7 @@ task list, and an inspect of a node or service, is read entry by entry
 reader fails it (a node or service alone, unread; a task list whole, as for a task it
 cannot read); every other answer is refused whole. Each answer not streamed is read to
 ``MAX_ANSWER_BYTES`` at most (``AnswerTooLarge``): docker-py read it whole, unbounded.
+A client is made by ``strict_api``, so the API version it asks as it is made is too.
 """
 
 from __future__ import annotations
@@ -78,6 +79,31 @@ def strict_results(api: Any) -> None:
             raise RepeatedAnswer(exc.key, response.text) from None
 
     api._result = result
+
+
+def strict_api(make: Callable[..., Any]) -> Any:
+    """docker-py's ``APIClient`` ``make(version=...)`` builds, with ``strict_results``,
+    its API version then asked of the engine as docker-py asks it (``version="auto"``).
+    docker-py asks it in the client's constructor, before any hook: that answer was read
+    whole, unbounded, and decoded loosely. Why it cannot be read is docker-py's
+    ``DockerException`` as before (its cause the ``AnswerTooLarge`` or ``RepeatedAnswer``)."""
+    from docker.constants import MINIMUM_DOCKER_API_VERSION
+    from docker.errors import DockerException
+    from docker.utils import version_lt
+
+    api = make(version=MINIMUM_DOCKER_API_VERSION)  # (a fixed one: nothing asked yet)
+    strict_results(api)
+    try:
+        version = api.version(api_version=False)["ApiVersion"]
+        old = version_lt(version, MINIMUM_DOCKER_API_VERSION)  # (raises: no "1.43" text)
+    except Exception as exc:  # (as docker-py's _retrieve_server_version says it)
+        raise DockerException(f"Error while fetching server API version: {exc}") from exc
+    if old:
+        raise DockerException(f"the engine's API version {quoted(version, 40)} is not one "
+                              f"docker-py reads (at least {MINIMUM_DOCKER_API_VERSION}): "
+                              "upgrade Docker on that node")
+    api._version = version
+    return api
 
 
 def _bounded(response: Any, stream: bool | None = None, **_: Any) -> None:

@@ -180,6 +180,7 @@ class SwarmCache:
         self._read_lock = threading.Lock()  # one read at a time
         self._nodes: dict[str, SwarmNode] = {}
         self._services: dict[str, SwarmService] = {}
+        self._left = Unkeyed()  # what the last full lists left out (``unseen_changes``)
         self._dirty: dict[str, set[str]] = {k: set() for k in KINDS}
         self._stream_up = False
         self._relist_why: Relist | None = Relist(Why.FIRST_READ)
@@ -370,8 +371,9 @@ class SwarmCache:
             with self._lock:  # nothing learnt: list again next time
                 self._relist_why = self._relist_why or replace(why, failed=True)
             raise
+        left, self._left = self._left, self.swarm.unkeyed()
         if why.keep_newer and not why.failed:
-            self._compare(had, nodes, services, dirty)
+            self._compare(had, nodes, services, dirty, left)
         keep = why.keep_newer
         self._nodes = {n.id: newer(self._nodes, n, keep) for n in nodes}
         self._services = {s.id: newer(self._services, s, keep) for s in services}
@@ -386,17 +388,19 @@ class SwarmCache:
         nodes: list[SwarmNode],
         services: list[SwarmService],
         dirty: Mapping[str, set[str]],
+        before: Unkeyed,
     ) -> None:
         """A list of the store the open stream watched: what changed with no event named
         it (before the read, or during the list) starts the wait ``watch_verdict``
-        reads."""
+        reads. ``before``: what the lists before these left out."""
         with self._lock:
             named = {k: dirty.get(k, set()) | self._dirty[k] for k in KINDS}
             if not self._stream_up:
                 return
-        left = self.swarm.unkeyed()  # (what these two lists left out)
-        unseen = unseen_changes(had[0], nodes, named["node"], len(left.nodes)) + unseen_changes(
-            had[1], services, named["service"], len(left.services)
+        now = self._left  # (what these two lists left out)
+        unseen = unseen_changes(had[0], nodes, named["node"], len(now.nodes),
+                                len(before.nodes)) + unseen_changes(
+            had[1], services, named["service"], len(now.services), len(before.services)
         )
         if unseen:
             with self._lock:
@@ -474,18 +478,24 @@ def watch_verdict(
 
 
 def unseen_changes(have: Mapping[str, Any], listed: list[Any], named: set[str],
-                   left_out: int = 0) -> list[str]:
+                   left_out: int = 0, left_before: int = 0) -> list[str]:
     """The ids (sorted) a list shows created, removed or at a newer version than ``have``
     and no event or write named: changes the stream did not tell of. ``left_out``: how
-    many entries the list left out (``swarm.unkeyed``): no more ids than that gone from
-    it may be those, listed without their ID (a proxy's doing, of which Swarm's store
-    publishes no event), so they are none; more gone, each counts. Before, a service
-    newly left out was taken for removed unseen: the open stream for stalled, and cut."""
+    many entries the list left out (``swarm.unkeyed``), ``left_before``: the list's
+    before. An entry listed without its ID is a proxy's doing, of which Swarm's store
+    publishes no event: ids gone no more than could be newly left out, and ids new no
+    more than could be listed again with theirs, are those, so none counts; more, each
+    does. A service newly left out was taken for removed unseen (the open stream for
+    stalled, and cut), and one left out all along hid a removal no event told of."""
     got = {o.id: o for o in listed}
     changed = {i for i, o in got.items() if i not in have or o.version > have[i].version}
     gone = have.keys() - got.keys() - named
-    if len(gone) > left_out:
+    new = got.keys() - have.keys() - named
+    # (left out now = before - listed again + newly left out: each bounded by its ids)
+    if len(gone) > left_out - left_before + min(left_before, len(new)):
         changed |= gone
+    elif len(new) <= left_before - left_out + min(left_out, len(gone)):
+        changed -= new
     return sorted(changed - named)
 
 

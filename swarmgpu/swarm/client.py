@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 import docker
@@ -26,7 +27,7 @@ from swarmgpu.swarm.answerjson import (
     Repeated,
     RepeatedAnswer,
     read_entries,
-    strict_results,
+    strict_api,
 )
 from swarmgpu.swarm.engineaddr import engine_endpoint as engine_endpoint  # (tests import it)
 from swarmgpu.swarm.engineaddr import engine_fix
@@ -180,11 +181,16 @@ def _labels_readable(raw: Any) -> Any:
 def _spec_readable(raw: Any) -> Any:
     """``raw``, a service read to write its spec, unless some part of it cannot be read
     (``SwarmService.unread``): then no write, its spec kept as it is (UnreadWrite). One
-    naming its own ID twice is so too (read_service would refuse it as the engine's
-    error, which fails every writer that skips one service it cannot read)."""
+    naming its own ID twice, or none (a proxy that drops it: ``swarm.unkeyed``), is so
+    too (read_service refuses it, as the engine's error, which fails every writer that
+    skips one service it cannot read)."""
     if isinstance(raw, Repeated) and raw.id_twice:
         return _readable(raw, raw.why, "service", UnreadWrite)
-    return _readable(raw, service_from_api(raw).unread, "service", UnreadWrite)
+    try:
+        unread = read_service(raw).unread
+    except UnreadSpec as exc:  # (no object, no ID: this service's write alone)
+        unread = str(exc)
+    return _readable(raw, unread, "service", UnreadWrite)
 
 
 def _readable(raw: Any, unread: str, what: str, refused: type[SwarmError]) -> Any:
@@ -307,15 +313,17 @@ class SwarmClient:
     def __init__(self, base_url: str | None = None, *, timeout_s: float = 30.0) -> None:
         self.endpoint = engine_endpoint(base_url)
         try:
+            # (a key twice in an answer, one past the bound: refused, swarm.answerjson)
             if base_url:
-                self._api = docker.APIClient(base_url=base_url, timeout=int(timeout_s))
+                self._api = strict_api(partial(docker.APIClient, base_url=base_url,
+                                               timeout=int(timeout_s)))
             else:
-                self._api = docker.from_env(timeout=int(timeout_s)).api
+                self._api = strict_api(lambda **kw: docker.from_env(
+                    timeout=int(timeout_s), **kw).api)
         except docker.errors.DockerException as exc:
             raise SwarmUnavailable(
                 f"cannot reach the Docker Engine at {self.endpoint}: {exc}"
                 f"{engine_fix(str(exc))}") from exc
-        strict_results(self._api)  # (a key twice in an answer: refused, swarm.answerjson)
         self.writes = 0  # every write call made, for metrics and tests
         # Told (kind "node" or "service", id) after a write landed or failed midway: a
         # cache of what the engine holds reads the object again (swarm.cache).

@@ -1,5 +1,6 @@
 """An engine on loopback for docker-py's own client: real HTTP/1.1, keep-alive, each
-GET of a path answered from ``answers`` (the path without its /vX.Y): bytes as they
+GET of a path answered from ``answers`` (the path without its /vX.Y; /version, unless
+named, a 24.0 engine's): bytes as they
 are (with a length), a ``Padded`` or ``Chunked`` body sent chunked, as Go sends a long
 answer. It counts the connections it took and the bytes of each chunked body it got
 out."""
@@ -58,7 +59,7 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.partition("?")[0]
         if path.startswith("/v1."):
             path = "/" + path.split("/", 2)[2]
-        body = VERSION if path == "/version" else self.server.answers.get(path, b"{}")
+        body = self.server.answers.get(path, VERSION if path == "/version" else b"{}")
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         if isinstance(body, bytes):

@@ -21,11 +21,11 @@ from swarmgpu.manager.placement.cpunodes import (
     sync_cpu_node,
     with_cpu_reason,
 )
-from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.reasons import Reasons
 from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.specs import node_spec, schedulable, unread, user_labels
+from swarmgpu.manager.placement.tasks import meant_to_run
 from swarmgpu.manager.services.requests import matches_products
 from swarmgpu.swarm.client import SwarmNode, SwarmTask
 
@@ -212,11 +212,13 @@ class ClusterAllocator:
 
     def set_usage(self, tasks: Sequence[SwarmTask]) -> None:
         """CPU and memory tasks reserve per node (Swarm counts every task desired running or
-        ready, GPU or not); a holding's counts until its task exists (``holding_reservation``)."""
+        ready, GPU or not, and a job's live one: ``tasks.meant_to_run``, as placement's
+        ``tasks_by_service``); a holding's counts until its task exists
+        (``holding_reservation``)."""
         use: dict[str, list[int]] = {}
         on_nodes: dict[str, set[str]] = {}
         for t in tasks:
-            if t.desired_state not in MEANT_STATES or not t.node_id:
+            if not meant_to_run(t) or not t.node_id:
                 continue
             on_nodes.setdefault(t.service_id, set()).add(t.node_id)
             if t.cpu_milli or t.memory_mib:

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from swarmgpu.manager.placement.hostports import binds, own_ports, published
-from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.recreated import gate_name
+from swarmgpu.manager.placement.tasks import meant_to_run
 from swarmgpu.swarm.client import (
     SwarmNode,
     SwarmService,
@@ -66,7 +66,7 @@ class Room:
         on: set[tuple[str, str]] = set()
         strays: dict[str, dict[str, str]] = {}  # node id -> service not listed -> its gate's
         for t in tasks:
-            if t.desired_state not in MEANT_STATES or not t.node_id:
+            if not meant_to_run(t) or not t.node_id:  # (a job's live task: Swarm counts it)
                 continue
             on.add((t.service_id, t.node_id))
             if t.service_id not in name_of:
