@@ -137,8 +137,17 @@ def cell(text: object, width: int = CELL_WIDTH) -> str:
         if used <= room:
             fits = len(out)
     if len(s) > 4 * width + 4:
+        # cut where a letter starts: the bound may fall among a letter's marks (each
+        # piece is one character of ``s``), and the letter showed with some of them
+        while fits and _mark(s[fits]):
+            fits -= 1
         return "".join(out[:fits]) + CUT
     return "".join(out)
+
+
+def _mark(c: str) -> bool:
+    """A combining mark that ``cell`` shows (no escape): it takes no column."""
+    return not _hidden(c) and _char_width(c) == 0
 
 
 def cut_alike(names: Iterable[object]) -> set[str]:
