@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarmgpu.core.peertext import cell, escaped, padded, text_width
+from swarmgpu.core.peertext import cell, escaped, padded, shortened, text_width
 
 CJK = "计算节点"  # four wide characters: eight columns
 E_ACUTE = "e\u0301"  # e and a combining acute accent: one column
@@ -51,6 +51,7 @@ def test_prop_a_cell_fits_its_width_and_is_the_whole_text_or_its_start(
     assert shown == whole or (shown.endswith("...") and whole.startswith(shown[:-3])), shown
     if text_width(whole) <= width and len(text) <= 4 * width + 4:  # (the work's bound)
         assert shown == whole, shown
+    assert escaped(shortened(text, width)) == shown  # (the same cut, escaped after)
 
 
 def test_a_cell_cut_at_its_length_bound_keeps_a_letter_with_all_its_marks() -> None:
