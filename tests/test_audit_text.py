@@ -74,3 +74,17 @@ def test_the_table_columns_stay_in_line_with_a_cjk_hostname() -> None:
     rows = render_table(audit(s), s, "swarmgpu.").splitlines()[:4]
     cols = {text_width(r[:r.index(" worker" if r[0] != "N" else " ROLE")]) for r in rows}
     assert len(cols) == 1, rows
+
+
+def test_a_finding_line_cut_never_parts_its_subjects_escape() -> None:
+    """A long subject with an escape (``\\x1b``) where the message's cut falls: the
+    subject's cut was written into the message escaped, then cut again, so the line
+    ended ``svc\\x1...``, an escape cut in two."""
+    name = "svc\x1b" + "n" * 60
+    for pre in range(560, 600):
+        f = Finding("wrong", name, "v" * pre + f" service {name} is constrained")
+        line = next(x for x in render_table([f], snapshot([node("n1", "gpu-1")]),
+                                            "swarmgpu.").splitlines() if "[wrong]" in x)
+        said = line.split(": ", 1)[1]
+        assert said.replace("\\x1b", "").count("\\") == 0, (pre, said[-12:])
+        assert text_width(said) <= FINDING_WIDTH, pre

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarmgpu.core.peertext import cell, escaped, padded, text_width
+from swarmgpu.core.peertext import cell, escaped, padded, shortened, text_width
 
 CJK = "计算节点"  # four wide characters: eight columns
 E_ACUTE = "e\u0301"  # e and a combining acute accent: one column
@@ -51,3 +51,23 @@ def test_prop_a_cell_fits_its_width_and_is_the_whole_text_or_its_start(
     assert shown == whole or (shown.endswith("...") and whole.startswith(shown[:-3])), shown
     if text_width(whole) <= width and len(text) <= 4 * width + 4:  # (the work's bound)
         assert shown == whole, shown
+    assert escaped(shortened(text, width)) == shown  # (the same cut, escaped after)
+
+
+def test_a_cell_cut_at_its_length_bound_keeps_a_letter_with_all_its_marks() -> None:
+    """A name of many marks a letter is cut at 4 characters a column (the work's bound):
+    the cut fell inside a letter's marks, and the letter showed with some of them."""
+    letter = "a" + "\u0301" * 10  # 11 characters, one column
+    shown = cell(letter * 20)  # 220 characters, 20 columns: cut at 164, in the 15th
+    assert shown == letter * 14 + "...", [len(shown), shown.count("a")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "节"]), st.integers(0, 12)),
+                max_size=30), st.integers(min_value=4, max_value=12))
+def test_prop_a_cell_never_parts_a_letter_from_its_marks(
+        letters: list[tuple[str, int]], width: int) -> None:
+    text = "".join(c + "\u0301" * marks for c, marks in letters)
+    shown = cell(text, width)
+    if shown != text:  # cut: what follows its start is a letter, none of its marks
+        assert not text[len(shown) - 3:].startswith("\u0301"), (shown, width)

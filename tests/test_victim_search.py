@@ -220,3 +220,35 @@ def test_a_preemptor_short_of_cpu_stops_whom_every_set_tried_stops(
     monkeypatch.setattr(preempt, "pick_victims", every_set)
     assert got == [victims(f, held, gpus, topo, cpu) for f, gpus, topo, held, cpu in asks]
     assert any(got), "no case stops anyone"
+
+
+def _wide_room_case(seed: int) -> RoomCase:
+    """``_room_case`` with wider values: what a victim frees below 0 (a reservation read
+    so; the walk counts it as none), beyond all the others together, three resources
+    where ``Room`` has two, the port's holders any of up to 16 candidates (those ranked
+    past ``MAX_CANDIDATES`` too), ``allowed`` counting each as given (no bound of 0)."""
+    need, free, cands, holders, base, over, may = _case(seed)
+    rnd = random.Random(f"wide{seed}")
+    k = rnd.choice((1, 2, 3))
+    gives = {c.service: tuple(rnd.choice((0, 0, 1, 2, 7, -1, -5, 10**9)) for _ in range(k))
+             for c in cands}
+    short = tuple(rnd.choice((0, 0, 1, 4, 9, 10**9)) for _ in range(k))
+    port = frozenset(rnd.sample(sorted(gives), min(len(gives), rnd.randint(0, 3))))
+
+    def allowed(combo: tuple[Candidate, ...]) -> bool:
+        got = [sum(gives[c.service][j] for c in combo) for j in range(k)]
+        return all(g >= s for g, s in zip(got, short, strict=True)) \
+            and port <= {c.service for c in combo} and (base is None or base(combo))
+
+    lack = Lack(short, lambda name: gives.get(name, (0,) * k), port)
+    return need, free, cands, holders, allowed, over, may, lack
+
+
+def test_the_walk_bounded_by_wider_values_chooses_as_every_set_tried_does() -> None:
+    """400 generated nodes whose victims free less than nothing, more than all others,
+    or one of three resources, and whose port holders may be ranked out: the bound
+    (``Lack``) never refuses a set ``allowed`` takes: the same victims, or None alike."""
+    for seed in range(400):
+        need, free, cands, holders, allowed, over, may, lack = _wide_room_case(seed)
+        want = every_set(need, free, cands, holders, allowed, over)
+        assert pick_victims(need, free, cands, holders, allowed, over, may, lack) == want, seed

@@ -125,20 +125,44 @@ def cell(text: object, width: int = CELL_WIDTH) -> str:
     s = text if isinstance(text, str) else str(text)
     if len(s) <= width and s.isascii() and s.isprintable():  # the common case
         return s
-    room, used, fits, out = max(0, width - len(CUT)), 0, 0, list[str]()
+    kept = _kept(s, width)
+    return escaped(s) if kept is None else escaped(s[:kept]) + CUT
+
+
+def shortened(text: object, width: int = CELL_WIDTH) -> str:
+    """``text`` cut as ``cell`` cuts it, not escaped: a name inside a longer text that is
+    cut and escaped after (``cell`` of that text). Written in escaped, the name's
+    escapes were text to that cut, which could part one (``\\x1`` and ``...``)."""
+    s = text if isinstance(text, str) else str(text)
+    if len(s) <= width and s.isascii() and s.isprintable():
+        return s
+    kept = _kept(s, width)
+    return s if kept is None else s[:kept] + CUT
+
+
+def _kept(s: str, width: int) -> int | None:
+    """How many characters of ``s`` ``cell`` keeps before its ``...``; None: all, no cut."""
+    room, used, fits = max(0, width - len(CUT)), 0, 0
     # The work bounded, whatever the text's size: past 4 characters a column (combining
     # marks take none) the text is cut where it reached ``room``.
-    for c in s[:4 * width + 4]:
-        piece = ascii(c)[1:-1] if _hidden(c) else c
-        used += len(piece) if len(piece) > 1 else _char_width(c)
+    for k, c in enumerate(s[:4 * width + 4]):
+        used += len(ascii(c)) - 2 if _hidden(c) else _char_width(c)  # (an escape's)
         if used > width:
-            return "".join(out[:fits]) + CUT
-        out.append(piece)
+            return fits
         if used <= room:
-            fits = len(out)
+            fits = k + 1
     if len(s) > 4 * width + 4:
-        return "".join(out[:fits]) + CUT
-    return "".join(out)
+        # cut where a letter starts: the bound may fall among a letter's marks, and the
+        # letter showed with some of them
+        while fits and _mark(s[fits]):
+            fits -= 1
+        return fits
+    return None
+
+
+def _mark(c: str) -> bool:
+    """A combining mark that ``cell`` shows (no escape): it takes no column."""
+    return not _hidden(c) and _char_width(c) == 0
 
 
 def cut_alike(names: Iterable[object]) -> set[str]:

@@ -21,6 +21,7 @@ from swarmgpu.core.peertext import (
     cut_alike,
     escaped,
     padded,
+    shortened,
     text_width,
 )
 from swarmgpu.manager.commands.auditnodes import (
@@ -344,7 +345,8 @@ def _finding_line(f: Finding, shared: AbstractSet[str]) -> str:
     if f.node is not None and (f.subject in shared or who in shared):
         who += f" ({cell(f.node, 30)})"
     said = f.message
-    if (cut := cell(f.subject)) != escaped(f.subject):  # (a name that fits: as written)
+    # (cut unescaped: the message's cut and escape then never part one of its escapes)
+    if (cut := shortened(f.subject)) != f.subject:  # (a name that fits: as written)
         said = said.replace(f.subject, cut)
     return f"  [{cell(f.kind)}] {who}: {cell(said, FINDING_WIDTH)}"
 
