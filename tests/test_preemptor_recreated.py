@@ -7,7 +7,7 @@ settle time ended."""
 
 from __future__ import annotations
 
-from support.forged import FACTS, P, R_UUIDS, sw_node, sw_svc
+from support.forged import FACTS, R_UUIDS, P, sw_node, sw_svc
 
 from swarmgpu.core.config import Config
 from swarmgpu.manager.cycle.preemption import Preempter
