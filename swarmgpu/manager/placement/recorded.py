@@ -11,7 +11,7 @@ from typing import Any
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.nominated import Nomination, settles_from, task_device_uses
 from swarmgpu.manager.placement.preempted import preempted_state
-from swarmgpu.swarm.client import SwarmError, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmError, SwarmService, SwarmTask, SwarmUnavailable
 
 
 def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[SwarmTask],
@@ -63,15 +63,20 @@ def left_out_victims(swarm: Any, services: Sequence[SwarmService],
     record is a label of its own spec, the one place that names its preemptor: left
     out, its task's GPUs read as held from all, while the daemon holds them for that
     preemptor. One the engine answers unkeyed too (``SwarmUnkeyed``), or not at all
-    (removed), is not read: held from all (``StoppingGpus``) until it stops. None
-    without ``swarm`` (``audit``'s findings)."""
+    (removed), or with another service's id, is not read: held from all
+    (``StoppingGpus``) until it stops; an engine unreachable ends the reads (each would
+    wait out the timeout). None without ``swarm``."""
     if not left_out or swarm is None:
         return []
     listed = {s.id for s in services}
     out: list[SwarmService] = []
     for sid in sorted({t.service_id for t in leaving if t.service_id} - listed):
         try:
-            out.append(swarm.service(sid))
+            got = swarm.service(sid)
+        except SwarmUnavailable:
+            break  # (each read after it would wait out the client's timeout in turn)
         except SwarmError:
             continue  # (its why is the list's message, said by ``plan`` and ``doctor``)
+        if got.id == sid:  # another's answer (a proxy's) would stand in for that one's
+            out.append(got)
     return out
