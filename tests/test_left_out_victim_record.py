@@ -96,7 +96,7 @@ def test_an_unreachable_engine_ends_the_left_out_victims_reads() -> None:
     """Two victims left out, the engine unreachable at the first read: the second is
     not read (before, each read waited out the client's timeout in turn, 30 s each, and
     `plan` or `status` stalled for all of them); both stay held from all."""
-    snap, victim, sw = _left_out()
+    snap, _victim, sw = _left_out()
     line = "NVIDIA_VISIBLE_DEVICES=" + ",".join(R_UUIDS[2:4])
     other = SwarmTask("t-o", "id-other", "n-4090", 1, "running", "shutdown", (line,))
     snap = replace(snap, stopping=[*snap.stopping, other])
