@@ -7,6 +7,8 @@ settle time ended."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from support.forged import FACTS, R_UUIDS, P, sw_node, sw_svc
 
 from swarmgpu.core.config import Config
@@ -17,6 +19,7 @@ from swarmgpu.manager.placement.keys import assign_key, gate_key
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.nominated import Nomination
 from swarmgpu.manager.placement.preempt import Preemption
+from swarmgpu.manager.rebalance.record import record_key
 from swarmgpu.swarm.client import SwarmTask
 from swarmgpu.swarm.unkeyed import Unkeyed
 
@@ -89,3 +92,25 @@ def test_a_hold_whose_preemptors_name_a_plain_service_carries_keeps_off_no_preem
     got = pre.decide(snap, plan, FACTS, None, 5000.0, mono=1000.0)  # type: ignore[arg-type]
     assert [p.describe() for p in got] == [
         "preempt batch (priority 0) on gpu-node-2 for mid (priority 50)"]
+
+
+def test_a_service_created_under_a_preemptors_name_waits_for_none_of_its_victims_moves(
+) -> None:
+    """The removed high's settle time is over, but its victim other's move is still in
+    flight (a record the daemon cannot read, under other's id): the removed high would
+    wait for it; the new high does not."""
+    snap, plan = _pending_high()
+    other = sw_svc("other", {})
+    snap = replace(snap, services=[*snap.services, other])
+    records = {record_key(P, other.id): "not a record"}
+    pre = Preempter(Config(), clock=lambda: 1000.0)
+    pre.took(_preempted_by("id-old"), [], 900.0)  # settled (30 s) long ago
+    pre.moving = {"high": {"other"}}
+    got = pre.decide(snap, plan, FACTS, None, 5000.0, records=records,  # type: ignore[arg-type]
+                     mono=1000.0)
+    assert [p.service_id for p in got] == ["id-high"]
+    pre = Preempter(Config(), clock=lambda: 1000.0)
+    pre.took(_preempted_by("id-high"), [], 900.0)  # its own victim's move: it waits
+    pre.moving = {"high": {"other"}}
+    assert pre.decide(snap, plan, FACTS, None, 5000.0, records=records,  # type: ignore[arg-type]
+                      mono=1000.0) == []
