@@ -7,10 +7,16 @@ priority or lower, though it had preempted nothing."""
 
 from __future__ import annotations
 
-from support.forged import R4090_F, P, sw_node, sw_svc
+import json
+from dataclasses import replace
 
+from support.forged import R4090_F, R_UUIDS, P, sw_node, sw_svc, victim_stopping_on_4090s
+
+from swarmgpu.core.config import Config
+from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.placement import Planner
 from swarmgpu.manager.placement.nominated import Nomination, Nominations, live_nominations
+from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
 from swarmgpu.swarm.client import SwarmTask
 from swarmgpu.swarm.unkeyed import Unkeyed
@@ -61,3 +67,29 @@ def test_the_preempter_ends_a_hold_whose_preemptors_name_another_service_carries
         assert noms.current(1005.0) == (OLD,)
         noms.keep(pending("id-first"), 1006.0, left_out=left)
         assert noms.current(1006.0) == ()
+
+
+def _victim_recorded_by(by_id: str | None) -> PlacementPlan:
+    """`plan`'s (a one-shot's) of high's victim stopping on two RTX 4090s, its record
+    naming high, and ``by_id`` as high's id then (None: a record from before ids)."""
+    snap, victim = victim_stopping_on_4090s(1000.0)
+    rec = {"by": "high", "priority": 100, "at": 995.0, "node": "n-4090"}
+    if by_id is not None:
+        rec["by_id"] = by_id
+    victim = replace(victim, labels={**victim.labels,
+                                     f"{P}{PREEMPTED_STATE}": json.dumps(rec)})
+    snap = replace(snap, services=[victim if s.id == victim.id else s
+                                   for s in snap.services])
+    return make_plan(snap, Config())
+
+
+def test_a_one_shot_holds_no_victims_gpus_for_a_service_created_under_its_preemptors_name(
+) -> None:
+    """The victim's record names its preemptor's id (id-old); high is listed as id-high,
+    created under its name since. The daemon's hold, by id, ended; `plan` and `status`
+    held the victim's stopping GPUs for the new high, by the record's name."""
+    held = frozenset(("n-4090", u) for u in R_UUIDS[:2])
+    assert _victim_recorded_by("id-high").stopping_spared == dict.fromkeys(held, "high")
+    assert _victim_recorded_by(None).stopping_spared == dict.fromkeys(held, "high")
+    other = _victim_recorded_by("id-old")
+    assert other.stopping_spared == {} and other.stopping_waits == held

@@ -19,7 +19,7 @@ from swarmgpu.manager.cycle.preemption import plan_as_daemon
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement.nominated import Nomination
 from swarmgpu.manager.placement.records import PlacementPlan
-from swarmgpu.swarm.client import SwarmService, SwarmUnkeyed
+from swarmgpu.swarm.client import SwarmService, SwarmTask, SwarmUnavailable, SwarmUnkeyed
 from swarmgpu.swarm.unkeyed import Unkeyed
 
 LEFT = ("the engine's answer lists service 3 of 3 with ID None, not a non-empty text: "
@@ -74,3 +74,39 @@ def test_a_stopping_task_not_listed_is_read_only_while_the_list_left_one_out() -
     sw.service = service  # type: ignore[method-assign]
     plan = make_plan(replace(snap, unkeyed=Unkeyed()), Config(), swarm=sw)
     assert read == [] and plan.stopping_waits == HELD  # none left out: removed, as ever
+
+
+def test_a_left_out_victims_read_answered_with_another_services_id_is_not_read() -> None:
+    """The engine (or a proxy) answers the victim's inspect with filler's ID, listed and
+    with a task of its own stopping on two of its GPUs. Before, that answer replaced
+    filler's listed spec in the records read: filler's stopping GPUs were held for high,
+    by a record filler never carried. An answer not of the ID asked is no read of it."""
+    snap, victim, sw = _left_out()
+    line = "NVIDIA_VISIBLE_DEVICES=" + ",".join(R_UUIDS[2:4])
+    filler = next(s for s in snap.services if s.name == "filler")
+    stop = SwarmTask("t-f-old", filler.id, "n-4090", 1, "running", "shutdown", (line,))
+    snap = replace(snap, stopping=[*snap.stopping, stop])
+    sw.service = lambda sid: replace(victim, id=filler.id)  # type: ignore[method-assign]
+    plan = make_plan(snap, Config(), swarm=sw)
+    assert plan.stopping_spared == {}
+    assert plan.stopping_waits == HELD | {("n-4090", u) for u in R_UUIDS[2:4]}
+
+
+def test_an_unreachable_engine_ends_the_left_out_victims_reads() -> None:
+    """Two victims left out, the engine unreachable at the first read: the second is
+    not read (before, each read waited out the client's timeout in turn, 30 s each, and
+    `plan` or `status` stalled for all of them); both stay held from all."""
+    snap, _victim, sw = _left_out()
+    line = "NVIDIA_VISIBLE_DEVICES=" + ",".join(R_UUIDS[2:4])
+    other = SwarmTask("t-o", "id-other", "n-4090", 1, "running", "shutdown", (line,))
+    snap = replace(snap, stopping=[*snap.stopping, other])
+    read: list[str] = []
+
+    def unreachable(service_id: str) -> SwarmService:
+        read.append(service_id)
+        raise SwarmUnavailable("Docker Engine unreachable at unix:///x: timed out")
+
+    sw.service = unreachable  # type: ignore[method-assign]
+    plan = make_plan(snap, Config(), swarm=sw)
+    assert len(read) == 1
+    assert plan.stopping_waits == HELD | {("n-4090", u) for u in R_UUIDS[2:4]}

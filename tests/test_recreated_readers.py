@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from support.forged import FACTS, R_UUIDS, reserving, snapshot, sw_node, sw_svc
+from support.forged import FACTS, R_UUIDS, RecordingSwarm, reserving, snapshot, sw_node, sw_svc
 from support.placement import apply, written
 
-from swarmgpu.core.config import Config
+from swarmgpu.core.config import Config, RebalanceConfig
 from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.cycle.rebalance import ledger_after
 from swarmgpu.manager.placement import (
@@ -30,6 +30,9 @@ from swarmgpu.manager.placement import (
     read_ledger,
 )
 from swarmgpu.manager.placement.preempt import choose_preemptions
+from swarmgpu.manager.rebalance.context import Context, Inputs, why_not_movable
+from swarmgpu.manager.rebalance.record import service_ledger
+from swarmgpu.manager.services.requests import GpuRequest, parse_all
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
@@ -141,3 +144,37 @@ def test_a_finished_plan_works_out_dropped_once_an_unfinished_one_at_each_read()
     plan.finish()
     plan.services.clear()  # (no reader does so after finish: here to show the one read)
     assert plan.dropped == {("web", "n2")}
+
+
+def test_the_rebalancer_proposes_no_move_its_start_refuses_for_a_namesakes_entry() -> None:
+    """The next cycle's state above: batch runs on the DGX, the removed batch's entry
+    still on gpu-node-2 (dropped). A move's start reads batch's holdings fresh by name,
+    that entry among them: not converged, refused (its gate there open to a surge's
+    task). Before, the rebalancer, planning without the entry, took batch for movable:
+    the same move proposed, refused and logged every cycle while the entry lasted, a slot
+    of the cycle's move budget taken by it each time."""
+    planner = Planner(prefix=P)
+    nodes, services, tasks, plan = _recreated(planner)
+    (sp,) = [sp for sp in plan.services if sp.name == "batch"]
+    (q,) = sp.placements
+    nodes = apply(nodes, replace(plan, node_remove={}))
+    services = [written(s, sp) if s.name == "batch" else s for s in services]
+    tasks = [replace(t, node_id=q.node_id, state="running") if t.id == "t-batch" else t
+             for t in tasks]
+    gone = SwarmTask("t-old", "id-old", "n-4090", 1, "running", "remove", (),
+                     created_at=OLD_AT, constraints=(gate_constraint(P, "batch"),),
+                     updated_at=1.0)
+    again = make_plan(replace(snapshot(nodes, services, tasks), stopping=[gone]),
+                      Config(), planner=planner)
+    batch = next(s for s in services if s.name == "batch")
+    req = parse_all(batch.labels, prefix=P)
+    assert isinstance(req, GpuRequest)
+    fresh = service_ledger(RecordingSwarm(nodes, services, tasks), P, "batch")
+    start = why_not_movable(batch, req, tasks, fresh, P, 2e9, 0.0)
+    assert start is not None and "not converged" in start
+    inp = Inputs(nodes=nodes, services=services, tasks=tasks, facts=FACTS,
+                 ledger=ledger_after(nodes, again, P, read_ledger(nodes, P)), gpus={},
+                 node_signals={}, cfg=RebalanceConfig(cooldown_s=0.0), now=2e9, prefix=P,
+                 dropped=again.dropped)
+    why = Context.build(inp).movable("batch")
+    assert why is not None and "removed service of its name" in why

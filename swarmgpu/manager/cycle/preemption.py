@@ -134,6 +134,7 @@ class Preempter:
         self.tenants = Tenants.from_config(cfg)
         self.victim_at: dict[str, float] = {}  # victim -> when last preempted (``clock``)
         self.preemptor_at: dict[str, float] = {}  # preemptor -> its last preemption
+        self.preemptor_id: dict[str, str] = {}  # preemptor -> its service id then
         # its victims' GPUs, held for it (while a victim's move is in flight too)
         self.nominated = Nominations(cfg.preemption.settle_s, cfg.rebalance.move_timeout_s, clock)
         self.logged: SaidOnce[str] = SaidOnce()  # dry-run decisions, while decided
@@ -323,7 +324,7 @@ class Preempter:
         self.victim_at = {n: at for n, at in self.victim_at.items()
                           if mono - at < pc.victim_cooldown_s}
         self.preemptor_at = {n: at for n, at in self.preemptor_at.items()
-                             if mono - at < pc.settle_s}
+                             if mono - at < pc.settle_s and not self._recreated(n, snap)}
         cooling = set(self.victim_at)
         # A holder whose spec its victim write cannot read is never chosen (the write
         # would fail after the choice); ``cycle`` says why. (Read as placement read it.)
@@ -349,11 +350,18 @@ class Preempter:
         fresh = snap.swarm_labels if records is None else records
         in_move = moving(snap.services, snap.swarm_labels, self.prefix) | recorded(
             snap.services, fresh, self.prefix, snap.services_left_out)
-        self.moving = {p: vs & in_move for p, vs in self.moving.items() if vs & in_move}
+        self.moving = {p: vs & in_move for p, vs in self.moving.items()
+                       if vs & in_move and not self._recreated(p, snap)}
+        self.preemptor_id = {n: i for n, i in self.preemptor_id.items()
+                             if n in self.preemptor_at or n in self.moving}
         self.nominated.keep(plan, mono, in_move,  # placed, gone or settled: it ends
                             stops_waited(snap.stopping, snap.nodes),
                             left_out=snap.services_left_out)
-        held = self.nominated.current(mono)  # used for those of their priority or lower
+        # used for those of their priority or lower; a live preemptor's, as every other
+        # reader has them (``keep`` reads the plan's, which lacks a plain namesake's id)
+        held = live_nominations(self.nominated.current(mono),
+                                {s.name: s.id for s in snap.services},
+                                snap.services_left_out)
         # its victim's move is in flight, or its GPUs still held for it: wait for them
         settling |= self.moving.keys() | {n.service for n in held}
         def choose(p: PlacementPlan, raised: dict[str, Exception] | None,
@@ -376,9 +384,18 @@ class Preempter:
         for it meanwhile: ``nominated``) and they cool down (``victim_cooldown_s``). The
         simulator calls it too (its one clock for both)."""
         self.preemptor_at[p.service] = mono
+        self.preemptor_id[p.service] = p.service_id
         self.nominated.nominate(p, victims, mono)
         for v in victims:
             self.victim_at[v.service] = mono
+
+    def _recreated(self, preemptor: str, snap: Snapshot) -> bool:
+        """Whether ``snap`` lists ``preemptor``'s name under another id than its own when
+        it preempted (known: ``took``): Swarm's names are unique and a service cannot be
+        renamed, so that one was created after it was removed and has preempted nothing;
+        by name it was passed over until the removed one's settle time ended."""
+        sid = self.preemptor_id.get(preemptor, "")
+        return bool(sid) and any(s.name == preemptor and s.id != sid for s in snap.services)
 
     def over_budget(self, p: Preemption, tenant: str) -> str | None:
         """Why ``p`` is not made for the hour's budgets (all, then ``tenant``'s), or None."""

@@ -199,7 +199,7 @@ class Rebalancer(Step):
                      workload=model.typical() if model is not None else None,
                      moving=moving(snap.services, snap.swarm_labels, self.prefix),
                      unreadable=self._unreadable(snap), placed=placed_of(plan),
-                     failed=failed_of(plan),
+                     failed=failed_of(plan), dropped=plan.dropped if plan else frozenset(),
                      agents=snap.agent_nodes(self.agent_service),
                      generic_kind=self.generic_kind,
                      held=self.held(noms, plan) | held_gpus(alone),

@@ -44,7 +44,7 @@ def close_gates(gate: Writes, swarm: SwarmClient, prefix: str, p: Preemption,
                     "{} stopped for {} (tried again next cycle)", ", ".join(gone),
                     p.hostname, names(victims), p.service)
         return False
-    made = Preempted(p.service, p.priority, now, p.node_id)  # (the record; each log says why)
+    made = Preempted(p.service, p.priority, now, p.node_id, p.service_id)  # (the record)
     record = made.to_json()
     why = Why("preempt", f"room for {p.service} (priority {p.priority}) on {p.hostname}")
     # Through the actuator's gate, as every write; preemption's own dry-run checks

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from swarmgpu.swarm.client import SwarmService
 
-PREEMPTED_STATE = "state.preempted"  # service label: JSON {by, priority, at, node}
+PREEMPTED_STATE = "state.preempted"  # service label: JSON {by, priority, at, node, by_id}
 MAX_STATE_CHARS = 1024  # a longer label is not swarmgpu's: not read
 
 
@@ -24,13 +24,17 @@ class Preempted:
     priority: int
     at: float
     node_id: str
+    # ``by``'s service id ("": a record from before it was written): a service listed by
+    # that name with another id was created under it since (``recorded_nominations``)
+    by_id: str = ""
 
     def reason(self) -> str:
         return f"preempted by {self.by} (priority {self.priority})"
 
     def to_json(self) -> str:
-        return json.dumps({"by": self.by, "priority": self.priority, "at": round(self.at, 3),
-                           "node": self.node_id}, sort_keys=True)
+        d = {"by": self.by, "priority": self.priority, "at": round(self.at, 3),
+             "node": self.node_id}
+        return json.dumps({**d, "by_id": self.by_id} if self.by_id else d, sort_keys=True)
 
 
 def preempted_state(labels: Mapping[str, str], prefix: str) -> Preempted | None:
@@ -40,7 +44,7 @@ def preempted_state(labels: Mapping[str, str], prefix: str) -> Preempted | None:
     try:
         d = json.loads(text)
         st = Preempted(str(d["by"])[:200], int(d["priority"]), float(d["at"]),
-                       str(d.get("node", ""))[:64])
+                       str(d.get("node", ""))[:64], str(d.get("by_id") or "")[:64])
     except (ValueError, KeyError, TypeError, OverflowError):
         return None
     # JSON reads Infinity, NaN and 1e999 too: no preemption happened at such a time

@@ -11,7 +11,7 @@ from typing import Any
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.nominated import Nomination, settles_from, task_device_uses
 from swarmgpu.manager.placement.preempted import preempted_state
-from swarmgpu.swarm.client import SwarmError, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmError, SwarmService, SwarmTask, SwarmUnavailable
 
 
 def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[SwarmTask],
@@ -33,8 +33,8 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
     daemon keeps it (``live_nominations``). A victim left out is read alone
     (``left_out_victims``), among ``services``."""
     by_id, names = {s.id: s for s in services}, {s.name for s in services}
-    got: dict[tuple[str, int, str], set[str]] = {}
-    victims: dict[tuple[str, int, str], set[str]] = {}  # their service ids: only theirs spared
+    got: dict[tuple[str, int, str, str], set[str]] = {}  # (by, its priority, node, its id)
+    victims: dict[tuple[str, int, str, str], set[str]] = {}  # their ids: only theirs spared
     for t in leaving:
         svc = by_id.get(t.service_id)
         st = None if svc is None else preempted_state(svc.labels, prefix)
@@ -48,11 +48,14 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
             continue
         uuids = {u for u, _m in task_device_uses(t, prefix, facts.get(t.node_id))}
         if uuids:
-            got.setdefault((st.by, st.priority, t.node_id), set()).update(uuids)
-            victims.setdefault((st.by, st.priority, t.node_id), set()).add(t.service_id)
+            key = (st.by, st.priority, t.node_id, st.by_id)
+            got.setdefault(key, set()).update(uuids)
+            victims.setdefault(key, set()).add(t.service_id)
+    # (by id where the record names it: ``live_nominations`` ends a hold whose name a
+    # service created since carries, as the daemon's ends)
     return [Nomination(by, priority, nid, tuple(sorted(uuids)),
-                       victims=tuple(sorted(victims[(by, priority, nid)])))
-            for (by, priority, nid), uuids in sorted(got.items())]
+                       victims=tuple(sorted(victims[(by, priority, nid, sid)])), service_id=sid)
+            for (by, priority, nid, sid), uuids in sorted(got.items())]
 
 
 def left_out_victims(swarm: Any, services: Sequence[SwarmService],
@@ -63,15 +66,20 @@ def left_out_victims(swarm: Any, services: Sequence[SwarmService],
     record is a label of its own spec, the one place that names its preemptor: left
     out, its task's GPUs read as held from all, while the daemon holds them for that
     preemptor. One the engine answers unkeyed too (``SwarmUnkeyed``), or not at all
-    (removed), is not read: held from all (``StoppingGpus``) until it stops. None
-    without ``swarm`` (``audit``'s findings)."""
+    (removed), or with another service's id, is not read: held from all
+    (``StoppingGpus``) until it stops; an engine unreachable ends the reads (each would
+    wait out the timeout). None without ``swarm``."""
     if not left_out or swarm is None:
         return []
     listed = {s.id for s in services}
     out: list[SwarmService] = []
     for sid in sorted({t.service_id for t in leaving if t.service_id} - listed):
         try:
-            out.append(swarm.service(sid))
+            got = swarm.service(sid)
+        except SwarmUnavailable:
+            break  # (each read after it would wait out the client's timeout in turn)
         except SwarmError:
             continue  # (its why is the list's message, said by ``plan`` and ``doctor``)
+        if got.id == sid:  # another's answer (a proxy's) would stand in for that one's
+            out.append(got)
     return out

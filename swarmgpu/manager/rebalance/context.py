@@ -100,6 +100,10 @@ class Inputs:
     # ``placement.isolate``): nothing is written for them, a move included (it would
     # restart their task on a plan no one could make), so none is proposed.
     failed: AbstractSet[str] = frozenset()
+    # (service name, node id) of the entries placement read as a removed service's
+    # (``PlacementPlan.dropped``): not in ``ledger``, but a move's start reads them by
+    # name as its holdings (unconverged: their gate open to its surge), so none is proposed
+    dropped: AbstractSet[tuple[str, str]] = frozenset()
     # This cycle's placement decisions, made after the snapshot (its writes are not in
     # it): service name -> the node of each replica placed. Their CPU, memory and
     # host-mode ports count against a move's target (``SwarmTargets``).
@@ -276,6 +280,9 @@ class Context:
             return "its move record cannot be read"
         if svc in self.inp.failed:  # the why is the plan's note, said once
             return "its placement failed this cycle"
+        if any(name == svc for name, _nid in self.inp.dropped):
+            return ("a removed service of its name still has an entry (its task stopping): "
+                    "moved once placement releases it")
         return why_not_movable(s, self.requests.get(svc), self.inp.tasks,
                                self.inp.ledger.get(svc, {}), self.inp.prefix, self.inp.now,
                                self.cfg.cooldown_s, same_node=same_node,
