@@ -9,16 +9,13 @@ docker-py clients against an engine on loopback (tests/support/loop_engine.py)."
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from swarmgpu.agent.procattr import engine_labels
-from swarmgpu.cli import main
 from swarmgpu.swarm import answerjson
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
-from tests.support.loop_engine import Padded, loop_engine
+from tests.support.loop_engine import Padded, doctor_engine, loop_engine
 
 MIB = 1024 * 1024
 NODE = {"ID": "n1", "Version": {"Index": 7}, "Spec": {"Role": "worker", "Labels": {}},
@@ -60,17 +57,6 @@ def test_a_streamed_answer_is_not_bounded_here(monkeypatch: pytest.MonkeyPatch) 
         api = SwarmClient(f"tcp://127.0.0.1:{engine.server_port}")._api
         resp = api._get(api._url("/events"), stream=True)
         assert sum(len(c) for c in resp.iter_content(65536)) == 2 * MIB
-
-
-def doctor_engine(monkeypatch: pytest.MonkeyPatch, port: int) -> Any:
-    """``doctor``'s docker.engine check, asked of the engine at ``port`` (the live node's
-    other checks as they come)."""
-    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{port}")
-    monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
-    res = CliRunner().invoke(main, ["doctor", "--root", "/", "--json", "--agents-service",
-                                    "", "--source", "file:/nonexistent"])
-    (check,) = [c for c in json.loads(res.output)["checks"] if c["id"] == "docker.engine"]
-    return check
 
 
 def test_doctors_docker_info_naming_a_key_twice_is_refused_naming_the_fix(

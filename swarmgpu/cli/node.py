@@ -381,11 +381,17 @@ def daemon_keys(given: str | None, config_path: str | None,
 
 def _docker_info() -> tuple[Any, str | None]:
     """``docker info`` of this node's dockerd, read as the daemon reads the engine
-    (``answerjson.strict_api``: a key twice, an answer past the bound, refused, its
-    version's too), or why not: dockerd down is itself a finding (docker.engine)."""
-    from swarmgpu.swarm.answerjson import AnswerTooLarge, RepeatedAnswer, strict_api
+    (``answerjson.strict_api``: a key twice, an answer past the bound or its deadline,
+    refused, its version's too), or why not: dockerd down is itself a finding
+    (docker.engine)."""
+    from swarmgpu.swarm.answerjson import (
+        AnswerTooLarge,
+        AnswerTooSlow,
+        RepeatedAnswer,
+        strict_api,
+    )
 
-    refused = (RepeatedAnswer, AnswerTooLarge)
+    refused = (RepeatedAnswer, AnswerTooLarge, AnswerTooSlow)
     try:
         import docker
 

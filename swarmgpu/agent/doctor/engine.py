@@ -465,7 +465,7 @@ def check_engine(view: NodeView) -> Check:
             return Check(cid, Status.FAIL, f"dockerd's answer is not read: {err}", why,
                          "Check the proxy in front of the engine (DOCKER_HOST names it): "
                          "dockerd names each key once and answers docker info in a few "
-                         "KiB.")
+                         "KiB, at once.")
         if "Permission denied" in err:
             fix = ("Run the doctor as root (`sudo swarmgpu doctor`), or as a member of the "
                    "docker group.")
