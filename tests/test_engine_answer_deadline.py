@@ -4,8 +4,10 @@ that sent its answer a byte at a time, each within that timeout, held its reader
 daemon's cycle) without end. Past ``answerjson.ANSWER_DEADLINE_TIMEOUTS`` times the
 client's timeout the answer is refused, naming the read, the deadline and the fix, its
 connection closed with the rest unsent; the daemon's, ``doctor``'s and the agent's
-clients alike. Real docker-py clients against an engine on loopback trickling bytes
-(tests/support/loop_engine.py), with a deadline cut short for the test."""
+clients alike. The event stream, idle for long by right, ends a line begun and not
+ended within ``eventstream.MAX_LINE_S``. Real docker-py clients against an engine on
+loopback trickling bytes (tests/support/loop_engine.py), deadlines cut short for the
+test."""
 
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ import time
 import pytest
 
 from swarmgpu.agent.procattr import engine_labels
-from swarmgpu.swarm import answerjson
-from swarmgpu.swarm.client import SwarmClient, SwarmUnavailable
+from swarmgpu.swarm import answerjson, eventstream
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
 from tests.support.loop_engine import Trickled, doctor_engine, loop_engine
 
 # (300 bytes at 20 ms: 6 s whole, where the deadline set below is 0.5 s)
@@ -79,3 +81,19 @@ def test_a_deadline_is_some_timeouts_of_the_clients_or_fixed_without_one() -> No
     assert answerjson.answer_deadline_s(30) == twice * 30
     assert answerjson.answer_deadline_s((5, 30)) == twice * 30
     assert answerjson.answer_deadline_s(None) == answerjson.NO_TIMEOUT_DEADLINE_S
+
+
+def test_an_event_line_trickled_past_its_deadline_ends_the_stream_naming_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (each byte well within the stream's idle timeout: before, read until it ended)
+    monkeypatch.setattr(eventstream, "MAX_LINE_S", 0.5)
+    line = Trickled(b'{"Type": "node", ' + b" " * 300, 0.02)
+    with loop_engine({"/events": line}) as engine:
+        sw = SwarmClient(f"tcp://127.0.0.1:{engine.server_port}", timeout_s=5)
+        start = time.monotonic()
+        with pytest.raises(SwarmError, match=r"an event begun [0-9.]+ s ago without its end "
+                                             r"of line .* the most waited is 0.5 s"):
+            list(sw.events(idle_s=5))
+        assert time.monotonic() - start < 0.5 + 2.5
+        assert engine.sent_all.wait(5)  # (its connection closed: the rest unsent)
+        assert engine.sent < len(line.body), engine.sent
