@@ -71,6 +71,16 @@ def test_doctors_docker_info_naming_a_key_twice_is_refused_naming_the_fix(
     assert "proxy in front of the engine" in check["fix"], check
 
 
+def test_doctors_docker_info_that_is_no_object_is_refused_naming_the_fix(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (a proxy's answer: every check read it as an object, and doctor failed whole)
+    with loop_engine({"/info": b"[]"}) as engine:
+        check = doctor_engine(monkeypatch, engine.server_port)
+    assert check["status"] == "fail", check
+    assert "docker info: the engine's answer is no JSON object (a list)" in check["found"]
+    assert "proxy in front of the engine" in check["fix"], check
+
+
 def test_doctors_docker_info_read_once_strictly_reads_as_before(
         monkeypatch: pytest.MonkeyPatch) -> None:
     info = b'{"Swarm": {"LocalNodeState": "active", "NodeID": "n1"}}'

@@ -396,13 +396,17 @@ def _docker_info() -> tuple[Any, str | None]:
         import docker
 
         api = strict_api(lambda **kw: docker.from_env(timeout=5, **kw).api)
-        return api.info(), None
+        info = api.info()
     except refused as exc:  # (docker.engine names the fix)
         return None, f"docker info: {exc}"
     except Exception as exc:
         if isinstance(exc.__cause__, refused):  # (its version, asked as it is made)
             return None, f"docker info: {exc.__cause__}"
         return None, str(exc) or type(exc).__name__
+    if not isinstance(info, dict):  # (every check reads it as one: a list failed doctor)
+        return None, (f"docker info: the engine's answer is no JSON object (a "
+                      f"{type(info).__name__}): it is not read")
+    return info, None
 
 
 def _swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: str,
