@@ -9,16 +9,13 @@ docker-py clients against an engine on loopback (tests/support/loop_engine.py)."
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from swarmgpu.agent.procattr import engine_labels
-from swarmgpu.cli import main
 from swarmgpu.swarm import answerjson
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
-from tests.support.loop_engine import Padded, loop_engine
+from tests.support.loop_engine import Padded, doctor_engine, loop_engine
 
 MIB = 1024 * 1024
 NODE = {"ID": "n1", "Version": {"Index": 7}, "Spec": {"Role": "worker", "Labels": {}},
@@ -62,17 +59,6 @@ def test_a_streamed_answer_is_not_bounded_here(monkeypatch: pytest.MonkeyPatch) 
         assert sum(len(c) for c in resp.iter_content(65536)) == 2 * MIB
 
 
-def doctor_engine(monkeypatch: pytest.MonkeyPatch, port: int) -> Any:
-    """``doctor``'s docker.engine check, asked of the engine at ``port`` (the live node's
-    other checks as they come)."""
-    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{port}")
-    monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
-    res = CliRunner().invoke(main, ["doctor", "--root", "/", "--json", "--agents-service",
-                                    "", "--source", "file:/nonexistent"])
-    (check,) = [c for c in json.loads(res.output)["checks"] if c["id"] == "docker.engine"]
-    return check
-
-
 def test_doctors_docker_info_naming_a_key_twice_is_refused_naming_the_fix(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # (docker-py's own client read it as json does: the last one kept, here "inactive")
@@ -82,6 +68,16 @@ def test_doctors_docker_info_naming_a_key_twice_is_refused_naming_the_fix(
         check = doctor_engine(monkeypatch, engine.server_port)
     assert check["status"] == "fail", check
     assert "docker info" in check["found"] and "'LocalNodeState' twice" in check["found"]
+    assert "proxy in front of the engine" in check["fix"], check
+
+
+def test_doctors_docker_info_that_is_no_object_is_refused_naming_the_fix(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (a proxy's answer: every check read it as an object, and doctor failed whole)
+    with loop_engine({"/info": b"[]"}) as engine:
+        check = doctor_engine(monkeypatch, engine.server_port)
+    assert check["status"] == "fail", check
+    assert "docker info: the engine's answer is no JSON object (a list)" in check["found"]
     assert "proxy in front of the engine" in check["fix"], check
 
 

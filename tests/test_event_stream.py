@@ -191,6 +191,36 @@ def test_a_line_sent_a_byte_a_chunk_is_refused_and_its_ends_still_found() -> Non
     assert [e["Actor"]["ID"] for e in read_events(trickle, "proxy")] == ["n1", "n2"]
 
 
+def test_a_quiet_stream_and_a_slow_reader_are_not_a_line_trickled() -> None:
+    """Only a line begun and not ended within ``line_s`` is refused: silence between
+    whole events (a quiet swarm) and the reader's own time on an event are not its."""
+    def chunks() -> Iterator[bytes]:
+        yield ev("node", "n1") + b"\n" + ev("node", "n2")[:10]
+        yield ev("node", "n2")[10:] + b"\n"
+        time.sleep(0.3)  # (quiet: no line begun)
+        yield ev("node", "n3") + b"\n"
+
+    got = []
+    for event in read_events(chunks(), "engine", line_s=0.2):
+        got.append(event["Actor"]["ID"])
+        time.sleep(0.3)  # (the reader's time, n2 half come meanwhile)
+    assert got == ["n1", "n2", "n3"]
+
+
+def test_a_line_begun_and_not_ended_in_time_is_refused() -> None:
+    def chunks() -> Iterator[bytes]:
+        yield ev("node", "n1") + b"\n" + b'{"Type"'
+        for _ in range(20):
+            time.sleep(0.05)
+            yield b" "
+
+    got = []
+    with pytest.raises(NotAnEvent, match=r"an event begun 0.[0-9] s ago without its end"):
+        for event in read_events(chunks(), "proxy", line_s=0.2):
+            got.append(event["Actor"]["ID"])
+    assert got == ["n1"]
+
+
 def test_a_stream_that_ends_inside_an_event_says_so(engine: Engine) -> None:
     """The engine ends every event with a newline: an answer that ends before it was
     cut mid-event (blamed on a proxy's page before)."""

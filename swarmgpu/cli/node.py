@@ -381,22 +381,32 @@ def daemon_keys(given: str | None, config_path: str | None,
 
 def _docker_info() -> tuple[Any, str | None]:
     """``docker info`` of this node's dockerd, read as the daemon reads the engine
-    (``answerjson.strict_api``: a key twice, an answer past the bound, refused, its
-    version's too), or why not: dockerd down is itself a finding (docker.engine)."""
-    from swarmgpu.swarm.answerjson import AnswerTooLarge, RepeatedAnswer, strict_api
+    (``answerjson.strict_api``: a key twice, an answer past the bound or its deadline,
+    refused, its version's too), or why not: dockerd down is itself a finding
+    (docker.engine)."""
+    from swarmgpu.swarm.answerjson import (
+        AnswerTooLarge,
+        AnswerTooSlow,
+        RepeatedAnswer,
+        strict_api,
+    )
 
-    refused = (RepeatedAnswer, AnswerTooLarge)
+    refused = (RepeatedAnswer, AnswerTooLarge, AnswerTooSlow)
     try:
         import docker
 
         api = strict_api(lambda **kw: docker.from_env(timeout=5, **kw).api)
-        return api.info(), None
+        info = api.info()
     except refused as exc:  # (docker.engine names the fix)
         return None, f"docker info: {exc}"
     except Exception as exc:
         if isinstance(exc.__cause__, refused):  # (its version, asked as it is made)
             return None, f"docker info: {exc.__cause__}"
         return None, str(exc) or type(exc).__name__
+    if not isinstance(info, dict):  # (every check reads it as one: a list failed doctor)
+        return None, (f"docker info: the engine's answer is no JSON object (a "
+                      f"{type(info).__name__}): it is not read")
+    return info, None
 
 
 def _swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: str,

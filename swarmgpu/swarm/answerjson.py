@@ -10,7 +10,10 @@ task list, and an inspect of a node or service, is read entry by entry
 (``read_entries``): the entry with the repeated key is marked (``Repeated``) and its
 reader fails it (a node or service alone, unread; a task list whole, as for a task it
 cannot read); every other answer is refused whole. Each answer not streamed is read to
-``MAX_ANSWER_BYTES`` at most (``AnswerTooLarge``): docker-py read it whole, unbounded.
+``MAX_ANSWER_BYTES`` at most (``AnswerTooLarge``): docker-py read it whole, unbounded;
+and within ``ANSWER_DEADLINE_TIMEOUTS`` times its client's timeout (``AnswerTooSlow``):
+docker-py's timeout bounds each read of the socket, not the answer, so one sent a byte
+at a time, each within it, held its reader (the daemon's cycle) without end.
 A client is made by ``strict_api``, so the API version it asks as it is made is too.
 """
 
@@ -18,8 +21,11 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from typing import Any
+
+from requests.exceptions import ReadTimeout
 
 from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
 from swarmgpu.core.peertext import quoted
@@ -28,6 +34,12 @@ REPEATED_FIX = "check the proxy in front of the engine (Docker names each key on
 # The most of one answer read (docker-py holds it whole to decode it): a 5,000-task list
 # is some 8 MiB, its decode several times that: past this no engine answer is usable.
 MAX_ANSWER_BYTES = 512 * 1024 * 1024
+# The longest one answer's body is read, in its client's timeouts: the daemon's (30 s)
+# then refuses a slow one within 60 s plus one timeout (the chunk in flight), inside the
+# cycle's 90 s that systemd's watchdog allows (docs/systemd.md). A whole 5,000-task list
+# takes well under a second from an engine that answers at all.
+ANSWER_DEADLINE_TIMEOUTS = 2.0
+NO_TIMEOUT_DEADLINE_S = 120.0  # (a client made without a timeout: docker-py sets 60 s)
 _CHUNK = 64 * 1024  # (read in pieces: 1 MiB ones measured no faster, benchmarks/)
 _SPACE = re.compile(r"[ \t\n\r]*")
 _STRICT = json.JSONDecoder(object_pairs_hook=unique_keys)
@@ -54,6 +66,19 @@ class AnswerTooLarge(ValueError):
         self.limit = limit
 
 
+class AnswerTooSlow(ReadTimeout):
+    """An engine answer not read whole within ``deadline_s`` (its bytes came slowly, each
+    within the socket's timeout), refused with its rest unread. A timeout, as requests'
+    own: its reader takes the engine as unreachable this time."""
+
+    def __init__(self, what: str, deadline_s: float, got: int) -> None:
+        super().__init__(
+            f"the engine's answer to {what} was not read whole within {deadline_s:g} s "
+            f"({got} bytes came, each within the client's timeout): it is not read; check "
+            "the proxy in front of the engine (one that sends slowly), or the link to it")
+        self.deadline_s = deadline_s
+
+
 class Repeated(dict[str, Any]):
     """A list's entry that names a key twice in one object, decoded as ``json`` would (the
     last one kept): ``why`` says which key and the fix. Its reader fails it alone."""
@@ -65,7 +90,8 @@ class Repeated(dict[str, Any]):
 def strict_results(api: Any) -> None:
     """Make ``api`` (docker-py's ``APIClient``) decode its JSON answers refusing an object
     that names a key twice (``RepeatedAnswer``), and read each answer not streamed to at
-    most ``MAX_ANSWER_BYTES`` (``AnswerTooLarge``); its other answers as they were."""
+    most ``MAX_ANSWER_BYTES`` (``AnswerTooLarge``) within its deadline
+    (``AnswerTooSlow``); its other answers as they were."""
     api.hooks["response"].append(_bounded)
     plain = api._result
 
@@ -106,21 +132,40 @@ def strict_api(make: Callable[..., Any]) -> Any:
     return api
 
 
-def _bounded(response: Any, stream: bool | None = None, **_: Any) -> None:
+def _bounded(response: Any, stream: bool | None = None, timeout: Any = None,
+             **_: Any) -> None:
     """requests' response hook: the body of ``response`` read as requests would read it
     (``Response.content``, after the hooks) unless streamed, but only up to
-    ``MAX_ANSWER_BYTES``; past it the connection is closed (its rest unread) and
-    ``AnswerTooLarge`` raised. A streamed answer (events, logs) its reader bounds."""
+    ``MAX_ANSWER_BYTES`` (``AnswerTooLarge``) and within ``deadline_s(timeout)`` of its
+    headers (``AnswerTooSlow``); past either the connection is closed (its rest unread)
+    and the error raised. The deadline is checked between chunks, and each chunk's read
+    waits up to the socket's ``timeout``: the body ends within the deadline plus one
+    timeout. A streamed answer (events, logs) its reader bounds."""
     if stream or response._content is not False:  # (read already: a test's stand-in)
         return
     limit, got, size = MAX_ANSWER_BYTES, [], 0
+    deadline_s = answer_deadline_s(timeout)
+    end = time.monotonic() + deadline_s
     for chunk in response.iter_content(_CHUNK):
         got.append(chunk)
         size += len(chunk)
         if size > limit:
             response.close()
             raise AnswerTooLarge(f"{response.request.method} {_path(response.url)}", limit)
+        if time.monotonic() > end:
+            response.close()
+            raise AnswerTooSlow(f"{response.request.method} {_path(response.url)}",
+                                deadline_s, size)
     response._content = b"".join(got)
+
+
+def answer_deadline_s(timeout: Any) -> float:
+    """How long one answer's body may take to read, for a request made with requests'
+    ``timeout`` (seconds, a (connect, read) pair, or None)."""
+    read = timeout[1] if isinstance(timeout, tuple) else timeout
+    if not isinstance(read, int | float):  # (None, or urllib3's Timeout: none of ours)
+        return NO_TIMEOUT_DEADLINE_S
+    return ANSWER_DEADLINE_TIMEOUTS * float(read)
 
 
 def _path(url: str) -> str:

@@ -313,7 +313,8 @@ class SwarmClient:
     def __init__(self, base_url: str | None = None, *, timeout_s: float = 30.0) -> None:
         self.endpoint = engine_endpoint(base_url)
         try:
-            # (a key twice in an answer, one past the bound: refused, swarm.answerjson)
+            # (a key twice in an answer, one past the bound or its deadline: refused,
+            # swarm.answerjson)
             if base_url:
                 self._api = strict_api(partial(docker.APIClient, base_url=base_url,
                                                timeout=int(timeout_s)))

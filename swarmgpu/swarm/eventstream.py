@@ -3,10 +3,12 @@
 The engine writes each event with Go's ``json.Encoder`` (a newline after each). The
 docker SDK's own reader keeps every byte until it parses as JSON, so an answer that is
 not events (a proxy's error page, a huge value, garbage) grew in memory without end
-while the stream looked open and said nothing. Here a line is at most ``MAX_EVENT_BYTES``
-and must be a JSON object; anything else is ``NotAnEvent`` naming it (a ``SwarmError``
-from ``SwarmClient.events``), and the reader (``swarm.cache.follow``) marks a gap, lists
-in full and reconnects.
+while the stream looked open and said nothing. Here a line is at most ``MAX_EVENT_BYTES``,
+ends within ``MAX_LINE_S`` of its first byte (a line trickled a byte at a time, each
+within the stream's idle timeout, held it open and deaf: a quiet stream is fine, a line
+begun and never ended is not), and must be a JSON object; anything else is
+``NotAnEvent`` naming it (a ``SwarmError`` from ``SwarmClient.events``), and the reader
+(``swarm.cache.follow``) marks a gap, lists in full and reconnects.
 
 ``Cut``: an open stream ended from another thread (``swarm.cache`` took it for stalled):
 its socket is shut down, which wakes the blocked read (closing it would not); never
@@ -19,6 +21,7 @@ import contextlib
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -27,6 +30,10 @@ from swarmgpu.core.peertext import quoted
 from swarmgpu.swarm.answerjson import REPEATED_FIX
 
 MAX_EVENT_BYTES = 1 << 20  # one event; the engine's are under a few KiB
+# The longest one event's line may take: the engine writes each whole (Go's json.Encoder,
+# one write), so only a proxy's trickle comes near. Checked as each chunk comes, so a
+# line is refused within this plus one idle timeout (SwarmClient.events' idle_s).
+MAX_LINE_S = 60.0
 
 
 class Cut:
@@ -83,25 +90,43 @@ class NotAnEvent(ValueError):
 
 
 def read_events(
-    chunks: Iterable[bytes], source: str, limit: int = MAX_EVENT_BYTES
+    chunks: Iterable[bytes], source: str, limit: int = MAX_EVENT_BYTES,
+    line_s: float | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Each event of ``chunks`` (the answer's body as it arrives), as a dict."""
+    """Each event of ``chunks`` (the answer's body as it arrives), as a dict; a line
+    over ``limit`` bytes, or not ended ``line_s`` (``MAX_LINE_S``) after its first byte
+    came, is ``NotAnEvent``."""
+    line_s = MAX_LINE_S if line_s is None else line_s
     buf = bytearray()
     seen = 0  # bytes of ``buf`` known to hold no end of line: a line sent a byte a chunk
+    begun = 0.0  # when the line in ``buf`` began to come (monotonic)
     for chunk in chunks:  # was searched again from its start each time, quadratic in it
+        now = time.monotonic()
+        if not buf:
+            begun = now
         buf += chunk
+        ended = False
         while (end := buf.find(b"\n", seen)) >= 0:
             line = bytes(buf[:end])
             del buf[: end + 1]
-            seen = 0
+            seen, ended = 0, True
             if line.strip():
                 yield parse_event(line, source, limit)
+        if ended:  # what is left began in this chunk (its reader's time after it is not its)
+            begun = now = time.monotonic()
         seen = len(buf)
         if len(buf) > limit:
             raise NotAnEvent(
                 f"event stream from {source}: an event over {limit >> 20} MiB without its "
                 f"end of line ({bytes(buf[:60])!r}...): not the engine's answer; a proxy "
                 "between? the stream is read again from a full list"
+            )
+        if buf and now - begun > line_s:
+            raise NotAnEvent(
+                f"event stream from {source}: an event begun {now - begun:.1f} s ago without "
+                f"its end of line ({bytes(buf[:60])!r}, {len(buf)} bytes so far; the engine "
+                f"sends each whole, the most waited is {line_s:g} s): not the engine's "
+                "answer; a proxy between? the stream is read again from a full list"
             )
     if buf.strip():
         # The engine ends each event with a newline: what is left was cut mid-event

@@ -2,17 +2,24 @@
 GET of a path answered from ``answers`` (the path without its /vX.Y; /version, unless
 named, a 24.0 engine's): bytes as they
 are (with a length), a ``Padded`` or ``Chunked`` body sent chunked, as Go sends a long
-answer. It counts the connections it took and the bytes of each chunked body it got
-out."""
+answer, or a ``Trickled`` one a byte at a time, as a slow proxy may. It counts the
+connections it took and the bytes of each chunked body it got out."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from swarmgpu.cli import main
 
 VERSION = json.dumps({"ApiVersion": "1.43", "MinAPIVersion": "1.24",
                       "Version": "24.0.0"}).encode()
@@ -33,9 +40,21 @@ class Chunked:
     body: bytes
 
 
+@dataclass(frozen=True)
+class Trickled:
+    """``body`` sent chunked a byte every ``every_s``, each well within the client's
+    timeout; the rest unsent once the client closed the connection."""
+
+    body: bytes
+    every_s: float
+
+
+Answer = bytes | Padded | Chunked | Trickled
+
+
 class LoopEngine(ThreadingHTTPServer):
     daemon_threads = True
-    answers: dict[str, bytes | Padded | Chunked]
+    answers: dict[str, Answer]
     connections: int
     sent: int  # of the last chunked body, once ``sent_all`` is set
     sent_all: threading.Event
@@ -70,11 +89,15 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         sent = 0
-        chunks = _padding(body.size) if isinstance(body, Padded) else _slices(body.body)
+        chunks = (_padding(body.size) if isinstance(body, Padded) else
+                  _slices(body.body, 1) if isinstance(body, Trickled) else _slices(body.body))
         try:
             for chunk in chunks:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
                 sent += len(chunk)
+                if isinstance(body, Trickled):
+                    time.sleep(body.every_s)
             self.wfile.write(b"0\r\n\r\n")
         except OSError:  # the client closed it: the rest unread
             self.close_connection = True
@@ -97,7 +120,7 @@ def _slices(body: bytes, chunk: int = 32 * 1024) -> Iterator[bytes]:
 
 
 @contextmanager
-def loop_engine(answers: dict[str, bytes | Padded | Chunked]) -> Iterator[LoopEngine]:
+def loop_engine(answers: dict[str, Answer]) -> Iterator[LoopEngine]:
     """A ``LoopEngine`` on 127.0.0.1 serving ``answers``, for the block's length
     (its address: ``tcp://127.0.0.1:<server.server_port>``)."""
     server = LoopEngine(("127.0.0.1", 0), Handler)
@@ -111,3 +134,14 @@ def loop_engine(answers: dict[str, bytes | Padded | Chunked]) -> Iterator[LoopEn
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def doctor_engine(monkeypatch: pytest.MonkeyPatch, port: int) -> Any:
+    """``doctor``'s docker.engine check, asked of the engine at ``port`` (the live node's
+    other checks as they come)."""
+    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{port}")
+    monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
+    res = CliRunner().invoke(main, ["doctor", "--root", "/", "--json", "--agents-service",
+                                    "", "--source", "file:/nonexistent"])
+    (check,) = [c for c in json.loads(res.output)["checks"] if c["id"] == "docker.engine"]
+    return check

@@ -464,8 +464,8 @@ def check_engine(view: NodeView) -> Check:
         if err.startswith("docker info: the engine's answer"):  # (cli.node._docker_info)
             return Check(cid, Status.FAIL, f"dockerd's answer is not read: {err}", why,
                          "Check the proxy in front of the engine (DOCKER_HOST names it): "
-                         "dockerd names each key once and answers docker info in a few "
-                         "KiB.")
+                         "dockerd answers docker info at once with one JSON object of a "
+                         "few KiB, each key named once.")
         if "Permission denied" in err:
             fix = ("Run the doctor as root (`sudo swarmgpu doctor`), or as a member of the "
                    "docker group.")
