@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from support.serving import served
+
 VERSION = json.dumps({"ApiVersion": "1.43", "MinAPIVersion": "1.24",
                       "Version": "24.0.0"}).encode()
 
@@ -103,11 +105,5 @@ def loop_engine(answers: dict[str, bytes | Padded | Chunked]) -> Iterator[LoopEn
     server = LoopEngine(("127.0.0.1", 0), Handler)
     server.answers, server.connections, server.sent = answers, 0, 0
     server.sent_all = threading.Event()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(server):
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
