@@ -9,30 +9,41 @@ docker-py clients against an engine on loopback (tests/support/loop_engine.py)."
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
 from swarmgpu.agent.procattr import engine_labels
 from swarmgpu.swarm import answerjson
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
-from tests.support.loop_engine import Padded, doctor_engine, loop_engine
+from tests.support.loop_engine import LoopEngine, Padded, doctor_engine, loop_engine
 
 MIB = 1024 * 1024
 NODE = {"ID": "n1", "Version": {"Index": 7}, "Spec": {"Role": "worker", "Labels": {}},
         "Description": {"Hostname": "a"}, "Status": {"State": "ready", "Addr": "10.0.0.1"}}
 
 
+@contextmanager
+def cut_short(monkeypatch: pytest.MonkeyPatch, path: str) -> Iterator[LoopEngine]:
+    """An engine whose answer to GET ``path`` is 64 MiB, under a 1 MiB limit; once the
+    block is done, checked to have sent its all to a reader that left most unread."""
+    monkeypatch.setattr(answerjson, "MAX_ANSWER_BYTES", MIB)
+    with loop_engine({path: Padded(64 * MIB)}) as engine:
+        yield engine
+        assert engine.sent_all.wait(10)
+        # (read whole, all 64 MiB left; the socket buffers hold some MiB past the limit)
+        assert engine.sent < 32 * MIB, engine.sent
+
+
 def test_an_answer_past_the_limit_is_refused_naming_it_unread(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(answerjson, "MAX_ANSWER_BYTES", MIB)
-    with loop_engine({"/tasks": Padded(64 * MIB)}) as engine:
+    with cut_short(monkeypatch, "/tasks") as engine:
         sw = SwarmClient(f"tcp://127.0.0.1:{engine.server_port}")
         with pytest.raises(SwarmError, match=r"answer to GET /tasks is over 1 MiB") as got:
             sw.tasks()
         assert "task-history-limit" in str(got.value) and "proxy" in str(got.value)
-        assert engine.sent_all.wait(10)
-        # (read whole, all 64 MiB left; the socket buffers hold some MiB past the limit)
-        assert engine.sent < 32 * MIB, engine.sent
 
 
 def test_answers_within_the_limit_read_as_before_on_one_connection(
@@ -92,31 +103,22 @@ def test_doctors_docker_info_read_once_strictly_reads_as_before(
 def test_the_version_asked_as_a_client_is_made_is_bounded_too(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # (docker-py asks it in APIClient's constructor, before any hook: read whole)
-    monkeypatch.setattr(answerjson, "MAX_ANSWER_BYTES", MIB)
-    with loop_engine({"/version": Padded(64 * MIB)}) as engine:
-        with pytest.raises(SwarmUnavailable, match=r"answer to GET /version is over 1 MiB"):
-            SwarmClient(f"tcp://127.0.0.1:{engine.server_port}")
-        assert engine.sent_all.wait(10)
-        assert engine.sent < 32 * MIB, engine.sent
+    with (cut_short(monkeypatch, "/version") as engine,
+          pytest.raises(SwarmUnavailable, match=r"answer to GET /version is over 1 MiB")):
+        SwarmClient(f"tcp://127.0.0.1:{engine.server_port}")
 
 
 def test_the_agents_container_inspect_client_bounds_the_version_too(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(answerjson, "MAX_ANSWER_BYTES", MIB)
-    with loop_engine({"/version": Padded(64 * MIB)}) as engine:
+    with cut_short(monkeypatch, "/version") as engine:
         lookup = engine_labels(f"tcp://127.0.0.1:{engine.server_port}", timeout_s=10)
         assert lookup("c" * 64) is None  # (unknown this time, as for an engine down)
-        assert engine.sent_all.wait(10)
-        assert engine.sent < 32 * MIB, engine.sent
 
 
 def test_doctors_version_past_the_limit_is_refused_naming_the_fix(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(answerjson, "MAX_ANSWER_BYTES", MIB)
-    with loop_engine({"/version": Padded(64 * MIB)}) as engine:
+    with cut_short(monkeypatch, "/version") as engine:
         check = doctor_engine(monkeypatch, engine.server_port)
-        assert engine.sent_all.wait(10)
-        assert engine.sent < 32 * MIB, engine.sent
     assert check["status"] == "fail", check
     assert "GET /version is over 1 MiB" in check["found"], check
     assert "proxy in front of the engine" in check["fix"], check

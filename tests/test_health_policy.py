@@ -78,6 +78,25 @@ def test_a_holder_the_mover_may_not_move_is_released_to_placement() -> None:
     assert any("left to placement" in n for n in again.notes)
 
 
+def test_a_holder_whose_namesakes_entry_lasts_is_proposed_no_move_its_start_refuses(
+) -> None:
+    """A removed service of a's name left an entry on gpu-node-1, its task stopping, that
+    placement read as the removed one's (``PlacementPlan.dropped``: not in the ledger the
+    policy reads). The mover's admission and a move's (or repin's) start read a's
+    holdings by name, that entry among them: not converged, refused. Before, the health
+    policy judged a movable on the ledger without it: the same move proposed, refused and
+    logged every cycle while the entry lasted, the failed GPU's holder never released."""
+    nodes, svcs, tasks = setup({"a": [U2[0]]})
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0]), dropped=frozenset({("a", "n1")}))
+    assert not p.moves, p.moves  # (no healthy GPU on its own node: it stays, said so)
+    assert any("a on gpu-node-2 stays" in n for n in p.notes), p.notes
+    nodes, svcs, tasks = setup({"a": [U2[0]]}, full_n2=False)  # room on its own node
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0]), dropped=frozenset({("a", "n1")}))
+    assert not p.moves, p.moves
+    assert [(r.service, r.host) for r in p.releases] == [("a", "gpu-node-2")]
+    assert "removed service of its name" in p.releases[0].reason
+
+
 def test_a_global_service_is_never_moved_between_nodes_only_repinned() -> None:
     nodes, svcs, tasks = setup({"g": [U2[0]]}, full_n2=False, modes={"g": "global"})
     p = plan(nodes, svcs, tasks, mark(F2, failed=[0]))

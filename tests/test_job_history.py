@@ -124,6 +124,21 @@ def test_what_the_daemon_reads_of_a_job_is_the_same_without_its_history(
     assert tasks_by_service(snap.tasks) == tasks_by_service(before)
 
 
+def test_an_earlier_runs_task_still_running_is_read_as_one_swarm_is_stopping(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new run of a job: Swarm's job orchestrators set each task of an earlier run that
+    has not ended to desired remove (a replicated job's) or shutdown (a global job's,
+    swarmkit jobs/*/reconciler.go). Such a task is in the snapshot's stopping tasks (its
+    node's resources and GPUs counted until it stops), not among the job's; one still
+    desired complete (the instant before Swarm marks it) among the job's tasks."""
+    earlier = [_raw("old2-removed", "remove", "running", 2, "n-b", 9),
+               _raw("old2-shutdown", "shutdown", "starting", 2, "n-a", 10),
+               _raw("old2-unmarked", "complete", "running", 2, "n-a", 11)]
+    snap, _ = _snapshot(monkeypatch, [*_history(), *earlier])
+    assert sorted(t.id for t in snap.stopping) == ["old2-removed", "old2-shutdown"]
+    assert {t.id for t in snap.tasks} & {t["ID"] for t in earlier} == {"old2-unmarked"}
+
+
 def test_a_history_task_not_as_docker_sends_it_is_still_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A completed task of an earlier run whose run cannot be read is parsed (and refused,

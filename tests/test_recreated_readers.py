@@ -102,15 +102,11 @@ def test_the_rebalancer_reads_no_holding_of_a_recreated_service_on_its_namesakes
         "batch", {})
 
 
-def test_an_entry_left_behind_stays_dropped_the_cycles_after_its_service_went_elsewhere(
-) -> None:
-    """The same daemon's next cycle: batch runs on the DGX, where it was placed afresh,
-    the old entry's release still not landed, the removed task still stopping. The
-    entry stays no holding of batch for preemption and the rebalancer. Before, the
-    planner remembered every entry it disowned as one its service was placed on afresh
-    (``Recreated``), wherever that was: from the next cycle on the old entry was
-    batch's own again, a holding to move and a reservation counted there."""
-    planner = Planner(prefix=P)
+def _next_cycle(planner: Planner) -> tuple[list[SwarmNode], list[SwarmService],
+                                           list[SwarmTask], ReplicaPlacement, SwarmTask]:
+    """``_recreated``'s next cycle, for ``planner`` (its daemon's): batch runs where it
+    was placed afresh (``q``, on the DGX), the old entry's release not landed, the
+    removed batch's task still stopping on gpu-node-2 (``gone``)."""
     nodes, services, tasks, plan = _recreated(planner)
     (sp,) = [sp for sp in plan.services if sp.name == "batch"]
     (q,) = sp.placements
@@ -121,6 +117,19 @@ def test_an_entry_left_behind_stays_dropped_the_cycles_after_its_service_went_el
     gone = SwarmTask("t-old", "id-old", "n-4090", 1, "running", "remove", (),
                      created_at=OLD_AT, constraints=(gate_constraint(P, "batch"),),
                      updated_at=1.0)
+    return nodes, services, tasks, q, gone
+
+
+def test_an_entry_left_behind_stays_dropped_the_cycles_after_its_service_went_elsewhere(
+) -> None:
+    """The same daemon's next cycle: batch runs on the DGX, where it was placed afresh,
+    the old entry's release still not landed, the removed task still stopping. The
+    entry stays no holding of batch for preemption and the rebalancer. Before, the
+    planner remembered every entry it disowned as one its service was placed on afresh
+    (``Recreated``), wherever that was: from the next cycle on the old entry was
+    batch's own again, a holding to move and a reservation counted there."""
+    planner = Planner(prefix=P)
+    nodes, services, tasks, q, gone = _next_cycle(planner)
     for _ in range(2):
         again = make_plan(replace(snapshot(nodes, services, tasks), stopping=[gone]),
                           Config(), planner=planner)
@@ -154,16 +163,7 @@ def test_the_rebalancer_proposes_no_move_its_start_refuses_for_a_namesakes_entry
     the same move proposed, refused and logged every cycle while the entry lasted, a slot
     of the cycle's move budget taken by it each time."""
     planner = Planner(prefix=P)
-    nodes, services, tasks, plan = _recreated(planner)
-    (sp,) = [sp for sp in plan.services if sp.name == "batch"]
-    (q,) = sp.placements
-    nodes = apply(nodes, replace(plan, node_remove={}))
-    services = [written(s, sp) if s.name == "batch" else s for s in services]
-    tasks = [replace(t, node_id=q.node_id, state="running") if t.id == "t-batch" else t
-             for t in tasks]
-    gone = SwarmTask("t-old", "id-old", "n-4090", 1, "running", "remove", (),
-                     created_at=OLD_AT, constraints=(gate_constraint(P, "batch"),),
-                     updated_at=1.0)
+    nodes, services, tasks, _, gone = _next_cycle(planner)
     again = make_plan(replace(snapshot(nodes, services, tasks), stopping=[gone]),
                       Config(), planner=planner)
     batch = next(s for s in services if s.name == "batch")

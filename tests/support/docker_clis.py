@@ -16,12 +16,13 @@ import shutil
 import socketserver
 import subprocess
 import tempfile
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+
+from support.serving import served
 
 # Where Debian's docker.io and Docker's static CLI install; PATH is looked at too.
 PLACES = ("/usr/bin/docker", "/usr/local/bin/docker")
@@ -111,13 +112,10 @@ def engine() -> Iterator[Engine]:
     server = Engine(os.path.join(folder, "d.sock"), _Handler)
     server.created = []
     server.objects = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     try:
-        yield server
+        with served(server):
+            yield server
     finally:
-        server.shutdown()
-        server.server_close()
         shutil.rmtree(folder, ignore_errors=True)
 
 

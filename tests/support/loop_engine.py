@@ -21,6 +21,8 @@ from click.testing import CliRunner
 
 from swarmgpu.cli import main
 
+from support.serving import served
+
 VERSION = json.dumps({"ApiVersion": "1.43", "MinAPIVersion": "1.24",
                       "Version": "24.0.0"}).encode()
 
@@ -126,14 +128,8 @@ def loop_engine(answers: dict[str, Answer]) -> Iterator[LoopEngine]:
     server = LoopEngine(("127.0.0.1", 0), Handler)
     server.answers, server.connections, server.sent = answers, 0, 0
     server.sent_all = threading.Event()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(server):
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 def doctor_engine(monkeypatch: pytest.MonkeyPatch, port: int) -> Any:

@@ -280,13 +280,19 @@ class Context:
             return "its move record cannot be read"
         if svc in self.inp.failed:  # the why is the plan's note, said once
             return "its placement failed this cycle"
+        return self.namesake_entry(svc) or why_not_movable(
+            s, self.requests.get(svc), self.inp.tasks, self.inp.ledger.get(svc, {}),
+            self.inp.prefix, self.inp.now, self.cfg.cooldown_s, same_node=same_node,
+            moving=svc in self.inp.moving)
+
+    def namesake_entry(self, svc: str) -> str | None:
+        """Why ``svc`` may not move while an entry placement read as a removed namesake's
+        lasts (``Inputs.dropped``): the mover's admission and a move's (or repin's) start
+        read its holdings by name, that entry among them, and refuse it as unconverged."""
         if any(name == svc for name, _nid in self.inp.dropped):
             return ("a removed service of its name still has an entry (its task stopping): "
                     "moved once placement releases it")
-        return why_not_movable(s, self.requests.get(svc), self.inp.tasks,
-                               self.inp.ledger.get(svc, {}), self.inp.prefix, self.inp.now,
-                               self.cfg.cooldown_s, same_node=same_node,
-                               moving=svc in self.inp.moving)
+        return None
 
     def holders(self) -> dict[str, list[Share]]:
         return holders_by_gpu(self.ledger)

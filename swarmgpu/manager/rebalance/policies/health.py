@@ -206,9 +206,9 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
                                  f"{h.left_why} ({reason})")
                 continue
             # The mover's rules, but no cooldown: a broken holder does not wait.
-            why_not = why_not_movable(s, ctx.requests.get(svc), ctx.inp.tasks,
-                                      ctx.inp.ledger.get(svc, {}), prefix, ctx.inp.now, 0.0,
-                                      moving=svc in ctx.inp.moving)
+            why_not = ctx.namesake_entry(svc) or why_not_movable(
+                s, ctx.requests.get(svc), ctx.inp.tasks, ctx.inp.ledger.get(svc, {}), prefix,
+                ctx.inp.now, 0.0, moving=svc in ctx.inp.moving)
             if draining and why_not is not None:
                 ctx.notes.append(f"{svc} on {host} cannot be drained: {why_not}")
                 continue
@@ -240,9 +240,9 @@ def _propose(ctx: Context, out: HealthResult, s: SwarmService, nid: str, choice:
     f = ctx.inp.facts[choice.node]
     uuids = ",".join(f.gpus[i].uuid for i in choice.gpus)
     if choice.node == nid or mig:  # its own node: a repin, else placement's
-        why_here = why_not_movable(s, ctx.requests.get(svc), ctx.inp.tasks,
-                                   ctx.inp.ledger.get(svc, {}), prefix, ctx.inp.now,
-                                   0.0, same_node=True, moving=svc in ctx.inp.moving)
+        why_here = ctx.namesake_entry(svc) or why_not_movable(
+            s, ctx.requests.get(svc), ctx.inp.tasks, ctx.inp.ledger.get(svc, {}), prefix,
+            ctx.inp.now, 0.0, same_node=True, moving=svc in ctx.inp.moving)
         if why_here is not None:
             to = ctx.nodes[choice.node].hostname if choice.node in ctx.nodes else host
             out.releases.append(Release(svc, nid, host, f"{reason}; re-placed on "
