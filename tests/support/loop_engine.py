@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from swarmgpu.cli import main
-
 from support.serving import served
+from swarmgpu.cli import main
 
 VERSION = json.dumps({"ApiVersion": "1.43", "MinAPIVersion": "1.24",
                       "Version": "24.0.0"}).encode()
