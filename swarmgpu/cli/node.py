@@ -344,8 +344,8 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, proc_root:
                             proc_root=proc_root_view(proc_root or "/proc")
                             if proc_root or root == "/" else None,
                             agents_service=agents_service if root == "/" else None,
-                            swarm=_swarm_read(docker_info, docker_error, agents_service, prefix,
-                                              kind, cfg) if root == "/" else None)
+                            swarm=swarm_read(docker_info, docker_error, agents_service, prefix,
+                                             kind, cfg) if root == "/" else None)
     click.echo(text)
     if read.hung:
         # Exit now: the exit hooks would wait on the hung read (NVML's shutdown takes the
@@ -409,8 +409,8 @@ def _docker_info() -> tuple[Any, str | None]:
     return info, None
 
 
-def _swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: str,
-                kind: str, cfg: Config | None = None) -> Any:
+def swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: str,
+               kind: str, cfg: Config | None = None) -> Any:
     """Swarm's nodes, services and tasks for the ``agents.service`` check, and each
     node's agent's answer to a read as the daemon's (``agents.answers``; ``cfg``: the
     daemon's config, else its defaults, whose tenants may not match the agents'
@@ -418,12 +418,17 @@ def _swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: s
     ``Swarm.ControlAvailable``); else why not (``prefix``: ``sync.prefix``; ``kind``:
     ``placement.generic_resource_kind``). Not read with the key off ('')."""
     from swarmgpu.agent.doctor import SwarmRead
+    from swarmgpu.agent.doctor.infoparts import info_part, part_problem
 
     if not name:
         return SwarmRead()
     if docker_info is None:
         return SwarmRead(error=f"dockerd did not answer ({docker_error or 'not asked'})")
-    if not (docker_info.get("Swarm") or {}).get("ControlAvailable"):
+    unread = part_problem(docker_info, "Swarm") or part_problem(
+        docker_info, "Swarm.ControlAvailable")
+    if unread is not None:  # (docker.info names it with the fix)
+        return SwarmRead(error=f"{unread}: whether this node is a manager is not known")
+    if not info_part(docker_info, "Swarm.ControlAvailable"):
         return SwarmRead(error="this node is no Swarm manager (a worker cannot list "
                                "services)")
     from swarmgpu.swarm.client import SwarmClient, SwarmError

@@ -276,15 +276,20 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
         run = (spec_count(iteration.get("Index"), "JobIteration.Index")
                if iteration is not None else None)
         changed = updated_at(raw.get("UpdatedAt"))
+        # (keys of sets and maps, looked up in sets: a proxy's list there was unhashable)
+        service_id = _text(raw.get("ServiceID"), "ServiceID")
+        node_id = _text(raw.get("NodeID"), "NodeID")
+        state = _text(status.get("State"), "Status.State")
+        desired = _text(raw.get("DesiredState"), "DesiredState")
     except UnreadSpec as exc:
         raise SwarmError(f"task {tid[:80]!r}: {exc}") from None
     return SwarmTask(
         id=tid,
-        service_id=raw.get("ServiceID", ""),
-        node_id=raw.get("NodeID", ""),
+        service_id=service_id,
+        node_id=node_id,
         slot=raw.get("Slot"),
-        state=status.get("State", ""),
-        desired_state=raw.get("DesiredState", ""),
+        state=state,
+        desired_state=desired,
         env=tuple(container.get("Env") or ()),
         error=status.get("Err", "") or "",
         force_update=force,
@@ -439,7 +444,7 @@ class SwarmClient:
         """``states``: only the tasks whose actual state (``Status.State``) is one of them,
         the others unparsed (the engine filters by desired state only: that list holds every
         ended task Swarm keeps); ``read``: only the objects it is True of (job_raw_read)."""
-        raw = self._call(read_entries, "task", self._api.tasks, filters=dict(filters or {}))
+        raw = self._listed("task", self._api.tasks, filters=dict(filters or {}))
         return [task_from_api(t) for t in raw  # (not a mapping, Repeated: refused there)
                 if isinstance(t, Repeated) or ((read is None or read(t)) and (
                 states is None or not isinstance(t, Mapping)

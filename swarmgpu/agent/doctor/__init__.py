@@ -13,10 +13,11 @@ See docs/doctor.md for every check and the fixture conventions.
 One module per group of checks: ``view`` (NodeView, Check, paths), ``read`` (the
 root into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
 ``sharing``, ``identity``, ``procview``, ``agentsvc``, ``agentanswers`` (the checks),
-``report`` (run, exit
-code, text/JSON), ``factsread`` (the fact source read within a deadline), ``rootpath`` (a
-path under the root as the node sees it), ``runtimepath`` (where dockerd finds the NVIDIA
-runtime), ``dockerdkeys`` (the daemon.json keys dockerd knows, as data).
+``infoparts`` (docker info's parts read as dockerd sends them; ``docker.info`` names
+those that are not), ``report`` (run, exit code, text/JSON), ``factsread`` (the fact
+source read within a deadline), ``rootpath`` (a path under the root as the node sees
+it), ``runtimepath`` (where dockerd finds the NVIDIA runtime), ``dockerdkeys`` (the
+daemon.json keys dockerd knows, as data).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from swarmgpu.agent.doctor.engine import (
 )
 from swarmgpu.agent.doctor.factsread import FACTS_DEADLINE_S, FactsRead, read_facts_within
 from swarmgpu.agent.doctor.identity import check_agent_identity
+from swarmgpu.agent.doctor.infoparts import check_info_parts, info_part, info_problems
 from swarmgpu.agent.doctor.procview import check_proc_root
 from swarmgpu.agent.doctor.read import (
     dpkg_version,
@@ -148,6 +150,7 @@ __all__ = [
     "check_generic_resources",
     "check_gpu_facts",
     "check_grants",
+    "check_info_parts",
     "check_numa",
     "check_proc_root",
     "check_sharing",
@@ -160,6 +163,8 @@ __all__ = [
     "env_name",
     "exit_code",
     "find_runtime",
+    "info_part",
+    "info_problems",
     "norm_bus_id",
     "parse_generic_resources",
     "parse_proc_devices",

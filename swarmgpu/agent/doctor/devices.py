@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from swarmgpu.agent.doctor.infoparts import info_part
+from swarmgpu.agent.doctor.infoparts import shown as info_shown
 from swarmgpu.agent.doctor.resources import norm_bus_id
 from swarmgpu.agent.doctor.view import Check, NodeView, Status, quote
 
@@ -169,15 +171,14 @@ def check_cgroup(view: NodeView) -> Check:
 
 def check_dev_char_links(view: NodeView) -> Check:
     cid = "cgroup.dev-char-links"
-    info = view.docker_info
-    driver = info.get("CgroupDriver") if info is not None else None
+    driver = info_part(view.docker_info, "CgroupDriver")
     if driver is None:
         # Docker picks the systemd driver on cgroup v2 hosts booted with systemd.
         driver = "systemd (assumed: cgroup v2)" if view.cgroup_v2 else None
     if driver is None or not str(driver).startswith("systemd"):
         return Check(cid, Status.SKIP if driver is None else Status.OK,
-                     f"cgroup driver {driver or 'unknown (no docker info)'}: the /dev/char "
-                     "trap needs the systemd cgroup driver")
+                     f"cgroup driver {info_shown(driver or 'unknown (no docker info)')}: "
+                     "the /dev/char trap needs the systemd cgroup driver")
     if view.dev_char is None and not view.dev_nodes:
         return Check(cid, Status.SKIP, "no /dev/nvidia* nodes to check")
     have = view.dev_char or frozenset()
@@ -187,15 +188,15 @@ def check_dev_char_links(view: NodeView) -> Check:
                      if f"{v[0]}:{v[1]}" not in have)
     if missing:
         return Check(
-            cid, Status.WARN, f"cgroup driver {driver}; missing {quote(missing)}",
+            cid, Status.WARN, f"cgroup driver {info_shown(driver)}; missing {quote(missing)}",
             "With the systemd cgroup driver, every `systemctl daemon-reload` makes systemd "
             "re-apply each container's device rules by /dev/char/MAJOR:MINOR path; GPUs whose "
             "link is missing are dropped, and running containers start failing with 'Failed to "
             "initialize NVML: Unknown Error' (NVIDIA/nvidia-container-toolkit#48).",
             "`nvidia-ctk system create-dev-char-symlinks --create-all` (and its udev rule so "
             "they survive reboots), or run dockerd with exec-opts native.cgroupdriver=cgroupfs.")
-    return Check(cid, Status.OK, f"cgroup driver {driver}; /dev/char links exist for the "
-                                 "GPU device nodes")
+    return Check(cid, Status.OK, f"cgroup driver {info_shown(driver)}; /dev/char links exist "
+                                 "for the GPU device nodes")
 
 
 def check_device_order(view: NodeView) -> Check:

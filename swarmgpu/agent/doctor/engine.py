@@ -15,6 +15,7 @@ from swarmgpu.agent.doctor.dockerdkeys import (
     READ_KEYS,
     SKIPPED_KEYS,
 )
+from swarmgpu.agent.doctor.infoparts import info_part, part_problem
 from swarmgpu.agent.doctor.read import parse_version
 from swarmgpu.agent.doctor.resources import (
     env_name,
@@ -39,7 +40,7 @@ from swarmgpu.agent.doctor.view import (
     daemon_json_unusable,
     quote,
 )
-from swarmgpu.core.peertext import escaped
+from swarmgpu.core.peertext import escaped, quoted
 
 
 def check_daemon_json(view: NodeView) -> Check:
@@ -175,15 +176,14 @@ def check_default_runtime(view: NodeView) -> Check:
         return _runtime_missing(cid, path, view.runtime)
     if problems:
         return Check(cid, Status.FAIL, "; ".join(problems), why, fix)
-    info = view.docker_info
-    live = info.get("DefaultRuntime") if info is not None else None
-    if info is not None and live is not None:
-        live_runtimes = info.get("Runtimes") or {}
+    live = info_part(view.docker_info, "DefaultRuntime")
+    if live is not None:
+        live_runtimes = info_part(view.docker_info, "Runtimes") or {}
         if live != "nvidia" or "nvidia" not in live_runtimes:
             return Check(
                 cid, Status.FAIL,
-                f'daemon.json says "nvidia" but the running dockerd uses {live!r} '
-                f"(runtimes {sorted(live_runtimes)})",
+                f'daemon.json says "nvidia" but the running dockerd uses {quoted(live)} '
+                f"(runtimes {quote([_shown(r, 60) for r in sorted(live_runtimes)])})",
                 "dockerd reads daemon.json only when it starts: the file was edited after.",
                 "`systemctl restart docker` (running tasks restart with it).")
     live_note = "" if live is None else "; the running dockerd agrees"
@@ -234,8 +234,8 @@ def check_generic_resources(view: NodeView) -> Check:
     if not configured and live:
         configured, source = live, "dockerd flags (--node-generic-resource)"
     elif live is not None and sorted(map(str, live)) != sorted(map(str, configured)):
-        only_file = sorted(f"{r.kind}={r.value}" for r in set(configured) - set(live))
-        only_live = sorted(f"{r.kind}={r.value}" for r in set(live) - set(configured))
+        only_file = sorted(_shown(f"{r.kind}={r.value}") for r in set(configured) - set(live))
+        only_live = sorted(_shown(f"{r.kind}={r.value}") for r in set(live) - set(configured))
         return Check(
             cid, Status.FAIL,
             f"daemon.json and the running dockerd differ: only in the file "
@@ -478,15 +478,17 @@ def check_engine(view: NodeView) -> Check:
                    "it stopped), or point DOCKER_HOST at its socket.")
         return Check(cid, Status.FAIL, f"cannot ask dockerd: {err}", why, fix)
     info = view.docker_info
-    swarm = info.get("Swarm") if info is not None else None
-    if not isinstance(swarm, dict):
-        return Check(cid, Status.SKIP, "no docker info with a Swarm state")
-    state = str(swarm.get("LocalNodeState") or "unknown")
-    role = "manager" if swarm.get("ControlAvailable") else "worker"
+    if info_part(info, "Swarm") is None:
+        return Check(cid, Status.SKIP, "no docker info with a Swarm state"
+                     + (" (see docker.info)" if part_problem(info, "Swarm") else ""))
+    state = info_part(info, "Swarm.LocalNodeState") or "unknown"
+    role = "manager" if info_part(info, "Swarm.ControlAvailable") else "worker"
     if state == "active":
         return Check(cid, Status.OK, f"dockerd answers; Swarm {role}, node "
-                                     f"{swarm.get('NodeID') or '?'}")
-    detail = f": {swarm['Error']}" if swarm.get("Error") else ""
+                                     f"{_shown(info_part(info, 'Swarm.NodeID') or '?')}")
+    error = info_part(info, "Swarm.Error")
+    detail = f": {_shown(error, 300)}" if error else ""
+    state = _shown(state)
     fixes = {
         "inactive": "Join the swarm: `docker swarm join --token <token> <manager>:2377` "
                     "(`docker swarm join-token worker` on a manager prints it).",

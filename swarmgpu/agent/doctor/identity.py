@@ -6,6 +6,7 @@ import posixpath
 import stat
 from pathlib import Path
 
+from swarmgpu.agent.doctor.infoparts import info_part
 from swarmgpu.agent.doctor.rootpath import refusal, stat_in_root
 from swarmgpu.agent.doctor.view import Check, NodeView, Status
 from swarmgpu.core.peertext import escaped
@@ -15,7 +16,7 @@ def check_agent_identity(view: NodeView) -> Check:
     """Plain HTTP lets whatever binds :9401 (any local user, while the agent restarts)
     answer for this node; the Swarm node certificate proves which node answers."""
     cid = "agent.identity"
-    data_root = str((view.docker_info or {}).get("DockerRootDir") or "/var/lib/docker")
+    data_root = info_part(view.docker_info, "DockerRootDir") or "/var/lib/docker"
     rel = posixpath.join(data_root.lstrip("/"), "swarm/certificates/swarm-node.crt")
     cert = Path(view.root) / rel
     fix = (f"run the agent with --identity swarm-pki (it reads {escaped(data_root)}/swarm/"

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from swarmgpu.agent.doctor.infoparts import generic_entries
 from swarmgpu.agent.doctor.view import NodeView
 from swarmgpu.core.peertext import peer_text
 
@@ -54,16 +55,10 @@ def parse_generic_resources(entries: Any, where: str) -> tuple[list[GenericResou
 
 
 def from_docker_info(info: Mapping[str, Any]) -> list[GenericResource] | None:
-    raw = info.get("GenericResources")
-    if raw is None:
-        return None
-    out = []
-    for gr in raw or []:
-        for key in ("NamedResourceSpec", "DiscreteResourceSpec"):
-            spec = gr.get(key) if isinstance(gr, Mapping) else None
-            if isinstance(spec, Mapping):
-                out.append(GenericResource(str(spec.get("Kind", "")), str(spec.get("Value", ""))))
-    return out
+    """The running dockerd's generic resources; None: not given, or not read (an entry
+    not read is left out: ``docker.info`` names it, ``infoparts``)."""
+    pairs, _ = generic_entries(info)
+    return None if pairs is None else [GenericResource(k, v) for k, v in pairs]
 
 
 def gpu_kind(r: GenericResource) -> bool:

@@ -1,0 +1,128 @@
+"""The parts of ``docker info`` the checks read, each read as dockerd sends it.
+
+dockerd answers each part with one type (moby api/types/system.Info): a part of another
+type comes from something in between (a proxy, a fixture) and is not read: a check that
+needs it compares nothing, and ``docker.info`` names the part and the fix. Read through
+:func:`info_part`, a string where an object belongs (or a number where a list does)
+crashed the doctor. Go sends a nil map or slice as null: for those parts (``NIL_OK``)
+null reads as absent, as it did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from swarmgpu.agent.doctor.view import Check, NodeView, Status
+from swarmgpu.core.peertext import peer_text, quoted
+
+# part (dotted: inside Swarm) -> the type dockerd sends it as
+PARTS: dict[str, type] = {
+    "Swarm": dict,
+    "Swarm.LocalNodeState": str,
+    "Swarm.ControlAvailable": bool,
+    "Swarm.NodeID": str,
+    "Swarm.Error": str,
+    "DefaultRuntime": str,
+    "Runtimes": dict,
+    "GenericResources": list,
+    "CgroupDriver": str,
+    "DockerRootDir": str,
+}
+NIL_OK = frozenset({"Runtimes", "GenericResources"})  # Go maps and slices: nil is null
+_WHAT = {dict: "an object", list: "a list", str: "a text", bool: "true or false"}
+FIX = ("Check the proxy in front of the engine (DOCKER_HOST names it): dockerd answers "
+       "`docker info` with each part of its own type (`curl --unix-socket "
+       "/var/run/docker.sock http://localhost/info` shows dockerd's own answer).")
+SHOWN = 100  # characters of a part's value in a finding: a proxy's may be megabytes
+
+
+def shown(value: object, limit: int = SHOWN) -> str:
+    """A value of the engine's answer for a finding: at most ``limit`` characters, no
+    control characters, its length when cut."""
+    return peer_text(value, limit)
+
+
+def _lookup(info: Mapping[str, Any] | None, part: str) -> tuple[bool, Any]:
+    """(present, value) of the dotted ``part``; absent where an object on the way is
+    absent or not an object (that one is named instead)."""
+    value: Any = info
+    for key in part.split("."):
+        if not isinstance(value, Mapping) or key not in value:
+            return False, None
+        value = value[key]
+    return True, value
+
+
+def part_problem(info: Mapping[str, Any] | None, part: str) -> str | None:
+    """Why ``part`` of ``info`` is not read (not its type), None when it is or is
+    absent."""
+    present, value = _lookup(info, part)
+    want = PARTS[part]
+    if not present or (value is None and part in NIL_OK):
+        return None
+    # bool is an int to Python, and True no text: only the type itself will do
+    if type(value) is want or (want is dict and isinstance(value, Mapping)):
+        return None
+    got = "null" if value is None else f"{type(value).__name__} {quoted(value, 60)}"
+    return f"docker info's {part} is {got}, not {_WHAT[want]}"
+
+
+def info_part(info: Mapping[str, Any] | None, part: str) -> Any:
+    """``part`` of ``info`` (dotted: ``Swarm.NodeID``) as dockerd sends it; None when it
+    is absent, or not read (``part_problem`` says why)."""
+    present, value = _lookup(info, part)
+    if not present or part_problem(info, part) is not None:
+        return None
+    return value
+
+
+def generic_entries(info: Mapping[str, Any] | None,
+                    ) -> tuple[list[tuple[str, str]] | None, list[str]]:
+    """GenericResources as (kind, value) pairs (None: absent, or not read), and why
+    each entry left out is not read: each entry is an object holding a
+    NamedResourceSpec or DiscreteResourceSpec object, its Kind a text, its Value a text
+    (named) or a number (discrete)."""
+    listed = info_part(info, "GenericResources")
+    if listed is None:
+        return None, []
+    out: list[tuple[str, str]] = []
+    said: list[str] = []
+    for n, entry in enumerate(listed):
+        where = f"docker info's GenericResources[{n}]"
+        if not isinstance(entry, Mapping):
+            said.append(f"{where} is {quoted(entry, 60)}, not an object")
+            continue
+        for key, value_type in (("NamedResourceSpec", str), ("DiscreteResourceSpec", int)):
+            spec = entry.get(key)
+            if spec is None:
+                continue
+            kind = spec.get("Kind") if isinstance(spec, Mapping) else None
+            value = spec.get("Value") if isinstance(spec, Mapping) else None
+            if (not isinstance(kind, str) or not isinstance(value, value_type)
+                    or isinstance(value, bool)):
+                said.append(f"{where}.{key} is {quoted(spec, 60)}, not an object with "
+                            f"a Kind text and a Value {_WHAT.get(value_type, 'number')}")
+                continue
+            out.append((kind, str(value)))
+    return out, said
+
+
+def info_problems(info: Mapping[str, Any] | None) -> list[str]:
+    """Each part the checks read that is not read, naming it (an object not read hides
+    the parts inside it), a generic resource's entries too."""
+    return [*(p for part in PARTS if (p := part_problem(info, part)) is not None),
+            *generic_entries(info)[1]]
+
+
+def check_info_parts(view: NodeView) -> Check | None:
+    """``docker.info``: the parts of docker info the checks could not read, or None
+    when every one reads."""
+    said = info_problems(view.docker_info)
+    if not said:
+        return None
+    more = f"; and {len(said) - 3} more" if len(said) > 3 else ""
+    return Check("docker.info", Status.FAIL, "; ".join(said[:3]) + more,
+                 "dockerd never answers so: something between the doctor and dockerd "
+                 "changes its answers, and the checks that compare daemon.json with the "
+                 "running dockerd compared nothing with these parts.", FIX)
