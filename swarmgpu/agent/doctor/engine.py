@@ -18,6 +18,7 @@ from swarmgpu.agent.doctor.dockerdkeys import (
 from swarmgpu.agent.doctor.infoparts import info_part, part_problem
 from swarmgpu.agent.doctor.read import parse_version
 from swarmgpu.agent.doctor.resources import (
+    GenericResource,
     env_name,
     from_docker_info,
     gpu_kind,
@@ -40,6 +41,7 @@ from swarmgpu.agent.doctor.view import (
     daemon_json_unusable,
     quote,
 )
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import escaped, quoted
 
 
@@ -267,6 +269,13 @@ def check_generic_resources(view: NodeView) -> Check:
         return Check(cid, Status.SKIP,
                      f"{len(gpu)} GPU value(s) advertised; no GPU facts to compare them with "
                      "(run on the node with NVML, or give facts)")
+    return _against_facts(cid, gpu, facts, source, why_fmt)
+
+
+def _against_facts(cid: str, gpu: list[GenericResource], facts: NodeFacts, source: str,
+                   why_fmt: str) -> Check:
+    """``resources.generic``'s last part: the GPU values advertised against the GPUs NVML
+    sees (stale ones, ones left out, ones that could not be read)."""
     present = {g.uuid for g in facts.gpus} | {m.uuid for g in facts.gpus for m in g.mig_devices}
     advertised = {r.value for r in gpu}
     stale = sorted(advertised - present)
