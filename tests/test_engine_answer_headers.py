@@ -11,6 +11,9 @@ bounded so up to its headers only. Real docker-py clients against an engine on l
 
 from __future__ import annotations
 
+import shutil
+import ssl
+import subprocess
 import time
 from functools import partial
 from pathlib import Path
@@ -68,6 +71,32 @@ def test_a_unix_socket_engines_headers_trickled_are_refused_too(
     path = str(tmp_path / "docker.sock")
     with loop_engine({"/info": SLOW}, unix=path) as engine:
         api = api_at(f"unix://{path}")
+        start = time.monotonic()
+        with pytest.raises(AnswerTooSlow, match=r"GET /info was not read whole within 0.5 s"):
+            api.info()
+        assert time.monotonic() - start < 0.5 + 0.5
+        assert engine.sent_all.wait(5)
+        assert engine.sent < HEADER_BYTES, engine.sent
+
+
+def test_a_tls_engines_headers_trickled_are_refused_too(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to make the test's certificate")
+    monkeypatch.setattr(answerjson, "ANSWER_DEADLINE_TIMEOUTS", 0.5)
+    for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):  # (requests takes them first)
+        monkeypatch.delenv(name, raising=False)
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",
+                    "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    with loop_engine({"/info": SLOW}, tls=context) as engine:
+        api = strict_api(partial(docker.APIClient, timeout=1, tls=docker.tls.TLSConfig(
+                                     ca_cert=str(cert), verify=True),
+                                 base_url=f"https://127.0.0.1:{engine.server_port}"))
         start = time.monotonic()
         with pytest.raises(AnswerTooSlow, match=r"GET /info was not read whole within 0.5 s"):
             api.info()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socketserver
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -157,12 +158,15 @@ class UnixLoopEngine(socketserver.ThreadingUnixStreamServer, LoopEngine):
 
 
 @contextmanager
-def loop_engine(answers: dict[str, Answer], unix: str = "") -> Iterator[LoopEngine]:
+def loop_engine(answers: dict[str, Answer], unix: str = "",
+                tls: ssl.SSLContext | None = None) -> Iterator[LoopEngine]:
     """A ``LoopEngine`` on 127.0.0.1 serving ``answers``, for the block's length
     (its address: ``tcp://127.0.0.1:<server.server_port>``); on the unix socket at path
-    ``unix`` where given (``unix://<unix>``)."""
+    ``unix`` where given (``unix://<unix>``); over TLS with server context ``tls``."""
     server = (UnixLoopEngine(unix, Handler) if unix else
               LoopEngine(("127.0.0.1", 0), Handler))
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.answers, server.connections, server.sent = answers, 0, 0
     server.sent_all = threading.Event()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
