@@ -24,6 +24,8 @@ A client is made by ``strict_api``, so the API version it asks as it is made is 
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import json
 import re
 import socket
@@ -188,6 +190,38 @@ _NOW = threading.local()
 _RETRY_S = 0.05  # (a timer past its deadline before the socket is made: it waits so)
 
 
+class _Timers:
+    """One thread that fires every request's ``_Clock`` at its time: a
+    ``threading.Timer`` per request (a thread started each) cost some 1 ms a request
+    (benchmarks/bench_request_deadline.py). A cancelled clock stays queued till its time,
+    then does nothing."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._queue: list[tuple[float, int, _Clock]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def add(self, at: float, clock: _Clock) -> None:
+        with self._cond:
+            heapq.heappush(self._queue, (at, next(self._order), clock))
+            if self._thread is None or not self._thread.is_alive():  # (none yet, or forked)
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="swarmgpu-answer-deadline")
+                self._thread.start()
+            elif self._queue[0][2] is clock:  # (sooner than the one it waits for)
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue or self._queue[0][0] > time.monotonic():
+                    self._cond.wait(self._queue[0][0] - time.monotonic()
+                                    if self._queue else None)
+                clock = heapq.heappop(self._queue)[2]
+            clock.fire()
+
+
 class _Clock:
     """One request's deadline, ``deadline_s`` from now (``end``): past it the socket of
     the connection it took (``conn``, set as the pool hands it over) is shut down, so a
@@ -198,30 +232,26 @@ class _Clock:
         self.conn: Any = None
         self.fired = False
         self._lock = threading.Lock()
-        self._timer: threading.Timer | None = None
-        self._arm(deadline_s)
+        self._live = True
+        _TIMERS.add(self.end, self)
 
-    def _arm(self, after_s: float) -> None:
-        self._timer = threading.Timer(after_s, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _fire(self) -> None:
+    def fire(self) -> None:
         with self._lock:
-            if self._timer is None:  # (cancelled as it fired)
+            if not self._live:  # (cancelled: its request returned)
                 return
             sock = getattr(self.conn, "sock", None)
             if sock is None:  # (still connecting: that one step its timeout bounds)
-                self._arm(_RETRY_S)
+                _TIMERS.add(time.monotonic() + _RETRY_S, self)
                 return
             self.fired = True
             _shut(sock)
 
     def cancel(self) -> None:
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._live = False
+
+
+_TIMERS = _Timers()
 
 
 def _shut(sock: Any) -> None:
