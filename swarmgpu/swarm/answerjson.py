@@ -43,9 +43,9 @@ REPEATED_FIX = "check the proxy in front of the engine (Docker names each key on
 # The most of one answer read (docker-py holds it whole to decode it): a 5,000-task list
 # is some 8 MiB, its decode several times that: past this no engine answer is usable.
 MAX_ANSWER_BYTES = 512 * 1024 * 1024
-# The longest one answer's body is read, in its client's timeouts: the daemon's (30 s)
-# then refuses a slow one within 60 s plus one timeout (the chunk in flight), inside the
-# cycle's 90 s that systemd's watchdog allows (docs/systemd.md). A whole 5,000-task list
+# The longest one request takes, headers and body, in its client's timeouts: the
+# daemon's (30 s) then refuses a slow one within 60 s (its socket shut down then), inside
+# the cycle's 90 s that systemd's watchdog allows (docs/systemd.md). A whole 5,000-task list
 # takes well under a second from an engine that answers at all.
 ANSWER_DEADLINE_TIMEOUTS = 2.0
 NO_TIMEOUT_DEADLINE_S = 120.0  # (a client made without a timeout: docker-py sets 60 s)
