@@ -13,17 +13,26 @@ cannot read); every other answer is refused whole. Each answer not streamed is r
 ``MAX_ANSWER_BYTES`` at most (``AnswerTooLarge``): docker-py read it whole, unbounded;
 and within ``ANSWER_DEADLINE_TIMEOUTS`` times its client's timeout (``AnswerTooSlow``):
 docker-py's timeout bounds each read of the socket, not the answer, so one sent a byte
-at a time, each within it, held its reader (the daemon's cycle) without end.
+at a time, each within it, held its reader (the daemon's cycle) without end. The same
+deadline bounds the whole request, from its connection taken to its body read (a
+request streamed, to its headers): a timer shuts its socket down past it
+(``_Clock``), so a read blocked on headers sent a byte at a time returns, as
+``AnswerTooSlow``; http.client bounds their size only.
 A client is made by ``strict_api``, so the API version it asks as it is made is too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import heapq
+import itertools
 import json
 import re
+import socket
+import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from requests.exceptions import ReadTimeout
 
@@ -34,9 +43,9 @@ REPEATED_FIX = "check the proxy in front of the engine (Docker names each key on
 # The most of one answer read (docker-py holds it whole to decode it): a 5,000-task list
 # is some 8 MiB, its decode several times that: past this no engine answer is usable.
 MAX_ANSWER_BYTES = 512 * 1024 * 1024
-# The longest one answer's body is read, in its client's timeouts: the daemon's (30 s)
-# then refuses a slow one within 60 s plus one timeout (the chunk in flight), inside the
-# cycle's 90 s that systemd's watchdog allows (docs/systemd.md). A whole 5,000-task list
+# The longest one request takes, headers and body, in its client's timeouts: the
+# daemon's (30 s) then refuses a slow one within 60 s (its socket shut down then), inside
+# the cycle's 90 s that systemd's watchdog allows (docs/systemd.md). A whole 5,000-task list
 # takes well under a second from an engine that answers at all.
 ANSWER_DEADLINE_TIMEOUTS = 2.0
 NO_TIMEOUT_DEADLINE_S = 120.0  # (a client made without a timeout: docker-py sets 60 s)
@@ -71,10 +80,12 @@ class AnswerTooSlow(ReadTimeout):
     within the socket's timeout), refused with its rest unread. A timeout, as requests'
     own: its reader takes the engine as unreachable this time."""
 
-    def __init__(self, what: str, deadline_s: float, got: int) -> None:
+    def __init__(self, what: str, deadline_s: float, got: int | None) -> None:
+        came = (f"{got} bytes came" if got is not None else
+                "its headers did not come whole")  # (None: the request cut before its body)
         super().__init__(
             f"the engine's answer to {what} was not read whole within {deadline_s:g} s "
-            f"({got} bytes came, each within the client's timeout): it is not read; check "
+            f"({came}, each within the client's timeout): it is not read; check "
             "the proxy in front of the engine (one that sends slowly), or the link to it")
         self.deadline_s = deadline_s
 
@@ -91,7 +102,9 @@ def strict_results(api: Any) -> None:
     """Make ``api`` (docker-py's ``APIClient``) decode its JSON answers refusing an object
     that names a key twice (``RepeatedAnswer``), and read each answer not streamed to at
     most ``MAX_ANSWER_BYTES`` (``AnswerTooLarge``) within its deadline
-    (``AnswerTooSlow``); its other answers as they were."""
+    (``AnswerTooSlow``), each request, headers included, within that deadline too
+    (``deadline_requests``); its other answers as they were."""
+    deadline_requests(api)
     api.hooks["response"].append(_bounded)
     plain = api._result
 
@@ -137,26 +150,189 @@ def _bounded(response: Any, stream: bool | None = None, timeout: Any = None,
     """requests' response hook: the body of ``response`` read as requests would read it
     (``Response.content``, after the hooks) unless streamed, but only up to
     ``MAX_ANSWER_BYTES`` (``AnswerTooLarge``) and within ``deadline_s(timeout)`` of its
-    headers (``AnswerTooSlow``); past either the connection is closed (its rest unread)
-    and the error raised. The deadline is checked between chunks, and each chunk's read
-    waits up to the socket's ``timeout``: the body ends within the deadline plus one
-    timeout. A streamed answer (events, logs) its reader bounds."""
+    request's start (``AnswerTooSlow``); past either the connection is closed (its rest
+    unread) and the error raised. The request's timer cuts a read blocked past the
+    deadline (``_Clock``); between chunks it is checked here too. A streamed answer
+    (events, logs) its reader bounds: its timer stops at its headers."""
+    clock: _Clock | None = getattr(_NOW, "clock", None)
+    if stream and clock is not None:
+        clock.cancel()  # (its send refuses it if cut before: ``deadline_requests``)
     if stream or response._content is not False:  # (read already: a test's stand-in)
         return
     limit, got, size = MAX_ANSWER_BYTES, [], 0
-    deadline_s = answer_deadline_s(timeout)
-    end = time.monotonic() + deadline_s
-    for chunk in response.iter_content(_CHUNK):
-        got.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            response.close()
-            raise AnswerTooLarge(f"{response.request.method} {_path(response.url)}", limit)
-        if time.monotonic() > end:
-            response.close()
-            raise AnswerTooSlow(f"{response.request.method} {_path(response.url)}",
-                                deadline_s, size)
+    deadline_s = clock.deadline_s if clock is not None else answer_deadline_s(timeout)
+    end = clock.end if clock is not None else time.monotonic() + deadline_s
+    what = f"{response.request.method} {_path(response.url)}"
+    if clock is not None and clock.fired:  # (its headers cut short: taken for whole)
+        response.close()
+        raise AnswerTooSlow(what, deadline_s, None)
+    try:
+        for chunk in response.iter_content(_CHUNK):
+            got.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise AnswerTooLarge(what, limit)
+            if time.monotonic() > end:
+                raise AnswerTooSlow(what, deadline_s, size)
+    except Exception as exc:
+        response.close()
+        if clock is not None and clock.fired and not isinstance(exc, AnswerTooSlow):
+            raise AnswerTooSlow(what, deadline_s, size) from exc
+        raise
+    if clock is not None and clock.fired:  # (cut, its end then taken for the body's)
+        response.close()
+        raise AnswerTooSlow(what, deadline_s, size)
     response._content = b"".join(got)
+
+
+# A request's timer, shared with its response hook and its pool's connection taken.
+_NOW = threading.local()
+_RETRY_S = 0.05  # (a timer past its deadline before the socket is made: it waits so)
+
+
+class _Timers:
+    """One thread that fires every request's ``_Clock`` at its time: a
+    ``threading.Timer`` per request (a thread started each) cost some 1 ms a request
+    (benchmarks/bench_request_deadline.py). A cancelled clock stays queued till its time,
+    then does nothing."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._queue: list[tuple[float, int, _Clock]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def add(self, at: float, clock: _Clock) -> None:
+        with self._cond:
+            heapq.heappush(self._queue, (at, next(self._order), clock))
+            if self._thread is None or not self._thread.is_alive():  # (none yet, or forked)
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="swarmgpu-answer-deadline")
+                self._thread.start()
+            elif self._queue[0][2] is clock:  # (sooner than the one it waits for)
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue or self._queue[0][0] > time.monotonic():
+                    self._cond.wait(self._queue[0][0] - time.monotonic()
+                                    if self._queue else None)
+                clock = heapq.heappop(self._queue)[2]
+            clock.fire()
+
+
+class _Clock:
+    """One request's deadline, ``deadline_s`` from now (``end``): past it the socket of
+    the connection it took (``conn``, set as the pool hands it over) is shut down, so a
+    read blocked on it returns at once, and ``fired`` is set. ``cancel`` stops it."""
+
+    def __init__(self, deadline_s: float) -> None:
+        self.deadline_s, self.end = deadline_s, time.monotonic() + deadline_s
+        self.conn: Any = None
+        self.fired = False
+        self._lock = threading.Lock()
+        self._live = True
+        _TIMERS.add(self.end, self)
+
+    def fire(self) -> None:
+        with self._lock:
+            if not self._live:  # (cancelled: its request returned)
+                return
+            sock = getattr(self.conn, "sock", None)
+            if sock is None:  # (still connecting: that one step its timeout bounds)
+                _TIMERS.add(time.monotonic() + _RETRY_S, self)
+                return
+            self.fired = True
+            _shut(sock)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._live = False
+
+
+_TIMERS = _Timers()
+
+
+def _shut(sock: Any) -> None:
+    """Shut ``sock`` down both ways: a read blocked on it in another thread returns (a
+    close would not wake it). docker-py's ssh socket run through the ssh command is no
+    connected socket: closed instead, which ends that command and so its reads."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        with contextlib.suppress(OSError):
+            sock.close()
+
+
+def deadline_requests(api: Any) -> None:
+    """Bound each request ``api`` (docker-py's ``APIClient``, a requests ``Session``)
+    sends by ``answer_deadline_s`` of its timeout: from its connection taken to its body
+    read by ``_bounded`` (a streamed one, to its headers). Past it the connection's
+    socket is shut down (``_Clock``) and the request fails as ``AnswerTooSlow``; that
+    connection is closed, not used again. For every adapter docker-py mounts (tcp, tls,
+    unix socket, ssh): each pool it hands out records the connection taken."""
+    for adapter in api.adapters.values():
+        _record_connections(adapter)
+    plain = api.send
+
+    def send(request: Any, **kwargs: Any) -> Any:
+        clock = _Clock(answer_deadline_s(kwargs.get("timeout")))
+        outer, _NOW.clock = getattr(_NOW, "clock", None), clock
+        try:
+            response = plain(request, **kwargs)
+        except Exception as exc:
+            if not clock.fired or isinstance(exc, AnswerTooSlow):
+                raise
+            _cut(clock, request, exc)
+        finally:
+            clock.cancel()
+            _NOW.clock = outer
+        if clock.fired:  # (http.client takes headers cut short for whole: none missed)
+            response.close()
+            _cut(clock, request, None)
+        return response
+
+    api.send = send
+
+
+def _cut(clock: _Clock, request: Any, exc: Exception | None) -> NoReturn:
+    """Raise ``AnswerTooSlow`` for ``request``, its headers cut past ``clock``'s deadline
+    (``exc``: how its read ended), its connection closed."""
+    if clock.conn is not None:
+        clock.conn.close()  # (urllib3 closes it on an error too: never used again)
+    raise AnswerTooSlow(f"{request.method} {_path(request.url)}", clock.deadline_s,
+                        None) from exc
+
+
+def _record_connections(adapter: Any) -> None:
+    """Have each pool ``adapter`` (requests' ``HTTPAdapter`` or docker-py's) hands out
+    record on the request's ``_Clock`` the connection it takes (urllib3 takes it,
+    connects it and reads the answer in the request's own thread)."""
+    plain = adapter.get_connection_with_tls_context
+
+    def get(request: Any, verify: Any, proxies: Any = None, cert: Any = None) -> Any:
+        pool = plain(request, verify, proxies=proxies, cert=cert)
+        if not getattr(pool, "_swarmgpu_records", False):
+            _record_taken(pool)
+        return pool
+
+    adapter.get_connection_with_tls_context = get
+
+
+def _record_taken(pool: Any) -> None:
+    """Wrap urllib3 ``pool``'s ``_get_conn`` to record the connection on the clock."""
+    take = pool._get_conn
+
+    def taken(*args: Any, **kwargs: Any) -> Any:
+        conn = take(*args, **kwargs)
+        clock: _Clock | None = getattr(_NOW, "clock", None)
+        if clock is not None:
+            clock.conn = conn
+        return conn
+
+    pool._get_conn = taken
+    pool._swarmgpu_records = True
 
 
 def answer_deadline_s(timeout: Any) -> float:

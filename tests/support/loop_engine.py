@@ -2,12 +2,16 @@
 GET of a path answered from ``answers`` (the path without its /vX.Y; /version, unless
 named, a 24.0 engine's): bytes as they
 are (with a length), a ``Padded`` or ``Chunked`` body sent chunked, as Go sends a long
-answer, or a ``Trickled`` one a byte at a time, as a slow proxy may. It counts the
-connections it took and the bytes of each chunked body it got out."""
+answer, a ``Trickled`` one a byte at a time, as a slow proxy may, or ``SlowHeaders``:
+its headers so. It counts the connections it took and the bytes of each chunked body
+(or of slow headers) it got out."""
 
 from __future__ import annotations
 
 import json
+import socket
+import socketserver
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -50,7 +54,16 @@ class Trickled:
     every_s: float
 
 
-Answer = bytes | Padded | Chunked | Trickled
+@dataclass(frozen=True)
+class SlowHeaders:
+    """``body`` (with a length) after headers sent a byte every ``every_s``, each well
+    within the client's timeout; the rest unsent once the client closed the connection."""
+
+    body: bytes
+    every_s: float
+
+
+Answer = bytes | Padded | Chunked | Trickled | SlowHeaders
 
 
 class LoopEngine(ThreadingHTTPServer):
@@ -71,6 +84,9 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.server.connections += 1
+        if self.server.address_family != socket.AF_UNIX:  # (as Go sets it: headers and
+            # body written apart wait no 40 ms for the client's delayed ack)
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, *_: object) -> None:
         pass
@@ -80,6 +96,9 @@ class Handler(BaseHTTPRequestHandler):
         if path.startswith("/v1."):
             path = "/" + path.split("/", 2)[2]
         body = self.server.answers.get(path, VERSION if path == "/version" else b"{}")
+        if isinstance(body, SlowHeaders):
+            self._slow_headers(body)
+            return
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         if isinstance(body, bytes):
@@ -107,6 +126,25 @@ class Handler(BaseHTTPRequestHandler):
             self.server.sent_all.set()
 
 
+    def _slow_headers(self, answer: SlowHeaders) -> None:
+        head = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"X-Padding: %s\r\nContent-Length: %d\r\n\r\n"
+                % (b"x" * 200, len(answer.body)))
+        sent = 0
+        try:
+            for i in range(len(head)):
+                self.wfile.write(head[i:i + 1])
+                self.wfile.flush()
+                sent += 1
+                time.sleep(answer.every_s)
+            self.wfile.write(answer.body)
+        except OSError:  # the client closed it: the rest unread
+            self.close_connection = True
+        finally:
+            self.server.sent = sent
+            self.server.sent_all.set()
+
+
 def _padding(size: int, chunk: int = 64 * 1024) -> Iterator[bytes]:
     yield b"["
     spaces = size - 2
@@ -120,11 +158,20 @@ def _slices(body: bytes, chunk: int = 32 * 1024) -> Iterator[bytes]:
     return (body[i:i + chunk] for i in range(0, len(body), chunk))
 
 
+class UnixLoopEngine(socketserver.ThreadingUnixStreamServer, LoopEngine):
+    """A ``LoopEngine`` on a unix socket, as the engine's own."""
+
+
 @contextmanager
-def loop_engine(answers: dict[str, Answer]) -> Iterator[LoopEngine]:
+def loop_engine(answers: dict[str, Answer], unix: str = "",
+                tls: ssl.SSLContext | None = None) -> Iterator[LoopEngine]:
     """A ``LoopEngine`` on 127.0.0.1 serving ``answers``, for the block's length
-    (its address: ``tcp://127.0.0.1:<server.server_port>``)."""
-    server = LoopEngine(("127.0.0.1", 0), Handler)
+    (its address: ``tcp://127.0.0.1:<server.server_port>``); on the unix socket at path
+    ``unix`` where given (``unix://<unix>``); over TLS with server context ``tls``."""
+    server = (UnixLoopEngine(unix, Handler) if unix else
+              LoopEngine(("127.0.0.1", 0), Handler))
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.answers, server.connections, server.sent = answers, 0, 0
     server.sent_all = threading.Event()
     with served(server):
