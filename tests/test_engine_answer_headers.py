@@ -122,3 +122,17 @@ def test_a_streams_headers_trickled_are_refused(monkeypatch: pytest.MonkeyPatch)
         api = api_at(f"tcp://127.0.0.1:{engine.server_port}")
         with pytest.raises(AnswerTooSlow, match=r"GET /events .* headers did not come"):
             api._get(api._url("/events"), stream=True)
+
+
+def test_a_deadline_passing_after_the_answer_was_read_whole_cuts_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its connection is back in the pool once the body is read: another request (another
+    # thread's) may hold it by then, so a timer firing late must leave its socket alone.
+    monkeypatch.setattr(answerjson, "ANSWER_DEADLINE_TIMEOUTS", 0.2)
+    with loop_engine({"/info": b'{"ID": "x"}'}) as engine:
+        api = api_at(f"tcp://127.0.0.1:{engine.server_port}")
+        api.hooks["response"].append(lambda response, **_: time.sleep(0.5))  # (past it)
+        assert api.info() == {"ID": "x"}  # (read whole in time: not refused)
+        api.hooks["response"].pop()
+        api.info()
+        assert engine.connections == 1  # (its connection left open, used again)

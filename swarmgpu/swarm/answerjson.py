@@ -249,6 +249,19 @@ class _Clock:
     def cancel(self) -> None:
         with self._lock:
             self._live = False
+            if not self.fired:  # (queued till its time: hold no socket; a cut one's
+                self.conn = None  # its send closes)
+
+    def released(self, conn: Any) -> None:
+        """``conn`` goes back to its pool, its answer read (or failed): stop, so a late
+        fire never shuts the socket of another request that takes it next (one cut
+        already is closed, not handed out open)."""
+        with self._lock:
+            if conn is None or conn is not self.conn:
+                return
+            if self.fired:
+                conn.close()
+            self._live, self.conn = False, None
 
 
 _TIMERS = _Timers()
@@ -321,8 +334,9 @@ def _record_connections(adapter: Any) -> None:
 
 
 def _record_taken(pool: Any) -> None:
-    """Wrap urllib3 ``pool``'s ``_get_conn`` to record the connection on the clock."""
-    take = pool._get_conn
+    """Wrap urllib3 ``pool``'s ``_get_conn`` to record the connection on the clock, and
+    its ``_put_conn`` to stop that clock as the connection goes back."""
+    take, put = pool._get_conn, pool._put_conn
 
     def taken(*args: Any, **kwargs: Any) -> Any:
         conn = take(*args, **kwargs)
@@ -331,7 +345,14 @@ def _record_taken(pool: Any) -> None:
             clock.conn = conn
         return conn
 
+    def back(conn: Any) -> None:
+        clock: _Clock | None = getattr(_NOW, "clock", None)
+        if clock is not None:
+            clock.released(conn)
+        put(conn)
+
     pool._get_conn = taken
+    pool._put_conn = back
     pool._swarmgpu_records = True
 
 
