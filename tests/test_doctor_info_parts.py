@@ -190,3 +190,12 @@ class _ListsClient:
 
     def unkeyed(self) -> Any:
         return self.client.unkeyed()
+
+
+def test_a_discrete_generic_resource_of_zero_reads_as_zero_not_unread() -> None:
+    # Go's DiscreteGenericResource.Value is omitempty: dockerd sends a 0 without it
+    from swarmgpu.agent.doctor.resources import from_docker_info
+
+    info = _info(GenericResources=[{"DiscreteResourceSpec": {"Kind": "SPARE"}}])
+    assert info_problems(info) == []
+    assert [(r.kind, r.value) for r in from_docker_info(info) or []] == [("SPARE", "0")]

@@ -82,7 +82,7 @@ def generic_entries(info: Mapping[str, Any] | None,
     """GenericResources as (kind, value) pairs (None: absent, or not read), and why
     each entry left out is not read: each entry is an object holding a
     NamedResourceSpec or DiscreteResourceSpec object, its Kind a text, its Value a text
-    (named) or a number (discrete)."""
+    (named) or a number (discrete; absent: 0, which Go omits)."""
     listed = info_part(info, "GenericResources")
     if listed is None:
         return None, []
@@ -98,7 +98,9 @@ def generic_entries(info: Mapping[str, Any] | None,
             if spec is None:
                 continue
             kind = spec.get("Kind") if isinstance(spec, Mapping) else None
-            value = spec.get("Value") if isinstance(spec, Mapping) else None
+            # (Go omits a discrete Value of 0: omitempty, as the daemon reads it too)
+            value = (spec.get("Value", 0 if value_type is int else None)
+                     if isinstance(spec, Mapping) else None)
             if (not isinstance(kind, str) or not isinstance(value, value_type)
                     or isinstance(value, bool)):
                 said.append(f"{where}.{key} is {quoted(spec, 60)}, not an object with "
