@@ -14,6 +14,7 @@ from __future__ import annotations
 import shutil
 import ssl
 import subprocess
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -136,3 +137,29 @@ def test_a_deadline_passing_after_the_answer_was_read_whole_cuts_nothing(
         api.hooks["response"].pop()
         api.info()
         assert engine.connections == 1  # (its connection left open, used again)
+
+
+def test_a_late_deadline_leaves_the_next_request_on_its_connection_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A's answer read whole by 1.5 s, its deadline 4 s; B takes A's connection back from
+    # the pool at 1.5 s and reads till 4.5 s, its own deadline 5.5 s: A's must not cut B.
+    monkeypatch.setattr(answerjson, "ANSWER_DEADLINE_TIMEOUTS", 2.0)
+    with loop_engine({"/info": Trickled(b'"' + b"a" * 28 + b'"', 0.05),
+                      "/tasks": Trickled(b"[" + b" " * 58 + b"]", 0.05)}) as engine:
+        api = api_at(f"tcp://127.0.0.1:{engine.server_port}", timeout=2)
+        read = threading.Event()
+
+        def slow_after(response: Any, **_: Any) -> None:
+            if threading.current_thread().name == "A":
+                read.set()
+                time.sleep(4.5)  # (past A's deadline, its connection in B's hands)
+
+        api.hooks["response"].append(slow_after)
+        got: dict[str, Any] = {}
+        a = threading.Thread(target=lambda: got.update(a=api.info()), name="A")
+        a.start()
+        assert read.wait(5)
+        assert api.tasks() == []  # (B: not cut by A's timer)
+        a.join(10)
+        assert got == {"a": "a" * 28}
+        assert engine.connections == 1  # (one connection, A's then B's)
