@@ -46,7 +46,8 @@ def test_headers_trickled_past_the_deadline_are_refused_naming_the_read(
         with pytest.raises(SwarmUnavailable, match=r"answer to GET /tasks was not read whole "
                            r"within 0.5 s \(its headers did not come whole") as got:
             sw.tasks()
-        assert time.monotonic() - start < 0.5 + 0.5  # (cut at the deadline: no timeout more)
+        # (cut at the deadline, not after its 5 s of headers: slack for a loaded machine)
+        assert time.monotonic() - start < 0.5 + 2.5
         assert "proxy in front of the engine" in str(got.value)
         assert engine.sent_all.wait(5)  # (its connection closed: the rest unsent)
         assert engine.sent < HEADER_BYTES, engine.sent
@@ -75,7 +76,7 @@ def test_a_unix_socket_engines_headers_trickled_are_refused_too(
         start = time.monotonic()
         with pytest.raises(AnswerTooSlow, match=r"GET /info was not read whole within 0.5 s"):
             api.info()
-        assert time.monotonic() - start < 0.5 + 0.5
+        assert time.monotonic() - start < 0.5 + 2.5
         assert engine.sent_all.wait(5)
         assert engine.sent < HEADER_BYTES, engine.sent
 
@@ -101,7 +102,7 @@ def test_a_tls_engines_headers_trickled_are_refused_too(
         start = time.monotonic()
         with pytest.raises(AnswerTooSlow, match=r"GET /info was not read whole within 0.5 s"):
             api.info()
-        assert time.monotonic() - start < 0.5 + 0.5
+        assert time.monotonic() - start < 0.5 + 2.5
         assert engine.sent_all.wait(5)
         assert engine.sent < HEADER_BYTES, engine.sent
 
