@@ -14,7 +14,7 @@ import socketserver
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -187,3 +187,26 @@ def doctor_engine(monkeypatch: pytest.MonkeyPatch, port: int) -> Any:
                                     "", "--source", "file:/nonexistent"])
     (check,) = [c for c in json.loads(res.output)["checks"] if c["id"] == "docker.engine"]
     return check
+
+
+def doctor_refused(monkeypatch: pytest.MonkeyPatch, port: int, found: str) -> None:
+    """``doctor``'s docker.engine check of the engine at ``port`` fails saying ``found``,
+    naming the proxy as the fix."""
+    check = doctor_engine(monkeypatch, port)
+    assert check["status"] == "fail", check
+    assert found in check["found"], check
+    assert "proxy in front of the engine" in check["fix"], check
+
+
+def refused_in_time(engine: LoopEngine, call: Callable[[], object],
+                    refused: type[Exception], match: str, within_s: float,
+                    sent_below: int) -> Exception:
+    """``call()`` refused as ``refused`` (matching ``match``) within ``within_s``, its
+    connection closed with fewer than ``sent_below`` bytes of the answer sent."""
+    start = time.monotonic()
+    with pytest.raises(refused, match=match) as got:
+        call()
+    assert time.monotonic() - start < within_s
+    assert engine.sent_all.wait(5)  # (its connection closed: the rest unsent)
+    assert engine.sent < sent_below, engine.sent
+    return got.value
