@@ -41,7 +41,8 @@ def test_padded_fills_a_column_by_the_columns_its_text_takes() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(alphabet=st.sampled_from(["a", "节", "\u0301", "\x1b", "\u202e", "\uff21"]),
+@given(st.text(alphabet=st.sampled_from(["a", "节", "\u0301", "\x1b", "\u202e", "\uff21",
+                                           "\u2764", "\ufe0f"]),
                max_size=120), st.integers(min_value=4, max_value=50))
 def test_prop_a_cell_fits_its_width_and_is_the_whole_text_or_its_start(
         text: str, width: int) -> None:
@@ -71,3 +72,14 @@ def test_prop_a_cell_never_parts_a_letter_from_its_marks(
     shown = cell(text, width)
     if shown != text:  # cut: what follows its start is a letter, none of its marks
         assert not text[len(shown) - 3:].startswith("\u0301"), (shown, width)
+
+
+def test_an_emoji_presentation_sequence_takes_two_columns() -> None:
+    """VS16 (U+FE0F) shows the narrow character before it as a wide emoji, as terminals
+    and wcwidth count it; it was counted a combining mark, the pair one column."""
+    heart = "\u2764\ufe0f"  # HEAVY BLACK HEART, emoji presentation
+    assert text_width(heart) == 2
+    assert text_width("\U0001f600\ufe0f") == 2  # wide already: no more
+    assert text_width("1\ufe0f\u20e3") == 2  # a keycap: 1, VS16, enclosing keycap
+    assert padded(heart, 4) == heart + "  "
+    assert text_width(cell(heart * 30)) <= 40 and cell(heart * 20) == heart * 20

@@ -12,6 +12,7 @@ says so with the original length.
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable
@@ -97,11 +98,26 @@ CUT = "..."
 
 def text_width(text: str) -> int:
     """The columns a terminal gives ``text``: two for a wide or fullwidth character
-    (East Asian width W or F: CJK), none for a combining mark (it sits on the character
-    before it), one for any other; ``len`` counted a CJK name half as wide as it shows."""
+    (East Asian width W or F: CJK) and for a character VS16 (U+FE0F) asks be shown as
+    an emoji, none for a combining mark (it sits on the character before it), one for
+    any other; ``len`` counted a CJK name half as wide as it shows."""
     if text.isascii():
         return len(text)
-    return sum(_char_width(c) for c in text)
+    return sum(_widths(text))
+
+
+VS16 = "\ufe0f"  # emoji presentation: the character before it shows as a wide emoji
+
+
+def _widths(text: str) -> Iterable[int]:
+    """Each character's columns (``text_width``); VS16 takes the one more column its
+    narrow character then takes (a wide one takes two already), as terminals and wcwidth
+    count an emoji presentation sequence (``\u2764\ufe0f``: two columns, not one)."""
+    before = 0
+    for c in text:
+        w = 1 if c == VS16 and before == 1 else _char_width(c)
+        before = w if c != VS16 else 0
+        yield w
 
 
 def _char_width(c: str) -> int:
@@ -140,13 +156,32 @@ def shortened(text: object, width: int = CELL_WIDTH) -> str:
     return s if kept is None else s[:kept] + CUT
 
 
+LINE_WIDTH = 600  # columns of a command's text line: the longest a cluster writes fit whole
+
+# An escape's start left at the end of a cut (``\x1`` of ``\x1b``): a name in the line
+# was escaped (``cell``) before the line was cut.
+_PARTED = re.compile(r"\\(?:x[0-9a-f]?|u[0-9a-f]{0,3}|U[0-9a-f]{0,7})?\Z")
+
+
+def text_line(text: object, width: int = LINE_WIDTH) -> str:
+    """A command's text line cut as ``cell`` cuts a name, at ``width`` columns: a
+    10,000-character service name or reason flooded the terminal. An escape a name in it
+    already shows (``cell``) is never parted by the cut; ``--json`` keeps the whole."""
+    s = text if isinstance(text, str) else str(text)
+    if len(s) <= width and s.isascii() and s.isprintable():  # the common case
+        return s
+    kept = _kept(s, width)
+    return escaped(s) if kept is None else escaped(_PARTED.sub("", s[:kept])) + CUT
+
+
 def _kept(s: str, width: int) -> int | None:
     """How many characters of ``s`` ``cell`` keeps before its ``...``; None: all, no cut."""
     room, used, fits = max(0, width - len(CUT)), 0, 0
     # The work bounded, whatever the text's size: past 4 characters a column (combining
     # marks take none) the text is cut where it reached ``room``.
-    for k, c in enumerate(s[:4 * width + 4]):
-        used += len(ascii(c)) - 2 if _hidden(c) else _char_width(c)  # (an escape's)
+    head = s[:4 * width + 4]
+    for k, (c, w) in enumerate(zip(head, _widths(head), strict=True)):
+        used += len(ascii(c)) - 2 if _hidden(c) else w  # (an escape's)
         if used > width:
             return fits
         if used <= room:

@@ -3,7 +3,8 @@
 Pure over the plan and what the leader daemon said of its moves; the CLI gathers them.
 Service names, labels, hostnames and agents' errors are others' text: every line shows
 their control characters escaped (``peertext.escaped``), so none rewrites the terminal,
-and a hostname is cut to ``peertext.CELL_WIDTH`` (``cell``; ``--json`` has it whole).
+a hostname is cut to ``peertext.CELL_WIDTH`` (``cell``) and each line to
+``peertext.LINE_WIDTH`` columns (``text_line``); ``--json`` has them whole.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from swarmgpu.core.peertext import cell, escaped
+from swarmgpu.core.peertext import cell, text_line
 from swarmgpu.manager.commands.movenames import move_names
 from swarmgpu.manager.placement import ServicePlan
 from swarmgpu.manager.placement.records import failed_names, unread_names
@@ -60,7 +61,7 @@ def render_plan(
     if failed:  # a swarmgpu fault
         lines.append(f"planning failed for {', '.join(failed)}: a swarmgpu fault, "
                      "report it with the daemon's log (exit 1)")
-    return "\n".join(escaped(line) for line in lines)
+    return "\n".join(text_line(line) for line in lines)
 
 
 def plan_exit(services: Sequence[ServicePlan]) -> int:

@@ -14,7 +14,7 @@ from swarmgpu.core.config import Config
 from swarmgpu.core.health import xid_info
 from swarmgpu.core.metrics_in import GPU_TEMP, POWER, GpuMetrics
 from swarmgpu.core.model import NodeFacts, is_nvlink
-from swarmgpu.core.peertext import cell, cut_alike, escaped
+from swarmgpu.core.peertext import cell, cut_alike, text_line
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.commands.movenames import move_names
 from swarmgpu.manager.nodes.agent_client import FactsResult
@@ -537,7 +537,8 @@ def _node_head(n: Mapping[str, Any], alike: AbstractSet[str] = frozenset()) -> s
 def render_status(doc: Mapping[str, Any]) -> str:
     """`swarmgpu status`: nodes x GPUs, memory, holders, pending requests. Hostnames,
     service names and agents' errors are others' text: each line shows them escaped, a
-    hostname and a product cut to ``peertext.CELL_WIDTH`` (``--json`` has them whole)."""
+    hostname and a product cut to ``peertext.CELL_WIDTH``, each line to
+    ``peertext.LINE_WIDTH`` columns (``text_line``; ``--json`` has them whole)."""
     lines: list[str] = []
     # names cut alike: else a node joined under another's long name passed as it
     alike = cut_alike(n["hostname"] for n in doc["nodes"])
@@ -603,7 +604,7 @@ def render_status(doc: Mapping[str, Any]) -> str:
         for m in proposed:
             lines.append(f"  {m.get('service')}: {name(m, 'from')} -> {name(m, 'to')} "
                          f"({m.get('trigger')}): {m.get('reason')}")
-    return "\n".join(escaped(line) for line in lines)
+    return "\n".join(text_line(line) for line in lines)
 
 
 def _queue_lines(doc: Mapping[str, Any]) -> list[str]:
