@@ -88,3 +88,16 @@ def test_a_finding_line_cut_never_parts_its_subjects_escape() -> None:
         said = line.split(": ", 1)[1]
         assert said.replace("\\x1b", "").count("\\") == 0, (pre, said[-12:])
         assert text_width(said) <= FINDING_WIDTH, pre
+
+
+def test_a_finding_cuts_its_subject_only_where_the_message_names_it_whole() -> None:
+    """A message naming a longer name that begins with the subject (``name-2``) had
+    that one cut too, as the subject's cut and the longer name's tail."""
+    name = "svc-" + "n" * 60
+    f = Finding("dangling-constraint", name, f"service {name} clashes with {name}-2 and "
+                f"{name}.b; fix {name}.", advisory=True)
+    (line,) = [x for x in render_table([f], snapshot([node("n1", "gpu-1")]),
+                                       "swarmgpu.").splitlines() if "[dangling" in x]
+    cut = "svc-" + "n" * 33 + "..."
+    assert line == (f"  [dangling-constraint] {cut}: service {cut} clashes with "
+                    f"{name}-2 and {name}.b; fix {cut}."), line

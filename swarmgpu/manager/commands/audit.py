@@ -9,6 +9,8 @@ depends on). Scripts gate on ``exit_code``: advisories alone exit 0 unless stric
 
 from __future__ import annotations
 
+import re
+
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -347,8 +349,16 @@ def _finding_line(f: Finding, shared: AbstractSet[str]) -> str:
     said = f.message
     # (cut unescaped: the message's cut and escape then never part one of its escapes)
     if (cut := shortened(f.subject)) != f.subject:  # (a name that fits: as written)
-        said = said.replace(f.subject, cut)
+        said = _whole_name(f.subject).sub(lambda _: cut, said)
     return f"  [{cell(f.kind)}] {who}: {cell(said, FINDING_WIDTH)}"
+
+
+def _whole_name(name: str) -> re.Pattern[str]:
+    """``name`` where the message names it whole: not the start of a longer name
+    (``name-2``, ``name.b``) the message names too, which its cut would have garbled.
+    A name's own characters are a hostname's and a service's (letters, digits, ``-``,
+    ``_``, ``.``); a sentence's full stop after it still ends it."""
+    return re.compile(rf"(?<![\w.-]){re.escape(name)}(?![\w-]|\.[\w-])")
 
 
 def identity_check(identity: str, token_file: str) -> ServiceCheck:
