@@ -57,3 +57,19 @@ def test_agents_service_names_nodes_cut_alike_by_their_ids() -> None:
     doc, _ = run_doctor(ROOT, as_json=True, agents_service="swarmgpu_agent", swarm=read)
     (c,) = [c for c in json.loads(doc)["checks"] if c["id"] == "agents.service"]
     assert c["found"].endswith(f"node(s): {LONG}a, {LONG}b"), c
+
+
+def test_doctor_names_nodes_by_whole_ids_as_docker_node_ls_and_the_tables() -> None:
+    """A node's ID beside its name is whole (25 characters), as `docker node ls`,
+    `plan`, `status` and `audit` show it: doctor showed its first 12 alone."""
+    ida, idb = "a" * 12 + "1" * 13, "b" * 12 + "2" * 13
+    nodes = [sw_node(ida, LONG + "a", {"gpu": "true"}),
+             sw_node(idb, LONG + "b", {"gpu": "true"})]
+    text, _ = run_doctor(ROOT, agents_service="swarmgpu_agent",
+                         swarm=SwarmRead(nodes, [AGENT], []))
+    (line,) = [ln for ln in text.splitlines() if "agents.service:" in ln]
+    assert line.endswith(f"node(s): {CUT} ({ida}), {CUT} ({idb})"), line
+    read = SwarmRead(nodes, [AGENT], [], agents={ida: AgentAnswer(cause="timed out"),
+                                                 idb: AgentAnswer(cause="timed out")})
+    text, _ = run_doctor(ROOT, agents_service="swarmgpu_agent", swarm=read)
+    assert f"      {CUT} ({ida}): no answer: timed out" in text.splitlines(), text

@@ -1,6 +1,7 @@
 """`plan`'s and `status`'s move lines name a move's nodes by hostnames cut as their
 tables cut them (``peertext.cell``): where two nodes' cut names are alike, each beside
-its node's short ID, which the daemon's moves now carry (``from_node``, ``to_node``).
+its node's whole ID, as the tables and `docker node ls` show it, which the daemon's moves
+now carry (``from_node``, ``to_node``); a failing node's line the same.
 Before, a move between two nodes whose long names are alike up to the cut read as a
 move from a node to itself."""
 
@@ -27,27 +28,52 @@ def _move(**more: object) -> dict[str, object]:
             "trigger": "pack", "window": "5m", "reason": "r", "gain": "g", **more}
 
 
-def _plan_lines(moves: dict[str, object]) -> list[str]:
+def _plan_lines(moves: dict[str, object],
+                nodes: tuple[tuple[str, str], ...] = ()) -> list[str]:
     sp = ServicePlan("web", "id-web", None, "gpus=1", "running", "Running", placements=(
         ReplicaPlacement(ID_A, LONG + "a", (0,), ("GPU-1",), (1000,)),))
     return render_plan([sp], ungranted=[], workload={}, moves=moves, listen="x",
-                       health=[]).splitlines()
+                       health=[], nodes=nodes).splitlines()
 
 
 def test_plan_names_the_nodes_of_a_move_between_names_cut_alike() -> None:
     lines = _plan_lines({"proposed": [_move(from_node=ID_A, to_node=ID_B)], "recent": [
         {"service": "llm", "from": LONG + "b", "to": LONG + "a", "to_node": ID_A,
          "from_node": ID_B, "outcome": "done", "reason": "r"}]})
-    assert any(ln.startswith(f"move llm: {CUT} [aaaaaaaaaaaa] -> {CUT} [bbbbbbbbbbbb] ")
+    assert any(ln.startswith(f"move llm: {CUT} [{ID_A}] -> {CUT} [{ID_B}] ")
                for ln in lines), lines
-    assert f"recent llm: {CUT} [bbbbbbbbbbbb] -> {CUT} [aaaaaaaaaaaa]: done (r)" in lines
+    assert f"recent llm: {CUT} [{ID_B}] -> {CUT} [{ID_A}]: done (r)" in lines
 
 
 def test_a_move_of_an_older_daemon_takes_the_id_of_the_one_node_of_its_name() -> None:
     """No ``from_node``: the placements' node of that hostname, else ``?``."""
     lines = _plan_lines({"proposed": [_move()]})
-    assert any(ln.startswith(f"move llm: {CUT} [aaaaaaaaaaaa] -> {CUT} [?] ")
+    assert any(ln.startswith(f"move llm: {CUT} [{ID_A}] -> {CUT} [?] ")
                for ln in lines), lines
+
+
+def test_plan_names_the_nodes_failing_under_names_cut_alike() -> None:
+    """Two failing nodes whose long hostnames are alike up to the cut read as one."""
+    nodes = ((LONG + "a", ID_A), (LONG + "b", ID_B))
+    lines = _plan_lines({"health": {"failing_nodes": {LONG + "a": "2 of 8 GPUs failed",
+                                                      LONG + "b": "agent lost"}}}, nodes)
+    assert f"node failing: {CUT} [{ID_A}]: 2 of 8 GPUs failed" in lines, lines
+    assert f"node failing: {CUT} [{ID_B}]: agent lost" in lines, lines
+
+
+def test_plan_names_each_failing_node_of_one_hostname_by_its_id() -> None:
+    """The daemon keys two nodes of one hostname ``host (ID)``: cut, the ID was lost."""
+    nodes = ((LONG, ID_A), (LONG, ID_B))
+    lines = _plan_lines({"health": {"failing_nodes": {f"{LONG} ({ID_A})": "lost",
+                                                      f"{LONG} ({ID_B})": "lost"}}}, nodes)
+    assert f"node failing: {CUT} [{ID_A}]: lost" in lines, lines
+    assert f"node failing: {CUT} [{ID_B}]: lost" in lines, lines
+
+
+def test_a_failing_node_of_a_name_of_its_own_shows_no_id() -> None:
+    lines = _plan_lines({"health": {"failing_nodes": {"gpu-2": "lost"}}},
+                        (("gpu-2", ID_B),))
+    assert "node failing: gpu-2: lost" in lines, lines
 
 
 def test_a_move_between_names_cut_apart_shows_no_ids() -> None:
@@ -61,7 +87,7 @@ def test_status_names_the_nodes_of_a_proposed_move_between_names_cut_alike() -> 
     a["hostname"], b["hostname"] = LONG + "a", LONG + "b"
     doc["moves"]["proposed"] = [_move()]  # (no IDs: the nodes' own, by hostname)
     lines = render_status(doc).splitlines()
-    assert (f"  llm: {CUT} [{a['id'][:12]}] -> {CUT} [{b['id'][:12]}] (pack): r"
+    assert (f"  llm: {CUT} [{a['id']}] -> {CUT} [{b['id']}] (pack): r"
             in lines), lines
 
 

@@ -270,6 +270,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
                 moves=moves,
                 listen=cfg.http.listen,
                 unread=[*snap.unkeyed.said(), *(n.unread for n in snap.nodes if n.unread)],
+                nodes=[(n.hostname, n.id) for n in snap.nodes],
             )
         )
     if code := plan_exit(p.services):

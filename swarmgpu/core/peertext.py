@@ -93,6 +93,9 @@ def quoted(value: object, limit: int = SHOWN_LIMIT) -> str:
 
 
 CELL_WIDTH = 40  # a table's column of others' text (a hostname, a label's value)
+# A node's ID beside its name: whole (Swarm's are 25 characters), as `docker node ls`
+# shows it and `docker node inspect` takes it; an engine's longer text is cut.
+ID_WIDTH = 30
 CUT = "..."
 
 
@@ -135,9 +138,9 @@ def padded(text: str, width: int) -> str:
 def cell(text: object, width: int = CELL_WIDTH) -> str:
     """``text`` escaped (``escaped``) for a table's column or a text line's name: whole
     when it fits in ``width`` columns (``text_width``), else its start and ``...``, at
-    most ``width`` columns in all (as `docker node ls` cuts an ID): a 200-character
-    hostname pushed every column after it off the screen. An escape is never cut in
-    two, a character never parted from its combining marks; JSON keeps the whole."""
+    most ``width`` columns in all: a 200-character hostname pushed every column after it
+    off the screen. An escape is never cut in two, a character never parted from its
+    combining marks; JSON keeps the whole."""
     s = text if isinstance(text, str) else str(text)
     if len(s) <= width and s.isascii() and s.isprintable():  # the common case
         return s

@@ -68,7 +68,7 @@ def _whole(text: str) -> str:
 
 
 def _name(n: SwarmNode, show: Callable[[str], str] = _whole) -> str:
-    return f"{show(n.hostname)} ({n.id[:12]})"
+    return f"{show(n.hostname)} ({show(n.id)})"  # (the whole ID, as `docker node ls`)
 
 
 def _names(nodes: list[SwarmNode], show: Callable[[str], str] = _whole) -> str:

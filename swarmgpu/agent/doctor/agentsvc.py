@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from swarmgpu.agent.doctor.view import Check, NodeView, Status
-from swarmgpu.core.peertext import cell, cut_alike, quoted
+from swarmgpu.core.peertext import ID_WIDTH, cell, cut_alike, quoted
 from swarmgpu.swarm.agentservice import (
     FIX,
     TENANT_FIX,
@@ -90,7 +90,7 @@ def _cut_hosts(shown: Sequence[SwarmNode], nodes: Sequence[SwarmNode]) -> str:
     """``shown``'s hostnames cut for the text report (``cell``; the JSON has them whole),
     each beside its node's ID where another node's name is cut alike (``cut_alike``)."""
     alike = cut_alike(n.hostname for n in nodes)
-    return ", ".join(cell(n.hostname) + (f" ({n.id[:12]})" if cell(n.hostname) in alike
+    return ", ".join(cell(n.hostname) + (f" ({cell(n.id, ID_WIDTH)})" if cell(n.hostname) in alike
                                          else "") for n in shown)
 
 

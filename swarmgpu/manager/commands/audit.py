@@ -10,7 +10,6 @@ depends on). Scripts gate on ``exit_code``: advisories alone exit 0 unless stric
 from __future__ import annotations
 
 import re
-
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -19,6 +18,7 @@ from typing import Any
 
 from swarmgpu.core.config import HealthConfig
 from swarmgpu.core.peertext import (
+    ID_WIDTH,
     cell,
     cut_alike,
     escaped,
@@ -297,7 +297,7 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
                              for k in ("gpu.count", "gpu.product"))
             unlabelled = True
         name = cell(n.hostname)
-        name += f" ({cell(n.id, 30)})" if name in cut_shared else ""
+        name += f" ({cell(n.id, ID_WIDTH)})" if name in cut_shared else ""
         rows.append((name, cell(n.role, 8), agent, cell(gpus or "-", 5), label_state,
                      cell(product or "-")))
     # NODE as wide as its longest name (each cut at CELL_WIDTH), at least as before
@@ -345,7 +345,7 @@ def _finding_line(f: Finding, shared: AbstractSet[str]) -> str:
     flooded the terminal). ``--json`` has both whole."""
     who = cell(f.subject)
     if f.node is not None and (f.subject in shared or who in shared):
-        who += f" ({cell(f.node, 30)})"
+        who += f" ({cell(f.node, ID_WIDTH)})"
     said = f.message
     # (cut unescaped: the message's cut and escape then never part one of its escapes)
     if (cut := shortened(f.subject)) != f.subject:  # (a name that fits: as written)

@@ -1,16 +1,15 @@
-"""How `plan`'s and `status`'s move lines name a move's nodes: each hostname cut
-(``peertext.cell``), as their tables cut it, and the node's short ID beside a cut that
-more than one node reads as. A line had the cut names alone: a move between two nodes
-whose long names are alike up to the cut read as a move from a node to itself."""
+"""How `plan`'s and `status`'s move and failing-node lines name a node: its hostname cut
+(``peertext.cell``), as their tables cut it, and the node's ID (whole, as the tables and
+`docker node ls` show it) beside a cut that more than one node reads as. A line had the
+cut names alone: a move between two nodes whose long names are alike up to the cut read
+as a move from a node to itself, two failing nodes as one."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from swarmgpu.core.peertext import cell
-
-SHORT_ID = 12  # characters of a node's ID shown, as `docker node ls` shows it
+from swarmgpu.core.peertext import ID_WIDTH, cell
 
 MoveName = Callable[[Mapping[str, Any], str], str]
 
@@ -41,6 +40,17 @@ def move_names(moves: Iterable[Mapping[str, Any]],
         nid = m.get(f"{side}_node") or ""
         if not nid and len(known := ids.get(str(m.get(side)), set())) == 1:
             (nid,) = known
-        return f"{host} [{str(nid)[:SHORT_ID] or '?'}]"
+        return f"{host} [{cell(nid, ID_WIDTH) or '?'}]"
 
     return name
+
+
+def failing_entry(key: object, nodes: Iterable[tuple[object, object]]) -> dict[str, object]:
+    """A failing node of the daemon's health policy (``failing_nodes``: keyed by its
+    hostname, ``host (ID)`` where two nodes share it: ``node_names``) as a move's
+    ``from`` side, for ``move_names`` to name; ``nodes``: the (hostname, ID) pairs known."""
+    key = str(key)
+    for host, nid in nodes:
+        if nid and key == f"{host} ({nid})":
+            return {"from": str(host), "from_node": str(nid)}
+    return {"from": key}

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from swarmgpu.core.peertext import cell, text_line
-from swarmgpu.manager.commands.movenames import move_names
+from swarmgpu.core.peertext import ID_WIDTH, cell, text_line
+from swarmgpu.manager.commands.movenames import failing_entry, move_names
 from swarmgpu.manager.placement import ServicePlan
 from swarmgpu.manager.placement.records import failed_names, unread_names
 from swarmgpu.manager.web.cluster_view import ungranted_lines, workload_lines
@@ -29,11 +29,13 @@ def render_plan(
     moves: Mapping[str, Any] | None,
     listen: str,
     unread: Sequence[str] = (),
+    nodes: Sequence[tuple[str, str]] = (),
 ) -> str:
     """``health``: ``gpuhealth.health_rows``; ``moves``: the daemon's move document, or
     None when it cannot be reached (at ``listen``); ``unread``: the nodes placed on and
     written to by none (``SwarmNode.unread``), and the nodes and services the lists left
-    out (``swarm.unkeyed``), each its message."""
+    out (``swarm.unkeyed``), each its message; ``nodes``: the swarm's (hostname, ID)
+    pairs, which name a move's or failing node whose cut hostname another's reads as."""
     lines = [] if services else ["no service carries a swarmgpu GPU request"]
     # hostnames cut alike on nodes of their own: each placement there names its node
     ids: dict[str, set[str]] = {}
@@ -48,8 +50,8 @@ def render_plan(
         f"GPU health: {cell(r['node'])} GPU {r['gpu']} {r['uuid']}: {r['health']}" for r in health
     ]  # failed GPUs are given to nothing (docs/health.md)
     lines += list(unread)
-    lines += _move_lines(moves, listen, [(pl.hostname, pl.node_id) for sp in services
-                                         for pl in sp.placements])
+    lines += _move_lines(moves, listen, [*nodes, *((pl.hostname, pl.node_id)
+                                                   for sp in services for pl in sp.placements)])
     unread_specs = unread_names(services)
     faults = failed_names(services) - unread_specs  # (once, not per service)
     # in the plan's order; said last, where a reader ends (placement.isolate)
@@ -80,7 +82,7 @@ def _service_lines(sp: ServicePlan, alike: AbstractSet[str] = frozenset()) -> li
         held = (f"GPU {','.join(map(str, pl.gpus))} {','.join(pl.uuids)}" if pl.uuids
                 else "no GPU")
         host = cell(pl.hostname)
-        host += f" [{cell(pl.node_id, 30)}]" if host in alike else ""
+        host += f" [{cell(pl.node_id, ID_WIDTH)}]" if host in alike else ""
         out.append(f"  {host}{slot}: {held}")
     if sp.packed:
         out.append(f"  replicas {sp.packed}")
@@ -116,7 +118,13 @@ def _move_lines(moves: Mapping[str, Any] | None, listen: str,
         ]
     out = []
     proposed, recent = entries(moves, "proposed"), entries(moves, "recent")
-    name = move_names([*proposed, *recent[-5:]], nodes)
+    health = moves.get("health")  # the health policy (docs/health.md)
+    failing = health.get("failing_nodes") if isinstance(health, Mapping) else None
+    failed = sorted((failing if isinstance(failing, Mapping) else {}).items(),
+                    key=lambda kv: str(kv[0]))
+    # a failing node named as a move's node is: two cut alike are told apart by ID
+    sick = [failing_entry(host, nodes) for host, _ in failed]
+    name = move_names([*proposed, *recent[-5:], *sick], nodes)
     if not proposed:
         out.append("moves: none proposed" + (" (dry-run)" if moves.get("dry_run") else ""))
     for m in proposed:
@@ -129,11 +137,8 @@ def _move_lines(moves: Mapping[str, Any] | None, listen: str,
     for m in recent[-5:]:
         out.append(f"recent {m.get('service')}: {name(m, 'from')} -> {name(m, 'to')}: "
                    f"{m.get('outcome')} ({m.get('reason')})")
-    health = moves.get("health")  # the health policy (docs/health.md)
-    failing = health.get("failing_nodes") if isinstance(health, Mapping) else None
-    for host, why in sorted((failing if isinstance(failing, Mapping) else {}).items(),
-                            key=lambda kv: str(kv[0])):
-        out.append(f"node failing: {cell(host)}: {why}")
+    for entry, (_, why) in zip(sick, failed, strict=True):
+        out.append(f"node failing: {name(entry, 'from')}: {why}")
     notes = moves.get("notes")
     for n in notes if isinstance(notes, list) else []:
         if "health:" in str(n):

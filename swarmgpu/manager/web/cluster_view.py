@@ -14,7 +14,7 @@ from swarmgpu.core.config import Config
 from swarmgpu.core.health import xid_info
 from swarmgpu.core.metrics_in import GPU_TEMP, POWER, GpuMetrics
 from swarmgpu.core.model import NodeFacts, is_nvlink
-from swarmgpu.core.peertext import cell, cut_alike, text_line
+from swarmgpu.core.peertext import ID_WIDTH, cell, cut_alike, text_line
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.commands.movenames import move_names
 from swarmgpu.manager.nodes.agent_client import FactsResult
@@ -524,7 +524,7 @@ def _node_head(n: Mapping[str, Any], alike: AbstractSet[str] = frozenset()) -> s
     the node's ID beside a cut name another node's reads as (``alike``)."""
     agent = n["agent"]
     name = cell(n["hostname"])
-    name += f" [{cell(n.get('id', '?'), 30)}]" if name in alike else ""
+    name += f" [{cell(n.get('id', '?'), ID_WIDTH)}]" if name in alike else ""
     head = (f"{name} ({n['role']}, {n['state']}) agent {agent['status']}"
             + (f" ({agent['cause']})" if agent.get("cause") else "")
             + f", labels {n['labels_state']}")
