@@ -35,9 +35,9 @@ INFO = ROOT / ".swarmgpu-fixture" / "docker-info.json"
 PARTS: dict[str, type] = {
     "Swarm": dict, "Swarm.LocalNodeState": str, "Swarm.ControlAvailable": bool,
     "Swarm.NodeID": str, "Swarm.Error": str, "DefaultRuntime": str, "Runtimes": dict,
-    "GenericResources": list, "CgroupDriver": str, "DockerRootDir": str,
+    "GenericResources": list, "CgroupDriver": str, "DockerRootDir": str, "CDISpecDirs": list,
 }
-NIL = {"Runtimes", "GenericResources"}
+NIL = {"Runtimes", "GenericResources", "CDISpecDirs"}
 HUGE = "y" * 1_000_000
 VALUES: dict[str, Any] = {"text": "x", "list": [1, "a"], "null": None, "number": 7,
                           "bool": True, "object": {"a": 1}, "huge": HUGE}
@@ -80,8 +80,11 @@ def _failed(out: str) -> dict[str, dict[str, Any]]:
 def _named(part: str, value: Any) -> str | None:
     """What the checks reading ``part`` say of it as ``value``; None: it reads."""
     if (value is None and part in NIL) or type(value) is PARTS[part]:
-        # a list's entries are each read: [1, "a"] holds no generic resource
-        return "docker info's GenericResources[0] is " if value == [1, "a"] else None
+        # a list's entries are each read: [1, "a"] holds no generic resource, no text
+        if value == [1, "a"]:
+            return {"GenericResources": "docker info's GenericResources[0] is ",
+                    "CDISpecDirs": "docker info's CDISpecDirs holds 1"}[part]
+        return None
     return f"docker info's {part} is "
 
 

@@ -12,12 +12,12 @@ See docs/doctor.md for every check and the fixture conventions.
 
 One module per group of checks: ``view`` (NodeView, Check, paths), ``read`` (the
 root into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
-``sharing``, ``identity``, ``procview``, ``agentsvc``, ``agentanswers`` (the checks),
-``infoparts`` (docker info's parts read as dockerd sends them; a check reading one that
-is not fails, naming it), ``report`` (run, exit code, text/JSON), ``factsread`` (the fact
-source read within a deadline), ``rootpath`` (a path under the root as the node sees
-it), ``runtimepath`` (where dockerd finds the NVIDIA runtime), ``dockerdkeys`` (the
-daemon.json keys dockerd knows, as data).
+``sharing``, ``identity``, ``procview``, ``agentsvc``, ``agentanswers``, ``cdi`` (the
+checks), ``infoparts`` (docker info's parts read as dockerd sends them; a check reading
+one that is not fails, naming it), ``report`` (run, exit code, text/JSON), ``factsread``
+(the fact source read within a deadline), ``rootpath`` (a path under the root as the
+node sees it), ``runtimepath`` (where dockerd finds the NVIDIA runtime), ``dockerdkeys``
+(the daemon.json keys dockerd knows, as data).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from swarmgpu.agent.doctor.agentsvc import (
     check_unkeyed,
     check_unread_nodes,
 )
+from swarmgpu.agent.doctor.cdi import check_cdi_spec
 from swarmgpu.agent.doctor.devices import (
     check_cgroup,
     check_dev_char_links,
@@ -92,6 +93,7 @@ from swarmgpu.agent.doctor.view import (
     TOOLKIT_PACKAGES,
     TOOLKIT_TOML,
     AgentAnswer,
+    CdiSpec,
     Check,
     DoctorError,
     HamiView,
@@ -126,6 +128,7 @@ __all__ = [
     "TOOLKIT_PACKAGES",
     "TOOLKIT_TOML",
     "AgentAnswer",
+    "CdiSpec",
     "Check",
     "DoctorError",
     "FactsRead",
@@ -140,6 +143,7 @@ __all__ = [
     "check_agent_answers",
     "check_agent_identity",
     "check_agents_service",
+    "check_cdi_spec",
     "check_cgroup",
     "check_daemon_json",
     "check_daemon_keys",

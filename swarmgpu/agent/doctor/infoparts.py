@@ -28,6 +28,7 @@ PARTS: dict[str, type] = {
     "GenericResources": list,
     "CgroupDriver": str,
     "DockerRootDir": str,
+    "CDISpecDirs": list,
 }
 # part -> the checks that read it (and fail, naming it, when it is not read)
 READERS: dict[str, tuple[str, ...]] = {
@@ -41,8 +42,11 @@ READERS: dict[str, tuple[str, ...]] = {
     "GenericResources": ("resources.generic",),
     "CgroupDriver": ("cgroup.dev-char-links",),
     "DockerRootDir": ("agent.identity",),
+    "CDISpecDirs": ("toolkit.cdi-spec",),
 }
-NIL_OK = frozenset({"Runtimes", "GenericResources"})  # Go maps and slices: nil is null
+TEXTS = frozenset({"CDISpecDirs"})  # Go []string: each entry a text
+# Go maps and slices: nil is null
+NIL_OK = frozenset({"Runtimes", "GenericResources", "CDISpecDirs"})
 _WHAT = {dict: "an object", list: "a list", str: "a text", bool: "true or false"}
 FIX = ("Check the proxy in front of the engine (DOCKER_HOST names it): dockerd answers "
        "`docker info` with each part of its own type (`curl --unix-socket "
@@ -74,6 +78,10 @@ def part_problem(info: Mapping[str, Any] | None, part: str) -> str | None:
     want = PARTS[part]
     if not present or (value is None and part in NIL_OK):
         return None
+    if part in TEXTS and type(value) is list:
+        odd = [v for v in value if type(v) is not str]
+        return f"docker info's {part} holds {quoted(odd[0], 60)}, not only texts" if odd \
+            else None
     # bool is an int to Python, and True no text: only the type itself will do
     if type(value) is want or (want is dict and isinstance(value, Mapping)):
         return None

@@ -14,6 +14,7 @@ from swarmgpu.agent.doctor.agentsvc import (
     check_unkeyed,
     check_unread_nodes,
 )
+from swarmgpu.agent.doctor.cdi import check_cdi_spec
 from swarmgpu.agent.doctor.devices import (
     check_cgroup,
     check_dev_char_links,
@@ -48,6 +49,7 @@ CHECKS: tuple[Callable[[NodeView], Check], ...] = (
     check_generic_resources,
     check_swarm_resource,
     check_toolkit_mode,
+    check_cdi_spec,
     check_grants,
     check_gpu_facts,
     check_device_nodes,
