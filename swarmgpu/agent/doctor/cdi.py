@@ -68,7 +68,9 @@ def check_cdi_spec(view: NodeView) -> Check:
             CID, Status.FAIL, f"{paths} names no device {quote(missing)}",
             "A spec generated before a GPU was replaced or added, or with index names "
             "only, lacks it: a task Swarm hands that GPU fails to start.",
-            f"{fix[:-1]}; its UUID names: --device-name-strategy=uuid.", details=details)
+            f"Generate the spec again naming GPUs by UUID (`{GENERATE} "
+            "--device-name-strategy=uuid`; `nvidia-ctk cdi list` shows the names it has), "
+            'or set mode = "legacy" under [nvidia-container-runtime].', details=details)
     return Check(CID, Status.OK, f"mode cdi; {paths} names each GPU advertised",
                  details=details)
 
@@ -95,7 +97,8 @@ def _engine_details(view: NodeView, kind: str) -> tuple[str, ...]:
     dirs = tuple(d for d in info_part(view.docker_info, "CDISpecDirs") or ()
                  if isinstance(d, str))
     if not dirs:
-        return ("dockerd: no CDI spec dirs (its CDI is off; Swarm services do not use it)",)
+        return ("dockerd names no CDI spec dirs (Docker before 25, or its CDI off; Swarm "
+                "services do not use it)",)
     found = [s.path for s in view.cdi_specs if _in(s.path, dirs) and s.kind == kind
              and s.error is None]
     return (f"dockerd reads CDI specs from {', '.join(peer_text(d, 100) for d in dirs)}: "
