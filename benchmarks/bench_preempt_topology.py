@@ -33,6 +33,12 @@ GPUs, holders reserving 5,000 CPU milli each, 4,000 left; ``CPU_CASES``), the wa
 before vs bounded by what more victims only free (``preemptview.victims_fit``), one run
 at load 5: none frees 70,000, 42 vs 0.4 ms (3,589 ``Room.fits`` asks vs none); 4
 victims free 20,000, 1.5 vs 1.5 (83 vs 3 asks); one holder frees it, 0.4 vs 0.5.
+Stop 76, where a host-mode port alone refuses sets (plain 2 GPUs, "high" publishing
+port 8000 that a holder's task binds on the node; ``PORT_CASES``): every set, the walk
+unbounded by the port, bounded (``victims_fit``'s ``must``), one run at load 5, with
+the sets ``allowed`` was asked of: the binder not preemptible (no set frees the
+port), 8.0, 7.2 vs 0.4 ms (1,616, 1,619 vs no asks); b7 binds it (3 victims), 0.8,
+1.4 vs 1.2 (74, 103 vs 6); w3 binds it (2 victims), 0.4 all three (6, 3 vs 1).
 
     python benchmarks/bench_preempt_topology.py [--repeat 5]
 """
@@ -42,7 +48,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +71,10 @@ from swarmgpu.manager.placement.preemptroom import Room  # noqa: E402
 
 
 def case(facts: NodeFacts, held: Held, gpus: int, topology: str, repeat: int,
-         cpu: Mapping[str, int] | None = None) -> tuple[float, list[list[str]]]:
+         cpu: Mapping[str, int] | None = None,
+         port: AbstractSet[str] = frozenset()) -> tuple[float, list[list[str]]]:
     """(the fastest ``choose_preemptions`` in seconds, the victims it chose)."""
-    choose = chooser(facts, held, gpus, topology, cpu)
+    choose = chooser(facts, held, gpus, topology, cpu, port)
     best, got = float("inf"), []
     for _ in range(repeat):
         t = time.perf_counter()
@@ -175,6 +184,70 @@ def bound_off_vs_on(repeat: int) -> None:
               f"{'/'.join(map(str, counts)):>16}  {chosen[0] or 'none'}")
 
 
+def not_preemptible(name: str) -> Held:
+    """twelve_small with ``name`` not preemptible (no candidate: its port never frees)."""
+    held = twelve_small()
+    return {**held, name: (held[name][0], held[name][1], -1)}
+
+
+# A host-mode port alone refuses victim sets (plain 2 GPUs; "high" publishes port 8000,
+# which the holders named bind on the node): every set vs the walk unbounded by the
+# port and bounded (``victims_fit``'s ``must``: its binders, all victims then)
+PORT_CASES: tuple[tuple[str, Callable[[], Held], frozenset[str]], ...] = (
+    ("port: w3 binds it, not preemptible (no set)", lambda: not_preemptible("w3"),
+     frozenset({"w3"})),
+    ("port: b7 binds it (3 victims)", twelve_small, frozenset({"b7"})),
+    ("port: w3 binds it (2 victims)", twelve_small, frozenset({"w3"})),
+)
+
+
+@contextmanager
+def allowed_asks() -> Iterator[list[int]]:
+    """How often ``pick_victims``' ``allowed`` is asked of a victim set, meanwhile."""
+    real, n = preempt._allowed, [0]
+
+    def counting(*a: Any, **kw: Any) -> Callable[[tuple[Candidate, ...]], bool]:
+        test = real(*a, **kw)
+
+        def counted(combo: tuple[Candidate, ...]) -> bool:
+            n[0] += 1
+            return test(combo)
+        return counted
+
+    preempt._allowed = counting
+    try:
+        yield n
+    finally:
+        preempt._allowed = real
+
+
+def ports_off_vs_on(repeat: int) -> None:
+    """``PORT_CASES`` on the RTX 4090, plain 2 GPUs: every set, the walk unbounded by the
+    port (``victims_fit`` giving None) and bounded, with the victim
+    sets ``allowed`` was asked of; all three must choose the same victims."""
+    print(f"\n{'A host port alone refuses (plain 2 GPUs)':<44} {'every set':>9} "
+          f"{'walk':>7} {'bounded':>7} {'allowed asks':>16}  victims")
+    real_pick, real_fit = preempt.pick_victims, preempt.victims_fit
+    for name, layout, port in PORT_CASES:
+        row, chosen, counts = [], [], []
+        for pick, fit in ((every_set, real_fit), (real_pick, lambda *_a: None),
+                          (real_pick, real_fit)):
+            preempt.pick_victims, preempt.victims_fit = pick, fit  # type: ignore[assignment]
+            try:
+                t, got = case(R4090_F, layout(), 2, "", repeat, port=port)
+                with allowed_asks() as n:
+                    chooser(R4090_F, layout(), 2, "", port=port)()
+                counts.append(n[0])
+            finally:
+                preempt.pick_victims, preempt.victims_fit = real_pick, real_fit
+            row.append(t)
+            chosen.append(got)
+        if chosen[1:] != chosen[:1] * 2:
+            raise SystemExit(f"{name}: every set, walk, bounded chose {chosen}")
+        print(f"{name:<44} {row[0] * 1000:9.1f} {row[1] * 1000:7.1f} {row[2] * 1000:7.1f} "
+              f"{'/'.join(map(str, counts)):>16}  {chosen[0] or 'none'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--repeat", type=int, default=5, help="runs per case; the fastest counts")
@@ -198,6 +271,7 @@ def main() -> None:
     ref, walk = unbounded(args.repeat)
     print(f"{'pick_victims alone, every set refused':<44} {ref * 1000:9.1f} {walk * 1000:7.1f}")
     bound_off_vs_on(args.repeat)
+    ports_off_vs_on(args.repeat)
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ EXPECTED: dict[str, dict[str, tuple[Status, str]]] = {
 SKIPPED: dict[str, set[str]] = {
     "no-daemon-json": {"docker.daemon-keys", "runtime.default", "resources.generic"},
     "bad-daemon-json": {"docker.daemon-keys", "runtime.default", "resources.generic"},
-    "toolkit-missing": {"toolkit.mode", "toolkit.grants"},
+    "toolkit-missing": {"toolkit.mode", "toolkit.grants", "toolkit.cdi-spec"},
     "no-driver": {"resources.generic", "gpu.facts", "gpu.order", "gpu.numa"},  # no facts
 }
 

@@ -1,6 +1,8 @@
 """``swarmgpu doctor`` fed a ``docker info`` whose inner parts are not what dockerd sends
 (a proxy's string where an object goes, a list, null, a number, a megabyte of text):
-each check runs and ``docker.info`` names the part and the fix. Before, a number as
+each check runs; those that read the part fail, naming it and the fix, and they alone
+(before, one part not read failed the whole doctor through ``docker.info``, and
+``runtime.default`` read a list as Runtimes as "nvidia" not running). Before, a number as
 ``Runtimes`` or ``GenericResources`` crashed the doctor, and a string as ``Swarm``
 crashed its read of Swarm's lists; what it quoted was as long as the engine's text.
 The agents' checks read Swarm's lists: a task list that is no list, or a task whose
@@ -18,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 from support.unread import listed_client, task
 
-from swarmgpu.agent.doctor import Status, info_problems, run_doctor
+from swarmgpu.agent.doctor import READERS, Status, info_problems, run_doctor
 from swarmgpu.cli import main
 from swarmgpu.cli.node import swarm_read
 from swarmgpu.manager.nodes import sync
@@ -33,9 +35,9 @@ INFO = ROOT / ".swarmgpu-fixture" / "docker-info.json"
 PARTS: dict[str, type] = {
     "Swarm": dict, "Swarm.LocalNodeState": str, "Swarm.ControlAvailable": bool,
     "Swarm.NodeID": str, "Swarm.Error": str, "DefaultRuntime": str, "Runtimes": dict,
-    "GenericResources": list, "CgroupDriver": str, "DockerRootDir": str,
+    "GenericResources": list, "CgroupDriver": str, "DockerRootDir": str, "CDISpecDirs": list,
 }
-NIL = {"Runtimes", "GenericResources"}
+NIL = {"Runtimes", "GenericResources", "CDISpecDirs"}
 HUGE = "y" * 1_000_000
 VALUES: dict[str, Any] = {"text": "x", "list": [1, "a"], "null": None, "number": 7,
                           "bool": True, "object": {"a": 1}, "huge": HUGE}
@@ -65,37 +67,46 @@ def _no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _doctor(info: dict[str, Any], as_json: bool) -> tuple[str, int]:
+    # (an agent on plain HTTP: agent.identity then reads DockerRootDir, and only warns)
     return run_doctor(str(ROOT), docker_info=info, as_json=as_json, engine_probed=True,
-                      agent_probed=True, agents_service="swarmgpu_agent",
+                      agent_probed=True, agent_scheme="http", agents_service="swarmgpu_agent",
                       swarm=swarm_read(info, None, "swarmgpu_agent", "swarmgpu.", ""))
 
 
+def _failed(out: str) -> dict[str, dict[str, Any]]:
+    return {c["id"]: c for c in json.loads(out)["checks"] if c["status"] == "fail"}
+
+
 def _named(part: str, value: Any) -> str | None:
-    """What docker.info says of ``part`` as ``value``; None: it reads."""
+    """What the checks reading ``part`` say of it as ``value``; None: it reads."""
     if (value is None and part in NIL) or type(value) is PARTS[part]:
-        # a list's entries are each read: [1, "a"] holds no generic resource
-        return "docker info's GenericResources[0] is " if value == [1, "a"] else None
+        # a list's entries are each read: [1, "a"] holds no generic resource, no text
+        if value == [1, "a"]:
+            return {"GenericResources": "docker info's GenericResources[0] is ",
+                    "CDISpecDirs": "docker info's CDISpecDirs holds 1"}[part]
+        return None
     return f"docker info's {part} is "
 
 
 @pytest.mark.parametrize("kind", sorted(VALUES))
 @pytest.mark.parametrize("part", sorted(PARTS))
-def test_each_part_of_another_type_is_named_and_no_check_crashes(part: str,
-                                                                 kind: str) -> None:
+def test_a_part_of_another_type_fails_only_the_checks_that_read_it(part: str,
+                                                                    kind: str) -> None:
     info = _info(**{part: VALUES[kind]})
     out, code = _doctor(info, as_json=True)
-    checks = {c["id"]: c for c in json.loads(out)["checks"]}  # valid JSON whatever came
+    failed = _failed(out)  # valid JSON whatever came
     text, _ = _doctor(info, as_json=False)
     # a megabyte of the engine's text is never quoted whole
     assert max(len(line) for line in (*out.splitlines(), *text.splitlines())) < 2000
     named = _named(part, VALUES[kind])
-    if named is not None:
-        c = checks["docker.info"]
-        assert c["status"] == "fail" and named in c["found"], c
-        assert "proxy in front of the engine" in c["fix"] and code == 1, c
-        assert f"docker.info: {named}" in text, text[:500]
-    else:
-        assert "docker.info" not in checks, checks["docker.info"]
+    if named is None:  # (a value of its type may be a finding, its own checks' alone)
+        assert set(failed) <= set(READERS[part]), failed
+        assert not any("docker info's" in c["found"] for c in failed.values()), failed
+        return
+    assert sorted(failed) == sorted(READERS[part]) and code == 1, failed
+    for cid, c in failed.items():
+        assert named in c["found"] and "proxy in front of the engine" in c["fix"], c
+        assert f"FAIL  {cid}: {named}" in text, text[:500]
 
 
 @pytest.mark.parametrize("entry", [
@@ -109,16 +120,15 @@ def test_a_generic_resource_entry_not_read_is_named_and_left_out(entry: Any) -> 
     problems = info_problems(info)
     assert len(problems) == 1 and "docker info's GenericResources[0]" in problems[0]
     out, _ = _doctor(info, as_json=True)
-    checks = {c["id"]: c for c in json.loads(out)["checks"]}
-    assert "GenericResources[0]" in checks["docker.info"]["found"]
-    # the entries that read are compared as ever: daemon.json lists the same GPUs
-    assert checks["resources.generic"]["status"] == "ok", checks["resources.generic"]
+    # (compared without it, dockerd's list would differ from daemon.json's for nothing)
+    (c,) = _failed(out).values()
+    assert c["id"] == "resources.generic" and "GenericResources[0]" in c["found"], c
 
 
 def test_a_well_formed_info_adds_no_finding_and_reads_as_before() -> None:
     out, code = _doctor(_info(), as_json=True)
     checks = {c["id"]: c for c in json.loads(out)["checks"]}
-    assert "docker.info" not in checks and code == 0, checks
+    assert not _failed(out) and code == 0, checks
     assert checks["docker.engine"]["found"] == "dockerd answers; Swarm manager, node n1"
     assert checks["runtime.default"]["found"].endswith("the running dockerd agrees")
 
@@ -138,8 +148,39 @@ def test_doctor_json_of_a_fixture_tree_with_such_an_info_is_valid_json(
         json.dumps(_info(Runtimes=7, CgroupDriver=["systemd"])))
     res = CliRunner().invoke(main, ["doctor", "--root", str(root), "--json"])
     assert res.exit_code == 1, res.output
-    (c,) = [c for c in json.loads(res.output)["checks"] if c["id"] == "docker.info"]
-    assert "Runtimes is int 7" in c["found"] and "CgroupDriver is list" in c["found"], c
+    failed = _failed(res.output)
+    assert sorted(failed) == ["cgroup.dev-char-links", "runtime.default"], failed
+    assert "Runtimes is int 7" in failed["runtime.default"]["found"], failed
+    assert "CgroupDriver is list" in failed["cgroup.dev-char-links"]["found"], failed
+
+
+def test_runtimes_a_list_fails_runtime_default_alone_and_the_rest_report() -> None:
+    out, code = _doctor(_info(Runtimes=["nvidia", "runc"]), as_json=True)
+    checks = {c["id"]: c for c in json.loads(out)["checks"]}
+    assert code == 1 and list(_failed(out)) == ["runtime.default"], checks
+    # (before, read as no runtimes: "the running dockerd uses nvidia", a restart advised)
+    assert checks["runtime.default"]["found"].startswith("docker info's Runtimes is list")
+    assert checks["docker.engine"]["status"] == "ok", checks["docker.engine"]
+    assert checks["resources.generic"]["status"] == "ok", checks["resources.generic"]
+
+
+def test_a_part_no_check_reads_fails_nothing() -> None:
+    out, code = _doctor(_info(**{"Swarm.Nodes": "3"}), as_json=True)
+    assert code == 0 and not _failed(out), out
+
+
+def test_a_top_level_answer_that_is_no_object_still_fails_the_doctor(
+        tmp_path: Path) -> None:
+    # live: the engine's answer is not read at all (cli.node._docker_info says why)
+    out, code = run_doctor(str(ROOT), as_json=True, engine_probed=True, docker_error=(
+        "docker info: the engine's answer is no JSON object (a list): it is not read"))
+    assert code == 1 and list(_failed(out)) == ["docker.engine"], out
+    # a fixture tree's: the doctor cannot run at all
+    root = tmp_path / "root"
+    shutil.copytree(ROOT, root, symlinks=True)
+    (root / ".swarmgpu-fixture/docker-info.json").write_text("[]")
+    res = CliRunner().invoke(main, ["doctor", "--root", str(root), "--json"])
+    assert res.exit_code == 2 and "expected a JSON object" in res.output, res.output
 
 
 # --- Swarm's lists, as the agents' checks read them -----------------------------------
@@ -190,6 +231,16 @@ class _ListsClient:
 
     def unkeyed(self) -> Any:
         return self.client.unkeyed()
+
+
+def test_a_named_generic_resource_without_value_reads_as_empty_not_unread() -> None:
+    # Go's NamedGenericResource.Value is omitempty: dockerd advertises "SPARE=" (swarmkit
+    # genericresource.Parse: '' is no number, so a named value) without it
+    from swarmgpu.agent.doctor.resources import from_docker_info
+
+    info = _info(GenericResources=[{"NamedResourceSpec": {"Kind": "SPARE"}}])
+    assert info_problems(info) == []
+    assert [(r.kind, r.value) for r in from_docker_info(info) or []] == [("SPARE", "")]
 
 
 def test_a_discrete_generic_resource_of_zero_reads_as_zero_not_unread() -> None:

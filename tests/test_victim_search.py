@@ -252,3 +252,27 @@ def test_the_walk_bounded_by_wider_values_chooses_as_every_set_tried_does() -> N
         need, free, cands, holders, allowed, over, may, lack = _wide_room_case(seed)
         want = every_set(need, free, cands, holders, allowed, over)
         assert pick_victims(need, free, cands, holders, allowed, over, may, lack) == want, seed
+
+
+@pytest.mark.parametrize(("binder", "preemptible", "want"), [
+    ("w3", False, []), ("b7", True, [["a7", "b7", "w0"]]), ("w3", True, [["w0", "w3"]]),
+])
+def test_a_crowded_node_whose_host_port_alone_refuses_stops_its_binder(
+    monkeypatch: pytest.MonkeyPatch, binder: str, preemptible: bool, want: list[list[str]],
+) -> None:
+    """12 small holders, one binding the host port a preemptor of 2 GPUs publishes (the
+    planner's port takers handed on): the walk stops the binder with the fewest others,
+    as every set tried one by one does; a binder not preemptible frees no set, and the
+    walk sees so at once (tried one by one, 1,616 sets were each asked of)."""
+    held = twelve_small()
+    if not preemptible:
+        held[binder] = (held[binder][0], held[binder][1], -1)
+    port = frozenset({binder})
+    assert victims(R4090_F, held, 2, "", port=port) == want
+    monkeypatch.setattr(preempt, "pick_victims", every_set)
+    assert victims(R4090_F, held, 2, "", port=port) == want
+    monkeypatch.undo()
+    choose = chooser(R4090_F, held, 2, "", port=port)
+    asked = _counted_fits(monkeypatch)
+    choose()
+    assert preemptible or len(asked) <= 5, len(asked)

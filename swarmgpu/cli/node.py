@@ -426,7 +426,7 @@ def swarm_read(docker_info: Any, docker_error: str | None, name: str, prefix: st
         return SwarmRead(error=f"dockerd did not answer ({docker_error or 'not asked'})")
     unread = part_problem(docker_info, "Swarm") or part_problem(
         docker_info, "Swarm.ControlAvailable")
-    if unread is not None:  # (docker.info names it with the fix)
+    if unread is not None:  # (agents.service fails, naming it with the fix)
         return SwarmRead(error=f"{unread}: whether this node is a manager is not known")
     if not info_part(docker_info, "Swarm.ControlAvailable"):
         return SwarmRead(error="this node is no Swarm manager (a worker cannot list "

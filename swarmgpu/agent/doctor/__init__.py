@@ -12,12 +12,12 @@ See docs/doctor.md for every check and the fixture conventions.
 
 One module per group of checks: ``view`` (NodeView, Check, paths), ``read`` (the
 root into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
-``sharing``, ``identity``, ``procview``, ``agentsvc``, ``agentanswers`` (the checks),
-``infoparts`` (docker info's parts read as dockerd sends them; ``docker.info`` names
-those that are not), ``report`` (run, exit code, text/JSON), ``factsread`` (the fact
-source read within a deadline), ``rootpath`` (a path under the root as the node sees
-it), ``runtimepath`` (where dockerd finds the NVIDIA runtime), ``dockerdkeys`` (the
-daemon.json keys dockerd knows, as data).
+``sharing``, ``identity``, ``procview``, ``agentsvc``, ``agentanswers``, ``cdi`` (the
+checks), ``infoparts`` (docker info's parts read as dockerd sends them; a check reading
+one that is not fails, naming it), ``report`` (run, exit code, text/JSON), ``factsread``
+(the fact source read within a deadline), ``rootpath`` (a path under the root as the
+node sees it), ``runtimepath`` (where dockerd finds the NVIDIA runtime), ``dockerdkeys``
+(the daemon.json keys dockerd knows, as data).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from swarmgpu.agent.doctor.agentsvc import (
     check_unkeyed,
     check_unread_nodes,
 )
+from swarmgpu.agent.doctor.cdi import check_cdi_spec
 from swarmgpu.agent.doctor.devices import (
     check_cgroup,
     check_dev_char_links,
@@ -49,7 +50,7 @@ from swarmgpu.agent.doctor.engine import (
 )
 from swarmgpu.agent.doctor.factsread import FACTS_DEADLINE_S, FactsRead, read_facts_within
 from swarmgpu.agent.doctor.identity import check_agent_identity
-from swarmgpu.agent.doctor.infoparts import check_info_parts, info_part, info_problems
+from swarmgpu.agent.doctor.infoparts import READERS, info_part, info_problems, unread_check
 from swarmgpu.agent.doctor.procview import check_proc_root
 from swarmgpu.agent.doctor.read import (
     dpkg_version,
@@ -92,6 +93,7 @@ from swarmgpu.agent.doctor.view import (
     TOOLKIT_PACKAGES,
     TOOLKIT_TOML,
     AgentAnswer,
+    CdiSpec,
     Check,
     DoctorError,
     HamiView,
@@ -119,12 +121,14 @@ __all__ = [
     "HOST_PRELOAD",
     "JIT_CDI_DEFAULT_FROM",
     "NODE_CONFIG_HINT",
+    "READERS",
     "ROOT_PATH",
     "SWARMGPU_KIND",
     "SWARM_IN_CDI_FROM",
     "TOOLKIT_PACKAGES",
     "TOOLKIT_TOML",
     "AgentAnswer",
+    "CdiSpec",
     "Check",
     "DoctorError",
     "FactsRead",
@@ -139,6 +143,7 @@ __all__ = [
     "check_agent_answers",
     "check_agent_identity",
     "check_agents_service",
+    "check_cdi_spec",
     "check_cgroup",
     "check_daemon_json",
     "check_daemon_keys",
@@ -150,7 +155,6 @@ __all__ = [
     "check_generic_resources",
     "check_gpu_facts",
     "check_grants",
-    "check_info_parts",
     "check_numa",
     "check_proc_root",
     "check_sharing",
@@ -176,4 +180,5 @@ __all__ = [
     "run_checks",
     "run_doctor",
     "sharing_mode",
+    "unread_check",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from swarmgpu.agent.doctor.infoparts import unread_check
 from swarmgpu.agent.doctor.view import Check, NodeView, Status
 from swarmgpu.core.peertext import ID_WIDTH, cell, cut_alike, quoted
 from swarmgpu.swarm.agentservice import (
@@ -40,6 +41,9 @@ def check_agents_service(view: NodeView) -> Check:
                      "labels (gpu=true, swarmgpu's labels, GPU generic resources); a "
                      "node with none of these whose agent never answered is taken as "
                      "CPU-only")
+    unread = unread_check(CID, view.docker_info, ("Swarm", "Swarm.ControlAvailable"))
+    if unread is not None:  # (whether this node is a manager, to ask, is not known)
+        return unread
     read = view.swarm
     if read is None or read.error is not None:
         why = read.error if read is not None and read.error else "Swarm was not asked"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from swarmgpu.agent.doctor.infoparts import info_part
+from swarmgpu.agent.doctor.infoparts import info_part, unread_check
 from swarmgpu.agent.doctor.infoparts import shown as info_shown
 from swarmgpu.agent.doctor.resources import norm_bus_id
 from swarmgpu.agent.doctor.view import Check, NodeView, Status, quote
@@ -171,6 +171,9 @@ def check_cgroup(view: NodeView) -> Check:
 
 def check_dev_char_links(view: NodeView) -> Check:
     cid = "cgroup.dev-char-links"
+    unread = unread_check(cid, view.docker_info, ("CgroupDriver",))
+    if unread is not None:  # (read as none, the driver would be assumed)
+        return unread
     driver = info_part(view.docker_info, "CgroupDriver")
     if driver is None:
         # Docker picks the systemd driver on cgroup v2 hosts booted with systemd.

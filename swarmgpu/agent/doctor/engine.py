@@ -15,7 +15,7 @@ from swarmgpu.agent.doctor.dockerdkeys import (
     READ_KEYS,
     SKIPPED_KEYS,
 )
-from swarmgpu.agent.doctor.infoparts import info_part, part_problem
+from swarmgpu.agent.doctor.infoparts import info_part, unread_check
 from swarmgpu.agent.doctor.read import parse_version
 from swarmgpu.agent.doctor.resources import (
     GenericResource,
@@ -178,6 +178,9 @@ def check_default_runtime(view: NodeView) -> Check:
         return _runtime_missing(cid, path, view.runtime)
     if problems:
         return Check(cid, Status.FAIL, "; ".join(problems), why, fix)
+    unread = unread_check(cid, view.docker_info, ("DefaultRuntime", "Runtimes"))
+    if unread is not None:  # (an unread Runtimes read as none: "nvidia" not running)
+        return unread
     live = info_part(view.docker_info, "DefaultRuntime")
     if live is not None:
         live_runtimes = info_part(view.docker_info, "Runtimes") or {}
@@ -231,6 +234,9 @@ def check_generic_resources(view: NodeView) -> Check:
         more = f"; and {len(errors) - 3} more" if len(errors) > 3 else ""
         return Check(cid, Status.FAIL, "; ".join(errors[:3]) + more, why_fmt,
                      f"Write one \"KIND=GPU-<uuid>\" per GPU ({NODE_CONFIG_HINT}).")
+    unread = unread_check(cid, view.docker_info, ("GenericResources",))
+    if unread is not None:  # (compared without the entries not read, GPUs look missing)
+        return unread
     live = from_docker_info(view.docker_info) if view.docker_info is not None else None
     source = "daemon.json"
     if not configured and live:
@@ -463,6 +469,10 @@ def check_grants(view: NodeView) -> Check:
                                  "reports ungranted GPU access)")
 
 
+SWARM_PARTS = ("Swarm", "Swarm.LocalNodeState", "Swarm.ControlAvailable", "Swarm.NodeID",
+               "Swarm.Error")
+
+
 def check_engine(view: NodeView) -> Check:
     """Does dockerd answer, and is it a Swarm member? Asked on the live node only."""
     cid = "docker.engine"
@@ -487,9 +497,11 @@ def check_engine(view: NodeView) -> Check:
                    "it stopped), or point DOCKER_HOST at its socket.")
         return Check(cid, Status.FAIL, f"cannot ask dockerd: {err}", why, fix)
     info = view.docker_info
+    unread = unread_check(cid, info, SWARM_PARTS)
+    if unread is not None:  # (an unread state read as "unknown": a join fix for nothing)
+        return unread
     if info_part(info, "Swarm") is None:
-        return Check(cid, Status.SKIP, "no docker info with a Swarm state"
-                     + (" (see docker.info)" if part_problem(info, "Swarm") else ""))
+        return Check(cid, Status.SKIP, "no docker info with a Swarm state")
     state = info_part(info, "Swarm.LocalNodeState") or "unknown"
     role = "manager" if info_part(info, "Swarm.ControlAvailable") else "worker"
     if state == "active":

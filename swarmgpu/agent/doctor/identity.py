@@ -6,7 +6,7 @@ import posixpath
 import stat
 from pathlib import Path
 
-from swarmgpu.agent.doctor.infoparts import info_part
+from swarmgpu.agent.doctor.infoparts import SHOWN, info_part, unread_check
 from swarmgpu.agent.doctor.rootpath import refusal, stat_in_root
 from swarmgpu.agent.doctor.view import Check, NodeView, Status
 from swarmgpu.core.peertext import escaped
@@ -19,20 +19,31 @@ def check_agent_identity(view: NodeView) -> Check:
     data_root = info_part(view.docker_info, "DockerRootDir") or "/var/lib/docker"
     rel = posixpath.join(data_root.lstrip("/"), "swarm/certificates/swarm-node.crt")
     cert = Path(view.root) / rel
-    fix = (f"run the agent with --identity swarm-pki (it reads {escaped(data_root)}/swarm/"
+    # (the engine's text, cut: a proxy's may be megabytes)
+    fix = (f"run the agent with --identity swarm-pki (it reads {_cut(data_root)}/swarm/"
            "certificates, or --data-root DIR; systemd: LoadCredential=, see "
            "systemd/swarmgpu-agent.service), and leave agents.identity at its default "
            "swarm-pki in the daemon's config (docs/security.md)")
     if view.agent_scheme == "https":
         return Check(cid, Status.OK, "the local agent serves HTTPS")
     if view.agent_scheme == "http":
+        unread = unread_check(cid, view.docker_info, ("DockerRootDir",))
+        if unread is not None:  # (where the certificate would be is not known)
+            return unread
         return Check(cid, Status.WARN,
                      "the local agent serves plain HTTP"
-                     + (f" though this node has its Swarm certificate ({cert})"
+                     + (f" though this node has its Swarm certificate ({_cut(str(cert), 300)})"
                         if _is_file(view.root, rel) else ""),
                      "anything that binds port 9401 (any local user, while the agent "
                      "restarts) can answer for this node and steer GPU placement", fix)
     return Check(cid, Status.SKIP, "no local agent answered on 127.0.0.1:9401")
+
+
+def _cut(text: str, limit: int = SHOWN) -> str:
+    """The engine's text as a finding shows it: escaped (a NUL as ``\\x00``), at most
+    ``limit`` characters of it and its length when cut."""
+    return escaped(text[:limit]) + (f"... [{len(text)} characters]" if len(text) > limit
+                                    else "")
 
 
 def _is_file(root: str, rel: str) -> bool:

@@ -2,10 +2,10 @@
 
 dockerd answers each part with one type (moby api/types/system.Info): a part of another
 type comes from something in between (a proxy, a fixture) and is not read: a check that
-needs it compares nothing, and ``docker.info`` names the part and the fix. Read through
-:func:`info_part`, a string where an object belongs (or a number where a list does)
-crashed the doctor. Go sends a nil map or slice as null: for those parts (``NIL_OK``)
-null reads as absent, as it did.
+needs it fails, naming the part and the fix (:func:`unread_check`), while the others
+run and report as ever. Read through :func:`info_part`, a string where an object belongs
+(or a number where a list does) crashed the doctor. Go sends a nil map or slice as null:
+for those parts (``NIL_OK``) null reads as absent, as it did.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from swarmgpu.agent.doctor.view import Check, NodeView, Status
+from swarmgpu.agent.doctor.view import Check, Status
 from swarmgpu.core.peertext import peer_text, quoted
 
 # part (dotted: inside Swarm) -> the type dockerd sends it as
@@ -28,8 +28,25 @@ PARTS: dict[str, type] = {
     "GenericResources": list,
     "CgroupDriver": str,
     "DockerRootDir": str,
+    "CDISpecDirs": list,
 }
-NIL_OK = frozenset({"Runtimes", "GenericResources"})  # Go maps and slices: nil is null
+# part -> the checks that read it (and fail, naming it, when it is not read)
+READERS: dict[str, tuple[str, ...]] = {
+    "Swarm": ("docker.engine", "agents.service"),
+    "Swarm.LocalNodeState": ("docker.engine",),
+    "Swarm.ControlAvailable": ("docker.engine", "agents.service"),
+    "Swarm.NodeID": ("docker.engine",),
+    "Swarm.Error": ("docker.engine",),
+    "DefaultRuntime": ("runtime.default",),
+    "Runtimes": ("runtime.default",),
+    "GenericResources": ("resources.generic",),
+    "CgroupDriver": ("cgroup.dev-char-links",),
+    "DockerRootDir": ("agent.identity",),
+    "CDISpecDirs": ("toolkit.cdi-spec",),
+}
+TEXTS = frozenset({"CDISpecDirs"})  # Go []string: each entry a text
+# Go maps and slices: nil is null
+NIL_OK = frozenset({"Runtimes", "GenericResources", "CDISpecDirs"})
 _WHAT = {dict: "an object", list: "a list", str: "a text", bool: "true or false"}
 FIX = ("Check the proxy in front of the engine (DOCKER_HOST names it): dockerd answers "
        "`docker info` with each part of its own type (`curl --unix-socket "
@@ -61,6 +78,10 @@ def part_problem(info: Mapping[str, Any] | None, part: str) -> str | None:
     want = PARTS[part]
     if not present or (value is None and part in NIL_OK):
         return None
+    if part in TEXTS and type(value) is list:
+        odd = [v for v in value if type(v) is not str]
+        return f"docker info's {part} holds {quoted(odd[0], 60)}, not only texts" if odd \
+            else None
     # bool is an int to Python, and True no text: only the type itself will do
     if type(value) is want or (want is dict and isinstance(value, Mapping)):
         return None
@@ -82,7 +103,7 @@ def generic_entries(info: Mapping[str, Any] | None,
     """GenericResources as (kind, value) pairs (None: absent, or not read), and why
     each entry left out is not read: each entry is an object holding a
     NamedResourceSpec or DiscreteResourceSpec object, its Kind a text, its Value a text
-    (named) or a number (discrete; absent: 0, which Go omits)."""
+    (named; absent: '', which Go omits) or a number (discrete; absent: 0, likewise)."""
     listed = info_part(info, "GenericResources")
     if listed is None:
         return None, []
@@ -98,8 +119,9 @@ def generic_entries(info: Mapping[str, Any] | None,
             if spec is None:
                 continue
             kind = spec.get("Kind") if isinstance(spec, Mapping) else None
-            # (Go omits a discrete Value of 0: omitempty, as the daemon reads it too)
-            value = (spec.get("Value", 0 if value_type is int else None)
+            # Go omits a Value of 0 or '' (omitempty): dockerd advertises "KIND=" (swarmkit
+            # genericresource.Parse) as a named resource of value ''
+            value = (spec.get("Value", 0 if value_type is int else "")
                      if isinstance(spec, Mapping) else None)
             if (not isinstance(kind, str) or not isinstance(value, value_type)
                     or isinstance(value, bool)):
@@ -117,14 +139,18 @@ def info_problems(info: Mapping[str, Any] | None) -> list[str]:
             *generic_entries(info)[1]]
 
 
-def check_info_parts(view: NodeView) -> Check | None:
-    """``docker.info``: the parts of docker info the checks could not read, or None
-    when every one reads."""
-    said = info_problems(view.docker_info)
+def unread_check(cid: str, info: Mapping[str, Any] | None,
+                 parts: tuple[str, ...]) -> Check | None:
+    """Check ``cid`` failed, naming each of ``parts`` (and, for GenericResources, each
+    entry) not read, with the fix; None when every one reads or is absent. Only the
+    checks that read a part fail for it: the others run and report as ever."""
+    said = [p for part in parts if (p := part_problem(info, part)) is not None]
+    if "GenericResources" in parts:
+        said.extend(generic_entries(info)[1])
     if not said:
         return None
     more = f"; and {len(said) - 3} more" if len(said) > 3 else ""
-    return Check("docker.info", Status.FAIL, "; ".join(said[:3]) + more,
+    return Check(cid, Status.FAIL, "; ".join(said[:3]) + more,
                  "dockerd never answers so: something between the doctor and dockerd "
-                 "changes its answers, and the checks that compare daemon.json with the "
-                 "running dockerd compared nothing with these parts.", FIX)
+                 "changes its answers, and this check compares nothing with a part it "
+                 "cannot read.", FIX)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from swarmgpu.agent.doctor.infoparts import info_part
 from swarmgpu.agent.doctor.resources import norm_bus_id
 from swarmgpu.agent.doctor.rootpath import (
     RootChanged,
@@ -35,17 +36,21 @@ from swarmgpu.agent.doctor.view import (
     HAMI_LOCK_DIR,
     HAMI_PRELOAD,
     HOST_PRELOAD,
+    MAX_CDI_SPECS,
     TOOLKIT_PACKAGES,
     TOOLKIT_TOML,
+    CdiSpec,
     DoctorError,
     HamiView,
     NodeView,
     Parsed,
     RuntimeLookup,
     Version,
+    toolkit_cdi,
 )
 from swarmgpu.core.boundedfile import NotRegularFile, read_head
 from swarmgpu.core.model import FactsError, NodeFacts
+from swarmgpu.core.yamlfile import parse_yaml
 
 
 def _under(root: str, rel: str) -> Path:
@@ -333,11 +338,12 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
     cgroups_text = _read_or_none(root, "proc/cgroups")
     nodes, chars = _read_devices(root)
     daemon_json = _parse_daemon_json(root)
+    toolkit_toml = _parse_toolkit_toml(root)
     return NodeView(
         root=root,
         daemon_json=daemon_json,
         runtime=_runtime(root, daemon_json),
-        toolkit_toml=_parse_toolkit_toml(root),
+        toolkit_toml=toolkit_toml,
         toolkit_version=dpkg_version(status_text) if status_text is not None else None,
         proc_devices=parse_proc_devices(devices_text) if devices_text is not None else None,
         dev_nodes=nodes,
@@ -349,7 +355,48 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
         facts_error=facts_error,
         docker_info=docker_info,
         hami=_read_hami(root),
+        cdi_specs=_read_cdi(root, toolkit_toml.data, docker_info),
     )
+
+
+def _read_cdi(root: str, toolkit: Mapping[str, Any] | None,
+              info: Mapping[str, Any] | None) -> tuple[CdiSpec, ...]:
+    """The CDI specs in the toolkit's spec dirs and in dockerd's (``CDISpecDirs``), each
+    read once; a directory absent or not listed has none."""
+    engine = info_part(info, "CDISpecDirs") or []
+    dirs = dict.fromkeys(posixpath.normpath("/" + d.lstrip("/")) for d in
+                         (*toolkit_cdi(toolkit)[0], *(d for d in engine if isinstance(d, str))))
+    specs: list[CdiSpec] = []
+    for d in dirs:
+        try:
+            names = sorted(n for n in listdir_in_root(root, d.lstrip("/"))
+                           if n.endswith((".yaml", ".yml", ".json")))
+        except (OSError, ValueError):  # (absent, not a directory; a NUL in the engine's)
+            continue
+        specs.extend(_cdi_spec(root, posixpath.join(d, n)) for n in names[:MAX_CDI_SPECS])
+    return tuple(specs)
+
+
+class _SpecError(Exception):
+    pass
+
+
+def _cdi_spec(root: str, path: str) -> CdiSpec:
+    """One spec file: its kind and device names (CDI's ``kind``, ``devices[].name``)."""
+    try:
+        text = _read_text(root, path.lstrip("/"))
+        data = parse_yaml(text or "", path, _SpecError)
+    except Unreadable as exc:
+        return CdiSpec(path, error=exc.why)
+    except _SpecError as exc:
+        return CdiSpec(path, error=str(exc))
+    if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+        return CdiSpec(path, error="names no kind (not a CDI spec)")
+    devices = data.get("devices")
+    names = frozenset(str(d["name"]) for d in devices if isinstance(d, dict)
+                      and isinstance(d.get("name"), str)) if isinstance(devices, list) else \
+        frozenset()
+    return CdiSpec(path, data["kind"], names)
 
 
 def _runtime(root: str, daemon_json: Parsed) -> RuntimeLookup | None:

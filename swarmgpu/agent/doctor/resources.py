@@ -56,7 +56,7 @@ def parse_generic_resources(entries: Any, where: str) -> tuple[list[GenericResou
 
 def from_docker_info(info: Mapping[str, Any]) -> list[GenericResource] | None:
     """The running dockerd's generic resources; None: not given, or not read (an entry
-    not read is left out: ``docker.info`` names it, ``infoparts``)."""
+    not read is left out: ``resources.generic`` fails, naming it, ``infoparts``)."""
     pairs, _ = generic_entries(info)
     return None if pairs is None else [GenericResource(k, v) for k, v in pairs]
 

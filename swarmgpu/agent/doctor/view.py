@@ -31,6 +31,12 @@ SWARM_IN_CDI_FROM = (1, 19, 0)
 
 Version = tuple[int, int, int]
 
+# Where the toolkit's cdi mode reads CDI specs and the kind it names GPUs by, unless
+# [nvidia-container-runtime.modes.cdi] spec-dirs / default-kind say otherwise.
+TOOLKIT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+TOOLKIT_CDI_KIND = "nvidia.com/gpu"
+MAX_CDI_SPECS = 64  # spec files read per directory: a node has a few
+
 # HAMi-core (Project-HAMi/HAMi-core), the library that enforces a GPU share inside a
 # container: where HAMi installs it on a node, the preload file services mount at
 # /etc/ld.so.preload, and the lock directory builds before 2026-02 (7970f7f) take.
@@ -89,6 +95,29 @@ class Parsed:
 
 
 @dataclass(frozen=True)
+class CdiSpec:
+    """A CDI spec file (``*.yaml``, ``*.yml``, ``*.json``) as the node has it: its path
+    as the node names it, the kind and device names it declares; or why it is not read."""
+
+    path: str
+    kind: str | None = None
+    devices: frozenset[str] = frozenset()
+    error: str | None = None
+
+
+def toolkit_cdi(data: Mapping[str, Any] | None) -> tuple[tuple[str, ...], str]:
+    """The toolkit's CDI spec dirs and default kind as its config.toml sets them."""
+    runtime = (data or {}).get("nvidia-container-runtime")
+    modes = runtime.get("modes") if isinstance(runtime, dict) else None
+    cdi = modes.get("cdi") if isinstance(modes, dict) else None
+    cdi = cdi if isinstance(cdi, dict) else {}
+    dirs = cdi.get("spec-dirs")
+    kind = cdi.get("default-kind")
+    return (tuple(d for d in dirs if isinstance(d, str)) if isinstance(dirs, list)
+            else TOOLKIT_CDI_DIRS), (kind if isinstance(kind, str) else TOOLKIT_CDI_KIND)
+
+
+@dataclass(frozen=True)
 class NodeView:
     """Everything the checks need, read once from the node (or a fixture tree)."""
 
@@ -112,6 +141,8 @@ class NodeView:
     # where dockerd finds daemon.json's runtimes.nvidia.path (None: no path given)
     runtime: RuntimeLookup | None = None
     hami: HamiView | None = None
+    # the CDI specs in the toolkit's spec dirs and dockerd's (docker info CDISpecDirs)
+    cdi_specs: tuple[CdiSpec, ...] = ()
     # What the local agent on :9401 speaks: "http", "https", or None (not probed/none)
     agent_scheme: str | None = None
     # How the daemon grants GPUs (its placement.grants): "env", or "mounts" (doctor --grants)

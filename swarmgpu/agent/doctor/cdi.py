@@ -1,0 +1,107 @@
+"""Does the NVIDIA runtime in ``cdi`` mode find a CDI spec naming each GPU Swarm hands out?
+
+In ``cdi`` mode the runtime resolves the GPUs of a task (the ``DOCKER_RESOURCE_<KIND>``
+values ``swarm-resource`` names) as ``nvidia.com/gpu=GPU-<uuid>`` against the CDI specs
+in its own spec dirs; ``nvidia-ctk cdi generate`` writes them, once. Other modes read no
+spec (``jit-cdi`` makes one per container). dockerd's own CDI spec dirs (``docker info``
+``CDISpecDirs``, Docker 25+) serve ``docker run --device nvidia.com/gpu=...``: Swarm
+services cannot ask for devices, so they are shown, never failed.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from swarmgpu.agent.doctor.engine import effective_mode
+from swarmgpu.agent.doctor.infoparts import info_part, unread_check
+from swarmgpu.agent.doctor.resources import from_docker_info, gpu_kind, parse_generic_resources
+from swarmgpu.agent.doctor.view import (
+    TOOLKIT_TOML,
+    Check,
+    NodeView,
+    Status,
+    quote,
+    toolkit_cdi,
+)
+from swarmgpu.core.peertext import peer_text
+
+CID = "toolkit.cdi-spec"
+GENERATE = "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
+
+
+def check_cdi_spec(view: NodeView) -> Check:
+    """``toolkit.cdi-spec``: in ``cdi`` mode, a spec of the toolkit's kind in its spec
+    dirs naming each GPU advertised; dockerd's CDI spec dirs in the details."""
+    if view.toolkit_toml.data is None:
+        return Check(CID, Status.SKIP, "no readable toolkit config.toml (see "
+                                       "toolkit.swarm-resource)")
+    unread = unread_check(CID, view.docker_info, ("CDISpecDirs",))
+    if unread is not None:
+        return unread
+    dirs, kind = toolkit_cdi(view.toolkit_toml.data)
+    details = _engine_details(view, kind)
+    mode = effective_mode(view)
+    if mode != "cdi":
+        return Check(CID, Status.OK, f"mode {mode or 'unknown'}: the runtime reads no CDI "
+                                     "spec for Swarm's GPUs (jit-cdi makes its own)",
+                     details=details)
+    theirs = [s for s in view.cdi_specs if _in(s.path, dirs)]
+    bad = [s for s in theirs if s.error is not None]
+    specs = [s for s in theirs if s.error is None and s.kind == kind]
+    where = ", ".join(dirs) or "no spec dirs"
+    fix = (f"`{GENERATE}` (again after a driver upgrade or a GPU change), or set "
+           f'mode = "legacy" under [nvidia-container-runtime] in /{TOOLKIT_TOML}.')
+    if not specs:
+        said = "; ".join(f"{s.path} {peer_text(s.error or '', 160)}" for s in bad[:2])
+        return Check(
+            CID, Status.FAIL, f"mode cdi and no {kind} CDI spec in {where}"
+            + (f" ({said})" if said else ""),
+            "In cdi mode the runtime resolves the GPUs Swarm hands a task (as "
+            f"{kind}=GPU-<uuid>) against the CDI specs in its spec dirs: with none, every "
+            "GPU task's container fails to start (unresolvable CDI devices).", fix,
+            details=details)
+    named = frozenset().union(*(s.devices for s in specs))
+    missing = [v for v in _advertised(view) if v not in named]
+    paths = ", ".join(s.path for s in specs)
+    if missing:
+        return Check(
+            CID, Status.FAIL, f"{paths} names no device {quote(missing)}",
+            "A spec generated before a GPU was replaced or added, or with index names "
+            "only, lacks it: a task Swarm hands that GPU fails to start.",
+            f"Generate the spec again naming GPUs by UUID (`{GENERATE} "
+            "--device-name-strategy=uuid`; `nvidia-ctk cdi list` shows the names it has), "
+            'or set mode = "legacy" under [nvidia-container-runtime].', details=details)
+    return Check(CID, Status.OK, f"mode cdi; {paths} names each GPU advertised",
+                 details=details)
+
+
+def _in(path: str, dirs: tuple[str, ...]) -> bool:
+    """``path`` (as ``read`` names it: normalised) is in one of ``dirs``."""
+    return any(posixpath.dirname(path) == posixpath.normpath("/" + d.lstrip("/"))
+               for d in dirs)
+
+
+def _advertised(view: NodeView) -> list[str]:
+    """The GPU values Swarm hands out (daemon.json's, else dockerd's): GPU-/MIG- UUIDs."""
+    data = view.daemon_json.data or {}
+    res, _ = parse_generic_resources(data.get("node-generic-resources"), "")
+    if not res and view.docker_info is not None:
+        res = from_docker_info(view.docker_info) or []
+    return sorted({r.value for r in res if gpu_kind(r) and not r.discrete})
+
+
+def _engine_details(view: NodeView, kind: str) -> tuple[str, ...]:
+    """dockerd's CDI spec dirs and whether a spec of ``kind`` is in one."""
+    if view.docker_info is None:
+        return ()
+    dirs = tuple(d for d in info_part(view.docker_info, "CDISpecDirs") or ()
+                 if isinstance(d, str))
+    if not dirs:
+        return ("dockerd names no CDI spec dirs (Docker before 25, or its CDI off; Swarm "
+                "services do not use it)",)
+    found = [s.path for s in view.cdi_specs if _in(s.path, dirs) and s.kind == kind
+             and s.error is None]
+    return (f"dockerd reads CDI specs from {', '.join(peer_text(d, 100) for d in dirs)}: "
+            + (f"{kind} in {', '.join(found)}" if found else f"no {kind} spec there")
+            + " (docker run --device; Swarm services do not use it)",)
+

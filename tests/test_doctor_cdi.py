@@ -1,0 +1,129 @@
+"""``toolkit.cdi-spec``: in the toolkit's ``cdi`` mode the NVIDIA runtime resolves the
+GPUs Swarm hands a task against the CDI specs in its spec dirs, which ``nvidia-ctk cdi
+generate`` writes: with none, or one naming a GPU by index only or generated before a
+GPU changed, the task's container fails to start. dockerd's own CDI spec dirs (``docker
+info`` ``CDISpecDirs``) are shown. Pure: a copy of the healthy fixture tree in a tmp
+dir, its config.toml, spec files and docker info changed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from swarmgpu.agent.doctor import Status, run_doctor
+
+HEALTHY = Path(__file__).parent / "doctor_roots" / "healthy"
+UA = "GPU-2a8c5b3e-9d1f-4c6a-8e7b-1f0d3c5a7b91"
+UB = "GPU-7e4d2f1a-3b6c-4d8e-9a0f-5c1b7d3e9f24"
+TOML = "etc/nvidia-container-runtime/config.toml"
+
+
+def _root(tmp_path: Path, mode: str = "cdi", spec_dirs: str = "") -> Path:
+    root = tmp_path / "root"
+    shutil.copytree(HEALTHY, root, symlinks=True)
+    toml = root / TOML
+    text = toml.read_text().replace('mode = "auto"', f'mode = "{mode}"')
+    if spec_dirs:
+        text = text.replace('spec-dirs = ["/etc/cdi", "/var/run/cdi"]', spec_dirs)
+    toml.write_text(text)
+    return root
+
+
+def _spec(root: Path, rel: str, names: list[str], kind: str = "nvidia.com/gpu") -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    devices = "".join(f"  - name: \"{n}\"\n    containerEdits: {{}}\n" for n in names)
+    path.write_text(f"cdiVersion: 0.5.0\nkind: {kind}\ndevices:\n{devices}")
+
+
+def _check(root: Path, info: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
+    if info is not None:
+        fixture = root / ".swarmgpu-fixture/docker-info.json"
+        fixture.write_text(json.dumps({**json.loads(fixture.read_text()), **info}))
+    out, code = run_doctor(str(root), as_json=True)
+    (c,) = [c for c in json.loads(out)["checks"] if c["id"] == "toolkit.cdi-spec"]
+    return c, code
+
+
+def test_outside_cdi_mode_no_spec_is_needed_and_dockerds_dirs_are_shown(
+        tmp_path: Path) -> None:
+    root = _root(tmp_path, mode="auto")  # toolkit 1.19.1: auto is jit-cdi
+    c, code = _check(root)
+    assert c["status"] == str(Status.OK) and c["found"].startswith("mode jit-cdi"), c
+    assert code == 0 and "no CDI spec dirs" in c["details"][0], c
+    _spec(root, "var/run/cdi/nvidia.yaml", ["0", UA])
+    c, _ = _check(root, {"CDISpecDirs": ["/etc/cdi", "/var/run/cdi"]})
+    assert "nvidia.com/gpu in /var/run/cdi/nvidia.yaml" in c["details"][0], c
+
+
+def test_cdi_mode_without_a_spec_fails_naming_the_generate_command(tmp_path: Path) -> None:
+    c, code = _check(_root(tmp_path))
+    assert c["status"] == str(Status.FAIL) and code == 1, c
+    assert "no nvidia.com/gpu CDI spec in /etc/cdi, /var/run/cdi" in c["found"], c
+    assert "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml" in c["fix"], c
+
+
+@pytest.mark.parametrize("rel", ["etc/cdi/nvidia.yaml", "var/run/cdi/nvidia.json"])
+def test_cdi_mode_with_a_spec_naming_each_gpu_passes(tmp_path: Path, rel: str) -> None:
+    root = _root(tmp_path)
+    _spec(root, rel, ["0", "1", UA, UB, "all"])
+    c, code = _check(root)
+    assert c["status"] == str(Status.OK) and code == 0, c
+    assert c["found"] == f"mode cdi; /{rel} names each GPU advertised", c
+
+
+def test_a_spec_naming_gpus_by_index_only_fails_naming_the_uuids(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    _spec(root, "etc/cdi/nvidia.yaml", ["0", "1", "all"])
+    c, _ = _check(root)
+    assert c["status"] == str(Status.FAIL) and UA in c["found"] and UB in c["found"], c
+    assert "--device-name-strategy=uuid" in c["fix"], c
+
+
+def test_a_spec_of_a_replaced_gpu_fails_naming_the_new_one(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    _spec(root, "etc/cdi/nvidia.yaml", ["0", "1", UA, "GPU-0ld"])
+    c, _ = _check(root)
+    assert c["status"] == str(Status.FAIL) and UB in c["found"], c
+    assert UA not in c["found"], c
+
+
+def test_a_spec_only_in_dockerds_dirs_is_not_the_runtimes(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    _spec(root, "opt/cdi/nvidia.yaml", [UA, UB])
+    c, _ = _check(root, {"CDISpecDirs": ["/opt/cdi"]})
+    assert c["status"] == str(Status.FAIL) and "/etc/cdi, /var/run/cdi" in c["found"], c
+    assert "nvidia.com/gpu in /opt/cdi/nvidia.yaml" in c["details"][0], c
+
+
+def test_the_toolkits_own_spec_dirs_are_read(tmp_path: Path) -> None:
+    root = _root(tmp_path, spec_dirs='spec-dirs = ["/srv/cdi"]')
+    _spec(root, "srv/cdi/gpus.yaml", [UA, UB])
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize("text", ["kind: [", "devices: []\n", "- a\n", "\x00"])
+def test_a_spec_not_read_is_named(tmp_path: Path, text: str) -> None:
+    root = _root(tmp_path)
+    (root / "etc/cdi").mkdir(parents=True)
+    (root / "etc/cdi/nvidia.yaml").write_text(text)
+    c, _ = _check(root)
+    assert c["status"] == str(Status.FAIL) and "/etc/cdi/nvidia.yaml" in c["found"], c
+
+
+def test_a_spec_of_another_kind_is_not_the_gpus(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    _spec(root, "etc/cdi/other.yaml", [UA, UB], kind="vendor.com/fpga")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.FAIL) and "no nvidia.com/gpu" in c["found"], c
+
+
+def test_cdi_spec_dirs_of_another_type_fail_this_check_naming_it(tmp_path: Path) -> None:
+    c, code = _check(_root(tmp_path, mode="auto"), {"CDISpecDirs": "/etc/cdi"})
+    assert c["status"] == str(Status.FAIL) and code == 1, c
+    assert "docker info's CDISpecDirs is str" in c["found"], c
