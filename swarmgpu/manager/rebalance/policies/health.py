@@ -222,8 +222,11 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
                 choice = _target(ctx, svc, nid, same=True, other=False, avoid=set(),
                                  degraded=degraded)
             if choice is None:
-                ctx.notes.append(f"{svc} on {host} stays: no healthy GPU free for it "
-                                 f"({reason})")
+                # another node's free GPUs were never looked at: say why, not "none free"
+                where = "" if why_not is None or mig else (
+                    f" on its own node, and it may not move to another: {why_not}")
+                ctx.notes.append(f"{svc} on {host} stays: no healthy GPU free for it"
+                                 f"{where} ({reason})")
                 continue
             left -= 1
             ctx.moved.add(svc)
