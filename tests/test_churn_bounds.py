@@ -29,7 +29,7 @@ N = 1000  # objects made and gone
 
 
 def test_preemption_settle_times_of_gone_services_are_dropped() -> None:
-    """A victim's cooldown and a preemptor's settle time are by service name; past them
+    """A victim's cooldown (by service id) and a preemptor's settle time; past them
     a time decides nothing, and a month of CI stacks left one each in memory for good."""
     cfg = Config()
     pre = Preempter(cfg)

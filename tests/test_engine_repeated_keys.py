@@ -242,3 +242,17 @@ def test_a_service_read_without_its_id_to_write_is_refused_as_unread(
     with pytest.raises(UnreadWrite, match=r"service write refused: .*without an ID"):
         sw.update_service_spec("s2", lambda spec: {**spec, "Name": "y"})
     assert sw.writes == 0
+
+
+@pytest.mark.parametrize("raw", [
+    node_text("n2", "b").replace('"ID": "n2"', '"ID": "n2", "ID": "n3"'),  # its ID twice
+    node_text("n2", "b").replace('"ID": "n2", ', ""),  # none (a proxy that drops it)
+])
+def test_a_node_read_without_one_id_to_write_its_labels_is_refused_naming_it(
+        monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    # (as for a service: the engine's error, which named neither the node nor the fix)
+    sw = engine(monkeypatch, {"/nodes/n2": raw})
+    with pytest.raises(SwarmError, match=r"label write refused: node n2: ") as got:
+        sw.update_node_labels("n2", lambda cur: {**cur, "x": "1"})
+    assert FIX in str(got.value) or "check any proxy" in str(got.value), got.value
+    assert sw.writes == 0

@@ -97,6 +97,17 @@ def test_a_holder_whose_namesakes_entry_lasts_is_proposed_no_move_its_start_refu
     assert "removed service of its name" in p.releases[0].reason
 
 
+def test_a_holder_staying_for_its_namesakes_entry_is_said_to_stay_for_it() -> None:
+    """a may not move off gpu-node-2 while a removed service of its name has an entry on
+    gpu-node-1, and its own node has no healthy GPU free: it stays. Before, the note said
+    "no healthy GPU free for it", with gpu-node-1's all free, and named no entry."""
+    nodes, svcs, tasks = setup({"a": [U2[0]]})
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0]), dropped=frozenset({("a", "n1")}))
+    (said,) = [n for n in p.notes if n.startswith("a on gpu-node-2 stays")]
+    assert "free for it on its own node" in said, said
+    assert "removed service of its name still has an entry on gpu-node-1" in said, said
+
+
 def test_a_global_service_is_never_moved_between_nodes_only_repinned() -> None:
     nodes, svcs, tasks = setup({"g": [U2[0]]}, full_n2=False, modes={"g": "global"})
     p = plan(nodes, svcs, tasks, mark(F2, failed=[0]))

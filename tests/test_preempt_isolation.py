@@ -222,7 +222,7 @@ def test_a_victims_stop_half_made_is_counted_and_judged_from_swarm_next_cycle() 
     assert [p.service for p in done] == ["h2"]
     assert gate_key(P, "a") in sw.node("n-4090").labels
     assert f"{P}{PREEMPTED_STATE}" in sw.service("id-a").labels
-    assert _stored_hour(sw) == 2 and "a" not in pre.victim_at
+    assert _stored_hour(sw) == 2 and "id-a" not in pre.victim_at
     _, _, again = _preempter(sw, moves=False)
     a = {sp.name: sp for sp in again.services}["a"]
     assert a.status == "placed" and f"{P}{PREEMPTED_STATE}" in a.service_labels_remove

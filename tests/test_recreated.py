@@ -383,3 +383,33 @@ def test_a_recreated_service_whose_node_write_failed_is_not_kept_on_the_removed_
         sp = _one(plan)
         assert sp.placements and not set(sp.placements[0].uuids) & set(p.uuids), sp
         assert {(p.node_id, u) for u in p.uuids} <= plan.stopping_held.keys()
+
+
+def test_a_recreated_service_repinned_onto_the_stopping_tasks_gpu_keeps_its_entry() -> None:
+    """web (0.5 of a GPU) recreated while the removed one's task stops on GPU-x of n-dgx:
+    its entry there disowned, web placed afresh on GPU-y. Then a same-node repin (the
+    mover's: the device map first, then the ledger) takes it onto the half of GPU-x the
+    stopping task leaves. Before, the entry, no longer the GPUs web was placed on and
+    naming the stopping task's, was read as the removed one's again: disowned while the
+    repin was in flight, web placed afresh once more. web's own device map names it: the
+    daemon placed web afresh there itself, so the map is its own word."""
+    rec, node = Recreated(), "n-dgx"
+    web = replace(_web("id-new", created_at=NEW_AT),
+                  labels={f"{P}gpus": "1", f"{P}gpu-fraction": "0.5"})
+    t = SwarmTask("t-old", "id-old", node, 1, "running", "remove", (), created_at=OLD_AT,
+                  constraints=(gate_constraint(P, "web"),))
+    last, stopping_on = {"id-old": "web"}, lambda _t: {"GPU-x"}
+
+    def entries(uuid: str, mapped: str) -> frozenset[tuple[str, str]]:
+        ledger = {"web": {node: Holding("web", node, (uuid,), (500,))}}
+        s = replace(web, labels={**web.labels, devices_key(P, node): mapped}) if mapped \
+            else web
+        return rec.entries([s], [t], ledger, last, [], P, stopping_on)
+
+    assert entries("GPU-x", "") == {("web", node)}  # the removed one's: disowned
+    placed = ServicePlan("web", "id-new", None, "", "placed", "placed", placements=(
+        ReplicaPlacement(node, "gpu-node-1", (1,), ("GPU-y",), (500,)),))
+    rec.placed_elsewhere(frozenset(), [placed])
+    assert not entries("GPU-y", "GPU-y")  # placed afresh on GPU-y: its own
+    assert not entries("GPU-y", "GPU-x")  # repin step 1: its device map on GPU-x
+    assert not entries("GPU-x", "GPU-x")  # step 2: the ledger too

@@ -172,10 +172,19 @@ def _node(raw: Any) -> SwarmNode:
         raise SwarmError(str(exc)) from None
 
 
-def _labels_readable(raw: Any) -> Any:
-    """``raw``, a node read to write its labels, unless some part of it cannot be read
-    (``SwarmNode.unread``): then no write, its labels kept as they are (SwarmError)."""
-    return _readable(raw, _node(raw).unread, "label", SwarmError)
+def _labels_readable(raw: Any, node_id: str) -> Any:
+    """``raw``, node ``node_id`` read to write its labels, unless some part of it cannot
+    be read (``SwarmNode.unread``): then no write, its labels kept as they are
+    (SwarmError). One naming its own ID twice, or none (a proxy that drops it), is so
+    too, named by the ID asked for (``node_from_api`` refuses it as a node listed
+    without one, naming neither)."""
+    if isinstance(raw, Repeated) and raw.id_twice:
+        return _readable(raw, f"node {node_id}: {raw.why}", "label", SwarmError)
+    try:
+        unread = node_from_api(raw).unread
+    except UnreadSpec as exc:  # (no object, no ID)
+        unread = f"node {node_id}: {exc}"
+    return _readable(raw, unread, "label", SwarmError)
 
 
 def _spec_readable(raw: Any) -> Any:
@@ -572,7 +581,7 @@ class SwarmClient:
         """
         return self._told("node", node_id, lambda: self._update_labels(
             lambda: _labels_readable(self._call(read_entries, "node", self._api.inspect_node,
-                                                node_id)),
+                                                node_id), node_id),
             lambda version, spec: self._call(self._api.update_node, node_id, version, spec),
             compute, attempts, f"node {node_id}: labels"))
 

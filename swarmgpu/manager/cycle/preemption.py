@@ -11,11 +11,11 @@ safety and the writes:
   The hour is kept in Swarm too (``preempt_budget``), so a new leader spends what is left;
   it is stored before the victims' writes (``_reserve``; a victim moved instead, before
   its move's first write: ``_count_first``), so a stop between them never leaves it short;
-* cooldown per victim (``victim_cooldown_s``, from its last preemption, kept in Swarm in
-  its ``<p>state.preempted`` label and here; the label counts only when the hour on the
-  swarm object has a victim stopped at its time, as a stack can write it too) and a
-  settle time per preemptor (``settle_s``): a preemptor still pending after its victims
-  were stopped stops no more until it has passed, their GPUs held for it meanwhile
+* cooldown per victim (``victim_cooldown_s``, from its last preemption, by service ID:
+  kept in Swarm in its ``<p>state.preempted`` label and here; the label counts only when
+  the hour on the swarm object has a victim stopped at its time, as a stack can write it
+  too) and a settle time per preemptor (``settle_s``): a preemptor still pending after
+  its victims were stopped stops no more until it has passed, their GPUs held for it meanwhile
   (``nominated``, never a label; ``placement.nominated``), and while a victim's move is
   in flight or its task stops (``Nominations.keep``) and ``settle_s`` after; held, they
   are used for the other preemptors of its priority or lower, and no victim moves there;
@@ -132,7 +132,9 @@ class Preempter:
         self.prefix = cfg.sync.prefix
         self.spent = SpentHour(self.prefix)  # when each victim was stopped, per tenant too
         self.tenants = Tenants.from_config(cfg)
-        self.victim_at: dict[str, float] = {}  # victim -> when last preempted (``clock``)
+        # victim's service id -> when last preempted (``clock``): by id, as Swarm's own
+        # record on its spec is, so a service later created under its name is not cooling
+        self.victim_at: dict[str, float] = {}
         self.preemptor_at: dict[str, float] = {}  # preemptor -> its last preemption
         self.preemptor_id: dict[str, str] = {}  # preemptor -> its service id then
         # its victims' GPUs, held for it (while a victim's move is in flight too)
@@ -321,11 +323,11 @@ class Preempter:
         mono = self.clock() if mono is None else mono
         # A time past its cooldown (settle time) decides nothing: dropped, or each name a
         # month of CI stacks had preempted stayed in memory for good (``clock``'s times).
-        self.victim_at = {n: at for n, at in self.victim_at.items()
+        self.victim_at = {i: at for i, at in self.victim_at.items()
                           if mono - at < pc.victim_cooldown_s}
         self.preemptor_at = {n: at for n, at in self.preemptor_at.items()
                              if mono - at < pc.settle_s and not self._recreated(n, snap)}
-        cooling = set(self.victim_at)
+        cooling = {s.name for s in snap.services if s.id in self.victim_at}
         # A holder whose spec its victim write cannot read is never chosen (the write
         # would fail after the choice); ``cycle`` says why. (Read as placement read it.)
         self.unread = unread_victims(snap.services, {
@@ -387,7 +389,7 @@ class Preempter:
         self.preemptor_id[p.service] = p.service_id
         self.nominated.nominate(p, victims, mono)
         for v in victims:
-            self.victim_at[v.service] = mono
+            self.victim_at[v.service_id] = mono
 
     def _recreated(self, preemptor: str, snap: Snapshot) -> bool:
         """Whether ``snap`` lists ``preemptor``'s name under another id than its own when

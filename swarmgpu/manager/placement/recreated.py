@@ -26,7 +26,8 @@ task has stopped), and the entry is read as the stopping task's GPUs
 (``StoppingGpus.holds``).
 
 An entry the recreated service was placed on since is its own: the daemon's own
-(``Recreated``: disowned for it an earlier cycle); else where the stopping
+(``Recreated``: disowned for it an earlier cycle; moved on its node since, the GPUs its
+device map names); else where the stopping
 task's GPUs are known (learned while it ran, or its own device line) the entry is the
 removed one's only if it names one of them; else only while no task of the live
 service is assigned to that node.
@@ -100,7 +101,7 @@ def recreated_entries(services: Sequence[SwarmService], leaving: Sequence[SwarmT
         s = by_name.get(name)
         h = ledger.get(name, {}).get(t.node_id) if s is not None else None
         if s is None or h is None or not _older(t, s) \
-                or _afresh(afresh, placed, (name, t.node_id), s.id, h) \
+                or _afresh(afresh, placed, (name, t.node_id), s, h, prefix) \
                 or (t.service_id not in last and _mapped(s, h, prefix)):
             continue
         uses = learned(t)
@@ -180,14 +181,17 @@ class Recreated:
 
 def _afresh(afresh: Mapping[tuple[str, str], str],
             placed: Mapping[tuple[str, str], frozenset[str]], key: tuple[str, str],
-            sid: str, h: Holding) -> bool:
-    """Entry ``h`` (``key``) is the one live service ``sid`` was placed on afresh: an
-    earlier cycle disowned it for ``sid``, and its GPUs are those it was placed on
-    there (where known)."""
-    if afresh.get(key) != sid:
+            s: SwarmService, h: Holding, prefix: str) -> bool:
+    """Entry ``h`` (``key``) is the one live service ``s`` was placed on afresh: an
+    earlier cycle disowned it for ``s``, and its GPUs are those it was placed on there
+    (where known), or those its device map names: placed afresh, its map there is the
+    daemon's, so other GPUs in both are a same-node move's since (a repin writes the map,
+    then the ledger), not the removed one's entry (a node write that failed leaves the
+    ledger on GPUs the map does not name)."""
+    if afresh.get(key) != s.id:
         return False
     got = placed.get(key)
-    return got is None or got == frozenset(h.uuids)
+    return got is None or got == frozenset(h.uuids) or _mapped(s, h, prefix)
 
 
 def _mapped(s: SwarmService, h: Holding, prefix: str) -> bool:

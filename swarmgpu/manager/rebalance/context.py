@@ -289,9 +289,12 @@ class Context:
         """Why ``svc`` may not move while an entry placement read as a removed namesake's
         lasts (``Inputs.dropped``): the mover's admission and a move's (or repin's) start
         read its holdings by name, that entry among them, and refuse it as unconverged."""
-        if any(name == svc for name, _nid in self.inp.dropped):
-            return ("a removed service of its name still has an entry (its task stopping): "
-                    "moved once placement releases it")
+        hosts = sorted(self.nodes[nid].hostname if nid in self.nodes else nid
+                       for name, nid in self.inp.dropped if name == svc)
+        if hosts:
+            return (f"a removed service of its name still has an entry on "
+                    f"{', '.join(hosts)} (its task stopping): moved once placement "
+                    "releases it")
         return None
 
     def holders(self) -> dict[str, list[Share]]:

@@ -222,13 +222,21 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
                 choice = _target(ctx, svc, nid, same=True, other=False, avoid=set(),
                                  degraded=degraded)
             if choice is None:
-                ctx.notes.append(f"{svc} on {host} stays: no healthy GPU free for it "
-                                 f"({reason})")
+                ctx.notes.append(_no_room(f"{svc} on {host}", None if mig else why_not,
+                                          reason))
                 continue
             left -= 1
             ctx.moved.add(svc)
             _propose(ctx, out, s, nid, choice, reason, mig)
     return out
+
+
+def _no_room(who: str, why_not: str | None, reason: str) -> str:
+    """The note of a holder that stays for want of a healthy GPU; ``why_not``: why it
+    may not move to another node (only its own was looked at: said, not "none free")."""
+    where = "" if why_not is None else (
+        f" on its own node, and it may not move to another: {why_not}")
+    return f"{who} stays: no healthy GPU free for it{where} ({reason})"
 
 
 def _propose(ctx: Context, out: HealthResult, s: SwarmService, nid: str, choice: Choice,
