@@ -477,6 +477,8 @@ def render(
             stopping=snap.stopping,
             rejected=snap.rejected,
             unkeyed=snap.unkeyed,
+            # the daemon's agents' nodes (live services), whatever the stack renames
+            agents=snap.agent_nodes(planner.agent_service),
         )
     except StackError as exc:  # only what needs the swarm: count: all with no GPU node
         _render_errors(stack_file, exc.errors)
