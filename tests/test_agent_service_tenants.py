@@ -169,3 +169,41 @@ def test_the_daemons_snapshot_reads_the_tenants_of_its_config(
     assert got.agent_nodes("swarmgpu_agent") == frozenset()
     assert sync.take_snapshot(sw, Config()).agent_nodes(  # type: ignore[arg-type]
         "swarmgpu_agent") == {"n-c"}
+
+
+# The operator's agents, made by `docker service create` (no stack): no tenant of
+# ALL_STACKS (stacks ["*"]) matches a service of no stack, so node-c is a GPU node.
+AGENTS = sw_svc("swarmgpu_agent", {}, gated=False, mode=GLOBAL)
+# A stack "swarmgpu" with the agents' service in it, and a service of no GPU
+AGENT_STACK = ('version: "3.8"\nservices:\n  agent:\n    image: x\n    deploy: {mode: global}\n'
+               '  web:\n    image: x\n    deploy:\n      labels: {swarmgpu.gpus: "0"}\n')
+
+
+def test_render_reads_the_agents_nodes_as_the_daemon_whatever_the_stack_renames(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rendered stack carries the agents' service (stack ``swarmgpu``): render's
+    planner takes the agents' nodes of the live services, as the daemon's snapshot
+    does (``Snapshot.agent_nodes``), so web keeps off node-c, whose agent is unread.
+    Before: its planner walked the rendered stack's services instead, whose stack label
+    made the agents' service team-a's; node-c was taken for a CPU-only node and web
+    was written onto it, where the daemon would not place it."""
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+    from swarmgpu.manager.nodes import sync
+    from swarmgpu.swarm import client
+
+    cfg = cfg_of(ALL_STACKS)
+    snap = snapshot(cfg, [AGENTS])
+    assert snap.agent_nodes("swarmgpu_agent") == {"n-c"}  # the daemon's reading
+    monkeypatch.setattr(client, "SwarmClient",
+                        lambda *_a, **_k: RecordingSwarm(snap.nodes, [AGENTS], snap.tasks))
+    monkeypatch.setattr(sync, "fetch_agents", lambda *_a, **_k: snap.facts)
+    (tmp_path / "config.yml").write_text(
+        f"state_dir: {tmp_path}\nagents: {{service: swarmgpu_agent}}\n"
+        "tenants: {team-a: {stacks: ['*']}}\n")
+    (tmp_path / "swarmgpu.yml").write_text(AGENT_STACK)
+    res = CliRunner().invoke(main, ["render", str(tmp_path / "swarmgpu.yml"), "--config",
+                                    str(tmp_path / "config.yml")], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "swarmgpu.devices.n-g:" in res.output and "devices.n-c" not in res.output, res.output

@@ -204,3 +204,30 @@ def test_a_node_advertising_the_configured_kind_is_a_gpu_node_on_the_map_and_aud
     # Without the kind configured, such a node is no GPU node (as label sync reads it).
     (node,) = build_cluster(snap, None)["nodes"]
     assert node["agent"]["status"] == "none"
+
+
+def test_a_node_of_no_hostname_takes_an_answer_only_its_certificate_proves(
+        pki: dict[str, Path]) -> None:
+    """Swarm reports no hostname for node1: without a node certificate (agents.identity
+    none) nothing tells whose facts answered (the host name was the only check), so they
+    are refused, naming the node ID and the fix. Before: taken, whichever host's they
+    were. With swarm-pki the certificate's CN is node1's ID: taken, as before."""
+    from dataclasses import replace
+
+    unnamed = replace(loopback_node(), hostname="")
+    srv = _plain_agent()
+    try:
+        port = srv.server_address[1]
+        res = fetch_facts(unnamed, AgentsConfig(port=port, timeout_s=3, identity="none"))
+    finally:
+        srv.shutdown()
+    assert res.facts is None and res.listening, res
+    assert res.error is not None and "Swarm node node1, which reports no hostname" in res.error
+    assert f"(they name host {RTX4090.hostname!r}); refused" in res.error, res.error
+    assert "give node node1 a hostname" in res.fix and "agents.identity: swarm-pki" in res.fix
+    srv = _serve(pki, "node1")
+    try:
+        res = fetch_facts(unnamed, _https_cfg(srv.server_address[1]), daemon_context(pki))
+    finally:
+        srv.shutdown()
+    assert res.error is None and res.facts is not None, res.error

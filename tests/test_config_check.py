@@ -351,3 +351,30 @@ def test_a_huge_bad_value_is_named_cut_not_echoed_whole(tmp_path: Path, section:
     assert res.exit_code == 2, res.output[:300]
     assert "... [1000000 characters]" in res.output and len(res.output) < 2000, \
         res.output[:300]
+
+
+def test_config_check_warns_of_a_tenant_whose_globs_take_the_agents_service(
+        tmp_path: Path) -> None:
+    """Valid (exit 0), but team-a's stacks glob ``*`` matches the stack ``swarmgpu`` of
+    the agents' service ``swarmgpu_agent`` and team-b's services glob its name: the
+    daemon would take it for a tenant's, its tasks marking no GPU node. Said with the
+    tenant, the glob and the fix; before: "ok", found out only by `audit` on a swarm.
+    team-c (stacks team-c*) and default say nothing, nor does agents.service: ""."""
+    cfg = tmp_path / "c.yml"
+    body = ("tenants:\n  team-c: {stacks: ['team-c*']}\n  team-a: {stacks: ['*']}\n"
+            "  team-b: {services: ['*_agent']}\n  default: {}\n")
+    cfg.write_text(body)
+    res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert res.exit_code == 0, res.output
+    warned = [ln for ln in res.output.splitlines() if ": warning: " in ln]
+    assert len(warned) == 2, res.output
+    a, b = warned
+    for part in ("tenants.team-a:", "stacks glob '*' matches 'swarmgpu', the stack",
+                 "agents.service 'swarmgpu_agent'", "narrow tenants.team-a's globs",
+                 'agents.service: ""'):
+        assert part in a, a
+    assert "tenants.team-b:" in b and "services glob '*_agent'" in b, b
+    assert res.output.rstrip().endswith("ok (2 warning(s): see above)"), res.output
+    cfg.write_text(body + "agents: {service: ''}\n")
+    res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert res.exit_code == 0 and "warning" not in res.output, res.output

@@ -106,10 +106,11 @@ def config_check(path: str) -> None:
     key of the file, the variable's name for one of the environment's SWARMGPU_*
     overrides (checked with it, as the daemon would apply them). A key of an older
     layout that is still read gets a deprecation note (not an error) naming where it
-    goes now."""
+    goes now. A tenant whose globs match the agents' service (agents.service) gets a
+    warning (not an error): the daemon would take that service for the tenant's."""
     notes: list[str] = []
     try:
-        load_checked(path, notes)
+        cfg = load_checked(path, notes)
     except ConfigError as exc:
         say_notes(path, notes)
         if len(exc.errors) > 1:
@@ -119,9 +120,16 @@ def config_check(path: str) -> None:
             click.echo(err if located else f"{path}: {err}", err=True)
         sys.exit(2)
     say_notes(path, notes)
-    click.echo(
-        f"{path}: ok" + (f" ({len(notes)} deprecated key(s) read: see the notes)" if notes else "")
-    )
+    from swarmgpu.core.tenants import agents_service_takers
+    from swarmgpu.manager.services.tenants import Tenants, specs_of
+
+    # valid, but the agents' service may be a tenant's: said, not refused (exit 0)
+    warnings = agents_service_takers(specs_of(Tenants.from_config(cfg)), cfg.agents.service)
+    for w in warnings:
+        click.echo(f"{path}: warning: {w}", err=True)
+    said = [f"{len(notes)} deprecated key(s) read: see the notes"] if notes else []
+    said += [f"{len(warnings)} warning(s): see above"] if warnings else []
+    click.echo(f"{path}: ok" + (f" ({'; '.join(said)})" if said else ""))
 
 
 @config.command("show-defaults")

@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import click
 from loguru import logger
@@ -19,6 +19,9 @@ from loguru import logger
 from swarmgpu.cli.config import CONFIG_HELP, ConfigPath, load_cfg
 from swarmgpu.cli.logs import setup_logging
 from swarmgpu.core.config import Config, parse_priority_classes
+
+if TYPE_CHECKING:
+    from swarmgpu.manager.services.tenants import Tenants
 
 ENGINE_WAIT_S = 60.0  # how long `run` waits for an unreachable engine before exit 2
 
@@ -132,13 +135,15 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     from swarmgpu.manager.commands.audit import exit_code, identity_check, render_table
     from swarmgpu.manager.nodes.agentbook import load_saved
     from swarmgpu.manager.nodes.sync import take_snapshot
+    from swarmgpu.manager.services.tenants import Tenants, specs_of
     from swarmgpu.swarm.client import SwarmClient, SwarmError
 
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
+    tenants = Tenants.from_config(cfg)  # built once, handed to each reader (as the daemon)
     try:
         swarm = SwarmClient(cfg.docker_host)
-        snap = take_snapshot(swarm, cfg)
+        snap = take_snapshot(swarm, cfg, tenants=specs_of(tenants))
     except SwarmError as exc:
         click.echo(f"swarmgpu audit: cannot read the swarm: {escaped(exc)}", err=True)
         sys.exit(2)
@@ -149,7 +154,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     try:
         from swarmgpu.manager.cycle.placement import audit_checks
 
-        checks = audit_checks(cfg)
+        checks = audit_checks(cfg, tenants)
     except ImportError:
         pass
     from swarmgpu.manager.services.overshare import audit_check
@@ -158,7 +163,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     checks.append(identity_check(cfg.agents.identity, cfg.agents.token_file))
     from swarmgpu.manager.cycle.grants import audit_check as ungranted_check
 
-    checks.append(ungranted_check(cfg, swarm))  # GPUs seen without a grant (needs action)
+    checks.append(ungranted_check(cfg, swarm, tenants))  # GPUs seen without a grant (needs action)
     from swarmgpu.manager.rebalance.mover import forged_check
 
     # move labels the daemon did not write; its records left past their timeout
@@ -196,13 +201,15 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     sys.exit(code)
 
 
-def _snapshot(cfg: Config) -> Any:
+def _snapshot(cfg: Config, tenants: Tenants | None) -> Any:
+    """One read of the swarm as the daemon's (``tenants``: the command's, built once)."""
     from swarmgpu.core.peertext import escaped
     from swarmgpu.manager.nodes.sync import take_snapshot
+    from swarmgpu.manager.services.tenants import specs_of
     from swarmgpu.swarm.client import SwarmClient, SwarmError
 
     try:
-        snap = take_snapshot(SwarmClient(cfg.docker_host), cfg)
+        snap = take_snapshot(SwarmClient(cfg.docker_host), cfg, tenants=specs_of(tenants))
     except SwarmError as exc:
         click.echo(f"swarmgpu: cannot read the swarm: {escaped(exc)}", err=True)
         sys.exit(2)
@@ -225,13 +232,15 @@ def plan(config_path: str | None, as_json: bool) -> None:
     from swarmgpu.manager.nodes.gpuhealth import health_rows
     from swarmgpu.manager.rebalance.attribution import service_states
     from swarmgpu.manager.rebalance.record import moving
+    from swarmgpu.manager.services.tenants import Tenants
     from swarmgpu.swarm.client import SwarmClient
 
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
-    snap = _snapshot(cfg)
+    tenants = Tenants.from_config(cfg)  # built once, handed to each reader (as the daemon)
+    snap = _snapshot(cfg, tenants)
     swarm = SwarmClient(cfg.docker_host)
-    p = plan_as_daemon(snap, cfg, swarm)  # the daemon's planner and preemption decision
+    p = plan_as_daemon(snap, cfg, swarm, tenants)  # the daemon's planner and preemption
     ungranted = rows(find(cfg, snap, p, ImageEnvs(swarm)))
     moves = _daemon_moves(cfg)
     # A move in flight shows as Rebalancing, a proposed idle clean-up as IdleCleanup.
@@ -399,6 +408,7 @@ def render(
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
     name = _stack_name(stack_name, files[0])
+    tenants = Tenants.from_config(cfg)  # built once: the check's and the planner's
     # docker stack deploy substitutes from its environment: in the pipeline, this one
     environ = None if skip_interpolation else dict(os.environ)
     source, *rest = (_read_stack_file(f) for f in files)
@@ -413,7 +423,7 @@ def render(
         zone_label=cfg.placement.zone_label,
         generic_kind=cfg.placement.generic_resource_kind,
         classes=parse_priority_classes(cfg.preemption.priority_classes),
-        tenants=Tenants.from_config(cfg),
+        tenants=tenants,
         stack_name=name,
         environ=environ,
         env_base=os.path.dirname(os.path.abspath(files[0])),
@@ -447,9 +457,9 @@ def render(
     if output != "-" and (why := _unwritable(output)):  # said before the swarm is read
         click.echo(f"swarmgpu render: -o {escaped(output)}: {why}", err=True)
         sys.exit(2)
-    snap = _snapshot(cfg)
+    snap = _snapshot(cfg, tenants)
     # The daemon's planner (config, stored workload model): render chooses as it would.
-    planner = new_planner(cfg, SwarmClient(cfg.docker_host), snap.services)
+    planner = new_planner(cfg, SwarmClient(cfg.docker_host), snap.services, tenants)
     try:
         text, p = render_stack(
             source,
@@ -468,6 +478,8 @@ def render(
             stopping=snap.stopping,
             rejected=snap.rejected,
             unkeyed=snap.unkeyed,
+            # the daemon's agents' nodes (live services), whatever the stack renames
+            agents=snap.agent_nodes(planner.agent_service),
         )
     except StackError as exc:  # only what needs the swarm: count: all with no GPU node
         _render_errors(stack_file, exc.errors)
@@ -552,16 +564,18 @@ def status(config_path: str | None, as_json: bool) -> None:
     from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
     from swarmgpu.manager.cycle.preemption import plan_as_daemon
     from swarmgpu.manager.nodes.agentbook import load_saved
+    from swarmgpu.manager.services.tenants import Tenants
     from swarmgpu.manager.web.cluster_view import build_cluster, gpu_metrics, render_status
 
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
-    snap = _snapshot(cfg)
+    tenants = Tenants.from_config(cfg)  # built once, handed to each reader (as the daemon)
+    snap = _snapshot(cfg, tenants)
     saved = load_saved(cfg.state_dir)
     from swarmgpu.swarm.client import SwarmClient
 
     swarm = SwarmClient(cfg.docker_host)
-    p = plan_as_daemon(snap, cfg, swarm)  # as the daemon's map: its preemption noted too
+    p = plan_as_daemon(snap, cfg, swarm, tenants)  # as the daemon's map: its preemption too
     doc = build_cluster(
         snap,
         p,
@@ -604,13 +618,16 @@ def apply_cmd(services: tuple[str, ...], config_path: str | None, dry_run: bool 
     """
     from swarmgpu.core.peertext import escaped
     from swarmgpu.manager.services.release import release_held
+    from swarmgpu.manager.services.tenants import Tenants
     from swarmgpu.swarm.client import SwarmClient
 
     cfg = load_cfg(config_path, dry_run=dry_run or None)
     setup_logging("WARNING", cfg.log.format)
-    snap = _snapshot(cfg)
+    tenants = Tenants.from_config(cfg)  # built once, handed to each reader (as the daemon)
+    snap = _snapshot(cfg, tenants)
     failed = False
-    for r in release_held(SwarmClient(cfg.docker_host), snap, cfg, services, dry_run=cfg.dry_run):
+    for r in release_held(SwarmClient(cfg.docker_host), snap, cfg, services,
+                          dry_run=cfg.dry_run, tenants=tenants):
         # Env lines, constraints and reasons come from the stack: shown escaped.
         if r.error:
             failed = True

@@ -222,6 +222,39 @@ def claimed_by(specs: Sequence[TenantSpec], name: str, stack: str | None) -> Ten
                 None)
 
 
+# --- a tenant that may take the agents' service --------------------------------------
+
+
+def agents_service_takers(specs: Sequence[TenantSpec], name: str) -> list[str]:
+    """A warning for each tenant other than ``default`` whose globs match the agents'
+    service (``name``: ``agents.service``; "": none) as a stack deploys it: its services
+    globs the name, its stacks globs a stack it may be deployed from (``<stack>_<service>``:
+    each part before an underscore; a service of no stack no stacks glob matches). The
+    daemon takes such a service for the tenant's: its tasks would mark no node as a GPU
+    node (``swarm.agentservice.tenant_agent``), which only Swarm could show before."""
+    stacks = [name[:i] for i, c in enumerate(name) if c == "_" and 0 < i < len(name) - 1]
+    out = []
+    for t in specs:
+        if t.name == DEFAULT_TENANT or not name:
+            continue
+        by_name = next((g for g in t.services if fnmatchcase(name, g)), None)
+        by_stack = next(((g, st) for st in stacks for g in t.stacks if fnmatchcase(st, g)),
+                        None)
+        if (t.services and by_name is None) or (t.stacks and by_stack is None):
+            continue
+        why = [f"its services glob {quoted(by_name)} matches the name"] if by_name else []
+        if by_stack is not None:
+            g, st = by_stack
+            why.append(f"its stacks glob {quoted(g)} matches {quoted(st)}, the stack that "
+                       f"name is deployed from (service {quoted(name[len(st) + 1:])})")
+        out.append(f"tenants.{t.name}: matches agents.service {quoted(name)} "
+                   f"({'; '.join(why)}): the daemon would take the agents' service for "
+                   f"tenant {t.name}'s, and its tasks would mark no node as a GPU node; "
+                   f"fix: narrow tenants.{t.name}'s globs so that they do not match it, or set "
+                   'agents.service: "" where no stack runs the agents (docs/systemd.md)')
+    return out
+
+
 # --- a tenant no service can reach ---------------------------------------------------
 
 _NAME_CHARS = "-._0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"

@@ -30,7 +30,7 @@ def command_json(
     daemon's port not reachable."""
     got = {nid: FactsResult(nid, host, "", f, None, 1.0) for nid, (host, f) in facts.items()}
     snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), got, swarm_labels=sw.swarm_labels())
-    monkeypatch.setattr(cli_manager, "_snapshot", lambda _cfg: snap)
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda _cfg, _tenants: snap)
     monkeypatch.setattr(client, "SwarmClient", lambda *_a, **_k: sw)
     monkeypatch.setattr(cli_manager, "_daemon_moves", lambda _cfg: None)
     res = CliRunner().invoke(main, [command, "--config", cfg, "--json"])

@@ -378,15 +378,16 @@ def render_stack(
     moving: AbstractSet[str] = frozenset(), environ: Mapping[str, str] | None = None,
     more: Sequence[tuple[str, str]] = (), base: str | None = None,
     stopping: Sequence[SwarmTask] = (), rejected: Sequence[SwarmTask] = (),
-    unkeyed: Unkeyed = NONE_UNKEYED,
+    unkeyed: Unkeyed = NONE_UNKEYED, agents: AbstractSet[str] | None = None,
 ) -> tuple[str, PlacementPlan]:
-    """``planner``: the daemon's (its config's generic-resource kind, its stored
-    workload model), so render chooses what the daemon would; a fresh default one
-    otherwise. ``moving``: the services with a move in flight, ``stopping``: the tasks
-    Swarm is stopping that still use their node, ``rejected``: those its constraint
-    enforcer rejected, ``unkeyed``: what the lists left out (``swarm.unkeyed``: no ledger
-    name taken for gone while a service is), each as ``Planner.plan`` reads them.
-    ``environ``, ``more``: as in ``check_stack``; ``base``: ``stackpaths.absolute_paths``'s."""
+    """``planner``: the daemon's (its config's generic-resource kind, its stored workload
+    model), so render chooses what the daemon would; a fresh default one otherwise.
+    ``moving`` (moves in flight), ``stopping`` (tasks Swarm is stopping that still use their
+    node), ``rejected`` (those its constraint enforcer rejected), ``unkeyed`` (what the lists
+    left out: ``swarm.unkeyed``), ``agents`` (the agents' nodes as the daemon reads them,
+    ``Snapshot.agent_nodes``: the live services', not the rendered stack's; None: walked by
+    the planner): as ``Planner.plan`` reads them. ``environ``, ``more``: as in
+    ``check_stack``; ``base``: ``stackpaths.absolute_paths``'s."""
     if planner is None:
         planner = Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=False)
     most = max((len(f.gpus) for f in facts.values()), default=0)
@@ -412,7 +413,7 @@ def render_stack(
              for s in mine]
     planner.adopt_ungated = False  # the file carries the gate and env: nothing to adopt
     plan = planner.plan(nodes, [*others, *gated], tasks, facts, moving=moving,
-                        stopping=stopping, rejected=rejected, unkeyed=unkeyed)
+                        stopping=stopping, rejected=rejected, unkeyed=unkeyed, agents=agents)
     out = copy.deepcopy(stack)
     by_name = {sp.name: sp for sp in plan.services}
     for svc_name, svc in out["services"].items():

@@ -40,6 +40,7 @@ from swarmgpu.manager.services.grants import (
     parse_exempt,
     void_spec,
 )
+from swarmgpu.manager.services.tenants import FROM_CONFIG, FromConfig, Tenants
 from swarmgpu.swarm.client import SwarmClient, SwarmError
 from swarmgpu.swarm.specread import UnreadSpec
 
@@ -261,11 +262,15 @@ class GrantsStep(Step):
         said.end()
 
 
-def audit_check(cfg: Config, swarm: SwarmClient) -> Callable[[Snapshot], list[Finding]]:
-    """`swarmgpu audit`: the services that see GPUs without a grant."""
+def audit_check(cfg: Config, swarm: SwarmClient,
+                tenants: Tenants | FromConfig | None = FROM_CONFIG,
+                ) -> Callable[[Snapshot], list[Finding]]:
+    """`swarmgpu audit`: the services that see GPUs without a grant (``tenants``: the
+    command's, built once; ``FROM_CONFIG``: read for the plan)."""
 
     def check(snap: Snapshot) -> list[Finding]:
-        plan = make_plan(snap, cfg, swarm=swarm) if cfg.placement.enabled else None
+        plan = (make_plan(snap, cfg, swarm=swarm, tenants=tenants) if cfg.placement.enabled
+                else None)
         return findings(find(cfg, snap, plan, ImageEnvs(swarm)))
 
     return check

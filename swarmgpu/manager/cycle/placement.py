@@ -60,7 +60,7 @@ from swarmgpu.manager.placement.restarts import HOLD_HINT
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.placement.tasks import tasks_by_service
 from swarmgpu.manager.rebalance.record import moving
-from swarmgpu.manager.services.tenants import Tenants
+from swarmgpu.manager.services.tenants import FROM_CONFIG, FromConfig, Tenants
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService, meant_filter
 
 
@@ -107,9 +107,11 @@ def store_workload(swarm: Any, cfg: Config, model: WorkloadModel) -> bool:
         return False
 
 
-def new_planner(cfg: Config, swarm: Any = None,
-                services: Sequence[SwarmService] = ()) -> Planner:
-    tenants = Tenants.from_config(cfg)
+def new_planner(cfg: Config, swarm: Any = None, services: Sequence[SwarmService] = (),
+                tenants: Tenants | FromConfig | None = FROM_CONFIG) -> Planner:
+    """The daemon's planner of ``cfg``; ``tenants``: the config's, as a one-shot command
+    built them once (``FROM_CONFIG``: read here)."""
+    tenants = Tenants.given(cfg, tenants)
     planner = Planner(prefix=cfg.sync.prefix, zone_label=cfg.placement.zone_label,
                       adopt_ungated=cfg.placement.adopt_ungated,
                       generic_kind=cfg.placement.generic_resource_kind,
@@ -128,14 +130,16 @@ def new_planner(cfg: Config, swarm: Any = None,
 def make_plan(snap: Snapshot, cfg: Config,
               fallback: Mapping[str, NodeFacts] | None = None, *,
               planner: Planner | None = None, swarm: Any = None,
-              nominated: Sequence[Nomination] | None = None) -> PlacementPlan:
+              nominated: Sequence[Nomination] | None = None,
+              tenants: Tenants | FromConfig | None = FROM_CONFIG) -> PlacementPlan:
     """One placement cycle: the daemon passes its long-lived planner, and the GPUs its
     preemptions hold for their preemptors (``Preempter.nominated``); one-shot commands
     (``plan``, ``audit``, ``status``) get a fresh one from the stored model, and the
     holds their victims' records imply (None: ``recorded.recorded_nominations``; ``swarm``
-    read for those of a victim the list left out: ``left_out_victims``)."""
+    read for those of a victim the list left out: ``left_out_victims``); ``tenants``: the
+    fresh planner's (``new_planner``)."""
     if planner is None:
-        planner = new_planner(cfg, swarm, snap.services)
+        planner = new_planner(cfg, swarm, snap.services, tenants)
     facts = facts_by_node(snap, fallback)
     if nominated is None:
         leaving = [*snap.stopping, *snap.rejected]
@@ -582,20 +586,21 @@ class PlacementStep(Step):
         return pending
 
 
-def audit_checks(cfg: Config) -> list[Any]:
+def audit_checks(cfg: Config, tenants: Tenants | FromConfig | None = FROM_CONFIG
+                 ) -> list[Any]:
     """Audit findings about placement: invalid requests, pending, ungated services, and
-    what tenants did not give (or that there are none)."""
-    tenants = Tenants.from_config(cfg)
+    what tenants did not give (or that there are none); ``tenants``: as ``new_planner``."""
+    given = Tenants.given(cfg, tenants)
 
     def check(snap: Snapshot) -> list[Finding]:
-        plan = make_plan(snap, cfg)
+        plan = make_plan(snap, cfg, tenants=given)
         out = findings_of(plan)
-        if tenants is None:
+        if given is None:
             return [SELF_DECLARED, *out] if any(sp.request is not None
                                                 for sp in plan.services) else out
         requests = {sp.name for sp in plan.services if sp.request is not None}
         for s in snap.services:  # the first in file order takes it: say so
-            names = [t.name for t in tenants.matching(s.name, s.labels.get(STACK_LABEL))]
+            names = [t.name for t in given.matching(s.name, s.labels.get(STACK_LABEL))]
             if s.name in requests and len(names) > 1:
                 out.append(Finding(
                     "tenant-overlap", s.name, f"matches tenants {', '.join(names)}; the "

@@ -105,7 +105,7 @@ from swarmgpu.manager.placement.preemptview import holdings_by_node
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.record import move_gpus, moving, recorded
-from swarmgpu.manager.services.tenants import Tenants
+from swarmgpu.manager.services.tenants import FROM_CONFIG, FromConfig, Tenants
 from swarmgpu.swarm.client import (
     NotLeader,
     SwarmClient,
@@ -126,12 +126,13 @@ class Unstored(Exception):
 class Preempter:
     """Kept across cycles by the daemon: the budget window and the last preemptions."""
 
-    def __init__(self, cfg: Config, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, cfg: Config, clock: Callable[[], float] | None = None,
+                 tenants: Tenants | FromConfig | None = FROM_CONFIG) -> None:
         self.cfg = cfg
         self.clock = clock or time.monotonic  # the in-memory times' (the module's two clocks)
         self.prefix = cfg.sync.prefix
         self.spent = SpentHour(self.prefix)  # when each victim was stopped, per tenant too
-        self.tenants = Tenants.from_config(cfg)
+        self.tenants = Tenants.given(cfg, tenants)  # (a one-shot's, built once: handed on)
         # victim's service id -> when last preempted (``clock``): by id, as Swarm's own
         # record on its spec is, so a service later created under its name is not cooling
         self.victim_at: dict[str, float] = {}
@@ -633,15 +634,18 @@ class Preempter:
             return None if closing else False
 
 
-def plan_as_daemon(snap: Snapshot, cfg: Config, swarm: Any = None) -> PlacementPlan:
+def plan_as_daemon(snap: Snapshot, cfg: Config, swarm: Any = None,
+                   tenants: Tenants | FromConfig | None = FROM_CONFIG) -> PlacementPlan:
     """The plan the daemon's cycle makes of ``snap``, for `plan` and `status` (the map
     shows the daemon's own): placement's planner, then, where the daemon runs this step
     (``placement.enabled``), its decision noted on each preemptor (``Preempter.preview``).
     Writes nothing; ``swarm`` is read for the stored workload model, and a victim the
-    list left out (``recorded.left_out_victims``)."""
-    planner = new_planner(cfg, swarm, snap.services)
+    list left out (``recorded.left_out_victims``). ``tenants``: the command's, built
+    once (``FROM_CONFIG``: read here, once for both)."""
+    tenants = Tenants.given(cfg, tenants)
+    planner = new_planner(cfg, swarm, snap.services, tenants)
     plan = make_plan(snap, cfg, planner=planner, swarm=swarm)
     if cfg.placement.enabled:
-        Preempter(cfg).preview(snap, plan, facts_by_node(snap), planner.refused_nodes,
-                               ports=planner.port_takers)
+        Preempter(cfg, tenants=tenants).preview(snap, plan, facts_by_node(snap),
+                                                planner.refused_nodes, ports=planner.port_takers)
     return plan

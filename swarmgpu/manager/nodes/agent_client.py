@@ -57,6 +57,7 @@ _FIX_WRONG_NODE = (
 # once: the doctor tells such an answer by them (``WRONG_NODE``).
 _CAUSE_CERT = "certificate of another node"
 _CAUSE_NO_HOST = "facts of no host"
+_CAUSE_UNNAMED_NODE = "node of no hostname, no certificate"
 _CAUSE_OTHER_HOST = "facts of another host"
 WRONG_NODE = frozenset({_CAUSE_CERT, _CAUSE_OTHER_HOST, _CAUSE_NO_HOST})
 _FIX_UNAUTHORISED = (
@@ -150,17 +151,38 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
     except Exception as exc:
         return fail(f"facts from {url}: cannot be read ({exc.__class__.__name__})",
                     "facts refused")
-    if not facts.hostname and node.hostname:
-        return fail(f"agent at {url} serves facts without a host name; Swarm node "
-                    f"{node.id[:12]} is {node.hostname!r} (an agent always names its host: "
-                    "is something else answering on that port?)", _CAUSE_NO_HOST,
-                    _FIX_WRONG_NODE)
-    if facts.hostname and node.hostname and facts.hostname != node.hostname:
-        return fail(
-            f"agent at {url} serves facts for host {facts.hostname[:64]!r}, but Swarm node "
-            f"{node.id[:12]} is {node.hostname!r}", _CAUSE_OTHER_HOST,
-            "check agents.url_template and the agent's --hostname")
+    refused = _host_refusal(node, facts, url, tls is not None)
+    if refused is not None:
+        return fail(*refused)
     return FactsResult(node.id, node.hostname, url, facts, None, now, True)
+
+
+def _host_refusal(node: SwarmNode, facts: NodeFacts, url: str, tls: bool,
+                  ) -> tuple[str, str, str] | None:
+    """(message, cause, fix) for facts that cannot be told for ``node``: of another host,
+    of none, or (no node certificate: ``tls`` False) for a node Swarm names no host of;
+    None: they are its."""
+    if not tls and not node.hostname:
+        # Without a node certificate (CN == node ID) the host name is the only sign of
+        # whose facts these are: with none to compare, another node's would be taken.
+        return (f"agent at {url} answered for Swarm node {node.id[:12]}, which reports "
+                "no hostname, and agents.identity is none (no node certificate): nothing "
+                f"tells whose facts these are (they name host {facts.hostname[:64]!r}); "
+                "refused", _CAUSE_UNNAMED_NODE,
+                f"give node {node.id} a hostname and restart its Docker engine (Swarm "
+                "reports the engine's: docker node inspect shows it), or serve the agents "
+                "with their node certificates (agents.identity: swarm-pki), which name the "
+                "node ID")
+    if not facts.hostname and node.hostname:
+        return (f"agent at {url} serves facts without a host name; Swarm node "
+                f"{node.id[:12]} is {node.hostname!r} (an agent always names its host: "
+                "is something else answering on that port?)", _CAUSE_NO_HOST,
+                _FIX_WRONG_NODE)
+    if facts.hostname and node.hostname and facts.hostname != node.hostname:
+        return (f"agent at {url} serves facts for host {facts.hostname[:64]!r}, but Swarm "
+                f"node {node.id[:12]} is {node.hostname!r}", _CAUSE_OTHER_HOST,
+                "check agents.url_template and the agent's --hostname")
+    return None
 
 
 def _status_refusal(status: int, url: str, tls: bool) -> tuple[str, str, str] | None:

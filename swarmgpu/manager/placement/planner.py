@@ -276,7 +276,7 @@ class Planner:
         # (its node and task diffs are against the snapshot of the cycle that failed).
         records, self._memo.quiet.records = self._memo.quiet.records, {}
         unrecorded(self.cluster)  # a cycle that raised outside a visit left them: rebuilt
-        if agents is None:  # (no snapshot: the simulator's, render's)
+        if agents is None:  # (no snapshot: the simulator's, render_stack called alone)
             agents = agent_nodes(services, tasks, self.agent_service, specs_of(self.tenants))
         seen = self._see(nodes, facts, moving, agents)
         self._ports.new_cycle(services, [*tasks, *stopping] if stopping else tasks)

@@ -20,6 +20,7 @@ from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement.planned import Planned
 from swarmgpu.manager.placement.specwrite import service_compute
+from swarmgpu.manager.services.tenants import FROM_CONFIG, FromConfig, Tenants
 from swarmgpu.swarm.client import SwarmClient, SwarmError
 from swarmgpu.swarm.taskspec import task_changes
 
@@ -33,10 +34,12 @@ class Released:
 
 
 def release_held(swarm: SwarmClient, snap: Snapshot, cfg: Config, names: Sequence[str],
-                 *, dry_run: bool) -> list[Released]:
+                 *, dry_run: bool, tenants: Tenants | FromConfig | None = FROM_CONFIG,
+                 ) -> list[Released]:
     """For each named service, plan as the daemon would but with its held changes let
-    through, and write its spec (``dry_run``: say what would change, write nothing)."""
-    planner = new_planner(cfg, swarm, snap.services)
+    through, and write its spec (``dry_run``: say what would change, write nothing;
+    ``tenants``: the command's, built once)."""
+    planner = new_planner(cfg, swarm, snap.services, tenants)
     planner.release = set(names)
     plan = make_plan(snap, cfg, planner=planner)
     plans = {sp.name: sp for sp in plan.services}

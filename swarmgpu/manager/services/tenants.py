@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from enum import Enum
 
 from swarmgpu.core.config import Config, parse_priority_classes, queue_quotas
 from swarmgpu.core.tenants import (
@@ -35,6 +36,18 @@ from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmService
 
 Quotas = dict[str, tuple[int, int | None]]
+
+
+class FromConfig(Enum):
+    """Tenants not handed on: read from the config where they are needed."""
+
+    READ = "read"
+
+
+# The default of every reader of tenants a caller may hand on (``Tenants.given``): a
+# one-shot command builds them once and hands them to each; a test or a step alone
+# leaves them to be read.
+FROM_CONFIG = FromConfig.READ
 
 
 class Tenants:
@@ -57,6 +70,12 @@ class Tenants:
         if errors:  # load_config refuses such a config; a hand-built one is refused here
             raise ValueError("; ".join(errors))
         return cls(specs, own, cfg.sync.prefix) if specs else None
+
+    @classmethod
+    def given(cls, cfg: Config, tenants: Tenants | FromConfig | None) -> Tenants | None:
+        """``tenants`` as handed on, or the config's (``from_config``) when none were
+        (``FROM_CONFIG``)."""
+        return cls.from_config(cfg) if isinstance(tenants, FromConfig) else tenants
 
     def quotas(self, queues: Mapping[str, object]) -> Quotas:
         """The config's ``queues`` and the queues tenants define (``guaranteed``/``max``)."""
