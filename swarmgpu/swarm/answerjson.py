@@ -17,13 +17,16 @@ at a time, each within it, held its reader (the daemon's cycle) without end. The
 deadline bounds the whole request, from its connection taken to its body read (a
 request streamed, to its headers): a timer shuts its socket down past it
 (``_Clock``), so a read blocked on headers sent a byte at a time returns, as
-``AnswerTooSlow``; http.client bounds their size only.
+``AnswerTooSlow``; http.client bounds their size only. Within a ``CycleBudget``
+(``within_budget``: the daemon's cycle) each read's deadline is cut to what is left of
+it too, and none is sent past it (``BudgetSpent``).
 A client is made by ``strict_api``, so the API version it asks as it is made is too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import heapq
 import itertools
 import json
@@ -31,7 +34,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 from requests.exceptions import ReadTimeout
@@ -88,6 +91,62 @@ class AnswerTooSlow(ReadTimeout):
             f"({came}, each within the client's timeout): it is not read; check "
             "the proxy in front of the engine (one that sends slowly), or the link to it")
         self.deadline_s = deadline_s
+
+
+class CycleBudget:
+    """The time one daemon cycle may take, ``budget_s`` from its start, so that systemd's
+    watchdog ping after it comes in time (manager.cycle.budget): within it
+    (``within_budget``) each read of the engine gets the less of its own deadline and
+    what is left, and none is sent once it has passed. ``cut``: the first read refused
+    so (its method and path), else None."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.budget_s, self.start = budget_s, time.monotonic()
+        self.cut: str | None = None
+
+    def left(self) -> float:
+        return self.start + self.budget_s - time.monotonic()
+
+    def took_s(self) -> float:
+        return time.monotonic() - self.start
+
+    def passed(self) -> bool:
+        return self.cut is not None or self.left() <= 0
+
+    def spent(self, what: str) -> BudgetSpent:
+        """The refusal of the read ``what``, the first one noted as ``cut``."""
+        if self.cut is None:
+            self.cut = what
+        return BudgetSpent(what, self)
+
+
+class BudgetSpent(AnswerTooSlow):
+    """A read of the engine cut at its cycle's budget, or not sent past it: a timeout, as
+    ``AnswerTooSlow`` (each reader fails it so); the daemon ends the cycle there."""
+
+    def __init__(self, what: str, budget: CycleBudget) -> None:
+        ReadTimeout.__init__(
+            self, f"the engine's answer to {what} was not read: the cycle's engine budget "
+            f"of {budget.budget_s:g} s has passed ({budget.took_s():.1f} s taken); check "
+            "the engine (is `docker info` slow?) and the proxy in front of it")
+        self.deadline_s = budget.budget_s
+
+
+# The budget of the cycle this thread runs (a write's thread takes its cycle's along:
+# manager.engine.writes); None outside one, as for plan, status and audit.
+_BUDGET: contextvars.ContextVar[CycleBudget | None] = contextvars.ContextVar(
+    "swarmgpu_cycle_budget", default=None)
+
+
+@contextlib.contextmanager
+def within_budget(budget: CycleBudget) -> Iterator[CycleBudget]:
+    """Within: every request this thread (or one run in its context) sends is bounded by
+    ``budget`` too (``deadline_requests``)."""
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)
 
 
 class Repeated(dict[str, Any]):
@@ -225,10 +284,12 @@ class _Timers:
 class _Clock:
     """One request's deadline, ``deadline_s`` from now (``end``): past it the socket of
     the connection it took (``conn``, set as the pool hands it over) is shut down, so a
-    read blocked on it returns at once, and ``fired`` is set. ``cancel`` stops it."""
+    read blocked on it returns at once, and ``fired`` is set. ``cancel`` stops it.
+    ``budget``: the cycle's, where what was left of it set the deadline."""
 
-    def __init__(self, deadline_s: float) -> None:
+    def __init__(self, deadline_s: float, budget: CycleBudget | None = None) -> None:
         self.deadline_s, self.end = deadline_s, time.monotonic() + deadline_s
+        self.budget = budget
         self.conn: Any = None
         self.fired = False
         self._lock = threading.Lock()
@@ -290,12 +351,13 @@ def deadline_requests(api: Any) -> None:
     plain = api.send
 
     def send(request: Any, **kwargs: Any) -> Any:
-        clock = _Clock(answer_deadline_s(kwargs.get("timeout")))
+        clock = _Clock(*_deadline(request, kwargs))
         outer, _NOW.clock = getattr(_NOW, "clock", None), clock
         try:
             response = plain(request, **kwargs)
         except Exception as exc:
-            if not clock.fired or isinstance(exc, AnswerTooSlow):
+            slow = isinstance(exc, AnswerTooSlow)  # (its body's: the budget's if it set it)
+            if (slow and clock.budget is None) or (not slow and not clock.fired):
                 raise
             _cut(clock, request, exc)
         finally:
@@ -309,11 +371,29 @@ def deadline_requests(api: Any) -> None:
     api.send = send
 
 
+def _deadline(request: Any, kwargs: dict[str, Any]) -> tuple[float, CycleBudget | None]:
+    """The deadline of ``request`` (sent with requests' ``kwargs``), and the budget when
+    what is left of it is the shorter (a read within one: writes are never cut midway,
+    the daemon's write gate stops them between two; a stream its reader bounds).
+    ``BudgetSpent`` where the budget has passed: not sent."""
+    deadline_s = answer_deadline_s(kwargs.get("timeout"))
+    budget = _BUDGET.get()
+    if budget is None or request.method != "GET" or kwargs.get("stream"):
+        return deadline_s, None
+    if budget.passed():
+        raise budget.spent(f"{request.method} {_path(request.url)}")
+    left = budget.left()
+    return (left, budget) if left < deadline_s else (deadline_s, None)
+
+
 def _cut(clock: _Clock, request: Any, exc: Exception | None) -> NoReturn:
     """Raise ``AnswerTooSlow`` for ``request``, its headers cut past ``clock``'s deadline
-    (``exc``: how its read ended), its connection closed."""
+    (``exc``: how its read ended), its connection closed; ``BudgetSpent`` where its
+    cycle's budget set that deadline."""
     if clock.conn is not None:
         clock.conn.close()  # (urllib3 closes it on an error too: never used again)
+    if clock.budget is not None:
+        raise clock.budget.spent(f"{request.method} {_path(request.url)}") from exc
     raise AnswerTooSlow(f"{request.method} {_path(request.url)}", clock.deadline_s,
                         None) from exc
 
