@@ -9,6 +9,7 @@ docker-py reads of an engine on loopback trickling its answers
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,10 +75,8 @@ class ReadWrite:
 
     def run(self, session: CycleSession) -> None:
         for _ in range(3):
-            try:
+            with contextlib.suppress(SwarmError):
                 self.swarm.client.info()
-            except SwarmError:
-                pass
             self.swarm.write()
 
     def stand_by(self) -> None:
