@@ -132,12 +132,12 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     from swarmgpu.manager.commands.audit import exit_code, identity_check, render_table
     from swarmgpu.manager.nodes.agentbook import load_saved
     from swarmgpu.manager.nodes.sync import take_snapshot
-    from swarmgpu.swarm.client import SwarmClient, SwarmError
+    from swarmgpu.swarm.client import SwarmError, manager_client
 
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
     try:
-        swarm = SwarmClient(cfg.docker_host)
+        swarm = manager_client(cfg)
         snap = take_snapshot(swarm, cfg)
     except SwarmError as exc:
         click.echo(f"swarmgpu audit: cannot read the swarm: {escaped(exc)}", err=True)
@@ -199,10 +199,10 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
 def _snapshot(cfg: Config) -> Any:
     from swarmgpu.core.peertext import escaped
     from swarmgpu.manager.nodes.sync import take_snapshot
-    from swarmgpu.swarm.client import SwarmClient, SwarmError
+    from swarmgpu.swarm.client import SwarmError, manager_client
 
     try:
-        snap = take_snapshot(SwarmClient(cfg.docker_host), cfg)
+        snap = take_snapshot(manager_client(cfg), cfg)
     except SwarmError as exc:
         click.echo(f"swarmgpu: cannot read the swarm: {escaped(exc)}", err=True)
         sys.exit(2)
@@ -225,12 +225,12 @@ def plan(config_path: str | None, as_json: bool) -> None:
     from swarmgpu.manager.nodes.gpuhealth import health_rows
     from swarmgpu.manager.rebalance.attribution import service_states
     from swarmgpu.manager.rebalance.record import moving
-    from swarmgpu.swarm.client import SwarmClient
+    from swarmgpu.swarm.client import manager_client
 
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
     snap = _snapshot(cfg)
-    swarm = SwarmClient(cfg.docker_host)
+    swarm = manager_client(cfg)
     p = plan_as_daemon(snap, cfg, swarm)  # the daemon's planner and preemption decision
     ungranted = rows(find(cfg, snap, p, ImageEnvs(swarm)))
     moves = _daemon_moves(cfg)
@@ -441,14 +441,14 @@ def render(
     from swarmgpu.manager.cycle.placement import new_planner
     from swarmgpu.manager.nodes.sync import facts_by_node
     from swarmgpu.manager.rebalance.record import moving
-    from swarmgpu.swarm.client import SwarmClient
+    from swarmgpu.swarm.client import manager_client
 
     if output != "-" and (why := _unwritable(output)):  # said before the swarm is read
         click.echo(f"swarmgpu render: -o {escaped(output)}: {why}", err=True)
         sys.exit(2)
     snap = _snapshot(cfg)
     # The daemon's planner (config, stored workload model): render chooses as it would.
-    planner = new_planner(cfg, SwarmClient(cfg.docker_host), snap.services)
+    planner = new_planner(cfg, manager_client(cfg), snap.services)
     try:
         text, p = render_stack(
             source,
@@ -557,9 +557,9 @@ def status(config_path: str | None, as_json: bool) -> None:
     setup_logging("WARNING", cfg.log.format)
     snap = _snapshot(cfg)
     saved = load_saved(cfg.state_dir)
-    from swarmgpu.swarm.client import SwarmClient
+    from swarmgpu.swarm.client import manager_client
 
-    swarm = SwarmClient(cfg.docker_host)
+    swarm = manager_client(cfg)
     p = plan_as_daemon(snap, cfg, swarm)  # as the daemon's map: its preemption noted too
     doc = build_cluster(
         snap,
@@ -603,13 +603,13 @@ def apply_cmd(services: tuple[str, ...], config_path: str | None, dry_run: bool 
     """
     from swarmgpu.core.peertext import escaped
     from swarmgpu.manager.services.release import release_held
-    from swarmgpu.swarm.client import SwarmClient
+    from swarmgpu.swarm.client import manager_client
 
     cfg = load_cfg(config_path, dry_run=dry_run or None)
     setup_logging("WARNING", cfg.log.format)
     snap = _snapshot(cfg)
     failed = False
-    for r in release_held(SwarmClient(cfg.docker_host), snap, cfg, services, dry_run=cfg.dry_run):
+    for r in release_held(manager_client(cfg), snap, cfg, services, dry_run=cfg.dry_run):
         # Env lines, constraints and reasons come from the stack: shown escaped.
         if r.error:
             failed = True

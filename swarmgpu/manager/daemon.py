@@ -98,7 +98,8 @@ class Daemon:
         self, cfg: Config, swarm: SwarmClient | None = None, metrics: DaemonMetrics | None = None
     ) -> None:
         self.cfg = cfg
-        self.swarm = swarm or SwarmClient(cfg.docker_host)
+        self.swarm = swarm or SwarmClient(cfg.docker_host,
+                                          max_answer_bytes=cfg.engine.max_answer_bytes)
         self.metrics = metrics or DaemonMetrics()
         self.book = AgentBook()
         self.labels = LabelSync(self.swarm, cfg, self.metrics, self.book)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import heapq
 import itertools
 import json
@@ -45,6 +46,7 @@ from swarmgpu.core.peertext import quoted
 REPEATED_FIX = "check the proxy in front of the engine (Docker names each key once)"
 # The most of one answer read (docker-py holds it whole to decode it): a 5,000-task list
 # is some 8 MiB, its decode several times that: past this no engine answer is usable.
+# The manager's config sets its own (engine.max_answer_mib; core.engineconfig).
 MAX_ANSWER_BYTES = 512 * 1024 * 1024
 # The longest one request takes, headers and body, in its client's timeouts: the
 # daemon's (30 s) then refuses a slow one within 60 s (its socket shut down then), inside
@@ -74,7 +76,8 @@ class AnswerTooLarge(ValueError):
             f"the engine's answer to {what} is over {limit // (1024 * 1024)} MiB, the most "
             "swarmgpu reads of one answer: it is not read; check the proxy in front of the "
             "engine (one that answers without end), or, where the swarm keeps this much, "
-            "lower its task history (docker swarm update --task-history-limit 2)")
+            "lower its task history (docker swarm update --task-history-limit 2) or "
+            "raise the manager's engine.max_answer_mib in its config")
         self.limit = limit
 
 
@@ -157,14 +160,14 @@ class Repeated(dict[str, Any]):
     id_twice = False  # its own ID named twice: it has none (``unkeyed`` says so)
 
 
-def strict_results(api: Any) -> None:
+def strict_results(api: Any, max_bytes: int | None = None) -> None:
     """Make ``api`` (docker-py's ``APIClient``) decode its JSON answers refusing an object
     that names a key twice (``RepeatedAnswer``), and read each answer not streamed to at
-    most ``MAX_ANSWER_BYTES`` (``AnswerTooLarge``) within its deadline
-    (``AnswerTooSlow``), each request, headers included, within that deadline too
-    (``deadline_requests``); its other answers as they were."""
+    most ``max_bytes`` (None: ``MAX_ANSWER_BYTES``; ``AnswerTooLarge``) within its
+    deadline (``AnswerTooSlow``), each request, headers included, within that deadline
+    too (``deadline_requests``); its other answers as they were."""
     deadline_requests(api)
-    api.hooks["response"].append(_bounded)
+    api.hooks["response"].append(functools.partial(_bounded, limit=max_bytes))
     plain = api._result
 
     def result(response: Any, json: bool = False, binary: bool = False) -> Any:
@@ -179,8 +182,9 @@ def strict_results(api: Any) -> None:
     api._result = result
 
 
-def strict_api(make: Callable[..., Any]) -> Any:
-    """docker-py's ``APIClient`` ``make(version=...)`` builds, with ``strict_results``,
+def strict_api(make: Callable[..., Any], max_bytes: int | None = None) -> Any:
+    """docker-py's ``APIClient`` ``make(version=...)`` builds, with ``strict_results``
+    (``max_bytes`` the most of one answer),
     its API version then asked of the engine as docker-py asks it (``version="auto"``).
     docker-py asks it in the client's constructor, before any hook: that answer was read
     whole, unbounded, and decoded loosely. Why it cannot be read is docker-py's
@@ -190,7 +194,7 @@ def strict_api(make: Callable[..., Any]) -> Any:
     from docker.utils import version_lt
 
     api = make(version=MINIMUM_DOCKER_API_VERSION)  # (a fixed one: nothing asked yet)
-    strict_results(api)
+    strict_results(api, max_bytes)
     try:
         version = api.version(api_version=False)["ApiVersion"]
         old = version_lt(version, MINIMUM_DOCKER_API_VERSION)  # (raises: no "1.43" text)
@@ -204,21 +208,23 @@ def strict_api(make: Callable[..., Any]) -> Any:
     return api
 
 
-def _bounded(response: Any, stream: bool | None = None, timeout: Any = None,
-             **_: Any) -> None:
+def _bounded(response: Any, stream: bool | None = None, timeout: Any = None, *,
+             limit: int | None = None, **_: Any) -> None:
     """requests' response hook: the body of ``response`` read as requests would read it
-    (``Response.content``, after the hooks) unless streamed, but only up to
-    ``MAX_ANSWER_BYTES`` (``AnswerTooLarge``) and within ``deadline_s(timeout)`` of its
-    request's start (``AnswerTooSlow``); past either the connection is closed (its rest
-    unread) and the error raised. The request's timer cuts a read blocked past the
-    deadline (``_Clock``); between chunks it is checked here too. A streamed answer
-    (events, logs) its reader bounds: its timer stops at its headers."""
+    (``Response.content``, after the hooks) unless streamed, but only up to ``limit``
+    bytes (None: ``MAX_ANSWER_BYTES``, read now; ``AnswerTooLarge``) and within
+    ``deadline_s(timeout)`` of its request's start (``AnswerTooSlow``); past either the
+    connection is closed (its rest unread) and the error raised. The request's timer
+    cuts a read blocked past the deadline (``_Clock``); between chunks it is checked here
+    too. A streamed answer (events, logs) its reader bounds: its timer stops at its
+    headers."""
     clock: _Clock | None = getattr(_NOW, "clock", None)
     if stream and clock is not None:
         clock.cancel()  # (its send refuses it if cut before: ``deadline_requests``)
     if stream or response._content is not False:  # (read already: a test's stand-in)
         return
-    limit, got, size = MAX_ANSWER_BYTES, [], 0
+    limit = MAX_ANSWER_BYTES if limit is None else limit
+    got, size = [], 0
     deadline_s = clock.deadline_s if clock is not None else answer_deadline_s(timeout)
     end = clock.end if clock is not None else time.monotonic() + deadline_s
     what = f"{response.request.method} {_path(response.url)}"
