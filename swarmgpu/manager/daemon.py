@@ -8,7 +8,9 @@ start), no new step starts, and the daemon exits 0. A fetch of the agents' facts
 no further read: a snapshot cut so ends its cycle before any step; the metrics scrape
 neither, and its cycle ends with it (no step reads the pages half scraped). A second
 signal ends the daemon at once. ``run --once`` stops so too (``once``).
-SIGHUP is logged and ignored (the config is read at start only).
+SIGHUP is logged and ignored (the config is read at start only). A cycle past its
+engine budget ends so too, between two writes, said in one line (``cycle.budget``), so
+that systemd's watchdog ping after it comes in time.
 """
 
 from __future__ import annotations
