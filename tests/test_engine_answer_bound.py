@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 from swarmgpu.agent.procattr import engine_labels
+from swarmgpu.core.config import ConfigError, load_config
 from swarmgpu.swarm import answerjson
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable, manager_client
 from tests.support.loop_engine import LoopEngine, Padded, doctor_engine, doctor_refused, loop_engine
 
 MIB = 1024 * 1024
@@ -43,6 +45,31 @@ def test_an_answer_past_the_limit_is_refused_naming_it_unread(
         with pytest.raises(SwarmError, match=r"answer to GET /tasks is over 1 MiB") as got:
             sw.tasks()
         assert "task-history-limit" in str(got.value) and "proxy" in str(got.value)
+
+
+def test_the_configs_engine_max_answer_mib_sets_the_managers_bound(tmp_path: Path) -> None:
+    conf = tmp_path / "c.yml"
+    conf.write_text("engine: {max_answer_mib: 1}\n")
+    with loop_engine({"/tasks": Padded(64 * MIB), "/nodes": Padded(MIB)}) as engine:
+        cfg = load_config(conf, env={"SWARMGPU_DOCKER_HOST":
+                                     f"tcp://127.0.0.1:{engine.server_port}"})
+        sw = manager_client(cfg)
+        assert sw.nodes() == []  # (within it)
+        with pytest.raises(SwarmError, match=r"GET /tasks is over 1 MiB.*engine.max_answer_mib"):
+            sw.tasks()
+    assert load_config(None, env={}).engine.max_answer_bytes == answerjson.MAX_ANSWER_BYTES
+
+
+@pytest.mark.parametrize(("section", "said"), [
+    ("{max_answer_mb: 1}", r"engine.max_answer_mb: unknown key; did you mean 'max_answer_mib'"),
+    ("{max_answer_mib: 0}", r"engine.max_answer_mib: 0 is out of range; use 1 to 65536 MiB"),
+])
+def test_the_engine_sections_typo_or_bound_out_of_range_is_refused(
+        tmp_path: Path, section: str, said: str) -> None:
+    conf = tmp_path / "c.yml"
+    conf.write_text(f"engine: {section}\n")
+    with pytest.raises(ConfigError, match=said):
+        load_config(conf, env={})
 
 
 def test_answers_within_the_limit_read_as_before_on_one_connection(

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
-from swarmgpu.core.config import (
-    Config,
-    ConfigError,
-    describe_defaults,
-    load_config_report,
-    locate,
-)
+from swarmgpu.core.config import Config, ConfigError, describe_defaults, load_config_report
+from swarmgpu.core.configvalues import locate_in
+from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 
 CONFIG_HELP = "YAML config (default: built-in defaults)."
 
@@ -29,6 +27,16 @@ class ConfigPath(click.Path):
             leave = ", or leave the option out for the built-in defaults" if option else ""
             self.fail(f"an empty path; give the path of the YAML file{leave}", param, ctx)
         return super().convert(value, param, ctx)
+
+
+def locate(message: str, path: str | os.PathLike[str] | None) -> str:
+    """``message`` (``key: what is wrong``) located in the config file at ``path``, as
+    ``load_config_report`` locates its own: for a check made outside it (below)."""
+    lines: Lines = {}
+    if path is not None:
+        with contextlib.suppress(ConfigError):  # unreadable: its own error says so
+            lines = read_yaml_lines(Path(path), "config", ConfigError)[1]
+    return locate_in(message, path, lines, {})
 
 
 def load_checked(path: str | None, notes: list[str] | None = None) -> Config:

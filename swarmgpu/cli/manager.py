@@ -136,13 +136,13 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     from swarmgpu.manager.nodes.agentbook import load_saved
     from swarmgpu.manager.nodes.sync import take_snapshot
     from swarmgpu.manager.services.tenants import Tenants, specs_of
-    from swarmgpu.swarm.client import SwarmClient, SwarmError
+    from swarmgpu.swarm.client import SwarmError, manager_client
 
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
     tenants = Tenants.from_config(cfg)  # built once, handed to each reader (as the daemon)
     try:
-        swarm = SwarmClient(cfg.docker_host)
+        swarm = manager_client(cfg)
         snap = take_snapshot(swarm, cfg, tenants=specs_of(tenants))
     except SwarmError as exc:
         click.echo(f"swarmgpu audit: cannot read the swarm: {escaped(exc)}", err=True)
@@ -206,10 +206,10 @@ def _snapshot(cfg: Config, tenants: Tenants | None) -> Any:
     from swarmgpu.core.peertext import escaped
     from swarmgpu.manager.nodes.sync import take_snapshot
     from swarmgpu.manager.services.tenants import specs_of
-    from swarmgpu.swarm.client import SwarmClient, SwarmError
+    from swarmgpu.swarm.client import SwarmError, manager_client
 
     try:
-        snap = take_snapshot(SwarmClient(cfg.docker_host), cfg, tenants=specs_of(tenants))
+        snap = take_snapshot(manager_client(cfg), cfg, tenants=specs_of(tenants))
     except SwarmError as exc:
         click.echo(f"swarmgpu: cannot read the swarm: {escaped(exc)}", err=True)
         sys.exit(2)
@@ -233,13 +233,13 @@ def plan(config_path: str | None, as_json: bool) -> None:
     from swarmgpu.manager.rebalance.attribution import service_states
     from swarmgpu.manager.rebalance.record import moving
     from swarmgpu.manager.services.tenants import Tenants
-    from swarmgpu.swarm.client import SwarmClient
+    from swarmgpu.swarm.client import manager_client
 
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
     tenants = Tenants.from_config(cfg)  # built once, handed to each reader (as the daemon)
     snap = _snapshot(cfg, tenants)
-    swarm = SwarmClient(cfg.docker_host)
+    swarm = manager_client(cfg)
     p = plan_as_daemon(snap, cfg, swarm, tenants)  # the daemon's planner and preemption
     ungranted = rows(find(cfg, snap, p, ImageEnvs(swarm)))
     moves = _daemon_moves(cfg)
@@ -452,14 +452,14 @@ def render(
     from swarmgpu.manager.cycle.placement import new_planner
     from swarmgpu.manager.nodes.sync import facts_by_node
     from swarmgpu.manager.rebalance.record import moving
-    from swarmgpu.swarm.client import SwarmClient
+    from swarmgpu.swarm.client import manager_client
 
     if output != "-" and (why := _unwritable(output)):  # said before the swarm is read
         click.echo(f"swarmgpu render: -o {escaped(output)}: {why}", err=True)
         sys.exit(2)
     snap = _snapshot(cfg, tenants)
     # The daemon's planner (config, stored workload model): render chooses as it would.
-    planner = new_planner(cfg, SwarmClient(cfg.docker_host), snap.services, tenants)
+    planner = new_planner(cfg, manager_client(cfg), snap.services, tenants)
     try:
         text, p = render_stack(
             source,
@@ -572,9 +572,9 @@ def status(config_path: str | None, as_json: bool) -> None:
     tenants = Tenants.from_config(cfg)  # built once, handed to each reader (as the daemon)
     snap = _snapshot(cfg, tenants)
     saved = load_saved(cfg.state_dir)
-    from swarmgpu.swarm.client import SwarmClient
+    from swarmgpu.swarm.client import manager_client
 
-    swarm = SwarmClient(cfg.docker_host)
+    swarm = manager_client(cfg)
     p = plan_as_daemon(snap, cfg, swarm, tenants)  # as the daemon's map: its preemption too
     doc = build_cluster(
         snap,
@@ -619,14 +619,14 @@ def apply_cmd(services: tuple[str, ...], config_path: str | None, dry_run: bool 
     from swarmgpu.core.peertext import escaped
     from swarmgpu.manager.services.release import release_held
     from swarmgpu.manager.services.tenants import Tenants
-    from swarmgpu.swarm.client import SwarmClient
+    from swarmgpu.swarm.client import manager_client
 
     cfg = load_cfg(config_path, dry_run=dry_run or None)
     setup_logging("WARNING", cfg.log.format)
     tenants = Tenants.from_config(cfg)  # built once, handed to each reader (as the daemon)
     snap = _snapshot(cfg, tenants)
     failed = False
-    for r in release_held(SwarmClient(cfg.docker_host), snap, cfg, services,
+    for r in release_held(manager_client(cfg), snap, cfg, services,
                           dry_run=cfg.dry_run, tenants=tenants):
         # Env lines, constraints and reasons come from the stack: shown escaped.
         if r.error:

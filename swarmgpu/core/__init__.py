@@ -7,7 +7,8 @@ MIG profile names, one spelling each; ``samples`` and ``metrics_in``: the agent'
 Prometheus text; ``health``: the XID table, GPU health signals and
 the state per GPU), the configuration every process loads (``config``, with
 ``configvalues``: its values strictly typed and each error located; ``rebalanceconfig``:
-the rebalance section, one dataclass per policy; ``tenants``: the tenants section parsed
+the rebalance section, one dataclass per policy; ``engineconfig``: the engine section,
+how much of an engine answer the manager reads; ``tenants``: the tenants section parsed
 and checked; Swarm's label-key rule in ``labelkeys`` so a bad prefix fails at load;
 ``commalist``: the one parser of comma lists), and small helpers both HTTP servers and
 every YAML reader use (``httpguard``, with ``httphead``: a request head read and

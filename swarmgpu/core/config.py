@@ -29,6 +29,7 @@ from swarmgpu.core.configvalues import (
     service_name_problem,
     template_problem,
 )
+from swarmgpu.core.engineconfig import EngineConfig
 from swarmgpu.core.forwarded import check_auth, parse_trusted
 from swarmgpu.core.labelkeys import (
     docker_namespace,
@@ -339,6 +340,7 @@ class Config:
     history: HistoryConfig = field(default_factory=HistoryConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
     preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
     queues: dict[str, Any] = field(default_factory=dict)
     """GPU quotas per queue (swarmgpu.queue): name -> {guaranteed: GPUs, max: GPUs}."""
     tenants: dict[str, Any] = field(default_factory=dict)
@@ -460,6 +462,7 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
         add(f"http.trusted_proxies: {exc}")
     check_rebalance(cfg.rebalance, add)
     _check_preemption(cfg.preemption, add)
+    cfg.engine.problems("engine", add)
     if not isinstance(cfg.queues, Mapping):
         add(f"queues: expected a mapping of queue -> {{guaranteed, max}}, got {quoted(cfg.queues)}")
     else:
@@ -655,16 +658,6 @@ def load_config_report(
     cfg: Config = _build(Config, data, "", errors.append)
     _check(cfg, errors.append)
     return cfg, [locate_in(e, path, lines, from_env) for e in errors]
-
-
-def locate(message: str, path: str | os.PathLike[str] | None) -> str:
-    """``message`` (``key: what is wrong``) located in the config file at ``path``, as
-    ``load_config_report`` locates its own: for a check made outside this module."""
-    lines: Lines = {}
-    if path is not None:
-        with contextlib.suppress(ConfigError):  # unreadable: its own error says so
-            lines = read_yaml_lines(Path(path), "config", ConfigError)[1]
-    return locate_in(message, path, lines, {})
 
 
 TENANT_DEFAULTS = (

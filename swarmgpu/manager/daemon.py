@@ -8,7 +8,9 @@ start), no new step starts, and the daemon exits 0. A fetch of the agents' facts
 no further read: a snapshot cut so ends its cycle before any step; the metrics scrape
 neither, and its cycle ends with it (no step reads the pages half scraped). A second
 signal ends the daemon at once. ``run --once`` stops so too (``once``).
-SIGHUP is logged and ignored (the config is read at start only).
+SIGHUP is logged and ignored (the config is read at start only). A cycle past its
+engine budget ends so too, between two writes, said in one line (``cycle.budget``), so
+that systemd's watchdog ping after it comes in time.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.core.sdnotify import sd_notify, watchdog_s
 from swarmgpu.core.statefile import save_said
 from swarmgpu.core.tenants import TenantSpec
+from swarmgpu.manager.cycle.budget import BudgetGate, OverBudget, engine_budget_s, over_budget
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.cycle.heap import CycleCollector
 from swarmgpu.manager.cycle.host import QueryRoute, Route
@@ -57,6 +60,7 @@ from swarmgpu.manager.nodes.sync import (
 )
 from swarmgpu.manager.web import webguard
 from swarmgpu.manager.web.webauth import WebAuth
+from swarmgpu.swarm.answerjson import within_budget
 from swarmgpu.swarm.cache import SwarmCache, follow
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
 from swarmgpu.swarm.identity import IdentityError, agent_auth
@@ -96,7 +100,8 @@ class Daemon:
         self, cfg: Config, swarm: SwarmClient | None = None, metrics: DaemonMetrics | None = None
     ) -> None:
         self.cfg = cfg
-        self.swarm = swarm or SwarmClient(cfg.docker_host)
+        self.swarm = swarm or SwarmClient(cfg.docker_host,
+                                          max_answer_bytes=cfg.engine.max_answer_bytes)
         self.metrics = metrics or DaemonMetrics()
         self.book = AgentBook()
         self.labels = LabelSync(self.swarm, cfg, self.metrics, self.book)
@@ -111,7 +116,8 @@ class Daemon:
         # SIGTERM: the write gate starts no write once it is set, the facts fetch no agent
         # read (engine.stop)
         self.stop_event = StopRequest()
-        self.swarm.before_write = self.stop_event.check
+        self.swarm.before_write = self._write_gate
+        self._budget: BudgetGate | None = None  # the cycle's in progress (cycle.budget)
         self.stopped_by: str | None = None  # the signal that asked for the stop
         self.pipeline = Pipeline([LabelSyncStep(self.labels, hold=False)])
         self.last_session: CycleSession | None = None  # the last cycle's, as leader
@@ -154,59 +160,93 @@ class Daemon:
 
     # --- one cycle -------------------------------------------------------
     def cycle(self) -> CycleReport:
-        """Run one full cycle now (serialised: never two at once)."""
+        """Run one full cycle now (serialised: never two at once), within its engine
+        budget (``cycle.budget``): past it the cycle ends, said in one line."""
         with self._cycle_lock, self._collector.around_cycle():
-            start = time.monotonic()
+            dog, every = watchdog_s(), self.cfg.sync.interval_s
+            gate = self._budget = BudgetGate(engine_budget_s(every, dog))
             try:
-                self.leader = self.swarm.is_leader()
-                self.engine_error = None
-            except SwarmError as exc:
-                # Writes are blocked (the term ended) and who leads is unknown: not the
-                # last answer had (/healthz, the gauge and the map said leader for as
-                # long as the engine stayed away).
-                self.term.end()
-                self.leader = False
+                with within_budget(gate.budget):
+                    return self._cycle()
+            except OverBudget:
+                said = over_budget(gate, every, dog)
+                self.metrics.errors.labels(kind="swarm").inc()
+                self.metrics.cycles.labels(outcome="error").inc()
+                logger.error(said)
+                return CycleReport(errors=[said], aborted=True)
+            finally:
+                self._budget = None
+
+    def _write_gate(self) -> None:
+        # Before each write (the client's before_write): none once stopping, or once
+        # the cycle's engine budget has passed.
+        self.stop_event.check()
+        gate = self._budget
+        if gate is not None:
+            gate.check()
+
+    def _over(self, exc: SwarmError | None = None) -> None:
+        # A cycle past its budget ends as one that cannot write: its reads not acted on.
+        gate = self._budget
+        if gate is not None and gate.ended():
+            raise OverBudget(gate.writes) from exc
+
+    def _cycle(self) -> CycleReport:
+        """``cycle``'s body, its budget set."""
+        start = time.monotonic()
+        try:
+            self.leader = self.swarm.is_leader()
+            self.engine_error = None
+        except SwarmError as exc:
+            self._over(exc)
+            # Writes are blocked (the term ended) and who leads is unknown: not the
+            # last answer had (/healthz, the gauge and the map said leader for as
+            # long as the engine stayed away).
+            self.term.end()
+            self.leader = False
+            self.engine_error = str(exc)
+            self.metrics.is_leader.set(0)
+            self.metrics.errors.labels(kind="swarm").inc()
+            self.metrics.cycles.labels(outcome="error").inc()
+            logger.error("cannot reach the Swarm manager: {}", exc)
+            return CycleReport(leader=False, errors=[str(exc)], aborted=True)
+        self.metrics.is_leader.set(1 if self.leader else 0)
+        if self.leader and self.term.lost:
+            # The last term ended (a write found this engine deposed, or a cycle
+            # could not ask): another manager may have led since.
+            self.pipeline.stand_by()
+        (self.term.start if self.leader else self.term.end)()
+        self._web_identity()
+        if not self.leader:
+            self.pipeline.stand_by()  # a new term starts from what Swarm stores
+            self.cache.forget("not the leader")
+            self.metrics.cycles.labels(outcome="follower").inc()
+            logger.debug("not the Swarm leader; standing by")
+            return CycleReport(leader=False)
+        try:
+            try:
+                snapshot = take_snapshot(self.swarm, self.cfg, self.cache, self.stop_event,
+                                         self.tenants)
+            except Stopped as exc:  # facts half read: no step plans from them, none saved
+                self._reads_left("no step of this cycle ran", exc)
+                return CycleReport()
+            report = self.run_steps(snapshot)
+            self._over()
+        except SwarmError as exc:
+            self._over(exc)
+            if isinstance(exc, SwarmUnavailable):  # gone mid-cycle: the next ask says
                 self.engine_error = str(exc)
-                self.metrics.is_leader.set(0)
-                self.metrics.errors.labels(kind="swarm").inc()
-                self.metrics.cycles.labels(outcome="error").inc()
-                logger.error("cannot reach the Swarm manager: {}", exc)
-                return CycleReport(leader=False, errors=[str(exc)], aborted=True)
-            self.metrics.is_leader.set(1 if self.leader else 0)
-            if self.leader and self.term.lost:
-                # The last term ended (a write found this engine deposed, or a cycle
-                # could not ask): another manager may have led since.
-                self.pipeline.stand_by()
-            (self.term.start if self.leader else self.term.end)()
-            self._web_identity()
-            if not self.leader:
-                self.pipeline.stand_by()  # a new term starts from what Swarm stores
-                self.cache.forget("not the leader")
-                self.metrics.cycles.labels(outcome="follower").inc()
-                logger.debug("not the Swarm leader; standing by")
-                return CycleReport(leader=False)
-            try:
-                try:
-                    snapshot = take_snapshot(self.swarm, self.cfg, self.cache, self.stop_event,
-                                             self.tenants)
-                except Stopped as exc:  # facts half read: no step plans from them, none saved
-                    self._reads_left("no step of this cycle ran", exc)
-                    return CycleReport()
-                report = self.run_steps(snapshot)
-            except SwarmError as exc:
-                if isinstance(exc, SwarmUnavailable):  # gone mid-cycle: the next ask says
-                    self.engine_error = str(exc)
-                self.metrics.errors.labels(kind="swarm").inc()
-                self.metrics.cycles.labels(outcome="error").inc()
-                logger.error("cycle aborted, will retry next interval: {}", exc)
-                return CycleReport(errors=[str(exc)], aborted=True)
-            save_said(self._save_said, "agent state", self.cfg.state_dir, self.book.save)
-            report.duration_s = time.monotonic() - start
-            self.metrics.cycle_seconds.observe(report.duration_s)
-            self.metrics.cycles.labels(outcome="ok" if not report.errors else "partial").inc()
-            self.last_report = report
-            self.last_cycle_at = time.monotonic()
-            return report
+            self.metrics.errors.labels(kind="swarm").inc()
+            self.metrics.cycles.labels(outcome="error").inc()
+            logger.error("cycle aborted, will retry next interval: {}", exc)
+            return CycleReport(errors=[str(exc)], aborted=True)
+        save_said(self._save_said, "agent state", self.cfg.state_dir, self.book.save)
+        report.duration_s = time.monotonic() - start
+        self.metrics.cycle_seconds.observe(report.duration_s)
+        self.metrics.cycles.labels(outcome="ok" if not report.errors else "partial").inc()
+        self.last_report = report
+        self.last_cycle_at = time.monotonic()
+        return report
 
     def run_steps(self, snapshot: Snapshot) -> CycleReport:
         """The pipeline on one snapshot, in a new session. Label sync's held node writes
@@ -229,12 +269,12 @@ class Daemon:
         try:
             try:
                 # a term lost mid-cycle (its writes refused) starts no further step
-                self.pipeline.run(
-                    session, stop=lambda: self.stop_event.is_set() or self.term.lost, after=after
-                )
+                self.pipeline.run(session, stop=lambda: self._stops(), after=after)
             finally:
                 self.labels.flush()
         except Stopped as exc:
+            if isinstance(exc, OverBudget):  # (said by ``cycle``)
+                raise
             # A step's reads (the metrics scrape) say their own count: the facts watch,
             # beside the cycle, counts into reads_left too.
             cut = f"{self.stop_event.left - left} write(s)"
@@ -252,6 +292,13 @@ class Daemon:
             if Slot.REPORT not in session.written():  # label sync itself was cut short
                 return CycleReport()
         return session.report
+
+    def _stops(self) -> bool:
+        # No further step: the daemon stops, the term was lost mid-cycle (its writes
+        # refused), or the cycle's engine budget has passed.
+        gate = self._budget
+        return (self.stop_event.is_set() or self.term.lost
+                or (gate is not None and gate.stops()))
 
     def _reads_left(self, what: str, stopped: Stopped) -> None:
         # The fetch's own count: the cycle's and the facts watch's run side by side, on

@@ -17,13 +17,17 @@ at a time, each within it, held its reader (the daemon's cycle) without end. The
 deadline bounds the whole request, from its connection taken to its body read (a
 request streamed, to its headers): a timer shuts its socket down past it
 (``_Clock``), so a read blocked on headers sent a byte at a time returns, as
-``AnswerTooSlow``; http.client bounds their size only.
+``AnswerTooSlow``; http.client bounds their size only. Within a ``CycleBudget``
+(``within_budget``: the daemon's cycle) each read's deadline is cut to what is left of
+it too, and none is sent past it (``BudgetSpent``).
 A client is made by ``strict_api``, so the API version it asks as it is made is too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 import heapq
 import itertools
 import json
@@ -31,7 +35,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 from requests.exceptions import ReadTimeout
@@ -42,6 +46,7 @@ from swarmgpu.core.peertext import quoted
 REPEATED_FIX = "check the proxy in front of the engine (Docker names each key once)"
 # The most of one answer read (docker-py holds it whole to decode it): a 5,000-task list
 # is some 8 MiB, its decode several times that: past this no engine answer is usable.
+# The manager's config sets its own (engine.max_answer_mib; core.engineconfig).
 MAX_ANSWER_BYTES = 512 * 1024 * 1024
 # The longest one request takes, headers and body, in its client's timeouts: the
 # daemon's (30 s) then refuses a slow one within 60 s (its socket shut down then), inside
@@ -71,7 +76,8 @@ class AnswerTooLarge(ValueError):
             f"the engine's answer to {what} is over {limit // (1024 * 1024)} MiB, the most "
             "swarmgpu reads of one answer: it is not read; check the proxy in front of the "
             "engine (one that answers without end), or, where the swarm keeps this much, "
-            "lower its task history (docker swarm update --task-history-limit 2)")
+            "lower its task history (docker swarm update --task-history-limit 2) or "
+            "raise the manager's engine.max_answer_mib in its config")
         self.limit = limit
 
 
@@ -90,6 +96,62 @@ class AnswerTooSlow(ReadTimeout):
         self.deadline_s = deadline_s
 
 
+class CycleBudget:
+    """The time one daemon cycle may take, ``budget_s`` from its start, so that systemd's
+    watchdog ping after it comes in time (manager.cycle.budget): within it
+    (``within_budget``) each read of the engine gets the less of its own deadline and
+    what is left, and none is sent once it has passed. ``cut``: the first read refused
+    so (its method and path), else None."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.budget_s, self.start = budget_s, time.monotonic()
+        self.cut: str | None = None
+
+    def left(self) -> float:
+        return self.start + self.budget_s - time.monotonic()
+
+    def took_s(self) -> float:
+        return time.monotonic() - self.start
+
+    def passed(self) -> bool:
+        return self.cut is not None or self.left() <= 0
+
+    def spent(self, what: str) -> BudgetSpent:
+        """The refusal of the read ``what``, the first one noted as ``cut``."""
+        if self.cut is None:
+            self.cut = what
+        return BudgetSpent(what, self)
+
+
+class BudgetSpent(AnswerTooSlow):
+    """A read of the engine cut at its cycle's budget, or not sent past it: a timeout, as
+    ``AnswerTooSlow`` (each reader fails it so); the daemon ends the cycle there."""
+
+    def __init__(self, what: str, budget: CycleBudget) -> None:
+        ReadTimeout.__init__(
+            self, f"the engine's answer to {what} was not read: the cycle's engine budget "
+            f"of {budget.budget_s:g} s has passed ({budget.took_s():.1f} s taken); check "
+            "the engine (is `docker info` slow?) and the proxy in front of it")
+        self.deadline_s = budget.budget_s
+
+
+# The budget of the cycle this thread runs (a write's thread takes its cycle's along:
+# manager.engine.writes); None outside one, as for plan, status and audit.
+_BUDGET: contextvars.ContextVar[CycleBudget | None] = contextvars.ContextVar(
+    "swarmgpu_cycle_budget", default=None)
+
+
+@contextlib.contextmanager
+def within_budget(budget: CycleBudget) -> Iterator[CycleBudget]:
+    """Within: every request this thread (or one run in its context) sends is bounded by
+    ``budget`` too (``deadline_requests``)."""
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)
+
+
 class Repeated(dict[str, Any]):
     """A list's entry that names a key twice in one object, decoded as ``json`` would (the
     last one kept): ``why`` says which key and the fix. Its reader fails it alone."""
@@ -98,14 +160,14 @@ class Repeated(dict[str, Any]):
     id_twice = False  # its own ID named twice: it has none (``unkeyed`` says so)
 
 
-def strict_results(api: Any) -> None:
+def strict_results(api: Any, max_bytes: int | None = None) -> None:
     """Make ``api`` (docker-py's ``APIClient``) decode its JSON answers refusing an object
     that names a key twice (``RepeatedAnswer``), and read each answer not streamed to at
-    most ``MAX_ANSWER_BYTES`` (``AnswerTooLarge``) within its deadline
-    (``AnswerTooSlow``), each request, headers included, within that deadline too
-    (``deadline_requests``); its other answers as they were."""
+    most ``max_bytes`` (None: ``MAX_ANSWER_BYTES``; ``AnswerTooLarge``) within its
+    deadline (``AnswerTooSlow``), each request, headers included, within that deadline
+    too (``deadline_requests``); its other answers as they were."""
     deadline_requests(api)
-    api.hooks["response"].append(_bounded)
+    api.hooks["response"].append(functools.partial(_bounded, limit=max_bytes))
     plain = api._result
 
     def result(response: Any, json: bool = False, binary: bool = False) -> Any:
@@ -120,8 +182,9 @@ def strict_results(api: Any) -> None:
     api._result = result
 
 
-def strict_api(make: Callable[..., Any]) -> Any:
-    """docker-py's ``APIClient`` ``make(version=...)`` builds, with ``strict_results``,
+def strict_api(make: Callable[..., Any], max_bytes: int | None = None) -> Any:
+    """docker-py's ``APIClient`` ``make(version=...)`` builds, with ``strict_results``
+    (``max_bytes`` the most of one answer),
     its API version then asked of the engine as docker-py asks it (``version="auto"``).
     docker-py asks it in the client's constructor, before any hook: that answer was read
     whole, unbounded, and decoded loosely. Why it cannot be read is docker-py's
@@ -131,7 +194,7 @@ def strict_api(make: Callable[..., Any]) -> Any:
     from docker.utils import version_lt
 
     api = make(version=MINIMUM_DOCKER_API_VERSION)  # (a fixed one: nothing asked yet)
-    strict_results(api)
+    strict_results(api, max_bytes)
     try:
         version = api.version(api_version=False)["ApiVersion"]
         old = version_lt(version, MINIMUM_DOCKER_API_VERSION)  # (raises: no "1.43" text)
@@ -145,21 +208,23 @@ def strict_api(make: Callable[..., Any]) -> Any:
     return api
 
 
-def _bounded(response: Any, stream: bool | None = None, timeout: Any = None,
-             **_: Any) -> None:
+def _bounded(response: Any, stream: bool | None = None, timeout: Any = None, *,
+             limit: int | None = None, **_: Any) -> None:
     """requests' response hook: the body of ``response`` read as requests would read it
-    (``Response.content``, after the hooks) unless streamed, but only up to
-    ``MAX_ANSWER_BYTES`` (``AnswerTooLarge``) and within ``deadline_s(timeout)`` of its
-    request's start (``AnswerTooSlow``); past either the connection is closed (its rest
-    unread) and the error raised. The request's timer cuts a read blocked past the
-    deadline (``_Clock``); between chunks it is checked here too. A streamed answer
-    (events, logs) its reader bounds: its timer stops at its headers."""
+    (``Response.content``, after the hooks) unless streamed, but only up to ``limit``
+    bytes (None: ``MAX_ANSWER_BYTES``, read now; ``AnswerTooLarge``) and within
+    ``deadline_s(timeout)`` of its request's start (``AnswerTooSlow``); past either the
+    connection is closed (its rest unread) and the error raised. The request's timer
+    cuts a read blocked past the deadline (``_Clock``); between chunks it is checked here
+    too. A streamed answer (events, logs) its reader bounds: its timer stops at its
+    headers."""
     clock: _Clock | None = getattr(_NOW, "clock", None)
     if stream and clock is not None:
         clock.cancel()  # (its send refuses it if cut before: ``deadline_requests``)
     if stream or response._content is not False:  # (read already: a test's stand-in)
         return
-    limit, got, size = MAX_ANSWER_BYTES, [], 0
+    limit = MAX_ANSWER_BYTES if limit is None else limit
+    got, size = [], 0
     deadline_s = clock.deadline_s if clock is not None else answer_deadline_s(timeout)
     end = clock.end if clock is not None else time.monotonic() + deadline_s
     what = f"{response.request.method} {_path(response.url)}"
@@ -225,10 +290,12 @@ class _Timers:
 class _Clock:
     """One request's deadline, ``deadline_s`` from now (``end``): past it the socket of
     the connection it took (``conn``, set as the pool hands it over) is shut down, so a
-    read blocked on it returns at once, and ``fired`` is set. ``cancel`` stops it."""
+    read blocked on it returns at once, and ``fired`` is set. ``cancel`` stops it.
+    ``budget``: the cycle's, where what was left of it set the deadline."""
 
-    def __init__(self, deadline_s: float) -> None:
+    def __init__(self, deadline_s: float, budget: CycleBudget | None = None) -> None:
         self.deadline_s, self.end = deadline_s, time.monotonic() + deadline_s
+        self.budget = budget
         self.conn: Any = None
         self.fired = False
         self._lock = threading.Lock()
@@ -290,12 +357,13 @@ def deadline_requests(api: Any) -> None:
     plain = api.send
 
     def send(request: Any, **kwargs: Any) -> Any:
-        clock = _Clock(answer_deadline_s(kwargs.get("timeout")))
+        clock = _Clock(*_deadline(request, kwargs))
         outer, _NOW.clock = getattr(_NOW, "clock", None), clock
         try:
             response = plain(request, **kwargs)
         except Exception as exc:
-            if not clock.fired or isinstance(exc, AnswerTooSlow):
+            slow = isinstance(exc, AnswerTooSlow)  # (its body's: the budget's if it set it)
+            if (slow and clock.budget is None) or (not slow and not clock.fired):
                 raise
             _cut(clock, request, exc)
         finally:
@@ -309,11 +377,29 @@ def deadline_requests(api: Any) -> None:
     api.send = send
 
 
+def _deadline(request: Any, kwargs: dict[str, Any]) -> tuple[float, CycleBudget | None]:
+    """The deadline of ``request`` (sent with requests' ``kwargs``), and the budget when
+    what is left of it is the shorter (a read within one: writes are never cut midway,
+    the daemon's write gate stops them between two; a stream its reader bounds).
+    ``BudgetSpent`` where the budget has passed: not sent."""
+    deadline_s = answer_deadline_s(kwargs.get("timeout"))
+    budget = _BUDGET.get()
+    if budget is None or request.method != "GET" or kwargs.get("stream"):
+        return deadline_s, None
+    if budget.passed():
+        raise budget.spent(f"{request.method} {_path(request.url)}")
+    left = budget.left()
+    return (left, budget) if left < deadline_s else (deadline_s, None)
+
+
 def _cut(clock: _Clock, request: Any, exc: Exception | None) -> NoReturn:
     """Raise ``AnswerTooSlow`` for ``request``, its headers cut past ``clock``'s deadline
-    (``exc``: how its read ended), its connection closed."""
+    (``exc``: how its read ended), its connection closed; ``BudgetSpent`` where its
+    cycle's budget set that deadline."""
     if clock.conn is not None:
         clock.conn.close()  # (urllib3 closes it on an error too: never used again)
+    if clock.budget is not None:
+        raise clock.budget.spent(f"{request.method} {_path(request.url)}") from exc
     raise AnswerTooSlow(f"{request.method} {_path(request.url)}", clock.deadline_s,
                         None) from exc
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import docker
 import docker.errors
@@ -42,6 +42,9 @@ from swarmgpu.swarm.taskports import task_host_ports, task_network_drivers
 from swarmgpu.swarm.taskspec import task_rules
 from swarmgpu.swarm.taskstop import DEFAULT_GRACE_S, rejected_until, stop_grace_s, updated_at
 from swarmgpu.swarm.unkeyed import Unkeyed, inspected, keyed
+
+if TYPE_CHECKING:
+    from swarmgpu.core.config import Config
 
 
 class SwarmError(RuntimeError):
@@ -316,6 +319,12 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
     )
 
 
+def manager_client(cfg: Config) -> SwarmClient:
+    """The manager's client of its engine, as ``cfg`` names it (docker_host) and bounds
+    its answers (engine.max_answer_mib)."""
+    return SwarmClient(cfg.docker_host, max_answer_bytes=cfg.engine.max_answer_bytes)
+
+
 # An event stream with nothing for this long is reopened (``events``): the cache's
 # timer lists everything this often anyway (swarm.cache.RELIST_S).
 EVENT_IDLE_S = 600.0
@@ -324,17 +333,18 @@ EVENT_IDLE_S = 600.0
 class SwarmClient:
     """Thin typed wrapper over the docker SDK's low-level API."""
 
-    def __init__(self, base_url: str | None = None, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, base_url: str | None = None, *, timeout_s: float = 30.0,
+                 max_answer_bytes: int | None = None) -> None:
         self.endpoint = engine_endpoint(base_url)
         try:
-            # (a key twice in an answer, one past the bound or its deadline: refused,
-            # swarm.answerjson)
+            # (a key twice in an answer, one past the bound, ``max_answer_bytes``, or its
+            # deadline: refused, swarm.answerjson)
             if base_url:
                 self._api = strict_api(partial(docker.APIClient, base_url=base_url,
-                                               timeout=int(timeout_s)))
+                                               timeout=int(timeout_s)), max_answer_bytes)
             else:
                 self._api = strict_api(lambda **kw: docker.from_env(
-                    timeout=int(timeout_s), **kw).api)
+                    timeout=int(timeout_s), **kw).api, max_answer_bytes)
         except docker.errors.DockerException as exc:
             raise SwarmUnavailable(
                 f"cannot reach the Docker Engine at {self.endpoint}: {exc}"

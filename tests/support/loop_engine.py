@@ -25,6 +25,7 @@ from click.testing import CliRunner
 
 from support.serving import served
 from swarmgpu.cli import main
+from swarmgpu.swarm.client import SwarmClient, SwarmUnavailable
 
 VERSION = json.dumps({"ApiVersion": "1.43", "MinAPIVersion": "1.24",
                       "Version": "24.0.0"}).encode()
@@ -210,3 +211,14 @@ def refused_in_time(engine: LoopEngine, call: Callable[[], object],
     assert engine.sent_all.wait(5)  # (its connection closed: the rest unsent)
     assert engine.sent < sent_below, engine.sent
     return got.value
+
+
+def tasks_refused(answer: Answer, match: str, within_s: float, sent_below: int) -> None:
+    """The daemon's client (a 1 s timeout) reading the task list of an engine that
+    answers it ``answer`` is refused as ``refused_in_time`` says, naming the proxy as
+    the fix."""
+    with loop_engine({"/tasks": answer}) as engine:
+        sw = SwarmClient(f"tcp://127.0.0.1:{engine.server_port}", timeout_s=1)
+        got = refused_in_time(engine, sw.tasks, SwarmUnavailable, match, within_s,
+                              sent_below)
+    assert "proxy in front of the engine" in str(got)

@@ -13,6 +13,8 @@ The machinery:
 ``host``      CycleHost: what a step sees of the daemon (read-only)
 ``heap``      garbage collection between cycles, not in one
 ``term``      the leader's term: each write asks again whether this engine still leads
+``budget``    the cycle's engine budget: past it no read is sent, no write or step
+              starts, so the watchdog's ping comes in time
 ``schedule``  the daemon's repeating jobs (cycle, facts watch): one at a time, a late
               run run, a clock far ahead reached in one step
 ``daemon_metrics`` the daemon's own Prometheus metrics

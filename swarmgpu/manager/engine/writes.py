@@ -13,11 +13,13 @@ gates) share one round trip: label sync holds its writes (``HeldNodeWrites``) an
 placement ``chain``s each into its own write of the node.
 
 A stopping daemon's writes end between two of them (``stop``): those in flight finish,
-the items not started are left, counted.
+the items not started are left, counted; so do a cycle's past its engine budget
+(manager.cycle.budget).
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -48,7 +50,9 @@ def write_each(items: Sequence[T], write: Callable[[T], R],
                 raise
         return out
     with ThreadPoolExecutor(min(parallel, len(items)), thread_name_prefix="write") as pool:
-        futures = [pool.submit(write, x) for x in items]
+        # each in its cycle's context: its reads keep the cycle's engine budget
+        # (swarm.answerjson.within_budget); one copy each, as one runs in one thread
+        futures = [pool.submit(contextvars.copy_context().run, write, x) for x in items]
         try:
             return [f.result() for f in futures]
         except Stopped as exc:

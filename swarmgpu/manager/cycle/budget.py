@@ -1,0 +1,93 @@
+"""The daemon's cycle within one engine budget, so that systemd's watchdog ping after it
+comes in time.
+
+Each engine request ends within its own deadline (``swarm.answerjson``: 60 s for the
+daemon's 30 s client), but a cycle makes many: three reads each just under it took
+three minutes, past the 90 s of cycle the 120 s watchdog allows after the 30 s interval,
+and systemd restarted the daemon. So a cycle has one budget (``engine_budget_s``:
+WatchdogSec= less the interval, less ``BUDGET_SLACK_S`` for the writes in flight as it
+passes; without a watchdog, the one docs/systemd.md asks for). Within it each read's
+deadline is cut to what is left, and none is sent once it has passed
+(``answerjson.CycleBudget``); the write gate starts no write past it (``BudgetGate``,
+beside the stop request's: a write in flight is never cut). The cycle then ends there,
+acting on none of its reads, said in one line (``over_budget``); the next cycle reads
+afresh with a budget of its own.
+"""
+
+from __future__ import annotations
+
+from swarmgpu.manager.engine.stop import Stopped, StopRequest
+from swarmgpu.swarm.answerjson import CycleBudget
+
+# What the watchdog's allowance keeps back past the budget: the writes in flight as it
+# passes finish (at most 8, each one engine round trip, some 25 ms on a sound engine).
+BUDGET_SLACK_S = 15.0
+MIN_BUDGET_S = 10.0  # (a watchdog shorter than the interval: warned at start)
+
+
+def engine_budget_s(interval_s: float, watchdog_s: float | None) -> float:
+    """The most one cycle may take: the watchdog (``watchdog_s``, WatchdogSec=; None: the
+    2 x interval + 60 s docs/systemd.md asks for) less the interval before the cycle,
+    less ``BUDGET_SLACK_S``; ``MIN_BUDGET_S`` at least. 75 s for the unit's 120 s and
+    30 s."""
+    dog = watchdog_s if watchdog_s is not None else 2 * interval_s + 60
+    return max(dog - interval_s - BUDGET_SLACK_S, MIN_BUDGET_S)
+
+
+class OverBudget(Stopped):
+    """A write not made: its cycle's engine budget has passed. A ``Stopped``: every
+    reader that takes one object's fault for its own lets it through, so it ends the
+    step and the cycle (the writes in flight finish; ``write_each`` counts the rest)."""
+
+    def __init__(self, request: StopRequest) -> None:
+        super().__init__(request)
+        self.args = ("the cycle's engine budget has passed: no further write is made",)
+
+
+class BudgetGate:
+    """One cycle's ``budget`` as its write gate and its pipeline see it. ``at``: where
+    the budget ended the cycle other than in a read (``budget.cut`` says that one)."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.budget = CycleBudget(budget_s)
+        self.writes = StopRequest()  # (counts the writes left: ``write_each``)
+        self.at: str | None = None
+
+    def check(self) -> None:
+        """Before a write: ``OverBudget`` once the budget has passed (that write left)."""
+        if self.budget.passed():
+            self._end("before a write")
+            self.writes.leave(1)
+            raise OverBudget(self.writes)
+
+    def stops(self) -> bool:
+        """Before a step: whether the budget has passed (then no further step runs)."""
+        if self.budget.passed():
+            self._end("between two steps")
+            return True
+        return False
+
+    def ended(self) -> bool:
+        """Whether the budget refused anything: a read, a write or a step (a cycle done
+        past it, with nothing refused, is a cycle done)."""
+        return self.budget.cut is not None or self.at is not None
+
+    def _end(self, at: str) -> None:
+        if self.at is None:  # (the first: writes in parallel may each come here)
+            self.at = at
+
+
+def over_budget(gate: BudgetGate, interval_s: float, watchdog_s: float | None) -> str:
+    """The one line that says ``gate``'s cycle ended at its budget: what it was reading,
+    its time, the budget's making and the fix."""
+    budget = gate.budget
+    doing = f"reading {budget.cut}" if budget.cut is not None else gate.at or "-"
+    dog = (f"WatchdogSec= {watchdog_s:g} s" if watchdog_s is not None else
+           f"the {2 * interval_s + 60:g} s WatchdogSec= docs/systemd.md asks for")
+    left = f" ({gate.writes.left} write(s) not made)" if gate.writes.left else ""
+    return (f"cycle ended at its engine budget, {budget.took_s():.1f} s in, while "
+            f"{doing}: a cycle may take {budget.budget_s:g} s ({dog}, less "
+            f"sync.interval_s {interval_s:g} s and {BUDGET_SLACK_S:g} s) so that the "
+            f"watchdog's ping comes in time; no step acted on this cycle's reads and no "
+            f"write was made past it{left}; the next cycle reads afresh; check the engine "
+            "and any proxy in front of it (is `docker info` slow there?)")

@@ -1,0 +1,149 @@
+"""The daemon's cycle has one engine budget (manager.cycle.budget): each request ends
+within its own deadline (twice the client's timeout), but a cycle of several slow ones
+outlasted the 90 s the watchdog allows a cycle, and systemd restarted the daemon. Past
+the budget the cycle ends: the read in flight is cut (each read's deadline is what is
+left of the budget), no write starts, no step acts on the cycle's reads, one line says
+what it was reading, the time and the fix, and the next cycle runs as before. Real
+docker-py reads of an engine on loopback trickling its answers
+(tests/support/loop_engine.py), the deadlines and the budget cut short for the test."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.empty_swarm import EmptySwarm
+from support.loglines import log_lines
+
+from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
+from swarmgpu.manager import daemon as daemon_module
+from swarmgpu.manager.cycle.budget import engine_budget_s
+from swarmgpu.manager.cycle.session import CycleSession
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.swarm import answerjson
+from swarmgpu.swarm.client import SwarmClient, SwarmError
+from tests.support.loop_engine import Trickled, loop_engine
+
+BUDGET_S = 1.8
+# (35 bytes at 20 ms: 0.7 s, under the 1 s deadline set below; three: 2.1 s, past 1.8 s)
+SLOW = Trickled(b"[" + b" " * 33 + b"]", 0.02)
+SLOW_INFO = Trickled(b"{" + b" " * 33 + b"}", 0.02)
+SLACK_S = 0.7  # (a loaded machine's lag at the cut)
+
+
+@pytest.fixture
+def errors() -> Iterator[list[str]]:
+    yield from log_lines("ERROR")
+
+
+class SlowEngine(EmptySwarm):
+    """The leader's engine, its nodes, services and tasks read by swarmgpu's own client
+    at ``url``; its writes recorded (when each was let through the daemon's gate)."""
+
+    def __init__(self, url: str) -> None:
+        self.client = SwarmClient(url, timeout_s=1)
+        self.written: list[float] = []
+
+    def nodes(self) -> Any:
+        return self.client.nodes()
+
+    def services(self) -> Any:
+        return self.client.services()
+
+    def tasks(self, filters: Any = None, *, states: Any = None, read: Any = None) -> Any:
+        return self.client.tasks(filters)
+
+    def write(self) -> None:
+        self.before_write()  # (the write gate's ask: actuator.Writes)
+        self.written.append(time.monotonic())
+
+
+class ReadWrite:
+    """A step that reads ``docker info`` and writes after each read, three times; a read that
+    fails is its own loss (as the daemon's readers take one), the write goes on."""
+
+    name = "read-write"
+    requires: frozenset[Any] = frozenset()
+    provides: frozenset[Any] = frozenset()
+
+    def __init__(self, swarm: SlowEngine) -> None:
+        self.swarm = swarm
+
+    def run(self, session: CycleSession) -> None:
+        for _ in range(3):
+            with contextlib.suppress(SwarmError):
+                self.swarm.client.info()
+            self.swarm.write()
+
+    def stand_by(self) -> None:
+        return None
+
+
+def budgeted(monkeypatch: pytest.MonkeyPatch, tmp: Path, swarm: SlowEngine) -> Daemon:
+    monkeypatch.setattr(answerjson, "ANSWER_DEADLINE_TIMEOUTS", 1.0)  # (1 s a request)
+    monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: BUDGET_S,
+                        raising=False)
+    cfg = Config(state_dir=str(tmp), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
+                 http=HttpConfig(listen="127.0.0.1:0"))
+    return Daemon(cfg, swarm=swarm)  # type: ignore[arg-type]
+
+
+def test_a_steps_slow_reads_end_the_cycle_at_its_budget_no_write_after_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, errors: list[str]) -> None:
+    with loop_engine({"/nodes": b"[]", "/services": b"[]", "/tasks": b"[]",
+                      "/info": SLOW_INFO}) as engine:
+        swarm = SlowEngine(f"tcp://127.0.0.1:{engine.server_port}")
+        d = budgeted(monkeypatch, tmp_path, swarm)
+        d.use([ReadWrite(swarm)])
+        start = time.monotonic()
+        report = d.cycle()
+        took = time.monotonic() - start
+        assert report.aborted and took < BUDGET_S + SLACK_S, took
+        assert len(swarm.written) == 2, swarm.written  # (the third read cut, its write not)
+        assert all(at - start < BUDGET_S for at in swarm.written)
+        (said,) = errors
+        assert "cycle ended at its engine budget" in said and "reading GET /info" in said
+        assert "1 write(s) not made" in said and "docker info" in said, said
+        engine.answers["/info"] = b"{}"  # (the engine sound again)
+        swarm.written.clear()
+        report = d.cycle()
+        assert not report.aborted and len(swarm.written) == 3
+        assert len(errors) == 1, errors
+
+
+def test_three_slow_snapshot_reads_end_the_cycle_at_its_budget_the_next_reads_afresh(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, errors: list[str]) -> None:
+    answers = {"/nodes": SLOW, "/services": SLOW, "/tasks": SLOW}
+    with loop_engine(dict(answers)) as engine:
+        d = budgeted(monkeypatch, tmp_path, SlowEngine(f"tcp://127.0.0.1:{engine.server_port}"))
+        start = time.monotonic()
+        assert d.cycle().aborted
+        assert time.monotonic() - start < BUDGET_S + SLACK_S
+        (said,) = errors
+        assert "while reading GET /tasks" in said, said  # (nodes, services read: 1.4 s)
+        assert d.last_report is None  # (nothing acted on)
+        engine.answers.update(dict.fromkeys(answers, b"[]"))
+        assert not d.cycle().aborted and len(errors) == 1, errors
+        assert d.last_report is not None
+
+
+def test_a_request_in_time_for_its_own_deadline_outside_a_cycle_keeps_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (plan, status, audit: no budget; only the cycle's requests are cut to one)
+    monkeypatch.setattr(answerjson, "ANSWER_DEADLINE_TIMEOUTS", 1.0)
+    with loop_engine({"/tasks": SLOW}) as engine:
+        client = SwarmClient(f"tcp://127.0.0.1:{engine.server_port}", timeout_s=1)
+        for _ in range(3):
+            assert client.tasks() == []
+
+
+def test_the_budget_leaves_the_watchdogs_ping_in_time() -> None:
+    assert engine_budget_s(30, 120) == 75  # (the unit's WatchdogSec=120s)
+    assert engine_budget_s(30, None) == 75  # (none: the 2 x interval + 60 s asked for)
+    assert engine_budget_s(60, 180) == 105
+    assert engine_budget_s(30, 40) == 10  # (too short a watchdog: warned at start)
