@@ -5,6 +5,7 @@ preemptor, as the daemon's hold does (``recorded.recorded_nominations``)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from support.forged import R_UUIDS, RecordingSwarm, snapshot, sw_node, sw_svc
 from support.placement import FACTS
@@ -45,7 +46,7 @@ def _cluster() -> RecordingSwarm:
     return RecordingSwarm(nodes, [batch, high, low], tasks)
 
 
-def _seen(plan: PlacementPlan) -> dict[str, object]:
+def _seen(plan: PlacementPlan) -> dict[str, Any]:
     return {"spared": plan.stopping_spared, "held": plan.stopping_held, **{
         sp.name: (sp.status, sp.reason, [set(p.uuids) for p in sp.placements])
         for sp in plan.services}}
@@ -64,8 +65,9 @@ def test_plan_spares_a_stopping_victims_gpus_its_preemptors_hold_names_as_the_da
                               preemptible_below=100)
     assert [v.service for v in p.victims] == ["batch"] and len(p.held) == 2, p
     (batch,) = p.victims
-    assert close_gates(Writes(sw, dry_run=False, who="preemption", prefix=P), sw, P, p,
-                       [batch], 1000.0, [])  # type: ignore[arg-type]
+    client: Any = sw  # (a RecordingSwarm answers as the client does)
+    gate = Writes(client, dry_run=False, who="preemption", prefix=P)
+    assert close_gates(gate, client, P, p, [batch], 1000.0, [])
     st = preempted_state(sw.service("id-batch").labels, P)
     assert st is not None and st.held is not None and set(st.held) == set(p.held), st
     line = "NVIDIA_VISIBLE_DEVICES=" + ",".join(R_UUIDS)
@@ -76,7 +78,7 @@ def test_plan_spares_a_stopping_victims_gpus_its_preemptors_hold_names_as_the_da
     hold = Nomination("high", 100, "n-4090", p.held, victims=("id-batch",),
                       service_id="id-high")
     daemon = _seen(make_plan(snap, Config(), nominated=[hold]))
-    assert daemon["high"][0] == "placed" and daemon["low"][0] == "pending", daemon  # type: ignore[index]
+    assert daemon["high"][0] == "placed" and daemon["low"][0] == "pending", daemon
     assert _seen(make_plan(snap, Config())) == daemon
 
 
