@@ -1,22 +1,27 @@
-"""A victim's record names the GPUs of it its preemptor's hold names
+"""`plan` (``preemption.plan_as_daemon``) reads the holds its victims' records imply as the
+daemon holds them: a victim's record names the GPUs of it its preemptor's hold names
 (``victimstop.victim_record``), and `plan` spares only those of its stopping task for the
-preemptor, as the daemon's hold does (``recorded.recorded_nominations``)."""
+preemptor (``recorded.recorded_nominations``); its preview of preemption lets such a
+preemptor settle, as the daemon does."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
-from support.forged import R_UUIDS, RecordingSwarm, snapshot, sw_node, sw_svc
+from support.forged import DGX_F, R_UUIDS, RecordingSwarm, snapshot, sw_node, sw_svc
 from support.placement import FACTS
 
 from swarmgpu.core.config import Config
 from swarmgpu.manager.cycle.placement import make_plan
+from swarmgpu.manager.cycle.preemption import Preempter, plan_as_daemon
 from swarmgpu.manager.cycle.victimstop import close_gates
 from swarmgpu.manager.engine.actuator import Writes
+from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import (
     Holding,
     PlacementPlan,
+    Status,
     assign_key,
     gate_key,
     plan_placement,
@@ -24,7 +29,7 @@ from swarmgpu.manager.placement import (
 from swarmgpu.manager.placement.nominated import Nomination
 from swarmgpu.manager.placement.preempt import choose_preemptions
 from swarmgpu.manager.placement.preempted import Preempted, preempted_state
-from swarmgpu.swarm.client import SwarmTask
+from swarmgpu.swarm.client import SwarmService, SwarmTask
 
 P = "swarmgpu."
 
@@ -92,3 +97,62 @@ def test_a_record_too_long_with_its_gpus_is_kept_without_them() -> None:
     assert st == replace(made, held=None)
     short = replace(made, held=R_UUIDS[:2])
     assert preempted_state({f"{P}state.preempted": short.to_json()}, P) == short
+
+
+def _reserving(s: SwarmService, cpu_milli: int) -> SwarmService:
+    tt = dict(s.spec["TaskTemplate"])
+    tt["Resources"] = {"Reservations": {"NanoCPUs": cpu_milli * 1_000_000}}
+    return replace(s, spec={**s.spec, "TaskTemplate": tt})
+
+
+def _job_stopping(record: bool) -> Snapshot:
+    """high (priority 100: 2 GPUs, 32 CPUs) stopped job (``record``: its record says so)
+    on gpu-node-1, whose task still stops there on 2 GPUs reserving 40 of its 64 CPUs:
+    high waits for the CPU. keep (not preemptible) holds the DGX's other 6 GPUs, old
+    (priority 0) all of gpu-node-2."""
+    d = tuple(g.uuid for g in DGX_F.gpus)
+    ho, hk = Holding("old", "n-4090", R_UUIDS, (1000,) * 8), Holding("keep", "n-dgx", d[2:],
+                                                                       (1000,) * 6)
+    nodes = [sw_node("n-mgr", "manager", role="manager"),
+             sw_node("n-dgx", "gpu-node-1", {assign_key(P, "keep"): hk.label_value(),
+                                             gate_key(P, "keep"): "true"}),
+             sw_node("n-4090", "gpu-node-2", {assign_key(P, "old"): ho.label_value(),
+                                              gate_key(P, "old"): "true"})]
+    made = Preempted("high", 100, 995.0, "n-dgx", "id-high", d[:2]).to_json()
+    job = sw_svc("job", {f"{P}gpus": "2", **({f"{P}state.preempted": made} if record else {})},
+                 mode={"ReplicatedJob": {}})
+    old, keep = sw_svc("old", {f"{P}gpus": "8"}), sw_svc("keep", {
+        f"{P}gpus": "6", f"{P}preemptible": "false"})
+    high = _reserving(sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100"}), 32000)
+    stop = SwarmTask("t-job", job.id, "n-dgx", 1, "running", "shutdown",
+                     ("NVIDIA_VISIBLE_DEVICES=" + ",".join(d[:2]),), cpu_milli=40000)
+    tasks = [SwarmTask("t-old", old.id, "n-4090", 1, "running", "running", ()),
+             SwarmTask("t-keep", keep.id, "n-dgx", 1, "running", "running", ()),
+             SwarmTask("t-high", high.id, "", 1, "pending", "running", ())]
+    return replace(snapshot(nodes, [job, old, keep, high], tasks), stopping=[stop],
+                   taken_at=1000.0)
+
+
+def _would(plan: PlacementPlan) -> list[str]:
+    return [w for sp in plan.services for w in sp.warnings if w.startswith("would preempt")]
+
+
+def test_plan_previews_no_preemption_for_a_preemptor_the_daemon_lets_settle() -> None:
+    """high waits for the CPU its job victim's stopping task holds; the daemon's hold for
+    it is live, so it settles and preempts no more. `plan` now takes the hold its
+    victim's record implies as the daemon's and previews none either. Before: its
+    placement read that hold, but its preview of preemption did not, and said "would
+    preempt old" for high. Without the record (a hold no one knows of), both would."""
+    snap = _job_stopping(record=True)
+    d = tuple(g.uuid for g in DGX_F.gpus)
+    daemon = Preempter(Config(), clock=lambda: 50.0)
+    daemon.nominated.by["high"] = (Nomination("high", 100, "n-dgx", d[:2], victims=("id-job",),
+                                              service_id="id-high"), 45.0, 45.0)
+    facts = facts_by_node(snap)
+    plan = make_plan(snap, Config(), nominated=daemon.nominated.current())
+    assert {sp.name: sp.status for sp in plan.services}["high"] == Status.PENDING
+    assert daemon.decide(snap, plan, facts, None, 1000.0) == []
+    assert _would(plan_as_daemon(snap, Config())) == []
+    assert _would(plan_as_daemon(_job_stopping(record=False), Config())) == [
+        "would preempt old (priority 0) on gpu-node-2 for high (priority 100) "
+        "(preemption.dry_run)"]
