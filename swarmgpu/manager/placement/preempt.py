@@ -301,7 +301,6 @@ def choose_preemptions(
     made = {p.service: p for p in first}
     order = sorted(order, key=lambda sr: sr[0].name not in made)  # (stable: served order)
     out: list[Preemption] = []
-    # a settling preemptor's CPU on its hold's node: taken for those of its priority or lower
     waiting = HeldRoom.of(rd.held, settling, {sp.name for sp in pending}, req, rd.room)
     for s, r in order:
         if not isinstance(r, GpuRequest) or r.is_fraction or r.mig_profile:
@@ -311,7 +310,7 @@ def choose_preemptions(
         if s.name in settling or s.name in rd.gone or s.name in held_at_max \
                 or s.name in moving or s.mode != "replicated" or not s.replicas:
             continue
-        waiting.count(rd.room, by_name, r.priority)
+        waiting.count(rd.room, by_name, r.priority)  # held preemptors' CPU (its priority and up)
         mark = (set(rd.taken), set(rd.gone), dict(rd.q_gone), dict(rd.q_given))
         room = dict(rd.room.left) if rd.room is not None else None  # its CPU counted too
         try:
