@@ -142,17 +142,24 @@ def make_plan(snap: Snapshot, cfg: Config,
         planner = new_planner(cfg, swarm, snap.services, tenants)
     facts = facts_by_node(snap, fallback)
     if nominated is None:
-        leaving = [*snap.stopping, *snap.rejected]
-        left = left_out_victims(swarm, snap.services, leaving, snap.services_left_out)
-        nominated = recorded_nominations([*snap.services, *left], leaving,
-                                         facts, cfg.sync.prefix, snap.taken_at,
-                                         cfg.preemption.settle_s,
-                                         stops_waited(snap.stopping, snap.nodes),
-                                         snap.services_left_out)
+        nominated = one_shot_nominations(snap, cfg, facts, swarm)
     return planner.plan(snap.nodes, snap.services, snap.tasks, facts,
                         moving=moving(snap.services, snap.swarm_labels, cfg.sync.prefix),
                         nominated=nominated, agents=snap.agent_nodes(planner.agent_service),
                         stopping=snap.stopping, rejected=snap.rejected, unkeyed=snap.unkeyed)
+
+
+def one_shot_nominations(snap: Snapshot, cfg: Config, facts: Mapping[str, NodeFacts],
+                         swarm: Any = None) -> list[Nomination]:
+    """The holds a one-shot reads from its victims' records (``recorded_nominations``;
+    ``swarm`` read for a victim the list left out: ``left_out_victims``): its plan's, and
+    its preview of preemption's (``preemption.plan_as_daemon``)."""
+    leaving = [*snap.stopping, *snap.rejected]
+    left = left_out_victims(swarm, snap.services, leaving, snap.services_left_out)
+    return recorded_nominations([*snap.services, *left], leaving, facts, cfg.sync.prefix,
+                                snap.taken_at, cfg.preemption.settle_s,
+                                stops_waited(snap.stopping, snap.nodes),
+                                snap.services_left_out)
 
 
 WORKLOAD_STORE_EVERY_S = 60.0  # one swarm write a minute at most while the model learns

@@ -73,7 +73,7 @@ from loguru import logger
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
-from swarmgpu.manager.cycle.placement import make_plan, new_planner
+from swarmgpu.manager.cycle.placement import make_plan, new_planner, one_shot_nominations
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
 from swarmgpu.manager.cycle.preempt_notes import (
     UnknownVictims,
@@ -94,6 +94,7 @@ from swarmgpu.manager.placement import (
     ServicePlan,
 )
 from swarmgpu.manager.placement.nominated import (
+    Nomination,
     holds_with_stopping,
     live_nominations,
     stopping_shares,
@@ -414,12 +415,20 @@ class Preempter:
     def preview(self, snap: Snapshot, plan: PlacementPlan, facts: Mapping[str, NodeFacts],
                 refused: Callable[[SwarmService], AbstractSet[str]] | None = None,
                 now: float | None = None, ports: PortTakers | None = None,
-                mono: float | None = None) -> list[Preemption]:
+                mono: float | None = None, recorded: Sequence[Nomination] = (),
+                ) -> list[Preemption]:
         """What ``cycle`` decides on ``plan``, acting on nothing (`plan`, `status`): each
         preemptor's plan notes it as the daemon's does in dry-run, or outside dry-run what
         this step would do (or that a budget stops it). A fresh Preempter decides as a new
         leader's first cycle: cooldowns and the hour as Swarm keeps them; a preemptor's
-        settle time lives in the daemon's memory only."""
+        settle time lives in the daemon's memory only, but for the holds its victims'
+        records imply (``recorded``: ``recorded_nominations``, those ``plan`` was made
+        with), taken as its own: their preemptors settle. Before, one pending for the
+        CPU its job victim's stopping task holds chose new victims in `plan`, where the
+        daemon, its hold live, waits."""
+        mono = self.clock() if mono is None else mono
+        for n in recorded:  # (one per preemptor, as the daemon keeps them)
+            self.nominated.by.setdefault(n.service, (n, mono, mono))
         now = time.time() if now is None else now
         dry = self.cfg.preemption.dry_run or self.cfg.dry_run
         raised: dict[str, Exception] = {}  # isolated as ``cycle`` does: the rest shown
@@ -644,8 +653,10 @@ def plan_as_daemon(snap: Snapshot, cfg: Config, swarm: Any = None,
     once (``FROM_CONFIG``: read here, once for both)."""
     tenants = Tenants.given(cfg, tenants)
     planner = new_planner(cfg, swarm, snap.services, tenants)
-    plan = make_plan(snap, cfg, planner=planner, swarm=swarm)
+    facts = facts_by_node(snap)
+    held = one_shot_nominations(snap, cfg, facts, swarm)  # (both read them, as the daemon's)
+    plan = make_plan(snap, cfg, planner=planner, swarm=swarm, nominated=held)
     if cfg.placement.enabled:
-        Preempter(cfg, tenants=tenants).preview(snap, plan, facts_by_node(snap),
-                                                planner.refused_nodes, ports=planner.port_takers)
+        Preempter(cfg, tenants=tenants).preview(snap, plan, facts, planner.refused_nodes,
+                                                ports=planner.port_takers, recorded=held)
     return plan

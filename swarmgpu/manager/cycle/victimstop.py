@@ -6,6 +6,9 @@ the stop is half made, counted, and judged from Swarm next cycle.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
 from loguru import logger
 
 from swarmgpu.manager.cycle.victimspec import renewed, unwritten, victim_spec
@@ -45,7 +48,9 @@ def close_gates(gate: Writes, swarm: SwarmClient, prefix: str, p: Preemption,
                     p.hostname, names(victims), p.service)
         return False
     made = Preempted(p.service, p.priority, now, p.node_id, p.service_id)  # (the record)
-    record = made.to_json()
+    # each victim's names the GPUs of it the hold names: a one-shot spares only those
+    records = {v.service: victim_record(made, p, ledger[v.service][p.node_id].uuids)
+               for v in victims}
     why = Why("preempt", f"room for {p.service} (priority {p.priority}) on {p.hostname}")
     # Through the actuator's gate, as every write; preemption's own dry-run checks
     # ran before this (``cycle``), the gate's refuses whatever slipped past them.
@@ -56,7 +61,8 @@ def close_gates(gate: Writes, swarm: SwarmClient, prefix: str, p: Preemption,
         for v in victims:  # a task of it waiting for a node: replaced by the write
             renew.append(renewed(swarm, v.service_id))
         for v, r in zip(victims, renew, strict=True):
-            gate.service_spec(v.service_id, victim_spec(prefix, p.node_id, record, r), why)
+            gate.service_spec(v.service_id, victim_spec(prefix, p.node_id, records[v.service],
+                                                        r), why)
     except (SwarmError, UnreadSpec) as exc:
         return unwritten(log, v.service, names(victims), p.service, exc)
     drop = {k for v in victims for k in (assign_key(prefix, v.service),
@@ -79,6 +85,17 @@ def close_gates(gate: Writes, swarm: SwarmClient, prefix: str, p: Preemption,
             "{} on {}: its gate is closed, Swarm stops its task; it is placed again "
             "when capacity frees", made.reason(), p.hostname)
     return True
+
+
+def victim_record(made: Preempted, p: Preemption, uuids: Sequence[str]) -> str:
+    """A victim's ``<p>state.preempted`` record: ``made``, with those of its GPUs
+    (``uuids``, its holding on the node) that ``p``'s hold names (``Preemption.held``; none
+    held: all, as ``Nominations.nominate`` holds them). The daemon's hold spares only
+    those of its stopping task for the preemptor (``StoppingGpus.holds``); a one-shot
+    read all of them so (``recorded_nominations``): its plan gave the preemptor GPUs, or
+    kept others waiting for them, where the daemon's did not."""
+    held = set(p.held) if p.held else set(uuids)
+    return replace(made, held=tuple(u for u in uuids if u in held)).to_json()
 
 
 def names(victims: list[Candidate]) -> str:

@@ -36,7 +36,7 @@ The package, by responsibility; each module imports only modules listed before i
 ``hostports``; ``memsize``, ``reasons``, ``cpunodes``, ``cluster``, ``replicas``, ``filters``,
 ``quiet``, ``memo``; ``queues``;
 ``cycle``, ``jobs``, ``preemptroom``, ``preempted``, ``victimsearch``, ``preemptview``,
-``victimmoves``, ``preempt``,
+``heldroom``, ``victimmoves``, ``preempt``,
 ``heldchoice``, ``nominated``, ``recorded``, ``existing``, ``reads``, ``learning``;
 ``packing``, ``gating``,
 ``converge``, ``devicemap``;

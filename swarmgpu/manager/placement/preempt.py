@@ -67,7 +67,9 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   request, of a set it can use) only for tasks Swarm is stopping there, or of any of them
   together, is waited for until their hold ends (``keys.stop_overdue``: past it, stuck,
   no room again): Swarm starts it there in seconds, a victim stopped elsewhere went for
-  nothing; what it waits for is counted taken in the round (``_wait``). Nor does it
+  nothing; what it waits for is counted taken in the round (``_wait``), and so is
+  the CPU and memory a settling preemptor still pending takes on its hold's node, for
+  those of its priority or lower (``heldroom``: Kubernetes' nominated pods). Nor does it
   preempt on a node where the CPU and memory its tasks reserve would not be left once the
   victims' tasks go (``preemptroom.Room``: Swarm's ResourceFilter's count, the round's
   earlier preemptors and moves counted; a service of no GPU there, never a victim nor a
@@ -94,6 +96,7 @@ from dataclasses import dataclass, field, replace
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import NodeSpec, NodeState
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.placement.heldroom import HeldRoom
 from swarmgpu.manager.placement.jobs import done_idle
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.memo import ServeKey
@@ -298,6 +301,7 @@ def choose_preemptions(
     made = {p.service: p for p in first}
     order = sorted(order, key=lambda sr: sr[0].name not in made)  # (stable: served order)
     out: list[Preemption] = []
+    waiting = HeldRoom.of(rd.held, settling, {sp.name for sp in pending}, req, rd.room)
     for s, r in order:
         if not isinstance(r, GpuRequest) or r.is_fraction or r.mig_profile:
             continue
@@ -306,6 +310,7 @@ def choose_preemptions(
         if s.name in settling or s.name in rd.gone or s.name in held_at_max \
                 or s.name in moving or s.mode != "replicated" or not s.replicas:
             continue
+        waiting.count(rd.room, by_name, r.priority)  # held preemptors' CPU (its priority and up)
         mark = (set(rd.taken), set(rd.gone), dict(rd.q_gone), dict(rd.q_given))
         room = dict(rd.room.left) if rd.room is not None else None  # its CPU counted too
         try:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from swarmgpu.swarm.client import SwarmService
 
-PREEMPTED_STATE = "state.preempted"  # service label: JSON {by, priority, at, node, by_id}
+PREEMPTED_STATE = "state.preempted"  # service label: JSON {by, priority, at, node, by_id, held}
 MAX_STATE_CHARS = 1024  # a longer label is not swarmgpu's: not read
 
 
@@ -27,14 +27,27 @@ class Preempted:
     # ``by``'s service id ("": a record from before it was written): a service listed by
     # that name with another id was created under it since (``recorded_nominations``)
     by_id: str = ""
+    # the GPUs of this victim on ``node_id`` its preemptor's hold names (``Preemption.held``;
+    # None: a record from before it was written, read as all of them): a one-shot spares
+    # those of its stopping task for the preemptor, as the daemon's hold does
+    # (``recorded_nominations``)
+    held: tuple[str, ...] | None = None
 
     def reason(self) -> str:
         return f"preempted by {self.by} (priority {self.priority})"
 
     def to_json(self) -> str:
-        d = {"by": self.by, "priority": self.priority, "at": round(self.at, 3),
-             "node": self.node_id}
-        return json.dumps({**d, "by_id": self.by_id} if self.by_id else d, sort_keys=True)
+        d: dict[str, object] = {"by": self.by, "priority": self.priority,
+                                "at": round(self.at, 3), "node": self.node_id}
+        if self.by_id:
+            d["by_id"] = self.by_id
+        text = json.dumps(d, sort_keys=True)
+        if self.held is None:
+            return text
+        full = json.dumps({**d, "held": list(self.held)}, sort_keys=True)
+        # (past the limit the whole record went unread: its reason and cooldown lost;
+        # without ``held`` a one-shot spares all its GPUs, as before)
+        return full if len(full) <= MAX_STATE_CHARS else text
 
 
 def preempted_state(labels: Mapping[str, str], prefix: str) -> Preempted | None:
@@ -44,11 +57,20 @@ def preempted_state(labels: Mapping[str, str], prefix: str) -> Preempted | None:
     try:
         d = json.loads(text)
         st = Preempted(str(d["by"])[:200], int(d["priority"]), float(d["at"]),
-                       str(d.get("node", ""))[:64], str(d.get("by_id") or "")[:64])
+                       str(d.get("node", ""))[:64], str(d.get("by_id") or "")[:64],
+                       _held(d.get("held")))
     except (ValueError, KeyError, TypeError, OverflowError):
         return None
     # JSON reads Infinity, NaN and 1e999 too: no preemption happened at such a time
     return st if math.isfinite(st.at) else None
+
+
+def _held(got: object) -> tuple[str, ...] | None:
+    """A record's ``held``: a list of GPU UUIDs, else None (absent, or not swarmgpu's:
+    all of its task's GPUs, as a record from before it was written)."""
+    if not isinstance(got, list) or not all(isinstance(u, str) for u in got):
+        return None
+    return tuple(u[:64] for u in got)
 
 
 def preempted_mark(s: SwarmService, prefix: str, waits: bool, placed: bool,

@@ -25,7 +25,9 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
     before ``now`` (epoch s; for a task among ``waited``, ``stops_waited``, the daemon's
     hold waits for its stop: ``settles_from``), held for that preemptor.
     Read from the task's own device line only (a one-shot knows no ledger entry the
-    preemption removed). Without them
+    preemption removed), those the record's ``held`` names (the hold's; before, all of
+    the task's were spared for the preemptor, where the daemon held the rest from all
+    until the task stopped). Without them
     such GPUs read as held for the stopping task: the preemptor waits (its plan said
     so) and the preview of preemption chose new victims for it, which the daemon, its
     nomination held, does not. ``left_out``: the service list left one out
@@ -47,6 +49,8 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
                 >= settle_s):
             continue
         uuids = {u for u, _m in task_device_uses(t, prefix, facts.get(t.node_id))}
+        if st.held is not None:  # those the daemon's hold names: the rest held from all
+            uuids &= set(st.held)
         if uuids:
             key = (st.by, st.priority, t.node_id, st.by_id)
             got.setdefault(key, set()).update(uuids)

@@ -1,0 +1,75 @@
+"""A settling preemptor's CPU is counted on the node its hold names for the requests of
+its priority or lower (``placement.heldroom``), as Kubernetes counts a nominated pod.
+Before, a lower request short of CPU there only for the preemptor's job victim, still
+stopping, waited for that CPU, which the preemptor then took: it preempted a grace
+period late. Pure: the real planner and ``choose_preemptions`` over a forged snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from support.forged import DGX_F, R4090_F, sw_node, sw_svc
+
+from swarmgpu.manager.placement import Holding, Planner, assign_key, gate_key
+from swarmgpu.manager.placement.nominated import Nomination, holds_with_stopping
+from swarmgpu.manager.placement.preempt import choose_preemptions
+from swarmgpu.manager.placement.records import Status
+from swarmgpu.swarm.client import SwarmService, SwarmTask
+
+P = "swarmgpu."
+D = tuple(g.uuid for g in DGX_F.gpus)
+R = tuple(g.uuid for g in R4090_F.gpus)
+FACTS = {"n-a": DGX_F, "n-b": R4090_F}
+
+
+def _reserving(s: SwarmService, cpu_milli: int) -> SwarmService:
+    tt = dict(s.spec["TaskTemplate"])
+    tt["Resources"] = {"Reservations": {"NanoCPUs": cpu_milli * 1_000_000}}
+    return replace(s, spec={**s.spec, "TaskTemplate": tt})
+
+
+def _decide(low_priority: int, low_cpu: int) -> list[str]:
+    """high (priority 100, 2 GPUs, 32 CPUs) preempted job on n-a (64 CPUs), whose task
+    still stops there reserving 40; its hold names 2 DGX GPUs, it waits for the CPU.
+    old (priority 0) holds all of n-b. low asks 1 GPU and ``low_cpu`` CPU milli."""
+    h = Holding("old", "n-b", R, (1000,) * 8)
+    nodes = [sw_node("n-a", "gpu-node-1"),
+             sw_node("n-b", "gpu-node-2", {assign_key(P, "old"): h.label_value(),
+                                           gate_key(P, "old"): "true"})]
+    job = sw_svc("job", {f"{P}gpus": "2"}, mode={"ReplicatedJob": {}})
+    old = sw_svc("old", {f"{P}gpus": "8"})
+    high = _reserving(sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100"}), 32000)
+    low = _reserving(sw_svc("low", {f"{P}gpus": "1", f"{P}priority": str(low_priority)}),
+                     low_cpu)
+    services = [job, old, high, low]
+    stop = SwarmTask("t-job", job.id, "n-a", 1, "running", "shutdown", (), cpu_milli=40000)
+    tasks = [SwarmTask("t-old", old.id, "n-b", 1, "running", "running", ()),
+             SwarmTask("t-high", high.id, "", 1, "pending", "running", ()),
+             SwarmTask("t-low", low.id, "", 1, "pending", "running", ())]
+    nom = Nomination("high", 100, "n-a", D[:2], victims=(job.id,), service_id=high.id)
+    plan = Planner(prefix=P).plan(nodes, services, tasks, FACTS, stopping=[stop],
+                                  nominated=[nom])
+    by = {sp.name: sp.status for sp in plan.services}
+    assert by["high"] == by["low"] == Status.PENDING, by
+    return [p.describe() for p in choose_preemptions(
+        plan, nodes, services, tasks, FACTS, prefix=P, preemptible_below=100,
+        settling={"high"}, stopping=[stop],
+        held=holds_with_stopping([nom], plan))]
+
+
+def test_a_lower_request_does_not_wait_for_cpu_its_settling_preemptor_takes() -> None:
+    """low (priority 50, 40 CPUs) fits n-a once job's task stops, but not beside high's
+    32: it preempts old on n-b now. Before: it waited for job's stop, and preempted old
+    only once high had taken the CPU."""
+    assert _decide(50, 40000) == [
+        "preempt old (priority 0) on gpu-node-2 for low (priority 50)"]
+
+
+@pytest.mark.parametrize(("priority", "cpu"), [
+    (50, 30000),  # fits beside high's 32 once job's task stops: it waits for that
+    (200, 40000),  # above high: placed before it, the CPU its own
+])
+def test_a_request_the_settling_preemptors_cpu_leaves_room_for_waits(priority: int,
+                                                                    cpu: int) -> None:
+    assert _decide(priority, cpu) == []
