@@ -57,19 +57,19 @@ def check_agent_answers(view: NodeView) -> Check | None:
                      "certificate", details,
                      f"{found}; answered for another node: {_names(wrong, cell)}", shown)
     if silent or untold:
-        def said(show: Callable[[str], str]) -> str:
+        def summary(show: Callable[[str], str]) -> str:
             parts = [f"no answer from GPU node(s): {_names(silent, show)}"] if silent else []
             if untold:
                 parts.append("answered but refused, no host name to tell the node by: "
                              f"{_names(untold, show)}")
             return f"{found}; {'; '.join(parts)}"
 
-        return Check(CID, Status.WARN, said(_whole),
+        return Check(CID, Status.WARN, summary(_whole),
                      "the daemon cannot read those nodes' GPUs: their labels are kept as "
                      "they are and no new GPU of them is given out",
                      "see each node's line below for what answered and its fix; "
                      "swarmgpu audit says the same from the daemon's config",
-                     details, said(cell), shown)
+                     details, summary(cell), shown)
     return Check(CID, Status.OK, found, details=details, text_details=shown)
 
 
