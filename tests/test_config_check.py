@@ -378,3 +378,20 @@ def test_config_check_warns_of_a_tenant_whose_globs_take_the_agents_service(
     cfg.write_text(body + "agents: {service: ''}\n")
     res = CliRunner().invoke(main, ["config", "check", str(cfg)])
     assert res.exit_code == 0 and "warning" not in res.output, res.output
+
+
+def test_the_agents_service_warning_names_the_tenant_that_takes_it_first() -> None:
+    """team-a and team-b both match swarmgpu_agent; the daemon takes it for team-a's,
+    the first in file order (``claimed_by``). Before, team-b's warning said the daemon
+    would take it for team-b's; now it names team-a as the taker, and says that team-b
+    would take it once team-a no longer does."""
+    from swarmgpu.core.tenants import TenantSpec, agents_service_takers, claimed_by
+
+    specs = [TenantSpec("team-a", stacks=("*",)), TenantSpec("team-b", services=("*_agent",)),
+             TenantSpec("default")]
+    a, b = agents_service_takers(specs, "swarmgpu_agent")
+    taker = claimed_by(specs, "swarmgpu_agent", "swarmgpu")
+    assert taker is not None and taker.name == "team-a"
+    assert "for tenant team-a's" in a, a
+    assert "for tenant team-b's" not in b and "tenant team-a, before it in the file, " \
+        "takes it first (this one would once team-a's globs no longer match)" in b, b

@@ -99,3 +99,41 @@ def test_the_cli_makes_each_nodes_answer_from_the_daemons_read(
     assert got["n-a"] == AgentAnswer(RTX4090.facts().hostname, len(RTX4090.facts().gpus))
     assert got["n-b"] == AgentAnswer(cause="facts of another host", fix="x", wrong=True)
     assert got["n-c"] == AgentAnswer(cause="agent identity unusable: no CA")
+
+
+UNNAMED = sw_node("n-u", "", {})  # Swarm reports no hostname; no GPU label yet
+
+
+def test_an_answer_refused_for_a_node_of_no_hostname_is_a_warning_not_none_expected(
+        ) -> None:
+    """identity none, and Swarm names no host of n-u: its agent answered, and the daemon
+    refuses the answer (nothing tells whose facts they are), so the node's GPUs are never
+    given out. Before, the doctor said "no answer (no sign of a GPU node: none
+    expected)" and passed: the daemon never labels such a node, so no label ever showed
+    it is one."""
+    untold = AgentAnswer(cause="node of no hostname, no certificate",
+                         fix="give node n-u a hostname", untold=True)
+    c, code = _answers({"n-a": AgentAnswer("gpu-a", 8), "n-u": untold},
+                       nodes=(GPU_A, UNNAMED))
+    assert c["status"] == Status.WARN and code == 0, c
+    assert "answered but refused, no host name to tell the node by: n-u (no hostname)" \
+        in c["found"], c
+    assert "n-u (no hostname): answered, refused: node of no hostname, no certificate; " \
+        "fix: give node n-u a hostname" in c["details"], c
+
+
+def test_the_cli_marks_an_answer_refused_for_a_node_of_no_hostname(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from swarmgpu.cli.node import agent_answers
+    from swarmgpu.core.config import Config
+    from swarmgpu.manager.nodes import sync
+
+    def fetched(_client: object, _cfg: object, nodes: list[object]) -> dict[str, FactsResult]:
+        return {"n-u": FactsResult("n-u", "", "u", None, "agent at u answered for Swarm "
+                                   "node n-u, which reports no hostname", 0.0, True,
+                                   "node of no hostname, no certificate", "x")}
+
+    monkeypatch.setattr(sync, "fetch_agents", fetched)
+    got = agent_answers(None, Config(), [UNNAMED])
+    assert got["n-u"] == AgentAnswer(cause="node of no hostname, no certificate", fix="x",
+                                     untold=True)

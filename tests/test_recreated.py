@@ -7,6 +7,7 @@ bite, the GPUs being the new service's own holding."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 from support.forged import FACTS, R_UUIDS, snapshot, sw_node, sw_svc
@@ -391,8 +392,9 @@ def test_a_recreated_service_repinned_onto_the_stopping_tasks_gpu_keeps_its_entr
     mover's: the device map first, then the ledger) takes it onto the half of GPU-x the
     stopping task leaves. Before, the entry, no longer the GPUs web was placed on and
     naming the stopping task's, was read as the removed one's again: disowned while the
-    repin was in flight, web placed afresh once more. web's own device map names it: the
-    daemon placed web afresh there itself, so the map is its own word."""
+    repin was in flight, web placed afresh once more. web's own device map names it, and
+    the daemon's record of the repin (``moving``) says the map is the move's: without
+    one, the map is its owner's word alone (a service label), and the entry disowned."""
     rec, node = Recreated(), "n-dgx"
     web = replace(_web("id-new", created_at=NEW_AT),
                   labels={f"{P}gpus": "1", f"{P}gpu-fraction": "0.5"})
@@ -400,11 +402,12 @@ def test_a_recreated_service_repinned_onto_the_stopping_tasks_gpu_keeps_its_entr
                   constraints=(gate_constraint(P, "web"),))
     last, stopping_on = {"id-old": "web"}, lambda _t: {"GPU-x"}
 
-    def entries(uuid: str, mapped: str) -> frozenset[tuple[str, str]]:
+    def entries(uuid: str, mapped: str, on: Recreated = rec,
+                moving: frozenset[str] = frozenset({"web"})) -> frozenset[tuple[str, str]]:
         ledger = {"web": {node: Holding("web", node, (uuid,), (500,))}}
         s = replace(web, labels={**web.labels, devices_key(P, node): mapped}) if mapped \
             else web
-        return rec.entries([s], [t], ledger, last, [], P, stopping_on)
+        return on.entries([s], [t], ledger, last, [], P, stopping_on, moving=moving)
 
     assert entries("GPU-x", "") == {("web", node)}  # the removed one's: disowned
     placed = ServicePlan("web", "id-new", None, "", "placed", "placed", placements=(
@@ -412,4 +415,33 @@ def test_a_recreated_service_repinned_onto_the_stopping_tasks_gpu_keeps_its_entr
     rec.placed_elsewhere(frozenset(), [placed])
     assert not entries("GPU-y", "GPU-y")  # placed afresh on GPU-y: its own
     assert not entries("GPU-y", "GPU-x")  # repin step 1: its device map on GPU-x
+    unmoved = entries("GPU-x", "GPU-x", copy.deepcopy(rec), frozenset())
+    assert unmoved == {("web", node)}  # no move recorded: the owner's map, disowned
     assert not entries("GPU-x", "GPU-x")  # step 2: the ledger too
+
+
+def test_a_device_map_naming_the_removed_ones_gpus_does_not_keep_its_entry() -> None:
+    """web recreated while its old task stops, placed afresh on the old node off the old
+    GPU, the node's write failed (the ledger still has the removed one's entry). Its
+    device map names the old GPU: a copy of the removed one's spec whose own write failed
+    too, or one its owner wrote since (a service label: any stack may write it). Before,
+    a map naming the entry's GPU made it the one web was placed on afresh: kept, its gate
+    opened on the GPU the old container still ran on. The daemon's map is told from the
+    owner's by the daemon's own move record (a repin in flight), which neither has."""
+    for spec_landed in (False, True):
+        planner = Planner(prefix=P)
+        nodes, p, new, t_new, stopping = _recreated_while_old_stops(planner)
+        only = [n for n in nodes if n.id in ("n-mgr", p.node_id)]  # (placed on the old node)
+        old_map = {devices_key(P, p.node_id): ",".join(p.uuids)}
+        new = replace(new, labels={**new.labels, **old_map})  # (a copied spec)
+        sp = _one(_plan(planner, only, [new], [t_new], stopping))
+        assert sp.placements and not set(sp.placements[0].uuids) & set(p.uuids), sp
+        if spec_landed:  # its map written, then its owner's map over it
+            new = written(new, sp)
+            new = replace(new, labels={**new.labels, **old_map})
+        for _ in range(2):
+            plan = _plan(planner, only, [new], [t_new], stopping)
+            sp = _one(plan)
+            assert sp.placements and not set(sp.placements[0].uuids) & set(p.uuids), (
+                spec_landed, sp)
+            assert {(p.node_id, u) for u in p.uuids} <= plan.stopping_held.keys()

@@ -453,12 +453,12 @@ def agent_answers(client: Any, cfg: Config, nodes: list[Any]) -> dict[str, Any]:
     """node id -> its agent's answer (``AgentAnswer``), each read as the daemon reads it
     (``sync.fetch_agents``: its identity, deadline and checks)."""
     from swarmgpu.agent.doctor import AgentAnswer
-    from swarmgpu.manager.nodes.agent_client import WRONG_NODE
+    from swarmgpu.manager.nodes.agent_client import UNTOLD_NODE, WRONG_NODE
     from swarmgpu.manager.nodes.sync import fetch_agents
 
     return {nid: AgentAnswer(r.facts.hostname, len(r.facts.gpus)) if r.facts is not None
             else AgentAnswer(cause=r.cause or peer_text(r.error or "", 160), fix=r.fix,
-                             wrong=r.cause in WRONG_NODE)
+                             wrong=r.cause in WRONG_NODE, untold=r.cause == UNTOLD_NODE)
             for nid, r in fetch_agents(client, cfg, nodes).items()}
 
 

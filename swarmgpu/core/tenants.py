@@ -230,10 +230,12 @@ def agents_service_takers(specs: Sequence[TenantSpec], name: str) -> list[str]:
     service (``name``: ``agents.service``; "": none) as a stack deploys it: its services
     globs the name, its stacks globs a stack it may be deployed from (``<stack>_<service>``:
     each part before an underscore; a service of no stack no stacks glob matches). The
-    daemon takes such a service for the tenant's: its tasks would mark no node as a GPU
-    node (``swarm.agentservice.tenant_agent``), which only Swarm could show before."""
+    daemon takes such a service for the first such tenant's (``claimed_by``): its tasks
+    would mark no node as a GPU node (``swarm.agentservice.tenant_agent``), which only
+    Swarm could show before. A later one is said too, as the one that takes it next."""
     stacks = [name[:i] for i, c in enumerate(name) if c == "_" and 0 < i < len(name) - 1]
-    out = []
+    out: list[str] = []
+    first = ""  # the first that matches: the daemon's taker
     for t in specs:
         if t.name == DEFAULT_TENANT or not name:
             continue
@@ -247,11 +249,16 @@ def agents_service_takers(specs: Sequence[TenantSpec], name: str) -> list[str]:
             g, st = by_stack
             why.append(f"its stacks glob {quoted(g)} matches {quoted(st)}, the stack that "
                        f"name is deployed from (service {quoted(name[len(st) + 1:])})")
+        # (file order decides: a later tenant takes it only once the earlier ones do not)
+        takes = (f"the daemon would take the agents' service for tenant {t.name}'s, and "
+                 "its tasks would mark no node as a GPU node") if not first else (
+            f"tenant {first}, before it in the file, takes it first (this one would once "
+            f"{first}'s globs no longer match)")
+        first = first or t.name
         out.append(f"tenants.{t.name}: matches agents.service {quoted(name)} "
-                   f"({'; '.join(why)}): the daemon would take the agents' service for "
-                   f"tenant {t.name}'s, and its tasks would mark no node as a GPU node; "
-                   f"fix: narrow tenants.{t.name}'s globs so that they do not match it, or set "
-                   'agents.service: "" where no stack runs the agents (docs/systemd.md)')
+                   f"({'; '.join(why)}): {takes}; fix: narrow tenants.{t.name}'s globs so "
+                   'that they do not match it, or set agents.service: "" where no stack runs '
+                   "the agents (docs/systemd.md)")
     return out
 
 

@@ -20,13 +20,16 @@ CID = "agents.answers"
 
 def check_agent_answers(view: NodeView) -> Check | None:
     """Each node of ``view.swarm`` and what its agent answered, one detail line each:
-    FAIL where one answered for another node, WARN where a GPU node's did not answer;
-    None when the agents were not asked (no manager's lists, or none to read)."""
+    FAIL where one answered for another node, WARN where a GPU node's did not answer or
+    one's answer cannot be told for its node (``AgentAnswer.untold``: whatever its labels,
+    as the daemon never labels such a node); None when the agents were not asked (no
+    manager's lists, or none to read)."""
     read = view.swarm
     if read is None or read.agents is None or not read.nodes:
         return None
     wrong: list[SwarmNode] = []
     silent: list[SwarmNode] = []
+    untold: list[SwarmNode] = []
     said: list[tuple[SwarmNode, AgentAnswer, bool]] = []
     for n in sorted(read.nodes, key=lambda n: (n.hostname, n.id)):
         a = read.agents.get(n.id) or AgentAnswer(cause="not asked")
@@ -34,6 +37,8 @@ def check_agent_answers(view: NodeView) -> Check | None:
         said.append((n, a, gpu))
         if a.wrong:
             wrong.append(n)
+        elif a.untold:
+            untold.append(n)
         elif a.host is None and gpu:
             silent.append(n)
     answered = sum(1 for a in read.agents.values() if a.host is not None)
@@ -51,15 +56,20 @@ def check_agent_answers(view: NodeView) -> Check | None:
                      "reports), and the agent must run with that node's --hostname and "
                      "certificate", details,
                      f"{found}; answered for another node: {_names(wrong, cell)}", shown)
-    if silent:
-        return Check(CID, Status.WARN, f"{found}; no answer from GPU node(s): "
-                     f"{_names(silent)}",
+    if silent or untold:
+        def summary(show: Callable[[str], str]) -> str:
+            parts = [f"no answer from GPU node(s): {_names(silent, show)}"] if silent else []
+            if untold:
+                parts.append("answered but refused, no host name to tell the node by: "
+                             f"{_names(untold, show)}")
+            return f"{found}; {'; '.join(parts)}"
+
+        return Check(CID, Status.WARN, summary(_whole),
                      "the daemon cannot read those nodes' GPUs: their labels are kept as "
                      "they are and no new GPU of them is given out",
                      "see each node's line below for what answered and its fix; "
                      "swarmgpu audit says the same from the daemon's config",
-                     details, f"{found}; no answer from GPU node(s): "
-                     f"{_names(silent, cell)}", shown)
+                     details, summary(cell), shown)
     return Check(CID, Status.OK, found, details=details, text_details=shown)
 
 
@@ -68,6 +78,8 @@ def _whole(text: str) -> str:
 
 
 def _name(n: SwarmNode, show: Callable[[str], str] = _whole) -> str:
+    if not n.hostname:  # (Swarm reports none: the ID alone names it)
+        return f"{show(n.id)} (no hostname)"
     return f"{show(n.hostname)} ({show(n.id)})"  # (the whole ID, as `docker node ls`)
 
 
@@ -78,6 +90,6 @@ def _names(nodes: list[SwarmNode], show: Callable[[str], str] = _whole) -> str:
 def _said(a: AgentAnswer, gpu: bool, show: Callable[[str], str] = _whole) -> str:
     if a.host is not None:
         return f"answered for {show(a.host)}, {a.gpus} GPU(s)"
-    head = "answered for another node" if a.wrong else (
-        "no answer" if gpu else "no answer (no sign of a GPU node: none expected)")
+    head = "answered for another node" if a.wrong else "answered, refused" if a.untold \
+        else "no answer" if gpu else "no answer (no sign of a GPU node: none expected)"
     return f"{head}: {a.cause or 'no cause given'}" + (f"; fix: {a.fix}" if a.fix else "")

@@ -160,13 +160,16 @@ class AgentAnswer:
     """What a node's agent answered a read as the daemon's (``agent_client.fetch_facts``,
     handed over by the CLI: the agent does not import the manager): the host its facts
     name and their GPUs, or what answered instead and the fix; ``wrong``: an answer of
-    another node (its certificate or its facts' host), which the daemon refuses."""
+    another node (its certificate or its facts' host), which the daemon refuses;
+    ``untold``: an answer for a node Swarm names no host of, without a node certificate
+    (agents.identity none), which the daemon refuses too: nothing tells whose it is."""
 
     host: str | None = None
     gpus: int = 0
     cause: str = ""
     fix: str = ""
     wrong: bool = False
+    untold: bool = False
 
 
 @dataclass(frozen=True)

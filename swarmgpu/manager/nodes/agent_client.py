@@ -60,6 +60,7 @@ _CAUSE_NO_HOST = "facts of no host"
 _CAUSE_UNNAMED_NODE = "node of no hostname, no certificate"
 _CAUSE_OTHER_HOST = "facts of another host"
 WRONG_NODE = frozenset({_CAUSE_CERT, _CAUSE_OTHER_HOST, _CAUSE_NO_HOST})
+UNTOLD_NODE = _CAUSE_UNNAMED_NODE  # an answer the doctor says was refused, not absent
 _FIX_UNAUTHORISED = (
     "give the daemon the agents' token (agents.token_file) or serve the agents with their "
     "node certificates (agents.identity: swarm-pki)")

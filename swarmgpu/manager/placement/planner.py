@@ -296,7 +296,7 @@ class Planner:
         self._back_off(read.parsed, tv.failed, now)
         live = live_nominations(nominated, {s.name: s.id for s in services}, bool(unkeyed.services))
         leaving = self._leaving(plan, stopping, services, seen.ledger, tasks, facts,
-                                rejected, live, now, bool(unkeyed.services))
+                                rejected, live, now, bool(unkeyed.services), moving)
         # First commit every valid existing holding, so new placements never reuse GPUs.
         self.cluster.set_usage_of(_with_stopping(tv.use, stopping), tv.on_nodes,
                                   self._memo.tasks.tasks_on if self.change_driven else None)
@@ -379,18 +379,18 @@ class Planner:
                  ledger: Mapping[str, Mapping[str, Holding]], tasks: Sequence[SwarmTask],
                  facts: Mapping[str, NodeFacts], rejected: Sequence[SwarmTask],
                  live: Sequence[Nomination], now: float, left_out: bool = False,
-                 ) -> list[Nomination]:
+                 moving: AbstractSet[str] = frozenset()) -> list[Nomination]:
         """This cycle's holds for the tasks Swarm is stopping (``StoppingGpus.holds``;
         ``rejected``: those whose container may run at ``now``), with what they hold,
         spare and wait for set on ``plan`` (and the cycle's: ``_cycle``). Read before the
         holdings are committed: the ledger entries a removed service left to one
         recreated under its name are not kept (``placement.recreated``), by the names
-        the last cycle's holds learned (``left_out``: ``Recreated.entries``)."""
+        the last cycle's holds learned (``left_out``, ``moving``: ``Recreated.entries``)."""
         st = self._stopping
         rejected = [t for t in rejected if rejected_running(t, now)]
         recreated = self._kept.disowned = self._recreated.entries(
             services, [*stopping, *rejected], ledger, st.names, tasks, self.prefix,
-            lambda t: st.learned(t, facts), left_out)
+            lambda t: st.learned(t, facts), left_out, moving)
         plan.disowned = recreated  # (preemption and the rebalancer read without them)
         leaving = st.holds(stopping, services, ledger, tasks, facts, rejected, live, now,
                            recreated)

@@ -27,7 +27,8 @@ task has stopped), and the entry is read as the stopping task's GPUs
 
 An entry the recreated service was placed on since is its own: the daemon's own
 (``Recreated``: disowned for it an earlier cycle; moved on its node since, the GPUs its
-device map names); else where the stopping
+device map names while the daemon's record of that move lasts: its owner may write the
+map too, and a copied spec carries the removed one's); else where the stopping
 task's GPUs are known (learned while it ran, or its own device line) the entry is the
 removed one's only if it names one of them; else only while no task of the live
 service is assigned to that node.
@@ -79,7 +80,7 @@ def recreated_entries(services: Sequence[SwarmService], leaving: Sequence[SwarmT
                       learned: Callable[[SwarmTask], AbstractSet[str] | None],
                       afresh: Mapping[tuple[str, str], str] | None = None,
                       placed: Mapping[tuple[str, str], frozenset[str]] | None = None,
-                      ) -> Entries:
+                      moving: AbstractSet[str] = frozenset()) -> Entries:
     """The ledger entries of live services that are a removed one's of the same name,
     whose task (among ``leaving``: stopping, or rejected and running) still runs on the
     entry's node. ``last``: service id -> name as the last cycle had them; ``tasks``: the
@@ -87,7 +88,9 @@ def recreated_entries(services: Sequence[SwarmService], leaving: Sequence[SwarmT
     ``afresh``: (name, node id) -> the live service id an earlier cycle disowned the
     entry for (``Recreated``): placed afresh since, the entry is its own; ``placed``: of
     those, the GPUs it was placed on there: an entry naming others is not that placement
-    (its node's write failed: the removed one's entry still), so not its own for that."""
+    (its node's write failed: the removed one's entry still), so not its own for that;
+    ``moving``: the services with a move in flight by the daemon's records
+    (``rebalance.record.moving``), whose device map there is the move's (``_afresh``)."""
     afresh, placed = afresh or {}, placed or {}
     live = {s.id for s in services}
     gone = [t for t in leaving if t.service_id not in live and t.node_id]
@@ -101,7 +104,7 @@ def recreated_entries(services: Sequence[SwarmService], leaving: Sequence[SwarmT
         s = by_name.get(name)
         h = ledger.get(name, {}).get(t.node_id) if s is not None else None
         if s is None or h is None or not _older(t, s) \
-                or _afresh(afresh, placed, (name, t.node_id), s, h, prefix) \
+                or _afresh(afresh, placed, (name, t.node_id), s, h, prefix, moving) \
                 or (t.service_id not in last and _mapped(s, h, prefix)):
             continue
         uses = learned(t)
@@ -134,7 +137,7 @@ class Recreated:
                 ledger: Mapping[str, Mapping[str, Holding]], last: Mapping[str, str],
                 tasks: Sequence[SwarmTask], prefix: str,
                 learned: Callable[[SwarmTask], AbstractSet[str] | None],
-                left_out: bool = False) -> Entries:
+                left_out: bool = False, moving: AbstractSet[str] = frozenset()) -> Entries:
         """This cycle's ``recreated_entries``, those of earlier cycles' kept while they
         may matter: their service lives, and the ledger had their entry or a removed
         one's task stopped on their node within ``UNLISTED_CYCLES`` cycles (the memory
@@ -144,9 +147,10 @@ class Recreated:
         An entry briefly gone (its rewrite between its removal and its set) is kept
         while the task stops there. ``left_out``: the service list left one out
         (``swarm.unkeyed``): a service not listed may be that one, its memory kept (forgotten,
-        its entry was disowned again once it was listed: placed afresh once more)."""
+        its entry was disowned again once it was listed: placed afresh once more).
+        ``moving``: as ``recreated_entries``."""
         got = recreated_entries(services, leaving, ledger, last, tasks, prefix, learned,
-                                self.afresh, self.placed)
+                                self.afresh, self.placed, moving)
         ids = {s.name: s.id for s in services}
         live = set(ids.values())  # (a memory per live service only: a removed one's goes)
         there = {(removed_name(t, last, prefix), t.node_id) for t in leaving
@@ -181,17 +185,20 @@ class Recreated:
 
 def _afresh(afresh: Mapping[tuple[str, str], str],
             placed: Mapping[tuple[str, str], frozenset[str]], key: tuple[str, str],
-            s: SwarmService, h: Holding, prefix: str) -> bool:
+            s: SwarmService, h: Holding, prefix: str, moving: AbstractSet[str]) -> bool:
     """Entry ``h`` (``key``) is the one live service ``s`` was placed on afresh: an
     earlier cycle disowned it for ``s``, and its GPUs are those it was placed on there
-    (where known), or those its device map names: placed afresh, its map there is the
-    daemon's, so other GPUs in both are a same-node move's since (a repin writes the map,
-    then the ledger), not the removed one's entry (a node write that failed leaves the
-    ledger on GPUs the map does not name)."""
+    (where known), or, while the daemon's record of a move of ``s`` lasts (``moving``),
+    those its device map names: other GPUs in both are that move's (a repin writes the
+    map, then the ledger), not the removed one's entry (a node write that failed leaves
+    the ledger on GPUs the map does not name)."""
     if afresh.get(key) != s.id:
         return False
     got = placed.get(key)
-    return got is None or got == frozenset(h.uuids) or _mapped(s, h, prefix)
+    # Without a move the map is no word of the daemon's: a service label its owner may
+    # write, or a copied spec's, naming the removed one's GPUs (its task still on them).
+    return got is None or got == frozenset(h.uuids) or (
+        s.name in moving and _mapped(s, h, prefix))
 
 
 def _mapped(s: SwarmService, h: Holding, prefix: str) -> bool:
