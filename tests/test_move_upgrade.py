@@ -2,7 +2,9 @@
 before the move record on the swarm object) with a make-before-break move in flight:
 the new daemon finds a move label with no record, reports it and removes it, and the
 surge (replicas + 1, MaxReplicas 1) goes with it when swarmgpu's own ledger holds what
-the label names. Before, only the label went: the service ran one replica more for good.
+the label names and Swarm's PreviousSpec shows the update that made that surge. Before,
+only the label went: the service ran one replica more for good. A label in that format is
+anyone's text: one added later undoes nothing Swarm does not show it brought.
 Pure, over the recording Swarm stand-in (tests/support/forged.py): victim moves from
 gpu-node-1 to gpu-node-2."""
 
