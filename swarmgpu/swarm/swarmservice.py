@@ -51,6 +51,10 @@ class SwarmService:
     # Why a part of its spec cannot be read ("": read whole): the fields and their fix
     # (``read_service``); placement fails it alone and writes nothing for it
     unread: str = ""
+    # PreviousSpec: the spec before its last update, as Swarm keeps it (None: never
+    # updated, or not an object). Swarm's word on what that update changed, which a label
+    # the update carried cannot forge (``findings.surge_shown``).
+    previous_spec: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
 
 
 # Spec.Mode's keys as the stack file and the CLI write them (--mode replicated-job).
@@ -123,4 +127,5 @@ def read_service(raw: Any) -> SwarmService:
         created_at=str(raw.get("CreatedAt") or ""),
         endpoint_ports=endpoint_ports(raw),
         unread="; ".join(why),
+        previous_spec=prev if isinstance(prev := raw.get("PreviousSpec"), Mapping) else None,
     )

@@ -135,8 +135,10 @@ class RecordingSwarm:
         if new is None or new == s.spec:
             return False
         self._write("service", service_id)
+        # (Swarm keeps the spec an update replaced as PreviousSpec)
         self._services[service_id] = service_from_api(
-            {"ID": s.id, "Spec": new, "Version": {"Index": s.version + 1}})
+            {"ID": s.id, "Spec": new, "Version": {"Index": s.version + 1},
+             "PreviousSpec": s.spec})
         return True
 
     def update_swarm_labels(self, compute: Callable[[Mapping[str, str]],

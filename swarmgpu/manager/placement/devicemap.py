@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.generic import int_or0
 from swarmgpu.manager.placement.keys import (
@@ -82,15 +83,12 @@ def write_devices_and_gates(
     stale = bool(labels_set) and waiting.reads_map_of(
         _nodes_of([*labels_set, *labels_remove], prefix)
     )
-    if labels_set and (stale or not running_on or changed_for_running):
-        force = True
-        gen = s.force_update + 1
-        decision = _decision(s, held, running_on, changed_for_running, cyc)
-        if running_on:
-            warnings = (
-                "its running replicas restart once (rolling) so that every task "
-                "carries the new device map",
-            )
+    foreign = _foreign_lists(s, held, running_on, cyc)  # its warning, or None
+    if foreign or (labels_set and (stale or not running_on or changed_for_running)):
+        force, gen = True, s.force_update + 1
+        decision = _decision(s, held, running_on, changed_for_running, cyc, bool(foreign))
+        warnings = (RESTART_SAID,) if running_on else ()
+        warnings += (foreign,) if foreign else ()
     if gen and s.labels.get(gen_key) != str(gen):
         labels_set[gen_key] = str(gen)
     gate_ready = not labels_set and not force and waiting.all_newer(gen)
@@ -123,6 +121,32 @@ def write_devices_and_gates(
     )
 
 
+def _foreign_lists(s: SwarmService, held: Mapping[str, Holding],
+                   running_on: Mapping[str, int], cyc: Cycle) -> str | None:
+    """What to say of the service's device-list labels for a node it holds and runs on
+    that name a GPU outside its holding there (None: none does). The list is its owner's
+    text (``--label-add``, a stack file), the holding the ledger's (node labels, the
+    daemon's alone): a task Swarm made from such a list runs on those GPUs, and writing
+    the list back leaves it there, so its tasks are replaced."""
+    keys: list[str] = []
+    for nid, h in held.items():
+        if not running_on.get(nid):
+            continue
+        key, own = devices_key(cyc.prefix, nid), set(h.uuids)
+        keys += [k for k, v in s.labels.items()
+                 if (k == key or k.startswith(key + "."))
+                 and not {u for u in v.split(",") if u} <= own]
+    if not keys:
+        return None
+    named = ", ".join(f"{peer_text(k)}={peer_text(s.labels[k])}" for k in sorted(keys))
+    return (f"service {s.name}'s label(s) {named} name GPU(s) outside its holding there "
+            "(the ledger): a task made from them runs on GPUs it was not given; its "
+            "lists are written back from the ledger and its tasks replaced (ForceUpdate); "
+            f"leave {cyc.prefix}devices.* labels to swarmgpu")
+
+
+RESTART_SAID = ("its running replicas restart once (rolling) so that every task carries "
+                "the new device map")
 # What a record's note starts with: one that is not a value swarmgpu wrote (hand-edited)
 UNTRUSTED_RECORD = "record not trusted:"
 UINT64_MAX = 2**64 - 1  # Docker's UpdateConfig.Parallelism is a uint64
@@ -264,15 +288,20 @@ def _decision(
     running_on: Mapping[str, int],
     changed: bool,
     cyc: Cycle,
+    foreign: bool = False,
 ) -> tuple[str, str]:
     """Why the ForceUpdate that gives every task the new device map is written: the
     placement of tasks made before their map, or, where a task runs on GPUs that change
-    under it, a re-placement (an evacuation when a GPU it held has failed)."""
+    under it, a re-placement (an evacuation when a GPU it held has failed); ``foreign``:
+    a running task may carry a list naming GPUs it does not hold (``_foreign_lists``)."""
     if not running_on:
         return (
             "place",
             "placement of its new task(s): made before their device map, replaced before any runs",
         )
+    if foreign and not changed:
+        return ("place", "its running task(s) may carry a device list naming GPUs it does "
+                         "not hold: replaced with the ledger's")
     if not changed:
         return (
             "place",

@@ -19,6 +19,7 @@ from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.rebalance.moves import Outcome
 from swarmgpu.manager.rebalance.outcomes import Outcomes
 from swarmgpu.manager.rebalance.record import (
+    MoveState,
     earlier_surge,
     end_surge,
     record_key,
@@ -26,7 +27,7 @@ from swarmgpu.manager.rebalance.record import (
     spec_labels,
 )
 from swarmgpu.manager.rebalance.verdict import Verdict
-from swarmgpu.swarm.client import SwarmClient, SwarmService
+from swarmgpu.swarm.client import SwarmClient, SwarmService, service_from_api
 
 
 def report(v: Verdict, said: SaidOnce[str], outcomes: Outcomes, prefix: str, *,
@@ -66,13 +67,33 @@ def report(v: Verdict, said: SaidOnce[str], outcomes: Outcomes, prefix: str, *,
     said.end()
 
 
+def surge_shown(s: SwarmService, st: MoveState, key: str) -> bool:
+    """Whether Swarm's PreviousSpec of ``s`` shows that its last update brought the move
+    label ``key`` with the surge ``st`` names: before it, no such label, ``st.replicas``
+    replicas and MaxReplicas ``st.max_replicas`` (0: unset), as the earlier release's
+    one write of both left it. ``end_surge`` then gives back only what that update
+    changed, whoever made it. The label is the owner's text, the previous spec Swarm's:
+    on the label's word alone the daemon scaled a service down by one and wrote its
+    MaxReplicas over one the owner or an operator set."""
+    if s.previous_spec is None:
+        return False
+    was = service_from_api({"ID": s.id, "Spec": s.previous_spec})
+    return (not was.unread and was.mode == "replicated" and key not in was.labels
+            and (was.replicas or 0) == st.replicas
+            and (was.max_replicas_per_node or 0) == st.max_replicas)
+
+
 def repair(writes: Writes, swarm: SwarmClient, prefix: str, s: SwarmService) -> None:
     """Remove a move label the daemon did not write from its own service's spec
     (swarmgpu's key; nothing else of the spec changes, no task restarts), with the
-    surge of a move an earlier release started, as its end would (``earlier_surge``)."""
+    surge of a move an earlier release started, as its end would (``earlier_surge``),
+    where Swarm's previous spec shows that surge (``surge_shown``)."""
     key = prefix + MOVE_STATE
     seen = s.labels.get(key)
     old = earlier_surge(s, prefix, swarm)
+    unshown = old if old is not None and not surge_shown(s, old, key) else None
+    if unshown is not None:
+        old = None
 
     def edit(spec: dict[str, Any]) -> None:
         labels = spec_labels(spec)
@@ -81,8 +102,18 @@ def repair(writes: Writes, swarm: SwarmClient, prefix: str, s: SwarmService) -> 
             if old is not None:  # placement then releases the idle node's holding
                 end_surge(spec, old)
 
-    if writes.service_spec(s.id, spec_edit(edit)) and old is not None:
+    if not writes.service_spec(s.id, spec_edit(edit)):
+        return
+    if old is not None:
         logger.bind(service=s.name).warning(
             "move {} -> {} of {} started by an earlier release (its label, no record): "
             "its surge undone (replicas {}); placement carries on from the ledger",
             peer_text(old.source_host), peer_text(old.target_host), s.name, old.replicas)
+    elif unshown is not None:
+        logger.bind(service=s.name).warning(
+            "{}: its {} label reads as a make-before-break move of an earlier release, but "
+            "Swarm's PreviousSpec of the service does not show that update (replicas {} -> "
+            "{}, MaxReplicas {} -> 1, the label added with them): the label went, replicas "
+            "and MaxReplicas left as they are; if an upgrade left an extra replica, scale "
+            "{} back by hand", s.name, peer_text(key), unshown.replicas, unshown.replicas + 1,
+            unshown.max_replicas or "unset", s.name)

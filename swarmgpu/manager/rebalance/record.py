@@ -623,8 +623,9 @@ def earlier_surge(s: SwarmService, prefix: str, swarm: SwarmClient) -> MoveState
     extra replica for good. None unless the label is that format (no ``service_id``,
     which every label written since carries), a make-before-break move of ``s``
     between two nodes, and the service's ledger -- swarmgpu's own node labels, not the
-    label's word -- holds what it names on its source or its target. ``end_surge``
-    then undoes only what the surge set on the spec as it is."""
+    label's word -- holds what it names on its source or its target. ``repair`` asks
+    Swarm's PreviousSpec too (``findings.surge_shown``): the label is the owner's text.
+    ``end_surge`` then undoes only what the surge set on the spec as it is."""
     raw = s.labels.get(prefix + MOVE_STATE)
     st = MoveState.parse(raw) if raw is not None else None
     if (st is None or st.service_id or not st.surge or st.same_node
