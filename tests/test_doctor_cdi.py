@@ -127,3 +127,14 @@ def test_cdi_spec_dirs_of_another_type_fail_this_check_naming_it(tmp_path: Path)
     c, code = _check(_root(tmp_path, mode="auto"), {"CDISpecDirs": "/etc/cdi"})
     assert c["status"] == str(Status.FAIL) and code == 1, c
     assert "docker info's CDISpecDirs is str" in c["found"], c
+
+
+def test_a_yml_spec_is_not_one_the_runtime_reads(tmp_path: Path) -> None:
+    # CDI's spec-dir scan reads `*.json` and `*.yaml` alone (container-device-interface
+    # pkg/cdi/spec-dirs.go): a spec named `.yml` is never read, so GPU tasks still fail
+    root = _root(tmp_path)
+    _spec(root, "etc/cdi/nvidia.yml", [UA, UB])
+    c, code = _check(root)
+    assert c["status"] == str(Status.FAIL) and code == 1, c
+    assert "no nvidia.com/gpu CDI spec" in c["found"], c
+    assert "/etc/cdi/nvidia.yml is named .yml" in c["found"], c

@@ -377,12 +377,20 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None,
     return tuple(specs)
 
 
+# CDI's scan reads *.json and *.yaml alone (container-device-interface spec-dirs.go)
+_NOT_READ_YML = ("is named .yml, which CDI never reads (only *.yaml and *.json): rename "
+                 "it to .yaml")
+
+
 class _SpecError(Exception):
     pass
 
 
 def _cdi_spec(root: str, path: str) -> CdiSpec:
-    """One spec file: its kind and device names (CDI's ``kind``, ``devices[].name``)."""
+    """One spec file: its kind and device names (CDI's ``kind``, ``devices[].name``); a
+    ``.yml`` one is named unread, as the runtime never reads it."""
+    if path.endswith(".yml"):
+        return CdiSpec(path, error=_NOT_READ_YML)
     try:
         text = _read_text(root, path.lstrip("/"))
         data = parse_yaml(text or "", path, _SpecError)

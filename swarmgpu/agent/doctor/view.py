@@ -96,8 +96,9 @@ class Parsed:
 
 @dataclass(frozen=True)
 class CdiSpec:
-    """A CDI spec file (``*.yaml``, ``*.yml``, ``*.json``) as the node has it: its path
-    as the node names it, the kind and device names it declares; or why it is not read."""
+    """A CDI spec file (``*.yaml``, ``*.json``; a ``*.yml`` one, which CDI never reads, is
+    unread) as the node has it: its path as the node names it, the kind and device names
+    it declares; or why it is not read."""
 
     path: str
     kind: str | None = None
