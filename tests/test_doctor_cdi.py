@@ -138,3 +138,23 @@ def test_a_yml_spec_is_not_one_the_runtime_reads(tmp_path: Path) -> None:
     assert c["status"] == str(Status.FAIL) and code == 1, c
     assert "no nvidia.com/gpu CDI spec" in c["found"], c
     assert "/etc/cdi/nvidia.yml is named .yml" in c["found"], c
+
+
+@pytest.mark.parametrize("listed", [f"NVIDIA-GPU={UB}", [[f"NVIDIA-GPU={UB}"]]])
+def test_dockerds_gpus_not_read_fail_the_toolkit_checks_that_read_them(
+        tmp_path: Path, listed: Any) -> None:
+    # daemon.json lists none (set by --node-generic-resource flags): the GPUs Swarm hands
+    # out are dockerd's; not read, they passed as "none advertised" (the spec names UA only)
+    root = _root(tmp_path)
+    daemon = root / "etc/docker/daemon.json"
+    daemon.write_text(json.dumps({k: v for k, v in json.loads(daemon.read_text()).items()
+                                  if k != "node-generic-resources"}))
+    _spec(root, "etc/cdi/nvidia.yaml", [UA])
+    _check(root, {"GenericResources": listed})  # (the fixture's docker info written)
+    out, code = run_doctor(str(root), as_json=True)
+    checks = {c["id"]: c for c in json.loads(out)["checks"]}
+    for cid in ("toolkit.cdi-spec", "toolkit.swarm-resource", "resources.generic"):
+        assert checks[cid]["status"] == str(Status.FAIL), checks[cid]
+        assert "docker info's GenericResources" in checks[cid]["found"], checks[cid]
+        assert "proxy in front of the engine" in checks[cid]["fix"], checks[cid]
+    assert code == 1

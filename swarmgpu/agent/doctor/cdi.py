@@ -11,10 +11,16 @@ services cannot ask for devices, so they are shown, never failed.
 from __future__ import annotations
 
 import posixpath
+from dataclasses import replace
 
 from swarmgpu.agent.doctor.engine import effective_mode
 from swarmgpu.agent.doctor.infoparts import info_part, unread_check
-from swarmgpu.agent.doctor.resources import from_docker_info, gpu_kind, parse_generic_resources
+from swarmgpu.agent.doctor.resources import (
+    from_docker_info,
+    gpu_kind,
+    live_unread,
+    parse_generic_resources,
+)
 from swarmgpu.agent.doctor.view import (
     TOOLKIT_TOML,
     Check,
@@ -60,6 +66,8 @@ def check_cdi_spec(view: NodeView) -> Check:
             f"{kind}=GPU-<uuid>) against the CDI specs in its spec dirs: with none, every "
             "GPU task's container fails to start (unresolvable CDI devices).", fix,
             details=details)
+    if (unread := live_unread(CID, view)) is not None:  # (read as no GPU: all named)
+        return replace(unread, details=details)
     named = frozenset().union(*(s.devices for s in specs))
     missing = [v for v in _advertised(view) if v not in named]
     paths = ", ".join(s.path for s in specs)
