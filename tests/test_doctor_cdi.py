@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from swarmgpu.agent.doctor import Status, run_doctor
+from swarmgpu.agent.doctor.view import MAX_ENGINE_CDI_DIRS
 
 HEALTHY = Path(__file__).parent / "doctor_roots" / "healthy"
 UA = "GPU-2a8c5b3e-9d1f-4c6a-8e7b-1f0d3c5a7b91"
@@ -158,3 +159,20 @@ def test_dockerds_gpus_not_read_fail_the_toolkit_checks_that_read_them(
         assert "docker info's GenericResources" in checks[cid]["found"], checks[cid]
         assert "proxy in front of the engine" in checks[cid]["fix"], checks[cid]
     assert code == 1
+
+
+def test_dockerds_many_cdi_spec_dirs_are_shown_and_read_bounded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a proxy's answer may list 20,000 dirs: each was looked in, and the details line
+    # named them all (169 KB of JSON)
+    from swarmgpu.agent.doctor import read
+    looked: list[str] = []
+    listdir = read.listdir_in_root
+    monkeypatch.setattr(read, "listdir_in_root",
+                        lambda root, rel: looked.append(rel) or listdir(root, rel))
+    root = _root(tmp_path, mode="auto")
+    c, _ = _check(root, {"CDISpecDirs": [f"/d{i}" for i in range(20_000)]})
+    (line,) = c["details"]
+    assert len(line) < 2000 and "and 19992 more, not read" in line, line[:300]
+    engines = [rel for rel in looked if rel.startswith("d")]
+    assert engines == [f"d{i}" for i in range(MAX_ENGINE_CDI_DIRS)], looked

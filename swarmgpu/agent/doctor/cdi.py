@@ -22,6 +22,7 @@ from swarmgpu.agent.doctor.resources import (
     parse_generic_resources,
 )
 from swarmgpu.agent.doctor.view import (
+    MAX_ENGINE_CDI_DIRS,
     TOOLKIT_TOML,
     Check,
     NodeView,
@@ -102,14 +103,18 @@ def _engine_details(view: NodeView, kind: str) -> tuple[str, ...]:
     """dockerd's CDI spec dirs and whether a spec of ``kind`` is in one."""
     if view.docker_info is None:
         return ()
-    dirs = tuple(d for d in info_part(view.docker_info, "CDISpecDirs") or ()
-                 if isinstance(d, str))
-    if not dirs:
+    listed = [d for d in info_part(view.docker_info, "CDISpecDirs") or ()
+              if isinstance(d, str)]
+    if not listed:
         return ("dockerd names no CDI spec dirs (Docker before 25, or its CDI off; Swarm "
                 "services do not use it)",)
+    # (the ones read: a proxy's thousands were each named, a line of megabytes)
+    dirs = tuple(listed[:MAX_ENGINE_CDI_DIRS])
+    more = (f" and {len(listed) - len(dirs)} more, not read" if len(listed) > len(dirs)
+            else "")
     found = [s.path for s in view.cdi_specs if _in(s.path, dirs) and s.kind == kind
              and s.error is None]
-    return (f"dockerd reads CDI specs from {', '.join(peer_text(d, 100) for d in dirs)}: "
-            + (f"{kind} in {', '.join(found)}" if found else f"no {kind} spec there")
+    return (f"dockerd reads CDI specs from {', '.join(peer_text(d, 100) for d in dirs)}"
+            f"{more}: " + (f"{kind} in {', '.join(found)}" if found else f"no {kind} spec there")
             + " (docker run --device; Swarm services do not use it)",)
 

@@ -37,6 +37,7 @@ from swarmgpu.agent.doctor.view import (
     HAMI_PRELOAD,
     HOST_PRELOAD,
     MAX_CDI_SPECS,
+    MAX_ENGINE_CDI_DIRS,
     TOOLKIT_PACKAGES,
     TOOLKIT_TOML,
     CdiSpec,
@@ -361,11 +362,12 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
 
 def _read_cdi(root: str, toolkit: Mapping[str, Any] | None,
               info: Mapping[str, Any] | None) -> tuple[CdiSpec, ...]:
-    """The CDI specs in the toolkit's spec dirs and in dockerd's (``CDISpecDirs``), each
-    read once; a directory absent or not listed has none."""
-    engine = info_part(info, "CDISpecDirs") or []
+    """The CDI specs in the toolkit's spec dirs and in dockerd's (``CDISpecDirs``, its
+    first ``MAX_ENGINE_CDI_DIRS``), each read once; a directory absent or not listed has
+    none."""
+    engine = [d for d in info_part(info, "CDISpecDirs") or [] if isinstance(d, str)]
     dirs = dict.fromkeys(posixpath.normpath("/" + d.lstrip("/")) for d in
-                         (*toolkit_cdi(toolkit)[0], *(d for d in engine if isinstance(d, str))))
+                         (*toolkit_cdi(toolkit)[0], *engine[:MAX_ENGINE_CDI_DIRS]))
     specs: list[CdiSpec] = []
     for d in dirs:
         try:

@@ -36,6 +36,9 @@ Version = tuple[int, int, int]
 TOOLKIT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 TOOLKIT_CDI_KIND = "nvidia.com/gpu"
 MAX_CDI_SPECS = 64  # spec files read per directory: a node has a few
+# dockerd's CDI spec dirs looked in and shown (its CDISpecDirs, two by default): a
+# proxy's answer may list thousands, each once looked in and named
+MAX_ENGINE_CDI_DIRS = 8
 
 # HAMi-core (Project-HAMi/HAMi-core), the library that enforces a GPU share inside a
 # container: where HAMi installs it on a node, the preload file services mount at
