@@ -97,3 +97,12 @@ def test_a_cut_never_parts_a_character_from_its_emoji_presentation() -> None:
         assert not kept.endswith("\u2764") and text.startswith(kept), (lead, shown)
     assert cell("a" * 36 + heart + "b" * 10) == "a" * 36 + "..."
     assert text_line("a" * 596 + heart + "b" * 10) == "a" * 596 + "..."
+
+
+def test_a_cell_of_an_escaped_wide_character_and_vs16_fits_its_width() -> None:
+    """An unassigned code point East Asian width F shows as its escape (``\\U0003fffd``,
+    ASCII): the cut counted the VS16 after it as none (after a wide character), while
+    ``text_width`` of the cell counts it one (after the escape's ``d``): 41 columns."""
+    for lead in range(20, 36):
+        shown = cell("a" * lead + "\U0003fffd\ufe0f" + "b" * 20)
+        assert text_width(shown) <= 40, (lead, shown)

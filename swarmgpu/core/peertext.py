@@ -119,7 +119,8 @@ def _widths(text: str) -> Iterable[int]:
     before = 0
     for c in text:
         w = 1 if c == VS16 and before == 1 else _char_width(c)
-        before = w if c != VS16 else 0
+        # (a hidden character shows as its escape, which ends in an ASCII character)
+        before = 0 if c == VS16 else 1 if _hidden(c) else w
         yield w
 
 
