@@ -176,3 +176,24 @@ def test_dockerds_many_cdi_spec_dirs_are_shown_and_read_bounded(
     assert len(line) < 2000 and "and 19992 more, not read" in line, line[:300]
     engines = [rel for rel in looked if rel.startswith("d")]
     assert engines == [f"d{i}" for i in range(MAX_ENGINE_CDI_DIRS)], looked
+
+
+def test_an_empty_spec_dirs_list_reads_the_default_dirs(tmp_path: Path) -> None:
+    # CDI's WithSpecDirs given no dir uses /etc/cdi and /var/run/cdi, as the runtime's
+    # cdi.New(WithSpecDirs(spec-dirs...)) then does: it read none, and failed
+    root = _root(tmp_path, spec_dirs="spec-dirs = []")
+    _spec(root, "etc/cdi/nvidia.yaml", [UA, UB])
+    c, code = _check(root)
+    assert c["status"] == str(Status.OK) and code == 0, c
+
+
+def test_the_runtimes_automatic_kind_needs_no_spec_file(tmp_path: Path) -> None:
+    # devices of vendor runtime.nvidia.com, class gpu get a spec made at run time
+    # (the toolkit's filterAutomaticDevices): no spec file is read for them
+    root = _root(tmp_path)
+    toml = root / TOML
+    toml.write_text(toml.read_text().replace('default-kind = "nvidia.com/gpu"',
+                                             'default-kind = "runtime.nvidia.com/gpu"'))
+    c, code = _check(root)
+    assert c["status"] == str(Status.OK) and "runtime.nvidia.com/gpu" in c["found"], c
+    assert code == 0, c

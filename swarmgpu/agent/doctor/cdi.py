@@ -3,7 +3,8 @@
 In ``cdi`` mode the runtime resolves the GPUs of a task (the ``DOCKER_RESOURCE_<KIND>``
 values ``swarm-resource`` names) as ``nvidia.com/gpu=GPU-<uuid>`` against the CDI specs
 in its own spec dirs; ``nvidia-ctk cdi generate`` writes them, once. Other modes read no
-spec (``jit-cdi`` makes one per container). dockerd's own CDI spec dirs (``docker info``
+spec (``jit-cdi`` makes one per container), nor does ``cdi`` for devices of the kind
+``runtime.nvidia.com/gpu`` (made so too). dockerd's own CDI spec dirs (``docker info``
 ``CDISpecDirs``, Docker 25+) serve ``docker run --device nvidia.com/gpu=...``: Swarm
 services cannot ask for devices, so they are shown, never failed.
 """
@@ -23,6 +24,7 @@ from swarmgpu.agent.doctor.resources import (
 )
 from swarmgpu.agent.doctor.view import (
     MAX_ENGINE_CDI_DIRS,
+    TOOLKIT_CDI_AUTOMATIC_KIND,
     TOOLKIT_TOML,
     Check,
     NodeView,
@@ -52,6 +54,10 @@ def check_cdi_spec(view: NodeView) -> Check:
         return Check(CID, Status.OK, f"mode {mode or 'unknown'}: the runtime reads no CDI "
                                      "spec for Swarm's GPUs (jit-cdi makes its own)",
                      details=details)
+    if kind == TOOLKIT_CDI_AUTOMATIC_KIND:
+        return Check(CID, Status.OK, f"mode cdi, default-kind {kind}: the runtime makes "
+                                     "the spec of each container's GPUs as it starts it "
+                                     "(no spec file read)", details=details)
     theirs = [s for s in view.cdi_specs if _in(s.path, dirs)]
     bad = [s for s in theirs if s.error is not None]
     specs = [s for s in theirs if s.error is None and s.kind == kind]

@@ -35,6 +35,9 @@ Version = tuple[int, int, int]
 # [nvidia-container-runtime.modes.cdi] spec-dirs / default-kind say otherwise.
 TOOLKIT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 TOOLKIT_CDI_KIND = "nvidia.com/gpu"
+# The kind whose devices the runtime makes a spec for as it starts each container
+# (nvidia-container-toolkit modifier filterAutomaticDevices): no spec file is read
+TOOLKIT_CDI_AUTOMATIC_KIND = "runtime.nvidia.com/gpu"
 MAX_CDI_SPECS = 64  # spec files read per directory: a node has a few
 # dockerd's CDI spec dirs looked in and shown (its CDISpecDirs, two by default): a
 # proxy's answer may list thousands, each once looked in and named
@@ -117,8 +120,9 @@ def toolkit_cdi(data: Mapping[str, Any] | None) -> tuple[tuple[str, ...], str]:
     cdi = cdi if isinstance(cdi, dict) else {}
     dirs = cdi.get("spec-dirs")
     kind = cdi.get("default-kind")
-    return (tuple(d for d in dirs if isinstance(d, str)) if isinstance(dirs, list)
-            else TOOLKIT_CDI_DIRS), (kind if isinstance(kind, str) else TOOLKIT_CDI_KIND)
+    # (none listed: CDI's WithSpecDirs, which the runtime hands them to, takes its defaults)
+    listed = tuple(d for d in dirs if isinstance(d, str)) if isinstance(dirs, list) else ()
+    return listed or TOOLKIT_CDI_DIRS, (kind if isinstance(kind, str) else TOOLKIT_CDI_KIND)
 
 
 @dataclass(frozen=True)
