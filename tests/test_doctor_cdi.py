@@ -197,3 +197,32 @@ def test_the_runtimes_automatic_kind_needs_no_spec_file(tmp_path: Path) -> None:
     c, code = _check(root)
     assert c["status"] == str(Status.OK) and "runtime.nvidia.com/gpu" in c["found"], c
     assert code == 0, c
+
+
+def test_a_gpu_two_specs_of_one_dir_name_is_resolved_by_neither(tmp_path: Path) -> None:
+    # CDI's cache drops a device two specs of one spec dir (the same priority) define:
+    # "conflicting device"; a spec generated again as .json beside the .yaml did so
+    root = _root(tmp_path)
+    _spec(root, "etc/cdi/nvidia.yaml", [UA, UB])
+    _spec(root, "etc/cdi/nvidia.json", [UB])
+    c, code = _check(root)
+    assert c["status"] == str(Status.FAIL) and code == 1, c
+    assert UB in c["found"] and UA not in c["found"], c
+    assert "/etc/cdi/nvidia.json" in c["found"] and "/etc/cdi/nvidia.yaml" in c["found"], c
+
+
+def test_a_later_spec_dir_overrides_an_earlier_ones_device(tmp_path: Path) -> None:
+    # (a higher priority, not a conflict: /var/run/cdi after /etc/cdi)
+    root = _root(tmp_path)
+    _spec(root, "etc/cdi/nvidia.yaml", [UA, UB])
+    _spec(root, "var/run/cdi/nvidia.yaml", [UA, UB])
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
+
+
+def test_a_spec_naming_a_device_twice_is_not_read(tmp_path: Path) -> None:
+    # CDI refuses the whole spec: "invalid spec, multiple device"
+    root = _root(tmp_path)
+    _spec(root, "etc/cdi/nvidia.yaml", [UA, UB, UA])
+    c, _ = _check(root)
+    assert c["status"] == str(Status.FAIL) and "names device" in c["found"], c

@@ -26,6 +26,7 @@ from swarmgpu.agent.doctor.view import (
     MAX_ENGINE_CDI_DIRS,
     TOOLKIT_CDI_AUTOMATIC_KIND,
     TOOLKIT_TOML,
+    CdiSpec,
     Check,
     NodeView,
     Status,
@@ -75,8 +76,16 @@ def check_cdi_spec(view: NodeView) -> Check:
             details=details)
     if (unread := live_unread(CID, view)) is not None:  # (read as no GPU: all named)
         return replace(unread, details=details)
-    named = frozenset().union(*(s.devices for s in specs))
+    named, clashes = _resolved(specs)
     missing = [v for v in _advertised(view) if v not in named]
+    if clashed := [v for v in missing if v in clashes]:
+        return Check(
+            CID, Status.FAIL, f"{' and '.join(clashes[clashed[0]])} each name "
+            f"{quote(clashed)}: the runtime resolves neither",
+            "CDI drops a device that two specs of one spec dir define (\"conflicting "
+            "device\"), whatever a later dir says: a task Swarm hands that GPU fails to "
+            "start.", "Keep one spec of the GPUs in each spec dir: remove the older file "
+            "(`nvidia-ctk cdi list` shows the names that resolve).", details=details)
     paths = ", ".join(s.path for s in specs)
     if missing:
         return Check(
@@ -88,6 +97,18 @@ def check_cdi_spec(view: NodeView) -> Check:
             'or set mode = "legacy" under [nvidia-container-runtime].', details=details)
     return Check(CID, Status.OK, f"mode cdi; {paths} names each GPU advertised",
                  details=details)
+
+
+def _resolved(specs: list[CdiSpec]) -> tuple[frozenset[str], dict[str, list[str]]]:
+    """The device names the runtime resolves, and those it drops, each with the specs of
+    one dir that name it: CDI's cache refuses a device two specs of one dir (the same
+    priority) define, even where a later dir defines it too."""
+    by_dir: dict[tuple[str, str], list[str]] = {}
+    for s in specs:
+        for name in s.devices:
+            by_dir.setdefault((posixpath.dirname(s.path), name), []).append(s.path)
+    clashes = {name: paths for (_, name), paths in by_dir.items() if len(paths) > 1}
+    return frozenset(name for _, name in by_dir) - clashes.keys(), clashes
 
 
 def _in(path: str, dirs: tuple[str, ...]) -> bool:

@@ -11,6 +11,7 @@ import posixpath
 import re
 import stat
 import tomllib
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ from swarmgpu.agent.doctor.view import (
 )
 from swarmgpu.core.boundedfile import NotRegularFile, read_head
 from swarmgpu.core.model import FactsError, NodeFacts
+from swarmgpu.core.peertext import quoted
 from swarmgpu.core.yamlfile import parse_yaml
 
 
@@ -403,10 +405,13 @@ def _cdi_spec(root: str, path: str) -> CdiSpec:
     if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
         return CdiSpec(path, error="names no kind (not a CDI spec)")
     devices = data.get("devices")
-    names = frozenset(str(d["name"]) for d in devices if isinstance(d, dict)
-                      and isinstance(d.get("name"), str)) if isinstance(devices, list) else \
-        frozenset()
-    return CdiSpec(path, data["kind"], names)
+    names = [d["name"] for d in devices if isinstance(d, dict)
+             and isinstance(d.get("name"), str)] if isinstance(devices, list) else []
+    # (CDI refuses the whole spec: "invalid spec, multiple device")
+    if twice := [n for n, k in Counter(names).items() if k > 1]:
+        return CdiSpec(path, error=f"names device {quoted(twice[0])} twice (CDI refuses "
+                                   "the whole spec)")
+    return CdiSpec(path, data["kind"], frozenset(names))
 
 
 def _runtime(root: str, daemon_json: Parsed) -> RuntimeLookup | None:
