@@ -226,3 +226,24 @@ def test_a_spec_naming_a_device_twice_is_not_read(tmp_path: Path) -> None:
     _spec(root, "etc/cdi/nvidia.yaml", [UA, UB, UA])
     c, _ = _check(root)
     assert c["status"] == str(Status.FAIL) and "names device" in c["found"], c
+
+
+def test_a_spec_dir_the_doctor_cannot_list_is_named_not_taken_for_empty(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # run as a user, not root: the runtime (root) reads the dir; "no spec" and the
+    # generate fix were wrong
+    from swarmgpu.agent.doctor import read
+    listdir = read.listdir_in_root
+
+    def denied(root: str, rel: str) -> list[str]:
+        if rel == "etc/cdi":
+            raise PermissionError(13, "Permission denied")
+        return listdir(root, rel)
+
+    monkeypatch.setattr(read, "listdir_in_root", denied)
+    root = _root(tmp_path)
+    _spec(root, "etc/cdi/nvidia.yaml", [UA, UB])
+    c, _ = _check(root)
+    assert c["status"] == str(Status.FAIL), c
+    assert "/etc/cdi cannot be listed: permission denied" in c["found"], c
+    assert "as root" in c["found"], c

@@ -112,8 +112,9 @@ def _resolved(specs: list[CdiSpec]) -> tuple[frozenset[str], dict[str, list[str]
 
 
 def _in(path: str, dirs: tuple[str, ...]) -> bool:
-    """``path`` (as ``read`` names it: normalised) is in one of ``dirs``."""
-    return any(posixpath.dirname(path) == posixpath.normpath("/" + d.lstrip("/"))
+    """``path`` (as ``read`` names it: normalised) is in one of ``dirs``, or is one (a
+    dir the doctor could not list)."""
+    return any(posixpath.normpath("/" + d.lstrip("/")) in (posixpath.dirname(path), path)
                for d in dirs)
 
 

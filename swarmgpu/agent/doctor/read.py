@@ -366,7 +366,7 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None,
               info: Mapping[str, Any] | None) -> tuple[CdiSpec, ...]:
     """The CDI specs in the toolkit's spec dirs and in dockerd's (``CDISpecDirs``, its
     first ``MAX_ENGINE_CDI_DIRS``), each read once; a directory absent or not listed has
-    none."""
+    none, one the doctor may not list is itself named unread."""
     engine = [d for d in info_part(info, "CDISpecDirs") or [] if isinstance(d, str)]
     dirs = dict.fromkeys(posixpath.normpath("/" + d.lstrip("/")) for d in
                          (*toolkit_cdi(toolkit)[0], *engine[:MAX_ENGINE_CDI_DIRS]))
@@ -375,6 +375,10 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None,
         try:
             names = sorted(n for n in listdir_in_root(root, d.lstrip("/"))
                            if n.endswith((".yaml", ".yml", ".json")))
+        except PermissionError:  # (named: the runtime, as root, reads what is there)
+            specs.append(CdiSpec(d, error="cannot be listed: permission denied (run the "
+                                          "doctor as root, as the runtime reads it)"))
+            continue
         except (OSError, ValueError):  # (absent, not a directory; a NUL in the engine's)
             continue
         specs.extend(_cdi_spec(root, posixpath.join(d, n)) for n in names[:MAX_CDI_SPECS])
