@@ -247,3 +247,21 @@ def test_a_spec_dir_the_doctor_cannot_list_is_named_not_taken_for_empty(
     assert c["status"] == str(Status.FAIL), c
     assert "/etc/cdi cannot be listed: permission denied" in c["found"], c
     assert "as root" in c["found"], c
+
+
+def test_spec_files_are_parsed_up_to_a_bound_in_all(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a root's 64 spec files of 1 MiB each (an untrusted image under --root) took some
+    # 20 s each to parse: the doctor ran for most of an hour
+    from swarmgpu.agent.doctor import read
+    parsed: list[int] = []
+    parse = read.parse_yaml
+    monkeypatch.setattr(read, "parse_yaml",
+                        lambda text, *a: parsed.append(len(text)) or parse(text, *a))
+    monkeypatch.setattr(read, "MAX_CDI_BYTES", 2000, raising=False)
+    root = _root(tmp_path)
+    for n in range(5):
+        _spec(root, f"etc/cdi/s{n}.yaml", [UA, UB, "x" * 800])
+    c, _ = _check(root)
+    assert 0 < sum(parsed) <= 2000, parsed
+    assert "s0.yaml" in c["found"], c  # (the first read, each named by it)
