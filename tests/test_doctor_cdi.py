@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from swarmgpu.agent.doctor import Status, run_doctor
+from swarmgpu.agent.doctor.view import MAX_ENGINE_CDI_DIRS
 
 HEALTHY = Path(__file__).parent / "doctor_roots" / "healthy"
 UA = "GPU-2a8c5b3e-9d1f-4c6a-8e7b-1f0d3c5a7b91"
@@ -127,3 +128,140 @@ def test_cdi_spec_dirs_of_another_type_fail_this_check_naming_it(tmp_path: Path)
     c, code = _check(_root(tmp_path, mode="auto"), {"CDISpecDirs": "/etc/cdi"})
     assert c["status"] == str(Status.FAIL) and code == 1, c
     assert "docker info's CDISpecDirs is str" in c["found"], c
+
+
+def test_a_yml_spec_is_not_one_the_runtime_reads(tmp_path: Path) -> None:
+    # CDI's spec-dir scan reads `*.json` and `*.yaml` alone (container-device-interface
+    # pkg/cdi/spec-dirs.go): a spec named `.yml` is never read, so GPU tasks still fail
+    root = _root(tmp_path)
+    _spec(root, "etc/cdi/nvidia.yml", [UA, UB])
+    c, code = _check(root)
+    assert c["status"] == str(Status.FAIL) and code == 1, c
+    assert "no nvidia.com/gpu CDI spec" in c["found"], c
+    assert "/etc/cdi/nvidia.yml is named .yml" in c["found"], c
+
+
+@pytest.mark.parametrize("listed", [f"NVIDIA-GPU={UB}", [[f"NVIDIA-GPU={UB}"]]])
+def test_dockerds_gpus_not_read_fail_the_toolkit_checks_that_read_them(
+        tmp_path: Path, listed: Any) -> None:
+    # daemon.json lists none (set by --node-generic-resource flags): the GPUs Swarm hands
+    # out are dockerd's; not read, they passed as "none advertised" (the spec names UA only)
+    root = _root(tmp_path)
+    daemon = root / "etc/docker/daemon.json"
+    daemon.write_text(json.dumps({k: v for k, v in json.loads(daemon.read_text()).items()
+                                  if k != "node-generic-resources"}))
+    _spec(root, "etc/cdi/nvidia.yaml", [UA])
+    _check(root, {"GenericResources": listed})  # (the fixture's docker info written)
+    out, code = run_doctor(str(root), as_json=True)
+    checks = {c["id"]: c for c in json.loads(out)["checks"]}
+    for cid in ("toolkit.cdi-spec", "toolkit.swarm-resource", "resources.generic"):
+        assert checks[cid]["status"] == str(Status.FAIL), checks[cid]
+        assert "docker info's GenericResources" in checks[cid]["found"], checks[cid]
+        assert "proxy in front of the engine" in checks[cid]["fix"], checks[cid]
+    assert code == 1
+
+
+def test_dockerds_many_cdi_spec_dirs_are_shown_and_read_bounded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a proxy's answer may list 20,000 dirs: each was looked in, and the details line
+    # named them all (169 KB of JSON)
+    from swarmgpu.agent.doctor import read
+    looked: list[str] = []
+    listdir = read.listdir_in_root
+    monkeypatch.setattr(read, "listdir_in_root",
+                        lambda root, rel: looked.append(rel) or listdir(root, rel))
+    root = _root(tmp_path, mode="auto")
+    c, _ = _check(root, {"CDISpecDirs": [f"/d{i}" for i in range(20_000)]})
+    (line,) = c["details"]
+    assert len(line) < 2000 and "and 19992 more, not read" in line, line[:300]
+    engines = [rel for rel in looked if rel.startswith("d")]
+    assert engines == [f"d{i}" for i in range(MAX_ENGINE_CDI_DIRS)], looked
+
+
+def test_an_empty_spec_dirs_list_reads_the_default_dirs(tmp_path: Path) -> None:
+    # CDI's WithSpecDirs given no dir uses /etc/cdi and /var/run/cdi, as the runtime's
+    # cdi.New(WithSpecDirs(spec-dirs...)) then does: it read none, and failed
+    root = _root(tmp_path, spec_dirs="spec-dirs = []")
+    _spec(root, "etc/cdi/nvidia.yaml", [UA, UB])
+    c, code = _check(root)
+    assert c["status"] == str(Status.OK) and code == 0, c
+
+
+def test_the_runtimes_automatic_kind_needs_no_spec_file(tmp_path: Path) -> None:
+    # devices of vendor runtime.nvidia.com, class gpu get a spec made at run time
+    # (the toolkit's filterAutomaticDevices): no spec file is read for them
+    root = _root(tmp_path)
+    toml = root / TOML
+    toml.write_text(toml.read_text().replace('default-kind = "nvidia.com/gpu"',
+                                             'default-kind = "runtime.nvidia.com/gpu"'))
+    c, code = _check(root)
+    assert c["status"] == str(Status.OK) and "runtime.nvidia.com/gpu" in c["found"], c
+    assert code == 0, c
+
+
+def test_a_gpu_two_specs_of_one_dir_name_is_resolved_by_neither(tmp_path: Path) -> None:
+    # CDI's cache drops a device two specs of one spec dir (the same priority) define:
+    # "conflicting device"; a spec generated again as .json beside the .yaml did so
+    root = _root(tmp_path)
+    _spec(root, "etc/cdi/nvidia.yaml", [UA, UB])
+    _spec(root, "etc/cdi/nvidia.json", [UB])
+    c, code = _check(root)
+    assert c["status"] == str(Status.FAIL) and code == 1, c
+    assert UB in c["found"] and UA not in c["found"], c
+    assert "/etc/cdi/nvidia.json" in c["found"] and "/etc/cdi/nvidia.yaml" in c["found"], c
+
+
+def test_a_later_spec_dir_overrides_an_earlier_ones_device(tmp_path: Path) -> None:
+    # (a higher priority, not a conflict: /var/run/cdi after /etc/cdi)
+    root = _root(tmp_path)
+    _spec(root, "etc/cdi/nvidia.yaml", [UA, UB])
+    _spec(root, "var/run/cdi/nvidia.yaml", [UA, UB])
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
+
+
+def test_a_spec_naming_a_device_twice_is_not_read(tmp_path: Path) -> None:
+    # CDI refuses the whole spec: "invalid spec, multiple device"
+    root = _root(tmp_path)
+    _spec(root, "etc/cdi/nvidia.yaml", [UA, UB, UA])
+    c, _ = _check(root)
+    assert c["status"] == str(Status.FAIL) and "names device" in c["found"], c
+
+
+def test_a_spec_dir_the_doctor_cannot_list_is_named_not_taken_for_empty(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # run as a user, not root: the runtime (root) reads the dir; "no spec" and the
+    # generate fix were wrong
+    from swarmgpu.agent.doctor import read
+    listdir = read.listdir_in_root
+
+    def denied(root: str, rel: str) -> list[str]:
+        if rel == "etc/cdi":
+            raise PermissionError(13, "Permission denied")
+        return listdir(root, rel)
+
+    monkeypatch.setattr(read, "listdir_in_root", denied)
+    root = _root(tmp_path)
+    _spec(root, "etc/cdi/nvidia.yaml", [UA, UB])
+    c, _ = _check(root)
+    assert c["status"] == str(Status.FAIL), c
+    assert "/etc/cdi cannot be listed: permission denied" in c["found"], c
+    assert "as root" in c["found"], c
+
+
+def test_spec_files_are_parsed_up_to_a_bound_in_all(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a root's 64 spec files of 1 MiB each (an untrusted image under --root) took some
+    # 20 s each to parse: the doctor ran for most of an hour
+    from swarmgpu.agent.doctor import read
+    parsed: list[int] = []
+    parse = read.parse_yaml
+    monkeypatch.setattr(read, "parse_yaml",
+                        lambda text, *a: parsed.append(len(text)) or parse(text, *a))
+    monkeypatch.setattr(read, "MAX_CDI_BYTES", 2000, raising=False)
+    root = _root(tmp_path)
+    for n in range(5):
+        _spec(root, f"etc/cdi/s{n}.yaml", [UA, UB, "x" * 800])
+    c, _ = _check(root)
+    assert 0 < sum(parsed) <= 2000, parsed
+    assert "s0.yaml" in c["found"], c  # (the first read, each named by it)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarmgpu.core.peertext import cell, escaped, padded, shortened, text_width
+from swarmgpu.core.peertext import cell, escaped, padded, shortened, text_line, text_width
 
 CJK = "计算节点"  # four wide characters: eight columns
 E_ACUTE = "e\u0301"  # e and a combining acute accent: one column
@@ -83,3 +83,26 @@ def test_an_emoji_presentation_sequence_takes_two_columns() -> None:
     assert text_width("1\ufe0f\u20e3") == 2  # a keycap: 1, VS16, enclosing keycap
     assert padded(heart, 4) == heart + "  "
     assert text_width(cell(heart * 30)) <= 40 and cell(heart * 20) == heart * 20
+
+
+def test_a_cut_never_parts_a_character_from_its_emoji_presentation() -> None:
+    """A narrow character whose VS16 did not fit before the cut's ``...`` was kept
+    without it: ``❤...`` showed the text heart, one column, not the name's emoji."""
+    heart = "\u2764\ufe0f"
+    for lead in range(30, 40):
+        text = "a" * lead + heart + "b" * 10
+        shown = cell(text)
+        assert text_width(shown) <= 40, shown
+        kept = shown[:-3]
+        assert not kept.endswith("\u2764") and text.startswith(kept), (lead, shown)
+    assert cell("a" * 36 + heart + "b" * 10) == "a" * 36 + "..."
+    assert text_line("a" * 596 + heart + "b" * 10) == "a" * 596 + "..."
+
+
+def test_a_cell_of_an_escaped_wide_character_and_vs16_fits_its_width() -> None:
+    """An unassigned code point East Asian width F shows as its escape (``\\U0003fffd``,
+    ASCII): the cut counted the VS16 after it as none (after a wide character), while
+    ``text_width`` of the cell counts it one (after the escape's ``d``): 41 columns."""
+    for lead in range(20, 36):
+        shown = cell("a" * lead + "\U0003fffd\ufe0f" + "b" * 20)
+        assert text_width(shown) <= 40, (lead, shown)

@@ -119,7 +119,8 @@ def _widths(text: str) -> Iterable[int]:
     before = 0
     for c in text:
         w = 1 if c == VS16 and before == 1 else _char_width(c)
-        before = w if c != VS16 else 0
+        # (a hidden character shows as its escape, which ends in an ASCII character)
+        before = 0 if c == VS16 else 1 if _hidden(c) else w
         yield w
 
 
@@ -140,7 +141,7 @@ def cell(text: object, width: int = CELL_WIDTH) -> str:
     when it fits in ``width`` columns (``text_width``), else its start and ``...``, at
     most ``width`` columns in all: a 200-character hostname pushed every column after it
     off the screen. An escape is never cut in two, a character never parted from its
-    combining marks; JSON keeps the whole."""
+    combining marks or its VS16 (``❤`` bare showed the text heart); JSON keeps the whole."""
     s = text if isinstance(text, str) else str(text)
     if len(s) <= width and s.isascii() and s.isprintable():  # the common case
         return s
@@ -182,13 +183,16 @@ def _kept(s: str, width: int) -> int | None:
     room, used, fits = max(0, width - len(CUT)), 0, 0
     # The work bounded, whatever the text's size: past 4 characters a column (combining
     # marks take none) the text is cut where it reached ``room``.
-    head = s[:4 * width + 4]
+    head, base = s[:4 * width + 4], 0
     for k, (c, w) in enumerate(zip(head, _widths(head), strict=True)):
+        base = base if _mark(c) else k  # where the letter this mark sits on starts
         used += len(ascii(c)) - 2 if _hidden(c) else w  # (an escape's)
         if used > width:
-            return fits
+            return min(fits, base)
         if used <= room:
             fits = k + 1
+        elif w and _mark(c):  # (VS16's column: its letter goes with it, not bare)
+            fits = min(fits, base)
     if len(s) > 4 * width + 4:
         # cut where a letter starts: the bound may fall among a letter's marks, and the
         # letter showed with some of them

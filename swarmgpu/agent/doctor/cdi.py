@@ -3,7 +3,8 @@
 In ``cdi`` mode the runtime resolves the GPUs of a task (the ``DOCKER_RESOURCE_<KIND>``
 values ``swarm-resource`` names) as ``nvidia.com/gpu=GPU-<uuid>`` against the CDI specs
 in its own spec dirs; ``nvidia-ctk cdi generate`` writes them, once. Other modes read no
-spec (``jit-cdi`` makes one per container). dockerd's own CDI spec dirs (``docker info``
+spec (``jit-cdi`` makes one per container), nor does ``cdi`` for devices of the kind
+``runtime.nvidia.com/gpu`` (made so too). dockerd's own CDI spec dirs (``docker info``
 ``CDISpecDirs``, Docker 25+) serve ``docker run --device nvidia.com/gpu=...``: Swarm
 services cannot ask for devices, so they are shown, never failed.
 """
@@ -11,12 +12,21 @@ services cannot ask for devices, so they are shown, never failed.
 from __future__ import annotations
 
 import posixpath
+from dataclasses import replace
 
 from swarmgpu.agent.doctor.engine import effective_mode
 from swarmgpu.agent.doctor.infoparts import info_part, unread_check
-from swarmgpu.agent.doctor.resources import from_docker_info, gpu_kind, parse_generic_resources
+from swarmgpu.agent.doctor.resources import (
+    from_docker_info,
+    gpu_kind,
+    live_unread,
+    parse_generic_resources,
+)
 from swarmgpu.agent.doctor.view import (
+    MAX_ENGINE_CDI_DIRS,
+    TOOLKIT_CDI_AUTOMATIC_KIND,
     TOOLKIT_TOML,
+    CdiSpec,
     Check,
     NodeView,
     Status,
@@ -45,6 +55,10 @@ def check_cdi_spec(view: NodeView) -> Check:
         return Check(CID, Status.OK, f"mode {mode or 'unknown'}: the runtime reads no CDI "
                                      "spec for Swarm's GPUs (jit-cdi makes its own)",
                      details=details)
+    if kind == TOOLKIT_CDI_AUTOMATIC_KIND:
+        return Check(CID, Status.OK, f"mode cdi, default-kind {kind}: the runtime makes "
+                                     "the spec of each container's GPUs as it starts it "
+                                     "(no spec file read)", details=details)
     theirs = [s for s in view.cdi_specs if _in(s.path, dirs)]
     bad = [s for s in theirs if s.error is not None]
     specs = [s for s in theirs if s.error is None and s.kind == kind]
@@ -60,8 +74,18 @@ def check_cdi_spec(view: NodeView) -> Check:
             f"{kind}=GPU-<uuid>) against the CDI specs in its spec dirs: with none, every "
             "GPU task's container fails to start (unresolvable CDI devices).", fix,
             details=details)
-    named = frozenset().union(*(s.devices for s in specs))
+    if (unread := live_unread(CID, view)) is not None:  # (read as no GPU: all named)
+        return replace(unread, details=details)
+    named, clashes = _resolved(specs)
     missing = [v for v in _advertised(view) if v not in named]
+    if clashed := [v for v in missing if v in clashes]:
+        return Check(
+            CID, Status.FAIL, f"{' and '.join(clashes[clashed[0]])} each name "
+            f"{quote(clashed)}: the runtime resolves neither",
+            "CDI drops a device that two specs of one spec dir define (\"conflicting "
+            "device\"), whatever a later dir says: a task Swarm hands that GPU fails to "
+            "start.", "Keep one spec of the GPUs in each spec dir: remove the older file "
+            "(`nvidia-ctk cdi list` shows the names that resolve).", details=details)
     paths = ", ".join(s.path for s in specs)
     if missing:
         return Check(
@@ -75,9 +99,22 @@ def check_cdi_spec(view: NodeView) -> Check:
                  details=details)
 
 
+def _resolved(specs: list[CdiSpec]) -> tuple[frozenset[str], dict[str, list[str]]]:
+    """The device names the runtime resolves, and those it drops, each with the specs of
+    one dir that name it: CDI's cache refuses a device two specs of one dir (the same
+    priority) define, even where a later dir defines it too."""
+    by_dir: dict[tuple[str, str], list[str]] = {}
+    for s in specs:
+        for name in s.devices:
+            by_dir.setdefault((posixpath.dirname(s.path), name), []).append(s.path)
+    clashes = {name: paths for (_, name), paths in by_dir.items() if len(paths) > 1}
+    return frozenset(name for _, name in by_dir) - clashes.keys(), clashes
+
+
 def _in(path: str, dirs: tuple[str, ...]) -> bool:
-    """``path`` (as ``read`` names it: normalised) is in one of ``dirs``."""
-    return any(posixpath.dirname(path) == posixpath.normpath("/" + d.lstrip("/"))
+    """``path`` (as ``read`` names it: normalised) is in one of ``dirs``, or is one (a
+    dir the doctor could not list)."""
+    return any(posixpath.normpath("/" + d.lstrip("/")) in (posixpath.dirname(path), path)
                for d in dirs)
 
 
@@ -94,14 +131,18 @@ def _engine_details(view: NodeView, kind: str) -> tuple[str, ...]:
     """dockerd's CDI spec dirs and whether a spec of ``kind`` is in one."""
     if view.docker_info is None:
         return ()
-    dirs = tuple(d for d in info_part(view.docker_info, "CDISpecDirs") or ()
-                 if isinstance(d, str))
-    if not dirs:
+    listed = [d for d in info_part(view.docker_info, "CDISpecDirs") or ()
+              if isinstance(d, str)]
+    if not listed:
         return ("dockerd names no CDI spec dirs (Docker before 25, or its CDI off; Swarm "
                 "services do not use it)",)
+    # (the ones read: a proxy's thousands were each named, a line of megabytes)
+    dirs = tuple(listed[:MAX_ENGINE_CDI_DIRS])
+    more = (f" and {len(listed) - len(dirs)} more, not read" if len(listed) > len(dirs)
+            else "")
     found = [s.path for s in view.cdi_specs if _in(s.path, dirs) and s.kind == kind
              and s.error is None]
-    return (f"dockerd reads CDI specs from {', '.join(peer_text(d, 100) for d in dirs)}: "
-            + (f"{kind} in {', '.join(found)}" if found else f"no {kind} spec there")
+    return (f"dockerd reads CDI specs from {', '.join(peer_text(d, 100) for d in dirs)}"
+            f"{more}: " + (f"{kind} in {', '.join(found)}" if found else f"no {kind} spec there")
             + " (docker run --device; Swarm services do not use it)",)
 

@@ -23,6 +23,7 @@ from swarmgpu.agent.doctor.resources import (
     from_docker_info,
     gpu_kind,
     gpu_kinds,
+    live_unread,
     parse_generic_resources,
 )
 from swarmgpu.agent.doctor.view import (
@@ -326,6 +327,8 @@ def check_swarm_resource(view: NodeView) -> Check:
                      "The toolkit cannot read its configuration.",
                      p.fix or "Fix the syntax; `nvidia-ctk config default` prints a valid "
                      "file.")
+    if (unread := live_unread(cid, view)) is not None:  # (the kinds would be guessed)
+        return unread
     kinds = gpu_kinds(view) or [SWARMGPU_KIND]
     needed = [env_name(k) for k in kinds]
     why_all = ("Swarm passes the GPUs it reserved in DOCKER_RESOURCE_<KIND>; the toolkit only "

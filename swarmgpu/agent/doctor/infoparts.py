@@ -30,7 +30,9 @@ PARTS: dict[str, type] = {
     "DockerRootDir": str,
     "CDISpecDirs": list,
 }
-# part -> the checks that read it (and fail, naming it, when it is not read)
+# part -> the checks that read it (and fail, naming it, when it is not read); where
+# daemon.json lists no generic resources, toolkit.swarm-resource and (in cdi mode)
+# toolkit.cdi-spec read GenericResources too (``resources.live_unread``)
 READERS: dict[str, tuple[str, ...]] = {
     "Swarm": ("docker.engine", "agents.service"),
     "Swarm.LocalNodeState": ("docker.engine",),

@@ -11,6 +11,7 @@ import posixpath
 import re
 import stat
 import tomllib
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,9 @@ from swarmgpu.agent.doctor.view import (
     HAMI_LOCK_DIR,
     HAMI_PRELOAD,
     HOST_PRELOAD,
+    MAX_CDI_BYTES,
     MAX_CDI_SPECS,
+    MAX_ENGINE_CDI_DIRS,
     TOOLKIT_PACKAGES,
     TOOLKIT_TOML,
     CdiSpec,
@@ -50,6 +53,7 @@ from swarmgpu.agent.doctor.view import (
 )
 from swarmgpu.core.boundedfile import NotRegularFile, read_head
 from swarmgpu.core.model import FactsError, NodeFacts
+from swarmgpu.core.peertext import quoted
 from swarmgpu.core.yamlfile import parse_yaml
 
 
@@ -361,42 +365,66 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
 
 def _read_cdi(root: str, toolkit: Mapping[str, Any] | None,
               info: Mapping[str, Any] | None) -> tuple[CdiSpec, ...]:
-    """The CDI specs in the toolkit's spec dirs and in dockerd's (``CDISpecDirs``), each
-    read once; a directory absent or not listed has none."""
-    engine = info_part(info, "CDISpecDirs") or []
+    """The CDI specs in the toolkit's spec dirs and in dockerd's (``CDISpecDirs``, its
+    first ``MAX_ENGINE_CDI_DIRS``), each read once; a directory absent or not listed has
+    none, one the doctor may not list is itself named unread."""
+    engine = [d for d in info_part(info, "CDISpecDirs") or [] if isinstance(d, str)]
+    budget = MAX_CDI_BYTES  # (spec text left to parse)
     dirs = dict.fromkeys(posixpath.normpath("/" + d.lstrip("/")) for d in
-                         (*toolkit_cdi(toolkit)[0], *(d for d in engine if isinstance(d, str))))
+                         (*toolkit_cdi(toolkit)[0], *engine[:MAX_ENGINE_CDI_DIRS]))
     specs: list[CdiSpec] = []
     for d in dirs:
         try:
             names = sorted(n for n in listdir_in_root(root, d.lstrip("/"))
                            if n.endswith((".yaml", ".yml", ".json")))
+        except PermissionError:  # (named: the runtime, as root, reads what is there)
+            specs.append(CdiSpec(d, error="cannot be listed: permission denied (run the "
+                                          "doctor as root, as the runtime reads it)"))
+            continue
         except (OSError, ValueError):  # (absent, not a directory; a NUL in the engine's)
             continue
-        specs.extend(_cdi_spec(root, posixpath.join(d, n)) for n in names[:MAX_CDI_SPECS])
+        for n in names[:MAX_CDI_SPECS]:
+            specs.append(spec := _cdi_spec(root, posixpath.join(d, n), budget))
+            budget -= spec.size
     return tuple(specs)
+
+
+# CDI's scan reads *.json and *.yaml alone (container-device-interface spec-dirs.go)
+_NOT_READ_YML = ("is named .yml, which CDI never reads (only *.yaml and *.json): rename "
+                 "it to .yaml")
 
 
 class _SpecError(Exception):
     pass
 
 
-def _cdi_spec(root: str, path: str) -> CdiSpec:
-    """One spec file: its kind and device names (CDI's ``kind``, ``devices[].name``)."""
+def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
+    """One spec file: its kind and device names (CDI's ``kind``, ``devices[].name``); a
+    ``.yml`` one is named unread, as the runtime never reads it, and one past ``budget``
+    characters of text left to parse (``MAX_CDI_BYTES``) too."""
+    if path.endswith(".yml"):
+        return CdiSpec(path, error=_NOT_READ_YML)
     try:
-        text = _read_text(root, path.lstrip("/"))
-        data = parse_yaml(text or "", path, _SpecError)
+        text = _read_text(root, path.lstrip("/")) or ""
+        if len(text) > budget:
+            return CdiSpec(path, error=f"not parsed: past the {MAX_CDI_BYTES >> 20} MiB of "
+                                       "spec text the doctor parses in all (move the "
+                                       "files that are no CDI specs out of the spec dirs)")
+        data = parse_yaml(text, path, _SpecError)
     except Unreadable as exc:
         return CdiSpec(path, error=exc.why)
     except _SpecError as exc:
-        return CdiSpec(path, error=str(exc))
+        return CdiSpec(path, error=str(exc), size=len(text))
     if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
-        return CdiSpec(path, error="names no kind (not a CDI spec)")
+        return CdiSpec(path, error="names no kind (not a CDI spec)", size=len(text))
     devices = data.get("devices")
-    names = frozenset(str(d["name"]) for d in devices if isinstance(d, dict)
-                      and isinstance(d.get("name"), str)) if isinstance(devices, list) else \
-        frozenset()
-    return CdiSpec(path, data["kind"], names)
+    names = [d["name"] for d in devices if isinstance(d, dict)
+             and isinstance(d.get("name"), str)] if isinstance(devices, list) else []
+    # (CDI refuses the whole spec: "invalid spec, multiple device")
+    if twice := [n for n, k in Counter(names).items() if k > 1]:
+        return CdiSpec(path, error=f"names device {quoted(twice[0])} twice (CDI refuses "
+                                   "the whole spec)", size=len(text))
+    return CdiSpec(path, data["kind"], frozenset(names), size=len(text))
 
 
 def _runtime(root: str, daemon_json: Parsed) -> RuntimeLookup | None:

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from swarmgpu.agent.doctor.infoparts import generic_entries
-from swarmgpu.agent.doctor.view import NodeView
+from swarmgpu.agent.doctor.infoparts import generic_entries, unread_check
+from swarmgpu.agent.doctor.view import Check, NodeView
 from swarmgpu.core.peertext import peer_text
 
 
@@ -64,6 +64,15 @@ def from_docker_info(info: Mapping[str, Any]) -> list[GenericResource] | None:
 def gpu_kind(r: GenericResource) -> bool:
     return (r.value.startswith(("GPU-", "MIG-")) or "GPU" in r.kind.upper()
             or r.kind.lower() == "nvidia.com/gpu")
+
+
+def live_unread(cid: str, view: NodeView) -> Check | None:
+    """Check ``cid`` failed naming dockerd's GenericResources (or an entry) not read, when
+    the check reads them: daemon.json lists none (``--node-generic-resource`` flags set
+    them), so read as none they passed as "no GPU advertised"; None otherwise."""
+    data = view.daemon_json.data or {}
+    res, _ = parse_generic_resources(data.get("node-generic-resources"), "")
+    return None if res else unread_check(cid, view.docker_info, ("GenericResources",))
 
 
 def gpu_kinds(view: NodeView) -> list[str]:

@@ -35,7 +35,16 @@ Version = tuple[int, int, int]
 # [nvidia-container-runtime.modes.cdi] spec-dirs / default-kind say otherwise.
 TOOLKIT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 TOOLKIT_CDI_KIND = "nvidia.com/gpu"
+# The kind whose devices the runtime makes a spec for as it starts each container
+# (nvidia-container-toolkit modifier filterAutomaticDevices): no spec file is read
+TOOLKIT_CDI_AUTOMATIC_KIND = "runtime.nvidia.com/gpu"
 MAX_CDI_SPECS = 64  # spec files read per directory: a node has a few
+# Spec text parsed in all (a generated one is some 50 KB): the YAML parse takes seconds
+# a MiB, and an untrusted root's 64 files of 1 MiB a dir took most of an hour
+MAX_CDI_BYTES = 2 << 20
+# dockerd's CDI spec dirs looked in and shown (its CDISpecDirs, two by default): a
+# proxy's answer may list thousands, each once looked in and named
+MAX_ENGINE_CDI_DIRS = 8
 
 # HAMi-core (Project-HAMi/HAMi-core), the library that enforces a GPU share inside a
 # container: where HAMi installs it on a node, the preload file services mount at
@@ -96,13 +105,15 @@ class Parsed:
 
 @dataclass(frozen=True)
 class CdiSpec:
-    """A CDI spec file (``*.yaml``, ``*.yml``, ``*.json``) as the node has it: its path
-    as the node names it, the kind and device names it declares; or why it is not read."""
+    """A CDI spec file (``*.yaml``, ``*.json``; a ``*.yml`` one, which CDI never reads, is
+    unread) as the node has it: its path as the node names it, the kind and device names
+    it declares; or why it is not read."""
 
     path: str
     kind: str | None = None
     devices: frozenset[str] = frozenset()
     error: str | None = None
+    size: int = 0  # characters of its text parsed (``MAX_CDI_BYTES``)
 
 
 def toolkit_cdi(data: Mapping[str, Any] | None) -> tuple[tuple[str, ...], str]:
@@ -113,8 +124,9 @@ def toolkit_cdi(data: Mapping[str, Any] | None) -> tuple[tuple[str, ...], str]:
     cdi = cdi if isinstance(cdi, dict) else {}
     dirs = cdi.get("spec-dirs")
     kind = cdi.get("default-kind")
-    return (tuple(d for d in dirs if isinstance(d, str)) if isinstance(dirs, list)
-            else TOOLKIT_CDI_DIRS), (kind if isinstance(kind, str) else TOOLKIT_CDI_KIND)
+    # (none listed: CDI's WithSpecDirs, which the runtime hands them to, takes its defaults)
+    listed = tuple(d for d in dirs if isinstance(d, str)) if isinstance(dirs, list) else ()
+    return listed or TOOLKIT_CDI_DIRS, (kind if isinstance(kind, str) else TOOLKIT_CDI_KIND)
 
 
 @dataclass(frozen=True)
