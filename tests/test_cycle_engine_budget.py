@@ -10,6 +10,7 @@ docker-py reads of an engine on loopback trickling its answers
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,14 +26,20 @@ from swarmgpu.manager.cycle.budget import engine_budget_s
 from swarmgpu.manager.cycle.session import CycleSession
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.swarm import answerjson
-from swarmgpu.swarm.client import SwarmClient, SwarmError
-from tests.support.loop_engine import Trickled, loop_engine
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
+from tests.support.loop_engine import Answer, LoopEngine, Trickled, loop_engine
 
-BUDGET_S = 1.8
-# (35 bytes at 20 ms: 0.7 s, under the 1 s deadline set below; three: 2.1 s, past 1.8 s)
-SLOW = Trickled(b"[" + b" " * 33 + b"]", 0.02)
-SLOW_INFO = Trickled(b"{" + b" " * 33 + b"}", 0.02)
-SLACK_S = 0.7  # (a loaded machine's lag at the cut)
+BUDGET_S = 2.5
+# Each read's own deadline is 20 s (the client's 1 s timeout, ``ANSWER_DEADLINE_TIMEOUTS``
+# 20 times), far past the budget: only the budget can cut a read here. A quick read
+# (10 bytes a 20 ms: 0.2 s) ends far within the budget, a long one (600 bytes: 12 s)
+# far past it, so a loaded machine's lag, up to ``LAG_S``, flips neither.
+DEADLINE_TIMEOUTS = 20.0
+QUICK = Trickled(b"[" + b" " * 8 + b"]", 0.02)
+QUICK_INFO = Trickled(b"{" + b" " * 8 + b"}", 0.02)
+LONG = Trickled(b"[" + b" " * 598 + b"]", 0.02)
+LONG_INFO = Trickled(b"{" + b" " * 598 + b"}", 0.02)
+LAG_S = 4.0  # (the cut's lag on a loaded machine: the long read would end 12 s in)
 
 
 @pytest.fixture
@@ -63,18 +70,20 @@ class SlowEngine(EmptySwarm):
 
 
 class ReadWrite:
-    """A step that reads ``docker info`` and writes after each read, three times; a read that
-    fails is its own loss (as the daemon's readers take one), the write goes on."""
+    """A step that reads ``docker info`` and writes after each read, three times, the
+    engine answering each read as ``answers`` says, in turn; a read that fails is its own
+    loss (as the daemon's readers take one), the write goes on."""
 
     name = "read-write"
     requires: frozenset[Any] = frozenset()
     provides: frozenset[Any] = frozenset()
 
-    def __init__(self, swarm: SlowEngine) -> None:
-        self.swarm = swarm
+    def __init__(self, swarm: SlowEngine, engine: LoopEngine, answers: list[Answer]) -> None:
+        self.swarm, self.engine, self.answers = swarm, engine, answers
 
     def run(self, session: CycleSession) -> None:
-        for _ in range(3):
+        for answer in self.answers:
+            self.engine.answers["/info"] = answer
             with contextlib.suppress(SwarmError):
                 self.swarm.client.info()
             self.swarm.write()
@@ -84,7 +93,7 @@ class ReadWrite:
 
 
 def budgeted(monkeypatch: pytest.MonkeyPatch, tmp: Path, swarm: SlowEngine) -> Daemon:
-    monkeypatch.setattr(answerjson, "ANSWER_DEADLINE_TIMEOUTS", 1.0)  # (1 s a request)
+    monkeypatch.setattr(answerjson, "ANSWER_DEADLINE_TIMEOUTS", DEADLINE_TIMEOUTS)
     monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: BUDGET_S,
                         raising=False)
     cfg = Config(state_dir=str(tmp), sync=SyncConfig(watch_events=False),
@@ -93,51 +102,67 @@ def budgeted(monkeypatch: pytest.MonkeyPatch, tmp: Path, swarm: SlowEngine) -> D
     return Daemon(cfg, swarm=swarm)  # type: ignore[arg-type]
 
 
+def cut_at_budget(took: float) -> None:
+    """``took`` (a cycle's time) says its long read was cut at the budget: not before
+    it, and long before that read's own end (12 s) and its deadline (20 s)."""
+    assert BUDGET_S <= took < BUDGET_S + LAG_S, took
+
+
 def test_a_steps_slow_reads_end_the_cycle_at_its_budget_no_write_after_it(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, errors: list[str]) -> None:
-    with loop_engine({"/nodes": b"[]", "/services": b"[]", "/tasks": b"[]",
-                      "/info": SLOW_INFO}) as engine:
+    with loop_engine({"/nodes": b"[]", "/services": b"[]", "/tasks": b"[]"}) as engine:
         swarm = SlowEngine(f"tcp://127.0.0.1:{engine.server_port}")
         d = budgeted(monkeypatch, tmp_path, swarm)
-        d.use([ReadWrite(swarm)])
+        step = ReadWrite(swarm, engine, [QUICK_INFO, QUICK_INFO, LONG_INFO])
+        d.use([step])
         start = time.monotonic()
         report = d.cycle()
         took = time.monotonic() - start
-        assert report.aborted and took < BUDGET_S + SLACK_S, took
+        assert report.aborted
+        cut_at_budget(took)
         assert len(swarm.written) == 2, swarm.written  # (the third read cut, its write not)
         assert all(at - start < BUDGET_S for at in swarm.written)
         (said,) = errors
         assert "cycle ended at its engine budget" in said and "reading GET /info" in said
         assert "1 write(s) not made" in said and "docker info" in said, said
-        engine.answers["/info"] = b"{}"  # (the engine sound again)
+        step.answers = [b"{}"] * 3  # (the engine sound again)
         swarm.written.clear()
         report = d.cycle()
         assert not report.aborted and len(swarm.written) == 3
         assert len(errors) == 1, errors
 
 
-def test_three_slow_snapshot_reads_end_the_cycle_at_its_budget_the_next_reads_afresh(
+def test_slow_snapshot_reads_end_the_cycle_at_its_budget_the_next_reads_afresh(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, errors: list[str]) -> None:
-    answers = {"/nodes": SLOW, "/services": SLOW, "/tasks": SLOW}
+    answers: dict[str, Answer] = {"/nodes": QUICK, "/services": QUICK, "/tasks": LONG}
     with loop_engine(dict(answers)) as engine:
         d = budgeted(monkeypatch, tmp_path, SlowEngine(f"tcp://127.0.0.1:{engine.server_port}"))
         start = time.monotonic()
         assert d.cycle().aborted
-        assert time.monotonic() - start < BUDGET_S + SLACK_S
+        cut_at_budget(time.monotonic() - start)
         (said,) = errors
-        assert "while reading GET /tasks" in said, said  # (nodes, services read: 1.4 s)
+        assert "while reading GET /tasks" in said, said  # (nodes, services read)
         assert d.last_report is None  # (nothing acted on)
         engine.answers.update(dict.fromkeys(answers, b"[]"))
         assert not d.cycle().aborted and len(errors) == 1, errors
         assert d.last_report is not None
 
 
-def test_a_request_in_time_for_its_own_deadline_outside_a_cycle_keeps_it(
+def test_a_cycles_budget_bounds_its_own_reads_not_another_threads_nor_after_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # (plan, status, audit: no budget; only the cycle's requests are cut to one)
-    monkeypatch.setattr(answerjson, "ANSWER_DEADLINE_TIMEOUTS", 1.0)
-    with loop_engine({"/tasks": SLOW}) as engine:
+    # (the events thread, the facts watch and the HTTP server's handlers read beside the
+    # cycle; plan, status and audit have no cycle: each request keeps its own deadline)
+    monkeypatch.setattr(answerjson, "ANSWER_DEADLINE_TIMEOUTS", DEADLINE_TIMEOUTS)
+    with loop_engine({"/tasks": QUICK}) as engine:
         client = SwarmClient(f"tcp://127.0.0.1:{engine.server_port}", timeout_s=1)
+        beside: list[object] = []
+        with answerjson.within_budget(answerjson.CycleBudget(0.0)):  # (passed)
+            with pytest.raises(SwarmUnavailable, match="the cycle's engine budget"):
+                client.tasks()
+            reader = threading.Thread(target=lambda: beside.append(client.tasks()))
+            reader.start()
+            reader.join(30)
+        assert beside == [[]]
         for _ in range(3):
             assert client.tasks() == []
 
