@@ -18,16 +18,18 @@ from typing import Any
 
 import pytest
 from support.empty_swarm import EmptySwarm
+from support.engine_stub import Engine, start_engine
 from support.loglines import log_lines
 
 from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
 from swarmgpu.manager import daemon as daemon_module
-from swarmgpu.manager.cycle.budget import engine_budget_s
+from swarmgpu.manager.cycle.budget import BudgetGate, OverBudget, engine_budget_s
 from swarmgpu.manager.cycle.session import CycleSession
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.swarm import answerjson
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
-from tests.support.loop_engine import Answer, LoopEngine, Trickled, loop_engine
+from tests.support.loop_engine import VERSION, Answer, LoopEngine, Trickled, loop_engine
 
 BUDGET_S = 2.5
 # Each read's own deadline is 20 s (the client's 1 s timeout, ``ANSWER_DEADLINE_TIMEOUTS``
@@ -172,3 +174,39 @@ def test_the_budget_leaves_the_watchdogs_ping_in_time() -> None:
     assert engine_budget_s(30, None) == 75  # (none: the 2 x interval + 60 s asked for)
     assert engine_budget_s(60, 180) == 105
     assert engine_budget_s(30, 40) == 10  # (too short a watchdog: warned at start)
+
+
+def posts(engine: Engine) -> int:
+    """The service updates ``engine`` was sent."""
+    return sum(b"POST " in seen and b"/services/svc1/update" in seen for seen in engine.seen)
+
+
+def test_a_write_the_gate_let_through_is_made_whole_its_read_not_cut(tmp_path: Path) -> None:
+    # A write is a read of its object and a post (read-modify-write): the gate asks the
+    # budget before it, and a write in flight is never cut. Here the budget passes as
+    # the first write of an operation lands (preemption's hour stored just before its
+    # victim's move: Writes.before_first); before, the victim's read was refused, the
+    # hour spent and the move not made.
+    engine = start_engine(str(tmp_path / "engine.sock"))
+    engine.raw[b"/version"] = VERSION
+    try:
+        client = SwarmClient(f"unix://{tmp_path}/engine.sock", timeout_s=5)
+        gate = BudgetGate(60.0)
+        client.before_write = gate.check
+        writes = Writes(client, dry_run=False, who="test")
+
+        def relabel(spec: Any) -> Any:
+            return {**spec, "Labels": {**spec["Labels"], "swarmgpu.gpus": "2"}}
+
+        def budget_passes() -> None:
+            gate.budget.start -= 120
+
+        with answerjson.within_budget(gate.budget):
+            with writes.before_first(budget_passes):
+                assert writes.service_spec("svc1", relabel)
+            assert posts(engine) == 1
+            with pytest.raises(OverBudget):  # (the next write: refused at the gate)
+                writes.service_spec("svc1", relabel)
+        assert gate.writes.left == 1 and posts(engine) == 1
+    finally:
+        engine.shutdown()

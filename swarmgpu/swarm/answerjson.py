@@ -152,6 +152,18 @@ def within_budget(budget: CycleBudget) -> Iterator[CycleBudget]:
         _BUDGET.reset(token)
 
 
+@contextlib.contextmanager
+def outside_budget() -> Iterator[None]:
+    """Within: this thread's requests keep their own deadline only, as outside a cycle:
+    a write's own reads (read-modify-write), once the write gate let it through, so a
+    write in flight is never cut (manager.cycle.budget)."""
+    token = _BUDGET.set(None)
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
 class Repeated(dict[str, Any]):
     """A list's entry that names a key twice in one object, decoded as ``json`` would (the
     last one kept): ``why`` says which key and the fix. Its reader fails it alone."""
