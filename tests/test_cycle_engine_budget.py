@@ -27,7 +27,7 @@ from swarmgpu.manager.cycle.budget import BudgetGate, OverBudget, engine_budget_
 from swarmgpu.manager.cycle.session import CycleSession
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.engine.actuator import Writes
-from swarmgpu.swarm import answerjson
+from swarmgpu.swarm import answerjson, identity
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
 from tests.support.loop_engine import VERSION, Answer, LoopEngine, Trickled, loop_engine
 
@@ -94,12 +94,13 @@ class ReadWrite:
         return None
 
 
-def budgeted(monkeypatch: pytest.MonkeyPatch, tmp: Path, swarm: SlowEngine) -> Daemon:
+def budgeted(monkeypatch: pytest.MonkeyPatch, tmp: Path, swarm: SlowEngine,
+             identity: str = "none") -> Daemon:
     monkeypatch.setattr(answerjson, "ANSWER_DEADLINE_TIMEOUTS", DEADLINE_TIMEOUTS)
     monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: BUDGET_S,
                         raising=False)
     cfg = Config(state_dir=str(tmp), sync=SyncConfig(watch_events=False),
-                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
+                 agents=AgentsConfig(timeout_s=0.5, identity=identity, watch_s=0),
                  http=HttpConfig(listen="127.0.0.1:0"))
     return Daemon(cfg, swarm=swarm)  # type: ignore[arg-type]
 
@@ -148,6 +149,41 @@ def test_slow_snapshot_reads_end_the_cycle_at_its_budget_the_next_reads_afresh(
         engine.answers.update(dict.fromkeys(answers, b"[]"))
         assert not d.cycle().aborted and len(errors) == 1, errors
         assert d.last_report is not None
+
+
+class PkiEngine(SlowEngine):
+    """``SlowEngine`` whose swarm root CA (agents.identity swarm-pki) is read too."""
+
+    def trust_root(self) -> str:
+        return self.client.trust_root()
+
+
+def test_a_snapshot_whose_read_was_cut_at_the_budget_is_not_planned_from(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, errors: list[str]) -> None:
+    # The agents' identity (the swarm root CA, GET /swarm) is read within the snapshot,
+    # and its failure taken as every agent's (fetch_agents): cut at the budget, the
+    # snapshot said every agent unreadable, and label sync (the first step, which a stop
+    # never skips) ran on it.
+    monkeypatch.setattr(identity, "_SOURCES", {})  # (no identity another test built)
+    with loop_engine({"/nodes": b"[]", "/services": b"[]", "/tasks": b"[]",
+                      "/swarm": LONG_INFO}) as engine:
+        d = budgeted(monkeypatch, tmp_path, PkiEngine(f"tcp://127.0.0.1:{engine.server_port}"),
+                     identity="swarm-pki")
+        (label_sync,) = d.pipeline.steps
+        runs: list[CycleSession] = []
+        sync = label_sync.run
+
+        def counted(session: CycleSession) -> None:
+            runs.append(session)
+            sync(session)
+
+        monkeypatch.setattr(label_sync, "run", counted)
+        start = time.monotonic()
+        assert d.cycle().aborted
+        cut_at_budget(time.monotonic() - start)
+        (said,) = errors
+        assert "while reading GET /swarm" in said, said
+        assert runs == [] and d.last_report is None
 
 
 def test_a_cycles_budget_bounds_its_own_reads_not_another_threads_nor_after_it(

@@ -230,6 +230,9 @@ class Daemon:
             except Stopped as exc:  # facts half read: no step plans from them, none saved
                 self._reads_left("no step of this cycle ran", exc)
                 return CycleReport()
+            # A read cut at the budget that the snapshot took for one part's failure (the
+            # agents' identity: every agent unread): no step, label sync none, runs on it.
+            self._over()
             report = self.run_steps(snapshot)
             self._over()
         except SwarmError as exc:
