@@ -2,7 +2,8 @@
 within its own deadline (twice the client's timeout), but a cycle of several slow ones
 outlasted the 90 s the watchdog allows a cycle, and systemd restarted the daemon. Past
 the budget the cycle ends: the read in flight is cut (each read's deadline is what is
-left of the budget), no write starts, no step acts on the cycle's reads, one line says
+left of the budget), no write starts (one in flight is made whole), no further step runs
+(none on a snapshot whose read was cut), one line says
 what it was reading, the time and the fix, and the next cycle runs as before. Real
 docker-py reads of an engine on loopback trickling its answers
 (tests/support/loop_engine.py), the deadlines and the budget cut short for the test."""
