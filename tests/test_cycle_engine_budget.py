@@ -11,6 +11,7 @@ docker-py reads of an engine on loopback trickling its answers
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from support.loglines import log_lines
 from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
 from swarmgpu.manager import daemon as daemon_module
 from swarmgpu.manager.cycle.budget import BudgetGate, OverBudget, engine_budget_s
+from swarmgpu.manager.cycle.grants import ImageEnvs
 from swarmgpu.manager.cycle.session import CycleSession
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.engine.actuator import Writes
@@ -247,3 +249,20 @@ def test_a_write_the_gate_let_through_is_made_whole_its_read_not_cut(tmp_path: P
         assert gate.writes.left == 1 and posts(engine) == 1
     finally:
         engine.shutdown()
+
+
+def test_an_image_read_cut_at_the_budget_is_not_kept_the_next_cycle_reads_it() -> None:
+    # The grants step keeps each image's env, an engine error too, for its TTL (5 min):
+    # a read cut at the budget (or not sent past it) says nothing of the image, and kept,
+    # it made the next cycles take that image as unknown, "treated as CUDA images
+    # behave", its services ungranted (voided with placement.ungranted: void).
+    env = ["NVIDIA_VISIBLE_DEVICES=none"]
+    with loop_engine({"/images/json": b'[{"Id": "sha256:ab"}]',
+                      "/images/ab/json": json.dumps({"Config": {"Env": env}}).encode()
+                      }) as engine:
+        images = ImageEnvs(SwarmClient(f"tcp://127.0.0.1:{engine.server_port}"))
+        with answerjson.within_budget(answerjson.CycleBudget(0.0)):  # (passed)
+            (cut,) = images.lookup(["app:1"]).values()
+        assert cut.env is None and "the cycle's engine budget" in cut.note, cut
+        (read,) = images.lookup(["app:1"]).values()  # (the next cycle)
+        assert read.env == tuple(env)

@@ -135,6 +135,18 @@ class BudgetSpent(AnswerTooSlow):
         self.deadline_s = budget.budget_s
 
 
+def budget_cut(exc: BaseException) -> bool:
+    """Whether ``exc``, or what it was raised from, is a read refused at its cycle's
+    budget (``BudgetSpent``): it says nothing of what was asked, so no reader keeps it
+    past the cycle (as an image's env is kept: manager.cycle.grants)."""
+    at: BaseException | None = exc
+    while at is not None:
+        if isinstance(at, BudgetSpent):
+            return True
+        at = at.__cause__
+    return False
+
+
 # The budget of the cycle this thread runs (a write's thread takes its cycle's along:
 # manager.engine.writes); None outside one, as for plan, status and audit.
 _BUDGET: contextvars.ContextVar[CycleBudget | None] = contextvars.ContextVar(
