@@ -3,10 +3,12 @@ within its own deadline (twice the client's timeout), but a cycle of several slo
 outlasted the 90 s the watchdog allows a cycle, and systemd restarted the daemon. Past
 the budget the cycle ends: the read in flight is cut (each read's deadline is what is
 left of the budget), no write starts (one in flight is made whole), no further step runs
-(none on a snapshot whose read was cut), one line says
-what it was reading, the time and the fix, and the next cycle runs as before. Real
+(none on a snapshot whose read was cut), one line says what it was reading, the time and
+the fix, and the next cycle reads afresh (nothing read past the budget kept for it). Real
 docker-py reads of an engine on loopback trickling its answers
-(tests/support/loop_engine.py), the deadlines and the budget cut short for the test."""
+(tests/support/loop_engine.py), the budget cut short for the test and each read's own
+deadline far past it, each read far within the budget or far past it: a loaded
+machine's lag flips none."""
 
 from __future__ import annotations
 
