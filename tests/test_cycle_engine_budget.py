@@ -100,12 +100,12 @@ class ReadWrite:
 
 
 def budgeted(monkeypatch: pytest.MonkeyPatch, tmp: Path, swarm: SlowEngine,
-             identity: str = "none") -> Daemon:
+             identity: str = "none", watch_s: float = 0) -> Daemon:
     monkeypatch.setattr(answerjson, "ANSWER_DEADLINE_TIMEOUTS", DEADLINE_TIMEOUTS)
     monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: BUDGET_S,
                         raising=False)
     cfg = Config(state_dir=str(tmp), sync=SyncConfig(watch_events=False),
-                 agents=AgentsConfig(timeout_s=0.5, identity=identity, watch_s=0),
+                 agents=AgentsConfig(timeout_s=0.5, identity=identity, watch_s=watch_s),
                  http=HttpConfig(listen="127.0.0.1:0"))
     return Daemon(cfg, swarm=swarm)  # type: ignore[arg-type]
 
@@ -189,6 +189,41 @@ def test_a_snapshot_whose_read_was_cut_at_the_budget_is_not_planned_from(
         (said,) = errors
         assert "while reading GET /swarm" in said, said
         assert runs == [] and d.last_report is None
+
+
+class SlowFirstList(SlowEngine):
+    """``SlowEngine`` whose first node list alone is read of the engine (its answer at
+    ``/nodes``); the others list none at once."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.lists = 0
+
+    def nodes(self) -> Any:
+        self.lists += 1
+        return self.client.nodes() if self.lists == 1 else []
+
+
+def test_the_facts_watch_beside_a_cycle_holds_it_no_longer_than_its_own_interval(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # The facts watch (every agents.watch_s) reads the nodes through the daemon's cache
+    # while the event stream is up, under the lock the cycle's read takes too (and the
+    # agents' identity's): its reads had no budget, so a slow list of its held the
+    # cycle, waiting on that lock, past its own budget.
+    with loop_engine({"/nodes": LONG, "/services": b"[]", "/tasks": b"[]"}) as engine:
+        swarm = SlowFirstList(f"tcp://127.0.0.1:{engine.server_port}")
+        d = budgeted(monkeypatch, tmp_path, swarm, watch_s=1.0)
+        d.leader = True
+        d.cache.opened()  # (the stream up: the watch reads through the cache)
+        watch = threading.Thread(target=d._watch_facts)
+        watch.start()
+        while swarm.lists == 0:  # (its slow list under way, the cache's lock held)
+            time.sleep(0.01)
+        start = time.monotonic()
+        report = d.cycle()
+        took = time.monotonic() - start
+        watch.join(30)
+        assert not report.aborted and took < BUDGET_S + LAG_S, took
 
 
 def test_a_cycles_budget_bounds_its_own_reads_not_another_threads_nor_after_it(
