@@ -217,8 +217,10 @@ def test_the_facts_watch_beside_a_cycle_holds_it_no_longer_than_its_own_interval
         d.cache.opened()  # (the stream up: the watch reads through the cache)
         watch = threading.Thread(target=d._watch_facts)
         watch.start()
-        while swarm.lists == 0:  # (its slow list under way, the cache's lock held)
+        begun = time.monotonic()
+        while swarm.lists == 0 and time.monotonic() - begun < 10:
             time.sleep(0.01)
+        assert swarm.lists == 1  # (its slow list under way, the cache's lock held)
         start = time.monotonic()
         report = d.cycle()
         took = time.monotonic() - start
