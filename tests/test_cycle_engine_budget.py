@@ -2,14 +2,19 @@
 within its own deadline (twice the client's timeout), but a cycle of several slow ones
 outlasted the 90 s the watchdog allows a cycle, and systemd restarted the daemon. Past
 the budget the cycle ends: the read in flight is cut (each read's deadline is what is
-left of the budget), no write starts, no step acts on the cycle's reads, one line says
-what it was reading, the time and the fix, and the next cycle runs as before. Real
+left of the budget), no write starts (one in flight is made whole), no further step runs
+(none on a snapshot whose read was cut), one line says what it was reading, the time and
+the fix, and the next cycle reads afresh (nothing read past the budget kept for it). Real
 docker-py reads of an engine on loopback trickling its answers
-(tests/support/loop_engine.py), the deadlines and the budget cut short for the test."""
+(tests/support/loop_engine.py), the budget cut short for the test and each read's own
+deadline far past it, each read far within the budget or far past it: a loaded
+machine's lag flips none."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,22 +22,31 @@ from typing import Any
 
 import pytest
 from support.empty_swarm import EmptySwarm
+from support.engine_stub import Engine, start_engine
 from support.loglines import log_lines
 
 from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
 from swarmgpu.manager import daemon as daemon_module
-from swarmgpu.manager.cycle.budget import engine_budget_s
+from swarmgpu.manager.cycle.budget import BudgetGate, OverBudget, engine_budget_s
+from swarmgpu.manager.cycle.grants import ImageEnvs
 from swarmgpu.manager.cycle.session import CycleSession
 from swarmgpu.manager.daemon import Daemon
-from swarmgpu.swarm import answerjson
-from swarmgpu.swarm.client import SwarmClient, SwarmError
-from tests.support.loop_engine import Trickled, loop_engine
+from swarmgpu.manager.engine.actuator import Writes
+from swarmgpu.swarm import answerjson, identity
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
+from tests.support.loop_engine import VERSION, Answer, LoopEngine, Trickled, loop_engine
 
-BUDGET_S = 1.8
-# (35 bytes at 20 ms: 0.7 s, under the 1 s deadline set below; three: 2.1 s, past 1.8 s)
-SLOW = Trickled(b"[" + b" " * 33 + b"]", 0.02)
-SLOW_INFO = Trickled(b"{" + b" " * 33 + b"}", 0.02)
-SLACK_S = 0.7  # (a loaded machine's lag at the cut)
+BUDGET_S = 2.5
+# Each read's own deadline is 20 s (the client's 1 s timeout, ``ANSWER_DEADLINE_TIMEOUTS``
+# 20 times), far past the budget: only the budget can cut a read here. A quick read
+# (10 bytes a 20 ms: 0.2 s) ends far within the budget, a long one (600 bytes: 12 s)
+# far past it, so a loaded machine's lag, up to ``LAG_S``, flips neither.
+DEADLINE_TIMEOUTS = 20.0
+QUICK = Trickled(b"[" + b" " * 8 + b"]", 0.02)
+QUICK_INFO = Trickled(b"{" + b" " * 8 + b"}", 0.02)
+LONG = Trickled(b"[" + b" " * 598 + b"]", 0.02)
+LONG_INFO = Trickled(b"{" + b" " * 598 + b"}", 0.02)
+LAG_S = 4.0  # (the cut's lag on a loaded machine: the long read would end 12 s in)
 
 
 @pytest.fixture
@@ -63,18 +77,20 @@ class SlowEngine(EmptySwarm):
 
 
 class ReadWrite:
-    """A step that reads ``docker info`` and writes after each read, three times; a read that
-    fails is its own loss (as the daemon's readers take one), the write goes on."""
+    """A step that reads ``docker info`` and writes after each read, three times, the
+    engine answering each read as ``answers`` says, in turn; a read that fails is its own
+    loss (as the daemon's readers take one), the write goes on."""
 
     name = "read-write"
     requires: frozenset[Any] = frozenset()
     provides: frozenset[Any] = frozenset()
 
-    def __init__(self, swarm: SlowEngine) -> None:
-        self.swarm = swarm
+    def __init__(self, swarm: SlowEngine, engine: LoopEngine, answers: list[Answer]) -> None:
+        self.swarm, self.engine, self.answers = swarm, engine, answers
 
     def run(self, session: CycleSession) -> None:
-        for _ in range(3):
+        for answer in self.answers:
+            self.engine.answers["/info"] = answer
             with contextlib.suppress(SwarmError):
                 self.swarm.client.info()
             self.swarm.write()
@@ -83,61 +99,150 @@ class ReadWrite:
         return None
 
 
-def budgeted(monkeypatch: pytest.MonkeyPatch, tmp: Path, swarm: SlowEngine) -> Daemon:
-    monkeypatch.setattr(answerjson, "ANSWER_DEADLINE_TIMEOUTS", 1.0)  # (1 s a request)
+def budgeted(monkeypatch: pytest.MonkeyPatch, tmp: Path, swarm: SlowEngine,
+             identity: str = "none", watch_s: float = 0) -> Daemon:
+    monkeypatch.setattr(answerjson, "ANSWER_DEADLINE_TIMEOUTS", DEADLINE_TIMEOUTS)
     monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: BUDGET_S,
                         raising=False)
     cfg = Config(state_dir=str(tmp), sync=SyncConfig(watch_events=False),
-                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
+                 agents=AgentsConfig(timeout_s=0.5, identity=identity, watch_s=watch_s),
                  http=HttpConfig(listen="127.0.0.1:0"))
     return Daemon(cfg, swarm=swarm)  # type: ignore[arg-type]
 
 
+def cut_at_budget(took: float) -> None:
+    """``took`` (a cycle's time) says its long read was cut at the budget: not before
+    it, and long before that read's own end (12 s) and its deadline (20 s)."""
+    assert BUDGET_S <= took < BUDGET_S + LAG_S, took
+
+
 def test_a_steps_slow_reads_end_the_cycle_at_its_budget_no_write_after_it(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, errors: list[str]) -> None:
-    with loop_engine({"/nodes": b"[]", "/services": b"[]", "/tasks": b"[]",
-                      "/info": SLOW_INFO}) as engine:
+    with loop_engine({"/nodes": b"[]", "/services": b"[]", "/tasks": b"[]"}) as engine:
         swarm = SlowEngine(f"tcp://127.0.0.1:{engine.server_port}")
         d = budgeted(monkeypatch, tmp_path, swarm)
-        d.use([ReadWrite(swarm)])
+        step = ReadWrite(swarm, engine, [QUICK_INFO, QUICK_INFO, LONG_INFO])
+        d.use([step])
         start = time.monotonic()
         report = d.cycle()
         took = time.monotonic() - start
-        assert report.aborted and took < BUDGET_S + SLACK_S, took
+        assert report.aborted
+        cut_at_budget(took)
         assert len(swarm.written) == 2, swarm.written  # (the third read cut, its write not)
         assert all(at - start < BUDGET_S for at in swarm.written)
         (said,) = errors
         assert "cycle ended at its engine budget" in said and "reading GET /info" in said
         assert "1 write(s) not made" in said and "docker info" in said, said
-        engine.answers["/info"] = b"{}"  # (the engine sound again)
+        step.answers = [b"{}"] * 3  # (the engine sound again)
         swarm.written.clear()
         report = d.cycle()
         assert not report.aborted and len(swarm.written) == 3
         assert len(errors) == 1, errors
 
 
-def test_three_slow_snapshot_reads_end_the_cycle_at_its_budget_the_next_reads_afresh(
+def test_slow_snapshot_reads_end_the_cycle_at_its_budget_the_next_reads_afresh(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, errors: list[str]) -> None:
-    answers = {"/nodes": SLOW, "/services": SLOW, "/tasks": SLOW}
+    answers: dict[str, Answer] = {"/nodes": QUICK, "/services": QUICK, "/tasks": LONG}
     with loop_engine(dict(answers)) as engine:
         d = budgeted(monkeypatch, tmp_path, SlowEngine(f"tcp://127.0.0.1:{engine.server_port}"))
         start = time.monotonic()
         assert d.cycle().aborted
-        assert time.monotonic() - start < BUDGET_S + SLACK_S
+        cut_at_budget(time.monotonic() - start)
         (said,) = errors
-        assert "while reading GET /tasks" in said, said  # (nodes, services read: 1.4 s)
+        assert "while reading GET /tasks" in said, said  # (nodes, services read)
         assert d.last_report is None  # (nothing acted on)
         engine.answers.update(dict.fromkeys(answers, b"[]"))
         assert not d.cycle().aborted and len(errors) == 1, errors
         assert d.last_report is not None
 
 
-def test_a_request_in_time_for_its_own_deadline_outside_a_cycle_keeps_it(
+class PkiEngine(SlowEngine):
+    """``SlowEngine`` whose swarm root CA (agents.identity swarm-pki) is read too."""
+
+    def trust_root(self) -> str:
+        return self.client.trust_root()
+
+
+def test_a_snapshot_whose_read_was_cut_at_the_budget_is_not_planned_from(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, errors: list[str]) -> None:
+    # The agents' identity (the swarm root CA, GET /swarm) is read within the snapshot,
+    # and its failure taken as every agent's (fetch_agents): cut at the budget, the
+    # snapshot said every agent unreadable, and label sync (the first step, which a stop
+    # never skips) ran on it.
+    monkeypatch.setattr(identity, "_SOURCES", {})  # (no identity another test built)
+    with loop_engine({"/nodes": b"[]", "/services": b"[]", "/tasks": b"[]",
+                      "/swarm": LONG_INFO}) as engine:
+        d = budgeted(monkeypatch, tmp_path, PkiEngine(f"tcp://127.0.0.1:{engine.server_port}"),
+                     identity="swarm-pki")
+        (label_sync,) = d.pipeline.steps
+        runs: list[CycleSession] = []
+        sync = label_sync.run
+
+        def counted(session: CycleSession) -> None:
+            runs.append(session)
+            sync(session)
+
+        monkeypatch.setattr(label_sync, "run", counted)
+        start = time.monotonic()
+        assert d.cycle().aborted
+        cut_at_budget(time.monotonic() - start)
+        (said,) = errors
+        assert "while reading GET /swarm" in said, said
+        assert runs == [] and d.last_report is None
+
+
+class SlowFirstList(SlowEngine):
+    """``SlowEngine`` whose first node list alone is read of the engine (its answer at
+    ``/nodes``); the others list none at once."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.lists = 0
+
+    def nodes(self) -> Any:
+        self.lists += 1
+        return self.client.nodes() if self.lists == 1 else []
+
+
+def test_the_facts_watch_beside_a_cycle_holds_it_no_longer_than_its_own_interval(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # The facts watch (every agents.watch_s) reads the nodes through the daemon's cache
+    # while the event stream is up, under the lock the cycle's read takes too (and the
+    # agents' identity's): its reads had no budget, so a slow list of its held the
+    # cycle, waiting on that lock, past its own budget.
+    with loop_engine({"/nodes": LONG, "/services": b"[]", "/tasks": b"[]"}) as engine:
+        swarm = SlowFirstList(f"tcp://127.0.0.1:{engine.server_port}")
+        d = budgeted(monkeypatch, tmp_path, swarm, watch_s=1.0)
+        d.leader = True
+        d.cache.opened()  # (the stream up: the watch reads through the cache)
+        watch = threading.Thread(target=d._watch_facts)
+        watch.start()
+        begun = time.monotonic()
+        while swarm.lists == 0 and time.monotonic() - begun < 10:
+            time.sleep(0.01)
+        assert swarm.lists == 1  # (its slow list under way, the cache's lock held)
+        start = time.monotonic()
+        report = d.cycle()
+        took = time.monotonic() - start
+        watch.join(30)
+        assert not report.aborted and took < BUDGET_S + LAG_S, took
+
+
+def test_a_cycles_budget_bounds_its_own_reads_not_another_threads_nor_after_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # (plan, status, audit: no budget; only the cycle's requests are cut to one)
-    monkeypatch.setattr(answerjson, "ANSWER_DEADLINE_TIMEOUTS", 1.0)
-    with loop_engine({"/tasks": SLOW}) as engine:
+    # (the events thread, the facts watch and the HTTP server's handlers read beside the
+    # cycle; plan, status and audit have no cycle: each request keeps its own deadline)
+    monkeypatch.setattr(answerjson, "ANSWER_DEADLINE_TIMEOUTS", DEADLINE_TIMEOUTS)
+    with loop_engine({"/tasks": QUICK}) as engine:
         client = SwarmClient(f"tcp://127.0.0.1:{engine.server_port}", timeout_s=1)
+        beside: list[object] = []
+        with answerjson.within_budget(answerjson.CycleBudget(0.0)):  # (passed)
+            with pytest.raises(SwarmUnavailable, match="the cycle's engine budget"):
+                client.tasks()
+            reader = threading.Thread(target=lambda: beside.append(client.tasks()))
+            reader.start()
+            reader.join(30)
+        assert beside == [[]]
         for _ in range(3):
             assert client.tasks() == []
 
@@ -147,3 +252,56 @@ def test_the_budget_leaves_the_watchdogs_ping_in_time() -> None:
     assert engine_budget_s(30, None) == 75  # (none: the 2 x interval + 60 s asked for)
     assert engine_budget_s(60, 180) == 105
     assert engine_budget_s(30, 40) == 10  # (too short a watchdog: warned at start)
+
+
+def posts(engine: Engine) -> int:
+    """The service updates ``engine`` was sent."""
+    return sum(b"POST " in seen and b"/services/svc1/update" in seen for seen in engine.seen)
+
+
+def test_a_write_the_gate_let_through_is_made_whole_its_read_not_cut(tmp_path: Path) -> None:
+    # A write is a read of its object and a post (read-modify-write): the gate asks the
+    # budget before it, and a write in flight is never cut. Here the budget passes as
+    # the first write of an operation lands (preemption's hour stored just before its
+    # victim's move: Writes.before_first); before, the victim's read was refused, the
+    # hour spent and the move not made.
+    engine = start_engine(str(tmp_path / "engine.sock"))
+    engine.raw[b"/version"] = VERSION
+    try:
+        client = SwarmClient(f"unix://{tmp_path}/engine.sock", timeout_s=5)
+        gate = BudgetGate(60.0)
+        client.before_write = gate.check
+        writes = Writes(client, dry_run=False, who="test")
+
+        def relabel(spec: Any) -> Any:
+            return {**spec, "Labels": {**spec["Labels"], "swarmgpu.gpus": "2"}}
+
+        def budget_passes() -> None:
+            gate.budget.start -= 120
+
+        with answerjson.within_budget(gate.budget):
+            with writes.before_first(budget_passes):
+                assert writes.service_spec("svc1", relabel)
+            assert posts(engine) == 1
+            with pytest.raises(OverBudget):  # (the next write: refused at the gate)
+                writes.service_spec("svc1", relabel)
+        assert gate.writes.left == 1 and posts(engine) == 1
+    finally:
+        engine.shutdown()
+
+
+def test_an_image_read_cut_at_the_budget_is_not_kept_the_next_cycle_reads_it() -> None:
+    # The grants step keeps each image's env, an engine error too, for its TTL (5 min):
+    # a read cut at the budget (or not sent past it) says nothing of the image, and kept,
+    # it made the next cycles take that image as unknown, "treated as CUDA images
+    # behave", its services ungranted (voided with placement.ungranted: void).
+    env = ["NVIDIA_VISIBLE_DEVICES=none"]
+    with loop_engine({"/images/json": b'[{"Id": "sha256:ab"}]',
+                      "/images/ab/json": json.dumps({"Config": {"Env": env}}).encode()
+                      }) as engine:
+        images = ImageEnvs(SwarmClient(f"tcp://127.0.0.1:{engine.server_port}"))
+        with answerjson.within_budget(answerjson.CycleBudget(0.0)):  # (passed)
+            (cut,) = images.lookup(["app:1"]).values()
+        assert cut.env is None and "the cycle's engine budget" in cut.note, cut
+        (read,) = images.lookup(["app:1"]).values()  # (the next cycle)
+        assert read.env == tuple(env)

@@ -152,3 +152,15 @@ def test_a_version_naming_a_key_twice_is_refused_as_the_engines(
     with loop_engine({"/version": twice}) as engine, pytest.raises(
             SwarmUnavailable, match="'ApiVersion' twice"):
         SwarmClient(f"tcp://127.0.0.1:{engine.server_port}")
+
+
+def test_a_bound_no_config_sets_names_no_setting_as_its_fix(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (doctor's and the agent's reads: engine.max_answer_mib is the manager's, and
+    # raising it there changes nothing here; the manager's own refusal names it: above)
+    with cut_short(monkeypatch, "/tasks") as engine:
+        sw = SwarmClient(f"tcp://127.0.0.1:{engine.server_port}")
+        with pytest.raises(SwarmError, match=r"answer to GET /tasks is over 1 MiB") as got:
+            sw.tasks()
+    assert "max_answer_mib" not in str(got.value), got.value
+    assert "task-history-limit" in str(got.value)

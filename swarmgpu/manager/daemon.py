@@ -60,7 +60,7 @@ from swarmgpu.manager.nodes.sync import (
 )
 from swarmgpu.manager.web import webguard
 from swarmgpu.manager.web.webauth import WebAuth
-from swarmgpu.swarm.answerjson import within_budget
+from swarmgpu.swarm.answerjson import CycleBudget, within_budget
 from swarmgpu.swarm.cache import SwarmCache, follow
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
 from swarmgpu.swarm.identity import IdentityError, agent_auth
@@ -230,6 +230,9 @@ class Daemon:
             except Stopped as exc:  # facts half read: no step plans from them, none saved
                 self._reads_left("no step of this cycle ran", exc)
                 return CycleReport()
+            # A read cut at the budget that the snapshot took for one part's failure (the
+            # agents' identity: every agent unread): no step, label sync none, runs on it.
+            self._over()
             report = self.run_steps(snapshot)
             self._over()
         except SwarmError as exc:
@@ -377,7 +380,11 @@ class Daemon:
         if not self.leader or self.stop_event.is_set():
             return
         try:
-            self._compare_facts()
+            # Its engine reads within a budget of its interval: they take the locks the
+            # cycle's reads take (the cache's, the agents' identity's), and unbounded
+            # they held the cycle past its own budget; cut, the next cycle reads them.
+            with within_budget(CycleBudget(self.cfg.agents.watch_s)):
+                self._compare_facts()
         except Exception as exc:  # APScheduler's stdlib log has no handler: say it here
             self.metrics.errors.labels(kind="watch").inc()
             logger.exception("facts watch failed (the next full cycle reads the facts): {}", exc)

@@ -69,15 +69,18 @@ class RepeatedAnswer(ValueError):
 
 
 class AnswerTooLarge(ValueError):
-    """An engine answer past ``limit`` bytes, refused before it is read whole."""
+    """An engine answer past ``limit`` bytes, refused before it is read whole.
+    ``configured``: the limit is the manager's config's (engine.max_answer_mib), so the
+    fix names it; doctor's and the agent's is not, and raising it changes nothing there."""
 
-    def __init__(self, what: str, limit: int) -> None:
+    def __init__(self, what: str, limit: int, configured: bool = False) -> None:
+        setting = " or raise the manager's engine.max_answer_mib in its config" \
+            if configured else ""
         super().__init__(
             f"the engine's answer to {what} is over {limit // (1024 * 1024)} MiB, the most "
             "swarmgpu reads of one answer: it is not read; check the proxy in front of the "
             "engine (one that answers without end), or, where the swarm keeps this much, "
-            "lower its task history (docker swarm update --task-history-limit 2) or "
-            "raise the manager's engine.max_answer_mib in its config")
+            f"lower its task history (docker swarm update --task-history-limit 2){setting}")
         self.limit = limit
 
 
@@ -135,6 +138,18 @@ class BudgetSpent(AnswerTooSlow):
         self.deadline_s = budget.budget_s
 
 
+def budget_cut(exc: BaseException) -> bool:
+    """Whether ``exc``, or what it was raised from, is a read refused at its cycle's
+    budget (``BudgetSpent``): it says nothing of what was asked, so no reader keeps it
+    past the cycle (as an image's env is kept: manager.cycle.grants)."""
+    at: BaseException | None = exc
+    while at is not None:
+        if isinstance(at, BudgetSpent):
+            return True
+        at = at.__cause__
+    return False
+
+
 # The budget of the cycle this thread runs (a write's thread takes its cycle's along:
 # manager.engine.writes); None outside one, as for plan, status and audit.
 _BUDGET: contextvars.ContextVar[CycleBudget | None] = contextvars.ContextVar(
@@ -148,6 +163,18 @@ def within_budget(budget: CycleBudget) -> Iterator[CycleBudget]:
     token = _BUDGET.set(budget)
     try:
         yield budget
+    finally:
+        _BUDGET.reset(token)
+
+
+@contextlib.contextmanager
+def outside_budget() -> Iterator[None]:
+    """Within: this thread's requests keep their own deadline only, as outside a cycle:
+    a write's own reads (read-modify-write), once the write gate let it through, so a
+    write in flight is never cut (manager.cycle.budget)."""
+    token = _BUDGET.set(None)
+    try:
+        yield
     finally:
         _BUDGET.reset(token)
 
@@ -223,6 +250,7 @@ def _bounded(response: Any, stream: bool | None = None, timeout: Any = None, *,
         clock.cancel()  # (its send refuses it if cut before: ``deadline_requests``)
     if stream or response._content is not False:  # (read already: a test's stand-in)
         return
+    configured = limit is not None  # (the manager's config's: its fix names it)
     limit = MAX_ANSWER_BYTES if limit is None else limit
     got, size = [], 0
     deadline_s = clock.deadline_s if clock is not None else answer_deadline_s(timeout)
@@ -236,7 +264,7 @@ def _bounded(response: Any, stream: bool | None = None, timeout: Any = None, *,
             got.append(chunk)
             size += len(chunk)
             if size > limit:
-                raise AnswerTooLarge(what, limit)
+                raise AnswerTooLarge(what, limit, configured)
             if time.monotonic() > end:
                 raise AnswerTooSlow(what, deadline_s, size)
     except Exception as exc:

@@ -26,6 +26,7 @@ from swarmgpu.swarm.answerjson import (
     AnswerTooLarge,
     Repeated,
     RepeatedAnswer,
+    outside_budget,
     read_entries,
     strict_api,
 )
@@ -637,22 +638,26 @@ class SwarmClient:
     ) -> bool:
         """Read, ``change`` (None: nothing to write), write; on a version conflict re-read
         and change again, so a concurrent writer's edits are never lost. True when a
-        write landed."""
-        for _ in range(attempts):
-            raw = read()
-            new = change(raw)
-            if new is None:
-                return False
-            if self.may_write is not None and not self.may_write():
-                raise NotLeader(f"{self.endpoint} no longer leads the swarm: the write "
-                                "was not made (the leader's daemon decides)")
-            try:
-                with self._lock:
-                    self.writes += 1
-                write(raw, new)
-                return True
-            except VersionConflict:
-                continue
+        write landed. Its reads keep their own deadline, not the cycle's budget: the
+        write gate let it through, and a write in flight is never cut (one cut between
+        an operation's two writes left it half made: preemption's hour stored, its
+        victim's move not)."""
+        with outside_budget():
+            for _ in range(attempts):
+                raw = read()
+                new = change(raw)
+                if new is None:
+                    return False
+                if self.may_write is not None and not self.may_write():
+                    raise NotLeader(f"{self.endpoint} no longer leads the swarm: the write "
+                                    "was not made (the leader's daemon decides)")
+                try:
+                    with self._lock:
+                        self.writes += 1
+                    write(raw, new)
+                    return True
+                except VersionConflict:
+                    continue
         raise VersionConflict(gave_up)
 
     def _post_service_update(

@@ -9,8 +9,9 @@ WatchdogSec= less the interval, less ``BUDGET_SLACK_S`` for the writes in flight
 passes; without a watchdog, the one docs/systemd.md asks for). Within it each read's
 deadline is cut to what is left, and none is sent once it has passed
 (``answerjson.CycleBudget``); the write gate starts no write past it (``BudgetGate``,
-beside the stop request's: a write in flight is never cut). The cycle then ends there,
-acting on none of its reads, said in one line (``over_budget``); the next cycle reads
+beside the stop request's: a write in flight is never cut, its own reads included). The
+cycle then ends there, no further step run (none where the snapshot's read was cut), its
+report not kept, said in one line (``over_budget``); the next cycle reads
 afresh with a budget of its own.
 """
 
@@ -88,6 +89,6 @@ def over_budget(gate: BudgetGate, interval_s: float, watchdog_s: float | None) -
     return (f"cycle ended at its engine budget, {budget.took_s():.1f} s in, while "
             f"{doing}: a cycle may take {budget.budget_s:g} s ({dog}, less "
             f"sync.interval_s {interval_s:g} s and {BUDGET_SLACK_S:g} s) so that the "
-            f"watchdog's ping comes in time; no step acted on this cycle's reads and no "
-            f"write was made past it{left}; the next cycle reads afresh; check the engine "
+            f"watchdog's ping comes in time; no further step ran and no write was "
+            f"made past it{left}; the next cycle reads afresh; check the engine "
             "and any proxy in front of it (is `docker info` slow there?)")

@@ -41,6 +41,7 @@ from swarmgpu.manager.services.grants import (
     void_spec,
 )
 from swarmgpu.manager.services.tenants import FROM_CONFIG, FromConfig, Tenants
+from swarmgpu.swarm.answerjson import budget_cut
 from swarmgpu.swarm.client import SwarmClient, SwarmError
 from swarmgpu.swarm.specread import UnreadSpec
 
@@ -107,10 +108,12 @@ class ImageEnvs:
             todo.append(ref)
         # Reads of different images, a few at once (_read turns an engine error into
         # an unknown image; only the cycle's thread touches the cache).
-        for ref, image in zip(todo, write_each(todo, self._read, READ_PARALLEL), strict=True):
+        for ref, (image, keep) in zip(todo, write_each(todo, self._read, READ_PARALLEL),
+                                      strict=True):
             out[ref] = image
-            self._seen[ref] = (now, image)
-            self._seen.move_to_end(ref)
+            if keep:
+                self._seen[ref] = (now, image)
+                self._seen.move_to_end(ref)
         # This cycle's images are the newest: drop the oldest of the rest beyond the bound.
         while len(self._seen) > self.max_kept:
             oldest = next(iter(self._seen))
@@ -119,14 +122,18 @@ class ImageEnvs:
             del self._seen[oldest]
         return out
 
-    def _read(self, ref: str) -> ImageEnv:
+    def _read(self, ref: str) -> tuple[ImageEnv, bool]:
+        """``ref``'s env, and whether it is kept: not when the cycle's engine budget cut
+        its read (it says nothing of the image; kept, the next cycles took the image
+        for unknown, its services for ungranted)."""
         try:
             env = self.swarm.image_env(ref)
         except SwarmError as exc:
-            return ImageEnv(ref, None, f"the manager's engine could not be asked: {exc}"[:200])
+            why = f"the manager's engine could not be asked: {exc}"[:200]
+            return ImageEnv(ref, None, why), not budget_cut(exc)
         if env is None:
-            return ImageEnv(ref, None, "it is not on the manager's engine")
-        return ImageEnv(ref, env)
+            return ImageEnv(ref, None, "it is not on the manager's engine"), True
+        return ImageEnv(ref, env), True
 
     def get(self, ref: str) -> ImageEnv | None:
         hit = self._seen.get(ref)
