@@ -41,7 +41,7 @@ from swarmgpu.swarm.swarmservice import read_service
 from swarmgpu.swarm.taskports import task_host_ports, task_network_drivers
 from swarmgpu.swarm.taskspec import task_rules
 from swarmgpu.swarm.taskstop import DEFAULT_GRACE_S, rejected_until, stop_grace_s, updated_at
-from swarmgpu.swarm.unkeyed import Unkeyed, inspected, keyed
+from swarmgpu.swarm.unkeyed import Unkeyed, inspected, keyed, wrong_object
 
 if TYPE_CHECKING:
     from swarmgpu.core.config import Config
@@ -61,6 +61,10 @@ class SwarmNotFound(SwarmError):
 
 class SwarmUnkeyed(SwarmError):
     """An inspect answered without an ID (``unkeyed.inspected``): left out, as listed."""
+
+
+class SwarmWrongObject(SwarmError):
+    """An inspect answered another object than the one asked for (``wrong_object``)."""
 
 
 class VersionConflict(SwarmError):
@@ -180,26 +184,26 @@ def _labels_readable(raw: Any, node_id: str) -> Any:
     be read (``SwarmNode.unread``): then no write, its labels kept as they are
     (SwarmError). One naming its own ID twice, or none (a proxy that drops it), is so
     too, named by the ID asked for (``node_from_api`` refuses it as a node listed
-    without one, naming neither)."""
+    without one, naming neither); and another node's (``wrong_object``)."""
     if isinstance(raw, Repeated) and raw.id_twice:
         return _readable(raw, f"node {node_id}: {raw.why}", "label", SwarmError)
     try:
-        unread = node_from_api(raw).unread
+        unread = wrong_object(raw, "node", node_id) or node_from_api(raw).unread
     except UnreadSpec as exc:  # (no object, no ID)
         unread = f"node {node_id}: {exc}"
     return _readable(raw, unread, "label", SwarmError)
 
 
-def _spec_readable(raw: Any) -> Any:
+def _spec_readable(raw: Any, service_id: str) -> Any:
     """``raw``, a service read to write its spec, unless some part of it cannot be read
     (``SwarmService.unread``): then no write, its spec kept as it is (UnreadWrite). One
     naming its own ID twice, or none (a proxy that drops it: ``swarm.unkeyed``), is so
     too (read_service refuses it, as the engine's error, which fails every writer that
-    skips one service it cannot read)."""
+    skips one service it cannot read); and another service's (``wrong_object``)."""
     if isinstance(raw, Repeated) and raw.id_twice:
         return _readable(raw, raw.why, "service", UnreadWrite)
     try:
-        unread = read_service(raw).unread
+        unread = wrong_object(raw, "service", service_id) or read_service(raw).unread
     except UnreadSpec as exc:  # (no object, no ID: this service's write alone)
         unread = str(exc)
     return _readable(raw, unread, "service", UnreadWrite)
@@ -408,7 +412,8 @@ class SwarmClient:
         node_id = self.self_node_id()
         if not node_id:
             return False
-        return _node(self._call(self._api.inspect_node, node_id)).leader
+        raw = self._call(self._api.inspect_node, node_id)  # (another's leads: not this one)
+        return _node(inspected(raw, "node", node_id, SwarmUnkeyed, SwarmWrongObject)).leader
 
     # The entries the last full lists left out, each list's own (two threads list: no
     # read-modify-write); class defaults: a client built bare, as tests do, has none
@@ -446,7 +451,7 @@ class SwarmClient:
 
     def node(self, node_id: str) -> SwarmNode:
         raw = self._call(read_entries, "node", self._api.inspect_node, node_id)
-        return _node(inspected(raw, "node", node_id, SwarmUnkeyed))
+        return _node(inspected(raw, "node", node_id, SwarmUnkeyed, SwarmWrongObject))
 
     def services(self) -> list[SwarmService]:
         got, self._unkeyed_services = keyed(self._listed("service", self._api.services),
@@ -455,7 +460,8 @@ class SwarmClient:
 
     def service(self, service_id: str) -> SwarmService:
         raw = self._call(read_entries, "service", self._api.inspect_service, service_id)
-        return service_from_api(inspected(raw, "service", service_id, SwarmUnkeyed))
+        return service_from_api(inspected(raw, "service", service_id, SwarmUnkeyed,
+                                          SwarmWrongObject))
 
     def tasks(self, filters: Mapping[str, Any] | None = None, *,
               states: AbstractSet[str] | None = None,
@@ -682,6 +688,6 @@ class SwarmClient:
 
         return self._told("service", service_id, lambda: self._read_modify_write(
             lambda: _spec_readable(self._call(read_entries, "service", self._api.inspect_service,
-                                               service_id)), change,
+                                               service_id), service_id), change,
             lambda raw, new: self._call(self._post_service_update, service_id, raw, new),
             attempts, f"service {service_id}: kept changing for {attempts} attempts"))
