@@ -19,6 +19,7 @@ import docker
 import pytest
 import requests
 
+from swarmgpu.manager.cycle.grants import ImageEnvs
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmWrongObject, UnreadWrite
 
@@ -167,3 +168,32 @@ def test_an_events_inspect_answered_with_another_service_keeps_it_and_lists() ->
     _, services = cache.read()
     assert sorted(s.name for s in services) == ["train", "web"]
     assert cache.stats.reasons.get("answered another object") == 1
+
+
+class ImageApi:
+    """The engine's two image reads: the list finds ``sha256:0123abcd``, the inspect
+    answers ``answered``'s object."""
+
+    def __init__(self, answered: str) -> None:
+        self.answered = answered
+
+    def images(self, filters: Any) -> list[dict[str, str]]:
+        return [{"Id": "sha256:0123abcd"}]
+
+    def inspect_image(self, image_id: str) -> dict[str, Any]:
+        return {"Id": self.answered, "Config": {"Env": ["NVIDIA_VISIBLE_DEVICES=all"]}}
+
+
+def test_an_image_answered_with_another_images_object_has_no_env() -> None:
+    """The grants read an image's env to decide what a service's spec gets written;
+    another image's env stood in for it. Now it is unknown, naming both and the fix."""
+    sw = SwarmClient.__new__(SwarmClient)
+    sw.endpoint, sw._api = "unix:///test", ImageApi("sha256:ffff")  # type: ignore[assignment]
+    with pytest.raises(SwarmError, match="image 'local/app:1': image '0123abcd' was asked "
+                       "for, the engine answered image 'sha256:ffff'") as got:
+        sw.image_env("local/app:1")
+    assert FIX in str(got.value)
+    found = ImageEnvs(sw).lookup(["local/app:1"])["local/app:1"]
+    assert found.env is None and "'sha256:ffff'" in found.note
+    sw._api = ImageApi("sha256:0123abcd")  # type: ignore[assignment]
+    assert sw.image_env("local/app:1") == ("NVIDIA_VISIBLE_DEVICES=all",)

@@ -41,7 +41,7 @@ from swarmgpu.swarm.swarmservice import read_service
 from swarmgpu.swarm.taskports import task_host_ports, task_network_drivers
 from swarmgpu.swarm.taskspec import task_rules
 from swarmgpu.swarm.taskstop import DEFAULT_GRACE_S, rejected_until, stop_grace_s, updated_at
-from swarmgpu.swarm.unkeyed import Unkeyed, inspected, keyed, wrong_object
+from swarmgpu.swarm.unkeyed import WRONG_FIX, Unkeyed, inspected, keyed, wrong_object
 
 if TYPE_CHECKING:
     from swarmgpu.core.config import Config
@@ -485,7 +485,12 @@ class SwarmClient:
         ids = {str(i.get("Id") or "") for i in listed or [] if isinstance(i, Mapping)}
         if len(ids) != 1 or not next(iter(ids)):
             return None
-        raw = self._call(self._api.inspect_image, ids.pop().removeprefix("sha256:"))
+        asked = ids.pop().removeprefix("sha256:")
+        raw = self._call(self._api.inspect_image, asked)
+        got = raw.get("Id") if isinstance(raw, Mapping) else None  # (another's: its env)
+        if isinstance(got, str) and got and got.removeprefix("sha256:") != asked:
+            raise SwarmError(f"image {ref!r}: image {asked!r} was asked for, the engine "
+                             f"answered image {quoted(got, 80)}: not read; {WRONG_FIX}")
         # The engine's answer is read, not trusted: a wrong shape is an error naming the
         # image (its env unknown this cycle), never an AttributeError out of the caller.
         config = (raw or {}).get("Config") if isinstance(raw, Mapping | None) else raw
