@@ -8,6 +8,9 @@ by ID, so nothing can be written to it), and its message (``Unkeyed``) names its
 position, whatever name or hostname it carries, and the fix, for the daemon's log and
 for ``audit``, ``doctor`` and ``plan``. A list that is no list still fails whole: no
 entry of it can be told from another.
+
+An inspect answered with another object than the one asked for (``wrong_object``: a
+proxy's) is refused too, naming both: before a write, that write alone.
 """
 
 from __future__ import annotations
