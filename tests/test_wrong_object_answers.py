@@ -13,15 +13,21 @@ through docker-py's own ``APIClient``, only its HTTP answered here.
 from __future__ import annotations
 
 import json
+import socket
+import threading
+from pathlib import Path
 from typing import Any
 
 import docker
 import pytest
 import requests
+from support.engine_stub import SERVICE, start_engine
 
 from swarmgpu.manager.cycle.grants import ImageEnvs
+from swarmgpu.manager.engine.proxy_policy import write_checks
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmWrongObject, UnreadWrite
+from swarmgpu.swarm.dockerproxy import build_proxy
 
 FIX = "check the proxy in front of the engine"
 
@@ -197,3 +203,35 @@ def test_an_image_answered_with_another_images_object_has_no_env() -> None:
     assert found.env is None and "'sha256:ffff'" in found.note
     sw._api = ImageApi("sha256:0123abcd")  # type: ignore[assignment]
     assert sw.image_env("local/app:1") == ("NVIDIA_VISIBLE_DEVICES=all",)
+
+
+def test_the_docker_proxy_refuses_a_write_whose_read_answers_another_service(
+        tmp_path: Path) -> None:
+    """The proxy checks a service write against the spec it reads of it, then writes the
+    ID that answer names: an engine answering svc2's read with svc1's had svc1 written
+    (checked against svc1's spec) for a write the daemon addressed to svc2."""
+    engine = start_engine(str(tmp_path / "engine.sock"))
+    path = tmp_path / "proxy.sock"
+    srv = build_proxy(f"unix://{path}", f"unix://{tmp_path / 'engine.sock'}",
+                      write_checks("swarmgpu."))
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    try:
+        body = json.dumps(SERVICE["Spec"]).encode()
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(5)
+            s.connect(str(path))
+            s.sendall(b"POST /v1.43/services/svc2/update?version=3 HTTP/1.1\r\nHost: d\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                      % (len(body), body))
+            got = b""
+            while chunk := s.recv(4096):
+                got += chunk
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        engine.shutdown()
+        engine.server_close()
+    assert got.startswith(b"HTTP/1.1 502"), got
+    assert b"service 'svc2' was asked for, the engine answered service 'svc1'" in got, got
+    assert not [r for r in engine.seen if r.startswith(b"POST")]
