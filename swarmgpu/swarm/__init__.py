@@ -1,6 +1,6 @@
 """The engine edge: everything that speaks Docker Swarm's language.
 
-``client`` (the engine API, typed; ``swarmnode``, a node as it describes one, and
+``client`` (the engine API, typed; ``errors``, what it could not do; ``swarmnode``, a node as it describes one, and
 the GPU resource kinds; ``swarmservice``, a service as it describes one; ``answerjson``,
 its answers refused where they name a key twice; ``engineaddr``, which engine it talks
 to and what to do when it cannot), ``eventstream`` (its event stream, read bounded),
