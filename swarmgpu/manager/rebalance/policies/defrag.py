@@ -83,6 +83,19 @@ def _hide_held(ctx: Context, held: ClusterAllocator,
                        explanation="held for a preemptor"))
 
 
+def _movers_room(ctx: Context) -> ClusterAllocator:
+    """Where the search asks whether a holding can go elsewhere: the GPUs held from a
+    move counted used, by the rule the moves' targets are found by (``Context.
+    block_targets``). The pending request's room (``count_held``) is placement's: a GPU
+    held for the pending service itself, or held for another and partly used, is free to
+    it but no move's target; judged so, plans whose tasks had nowhere to go used up
+    ``MAX_TRIES``. Held from every service, its own hold too: the search asks by demand,
+    and a preemptor whose hold is alive is not converged, so it does not move."""
+    room = ctx.allocator(None, ())
+    ctx.block_targets(room, None, lambda _node, _i, _uuid, _sig: False)
+    return room
+
+
 def _running(ctx: Context, held: ClusterAllocator, pending: str
              ) -> dict[str, dict[str, tuple[Demand, Choice]]]:
     """Per ready, active node Swarm would run the pending task on (its constraints,
@@ -131,7 +144,8 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
         best: Statement | None = None
         want = demand_of(req, *ctx.targets.reservation(pending))
         if running:
-            for plan in plans(held.alloc, running, want, k_max)[:MAX_TRIES]:
+            away = _movers_room(ctx).alloc
+            for plan in plans(held.alloc, running, want, k_max, elsewhere=away)[:MAX_TRIES]:
                 combo = tuple((str(svc), ctx.ledger[str(svc)][plan.node])
                               for svc in plan.tasks)
                 best = _try(ctx, plan.node, combo, pending)
