@@ -100,3 +100,41 @@ def test_the_start_and_the_policies_hold_a_gpu_alike() -> None:
         assert held_from(held, shares, svc, *k) == kept
         why = room_for(m, node, P, own_moves=False, held=held, shares=shares)
         assert (why is not None) is refused, (held, shares, why)
+
+
+def _beside_stopping(p_labels: Mapping[str, str], stopping: bool = True
+                     ) -> list[tuple[str, str, str]]:
+    """gpu-node-2 (two RTX 4090s): a (0.5, any model) on GPU 0 beside a stopping task's
+    0.25 (``stopping``); x (1 GPU, 4090s only: nowhere else to go) on GPU 1.
+    gpu-node-1's A100s free. Pending p (4090s only) asks ``p_labels``."""
+    u = _uuids(2)
+    labels = {f"{P}assign.a": f"{u[0]}@500", f"{P}service.a": "true",
+              f"{P}assign.x": u[1], f"{P}service.x": "true"}
+    nodes = [rebalance_node("n1", "gpu-node-1", {}), rebalance_node("n2", "gpu-node-2", labels)]
+    facts = {"n1": F1, "n2": replace(HF2, gpus=tuple(
+        replace(g, uuid=v) for g, v in zip(HF2.gpus, u, strict=False)))}
+    svcs = [rebalance_service("p", {**p_labels, **RTX}),
+            rebalance_service("a", {f"{P}gpu-fraction": "0.5"}),
+            rebalance_service("x", {f"{P}gpus": "1", **RTX})]
+    tasks = [replace(rebalance_running(s, "n2"), id=f"t-{s}") for s in ("a", "x")]
+    sig = Signals(CFG)
+    ledger = read_ledger(nodes, P)
+    for t in (float(t) for t in range(13)):
+        scr = {n.id: judge(n, "http://x/metrics", page(facts[n.id], {}), t) for n in nodes}
+        sig.observe(scr, facts, {n.id: n.hostname for n in nodes}, ledger, t)
+    k = ("n2", u[0])
+    held = {k: ("tasks stopping on n2", STOPPING_PRIORITY)} if stopping else {}
+    inp = Inputs(nodes, svcs, tasks, facts, ledger, sig.gpus, sig.nodes, CFG, 12.0, ["p"], P,
+                 held=held, held_shares={k: 250} if stopping else {})
+    return [(m.service, m.source_node, m.target_node) for m in plan_moves(inp).moves
+            if m.trigger is Trigger.DEFRAG]
+
+
+def test_defrag_moves_a_share_off_a_gpu_a_stopping_task_partly_uses() -> None:
+    """The stopping task's share pins its GPU in defrag's search (it cannot move), not
+    the shares beside it: a's 0.5 moves, and p's 0.5 fits beside the stopping 0.25. A
+    whole GPU there is no plan: placement counts the stopping share used until the task
+    stops, so the move would not make room now (the search and the last check agree)."""
+    assert _beside_stopping({f"{P}gpu-fraction": "0.5"}) == [("a", "n2", "n1")]
+    assert _beside_stopping({f"{P}gpus": "1"}) == []
+    assert _beside_stopping({f"{P}gpus": "1"}, stopping=False) == [("a", "n2", "n1")]
