@@ -138,3 +138,34 @@ def test_defrag_moves_a_share_off_a_gpu_a_stopping_task_partly_uses() -> None:
     assert _beside_stopping({f"{P}gpu-fraction": "0.5"}) == [("a", "n2", "n1")]
     assert _beside_stopping({f"{P}gpus": "1"}) == []
     assert _beside_stopping({f"{P}gpus": "1"}, stopping=False) == [("a", "n2", "n1")]
+
+
+def _beside_opted_out(w_labels: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """gpu-node-2 (two RTX 4090s): a (1 GPU, any model) on GPU 0, w (1 GPU, ``w_labels``)
+    on GPU 1; gpu-node-1's A100s free. Pending p wants one RTX 4090."""
+    u = _uuids(2)
+    labels = {f"{P}assign.a": u[0], f"{P}service.a": "true",
+              f"{P}assign.w": u[1], f"{P}service.w": "true"}
+    nodes = [rebalance_node("n1", "gpu-node-1", {}), rebalance_node("n2", "gpu-node-2", labels)]
+    facts = {"n1": F1, "n2": replace(HF2, gpus=tuple(
+        replace(g, uuid=v) for g, v in zip(HF2.gpus, u, strict=False)))}
+    svcs = [rebalance_service("p", {f"{P}gpus": "1", **RTX}),
+            rebalance_service("a", {f"{P}gpus": "1"}),
+            rebalance_service("w", {f"{P}gpus": "1", **w_labels})]
+    tasks = [replace(rebalance_running(s, "n2"), id=f"t-{s}") for s in ("a", "w")]
+    sig = Signals(CFG)
+    ledger = read_ledger(nodes, P)
+    for t in (float(t) for t in range(13)):
+        scr = {n.id: judge(n, "http://x/metrics", page(facts[n.id], {}), t) for n in nodes}
+        sig.observe(scr, facts, {n.id: n.hostname for n in nodes}, ledger, t)
+    inp = Inputs(nodes, svcs, tasks, facts, ledger, sig.gpus, sig.nodes, CFG, 12.0, ["p"], P)
+    return [(m.service, m.source_node, m.target_node) for m in plan_moves(inp).moves
+            if m.trigger is Trigger.DEFRAG]
+
+
+def test_defrag_counts_the_gpu_of_a_holding_that_may_not_move_as_no_room() -> None:
+    """w opted out of moves: its GPU is used all the same. The search left w out, so its
+    GPU counted as room no move was needed for and gpu-node-2 got no plan at all; a's
+    move makes room for p."""
+    assert _beside_opted_out({}) == [("a", "n2", "n1")]
+    assert _beside_opted_out({f"{P}rebalance": "never"}) == [("a", "n2", "n1")]
