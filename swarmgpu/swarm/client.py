@@ -32,8 +32,7 @@ from swarmgpu.swarm.answerjson import (
 )
 from swarmgpu.swarm.engineaddr import engine_endpoint as engine_endpoint  # (tests import it)
 from swarmgpu.swarm.engineaddr import engine_fix
-# (the errors, named here too: their readers import them from the client)
-from swarmgpu.swarm.errors import NotLeader as NotLeader
+from swarmgpu.swarm.errors import NotLeader as NotLeader  # (errors: named here too)
 from swarmgpu.swarm.errors import SwarmError as SwarmError
 from swarmgpu.swarm.errors import SwarmNotFound as SwarmNotFound
 from swarmgpu.swarm.errors import SwarmUnavailable as SwarmUnavailable
