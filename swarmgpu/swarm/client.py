@@ -32,6 +32,7 @@ from swarmgpu.swarm.answerjson import (
 )
 from swarmgpu.swarm.engineaddr import engine_endpoint as engine_endpoint  # (tests import it)
 from swarmgpu.swarm.engineaddr import engine_fix
+
 # (the errors, named here too: their readers import them from the client)
 from swarmgpu.swarm.errors import NotLeader as NotLeader
 from swarmgpu.swarm.errors import SwarmError as SwarmError
@@ -462,10 +463,15 @@ class SwarmClient:
             return None
         asked = ids.pop().removeprefix("sha256:")
         raw = self._call(self._api.inspect_image, asked)
-        got = raw.get("Id") if isinstance(raw, Mapping) else None  # (another's: its env)
-        if isinstance(got, str) and got and got.removeprefix("sha256:") != asked:
-            raise SwarmError(f"image {ref!r}: image {asked!r} was asked for, the engine "
-                             f"answered image {quoted(got, 80)}: not read; {WRONG_FIX}")
+        # Another's env would stand in for it; Docker sends every image's Id, so one
+        # without is refused too (it cannot be told from another's).
+        got = raw.get("Id") if isinstance(raw, Mapping) else None
+        if isinstance(raw, Mapping) and (not isinstance(got, str)
+                                         or got.removeprefix("sha256:") != asked):
+            raise SwarmWrongObject(
+                f"image {quoted(ref, 80)}: image {quoted(asked, 80)} was asked for, the "
+                "engine answered " + (f"image {quoted(got, 80)}" if isinstance(got, str)
+                                      and got else "no image ID") + f": not read; {WRONG_FIX}")
         # The engine's answer is read, not trusted: a wrong shape is an error naming the
         # image (its env unknown this cycle), never an AttributeError out of the caller.
         config = (raw or {}).get("Config") if isinstance(raw, Mapping | None) else raw
