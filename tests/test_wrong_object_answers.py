@@ -345,26 +345,29 @@ LONG_ID = "sha256:" + "0123abcd" * 8  # (Docker's image IDs: 64 hex digits)
 
 class LongImageApi:
     """The engine's two image reads with IDs as Docker sends them; the inspect answers
-    ``answered`` (a mapping: its ``Id`` left out where None)."""
+    ``answered`` (a mapping: its ``Id`` left out where None; ``null`` where ``bare``)."""
 
-    def __init__(self, answered: str | None) -> None:
-        self.answered = answered
+    def __init__(self, answered: str | None, *, bare: bool = False) -> None:
+        self.answered, self.bare = answered, bare
 
     def images(self, filters: Any) -> list[dict[str, str]]:
         return [{"Id": LONG_ID}]
 
-    def inspect_image(self, image_id: str) -> dict[str, Any]:
+    def inspect_image(self, image_id: str) -> dict[str, Any] | None:
         body: dict[str, Any] = {"Config": {"Env": ["NVIDIA_VISIBLE_DEVICES=all"]}}
         if self.answered is not None:
             body["Id"] = self.answered
-        return body
+        return None if self.bare else body
 
 
-def test_an_image_answered_without_an_id_has_no_env() -> None:
-    """Docker sends every image's ``Id``: an answer without one cannot be told from
-    another image's, whose env stood in (the check was skipped)."""
+@pytest.mark.parametrize("bare", [False, True])
+def test_an_image_answered_without_an_id_has_no_env(bare: bool) -> None:
+    """Docker sends every image's ``Id``: an answer without one (or ``null``, read as
+    an image with no env: none of its GPU variables) cannot be told from another
+    image's, whose env stood in (the check was skipped)."""
     sw = SwarmClient.__new__(SwarmClient)
-    sw.endpoint, sw._api = "unix:///test", LongImageApi(None)  # type: ignore[assignment]
+    sw.endpoint = "unix:///test"
+    sw._api = LongImageApi(None, bare=bare)  # type: ignore[assignment]
     with pytest.raises(SwarmWrongObject, match="answered no image ID"):
         sw.image_env("local/app:1")
 
