@@ -42,7 +42,7 @@ from swarmgpu.manager.services.grants import (
 )
 from swarmgpu.manager.services.tenants import FROM_CONFIG, FromConfig, Tenants
 from swarmgpu.swarm.answerjson import budget_cut
-from swarmgpu.swarm.client import SwarmClient, SwarmError
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmWrongObject
 from swarmgpu.swarm.specread import UnreadSpec
 
 if TYPE_CHECKING:
@@ -128,6 +128,8 @@ class ImageEnvs:
         for unknown, its services for ungranted)."""
         try:
             env = self.swarm.image_env(ref)
+        except SwarmWrongObject as exc:  # (its text bounded: both IDs and the fix shown)
+            return ImageEnv(ref, None, str(exc)), True
         except SwarmError as exc:
             why = f"the manager's engine could not be asked: {exc}"[:200]
             return ImageEnv(ref, None, why), not budget_cut(exc)
