@@ -65,6 +65,9 @@ class TaskView:
     # per service id, node id -> the constraints (``SwarmTask.constraints``) of its tasks
     # there that run or are past the scheduler: whether they read its gate (devicemap)
     rules: dict[str, dict[str, set[tuple[str, ...] | None]]] = field(default_factory=dict)
+    # per service id, node id -> the CreatedAt of its tasks running there (RFC 3339 text,
+    # read only where asked: ``devicemap``'s foreign device lists)
+    made: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
 
 def meant_to_run(t: SwarmTask) -> bool:
@@ -91,6 +94,7 @@ def tasks_by_service(
     refusal: dict[tuple[str, str], str] = {}  # Swarm repeats one text over many tasks
     wanted: dict[str, bool] = {}
     readied: set[tuple[str, int]] = set()  # slots a desired-ready task named the node of
+    made: dict[str, dict[str, list[str]]] = {}
     for t in tasks:
         sid, state = t.service_id, t.state
         if state in _FAILED:
@@ -130,8 +134,10 @@ def tasks_by_service(
             per = running.get(sid)
             if per is None:
                 running[sid] = {nid: 1}
+                made[sid] = {nid: [t.created_at]}
             else:
                 per[nid] = per.get(nid, 0) + 1
+                made[sid].setdefault(nid, []).append(t.created_at)
         elif state in _ACTIVE:
             a = acc.get(sid)
             if a is None:
@@ -154,7 +160,8 @@ def tasks_by_service(
         sid: Waiting(a[0], a[1], a[2], a[3], frozenset(a[4]), frozenset(a[5]))
         for sid, a in acc.items()
     }
-    return TaskView(running, waiting, slots, on_nodes, failed, use, _rules_by_service(tasks))
+    return TaskView(running, waiting, slots, on_nodes, failed, use, _rules_by_service(tasks),
+                    made)
 
 
 def _rules_by_service(tasks: Sequence[SwarmTask]
@@ -244,6 +251,7 @@ class TaskBook:
                 pairs.add((sid, nid))
             _put(v.failed, part.failed, sid)
             _put(v.rules, part.rules, sid)
+            _put(v.made, part.made, sid)
         use = _use_by_service(tasks)
         for sid in changed:  # node totals: each changed service's old part out, new in
             for nid, (cpu, mem) in self._use.pop(sid, {}).items():
