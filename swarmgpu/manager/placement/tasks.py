@@ -94,7 +94,6 @@ def tasks_by_service(
     refusal: dict[tuple[str, str], str] = {}  # Swarm repeats one text over many tasks
     wanted: dict[str, bool] = {}
     readied: set[tuple[str, int]] = set()  # slots a desired-ready task named the node of
-    made: dict[str, dict[str, list[str]]] = {}
     for t in tasks:
         sid, state = t.service_id, t.state
         if state in _FAILED:
@@ -134,10 +133,8 @@ def tasks_by_service(
             per = running.get(sid)
             if per is None:
                 running[sid] = {nid: 1}
-                made[sid] = {nid: [t.created_at]}
             else:
                 per[nid] = per.get(nid, 0) + 1
-                made[sid].setdefault(nid, []).append(t.created_at)
         elif state in _ACTIVE:
             a = acc.get(sid)
             if a is None:
@@ -160,19 +157,24 @@ def tasks_by_service(
         sid: Waiting(a[0], a[1], a[2], a[3], frozenset(a[4]), frozenset(a[5]))
         for sid, a in acc.items()
     }
-    return TaskView(running, waiting, slots, on_nodes, failed, use, _rules_by_service(tasks),
-                    made)
+    return TaskView(running, waiting, slots, on_nodes, failed, use, *_per_node(tasks))
 
 
-def _rules_by_service(tasks: Sequence[SwarmTask]
-                      ) -> dict[str, dict[str, set[tuple[str, ...] | None]]]:
+def _per_node(tasks: Sequence[SwarmTask]) -> tuple[
+        dict[str, dict[str, set[tuple[str, ...] | None]]], dict[str, dict[str, list[str]]]]:
     """``TaskView.rules``: of each service's tasks meant to run that are on a node and
-    past the scheduler (assigned to running: ``devicemap``'s old tasks), the constraints."""
-    out: dict[str, dict[str, set[tuple[str, ...] | None]]] = {}
+    past the scheduler (assigned to running: ``devicemap``'s old tasks), the constraints;
+    ``TaskView.made``: of those that run (or start, as ``running`` counts them), the
+    CreatedAt texts."""
+    rules: dict[str, dict[str, set[tuple[str, ...] | None]]] = {}
+    made: dict[str, dict[str, list[str]]] = {}
     for t in tasks:
         if t.node_id and t.state in ASSIGNED_STATES and meant_to_run(t):
-            out.setdefault(t.service_id, {}).setdefault(t.node_id, set()).add(t.constraints)
-    return out
+            rules.setdefault(t.service_id, {}).setdefault(t.node_id, set()).add(t.constraints)
+            if t.state == "running" or t.state == "starting":
+                made.setdefault(t.service_id, {}).setdefault(t.node_id, []).append(
+                    t.created_at)
+    return rules, made
 
 
 # What Swarm's scheduler writes into a task it cannot place (swarmkit scheduler/filter.go).
