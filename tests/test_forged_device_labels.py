@@ -1,6 +1,8 @@
 """A device list on a service is its owner's text; the ledger (node labels) is the
 daemon's. A running task made from a list naming GPUs outside its holding on that node
-runs on them: the daemon replaces it, not only the label."""
+runs on them: the daemon replaces it, not only the label. One made before the list came
+(a label change makes no task: a saved stack re-deployed after a repin) keeps running,
+where the daemon's sight or Swarm's record proves it older."""
 
 from __future__ import annotations
 
@@ -111,6 +113,23 @@ def test_a_saved_stack_redeployed_after_a_repin_restarts_nothing() -> None:
     assert t.service_labels_set.get(DEV + nid) == tenant.labels[DEV + nid]
     assert not t.force_update, t.warnings
     assert any("keep running" in w for w in t.warnings), t.warnings
+
+
+def test_a_task_restarted_under_a_settled_plan_is_seen_made_from_clean_lists() -> None:
+    """Its task died and Swarm made another (same node, same count: the service's last
+    plan still holds, not planned again): the daemon notes it made under its own list
+    too, so the saved stack re-deployed after restarts nothing. Before, only a service
+    planned anew was noted: the new task counted as unseen (restarted, "may")."""
+    nodes, tenant, victim, runs = _two_placed(MADE)
+    nid = runs[0].node_id
+    daemon = Planner()
+    nodes = apply(nodes, daemon.plan(nodes, [tenant, victim], runs, FACTS))  # gates open
+    daemon.plan(nodes, [tenant, victim], runs, FACTS)  # settled: no writes
+    again = [replace(runs[0], id="t-tenant-2", created_at="2026-12-01T10:30:00Z"), runs[1]]
+    daemon.plan(nodes, [tenant, victim], again, FACTS)
+    plan = daemon.plan(nodes, [_stale_list(tenant, nid), victim], again, FACTS)
+    t = {sp.name: sp for sp in plan.services}["tenant"]
+    assert t.service_labels_set and not t.force_update, t.warnings
 
 
 def test_a_forged_list_with_force_is_still_replaced_by_a_daemon_that_saw_it_clean() -> None:

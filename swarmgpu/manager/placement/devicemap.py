@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from swarmgpu.core.peertext import peer_text
@@ -144,9 +144,7 @@ def _foreign_lists(s: SwarmService, held: Mapping[str, Holding],
         bad = _outside(s.labels, devices_key(cyc.prefix, nid), own)
         newest = _newest(made.get(nid, ()))
         if not bad:
-            if newest is not None:  # seen clean: its tasks so far were made from them
-                book = cyc.clean_made.setdefault(s.id, {})
-                book[nid] = max(book.get(nid, newest), newest)
+            note_clean(cyc, s.id, (nid,))
             continue
         keys += bad
         if not _made_before(s, nid, own, newest, cyc):
@@ -168,6 +166,18 @@ def _foreign_lists(s: SwarmService, held: Mapping[str, Holding],
         said += (", and its running task(s), made before them (a label change makes no "
                  "task), keep running")
     return said + f"; leave {cyc.prefix}devices.* labels to swarmgpu", bool(made_from)
+
+
+def note_clean(cyc: Cycle, sid: str, nodes: Iterable[str]) -> None:
+    """The service's device lists for ``nodes`` are seen as the ledger says (a settled
+    plan's too: it writes none): its tasks running there were made no later than now,
+    so the newest's CreatedAt is kept (``Cycle.clean_made``; one unknown: not kept)."""
+    made = cyc.task_made.get(sid, {})
+    for nid in nodes:
+        newest = _newest(made.get(nid, ()))
+        if newest is not None:
+            book = cyc.clean_made.setdefault(sid, {})
+            book[nid] = max(book.get(nid, newest), newest)
 
 
 def _outside(labels: Mapping[str, object], key: str, own: set[str]) -> list[str]:

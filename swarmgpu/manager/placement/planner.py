@@ -17,6 +17,7 @@ from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.commitpass import commit_kept, quiet_services
 from swarmgpu.manager.placement.cpunodes import agent_nodes
 from swarmgpu.manager.placement.cycle import Cycle
+from swarmgpu.manager.placement.devicemap import note_clean
 from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.globalmode import GLOBAL_MODES
@@ -503,6 +504,7 @@ class Planner:
         fresh = memo is None or memo.key != key
         if memo is not None and not fresh:
             sp = memo.plan  # last cycle's plan, no writes: it still holds
+            note_clean(v.cyc, s.id, running_on)  # (its device lists are the ledger's)
         else:
             sp = plan_service(s, r, mine, old, running_on, waits,
                               self._memo.requests[s.id].reservation, v.cyc,
