@@ -1,6 +1,8 @@
 """A device list on a service is its owner's text; the ledger (node labels) is the
 daemon's. A running task made from a list naming GPUs outside its holding on that node
-runs on them: the daemon replaces it, not only the label."""
+runs on them: the daemon replaces it, not only the label. One made before the list came
+(a label change makes no task: a saved stack re-deployed after a repin) keeps running,
+where the daemon's sight or Swarm's record proves it older."""
 
 from __future__ import annotations
 
@@ -8,14 +10,17 @@ from dataclasses import replace
 
 from support.placement import DGX, FACTS, apply, svc
 
-from swarmgpu.manager.placement import plan_placement
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.manager.placement import Planner, ServicePlan, plan_placement
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
 
 DEV = "swarmgpu.devices."
+MADE = "2026-12-01T10:00:00.5Z"  # when Swarm made the running tasks
+LATER = "2026-12-01T11:00:00Z"  # an update an hour after
 
 
-def _two_placed() -> tuple[list[SwarmNode], SwarmService, SwarmService, list[SwarmTask]]:
-    """``tenant`` and ``victim``, one GPU each on the DGX, both running."""
+def _two_placed(made: str = "") -> tuple[list[SwarmNode], SwarmService, SwarmService,
+                                         list[SwarmTask]]:
+    """``tenant`` and ``victim``, one GPU each on the DGX, both running (made at ``made``)."""
     tenant = svc("tenant", {"swarmgpu.gpus": "1", "swarmgpu.pack": "never"})
     victim = svc("victim", {"swarmgpu.gpus": "1", "swarmgpu.pack": "never"})
     plan = plan_placement([DGX], [tenant, victim], [], FACTS)
@@ -23,7 +28,7 @@ def _two_placed() -> tuple[list[SwarmNode], SwarmService, SwarmService, list[Swa
     tenant = replace(tenant, labels={**tenant.labels, **by["tenant"].service_labels_set})
     victim = replace(victim, labels={**victim.labels, **by["victim"].service_labels_set})
     runs = [SwarmTask(f"t-{s.name}", s.id, by[s.name].placements[0].node_id, 1, "running",
-                      "running", ()) for s in (tenant, victim)]
+                      "running", (), created_at=made) for s in (tenant, victim)]
     return apply([DGX], plan), tenant, victim, runs
 
 
@@ -82,3 +87,102 @@ def test_the_warning_of_many_forged_lists_stays_short() -> None:
     said = [w for w in t.warnings if "outside its holding" in w]
     assert len(said) == 1 and len(said[0]) < 2000, len(said[0])
     assert "998 more" in said[0], said[0]
+
+
+def _stale_list(tenant: SwarmService, nid: str) -> SwarmService:
+    """``tenant`` as a saved stack re-deployed puts it back: its list names the GPU it
+    held before the daemon repinned it to its GPU now (free since), a label-only update."""
+    own = tenant.labels[DEV + nid]
+    before = next(g.uuid for g in FACTS[nid].gpus if g.uuid != own)
+    return replace(tenant, labels={**tenant.labels, DEV + nid: before},
+                   version=tenant.version + 1)
+
+
+def test_a_saved_stack_redeployed_after_a_repin_restarts_nothing() -> None:
+    """The daemon saw its task run under its own list; the re-deploy puts the list from
+    before the repin back (a label change makes no task): written back, its task made
+    before it keeps running. Before, it was restarted (ForceUpdate) on every such
+    re-deploy ("re-deploying an unchanged rendered stack restarts nothing")."""
+    nodes, tenant, victim, runs = _two_placed(MADE)
+    nid = runs[0].node_id
+    daemon = Planner()
+    first = daemon.plan(nodes, [tenant, victim], runs, FACTS)
+    assert not any(sp.force_update for sp in first.services)
+    plan = daemon.plan(nodes, [_stale_list(tenant, nid), victim], runs, FACTS)
+    t = {sp.name: sp for sp in plan.services}["tenant"]
+    assert t.service_labels_set.get(DEV + nid) == tenant.labels[DEV + nid]
+    assert not t.force_update, t.warnings
+    assert any("keep running" in w for w in t.warnings), t.warnings
+
+
+def test_a_task_restarted_under_a_settled_plan_is_seen_made_from_clean_lists() -> None:
+    """Its task died and Swarm made another (same node, same count: the service's last
+    plan still holds, not planned again): the daemon notes it made under its own list
+    too, so the saved stack re-deployed after restarts nothing. Before, only a service
+    planned anew was noted: the new task counted as unseen (restarted, "may")."""
+    nodes, tenant, victim, runs = _two_placed(MADE)
+    nid = runs[0].node_id
+    daemon = Planner()
+    nodes = apply(nodes, daemon.plan(nodes, [tenant, victim], runs, FACTS))  # gates open
+    daemon.plan(nodes, [tenant, victim], runs, FACTS)  # settled: no writes
+    again = [replace(runs[0], id="t-tenant-2", created_at="2026-12-01T10:30:00Z"), runs[1]]
+    daemon.plan(nodes, [tenant, victim], again, FACTS)
+    plan = daemon.plan(nodes, [_stale_list(tenant, nid), victim], again, FACTS)
+    t = {sp.name: sp for sp in plan.services}["tenant"]
+    assert t.service_labels_set and not t.force_update, t.warnings
+
+
+def test_a_forged_list_with_force_is_still_replaced_by_a_daemon_that_saw_it_clean() -> None:
+    """``--label-add ... --force``: Swarm made a new task from the forged list, after
+    the daemon last saw the lists clean: replaced."""
+    nodes, tenant, victim, runs = _two_placed(MADE)
+    nid = runs[0].node_id
+    daemon = Planner()
+    daemon.plan(nodes, [tenant, victim], runs, FACTS)
+    forged = replace(tenant, labels={**tenant.labels, DEV + nid: victim.labels[DEV + nid]},
+                     version=tenant.version + 1, force_update=tenant.force_update + 1,
+                     previous_spec={"Labels": dict(tenant.labels)}, updated_at=LATER,
+                     update_ran=True)
+    remade = [replace(runs[0], id="t-tenant-2", created_at="2026-12-01T11:00:01Z"), runs[1]]
+    plan = daemon.plan(nodes, [forged, victim], remade, FACTS)
+    t = {sp.name: sp for sp in plan.services}["tenant"]
+    assert t.force_update
+    assert any("may have been made from them" in w for w in t.warnings), t.warnings
+
+
+def test_a_fresh_daemon_reads_the_lists_age_from_swarms_record() -> None:
+    """No memory of the service (a restart, a new leader): Swarm's record says the
+    update that brought the list (PreviousSpec: the ledger's list) came an hour after
+    the task was made, and made no task (no UpdateStatus): nothing restarts. Where
+    PreviousSpec had that list already, or Swarm's updater ran since, or the task was
+    made after, the task may carry it: replaced, said as "may"."""
+    nodes, tenant, victim, runs = _two_placed(MADE)
+    nid = runs[0].node_id
+    stale = replace(_stale_list(tenant, nid), previous_spec={"Labels": dict(tenant.labels)},
+                    updated_at=LATER)
+
+    def tenant_plan(s: SwarmService, tasks: list[SwarmTask] = runs) -> ServicePlan:
+        plan = plan_placement(nodes, [s, victim], tasks, FACTS)
+        return {sp.name: sp for sp in plan.services}["tenant"]
+
+    t = tenant_plan(stale)
+    assert t.service_labels_set.get(DEV + nid) == tenant.labels[DEV + nid]
+    assert not t.force_update, t.warnings
+    for may in (replace(stale, previous_spec={"Labels": dict(stale.labels)}),
+                replace(stale, update_ran=True), replace(stale, updated_at="soon")):
+        t = tenant_plan(may)
+        assert t.force_update
+        assert any("may have been made from them" in w for w in t.warnings), t.warnings
+    for made in ("2026-12-01T10:59:30Z", "2026-12-01T11:00:01Z", "yesterday"):  # skew, after
+        assert tenant_plan(stale, [replace(runs[0], created_at=made), runs[1]]).force_update
+
+
+def test_swarms_record_of_a_service_update_is_read_as_sent() -> None:
+    """UpdatedAt as its text (read strictly where used); UpdateStatus present: Swarm's
+    updater ran since the last spec update (each update resets it to none)."""
+    raw = {"ID": "s1", "Version": {"Index": 3}, "UpdatedAt": LATER,
+           "Spec": {"Name": "a", "TaskTemplate": {}}}
+    s = service_from_api(raw)
+    assert (s.updated_at, s.update_ran) == (LATER, False)
+    s = service_from_api({**raw, "UpdateStatus": {"State": "completed"}})
+    assert s.update_ran

@@ -55,6 +55,12 @@ class SwarmService:
     # updated, or not an object). Swarm's word on what that update changed, which a label
     # the update carried cannot forge (``findings.surge_shown``).
     previous_spec: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+    # UpdatedAt (RFC 3339, the leader's clock): its last write, the spec's or Swarm's own
+    # (an update's status); UpdateStatus present: Swarm's updater ran since its last spec
+    # update (each resets it), so tasks may have been made after that update
+    # (``devicemap``: which task a device list may be in)
+    updated_at: str = field(default="", compare=False)
+    update_ran: bool = field(default=False, compare=False)
 
 
 # Spec.Mode's keys as the stack file and the CLI write them (--mode replicated-job).
@@ -128,4 +134,6 @@ def read_service(raw: Any) -> SwarmService:
         endpoint_ports=endpoint_ports(raw),
         unread="; ".join(why),
         previous_spec=prev if isinstance(prev := raw.get("PreviousSpec"), Mapping) else None,
+        updated_at=str(raw.get("UpdatedAt") or ""),
+        update_ran=raw.get("UpdateStatus") is not None,
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from swarmgpu.core.peertext import peer_text
@@ -11,6 +11,7 @@ from swarmgpu.manager.placement.generic import int_or0
 from swarmgpu.manager.placement.keys import (
     DEVICES,
     PARALLELISM_STATE,
+    SKEW_S,
     assign_key,
     devices_key,
     gate_key,
@@ -22,6 +23,7 @@ from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.manager.services.sharing import SHARE, node_of_key, want_labels
 from swarmgpu.swarm.client import SwarmService
 from swarmgpu.swarm.specread import spec_object
+from swarmgpu.swarm.taskstop import rfc3339_ns
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +85,12 @@ def write_devices_and_gates(
     stale = bool(labels_set) and waiting.reads_map_of(
         _nodes_of([*labels_set, *labels_remove], prefix)
     )
-    foreign = _foreign_lists(s, held, running_on, cyc)  # its warning, or None
-    if foreign or (labels_set and (stale or not running_on or changed_for_running)):
+    foreign, made_from = _foreign_lists(s, held, running_on, cyc)  # (its warning)
+    if made_from or (labels_set and (stale or not running_on or changed_for_running)):
         force, gen = True, s.force_update + 1
-        decision = _decision(s, held, running_on, changed_for_running, cyc, bool(foreign))
+        decision = _decision(s, held, running_on, changed_for_running, cyc, made_from)
         warnings = (RESTART_SAID,) if running_on else ()
-        warnings += (foreign,) if foreign else ()
+    warnings += (foreign,) if foreign else ()
     if gen and s.labels.get(gen_key) != str(gen):
         labels_set[gen_key] = str(gen)
     gate_ready = not labels_set and not force and waiting.all_newer(gen)
@@ -122,30 +124,101 @@ def write_devices_and_gates(
 
 
 def _foreign_lists(s: SwarmService, held: Mapping[str, Holding],
-                   running_on: Mapping[str, int], cyc: Cycle) -> str | None:
+                   running_on: Mapping[str, int], cyc: Cycle) -> tuple[str | None, bool]:
     """What to say of the service's device-list labels for a node it holds and runs on
-    that name a GPU outside its holding there (None: none does). The list is its owner's
-    text (``--label-add``, a stack file), the holding the ledger's (node labels, the
-    daemon's alone): a task Swarm made from such a list runs on those GPUs, and writing
-    the list back leaves it there, so its tasks are replaced."""
+    that name a GPU outside its holding there (None: none does), and whether a running
+    task may have been made from one (its tasks are then replaced). The list is its
+    owner's text (``--label-add``, a stack file), the holding the ledger's (node labels,
+    the daemon's alone): a task Swarm made from such a list runs on those GPUs, and
+    writing the list back leaves it there. Swarm expands the list into a task when it
+    makes it, and a label change makes no task, so one made before the list came (a
+    saved stack re-deployed after a repin) runs on its own GPUs: the list is written
+    back and it keeps running (``_made_before``)."""
     keys: list[str] = []
+    made_from: list[str] = []  # the nodes where a running task may carry such a list
+    made = cyc.task_made.get(s.id, {})
     for nid, h in held.items():
         if not running_on.get(nid):
             continue
-        key, own = devices_key(cyc.prefix, nid), set(h.uuids)
-        keys += [k for k, v in s.labels.items()
-                 if (k == key or k.startswith(key + "."))
-                 and not {u for u in v.split(",") if u} <= own]
+        own = set(h.uuids)
+        bad = _outside(s.labels, devices_key(cyc.prefix, nid), own)
+        newest = _newest(made.get(nid, ()))
+        if not bad:
+            note_clean(cyc, s.id, (nid,))
+            continue
+        keys += bad
+        if not _made_before(s, nid, own, newest, cyc):
+            made_from.append(cyc.by_id[nid].hostname if nid in cyc.by_id else nid)
     if not keys:
-        return None
+        return None, False
     # (as many labels as its owner writes: a few named, the rest counted)
     keys.sort()
     named = ", ".join(f"{peer_text(k)}={peer_text(s.labels[k])}" for k in keys[:NAMED])
     named += f" and {len(keys) - NAMED} more" if len(keys) > NAMED else ""
-    return (f"service {s.name}'s label(s) {named} name GPU(s) outside its holding there "
-            "(the ledger): a task made from them runs on GPUs it was not given; its "
-            "lists are written back from the ledger and its tasks replaced (ForceUpdate); "
-            f"leave {cyc.prefix}devices.* labels to swarmgpu")
+    said = (f"service {s.name}'s label(s) {named} name GPU(s) outside its holding there "
+            "(the ledger): a task made from them runs on GPUs it was not given; its lists "
+            "are written back from the ledger")
+    if made_from:
+        said += (f" and its tasks replaced (ForceUpdate): its task on "
+                 f"{peer_text(', '.join(sorted(made_from)))} may have been made from them "
+                 "(neither the daemon's sight nor Swarm's record shows it older)")
+    else:
+        said += (", and its running task(s), made before them (a label change makes no "
+                 "task), keep running")
+    return said + f"; leave {cyc.prefix}devices.* labels to swarmgpu", bool(made_from)
+
+
+def note_clean(cyc: Cycle, sid: str, nodes: Iterable[str]) -> None:
+    """The service's device lists for ``nodes`` are seen as the ledger says (a settled
+    plan's too: it writes none): its tasks running there were made no later than now,
+    so the newest's CreatedAt is kept (``Cycle.clean_made``; one unknown: not kept)."""
+    made = cyc.task_made.get(sid, {})
+    for nid in nodes:
+        newest = _newest(made.get(nid, ()))
+        if newest is not None:
+            book = cyc.clean_made.setdefault(sid, {})
+            book[nid] = max(book.get(nid, newest), newest)
+
+
+def _outside(labels: Mapping[str, object], key: str, own: set[str]) -> list[str]:
+    """The device lists of node key ``key`` in ``labels`` (``key``, ``key.<slot>``) that
+    name a GPU outside ``own`` (a value that is not text too: not read)."""
+    return [k for k, v in labels.items()
+            if isinstance(k, str) and (k == key or k.startswith(key + "."))
+            and not (isinstance(v, str) and {u for u in v.split(",") if u} <= own)]
+
+
+def _newest(created: Sequence[str]) -> int | None:
+    """The newest of tasks' CreatedAt (ns); None where one is not an RFC 3339 time
+    (its age unknown: never proved older) or there is none."""
+    times = [rfc3339_ns(c) for c in created]
+    return None if not times or None in times else max(t for t in times if t is not None)
+
+
+def _made_before(s: SwarmService, nid: str, own: set[str], newest: int | None,
+                 cyc: Cycle) -> bool:
+    """Every task of ``s`` running on ``nid`` (the newest made at ``newest``) was made
+    before its foreign device lists there came: the daemon saw a task as new or newer
+    there under lists the ledger agrees with (``Cycle.clean_made``), or Swarm's record
+    shows it. That record: the service's last update (``UpdatedAt``) changed those lists
+    from ones within the holding (``PreviousSpec``), made no task (no ``UpdateStatus``:
+    each update resets it and Swarm's updater sets it once it replaces tasks), and came
+    past the clocks' skew (``SKEW_S``: managers' clocks) after the task was made. Older
+    specs Swarm does not keep: a list forged and taken back unseen is not known."""
+    if newest is None:
+        return False
+    if newest <= cyc.clean_made.get(s.id, {}).get(nid, -1):
+        return True
+    prev = s.previous_spec.get("Labels") if s.previous_spec is not None else None
+    changed = rfc3339_ns(s.updated_at)
+    if not isinstance(prev, Mapping) or s.update_ran or changed is None:
+        return False
+    key = devices_key(cyc.prefix, nid)
+    was = {k: v for k, v in prev.items() if k == key or str(k).startswith(key + ".")}
+    now = {k: v for k, v in s.labels.items() if k == key or k.startswith(key + ".")}
+    if was == now or _outside(was, key, own):
+        return False
+    return newest + SKEW_S * 10**9 < changed
 
 
 NAMED = 3  # the forged lists a warning names

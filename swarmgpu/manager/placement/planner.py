@@ -17,6 +17,7 @@ from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.commitpass import commit_kept, quiet_services
 from swarmgpu.manager.placement.cpunodes import agent_nodes
 from swarmgpu.manager.placement.cycle import Cycle
+from swarmgpu.manager.placement.devicemap import note_clean
 from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.globalmode import GLOBAL_MODES
@@ -183,6 +184,7 @@ class Planner:
         self._backoff: dict[str, Backoff] = {}  # service id -> its re-placements
         self._open_since: dict[tuple[str, str], float] = {}  # (service id, node): gate seen open
         self._run_waited: dict[str, float] = {}  # global job id -> its run first waited
+        self._clean_made: dict[str, dict[str, int]] = {}  # ``Cycle.clean_made``
         self._faults = Faults()  # services whose planning raised (placement.isolate)
         self._hold_faults = HoldFaults()  # holds whose work raised (placement.nominated)
         self._stopping = StoppingGpus(prefix)  # GPUs of tasks Swarm is stopping, held meanwhile
@@ -307,7 +309,7 @@ class Planner:
                                   tv.running, skip)
         self._memo.most = seen.most
         cyc = self._cycle(plan, nodes, facts, seen, now, moving)
-        cyc.task_rules = tv.rules
+        cyc.task_rules, cyc.task_made = tv.rules, tv.made
         # Both kept in place: a quiet service's entries stay as they are; every other
         # visited service's are dropped first, then set again if it settles.
         # Stopping tasks' first: a GPU of theirs not spared (no victim's) is not a hold's
@@ -361,14 +363,14 @@ class Planner:
     def _back_off(self, parsed: Parsed, failed: Mapping[str, Sequence[str]],
                   now: float) -> None:
         """Each live service's re-placements (``placement.backoff``): its tasks that
-        failed since are counted; a gone service's record goes, as does when a gone
-        global job's run first waited (``Cycle.run_waited``)."""
-        if self._run_waited:  # (kept in place: the next cycle's ``Cycle`` is handed it)
-            gone = self._run_waited.keys() - {s.id for s, _ in parsed}
-            for sid in gone:
-                del self._run_waited[sid]
+        failed since are counted; a gone service's record goes, as do when a gone global
+        job's run first waited (``Cycle.run_waited``) and its clean lists (``clean_made``)."""
+        live_ids = {s.id for s, _ in parsed}
+        for sid in self._run_waited.keys() - live_ids:  # (kept in place: ``Cycle``'s)
+            del self._run_waited[sid]
+        for sid in self._clean_made.keys() - live_ids:
+            del self._clean_made[sid]
         if self._backoff or failed:
-            live_ids = {s.id for s, _ in parsed}
             self._backoff = {k: v for k, v in self._backoff.items() if k in live_ids}
             for sid, ids in failed.items():
                 if sid in live_ids:
@@ -407,7 +409,7 @@ class Planner:
                     self.zone_label, {n.labels.get(self.zone_label, "") for n in nodes},
                     self.adopt_ungated, plan, self._refused, most_gpus=seen.most,
                     now=now, backoff=self._backoff, open_since=self._open_since,
-                    run_waited=self._run_waited,
+                    run_waited=self._run_waited, clean_made=self._clean_made,
                     moving=moving, grants=self.grants, generic_kind=self.generic_kind,
                     release=self.release, ports=self._ports, filters=self._filters)
         cyc.stopping_until = self._stopping.until  # (``_leaving``: this cycle's holds)
@@ -502,6 +504,7 @@ class Planner:
         fresh = memo is None or memo.key != key
         if memo is not None and not fresh:
             sp = memo.plan  # last cycle's plan, no writes: it still holds
+            note_clean(v.cyc, s.id, running_on)  # (its device lists are the ledger's)
         else:
             sp = plan_service(s, r, mine, old, running_on, waits,
                               self._memo.requests[s.id].reservation, v.cyc,

@@ -65,6 +65,9 @@ class TaskView:
     # per service id, node id -> the constraints (``SwarmTask.constraints``) of its tasks
     # there that run or are past the scheduler: whether they read its gate (devicemap)
     rules: dict[str, dict[str, set[tuple[str, ...] | None]]] = field(default_factory=dict)
+    # per service id, node id -> the CreatedAt of its tasks running there (RFC 3339 text,
+    # read only where asked: ``devicemap``'s foreign device lists)
+    made: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
 
 def meant_to_run(t: SwarmTask) -> bool:
@@ -154,18 +157,24 @@ def tasks_by_service(
         sid: Waiting(a[0], a[1], a[2], a[3], frozenset(a[4]), frozenset(a[5]))
         for sid, a in acc.items()
     }
-    return TaskView(running, waiting, slots, on_nodes, failed, use, _rules_by_service(tasks))
+    return TaskView(running, waiting, slots, on_nodes, failed, use, *_per_node(tasks))
 
 
-def _rules_by_service(tasks: Sequence[SwarmTask]
-                      ) -> dict[str, dict[str, set[tuple[str, ...] | None]]]:
+def _per_node(tasks: Sequence[SwarmTask]) -> tuple[
+        dict[str, dict[str, set[tuple[str, ...] | None]]], dict[str, dict[str, list[str]]]]:
     """``TaskView.rules``: of each service's tasks meant to run that are on a node and
-    past the scheduler (assigned to running: ``devicemap``'s old tasks), the constraints."""
-    out: dict[str, dict[str, set[tuple[str, ...] | None]]] = {}
+    past the scheduler (assigned to running: ``devicemap``'s old tasks), the constraints;
+    ``TaskView.made``: of those that run (or start, as ``running`` counts them), the
+    CreatedAt texts."""
+    rules: dict[str, dict[str, set[tuple[str, ...] | None]]] = {}
+    made: dict[str, dict[str, list[str]]] = {}
     for t in tasks:
         if t.node_id and t.state in ASSIGNED_STATES and meant_to_run(t):
-            out.setdefault(t.service_id, {}).setdefault(t.node_id, set()).add(t.constraints)
-    return out
+            rules.setdefault(t.service_id, {}).setdefault(t.node_id, set()).add(t.constraints)
+            if t.state == "running" or t.state == "starting":
+                made.setdefault(t.service_id, {}).setdefault(t.node_id, []).append(
+                    t.created_at)
+    return rules, made
 
 
 # What Swarm's scheduler writes into a task it cannot place (swarmkit scheduler/filter.go).
@@ -244,6 +253,7 @@ class TaskBook:
                 pairs.add((sid, nid))
             _put(v.failed, part.failed, sid)
             _put(v.rules, part.rules, sid)
+            _put(v.made, part.made, sid)
         use = _use_by_service(tasks)
         for sid in changed:  # node totals: each changed service's old part out, new in
             for nid, (cpu, mem) in self._use.pop(sid, {}).items():
