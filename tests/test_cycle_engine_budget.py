@@ -23,17 +23,27 @@ from typing import Any
 import pytest
 from support.empty_swarm import EmptySwarm
 from support.engine_stub import Engine, start_engine
+from support.forged import P, RecordingSwarm, victim_cluster, victim_move
 from support.loglines import log_lines
 
-from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
+from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, RebalanceConfig, SyncConfig
 from swarmgpu.manager import daemon as daemon_module
 from swarmgpu.manager.cycle.budget import BudgetGate, OverBudget, engine_budget_s
 from swarmgpu.manager.cycle.grants import ImageEnvs
 from swarmgpu.manager.cycle.session import CycleSession
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.engine.actuator import Writes
+from swarmgpu.manager.engine.stop import Stopped
+from swarmgpu.manager.rebalance.mover import Mover
+from swarmgpu.manager.rebalance.moves import Outcome
 from swarmgpu.swarm import answerjson, identity
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
+from swarmgpu.swarm.client import (
+    SwarmClient,
+    SwarmError,
+    SwarmNode,
+    SwarmService,
+    SwarmUnavailable,
+)
 from tests.support.loop_engine import VERSION, Answer, LoopEngine, Trickled, loop_engine
 
 BUDGET_S = 2.5
@@ -294,14 +304,125 @@ def test_an_image_read_cut_at_the_budget_is_not_kept_the_next_cycle_reads_it() -
     # The grants step keeps each image's env, an engine error too, for its TTL (5 min):
     # a read cut at the budget (or not sent past it) says nothing of the image, and kept,
     # it made the next cycles take that image as unknown, "treated as CUDA images
-    # behave", its services ungranted (voided with placement.ungranted: void).
+    # behave", its services ungranted (voided with placement.ungranted: void). Nor is it
+    # unknown this cycle (its services warned ungranted): the step ends there.
     env = ["NVIDIA_VISIBLE_DEVICES=none"]
     with loop_engine({"/images/json": b'[{"Id": "sha256:ab"}]',
                       "/images/ab/json": json.dumps({"Config": {"Env": env}}).encode()
                       }) as engine:
         images = ImageEnvs(SwarmClient(f"tcp://127.0.0.1:{engine.server_port}"))
         with answerjson.within_budget(answerjson.CycleBudget(0.0)):  # (passed)
-            (cut,) = images.lookup(["app:1"]).values()
-        assert cut.env is None and "the cycle's engine budget" in cut.note, cut
+            with pytest.raises(Stopped, match="the cycle's engine budget"):
+                images.lookup(["app:1"])
         (read,) = images.lookup(["app:1"]).values()  # (the next cycle)
         assert read.env == tuple(env)
+
+
+# --- a read cut at the budget is no object's failure ---------------------------------
+# Past the budget every read is refused at once: a reader that takes one object's
+# failure for its own logged one error per object (a move step, a move start, counted
+# failed, an image's services taken for ungranted), beside the budget's one line.
+
+
+@pytest.fixture
+def warnings() -> Iterator[list[str]]:
+    yield from log_lines("WARNING")
+
+
+def a_cut_read() -> SwarmError:
+    """What swarmgpu's client raises for a read past its cycle's budget (refused before
+    it is sent: no timing)."""
+    with loop_engine({}) as engine:
+        client = SwarmClient(f"tcp://127.0.0.1:{engine.server_port}", timeout_s=1)
+        with answerjson.within_budget(answerjson.CycleBudget(0.0)):  # (passed)
+            try:
+                client.info()
+            except SwarmError as exc:
+                return exc
+    raise AssertionError("a read past the budget was sent")
+
+
+def test_a_read_cut_at_the_budget_is_not_said_an_unreachable_engine() -> None:
+    said = str(a_cut_read())
+    assert "the cycle's engine budget" in said and "unreachable" not in said, said
+
+
+class CutReads(RecordingSwarm):
+    """The stand-in, whose reads named in ``cut`` are refused at the cycle's budget."""
+
+    cut: frozenset[str] = frozenset()
+
+    def node(self, node_id: str) -> SwarmNode:
+        if "node" in self.cut:
+            raise a_cut_read()
+        return super().node(node_id)
+
+    def service(self, service_id: str) -> SwarmService:
+        if "service" in self.cut:
+            raise a_cut_read()
+        return super().service(service_id)
+
+
+def mover_of(sw: RecordingSwarm) -> Mover:
+    cfg = RebalanceConfig(dry_run=False, max_moves_per_cycle=9, max_moves_per_node=9,
+                          move_timeout_s=120.0)
+    return Mover(sw, cfg, prefix=P, dry_run=False,  # type: ignore[arg-type]
+                 clock=lambda: 1000.0)
+
+
+def test_a_move_start_whose_read_is_cut_at_the_budget_is_not_a_failed_move(
+        warnings: list[str]) -> None:
+    base = victim_cluster({})
+    sw = CutReads(base.nodes(), base.services(), base.tasks())
+    sw.cut = frozenset({"service"})
+    m = mover_of(sw)
+    with pytest.raises(Stopped):  # (the step ends, and the cycle: ``Daemon.cycle``)
+        m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert list(m.recent) == [] and warnings == [], (m.recent, warnings)
+    sw.cut = frozenset()  # (the next cycle, within its budget: the move starts)
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert [r.outcome for r in m.recent] == [Outcome.STARTED]
+
+
+def test_a_move_step_whose_read_is_cut_at_the_budget_is_no_failed_step(
+        warnings: list[str]) -> None:
+    base = victim_cluster({})
+    sw = CutReads(base.nodes(), base.services(), base.tasks())
+    assert mover_of(sw).start(victim_move(), sw.service("id-victim")).ok
+    sw.cut = frozenset({"node"})  # (a move in flight reads its nodes)
+    with pytest.raises(Stopped):
+        mover_of(sw).run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert warnings == [], warnings
+
+
+class WebAuthSeen:
+    """The daemon's HTTPS identity, recording what it was told."""
+
+    required = True
+
+    def __init__(self) -> None:
+        self.failed_with: list[str] = []
+
+    def update(self, auth: Any) -> None:
+        return None
+
+    def failed(self, why: str) -> None:
+        self.failed_with.append(why)
+
+
+def test_an_identity_read_cut_at_the_budget_leaves_the_https_identity_as_it_was(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, warnings: list[str]) -> None:
+    # The HTTPS identity is read before the snapshot (the swarm root CA, GET /swarm):
+    # cut at the budget, it warned "no HTTPS for manager certificates" beside the line.
+    monkeypatch.setattr(identity, "_SOURCES", {})  # (no identity another test built)
+    with loop_engine({"/nodes": b"[]", "/services": b"[]", "/tasks": b"[]",
+                      "/swarm": LONG_INFO}) as engine:
+        d = budgeted(monkeypatch, tmp_path, PkiEngine(f"tcp://127.0.0.1:{engine.server_port}"),
+                     identity="swarm-pki")
+        d.web_auth = WebAuthSeen()  # type: ignore[assignment]
+        start = time.monotonic()
+        assert d.cycle().aborted
+        cut_at_budget(time.monotonic() - start)
+        assert d.web_auth.failed_with == []  # type: ignore[attr-defined]
+        (said,) = warnings
+        assert "cycle ended at its engine budget" in said, said

@@ -24,6 +24,7 @@ import urllib3.exceptions
 from swarmgpu.core.peertext import quoted
 from swarmgpu.swarm.answerjson import (
     AnswerTooLarge,
+    BudgetSpent,
     Repeated,
     RepeatedAnswer,
     outside_budget,
@@ -54,6 +55,11 @@ class SwarmError(RuntimeError):
 
 class SwarmUnavailable(SwarmError):
     """The engine is not reachable, or this node is not a Swarm manager."""
+
+
+class BudgetCut(SwarmUnavailable):
+    """A read not made past its cycle's engine budget (``answerjson.BudgetSpent``): no
+    object's fault: the daemon's readers raise ``stop.read_cut`` on it, ending the cycle."""
 
 
 class SwarmNotFound(SwarmError):
@@ -377,6 +383,8 @@ class SwarmClient:
             if exc.status_code == 503:
                 raise SwarmUnavailable(f"not a Swarm manager or no quorum: {exc}") from exc
             raise SwarmError(str(exc)) from exc
+        except BudgetSpent as exc:  # (the cycle's budget, not the engine: not unreachable)
+            raise BudgetCut(str(exc)) from exc
         except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
             raise SwarmUnavailable(f"Docker Engine unreachable at {self.endpoint}: {exc}") from exc
         except RepeatedAnswer as exc:  # (the reads of entries took theirs: read_entries)

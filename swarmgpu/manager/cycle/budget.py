@@ -17,7 +17,7 @@ afresh with a budget of its own.
 
 from __future__ import annotations
 
-from swarmgpu.manager.engine.stop import Stopped, StopRequest
+from swarmgpu.manager.engine.stop import BudgetEnded, StopRequest
 from swarmgpu.swarm.answerjson import CycleBudget
 
 # What the watchdog's allowance keeps back past the budget: the writes in flight as it
@@ -35,14 +35,10 @@ def engine_budget_s(interval_s: float, watchdog_s: float | None) -> float:
     return max(dog - interval_s - BUDGET_SLACK_S, MIN_BUDGET_S)
 
 
-class OverBudget(Stopped):
-    """A write not made: its cycle's engine budget has passed. A ``Stopped``: every
-    reader that takes one object's fault for its own lets it through, so it ends the
-    step and the cycle (the writes in flight finish; ``write_each`` counts the rest)."""
-
-    def __init__(self, request: StopRequest) -> None:
-        super().__init__(request)
-        self.args = ("the cycle's engine budget has passed: no further write is made",)
+class OverBudget(BudgetEnded):
+    """A write not made: its cycle's engine budget has passed. A ``BudgetEnded``: it
+    ends the step and the cycle (the writes in flight finish; ``write_each`` counts the
+    rest), as a read cut there does (``read_cut``)."""
 
 
 class BudgetGate:
