@@ -311,9 +311,9 @@ def test_an_image_read_cut_at_the_budget_is_not_kept_the_next_cycle_reads_it() -
                       "/images/ab/json": json.dumps({"Config": {"Env": env}}).encode()
                       }) as engine:
         images = ImageEnvs(SwarmClient(f"tcp://127.0.0.1:{engine.server_port}"))
-        with answerjson.within_budget(answerjson.CycleBudget(0.0)):  # (passed)
-            with pytest.raises(Stopped, match="the cycle's engine budget"):
-                images.lookup(["app:1"])
+        with answerjson.within_budget(answerjson.CycleBudget(0.0)), \
+                pytest.raises(Stopped, match="the cycle's engine budget"):  # (passed)
+            images.lookup(["app:1"])
         (read,) = images.lookup(["app:1"]).values()  # (the next cycle)
         assert read.env == tuple(env)
 
