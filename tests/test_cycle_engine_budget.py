@@ -30,6 +30,8 @@ from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, RebalanceConf
 from swarmgpu.manager import daemon as daemon_module
 from swarmgpu.manager.cycle.budget import BudgetGate, OverBudget, engine_budget_s
 from swarmgpu.manager.cycle.grants import ImageEnvs
+from swarmgpu.manager.cycle.placement import load_workload
+from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.cycle.session import CycleSession
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.engine.actuator import Writes
@@ -426,3 +428,28 @@ def test_an_identity_read_cut_at_the_budget_leaves_the_https_identity_as_it_was(
         assert d.web_auth.failed_with == []  # type: ignore[attr-defined]
         (said,) = warnings
         assert "cycle ended at its engine budget" in said, said
+
+
+class CutLabels:
+    """A swarm whose swarm object's labels (the move records, the workload model, the
+    budget hours) are read past the cycle's budget."""
+
+    def swarm_labels(self) -> Any:
+        raise a_cut_read()
+
+
+def test_the_workload_models_read_cut_at_the_budget_is_not_warned_of(
+        tmp_path: Path, warnings: list[str]) -> None:
+    # (it warned "cannot read the stored workload model" and planned from the prior)
+    with pytest.raises(Stopped):
+        load_workload(Config(state_dir=str(tmp_path)), CutLabels())
+    assert warnings == [], warnings
+
+
+def test_preemptions_move_records_read_cut_at_the_budget_is_not_warned_of(
+        tmp_path: Path, warnings: list[str]) -> None:
+    # (it said the records unreadable, "nothing is preempted", once while it lasted)
+    preempter = Preempter(Config(state_dir=str(tmp_path)))
+    with pytest.raises(Stopped):
+        preempter._records(CutLabels(), per_hour=1)  # type: ignore[arg-type]
+    assert warnings == [], warnings
