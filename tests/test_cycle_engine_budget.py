@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from support.empty_swarm import EmptySwarm
 from support.engine_stub import Engine, start_engine
-from support.forged import P, RecordingSwarm, victim_cluster, victim_move
+from support.forged import P, RecordingSwarm, sw_node, sw_svc, victim_cluster, victim_move
 from support.loglines import log_lines
 
 from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, RebalanceConfig, SyncConfig
@@ -33,9 +33,12 @@ from swarmgpu.manager.cycle.grants import ImageEnvs
 from swarmgpu.manager.cycle.placement import load_workload
 from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.cycle.session import CycleSession
+from swarmgpu.manager.cycle.victimstop import close_gates
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.engine.stop import Stopped
+from swarmgpu.manager.placement import Holding, assign_key, gate_key
+from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.rebalance.mover import Mover
 from swarmgpu.manager.rebalance.moves import Outcome
 from swarmgpu.swarm import answerjson, identity
@@ -453,3 +456,33 @@ def test_preemptions_move_records_read_cut_at_the_budget_is_not_warned_of(
     with pytest.raises(Stopped):
         preempter._records(CutLabels(), per_hour=1)  # type: ignore[arg-type]
     assert warnings == [], warnings
+
+
+class NoWrites:
+    """The actuator's gate, its writes recorded (none should come)."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def service_spec(self, sid: str, *_: Any) -> None:
+        self.writes.append(sid)
+
+    def node_labels(self, nid: str, *_: Any) -> None:
+        self.writes.append(nid)
+
+
+@pytest.mark.parametrize("read", ["node", "service"])
+def test_a_victim_stops_read_cut_at_the_budget_is_no_error(
+        read: str, warnings: list[str]) -> None:
+    # (the victims' node, then each victim, read again before the stop's first write:
+    # cut, it said "cannot read node" or the stop not made, an error each)
+    h = Holding("a", "n1", ("GPU-a",), (1000,))
+    labels = {assign_key(P, "a"): h.label_value(), gate_key(P, "a"): "true"}
+    sw = CutReads([sw_node("n1", "gpu-1", labels)], [sw_svc("a", {f"{P}gpus": "1"})], [])
+    sw.cut = frozenset({read})
+    victim = Candidate("a", "id-a", "n1", 0, "", ("GPU-a",), h)
+    p = Preemption("h", "id-h", 100, "n1", "gpu-1", (victim,))
+    gate, closing = NoWrites(), []
+    with pytest.raises(Stopped):
+        close_gates(gate, sw, P, p, [victim], 5000.0, closing)  # type: ignore[arg-type]
+    assert (gate.writes, closing, warnings) == ([], [], [])
