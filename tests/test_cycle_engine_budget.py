@@ -23,10 +23,26 @@ from typing import Any
 import pytest
 from support.empty_swarm import EmptySwarm
 from support.engine_stub import Engine, start_engine
-from support.forged import P, RecordingSwarm, sw_node, sw_svc, victim_cluster, victim_move
+from support.forged import (
+    T_UUID,
+    P,
+    RecordingSwarm,
+    snapshot,
+    sw_node,
+    sw_svc,
+    victim_cluster,
+    victim_move,
+)
 from support.loglines import log_lines
 
-from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, RebalanceConfig, SyncConfig
+from swarmgpu.core.config import (
+    AgentsConfig,
+    Config,
+    HttpConfig,
+    PlacementConfig,
+    RebalanceConfig,
+    SyncConfig,
+)
 from swarmgpu.manager import daemon as daemon_module
 from swarmgpu.manager.cycle.budget import BudgetGate, OverBudget, engine_budget_s
 from swarmgpu.manager.cycle.grants import ImageEnvs
@@ -41,6 +57,7 @@ from swarmgpu.manager.placement import Holding, assign_key, gate_key
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.rebalance.mover import Mover
 from swarmgpu.manager.rebalance.moves import Outcome
+from swarmgpu.manager.services.overshare import Restarter, ServiceUse
 from swarmgpu.swarm import answerjson, identity
 from swarmgpu.swarm.client import (
     SwarmClient,
@@ -486,3 +503,25 @@ def test_a_victim_stops_read_cut_at_the_budget_is_no_error(
     with pytest.raises(Stopped):
         close_gates(gate, sw, P, p, [victim], 5000.0, closing)  # type: ignore[arg-type]
     assert (gate.writes, closing, warnings) == ([], [], [])
+
+
+class CutRecords(RecordingSwarm):
+    """The stand-in, whose swarm object's labels (the move records) are read past the
+    cycle's budget."""
+
+    def swarm_labels(self) -> Any:
+        raise a_cut_read()
+
+
+def test_over_shares_move_records_read_cut_at_the_budget_is_not_warned_of(
+        tmp_path: Path, warnings: list[str]) -> None:
+    # (it warned "over-share restarts wait: cannot read the move records")
+    base = victim_cluster({})
+    sw = CutRecords(base.nodes(), base.services(), base.tasks())
+    cfg = Config(state_dir=str(tmp_path), placement=PlacementConfig(overshare="restart"))
+    use = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
+                     ("t-third",), (), ())
+    with pytest.raises(Stopped):
+        Restarter(sw, cfg).run([use], snapshot(sw.nodes(), sw.services(),  # type: ignore[arg-type]
+                                               sw.tasks()))
+    assert warnings == [], warnings
