@@ -48,12 +48,13 @@ from swarmgpu.manager.cycle.budget import BudgetGate, OverBudget, engine_budget_
 from swarmgpu.manager.cycle.grants import ImageEnvs
 from swarmgpu.manager.cycle.placement import load_workload
 from swarmgpu.manager.cycle.preemption import Preempter
+from swarmgpu.manager.cycle.releases import hold_stale_releases
 from swarmgpu.manager.cycle.session import CycleSession
 from swarmgpu.manager.cycle.victimstop import close_gates
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.engine.stop import Stopped
-from swarmgpu.manager.placement import Holding, assign_key, gate_key
+from swarmgpu.manager.placement import Holding, PlacementPlan, assign_key, gate_key
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.rebalance.mover import Mover
 from swarmgpu.manager.rebalance.moves import Outcome
@@ -524,4 +525,17 @@ def test_over_shares_move_records_read_cut_at_the_budget_is_not_warned_of(
     with pytest.raises(Stopped):
         Restarter(sw, cfg).run([use], snapshot(sw.nodes(), sw.services(),  # type: ignore[arg-type]
                                                sw.tasks()))
+    assert warnings == [], warnings
+
+
+def test_a_release_checks_read_cut_at_the_budget_is_not_warned_of(
+        warnings: list[str]) -> None:
+    # (a release is checked against its service read again: cut, it warned "cannot read
+    # a to check its release" and held that service's plan back)
+    sw = CutReads([], [sw_svc("a", {f"{P}gpus": "1"})], [])
+    sw.cut = frozenset({"service"})
+    plan = PlacementPlan()
+    plan.node_remove["n1"] = [assign_key(P, "a")]
+    with pytest.raises(Stopped):
+        hold_stale_releases(sw, NoWrites(), plan, sw.services(), P)  # type: ignore[arg-type]
     assert warnings == [], warnings
