@@ -48,12 +48,14 @@ from swarmgpu.manager.cycle.budget import BudgetGate, OverBudget, engine_budget_
 from swarmgpu.manager.cycle.grants import ImageEnvs
 from swarmgpu.manager.cycle.placement import load_workload
 from swarmgpu.manager.cycle.preemption import Preempter
+from swarmgpu.manager.cycle.rebalance import Rebalancer
 from swarmgpu.manager.cycle.releases import hold_stale_releases
 from swarmgpu.manager.cycle.session import CycleSession
 from swarmgpu.manager.cycle.victimstop import close_gates
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.engine.stop import Stopped
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, PlacementPlan, assign_key, gate_key
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.rebalance.mover import Mover
@@ -538,4 +540,23 @@ def test_a_release_checks_read_cut_at_the_budget_is_not_warned_of(
     plan.node_remove["n1"] = [assign_key(P, "a")]
     with pytest.raises(Stopped):
         hold_stale_releases(sw, NoWrites(), plan, sw.services(), P)  # type: ignore[arg-type]
+    assert warnings == [], warnings
+
+
+def test_the_health_hours_read_cut_at_the_budget_is_not_taken_for_an_unknown_spend(
+        tmp_path: Path) -> None:
+    # (it said "cannot read the health budget from the swarm object", no evacuation left)
+    base = victim_cluster({})
+    sw = CutRecords(base.nodes(), base.services(), base.tasks())
+    rebalancer = Rebalancer(Daemon(Config(state_dir=str(tmp_path)), swarm=sw))  # type: ignore[arg-type]
+    with pytest.raises(Stopped):
+        rebalancer.health_inputs(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}))
+
+
+def test_the_movers_records_read_cut_at_the_budget_is_no_error(warnings: list[str]) -> None:
+    # (it said "rebalance: cannot read the move records, no move this cycle")
+    base = victim_cluster({})
+    sw = CutRecords(base.nodes(), base.services(), base.tasks())
+    with pytest.raises(Stopped):
+        mover_of(sw).run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
     assert warnings == [], warnings
