@@ -46,7 +46,7 @@ from swarmgpu.core.config import (
 from swarmgpu.manager import daemon as daemon_module
 from swarmgpu.manager.cycle.budget import BudgetGate, OverBudget, engine_budget_s
 from swarmgpu.manager.cycle.grants import ImageEnvs
-from swarmgpu.manager.cycle.placement import load_workload
+from swarmgpu.manager.cycle.placement import gates_ready_now, load_workload
 from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.cycle.rebalance import Rebalancer
 from swarmgpu.manager.cycle.releases import hold_stale_releases
@@ -67,6 +67,7 @@ from swarmgpu.swarm.client import (
     SwarmError,
     SwarmNode,
     SwarmService,
+    SwarmTask,
     SwarmUnavailable,
 )
 from tests.support.loop_engine import VERSION, Answer, LoopEngine, Trickled, loop_engine
@@ -559,4 +560,19 @@ def test_the_movers_records_read_cut_at_the_budget_is_no_error(warnings: list[st
     sw = CutRecords(base.nodes(), base.services(), base.tasks())
     with pytest.raises(Stopped):
         mover_of(sw).run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert warnings == [], warnings
+
+
+class CutTasks(RecordingSwarm):
+    """The stand-in, whose task lists are read past the cycle's budget."""
+
+    def tasks(self, *_: Any, **__: Any) -> list[SwarmTask]:
+        raise a_cut_read()
+
+
+def test_placements_task_list_for_its_gates_cut_at_the_budget_is_not_warned_of(
+        warnings: list[str]) -> None:
+    # (it warned "placement: cannot list tasks, gates open next cycle")
+    with pytest.raises(Stopped):
+        gates_ready_now(CutTasks([], [], []), PlacementPlan(), {}, P)  # type: ignore[arg-type]
     assert warnings == [], warnings

@@ -440,6 +440,8 @@ def gates_ready_now(swarm: SwarmClient, plan: PlacementPlan,
     not show them."""
     try:
         tasks = swarm.tasks({"desired-state": meant_filter()})
+    except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+        raise read_cut() from exc
     except SwarmError as exc:
         logger.warning("placement: cannot list tasks, gates open next cycle: {}", exc)
         return []
