@@ -576,3 +576,15 @@ def test_placements_task_list_for_its_gates_cut_at_the_budget_is_not_warned_of(
     with pytest.raises(Stopped):
         gates_ready_now(CutTasks([], [], []), PlacementPlan(), {}, P)  # type: ignore[arg-type]
     assert warnings == [], warnings
+
+
+def test_an_over_share_restarts_task_recheck_cut_at_the_budget_is_no_reason_said(
+        tmp_path: Path) -> None:
+    # (it gave "cannot re-read its tasks from Swarm" as the restart's reason not to)
+    base = victim_cluster({})
+    sw = CutTasks(base.nodes(), base.services(), [])
+    cfg = Config(state_dir=str(tmp_path), placement=PlacementConfig(overshare="restart"))
+    use = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
+                     ("t-third",), (), ("abc123def456",))
+    with pytest.raises(Stopped):
+        Restarter(sw, cfg)._recheck(sw.service("id-third"), use)  # type: ignore[arg-type]
