@@ -25,6 +25,7 @@ from support.empty_swarm import EmptySwarm
 from support.engine_stub import Engine, start_engine
 from support.forged import (
     T_UUID,
+    V_UUID,
     P,
     RecordingSwarm,
     snapshot,
@@ -58,6 +59,7 @@ from swarmgpu.manager.engine.stop import Stopped
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, PlacementPlan, assign_key, gate_key
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
+from swarmgpu.manager.placement.victimmoves import Relocation
 from swarmgpu.manager.rebalance.mover import Mover
 from swarmgpu.manager.rebalance.moves import Outcome
 from swarmgpu.manager.services.overshare import Restarter, ServiceUse
@@ -588,3 +590,21 @@ def test_an_over_share_restarts_task_recheck_cut_at_the_budget_is_no_reason_said
                      ("t-third",), (), ("abc123def456",))
     with pytest.raises(Stopped):
         Restarter(sw, cfg)._recheck(sw.service("id-third"), use)  # type: ignore[arg-type]
+
+
+def test_a_victims_move_start_cut_at_the_budget_is_no_failed_start(
+        tmp_path: Path, warnings: list[str]) -> None:
+    # (it said "preemption: move failed to start" and stopped the victim instead)
+    base = victim_cluster({})
+    sw = CutReads(base.nodes(), base.services(), base.tasks())
+    sw.cut = frozenset({"service"})
+    cfg = Config(state_dir=str(tmp_path), rebalance=RebalanceConfig(dry_run=False))
+    holding = Holding("victim", "n-dgx", (V_UUID,), (1000,))
+    victim = Candidate("victim", "id-victim", "n-dgx", 0, "", (V_UUID,), holding)
+    p = Preemption("h", "id-h", 100, "n-dgx", "gpu-node-1", (victim,),
+                   {"victim": Relocation("n-4090", "gpu-node-2", (1,), ("GPU-x",))})
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    with pytest.raises(Stopped):
+        Preempter(cfg)._move(sw, snap, p, victim, [], lambda: None,  # type: ignore[arg-type]
+                             frozenset())
+    assert warnings == [], warnings
