@@ -65,3 +65,20 @@ def test_a_device_list_a_redeploy_took_away_replaces_nothing() -> None:
     t = {sp.name: sp for sp in plan.services}["tenant"]
     assert t.service_labels_set.get(DEV + nid) == tenant.labels[DEV + nid]
     assert not t.force_update
+
+
+def test_the_warning_of_many_forged_lists_stays_short() -> None:
+    """The labels are the owner's text, as many as it writes: the warning names a few
+    and counts the rest. Before, it named every one (a thousand: about 90,000
+    characters in each cycle's plan and log line)."""
+    nodes, tenant, victim, runs = _two_placed()
+    nid = runs[0].node_id
+    theirs = victim.labels[DEV + nid]
+    many = {f"{DEV}{nid}.{i}": theirs for i in range(1000)}
+    forged = replace(tenant, labels={**tenant.labels, DEV + nid: theirs, **many})
+    plan = plan_placement(nodes, [forged, victim], runs, FACTS)
+    t = {sp.name: sp for sp in plan.services}["tenant"]
+    assert t.force_update
+    said = [w for w in t.warnings if "outside its holding" in w]
+    assert len(said) == 1 and len(said[0]) < 2000, len(said[0])
+    assert "998 more" in said[0], said[0]

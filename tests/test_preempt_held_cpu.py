@@ -13,7 +13,7 @@ from support.forged import DGX_F, R4090_F, sw_node, sw_svc
 
 from swarmgpu.manager.placement import Holding, Planner, assign_key, gate_key
 from swarmgpu.manager.placement.nominated import Nomination, holds_with_stopping
-from swarmgpu.manager.placement.preempt import choose_preemptions
+from swarmgpu.manager.placement.preempt import Candidate, Preemption, choose_preemptions
 from swarmgpu.manager.placement.records import Status
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 
@@ -73,3 +73,42 @@ def test_a_lower_request_does_not_wait_for_cpu_its_settling_preemptor_takes() ->
 def test_a_request_the_settling_preemptors_cpu_leaves_room_for_waits(priority: int,
                                                                     cpu: int) -> None:
     assert _decide(priority, cpu) == []
+
+
+def test_a_higher_request_served_after_a_lower_one_does_not_count_the_preemptors_cpu(
+        ) -> None:
+    """A round that takes another round's choices first (``first``: ``preempt_notes``)
+    serves low (priority 50, 30 CPUs) before top (priority 200, 34 CPUs). top fits n-a
+    once job's task stops, high (priority 100) not counted for it: it waits. Before,
+    high's 32 CPUs, counted for low, stayed counted for top, which preempted old2 on n-b
+    for nothing."""
+    r = tuple(g.uuid for g in R4090_F.gpus)
+    h1, h2 = Holding("old1", "n-b", r[:4], (1000,) * 4), Holding("old2", "n-b", r[4:],
+                                                                 (1000,) * 4)
+    nodes = [sw_node("n-a", "gpu-node-1"),
+             sw_node("n-b", "gpu-node-2", {assign_key(P, "old1"): h1.label_value(),
+                                           gate_key(P, "old1"): "true",
+                                           assign_key(P, "old2"): h2.label_value(),
+                                           gate_key(P, "old2"): "true"})]
+    job = sw_svc("job", {f"{P}gpus": "2"}, mode={"ReplicatedJob": {}})
+    old1, old2 = sw_svc("old1", {f"{P}gpus": "4"}), sw_svc("old2", {f"{P}gpus": "4"})
+    high = _reserving(sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100"}), 32000)
+    low = _reserving(sw_svc("low", {f"{P}gpus": "1", f"{P}priority": "50"}), 30000)
+    top = _reserving(sw_svc("top", {f"{P}gpus": "1", f"{P}priority": "200"}), 34000)
+    services = [job, old1, old2, high, low, top]
+    stop = SwarmTask("t-job", job.id, "n-a", 1, "running", "shutdown", (), cpu_milli=40000)
+    tasks = [SwarmTask("t-old1", old1.id, "n-b", 1, "running", "running", ()),
+             SwarmTask("t-old2", old2.id, "n-b", 1, "running", "running", ()),
+             *(SwarmTask(f"t-{s.name}", s.id, "", 1, "pending", "running", ())
+               for s in (high, low, top))]
+    nom = Nomination("high", 100, "n-a", D[:2], victims=(job.id,), service_id=high.id)
+    plan = Planner(prefix=P).plan(nodes, services, tasks, FACTS, stopping=[stop],
+                                  nominated=[nom])
+    assert {sp.name for sp in plan.services if sp.status == Status.PENDING} == {
+        "high", "low", "top"}
+    made = Preemption("low", low.id, 50, "n-b", "gpu-node-2",
+                      (Candidate("old1", old1.id, "n-b", 0, "", h1.uuids, h1),))
+    got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                             preemptible_below=100, settling={"high"}, stopping=[stop],
+                             held=holds_with_stopping([nom], plan), first=[made])
+    assert [(p.service, [v.service for v in p.victims]) for p in got] == [("low", ["old1"])]

@@ -117,34 +117,36 @@ def _node_plan(node: NodeState, tasks: Mapping[Hashable, tuple[Demand, Choice]],
 
 
 def plans(alloc: Allocator, running: Running, d: Demand, max_moves: int, *,
-          away: bool = True) -> list[Plan]:
+          away: bool = True, elsewhere: Allocator | None = None) -> list[Plan]:
     """Every node's cheapest plan for ``d``, cheapest first (fewest moves, least GPU
     moved, node rank). Demands without MIG, topology or node-label rules are searched,
     on the GPUs that pass their model and memory filters (``Allocator.eligible_gpus``);
     a task counts as movable when the allocator can place it on another node now
     (``away``; False: anywhere, its own node included, as the baselines' replay once
-    counted it). ``running`` holds only the nodes and tasks the caller allows. A plan is
-    arithmetic over shares, CPU and memory: the caller carries it out to see that it
-    holds.
+    counted it). ``elsewhere``: the allocator a task's other place is asked of, where the
+    caller holds GPUs from moves that the pending task may have (None: ``alloc``).
+    ``running`` holds only the nodes and tasks the caller allows. A plan is arithmetic
+    over shares, CPU and memory: the caller carries it out to see that it holds.
     """
     if d.mig_profile or d.topology != "any" or d.node_labels:
         return []
     first: dict[Demand, str | None] = {}  # where placement puts a demand now
-    elsewhere: dict[tuple[Demand, str], bool] = {}
+    other: dict[tuple[Demand, str], bool] = {}
+    there = alloc if elsewhere is None else elsewhere
 
     def movable_from(name: str) -> Callable[[Demand], bool]:
         def movable(td: Demand) -> bool:
             if td not in first:
-                got = alloc.place(td, explain=False)
+                got = there.place(td, explain=False)
                 first[td] = got.node if isinstance(got, Choice) else None
             where = first[td]
             if where is None or not away or where != name:
                 return where is not None
             key = (td, name)
-            ok = elsewhere.get(key)
+            ok = other.get(key)
             if ok is None:
-                ok = elsewhere[key] = isinstance(
-                    alloc.place(td, explain=False, exclude={name}), Choice)
+                ok = other[key] = isinstance(
+                    there.place(td, explain=False, exclude={name}), Choice)
             return ok
         return movable
 

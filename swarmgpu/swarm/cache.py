@@ -29,7 +29,8 @@ A full re-list happens
   a minute; a stall costs at most that minute and a cycle of staleness;
 - after an event that names no node or service (it said something changed, not what);
 - at once when an inspect is answered without an ID (``SwarmUnkeyed``): the lists leave
-  such an object out and say it (``swarm.unkeyed``), and so the cycle reads it;
+  such an object out and say it (``swarm.unkeyed``), and so the cycle reads it; or with
+  another object (``SwarmWrongObject``, a proxy's): the lists key each by its own ID;
 - after ``forget``: the daemon stood by (not the leader). A follower never reads, so it
   keeps nothing (neither the objects nor the ids events name: those piled up for as long
   as it followed), and a new term starts from a full list, not from an earlier term's.
@@ -65,6 +66,7 @@ from swarmgpu.swarm.client import (
     SwarmNotFound,
     SwarmService,
     SwarmUnkeyed,
+    SwarmWrongObject,
 )
 from swarmgpu.swarm.unkeyed import Unkeyed
 
@@ -112,6 +114,7 @@ class Why(Enum):
     EVENTS_AGAIN = "events again"
     MALFORMED = "malformed event"
     UNKEYED = "answered without an ID"  # an inspect's answer (``SwarmUnkeyed``)
+    WRONG_OBJECT = "answered another object"  # an inspect's (``SwarmWrongObject``)
     FORGOT = "forgot"  # counted under the words ``forget`` was given
 
     @property
@@ -417,38 +420,44 @@ class SwarmCache:
     def _inspect(self, dirty: dict[str, set[str]]) -> None:
         """Each object ``dirty`` names read again; one answered without an ID is left out
         and the whole store listed at once, as every list leaves it out and says it
-        (``SwarmClient.unkeyed``): raised, every read failed until the timer's list."""
+        (``SwarmClient.unkeyed``): raised, every read failed until the timer's list. One
+        answered with another object is listed so too (its entry kept until then)."""
         done: dict[str, set[str]] = {k: set() for k in KINDS}
-        unkeyed = False
+        relist: Why | None = None
         try:
             for kind, ids in dirty.items():
                 for obj in sorted(ids):
                     self.stats.inspects += 1
-                    unkeyed = self._refresh(kind, obj) or unkeyed
+                    relist = self._refresh(kind, obj) or relist
                     done[kind].add(obj)
         except SwarmError:
             with self._lock:  # what was not read yet stays dirty
                 for kind, ids in dirty.items():
                     self._dirty[kind] |= ids - done[kind]
             raise
-        if unkeyed:
-            self._relist(Relist(Why.UNKEYED), dirty)
+        if relist is not None:
+            self._relist(Relist(relist), dirty)
 
-    def _refresh(self, kind: str, obj: str) -> bool:
-        """``obj`` read again; True where it was answered without an ID (left out)."""
+    def _refresh(self, kind: str, obj: str) -> Why | None:
+        """``obj`` read again; the full list due where it was answered without an ID
+        (left out) or with another object, else None."""
         store: dict[str, Any] = self._nodes if kind == "node" else self._services
         try:
             got = self.swarm.node(obj) if kind == "node" else self.swarm.service(obj)
         except (SwarmNotFound, SwarmUnkeyed) as exc:
             store.pop(obj, None)
-            return isinstance(exc, SwarmUnkeyed)
+            return Why.UNKEYED if isinstance(exc, SwarmUnkeyed) else None
+        except SwarmWrongObject as exc:
+            # Not read as removed (its service's holdings read as a removed one's were
+            # released), nor the answer kept: neither is known to be Swarm's now.
+            logger.warning("swarm cache: {}: listing everything", exc)
+            return Why.WRONG_OBJECT
         if got.id != obj:
-            # The engine's inspect also takes a name or an ID prefix (it tries the ID
-            # first, so ``obj`` is no object's ID): keep the object under its own ID
-            # only, never a second copy under what an event called it.
+            # A source that answers a name or an ID prefix (the client refuses it, as
+            # above): keep the object under its own ID only, never a second copy.
             store.pop(obj, None)
         store[got.id] = newer(store, got, True)
-        return False
+        return None
 
 
 def watch_verdict(

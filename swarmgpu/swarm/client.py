@@ -33,6 +33,15 @@ from swarmgpu.swarm.answerjson import (
 )
 from swarmgpu.swarm.engineaddr import engine_endpoint as engine_endpoint  # (tests import it)
 from swarmgpu.swarm.engineaddr import engine_fix
+from swarmgpu.swarm.errors import BudgetCut as BudgetCut  # (errors: named here too)
+from swarmgpu.swarm.errors import NotLeader as NotLeader
+from swarmgpu.swarm.errors import SwarmError as SwarmError
+from swarmgpu.swarm.errors import SwarmNotFound as SwarmNotFound
+from swarmgpu.swarm.errors import SwarmUnavailable as SwarmUnavailable
+from swarmgpu.swarm.errors import SwarmUnkeyed as SwarmUnkeyed
+from swarmgpu.swarm.errors import SwarmWrongObject as SwarmWrongObject
+from swarmgpu.swarm.errors import UnreadWrite as UnreadWrite
+from swarmgpu.swarm.errors import VersionConflict as VersionConflict
 from swarmgpu.swarm.eventstream import Cut, NotAnEvent, read_events
 from swarmgpu.swarm.imageref import image_filter as image_filter  # (tests import it here)
 from swarmgpu.swarm.specread import UnreadSpec, spec_count, spec_object
@@ -43,46 +52,10 @@ from swarmgpu.swarm.swarmservice import read_service
 from swarmgpu.swarm.taskports import task_host_ports, task_network_drivers
 from swarmgpu.swarm.taskspec import task_rules
 from swarmgpu.swarm.taskstop import DEFAULT_GRACE_S, rejected_until, stop_grace_s, updated_at
-from swarmgpu.swarm.unkeyed import Unkeyed, inspected, keyed
+from swarmgpu.swarm.unkeyed import WRONG_FIX, Unkeyed, inspected, keyed, wrong_object
 
 if TYPE_CHECKING:
     from swarmgpu.core.config import Config
-
-
-class SwarmError(RuntimeError):
-    """The engine could not do what was asked."""
-
-
-class SwarmUnavailable(SwarmError):
-    """The engine is not reachable, or this node is not a Swarm manager."""
-
-
-class BudgetCut(SwarmUnavailable):
-    """A read not made past its cycle's engine budget (``answerjson.BudgetSpent``): no
-    object's fault: the daemon's readers raise ``stop.read_cut`` on it, ending the cycle."""
-
-
-class SwarmNotFound(SwarmError):
-    """The object is not there (HTTP 404): removed, or never was."""
-
-
-class SwarmUnkeyed(SwarmError):
-    """An inspect answered without an ID (``unkeyed.inspected``): left out, as listed."""
-
-
-class VersionConflict(SwarmError):
-    """The object changed since we read it ("update out of sequence")."""
-
-
-class UnreadWrite(SwarmError, UnreadSpec):
-    """A spec write refused: the service as read for it has a part that cannot be read
-    (``SwarmService.unread``). Both kinds: a writer that takes a spec it cannot read
-    for its own skip (``UnreadSpec``) does, the others see a failed write."""
-
-
-class NotLeader(SwarmError):
-    """The write was not made: this daemon's engine no longer leads the swarm
-    (``SwarmClient.may_write``)."""
 
 
 # A task's desired states while Swarm means it to run: running, or ready (swarmkit's
@@ -187,26 +160,26 @@ def _labels_readable(raw: Any, node_id: str) -> Any:
     be read (``SwarmNode.unread``): then no write, its labels kept as they are
     (SwarmError). One naming its own ID twice, or none (a proxy that drops it), is so
     too, named by the ID asked for (``node_from_api`` refuses it as a node listed
-    without one, naming neither)."""
+    without one, naming neither); and another node's (``wrong_object``)."""
     if isinstance(raw, Repeated) and raw.id_twice:
         return _readable(raw, f"node {node_id}: {raw.why}", "label", SwarmError)
     try:
-        unread = node_from_api(raw).unread
+        unread = wrong_object(raw, "node", node_id) or node_from_api(raw).unread
     except UnreadSpec as exc:  # (no object, no ID)
         unread = f"node {node_id}: {exc}"
     return _readable(raw, unread, "label", SwarmError)
 
 
-def _spec_readable(raw: Any) -> Any:
+def _spec_readable(raw: Any, service_id: str) -> Any:
     """``raw``, a service read to write its spec, unless some part of it cannot be read
     (``SwarmService.unread``): then no write, its spec kept as it is (UnreadWrite). One
     naming its own ID twice, or none (a proxy that drops it: ``swarm.unkeyed``), is so
     too (read_service refuses it, as the engine's error, which fails every writer that
-    skips one service it cannot read)."""
+    skips one service it cannot read); and another service's (``wrong_object``)."""
     if isinstance(raw, Repeated) and raw.id_twice:
         return _readable(raw, raw.why, "service", UnreadWrite)
     try:
-        unread = read_service(raw).unread
+        unread = wrong_object(raw, "service", service_id) or read_service(raw).unread
     except UnreadSpec as exc:  # (no object, no ID: this service's write alone)
         unread = str(exc)
     return _readable(raw, unread, "service", UnreadWrite)
@@ -417,7 +390,8 @@ class SwarmClient:
         node_id = self.self_node_id()
         if not node_id:
             return False
-        return _node(self._call(self._api.inspect_node, node_id)).leader
+        raw = self._call(self._api.inspect_node, node_id)  # (another's leads: not this one)
+        return _node(inspected(raw, "node", node_id, SwarmUnkeyed, SwarmWrongObject)).leader
 
     # The entries the last full lists left out, each list's own (two threads list: no
     # read-modify-write); class defaults: a client built bare, as tests do, has none
@@ -455,7 +429,7 @@ class SwarmClient:
 
     def node(self, node_id: str) -> SwarmNode:
         raw = self._call(read_entries, "node", self._api.inspect_node, node_id)
-        return _node(inspected(raw, "node", node_id, SwarmUnkeyed))
+        return _node(inspected(raw, "node", node_id, SwarmUnkeyed, SwarmWrongObject))
 
     def services(self) -> list[SwarmService]:
         got, self._unkeyed_services = keyed(self._listed("service", self._api.services),
@@ -464,7 +438,8 @@ class SwarmClient:
 
     def service(self, service_id: str) -> SwarmService:
         raw = self._call(read_entries, "service", self._api.inspect_service, service_id)
-        return service_from_api(inspected(raw, "service", service_id, SwarmUnkeyed))
+        return service_from_api(inspected(raw, "service", service_id, SwarmUnkeyed,
+                                          SwarmWrongObject))
 
     def tasks(self, filters: Mapping[str, Any] | None = None, *,
               states: AbstractSet[str] | None = None,
@@ -488,7 +463,12 @@ class SwarmClient:
         ids = {str(i.get("Id") or "") for i in listed or [] if isinstance(i, Mapping)}
         if len(ids) != 1 or not next(iter(ids)):
             return None
-        raw = self._call(self._api.inspect_image, ids.pop().removeprefix("sha256:"))
+        asked = ids.pop().removeprefix("sha256:")
+        raw = self._call(self._api.inspect_image, asked)
+        got = raw.get("Id") if isinstance(raw, Mapping) else None  # (another's: its env)
+        if isinstance(got, str) and got and got.removeprefix("sha256:") != asked:
+            raise SwarmError(f"image {ref!r}: image {asked!r} was asked for, the engine "
+                             f"answered image {quoted(got, 80)}: not read; {WRONG_FIX}")
         # The engine's answer is read, not trusted: a wrong shape is an error naming the
         # image (its env unknown this cycle), never an AttributeError out of the caller.
         config = (raw or {}).get("Config") if isinstance(raw, Mapping | None) else raw
@@ -695,6 +675,6 @@ class SwarmClient:
 
         return self._told("service", service_id, lambda: self._read_modify_write(
             lambda: _spec_readable(self._call(read_entries, "service", self._api.inspect_service,
-                                               service_id)), change,
+                                               service_id), service_id), change,
             lambda raw, new: self._call(self._post_service_update, service_id, raw, new),
             attempts, f"service {service_id}: kept changing for {attempts} attempts"))

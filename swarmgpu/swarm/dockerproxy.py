@@ -67,6 +67,7 @@ from swarmgpu.swarm.surges import (
     out_of_sequence,
     replicas,
 )
+from swarmgpu.swarm.unkeyed import wrong_object
 
 _log = logger.bind(component="docker-proxy")
 
@@ -407,6 +408,10 @@ class _Handler(socketserver.BaseRequestHandler):
             spec = cur["Spec"]
         except (KeyError, TypeError, ValueError):
             raise Refused(502, f"the engine's {read} has no Version.Index or Spec") from None
+        said = "" if call.kind == "swarm-update" else wrong_object(
+            cur, call.kind.removesuffix("-update"), obj[-2])
+        if said:  # (checked, it was written: another object than the path names)
+            raise Refused(502, f"reading {read} first: {said}")
         if req.param("version") != str(version):
             # The engine's own words, so the daemon's client reads a version conflict
             # and reads again.

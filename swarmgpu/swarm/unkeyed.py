@@ -8,6 +8,9 @@ by ID, so nothing can be written to it), and its message (``Unkeyed``) names its
 position, whatever name or hostname it carries, and the fix, for the daemon's log and
 for ``audit``, ``doctor`` and ``plan``. A list that is no list still fails whole: no
 entry of it can be told from another.
+
+An inspect answered with another object than the one asked for (``wrong_object``: a
+proxy's) is refused too, naming both: before a write, that write alone.
 """
 
 from __future__ import annotations
@@ -53,14 +56,40 @@ def keyed(listed: list[Any], kind: str) -> tuple[list[Mapping[str, Any]], tuple[
     return out, tuple(said)
 
 
-def inspected(raw: Any, kind: str, asked: str, refused: type[Exception]) -> Any:
+def inspected(raw: Any, kind: str, asked: str, refused: type[Exception],
+              wrong: type[Exception]) -> Any:
     """``raw``, the engine's answer to an inspect of ``kind`` ``asked`` (an ID an event
     or a record named), unless it cannot be keyed: then ``refused`` (the client's
     ``SwarmUnkeyed``), its message worded as ``keyed`` words a list's. The lists leave
-    such an object out; the cache, reading it so, leaves it out as they do."""
-    if _has_id(raw):
-        return raw
-    raise refused(_said(raw, kind, f"the engine answers {kind} {quoted(asked, 80)}"))
+    such an object out; the cache, reading it so, leaves it out as they do. One that is
+    another object (``wrong_object``): ``wrong``."""
+    if not _has_id(raw):
+        raise refused(_said(raw, kind, f"the engine answers {kind} {quoted(asked, 80)}"))
+    said = wrong_object(raw, kind, asked)
+    if said:
+        raise wrong(said)
+    return raw
+
+
+WRONG_FIX = ("check the proxy in front of the engine (Docker answers an inspect with the "
+             "object asked for)")
+
+
+def wrong_object(raw: Any, kind: str, asked: str) -> str:
+    """"" where ``raw``, the engine's answer to an inspect of ``kind`` ``asked``, is that
+    object: its ID is ``asked`` (a service's ``Spec.Name`` too: asked by name); else the
+    message naming both and the fix. A proxy that answers another node's object had the
+    daemon write this node's labels from that one's (its version too). An answer with no
+    ID is ``inspected``'s (unkeyed) and the readers'."""
+    got = raw.get("ID") if isinstance(raw, Mapping) else None
+    if not isinstance(got, str) or not got or got == asked:
+        return ""
+    spec = raw.get("Spec")
+    if kind == "service" and isinstance(spec, Mapping) and spec.get("Name") == asked:
+        return ""
+    return (f"{kind} {quoted(asked, 80)} was asked for, the engine answered {kind} "
+            f"{quoted(got, 80)}{_named(raw, kind)}: nothing of it is read or written; "
+            f"{WRONG_FIX}")
 
 
 def _has_id(raw: Any) -> bool:

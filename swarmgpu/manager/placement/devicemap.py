@@ -138,13 +138,17 @@ def _foreign_lists(s: SwarmService, held: Mapping[str, Holding],
                  and not {u for u in v.split(",") if u} <= own]
     if not keys:
         return None
-    named = ", ".join(f"{peer_text(k)}={peer_text(s.labels[k])}" for k in sorted(keys))
+    # (as many labels as its owner writes: a few named, the rest counted)
+    keys.sort()
+    named = ", ".join(f"{peer_text(k)}={peer_text(s.labels[k])}" for k in keys[:NAMED])
+    named += f" and {len(keys) - NAMED} more" if len(keys) > NAMED else ""
     return (f"service {s.name}'s label(s) {named} name GPU(s) outside its holding there "
             "(the ledger): a task made from them runs on GPUs it was not given; its "
             "lists are written back from the ledger and its tasks replaced (ForceUpdate); "
             f"leave {cyc.prefix}devices.* labels to swarmgpu")
 
 
+NAMED = 3  # the forged lists a warning names
 RESTART_SAID = ("its running replicas restart once (rolling) so that every task carries "
                 "the new device map")
 # What a record's note starts with: one that is not a value swarmgpu wrote (hand-edited)

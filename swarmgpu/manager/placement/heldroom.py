@@ -12,7 +12,7 @@ the request preempted only then, a grace period late."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
@@ -51,14 +51,17 @@ class HeldRoom:
 
     def count(self, room: Room | None, by_name: Mapping[str, SwarmService],
               priority: int) -> None:
-        """Count in ``room`` those of ``priority`` or higher not counted yet (the round
-        serves by priority, highest first: each is counted once, before the first
-        request it bears on)."""
-        todo: Sequence[tuple[int, str, str, int]] = self.waiting[self.counted:]
-        for pr, who, nid, replicas in todo:
-            if pr < priority:
-                break
-            self.counted += 1
+        """Count in ``room`` those of ``priority`` or higher, and only those: the ones not
+        counted yet are taken, and any of lower priority an earlier request counted are
+        given back. The round serves by priority, highest first, but one that takes
+        another round's choices first (``choose_preemptions``' ``first``) serves those
+        first, whatever their priority: a higher request after them read the CPU of
+        preemptors below it as taken, and preempted for it."""
+        want = sum(1 for w in self.waiting if w[0] >= priority)  # (sorted: a prefix)
+        sign = 1 if want > self.counted else -1
+        for _pr, who, nid, replicas in self.waiting[min(want, self.counted):
+                                                    max(want, self.counted)]:
             s = by_name.get(who)
             if room is not None and s is not None:
-                room.took(s, nid, (), replicas)
+                room.took(s, nid, (), sign * replicas)  # (negative: given back)
+        self.counted = want

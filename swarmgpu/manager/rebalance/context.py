@@ -36,6 +36,7 @@ from swarmgpu.manager.placement.heldchoice import held_choice, share_choice
 from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.specs import schedulable
 from swarmgpu.manager.rebalance.attribution import Share, estimated_util, holders_by_gpu
+from swarmgpu.manager.rebalance.heldgpus import held_from
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Move, Trigger
 from swarmgpu.manager.rebalance.signals import GpuSignal, NodeSignal
 from swarmgpu.manager.rebalance.targets import SwarmTargets
@@ -315,19 +316,19 @@ class Context:
         return who is not None and who[0] != svc
 
     def held_share(self, svc: str | None, nid: str, uuid: str) -> int | None:
-        """What of GPU ``uuid`` on ``nid`` is held from a move of ``svc``: 0 nothing; the
-        share tasks Swarm is stopping hold of it (``Inputs.held_shares``: counted used,
-        as placement counts it, the rest free); None: the whole GPU (a preemptor's)."""
-        if not self.held_for_other(svc, nid, uuid):
-            return 0
-        return self.inp.held_shares.get((nid, uuid))
+        """What of GPU ``uuid`` on ``nid`` is held from a move of ``svc`` (None: of any
+        service): 0 nothing; the share tasks Swarm is stopping hold of it (``Inputs.
+        held_shares``: counted used, as placement counts it, the rest free); None: the
+        whole GPU (a preemptor's). The one rule: ``heldgpus.held_from``."""
+        return held_from(self.inp.held, self.inp.held_shares, svc, nid, uuid)
 
-    def block_targets(self, alloc: ClusterAllocator, svc: str, blocked: Blocked) -> None:
-        """The GPUs no target of ``svc``'s move counted used on ``alloc`` (their free
-        share committed, one GPU at a time in the allocator's node order): those held for
-        a preemptor other than ``svc`` (``held_for_other``), marked here for every
-        policy, and those the policy's own rule ``blocked`` names; of a GPU held for
-        stopping tasks alone, their share (``held_share``)."""
+    def block_targets(self, alloc: ClusterAllocator, svc: str | None, blocked: Blocked
+                      ) -> None:
+        """The GPUs no target of ``svc``'s move (None: of any service's) counted used on
+        ``alloc`` (their free share committed, one GPU at a time in the allocator's node
+        order): those held for a preemptor other than ``svc`` (``held_for_other``), marked
+        here for every policy, and those the policy's own rule ``blocked`` names; of a GPU
+        held for stopping tasks alone, their share (``held_share``)."""
         a = alloc.alloc
         for nid, node in a.nodes.items():
             for i, gpu in enumerate(self.inp.facts[nid].gpus):

@@ -79,12 +79,12 @@ from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.rebalance.admission import Budget, admit, over_budget
 from swarmgpu.manager.rebalance.budget import FragBudget, finished_times
 from swarmgpu.manager.rebalance.findings import repair, report
+from swarmgpu.manager.rebalance.heldgpus import Shares
 from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
 from swarmgpu.manager.rebalance.outcomes import Outcomes
 from swarmgpu.manager.rebalance.record import (
     HEALTH,
     FirstSeen,
-    Shares,
     cannot_run,
     crash_point,
     drop_record,

@@ -45,6 +45,7 @@ from swarmgpu.manager.rebalance.budget import (
     with_time,
 )
 from swarmgpu.manager.rebalance.context import MOVED_AT
+from swarmgpu.manager.rebalance.heldgpus import Held, Shares, held_from
 from swarmgpu.manager.rebalance.moves import Move
 from swarmgpu.swarm.client import BudgetCut, SwarmClient, SwarmNode, SwarmNotFound, SwarmService
 from swarmgpu.swarm.jsonstrict import sub_object
@@ -130,13 +131,6 @@ def held_unread(st: MoveState, src: SwarmNode, dst: SwarmNode,
     return bool(why)
 
 
-# (node id, GPU uuid) -> (for whom, priority): GPUs held though the ledger shows them free
-Held = Mapping[tuple[str, str], tuple[str, int]]
-# Of those, (node id, GPU uuid) -> the share (milli) tasks Swarm is stopping hold of it,
-# where no preemptor's hold names it (``nominated.stopping_shares``): judged by share
-Shares = Mapping[tuple[str, str], int]
-
-
 def room_for(m: Move, node: SwarmNode, prefix: str, *, own_moves: bool,
              held: Held | None = None, shares: Shares | None = None) -> str | None:
     """None when ``m``'s target GPUs have room on ``node`` by its live ledger and the node
@@ -144,17 +138,17 @@ def room_for(m: Move, node: SwarmNode, prefix: str, *, own_moves: bool,
     repin), left out of the count; else any holding of it there refuses the move.
     ``held``: (node id, GPU uuid) -> (for whom, priority), GPUs the ledger shows free that
     are not (a preemptor's nomination, a task Swarm is stopping: ``Inputs.held``); one held
-    for another than ``m.service`` refuses it, as ``Context.held_for_other`` does, but
-    for the share in ``shares`` (a stopping task's), counted used as placement counts it."""
+    for another than ``m.service`` refuses it, but for the share in ``shares`` (a stopping
+    task's), counted used as placement counts it (``heldgpus.held_from``, the policies'
+    rule)."""
     held, shares = held or {}, shares or {}
     stopping: dict[str, tuple[int, str]] = {}  # uuid -> (its stopping tasks' share, whose)
     for u in m.target_uuids:
-        who = held.get((node.id, u))
-        if who is None or who[0] == m.service:
-            continue
-        if (node.id, u) not in shares:
-            return f"{u} on {node.hostname} is held for {who[0]}"
-        stopping[u] = (shares[(node.id, u)], who[0])
+        kept = held_from(held, shares, m.service, node.id, u)
+        if kept is None:
+            return f"{u} on {node.hostname} is held for {held[(node.id, u)][0]}"
+        if kept:
+            stopping[u] = (kept, held[(node.id, u)][0])
     used: dict[str, int] = {}
     for by_node in read_ledger([node], prefix).values():
         for h in by_node.values():

@@ -82,13 +82,12 @@ from swarmgpu.manager.placement import (
 from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.repinned import made_after
 from swarmgpu.manager.rebalance.context import why_not_movable
+from swarmgpu.manager.rebalance.heldgpus import Held, Shares
 from swarmgpu.manager.rebalance.moves import Move, Outcome
 from swarmgpu.manager.rebalance.record import (
     HEALTH,
     FirstSeen,
-    Held,
     MoveState,
-    Shares,
     crash_point,
     drop_record,
     end_move,

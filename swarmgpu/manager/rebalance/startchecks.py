@@ -19,11 +19,10 @@ from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.placement import assign_key, parse_holding
 from swarmgpu.manager.rebalance.admission import Budget
 from swarmgpu.manager.rebalance.context import FAILED_WHY, why_not_movable
+from swarmgpu.manager.rebalance.heldgpus import Held, Shares
 from swarmgpu.manager.rebalance.moves import Move
 from swarmgpu.manager.rebalance.record import (
-    Held,
     MoveState,
-    Shares,
     room_for,
     service_ledger,
     swarm_id,

@@ -62,9 +62,15 @@ def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pendin
     return st if getattr(ok, "gpus", None) else None
 
 
-# What no GPU satisfies: the search's stand-in for GPUs held for another preemptor is a
-# task that cannot move (``rescue.plans`` never counts its GPUs as room).
+# What no GPU satisfies: the search's stand-in for GPUs held for another preemptor, or
+# used by a holding that may not move, is a task that cannot move (``rescue.plans``
+# never counts its GPUs as room; a used GPU holding no task counts as room to it).
 _STUCK = 1 << 62
+
+
+def _stuck(nid: str, gpus: tuple[int, ...], why: str) -> tuple[Demand, Choice]:
+    return (Demand(num_gpu=len(gpus), min_memory_mib=_STUCK),
+            Choice(node=nid, gpus=gpus, milli=(0,) * len(gpus), score=0.0, explanation=why))
 
 
 def _hide_held(ctx: Context, held: ClusterAllocator,
@@ -77,10 +83,21 @@ def _hide_held(ctx: Context, held: ClusterAllocator,
     for nid in sorted(held.alloc.nodes):
         gpus = ctx.count_held(held, nid, pending)
         if gpus and nid in running:
-            running[nid][f"held for a preemptor on {nid}"] = (
-                Demand(num_gpu=len(gpus), min_memory_mib=_STUCK),
-                Choice(node=nid, gpus=gpus, milli=(0,) * len(gpus), score=0.0,
-                       explanation="held for a preemptor"))
+            running[nid][f"held for a preemptor on {nid}"] = _stuck(
+                nid, gpus, "held for a preemptor")
+
+
+def _movers_room(ctx: Context) -> ClusterAllocator:
+    """Where the search asks whether a holding can go elsewhere: the GPUs held from a
+    move counted used, by the rule the moves' targets are found by (``Context.
+    block_targets``). The pending request's room (``count_held``) is placement's: a GPU
+    held for the pending service itself, or held for another and partly used, is free to
+    it but no move's target; judged so, plans whose tasks had nowhere to go used up
+    ``MAX_TRIES``. Held from every service, its own hold too: the search asks by demand,
+    and a preemptor whose hold is alive is not converged, so it does not move."""
+    room = ctx.allocator(None, ())
+    ctx.block_targets(room, None, lambda _node, _i, _uuid, _sig: False)
+    return room
 
 
 def _running(ctx: Context, held: ClusterAllocator, pending: str
@@ -89,7 +106,10 @@ def _running(ctx: Context, held: ClusterAllocator, pending: str
     platforms, plugins, host ports: ``Context.refused``): the holdings that may move now
     (not the pending service's, not on a node it holds), each with what its new task
     reserves and the choice ``held`` committed for it, carrying the CPU and memory its
-    tasks there reserve (they leave with it: the search gives them back)."""
+    tasks there reserve (they leave with it: the search gives them back); those that
+    may not (opted out, unconverged, cooling down, no GPU request) as tasks that cannot
+    move. Left out, their GPUs counted as room no move was needed for, and a node with
+    one got no plan at all."""
     has = set(ctx.ledger.get(pending, {})) | ctx.refused(pending)
     may: dict[str, bool] = {}  # service -> may move now
     out: dict[str, dict[str, tuple[Demand, Choice]]] = {}
@@ -101,12 +121,14 @@ def _running(ctx: Context, held: ClusterAllocator, pending: str
     for (svc, nid), h in held.held_items():
         req = ctx.requests.get(svc)
         n = ctx.nodes.get(nid)
-        if (svc == pending or req is None or h.choice is None or not h.choice.gpus
+        if (svc == pending or h.choice is None or not h.choice.gpus
                 or nid in has or n is None or not schedulable(n)):
             continue
         if svc not in may:
-            may[svc] = ctx.movable(svc) is None
-        if may[svc]:
+            may[svc] = req is not None and ctx.movable(svc) is None
+        if not may[svc]:
+            out.setdefault(nid, {})[svc] = _stuck(nid, h.choice.gpus, "may not move")
+        elif req is not None:
             cpu, mem = use.get((ctx.by_name[svc].id, nid), (0, 0))
             out.setdefault(nid, {})[svc] = (
                 demand_of(req, *ctx.targets.reservation(svc)),
@@ -131,7 +153,8 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
         best: Statement | None = None
         want = demand_of(req, *ctx.targets.reservation(pending))
         if running:
-            for plan in plans(held.alloc, running, want, k_max)[:MAX_TRIES]:
+            away = _movers_room(ctx).alloc
+            for plan in plans(held.alloc, running, want, k_max, elsewhere=away)[:MAX_TRIES]:
                 combo = tuple((str(svc), ctx.ledger[str(svc)][plan.node])
                               for svc in plan.tasks)
                 best = _try(ctx, plan.node, combo, pending)

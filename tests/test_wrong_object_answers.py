@@ -1,0 +1,237 @@
+"""An engine (a proxy in front of it) that answers an inspect with another object.
+
+The daemon reads a node before it writes its labels and a service before it writes its
+spec, each by ID, and posts the new spec with the version it read. A proxy answering
+node n1's inspect with node n3's object had n1's labels written from n3's (and at n3's
+version). Now such an answer refuses that write alone, as a part that cannot be read
+does (``label write refused``, ``UnreadWrite``), naming the object asked for, the one
+answered and the fix; the other objects are written. The reads that act on what the
+answer says (the leader check, an event's inspect in the cache) refuse it too. These go
+through docker-py's own ``APIClient``, only its HTTP answered here.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+import requests
+from support.engine_stub import SERVICE, start_engine
+
+from swarmgpu.manager.cycle.grants import ImageEnvs
+from swarmgpu.manager.engine.proxy_policy import write_checks
+from swarmgpu.swarm.cache import SwarmCache
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmWrongObject, UnreadWrite
+from swarmgpu.swarm.dockerproxy import build_proxy
+
+FIX = "check the proxy in front of the engine"
+
+
+def node_raw(nid: str, host: str, *, leader: bool = False) -> dict[str, Any]:
+    """A node as Docker sends it (a manager, the leader where ``leader``)."""
+    raw: dict[str, Any] = {
+        "ID": nid, "Version": {"Index": 7},
+        "Spec": {"Role": "worker", "Availability": "active", "Labels": {"gpu": host}},
+        "Description": {"Hostname": host}, "Status": {"State": "ready", "Addr": "10.0.0.1"}}
+    if leader:
+        raw["ManagerStatus"] = {"Leader": True, "Reachability": "reachable"}
+    return raw
+
+
+def service_raw(sid: str, name: str) -> dict[str, Any]:
+    return {"ID": sid, "Version": {"Index": 3}, "Spec": {
+        "Name": name, "TaskTemplate": {"ContainerSpec": {"Image": "x"}},
+        "Mode": {"Replicated": {"Replicas": 1}}}}
+
+
+def engine(monkeypatch: pytest.MonkeyPatch, answers: dict[str, Any]
+           ) -> tuple[SwarmClient, list[tuple[str, Any]]]:
+    """A client built as the daemon builds it, its engine answering ``answers`` (by
+    path), and the writes posted to it (path, body)."""
+    answers = {"/version": {"ApiVersion": "1.43"}, **answers}
+    posted: list[tuple[str, Any]] = []
+
+    def answer(url: str, body: Any) -> requests.Response:
+        resp = requests.Response()
+        resp.status_code, resp._content = 200, json.dumps(body).encode()
+        resp.headers["Content-Type"], resp.encoding = "application/json", "utf-8"
+        resp.url = url
+        return resp
+
+    def path(url: str) -> str:
+        return url.split("127.0.0.1:9", 1)[1].removeprefix("/v1.43").split("?")[0]
+
+    def get(_self: object, url: str, **_: Any) -> requests.Response:
+        return answer(url, answers[path(url)])
+
+    def post(_self: object, url: str, data: Any = None, **_: Any) -> requests.Response:
+        posted.append((path(url), data))
+        return answer(url, {})
+
+    monkeypatch.setattr(docker.APIClient, "_get", get)
+    monkeypatch.setattr(docker.APIClient, "_post_json", post)
+    return SwarmClient("tcp://127.0.0.1:9"), posted
+
+
+def test_a_node_answered_with_another_nodes_object_gets_no_label_write(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """n1's inspect answers n3: n1's write is refused naming both and the fix (n3's
+    labels and version never written to n1); n2, answered as itself, is written."""
+    sw, posted = engine(monkeypatch, {"/nodes/n1": node_raw("n3", "gpu-3"),
+                                      "/nodes/n2": node_raw("n2", "gpu-2")})
+    with pytest.raises(SwarmError, match="label write refused: node 'n1' was asked for, "
+                       r"the engine answered node 'n3' \(hostname 'gpu-3'\)") as got:
+        sw.update_node_labels("n1", lambda cur: {**cur, "x": "1"})
+    assert FIX in str(got.value) and not posted
+    assert sw.update_node_labels("n2", lambda cur: {**cur, "x": "1"})
+    assert posted == [("/nodes/n2/update", {"Role": "worker", "Availability": "active",
+                                            "Labels": {"gpu": "gpu-2", "x": "1"}})]
+
+
+def test_a_service_answered_with_another_services_object_gets_no_spec_write(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a node: refused as a spec that cannot be read (``UnreadWrite``: its writers
+    skip that service alone), the other service written."""
+    sw, posted = engine(monkeypatch, {"/services/s1": service_raw("s3", "db"),
+                                      "/services/s2": service_raw("s2", "llm")})
+    with pytest.raises(UnreadWrite, match="service write refused: service 's1' was asked "
+                       r"for, the engine answered service 's3' \(name 'db'\)") as got:
+        sw.update_service_spec("s1", lambda spec: {**spec, "Labels": {"k": "v"}})
+    assert FIX in str(got.value) and not posted
+    assert sw.update_service_spec("s2", lambda spec: {**spec, "Labels": {"k": "v"}})
+    assert [p for p, _ in posted] == ["/services/s2/update"] and sw.writes == 1
+
+
+def test_a_service_inspected_by_its_name_is_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (Docker's inspect takes a name: the answer names it as Spec.Name, its ID another)
+    sw, posted = engine(monkeypatch, {"/services/llm": service_raw("s2", "llm")})
+    assert sw.update_service_spec("llm", lambda spec: {**spec, "Labels": {"k": "v"}})
+    assert [p for p, _ in posted] == ["/services/llm/update"]
+
+
+@pytest.mark.parametrize(("path", "read"), [
+    ("/nodes/n1", lambda sw: sw.node("n1")),
+    ("/services/n1", lambda sw: sw.service("n1")),
+])
+def test_an_inspect_answered_with_another_object_is_refused_naming_both(
+        monkeypatch: pytest.MonkeyPatch, path: str, read: Any) -> None:
+    other = node_raw("n3", "gpu-3") if "nodes" in path else service_raw("s3", "db")
+    sw, _ = engine(monkeypatch, {path: other})
+    with pytest.raises(SwarmWrongObject, match="'n1' was asked for, the engine answered "
+                       r"\w+ '[ns]3'") as got:
+        read(sw)
+    assert FIX in str(got.value)
+
+
+def test_the_leader_check_refuses_another_nodes_answer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """This engine's node n1 is a follower; a proxy answering its inspect with the
+    leader's object (n3) had this daemon take the lead and write beside the leader's."""
+    sw, _ = engine(monkeypatch, {"/info": {"Swarm": {"NodeID": "n1"}},
+                                 "/nodes/n1": node_raw("n3", "gpu-3", leader=True)})
+    with pytest.raises(SwarmError, match="'n1' was asked for, the engine answered node 'n3'"):
+        sw.is_leader()
+
+
+class ProxyApi:
+    """An engine's lists and inspects by ID (``inspect``: what an inspect answers)."""
+
+    def __init__(self, services: dict[str, Any]) -> None:
+        self.s = services
+        self.inspect = dict(services)
+
+    def nodes(self, filters: Any = None) -> list[Any]:
+        return [node_raw("n1", "gpu-1")]
+
+    def services(self) -> list[Any]:
+        return list(self.s.values())
+
+    def inspect_node(self, node_id: str) -> Any:
+        return node_raw(node_id, "gpu-1")
+
+    def inspect_service(self, service_id: str) -> Any:
+        return self.inspect[service_id]
+
+
+def test_an_events_inspect_answered_with_another_service_keeps_it_and_lists() -> None:
+    """train's event, its inspect answered with web's object: train was dropped from the
+    cache as removed (its holdings then read as a removed service's and released) until
+    the timer's list. Now it is kept and everything listed at once."""
+    api = ProxyApi({"s1": service_raw("s1", "web"), "s2": service_raw("s2", "train")})
+    sw = SwarmClient.__new__(SwarmClient)
+    sw.endpoint, sw._api = "unix:///test", api  # type: ignore[assignment]
+    sw.on_write = sw.on_landed = None
+    cache = SwarmCache(sw)
+    cache.opened()  # the stream is open: a read after an event inspects only what it named
+    cache.read()  # the first read lists
+    api.inspect["s2"] = service_raw("s1", "web")
+    cache.on_event({"Type": "service", "Actor": {"ID": "s2"}})
+    _, services = cache.read()
+    assert sorted(s.name for s in services) == ["train", "web"]
+    assert cache.stats.reasons.get("answered another object") == 1
+
+
+class ImageApi:
+    """The engine's two image reads: the list finds ``sha256:0123abcd``, the inspect
+    answers ``answered``'s object."""
+
+    def __init__(self, answered: str) -> None:
+        self.answered = answered
+
+    def images(self, filters: Any) -> list[dict[str, str]]:
+        return [{"Id": "sha256:0123abcd"}]
+
+    def inspect_image(self, image_id: str) -> dict[str, Any]:
+        return {"Id": self.answered, "Config": {"Env": ["NVIDIA_VISIBLE_DEVICES=all"]}}
+
+
+def test_an_image_answered_with_another_images_object_has_no_env() -> None:
+    """The grants read an image's env to decide what a service's spec gets written;
+    another image's env stood in for it. Now it is unknown, naming both and the fix."""
+    sw = SwarmClient.__new__(SwarmClient)
+    sw.endpoint, sw._api = "unix:///test", ImageApi("sha256:ffff")  # type: ignore[assignment]
+    with pytest.raises(SwarmError, match="image 'local/app:1': image '0123abcd' was asked "
+                       "for, the engine answered image 'sha256:ffff'") as got:
+        sw.image_env("local/app:1")
+    assert FIX in str(got.value)
+    found = ImageEnvs(sw).lookup(["local/app:1"])["local/app:1"]
+    assert found.env is None and "'sha256:ffff'" in found.note
+    sw._api = ImageApi("sha256:0123abcd")  # type: ignore[assignment]
+    assert sw.image_env("local/app:1") == ("NVIDIA_VISIBLE_DEVICES=all",)
+
+
+def test_the_docker_proxy_refuses_a_write_whose_read_answers_another_service(
+        tmp_path: Path) -> None:
+    """The proxy checks a service write against the spec it reads of it, then writes the
+    ID that answer names: an engine answering svc2's read with svc1's had svc1 written
+    (checked against svc1's spec) for a write the daemon addressed to svc2."""
+    engine = start_engine(str(tmp_path / "engine.sock"))
+    path = tmp_path / "proxy.sock"
+    srv = build_proxy(f"unix://{path}", f"unix://{tmp_path / 'engine.sock'}",
+                      write_checks("swarmgpu."))
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    try:
+        body = json.dumps(SERVICE["Spec"]).encode()
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(5)
+            s.connect(str(path))
+            s.sendall(b"POST /v1.43/services/svc2/update?version=3 HTTP/1.1\r\nHost: d\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                      % (len(body), body))
+            got = b""
+            while chunk := s.recv(4096):
+                got += chunk
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        engine.shutdown()
+        engine.server_close()
+    assert got.startswith(b"HTTP/1.1 502"), got
+    assert b"service 'svc2' was asked for, the engine answered service 'svc1'" in got, got
+    assert not [r for r in engine.seen if r.startswith(b"POST")]
