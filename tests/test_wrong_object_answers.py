@@ -7,7 +7,9 @@ version). Now such an answer refuses that write alone, as a part that cannot be 
 does (``label write refused``, ``UnreadWrite``), naming the object asked for, the one
 answered and the fix; the other objects are written. The reads that act on what the
 answer says (the leader check, an event's inspect in the cache) refuse it too. These go
-through docker-py's own ``APIClient``, only its HTTP answered here.
+through docker-py's own ``APIClient``, only its HTTP answered here. The daemon asks by ID
+only, so an object named so (Docker's answer where none has that ID) is refused too; the
+docker-proxy takes a path's name, hostname or ID prefix as Docker resolves it.
 """
 
 from __future__ import annotations
@@ -107,11 +109,19 @@ def test_a_service_answered_with_another_services_object_gets_no_spec_write(
     assert [p for p, _ in posted] == ["/services/s2/update"] and sw.writes == 1
 
 
-def test_a_service_inspected_by_its_name_is_written(monkeypatch: pytest.MonkeyPatch) -> None:
-    # (Docker's inspect takes a name: the answer names it as Spec.Name, its ID another)
-    sw, posted = engine(monkeypatch, {"/services/llm": service_raw("s2", "llm")})
-    assert sw.update_service_spec("llm", lambda spec: {**spec, "Labels": {"k": "v"}})
-    assert [p for p, _ in posted] == ["/services/llm/update"]
+def test_a_service_asked_by_id_answered_by_one_named_so_gets_no_write(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon asks by ID only. Docker answers a name where no object has the ID
+    asked (s1 removed, a service named 's1' deployed), and its update takes the name
+    too: s1's write was made to that other service (its gate, its device env); a proxy
+    answering so was let through alike. Now refused, naming both."""
+    sw, posted = engine(monkeypatch, {"/services/s1": service_raw("s9", "s1")})
+    with pytest.raises(UnreadWrite, match="service 's1' was asked for, the engine answered "
+                       r"service 's9' \(name 's1'\)") as got:
+        sw.update_service_spec("s1", lambda spec: {**spec, "Labels": {"k": "v"}})
+    assert "no service has the ID 's1'" in str(got.value) and not posted
+    with pytest.raises(SwarmWrongObject, match="no service has the ID 's1'"):
+        sw.service("s1")
 
 
 @pytest.mark.parametrize(("path", "read"), [
@@ -176,6 +186,27 @@ def test_an_events_inspect_answered_with_another_service_keeps_it_and_lists() ->
     assert cache.stats.reasons.get("answered another object") == 1
 
 
+def test_events_inspects_answered_with_other_objects_stop_at_the_first() -> None:
+    """A proxy answering every inspect with another object: each object an event named
+    was inspected and warned of in turn (up to 16 a cycle, or 0.5% of the services),
+    then everything listed anyway. Now the first such answer ends the inspects: the
+    list that follows reads them all."""
+    names = {f"s{i}": service_raw(f"s{i}", f"app{i}") for i in range(1, 6)}
+    api = ProxyApi(names)
+    sw = SwarmClient.__new__(SwarmClient)
+    sw.endpoint, sw._api = "unix:///test", api  # type: ignore[assignment]
+    sw.on_write = sw.on_landed = None
+    cache = SwarmCache(sw)
+    cache.opened()
+    cache.read()
+    api.inspect = {sid: service_raw("s1", "app1") for sid in names}
+    for sid in ("s2", "s3", "s4", "s5"):
+        cache.on_event({"Type": "service", "Actor": {"ID": sid}})
+    _, services = cache.read()
+    assert sorted(s.name for s in services) == [f"app{i}" for i in range(1, 6)]
+    assert cache.stats.inspects == 1 and cache.stats.relists == 2
+
+
 class ImageApi:
     """The engine's two image reads: the list finds ``sha256:0123abcd``, the inspect
     answers ``answered``'s object."""
@@ -235,3 +266,118 @@ def test_the_docker_proxy_refuses_a_write_whose_read_answers_another_service(
     assert got.startswith(b"HTTP/1.1 502"), got
     assert b"service 'svc2' was asked for, the engine answered service 'svc1'" in got, got
     assert not [r for r in engine.seen if r.startswith(b"POST")]
+
+
+def _proxy_write(tmp_path: Path, request: bytes, setup: Any = None) -> tuple[bytes, list[bytes]]:
+    """``request`` sent through ``swarmgpu docker-proxy`` to the engine stand-in
+    (``setup`` edits it first): the answer, and the requests the engine saw."""
+    engine = start_engine(str(tmp_path / "engine.sock"))
+    if setup is not None:
+        setup(engine)
+    path = tmp_path / "proxy.sock"
+    srv = build_proxy(f"unix://{path}", f"unix://{tmp_path / 'engine.sock'}",
+                      write_checks("swarmgpu."))
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(5)
+            s.connect(str(path))
+            s.sendall(request)
+            got = b""
+            while chunk := s.recv(4096):
+                got += chunk
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        engine.shutdown()
+        engine.server_close()
+    return got, engine.seen
+
+
+def _post(path: bytes, body: Any) -> bytes:
+    data = json.dumps(body).encode()
+    return (b"POST /v1.43%s?version=%d HTTP/1.1\r\nHost: d\r\nContent-Type: application/json"
+            b"\r\nContent-Length: %d\r\n\r\n%s" % (path, 3 if b"services" in path else 7,
+                                                   len(data), data))
+
+
+NODE_ID = "4xg1b2c3d4e5f6g7h8i9j0k1l"  # (a Swarm ID: 25 lowercase letters and digits)
+
+
+def test_the_docker_proxy_writes_a_node_its_path_names_by_hostname(tmp_path: Path) -> None:
+    """Docker's node update takes a hostname (``docker node update --label-add x
+    worker1``), as its inspect does: the proxy read the node so, and then refused the
+    answer (its ID is not the hostname), a 502 for a write Docker takes. Written now, to
+    the ID the answer names."""
+    node = node_raw(NODE_ID, "gpu-1")
+    got, seen = _proxy_write(tmp_path, _post(b"/nodes/gpu-1/update", node["Spec"]),
+                             lambda e: e.raw.update({b"/nodes/gpu-1": json.dumps(node).encode()}))
+    assert got.startswith(b"HTTP/1.1 200"), got
+    assert seen[-1].startswith(b"POST /nodes/%s/update?version=7 " % NODE_ID.encode())
+
+
+def test_the_docker_proxy_writes_a_service_its_path_names_by_an_id_prefix(
+        tmp_path: Path) -> None:
+    # (Docker's inspect and update take a unique prefix of the ID: svc1 for 'svc')
+    got, seen = _proxy_write(tmp_path, _post(b"/services/svc/update", SERVICE["Spec"]))
+    assert got.startswith(b"HTTP/1.1 200"), got
+    assert seen[-1].startswith(b"POST /services/svc1/update?version=3 ")
+
+
+def test_the_docker_proxy_refuses_a_full_id_answered_by_a_service_named_so(
+        tmp_path: Path) -> None:
+    """A write to a whole Swarm ID (the daemon's, always) answered with a service whose
+    name is that ID: Docker answers so only where no service has the ID (removed), and a
+    proxy may: that other service was written. Refused now, nothing written."""
+    def named(e: Any) -> None:
+        e.service["Spec"]["Name"] = NODE_ID
+
+    got, seen = _proxy_write(tmp_path, _post(b"/services/%s/update" % NODE_ID.encode(),
+                                             {**SERVICE["Spec"], "Name": NODE_ID}), named)
+    assert got.startswith(b"HTTP/1.1 502"), got
+    assert b"no service has the ID '%s'" % NODE_ID.encode() in got, got
+    assert not [r for r in seen if r.startswith(b"POST")]
+
+
+LONG_ID = "sha256:" + "0123abcd" * 8  # (Docker's image IDs: 64 hex digits)
+
+
+class LongImageApi:
+    """The engine's two image reads with IDs as Docker sends them; the inspect answers
+    ``answered`` (a mapping: its ``Id`` left out where None; ``null`` where ``bare``)."""
+
+    def __init__(self, answered: str | None, *, bare: bool = False) -> None:
+        self.answered, self.bare = answered, bare
+
+    def images(self, filters: Any) -> list[dict[str, str]]:
+        return [{"Id": LONG_ID}]
+
+    def inspect_image(self, image_id: str) -> dict[str, Any] | None:
+        body: dict[str, Any] = {"Config": {"Env": ["NVIDIA_VISIBLE_DEVICES=all"]}}
+        if self.answered is not None:
+            body["Id"] = self.answered
+        return None if self.bare else body
+
+
+@pytest.mark.parametrize("bare", [False, True])
+def test_an_image_answered_without_an_id_has_no_env(bare: bool) -> None:
+    """Docker sends every image's ``Id``: an answer without one (or ``null``, read as
+    an image with no env: none of its GPU variables) cannot be told from another
+    image's, whose env stood in (the check was skipped)."""
+    sw = SwarmClient.__new__(SwarmClient)
+    sw.endpoint = "unix:///test"
+    sw._api = LongImageApi(None, bare=bare)  # type: ignore[assignment]
+    with pytest.raises(SwarmWrongObject, match="answered no image ID"):
+        sw.image_env("local/app:1")
+
+
+def test_the_grants_note_names_the_image_answered_and_the_fix() -> None:
+    """With Docker's 64-digit IDs the grants' note (cut at 200 characters, as every
+    engine error) lost the image answered and the fix, and said the engine 'could not
+    be asked'."""
+    other = "sha256:" + "f" * 64
+    sw = SwarmClient.__new__(SwarmClient)
+    sw.endpoint, sw._api = "unix:///test", LongImageApi(other)  # type: ignore[assignment]
+    note = ImageEnvs(sw).lookup(["local/app:1"])["local/app:1"].note
+    assert other in note and FIX in note and "could not be asked" not in note, note

@@ -421,14 +421,18 @@ class SwarmCache:
         """Each object ``dirty`` names read again; one answered without an ID is left out
         and the whole store listed at once, as every list leaves it out and says it
         (``SwarmClient.unkeyed``): raised, every read failed until the timer's list. One
-        answered with another object is listed so too (its entry kept until then)."""
+        answered with another object is listed so too (its entry kept until then). The
+        first such answer ends the inspects: the list reads the rest (a proxy answering
+        each wrongly had every dirty object inspected and warned of, then listed)."""
         done: dict[str, set[str]] = {k: set() for k in KINDS}
         relist: Why | None = None
         try:
             for kind, ids in dirty.items():
                 for obj in sorted(ids):
+                    if relist is not None:
+                        break
                     self.stats.inspects += 1
-                    relist = self._refresh(kind, obj) or relist
+                    relist = self._refresh(kind, obj)
                     done[kind].add(obj)
         except SwarmError:
             with self._lock:  # what was not read yet stays dirty

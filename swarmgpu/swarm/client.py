@@ -465,13 +465,19 @@ class SwarmClient:
             return None
         asked = ids.pop().removeprefix("sha256:")
         raw = self._call(self._api.inspect_image, asked)
-        got = raw.get("Id") if isinstance(raw, Mapping) else None  # (another's: its env)
-        if isinstance(got, str) and got and got.removeprefix("sha256:") != asked:
-            raise SwarmError(f"image {ref!r}: image {asked!r} was asked for, the engine "
-                             f"answered image {quoted(got, 80)}: not read; {WRONG_FIX}")
+        # Another's env would stand in for it; Docker sends every image's Id, so one
+        # without (or null: read as no env at all) is refused too: it cannot be told
+        # from another's. (Not an object: refused below, naming its type.)
+        got = raw.get("Id") if isinstance(raw, Mapping) else None
+        if raw is None or (isinstance(raw, Mapping) and (
+                not isinstance(got, str) or got.removeprefix("sha256:") != asked)):
+            raise SwarmWrongObject(
+                f"image {quoted(ref, 80)}: image {quoted(asked, 80)} was asked for, the "
+                "engine answered " + (f"image {quoted(got, 80)}" if isinstance(got, str)
+                                      and got else "no image ID") + f": not read; {WRONG_FIX}")
         # The engine's answer is read, not trusted: a wrong shape is an error naming the
         # image (its env unknown this cycle), never an AttributeError out of the caller.
-        config = (raw or {}).get("Config") if isinstance(raw, Mapping | None) else raw
+        config = raw.get("Config") if isinstance(raw, Mapping) else raw
         if not isinstance(config, Mapping | None):
             raise SwarmError(f"image {ref!r}: the engine's inspect has a "
                              f"{type(config).__name__} for Config, not a mapping of its Env")

@@ -409,7 +409,7 @@ class _Handler(socketserver.BaseRequestHandler):
         except (KeyError, TypeError, ValueError):
             raise Refused(502, f"the engine's {read} has no Version.Index or Spec") from None
         said = "" if call.kind == "swarm-update" else wrong_object(
-            cur, call.kind.removesuffix("-update"), obj[-2])
+            cur, call.kind.removesuffix("-update"), obj[-2], as_path=True)
         if said:  # (checked, it was written: another object than the path names)
             raise Refused(502, f"reading {read} first: {said}")
         if req.param("version") != str(version):

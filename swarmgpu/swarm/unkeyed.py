@@ -15,6 +15,7 @@ proxy's) is refused too, naming both: before a write, that write alone.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -73,23 +74,34 @@ def inspected(raw: Any, kind: str, asked: str, refused: type[Exception],
 
 WRONG_FIX = ("check the proxy in front of the engine (Docker answers an inspect with the "
              "object asked for)")
+# Swarm's IDs (swarmkit's identity.NewID): 25 lowercase letters and digits, so a whole
+# one is no other ID's prefix; Docker's inspect tries it as an ID first.
+WHOLE_ID = re.compile(r"[0-9a-z]{25}")
 
 
-def wrong_object(raw: Any, kind: str, asked: str) -> str:
+def wrong_object(raw: Any, kind: str, asked: str, *, as_path: bool = False) -> str:
     """"" where ``raw``, the engine's answer to an inspect of ``kind`` ``asked``, is that
-    object: its ID is ``asked`` (a service's ``Spec.Name`` too: asked by name); else the
-    message naming both and the fix. A proxy that answers another node's object had the
-    daemon write this node's labels from that one's (its version too). An answer with no
-    ID is ``inspected``'s (unkeyed) and the readers'."""
+    object: its ID is ``asked``; else the message naming both and the fix. A proxy that
+    answers another node's object had the daemon write this node's labels from that
+    one's (its version too). An answer with no ID is ``inspected``'s (unkeyed) and the
+    readers'.
+
+    The daemon asks by ID only. Docker answers an object named ``asked`` (a service's
+    ``Spec.Name``, a node's hostname) where none has that ID, and its update takes the
+    name too: read so, a removed service's write went to the one named so. ``as_path``
+    (the docker-proxy: a path a client wrote) takes what Docker's inspect and update
+    resolve as it does, a name or an ID prefix, unless ``asked`` is a whole ID."""
     got = raw.get("ID") if isinstance(raw, Mapping) else None
     if not isinstance(got, str) or not got or got == asked:
         return ""
-    spec = raw.get("Spec")
-    if kind == "service" and isinstance(spec, Mapping) and spec.get("Name") == asked:
+    name = _name(raw, kind)
+    if as_path and not WHOLE_ID.fullmatch(asked) and (name == asked or got.startswith(asked)):
         return ""
+    why = (f"no {kind} has the ID {quoted(asked, 80)} (Docker then answers one named so: "
+           f"removed), or a proxy answered another" if name == asked else WRONG_FIX)
     return (f"{kind} {quoted(asked, 80)} was asked for, the engine answered {kind} "
             f"{quoted(got, 80)}{_named(raw, kind)}: nothing of it is read or written; "
-            f"{WRONG_FIX}")
+            f"{why}")
 
 
 def _has_id(raw: Any) -> bool:
@@ -107,12 +119,18 @@ def _said(raw: Any, kind: str, head: str) -> str:
             f"or written to it; {UNKEYED_FIX}")
 
 
-def _named(raw: Any, kind: str) -> str:
-    """`` (hostname 'x')`` or `` (name 'x')``: what the entry calls itself, if anything."""
+def _name(raw: Any, kind: str) -> str | None:
+    """What the entry calls itself: a node's hostname, a service's name; None if nothing."""
     if not isinstance(raw, Mapping):
-        return ""
-    part, key, word = (("Description", "Hostname", "hostname") if kind == "node"
-                       else ("Spec", "Name", "name"))
+        return None
+    part, key = ("Description", "Hostname") if kind == "node" else ("Spec", "Name")
     got = raw.get(part)
     name = got.get(key) if isinstance(got, Mapping) else None
-    return f" ({word} {quoted(name, 80)})" if isinstance(name, str) and name else ""
+    return name if isinstance(name, str) and name else None
+
+
+def _named(raw: Any, kind: str) -> str:
+    """`` (hostname 'x')`` or `` (name 'x')``: what the entry calls itself, if anything."""
+    name = _name(raw, kind)
+    word = "hostname" if kind == "node" else "name"
+    return f" ({word} {quoted(name, 80)})" if name is not None else ""

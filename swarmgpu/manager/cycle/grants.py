@@ -43,7 +43,7 @@ from swarmgpu.manager.services.grants import (
 )
 from swarmgpu.manager.services.tenants import FROM_CONFIG, FromConfig, Tenants
 from swarmgpu.swarm.answerjson import budget_cut
-from swarmgpu.swarm.client import BudgetCut, SwarmClient, SwarmError
+from swarmgpu.swarm.client import BudgetCut, SwarmClient, SwarmError, SwarmWrongObject
 from swarmgpu.swarm.specread import UnreadSpec
 
 if TYPE_CHECKING:
@@ -131,6 +131,8 @@ class ImageEnvs:
             env = self.swarm.image_env(ref)
         except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
             raise read_cut() from exc
+        except SwarmWrongObject as exc:  # (its text bounded: both IDs and the fix shown)
+            return ImageEnv(ref, None, str(exc)), True
         except SwarmError as exc:
             why = f"the manager's engine could not be asked: {exc}"[:200]
             return ImageEnv(ref, None, why), not budget_cut(exc)
