@@ -336,7 +336,8 @@ def test_an_image_read_cut_at_the_budget_is_not_kept_the_next_cycle_reads_it() -
     # unknown this cycle (its services warned ungranted): the step ends there.
     env = ["NVIDIA_VISIBLE_DEVICES=none"]
     with loop_engine({"/images/json": b'[{"Id": "sha256:ab"}]',
-                      "/images/ab/json": json.dumps({"Config": {"Env": env}}).encode()
+                      "/images/ab/json": json.dumps({"Id": "sha256:ab",
+                                                     "Config": {"Env": env}}).encode()
                       }) as engine:
         images = ImageEnvs(SwarmClient(f"tcp://127.0.0.1:{engine.server_port}"))
         with answerjson.within_budget(answerjson.CycleBudget(0.0)), \
