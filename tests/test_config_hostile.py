@@ -416,6 +416,14 @@ def test_a_whole_number_written_with_an_exponent_gets_its_digits(tmp_path: Path)
                       "100.0 (a number with a fraction); write 100"], errors
 
 
+def test_a_whole_number_past_1e16_written_with_an_exponent_is_not_said_to_have_a_fraction(
+        tmp_path: Path) -> None:
+    # (Python shows such a float as 1e+16: "a number with a fraction" named none there)
+    errors = _errors(tmp_path, "agents:\n  parallel: 1e16\n")
+    assert errors == [f"{tmp_path / 'c.yml'}:2: agents.parallel: expected a whole number, got "
+                      "1e+16 (a number in exponent form); write 10000000000000000"], errors
+
+
 def test_five_thousand_digits_are_text_as_docker_reads_them_and_not_echoed(
         tmp_path: Path) -> None:
     """go-yaml reads an integer past 64 bits as a float, and one past a double as text;

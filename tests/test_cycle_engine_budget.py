@@ -23,17 +23,55 @@ from typing import Any
 import pytest
 from support.empty_swarm import EmptySwarm
 from support.engine_stub import Engine, start_engine
+from support.forged import (
+    T_UUID,
+    V_UUID,
+    P,
+    RecordingSwarm,
+    snapshot,
+    sw_node,
+    sw_svc,
+    victim_cluster,
+    victim_move,
+)
 from support.loglines import log_lines
 
-from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
+from swarmgpu.core.config import (
+    AgentsConfig,
+    Config,
+    HttpConfig,
+    PlacementConfig,
+    RebalanceConfig,
+    SyncConfig,
+)
 from swarmgpu.manager import daemon as daemon_module
 from swarmgpu.manager.cycle.budget import BudgetGate, OverBudget, engine_budget_s
 from swarmgpu.manager.cycle.grants import ImageEnvs
+from swarmgpu.manager.cycle.placement import gates_ready_now, load_workload
+from swarmgpu.manager.cycle.preemption import Preempter
+from swarmgpu.manager.cycle.rebalance import Rebalancer
+from swarmgpu.manager.cycle.releases import hold_stale_releases
 from swarmgpu.manager.cycle.session import CycleSession
+from swarmgpu.manager.cycle.victimstop import close_gates
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.engine.actuator import Writes
+from swarmgpu.manager.engine.stop import Stopped
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement import Holding, PlacementPlan, assign_key, gate_key
+from swarmgpu.manager.placement.preempt import Candidate, Preemption
+from swarmgpu.manager.placement.victimmoves import Relocation
+from swarmgpu.manager.rebalance.mover import Mover
+from swarmgpu.manager.rebalance.moves import Outcome
+from swarmgpu.manager.services.overshare import Restarter, ServiceUse
 from swarmgpu.swarm import answerjson, identity
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
+from swarmgpu.swarm.client import (
+    SwarmClient,
+    SwarmError,
+    SwarmNode,
+    SwarmService,
+    SwarmTask,
+    SwarmUnavailable,
+)
 from tests.support.loop_engine import VERSION, Answer, LoopEngine, Trickled, loop_engine
 
 BUDGET_S = 2.5
@@ -294,14 +332,280 @@ def test_an_image_read_cut_at_the_budget_is_not_kept_the_next_cycle_reads_it() -
     # The grants step keeps each image's env, an engine error too, for its TTL (5 min):
     # a read cut at the budget (or not sent past it) says nothing of the image, and kept,
     # it made the next cycles take that image as unknown, "treated as CUDA images
-    # behave", its services ungranted (voided with placement.ungranted: void).
+    # behave", its services ungranted (voided with placement.ungranted: void). Nor is it
+    # unknown this cycle (its services warned ungranted): the step ends there.
     env = ["NVIDIA_VISIBLE_DEVICES=none"]
     with loop_engine({"/images/json": b'[{"Id": "sha256:ab"}]',
-                      "/images/ab/json": json.dumps({"Config": {"Env": env}}).encode()
+                      "/images/ab/json": json.dumps({"Id": "sha256:ab",
+                                                     "Config": {"Env": env}}).encode()
                       }) as engine:
         images = ImageEnvs(SwarmClient(f"tcp://127.0.0.1:{engine.server_port}"))
-        with answerjson.within_budget(answerjson.CycleBudget(0.0)):  # (passed)
-            (cut,) = images.lookup(["app:1"]).values()
-        assert cut.env is None and "the cycle's engine budget" in cut.note, cut
+        with answerjson.within_budget(answerjson.CycleBudget(0.0)), \
+                pytest.raises(Stopped, match="the cycle's engine budget"):  # (passed)
+            images.lookup(["app:1"])
         (read,) = images.lookup(["app:1"]).values()  # (the next cycle)
         assert read.env == tuple(env)
+
+
+# --- a read cut at the budget is no object's failure ---------------------------------
+# Past the budget every read is refused at once: a reader that takes one object's
+# failure for its own logged one error per object (a move step, a move start, counted
+# failed, an image's services taken for ungranted), beside the budget's one line.
+
+
+@pytest.fixture
+def warnings() -> Iterator[list[str]]:
+    yield from log_lines("WARNING")
+
+
+def a_cut_read() -> SwarmError:
+    """What swarmgpu's client raises for a read past its cycle's budget (refused before
+    it is sent: no timing)."""
+    with loop_engine({}) as engine:
+        client = SwarmClient(f"tcp://127.0.0.1:{engine.server_port}", timeout_s=1)
+        with answerjson.within_budget(answerjson.CycleBudget(0.0)):  # (passed)
+            try:
+                client.info()
+            except SwarmError as exc:
+                return exc
+    raise AssertionError("a read past the budget was sent")
+
+
+def test_a_read_cut_at_the_budget_is_not_said_an_unreachable_engine() -> None:
+    said = str(a_cut_read())
+    assert "the cycle's engine budget" in said and "unreachable" not in said, said
+
+
+class CutReads(RecordingSwarm):
+    """The stand-in, whose reads named in ``cut`` are refused at the cycle's budget."""
+
+    cut: frozenset[str] = frozenset()
+
+    def node(self, node_id: str) -> SwarmNode:
+        if "node" in self.cut:
+            raise a_cut_read()
+        return super().node(node_id)
+
+    def service(self, service_id: str) -> SwarmService:
+        if "service" in self.cut:
+            raise a_cut_read()
+        return super().service(service_id)
+
+
+def mover_of(sw: RecordingSwarm) -> Mover:
+    cfg = RebalanceConfig(dry_run=False, max_moves_per_cycle=9, max_moves_per_node=9,
+                          move_timeout_s=120.0)
+    return Mover(sw, cfg, prefix=P, dry_run=False,  # type: ignore[arg-type]
+                 clock=lambda: 1000.0)
+
+
+def test_a_move_start_whose_read_is_cut_at_the_budget_is_not_a_failed_move(
+        warnings: list[str]) -> None:
+    base = victim_cluster({})
+    sw = CutReads(base.nodes(), base.services(), base.tasks())
+    sw.cut = frozenset({"service"})
+    m = mover_of(sw)
+    with pytest.raises(Stopped):  # (the step ends, and the cycle: ``Daemon.cycle``)
+        m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert list(m.recent) == [] and warnings == [], (m.recent, warnings)
+    sw.cut = frozenset()  # (the next cycle, within its budget: the move starts)
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert [r.outcome for r in m.recent] == [Outcome.STARTED]
+
+
+def test_a_move_step_whose_read_is_cut_at_the_budget_is_no_failed_step(
+        warnings: list[str]) -> None:
+    base = victim_cluster({})
+    sw = CutReads(base.nodes(), base.services(), base.tasks())
+    assert mover_of(sw).start(victim_move(), sw.service("id-victim")).ok
+    sw.cut = frozenset({"node"})  # (a move in flight reads its nodes)
+    with pytest.raises(Stopped):
+        mover_of(sw).run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert warnings == [], warnings
+
+
+class WebAuthSeen:
+    """The daemon's HTTPS identity, recording what it was told."""
+
+    required = True
+
+    def __init__(self) -> None:
+        self.failed_with: list[str] = []
+
+    def update(self, auth: Any) -> None:
+        return None
+
+    def failed(self, why: str) -> None:
+        self.failed_with.append(why)
+
+
+def test_an_identity_read_cut_at_the_budget_leaves_the_https_identity_as_it_was(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, warnings: list[str]) -> None:
+    # The HTTPS identity is read before the snapshot (the swarm root CA, GET /swarm):
+    # cut at the budget, it warned "no HTTPS for manager certificates" beside the line.
+    monkeypatch.setattr(identity, "_SOURCES", {})  # (no identity another test built)
+    with loop_engine({"/nodes": b"[]", "/services": b"[]", "/tasks": b"[]",
+                      "/swarm": LONG_INFO}) as engine:
+        d = budgeted(monkeypatch, tmp_path, PkiEngine(f"tcp://127.0.0.1:{engine.server_port}"),
+                     identity="swarm-pki")
+        d.web_auth = WebAuthSeen()  # type: ignore[assignment]
+        start = time.monotonic()
+        assert d.cycle().aborted
+        cut_at_budget(time.monotonic() - start)
+        assert d.web_auth.failed_with == []  # type: ignore[attr-defined]
+        (said,) = warnings
+        assert "cycle ended at its engine budget" in said, said
+
+
+class CutLabels:
+    """A swarm whose swarm object's labels (the move records, the workload model, the
+    budget hours) are read past the cycle's budget."""
+
+    def swarm_labels(self) -> Any:
+        raise a_cut_read()
+
+
+def test_the_workload_models_read_cut_at_the_budget_is_not_warned_of(
+        tmp_path: Path, warnings: list[str]) -> None:
+    # (it warned "cannot read the stored workload model" and planned from the prior)
+    with pytest.raises(Stopped):
+        load_workload(Config(state_dir=str(tmp_path)), CutLabels())
+    assert warnings == [], warnings
+
+
+def test_preemptions_move_records_read_cut_at_the_budget_is_not_warned_of(
+        tmp_path: Path, warnings: list[str]) -> None:
+    # (it said the records unreadable, "nothing is preempted", once while it lasted)
+    preempter = Preempter(Config(state_dir=str(tmp_path)))
+    with pytest.raises(Stopped):
+        preempter._records(CutLabels(), per_hour=1)  # type: ignore[arg-type]
+    assert warnings == [], warnings
+
+
+class NoWrites:
+    """The actuator's gate, its writes recorded (none should come)."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def service_spec(self, sid: str, *_: Any) -> None:
+        self.writes.append(sid)
+
+    def node_labels(self, nid: str, *_: Any) -> None:
+        self.writes.append(nid)
+
+
+@pytest.mark.parametrize("read", ["node", "service"])
+def test_a_victim_stops_read_cut_at_the_budget_is_no_error(
+        read: str, warnings: list[str]) -> None:
+    # (the victims' node, then each victim, read again before the stop's first write:
+    # cut, it said "cannot read node" or the stop not made, an error each)
+    h = Holding("a", "n1", ("GPU-a",), (1000,))
+    labels = {assign_key(P, "a"): h.label_value(), gate_key(P, "a"): "true"}
+    sw = CutReads([sw_node("n1", "gpu-1", labels)], [sw_svc("a", {f"{P}gpus": "1"})], [])
+    sw.cut = frozenset({read})
+    victim = Candidate("a", "id-a", "n1", 0, "", ("GPU-a",), h)
+    p = Preemption("h", "id-h", 100, "n1", "gpu-1", (victim,))
+    gate, closing = NoWrites(), []
+    with pytest.raises(Stopped):
+        close_gates(gate, sw, P, p, [victim], 5000.0, closing)  # type: ignore[arg-type]
+    assert (gate.writes, closing, warnings) == ([], [], [])
+
+
+class CutRecords(RecordingSwarm):
+    """The stand-in, whose swarm object's labels (the move records) are read past the
+    cycle's budget."""
+
+    def swarm_labels(self) -> Any:
+        raise a_cut_read()
+
+
+def test_over_shares_move_records_read_cut_at_the_budget_is_not_warned_of(
+        tmp_path: Path, warnings: list[str]) -> None:
+    # (it warned "over-share restarts wait: cannot read the move records")
+    base = victim_cluster({})
+    sw = CutRecords(base.nodes(), base.services(), base.tasks())
+    cfg = Config(state_dir=str(tmp_path), placement=PlacementConfig(overshare="restart"))
+    use = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
+                     ("t-third",), (), ())
+    with pytest.raises(Stopped):
+        Restarter(sw, cfg).run([use], snapshot(sw.nodes(), sw.services(),  # type: ignore[arg-type]
+                                               sw.tasks()))
+    assert warnings == [], warnings
+
+
+def test_a_release_checks_read_cut_at_the_budget_is_not_warned_of(
+        warnings: list[str]) -> None:
+    # (a release is checked against its service read again: cut, it warned "cannot read
+    # a to check its release" and held that service's plan back)
+    sw = CutReads([], [sw_svc("a", {f"{P}gpus": "1"})], [])
+    sw.cut = frozenset({"service"})
+    plan = PlacementPlan()
+    plan.node_remove["n1"] = [assign_key(P, "a")]
+    with pytest.raises(Stopped):
+        hold_stale_releases(sw, NoWrites(), plan, sw.services(), P)  # type: ignore[arg-type]
+    assert warnings == [], warnings
+
+
+def test_the_health_hours_read_cut_at_the_budget_is_not_taken_for_an_unknown_spend(
+        tmp_path: Path) -> None:
+    # (it said "cannot read the health budget from the swarm object", no evacuation left)
+    base = victim_cluster({})
+    sw = CutRecords(base.nodes(), base.services(), base.tasks())
+    rebalancer = Rebalancer(Daemon(Config(state_dir=str(tmp_path)), swarm=sw))  # type: ignore[arg-type]
+    with pytest.raises(Stopped):
+        rebalancer.health_inputs(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}))
+
+
+def test_the_movers_records_read_cut_at_the_budget_is_no_error(warnings: list[str]) -> None:
+    # (it said "rebalance: cannot read the move records, no move this cycle")
+    base = victim_cluster({})
+    sw = CutRecords(base.nodes(), base.services(), base.tasks())
+    with pytest.raises(Stopped):
+        mover_of(sw).run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert warnings == [], warnings
+
+
+class CutTasks(RecordingSwarm):
+    """The stand-in, whose task lists are read past the cycle's budget."""
+
+    def tasks(self, *_: Any, **__: Any) -> list[SwarmTask]:
+        raise a_cut_read()
+
+
+def test_placements_task_list_for_its_gates_cut_at_the_budget_is_not_warned_of(
+        warnings: list[str]) -> None:
+    # (it warned "placement: cannot list tasks, gates open next cycle")
+    with pytest.raises(Stopped):
+        gates_ready_now(CutTasks([], [], []), PlacementPlan(), {}, P)  # type: ignore[arg-type]
+    assert warnings == [], warnings
+
+
+def test_an_over_share_restarts_task_recheck_cut_at_the_budget_is_no_reason_said(
+        tmp_path: Path) -> None:
+    # (it gave "cannot re-read its tasks from Swarm" as the restart's reason not to)
+    base = victim_cluster({})
+    sw = CutTasks(base.nodes(), base.services(), [])
+    cfg = Config(state_dir=str(tmp_path), placement=PlacementConfig(overshare="restart"))
+    use = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
+                     ("t-third",), (), ("abc123def456",))
+    with pytest.raises(Stopped):
+        Restarter(sw, cfg)._recheck(sw.service("id-third"), use)  # type: ignore[arg-type]
+
+
+def test_a_victims_move_start_cut_at_the_budget_is_no_failed_start(
+        tmp_path: Path, warnings: list[str]) -> None:
+    # (it said "preemption: move failed to start" and stopped the victim instead)
+    base = victim_cluster({})
+    sw = CutReads(base.nodes(), base.services(), base.tasks())
+    sw.cut = frozenset({"service"})
+    cfg = Config(state_dir=str(tmp_path), rebalance=RebalanceConfig(dry_run=False))
+    holding = Holding("victim", "n-dgx", (V_UUID,), (1000,))
+    victim = Candidate("victim", "id-victim", "n-dgx", 0, "", (V_UUID,), holding)
+    p = Preemption("h", "id-h", 100, "n-dgx", "gpu-node-1", (victim,),
+                   {"victim": Relocation("n-4090", "gpu-node-2", (1,), ("GPU-x",))})
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    with pytest.raises(Stopped):
+        Preempter(cfg)._move(sw, snap, p, victim, [], lambda: None,  # type: ignore[arg-type]
+                             frozenset())
+    assert warnings == [], warnings

@@ -31,7 +31,9 @@ def _kind(v: Any) -> str:
     if isinstance(v, int):
         return "a whole number"
     if isinstance(v, float):
-        return "a number with a fraction"
+        # (from 1e16 on a whole float is shown 1e+16: no fraction to be seen there)
+        whole = v.is_integer() and "e" in repr(v)
+        return "a number in exponent form" if whole else "a number with a fraction"
     if isinstance(v, str):
         return "a string"
     return "nothing" if v is None else f"a {'list' if isinstance(v, list) else 'mapping'}" \

@@ -48,7 +48,7 @@ from swarmgpu.manager.cycle.pipeline import Pipeline, Step
 from swarmgpu.manager.cycle.schedule import repeat
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.cycle.term import LeaderTerm
-from swarmgpu.manager.engine.stop import Stopped, StopRequest
+from swarmgpu.manager.engine.stop import BudgetEnded, Stopped, StopRequest, read_cut
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.sync import (
     CycleReport,
@@ -62,7 +62,7 @@ from swarmgpu.manager.web import webguard
 from swarmgpu.manager.web.webauth import WebAuth
 from swarmgpu.swarm.answerjson import CycleBudget, within_budget
 from swarmgpu.swarm.cache import SwarmCache, follow
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
+from swarmgpu.swarm.client import BudgetCut, SwarmClient, SwarmError, SwarmUnavailable
 from swarmgpu.swarm.identity import IdentityError, agent_auth
 
 
@@ -168,7 +168,7 @@ class Daemon:
             try:
                 with within_budget(gate.budget):
                     return self._cycle()
-            except OverBudget:
+            except BudgetEnded:  # (a write refused past it, or a read cut there)
                 said = over_budget(gate, every, dog)
                 self.metrics.errors.labels(kind="swarm").inc()
                 self.metrics.cycles.labels(outcome="error").inc()
@@ -276,7 +276,7 @@ class Daemon:
             finally:
                 self.labels.flush()
         except Stopped as exc:
-            if isinstance(exc, OverBudget):  # (said by ``cycle``)
+            if isinstance(exc, BudgetEnded):  # (said by ``cycle``)
                 raise
             # A step's reads (the metrics scrape) say their own count: the facts watch,
             # beside the cycle, counts into reads_left too.
@@ -364,6 +364,8 @@ class Daemon:
             return
         try:
             self.web_auth.update(agent_auth(self.swarm, self.cfg.agents))
+        except BudgetCut as exc:  # (no fault of the identity: the last one is kept)
+            raise read_cut() from exc
         except (IdentityError, SwarmError, OSError) as exc:
             self.web_auth.failed(str(exc))
 

@@ -128,7 +128,8 @@ class CycleBudget:
 
 class BudgetSpent(AnswerTooSlow):
     """A read of the engine cut at its cycle's budget, or not sent past it: a timeout, as
-    ``AnswerTooSlow`` (each reader fails it so); the daemon ends the cycle there."""
+    ``AnswerTooSlow``, that swarmgpu's client raises as ``BudgetCut`` (no object's fault,
+    not an unreachable engine); the daemon ends the cycle there."""
 
     def __init__(self, what: str, budget: CycleBudget) -> None:
         ReadTimeout.__init__(

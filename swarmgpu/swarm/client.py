@@ -24,6 +24,7 @@ import urllib3.exceptions
 from swarmgpu.core.peertext import quoted
 from swarmgpu.swarm.answerjson import (
     AnswerTooLarge,
+    BudgetSpent,
     Repeated,
     RepeatedAnswer,
     outside_budget,
@@ -32,7 +33,8 @@ from swarmgpu.swarm.answerjson import (
 )
 from swarmgpu.swarm.engineaddr import engine_endpoint as engine_endpoint  # (tests import it)
 from swarmgpu.swarm.engineaddr import engine_fix
-from swarmgpu.swarm.errors import NotLeader as NotLeader  # (errors: named here too)
+from swarmgpu.swarm.errors import BudgetCut as BudgetCut  # (errors: named here too)
+from swarmgpu.swarm.errors import NotLeader as NotLeader
 from swarmgpu.swarm.errors import SwarmError as SwarmError
 from swarmgpu.swarm.errors import SwarmNotFound as SwarmNotFound
 from swarmgpu.swarm.errors import SwarmUnavailable as SwarmUnavailable
@@ -354,6 +356,8 @@ class SwarmClient:
             if exc.status_code == 503:
                 raise SwarmUnavailable(f"not a Swarm manager or no quorum: {exc}") from exc
             raise SwarmError(str(exc)) from exc
+        except BudgetSpent as exc:  # (the cycle's budget, not the engine: not unreachable)
+            raise BudgetCut(str(exc)) from exc
         except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
             raise SwarmUnavailable(f"Docker Engine unreachable at {self.endpoint}: {exc}") from exc
         except RepeatedAnswer as exc:  # (the reads of entries took theirs: read_entries)

@@ -15,6 +15,11 @@ class SwarmUnavailable(SwarmError):
     """The engine is not reachable, or this node is not a Swarm manager."""
 
 
+class BudgetCut(SwarmUnavailable):
+    """A read not made past its cycle's engine budget (``answerjson.BudgetSpent``): no
+    object's fault: the daemon's readers raise ``stop.read_cut`` on it, ending the cycle."""
+
+
 class SwarmNotFound(SwarmError):
     """The object is not there (HTTP 404): removed, or never was."""
 

@@ -9,15 +9,18 @@ WatchdogSec= less the interval, less ``BUDGET_SLACK_S`` for the writes in flight
 passes; without a watchdog, the one docs/systemd.md asks for). Within it each read's
 deadline is cut to what is left, and none is sent once it has passed
 (``answerjson.CycleBudget``); the write gate starts no write past it (``BudgetGate``,
-beside the stop request's: a write in flight is never cut, its own reads included). The
-cycle then ends there, no further step run (none where the snapshot's read was cut), its
-report not kept, said in one line (``over_budget``); the next cycle reads
-afresh with a budget of its own.
+beside the stop request's: a write in flight is never cut, its own reads included). A
+read cut so is no object's failure: its reader raises ``stop.read_cut`` on the client's
+``BudgetCut``, a ``BudgetEnded`` as ``OverBudget`` is, which every reader that fails one
+object lets through (none said failed, unread or ungranted for it). The cycle then
+ends there, no further step run (none where the snapshot's read was cut), its report
+not kept, said in one line (``over_budget``); the next cycle reads afresh with a budget
+of its own.
 """
 
 from __future__ import annotations
 
-from swarmgpu.manager.engine.stop import Stopped, StopRequest
+from swarmgpu.manager.engine.stop import BudgetEnded, StopRequest
 from swarmgpu.swarm.answerjson import CycleBudget
 
 # What the watchdog's allowance keeps back past the budget: the writes in flight as it
@@ -35,14 +38,10 @@ def engine_budget_s(interval_s: float, watchdog_s: float | None) -> float:
     return max(dog - interval_s - BUDGET_SLACK_S, MIN_BUDGET_S)
 
 
-class OverBudget(Stopped):
-    """A write not made: its cycle's engine budget has passed. A ``Stopped``: every
-    reader that takes one object's fault for its own lets it through, so it ends the
-    step and the cycle (the writes in flight finish; ``write_each`` counts the rest)."""
-
-    def __init__(self, request: StopRequest) -> None:
-        super().__init__(request)
-        self.args = ("the cycle's engine budget has passed: no further write is made",)
+class OverBudget(BudgetEnded):
+    """A write not made: its cycle's engine budget has passed. A ``BudgetEnded``: it
+    ends the step and the cycle (the writes in flight finish; ``write_each`` counts the
+    rest), as a read cut there does (``read_cut``)."""
 
 
 class BudgetGate:

@@ -27,6 +27,7 @@ from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.actuator import Why, Writes
+from swarmgpu.manager.engine.stop import read_cut
 from swarmgpu.manager.engine.writes import WRITE_PARALLEL, write_each
 from swarmgpu.manager.placement import PlacementPlan
 from swarmgpu.manager.services.grants import (
@@ -42,7 +43,7 @@ from swarmgpu.manager.services.grants import (
 )
 from swarmgpu.manager.services.tenants import FROM_CONFIG, FromConfig, Tenants
 from swarmgpu.swarm.answerjson import budget_cut
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmWrongObject
+from swarmgpu.swarm.client import BudgetCut, SwarmClient, SwarmError, SwarmWrongObject
 from swarmgpu.swarm.specread import UnreadSpec
 
 if TYPE_CHECKING:
@@ -128,6 +129,8 @@ class ImageEnvs:
         for unknown, its services for ungranted)."""
         try:
             env = self.swarm.image_env(ref)
+        except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+            raise read_cut() from exc
         except SwarmWrongObject as exc:  # (its text bounded: both IDs and the fix shown)
             return ImageEnv(ref, None, str(exc)), True
         except SwarmError as exc:

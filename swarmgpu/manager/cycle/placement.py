@@ -37,6 +37,7 @@ from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.releases import drop_writes, hold_stale_releases, hold_unreleased
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.actuator import Why, Writes
+from swarmgpu.manager.engine.stop import read_cut
 from swarmgpu.manager.engine.writes import HeldNodeWrites, LabelCompute, chain, write_each
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import (
@@ -61,7 +62,7 @@ from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.placement.tasks import tasks_by_service
 from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.services.tenants import FROM_CONFIG, FromConfig, Tenants
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService, meant_filter
+from swarmgpu.swarm.client import BudgetCut, SwarmClient, SwarmError, SwarmService, meant_filter
 
 
 def load_workload(cfg: Config, swarm: Any = None,
@@ -76,6 +77,8 @@ def load_workload(cfg: Config, swarm: Any = None,
     if getter is not None:
         try:
             text = getter().get(cfg.sync.prefix + STATE_KEY)
+        except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+            raise read_cut() from exc
         except SwarmError as exc:
             logger.warning("placement: cannot read the stored workload model: {}", exc)
     model = WorkloadModel.prior(pc.workload_window)
@@ -437,6 +440,8 @@ def gates_ready_now(swarm: SwarmClient, plan: PlacementPlan,
     not show them."""
     try:
         tasks = swarm.tasks({"desired-state": meant_filter()})
+    except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+        raise read_cut() from exc
     except SwarmError as exc:
         logger.warning("placement: cannot list tasks, gates open next cycle: {}", exc)
         return []

@@ -86,7 +86,7 @@ from swarmgpu.manager.cycle.preempt_notes import (
 from swarmgpu.manager.cycle.victimspec import unread_victims
 from swarmgpu.manager.cycle.victimstop import close_gates, names
 from swarmgpu.manager.engine.actuator import Writes
-from swarmgpu.manager.engine.stop import Stopped
+from swarmgpu.manager.engine.stop import Stopped, read_cut
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import (
     Nominations,
@@ -108,6 +108,7 @@ from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.record import move_gpus, moving, recorded
 from swarmgpu.manager.services.tenants import FROM_CONFIG, FromConfig, Tenants
 from swarmgpu.swarm.client import (
+    BudgetCut,
     NotLeader,
     SwarmClient,
     SwarmError,
@@ -291,6 +292,8 @@ class Preempter:
             return {}
         try:
             return swarm.swarm_labels()
+        except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+            raise read_cut() from exc
         except SwarmError as exc:
             if self.said_raised.fresh("records"):
                 if dry:
@@ -570,6 +573,8 @@ class Preempter:
                 started = mover.start(m, svc, plan_failed)
         except Unstored:
             return "held"
+        except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+            raise read_cut() from exc
         except SwarmError as exc:
             if not wrote or isinstance(exc, VersionConflict | NotLeader):
                 # nothing written, or the start took its record back: no move of it

@@ -31,6 +31,7 @@ from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
+from swarmgpu.manager.engine.stop import read_cut
 from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, read_ledger
@@ -67,7 +68,7 @@ from swarmgpu.manager.rebalance.record import (
 )
 from swarmgpu.manager.rebalance.scrape import for_moves
 from swarmgpu.manager.rebalance.signals import Signals
-from swarmgpu.swarm.client import SwarmError, SwarmNode
+from swarmgpu.swarm.client import BudgetCut, SwarmError, SwarmNode
 
 ROUTE = "/api/rebalance"
 
@@ -150,6 +151,8 @@ class Rebalancer(Step):
             left, why = self.health_budget.left(snap.taken_at,
                                                 self.health.evacuations_per_cycle, spent,
                                                 len(unreadable_records(labels, self.prefix)))
+        except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+            raise read_cut() from exc
         except SwarmError as exc:  # an unknown spend is no budget: nothing starts
             left, why = 0, f"cannot read the health budget from the swarm object: {exc}"
         lost: dict[str, float] = {}

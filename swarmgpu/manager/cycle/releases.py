@@ -23,11 +23,12 @@ from collections.abc import Mapping, Sequence
 from loguru import logger
 
 from swarmgpu.manager.engine.actuator import Writes
+from swarmgpu.manager.engine.stop import read_cut
 from swarmgpu.manager.engine.writes import write_each
 from swarmgpu.manager.placement import PlacementPlan, assign_key, gate_key
 from swarmgpu.manager.placement.keys import ASSIGN, GATE
 from swarmgpu.manager.placement.planned import Planned
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNotFound, SwarmService
+from swarmgpu.swarm.client import BudgetCut, SwarmClient, SwarmError, SwarmNotFound, SwarmService
 
 
 def hold_stale_releases(
@@ -106,6 +107,8 @@ def _current(swarm: SwarmClient, gate: Writes, s: SwarmService, prefix: str) -> 
         now = swarm.service(s.id)
     except SwarmNotFound:
         return True  # gone since: its release is right
+    except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+        raise read_cut() from exc
     except SwarmError as exc:
         log.warning(
             "placement: cannot read {} to check its release, nothing of its "

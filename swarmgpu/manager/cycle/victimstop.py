@@ -13,11 +13,12 @@ from loguru import logger
 
 from swarmgpu.manager.cycle.victimspec import renewed, unwritten, victim_spec
 from swarmgpu.manager.engine.actuator import Why, Writes
+from swarmgpu.manager.engine.stop import read_cut
 from swarmgpu.manager.placement import assign_key, gate_key
 from swarmgpu.manager.placement.ledger import read_ledger
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
 from swarmgpu.manager.placement.preempted import Preempted
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
+from swarmgpu.swarm.client import BudgetCut, SwarmClient, SwarmError, SwarmService
 from swarmgpu.swarm.specread import UnreadSpec
 
 
@@ -32,6 +33,8 @@ def close_gates(gate: Writes, swarm: SwarmClient, prefix: str, p: Preemption,
     log = logger.bind(service=p.service)
     try:  # the holdings as Swarm has them now, not as the snapshot had them
         node = swarm.node(p.node_id)
+    except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+        raise read_cut() from exc
     except SwarmError as exc:
         log.error("preemption: cannot read node {}: {}", p.node_id[:12], exc)
         return False
@@ -63,6 +66,8 @@ def close_gates(gate: Writes, swarm: SwarmClient, prefix: str, p: Preemption,
         for v, r in zip(victims, renew, strict=True):
             gate.service_spec(v.service_id, victim_spec(prefix, p.node_id, records[v.service],
                                                         r), why)
+    except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+        raise read_cut() from exc
     except (SwarmError, UnreadSpec) as exc:
         return unwritten(log, v.service, names(victims), p.service, exc)
     drop = {k for v in victims for k in (assign_key(prefix, v.service),

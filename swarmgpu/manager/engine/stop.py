@@ -48,6 +48,23 @@ class Stopped(Exception):
         self.reads = reads
 
 
+class BudgetEnded(Stopped):
+    """A write or read not made: its cycle's engine budget has passed (manager.cycle.
+    budget). A ``Stopped``: every reader that takes one object's failure for its own lets
+    it through, so it ends the step and the cycle, said in one line, and no object is
+    taken for failed, unread or unreachable for it."""
+
+    def __init__(self, request: StopRequest, what: str = "write") -> None:
+        super().__init__(request, what)
+        self.args = (f"the cycle's engine budget has passed: no further {what} is made",)
+
+
+def read_cut() -> BudgetEnded:
+    """What a reader that takes one object's failure for its own raises on a read cut at
+    its cycle's budget (``swarm.client.BudgetCut``, raised from it) in its stead."""
+    return BudgetEnded(StopRequest(), "read")  # (its own request: it leaves no write)
+
+
 class StopRequest(threading.Event):
     """Set once (SIGTERM, SIGINT); ``left`` counts the writes it kept from starting,
     ``reads_left`` the reads of nodes (agents' facts, metrics pages)."""

@@ -66,7 +66,7 @@ from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.engine.actuator import Why, Writes
-from swarmgpu.manager.engine.stop import Stopped
+from swarmgpu.manager.engine.stop import Stopped, read_cut
 from swarmgpu.manager.placement import (
     MOVE_STATE,
     Holding,
@@ -120,6 +120,7 @@ from swarmgpu.manager.rebalance.verdict import verify_scope as verify_scope
 from swarmgpu.manager.services.sharing import node_of_key
 from swarmgpu.swarm.client import (
     MEANT_STATES,
+    BudgetCut,
     NotLeader,
     SwarmClient,
     SwarmError,
@@ -215,6 +216,8 @@ class Mover:
                              self.swarm.unkeyed().services)
             if not self.judge_labels:
                 v.forged = []
+        except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+            raise read_cut() from exc
         except SwarmError as exc:
             logger.error("rebalance: cannot read the move records, no move this cycle: {}", exc)
             return
@@ -281,6 +284,8 @@ class Mover:
                         "move {} -> {} not started: {}", m.source_host, m.target_host, got.why)
                 if got.ok and m.trigger is Trigger.FRAGMENTATION:
                     self.frag_budget.spend(self.clock())
+            except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+                raise read_cut() from exc
             except SwarmError as exc:
                 self._failed(m, by_name[m.service].id, bool(wrote), exc, str(exc))
             except Stopped:
@@ -357,6 +362,8 @@ class Mover:
         raised: one move's step never stops the others'."""
         try:
             fn(*args)
+        except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+            raise read_cut() from exc
         except SwarmError as exc:
             logger.bind(service=service).error("move step failed, retried next cycle: {}",
                                                exc)

@@ -47,7 +47,7 @@ from swarmgpu.manager.rebalance.budget import (
 from swarmgpu.manager.rebalance.context import MOVED_AT
 from swarmgpu.manager.rebalance.heldgpus import Held, Shares, held_from
 from swarmgpu.manager.rebalance.moves import Move
-from swarmgpu.swarm.client import SwarmClient, SwarmNode, SwarmNotFound, SwarmService
+from swarmgpu.swarm.client import BudgetCut, SwarmClient, SwarmNode, SwarmNotFound, SwarmService
 from swarmgpu.swarm.jsonstrict import sub_object
 
 RECORD = "state.moves."  # swarm-object label: <p>state.moves.<service id> = MoveState JSON
@@ -664,7 +664,7 @@ def failed_if_raised(ended: MutableSet[str], st: MoveState) -> Iterator[None]:
     more."""
     try:
         yield
-    except Stopped:
+    except (Stopped, BudgetCut):  # (a read cut at the cycle's budget: no failure either)
         raise  # the daemon stops: nothing is said of this move, its record judges it later
     except Exception:
         ended.add(st.id)

@@ -35,6 +35,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.engine.actuator import Why, Writes
+from swarmgpu.manager.engine.stop import read_cut
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import Holding, gate_key, read_ledger
 from swarmgpu.manager.rebalance.admission import over_budget_on
@@ -45,6 +46,7 @@ from swarmgpu.manager.services.requests import GpuRequest, parse_all
 from swarmgpu.manager.services.sharing import share_mib
 from swarmgpu.manager.web.cluster_view import gpu_metrics
 from swarmgpu.swarm.client import (
+    BudgetCut,
     SwarmClient,
     SwarmError,
     SwarmNode,
@@ -370,6 +372,8 @@ class Restarter:
             bad = unreadable_records(swarm_labels, p)  # each counts, its scope unknown
             flying = verify_scope(read_records(swarm_labels, p), snap.services, p,
                                   rebalancing, bad, snap.unkeyed.services).in_flight()
+        except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+            raise read_cut() from exc
         except SwarmError as exc:
             logger.warning("over-share restarts wait: cannot read the move records ({})", exc)
             return 0
@@ -417,6 +421,8 @@ class Restarter:
             return "none of its use was checked against Swarm's tasks"
         try:
             fresh = self.swarm.tasks({"service": s.id})
+        except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+            raise read_cut() from exc
         except SwarmError as exc:
             return f"cannot re-read its tasks from Swarm: {exc}"
         if not any(t.service_id == s.id and t.node_id == u.node_id
