@@ -1,11 +1,13 @@
 """A sampled roll-out among near-best nodes: an experiment, off unless switched on
-(``SwarmScorer.rollout``; docs/simulate.md, "A sampled roll-out among near-best nodes").
+(``SwarmScorer.rollout``, set by benchmarks/rollout_try.py).
 
 When the best few node states for a demand score within ``margin`` of the best (a tie
 zone), the demand is placed tentatively on each of the top ``k``, ``m`` tasks drawn from
 the scorer's workload mix (what the daemon learned, never a trace's future) are placed
 greedily after it by the same scorer, and everything is undone; the candidate whose
-roll-out placed the most GPU-milli wins (then the fewest failures, then the base order).
+roll-out placed the most GPU-milli wins, then the fewest failures, then (``leaf``
+"waste") the least growth of the scorer's node cost over the nodes it touched, then the
+base order. Measured: docs/simulate.md, "A sampled roll-out among near-best nodes".
 The draw is seeded per decision, and every candidate meets the same tasks, so runs are
 reproducible and candidates differ by the node alone.
 """

@@ -109,7 +109,7 @@ class SwarmScorer:
 
     name = "swarmgpu"
     # A sampled roll-out among near-best nodes (``allocator.rollout``): an experiment,
-    # None (off) unless switched on (benchmarks/place_try.py); read by ``Allocator``.
+    # None (off) unless switched on (benchmarks/rollout_try.py); read by ``Allocator``.
     rollout: RollOut | None = None
 
     def __init__(self, workload: tuple[TypicalTask, ...] = (),

@@ -1,17 +1,19 @@
-"""Stop 76's try at 96.0 placing only: ``swarmgpu simulate`` with a sampled roll-out
-among near-best nodes (``allocator.rollout``; docs/simulate.md, "A sampled roll-out
-among near-best nodes (stop 76)"; main leaves it off).
+"""Stop 76's roll-out try at 96.0 placing only: ``swarmgpu simulate`` with a sampled
+roll-out among near-best nodes (``allocator.rollout``; docs/simulate.md, "A sampled
+roll-out among near-best nodes (stop 76)"; main leaves it off).
 
-    .venv/bin/python benchmarks/place_try.py --rollout-k 3 --rollout-m 20 -- \\
+    .venv/bin/python benchmarks/rollout_try.py --rollout-k 3 --rollout-m 20 \\
+        --rollout-leaf waste -- \\
         simulate --trace default --seeds 42,43,44 --bound off --policy swarmgpu --json
 
 ``--rollout-k K`` (2..3; 0: off) candidates within ``--rollout-margin`` of the best
 score (0: exact ties of distinct node states; scores step by 10 per gradient point, 1
 for "already in use") are each rolled out with ``--rollout-m M`` tasks drawn from the
-scorer's mix. ``--stats DIR``: each replay process writes what the roll-out did (tie
-zones, changed choices, seconds) to DIR/rollout.<pid>.json as it goes. Everything
-after ``--`` is ``swarmgpu``'s command line; the replays' worker processes are forked,
-so they inherit the switch.
+scorer's mix; ``--rollout-leaf waste`` tells roll-outs that place as much apart by the
+scorer's node cost (``milli``: they keep the base choice). ``--stats DIR``: each replay
+process writes what the roll-out did (tie zones, changed choices, seconds) to
+DIR/rollout.<pid>.json as it goes. Everything after ``--`` is ``swarmgpu``'s command
+line; the replays' worker processes are forked, so they inherit the switch.
 """
 
 from __future__ import annotations
