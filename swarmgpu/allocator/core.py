@@ -20,8 +20,9 @@ from collections.abc import Set as Set
 from contextlib import contextmanager
 from typing import cast
 
-from swarmgpu.allocator import topology
+from swarmgpu.allocator import rollout, topology
 from swarmgpu.allocator.fragmentation import MILLI, TaskShape, TypicalTask, product_matches
+from swarmgpu.allocator.rollout import RollOut
 from swarmgpu.allocator.scorer import Scorer, SwarmScorer
 from swarmgpu.allocator.scores import GroupScores
 from swarmgpu.allocator.values import (
@@ -111,6 +112,10 @@ class Allocator:
         self.capacity_gen = 0
         self._batching = 0  # ``observed_once`` depth
         self._unobserved = False  # a change made inside it, not yet shown to the scorer
+        # The scorer's sampled roll-out among near-best nodes (``allocator.rollout``, an
+        # experiment; None: off), and whether one is running (its placements are greedy).
+        self.rollout: RollOut | None = getattr(self.scorer, "rollout", None)
+        self.rolling = False
 
     def set_workload(self, workload: tuple[TypicalTask, ...],
                      shapes: Mapping[TaskShape, float] | None = None) -> None:
@@ -527,6 +532,9 @@ class Allocator:
                 best_score, best = s, rep
             elif s == best_score and best is not None and rep.rank < best.rank:
                 best = rep
+        if self.rollout is not None and best is not None and not self.rolling:
+            best, best_score = rollout.decide(self, self.rollout, d, best, best_score, memo,
+                                              groups, exclude, where)
         if best is None:
             return Unplaceable(self.explain_unplaceable(d, exclude=exclude, where=where)
                                if explain else f"needs {d.describe()}; no node fits")
@@ -540,6 +548,14 @@ class Allocator:
                          else f"{note} on {best.spec.name}"),
             cpu_milli=d.cpu_milli, memory_mib=d.memory_mib,
         )
+
+    def group_node(self, gk: int, exclude: Set[str] = frozenset()) -> NodeState | None:
+        """A group state's lowest-rank node not in ``exclude`` (None: all are)."""
+        rep = self._group_best[gk]
+        if not exclude or rep.spec.name not in exclude:
+            return rep
+        return min((m for m in self._groups[gk].values() if m.spec.name not in exclude),
+                   key=lambda m: m.rank, default=None)
 
     def _score_group(self, gk: int, d: Demand, scores: GroupScores,
                      fit_memo: dict[int, bool]) -> float | None:

@@ -21,6 +21,7 @@ from swarmgpu.allocator.fragmentation import (
     restricted_pressure,
     stranded_milli,
 )
+from swarmgpu.allocator.rollout import RollOut
 from swarmgpu.allocator.untouched import (
     Groups,
     NodeClass,
@@ -107,6 +108,9 @@ class SwarmScorer:
     """
 
     name = "swarmgpu"
+    # A sampled roll-out among near-best nodes (``allocator.rollout``): an experiment,
+    # None (off) unless switched on (benchmarks/rollout_try.py); read by ``Allocator``.
+    rollout: RollOut | None = None
 
     def __init__(self, workload: tuple[TypicalTask, ...] = (),
                  stop: float = STOP_WEIGHT,

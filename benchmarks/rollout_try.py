@@ -1,0 +1,86 @@
+"""Stop 76's roll-out try at 96.0 placing only: ``swarmgpu simulate`` with a sampled
+roll-out among near-best nodes (``allocator.rollout``; docs/simulate.md, "A sampled
+roll-out among near-best nodes (stop 76)"; main leaves it off).
+
+    .venv/bin/python benchmarks/rollout_try.py --rollout-k 3 --rollout-m 20 \\
+        --rollout-leaf waste -- \\
+        simulate --trace default --seeds 42,43,44 --bound off --policy swarmgpu --json
+
+``--rollout-k K`` (2..3; 0: off) candidates within ``--rollout-margin`` of the best
+score (0: exact ties of distinct node states; scores step by 10 per gradient point, 1
+for "already in use") are each rolled out with ``--rollout-m M`` tasks drawn from the
+scorer's mix; ``--rollout-leaf waste`` tells roll-outs that place as much apart by the
+scorer's node cost (``milli``: they keep the base choice). ``--stats DIR``: each replay
+process writes what the roll-out did (tie zones, changed choices, seconds) to
+DIR/rollout.<pid>.json as it goes. Everything after ``--`` is ``swarmgpu``'s command
+line; the replays' worker processes are forked, so they inherit the switch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO)]
+
+from swarmgpu.allocator.rollout import LEAVES, Allocator, RollOut  # noqa: E402
+from swarmgpu.allocator.scorer import SwarmScorer  # noqa: E402
+from swarmgpu.allocator.values import Demand, NodeState  # noqa: E402
+from swarmgpu.cli import main as cli_main  # noqa: E402
+
+STATS_EVERY = 100  # tie zones between writes of the stats file
+
+
+class LoggedRollOut(RollOut):
+    """A roll-out that writes its counts to a file per process (forked workers' counts
+    would otherwise be lost)."""
+
+    stats_dir: Path | None = None
+
+    def choose(self, alloc: Allocator, d: Demand, cands: list[NodeState]) -> NodeState:
+        got = super().choose(alloc, d, cands)
+        if int(self.stats.get("tie_zones", 0)) % STATS_EVERY == 0:
+            self.write()
+        return got
+
+    def write(self) -> None:
+        if self.stats_dir is not None:
+            out = self.stats_dir / f"rollout.{os.getpid()}.json"
+            out.write_text(json.dumps(self.stats))
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rollout-k", type=int, default=0, help="candidates rolled out; 0: off")
+    ap.add_argument("--rollout-m", type=int, default=20, help="tasks drawn per roll-out")
+    ap.add_argument("--rollout-margin", type=float, default=0.0,
+                    help="score below the best still in the tie zone")
+    ap.add_argument("--rollout-leaf", choices=LEAVES, default="milli",
+                    help="between roll-outs that place as much: milli (the base choice) "
+                         "or waste (the least growth of the scorer's node cost)")
+    ap.add_argument("--rollout-seed", type=int, default=0, help="the draws' base seed")
+    ap.add_argument("--stats", type=Path, default=None,
+                    help="folder for each replay process's roll-out counts")
+    ap.add_argument("rest", nargs=argparse.REMAINDER,
+                    help="-- then swarmgpu's arguments (e.g. simulate ...)")
+    args = ap.parse_args(argv)
+    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
+    if not rest:
+        ap.error("no swarmgpu command after --: e.g. -- simulate --trace default")
+    if args.rollout_k:
+        ro = LoggedRollOut(k=args.rollout_k, m=args.rollout_m, margin=args.rollout_margin,
+                           seed=args.rollout_seed, leaf=args.rollout_leaf)
+        if args.stats is not None:
+            args.stats.mkdir(parents=True, exist_ok=True)
+            ro.stats_dir = args.stats
+        SwarmScorer.rollout = ro
+    sys.argv = ["swarmgpu", *rest]
+    return int(cli_main() or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,206 @@
+"""A sampled roll-out among near-best nodes: an experiment, off unless switched on
+(``SwarmScorer.rollout``, set by benchmarks/rollout_try.py).
+
+When the best few node states for a demand score within ``margin`` of the best (a tie
+zone), the demand is placed tentatively on each of the top ``k``, ``m`` tasks drawn from
+the scorer's workload mix (what the daemon learned, never a trace's future) are placed
+greedily after it by the same scorer, and everything is undone; the candidate whose
+roll-out placed the most GPU-milli wins, then the fewest failures, then (``leaf``
+"waste") the least growth of the scorer's node cost over the nodes it touched, then the
+base order. Measured: docs/simulate.md, "A sampled roll-out among near-best nodes".
+The draw is seeded per decision, and every candidate meets the same tasks, so runs are
+reproducible and candidates differ by the node alone.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as Set
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from swarmgpu.allocator.fragmentation import MILLI, TaskShape, TypicalTask
+from swarmgpu.allocator.values import Choice, Demand, NodeState, Unplaceable
+
+
+class Allocator(Protocol):
+    """What the roll-out uses of ``core.Allocator`` (which imports this module)."""
+
+    decisions: int
+    rolling: bool
+
+    @property
+    def nodes(self) -> Mapping[str, NodeState]: ...
+
+    @property
+    def scorer(self) -> object: ...
+
+    def observed_once(self) -> AbstractContextManager[None]: ...
+    def group_node(self, gk: int, exclude: Set[str] = ...) -> NodeState | None: ...
+    def place(self, d: Demand, *, explain: bool = ...) -> Choice | Unplaceable: ...
+    def place_on(self, name: str, d: Demand) -> Choice | Unplaceable: ...
+    def commit(self, choice: Choice) -> None: ...
+    def release(self, choice: Choice) -> None: ...
+
+
+LEAVES = ("milli", "waste")
+
+
+def shape_demand(shape: TaskShape) -> Demand:
+    """The demand of a workload shape (whole GPUs, a share of one, or CPU only)."""
+    if shape.gpu_milli >= MILLI:
+        return Demand(num_gpu=shape.num_gpu, cpu_milli=shape.cpu_milli, products=shape.products)
+    if shape.gpu_milli:
+        return Demand(gpu_milli=shape.gpu_milli, cpu_milli=shape.cpu_milli,
+                      products=shape.products)
+    return Demand(cpu_milli=shape.cpu_milli, products=shape.products)
+
+
+@dataclass
+class RollOut:
+    """The roll-out's settings, and counts of what it did (``stats``: decisions seen,
+    tie zones rolled out, choices changed, seconds spent)."""
+
+    k: int = 3  # candidates rolled out, the best first
+    m: int = 20  # tasks drawn per roll-out
+    margin: float = 0.0  # score below the best still in the tie zone
+    # what breaks ties between roll-outs that place as much: "milli" (nothing: the base
+    # choice) or "waste" (the least growth of the scorer's node cost, ``node_cost``)
+    leaf: str = "milli"
+    seed: int = 0
+    stats: dict[str, float] = field(default_factory=dict)
+    _demands: dict[tuple[TypicalTask, ...], tuple[list[Demand], list[float]]] = field(
+        default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.k <= 3 or self.m < 0 or self.margin < 0:
+            raise ValueError(f"roll-out k={self.k} m={self.m} margin={self.margin}: "
+                             "use k in 1..3, m >= 0 and margin >= 0")
+        if self.leaf not in LEAVES:
+            raise ValueError(f"roll-out leaf={self.leaf!r}: use one of {', '.join(LEAVES)}")
+
+    def count(self, what: str, n: float = 1) -> None:
+        self.stats[what] = self.stats.get(what, 0) + n
+
+    def candidates(self, alloc: Allocator, scores: Mapping[int, float | None],
+                   groups: Mapping[int, object], best_score: float,
+                   exclude: Set[str], where: Callable[[NodeState], bool] | None,
+                   ) -> list[NodeState]:
+        """The top ``k`` node states within ``margin`` of the best, best first (ties to
+        the lower rank, as ``Allocator.place`` breaks them), one node each."""
+        near: list[tuple[float, int, NodeState]] = []
+        for gk in groups:
+            s = scores.get(gk)
+            if s is None or s < best_score - self.margin:
+                continue
+            rep = alloc.group_node(gk, exclude)
+            if rep is None or (where is not None and not where(rep)):
+                continue
+            near.append((-s, rep.rank, rep))
+        near.sort(key=lambda t: (t[0], t[1]))
+        return [rep for _, _, rep in near[:self.k]]
+
+    def draw(self, workload: Sequence[TypicalTask], rng: random.Random) -> list[Demand]:
+        """``m`` demands drawn from the mix by weight."""
+        key = tuple(workload)
+        got = self._demands.get(key)
+        if got is None:
+            if len(self._demands) > 64:
+                self._demands.clear()
+            got = self._demands[key] = ([shape_demand(t.shape) for t in workload],
+                                        [t.weight for t in workload])
+        demands, weights = got
+        return rng.choices(demands, weights, k=self.m) if demands else []
+
+    def choose(self, alloc: Allocator, d: Demand, cands: list[NodeState]) -> NodeState:
+        """The candidate whose roll-out places the most; the state is left as it was."""
+        t0 = time.perf_counter()
+        self.count("tie_zones", 1)
+        workload = getattr(alloc.scorer, "workload", ())
+        tasks = self.draw(workload, random.Random(  # noqa: S311 - a reproducible draw
+            self.seed * 1_000_003 + alloc.decisions))
+        cost = getattr(alloc.scorer, "node_cost", None) if self.leaf == "waste" else None
+        best, best_key = cands[0], (-1, 0, 0.0)
+        keys: set[tuple[int, int, float]] = set()
+        with alloc.observed_once():  # the scorer reads the cluster as it was, throughout
+            for node in cands:
+                got = alloc.place_on(node.spec.name, d)
+                if not isinstance(got, Choice):
+                    continue
+                key = roll(alloc, got, tasks, cost)
+                keys.add(key)
+                if key > best_key:
+                    best, best_key = node, key
+        if len(keys) > 1:
+            self.count("differ", 1)
+        if best is not cands[0]:
+            self.count("changed", 1)
+        self.count("seconds", time.perf_counter() - t0)
+        return best
+
+
+Cost = Callable[[str, int | None, tuple[int, ...]], float]
+
+
+def roll(alloc: Allocator, first: Choice, tasks: Sequence[Demand],
+         cost: Cost | None = None) -> tuple[int, int, float]:
+    """Commit ``first``, place ``tasks`` greedily, undo it all; (GPU-milli the tasks
+    got, minus the tasks that found no node, minus the growth of ``cost`` over the
+    nodes they touched, rounded as the scorer's integer scores are not: 0 without)."""
+    nodes = alloc.nodes
+    before: dict[str, float] = {}
+
+    def touch(name: str) -> None:
+        if cost is not None and name not in before:
+            n = nodes[name]
+            before[name] = cost(n.product, n.cpu_left, tuple(n.free))
+
+    touch(first.node)
+    alloc.commit(first)
+    placed: list[Choice] = []
+    milli = failed = 0
+    try:
+        for td in tasks:
+            got = alloc.place(td, explain=False)
+            if isinstance(got, Choice):
+                touch(got.node)
+                alloc.commit(got)
+                placed.append(got)
+                milli += sum(got.milli)
+            else:
+                failed += 1
+        grown = 0.0
+        if cost is not None:
+            for name, was in before.items():
+                n = nodes[name]
+                grown += cost(n.product, n.cpu_left, tuple(n.free)) - was
+    finally:
+        for c in reversed(placed):
+            alloc.release(c)
+        alloc.release(first)
+    return milli, -failed, -round(grown, 3)
+
+
+def decide(alloc: Allocator, ro: RollOut, d: Demand, best: NodeState, best_score: float,
+           scores: Mapping[int, float | None], groups: Mapping[int, object],
+           exclude: Set[str], where: Callable[[NodeState], bool] | None,
+           ) -> tuple[NodeState, float]:
+    """``Allocator.place``'s choice after the roll-out (``best`` outside a tie zone);
+    the roll-out's own placements are greedy (``Allocator.rolling``)."""
+    ro.count("decisions", 1)
+    cands = ro.candidates(alloc, scores, groups, best_score, exclude, where)
+    if len(cands) < 2:
+        return best, best_score
+    if cands[0] is not best:  # never expected: the roll-out then keeps out of it
+        ro.count("mismatch", 1)
+        return best, best_score
+    alloc.rolling = True
+    try:
+        got = ro.choose(alloc, d, cands)
+    finally:
+        alloc.rolling = False
+    s = scores.get(got.gid)
+    return got, best_score if s is None else s

@@ -1,0 +1,127 @@
+"""The sampled roll-out among near-best nodes (allocator.rollout): off by default; when
+on, a tie between node states goes to the one whose roll-out places the most."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from swarmgpu.allocator.core import Allocator
+from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask
+from swarmgpu.allocator.rollout import RollOut, roll, shape_demand
+from swarmgpu.allocator.scorer import SwarmScorer
+from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec, NodeState
+
+PAIR = TaskShape(cpu_milli=0, gpu_milli=1000, num_gpu=2)
+
+
+class FlatScorer:
+    """Every node that fits scores the same: each choice is a tie zone."""
+
+    name = "flat"
+
+    def __init__(self, workload: tuple[TypicalTask, ...], rollout: RollOut | None) -> None:
+        self.workload = workload
+        self.rollout = rollout
+
+    def score(self, node: NodeState, d: Demand) -> float:
+        return 1.0
+
+    def pick(self, node: NodeState, d: Demand, candidates: list[int]) -> tuple[int, ...] | None:
+        return None
+
+
+class CpuCostScorer(FlatScorer):
+    """A node cost that falls most where a whole GPU leaves a CPU-rich node."""
+
+    def node_cost(self, product: str, cpu_left: int | None, free: tuple[int, ...]) -> float:
+        return sum(1 for f in free if f == 1000) * (cpu_left or 0) / 1000
+
+
+def node(name: str, n_gpus: int, cpu: int = 64_000) -> NodeSpec:
+    return NodeSpec(name, tuple(GpuSpec(i, "T4", 16384) for i in range(n_gpus)), cpu_milli=cpu)
+
+
+def two_and_one(scorer: FlatScorer) -> Allocator:
+    """Node ``two`` (two GPUs, chosen on equal scores) and node ``one`` (one GPU)."""
+    a = Allocator(scorer)
+    a.add_node(node("two", 2), rank=0)
+    a.add_node(node("one", 1), rank=1)
+    return a
+
+
+def test_the_roll_out_is_off_by_default() -> None:
+    assert SwarmScorer.rollout is None
+    assert Allocator(SwarmScorer()).rollout is None
+    a = two_and_one(FlatScorer((TypicalTask(PAIR, 1.0),), None))
+    got = a.place(Demand(num_gpu=1))
+    assert isinstance(got, Choice) and got.node == "two"  # the lower rank
+
+
+def test_a_tie_goes_to_the_node_whose_roll_out_places_the_most() -> None:
+    # One GPU on ``two`` leaves no node for the mix's two-GPU task; on ``one`` it does.
+    ro = RollOut(k=2, m=1)
+    a = two_and_one(FlatScorer((TypicalTask(PAIR, 1.0),), ro))
+    before = (a.snapshot(), dict(a.gpu_free), dict(a.untouched))
+    got = a.place(Demand(num_gpu=1))
+    assert isinstance(got, Choice) and got.node == "one"
+    assert (a.snapshot(), dict(a.gpu_free), dict(a.untouched)) == before  # undone
+    assert not a.rolling
+    # the roll-out's own placement was greedy: one decision rolled out, not two
+    assert ro.stats["decisions"] == 1 and ro.stats["tie_zones"] == 1
+    assert ro.stats["changed"] == 1
+
+
+def test_equal_roll_outs_keep_the_base_choice_unless_the_leaf_weighs_waste() -> None:
+    d = Demand(num_gpu=1)
+    for leaf, want in (("milli", "lean"), ("waste", "rich")):
+        a = Allocator(CpuCostScorer((TypicalTask(PAIR, 1.0),), RollOut(k=2, m=0, leaf=leaf)))
+        a.add_node(node("lean", 2, cpu=8_000), rank=0)
+        a.add_node(node("rich", 2, cpu=96_000), rank=1)
+        got = a.place(d)
+        assert isinstance(got, Choice) and got.node == want, leaf
+
+
+def test_no_tie_zone_no_roll_out() -> None:
+    ro = RollOut(k=3, m=5)
+    a = Allocator(FlatScorer((TypicalTask(PAIR, 1.0),), ro))
+    a.add_node(node("only", 2), rank=0)
+    got = a.place(Demand(num_gpu=1))
+    assert isinstance(got, Choice) and got.node == "only"
+    assert ro.stats["decisions"] == 1 and "tie_zones" not in ro.stats
+
+
+def test_a_roll_out_undoes_what_it_placed_and_counts_it() -> None:
+    a = two_and_one(FlatScorer((), None))
+    first = a.place_on("one", Demand(num_gpu=1))
+    assert isinstance(first, Choice)
+    before = a.snapshot()
+    tasks = [Demand(num_gpu=2), Demand(num_gpu=2), Demand(gpu_milli=300)]
+    # the first pair fits on ``two``; the second finds no node; the share none either
+    assert roll(a, first, tasks) == (2000, -2, 0.0)
+    assert a.snapshot() == before
+
+
+def test_the_draw_is_the_same_for_the_same_decision() -> None:
+    ro = RollOut(m=8)
+    mix = (TypicalTask(PAIR, 0.5), TypicalTask(TaskShape(4000, 300, 1), 0.5))
+    one = ro.draw(mix, random.Random(7))
+    assert one == ro.draw(mix, random.Random(7))
+    assert len(one) == 8 and set(one) <= {Demand(num_gpu=2),
+                                          Demand(gpu_milli=300, cpu_milli=4000)}
+    assert ro.draw((), random.Random(7)) == []
+
+
+def test_shapes_become_demands() -> None:
+    assert shape_demand(PAIR) == Demand(num_gpu=2)
+    assert shape_demand(TaskShape(4000, 470, 1, ("V100*",))) == Demand(
+        gpu_milli=470, cpu_milli=4000, products=("V100*",))
+    assert shape_demand(TaskShape(2000, 0, 0)) == Demand(cpu_milli=2000)
+
+
+@pytest.mark.parametrize("bad", [{"k": 4}, {"k": 0}, {"m": -1}, {"margin": -1.0},
+                                 {"leaf": "best"}])
+def test_settings_out_of_range_are_refused(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="roll-out"):
+        RollOut(**bad)  # type: ignore[arg-type]
