@@ -60,6 +60,16 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
     help="Allow defragmenting moves: at most this many per 100 arrived pods.",
 )
 @click.option(
+    "--move-limits",
+    "move_limits",
+    default="replay",
+    show_default=True,
+    type=click.Choice(["replay", "daemon"]),
+    help="With --rebalance-moves: replay = the moves as allowed, in batches (as "
+    "max_moves_per_cycle: 5); daemon = each mover's call a rebalance cycle under the "
+    "daemon's budgets (max_moves_per_cycle 1, max_moves_per_node 1).",
+)
+@click.option(
     "--cpu-pods",
     "cpu_pods",
     default="policy",
@@ -142,6 +152,7 @@ def simulate(
     plot: str | None,
     departures: bool,
     rebalance_moves: float | None,
+    move_limits: str,
     cpu_pods: str,
     speedup: float,
     workload: str,
@@ -242,6 +253,7 @@ def simulate(
         trace=f"openb trace '{trace}'" if bundled_trace else "",
         online_at=online_at,
         cpu_pods=cpu_pods,
+        move_limits=move_limits,
     )
     if code != 0:  # a usage error: on stderr, as click's own
         click.echo(f"swarmgpu simulate: {text}", err=True)
