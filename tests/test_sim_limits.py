@@ -149,11 +149,11 @@ def test_simulate_hands_the_daemons_limits_to_both_movers_only_when_asked(
     monkeypatch.setattr(report, "load_nodes", lambda _p: [])
     monkeypatch.setattr(report, "load_pods", lambda _p: [])
     job = ("n", "p", "swarmgpu", 42, 2.0, "online", "policy")
-    assert report._one((*job, "replay")) == "ran"  # type: ignore[comparison-overlap]
+    assert report._one((*job, "replay", 0)) == "ran"  # type: ignore[comparison-overlap]
     assert seen["limits"] is None and seen["min_batch"] == swarm_replay.DEFRAG_MIN_BATCH
-    report._one((*job, "daemon"))
+    report._one((*job, "daemon", 4))
     lim = seen["limits"]
-    assert isinstance(lim, DaemonLimits) and seen["min_batch"] == 1
+    assert isinstance(lim, DaemonLimits) and seen["min_batch"] == 1 and lim.flight == 4
     assert seen["defrag"].limits is lim and seen["rescuer"].limits is lim
 
 
@@ -163,3 +163,10 @@ def test_the_daemons_limits_need_moves_in_the_replay_to_130_percent(
     text, rc = run_simulate("n.csv", "p.csv", ["swarmgpu"], [1], False, None, departures,
                             moves, move_limits="daemon")
     assert rc == 2 and "--move-limits daemon applies with --rebalance-moves" in text
+
+
+@pytest.mark.parametrize("limits, flight", [("replay", 3), ("daemon", -1)])
+def test_a_moves_flight_needs_the_daemons_limits(limits: str, flight: int) -> None:
+    text, rc = run_simulate("n.csv", "p.csv", ["swarmgpu"], [1], False, None, False, 2.0,
+                            move_limits=limits, move_flight=flight)
+    assert rc == 2 and f"--move-flight {flight}: arrivals a move stays in flight" in text

@@ -70,6 +70,15 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
     "daemon's budgets (max_moves_per_cycle 1, max_moves_per_node 1).",
 )
 @click.option(
+    "--move-flight",
+    "move_flight",
+    type=int,
+    default=0,
+    show_default=True,
+    help="With --move-limits daemon: arrivals each move stays in flight, counted by the "
+    "budgets on its source and target node (0: it ends at once).",
+)
+@click.option(
     "--cpu-pods",
     "cpu_pods",
     default="policy",
@@ -153,6 +162,7 @@ def simulate(
     departures: bool,
     rebalance_moves: float | None,
     move_limits: str,
+    move_flight: int,
     cpu_pods: str,
     speedup: float,
     workload: str,
@@ -254,6 +264,7 @@ def simulate(
         online_at=online_at,
         cpu_pods=cpu_pods,
         move_limits=move_limits,
+        move_flight=move_flight,
     )
     if code != 0:  # a usage error: on stderr, as click's own
         click.echo(f"swarmgpu simulate: {text}", err=True)

@@ -46,6 +46,7 @@ _NOT_WITH_PRIORITIES = (
     "--departures",
     "--rebalance-moves",
     "--move-limits",
+    "--move-flight",
     "--cpu-pods",
     "--plot",
     "--bound",
@@ -343,6 +344,7 @@ def run_simulate(
     online_at: int = ONLINE_AT,
     cpu_pods: str = "policy",
     move_limits: str = "replay",
+    move_flight: int = 0,
 ) -> tuple[str, int]:
     """Run the replay; returns (text to print, exit code). ``progress`` (if given) hears
     of every replay as it ends, and of the pods replayed while they run. ``bound``: the
@@ -353,7 +355,8 @@ def run_simulate(
     ``gpus: "0"`` services, each baseline's allocator; what --departures does) or
     ``swarm`` (a model of Swarm's scheduler, ``sim.swarm_sched``; not with --departures).
     ``move_limits``: ``replay`` (the moves as allowed) or ``daemon`` (each mover's call
-    under the daemon's budgets, ``sim.limits``; not with --departures)."""
+    under the daemon's budgets, ``sim.limits``; not with --departures); ``move_flight``:
+    arrivals each move stays in flight there."""
     known = set(POLICIES) | {"fgd-unrounded"}
     bad = [p for p in policies if p not in known]
     if bad:
@@ -376,6 +379,13 @@ def run_simulate(
         return (f"--move-limits {move_limits!r}: use one of {', '.join(MOVE_LIMITS)}", 2)
     if move_limits != "replay" and (departures or not rebalance_moves):
         return (MOVE_LIMITS_NEED, 2)
+    if move_flight < 0 or (move_flight and move_limits != "daemon"):
+        return (
+            f"--move-flight {move_flight}: arrivals a move stays in flight, >= 0, with "
+            "--move-limits daemon (whose budgets count moves in flight); add it or drop "
+            "--move-flight",
+            2,
+        )
     if bound not in BOUND_METHODS:
         return (f"--bound {bound!r}: use one of {', '.join(BOUND_METHODS)}", 2)
     # The row is solved at a level the replays record: another printed no row, silently.
@@ -449,6 +459,7 @@ def run_simulate(
             within=progress.within if progress else None,
             cpu_pods=cpu_pods,
             move_limits=move_limits,
+            move_flight=move_flight,
         )
         bounds = (
             report.run_bounds(nodes, pods, results, bound, progress=progress, online_at=online_at)

@@ -41,12 +41,12 @@ REPORT_LEVELS = (50, 100, 130)
 RESCUE_RESERVE = 8
 
 
-def _one(args: tuple[str, str, str, int, float | None, str, str, str]) -> RunResult:
-    nodes_path, pods_path, policy, seed, moves, workload, cpu_pods, move_limits = args
+def _one(args: tuple[str, str, str, int, float | None, str, str, str, int]) -> RunResult:
+    nodes_path, pods_path, policy, seed, moves, workload, cpu_pods, move_limits, flight = args
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
     # --move-limits daemon: each mover's call a daemon cycle under its budgets, shared by
     # the defragmenter and the rescuer; planned as soon as one move is allowed
-    limits = DaemonLimits() if moves and move_limits == "daemon" else None
+    limits = DaemonLimits(flight=flight) if moves and move_limits == "daemon" else None
     if policy == "swarmgpu":  # the daemon's own planner (sim.swarm_replay)
         return replay_planner(
             nodes,
@@ -203,12 +203,14 @@ def run_many(
     within: Within | None = None,
     cpu_pods: str = "policy",
     move_limits: str = "replay",
+    move_flight: int = 0,
 ) -> dict[str, list[RunResult]]:
     """No-departure replays of every policy x seed, on all cores; ``cpu_pods``: who
     places the CPU-only pods (``policy`` or ``swarm``, ``sim.swarm_sched``);
-    ``move_limits``: ``replay`` (the moves as allowed) or ``daemon`` (``sim.limits``)."""
+    ``move_limits``: ``replay`` (the moves as allowed) or ``daemon`` (``sim.limits``),
+    where each move stays in flight ``move_flight`` arrivals."""
     jobs = [
-        (nodes_path, pods_path, p, s, moves, workload, cpu_pods, move_limits)
+        (nodes_path, pods_path, p, s, moves, workload, cpu_pods, move_limits, move_flight)
         for p in policies
         for s in seeds
     ]
