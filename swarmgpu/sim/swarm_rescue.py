@@ -9,7 +9,8 @@ and the next placement cycle places the pending service. The replay does the sam
 once: the moves are made on the planner's allocator and in the Swarm objects as
 ``FragmentationMover``'s are, then the planner places the service again. The replay has
 none of the daemon's limits on targets (metrics, constraints), as for fragmentation
-moves.
+moves, and its budgets per cycle and per node only with ``--move-limits daemon``
+(``sim.limits``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ the cluster most, with nothing pending and nothing hot.
 
 The search is :class:`swarmgpu.allocator.defrag.FragmentationMoves`, the same object
 ``simulate --rebalance-moves`` drives, so the simulator's moves figures measure this
-policy. Here it reads the ledger (what runs where), the workload (``Inputs.workload``:
+policy's search (not the limits on targets below; the budgets per cycle and per node
+only with ``--move-limits daemon``). Here it reads the ledger (what runs where), the workload (``Inputs.workload``:
 placement's model; else the typical tasks of the services annotated now) and the
 daemon's limits on targets: a node that is ready, active and has known metrics, a GPU
 that is verified free (known, not hot, not held for a preemptor: ``Inputs.held``, where
