@@ -60,6 +60,25 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
     help="Allow defragmenting moves: at most this many per 100 arrived pods.",
 )
 @click.option(
+    "--move-limits",
+    "move_limits",
+    default="replay",
+    show_default=True,
+    type=click.Choice(["replay", "daemon"]),
+    help="With --rebalance-moves: replay = the moves as allowed, in batches (as "
+    "max_moves_per_cycle: 5); daemon = each mover's call a rebalance cycle under the "
+    "daemon's budgets (max_moves_per_cycle 1, max_moves_per_node 1).",
+)
+@click.option(
+    "--move-flight",
+    "move_flight",
+    type=int,
+    default=0,
+    show_default=True,
+    help="With --move-limits daemon: arrivals each move stays in flight, counted by the "
+    "budgets on its source and target node (0: it ends at once).",
+)
+@click.option(
     "--cpu-pods",
     "cpu_pods",
     default="policy",
@@ -142,6 +161,8 @@ def simulate(
     plot: str | None,
     departures: bool,
     rebalance_moves: float | None,
+    move_limits: str,
+    move_flight: int,
     cpu_pods: str,
     speedup: float,
     workload: str,
@@ -242,6 +263,8 @@ def simulate(
         trace=f"openb trace '{trace}'" if bundled_trace else "",
         online_at=online_at,
         cpu_pods=cpu_pods,
+        move_limits=move_limits,
+        move_flight=move_flight,
     )
     if code != 0:  # a usage error: on stderr, as click's own
         click.echo(f"swarmgpu simulate: {text}", err=True)

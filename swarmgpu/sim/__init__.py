@@ -13,6 +13,8 @@
 ``swarm_sched``   ``--cpu-pods swarm``: Swarm's own scheduler for the CPU-only pods
 ``rebalance``     moves for the baselines' replay, against a budget (``Defragmenter``,
                   ``MoveRescuer``)
+``limits``        ``--move-limits daemon``: the daemon's budgets (rebalance admission's
+                  rule) on every replay's moves, per call; ``--move-flight``
 ``priorities``    ``--priorities SHARE``: a queue, with and without priorities
 ``bound``, ``bound_model``, ``bound_runs``, ``bound_timed``  the upper bound beside every
                   table: the model, per seed, and beside the departures replay

@@ -18,6 +18,7 @@ from swarmgpu.sim import report
 from swarmgpu.sim.bound import highs_missing
 from swarmgpu.sim.bound_runs import BOUND_METHODS, ONLINE_AT
 from swarmgpu.sim.bound_timed import TimedBound, timed_bound
+from swarmgpu.sim.limits import MOVE_LIMITS
 from swarmgpu.sim.replay import POLICIES
 from swarmgpu.sim.runs import LEVEL_STEP, check_arrivals
 from swarmgpu.sim.swarm_replay import WORKLOADS
@@ -44,6 +45,8 @@ _NOT_WITH_PRIORITIES = (
     "--policy",
     "--departures",
     "--rebalance-moves",
+    "--move-limits",
+    "--move-flight",
     "--cpu-pods",
     "--plot",
     "--bound",
@@ -59,6 +62,13 @@ CPU_PODS_SWARM_ONLY = (
     "is modelled in the replay to 130% arrived load; these replays place CPU-only pods as "
     "--cpu-pods policy does: swarmgpu's through its planner, as gpus: \"0\" services); "
     "drop --cpu-pods swarm"
+)
+
+# The daemon's budgets are modelled in the replay to 130% arrived load with moves only.
+MOVE_LIMITS_NEED = (
+    "--move-limits daemon applies with --rebalance-moves N (N > 0) and without "
+    "--departures (the daemon's budgets are modelled in the replay to 130% arrived load); "
+    "add --rebalance-moves or drop --move-limits"
 )
 
 
@@ -333,6 +343,8 @@ def run_simulate(
     trace: str = "",
     online_at: int = ONLINE_AT,
     cpu_pods: str = "policy",
+    move_limits: str = "replay",
+    move_flight: int = 0,
 ) -> tuple[str, int]:
     """Run the replay; returns (text to print, exit code). ``progress`` (if given) hears
     of every replay as it ends, and of the pods replayed while they run. ``bound``: the
@@ -341,7 +353,10 @@ def run_simulate(
     ``trace``: what the --plot title calls the trace (default: the pod file's name).
     ``cpu_pods``: who places the CPU-only pods, ``policy`` (swarmgpu's planner as
     ``gpus: "0"`` services, each baseline's allocator; what --departures does) or
-    ``swarm`` (a model of Swarm's scheduler, ``sim.swarm_sched``; not with --departures)."""
+    ``swarm`` (a model of Swarm's scheduler, ``sim.swarm_sched``; not with --departures).
+    ``move_limits``: ``replay`` (the moves as allowed) or ``daemon`` (each mover's call
+    under the daemon's budgets, ``sim.limits``; not with --departures); ``move_flight``:
+    arrivals each move stays in flight there."""
     known = set(POLICIES) | {"fgd-unrounded"}
     bad = [p for p in policies if p not in known]
     if bad:
@@ -360,6 +375,17 @@ def run_simulate(
         return (f"--cpu-pods {cpu_pods!r}: use one of {', '.join(CPU_PODS)}", 2)
     if departures and cpu_pods != "policy":
         return (CPU_PODS_SWARM_ONLY, 2)
+    if move_limits not in MOVE_LIMITS:
+        return (f"--move-limits {move_limits!r}: use one of {', '.join(MOVE_LIMITS)}", 2)
+    if move_limits != "replay" and (departures or not rebalance_moves):
+        return (MOVE_LIMITS_NEED, 2)
+    if move_flight < 0 or (move_flight and move_limits != "daemon"):
+        return (
+            f"--move-flight {move_flight}: arrivals a move stays in flight, >= 0, with "
+            "--move-limits daemon (whose budgets count moves in flight); add it or drop "
+            "--move-flight",
+            2,
+        )
     if bound not in BOUND_METHODS:
         return (f"--bound {bound!r}: use one of {', '.join(BOUND_METHODS)}", 2)
     # The row is solved at a level the replays record: another printed no row, silently.
@@ -432,6 +458,8 @@ def run_simulate(
             progress=progress,
             within=progress.within if progress else None,
             cpu_pods=cpu_pods,
+            move_limits=move_limits,
+            move_flight=move_flight,
         )
         bounds = (
             report.run_bounds(nodes, pods, results, bound, progress=progress, online_at=online_at)

@@ -28,6 +28,7 @@ from swarmgpu.allocator.defrag import FragmentationMoves, Held, NodeCost
 from swarmgpu.allocator.fragmentation import TypicalTask
 from swarmgpu.allocator.rescue import MAX_MOVES, Plan, plans
 from swarmgpu.allocator.values import Choice, Demand
+from swarmgpu.sim.limits import DaemonLimits
 
 
 @dataclass(frozen=True)
@@ -140,17 +141,30 @@ class Hopeless:
 
 
 class MoveRescuer:
-    """``move_rescue`` with memory (``Hopeless``)."""
+    """``move_rescue`` with memory (``Hopeless``). ``limits``: each call a daemon cycle
+    under its budgets (``sim.limits``): a rescue they refuse is not made."""
 
-    def __init__(self, forget_after: int = 50) -> None:
+    def __init__(self, forget_after: int = 50, limits: DaemonLimits | None = None) -> None:
         self.hopeless = Hopeless(forget_after)
+        self.limits = limits
 
     def __call__(self, alloc: Allocator, running: Running, d: Demand,
                  budget: int) -> Rescue | None:
+        if self.limits is not None:
+            self.limits.call()
+            budget = self.limits.rescue_room(budget)
+            if budget < 1:
+                return None
         if self.hopeless.skip(d):
             return None
         got = move_rescue(alloc, running, d, budget)
         self.hopeless.outcome(d, got is not None)
+        if got is not None and self.limits is not None and not self.limits.admit_all(
+                [(mv.old.node, mv.new.node) for mv in got.moves]):
+            # a node a move in flight holds: the rescue is not made
+            _undo(alloc, [mv.new for mv in got.moves], got.placed,
+                  [mv.old for mv in got.moves])
+            return None
         return got
 
 
@@ -169,18 +183,26 @@ class Defragmenter:
 
     The reserve is left to a rescuer (``MoveRescuer``) for pods that find no node: a
     rescue places a pod at once, a defragmenting move only makes later placements
-    likelier.
+    likelier. ``limits``: each call a daemon cycle under its budgets (``sim.limits``).
     """
 
-    def __init__(self, workload: tuple[TypicalTask, ...], reserve: int = 0) -> None:
+    def __init__(self, workload: tuple[TypicalTask, ...], reserve: int = 0,
+                 limits: DaemonLimits | None = None) -> None:
         self.policy = FragmentationMoves(workload)
         self.cost: NodeCost = self.policy.cost
         self.reserve = reserve
+        self.limits = limits
 
     def __call__(self, alloc: Allocator, running: Running, budget: int) -> list[Move]:
         held = [Held(tid, td, tc) for tasks in running.values()
                 for tid, (td, tc) in tasks.items()]
+        lim = self.limits
+        if lim is not None:
+            lim.call()
         # FGD's replay lets a task move again within a call (as before stop 59)
-        got = self.policy.plan(alloc, held, budget - self.reserve, again=True)
+        got = self.policy.plan(
+            alloc, held,
+            budget - self.reserve if lim is None else lim.cycle_room(budget - self.reserve),
+            again=True, check=lim.check() if lim is not None else None)
         # The Held keys above are task ids.
         return [Move(cast(int, mv.key), mv.old, mv.new) for mv in got]

@@ -18,6 +18,7 @@ from swarmgpu.allocator.fragmentation import FragCache, TypicalTask
 from swarmgpu.allocator.scorer import Scorer
 from swarmgpu.allocator.values import Choice, Demand, NodeSpec
 from swarmgpu.sim.baselines import BestFitScorer, DotProdScorer, FgdScorer, PackingScorer
+from swarmgpu.sim.limits import DaemonLimits
 from swarmgpu.sim.rebalance import Move, Rebalancer, Running, apply_moves
 from swarmgpu.sim.runs import (
     DEFRAG_EVERY,
@@ -92,7 +93,7 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
            *, inflate: float = 1.3, timing: bool = False,
            rebalancer: Rebalancer | None = None, moves_per_100: float = 0.0,
            defrag: Defrag | None = None, defrag_every: int = DEFRAG_EVERY,
-           cpu_pods: str = "policy") -> RunResult:
+           cpu_pods: str = "policy", limits: DaemonLimits | None = None) -> RunResult:
     """One no-departure replay; returns the metrics per arrived-load level.
 
     Moves are allowed at most ``moves_per_100`` per 100 arrived pods over the run so far
@@ -102,6 +103,8 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
     ``cpu_pods``: ``policy`` places a CPU-only pod by the policy's allocator, as any
     pod; ``swarm`` by Swarm's scheduler (``sim.swarm_sched``), as in the product, and
     then such a pod is Swarm's: no move takes it or makes room for it.
+    ``limits``: the daemon's budgets ``defrag`` and ``rebalancer`` share (``sim.limits``),
+    told the arrivals so far.
     """
     import time
 
@@ -141,6 +144,8 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
         if d is None:
             d = demands[pod] = pod.demand()
         arrived += pod.total_gpu_milli
+        if limits is not None:
+            limits.now = n_arrived
         t0 = time.perf_counter() if timing else 0.0
         swarms = sched is not None and pod.total_gpu_milli == 0  # Swarm's, not the policy's
         if sched is not None and swarms:

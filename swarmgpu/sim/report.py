@@ -21,10 +21,16 @@ from swarmgpu.sim.bound_runs import (
     online_summary,
 )
 from swarmgpu.sim.bound_timed import TimedBound
+from swarmgpu.sim.limits import DaemonLimits
 from swarmgpu.sim.rebalance import Defragmenter, MoveRescuer
 from swarmgpu.sim.replay import replay
 from swarmgpu.sim.runs import RunResult, TimelineResult, set_meter, timed_pods, workload_of
-from swarmgpu.sim.swarm_replay import FragmentationMover, replay_departures_planner, replay_planner
+from swarmgpu.sim.swarm_replay import (
+    DEFRAG_MIN_BATCH,
+    FragmentationMover,
+    replay_departures_planner,
+    replay_planner,
+)
 from swarmgpu.sim.swarm_rescue import PlannerRescuer
 from swarmgpu.sim.timeline import replay_departures
 from swarmgpu.sim.trace import load_nodes, load_pods
@@ -35,9 +41,12 @@ REPORT_LEVELS = (50, 100, 130)
 RESCUE_RESERVE = 8
 
 
-def _one(args: tuple[str, str, str, int, float | None, str, str]) -> RunResult:
-    nodes_path, pods_path, policy, seed, moves, workload, cpu_pods = args
+def _one(args: tuple[str, str, str, int, float | None, str, str, str, int]) -> RunResult:
+    nodes_path, pods_path, policy, seed, moves, workload, cpu_pods, move_limits, flight = args
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
+    # --move-limits daemon: each mover's call a daemon cycle under its budgets, shared by
+    # the defragmenter and the rescuer; planned as soon as one move is allowed
+    limits = DaemonLimits(flight=flight) if moves and move_limits == "daemon" else None
     if policy == "swarmgpu":  # the daemon's own planner (sim.swarm_replay)
         return replay_planner(
             nodes,
@@ -45,9 +54,11 @@ def _one(args: tuple[str, str, str, int, float | None, str, str]) -> RunResult:
             seed,
             workload=workload,
             moves_per_100=moves or 0.0,
-            defrag=(FragmentationMover(reserve=RESCUE_RESERVE) if moves else None),
-            rescuer=PlannerRescuer() if moves else None,
+            defrag=(FragmentationMover(RESCUE_RESERVE, limits) if moves else None),
+            rescuer=PlannerRescuer(limits=limits) if moves else None,
             cpu_pods=cpu_pods,
+            min_batch=DEFRAG_MIN_BATCH if limits is None else 1,
+            limits=limits,
         )
     if moves:
         return replay(
@@ -56,9 +67,10 @@ def _one(args: tuple[str, str, str, int, float | None, str, str]) -> RunResult:
             policy,
             seed,
             moves_per_100=moves,
-            defrag=Defragmenter(workload_of(pods), reserve=RESCUE_RESERVE),
-            rebalancer=MoveRescuer(),
+            defrag=Defragmenter(workload_of(pods), RESCUE_RESERVE, limits),
+            rebalancer=MoveRescuer(limits=limits),
             cpu_pods=cpu_pods,
+            limits=limits,
         )
     return replay(nodes, pods, policy, seed, cpu_pods=cpu_pods)
 
@@ -190,11 +202,17 @@ def run_many(
     progress: Progress | None = None,
     within: Within | None = None,
     cpu_pods: str = "policy",
+    move_limits: str = "replay",
+    move_flight: int = 0,
 ) -> dict[str, list[RunResult]]:
     """No-departure replays of every policy x seed, on all cores; ``cpu_pods``: who
-    places the CPU-only pods (``policy`` or ``swarm``, ``sim.swarm_sched``)."""
+    places the CPU-only pods (``policy`` or ``swarm``, ``sim.swarm_sched``);
+    ``move_limits``: ``replay`` (the moves as allowed) or ``daemon`` (``sim.limits``),
+    where each move stays in flight ``move_flight`` arrivals."""
     jobs = [
-        (nodes_path, pods_path, p, s, moves, workload, cpu_pods) for p in policies for s in seeds
+        (nodes_path, pods_path, p, s, moves, workload, cpu_pods, move_limits, move_flight)
+        for p in policies
+        for s in seeds
     ]
     out: dict[str, list[RunResult]] = {p: [] for p in policies}
     for r in _map(_one, jobs, workers, progress, within):

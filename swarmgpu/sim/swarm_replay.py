@@ -65,6 +65,7 @@ from swarmgpu.manager.placement import (
 )
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.services.sharing import env_lines
+from swarmgpu.sim.limits import DaemonLimits
 from swarmgpu.sim.runs import (
     DEFRAG_EVERY,
     LEVEL_STEP,
@@ -401,7 +402,8 @@ class Replay:
         self.res.moves_at[level] = self.res.moves
 
     def run(self, moves_per_100: float = 0.0, defrag: FragmentationMover | None = None,
-            defrag_every: int = DEFRAG_EVERY, min_batch: int = DEFRAG_MIN_BATCH) -> RunResult:
+            defrag_every: int = DEFRAG_EVERY, min_batch: int = DEFRAG_MIN_BATCH,
+            limits: DaemonLimits | None = None) -> RunResult:
         arrived = 0
         next_level = LEVEL_STEP
         last_level = int(self.inflate * 100)
@@ -411,6 +413,8 @@ class Replay:
                 meter(n_arrived, len(self.order))
             arrived += pod.total_gpu_milli
             self.allowed = int(n_arrived * moves_per_100 / 100)
+            if limits is not None:
+                limits.now = n_arrived
             if pod.total_gpu_milli == 0 and self.world.sched is not None:
                 self.place_cpu_pod(n_arrived, pod, self.world.sched)
             else:  # a GPU pod, or a CPU-only one the planner places (gpus: "0")
@@ -454,11 +458,13 @@ class FragmentationMover:
     (``Inputs.workload``): with ``--workload online`` what the services seen so far
     ask, not the whole trace's mix (which the replay gave it until stop 58; the daemon
     never has it). A task moves at most once per call, as the daemon's pass moves a
-    service once (``again=False``; until stop 59 the replay let it move twice)."""
+    service once (``again=False``; until stop 59 the replay let it move twice).
+    ``limits``: each call a daemon cycle under its budgets (``sim.limits``)."""
 
-    def __init__(self, reserve: int = 0) -> None:
+    def __init__(self, reserve: int = 0, limits: DaemonLimits | None = None) -> None:
         self.policy: FragmentationMoves | None = None
         self.reserve = reserve
+        self.limits = limits
 
     def __call__(self, rp: Replay, budget: int) -> int:
         return self.run(rp.planner, rp.world, budget)
@@ -474,7 +480,13 @@ class FragmentationMover:
         typical = planner.model.typical()  # the same tuple while the model is unchanged
         if self.policy is None or self.policy.workload is not typical:
             self.policy = FragmentationMoves(typical)
-        moves = self.policy.plan(cluster.alloc, held, budget - self.reserve, again=False)
+        lim = self.limits
+        if lim is not None:
+            lim.call()
+        moves = self.policy.plan(
+            cluster.alloc, held,
+            budget - self.reserve if lim is None else lim.cycle_room(budget - self.reserve),
+            again=False, check=lim.check() if lim is not None else None)
         carry_out(planner, w, [(str(mv.key[0]), mv.old.node, mv.new)  # type: ignore[index]
                                for mv in moves])
         return len(moves)
@@ -529,16 +541,19 @@ def replay_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed: in
                    defrag: FragmentationMover | None = None, inflate: float = 1.3,
                    timing: bool = False, defrag_every: int = DEFRAG_EVERY,
                    min_batch: int = DEFRAG_MIN_BATCH,
-                   rescuer: PlannerRescuer | None = None, cpu_pods: str = "policy") -> RunResult:
+                   rescuer: PlannerRescuer | None = None, cpu_pods: str = "policy",
+                   limits: DaemonLimits | None = None) -> RunResult:
     """One seed; ``timing`` records each placement decision the planner makes (its
     allocator's ``place``) in ``decision_s``; ``rescuer`` makes room for a pod that
     finds no node, within the moves allowed (``moves_per_100``); ``cpu_pods``: who
-    places a CPU-only pod (``policy``: the planner's allocator; ``swarm``: Swarm)."""
+    places a CPU-only pod (``policy``: the planner's allocator; ``swarm``: Swarm);
+    ``limits``: the daemon's budgets that ``defrag`` and ``rescuer`` share (``sim.limits``),
+    told the arrivals so far."""
     rp = Replay(nodes, pods, seed, workload=workload, inflate=inflate, cpu_pods=cpu_pods)
     rp.rescuer = rescuer
     if timing:
         rp.planner.cluster.timings = []
-    res = rp.run(moves_per_100, defrag, defrag_every, min_batch)
+    res = rp.run(moves_per_100, defrag, defrag_every, min_batch, limits)
     if timing:
         res.decision_s = list(rp.planner.cluster.timings or [])
     return res

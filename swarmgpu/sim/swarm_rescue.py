@@ -9,7 +9,8 @@ and the next placement cycle places the pending service. The replay does the sam
 once: the moves are made on the planner's allocator and in the Swarm objects as
 ``FragmentationMover``'s are, then the planner places the service again. The replay has
 none of the daemon's limits on targets (metrics, constraints), as for fragmentation
-moves.
+moves, and its budgets per cycle and per node only with ``--move-limits daemon``
+(``sim.limits``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 from swarmgpu.allocator.rescue import RoomMove, make_room
 from swarmgpu.allocator.values import Choice, Demand
 from swarmgpu.core.rebalanceconfig import DefragConfig
+from swarmgpu.sim.limits import DaemonLimits
 from swarmgpu.sim.rebalance import Hopeless
 
 if TYPE_CHECKING:
@@ -45,18 +47,26 @@ def gpu_tasks(planner: Planner, pods: dict[str, TracePod]
 
 class PlannerRescuer:
     """``make_room`` over the planner's holdings, with the baselines' memory of demands
-    that found no plan (``sim.rebalance.Hopeless``)."""
+    that found no plan (``sim.rebalance.Hopeless``). ``limits``: each call a daemon
+    cycle under its budgets (``sim.limits``): a plan they refuse is not made."""
 
     def __init__(self, forget_after: int = 50,
-                 max_moves: int = DefragConfig().max_moves) -> None:
+                 max_moves: int = DefragConfig().max_moves,
+                 limits: DaemonLimits | None = None) -> None:
         self.hopeless = Hopeless(forget_after)
         self.max_moves = max_moves  # the daemon's default (rebalance.defrag.max_moves)
+        self.limits = limits
 
     def __call__(self, planner: Planner, pods: dict[str, TracePod], pod: TracePod,
                  budget: int) -> list[tuple[str, str, Choice]] | None:
         """Moves made on the planner's allocator, as (service, old node, new choice), or
         None (nothing changed). ``pods``: service name -> its pod."""
         d = pod.demand()
+        if self.limits is not None:
+            self.limits.call()
+            budget = self.limits.rescue_room(budget)
+            if budget < 1:
+                return None
         if self.hopeless.skip(d):
             return None
         alloc = planner.cluster.alloc
@@ -65,6 +75,13 @@ class PlannerRescuer:
         if got is None:
             return None
         moves: list[RoomMove] = got[0]
+        if self.limits is not None and not self.limits.admit_all(
+                [(mv.old.node, mv.new.node) for mv in moves]):
+            for mv in moves:  # a node a move in flight holds: the plan is not made
+                alloc.release(mv.new)
+            for mv in moves:
+                alloc.commit(mv.old)
+            return None
         committed = dict(planner.cluster.held_items())
         for mv in moves:  # what the node's usage still counts: ``carry_out`` moves it
             h = committed.get((str(mv.key), mv.old.node))

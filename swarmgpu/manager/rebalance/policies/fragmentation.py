@@ -3,20 +3,21 @@ the cluster most, with nothing pending and nothing hot.
 
 The search is :class:`swarmgpu.allocator.defrag.FragmentationMoves`, the same object
 ``simulate --rebalance-moves`` drives, so the simulator's moves figures measure this
-policy. Here it reads the ledger (what runs where), the workload (``Inputs.workload``:
-placement's model; else the typical tasks of the services annotated now) and the
-daemon's limits on targets: a node that is ready, active and has known metrics, a GPU
-that is verified free (known, not hot, not held for a preemptor: ``Inputs.held``, where
-tasks Swarm is stopping still use it only the rest of their share counted free; below
-``hotspot.clear_pct`` with the load the pass's earlier moves put on it, and, checked
-once the search chose it, with the share's own load: a move that fails that, or Swarm's
-word on CPU, memory and host ports with the pass's moves counted, is dropped, said, and
-the search runs again without that target for that share), the service's own
-constraints, no node the service already holds, and, when the spread policy runs, no
-target that spread would undo. The search counts CPU as FGD's score does: its allocator
-counts what the nodes' tasks, the holdings whose task does not exist yet and the pass's
-moves reserve, and each share asks what its service reserves, so a node with GPUs free
-and no CPU left for the share is not chosen.
+policy's search (not the limits on targets below; the budgets per cycle and per node only
+with ``--move-limits daemon``). Here it reads the ledger (what runs where), the workload
+(``Inputs.workload``: placement's model; else the typical tasks of the services annotated
+now) and the daemon's limits on targets: a node that is ready, active and has known
+metrics, a GPU that is verified free (known, not hot, not held for a preemptor:
+``Inputs.held``, where tasks Swarm is stopping still use it only the rest of their share
+counted free; below ``hotspot.clear_pct`` with the load the pass's earlier moves put on
+it, and, checked once the search chose it, with the share's own load: a move that fails
+that, or Swarm's word on CPU, memory and host ports with the pass's moves counted, is
+dropped, said, and the search runs again without that target for that share), the
+service's own constraints, no node the service already holds, and, when the spread policy
+runs, no target that spread would undo. The search counts CPU as FGD's score does: its
+allocator counts what the nodes' tasks, the holdings whose task does not exist yet and the
+pass's moves reserve, and each share asks what its service reserves, so a node with GPUs
+free and no CPU left for the share is not chosen.
 
 Only single-GPU shares of services that may move now (``Context.movable``: opt-out,
 cooldown, converged, no move in flight) are candidates, and no share with zone rules
