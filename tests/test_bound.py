@@ -252,7 +252,9 @@ def test_openb_default_seed_42_at_100(openb_100: tuple[list[NodeSpec], list[Trac
     assert sum(1 for p in gpu if p.gpu_milli < 1000) == 3128
     assert sum(1 for p in gpu if p.gpu_milli == 1000 and p.num_gpu == 1) == 4003
     cluster = sum(len(x.gpus) for x in nodes) * 1000
-    b = upper_bound(nodes, arrived, method="mip")
+    # (HiGHS's time limit is wall-clock: the product's 300 s, passed on a machine shared
+    # by other work, left it unsolved once; the figure is what is checked here, not time)
+    b = upper_bound(nodes, arrived, method="mip", mip_seconds=3600.0)
     assert round(100 * b.milli / cluster, 3) == 96.908
     assert b.mip_best_milli == b.milli  # solved to optimality
     assert round(100 * b.lp_milli / cluster, 3) == 96.909
