@@ -186,3 +186,24 @@ def test_swarms_record_of_a_service_update_is_read_as_sent() -> None:
     assert (s.updated_at, s.update_ran) == (LATER, False)
     s = service_from_api({**raw, "UpdateStatus": {"State": "completed"}})
     assert s.update_ran
+
+
+def test_an_evacuation_off_a_failed_gpu_accuses_no_owner_of_its_list() -> None:
+    """A GPU the tenant held failed: the daemon re-places it on a healthy one of the
+    same node (its task restarts: an evacuation). The list on the service is the
+    daemon's own, naming the ledger's GPU. Before, it was read against the new holding
+    and said forged ("leave swarmgpu.devices.* labels to swarmgpu"), and a daemon that
+    had seen it clean said its task would "keep running" beside the restart."""
+    nodes, tenant, victim, runs = _two_placed(MADE)
+    nid = runs[0].node_id
+    daemon = Planner()
+    nodes = apply(nodes, daemon.plan(nodes, [tenant, victim], runs, FACTS))
+    own = tenant.labels[DEV + nid]
+    sick = replace(FACTS[nid], gpus=tuple(replace(g, healthy=False) if g.uuid == own else g
+                                          for g in FACTS[nid].gpus))
+    plan = daemon.plan(nodes, [tenant, victim], runs, {**FACTS, nid: sick})
+    t = {sp.name: sp for sp in plan.services}["tenant"]
+    assert t.force_update and t.service_labels_set.get(DEV + nid) not in (None, own)
+    assert t.decision is not None and t.decision[0] == "evacuate", t.decision
+    assert not any("outside its holding" in w or "keep running" in w
+                   for w in t.warnings), t.warnings

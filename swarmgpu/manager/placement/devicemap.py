@@ -17,7 +17,12 @@ from swarmgpu.manager.placement.keys import (
     gate_key,
     is_gate_of,
 )
-from swarmgpu.manager.placement.ledger import Holding, holdings_of, packed_holding
+from swarmgpu.manager.placement.ledger import (
+    Holding,
+    holdings_of,
+    packed_holding,
+    parse_holding,
+)
 from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.manager.services.sharing import SHARE, node_of_key, want_labels
@@ -140,7 +145,7 @@ def _foreign_lists(s: SwarmService, held: Mapping[str, Holding],
     for nid, h in held.items():
         if not running_on.get(nid):
             continue
-        own = set(h.uuids)
+        own = set(h.uuids) | _ledger_gpus(s.name, nid, cyc)
         bad = _outside(s.labels, devices_key(cyc.prefix, nid), own)
         newest = _newest(made.get(nid, ()))
         if not bad:
@@ -166,6 +171,17 @@ def _foreign_lists(s: SwarmService, held: Mapping[str, Holding],
         said += (", and its running task(s), made before them (a label change makes no "
                  "task), keep running")
     return said + f"; leave {cyc.prefix}devices.* labels to swarmgpu", bool(made_from)
+
+
+def _ledger_gpus(name: str, nid: str, cyc: Cycle) -> set[str]:
+    """The GPUs the ledger names for service ``name`` on ``nid`` as it stands (before
+    this plan's write). A re-placement (an evacuation) changes the holding while the
+    lists still name these: they are the daemon's own, not foreign, and the running
+    task restarts for the re-placement anyway (``changed_for_running``)."""
+    n = cyc.by_id.get(nid)
+    value = n.labels.get(assign_key(cyc.prefix, name)) if n is not None else None
+    h = parse_holding(name, nid, value) if value is not None else None
+    return set(h.uuids) if h is not None else set()
 
 
 def note_clean(cyc: Cycle, sid: str, nodes: Iterable[str]) -> None:
