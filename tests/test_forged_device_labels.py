@@ -207,3 +207,23 @@ def test_an_evacuation_off_a_failed_gpu_accuses_no_owner_of_its_list() -> None:
     assert t.decision is not None and t.decision[0] == "evacuate", t.decision
     assert not any("outside its holding" in w or "keep running" in w
                    for w in t.warnings), t.warnings
+
+
+def test_a_forged_list_with_force_under_a_clock_behind_is_still_replaced() -> None:
+    """The daemon saw the tenant's task (made at 10:00:30 by a Swarm leader whose clock
+    ran ahead) under clean lists; a new leader, its clock 40 s behind, made the task of a
+    forced forged list at 10:00:10 by its clock. Before, the daemon's memory was the
+    newest CreatedAt seen clean, and an earlier time read as a task made before the
+    list: it kept the victim's GPU. Now the memory is the tasks seen clean themselves."""
+    nodes, tenant, victim, runs = _two_placed("2026-12-01T10:00:30Z")
+    nid = runs[0].node_id
+    daemon = Planner()
+    daemon.plan(nodes, [tenant, victim], runs, FACTS)
+    forged = replace(tenant, labels={**tenant.labels, DEV + nid: victim.labels[DEV + nid]},
+                     version=tenant.version + 1, force_update=tenant.force_update + 1,
+                     previous_spec={"Labels": dict(tenant.labels)}, updated_at=LATER,
+                     update_ran=True)
+    remade = [replace(runs[0], id="t-tenant-2", created_at="2026-12-01T10:00:10Z"), runs[1]]
+    plan = daemon.plan(nodes, [forged, victim], remade, FACTS)
+    t = {sp.name: sp for sp in plan.services}["tenant"]
+    assert t.force_update, t.warnings

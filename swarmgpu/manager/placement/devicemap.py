@@ -147,12 +147,11 @@ def _foreign_lists(s: SwarmService, held: Mapping[str, Holding],
             continue
         own = set(h.uuids) | _ledger_gpus(s.name, nid, cyc)
         bad = _outside(s.labels, devices_key(cyc.prefix, nid), own)
-        newest = _newest(made.get(nid, ()))
         if not bad:
             note_clean(cyc, s.id, (nid,))
             continue
         keys += bad
-        if not _made_before(s, nid, own, newest, cyc):
+        if not _made_before(s, nid, own, _times(made.get(nid, ())), cyc):
             made_from.append(cyc.by_id[nid].hostname if nid in cyc.by_id else nid)
     if not keys:
         return None, False
@@ -186,14 +185,14 @@ def _ledger_gpus(name: str, nid: str, cyc: Cycle) -> set[str]:
 
 def note_clean(cyc: Cycle, sid: str, nodes: Iterable[str]) -> None:
     """The service's device lists for ``nodes`` are seen as the ledger says (a settled
-    plan's too: it writes none): its tasks running there were made no later than now,
-    so the newest's CreatedAt is kept (``Cycle.clean_made``; one unknown: not kept)."""
+    plan's too: it writes none): its tasks running there were not made from a foreign
+    list since, so their CreatedAt are kept, in place of those seen before
+    (``Cycle.clean_made``; one unknown: none kept)."""
     made = cyc.task_made.get(sid, {})
     for nid in nodes:
-        newest = _newest(made.get(nid, ()))
-        if newest is not None:
-            book = cyc.clean_made.setdefault(sid, {})
-            book[nid] = max(book.get(nid, newest), newest)
+        times = _times(made.get(nid, ()))
+        if times:
+            cyc.clean_made.setdefault(sid, {})[nid] = times
 
 
 def _outside(labels: Mapping[str, object], key: str, own: set[str]) -> list[str]:
@@ -204,26 +203,27 @@ def _outside(labels: Mapping[str, object], key: str, own: set[str]) -> list[str]
             and not (isinstance(v, str) and {u for u in v.split(",") if u} <= own)]
 
 
-def _newest(created: Sequence[str]) -> int | None:
-    """The newest of tasks' CreatedAt (ns); None where one is not an RFC 3339 time
-    (its age unknown: never proved older) or there is none."""
+def _times(created: Sequence[str]) -> frozenset[int]:
+    """Tasks' CreatedAt (ns); none where one is not an RFC 3339 time (its age unknown:
+    never proved older)."""
     times = [rfc3339_ns(c) for c in created]
-    return None if not times or None in times else max(t for t in times if t is not None)
+    return frozenset() if None in times else frozenset(t for t in times if t is not None)
 
 
-def _made_before(s: SwarmService, nid: str, own: set[str], newest: int | None,
+def _made_before(s: SwarmService, nid: str, own: set[str], made: frozenset[int],
                  cyc: Cycle) -> bool:
-    """Every task of ``s`` running on ``nid`` (the newest made at ``newest``) was made
-    before its foreign device lists there came: the daemon saw a task as new or newer
-    there under lists the ledger agrees with (``Cycle.clean_made``), or Swarm's record
+    """Every task of ``s`` running on ``nid`` (made at ``made``) was made before its
+    foreign device lists there came: the daemon saw each run there under lists the
+    ledger agrees with (``Cycle.clean_made``: the tasks, not a time, as a task made
+    after under a Swarm leader whose clock is behind has an earlier one), or Swarm's record
     shows it. That record: the service's last update (``UpdatedAt``) changed those lists
     from ones within the holding (``PreviousSpec``), made no task (no ``UpdateStatus``:
     each update resets it and Swarm's updater sets it once it replaces tasks), and came
     past the clocks' skew (``SKEW_S``: managers' clocks) after the task was made. Older
     specs Swarm does not keep: a list forged and taken back unseen is not known."""
-    if newest is None:
+    if not made:
         return False
-    if newest <= cyc.clean_made.get(s.id, {}).get(nid, -1):
+    if made <= cyc.clean_made.get(s.id, {}).get(nid, frozenset()):
         return True
     prev = s.previous_spec.get("Labels") if s.previous_spec is not None else None
     changed = rfc3339_ns(s.updated_at)
@@ -234,7 +234,7 @@ def _made_before(s: SwarmService, nid: str, own: set[str], newest: int | None,
     now = {k: v for k, v in s.labels.items() if k == key or k.startswith(key + ".")}
     if was == now or _outside(was, key, own):
         return False
-    return newest + SKEW_S * 10**9 < changed
+    return max(made) + SKEW_S * 10**9 < changed
 
 
 NAMED = 3  # the forged lists a warning names
