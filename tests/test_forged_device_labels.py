@@ -227,3 +227,20 @@ def test_a_forged_list_with_force_under_a_clock_behind_is_still_replaced() -> No
     plan = daemon.plan(nodes, [forged, victim], remade, FACTS)
     t = {sp.name: sp for sp in plan.services}["tenant"]
     assert t.force_update, t.warnings
+
+
+def test_a_one_shot_plans_may_says_the_running_daemon_may_keep_the_task() -> None:
+    """``swarmgpu plan`` plans with no memory: where Swarm's record cannot show the task
+    older (the re-deploy within a minute of it), it says "may". Before, it said the
+    daemon's sight did not show it older, though the running daemon, which saw the task
+    run under its own lists, keeps it."""
+    nodes, tenant, victim, runs = _two_placed(MADE)
+    nid = runs[0].node_id
+    soon = replace(_stale_list(tenant, nid), previous_spec={"Labels": dict(tenant.labels)},
+                   updated_at="2026-12-01T10:00:30Z")
+    plan = plan_placement(nodes, [soon, victim], runs, FACTS)
+    t = {sp.name: sp for sp in plan.services}["tenant"]
+    said = [w for w in t.warnings if "may have been made from them" in w]
+    assert t.force_update and said, t.warnings
+    assert "the daemon's sight" not in said[0], said[0]
+    assert "a daemon that saw it run under the ledger's lists keeps it" in said[0], said[0]

@@ -165,7 +165,9 @@ def _foreign_lists(s: SwarmService, held: Mapping[str, Holding],
     if made_from:
         said += (f" and its tasks replaced (ForceUpdate): its task on "
                  f"{peer_text(', '.join(sorted(made_from)))} may have been made from them "
-                 "(neither the daemon's sight nor Swarm's record shows it older)")
+                 "(not seen run under the ledger's lists by this planner, nor shown older "
+                 "by Swarm's record; a daemon that saw it run under the ledger's lists "
+                 "keeps it: a one-shot plan has no such memory)")
     else:
         said += (", and its running task(s), made before them (a label change makes no "
                  "task), keep running")
