@@ -244,3 +244,20 @@ def test_a_one_shot_plans_may_says_the_running_daemon_may_keep_the_task() -> Non
     assert t.force_update and said, t.warnings
     assert "the daemon's sight" not in said[0], said[0]
     assert "a daemon that saw it run under the ledger's lists keeps it" in said[0], said[0]
+
+
+def test_a_task_whose_created_at_is_the_zero_time_is_never_proved_older() -> None:
+    """Docker writes a time it does not have as Go's zero time (0001-01-01T00:00:00Z):
+    every such task reads alike. Before, the daemon that saw one under clean lists took
+    a task of a forced forged list answered so as that one: it kept the victim's GPU."""
+    zero = "0001-01-01T00:00:00Z"
+    nodes, tenant, victim, runs = _two_placed(zero)
+    nid = runs[0].node_id
+    daemon = Planner()
+    daemon.plan(nodes, [tenant, victim], runs, FACTS)
+    forged = replace(tenant, labels={**tenant.labels, DEV + nid: victim.labels[DEV + nid]},
+                     version=tenant.version + 1, force_update=tenant.force_update + 1,
+                     previous_spec={"Labels": dict(tenant.labels)}, updated_at=LATER)
+    remade = [replace(runs[0], id="t-tenant-2"), runs[1]]
+    plan = daemon.plan(nodes, [forged, victim], remade, FACTS)
+    assert {sp.name: sp for sp in plan.services}["tenant"].force_update

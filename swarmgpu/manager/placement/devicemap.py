@@ -206,10 +206,13 @@ def _outside(labels: Mapping[str, object], key: str, own: set[str]) -> list[str]
 
 
 def _times(created: Sequence[str]) -> frozenset[int]:
-    """Tasks' CreatedAt (ns); none where one is not an RFC 3339 time (its age unknown:
-    never proved older)."""
+    """Tasks' CreatedAt (ns); none where one is not an RFC 3339 time or is Go's zero
+    time, which Docker writes for a time it does not have (its age unknown: never
+    proved older; every such task reads alike)."""
     times = [rfc3339_ns(c) for c in created]
-    return frozenset() if None in times else frozenset(t for t in times if t is not None)
+    if None in times or GO_ZERO_NS in times:
+        return frozenset()
+    return frozenset(t for t in times if t is not None)
 
 
 def _made_before(s: SwarmService, nid: str, own: set[str], made: frozenset[int],
@@ -240,6 +243,7 @@ def _made_before(s: SwarmService, nid: str, own: set[str], made: frozenset[int],
 
 
 NAMED = 3  # the forged lists a warning names
+GO_ZERO_NS = rfc3339_ns("0001-01-01T00:00:00Z")  # Go's time.Time{}, as Docker writes it
 RESTART_SAID = ("its running replicas restart once (rolling) so that every task carries "
                 "the new device map")
 # What a record's note starts with: one that is not a value swarmgpu wrote (hand-edited)
