@@ -261,3 +261,24 @@ def test_a_task_whose_created_at_is_the_zero_time_is_never_proved_older() -> Non
     remade = [replace(runs[0], id="t-tenant-2"), runs[1]]
     plan = daemon.plan(nodes, [forged, victim], remade, FACTS)
     assert {sp.name: sp for sp in plan.services}["tenant"].force_update
+
+
+def test_the_memory_of_clean_lists_forgets_nodes_gone_from_the_swarm() -> None:
+    """Nodes come and go (an autoscaled pool: each joins with a new ID): a long-lived
+    service's memory kept an entry for every node it ever ran on. Now it keeps those of
+    nodes in the swarm."""
+    daemon = Planner()
+    tenant = svc("tenant", {"swarmgpu.gpus": "1"})
+    for i in range(30):
+        node = replace(DGX, id=f"n-{i}")
+        facts = {node.id: FACTS[DGX.id]}
+        sp = daemon.plan([node], [tenant], [], facts).services[0]
+        tenant = replace(tenant, labels={**tenant.labels, **sp.service_labels_set},
+                         version=tenant.version + 1)
+        nodes = apply([node], daemon.plan([node], [tenant], [], facts))
+        run = SwarmTask(f"t-{i}", tenant.id, node.id, 1, "running", "running", (),
+                        created_at=MADE)
+        daemon.plan(nodes, [tenant], [run], facts)
+        tenant = replace(tenant, labels={k: v for k, v in tenant.labels.items()
+                                         if not k.startswith(DEV)}, version=tenant.version + 1)
+    assert len(daemon._clean_made[tenant.id]) <= 2, daemon._clean_made

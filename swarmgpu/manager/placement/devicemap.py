@@ -189,12 +189,17 @@ def note_clean(cyc: Cycle, sid: str, nodes: Iterable[str]) -> None:
     """The service's device lists for ``nodes`` are seen as the ledger says (a settled
     plan's too: it writes none): its tasks running there were not made from a foreign
     list since, so their CreatedAt are kept, in place of those seen before
-    (``Cycle.clean_made``; one unknown: none kept)."""
+    (``Cycle.clean_made``; one unknown: none kept), and nodes gone from the swarm
+    forgotten."""
     made = cyc.task_made.get(sid, {})
     for nid in nodes:
         times = _times(made.get(nid, ()))
         if times:
-            cyc.clean_made.setdefault(sid, {})[nid] = times
+            book = cyc.clean_made.setdefault(sid, {})
+            book[nid] = times
+            if len(book) > len(cyc.by_id):  # nodes gone (each joins with a new ID)
+                for gone in book.keys() - cyc.by_id.keys():
+                    del book[gone]
 
 
 def _outside(labels: Mapping[str, object], key: str, own: set[str]) -> list[str]:
