@@ -186,3 +186,99 @@ def test_swarms_record_of_a_service_update_is_read_as_sent() -> None:
     assert (s.updated_at, s.update_ran) == (LATER, False)
     s = service_from_api({**raw, "UpdateStatus": {"State": "completed"}})
     assert s.update_ran
+
+
+def test_an_evacuation_off_a_failed_gpu_accuses_no_owner_of_its_list() -> None:
+    """A GPU the tenant held failed: the daemon re-places it on a healthy one of the
+    same node (its task restarts: an evacuation). The list on the service is the
+    daemon's own, naming the ledger's GPU. Before, it was read against the new holding
+    and said forged ("leave swarmgpu.devices.* labels to swarmgpu"), and a daemon that
+    had seen it clean said its task would "keep running" beside the restart."""
+    nodes, tenant, victim, runs = _two_placed(MADE)
+    nid = runs[0].node_id
+    daemon = Planner()
+    nodes = apply(nodes, daemon.plan(nodes, [tenant, victim], runs, FACTS))
+    own = tenant.labels[DEV + nid]
+    sick = replace(FACTS[nid], gpus=tuple(replace(g, healthy=False) if g.uuid == own else g
+                                          for g in FACTS[nid].gpus))
+    plan = daemon.plan(nodes, [tenant, victim], runs, {**FACTS, nid: sick})
+    t = {sp.name: sp for sp in plan.services}["tenant"]
+    assert t.force_update and t.service_labels_set.get(DEV + nid) not in (None, own)
+    assert t.decision is not None and t.decision[0] == "evacuate", t.decision
+    assert not any("outside its holding" in w or "keep running" in w
+                   for w in t.warnings), t.warnings
+
+
+def test_a_forged_list_with_force_under_a_clock_behind_is_still_replaced() -> None:
+    """The daemon saw the tenant's task (made at 10:00:30 by a Swarm leader whose clock
+    ran ahead) under clean lists; a new leader, its clock 40 s behind, made the task of a
+    forced forged list at 10:00:10 by its clock. Before, the daemon's memory was the
+    newest CreatedAt seen clean, and an earlier time read as a task made before the
+    list: it kept the victim's GPU. Now the memory is the tasks seen clean themselves."""
+    nodes, tenant, victim, runs = _two_placed("2026-12-01T10:00:30Z")
+    nid = runs[0].node_id
+    daemon = Planner()
+    daemon.plan(nodes, [tenant, victim], runs, FACTS)
+    forged = replace(tenant, labels={**tenant.labels, DEV + nid: victim.labels[DEV + nid]},
+                     version=tenant.version + 1, force_update=tenant.force_update + 1,
+                     previous_spec={"Labels": dict(tenant.labels)}, updated_at=LATER,
+                     update_ran=True)
+    remade = [replace(runs[0], id="t-tenant-2", created_at="2026-12-01T10:00:10Z"), runs[1]]
+    plan = daemon.plan(nodes, [forged, victim], remade, FACTS)
+    t = {sp.name: sp for sp in plan.services}["tenant"]
+    assert t.force_update, t.warnings
+
+
+def test_a_one_shot_plans_may_says_the_running_daemon_may_keep_the_task() -> None:
+    """``swarmgpu plan`` plans with no memory: where Swarm's record cannot show the task
+    older (the re-deploy within a minute of it), it says "may". Before, it said the
+    daemon's sight did not show it older, though the running daemon, which saw the task
+    run under its own lists, keeps it."""
+    nodes, tenant, victim, runs = _two_placed(MADE)
+    nid = runs[0].node_id
+    soon = replace(_stale_list(tenant, nid), previous_spec={"Labels": dict(tenant.labels)},
+                   updated_at="2026-12-01T10:00:30Z")
+    plan = plan_placement(nodes, [soon, victim], runs, FACTS)
+    t = {sp.name: sp for sp in plan.services}["tenant"]
+    said = [w for w in t.warnings if "may have been made from them" in w]
+    assert t.force_update and said, t.warnings
+    assert "the daemon's sight" not in said[0], said[0]
+    assert "a daemon that saw it run under the ledger's lists keeps it" in said[0], said[0]
+
+
+def test_a_task_whose_created_at_is_the_zero_time_is_never_proved_older() -> None:
+    """Docker writes a time it does not have as Go's zero time (0001-01-01T00:00:00Z):
+    every such task reads alike. Before, the daemon that saw one under clean lists took
+    a task of a forced forged list answered so as that one: it kept the victim's GPU."""
+    zero = "0001-01-01T00:00:00Z"
+    nodes, tenant, victim, runs = _two_placed(zero)
+    nid = runs[0].node_id
+    daemon = Planner()
+    daemon.plan(nodes, [tenant, victim], runs, FACTS)
+    forged = replace(tenant, labels={**tenant.labels, DEV + nid: victim.labels[DEV + nid]},
+                     version=tenant.version + 1, force_update=tenant.force_update + 1,
+                     previous_spec={"Labels": dict(tenant.labels)}, updated_at=LATER)
+    remade = [replace(runs[0], id="t-tenant-2"), runs[1]]
+    plan = daemon.plan(nodes, [forged, victim], remade, FACTS)
+    assert {sp.name: sp for sp in plan.services}["tenant"].force_update
+
+
+def test_the_memory_of_clean_lists_forgets_nodes_gone_from_the_swarm() -> None:
+    """Nodes come and go (an autoscaled pool: each joins with a new ID): a long-lived
+    service's memory kept an entry for every node it ever ran on. Now it keeps those of
+    nodes in the swarm."""
+    daemon = Planner()
+    tenant = svc("tenant", {"swarmgpu.gpus": "1"})
+    for i in range(30):
+        node = replace(DGX, id=f"n-{i}")
+        facts = {node.id: FACTS[DGX.id]}
+        sp = daemon.plan([node], [tenant], [], facts).services[0]
+        tenant = replace(tenant, labels={**tenant.labels, **sp.service_labels_set},
+                         version=tenant.version + 1)
+        nodes = apply([node], daemon.plan([node], [tenant], [], facts))
+        run = SwarmTask(f"t-{i}", tenant.id, node.id, 1, "running", "running", (),
+                        created_at=MADE)
+        daemon.plan(nodes, [tenant], [run], facts)
+        tenant = replace(tenant, labels={k: v for k, v in tenant.labels.items()
+                                         if not k.startswith(DEV)}, version=tenant.version + 1)
+    assert len(daemon._clean_made[tenant.id]) <= 2, daemon._clean_made

@@ -50,10 +50,10 @@ class Cycle:
         default_factory=dict)
     # ``TaskView.made``: the CreatedAt of each service's running tasks per node
     task_made: Mapping[str, Mapping[str, list[str]]] = field(default_factory=dict)
-    # service id -> node id -> the newest CreatedAt (ns) of its tasks there seen running
+    # service id -> node id -> the CreatedAt (ns) of its tasks there last seen running
     # while its device lists there were the ledger's: the planner's, kept across cycles
-    # (``devicemap``: a task no newer was not made from a foreign list seen since)
-    clean_made: dict[str, dict[str, int]] = field(default_factory=dict)
+    # (``devicemap``: such a task was not made from a foreign list seen since)
+    clean_made: dict[str, dict[str, frozenset[int]]] = field(default_factory=dict)
     # node id -> when the GPU hold of the tasks Swarm is stopping there ends at most (epoch
     # s, ``nominated.StoppingGpus.until``): a global job's run waits for such a node
     stopping_until: Mapping[str, float] = field(default_factory=dict)

@@ -17,7 +17,12 @@ from swarmgpu.manager.placement.keys import (
     gate_key,
     is_gate_of,
 )
-from swarmgpu.manager.placement.ledger import Holding, holdings_of, packed_holding
+from swarmgpu.manager.placement.ledger import (
+    Holding,
+    holdings_of,
+    packed_holding,
+    parse_holding,
+)
 from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.manager.services.sharing import SHARE, node_of_key, want_labels
@@ -140,14 +145,13 @@ def _foreign_lists(s: SwarmService, held: Mapping[str, Holding],
     for nid, h in held.items():
         if not running_on.get(nid):
             continue
-        own = set(h.uuids)
+        own = set(h.uuids) | _ledger_gpus(s.name, nid, cyc)
         bad = _outside(s.labels, devices_key(cyc.prefix, nid), own)
-        newest = _newest(made.get(nid, ()))
         if not bad:
             note_clean(cyc, s.id, (nid,))
             continue
         keys += bad
-        if not _made_before(s, nid, own, newest, cyc):
+        if not _made_before(s, nid, own, _times(made.get(nid, ())), cyc):
             made_from.append(cyc.by_id[nid].hostname if nid in cyc.by_id else nid)
     if not keys:
         return None, False
@@ -161,23 +165,41 @@ def _foreign_lists(s: SwarmService, held: Mapping[str, Holding],
     if made_from:
         said += (f" and its tasks replaced (ForceUpdate): its task on "
                  f"{peer_text(', '.join(sorted(made_from)))} may have been made from them "
-                 "(neither the daemon's sight nor Swarm's record shows it older)")
+                 "(not seen run under the ledger's lists by this planner, nor shown older "
+                 "by Swarm's record; a daemon that saw it run under the ledger's lists "
+                 "keeps it: a one-shot plan has no such memory)")
     else:
         said += (", and its running task(s), made before them (a label change makes no "
                  "task), keep running")
     return said + f"; leave {cyc.prefix}devices.* labels to swarmgpu", bool(made_from)
 
 
+def _ledger_gpus(name: str, nid: str, cyc: Cycle) -> set[str]:
+    """The GPUs the ledger names for service ``name`` on ``nid`` as it stands (before
+    this plan's write). A re-placement (an evacuation) changes the holding while the
+    lists still name these: they are the daemon's own, not foreign, and the running
+    task restarts for the re-placement anyway (``changed_for_running``)."""
+    n = cyc.by_id.get(nid)
+    value = n.labels.get(assign_key(cyc.prefix, name)) if n is not None else None
+    h = parse_holding(name, nid, value) if value is not None else None
+    return set(h.uuids) if h is not None else set()
+
+
 def note_clean(cyc: Cycle, sid: str, nodes: Iterable[str]) -> None:
     """The service's device lists for ``nodes`` are seen as the ledger says (a settled
-    plan's too: it writes none): its tasks running there were made no later than now,
-    so the newest's CreatedAt is kept (``Cycle.clean_made``; one unknown: not kept)."""
+    plan's too: it writes none): its tasks running there were not made from a foreign
+    list since, so their CreatedAt are kept, in place of those seen before
+    (``Cycle.clean_made``; one unknown: none kept), and nodes gone from the swarm
+    forgotten."""
     made = cyc.task_made.get(sid, {})
     for nid in nodes:
-        newest = _newest(made.get(nid, ()))
-        if newest is not None:
+        times = _times(made.get(nid, ()))
+        if times:
             book = cyc.clean_made.setdefault(sid, {})
-            book[nid] = max(book.get(nid, newest), newest)
+            book[nid] = times
+            if len(book) > len(cyc.by_id):  # nodes gone (each joins with a new ID)
+                for gone in book.keys() - cyc.by_id.keys():
+                    del book[gone]
 
 
 def _outside(labels: Mapping[str, object], key: str, own: set[str]) -> list[str]:
@@ -188,26 +210,30 @@ def _outside(labels: Mapping[str, object], key: str, own: set[str]) -> list[str]
             and not (isinstance(v, str) and {u for u in v.split(",") if u} <= own)]
 
 
-def _newest(created: Sequence[str]) -> int | None:
-    """The newest of tasks' CreatedAt (ns); None where one is not an RFC 3339 time
-    (its age unknown: never proved older) or there is none."""
+def _times(created: Sequence[str]) -> frozenset[int]:
+    """Tasks' CreatedAt (ns); none where one is not an RFC 3339 time or is Go's zero
+    time, which Docker writes for a time it does not have (its age unknown: never
+    proved older; every such task reads alike)."""
     times = [rfc3339_ns(c) for c in created]
-    return None if not times or None in times else max(t for t in times if t is not None)
+    if None in times or GO_ZERO_NS in times:
+        return frozenset()
+    return frozenset(t for t in times if t is not None)
 
 
-def _made_before(s: SwarmService, nid: str, own: set[str], newest: int | None,
+def _made_before(s: SwarmService, nid: str, own: set[str], made: frozenset[int],
                  cyc: Cycle) -> bool:
-    """Every task of ``s`` running on ``nid`` (the newest made at ``newest``) was made
-    before its foreign device lists there came: the daemon saw a task as new or newer
-    there under lists the ledger agrees with (``Cycle.clean_made``), or Swarm's record
+    """Every task of ``s`` running on ``nid`` (made at ``made``) was made before its
+    foreign device lists there came: the daemon saw each run there under lists the
+    ledger agrees with (``Cycle.clean_made``: the tasks, not a time, as a task made
+    after under a Swarm leader whose clock is behind has an earlier one), or Swarm's record
     shows it. That record: the service's last update (``UpdatedAt``) changed those lists
     from ones within the holding (``PreviousSpec``), made no task (no ``UpdateStatus``:
     each update resets it and Swarm's updater sets it once it replaces tasks), and came
     past the clocks' skew (``SKEW_S``: managers' clocks) after the task was made. Older
     specs Swarm does not keep: a list forged and taken back unseen is not known."""
-    if newest is None:
+    if not made:
         return False
-    if newest <= cyc.clean_made.get(s.id, {}).get(nid, -1):
+    if made <= cyc.clean_made.get(s.id, {}).get(nid, frozenset()):
         return True
     prev = s.previous_spec.get("Labels") if s.previous_spec is not None else None
     changed = rfc3339_ns(s.updated_at)
@@ -218,10 +244,11 @@ def _made_before(s: SwarmService, nid: str, own: set[str], newest: int | None,
     now = {k: v for k, v in s.labels.items() if k == key or k.startswith(key + ".")}
     if was == now or _outside(was, key, own):
         return False
-    return newest + SKEW_S * 10**9 < changed
+    return max(made) + SKEW_S * 10**9 < changed
 
 
 NAMED = 3  # the forged lists a warning names
+GO_ZERO_NS = rfc3339_ns("0001-01-01T00:00:00Z")  # Go's time.Time{}, as Docker writes it
 RESTART_SAID = ("its running replicas restart once (rolling) so that every task carries "
                 "the new device map")
 # What a record's note starts with: one that is not a value swarmgpu wrote (hand-edited)

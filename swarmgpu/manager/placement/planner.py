@@ -184,7 +184,7 @@ class Planner:
         self._backoff: dict[str, Backoff] = {}  # service id -> its re-placements
         self._open_since: dict[tuple[str, str], float] = {}  # (service id, node): gate seen open
         self._run_waited: dict[str, float] = {}  # global job id -> its run first waited
-        self._clean_made: dict[str, dict[str, int]] = {}  # ``Cycle.clean_made``
+        self._clean_made: dict[str, dict[str, frozenset[int]]] = {}  # ``Cycle.clean_made``
         self._faults = Faults()  # services whose planning raised (placement.isolate)
         self._hold_faults = HoldFaults()  # holds whose work raised (placement.nominated)
         self._stopping = StoppingGpus(prefix)  # GPUs of tasks Swarm is stopping, held meanwhile
