@@ -637,3 +637,40 @@ def test_a_victims_stop_cut_at_the_budget_gives_its_reserved_hour_back(
     snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
     pre.cycle(sw, snap, PlacementPlan(), {}, now=5030.0, mono=30.0)  # type: ignore[arg-type]
     assert sw.swarm_labels().get(pre.spent.key) in (None, "", "[]"), sw.swarm_labels()
+
+
+class BudgetEndsInTheWait(RecordingSwarm):
+    """The stand-in whose writes pass ``gate`` (the daemon's write gate) and whose task
+    lists after the first (the over-share restart's wait for its old task) come past the
+    cycle's budget: cut."""
+
+    gate: BudgetGate
+    cut: SwarmError  # (made before the test's budget: its client's own read is cut too)
+    lists = 0
+
+    def tasks(self, filters: Any = None, **kw: Any) -> list[SwarmTask]:
+        self.lists += 1
+        if self.lists > 1:
+            self.gate.budget.budget_s = 0.0  # (passed)
+            raise self.cut
+        return super().tasks(filters, **kw)
+
+
+def test_an_over_share_restart_cut_at_the_budget_in_its_wait_reopens_its_gate(
+        tmp_path: Path) -> None:
+    # (the wait's task list was cut, and the gate's reopening, a write past the budget,
+    # refused: the service's gate stayed closed, its task never placed again)
+    base = victim_cluster({})
+    sw = BudgetEndsInTheWait(base.nodes(), base.services(), base.tasks(),
+                             base.swarm_labels())
+    sw.gate, sw.cut = BudgetGate(BUDGET_S), a_cut_read()
+    sw.before_write = sw.gate.check  # type: ignore[attr-defined]
+    cfg = Config(state_dir=str(tmp_path), placement=PlacementConfig(overshare="restart"))
+    r = Restarter(sw, cfg, wait_s=3.0)  # type: ignore[arg-type]
+    u = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
+                   ("t-third",), (), ())
+    with pytest.raises((SwarmError, Stopped)) as ended, \
+            answerjson.within_budget(sw.gate.budget):  # (the cycle's)
+        r._bounce(sw.service("id-third"), u, "state.moved_at")
+    assert sw.node("n-4090").labels.get(gate_key(P, "third")) == "true"
+    assert isinstance(ended.value, Stopped), ended.value  # (the cut ends the cycle, unsaid)

@@ -21,7 +21,7 @@ of its own.
 from __future__ import annotations
 
 from swarmgpu.manager.engine.stop import BudgetEnded, StopRequest
-from swarmgpu.swarm.answerjson import CycleBudget
+from swarmgpu.swarm.answerjson import CycleBudget, budgeted
 
 # What the watchdog's allowance keeps back past the budget: the writes in flight as it
 # passes finish (at most 8, each one engine round trip, some 25 ms on a sound engine).
@@ -54,8 +54,10 @@ class BudgetGate:
         self.at: str | None = None
 
     def check(self) -> None:
-        """Before a write: ``OverBudget`` once the budget has passed (that write left)."""
-        if self.budget.passed():
+        """Before a write: ``OverBudget`` once the budget has passed (that write left),
+        but for one made outside it (``answerjson.outside_budget``: one that undoes a
+        write of the cycle's, as the over-share restart's reopened gate)."""
+        if self.budget.passed() and budgeted():
             self._end("before a write")
             self.writes.leave(1)
             raise OverBudget(self.writes)
