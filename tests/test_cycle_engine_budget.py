@@ -41,6 +41,7 @@ from swarmgpu.core.config import (
     Config,
     HttpConfig,
     PlacementConfig,
+    PreemptionConfig,
     RebalanceConfig,
     SyncConfig,
 )
@@ -609,3 +610,67 @@ def test_a_victims_move_start_cut_at_the_budget_is_no_failed_start(
         Preempter(cfg)._move(sw, snap, p, victim, [], lambda: None,  # type: ignore[arg-type]
                              frozenset())
     assert warnings == [], warnings
+
+
+def test_a_victims_stop_cut_at_the_budget_gives_its_reserved_hour_back(
+        tmp_path: Path) -> None:
+    # (the hour was reserved and stored before the stop's reads; the cut ended the cycle
+    # past the give-back: victims never stopped stayed spent, in memory and in Swarm, for
+    # the hour, and a slow engine's cuts spent the whole budget with none stopped)
+    h = Holding("a", "n1", ("GPU-a",), (1000,))
+    labels = {assign_key(P, "a"): h.label_value(), gate_key(P, "a"): "true"}
+    sw = CutReads([sw_node("n1", "gpu-1", labels)], [sw_svc("a", {f"{P}gpus": "1"})], [])
+    sw.cut = frozenset({"node"})
+    cfg = Config(state_dir=str(tmp_path),
+                 preemption=PreemptionConfig(dry_run=False, max_per_hour=1))
+    victim = Candidate("a", "id-a", "n1", 0, "", ("GPU-a",), h)
+    p = Preemption("h", "id-h", 100, "n1", "gpu-1", (victim,))
+    pre = Preempter(cfg)
+    with pytest.raises(Stopped):
+        pre._stop_all(sw, p, "", 5000.0, [victim], set())  # type: ignore[arg-type]
+    assert list(pre.spent.all) == []
+    # the next cycle (within its budget) reads the hour as stored: none spent, and it
+    # stores the hour given back
+    pre.spent.read(sw.swarm_labels(), 5030.0, ())
+    assert pre.over_budget(p, "") is None, list(pre.spent.all)
+    sw.cut = frozenset()
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    pre.cycle(sw, snap, PlacementPlan(), {}, now=5030.0, mono=30.0)  # type: ignore[arg-type]
+    assert sw.swarm_labels().get(pre.spent.key) in (None, "", "[]"), sw.swarm_labels()
+
+
+class BudgetEndsInTheWait(RecordingSwarm):
+    """The stand-in whose writes pass ``gate`` (the daemon's write gate) and whose task
+    lists after the first (the over-share restart's wait for its old task) come past the
+    cycle's budget: cut."""
+
+    gate: BudgetGate
+    cut: SwarmError  # (made before the test's budget: its client's own read is cut too)
+    lists = 0
+
+    def tasks(self, filters: Any = None, **kw: Any) -> list[SwarmTask]:
+        self.lists += 1
+        if self.lists > 1:
+            self.gate.budget.budget_s = 0.0  # (passed)
+            raise self.cut
+        return super().tasks(filters, **kw)
+
+
+def test_an_over_share_restart_cut_at_the_budget_in_its_wait_reopens_its_gate(
+        tmp_path: Path) -> None:
+    # (the wait's task list was cut, and the gate's reopening, a write past the budget,
+    # refused: the service's gate stayed closed, its task never placed again)
+    base = victim_cluster({})
+    sw = BudgetEndsInTheWait(base.nodes(), base.services(), base.tasks(),
+                             base.swarm_labels())
+    sw.gate, sw.cut = BudgetGate(BUDGET_S), a_cut_read()
+    sw.before_write = sw.gate.check  # type: ignore[attr-defined]
+    cfg = Config(state_dir=str(tmp_path), placement=PlacementConfig(overshare="restart"))
+    r = Restarter(sw, cfg, wait_s=3.0)  # type: ignore[arg-type]
+    u = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
+                   ("t-third",), (), ())
+    with pytest.raises((SwarmError, Stopped)) as ended, \
+            answerjson.within_budget(sw.gate.budget):  # (the cycle's)
+        r._bounce(sw.service("id-third"), u, "state.moved_at")
+    assert sw.node("n-4090").labels.get(gate_key(P, "third")) == "true"
+    assert isinstance(ended.value, Stopped), ended.value  # (the cut ends the cycle, unsaid)

@@ -168,6 +168,12 @@ def within_budget(budget: CycleBudget) -> Iterator[CycleBudget]:
         _BUDGET.reset(token)
 
 
+def budgeted() -> bool:
+    """Whether this thread runs within a cycle's budget (``within_budget``), not outside
+    one (``outside_budget``, or no cycle's thread)."""
+    return _BUDGET.get() is not None
+
+
 @contextlib.contextmanager
 def outside_budget() -> Iterator[None]:
     """Within: this thread's requests keep their own deadline only, as outside a cycle:

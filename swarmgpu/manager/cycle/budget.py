@@ -9,10 +9,12 @@ WatchdogSec= less the interval, less ``BUDGET_SLACK_S`` for the writes in flight
 passes; without a watchdog, the one docs/systemd.md asks for). Within it each read's
 deadline is cut to what is left, and none is sent once it has passed
 (``answerjson.CycleBudget``); the write gate starts no write past it (``BudgetGate``,
-beside the stop request's: a write in flight is never cut, its own reads included). A
-read cut so is no object's failure: its reader raises ``stop.read_cut`` on the client's
-``BudgetCut``, a ``BudgetEnded`` as ``OverBudget`` is, which every reader that fails one
-object lets through (none said failed, unread or ungranted for it). The cycle then
+beside the stop request's: a write in flight is never cut, its own reads included;
+one that undoes a write of the cycle's, made outside the budget, is let through: the
+over-share restart's reopened gate). A read cut so is no object's failure: its reader
+raises ``stop.read_cut`` on the client's ``BudgetCut``, a ``BudgetEnded`` as
+``OverBudget`` is, which every reader that fails one object lets through (none said
+failed, unread or ungranted for it). The cycle then
 ends there, no further step run (none where the snapshot's read was cut), its report
 not kept, said in one line (``over_budget``); the next cycle reads afresh with a budget
 of its own.
@@ -21,7 +23,7 @@ of its own.
 from __future__ import annotations
 
 from swarmgpu.manager.engine.stop import BudgetEnded, StopRequest
-from swarmgpu.swarm.answerjson import CycleBudget
+from swarmgpu.swarm.answerjson import CycleBudget, budgeted
 
 # What the watchdog's allowance keeps back past the budget: the writes in flight as it
 # passes finish (at most 8, each one engine round trip, some 25 ms on a sound engine).
@@ -54,8 +56,10 @@ class BudgetGate:
         self.at: str | None = None
 
     def check(self) -> None:
-        """Before a write: ``OverBudget`` once the budget has passed (that write left)."""
-        if self.budget.passed():
+        """Before a write: ``OverBudget`` once the budget has passed (that write left),
+        but for one made outside it (``answerjson.outside_budget``: one that undoes a
+        write of the cycle's, as the over-share restart's reopened gate)."""
+        if self.budget.passed() and budgeted():
             self._end("before a write")
             self.writes.leave(1)
             raise OverBudget(self.writes)

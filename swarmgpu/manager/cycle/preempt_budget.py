@@ -47,6 +47,9 @@ class SpentHour:
         self.key = prefix + STATE_KEY
         self.all: deque[float] = deque()
         self.by_tenant: dict[str, deque[float]] = {}
+        # (second, tenant) given back since the hour was last stored: the stored hour may
+        # count them still, and ``read`` took them back (``stored`` ends it)
+        self.given: list[tuple[float, str]] = []
 
     def tenant(self, name: str) -> deque[float]:
         return self.by_tenant.setdefault(name, deque())
@@ -66,16 +69,28 @@ class SpentHour:
             for _ in range(n):
                 if t in times:
                     times.remove(t)
+        self.given += [(t, tenant)] * n
+
+    def stored(self) -> None:
+        """The hour was written to the swarm object: what was given back is out of it."""
+        self.given = []
 
     def read(self, labels: Mapping[str, str], now: float, tenants: Collection[str]) -> None:
-        """Count what the swarm object's labels count too, then forget what is older
-        than the hour."""
-        def stored(key: str) -> list[float]:
-            return [t for t in times_in(labels, key, MAX_KEEP) if in_hour(t, now)]
+        """Count what the swarm object's labels count too (less what was given back since
+        they were last written: ``given``), then forget what is older than the hour."""
+        def stored(key: str, tenant: str | None = None) -> list[float]:
+            got = [t for t in times_in(labels, key, MAX_KEEP) if in_hour(t, now)]
+            # (a reservation given back that no write has taken out of the label yet:
+            # read again, victims never stopped counted for the rest of the hour)
+            for t, of in self.given:
+                if (tenant is None or of == tenant) and t in got:
+                    got.remove(t)
+            return got
 
+        self.given = [(t, of) for t, of in self.given if in_hour(t, now)]
         _merge(self.all, stored(self.key))
         for name in tenants:
-            _merge(self.tenant(name), stored(f"{self.key}.{name}"))
+            _merge(self.tenant(name), stored(f"{self.key}.{name}", name))
         for times in (self.all, *self.by_tenant.values()):
             while times and now - times[0] >= HOUR_S:
                 times.popleft()

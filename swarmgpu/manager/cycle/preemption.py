@@ -86,7 +86,7 @@ from swarmgpu.manager.cycle.preempt_notes import (
 from swarmgpu.manager.cycle.victimspec import unread_victims
 from swarmgpu.manager.cycle.victimstop import close_gates, names
 from swarmgpu.manager.engine.actuator import Writes
-from swarmgpu.manager.engine.stop import Stopped, read_cut
+from swarmgpu.manager.engine.stop import BudgetEnded, Stopped, read_cut
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import (
     Nominations,
@@ -231,7 +231,7 @@ class Preempter:
         said.end()
         self.said_raised.end()
         self._say_waits(waits)
-        if unstored:
+        if unstored or self.spent.given:  # (given back in a cycle cut at its budget too)
             self._store_spent(swarm)
         return done
 
@@ -475,6 +475,7 @@ class Preempter:
     def _write_hour(self, swarm: SwarmClient) -> None:
         Writes(swarm, dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
                who="preemption", prefix=self.prefix).swarm_labels(self.spent.labels)
+        self.spent.stored()
 
     def _store_spent(self, swarm: SwarmClient) -> None:
         try:
@@ -515,7 +516,14 @@ class Preempter:
             ok: bool | None = False
             left = len(to_stop) - len(fresh)
         else:
-            ok = self._stop(swarm, p, to_stop, now)
+            try:
+                ok = self._stop(swarm, p, to_stop, now)
+            except BudgetEnded:
+                # None stopped (the gate write is refused before it is sent, never cut):
+                # given back here, as the cycle ends and writes no correction; the next
+                # stores it (``spent.given``)
+                self.spent.release(now, tenant, len(to_stop))
+                raise
             left = len(to_stop) if ok is False else 0
         # a stop half made (None) stays counted: it may have landed (the safe side)
         if left:

@@ -45,6 +45,7 @@ from swarmgpu.manager.rebalance.record import moving, read_records, unreadable_r
 from swarmgpu.manager.services.requests import GpuRequest, parse_all
 from swarmgpu.manager.services.sharing import share_mib
 from swarmgpu.manager.web.cluster_view import gpu_metrics
+from swarmgpu.swarm.answerjson import outside_budget
 from swarmgpu.swarm.client import (
     BudgetCut,
     SwarmClient,
@@ -467,9 +468,12 @@ class Restarter:
                 u.node_id, lambda cur: {k: v for k, v in cur.items() if k != gate}, why)
             deadline = time.monotonic() + self.wait_s
             while time.monotonic() < deadline:
-                live = {t.id for t in self.swarm.tasks({"service": s.id})
-                        if t.service_id == s.id and t.id in old
-                        and t.desired_state == "running"}
+                try:
+                    live = {t.id for t in self.swarm.tasks({"service": s.id})
+                            if t.service_id == s.id and t.id in old
+                            and t.desired_state == "running"}
+                except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+                    raise read_cut() from exc
                 if not live:
                     break
                 time.sleep(0.2)
@@ -477,8 +481,10 @@ class Restarter:
                 log.warning("restart of {} on {}: its task still runs after {:.0f}s; gate "
                             "reopened anyway", s.name, u.hostname, self.wait_s)
         finally:
-            # Reopened whatever happened: a closed gate would keep the service down.
-            writes.node_labels(u.node_id, lambda cur: {**cur, gate: "true"})
+            # Reopened whatever happened: a closed gate would keep the service down. Past
+            # the cycle's budget too (the write gate refused it: the gate stayed closed)
+            with outside_budget():
+                writes.node_labels(u.node_id, lambda cur: {**cur, gate: "true"})
 
         log.warning("restarted {}'s task on {} (over its GPU share: {}; tasks {})", s.name,
                     u.hostname, u.describe(), ",".join(u.tasks) or "?")
