@@ -444,15 +444,15 @@ class ClusterAllocator:
                 )
                 return False
             i, is_mig = index[u]
+            if not self.facts[node_id].gpus[i].healthy:
+                # No longer held: a failed GPU has no room (counted 0 free), a slice
+                # fails with it (an XID names the GPU). Said so here: a commit would be
+                # refused as "stale or released twice", a fault of the planner's count.
+                what = f"MIG device {u} of failed GPU {i}" if is_mig else f"failed GPU {i} ({u})"
+                self.problems.append(
+                    f"{svc}: holds {what} on {self.nodes[node_id].hostname}; re-placed")
+                return False
             if is_mig:
-                # A slice fails with its GPU (an XID names the GPU): as a whole GPU's
-                # holding, it is no longer held (a commit there fails on no room).
-                if not self.facts[node_id].gpus[i].healthy:
-                    self.problems.append(
-                        f"{svc}: holds MIG device {u} of failed GPU {i} on "
-                        f"{self.nodes[node_id].hostname}; re-placed"
-                    )
-                    return False
                 if u in self.assigned_mig.get(node_id, set()) or u in migs:
                     self.problems.append(f"{svc}: MIG device {u} is held twice")
                     return False
