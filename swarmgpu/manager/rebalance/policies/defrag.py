@@ -23,13 +23,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from swarmgpu.allocator.rescue import MAX_TRIES, plans
-from swarmgpu.allocator.values import Choice, Demand
+from swarmgpu.allocator.values import Choice, Demand, NodeState
 from swarmgpu.core.rebalanceconfig import DefragConfig
 from swarmgpu.manager.placement import ClusterAllocator, Holding, demand_of
 from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.specs import schedulable
 from swarmgpu.manager.rebalance.context import Context, Statement
 from swarmgpu.manager.rebalance.moves import Trigger
+from swarmgpu.manager.rebalance.signals import GpuSignal
 
 
 def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pending: str
@@ -88,15 +89,24 @@ def _hide_held(ctx: Context, held: ClusterAllocator,
 
 
 def _movers_room(ctx: Context) -> ClusterAllocator:
-    """Where the search asks whether a holding can go elsewhere: the GPUs held from a
-    move counted used, by the rule the moves' targets are found by (``Context.
-    block_targets``). The pending request's room (``count_held``) is placement's: a GPU
-    held for the pending service itself, or held for another and partly used, is free to
-    it but no move's target; judged so, plans whose tasks had nowhere to go used up
-    ``MAX_TRIES``. Held from every service, its own hold too: the search asks by demand,
-    and a preemptor whose hold is alive is not converged, so it does not move."""
+    """Where the search asks whether a holding can go elsewhere: the GPUs no move's
+    target counted used, by the rules the moves' targets are found by (``Context.
+    find_target``): held ones (``block_targets``), and those not verified free (a GPU
+    hot or unread even before the mover's load is added, any GPU of a node whose
+    metrics are unknown). The pending request's room (``count_held``) is placement's: a
+    GPU held for the pending service itself, or held for another and partly used, is
+    free to it but no move's target; judged so, plans whose tasks had nowhere to go used
+    up ``MAX_TRIES`` (before stop 76 held GPUs, then hot and unread ones). Held from
+    every service, its own hold too: the search asks by demand, and a preemptor whose
+    hold is alive is not converged, so it does not move. A service's own rules (its
+    constraints, its other nodes) are asked by ``_try`` alone."""
     room = ctx.allocator(None, ())
-    ctx.block_targets(room, None, lambda _node, _i, _uuid, _sig: False)
+
+    def unverified(node: NodeState, _i: int, _uuid: str, sig: GpuSignal | None) -> bool:
+        return (sig is None or not ctx.node_known(node.spec.name)
+                or not ctx.gpu_ok_as_target(sig, 0.0))
+
+    ctx.block_targets(room, None, unverified)
     return room
 
 
