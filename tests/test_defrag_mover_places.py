@@ -8,7 +8,7 @@ where its move then found no target, and plans whose tasks had nowhere to go use
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import replace
 
 from support.health import F2 as HF2
@@ -17,10 +17,11 @@ from support.rebalance import node as rebalance_node
 from support.rebalance import running as rebalance_running
 from support.rebalance import service as rebalance_service
 
-from swarmgpu.manager.placement import read_ledger
-from swarmgpu.manager.rebalance.context import Inputs
+from swarmgpu.manager.placement import ClusterAllocator, read_ledger
+from swarmgpu.manager.rebalance.context import Context, Inputs
 from swarmgpu.manager.rebalance.moves import Trigger
 from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.policies.defrag import Defrag
 from swarmgpu.manager.rebalance.scrape import judge
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.swarm.client import SwarmNode
@@ -32,18 +33,18 @@ def _uuids(k: int) -> list[str]:
     return [f"{g.uuid[:-2]}{k:02d}" for g in HF2.gpus[:2]]
 
 
-def _defrag(util: Mapping[int, float], unread: Set[str] = frozenset()
-            ) -> list[tuple[str, str, str]]:
+def _inputs(util: Mapping[int, float], unread: Set[str] = frozenset(),
+            pending: Sequence[str] = ("p",), gpus: str = "2") -> Inputs:
     """gpu-node-2..5 (two RTX 4090s each): a<k> (1 GPU, 4090s only) on GPU 0, GPU 1 free
     at ``util`` (by GPU index); gpu-node-6: b and c (1 GPU each, any model); gpu-node-1:
-    7 whole A100s free. No metrics page is read of the nodes in ``unread``. Pending p
-    wants 2 RTX 4090s."""
+    7 whole A100s free. No metrics page is read of the nodes in ``unread``. The
+    ``pending`` services each want ``gpus`` RTX 4090s."""
     facts = {"n1": F1}
     for k in range(2, 7):
         facts[f"n{k}"] = replace(HF2, hostname=f"gpu-node-{k}", gpus=tuple(
             replace(g, uuid=u) for g, u in zip(HF2.gpus, _uuids(k), strict=False)))
     nodes: list[SwarmNode] = [rebalance_node("n1", "gpu-node-1", {})]
-    svcs = [rebalance_service("p", {f"{P}gpus": "2", **RTX})]
+    svcs = [rebalance_service(p, {f"{P}gpus": gpus, **RTX}) for p in pending]
     tasks = []
     for k in range(2, 7):
         u = _uuids(k)
@@ -60,7 +61,13 @@ def _defrag(util: Mapping[int, float], unread: Set[str] = frozenset()
             facts[n.id], util if n.id not in ("n1", "n6") else {}), t)
             for n in nodes if n.id not in unread}
         sig.observe(scr, facts, {n.id: n.hostname for n in nodes}, ledger, t)
-    inp = Inputs(nodes, svcs, tasks, facts, ledger, sig.gpus, sig.nodes, CFG, 12.0, ["p"], P)
+    return Inputs(nodes, svcs, tasks, facts, ledger, sig.gpus, sig.nodes, CFG, 12.0,
+                  list(pending), P)
+
+
+def _defrag(util: Mapping[int, float], unread: Set[str] = frozenset()
+            ) -> list[tuple[str, str, str]]:
+    inp = _inputs(util, unread)
     return sorted((m.service, m.source_node, m.target_node) for m in plan_moves(inp).moves
                   if m.trigger is Trigger.DEFRAG)
 
@@ -80,3 +87,22 @@ def test_defrag_counts_no_gpu_of_a_node_without_metrics_as_a_movers_place() -> N
     verified free), so a<k> cannot move; b and c make room on gpu-node-6."""
     got = _defrag({}, unread={"n2", "n3", "n4", "n5"})
     assert got == [("b", "n6", "n1"), ("c", "n6", "n1")]
+
+
+def test_defrag_builds_the_movers_room_once_a_pass_while_no_plan_is_made() -> None:
+    """Three pending services no plan makes room for (3 RTX 4090s: no node has them):
+    the movers' room is built once for all, not again for each (a whole allocator
+    each, most of defrag's time on a big cluster where pending requests find no plan);
+    each pending request's own room is its own."""
+    ctx = Context.build(_inputs({}, pending=("p", "q", "r"), gpus="3"))
+    built: list[object] = []
+    real = ctx.allocator
+
+    def counting(*args: object) -> ClusterAllocator:
+        built.append(args)
+        return real(*args)  # type: ignore[arg-type]
+
+    ctx.allocator = counting  # type: ignore[method-assign]
+    Defrag(CFG.defrag).propose(ctx)
+    assert not ctx.moves
+    assert len(built) == 3 + 1

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.rescue import MAX_TRIES, plans
 from swarmgpu.allocator.values import Choice, Demand, NodeState
 from swarmgpu.core.rebalanceconfig import DefragConfig
@@ -110,7 +111,7 @@ def _movers_room(ctx: Context) -> ClusterAllocator:
     return room
 
 
-def _running(ctx: Context, held: ClusterAllocator, pending: str
+def _running(ctx: Context, held: ClusterAllocator, pending: str, may: dict[str, bool]
              ) -> dict[str, dict[str, tuple[Demand, Choice]]]:
     """Per ready, active node Swarm would run the pending task on (its constraints,
     platforms, plugins, host ports: ``Context.refused``): the holdings that may move now
@@ -119,9 +120,9 @@ def _running(ctx: Context, held: ClusterAllocator, pending: str
     tasks there reserve (they leave with it: the search gives them back); those that
     may not (opted out, unconverged, cooling down, no GPU request) as tasks that cannot
     move. Left out, their GPUs counted as room no move was needed for, and a node with
-    one got no plan at all."""
+    one got no plan at all. ``may``: service -> may move now, filled as asked (the
+    caller's, for the pass while no plan is committed)."""
     has = set(ctx.ledger.get(pending, {})) | ctx.refused(pending)
-    may: dict[str, bool] = {}  # service -> may move now
     out: dict[str, dict[str, tuple[Demand, Choice]]] = {}
     use: dict[tuple[str, str], tuple[int, int]] = {}  # (service id, node) -> its tasks'
     for t in ctx.inp.tasks:
@@ -149,6 +150,11 @@ def _running(ctx: Context, held: ClusterAllocator, pending: str
 
 def propose(ctx: Context, cfg: DefragConfig) -> None:
     k_max = cfg.max_moves
+    # Which holdings may move and where movers may go change only as a plan is
+    # committed: built again for each pending request, they took most of defrag's time
+    # on a big cluster where pending requests found no plan.
+    may: dict[str, bool] = {}
+    away: Allocator | None = None
     for pending in sorted(ctx.inp.pending):
         req = ctx.requests.get(pending)
         # (gpus: "0": GPU work is not moved for CPU work, as it is not preempted for it)
@@ -158,12 +164,13 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
         # exist yet, the pass's moves) and asked (the pending task's reservation): a
         # search blind to them planned room the last check (``_try``) then refused
         held = ctx.allocator(None, ())
-        running = _running(ctx, held, pending)
+        running = _running(ctx, held, pending, may)
         _hide_held(ctx, held, running, pending)
         best: Statement | None = None
         want = demand_of(req, *ctx.targets.reservation(pending))
         if running:
-            away = _movers_room(ctx).alloc
+            if away is None:
+                away = _movers_room(ctx).alloc
             for plan in plans(held.alloc, running, want, k_max, elsewhere=away)[:MAX_TRIES]:
                 combo = tuple((str(svc), ctx.ledger[str(svc)][plan.node])
                               for svc in plan.tasks)
@@ -174,6 +181,7 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
             ctx.notes.append(f"pending {pending}: no plan of <= {k_max} move(s) makes room")
             continue
         best.commit()
+        may, away = {}, None  # the pass's ledger, moves and load changed
 
 
 class Defrag:
