@@ -34,11 +34,13 @@ def _uuids(k: int) -> list[str]:
 
 
 def _inputs(util: Mapping[int, float], unread: Set[str] = frozenset(),
-            pending: Sequence[str] = ("p",), gpus: str = "2") -> Inputs:
+            pending: Sequence[str] = ("p",), gpus: str = "2", pinned: bool = False
+            ) -> Inputs:
     """gpu-node-2..5 (two RTX 4090s each): a<k> (1 GPU, 4090s only) on GPU 0, GPU 1 free
     at ``util`` (by GPU index); gpu-node-6: b and c (1 GPU each, any model); gpu-node-1:
     7 whole A100s free. No metrics page is read of the nodes in ``unread``. The
-    ``pending`` services each want ``gpus`` RTX 4090s."""
+    ``pending`` services each want ``gpus`` RTX 4090s. ``pinned``: a<k> constrained to
+    its own node (``node.hostname==gpu-node-<k>``)."""
     facts = {"n1": F1}
     for k in range(2, 7):
         facts[f"n{k}"] = replace(HF2, hostname=f"gpu-node-{k}", gpus=tuple(
@@ -51,7 +53,10 @@ def _inputs(util: Mapping[int, float], unread: Set[str] = frozenset(),
         labels: dict[str, str] = {}
         for i, name in enumerate([f"a{k}"] if k < 6 else ["b", "c"]):
             labels.update({f"{P}assign.{name}": u[i], f"{P}service.{name}": "true"})
-            svcs.append(rebalance_service(name, {f"{P}gpus": "1", **(RTX if k < 6 else {})}))
+            s = rebalance_service(name, {f"{P}gpus": "1", **(RTX if k < 6 else {})})
+            if pinned and k < 6:
+                s = replace(s, constraints=(*s.constraints, f"node.hostname==gpu-node-{k}"))
+            svcs.append(s)
             tasks.append(replace(rebalance_running(name, f"n{k}"), id=f"t-{name}"))
         nodes.append(rebalance_node(f"n{k}", f"gpu-node-{k}", labels))
     sig = Signals(CFG)
@@ -65,9 +70,9 @@ def _inputs(util: Mapping[int, float], unread: Set[str] = frozenset(),
                   list(pending), P)
 
 
-def _defrag(util: Mapping[int, float], unread: Set[str] = frozenset()
+def _defrag(util: Mapping[int, float], unread: Set[str] = frozenset(), pinned: bool = False
             ) -> list[tuple[str, str, str]]:
-    inp = _inputs(util, unread)
+    inp = _inputs(util, unread, pinned=pinned)
     return sorted((m.service, m.source_node, m.target_node) for m in plan_moves(inp).moves
                   if m.trigger is Trigger.DEFRAG)
 
@@ -87,6 +92,14 @@ def test_defrag_counts_no_gpu_of_a_node_without_metrics_as_a_movers_place() -> N
     verified free), so a<k> cannot move; b and c make room on gpu-node-6."""
     got = _defrag({}, unread={"n2", "n3", "n4", "n5"})
     assert got == [("b", "n6", "n1"), ("c", "n6", "n1")]
+
+
+def test_defrag_counts_no_node_a_movers_own_rules_refuse_as_its_place() -> None:
+    """a<k> constrained to its own node: Swarm runs its task nowhere else, so its move
+    finds no target. The search asked by demand alone, took a<k> for movable onto GPU 1
+    of another node, and the four one-move plans used up every try; b and c make room
+    on gpu-node-6 (any free GPU)."""
+    assert [m[:2] for m in _defrag({}, pinned=True)] == [("b", "n6"), ("c", "n6")]
 
 
 def test_defrag_builds_the_movers_room_once_a_pass_while_no_plan_is_made() -> None:

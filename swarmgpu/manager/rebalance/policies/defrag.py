@@ -20,6 +20,8 @@ The first plan that holds is proposed.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 
 from swarmgpu.allocator.core import Allocator
@@ -111,6 +113,21 @@ def _movers_room(ctx: Context) -> ClusterAllocator:
     return room
 
 
+def _barred(ctx: Context, bar: dict[str, frozenset[str]]
+            ) -> Callable[[Hashable, str], AbstractSet[str]]:
+    """The search's ``barred``: the nodes besides its own a holding's move may not go to
+    by its service's rules, as ``Context.find_target`` asks them (Swarm's filters:
+    ``Context.refused``; the nodes it holds). Asked by demand alone, a holding pinned by
+    its constraints counted as movable, and plans it was in used up ``MAX_TRIES``.
+    ``bar``: service -> those nodes, filled as asked (the caller's, as ``may``)."""
+    def barred(tid: Hashable, node: str) -> AbstractSet[str]:
+        svc = str(tid)
+        if svc not in bar:
+            bar[svc] = frozenset(ctx.refused(svc) | ctx.ledger.get(svc, {}).keys())
+        return bar[svc] - {node}
+    return barred
+
+
 def _running(ctx: Context, held: ClusterAllocator, pending: str, may: dict[str, bool]
              ) -> dict[str, dict[str, tuple[Demand, Choice]]]:
     """Per ready, active node Swarm would run the pending task on (its constraints,
@@ -154,6 +171,7 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
     # committed: built again for each pending request, they took most of defrag's time
     # on a big cluster where pending requests found no plan.
     may: dict[str, bool] = {}
+    bar: dict[str, frozenset[str]] = {}
     away: Allocator | None = None
     for pending in sorted(ctx.inp.pending):
         req = ctx.requests.get(pending)
@@ -171,7 +189,8 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
         if running:
             if away is None:
                 away = _movers_room(ctx).alloc
-            for plan in plans(held.alloc, running, want, k_max, elsewhere=away)[:MAX_TRIES]:
+            for plan in plans(held.alloc, running, want, k_max, elsewhere=away,
+                              barred=_barred(ctx, bar))[:MAX_TRIES]:
                 combo = tuple((str(svc), ctx.ledger[str(svc)][plan.node])
                               for svc in plan.tasks)
                 best = _try(ctx, plan.node, combo, pending)
@@ -181,7 +200,7 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
             ctx.notes.append(f"pending {pending}: no plan of <= {k_max} move(s) makes room")
             continue
         best.commit()
-        may, away = {}, None  # the pass's ledger, moves and load changed
+        may, bar, away = {}, {}, None  # the pass's ledger, moves and load changed
 
 
 class Defrag:
