@@ -102,7 +102,7 @@ def _movers_room(ctx: Context) -> ClusterAllocator:
     up ``MAX_TRIES`` (before stop 76 held GPUs, then hot and unread ones). Held from
     every service, its own hold too: the search asks by demand, and a preemptor whose
     hold is alive is not converged, so it does not move. A service's own rules (its
-    constraints, its other nodes) are asked by ``_try`` alone."""
+    constraints, its other nodes) are ``_barred``'s."""
     room = ctx.allocator(None, ())
 
     def unverified(node: NodeState, _i: int, _uuid: str, sig: GpuSignal | None) -> bool:
