@@ -15,6 +15,7 @@ Pure: the allocator is read, and changed only by :func:`make_room` (all or nothi
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +61,7 @@ def _cover(have: int, need: int, pool: list[_Task], key: str) -> list[_Task] | N
 
 
 def _node_plan(node: NodeState, tasks: Mapping[Hashable, tuple[Demand, Choice]], d: Demand,
-               movable: Callable[[Demand], bool], max_moves: int,
+               movable: Callable[[Hashable, Demand], bool], max_moves: int,
                eligible: list[int]) -> Plan | None:
     """The cheapest set of movable tasks on ``node`` whose departure lets ``d`` fit on
     its ``eligible`` GPUs."""
@@ -68,7 +69,7 @@ def _node_plan(node: NodeState, tasks: Mapping[Hashable, tuple[Demand, Choice]],
     pinned = [False] * len(node.free)  # holds a task that cannot move (multi-GPU, stuck)
     loose: list[_Task] = []  # every movable task of the node
     for tid, (td, tc) in tasks.items():
-        ok = len(tc.gpus) <= 1 and movable(td)
+        ok = len(tc.gpus) <= 1 and movable(tid, td)
         t = _Task(tid, sum(tc.milli), tc.cpu_milli, tc.memory_mib)
         for g in tc.gpus:
             if ok:
@@ -117,36 +118,41 @@ def _node_plan(node: NodeState, tasks: Mapping[Hashable, tuple[Demand, Choice]],
 
 
 def plans(alloc: Allocator, running: Running, d: Demand, max_moves: int, *,
-          away: bool = True, elsewhere: Allocator | None = None) -> list[Plan]:
+          away: bool = True, elsewhere: Allocator | None = None,
+          barred: Callable[[Hashable, str], AbstractSet[str]] | None = None) -> list[Plan]:
     """Every node's cheapest plan for ``d``, cheapest first (fewest moves, least GPU
     moved, node rank). Demands without MIG, topology or node-label rules are searched,
     on the GPUs that pass their model and memory filters (``Allocator.eligible_gpus``);
     a task counts as movable when the allocator can place it on another node now
     (``away``; False: anywhere, its own node included, as the baselines' replay once
     counted it). ``elsewhere``: the allocator a task's other place is asked of, where the
-    caller holds GPUs from moves that the pending task may have (None: ``alloc``).
+    caller holds GPUs from moves that the pending task may have (None: ``alloc``);
+    ``barred``: (task key, its node) -> the other nodes it may not go to, by the caller's
+    rules (a service's constraints, its other replicas' nodes; None: none).
     ``running`` holds only the nodes and tasks the caller allows. A plan is arithmetic
     over shares, CPU and memory: the caller carries it out to see that it holds.
     """
     if d.mig_profile or d.topology != "any" or d.node_labels:
         return []
-    first: dict[Demand, str | None] = {}  # where placement puts a demand now
-    other: dict[tuple[Demand, str], bool] = {}
+    # where placement puts a demand now, the nodes it may not go to left out
+    first: dict[tuple[Demand, AbstractSet[str]], str | None] = {}
+    other: dict[tuple[Demand, str, AbstractSet[str]], bool] = {}
     there = alloc if elsewhere is None else elsewhere
 
-    def movable_from(name: str) -> Callable[[Demand], bool]:
-        def movable(td: Demand) -> bool:
-            if td not in first:
-                got = there.place(td, explain=False)
-                first[td] = got.node if isinstance(got, Choice) else None
-            where = first[td]
+    def movable_from(name: str) -> Callable[[Hashable, Demand], bool]:
+        def movable(tid: Hashable, td: Demand) -> bool:
+            no = frozenset(barred(tid, name)) if barred is not None else frozenset()
+            if (td, no) not in first:
+                got = there.place(td, explain=False, exclude=no)
+                first[(td, no)] = got.node if isinstance(got, Choice) else None
+            where = first[(td, no)]
             if where is None or not away or where != name:
                 return where is not None
-            key = (td, name)
+            key = (td, name, no)
             ok = other.get(key)
             if ok is None:
                 ok = other[key] = isinstance(
-                    there.place(td, explain=False, exclude={name}), Choice)
+                    there.place(td, explain=False, exclude=no | {name}), Choice)
             return ok
         return movable
 

@@ -20,16 +20,20 @@ The first plan that holds is proposed.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 
+from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.rescue import MAX_TRIES, plans
-from swarmgpu.allocator.values import Choice, Demand
+from swarmgpu.allocator.values import Choice, Demand, NodeState
 from swarmgpu.core.rebalanceconfig import DefragConfig
 from swarmgpu.manager.placement import ClusterAllocator, Holding, demand_of
 from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.specs import schedulable
 from swarmgpu.manager.rebalance.context import Context, Statement
 from swarmgpu.manager.rebalance.moves import Trigger
+from swarmgpu.manager.rebalance.signals import GpuSignal
 
 
 def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pending: str
@@ -88,19 +92,43 @@ def _hide_held(ctx: Context, held: ClusterAllocator,
 
 
 def _movers_room(ctx: Context) -> ClusterAllocator:
-    """Where the search asks whether a holding can go elsewhere: the GPUs held from a
-    move counted used, by the rule the moves' targets are found by (``Context.
-    block_targets``). The pending request's room (``count_held``) is placement's: a GPU
-    held for the pending service itself, or held for another and partly used, is free to
-    it but no move's target; judged so, plans whose tasks had nowhere to go used up
-    ``MAX_TRIES``. Held from every service, its own hold too: the search asks by demand,
-    and a preemptor whose hold is alive is not converged, so it does not move."""
+    """Where the search asks whether a holding can go elsewhere: the GPUs no move's
+    target counted used, by the rules the moves' targets are found by (``Context.
+    find_target``): held ones (``block_targets``), and those not verified free (a GPU
+    hot or unread even before the mover's load is added, any GPU of a node whose
+    metrics are unknown). The pending request's room (``count_held``) is placement's: a
+    GPU held for the pending service itself, or held for another and partly used, is
+    free to it but no move's target; judged so, plans whose tasks had nowhere to go used
+    up ``MAX_TRIES`` (before stop 76 held GPUs, then hot and unread ones). Held from
+    every service, its own hold too: the search asks by demand, and a preemptor whose
+    hold is alive is not converged, so it does not move. A service's own rules (its
+    constraints, its other nodes) are ``_barred``'s."""
     room = ctx.allocator(None, ())
-    ctx.block_targets(room, None, lambda _node, _i, _uuid, _sig: False)
+
+    def unverified(node: NodeState, _i: int, _uuid: str, sig: GpuSignal | None) -> bool:
+        return (sig is None or not ctx.node_known(node.spec.name)
+                or not ctx.gpu_ok_as_target(sig, 0.0))
+
+    ctx.block_targets(room, None, unverified)
     return room
 
 
-def _running(ctx: Context, held: ClusterAllocator, pending: str
+def _barred(ctx: Context, bar: dict[str, frozenset[str]]
+            ) -> Callable[[Hashable, str], AbstractSet[str]]:
+    """The search's ``barred``: the nodes besides its own a holding's move may not go to
+    by its service's rules, as ``Context.find_target`` asks them (Swarm's filters:
+    ``Context.refused``; the nodes it holds). Asked by demand alone, a holding pinned by
+    its constraints counted as movable, and plans it was in used up ``MAX_TRIES``.
+    ``bar``: service -> those nodes, filled as asked (the caller's, as ``may``)."""
+    def barred(tid: Hashable, node: str) -> AbstractSet[str]:
+        svc = str(tid)
+        if svc not in bar:
+            bar[svc] = frozenset(ctx.refused(svc) | ctx.ledger.get(svc, {}).keys())
+        return bar[svc] - {node}
+    return barred
+
+
+def _running(ctx: Context, held: ClusterAllocator, pending: str, may: dict[str, bool]
              ) -> dict[str, dict[str, tuple[Demand, Choice]]]:
     """Per ready, active node Swarm would run the pending task on (its constraints,
     platforms, plugins, host ports: ``Context.refused``): the holdings that may move now
@@ -109,9 +137,9 @@ def _running(ctx: Context, held: ClusterAllocator, pending: str
     tasks there reserve (they leave with it: the search gives them back); those that
     may not (opted out, unconverged, cooling down, no GPU request) as tasks that cannot
     move. Left out, their GPUs counted as room no move was needed for, and a node with
-    one got no plan at all."""
+    one got no plan at all. ``may``: service -> may move now, filled as asked (the
+    caller's, for the pass while no plan is committed)."""
     has = set(ctx.ledger.get(pending, {})) | ctx.refused(pending)
-    may: dict[str, bool] = {}  # service -> may move now
     out: dict[str, dict[str, tuple[Demand, Choice]]] = {}
     use: dict[tuple[str, str], tuple[int, int]] = {}  # (service id, node) -> its tasks'
     for t in ctx.inp.tasks:
@@ -139,6 +167,12 @@ def _running(ctx: Context, held: ClusterAllocator, pending: str
 
 def propose(ctx: Context, cfg: DefragConfig) -> None:
     k_max = cfg.max_moves
+    # Which holdings may move and where movers may go change only as a plan is
+    # committed: built again for each pending request, they took most of defrag's time
+    # on a big cluster where pending requests found no plan.
+    may: dict[str, bool] = {}
+    bar: dict[str, frozenset[str]] = {}
+    away: Allocator | None = None
     for pending in sorted(ctx.inp.pending):
         req = ctx.requests.get(pending)
         # (gpus: "0": GPU work is not moved for CPU work, as it is not preempted for it)
@@ -148,13 +182,15 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
         # exist yet, the pass's moves) and asked (the pending task's reservation): a
         # search blind to them planned room the last check (``_try``) then refused
         held = ctx.allocator(None, ())
-        running = _running(ctx, held, pending)
+        running = _running(ctx, held, pending, may)
         _hide_held(ctx, held, running, pending)
         best: Statement | None = None
         want = demand_of(req, *ctx.targets.reservation(pending))
         if running:
-            away = _movers_room(ctx).alloc
-            for plan in plans(held.alloc, running, want, k_max, elsewhere=away)[:MAX_TRIES]:
+            if away is None:
+                away = _movers_room(ctx).alloc
+            for plan in plans(held.alloc, running, want, k_max, elsewhere=away,
+                              barred=_barred(ctx, bar))[:MAX_TRIES]:
                 combo = tuple((str(svc), ctx.ledger[str(svc)][plan.node])
                               for svc in plan.tasks)
                 best = _try(ctx, plan.node, combo, pending)
@@ -164,6 +200,7 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
             ctx.notes.append(f"pending {pending}: no plan of <= {k_max} move(s) makes room")
             continue
         best.commit()
+        may, bar, away = {}, {}, None  # the pass's ledger, moves and load changed
 
 
 class Defrag:
