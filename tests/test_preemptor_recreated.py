@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from support.forged import FACTS, R_UUIDS, P, sw_node, sw_svc
+from support.pending_high import pending_high
 
 from swarmgpu.core.config import Config
 from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.manager.placement import Planner, plan_placement
+from swarmgpu.manager.placement import Planner
 from swarmgpu.manager.placement.keys import assign_key, gate_key
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.nominated import Nomination
@@ -24,27 +25,12 @@ from swarmgpu.swarm.client import SwarmTask
 from swarmgpu.swarm.unkeyed import Unkeyed
 
 
-def _pending_high() -> tuple[Snapshot, object]:
-    """batch (priority 0) holds all 8 RTX 4090s; high (priority 100, ``id-high``) asks
-    for 2 of them."""
-    held = Holding("batch", "n-4090", R_UUIDS, tuple(1000 for _ in R_UUIDS))
-    nodes = [sw_node("n-4090", "gpu-node-2", {assign_key(P, "batch"): held.label_value(),
-                                            gate_key(P, "batch"): "true"})]
-    batch = sw_svc("batch", {f"{P}gpus": "8", f"{P}priority": "0"})
-    high = sw_svc("high", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
-                           f"{P}priority": "100"})
-    tasks = [SwarmTask("t-batch", batch.id, "n-4090", 1, "running", "running", ()),
-             SwarmTask("t-high", high.id, "", 1, "pending", "running", ())]
-    snap = Snapshot(nodes, [batch, high], tasks, {})
-    return snap, plan_placement(nodes, [batch, high], tasks, FACTS)
-
-
 def _preempted_by(sid: str) -> Preemption:
     return Preemption("high", sid, 100, "n-9", "gpu-node-9", ())
 
 
 def test_a_service_created_under_a_settling_preemptors_name_may_preempt_at_once() -> None:
-    snap, plan = _pending_high()
+    snap, plan = pending_high()
     pre = Preempter(Config(), clock=lambda: 1000.0)
     pre.took(_preempted_by("id-old"), [], 995.0)  # the removed high's, 5 s ago
     got = pre.decide(snap, plan, FACTS, None, 5000.0, mono=1000.0)  # type: ignore[arg-type]
@@ -52,7 +38,7 @@ def test_a_service_created_under_a_settling_preemptors_name_may_preempt_at_once(
 
 
 def test_a_settling_preemptor_of_its_own_id_is_still_passed_over() -> None:
-    snap, plan = _pending_high()
+    snap, plan = pending_high()
     pre = Preempter(Config(), clock=lambda: 1000.0)
     pre.took(_preempted_by("id-high"), [], 995.0)
     assert pre.decide(snap, plan, FACTS, None, 5000.0, mono=1000.0) == []  # type: ignore[arg-type]
@@ -99,7 +85,7 @@ def test_a_service_created_under_a_preemptors_name_waits_for_none_of_its_victims
     """The removed high's settle time is over, but its victim other's move is still in
     flight (a record the daemon cannot read, under other's id): the removed high would
     wait for it; the new high does not."""
-    snap, plan = _pending_high()
+    snap, plan = pending_high()
     other = sw_svc("other", {})
     snap = replace(snap, services=[*snap.services, other])
     records = {record_key(P, other.id): "not a record"}

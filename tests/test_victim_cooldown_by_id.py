@@ -7,31 +7,12 @@ cool-down ended."""
 
 from __future__ import annotations
 
-from support.forged import FACTS, R_UUIDS, P, sw_node, sw_svc
+from support.forged import FACTS
+from support.pending_high import pending_high
 
 from swarmgpu.core.config import Config
 from swarmgpu.manager.cycle.preemption import Preempter
-from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.manager.placement import plan_placement
-from swarmgpu.manager.placement.keys import assign_key, gate_key
-from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preempt import Candidate, Preemption
-from swarmgpu.swarm.client import SwarmTask
-
-
-def _pending_high() -> tuple[Snapshot, object]:
-    """batch (priority 0, ``id-batch``) holds all 8 RTX 4090s; high (priority 100) asks
-    for 2 of them."""
-    held = Holding("batch", "n-4090", R_UUIDS, tuple(1000 for _ in R_UUIDS))
-    nodes = [sw_node("n-4090", "gpu-node-2", {assign_key(P, "batch"): held.label_value(),
-                                            gate_key(P, "batch"): "true"})]
-    batch = sw_svc("batch", {f"{P}gpus": "8", f"{P}priority": "0"})
-    high = sw_svc("high", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
-                           f"{P}priority": "100"})
-    tasks = [SwarmTask("t-batch", batch.id, "n-4090", 1, "running", "running", ()),
-             SwarmTask("t-high", high.id, "", 1, "pending", "running", ())]
-    snap = Snapshot(nodes, [batch, high], tasks, {})
-    return snap, plan_placement(nodes, [batch, high], tasks, FACTS)
 
 
 def _batch_preempted(sid: str) -> tuple[Preemption, list[Candidate]]:
@@ -41,7 +22,7 @@ def _batch_preempted(sid: str) -> tuple[Preemption, list[Candidate]]:
 
 
 def test_a_service_created_under_a_cooling_victims_name_may_be_a_victim_at_once() -> None:
-    snap, plan = _pending_high()
+    snap, plan = pending_high()
     pre = Preempter(Config(), clock=lambda: 1000.0)
     pre.took(*_batch_preempted("id-old"), 995.0)  # the removed batch's
     got = pre.decide(snap, plan, FACTS, None, 5000.0, mono=1000.0)  # type: ignore[arg-type]
@@ -50,7 +31,7 @@ def test_a_service_created_under_a_cooling_victims_name_may_be_a_victim_at_once(
 
 
 def test_a_cooling_victim_of_its_own_id_is_still_passed_over() -> None:
-    snap, plan = _pending_high()
+    snap, plan = pending_high()
     pre = Preempter(Config(), clock=lambda: 1000.0)
     pre.took(*_batch_preempted("id-batch"), 995.0)
     assert pre.decide(snap, plan, FACTS, None, 5000.0, mono=1000.0) == []  # type: ignore[arg-type]
