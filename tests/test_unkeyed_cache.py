@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+from support.swarm_cache import cached
 
 from swarmgpu.swarm import client
 from swarmgpu.swarm.cache import EVENT_WAIT_S, SwarmCache
@@ -56,16 +57,6 @@ class ProxyApi:
 
     def inspect_service(self, service_id: str) -> Any:
         return self.s[service_id]
-
-
-def cached(api: ProxyApi) -> tuple[SwarmClient, SwarmCache]:
-    sw = SwarmClient.__new__(SwarmClient)
-    sw.endpoint, sw._api = "unix:///test", api  # type: ignore[assignment]
-    sw.on_write = sw.on_landed = None
-    cache = SwarmCache(sw)
-    cache.opened()  # the stream is open: a read after an event inspects only what it named
-    cache.read()  # the first read lists
-    return sw, cache
 
 
 def test_a_service_an_event_names_whose_answer_has_no_id_is_left_out_as_the_list_leaves_it(

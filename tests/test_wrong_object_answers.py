@@ -24,10 +24,10 @@ import docker
 import pytest
 import requests
 from support.engine_stub import SERVICE, start_engine
+from support.swarm_cache import cached
 
 from swarmgpu.manager.cycle.grants import ImageEnvs
 from swarmgpu.manager.engine.proxy_policy import write_checks
-from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmWrongObject, UnreadWrite
 from swarmgpu.swarm.dockerproxy import build_proxy
 
@@ -173,12 +173,7 @@ def test_an_events_inspect_answered_with_another_service_keeps_it_and_lists() ->
     cache as removed (its holdings then read as a removed service's and released) until
     the timer's list. Now it is kept and everything listed at once."""
     api = ProxyApi({"s1": service_raw("s1", "web"), "s2": service_raw("s2", "train")})
-    sw = SwarmClient.__new__(SwarmClient)
-    sw.endpoint, sw._api = "unix:///test", api  # type: ignore[assignment]
-    sw.on_write = sw.on_landed = None
-    cache = SwarmCache(sw)
-    cache.opened()  # the stream is open: a read after an event inspects only what it named
-    cache.read()  # the first read lists
+    _, cache = cached(api)
     api.inspect["s2"] = service_raw("s1", "web")
     cache.on_event({"Type": "service", "Actor": {"ID": "s2"}})
     _, services = cache.read()
@@ -193,12 +188,7 @@ def test_events_inspects_answered_with_other_objects_stop_at_the_first() -> None
     list that follows reads them all."""
     names = {f"s{i}": service_raw(f"s{i}", f"app{i}") for i in range(1, 6)}
     api = ProxyApi(names)
-    sw = SwarmClient.__new__(SwarmClient)
-    sw.endpoint, sw._api = "unix:///test", api  # type: ignore[assignment]
-    sw.on_write = sw.on_landed = None
-    cache = SwarmCache(sw)
-    cache.opened()
-    cache.read()
+    _, cache = cached(api)
     api.inspect = {sid: service_raw("s1", "app1") for sid in names}
     for sid in ("s2", "s3", "s4", "s5"):
         cache.on_event({"Type": "service", "Actor": {"ID": sid}})
@@ -241,31 +231,10 @@ def test_the_docker_proxy_refuses_a_write_whose_read_answers_another_service(
     """The proxy checks a service write against the spec it reads of it, then writes the
     ID that answer names: an engine answering svc2's read with svc1's had svc1 written
     (checked against svc1's spec) for a write the daemon addressed to svc2."""
-    engine = start_engine(str(tmp_path / "engine.sock"))
-    path = tmp_path / "proxy.sock"
-    srv = build_proxy(f"unix://{path}", f"unix://{tmp_path / 'engine.sock'}",
-                      write_checks("swarmgpu."))
-    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
-                     daemon=True).start()
-    try:
-        body = json.dumps(SERVICE["Spec"]).encode()
-        with socket.socket(socket.AF_UNIX) as s:
-            s.settimeout(5)
-            s.connect(str(path))
-            s.sendall(b"POST /v1.43/services/svc2/update?version=3 HTTP/1.1\r\nHost: d\r\n"
-                      b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                      % (len(body), body))
-            got = b""
-            while chunk := s.recv(4096):
-                got += chunk
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        engine.shutdown()
-        engine.server_close()
+    got, seen = _proxy_write(tmp_path, _post(b"/services/svc2/update", SERVICE["Spec"]))
     assert got.startswith(b"HTTP/1.1 502"), got
     assert b"service 'svc2' was asked for, the engine answered service 'svc1'" in got, got
-    assert not [r for r in engine.seen if r.startswith(b"POST")]
+    assert not [r for r in seen if r.startswith(b"POST")]
 
 
 def _proxy_write(tmp_path: Path, request: bytes, setup: Any = None) -> tuple[bytes, list[bytes]]:
