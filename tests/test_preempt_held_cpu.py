@@ -6,27 +6,19 @@ period late. Pure: the real planner and ``choose_preemptions`` over a forged sna
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
-from support.forged import DGX_F, R4090_F, sw_node, sw_svc
+from support.forged import DGX_F, R4090_F, reserving, sw_node, sw_svc
 
 from swarmgpu.manager.placement import Holding, Planner, assign_key, gate_key
 from swarmgpu.manager.placement.nominated import Nomination, holds_with_stopping
 from swarmgpu.manager.placement.preempt import Candidate, Preemption, choose_preemptions
 from swarmgpu.manager.placement.records import Status
-from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmTask
 
 P = "swarmgpu."
 D = tuple(g.uuid for g in DGX_F.gpus)
 R = tuple(g.uuid for g in R4090_F.gpus)
 FACTS = {"n-a": DGX_F, "n-b": R4090_F}
-
-
-def _reserving(s: SwarmService, cpu_milli: int) -> SwarmService:
-    tt = dict(s.spec["TaskTemplate"])
-    tt["Resources"] = {"Reservations": {"NanoCPUs": cpu_milli * 1_000_000}}
-    return replace(s, spec={**s.spec, "TaskTemplate": tt})
 
 
 def _decide(low_priority: int, low_cpu: int) -> list[str]:
@@ -39,8 +31,8 @@ def _decide(low_priority: int, low_cpu: int) -> list[str]:
                                            gate_key(P, "old"): "true"})]
     job = sw_svc("job", {f"{P}gpus": "2"}, mode={"ReplicatedJob": {}})
     old = sw_svc("old", {f"{P}gpus": "8"})
-    high = _reserving(sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100"}), 32000)
-    low = _reserving(sw_svc("low", {f"{P}gpus": "1", f"{P}priority": str(low_priority)}),
+    high = reserving(sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100"}), 32000)
+    low = reserving(sw_svc("low", {f"{P}gpus": "1", f"{P}priority": str(low_priority)}),
                      low_cpu)
     services = [job, old, high, low]
     stop = SwarmTask("t-job", job.id, "n-a", 1, "running", "shutdown", (), cpu_milli=40000)
@@ -92,9 +84,9 @@ def test_a_higher_request_served_after_a_lower_one_does_not_count_the_preemptors
                                            gate_key(P, "old2"): "true"})]
     job = sw_svc("job", {f"{P}gpus": "2"}, mode={"ReplicatedJob": {}})
     old1, old2 = sw_svc("old1", {f"{P}gpus": "4"}), sw_svc("old2", {f"{P}gpus": "4"})
-    high = _reserving(sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100"}), 32000)
-    low = _reserving(sw_svc("low", {f"{P}gpus": "1", f"{P}priority": "50"}), 30000)
-    top = _reserving(sw_svc("top", {f"{P}gpus": "1", f"{P}priority": "200"}), 34000)
+    high = reserving(sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100"}), 32000)
+    low = reserving(sw_svc("low", {f"{P}gpus": "1", f"{P}priority": "50"}), 30000)
+    top = reserving(sw_svc("top", {f"{P}gpus": "1", f"{P}priority": "200"}), 34000)
     services = [job, old1, old2, high, low, top]
     stop = SwarmTask("t-job", job.id, "n-a", 1, "running", "shutdown", (), cpu_milli=40000)
     tasks = [SwarmTask("t-old1", old1.id, "n-b", 1, "running", "running", ()),

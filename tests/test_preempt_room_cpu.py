@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from support.forged import DGX_F, R4090_F, sw_node, sw_svc
+from support.forged import DGX_F, R4090_F, reserving, sw_node, sw_svc
 
 from swarmgpu.manager.placement import (
     Holding,
@@ -30,13 +30,6 @@ R = tuple(g.uuid for g in R4090_F.gpus)
 FACTS = {"n-a": DGX_F, "n-b": R4090_F}
 
 
-def _reserving(s: SwarmService, cpu_milli: int) -> SwarmService:
-    """``s`` whose tasks reserve ``cpu_milli`` (Swarm's ResourceFilter)."""
-    tt = dict(s.spec["TaskTemplate"])
-    tt["Resources"] = {"Reservations": {"NanoCPUs": cpu_milli * 1_000_000}}
-    return replace(s, spec={**s.spec, "TaskTemplate": tt})
-
-
 def _held(name: str, nid: str, uuids: tuple[str, ...]) -> dict[str, str]:
     h = Holding(name, nid, uuids, tuple(1000 for _ in uuids))
     return {assign_key(P, name): h.label_value(), gate_key(P, name): "true"}
@@ -51,12 +44,12 @@ def _cluster(a_cpu: int, with_low: bool = True,
     b = {**_held("filler", "n-b", R[1:]), **(_held("low", "n-b", R[:1]) if with_low else {})}
     nodes = [replace(sw_node("n-a", "gpu-node-1", _held("c", "n-a", ())), cpu_milli=a_cpu),
              sw_node("n-b", "gpu-node-2", b)]
-    c = _reserving(sw_svc("c", {f"{P}gpus": "0"}), 1500)
+    c = reserving(sw_svc("c", {f"{P}gpus": "0"}), 1500)
     low = sw_svc("low", {f"{P}gpus": "1", devices_key(P, "n-b"): R[0]})
     filler = sw_svc("filler", {f"{P}gpus": "7", f"{P}priority": "50",
                                f"{P}preemptible": "false",
                                devices_key(P, "n-b"): ",".join(R[1:])})
-    high = _reserving(sw_svc("high", {f"{P}gpus": "1", f"{P}priority": "100"}), 1000)
+    high = reserving(sw_svc("high", {f"{P}gpus": "1", f"{P}priority": "100"}), 1000)
     tasks = [SwarmTask("t-c", c.id, "n-a", 1, "running", "running", (), cpu_milli=1500),
              SwarmTask("t-filler", filler.id, "n-b", 1, "running", "running", ()),
              SwarmTask("t-high", high.id, "", 1, "pending", "running", ())]
@@ -119,7 +112,7 @@ def test_free_gpus_short_of_cpu_for_a_stopping_task_alone_wait_for_it(c_runs: bo
     and low was stopped on n-b for it. With c running on, n-a stays short once the task
     stops: low goes, as before."""
     nodes, services, tasks = _cluster(a_cpu=2000)
-    gone = _reserving(sw_svc("gone", {}), 500)
+    gone = reserving(sw_svc("gone", {}), 500)
     (t_c,) = [t for t in tasks if t.id == "t-c"]
     leaving = [SwarmTask("t-gone", gone.id, "n-a", 1, "running", "shutdown", (), cpu_milli=500)]
     if not c_runs:  # c scaled to 0: its holding gone, its task stopping
@@ -210,8 +203,8 @@ def _waiter_and_mid(what: str) -> tuple[list[SwarmNode], list[SwarmService], lis
     low = sw_svc("low", {f"{P}gpus": str(cut - 2), **r4090})
     filler = sw_svc("filler", {f"{P}gpus": str(8 - cut), f"{P}priority": "50",
                                f"{P}preemptible": "false"})
-    high = _reserving(sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100", **r4090}), 3000)
-    mid = _reserving(sw_svc("mid", {f"{P}gpus": "4", f"{P}priority": "90", **r4090}),
+    high = reserving(sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100", **r4090}), 3000)
+    mid = reserving(sw_svc("mid", {f"{P}gpus": "4", f"{P}priority": "90", **r4090}),
                      3000 if gpus else 1000)
     b = {**_held("low", "n-b", R[2:cut]), **_held("filler", "n-b", R[cut:]),
          **(_held("old", "n-b", R[:2]) if gpus else {})}

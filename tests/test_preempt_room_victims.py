@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from support.forged import R4090_F, sw_node, sw_svc
+from support.forged import R4090_F, reserving, sw_node, sw_svc
 
 from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key, plan_placement
 from swarmgpu.manager.placement.planner import Planner
@@ -21,13 +21,6 @@ from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 P = "swarmgpu."
 R = tuple(g.uuid for g in R4090_F.gpus)
 FACTS = {"n-b": R4090_F}
-
-
-def _reserving(s: SwarmService, cpu_milli: int) -> SwarmService:
-    """``s`` whose tasks reserve ``cpu_milli`` (Swarm's ResourceFilter)."""
-    tt = dict(s.spec["TaskTemplate"])
-    tt["Resources"] = {"Reservations": {"NanoCPUs": cpu_milli * 1_000_000}}
-    return replace(s, spec={**s.spec, "TaskTemplate": tt})
 
 
 def _held(name: str, uuids: tuple[str, ...]) -> dict[str, str]:
@@ -45,8 +38,8 @@ def _cluster(gone: str = "") -> tuple[list[SwarmNode], list[SwarmService], list[
                                f"{P}preemptible": "false",
                                devices_key(P, "n-b"): ",".join(R[2:])})
     light = sw_svc("light", {f"{P}gpus": "1", devices_key(P, "n-b"): R[0]})
-    heavy = _reserving(sw_svc("heavy", {f"{P}gpus": "1", devices_key(P, "n-b"): R[1]}), 3500)
-    high = _reserving(sw_svc("high", {f"{P}gpus": "1", f"{P}priority": "100"}), 1000)
+    heavy = reserving(sw_svc("heavy", {f"{P}gpus": "1", devices_key(P, "n-b"): R[1]}), 3500)
+    high = reserving(sw_svc("high", {f"{P}gpus": "1", f"{P}priority": "100"}), 1000)
     labels = {**_held("filler", R[2:])}
     services = [filler, high]
     tasks = [SwarmTask("t-filler", filler.id, "n-b", 1, "running", "running", ()),

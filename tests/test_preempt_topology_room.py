@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from support.forged import DGX_F, R4090_F, sw_node, sw_svc
+from support.forged import DGX_F, R4090_F, reserving, sw_node, sw_svc
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key, plan_placement
@@ -24,13 +24,6 @@ PAIR_F = replace(R4090_F, links=tuple(
     tuple("NV4" if {i, j} == {0, 1} else link for j, link in enumerate(row))
     for i, row in enumerate(R4090_F.links)))
 U = tuple(g.uuid for g in PAIR_F.gpus)
-
-
-def _reserving(s: SwarmService, cpu_milli: int) -> SwarmService:
-    """``s`` whose tasks reserve ``cpu_milli`` (Swarm's ResourceFilter)."""
-    tt = dict(s.spec["TaskTemplate"])
-    tt["Resources"] = {"Reservations": {"NanoCPUs": cpu_milli * 1_000_000}}
-    return replace(s, spec={**s.spec, "TaskTemplate": tt})
 
 
 def _choose(nodes: list[SwarmNode], facts: dict[str, NodeFacts], high: SwarmService,
@@ -61,7 +54,7 @@ def _choose(nodes: list[SwarmNode], facts: dict[str, NodeFacts], high: SwarmServ
 
 def _nvlink_pair(cpu_milli: int = 0) -> SwarmService:
     high = sw_svc("high", {f"{P}gpus": "2", f"{P}topology": "nvlink", f"{P}priority": "100"})
-    return _reserving(high, cpu_milli) if cpu_milli else high
+    return reserving(high, cpu_milli) if cpu_milli else high
 
 
 def test_an_nvlink_preemptor_stops_the_holder_of_the_only_pair_though_gpus_are_free() -> None:

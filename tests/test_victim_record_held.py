@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from support.forged import DGX_F, R_UUIDS, RecordingSwarm, snapshot, sw_node, sw_svc
+from support.forged import DGX_F, R_UUIDS, RecordingSwarm, reserving, snapshot, sw_node, sw_svc
 from support.placement import FACTS
 
 from swarmgpu.core.config import Config
@@ -29,7 +29,7 @@ from swarmgpu.manager.placement import (
 from swarmgpu.manager.placement.nominated import Nomination
 from swarmgpu.manager.placement.preempt import choose_preemptions
 from swarmgpu.manager.placement.preempted import Preempted, preempted_state
-from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmTask
 
 P = "swarmgpu."
 
@@ -99,12 +99,6 @@ def test_a_record_too_long_with_its_gpus_is_kept_without_them() -> None:
     assert preempted_state({f"{P}state.preempted": short.to_json()}, P) == short
 
 
-def _reserving(s: SwarmService, cpu_milli: int) -> SwarmService:
-    tt = dict(s.spec["TaskTemplate"])
-    tt["Resources"] = {"Reservations": {"NanoCPUs": cpu_milli * 1_000_000}}
-    return replace(s, spec={**s.spec, "TaskTemplate": tt})
-
-
 def _job_stopping(record: bool) -> Snapshot:
     """high (priority 100: 2 GPUs, 32 CPUs) stopped job (``record``: its record says so)
     on gpu-node-1, whose task still stops there on 2 GPUs reserving 40 of its 64 CPUs:
@@ -123,7 +117,7 @@ def _job_stopping(record: bool) -> Snapshot:
                  mode={"ReplicatedJob": {}})
     old, keep = sw_svc("old", {f"{P}gpus": "8"}), sw_svc("keep", {
         f"{P}gpus": "6", f"{P}preemptible": "false"})
-    high = _reserving(sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100"}), 32000)
+    high = reserving(sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100"}), 32000)
     stop = SwarmTask("t-job", job.id, "n-dgx", 1, "running", "shutdown",
                      ("NVIDIA_VISIBLE_DEVICES=" + ",".join(d[:2]),), cpu_milli=40000)
     tasks = [SwarmTask("t-old", old.id, "n-4090", 1, "running", "running", ()),
