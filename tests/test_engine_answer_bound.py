@@ -38,13 +38,19 @@ def cut_short(monkeypatch: pytest.MonkeyPatch, path: str) -> Iterator[LoopEngine
         assert engine.sent < 32 * MIB, engine.sent
 
 
-def test_an_answer_past_the_limit_is_refused_naming_it_unread(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def tasks_refused(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A plain client's refusal of a 64 MiB GET /tasks under a 1 MiB limit."""
     with cut_short(monkeypatch, "/tasks") as engine:
         sw = SwarmClient(f"tcp://127.0.0.1:{engine.server_port}")
         with pytest.raises(SwarmError, match=r"answer to GET /tasks is over 1 MiB") as got:
             sw.tasks()
-        assert "task-history-limit" in str(got.value) and "proxy" in str(got.value)
+    return str(got.value)
+
+
+def test_an_answer_past_the_limit_is_refused_naming_it_unread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    got = tasks_refused(monkeypatch)
+    assert "task-history-limit" in got and "proxy" in got
 
 
 def test_the_configs_engine_max_answer_mib_sets_the_managers_bound(tmp_path: Path) -> None:
@@ -158,9 +164,6 @@ def test_a_bound_no_config_sets_names_no_setting_as_its_fix(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # (doctor's and the agent's reads: engine.max_answer_mib is the manager's, and
     # raising it there changes nothing here; the manager's own refusal names it: above)
-    with cut_short(monkeypatch, "/tasks") as engine:
-        sw = SwarmClient(f"tcp://127.0.0.1:{engine.server_port}")
-        with pytest.raises(SwarmError, match=r"answer to GET /tasks is over 1 MiB") as got:
-            sw.tasks()
-    assert "max_answer_mib" not in str(got.value), got.value
-    assert "task-history-limit" in str(got.value)
+    got = tasks_refused(monkeypatch)
+    assert "max_answer_mib" not in got, got
+    assert "task-history-limit" in got
