@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from support.forged import victim_move
 from support.health import F2 as HF2
@@ -18,6 +19,7 @@ from support.rebalance import node as rebalance_node
 from support.rebalance import running as rebalance_running
 from support.rebalance import service as rebalance_service
 
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement import read_ledger
 from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY
 from swarmgpu.manager.rebalance.context import Inputs
@@ -27,13 +29,40 @@ from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.record import room_for
 from swarmgpu.manager.rebalance.scrape import judge
 from swarmgpu.manager.rebalance.signals import Signals
-from swarmgpu.swarm.client import SwarmNode
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 RTX = {f"{P}gpu-product": "*4090*"}
 
 
 def _uuids(k: int) -> list[str]:
     return [f"{g.uuid[:-2]}{k:02d}" for g in HF2.gpus[:2]]
+
+
+def _observed(nodes: list[SwarmNode], svcs: list[SwarmService], tasks: list[SwarmTask],
+              facts: dict[str, NodeFacts], **held: Any) -> Inputs:
+    """The rebalancer's inputs after 13 s of ``facts``' metrics pages; p pending,
+    ``held`` (``held``, ``held_shares``) as given."""
+    sig = Signals(CFG)
+    ledger = read_ledger(nodes, P)
+    for t in (float(t) for t in range(13)):
+        scr = {n.id: judge(n, "http://x/metrics", page(facts[n.id], {}), t) for n in nodes}
+        sig.observe(scr, facts, {n.id: n.hostname for n in nodes}, ledger, t)
+    return Inputs(nodes, svcs, tasks, facts, ledger, sig.gpus, sig.nodes, CFG, 12.0, ["p"], P,
+                  **held)
+
+
+def _defrag_on_n2(labels: dict[str, str], svcs: list[SwarmService], beside: str,
+                  **held: Any) -> list[tuple[str, str, str]]:
+    """Defrag's moves (service, source, target) with a and ``beside`` running on
+    gpu-node-2 (two RTX 4090s, ``labels``), gpu-node-1's A100s free."""
+    u = _uuids(2)
+    nodes = [rebalance_node("n1", "gpu-node-1", {}), rebalance_node("n2", "gpu-node-2", labels)]
+    facts = {"n1": F1, "n2": replace(HF2, gpus=tuple(
+        replace(g, uuid=v) for g, v in zip(HF2.gpus, u, strict=False)))}
+    tasks = [replace(rebalance_running(s, "n2"), id=f"t-{s}") for s in ("a", beside)]
+    inp = _observed(nodes, svcs, tasks, facts, **held)
+    return [(m.service, m.source_node, m.target_node) for m in plan_moves(inp).moves
+            if m.trigger is Trigger.DEFRAG]
 
 
 def _inputs(held: Mapping[tuple[str, str], tuple[str, int]]) -> Inputs:
@@ -55,13 +84,7 @@ def _inputs(held: Mapping[tuple[str, str], tuple[str, int]]) -> Inputs:
             svcs.append(rebalance_service(name, {f"{P}gpus": "1", **(RTX if k < 6 else {})}))
             tasks.append(replace(rebalance_running(name, f"n{k}"), id=f"t-{name}"))
         nodes.append(rebalance_node(f"n{k}", f"gpu-node-{k}", labels))
-    sig = Signals(CFG)
-    ledger = read_ledger(nodes, P)
-    for t in (float(t) for t in range(13)):
-        scr = {n.id: judge(n, "http://x/metrics", page(facts[n.id], {}), t) for n in nodes}
-        sig.observe(scr, facts, {n.id: n.hostname for n in nodes}, ledger, t)
-    return Inputs(nodes, svcs, tasks, facts, ledger, sig.gpus, sig.nodes, CFG, 12.0, ["p"],
-                  P, held=held)
+    return _observed(nodes, svcs, tasks, facts, held=held)
 
 
 def _defrag(held: Mapping[tuple[str, str], tuple[str, int]]) -> list[Move]:
@@ -110,24 +133,13 @@ def _beside_stopping(p_labels: Mapping[str, str], stopping: bool = True
     u = _uuids(2)
     labels = {f"{P}assign.a": f"{u[0]}@500", f"{P}service.a": "true",
               f"{P}assign.x": u[1], f"{P}service.x": "true"}
-    nodes = [rebalance_node("n1", "gpu-node-1", {}), rebalance_node("n2", "gpu-node-2", labels)]
-    facts = {"n1": F1, "n2": replace(HF2, gpus=tuple(
-        replace(g, uuid=v) for g, v in zip(HF2.gpus, u, strict=False)))}
     svcs = [rebalance_service("p", {**p_labels, **RTX}),
             rebalance_service("a", {f"{P}gpu-fraction": "0.5"}),
             rebalance_service("x", {f"{P}gpus": "1", **RTX})]
-    tasks = [replace(rebalance_running(s, "n2"), id=f"t-{s}") for s in ("a", "x")]
-    sig = Signals(CFG)
-    ledger = read_ledger(nodes, P)
-    for t in (float(t) for t in range(13)):
-        scr = {n.id: judge(n, "http://x/metrics", page(facts[n.id], {}), t) for n in nodes}
-        sig.observe(scr, facts, {n.id: n.hostname for n in nodes}, ledger, t)
     k = ("n2", u[0])
     held = {k: ("tasks stopping on n2", STOPPING_PRIORITY)} if stopping else {}
-    inp = Inputs(nodes, svcs, tasks, facts, ledger, sig.gpus, sig.nodes, CFG, 12.0, ["p"], P,
-                 held=held, held_shares={k: 250} if stopping else {})
-    return [(m.service, m.source_node, m.target_node) for m in plan_moves(inp).moves
-            if m.trigger is Trigger.DEFRAG]
+    return _defrag_on_n2(labels, svcs, "x", held=held,
+                         held_shares={k: 250} if stopping else {})
 
 
 def test_defrag_moves_a_share_off_a_gpu_a_stopping_task_partly_uses() -> None:
@@ -146,21 +158,10 @@ def _beside_opted_out(w_labels: Mapping[str, str]) -> list[tuple[str, str, str]]
     u = _uuids(2)
     labels = {f"{P}assign.a": u[0], f"{P}service.a": "true",
               f"{P}assign.w": u[1], f"{P}service.w": "true"}
-    nodes = [rebalance_node("n1", "gpu-node-1", {}), rebalance_node("n2", "gpu-node-2", labels)]
-    facts = {"n1": F1, "n2": replace(HF2, gpus=tuple(
-        replace(g, uuid=v) for g, v in zip(HF2.gpus, u, strict=False)))}
     svcs = [rebalance_service("p", {f"{P}gpus": "1", **RTX}),
             rebalance_service("a", {f"{P}gpus": "1"}),
             rebalance_service("w", {f"{P}gpus": "1", **w_labels})]
-    tasks = [replace(rebalance_running(s, "n2"), id=f"t-{s}") for s in ("a", "w")]
-    sig = Signals(CFG)
-    ledger = read_ledger(nodes, P)
-    for t in (float(t) for t in range(13)):
-        scr = {n.id: judge(n, "http://x/metrics", page(facts[n.id], {}), t) for n in nodes}
-        sig.observe(scr, facts, {n.id: n.hostname for n in nodes}, ledger, t)
-    inp = Inputs(nodes, svcs, tasks, facts, ledger, sig.gpus, sig.nodes, CFG, 12.0, ["p"], P)
-    return [(m.service, m.source_node, m.target_node) for m in plan_moves(inp).moves
-            if m.trigger is Trigger.DEFRAG]
+    return _defrag_on_n2(labels, svcs, "w")
 
 
 def test_defrag_counts_the_gpu_of_a_holding_that_may_not_move_as_no_room() -> None:
