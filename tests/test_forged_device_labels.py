@@ -132,10 +132,11 @@ def test_a_task_restarted_under_a_settled_plan_is_seen_made_from_clean_lists() -
     assert t.service_labels_set and not t.force_update, t.warnings
 
 
-def test_a_forged_list_with_force_is_still_replaced_by_a_daemon_that_saw_it_clean() -> None:
-    """``--label-add ... --force``: Swarm made a new task from the forged list, after
-    the daemon last saw the lists clean: replaced."""
-    nodes, tenant, victim, runs = _two_placed(MADE)
+def _forced_forgery(made: str, remade: str) -> ServicePlan:
+    """The tenant's plan by a daemon that saw the lists clean (tasks made at ``made``),
+    once tenant's list names the victim's GPU, updated with ``--force`` (its new task
+    made at ``remade``)."""
+    nodes, tenant, victim, runs = _two_placed(made)
     nid = runs[0].node_id
     daemon = Planner()
     daemon.plan(nodes, [tenant, victim], runs, FACTS)
@@ -143,9 +144,15 @@ def test_a_forged_list_with_force_is_still_replaced_by_a_daemon_that_saw_it_clea
                      version=tenant.version + 1, force_update=tenant.force_update + 1,
                      previous_spec={"Labels": dict(tenant.labels)}, updated_at=LATER,
                      update_ran=True)
-    remade = [replace(runs[0], id="t-tenant-2", created_at="2026-12-01T11:00:01Z"), runs[1]]
-    plan = daemon.plan(nodes, [forged, victim], remade, FACTS)
-    t = {sp.name: sp for sp in plan.services}["tenant"]
+    again = [replace(runs[0], id="t-tenant-2", created_at=remade), runs[1]]
+    plan = daemon.plan(nodes, [forged, victim], again, FACTS)
+    return {sp.name: sp for sp in plan.services}["tenant"]
+
+
+def test_a_forged_list_with_force_is_still_replaced_by_a_daemon_that_saw_it_clean() -> None:
+    """``--label-add ... --force``: Swarm made a new task from the forged list, after
+    the daemon last saw the lists clean: replaced."""
+    t = _forced_forgery(MADE, "2026-12-01T11:00:01Z")
     assert t.force_update
     assert any("may have been made from them" in w for w in t.warnings), t.warnings
 
@@ -215,17 +222,7 @@ def test_a_forged_list_with_force_under_a_clock_behind_is_still_replaced() -> No
     forced forged list at 10:00:10 by its clock. Before, the daemon's memory was the
     newest CreatedAt seen clean, and an earlier time read as a task made before the
     list: it kept the victim's GPU. Now the memory is the tasks seen clean themselves."""
-    nodes, tenant, victim, runs = _two_placed("2026-12-01T10:00:30Z")
-    nid = runs[0].node_id
-    daemon = Planner()
-    daemon.plan(nodes, [tenant, victim], runs, FACTS)
-    forged = replace(tenant, labels={**tenant.labels, DEV + nid: victim.labels[DEV + nid]},
-                     version=tenant.version + 1, force_update=tenant.force_update + 1,
-                     previous_spec={"Labels": dict(tenant.labels)}, updated_at=LATER,
-                     update_ran=True)
-    remade = [replace(runs[0], id="t-tenant-2", created_at="2026-12-01T10:00:10Z"), runs[1]]
-    plan = daemon.plan(nodes, [forged, victim], remade, FACTS)
-    t = {sp.name: sp for sp in plan.services}["tenant"]
+    t = _forced_forgery("2026-12-01T10:00:30Z", "2026-12-01T10:00:10Z")
     assert t.force_update, t.warnings
 
 
