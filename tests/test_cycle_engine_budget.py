@@ -155,6 +155,13 @@ def cut_at_budget(took: float) -> None:
     assert BUDGET_S <= took < BUDGET_S + LAG_S, took
 
 
+def aborted_at_budget(d: Daemon) -> None:
+    """``d``'s cycle ends aborted, its long read cut at the budget."""
+    start = time.monotonic()
+    assert d.cycle().aborted
+    cut_at_budget(time.monotonic() - start)
+
+
 def test_a_steps_slow_reads_end_the_cycle_at_its_budget_no_write_after_it(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, errors: list[str]) -> None:
     with loop_engine({"/nodes": b"[]", "/services": b"[]", "/tasks": b"[]"}) as engine:
@@ -184,9 +191,7 @@ def test_slow_snapshot_reads_end_the_cycle_at_its_budget_the_next_reads_afresh(
     answers: dict[str, Answer] = {"/nodes": QUICK, "/services": QUICK, "/tasks": LONG}
     with loop_engine(dict(answers)) as engine:
         d = budgeted(monkeypatch, tmp_path, SlowEngine(f"tcp://127.0.0.1:{engine.server_port}"))
-        start = time.monotonic()
-        assert d.cycle().aborted
-        cut_at_budget(time.monotonic() - start)
+        aborted_at_budget(d)
         (said,) = errors
         assert "while reading GET /tasks" in said, said  # (nodes, services read)
         assert d.last_report is None  # (nothing acted on)
@@ -202,17 +207,24 @@ class PkiEngine(SlowEngine):
         return self.client.trust_root()
 
 
+@contextlib.contextmanager
+def pki_budgeted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Daemon]:
+    """A budgeted daemon reading the swarm root CA of an empty swarm whose GET /swarm
+    answers past the budget (``LONG_INFO``)."""
+    monkeypatch.setattr(identity, "_SOURCES", {})  # (no identity another test built)
+    with loop_engine({"/nodes": b"[]", "/services": b"[]", "/tasks": b"[]",
+                      "/swarm": LONG_INFO}) as engine:
+        yield budgeted(monkeypatch, tmp_path,
+                       PkiEngine(f"tcp://127.0.0.1:{engine.server_port}"), identity="swarm-pki")
+
+
 def test_a_snapshot_whose_read_was_cut_at_the_budget_is_not_planned_from(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, errors: list[str]) -> None:
     # The agents' identity (the swarm root CA, GET /swarm) is read within the snapshot,
     # and its failure taken as every agent's (fetch_agents): cut at the budget, the
     # snapshot said every agent unreadable, and label sync (the first step, which a stop
     # never skips) ran on it.
-    monkeypatch.setattr(identity, "_SOURCES", {})  # (no identity another test built)
-    with loop_engine({"/nodes": b"[]", "/services": b"[]", "/tasks": b"[]",
-                      "/swarm": LONG_INFO}) as engine:
-        d = budgeted(monkeypatch, tmp_path, PkiEngine(f"tcp://127.0.0.1:{engine.server_port}"),
-                     identity="swarm-pki")
+    with pki_budgeted(monkeypatch, tmp_path) as d:
         (label_sync,) = d.pipeline.steps
         runs: list[CycleSession] = []
         sync = label_sync.run
@@ -222,9 +234,7 @@ def test_a_snapshot_whose_read_was_cut_at_the_budget_is_not_planned_from(
             sync(session)
 
         monkeypatch.setattr(label_sync, "run", counted)
-        start = time.monotonic()
-        assert d.cycle().aborted
-        cut_at_budget(time.monotonic() - start)
+        aborted_at_budget(d)
         (said,) = errors
         assert "while reading GET /swarm" in said, said
         assert runs == [] and d.last_report is None
@@ -444,15 +454,9 @@ def test_an_identity_read_cut_at_the_budget_leaves_the_https_identity_as_it_was(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, warnings: list[str]) -> None:
     # The HTTPS identity is read before the snapshot (the swarm root CA, GET /swarm):
     # cut at the budget, it warned "no HTTPS for manager certificates" beside the line.
-    monkeypatch.setattr(identity, "_SOURCES", {})  # (no identity another test built)
-    with loop_engine({"/nodes": b"[]", "/services": b"[]", "/tasks": b"[]",
-                      "/swarm": LONG_INFO}) as engine:
-        d = budgeted(monkeypatch, tmp_path, PkiEngine(f"tcp://127.0.0.1:{engine.server_port}"),
-                     identity="swarm-pki")
+    with pki_budgeted(monkeypatch, tmp_path) as d:
         d.web_auth = WebAuthSeen()  # type: ignore[assignment]
-        start = time.monotonic()
-        assert d.cycle().aborted
-        cut_at_budget(time.monotonic() - start)
+        aborted_at_budget(d)
         assert d.web_auth.failed_with == []  # type: ignore[attr-defined]
         (said,) = warnings
         assert "cycle ended at its engine budget" in said, said
