@@ -150,13 +150,35 @@ CPU_CASES = (
 )
 
 
+def every_walk_bounded(name: str, run: Callable[[], tuple[float, Any, int]]) -> None:
+    """``run`` (its time, its victims, its asks) under every set, the walk unbounded
+    (``victims_fit`` giving None) and bounded: the row printed, once all three chose the
+    same victims."""
+    real_pick, real_fit = preempt.pick_victims, preempt.victims_fit
+    row, chosen, counts = [], [], []
+    for pick, fit in ((every_set, real_fit), (real_pick, lambda *_a: None),
+                      (real_pick, real_fit)):
+        preempt.pick_victims, preempt.victims_fit = pick, fit  # type: ignore[assignment]
+        try:
+            t, got, k = run()
+        finally:
+            preempt.pick_victims, preempt.victims_fit = real_pick, real_fit
+        row.append(t)
+        chosen.append(got)
+        counts.append(k)
+    if chosen[1:] != chosen[:1] * 2:
+        raise SystemExit(f"{name}: every set, walk, bounded chose {chosen}")
+    print(f"{name:<44} {row[0] * 1000:9.1f} {row[1] * 1000:7.1f} {row[2] * 1000:7.1f} "
+          f"{'/'.join(map(str, counts)):>16}  {chosen[0] or 'none'}")
+
+
 def bound_off_vs_on(repeat: int) -> None:
     """``CPU_CASES`` on the RTX 4090, plain 2 GPUs: every set, the walk unbounded by CPU
     (``victims_fit`` giving None, as before stop 75) and bounded, with ``Room.fits``
     asks; all three must choose the same victims."""
     print(f"\n{'CPU alone refuses (plain 2 GPUs, RTX 4090)':<44} {'every set':>9} "
           f"{'walk':>7} {'bounded':>7} {'fits asks':>16}  victims")
-    real_pick, real_fit, real_fits = preempt.pick_victims, preempt.victims_fit, Room.fits
+    real_fits = Room.fits
     n = [0]
 
     def counted(self: Room, *a: Any, **kw: Any) -> bool:
@@ -164,24 +186,15 @@ def bound_off_vs_on(repeat: int) -> None:
         return real_fits(self, *a, **kw)
 
     for name, cpu in CPU_CASES:
-        row, chosen, counts = [], [], []
-        for pick, fit in ((every_set, real_fit), (real_pick, lambda *_a: None),
-                          (real_pick, real_fit)):
-            preempt.pick_victims, preempt.victims_fit = pick, fit  # type: ignore[assignment]
+        def run(cpu: Callable[[], Any] = cpu) -> tuple[float, Any, int]:
+            t, got = case(R4090_F, twelve_small(), 2, "", repeat, cpu())
+            Room.fits, n[0] = counted, 0  # type: ignore[method-assign]
             try:
-                t, got = case(R4090_F, twelve_small(), 2, "", repeat, cpu())
-                Room.fits, n[0] = counted, 0  # type: ignore[method-assign]
                 chooser(R4090_F, twelve_small(), 2, "", cpu())()
-                counts.append(n[0])
             finally:
-                preempt.pick_victims, preempt.victims_fit = real_pick, real_fit
                 Room.fits = real_fits  # type: ignore[method-assign]
-            row.append(t)
-            chosen.append(got)
-        if chosen[1:] != chosen[:1] * 2:
-            raise SystemExit(f"{name}: every set, walk, bounded chose {chosen}")
-        print(f"{name:<44} {row[0] * 1000:9.1f} {row[1] * 1000:7.1f} {row[2] * 1000:7.1f} "
-              f"{'/'.join(map(str, counts)):>16}  {chosen[0] or 'none'}")
+            return t, got, n[0]
+        every_walk_bounded(name, run)
 
 
 def not_preemptible(name: str) -> Held:
@@ -227,25 +240,14 @@ def ports_off_vs_on(repeat: int) -> None:
     sets ``allowed`` was asked of; all three must choose the same victims."""
     print(f"\n{'A host port alone refuses (plain 2 GPUs)':<44} {'every set':>9} "
           f"{'walk':>7} {'bounded':>7} {'allowed asks':>16}  victims")
-    real_pick, real_fit = preempt.pick_victims, preempt.victims_fit
     for name, layout, port in PORT_CASES:
-        row, chosen, counts = [], [], []
-        for pick, fit in ((every_set, real_fit), (real_pick, lambda *_a: None),
-                          (real_pick, real_fit)):
-            preempt.pick_victims, preempt.victims_fit = pick, fit  # type: ignore[assignment]
-            try:
-                t, got = case(R4090_F, layout(), 2, "", repeat, port=port)
-                with allowed_asks() as n:
-                    chooser(R4090_F, layout(), 2, "", port=port)()
-                counts.append(n[0])
-            finally:
-                preempt.pick_victims, preempt.victims_fit = real_pick, real_fit
-            row.append(t)
-            chosen.append(got)
-        if chosen[1:] != chosen[:1] * 2:
-            raise SystemExit(f"{name}: every set, walk, bounded chose {chosen}")
-        print(f"{name:<44} {row[0] * 1000:9.1f} {row[1] * 1000:7.1f} {row[2] * 1000:7.1f} "
-              f"{'/'.join(map(str, counts)):>16}  {chosen[0] or 'none'}")
+        def run(layout: Callable[[], Held] = layout,
+                port: frozenset[str] = port) -> tuple[float, Any, int]:
+            t, got = case(R4090_F, layout(), 2, "", repeat, port=port)
+            with allowed_asks() as n:
+                chooser(R4090_F, layout(), 2, "", port=port)()
+            return t, got, n[0]
+        every_walk_bounded(name, run)
 
 
 def main() -> None:
