@@ -132,10 +132,10 @@ def test_a_task_restarted_under_a_settled_plan_is_seen_made_from_clean_lists() -
     assert t.service_labels_set and not t.force_update, t.warnings
 
 
-def _forced_forgery(made: str, remade: str) -> ServicePlan:
+def _forced_forgery(made: str, remade: str, update_ran: bool = True) -> ServicePlan:
     """The tenant's plan by a daemon that saw the lists clean (tasks made at ``made``),
     once tenant's list names the victim's GPU, updated with ``--force`` (its new task
-    made at ``remade``)."""
+    made at ``remade``; ``update_ran``: Swarm's record says the update ran)."""
     nodes, tenant, victim, runs = _two_placed(made)
     nid = runs[0].node_id
     daemon = Planner()
@@ -143,7 +143,7 @@ def _forced_forgery(made: str, remade: str) -> ServicePlan:
     forged = replace(tenant, labels={**tenant.labels, DEV + nid: victim.labels[DEV + nid]},
                      version=tenant.version + 1, force_update=tenant.force_update + 1,
                      previous_spec={"Labels": dict(tenant.labels)}, updated_at=LATER,
-                     update_ran=True)
+                     update_ran=update_ran)
     again = [replace(runs[0], id="t-tenant-2", created_at=remade), runs[1]]
     plan = daemon.plan(nodes, [forged, victim], again, FACTS)
     return {sp.name: sp for sp in plan.services}["tenant"]
@@ -248,16 +248,7 @@ def test_a_task_whose_created_at_is_the_zero_time_is_never_proved_older() -> Non
     every such task reads alike. Before, the daemon that saw one under clean lists took
     a task of a forced forged list answered so as that one: it kept the victim's GPU."""
     zero = "0001-01-01T00:00:00Z"
-    nodes, tenant, victim, runs = _two_placed(zero)
-    nid = runs[0].node_id
-    daemon = Planner()
-    daemon.plan(nodes, [tenant, victim], runs, FACTS)
-    forged = replace(tenant, labels={**tenant.labels, DEV + nid: victim.labels[DEV + nid]},
-                     version=tenant.version + 1, force_update=tenant.force_update + 1,
-                     previous_spec={"Labels": dict(tenant.labels)}, updated_at=LATER)
-    remade = [replace(runs[0], id="t-tenant-2"), runs[1]]
-    plan = daemon.plan(nodes, [forged, victim], remade, FACTS)
-    assert {sp.name: sp for sp in plan.services}["tenant"].force_update
+    assert _forced_forgery(zero, zero, update_ran=False).force_update
 
 
 def test_the_memory_of_clean_lists_forgets_nodes_gone_from_the_swarm() -> None:
