@@ -9,12 +9,9 @@ where its move then found no target, and plans whose tasks had nowhere to go use
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import replace
 
-from support.health import F2 as HF2
-from support.rebalance import CFG, F1, P, page
-from support.rebalance import node as rebalance_node
-from support.rebalance import running as rebalance_running
+from support.defrag_cluster import RTX, defrag_cluster
+from support.rebalance import CFG, P, page
 from support.rebalance import service as rebalance_service
 
 from swarmgpu.manager.placement import ClusterAllocator, read_ledger
@@ -24,13 +21,6 @@ from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.policies.defrag import Defrag
 from swarmgpu.manager.rebalance.scrape import judge
 from swarmgpu.manager.rebalance.signals import Signals
-from swarmgpu.swarm.client import SwarmNode
-
-RTX = {f"{P}gpu-product": "*4090*"}
-
-
-def _uuids(k: int) -> list[str]:
-    return [f"{g.uuid[:-2]}{k:02d}" for g in HF2.gpus[:2]]
 
 
 def _inputs(util: Mapping[int, float], unread: Set[str] = frozenset(),
@@ -41,24 +31,8 @@ def _inputs(util: Mapping[int, float], unread: Set[str] = frozenset(),
     7 whole A100s free. No metrics page is read of the nodes in ``unread``. The
     ``pending`` services each want ``gpus`` RTX 4090s. ``pinned``: a<k> constrained to
     its own node (``node.hostname==gpu-node-<k>``)."""
-    facts = {"n1": F1}
-    for k in range(2, 7):
-        facts[f"n{k}"] = replace(HF2, hostname=f"gpu-node-{k}", gpus=tuple(
-            replace(g, uuid=u) for g, u in zip(HF2.gpus, _uuids(k), strict=False)))
-    nodes: list[SwarmNode] = [rebalance_node("n1", "gpu-node-1", {})]
-    svcs = [rebalance_service(p, {f"{P}gpus": gpus, **RTX}) for p in pending]
-    tasks = []
-    for k in range(2, 7):
-        u = _uuids(k)
-        labels: dict[str, str] = {}
-        for i, name in enumerate([f"a{k}"] if k < 6 else ["b", "c"]):
-            labels.update({f"{P}assign.{name}": u[i], f"{P}service.{name}": "true"})
-            s = rebalance_service(name, {f"{P}gpus": "1", **(RTX if k < 6 else {})})
-            if pinned and k < 6:
-                s = replace(s, constraints=(*s.constraints, f"node.hostname==gpu-node-{k}"))
-            svcs.append(s)
-            tasks.append(replace(rebalance_running(name, f"n{k}"), id=f"t-{name}"))
-        nodes.append(rebalance_node(f"n{k}", f"gpu-node-{k}", labels))
+    nodes, svcs, tasks, facts = defrag_cluster(
+        [rebalance_service(p, {f"{P}gpus": gpus, **RTX}) for p in pending], pinned)
     sig = Signals(CFG)
     ledger = read_ledger(nodes, P)
     for t in (float(t) for t in range(13)):

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from support.defrag_cluster import RTX, defrag_cluster, uuids
 from support.forged import victim_move
 from support.health import F2 as HF2
 from support.rebalance import CFG, F1, P, page
@@ -31,12 +32,6 @@ from swarmgpu.manager.rebalance.scrape import judge
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
-RTX = {f"{P}gpu-product": "*4090*"}
-
-
-def _uuids(k: int) -> list[str]:
-    return [f"{g.uuid[:-2]}{k:02d}" for g in HF2.gpus[:2]]
-
 
 def _observed(nodes: list[SwarmNode], svcs: list[SwarmService], tasks: list[SwarmTask],
               facts: dict[str, NodeFacts], **held: Any) -> Inputs:
@@ -55,7 +50,7 @@ def _defrag_on_n2(labels: dict[str, str], svcs: list[SwarmService], beside: str,
                   **held: Any) -> list[tuple[str, str, str]]:
     """Defrag's moves (service, source, target) with a and ``beside`` running on
     gpu-node-2 (two RTX 4090s, ``labels``), gpu-node-1's A100s free."""
-    u = _uuids(2)
+    u = uuids(2)
     nodes = [rebalance_node("n1", "gpu-node-1", {}), rebalance_node("n2", "gpu-node-2", labels)]
     facts = {"n1": F1, "n2": replace(HF2, gpus=tuple(
         replace(g, uuid=v) for g, v in zip(HF2.gpus, u, strict=False)))}
@@ -69,21 +64,8 @@ def _inputs(held: Mapping[tuple[str, str], tuple[str, int]]) -> Inputs:
     """gpu-node-2..5 (two RTX 4090s each): a<k> (1 GPU, 4090s only) on GPU 0, GPU 1
     ``held``; gpu-node-6: b and c (1 GPU each, any model); gpu-node-1: 7 whole A100s
     free. Pending p wants 2 RTX 4090s."""
-    facts = {"n1": F1}
-    for k in range(2, 7):
-        facts[f"n{k}"] = replace(HF2, hostname=f"gpu-node-{k}", gpus=tuple(
-            replace(g, uuid=u) for g, u in zip(HF2.gpus, _uuids(k), strict=False)))
-    nodes: list[SwarmNode] = [rebalance_node("n1", "gpu-node-1", {})]
-    svcs = [rebalance_service("p", {f"{P}gpus": "2", **RTX})]
-    tasks = []
-    for k in range(2, 7):
-        u = _uuids(k)
-        labels: dict[str, str] = {}
-        for i, name in enumerate([f"a{k}"] if k < 6 else ["b", "c"]):
-            labels.update({f"{P}assign.{name}": u[i], f"{P}service.{name}": "true"})
-            svcs.append(rebalance_service(name, {f"{P}gpus": "1", **(RTX if k < 6 else {})}))
-            tasks.append(replace(rebalance_running(name, f"n{k}"), id=f"t-{name}"))
-        nodes.append(rebalance_node(f"n{k}", f"gpu-node-{k}", labels))
+    nodes, svcs, tasks, facts = defrag_cluster(
+        [rebalance_service("p", {f"{P}gpus": "2", **RTX})])
     return _observed(nodes, svcs, tasks, facts, held=held)
 
 
@@ -96,7 +78,7 @@ def test_defrag_searches_movers_places_by_the_rule_their_moves_are_found_by() ->
     (held for another than a<k>). The search counted them a<k>'s other place, so the
     four one-move plans used up every try and the workable one (b and c off gpu-node-6,
     onto gpu-node-1's A100s) was never tried."""
-    held = {(f"n{k}", _uuids(k)[1]): ("p", 100) for k in range(2, 6)}
+    held = {(f"n{k}", uuids(k)[1]): ("p", 100) for k in range(2, 6)}
     got = _defrag(held)
     assert sorted((m.service, m.source_node, m.target_node) for m in got) == [
         ("b", "n6", "n1"), ("c", "n6", "n1")]
@@ -130,7 +112,7 @@ def _beside_stopping(p_labels: Mapping[str, str], stopping: bool = True
     """gpu-node-2 (two RTX 4090s): a (0.5, any model) on GPU 0 beside a stopping task's
     0.25 (``stopping``); x (1 GPU, 4090s only: nowhere else to go) on GPU 1.
     gpu-node-1's A100s free. Pending p (4090s only) asks ``p_labels``."""
-    u = _uuids(2)
+    u = uuids(2)
     labels = {f"{P}assign.a": f"{u[0]}@500", f"{P}service.a": "true",
               f"{P}assign.x": u[1], f"{P}service.x": "true"}
     svcs = [rebalance_service("p", {**p_labels, **RTX}),
@@ -155,7 +137,7 @@ def test_defrag_moves_a_share_off_a_gpu_a_stopping_task_partly_uses() -> None:
 def _beside_opted_out(w_labels: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """gpu-node-2 (two RTX 4090s): a (1 GPU, any model) on GPU 0, w (1 GPU, ``w_labels``)
     on GPU 1; gpu-node-1's A100s free. Pending p wants one RTX 4090."""
-    u = _uuids(2)
+    u = uuids(2)
     labels = {f"{P}assign.a": u[0], f"{P}service.a": "true",
               f"{P}assign.w": u[1], f"{P}service.w": "true"}
     svcs = [rebalance_service("p", {f"{P}gpus": "1", **RTX}),
