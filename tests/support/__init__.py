@@ -35,7 +35,10 @@ preempt_stop (victims stopped as the actuator stops them), move_then_preempt (a 
 rebalance then preemption steps on one snapshot), crowded_node (one GPU node crowded
 with small victims, a topology preemptor's choice there), reference_victims (the victims
 as every set tried one by one chose them, before ``victimsearch``), unread (specs and task
-answers not as Docker sends them, a client its engine lists them to); and for the real swarm:
+answers not as Docker sends them, a client its engine lists them to), pending_high (a
+preemptor pending on a full RTX 4090 node), swarm_cache (a SwarmCache over a stand-in API),
+defrag_cluster (four half-held RTX 4090 nodes and a free DGX, for defrag's search); and
+for the real swarm:
 swarm_services (deploy a stack, wait for it), swarm_rebalance, swarm_fragmentation,
 health_swarm, webauth_swarm, stranded_swarm (a waiting task Swarm's scheduler no longer
 tries).
