@@ -276,6 +276,8 @@ JUSTIFIED = {
     "and the node order, the same in both runs",
     ("B311", "swarmgpu/sim/swarm_sched.py"): "seeded PRNG: a draw among the nodes Swarm's "
     "scheduler ties on, reproducible",
+    ("B311", "swarmgpu/allocator/rollout.py"): "seeded PRNG: the roll-out's draw of tasks "
+    "from the learned mix, reproducible per decision",
 }
 
 
