@@ -18,7 +18,7 @@ class OvershareStep(Step):
 
     def __init__(self, host: CycleHost) -> None:
         self.host = host
-        self.restarter = Restarter(host.swarm, host.cfg)
+        self.restarter = Restarter(host.swarm, host.cfg, stop=host.stop_event)
 
     def run(self, session: CycleSession) -> None:
         cfg = self.host.cfg

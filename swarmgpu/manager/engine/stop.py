@@ -22,14 +22,23 @@ the rebalancer or the map takes a node not read for one whose metrics are unknow
 Both count into ``reads_left``; each ``Stopped`` carries its own fetch's count
 (``reads``), which its log line says: the facts watch runs beside the cycle, on the
 scheduler's other thread, so the total's change over one would count the other's too.
+
+A write that undoes one its own step just made (``undoing``: the over-share restart's
+reopened gate) is let through once the stop is asked, as past the cycle's budget: the
+step cut between the two would leave its first write standing, a closed gate keeping
+its service down until a daemon starts again on that manager.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
+
+from swarmgpu.swarm.answerjson import outside_budget
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -65,6 +74,24 @@ def read_cut() -> BudgetEnded:
     return BudgetEnded(StopRequest(), "read")  # (its own request: it leaves no write)
 
 
+# Whether this thread's writes undo one of its own step's (``undoing``).
+_UNDOING: contextvars.ContextVar[bool] = contextvars.ContextVar("swarmgpu_undoing",
+                                                                default=False)
+
+
+@contextlib.contextmanager
+def undoing() -> Iterator[None]:
+    """Within: this thread's writes undo a write of its own step (the over-share restart's
+    reopened gate), made once the stop is asked and past the cycle's budget too
+    (``answerjson.outside_budget``, entered here as well)."""
+    token = _UNDOING.set(True)
+    try:
+        with outside_budget():
+            yield
+    finally:
+        _UNDOING.reset(token)
+
+
 class StopRequest(threading.Event):
     """Set once (SIGTERM, SIGINT); ``left`` counts the writes it kept from starting,
     ``reads_left`` the reads of nodes (agents' facts, metrics pages)."""
@@ -76,8 +103,9 @@ class StopRequest(threading.Event):
         self.reads_left = 0
 
     def check(self) -> None:
-        """Before a write: ``Stopped`` once the stop is asked (that write is left)."""
-        if self.is_set():
+        """Before a write: ``Stopped`` once the stop is asked (that write is left), but
+        for one that undoes its step's own (``undoing``)."""
+        if self.is_set() and not _UNDOING.get():
             self.leave(1)
             raise Stopped(self)
 

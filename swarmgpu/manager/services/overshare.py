@@ -35,7 +35,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.engine.actuator import Why, Writes
-from swarmgpu.manager.engine.stop import read_cut
+from swarmgpu.manager.engine.stop import Stopped, StopRequest, read_cut, undoing
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import Holding, gate_key, read_ledger
 from swarmgpu.manager.rebalance.admission import over_budget_on
@@ -45,7 +45,6 @@ from swarmgpu.manager.rebalance.record import moving, read_records, unreadable_r
 from swarmgpu.manager.services.requests import GpuRequest, parse_all
 from swarmgpu.manager.services.sharing import share_mib
 from swarmgpu.manager.web.cluster_view import gpu_metrics
-from swarmgpu.swarm.answerjson import outside_budget
 from swarmgpu.swarm.client import (
     BudgetCut,
     SwarmClient,
@@ -347,11 +346,16 @@ class Restarter:
     sets ``<p>state.moved-at``); never a ``rebalance: never`` service, one with a move in
     flight, or one not converged (rebalance.context.why_not_movable). Top-level
     ``dry_run`` logs what it would do.
+
+    ``stop``: the daemon's stop request. Asked during the wait, the wait ends, the gate
+    reopens (an undo: ``stop.undoing``), one line says so, and ``Stopped`` ends the step.
     """
 
     def __init__(self, swarm: SwarmClient, cfg: Config, *,
-                 clock: Callable[[], float] = time.time, wait_s: float = 15.0) -> None:
+                 clock: Callable[[], float] = time.time, wait_s: float = 15.0,
+                 stop: StopRequest | None = None) -> None:
         self.swarm, self.cfg, self.clock, self.wait_s = swarm, cfg, clock, wait_s
+        self.stop = stop or StopRequest()  # (none: never asked)
         self.said: dict[tuple[str, str, str], str] = {}  # last "not done" reason logged
 
     def run(self, due: Sequence[ServiceUse], snap: Snapshot,
@@ -466,26 +470,38 @@ class Restarter:
         try:
             writes.node_labels(
                 u.node_id, lambda cur: {k: v for k, v in cur.items() if k != gate}, why)
-            deadline = time.monotonic() + self.wait_s
-            while time.monotonic() < deadline:
-                try:
-                    live = {t.id for t in self.swarm.tasks({"service": s.id})
-                            if t.service_id == s.id and t.id in old
-                            and t.desired_state == "running"}
-                except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
-                    raise read_cut() from exc
-                if not live:
-                    break
-                time.sleep(0.2)
-            else:
-                log.warning("restart of {} on {}: its task still runs after {:.0f}s; gate "
-                            "reopened anyway", s.name, u.hostname, self.wait_s)
+            stopped = self._wait_gone(s, u, old)
         finally:
-            # Reopened whatever happened: a closed gate would keep the service down. Past
-            # the cycle's budget too (the write gate refused it: the gate stayed closed)
-            with outside_budget():
+            # Reopened whatever happened: a closed gate would keep the service down until
+            # a daemon plans it open again. An undo, let through past the cycle's budget
+            # and once the daemon is stopping (the write gate refused both: it stayed shut).
+            with undoing():
                 writes.node_labels(u.node_id, lambda cur: {**cur, gate: "true"})
-
+        if stopped:
+            log.warning("over-share restart of {} on {} cut short by the daemon's stop: "
+                        "gate reopened; its task may not have been restarted (the next "
+                        "leader judges it afresh)", s.name, u.hostname)
+            raise Stopped(self.stop)
         log.warning("restarted {}'s task on {} (over its GPU share: {}; tasks {})", s.name,
                     u.hostname, u.describe(), ",".join(u.tasks) or "?")
         return True
+
+    def _wait_gone(self, s: SwarmService, u: ServiceUse, old: set[str]) -> bool:
+        """Wait, ``wait_s`` at most, until none of the tasks ``old`` is meant to run; True
+        when the daemon's stop was asked meanwhile (the wait ends at once)."""
+        deadline = time.monotonic() + self.wait_s
+        while time.monotonic() < deadline:
+            try:
+                live = {t.id for t in self.swarm.tasks({"service": s.id})
+                        if t.service_id == s.id and t.id in old
+                        and t.desired_state == "running"}
+            except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
+                raise read_cut() from exc
+            if not live:
+                return False
+            if self.stop.wait(0.2):
+                return True
+        logger.bind(service=s.name).warning(
+            "restart of {} on {}: its task still runs after {:.0f}s; gate reopened anyway",
+            s.name, u.hostname, self.wait_s)
+        return False
