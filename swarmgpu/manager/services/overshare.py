@@ -39,10 +39,10 @@ from swarmgpu.manager.engine.stop import Stopped, StopRequest, read_cut, undoing
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import Holding, gate_key, read_ledger
 from swarmgpu.manager.rebalance.admission import over_budget_on
-from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
+from swarmgpu.manager.rebalance.context import MOVED_AT, OPT_OUT, why_not_movable
 from swarmgpu.manager.rebalance.mover import rebalancing, verify_scope
 from swarmgpu.manager.rebalance.record import moving, read_records, unreadable_records
-from swarmgpu.manager.services.requests import GpuRequest, parse_all
+from swarmgpu.manager.services.requests import GpuRequest, Rebalance, parse_all
 from swarmgpu.manager.services.sharing import share_mib
 from swarmgpu.manager.web.cluster_view import gpu_metrics
 from swarmgpu.swarm.client import (
@@ -328,6 +328,21 @@ def audit_check(cfg: Config) -> Callable[[Snapshot], list[Finding]]:
 # --- placement.overshare: restart ------------------------------------------------------
 
 
+def refused(s: SwarmService, req: GpuRequest | None, held: Mapping[str, Holding],
+            prefix: str) -> str | None:
+    """Why ``s`` refuses over-share restarts, and what lets them, or None: its owner's
+    ``rebalance: never``, or replicas packed on one node (a restart closes the one gate
+    they all run behind, so it would stop every one)."""
+    if s.labels.get(prefix + OPT_OUT, "").lower() == "never" or (
+            req is not None and req.rebalance is Rebalance.NEVER):
+        return (f"opted out ({prefix}{OPT_OUT}=never); remove that label to let swarmgpu "
+                "restart it")
+    if any(h.packed for h in held.values()):
+        return ("replicas packed on one node (a restart would stop them all); set "
+                f"{prefix}pack=never (one replica per node) to let swarmgpu restart it")
+    return None
+
+
 class Restarter:
     """Restarts the task of a holder over its share, and nothing else.
 
@@ -391,9 +406,11 @@ class Restarter:
             if s is None or not u.milli:
                 continue  # holds nothing here: a restart would not bring it within a share
             req = parse_all(s.labels, prefix=p)
+            gpu = req if isinstance(req, GpuRequest) else None
             # an unread node's labels are written by none: its gate stays
-            why = unread_source(by_node, u.node_id) or why_not_movable(
-                s, req if isinstance(req, GpuRequest) else None, snap.tasks,
+            refusal = refused(s, gpu, ledger.get(u.service, {}), p)
+            why = unread_source(by_node, u.node_id) or refusal or why_not_movable(
+                s, gpu, snap.tasks,
                 ledger.get(u.service, {}), p, self.clock(), self.cfg.rebalance.cooldown_s,
                 moving=s.name in moving([s], swarm_labels, p) or s.id in bad)
             b = over_budget_on({u.node_id}, flying, done_on, self.cfg.rebalance, len(bad))
@@ -402,10 +419,7 @@ class Restarter:
             if why is None:
                 why = self._recheck(s, u)
             if why is not None:
-                if self.said.get(u.key) != why:  # once per reason, not every cycle
-                    log.info("over-share restart of {} on {} not done: {}", u.service,
-                             u.hostname, why)
-                self.said[u.key] = why
+                self._not_done(u, why, warn=why == refusal)
                 continue
             self.said.pop(u.key, None)
             if self.cfg.dry_run:
@@ -417,6 +431,23 @@ class Restarter:
                 restarted(u.key)
                 n += 1
         return n
+
+    def _not_done(self, u: ServiceUse, why: str, warn: bool) -> None:
+        """Say why ``u``'s restart is not done, once per reason while it is due (not
+        every cycle); ``warn``: its service's refusal (``refused``), which no cycle
+        lifts, as a warning with the fixes."""
+        if self.said.get(u.key) == why:
+            return
+        self.said[u.key] = why
+        log = logger.bind(service=u.service)
+        if warn:
+            log.warning("over-share restart of {} on {} not done: {}; until then it stays "
+                        "over its share: size it to its share (SWARMGPU_GPU_MEMORY_MIB), or "
+                        "install HAMi-core on the node for a hard limit (docs/requests.md, "
+                        "Shared GPUs)", u.service, u.hostname, why)
+        else:
+            log.info("over-share restart of {} on {} not done: {}", u.service, u.hostname,
+                     why)
 
     def _recheck(self, s: SwarmService, u: ServiceUse) -> str | None:
         """Why the over-share reading no longer holds by a fresh read of Swarm's tasks:

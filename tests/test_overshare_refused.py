@@ -1,0 +1,67 @@
+"""A service that refuses over-share restarts (``rebalance: never``, or replicas packed
+on one node) is never restarted, and the operator is told once per change, in one
+warning naming the service and the fix, not every cycle it stays over its share.
+Before, the line was at info and named no fix. Pure, over the recording Swarm stand-in
+(tests/support/forged.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.forged import R_UUIDS, T_UUID, P, RecordingSwarm, snapshot, sw_svc, victim_cluster
+from support.loglines import log_lines
+
+from swarmgpu.core.config import Config, PlacementConfig
+from swarmgpu.manager.placement import assign_key
+from swarmgpu.manager.placement.ledger import packed_holding
+from swarmgpu.manager.services.overshare import Restarter, ServiceUse
+
+THIRD = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
+                   ("t-third",), (), ("c" * 12,))
+
+
+@pytest.fixture
+def warnings() -> Iterator[list[str]]:
+    yield from log_lines("WARNING")
+
+
+def _refused(labels: Mapping[str, str], held: str = "") -> tuple[RecordingSwarm, Any]:
+    """victim_cluster with third labelled ``labels`` (its holding ``held`` if given)."""
+    base = victim_cluster({})
+    third = sw_svc("third", {**base.service("id-third").labels, **labels})
+    nodes = [n if n.id != "n-4090" or not held else
+             replace(n, labels={**n.labels, assign_key(P, "third"): held})
+             for n in base.nodes()]
+    services = [third if s.id == third.id else s for s in base.services()]
+    sw = RecordingSwarm(nodes, services, base.tasks(), base.swarm_labels())
+    return sw, snapshot(sw.nodes(), sw.services(), sw.tasks())
+
+
+@pytest.mark.parametrize("case", ["never", "packed"])
+def test_a_tenant_refusing_restarts_is_told_once_with_the_fix_and_left_running(
+        tmp_path: Path, warnings: list[str], case: str) -> None:
+    if case == "never":
+        sw, snap = _refused({f"{P}rebalance": "never"})
+        fix = f"opted out ({P}rebalance=never); remove that label"
+    else:
+        held = packed_holding("third", "n-4090", {1: ((T_UUID,), (1000,)),
+                                                  2: ((R_UUIDS[1],), (1000,))})
+        sw, snap = _refused({}, held.label_value())
+        fix = f"{P}pack=never"
+    cfg = Config(state_dir=str(tmp_path), dry_run=False,
+                 placement=PlacementConfig(overshare="restart"))
+    r = Restarter(sw, cfg, wait_s=0.0)  # type: ignore[arg-type]
+    for _ in range(3):  # three cycles over its share
+        assert r.run([THIRD], snap) == 0
+    assert sw.calls == []  # nothing written: its task runs on
+    said = [w for w in warnings if "third" in w]
+    assert len(said) == 1, said
+    assert "gpu-node-2" in said[0] and fix in said[0], said[0]
+    assert "SWARMGPU_GPU_MEMORY_MIB" in said[0], said[0]
+    r.run([], snap)  # back within its share, then over again: told again
+    r.run([THIRD], snap)
+    assert len([w for w in warnings if "third" in w]) == 2
