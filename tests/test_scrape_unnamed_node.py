@@ -65,3 +65,15 @@ def test_with_node_certificates_a_node_of_no_hostname_is_scraped(
     read, said = _cycles(monkeypatch, "swarm-pki", cycles=1)
     assert sorted(read) == ["n-named", "n-unnamed"], read
     assert not [s for s in said if "n-unnamed" in s], said
+
+
+def test_a_one_shots_metrics_skip_a_node_of_no_hostname_under_identity_none(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (`status`'s and audit's reads, ``cluster_view.gpu_metrics``)
+    from swarmgpu.manager.web.cluster_view import gpu_metrics
+    read: list[str] = []
+    monkeypatch.setattr(scrape, "scrape_node", lambda node, *_a, **_k: read.append(node.id)
+                        or NodeScrape(node.id, node.hostname, "u", 0.0, None, "x"))
+    nodes = [sw_node("n-named", "gpu-1"), sw_node("n-unnamed", "")]
+    gpu_metrics(nodes, Config(agents=AgentsConfig(identity="none")))
+    assert read == ["n-named"], read
