@@ -265,3 +265,52 @@ def test_spec_files_are_parsed_up_to_a_bound_in_all(
     c, _ = _check(root)
     assert 0 < sum(parsed) <= 2000, parsed
     assert "s0.yaml" in c["found"], c  # (the first read, each named by it)
+
+
+@pytest.mark.parametrize(("spec", "status"), [("nvidia", Status.FAIL), ("0", Status.WARN)])
+def test_spec_files_past_the_bound_of_a_dir_are_said_with_the_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec: str, status: Status) -> None:
+    # the doctor reads the first MAX_CDI_SPECS files of a dir by name: those after were
+    # dropped unsaid, and "no spec" (its generate fix) or an OK was all it said
+    from swarmgpu.agent.doctor import read
+    monkeypatch.setattr(read, "MAX_CDI_SPECS", 3, raising=False)
+    root = _root(tmp_path)
+    for n in range(3):
+        _spec(root, f"etc/cdi/a{n}.yaml", ["x"], kind=f"vendor.com/c{n}")
+    _spec(root, f"etc/cdi/{spec}.yaml", [UA, UB])
+    _spec(root, "etc/cdi/z.yaml", ["y"], kind="vendor.com/z")
+    c, _ = _check(root)
+    assert c["status"] == str(status), c
+    assert "/etc/cdi: the doctor read 3 of 5 spec files, 2 left unread" in c["found"], c
+    assert "out of /etc/cdi" in c["fix"], c
+
+
+@pytest.mark.parametrize(("name", "said"), [("0", "0"), ("true", "true"), ("07", "7")])
+def test_an_unquoted_numeric_device_name_is_read_as_cdi_reads_it(
+        tmp_path: Path, name: str, said: str) -> None:
+    # CDI's sigs.k8s.io/yaml turns a number or boolean bound for a string field into its
+    # text (`name: 0` is device "0"): the doctor dropped it, and missed the spec naming
+    # the device twice, which CDI refuses whole
+    root = _root(tmp_path)
+    path = root / "etc/cdi/nvidia.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
+                    f"  - name: {name}\n  - name: \"{said}\"\n  - name: {UA}\n"
+                    f"  - name: {UB}\n")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.FAIL), c
+    assert f"names device '{said}' twice" in c["found"], c
+
+
+@pytest.mark.parametrize("device", ["{}", "{name: null}", "{name: [a]}", "{name: {a: 1}}"])
+def test_a_device_of_no_name_cdi_refuses_is_named(tmp_path: Path, device: str) -> None:
+    # a device without a name, or one not text, makes CDI refuse the whole spec ("empty
+    # device name", "cannot unmarshal"): the doctor dropped the device and passed
+    root = _root(tmp_path)
+    path = root / "etc/cdi/nvidia.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
+                    f"  - {device}\n  - name: {UA}\n  - name: {UB}\n")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.FAIL), c
+    assert "/etc/cdi/nvidia.yaml" in c["found"] and "CDI refuses" in c["found"], c

@@ -63,3 +63,27 @@ def test_a_line_cut_never_parts_an_escape_a_name_in_it_shows() -> None:
     shown = text_line(line)
     assert shown == "x" * (LINE_WIDTH - 5) + "...", shown[-12:]
     assert text_line("a\x1bb") == "a\\x1bb"  # (escaped as before when it fits)
+
+
+FLAG = "\U0001F1E9\U0001F1EA"  # two regional indicators: one flag (DE)
+
+
+def test_a_line_cut_never_parts_a_flags_two_regional_indicators() -> None:
+    # a cut between them left a lone indicator: a letter in a box, not the flag
+    for text in ("ab" + FLAG * 5, "a" + FLAG * 5, "x" * 4 * 20 + FLAG * 20):
+        for width in range(4, 24):
+            for cut in (text_line(text, width), cell(text, width)):
+                kept = cut.removesuffix("...")
+                flags = kept.lstrip("abx")
+                assert len(flags) % 2 == 0 and flags == FLAG * (len(flags) // 2), \
+                    (text, width, cut)
+
+
+def test_a_cut_long_text_never_parts_a_flag_where_its_bound_falls() -> None:
+    # past 4 characters a column the text is cut where that bound falls: among marks
+    # (none wide) it may fall between a flag's indicators
+    text = "a" + ("\u0301" * 40 + FLAG * 4 + "\u0301" * 40) * 4
+    for width in range(4, 40):
+        kept = text_line(text, width).removesuffix("...")
+        indicators = sum("\U0001F1E6" <= c <= "\U0001F1FF" for c in kept)
+        assert indicators % 2 == 0, (width, kept)

@@ -151,10 +151,12 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
 
     apply_saved(snap.nodes, snap.facts, cfg.health, cfg.sync.prefix, cfg.state_dir)
     checks = []
+    plans = None
     try:
-        from swarmgpu.manager.cycle.placement import audit_checks
+        from swarmgpu.manager.cycle.placement import OnePlan, audit_checks
 
-        checks = audit_checks(cfg, tenants)
+        plans = OnePlan(cfg, swarm, tenants)  # one plan a run, read by both its checks
+        checks = audit_checks(cfg, tenants, plans)
     except ImportError:
         pass
     from swarmgpu.manager.services.overshare import audit_check
@@ -163,7 +165,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     checks.append(identity_check(cfg.agents.identity, cfg.agents.token_file))
     from swarmgpu.manager.cycle.grants import audit_check as ungranted_check
 
-    checks.append(ungranted_check(cfg, swarm, tenants))  # GPUs seen without a grant (needs action)
+    checks.append(ungranted_check(cfg, swarm, tenants, plans))  # GPUs seen without a grant
     from swarmgpu.manager.rebalance.mover import forged_check
 
     # move labels the daemon did not write; its records left past their timeout

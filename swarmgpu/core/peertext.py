@@ -141,7 +141,8 @@ def cell(text: object, width: int = CELL_WIDTH) -> str:
     when it fits in ``width`` columns (``text_width``), else its start and ``...``, at
     most ``width`` columns in all: a 200-character hostname pushed every column after it
     off the screen. An escape is never cut in two, a character never parted from its
-    combining marks or its VS16 (``❤`` bare showed the text heart); JSON keeps the whole."""
+    combining marks or its VS16 (``❤`` bare showed the text heart), nor a flag's two
+    regional indicators (one alone shows as a boxed letter); JSON keeps the whole."""
     s = text if isinstance(text, str) else str(text)
     if len(s) <= width and s.isascii() and s.isprintable():  # the common case
         return s
@@ -183,23 +184,40 @@ def _kept(s: str, width: int) -> int | None:
     room, used, fits = max(0, width - len(CUT)), 0, 0
     # The work bounded, whatever the text's size: past 4 characters a column (combining
     # marks take none) the text is cut where it reached ``room``.
-    head, base = s[:4 * width + 4], 0
+    head, base, flag = s[:4 * width + 4], 0, 0
     for k, (c, w) in enumerate(zip(head, _widths(head), strict=True)):
-        base = base if _mark(c) else k  # where the letter this mark sits on starts
+        # a flag's second regional indicator goes with its first, as a mark with its letter
+        flag = (flag + 1) % 2 if _regional(c) else 0
+        joined = _mark(c) or (_regional(c) and flag == 0)
+        base = base if joined else k  # where the letter this mark sits on starts
         used += len(ascii(c)) - 2 if _hidden(c) else w  # (an escape's)
         if used > width:
             return min(fits, base)
         if used <= room:
             fits = k + 1
-        elif w and _mark(c):  # (VS16's column: its letter goes with it, not bare)
+        elif w and joined:  # (VS16's column, a flag's half: not shown bare)
             fits = min(fits, base)
     if len(s) > 4 * width + 4:
         # cut where a letter starts: the bound may fall among a letter's marks, and the
-        # letter showed with some of them
-        while fits and _mark(s[fits]):
+        # letter showed with some of them; or between a flag's indicators
+        while fits and (_mark(s[fits]) or _flag_half(s, fits)):
             fits -= 1
         return fits
     return None
+
+
+def _regional(c: str) -> bool:
+    """A regional indicator (U+1F1E6-1F1FF): two in a row, from a run's start, are a flag."""
+    return "\U0001F1E6" <= c <= "\U0001F1FF"
+
+
+def _flag_half(s: str, k: int) -> bool:
+    """``s[k]`` is the second regional indicator of a flag (an odd count of them runs
+    before it)."""
+    run = 0
+    while run < k and _regional(s[k - run - 1]):
+        run += 1
+    return _regional(s[k]) and run % 2 == 1
 
 
 def _mark(c: str) -> bool:

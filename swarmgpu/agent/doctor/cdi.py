@@ -59,6 +59,32 @@ def check_cdi_spec(view: NodeView) -> Check:
         return Check(CID, Status.OK, f"mode cdi, default-kind {kind}: the runtime makes "
                                      "the spec of each container's GPUs as it starts it "
                                      "(no spec file read)", details=details)
+    return _said_left(view, dirs, _check_specs(view, dirs, kind, details))
+
+
+def _said_left(view: NodeView, dirs: tuple[str, ...], check: Check) -> Check:
+    """``check`` naming the spec files of the runtime's dirs the doctor left unread (past
+    ``MAX_CDI_SPECS`` a dir): a spec there may name a GPU, or clash with one read, so an
+    OK is a WARN."""
+    left = [(d, n, more) for d, n, more in view.cdi_left if _in(d, dirs)]
+    if not left:
+        return check
+    said = "; ".join(f"{d}: the doctor read {n} of {n + more} spec files, {more} left "
+                     "unread" for d, n, more in left)
+    fix = (f"Move the files that are not this node's CDI specs out of "
+           f"{', '.join(d for d, _, _ in left)} (the doctor reads the first "
+           f"{left[0][1]} by name; the runtime reads them all).")
+    if check.status is Status.OK:
+        return replace(check, status=Status.WARN, found=f"{check.found} ({said})",
+                       why="A spec file left unread may name a GPU twice (the runtime "
+                           "then resolves neither): the doctor cannot tell.", fix=fix)
+    return replace(check, found=f"{check.found} ({said})",
+                   fix=f"{check.fix} {fix}".strip())
+
+
+def _check_specs(view: NodeView, dirs: tuple[str, ...], kind: str,
+                 details: tuple[str, ...]) -> Check:
+    """The cdi mode's answer from the specs of ``kind`` in the runtime's ``dirs``."""
     theirs = [s for s in view.cdi_specs if _in(s.path, dirs)]
     bad = [s for s in theirs if s.error is not None]
     specs = [s for s in theirs if s.error is None and s.kind == kind]

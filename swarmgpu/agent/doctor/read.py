@@ -343,6 +343,7 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
     nodes, chars = _read_devices(root)
     daemon_json = _parse_daemon_json(root)
     toolkit_toml = _parse_toolkit_toml(root)
+    specs, left = _read_cdi(root, toolkit_toml.data, docker_info)
     return NodeView(
         root=root,
         daemon_json=daemon_json,
@@ -359,20 +360,24 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
         facts_error=facts_error,
         docker_info=docker_info,
         hami=_read_hami(root),
-        cdi_specs=_read_cdi(root, toolkit_toml.data, docker_info),
+        cdi_specs=specs,
+        cdi_left=left,
     )
 
 
 def _read_cdi(root: str, toolkit: Mapping[str, Any] | None,
-              info: Mapping[str, Any] | None) -> tuple[CdiSpec, ...]:
+              info: Mapping[str, Any] | None
+              ) -> tuple[tuple[CdiSpec, ...], tuple[tuple[str, int, int], ...]]:
     """The CDI specs in the toolkit's spec dirs and in dockerd's (``CDISpecDirs``, its
     first ``MAX_ENGINE_CDI_DIRS``), each read once; a directory absent or not listed has
-    none, one the doctor may not list is itself named unread."""
+    none, one the doctor may not list is itself named unread; the dirs of more than
+    ``MAX_CDI_SPECS`` files, with how many were left unread."""
     engine = [d for d in info_part(info, "CDISpecDirs") or [] if isinstance(d, str)]
     budget = MAX_CDI_BYTES  # (spec text left to parse)
     dirs = dict.fromkeys(posixpath.normpath("/" + d.lstrip("/")) for d in
                          (*toolkit_cdi(toolkit)[0], *engine[:MAX_ENGINE_CDI_DIRS]))
     specs: list[CdiSpec] = []
+    left: list[tuple[str, int, int]] = []
     for d in dirs:
         try:
             names = sorted(n for n in listdir_in_root(root, d.lstrip("/"))
@@ -386,7 +391,9 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None,
         for n in names[:MAX_CDI_SPECS]:
             specs.append(spec := _cdi_spec(root, posixpath.join(d, n), budget))
             budget -= spec.size
-    return tuple(specs)
+        if len(names) > MAX_CDI_SPECS:
+            left.append((d, MAX_CDI_SPECS, len(names) - MAX_CDI_SPECS))
+    return tuple(specs), tuple(left)
 
 
 # CDI's scan reads *.json and *.yaml alone (container-device-interface spec-dirs.go)
@@ -418,13 +425,31 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
     if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
         return CdiSpec(path, error="names no kind (not a CDI spec)", size=len(text))
     devices = data.get("devices")
-    names = [d["name"] for d in devices if isinstance(d, dict)
-             and isinstance(d.get("name"), str)] if isinstance(devices, list) else []
+    names = [_device_name(d) for d in devices] if isinstance(devices, list) else []
+    if None in names:  # (CDI: "invalid device, empty device name", "cannot unmarshal")
+        return CdiSpec(path, error="names a device of no name, or of one not text (CDI "
+                                   "refuses the whole spec): generate it again, or name "
+                                   "each device", size=len(text))
     # (CDI refuses the whole spec: "invalid spec, multiple device")
-    if twice := [n for n, k in Counter(names).items() if k > 1]:
+    if twice := [n for n, k in Counter(names).items() if k > 1 and n]:
         return CdiSpec(path, error=f"names device {quoted(twice[0])} twice (CDI refuses "
                                    "the whole spec)", size=len(text))
-    return CdiSpec(path, data["kind"], frozenset(names), size=len(text))
+    return CdiSpec(path, data["kind"], frozenset(n for n in names if n), size=len(text))
+
+
+def _device_name(device: object) -> str | None:
+    """A device's name as CDI reads it: its sigs.k8s.io/yaml turns a number or boolean
+    bound for a string field into its text (``name: 0`` is "0"); None where CDI refuses
+    the spec for it (no name, null, a list or map). A float, whose Go text the doctor
+    does not mirror, is "": no GPU UUID either way."""
+    name = device.get("name") if isinstance(device, dict) else None
+    if isinstance(name, bool):  # (before int: a bool is one)
+        return "true" if name else "false"
+    if isinstance(name, int):
+        return str(name)
+    if isinstance(name, float):
+        return ""
+    return name if isinstance(name, str) and name else None
 
 
 def _runtime(root: str, daemon_json: Parsed) -> RuntimeLookup | None:

@@ -155,6 +155,8 @@ class NodeView:
     hami: HamiView | None = None
     # the CDI specs in the toolkit's spec dirs and dockerd's (docker info CDISpecDirs)
     cdi_specs: tuple[CdiSpec, ...] = ()
+    # the spec dirs of more than MAX_CDI_SPECS files: (dir, files read, files left unread)
+    cdi_left: tuple[tuple[str, int, int], ...] = ()
     # What the local agent on :9401 speaks: "http", "https", or None (not probed/none)
     agent_scheme: str | None = None
     # How the daemon grants GPUs (its placement.grants): "env", or "mounts" (doctor --grants)

@@ -24,7 +24,7 @@ from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
-from swarmgpu.manager.cycle.placement import make_plan
+from swarmgpu.manager.cycle.placement import OnePlan
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.engine.stop import read_cut
@@ -276,13 +276,14 @@ class GrantsStep(Step):
 
 def audit_check(cfg: Config, swarm: SwarmClient,
                 tenants: Tenants | FromConfig | None = FROM_CONFIG,
-                ) -> Callable[[Snapshot], list[Finding]]:
+                plans: OnePlan | None = None) -> Callable[[Snapshot], list[Finding]]:
     """`swarmgpu audit`: the services that see GPUs without a grant (``tenants``: the
-    command's, built once; ``FROM_CONFIG``: read for the plan)."""
+    command's, built once; ``FROM_CONFIG``: read for the plan; ``plans``: the run's one
+    plan, shared with its placement findings)."""
+    plan_of = plans or OnePlan(cfg, swarm, tenants)
 
     def check(snap: Snapshot) -> list[Finding]:
-        plan = (make_plan(snap, cfg, swarm=swarm, tenants=tenants) if cfg.placement.enabled
-                else None)
+        plan = plan_of(snap) if cfg.placement.enabled else None
         return findings(find(cfg, snap, plan, ImageEnvs(swarm)))
 
     return check

@@ -152,6 +152,22 @@ def make_plan(snap: Snapshot, cfg: Config,
                         stopping=snap.stopping, rejected=snap.rejected, unkeyed=snap.unkeyed)
 
 
+class OnePlan:
+    """A one-shot's plan of a snapshot, made for its first reader and kept for the next:
+    ``audit``'s placement findings and its ungranted-access check read one plan."""
+
+    def __init__(self, cfg: Config, swarm: Any = None,
+                 tenants: Tenants | FromConfig | None = FROM_CONFIG) -> None:
+        self.cfg, self.swarm, self.tenants = cfg, swarm, tenants
+        self._made: tuple[Snapshot, PlacementPlan] | None = None
+
+    def __call__(self, snap: Snapshot) -> PlacementPlan:
+        if self._made is None or self._made[0] is not snap:
+            self._made = snap, make_plan(snap, self.cfg, swarm=self.swarm,
+                                         tenants=self.tenants)
+        return self._made[1]
+
+
 def one_shot_nominations(snap: Snapshot, cfg: Config, facts: Mapping[str, NodeFacts],
                          swarm: Any = None) -> list[Nomination]:
     """The holds a one-shot reads from its victims' records (``recorded_nominations``;
@@ -598,14 +614,16 @@ class PlacementStep(Step):
         return pending
 
 
-def audit_checks(cfg: Config, tenants: Tenants | FromConfig | None = FROM_CONFIG
-                 ) -> list[Any]:
+def audit_checks(cfg: Config, tenants: Tenants | FromConfig | None = FROM_CONFIG,
+                 plans: OnePlan | None = None) -> list[Any]:
     """Audit findings about placement: invalid requests, pending, ungated services, and
-    what tenants did not give (or that there are none); ``tenants``: as ``new_planner``."""
+    what tenants did not give (or that there are none); ``tenants``: as ``new_planner``;
+    ``plans``: the run's one plan, shared with its other checks (of these ``tenants``)."""
     given = Tenants.given(cfg, tenants)
+    plan_of = plans or OnePlan(cfg, tenants=given)
 
     def check(snap: Snapshot) -> list[Finding]:
-        plan = make_plan(snap, cfg, tenants=given)
+        plan = plan_of(snap)
         out = findings_of(plan)
         if given is None:
             return [SELF_DECLARED, *out] if any(sp.request is not None

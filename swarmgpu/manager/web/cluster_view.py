@@ -78,8 +78,12 @@ def mig_used(gm: GpuMetrics | None, gi_id: int | None) -> int | None:
 
 def gpu_metrics(nodes: Sequence[SwarmNode], cfg: Config) -> dict[str, dict[str, GpuMetrics]]:
     """node id -> GPU UUID -> metrics, scraped the way the rebalancer scrapes them
-    (``rebalance.metrics_url_template``); unusable pages are left out."""
+    (``rebalance.metrics_url_template``); unusable pages are left out, and under
+    ``agents.identity: none`` a node of no hostname is not read, as the daemon's scrape
+    (its facts are refused: its page would match no GPU)."""
     auth = scrape_auth(cfg)
+    if cfg.agents.identity == "none":
+        nodes = [n for n in nodes if n.hostname]
     scrapes = scrape_all(nodes, cfg.rebalance.metrics_url_template,
                          cfg.rebalance.scrape_timeout_s, cfg.agents.parallel, auth.tls, auth.token)
     return {nid: sc.result.samples_by_uuid for nid, sc in scrapes.items() if sc.result}

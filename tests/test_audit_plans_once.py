@@ -1,0 +1,41 @@
+"""``swarmgpu audit`` plans once a run: its placement findings and its ungranted-access
+check read the one plan of the snapshot. Before, each made its own (two plans a run, the
+second with the swarm read for the first's holds and model). Counted by ``Planner.plan``.
+Pure: the swarm is in memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from support.forged import FACTS, RecordingSwarm, sw_node, sw_svc
+
+from swarmgpu.cli import main
+from swarmgpu.manager.nodes import sync
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.placement import Planner
+from swarmgpu.swarm import client
+
+
+def test_audit_plans_the_snapshot_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plans: list[Any] = []
+    real = Planner.plan
+
+    def counted(self: Planner, *a: Any, **k: Any) -> Any:
+        plans.append(self)
+        return real(self, *a, **k)
+
+    node = sw_node("n-4090", "node-4090")
+    svc = sw_svc("llm", {"swarmgpu.gpus": "1"})
+    monkeypatch.setattr(Planner, "plan", counted)
+    monkeypatch.setattr(client, "SwarmClient",
+                        lambda *_a, **_k: RecordingSwarm([node], [svc], []))
+    monkeypatch.setattr(sync, "fetch_agents", lambda *_a, **_k: {"n-4090": FactsResult(
+        "n-4090", "node-4090", "", FACTS["n-4090"], None, 1.0)})
+    (tmp_path / "config.yml").write_text(f"state_dir: {tmp_path}\n")
+    res = CliRunner().invoke(main, ["audit", "--json", "--config",
+                                    str(tmp_path / "config.yml")], catch_exceptions=False)
+    assert res.exit_code in (0, 1), res.output
+    assert len(plans) == 1, f"audit planned {len(plans)} times"
