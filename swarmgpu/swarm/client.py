@@ -52,7 +52,7 @@ from swarmgpu.swarm.swarmservice import read_service
 from swarmgpu.swarm.taskports import task_host_ports, task_network_drivers
 from swarmgpu.swarm.taskspec import task_rules
 from swarmgpu.swarm.taskstop import DEFAULT_GRACE_S, rejected_until, stop_grace_s, updated_at
-from swarmgpu.swarm.unkeyed import WRONG_FIX, Unkeyed, inspected, keyed, wrong_object
+from swarmgpu.swarm.unkeyed import WRONG_FIX, Unkeyed, by_id_alone, inspected, keyed, wrong_object
 
 if TYPE_CHECKING:
     from swarmgpu.core.config import Config
@@ -429,6 +429,8 @@ class SwarmClient:
 
     def node(self, node_id: str) -> SwarmNode:
         raw = self._call(read_entries, "node", self._api.inspect_node, node_id)
+        raw = by_id_alone(raw, node_id, lambda: self._listed(  # (a hostname matched)
+            "node", self._api.nodes, filters={"id": [node_id]}))
         return _node(inspected(raw, "node", node_id, SwarmUnkeyed, SwarmWrongObject))
 
     def services(self) -> list[SwarmService]:

@@ -11,17 +11,28 @@ entry of it can be told from another.
 
 An inspect answered with another object than the one asked for (``wrong_object``: a
 proxy's) is refused too, naming both: before a write, that write alone.
+
+Docker reads a node or service reference as a whole ID first, then as a name (a node's
+hostname, a service's ``Spec.Name``), then as an ID prefix, refusing a prefix two
+objects share (moby's daemon/cluster/helpers.go, ``getNode``, ``getService``). A node
+gone whose ID is another node's hostname is so answered with that node: the client reads
+it by its ID alone then (``by_id_alone``), so a move's node gone
+reads as gone, said once, not refused every cycle.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from loguru import logger
+
 from swarmgpu.core.peertext import quoted
 from swarmgpu.swarm.answerjson import Repeated
+from swarmgpu.swarm.errors import SwarmNotFound
 
 UNKEYED_FIX = ("check the manager's Docker version (Docker sends an ID with every node "
                "and service), and any proxy in front of the engine")
@@ -90,18 +101,56 @@ def wrong_object(raw: Any, kind: str, asked: str, *, as_path: bool = False) -> s
     ``Spec.Name``, a node's hostname) where none has that ID, and its update takes the
     name too: read so, a removed service's write went to the one named so. ``as_path``
     (the docker-proxy: a path a client wrote) takes what Docker's inspect and update
-    resolve as it does, a name or an ID prefix, unless ``asked`` is a whole ID."""
+    resolve as it does: the object of that ID, else of that name (one shaped as a whole
+    ID too: Docker answers it only where no object has that ID), else of that ID prefix
+    (Docker refuses one two objects share; a whole ID is no other's prefix). The proxy
+    writes the ID answered, so the engine acts on the object checked."""
     got = raw.get("ID") if isinstance(raw, Mapping) else None
     if not isinstance(got, str) or not got or got == asked:
         return ""
     name = _name(raw, kind)
-    if as_path and not WHOLE_ID.fullmatch(asked) and (name == asked or got.startswith(asked)):
+    if as_path and (name == asked or (not WHOLE_ID.fullmatch(asked) and got.startswith(asked))):
         return ""
     why = (f"no {kind} has the ID {quoted(asked, 80)} (Docker then answers one named so: "
            f"removed), or a proxy answered another" if name == asked else WRONG_FIX)
     return (f"{kind} {quoted(asked, 80)} was asked for, the engine answered {kind} "
             f"{quoted(got, 80)}{_named(raw, kind)}: nothing of it is read or written; "
             f"{why}")
+
+
+# The ambiguous node references said (asked, answered): each once a process, not each
+# cycle; bounded (then said afresh), as any ID a record names may come here.
+_said_ambiguous: set[tuple[str, str]] = set()
+_said_lock = threading.Lock()
+SAID_MAX = 1024
+
+
+def by_id_alone(raw: Any, asked: str, listed: Callable[[], list[Any]]) -> Any:
+    """``raw``, the engine's answer to node ``asked``'s inspect; where it is another node
+    whose hostname is ``asked`` (Docker's answer where no node has that ID), the node of
+    that ID in ``listed()`` (the node list filtered by it: the filter matches IDs alone);
+    none: ``SwarmNotFound`` (gone, as the engine's 404), the ambiguity said once,
+    naming both nodes and the fix."""
+    if not _has_id(raw) or raw["ID"] == asked or _name(raw, "node") != asked:
+        return raw
+    for entry in listed():
+        if isinstance(entry, Mapping) and entry.get("ID") == asked:
+            return entry
+    other = str(raw["ID"])
+    with _said_lock:
+        fresh = (asked, other) not in _said_ambiguous
+        if fresh:
+            if len(_said_ambiguous) >= SAID_MAX:
+                _said_ambiguous.clear()
+            _said_ambiguous.add((asked, other))
+    if fresh:
+        logger.warning(
+            "node reference {} is ambiguous: no node has that ID (removed: read as gone), "
+            "and node {} has it as its hostname, which Docker answers for it; rename that "
+            "host so its hostname is no node's ID (then restart its docker)",
+            quoted(asked, 80), quoted(other, 80))
+    raise SwarmNotFound(f"node {quoted(asked, 80)}: no node has the ID {quoted(asked, 80)} "
+                        f"(Docker answers node {quoted(other, 80)}, its hostname so)")
 
 
 def _has_id(raw: Any) -> bool:

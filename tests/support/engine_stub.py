@@ -46,11 +46,13 @@ class Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     swarm: dict[str, Any]  # SWARM as the engine holds it now
     service: dict[str, Any]  # SERVICE as the engine holds it now (a service update applies)
     raw: dict[bytes, bytes]  # path (no /vX.Y) -> a GET's 200 body as sent: a hostile engine
+    errors: dict[bytes, bytes]  # path (no /vX.Y) -> a GET's 400 message (an ambiguous name)
     before_write: Callable[[], None] | None  # runs as a service update arrives
 
 
 class EngineHandler(socketserver.BaseRequestHandler):
     """Records each request's bytes; answers a GET of a path in ``raw`` with its bytes,
+    one in ``errors`` 400 with its message,
     GET /swarm with chunks (as Go does for a longer answer), GET /services? with the
     service when an ``id`` filter is a prefix of its ID, /events as a stream, a
     service update at the service's version by applying it (the next version), anything
@@ -76,6 +78,12 @@ class EngineHandler(socketserver.BaseRequestHandler):
             body = self.server.raw[got.group(1)]
             self.request.sendall(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+        elif got and got.group(1) in self.server.errors:
+            body = json.dumps({"message": self.server.errors[got.group(1)].decode()}).encode()
+            self.request.sendall(
+                b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
             )
         elif re.match(rb"GET (/v[0-9.]+)?/swarm ", line):
@@ -143,6 +151,7 @@ def start_engine(path: str) -> Engine:
     engine.swarm = copy.deepcopy(SWARM)
     engine.service = copy.deepcopy(SERVICE)
     engine.raw = {}
+    engine.errors = {}
     engine.before_write = None
     threading.Thread(target=engine.serve_forever, daemon=True).start()
     return engine

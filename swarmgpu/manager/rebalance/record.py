@@ -96,9 +96,10 @@ def swarm_id(text: object) -> bool:
 def node_by_id(swarm: SwarmClient, node_id: str) -> SwarmNode | None:
     """Node ``node_id`` of a move in flight, fresh: one inspect, not every node of the
     swarm (0.5 s at 5,000 nodes, per move in flight per cycle). None when no node has
-    that id: the engine's 404 (``docker node rm``), as the whole list read it. Another
-    node's answer (a proxy's, or Docker's for a hostname equal to the id) raises the
-    client's ``SwarmWrongObject``: not read as gone."""
+    that id: the engine's 404 (``docker node rm``), as the whole list read it, or no
+    node of that id listed where Docker answered the node whose hostname it is (the
+    client reads it by ID alone then: ``unkeyed.by_id_alone``). Another node's answer
+    (a proxy's) raises the client's ``SwarmWrongObject``: not read as gone."""
     if not swarm_id(node_id):
         return None
     try:
