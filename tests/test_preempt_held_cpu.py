@@ -104,3 +104,50 @@ def test_a_higher_request_served_after_a_lower_one_does_not_count_the_preemptors
                              preemptible_below=100, settling={"high"}, stopping=[stop],
                              held=holds_with_stopping([nom], plan), first=[made])
     assert [(p.service, [v.service for v in p.victims]) for p in got] == [("low", ["old1"])]
+
+
+def _decide_beside_own(low_cpu: int) -> list[str]:
+    """high (priority 100, 2 replicas of 2 GPUs and 16 CPUs, packed) runs one replica on
+    n-a (64 CPUs) and preempted job there for the other, whose task still stops there
+    reserving 40; its hold names 2 more DGX GPUs. old (priority 0) holds all of n-b. low
+    asks 1 GPU and ``low_cpu`` CPU milli."""
+    h = Holding("old", "n-b", R, (1000,) * 8)
+    mine = Holding("high", "n-a", D[2:4], (1000,) * 2, (1, 1))  # (its replica in slot 1)
+    nodes = [sw_node("n-a", "gpu-node-1", {assign_key(P, "high"): mine.label_value(),
+                                           gate_key(P, "high"): "true"}),
+             sw_node("n-b", "gpu-node-2", {assign_key(P, "old"): h.label_value(),
+                                           gate_key(P, "old"): "true"})]
+    job = sw_svc("job", {f"{P}gpus": "2"}, mode={"ReplicatedJob": {}})
+    old = sw_svc("old", {f"{P}gpus": "8"})
+    high = reserving(sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100",
+                                     f"{P}pack": "always"}, replicas=2), 16000)
+    low = reserving(sw_svc("low", {f"{P}gpus": "1", f"{P}priority": "50"}), low_cpu)
+    services = [job, old, high, low]
+    stop = SwarmTask("t-job", job.id, "n-a", 1, "running", "shutdown", (), cpu_milli=40000)
+    tasks = [SwarmTask("t-old", old.id, "n-b", 1, "running", "running", ()),
+             SwarmTask("t-high", high.id, "n-a", 1, "running", "running", (),
+                       cpu_milli=16000),
+             SwarmTask("t-high2", high.id, "", 2, "pending", "running", ()),
+             SwarmTask("t-low", low.id, "", 1, "pending", "running", ())]
+    nom = Nomination("high", 100, "n-a", D[:2], victims=(job.id,), service_id=high.id)
+    plan = Planner(prefix=P).plan(nodes, services, tasks, FACTS, stopping=[stop],
+                                  nominated=[nom])
+    by = {sp.name: sp for sp in plan.services}
+    assert by["high"].status == by["low"].status == Status.PENDING, by
+    assert by["high"].packed, by["high"]
+    return [p.describe() for p in choose_preemptions(
+        plan, nodes, services, tasks, FACTS, prefix=P, preemptible_below=100,
+        settling={"high"}, stopping=[stop], held=holds_with_stopping([nom], plan))]
+
+
+@pytest.mark.parametrize(("low_cpu", "want"), [
+    # 48 CPUs once job's task stops, 32 beside high's held replica: low does not fit
+    (40000, ["preempt old (priority 0) on gpu-node-2 for low (priority 50)"]),
+    (30000, []),  # fits beside it: waits for job's stop
+])
+def test_a_packed_preemptor_running_on_its_holds_node_counts_the_replicas_it_holds_for(
+        low_cpu: int, want: list[str]) -> None:
+    """Before, a preemptor with a task on its hold's node was not counted at all (``Room``
+    counts its running replica, not the one the hold is for): low waited for the CPU
+    job's stop frees, which high's second replica then took."""
+    assert _decide_beside_own(low_cpu) == want

@@ -229,3 +229,13 @@ def test_defrag_searches_without_gpus_held_for_another_preemptor() -> None:
     heldq = {(f"n{k}", f"{HU2[1][:-2]}{k:02d}"): ("q", 100) for k in range(2, 6)}
     assert sorted(m.service for m in _defrag_many(heldq)) == ["b", "c"]
     assert len(_defrag_many({})) == 1  # unheld, one move off gpu-node-2 is cheapest
+
+
+def test_defrag_never_moves_the_holder_of_a_live_hold() -> None:
+    """a runs, converged, while a hold for it lives on gpu-node-1 (its preemption step
+    cut at the cycle's budget before ``keep`` ended the hold). Defrag's movers' room
+    holds every preemptor's GPUs from every mover, a's own too: sound only while a
+    holder never moves. Before, a moved off gpu-node-2 for p (onto its own held GPU)."""
+    assert [m.service for m in _defrag({})] == ["a"]
+    assert _defrag({("n1", WHOLE1[0]): ("a", 100)}) == []
+    assert [m.service for m in _defrag({("n1", WHOLE1[0]): ("q", 100)})] == ["a"]

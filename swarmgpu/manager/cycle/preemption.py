@@ -66,6 +66,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 from typing import Any, Literal
 
 from loguru import logger
@@ -244,7 +245,18 @@ class Preempter:
         budgets: a budget never turns a move into a stop) or is held (the hour not
         stored) holds the whole preemption back: no victim of it is stopped this cycle.
         Stopped alone, a victim freed GPUs the preemptor could not use yet, and placement
-        gave them back to it the next cycle: stopped and restarted for nothing."""
+        gave them back to it the next cycle: stopped and restarted for nothing. Cut at the
+        cycle's budget part-way, those moved before the cut are taken (``_took_cut``)."""
+        was = set(self.moving.get(p.service, ()))
+        try:
+            return self._act_on(swarm, snap, plan, p, tenant, now, waits, mono)
+        except BudgetEnded:
+            self._took_cut(p, was, self.clock() if mono is None else mono)
+            raise
+
+    def _act_on(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan, p: Preemption,
+                tenant: str, now: float, waits: list[tuple[str, str, Move]],
+                mono: float | None) -> tuple[list[Candidate], bool]:
         i = next((k for k, sp in enumerate(plan.services) if sp.name == p.service), None)
         if self.can_move:  # a victim's target: no GPU a task Swarm is stopping still uses
             # (a hold's victims' too), nor one held for another preemptor (one nominated
@@ -396,6 +408,15 @@ class Preempter:
         for v in victims:
             self.victim_at[v.service_id] = mono
 
+    def _took_cut(self, p: Preemption, was: AbstractSet[str], mono: float) -> None:
+        """``p``'s victims moved (their record landed) before a cut at the budget
+        (``was``: moved before ``p``) taken, the GPUs they free of its hold held: else
+        the next cycle chose them again, and gave those GPUs to another service."""
+        landed = [v for v in p.victims if v.service in self.moving.get(p.service, set()) - was]
+        if landed:
+            freed = {u for v in landed for u in v.uuids}
+            self.took(replace(p, held=tuple(u for u in p.held if u in freed)), landed, mono)
+
     def _recreated(self, preemptor: str, snap: Snapshot) -> bool:
         """Whether ``snap`` lists ``preemptor``'s name under another id than its own when
         it preempted (known: ``took``): Swarm's names are unique and a service cannot be
@@ -495,8 +516,10 @@ class Preempter:
             self.spent.spend(now, tenant)
         try:
             self._write_hour(swarm)
-        except SwarmError as exc:
+        except (SwarmError, BudgetEnded) as exc:
             self.spent.release(now, tenant, n)
+            if isinstance(exc, BudgetEnded):  # (not stored: given back, the cycle ends)
+                raise
             logger.bind(service=p.service).error(
                 "preemption: not {} now, the budget hour cannot be stored first (tried "
                 "again next cycle): {}", p.describe(), exc)
@@ -581,8 +604,12 @@ class Preempter:
                 started = mover.start(m, svc, plan_failed)
         except Unstored:
             return "held"
-        except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
-            raise read_cut() from exc
+        except (BudgetCut, Stopped) as exc:  # (a cut at the cycle's budget, or a stop)
+            if wrote:  # its record landed: under way, judged from it next cycle (as below)
+                self.moving.setdefault(p.service, set()).add(v.service)
+            if isinstance(exc, BudgetCut):  # (no fault of its own)
+                raise read_cut() from exc
+            raise  # no later victim is acted on
         except SwarmError as exc:
             if not wrote or isinstance(exc, VersionConflict | NotLeader):
                 # nothing written, or the start took its record back: no move of it
@@ -597,8 +624,6 @@ class Preempter:
                 p.service, exc)
             self.moving.setdefault(p.service, set()).add(v.service)
             return "moved"
-        except Stopped:
-            raise  # the daemon stops: no later victim is acted on
         except Exception as exc:  # a bug or unforeseen input: this victim's loss only
             # Nothing written: stopped instead, as a move that failed to start. Else its
             # record, the first write, is the authority: the rebalancer's mover goes on

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
+from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.preemptroom import Room
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmService
@@ -32,19 +33,22 @@ class HeldRoom:
     @staticmethod
     def of(held: Mapping[tuple[str, str], tuple[str, int]], settling: AbstractSet[str],
            pending: AbstractSet[str], req: Mapping[str, GpuRequest | RequestError],
-           room: Room | None) -> HeldRoom:
+           room: Room | None,
+           holdings: Mapping[str, Mapping[str, Holding]] | None = None) -> HeldRoom:
         """Of the preemptors ``held`` names GPUs for (node id, uuid -> preemptor, ...),
-        those ``settling`` and ``pending`` with a whole-GPU request and no holding on the
-        hold's node (``Room`` counts a holder's): replicas by the GPUs held for it there."""
+        those ``settling`` and ``pending`` with a whole-GPU request: replicas by the GPUs
+        held for it there that its own holding there (``holdings``: node id -> service ->
+        holding) does not name. A packed preemptor already running there holds for the
+        replicas it lacks: ``Room`` counts its running tasks, not those."""
         gpus: dict[tuple[str, str], int] = {}
-        for (nid, _u), (who, _pr) in held.items():
-            if who in settling and who in pending:
+        for (nid, u), (who, _pr) in held.items():
+            own = (holdings or {}).get(nid, {}).get(who)
+            if who in settling and who in pending and (own is None or u not in own.uuids):
                 gpus[(who, nid)] = gpus.get((who, nid), 0) + 1
         waiting = []
         for (who, nid), n in gpus.items():
             r = req.get(who)
-            if room is None or not isinstance(r, GpuRequest) or r.gpus < 1 \
-                    or (who, nid) in room.held:
+            if room is None or not isinstance(r, GpuRequest) or r.gpus < 1:
                 continue
             waiting.append((r.priority, who, nid, max(1, n // r.gpus)))
         return HeldRoom(sorted(waiting, key=lambda w: (-w[0], w[1], w[2])))

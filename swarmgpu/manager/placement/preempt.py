@@ -301,7 +301,7 @@ def choose_preemptions(
     made = {p.service: p for p in first}
     order = sorted(order, key=lambda sr: sr[0].name not in made)  # (stable: served order)
     out: list[Preemption] = []
-    waiting = HeldRoom.of(rd.held, settling, {sp.name for sp in pending}, req, rd.room)
+    waiting = HeldRoom.of(rd.held, settling, {sp.name for sp in pending}, req, rd.room, rd.holdings)
     for s, r in order:
         if not isinstance(r, GpuRequest) or r.is_fraction or r.mig_profile:
             continue

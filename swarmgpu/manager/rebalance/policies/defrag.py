@@ -100,9 +100,10 @@ def _movers_room(ctx: Context) -> ClusterAllocator:
     GPU held for the pending service itself, or held for another and partly used, is
     free to it but no move's target; judged so, plans whose tasks had nowhere to go used
     up ``MAX_TRIES`` (before stop 76 held GPUs, then hot and unread ones). Held from
-    every service, its own hold too: the search asks by demand, and a preemptor whose
-    hold is alive is not converged, so it does not move. A service's own rules (its
-    constraints, its other nodes) are ``_barred``'s."""
+    every service, its own hold too: the search asks by demand, so a holder of a live
+    hold never moves (``_running``): converged all the same (its preemption step cut
+    before ``keep`` ended the hold), it moved onto room the search did not count. A
+    service's own rules (its constraints, its other nodes) are ``_barred``'s."""
     room = ctx.allocator(None, ())
 
     def unverified(node: NodeState, _i: int, _uuid: str, sig: GpuSignal | None) -> bool:
@@ -135,11 +136,13 @@ def _running(ctx: Context, held: ClusterAllocator, pending: str, may: dict[str, 
     (not the pending service's, not on a node it holds), each with what its new task
     reserves and the choice ``held`` committed for it, carrying the CPU and memory its
     tasks there reserve (they leave with it: the search gives them back); those that
-    may not (opted out, unconverged, cooling down, no GPU request) as tasks that cannot
-    move. Left out, their GPUs counted as room no move was needed for, and a node with
-    one got no plan at all. ``may``: service -> may move now, filled as asked (the
+    may not (opted out, unconverged, cooling down, no GPU request, the holder of a live
+    hold: ``_movers_room`` holds its GPUs from it too) as tasks that cannot move. Left
+    out, their GPUs counted as room no move was needed for, and a node with one got no
+    plan at all. ``may``: service -> may move now, filled as asked (the
     caller's, for the pass while no plan is committed)."""
     has = set(ctx.ledger.get(pending, {})) | ctx.refused(pending)
+    holders = {who for who, _pr in ctx.inp.held.values()}
     out: dict[str, dict[str, tuple[Demand, Choice]]] = {}
     use: dict[tuple[str, str], tuple[int, int]] = {}  # (service id, node) -> its tasks'
     for t in ctx.inp.tasks:
@@ -153,7 +156,7 @@ def _running(ctx: Context, held: ClusterAllocator, pending: str, may: dict[str, 
                 or nid in has or n is None or not schedulable(n)):
             continue
         if svc not in may:
-            may[svc] = req is not None and ctx.movable(svc) is None
+            may[svc] = req is not None and svc not in holders and ctx.movable(svc) is None
         if not may[svc]:
             out.setdefault(nid, {})[svc] = _stuck(nid, h.choice.gpus, "may not move")
         elif req is not None:

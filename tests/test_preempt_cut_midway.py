@@ -1,0 +1,120 @@
+"""A preemption cut at its cycle's engine budget part-way through its victims
+(``budget.OverBudget`` before a write): the writes that landed keep their records. A
+victim moved (or whose move's record landed: the record judges it next cycle) before
+the cut cools down, and its preemptor holds the GPUs it frees, those alone; a victim
+whose stop was cut is neither, and its hour is given back. Before, the cut ended the
+cycle past ``Preempter.took``: the moved victim could be chosen again at once, and the
+GPUs it freed went to another service. Pure, over the recording Swarm stand-in, its
+Nth write refused as the daemon's write gate refuses one past the budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.forged import DGX_F, RecordingSwarm, sw_node, sw_svc
+from support.move_then_preempt import REBALANCE, D, P, R, holds
+
+from swarmgpu.core.config import Config, PreemptionConfig
+from swarmgpu.manager.cycle.budget import OverBudget
+from swarmgpu.manager.cycle.preemption import Preempter
+from swarmgpu.manager.engine.stop import BudgetEnded, StopRequest
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement import Holding, PlacementPlan, devices_key
+from swarmgpu.manager.placement.preempt import Candidate, Preemption, Relocation
+from swarmgpu.manager.rebalance.mover import read_records
+from swarmgpu.swarm.client import SwarmTask
+
+
+class CutAtWrite(RecordingSwarm):
+    """The stand-in whose write gate (``before_write``) refuses its ``cut``-th write and
+    every later one: the cycle's engine budget passed there."""
+
+    cut = 0
+    tried = 0
+
+    def before_write(self) -> None:
+        self.tried += 1
+        if self.cut and self.tried >= self.cut:
+            raise OverBudget(StopRequest())
+
+
+def _world() -> CutAtWrite:
+    """batch and batch2 (priority 0) hold 2 RTX 4090s each, filler the rest; dfill fills
+    5 A100s of the DGX, whose other 2 are free: batch can move there, batch2 cannot."""
+    nodes = [sw_node("n-mgr", "manager", role="manager"),
+             sw_node("n-dgx", "gpu-node-1", holds("n-dgx", {"dfill": D[:5]})),
+             sw_node("n-4090", "gpu-node-2", holds("n-4090", {
+                 "batch": R[:2], "batch2": R[2:4], "filler": R[4:]}))]
+    svcs = [sw_svc("batch", {f"{P}gpus": "2", devices_key(P, "n-4090"): ",".join(R[:2])}),
+            sw_svc("batch2", {f"{P}gpus": "2", devices_key(P, "n-4090"): ",".join(R[2:4])}),
+            sw_svc("filler", {f"{P}gpus": "4", f"{P}preemptible": "false",
+                              devices_key(P, "n-4090"): ",".join(R[4:])}),
+            sw_svc("dfill", {f"{P}gpus": "5", f"{P}preemptible": "false",
+                             devices_key(P, "n-dgx"): ",".join(D[:5])}),
+            sw_svc("high", {f"{P}gpus": "4", f"{P}priority": "100"})]
+    on = {"batch": "n-4090", "batch2": "n-4090", "filler": "n-4090", "dfill": "n-dgx"}
+    tasks = [SwarmTask(f"t-{s.name}", s.id, on.get(s.name, ""), 1,
+                       "running" if s.name in on else "pending", "running", ())
+             for s in svcs]
+    return CutAtWrite(nodes, svcs, tasks)
+
+
+def _victim(name: str, uuids: tuple[str, ...]) -> Candidate:
+    return Candidate(name, f"id-{name}", "n-4090", 0, "", uuids,
+                     Holding(name, "n-4090", uuids, (1000,) * len(uuids)))
+
+
+def _preempt(cut: int, tmp_path: Path) -> tuple[Preempter, CutAtWrite]:
+    """high's preemption of batch (moved to the DGX's 2 free GPUs) and batch2 (stopped)
+    on n-4090, its hold naming their 4 GPUs, the ``cut``-th write refused (0: none)."""
+    sw, t = _world(), 1000.0
+    sw.cut = cut
+    cfg = Config(state_dir=str(tmp_path), rebalance=REBALANCE,
+                 preemption=PreemptionConfig(dry_run=False, preemptible_below=100))
+    pre = Preempter(cfg, clock=lambda: t)
+    idx = tuple(next(g.index for g in DGX_F.gpus if g.uuid == u) for u in D[5:7])
+    p = Preemption("high", "id-high", 100, "n-4090", "gpu-node-2",
+                   (_victim("batch", R[:2]), _victim("batch2", R[2:4])),
+                   moves={"batch": Relocation("n-dgx", "gpu-node-1", idx, D[5:7])},
+                   held=R[:4])
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {})
+    plan = PlacementPlan()
+    if not cut:
+        pre._act(sw, snap, plan, p, "", 5000.0, [], t)  # type: ignore[arg-type]
+        return pre, sw
+    with pytest.raises(BudgetEnded):
+        pre._act(sw, snap, plan, p, "", 5000.0, [], t)  # type: ignore[arg-type]
+    return pre, sw
+
+
+# The writes, in order: batch's move (its record's gate check, the hour stored just
+# before the record, the record, its spec, the target opened), then batch2's stop (the
+# hour stored, its spec, the gate closed).
+MOVE_RECORDED, WRITES = 3, 7
+
+
+@pytest.mark.parametrize("cut", range(MOVE_RECORDED, WRITES + 1))
+def test_a_victim_moved_before_the_cut_cools_and_its_gpus_are_held(
+        cut: int, tmp_path: Path) -> None:
+    pre, sw = _preempt(cut, tmp_path)
+    assert {st.service for st in read_records(sw.swarm_labels(), P).values()} == {"batch"}
+    assert set(pre.victim_at) == {"id-batch"}  # batch2 not stopped: not cooling
+    (hold,) = pre.nominated.current(1000.0)
+    assert (hold.service, hold.node_id, hold.uuids) == ("high", "n-4090", R[:2])
+    assert "high" in pre.preemptor_at and pre.moving.get("high") == {"batch"}
+    assert len(pre.spent.all) == 1, list(pre.spent.all)  # batch's alone
+
+
+@pytest.mark.parametrize("cut", range(1, MOVE_RECORDED))
+def test_a_preemption_cut_before_any_record_landed_holds_and_spends_nothing(
+        cut: int, tmp_path: Path) -> None:
+    pre, sw = _preempt(cut, tmp_path)
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert (pre.victim_at, pre.nominated.current(1000.0), pre.preemptor_at) == ({}, (), {})
+    assert list(pre.spent.all) == []
+
+
+def test_a_preemption_not_cut_makes_the_writes_counted_above(tmp_path: Path) -> None:
+    pre, sw = _preempt(0, tmp_path)
+    assert sw.tried == WRITES and len(pre.spent.all) == 2
