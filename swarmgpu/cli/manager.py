@@ -34,7 +34,9 @@ ENGINE_WAIT_S = 60.0  # how long `run` waits for an unreachable engine before ex
     type=ConfigPath(),
     help=CONFIG_HELP,
 )
-@click.option("--once", is_flag=True, help="Run one cycle and exit.")
+@click.option("--once", is_flag=True,
+              help="Run one cycle and exit; with no engine budget (docs/systemd.md) "
+              "unless $WATCHDOG_USEC sets a watchdog.")
 @click.option("--dry-run", is_flag=True, default=None, help="Plan and log; never write.")
 def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
     """The manager daemon: sync GPU labels, place GPU services, rebalance."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import queue
 import signal
@@ -134,6 +135,9 @@ class Daemon:
         # Why the engine could not be asked (the last cycle's ask failed), else None:
         # /healthz then says leadership is unknown, not the last answer it had.
         self.engine_error: str | None = None
+        # The line that said the last cycle ended at its engine budget, else None:
+        # /healthz says so (the engine answers, too slowly for a whole cycle).
+        self.budget_ended: str | None = None
         self._scheduler: BackgroundScheduler | None = None
         self._http: GuardedServer | None = None
         self.web_auth = WebAuth(cfg.http)  # who may read the HTTP (webauth)
@@ -159,19 +163,25 @@ class Daemon:
         return tenant_specs(self.cfg)
 
     # --- one cycle -------------------------------------------------------
-    def cycle(self) -> CycleReport:
+    def cycle(self, *, unbounded: bool = False) -> CycleReport:
         """Run one full cycle now (serialised: never two at once), within its engine
-        budget (``cycle.budget``): past it the cycle ends, said in one line."""
+        budget (``cycle.budget``): past it the cycle ends, said in one line, counted as
+        ``errors{kind="budget"}`` and ``cycles{outcome="over_budget"}`` (no engine
+        error: the engine answered, slowly) and told by /healthz until a cycle ends
+        otherwise. ``unbounded``: no budget (``once`` without a watchdog)."""
         with self._cycle_lock, self._collector.around_cycle():
             dog, every = watchdog_s(), self.cfg.sync.interval_s
-            gate = self._budget = BudgetGate(engine_budget_s(every, dog))
+            budget_s = math.inf if unbounded else engine_budget_s(every, dog)
+            gate = self._budget = BudgetGate(budget_s)
             try:
                 with within_budget(gate.budget):
-                    return self._cycle()
+                    report = self._cycle()
+                self.budget_ended = None
+                return report
             except BudgetEnded:  # (a write refused past it, or a read cut there)
-                said = over_budget(gate, every, dog)
-                self.metrics.errors.labels(kind="swarm").inc()
-                self.metrics.cycles.labels(outcome="error").inc()
+                said = self.budget_ended = over_budget(gate, every, dog)
+                self.metrics.errors.labels(kind="budget").inc()
+                self.metrics.cycles.labels(outcome="over_budget").inc()
                 logger.error(said)
                 return CycleReport(errors=[said], aborted=True)
             finally:
@@ -316,9 +326,11 @@ class Daemon:
 
     def once(self) -> CycleReport:
         """One cycle now (``run --once``), stopped by SIGTERM or SIGINT as the daemon is:
-        between two writes or node reads; a second signal ends the process at once."""
+        between two writes or node reads; a second signal ends the process at once. No
+        engine budget unless a watchdog waits for it (``$WATCHDOG_USEC``): no ping
+        follows, and a one-shot on a slow engine ran whole before the budget came."""
         self._install_signals()
-        return self.cycle()
+        return self.cycle(unbounded=watchdog_s() is None)
 
     def _safe_cycle(self) -> None:
         # An event that arrives while a cycle runs cannot start another one (one at a
@@ -544,16 +556,21 @@ class Daemon:
         """/healthz. Without ``detail`` (a caller that may read nothing else: /healthz
         is open) the errors are only counted: their texts name nodes, agent addresses and
         node IDs, which /api/v1/cluster tells only with proof. While the engine cannot be
-        asked, ``leader`` is null (unknown: no write goes out) and the status degraded."""
+        asked, ``leader`` is null (unknown: no write goes out) and the status degraded;
+        after a cycle that ended at its engine budget, ``over_budget`` is true, the status
+        degraded and the errors that cycle's line (its age stays the last whole one's)."""
         age = None if self.last_cycle_at is None else time.monotonic() - self.last_cycle_at
         stale = age is None or age > 3 * self.cfg.sync.interval_s
         errors = self.last_report.errors if self.last_report else []
-        engine_error = self.engine_error
-        ok = engine_error is None and (not self.leader or not stale)
+        engine_error, ended = self.engine_error, self.budget_ended
+        if ended is not None:
+            errors = [ended]
+        ok = engine_error is None and ended is None and (not self.leader or not stale)
         out: dict[str, Any] = {
             "status": "ok" if ok else "degraded",
             "leader": self.leader if engine_error is None else None,
             "engine": "reachable" if engine_error is None else "unreachable",
+            "over_budget": ended is not None,
             "last_cycle_age_s": age,
         }
         if detail:

@@ -19,7 +19,8 @@ request streamed, to its headers): a timer shuts its socket down past it
 (``_Clock``), so a read blocked on headers sent a byte at a time returns, as
 ``AnswerTooSlow``; http.client bounds their size only. Within a ``CycleBudget``
 (``within_budget``: the daemon's cycle) each read's deadline is cut to what is left of
-it too, and none is sent past it (``BudgetSpent``).
+it too, and none is sent past it (``BudgetSpent``); a write's own requests, never
+refused, to what is left of it and its slack (``WriteCut``).
 A client is made by ``strict_api``, so the API version it asks as it is made is too.
 """
 
@@ -53,6 +54,10 @@ MAX_ANSWER_BYTES = 512 * 1024 * 1024
 # the cycle's 90 s that systemd's watchdog allows (docs/systemd.md). A whole 5,000-task list
 # takes well under a second from an engine that answers at all.
 ANSWER_DEADLINE_TIMEOUTS = 2.0
+# The least a write's own request gets past its cycle's budget (``CycleBudget.
+# write_left``): a sound engine's round trip is some 25 ms, and a write past the budget
+# (the over-share restart's reopened gate) still goes out.
+WRITE_FLOOR_S = 5.0
 NO_TIMEOUT_DEADLINE_S = 120.0  # (a client made without a timeout: docker-py sets 60 s)
 _CHUNK = 64 * 1024  # (read in pieces: 1 MiB ones measured no faster, benchmarks/)
 _SPACE = re.compile(r"[ \t\n\r]*")
@@ -103,15 +108,23 @@ class CycleBudget:
     """The time one daemon cycle may take, ``budget_s`` from its start, so that systemd's
     watchdog ping after it comes in time (manager.cycle.budget): within it
     (``within_budget``) each read of the engine gets the less of its own deadline and
-    what is left, and none is sent once it has passed. ``cut``: the first read refused
+    what is left, and none is sent once it has passed. A write's own requests (its
+    reads and its post, never refused midway) get the less of their own deadline and
+    ``write_left``: what is left of it and ``slack_s``. ``cut``: the first read refused
     so (its method and path), else None."""
 
-    def __init__(self, budget_s: float) -> None:
+    def __init__(self, budget_s: float, slack_s: float = 0.0) -> None:
         self.budget_s, self.start = budget_s, time.monotonic()
+        self.slack_s = slack_s
         self.cut: str | None = None
 
     def left(self) -> float:
         return self.start + self.budget_s - time.monotonic()
+
+    def write_left(self) -> float:
+        """What a write's own request may take: what is left of the budget and its
+        slack, ``WRITE_FLOOR_S`` at least (one past the budget still gets a round trip)."""
+        return max(self.left() + self.slack_s, WRITE_FLOOR_S)
 
     def took_s(self) -> float:
         return time.monotonic() - self.start
@@ -124,6 +137,23 @@ class CycleBudget:
         if self.cut is None:
             self.cut = what
         return BudgetSpent(what, self)
+
+
+class WriteCut(AnswerTooSlow):
+    """A write's own request (its read or its post) not answered within what was left of
+    its cycle's budget and slack (``CycleBudget.write_left``): a timeout, as
+    ``AnswerTooSlow``, the write's outcome unknown (the next cycle reads it afresh)."""
+
+    def __init__(self, what: str, budget: CycleBudget, deadline_s: float) -> None:
+        ReadTimeout.__init__(
+            self, f"the engine's answer to {what}, a write's, was not read within "
+            f"{deadline_s:.1f} s, what was left of the cycle's engine budget of "
+            f"{budget.budget_s:g} s and the {budget.slack_s:g} s kept past it for the "
+            f"writes in flight ({budget.took_s():.1f} s taken; {WRITE_FLOOR_S:g} s at "
+            "least), so that the watchdog's ping comes in time: the write may or may "
+            "not have been made (the next cycle reads it afresh); check the engine (is "
+            "`docker info` slow?) and the proxy in front of it")
+        self.deadline_s = deadline_s
 
 
 class BudgetSpent(AnswerTooSlow):
@@ -155,6 +185,10 @@ def budget_cut(exc: BaseException) -> bool:
 # manager.engine.writes); None outside one, as for plan, status and audit.
 _BUDGET: contextvars.ContextVar[CycleBudget | None] = contextvars.ContextVar(
     "swarmgpu_cycle_budget", default=None)
+# The budget of the cycle whose write this thread makes (``outside_budget``): it bounds
+# the write's own requests by what is left of it and its slack (``write_left``).
+_WRITING: contextvars.ContextVar[CycleBudget | None] = contextvars.ContextVar(
+    "swarmgpu_write_budget", default=None)
 
 
 @contextlib.contextmanager
@@ -176,13 +210,18 @@ def budgeted() -> bool:
 
 @contextlib.contextmanager
 def outside_budget() -> Iterator[None]:
-    """Within: this thread's requests keep their own deadline only, as outside a cycle:
-    a write's own reads (read-modify-write), once the write gate let it through, so a
-    write in flight is never cut (manager.cycle.budget)."""
+    """Within: a write's own requests (read-modify-write), once the write gate let it
+    through: none refused at the budget, so a write in flight is never cut midway
+    (manager.cycle.budget), but each bounded by what is left of it and its slack
+    (``CycleBudget.write_left``: past it, ``WriteCut``), so that a slow engine holds the
+    cycle no longer than the watchdog allows."""
+    budget = _BUDGET.get()
     token = _BUDGET.set(None)
+    writing = _WRITING.set(budget if budget is not None else _WRITING.get())
     try:
         yield
     finally:
+        _WRITING.reset(writing)
         _BUDGET.reset(token)
 
 
@@ -326,11 +365,13 @@ class _Clock:
     """One request's deadline, ``deadline_s`` from now (``end``): past it the socket of
     the connection it took (``conn``, set as the pool hands it over) is shut down, so a
     read blocked on it returns at once, and ``fired`` is set. ``cancel`` stops it.
-    ``budget``: the cycle's, where what was left of it set the deadline."""
+    ``budget``: the cycle's, where what was left of it set the deadline (``write``: of
+    a write's request, its slack included)."""
 
-    def __init__(self, deadline_s: float, budget: CycleBudget | None = None) -> None:
+    def __init__(self, deadline_s: float, budget: CycleBudget | None = None,
+                 write: bool = False) -> None:
         self.deadline_s, self.end = deadline_s, time.monotonic() + deadline_s
-        self.budget = budget
+        self.budget, self.write = budget, write
         self.conn: Any = None
         self.fired = False
         self._lock = threading.Lock()
@@ -412,27 +453,39 @@ def deadline_requests(api: Any) -> None:
     api.send = send
 
 
-def _deadline(request: Any, kwargs: dict[str, Any]) -> tuple[float, CycleBudget | None]:
-    """The deadline of ``request`` (sent with requests' ``kwargs``), and the budget when
-    what is left of it is the shorter (a read within one: writes are never cut midway,
-    the daemon's write gate stops them between two; a stream its reader bounds).
-    ``BudgetSpent`` where the budget has passed: not sent."""
+def _deadline(request: Any,
+              kwargs: dict[str, Any]) -> tuple[float, CycleBudget | None, bool]:
+    """The deadline of ``request`` (sent with requests' ``kwargs``), the budget when what
+    is left of it is the shorter, and whether it is a write's. A read within one gets
+    what is left (``BudgetSpent`` where it has passed: not sent); a write's request (a
+    post, or a read ``outside_budget``) is never refused, the daemon's write gate stops
+    writes between two, but gets what is left with the slack (``write_left``). A stream
+    its reader bounds."""
     deadline_s = answer_deadline_s(kwargs.get("timeout"))
     budget = _BUDGET.get()
-    if budget is None or request.method != "GET" or kwargs.get("stream"):
-        return deadline_s, None
-    if budget.passed():
-        raise budget.spent(f"{request.method} {_path(request.url)}")
-    left = budget.left()
-    return (left, budget) if left < deadline_s else (deadline_s, None)
+    if kwargs.get("stream"):
+        return deadline_s, None, False
+    if budget is not None and request.method == "GET":
+        if budget.passed():
+            raise budget.spent(f"{request.method} {_path(request.url)}")
+        left = budget.left()
+        return (left, budget, False) if left < deadline_s else (deadline_s, None, False)
+    writing = budget if budget is not None else _WRITING.get()
+    if writing is None:
+        return deadline_s, None, False
+    left = writing.write_left()
+    return (left, writing, True) if left < deadline_s else (deadline_s, None, False)
 
 
 def _cut(clock: _Clock, request: Any, exc: Exception | None) -> NoReturn:
     """Raise ``AnswerTooSlow`` for ``request``, its headers cut past ``clock``'s deadline
     (``exc``: how its read ended), its connection closed; ``BudgetSpent`` where its
-    cycle's budget set that deadline."""
+    cycle's budget set that deadline, ``WriteCut`` where a write's slack did."""
     if clock.conn is not None:
         clock.conn.close()  # (urllib3 closes it on an error too: never used again)
+    if clock.budget is not None and clock.write:
+        raise WriteCut(f"{request.method} {_path(request.url)}", clock.budget,
+                       clock.deadline_s) from exc
     if clock.budget is not None:
         raise clock.budget.spent(f"{request.method} {_path(request.url)}") from exc
     raise AnswerTooSlow(f"{request.method} {_path(request.url)}", clock.deadline_s,

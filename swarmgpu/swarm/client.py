@@ -634,10 +634,11 @@ class SwarmClient:
     ) -> bool:
         """Read, ``change`` (None: nothing to write), write; on a version conflict re-read
         and change again, so a concurrent writer's edits are never lost. True when a
-        write landed. Its reads keep their own deadline, not the cycle's budget: the
-        write gate let it through, and a write in flight is never cut (one cut between
-        an operation's two writes left it half made: preemption's hour stored, its
-        victim's move not)."""
+        write landed. Its reads are not refused at the cycle's budget: the write gate let
+        it through, and a write in flight is never cut midway (one cut between an
+        operation's two writes left it half made: preemption's hour stored, its
+        victim's move not); each of its requests ends within what is left of the budget
+        and its slack (``answerjson.outside_budget``)."""
         with outside_budget():
             for _ in range(attempts):
                 raw = read()

@@ -1,5 +1,6 @@
 """An engine on loopback for docker-py's own client: real HTTP/1.1, keep-alive, each
-GET of a path answered from ``answers`` (the path without its /vX.Y; /version, unless
+GET (or POST, its body read: ``posts`` counts them) of a path answered from
+``answers`` (the path without its /vX.Y; /version, unless
 named, a 24.0 engine's): bytes as they
 are (with a length), a ``Padded`` or ``Chunked`` body sent chunked, as Go sends a long
 answer, a ``Trickled`` one a byte at a time, as a slow proxy may, or ``SlowHeaders``:
@@ -71,6 +72,7 @@ class LoopEngine(ThreadingHTTPServer):
     daemon_threads = True
     answers: dict[str, Answer]
     connections: int
+    posts: int
     sent: int  # of the last chunked body, once ``sent_all`` is set
     sent_all: threading.Event
 
@@ -91,6 +93,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *_: object) -> None:
         pass
+
+    def do_POST(self) -> None:  # (a write: its body read, then answered as a GET)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.posts += 1
+        self.do_GET()
 
     def do_GET(self) -> None:  # (http.server calls it so)
         path = self.path.partition("?")[0]
@@ -174,6 +181,7 @@ def loop_engine(answers: dict[str, Answer], unix: str = "",
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.answers, server.connections, server.sent = answers, 0, 0
+    server.posts = 0
     server.sent_all = threading.Event()
     with served(server):
         yield server

@@ -9,15 +9,19 @@ WatchdogSec= less the interval, less ``BUDGET_SLACK_S`` for the writes in flight
 passes; without a watchdog, the one docs/systemd.md asks for). Within it each read's
 deadline is cut to what is left, and none is sent once it has passed
 (``answerjson.CycleBudget``); the write gate starts no write past it (``BudgetGate``,
-beside the stop request's: a write in flight is never cut, its own reads included;
-one that undoes a write of the cycle's, made outside the budget, is let through: the
-over-share restart's reopened gate). A read cut so is no object's failure: its reader
-raises ``stop.read_cut`` on the client's ``BudgetCut``, a ``BudgetEnded`` as
-``OverBudget`` is, which every reader that fails one object lets through (none said
-failed, unread or ungranted for it). The cycle then
+beside the stop request's: a write in flight is never refused midway, its own reads
+included, but each of its requests gets what is left of the budget and
+``BUDGET_SLACK_S``, ``answerjson.WRITE_FLOOR_S`` at least: past it, it fails as a
+timeout, said so, ``answerjson.WriteCut``; before, each took its own 60 s and a slow
+engine held the cycle past the watchdog; one that undoes a write of the cycle's, made
+outside the budget, is let through: the over-share restart's reopened gate). A read
+cut so is no object's failure: its reader raises ``stop.read_cut`` on the client's
+``BudgetCut``, a ``BudgetEnded`` as ``OverBudget`` is, which every reader that fails
+one object lets through (none said failed, unread or ungranted for it). The cycle then
 ends there, no further step run (none where the snapshot's read was cut), its report
-not kept, said in one line (``over_budget``); the next cycle reads afresh with a budget
-of its own.
+not kept, said in one line (``over_budget``), counted as no engine error
+(``kind="budget"``) and told by /healthz; the next cycle reads afresh with a budget of
+its own. ``run --once`` has none unless a watchdog waits for it (``Daemon.once``).
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ class BudgetGate:
     the budget ended the cycle other than in a read (``budget.cut`` says that one)."""
 
     def __init__(self, budget_s: float) -> None:
-        self.budget = CycleBudget(budget_s)
+        self.budget = CycleBudget(budget_s, BUDGET_SLACK_S)
         self.writes = StopRequest()  # (counts the writes left: ``write_each``)
         self.at: str | None = None
 

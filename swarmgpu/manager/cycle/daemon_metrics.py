@@ -10,7 +10,8 @@ class DaemonMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.cycles = Counter(
-            "swarmgpu_cycles", "Sync cycles run, by outcome", ["outcome"], registry=r
+            "swarmgpu_cycles", "Sync cycles run, by outcome (ok, partial, error, follower, "
+            "over_budget)", ["outcome"], registry=r
         )
         self.cycle_seconds = Histogram(
             "swarmgpu_cycle_duration_seconds", "Duration of one sync cycle", registry=r,
@@ -45,7 +46,8 @@ class DaemonMetrics:
             registry=r,
         )
         self.errors = Counter(
-            "swarmgpu_errors", "Errors by kind", ["kind"], registry=r
+            "swarmgpu_errors", "Errors by kind: swarm (the engine), label_write, cycle, "
+            "watch, budget (a cycle ended at its engine budget)", ["kind"], registry=r
         )
         self.is_leader = Gauge(
             "swarmgpu_is_leader", "1 when this daemon's engine is the Swarm leader", registry=r

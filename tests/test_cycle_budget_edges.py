@@ -1,0 +1,175 @@
+"""The cycle's engine budget at its edges (manager.cycle.budget): a write in flight as it
+passes is not refused, but its own requests end within what is left of the budget and
+its slack (before, each took its own deadline, and a slow engine held the cycle past the
+watchdog); a cycle ended at its budget is counted on its own, not as an engine error,
+and /healthz says so; ``run --once`` has no budget unless a watchdog waits for it. The
+writes: real docker-py requests to an engine on loopback trickling its answers
+(tests/support/loop_engine.py), each request's own deadline far past the cut, each
+answer far past it: a loaded machine's lag, up to ``LAG_S``, flips none."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.empty_swarm import EmptySwarm
+
+from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
+from swarmgpu.manager import daemon as daemon_module
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.swarm import answerjson
+from swarmgpu.swarm.client import SwarmClient, SwarmUnavailable
+from tests.support.loop_engine import LoopEngine, Trickled, loop_engine
+
+# Each request's own deadline is 20 s (the client's 1 s timeout, ``ANSWER_DEADLINE_
+# TIMEOUTS`` 20 times); a long answer (600 bytes a 20 ms) would end 12 s in.
+DEADLINE_TIMEOUTS = 20.0
+LONG = Trickled(b"{" + b" " * 598 + b"}", 0.02)
+LAG_S = 4.0
+NODE = json.dumps({"ID": "n1", "Version": {"Index": 3},
+                   "Spec": {"Labels": {}, "Role": "worker",
+                            "Availability": "active"}}).encode()
+
+
+@pytest.fixture
+def engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopEngine]:
+    monkeypatch.setattr(answerjson, "ANSWER_DEADLINE_TIMEOUTS", DEADLINE_TIMEOUTS)
+    with loop_engine({"/nodes/n1": NODE}) as served:
+        yield served
+
+
+def relabel(client: SwarmClient) -> None:
+    """A write of node n1's labels."""
+    client.update_node_labels("n1", lambda cur: {**cur, "swarmgpu.gpus": "2"})
+
+
+def client_of(engine: LoopEngine) -> SwarmClient:
+    """The daemon's client (a 1 s timeout) of ``engine``, made outside any budget."""
+    return SwarmClient(f"tcp://127.0.0.1:{engine.server_port}", timeout_s=1)
+
+
+def cut_within(engine: LoopEngine, budget: answerjson.CycleBudget, within_s: float,
+               at_least_s: float) -> None:
+    """``relabel`` within ``budget`` fails as a timeout that says the write's slack
+    cut it, within ``within_s`` (``LAG_S`` more at most), not before ``at_least_s``."""
+    client = client_of(engine)
+    start = time.monotonic()
+    with answerjson.within_budget(budget), pytest.raises(
+            SwarmUnavailable, match=r"a write's, was not read within .* kept past it "
+            r"for the writes in flight") as got:
+        relabel(client)
+    took = time.monotonic() - start
+    assert at_least_s <= took < within_s + LAG_S, took
+    assert "check the engine" in str(got.value)
+
+
+def test_a_writes_slow_read_ends_within_what_is_left_of_the_budget_and_its_slack(
+        engine: LoopEngine) -> None:
+    # (the gate let it through with 0.5 s left: its read is not refused, nor cut at the
+    # budget, but at the slack 1 s past it; before, it took its own 20 s deadline)
+    engine.answers["/nodes/n1"] = LONG
+    cut_within(engine, answerjson.CycleBudget(0.5, slack_s=1.0), 1.5, 1.0)
+
+
+def test_a_writes_slow_post_ends_within_what_is_left_of_the_budget_and_its_slack(
+        engine: LoopEngine) -> None:
+    engine.answers["/nodes/n1/update"] = LONG
+    cut_within(engine, answerjson.CycleBudget(0.5, slack_s=1.0), 1.5, 1.0)
+    assert engine.posts == 1
+
+
+def test_a_write_past_the_budget_and_its_slack_still_gets_the_floor(
+        engine: LoopEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (the over-share restart's reopened gate, made after the budget passed long ago:
+    # sent, and answered within the floor, else cut there)
+    monkeypatch.setattr(answerjson, "WRITE_FLOOR_S", 1.0)
+    budget = answerjson.CycleBudget(0.5, slack_s=1.0)
+    budget.start -= 120
+    client = client_of(engine)
+    with answerjson.within_budget(budget), answerjson.outside_budget():
+        relabel(client)
+    assert engine.posts == 1
+    engine.answers["/nodes/n1/update"] = LONG
+    cut_within(engine, budget, 1.0, 1.0)
+
+
+class Noop:
+    """A step after label sync: the budget is asked before it."""
+
+    name = "noop"
+    requires: frozenset[Any] = frozenset()
+    provides: frozenset[Any] = frozenset()
+
+    def run(self, session: Any) -> None:
+        return None
+
+    def stand_by(self) -> None:
+        return None
+
+
+def spent_daemon(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> Daemon:
+    """A leader's daemon of an empty swarm whose cycles' budget has passed as they start
+    (a slow engine's, cut short)."""
+    monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: 0.0, raising=False)
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    cfg = Config(state_dir=str(tmp), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
+                 http=HttpConfig(listen="127.0.0.1:0"))
+    d = Daemon(cfg, swarm=EmptySwarm())  # type: ignore[arg-type]
+    d.use([Noop()])
+    monkeypatch.setattr(d, "_install_signals", lambda: None)  # (the test's own process)
+    return d
+
+
+def counted(d: Daemon, metric: str, **labels: str) -> float:
+    value = d.metrics.registry.get_sample_value(metric, labels)
+    return 0.0 if value is None else value
+
+
+def test_a_cycle_ended_at_its_budget_is_counted_on_its_own_not_as_an_engine_error(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    d = spent_daemon(monkeypatch, tmp_path)
+    assert d.cycle().aborted
+    assert counted(d, "swarmgpu_errors_total", kind="budget") == 1
+    assert counted(d, "swarmgpu_errors_total", kind="swarm") == 0
+    assert counted(d, "swarmgpu_cycles_total", outcome="over_budget") == 1
+    assert counted(d, "swarmgpu_cycles_total", outcome="error") == 0
+
+
+def test_healthz_says_the_last_cycle_ended_at_its_budget_until_one_ends_otherwise(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # (before, it said ok from the last whole cycle, its errors none)
+    d = spent_daemon(monkeypatch, tmp_path)
+    monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: 600.0, raising=False)
+    d.cycle()
+    doc = d.health()
+    assert doc["status"] == "ok" and doc["over_budget"] is False, doc
+    monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: 0.0, raising=False)
+    d.cycle()
+    doc = d.health()
+    assert doc["status"] == "degraded" and doc["over_budget"] is True, doc
+    assert doc["leader"] is True and doc["engine"] == "reachable", doc
+    assert doc["error_count"] == 1 and "ended at its engine budget" in doc["errors"][0]
+    open_doc = d.health(detail=False)  # (the line names what it read: proof only)
+    assert open_doc["over_budget"] is True and "errors" not in open_doc
+    monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: 600.0, raising=False)
+    d.cycle()
+    doc = d.health()
+    assert doc["status"] == "ok" and doc["over_budget"] is False and doc["errors"] == []
+
+
+def test_run_once_has_no_budget_unless_a_watchdog_waits_for_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # (no watchdog: no ping follows, and a one-shot on a slow engine was cut at 75 s)
+    d = spent_daemon(monkeypatch, tmp_path)
+    report = d.once()
+    assert not report.aborted and report.leader, report.errors
+    assert counted(d, "swarmgpu_errors_total", kind="budget") == 0
+    monkeypatch.setenv("WATCHDOG_USEC", "120000000")
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    assert d.once().aborted
+    assert counted(d, "swarmgpu_errors_total", kind="budget") == 1
