@@ -7,6 +7,7 @@ index (stop 77). Pure: real facts and metrics pages, ``plan_moves``."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 from support.defrag_cluster import RTX, defrag_cluster
@@ -79,3 +80,33 @@ def test_the_plan_is_the_same_as_before_the_index() -> None:
     assert [(m.service, m.source_node, m.target_node, m.reason) for m in prop.moves] == PLAN
     assert prop.notes == NOTES
 
+
+def test_a_services_tasks_are_its_own_in_the_snapshots_order() -> None:
+    inp = _inputs()
+    ctx = Context.build(inp)
+    assert [t.id for t in ctx.tasks_of("id-a3")] == [
+        t.id for t in inp.tasks if t.service_id == "id-a3"]
+    assert len(ctx.tasks_of("id-a3")) == 2
+    assert ctx.tasks_of("no-such-service") == ()
+
+
+class _Counted(list[SwarmTask]):
+    """The snapshot's tasks, counting the walks over all of them."""
+
+    walks = 0
+
+    def __iter__(self) -> Iterator[SwarmTask]:
+        self.walks += 1
+        return super().__iter__()
+
+
+def test_the_pass_walks_the_snapshots_tasks_once_for_every_services_question() -> None:
+    """Asked of each of 9 services, twice: before the index each question that came to
+    the tasks walked every task of the snapshot (12 walks); now the index's one."""
+    inp = _inputs()
+    tasks = _Counted(inp.tasks)
+    ctx = Context.build(replace(inp, tasks=tasks))
+    for same in (False, True):
+        for s in ctx.inp.services:
+            ctx.movable(s.name, same_node=same)
+    assert tasks.walks == 1
