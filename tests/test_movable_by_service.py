@@ -15,6 +15,7 @@ from support.rebalance import CFG, P, page
 from support.rebalance import service as rebalance_service
 
 from swarmgpu.manager.placement import read_ledger
+from swarmgpu.manager.rebalance.admission import admit
 from swarmgpu.manager.rebalance.context import MOVED_AT, Context, Inputs
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.scrape import judge
@@ -109,4 +110,27 @@ def test_the_pass_walks_the_snapshots_tasks_once_for_every_services_question() -
     for same in (False, True):
         for s in ctx.inp.services:
             ctx.movable(s.name, same_node=same)
+    assert tasks.walks == 1
+
+
+def _admitted(tasks: list[SwarmTask]) -> tuple[list[str], list[tuple[str, str]]]:
+    """``admit`` of a move of each service (defrag's first, renamed), within budgets:
+    the services admitted, and those refused with why."""
+    inp = _inputs()
+    first = plan_moves(inp).moves[0]
+    moves = [replace(first, service=s.name, service_id=s.id) for s in inp.services]
+    cfg = replace(CFG, max_moves_per_cycle=20, max_moves_per_node=20)
+    ok, refused = admit(moves, (), {s.name: s for s in inp.services}, tasks, inp.ledger,
+                        cfg, P, inp.now)
+    return [m.service for m in ok], [(m.service, why) for m, why in refused]
+
+
+def test_the_mover_admits_each_move_as_before_and_walks_the_tasks_once() -> None:
+    """The mover's admission asks the same of each proposed move (recorded before stop
+    77); it walked every task of the snapshot for each that came to them (6 here), now
+    once."""
+    tasks = _Counted(_inputs().tasks)
+    ok, refused = _admitted(tasks)
+    assert ok == ["a2", "c"]
+    assert refused == [(s, why) for s, why in MOVABLE.items() if why is not None]
     assert tasks.walks == 1
