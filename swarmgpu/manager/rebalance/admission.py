@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.placement import Holding
-from swarmgpu.manager.rebalance.context import why_not_movable
+from swarmgpu.manager.rebalance.context import by_service, why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.record import MoveState
 from swarmgpu.manager.services.requests import GpuRequest, parse_all
@@ -79,12 +79,13 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
     ok: list[Move] = []
     refused: list[tuple[Move, str]] = []
     flying = {st.service for st in in_flight}  # the records' word, not move labels
+    mine = by_service(tasks)  # one walk for the batch, not one a move
     for m in moves:
         s = services.get(m.service)
         try:
             req = parse_all(s.labels, prefix=prefix) if s is not None else None
             why = "service gone" if s is None else why_not_movable(
-                s, req if isinstance(req, GpuRequest) else None, tasks,
+                s, req if isinstance(req, GpuRequest) else None, mine.get(s.id, ()),
                 ledger.get(m.service, {}), prefix, now, cfg.cooldown_s,
                 same_node=m.source_node == m.target_node, moving=m.service in flying)
         except Exception as exc:  # one move's checks: its loss only, not the batch's

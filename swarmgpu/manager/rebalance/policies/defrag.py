@@ -55,11 +55,11 @@ def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pendin
     alloc = ctx.allocator(st.ledger, st.moves)
     if node not in alloc.alloc.nodes:
         return None
-    ids = {ctx.by_name[svc].id for svc, _h in combo}
     cpu, mem = alloc.alloc.usage(node)
-    for t in ctx.inp.tasks:
-        if t.node_id == node and t.desired_state in MEANT_STATES and t.service_id in ids:
-            cpu, mem = cpu - t.cpu_milli, mem - t.memory_mib
+    for sid in {ctx.by_name[svc].id for svc, _h in combo}:
+        for t in ctx.tasks_of(sid):
+            if t.node_id == node and t.desired_state in MEANT_STATES:
+                cpu, mem = cpu - t.cpu_milli, mem - t.memory_mib
     alloc.alloc.set_usage(node, max(0, cpu), max(0, mem))
     ctx.count_held(alloc, node, pending)
     ok = alloc.alloc.place_on(node, demand_of(req, *ctx.targets.reservation(pending)))

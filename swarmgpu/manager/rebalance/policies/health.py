@@ -127,8 +127,7 @@ def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
     if same and source in alloc.alloc.nodes:
         # its own task there is the one replaced: what the allocator counted for it (its
         # task's reservation), never its spec's (an older task's may be less; unread: more)
-        own = [t for t in ctx.inp.tasks
-               if t.service_id == s.id and t.node_id == source and meant_to_run(t)]
+        own = [t for t in ctx.tasks_of(s.id) if t.node_id == source and meant_to_run(t)]
         alloc.add_usage(source, -sum(t.cpu_milli for t in own),
                         -sum(t.memory_mib for t in own))
 
@@ -207,8 +206,8 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
                 continue
             # The mover's rules, but no cooldown: a broken holder does not wait.
             why_not = ctx.namesake_entry(svc) or why_not_movable(
-                s, ctx.requests.get(svc), ctx.inp.tasks, ctx.inp.ledger.get(svc, {}), prefix,
-                ctx.inp.now, 0.0, moving=svc in ctx.inp.moving)
+                s, ctx.requests.get(svc), ctx.tasks_of(s.id), ctx.inp.ledger.get(svc, {}),
+                prefix, ctx.inp.now, 0.0, moving=svc in ctx.inp.moving)
             if draining and why_not is not None:
                 ctx.notes.append(f"{svc} on {host} cannot be drained: {why_not}")
                 continue
@@ -249,8 +248,8 @@ def _propose(ctx: Context, out: HealthResult, s: SwarmService, nid: str, choice:
     uuids = ",".join(f.gpus[i].uuid for i in choice.gpus)
     if choice.node == nid or mig:  # its own node: a repin, else placement's
         why_here = ctx.namesake_entry(svc) or why_not_movable(
-            s, ctx.requests.get(svc), ctx.inp.tasks, ctx.inp.ledger.get(svc, {}), prefix,
-            ctx.inp.now, 0.0, same_node=True, moving=svc in ctx.inp.moving)
+            s, ctx.requests.get(svc), ctx.tasks_of(s.id), ctx.inp.ledger.get(svc, {}),
+            prefix, ctx.inp.now, 0.0, same_node=True, moving=svc in ctx.inp.moving)
         if why_here is not None:
             to = ctx.nodes[choice.node].hostname if choice.node in ctx.nodes else host
             out.releases.append(Release(svc, nid, host, f"{reason}; re-placed on "
