@@ -99,7 +99,7 @@ def test_a_roll_out_undoes_what_it_placed_and_counts_it() -> None:
     before = a.snapshot()
     tasks = [Demand(num_gpu=2), Demand(num_gpu=2), Demand(gpu_milli=300)]
     # the first pair fits on ``two``; the second finds no node; the share none either
-    assert roll(a, first, tasks) == (2000, -2, 0.0)
+    assert roll(a, first, tasks) == (2000, -2, 0, 0.0)
     assert a.snapshot() == before
 
 
