@@ -9,7 +9,7 @@ import pytest
 
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask
-from swarmgpu.allocator.rollout import RollOut, roll, shape_demand
+from swarmgpu.allocator.rollout import RollOut, roll, shape_demand, untouched
 from swarmgpu.allocator.scorer import SwarmScorer
 from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec, NodeState
 
@@ -83,6 +83,34 @@ def test_equal_roll_outs_keep_the_base_choice_unless_the_leaf_weighs_waste() -> 
         assert isinstance(got, Choice) and got.node == want, leaf
 
 
+def test_the_whole_leaf_keeps_an_untouched_node_over_the_base_choice() -> None:
+    # Placing on ``fresh`` (the lower rank) or on ``used`` grows the cost alike; only
+    # ``fresh`` stops being a node a task asking all of one could take.
+    d = Demand(num_gpu=1)
+    for leaf, want in (("waste", "fresh"), ("whole", "used")):
+        a = Allocator(CpuCostScorer((TypicalTask(PAIR, 1.0),), RollOut(k=2, m=0, leaf=leaf)))
+        a.add_node(node("fresh", 2), rank=0)
+        a.add_node(node("used", 2), rank=1)
+        taken = a.place_on("used", Demand(gpu_milli=300))
+        assert isinstance(taken, Choice)
+        a.commit(taken)
+        got = a.place(d)
+        assert isinstance(got, Choice) and got.node == want, leaf
+
+
+def test_the_frag_leaf_sees_a_gpu_the_cpu_left_cannot_feed() -> None:
+    # The mix's task asks a GPU and 32 cores: after 16 cores on ``lean`` (40) its last
+    # GPU is lost to it; ``rich`` (96) still feeds it. No node cost: "waste" keeps rank.
+    mix = (TypicalTask(TaskShape(32_000, 1000, 1), 1.0),)
+    d = Demand(num_gpu=1, cpu_milli=16_000)
+    for leaf, want in (("waste", "lean"), ("frag", "rich")):
+        a = Allocator(FlatScorer(mix, RollOut(k=2, m=0, leaf=leaf)))
+        a.add_node(node("lean", 2, cpu=40_000), rank=0)
+        a.add_node(node("rich", 2, cpu=96_000), rank=1)
+        got = a.place(d)
+        assert isinstance(got, Choice) and got.node == want, leaf
+
+
 def test_no_tie_zone_no_roll_out() -> None:
     ro = RollOut(k=3, m=5)
     a = Allocator(FlatScorer((TypicalTask(PAIR, 1.0),), ro))
@@ -101,6 +129,16 @@ def test_a_roll_out_undoes_what_it_placed_and_counts_it() -> None:
     # the first pair fits on ``two``; the second finds no node; the share none either
     assert roll(a, first, tasks) == (2000, -2, 0, 0.0)
     assert a.snapshot() == before
+
+
+def test_a_roll_out_counts_the_untouched_nodes_it_broke_where_asked() -> None:
+    a = two_and_one(FlatScorer((), None))
+    first = a.place_on("one", Demand(num_gpu=1))
+    assert isinstance(first, Choice)
+    tasks = [Demand(num_gpu=1), Demand(num_gpu=1)]  # both on ``two``: broken once
+    assert roll(a, first, tasks) == (2000, 0, 0, 0.0)
+    assert roll(a, first, tasks, whole=True) == (2000, 0, -2, 0.0)
+    assert all(untouched(n) for n in a.nodes.values())  # undone
 
 
 def test_the_draw_is_the_same_for_the_same_decision() -> None:
