@@ -11,7 +11,8 @@ score (0: exact ties of distinct node states; scores step by 10 per gradient poi
 for "already in use") are each rolled out with ``--rollout-m M`` tasks drawn from the
 scorer's mix; ``--rollout-leaf waste`` tells roll-outs that place as much apart by the
 scorer's node cost (``milli``: they keep the base choice; ``whole``: first by the
-untouched nodes they broke; ``frag``: by FGD's fragmentation instead). ``--stats DIR``:
+untouched nodes they broke; ``frag``: by FGD's fragmentation instead; ``priced``: the
+waste plus the scorer's price of each untouched node broken). ``--stats DIR``:
 each replay process writes what the roll-out did (tie zones, changed choices, seconds)
 to DIR/rollout.<pid>.json as it goes. Everything after ``--`` is ``swarmgpu``'s command
 line; the replays' worker processes are forked, so they inherit the switch.
@@ -64,7 +65,8 @@ def main(argv: list[str]) -> int:
                     help="between roll-outs that place as much: milli (the base choice), "
                          "waste (the least growth of the scorer's node cost), whole (the "
                          "fewest untouched nodes broken, then waste) or frag (the least "
-                         "growth of FGD's fragmentation)")
+                         "growth of FGD's fragmentation) or priced (waste plus the "
+                         "scorer's price of each untouched node broken)")
     ap.add_argument("--rollout-seed", type=int, default=0, help="the draws' base seed")
     ap.add_argument("--stats", type=Path, default=None,
                     help="folder for each replay process's roll-out counts")

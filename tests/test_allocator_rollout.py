@@ -9,7 +9,7 @@ import pytest
 
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask
-from swarmgpu.allocator.rollout import RollOut, roll, shape_demand, untouched
+from swarmgpu.allocator.rollout import RollOut, broken_price, roll, shape_demand, untouched
 from swarmgpu.allocator.scorer import SwarmScorer
 from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec, NodeState
 
@@ -96,6 +96,65 @@ def test_the_whole_leaf_keeps_an_untouched_node_over_the_base_choice() -> None:
         a.commit(taken)
         got = a.place(d)
         assert isinstance(got, Choice) and got.node == want, leaf
+
+
+class PricedScorer(CpuCostScorer):
+    """``CpuCostScorer`` with the scorer's ``values``: an untouched two-GPU T4 node of 64
+    cores is needed by a two-GPU task with chance 0.5 (``untouched_values``'s form)."""
+
+    values = {("T4", 2, 64_000): ((2, 0, 0.5),)}
+
+
+def fresh_and_used(scorer: FlatScorer) -> Allocator:
+    """Node ``fresh`` (untouched, the lower rank) and ``used`` (a share taken)."""
+    a = Allocator(scorer)
+    a.add_node(node("fresh", 2), rank=0)
+    a.add_node(node("used", 2), rank=1)
+    taken = a.place_on("used", Demand(gpu_milli=300))
+    assert isinstance(taken, Choice)
+    a.commit(taken)
+    return a
+
+
+def test_the_priced_leaf_keeps_an_untouched_node_the_scorer_prices() -> None:
+    # Either node's cost falls alike for a whole GPU; breaking ``fresh`` costs what the
+    # scorer charges for its class, so "priced" goes to ``used`` where "waste" keeps rank.
+    d = Demand(num_gpu=1)
+    for leaf, want in (("waste", "fresh"), ("priced", "used")):
+        a = fresh_and_used(PricedScorer((TypicalTask(PAIR, 1.0),), RollOut(k=2, m=0, leaf=leaf)))
+        got = a.place(d)
+        assert isinstance(got, Choice) and got.node == want, leaf
+
+
+def test_the_priced_leaf_charges_nothing_for_a_class_without_a_value() -> None:
+    # No value for 64-core two-GPU T4 nodes: breaking ``fresh`` is free, as in "waste"
+    # (the count of "whole" would still send it to ``used``).
+    scorer = PricedScorer((TypicalTask(PAIR, 1.0),), RollOut(k=2, m=0, leaf="priced"))
+    scorer.values = {("T4", 2, 96_000): ((2, 0, 0.5),)}
+    got = fresh_and_used(scorer).place(Demand(num_gpu=1))
+    assert isinstance(got, Choice) and got.node == "fresh"
+
+
+def test_a_broken_node_is_priced_as_the_scorer_charges_it() -> None:
+    # ``untouched.loss``: the chances of the groups the node no longer hosts, times its
+    # GPU-milli (two GPUs: 2,000); a group asking 56 cores is lost once 16 of 64 are used.
+    values = {("T4", 2, 64_000): ((2, 0, 0.25), (1, 56_000, 0.5))}
+    price = broken_price(values)
+    a = two_and_one(FlatScorer((), None))
+    two = a.nodes["two"]
+    assert price(two) == 0.0  # whole still: hosts both groups
+    share = a.place_on("two", Demand(gpu_milli=300, cpu_milli=16_000))
+    assert isinstance(share, Choice)
+    a.commit(share)
+    assert price(two) == 0.75 * 2000  # one whole GPU left, 48 cores left
+    assert broken_price({})(two) == 0.0
+    first = a.place_on("one", Demand(num_gpu=1))
+    assert isinstance(first, Choice)
+    a.release(share)
+    tasks = [Demand(gpu_milli=300, cpu_milli=16_000)]  # on ``two``: broken once
+    assert roll(a, first, tasks, price=price) == (300, 0, 0, -1500.0)
+    assert roll(a, first, tasks, whole=True, price=price) == (300, 0, -2, -1500.0)
+    assert all(untouched(n) for n in a.nodes.values())  # undone
 
 
 def test_the_frag_leaf_sees_a_gpu_the_cpu_left_cannot_feed() -> None:

@@ -11,8 +11,11 @@ base order. Two leaves tried against h-bimodalseed's loss (stop 76, "rolloutc"):
 "whole" breaks the tie first by the untouched nodes (every GPU and all the CPU free)
 the roll-out broke, then as "waste"; "frag" ranks by the growth of FGD's fragmentation
 (``node_fragmentation``, which counts a node's free GPU as lost to a task its CPU or
-GPUs no longer fit) instead of the scorer's cost. Measured: docs/simulate.md, "A
-sampled roll-out among near-best nodes".
+GPUs no longer fit) instead of the scorer's cost. "priced" (stop 77) ranks by one sum
+in the scorer's own units: B's growth of the node cost plus, for each untouched node the
+roll-out broke, the GPU-milli the scorer's score charges for breaking one of its class
+(``untouched.loss`` at the scorer's ``values``). Measured: docs/simulate.md, "A sampled
+roll-out among near-best nodes".
 The draw is seeded per decision, and every candidate meets the same tasks, so runs are
 reproducible and candidates differ by the node alone.
 """
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from swarmgpu.allocator.fragmentation import MILLI, FragCache, TaskShape, TypicalTask
+from swarmgpu.allocator.untouched import Values, loss
 from swarmgpu.allocator.values import Choice, Demand, NodeState, Unplaceable
 
 
@@ -51,10 +55,12 @@ class Allocator(Protocol):
     def release(self, choice: Choice) -> None: ...
 
 
-LEAVES = ("milli", "waste", "whole", "frag")
+LEAVES = ("milli", "waste", "whole", "frag", "priced")
 NO_CPU_DATA = 1 << 62  # CPU left of a node without CPU data: never short
 # a node cost: (GPU model, CPU left or None, free GPU-milli per GPU) -> GPU-milli
 Cost = Callable[[str, int | None, tuple[int, ...]], float]
+# the price of an untouched node broken, in its state now -> GPU-milli
+Price = Callable[[NodeState], float]
 
 
 def shape_demand(shape: TaskShape) -> Demand:
@@ -78,7 +84,8 @@ class RollOut:
     # what breaks ties between roll-outs that place as much: "milli" (nothing: the base
     # choice), "waste" (the least growth of the scorer's node cost, ``node_cost``),
     # "whole" (the fewest untouched nodes broken, then as "waste") or "frag" (the least
-    # growth of FGD's fragmentation over the scorer's mix)
+    # growth of FGD's fragmentation over the scorer's mix) or "priced" (as "waste", plus
+    # the scorer's price of each untouched node broken)
     leaf: str = "milli"
     seed: int = 0
     stats: dict[str, float] = field(default_factory=dict)
@@ -128,7 +135,7 @@ class RollOut:
 
     def cost(self, scorer: object, workload: Sequence[TypicalTask]) -> Cost | None:
         """The leaf's node cost (None: the leaf weighs none)."""
-        if self.leaf in ("waste", "whole"):
+        if self.leaf in ("waste", "whole", "priced"):
             got: Cost | None = getattr(scorer, "node_cost", None)
             return got
         if self.leaf != "frag" or not workload:
@@ -152,6 +159,8 @@ class RollOut:
         tasks = self.draw(workload, random.Random(  # noqa: S311 - a reproducible draw
             self.seed * 1_000_003 + alloc.decisions))
         cost = self.cost(alloc.scorer, workload)
+        price = broken_price(getattr(alloc.scorer, "values", {})) if self.leaf == "priced" \
+            else None
         best, best_key = cands[0], (-1, 0, 0, 0.0)
         keys: set[tuple[int, int, int, float]] = set()
         with alloc.observed_once():  # the scorer reads the cluster as it was, throughout
@@ -159,7 +168,8 @@ class RollOut:
                 got = alloc.place_on(node.spec.name, d)
                 if not isinstance(got, Choice):
                     continue
-                key = roll(alloc, got, tasks, cost, whole=self.leaf == "whole")
+                key = roll(alloc, got, tasks, cost, whole=self.leaf == "whole",
+                           price=price)
                 keys.add(key)
                 if key > best_key:
                     best, best_key = node, key
@@ -177,12 +187,30 @@ def untouched(n: NodeState) -> bool:
             and n.cpu_left == n.spec.cpu_milli)
 
 
+def broken_price(values: Values) -> Price:
+    """What the scorer's score charges for an untouched node left in ``node``'s state
+    (``untouched.loss`` at ``values``, keyed by the node's class; 0 where it has none).
+    ``values`` are read as the decision found them: inside ``observed_once`` the
+    scorer's own placements in the roll-out are charged at the same values."""
+
+    def price(node: NodeState) -> float:
+        n = len(node.free)
+        entries = values.get((node.product, n, node.spec.cpu_milli))
+        if not entries:
+            return 0.0
+        whole_left = sum(1 for f in node.free if f >= MILLI)
+        return loss(entries, n, whole_left, node.cpu_left)
+    return price
+
+
 def roll(alloc: Allocator, first: Choice, tasks: Sequence[Demand],
-         cost: Cost | None = None, *, whole: bool = False) -> tuple[int, int, int, float]:
+         cost: Cost | None = None, *, whole: bool = False, price: Price | None = None,
+         ) -> tuple[int, int, int, float]:
     """Commit ``first``, place ``tasks`` greedily, undo it all; (GPU-milli the tasks
     got, minus the tasks that found no node, minus the untouched nodes they broke where
-    ``whole``: 0 without, minus the growth of ``cost`` over the nodes they touched,
-    rounded as the scorer's integer scores are not: 0 without)."""
+    ``whole``: 0 without, minus the growth of ``cost`` over the nodes they touched plus
+    ``price`` of each untouched node they broke, rounded as the scorer's integer scores
+    are not: 0 without either)."""
     nodes = alloc.nodes
     before: dict[str, float] = {}
     was_whole: set[str] = set()
@@ -191,7 +219,7 @@ def roll(alloc: Allocator, first: Choice, tasks: Sequence[Demand],
         if cost is not None and name not in before:
             n = nodes[name]
             before[name] = cost(n.product, n.cpu_left, tuple(n.free))
-        if whole and untouched(nodes[name]):
+        if (whole or price is not None) and untouched(nodes[name]):
             was_whole.add(name)
 
     touch(first.node)
@@ -213,7 +241,10 @@ def roll(alloc: Allocator, first: Choice, tasks: Sequence[Demand],
             for name, was in before.items():
                 n = nodes[name]
                 grown += cost(n.product, n.cpu_left, tuple(n.free)) - was
-        broken = sum(1 for name in was_whole if not untouched(nodes[name]))
+        gone = [nodes[name] for name in was_whole if not untouched(nodes[name])]
+        if price is not None:
+            grown += sum(price(n) for n in gone)
+        broken = len(gone) if whole else 0
     finally:
         for c in reversed(placed):
             alloc.release(c)
