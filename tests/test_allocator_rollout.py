@@ -9,8 +9,16 @@ import pytest
 
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask
-from swarmgpu.allocator.rollout import RollOut, broken_price, roll, shape_demand, untouched
+from swarmgpu.allocator.rollout import (
+    RollOut,
+    broken_price,
+    roll,
+    sequenced_price,
+    shape_demand,
+    untouched,
+)
 from swarmgpu.allocator.scorer import SwarmScorer
+from swarmgpu.allocator.untouched import Confined, poisson_at_least
 from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec, NodeState
 
 PAIR = TaskShape(cpu_milli=0, gpu_milli=1000, num_gpu=2)
@@ -142,12 +150,12 @@ def test_a_broken_node_is_priced_as_the_scorer_charges_it() -> None:
     price = broken_price(values)
     a = two_and_one(FlatScorer((), None))
     two = a.nodes["two"]
-    assert price(two) == 0.0  # whole still: hosts both groups
+    assert price([two]) == 0.0  # whole still: hosts both groups
     share = a.place_on("two", Demand(gpu_milli=300, cpu_milli=16_000))
     assert isinstance(share, Choice)
     a.commit(share)
-    assert price(two) == 0.75 * 2000  # one whole GPU left, 48 cores left
-    assert broken_price({})(two) == 0.0
+    assert price([two]) == 0.75 * 2000  # one whole GPU left, 48 cores left
+    assert broken_price({})([two]) == 0.0
     first = a.place_on("one", Demand(num_gpu=1))
     assert isinstance(first, Choice)
     a.release(share)
@@ -155,6 +163,39 @@ def test_a_broken_node_is_priced_as_the_scorer_charges_it() -> None:
     assert roll(a, first, tasks, price=price) == (300, 0, 0, -1500.0)
     assert roll(a, first, tasks, whole=True, price=price) == (300, 0, -2, -1500.0)
     assert all(untouched(n) for n in a.nodes.values())  # undone
+
+
+def test_the_sequenced_price_charges_each_node_at_the_untouched_nodes_left() -> None:
+    # Two untouched two-GPU nodes, a group of two-GPU tasks expected 1.5 times: the
+    # first broken costs P(N >= 2), the second P(N >= 1), each times 2,000 GPU-milli;
+    # "priced" charges both at P(N >= 2), as the decision found the cluster.
+    cls = ("T4", 2, 64_000)
+    groups = {(cls,): Confined(1.5, 2, 0)}
+    a = Allocator(FlatScorer((), None))
+    a.add_node(node("a", 2), rank=0)
+    a.add_node(node("b", 2), rank=1)
+    a.add_node(node("c", 1), rank=2)
+    assert a.untouched == {cls: 2, ("T4", 1, 64_000): 1}
+    first = a.place_on("c", Demand(num_gpu=1))
+    assert isinstance(first, Choice)
+    tasks = [Demand(num_gpu=1), Demand(num_gpu=1), Demand(num_gpu=1)]  # on a, a, b
+    at2, at1 = poisson_at_least(1.5, 2), poisson_at_least(1.5, 1)
+    got = roll(a, first, tasks, price=sequenced_price(groups, a.untouched))
+    assert got[:3] == (3000, 0, 0) and got[3] == -round((at2 + at1) * 2000, 3)
+    values = {cls: ((2, 0, at2),)}
+    assert roll(a, first, tasks, price=broken_price(values))[3] == -round(2 * at2 * 2000, 3)
+    assert a.untouched == {cls: 2, ("T4", 1, 64_000): 1}  # undone
+
+
+def test_the_swarm_scorer_shows_the_groups_its_values_come_from() -> None:
+    s = SwarmScorer()
+    assert s.groups == {}
+    s.set_workload((TypicalTask(TaskShape(120_000, 1000, 8), 1.0),
+                    TypicalTask(TaskShape(4_000, 1000, 1), 1.0)))
+    g3, g2 = ("G3", 8, 128_000), ("G2", 8, 96_000)
+    s.observe_cluster({"G3": 8000, "G2": 8000}, {"G3": 8000, "G2": 8000}, 224_000,
+                      {g3: 8000, g2: 8000}, {g3: 1, g2: 1})
+    assert list(s.groups) == [(g3,)] and g3 in s.values
 
 
 def test_the_frag_leaf_sees_a_gpu_the_cpu_left_cannot_feed() -> None:

@@ -14,8 +14,9 @@ the roll-out broke, then as "waste"; "frag" ranks by the growth of FGD's fragmen
 GPUs no longer fit) instead of the scorer's cost. "priced" (stop 77) ranks by one sum
 in the scorer's own units: B's growth of the node cost plus, for each untouched node the
 roll-out broke, the GPU-milli the scorer's score charges for breaking one of its class
-(``untouched.loss`` at the scorer's ``values``). Measured: docs/simulate.md, "A sampled
-roll-out among near-best nodes".
+(``untouched.loss`` at the scorer's ``values``); "sequenced" prices each at the untouched
+nodes left when it broke, as the scorer would, re-reading the cluster after each
+placement. Measured: docs/simulate.md, "A sampled roll-out among near-best nodes".
 The draw is seeded per decision, and every candidate meets the same tasks, so runs are
 reproducible and candidates differ by the node alone.
 """
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from swarmgpu.allocator.fragmentation import MILLI, FragCache, TaskShape, TypicalTask
-from swarmgpu.allocator.untouched import Values, loss
+from swarmgpu.allocator.untouched import Groups, NodeClass, Values, loss, untouched_values
 from swarmgpu.allocator.values import Choice, Demand, NodeState, Unplaceable
 
 
@@ -40,6 +41,7 @@ class Allocator(Protocol):
 
     decisions: int
     rolling: bool
+    untouched: dict[NodeClass, int]
 
     @property
     def nodes(self) -> Mapping[str, NodeState]: ...
@@ -55,12 +57,13 @@ class Allocator(Protocol):
     def release(self, choice: Choice) -> None: ...
 
 
-LEAVES = ("milli", "waste", "whole", "frag", "priced")
+LEAVES = ("milli", "waste", "whole", "frag", "priced", "sequenced")
 NO_CPU_DATA = 1 << 62  # CPU left of a node without CPU data: never short
 # a node cost: (GPU model, CPU left or None, free GPU-milli per GPU) -> GPU-milli
 Cost = Callable[[str, int | None, tuple[int, ...]], float]
-# the price of an untouched node broken, in its state now -> GPU-milli
-Price = Callable[[NodeState], float]
+# the price of the untouched nodes broken, in the order they broke, in their states
+# now -> GPU-milli
+Price = Callable[[Sequence[NodeState]], float]
 
 
 def shape_demand(shape: TaskShape) -> Demand:
@@ -85,7 +88,8 @@ class RollOut:
     # choice), "waste" (the least growth of the scorer's node cost, ``node_cost``),
     # "whole" (the fewest untouched nodes broken, then as "waste") or "frag" (the least
     # growth of FGD's fragmentation over the scorer's mix) or "priced" (as "waste", plus
-    # the scorer's price of each untouched node broken)
+    # the scorer's price of each untouched node broken) or "sequenced" (as "priced", each
+    # at the untouched nodes left when it broke)
     leaf: str = "milli"
     seed: int = 0
     stats: dict[str, float] = field(default_factory=dict)
@@ -135,7 +139,7 @@ class RollOut:
 
     def cost(self, scorer: object, workload: Sequence[TypicalTask]) -> Cost | None:
         """The leaf's node cost (None: the leaf weighs none)."""
-        if self.leaf in ("waste", "whole", "priced"):
+        if self.leaf in ("waste", "whole", "priced", "sequenced"):
             got: Cost | None = getattr(scorer, "node_cost", None)
             return got
         if self.leaf != "frag" or not workload:
@@ -151,6 +155,16 @@ class RollOut:
             return frag(product, NO_CPU_DATA if cpu_left is None else cpu_left, free)
         return fragmented
 
+    def price(self, alloc: Allocator) -> Price | None:
+        """The leaf's price of untouched nodes broken (None: the leaf weighs none), read
+        from the scorer as the decision finds it."""
+        if self.leaf == "priced":
+            return broken_price(getattr(alloc.scorer, "values", {}))
+        if self.leaf == "sequenced":
+            groups: Groups = getattr(alloc.scorer, "groups", {})
+            return sequenced_price(groups, alloc.untouched)
+        return None
+
     def choose(self, alloc: Allocator, d: Demand, cands: list[NodeState]) -> NodeState:
         """The candidate whose roll-out places the most; the state is left as it was."""
         t0 = time.perf_counter()
@@ -159,8 +173,7 @@ class RollOut:
         tasks = self.draw(workload, random.Random(  # noqa: S311 - a reproducible draw
             self.seed * 1_000_003 + alloc.decisions))
         cost = self.cost(alloc.scorer, workload)
-        price = broken_price(getattr(alloc.scorer, "values", {})) if self.leaf == "priced" \
-            else None
+        price = self.price(alloc)
         best, best_key = cands[0], (-1, 0, 0, 0.0)
         keys: set[tuple[int, int, int, float]] = set()
         with alloc.observed_once():  # the scorer reads the cluster as it was, throughout
@@ -187,19 +200,44 @@ def untouched(n: NodeState) -> bool:
             and n.cpu_left == n.spec.cpu_milli)
 
 
-def broken_price(values: Values) -> Price:
-    """What the scorer's score charges for an untouched node left in ``node``'s state
-    (``untouched.loss`` at ``values``, keyed by the node's class; 0 where it has none).
-    ``values`` are read as the decision found them: inside ``observed_once`` the
-    scorer's own placements in the roll-out are charged at the same values."""
+def node_class(node: NodeState) -> NodeClass:
+    """The class an untouched node counts in (``Allocator.untouched``)."""
+    return (node.product, len(node.free), node.spec.cpu_milli)
 
-    def price(node: NodeState) -> float:
-        n = len(node.free)
-        entries = values.get((node.product, n, node.spec.cpu_milli))
-        if not entries:
-            return 0.0
-        whole_left = sum(1 for f in node.free if f >= MILLI)
-        return loss(entries, n, whole_left, node.cpu_left)
+
+def broken_loss(values: Values, node: NodeState) -> float:
+    """What the scorer's score charges for an untouched node left in ``node``'s state:
+    ``untouched.loss`` at ``values`` (0 where its class has none)."""
+    n = len(node.free)
+    entries = values.get(node_class(node))
+    if not entries:
+        return 0.0
+    return loss(entries, n, sum(1 for f in node.free if f >= MILLI), node.cpu_left)
+
+
+def broken_price(values: Values) -> Price:
+    """Each node broken at ``values`` as the decision found them: inside
+    ``observed_once`` the scorer charges its own placements in the roll-out so too."""
+
+    def price(gone: Sequence[NodeState]) -> float:
+        return sum(broken_loss(values, n) for n in gone)
+    return price
+
+
+def sequenced_price(groups: Groups, untouched: Mapping[NodeClass, int]) -> Price:
+    """Each node broken at the values of the untouched nodes left when it broke
+    (``untouched_values`` over ``groups``, counts from ``untouched`` as the decision
+    found them): the second of a group taken costs P(Poisson(E) >= u - 1), as a scorer
+    re-reading the cluster after each placement would charge it."""
+    start = dict(untouched)
+
+    def price(gone: Sequence[NodeState]) -> float:
+        left, total = dict(start), 0.0
+        for n in gone:
+            total += broken_loss(untouched_values(groups, left) if groups else {}, n)
+            key = node_class(n)
+            left[key] = left.get(key, 0) - 1
+        return total
     return price
 
 
@@ -213,14 +251,14 @@ def roll(alloc: Allocator, first: Choice, tasks: Sequence[Demand],
     are not: 0 without either)."""
     nodes = alloc.nodes
     before: dict[str, float] = {}
-    was_whole: set[str] = set()
+    was_whole: dict[str, None] = {}  # in the order they broke
 
     def touch(name: str) -> None:
         if cost is not None and name not in before:
             n = nodes[name]
             before[name] = cost(n.product, n.cpu_left, tuple(n.free))
         if (whole or price is not None) and untouched(nodes[name]):
-            was_whole.add(name)
+            was_whole[name] = None
 
     touch(first.node)
     alloc.commit(first)
@@ -243,7 +281,7 @@ def roll(alloc: Allocator, first: Choice, tasks: Sequence[Demand],
                 grown += cost(n.product, n.cpu_left, tuple(n.free)) - was
         gone = [nodes[name] for name in was_whole if not untouched(nodes[name])]
         if price is not None:
-            grown += sum(price(n) for n in gone)
+            grown += price(gone)
         broken = len(gone) if whole else 0
     finally:
         for c in reversed(placed):
