@@ -10,9 +10,12 @@ roll-out among near-best nodes (stop 76)"; main leaves it off).
 score (0: exact ties of distinct node states; scores step by 10 per gradient point, 1
 for "already in use") are each rolled out with ``--rollout-m M`` tasks drawn from the
 scorer's mix; ``--rollout-leaf waste`` tells roll-outs that place as much apart by the
-scorer's node cost (``milli``: they keep the base choice). ``--stats DIR``: each replay
-process writes what the roll-out did (tie zones, changed choices, seconds) to
-DIR/rollout.<pid>.json as it goes. Everything after ``--`` is ``swarmgpu``'s command
+scorer's node cost (``milli``: they keep the base choice; ``whole``: first by the
+untouched nodes they broke; ``frag``: by FGD's fragmentation instead; ``priced``: the
+waste plus the scorer's price of each untouched node broken; ``sequenced``: each at the
+untouched nodes left when it broke). ``--stats DIR``:
+each replay process writes what the roll-out did (tie zones, changed choices, seconds)
+to DIR/rollout.<pid>.json as it goes. Everything after ``--`` is ``swarmgpu``'s command
 line; the replays' worker processes are forked, so they inherit the switch.
 """
 
@@ -60,8 +63,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rollout-margin", type=float, default=0.0,
                     help="score below the best still in the tie zone")
     ap.add_argument("--rollout-leaf", choices=LEAVES, default="milli",
-                    help="between roll-outs that place as much: milli (the base choice) "
-                         "or waste (the least growth of the scorer's node cost)")
+                    help="between roll-outs that place as much: milli (the base choice), "
+                         "waste (the least growth of the scorer's node cost), whole (the "
+                         "fewest untouched nodes broken, then waste) or frag (the least "
+                         "growth of FGD's fragmentation) or priced (waste plus the "
+                         "scorer's price of each untouched node broken) or sequenced "
+                         "(as priced, each at the untouched nodes left when it broke)")
     ap.add_argument("--rollout-seed", type=int, default=0, help="the draws' base seed")
     ap.add_argument("--stats", type=Path, default=None,
                     help="folder for each replay process's roll-out counts")

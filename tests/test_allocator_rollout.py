@@ -9,8 +9,16 @@ import pytest
 
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask
-from swarmgpu.allocator.rollout import RollOut, roll, shape_demand
+from swarmgpu.allocator.rollout import (
+    RollOut,
+    broken_price,
+    roll,
+    sequenced_price,
+    shape_demand,
+    untouched,
+)
 from swarmgpu.allocator.scorer import SwarmScorer
+from swarmgpu.allocator.untouched import Confined, poisson_at_least
 from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec, NodeState
 
 PAIR = TaskShape(cpu_milli=0, gpu_milli=1000, num_gpu=2)
@@ -83,6 +91,126 @@ def test_equal_roll_outs_keep_the_base_choice_unless_the_leaf_weighs_waste() -> 
         assert isinstance(got, Choice) and got.node == want, leaf
 
 
+def test_the_whole_leaf_keeps_an_untouched_node_over_the_base_choice() -> None:
+    # Placing on ``fresh`` (the lower rank) or on ``used`` grows the cost alike; only
+    # ``fresh`` stops being a node a task asking all of one could take.
+    d = Demand(num_gpu=1)
+    for leaf, want in (("waste", "fresh"), ("whole", "used")):
+        a = Allocator(CpuCostScorer((TypicalTask(PAIR, 1.0),), RollOut(k=2, m=0, leaf=leaf)))
+        a.add_node(node("fresh", 2), rank=0)
+        a.add_node(node("used", 2), rank=1)
+        taken = a.place_on("used", Demand(gpu_milli=300))
+        assert isinstance(taken, Choice)
+        a.commit(taken)
+        got = a.place(d)
+        assert isinstance(got, Choice) and got.node == want, leaf
+
+
+class PricedScorer(CpuCostScorer):
+    """``CpuCostScorer`` with the scorer's ``values``: an untouched two-GPU T4 node of 64
+    cores is needed by a two-GPU task with chance 0.5 (``untouched_values``'s form)."""
+
+    values = {("T4", 2, 64_000): ((2, 0, 0.5),)}
+
+
+def fresh_and_used(scorer: FlatScorer) -> Allocator:
+    """Node ``fresh`` (untouched, the lower rank) and ``used`` (a share taken)."""
+    a = Allocator(scorer)
+    a.add_node(node("fresh", 2), rank=0)
+    a.add_node(node("used", 2), rank=1)
+    taken = a.place_on("used", Demand(gpu_milli=300))
+    assert isinstance(taken, Choice)
+    a.commit(taken)
+    return a
+
+
+def test_the_priced_leaf_keeps_an_untouched_node_the_scorer_prices() -> None:
+    # Either node's cost falls alike for a whole GPU; breaking ``fresh`` costs what the
+    # scorer charges for its class, so "priced" goes to ``used`` where "waste" keeps rank.
+    d = Demand(num_gpu=1)
+    for leaf, want in (("waste", "fresh"), ("priced", "used")):
+        a = fresh_and_used(PricedScorer((TypicalTask(PAIR, 1.0),), RollOut(k=2, m=0, leaf=leaf)))
+        got = a.place(d)
+        assert isinstance(got, Choice) and got.node == want, leaf
+
+
+def test_the_priced_leaf_charges_nothing_for_a_class_without_a_value() -> None:
+    # No value for 64-core two-GPU T4 nodes: breaking ``fresh`` is free, as in "waste"
+    # (the count of "whole" would still send it to ``used``).
+    scorer = PricedScorer((TypicalTask(PAIR, 1.0),), RollOut(k=2, m=0, leaf="priced"))
+    scorer.values = {("T4", 2, 96_000): ((2, 0, 0.5),)}
+    got = fresh_and_used(scorer).place(Demand(num_gpu=1))
+    assert isinstance(got, Choice) and got.node == "fresh"
+
+
+def test_a_broken_node_is_priced_as_the_scorer_charges_it() -> None:
+    # ``untouched.loss``: the chances of the groups the node no longer hosts, times its
+    # GPU-milli (two GPUs: 2,000); a group asking 56 cores is lost once 16 of 64 are used.
+    values = {("T4", 2, 64_000): ((2, 0, 0.25), (1, 56_000, 0.5))}
+    price = broken_price(values)
+    a = two_and_one(FlatScorer((), None))
+    two = a.nodes["two"]
+    assert price([two]) == 0.0  # whole still: hosts both groups
+    share = a.place_on("two", Demand(gpu_milli=300, cpu_milli=16_000))
+    assert isinstance(share, Choice)
+    a.commit(share)
+    assert price([two]) == 0.75 * 2000  # one whole GPU left, 48 cores left
+    assert broken_price({})([two]) == 0.0
+    first = a.place_on("one", Demand(num_gpu=1))
+    assert isinstance(first, Choice)
+    a.release(share)
+    tasks = [Demand(gpu_milli=300, cpu_milli=16_000)]  # on ``two``: broken once
+    assert roll(a, first, tasks, price=price) == (300, 0, 0, -1500.0)
+    assert roll(a, first, tasks, whole=True, price=price) == (300, 0, -2, -1500.0)
+    assert all(untouched(n) for n in a.nodes.values())  # undone
+
+
+def test_the_sequenced_price_charges_each_node_at_the_untouched_nodes_left() -> None:
+    # Two untouched two-GPU nodes, a group of two-GPU tasks expected 1.5 times: the
+    # first broken costs P(N >= 2), the second P(N >= 1), each times 2,000 GPU-milli;
+    # "priced" charges both at P(N >= 2), as the decision found the cluster.
+    cls = ("T4", 2, 64_000)
+    groups = {(cls,): Confined(1.5, 2, 0)}
+    a = Allocator(FlatScorer((), None))
+    a.add_node(node("a", 2), rank=0)
+    a.add_node(node("b", 2), rank=1)
+    a.add_node(node("c", 1), rank=2)
+    assert a.untouched == {cls: 2, ("T4", 1, 64_000): 1}
+    first = a.place_on("c", Demand(num_gpu=1))
+    assert isinstance(first, Choice)
+    tasks = [Demand(num_gpu=1), Demand(num_gpu=1), Demand(num_gpu=1)]  # on a, a, b
+    at2, at1 = poisson_at_least(1.5, 2), poisson_at_least(1.5, 1)
+    got = roll(a, first, tasks, price=sequenced_price(groups, a.untouched))
+    assert got[:3] == (3000, 0, 0) and got[3] == -round((at2 + at1) * 2000, 3)
+    values = {cls: ((2, 0, at2),)}
+    assert roll(a, first, tasks, price=broken_price(values))[3] == -round(2 * at2 * 2000, 3)
+    assert a.untouched == {cls: 2, ("T4", 1, 64_000): 1}  # undone
+
+
+def test_the_swarm_scorer_shows_the_groups_its_values_come_from() -> None:
+    s = SwarmScorer()
+    assert s.groups == {}
+    s.set_workload((TypicalTask(TaskShape(120_000, 1000, 8), 1.0),
+                    TypicalTask(TaskShape(4_000, 1000, 1), 1.0)))
+    g3, g2 = ("G3", 8, 128_000), ("G2", 8, 96_000)
+    s.observe_cluster({"G3": 8000, "G2": 8000}, {"G3": 8000, "G2": 8000}, 224_000,
+                      {g3: 8000, g2: 8000}, {g3: 1, g2: 1})
+    assert list(s.groups) == [(g3,)] and g3 in s.values
+
+
+def test_the_frag_leaf_sees_a_gpu_the_cpu_left_cannot_feed() -> None:
+    # The mix's task asks a GPU and 32 cores: after 16 cores on ``lean`` (40) its last
+    # GPU is lost to it; ``rich`` (96) still feeds it. No node cost: "waste" keeps rank.
+    mix = (TypicalTask(TaskShape(32_000, 1000, 1), 1.0),)
+    d = Demand(num_gpu=1, cpu_milli=16_000)
+    for leaf, want in (("waste", "lean"), ("frag", "rich")):
+        a = Allocator(FlatScorer(mix, RollOut(k=2, m=0, leaf=leaf)))
+        a.add_node(node("lean", 2, cpu=40_000), rank=0)
+        a.add_node(node("rich", 2, cpu=96_000), rank=1)
+        got = a.place(d)
+        assert isinstance(got, Choice) and got.node == want, leaf
+
+
 def test_no_tie_zone_no_roll_out() -> None:
     ro = RollOut(k=3, m=5)
     a = Allocator(FlatScorer((TypicalTask(PAIR, 1.0),), ro))
@@ -99,8 +227,18 @@ def test_a_roll_out_undoes_what_it_placed_and_counts_it() -> None:
     before = a.snapshot()
     tasks = [Demand(num_gpu=2), Demand(num_gpu=2), Demand(gpu_milli=300)]
     # the first pair fits on ``two``; the second finds no node; the share none either
-    assert roll(a, first, tasks) == (2000, -2, 0.0)
+    assert roll(a, first, tasks) == (2000, -2, 0, 0.0)
     assert a.snapshot() == before
+
+
+def test_a_roll_out_counts_the_untouched_nodes_it_broke_where_asked() -> None:
+    a = two_and_one(FlatScorer((), None))
+    first = a.place_on("one", Demand(num_gpu=1))
+    assert isinstance(first, Choice)
+    tasks = [Demand(num_gpu=1), Demand(num_gpu=1)]  # both on ``two``: broken once
+    assert roll(a, first, tasks) == (2000, 0, 0, 0.0)
+    assert roll(a, first, tasks, whole=True) == (2000, 0, -2, 0.0)
+    assert all(untouched(n) for n in a.nodes.values())  # undone
 
 
 def test_the_draw_is_the_same_for_the_same_decision() -> None:

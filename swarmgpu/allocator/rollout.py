@@ -7,7 +7,16 @@ the scorer's workload mix (what the daemon learned, never a trace's future) are 
 greedily after it by the same scorer, and everything is undone; the candidate whose
 roll-out placed the most GPU-milli wins, then the fewest failures, then (``leaf``
 "waste") the least growth of the scorer's node cost over the nodes it touched, then the
-base order. Measured: docs/simulate.md, "A sampled roll-out among near-best nodes".
+base order. Two leaves tried against h-bimodalseed's loss (stop 76, "rolloutc"):
+"whole" breaks the tie first by the untouched nodes (every GPU and all the CPU free)
+the roll-out broke, then as "waste"; "frag" ranks by the growth of FGD's fragmentation
+(``node_fragmentation``, which counts a node's free GPU as lost to a task its CPU or
+GPUs no longer fit) instead of the scorer's cost. "priced" (stop 77) ranks by one sum
+in the scorer's own units: B's growth of the node cost plus, for each untouched node the
+roll-out broke, the GPU-milli the scorer's score charges for breaking one of its class
+(``untouched.loss`` at the scorer's ``values``); "sequenced" prices each at the untouched
+nodes left when it broke, as the scorer would, re-reading the cluster after each
+placement. Measured: docs/simulate.md, "A sampled roll-out among near-best nodes".
 The draw is seeded per decision, and every candidate meets the same tasks, so runs are
 reproducible and candidates differ by the node alone.
 """
@@ -22,7 +31,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from swarmgpu.allocator.fragmentation import MILLI, TaskShape, TypicalTask
+from swarmgpu.allocator.fragmentation import MILLI, FragCache, TaskShape, TypicalTask
+from swarmgpu.allocator.untouched import Groups, NodeClass, Values, loss, untouched_values
 from swarmgpu.allocator.values import Choice, Demand, NodeState, Unplaceable
 
 
@@ -31,6 +41,7 @@ class Allocator(Protocol):
 
     decisions: int
     rolling: bool
+    untouched: dict[NodeClass, int]
 
     @property
     def nodes(self) -> Mapping[str, NodeState]: ...
@@ -46,7 +57,13 @@ class Allocator(Protocol):
     def release(self, choice: Choice) -> None: ...
 
 
-LEAVES = ("milli", "waste")
+LEAVES = ("milli", "waste", "whole", "frag", "priced", "sequenced")
+NO_CPU_DATA = 1 << 62  # CPU left of a node without CPU data: never short
+# a node cost: (GPU model, CPU left or None, free GPU-milli per GPU) -> GPU-milli
+Cost = Callable[[str, int | None, tuple[int, ...]], float]
+# the price of the untouched nodes broken, in the order they broke, in their states
+# now -> GPU-milli
+Price = Callable[[Sequence[NodeState]], float]
 
 
 def shape_demand(shape: TaskShape) -> Demand:
@@ -68,12 +85,17 @@ class RollOut:
     m: int = 20  # tasks drawn per roll-out
     margin: float = 0.0  # score below the best still in the tie zone
     # what breaks ties between roll-outs that place as much: "milli" (nothing: the base
-    # choice) or "waste" (the least growth of the scorer's node cost, ``node_cost``)
+    # choice), "waste" (the least growth of the scorer's node cost, ``node_cost``),
+    # "whole" (the fewest untouched nodes broken, then as "waste") or "frag" (the least
+    # growth of FGD's fragmentation over the scorer's mix) or "priced" (as "waste", plus
+    # the scorer's price of each untouched node broken) or "sequenced" (as "priced", each
+    # at the untouched nodes left when it broke)
     leaf: str = "milli"
     seed: int = 0
     stats: dict[str, float] = field(default_factory=dict)
     _demands: dict[tuple[TypicalTask, ...], tuple[list[Demand], list[float]]] = field(
         default_factory=dict)
+    _frag: dict[tuple[TypicalTask, ...], FragCache] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 1 <= self.k <= 3 or self.m < 0 or self.margin < 0:
@@ -115,6 +137,34 @@ class RollOut:
         demands, weights = got
         return rng.choices(demands, weights, k=self.m) if demands else []
 
+    def cost(self, scorer: object, workload: Sequence[TypicalTask]) -> Cost | None:
+        """The leaf's node cost (None: the leaf weighs none)."""
+        if self.leaf in ("waste", "whole", "priced", "sequenced"):
+            got: Cost | None = getattr(scorer, "node_cost", None)
+            return got
+        if self.leaf != "frag" or not workload:
+            return None
+        key = tuple(workload)
+        frag = self._frag.get(key)
+        if frag is None:
+            if len(self._frag) > 8:
+                self._frag.clear()
+            frag = self._frag[key] = FragCache(key)
+
+        def fragmented(product: str, cpu_left: int | None, free: tuple[int, ...]) -> float:
+            return frag(product, NO_CPU_DATA if cpu_left is None else cpu_left, free)
+        return fragmented
+
+    def price(self, alloc: Allocator) -> Price | None:
+        """The leaf's price of untouched nodes broken (None: the leaf weighs none), read
+        from the scorer as the decision finds it."""
+        if self.leaf == "priced":
+            return broken_price(getattr(alloc.scorer, "values", {}))
+        if self.leaf == "sequenced":
+            groups: Groups = getattr(alloc.scorer, "groups", {})
+            return sequenced_price(groups, alloc.untouched)
+        return None
+
     def choose(self, alloc: Allocator, d: Demand, cands: list[NodeState]) -> NodeState:
         """The candidate whose roll-out places the most; the state is left as it was."""
         t0 = time.perf_counter()
@@ -122,15 +172,17 @@ class RollOut:
         workload = getattr(alloc.scorer, "workload", ())
         tasks = self.draw(workload, random.Random(  # noqa: S311 - a reproducible draw
             self.seed * 1_000_003 + alloc.decisions))
-        cost = getattr(alloc.scorer, "node_cost", None) if self.leaf == "waste" else None
-        best, best_key = cands[0], (-1, 0, 0.0)
-        keys: set[tuple[int, int, float]] = set()
+        cost = self.cost(alloc.scorer, workload)
+        price = self.price(alloc)
+        best, best_key = cands[0], (-1, 0, 0, 0.0)
+        keys: set[tuple[int, int, int, float]] = set()
         with alloc.observed_once():  # the scorer reads the cluster as it was, throughout
             for node in cands:
                 got = alloc.place_on(node.spec.name, d)
                 if not isinstance(got, Choice):
                     continue
-                key = roll(alloc, got, tasks, cost)
+                key = roll(alloc, got, tasks, cost, whole=self.leaf == "whole",
+                           price=price)
                 keys.add(key)
                 if key > best_key:
                     best, best_key = node, key
@@ -142,21 +194,71 @@ class RollOut:
         return best
 
 
-Cost = Callable[[str, int | None, tuple[int, ...]], float]
+def untouched(n: NodeState) -> bool:
+    """Every GPU and all the CPU free (what a task asking all of a node needs)."""
+    return (bool(n.free) and sum(n.free) == n.capacity
+            and n.cpu_left == n.spec.cpu_milli)
+
+
+def node_class(node: NodeState) -> NodeClass:
+    """The class an untouched node counts in (``Allocator.untouched``)."""
+    return (node.product, len(node.free), node.spec.cpu_milli)
+
+
+def broken_loss(values: Values, node: NodeState) -> float:
+    """What the scorer's score charges for an untouched node left in ``node``'s state:
+    ``untouched.loss`` at ``values`` (0 where its class has none)."""
+    n = len(node.free)
+    entries = values.get(node_class(node))
+    if not entries:
+        return 0.0
+    return loss(entries, n, sum(1 for f in node.free if f >= MILLI), node.cpu_left)
+
+
+def broken_price(values: Values) -> Price:
+    """Each node broken at ``values`` as the decision found them: inside
+    ``observed_once`` the scorer charges its own placements in the roll-out so too."""
+
+    def price(gone: Sequence[NodeState]) -> float:
+        return sum(broken_loss(values, n) for n in gone)
+    return price
+
+
+def sequenced_price(groups: Groups, untouched: Mapping[NodeClass, int]) -> Price:
+    """Each node broken at the values of the untouched nodes left when it broke
+    (``untouched_values`` over ``groups``, counts from ``untouched`` as the decision
+    found them): the second of a group taken costs P(Poisson(E) >= u - 1), as a scorer
+    re-reading the cluster after each placement would charge it."""
+    start = dict(untouched)
+
+    def price(gone: Sequence[NodeState]) -> float:
+        left, total = dict(start), 0.0
+        for n in gone:
+            total += broken_loss(untouched_values(groups, left) if groups else {}, n)
+            key = node_class(n)
+            left[key] = left.get(key, 0) - 1
+        return total
+    return price
 
 
 def roll(alloc: Allocator, first: Choice, tasks: Sequence[Demand],
-         cost: Cost | None = None) -> tuple[int, int, float]:
+         cost: Cost | None = None, *, whole: bool = False, price: Price | None = None,
+         ) -> tuple[int, int, int, float]:
     """Commit ``first``, place ``tasks`` greedily, undo it all; (GPU-milli the tasks
-    got, minus the tasks that found no node, minus the growth of ``cost`` over the
-    nodes they touched, rounded as the scorer's integer scores are not: 0 without)."""
+    got, minus the tasks that found no node, minus the untouched nodes they broke where
+    ``whole``: 0 without, minus the growth of ``cost`` over the nodes they touched plus
+    ``price`` of each untouched node they broke, rounded as the scorer's integer scores
+    are not: 0 without either)."""
     nodes = alloc.nodes
     before: dict[str, float] = {}
+    was_whole: dict[str, None] = {}  # in the order they broke
 
     def touch(name: str) -> None:
         if cost is not None and name not in before:
             n = nodes[name]
             before[name] = cost(n.product, n.cpu_left, tuple(n.free))
+        if (whole or price is not None) and untouched(nodes[name]):
+            was_whole[name] = None
 
     touch(first.node)
     alloc.commit(first)
@@ -177,11 +279,15 @@ def roll(alloc: Allocator, first: Choice, tasks: Sequence[Demand],
             for name, was in before.items():
                 n = nodes[name]
                 grown += cost(n.product, n.cpu_left, tuple(n.free)) - was
+        gone = [nodes[name] for name in was_whole if not untouched(nodes[name])]
+        if price is not None:
+            grown += price(gone)
+        broken = len(gone) if whole else 0
     finally:
         for c in reversed(placed):
             alloc.release(c)
         alloc.release(first)
-    return milli, -failed, -round(grown, 3)
+    return milli, -failed, -broken, -round(grown, 3)
 
 
 def decide(alloc: Allocator, ro: RollOut, d: Demand, best: NodeState, best_score: float,

@@ -212,6 +212,12 @@ class SwarmScorer:
         self.values = values
         return changed
 
+    @property
+    def groups(self) -> Groups:
+        """The tasks only untouched nodes host, as ``values`` were last priced from
+        (``exclusive_groups``; empty before the first observation)."""
+        return self._groups or {}
+
     def pressure(self, product: str) -> float:
         """Expected milli of model-restricted demand displaced per milli taken on a GPU of
         ``product`` (``restricted_pressure``); 0 without a workload or cluster capacity."""
