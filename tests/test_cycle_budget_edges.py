@@ -20,6 +20,7 @@ from support.empty_swarm import EmptySwarm
 
 from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
 from swarmgpu.manager import daemon as daemon_module
+from swarmgpu.manager.cycle import budget as budget_module
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.swarm import answerjson
 from swarmgpu.swarm.client import SwarmClient, SwarmUnavailable
@@ -173,3 +174,44 @@ def test_run_once_has_no_budget_unless_a_watchdog_waits_for_it(
     monkeypatch.delenv("WATCHDOG_PID", raising=False)
     assert d.once().aborted
     assert counted(d, "swarmgpu_errors_total", kind="budget") == 1
+
+
+class SlowWrite:
+    """A step whose one write, of node n1's labels on ``engine``, is answered so slowly
+    that its slack cuts it (``WriteCut``), which the step lets through, as the over-share
+    restart lets through its spec's failed write."""
+
+    name = "slowwrite"
+    requires: frozenset[Any] = frozenset()
+    provides: frozenset[Any] = frozenset()
+
+    def __init__(self, engine: LoopEngine) -> None:
+        self.engine = engine
+
+    def run(self, session: Any) -> None:
+        relabel(client_of(self.engine))
+
+    def stand_by(self) -> None:
+        return None
+
+
+def test_a_cycle_whose_write_its_slack_cut_is_counted_as_ended_at_its_budget(
+        engine: LoopEngine, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # (before, the cut write's timeout ended the cycle as an engine error: kind="swarm",
+    # /healthz's engine "unreachable" and its leader unknown, though the engine answered,
+    # slowly, and only the budget cut it)
+    d = spent_daemon(monkeypatch, tmp_path)
+    monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: 1.0, raising=False)
+    monkeypatch.setattr(budget_module, "BUDGET_SLACK_S", 0.5)
+    monkeypatch.setattr(answerjson, "WRITE_FLOOR_S", 0.5)
+    d.use([SlowWrite(engine)])
+    engine.answers["/nodes/n1"] = LONG
+    report = d.cycle()
+    assert report.aborted and "ended at its engine budget" in report.errors[0], report
+    assert "writing" in report.errors[0], report.errors
+    assert counted(d, "swarmgpu_errors_total", kind="budget") == 1
+    assert counted(d, "swarmgpu_errors_total", kind="swarm") == 0
+    assert counted(d, "swarmgpu_cycles_total", outcome="over_budget") == 1
+    doc = d.health()
+    assert doc["over_budget"] is True and doc["engine"] == "reachable", doc
+    assert doc["leader"] is True, doc

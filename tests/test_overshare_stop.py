@@ -30,11 +30,11 @@ from support.loglines import log_lines
 from swarmgpu.core.config import Config, PlacementConfig, SyncConfig
 from swarmgpu.manager.cycle.overshare import OvershareStep
 from swarmgpu.manager.daemon import Daemon
-from swarmgpu.manager.engine.stop import Stopped
+from swarmgpu.manager.engine.stop import BudgetEnded, Stopped
 from swarmgpu.manager.placement import gate_key
 from swarmgpu.manager.rebalance.context import MOVED_AT
 from swarmgpu.manager.services.overshare import ServiceUse
-from swarmgpu.swarm.client import SwarmTask
+from swarmgpu.swarm.client import BudgetCut, SwarmTask, SwarmUnavailable
 
 THIRD = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
                    ("t-third",), (), ("c" * 12,))
@@ -91,3 +91,63 @@ def test_the_next_daemon_reopens_a_gate_an_over_share_restart_left_closed(
     assert gate_key(P, "third") not in sw.node("n-4090").labels
     offline_daemon(sw, str(tmp_path)).cycle()
     assert sw.node("n-4090").labels.get(gate_key(P, "third")) == "true"
+
+
+class StopThenSlowUndo(StopInTheWait):
+    """As ``StopInTheWait``, and the reopening's write is cut at the cycle's slack (the
+    engine too slow for the 5 s it gets: ``answerjson.WriteCut``, which the client
+    raises as unreachable); the gate stays closed."""
+
+    def update_node_labels(self, node_id: str, compute: Any, **kw: Any) -> bool:
+        if compute(dict(self.node(node_id).labels)).get(gate_key(P, "third")) == "true":
+            raise SwarmUnavailable("Docker Engine unreachable at test: the engine's "
+                                   "answer to POST /nodes/n-4090/update, a write's, was "
+                                   "not read within 5.0 s")
+        return super().update_node_labels(node_id, compute, **kw)
+
+
+def test_a_stop_whose_undo_is_cut_still_ends_the_step_as_a_stop_saying_the_gate_shut(
+        tmp_path: Path, warnings: list[str]) -> None:
+    # (before, the undo's error replaced the stop: the stopping daemon's cycle ended as
+    # the engine's fault, "will retry next interval", and no line said the gate was shut)
+    base = victim_cluster({})
+    sw = StopThenSlowUndo(base.nodes(), base.services(), base.tasks(), base.swarm_labels())
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 placement=PlacementConfig(overshare="restart"))
+    sw.daemon = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]  # (its write gate)
+    step = OvershareStep(sw.daemon)
+    step.restarter.wait_s = 5.0
+    with pytest.raises(Stopped):
+        step.restarter._bounce(sw.service("id-third"), THIRD, MOVED_AT)
+    assert gate_key(P, "third") not in sw.node("n-4090").labels
+    said = [w for w in warnings if "third" in w]
+    assert any("not reopened" in w and "placement reopens it" in w for w in said), said
+    assert any("stop" in w and "gate left closed" in w for w in said), said
+
+
+class BudgetInTheWaitThenSlowUndo(StopThenSlowUndo):
+    """The restart's wait reads its task list past the cycle's budget (cut), and the
+    reopening is cut at the slack, as in ``StopThenSlowUndo``."""
+
+    def tasks(self, filters: Mapping[str, Any] | None = None, *,
+              states: AbstractSet[str] | None = None, read: Any = None) -> list[SwarmTask]:
+        self.lists += 1
+        if self.lists > 1:
+            raise BudgetCut("the cycle's engine budget has passed (test)")
+        return RecordingSwarm.tasks(self, filters, states=states)
+
+
+def test_a_budget_end_in_the_wait_whose_undo_is_cut_still_ends_the_cycle_at_its_budget(
+        tmp_path: Path, warnings: list[str]) -> None:
+    # (before, the undo's error replaced the budget's end: an engine error, the gate's
+    # state said by none)
+    base = victim_cluster({})
+    sw = BudgetInTheWaitThenSlowUndo(base.nodes(), base.services(), base.tasks(),
+                                     base.swarm_labels())
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 placement=PlacementConfig(overshare="restart"))
+    sw.daemon = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]  # (its write gate)
+    step = OvershareStep(sw.daemon)
+    with pytest.raises(BudgetEnded):
+        step.restarter._bounce(sw.service("id-third"), THIRD, MOVED_AT)
+    assert any("not reopened" in w for w in warnings if "third" in w), warnings

@@ -196,9 +196,10 @@ class Daemon:
             gate.check()
 
     def _over(self, exc: SwarmError | None = None) -> None:
-        # A cycle past its budget ends as one that cannot write: its reads not acted on.
+        # A cycle past its budget ends as one that cannot write: its reads not acted on;
+        # so does one whose write its slack cut (``exc``: no engine error, it answered).
         gate = self._budget
-        if gate is not None and gate.ended():
+        if gate is not None and gate.ended(exc):
             raise OverBudget(gate.writes) from exc
 
     def _cycle(self) -> CycleReport:

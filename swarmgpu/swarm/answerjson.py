@@ -153,7 +153,7 @@ class WriteCut(AnswerTooSlow):
             "least), so that the watchdog's ping comes in time: the write may or may "
             "not have been made (the next cycle reads it afresh); check the engine (is "
             "`docker info` slow?) and the proxy in front of it")
-        self.deadline_s = deadline_s
+        self.what, self.deadline_s = what, deadline_s
 
 
 class BudgetSpent(AnswerTooSlow):
@@ -179,6 +179,18 @@ def budget_cut(exc: BaseException) -> bool:
             return True
         at = at.__cause__
     return False
+
+
+def write_cut(exc: BaseException | None) -> WriteCut | None:
+    """``exc``, or what it was raised from, where it is a write's request cut at its
+    cycle's slack (``WriteCut``): the budget ended the cycle in that write (the client
+    raises it as unreachable, which the daemon would take for the engine's fault)."""
+    at = exc
+    while at is not None:
+        if isinstance(at, WriteCut):
+            return at
+        at = at.__cause__
+    return None
 
 
 # The budget of the cycle this thread runs (a write's thread takes its cycle's along:

@@ -12,9 +12,10 @@ deadline is cut to what is left, and none is sent once it has passed
 beside the stop request's: a write in flight is never refused midway, its own reads
 included, but each of its requests gets what is left of the budget and
 ``BUDGET_SLACK_S``, ``answerjson.WRITE_FLOOR_S`` at least: past it, it fails as a
-timeout, said so, ``answerjson.WriteCut``; before, each took its own 60 s and a slow
-engine held the cycle past the watchdog; one that undoes a write of the cycle's, made
-outside the budget, is let through: the over-share restart's reopened gate). A read
+timeout, said so, ``answerjson.WriteCut`` (one that ends its step ends the cycle as
+over budget, ``BudgetGate.ended``, not as the engine's fault); before, each took its own
+60 s and a slow engine held the cycle past the watchdog; one that undoes a write of the
+cycle's, made outside the budget, is let through: the over-share restart's reopened gate). A read
 cut so is no object's failure: its reader raises ``stop.read_cut`` on the client's
 ``BudgetCut``, a ``BudgetEnded`` as ``OverBudget`` is, which every reader that fails
 one object lets through (none said failed, unread or ungranted for it). The cycle then
@@ -27,7 +28,7 @@ its own. ``run --once`` has none unless a watchdog waits for it (``Daemon.once``
 from __future__ import annotations
 
 from swarmgpu.manager.engine.stop import BudgetEnded, StopRequest
-from swarmgpu.swarm.answerjson import CycleBudget, budgeted
+from swarmgpu.swarm.answerjson import CycleBudget, budgeted, write_cut
 
 # What the watchdog's allowance keeps back past the budget: the writes in flight as it
 # passes finish (at most 8, each one engine round trip, some 25 ms on a sound engine).
@@ -75,9 +76,13 @@ class BudgetGate:
             return True
         return False
 
-    def ended(self) -> bool:
+    def ended(self, exc: BaseException | None = None) -> bool:
         """Whether the budget refused anything: a read, a write or a step (a cycle done
-        past it, with nothing refused, is a cycle done)."""
+        past it, with nothing refused, is a cycle done), or cut a write in flight, ``exc``
+        (its slack's ``answerjson.WriteCut``, that ended a step)."""
+        cut = write_cut(exc)
+        if cut is not None:
+            self._end(f"writing ({cut.what}, cut past the slack)")
         return self.budget.cut is not None or self.at is not None
 
     def _end(self, at: str) -> None:

@@ -502,19 +502,38 @@ class Restarter:
             writes.node_labels(
                 u.node_id, lambda cur: {k: v for k, v in cur.items() if k != gate}, why)
             stopped = self._wait_gone(s, u, old)
-        finally:
-            # Reopened whatever happened: a closed gate would keep the service down until
-            # a daemon plans it open again. An undo, let through past the cycle's budget
-            # and once the daemon is stopping (the write gate refused both: it stayed shut).
-            with undoing():
-                writes.node_labels(u.node_id, lambda cur: {**cur, gate: "true"})
+        except BaseException:
+            self._reopen(writes, u, gate, ended=True)
+            raise
+        reopened = self._reopen(writes, u, gate, ended=stopped)
         if stopped:
             log.warning("over-share restart of {} on {} cut short by the daemon's stop: "
-                        "gate reopened; its task may not have been restarted (the next "
-                        "leader judges it afresh)", s.name, u.hostname)
+                        "gate {}; its task may not have been restarted (the next leader "
+                        "judges it afresh)", s.name, u.hostname,
+                        "reopened" if reopened else "left closed")
             raise Stopped(self.stop)
         log.warning("restarted {}'s task on {} (over its GPU share: {}; tasks {})", s.name,
                     u.hostname, u.describe(), ",".join(u.tasks) or "?")
+        return True
+
+    def _reopen(self, writes: Writes, u: ServiceUse, gate: str, ended: bool) -> bool:
+        """Reopen ``u``'s gate, closed for its restart, whatever happened: a closed gate
+        keeps the service down until a daemon plans it open again. An undo, let through
+        past the cycle's budget and once the daemon is stopping (the write gate refused
+        both: it stayed shut). Failed (its slack cut it, say): said, and raised unless
+        the step ends anyway (``ended``: the stop, the budget), whose end is raised (else
+        a stopping daemon's step ended as the engine's fault); False then."""
+        try:
+            with undoing():
+                writes.node_labels(u.node_id, lambda cur: {**cur, gate: "true"})
+        except SwarmError as exc:
+            logger.bind(service=u.service).warning(
+                "over-share restart of {} on {}: its gate {} not reopened ({}); its task "
+                "waits until the leader's next cycle, whose placement reopens it",
+                u.service, u.hostname, gate, exc)
+            if not ended:
+                raise
+            return False
         return True
 
     def _wait_gone(self, s: SwarmService, u: ServiceUse, old: set[str]) -> bool:
