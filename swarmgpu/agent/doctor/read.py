@@ -417,7 +417,7 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
             return CdiSpec(path, error=f"not parsed: past the {MAX_CDI_BYTES >> 20} MiB of "
                                        "spec text the doctor parses in all (move the "
                                        "files that are no CDI specs out of the spec dirs)")
-        data = parse_yaml(text, path, _SpecError)
+        data = parse_yaml(text, path, _SpecError, v2=True)  # (CDI's sigs.k8s.io/yaml)
     except Unreadable as exc:
         return CdiSpec(path, error=exc.why)
     except _SpecError as exc:
@@ -439,7 +439,8 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
 
 def _device_name(device: object) -> str | None:
     """A device's name as CDI reads it: its sigs.k8s.io/yaml turns a number or boolean
-    bound for a string field into its text (``name: 0`` is "0"); None where CDI refuses
+    bound for a string field into its text (``name: 0`` is "0"; its go-yaml v2 reads a
+    plain ``yes`` as a boolean, so "true": ``_cdi_spec`` parses so); None where CDI refuses
     the spec for it (no name, null, a list or map). A float, whose Go text the doctor
     does not mirror, is "": no GPU UUID either way."""
     name = device.get("name") if isinstance(device, dict) else None
