@@ -347,3 +347,30 @@ def test_a_device_name_go_yaml_v2_reads_as_text_is_that_text(tmp_path: Path,
                     f"  - name: {UA}\n  - name: {UB}\n")
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize(("kind", "devices", "name"), [("Kind", "Devices", "Name"),
+                                                       ("KIND", "devices", "NAME")])
+def test_a_spec_whose_keys_are_capitalised_is_read_as_cdi_reads_it(
+        tmp_path: Path, kind: str, devices: str, name: str) -> None:
+    # CDI decodes its YAML as JSON into its struct (sigs.k8s.io/yaml), whose keys match
+    # whatever their case: the runtime resolves these GPUs, the doctor read no kind
+    root = _root(tmp_path)
+    path = root / "etc/cdi/nvidia.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"cdiVersion: 0.5.0\n{kind}: nvidia.com/gpu\n{devices}:\n"
+                    f"  - {name}: {UA}\n  - {name}: {UB}\n")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
+
+
+def test_of_two_spellings_of_a_key_the_one_cdi_keeps_is_read(tmp_path: Path) -> None:
+    # sigs.k8s.io/yaml writes the keys sorted (capitals first), and the last that
+    # matches a field is kept: `name`, not `Name`
+    root = _root(tmp_path)
+    path = root / "etc/cdi/nvidia.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
+                    f"  - {{name: {UA}, Name: x}}\n  - {{Name: y, name: {UB}}}\n")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
