@@ -257,7 +257,7 @@ def test_spec_files_are_parsed_up_to_a_bound_in_all(
     parsed: list[int] = []
     parse = read.parse_yaml
     monkeypatch.setattr(read, "parse_yaml",
-                        lambda text, *a: parsed.append(len(text)) or parse(text, *a))
+                        lambda text, *a, **k: parsed.append(len(text)) or parse(text, *a, **k))
     monkeypatch.setattr(read, "MAX_CDI_BYTES", 2000, raising=False)
     root = _root(tmp_path)
     for n in range(5):
@@ -314,3 +314,63 @@ def test_a_device_of_no_name_cdi_refuses_is_named(tmp_path: Path, device: str) -
     c, _ = _check(root)
     assert c["status"] == str(Status.FAIL), c
     assert "/etc/cdi/nvidia.yaml" in c["found"] and "CDI refuses" in c["found"], c
+
+
+@pytest.mark.parametrize(("name", "said"), [("yes", "true"), ("Y", "true"), ("off", "false"),
+                                            ("NO", "false")])
+def test_a_yaml_1_1_boolean_device_name_is_read_as_cdi_reads_it(
+        tmp_path: Path, name: str, said: str) -> None:
+    # CDI reads its specs with go-yaml v2 (sigs.k8s.io/yaml), to which a plain `yes`,
+    # `on`, `y` is a boolean, its name then "true": the doctor read the word (go-yaml
+    # v3's reading) and missed the spec naming "true" twice, which CDI refuses whole
+    root = _root(tmp_path)
+    path = root / "etc/cdi/nvidia.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
+                    f"  - name: {name}\n  - name: \"{said}\"\n  - name: {UA}\n"
+                    f"  - name: {UB}\n")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.FAIL), c
+    assert f"names device '{said}' twice" in c["found"], c
+
+
+@pytest.mark.parametrize("name", ["'yes'", "0o-17"])
+def test_a_device_name_go_yaml_v2_reads_as_text_is_that_text(tmp_path: Path,
+                                                             name: str) -> None:
+    # quoted, `yes` is text to every reader; `0o-17` is text to go-yaml v2 (v3 reads the
+    # number -15): beside "true" and "-15", no name is given twice
+    root = _root(tmp_path)
+    path = root / "etc/cdi/nvidia.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
+                    f"  - name: {name}\n  - name: \"true\"\n  - name: \"-15\"\n"
+                    f"  - name: {UA}\n  - name: {UB}\n")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize(("kind", "devices", "name"), [("Kind", "Devices", "Name"),
+                                                       ("KIND", "devices", "NAME")])
+def test_a_spec_whose_keys_are_capitalised_is_read_as_cdi_reads_it(
+        tmp_path: Path, kind: str, devices: str, name: str) -> None:
+    # CDI decodes its YAML as JSON into its struct (sigs.k8s.io/yaml), whose keys match
+    # whatever their case: the runtime resolves these GPUs, the doctor read no kind
+    root = _root(tmp_path)
+    path = root / "etc/cdi/nvidia.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"cdiVersion: 0.5.0\n{kind}: nvidia.com/gpu\n{devices}:\n"
+                    f"  - {name}: {UA}\n  - {name}: {UB}\n")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
+
+
+def test_of_two_spellings_of_a_key_the_one_cdi_keeps_is_read(tmp_path: Path) -> None:
+    # sigs.k8s.io/yaml writes the keys sorted (capitals first), and the last that
+    # matches a field is kept: `name`, not `Name`
+    root = _root(tmp_path)
+    path = root / "etc/cdi/nvidia.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
+                    f"  - {{name: {UA}, Name: x}}\n  - {{Name: y, name: {UB}}}\n")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c

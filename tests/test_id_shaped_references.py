@@ -248,3 +248,84 @@ def test_a_prefix_two_services_share_is_refused_as_the_engine_refuses_it(
     got, seen = proxy_write(tmp_path, b"/services/svc/update", SERVICE["Spec"], setup)
     assert got.startswith(b"HTTP/1.1 400") and b"ambiguous" in got, got
     assert not posts(seen)
+
+
+# --- the proxy's references, attacked (reader77c) -------------------------------------
+
+
+def test_a_service_renamed_between_the_proxys_read_and_its_write_is_not_written(
+        tmp_path: Path) -> None:
+    """The path names svc1 by its name; svc1 is renamed (its version moves on) after the
+    proxy's read, before its write: the write goes to svc1's ID at the version checked,
+    which the engine refuses, so neither svc1 nor a service newly named so is written."""
+    def setup(e: Any) -> None:
+        named(NAME)(e)
+
+        def rename() -> None:
+            e.service["Spec"] = {**e.service["Spec"], "Name": "renamed"}
+            e.service["Version"] = {"Index": e.service["Version"]["Index"] + 1}
+
+        e.before_write = rename
+
+    got, seen = proxy_write(tmp_path, b"/services/%s/update" % NAME.encode(),
+                            {**SERVICE["Spec"], "Name": NAME}, setup)
+    assert got.startswith(b"HTTP/1.1 500") and b"out of sequence" in got, got
+    assert posts(seen) == [b"POST /services/svc1/update?version=3"]
+
+
+OWN = "z9y8x7w6v5u4t3s2r1q0p9o8n"  # the proxy's own service's ID
+
+
+@pytest.mark.parametrize("alias", [b"web", OWN[:7].encode()], ids=["name", "id-prefix"])
+def test_the_proxys_own_service_is_refused_by_its_name_or_an_id_prefix(
+        tmp_path: Path, alias: bytes) -> None:
+    """However the path names the proxy's own service, the check is of the ID read."""
+    def setup(e: Any) -> None:
+        e.service["ID"] = OWN
+
+    got, seen = proxy_write(tmp_path, b"/services/%s/update" % alias, SERVICE["Spec"],
+                            setup, OWN)
+    assert got.startswith(b"HTTP/1.1 403") and b"own service" in got, got
+    assert not posts(seen)
+
+
+@pytest.mark.parametrize("path", [b"/services/WEB/update", b"/services/SVC1/update",
+                                  b"/services/Svc/update"])
+def test_a_case_variant_answered_with_the_service_is_refused(tmp_path: Path,
+                                                             path: bytes) -> None:
+    """Docker's names and ID prefixes match case and all; an answer of svc1 ("web") to
+    another spelling is no resolution of Docker's: refused, nothing written."""
+    got, seen = proxy_write(tmp_path, path, SERVICE["Spec"])
+    assert got.startswith(b"HTTP/1.1 502"), got
+    assert not posts(seen)
+
+
+@pytest.mark.parametrize("path", [b"/services/svc%31/update", b"/nodes/n%2F..%2Fx/update",
+                                  b"/services/%77eb/update"])
+def test_a_percent_encoded_reference_is_refused_before_any_read(tmp_path: Path,
+                                                                path: bytes) -> None:
+    got, seen = proxy_write(tmp_path, path, SERVICE["Spec"])
+    assert got.startswith(b"HTTP/1.1 400"), got
+    assert seen == []
+
+
+def test_a_worker_named_as_a_managers_id_is_written_as_itself(tmp_path: Path) -> None:
+    """Worker OTHER's hostname is manager GONE's ID, and Docker answers the manager for
+    it (an ID first): the write goes to the manager's ID, checked on the manager's spec,
+    a role change refused; never to the worker."""
+    manager = node_raw(GONE, "mgr-1")
+    manager["Spec"]["Role"] = "manager"
+
+    def setup(e: Any) -> None:
+        e.raw[b"/nodes/" + GONE.encode()] = json.dumps(manager).encode()
+
+    spec = {**manager["Spec"], "Labels": {"swarmgpu.gpu.count": "0"}}
+    got, seen = proxy_write(tmp_path, b"/nodes/%s/update" % GONE.encode(), spec, setup)
+    assert got.startswith(b"HTTP/1.1 200"), got
+    assert posts(seen) == [b"POST /nodes/%s/update?version=7" % GONE.encode()]
+    demote = {**manager["Spec"], "Role": "worker"}
+    again = tmp_path / "again"  # (a fresh engine and proxy)
+    again.mkdir()
+    got, seen = proxy_write(again, b"/nodes/%s/update" % GONE.encode(), demote, setup)
+    assert got.startswith(b"HTTP/1.1 403"), got
+    assert not posts(seen)

@@ -64,10 +64,13 @@ class _Loader(yaml.SafeLoader):
     numbers or ``=``; ``1e3``, ``0o17``, ``08`` numbers; ``y`` text; a timestamp its text.
     ``plain``: the ids of the scalar nodes written plain with no tag (``!!str yes`` is
     text to every reader, plain ``yes`` not); ``bare``: of the nodes tagged ``!`` alone,
-    YAML's non-specific tag, which PyYAML resolves away as if the node were plain."""
+    YAML's non-specific tag, which PyYAML resolves away as if the node were plain.
+    ``v2``: plain scalars as go-yaml v2 reads them where it reads them otherwise than v3
+    (``goscalar.v2_reads_otherwise``): ``yes``, ``on``, ``y`` booleans, ``0o-17`` text."""
 
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, v2: bool = False) -> None:
         super().__init__(stream)
+        self.v2 = v2
         self.plain: set[int] = set()
         self.bare: dict[int, int] = {}  # node id -> the 1-based line of its ``!``
 
@@ -107,6 +110,8 @@ class _Loader(yaml.SafeLoader):
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         if kind is yaml.ScalarNode and implicit[0]:  # plain: as go-yaml v3 reads it
+            if self.v2 and (both := goscalar.v2_reads_otherwise(value)):
+                return goscalar.STR if both[1] == "text" else goscalar.BOOL
             return "tag:yaml.org,2002:merge" if value == "<<" else goscalar.resolve(value)[0]
         return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
 
@@ -126,7 +131,10 @@ def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
 
 
 def _construct_bool(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> bool:
-    tag, value = goscalar.resolve(loader.construct_scalar(node))
+    text = str(loader.construct_scalar(node))
+    if getattr(loader, "v2", False) and text in goscalar.YAML11_BOOLS:
+        return goscalar.YAML11_BOOLS[text]  # (go-yaml v2's booleans: YAML 1.1's words)
+    tag, value = goscalar.resolve(text)
     if tag != goscalar.BOOL:
         raise ValueError(node.value)  # !!bool yes: go-yaml v3 refuses it too
     return bool(value)
@@ -202,14 +210,17 @@ def not_utf8(e: UnicodeDecodeError) -> str:
 
 
 def parse_yaml(text: str, what: str, error: type[Exception], *, fmt: str = "YAML",
-               docker: bool = False) -> Any:
+               docker: bool = False, v2: bool = False) -> Any:
     """``text`` parsed (safe loader); ``error(...)`` naming ``what`` and the line otherwise.
-    ``docker``: docker/cli reads the file too (a stack): what it reads otherwise is refused."""
-    return parse_yaml_lines(text, what, error, fmt=fmt, docker=docker)[0]
+    ``docker``: docker/cli reads the file too (a stack): what it reads otherwise is refused.
+    ``v2``: its plain scalars read as go-yaml v2 reads them (``_Loader``): a file only a
+    v2 reader reads (CDI's specs, sigs.k8s.io/yaml)."""
+    return parse_yaml_lines(text, what, error, fmt=fmt, docker=docker, v2=v2)[0]
 
 
 def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
-                     fmt: str = "YAML", docker: bool = False) -> tuple[Any, Lines]:
+                     fmt: str = "YAML", docker: bool = False,
+                     v2: bool = False) -> tuple[Any, Lines]:
     """``parse_yaml`` and the line of every mapping key. Bounded: more than ``MAX_TEXT``
     characters, ``MAX_NODES`` nodes with aliases expanded, ``MAX_DEPTH`` levels, a
     recursive alias or a duplicate key is ``error(...)`` naming the limit or the key."""
@@ -217,7 +228,7 @@ def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
         raise error(f"{what}: larger than {MAX_TEXT // (1024 * 1024)} MiB; not read")
     loader: _Loader | None = None
     try:
-        loader = _Loader(text)  # refuses unprintable characters already here
+        loader = _Loader(text, v2)  # refuses unprintable characters already here
         try:
             node = loader.get_single_node()
         except RecursionError:

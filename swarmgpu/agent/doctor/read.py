@@ -417,14 +417,15 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
             return CdiSpec(path, error=f"not parsed: past the {MAX_CDI_BYTES >> 20} MiB of "
                                        "spec text the doctor parses in all (move the "
                                        "files that are no CDI specs out of the spec dirs)")
-        data = parse_yaml(text, path, _SpecError)
+        data = parse_yaml(text, path, _SpecError, v2=True)  # (CDI's sigs.k8s.io/yaml)
     except Unreadable as exc:
         return CdiSpec(path, error=exc.why)
     except _SpecError as exc:
         return CdiSpec(path, error=str(exc), size=len(text))
-    if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+    kind = _field(data, "kind")
+    if not isinstance(kind, str):
         return CdiSpec(path, error="names no kind (not a CDI spec)", size=len(text))
-    devices = data.get("devices")
+    devices = _field(data, "devices")
     names = [_device_name(d) for d in devices] if isinstance(devices, list) else []
     if None in names:  # (CDI: "invalid device, empty device name", "cannot unmarshal")
         return CdiSpec(path, error="names a device of no name, or of one not text (CDI "
@@ -434,15 +435,27 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
     if twice := [n for n, k in Counter(names).items() if k > 1 and n]:
         return CdiSpec(path, error=f"names device {quoted(twice[0])} twice (CDI refuses "
                                    "the whole spec)", size=len(text))
-    return CdiSpec(path, data["kind"], frozenset(n for n in names if n), size=len(text))
+    return CdiSpec(path, kind, frozenset(n for n in names if n), size=len(text))
+
+
+def _field(data: object, key: str) -> object:
+    """The value CDI's struct field ``key`` takes from the mapping ``data`` (None: none).
+    sigs.k8s.io/yaml decodes as JSON, whose keys match a field whatever their case, and
+    writes them sorted first (capitals before small letters): the last that matches is
+    kept, ``name`` over ``Name``."""
+    if not isinstance(data, dict):
+        return None
+    keys = [k for k in data if isinstance(k, str) and k.lower() == key]
+    return data[max(keys)] if keys else None
 
 
 def _device_name(device: object) -> str | None:
     """A device's name as CDI reads it: its sigs.k8s.io/yaml turns a number or boolean
-    bound for a string field into its text (``name: 0`` is "0"); None where CDI refuses
+    bound for a string field into its text (``name: 0`` is "0"; its go-yaml v2 reads a
+    plain ``yes`` as a boolean, so "true": ``_cdi_spec`` parses so); None where CDI refuses
     the spec for it (no name, null, a list or map). A float, whose Go text the doctor
     does not mirror, is "": no GPU UUID either way."""
-    name = device.get("name") if isinstance(device, dict) else None
+    name = _field(device, "name")
     if isinstance(name, bool):  # (before int: a bool is one)
         return "true" if name else "false"
     if isinstance(name, int):
