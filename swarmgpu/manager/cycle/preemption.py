@@ -9,8 +9,9 @@ safety and the writes:
   and with tenants in the config, at most each tenant's ``preemptions_per_hour`` for its
   services' preemptions (``manager.services.tenants``): no one tenant spends the whole hour's.
   The hour is kept in Swarm too (``preempt_budget``), so a new leader spends what is left;
-  it is stored before the victims' writes (``_reserve``; a victim moved instead, before
-  its move's first write: ``_count_first``), so a stop between them never leaves it short;
+  it is stored before the victims' writes (``preempt_hour``; a victim moved instead,
+  before its move's first write: ``_count_first``), so a stop between them never leaves
+  it short;
 * cooldown per victim (``victim_cooldown_s``, from its last preemption, by service ID:
   kept in Swarm in its ``<p>state.preempted`` label and here; the label counts only when
   the hour on the swarm object has a victim stopped at its time, as a stack can write it
@@ -76,6 +77,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.placement import make_plan, new_planner, one_shot_nominations
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
+from swarmgpu.manager.cycle.preempt_hour import HourStore
 from swarmgpu.manager.cycle.preempt_notes import (
     UnknownVictims,
     dry_note,
@@ -135,6 +137,8 @@ class Preempter:
         self.clock = clock or time.monotonic  # the in-memory times' (the module's two clocks)
         self.prefix = cfg.sync.prefix
         self.spent = SpentHour(self.prefix)  # when each victim was stopped, per tenant too
+        self.hour = HourStore(self.spent, self.prefix,  # (its config's dry-run, read live)
+                              lambda: self.cfg.dry_run or self.cfg.preemption.dry_run)
         self.tenants = Tenants.given(cfg, tenants)  # (a one-shot's, built once: handed on)
         # victim's service id -> when last preempted (``clock``): by id, as Swarm's own
         # record on its spec is, so a service later created under its name is not cooling
@@ -233,7 +237,7 @@ class Preempter:
         self.said_raised.end()
         self._say_waits(waits)
         if unstored or self.spent.given:  # (given back in a cycle cut at its budget too)
-            self._store_spent(swarm)
+            self.hour.store(swarm)
         return done
 
     def _act(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan, p: Preemption,
@@ -493,39 +497,6 @@ class Preempter:
         self.waits.end()
         self.waiting = tuple(m for _key, _said, m in waits)
 
-    def _write_hour(self, swarm: SwarmClient) -> None:
-        Writes(swarm, dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
-               who="preemption", prefix=self.prefix).swarm_labels(self.spent.labels)
-        self.spent.stored()
-
-    def _store_spent(self, swarm: SwarmClient) -> None:
-        try:
-            self._write_hour(swarm)
-        except SwarmError as exc:
-            logger.warning("preemption: cannot store the budget hour: {}", exc)
-
-    def _reserve(self, swarm: SwarmClient, p: Preemption, tenant: str, n: int,
-                 now: float) -> bool:
-        """Spend the ``n`` victims of ``p`` about to be stopped, and store the hour, before
-        their writes. Stored after them, a daemon stop asked in between (the write gate
-        then refuses that store) left a restarted daemon or the next leader counting fewer
-        than were stopped, free to stop more than ``max_per_hour``. A stop asked before
-        the correction (``cycle``) leaves the hour over-counted until those seconds leave
-        it: the safe side. Not stored: none is stopped now (tried again next cycle)."""
-        for _ in range(n):
-            self.spent.spend(now, tenant)
-        try:
-            self._write_hour(swarm)
-        except (SwarmError, BudgetEnded) as exc:
-            self.spent.release(now, tenant, n)
-            if isinstance(exc, BudgetEnded):  # (not stored: given back, the cycle ends)
-                raise
-            logger.bind(service=p.service).error(
-                "preemption: not {} now, the budget hour cannot be stored first (tried "
-                "again next cycle): {}", p.describe(), exc)
-            return False
-        return True
-
     def _stop_all(self, swarm: SwarmClient, p: Preemption, tenant: str, now: float,
                   to_stop: list[Candidate], counted: set[str]) -> tuple[list[Candidate], bool]:
         """Stop ``to_stop`` as one (``_stop``), the hour stored first for those not yet
@@ -534,7 +505,7 @@ class Preempter:
         if not to_stop:
             return [], False
         fresh = [v for v in to_stop if v.service not in counted]
-        if fresh and not self._reserve(swarm, p, tenant, len(fresh), now):
+        if fresh and not self.hour.reserve(swarm, p, tenant, len(fresh), now):
             # none stopped: only those counted by their move are left to give back
             ok: bool | None = False
             left = len(to_stop) - len(fresh)
@@ -556,12 +527,12 @@ class Preempter:
     def _count_first(self, swarm: SwarmClient, p: Preemption, tenant: str, now: float,
                      v: Candidate, counted: set[str]) -> Callable[[], None]:
         """The hook run before the first write of ``v``'s move (``Writes.before_first``):
-        ``v`` spent and the hour stored, as before a stop (``_reserve``). Stored after,
+        ``v`` spent and the hour stored, as before a stop (``HourStore.reserve``). Stored after,
         a daemon stop inside the mover's writes left a move under way uncounted. Not
         stored: ``Unstored`` is raised and nothing of the move is written."""
 
         def first() -> None:
-            if not self._reserve(swarm, p, tenant, 1, now):
+            if not self.hour.reserve(swarm, p, tenant, 1, now):
                 raise Unstored(v.service)
             counted.add(v.service)
 
