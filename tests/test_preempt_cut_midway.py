@@ -10,6 +10,7 @@ Nth write refused as the daemon's write gate refuses one past the budget."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.forged import DGX_F, RecordingSwarm, sw_node, sw_svc
@@ -23,7 +24,7 @@ from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, PlacementPlan, devices_key
 from swarmgpu.manager.placement.preempt import Candidate, Preemption, Relocation
 from swarmgpu.manager.rebalance.mover import read_records
-from swarmgpu.swarm.client import SwarmTask
+from swarmgpu.swarm.client import SwarmTask, VersionConflict
 
 
 class CutAtWrite(RecordingSwarm):
@@ -65,10 +66,20 @@ def _victim(name: str, uuids: tuple[str, ...]) -> Candidate:
                      Holding(name, "n-4090", uuids, (1000,) * len(uuids)))
 
 
-def _preempt(cut: int, tmp_path: Path) -> tuple[Preempter, CutAtWrite]:
+class ConflictOnSpec(CutAtWrite):
+    """``CutAtWrite`` whose service spec writes fail as a concurrent update's: a move's
+    spec write so takes its record back (``Mover._begin``), its victim left to stop."""
+
+    def update_service_spec(self, service_id: str, compute: Any, **_: Any) -> bool:
+        raise VersionConflict(f"update out of sequence: {service_id}")
+
+
+def _preempt(cut: int, tmp_path: Path, held: tuple[str, ...] = R[:4],
+             sw: CutAtWrite | None = None) -> tuple[Preempter, CutAtWrite]:
     """high's preemption of batch (moved to the DGX's 2 free GPUs) and batch2 (stopped)
-    on n-4090, its hold naming their 4 GPUs, the ``cut``-th write refused (0: none)."""
-    sw, t = _world(), 1000.0
+    on n-4090, its hold naming ``held`` (their 4 GPUs), the ``cut``-th write refused (0:
+    none); over ``sw`` (None: ``_world``'s)."""
+    sw, t = sw or _world(), 1000.0
     sw.cut = cut
     cfg = Config(state_dir=str(tmp_path), rebalance=REBALANCE,
                  preemption=PreemptionConfig(dry_run=False, preemptible_below=100))
@@ -77,7 +88,7 @@ def _preempt(cut: int, tmp_path: Path) -> tuple[Preempter, CutAtWrite]:
     p = Preemption("high", "id-high", 100, "n-4090", "gpu-node-2",
                    (_victim("batch", R[:2]), _victim("batch2", R[2:4])),
                    moves={"batch": Relocation("n-dgx", "gpu-node-1", idx, D[5:7])},
-                   held=R[:4])
+                   held=held)
     snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {})
     plan = PlacementPlan()
     if not cut:
@@ -118,3 +129,27 @@ def test_a_preemption_cut_before_any_record_landed_holds_and_spends_nothing(
 def test_a_preemption_not_cut_makes_the_writes_counted_above(tmp_path: Path) -> None:
     pre, sw = _preempt(0, tmp_path)
     assert sw.tried == WRITES and len(pre.spent.all) == 2
+
+
+def test_a_hold_cut_after_a_move_keeps_none_of_the_gpus_its_preemptor_was_not_counted_on(
+        tmp_path: Path) -> None:
+    """high counted on batch2's GPUs alone (batch a victim for its CPU, say); cut after
+    batch's move landed, its hold names none of batch's GPUs, as the whole preemption's
+    would not. Before, an empty share of it fell back to the moved victims' GPUs: held
+    from every service of its priority or lower for nothing."""
+    pre, _sw = _preempt(MOVE_RECORDED, tmp_path, held=R[2:4])
+    assert set(pre.victim_at) == {"id-batch"} and "high" in pre.preemptor_at
+    assert [n.uuids for n in pre.nominated.current(1000.0)] == [()]
+
+
+def test_a_victim_counted_for_a_move_taken_back_is_given_back_when_the_cut_stops_none(
+        tmp_path: Path) -> None:
+    """batch's move counts it (the hour stored before its record), then its spec write
+    conflicts and the record goes: batch is left to stop with batch2. The cut refuses
+    the hour's store for batch2: neither is stopped, so batch's count is given back too,
+    as a stop the cut refused gives its own. Before, batch stayed counted for the hour."""
+    sw = ConflictOnSpec(*(lambda w: (w.nodes(), w.services(), w.tasks()))(_world()))
+    pre, sw = _preempt(5, tmp_path, sw=sw)  # (the record, its drop, then batch2's hour)
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert (pre.victim_at, pre.preemptor_at) == ({}, {})
+    assert list(pre.spent.all) == [] and len(pre.spent.given) == 2

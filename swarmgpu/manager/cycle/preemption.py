@@ -67,7 +67,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import replace
 from typing import Any, Literal
 
 from loguru import logger
@@ -250,17 +249,22 @@ class Preempter:
         stored) holds the whole preemption back: no victim of it is stopped this cycle.
         Stopped alone, a victim freed GPUs the preemptor could not use yet, and placement
         gave them back to it the next cycle: stopped and restarted for nothing. Cut at the
-        cycle's budget part-way, those moved before the cut are taken (``_took_cut``)."""
+        cycle's budget part-way, those moved before the cut are taken (``_took_cut``), and
+        those counted before a move that did not start, never stopped, given back."""
         was = set(self.moving.get(p.service, ()))
+        counted: set[str] = set()  # victims spent and stored before their move's writes
         try:
-            return self._act_on(swarm, snap, plan, p, tenant, now, waits, mono)
+            return self._act_on(swarm, snap, plan, p, tenant, now, waits, mono, counted)
         except BudgetEnded:
-            self._took_cut(p, was, self.clock() if mono is None else mono)
+            landed = self.moving.get(p.service, set()) - was
+            if back := len(counted - landed):  # (the cycle's end stores none: ``given``)
+                self.spent.release(now, tenant, back)
+            self._took_cut(p, landed, self.clock() if mono is None else mono)
             raise
 
     def _act_on(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan, p: Preemption,
                 tenant: str, now: float, waits: list[tuple[str, str, Move]],
-                mono: float | None) -> tuple[list[Candidate], bool]:
+                mono: float | None, counted: set[str]) -> tuple[list[Candidate], bool]:
         i = next((k for k, sp in enumerate(plan.services) if sp.name == p.service), None)
         if self.can_move:  # a victim's target: no GPU a task Swarm is stopping still uses
             # (a hold's victims' too), nor one held for another preemptor (one nominated
@@ -272,7 +276,6 @@ class Preempter:
                                     stopping_shares(plan.stopping_milli, noms))
         moved: list[Candidate] = []
         to_stop: list[Candidate] = []
-        counted: set[str] = set()  # victims spent and stored before their move's writes
         unstored, whole = False, True
         for v in p.victims:
             act = self._move(swarm, snap, p, v, waits,  # its start refuses plan.failed too
@@ -401,25 +404,27 @@ class Preempter:
         self.unknown.find(plan, chosen, lambda p: choose(p, {}, chosen))
         return chosen
 
-    def took(self, p: Preemption, victims: list[Candidate], mono: float) -> None:
+    def took(self, p: Preemption, victims: list[Candidate], mono: float,
+             hold: tuple[str, ...] | None = None) -> None:
         """``p`` stopped or moved ``victims`` at ``mono`` (``clock``'s): from then on its
         preemptor settles (``settle_s``: ``decide`` passes it over while their GPUs free, held
-        for it meanwhile: ``nominated``) and they cool down (``victim_cooldown_s``). The
-        simulator calls it too (its one clock for both)."""
+        for it meanwhile: ``nominated``; ``hold``: those, None: ``p``'s) and they cool down
+        (``victim_cooldown_s``). The simulator calls it too (its one clock for both)."""
         self.preemptor_at[p.service] = mono
         self.preemptor_id[p.service] = p.service_id
-        self.nominated.nominate(p, victims, mono)
+        self.nominated.nominate(p, victims, mono, hold)
         for v in victims:
             self.victim_at[v.service_id] = mono
 
-    def _took_cut(self, p: Preemption, was: AbstractSet[str], mono: float) -> None:
-        """``p``'s victims moved (their record landed) before a cut at the budget
-        (``was``: moved before ``p``) taken, the GPUs they free of its hold held: else
-        the next cycle chose them again, and gave those GPUs to another service."""
-        landed = [v for v in p.victims if v.service in self.moving.get(p.service, set()) - was]
-        if landed:
-            freed = {u for v in landed for u in v.uuids}
-            self.took(replace(p, held=tuple(u for u in p.held if u in freed)), landed, mono)
+    def _took_cut(self, p: Preemption, landed: AbstractSet[str], mono: float) -> None:
+        """``p``'s victims moved (their record landed: ``landed``) before a cut at the
+        budget taken, the GPUs they free of its hold held, those alone (none where its
+        hold names none of them: theirs are not what it was counted on): else the next
+        cycle chose them again, and gave those GPUs to another service."""
+        got = [v for v in p.victims if v.service in landed]
+        if got:
+            freed = {u for v in got for u in v.uuids}
+            self.took(p, got, mono, tuple(u for u in p.held if u in freed) if p.held else None)
 
     def _recreated(self, preemptor: str, snap: Snapshot) -> bool:
         """Whether ``snap`` lists ``preemptor``'s name under another id than its own when
@@ -515,8 +520,9 @@ class Preempter:
             except BudgetEnded:
                 # None stopped (the gate write is refused before it is sent, never cut):
                 # given back here, as the cycle ends and writes no correction; the next
-                # stores it (``spent.given``)
+                # stores it (``spent.given``). Those counted by their move too: not again
                 self.spent.release(now, tenant, len(to_stop))
+                counted.difference_update(v.service for v in to_stop)
                 raise
             left = len(to_stop) if ok is False else 0
         # a stop half made (None) stays counted: it may have landed (the safe side)
