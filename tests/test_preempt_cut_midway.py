@@ -155,9 +155,9 @@ def test_a_victim_counted_for_a_move_taken_back_is_given_back_when_the_cut_stops
     batch's count is given back too, as a stop the cut refused gives its own. Before,
     batch stayed counted for the hour."""
     w = _world(3 if both else 5)
-    sw = ConflictOnSpec(w.nodes(), w.services(), w.tasks())
     # (batch's record, its spec, the record's drop, then batch2's first write: the hour)
-    pre, sw = _preempt(6 if both else 5, tmp_path, sw=sw, both=both)
+    pre, sw = _preempt(6 if both else 5, tmp_path,
+                       sw=ConflictOnSpec(w.nodes(), w.services(), w.tasks()), both=both)
     assert read_records(sw.swarm_labels(), P) == {}
     assert (pre.victim_at, pre.preemptor_at) == ({}, {})
     assert list(pre.spent.all) == [] and len(pre.spent.given) == 2
