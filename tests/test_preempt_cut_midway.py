@@ -10,6 +10,7 @@ Nth write refused as the daemon's write gate refuses one past the budget."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.forged import DGX_F, RecordingSwarm, sw_node, sw_svc
@@ -23,7 +24,7 @@ from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, PlacementPlan, devices_key
 from swarmgpu.manager.placement.preempt import Candidate, Preemption, Relocation
 from swarmgpu.manager.rebalance.mover import read_records
-from swarmgpu.swarm.client import SwarmTask
+from swarmgpu.swarm.client import SwarmTask, VersionConflict
 
 
 class CutAtWrite(RecordingSwarm):
@@ -39,19 +40,19 @@ class CutAtWrite(RecordingSwarm):
             raise OverBudget(StopRequest())
 
 
-def _world() -> CutAtWrite:
+def _world(dfill: int = 5) -> CutAtWrite:
     """batch and batch2 (priority 0) hold 2 RTX 4090s each, filler the rest; dfill fills
     5 A100s of the DGX, whose other 2 are free: batch can move there, batch2 cannot."""
     nodes = [sw_node("n-mgr", "manager", role="manager"),
-             sw_node("n-dgx", "gpu-node-1", holds("n-dgx", {"dfill": D[:5]})),
+             sw_node("n-dgx", "gpu-node-1", holds("n-dgx", {"dfill": D[:dfill]})),
              sw_node("n-4090", "gpu-node-2", holds("n-4090", {
                  "batch": R[:2], "batch2": R[2:4], "filler": R[4:]}))]
     svcs = [sw_svc("batch", {f"{P}gpus": "2", devices_key(P, "n-4090"): ",".join(R[:2])}),
             sw_svc("batch2", {f"{P}gpus": "2", devices_key(P, "n-4090"): ",".join(R[2:4])}),
             sw_svc("filler", {f"{P}gpus": "4", f"{P}preemptible": "false",
                               devices_key(P, "n-4090"): ",".join(R[4:])}),
-            sw_svc("dfill", {f"{P}gpus": "5", f"{P}preemptible": "false",
-                             devices_key(P, "n-dgx"): ",".join(D[:5])}),
+            sw_svc("dfill", {f"{P}gpus": str(dfill), f"{P}preemptible": "false",
+                             devices_key(P, "n-dgx"): ",".join(D[:dfill])}),
             sw_svc("high", {f"{P}gpus": "4", f"{P}priority": "100"})]
     on = {"batch": "n-4090", "batch2": "n-4090", "filler": "n-4090", "dfill": "n-dgx"}
     tasks = [SwarmTask(f"t-{s.name}", s.id, on.get(s.name, ""), 1,
@@ -65,19 +66,33 @@ def _victim(name: str, uuids: tuple[str, ...]) -> Candidate:
                      Holding(name, "n-4090", uuids, (1000,) * len(uuids)))
 
 
-def _preempt(cut: int, tmp_path: Path) -> tuple[Preempter, CutAtWrite]:
-    """high's preemption of batch (moved to the DGX's 2 free GPUs) and batch2 (stopped)
-    on n-4090, its hold naming their 4 GPUs, the ``cut``-th write refused (0: none)."""
-    sw, t = _world(), 1000.0
+class ConflictOnSpec(CutAtWrite):
+    """``CutAtWrite`` whose service spec writes fail as a concurrent update's: a move's
+    spec write so takes its record back (``Mover._begin``), its victim left to stop."""
+
+    def update_service_spec(self, service_id: str, compute: Any, **_: Any) -> bool:
+        raise VersionConflict(f"update out of sequence: {service_id}")
+
+
+def _preempt(cut: int, tmp_path: Path, held: tuple[str, ...] = R[:4],
+             sw: CutAtWrite | None = None, both: bool = False) -> tuple[Preempter, CutAtWrite]:
+    """high's preemption of batch (moved to the DGX's 2 free GPUs) and batch2 (stopped;
+    ``both``: moved to 2 more, which ``sw`` frees) on n-4090, its hold naming ``held``
+    (their 4 GPUs), the ``cut``-th write refused (0: none); over ``sw`` (None:
+    ``_world``'s)."""
+    sw, t = sw or _world(), 1000.0
     sw.cut = cut
     cfg = Config(state_dir=str(tmp_path), rebalance=REBALANCE,
                  preemption=PreemptionConfig(dry_run=False, preemptible_below=100))
     pre = Preempter(cfg, clock=lambda: t)
-    idx = tuple(next(g.index for g in DGX_F.gpus if g.uuid == u) for u in D[5:7])
+    def to(uuids: tuple[str, ...]) -> Relocation:
+        idx = tuple(next(g.index for g in DGX_F.gpus if g.uuid == u) for u in uuids)
+        return Relocation("n-dgx", "gpu-node-1", idx, uuids)
+
     p = Preemption("high", "id-high", 100, "n-4090", "gpu-node-2",
                    (_victim("batch", R[:2]), _victim("batch2", R[2:4])),
-                   moves={"batch": Relocation("n-dgx", "gpu-node-1", idx, D[5:7])},
-                   held=R[:4])
+                   moves={"batch": to(D[5:7]), **({"batch2": to(D[3:5])} if both else {})},
+                   held=held)
     snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {})
     plan = PlacementPlan()
     if not cut:
@@ -118,3 +133,31 @@ def test_a_preemption_cut_before_any_record_landed_holds_and_spends_nothing(
 def test_a_preemption_not_cut_makes_the_writes_counted_above(tmp_path: Path) -> None:
     pre, sw = _preempt(0, tmp_path)
     assert sw.tried == WRITES and len(pre.spent.all) == 2
+
+
+def test_a_hold_cut_after_a_move_keeps_none_of_the_gpus_its_preemptor_was_not_counted_on(
+        tmp_path: Path) -> None:
+    """high counted on batch2's GPUs alone (batch a victim for its CPU, say); cut after
+    batch's move landed, its hold names none of batch's GPUs, as the whole preemption's
+    would not. Before, an empty share of it fell back to the moved victims' GPUs: held
+    from every service of its priority or lower for nothing."""
+    pre, _sw = _preempt(MOVE_RECORDED, tmp_path, held=R[2:4])
+    assert set(pre.victim_at) == {"id-batch"} and "high" in pre.preemptor_at
+    assert [n.uuids for n in pre.nominated.current(1000.0)] == [()]
+
+
+@pytest.mark.parametrize("both", [False, True])
+def test_a_victim_counted_for_a_move_taken_back_is_given_back_when_the_cut_stops_none(
+        both: bool, tmp_path: Path) -> None:
+    """batch's move counts it (the hour stored before its record), then its spec write
+    conflicts and the record goes: batch is left to stop. The cut refuses the hour's
+    store for batch2 (its stop's, or ``both``: its move's): neither is stopped, so
+    batch's count is given back too, as a stop the cut refused gives its own. Before,
+    batch stayed counted for the hour."""
+    w = _world(3 if both else 5)
+    # (batch's record, its spec, the record's drop, then batch2's first write: the hour)
+    pre, sw = _preempt(6 if both else 5, tmp_path,
+                       sw=ConflictOnSpec(w.nodes(), w.services(), w.tasks()), both=both)
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert (pre.victim_at, pre.preemptor_at) == ({}, {})
+    assert list(pre.spent.all) == [] and len(pre.spent.given) == 2

@@ -239,3 +239,14 @@ def test_defrag_never_moves_the_holder_of_a_live_hold() -> None:
     assert [m.service for m in _defrag({})] == ["a"]
     assert _defrag({("n1", WHOLE1[0]): ("a", 100)}) == []
     assert [m.service for m in _defrag({("n1", WHOLE1[0]): ("q", 100)})] == ["a"]
+
+
+def test_a_health_move_still_evacuates_the_holder_of_a_live_hold() -> None:
+    """a's GPU failed while a hold for a itself lives on gpu-node-1 (defrag never moves
+    such a holder): the health policy moves it all the same, onto its own held GPU."""
+    nodes, svcs, tasks = setup({"a": [HU2[0]]})
+    mine = WHOLE1[-1]
+    held = _held("n1", [u for u in WHOLE1 if u != mine]) | {("n1", mine): ("a", 100)}
+    p = health_plan(nodes, svcs, tasks, mark(HF2, failed=[0]), held=held)
+    assert [(m.service, m.trigger, m.target_uuids) for m in p.moves] == [
+        ("a", Trigger.HEALTH, (mine,))]

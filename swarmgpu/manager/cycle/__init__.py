@@ -30,6 +30,7 @@ The steps, in the order ``wiring`` runs them:
 ``preemption`` the preemption actuator: budgets, dry-run, the victims' writes
                (``preempt_step``: the step that runs it;
                ``preempt_budget``: the budgets' hour, kept on the swarm object;
+               ``preempt_hour``: its writes, before the victims' and after;
                ``victimspec``: a victim's spec write, its waiting task renewed;
                ``victimstop``: the victims stopped as one, their gates in one write;
                ``preempt_notes``: what a preemptor's plan says of the decision)

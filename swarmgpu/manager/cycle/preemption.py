@@ -9,8 +9,9 @@ safety and the writes:
   and with tenants in the config, at most each tenant's ``preemptions_per_hour`` for its
   services' preemptions (``manager.services.tenants``): no one tenant spends the whole hour's.
   The hour is kept in Swarm too (``preempt_budget``), so a new leader spends what is left;
-  it is stored before the victims' writes (``_reserve``; a victim moved instead, before
-  its move's first write: ``_count_first``), so a stop between them never leaves it short;
+  it is stored before the victims' writes (``preempt_hour``; a victim moved instead,
+  before its move's first write: ``_count_first``), so a stop between them never leaves
+  it short;
 * cooldown per victim (``victim_cooldown_s``, from its last preemption, by service ID:
   kept in Swarm in its ``<p>state.preempted`` label and here; the label counts only when
   the hour on the swarm object has a victim stopped at its time, as a stack can write it
@@ -66,7 +67,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import replace
 from typing import Any, Literal
 
 from loguru import logger
@@ -76,6 +76,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.placement import make_plan, new_planner, one_shot_nominations
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
+from swarmgpu.manager.cycle.preempt_hour import HourStore
 from swarmgpu.manager.cycle.preempt_notes import (
     UnknownVictims,
     dry_note,
@@ -135,6 +136,8 @@ class Preempter:
         self.clock = clock or time.monotonic  # the in-memory times' (the module's two clocks)
         self.prefix = cfg.sync.prefix
         self.spent = SpentHour(self.prefix)  # when each victim was stopped, per tenant too
+        self.hour = HourStore(self.spent, self.prefix,  # (its config's dry-run, read live)
+                              lambda: self.cfg.dry_run or self.cfg.preemption.dry_run)
         self.tenants = Tenants.given(cfg, tenants)  # (a one-shot's, built once: handed on)
         # victim's service id -> when last preempted (``clock``): by id, as Swarm's own
         # record on its spec is, so a service later created under its name is not cooling
@@ -233,7 +236,7 @@ class Preempter:
         self.said_raised.end()
         self._say_waits(waits)
         if unstored or self.spent.given:  # (given back in a cycle cut at its budget too)
-            self._store_spent(swarm)
+            self.hour.store(swarm)
         return done
 
     def _act(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan, p: Preemption,
@@ -246,17 +249,22 @@ class Preempter:
         stored) holds the whole preemption back: no victim of it is stopped this cycle.
         Stopped alone, a victim freed GPUs the preemptor could not use yet, and placement
         gave them back to it the next cycle: stopped and restarted for nothing. Cut at the
-        cycle's budget part-way, those moved before the cut are taken (``_took_cut``)."""
+        cycle's budget part-way, those moved before the cut are taken (``_took_cut``), and
+        those counted before a move that did not start, never stopped, given back."""
         was = set(self.moving.get(p.service, ()))
+        counted: set[str] = set()  # victims spent and stored before their move's writes
         try:
-            return self._act_on(swarm, snap, plan, p, tenant, now, waits, mono)
+            return self._act_on(swarm, snap, plan, p, tenant, now, waits, mono, counted)
         except BudgetEnded:
-            self._took_cut(p, was, self.clock() if mono is None else mono)
+            landed = self.moving.get(p.service, set()) - was
+            if back := len(counted - landed):  # (the cycle's end stores none: ``given``)
+                self.spent.release(now, tenant, back)
+            self._took_cut(p, landed, self.clock() if mono is None else mono)
             raise
 
     def _act_on(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan, p: Preemption,
                 tenant: str, now: float, waits: list[tuple[str, str, Move]],
-                mono: float | None) -> tuple[list[Candidate], bool]:
+                mono: float | None, counted: set[str]) -> tuple[list[Candidate], bool]:
         i = next((k for k, sp in enumerate(plan.services) if sp.name == p.service), None)
         if self.can_move:  # a victim's target: no GPU a task Swarm is stopping still uses
             # (a hold's victims' too), nor one held for another preemptor (one nominated
@@ -268,7 +276,6 @@ class Preempter:
                                     stopping_shares(plan.stopping_milli, noms))
         moved: list[Candidate] = []
         to_stop: list[Candidate] = []
-        counted: set[str] = set()  # victims spent and stored before their move's writes
         unstored, whole = False, True
         for v in p.victims:
             act = self._move(swarm, snap, p, v, waits,  # its start refuses plan.failed too
@@ -397,25 +404,27 @@ class Preempter:
         self.unknown.find(plan, chosen, lambda p: choose(p, {}, chosen))
         return chosen
 
-    def took(self, p: Preemption, victims: list[Candidate], mono: float) -> None:
+    def took(self, p: Preemption, victims: list[Candidate], mono: float,
+             hold: tuple[str, ...] | None = None) -> None:
         """``p`` stopped or moved ``victims`` at ``mono`` (``clock``'s): from then on its
         preemptor settles (``settle_s``: ``decide`` passes it over while their GPUs free, held
-        for it meanwhile: ``nominated``) and they cool down (``victim_cooldown_s``). The
-        simulator calls it too (its one clock for both)."""
+        for it meanwhile: ``nominated``; ``hold``: those, None: ``p``'s) and they cool down
+        (``victim_cooldown_s``). The simulator calls it too (its one clock for both)."""
         self.preemptor_at[p.service] = mono
         self.preemptor_id[p.service] = p.service_id
-        self.nominated.nominate(p, victims, mono)
+        self.nominated.nominate(p, victims, mono, hold)
         for v in victims:
             self.victim_at[v.service_id] = mono
 
-    def _took_cut(self, p: Preemption, was: AbstractSet[str], mono: float) -> None:
-        """``p``'s victims moved (their record landed) before a cut at the budget
-        (``was``: moved before ``p``) taken, the GPUs they free of its hold held: else
-        the next cycle chose them again, and gave those GPUs to another service."""
-        landed = [v for v in p.victims if v.service in self.moving.get(p.service, set()) - was]
-        if landed:
-            freed = {u for v in landed for u in v.uuids}
-            self.took(replace(p, held=tuple(u for u in p.held if u in freed)), landed, mono)
+    def _took_cut(self, p: Preemption, landed: AbstractSet[str], mono: float) -> None:
+        """``p``'s victims moved (their record landed: ``landed``) before a cut at the
+        budget taken, the GPUs they free of its hold held, those alone (none where its
+        hold names none of them: theirs are not what it was counted on): else the next
+        cycle chose them again, and gave those GPUs to another service."""
+        got = [v for v in p.victims if v.service in landed]
+        if got:
+            freed = {u for v in got for u in v.uuids}
+            self.took(p, got, mono, tuple(u for u in p.held if u in freed) if p.held else None)
 
     def _recreated(self, preemptor: str, snap: Snapshot) -> bool:
         """Whether ``snap`` lists ``preemptor``'s name under another id than its own when
@@ -493,39 +502,6 @@ class Preempter:
         self.waits.end()
         self.waiting = tuple(m for _key, _said, m in waits)
 
-    def _write_hour(self, swarm: SwarmClient) -> None:
-        Writes(swarm, dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
-               who="preemption", prefix=self.prefix).swarm_labels(self.spent.labels)
-        self.spent.stored()
-
-    def _store_spent(self, swarm: SwarmClient) -> None:
-        try:
-            self._write_hour(swarm)
-        except SwarmError as exc:
-            logger.warning("preemption: cannot store the budget hour: {}", exc)
-
-    def _reserve(self, swarm: SwarmClient, p: Preemption, tenant: str, n: int,
-                 now: float) -> bool:
-        """Spend the ``n`` victims of ``p`` about to be stopped, and store the hour, before
-        their writes. Stored after them, a daemon stop asked in between (the write gate
-        then refuses that store) left a restarted daemon or the next leader counting fewer
-        than were stopped, free to stop more than ``max_per_hour``. A stop asked before
-        the correction (``cycle``) leaves the hour over-counted until those seconds leave
-        it: the safe side. Not stored: none is stopped now (tried again next cycle)."""
-        for _ in range(n):
-            self.spent.spend(now, tenant)
-        try:
-            self._write_hour(swarm)
-        except (SwarmError, BudgetEnded) as exc:
-            self.spent.release(now, tenant, n)
-            if isinstance(exc, BudgetEnded):  # (not stored: given back, the cycle ends)
-                raise
-            logger.bind(service=p.service).error(
-                "preemption: not {} now, the budget hour cannot be stored first (tried "
-                "again next cycle): {}", p.describe(), exc)
-            return False
-        return True
-
     def _stop_all(self, swarm: SwarmClient, p: Preemption, tenant: str, now: float,
                   to_stop: list[Candidate], counted: set[str]) -> tuple[list[Candidate], bool]:
         """Stop ``to_stop`` as one (``_stop``), the hour stored first for those not yet
@@ -534,7 +510,7 @@ class Preempter:
         if not to_stop:
             return [], False
         fresh = [v for v in to_stop if v.service not in counted]
-        if fresh and not self._reserve(swarm, p, tenant, len(fresh), now):
+        if fresh and not self.hour.reserve(swarm, p, tenant, len(fresh), now):
             # none stopped: only those counted by their move are left to give back
             ok: bool | None = False
             left = len(to_stop) - len(fresh)
@@ -544,8 +520,9 @@ class Preempter:
             except BudgetEnded:
                 # None stopped (the gate write is refused before it is sent, never cut):
                 # given back here, as the cycle ends and writes no correction; the next
-                # stores it (``spent.given``)
+                # stores it (``spent.given``). Those counted by their move too: not again
                 self.spent.release(now, tenant, len(to_stop))
+                counted.difference_update(v.service for v in to_stop)
                 raise
             left = len(to_stop) if ok is False else 0
         # a stop half made (None) stays counted: it may have landed (the safe side)
@@ -556,12 +533,12 @@ class Preempter:
     def _count_first(self, swarm: SwarmClient, p: Preemption, tenant: str, now: float,
                      v: Candidate, counted: set[str]) -> Callable[[], None]:
         """The hook run before the first write of ``v``'s move (``Writes.before_first``):
-        ``v`` spent and the hour stored, as before a stop (``_reserve``). Stored after,
+        ``v`` spent and the hour stored, as before a stop (``HourStore.reserve``). Stored after,
         a daemon stop inside the mover's writes left a move under way uncounted. Not
         stored: ``Unstored`` is raised and nothing of the move is written."""
 
         def first() -> None:
-            if not self._reserve(swarm, p, tenant, 1, now):
+            if not self.hour.reserve(swarm, p, tenant, 1, now):
                 raise Unstored(v.service)
             counted.add(v.service)
 

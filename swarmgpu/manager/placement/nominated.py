@@ -164,10 +164,12 @@ class Nominations:
         # preemptor -> (it, when nominated, when it last had a victim's move in flight)
         self.by: dict[str, tuple[Nomination, float, float]] = {}
 
-    def nominate(self, p: Preemption, victims: Sequence[Candidate], at: float) -> None:
+    def nominate(self, p: Preemption, victims: Sequence[Candidate], at: float,
+                 hold: tuple[str, ...] | None = None) -> None:
         """``p`` stopped or moved ``victims`` at ``at`` (``clock``'s time): the GPUs they
-        free are held."""
-        uuids = p.held or tuple(sorted({u for v in victims for u in v.uuids}))
+        free are held (``hold``: those, none if empty; None: ``p.held``, or theirs)."""
+        uuids = (p.held or tuple(sorted({u for v in victims for u in v.uuids}))
+                 if hold is None else hold)
         moved = tuple(sorted(v.service for v in victims if v.service in p.moves))
         ids = tuple(sorted({v.service_id for v in victims}))
         self.by[p.service] = (Nomination(p.service, p.priority, p.node_id, uuids, moved,
