@@ -17,7 +17,7 @@ from support.forged import T_UUID, V_UUID, P, RecordingSwarm, snapshot, sw_svc, 
 from support.loglines import log_lines
 
 from swarmgpu.core.config import Config, PlacementConfig
-from swarmgpu.manager.rebalance.context import MOVED_AT
+from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
 from swarmgpu.manager.services import overshare
 from swarmgpu.manager.services.overshare import Restarter, ServiceUse
 from swarmgpu.swarm.client import SwarmTask
@@ -89,7 +89,7 @@ def test_each_service_due_reads_its_own_tasks_with_the_same_reasons(
                   [SwarmTask("t-third-2", "id-third", "n-4090", 2, "starting", "running", ())])
     snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
     asked: list[tuple[str, list[str], str | None, str | None]] = []
-    real = overshare.why_not_movable
+    real = why_not_movable
 
     def spy(s: Any, req: Any, tasks: Sequence[SwarmTask], *a: Any, **kw: Any) -> str | None:
         why = real(s, req, tasks, *a, **kw)
@@ -115,7 +115,7 @@ def test_a_service_with_no_task_in_the_snapshot_reads_none(
     sw = _cluster({})
     snap = snapshot(sw.nodes(), sw.services(), [t for t in sw.tasks() if t.id != "t-third"])
     seen: list[tuple[str, ...]] = []
-    real = overshare.why_not_movable
+    real = why_not_movable
 
     def spy(s: Any, req: Any, tasks: Sequence[SwarmTask], *a: Any, **kw: Any) -> str | None:
         seen.append(tuple(t.id for t in tasks))
