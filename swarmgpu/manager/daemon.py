@@ -138,6 +138,11 @@ class Daemon:
         # The line that said the last cycle ended at its engine budget, else None:
         # /healthz says so (the engine answers, too slowly for a whole cycle).
         self.budget_ended: str | None = None
+        # Why the last cycle did not complete (its line: an engine error, a stop, an
+        # exception, its budget), else None: /healthz says so until one completes, not
+        # the last whole cycle's report as if current.
+        self.cut_short: str | None = None
+        self._steps_cut: str | None = None  # this cycle's steps stopped (run_steps)
         self._scheduler: BackgroundScheduler | None = None
         self._http: GuardedServer | None = None
         self.web_auth = WebAuth(cfg.http)  # who may read the HTTP (webauth)
@@ -179,11 +184,15 @@ class Daemon:
                 self.budget_ended = None
                 return report
             except BudgetEnded:  # (a write refused past it, or a read cut there)
-                said = self.budget_ended = over_budget(gate, every, dog)
+                said = self.budget_ended = self.cut_short = over_budget(gate, every, dog)
                 self.metrics.errors.labels(kind="budget").inc()
                 self.metrics.cycles.labels(outcome="over_budget").inc()
                 logger.error(said)
                 return CycleReport(errors=[said], aborted=True)
+            except Exception as exc:  # (said and counted by the caller: _safe_cycle)
+                self.budget_ended = None
+                self.cut_short = f"cycle failed: {type(exc).__name__}: {exc}"
+                raise
             finally:
                 self._budget = None
 
@@ -219,6 +228,7 @@ class Daemon:
             self.metrics.is_leader.set(0)
             self.metrics.errors.labels(kind="swarm").inc()
             self.metrics.cycles.labels(outcome="error").inc()
+            self.cut_short = f"cannot reach the Swarm manager: {exc}"
             logger.error("cannot reach the Swarm manager: {}", exc)
             return CycleReport(leader=False, errors=[str(exc)], aborted=True)
         self.metrics.is_leader.set(1 if self.leader else 0)
@@ -233,6 +243,7 @@ class Daemon:
             self.cache.forget("not the leader")
             self.metrics.cycles.labels(outcome="follower").inc()
             logger.debug("not the Swarm leader; standing by")
+            self.cut_short = None
             return CycleReport(leader=False)
         try:
             try:
@@ -240,10 +251,12 @@ class Daemon:
                                          self.tenants)
             except Stopped as exc:  # facts half read: no step plans from them, none saved
                 self._reads_left("no step of this cycle ran", exc)
+                self.cut_short = f"stopping: {exc.reads} agent read(s) not made, no step ran"
                 return CycleReport()
             # A read cut at the budget that the snapshot took for one part's failure (the
             # agents' identity: every agent unread): no step, label sync none, runs on it.
             self._over()
+            self._steps_cut = None
             report = self.run_steps(snapshot)
             self._over()
         except SwarmError as exc:
@@ -252,6 +265,7 @@ class Daemon:
                 self.engine_error = str(exc)
             self.metrics.errors.labels(kind="swarm").inc()
             self.metrics.cycles.labels(outcome="error").inc()
+            self.cut_short = f"cycle aborted, will retry next interval: {exc}"
             logger.error("cycle aborted, will retry next interval: {}", exc)
             return CycleReport(errors=[str(exc)], aborted=True)
         save_said(self._save_said, "agent state", self.cfg.state_dir, self.book.save)
@@ -260,6 +274,7 @@ class Daemon:
         self.metrics.cycles.labels(outcome="ok" if not report.errors else "partial").inc()
         self.last_report = report
         self.last_cycle_at = time.monotonic()
+        self.cut_short = self._steps_cut  # (None: every step ran)
         return report
 
     def run_steps(self, snapshot: Snapshot) -> CycleReport:
@@ -294,6 +309,7 @@ class Daemon:
             cut = f"{self.stop_event.left - left} write(s)"
             if exc.reads:
                 cut += f" and {exc.reads} {exc.what}(s)"
+            self._steps_cut = f"stopping: {cut} of step {ran[0] or '-'} not made, nor later ones"
             logger.warning(
                 "stopping: the {} in flight finished; {} of step {} not made, "
                 "nor any later step's: the next leader's daemon, or this one "
@@ -557,20 +573,23 @@ class Daemon:
         """/healthz. Without ``detail`` (a caller that may read nothing else: /healthz
         is open) the errors are only counted: their texts name nodes, agent addresses and
         node IDs, which /api/v1/cluster tells only with proof. While the engine cannot be
-        asked, ``leader`` is null (unknown: no write goes out) and the status degraded;
-        after a cycle that ended at its engine budget, ``over_budget`` is true, the status
-        degraded and the errors that cycle's line (its age stays the last whole one's)."""
+        asked, ``leader`` is null (unknown: no write goes out) and the status degraded.
+        After a cycle that did not complete (an engine error, a stop, an exception, its
+        engine budget), ``aborted`` is true, the status degraded and the errors the line
+        that said why (its age stays the last whole one's), until a cycle completes;
+        ``over_budget`` is true when that cycle ended at its engine budget."""
         age = None if self.last_cycle_at is None else time.monotonic() - self.last_cycle_at
         stale = age is None or age > 3 * self.cfg.sync.interval_s
         errors = self.last_report.errors if self.last_report else []
-        engine_error, ended = self.engine_error, self.budget_ended
-        if ended is not None:
-            errors = [ended]
-        ok = engine_error is None and ended is None and (not self.leader or not stale)
+        engine_error, ended, cut = self.engine_error, self.budget_ended, self.cut_short
+        if cut is not None:
+            errors = [cut]
+        ok = engine_error is None and cut is None and (not self.leader or not stale)
         out: dict[str, Any] = {
             "status": "ok" if ok else "degraded",
             "leader": self.leader if engine_error is None else None,
             "engine": "reachable" if engine_error is None else "unreachable",
+            "aborted": cut is not None,
             "over_budget": ended is not None,
             "last_cycle_age_s": age,
         }

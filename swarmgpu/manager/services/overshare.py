@@ -39,7 +39,7 @@ from swarmgpu.manager.engine.stop import Stopped, StopRequest, read_cut, undoing
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import Holding, gate_key, read_ledger
 from swarmgpu.manager.rebalance.admission import over_budget_on
-from swarmgpu.manager.rebalance.context import MOVED_AT, OPT_OUT, why_not_movable
+from swarmgpu.manager.rebalance.context import MOVED_AT, OPT_OUT, by_service, why_not_movable
 from swarmgpu.manager.rebalance.mover import rebalancing, verify_scope
 from swarmgpu.manager.rebalance.record import moving, read_records, unreadable_records
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, parse_all
@@ -343,6 +343,13 @@ def refused(s: SwarmService, req: GpuRequest | None, held: Mapping[str, Holding]
     return None
 
 
+def _gist(why: str) -> str:
+    """``why`` as compared with the reason said last: a cool-down without its seconds
+    left (``why_not_movable``'s "cooling down (Ns left of Ms)"), which change every cycle
+    while the reason does not."""
+    return "cooling down" if why.startswith("cooling down (") else why
+
+
 class Restarter:
     """Restarts the task of a holder over its share, and nothing else.
 
@@ -371,7 +378,7 @@ class Restarter:
                  stop: StopRequest | None = None) -> None:
         self.swarm, self.cfg, self.clock, self.wait_s = swarm, cfg, clock, wait_s
         self.stop = stop or StopRequest()  # (none: never asked)
-        self.said: dict[tuple[str, str, str], str] = {}  # last "not done" reason logged
+        self.said: dict[tuple[str, str, str], str] = {}  # last "not done" said (_gist)
 
     def run(self, due: Sequence[ServiceUse], snap: Snapshot,
             restarted: Callable[[tuple[str, str, str]], None] = lambda key: None) -> int:
@@ -399,6 +406,7 @@ class Restarter:
             return 0
         done_on: list[set[str]] = []  # a restart is a move on its one node
         by_node = {n.id: n for n in snap.nodes}
+        mine = by_service(snap.tasks)  # each service's own tasks: one walk, not one each
         n = 0
         for u in due:
             log = logger.bind(service=u.service)
@@ -410,7 +418,7 @@ class Restarter:
             # an unread node's labels are written by none: its gate stays
             refusal = refused(s, gpu, ledger.get(u.service, {}), p)
             why = unread_source(by_node, u.node_id) or refusal or why_not_movable(
-                s, gpu, snap.tasks,
+                s, gpu, mine.get(s.id, ()),
                 ledger.get(u.service, {}), p, self.clock(), self.cfg.rebalance.cooldown_s,
                 moving=s.name in moving([s], swarm_labels, p) or s.id in bad)
             b = over_budget_on({u.node_id}, flying, done_on, self.cfg.rebalance, len(bad))
@@ -434,11 +442,13 @@ class Restarter:
 
     def _not_done(self, u: ServiceUse, why: str, warn: bool) -> None:
         """Say why ``u``'s restart is not done, once per reason while it is due (not
-        every cycle); ``warn``: its service's refusal (``refused``), which no cycle
-        lifts, as a warning with the fixes."""
-        if self.said.get(u.key) == why:
+        every cycle; a cool-down once for the whole of it: ``_gist``); ``warn``: its
+        service's refusal (``refused``), which no cycle lifts, as a warning with the
+        fixes."""
+        gist = _gist(why)
+        if self.said.get(u.key) == gist:
             return
-        self.said[u.key] = why
+        self.said[u.key] = gist
         log = logger.bind(service=u.service)
         if warn:
             log.warning("over-share restart of {} on {} not done: {}; until then it stays "

@@ -1,0 +1,115 @@
+"""The daemon's /healthz after a cycle that did not complete: an engine error other than
+an unreachable engine, a stop (in the snapshot's reads or between steps), an exception
+the daemon's loop catches. Before, it went on saying the last whole cycle's report (its
+status ok, its errors) as if current; now it says ``"aborted": true``, the status
+degraded (still HTTP 200) and, to a caller with proof, why as its errors, until a cycle
+completes. Pure: an empty swarm, a step that fails as told."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.empty_swarm import EmptySwarm
+
+from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
+from swarmgpu.manager import daemon as daemon_module
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.engine.stop import Stopped
+from swarmgpu.swarm.client import SwarmUnavailable
+from swarmgpu.swarm.errors import SwarmError
+
+
+class Failing:
+    """A step after label sync that raises ``fail`` while it is set."""
+
+    name = "failing"
+    requires: frozenset[Any] = frozenset()
+    provides: frozenset[Any] = frozenset()
+    fail: BaseException | None = None
+
+    def run(self, session: Any) -> None:
+        if self.fail is not None:
+            raise self.fail
+
+    def stand_by(self) -> None:
+        return None
+
+
+def leader(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Daemon, Failing]:
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    cfg = Config(state_dir=str(tmp), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
+                 http=HttpConfig(listen="127.0.0.1:0"))
+    d = Daemon(cfg, swarm=EmptySwarm())  # type: ignore[arg-type]
+    step = Failing()
+    d.use([step])
+    return d, step
+
+
+def said_cut_short(d: Daemon, why: str) -> None:
+    doc = d.health()
+    assert doc["status"] == "degraded" and doc["aborted"] is True, doc
+    assert doc["error_count"] == 1 and why in doc["errors"][0], doc
+    assert doc["leader"] is True and doc["engine"] == "reachable", doc
+    assert doc["over_budget"] is False, doc
+    open_doc = d.health(detail=False)  # (the line may name nodes: proof only)
+    assert open_doc["aborted"] is True and open_doc["status"] == "degraded"
+    assert "errors" not in open_doc and open_doc["error_count"] == 1
+
+
+def completes_again(d: Daemon, step: Failing) -> None:
+    step.fail = None
+    d.cycle()
+    doc = d.health()
+    assert doc["status"] == "ok" and doc["aborted"] is False and doc["errors"] == [], doc
+
+
+@pytest.mark.parametrize("where", ["engine error", "stopped between steps",
+                                   "unexpected exception"])
+def test_healthz_says_a_cycle_cut_short_in_its_steps_until_one_completes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    d, step = leader(tmp_path, monkeypatch)
+    d.cycle()
+    assert d.health()["status"] == "ok"
+    if where == "engine error":
+        step.fail = SwarmError("Swarm API 500 on GET /tasks: rpc error")
+        assert d.cycle().aborted
+        said_cut_short(d, "Swarm API 500 on GET /tasks")
+    elif where == "stopped between steps":
+        step.fail = Stopped(d.stop_event)
+        d.cycle()
+        said_cut_short(d, "stopping")
+    else:
+        step.fail = RuntimeError("a bug")
+        d._safe_cycle()  # the daemon's loop: counted, logged, the daemon goes on
+        said_cut_short(d, "RuntimeError: a bug")
+    completes_again(d, step)
+
+
+def test_healthz_says_a_cycle_stopped_in_its_snapshots_reads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d, step = leader(tmp_path, monkeypatch)
+    d.cycle()
+
+    def cut(*_: Any) -> Any:
+        raise Stopped(d.stop_event, "agent read", 3)
+
+    with monkeypatch.context() as m:
+        m.setattr(daemon_module, "take_snapshot", cut)
+        d.cycle()
+        said_cut_short(d, "stopping")
+    completes_again(d, step)
+
+
+def test_an_unreachable_engine_is_said_aborted_with_its_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d, step = leader(tmp_path, monkeypatch)
+    d.cycle()
+    step.fail = SwarmUnavailable("Docker Engine unreachable at unix:///var/run/docker.sock")
+    assert d.cycle().aborted
+    doc = d.health()
+    assert doc["aborted"] is True and doc["engine"] == "unreachable", doc
+    assert doc["error_count"] == 1 and "docker.sock" in doc["errors"][0], doc
+    completes_again(d, step)
