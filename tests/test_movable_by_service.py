@@ -16,7 +16,7 @@ from support.rebalance import service as rebalance_service
 
 from swarmgpu.manager.placement import read_ledger
 from swarmgpu.manager.rebalance.admission import admit
-from swarmgpu.manager.rebalance.context import MOVED_AT, Context, Inputs
+from swarmgpu.manager.rebalance.context import MOVED_AT, Context, Inputs, why_not_movable
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.scrape import judge
 from swarmgpu.manager.rebalance.signals import Signals
@@ -134,3 +134,41 @@ def test_the_mover_admits_each_move_as_before_and_walks_the_tasks_once() -> None
     assert ok == ["a2", "c"]
     assert refused == [(s, why) for s, why in MOVABLE.items() if why is not None]
     assert tasks.walks == 1
+
+
+def _edges() -> Inputs:
+    """``_inputs`` with the tasks an index by service ID could file wrongly: one with no
+    service ID, one of a service the snapshot does not list, a second listed service
+    under a2's ID (a reused ID: both are asked of its tasks), and g's global task."""
+    inp = _inputs()
+    a2 = next(s for s in inp.services if s.name == "a2")
+    tasks = [*inp.tasks,
+             SwarmTask("t-none", "", "n2", 1, "running", "running", ()),
+             SwarmTask("t-ghost", "id-ghost", "n2", 1, "running", "running", ()),
+             SwarmTask("t-g", "id-g", "n1", 1, "running", "running", ())]
+    return replace(inp, services=[*inp.services, replace(a2, name="a2-again")],
+                   tasks=tasks[::-1])
+
+
+def test_each_service_is_judged_as_by_a_walk_over_every_task_of_the_snapshot() -> None:
+    """The pass's answer (``Context.movable``) and the mover's (``admit``) are the old
+    call's, ``why_not_movable`` given every task of the snapshot, however its tasks'
+    service IDs fall."""
+    inp = _edges()
+    ctx = Context.build(inp)
+    first = plan_moves(inp).moves[0]
+    moves = [replace(first, service=s.name, service_id=s.id) for s in inp.services]
+    cfg = replace(CFG, max_moves_per_cycle=99, max_moves_per_node=99)
+    _ok, refused = admit(moves, (), {s.name: s for s in inp.services}, inp.tasks,
+                         inp.ledger, cfg, P, inp.now)
+    for same in (False, True):
+        walked = {s.name: why_not_movable(
+            s, ctx.requests.get(s.name), inp.tasks, inp.ledger.get(s.name, {}), P, inp.now,
+            CFG.cooldown_s, same_node=same) for s in inp.services}
+        assert {s.name: ctx.movable(s.name, same_node=same) for s in inp.services} == walked
+    assert walked["a2-again"] is not None  # the reused ID's tasks were asked of it too
+    assert dict((m.service, why) for m, why in refused) == {
+        s.name: why for s, why in zip(inp.services, (
+            why_not_movable(s, ctx.requests.get(s.name), inp.tasks,
+                            inp.ledger.get(s.name, {}), P, inp.now, CFG.cooldown_s)
+            for s in inp.services), strict=True) if why is not None}
