@@ -173,6 +173,7 @@ class Daemon:
             dog, every = watchdog_s(), self.cfg.sync.interval_s
             budget_s = math.inf if unbounded else engine_budget_s(every, dog)
             gate = self._budget = BudgetGate(budget_s)
+            self.labels.report = None  # (its writes as they land: ``_cut_report``)
             try:
                 with within_budget(gate.budget):
                     report = self._cycle()
@@ -183,9 +184,15 @@ class Daemon:
                 self.metrics.errors.labels(kind="budget").inc()
                 self.metrics.cycles.labels(outcome="over_budget").inc()
                 logger.error(said)
-                return CycleReport(errors=[said], aborted=True)
+                return self._cut_report(said)
             finally:
                 self._budget = None
+
+    def _cut_report(self, said: str) -> CycleReport:
+        """A cycle ended at its budget (``said``): aborted, with the label writes it made
+        before counted and their errors kept (the next cycle plans only the rest)."""
+        done = self.labels.report or CycleReport()
+        return CycleReport(writes=done.writes, errors=[said, *done.errors], aborted=True)
 
     def _write_gate(self) -> None:
         # Before each write (the client's before_write): none once stopping, or once
@@ -237,6 +244,8 @@ class Daemon:
             try:
                 snapshot = take_snapshot(self.swarm, self.cfg, self.cache, self.stop_event,
                                          self.tenants)
+            except BudgetEnded:  # (the agents' reads cut at it: ``cycle`` says so)
+                raise
             except Stopped as exc:  # facts half read: no step plans from them, none saved
                 self._reads_left("no step of this cycle ran", exc)
                 return CycleReport()
@@ -410,6 +419,10 @@ class Daemon:
             return  # the next full cycle reports it
         try:
             got = fetch_agents(self.swarm, self.cfg, nodes, self.stop_event)
+        except BudgetEnded:  # its reads past its budget: the next watch or cycle reads
+            logger.debug("facts watch: its agent reads outlasted its {:g} s; cut",
+                         self.cfg.agents.watch_s)
+            return
         except Stopped as exc:
             self._reads_left("the facts watch ended", exc)
             return
