@@ -415,8 +415,11 @@ class Daemon:
     def _compare_facts(self) -> None:
         try:  # from the cache while the event stream keeps it current
             nodes = self.cache.read()[0] if self.cache.stream_up else self.swarm.nodes()
-        except SwarmError:
-            return  # the next full cycle reports it
+        except SwarmError as exc:  # the next full cycle reports it
+            if isinstance(exc, BudgetCut):  # (a list cut so: the next read lists, comparing)
+                logger.debug("facts watch: its swarm read outlasted its {:g} s; cut",
+                             self.cfg.agents.watch_s)
+            return
         try:
             got = fetch_agents(self.swarm, self.cfg, nodes, self.stop_event)
         except BudgetEnded:  # its reads past its budget: the next watch or cycle reads
