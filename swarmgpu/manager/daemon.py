@@ -178,6 +178,7 @@ class Daemon:
             dog, every = watchdog_s(), self.cfg.sync.interval_s
             budget_s = math.inf if unbounded else engine_budget_s(every, dog)
             gate = self._budget = BudgetGate(budget_s)
+            self.labels.report = None  # (its writes as they land: ``_cut_report``)
             try:
                 with within_budget(gate.budget):
                     report = self._cycle()
@@ -188,13 +189,19 @@ class Daemon:
                 self.metrics.errors.labels(kind="budget").inc()
                 self.metrics.cycles.labels(outcome="over_budget").inc()
                 logger.error(said)
-                return CycleReport(errors=[said], aborted=True)
+                return self._cut_report(said)
             except Exception as exc:  # (said and counted by the caller: _safe_cycle)
                 self.budget_ended = None
                 self.cut_short = f"cycle failed: {type(exc).__name__}: {exc}"
                 raise
             finally:
                 self._budget = None
+
+    def _cut_report(self, said: str) -> CycleReport:
+        """A cycle ended at its budget (``said``): aborted, with the label writes it made
+        before counted and their errors kept (the next cycle plans only the rest)."""
+        done = self.labels.report or CycleReport()
+        return CycleReport(writes=done.writes, errors=[said, *done.errors], aborted=True)
 
     def _write_gate(self) -> None:
         # Before each write (the client's before_write): none once stopping, or once
@@ -249,6 +256,8 @@ class Daemon:
             try:
                 snapshot = take_snapshot(self.swarm, self.cfg, self.cache, self.stop_event,
                                          self.tenants)
+            except BudgetEnded:  # (the agents' reads cut at it: ``cycle`` says so)
+                raise
             except Stopped as exc:  # facts half read: no step plans from them, none saved
                 self._reads_left("no step of this cycle ran", exc)
                 self.cut_short = f"stopping: {exc.reads} agent read(s) not made, no step ran"
@@ -423,10 +432,17 @@ class Daemon:
     def _compare_facts(self) -> None:
         try:  # from the cache while the event stream keeps it current
             nodes = self.cache.read()[0] if self.cache.stream_up else self.swarm.nodes()
-        except SwarmError:
-            return  # the next full cycle reports it
+        except SwarmError as exc:  # the next full cycle reports it
+            if isinstance(exc, BudgetCut):  # (a list cut so: the next read lists, comparing)
+                logger.debug("facts watch: its swarm read outlasted its {:g} s; cut",
+                             self.cfg.agents.watch_s)
+            return
         try:
             got = fetch_agents(self.swarm, self.cfg, nodes, self.stop_event)
+        except BudgetEnded:  # its reads past its budget: the next watch or cycle reads
+            logger.debug("facts watch: its agent reads outlasted its {:g} s; cut",
+                         self.cfg.agents.watch_s)
+            return
         except Stopped as exc:
             self._reads_left("the facts watch ended", exc)
             return

@@ -214,6 +214,31 @@ def within_budget(budget: CycleBudget) -> Iterator[CycleBudget]:
         _BUDGET.reset(token)
 
 
+def read_deadline(own_s: float) -> float:
+    """A node's read's deadline (an agent's facts, a metrics page: no engine request):
+    ``own_s``, or what is left of this thread's cycle's budget where that is less (0
+    once it has passed), so that reads in parallel end by it too."""
+    budget = _BUDGET.get()
+    return own_s if budget is None else max(min(own_s, budget.left()), 0.0)
+
+
+def node_read_cut(what: str, deadline_s: float, own_s: float) -> BudgetSpent | None:
+    """After a node's read of ``deadline_s`` (``read_deadline``) timed out: its refusal,
+    noted as the budget's ``cut``, where that deadline was the budget's, less than
+    ``own_s``, and the budget has passed (no node's fault); else None (its own)."""
+    budget = _BUDGET.get()
+    if budget is None or deadline_s >= own_s or not budget.passed():
+        return None
+    return budget.spent(what)
+
+
+def node_reads_passed(what: str) -> BudgetSpent | None:
+    """Before a node's read: its refusal (noted as ``cut``) once this thread's cycle's
+    budget has passed, else None."""
+    budget = _BUDGET.get()
+    return budget.spent(what) if budget is not None and budget.passed() else None
+
+
 def budgeted() -> bool:
     """Whether this thread runs within a cycle's budget (``within_budget``), not outside
     one (``outside_budget``, or no cycle's thread)."""

@@ -128,8 +128,10 @@ class Why(Enum):
 class Relist:
     """One full list due: its reason and, for some, what the log says of it (a gap's
     cause, how many objects changed, ``forget``'s words); ``failed``: it is tried again
-    after its list failed, still keeping newer versions as its reason does (a gap or a
-    new term since would have replaced it)."""
+    after its list failed (or was cut at a cycle's budget: the facts watch's), still
+    keeping newer versions and comparing as its reason does, the objects events named
+    kept meanwhile (a gap or a new term since would have replaced it). Not compared,
+    the stall check a silent stream's list is for waited another minute."""
 
     why: Why
     detail: str = ""
@@ -225,7 +227,9 @@ class SwarmCache:
                         repr(dict(event)),
                         n,
                     )
-            elif self._relist_why is None:  # else the coming list reads it anyway
+            elif self._relist_why is None or self._relist_why.keep_newer:
+                # (else the coming list reads it anyway; one tried again after it failed
+                # compares, and an object so named changed with its event)
                 self._dirty[kind].add(obj)
 
     def invalidate(self, kind: str, obj_id: str) -> None:
@@ -371,11 +375,13 @@ class SwarmCache:
         try:
             nodes, services = self.swarm.nodes(), self.swarm.services()
         except SwarmError:
-            with self._lock:  # nothing learnt: list again next time
+            with self._lock:  # nothing learnt: list again next time, comparing as this
                 self._relist_why = self._relist_why or replace(why, failed=True)
+                for kind, ids in dirty.items():  # (the objects events named: no unseen)
+                    self._dirty[kind] |= ids
             raise
         left, self._left = self._left, self.swarm.unkeyed()
-        if why.keep_newer and not why.failed:
+        if why.keep_newer:
             self._compare(had, nodes, services, dirty, left)
         keep = why.keep_newer
         self._nodes = {n.id: newer(self._nodes, n, keep) for n in nodes}

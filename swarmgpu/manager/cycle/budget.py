@@ -23,6 +23,11 @@ ends there, no further step run (none where the snapshot's read was cut), its re
 not kept, said in one line (``over_budget``), counted as no engine error
 (``kind="budget"``) and told by /healthz; the next cycle reads afresh with a budget of
 its own. ``run --once`` has none unless a watchdog waits for it (``Daemon.once``).
+The nodes' reads (agents' facts, metrics pages: ``engine.stop.read_each``, parallel)
+are bounded so too: each one's deadline cut to what is left, none started past it, a
+read cut so ``BudgetEnded`` (no agent taken for unreachable). A batch of writes it ends
+keeps what its landed writes made (``write_each``'s ``taken``): counted and recorded,
+only the writes left are "not made".
 """
 
 from __future__ import annotations

@@ -273,20 +273,19 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
             if nid not in plan.node_set:
                 first.setdefault(nid, [])
     items = list(first.items())
-    done = write_each(items, lambda kv: node_write(kv[0], {}, kv[1]))
-    writes = sum(w.made for w in done)
-    # A release counts only once it landed: one whose outcome is unknown still holds, and
-    # no service takes the room it would have made.
-    landed.remove.update((nid, list(keys)) for (nid, keys), w in zip(items, done, strict=True)
-                         if keys and w.landed is True)
+    # Each write taken as it lands (``write_each``): a phase ended by a stop or the
+    # budget keeps what it made. A release counts only once it landed: one whose outcome
+    # is unknown still holds, and no service takes the room it would have made.
+    write_each(items, lambda kv: node_write(kv[0], {}, kv[1]), taken=lambda kv, w: landed.took(
+        w.made, remove={kv[0]: kv[1]} if kv[1] and w.landed is True else None))
     held_back |= hold_unreleased(plan, {nid: keys for nid, keys in items
                                         if keys and nid not in landed.remove}, prefix)
     # Phase 2: service specs (device maps), before any gate that lets a task use them.
     todo = [sp for sp in plan.services if sp.needs_service_write and sp.name not in held_back]
     seen = {s.id: s.spec for s in services}
     for sp, ok in zip(todo, write_each(todo, lambda sp: write_service(
-            gate, sp, forced, Planned(seen.get(sp.id, {}), prefix), said)), strict=True):
-        writes += ok is True
+            gate, sp, forced, Planned(seen.get(sp.id, {}), prefix), said),
+            taken=lambda _sp, ok: landed.took(int(ok is True))), strict=True):
         if ok is None or ok is STALE:  # never open a gate whose devices were not written,
             drop_writes(plan, sp.name, prefix)  # nor write a ledger planned for an old spec
     if open_gates_now and any(sp.gates_deferred and sp.id in forced.value
@@ -297,12 +296,11 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
         gates_ready_now(swarm, plan, forced.value, prefix)
     # Phase 3: ledger entries and gates (with label sync's change of the same node).
     sets = list(plan.node_set.items())
-    done = write_each(sets, lambda kv: node_write(kv[0], kv[1], []))
     # A ledger entry counts unless it surely did not land: one whose outcome is unknown
     # may have, and its GPUs are no one else's to plan on.
-    landed.set.update((nid, dict(labels)) for (nid, labels), w in zip(sets, done, strict=True)
-                      if w.landed is not False)
-    return writes + sum(w.made for w in done)
+    write_each(sets, lambda kv: node_write(kv[0], kv[1], []), taken=lambda kv, w: landed.took(
+        w.made, set_={kv[0]: kv[1]} if w.landed is not False else None))
+    return landed.written
 
 
 def say_dry_run(plan: PlacementPlan) -> None:
@@ -534,9 +532,12 @@ class PlacementStep(Step):
         if plan.empty:
             return
         self.written_said.keep({sp.id for sp in plan.services})
-        n = apply_plan(host.swarm, plan, dry_run=cfg.dry_run, services=snap.services,
+        try:
+            apply_plan(host.swarm, plan, dry_run=cfg.dry_run, services=snap.services,
                        held=session.held, prefix=cfg.sync.prefix, said=self.written_said)
-        host.metrics.placements.labels(outcome="written").inc(n)
+        finally:  # (those that landed before a stop or the budget ended it too)
+            written = plan.landed.written if plan.landed is not None else 0
+            host.metrics.placements.labels(outcome="written").inc(written)
         if any(sp.gates_deferred or sp.force_update for sp in plan.services):
             # Replaced tasks appear within a second; open their gates right after.
             timer = threading.Timer(1.0, host.trigger)

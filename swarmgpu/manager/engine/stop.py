@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from swarmgpu.swarm.answerjson import outside_budget
+from swarmgpu.swarm.answerjson import node_reads_passed, outside_budget
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -125,19 +125,34 @@ def read_each(items: Sequence[T], read: Callable[[T], R], parallel: int,
     """``read(item)`` for every item, ``parallel`` at once, in the items' order: the
     nodes' reads of a cycle (agents' facts, metrics pages). Once ``stop`` is asked no
     further read starts; those in flight end by their own deadline, then ``Stopped`` is
-    raised with the reads not made counted (``leave_reads``, and its own ``reads``)."""
+    raised with the reads not made counted (``leave_reads``, and its own ``reads``).
+    Within a cycle's budget each read runs in the caller's context, so its deadline is
+    cut to what is left of it (``answerjson.read_deadline``); once it has passed no
+    further read starts, and ``BudgetEnded`` is raised (``read_cut``: no node's fault,
+    none counted as left for a stop), as by a read it cut."""
     if not items:
         return []
+    context = contextvars.copy_context()  # (pool threads start with an empty one)
 
     def one(item: T) -> tuple[R] | None:
         if stop is not None and stop.is_set():
             return None  # not started: the queue drains at once
-        return (read(item),)
+        return context.copy().run(_within_budget, read, item, what)
 
     with ThreadPoolExecutor(max_workers=min(parallel, len(items))) as pool:
         got = list(pool.map(one, items))
     done = [r[0] for r in got if r is not None]
-    if stop is not None and len(done) < len(got):
+    if stop is not None and stop.is_set() and len(done) < len(got):
         stop.leave_reads(len(got) - len(done))
         raise Stopped(stop, what, len(got) - len(done))
+    if len(done) < len(got):
+        raise read_cut() from node_reads_passed(what)
     return done
+
+
+def _within_budget(read: Callable[[T], R], item: T, what: str) -> tuple[R] | None:
+    """``read(item)``, in the context of its cycle; None, not started, once the cycle's
+    budget has passed."""
+    if node_reads_passed(what) is not None:
+        return None
+    return (read(item),)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -35,32 +35,64 @@ R = TypeVar("R")
 
 
 def write_each(items: Sequence[T], write: Callable[[T], R],
-               parallel: int = WRITE_PARALLEL) -> list[R]:
+               parallel: int = WRITE_PARALLEL,
+               taken: Callable[[T, R], None] | None = None) -> list[R]:
     """``write(item)`` for every item, at most ``parallel`` at once; results in the
     items' order. The items must name different objects; ``write`` handles its own
     errors (an exception still propagates, after the writes in flight finish, and the
-    items not started are not). A stopping daemon's ``Stopped`` counts them as left."""
+    items not started are not). A stopping daemon's ``Stopped`` counts them as left.
+    ``taken(item, result)``, in the caller's thread and the items' order, for each write
+    made: before the list is returned, or before ``Stopped`` (or the budget's
+    ``OverBudget``) is raised, once the writes in flight finished, so that those that
+    landed are counted and recorded as any (dropped with the list, the cycle's report,
+    metrics and records lost them; only the writes left are not made)."""
     if parallel <= 1 or len(items) <= 1:
         out: list[R] = []
-        for i, x in enumerate(items):
-            try:
-                out.append(write(x))
-            except Stopped as exc:
-                exc.request.leave(len(items) - i - 1)
-                raise
+        try:
+            for i, x in enumerate(items):
+                try:
+                    out.append(write(x))
+                except Stopped as exc:
+                    exc.request.leave(len(items) - i - 1)
+                    raise
+        finally:
+            _take(items, out, taken)
         return out
     with ThreadPoolExecutor(min(parallel, len(items)), thread_name_prefix="write") as pool:
         # each in its cycle's context: its reads keep the cycle's engine budget
         # (swarm.answerjson.within_budget); one copy each, as one runs in one thread
         futures = [pool.submit(contextvars.copy_context().run, write, x) for x in items]
         try:
-            return [f.result() for f in futures]
+            done = [f.result() for f in futures]
         except Stopped as exc:
             exc.request.leave(sum(f.cancel() for f in futures))
+            wait(futures)  # (the writes in flight finish: what they made is taken)
+            _take(items, [f.result() if _made(f) else _NOT_MADE for f in futures], taken)
             raise
         finally:
             for f in futures:
                 f.cancel()
+    _take(items, done, taken)
+    return done
+
+
+class _NotMade:
+    """In place of a write not made (not started, or raised) for ``_take``."""
+
+
+_NOT_MADE = _NotMade()
+
+
+def _made(f: Future[R]) -> bool:
+    return not f.cancelled() and f.exception() is None
+
+
+def _take(items: Sequence[T], results: Sequence[R | _NotMade],
+          taken: Callable[[T, R], None] | None) -> None:
+    if taken is not None:
+        for x, r in zip(items, results, strict=False):
+            if not isinstance(r, _NotMade):
+                taken(x, r)
 
 
 # --- one write per node per cycle -------------------------------------------------------

@@ -14,8 +14,9 @@ from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
 from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.manager.engine.stop import StopRequest, read_each
+from swarmgpu.manager.engine.stop import StopRequest, read_cut, read_each
 from swarmgpu.manager.nodes import boundedhttp
+from swarmgpu.swarm.answerjson import node_read_cut, read_deadline
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import node_refusal, peer_name
 
@@ -94,8 +95,10 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
     """One node's facts, or an error that says what the agent did wrong.
 
     Never raises for anything the agent does: the whole request has one deadline
-    (``cfg.timeout_s``), the body a byte cap, the JSON a depth limit, the facts caps on
-    GPUs and MIG devices; no redirect is followed and no error quotes the body.
+    (``cfg.timeout_s``; within the daemon's cycle, what is left of its budget where
+    that is less: past it, ``BudgetEnded``, no fault of the agent's), the body a byte
+    cap, the JSON a depth limit, the facts caps on GPUs and MIG devices; no redirect
+    is followed and no error quotes the body.
     With ``tls`` (agents.identity: swarm-pki) the agent must present the Swarm node
     certificate of this very node: verified against the swarm root CA, CN == node ID,
     O == this swarm's cluster ID (``tls.cluster_id``), OU a Swarm role.
@@ -112,10 +115,14 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
                            f"{peer_text(msg)}; fix: {fix}", now, listening, cause, fix)
 
     headers = {"Authorization": f"Bearer {token}"} if token else None
+    deadline_s = read_deadline(cfg.timeout_s)  # (within the daemon's cycle: its budget's)
     try:
-        got = boundedhttp.get(real_url, timeout_s=cfg.timeout_s,
+        got = boundedhttp.get(real_url, timeout_s=deadline_s,
                               max_bytes=cfg.max_response_bytes, tls=tls, headers=headers)
     except TimeoutError as exc:
+        cut = node_read_cut(f"agent facts at {url}", deadline_s, cfg.timeout_s)
+        if cut is not None:  # (the budget's deadline, not the agent's fault)
+            raise read_cut() from cut
         connected = getattr(exc, "connected", True)
         return fail(f"agent at {url} timed out: no whole answer within {cfg.timeout_s}s",
                     "timed out" if connected else "no answer to connect",
@@ -262,7 +269,9 @@ def fetch_all(nodes: Sequence[SwarmNode], cfg: AgentsConfig, tls: ssl.SSLContext
     Once ``stop`` is asked (the daemon's SIGTERM) no further read starts: those in
     flight finish or reach their deadline, then ``Stopped`` is raised with the reads
     not made counted in ``stop.reads_left`` and its own ``reads``: facts half read are
-    no cycle's to plan from, and a node not read is no agent found down."""
+    no cycle's to plan from, and a node not read is no agent found down. Within the
+    daemon's cycle each read ends by its budget too, and none starts past it: then
+    ``BudgetEnded`` (``read_each``)."""
     results = read_each(nodes, lambda node: fetch_facts(node, cfg, tls, token),
                         cfg.parallel, stop, "agent read")
     return {r.node_id: r for r in results}

@@ -260,6 +260,9 @@ class LabelSync:
         self.health = HealthBook(cfg.health, cfg.sync.prefix, metrics.registry)
         self.health.load(cfg.state_dir)  # a restarted daemon keeps its hysteresis
         self.held: HeldNodeWrites | None = None  # this cycle's writes, while held
+        # This cycle's report as its writes land: what a cycle ended at its budget keeps
+        # (the daemon clears it before each cycle)
+        self.report: CycleReport | None = None
         self._uuid_said: SaidOnce[tuple[str, str]] = SaidOnce()  # (node id, uuid) said
         # (node id, hash of a warning) said of it last cycle: a node's problem that lasts
         # is said once, again when it changes or comes back (hash: an agent's text)
@@ -271,7 +274,7 @@ class LabelSync:
         """Plan every node's labels and write them; with ``hold``, the writes are kept
         in ``self.held`` for placement to fold into its own write of the same node (one
         write per node per cycle), and ``flush`` writes what it did not take."""
-        report = CycleReport(errors=said_unkeyed(snapshot.unkeyed))
+        report = self.report = CycleReport(errors=said_unkeyed(snapshot.unkeyed))
         self.held = None  # never a previous cycle's: this one plans every node afresh
         # GPU health states (docs/health.md): a failed GPU is unhealthy in the facts every
         # later step of this cycle reads (labels, placement), so it is never given out.
@@ -449,9 +452,9 @@ class LabelSync:
                 plan, node, facts, snapshot.services, snapshot.tasks, watched
             )
 
-        # Each node's write is its own read-modify-write: different nodes, in parallel.
-        for res in write_each(todo, write):
-            _count(report, res)
+        # Each node's write is its own read-modify-write: different nodes, in parallel;
+        # each counted once made, those made before a stop or the budget ended it too.
+        write_each(todo, write, taken=lambda _item, res: _count(report, res))
 
     def _hold(
         self,

@@ -247,10 +247,21 @@ class ServicePlan:
 @dataclass
 class NodeWrites:
     """Node label changes as the writer made them (``PlacementPlan.landed``): node id ->
-    the labels it set, the keys it removed."""
+    the labels it set, the keys it removed; ``written``: how many of its writes (nodes'
+    and services') made a change, each counted as it landed (a phase ended by a stop or
+    the cycle's budget keeps those it made: ``engine.writes.write_each``)."""
 
     set: dict[str, dict[str, str]] = field(default_factory=dict)
     remove: dict[str, list[str]] = field(default_factory=dict)
+    written: int = 0
+
+    def took(self, made: int, *, set_: Mapping[str, Mapping[str, str]] | None = None,
+             remove: Mapping[str, Sequence[str]] | None = None) -> None:
+        """One write landed: ``made`` changes counted, its labels set or keys removed
+        recorded (``write_each``'s ``taken``, in one thread)."""
+        self.written += made
+        self.set.update((nid, dict(labels)) for nid, labels in (set_ or {}).items())
+        self.remove.update((nid, list(keys)) for nid, keys in (remove or {}).items())
 
     def applied(self, nodes: Sequence[SwarmNode]) -> list[SwarmNode]:
         """``nodes`` with these changes made, removals first, as the writer makes them

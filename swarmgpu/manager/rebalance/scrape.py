@@ -14,9 +14,10 @@ from dataclasses import dataclass, replace
 
 from swarmgpu.core.metrics_in import ScrapeResult, parse_metrics
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.manager.engine.stop import StopRequest, read_each
+from swarmgpu.manager.engine.stop import StopRequest, read_cut, read_each
 from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.manager.nodes.agent_client import redact
+from swarmgpu.swarm.answerjson import node_read_cut, read_deadline
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import node_refusal, peer_name
 
@@ -65,7 +66,8 @@ def judge(node: SwarmNode, url: str, text: str, at: float) -> NodeScrape:
 def scrape_node(node: SwarmNode, template: str, timeout_s: float,
                 tls: ssl.SSLContext | None = None, token: str | None = None) -> NodeScrape:
     """One node's page: one wall-clock deadline for the whole request, a byte cap, no
-    redirects, and errors that never quote what the exporter sent. Never raises."""
+    redirects, and errors that never quote what the exporter sent. Never raises, but
+    ``BudgetEnded`` where the daemon's cycle's budget cut its deadline (no node's fault)."""
     real_url = metrics_url(node, template)
     # Derived from agents.url_template, user:password@ included: every message and the
     # recorded URL (warnings, the log) carry none, as for facts (agent_client.redact).
@@ -77,10 +79,14 @@ def scrape_node(node: SwarmNode, template: str, timeout_s: float,
                           peer_text(f"metrics at {url} {msg}"))
 
     headers = {"Authorization": f"Bearer {token}"} if token else None
+    deadline_s = read_deadline(timeout_s)  # (within the daemon's cycle: its budget's)
     try:
-        got = boundedhttp.get(real_url, timeout_s=timeout_s, max_bytes=MAX_BYTES, tls=tls,
+        got = boundedhttp.get(real_url, timeout_s=deadline_s, max_bytes=MAX_BYTES, tls=tls,
                               headers=headers)
     except TimeoutError:
+        cut = node_read_cut(f"metrics at {url}", deadline_s, timeout_s)
+        if cut is not None:  # (the budget's deadline, not the exporter's fault)
+            raise read_cut() from cut
         return fail(f"timed out: no whole answer within {timeout_s}s; ignored")
     except boundedhttp.FetchError as exc:
         return fail(f"unusable: {exc}; ignored")
@@ -116,7 +122,9 @@ def scrape_all(nodes: Sequence[SwarmNode], template: str, timeout_s: float,
     Once ``stop`` is asked (the daemon's SIGTERM) no further scrape starts, as for the
     agents' facts (``agent_client.fetch_all``): those in flight end by their deadline,
     then ``Stopped`` is raised with the scrapes not made counted (``stop.reads_left``,
-    and its own ``reads``): a node not read is no node whose metrics are unknown."""
+    and its own ``reads``): a node not read is no node whose metrics are unknown. Within
+    the daemon's cycle, each ends by its budget and none starts past it (``BudgetEnded``,
+    ``read_each``)."""
     ready = [n for n in nodes if n.state == "ready"]
     done = read_each(ready, lambda node: scrape_node(node, template, timeout_s, tls, token),
                      parallel, stop, "metrics read")

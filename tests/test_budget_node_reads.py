@@ -1,0 +1,137 @@
+"""The nodes' reads (the agents' facts, the metrics pages) within the cycle's engine
+budget (``manager.cycle.budget``): each read's deadline is cut to what is left of it,
+none starts once it has passed, and a read cut so is no node's failure. Before, each
+took its own deadline, ``agents.parallel`` at once: slow agents answering within theirs
+on many nodes held the cycle for rounds of them, past the watchdog."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from loguru import logger
+from support.forged import RecordingSwarm, sw_node
+
+from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
+from swarmgpu.manager import daemon as daemon_module
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.engine.stop import BudgetEnded
+from swarmgpu.manager.nodes import boundedhttp
+from swarmgpu.manager.nodes.agent_client import fetch_all
+from swarmgpu.manager.rebalance.scrape import scrape_all
+from swarmgpu.swarm.answerjson import CycleBudget, within_budget
+from swarmgpu.swarm.client import SwarmNode
+
+ANSWER_S = 0.5  # a slow agent's answer: within its own deadline (OWN_S)
+OWN_S = 1.0
+BUDGET_S = 0.8  # 12 nodes, 2 at once: six rounds of ANSWER_S, 3 s, without it
+LAG_S = 0.5
+
+
+class SlowAgents:
+    """Every agent answers after ``ANSWER_S`` (an HTTP 404: what it says is not read
+    here); a deadline shorter than that is reached. Records each read's deadline."""
+
+    def __init__(self) -> None:
+        self.deadlines: list[float] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, url: str, *, timeout_s: float, max_bytes: int,
+                 tls: object = None, headers: object = None) -> boundedhttp.Fetched:
+        with self._lock:
+            self.deadlines.append(timeout_s)
+        if timeout_s < ANSWER_S:
+            time.sleep(timeout_s)
+            raise boundedhttp.Deadline()
+        time.sleep(ANSWER_S)
+        return boundedhttp.Fetched(404, b"")
+
+
+@pytest.fixture
+def agents(monkeypatch: pytest.MonkeyPatch) -> SlowAgents:
+    slow = SlowAgents()
+    monkeypatch.setattr(boundedhttp, "get", slow)
+    return slow
+
+
+def _nodes(n: int = 12) -> list[SwarmNode]:
+    return [sw_node(f"n-{i:02d}", f"gpu-{i:02d}", {"gpu": "true"}) for i in range(n)]
+
+
+def _cfg() -> AgentsConfig:
+    return AgentsConfig(identity="none", timeout_s=OWN_S, parallel=2, watch_s=0)
+
+
+def test_agent_reads_end_within_what_is_left_of_the_budget(agents: SlowAgents) -> None:
+    budget = CycleBudget(BUDGET_S)
+    start = time.monotonic()
+    with within_budget(budget), pytest.raises(BudgetEnded):
+        fetch_all(_nodes(), _cfg())
+    assert time.monotonic() - start < BUDGET_S + LAG_S
+    assert len(agents.deadlines) <= 6, agents.deadlines  # none started past it
+    assert max(agents.deadlines) <= OWN_S and min(agents.deadlines) < ANSWER_S
+    assert budget.cut is not None and "agent" in budget.cut, budget.cut
+
+
+def test_metrics_scrapes_end_within_what_is_left_of_the_budget(agents: SlowAgents) -> None:
+    budget = CycleBudget(BUDGET_S)
+    start = time.monotonic()
+    with within_budget(budget), pytest.raises(BudgetEnded):
+        scrape_all(_nodes(), "http://{addr}:9400/metrics", OWN_S, parallel=2)
+    assert time.monotonic() - start < BUDGET_S + LAG_S
+    assert len(agents.deadlines) <= 6, agents.deadlines
+    assert budget.cut is not None and "metrics" in budget.cut, budget.cut
+
+
+def test_outside_a_budget_each_read_has_its_own_deadline(agents: SlowAgents) -> None:
+    got = fetch_all(_nodes(4), _cfg())
+    assert len(got) == 4 and agents.deadlines == [OWN_S] * 4
+    assert all(r.error is not None and "HTTP 404" in r.error for r in got.values())
+
+
+@pytest.fixture
+def lines() -> Iterator[list[str]]:
+    out: list[str] = []
+    sink = logger.add(lambda m: out.append(str(m)), level="DEBUG")
+    yield out
+    logger.remove(sink)
+
+
+def test_a_cycle_whose_agent_reads_the_budget_cut_blames_no_agent(
+        agents: SlowAgents, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        lines: list[str]) -> None:
+    sw = RecordingSwarm(_nodes(), [], [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 agents=_cfg())
+    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
+    monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: BUDGET_S)
+    start = time.monotonic()
+    report = d.cycle()
+    assert time.monotonic() - start < BUDGET_S + LAG_S
+    assert report.aborted and "ended at its engine budget" in report.errors[0]
+    assert "reading agent" in report.errors[0], report.errors
+    assert d.book.records == {}  # no agent taken for unreachable or failing
+    assert not [m for m in lines if "unreachable" in m or "timed out" in m
+                or "stopping" in m], lines[-10:]
+    sample = d.metrics.registry.get_sample_value
+    assert sample("swarmgpu_errors_total", {"kind": "budget"}) == 1
+    assert sw.calls == []
+
+
+def test_a_facts_watch_its_budget_cuts_ends_quietly(
+        agents: SlowAgents, tmp_path: Path, lines: list[str]) -> None:
+    sw = RecordingSwarm(_nodes(), [], [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(identity="none", timeout_s=OWN_S, parallel=2,
+                                     watch_s=BUDGET_S))
+    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
+    d.leader = True
+    start = time.monotonic()
+    d._watch_facts()
+    assert time.monotonic() - start < BUDGET_S + LAG_S
+    assert d.metrics.registry.get_sample_value("swarmgpu_errors_total",
+                                               {"kind": "watch"}) in (None, 0)
+    assert not [m for m in lines if "stopping" in m or "failed" in m], lines[-10:]
