@@ -357,6 +357,8 @@ class Context:
         a = alloc.alloc
         for nid, node in a.nodes.items():
             for i, gpu in enumerate(self.inp.facts[nid].gpus):
+                if node.free[i] <= 0:
+                    continue  # nothing to take: skip the rules (pure) on a full GPU
                 sig = self.inp.gpus.get((nid, gpu.uuid))
                 share = None if blocked(node, i, gpu.uuid, sig) else self.held_share(
                     svc, nid, gpu.uuid)
