@@ -16,8 +16,10 @@ Stop 77, on the 2-core machine with other runs on it (load 3 to 5), CPU seconds,
 default 200 nodes (1,605 services, 8,000 tasks): defrag alone (``--policies defrag``,
 10 moves), the code before the index 3.2 s (its reference 3.2), with it 1.1 s
 (reference 2.9); every policy (222 moves, one run), before 15.4 s, with it 13.2 s
-(reference 16.2): the rest is consolidation's ledger copies and allocators, one each
-move it weighs.
+(reference 16.2): the rest was consolidation's ledger copies and allocators, one each
+move it weighed. With consolidation weighing its moves on one kept allocator (stop 77,
+load 7 to 8): every policy 1.8 s (reference 4.3), the code before 19.1 s (reference
+19.3), the same 222 moves.
 
     python benchmarks/defrag_scale.py [--nodes 200] [--pending 5] [--history 4] [--repeat 3]
                                       [--policies defrag]

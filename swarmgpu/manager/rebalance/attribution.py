@@ -35,6 +35,16 @@ def holders_by_gpu(ledger: Mapping[str, Mapping[str, Holding]]) -> dict[str, lis
     return out
 
 
+def add_holder(by_gpu: dict[str, list[Share]], h: Holding) -> None:
+    """Count in ``holders_by_gpu``'s answer a holding just added to its ledger (a node
+    its service held nothing on): as reading the ledger again would, its GPUs' lists
+    sorted again (stable: after the equal ones, as its place in the ledger is)."""
+    for u, m in zip(h.uuids, h.milli, strict=True):
+        on = by_gpu.setdefault(u, [])
+        on.append(Share(h.service, h.node_id, u, m, h))
+        on.sort(key=lambda s: (-s.milli, s.service))
+
+
 def estimated_util(share: Share, gpu_util: float | None, holders: Sequence[Share]) -> float | None:
     """A holder's part of its GPU's utilisation, split by share (unknown stays None)."""
     if gpu_util is None:

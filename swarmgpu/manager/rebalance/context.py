@@ -16,7 +16,6 @@ placement counts it: the rest of it is free to a move, under the usual sharing r
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -261,6 +260,11 @@ class Context:
     # the snapshot's tasks by service ID (``tasks_of``), indexed once per pass
     _tasks_by: dict[str, tuple[SwarmTask, ...]] | None = field(default=None, init=False,
                                                                repr=False)
+    # ``allocator(None, ())``, built once and kept in step by ``accept``: a statement's
+    # search counts its moves on it and takes them back (``find_target``), where a new
+    # allocator each search cost a pass over every holding (stop 77: 40 s of 42 at 200
+    # nodes). None: not built, or dropped (``roll_back``, a move it cannot follow).
+    _shared: ClusterAllocator | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def build(cls, inp: Inputs, health: HealthInputs | None = None) -> Context:
@@ -342,22 +346,28 @@ class Context:
         whole GPU (a preemptor's). The one rule: ``heldgpus.held_from``."""
         return held_from(self.inp.held, self.inp.held_shares, svc, nid, uuid)
 
-    def block_targets(self, alloc: ClusterAllocator, svc: str | None, blocked: Blocked
-                      ) -> None:
+    def block_targets(self, alloc: ClusterAllocator, svc: str | None, blocked: Blocked,
+                      taken: list[Choice] | None = None) -> None:
         """The GPUs no target of ``svc``'s move (None: of any service's) counted used on
         ``alloc`` (their free share committed, one GPU at a time in the allocator's node
         order): those held for a preemptor other than ``svc`` (``held_for_other``), marked
         here for every policy, and those the policy's own rule ``blocked`` names; of a GPU
-        held for stopping tasks alone, their share (``held_share``)."""
+        held for stopping tasks alone, their share (``held_share``). ``taken``: gets each
+        choice committed, for the caller to release."""
         a = alloc.alloc
         for nid, node in a.nodes.items():
             for i, gpu in enumerate(self.inp.facts[nid].gpus):
+                if node.free[i] <= 0:
+                    continue  # nothing to take: skip the rules (pure) on a full GPU
                 sig = self.inp.gpus.get((nid, gpu.uuid))
                 share = None if blocked(node, i, gpu.uuid, sig) else self.held_share(
                     svc, nid, gpu.uuid)
                 take = node.free[i] if share is None else min(share, node.free[i])
                 if take > 0:
-                    a.commit(Choice(nid, (i,), (take,), 0.0, "blocked"))
+                    c = Choice(nid, (i,), (take,), 0.0, "blocked")
+                    a.commit(c)
+                    if taken is not None:
+                        taken.append(c)
 
     def count_held(self, alloc: ClusterAllocator, node: str, pending: str
                    ) -> tuple[int, ...]:
@@ -471,13 +481,25 @@ class Context:
         load = self.load if st is None else st.load
         pending = st.moves if st is not None else ()
         add = self.load_of(svc, source) if add_util is None else add_util
-        alloc = self.allocator(lg, pending)
+        shared = st is not None and not st.evict
+        alloc = self.shared_allocator(pending) if shared else self.allocator(lg, pending)
+        taken: list[Choice] = []  # what block_targets committed: taken back after
 
         def blocked(node: NodeState, i: int, _uuid: str, sig: GpuSignal | None) -> bool:
             return (sig is None or not self.gpu_ok_as_target(sig, add, load)  # not verified free
                     or (only_shared and node.free[i] == node.spec.gpus[i].capacity_milli))
 
-        self.block_targets(alloc, svc, blocked)
+        try:
+            self.block_targets(alloc, svc, blocked, taken)
+            return self._target(alloc, svc, req, s, source, lg, pending, only_nodes)
+        finally:
+            if shared:
+                self.put_back(alloc, pending, taken)
+
+    def _target(self, alloc: ClusterAllocator, svc: str, req: GpuRequest, s: SwarmService,
+                source: str, lg: Mapping[str, Mapping[str, Holding]],
+                pending: Sequence[Move], only_nodes: set[str] | None) -> Choice | None:
+        """``find_target``'s search on ``alloc``, its GPUs blocked."""
         has = set(lg.get(svc, {}))
         no = self.refused(svc, pending)
 
@@ -510,13 +532,54 @@ class Context:
 
     def accept(self, m: Move) -> None:
         """Count a proposed move: its target is reserved for the rest of the pass."""
+        if self._shared is not None:
+            if m.target_node in self.ledger.get(m.service, {}):
+                self._shared = None  # it replaces a holding: built anew when asked
+            else:
+                self.count_move(self._shared, m, +1)
         self.moves.append(m)
         self.moved.add(m.service)
         hold(self.ledger, m, self.load, self.load_of(m.service, m.source_node))
 
+    def shared_allocator(self, moves: Sequence[Move]) -> ClusterAllocator:
+        """``_shared`` with ``moves`` (a statement's, none of them accepted, each to a
+        node its service holds nothing on) counted as ``allocator`` counts them;
+        ``put_back`` takes them back."""
+        if self._shared is None:
+            self._shared = self.allocator(None, ())
+        alloc, self._shared = self._shared, None  # none till all is put back
+        for m in moves:
+            self.count_move(alloc, m, +1)
+        return alloc
+
+    def put_back(self, alloc: ClusterAllocator, moves: Sequence[Move],
+                 taken: Sequence[Choice]) -> None:
+        """Take back what ``shared_allocator`` and ``block_targets`` counted on it; keep
+        it as ``_shared`` again (a fault on the way drops it)."""
+        for c in reversed(taken):
+            alloc.alloc.release(c)
+        for m in reversed(moves):
+            self.count_move(alloc, m, -1)
+        self._shared = alloc
+
+    def count_move(self, alloc: ClusterAllocator, m: Move, sign: int) -> None:
+        """Count (``sign`` 1) or take back (-1) on ``alloc`` a move to a node its service
+        holds nothing on: its target holding, and what its new task reserves
+        (``SwarmTargets.reserve``)."""
+        if sign > 0:
+            alloc.commit_holding(m.service, m.target_node, Holding(
+                m.service, m.target_node, m.target_uuids, m.target_milli))
+        cpu, mem = self.targets.reservation(m.service)
+        if (cpu or mem) and m.target_node != m.source_node \
+                and m.target_node in alloc.alloc.nodes:
+            alloc.add_usage(m.target_node, sign * cpu, sign * mem)
+        if sign < 0:
+            alloc.release_holding(m.service, m.target_node)
+
     def ledger_without(self, drop: Sequence[tuple[str, str]]
                        ) -> dict[str, dict[str, Holding]]:
-        lg = copy.deepcopy(self.ledger)
+        # A copy of each service's holdings, not of the holdings: they are frozen.
+        lg = {k: dict(v) for k, v in self.ledger.items()}
         for svc, nid in drop:
             lg.get(svc, {}).pop(nid, None)
         return lg
@@ -540,6 +603,7 @@ class Context:
         self.ledger = {k: dict(v) for k, v in m.ledger.items()}
         self.health_found = m.health_found
         self.load = dict(m.load)
+        self._shared = None
 
 
 @dataclass(frozen=True)
@@ -566,6 +630,7 @@ class Statement:
 
     def __init__(self, ctx: Context, evict: Sequence[tuple[str, str]] = ()) -> None:
         self.ctx = ctx
+        self.evict = tuple(evict)
         self.ledger = ctx.ledger_without(evict)
         self.load = dict(ctx.load)
         self.moves: list[Move] = []

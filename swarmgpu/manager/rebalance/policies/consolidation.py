@@ -9,6 +9,7 @@ threshold), the GPU becomes whole again. Only then are the moves proposed.
 from __future__ import annotations
 
 from swarmgpu.core.rebalanceconfig import ConsolidationConfig
+from swarmgpu.manager.rebalance.attribution import add_holder
 from swarmgpu.manager.rebalance.context import Context
 from swarmgpu.manager.rebalance.moves import Trigger
 from swarmgpu.manager.rebalance.windows import State
@@ -44,10 +45,12 @@ def propose(ctx: Context, cfg: ConsolidationConfig) -> None:
                 st.move(m)
             if len(st.moves) == len(on):
                 st.commit()
-                # Read again: a GPU these moves land on holds them now (and they may not
+                # Counted: a GPU these moves land on holds them now (and they may not
                 # move again), so it is not freed; judged on the old read, its holders
-                # went to the GPU just freed, the source the moves still reserve.
-                holders = ctx.holders()
+                # went to the GPU just freed, the source the moves still reserve. Added
+                # to the read, not read again: a pass over every holding per commit.
+                for m in st.moves:
+                    add_holder(holders, ctx.ledger[m.service][m.target_node])
 
 
 class Consolidation:
