@@ -67,6 +67,19 @@ def _too_deep(bare: str) -> bool:
     return False
 
 
+def shape_fault(text: str) -> str | None:
+    """Why ``text`` is refused before it is parsed, in a few words: more than
+    ``MAX_JSON_VALUES`` values and keys (parsed, each costs some 25 times its bytes:
+    4 MiB of ``[{},...]`` is ~100 MiB of objects) or nested more than ``MAX_JSON_DEPTH``
+    deep; None: parse it. For an answer read whole, such as an agent's facts."""
+    bare = _STRING.sub("", text)
+    if _too_many(bare):
+        # the depth of its start only: the whole of a wide text is a long Python loop
+        return "nested too deeply" if _too_deep(bare[:MAX_JSON_VALUES]) else \
+            f"more than {MAX_JSON_VALUES} values and keys"
+    return "nested too deeply" if _too_deep(bare) else None
+
+
 def load_json(body: bytes) -> Any:
     """A request body as JSON: UTF-8, no repeated keys, no NaN or Infinity, numbers of
     64 bits, at most ``MAX_JSON_VALUES`` values and keys, ``MAX_JSON_DEPTH`` deep."""
