@@ -221,6 +221,21 @@ def test_an_answer_of_more_values_than_any_facts_is_refused_unparsed(
     assert parse_json_bounded(json.dumps(big).encode()) == (big, None)
 
 
+def test_an_answer_of_one_long_escaped_string_is_counted_in_little_memory() -> None:
+    """The count of an answer's values skips its strings with a pattern whose repeat kept
+    ~170 bytes of backtracking state per escape: 1 MiB of ``\\\\`` in one string took
+    ~90 MiB (a 4 MiB answer 290 MiB) before any JSON was parsed."""
+    body = b'{"errors": ["' + b"\\\\" * (512 * 1024) + b'"]}'
+    tracemalloc.start()
+    try:
+        value, why = parse_json_bounded(body)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert why is None and value == {"errors": ["\\" * (512 * 1024)]}
+    assert peak < 16 * 1024 * 1024, peak
+
+
 def test_a_key_named_twice_is_this_agents_error(hostile: Callable[[Behaviour], int]) -> None:
     """json.loads keeps the last of two repeated keys, silently: an answer naming a key
     twice (one value for whoever reads the first, jq, a proxy, another for the daemon)

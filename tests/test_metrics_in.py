@@ -14,7 +14,7 @@ import tracemalloc
 import pytest
 
 from swarmgpu.core.metrics_in import UTIL, parse_metrics
-from swarmgpu.core.promtext import parse_sample
+from swarmgpu.core.promtext import parse_help, parse_sample
 
 G = 'DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1",gpu="0"'
 
@@ -281,3 +281,15 @@ def test_a_label_value_of_many_escapes_is_read_in_little_memory() -> None:
     assert s.labels["x"] == "\\" * (512 * 1024) and s.labels["UUID"] == "GPU-0"
     assert peak < 16 * 1024 * 1024, peak
     assert parse_sample('m{a="x\\\\\\"y\\n"} 2').labels == {"a": 'x\\"y\n'}
+
+
+def test_a_help_text_of_many_escapes_is_read_in_little_memory() -> None:
+    """As a label value's: the HELP text's pattern kept backtracking state per escape."""
+    tracemalloc.start()
+    try:
+        got = parse_help("# HELP m " + "\\\\" * (512 * 1024))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got == ("m", True)
+    assert peak < 16 * 1024 * 1024, peak

@@ -45,7 +45,8 @@ _TAIL = re.compile(
 _TYPE_LINE = re.compile(r"#[ \t]+TYPE(?:[ \t]+(.*))?")
 _HELP_LINE = re.compile(r"#[ \t]+HELP(?:[ \t]+(.*))?")
 # HELP text escapes \\ and \n alone (expfmt refuses the page for \" or \t, or a lone '\').
-_HELP_TEXT = re.compile(r"[^\\]*(?:\\[\\n][^\\]*)*")
+# Possessive, as _PAIR.
+_HELP_TEXT = re.compile(r"[^\\]*+(?:\\[\\n][^\\]*+)*+")
 # The types of 0.0.4 and of OpenMetrics (whose 'unknown' is 0.0.4's 'untyped').
 TYPES = frozenset(
     {
