@@ -7,10 +7,12 @@ chunk without its CRLF, two lengths, a coding not asked for) is refused, named.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -148,3 +150,36 @@ def test_a_body_in_a_content_coding_not_asked_for_is_named_never_inflated(
         )
     )
     assert ok.body == GOOD
+
+
+def test_a_body_of_many_small_chunks_is_read_in_one_pass_within_the_deadline() -> None:
+    """Each read ending in CRLF CRLF re-parsed the whole chunked body from its start:
+    1 MiB of 2-byte chunks, arriving 16 KiB at a time, took some 13 s of CPU (the
+    deadline overrun by up to a second per parse, two at 4 MiB), so an agent framing
+    its answer so held a fetch, and a core, past agents.timeout_s."""
+    unit = b"2\r\n\r\n\r\n"  # a chunk of two bytes, CRLF, that ends a read in CRLF CRLF
+    block = unit * (16 * 1024 // len(unit))
+    blocks = 128
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = srv.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                for _ in range(blocks):
+                    conn.sendall(block)
+                    time.sleep(0.002)  # one block a read, each ending in CRLF CRLF
+                conn.sendall(b"0\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    port = srv.getsockname()[1]
+    t0 = time.monotonic()
+    try:
+        got = boundedhttp.get(f"http://127.0.0.1:{port}/facts", timeout_s=5,
+                              max_bytes=4 << 20)
+    finally:
+        srv.close()
+    assert got.body == b"\r\n" * (blocks * len(block) // len(unit))
+    assert time.monotonic() - t0 < 3

@@ -13,6 +13,7 @@ import socket
 import socketserver
 import threading
 import time
+import tracemalloc
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -198,6 +199,41 @@ def test_deep_json_is_this_agents_error(hostile: Callable[[Behaviour], int]) -> 
     res = fetch_facts(node(port), cfg_for(port, timeout=5))
     assert res.facts is None and res.error and "nested too deeply" in res.error
     assert parse_json_bounded(b"{" * 100_000)[1] is not None
+
+
+def test_an_answer_of_more_values_than_any_facts_is_refused_unparsed(
+        hostile: Callable[[Behaviour], int]) -> None:
+    """Within the byte cap, 1 MiB of ``[{},{},...]`` parsed into some 25 MiB of Python
+    objects (4 MiB, the default cap: 100 MiB; 64 MiB: 1.6 GiB, agents.parallel of them
+    at once) before the facts' own caps refused it. Counted from the text, it is
+    refused unparsed; a node's real facts hold some thousands of values."""
+    body = b'{"errors": [' + b",".join([b"{}"] * (340 * 1024)) + b"]}"
+    port = hostile(ok(body))
+    tracemalloc.start()
+    try:
+        res = fetch_facts(node(port), cfg_for(port, timeout=5))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert res.facts is None and res.error and "values" in res.error, res.error
+    assert peak < 12 * 1024 * 1024, peak
+    big = DGX_A100.facts().to_dict()
+    assert parse_json_bounded(json.dumps(big).encode()) == (big, None)
+
+
+def test_an_answer_of_one_long_escaped_string_is_counted_in_little_memory() -> None:
+    """The count of an answer's values skips its strings with a pattern whose repeat kept
+    ~170 bytes of backtracking state per escape: 1 MiB of ``\\\\`` in one string took
+    ~90 MiB (a 4 MiB answer 290 MiB) before any JSON was parsed."""
+    body = b'{"errors": ["' + b"\\\\" * (512 * 1024) + b'"]}'
+    tracemalloc.start()
+    try:
+        value, why = parse_json_bounded(body)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert why is None and value == {"errors": ["\\" * (512 * 1024)]}
+    assert peak < 16 * 1024 * 1024, peak
 
 
 def test_a_key_named_twice_is_this_agents_error(hostile: Callable[[Behaviour], int]) -> None:

@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -498,5 +499,57 @@ def test_reserve_answers_only_an_authenticated_peer_when_every_slot_is_busy() ->
         release.set()
         for h in holders:
             h.close()
+        srv.shutdown()
+        srv.server_close()
+
+
+class _FormHandler(OneRequestHandler):
+    """GET /page, and a POST to /form whose body it echoes."""
+
+    post_paths = frozenset({"/form"})
+
+    def respond(self) -> None:
+        self.send_answer(HTTPStatus.OK, PLAIN, self.body or b"page")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _first_line(port: int, head: bytes, body: bytes = b"") -> tuple[bytes, bytes]:
+    """(the first status line, all that came) for a request whose body is sent only
+    after a 100 Continue, as curl sends one."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(head)
+        got = s.recv(65536)
+        if body and got.startswith(b"HTTP/1.1 100"):
+            s.sendall(body)
+        while chunk := s.recv(65536):
+            got += chunk
+    return got.split(b"\r\n", 1)[0], got
+
+
+def test_a_100_continue_is_sent_only_for_a_body_the_server_will_read() -> None:
+    """parse_request sent 100 Continue to any HTTP/1.1 request that expected one, before
+    it was judged: a GET (whose body is never read), one naming two hosts, a method
+    refused, each told "go on, send the body", then 400 or 405, the body left unread
+    (its close a reset that can destroy the answer). A POST to a form is told to go on
+    once its head is taken."""
+    srv = GuardedServer(("127.0.0.1", 0), _FormHandler)
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    port = srv.server_address[1]
+    expect = b"Expect: 100-continue\r\nContent-Length: 4\r\n"
+    try:
+        for head, status in (
+            (b"GET /page HTTP/1.1\r\nHost: 127.0.0.1\r\n", b"200"),
+            (b"GET /page HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n", b"400"),
+            (b"PUT /page HTTP/1.1\r\nHost: 127.0.0.1\r\n", b"405"),
+        ):
+            first, _ = _first_line(port, head + expect + b"\r\n")
+            assert first.split(b" ")[1] == status, (head, first)
+        first, got = _first_line(
+            port, b"POST /form HTTP/1.1\r\nHost: 127.0.0.1\r\n" + expect + b"\r\n", b"name")
+        assert first == b"HTTP/1.1 100 Continue" and got.endswith(b"\r\n\r\nname"), got
+    finally:
         srv.shutdown()
         srv.server_close()

@@ -9,10 +9,12 @@ node's values.
 from __future__ import annotations
 
 import time
+import tracemalloc
 
 import pytest
 
 from swarmgpu.core.metrics_in import UTIL, parse_metrics
+from swarmgpu.core.promtext import parse_help, parse_sample
 
 G = 'DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1",gpu="0"'
 
@@ -262,3 +264,32 @@ def test_a_familys_sample_names_declared_before_it_are_their_own() -> None:
     """As in expfmt: x_count declared before any `# TYPE x summary` is a name of its own."""
     page = f"# TYPE {F}_count gauge\n# TYPE {F} summary\n" + G + "} 5\n"
     assert not parse_metrics(page).errors and _util(page) == 5
+
+
+def test_a_label_value_of_many_escapes_is_read_in_little_memory() -> None:
+    """The label pattern is linear in time, but Python's regex engine kept some 170
+    bytes of backtracking state per escape it repeated over: one 8 MiB line of ``\\\\``
+    (the scrape's byte cap) took 700 MiB of the daemon's memory. Repeated possessively,
+    nothing is kept."""
+    value = "\\\\" * (512 * 1024)  # 1 MiB of escaped backslashes
+    tracemalloc.start()
+    try:
+        s = parse_sample('DCGM_FI_DEV_GPU_UTIL{UUID="GPU-0",x="' + value + '"} 1')
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert s.labels["x"] == "\\" * (512 * 1024) and s.labels["UUID"] == "GPU-0"
+    assert peak < 16 * 1024 * 1024, peak
+    assert parse_sample('m{a="x\\\\\\"y\\n"} 2').labels == {"a": 'x\\"y\n'}
+
+
+def test_a_help_text_of_many_escapes_is_read_in_little_memory() -> None:
+    """As a label value's: the HELP text's pattern kept backtracking state per escape."""
+    tracemalloc.start()
+    try:
+        got = parse_help("# HELP m " + "\\\\" * (512 * 1024))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got == ("m", True)
+    assert peak < 16 * 1024 * 1024, peak

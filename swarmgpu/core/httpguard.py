@@ -29,7 +29,8 @@
   lines two parsers read apart (``head_fault``: no colon, a space before it, folding,
   a bare CR, a control byte) 400; a POST only to a path the handler names
   (``post_paths``: the daemon's sign-in form), its body short (``MAX_BODY_BYTES``), with
-  one Content-Length, and in within the head's deadline;
+  one Content-Length, and in within the head's deadline (a 100 Continue only then, once
+  its head is taken: never to a request whose body is not read);
 * the Host a request names (``host_allowed``): where a browser may read without
   credentials, a name that is not an IP literal or one of the server's own is a DNS
   rebinding page's (421);
@@ -278,6 +279,12 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             self.connection.settimeout(self.write_deadline_s)
         self.respond()
 
+    def handle_expect_100(self) -> bool:
+        # parse_request calls it before the request is judged: a 100 Continue told a GET
+        # (whose body is never read), or a request then refused, to send its body.
+        # _read_body sends it, for a form it will read.
+        return True
+
     def _origin_form(self) -> TargetRefused | None:
         """An absolute-form target (``GET http://host/path``) as its path, its authority
         the Host every check reads (an HTTP/1.0 request's too); or why it is refused."""
@@ -312,6 +319,11 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             return None
         want = int(length)
         body = rest[:want]
+        if len(body) < want and self.request_version == "HTTP/1.1" and \
+                (self.headers.get("Expect") or "").strip().lower() == "100-continue":
+            # RFC 9110 10.1.1: the client waits for it (curl a second) before the body
+            self.send_response_only(HTTPStatus.CONTINUE)
+            self.end_headers()
         while len(body) < want:
             left = deadline - time.monotonic()
             if left <= 0:

@@ -31,7 +31,9 @@ MAX_JSON_VALUES = 100_000
 MAX_JSON_DEPTH = 64
 # A string, or an unterminated one to the end: every quote starts a match, so the scan
 # is linear (a pattern that can fail rescans the rest from each quote: \"\"\"...).
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
+# Possessive (*+): a plain repeat kept ~170 bytes of backtracking state per escape (a
+# string of 4 MiB of \\ took 290 MiB), which giving back could never use.
+_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?\Z)', re.S)
 
 
 class JsonError(ValueError):
@@ -65,6 +67,19 @@ def _too_deep(bare: str) -> bool:
         if depth > MAX_JSON_DEPTH:
             return True
     return False
+
+
+def shape_fault(text: str) -> str | None:
+    """Why ``text`` is refused before it is parsed, in a few words: more than
+    ``MAX_JSON_VALUES`` values and keys (parsed, each costs some 25 times its bytes:
+    4 MiB of ``[{},...]`` is ~100 MiB of objects) or nested more than ``MAX_JSON_DEPTH``
+    deep; None: parse it. For an answer read whole, such as an agent's facts."""
+    bare = _STRING.sub("", text)
+    if _too_many(bare):
+        # the depth of its start only: the whole of a wide text is a long Python loop
+        return "nested too deeply" if _too_deep(bare[:MAX_JSON_VALUES]) else \
+            f"more than {MAX_JSON_VALUES} values and keys"
+    return "nested too deeply" if _too_deep(bare) else None
 
 
 def load_json(body: bytes) -> Any:

@@ -19,6 +19,7 @@ from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.swarm.answerjson import node_read_cut, read_deadline
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import node_refusal, peer_name
+from swarmgpu.swarm.jsonstrict import shape_fault
 
 
 @dataclass(frozen=True)
@@ -238,15 +239,18 @@ def _cause_fix(exc: boundedhttp.FetchError) -> tuple[str, str]:
 def parse_json_bounded(body: bytes) -> tuple[Any, str | None]:
     """(value, None) or (None, why): never raises, never quotes the body.
 
-    json's C scanner raises RecursionError on deep nesting (200,000 ``[``); that is
-    caught here, so it stays this agent's error instead of escaping the cycle. A key
-    given twice in one object is refused: json keeps the last one silently, another
+    More values and keys, or deeper nesting, than any node's facts have is refused from
+    the text, before parsing (``jsonstrict.shape_fault``): json's C scanner would raise
+    RecursionError on deep nesting, and a few MiB of ``[{},...]`` take ~100 MiB parsed.
+    A key given twice in one object is refused: json keeps the last one silently, another
     reader of the same answer (jq, a proxy, a person) may take the first.
     """
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         return None, "not UTF-8"
+    if (fault := shape_fault(text)) is not None:
+        return None, f"{fault}; a node's facts hold some thousands, nested a few deep"
     try:
         return json.loads(text, object_pairs_hook=unique_keys), None
     except RepeatedKey as exc:
