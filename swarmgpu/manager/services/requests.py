@@ -252,6 +252,14 @@ def _request_keys(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
     for key in sorted(labels):
         if not key.startswith(prefix):
             meant = _misprefixed(key, prefix)
+            if meant is not None and _lookalike(key[: len(prefix)], prefix):
+                raise RequestError(
+                    key,
+                    labels[key],
+                    f"a key that starts {prefix} exactly, in ASCII: it has characters "
+                    f"that only look like it ({_non_ascii(key[: len(prefix)])}); retype "
+                    f"it (did you mean {meant}?)",
+                )
             if meant is not None:
                 raise RequestError(
                     key,
@@ -275,11 +283,36 @@ def _request_keys(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
             raise RequestError(
                 key, labels[key][:32] + "...", f"a value of at most {MAX_VALUE_LEN} characters"
             )
-        mine[name] = labels[key].strip()
+        # ASCII blanks only: str.strip() also takes \x1c-\x1f, NBSP and U+3000, which
+        # no one sees around a value (gpus=2 read from "\x1c2").
+        mine[name] = labels[key].strip(_BLANKS)
     return mine
 
 
+_BLANKS = " \t\n\r\f\v"
+
+
+def _folded(value: str) -> str:
+    """``value`` in lower case, ASCII only: str.lower() makes the Kelvin sign a k
+    (NVLIN\u212a read as nvlink); every word a value is compared with is ASCII."""
+    return value.lower() if value.isascii() else value
+
+
 _SEPARATORS = "-_:/"  # what a prefix's last '.' is mistyped as
+
+
+def _lookalike(head: str, prefix: str) -> bool:
+    """``head`` is ``prefix`` but for non-ASCII characters in its places (a Cyrillic
+    '\u0430', a fullwidth 's'): one that only looks like the prefix. Read by places, with no
+    table of confusables: every lookalike of an ASCII letter is non-ASCII."""
+    return (len(head) == len(prefix) and prefix.isascii() and not head.isascii()
+            and all(h == c or not h.isascii() for h, c in zip(head, prefix, strict=True)))
+
+
+def _non_ascii(text: str) -> str:
+    """Each non-ASCII character of ``text`` as its code point and place."""
+    return ", ".join(f"U+{ord(c):04X} at {i + 1}" for i, c in enumerate(text)
+                     if not c.isascii())
 
 
 def _misprefixed(key: str, prefix: str) -> str | None:
@@ -289,7 +322,13 @@ def _misprefixed(key: str, prefix: str) -> str | None:
     near match of a known key counts: another label that merely starts so
     (``SwarmGPU.team``) is not swarmgpu's to judge."""
     n = len(prefix)
-    if not n < len(key) <= n + 64 or key[: n - 1].lower() != prefix[: n - 1].lower():
+    if not n < len(key) <= n + 64:
+        return None
+    if _lookalike(key[:n], prefix):
+        name = key[n:].lower().replace("_", "-")
+        near = difflib.get_close_matches(name, KEYS, n=1)
+        return prefix + near[0] if near else None
+    if key[: n - 1].lower() != prefix[: n - 1].lower():
         return None
     if key[n - 1 : n].lower() != prefix[-1].lower() and not (
         prefix.endswith(".") and key[n - 1 : n] in _SEPARATORS
@@ -567,7 +606,7 @@ def _choice(mine: Mapping[str, str], name: str, enum: type[E], p: str) -> E:
     if value is None:
         return default
     try:
-        return enum(value.lower())
+        return enum(_folded(value))
     except ValueError:
         allowed = " | ".join(e.value for e in enum)
         raise RequestError(p + name, value, f"one of {allowed} (default {default.value})") from None
@@ -583,7 +622,7 @@ def _priority(mine: Mapping[str, str], p: str, classes: Mapping[str, int]) -> tu
         return 0, ""
     if _PRIO_RE.fullmatch(value):
         return int(value), ""
-    name = value.lower()
+    name = _folded(value)
     if name in classes:
         return classes[name], name
     known = ", ".join(f"{k} ({v})" for k, v in sorted(classes.items(), key=lambda kv: -kv[1]))
@@ -599,8 +638,8 @@ def _bool(mine: Mapping[str, str], name: str, p: str) -> bool | None:
     value = mine.get(name)
     if value is None:
         return None
-    if value.lower() in ("true", "false"):
-        return value.lower() == "true"
+    if _folded(value) in ("true", "false"):
+        return _folded(value) == "true"
     raise RequestError(
         p + name, value, "true or false (unset: by priority, see preemption.preemptible_below)"
     )
