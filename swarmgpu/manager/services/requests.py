@@ -302,8 +302,8 @@ _SEPARATORS = "-_:/"  # what a prefix's last '.' is mistyped as
 
 
 def _lookalike(head: str, prefix: str) -> bool:
-    """``head`` is ``prefix`` but for non-ASCII characters in its places (a Cyrillic
-    '\u0430', a fullwidth 's'): one that only looks like the prefix. Read by places, with no
+    """``head`` is ``prefix`` but for non-ASCII characters in its places (U+0430,
+    Cyrillic a; a fullwidth s): one that only looks like the prefix. Read by places, with no
     table of confusables: every lookalike of an ASCII letter is non-ASCII."""
     return (len(head) == len(prefix) and prefix.isascii() and not head.isascii()
             and all(h == c or not h.isascii() for h, c in zip(head, prefix, strict=True)))
