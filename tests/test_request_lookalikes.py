@@ -108,3 +108,21 @@ def test_a_tenant_ceiling_named_with_a_kelvin_sign_is_no_class() -> None:
     raw = {"team-a": {"stacks": ["a*"], "max_priority": f"PEA{KELVIN}"}}
     _, _, errors = parse_tenants(raw, None, {"peak": 50}, 10)
     assert any("tenants.team-a.max_priority" in e for e in errors), errors
+
+
+@pytest.mark.parametrize("key", [" swarmgpu.priority", "\tswarmgpu.priority", " SwarmGPU.priority"])
+def test_a_request_key_after_a_blank_is_an_error_not_ignored(key: str) -> None:
+    # docker keeps the blank (a list item is split at '=' and nothing trimmed), so the
+    # label was no request key: the priority asked for was dropped without a word. A
+    # blank after the key was refused already (an unknown key under the prefix).
+    err = parse_all({"swarmgpu.gpus": "1", key: "5"})
+    assert isinstance(err, RequestError) and err.key == key
+    assert "blank" in err.accepted and "did you mean swarmgpu.priority?" in err.accepted
+    assert (key, "5") in request_labels({key: "5"})
+
+
+def test_render_check_names_a_request_key_after_a_blank() -> None:
+    text = ('services:\n  web:\n    image: nginx\n    deploy:\n'
+            '      labels: ["swarmgpu.gpus=1", " swarmgpu.priority=5"]\n')
+    errors = check_stack(text, stack_name="ai").errors
+    assert any("' swarmgpu.priority'" in e or " swarmgpu.priority=" in e for e in errors), errors

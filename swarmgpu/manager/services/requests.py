@@ -251,22 +251,9 @@ def _request_keys(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
     mine: dict[str, str] = {}
     for key in sorted(labels):
         if not key.startswith(prefix):
-            meant = _misprefixed(key, prefix)
-            if meant is not None and _lookalike(key[: len(prefix)], prefix):
-                raise RequestError(
-                    key,
-                    labels[key],
-                    f"a key that starts {prefix} exactly, in ASCII: it has characters "
-                    f"that only look like it ({_non_ascii(key[: len(prefix)])}); retype "
-                    f"it (did you mean {meant}?)",
-                )
-            if meant is not None:
-                raise RequestError(
-                    key,
-                    labels[key],
-                    f"a key that starts {prefix} exactly, case included, as labels are "
-                    f"case-sensitive (did you mean {meant}?)",
-                )
+            why = _misprefix_error(key, prefix)
+            if why is not None:
+                raise RequestError(key, labels[key], why)
             continue
         if key.startswith(output):
             continue
@@ -301,6 +288,23 @@ def _folded(value: str) -> str:
 _SEPARATORS = "-_:/"  # what a prefix's last '.' is mistyped as
 
 
+def _misprefix_error(key: str, prefix: str) -> str | None:
+    """What ``key``, a request key under a misspelt prefix (``_misprefixed``), should
+    be, and why; None for a key that is no such one."""
+    meant = _misprefixed(key, prefix)
+    if meant is None:
+        return None
+    if key != key.strip(_BLANKS):
+        return (f"a key with no blank around it: docker keeps the blank, so the label is "
+                f"no request key (did you mean {meant}?)")
+    if _lookalike(key[: len(prefix)], prefix):
+        return (f"a key that starts {prefix} exactly, in ASCII: it has characters that "
+                f"only look like it ({_non_ascii(key[: len(prefix)])}); retype it (did "
+                f"you mean {meant}?)")
+    return (f"a key that starts {prefix} exactly, case included, as labels are "
+            f"case-sensitive (did you mean {meant}?)")
+
+
 def _lookalike(head: str, prefix: str) -> bool:
     """``head`` is ``prefix`` but for non-ASCII characters in its places (U+0430,
     Cyrillic a; a fullwidth s): one that only looks like the prefix. Read by places, with no
@@ -317,11 +321,16 @@ def _non_ascii(text: str) -> str:
 
 def _misprefixed(key: str, prefix: str) -> str | None:
     """The request key ``key`` likely meant, where it is one under ``prefix`` spelt in
-    another case or with another separator (``SwarmGPU.gpus``, ``swarmgpu-gpus``): it was
+    another case or with another separator (``SwarmGPU.gpus``, ``swarmgpu-gpus``), in
+    lookalike characters (``_lookalike``) or after a blank (`` swarmgpu.gpus``): it was
     no request at all, the service placed by Swarm with no GPU and nothing said. Only a
     near match of a known key counts: another label that merely starts so
     (``SwarmGPU.team``) is not swarmgpu's to judge."""
     n = len(prefix)
+    if (bare := key.strip(_BLANKS)) != key:  # docker keeps a blank: " swarmgpu.gpus"
+        if bare.startswith(prefix) and bare[n:] in KEYS:
+            return bare
+        return _misprefixed(bare, prefix) if bare else None
     if not n < len(key) <= n + 64:
         return None
     if _lookalike(key[:n], prefix):
