@@ -126,3 +126,13 @@ def test_render_check_names_a_request_key_after_a_blank() -> None:
             '      labels: ["swarmgpu.gpus=1", " swarmgpu.priority=5"]\n')
     errors = check_stack(text, stack_name="ai").errors
     assert any("' swarmgpu.priority'" in e or " swarmgpu.priority=" in e for e in errors), errors
+
+
+@pytest.mark.parametrize(
+    "key", ["swarm\u200bgpu.gpus", "\ufeffswarmgpu.gpus", "swarmgpu.\u200dgpus"]
+)
+def test_a_request_key_with_an_invisible_character_is_an_error_not_ignored(key: str) -> None:
+    # A zero-width character no one sees in the stack file made the label no request.
+    err = parse_all({key: "2"})
+    assert isinstance(err, RequestError) and err.key == key
+    assert "invisible" in err.accepted and "did you mean swarmgpu.gpus?" in err.accepted

@@ -263,6 +263,8 @@ def _request_keys(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
             # keys are lower case, and GPUS, compared with its case, was like none)
             near = difflib.get_close_matches(name.lower(), KEYS, n=1) if len(name) < 64 else []
             hint = f" (did you mean {prefix}{near[0]}?)" if near else ""
+            if hidden := _invisible(name[:64]):
+                hint += f"; it has invisible characters ({hidden} after {prefix})"
             raise RequestError(
                 key, labels[key], f"a known key: {', '.join(prefix + k for k in KEYS)}{hint}"
             )
@@ -294,6 +296,9 @@ def _misprefix_error(key: str, prefix: str) -> str | None:
     meant = _misprefixed(key, prefix)
     if meant is None:
         return None
+    if hidden := _invisible(key.strip(_BLANKS)):
+        return (f"a key with no invisible character ({hidden}): the label is no request "
+                f"key; retype it (did you mean {meant}?)")
     if key != key.strip(_BLANKS):
         return (f"a key with no blank around it: docker keeps the blank, so the label is "
                 f"no request key (did you mean {meant}?)")
@@ -313,6 +318,13 @@ def _lookalike(head: str, prefix: str) -> bool:
             and all(h == c or not h.isascii() for h, c in zip(head, prefix, strict=True)))
 
 
+def _invisible(text: str) -> str:
+    """Each character of ``text`` that prints as nothing (U+200B, a BOM), as
+    ``_non_ascii`` names them; "" for none."""
+    return ", ".join(f"U+{ord(c):04X} at {i + 1}" for i, c in enumerate(text)
+                     if not c.isprintable())
+
+
 def _non_ascii(text: str) -> str:
     """Each non-ASCII character of ``text`` as its code point and place."""
     return ", ".join(f"U+{ord(c):04X} at {i + 1}" for i, c in enumerate(text)
@@ -322,12 +334,15 @@ def _non_ascii(text: str) -> str:
 def _misprefixed(key: str, prefix: str) -> str | None:
     """The request key ``key`` likely meant, where it is one under ``prefix`` spelt in
     another case or with another separator (``SwarmGPU.gpus``, ``swarmgpu-gpus``), in
-    lookalike characters (``_lookalike``) or after a blank (`` swarmgpu.gpus``): it was
+    lookalike characters (``_lookalike``), after a blank or with an invisible one: it was
     no request at all, the service placed by Swarm with no GPU and nothing said. Only a
     near match of a known key counts: another label that merely starts so
     (``SwarmGPU.team``) is not swarmgpu's to judge."""
     n = len(prefix)
-    if (bare := key.strip(_BLANKS)) != key:  # docker keeps a blank: " swarmgpu.gpus"
+    if len(key) > n + 128:  # (bounded before the walk below: every label comes here)
+        return None
+    # docker keeps a blank (" swarmgpu.gpus") and a zero-width character as written
+    if (bare := "".join(c for c in key.strip(_BLANKS) if c.isprintable())) != key:
         if bare.startswith(prefix) and bare[n:] in KEYS:
             return bare
         return _misprefixed(bare, prefix) if bare else None
