@@ -257,20 +257,25 @@ def test_variables_render_places_by_are_substituted_from_its_environment() -> No
 
 def test_a_dollar_docker_keeps_is_written_so_its_pass_keeps_it() -> None:
     # template.go "escaped": $$ is one $, and a variable's value is not substituted
-    # again: what render substituted to a $ is written $$, docker's pass makes it $.
+    # again: what render substituted to a $ is written $$, docker's pass makes it $. A
+    # label not swarmgpu's is the tenant's, left as written (as in a mapping).
     text = GPU.replace(
         '      labels:\n        swarmgpu.gpus: "1"\n',
         "      labels:\n        - a$$b=1\n        - c=${PRICE}\n        - swarmgpu.gpus=1\n"
-        '      placement:\n        constraints: ["node.labels.x != a$$b"]\n',
+        '      placement:\n        constraints: ["node.labels.x != a$$b", '
+        '"node.labels.y != ${PRICE}"]\n',
     )
     environ = {"PRICE": "$5"}
     assert check_stack(text, stack_name="ai", environ=environ).errors == []
     out, _ = render_stack(text, "ai", NODES, [], [], FACTS, environ=environ)
     deploy = yaml.safe_load(out)["services"]["llm"]["deploy"]
-    assert deploy["labels"][:2] == ["a$$b=1", "c=$$5"]
-    docker = _as_docker_reads(out, {})["services"]["llm"]["deploy"]
+    assert deploy["labels"][:2] == ["a$$b=1", "c=${PRICE}"]
+    assert "node.labels.y != $$5" in deploy["placement"]["constraints"]
+    docker = _as_docker_reads(out, environ)["services"]["llm"]["deploy"]
     assert docker["labels"][:2] == ["a$b=1", "c=$5"]
     assert "node.labels.x != a$b" in docker["placement"]["constraints"]
+    assert "node.labels.y != $5" in _as_docker_reads(out, {})["services"]["llm"]["deploy"][
+        "placement"]["constraints"]
 
 
 @pytest.mark.parametrize(("e", "is_request"), [(None, True), ("team", False)])

@@ -247,10 +247,12 @@ def parse_priority_classes(text: str) -> dict[str, int]:
         if not part:
             continue
         name, eq, num = part.partition("=")
-        name, num = name.strip().lower(), num.strip()
+        # ASCII checked before lower(), which makes the Kelvin sign a k; "--5" no number.
+        name, num = name.strip(), num.strip()
         if not eq or not name.replace("-", "").replace("_", "").isalnum() or not name.isascii() \
-                or not num.lstrip("-").isdigit() or not num.isascii():
+                or not num.removeprefix("-").isdigit() or not num.isascii():
             raise ValueError(f"{quoted(part)} is not name=integer")
+        name = name.lower()
         if len(num.lstrip("-")) > 6:  # a label's own number is no wider (requests._PRIO_RE)
             raise ValueError(f"{quoted(part)} is out of range; a priority is -999999 to 999999")
         if name.lstrip("-").isdigit():  # a label's value is read as a number first

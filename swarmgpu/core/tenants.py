@@ -84,7 +84,8 @@ def _number(value: Any, where: str, add: Any, *, whole: bool) -> float | None:
 
 
 def _priority(value: Any, where: str, classes: Mapping[str, int], add: Any) -> int:
-    if isinstance(value, str) and value.lower() in classes:
+    # ASCII only: str.lower() makes the Kelvin sign a k, a class no one wrote.
+    if isinstance(value, str) and value.isascii() and value.lower() in classes:
         value = classes[value.lower()]
     got = _number(value, where, add, whole=True)
     if got is None and isinstance(value, str):

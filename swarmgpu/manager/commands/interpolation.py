@@ -264,10 +264,12 @@ def _cast(text: str, kind: str) -> Any:
     raise ValueError('docker stack deploy refuses it ("invalid boolean"); write true or false')
 
 
-def pinned(path: Path, prefix: str) -> bool:
-    """A value render places the service by (composefile.PLACED_BY, a list label, a
-    swarmgpu label): written as render substituted it, so Swarm gets what render
-    planned with even where docker runs with another environment."""
+def pinned(path: Path, prefix: str, value: Any = None) -> bool:
+    """A value render places the service by (composefile.PLACED_BY, a swarmgpu label,
+    in a mapping or a list: ``value``, the item, names its key): written as render
+    substituted it, so Swarm gets what render planned with even where docker runs with
+    another environment. Another label is the tenant's, kept as written in either form
+    (a list's ``token=${TOKEN}`` was written in clear)."""
     if len(path) < 3 or path[0] != "services":
         return False
     rest = path[2:]
@@ -275,19 +277,21 @@ def pinned(path: Path, prefix: str) -> bool:
         return True
     if rest[:2] != ("deploy", "labels") or len(rest) < 3:
         return False
-    return isinstance(rest[2], int) or str(rest[2]).startswith(prefix)
+    key = str(value).partition("=")[0] if isinstance(rest[2], int) else str(rest[2])
+    return key.startswith(prefix)
 
 
 _ABSENT = object()
 
 
 def as_written(
-    out: Any, raw: Any, docker: Any, keep: Callable[[Path], bool], path: Path = ()
+    out: Any, raw: Any, docker: Any, keep: Callable[[Path, Any], bool], path: Path = ()
 ) -> Any:
     """Render's file ``out`` (its values substituted) as text docker's substitution
     turns back into ``out``: a value render did not change and need not pin (``keep``
-    false) as the input wrote it (``raw``; ``docker``: what docker makes of it), so an
-    ``${HF_TOKEN}`` stays a variable; any other with each ``$`` written ``$$``."""
+    false; given the path and the value) as the input wrote it (``raw``; ``docker``: what
+    docker makes of it), so an ``${HF_TOKEN}`` stays a variable; any other with each
+    ``$`` written ``$$``."""
     if isinstance(out, dict):
         return {
             k: as_written(v, _at(raw, k), _at(docker, k), keep, (*path, k)) for k, v in out.items()
@@ -296,7 +300,7 @@ def as_written(
         return [
             as_written(v, _at(raw, i), _at(docker, i), keep, (*path, i)) for i, v in enumerate(out)
         ]
-    if raw is not _ABSENT and type(out) is type(docker) and out == docker and not keep(path):
+    if raw is not _ABSENT and type(out) is type(docker) and out == docker and not keep(path, out):
         return raw
     return out.replace("$", "$$") if isinstance(out, str) else out
 

@@ -446,7 +446,7 @@ def render_stack(
     checked.notes += absolute_paths(out, base, StackError, escape=checked.substituted is None)
     if checked.substituted is not None:  # docker substitutes again as it reads the output
         out = as_written(out, checked.written, checked.substituted,
-                         lambda path: pinned(path, prefix))
+                         lambda path, value: pinned(path, prefix, value))
     header = "# rendered by swarmgpu: GPU placement resolved; deploy with\n" \
              f"#   docker stack deploy -c - {escaped(name)}\n"
     header += "".join(f"# {escaped(' '.join(n.split()))}\n" for n in checked.notes)

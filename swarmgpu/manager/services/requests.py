@@ -251,14 +251,9 @@ def _request_keys(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
     mine: dict[str, str] = {}
     for key in sorted(labels):
         if not key.startswith(prefix):
-            meant = _misprefixed(key, prefix)
-            if meant is not None:
-                raise RequestError(
-                    key,
-                    labels[key],
-                    f"a key that starts {prefix} exactly, case included, as labels are "
-                    f"case-sensitive (did you mean {meant}?)",
-                )
+            why = _misprefix_error(key, prefix)
+            if why is not None:
+                raise RequestError(key, labels[key], why)
             continue
         if key.startswith(output):
             continue
@@ -268,6 +263,8 @@ def _request_keys(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
             # keys are lower case, and GPUS, compared with its case, was like none)
             near = difflib.get_close_matches(name.lower(), KEYS, n=1) if len(name) < 64 else []
             hint = f" (did you mean {prefix}{near[0]}?)" if near else ""
+            if hidden := _invisible(name[:64]):
+                hint += f"; it has invisible characters ({hidden} after {prefix})"
             raise RequestError(
                 key, labels[key], f"a known key: {', '.join(prefix + k for k in KEYS)}{hint}"
             )
@@ -275,21 +272,87 @@ def _request_keys(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
             raise RequestError(
                 key, labels[key][:32] + "...", f"a value of at most {MAX_VALUE_LEN} characters"
             )
-        mine[name] = labels[key].strip()
+        # ASCII blanks only: str.strip() also takes \x1c-\x1f, NBSP and U+3000, which
+        # no one sees around a value (gpus=2 read from "\x1c2").
+        mine[name] = labels[key].strip(_BLANKS)
     return mine
+
+
+_BLANKS = " \t\n\r\f\v"
+
+
+def _folded(value: str) -> str:
+    """``value`` in lower case, ASCII only: str.lower() makes the Kelvin sign a k
+    (NVLIN\u212a read as nvlink); every word a value is compared with is ASCII."""
+    return value.lower() if value.isascii() else value
 
 
 _SEPARATORS = "-_:/"  # what a prefix's last '.' is mistyped as
 
 
+def _misprefix_error(key: str, prefix: str) -> str | None:
+    """What ``key``, a request key under a misspelt prefix (``_misprefixed``), should
+    be, and why; None for a key that is no such one."""
+    meant = _misprefixed(key, prefix)
+    if meant is None:
+        return None
+    if hidden := _invisible(key.strip(_BLANKS)):
+        return (f"a key with no invisible character ({hidden}): the label is no request "
+                f"key; retype it (did you mean {meant}?)")
+    if key != key.strip(_BLANKS):
+        return (f"a key with no blank around it: docker keeps the blank, so the label is "
+                f"no request key (did you mean {meant}?)")
+    if _lookalike(key[: len(prefix)], prefix):
+        return (f"a key that starts {prefix} exactly, in ASCII: it has characters that "
+                f"only look like it ({_non_ascii(key[: len(prefix)])}); retype it (did "
+                f"you mean {meant}?)")
+    return (f"a key that starts {prefix} exactly, case included, as labels are "
+            f"case-sensitive (did you mean {meant}?)")
+
+
+def _lookalike(head: str, prefix: str) -> bool:
+    """``head`` is ``prefix`` but for non-ASCII characters in its places (U+0430,
+    Cyrillic a; a fullwidth s): one that only looks like the prefix. Read by places, with no
+    table of confusables: every lookalike of an ASCII letter is non-ASCII."""
+    return (len(head) == len(prefix) and prefix.isascii() and not head.isascii()
+            and all(h == c or not h.isascii() for h, c in zip(head, prefix, strict=True)))
+
+
+def _invisible(text: str) -> str:
+    """Each character of ``text`` that prints as nothing (U+200B, a BOM), as
+    ``_non_ascii`` names them; "" for none."""
+    return ", ".join(f"U+{ord(c):04X} at {i + 1}" for i, c in enumerate(text)
+                     if not c.isprintable())
+
+
+def _non_ascii(text: str) -> str:
+    """Each non-ASCII character of ``text`` as its code point and place."""
+    return ", ".join(f"U+{ord(c):04X} at {i + 1}" for i, c in enumerate(text)
+                     if not c.isascii())
+
+
 def _misprefixed(key: str, prefix: str) -> str | None:
     """The request key ``key`` likely meant, where it is one under ``prefix`` spelt in
-    another case or with another separator (``SwarmGPU.gpus``, ``swarmgpu-gpus``): it was
+    another case or with another separator (``SwarmGPU.gpus``, ``swarmgpu-gpus``), in
+    lookalike characters (``_lookalike``), after a blank or with an invisible one: it was
     no request at all, the service placed by Swarm with no GPU and nothing said. Only a
     near match of a known key counts: another label that merely starts so
     (``SwarmGPU.team``) is not swarmgpu's to judge."""
     n = len(prefix)
-    if not n < len(key) <= n + 64 or key[: n - 1].lower() != prefix[: n - 1].lower():
+    if len(key) > n + 128:  # (bounded before the walk below: every label comes here)
+        return None
+    # docker keeps a blank (" swarmgpu.gpus") and a zero-width character as written
+    if (bare := "".join(c for c in key.strip(_BLANKS) if c.isprintable())) != key:
+        if bare.startswith(prefix) and bare[n:] in KEYS:
+            return bare
+        return _misprefixed(bare, prefix) if bare else None
+    if not n < len(key) <= n + 64:
+        return None
+    if _lookalike(key[:n], prefix):
+        name = key[n:].lower().replace("_", "-")
+        near = difflib.get_close_matches(name, KEYS, n=1)
+        return prefix + near[0] if near else None
+    if key[: n - 1].lower() != prefix[: n - 1].lower():
         return None
     if key[n - 1 : n].lower() != prefix[-1].lower() and not (
         prefix.endswith(".") and key[n - 1 : n] in _SEPARATORS
@@ -567,7 +630,7 @@ def _choice(mine: Mapping[str, str], name: str, enum: type[E], p: str) -> E:
     if value is None:
         return default
     try:
-        return enum(value.lower())
+        return enum(_folded(value))
     except ValueError:
         allowed = " | ".join(e.value for e in enum)
         raise RequestError(p + name, value, f"one of {allowed} (default {default.value})") from None
@@ -583,7 +646,7 @@ def _priority(mine: Mapping[str, str], p: str, classes: Mapping[str, int]) -> tu
         return 0, ""
     if _PRIO_RE.fullmatch(value):
         return int(value), ""
-    name = value.lower()
+    name = _folded(value)
     if name in classes:
         return classes[name], name
     known = ", ".join(f"{k} ({v})" for k, v in sorted(classes.items(), key=lambda kv: -kv[1]))
@@ -599,8 +662,8 @@ def _bool(mine: Mapping[str, str], name: str, p: str) -> bool | None:
     value = mine.get(name)
     if value is None:
         return None
-    if value.lower() in ("true", "false"):
-        return value.lower() == "true"
+    if _folded(value) in ("true", "false"):
+        return _folded(value) == "true"
     raise RequestError(
         p + name, value, "true or false (unset: by priority, see preemption.preemptible_below)"
     )
