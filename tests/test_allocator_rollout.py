@@ -165,6 +165,35 @@ def test_a_broken_node_is_priced_as_the_scorer_charges_it() -> None:
     assert all(untouched(n) for n in a.nodes.values())  # undone
 
 
+class CoveredScorer(CpuCostScorer):
+    """``CpuCostScorer`` with what the "covered" leaf reads of ``SwarmScorer``: its mix's
+    shapes (a two-GPU task, which every two-GPU class hosts, so ``values`` is empty),
+    node classes and free GPU-milli (4,000: two such tasks expected)."""
+
+    values: dict[object, object] = {}
+    shapes = {PAIR: 1.0}
+    hosts = {("T4", 2, 64_000): 4000}
+    free = {"T4": 4000}
+
+
+def test_the_covered_leaf_prices_a_node_every_class_of_its_gpus_would_serve() -> None:
+    # "priced" charges nothing for ``fresh`` (no exclusive group); "covered" charges
+    # P(Poisson(2) >= 1) of its 2,000 GPU-milli, the one untouched node left, and keeps it.
+    d = Demand(num_gpu=1)
+    for leaf, want in (("priced", "fresh"), ("covered", "used")):
+        ro = RollOut(k=2, m=0, leaf=leaf)
+        a = fresh_and_used(CoveredScorer((TypicalTask(PAIR, 1.0),), ro))
+        got = a.place(d)
+        assert isinstance(got, Choice) and got.node == want, leaf
+    cls = ("T4", 2, 64_000)
+    a = fresh_and_used(CoveredScorer((TypicalTask(PAIR, 1.0),), None))
+    ro = RollOut(leaf="covered")
+    assert ro.covered_values(a) == {cls: ((2, 0, pytest.approx(poisson_at_least(2.0, 1))),)}
+    a.add_node(node("more", 2), rank=2)  # two untouched: P(N >= 2)
+    assert ro.covered_values(a) == {cls: ((2, 0, pytest.approx(poisson_at_least(2.0, 2))),)}
+    assert RollOut(leaf="covered").covered_values(two_and_one(FlatScorer((), None))) == {}
+
+
 def test_the_sequenced_price_charges_each_node_at_the_untouched_nodes_left() -> None:
     # Two untouched two-GPU nodes, a group of two-GPU tasks expected 1.5 times: the
     # first broken costs P(N >= 2), the second P(N >= 1), each times 2,000 GPU-milli;

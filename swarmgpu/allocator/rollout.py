@@ -16,7 +16,10 @@ in the scorer's own units: B's growth of the node cost plus, for each untouched 
 roll-out broke, the GPU-milli the scorer's score charges for breaking one of its class
 (``untouched.loss`` at the scorer's ``values``); "sequenced" prices each at the untouched
 nodes left when it broke, as the scorer would, re-reading the cluster after each
-placement. Measured: docs/simulate.md, "A sampled roll-out among near-best nodes".
+placement. "covered" (stop 77) is "priced" with the values the scorer's formula gives
+when every shape of the mix that only an untouched node hosts counts, not only those
+confined to some classes (``untouched.whole_groups``). Measured: docs/simulate.md, "A
+sampled roll-out among near-best nodes".
 The draw is seeded per decision, and every candidate meets the same tasks, so runs are
 reproducible and candidates differ by the node alone.
 """
@@ -32,7 +35,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from swarmgpu.allocator.fragmentation import MILLI, FragCache, TaskShape, TypicalTask
-from swarmgpu.allocator.untouched import Groups, NodeClass, Values, loss, untouched_values
+from swarmgpu.allocator.untouched import (
+    Groups,
+    NodeClass,
+    Values,
+    loss,
+    untouched_values,
+    whole_groups,
+)
 from swarmgpu.allocator.values import Choice, Demand, NodeState, Unplaceable
 
 
@@ -57,7 +67,7 @@ class Allocator(Protocol):
     def release(self, choice: Choice) -> None: ...
 
 
-LEAVES = ("milli", "waste", "whole", "frag", "priced", "sequenced")
+LEAVES = ("milli", "waste", "whole", "frag", "priced", "sequenced", "covered")
 NO_CPU_DATA = 1 << 62  # CPU left of a node without CPU data: never short
 # a node cost: (GPU model, CPU left or None, free GPU-milli per GPU) -> GPU-milli
 Cost = Callable[[str, int | None, tuple[int, ...]], float]
@@ -89,13 +99,17 @@ class RollOut:
     # "whole" (the fewest untouched nodes broken, then as "waste") or "frag" (the least
     # growth of FGD's fragmentation over the scorer's mix) or "priced" (as "waste", plus
     # the scorer's price of each untouched node broken) or "sequenced" (as "priced", each
-    # at the untouched nodes left when it broke)
+    # at the untouched nodes left when it broke) or "covered" (as "priced", at the values
+    # of ``whole_groups``: every shape that only an untouched node hosts)
     leaf: str = "milli"
     seed: int = 0
     stats: dict[str, float] = field(default_factory=dict)
     _demands: dict[tuple[TypicalTask, ...], tuple[list[Demand], list[float]]] = field(
         default_factory=dict)
     _frag: dict[tuple[TypicalTask, ...], FragCache] = field(default_factory=dict)
+    # "covered": the groups, and what they were computed from (the scorer's shapes, its
+    # free GPU-milli when pressure was last read, its node classes)
+    _covered: tuple[object, int, object, Groups] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.k <= 3 or self.m < 0 or self.margin < 0:
@@ -139,7 +153,7 @@ class RollOut:
 
     def cost(self, scorer: object, workload: Sequence[TypicalTask]) -> Cost | None:
         """The leaf's node cost (None: the leaf weighs none)."""
-        if self.leaf in ("waste", "whole", "priced", "sequenced"):
+        if self.leaf in ("waste", "whole", "priced", "sequenced", "covered"):
             got: Cost | None = getattr(scorer, "node_cost", None)
             return got
         if self.leaf != "frag" or not workload:
@@ -160,10 +174,27 @@ class RollOut:
         from the scorer as the decision finds it."""
         if self.leaf == "priced":
             return broken_price(getattr(alloc.scorer, "values", {}))
+        if self.leaf == "covered":
+            return broken_price(self.covered_values(alloc))
         if self.leaf == "sequenced":
             groups: Groups = getattr(alloc.scorer, "groups", {})
             return sequenced_price(groups, alloc.untouched)
         return None
+
+    def covered_values(self, alloc: Allocator) -> Values:
+        """The scorer's untouched values over ``whole_groups`` at its shapes, node classes
+        and free GPU-milli (as it last resolved them: the groups change with it) and the
+        untouched nodes as the decision finds them; empty without node classes."""
+        scorer = alloc.scorer
+        shapes = getattr(scorer, "shapes", None)
+        hosts = getattr(scorer, "hosts", None)
+        if not shapes or not hosts:
+            return {}
+        free = sum(getattr(scorer, "free", {}).values())
+        got = self._covered
+        if got is None or got[0] is not shapes or got[1] != free or got[2] != hosts:
+            got = self._covered = (shapes, free, dict(hosts), whole_groups(shapes, hosts, free))
+        return untouched_values(got[3], alloc.untouched) if got[3] else {}
 
     def choose(self, alloc: Allocator, d: Demand, cands: list[NodeState]) -> NodeState:
         """The candidate whose roll-out places the most; the state is left as it was."""
