@@ -13,7 +13,9 @@ scorer's mix; ``--rollout-leaf waste`` tells roll-outs that place as much apart 
 scorer's node cost (``milli``: they keep the base choice; ``whole``: first by the
 untouched nodes they broke; ``frag``: by FGD's fragmentation instead; ``priced``: the
 waste plus the scorer's price of each untouched node broken; ``sequenced``: each at the
-untouched nodes left when it broke). ``--stats DIR``:
+untouched nodes left when it broke; ``covered``: as priced, at the values of every shape
+that only an untouched node hosts; ``cpuheld``: as priced, plus the CPU step of the
+one-GPU tasks above a node's CPU share). ``--stats DIR``:
 each replay process writes what the roll-out did (tie zones, changed choices, seconds)
 to DIR/rollout.<pid>.json as it goes. Everything after ``--`` is ``swarmgpu``'s command
 line; the replays' worker processes are forked, so they inherit the switch.
@@ -68,7 +70,10 @@ def main(argv: list[str]) -> int:
                          "fewest untouched nodes broken, then waste) or frag (the least "
                          "growth of FGD's fragmentation) or priced (waste plus the "
                          "scorer's price of each untouched node broken) or sequenced "
-                         "(as priced, each at the untouched nodes left when it broke)")
+                         "(as priced, each at the untouched nodes left when it broke) or "
+                         "covered (as priced, over every shape only an untouched node "
+                         "hosts) or cpuheld (as priced, plus the CPU step of the "
+                         "one-GPU tasks above a node's CPU share)")
     ap.add_argument("--rollout-seed", type=int, default=0, help="the draws' base seed")
     ap.add_argument("--stats", type=Path, default=None,
                     help="folder for each replay process's roll-out counts")

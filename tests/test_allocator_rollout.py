@@ -8,10 +8,11 @@ import random
 import pytest
 
 from swarmgpu.allocator.core import Allocator
-from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask
+from swarmgpu.allocator.fragmentation import CpuUnfit, TaskShape, TypicalTask
 from swarmgpu.allocator.rollout import (
     RollOut,
     broken_price,
+    held_cpu,
     roll,
     sequenced_price,
     shape_demand,
@@ -163,6 +164,74 @@ def test_a_broken_node_is_priced_as_the_scorer_charges_it() -> None:
     assert roll(a, first, tasks, price=price) == (300, 0, 0, -1500.0)
     assert roll(a, first, tasks, whole=True, price=price) == (300, 0, -2, -1500.0)
     assert all(untouched(n) for n in a.nodes.values())  # undone
+
+
+class CoveredScorer(CpuCostScorer):
+    """``CpuCostScorer`` with what the "covered" leaf reads of ``SwarmScorer``: its mix's
+    shapes (a two-GPU task, which every two-GPU class hosts, so ``values`` is empty),
+    node classes and free GPU-milli (4,000: two such tasks expected)."""
+
+    values: dict[object, object] = {}
+    shapes = {PAIR: 1.0}
+    hosts = {("T4", 2, 64_000): 4000}
+    free = {"T4": 4000}
+
+
+def test_the_covered_leaf_prices_a_node_every_class_of_its_gpus_would_serve() -> None:
+    # "priced" charges nothing for ``fresh`` (no exclusive group); "covered" charges
+    # P(Poisson(2) >= 1) of its 2,000 GPU-milli, the one untouched node left, and keeps it.
+    d = Demand(num_gpu=1)
+    for leaf, want in (("priced", "fresh"), ("covered", "used")):
+        ro = RollOut(k=2, m=0, leaf=leaf)
+        a = fresh_and_used(CoveredScorer((TypicalTask(PAIR, 1.0),), ro))
+        got = a.place(d)
+        assert isinstance(got, Choice) and got.node == want, leaf
+    cls = ("T4", 2, 64_000)
+    a = fresh_and_used(CoveredScorer((TypicalTask(PAIR, 1.0),), None))
+    ro = RollOut(leaf="covered")
+    assert ro.covered_values(a) == {cls: ((2, 0, pytest.approx(poisson_at_least(2.0, 1))),)}
+    a.add_node(node("more", 2), rank=2)  # two untouched: P(N >= 2)
+    assert ro.covered_values(a) == {cls: ((2, 0, pytest.approx(poisson_at_least(2.0, 2))),)}
+    assert RollOut(leaf="covered").covered_values(two_and_one(FlatScorer((), None))) == {}
+
+
+class HeldScorer(FlatScorer):
+    """No node cost; the scorer's ``CpuUnfit`` over its mix, the CPU sufficing."""
+
+    values: dict[object, object] = {}
+    cpu_short = False
+
+    def __init__(self, workload: tuple[TypicalTask, ...], rollout: RollOut | None) -> None:
+        super().__init__(workload, rollout)
+        self.cpu_unfit = CpuUnfit(workload)
+
+    def node_cost(self, product: str, cpu_left: int | None, free: tuple[int, ...]) -> float:
+        return 0.0
+
+
+def test_the_cpuheld_leaf_keeps_the_cpu_a_heavy_one_gpu_task_needs() -> None:
+    # The mix's one-GPU task asks 40 cores, above ``lean``'s share (48 over 2 GPUs):
+    # 16 cores there leave 32 beside its last GPU, lost to it (1,000 GPU-milli);
+    # ``rich`` keeps 80. "priced" sees no difference and keeps rank.
+    mix = (TypicalTask(TaskShape(40_000, 1000, 1), 1.0),)
+    d = Demand(num_gpu=1, cpu_milli=16_000)
+    for leaf, want in (("priced", "lean"), ("cpuheld", "rich")):
+        a = Allocator(HeldScorer(mix, RollOut(k=2, m=0, leaf=leaf)))
+        a.add_node(node("lean", 2, cpu=48_000), rank=0)
+        a.add_node(node("rich", 2, cpu=96_000), rank=1)
+        got = a.place(d)
+        assert isinstance(got, Choice) and got.node == want, leaf
+    held = held_cpu(CpuUnfit(mix))
+    a = Allocator(FlatScorer((), None))
+    a.add_node(node("small", 2, cpu=100_000), rank=0)  # share 50 cores: 40 is not above
+    share = a.place_on("small", Demand(gpu_milli=500, cpu_milli=70_000))
+    assert isinstance(share, Choice)
+    a.commit(share)
+    assert held(a.nodes["small"]) == 0.0  # 30 cores left, but the task is below the share
+    short = HeldScorer(mix, None)
+    short.cpu_short = True  # the scorer's node cost counts the step itself
+    assert RollOut(leaf="cpuheld").held(short) is None
+    assert RollOut(leaf="priced").held(HeldScorer(mix, None)) is None
 
 
 def test_the_sequenced_price_charges_each_node_at_the_untouched_nodes_left() -> None:

@@ -15,6 +15,7 @@ from swarmgpu.allocator.untouched import (
     loss,
     poisson_at_least,
     untouched_values,
+    whole_groups,
 )
 from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec
 
@@ -57,6 +58,21 @@ def test_only_shapes_confined_to_untouched_nodes_of_some_classes_count() -> None
     # a node class that reports no CPU may host any CPU: it joins the group
     nocpu = ("G2", 8, None)
     assert list(exclusive_groups(shapes, {**classes, nocpu: 8000}, 8000)) == [(nocpu, G3)]
+
+
+def test_whole_groups_also_keep_the_shapes_every_class_of_their_gpus_hosts() -> None:
+    # The roll-out's "covered" leaf: the 8-GPU task of 64 cores fits G2 and G3 alike,
+    # which ``exclusive_groups`` leaves out; a shape a used node could host stays out.
+    classes = {G3: 39 * 8000, G2: 549 * 8000, ("T4", 2, 104_000): 387 * 2000}
+    any8 = TaskShape(64_000, 1000, 8)
+    shapes = {BIG: 0.01, any8: 0.02, TaskShape(120_000, 1000, 4): 0.01, HEAVY: 0.96}
+    per_task = 0.01 * 8000 + 0.02 * 8000 + 0.01 * 4000 + 0.96 * 1000
+    groups = whole_groups(shapes, classes, 1000 * 1000)
+    assert sorted(groups) == [(G2, G3), (G3,)]
+    assert groups[(G2, G3)] == Confined(pytest.approx(0.02 * 1000 * 1000 / per_task),
+                                        8, 64_000)
+    assert groups[(G3,)] == exclusive_groups(shapes, classes, 1000 * 1000)[(G3,)]
+    assert whole_groups(shapes, classes, 0) == {}
 
 
 def test_the_value_grows_as_the_last_untouched_nodes_go() -> None:

@@ -16,7 +16,14 @@ in the scorer's own units: B's growth of the node cost plus, for each untouched 
 roll-out broke, the GPU-milli the scorer's score charges for breaking one of its class
 (``untouched.loss`` at the scorer's ``values``); "sequenced" prices each at the untouched
 nodes left when it broke, as the scorer would, re-reading the cluster after each
-placement. Measured: docs/simulate.md, "A sampled roll-out among near-best nodes".
+placement. "covered" (stop 77) is "priced" with the values the scorer's formula gives
+when every shape of the mix that only an untouched node hosts counts, not only those
+confined to some classes (``untouched.whole_groups``); "cpuheld" is "priced" plus, per
+touched node, the growth of the scorer's CPU step (``CpuUnfit``: the free GPU-milli times
+the share of the mix's GPU tasks that ask one GPU and more CPU than is left) counted only
+for the one-GPU tasks above the node's CPU share (its CPU over its GPUs), where the
+scorer itself counts none (the CPU suffices cluster-wide). Measured: docs/simulate.md,
+"A sampled roll-out among near-best nodes".
 The draw is seeded per decision, and every candidate meets the same tasks, so runs are
 reproducible and candidates differ by the node alone.
 """
@@ -31,8 +38,21 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from swarmgpu.allocator.fragmentation import MILLI, FragCache, TaskShape, TypicalTask
-from swarmgpu.allocator.untouched import Groups, NodeClass, Values, loss, untouched_values
+from swarmgpu.allocator.fragmentation import (
+    MILLI,
+    CpuUnfit,
+    FragCache,
+    TaskShape,
+    TypicalTask,
+)
+from swarmgpu.allocator.untouched import (
+    Groups,
+    NodeClass,
+    Values,
+    loss,
+    untouched_values,
+    whole_groups,
+)
 from swarmgpu.allocator.values import Choice, Demand, NodeState, Unplaceable
 
 
@@ -57,13 +77,15 @@ class Allocator(Protocol):
     def release(self, choice: Choice) -> None: ...
 
 
-LEAVES = ("milli", "waste", "whole", "frag", "priced", "sequenced")
+LEAVES = ("milli", "waste", "whole", "frag", "priced", "sequenced", "covered", "cpuheld")
 NO_CPU_DATA = 1 << 62  # CPU left of a node without CPU data: never short
 # a node cost: (GPU model, CPU left or None, free GPU-milli per GPU) -> GPU-milli
 Cost = Callable[[str, int | None, tuple[int, ...]], float]
 # the price of the untouched nodes broken, in the order they broke, in their states
 # now -> GPU-milli
 Price = Callable[[Sequence[NodeState]], float]
+# the CPU a node holds beside its free GPUs, in its state now -> GPU-milli
+Held = Callable[[NodeState], float]
 
 
 def shape_demand(shape: TaskShape) -> Demand:
@@ -89,13 +111,18 @@ class RollOut:
     # "whole" (the fewest untouched nodes broken, then as "waste") or "frag" (the least
     # growth of FGD's fragmentation over the scorer's mix) or "priced" (as "waste", plus
     # the scorer's price of each untouched node broken) or "sequenced" (as "priced", each
-    # at the untouched nodes left when it broke)
+    # at the untouched nodes left when it broke) or "covered" (as "priced", at the values
+    # of ``whole_groups``: every shape that only an untouched node hosts) or "cpuheld" (as
+    # "priced", plus the CPU step of the one-GPU tasks above a node's share, ``held_cpu``)
     leaf: str = "milli"
     seed: int = 0
     stats: dict[str, float] = field(default_factory=dict)
     _demands: dict[tuple[TypicalTask, ...], tuple[list[Demand], list[float]]] = field(
         default_factory=dict)
     _frag: dict[tuple[TypicalTask, ...], FragCache] = field(default_factory=dict)
+    # "covered": the groups, and what they were computed from (the scorer's shapes, its
+    # free GPU-milli when pressure was last read, its node classes)
+    _covered: tuple[object, int, object, Groups] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.k <= 3 or self.m < 0 or self.margin < 0:
@@ -139,7 +166,7 @@ class RollOut:
 
     def cost(self, scorer: object, workload: Sequence[TypicalTask]) -> Cost | None:
         """The leaf's node cost (None: the leaf weighs none)."""
-        if self.leaf in ("waste", "whole", "priced", "sequenced"):
+        if self.leaf in ("waste", "whole", "priced", "sequenced", "covered", "cpuheld"):
             got: Cost | None = getattr(scorer, "node_cost", None)
             return got
         if self.leaf != "frag" or not workload:
@@ -158,12 +185,37 @@ class RollOut:
     def price(self, alloc: Allocator) -> Price | None:
         """The leaf's price of untouched nodes broken (None: the leaf weighs none), read
         from the scorer as the decision finds it."""
-        if self.leaf == "priced":
+        if self.leaf in ("priced", "cpuheld"):
             return broken_price(getattr(alloc.scorer, "values", {}))
+        if self.leaf == "covered":
+            return broken_price(self.covered_values(alloc))
         if self.leaf == "sequenced":
             groups: Groups = getattr(alloc.scorer, "groups", {})
             return sequenced_price(groups, alloc.untouched)
         return None
+
+    def held(self, scorer: object) -> Held | None:
+        """The leaf's CPU held beside free GPUs (None: the leaf weighs none, or the
+        scorer's node cost already counts the step for every one-GPU task)."""
+        unfit: CpuUnfit | None = getattr(scorer, "cpu_unfit", None)
+        if self.leaf != "cpuheld" or unfit is None or getattr(scorer, "cpu_short", False):
+            return None
+        return held_cpu(unfit)
+
+    def covered_values(self, alloc: Allocator) -> Values:
+        """The scorer's untouched values over ``whole_groups`` at its shapes, node classes
+        and free GPU-milli (as it last resolved them: the groups change with it) and the
+        untouched nodes as the decision finds them; empty without node classes."""
+        scorer = alloc.scorer
+        shapes = getattr(scorer, "shapes", None)
+        hosts = getattr(scorer, "hosts", None)
+        if not shapes or not hosts:
+            return {}
+        free = sum(getattr(scorer, "free", {}).values())
+        got = self._covered
+        if got is None or got[0] is not shapes or got[1] != free or got[2] != hosts:
+            got = self._covered = (shapes, free, dict(hosts), whole_groups(shapes, hosts, free))
+        return untouched_values(got[3], alloc.untouched) if got[3] else {}
 
     def choose(self, alloc: Allocator, d: Demand, cands: list[NodeState]) -> NodeState:
         """The candidate whose roll-out places the most; the state is left as it was."""
@@ -174,6 +226,7 @@ class RollOut:
             self.seed * 1_000_003 + alloc.decisions))
         cost = self.cost(alloc.scorer, workload)
         price = self.price(alloc)
+        held = self.held(alloc.scorer)
         best, best_key = cands[0], (-1, 0, 0, 0.0)
         keys: set[tuple[int, int, int, float]] = set()
         with alloc.observed_once():  # the scorer reads the cluster as it was, throughout
@@ -182,7 +235,7 @@ class RollOut:
                 if not isinstance(got, Choice):
                     continue
                 key = roll(alloc, got, tasks, cost, whole=self.leaf == "whole",
-                           price=price)
+                           price=price, held=held)
                 keys.add(key)
                 if key > best_key:
                     best, best_key = node, key
@@ -241,13 +294,27 @@ def sequenced_price(groups: Groups, untouched: Mapping[NodeClass, int]) -> Price
     return price
 
 
+def held_cpu(unfit: CpuUnfit) -> Held:
+    """A node's free GPU-milli times the share of the mix's GPU tasks that ask one GPU,
+    more CPU than the node's share (its CPU over its GPUs) and more than it has left:
+    the scorer's ``CpuUnfit`` step from the node's share up (0 without CPU data)."""
+
+    def held(n: NodeState) -> float:
+        if n.cpu_left is None or not n.free or not n.spec.cpu_milli:
+            return 0.0
+        share = n.spec.cpu_milli // len(n.free)
+        return unfit(n.product, max(n.cpu_left, share)) * sum(n.free)
+    return held
+
+
 def roll(alloc: Allocator, first: Choice, tasks: Sequence[Demand],
          cost: Cost | None = None, *, whole: bool = False, price: Price | None = None,
-         ) -> tuple[int, int, int, float]:
+         held: Held | None = None) -> tuple[int, int, int, float]:
     """Commit ``first``, place ``tasks`` greedily, undo it all; (GPU-milli the tasks
     got, minus the tasks that found no node, minus the untouched nodes they broke where
     ``whole``: 0 without, minus the growth of ``cost`` over the nodes they touched plus
-    ``price`` of each untouched node they broke, rounded as the scorer's integer scores
+    ``price`` of each untouched node they broke and the growth of ``held`` over the
+    nodes they touched where ``cost`` is given, rounded as the scorer's integer scores
     are not: 0 without either)."""
     nodes = alloc.nodes
     before: dict[str, float] = {}
@@ -256,7 +323,8 @@ def roll(alloc: Allocator, first: Choice, tasks: Sequence[Demand],
     def touch(name: str) -> None:
         if cost is not None and name not in before:
             n = nodes[name]
-            before[name] = cost(n.product, n.cpu_left, tuple(n.free))
+            before[name] = cost(n.product, n.cpu_left, tuple(n.free)) + (
+                held(n) if held is not None else 0.0)
         if (whole or price is not None) and untouched(nodes[name]):
             was_whole[name] = None
 
@@ -279,6 +347,8 @@ def roll(alloc: Allocator, first: Choice, tasks: Sequence[Demand],
             for name, was in before.items():
                 n = nodes[name]
                 grown += cost(n.product, n.cpu_left, tuple(n.free)) - was
+                if held is not None:
+                    grown += held(n)
         gone = [nodes[name] for name in was_whole if not untouched(nodes[name])]
         if price is not None:
             grown += price(gone)

@@ -74,6 +74,19 @@ def exclusive_groups(shapes: Mapping[TaskShape, float], classes: Mapping[NodeCla
     used node could still host is left out (using a node then loses it nothing); so is
     one that fits every class with its GPUs (ordinary multi-GPU tasks: what packing the
     used nodes first keeps whole already, and a claim there cost the default workload)."""
+    return _groups(shapes, classes, free_total, exclusive=True)
+
+
+def whole_groups(shapes: Mapping[TaskShape, float], classes: Mapping[NodeClass, int],
+                 free_total: int) -> Groups:
+    """As ``exclusive_groups``, with the shapes every class of their GPUs hosts kept in:
+    every shape of whole GPUs that only an untouched node can host. Not what the
+    scorer's score reads (the roll-out's "covered" leaf prices broken nodes by it)."""
+    return _groups(shapes, classes, free_total, exclusive=False)
+
+
+def _groups(shapes: Mapping[TaskShape, float], classes: Mapping[NodeClass, int],
+            free_total: int, *, exclusive: bool) -> Groups:
     gpu = [(s, w) for s, w in shapes.items() if s.num_gpu > 0 and s.gpu_milli > 0 and w > 0]
     per_task = sum(w * s.num_gpu * s.gpu_milli for s, w in gpu)
     if per_task <= 0 or free_total <= 0:
@@ -86,7 +99,7 @@ def exclusive_groups(shapes: Mapping[TaskShape, float], classes: Mapping[NodeCla
             continue
         sized = [k for k in classes if k[1] >= s.num_gpu and product_matches(k[0], s.products)]
         hosts = [k for k in sized if k[2] is None or k[2] >= s.cpu_milli]
-        if not hosts or len(hosts) == len(sized):
+        if not hosts or (exclusive and len(hosts) == len(sized)):
             continue
         whole = [k for k in hosts if k[1] - 1 < s.num_gpu
                  or (k[2] is not None and k[2] - least_cpu < s.cpu_milli)]
