@@ -11,6 +11,8 @@ Harness and stand-ins (also run as scripts or by benchmarks/ and scripts/demo.py
   proxy, slow-connection floods, a probe run inside a namespace.
 - engine_stub: a recording stand-in for the engine's socket, for the docker-proxy's
   tests and benchmarks/bench_proxy_memory.py.
+- proxy_write: a write through the docker-proxy to engine_stub, its answer and what
+  the engine saw.
 - loop_engine: an engine on loopback (HTTP, keep-alive, long answers chunked) for
   docker-py's own client: test_engine_answer_bound, benchmarks/bench_answer_bound.py.
 - docker_clis: every docker CLI on the machine, and the service spec each deploys from
