@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from support.counted import calls
 from support.forged import FACTS, RecordingSwarm, sw_node, sw_svc
 
 from swarmgpu.cli import main
@@ -18,28 +19,6 @@ from swarmgpu.manager.nodes import sync
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.placement import Planner
 from swarmgpu.swarm import client
-
-
-def test_audit_plans_the_snapshot_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    plans: list[Any] = []
-    real = Planner.plan
-
-    def counted(self: Planner, *a: Any, **k: Any) -> Any:
-        plans.append(self)
-        return real(self, *a, **k)
-
-    node = sw_node("n-4090", "node-4090")
-    svc = sw_svc("llm", {"swarmgpu.gpus": "1"})
-    monkeypatch.setattr(Planner, "plan", counted)
-    monkeypatch.setattr(client, "SwarmClient",
-                        lambda *_a, **_k: RecordingSwarm([node], [svc], []))
-    monkeypatch.setattr(sync, "fetch_agents", lambda *_a, **_k: {"n-4090": FactsResult(
-        "n-4090", "node-4090", "", FACTS["n-4090"], None, 1.0)})
-    (tmp_path / "config.yml").write_text(f"state_dir: {tmp_path}\n")
-    res = CliRunner().invoke(main, ["audit", "--json", "--config",
-                                    str(tmp_path / "config.yml")], catch_exceptions=False)
-    assert res.exit_code in (0, 1), res.output
-    assert len(plans) == 1, f"audit planned {len(plans)} times"
 
 
 def _audit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swarm: RecordingSwarm) -> Any:
@@ -51,6 +30,14 @@ def _audit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swarm: RecordingSwar
                                     str(tmp_path / "config.yml")], catch_exceptions=False)
     assert res.exit_code in (0, 1), res.output
     return json.loads(res.output)
+
+
+def test_audit_plans_the_snapshot_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plans = calls(monkeypatch, Planner, "plan")
+    swarm = RecordingSwarm([sw_node("n-4090", "node-4090")],
+                           [sw_svc("llm", {"swarmgpu.gpus": "1"})], [])
+    _audit(tmp_path, monkeypatch, swarm)
+    assert len(plans) == 1, f"audit planned {len(plans)} times"
 
 
 def test_audit_planning_with_the_swarm_writes_nothing_and_finds_as_before(

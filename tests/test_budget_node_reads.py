@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from loguru import logger
 from support.forged import RecordingSwarm, sw_node
+from support.loglines import log_lines
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.manager import daemon as daemon_module
@@ -94,10 +94,7 @@ def test_outside_a_budget_each_read_has_its_own_deadline(agents: SlowAgents) -> 
 
 @pytest.fixture
 def lines() -> Iterator[list[str]]:
-    out: list[str] = []
-    sink = logger.add(lambda m: out.append(str(m)), level="DEBUG")
-    yield out
-    logger.remove(sink)
+    yield from log_lines("DEBUG")
 
 
 def test_a_cycle_whose_agent_reads_the_budget_cut_blames_no_agent(

@@ -8,68 +8,11 @@ what the stream did not tell."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-from typing import Any
-
 import pytest
+from support.swarm_cache import Clock, Source, event, same
 
 from swarmgpu.swarm.cache import SwarmCache
-from swarmgpu.swarm.client import BudgetCut, SwarmNode, SwarmService
-from swarmgpu.swarm.unkeyed import Unkeyed
-
-
-class Source:
-    """The engine's store, its lists counted; ``during_list`` runs in a list."""
-
-    def __init__(self) -> None:
-        self.n = {f"n{i}": SwarmNode(f"n{i}", f"host{i}", "10.0.0.1", "worker", "ready",
-                                     "active", {}, {}, 1, {}, {}) for i in range(3)}
-        self.s = {f"s{i}": SwarmService(f"s{i}", f"svc{i}", {}, (), (), "replicated", 1,
-                                        None, 1) for i in range(4)}
-        self.lists = 0
-        self.during_list: Callable[[], None] | None = None
-
-    def nodes(self) -> list[SwarmNode]:
-        self.lists += 1
-        if self.during_list is not None:
-            self.during_list()
-        return list(self.n.values())
-
-    def services(self) -> list[SwarmService]:
-        return list(self.s.values())
-
-    def unkeyed(self) -> Unkeyed:
-        return Unkeyed()
-
-    def node(self, node_id: str) -> SwarmNode:
-        return self.n[node_id]
-
-    def service(self, service_id: str) -> SwarmService:
-        return self.s[service_id]
-
-    def bump(self, obj: str) -> None:
-        store: dict[str, Any] = self.n if obj.startswith("n") else self.s
-        store[obj] = dataclasses.replace(store[obj], version=store[obj].version + 1)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def event(kind: str, obj: str) -> dict[str, Any]:
-    return {"Type": kind, "Action": "update", "Actor": {"ID": obj, "Attributes": {}}}
-
-
-def same(cache: SwarmCache, src: Source) -> bool:
-    nodes, services = cache.read()
-    return ({n.id: n.version for n in nodes} == {n.id: n.version for n in src.n.values()}
-            and {s.id: s.version for s in services}
-            == {s.id: s.version for s in src.s.values()})
+from swarmgpu.swarm.client import BudgetCut
 
 
 def _cut() -> None:

@@ -15,16 +15,15 @@ import dataclasses
 import hashlib
 import random
 from collections.abc import Mapping
-from typing import Any
 
 import pytest
+from support.counted import calls
 from support.gpu_nodes import RTX4090
 from support.rebalance import CFG, P, node, page, running, service
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.rebalanceconfig import DEFAULT_POLICIES
 from swarmgpu.manager.placement import read_ledger
-from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.rebalance.context import Context, Inputs
 from swarmgpu.manager.rebalance.moves import Proposal
 from swarmgpu.manager.rebalance.planner import plan_moves
@@ -152,14 +151,7 @@ def test_consolidation_builds_one_allocator_per_pass_not_one_per_move_weighed(
     """Each move weighed counts the statement's moves on the pass's one allocator and
     takes them back (before: a new allocator over every holding each time, 40 of 42 s
     of a 200-node plan)."""
-    built: list[int] = []
-    real = Context.allocator
-
-    def counted(self: Context, *a: Any, **k: Any) -> ClusterAllocator:
-        built.append(1)
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(Context, "allocator", counted)
+    built = calls(monkeypatch, Context, "allocator")
     p = proposal(drawn(1, 10), "consolidation", 5.0)
     assert (len(p.moves), digest(p)) == EXPECTED_DRAWN[1]
     assert len(built) == 1

@@ -41,6 +41,14 @@ def _spec(root: Path, rel: str, names: list[str], kind: str = "nvidia.com/gpu") 
     path.write_text(f"cdiVersion: 0.5.0\nkind: {kind}\ndevices:\n{devices}")
 
 
+def _raw_spec(root: Path, *devices: str, head: str = "kind: nvidia.com/gpu\ndevices:") -> None:
+    """The spec etc/cdi/nvidia.yaml, its ``head`` and each of ``devices`` written as given:
+    YAML that ``_spec``, quoting each name, cannot write."""
+    path = root / "etc/cdi/nvidia.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"cdiVersion: 0.5.0\n{head}\n" + "".join(f"  - {d}\n" for d in devices))
+
+
 def _check(root: Path, info: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
     if info is not None:
         fixture = root / ".swarmgpu-fixture/docker-info.json"
@@ -285,18 +293,18 @@ def test_spec_files_past_the_bound_of_a_dir_are_said_with_the_fix(
     assert "out of /etc/cdi" in c["fix"], c
 
 
-@pytest.mark.parametrize(("name", "said"), [("0", "0"), ("true", "true"), ("07", "7")])
-def test_an_unquoted_numeric_device_name_is_read_as_cdi_reads_it(
+@pytest.mark.parametrize(("name", "said"), [
+    ("0", "0"), ("true", "true"), ("07", "7"),
+    ("yes", "true"), ("Y", "true"), ("off", "false"), ("NO", "false")])
+def test_an_unquoted_scalar_device_name_is_read_as_cdi_reads_it(
         tmp_path: Path, name: str, said: str) -> None:
     # CDI's sigs.k8s.io/yaml turns a number or boolean bound for a string field into its
-    # text (`name: 0` is device "0"): the doctor dropped it, and missed the spec naming
-    # the device twice, which CDI refuses whole
+    # text (`name: 0` is device "0"), and reads with go-yaml v2, to which a plain `yes`,
+    # `on`, `y` is a boolean, its name then "true": the doctor dropped the number, read
+    # the word (go-yaml v3's reading), and missed the spec naming the device twice,
+    # which CDI refuses whole
     root = _root(tmp_path)
-    path = root / "etc/cdi/nvidia.yaml"
-    path.parent.mkdir(parents=True)
-    path.write_text(f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
-                    f"  - name: {name}\n  - name: \"{said}\"\n  - name: {UA}\n"
-                    f"  - name: {UB}\n")
+    _raw_spec(root, f"name: {name}", f"name: \"{said}\"", f"name: {UA}", f"name: {UB}")
     c, _ = _check(root)
     assert c["status"] == str(Status.FAIL), c
     assert f"names device '{said}' twice" in c["found"], c
@@ -307,31 +315,10 @@ def test_a_device_of_no_name_cdi_refuses_is_named(tmp_path: Path, device: str) -
     # a device without a name, or one not text, makes CDI refuse the whole spec ("empty
     # device name", "cannot unmarshal"): the doctor dropped the device and passed
     root = _root(tmp_path)
-    path = root / "etc/cdi/nvidia.yaml"
-    path.parent.mkdir(parents=True)
-    path.write_text(f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
-                    f"  - {device}\n  - name: {UA}\n  - name: {UB}\n")
+    _raw_spec(root, device, f"name: {UA}", f"name: {UB}")
     c, _ = _check(root)
     assert c["status"] == str(Status.FAIL), c
     assert "/etc/cdi/nvidia.yaml" in c["found"] and "CDI refuses" in c["found"], c
-
-
-@pytest.mark.parametrize(("name", "said"), [("yes", "true"), ("Y", "true"), ("off", "false"),
-                                            ("NO", "false")])
-def test_a_yaml_1_1_boolean_device_name_is_read_as_cdi_reads_it(
-        tmp_path: Path, name: str, said: str) -> None:
-    # CDI reads its specs with go-yaml v2 (sigs.k8s.io/yaml), to which a plain `yes`,
-    # `on`, `y` is a boolean, its name then "true": the doctor read the word (go-yaml
-    # v3's reading) and missed the spec naming "true" twice, which CDI refuses whole
-    root = _root(tmp_path)
-    path = root / "etc/cdi/nvidia.yaml"
-    path.parent.mkdir(parents=True)
-    path.write_text(f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
-                    f"  - name: {name}\n  - name: \"{said}\"\n  - name: {UA}\n"
-                    f"  - name: {UB}\n")
-    c, _ = _check(root)
-    assert c["status"] == str(Status.FAIL), c
-    assert f"names device '{said}' twice" in c["found"], c
 
 
 @pytest.mark.parametrize("name", ["'yes'", "0o-17"])
@@ -340,11 +327,8 @@ def test_a_device_name_go_yaml_v2_reads_as_text_is_that_text(tmp_path: Path,
     # quoted, `yes` is text to every reader; `0o-17` is text to go-yaml v2 (v3 reads the
     # number -15): beside "true" and "-15", no name is given twice
     root = _root(tmp_path)
-    path = root / "etc/cdi/nvidia.yaml"
-    path.parent.mkdir(parents=True)
-    path.write_text(f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
-                    f"  - name: {name}\n  - name: \"true\"\n  - name: \"-15\"\n"
-                    f"  - name: {UA}\n  - name: {UB}\n")
+    _raw_spec(root, f"name: {name}", "name: \"true\"", "name: \"-15\"", f"name: {UA}",
+              f"name: {UB}")
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c
 
@@ -356,10 +340,7 @@ def test_a_spec_whose_keys_are_capitalised_is_read_as_cdi_reads_it(
     # CDI decodes its YAML as JSON into its struct (sigs.k8s.io/yaml), whose keys match
     # whatever their case: the runtime resolves these GPUs, the doctor read no kind
     root = _root(tmp_path)
-    path = root / "etc/cdi/nvidia.yaml"
-    path.parent.mkdir(parents=True)
-    path.write_text(f"cdiVersion: 0.5.0\n{kind}: nvidia.com/gpu\n{devices}:\n"
-                    f"  - {name}: {UA}\n  - {name}: {UB}\n")
+    _raw_spec(root, f"{name}: {UA}", f"{name}: {UB}", head=f"{kind}: nvidia.com/gpu\n{devices}:")
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c
 
@@ -368,9 +349,6 @@ def test_of_two_spellings_of_a_key_the_one_cdi_keeps_is_read(tmp_path: Path) -> 
     # sigs.k8s.io/yaml writes the keys sorted (capitals first), and the last that
     # matches a field is kept: `name`, not `Name`
     root = _root(tmp_path)
-    path = root / "etc/cdi/nvidia.yaml"
-    path.parent.mkdir(parents=True)
-    path.write_text(f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
-                    f"  - {{name: {UA}, Name: x}}\n  - {{Name: y, name: {UB}}}\n")
+    _raw_spec(root, f"{{name: {UA}, Name: x}}", f"{{Name: y, name: {UB}}}")
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c

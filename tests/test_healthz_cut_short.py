@@ -67,8 +67,8 @@ def completes_again(d: Daemon, step: Failing) -> None:
 
 
 @pytest.mark.parametrize("where", ["engine error", "stopped between steps",
-                                   "unexpected exception"])
-def test_healthz_says_a_cycle_cut_short_in_its_steps_until_one_completes(
+                                   "unexpected exception", "stopped in the snapshot's reads"])
+def test_healthz_says_a_cycle_cut_short_until_one_completes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
     d, step = leader(tmp_path, monkeypatch)
     d.cycle()
@@ -81,25 +81,18 @@ def test_healthz_says_a_cycle_cut_short_in_its_steps_until_one_completes(
         step.fail = Stopped(d.stop_event)
         d.cycle()
         said_cut_short(d, "stopping")
-    else:
+    elif where == "unexpected exception":
         step.fail = RuntimeError("a bug")
         d._safe_cycle()  # the daemon's loop: counted, logged, the daemon goes on
         said_cut_short(d, "RuntimeError: a bug")
-    completes_again(d, step)
+    else:
+        def cut(*_: Any) -> Any:
+            raise Stopped(d.stop_event, "agent read", 3)
 
-
-def test_healthz_says_a_cycle_stopped_in_its_snapshots_reads(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    d, step = leader(tmp_path, monkeypatch)
-    d.cycle()
-
-    def cut(*_: Any) -> Any:
-        raise Stopped(d.stop_event, "agent read", 3)
-
-    with monkeypatch.context() as m:
-        m.setattr(daemon_module, "take_snapshot", cut)
-        d.cycle()
-        said_cut_short(d, "stopping")
+        with monkeypatch.context() as m:
+            m.setattr(daemon_module, "take_snapshot", cut)
+            d.cycle()
+            said_cut_short(d, "stopping")
     completes_again(d, step)
 
 

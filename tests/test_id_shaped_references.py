@@ -18,22 +18,19 @@ objects share (moby's daemon/cluster/helpers.go, ``getNode``, ``getService``).
 from __future__ import annotations
 
 import json
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import docker.errors
 import pytest
-from support.engine_stub import SERVICE, start_engine
+from support.engine_stub import SERVICE
 from support.loglines import log_lines
+from support.proxy_write import proxy_write
 from support.swarm_cache import cached
 
-from swarmgpu.manager.engine.proxy_policy import write_checks
 from swarmgpu.manager.rebalance.record import node_by_id
 from swarmgpu.swarm.client import SwarmClient, SwarmNotFound, SwarmWrongObject
-from swarmgpu.swarm.dockerproxy import ProxyServer, build_proxy
 
 GONE = "7bq2m4k9x1c3v5n8z0a2s4d6f"  # a removed node's ID (Swarm's: 25 base-36 digits)
 OTHER = "p0o9i8u7y6t5r4e3w2q1a2s3d"  # the node whose hostname is GONE
@@ -133,43 +130,6 @@ def test_an_events_inspect_of_a_gone_node_named_so_drops_it_without_listing(
 
 
 # --- the docker-proxy ---------------------------------------------------------------
-
-
-def proxy_write(tmp_path: Path, path: bytes, body: Any, setup: Any = None,
-                own_service: str | None = None) -> tuple[bytes, list[bytes]]:
-    """A write to ``path`` through ``swarmgpu docker-proxy`` to the engine stand-in
-    (``setup`` edits it first): the answer, and the requests the engine saw."""
-    engine = start_engine(str(tmp_path / "engine.sock"))
-    if setup is not None:
-        setup(engine)
-    sock = tmp_path / "proxy.sock"
-    srv = build(sock, tmp_path / "engine.sock", own_service)
-    data = json.dumps(body).encode()
-    request = (b"POST /v1.43%s?version=%d HTTP/1.1\r\nHost: d\r\nContent-Type: "
-               b"application/json\r\nContent-Length: %d\r\n\r\n%s"
-               % (path, 3 if b"services" in path else 7, len(data), data))
-    try:
-        with socket.socket(socket.AF_UNIX) as s:
-            s.settimeout(5)
-            s.connect(str(sock))
-            s.sendall(request)
-            got = b""
-            while chunk := s.recv(4096):
-                got += chunk
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        engine.shutdown()
-        engine.server_close()
-    return got, engine.seen
-
-
-def build(sock: Path, engine: Path, own_service: str | None) -> ProxyServer:
-    srv = build_proxy(f"unix://{sock}", f"unix://{engine}", write_checks("swarmgpu."),
-                      own_service)
-    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
-                     daemon=True).start()
-    return srv
 
 
 def named(name: str) -> Any:

@@ -60,14 +60,21 @@ class StopInTheWait(RecordingSwarm):
         return super().tasks(filters, states=states)
 
 
-def test_a_stop_in_the_restarts_wait_reopens_its_gate_before_the_step_ends(
-        tmp_path: Path, warnings: list[str]) -> None:
+def restart_step(tmp_path: Path, kind: type[StopInTheWait]
+                 ) -> tuple[StopInTheWait, OvershareStep]:
+    """``victim_cluster``'s swarm as ``kind`` reads it, and the over-share restart step
+    of the daemon it stops."""
     base = victim_cluster({})
-    sw = StopInTheWait(base.nodes(), base.services(), base.tasks(), base.swarm_labels())
+    sw = kind(base.nodes(), base.services(), base.tasks(), base.swarm_labels())
     cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
                  placement=PlacementConfig(overshare="restart"))
     sw.daemon = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]  # (its write gate)
-    step = OvershareStep(sw.daemon)
+    return sw, OvershareStep(sw.daemon)
+
+
+def test_a_stop_in_the_restarts_wait_reopens_its_gate_before_the_step_ends(
+        tmp_path: Path, warnings: list[str]) -> None:
+    sw, step = restart_step(tmp_path, StopInTheWait)
     step.restarter.wait_s = 5.0
     start = time.monotonic()
     with pytest.raises(Stopped):  # (the step ends there, as at any write after the stop)
@@ -110,12 +117,7 @@ def test_a_stop_whose_undo_is_cut_still_ends_the_step_as_a_stop_saying_the_gate_
         tmp_path: Path, warnings: list[str]) -> None:
     # (before, the undo's error replaced the stop: the stopping daemon's cycle ended as
     # the engine's fault, "will retry next interval", and no line said the gate was shut)
-    base = victim_cluster({})
-    sw = StopThenSlowUndo(base.nodes(), base.services(), base.tasks(), base.swarm_labels())
-    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
-                 placement=PlacementConfig(overshare="restart"))
-    sw.daemon = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]  # (its write gate)
-    step = OvershareStep(sw.daemon)
+    sw, step = restart_step(tmp_path, StopThenSlowUndo)
     step.restarter.wait_s = 5.0
     with pytest.raises(Stopped):
         step.restarter._bounce(sw.service("id-third"), THIRD, MOVED_AT)
@@ -141,13 +143,7 @@ def test_a_budget_end_in_the_wait_whose_undo_is_cut_still_ends_the_cycle_at_its_
         tmp_path: Path, warnings: list[str]) -> None:
     # (before, the undo's error replaced the budget's end: an engine error, the gate's
     # state said by none)
-    base = victim_cluster({})
-    sw = BudgetInTheWaitThenSlowUndo(base.nodes(), base.services(), base.tasks(),
-                                     base.swarm_labels())
-    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
-                 placement=PlacementConfig(overshare="restart"))
-    sw.daemon = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]  # (its write gate)
-    step = OvershareStep(sw.daemon)
+    sw, step = restart_step(tmp_path, BudgetInTheWaitThenSlowUndo)
     with pytest.raises(BudgetEnded):
         step.restarter._bounce(sw.service("id-third"), THIRD, MOVED_AT)
     assert any("not reopened" in w for w in warnings if "third" in w), warnings

@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from loguru import logger
 from support import once_slow_agents
 from support.forged import RecordingSwarm, sw_node
 from support.gpu_nodes import swarmgpu_env
+from support.loglines import log_lines
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.manager.daemon import Daemon
@@ -97,10 +97,7 @@ def test_without_a_stop_every_agent_is_read(monkeypatch: pytest.MonkeyPatch) -> 
 
 @pytest.fixture
 def lines() -> Iterator[list[str]]:
-    out: list[str] = []
-    sink = logger.add(lambda m: out.append(str(m)), level="DEBUG")
-    yield out
-    logger.remove(sink)
+    yield from log_lines("DEBUG")
 
 
 def _daemon(tmp: Path) -> tuple[Daemon, RecordingSwarm]:

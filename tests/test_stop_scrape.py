@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from loguru import logger
 from support.forged import RecordingSwarm, sw_node
 from support.gpu_nodes import RTX4090
+from support.loglines import log_lines
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.core.model import NodeFacts
@@ -113,10 +113,7 @@ def test_without_a_stop_every_node_is_scraped(
 
 @pytest.fixture
 def lines() -> Iterator[list[str]]:
-    out: list[str] = []
-    sink = logger.add(lambda m: out.append(str(m)), level="DEBUG")
-    yield out
-    logger.remove(sink)
+    yield from log_lines("DEBUG")
 
 
 def _facts(i: int) -> NodeFacts:

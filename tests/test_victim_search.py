@@ -12,9 +12,9 @@ import random
 import zlib
 from collections.abc import Callable
 from itertools import combinations
-from typing import Any
 
 import pytest
+from support.counted import calls
 from support.crowded_node import Held, chooser, twelve_small, victims
 from support.forged import DGX_F, R4090_F, sw_node
 from support.reference_victims import every_set
@@ -174,19 +174,6 @@ def test_the_walk_bounded_by_cpu_memory_and_ports_chooses_as_every_set_tried_doe
         assert pick_victims(need, free, cands, holders, allowed, over, may, lack) == want, seed
 
 
-def _counted_fits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Each call of ``Room.fits`` from now on, counted."""
-    asked: list[int] = []
-    real = Room.fits
-
-    def counted(self: Room, *a: Any, **kw: Any) -> bool:
-        asked.append(1)
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(Room, "fits", counted)
-    return asked
-
-
 def test_a_crowded_node_whose_cpu_no_victim_set_frees_is_not_walked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -196,7 +183,7 @@ def test_a_crowded_node_whose_cpu_no_victim_set_frees_is_not_walked(
     at its first step that even all 12 free too little. Nobody is stopped either way."""
     cpu = {**{name: 5000 for name in twelve_small()}, "high": 70_000}
     choose = chooser(R4090_F, twelve_small(), 2, "", cpu)
-    asked = _counted_fits(monkeypatch)
+    asked = calls(monkeypatch, Room, "fits")
     assert choose() == []
     assert len(asked) <= 5, len(asked)
 
@@ -273,6 +260,6 @@ def test_a_crowded_node_whose_host_port_alone_refuses_stops_its_binder(
     assert victims(R4090_F, held, 2, "", port=port) == want
     monkeypatch.undo()
     choose = chooser(R4090_F, held, 2, "", port=port)
-    asked = _counted_fits(monkeypatch)
+    asked = calls(monkeypatch, Room, "fits")
     choose()
     assert preemptible or len(asked) <= 5, len(asked)

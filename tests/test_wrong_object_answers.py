@@ -16,21 +16,18 @@ the docker-proxy takes a path's ID, name, hostname or ID prefix as Docker resolv
 from __future__ import annotations
 
 import json
-import socket
-import threading
 from pathlib import Path
 from typing import Any
 
 import docker
 import pytest
 import requests
-from support.engine_stub import SERVICE, start_engine
+from support.engine_stub import SERVICE
+from support.proxy_write import proxy_write
 from support.swarm_cache import cached
 
 from swarmgpu.manager.cycle.grants import ImageEnvs
-from swarmgpu.manager.engine.proxy_policy import write_checks
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmWrongObject, UnreadWrite
-from swarmgpu.swarm.dockerproxy import build_proxy
 
 FIX = "check the proxy in front of the engine"
 
@@ -232,44 +229,10 @@ def test_the_docker_proxy_refuses_a_write_whose_read_answers_another_service(
     """The proxy checks a service write against the spec it reads of it, then writes the
     ID that answer names: an engine answering svc2's read with svc1's had svc1 written
     (checked against svc1's spec) for a write the daemon addressed to svc2."""
-    got, seen = _proxy_write(tmp_path, _post(b"/services/svc2/update", SERVICE["Spec"]))
+    got, seen = proxy_write(tmp_path, b"/services/svc2/update", SERVICE["Spec"])
     assert got.startswith(b"HTTP/1.1 502"), got
     assert b"service 'svc2' was asked for, the engine answered service 'svc1'" in got, got
     assert not [r for r in seen if r.startswith(b"POST")]
-
-
-def _proxy_write(tmp_path: Path, request: bytes, setup: Any = None) -> tuple[bytes, list[bytes]]:
-    """``request`` sent through ``swarmgpu docker-proxy`` to the engine stand-in
-    (``setup`` edits it first): the answer, and the requests the engine saw."""
-    engine = start_engine(str(tmp_path / "engine.sock"))
-    if setup is not None:
-        setup(engine)
-    path = tmp_path / "proxy.sock"
-    srv = build_proxy(f"unix://{path}", f"unix://{tmp_path / 'engine.sock'}",
-                      write_checks("swarmgpu."))
-    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
-                     daemon=True).start()
-    try:
-        with socket.socket(socket.AF_UNIX) as s:
-            s.settimeout(5)
-            s.connect(str(path))
-            s.sendall(request)
-            got = b""
-            while chunk := s.recv(4096):
-                got += chunk
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        engine.shutdown()
-        engine.server_close()
-    return got, engine.seen
-
-
-def _post(path: bytes, body: Any) -> bytes:
-    data = json.dumps(body).encode()
-    return (b"POST /v1.43%s?version=%d HTTP/1.1\r\nHost: d\r\nContent-Type: application/json"
-            b"\r\nContent-Length: %d\r\n\r\n%s" % (path, 3 if b"services" in path else 7,
-                                                   len(data), data))
 
 
 NODE_ID = "4xg1b2c3d4e5f6g7h8i9j0k1l"  # (a Swarm ID: 25 lowercase letters and digits)
@@ -281,8 +244,8 @@ def test_the_docker_proxy_writes_a_node_its_path_names_by_hostname(tmp_path: Pat
     answer (its ID is not the hostname), a 502 for a write Docker takes. Written now, to
     the ID the answer names."""
     node = node_raw(NODE_ID, "gpu-1")
-    got, seen = _proxy_write(tmp_path, _post(b"/nodes/gpu-1/update", node["Spec"]),
-                             lambda e: e.raw.update({b"/nodes/gpu-1": json.dumps(node).encode()}))
+    got, seen = proxy_write(tmp_path, b"/nodes/gpu-1/update", node["Spec"],
+                            lambda e: e.raw.update({b"/nodes/gpu-1": json.dumps(node).encode()}))
     assert got.startswith(b"HTTP/1.1 200"), got
     assert seen[-1].startswith(b"POST /nodes/%s/update?version=7 " % NODE_ID.encode())
 
@@ -290,7 +253,7 @@ def test_the_docker_proxy_writes_a_node_its_path_names_by_hostname(tmp_path: Pat
 def test_the_docker_proxy_writes_a_service_its_path_names_by_an_id_prefix(
         tmp_path: Path) -> None:
     # (Docker's inspect and update take a unique prefix of the ID: svc1 for 'svc')
-    got, seen = _proxy_write(tmp_path, _post(b"/services/svc/update", SERVICE["Spec"]))
+    got, seen = proxy_write(tmp_path, b"/services/svc/update", SERVICE["Spec"])
     assert got.startswith(b"HTTP/1.1 200"), got
     assert seen[-1].startswith(b"POST /services/svc1/update?version=3 ")
 
@@ -305,8 +268,8 @@ def test_the_docker_proxy_writes_a_full_id_shaped_name_to_the_id_it_resolves_to(
     def named(e: Any) -> None:
         e.service["Spec"]["Name"] = NODE_ID
 
-    got, seen = _proxy_write(tmp_path, _post(b"/services/%s/update" % NODE_ID.encode(),
-                                             {**SERVICE["Spec"], "Name": NODE_ID}), named)
+    got, seen = proxy_write(tmp_path, b"/services/%s/update" % NODE_ID.encode(),
+                            {**SERVICE["Spec"], "Name": NODE_ID}, named)
     assert got.startswith(b"HTTP/1.1 200"), got
     assert seen[-1].startswith(b"POST /services/svc1/update?version=3 ")
 

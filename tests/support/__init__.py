@@ -11,6 +11,8 @@ Harness and stand-ins (also run as scripts or by benchmarks/ and scripts/demo.py
   proxy, slow-connection floods, a probe run inside a namespace.
 - engine_stub: a recording stand-in for the engine's socket, for the docker-proxy's
   tests and benchmarks/bench_proxy_memory.py.
+- proxy_write: a write through the docker-proxy to engine_stub, its answer and what
+  the engine saw.
 - loop_engine: an engine on loopback (HTTP, keep-alive, long answers chunked) for
   docker-py's own client: test_engine_answer_bound, benchmarks/bench_answer_bound.py.
 - docker_clis: every docker CLI on the machine, and the service spec each deploys from
@@ -26,8 +28,9 @@ Builders of test inputs, one module per subject: placement, forged (a recording 
 and forged Swarm objects), health, rebalance, rebalance_fragmentation, identity,
 webauth, overshare, dashboard, deploy_docs, sim, memo, planner, render_compose,
 render_engines, prometheus, write_paths, fifo (a FIFO where a file belongs, read without
-hanging the test), loglines (the log lines a fixture keeps), fake_proc (a fake
-``/proc``: a PID's cgroup and start time, the uptime, its ``self`` links), scheduler
+hanging the test), loglines (the log lines a fixture keeps), counted (a method's calls
+counted), fake_proc (a fake ``/proc``: a PID's cgroup and start time, the uptime, its
+``self`` links), scheduler
 (Swarm's scheduler rule on a waiting task of an older service revision, for the
 in-memory swarms), commands (`plan`/`status --json` in-process over a recording swarm),
 isolation (two RTX 4090 nodes and the failing a-bad of the placement isolation tests),
@@ -36,7 +39,8 @@ rebalance then preemption steps on one snapshot), crowded_node (one GPU node cro
 with small victims, a topology preemptor's choice there), reference_victims (the victims
 as every set tried one by one chose them, before ``victimsearch``), unread (specs and task
 answers not as Docker sends them, a client its engine lists them to), pending_high (a
-preemptor pending on a full RTX 4090 node), swarm_cache (a SwarmCache over a stand-in API),
+preemptor pending on a full RTX 4090 node), swarm_cache (a SwarmCache over a stand-in API,
+and a stand-in for the cache's own reads, counted),
 defrag_cluster (four half-held RTX 4090 nodes and a free DGX, for defrag's search); and
 for the real swarm:
 swarm_services (deploy a stack, wait for it), swarm_rebalance, swarm_fragmentation,
