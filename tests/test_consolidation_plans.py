@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import random
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from support.counted import calls
@@ -23,10 +24,13 @@ from support.rebalance import CFG, P, node, page, running, service
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.rebalanceconfig import DEFAULT_POLICIES
-from swarmgpu.manager.placement import read_ledger
+from swarmgpu.manager.placement import Holding, read_ledger
+from swarmgpu.manager.placement.cluster import ClusterAllocator
+from swarmgpu.manager.rebalance.attribution import add_holder, holders_by_gpu
 from swarmgpu.manager.rebalance.context import Context, Inputs
 from swarmgpu.manager.rebalance.moves import Proposal
 from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.policies import enabled
 from swarmgpu.manager.rebalance.scrape import judge
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -92,11 +96,20 @@ def bench(n_nodes: int, n_pending: int
     return nodes, svcs, tasks, facts, {n.id: {} for n in nodes}
 
 
-def proposal(snap: tuple[list[SwarmNode], list[SwarmService], list[SwarmTask],
-                         dict[str, NodeFacts], Mapping[str, Mapping[int, float | None]]],
-             policies: str, frag_pct: float, pending: tuple[str, ...] = ()) -> Proposal:
+Snap = tuple[list[SwarmNode], list[SwarmService], list[SwarmTask], dict[str, NodeFacts],
+             Mapping[str, Mapping[int, float | None]]]
+
+
+def proposal(snap: Snap, policies: str, frag_pct: float, pending: tuple[str, ...] = ()
+             ) -> Proposal:
     """``plan_moves`` on the snapshot after 13 one-second scrapes (``policies`` empty:
     every policy)."""
+    return plan_moves(inputs(snap, policies, frag_pct, pending))
+
+
+def inputs(snap: Snap, policies: str, frag_pct: float, pending: tuple[str, ...] = ()
+           ) -> Inputs:
+    """``proposal``'s inputs."""
     nodes, svcs, tasks, facts, util = snap
     cfg = dataclasses.replace(CFG, policies=policies or ALL, consolidation=dataclasses.replace(
         CFG.consolidation, frag_pct=frag_pct))
@@ -107,8 +120,8 @@ def proposal(snap: tuple[list[SwarmNode], list[SwarmService], list[SwarmTask],
     for t in (float(t) for t in range(13)):
         sig.observe({n.id: judge(n, "http://x/metrics", pages[n.id], t) for n in nodes},
                     facts, hosts, ledger, t)
-    return plan_moves(Inputs(nodes, svcs, tasks, facts, ledger, sig.gpus, sig.nodes, cfg,
-                             12.0, list(pending), P))
+    return Inputs(nodes, svcs, tasks, facts, ledger, sig.gpus, sig.nodes, cfg, 12.0,
+                  list(pending), P)
 
 
 def digest(p: Proposal) -> str:
@@ -155,6 +168,80 @@ def test_consolidation_builds_one_allocator_per_pass_not_one_per_move_weighed(
     p = proposal(drawn(1, 10), "consolidation", 5.0)
     assert (len(p.moves), digest(p)) == EXPECTED_DRAWN[1]
     assert len(built) == 1
+
+
+
+def reserving(snap: Snap) -> Snap:
+    """``snap`` with every third service reserving a CPU and 1 GiB, and each node's CPU
+    and memory known (so the moves' new tasks are counted on their targets)."""
+    nodes, svcs, tasks, facts, util = snap
+    spec = {"TaskTemplate": {"Resources": {"Reservations": {
+        "NanoCPUs": 10**9, "MemoryBytes": 1 << 30}}}}
+    return ([dataclasses.replace(n, cpu_milli=64_000, memory_mib=262_144) for n in nodes],
+            [dataclasses.replace(s, spec=spec) if i % 3 == 0 else s
+             for i, s in enumerate(svcs)], tasks, facts, util)
+
+
+def counted(a: ClusterAllocator) -> dict[str, tuple[object, ...]]:
+    """Each GPU node's free share per GPU, CPU and memory left, and usage."""
+    return {nid: (tuple(n.free), n.cpu_left, n.mem_left, a.alloc.usage(nid))
+            for nid, n in a.alloc.nodes.items()}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_the_kept_allocator_counts_after_every_policy_what_a_new_one_counts(seed: int
+                                                                           ) -> None:
+    """What consolidation's searches blocked and counted is taken back, and each move
+    accepted after (defragmentation, fragmentation, spread) is counted on it: nothing
+    left blocked for a later search."""
+    ctx = Context.build(inputs(reserving(drawn(seed, 10)), "", 5.0))
+    for policy in enabled(ctx.cfg):
+        policy.propose(ctx)
+    assert ctx.moves
+    kept = ctx._shared
+    assert kept is not None
+    assert counted(kept) == counted(ctx.allocator(None, ()))
+
+
+def test_a_consolidation_search_that_raises_leaves_the_later_policies_plans(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search on the kept allocator that raises (its GPUs blocked, a statement's move
+    counted) fails consolidation alone: the policies after it plan as without it."""
+    inp = inputs(reserving(drawn(4, 10)), "", 5.0)
+    others = ",".join(p for p in ALL.split(",") if p != "consolidation")
+    without = plan_moves(dataclasses.replace(
+        inp, cfg=dataclasses.replace(inp.cfg, policies=others)))
+    kept: list[ClusterAllocator] = []
+    real_kept, real_target = Context.shared_allocator, Context._target
+
+    def keeping(self: Context, *a: Any) -> ClusterAllocator:
+        kept.append(real_kept(self, *a))
+        return kept[-1]
+
+    def failing(self: Context, alloc: ClusterAllocator, *a: Any) -> Any:
+        if len(kept) == 3 and alloc is kept[-1]:
+            raise RuntimeError("search failed")
+        return real_target(self, alloc, *a)
+
+    monkeypatch.setattr(Context, "shared_allocator", keeping)
+    monkeypatch.setattr(Context, "_target", failing)
+    got = plan_moves(inp)
+    assert "consolidation" in got.policy_errors
+    assert got.moves == without.moves
+
+
+def test_add_holder_orders_ties_as_reading_the_ledger_again() -> None:
+    """Two nodes reporting one UUID: a service's equal shares of it listed in ledger
+    order, the one just added last, as ``holders_by_gpu`` lists them."""
+    ledger = {"a": {"n1": Holding("a", "n1", ("U",), (300,)),
+                    "n2": Holding("a", "n2", ("U",), (300,))},
+              "b": {"n1": Holding("b", "n1", ("U",), (300,))}}
+    by_gpu = holders_by_gpu(ledger)
+    ledger["a"]["n3"] = h = Holding("a", "n3", ("U",), (300,))
+    add_holder(by_gpu, h)
+    assert [(s.service, s.node_id) for s in by_gpu["U"]] == \
+        [(s.service, s.node_id) for s in holders_by_gpu(ledger)["U"]] == \
+        [("a", "n1"), ("a", "n2"), ("a", "n3"), ("b", "n1")]
 
 
 EXPECTED_DRAWN = {1: (38, "cfe77b4d0757e0e5"), 2: (30, "72aac5aff21c2cb0"),
