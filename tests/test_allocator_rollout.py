@@ -209,6 +209,18 @@ class HeldScorer(FlatScorer):
         return 0.0
 
 
+def lean_or_rich(scorer: type[FlatScorer], mix: tuple[TypicalTask, ...], leaf: str,
+                 d: Demand, *, lean_cpu: int) -> str:
+    """Where ``leaf``'s roll-out places ``d`` between two two-GPU nodes, ``lean`` (of
+    ``lean_cpu``, ranked first) and ``rich`` (96 cores)."""
+    a = Allocator(scorer(mix, RollOut(k=2, m=0, leaf=leaf)))
+    a.add_node(node("lean", 2, cpu=lean_cpu), rank=0)
+    a.add_node(node("rich", 2, cpu=96_000), rank=1)
+    got = a.place(d)
+    assert isinstance(got, Choice)
+    return got.node
+
+
 def test_the_cpuheld_leaf_keeps_the_cpu_a_heavy_one_gpu_task_needs() -> None:
     # The mix's one-GPU task asks 40 cores, above ``lean``'s share (48 over 2 GPUs):
     # 16 cores there leave 32 beside its last GPU, lost to it (1,000 GPU-milli);
@@ -216,11 +228,7 @@ def test_the_cpuheld_leaf_keeps_the_cpu_a_heavy_one_gpu_task_needs() -> None:
     mix = (TypicalTask(TaskShape(40_000, 1000, 1), 1.0),)
     d = Demand(num_gpu=1, cpu_milli=16_000)
     for leaf, want in (("priced", "lean"), ("cpuheld", "rich")):
-        a = Allocator(HeldScorer(mix, RollOut(k=2, m=0, leaf=leaf)))
-        a.add_node(node("lean", 2, cpu=48_000), rank=0)
-        a.add_node(node("rich", 2, cpu=96_000), rank=1)
-        got = a.place(d)
-        assert isinstance(got, Choice) and got.node == want, leaf
+        assert lean_or_rich(HeldScorer, mix, leaf, d, lean_cpu=48_000) == want, leaf
     held = held_cpu(CpuUnfit(mix))
     a = Allocator(FlatScorer((), None))
     a.add_node(node("small", 2, cpu=100_000), rank=0)  # share 50 cores: 40 is not above
@@ -273,11 +281,7 @@ def test_the_frag_leaf_sees_a_gpu_the_cpu_left_cannot_feed() -> None:
     mix = (TypicalTask(TaskShape(32_000, 1000, 1), 1.0),)
     d = Demand(num_gpu=1, cpu_milli=16_000)
     for leaf, want in (("waste", "lean"), ("frag", "rich")):
-        a = Allocator(FlatScorer(mix, RollOut(k=2, m=0, leaf=leaf)))
-        a.add_node(node("lean", 2, cpu=40_000), rank=0)
-        a.add_node(node("rich", 2, cpu=96_000), rank=1)
-        got = a.place(d)
-        assert isinstance(got, Choice) and got.node == want, leaf
+        assert lean_or_rich(FlatScorer, mix, leaf, d, lean_cpu=40_000) == want, leaf
 
 
 def test_no_tie_zone_no_roll_out() -> None:
