@@ -1,14 +1,16 @@
 """A preemption cut at its cycle's engine budget part-way through its victims
 (``budget.OverBudget`` before a write): the writes that landed keep their records. A
 victim moved (or whose move's record landed: the record judges it next cycle) before
-the cut cools down, and its preemptor holds the GPUs it frees, those alone; a victim
-whose stop was cut is neither, and its hour is given back. Before, the cut ended the
+the cut cools down, and its preemptor holds the GPUs it counts on (its hold, as one
+held back by the move budgets holds it); a victim whose stop was cut is neither, and
+its hour is given back. Before, the cut ended the
 cycle past ``Preempter.took``: the moved victim could be chosen again at once, and the
 GPUs it freed went to another service. Pure, over the recording Swarm stand-in, its
 Nth write refused as the daemon's write gate refuses one past the budget."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,17 +42,19 @@ class CutAtWrite(RecordingSwarm):
             raise OverBudget(StopRequest())
 
 
-def _world(dfill: int = 5) -> CutAtWrite:
-    """batch and batch2 (priority 0) hold 2 RTX 4090s each, filler the rest; dfill fills
-    5 A100s of the DGX, whose other 2 are free: batch can move there, batch2 cannot."""
+def _world(dfill: int = 5, free: int = 0) -> CutAtWrite:
+    """batch and batch2 (priority 0) hold 2 RTX 4090s each, filler the rest but ``free``
+    (R[4:4 + free]); dfill fills 5 A100s of the DGX, whose other 2 are free: batch can
+    move there, batch2 cannot."""
+    fill = R[4 + free:]
     nodes = [sw_node("n-mgr", "manager", role="manager"),
              sw_node("n-dgx", "gpu-node-1", holds("n-dgx", {"dfill": D[:dfill]})),
              sw_node("n-4090", "gpu-node-2", holds("n-4090", {
-                 "batch": R[:2], "batch2": R[2:4], "filler": R[4:]}))]
+                 "batch": R[:2], "batch2": R[2:4], "filler": fill}))]
     svcs = [sw_svc("batch", {f"{P}gpus": "2", devices_key(P, "n-4090"): ",".join(R[:2])}),
             sw_svc("batch2", {f"{P}gpus": "2", devices_key(P, "n-4090"): ",".join(R[2:4])}),
-            sw_svc("filler", {f"{P}gpus": "4", f"{P}preemptible": "false",
-                              devices_key(P, "n-4090"): ",".join(R[4:])}),
+            sw_svc("filler", {f"{P}gpus": str(len(fill)), f"{P}preemptible": "false",
+                              devices_key(P, "n-4090"): ",".join(fill)}),
             sw_svc("dfill", {f"{P}gpus": str(dfill), f"{P}preemptible": "false",
                              devices_key(P, "n-dgx"): ",".join(D[:dfill])}),
             sw_svc("high", {f"{P}gpus": "4", f"{P}priority": "100"})]
@@ -116,7 +120,7 @@ def test_a_victim_moved_before_the_cut_cools_and_its_gpus_are_held(
     assert {st.service for st in read_records(sw.swarm_labels(), P).values()} == {"batch"}
     assert set(pre.victim_at) == {"id-batch"}  # batch2 not stopped: not cooling
     (hold,) = pre.nominated.current(1000.0)
-    assert (hold.service, hold.node_id, hold.uuids) == ("high", "n-4090", R[:2])
+    assert (hold.service, hold.node_id, hold.uuids) == ("high", "n-4090", R[:4])
     assert "high" in pre.preemptor_at and pre.moving.get("high") == {"batch"}
     assert len(pre.spent.all) == 1, list(pre.spent.all)  # batch's alone
 
@@ -138,12 +142,11 @@ def test_a_preemption_not_cut_makes_the_writes_counted_above(tmp_path: Path) -> 
 def test_a_hold_cut_after_a_move_keeps_none_of_the_gpus_its_preemptor_was_not_counted_on(
         tmp_path: Path) -> None:
     """high counted on batch2's GPUs alone (batch a victim for its CPU, say); cut after
-    batch's move landed, its hold names none of batch's GPUs, as the whole preemption's
-    would not. Before, an empty share of it fell back to the moved victims' GPUs: held
-    from every service of its priority or lower for nothing."""
+    batch's move landed, its hold names batch2's (its own while it runs) and none of
+    batch's, as the whole preemption's would not."""
     pre, _sw = _preempt(MOVE_RECORDED, tmp_path, held=R[2:4])
     assert set(pre.victim_at) == {"id-batch"} and "high" in pre.preemptor_at
-    assert [n.uuids for n in pre.nominated.current(1000.0)] == [()]
+    assert [n.uuids for n in pre.nominated.current(1000.0)] == [R[2:4]]
 
 
 @pytest.mark.parametrize("both", [False, True])
@@ -161,3 +164,42 @@ def test_a_victim_counted_for_a_move_taken_back_is_given_back_when_the_cut_stops
     assert read_records(sw.swarm_labels(), P) == {}
     assert (pre.victim_at, pre.preemptor_at) == ({}, {})
     assert list(pre.spent.all) == [] and len(pre.spent.given) == 2
+
+
+@pytest.mark.parametrize("way", ["cut", "waits"])
+def test_a_preemption_stopped_part_way_holds_every_gpu_its_preemptor_counts_on(
+        way: str, tmp_path: Path) -> None:
+    """high counts on batch's and batch2's GPUs and the free R[4] (its hold, R[:5]).
+    batch's move lands; batch2's is cut at the cycle's budget, or ``waits`` for the move
+    budget (one move a cycle). Either way high holds R[:5] while batch2 runs on: what it
+    will use once batch2 goes, no GPU beside (R[2:4] is batch2's meanwhile, no one
+    else's to take). Before, the cut held batch's freed GPUs alone: R[4], free, went to
+    a lower service and high lacked it once batch2 went."""
+    w, held = _world(3, free=1), R[:5]
+    if way == "cut":
+        pre, _sw = _preempt(MOVE_RECORDED, tmp_path, held=held, sw=w, both=True)
+    else:
+        pre = _held_back(w, held, tmp_path)
+    assert set(pre.victim_at) == {"id-batch"} and pre.moving.get("high") == {"batch"}
+    assert [n.uuids for n in pre.nominated.current(1000.0)] == [held]
+
+
+def _held_back(sw: CutAtWrite, held: tuple[str, ...], tmp_path: Path) -> Preempter:
+    """``_preempt``'s preemption (``both``: batch2 moved too) acted on by a cycle whose
+    move budget (one a cycle) makes batch2's move wait: held back, batch moved."""
+    rebalance = replace(REBALANCE, max_moves_per_cycle=1)
+    cfg = Config(state_dir=str(tmp_path), rebalance=rebalance,
+                 preemption=PreemptionConfig(dry_run=False, preemptible_below=100))
+    pre = Preempter(cfg, clock=lambda: 1000.0)
+    def to(uuids: tuple[str, ...]) -> Relocation:
+        idx = tuple(next(g.index for g in DGX_F.gpus if g.uuid == u) for u in uuids)
+        return Relocation("n-dgx", "gpu-node-1", idx, uuids)
+
+    p = Preemption("high", "id-high", 100, "n-4090", "gpu-node-2",
+                   (_victim("batch", R[:2]), _victim("batch2", R[2:4])),
+                   moves={"batch": to(D[5:7]), "batch2": to(D[3:5])}, held=held)
+    pre.decide = lambda *_a, **_k: [p]  # type: ignore[method-assign]
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {})
+    done = pre.cycle(sw, snap, PlacementPlan(), {}, now=5000.0, mono=1000.0)  # type: ignore[arg-type]
+    assert done == [p]
+    return pre

@@ -404,27 +404,25 @@ class Preempter:
         self.unknown.find(plan, chosen, lambda p: choose(p, {}, chosen))
         return chosen
 
-    def took(self, p: Preemption, victims: list[Candidate], mono: float,
-             hold: tuple[str, ...] | None = None) -> None:
+    def took(self, p: Preemption, victims: list[Candidate], mono: float) -> None:
         """``p`` stopped or moved ``victims`` at ``mono`` (``clock``'s): from then on its
         preemptor settles (``settle_s``: ``decide`` passes it over while their GPUs free, held
-        for it meanwhile: ``nominated``; ``hold``: those, None: ``p``'s) and they cool down
-        (``victim_cooldown_s``). The simulator calls it too (its one clock for both)."""
+        for it meanwhile: ``nominated``, ``p.held`` whether all went or some) and they cool
+        down (``victim_cooldown_s``). The simulator calls it too (its one clock for both)."""
         self.preemptor_at[p.service] = mono
         self.preemptor_id[p.service] = p.service_id
-        self.nominated.nominate(p, victims, mono, hold)
+        self.nominated.nominate(p, victims, mono)
         for v in victims:
             self.victim_at[v.service_id] = mono
 
     def _took_cut(self, p: Preemption, landed: AbstractSet[str], mono: float) -> None:
         """``p``'s victims moved (their record landed: ``landed``) before a cut at the
-        budget taken, the GPUs they free of its hold held, those alone (none where its
-        hold names none of them: theirs are not what it was counted on): else the next
-        cycle chose them again, and gave those GPUs to another service."""
+        budget taken, and its hold held as one held back by the move budgets holds it
+        (``took``): else the next cycle chose them again, and gave the GPUs its
+        preemptor counts on to another service."""
         got = [v for v in p.victims if v.service in landed]
         if got:
-            freed = {u for v in got for u in v.uuids}
-            self.took(p, got, mono, tuple(u for u in p.held if u in freed) if p.held else None)
+            self.took(p, got, mono)
 
     def _recreated(self, preemptor: str, snap: Snapshot) -> bool:
         """Whether ``snap`` lists ``preemptor``'s name under another id than its own when

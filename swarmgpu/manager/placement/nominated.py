@@ -164,12 +164,13 @@ class Nominations:
         # preemptor -> (it, when nominated, when it last had a victim's move in flight)
         self.by: dict[str, tuple[Nomination, float, float]] = {}
 
-    def nominate(self, p: Preemption, victims: Sequence[Candidate], at: float,
-                 hold: tuple[str, ...] | None = None) -> None:
-        """``p`` stopped or moved ``victims`` at ``at`` (``clock``'s time): the GPUs they
-        free are held (``hold``: those, none if empty; None: ``p.held``, or theirs)."""
-        uuids = (p.held or tuple(sorted({u for v in victims for u in v.uuids}))
-                 if hold is None else hold)
+    def nominate(self, p: Preemption, victims: Sequence[Candidate], at: float) -> None:
+        """``p`` stopped or moved ``victims`` at ``at`` (``clock``'s time): ``p.held`` is
+        held (or, where it names none, the GPUs they free), all of it whether all of its
+        victims went or some (held back, or cut part-way): what its preemptor will use,
+        those another victim still runs on too (its own until it goes, then the
+        preemptor's), never a GPU beside."""
+        uuids = p.held or tuple(sorted({u for v in victims for u in v.uuids}))
         moved = tuple(sorted(v.service for v in victims if v.service in p.moves))
         ids = tuple(sorted({v.service_id for v in victims}))
         self.by[p.service] = (Nomination(p.service, p.priority, p.node_id, uuids, moved,
