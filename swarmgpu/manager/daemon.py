@@ -329,7 +329,10 @@ class Daemon:
                 ran[0] or "-",
             )
             if Slot.REPORT not in session.written():  # label sync itself was cut short
-                return CycleReport()
+                # (its writes that landed counted, as at the budget: ``_cut_report``)
+                done = self.labels.report or CycleReport()
+                return CycleReport(writes=done.writes, errors=list(done.errors),
+                                   aborted=True)
         return session.report
 
     def _stops(self) -> bool:
