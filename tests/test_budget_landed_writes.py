@@ -129,3 +129,21 @@ def test_placements_ledger_entries_that_landed_before_the_budget_are_recorded() 
     assert plan.landed is not None and plan.landed.set == {"n1": entry}
     assert plan.landed.written == 1
     assert sw.nodes()[0].labels == entry  # (as Swarm has it)
+
+
+def test_a_cycle_a_stop_ends_mid_label_sync_keeps_its_label_writes_that_landed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, the stop's cycle reported no write (an empty report), where the budget's
+    kept them."""
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(identity="none", timeout_s=0.3, watch_s=0))
+    d = Daemon(cfg, swarm=RecordingSwarm(_nodes(2), [], []))  # type: ignore[arg-type]
+
+    def stopped_cycle(_snap: Snapshot, *, hold: bool = False) -> CycleReport:
+        d.labels.report = CycleReport(writes=3, errors=["gpu-01: label write failed"])
+        raise Stopped(d.stop_event)
+
+    monkeypatch.setattr(d.labels, "cycle", stopped_cycle)
+    report = d.cycle()
+    assert report.aborted and report.writes == 3
+    assert "gpu-01: label write failed" in report.errors

@@ -85,17 +85,54 @@ def test_a_writes_slow_post_ends_within_what_is_left_of_the_budget_and_its_slack
 
 def test_a_write_past_the_budget_and_its_slack_still_gets_the_floor(
         engine: LoopEngine, monkeypatch: pytest.MonkeyPatch) -> None:
-    # (the over-share restart's reopened gate, made after the budget passed long ago:
-    # sent, and answered within the floor, else cut there)
+    # (the over-share restart's reopened gate, made after the budget and its slack
+    # passed: sent, and answered within the floor, else cut there)
     monkeypatch.setattr(answerjson, "WRITE_FLOOR_S", 1.0)
     budget = answerjson.CycleBudget(0.5, slack_s=1.0)
-    budget.start -= 120
+    budget.start -= 1.5
     client = client_of(engine)
     with answerjson.within_budget(budget), answerjson.outside_budget():
         relabel(client)
     assert engine.posts == 1
     engine.answers["/nodes/n1/update"] = LONG
-    cut_within(engine, budget, 1.0, 1.0)
+    cut_within(engine, budget, 1.0, 0.0)
+
+
+def test_no_write_request_runs_past_the_floors_line(
+        engine: LoopEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (the budget, its slack and one floor: the watchdog's line, engine_budget_s; before,
+    # each request got the floor anew, so a write's ten (read and post, five tries on a
+    # conflict) could each run it past the line; one started there is not sent)
+    monkeypatch.setattr(answerjson, "WRITE_FLOOR_S", 1.0)
+    budget = answerjson.CycleBudget(0.5, slack_s=1.0)
+    budget.start -= 120
+    client = client_of(engine)
+    with answerjson.within_budget(budget), pytest.raises(
+            SwarmUnavailable, match=r"within 0.0 s.*: that request was not sent"):
+        relabel(client)
+    assert engine.posts == 0
+
+
+@pytest.mark.parametrize("past_s", [0.0, 10.0, 14.0, 15.0, 16.0, 19.0, 20.0, 21.0, 120.0])
+def test_a_writes_request_ends_by_the_budget_its_slack_and_one_floor(past_s: float) -> None:
+    budget = answerjson.CycleBudget(60.0, slack_s=15.0)
+    budget.start -= 60.0 + past_s  # (``past_s`` past the budget)
+    line = 15.0 + answerjson.WRITE_FLOOR_S
+    assert past_s + budget.write_left() <= line + 0.01
+    if past_s < line - answerjson.WRITE_FLOOR_S:  # (the slack, then the floor, left)
+        assert budget.write_left() >= min(15.0 - past_s, answerjson.WRITE_FLOOR_S) - 0.01
+
+
+@pytest.mark.parametrize(("interval_s", "watchdog_s"),
+                         [(30, 120), (30, None), (60, 180), (10, 60), (5, 40), (30, 61)])
+def test_the_budget_its_slack_and_the_worst_floor_overrun_fit_the_watchdog(
+        interval_s: float, watchdog_s: float | None) -> None:
+    # (before, 75 s of budget for the unit's 120 s: a write's request started at the
+    # slack's end got the 5 s floor, its ping due 5 s past the watchdog)
+    dog = watchdog_s if watchdog_s is not None else 2 * interval_s + 60
+    worst = (interval_s + daemon_module.engine_budget_s(interval_s, watchdog_s)
+             + budget_module.BUDGET_SLACK_S + answerjson.WRITE_FLOOR_S)
+    assert worst <= dog
 
 
 class Noop:

@@ -106,3 +106,56 @@ def test_an_unreachable_engine_is_said_aborted_with_its_reason(
     assert doc["aborted"] is True and doc["engine"] == "unreachable", doc
     assert doc["error_count"] == 1 and "docker.sock" in doc["errors"][0], doc
     completes_again(d, step)
+
+
+class Deposed(Failing):
+    """A step whose write finds this engine no longer the leader (raft elected another
+    manager mid-cycle); ``later`` counts the runs of the step after it."""
+
+    name = "deposed"
+
+    def __init__(self, d: Daemon, swarm: EmptySwarm) -> None:
+        self.d, self.swarm, self.later = d, swarm, 0
+
+    def run(self, session: Any) -> None:
+        if self.fail is not None:
+            self.swarm.is_leader = lambda: False  # type: ignore[method-assign]
+            self.d.term.check_s = 0.0  # (the write asks the engine again)
+            assert self.d.swarm.may_write() is False
+
+
+class Later(Failing):
+    name = "later"
+
+    def __init__(self, deposed: Deposed) -> None:
+        self.deposed = deposed
+
+    def run(self, session: Any) -> None:
+        self.deposed.later += 1
+
+
+def test_healthz_says_a_cycle_ended_by_leadership_lost_mid_cycle(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, the cycle ended silently (no later step ran) and /healthz said ok, the
+    leader true, as if the cycle had completed as leader."""
+    d, _ = leader(tmp_path, monkeypatch)
+    swarm = d.swarm
+    step = Deposed(d, swarm)  # type: ignore[arg-type]
+    d.use([step, Later(step)])
+    d.cycle()
+    assert d.health()["status"] == "ok" and step.later == 1
+    step.fail = RuntimeError("deposed")
+    report = d.cycle()
+    assert report.aborted and step.later == 1  # (no step after it ran)
+    doc = d.health()
+    assert doc["status"] == "degraded" and doc["aborted"] is True, doc
+    assert doc["leader"] is False and doc["engine"] == "reachable", doc
+    assert doc["error_count"] == 1 and "no longer leads" in doc["errors"][0], doc
+    assert d.metrics.is_leader._value.get() == 0
+    d.cycle()  # a follower's cycle: standing by is no fault
+    doc = d.health()
+    assert doc["status"] == "ok" and doc["aborted"] is False and doc["leader"] is False, doc
+    step.fail = None
+    swarm.is_leader = lambda: True  # type: ignore[method-assign]
+    d.cycle()
+    assert d.health()["leader"] is True and step.later == 2

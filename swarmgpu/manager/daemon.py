@@ -139,8 +139,8 @@ class Daemon:
         # /healthz says so (the engine answers, too slowly for a whole cycle).
         self.budget_ended: str | None = None
         # Why the last cycle did not complete (its line: an engine error, a stop, an
-        # exception, its budget), else None: /healthz says so until one completes, not
-        # the last whole cycle's report as if current.
+        # exception, its budget, its term lost), else None: /healthz says so until one
+        # completes, not the last whole cycle's report as if current.
         self.cut_short: str | None = None
         self._steps_cut: str | None = None  # this cycle's steps stopped (run_steps)
         self._scheduler: BackgroundScheduler | None = None
@@ -268,8 +268,12 @@ class Daemon:
             self._steps_cut = None
             report = self.run_steps(snapshot)
             self._over()
+            if self.term.lost:  # (a step's write found another manager leading)
+                return self._deposed(report)
         except SwarmError as exc:
             self._over(exc)
+            if self.term.lost:  # (its NotLeader, or a write failed after it)
+                return self._deposed(CycleReport(errors=[str(exc)]))
             if isinstance(exc, SwarmUnavailable):  # gone mid-cycle: the next ask says
                 self.engine_error = str(exc)
             self.metrics.errors.labels(kind="swarm").inc()
@@ -285,6 +289,24 @@ class Daemon:
         self.last_cycle_at = time.monotonic()
         self.cut_short = self._steps_cut  # (None: every step ran)
         return report
+
+    def _deposed(self, done: CycleReport) -> CycleReport:
+        """The cycle's term lost mid-cycle: a write found this engine no longer the
+        leader (raft elected another manager meanwhile), so no further write or step
+        of it ran. The cycle ends as a follower's: not the leader (/healthz, the gauge),
+        said aborted with why until a cycle completes, the label writes that landed
+        before (``done``) counted and their errors kept."""
+        self.leader = False
+        self.metrics.is_leader.set(0)
+        self.metrics.cycles.labels(outcome="follower").inc()
+        said = self.cut_short = (
+            "leadership lost mid-cycle: this engine no longer leads the swarm, so the "
+            "rest of this cycle's writes were refused and no later step ran; "
+            "the new leader's daemon plans from its own reading (this one stands by "
+            "until a cycle finds its engine the leader again)")
+        logger.warning(said)
+        return CycleReport(leader=False, writes=done.writes, errors=[said, *done.errors],
+                           aborted=True)
 
     def run_steps(self, snapshot: Snapshot) -> CycleReport:
         """The pipeline on one snapshot, in a new session. Label sync's held node writes
@@ -329,7 +351,10 @@ class Daemon:
                 ran[0] or "-",
             )
             if Slot.REPORT not in session.written():  # label sync itself was cut short
-                return CycleReport()
+                # (its writes that landed counted, as at the budget: ``_cut_report``)
+                done = self.labels.report or CycleReport()
+                return CycleReport(writes=done.writes, errors=list(done.errors),
+                                   aborted=True)
         return session.report
 
     def _stops(self) -> bool:
@@ -591,8 +616,9 @@ class Daemon:
         node IDs, which /api/v1/cluster tells only with proof. While the engine cannot be
         asked, ``leader`` is null (unknown: no write goes out) and the status degraded.
         After a cycle that did not complete (an engine error, a stop, an exception, its
-        engine budget), ``aborted`` is true, the status degraded and the errors the line
-        that said why (its age stays the last whole one's), until a cycle completes;
+        engine budget, leadership lost mid-cycle), ``aborted`` is true, the status
+        degraded and the errors the line that said why (its age stays the last whole
+        one's), until a cycle completes;
         ``over_budget`` is true when that cycle ended at its engine budget."""
         age = None if self.last_cycle_at is None else time.monotonic() - self.last_cycle_at
         stale = age is None or age > 3 * self.cfg.sync.interval_s

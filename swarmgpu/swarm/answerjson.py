@@ -123,8 +123,13 @@ class CycleBudget:
 
     def write_left(self) -> float:
         """What a write's own request may take: what is left of the budget and its
-        slack, ``WRITE_FLOOR_S`` at least (one past the budget still gets a round trip)."""
-        return max(self.left() + self.slack_s, WRITE_FLOOR_S)
+        slack, ``WRITE_FLOOR_S`` at least (one past the budget still gets a round trip),
+        but never past the budget, its slack and one floor from the start (the
+        watchdog's line, manager.cycle.budget.engine_budget_s; 0 or less there: not
+        sent). Each request given the floor anew, a write's ten (its read and post, five
+        tries on a conflict) could each run it past the line."""
+        left = self.left() + self.slack_s
+        return min(max(left, WRITE_FLOOR_S), left + WRITE_FLOOR_S)
 
     def took_s(self) -> float:
         return time.monotonic() - self.start
@@ -142,16 +147,19 @@ class CycleBudget:
 class WriteCut(AnswerTooSlow):
     """A write's own request (its read or its post) not answered within what was left of
     its cycle's budget and slack (``CycleBudget.write_left``): a timeout, as
-    ``AnswerTooSlow``, the write's outcome unknown (the next cycle reads it afresh)."""
+    ``AnswerTooSlow``, the write's outcome unknown (the next cycle reads it afresh).
+    ``deadline_s`` 0: not sent, nothing left to the watchdog's line (``write_left``)."""
 
     def __init__(self, what: str, budget: CycleBudget, deadline_s: float) -> None:
+        done = ("the write may or may not have been made" if deadline_s > 0 else
+                "that request was not sent")
         ReadTimeout.__init__(
             self, f"the engine's answer to {what}, a write's, was not read within "
             f"{deadline_s:.1f} s, what was left of the cycle's engine budget of "
             f"{budget.budget_s:g} s and the {budget.slack_s:g} s kept past it for the "
             f"writes in flight ({budget.took_s():.1f} s taken; {WRITE_FLOOR_S:g} s at "
-            "least), so that the watchdog's ping comes in time: the write may or may "
-            "not have been made (the next cycle reads it afresh); check the engine (is "
+            f"least, none past the three), so that the watchdog's ping comes in time: "
+            f"{done} (the next cycle reads it afresh); check the engine (is "
             "`docker info` slow?) and the proxy in front of it")
         self.what, self.deadline_s = what, deadline_s
 
@@ -511,6 +519,8 @@ def _deadline(request: Any,
     if writing is None:
         return deadline_s, None, False
     left = writing.write_left()
+    if left <= 0:  # (past the floor's line: the watchdog's ping is due)
+        raise WriteCut(f"{request.method} {_path(request.url)}", writing, 0.0)
     return (left, writing, True) if left < deadline_s else (deadline_s, None, False)
 
 

@@ -6,12 +6,14 @@ daemon's 30 s client), but a cycle makes many: three reads each just under it to
 three minutes, past the 90 s of cycle the 120 s watchdog allows after the 30 s interval,
 and systemd restarted the daemon. So a cycle has one budget (``engine_budget_s``:
 WatchdogSec= less the interval, less ``BUDGET_SLACK_S`` for the writes in flight as it
-passes; without a watchdog, the one docs/systemd.md asks for). Within it each read's
+passes, less ``answerjson.WRITE_FLOOR_S``, the most a write's request runs past that
+slack; without a watchdog, the one docs/systemd.md asks for). Within it each read's
 deadline is cut to what is left, and none is sent once it has passed
 (``answerjson.CycleBudget``); the write gate starts no write past it (``BudgetGate``,
 beside the stop request's: a write in flight is never refused midway, its own reads
 included, but each of its requests gets what is left of the budget and
-``BUDGET_SLACK_S``, ``answerjson.WRITE_FLOOR_S`` at least: past it, it fails as a
+``BUDGET_SLACK_S``, ``answerjson.WRITE_FLOOR_S`` at least, never past the budget, the
+slack and one floor (the watchdog's line; one due past it is not sent): past it, it fails as a
 timeout, said so, ``answerjson.WriteCut`` (one that ends its step ends the cycle as
 over budget, ``BudgetGate.ended``, not as the engine's fault); before, each took its own
 60 s and a slow engine held the cycle past the watchdog; one that undoes a write of the
@@ -33,7 +35,7 @@ only the writes left are "not made".
 from __future__ import annotations
 
 from swarmgpu.manager.engine.stop import BudgetEnded, StopRequest
-from swarmgpu.swarm.answerjson import CycleBudget, budgeted, write_cut
+from swarmgpu.swarm.answerjson import WRITE_FLOOR_S, CycleBudget, budgeted, write_cut
 
 # What the watchdog's allowance keeps back past the budget: the writes in flight as it
 # passes finish (at most 8, each one engine round trip, some 25 ms on a sound engine).
@@ -44,10 +46,13 @@ MIN_BUDGET_S = 10.0  # (a watchdog shorter than the interval: warned at start)
 def engine_budget_s(interval_s: float, watchdog_s: float | None) -> float:
     """The most one cycle may take: the watchdog (``watchdog_s``, WatchdogSec=; None: the
     2 x interval + 60 s docs/systemd.md asks for) less the interval before the cycle,
-    less ``BUDGET_SLACK_S``; ``MIN_BUDGET_S`` at least. 75 s for the unit's 120 s and
-    30 s."""
+    less ``BUDGET_SLACK_S``, less ``answerjson.WRITE_FLOOR_S``; ``MIN_BUDGET_S`` at
+    least. 70 s for the unit's 120 s and 30 s. The floor is the worst a write's request
+    runs past the slack (``CycleBudget.write_left`` gives none past budget, slack and
+    one floor): without it here, a request started as the slack ended got its 5 s
+    floor and the ping came 5 s past the watchdog."""
     dog = watchdog_s if watchdog_s is not None else 2 * interval_s + 60
-    return max(dog - interval_s - BUDGET_SLACK_S, MIN_BUDGET_S)
+    return max(dog - interval_s - BUDGET_SLACK_S - WRITE_FLOOR_S, MIN_BUDGET_S)
 
 
 class OverBudget(BudgetEnded):
@@ -105,7 +110,8 @@ def over_budget(gate: BudgetGate, interval_s: float, watchdog_s: float | None) -
     left = f" ({gate.writes.left} write(s) not made)" if gate.writes.left else ""
     return (f"cycle ended at its engine budget, {budget.took_s():.1f} s in, while "
             f"{doing}: a cycle may take {budget.budget_s:g} s ({dog}, less "
-            f"sync.interval_s {interval_s:g} s and {BUDGET_SLACK_S:g} s) so that the "
+            f"sync.interval_s {interval_s:g} s and {BUDGET_SLACK_S + WRITE_FLOOR_S:g} s) "
+            "so that the "
             f"watchdog's ping comes in time; no further step ran and no write was "
             f"made past it{left}; the next cycle reads afresh; check the engine "
             "and any proxy in front of it (is `docker info` slow there?)")
