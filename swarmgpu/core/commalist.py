@@ -3,7 +3,18 @@
 
 from __future__ import annotations
 
+# ASCII blanks only, as a label's value is trimmed (requests._BLANKS): str.strip() also
+# takes \x1c-\x1f, NBSP and U+3000, which no one sees around a name.
+ASCII_BLANKS = " \t\n\r\f\v"
+
 
 def comma_list(text: str) -> list[str]:
     """The items of ``a, b,,c``: each stripped, empty ones left out, in order."""
     return [p for p in (x.strip() for x in text.split(",")) if p]
+
+
+def unseen(text: str) -> str:
+    """Each character of ``text`` that is not printable ASCII, as its code point and
+    place (``U+00A0 at 1``); "" for none."""
+    return ", ".join(f"U+{ord(c):04X} at {i + 1}" for i, c in enumerate(text)
+                     if not (c.isascii() and c.isprintable()))
