@@ -150,3 +150,23 @@ def test_a_priority_class_with_a_unicode_blank_around_it_is_refused_naming_it(te
 def test_a_priority_class_with_ascii_blanks_around_it_is_read() -> None:
     assert parse_priority_classes(" batch = 0 ,\tcritical=1000\n") == {"batch": 0,
                                                                      "critical": 1000}
+
+
+@pytest.mark.parametrize("value", ["\u00a01g.10gb", "1g.10gb\u3000", "1g.10gb\x1c"])
+def test_a_mig_label_with_a_unicode_blank_around_it_is_refused(value: str) -> None:
+    # Every other label value is trimmed of ASCII blanks only; the profile's own strip()
+    # took NBSP and U+3000 too, so this one alone read what no one could see.
+    err = parse_all({"swarmgpu.mig": value})
+    assert isinstance(err, RequestError) and err.key == "swarmgpu.mig", err
+    assert repr(value)[1:-1] in str(err)
+
+
+def test_a_mig_label_with_ascii_blanks_around_it_is_read() -> None:
+    got = parse_all({"swarmgpu.mig": " 1g.10gb\t"})
+    assert not isinstance(got, RequestError) and got.mig_profile == "1g.10gb"
+
+
+def test_a_mig_label_with_arabic_indic_digits_is_refused() -> None:
+    # \d took U+0660-U+0669 and int() read them: 1g.<U+0661 U+0660>gb was placed as 1g.10gb.
+    err = parse_all({"swarmgpu.mig": "1g.\u0661\u0660gb"})
+    assert isinstance(err, RequestError) and err.key == "swarmgpu.mig", err
