@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from swarmgpu.core.commalist import ASCII_BLANKS, unseen
+from swarmgpu.core.commalist import ASCII_BLANKS, unseen, unseen_items
 from swarmgpu.core.configvalues import (
     FromEnv,
     at_most,
@@ -478,10 +478,11 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
             add(f"queues.{e}")
     _check_tenants(cfg, add)
     if cfg.placement.overshare not in ("report", "restart"):
-        add(f"placement.overshare: {quoted(cfg.placement.overshare)}; use 'report' "
-            "or 'restart'")
+        add(f"placement.overshare: {quoted(cfg.placement.overshare)}; use 'report' or 'restart'")
     if cfg.placement.overshare_window_s <= 0:
         add("placement.overshare_window_s: must be > 0 seconds")
+    if odd := unseen_items(cfg.placement.ungranted_exempt):  # a glob that matches no name
+        add(f"placement.ungranted_exempt: {odd}; a service name is ASCII: retype it")
     if cfg.placement.ungranted not in ("report", "void"):
         add(f"placement.ungranted: {quoted(cfg.placement.ungranted)}; use 'report' or 'void'")
     if why := node_label_key_fault(cfg.placement.zone_label):  # only read, never a constraint
