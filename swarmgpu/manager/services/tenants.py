@@ -9,8 +9,9 @@ queue: the daemon's planner (and so preemption, ``plan``, ``status``, the map),
   first) is capped at it; the reason is kept on the request (``limits``);
 * ``swarmgpu.preemptible: false`` from a tenant that may not opt out is ignored (the
   service is preemptible whatever its priority), with the reason;
-* a ``swarmgpu.queue`` naming a queue ``T`` does not own makes the request invalid; no
-  queue means ``T``'s first queue (none when it owns none).
+* a ``swarmgpu.queue`` naming a queue ``T`` does not own makes the request invalid (one
+  of its own but for case: naming that one, ``case_twin_refused``); no queue means
+  ``T``'s first queue (none when it owns none).
 
 The daemon caps (a service already deployed runs with what it may have, and says why);
 ``render`` and ``render --check``, the gate before a deploy, refuse the same labels.
