@@ -433,3 +433,24 @@ def test_five_thousand_digits_are_text_as_docker_reads_them_and_not_echoed(
     assert errors[0].startswith(f"{tmp_path / 'c.yml'}:2: sync.interval_s: expected a "
                                 "number, got 111"), errors
     assert "... [5000 characters]: a number out of range" in errors[0], errors
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ('rebalance:\n  policies: "health,\\u00a0spread"\n', "rebalance.policies: unknown"),
+    ('http:\n  trusted_proxies: "\\u00a010.0.0.5"\n', "http.trusted_proxies: '\\xa010.0.0.5'"),
+    ('placement:\n  ungranted_exempt: "a*,\\u3000swarmgpu_agent"\n',
+     "placement.ungranted_exempt: '\\u3000swarmgpu_agent' has characters that are not "
+     "printable ASCII (U+3000 at 1)"),
+])
+def test_a_comma_list_item_with_a_unicode_blank_around_it_is_refused(
+        tmp_path: Path, text: str, says: str) -> None:
+    """A comma list's items were trimmed by str.strip(), which takes NBSP and U+3000,
+    where the rest of the config trims ASCII blanks only."""
+    errors = _errors(tmp_path, text)
+    assert len(errors) == 1 and says in errors[0], errors
+
+
+def test_a_comma_list_with_ascii_blanks_around_its_items_is_fine(tmp_path: Path) -> None:
+    assert _errors(tmp_path, 'rebalance:\n  policies: " health ,\\tspread"\nhttp:\n'
+                             '  trusted_proxies: "10.0.0.5 , 10.0.0.6"\nplacement:\n'
+                             '  ungranted_exempt: " a*, swarmgpu_agent "\n') == []

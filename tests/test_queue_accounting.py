@@ -293,3 +293,47 @@ def test_a_1g_24gb_slice_held_to_the_h100_nvl_counts_a_seventh_before_it_is_plac
     assert by["s7"].reason == "queue q at its quota: max 1 GPUs, 1 used, this service " \
                               "needs 0.143"
     assert _used(plan, "q") == 1
+
+
+def test_a_queue_label_apart_from_a_configured_queue_only_by_case_is_refused() -> None:
+    """No tenants: swarmgpu.queue=Research beside queues.research read as an unlisted
+    queue (guaranteed 0, no max), so research's max never applied to it. It is refused,
+    naming both and the fix, as the config refuses two such queues."""
+    x = sw_svc("x", {f"{P}gpus": "2", f"{P}queue": "Research"})
+    plan = Planner(queues={"research": (0, 2000)}).plan(_held("x", {}), [x], [], FACTS)
+    (sp,) = plan.services
+    assert sp.status == "invalid" and not sp.placements
+    assert (f"{P}queue='Research': expected a queue's name as the config writes it: "
+            "Research differs from queue research only in case; write "
+            f"{P}queue=research") in (sp.reason or ""), sp.reason
+    # the queue as written, and one the config does not list at all, are as before
+    for queue in ("research", "scratch"):
+        y = sw_svc("y", {f"{P}gpus": "2", f"{P}queue": queue})
+        plan = Planner(queues={"research": (0, 2000)}).plan(_held("y", {}), [y], [], FACTS)
+        assert plan.services[0].status == "placed", plan.services[0].reason
+
+
+def test_what_a_case_twin_queues_service_holds_counts_against_the_configured_queue() -> None:
+    """x holds 2 GPUs under swarmgpu.queue=Research (now refused): what it holds counts
+    against research, the queue it meant, so y (research, max 2) waits."""
+    nodes = _held("x", {"n-4090": R_UUIDS[:2]})
+    x = sw_svc("x", {f"{P}gpus": "2", f"{P}queue": "Research"})
+    y = sw_svc("y", {f"{P}gpus": "2", f"{P}queue": "research"})
+    plan = Planner(queues={"research": (0, 2000)}).plan(nodes, [x, y], _running(x, "n-4090"),
+                                                        FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    assert by["x"].status == "invalid"
+    assert by["y"].status == "pending" and "at its quota" in (by["y"].reason or "")
+    assert _used(plan, "research") == 2
+
+
+def test_a_tenants_case_twin_of_its_own_queue_is_refused_by_the_same_rule(
+        tmp_path: Path) -> None:
+    f = tmp_path / "config.yml"
+    f.write_text(textwrap.dedent(TEAMS))
+    x = sw_svc("team-b_x", {STACK_LABEL: "team-b", f"{P}gpus": "2", f"{P}queue": "Team-B"})
+    plan = new_planner(load_config(f, env={})).plan(_held("x", {}), [x], [], FACTS)
+    (sp,) = plan.services
+    assert sp.status == "invalid"
+    assert ("Team-B differs from queue team-b only in case; write "
+            f"{P}queue=team-b") in (sp.reason or ""), sp.reason

@@ -93,7 +93,7 @@ def test_ascii_blanks_around_a_value_are_still_trimmed() -> None:
 
 
 def test_a_priority_class_named_with_a_kelvin_sign_is_refused() -> None:
-    with pytest.raises(ValueError, match="is not name=integer"):
+    with pytest.raises(ValueError, match=r"not printable ASCII \(U\+212A at 4\)"):
         parse_priority_classes(f"PEA{KELVIN}=50")
 
 
@@ -136,3 +136,37 @@ def test_a_request_key_with_an_invisible_character_is_an_error_not_ignored(key: 
     err = parse_all({key: "2"})
     assert isinstance(err, RequestError) and err.key == key
     assert "invisible" in err.accepted and "did you mean swarmgpu.gpus?" in err.accepted
+
+
+@pytest.mark.parametrize(
+    "text", ["\u00a0batch=0", "batch\u00a0=0", "batch=0\u3000", "x=1,\x1cbatch=0"])
+def test_a_priority_class_with_a_unicode_blank_around_it_is_refused_naming_it(text: str) -> None:
+    # str.strip() took NBSP, U+3000 and \x1c-\x1f away unseen, where a label's value
+    # and the rest of the config trim ASCII blanks only.
+    with pytest.raises(ValueError, match=r"U\+(00A0|3000|001C) at "):
+        parse_priority_classes(text)
+
+
+def test_a_priority_class_with_ascii_blanks_around_it_is_read() -> None:
+    assert parse_priority_classes(" batch = 0 ,\tcritical=1000\n") == {"batch": 0,
+                                                                     "critical": 1000}
+
+
+@pytest.mark.parametrize("value", ["\u00a01g.10gb", "1g.10gb\u3000", "1g.10gb\x1c"])
+def test_a_mig_label_with_a_unicode_blank_around_it_is_refused(value: str) -> None:
+    # Every other label value is trimmed of ASCII blanks only; the profile's own strip()
+    # took NBSP and U+3000 too, so this one alone read what no one could see.
+    err = parse_all({"swarmgpu.mig": value})
+    assert isinstance(err, RequestError) and err.key == "swarmgpu.mig", err
+    assert repr(value)[1:-1] in str(err)
+
+
+def test_a_mig_label_with_ascii_blanks_around_it_is_read() -> None:
+    got = parse_all({"swarmgpu.mig": " 1g.10gb\t"})
+    assert not isinstance(got, RequestError) and got.mig_profile == "1g.10gb"
+
+
+def test_a_mig_label_with_arabic_indic_digits_is_refused() -> None:
+    # \d took U+0660-U+0669 and int() read them: 1g.<U+0661 U+0660>gb was placed as 1g.10gb.
+    err = parse_all({"swarmgpu.mig": "1g.\u0661\u0660gb"})
+    assert isinstance(err, RequestError) and err.key == "swarmgpu.mig", err

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from swarmgpu.core.commalist import ASCII_BLANKS, unseen, unseen_items
 from swarmgpu.core.configvalues import (
     FromEnv,
     at_most,
@@ -243,14 +244,17 @@ DEFAULT_PRIORITY_CLASSES = "critical=1000,inference=100,batch=0"
 def parse_priority_classes(text: str) -> dict[str, int]:
     """``name=N,name=N`` -> {name: N}; ValueError naming the bad part."""
     out: dict[str, int] = {}
-    for part in (p.strip() for p in text.split(",")):
+    for part in (p.strip(ASCII_BLANKS) for p in text.split(",")):
         if not part:
             continue
+        if odd := unseen(part):  # (an NBSP around a name: a class no label could name)
+            raise ValueError(f"{quoted(part)} has characters that are not printable ASCII "
+                             f"({odd}); retype it as name=integer")
         name, eq, num = part.partition("=")
         # ASCII checked before lower(), which makes the Kelvin sign a k; "--5" no number.
-        name, num = name.strip(), num.strip()
-        if not eq or not name.replace("-", "").replace("_", "").isalnum() or not name.isascii() \
-                or not num.removeprefix("-").isdigit() or not num.isascii():
+        name, num = name.strip(ASCII_BLANKS), num.strip(ASCII_BLANKS)
+        if not eq or not name.replace("-", "").replace("_", "").isalnum() \
+                or not num.removeprefix("-").isdigit():
             raise ValueError(f"{quoted(part)} is not name=integer")
         name = name.lower()
         if len(num.lstrip("-")) > 6:  # a label's own number is no wider (requests._PRIO_RE)
@@ -474,10 +478,11 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
             add(f"queues.{e}")
     _check_tenants(cfg, add)
     if cfg.placement.overshare not in ("report", "restart"):
-        add(f"placement.overshare: {quoted(cfg.placement.overshare)}; use 'report' "
-            "or 'restart'")
+        add(f"placement.overshare: {quoted(cfg.placement.overshare)}; use 'report' or 'restart'")
     if cfg.placement.overshare_window_s <= 0:
         add("placement.overshare_window_s: must be > 0 seconds")
+    if odd := unseen_items(cfg.placement.ungranted_exempt):  # a glob that matches no name
+        add(f"placement.ungranted_exempt: {odd}; a service name is ASCII: retype it")
     if cfg.placement.ungranted not in ("report", "void"):
         add(f"placement.ungranted: {quoted(cfg.placement.ungranted)}; use 'report' or 'void'")
     if why := node_label_key_fault(cfg.placement.zone_label):  # only read, never a constraint

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from swarmgpu.core.commalist import ASCII_BLANKS
 from swarmgpu.core.peertext import peer_text
 
 # Every profile in NVIDIA/mig-parted's default config (config-default.yaml), i.e. every
@@ -77,7 +78,8 @@ _BY_PRODUCT: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
     )
 )
 
-_PROFILE_RE = re.compile(r"^(?P<g>[1-8])g\.(?P<mem>\d+)gb(?P<suffix>(?:[+-][a-z.]+)?)$")
+_PROFILE_RE = re.compile(r"^(?P<g>[1-8])g\.(?P<mem>\d+)gb(?P<suffix>(?:[+-][a-z.]+)?)$",
+                         re.ASCII)  # (\d takes Arabic-Indic digits, which int() reads)
 _CI_RE = re.compile(r"^(?P<c>[1-8])c\.(?P<gi>.*)$")  # a compute instance: 1c.3g.20gb
 _PREFIX_RE = re.compile(r"^(?:nvidia\.com/)?(?:mig[- ])?", re.IGNORECASE)
 _GIB_TO_GB = 1.073741824
@@ -112,7 +114,8 @@ def normalize_profile(name: str) -> str:
     names it ``3g.20gb``). Raise MigProfileError naming the input and what is accepted.
     """
     raw = name
-    name = _PREFIX_RE.sub("", name.strip()).lower()
+    # ASCII blanks only, as every label value is trimmed: an NBSP is no profile's
+    name = _PREFIX_RE.sub("", name.strip(ASCII_BLANKS)).lower()
     ci = _CI_RE.match(name)
     if ci is None:
         return _instance_profile(name, raw)

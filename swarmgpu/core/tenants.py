@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import lru_cache
@@ -204,6 +204,16 @@ def parse_tenants(raw: Any, queues: Any, classes: Mapping[str, int],
     specs.append(default or TenantSpec(DEFAULT_TENANT,
                                        preemptions_per_hour=default_budget(max_per_hour)))
     return specs, own, errors
+
+
+def case_twin(name: str, names: Iterable[str]) -> str | None:
+    """The one of ``names`` that ``name`` equals but for case (``Research`` and
+    ``research``); None when ``name`` is one of them or none is so."""
+    if not name.isascii():  # (str.lower() makes the Kelvin sign a k: no twin of one)
+        return None
+    folded = name.lower()
+    twins = sorted(n for n in names if n != name and n.lower() == folded)
+    return None if not twins or name in names else twins[0]
 
 
 def matches(t: TenantSpec, name: str, stack: str | None) -> bool:

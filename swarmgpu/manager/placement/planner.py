@@ -165,7 +165,8 @@ class Planner:
         self._model_mark = self.model.seen
         # what it remembers across cycles, by name (``placement.memo``)
         self._memo = memo = PlannerMemo(prefix)
-        self._reads = RequestReader(memo, prefix, zone_label, priority_classes, tenants)
+        self._reads = RequestReader(memo, prefix, zone_label, priority_classes, tenants,
+                                    frozenset(queues or {}))
         # (the memo's bound methods: a part holding one of the planner's would hold the
         # planner, and a planner in a reference cycle is freed only by a full
         # collection of all it holds -- 0.75 s after a ``simulate`` seed, in the CLI's

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.core.tenants import NAME_RE
+from swarmgpu.core.tenants import NAME_RE, case_twin
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_defaults
 from swarmgpu.manager.placement.memo import LabelParse, PlannerMemo, RequestEntry, ServeKey
 from swarmgpu.manager.placement.preempt import serve_key
@@ -21,7 +21,7 @@ from swarmgpu.manager.services.requests import (
     parse_all,
     request_labels,
 )
-from swarmgpu.manager.services.tenants import Tenants
+from swarmgpu.manager.services.tenants import Tenants, case_twin_refused
 from swarmgpu.swarm.client import SwarmService, reservations
 from swarmgpu.swarm.specread import UnreadSpec
 
@@ -81,12 +81,14 @@ class RequestReader:
         zone_label: str,
         classes: Mapping[str, int] | None,
         tenants: Tenants | None,
+        queues: frozenset[str] = frozenset(),
     ) -> None:
         self.memo = memo
         self.prefix = prefix
         self.zone_label = zone_label
         self.classes = classes
         self.tenants = tenants
+        self.queues = queues  # the config's queue names (its tenants' too)
 
     def read(self, services: Sequence[SwarmService], most: int = -1,
              unkeyed: Sequence[str] = ()) -> ServiceRead:
@@ -155,7 +157,8 @@ class RequestReader:
                 try:
                     asked = s.labels.get(self.prefix + "queue", "")
                     asked = asked if NAME_RE.fullmatch(asked) else ""
-                    q = self.tenants.queue_of(s, asked) if self.tenants is not None else asked
+                    q = (self.tenants.queue_of(s, asked) if self.tenants is not None
+                         else case_twin(asked, self.queues) or asked)  # (the one it meant)
                 except Exception as exc:  # (as in ``read``)
                     failed.setdefault(s.id, exc)
                     why = (f"finding the queue of {s.name} raised ({type(exc).__name__}: "
@@ -210,6 +213,9 @@ class RequestReader:
             r = next(iter(container_request_errors(_container_labels(s), self.prefix)), None)
         if self.tenants is not None:  # what its tenant may have (per service, not shared)
             r = self.tenants.apply_to(s, r)
+        elif isinstance(r, GpuRequest) and (no := case_twin_refused(r.queue, self.queues,
+                                                                    self.prefix)):
+            r = no  # (with tenants, apply refuses it by the same rule)
         res = reservations(s.spec)
         if (
             prev is not None

@@ -9,17 +9,19 @@ queue: the daemon's planner (and so preemption, ``plan``, ``status``, the map),
   first) is capped at it; the reason is kept on the request (``limits``);
 * ``swarmgpu.preemptible: false`` from a tenant that may not opt out is ignored (the
   service is preemptible whatever its priority), with the reason;
-* a ``swarmgpu.queue`` naming a queue ``T`` does not own makes the request invalid; no
-  queue means ``T``'s first queue (none when it owns none).
+* a ``swarmgpu.queue`` naming a queue ``T`` does not own makes the request invalid (one
+  of its own but for case: naming that one, ``case_twin_refused``); no queue means
+  ``T``'s first queue (none when it owns none).
 
 The daemon caps (a service already deployed runs with what it may have, and says why);
 ``render`` and ``render --check``, the gate before a deploy, refuse the same labels.
-Without tenants nothing here runs: requests are as their labels say.
+Without tenants nothing here runs but ``case_twin_refused`` (a queue named but for
+case), which the planner's reads apply either way: requests are as their labels say.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from enum import Enum
 
@@ -28,6 +30,7 @@ from swarmgpu.core.tenants import (
     DEFAULT_TENANT,
     STACK_LABEL,
     TenantSpec,
+    case_twin,
     claimed_by,
     matches,
     parse_tenants,
@@ -116,6 +119,8 @@ class Tenants:
                           "of preemption")
             preemptible = None
         queue = r.queue or t.default_queue
+        if refused := case_twin_refused(r.queue, t.queues, p):
+            return refused
         if r.queue and r.queue not in t.queues:
             other = self.owner.get(r.queue)
             whose = (f"{r.queue} is tenant {other}'s" if other else
@@ -143,6 +148,19 @@ class Tenants:
         """Victims the services of ``tenant`` may have stopped per hour."""
         t = self.by_name.get(tenant) or self.by_name[DEFAULT_TENANT]
         return t.preemptions_per_hour
+
+
+def case_twin_refused(queue: str, queues: Collection[str], prefix: str) -> RequestError | None:
+    """A ``swarmgpu.queue`` that names one of ``queues`` but for case, refused naming
+    both (None otherwise): read as a queue apart, it had no max, and the config refuses
+    two such queues. One rule with tenants (``queues``: its tenant's) and without (the
+    config's, ``placement.reads``)."""
+    twin = case_twin(queue, queues) if queue else None
+    if twin is None:
+        return None
+    return RequestError(prefix + "queue", queue,
+                        f"a queue's name as the config writes it: {queue} differs from queue "
+                        f"{twin} only in case; write {prefix}queue={twin}")
 
 
 def specs_of(tenants: Tenants | None) -> tuple[TenantSpec, ...]:
