@@ -147,3 +147,27 @@ def test_every_real_capture_is_far_below_each_cap() -> None:
         assert max(map(len, lines)) * 10 < metrics_in.MAX_LINE_LEN
         res = parse_metrics(page)
         assert res.refused is None and res.samples_by_uuid
+
+
+def test_a_page_of_many_labels_is_read_in_little_memory() -> None:
+    """Every sample was held whole, every label of it, until the page's end: 4,000 lines
+    of 60 labels (1.5 MiB) held ~20 MiB, a page at the fetch's 8 MiB cap ~100 MiB. Only
+    the series and labels the scrape reads are kept."""
+    labels = ",".join(f'l{j}=""' for j in range(60))
+    page = "".join(f'DCGM_FI_DEV_{i % 4}{{UUID="GPU-1",gpu="0",x="{i}",{labels}}} 1\n'
+                   for i in range(4_000))
+    tracemalloc.start()
+    try:
+        res = parse_metrics(page)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20, peak
+    assert res.refused is None and res.samples_by_uuid["GPU-1"].get("DCGM_FI_DEV_3") == 1
+
+
+def test_a_sample_with_more_labels_than_any_exporter_writes_is_refused() -> None:
+    many = ",".join(f'l{j}="v"' for j in range(64))
+    with pytest.raises(promtext.LineError, match="more than 64 labels"):
+        promtext.parse_sample(f'm{{UUID="GPU-1",{many}}} 1')
+    assert len(promtext.parse_sample(f"m{{{many}}} 1").labels) == 64

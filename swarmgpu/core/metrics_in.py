@@ -56,6 +56,10 @@ _MAX_HOSTS = 4  # distinct hostname labels remembered: one is right, two already
 MAX_PAGE_LINES = 16384  # every line, blank and comment too
 MAX_METRIC_SAMPLES = 4096  # samples of one metric name: MAX_GPUS GPUs x MIG or processes
 MAX_LINE_LEN = 65536  # characters; a longer line is skipped unread
+# The labels _collect reads: a sample keeps these alone, and only with a UUID (the rest
+# were dropped there, after a page of them was held whole: ~100 MiB of label dicts).
+_USED_LABELS = frozenset({"UUID", *_HOST_LABELS, "gpu", "GPU_I_ID", "GPU_I_PROFILE",
+                          "modelName", "pci_bus_id", "pid", "service", "task", "container"})
 # No GPU reading comes near this (DCGM's energy counter, in mJ, would take centuries at
 # a kilowatt); 1e308 is finite, but two of them sum to inf and round(inf) raises, in the
 # daemon's sums over MIG slices and processes. Beyond it a value is unknown, and said so.
@@ -302,7 +306,9 @@ def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
             _note(errors, f"line {n}: {peer_text(s.name, 64)} carries a timestamp, so it is "
                           "not a reading of now; skipped (serve samples without one)")
             continue
-        out.append((n, s))
+        if "UUID" in s.labels:
+            used = {k: v for k, v in s.labels.items() if k in _USED_LABELS}
+            out.append((n, Sample(s.name, used, s.value, None)))
     # A TYPE after a name's samples makes those before it unknown too.
     return [(n, s) for n, s in out if s.name not in types.unknown]
 
