@@ -778,7 +778,7 @@ def test_metrics_labels_from_a_page_are_cut_and_cleaned() -> None:
     # Raw controls: the format allows any character but LF in a value (\u202e or \t as
     # escapes are no escapes of the format: that line is refused, test_metrics_in).
     page = ('swarmgpu_gpu_process_memory_used_mib{UUID="GPU-1",pid="7",'
-            'service="svc\\nforged\u202e' + "s" * 5000 + '",task="t\t1",container="c"} 5\n'
+            'service="svc\\nforged\u202e' + "s" * 4000 + '",task="t\t1",container="c"} 5\n'
             'DCGM_FI_DEV_FB_USED{UUID="GPU-1",modelName="A100\u0007' + "m" * 500 + '"} 1\n')
     g = parse_metrics(page).samples_by_uuid["GPU-1"]
     p = g.processes[0]

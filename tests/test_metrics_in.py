@@ -14,7 +14,7 @@ import tracemalloc
 import pytest
 
 from swarmgpu.core.metrics_in import UTIL, parse_metrics
-from swarmgpu.core.promtext import parse_help, parse_sample
+from swarmgpu.core.promtext import MAX_LABEL_VALUE, LineError, parse_help, parse_sample
 
 G = 'DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1",gpu="0"'
 
@@ -27,11 +27,14 @@ def _util(text: str) -> float | None:
 def test_a_page_of_escaped_quotes_is_read_in_linear_time() -> None:
     """prometheus_client's parser sliced the label value at every escaped quote: 2 MB of
     them took 70 s (quadratic: the 8 MB a page may be, about 20 minutes), with every
-    node's cycle waiting for that one page."""
+    node's cycle waiting for that one page. A line that long is now skipped unread
+    (metrics_in.MAX_LINE_LEN); one at the label value cap is read whole."""
     page = G + ',modelName="' + '\\"' * 1_000_000 + '"} 5\n'
     t = time.monotonic()
     res = parse_metrics(page)
     assert time.monotonic() - t < 3
+    assert not res.samples_by_uuid and "skipped unread" in res.errors[0]
+    res = parse_metrics(G + ',modelName="' + '\\"' * (MAX_LABEL_VALUE // 2) + '"} 5\n')
     assert res.samples_by_uuid["GPU-1"].model_name.startswith('"' * 10)
 
 
@@ -270,16 +273,18 @@ def test_a_label_value_of_many_escapes_is_read_in_little_memory() -> None:
     """The label pattern is linear in time, but Python's regex engine kept some 170
     bytes of backtracking state per escape it repeated over: one 8 MiB line of ``\\\\``
     (the scrape's byte cap) took 700 MiB of the daemon's memory. Repeated possessively,
-    nothing is kept."""
+    nothing is kept. (A value that long is then refused: longer than MAX_LABEL_VALUE.)"""
     value = "\\\\" * (512 * 1024)  # 1 MiB of escaped backslashes
     tracemalloc.start()
     try:
-        s = parse_sample('DCGM_FI_DEV_GPU_UTIL{UUID="GPU-0",x="' + value + '"} 1')
+        with pytest.raises(LineError, match="label x has a value longer than"):
+            parse_sample('DCGM_FI_DEV_GPU_UTIL{UUID="GPU-0",x="' + value + '"} 1')
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert s.labels["x"] == "\\" * (512 * 1024) and s.labels["UUID"] == "GPU-0"
     assert peak < 16 * 1024 * 1024, peak
+    s = parse_sample('m{UUID="GPU-0",x="' + "\\\\" * (MAX_LABEL_VALUE // 2) + '"} 1')
+    assert s.labels["x"] == "\\" * (MAX_LABEL_VALUE // 2) and s.labels["UUID"] == "GPU-0"
     assert parse_sample('m{a="x\\\\\\"y\\n"} 2').labels == {"a": 'x\\"y\n'}
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from swarmgpu.core.health import HealthSignals, signals_from_dcgm
@@ -48,6 +48,18 @@ _HOST_LABELS = ("hostname", "Hostname")
 PROCESS_MEMORY = "swarmgpu_gpu_process_memory_used_mib"  # swarmgpu.agent.metrics writes it
 _MAX_PROCESSES = 512  # per GPU: a page listing more is not to be trusted with memory
 _MAX_HOSTS = 4  # distinct hostname labels remembered: one is right, two already conflict
+# What one page may cost before it is refused whole. The largest real page (tests/fixtures/
+# captures: an A800 x8, MIG on one) has 276 lines, 226 samples, 10 of one metric and lines
+# of at most 332 characters; MAX_GPUS GPUs, each with every DCGM field and its HELP and
+# TYPE, stay below these. 4 MiB of short sample lines took ~2 s and ~100 MiB, past the
+# fetch deadline, in the daemon's cycle.
+MAX_PAGE_LINES = 16384  # every line, blank and comment too
+MAX_METRIC_SAMPLES = 4096  # samples of one metric name: MAX_GPUS GPUs x MIG or processes
+MAX_LINE_LEN = 65536  # characters; a longer line is skipped unread
+# The labels _collect reads: a sample keeps these alone, and only with a UUID (the rest
+# were dropped there, after a page of them was held whole: ~100 MiB of label dicts).
+_USED_LABELS = frozenset({"UUID", *_HOST_LABELS, "gpu", "GPU_I_ID", "GPU_I_PROFILE",
+                          "modelName", "pci_bus_id", "pid", "service", "task", "container"})
 # No GPU reading comes near this (DCGM's energy counter, in mJ, would take centuries at
 # a kilowatt); 1e308 is finite, but two of them sum to inf and round(inf) raises, in the
 # daemon's sums over MIG slices and processes. Beyond it a value is unknown, and said so.
@@ -153,6 +165,8 @@ def _fb(g: GpuMetrics, metric: str) -> int | None:
 class ScrapeResult:
     samples_by_uuid: dict[str, GpuMetrics] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    # Why the whole page was refused unread past a cap (MAX_PAGE_LINES...); None: read.
+    refused: str | None = None
     # The host the page names, None when it names none or several: several hosts in one
     # node's page is ambiguous, and ``hostnames`` (at most _MAX_HOSTS, sorted) says which.
     hostname: str | None = None
@@ -248,12 +262,8 @@ def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
     types = _Types(errors)
     eof = 0  # the line of '# EOF', 0: none yet
     crlf = False  # a line ending in CR was said
-    # Lines end at LF alone: splitlines() would also break a label value at U+2028 or a
-    # form feed, which the format allows inside it.
-    for n, raw in enumerate(text.split("\n"), start=1):
-        line = raw.strip(" \t")
-        if not line:
-            continue
+    per_name: dict[str, int] = {}  # samples of each metric name so far
+    for n, line in _lines(text, errors):
         if line.endswith("\r"):
             # Prometheus reads '5\r' as no number and refuses the page; said once.
             if not crlf:
@@ -278,11 +288,13 @@ def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
         if line.startswith("#"):
             _comment(n, line, types)
             continue
+        m = _METRIC_NAME.match(line)
+        if m is not None:
+            _count(per_name, m.group(0), n)
         try:
             s = parse_sample(line)
         except LineError as exc:
             # Only the metric name, never the line: what a page says is not echoed.
-            m = _METRIC_NAME.match(line)
             what = f"{peer_text(m.group(0), 64)} " if m else ""
             _note(errors, f"line {n}: {what}sample cannot be parsed ({exc}); skipped")
             continue
@@ -294,9 +306,48 @@ def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
             _note(errors, f"line {n}: {peer_text(s.name, 64)} carries a timestamp, so it is "
                           "not a reading of now; skipped (serve samples without one)")
             continue
-        out.append((n, s))
+        if "UUID" in s.labels:
+            used = {k: v for k, v in s.labels.items() if k in _USED_LABELS}
+            out.append((n, Sample(s.name, used, s.value, None)))
     # A TYPE after a name's samples makes those before it unknown too.
     return [(n, s) for n, s in out if s.name not in types.unknown]
+
+
+class _Refused(Exception):
+    """A page past a cap: read no further; the message names the cap and the fix."""
+
+
+def _lines(text: str, errors: list[str]) -> Iterator[tuple[int, str]]:
+    """(number, line stripped of blanks) of each line that is not blank, one at a time: a
+    list of every line of a page of short lines cost ~60 MiB before any was read. Lines end
+    at LF alone: splitlines() would also break a label value at U+2028 or a form feed, which
+    the format allows inside it. Past MAX_PAGE_LINES, ``_Refused``; a line longer than
+    MAX_LINE_LEN is skipped unread."""
+    start, n = 0, 0
+    while start <= len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        n += 1
+        if n > MAX_PAGE_LINES:
+            raise _Refused(f"more than {MAX_PAGE_LINES} lines (metrics_in.MAX_PAGE_LINES; "
+                           "a real dcgm-exporter page has a few hundred)")
+        if end - start > MAX_LINE_LEN:
+            _note(errors, f"line {n}: longer than {MAX_LINE_LEN} characters, which no "
+                          "exporter writes; skipped unread")
+        else:
+            line = text[start:end].strip(" \t")
+            if line:
+                yield n, line
+        start = end + 1
+
+
+def _count(per_name: dict[str, int], name: str, n: int) -> None:
+    """One more sample line of ``name``; past MAX_METRIC_SAMPLES, ``_Refused``."""
+    got = per_name[name] = per_name.get(name, 0) + 1
+    if got > MAX_METRIC_SAMPLES:
+        raise _Refused(f"more than {MAX_METRIC_SAMPLES} samples of {peer_text(name, 64)} "
+                       f"(line {n}; metrics_in.MAX_METRIC_SAMPLES: one per GPU, MIG "
+                       "instance or process)")
 
 
 def _comment(n: int, line: str, types: _Types) -> None:
@@ -329,7 +380,15 @@ def _note(errors: list[str], msg: str) -> None:
 def parse_metrics(text: str) -> ScrapeResult:
     """Per-GPU values from Prometheus text; broken lines are skipped and reported."""
     result = ScrapeResult()
-    _collect(_samples(text, result.errors), result)
+    try:
+        samples = _samples(text, result.errors)
+    except _Refused as exc:
+        # Bounded work, and no partial page: the cut would fall among one GPU's readings.
+        result.refused = (f"page refused unread: {exc}; serve fewer series (dcgm-exporter's "
+                          "-f counters file) or check rebalance.metrics_url_template")
+        result.errors.insert(0, result.refused)
+        return result
+    _collect(samples, result)
     return result
 
 

@@ -24,6 +24,13 @@ _PAIR = re.compile(
     r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"\\\n]*+(?:\\.[^"\\\n]*+)*+)"'
     r"[ \t]*"
 )
+# Longest label value read. dcgm-exporter's are UUIDs, models, PCI ids, host and pod names
+# (Kubernetes caps those at 253): the real captures' longest is 40. A longer one is a
+# hostile page; unescaping 8 MiB of escapes took ~3 s of the daemon's cycle.
+MAX_LABEL_VALUE = 4096
+# Labels of one sample: dcgm-exporter writes ~10, with Kubernetes' pod, namespace and
+# container a few more; each costs a dict entry the daemon holds while it reads the page.
+MAX_LABELS = 64
 _BAD_ESCAPE = re.compile(r"\\[^\\\"n]")
 _ESCAPE = re.compile(r"\\(.)")
 _UNESCAPE = {"\\": "\\", '"': '"', "n": "\n"}
@@ -107,6 +114,11 @@ def parse_sample(line: str) -> Sample:
                 raise LineError("a label is named __name__, which is the metric's name")
             if key in labels:
                 raise LineError(f"label {key} is given twice")
+            if len(labels) >= MAX_LABELS:
+                raise LineError(f"more than {MAX_LABELS} labels, which no exporter writes")
+            if p.end(2) - p.start(2) > MAX_LABEL_VALUE:
+                raise LineError(f"label {key} has a value longer than {MAX_LABEL_VALUE} "
+                                "characters, which no exporter writes")
             labels[key] = _unescape(p.group(2))
             pos = p.end()
             if line.startswith(",", pos):

@@ -42,6 +42,10 @@ def metrics_url(node: SwarmNode, template: str) -> str:
 def judge(node: SwarmNode, url: str, text: str, at: float) -> NodeScrape:
     """Parse one page; decide whether it can be trusted for this node."""
     res = parse_metrics(text)
+    if res.refused is not None:  # past a cap: this node's readings unknown, others read on
+        return NodeScrape(node.id, node.hostname, url, at, None,
+                          peer_text(f"metrics of node {node.hostname or node.id} at {url}: "
+                                    f"{res.refused}"))
     if not res.samples_by_uuid:
         why = "; ".join(res.errors[:3]) or "no GPU sample (no UUID label) in the page"
         return NodeScrape(node.id, node.hostname, url, at, None,
