@@ -14,8 +14,9 @@ beside the stop request's: a write in flight is never refused midway, its own re
 included, but each of its requests gets what is left of the budget and
 ``BUDGET_SLACK_S``, ``answerjson.WRITE_FLOOR_S`` at least, never past the budget, the
 slack and one floor (the watchdog's line; one due past it is not sent): past it, it fails as a
-timeout, said so, ``answerjson.WriteCut`` (one that ends its step ends the cycle as
-over budget, ``BudgetGate.ended``, not as the engine's fault); before, each took its own
+timeout, said so, ``answerjson.WriteCut`` (it ends the cycle as over budget,
+``BudgetGate.ended``, not as the engine's fault, whether it ended its step or the step
+caught it and went on: the budget notes each, ``CycleBudget.write_cut``); before, each took its own
 60 s and a slow engine held the cycle past the watchdog; one that undoes a write of the
 cycle's, made outside the budget, is let through: the over-share restart's reopened gate). A read
 cut so is no object's failure: its reader raises ``stop.read_cut`` on the client's
@@ -88,11 +89,13 @@ class BudgetGate:
 
     def ended(self, exc: BaseException | None = None) -> bool:
         """Whether the budget refused anything: a read, a write or a step (a cycle done
-        past it, with nothing refused, is a cycle done), or cut a write in flight, ``exc``
-        (its slack's ``answerjson.WriteCut``, that ended a step)."""
+        past it, with nothing refused, is a cycle done), or cut a write in flight: ``exc``
+        (its slack's ``answerjson.WriteCut``, that ended a step) or any other of the
+        cycle's, caught by the step that made it (``CycleBudget.write_cut``)."""
         cut = write_cut(exc)
-        if cut is not None:
-            self._end(f"writing ({cut.what}, cut past the slack)")
+        what = cut.what if cut is not None else self.budget.write_cut
+        if what is not None:
+            self._end(f"writing ({what}, cut past the slack)")
         return self.budget.cut is not None or self.at is not None
 
     def _end(self, at: str) -> None:
