@@ -9,6 +9,7 @@ answer far past it: a loaded machine's lag, up to ``LAG_S``, flips none."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -261,10 +262,8 @@ class SwallowedWrite(SlowWrite):
     name = "swallowedwrite"
 
     def run(self, session: Any) -> None:
-        try:
+        with contextlib.suppress(SwarmUnavailable):
             super().run(session)
-        except SwarmUnavailable:
-            pass
 
 
 def test_a_write_its_slack_cut_ends_the_cycle_at_its_budget_whoever_caught_it(
