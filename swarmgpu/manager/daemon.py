@@ -528,13 +528,14 @@ class Daemon:
         logger.info("swarmgpu daemon running (interval {}s)", self.cfg.sync.interval_s)
         dog, every = watchdog_s(), self.cfg.sync.interval_s
         if dog is not None and dog < 2 * every + 60:
-            # the next ping comes after the interval and the next cycle (docs/systemd.md)
+            # the next ping comes after the interval and the next cycle (docs/systemd.md);
+            # one too short for the shortest budget was refused at start (`run`)
             logger.warning(
-                "WatchdogSec={:g}s is short for sync.interval_s {:g}s: systemd "
-                "restarts the daemon when a ping comes late; use at least {:g}s "
+                "WatchdogSec={:g}s is short for sync.interval_s {:g}s: a cycle may take "
+                "{:g} s of the engine, {:g} s under the WatchdogSec= docs/systemd.md "
+                "asks for, so a slow engine's cycles end early; use at least {:g}s "
                 "(2 x interval + 60 s; systemctl edit swarmgpu.service)",
-                dog,
-                every,
+                dog, every, engine_budget_s(every, dog), engine_budget_s(every, None),
                 2 * every + 60,
             )
         while not self.stop_event.wait(CLOCK_CHECK_S):
