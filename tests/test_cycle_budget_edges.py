@@ -9,6 +9,7 @@ answer far past it: a loaded machine's lag, up to ``LAG_S``, flips none."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -252,3 +253,36 @@ def test_a_cycle_whose_write_its_slack_cut_is_counted_as_ended_at_its_budget(
     doc = d.health()
     assert doc["over_budget"] is True and doc["engine"] == "reachable", doc
     assert doc["leader"] is True, doc
+
+
+class SwallowedWrite(SlowWrite):
+    """``SlowWrite`` whose step catches its write's failure and goes on, as a step that
+    records a failed write as one object's error and tries the next does."""
+
+    name = "swallowedwrite"
+
+    def run(self, session: Any) -> None:
+        with contextlib.suppress(SwarmUnavailable):
+            super().run(session)
+
+
+def test_a_write_its_slack_cut_ends_the_cycle_at_its_budget_whoever_caught_it(
+        engine: LoopEngine, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # (before, the step that caught the cut write went on and the cycle ended "ok" or
+    # "partial", /healthz ok, though the budget cut a write in it)
+    d = spent_daemon(monkeypatch, tmp_path)
+    monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: 1.0, raising=False)
+    monkeypatch.setattr(budget_module, "BUDGET_SLACK_S", 0.5)
+    monkeypatch.setattr(answerjson, "WRITE_FLOOR_S", 0.5)
+    d.use([SwallowedWrite(engine)])
+    engine.answers["/nodes/n1"] = LONG
+    report = d.cycle()
+    assert report.aborted and "ended at its engine budget" in report.errors[0], report
+    assert "writing (GET /" in report.errors[0], report.errors
+    assert counted(d, "swarmgpu_errors_total", kind="budget") == 1
+    assert counted(d, "swarmgpu_cycles_total", outcome="over_budget") == 1
+    assert counted(d, "swarmgpu_cycles_total", outcome="ok") == 0
+    assert counted(d, "swarmgpu_cycles_total", outcome="partial") == 0
+    doc = d.health()
+    assert doc["over_budget"] is True and doc["aborted"] is True, doc
+    assert doc["engine"] == "reachable" and doc["leader"] is True, doc

@@ -159,3 +159,59 @@ def test_healthz_says_a_cycle_ended_by_leadership_lost_mid_cycle(
     swarm.is_leader = lambda: True  # type: ignore[method-assign]
     d.cycle()
     assert d.health()["leader"] is True and step.later == 2
+
+
+class AskStop(Failing):
+    """A step that asks the daemon to stop as SIGTERM does (the flag only, nothing
+    raised), while ``ask`` is set; ``later`` counts the runs of the step after it."""
+
+    name = "askstop"
+    ask = False
+
+    def __init__(self, d: Daemon) -> None:
+        self.d, self.later = d, 0
+
+    def run(self, session: Any) -> None:
+        if self.ask:
+            self.d.stop_event.set()
+
+
+class AfterStop(Failing):
+    name = "afterstop"
+
+    def __init__(self, asker: AskStop) -> None:
+        self.asker = asker
+
+    def run(self, session: Any) -> None:
+        self.asker.later += 1
+
+
+def test_a_stop_between_two_steps_with_nothing_raised_says_the_cycle_stopped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, the cycle ended quietly: the steps after the stop skipped, /healthz ok,
+    the cycle counted "ok", as if it had completed."""
+    d, _ = leader(tmp_path, monkeypatch)
+    step = AskStop(d)
+    d.use([step, AfterStop(step)])
+    d.cycle()
+    assert d.health()["status"] == "ok" and step.later == 1
+    step.ask = True
+    d.cycle()
+    assert step.later == 1  # (no step after the stop ran)
+    said_cut_short(d, "stopping: step afterstop and later ones not run")
+    value = d.metrics.registry.get_sample_value("swarmgpu_cycles_total",
+                                                {"outcome": "stopped"})
+    assert value == 1, value
+    assert d.health()["last_cycle"] == "stopped"
+
+
+def test_a_stop_asked_in_the_last_step_skips_nothing_and_the_cycle_completed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d, _ = leader(tmp_path, monkeypatch)
+    step = AskStop(d)
+    step.ask = True
+    d.use([step])
+    d.cycle()
+    doc = d.health()
+    assert doc["status"] == "ok" and doc["aborted"] is False, doc
+    assert doc["last_cycle"] == "ok", doc

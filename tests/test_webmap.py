@@ -451,6 +451,25 @@ def test_a_service_of_no_gpu_lists_its_node_without_gpus(
     assert not re.search(r"gpu-node-1: GPU\s*(?:$|[a-z])", panel), panel
 
 
+def test_the_header_says_the_last_cycle_was_cut_short_and_when(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    """A cycle cut at its engine budget builds no document: the map drew the last whole
+    cycle's with nothing to tell it. The header says /healthz's word and when; a cycle
+    that completed adds nothing."""
+    doc = {**sample(), "last_cycle": "over_budget", "last_cycle_at": 1_700_000_000.0}
+
+    def summary(one: Doc) -> str:
+        dom = dump_dom(chromium, serve(lambda: one).url)
+        part = dom[dom.index('id="summary"'):]
+        return text_of(part[: part.index("</dl>")])
+
+    said = summary(doc)
+    assert "Last cycle" in said and "over_budget: cut at its engine budget at " in said, said
+    said = summary({**sample(), "last_cycle": "ok", "last_cycle_at": 1_700_000_000.0})
+    assert "Nodes" in said and "Last cycle" not in said, said
+
+
 def test_screenshots_for_a_human_look(
     chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
 ) -> None:

@@ -47,6 +47,8 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
 
     cfg = load_cfg(config_path, dry_run=dry_run or None)  # notes said at every start
     setup_logging(cfg.log.level, cfg.log.format)
+    if not once:  # (no ping follows a one-shot: it ends instead)
+        _watchdog_fits(cfg.sync.interval_s)
     _held = _one_daemon(cfg.state_dir)  # kept open (referenced) until the process ends
     # No reload, and no end: a SIGHUP while starting (waiting for the engine) ended the
     # daemon, which systemd counts as a clean stop and does not restart. Ignored until
@@ -94,6 +96,18 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
         )
         return
     d.run_forever()
+
+
+def _watchdog_fits(interval_s: float) -> None:
+    """Exit 2 when the unit's WatchdogSec= cannot hold the daemon's cycles
+    (``cycle.budget.watchdog_problem``), before the engine is waited for."""
+    from swarmgpu.core.sdnotify import watchdog_s
+    from swarmgpu.manager.cycle.budget import watchdog_problem
+
+    problem = watchdog_problem(interval_s, watchdog_s())
+    if problem is not None:
+        logger.error("{}", problem)
+        sys.exit(2)
 
 
 def _one_daemon(state_dir: str) -> IO[str] | None:

@@ -42,6 +42,7 @@ from swarmgpu.core.statefile import save_said
 from swarmgpu.core.tenants import TenantSpec
 from swarmgpu.manager.cycle.budget import BudgetGate, OverBudget, engine_budget_s, over_budget
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.cycle.healthz import STOPPING, cycle_word, health_doc
 from swarmgpu.manager.cycle.heap import CycleCollector
 from swarmgpu.manager.cycle.host import QueryRoute, Route
 from swarmgpu.manager.cycle.label_sync import LabelSyncStep
@@ -143,6 +144,7 @@ class Daemon:
         # completes, not the last whole cycle's report as if current.
         self.cut_short: str | None = None
         self._steps_cut: str | None = None  # this cycle's steps stopped (run_steps)
+        self.last_cycle_ended: float | None = None  # time.time() at the last one's end
         self._scheduler: BackgroundScheduler | None = None
         self._http: GuardedServer | None = None
         self.web_auth = WebAuth(cfg.http)  # who may read the HTTP (webauth)
@@ -196,6 +198,7 @@ class Daemon:
                 raise
             finally:
                 self._budget = None
+                self.last_cycle_ended = time.time()
 
     def _cut_report(self, said: str) -> CycleReport:
         """A cycle ended at its budget (``said``): aborted, with the label writes it made
@@ -260,7 +263,8 @@ class Daemon:
                 raise
             except Stopped as exc:  # facts half read: no step plans from them, none saved
                 self._reads_left("no step of this cycle ran", exc)
-                self.cut_short = f"stopping: {exc.reads} agent read(s) not made, no step ran"
+                self.cut_short = f"{STOPPING}{exc.reads} agent read(s) not made, no step ran"
+                self.metrics.cycles.labels(outcome="stopped").inc()
                 return CycleReport()
             # A read cut at the budget that the snapshot took for one part's failure (the
             # agents' identity: every agent unread): no step, label sync none, runs on it.
@@ -284,7 +288,8 @@ class Daemon:
         save_said(self._save_said, "agent state", self.cfg.state_dir, self.book.save)
         report.duration_s = time.monotonic() - start
         self.metrics.cycle_seconds.observe(report.duration_s)
-        self.metrics.cycles.labels(outcome="ok" if not report.errors else "partial").inc()
+        self.metrics.cycles.labels(outcome="stopped" if self._steps_cut else
+                                   "ok" if not report.errors else "partial").inc()
         self.last_report = report
         self.last_cycle_at = time.monotonic()
         self.cut_short = self._steps_cut  # (None: every step ran)
@@ -329,9 +334,14 @@ class Daemon:
         try:
             try:
                 # a term lost mid-cycle (its writes refused) starts no further step
-                self.pipeline.run(session, stop=lambda: self._stops(), after=after)
+                skipped = self.pipeline.run(session, stop=lambda: self._stops(), after=after)
             finally:
                 self.labels.flush()
+            if skipped is not None and self.stop_event.is_set():
+                # (a term lost or a budget passed says so itself: _deposed, _over)
+                self._steps_cut = f"{STOPPING}step {skipped} and later ones not run"
+                logger.warning("{}: the next leader's daemon, or this one when it starts "
+                               "again, runs them afresh", self._steps_cut)
         except Stopped as exc:
             if isinstance(exc, BudgetEnded):  # (said by ``cycle``)
                 raise
@@ -340,7 +350,7 @@ class Daemon:
             cut = f"{self.stop_event.left - left} write(s)"
             if exc.reads:
                 cut += f" and {exc.reads} {exc.what}(s)"
-            self._steps_cut = f"stopping: {cut} of step {ran[0] or '-'} not made, nor later ones"
+            self._steps_cut = f"{STOPPING}{cut} of step {ran[0] or '-'} not made, nor later ones"
             logger.warning(
                 "stopping: the {} in flight finished; {} of step {} not made, "
                 "nor any later step's: the next leader's daemon, or this one "
@@ -518,13 +528,14 @@ class Daemon:
         logger.info("swarmgpu daemon running (interval {}s)", self.cfg.sync.interval_s)
         dog, every = watchdog_s(), self.cfg.sync.interval_s
         if dog is not None and dog < 2 * every + 60:
-            # the next ping comes after the interval and the next cycle (docs/systemd.md)
+            # the next ping comes after the interval and the next cycle (docs/systemd.md);
+            # one too short for the shortest budget was refused at start (`run`)
             logger.warning(
-                "WatchdogSec={:g}s is short for sync.interval_s {:g}s: systemd "
-                "restarts the daemon when a ping comes late; use at least {:g}s "
+                "WatchdogSec={:g}s is short for sync.interval_s {:g}s: a cycle may take "
+                "{:g} s of the engine, {:g} s under the WatchdogSec= docs/systemd.md "
+                "asks for, so a slow engine's cycles end early; use at least {:g}s "
                 "(2 x interval + 60 s; systemctl edit swarmgpu.service)",
-                dog,
-                every,
+                dog, every, engine_budget_s(every, dog), engine_budget_s(every, None),
                 2 * every + 60,
             )
         while not self.stop_event.wait(CLOCK_CHECK_S):
@@ -610,37 +621,20 @@ class Daemon:
                 self.stop_event.set()
 
     # --- HTTP ----------------------------------------------------------------
+    @property
+    def last_cycle(self) -> str | None:
+        """The last cycle's outcome in one word (``healthz.cycle_word``); None before one."""
+        return cycle_word(self.last_cycle_ended, self.cut_short, self.budget_ended)
+
     def health(self, detail: bool = True) -> dict[str, Any]:
-        """/healthz. Without ``detail`` (a caller that may read nothing else: /healthz
-        is open) the errors are only counted: their texts name nodes, agent addresses and
-        node IDs, which /api/v1/cluster tells only with proof. While the engine cannot be
-        asked, ``leader`` is null (unknown: no write goes out) and the status degraded.
-        After a cycle that did not complete (an engine error, a stop, an exception, its
-        engine budget, leadership lost mid-cycle), ``aborted`` is true, the status
-        degraded and the errors the line that said why (its age stays the last whole
-        one's), until a cycle completes;
-        ``over_budget`` is true when that cycle ended at its engine budget."""
+        """/healthz (``healthz.health_doc``); ``detail``: the errors' texts too."""
         age = None if self.last_cycle_at is None else time.monotonic() - self.last_cycle_at
-        stale = age is None or age > 3 * self.cfg.sync.interval_s
-        errors = self.last_report.errors if self.last_report else []
-        engine_error, ended, cut = self.engine_error, self.budget_ended, self.cut_short
-        if cut is not None:
-            errors = [cut]
-        ok = engine_error is None and cut is None and (not self.leader or not stale)
-        out: dict[str, Any] = {
-            "status": "ok" if ok else "degraded",
-            "leader": self.leader if engine_error is None else None,
-            "engine": "reachable" if engine_error is None else "unreachable",
-            "aborted": cut is not None,
-            "over_budget": ended is not None,
-            "last_cycle_age_s": age,
-        }
-        if detail:
-            out["errors"] = errors
-            if engine_error is not None:
-                out["engine_error"] = engine_error
-        out["error_count"] = len(errors)
-        return out
+        return health_doc(
+            leader=self.leader, engine_error=self.engine_error, cut_short=self.cut_short,
+            budget_ended=self.budget_ended,
+            errors=self.last_report.errors if self.last_report else [], age=age,
+            stale=age is None or age > 3 * self.cfg.sync.interval_s,
+            ended_at=self.last_cycle_ended, detail=detail)
 
     def _start_http(self) -> None:
         host, _, port = self.cfg.http.listen.rpartition(":")

@@ -111,12 +111,14 @@ class CycleBudget:
     what is left, and none is sent once it has passed. A write's own requests (its
     reads and its post, never refused midway) get the less of their own deadline and
     ``write_left``: what is left of it and ``slack_s``. ``cut``: the first read refused
-    so (its method and path), else None."""
+    so (its method and path), else None; ``write_cut``: the first write's request its
+    slack cut (``cut_write``), else None."""
 
     def __init__(self, budget_s: float, slack_s: float = 0.0) -> None:
         self.budget_s, self.start = budget_s, time.monotonic()
         self.slack_s = slack_s
         self.cut: str | None = None
+        self.write_cut: str | None = None
 
     def left(self) -> float:
         return self.start + self.budget_s - time.monotonic()
@@ -142,6 +144,14 @@ class CycleBudget:
         if self.cut is None:
             self.cut = what
         return BudgetSpent(what, self)
+
+    def cut_write(self, what: str, deadline_s: float) -> WriteCut:
+        """The ``WriteCut`` of the write's request ``what``, the first one noted as
+        ``write_cut``: noted here, not where it is caught, so that the cycle ends at its
+        budget even when the step that made the write caught its failure and went on."""
+        if self.write_cut is None:
+            self.write_cut = what
+        return WriteCut(what, self, deadline_s)
 
 
 class WriteCut(AnswerTooSlow):
@@ -520,7 +530,7 @@ def _deadline(request: Any,
         return deadline_s, None, False
     left = writing.write_left()
     if left <= 0:  # (past the floor's line: the watchdog's ping is due)
-        raise WriteCut(f"{request.method} {_path(request.url)}", writing, 0.0)
+        raise writing.cut_write(f"{request.method} {_path(request.url)}", 0.0)
     return (left, writing, True) if left < deadline_s else (deadline_s, None, False)
 
 
@@ -531,8 +541,8 @@ def _cut(clock: _Clock, request: Any, exc: Exception | None) -> NoReturn:
     if clock.conn is not None:
         clock.conn.close()  # (urllib3 closes it on an error too: never used again)
     if clock.budget is not None and clock.write:
-        raise WriteCut(f"{request.method} {_path(request.url)}", clock.budget,
-                       clock.deadline_s) from exc
+        raise clock.budget.cut_write(f"{request.method} {_path(request.url)}",
+                                     clock.deadline_s) from exc
     if clock.budget is not None:
         raise clock.budget.spent(f"{request.method} {_path(request.url)}") from exc
     raise AnswerTooSlow(f"{request.method} {_path(request.url)}", clock.deadline_s,

@@ -14,8 +14,9 @@ beside the stop request's: a write in flight is never refused midway, its own re
 included, but each of its requests gets what is left of the budget and
 ``BUDGET_SLACK_S``, ``answerjson.WRITE_FLOOR_S`` at least, never past the budget, the
 slack and one floor (the watchdog's line; one due past it is not sent): past it, it fails as a
-timeout, said so, ``answerjson.WriteCut`` (one that ends its step ends the cycle as
-over budget, ``BudgetGate.ended``, not as the engine's fault); before, each took its own
+timeout, said so, ``answerjson.WriteCut`` (it ends the cycle as over budget,
+``BudgetGate.ended``, not as the engine's fault, whether it ended its step or the step
+caught it and went on: the budget notes each, ``CycleBudget.write_cut``); before, each took its own
 60 s and a slow engine held the cycle past the watchdog; one that undoes a write of the
 cycle's, made outside the budget, is let through: the over-share restart's reopened gate). A read
 cut so is no object's failure: its reader raises ``stop.read_cut`` on the client's
@@ -40,7 +41,7 @@ from swarmgpu.swarm.answerjson import WRITE_FLOOR_S, CycleBudget, budgeted, writ
 # What the watchdog's allowance keeps back past the budget: the writes in flight as it
 # passes finish (at most 8, each one engine round trip, some 25 ms on a sound engine).
 BUDGET_SLACK_S = 15.0
-MIN_BUDGET_S = 10.0  # (a watchdog shorter than the interval: warned at start)
+MIN_BUDGET_S = 10.0  # (a watchdog it would not fit is refused at start: watchdog_problem)
 
 
 def engine_budget_s(interval_s: float, watchdog_s: float | None) -> float:
@@ -53,6 +54,27 @@ def engine_budget_s(interval_s: float, watchdog_s: float | None) -> float:
     floor and the ping came 5 s past the watchdog."""
     dog = watchdog_s if watchdog_s is not None else 2 * interval_s + 60
     return max(dog - interval_s - BUDGET_SLACK_S - WRITE_FLOOR_S, MIN_BUDGET_S)
+
+
+def watchdog_problem(interval_s: float, watchdog_s: float | None) -> str | None:
+    """Why the daemon cannot run under ``watchdog_s`` (WatchdogSec=), else None. It pings
+    after each cycle, so two pings may be the interval and a whole cycle apart: the
+    budget, ``MIN_BUDGET_S`` at least, its slack and one write floor. Under a shorter
+    watchdog systemd kills the daemon in a slow cycle's writes, restart after restart:
+    refused at start (a warning was missed). Not pinged during the cycle instead: the
+    ping says a cycle ended, which a hung one never does."""
+    least = interval_s + MIN_BUDGET_S + BUDGET_SLACK_S + WRITE_FLOOR_S
+    if watchdog_s is None or watchdog_s >= least:
+        return None
+    most = watchdog_s - (least - interval_s)
+    lower = f", or lower sync.interval_s to {most:g}s or less" if most >= 1 else ""
+    return (f"WatchdogSec={watchdog_s:g}s is too short for sync.interval_s {interval_s:g}s: "
+            f"the daemon pings the watchdog after each cycle, and pings may be {least:g} s "
+            f"apart (the interval, the shortest engine budget of {MIN_BUDGET_S:g} s and "
+            f"{BUDGET_SLACK_S + WRITE_FLOOR_S:g} s for the writes in flight), so systemd "
+            f"would kill it mid-cycle; set WatchdogSec= to at least {least:g}s "
+            f"({2 * interval_s + 60:g}s, 2 x interval + 60 s, as docs/systemd.md asks; "
+            f"systemctl edit swarmgpu.service){lower}")
 
 
 class OverBudget(BudgetEnded):
@@ -88,11 +110,13 @@ class BudgetGate:
 
     def ended(self, exc: BaseException | None = None) -> bool:
         """Whether the budget refused anything: a read, a write or a step (a cycle done
-        past it, with nothing refused, is a cycle done), or cut a write in flight, ``exc``
-        (its slack's ``answerjson.WriteCut``, that ended a step)."""
+        past it, with nothing refused, is a cycle done), or cut a write in flight: ``exc``
+        (its slack's ``answerjson.WriteCut``, that ended a step) or any other of the
+        cycle's, caught by the step that made it (``CycleBudget.write_cut``)."""
         cut = write_cut(exc)
-        if cut is not None:
-            self._end(f"writing ({cut.what}, cut past the slack)")
+        what = cut.what if cut is not None else self.budget.write_cut
+        if what is not None:
+            self._end(f"writing ({what}, cut past the slack)")
         return self.budget.cut is not None or self.at is not None
 
     def _end(self, at: str) -> None:

@@ -11,7 +11,7 @@ class DaemonMetrics:
         r = self.registry
         self.cycles = Counter(
             "swarmgpu_cycles", "Sync cycles run, by outcome (ok, partial, error, follower, "
-            "over_budget)", ["outcome"], registry=r
+            "over_budget, stopped)", ["outcome"], registry=r
         )
         self.cycle_seconds = Histogram(
             "swarmgpu_cycle_duration_seconds", "Duration of one sync cycle", registry=r,

@@ -55,6 +55,15 @@ class CycleHost(Protocol):
         is then unknown, and no write goes out (read at HTTP time too)."""
 
     @property
+    def last_cycle(self) -> str | None:
+        """How the last cycle ended, in /healthz's word (``cycle.healthz.cycle_word``);
+        None before the first (read at HTTP time)."""
+
+    @property
+    def last_cycle_ended(self) -> float | None:
+        """When the last cycle ended (Unix time), else None."""
+
+    @property
     def http_routes(self) -> dict[str, Route]:
         """Path -> () -> (content type, body): a step serves a page here."""
 

@@ -71,14 +71,15 @@ class Pipeline:
         self.steps: tuple[Step, ...] = tuple(steps)
 
     def run(self, session: CycleSession, *, stop: Callable[[], bool] = lambda: False,
-            after: Callable[[Step], None] = lambda _step: None) -> None:
+            after: Callable[[Step], None] = lambda _step: None) -> str | None:
         """Each step in order on ``session``; ``after(step)`` once each has run. The
         first step always runs; before each later one, ``stop()`` can end the cycle (the
-        daemon's signal: the step in progress finishes, no new one starts). A step's
-        exception ends the cycle, after ``after`` ran for it."""
+        daemon's signal: the step in progress finishes, no new one starts): then the
+        name of the first step not run, else None. A step's exception ends the cycle,
+        after ``after`` ran for it."""
         for i, step in enumerate(self.steps):
             if i and stop():
-                return
+                return step.name
             try:
                 session.enter(step.name, step.requires, step.provides)
                 try:
@@ -90,6 +91,7 @@ class Pipeline:
                                        f"{', '.join(missing)} but did not write it")
             finally:
                 after(step)
+        return None
 
     def stand_by(self) -> None:
         """Not the leader: each step drops what a new term reads again."""

@@ -1600,7 +1600,25 @@
       // not "follower": no write goes out until it answers again
       doc.engine === "unreachable" ? item("Role", "unknown: engine unreachable", true)
         : doc.leader === false ? item("Role", "follower") : null,
+      lastCycleItem(doc, item),
     );
+  }
+
+  // /healthz's word for a cycle cut short (cycle/healthz.py cycle_word), for people
+  const CYCLE_CUT = {
+    over_budget: "cut at its engine budget",
+    stopped: "stopped before its end",
+    aborted: "did not complete",
+  };
+
+  function lastCycleItem(doc, item) {
+    // a cycle cut short builds no document: the map still draws the last whole cycle's,
+    // so say so, with /healthz's word and when, until a cycle completes
+    const why = CYCLE_CUT[doc.last_cycle];
+    if (!why) return null;
+    const at = typeof doc.last_cycle_at === "number"
+      ? ` at ${new Date(doc.last_cycle_at * 1000).toLocaleTimeString([], { hour12: false })}` : "";
+    return item("Last cycle", `${doc.last_cycle}: ${why}${at}; the map shows the last whole cycle`, true);
   }
 
   const COLLATOR = new Intl.Collator(undefined, { numeric: true });

@@ -83,8 +83,9 @@ class _BodyMemo:
 
 
 # What the daemon sets on each answer, not once per cycle (observe.current): the light
-# document is built again when one of these changes, not kept for the cycle's nodes.
-LIVE_KEYS = ("leader", "engine")
+# document is built again when one of these changes, not kept for the cycle's nodes (a
+# cycle cut short builds no document, but says so: ``last_cycle``).
+LIVE_KEYS = ("leader", "engine", "last_cycle", "last_cycle_at")
 # The page's first poll asks for ``?view=map``: at more nodes than this the map is the
 # fleet heat map (app.js FLEET_AUTO_NODES + 1), drawn from the light document below
 # while the whole one is fetched; at fewer the whole document answers at once.

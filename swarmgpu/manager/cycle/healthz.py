@@ -1,0 +1,63 @@
+"""The daemon's /healthz document and the last cycle's outcome in one word, which the
+cluster document (`/api/v1/cluster`, the GPU map) says too.
+
+Pure over what the daemon keeps of its last cycle (``manager.daemon.Daemon``): why it did
+not complete (``cut_short``: its line, else None), whether its engine budget ended it
+(``budget_ended``) and when it ended.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# How a cycle a stop cut short says so (``cut_short``'s start): "stopped", not "aborted".
+STOPPING = "stopping: "
+
+
+def cycle_word(ended_at: float | None, cut_short: str | None,
+               budget_ended: str | None) -> str | None:
+    """The last cycle's outcome: "over_budget" (ended at its engine budget), "stopped"
+    (a stop left steps or reads of it not run), "aborted" (any other cut: the engine, an
+    exception, its term lost), "ok" (it completed, a follower's too); None before the
+    first (``ended_at`` None)."""
+    if ended_at is None:
+        return None
+    if cut_short is None:
+        return "ok"
+    if budget_ended is not None:
+        return "over_budget"
+    return "stopped" if cut_short.startswith(STOPPING) else "aborted"
+
+
+def health_doc(*, leader: bool, engine_error: str | None, cut_short: str | None,
+               budget_ended: str | None, errors: list[str], age: float | None,
+               stale: bool, ended_at: float | None, detail: bool) -> dict[str, Any]:
+    """/healthz. Without ``detail`` (a caller that may read nothing else: /healthz is
+    open) the errors are only counted: their texts name nodes, agent addresses and node
+    IDs, which /api/v1/cluster tells only with proof. While the engine cannot be asked,
+    ``leader`` is null (unknown: no write goes out) and the status degraded. After a
+    cycle that did not complete (an engine error, a stop, an exception, its engine
+    budget, leadership lost mid-cycle), ``aborted`` is true, the status degraded and the
+    errors the line that said why (``age``, of the last whole cycle, stays), until a
+    cycle completes; ``over_budget`` is true when that cycle ended at its engine budget.
+    ``last_cycle`` is the last cycle's outcome in one word (``cycle_word``),
+    ``last_cycle_at`` when it ended (Unix time)."""
+    if cut_short is not None:
+        errors = [cut_short]
+    ok = engine_error is None and cut_short is None and (not leader or not stale)
+    out: dict[str, Any] = {
+        "status": "ok" if ok else "degraded",
+        "leader": leader if engine_error is None else None,
+        "engine": "reachable" if engine_error is None else "unreachable",
+        "aborted": cut_short is not None,
+        "over_budget": budget_ended is not None,
+        "last_cycle_age_s": age,
+        "last_cycle": cycle_word(ended_at, cut_short, budget_ended),
+        "last_cycle_at": ended_at,
+    }
+    if detail:
+        out["errors"] = errors
+        if engine_error is not None:
+            out["engine_error"] = engine_error
+    out["error_count"] = len(errors)
+    return out

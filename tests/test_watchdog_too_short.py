@@ -1,0 +1,50 @@
+"""A systemd watchdog too short for the daemon's cycles is refused at start.
+
+The daemon pings the watchdog after each cycle (``Daemon._safe_cycle``), so two pings can
+be the interval and a whole cycle apart, and a cycle may take its engine budget, at
+least ``MIN_BUDGET_S``, and the writes' slack and floor past it. Under a WatchdogSec=
+shorter than that, systemd killed the daemon in a slow cycle's writes: before, this was
+only a warning at start (``WatchdogSec= is short``), and the daemon ran into its
+restarts. It now exits 2 at start, naming WatchdogSec= and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.gpu_nodes import run_cli, swarmgpu_env
+
+from swarmgpu.manager.cycle import budget
+from swarmgpu.swarm import answerjson
+
+
+def test_run_refuses_a_watchdog_shorter_than_its_cycles_can_take(tmp_path: Path) -> None:
+    env = swarmgpu_env(DOCKER_HOST=f"unix://{tmp_path}/no-engine.sock",
+                       SWARMGPU_STATE_DIR=str(tmp_path / "state"),
+                       WATCHDOG_USEC="40000000")  # 40 s; the default interval is 30 s
+    env.pop("WATCHDOG_PID", None)
+    res = run_cli("run", env=env, timeout=90)
+    assert res.returncode == 2, res.stderr
+    assert "WatchdogSec=40s" in res.stderr and "sync.interval_s 30s" in res.stderr, res.stderr
+    assert "at least 60s" in res.stderr and "systemctl edit" in res.stderr, res.stderr
+    assert "waiting for the engine" not in res.stderr, res.stderr  # (refused first)
+
+
+@pytest.mark.parametrize(("interval_s", "watchdog_s"),
+                         [(30, 59.9), (30, 30), (30, 10), (1, 30), (5, 34)])
+def test_a_watchdog_a_budget_at_its_floor_outlasts_is_refused(
+        interval_s: float, watchdog_s: float) -> None:
+    said = budget.watchdog_problem(interval_s, watchdog_s)
+    assert said is not None and f"WatchdogSec={watchdog_s:g}s" in said, said
+    assert "docs/systemd.md" in said
+
+
+@pytest.mark.parametrize(("interval_s", "watchdog_s"),
+                         [(30, None), (30, 120), (30, 60), (1, 31), (60, 180), (10, 40)])
+def test_every_watchdog_accepted_holds_the_worst_cycle(
+        interval_s: float, watchdog_s: float | None) -> None:
+    assert budget.watchdog_problem(interval_s, watchdog_s) is None
+    dog = watchdog_s if watchdog_s is not None else 2 * interval_s + 60
+    worst = (interval_s + budget.engine_budget_s(interval_s, watchdog_s)
+             + budget.BUDGET_SLACK_S + answerjson.WRITE_FLOOR_S)
+    assert worst <= dog
