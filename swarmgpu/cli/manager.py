@@ -431,6 +431,7 @@ def render(
         stack_name=name,
         environ=environ,
         env_base=os.path.dirname(os.path.abspath(files[0])),
+        queues=list(cfg.queues),  # (load_cfg checked it is a mapping)
     )
     if checked.errors:
         _render_errors(stack_file, checked.errors)
