@@ -396,11 +396,10 @@ def render_stack(
     if planner is None:
         planner = Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=False)
     most = max((len(f.gpus) for f in facts.values()), default=0)
-    checked = check_stack(text, prefix=prefix, zone_label=zone_label,
+    checked = check_stack(text, prefix=prefix, zone_label=zone_label, queues=planner.queues.quotas,
                           generic_kind=planner.generic_kind, node_gpus=most,
                           classes=planner.classes, tenants=planner.tenants, stack_name=name,
-                          environ=environ, more=more, env_base=base or ".",
-                          queues=planner.queues.quotas)
+                          environ=environ, more=more, env_base=base or ".")
     if checked.errors:
         raise StackError(checked.errors)
     stack = checked.stack
