@@ -289,3 +289,53 @@ def test_a_worker_named_as_a_managers_id_is_written_as_itself(tmp_path: Path) ->
     got, seen = proxy_write(again, b"/nodes/%s/update" % GONE.encode(), demote, setup)
     assert got.startswith(b"HTTP/1.1 403"), got
     assert not posts(seen)
+
+
+# --- an ID prefix two objects share, checked by the proxy itself (tenantleft) ---------
+
+
+def _listed(*ids: str) -> Any:
+    def setup(e: Any) -> None:
+        e.more_services = [{**SERVICE, "ID": i} for i in ids]
+
+    return setup
+
+
+def test_a_prefix_two_services_share_is_refused_by_the_proxys_own_list(
+        tmp_path: Path) -> None:
+    """An engine (or a proxy before this one) answered svc1 for the prefix svc, which
+    svc2's ID starts with too: the proxy wrote svc1, trusting the engine to refuse a
+    shared prefix. It lists the services by that prefix itself and refuses, naming
+    both."""
+    got, seen = proxy_write(tmp_path, b"/services/svc/update", SERVICE["Spec"],
+                            _listed("svc2"))
+    assert got.startswith(b"HTTP/1.1 400"), got
+    assert (b"service 'svc' is ambiguous: the ID prefix of 2 services (svc1, svc2); "
+            b"nothing written: name it by its whole ID") in got, got
+    assert not posts(seen)
+
+
+def test_a_prefix_of_one_service_is_written_to_its_whole_id(tmp_path: Path) -> None:
+    got, seen = proxy_write(tmp_path, b"/services/svc/update", SERVICE["Spec"],
+                            _listed("other"))
+    assert got.startswith(b"HTTP/1.1 200"), got
+    assert posts(seen) == [b"POST /services/svc1/update?version=3"]
+    assert any(b"GET /services?filters=" in r for r in seen)  # it listed by the prefix
+
+
+def test_a_list_that_leaves_out_the_answered_service_refuses_the_write(
+        tmp_path: Path) -> None:
+    def setup(e: Any) -> None:
+        e.raw[b"/services/svc"] = json.dumps({**SERVICE, "ID": "svc9"}).encode()
+
+    got, seen = proxy_write(tmp_path, b"/services/svc/update", SERVICE["Spec"], setup)
+    assert got.startswith(b"HTTP/1.1 502") and b"leave out service 'svc9'" in got, got
+    assert not posts(seen)
+
+
+@pytest.mark.parametrize("path", [b"/services/svc1/update", b"/services/web/update"])
+def test_a_name_or_whole_id_needs_no_list(tmp_path: Path, path: bytes) -> None:
+    """Docker takes an object's ID, then its name, before any prefix: the one meant."""
+    got, seen = proxy_write(tmp_path, path, SERVICE["Spec"], _listed("svc1x"))
+    assert got.startswith(b"HTTP/1.1 200"), got
+    assert not any(b"GET /services?filters=" in r for r in seen), seen

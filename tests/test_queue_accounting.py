@@ -337,3 +337,30 @@ def test_a_tenants_case_twin_of_its_own_queue_is_refused_by_the_same_rule(
     assert sp.status == "invalid"
     assert ("Team-B differs from queue team-b only in case; write "
             f"{P}queue=team-b") in (sp.reason or ""), sp.reason
+
+
+def test_render_check_without_tenants_refuses_a_case_twin_queue(tmp_path: Path) -> None:
+    """The daemon refuses swarmgpu.queue=Research beside a configured research, tenants
+    or not; render --check, the gate before a deploy, passed it without tenants (it
+    checked queues only against a tenant's). It now knows the config's queues."""
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+
+    cfg = tmp_path / "config.yml"
+    cfg.write_text("queues:\n  research: {guaranteed: 0, max: 2}\n")
+
+    def check(queue: str) -> Any:
+        f = tmp_path / "stack.yml"
+        f.write_text("version: \"3.8\"\nservices:\n  x:\n    image: busybox\n    deploy:\n"
+                     f"      labels: {{{P}gpus: \"1\", {P}queue: {queue}}}\n")
+        return CliRunner().invoke(main, ["render", "--check", "--config", str(cfg),
+                                         "-n", "lab", str(f)])
+
+    res = check("Research")
+    assert res.exit_code == 1, res.output
+    assert (f"services.x.deploy.labels: {P}queue='Research': expected a queue's name as "
+            "the config writes it: Research differs from queue research only in case; "
+            f"write {P}queue=research") in res.output, res.output
+    for fine in ("research", "scratch"):  # as written, or a queue the config lacks
+        assert check(fine).exit_code == 0, check(fine).output

@@ -148,7 +148,12 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     """
     from swarmgpu.core.peertext import escaped
     from swarmgpu.manager.commands.audit import audit as run_audit
-    from swarmgpu.manager.commands.audit import exit_code, identity_check, render_table
+    from swarmgpu.manager.commands.audit import (
+        exit_code,
+        identity_check,
+        plan_basis,
+        render_table,
+    )
     from swarmgpu.manager.nodes.agentbook import load_saved
     from swarmgpu.manager.nodes.sync import take_snapshot
     from swarmgpu.manager.services.tenants import Tenants, specs_of
@@ -202,6 +207,9 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
         agent_service=cfg.agents.service,
     )
     code = exit_code(findings, strict=strict)
+    # where the plan took its model and holds from (Swarm's labels, read only)
+    basis = None if plans is None or plans.made is None else \
+        plan_basis(plans.made.workload, plans.holds, cfg.sync.prefix)
     if as_json:
         click.echo(
             json.dumps(
@@ -210,12 +218,15 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
                     "action": sum(not f.advisory for f in findings),
                     "advisory": sum(f.advisory for f in findings),
                     "exit": code,
+                    **({"plan": basis} if basis is not None else {}),
                 },
                 indent=2,
             )
         )
     else:
         click.echo(render_table(findings, snap, cfg.sync.prefix))
+        if basis is not None:
+            click.echo(escaped(basis["said"]))
     sys.exit(code)
 
 
@@ -445,6 +456,7 @@ def render(
         stack_name=name,
         environ=environ,
         env_base=os.path.dirname(os.path.abspath(files[0])),
+        queues=list(cfg.queues),  # (load_cfg checked it is a mapping)
     )
     if checked.errors:
         _render_errors(stack_file, checked.errors)

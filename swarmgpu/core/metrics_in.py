@@ -8,7 +8,8 @@ A page with text after ``# EOF`` is two pages, or one read two ways: none of it 
 TYPE and HELP lines are held to Prometheus' rules (``_Types``): a name that breaks them is
 unknown.
 
-Only samples with a ``UUID`` label are kept (that is what ties a value to a GPU).
+Only samples with a ``UUID`` label are kept (that is what ties a value to a GPU); a line
+without one is checked as strictly, its labels and value not read (``unread_sample``).
 Samples with ``GPU_I_ID`` belong to a MIG GPU instance and are kept apart, under
 their parent GPU's UUID. NaN values mean "unknown" and are dropped, as is anything
 else that is not a finite number or is beyond any reading (``MAX_VALUE``).
@@ -30,6 +31,7 @@ from swarmgpu.core.promtext import (
     parse_help,
     parse_sample,
     parse_type,
+    unread_sample,
 )
 from swarmgpu.core.samples import GpuSample
 
@@ -291,8 +293,11 @@ def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
         m = _METRIC_NAME.match(line)
         if m is not None:
             _count(per_name, m.group(0), n)
+        # A line without UUID is no GPU's reading (a UUID label reads UUID, quoted or
+        # not): checked, not read, unless its form asks for the whole parse
+        s = unread_sample(line) if "UUID" not in line else None
         try:
-            s = parse_sample(line)
+            s = s or parse_sample(line)
         except LineError as exc:
             # Only the metric name, never the line: what a page says is not echoed.
             what = f"{peer_text(m.group(0), 64)} " if m else ""

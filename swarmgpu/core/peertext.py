@@ -52,6 +52,20 @@ def peer_text(text: object, limit: int = PEER_TEXT_LIMIT) -> str:
     return s + tail
 
 
+def tenant_text(text: object, limit: int = PEER_TEXT_LIMIT) -> str:
+    """``text`` cut as ``peer_text`` cuts it, its hidden characters written as escapes
+    (``escaped``) rather than dropped: a tenant's label key or value in a reason. Dropped,
+    a value with a zero-width joiner (an emoji family: ``\\u200d`` between its people) or
+    a bidi mark read as one without it; the whole sequence is not kept either, as the
+    joiner is invisible and the value differs from the one without."""
+    s = text if isinstance(text, str) else str(text)
+    tail = ""
+    if len(s) > limit:
+        tail = f"... [{len(s)} characters]"
+        s = s[: max(1, limit - len(tail))]  # cut before escaping: the work stays bounded
+    return escaped(s) + tail
+
+
 def escaped(text: object) -> str:
     """``text`` with every control or format character written as its Python escape
     (ESC as ``\\x1b``, a newline as ``\\n``, a bidi override as ``\\u202e``), printable

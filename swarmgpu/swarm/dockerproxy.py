@@ -67,7 +67,7 @@ from swarmgpu.swarm.surges import (
     out_of_sequence,
     replicas,
 )
-from swarmgpu.swarm.unkeyed import wrong_object
+from swarmgpu.swarm.unkeyed import answered_by_prefix, wrong_object
 
 _log = logger.bind(component="docker-proxy")
 
@@ -373,6 +373,29 @@ class _Handler(socketserver.BaseRequestHandler):
         """The proxy's own GET of ``path`` from the engine: (status, JSON, raw body)."""
         return engine_json(self.server.connect_upstream, path)
 
+    def _no_other_by_prefix(self, kind: str, ref: str, cur: Mapping[str, Any]) -> None:
+        """Refused unless ``ref``, where the engine answered ``cur`` for it as an ID
+        prefix, is the prefix of no other object's ID, as the engine's list says it. The
+        engine refuses a prefix two objects share, but the write goes to ``cur``'s whole
+        ID: an engine (or a proxy before it) that answered one of two wrote it anyway."""
+        if not answered_by_prefix(cur, ref, kind):
+            return
+        path = f"/{kind}s?{urlencode({'filters': json.dumps({'id': [ref]})})}"
+        status, listed, _ = self._engine_json(path)
+        if status != 200 or not isinstance(listed, list):
+            raise Refused(502, f"listing {kind}s by the ID prefix {ref!r} first: the engine "
+                               f"answered {status}, not a list")
+        ids = sorted({e["ID"] for e in listed if isinstance(e, Mapping)
+                      and isinstance(e.get("ID"), str) and e["ID"].startswith(ref)})
+        if cur["ID"] not in ids:
+            raise Refused(502, f"the engine's {kind}s listed by the ID prefix {ref!r} leave "
+                               f"out {kind} {cur['ID']!r}, which it answered for it; nothing "
+                               "written")
+        if len(ids) > 1:
+            shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+            raise Refused(400, f"{kind} {ref!r} is ambiguous: the ID prefix of {len(ids)} "
+                               f"{kind}s ({shown}); nothing written: name it by its whole ID")
+
     def _vet(self, call: Call, req: Request) -> tuple[str, bytes | None]:
         """The target and body to forward: rebuilt, and for a write, checked against
         the current spec."""
@@ -412,6 +435,8 @@ class _Handler(socketserver.BaseRequestHandler):
             cur, call.kind.removesuffix("-update"), obj[-2], as_path=True)
         if said:  # (checked, it was written: another object than the path names)
             raise Refused(502, f"reading {read} first: {said}")
+        if call.kind != "swarm-update":
+            self._no_other_by_prefix(call.kind.removesuffix("-update"), obj[-2], cur)
         if req.param("version") != str(version):
             # The engine's own words, so the daemon's client reads a version conflict
             # and reads again.

@@ -118,6 +118,14 @@ def wrong_object(raw: Any, kind: str, asked: str, *, as_path: bool = False) -> s
             f"{why}")
 
 
+def answered_by_prefix(raw: Any, asked: str, kind: str) -> bool:
+    """The engine answered ``raw`` for ``asked`` as an ID prefix: neither its ID nor its
+    name (``wrong_object`` with ``as_path`` took it so)."""
+    got = raw.get("ID") if isinstance(raw, Mapping) else None
+    return isinstance(got, str) and got != asked and _name(raw, kind) != asked \
+        and got.startswith(asked)
+
+
 # The ambiguous node references said (asked, answered): each once a process, not each
 # cycle; bounded (then said afresh), as any ID a record names may come here.
 _said_ambiguous: set[tuple[str, str]] = set()

@@ -48,6 +48,7 @@ class Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     raw: dict[bytes, bytes]  # path (no /vX.Y) -> a GET's 200 body as sent: a hostile engine
     errors: dict[bytes, bytes]  # path (no /vX.Y) -> a GET's 400 message (an ambiguous name)
     before_write: Callable[[], None] | None  # runs as a service update arrives
+    more_services: list[dict[str, Any]]  # listed beside ``service`` (never inspected)
 
 
 class EngineHandler(socketserver.BaseRequestHandler):
@@ -98,8 +99,8 @@ class EngineHandler(socketserver.BaseRequestHandler):
             # The list, filtered by ID as the engine does (each ``id`` a prefix).
             query = parse_qs(urlsplit(lst.group(1).decode()).query)
             ids = json.loads(query.get("filters", ["{}"])[0]).get("id", [])
-            svc = self.server.service
-            listed = [svc] if any(svc["ID"].startswith(i) for i in ids) else []
+            listed = [s for s in (self.server.service, *self.server.more_services)
+                      if any(s["ID"].startswith(i) for i in ids)]
             body = json.dumps(listed).encode()
             self.request.sendall(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -153,5 +154,6 @@ def start_engine(path: str) -> Engine:
     engine.raw = {}
     engine.errors = {}
     engine.before_write = None
+    engine.more_services = []
     threading.Thread(target=engine.serve_forever, daemon=True).start()
     return engine

@@ -54,7 +54,7 @@ from swarmgpu.swarm.labels import desired_labels
 from swarmgpu.swarm.specread import UnreadSpec
 from swarmgpu.swarm.swarmnode import GPU_RESOURCE_KINDS, gpu_kinds
 
-__all__ = ["GPU_RESOURCE_KINDS", "Finding", "audit", "exit_code"]
+__all__ = ["GPU_RESOURCE_KINDS", "Finding", "audit", "exit_code", "plan_basis"]
 
 
 def exit_code(findings: Sequence[Finding], *, strict: bool = False) -> int:
@@ -62,6 +62,21 @@ def exit_code(findings: Sequence[Finding], *, strict: bool = False) -> int:
     if any(not f.advisory for f in findings):
         return 1
     return 1 if strict and findings else 0
+
+
+def plan_basis(workload: Mapping[str, Any], holds: int, prefix: str) -> dict[str, Any]:
+    """Where the plan audit's placement findings come from took its workload model and
+    its preemptors' holds (``workload``: the plan's model summary): a one-shot reads them
+    from Swarm as the daemon keeps them there, and writes nothing; ``said``: in words."""
+    source = str(workload.get("source", "prior"))
+    model = (f"stored in Swarm (the swarm's label {prefix}state.workload)"
+             if source == "learned" else f"pinned: {source} (placement.workload)"
+             if source.startswith("file ") else
+             "the prior (none stored in Swarm, or it could not be read)")
+    said = (f"placement findings from one plan made as the daemon would, written nowhere: "
+            f"workload model {model}; {holds} GPU hold(s) for preemptors, read from their "
+            f"victims' records ({prefix}state.preempted)")
+    return {"workload_model": source, "holds": holds, "said": said}
 
 
 ServiceCheck = Callable[[Snapshot], list[Finding]]

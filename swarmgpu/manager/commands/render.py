@@ -11,7 +11,7 @@ keeps every piece (what already runs stays where it runs: its holding is reused)
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -69,7 +69,7 @@ from swarmgpu.manager.services.requests import (
     request_errors,
 )
 from swarmgpu.manager.services.sharing import env_lines, want_labels
-from swarmgpu.manager.services.tenants import Tenants
+from swarmgpu.manager.services.tenants import Tenants, case_twin_refused
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.unkeyed import NONE_UNKEYED, Unkeyed
 
@@ -158,7 +158,8 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
                 tenants: Tenants | None = None, stack_name: str | None = None,
                 environ: Mapping[str, str] | None = None,
                 more: Sequence[tuple[str, str]] = (),
-                env_base: str | None = None) -> CheckedStack:
+                env_base: str | None = None,
+                queues: Collection[str] = ()) -> CheckedStack:
     """Parse the whole file and check every service: its shape, everything Swarm's
     scheduler reads, its GPU request, the keys Swarm refuses or ignores (composefile),
     then the whole file against docker/cli's compose schema. Offline and pure (``render
@@ -175,7 +176,9 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
     merged over the first as `docker stack deploy -c A -c B` merges them (stackmerge),
     each substituted on its own first. ``env_base``: the folder a relative ``env_file``
     is read against (the first file's: ``stackpaths``), each read as docker reads it
-    (``envfile``); None: not read."""
+    (``envfile``); None: not read. ``queues``: the config's queue names: without
+    tenants, a ``swarmgpu.queue`` naming one but for case is an error here, as the daemon
+    refuses it (with tenants, ``Tenants.apply`` refuses it by the same rule)."""
     try:
         if more:
             raw, stack, errors, warnings = _read_files([(where, text), *more], environ)
@@ -195,9 +198,9 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
     for svc_name, svc in stack["services"].items():
         _check_service(out, str(svc_name), svc, prefix, zone_label, generic_kind, node_gpus,
                        classes, stack_name, environ is not None, files)
-        if tenants is not None and stack_name is not None:
+        if (tenants is not None and stack_name is not None) or (tenants is None and queues):
             _check_tenant(out, str(svc_name), svc, prefix, zone_label, classes, tenants,
-                          stack_name)
+                          stack_name or "", queues)
     if files is not None:
         out.errors += check_env_files(out.stack["services"], out.requests, files)
     if not out.errors:  # the schema's complaints about a broken service add nothing
@@ -243,8 +246,10 @@ def _read_files(files: Sequence[tuple[str, str]], environ: Mapping[str, str] | N
 
 
 def _check_tenant(out: CheckedStack, svc_name: str, svc: Any, prefix: str, zone_label: str,
-                  classes: Mapping[str, int] | None, tenants: Tenants, stack_name: str) -> None:
-    """The request of a service that checked clean, against its tenant's limits: what the
+                  classes: Mapping[str, int] | None, tenants: Tenants | None, stack_name: str,
+                  queues: Collection[str]) -> None:
+    """The request of a service that checked clean, against its tenant's limits (without
+    tenants: its queue against the config's ``queues``, ``case_twin_refused``): what the
     daemon would cap or refuse is an error at this gate."""
     deploy = svc.get("deploy") if isinstance(svc, dict) else None
     if not isinstance(deploy, dict) or not isinstance(deploy.get("labels"), dict | list):
@@ -254,8 +259,8 @@ def _check_tenant(out: CheckedStack, svc_name: str, svc: Any, prefix: str, zone_
     req = parse_all(labels, prefix=prefix, zone_label=zone_label, classes=classes)
     if not isinstance(req, GpuRequest):
         return  # none, or an error said above
-    full = f"{stack_name}_{svc_name}"
-    got = tenants.apply(req, full, stack_name)
+    got = (tenants.apply(req, f"{stack_name}_{svc_name}", stack_name) if tenants is not None
+           else case_twin_refused(req.queue, queues, prefix) or req)
     w = f"services.{svc_name}.deploy.labels"
     if isinstance(got, RequestError):
         out.errors.append(f"{w}: {got}")
@@ -391,7 +396,7 @@ def render_stack(
     if planner is None:
         planner = Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=False)
     most = max((len(f.gpus) for f in facts.values()), default=0)
-    checked = check_stack(text, prefix=prefix, zone_label=zone_label,
+    checked = check_stack(text, prefix=prefix, zone_label=zone_label, queues=planner.queues.quotas,
                           generic_kind=planner.generic_kind, node_gpus=most,
                           classes=planner.classes, tenants=planner.tenants, stack_name=name,
                           environ=environ, more=more, env_base=base or ".")

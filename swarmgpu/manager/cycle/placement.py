@@ -160,12 +160,19 @@ class OnePlan:
                  tenants: Tenants | FromConfig | None = FROM_CONFIG) -> None:
         self.cfg, self.swarm, self.tenants = cfg, swarm, tenants
         self._made: tuple[Snapshot, PlacementPlan] | None = None
+        self.holds = 0  # of the last plan: the holds its victims' records imply
 
     def __call__(self, snap: Snapshot) -> PlacementPlan:
         if self._made is None or self._made[0] is not snap:
-            self._made = snap, make_plan(snap, self.cfg, swarm=self.swarm,
+            held = one_shot_nominations(snap, self.cfg, facts_by_node(snap), self.swarm)
+            self._made = snap, make_plan(snap, self.cfg, swarm=self.swarm, nominated=held,
                                          tenants=self.tenants)
+            self.holds = len(held)
         return self._made[1]
+
+    @property
+    def made(self) -> PlacementPlan | None:
+        return None if self._made is None else self._made[1]
 
 
 def one_shot_nominations(snap: Snapshot, cfg: Config, facts: Mapping[str, NodeFacts],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from swarmgpu.core.peertext import peer_text
+from swarmgpu.core.peertext import peer_text, tenant_text
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.generic import int_or0
 from swarmgpu.manager.placement.keys import (
@@ -157,7 +157,7 @@ def _foreign_lists(s: SwarmService, held: Mapping[str, Holding],
         return None, False
     # (as many labels as its owner writes: a few named, the rest counted)
     keys.sort()
-    named = ", ".join(f"{peer_text(k)}={peer_text(s.labels[k])}" for k in keys[:NAMED])
+    named = ", ".join(f"{tenant_text(k)}={tenant_text(s.labels[k])}" for k in keys[:NAMED])
     named += f" and {len(keys) - NAMED} more" if len(keys) > NAMED else ""
     said = (f"service {s.name}'s label(s) {named} name GPU(s) outside its holding there "
             "(the ledger): a task made from them runs on GPUs it was not given; its lists "

@@ -19,7 +19,7 @@ from typing import TypeVar
 from swarmgpu.allocator.fragmentation import product_matches
 from swarmgpu.core.config import DEFAULT_PRIORITY_CLASSES, parse_priority_classes
 from swarmgpu.core.migprofile import MigProfileError, normalize_profile
-from swarmgpu.core.peertext import peer_text
+from swarmgpu.core.peertext import quoted, tenant_text
 from swarmgpu.core.tenants import NAME_RE
 
 DEFAULT_PREFIX = "swarmgpu."
@@ -81,14 +81,13 @@ class RequestError(ValueError):
         self.accepted = accepted
         # A tenant's label key or value may be a megabyte (Swarm takes it): the reason is
         # logged every cycle and kept in the plan and the map, so either is cut there.
-        super().__init__(f"{_shown(key)}={_shown(value)!r}: expected {accepted}")
+        # Hidden characters shown as escapes, cut or not (a value cut by peer_text lost
+        # an emoji family's joiners and read as the value without them).
+        super().__init__(f"{tenant_text(key, SHOWN_MAX)}={quoted(value, SHOWN_MAX)}: "
+                         f"expected {accepted}")
 
 
 SHOWN_MAX = 200  # characters of a label's key or value a reason quotes
-
-
-def _shown(text: str) -> str:
-    return text if len(text) <= SHOWN_MAX else peer_text(text, SHOWN_MAX)
 
 
 @dataclass(frozen=True)
