@@ -337,3 +337,29 @@ def test_a_tenants_case_twin_of_its_own_queue_is_refused_by_the_same_rule(
     assert sp.status == "invalid"
     assert ("Team-B differs from queue team-b only in case; write "
             f"{P}queue=team-b") in (sp.reason or ""), sp.reason
+
+
+def test_render_check_refuses_a_case_twin_queue_without_tenants(tmp_path: Path) -> None:
+    """``render --check``, the gate before a deploy, refuses what the daemon's planner
+    refuses: swarmgpu.queue=Research beside queues.research, no tenants. Before, only a
+    config with tenants was asked, so the check passed a service the daemon never placed."""
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+
+    cfg, src = tmp_path / "c.yml", tmp_path / "s.yml"
+    cfg.write_text('{"queues": {"research": {"guaranteed": 0, "max": 2}}}')
+
+    def check(queue: str) -> Any:
+        src.write_text("services:\n  app:\n    image: busybox\n    deploy:\n      labels:\n"
+                       f"        {P}gpus: '1'\n        {P}queue: {queue}\n")
+        return CliRunner().invoke(main, ["render", "--check", "--config", str(cfg),
+                                         "-n", "s", str(src)],
+                                  env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+
+    bad = check("Research")
+    assert bad.exit_code == 1, bad.output
+    assert ("Research differs from queue research only in case; write "
+            f"{P}queue=research") in bad.output, bad.output
+    for queue in ("research", "scratch"):  # as written, or a queue the config lists not
+        assert check(queue).exit_code == 0, check(queue).output

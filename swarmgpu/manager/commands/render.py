@@ -11,7 +11,7 @@ keeps every piece (what already runs stays where it runs: its holding is reused)
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -69,7 +69,7 @@ from swarmgpu.manager.services.requests import (
     request_errors,
 )
 from swarmgpu.manager.services.sharing import env_lines, want_labels
-from swarmgpu.manager.services.tenants import Tenants
+from swarmgpu.manager.services.tenants import Tenants, case_twin_refused
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.unkeyed import NONE_UNKEYED, Unkeyed
 
@@ -156,6 +156,7 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
                 node_gpus: int | None = None,
                 classes: Mapping[str, int] | None = None,
                 tenants: Tenants | None = None, stack_name: str | None = None,
+                queues: Collection[str] = (),
                 environ: Mapping[str, str] | None = None,
                 more: Sequence[tuple[str, str]] = (),
                 env_base: str | None = None) -> CheckedStack:
@@ -168,6 +169,9 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
     config's (``manager.services.tenants``), with the name the stack is deployed as: a request
     above its tenant's limits is an error here (the daemon would cap it).
     ``stack_name``: also what a placement gate in the file must name (its own).
+    ``queues``: the config's queue names (the planner's); without tenants, a
+    ``swarmgpu.queue`` naming one but for case is an error here, as the daemon refuses it
+    (``tenants.case_twin_refused``; with tenants, their check says it).
     ``environ``: the environment `docker stack deploy` will substitute variables from
     (``interpolation``; render's own, as both run in one shell): everything is checked as
     substituted. None: nothing is substituted, and a ``$`` in a value render places by is
@@ -198,6 +202,8 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
         if tenants is not None and stack_name is not None:
             _check_tenant(out, str(svc_name), svc, prefix, zone_label, classes, tenants,
                           stack_name)
+        elif queues:
+            _check_queue(out, str(svc_name), svc, prefix, zone_label, classes, queues)
     if files is not None:
         out.errors += check_env_files(out.stack["services"], out.requests, files)
     if not out.errors:  # the schema's complaints about a broken service add nothing
@@ -242,18 +248,26 @@ def _read_files(files: Sequence[tuple[str, str]], environ: Mapping[str, str] | N
     return merged.written, stack, [], warnings
 
 
+def _request_of(svc: Any, svc_name: str, prefix: str, zone_label: str,
+                classes: Mapping[str, int] | None) -> GpuRequest | None:
+    """The request of a service that checked clean; None for none, or for an error
+    ``_check_service`` said already."""
+    deploy = svc.get("deploy") if isinstance(svc, dict) else None
+    if not isinstance(deploy, dict) or not isinstance(deploy.get("labels"), dict | list):
+        return None
+    # a shape error is said once, by _check_service; raised here it left check_stack
+    labels: dict[str, str] = _try([], {}, read_labels, deploy, f"services.{svc_name}")
+    req = parse_all(labels, prefix=prefix, zone_label=zone_label, classes=classes)
+    return req if isinstance(req, GpuRequest) else None
+
+
 def _check_tenant(out: CheckedStack, svc_name: str, svc: Any, prefix: str, zone_label: str,
                   classes: Mapping[str, int] | None, tenants: Tenants, stack_name: str) -> None:
     """The request of a service that checked clean, against its tenant's limits: what the
     daemon would cap or refuse is an error at this gate."""
-    deploy = svc.get("deploy") if isinstance(svc, dict) else None
-    if not isinstance(deploy, dict) or not isinstance(deploy.get("labels"), dict | list):
+    req = _request_of(svc, svc_name, prefix, zone_label, classes)
+    if req is None:
         return
-    # a shape error is said once, by _check_service; raised here it left check_stack
-    labels: dict[str, str] = _try([], {}, read_labels, deploy, f"services.{svc_name}")
-    req = parse_all(labels, prefix=prefix, zone_label=zone_label, classes=classes)
-    if not isinstance(req, GpuRequest):
-        return  # none, or an error said above
     full = f"{stack_name}_{svc_name}"
     got = tenants.apply(req, full, stack_name)
     w = f"services.{svc_name}.deploy.labels"
@@ -262,6 +276,16 @@ def _check_tenant(out: CheckedStack, svc_name: str, svc: Any, prefix: str, zone_
     elif isinstance(got, GpuRequest):
         out.errors += [f"{w}: {why} (stack {stack_name}; ask for no more, or change "
                        f"tenants.{got.tenant} in the config)" for why in got.limits]
+
+
+def _check_queue(out: CheckedStack, svc_name: str, svc: Any, prefix: str, zone_label: str,
+                 classes: Mapping[str, int] | None, queues: Collection[str]) -> None:
+    """Without tenants: a queue named as one of ``queues`` but for case, which the
+    daemon's planner refuses (``placement.reads``), is an error at this gate too."""
+    req = _request_of(svc, svc_name, prefix, zone_label, classes)
+    no = case_twin_refused(req.queue, queues, prefix) if req is not None else None
+    if no is not None:
+        out.errors.append(f"services.{svc_name}.deploy.labels: {no}")
 
 
 def _try(errs: list[str], default: T, fn: Callable[..., T], *args: Any) -> T:
@@ -394,6 +418,7 @@ def render_stack(
     checked = check_stack(text, prefix=prefix, zone_label=zone_label,
                           generic_kind=planner.generic_kind, node_gpus=most,
                           classes=planner.classes, tenants=planner.tenants, stack_name=name,
+                          queues=frozenset(planner.queues.quotas),
                           environ=environ, more=more, env_base=base or ".")
     if checked.errors:
         raise StackError(checked.errors)
