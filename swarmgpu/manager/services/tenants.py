@@ -135,10 +135,13 @@ class Tenants:
 
     def queue_of(self, s: SwarmService, asked: str) -> str:
         """The queue ``s`` counts against when its request is invalid (what it holds
-        still counts): ``asked`` (its label's) when its tenant owns it, else the tenant's
-        first queue."""
+        still counts): ``asked`` (its label's) when its tenant owns it, or the one of its
+        own it names but for case (``case_twin``: the queue it meant, as without
+        tenants), else the tenant's first queue."""
         t = self.of_service(s)
-        return asked if asked in t.queues else t.default_queue
+        if asked in t.queues:
+            return asked
+        return (case_twin(asked, t.queues) if asked else None) or t.default_queue
 
     def apply_to(self, s: SwarmService, r: GpuRequest | RequestError | None,
                  ) -> GpuRequest | RequestError | None:
