@@ -415,10 +415,9 @@ def render_stack(
     if planner is None:
         planner = Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=False)
     most = max((len(f.gpus) for f in facts.values()), default=0)
-    checked = check_stack(text, prefix=prefix, zone_label=zone_label,
-                          generic_kind=planner.generic_kind, node_gpus=most,
+    checked = check_stack(text, prefix=prefix, zone_label=zone_label, node_gpus=most,
+                          generic_kind=planner.generic_kind, queues=planner.queues.quotas,
                           classes=planner.classes, tenants=planner.tenants, stack_name=name,
-                          queues=frozenset(planner.queues.quotas),
                           environ=environ, more=more, env_base=base or ".")
     if checked.errors:
         raise StackError(checked.errors)
