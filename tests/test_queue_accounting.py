@@ -389,3 +389,17 @@ def test_with_tenants_a_case_twin_queues_holdings_count_against_the_queue_it_mea
     assert by["team-b_y"].status == "pending" and "at its quota" in (by["team-b_y"].reason
                                                                     or ""), by["team-b_y"]
     assert _used(plan, "research") == 2 and _used(plan, "team-b") == 0
+
+
+def test_a_case_twin_of_another_tenants_queue_is_named_as_that_queue(
+        tmp_path: Path) -> None:
+    # team-b's label names team-a's team-a queue in capitals: it was said to be "no
+    # tenant's queue", which sent the operator looking for a queue no config lacked.
+    f = tmp_path / "config.yml"
+    f.write_text(textwrap.dedent(TEAMS))
+    x = sw_svc("team-b_x", {STACK_LABEL: "team-b", f"{P}gpus": "2", f"{P}queue": "Team-A"})
+    plan = new_planner(load_config(f, env={})).plan(_held("x", {}), [x], [], FACTS)
+    (sp,) = plan.services
+    assert sp.status == "invalid"
+    assert "Team-A is tenant team-a's queue team-a but for case" in (sp.reason or ""), \
+        sp.reason

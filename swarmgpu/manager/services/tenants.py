@@ -122,9 +122,10 @@ class Tenants:
         if refused := case_twin_refused(r.queue, t.queues, p):
             return refused
         if r.queue and r.queue not in t.queues:
-            other = self.owner.get(r.queue)
+            other, twin = self.owner.get(r.queue), case_twin(r.queue, self.owner)
             whose = (f"{r.queue} is tenant {other}'s" if other else
-                     f"{r.queue} is no tenant's queue")
+                     f"{r.queue} is tenant {self.owner[twin]}'s queue {twin} but for case"
+                     if twin else f"{r.queue} is no tenant's queue")
             mine = ", ".join(t.queues) or "none"
             return RequestError(p + "queue", r.queue,
                                 f"a queue of tenant {t.name} ({mine}); {whose} (config "
