@@ -183,3 +183,17 @@ def test_a_body_of_many_small_chunks_is_read_in_one_pass_within_the_deadline() -
         srv.close()
     assert got.body == b"\r\n" * (blocks * len(block) // len(unit))
     assert time.monotonic() - t0 < 3
+
+
+def test_a_chunk_size_line_longer_than_any_server_writes_is_refused(
+        answer: Callable[[bytes], int]) -> None:
+    """A chunk's size line carries its extensions, which nothing reads: one of
+    megabytes was copied and split again on each read while its chunk trickled in (a
+    core spent for the whole deadline, per agent). Past MAX_CHUNK_LINE it is refused,
+    named, as Go's net/http refuses one past 4 KiB; a short extension is still read."""
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    long_ext = b"1;" + b"x" * (boundedhttp.MAX_CHUNK_LINE + 1) + b"\r\nA\r\n0\r\n\r\n"
+    assert "chunk-size line" in refused(answer(head + long_ext))
+    no_end = b"1;" + b"x" * (boundedhttp.MAX_CHUNK_LINE + 1)  # (and its CRLF never comes)
+    assert "chunk-size line" in refused(answer(head + no_end))
+    assert get(answer(head + b"1;name=value\r\nA\r\n0\r\n\r\n")).body == b"A"

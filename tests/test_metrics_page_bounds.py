@@ -171,3 +171,14 @@ def test_a_sample_with_more_labels_than_any_exporter_writes_is_refused() -> None
     with pytest.raises(promtext.LineError, match="more than 64 labels"):
         promtext.parse_sample(f'm{{UUID="GPU-1",{many}}} 1')
     assert len(promtext.parse_sample(f"m{{{many}}} 1").labels) == 64
+
+
+def test_a_refused_pages_fix_is_kept_whole_beside_a_long_host_and_url() -> None:
+    # The whole line was cut at 300 characters as one peer text: with a host and URL of
+    # ordinary length, the fix ("serve fewer series ... metrics_url_template") was lost.
+    host = "gpu-node-12.cluster-a.example.internal"
+    page = 'DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1"} 1\n' * (metrics_in.MAX_METRIC_SAMPLES + 1)
+    got = scrape.judge(sw_node("n1", host), f"http://{host}:9400/metrics", page, 0.0)
+    assert got.result is None and got.error is not None
+    assert got.error.startswith(f"metrics of node {host} at http://{host}:9400/metrics: ")
+    assert got.error.endswith("or check rebalance.metrics_url_template"), got.error

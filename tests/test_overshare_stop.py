@@ -147,3 +147,25 @@ def test_a_budget_end_in_the_wait_whose_undo_is_cut_still_ends_the_cycle_at_its_
     with pytest.raises(BudgetEnded):
         step.restarter._bounce(sw.service("id-third"), THIRD, MOVED_AT)
     assert any("not reopened" in w for w in warnings if "third" in w), warnings
+
+
+class GateGoneBeforeTheClose(StopInTheWait):
+    """No stop: the gate of third on its node is gone by the time the restart closes it
+    (placement released its holding there earlier in the cycle, or an operator removed
+    it); its task still runs (Swarm does not evict for a label)."""
+
+    def tasks(self, filters: Mapping[str, Any] | None = None, *,
+              states: AbstractSet[str] | None = None, read: Any = None) -> list[SwarmTask]:
+        return RecordingSwarm.tasks(self, filters, states=states)
+
+
+def test_a_restart_whose_gate_was_already_gone_opens_none(tmp_path: Path) -> None:
+    # The reopening undoes the restart's own close: with nothing closed (the gate gone
+    # already), it wrote a gate placement had released, and Swarm could start the
+    # service's task on a node whose GPUs the ledger no longer holds for it.
+    sw, step = restart_step(tmp_path, GateGoneBeforeTheClose)
+    sw.update_node_labels("n-4090", lambda cur: {k: v for k, v in cur.items()
+                                                  if k != gate_key(P, "third")})
+    step.restarter.wait_s = 0.3
+    step.restarter._bounce(sw.service("id-third"), THIRD, MOVED_AT)
+    assert gate_key(P, "third") not in sw.node("n-4090").labels

@@ -364,3 +364,43 @@ def test_render_check_without_tenants_refuses_a_case_twin_queue(tmp_path: Path) 
             f"write {P}queue=research") in res.output, res.output
     for fine in ("research", "scratch"):  # as written, or a queue the config lacks
         assert check(fine).exit_code == 0, check(fine).output
+
+
+def test_with_tenants_a_case_twin_queues_holdings_count_against_the_queue_it_meant(
+        tmp_path: Path) -> None:
+    """As without tenants: team-b's x holds 2 GPUs under swarmgpu.queue=Research (now
+    refused); what it holds counts against research, the queue it meant, not team-b's
+    first queue, so y (research, max 2) waits. Before, research read 0 used and y was
+    placed past its max."""
+    f = tmp_path / "config.yml"
+    f.write_text(textwrap.dedent("""\
+        queues:
+          research: {guaranteed: 0, max: 2}
+        tenants:
+          team-a: {stacks: ["team-a*"], guaranteed: 0}
+          team-b: {stacks: ["team-b*"], guaranteed: 0, queues: [research]}
+        """))
+    cfg = load_config(f, env={})
+    nodes = _held("team-b_x", {"n-4090": R_UUIDS[:2]})
+    x = sw_svc("team-b_x", {STACK_LABEL: "team-b", f"{P}gpus": "2", f"{P}queue": "Research"})
+    y = sw_svc("team-b_y", {STACK_LABEL: "team-b", f"{P}gpus": "2", f"{P}queue": "research"})
+    plan = new_planner(cfg).plan(nodes, [x, y], _running(x, "n-4090"), FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    assert by["team-b_x"].status == "invalid"
+    assert by["team-b_y"].status == "pending" and "at its quota" in (by["team-b_y"].reason
+                                                                    or ""), by["team-b_y"]
+    assert _used(plan, "research") == 2 and _used(plan, "team-b") == 0
+
+
+def test_a_case_twin_of_another_tenants_queue_is_named_as_that_queue(
+        tmp_path: Path) -> None:
+    # team-b's label names team-a's team-a queue in capitals: it was said to be "no
+    # tenant's queue", which sent the operator looking for a queue no config lacked.
+    f = tmp_path / "config.yml"
+    f.write_text(textwrap.dedent(TEAMS))
+    x = sw_svc("team-b_x", {STACK_LABEL: "team-b", f"{P}gpus": "2", f"{P}queue": "Team-A"})
+    plan = new_planner(load_config(f, env={})).plan(_held("x", {}), [x], [], FACTS)
+    (sp,) = plan.services
+    assert sp.status == "invalid"
+    assert "Team-A is tenant team-a's queue team-a but for case" in (sp.reason or ""), \
+        sp.reason

@@ -170,3 +170,21 @@ def test_a_mig_label_with_arabic_indic_digits_is_refused() -> None:
     # \d took U+0660-U+0669 and int() read them: 1g.<U+0661 U+0660>gb was placed as 1g.10gb.
     err = parse_all({"swarmgpu.mig": "1g.\u0661\u0660gb"})
     assert isinstance(err, RequestError) and err.key == "swarmgpu.mig", err
+
+
+@pytest.mark.parametrize(
+    ("key", "named"),
+    [
+        ("swarmgpu.g\u0440us", "U+0440 at 2 after swarmgpu."),  # CYRILLIC ER in the key
+        ("swarmgpu.\uff47pus", "U+FF47 at 1 after swarmgpu."),  # FULLWIDTH g
+        ("swarmgpu.gpus ", "a blank"),  # docker keeps it: the key is no request key
+        (" swarmgpu.gpus", "blank"),  # (before the prefix: said so already)
+    ],
+)
+def test_a_request_key_that_only_looks_known_names_what_differs(key: str, named: str
+                                                                ) -> None:
+    # Shown in the message, the key reads as the one it suggests: the error names the
+    # character (or the blank) an operator cannot see, so they know what to retype.
+    err = parse_all({key: "2"})
+    assert isinstance(err, RequestError) and err.key == key
+    assert named in err.accepted, err.accepted

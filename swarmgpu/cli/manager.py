@@ -18,7 +18,7 @@ from loguru import logger
 
 from swarmgpu.cli.config import CONFIG_HELP, ConfigPath, load_cfg
 from swarmgpu.cli.logs import setup_logging
-from swarmgpu.core.config import Config, parse_priority_classes
+from swarmgpu.core.config import Config, parse_priority_classes, queue_quotas
 
 if TYPE_CHECKING:
     from swarmgpu.manager.services.tenants import Tenants
@@ -454,9 +454,9 @@ def render(
         classes=parse_priority_classes(cfg.preemption.priority_classes),
         tenants=tenants,
         stack_name=name,
+        queues=frozenset(queue_quotas(cfg.queues)),  # (the planner's, without tenants)
         environ=environ,
         env_base=os.path.dirname(os.path.abspath(files[0])),
-        queues=list(cfg.queues),  # (load_cfg checked it is a mapping)
     )
     if checked.errors:
         _render_errors(stack_file, checked.errors)

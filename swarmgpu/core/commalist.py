@@ -28,3 +28,17 @@ def unseen(text: str) -> str:
     place (``U+00A0 at 1``); "" for none."""
     return ", ".join(f"U+{ord(c):04X} at {i + 1}" for i, c in enumerate(text)
                      if not (c.isascii() and c.isprintable()))
+
+
+def invisible(text: str) -> str:
+    """Each character of ``text`` that prints as nothing (U+200B, a BOM, a tab), as
+    ``unseen`` names them; "" for none."""
+    return ", ".join(f"U+{ord(c):04X} at {i + 1}" for i, c in enumerate(text)
+                     if not c.isprintable())
+
+
+def non_ascii(text: str) -> str:
+    """Each non-ASCII character of ``text`` (a lookalike: U+0430, Cyrillic a), as
+    ``unseen`` names them; "" for none."""
+    return ", ".join(f"U+{ord(c):04X} at {i + 1}" for i, c in enumerate(text)
+                     if not c.isascii())

@@ -25,6 +25,10 @@ from swarmgpu.core.peertext import peer_text
 
 MAX_HEAD_BYTES = 64 * 1024  # status line and headers
 READ_CHUNK = 16 * 1024
+# A chunk's size line, its extensions included (which nothing reads): one of megabytes
+# was copied and split again on each read while its chunk trickled in. Go's net/http
+# refuses one past 4 KiB too.
+MAX_CHUNK_LINE = 4096
 
 
 # What answered, when a GET failed (FetchError.kind): the daemon turns it into the cause
@@ -146,8 +150,11 @@ class _Dechunker:
         """The body once complete (the last chunk, then a blank line or the close);
         None while incomplete. ``data``: the whole answer so far, only ever appended."""
         while self.last < 0:
-            eol = data.find(b"\r\n", self.seen)
+            eol = data.find(b"\r\n", self.seen, self.pos + MAX_CHUNK_LINE + 2)
             if eol < 0:
+                if len(data) - self.pos > MAX_CHUNK_LINE + 1:
+                    raise FetchError(f"sent a chunk-size line longer than {MAX_CHUNK_LINE} "
+                                     "bytes (its extensions), which no server writes")
                 self.seen = max(self.pos, len(data) - 1)
                 return None
             size_text = bytes(data[self.pos:eol]).split(b";", 1)[0].strip()

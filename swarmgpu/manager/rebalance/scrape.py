@@ -43,9 +43,10 @@ def judge(node: SwarmNode, url: str, text: str, at: float) -> NodeScrape:
     """Parse one page; decide whether it can be trusted for this node."""
     res = parse_metrics(text)
     if res.refused is not None:  # past a cap: this node's readings unknown, others read on
-        return NodeScrape(node.id, node.hostname, url, at, None,
-                          peer_text(f"metrics of node {node.hostname or node.id} at {url}: "
-                                    f"{res.refused}"))
+        # Only the node and URL are cut as peer text: the refusal is ours (its metric
+        # name cut already), and cut with them at 300 characters it lost its fix.
+        where = peer_text(f"metrics of node {node.hostname or node.id} at {url}")
+        return NodeScrape(node.id, node.hostname, url, at, None, f"{where}: {res.refused}")
     if not res.samples_by_uuid:
         why = "; ".join(res.errors[:3]) or "no GPU sample (no UUID label) in the page"
         return NodeScrape(node.id, node.hostname, url, at, None,

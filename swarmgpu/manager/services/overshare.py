@@ -508,14 +508,19 @@ class Restarter:
             log.warning("over-share restart of {} on {} not done: its spec cannot be read: "
                         "{}", s.name, u.hostname, exc)
             return False
+        closed: bool | None = None  # (None: refused, or its outcome unknown)
         try:
-            writes.node_labels(
+            closed = writes.node_labels(
                 u.node_id, lambda cur: {k: v for k, v in cur.items() if k != gate}, why)
-            stopped = self._wait_gone(s, u, old)
+            # No gate there to close (placement released it this cycle, say): none is
+            # the restart's to reopen, and one written would let a task onto GPUs the
+            # ledger no longer holds for it.
+            stopped = self._wait_gone(s, u, old) if closed else False
         except BaseException:
-            self._reopen(writes, u, gate, ended=True)
+            if closed is not False:
+                self._reopen(writes, u, gate, ended=True)
             raise
-        reopened = self._reopen(writes, u, gate, ended=stopped)
+        reopened = self._reopen(writes, u, gate, ended=stopped) if closed else True
         if stopped:
             log.warning("over-share restart of {} on {} cut short by the daemon's stop: "
                         "gate {}; its task may not have been restarted (the next leader "

@@ -17,6 +17,7 @@ from math import ceil
 from typing import TypeVar
 
 from swarmgpu.allocator.fragmentation import product_matches
+from swarmgpu.core.commalist import invisible, non_ascii
 from swarmgpu.core.config import DEFAULT_PRIORITY_CLASSES, parse_priority_classes
 from swarmgpu.core.migprofile import MigProfileError, normalize_profile
 from swarmgpu.core.peertext import quoted, tenant_text
@@ -262,8 +263,14 @@ def _request_keys(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
             # keys are lower case, and GPUS, compared with its case, was like none)
             near = difflib.get_close_matches(name.lower(), KEYS, n=1) if len(name) < 64 else []
             hint = f" (did you mean {prefix}{near[0]}?)" if near else ""
-            if hidden := _invisible(name[:64]):
+            # Shown, the key reads as the one meant: what differs is named.
+            if hidden := invisible(name[:64]):
                 hint += f"; it has invisible characters ({hidden} after {prefix})"
+            elif odd := non_ascii(name[:64]):
+                hint += (f"; it has characters that only look like ASCII ones ({odd} after "
+                         f"{prefix}): retype it")
+            elif name != name.strip(_BLANKS):
+                hint += "; it has a blank around it, which docker keeps: remove it"
             raise RequestError(
                 key, labels[key], f"a known key: {', '.join(prefix + k for k in KEYS)}{hint}"
             )
@@ -295,7 +302,7 @@ def _misprefix_error(key: str, prefix: str) -> str | None:
     meant = _misprefixed(key, prefix)
     if meant is None:
         return None
-    if hidden := _invisible(key.strip(_BLANKS)):
+    if hidden := invisible(key.strip(_BLANKS)):
         return (f"a key with no invisible character ({hidden}): the label is no request "
                 f"key; retype it (did you mean {meant}?)")
     if key != key.strip(_BLANKS):
@@ -303,7 +310,7 @@ def _misprefix_error(key: str, prefix: str) -> str | None:
                 f"no request key (did you mean {meant}?)")
     if _lookalike(key[: len(prefix)], prefix):
         return (f"a key that starts {prefix} exactly, in ASCII: it has characters that "
-                f"only look like it ({_non_ascii(key[: len(prefix)])}); retype it (did "
+                f"only look like it ({non_ascii(key[: len(prefix)])}); retype it (did "
                 f"you mean {meant}?)")
     return (f"a key that starts {prefix} exactly, case included, as labels are "
             f"case-sensitive (did you mean {meant}?)")
@@ -315,19 +322,6 @@ def _lookalike(head: str, prefix: str) -> bool:
     table of confusables: every lookalike of an ASCII letter is non-ASCII."""
     return (len(head) == len(prefix) and prefix.isascii() and not head.isascii()
             and all(h == c or not h.isascii() for h, c in zip(head, prefix, strict=True)))
-
-
-def _invisible(text: str) -> str:
-    """Each character of ``text`` that prints as nothing (U+200B, a BOM), as
-    ``_non_ascii`` names them; "" for none."""
-    return ", ".join(f"U+{ord(c):04X} at {i + 1}" for i, c in enumerate(text)
-                     if not c.isprintable())
-
-
-def _non_ascii(text: str) -> str:
-    """Each non-ASCII character of ``text`` as its code point and place."""
-    return ", ".join(f"U+{ord(c):04X} at {i + 1}" for i, c in enumerate(text)
-                     if not c.isascii())
 
 
 def _misprefixed(key: str, prefix: str) -> str | None:

@@ -122,9 +122,10 @@ class Tenants:
         if refused := case_twin_refused(r.queue, t.queues, p):
             return refused
         if r.queue and r.queue not in t.queues:
-            other = self.owner.get(r.queue)
+            other, twin = self.owner.get(r.queue), case_twin(r.queue, self.owner)
             whose = (f"{r.queue} is tenant {other}'s" if other else
-                     f"{r.queue} is no tenant's queue")
+                     f"{r.queue} is tenant {self.owner[twin]}'s queue {twin} but for case"
+                     if twin else f"{r.queue} is no tenant's queue")
             mine = ", ".join(t.queues) or "none"
             return RequestError(p + "queue", r.queue,
                                 f"a queue of tenant {t.name} ({mine}); {whose} (config "
@@ -135,10 +136,13 @@ class Tenants:
 
     def queue_of(self, s: SwarmService, asked: str) -> str:
         """The queue ``s`` counts against when its request is invalid (what it holds
-        still counts): ``asked`` (its label's) when its tenant owns it, else the tenant's
-        first queue."""
+        still counts): ``asked`` (its label's) when its tenant owns it, or the one of its
+        own it names but for case (``case_twin``: the queue it meant, as without
+        tenants), else the tenant's first queue."""
         t = self.of_service(s)
-        return asked if asked in t.queues else t.default_queue
+        if asked in t.queues:
+            return asked
+        return (case_twin(asked, t.queues) if asked else None) or t.default_queue
 
     def apply_to(self, s: SwarmService, r: GpuRequest | RequestError | None,
                  ) -> GpuRequest | RequestError | None:
