@@ -352,3 +352,18 @@ def test_of_two_spellings_of_a_key_the_one_cdi_keeps_is_read(tmp_path: Path) -> 
     _raw_spec(root, f"{{name: {UA}, Name: x}}", f"{{Name: y, name: {UB}}}")
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c
+
+
+def test_yml_files_do_not_count_toward_a_dirs_spec_file_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CDI reads *.json and *.yaml alone: three .yml files took the bound's three places
+    # and the spec the runtime reads was left unread ("no spec", the generate fix)
+    from swarmgpu.agent.doctor import read
+    monkeypatch.setattr(read, "MAX_CDI_SPECS", 3, raising=False)
+    root = _root(tmp_path)
+    for n in range(3):
+        _spec(root, f"etc/cdi/a{n}.yml", ["x"], kind=f"vendor.com/c{n}")
+    _spec(root, "etc/cdi/nvidia.yaml", [UA, UB])
+    c, code = _check(root)
+    assert c["status"] == str(Status.OK) and code == 0, c
+    assert "left unread" not in c["found"], c

@@ -380,16 +380,22 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None,
     left: list[tuple[str, int, int]] = []
     for d in dirs:
         try:
-            names = sorted(n for n in listdir_in_root(root, d.lstrip("/"))
-                           if n.endswith((".yaml", ".yml", ".json")))
+            listed = listdir_in_root(root, d.lstrip("/"))
         except PermissionError:  # (named: the runtime, as root, reads what is there)
             specs.append(CdiSpec(d, error="cannot be listed: permission denied (run the "
                                           "doctor as root, as the runtime reads it)"))
             continue
         except (OSError, ValueError):  # (absent, not a directory; a NUL in the engine's)
             continue
-        for n in names[:MAX_CDI_SPECS]:
-            specs.append(spec := _cdi_spec(root, posixpath.join(d, n), budget))
+        # (only what CDI reads counts toward the bound; a .yml is named, never parsed)
+        names = sorted(n for n in listed if n.endswith((".yaml", ".json")))
+        yml = sorted(n for n in listed if n.endswith(".yml"))[:MAX_CDI_SPECS]
+        for n in sorted([*names[:MAX_CDI_SPECS], *yml]):
+            path = posixpath.join(d, n)
+            if n.endswith(".yml"):
+                specs.append(CdiSpec(path, error=_NOT_READ_YML))
+                continue
+            specs.append(spec := _cdi_spec(root, path, budget))
             budget -= spec.size
         if len(names) > MAX_CDI_SPECS:
             left.append((d, MAX_CDI_SPECS, len(names) - MAX_CDI_SPECS))
@@ -406,11 +412,8 @@ class _SpecError(Exception):
 
 
 def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
-    """One spec file: its kind and device names (CDI's ``kind``, ``devices[].name``); a
-    ``.yml`` one is named unread, as the runtime never reads it, and one past ``budget``
-    characters of text left to parse (``MAX_CDI_BYTES``) too."""
-    if path.endswith(".yml"):
-        return CdiSpec(path, error=_NOT_READ_YML)
+    """One spec file: its kind and device names (CDI's ``kind``, ``devices[].name``); one
+    past ``budget`` characters of text left to parse (``MAX_CDI_BYTES``) is named unread."""
     try:
         text = _read_text(root, path.lstrip("/")) or ""
         if len(text) > budget:
