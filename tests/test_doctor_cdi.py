@@ -325,10 +325,9 @@ def test_a_device_of_no_name_cdi_refuses_is_named(tmp_path: Path, device: str) -
 def test_a_device_name_go_yaml_v2_reads_as_text_is_that_text(tmp_path: Path,
                                                              name: str) -> None:
     # quoted, `yes` is text to every reader; `0o-17` is text to go-yaml v2 (v3 reads the
-    # number -15): beside "true" and "-15", no name is given twice
+    # number -15, a name CDI refuses): beside "true", no name is given twice
     root = _root(tmp_path)
-    _raw_spec(root, f"name: {name}", "name: \"true\"", "name: \"-15\"", f"name: {UA}",
-              f"name: {UB}")
+    _raw_spec(root, f"name: {name}", "name: \"true\"", f"name: {UA}", f"name: {UB}")
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c
 
@@ -367,3 +366,40 @@ def test_yml_files_do_not_count_toward_a_dirs_spec_file_bound(
     c, code = _check(root)
     assert c["status"] == str(Status.OK) and code == 0, c
     assert "left unread" not in c["found"], c
+
+
+@pytest.mark.parametrize(("name", "said"), [
+    ("1.0", "names device '1' twice"), ("1e3", "names device '1000' twice"),
+    ("-2.50", "'-2.5'"), ("1e6", "'1e+06'"), (".inf", "'+Inf'")])
+def test_a_float_device_name_is_read_as_cdis_text_of_it(tmp_path: Path, name: str,
+                                                        said: str) -> None:
+    # sigs.k8s.io/yaml gives a float bound for CDI's string field Go's text of it as a
+    # float32 (strconv.FormatFloat 'g', -1, 32): `1.0` is device "1", so beside "1" the
+    # spec names it twice, and `1e6` is "1e+06", no valid device name: CDI refuses both
+    # specs whole. The doctor read a float as no name and passed them
+    root = _root(tmp_path)
+    _raw_spec(root, f"name: {name}", "name: \"1\"", "name: \"1000\"", f"name: {UA}",
+              f"name: {UB}")
+    c, code = _check(root)
+    assert c["status"] == str(Status.FAIL) and code == 1, c
+    assert "/etc/cdi/nvidia.yaml" in c["found"] and said in c["found"], c
+
+
+@pytest.mark.parametrize("name", ["2.5", "123456.0", "3.14159265358979", "0.1e-4"])
+def test_a_float_device_name_cdi_takes_is_no_fault(tmp_path: Path, name: str) -> None:
+    # ("2.5", "123456", "3.1415927" and "1e-05": valid device names, each named once)
+    root = _root(tmp_path)
+    _raw_spec(root, f"name: {name}", "name: \"2.50\"", f"name: {UA}", f"name: {UB}")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize("name", ["\"-15\"", "\"gpu 0\"", "\"GPU-0/1\"", "\"a.\"", "\"é\""])
+def test_a_device_name_cdi_refuses_is_named(tmp_path: Path, name: str) -> None:
+    # CDI's ValidateDeviceName: letters, digits, `_-.:`, a letter or digit first and
+    # last; any other name makes it refuse the whole spec, and the doctor passed it
+    root = _root(tmp_path)
+    _raw_spec(root, f"name: {name}", f"name: {UA}", f"name: {UB}")
+    c, code = _check(root)
+    assert c["status"] == str(Status.FAIL) and code == 1, c
+    assert "/etc/cdi/nvidia.yaml" in c["found"] and "not a valid CDI device name" in c["found"], c

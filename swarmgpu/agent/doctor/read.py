@@ -52,6 +52,7 @@ from swarmgpu.agent.doctor.view import (
     toolkit_cdi,
 )
 from swarmgpu.core.boundedfile import NotRegularFile, read_head
+from swarmgpu.core.goscalar import float32_text
 from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.core.peertext import quoted
 from swarmgpu.core.yamlfile import parse_yaml
@@ -434,6 +435,11 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
         return CdiSpec(path, error="names a device of no name, or of one not text (CDI "
                                    "refuses the whole spec): generate it again, or name "
                                    "each device", size=len(text))
+    if bad := [n for n in names if n and _name_invalid(n)]:  # ("failed add device")
+        return CdiSpec(path, error=f"names device {quoted(bad[0])}, not a valid CDI device "
+                                   "name (CDI refuses the whole spec): name it with "
+                                   "letters, digits and _-.: only, a letter or digit "
+                                   "first and last", size=len(text))
     # (CDI refuses the whole spec: "invalid spec, multiple device")
     if twice := [n for n, k in Counter(names).items() if k > 1 and n]:
         return CdiSpec(path, error=f"names device {quoted(twice[0])} twice (CDI refuses "
@@ -454,18 +460,27 @@ def _field(data: object, key: str) -> object:
 
 def _device_name(device: object) -> str | None:
     """A device's name as CDI reads it: its sigs.k8s.io/yaml turns a number or boolean
-    bound for a string field into its text (``name: 0`` is "0"; its go-yaml v2 reads a
-    plain ``yes`` as a boolean, so "true": ``_cdi_spec`` parses so); None where CDI refuses
-    the spec for it (no name, null, a list or map). A float, whose Go text the doctor
-    does not mirror, is "": no GPU UUID either way."""
+    bound for a string field into its text (``name: 0`` is "0", ``1.0`` "1", ``1e6``
+    "1e+06": Go's text of a float32; its go-yaml v2 reads a plain ``yes`` as a boolean,
+    so "true": ``_cdi_spec`` parses so); None where CDI refuses the spec for it (no name,
+    null, a list or map)."""
     name = _field(device, "name")
     if isinstance(name, bool):  # (before int: a bool is one)
         return "true" if name else "false"
     if isinstance(name, int):
         return str(name)
     if isinstance(name, float):
-        return ""
+        return float32_text(name)
     return name if isinstance(name, str) and name else None
+
+
+def _name_invalid(name: str) -> bool:
+    """CDI's ValidateDeviceName refuses ``name``: ASCII letters and digits, with ``_``,
+    ``-``, ``.`` and ``:`` between them, and a letter or digit first and last."""
+    def alnum(c: str) -> bool:
+        return c.isascii() and c.isalnum()
+    return not (alnum(name[0]) and alnum(name[-1])
+                and all(alnum(c) or c in "_-.:" for c in name[1:-1]))
 
 
 def _runtime(root: str, daemon_json: Parsed) -> RuntimeLookup | None:
