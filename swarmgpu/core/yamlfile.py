@@ -37,7 +37,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Hashable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
 import yaml
 
@@ -300,19 +300,33 @@ def _scalar(loader: yaml.SafeLoader, node: yaml.ScalarNode, what: str,
 
 
 def _one_key_once_read(k: yaml.ScalarNode, value: Any, read: dict[Any, tuple[yaml.ScalarNode, Any]],
-                       what: str, error: type[Exception]) -> None:
+                       what: str, error: type[Exception], v2: bool = False) -> None:
     """Refuse a key that is an earlier one of its mapping once read: ``01``, ``0x1``,
     ``1.0`` and ``true`` are the number 1 (one dict key: PyYAML kept the last value
     silently), and ``1`` is ``"1"`` to every reader that names keys by their text.
-    ``read``: each earlier key (node, value) by its value and by ``("text", str(value))``."""
+    ``read``: each earlier key (node, value) by its value and by ``("text", str(value))``.
+    ``v2``: as go-yaml v2's strict decoding compares them (CDI's), of one Go type and
+    value: the int 1, the float 1.0, ``true`` and the text "1" are four keys."""
     if not isinstance(value, Hashable):
         return  # PyYAML refuses an unhashable key itself
+    if v2:
+        hit = read.get((type(value), value))
+        if hit is None:
+            read[type(value), value] = (k, value)
+            return
+        _said_twice(k, value, hit, what, error)
     text = ("text", str(value))
     hit = read.get(value, read.get(text))
     if hit is None:
         read.setdefault(value, (k, value))
         read.setdefault(text, (k, value))
         return
+    _said_twice(k, value, hit, what, error)
+
+
+def _said_twice(k: yaml.ScalarNode, value: Any, hit: tuple[yaml.ScalarNode, Any],
+                what: str, error: type[Exception]) -> NoReturn:
+    """Refuse the key ``k``, read as the earlier key of ``hit`` (its node, its value)."""
     other, was = hit
     same = repr(was) if value == was else f"{str(value)!r}, as text"
     fix = "write it once" if other.value == k.value else \
@@ -515,7 +529,7 @@ def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines
                                     f"(lines {seen[k.tag, k.value]} and {line}); keep one")
                     seen[k.tag, k.value] = line
                     key = _scalar(loader, k, what, error)
-                    _one_key_once_read(k, key, read, what, error)
+                    _one_key_once_read(k, key, read, what, error, loader.v2)
                     if path is not None:
                         sub = (*path, k.value)
                         lines.setdefault(sub, line)
