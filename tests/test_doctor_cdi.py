@@ -428,3 +428,48 @@ def test_keys_go_yaml_v2_reads_as_one_are_refused(tmp_path: Path, keys: str) -> 
               head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:")
     c, _ = _check(root)
     assert c["status"] == str(Status.FAIL) and "/etc/cdi/nvidia.yaml" in c["found"], c
+
+
+def _without_docker_info(root: Path, **daemon: Any) -> None:
+    """The doctor run with no docker info (dockerd down, or another node's root), its
+    daemon.json given ``daemon``'s keys (``cdi_spec_dirs`` is cdi-spec-dirs)."""
+    (root / ".swarmgpu-fixture/docker-info.json").unlink()
+    path = root / "etc/docker/daemon.json"
+    data = json.loads(path.read_text())
+    data.update({k.replace("_", "-"): v for k, v in daemon.items()})
+    path.write_text(json.dumps(data))
+
+
+def test_without_docker_info_dockerds_dirs_are_read_from_daemon_json(
+        tmp_path: Path) -> None:
+    # dockerd takes its CDI spec dirs from daemon.json's cdi-spec-dirs: with no docker
+    # info the doctor neither read nor showed them
+    root = _root(tmp_path, mode="auto")
+    _spec(root, "opt/cdi/nvidia.yaml", [UA, UB])
+    _without_docker_info(root, cdi_spec_dirs=["/opt/cdi"])
+    c, _ = _check(root)
+    (line,) = c["details"]
+    assert "dockerd reads CDI specs from /opt/cdi as daemon.json sets" in line, line
+    assert "nvidia.com/gpu in /opt/cdi/nvidia.yaml" in line, line
+
+
+def test_without_docker_info_dockerds_default_dirs_are_shown(tmp_path: Path) -> None:
+    # (no cdi-spec-dirs: dockerd's defaults, /etc/cdi and /var/run/cdi)
+    root = _root(tmp_path, mode="auto")
+    _spec(root, "var/run/cdi/nvidia.yaml", [UA, UB])
+    _without_docker_info(root)
+    c, _ = _check(root)
+    (line,) = c["details"]
+    assert "from /etc/cdi, /var/run/cdi as daemon.json sets" in line, line
+    assert "nvidia.com/gpu in /var/run/cdi/nvidia.yaml" in line, line
+
+
+@pytest.mark.parametrize("daemon", [{"features": {"cdi": False}}, {"cdi_spec_dirs": [""]}])
+def test_without_docker_info_dockerds_cdi_turned_off_reads_no_dir(
+        tmp_path: Path, daemon: dict[str, Any]) -> None:
+    # (dockerd clears its spec dirs for features.cdi false, or cdi-spec-dirs [""])
+    root = _root(tmp_path, mode="auto")
+    _without_docker_info(root, **daemon)
+    c, _ = _check(root)
+    (line,) = c["details"]
+    assert line.startswith("daemon.json leaves dockerd no CDI spec dir"), line

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from swarmgpu.agent.doctor.infoparts import info_part
+from swarmgpu.agent.doctor.infoparts import engine_cdi_dirs
 from swarmgpu.agent.doctor.resources import norm_bus_id
 from swarmgpu.agent.doctor.rootpath import (
     RootChanged,
@@ -344,7 +344,8 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
     nodes, chars = _read_devices(root)
     daemon_json = _parse_daemon_json(root)
     toolkit_toml = _parse_toolkit_toml(root)
-    specs, left = _read_cdi(root, toolkit_toml.data, docker_info)
+    specs, left = _read_cdi(root, toolkit_toml.data,
+                            engine_cdi_dirs(docker_info, daemon_json.data)[0])
     return NodeView(
         root=root,
         daemon_json=daemon_json,
@@ -366,14 +367,12 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
     )
 
 
-def _read_cdi(root: str, toolkit: Mapping[str, Any] | None,
-              info: Mapping[str, Any] | None
+def _read_cdi(root: str, toolkit: Mapping[str, Any] | None, engine: list[str]
               ) -> tuple[tuple[CdiSpec, ...], tuple[tuple[str, int, int], ...]]:
-    """The CDI specs in the toolkit's spec dirs and in dockerd's (``CDISpecDirs``, its
+    """The CDI specs in the toolkit's spec dirs and in dockerd's (``engine_cdi_dirs``, its
     first ``MAX_ENGINE_CDI_DIRS``), each read once; a directory absent or not listed has
     none, one the doctor may not list is itself named unread; the dirs of more than
     ``MAX_CDI_SPECS`` files, with how many were left unread."""
-    engine = [d for d in info_part(info, "CDISpecDirs") or [] if isinstance(d, str)]
     budget = MAX_CDI_BYTES  # (spec text left to parse)
     dirs = dict.fromkeys(posixpath.normpath("/" + d.lstrip("/")) for d in
                          (*toolkit_cdi(toolkit)[0], *engine[:MAX_ENGINE_CDI_DIRS]))
