@@ -5,8 +5,9 @@ values ``swarm-resource`` names) as ``nvidia.com/gpu=GPU-<uuid>`` against the CD
 in its own spec dirs; ``nvidia-ctk cdi generate`` writes them, once. Other modes read no
 spec (``jit-cdi`` makes one per container), nor does ``cdi`` for devices of the kind
 ``runtime.nvidia.com/gpu`` (made so too). dockerd's own CDI spec dirs (``docker info``
-``CDISpecDirs``, Docker 25+) serve ``docker run --device nvidia.com/gpu=...``: Swarm
-services cannot ask for devices, so they are shown, never failed.
+``CDISpecDirs``, Docker 25+; without docker info, daemon.json's) serve ``docker run
+--device nvidia.com/gpu=...``: Swarm services cannot ask for devices, so they are shown,
+never failed.
 """
 
 from __future__ import annotations
