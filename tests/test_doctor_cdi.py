@@ -430,13 +430,13 @@ def test_keys_go_yaml_v2_reads_as_one_are_refused(tmp_path: Path, keys: str) -> 
     assert c["status"] == str(Status.FAIL) and "/etc/cdi/nvidia.yaml" in c["found"], c
 
 
-def _without_docker_info(root: Path, **daemon: Any) -> None:
+def _without_docker_info(root: Path, **keys: Any) -> None:
     """The doctor run with no docker info (dockerd down, or another node's root), its
-    daemon.json given ``daemon``'s keys (``cdi_spec_dirs`` is cdi-spec-dirs)."""
+    daemon.json given ``keys`` (``cdi_spec_dirs`` is cdi-spec-dirs)."""
     (root / ".swarmgpu-fixture/docker-info.json").unlink()
     path = root / "etc/docker/daemon.json"
     data = json.loads(path.read_text())
-    data.update({k.replace("_", "-"): v for k, v in daemon.items()})
+    data.update({k.replace("_", "-"): v for k, v in keys.items()})
     path.write_text(json.dumps(data))
 
 
@@ -464,12 +464,12 @@ def test_without_docker_info_dockerds_default_dirs_are_shown(tmp_path: Path) -> 
     assert "nvidia.com/gpu in /var/run/cdi/nvidia.yaml" in line, line
 
 
-@pytest.mark.parametrize("daemon", [{"features": {"cdi": False}}, {"cdi_spec_dirs": [""]}])
+@pytest.mark.parametrize("keys", [{"features": {"cdi": False}}, {"cdi_spec_dirs": [""]}])
 def test_without_docker_info_dockerds_cdi_turned_off_reads_no_dir(
-        tmp_path: Path, daemon: dict[str, Any]) -> None:
+        tmp_path: Path, keys: dict[str, Any]) -> None:
     # (dockerd clears its spec dirs for features.cdi false, or cdi-spec-dirs [""])
     root = _root(tmp_path, mode="auto")
-    _without_docker_info(root, **daemon)
+    _without_docker_info(root, **keys)
     c, _ = _check(root)
     (line,) = c["details"]
     assert line.startswith("daemon.json leaves dockerd no CDI spec dir"), line
