@@ -473,3 +473,28 @@ def test_without_docker_info_dockerds_cdi_turned_off_reads_no_dir(
     c, _ = _check(root)
     (line,) = c["details"]
     assert line.startswith("daemon.json leaves dockerd no CDI spec dir"), line
+
+
+@pytest.mark.parametrize(("head", "device"), [
+    ("kind: nvidia.com/gpu\ncontainerEdit: {}\ndevices:", f"name: {UB}"),
+    ("kind: nvidia.com/gpu\ndevices:", f"{{name: {UB}, containerEdit: {{}}}}"),
+    ("kind: nvidia.com/gpu\ndevices:", f"{{name: {UB}, 1: x}}")])
+def test_a_key_cdis_spec_does_not_know_refuses_the_spec(tmp_path: Path, head: str,
+                                                        device: str) -> None:
+    # CDI decodes strictly (sigs.k8s.io/yaml UnmarshalStrict: DisallowUnknownFields): a
+    # key its Spec or Device does not know, a typo, makes it refuse the whole spec, and
+    # the doctor passed it
+    root = _root(tmp_path)
+    _raw_spec(root, f"name: {UA}", device, head=head)
+    c, code = _check(root)
+    assert c["status"] == str(Status.FAIL) and code == 1, c
+    assert "/etc/cdi/nvidia.yaml" in c["found"] and "does not know" in c["found"], c
+
+
+def test_the_keys_cdis_spec_knows_are_read_whatever_their_case(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    _raw_spec(root, f"{{name: {UA}, Annotations: {{a: b}}, containeredits: {{}}}}",
+              f"name: {UB}", head="CDIVERSION: 0.6.0\nkind: nvidia.com/gpu\n"
+              "annotations: {a: b}\nContainerEdits: {}\ndevices:")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c

@@ -429,7 +429,10 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
     if not isinstance(kind, str):
         return CdiSpec(path, error="names no kind (not a CDI spec)", size=len(text))
     devices = _field(data, "devices")
-    names = [_device_name(d) for d in devices] if isinstance(devices, list) else []
+    devices = devices if isinstance(devices, list) else []
+    if (unknown := _unknown_key(data, devices)) is not None:
+        return CdiSpec(path, error=unknown, size=len(text))
+    names = [_device_name(d) for d in devices]
     if None in names:  # (CDI: "invalid device, empty device name", "cannot unmarshal")
         return CdiSpec(path, error="names a device of no name, or of one not text (CDI "
                                    "refuses the whole spec): generate it again, or name "
@@ -444,6 +447,28 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
         return CdiSpec(path, error=f"names device {quoted(twice[0])} twice (CDI refuses "
                                    "the whole spec)", size=len(text))
     return CdiSpec(path, kind, frozenset(n for n in names if n), size=len(text))
+
+
+# The keys of CDI's Spec and Device (specs-go config.go; annotations since v0.6.0)
+_SPEC_KEYS = ("cdiVersion", "kind", "annotations", "devices", "containerEdits")
+_DEVICE_KEYS = ("name", "annotations", "containerEdits")
+
+
+def _unknown_key(data: object, devices: list[object]) -> str | None:
+    """Why CDI refuses the spec for a key its Spec or one of its Devices does not know,
+    whatever its case, as its strict decoding (DisallowUnknownFields) refuses it; None
+    when it knows each. (Those of containerEdits, which grew over CDI's versions, are
+    not looked at.)"""
+    for where, mapping, known in (("", data, _SPEC_KEYS),
+                                  *((f" in device {n}", d, _DEVICE_KEYS)
+                                    for n, d in enumerate(devices, 1))):
+        keys = mapping if isinstance(mapping, dict) else {}
+        lower = {k.lower() for k in known}
+        if odd := [k for k in keys if not (isinstance(k, str) and k.lower() in lower)]:
+            return (f"has the key {quoted(odd[0])}{where}, which CDI's spec does not know "
+                    f"(CDI refuses the whole spec): remove it, or spell it as one of "
+                    f"{', '.join(known)}")
+    return None
 
 
 def _field(data: object, key: str) -> object:
