@@ -498,3 +498,12 @@ def test_the_keys_cdis_spec_knows_are_read_whatever_their_case(tmp_path: Path) -
               "annotations: {a: b}\nContainerEdits: {}\ndevices:")
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c
+
+
+def test_a_tab_after_a_key_is_read_as_cdis_yaml_reads_it(tmp_path: Path) -> None:
+    # go-yaml v2, a port of libyaml, takes a tab after `key:`; PyYAML's scanner refused
+    # it and the doctor named a spec the runtime reads unread (libyaml reads it now)
+    root = _root(tmp_path)
+    _raw_spec(root, f"name:\t{UA}", f"name:\t{UB}", head="kind:\tnvidia.com/gpu\ndevices:")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
