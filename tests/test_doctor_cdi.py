@@ -325,10 +325,9 @@ def test_a_device_of_no_name_cdi_refuses_is_named(tmp_path: Path, device: str) -
 def test_a_device_name_go_yaml_v2_reads_as_text_is_that_text(tmp_path: Path,
                                                              name: str) -> None:
     # quoted, `yes` is text to every reader; `0o-17` is text to go-yaml v2 (v3 reads the
-    # number -15): beside "true" and "-15", no name is given twice
+    # number -15, a name CDI refuses): beside "true", no name is given twice
     root = _root(tmp_path)
-    _raw_spec(root, f"name: {name}", "name: \"true\"", "name: \"-15\"", f"name: {UA}",
-              f"name: {UB}")
+    _raw_spec(root, f"name: {name}", "name: \"true\"", f"name: {UA}", f"name: {UB}")
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c
 
@@ -350,5 +349,161 @@ def test_of_two_spellings_of_a_key_the_one_cdi_keeps_is_read(tmp_path: Path) -> 
     # matches a field is kept: `name`, not `Name`
     root = _root(tmp_path)
     _raw_spec(root, f"{{name: {UA}, Name: x}}", f"{{Name: y, name: {UB}}}")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
+
+
+def test_yml_files_do_not_count_toward_a_dirs_spec_file_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CDI reads *.json and *.yaml alone: three .yml files took the bound's three places
+    # and the spec the runtime reads was left unread ("no spec", the generate fix)
+    from swarmgpu.agent.doctor import read
+    monkeypatch.setattr(read, "MAX_CDI_SPECS", 3, raising=False)
+    root = _root(tmp_path)
+    for n in range(3):
+        _spec(root, f"etc/cdi/a{n}.yml", ["x"], kind=f"vendor.com/c{n}")
+    _spec(root, "etc/cdi/nvidia.yaml", [UA, UB])
+    c, code = _check(root)
+    assert c["status"] == str(Status.OK) and code == 0, c
+    assert "left unread" not in c["found"], c
+
+
+@pytest.mark.parametrize(("name", "said"), [
+    ("1.0", "names device '1' twice"), ("1e3", "names device '1000' twice"),
+    ("-2.50", "'-2.5'"), ("1e6", "'1e+06'"), (".inf", "'+Inf'")])
+def test_a_float_device_name_is_read_as_cdis_text_of_it(tmp_path: Path, name: str,
+                                                        said: str) -> None:
+    # sigs.k8s.io/yaml gives a float bound for CDI's string field Go's text of it as a
+    # float32 (strconv.FormatFloat 'g', -1, 32): `1.0` is device "1", so beside "1" the
+    # spec names it twice, and `1e6` is "1e+06", no valid device name: CDI refuses both
+    # specs whole. The doctor read a float as no name and passed them
+    root = _root(tmp_path)
+    _raw_spec(root, f"name: {name}", "name: \"1\"", "name: \"1000\"", f"name: {UA}",
+              f"name: {UB}")
+    c, code = _check(root)
+    assert c["status"] == str(Status.FAIL) and code == 1, c
+    assert "/etc/cdi/nvidia.yaml" in c["found"] and said in c["found"], c
+
+
+@pytest.mark.parametrize("name", ["2.5", "123456.0", "3.14159265358979", "0.1e-4"])
+def test_a_float_device_name_cdi_takes_is_no_fault(tmp_path: Path, name: str) -> None:
+    # ("2.5", "123456", "3.1415927" and "1e-05": valid device names, each named once)
+    root = _root(tmp_path)
+    _raw_spec(root, f"name: {name}", "name: \"2.50\"", f"name: {UA}", f"name: {UB}")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize("name", ["\"-15\"", "\"gpu 0\"", "\"GPU-0/1\"", "\"a.\"", "\"é\""])
+def test_a_device_name_cdi_refuses_is_named(tmp_path: Path, name: str) -> None:
+    # CDI's ValidateDeviceName: letters, digits, `_-.:`, a letter or digit first and
+    # last; any other name makes it refuse the whole spec, and the doctor passed it
+    root = _root(tmp_path)
+    _raw_spec(root, f"name: {name}", f"name: {UA}", f"name: {UB}")
+    c, code = _check(root)
+    assert c["status"] == str(Status.FAIL) and code == 1, c
+    assert "/etc/cdi/nvidia.yaml" in c["found"] and "not a valid CDI device name" in c["found"], c
+
+
+@pytest.mark.parametrize("keys", ["1: a, '1': b", "1: a, 1.0: b", "true: a, 1: b",
+                                  "true: a, 'true': b"])
+def test_keys_go_yaml_v2_reads_apart_are_two_keys(tmp_path: Path, keys: str) -> None:
+    # CDI's strict decoding (go-yaml v2 UnmarshalStrict) refuses a key set twice in one
+    # mapping as Go compares them: of one type and value; the number 1, the text "1" and
+    # the float 1.0 are three keys, which sigs.k8s.io/yaml then writes as one JSON key.
+    # The doctor compared them as Python does (1 == 1.0 == True) and failed the spec
+    root = _root(tmp_path)
+    _raw_spec(root, f"name: {UA}", f"name: {UB}",
+              head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize("keys", ["y: a, yes: b", "1: a, 01: b", "1.0: a, 1.00: b",
+                                  "~: a, null: b", "a: a, 'a': b"])
+def test_keys_go_yaml_v2_reads_as_one_are_refused(tmp_path: Path, keys: str) -> None:
+    # ("key true already set in map": CDI refuses the whole spec)
+    root = _root(tmp_path)
+    _raw_spec(root, f"name: {UA}", f"name: {UB}",
+              head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.FAIL) and "/etc/cdi/nvidia.yaml" in c["found"], c
+
+
+def _without_docker_info(root: Path, **keys: Any) -> None:
+    """The doctor run with no docker info (dockerd down, or another node's root), its
+    daemon.json given ``keys`` (``cdi_spec_dirs`` is cdi-spec-dirs)."""
+    (root / ".swarmgpu-fixture/docker-info.json").unlink()
+    path = root / "etc/docker/daemon.json"
+    data = json.loads(path.read_text())
+    data.update({k.replace("_", "-"): v for k, v in keys.items()})
+    path.write_text(json.dumps(data))
+
+
+def test_without_docker_info_dockerds_dirs_are_read_from_daemon_json(
+        tmp_path: Path) -> None:
+    # dockerd takes its CDI spec dirs from daemon.json's cdi-spec-dirs: with no docker
+    # info the doctor neither read nor showed them
+    root = _root(tmp_path, mode="auto")
+    _spec(root, "opt/cdi/nvidia.yaml", [UA, UB])
+    _without_docker_info(root, cdi_spec_dirs=["/opt/cdi"])
+    c, _ = _check(root)
+    (line,) = c["details"]
+    assert "dockerd reads CDI specs from /opt/cdi as daemon.json sets" in line, line
+    assert "nvidia.com/gpu in /opt/cdi/nvidia.yaml" in line, line
+
+
+def test_without_docker_info_dockerds_default_dirs_are_shown(tmp_path: Path) -> None:
+    # (no cdi-spec-dirs: dockerd's defaults, /etc/cdi and /var/run/cdi)
+    root = _root(tmp_path, mode="auto")
+    _spec(root, "var/run/cdi/nvidia.yaml", [UA, UB])
+    _without_docker_info(root)
+    c, _ = _check(root)
+    (line,) = c["details"]
+    assert "from /etc/cdi, /var/run/cdi as daemon.json sets" in line, line
+    assert "nvidia.com/gpu in /var/run/cdi/nvidia.yaml" in line, line
+
+
+@pytest.mark.parametrize("keys", [{"features": {"cdi": False}}, {"cdi_spec_dirs": [""]}])
+def test_without_docker_info_dockerds_cdi_turned_off_reads_no_dir(
+        tmp_path: Path, keys: dict[str, Any]) -> None:
+    # (dockerd clears its spec dirs for features.cdi false, or cdi-spec-dirs [""])
+    root = _root(tmp_path, mode="auto")
+    _without_docker_info(root, **keys)
+    c, _ = _check(root)
+    (line,) = c["details"]
+    assert line.startswith("daemon.json leaves dockerd no CDI spec dir"), line
+
+
+@pytest.mark.parametrize(("head", "device"), [
+    ("kind: nvidia.com/gpu\ncontainerEdit: {}\ndevices:", f"name: {UB}"),
+    ("kind: nvidia.com/gpu\ndevices:", f"{{name: {UB}, containerEdit: {{}}}}"),
+    ("kind: nvidia.com/gpu\ndevices:", f"{{name: {UB}, 1: x}}")])
+def test_a_key_cdis_spec_does_not_know_refuses_the_spec(tmp_path: Path, head: str,
+                                                        device: str) -> None:
+    # CDI decodes strictly (sigs.k8s.io/yaml UnmarshalStrict: DisallowUnknownFields): a
+    # key its Spec or Device does not know, a typo, makes it refuse the whole spec, and
+    # the doctor passed it
+    root = _root(tmp_path)
+    _raw_spec(root, f"name: {UA}", device, head=head)
+    c, code = _check(root)
+    assert c["status"] == str(Status.FAIL) and code == 1, c
+    assert "/etc/cdi/nvidia.yaml" in c["found"] and "does not know" in c["found"], c
+
+
+def test_the_keys_cdis_spec_knows_are_read_whatever_their_case(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    _raw_spec(root, f"{{name: {UA}, Annotations: {{a: b}}, containeredits: {{}}}}",
+              f"name: {UB}", head="CDIVERSION: 0.6.0\nkind: nvidia.com/gpu\n"
+              "annotations: {a: b}\nContainerEdits: {}\ndevices:")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
+
+
+def test_a_tab_after_a_key_is_read_as_cdis_yaml_reads_it(tmp_path: Path) -> None:
+    # go-yaml v2, a port of libyaml, takes a tab after `key:`; PyYAML's scanner refused
+    # it and the doctor named a spec the runtime reads unread (libyaml reads it now)
+    root = _root(tmp_path)
+    _raw_spec(root, f"name:\t{UA}", f"name:\t{UB}", head="kind:\tnvidia.com/gpu\ndevices:")
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c

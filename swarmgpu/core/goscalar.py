@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import math
 import re
+import struct
 from typing import Any
 
 STR = "tag:yaml.org,2002:str"
@@ -159,3 +160,40 @@ def v2_reads_otherwise(text: str) -> tuple[str, str] | None:
     if tag == INT and text.replace("_", "")[:3] in ("0o-", "0o+"):
         return f"the number {value}", "text"
     return None
+
+
+def _float32(f: float) -> float:
+    """``f`` rounded to a float32 as Go's float32(f) rounds it: past its range, infinite."""
+    try:
+        return float(struct.unpack("f", struct.pack("f", f))[0])
+    except OverflowError:
+        return math.copysign(math.inf, f)
+
+
+def float32_text(f: float) -> str:
+    """Go's ``strconv.FormatFloat(f, 'g', -1, 32)``: the fewest digits that read back as
+    the same float32, in %e form when the exponent is below -4 or 6 and above
+    (sigs.k8s.io/yaml gives a float bound for a string field this text)."""
+    f32 = _float32(f)
+    if math.isnan(f32):
+        return "NaN"
+    if math.isinf(f32):
+        return "+Inf" if f32 > 0 else "-Inf"
+    sign = "-" if math.copysign(1.0, f32) < 0 else ""
+    if f32 == 0:
+        return sign + "0"
+    for places in range(9):  # (a float32 reads back from 9 significant digits)
+        shown = f"{abs(f32):.{places}e}"
+        if _float32(float(shown)) == abs(f32):
+            break
+    mantissa, exp_text = shown.split("e")
+    digits, exp = mantissa.replace(".", "").rstrip("0") or "0", int(exp_text)
+    if exp < -4 or exp >= 6:
+        frac = f".{digits[1:]}" if len(digits) > 1 else ""
+        return f"{sign}{digits[0]}{frac}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
+    point = exp + 1  # (digits before the point)
+    if point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return sign + digits + "0" * (point - len(digits))
+    return f"{sign}{digits[:point]}.{digits[point:]}"

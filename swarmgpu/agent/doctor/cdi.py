@@ -5,8 +5,9 @@ values ``swarm-resource`` names) as ``nvidia.com/gpu=GPU-<uuid>`` against the CD
 in its own spec dirs; ``nvidia-ctk cdi generate`` writes them, once. Other modes read no
 spec (``jit-cdi`` makes one per container), nor does ``cdi`` for devices of the kind
 ``runtime.nvidia.com/gpu`` (made so too). dockerd's own CDI spec dirs (``docker info``
-``CDISpecDirs``, Docker 25+) serve ``docker run --device nvidia.com/gpu=...``: Swarm
-services cannot ask for devices, so they are shown, never failed.
+``CDISpecDirs``, Docker 25+; without docker info, daemon.json's) serve ``docker run
+--device nvidia.com/gpu=...``: Swarm services cannot ask for devices, so they are shown,
+never failed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import posixpath
 from dataclasses import replace
 
 from swarmgpu.agent.doctor.engine import effective_mode
-from swarmgpu.agent.doctor.infoparts import info_part, unread_check
+from swarmgpu.agent.doctor.infoparts import engine_cdi_dirs, unread_check
 from swarmgpu.agent.doctor.resources import (
     from_docker_info,
     gpu_kind,
@@ -154,13 +155,13 @@ def _advertised(view: NodeView) -> list[str]:
 
 
 def _engine_details(view: NodeView, kind: str) -> tuple[str, ...]:
-    """dockerd's CDI spec dirs and whether a spec of ``kind`` is in one."""
-    if view.docker_info is None:
-        return ()
-    listed = [d for d in info_part(view.docker_info, "CDISpecDirs") or ()
-              if isinstance(d, str)]
+    """dockerd's CDI spec dirs (docker info's, else daemon.json's) and whether a spec of
+    ``kind`` is in one."""
+    listed, configured = engine_cdi_dirs(view.docker_info, view.daemon_json.data)
     if not listed:
-        return ("dockerd names no CDI spec dirs (Docker before 25, or its CDI off; Swarm "
+        return (("daemon.json leaves dockerd no CDI spec dir (features.cdi false, or "
+                 "cdi-spec-dirs empty; Swarm services do not use it)") if configured else
+                "dockerd names no CDI spec dirs (Docker before 25, or its CDI off; Swarm "
                 "services do not use it)",)
     # (the ones read: a proxy's thousands were each named, a line of megabytes)
     dirs = tuple(listed[:MAX_ENGINE_CDI_DIRS])
@@ -168,7 +169,9 @@ def _engine_details(view: NodeView, kind: str) -> tuple[str, ...]:
             else "")
     found = [s.path for s in view.cdi_specs if _in(s.path, dirs) and s.kind == kind
              and s.error is None]
+    said = (" as daemon.json sets them (no docker info; by default from Docker 28.2, "
+            "before with features.cdi true)" if configured else "")
+    there = f"{kind} in {', '.join(found)}" if found else f"no {kind} spec there"
     return (f"dockerd reads CDI specs from {', '.join(peer_text(d, 100) for d in dirs)}"
-            f"{more}: " + (f"{kind} in {', '.join(found)}" if found else f"no {kind} spec there")
-            + " (docker run --device; Swarm services do not use it)",)
+            f"{more}{said}: {there} (docker run --device; Swarm services do not use it)",)
 

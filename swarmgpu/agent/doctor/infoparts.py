@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from swarmgpu.agent.doctor.view import Check, Status
+from swarmgpu.agent.doctor.view import DOCKERD_CDI_DIRS, Check, Status
 from swarmgpu.core.peertext import peer_text, quoted
 
 # part (dotted: inside Swarm) -> the type dockerd sends it as
@@ -156,3 +156,23 @@ def unread_check(cid: str, info: Mapping[str, Any] | None,
                  "dockerd never answers so: something between the doctor and dockerd "
                  "changes its answers, and this check compares nothing with a part it "
                  "cannot read.", FIX)
+
+
+def engine_cdi_dirs(info: Mapping[str, Any] | None,
+                    daemon: Mapping[str, Any] | None) -> tuple[list[str], bool]:
+    """dockerd's CDI spec dirs, and whether daemon.json's: docker info's ``CDISpecDirs``;
+    without docker info, those daemon.json sets as dockerd reads it (its config loading):
+    ``cdi-spec-dirs``, else ``DOCKERD_CDI_DIRS``; none for ``features.cdi`` false or
+    ``[""]``. (Before 28.2 dockerd read them only with ``features.cdi`` true: they are
+    shown, never failed.)"""
+    if info is not None:
+        return [d for d in info_part(info, "CDISpecDirs") or () if isinstance(d, str)], False
+    data = daemon or {}
+    features = data.get("features")
+    if isinstance(features, Mapping) and features.get("cdi") is False:
+        return [], True
+    listed = data.get("cdi-spec-dirs", DOCKERD_CDI_DIRS)
+    # (another type: dockerd refuses to start on it, docker.daemon-json says so)
+    dirs = [d for d in listed if isinstance(d, str)] if isinstance(listed, (list, tuple)) \
+        else []
+    return ([] if dirs == [""] else dirs), True

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from swarmgpu.agent.doctor.infoparts import info_part
+from swarmgpu.agent.doctor.infoparts import engine_cdi_dirs
 from swarmgpu.agent.doctor.resources import norm_bus_id
 from swarmgpu.agent.doctor.rootpath import (
     RootChanged,
@@ -52,6 +52,7 @@ from swarmgpu.agent.doctor.view import (
     toolkit_cdi,
 )
 from swarmgpu.core.boundedfile import NotRegularFile, read_head
+from swarmgpu.core.goscalar import float32_text
 from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.core.peertext import quoted
 from swarmgpu.core.yamlfile import parse_yaml
@@ -343,7 +344,8 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
     nodes, chars = _read_devices(root)
     daemon_json = _parse_daemon_json(root)
     toolkit_toml = _parse_toolkit_toml(root)
-    specs, left = _read_cdi(root, toolkit_toml.data, docker_info)
+    specs, left = _read_cdi(root, toolkit_toml.data,
+                            engine_cdi_dirs(docker_info, daemon_json.data)[0])
     return NodeView(
         root=root,
         daemon_json=daemon_json,
@@ -365,14 +367,12 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
     )
 
 
-def _read_cdi(root: str, toolkit: Mapping[str, Any] | None,
-              info: Mapping[str, Any] | None
+def _read_cdi(root: str, toolkit: Mapping[str, Any] | None, engine: list[str]
               ) -> tuple[tuple[CdiSpec, ...], tuple[tuple[str, int, int], ...]]:
-    """The CDI specs in the toolkit's spec dirs and in dockerd's (``CDISpecDirs``, its
+    """The CDI specs in the toolkit's spec dirs and in dockerd's (``engine_cdi_dirs``, its
     first ``MAX_ENGINE_CDI_DIRS``), each read once; a directory absent or not listed has
     none, one the doctor may not list is itself named unread; the dirs of more than
     ``MAX_CDI_SPECS`` files, with how many were left unread."""
-    engine = [d for d in info_part(info, "CDISpecDirs") or [] if isinstance(d, str)]
     budget = MAX_CDI_BYTES  # (spec text left to parse)
     dirs = dict.fromkeys(posixpath.normpath("/" + d.lstrip("/")) for d in
                          (*toolkit_cdi(toolkit)[0], *engine[:MAX_ENGINE_CDI_DIRS]))
@@ -380,16 +380,22 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None,
     left: list[tuple[str, int, int]] = []
     for d in dirs:
         try:
-            names = sorted(n for n in listdir_in_root(root, d.lstrip("/"))
-                           if n.endswith((".yaml", ".yml", ".json")))
+            listed = listdir_in_root(root, d.lstrip("/"))
         except PermissionError:  # (named: the runtime, as root, reads what is there)
             specs.append(CdiSpec(d, error="cannot be listed: permission denied (run the "
                                           "doctor as root, as the runtime reads it)"))
             continue
         except (OSError, ValueError):  # (absent, not a directory; a NUL in the engine's)
             continue
-        for n in names[:MAX_CDI_SPECS]:
-            specs.append(spec := _cdi_spec(root, posixpath.join(d, n), budget))
+        # (only what CDI reads counts toward the bound; a .yml is named, never parsed)
+        names = sorted(n for n in listed if n.endswith((".yaml", ".json")))
+        yml = sorted(n for n in listed if n.endswith(".yml"))[:MAX_CDI_SPECS]
+        for n in sorted([*names[:MAX_CDI_SPECS], *yml]):
+            path = posixpath.join(d, n)
+            if n.endswith(".yml"):
+                specs.append(CdiSpec(path, error=_NOT_READ_YML))
+                continue
+            specs.append(spec := _cdi_spec(root, path, budget))
             budget -= spec.size
         if len(names) > MAX_CDI_SPECS:
             left.append((d, MAX_CDI_SPECS, len(names) - MAX_CDI_SPECS))
@@ -406,11 +412,8 @@ class _SpecError(Exception):
 
 
 def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
-    """One spec file: its kind and device names (CDI's ``kind``, ``devices[].name``); a
-    ``.yml`` one is named unread, as the runtime never reads it, and one past ``budget``
-    characters of text left to parse (``MAX_CDI_BYTES``) too."""
-    if path.endswith(".yml"):
-        return CdiSpec(path, error=_NOT_READ_YML)
+    """One spec file: its kind and device names (CDI's ``kind``, ``devices[].name``); one
+    past ``budget`` characters of text left to parse (``MAX_CDI_BYTES``) is named unread."""
     try:
         text = _read_text(root, path.lstrip("/")) or ""
         if len(text) > budget:
@@ -426,16 +429,46 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
     if not isinstance(kind, str):
         return CdiSpec(path, error="names no kind (not a CDI spec)", size=len(text))
     devices = _field(data, "devices")
-    names = [_device_name(d) for d in devices] if isinstance(devices, list) else []
+    devices = devices if isinstance(devices, list) else []
+    if (unknown := _unknown_key(data, devices)) is not None:
+        return CdiSpec(path, error=unknown, size=len(text))
+    names = [_device_name(d) for d in devices]
     if None in names:  # (CDI: "invalid device, empty device name", "cannot unmarshal")
         return CdiSpec(path, error="names a device of no name, or of one not text (CDI "
                                    "refuses the whole spec): generate it again, or name "
                                    "each device", size=len(text))
+    if bad := [n for n in names if n and _name_invalid(n)]:  # ("failed add device")
+        return CdiSpec(path, error=f"names device {quoted(bad[0])}, not a valid CDI device "
+                                   "name (CDI refuses the whole spec): name it with "
+                                   "letters, digits and _-.: only, a letter or digit "
+                                   "first and last", size=len(text))
     # (CDI refuses the whole spec: "invalid spec, multiple device")
     if twice := [n for n, k in Counter(names).items() if k > 1 and n]:
         return CdiSpec(path, error=f"names device {quoted(twice[0])} twice (CDI refuses "
                                    "the whole spec)", size=len(text))
     return CdiSpec(path, kind, frozenset(n for n in names if n), size=len(text))
+
+
+# The keys of CDI's Spec and Device (specs-go config.go; annotations since v0.6.0)
+_SPEC_KEYS = ("cdiVersion", "kind", "annotations", "devices", "containerEdits")
+_DEVICE_KEYS = ("name", "annotations", "containerEdits")
+
+
+def _unknown_key(data: object, devices: list[object]) -> str | None:
+    """Why CDI refuses the spec for a key its Spec or one of its Devices does not know,
+    whatever its case, as its strict decoding (DisallowUnknownFields) refuses it; None
+    when it knows each. (Those of containerEdits, which grew over CDI's versions, are
+    not looked at.)"""
+    for where, mapping, known in (("", data, _SPEC_KEYS),
+                                  *((f" in device {n}", d, _DEVICE_KEYS)
+                                    for n, d in enumerate(devices, 1))):
+        keys = mapping if isinstance(mapping, dict) else {}
+        lower = {k.lower() for k in known}
+        if odd := [k for k in keys if not (isinstance(k, str) and k.lower() in lower)]:
+            return (f"has the key {quoted(odd[0])}{where}, which CDI's spec does not know "
+                    f"(CDI refuses the whole spec): remove it, or spell it as one of "
+                    f"{', '.join(known)}")
+    return None
 
 
 def _field(data: object, key: str) -> object:
@@ -451,18 +484,27 @@ def _field(data: object, key: str) -> object:
 
 def _device_name(device: object) -> str | None:
     """A device's name as CDI reads it: its sigs.k8s.io/yaml turns a number or boolean
-    bound for a string field into its text (``name: 0`` is "0"; its go-yaml v2 reads a
-    plain ``yes`` as a boolean, so "true": ``_cdi_spec`` parses so); None where CDI refuses
-    the spec for it (no name, null, a list or map). A float, whose Go text the doctor
-    does not mirror, is "": no GPU UUID either way."""
+    bound for a string field into its text (``name: 0`` is "0", ``1.0`` "1", ``1e6``
+    "1e+06": Go's text of a float32; its go-yaml v2 reads a plain ``yes`` as a boolean,
+    so "true": ``_cdi_spec`` parses so); None where CDI refuses the spec for it (no name,
+    null, a list or map)."""
     name = _field(device, "name")
     if isinstance(name, bool):  # (before int: a bool is one)
         return "true" if name else "false"
     if isinstance(name, int):
         return str(name)
     if isinstance(name, float):
-        return ""
+        return float32_text(name)
     return name if isinstance(name, str) and name else None
+
+
+def _name_invalid(name: str) -> bool:
+    """CDI's ValidateDeviceName refuses ``name``: ASCII letters and digits, with ``_``,
+    ``-``, ``.`` and ``:`` between them, and a letter or digit first and last."""
+    def alnum(c: str) -> bool:
+        return c.isascii() and c.isalnum()
+    return not (alnum(name[0]) and alnum(name[-1])
+                and all(alnum(c) or c in "_-.:" for c in name[1:-1]))
 
 
 def _runtime(root: str, daemon_json: Parsed) -> RuntimeLookup | None:

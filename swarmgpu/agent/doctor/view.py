@@ -38,9 +38,12 @@ TOOLKIT_CDI_KIND = "nvidia.com/gpu"
 # The kind whose devices the runtime makes a spec for as it starts each container
 # (nvidia-container-toolkit modifier filterAutomaticDevices): no spec file is read
 TOOLKIT_CDI_AUTOMATIC_KIND = "runtime.nvidia.com/gpu"
+# dockerd's CDI spec dirs unless daemon.json's cdi-spec-dirs names others (cdi.DefaultSpecDirs)
+DOCKERD_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 MAX_CDI_SPECS = 64  # spec files read per directory: a node has a few
-# Spec text parsed in all (a generated one is some 50 KB): the YAML parse takes seconds
-# a MiB, and an untrusted root's 64 files of 1 MiB a dir took most of an hour
+# Spec text parsed in all (a generated one is some 50 KB): the YAML parse takes about a
+# second a MiB (libyaml's parser), and an untrusted root's 64 files of 1 MiB a dir took
+# most of an hour
 MAX_CDI_BYTES = 2 << 20
 # dockerd's CDI spec dirs looked in and shown (its CDISpecDirs, two by default): a
 # proxy's answer may list thousands, each once looked in and named
