@@ -14,7 +14,6 @@ from support.forged import reserving, sw_svc
 from support.gpu_nodes import RTX4090
 from support.rebalance import CFG, P, page
 from support.rebalance import node as rebalance_node
-
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement import read_ledger
 from swarmgpu.manager.rebalance.context import Inputs
