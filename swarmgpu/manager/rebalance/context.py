@@ -561,13 +561,16 @@ class Context:
         statement's, none accepted, each to a node its service holds nothing on): the
         kept one (``shared_allocator``) with ``evict``'s holdings and what they reserve
         taken off, all of it and what the check counts on the ``Trial`` taken back
-        after (a fault on the way drops it). Built anew where a holding could not be
-        committed (``problems``: which of two wins is the build's order), or where
-        ``fresh_trials``."""
+        after (a fault on the way drops it). Built anew where ``fresh_trials``, or where
+        a holding on a node of ``evict``'s could not be committed (``problems``: the
+        room an evicted one leaves is its own in a new build)."""
         alloc = None if self.fresh_trials else self.shared_allocator(moves)
-        if alloc is not None and alloc.problems:
-            self.put_back(alloc, moves, ())
-            alloc = None
+        if alloc is not None and evict and alloc.problems:
+            on = {nid for _svc, nid in evict}
+            if any(nid in on and alloc.held_at(svc, nid) is None
+                   for svc, per in self.ledger.items() for nid in per):
+                self.put_back(alloc, moves, ())
+                alloc = None
         if alloc is None:
             lg = self.ledger_without(evict)  # (as a statement's: ``Statement.move``)
             for m in moves:

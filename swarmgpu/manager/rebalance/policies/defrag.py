@@ -108,9 +108,9 @@ def _movers_room(ctx: Context, kept: Trial | None = None, since: Sequence[Move] 
     service's own rules (its constraints, its other nodes) are ``_barred``'s.
     ``kept``: the room made before the moves ``since`` were accepted, brought in step
     (its blocks taken back, those moves counted: ``Context.accept``) where a build
-    cost a pass over every holding and task; None, or where it cannot be (a holding
-    not committed, ``Context.trial``; a move replacing a holding), built anew."""
-    if kept is None or Context.fresh_trials or kept.alloc.problems:
+    cost a pass over every holding and task; None (or ``Context.fresh_trials``),
+    built anew."""
+    if kept is None or Context.fresh_trials:
         room = Trial(ctx.allocator(None, ()))
     else:
         room = kept
