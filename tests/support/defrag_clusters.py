@@ -1,9 +1,10 @@
 """Generated clusters for the rebalancer's plans (``plan_moves``), by seed: GPU nodes
 of the RTX 4090 capture with whole and shared holdings, some reserving CPU and memory,
-some whose task does not exist yet, a few on GPUs already full, pending requests of whole GPUs, GPUs held for a
-preemptor or for tasks Swarm is stopping, this cycle's placements, and GPUs read busy
-or hot. What ``test_rebalance_trial.py`` plans twice: on the pass's kept allocator and
-on one built for each check (``Context.fresh_trials``)."""
+some whose task does not exist yet, a few on GPUs already full, pending requests of
+whole GPUs, GPUs held for a preemptor or for tasks Swarm is stopping, this cycle's
+placements, and GPUs read busy or hot. What ``test_rebalance_trial.py`` plans twice:
+on the pass's kept allocator and on one built for each check (``Context.
+fresh_trials``)."""
 
 from __future__ import annotations
 
