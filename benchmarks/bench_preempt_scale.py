@@ -14,8 +14,11 @@ fastest of ``--repeat``; beside it, in the same process and alternated with it, 
 reference: each preemptor's slots read from every task of the snapshot (``Round.
 tasks_of`` giving all of them: the code before stop 78). Both must choose the same
 preemptions (else it stops).
-Stop 78, on the 2-core machine with other runs on it, CPU seconds, 200 nodes (1,600
-services, 8,000 tasks, 200 preemptions): see the commit that added this file.
+Stop 78, on the 2-core machine with other runs on it (load 4 to 6), CPU seconds, 200
+nodes, 1,600 services, 200 preemptions, one run each: a history of 4 (8,000 tasks),
+with the index 5.17 s, reference 5.05 (within the noise: the round is the victim search
+on every node for every preemptor, not the walk); a history of 40 (65,600 tasks), 5.90
+vs 6.48 (the walk 200 x 65,600 tasks, gone).
 
     python benchmarks/bench_preempt_scale.py [--nodes 200] [--history 4] [--repeat 3]
 """

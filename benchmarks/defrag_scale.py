@@ -9,9 +9,11 @@ defrag makes room for by moving two halves. Metrics read idle on every node.
 
 Timed: ``plan_moves`` on the snapshot in CPU seconds, the fastest of ``--repeat``;
 beside it, in the same process and alternated with it, the reference: the same plan
-with each service's tasks found by a walk over every task of the snapshot
-(``Context.tasks_of`` scanning, the code before stop 77); both must propose the same
-moves with the same reasons (else it stops).
+with each check on an allocator built for it (``Context.fresh_trials``, the code before
+stop 78; ``--reference scan``: each service's tasks also found by a walk over every task
+of the snapshot, ``Context.tasks_of`` scanning, the code before stop 77); both must
+propose the same moves with the same reasons and notes (else it stops). The
+reference builds one for consolidation's searches too, which stop 77 already kept.
 Stop 77, on the 2-core machine with other runs on it (load 3 to 5), CPU seconds, the
 default 200 nodes (1,605 services, 8,000 tasks): defrag alone (``--policies defrag``,
 10 moves), the code before the index 3.2 s (its reference 3.2), with it 1.1 s
@@ -20,9 +22,15 @@ default 200 nodes (1,605 services, 8,000 tasks): defrag alone (``--policies defr
 move it weighed. With consolidation weighing its moves on one kept allocator (stop 77,
 load 7 to 8): every policy 1.8 s (reference 4.3), the code before 19.1 s (reference
 19.3), the same 222 moves.
+Stop 78, defrag's search, its movers' targets and its last check on the kept
+allocator (``Context.trial``), its movers' room kept in step across commits (load 5
+to 13, one run each): defrag alone, the code before 0.94 s (its reference, tasks
+walked, 2.87), with it 0.31 s (reference, allocators built per check, 1.06); every
+policy, before 1.63 s (reference 3.65), with it 0.82 s (reference 9.18: consolidation's
+allocators built per move too), the same 10 and 222 moves.
 
     python benchmarks/defrag_scale.py [--nodes 200] [--pending 5] [--history 4] [--repeat 3]
-                                      [--policies defrag]
+                                      [--policies defrag] [--reference fresh|scan]
 """
 
 from __future__ import annotations
