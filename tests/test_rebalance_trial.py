@@ -1,7 +1,7 @@
 """The rebalancer's checks on the pass's kept allocator (``Context.trial``), each taken
 back after, plan as checks on an allocator built for each (``Context.fresh_trials``,
 the code before stop 78) did: the same moves in the same order with the same reasons,
-the same notes, on generated clusters (``support.defrag_clusters``). Built for each,
+the same notes, on generated clusters (``support.drawn_plans``). Built for each,
 defrag's allocators took most of a 200-node plan's time
 (``benchmarks/defrag_scale.py``). Pure."""
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from support.defrag_clusters import generated
+from support.drawn_plans import generated
 
 from swarmgpu.manager.placement import ClusterAllocator
 from swarmgpu.manager.rebalance.context import Context, Inputs
