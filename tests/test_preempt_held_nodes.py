@@ -8,6 +8,7 @@ holder. Pure: the lists as Swarm answers them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -129,3 +130,48 @@ def test_no_preemption_where_placement_would_not_pack_for_its_task_slots(
                            [t for t in tasks if t.id != "t-d6"], FACTS)
     sp = next(sp for sp in again.services if sp.name == "multi")
     assert sp.status == Status.PENDING and sp.packed is None
+
+
+class _Walked(list[SwarmTask]):
+    """A task list that counts the walks over it."""
+
+    walks = 0
+
+    def __iter__(self) -> Iterator[SwarmTask]:
+        type(self).walks += 1
+        return super().__iter__()
+
+
+def _walks_for(spread: int) -> int:
+    """How often ``choose_preemptions`` walks the snapshot's tasks with ``spread``
+    services of 2 replicas, each holding one GPU of gpu-node-1 (the one node it holds:
+    ``spread_packs`` reads its task slots), lower holders on the rest, gpu-node-2 full
+    of work none of them may stop."""
+    labels: dict[str, str] = {}
+    multis: list[SwarmService] = []
+    mtasks: list[SwarmTask] = []
+    for k in range(spread):
+        name = f"multi{k}"
+        labels |= held_labels(name, "n-dgx", DGX[k])
+        s = sw_svc(name, {f"{P}gpus": "1", f"{P}priority": "100",
+                          devices_key(P, "n-dgx"): DGX[k]}, replicas=2)
+        multis.append(s)
+        mtasks.append(SwarmTask(f"t-{name}", s.id, "n-dgx", 1, "running", "running", ()))
+    dl, ds, dt = _holders("n-dgx", DGX[spread:], 0, "d")
+    rl, rs, rt = _holders("n-4090", R4090, 200, "r")
+    nodes = _nodes(labels | dl, rl)
+    services, tasks = [*ds, *rs, *multis], [*dt, *rt, *mtasks]
+    plan = Planner().plan(nodes, services, tasks, FACTS)
+    assert all(sp.status == Status.PENDING for sp in plan.services if sp.name.startswith("m"))
+    _Walked.walks = 0
+    got = choose_preemptions(plan, nodes, services, _Walked(tasks), FACTS, prefix=P,
+                             preemptible_below=100)
+    assert {p.service for p in got} == {s.name for s in multis}
+    return _Walked.walks
+
+
+def test_a_preemption_round_walks_the_tasks_as_often_for_many_spread_preemptors() -> None:
+    """Each spread preemptor on the one node it holds reads its own tasks' slots
+    (``Round.tasks_of``, indexed once a round): before, each walked every task of the
+    snapshot, a round over a big cluster preemptors x tasks."""
+    assert _walks_for(3) == _walks_for(1)

@@ -41,7 +41,9 @@ as every set tried one by one chose them, before ``victimsearch``), unread (spec
 answers not as Docker sends them, a client its engine lists them to), pending_high (a
 preemptor pending on a full RTX 4090 node), swarm_cache (a SwarmCache over a stand-in API,
 and a stand-in for the cache's own reads, counted),
-defrag_cluster (four half-held RTX 4090 nodes and a free DGX, for defrag's search); and
+defrag_cluster (four half-held RTX 4090 nodes and a free DGX, for defrag's search),
+drawn_plans (rebalance inputs drawn by seed: a plan on the kept allocator against one
+built per check); and
 for the real swarm:
 swarm_services (deploy a stack, wait for it), swarm_rebalance, swarm_fragmentation,
 health_swarm, webauth_swarm, stranded_swarm (a waiting task Swarm's scheduler no longer

@@ -337,7 +337,7 @@ def _choose_one(rd: Round, s: SwarmService, r: GpuRequest, prefix: str, packed: 
     if made is None and not within_max(r, rd.queues, rd.q_given, on[1] if on else 1):
         return None  # (all it lacks)
     # spread, on the one node it holds: all it lacks, packed there as placement would
-    pack = None if packed else spread_packs(rd.holdings, s, r, prefix, rd.tasks)
+    pack = None if packed else spread_packs(rd.holdings, s, r, prefix, rd.tasks_of(s.id))
     if pack is not None and made is None and not within_max(r, rd.queues, rd.q_given, pack[1]):
         pack = None
     p = made if made is not None else _best_preemption(rd, s, r, on, pack)

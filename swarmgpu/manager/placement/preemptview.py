@@ -109,10 +109,11 @@ def spread_packs(holdings: Mapping[str, Mapping[str, Holding]], s: SwarmService,
     """The one node a service of spread replicas holds and how many replicas it lacks,
     where placement would pack them all there once no other node takes one
     (``spread.place_replicas``: whole GPUs that may pack, no host-mode port, no
-    MaxReplicas of its owner below its replicas, and of its task slots (``tasks``, read
-    as placement reads them: ``tasks_by_service``) at most one on that node, one of
-    those it keeps). None otherwise: its replicas go one per node (swarmgpu writes
-    MaxReplicas 1), so a node it holds gets none of them. Without the slots, two of its
+    MaxReplicas of its owner below its replicas, and of its task slots (``tasks``: its
+    own, ``Round.tasks_of``, others passed over; read as placement reads them:
+    ``tasks_by_service``) at most one on that node, one of those it keeps). None
+    otherwise: its replicas go one per node (swarmgpu writes MaxReplicas 1), so a node
+    it holds gets none of them. Without the slots, two of its
     tasks on the node, or its task there of a slot past its replicas, had a victim
     stopped there for replicas placement never packs."""
     replicas = s.replicas or 0
@@ -167,6 +168,20 @@ class Round:
     # (``PlacementPlan.stopping_waits``): a request they alone keep off a node waits
     waits: AbstractSet[tuple[str, str]] = frozenset()
     tasks: Sequence[SwarmTask] = ()  # the snapshot's (``spread_packs`` reads its slots)
+    # ``tasks`` by service id (``tasks_of``), indexed once a round
+    _by_service: dict[str, tuple[SwarmTask, ...]] | None = field(default=None, init=False,
+                                                                 repr=False)
+
+    def tasks_of(self, service_id: str) -> Sequence[SwarmTask]:
+        """The snapshot's tasks of ``service_id``, in its order. Indexed once a round:
+        each spread preemptor's walk over every task made a round over a big cluster
+        cost preemptors x tasks (``benchmarks/bench_preempt_scale.py``)."""
+        if self._by_service is None:
+            by: dict[str, list[SwarmTask]] = {}
+            for t in self.tasks:
+                by.setdefault(t.service_id, []).append(t)
+            self._by_service = {sid: tuple(ts) for sid, ts in by.items()}
+        return self._by_service.get(service_id, ())
 
     def refused_of(self, s: SwarmService) -> AbstractSet[str]:
         return self.refused(s) if self.refused is not None else frozenset()

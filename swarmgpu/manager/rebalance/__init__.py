@@ -9,7 +9,8 @@ budget, ``record`` for a move's record in Swarm, ``outcomes`` for what is said o
 move (its end once, kept in the record), ``verdict`` for which records are
 moves in flight and audit's findings of them) -> ``planner`` -> ``policies/*`` (pure
 plugins) over ``context`` (what policies see; ``targets``: Swarm's filters for a move's
-target; ``heldgpus``: what of a held GPU a hold keeps from a service, for the policies and
+target; ``trial``: a check's allocator made on the pass's kept one, taken back after;
+``heldgpus``: what of a held GPU a hold keeps from a service, for the policies and
 the mover alike) -> ``signals``/``windows`` (utilisation
 windows), ``attribution`` (who holds what) and ``scrape`` (the metrics pages read).
 ``moves`` holds the values all of them pass: Move, MoveRecord, Proposal, Trigger.

@@ -16,9 +16,11 @@ placement counts it: the rest of it is free to a move, under the usual sharing r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask, typical_tasks
 from swarmgpu.allocator.values import Choice, NodeState
@@ -39,6 +41,7 @@ from swarmgpu.manager.rebalance.heldgpus import held_from
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Move, Trigger
 from swarmgpu.manager.rebalance.signals import GpuSignal, NodeSignal
 from swarmgpu.manager.rebalance.targets import SwarmTargets
+from swarmgpu.manager.rebalance.trial import Trial
 from swarmgpu.manager.rebalance.windows import State
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, parse_all
 from swarmgpu.manager.services.sharing import share_labels
@@ -265,6 +268,9 @@ class Context:
     # allocator each search cost a pass over every holding (stop 77: 40 s of 42 at 200
     # nodes). None: not built, or dropped (``roll_back``, a move it cannot follow).
     _shared: ClusterAllocator | None = field(default=None, init=False, repr=False)
+    # Each check (``trial``) on an allocator built for it: the code before stop 78, the
+    # reference its tests and ``benchmarks/defrag_scale.py`` compare the kept one with.
+    fresh_trials: ClassVar[bool] = False
 
     @classmethod
     def build(cls, inp: Inputs, health: HealthInputs | None = None) -> Context:
@@ -369,14 +375,14 @@ class Context:
                     if taken is not None:
                         taken.append(c)
 
-    def count_held(self, alloc: ClusterAllocator, node: str, pending: str
-                   ) -> tuple[int, ...]:
+    def count_held(self, alloc: ClusterAllocator, node: str, pending: str,
+                   taken: list[Choice] | None = None) -> tuple[int, ...]:
         """The GPUs of ``node`` held for a preemptor other than ``pending`` counted used on
         ``alloc`` (a check's own copy), as placement counts them (``placement/
         nominated.py``: wholly free ones; of one held for stopping tasks alone, as much of
         their share as is free): counted free, the moves made room placement never gives
         the pending service. The priority rule is ``held_for_other``'s. Returns their
-        indices."""
+        indices; ``taken``: gets each choice committed, for the caller to release."""
         shares: dict[str, int] = {}
         f = self.inp.facts.get(node)
         for g in f.gpus if f is not None else ():
@@ -388,6 +394,8 @@ class Context:
                            pending, node, uuid) is None, "held for a preemptor")):
             if choice is not None:
                 alloc.alloc.commit(choice)
+                if taken is not None:
+                    taken.append(choice)
                 got += choice.gpus
         return tuple(sorted(got))
 
@@ -481,20 +489,14 @@ class Context:
         load = self.load if st is None else st.load
         pending = st.moves if st is not None else ()
         add = self.load_of(svc, source) if add_util is None else add_util
-        shared = st is not None and not st.evict
-        alloc = self.shared_allocator(pending) if shared else self.allocator(lg, pending)
-        taken: list[Choice] = []  # what block_targets committed: taken back after
 
         def blocked(node: NodeState, i: int, _uuid: str, sig: GpuSignal | None) -> bool:
             return (sig is None or not self.gpu_ok_as_target(sig, add, load)  # not verified free
                     or (only_shared and node.free[i] == node.spec.gpus[i].capacity_milli))
 
-        try:
-            self.block_targets(alloc, svc, blocked, taken)
-            return self._target(alloc, svc, req, s, source, lg, pending, only_nodes)
-        finally:
-            if shared:
-                self.put_back(alloc, pending, taken)
+        with self.trial(pending, st.evict if st is not None else ()) as t:
+            self.block_targets(t.alloc, svc, blocked, t.taken)
+            return self._target(t.alloc, svc, req, s, source, lg, pending, only_nodes)
 
     def _target(self, alloc: ClusterAllocator, svc: str, req: GpuRequest, s: SwarmService,
                 source: str, lg: Mapping[str, Mapping[str, Holding]],
@@ -551,6 +553,38 @@ class Context:
         for m in moves:
             self.count_move(alloc, m, +1)
         return alloc
+
+    @contextmanager
+    def trial(self, moves: Sequence[Move] = (), evict: Sequence[tuple[str, str]] = ()
+              ) -> Iterator[Trial]:
+        """``allocator(ledger_without(evict), moves)`` for a check (``moves``: a
+        statement's, none accepted, each to a node its service holds nothing on): the
+        kept one (``shared_allocator``) with ``evict``'s holdings and what they reserve
+        taken off, all of it and what the check counts on the ``Trial`` taken back
+        after (a fault on the way drops it). Built anew where ``fresh_trials``, or where
+        a holding on a node of ``evict``'s could not be committed (``problems``: the
+        room an evicted one leaves is its own in a new build)."""
+        alloc = None if self.fresh_trials else self.shared_allocator(moves)
+        if alloc is not None and evict and alloc.problems:
+            on = {nid for _svc, nid in evict}
+            if any(nid in on and alloc.held_at(svc, nid) is None
+                   for svc, per in self.ledger.items() for nid in per):
+                self.put_back(alloc, moves, ())
+                alloc = None
+        if alloc is None:
+            lg = self.ledger_without(evict)  # (as a statement's: ``Statement.move``)
+            for m in moves:
+                hold(lg, m)
+            yield Trial(self.allocator(lg, moves))
+            return
+        t = Trial(alloc)
+        for svc, nid in dict.fromkeys(evict):  # (each once, as ``ledger_without``)
+            h = self.ledger.get(svc, {}).get(nid)
+            if h is not None:
+                t.evict(h, self.targets.leaving(alloc, svc, nid, h, [*self.moves, *moves]))
+        yield t
+        t.undo()
+        self.put_back(alloc, moves, ())
 
     def put_back(self, alloc: ClusterAllocator, moves: Sequence[Move],
                  taken: Sequence[Choice]) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
+from swarmgpu.allocator.values import NodeState
 from swarmgpu.manager.placement import ClusterAllocator, Holding, HostPorts, SwarmFilters
 from swarmgpu.manager.placement.hostports import published
 from swarmgpu.manager.placement.keys import MEANT_STATES
@@ -150,13 +151,10 @@ class SwarmTargets:
             if res == (0, 0):
                 continue
             for nid, h in per_node.items():
-                if (s.id, nid) in self.has or (svc, nid) in targets or nid not in nodes:
-                    continue
-                spec = nodes[nid].spec
-                cpu, mem = ((res[0] * h.replicas, res[1] * h.replicas) if res is not None
-                            else (spec.cpu_milli or 0, spec.memory_mib or 0))
-                alloc.add_usage(nid, cpu, mem)
-                counted.add((svc, nid))
+                use = self._held_use(s, res, nid, h, targets, nodes)
+                if use is not None:
+                    alloc.add_usage(nid, *use)
+                    counted.add((svc, nid))
         for (svc, nid), (cpu, mem) in self.placed_use.items():
             if nid in nodes and (svc, nid) not in counted:
                 alloc.add_usage(nid, cpu, mem)
@@ -166,6 +164,35 @@ class SwarmTargets:
                     and m.target_node in alloc.alloc.nodes:
                 alloc.add_usage(m.target_node, cpu, mem)
 
+
+    def _held_use(self, s: SwarmService, res: tuple[int, int] | None, nid: str, h: Holding,
+                  targets: AbstractSet[tuple[str, str]], nodes: Mapping[str, NodeState],
+                  ) -> tuple[int, int] | None:
+        """What ``reserve`` counts on ``nid`` for ``s``'s holding ``h`` there (``res``:
+        its reservation per replica; ``targets``: (service, node) of the moves counted):
+        None where it counts nothing (its task exists, a move's target, no GPU node)."""
+        if (s.id, nid) in self.has or (s.name, nid) in targets or nid not in nodes:
+            return None
+        spec = nodes[nid].spec
+        return ((res[0] * h.replicas, res[1] * h.replicas) if res is not None
+                else (spec.cpu_milli or 0, spec.memory_mib or 0))
+
+    def leaving(self, alloc: ClusterAllocator, svc: str, nid: str, h: Holding,
+                moves: Iterable[Move]) -> tuple[int, int]:
+        """What ``reserve`` (with ``moves``) counts on ``nid`` for ``svc``'s holding ``h``
+        there beyond what it counts once the holding is out of its ledger (then only
+        this cycle's placement of it there, ``placed_use``): taken off where a check
+        evicts it from a kept allocator (``Context.trial``)."""
+        s = self.by_name.get(svc)
+        res = held_reservations(s.spec) if s is not None else (0, 0)
+        if s is None or res == (0, 0):
+            return (0, 0)
+        use = self._held_use(s, res, nid, h, {(m.service, m.target_node) for m in moves},
+                             alloc.alloc.nodes)
+        if use is None:
+            return (0, 0)
+        placed = self.placed_use.get((svc, nid), (0, 0))
+        return (use[0] - placed[0], use[1] - placed[1])
 
 def live_refusal(swarm: SwarmClient, s: SwarmService, node: SwarmNode,
                  own: Sequence[SwarmTask], prefix: str) -> str | None:
@@ -184,3 +211,4 @@ def live_refusal(swarm: SwarmClient, s: SwarmService, node: SwarmNode,
             except SwarmNotFound:
                 continue  # gone: its tasks go with it
     return SwarmTargets([node], [s, *others.values()], tasks, prefix).why(s, node.id)
+

@@ -20,11 +20,10 @@ The first plan that holds is proposed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 
-from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.rescue import MAX_TRIES, plans
 from swarmgpu.allocator.values import Choice, Demand, NodeState
 from swarmgpu.core.rebalanceconfig import DefragConfig
@@ -32,8 +31,9 @@ from swarmgpu.manager.placement import ClusterAllocator, Holding, demand_of
 from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.placement.specs import schedulable
 from swarmgpu.manager.rebalance.context import Context, Statement
-from swarmgpu.manager.rebalance.moves import Trigger
+from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.signals import GpuSignal
+from swarmgpu.manager.rebalance.trial import Trial
 
 
 def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pending: str
@@ -52,17 +52,18 @@ def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pendin
             gain=f"pending {pending} can be placed"))
     # As Swarm's resource filter counts: what the node's tasks and the pass's moves onto
     # it reserve, less the moved tasks' (they leave), and what the pending task reserves.
-    alloc = ctx.allocator(st.ledger, st.moves)
-    if node not in alloc.alloc.nodes:
-        return None
-    cpu, mem = alloc.alloc.usage(node)
-    for sid in {ctx.by_name[svc].id for svc, _h in combo}:
-        for t in ctx.tasks_of(sid):
-            if t.node_id == node and t.desired_state in MEANT_STATES:
-                cpu, mem = cpu - t.cpu_milli, mem - t.memory_mib
-    alloc.alloc.set_usage(node, max(0, cpu), max(0, mem))
-    ctx.count_held(alloc, node, pending)
-    ok = alloc.alloc.place_on(node, demand_of(req, *ctx.targets.reservation(pending)))
+    with ctx.trial(st.moves, st.evict) as trial:
+        alloc = trial.alloc
+        if node not in alloc.alloc.nodes:
+            return None
+        cpu, mem = alloc.alloc.usage(node)
+        for sid in {ctx.by_name[svc].id for svc, _h in combo}:
+            for t in ctx.tasks_of(sid):
+                if t.node_id == node and t.desired_state in MEANT_STATES:
+                    cpu, mem = cpu - t.cpu_milli, mem - t.memory_mib
+        trial.set_usage(node, max(0, cpu), max(0, mem))
+        ctx.count_held(alloc, node, pending, trial.taken)
+        ok = alloc.alloc.place_on(node, demand_of(req, *ctx.targets.reservation(pending)))
     return st if getattr(ok, "gpus", None) else None
 
 
@@ -77,21 +78,22 @@ def _stuck(nid: str, gpus: tuple[int, ...], why: str) -> tuple[Demand, Choice]:
             Choice(node=nid, gpus=gpus, milli=(0,) * len(gpus), score=0.0, explanation=why))
 
 
-def _hide_held(ctx: Context, held: ClusterAllocator,
+def _hide_held(ctx: Context, held: Trial,
                running: dict[str, dict[str, tuple[Demand, Choice]]], pending: str) -> None:
     """The GPUs held for a preemptor other than ``pending`` kept out of the search's
     room: counted used on its copy ``held`` (``Context.count_held``), and, where the search looks
     (``running``'s nodes), occupied by a task that cannot move (a used GPU holding no
     task counts as room to it). Counted free, plans needing them used up ``MAX_TRIES``
     before a workable one was tried (``_try`` checks them too)."""
-    for nid in sorted(held.alloc.nodes):
-        gpus = ctx.count_held(held, nid, pending)
+    for nid in sorted(held.alloc.alloc.nodes):
+        gpus = ctx.count_held(held.alloc, nid, pending, held.taken)
         if gpus and nid in running:
             running[nid][f"held for a preemptor on {nid}"] = _stuck(
                 nid, gpus, "held for a preemptor")
 
 
-def _movers_room(ctx: Context) -> ClusterAllocator:
+def _movers_room(ctx: Context, kept: Trial | None = None, since: Sequence[Move] = ()
+                 ) -> Trial:
     """Where the search asks whether a holding can go elsewhere: the GPUs no move's
     target counted used, by the rules the moves' targets are found by (``Context.
     find_target``): held ones (``block_targets``), and those not verified free (a GPU
@@ -103,14 +105,24 @@ def _movers_room(ctx: Context) -> ClusterAllocator:
     every service, its own hold too: the search asks by demand, so a holder of a live
     hold never moves (``_running``): converged all the same (its preemption step cut
     before ``keep`` ended the hold), it moved onto room the search did not count. A
-    service's own rules (its constraints, its other nodes) are ``_barred``'s."""
-    room = ctx.allocator(None, ())
+    service's own rules (its constraints, its other nodes) are ``_barred``'s.
+    ``kept``: the room made before the moves ``since`` were accepted, brought in step
+    (its blocks taken back, those moves counted: ``Context.accept``) where a build
+    cost a pass over every holding and task; None (or ``Context.fresh_trials``),
+    built anew."""
+    if kept is None or Context.fresh_trials:
+        room = Trial(ctx.allocator(None, ()))
+    else:
+        room = kept
+        room.undo()
+        for m in since:
+            ctx.count_move(room.alloc, m, +1)
 
     def unverified(node: NodeState, _i: int, _uuid: str, sig: GpuSignal | None) -> bool:
         return (sig is None or not ctx.node_known(node.spec.name)
                 or not ctx.gpu_ok_as_target(sig, 0.0))
 
-    ctx.block_targets(room, None, unverified)
+    ctx.block_targets(room.alloc, None, unverified, room.taken)
     return room
 
 
@@ -149,7 +161,12 @@ def _running(ctx: Context, held: ClusterAllocator, pending: str, may: dict[str, 
         if t.desired_state in MEANT_STATES and t.node_id and (t.cpu_milli or t.memory_mib):
             u = use.get((t.service_id, t.node_id), (0, 0))
             use[(t.service_id, t.node_id)] = (u[0] + t.cpu_milli, u[1] + t.memory_mib)
-    for (svc, nid), h in held.held_items():
+    # (in the ledger's order, the order a new allocator commits them in: a kept one
+    # commits again at its end what a check took off)
+    for svc, nid in [(svc, nid) for svc, per in ctx.ledger.items() for nid in per]:
+        h = held.held_at(svc, nid)
+        if h is None:
+            continue
         req = ctx.requests.get(svc)
         n = ctx.nodes.get(nid)
         if (svc == pending or h.choice is None or not h.choice.gpus
@@ -175,7 +192,9 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
     # on a big cluster where pending requests found no plan.
     may: dict[str, bool] = {}
     bar: dict[str, frozenset[str]] = {}
-    away: Allocator | None = None
+    away: Trial | None = None
+    kept: Trial | None = None  # ``away`` before the last commit (``_movers_room``)
+    since: list[Move] = []  # the moves committed since
     for pending in sorted(ctx.inp.pending):
         req = ctx.requests.get(pending)
         # (gpus: "0": GPU work is not moved for CPU work, as it is not preempted for it)
@@ -184,24 +203,28 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
         # CPU and memory counted (the nodes' tasks, the holdings whose task does not
         # exist yet, the pass's moves) and asked (the pending task's reservation): a
         # search blind to them planned room the last check (``_try``) then refused
-        held = ctx.allocator(None, ())
-        running = _running(ctx, held, pending, may)
-        _hide_held(ctx, held, running, pending)
         best: Statement | None = None
         want = demand_of(req, *ctx.targets.reservation(pending))
-        if running:
-            if away is None:
-                away = _movers_room(ctx).alloc
-            for plan in plans(held.alloc, running, want, k_max, elsewhere=away,
-                              barred=_barred(ctx, bar))[:MAX_TRIES]:
-                combo = tuple((str(svc), ctx.ledger[str(svc)][plan.node])
-                              for svc in plan.tasks)
-                best = _try(ctx, plan.node, combo, pending)
-                if best is not None:
-                    break
+        with ctx.trial() as held:
+            running = _running(ctx, held.alloc, pending, may)
+            _hide_held(ctx, held, running, pending)
+            if running and away is None:
+                away, kept, since = _movers_room(ctx, kept, since), None, []
+            tries = plans(held.alloc.alloc, running, want, k_max,
+                          elsewhere=away.alloc.alloc if away is not None else None,
+                          barred=_barred(ctx, bar))[:MAX_TRIES] if running else []
+        for plan in tries:  # (each tried on the kept allocator: ``held`` put back)
+            combo = tuple((str(svc), ctx.ledger[str(svc)][plan.node]) for svc in plan.tasks)
+            best = _try(ctx, plan.node, combo, pending)
+            if best is not None:
+                break
         if best is None:
             ctx.notes.append(f"pending {pending}: no plan of <= {k_max} move(s) makes room")
             continue
+        if any(m.target_node in ctx.ledger.get(m.service, {}) for m in best.moves):
+            kept, since = None, []  # it replaces a holding: built anew when asked
+        else:
+            kept, since = kept or away, [*since, *best.moves]
         best.commit()
         may, bar, away = {}, {}, None  # the pass's ledger, moves and load changed
 
