@@ -676,6 +676,21 @@ def test_profile_numbers_no_gpu_reads_are_refused_at_their_field(
     assert field in str(e.value) and str(p) in str(e.value)
 
 
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("1: a\nextra: b\n", "unknown key(s) [1, 'extra']"),
+    ("default: {1: 5, x: 3}\n", "unknown field(s) [1, 'x']"),
+])
+def test_profile_unknown_keys_of_mixed_types_are_named(tmp_path: Path, text: str,
+                                                       fragment: str) -> None:
+    """An unknown number key beside an unknown text key: sorting them for the message
+    raised TypeError (a traceback at start) instead of ProfileError naming them."""
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    with pytest.raises(ProfileError) as e:
+        load_profile(p, FACTS)
+    assert fragment in str(e.value) and str(p) in str(e.value)
+
+
 def test_profile_missing_file_and_repeat(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="cannot read"):
         ProfileSampler(tmp_path / "nope.yaml", FACTS)
