@@ -649,11 +649,14 @@ def load_config_report(
         if var in env:
             d = data
             for k in path_keys[:-1]:
-                d = d.setdefault(k, {})
+                if d.get(k) is None:  # "agents:" with its keys commented out: empty
+                    d[k] = {}
+                d = d[k]
                 if not isinstance(d, dict):
-                    raise ConfigError(f"{'.'.join(path_keys[:-1])}: expected a mapping")
-            d[path_keys[-1]] = FromEnv(env[var])
-            from_env[path_keys] = var
+                    break  # _build says so, at its line, with the file's other errors
+            else:
+                d[path_keys[-1]] = FromEnv(env[var])
+                from_env[path_keys] = var
     errors: list[str] = []
     if isinstance(data.get("rebalance"), dict):  # the flat keys of older releases
         moved = move_flat_keys(data["rebalance"], errors.append)
