@@ -810,6 +810,19 @@ def test_agent_refuses_a_refresh_period_it_cannot_keep(refresh: str) -> None:
     assert "Traceback" not in r.stderr and "agent serving" not in r.stderr
 
 
+@pytest.mark.parametrize("refresh", ["1e-300", "0.01"])
+def test_agent_refuses_a_refresh_period_under_a_second(refresh: str) -> None:
+    """Before: taken, and the source was read in a busy loop (a core at 100 %, NVML
+    asked without pause) while /facts and /healthz said the facts were stale (older
+    than twice the period) nearly always: 1e-300 s, always."""
+    r = _agent_cli("--listen", "127.0.0.1:0", "--refresh-s", refresh)
+    assert r.returncode == 2, r.stderr
+    said = f"swarmgpu agent: --refresh-s {float(refresh):g}: "
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(said) and "at least 1" in last, r.stderr
+    assert "agent serving" not in r.stderr
+
+
 @pytest.mark.parametrize("listen", ["bogus", "127.0.0.1:99999", ""])
 def test_agent_refuses_a_listen_address_with_the_fix(listen: str) -> None:
     r = _agent_cli("--listen", listen)
