@@ -20,7 +20,7 @@ from swarmgpu.sim.bound_runs import BOUND_METHODS, ONLINE_AT
 from swarmgpu.sim.bound_timed import TimedBound, timed_bound
 from swarmgpu.sim.limits import MOVE_LIMITS
 from swarmgpu.sim.replay import POLICIES
-from swarmgpu.sim.runs import LEVEL_STEP, check_arrivals
+from swarmgpu.sim.runs import LEVEL_STEP, check_arrivals, speedup_problem
 from swarmgpu.sim.swarm_replay import WORKLOADS
 from swarmgpu.sim.swarm_sched import CPU_PODS
 from swarmgpu.sim.trace import (
@@ -366,9 +366,9 @@ def run_simulate(
     twice = sorted({p for p in policies if policies.count(p) > 1})
     if twice:  # the same replay twice, its row counting each seed twice
         return (f"--policy: {', '.join(twice)} more than once; give each policy once", 2)
-    # NaN fails every comparison; checked with or without --departures, which alone uses it
-    if not (math.isfinite(speedup) and speedup > 0):
-        return (f"--speedup {speedup:g}: must be > 0 (1 = the trace's own times)", 2)
+    # checked with or without --departures, which alone uses it
+    if (why := speedup_problem(speedup)) is not None:
+        return (why, 2)
     if workload not in WORKLOADS:
         return (f"--workload {workload!r}: use one of {', '.join(WORKLOADS)}", 2)
     if cpu_pods not in CPU_PODS:

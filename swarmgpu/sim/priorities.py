@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import math
 import random
 import statistics
 from collections.abc import Sequence
@@ -71,7 +70,14 @@ from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Planner, assign_key, devices_key, gate_key
 from swarmgpu.manager.services.tenants import Tenants
-from swarmgpu.sim.runs import METER_EVERY, Window, arrival_times, meter, timed_pods
+from swarmgpu.sim.runs import (
+    METER_EVERY,
+    Window,
+    arrival_times,
+    meter,
+    speedup_problem,
+    timed_pods,
+)
 from swarmgpu.sim.swarm_replay import P, World, workload_model
 from swarmgpu.sim.trace import TraceError, TracePod, load_trace, say_unplaceable
 from swarmgpu.swarm.client import SwarmNode, service_from_api
@@ -569,8 +575,8 @@ def run_cli(
             "strictly between 0 and 1 (e.g. 0.1)",
             2,
         )
-    if not (math.isfinite(speedup) and speedup > 0):  # NaN fails every comparison
-        return (f"swarmgpu simulate: --speedup {speedup:g}: must be > 0", 2)
+    if (why := speedup_problem(speedup)) is not None:
+        return (f"swarmgpu simulate: {why}", 2)
     if drain_s < 0:
         return (f"swarmgpu simulate: --drain {drain_s}: seconds of trace time, >= 0", 2)
     try:
