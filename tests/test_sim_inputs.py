@@ -549,6 +549,18 @@ def test_a_plot_path_that_is_a_fifo_is_refused_before_the_replay(tmp_path: Path)
     assert plot_unwritable("/dev/null") is None  # written and thrown away, as asked
 
 
+@pytest.mark.parametrize("departures", [False, True])
+def test_an_empty_plot_path_is_refused_not_ignored(tmp_path: Path, departures: bool) -> None:
+    # --plot '' replayed and drew nothing, with nothing said (with --departures too,
+    # which refuses --plot).
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODES)
+    p.write_text(PODS)
+    text, rc = run_simulate(str(n), str(p), ["fgd"], [1], False, "", departures, bound="off")
+    assert rc == 2, text
+    assert text.startswith("--plot '': an empty path" if not departures else "--plot draws"), text
+
+
 def test_derive_into_a_file_says_it_is_a_file(tmp_path: Path) -> None:
     # "cannot create the output folder (File exists)": it exists, as a file.
     out = tmp_path / "variants"

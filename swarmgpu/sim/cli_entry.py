@@ -211,6 +211,8 @@ def plot_missing() -> str | None:
 def plot_unwritable(plot: str) -> str | None:
     """Why ``--plot PATH`` cannot be written, or None: asked before the replay, as after
     it savefig's error was a traceback and the replay's table lost."""
+    if not plot:  # Path('') is '.': no folder was named
+        return "--plot '': an empty path; give the PNG's file name, e.g. alloc.png"
     p = Path(plot)
     if p.is_dir():
         return f"--plot {plot}: a folder; give the PNG's file name, e.g. {p / 'alloc.png'}"
@@ -402,7 +404,7 @@ def run_simulate(
     ):
         return (f"--rebalance-moves {rebalance_moves:g}: must be >= 0 (moves per 100 pods)", 2)
     if departures:
-        if plot:
+        if plot is not None:  # '' too: asked for, and never drawn
             return (
                 "--plot draws allocation against arrived load, which a replay with "
                 "--departures has no axis for; drop one of the two",
@@ -435,7 +437,7 @@ def run_simulate(
             report.timed_json(timed, tbound) if as_json else report.timed_text(timed, tbound),
             0,
         )
-    if plot and (why := plot_missing() or plot_unwritable(plot)):
+    if plot is not None and (why := plot_missing() or plot_unwritable(plot)):  # '' too
         return (why, 2)
     missing = highs_missing() if bound != "off" else None
     solve = bound != "off" and missing is None
