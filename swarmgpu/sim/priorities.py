@@ -201,6 +201,19 @@ def high_pods(pods: Sequence[TracePod], share: float, seed: int) -> set[str]:
     return set(rng.sample(gpu, round(share * len(gpu))))
 
 
+def _idle_steps_end(now: int, limit: int, start: int, interval_s: int) -> int:
+    """Where the drain's steps (``until(now + interval_s)`` each) reach from ``now`` while
+    nothing changes, stopping before the first whose end is ``limit`` or later (the next
+    departure, or the drain's end, which the ordinary steps take). Each such step only
+    moves the clock, alike: two grid points at an interval of 1 s (every second is one),
+    else one interval from off the grid; taken one by one, a drain of 10**12 s with a pod
+    that never starts stepped for weeks, a window step kept for each."""
+    if interval_s > 1 and (now - start) % interval_s == 0:
+        return now  # on a grid point: one ordinary step first, which leaves it
+    step = 2 if interval_s == 1 else interval_s
+    return now + max(0, (limit - 1 - interval_s - now) // step + 1) * step
+
+
 def replay_priorities(
     nodes: Sequence[NodeSpec],
     pods: Sequence[TracePod],
@@ -412,6 +425,12 @@ def replay_priorities(
     if drain_s > 0 and order:
         end = w.now + drain_s
         while waiting and w.now < end:
+            if not dirty[0]:  # idle: the steps up to the next departure, taken at once
+                due = leaving[0][0] if leaving else None
+                limit = end if due is None else min(end, due)
+                if (to := _idle_steps_end(w.now, limit, start, interval_s)) > w.now:
+                    w.advance(to)
+                    continue  # (the drain may end there, as after those steps)
             until(min(end, w.now + interval_s), idle_skips=True)
     end = w.now
     span = end - start
