@@ -676,6 +676,21 @@ def test_profile_numbers_no_gpu_reads_are_refused_at_their_field(
     assert field in str(e.value) and str(p) in str(e.value)
 
 
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("1: a\nextra: b\n", "unknown key(s) [1, 'extra']"),
+    ("default: {1: 5, x: 3}\n", "unknown field(s) [1, 'x']"),
+])
+def test_profile_unknown_keys_of_mixed_types_are_named(tmp_path: Path, text: str,
+                                                       fragment: str) -> None:
+    """An unknown number key beside an unknown text key: sorting them for the message
+    raised TypeError (a traceback at start) instead of ProfileError naming them."""
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    with pytest.raises(ProfileError) as e:
+        load_profile(p, FACTS)
+    assert fragment in str(e.value) and str(p) in str(e.value)
+
+
 def test_profile_missing_file_and_repeat(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="cannot read"):
         ProfileSampler(tmp_path / "nope.yaml", FACTS)
@@ -793,6 +808,19 @@ def test_agent_refuses_a_refresh_period_it_cannot_keep(refresh: str) -> None:
     said = f"swarmgpu agent: --refresh-s {float(refresh):g}: "
     assert r.stderr.strip().splitlines()[-1].startswith(said), r.stderr
     assert "Traceback" not in r.stderr and "agent serving" not in r.stderr
+
+
+@pytest.mark.parametrize("refresh", ["1e-300", "0.01"])
+def test_agent_refuses_a_refresh_period_under_a_second(refresh: str) -> None:
+    """Before: taken, and the source was read in a busy loop (a core at 100 %, NVML
+    asked without pause) while /facts and /healthz said the facts were stale (older
+    than twice the period) nearly always: 1e-300 s, always."""
+    r = _agent_cli("--listen", "127.0.0.1:0", "--refresh-s", refresh)
+    assert r.returncode == 2, r.stderr
+    said = f"swarmgpu agent: --refresh-s {float(refresh):g}: "
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(said) and "at least 1" in last, r.stderr
+    assert "agent serving" not in r.stderr
 
 
 @pytest.mark.parametrize("listen", ["bogus", "127.0.0.1:99999", ""])

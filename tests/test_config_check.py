@@ -165,6 +165,26 @@ def test_integers_stand_for_floats_and_env_text_is_parsed(tmp_path: Path) -> Non
     assert errors == ["SWARMGPU_AGENTS_PORT: agents.port: expected a whole number, got '9401.7'"]
 
 
+def test_an_empty_section_takes_its_environment_override(tmp_path: Path) -> None:
+    # "agents:" with its keys commented out is an empty section, read as the defaults;
+    # with SWARMGPU_AGENTS_PORT set it was refused whole: "agents: expected a mapping".
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("agents:\n#  port: 9500\nsync:\n")
+    env = {"SWARMGPU_AGENTS_PORT": "9500", "SWARMGPU_SYNC_INTERVAL_S": "12"}
+    built = load_config(cfg, env=env)
+    assert built.agents.port == 9500 and built.sync.interval_s == 12.0
+
+
+def test_a_section_of_no_mapping_is_located_with_an_environment_override(
+        tmp_path: Path) -> None:
+    # Raised before the file was built: no line, and every other problem unsaid.
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("agents: 5\nlog:\n  format: xml\n")
+    _, errors = load_config_report(cfg, env={"SWARMGPU_AGENTS_PORT": "9500"})
+    assert errors[0] == f"{cfg}:1: agents: expected a mapping of keys, got 5", errors
+    assert len(errors) == 2 and errors[1].startswith(f"{cfg}:3: log.format: "), errors
+
+
 def test_a_base_60_number_is_not_a_number_of_seconds(tmp_path: Path) -> None:
     # YAML 1.1 read 1:30 as 90 (and 12:00 as 720): one reader's minutes and seconds,
     # another's hours. Text, as docker's reader and YAML 1.2 read it, so refused here.

@@ -362,6 +362,16 @@ def test_cli_output_it_cannot_write_is_said_before_the_swarm_is_read(
     assert "cannot read the swarm" not in res.stderr and len(res.stderr.splitlines()) == 1
 
 
+def test_cli_an_empty_output_path_is_refused_as_empty(tmp_path: Path) -> None:
+    # -o '' is Path('') = '.', refused as "-o : a folder": no folder was named.
+    src = tmp_path / "ai.yml"
+    src.write_text(VLLM)
+    res = CliRunner().invoke(main, ["render", str(src), "-o", ""], env={"DOCKER_HOST": NO_DOCKER})
+    assert res.exit_code == 2, res.output
+    assert res.stderr == ("swarmgpu render: -o '': an empty path; give the file to write, "
+                          "or - for stdout\n"), res.stderr
+
+
 @pytest.mark.parametrize(
     "labels", ['{swarmgpu.gpus: "2"}', '["swarmgpu.gpus=2"]', '{SwarmGPU.gpus: "2"}']
 )

@@ -232,3 +232,16 @@ def test_render_check_reads_the_env_files_render_reads(tmp_path: Path) -> None:
     assert "services.s.env_file: sets NVIDIA_VISIBLE_DEVICES" in err, err
     assert "services.t.env_file: 'gone.env': cannot read it (No such file" in err, err
     assert "2 error(s)" in err and "Docker" not in err, err
+
+
+def test_an_error_in_a_later_env_file_names_that_file_alone(tmp_path: Path) -> None:
+    # The first file's location was carried into the next: "services.s.env_file[0]:
+    # 'web.env'.env_file[1]: 'gone.env': cannot read it", naming two files and no key.
+    text = STACK.replace("env_file: [./web.env, conf/more.env]",
+                         "env_file: [./web.env, conf/more.env, gone.env]")
+    assert text != STACK
+    folder = _stack_folder(tmp_path, text)
+    with pytest.raises(StackError) as exc:
+        render_stack(text, "t", NODES, [], [], FACTS, environ={}, base=str(folder))
+    assert str(exc.value).startswith("services.s.env_file[2]: 'gone.env': cannot read it"), \
+        exc.value

@@ -194,6 +194,21 @@ def test_policies_and_speedup_out_of_range_are_refused(
     assert rc == 2 and text.startswith(why), text
 
 
+@pytest.mark.parametrize("mode", ["--departures", "--priorities"])
+def test_a_speedup_too_small_for_the_traces_times_is_refused(tmp_path: Path, mode: str) -> None:
+    # A creation time over --speedup 1e-300 is past a float: OverflowError, a traceback.
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODES)
+    p.write_text(POD_HEADER.replace("\n", ",creation_time,deletion_time\n")
+                 + f"p1,1000,100,1,500,,0,10\np2,1000,100,1,500,,{10**15},{10**15}\n")
+    args = ["simulate", "--nodes", str(n), "--pods", str(p), "--speedup", "1e-300", mode]
+    args += ["--bound", "off"] if mode == "--departures" else ["0.5"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("swarmgpu simulate: --speedup 1e-300: must be at least 1e-15 "), \
+        res.output
+
+
 @pytest.mark.parametrize("online_at", [93, 1, 129])
 def test_an_online_at_between_the_levels_is_refused(tmp_path: Path, online_at: int) -> None:
     # The row is solved at a recorded level (every 5%): --online-at 93 printed no row and
@@ -532,6 +547,18 @@ def test_a_plot_path_that_is_a_fifo_is_refused_before_the_replay(tmp_path: Path)
         "PNG file to write"
     )
     assert plot_unwritable("/dev/null") is None  # written and thrown away, as asked
+
+
+@pytest.mark.parametrize("departures", [False, True])
+def test_an_empty_plot_path_is_refused_not_ignored(tmp_path: Path, departures: bool) -> None:
+    # --plot '' replayed and drew nothing, with nothing said (with --departures too,
+    # which refuses --plot).
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODES)
+    p.write_text(PODS)
+    text, rc = run_simulate(str(n), str(p), ["fgd"], [1], False, "", departures, bound="off")
+    assert rc == 2, text
+    assert text.startswith("--plot '': an empty path" if not departures else "--plot draws"), text
 
 
 def test_derive_into_a_file_says_it_is_a_file(tmp_path: Path) -> None:

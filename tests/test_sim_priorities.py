@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from swarmgpu.allocator.values import GpuSpec, NodeSpec
 from swarmgpu.sim.priorities import (
     RUNS,
@@ -89,6 +91,19 @@ def test_a_waiting_pod_starts_in_the_drain_when_the_node_frees() -> None:
     assert off.contended_s >= 9_899  # to its start (then nothing waits: the drain ends)
     # 8 of 8 GPUs held while it waits, 2 from its start: the mean over the span is high
     assert off.contended_alloc_pct is not None and 99.0 <= off.contended_alloc_pct <= 100.0
+
+
+@pytest.mark.timeout(60)
+def test_a_long_drain_with_a_pod_that_never_starts_ends() -> None:
+    # The drain stepped through every second of it, a step kept for each: --drain
+    # 1000000000000 with a pod no node fits ran for weeks, its memory growing.
+    pods = [*_pods(), _pod("zz-huge", 16, 200, 300)]
+    drain = 10**12
+    off = replay_priorities([_node("n1", 8)], pods, 1, share=0.0, priorities=False,
+                            drain_s=drain)
+    batch = off.classes["batch"].to_dict()
+    assert batch["started"] == 9 and batch["never_started"] == 1  # zz-huge waits it out
+    assert off.own_end_contended_s is not None and off.own_end_contended_s >= drain
 
 
 def test_a_tenant_ceiling_decides_who_preempts() -> None:

@@ -98,7 +98,7 @@ def test_the_real_agent_speaks_the_notify_protocol(tmp_path: Path) -> None:
             "--listen",
             "127.0.0.1:0",
             "--refresh-s",
-            "0.5",
+            "1",  # the least the agent takes
             "--identity",
             "none",
         ],

@@ -182,7 +182,7 @@ def test_impossible_derivations_name_the_fix(default_rows: list[Row], tmp_path: 
         derive(no_multi, "multigpu30")
     bad = tmp_path / "bad.csv"
     bad.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,10,2,500\n")
-    with pytest.raises(TraceError, match="shares must be on one GPU"):
+    with pytest.raises(TraceError, match=r"a share \(gpu_milli below 1000\) is of one GPU"):
         read_rows(bad)
     bad.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,lots,10,1,500\n")
     with pytest.raises(TraceError, match=r"bad.csv:2: column cpu_milli"):
@@ -190,6 +190,22 @@ def test_impossible_derivations_name_the_fix(default_rows: list[Row], tmp_path: 
     bad.write_text("sn,cpu_milli,memory_mib,gpu,model\n")
     with pytest.raises(TraceError, match="missing column"):
         read_rows(bad)
+
+
+@pytest.mark.parametrize(("row", "said"), [
+    ("p,1000,10,1,2000", "gpu_milli 2000 is per GPU, at most 1000"),
+    ("p,1000,10,0,300", "num_gpu 0 with gpu_milli 300"),
+])
+def test_a_gpu_ask_simulate_refuses_is_refused_at_its_line(tmp_path: Path, row: str,
+                                                           said: str) -> None:
+    # Read as a whole GPU (2000) and as a CPU pod (num_gpu 0), counted so in the printed
+    # shares, and copied into every derived file, which simulate then refused.
+    bad = tmp_path / "bad.csv"
+    bad.write_text(f"name,cpu_milli,memory_mib,num_gpu,gpu_milli\nq,1000,10,1,500\n{row}\n")
+    with pytest.raises(TraceError, match=rf"^{bad}:3: {said}"):
+        read_rows(bad)
+    with pytest.raises(TraceError, match=rf"^{bad}:3: {said}"):  # as simulate reads it
+        load_pods(bad)
 
 
 def test_cli_writes_the_variants_and_reports_bad_input(tmp_path: Path) -> None:

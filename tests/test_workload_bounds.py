@@ -228,6 +228,17 @@ def test_a_workload_file_value_of_the_wrong_type_is_an_error(tmp_path: Path, sha
         load_file(f)
 
 
+def test_a_workload_file_unknown_keys_of_mixed_types_are_named(tmp_path: Path) -> None:
+    # sorted() of an unknown number key beside a text one raised TypeError: config
+    # check (placement.workload) ended in a traceback instead of naming them.
+    from swarmgpu.allocator.workload import load_file
+
+    f = tmp_path / "w.yml"
+    f.write_text("- {gpus: 1, 1: a, x: b}\n")
+    with pytest.raises(WorkloadError, match=re.escape("shape 1: unknown key(s) [1, 'x']")):
+        load_file(f)
+
+
 def test_a_workload_file_of_good_values_still_loads(tmp_path: Path) -> None:
     from swarmgpu.allocator.workload import load_file
 

@@ -496,8 +496,8 @@ def load_file(path: str | Path) -> WorkloadModel:
             raise WorkloadError(f"{where}: expected a mapping like "
                                 "{gpus: 1, share: 0.5, cpu: 4, weight: 3}")
         unknown = set(it) - {"gpus", "share", "cpu", "products", "weight"}
-        if unknown:
-            raise WorkloadError(f"{where}: unknown key(s) {sorted(unknown)}; use gpus, "
+        if unknown:  # sorted as text: YAML gives number keys too (1: beside x:)
+            raise WorkloadError(f"{where}: unknown key(s) {sorted(unknown, key=str)}; use gpus, "
                                 "share, cpu, products, weight")
         # Each value of its own type, as the config's: int()/float() read 1.9 GPUs as 1,
         # YAML's 'on' as 1, fullwidth digits and '1_0' as numbers, and products {a: 1} as ['a'].

@@ -485,7 +485,7 @@ def render(
     from swarmgpu.swarm.client import manager_client
 
     if output != "-" and (why := _unwritable(output)):  # said before the swarm is read
-        click.echo(f"swarmgpu render: -o {escaped(output)}: {why}", err=True)
+        click.echo(f"swarmgpu render: -o {escaped(output) or repr('')}: {why}", err=True)
         sys.exit(2)
     snap = _snapshot(cfg, tenants)
     # The daemon's planner (config, stored workload model): render chooses as it would.
@@ -541,6 +541,8 @@ def _unwritable(output: str) -> str | None:
     """Why render cannot write its stack at ``output``, or None."""
     from swarmgpu.core.peertext import escaped
 
+    if not output:  # Path('') is '.', which was said to be "a folder"
+        return "an empty path; give the file to write, or - for stdout"
     p = Path(output)
     if p.is_dir():
         return "a folder; give the file to write, or - for stdout"

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 DEFAULT_AGENTS_SERVICE = AgentsConfig.service  # the daemon's own defaults
 DEFAULT_LABEL_PREFIX = SyncConfig.prefix
 MAX_REFRESH_S = 86400  # a day: a longer period is a typo (the watchdog is 2x it + 30 s)
+# A shorter period read the source in a busy loop, and its facts were stale (older than
+# twice the period) by the time most requests read them.
+MIN_REFRESH_S = 1
 
 
 def _source_options(f: Any) -> Any:
@@ -102,7 +105,7 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
 @click.option("--metrics-profile", default=None, type=click.Path(),
               help="YAML profile of scripted utilisation (demos, tests).")
 @click.option("--refresh-s", default=30.0, show_default=True,
-              help="Seconds between fact reads (above 0, at most 86400).")
+              help="Seconds between fact reads (at least 1, at most 86400).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Log lines as text, or one JSON object each.")
 @click.option("--docker-host", default=None,
@@ -157,9 +160,9 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
 
     # Refused before anything starts: the server's own errors were tracebacks, and a
     # NaN or huge period left the refresher spinning or dead (its wait cannot take it).
-    if not (math.isfinite(refresh_s) and 0 < refresh_s <= MAX_REFRESH_S):
+    if not (math.isfinite(refresh_s) and MIN_REFRESH_S <= refresh_s <= MAX_REFRESH_S):
         click.echo(f"swarmgpu agent: --refresh-s {refresh_s:g}: seconds between fact reads, "
-                   f"above 0 and at most {MAX_REFRESH_S} (e.g. 30)", err=True)
+                   f"at least {MIN_REFRESH_S} and at most {MAX_REFRESH_S} (e.g. 30)", err=True)
         sys.exit(2)
     try:
         agent_mod.parse_listen(listen)

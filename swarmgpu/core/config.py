@@ -22,7 +22,7 @@ import yaml
 
 from swarmgpu.core.commalist import ASCII_BLANKS, unseen, unseen_items
 from swarmgpu.core.configvalues import (
-    FromEnv,
+    apply_env,
     at_most,
     coerce,
     locate_in,
@@ -643,17 +643,7 @@ def load_config_report(
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {p}: expected a mapping at the top level")
         data = loaded
-    env = os.environ if env is None else env
-    from_env: dict[tuple[str, ...], str] = {}
-    for var, path_keys in _ENV_OVERRIDES.items():
-        if var in env:
-            d = data
-            for k in path_keys[:-1]:
-                d = d.setdefault(k, {})
-                if not isinstance(d, dict):
-                    raise ConfigError(f"{'.'.join(path_keys[:-1])}: expected a mapping")
-            d[path_keys[-1]] = FromEnv(env[var])
-            from_env[path_keys] = var
+    from_env = apply_env(data, os.environ if env is None else env, _ENV_OVERRIDES)
     errors: list[str] = []
     if isinstance(data.get("rebalance"), dict):  # the flat keys of older releases
         moved = move_flat_keys(data["rebalance"], errors.append)

@@ -25,6 +25,27 @@ class FromEnv(str):
     already has its type, and must have the right one)."""
 
 
+def apply_env(data: dict[str, Any], env: Mapping[str, str],
+              overrides: Mapping[str, tuple[str, ...]]) -> dict[tuple[str, ...], str]:
+    """Each variable of ``overrides`` that ``env`` sets, put into ``data`` (the file's
+    keys) at its key's path as ``FromEnv`` text; the paths set, to their variables."""
+    from_env: dict[tuple[str, ...], str] = {}
+    for var, keys in overrides.items():
+        if var not in env:
+            continue
+        d = data
+        for k in keys[:-1]:
+            if d.get(k) is None:  # "agents:" with its keys commented out: an empty section
+                d[k] = {}
+            d = d[k]
+            if not isinstance(d, dict):
+                break  # "agents: 5": the build says so at its line, with the other errors
+        else:
+            d[keys[-1]] = FromEnv(env[var])
+            from_env[keys] = var
+    return from_env
+
+
 def _kind(v: Any) -> str:
     if isinstance(v, bool):
         return "true/false"

@@ -20,7 +20,7 @@ from swarmgpu.sim.bound_runs import BOUND_METHODS, ONLINE_AT
 from swarmgpu.sim.bound_timed import TimedBound, timed_bound
 from swarmgpu.sim.limits import MOVE_LIMITS
 from swarmgpu.sim.replay import POLICIES
-from swarmgpu.sim.runs import LEVEL_STEP, check_arrivals
+from swarmgpu.sim.runs import LEVEL_STEP, check_arrivals, speedup_problem
 from swarmgpu.sim.swarm_replay import WORKLOADS
 from swarmgpu.sim.swarm_sched import CPU_PODS
 from swarmgpu.sim.trace import (
@@ -211,6 +211,8 @@ def plot_missing() -> str | None:
 def plot_unwritable(plot: str) -> str | None:
     """Why ``--plot PATH`` cannot be written, or None: asked before the replay, as after
     it savefig's error was a traceback and the replay's table lost."""
+    if not plot:  # Path('') is '.': no folder was named
+        return "--plot '': an empty path; give the PNG's file name, e.g. alloc.png"
     p = Path(plot)
     if p.is_dir():
         return f"--plot {plot}: a folder; give the PNG's file name, e.g. {p / 'alloc.png'}"
@@ -366,9 +368,9 @@ def run_simulate(
     twice = sorted({p for p in policies if policies.count(p) > 1})
     if twice:  # the same replay twice, its row counting each seed twice
         return (f"--policy: {', '.join(twice)} more than once; give each policy once", 2)
-    # NaN fails every comparison; checked with or without --departures, which alone uses it
-    if not (math.isfinite(speedup) and speedup > 0):
-        return (f"--speedup {speedup:g}: must be > 0 (1 = the trace's own times)", 2)
+    # checked with or without --departures, which alone uses it
+    if (why := speedup_problem(speedup)) is not None:
+        return (why, 2)
     if workload not in WORKLOADS:
         return (f"--workload {workload!r}: use one of {', '.join(WORKLOADS)}", 2)
     if cpu_pods not in CPU_PODS:
@@ -402,7 +404,7 @@ def run_simulate(
     ):
         return (f"--rebalance-moves {rebalance_moves:g}: must be >= 0 (moves per 100 pods)", 2)
     if departures:
-        if plot:
+        if plot is not None:  # '' too: asked for, and never drawn
             return (
                 "--plot draws allocation against arrived load, which a replay with "
                 "--departures has no axis for; drop one of the two",
@@ -435,7 +437,7 @@ def run_simulate(
             report.timed_json(timed, tbound) if as_json else report.timed_text(timed, tbound),
             0,
         )
-    if plot and (why := plot_missing() or plot_unwritable(plot)):
+    if plot is not None and (why := plot_missing() or plot_unwritable(plot)):  # '' too
         return (why, 2)
     missing = highs_missing() if bound != "off" else None
     solve = bound != "off" and missing is None

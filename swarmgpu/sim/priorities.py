@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import math
 import random
 import statistics
 from collections.abc import Sequence
@@ -71,7 +70,14 @@ from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Planner, assign_key, devices_key, gate_key
 from swarmgpu.manager.services.tenants import Tenants
-from swarmgpu.sim.runs import METER_EVERY, Window, arrival_times, meter, timed_pods
+from swarmgpu.sim.runs import (
+    METER_EVERY,
+    Window,
+    arrival_times,
+    meter,
+    speedup_problem,
+    timed_pods,
+)
 from swarmgpu.sim.swarm_replay import P, World, workload_model
 from swarmgpu.sim.trace import TraceError, TracePod, load_trace, say_unplaceable
 from swarmgpu.swarm.client import SwarmNode, service_from_api
@@ -193,6 +199,19 @@ def high_pods(pods: Sequence[TracePod], share: float, seed: int) -> set[str]:
     gpu = sorted(p.name for p in pods if p.total_gpu_milli > 0)
     rng = random.Random(seed)  # noqa: S311 - a reproducible draw, not a secret
     return set(rng.sample(gpu, round(share * len(gpu))))
+
+
+def _idle_steps_end(now: int, limit: int, start: int, interval_s: int) -> int:
+    """Where the drain's steps (``until(now + interval_s)`` each) reach from ``now`` while
+    nothing changes, stopping before the first whose end is ``limit`` or later (the next
+    departure, or the drain's end, which the ordinary steps take). Each such step only
+    moves the clock, alike: two grid points at an interval of 1 s (every second is one),
+    else one interval from off the grid; taken one by one, a drain of 10**12 s with a pod
+    that never starts stepped for weeks, a window step kept for each."""
+    if interval_s > 1 and (now - start) % interval_s == 0:
+        return now  # on a grid point: one ordinary step first, which leaves it
+    step = 2 if interval_s == 1 else interval_s
+    return now + max(0, (limit - 1 - interval_s - now) // step + 1) * step
 
 
 def replay_priorities(
@@ -406,6 +425,12 @@ def replay_priorities(
     if drain_s > 0 and order:
         end = w.now + drain_s
         while waiting and w.now < end:
+            if not dirty[0]:  # idle: the steps up to the next departure, taken at once
+                due = leaving[0][0] if leaving else None
+                limit = end if due is None else min(end, due)
+                if (to := _idle_steps_end(w.now, limit, start, interval_s)) > w.now:
+                    w.advance(to)
+                    continue  # (the drain may end there, as after those steps)
             until(min(end, w.now + interval_s), idle_skips=True)
     end = w.now
     span = end - start
@@ -569,8 +594,8 @@ def run_cli(
             "strictly between 0 and 1 (e.g. 0.1)",
             2,
         )
-    if not (math.isfinite(speedup) and speedup > 0):  # NaN fails every comparison
-        return (f"swarmgpu simulate: --speedup {speedup:g}: must be > 0", 2)
+    if (why := speedup_problem(speedup)) is not None:
+        return (f"swarmgpu simulate: {why}", 2)
     if drain_s < 0:
         return (f"swarmgpu simulate: --drain {drain_s}: seconds of trace time, >= 0", 2)
     try:

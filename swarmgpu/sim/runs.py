@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from swarmgpu.allocator.fragmentation import TypicalTask, typical_tasks
 from swarmgpu.allocator.values import NodeSpec
-from swarmgpu.sim.trace import MAX_ROWS, TraceError, TracePod
+from swarmgpu.sim.trace import MAX_NUMBER, MAX_ROWS, TraceError, TracePod
 
 LEVEL_STEP = 5
 METER_EVERY = 64  # pods between two reports of how far a replay got
@@ -144,6 +144,21 @@ def timed_pods(
             f"(e.g. openb_pod_list_default.csv) or run without {option}"
         )
     return sorted(pods, key=lambda p: (p.creation_time or 0, p.name))
+
+
+# The least --speedup: a trace's times (up to MAX_NUMBER s) compressed by less are
+# stretched past what a float holds (an OverflowError in arrival_times).
+MIN_SPEEDUP = 1 / MAX_NUMBER
+
+
+def speedup_problem(speedup: float) -> str | None:
+    """Why ``--speedup`` cannot replay a trace, or None."""
+    if not (math.isfinite(speedup) and speedup > 0):  # NaN fails every comparison
+        return f"--speedup {speedup:g}: must be > 0 (1 = the trace's own times)"
+    if speedup < MIN_SPEEDUP:
+        return (f"--speedup {speedup:g}: must be at least {MIN_SPEEDUP:g} (1 = the trace's "
+                "own times; slower, its times are past what the replay counts)")
+    return None
 
 
 def arrival_times(p: TracePod, speedup: float) -> tuple[int, int]:

@@ -316,6 +316,23 @@ def _models(row: dict[str, str], col: str, where: str) -> str:
     return raw
 
 
+def gpu_ask_problem(num_gpu: int, gpu_milli: int) -> str | None:
+    """Why a pod row's GPU ask is none a placement can give, and the fix; or None.
+    gpu_milli is per GPU: above 1000 (once read as a whole GPU) or on no GPU (once
+    refused only mid-replay). ``simulate-derive`` reads its rows by the same rules."""
+    if gpu_milli > 1000:
+        return (f"gpu_milli {gpu_milli} is per GPU, at most 1000; for several GPUs set "
+                "num_gpu and gpu_milli 1000")
+    if num_gpu == 0 and gpu_milli > 0:
+        return (f"num_gpu 0 with gpu_milli {gpu_milli}; give num_gpu 1 for a share, or "
+                "gpu_milli 0 for a CPU-only pod")
+    if 0 < gpu_milli < 1000 and num_gpu > 1:  # as Demand and the daemon read a share
+        return (f"num_gpu {num_gpu} with gpu_milli {gpu_milli}; a share (gpu_milli below "
+                f"1000) is of one GPU: give num_gpu 1, or gpu_milli 1000 for {num_gpu} "
+                "whole GPUs")
+    return None
+
+
 def load_nodes(path: str | Path) -> list[NodeSpec]:
     seen: dict[str, str] = {}
     # One tuple of GPUs per (model, count), shared by the nodes that have it: the GPUs
@@ -353,24 +370,8 @@ def load_pods(path: str | Path) -> list[TracePod]:
         where = f"{path}:{n}"
         name = _name(row, "name", "pod", where, seen)
         num_gpu, gpu_milli = _int(row, "num_gpu", where), _int(row, "gpu_milli", where)
-        # gpu_milli is per GPU: above 1000 (once read as a whole GPU) or on no GPU (once
-        # refused only mid-replay) the row asks for something no placement can give.
-        if gpu_milli > 1000:
-            raise TraceError(
-                f"{where}: gpu_milli {gpu_milli} is per GPU, at most 1000; "
-                "for several GPUs set num_gpu and gpu_milli 1000"
-            )
-        if num_gpu == 0 and gpu_milli > 0:
-            raise TraceError(
-                f"{where}: num_gpu 0 with gpu_milli {gpu_milli}; give num_gpu 1 "
-                "for a share, or gpu_milli 0 for a CPU-only pod"
-            )
-        if 0 < gpu_milli < 1000 and num_gpu > 1:  # as Demand and the daemon read a share
-            raise TraceError(
-                f"{where}: num_gpu {num_gpu} with gpu_milli {gpu_milli}; a share (gpu_milli "
-                "below 1000) is of one GPU: give num_gpu 1, or gpu_milli 1000 for "
-                f"{num_gpu} whole GPUs"
-            )
+        if (why := gpu_ask_problem(num_gpu, gpu_milli)) is not None:
+            raise TraceError(f"{where}: {why}")
         # Each model stripped, as the daemon reads swarmgpu.gpu-product: a blank cell pinned
         # the pod to a model named " ", which no node has.
         spec = tuple(m for s in _models(row, "gpu_spec", where).split("|") if (m := s.strip()))

@@ -45,7 +45,14 @@ from typing import Any, TextIO
 
 from swarmgpu.core.boundedfile import file_kind
 from swarmgpu.core.statefile import replace_whole
-from swarmgpu.sim.trace import POD_COLUMNS, WHOLE, TraceError, read_each, whole
+from swarmgpu.sim.trace import (
+    POD_COLUMNS,
+    WHOLE,
+    TraceError,
+    gpu_ask_problem,
+    read_each,
+    whole,
+)
 
 Row = dict[str, str]
 
@@ -186,11 +193,10 @@ def read_rows(
                 f"{p}:{n}: deletion_time {deleted} is before creation_time {created}; a pod "
                 "leaves after it arrives (seconds, as openb's)"
             )
-        if kind_of(row) == "share" and row["num_gpu"].strip() != "1":
-            raise TraceError(
-                f"{p}:{n}: a share of {row['gpu_milli']} milli on "
-                f"{row['num_gpu']} GPUs; shares must be on one GPU"
-            )
+        # As simulate reads the ask: a row it refuses was counted as another kind here
+        # (2000 milli a whole GPU, num_gpu 0 a CPU pod) and copied into every variant.
+        if (why := gpu_ask_problem(int(row["num_gpu"]), int(row["gpu_milli"]))) is not None:
+            raise TraceError(f"{p}:{n}: {why}")
         return row
 
     header, rows = read_each(p, POD_COLUMNS, checked, "an openb pod list", seen)  # as simulate

@@ -105,8 +105,8 @@ def _values(raw: Any, where: str, *, allow_at: bool) -> tuple[float | None, Valu
         raise ProfileError(f"{where}: expected a mapping like {{util_pct: 50}}, got {raw!r}")
     allowed = set(FIELDS) | ({"at"} if allow_at else set())
     unknown = set(raw) - allowed
-    if unknown:
-        raise ProfileError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: "
+    if unknown:  # sorted as text: YAML gives number keys too (1: beside x:)
+        raise ProfileError(f"{where}: unknown field(s) {sorted(unknown, key=str)}; allowed: "
                            f"{sorted(allowed)}")
     at: float | None = None
     if allow_at:
@@ -140,8 +140,8 @@ def parse_profile(data: Any, facts: NodeFacts, where: str) -> Profile:
     if not isinstance(data, Mapping):
         raise ProfileError(f"{where}: expected a mapping with 'default' and/or 'gpus'")
     unknown = set(data) - {"default", "gpus", "repeat_s"}
-    if unknown:
-        raise ProfileError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: "
+    if unknown:  # sorted as text, as _values's
+        raise ProfileError(f"{where}: unknown key(s) {sorted(unknown, key=str)}; allowed: "
                            "default, gpus, repeat_s")
     _, default = _values(data.get("default") or {}, f"{where}.default", allow_at=False)
     repeat = data.get("repeat_s")

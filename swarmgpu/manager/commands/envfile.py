@@ -194,8 +194,9 @@ def env_file_variables(
                 "reads it into the service's environment, and refuses the stack "
                 "without it"
             ) from None
-        at = f"{where}: {quoted(path, 200)}"
-        out.update(_variables(text.removeprefix("\ufeff"), environ, at, error))
+        # (a name of its own: ``at`` is every later file's location too)
+        named = f"{where}: {quoted(path, 200)}"
+        out.update(_variables(text.removeprefix("\ufeff"), environ, named, error))
     return out
 
 
