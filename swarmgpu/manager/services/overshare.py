@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loguru import logger
@@ -379,12 +379,21 @@ class Restarter:
         self.swarm, self.cfg, self.clock, self.wait_s = swarm, cfg, clock, wait_s
         self.stop = stop or StopRequest()  # (none: never asked)
         self.said: dict[tuple[str, str, str], str] = {}  # last "not done" said (_gist)
+        # service id -> the cool-down mark of a restart whose mark write raised (its
+        # outcome unknown: a write cut at the cycle's slack may have landed) and whose
+        # gate was never closed: that mark, read back on the service, stands for no
+        # restart (``_cut_mark``)
+        self.unsure: dict[str, str] = {}
 
     def run(self, due: Sequence[ServiceUse], snap: Snapshot,
             restarted: Callable[[tuple[str, str, str]], None] = lambda key: None) -> int:
         p = self.cfg.sync.prefix
         by_name = {s.name: s for s in snap.services}
         ledger = read_ledger(snap.nodes, p)
+        # Read back: a cut mark Swarm does not show (not landed, or a later one written
+        # over it) is forgotten; one it shows is this Restarter's, no restart after it.
+        self.unsure = {s.id: self.unsure[s.id] for s in snap.services
+                       if s.id in self.unsure and s.labels.get(p + MOVED_AT) == self.unsure[s.id]}
         # Said once while due: a holder no longer due (back within, or removed) is
         # forgotten, or every removed stack's reason stayed for good.
         keys = {u.key for u in due}
@@ -418,7 +427,7 @@ class Restarter:
             # an unread node's labels are written by none: its gate stays
             refusal = refused(s, gpu, ledger.get(u.service, {}), p)
             why = unread_source(by_node, u.node_id) or refusal or why_not_movable(
-                s, gpu, mine.get(s.id, ()),
+                self._cut_mark(s, p), gpu, mine.get(s.id, ()),
                 ledger.get(u.service, {}), p, self.clock(), self.cfg.rebalance.cooldown_s,
                 moving=s.name in moving([s], swarm_labels, p) or s.id in bad)
             b = over_budget_on({u.node_id}, flying, done_on, self.cfg.rebalance, len(bad))
@@ -439,6 +448,14 @@ class Restarter:
                 restarted(u.key)
                 n += 1
         return n
+
+    def _cut_mark(self, s: SwarmService, prefix: str) -> SwarmService:
+        """``s`` as its cool-down is judged: without the mark of a restart whose mark write
+        raised before its gate closed (``unsure``, read back on ``s`` this cycle): no
+        restart followed it, so it holds the next one back for nothing."""
+        if s.id not in self.unsure:
+            return s
+        return replace(s, labels={k: v for k, v in s.labels.items() if k != prefix + MOVED_AT})
 
     def _not_done(self, u: ServiceUse, why: str, warn: bool) -> None:
         """Say why ``u``'s restart is not done, once per reason while it is due (not
@@ -492,11 +509,11 @@ class Restarter:
                         prefix=p)
         why = Why("operator", f"placement.overshare: restart (over its GPU share on "
                               f"{u.hostname}: {u.describe()})")
+        at = f"{self.clock():.0f}"
 
         def mark(spec: Mapping[str, Any]) -> Mapping[str, Any]:
             new = dict(spec)
-            new["Labels"] = {**spec_object(spec.get("Labels"), "Labels"),
-                             p + moved_at: f"{self.clock():.0f}"}
+            new["Labels"] = {**spec_object(spec.get("Labels"), "Labels"), p + moved_at: at}
             return new
 
         # The cooldown mark first: a write of the spec after the replacement task exists
@@ -508,6 +525,12 @@ class Restarter:
             log.warning("over-share restart of {} on {} not done: its spec cannot be read: "
                         "{}", s.name, u.hostname, exc)
             return False
+        except SwarmError:
+            # Its outcome unknown (a write cut at the cycle's slack may have landed), the
+            # gate never closed: the next cycle reads the mark back (``_cut_mark``).
+            self.unsure[s.id] = at
+            raise
+        self.unsure.pop(s.id, None)
         try:
             writes.node_labels(
                 u.node_id, lambda cur: {k: v for k, v in cur.items() if k != gate}, why)
