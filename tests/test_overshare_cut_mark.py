@@ -7,8 +7,10 @@ The restart writes ``<p>state.moved-at`` first, then closes the gate
 gate was never closed, no restart was made, yet the next cycle read the mark and
 waited ``rebalance.cooldown_s`` for it. Swarm is the truth: the next cycle reads the
 service back, and a mark there that is the one whose write was cut stands for no
-restart; another (a move's, written since) still cools. Pure, over the recording Swarm
-stand-in (tests/support/forged.py)."""
+restart; another (a move's, written since) still cools. A daemon stop (or the cycle's
+budget) that refuses the gate's close after the mark landed takes the mark back, an
+undo: no restart was made, and the next leader cannot know it. Pure, over the recording
+Swarm stand-in (tests/support/forged.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,10 @@ from typing import Any
 import pytest
 from support.forged import T_UUID, P, RecordingSwarm, snapshot, victim_cluster
 
-from swarmgpu.core.config import Config, PlacementConfig
+from swarmgpu.core.config import Config, PlacementConfig, SyncConfig
+from swarmgpu.manager.cycle.overshare import OvershareStep
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.engine.stop import Stopped
 from swarmgpu.manager.placement import gate_key
 from swarmgpu.manager.rebalance.context import MOVED_AT
 from swarmgpu.manager.services.overshare import Restarter, ServiceUse
@@ -84,4 +89,40 @@ def test_a_mark_written_since_the_cut_one_still_cools(tmp_path: Path) -> None:
         **spec, "Labels": {**spec["Labels"], P + MOVED_AT: f"{NOW + 10:.0f}"}})
     now[0] += 30.0
     assert r.run([THIRD], snapshot(sw.nodes(), sw.services(), sw.tasks())) == 0
+    assert sw.node("n-4090").labels.get(gate_key(P, "third")) == "true"
+
+
+class StopAfterTheMark(RecordingSwarm):
+    """The daemon is asked to stop (SIGTERM) as third's mark write lands: the write gate
+    refuses the gate's close before it is sent (``engine.stop``)."""
+
+    daemon: Daemon
+
+    def update_service_spec(self, service_id: str,
+                            compute: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
+                            **kw: Any) -> bool:
+        landed = super().update_service_spec(service_id, compute, **kw)
+        self.daemon.stop_event.set()
+        return landed
+
+
+@pytest.mark.parametrize("before", [None, f"{NOW - 5000:.0f}"])
+def test_a_stop_before_the_gate_closed_takes_its_mark_back(
+        before: str | None, tmp_path: Path) -> None:
+    """No gate closed, no restart made: the mark goes (the one before it, ``before``,
+    put back), so the next leader holds no restart back for it. Before, it stayed, and
+    the next leader waited the whole cool-down."""
+    base = _cluster()
+    base.cut = 0
+    if before is not None:
+        base.update_service_spec("id-third", lambda spec: {
+            **spec, "Labels": {**spec["Labels"], P + MOVED_AT: before}})
+    sw = StopAfterTheMark(base.nodes(), base.services(), base.tasks(), base.swarm_labels())
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 placement=PlacementConfig(overshare="restart"))
+    sw.daemon = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]  # (its write gate)
+    step = OvershareStep(sw.daemon)
+    with pytest.raises(Stopped):
+        step.restarter._bounce(sw.service("id-third"), THIRD, MOVED_AT)
+    assert sw.service("id-third").labels.get(P + MOVED_AT) == before
     assert sw.node("n-4090").labels.get(gate_key(P, "third")) == "true"

@@ -510,10 +510,13 @@ class Restarter:
         why = Why("operator", f"placement.overshare: restart (over its GPU share on "
                               f"{u.hostname}: {u.describe()})")
         at = f"{self.clock():.0f}"
+        before: list[str | None] = [None]  # the mark it replaces, as the write read it
 
         def mark(spec: Mapping[str, Any]) -> Mapping[str, Any]:
             new = dict(spec)
-            new["Labels"] = {**spec_object(spec.get("Labels"), "Labels"), p + moved_at: at}
+            labels = spec_object(spec.get("Labels"), "Labels")
+            before[0] = labels.get(p + moved_at)
+            new["Labels"] = {**labels, p + moved_at: at}
             return new
 
         # The cooldown mark first: a write of the spec after the replacement task exists
@@ -534,20 +537,56 @@ class Restarter:
         try:
             writes.node_labels(
                 u.node_id, lambda cur: {k: v for k, v in cur.items() if k != gate}, why)
+        except Stopped:  # refused before it was sent (the stop, the budget): none closed
+            self._take_back(writes, s, u, moved_at, at, before[0])
+            raise
+        try:
             stopped = self._wait_gone(s, u, old)
         except BaseException:
             self._reopen(writes, u, gate, ended=True)
             raise
         reopened = self._reopen(writes, u, gate, ended=stopped)
         if stopped:
+            # Its mark stays: the enforcer may yet stop the task on the closed gate's
+            # event, and a spec write then left its replacement of an older revision,
+            # never tried again (as above); a later restart waits the cool-down instead.
             log.warning("over-share restart of {} on {} cut short by the daemon's stop: "
-                        "gate {}; its task may not have been restarted (the next leader "
-                        "judges it afresh)", s.name, u.hostname,
-                        "reopened" if reopened else "left closed")
+                        "gate {}; its task may not have been restarted, and its cool-down "
+                        "mark stays (rebalance.cooldown_s before the next restart)", s.name,
+                        u.hostname, "reopened" if reopened else "left closed")
             raise Stopped(self.stop)
         log.warning("restarted {}'s task on {} (over its GPU share: {}; tasks {})", s.name,
                     u.hostname, u.describe(), ",".join(u.tasks) or "?")
         return True
+
+    def _take_back(self, writes: Writes, s: SwarmService, u: ServiceUse, moved_at: str,
+                   at: str, before: str | None) -> None:
+        """``s``'s mark ``at`` taken back (``before`` put back), its gate never closed: no
+        restart was made, and kept it held the next one back (the next leader's too).
+        An undo, let through once the daemon is stopping; a spec write is safe here, no
+        task of it being replaced. Failed: this daemon reads it back (``unsure``)."""
+        self.unsure[s.id] = at
+        key = self.cfg.sync.prefix + moved_at
+
+        def back(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+            labels = dict(spec_object(spec.get("Labels"), "Labels"))
+            if labels.get(key) != at:
+                return None  # written since: not this restart's to take back
+            labels.pop(key)
+            return {**spec, "Labels": labels | ({key: before} if before is not None else {})}
+
+        try:
+            with undoing():
+                writes.service_spec(s.id, back)
+        except (SwarmError, UnreadSpec) as exc:
+            logger.bind(service=s.name).warning(
+                "over-share restart of {} on {} not made (its gate never closed); its "
+                "cool-down mark not taken back ({}): the next restart waits "
+                "rebalance.cooldown_s unless this daemon goes on", s.name, u.hostname, exc)
+            return
+        logger.bind(service=s.name).warning(
+            "over-share restart of {} on {} not made: the write gate refused its gate's "
+            "close; its cool-down mark taken back", s.name, u.hostname)
 
     def _reopen(self, writes: Writes, u: ServiceUse, gate: str, ended: bool) -> bool:
         """Reopen ``u``'s gate, closed for its restart, whatever happened: a closed gate
