@@ -54,6 +54,11 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   with what the round's earlier preemptors take there
   (``queues.within_max``): the planner holds back one service at a time, so each of a
   queue's waiting services fits alone;
+* no preemption for a service whose replicas are all placed (the ledger holds them, as
+  placement counts replicas) while Swarm has not put its task on a node yet: its
+  scheduler's "no suitable node" (often written before its gate opened) is no want of
+  GPUs; one Swarm will not run where its GPUs are, no other node taking it
+  (``converge``'s stuck), needs GPUs elsewhere and preempts for them;
 * no preemption when a node the preemptor may use already has enough free GPUs (for a
   ``topology`` request a free set the allocator gives it, ``_GpuSets.gives``: enough by
   count but no NVLink pair, it preempts as Kubernetes does) and the CPU and memory its
@@ -296,6 +301,11 @@ def choose_preemptions(
     pending = [sp for sp in plan.services if sp.status == Status.PENDING
                and sp.request is not None]
     packed = {sp.name for sp in pending if sp.packed}
+    # Every replica placed (by the ledger, as placement counts them), pending while Swarm
+    # has not put its task on a node: it lacks no GPU, and a victim stopped elsewhere
+    # places nothing. Stuck where its GPUs are, no other node taking it, it needs some.
+    whole = {sp.name for sp in pending if not sp.stuck and sp.name in by_name
+             and len(sp.placements) >= (by_name[sp.name].replicas or 0)}
     order = serve_order([(by_name[sp.name], sp.request) for sp in pending
                          if sp.name in by_name and isinstance(sp.request, GpuRequest)])
     made = {p.service: p for p in first}
@@ -307,7 +317,7 @@ def choose_preemptions(
             continue
         if r.cpu_only:  # (gpus: "0") stops no GPU work for CPU: the operator's rule
             continue
-        if s.name in settling or s.name in rd.gone or s.name in held_at_max \
+        if s.name in settling or s.name in rd.gone or s.name in held_at_max or s.name in whole \
                 or s.name in moving or s.mode != "replicated" or not s.replicas:
             continue
         waiting.count(rd.room, by_name, r.priority)  # held preemptors' CPU (its priority and up)
