@@ -23,9 +23,10 @@ import pytest
 from support.forged import T_UUID, P, RecordingSwarm, snapshot, victim_cluster
 
 from swarmgpu.core.config import Config, PlacementConfig, SyncConfig
+from swarmgpu.manager.cycle.budget import OverBudget
 from swarmgpu.manager.cycle.overshare import OvershareStep
 from swarmgpu.manager.daemon import Daemon
-from swarmgpu.manager.engine.stop import Stopped
+from swarmgpu.manager.engine.stop import BudgetEnded, Stopped, StopRequest
 from swarmgpu.manager.placement import gate_key
 from swarmgpu.manager.rebalance.context import MOVED_AT
 from swarmgpu.manager.services.overshare import Restarter, ServiceUse
@@ -126,3 +127,32 @@ def test_a_stop_before_the_gate_closed_takes_its_mark_back(
         step.restarter._bounce(sw.service("id-third"), THIRD, MOVED_AT)
     assert sw.service("id-third").labels.get(P + MOVED_AT) == before
     assert sw.node("n-4090").labels.get(gate_key(P, "third")) == "true"
+
+
+class BudgetAfterTheMark(MarkLandsCut):
+    """third's mark write lands whole; the write after it (the gate's close) is refused
+    as past the cycle's engine budget, before it is sent."""
+
+    cut = 0
+    tried = 0
+
+    def before_write(self) -> None:
+        self.tried += 1
+        if self.tried > 1:
+            raise OverBudget(StopRequest())
+
+
+def test_a_budget_end_before_the_gate_closed_holds_back_no_restart_next_cycle(
+        tmp_path: Path) -> None:
+    """The daemon goes on: the mark stays in Swarm (no write past the budget) and the
+    next cycle reads it back as this restart's, not made."""
+    base, now = _cluster(), [NOW]
+    sw = BudgetAfterTheMark(base.nodes(), base.services(), base.tasks(), base.swarm_labels())
+    r = _restarter(sw, tmp_path, now)
+    with pytest.raises(BudgetEnded):
+        r.run([THIRD], snapshot(sw.nodes(), sw.services(), sw.tasks()))
+    assert sw.service("id-third").labels[P + MOVED_AT] == f"{NOW:.0f}"
+    assert sw.node("n-4090").labels.get(gate_key(P, "third")) == "true"
+    sw.tried = -10  # the next cycle's budget
+    now[0] += 30.0
+    assert r.run([THIRD], snapshot(sw.nodes(), sw.services(), sw.tasks())) == 1

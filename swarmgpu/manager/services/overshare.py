@@ -35,7 +35,13 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.engine.actuator import Why, Writes
-from swarmgpu.manager.engine.stop import Stopped, StopRequest, read_cut, undoing
+from swarmgpu.manager.engine.stop import (
+    BudgetEnded,
+    Stopped,
+    StopRequest,
+    read_cut,
+    undoing,
+)
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import Holding, gate_key, read_ledger
 from swarmgpu.manager.rebalance.admission import over_budget_on
@@ -537,7 +543,10 @@ class Restarter:
         try:
             writes.node_labels(
                 u.node_id, lambda cur: {k: v for k, v in cur.items() if k != gate}, why)
-        except Stopped:  # refused before it was sent (the stop, the budget): none closed
+        except BudgetEnded:  # refused before it was sent: none closed; the daemon goes on
+            self.unsure[s.id] = at  # (read back next cycle: no write past the budget)
+            raise
+        except Stopped:  # refused before it was sent: none closed, and the daemon stops
             self._take_back(writes, s, u, moved_at, at, before[0])
             raise
         try:
@@ -585,8 +594,8 @@ class Restarter:
                 "rebalance.cooldown_s unless this daemon goes on", s.name, u.hostname, exc)
             return
         logger.bind(service=s.name).warning(
-            "over-share restart of {} on {} not made: the write gate refused its gate's "
-            "close; its cool-down mark taken back", s.name, u.hostname)
+            "over-share restart of {} on {} not made: the daemon's stop came before its "
+            "gate closed; its cool-down mark taken back", s.name, u.hostname)
 
     def _reopen(self, writes: Writes, u: ServiceUse, gate: str, ended: bool) -> bool:
         """Reopen ``u``'s gate, closed for its restart, whatever happened: a closed gate
