@@ -34,6 +34,7 @@ The steps, in the order ``wiring`` runs them:
                ``preempt_hour``: its writes, before the victims' and after;
                ``victimspec``: a victim's spec write, its waiting task renewed;
                ``victimstop``: the victims stopped as one, their gates in one write;
+               ``victimback``: a victim's move rolled back, not cooling down;
                ``preempt_notes``: what a preemptor's plan says of the decision)
 ``observe``    the cluster document, the over-share watch, the map
 ``overshare``  placement.overshare: restart, acting on observe's watch

@@ -15,8 +15,9 @@ safety and the writes:
 * cooldown per victim (``victim_cooldown_s``, from its last preemption, by service ID:
   kept in Swarm in its ``<p>state.preempted`` label and here; the label counts only when
   the hour on the swarm object has a victim stopped at its time, as a stack can write it
-  too) and a settle time per preemptor (``settle_s``): a preemptor still pending after
-  its victims were stopped stops no more until it has passed, their GPUs held for it meanwhile
+  too; a victim whose move rolled back preempted nothing: ``victimback``) and a settle
+  time per preemptor (``settle_s``): a preemptor still pending after its victims were
+  stopped stops no more until it has passed, their GPUs held for it meanwhile
   (``nominated``, never a label; ``placement.nominated``), and while a victim's move is
   in flight or its task stops (``Nominations.keep``) and ``settle_s`` after; held, they
   are used for the other preemptors of its priority or lower, and no victim moves there;
@@ -85,6 +86,7 @@ from swarmgpu.manager.cycle.preempt_notes import (
     raised_note,
     unread_note,
 )
+from swarmgpu.manager.cycle.victimback import rolled_back
 from swarmgpu.manager.cycle.victimspec import unread_victims
 from swarmgpu.manager.cycle.victimstop import close_gates, names
 from swarmgpu.manager.engine.actuator import Writes
@@ -151,6 +153,7 @@ class Preempter:
         self.said_raised: SaidOnce[str] = SaidOnce()  # victims that raised, while they do
         self.unknown = UnknownVictims()  # preemptors held back by a queue's unknown use
         self.moving: dict[str, set[str]] = {}  # preemptor -> each victim it had moved
+        self.left: dict[str, tuple[str, str]] = {}  # victim moved -> its id, the node it left
         self.mover: Mover | None = None
         self.waits: SaidOnce[str] = SaidOnce()  # moves said to wait for the move budgets
         self.unread: dict[str, str] = {}  # holders never chosen: their specs' faults
@@ -347,16 +350,24 @@ class Preempter:
         mono = self.clock() if mono is None else mono
         # A time past its cooldown (settle time) decides nothing: dropped, or each name a
         # month of CI stacks had preempted stayed in memory for good (``clock``'s times).
+        # The daemon's records only (a move label alone protects nothing); those read
+        # after the rebalancer's movers ran too: a move they started this cycle, stopped
+        # here, would reopen its source, now the preemptor's, if rolled back.
+        fresh = snap.swarm_labels if records is None else records
+        in_move = moving(snap.services, snap.swarm_labels, self.prefix) | recorded(
+            snap.services, fresh, self.prefix, snap.services_left_out)
+        holders = holdings_by_node(snap.nodes, self.prefix, plan.dropped)  # (as placement's)
+        back = rolled_back(self.left, in_move, holders, snap.services)  # preempted nothing
+        self.left = {v: at for v, at in self.left.items() if v in in_move}
         self.victim_at = {i: at for i, at in self.victim_at.items()
-                          if mono - at < pc.victim_cooldown_s}
+                          if mono - at < pc.victim_cooldown_s and i not in back}
         self.preemptor_at = {n: at for n, at in self.preemptor_at.items()
                              if mono - at < pc.settle_s and not self._recreated(n, snap)}
         cooling = {s.name for s in snap.services if s.id in self.victim_at}
         # A holder whose spec its victim write cannot read is never chosen (the write
-        # would fail after the choice); ``cycle`` says why. (Read as placement read it.)
-        self.unread = unread_victims(snap.services, {
-            svc for per in holdings_by_node(snap.nodes, self.prefix, plan.dropped).values()
-            for svc in per})
+        # would fail after the choice); ``cycle`` says why.
+        self.unread = unread_victims(snap.services, {svc for per in holders.values()
+                                                     for svc in per})
         cooling |= self.unread.keys()
         # The record in Swarm counts too (a new leader), but it is a label on the victim's
         # own spec, which its stack writes: it counts only when the hour on the swarm
@@ -370,12 +381,6 @@ class Preempter:
                     and round(st.at) in stopped_at):
                 cooling.add(s.name)
         settling = set(self.preemptor_at)
-        # The daemon's records only (a move label alone protects nothing); those read
-        # after the rebalancer's movers ran too: a move they started this cycle, stopped
-        # here, would reopen its source, now the preemptor's, if rolled back.
-        fresh = snap.swarm_labels if records is None else records
-        in_move = moving(snap.services, snap.swarm_labels, self.prefix) | recorded(
-            snap.services, fresh, self.prefix, snap.services_left_out)
         self.moving = {p: vs & in_move for p, vs in self.moving.items()
                        if vs & in_move and not self._recreated(p, snap)}
         self.preemptor_id = {n: i for n, i in self.preemptor_id.items()
@@ -581,7 +586,7 @@ class Preempter:
             return "held"
         except (BudgetCut, Stopped) as exc:  # (a cut at the cycle's budget, or a stop)
             if wrote:  # its record landed: under way, judged from it next cycle (as below)
-                self.moving.setdefault(p.service, set()).add(v.service)
+                self._under_way(p, v)
             if isinstance(exc, BudgetCut):  # (no fault of its own)
                 raise read_cut() from exc
             raise  # no later victim is acted on
@@ -597,7 +602,7 @@ class Preempter:
                 "preemption: moving {} for {} failed after its record was written ({}): "
                 "counted as started, judged from its record next cycle", v.service,
                 p.service, exc)
-            self.moving.setdefault(p.service, set()).add(v.service)
+            self._under_way(p, v)
             return "moved"
         except Exception as exc:  # a bug or unforeseen input: this victim's loss only
             # Nothing written: stopped instead, as a move that failed to start. Else its
@@ -611,7 +616,7 @@ class Preempter:
                              + "); the other preemptions go on")
             if not wrote:
                 return "stop"
-            self.moving.setdefault(p.service, set()).add(v.service)
+            self._under_way(p, v)
             return "moved"
         if started.budget is not None:
             waits.append((f"{p.service}:{v.service}:{started.budget.key}", (
@@ -622,11 +627,16 @@ class Preempter:
             return "wait"
         if not started.ok:
             return "stop"
-        self.moving.setdefault(p.service, set()).add(v.service)
+        self._under_way(p, v)
         logger.bind(service=v.service).warning(
             "moved from {} to {} (make-before-break) to make room for {} (priority {})",
             p.hostname, where.hostname, p.service, p.priority)
         return "moved"
+
+    def _under_way(self, p: Preemption, v: Candidate) -> None:
+        """``v``'s move for ``p`` counted as started (its record the authority)."""
+        self.moving.setdefault(p.service, set()).add(v.service)
+        self.left[v.service] = (v.service_id, p.node_id)
 
     def _say_raised(self, key: str, service: str, exc: Exception, what: str) -> None:
         """Log ``what`` at error with ``exc``'s traceback once while ``key`` keeps

@@ -54,6 +54,11 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   with what the round's earlier preemptors take there
   (``queues.within_max``): the planner holds back one service at a time, so each of a
   queue's waiting services fits alone;
+* no preemption for a service whose replicas are all placed (the ledger holds them, as
+  placement counts replicas) while Swarm has not put its task on a node yet: its
+  scheduler's "no suitable node" (often written before its gate opened) is no want of
+  GPUs; one Swarm will not run where its GPUs are, no other node taking it
+  (``converge``'s stuck), needs GPUs elsewhere and preempts for them;
 * no preemption when a node the preemptor may use already has enough free GPUs (for a
   ``topology`` request a free set the allocator gives it, ``_GpuSets.gives``: enough by
   count but no NVLink pair, it preempts as Kubernetes does) and the CPU and memory its
@@ -120,7 +125,7 @@ from swarmgpu.manager.placement.queues import (
     reclaimable,
     within_max,
 )
-from swarmgpu.manager.placement.records import PlacementPlan, Status
+from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
 from swarmgpu.manager.placement.specs import demand_of, node_spec
 from swarmgpu.manager.placement.victimmoves import Relocation, relocation
 from swarmgpu.manager.placement.victimsearch import Lack, Rank, best_victims, together_of
@@ -289,13 +294,13 @@ def choose_preemptions(
                 room=Room.of(nodes, services, tasks, holdings, stopping, plan.stopping_overdue,
                              prefix),
                 held=held or {}, taken=set(flying), waits=plan.stopping_waits, tasks=tasks)
-    held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     # A packed service's replicas go only on its node: it preempts there alone, for all
     # the replicas it lacks at once (``packing.repack`` places them so); elsewhere its
     # victims would be stopped for nothing.
     pending = [sp for sp in plan.services if sp.status == Status.PENDING
                and sp.request is not None]
     packed = {sp.name for sp in pending if sp.packed}
+    passed = _passed_over(plan, pending, by_name)
     order = serve_order([(by_name[sp.name], sp.request) for sp in pending
                          if sp.name in by_name and isinstance(sp.request, GpuRequest)])
     made = {p.service: p for p in first}
@@ -307,7 +312,7 @@ def choose_preemptions(
             continue
         if r.cpu_only:  # (gpus: "0") stops no GPU work for CPU: the operator's rule
             continue
-        if s.name in settling or s.name in rd.gone or s.name in held_at_max \
+        if s.name in settling or s.name in rd.gone or s.name in passed \
                 or s.name in moving or s.mode != "replicated" or not s.replicas:
             continue
         waiting.count(rd.room, by_name, r.priority)  # held preemptors' CPU (its priority and up)
@@ -325,6 +330,18 @@ def choose_preemptions(
                 rd.room.left = room
             raised[s.name] = exc
     return out
+
+
+def _passed_over(plan: PlacementPlan, pending: Sequence[ServicePlan],
+                 by_name: Mapping[str, SwarmService]) -> set[str]:
+    """The pending services that preempt nothing: those held at their queue's max, and
+    those with every replica placed (the ledger holds them, as placement counts
+    replicas), pending while Swarm has not put their task on a node: they lack no GPU,
+    and a victim stopped elsewhere places nothing. One stuck where its GPUs are, no
+    other node taking it (``ServicePlan.stuck``), needs some."""
+    return {n for q in plan.queues for n in q.get("blocked", ())} | {
+        sp.name for sp in pending if not sp.stuck and sp.name in by_name
+        and len(sp.placements) >= (by_name[sp.name].replicas or 0)}
 
 
 def _choose_one(rd: Round, s: SwarmService, r: GpuRequest, prefix: str, packed: bool,

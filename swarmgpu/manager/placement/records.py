@@ -159,6 +159,9 @@ class ServicePlan:
     # Failed because a part of its spec cannot be read (``swarm.specread.UnreadSpec``):
     # ``reason`` names the field and its fix; not a swarmgpu fault to report.
     unread: bool = False
+    # A holding kept where Swarm will not run its task, no other node taking it
+    # (``converge``): it needs GPUs elsewhere, though all its replicas are placed.
+    stuck: bool = False
 
     @property
     def needs_service_write(self) -> bool:

@@ -347,7 +347,7 @@ def _outcome(
         d.status = Status.PENDING
         d.reason = f"Swarm cannot run its task: {waiting.refused}"
     if stuck:  # held where Swarm will not run it, and not moved: it waits
-        d.status = Status.PENDING
+        d.status, d.stuck = Status.PENDING, True
         d.reason = f"{d.reason}; {stuck}" if d.reason else stuck
     if d.limit:  # the owner's MaxReplicas: swarmgpu's own cause first, Swarm's words after
         d.status = Status.PENDING
@@ -462,6 +462,7 @@ class _Draft:
     held: tuple[str, ...]
     transient: str  # ``ServicePlan.transient``
     renewed: bool
+    stuck: bool  # ``ServicePlan.stuck``
 
     def __init__(self, s: SwarmService, request: GpuRequest | None, text: str) -> None:
         self.s, self.request, self.request_text = s, request, text
@@ -475,7 +476,7 @@ class _Draft:
         self.node_set, self.node_remove, self.state_labels = {}, {}, {}
         self.packed = self.progress = self.decision = self.limit = None
         self.replaced, self.nodes_waiting, self.held = "", EMPTY, ()
-        self.job_running = self.renewed = False
+        self.job_running = self.renewed = self.stuck = False
         self.transient = ""
 
     def gated(self, g: Gating) -> bool:
@@ -591,4 +592,5 @@ class _Draft:
             self.held,
             self.transient,
             self.renewed,
+            stuck=self.stuck,
         )

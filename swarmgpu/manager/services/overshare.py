@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loguru import logger
@@ -35,7 +35,13 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.engine.actuator import Why, Writes
-from swarmgpu.manager.engine.stop import Stopped, StopRequest, read_cut, undoing
+from swarmgpu.manager.engine.stop import (
+    BudgetEnded,
+    Stopped,
+    StopRequest,
+    read_cut,
+    undoing,
+)
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import Holding, gate_key, read_ledger
 from swarmgpu.manager.rebalance.admission import over_budget_on
@@ -379,12 +385,21 @@ class Restarter:
         self.swarm, self.cfg, self.clock, self.wait_s = swarm, cfg, clock, wait_s
         self.stop = stop or StopRequest()  # (none: never asked)
         self.said: dict[tuple[str, str, str], str] = {}  # last "not done" said (_gist)
+        # service id -> the cool-down mark of a restart whose mark write raised (its
+        # outcome unknown: a write cut at the cycle's slack may have landed) and whose
+        # gate was never closed: that mark, read back on the service, stands for no
+        # restart (``_cut_mark``)
+        self.unsure: dict[str, str] = {}
 
     def run(self, due: Sequence[ServiceUse], snap: Snapshot,
             restarted: Callable[[tuple[str, str, str]], None] = lambda key: None) -> int:
         p = self.cfg.sync.prefix
         by_name = {s.name: s for s in snap.services}
         ledger = read_ledger(snap.nodes, p)
+        # Read back: a cut mark Swarm does not show (not landed, or a later one written
+        # over it) is forgotten; one it shows is this Restarter's, no restart after it.
+        self.unsure = {s.id: self.unsure[s.id] for s in snap.services
+                       if s.id in self.unsure and s.labels.get(p + MOVED_AT) == self.unsure[s.id]}
         # Said once while due: a holder no longer due (back within, or removed) is
         # forgotten, or every removed stack's reason stayed for good.
         keys = {u.key for u in due}
@@ -418,7 +433,7 @@ class Restarter:
             # an unread node's labels are written by none: its gate stays
             refusal = refused(s, gpu, ledger.get(u.service, {}), p)
             why = unread_source(by_node, u.node_id) or refusal or why_not_movable(
-                s, gpu, mine.get(s.id, ()),
+                self._cut_mark(s, p), gpu, mine.get(s.id, ()),
                 ledger.get(u.service, {}), p, self.clock(), self.cfg.rebalance.cooldown_s,
                 moving=s.name in moving([s], swarm_labels, p) or s.id in bad)
             b = over_budget_on({u.node_id}, flying, done_on, self.cfg.rebalance, len(bad))
@@ -439,6 +454,14 @@ class Restarter:
                 restarted(u.key)
                 n += 1
         return n
+
+    def _cut_mark(self, s: SwarmService, prefix: str) -> SwarmService:
+        """``s`` as its cool-down is judged: without the mark of a restart whose mark write
+        raised before its gate closed (``unsure``, read back on ``s`` this cycle): no
+        restart followed it, so it holds the next one back for nothing."""
+        if s.id not in self.unsure:
+            return s
+        return replace(s, labels={k: v for k, v in s.labels.items() if k != prefix + MOVED_AT})
 
     def _not_done(self, u: ServiceUse, why: str, warn: bool) -> None:
         """Say why ``u``'s restart is not done, once per reason while it is due (not
@@ -492,11 +515,14 @@ class Restarter:
                         prefix=p)
         why = Why("operator", f"placement.overshare: restart (over its GPU share on "
                               f"{u.hostname}: {u.describe()})")
+        at = f"{self.clock():.0f}"
+        before: list[str | None] = [None]  # the mark it replaces, as the write read it
 
         def mark(spec: Mapping[str, Any]) -> Mapping[str, Any]:
             new = dict(spec)
-            new["Labels"] = {**spec_object(spec.get("Labels"), "Labels"),
-                             p + moved_at: f"{self.clock():.0f}"}
+            labels = spec_object(spec.get("Labels"), "Labels")
+            before[0] = labels.get(p + moved_at)
+            new["Labels"] = {**labels, p + moved_at: at}
             return new
 
         # The cooldown mark first: a write of the spec after the replacement task exists
@@ -508,28 +534,75 @@ class Restarter:
             log.warning("over-share restart of {} on {} not done: its spec cannot be read: "
                         "{}", s.name, u.hostname, exc)
             return False
+        except SwarmError:
+            # Its outcome unknown (a write cut at the cycle's slack may have landed), the
+            # gate never closed: the next cycle reads the mark back (``_cut_mark``).
+            self.unsure[s.id] = at
+            raise
+        self.unsure.pop(s.id, None)
         closed: bool | None = None  # (None: refused, or its outcome unknown)
         try:
             closed = writes.node_labels(
                 u.node_id, lambda cur: {k: v for k, v in cur.items() if k != gate}, why)
+        except BudgetEnded:  # refused before it was sent: none closed; the daemon goes on
+            self.unsure[s.id] = at  # (read back next cycle: no write past the budget)
+            raise
+        except Stopped:  # refused before it was sent: none closed, and the daemon stops
+            self._take_back(writes, s, u, moved_at, at, before[0])
+            raise
+        except BaseException:  # its outcome unknown: the gate may be shut
+            self._reopen(writes, u, gate, ended=True)
+            raise
+        try:
             # No gate there to close (placement released it this cycle, say): none is
             # the restart's to reopen, and one written would let a task onto GPUs the
             # ledger no longer holds for it.
             stopped = self._wait_gone(s, u, old) if closed else False
         except BaseException:
-            if closed is not False:
-                self._reopen(writes, u, gate, ended=True)
+            self._reopen(writes, u, gate, ended=True)
             raise
         reopened = self._reopen(writes, u, gate, ended=stopped) if closed else True
         if stopped:
+            # Its mark stays: the enforcer may yet stop the task on the closed gate's
+            # event, and a spec write then left its replacement of an older revision,
+            # never tried again (as above); a later restart waits the cool-down instead.
             log.warning("over-share restart of {} on {} cut short by the daemon's stop: "
-                        "gate {}; its task may not have been restarted (the next leader "
-                        "judges it afresh)", s.name, u.hostname,
-                        "reopened" if reopened else "left closed")
+                        "gate {}; its task may not have been restarted, and its cool-down "
+                        "mark stays (rebalance.cooldown_s before the next restart)", s.name,
+                        u.hostname, "reopened" if reopened else "left closed")
             raise Stopped(self.stop)
         log.warning("restarted {}'s task on {} (over its GPU share: {}; tasks {})", s.name,
                     u.hostname, u.describe(), ",".join(u.tasks) or "?")
         return True
+
+    def _take_back(self, writes: Writes, s: SwarmService, u: ServiceUse, moved_at: str,
+                   at: str, before: str | None) -> None:
+        """``s``'s mark ``at`` taken back (``before`` put back), its gate never closed: no
+        restart was made, and kept it held the next one back (the next leader's too).
+        An undo, let through once the daemon is stopping; a spec write is safe here, no
+        task of it being replaced. Failed: this daemon reads it back (``unsure``)."""
+        self.unsure[s.id] = at
+        key = self.cfg.sync.prefix + moved_at
+
+        def back(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+            labels = dict(spec_object(spec.get("Labels"), "Labels"))
+            if labels.get(key) != at:
+                return None  # written since: not this restart's to take back
+            labels.pop(key)
+            return {**spec, "Labels": labels | ({key: before} if before is not None else {})}
+
+        try:
+            with undoing():
+                writes.service_spec(s.id, back)
+        except (SwarmError, UnreadSpec) as exc:
+            logger.bind(service=s.name).warning(
+                "over-share restart of {} on {} not made (its gate never closed); its "
+                "cool-down mark not taken back ({}): the next restart waits "
+                "rebalance.cooldown_s unless this daemon goes on", s.name, u.hostname, exc)
+            return
+        logger.bind(service=s.name).warning(
+            "over-share restart of {} on {} not made: the daemon's stop came before its "
+            "gate closed; its cool-down mark taken back", s.name, u.hostname)
 
     def _reopen(self, writes: Writes, u: ServiceUse, gate: str, ended: bool) -> bool:
         """Reopen ``u``'s gate, closed for its restart, whatever happened: a closed gate

@@ -1,0 +1,119 @@
+"""A preemption's victim whose move was counted as started (its record landed, its spec
+write's answer cut) and then rolled back is not cooling down: its move preempted
+nothing, it runs where it ran.
+
+``Preempter.took`` cools every victim moved or stopped (``victim_cooldown_s``). A move
+whose record landed and whose spec write came back cut is counted as started, judged
+from its record next cycle (``Mover._begin``); the rebalancer's mover then rolls it
+back (no move label on the spec: ``Mover.recover``), the victim holding its source all
+along. It stayed cooling for the whole ``victim_cooldown_s`` all the same, where a
+victim never taken was not. A move done (its source closed) still cools. Pure, over the
+recording Swarm stand-in (tests/support/forged.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from support.forged import DGX_F, RecordingSwarm, sw_node, sw_svc
+from support.move_then_preempt import FACTS, REBALANCE, D, P, R, holds, snapshot_of
+
+from swarmgpu.core.config import Config, PreemptionConfig
+from swarmgpu.manager.cycle.preemption import Preempter
+from swarmgpu.manager.placement import Holding, PlacementPlan, devices_key
+from swarmgpu.manager.placement.preempt import Candidate, Preemption, Relocation
+from swarmgpu.manager.rebalance.mover import Mover, read_records
+from swarmgpu.swarm.client import SwarmTask, SwarmUnavailable
+
+T = 1000.0  # the Preempter's clock (monotonic) at the preemption
+
+
+class SpecCut(RecordingSwarm):
+    """batch's first spec write is cut before it lands (its answer lost: unknown)."""
+
+    cut = 1
+
+    def update_service_spec(self, service_id: str,
+                            compute: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
+                            **kw: Any) -> bool:
+        if service_id == "id-batch" and self.cut:
+            self.cut -= 1
+            raise SwarmUnavailable("Docker Engine unreachable at test: the engine's answer "
+                                   "to POST /services/id-batch/update, a write's, was not "
+                                   "read within 5.0 s")
+        return super().update_service_spec(service_id, compute, **kw)
+
+
+def _world() -> SpecCut:
+    """batch (priority 0) holds 2 RTX 4090s, filler the other 6; the DGX has 2 A100s free,
+    where batch can move; high (priority 100) wants 2."""
+    nodes = [sw_node("n-mgr", "manager", role="manager"),
+             sw_node("n-dgx", "gpu-node-1", holds("n-dgx", {"dfill": D[:5]})),
+             sw_node("n-4090", "gpu-node-2", holds("n-4090", {"batch": R[:2],
+                                                               "filler": R[2:]}))]
+    svcs = [sw_svc("batch", {f"{P}gpus": "2", devices_key(P, "n-4090"): ",".join(R[:2])}),
+            sw_svc("filler", {f"{P}gpus": "6", f"{P}preemptible": "false",
+                              devices_key(P, "n-4090"): ",".join(R[2:])}),
+            sw_svc("dfill", {f"{P}gpus": "5", f"{P}preemptible": "false",
+                             devices_key(P, "n-dgx"): ",".join(D[:5])}),
+            sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100"})]
+    on = {"batch": "n-4090", "filler": "n-4090", "dfill": "n-dgx"}
+    tasks = [SwarmTask(f"t-{s.name}", s.id, on.get(s.name, ""), 1,
+                       "running" if s.name in on else "pending", "running", ())
+             for s in svcs]
+    return SpecCut(nodes, svcs, tasks)
+
+
+def _moved(sw: SpecCut, tmp_path: Path) -> Preempter:
+    """high's preemption of batch, moved to the DGX's 2 free GPUs, acted on as
+    ``Preempter.cycle`` acts (``_act``, then ``took``)."""
+    cfg = Config(state_dir=str(tmp_path), rebalance=REBALANCE,
+                 preemption=PreemptionConfig(dry_run=False, preemptible_below=100))
+    pre = Preempter(cfg, clock=lambda: T)
+    idx = tuple(next(g.index for g in DGX_F.gpus if g.uuid == u) for u in D[5:7])
+    victim = Candidate("batch", "id-batch", "n-4090", 0, "", R[:2],
+                       Holding("batch", "n-4090", R[:2], (1000, 1000)))
+    p = Preemption("high", "id-high", 100, "n-4090", "gpu-node-2", (victim,),
+                   moves={"batch": Relocation("n-dgx", "gpu-node-1", idx, D[5:7])},
+                   held=R[:2])
+    got, _ = pre._act(sw, snapshot_of(sw), PlacementPlan(), p, "", 5000.0, [], T)
+    pre.took(p, got, T)
+    return pre
+
+
+def _next_cycle(pre: Preempter, sw: SpecCut) -> None:
+    """The rebalance step's mover judges the record, then the preemption step decides."""
+    snap = snapshot_of(sw)
+    Mover(sw, REBALANCE, prefix=P, dry_run=False).run_cycle(  # type: ignore[arg-type]
+        [], snap.nodes, snap.services, snap.tasks)
+    pre.decide(snapshot_of(sw), PlacementPlan(), FACTS, None, 5060.0, mono=T + 60)
+
+
+def test_a_victim_whose_move_rolled_back_is_not_cooling(tmp_path: Path) -> None:
+    sw = _world()
+    pre = _moved(sw, tmp_path)
+    assert {st.service for st in read_records(sw.swarm_labels(), P).values()} == {"batch"}
+    assert set(pre.victim_at) == {"id-batch"}  # while its move may be under way
+    pre.decide(snapshot_of(sw), PlacementPlan(), FACTS, None, 5030.0, mono=T + 30)
+    assert set(pre.victim_at) == {"id-batch"}  # still in flight: still cooling
+    _next_cycle(pre, sw)  # rolled back: batch holds its source, its record gone
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert "swarmgpu.assign.batch" in sw.node("n-4090").labels
+    pre.decide(snapshot_of(sw), PlacementPlan(), FACTS, None, 5090.0, mono=T + 90)
+    assert pre.victim_at == {}
+
+
+def test_a_victim_whose_move_finished_still_cools(tmp_path: Path) -> None:
+    sw = _world()
+    sw.cut = 0  # its spec write lands: the move goes on
+    pre = _moved(sw, tmp_path)
+    # the move done: its source closed and its record gone, as the mover ends it
+    sw.update_node_labels("n-4090", lambda cur: {k: v for k, v in cur.items()
+                                                  if not k.endswith(".batch")})
+    sw.update_swarm_labels(lambda cur: {k: v for k, v in cur.items()
+                                        if not k.startswith(f"{P}state.moves.")})
+    for mono in (T + 30, T + 60):
+        pre.decide(snapshot_of(sw), PlacementPlan(), FACTS, None, 5000.0 + mono - T,
+                   mono=mono)
+    assert set(pre.victim_at) == {"id-batch"}
