@@ -534,3 +534,16 @@ def test_a_gpus_many_problems_are_cut_to_what_the_facts_hold(tmp_path: Path) -> 
     g0 = facts.gpus[0]
     assert g0.healthy and (g0.error or "").startswith("NVLink 0 state could not be read")
     assert all(g.healthy for g in facts.gpus)
+
+
+def test_a_bus_id_not_in_pcis_form_costs_that_value_not_the_gpu(tmp_path: Path) -> None:
+    """A PCI bus id whose domain is not hex (a garbled nvmlPciInfo) raised ValueError in
+    its normalising, and the whole GPU was served lost. Now only its bus id is unknown,
+    said (kept from its last good read); its UUID, memory and health are served."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    good = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read()
+    b.machine.gpus[2].bus_id = "zz:00:00.0"
+    g2 = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read().gpus[2]
+    assert g2.healthy and g2.pci_bus_id == good.gpus[2].pci_bus_id
+    assert (g2.uuid, g2.memory_mib) == (good.gpus[2].uuid, good.gpus[2].memory_mib)
+    assert "'zz:00:00.0'" in (g2.error or "")

@@ -337,7 +337,11 @@ def _fill_gpu(nv: Nvml, r: _GpuRead, sysfs_root: Path) -> None:
     r.memory_mib = _memory_mib(mem, r) if mem is not None else None
     pci = nv.call("nvmlDeviceGetPciInfo", h)
     if pci is not None:
-        r.pci_bus_id = normalise_bus_id(text(pci.busId))
+        try:
+            r.pci_bus_id = normalise_bus_id(text(pci.busId))
+        except ValueError:  # a domain not hex: this value unknown, not the whole GPU
+            r.errors.append(f"NVML answered its PCI bus id "
+                            f"{peer_text(text(pci.busId), 64)!r}; not used")
     cc = nv.call("nvmlDeviceGetCudaComputeCapability", h)
     if cc is not None:
         r.compute = (int(cc[0]), int(cc[1]))
