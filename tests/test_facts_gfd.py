@@ -372,3 +372,19 @@ def test_a_dump_of_several_nodes_is_read_for_this_node_only(tmp_path: Path) -> N
         "labels": {"nvidia.com/gpu.count": "2", "nvidia.com/gpu.memory": "81559",
                    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}))
     assert len(GfdSource(one, hostname="node-c").read().gpus) == 2
+
+
+def test_single_strategy_with_no_mig_devices_is_this_sources_error(tmp_path: Path) -> None:
+    """mig.strategy=single labels with gpu.count=0 beside a '-MIG-<profile>' product (MIG
+    mode with no MIG devices made, where GFD does not write '-MIG-INVALID'): the read
+    raised IndexError, naming neither the file nor the labels. Now it is this source's
+    error, as '-MIG-INVALID' is, naming the labels and the fix."""
+    f = tmp_path / "gfd"
+    f.write_text("nvidia.com/gpu.count=0\nnvidia.com/mig.strategy=single\n"
+                 "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb\n"
+                 "nvidia.com/gpu.memory=4864\n")
+    for memory in (None, 40960):
+        with pytest.raises(SourceError, match=r"gpu\.count=0.*MIG-1g\.5gb.*no MIG devices"
+                           r".*mixed") as exc:
+            GfdSource(f, hostname="n", memory_mib=memory).read()
+        assert str(f) in str(exc.value)
