@@ -20,6 +20,8 @@ Harness and stand-ins (also run as scripts or by benchmarks/ and scripts/demo.py
 - serving: a stand-in server served in a thread for a block (loop_engine's, docker_clis').
 - task_watch: records the tasks a service ran; web_fleet: a fleet document made by the
   real planner; browser: a headless chromium for the GPU map.
+- agent_threads: the agent facts-refresh threads a module leaves running (checked
+  after each module by tests/conftest.py).
 - daemon: the `daemon` fixture's setup (tests/conftest.py); empty_swarm: a swarm with
   nothing in it, for the daemon's own life without one; once_slow_agents: `swarmgpu run
   --once` over GPU nodes whose agents never answer, for its signals.
