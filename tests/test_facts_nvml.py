@@ -6,6 +6,7 @@ import copy
 import threading
 import time
 import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -242,13 +243,31 @@ def test_pure_helpers() -> None:
     assert cpu_list([0]) is None
 
 
-def test_hung_gpu_answers_within_deadline_and_is_not_asked_again(tmp_path: Path) -> None:
+@pytest.fixture
+def hang_gpu() -> Iterator[Callable[[fake.FakeGpu], None]]:
+    """Makes a fake GPU's every call hang 3 s; the test over, it answers at once again.
+    Its reads left running past their deadline (as a hung GPU's are) then end: left
+    hanging, each went on for minutes of 3 s calls, and the interpreter's exit waited
+    on them (the NVML pool joins its threads), agent threads still running meanwhile."""
+    hung: list[fake.FakeGpu] = []
+
+    def make(gpu: fake.FakeGpu) -> None:
+        gpu.hang_s = 3.0
+        hung.append(gpu)
+
+    yield make
+    for gpu in hung:
+        gpu.hang_s = 0.0
+
+
+def test_hung_gpu_answers_within_deadline_and_is_not_asked_again(
+        tmp_path: Path, hang_gpu: Callable[[fake.FakeGpu], None]) -> None:
     """A GPU whose NVML calls hang (fallen off the bus, Xid): the read returns within
     its deadline, that GPU is unhealthy, the other seven are served."""
     import time
 
     b = build_layout("hgx_h100_nv18", tmp_path)
-    b.machine.gpus[5].hang_s = 3.0
+    hang_gpu(b.machine.gpus[5])
     src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs, gpu_deadline_s=0.5)
     t0 = time.monotonic()
     facts = src.read()
@@ -262,7 +281,8 @@ def test_hung_gpu_answers_within_deadline_and_is_not_asked_again(tmp_path: Path)
     assert time.monotonic() - t0 < 1.5 and not again.gpus[5].healthy
 
 
-def test_a_gpu_that_hangs_later_keeps_its_identity(tmp_path: Path) -> None:
+def test_a_gpu_that_hangs_later_keeps_its_identity(
+        tmp_path: Path, hang_gpu: Callable[[fake.FakeGpu], None]) -> None:
     """A GPU read well once, whose calls then hang (or fail), is the same GPU gone
     unhealthy: its UUID, model and memory from the last good read, not
     ``GPU-unknown-index-N``. Under a placeholder the daemon saw its holding's GPU gone
@@ -271,7 +291,7 @@ def test_a_gpu_that_hangs_later_keeps_its_identity(tmp_path: Path) -> None:
     b = build_layout("hgx_h100_nv18", tmp_path)
     src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs, gpu_deadline_s=0.5)
     good = src.read()
-    b.machine.gpus[5].hang_s = 3.0
+    hang_gpu(b.machine.gpus[5])
     b.machine.gpus[3].lost = True
     hung = src.read()
     for k, why in ((5, "did not return within"), (3, "GPU is lost")):
@@ -282,7 +302,7 @@ def test_a_gpu_that_hangs_later_keeps_its_identity(tmp_path: Path) -> None:
         assert "last good read" in (g.error or "")
     assert [g.uuid for g in hung.gpus] == [g.uuid for g in good.gpus]
     fresh = build_layout("hgx_h100_nv18", tmp_path / "fresh")
-    fresh.machine.gpus[5].hang_s = 3.0
+    hang_gpu(fresh.machine.gpus[5])
     first = NvmlSource(hostname="n", nvml_module=fresh.nvml, sysfs_root=fresh.sysfs,
                        gpu_deadline_s=0.5).read()
     assert first.gpus[5].uuid == "GPU-unknown-index-5" and not first.gpus[5].healthy
