@@ -567,3 +567,23 @@ def test_a_bus_id_not_in_pcis_form_costs_that_value_not_the_gpu(tmp_path: Path) 
     assert g2.healthy and g2.pci_bus_id == good.gpus[2].pci_bus_id
     assert (g2.uuid, g2.memory_mib) == (good.gpus[2].uuid, good.gpus[2].memory_mib)
     assert "'zz:00:00.0'" in (g2.error or "")
+
+
+def test_a_memory_total_no_gpu_has_is_unknown_not_a_fact(tmp_path: Path) -> None:
+    """nvmlDeviceGetMemoryInfo answering 2^44 MiB (16 EiB: a garbled answer) was served
+    as the GPU's memory, a GPU that fits any request. Now a total past 16 TiB is this
+    GPU's memory unknown, said on it, and kept from its last good read."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs)
+    good = src.read()
+    b.machine.gpus[3].memory_total_mib = 1 << 44
+    b.machine.gpus[4].memory_total_mib = 1 << 24  # 16 TiB: still believed
+    facts = NodeFacts.from_dict(src.read().to_dict())
+    g3 = facts.gpus[3]
+    assert g3.memory_mib == good.gpus[3].memory_mib
+    assert f"memory total {1 << 64} bytes" in (g3.error or "") and "16 TiB" in (g3.error or "")
+    assert facts.gpus[4].memory_mib == 1 << 24 and facts.gpus[4].error is None
+    fresh = build_layout("hgx_h100_nv18", tmp_path / "fresh")
+    fresh.machine.gpus[3].memory_total_mib = 1 << 44
+    first = NvmlSource(hostname="n", nvml_module=fresh.nvml, sysfs_root=fresh.sysfs).read()
+    assert first.gpus[3].memory_mib == 1 and "memory unknown" in (first.gpus[3].error or "")

@@ -45,6 +45,10 @@ MAX_GPUS = 64
 MAX_MIG_PER_GPU = 16
 MAX_STR_LEN = 256  # any string field (hostname, product, UUID, versions...)
 MAX_INT = 2**53  # any integer field is below it (a float holds it exactly)
+# A GPU's memory believed, at most: 16 TiB, far past any GPU made (the largest hold
+# under 300 GB), so only a garbled answer is above it (2^44 MiB read as a fact is a GPU
+# that fits any request).
+MAX_GPU_MEMORY_MIB = 1 << 24
 MAX_ERRORS = 50  # agent-reported problems kept (each cut to MAX_STR_LEN)
 
 

@@ -41,6 +41,7 @@ from swarmgpu.agent.facts.nvml_vet import vet_gpus
 from swarmgpu.agent.facts.nvml_xid import XidWatcher, xid_watcher
 from swarmgpu.core.health import HealthSignals
 from swarmgpu.core.model import (
+    MAX_GPU_MEMORY_MIB,
     MAX_GPUS,
     MAX_MIG_PER_GPU,
     MAX_STR_LEN,
@@ -390,10 +391,15 @@ def _identity(value: str, what: str, r: _GpuRead) -> str | None:
 
 def _memory_mib(mem: Any, r: _GpuRead) -> int | None:
     """The GPU's memory in MiB; None, said, for a total under 1 MiB (a GPU half off the
-    bus answers 0): served as a healthy GPU of 1 MiB, and its last good read forgotten."""
+    bus answers 0): served as a healthy GPU of 1 MiB, and its last good read forgotten;
+    or past ``MAX_GPU_MEMORY_MIB`` (a garbled answer): served, a GPU fitting anything."""
     total = int(mem.total)
     if total < _MIB:
         r.errors.append(f"NVML answered its memory total {total} bytes; taken as unknown")
+        return None
+    if total // _MIB > MAX_GPU_MEMORY_MIB:
+        r.errors.append(f"NVML answered its memory total {total} bytes, past the "
+                        f"{MAX_GPU_MEMORY_MIB >> 20} TiB no GPU has; taken as unknown")
         return None
     return total // _MIB
 
