@@ -301,7 +301,8 @@ def _note(text: str | None) -> str | None:
 
 def _opt_str(d: Mapping[str, Any], key: str, where: str, *, note: bool = False) -> str | None:
     """A string field (a number read as its text); ``note``: the agent's own free text,
-    which ``_note`` cleans, so a lone surrogate in it is dropped there, not refused."""
+    which ``_note`` cuts and cleans, so a long one (an agent from before its GPU errors
+    were cut) or a lone surrogate in it is mended there, not refused with the node."""
     v = d.get(key)
     if v is None:
         return None
@@ -310,7 +311,7 @@ def _opt_str(d: Mapping[str, Any], key: str, where: str, *, note: bool = False) 
     if isinstance(v, int) and abs(v) >= 10**18:
         raise FactsError(f"{where}.{key}: a number that long is not a {key}")
     text = str(v)
-    if len(text) > MAX_STR_LEN:
+    if len(text) > MAX_STR_LEN and not note:
         raise FactsError(f"{where}.{key}: {len(text)} characters; at most {MAX_STR_LEN}")
     if not note and _SURROGATE.search(text):
         # JSON's \ud800 reads as one; no UTF-8 holds it: every page or label naming it

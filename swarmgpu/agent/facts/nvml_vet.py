@@ -1,10 +1,11 @@
 """NVML's answers the facts cannot carry as they are, failed on the GPU or MIG device
 they belong to.
 
-``NodeFacts.from_dict`` refuses a node's facts whole for a UUID given twice, MIG devices
-a GPU cannot hold (``core.miglayout``) or a GPU's error past 256 characters; served as
-NVML answered them, one GPU's odd answer left every GPU of the node unread. Checked here
-against the same rules, the rest of the node is served.
+``NodeFacts.from_dict`` refuses a node's facts whole for a UUID given twice or MIG
+devices a GPU cannot hold (``core.miglayout``), and a daemon older than this agent for a
+GPU's error past 256 characters (a newer one cuts it); served as NVML answered them, one
+GPU's odd answer left every GPU of the node unread. Checked here against the same rules,
+the rest of the node is served.
 """
 
 from __future__ import annotations
