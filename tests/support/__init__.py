@@ -31,8 +31,8 @@ and forged Swarm objects), health, rebalance, rebalance_fragmentation, identity,
 webauth, overshare, dashboard, deploy_docs, sim, memo, planner, render_compose,
 render_engines, prometheus, write_paths, fifo (a FIFO where a file belongs, read without
 hanging the test), loglines (the log lines a fixture keeps), counted (a method's calls
-counted), fake_proc (a fake ``/proc``: a PID's cgroup and start time, the uptime, its
-``self`` links), scheduler
+counted), traced (the most memory a call holds, traced), fake_proc (a fake ``/proc``:
+a PID's cgroup and start time, the uptime, its ``self`` links), scheduler
 (Swarm's scheduler rule on a waiting task of an older service revision, for the
 in-memory swarms), commands (`plan`/`status --json` in-process over a recording swarm),
 isolation (two RTX 4090 nodes and the failing a-bad of the placement isolation tests),
