@@ -29,6 +29,7 @@ from typing import Any
 
 import docker
 import pytest
+from support.agent_threads import facts_refreshers, left_running
 from support.swarm_harness import (
     SwarmCluster,
     cleanup_stale,
@@ -204,6 +205,21 @@ def _shared_swarm_left_clean() -> Iterator[None]:
             break
         except docker.errors.APIError:
             continue
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_facts_refresh_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each module (its own fixtures already torn down: an autouse fixture ends
+    last), no agent facts-refresh thread it started is still running: one left reads its
+    source for the rest of the session, and past its end (tests/support/agent_threads)."""
+    before = facts_refreshers()
+    yield
+    left = left_running(before)
+    assert not left, (
+        f"{request.module.__name__} left {len(left)} agent facts-refresh thread(s) running:"
+        " stop every server build_server returns (server.shutdown(), or close() when "
+        "serve_forever never ran) in a finally or a fixture's teardown, also when the "
+        "setup fails after it")
 
 
 @pytest.fixture(scope="module")

@@ -84,13 +84,20 @@ def test_a_writes_slow_post_ends_within_what_is_left_of_the_budget_and_its_slack
     assert engine.posts == 1
 
 
+def passed_budget(monkeypatch: pytest.MonkeyPatch, started_s: float) -> answerjson.CycleBudget:
+    """A budget of 0.5 s with 1 s of slack, started ``started_s`` ago; a write's floor
+    of 1 s."""
+    monkeypatch.setattr(answerjson, "WRITE_FLOOR_S", 1.0)
+    budget = answerjson.CycleBudget(0.5, slack_s=1.0)
+    budget.start -= started_s
+    return budget
+
+
 def test_a_write_past_the_budget_and_its_slack_still_gets_the_floor(
         engine: LoopEngine, monkeypatch: pytest.MonkeyPatch) -> None:
     # (the over-share restart's reopened gate, made after the budget and its slack
     # passed: sent, and answered within the floor, else cut there)
-    monkeypatch.setattr(answerjson, "WRITE_FLOOR_S", 1.0)
-    budget = answerjson.CycleBudget(0.5, slack_s=1.0)
-    budget.start -= 1.5
+    budget = passed_budget(monkeypatch, 1.5)
     client = client_of(engine)
     with answerjson.within_budget(budget), answerjson.outside_budget():
         relabel(client)
@@ -104,9 +111,7 @@ def test_no_write_request_runs_past_the_floors_line(
     # (the budget, its slack and one floor: the watchdog's line, engine_budget_s; before,
     # each request got the floor anew, so a write's ten (read and post, five tries on a
     # conflict) could each run it past the line; one started there is not sent)
-    monkeypatch.setattr(answerjson, "WRITE_FLOOR_S", 1.0)
-    budget = answerjson.CycleBudget(0.5, slack_s=1.0)
-    budget.start -= 120
+    budget = passed_budget(monkeypatch, 120)
     client = client_of(engine)
     with answerjson.within_budget(budget), pytest.raises(
             SwarmUnavailable, match=r"within 0.0 s.*: that request was not sent"):
@@ -150,10 +155,15 @@ class Noop:
         return None
 
 
-def spent_daemon(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> Daemon:
-    """A leader's daemon of an empty swarm whose cycles' budget has passed as they start
-    (a slow engine's, cut short)."""
-    monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: 0.0, raising=False)
+def give_budget(monkeypatch: pytest.MonkeyPatch, budget_s: float) -> None:
+    """The daemon's cycles get ``budget_s`` of engine budget from now on."""
+    monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: budget_s, raising=False)
+
+
+def spent_daemon(monkeypatch: pytest.MonkeyPatch, tmp: Path, budget_s: float = 0.0) -> Daemon:
+    """A leader's daemon of an empty swarm whose cycles each get ``budget_s`` of engine
+    budget; by default none, passed as they start (a slow engine's, cut short)."""
+    give_budget(monkeypatch, budget_s)
     monkeypatch.delenv("WATCHDOG_USEC", raising=False)
     cfg = Config(state_dir=str(tmp), sync=SyncConfig(watch_events=False),
                  agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
@@ -182,12 +192,11 @@ def test_a_cycle_ended_at_its_budget_is_counted_on_its_own_not_as_an_engine_erro
 def test_healthz_says_the_last_cycle_ended_at_its_budget_until_one_ends_otherwise(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # (before, it said ok from the last whole cycle, its errors none)
-    d = spent_daemon(monkeypatch, tmp_path)
-    monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: 600.0, raising=False)
+    d = spent_daemon(monkeypatch, tmp_path, budget_s=600.0)
     d.cycle()
     doc = d.health()
     assert doc["status"] == "ok" and doc["over_budget"] is False, doc
-    monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: 0.0, raising=False)
+    give_budget(monkeypatch, 0.0)
     d.cycle()
     doc = d.health()
     assert doc["status"] == "degraded" and doc["over_budget"] is True, doc
@@ -195,7 +204,7 @@ def test_healthz_says_the_last_cycle_ended_at_its_budget_until_one_ends_otherwis
     assert doc["error_count"] == 1 and "ended at its engine budget" in doc["errors"][0]
     open_doc = d.health(detail=False)  # (the line names what it read: proof only)
     assert open_doc["over_budget"] is True and "errors" not in open_doc
-    monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: 600.0, raising=False)
+    give_budget(monkeypatch, 600.0)
     d.cycle()
     doc = d.health()
     assert doc["status"] == "ok" and doc["over_budget"] is False and doc["errors"] == []
@@ -238,8 +247,7 @@ def test_a_cycle_whose_write_its_slack_cut_is_counted_as_ended_at_its_budget(
     # (before, the cut write's timeout ended the cycle as an engine error: kind="swarm",
     # /healthz's engine "unreachable" and its leader unknown, though the engine answered,
     # slowly, and only the budget cut it)
-    d = spent_daemon(monkeypatch, tmp_path)
-    monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: 1.0, raising=False)
+    d = spent_daemon(monkeypatch, tmp_path, budget_s=1.0)
     monkeypatch.setattr(budget_module, "BUDGET_SLACK_S", 0.5)
     monkeypatch.setattr(answerjson, "WRITE_FLOOR_S", 0.5)
     d.use([SlowWrite(engine)])

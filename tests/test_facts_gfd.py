@@ -223,6 +223,15 @@ def test_a_time_sliced_nodes_shared_product_is_the_gpus_model(tmp_path: Path) ->
     assert GfdSource(f, hostname="n").read().gpus[0].product == "X-SHARED"
 
 
+def refused_with_or_without_memory(f: Path, match: str) -> None:
+    """Reading ``f`` is this source's error matching ``match`` and naming the file, with
+    --memory-mib and without."""
+    for memory in (None, 40960):
+        with pytest.raises(SourceError, match=match) as exc:
+            GfdSource(f, hostname="n", memory_mib=memory).read()
+        assert str(f) in str(exc.value)
+
+
 def test_gfds_invalid_single_strategy_is_this_sources_error_saying_so(tmp_path: Path) -> None:
     """GFD's labels for a MIG layout mig.strategy=single cannot describe: product
     '<model>-MIG-INVALID', count and memory 0. They were refused as 'gpu.memory missing;
@@ -231,11 +240,7 @@ def test_gfds_invalid_single_strategy_is_this_sources_error_saying_so(tmp_path: 
     f.write_text("nvidia.com/gpu.count=0\nnvidia.com/gpu.memory=0\nnvidia.com/gpu.replicas=0\n"
                  "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-MIG-INVALID\n"
                  "nvidia.com/mig.strategy=single\n")
-    for memory in (None, 40960):
-        with pytest.raises(SourceError, match=r"MIG-INVALID'.*invalid for "
-                           r"mig\.strategy=single.*mixed") as exc:
-            GfdSource(f, hostname="n", memory_mib=memory).read()
-        assert str(f) in str(exc.value)
+    refused_with_or_without_memory(f, r"MIG-INVALID'.*invalid for mig\.strategy=single.*mixed")
 
 
 @pytest.mark.parametrize("label", ["gpu.product", "cuda.driver-version.full",
@@ -372,3 +377,15 @@ def test_a_dump_of_several_nodes_is_read_for_this_node_only(tmp_path: Path) -> N
         "labels": {"nvidia.com/gpu.count": "2", "nvidia.com/gpu.memory": "81559",
                    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}))
     assert len(GfdSource(one, hostname="node-c").read().gpus) == 2
+
+
+def test_single_strategy_with_no_mig_devices_is_this_sources_error(tmp_path: Path) -> None:
+    """mig.strategy=single labels with gpu.count=0 beside a '-MIG-<profile>' product (MIG
+    mode with no MIG devices made, where GFD does not write '-MIG-INVALID'): the read
+    raised IndexError, naming neither the file nor the labels. Now it is this source's
+    error, as '-MIG-INVALID' is, naming the labels and the fix."""
+    f = tmp_path / "gfd"
+    f.write_text("nvidia.com/gpu.count=0\nnvidia.com/mig.strategy=single\n"
+                 "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb\n"
+                 "nvidia.com/gpu.memory=4864\n")
+    refused_with_or_without_memory(f, r"gpu\.count=0.*MIG-1g\.5gb.*no MIG devices.*mixed")

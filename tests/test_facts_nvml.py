@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -241,13 +243,31 @@ def test_pure_helpers() -> None:
     assert cpu_list([0]) is None
 
 
-def test_hung_gpu_answers_within_deadline_and_is_not_asked_again(tmp_path: Path) -> None:
+@pytest.fixture
+def hang_gpu() -> Iterator[Callable[[fake.FakeGpu], None]]:
+    """Makes a fake GPU's every call hang 3 s; the test over, it answers at once again.
+    Its reads left running past their deadline (as a hung GPU's are) then end: left
+    hanging, each went on for minutes of 3 s calls, and the interpreter's exit waited
+    on them (the NVML pool joins its threads), agent threads still running meanwhile."""
+    hung: list[fake.FakeGpu] = []
+
+    def make(gpu: fake.FakeGpu) -> None:
+        gpu.hang_s = 3.0
+        hung.append(gpu)
+
+    yield make
+    for gpu in hung:
+        gpu.hang_s = 0.0
+
+
+def test_hung_gpu_answers_within_deadline_and_is_not_asked_again(
+        tmp_path: Path, hang_gpu: Callable[[fake.FakeGpu], None]) -> None:
     """A GPU whose NVML calls hang (fallen off the bus, Xid): the read returns within
     its deadline, that GPU is unhealthy, the other seven are served."""
     import time
 
     b = build_layout("hgx_h100_nv18", tmp_path)
-    b.machine.gpus[5].hang_s = 3.0
+    hang_gpu(b.machine.gpus[5])
     src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs, gpu_deadline_s=0.5)
     t0 = time.monotonic()
     facts = src.read()
@@ -261,7 +281,8 @@ def test_hung_gpu_answers_within_deadline_and_is_not_asked_again(tmp_path: Path)
     assert time.monotonic() - t0 < 1.5 and not again.gpus[5].healthy
 
 
-def test_a_gpu_that_hangs_later_keeps_its_identity(tmp_path: Path) -> None:
+def test_a_gpu_that_hangs_later_keeps_its_identity(
+        tmp_path: Path, hang_gpu: Callable[[fake.FakeGpu], None]) -> None:
     """A GPU read well once, whose calls then hang (or fail), is the same GPU gone
     unhealthy: its UUID, model and memory from the last good read, not
     ``GPU-unknown-index-N``. Under a placeholder the daemon saw its holding's GPU gone
@@ -270,7 +291,7 @@ def test_a_gpu_that_hangs_later_keeps_its_identity(tmp_path: Path) -> None:
     b = build_layout("hgx_h100_nv18", tmp_path)
     src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs, gpu_deadline_s=0.5)
     good = src.read()
-    b.machine.gpus[5].hang_s = 3.0
+    hang_gpu(b.machine.gpus[5])
     b.machine.gpus[3].lost = True
     hung = src.read()
     for k, why in ((5, "did not return within"), (3, "GPU is lost")):
@@ -281,7 +302,7 @@ def test_a_gpu_that_hangs_later_keeps_its_identity(tmp_path: Path) -> None:
         assert "last good read" in (g.error or "")
     assert [g.uuid for g in hung.gpus] == [g.uuid for g in good.gpus]
     fresh = build_layout("hgx_h100_nv18", tmp_path / "fresh")
-    fresh.machine.gpus[5].hang_s = 3.0
+    hang_gpu(fresh.machine.gpus[5])
     first = NvmlSource(hostname="n", nvml_module=fresh.nvml, sysfs_root=fresh.sysfs,
                        gpu_deadline_s=0.5).read()
     assert first.gpus[5].uuid == "GPU-unknown-index-5" and not first.gpus[5].healthy
@@ -454,3 +475,115 @@ def test_a_malformed_identity_fails_that_gpu_not_the_nodes_facts(tmp_path: Path)
     (gpu,) = NvmlSource(hostname="n", nvml_module=m.nvml, sysfs_root=m.sysfs).read().gpus
     assert [d.profile for d in gpu.mig_devices] == ["3g.40gb", "1g.10gb", "1g.10gb"]
     assert "'MIG-x y'" in (gpu.error or "")
+
+
+def test_gpus_answering_one_uuid_fail_those_gpus_not_the_nodes_facts(tmp_path: Path) -> None:
+    """Two GPUs answering one UUID (a cloned vGPU, a driver fault) were served as NVML
+    said: the daemon refuses facts with a UUID twice, and every GPU of the node went
+    unread. Now those GPUs are unhealthy, the error naming the UUID; the rest is served."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    b.machine.gpus[5].uuid = b.machine.gpus[1].uuid
+    facts = NodeFacts.from_dict(NvmlSource(
+        hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read().to_dict())
+    for k in (1, 5):
+        assert not facts.gpus[k].healthy
+        assert "also GPU" in (facts.gpus[k].error or "")
+    assert all(g.healthy for k, g in enumerate(facts.gpus) if k not in (1, 5))
+
+
+def test_a_memory_total_of_zero_is_unknown_not_a_one_mib_gpu(tmp_path: Path) -> None:
+    """nvmlDeviceGetMemoryInfo answering a total of 0 (a GPU half off the bus) was served
+    as a healthy GPU of 1 MiB, said nowhere, and its last good memory forgotten. Now it
+    is memory unknown, said, and kept from its last good read."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs)
+    good = src.read()
+    b.machine.gpus[3].memory_total_mib = 0
+    g3 = src.read().gpus[3]
+    assert g3.memory_mib == good.gpus[3].memory_mib
+    assert "memory total 0" in (g3.error or "")
+
+
+@pytest.mark.parametrize("fault", ["memory unknown", "instance too big", "one GI/CI twice"])
+def test_mig_devices_a_gpu_cannot_hold_fail_that_gpus_slices_alone(
+        fault: str, tmp_path: Path) -> None:
+    """MIG devices NVML lists that the GPU cannot hold (its memory unread on a first read,
+    so 1 MiB; an instance larger than the GPU; one GI/CI pair twice) were served: the
+    daemon refuses such facts whole, every GPU of the node unread. Now that GPU hands out
+    none of its slices (nor itself whole), said; the rest is served."""
+    b = build_layout("h100_mig", tmp_path)
+    migs = b.machine.gpus[0].migs
+    if fault == "memory unknown":
+        b.nvml.inject("nvmlDeviceGetMemoryInfo", fake.NVML_ERROR_UNKNOWN, gpu=0)
+    elif fault == "instance too big":
+        migs[0].memory_mib = 10**6
+    else:
+        migs[1].gi_id, migs[1].ci_id = migs[2].gi_id, migs[2].ci_id
+    facts = NodeFacts.from_dict(NvmlSource(
+        hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read().to_dict())
+    (gpu,) = facts.gpus
+    assert gpu.mig_enabled and gpu.mig_devices == ()
+    assert "cannot hold" in (gpu.error or "") and "none is handed out" in (gpu.error or "")
+
+
+def test_a_mig_uuid_another_gpu_also_answers_is_left_out(tmp_path: Path) -> None:
+    """A MIG device answering the UUID of another GPU's MIG device was served: the daemon
+    refuses such facts whole, every GPU of the node unread. Now the later GPU's device is
+    left out, said; the first GPU's devices and the rest of the node are served."""
+    b = build_layout("h100_mig", tmp_path)
+    twin = copy.deepcopy(b.machine.gpus[0])  # its MIG devices answer the first's UUIDs
+    twin.uuid, twin.bus_id = "GPU-7717e000-0000-0000-0000-000000000001", "00000000:99:00.0"
+    twin.migs[1].uuid = "MIG-7717e000-0000-0000-0000-000000000002"  # this one unique
+    b.machine.gpus.append(twin)
+    facts = NodeFacts.from_dict(NvmlSource(
+        hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read().to_dict())
+    first, second = facts.gpus
+    assert len(first.mig_devices) == 4 and first.healthy
+    assert [d.uuid for d in second.mig_devices] == [twin.migs[1].uuid]
+    assert "also GPU 0's" in (second.error or "")
+
+
+def test_a_gpus_many_problems_are_cut_to_what_the_facts_hold(tmp_path: Path) -> None:
+    """One NVML call failing on every link of a GPU (UNKNOWN on each NVLink state) said
+    each link in the GPU's error, 2,000 characters and more: the daemon refuses an error
+    past 256 characters, and with it every GPU of the node. Now the error is cut."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    b.nvml.inject("nvmlDeviceGetNvLinkState", fake.NVML_ERROR_UNKNOWN, gpu=0)
+    facts = NodeFacts.from_dict(NvmlSource(
+        hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read().to_dict())
+    g0 = facts.gpus[0]
+    assert g0.healthy and (g0.error or "").startswith("NVLink 0 state could not be read")
+    assert all(g.healthy for g in facts.gpus)
+
+
+def test_a_bus_id_not_in_pcis_form_costs_that_value_not_the_gpu(tmp_path: Path) -> None:
+    """A PCI bus id whose domain is not hex (a garbled nvmlPciInfo) raised ValueError in
+    its normalising, and the whole GPU was served lost. Now only its bus id is unknown,
+    said (kept from its last good read); its UUID, memory and health are served."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    good = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read()
+    b.machine.gpus[2].bus_id = "zz:00:00.0"
+    g2 = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read().gpus[2]
+    assert g2.healthy and g2.pci_bus_id == good.gpus[2].pci_bus_id
+    assert (g2.uuid, g2.memory_mib) == (good.gpus[2].uuid, good.gpus[2].memory_mib)
+    assert "'zz:00:00.0'" in (g2.error or "")
+
+
+def test_a_memory_total_no_gpu_has_is_unknown_not_a_fact(tmp_path: Path) -> None:
+    """nvmlDeviceGetMemoryInfo answering 2^44 MiB (16 EiB: a garbled answer) was served
+    as the GPU's memory, a GPU that fits any request. Now a total past 16 TiB is this
+    GPU's memory unknown, said on it, and kept from its last good read."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs)
+    good = src.read()
+    b.machine.gpus[3].memory_total_mib = 1 << 44
+    b.machine.gpus[4].memory_total_mib = 1 << 24  # 16 TiB: still believed
+    facts = NodeFacts.from_dict(src.read().to_dict())
+    g3 = facts.gpus[3]
+    assert g3.memory_mib == good.gpus[3].memory_mib
+    assert f"memory total {1 << 64} bytes" in (g3.error or "") and "16 TiB" in (g3.error or "")
+    assert facts.gpus[4].memory_mib == 1 << 24 and facts.gpus[4].error is None
+    fresh = build_layout("hgx_h100_nv18", tmp_path / "fresh")
+    fresh.machine.gpus[3].memory_total_mib = 1 << 44
+    first = NvmlSource(hostname="n", nvml_module=fresh.nvml, sysfs_root=fresh.sysfs).read()
+    assert first.gpus[3].memory_mib == 1 and "memory unknown" in (first.gpus[3].error or "")

@@ -35,6 +35,7 @@ from swarmgpu.core.metrics_in import parse_metrics
 from swarmgpu.core.model import (
     MAX_GPUS,
     MAX_MIG_PER_GPU,
+    MAX_STR_LEN,
     FactsError,
     Gpu,
     MigDevice,
@@ -755,6 +756,26 @@ def test_agents_own_notes_and_many_unknown_keys_are_cut_and_cleaned() -> None:
         NodeFacts.from_dict({**RTX4090.facts().to_dict(), **junk})
     _clean_and_short(str(e.value))
     assert "more" in str(e.value)
+
+
+def test_an_older_agents_long_gpu_error_is_cut_not_the_nodes_refusal() -> None:
+    """An agent from before its GPU errors were cut at 256 characters (one per NVLink of
+    18 failing: 2,000 characters) sent a GPU error the daemon refused, and with it the
+    node's facts whole: every GPU unread. Now that error is cut, said as cut, on that
+    GPU, its health as the agent sent it; a name past 256 characters is still refused."""
+    body = RTX4090.facts().to_dict()
+    long = "; ".join(f"NVLink {k} state could not be read: Unknown Error" for k in range(18))
+    body["gpus"][0].update(error=long, healthy=False)
+    body["gpus"][1]["error"] = long
+    facts = NodeFacts.from_dict(body)
+    g0, g1 = facts.gpus[:2]
+    assert (g0.healthy, g1.healthy) == (False, True)
+    for g in (g0, g1):
+        assert len(g.error or "") <= MAX_STR_LEN and (g.error or "").startswith("NVLink 0 ")
+        assert f"[{len(long)} characters]" in (g.error or "")
+    body["gpus"][1]["product"] = "x" * (MAX_STR_LEN + 1)
+    with pytest.raises(FactsError, match=r"gpus\[1\]\.product: 257 characters"):
+        NodeFacts.from_dict(body)
 
 
 def test_a_huge_broken_metrics_page_gives_short_clean_errors(

@@ -9,13 +9,13 @@ writes is skipped unread. Work is counted here (calls, tracemalloc), not timed.
 
 from __future__ import annotations
 
-import tracemalloc
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.forged import sw_node
+from support.traced import traced_peak
 
 from swarmgpu.core import metrics_in, promtext
 from swarmgpu.core.metrics_in import parse_metrics
@@ -48,12 +48,7 @@ def test_a_page_of_short_sample_lines_is_refused_after_a_bounded_read(
         monkeypatch: pytest.MonkeyPatch) -> None:
     page = _short_lines_page()
     parsed = _counted_parses(monkeypatch)
-    tracemalloc.start()
-    try:
-        res = parse_metrics(page)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    res, peak = traced_peak(lambda: parse_metrics(page))
     assert len(parsed) <= 20_000  # was every one of the 500,001 lines
     assert peak < 24 * 2**20, peak  # was ~100 MiB: every line a string, every sample kept
     assert not res.samples_by_uuid  # no partial page: the cut could fall among one GPU's
@@ -156,12 +151,7 @@ def test_a_page_of_many_labels_is_read_in_little_memory() -> None:
     labels = ",".join(f'l{j}=""' for j in range(60))
     page = "".join(f'DCGM_FI_DEV_{i % 4}{{UUID="GPU-1",gpu="0",x="{i}",{labels}}} 1\n'
                    for i in range(4_000))
-    tracemalloc.start()
-    try:
-        res = parse_metrics(page)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    res, peak = traced_peak(lambda: parse_metrics(page))
     assert peak < 8 * 2**20, peak
     assert res.refused is None and res.samples_by_uuid["GPU-1"].get("DCGM_FI_DEV_3") == 1
 

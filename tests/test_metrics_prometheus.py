@@ -66,22 +66,27 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     prometheus = shutil.which("prometheus")
     assert prometheus, "prometheus missing: apt-get install prometheus (scripts/setup.sh does)"
     tmp = tmp_path_factory.mktemp("prom-counters")
-    agents = {name: _agent(name, tmp) for name in ("hgx_h100_nv18", "h100_mig")}
-    targets = {name: f"127.0.0.1:{srv.server_address[1]}" for name, srv in agents.items()}
-    port = _free_port()
-    cfg = tmp / "prometheus.yml"
-    cfg.write_text(yaml.safe_dump({
-        "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-        "scrape_configs": [{"job_name": "agents",
-                            "static_configs": [{"targets": list(targets.values())}]}]}))
-    proc = subprocess.Popen(
-        [prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        **kwargs_for_logs(LOGS / "prom-counters.log"))
+    # Stopped in the finally also when the setup fails after them (Prometheus not
+    # starting): else their facts-refresh threads outlive the session.
+    agents: dict[str, Any] = {}
+    proc: subprocess.Popen[bytes] | None = None
     try:
+        agents.update((name, _agent(name, tmp)) for name in ("hgx_h100_nv18", "h100_mig"))
+        targets = {name: f"127.0.0.1:{srv.server_address[1]}" for name, srv in agents.items()}
+        port = _free_port()
+        cfg = tmp / "prometheus.yml"
+        cfg.write_text(yaml.safe_dump({
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+            "scrape_configs": [{"job_name": "agents",
+                                "static_configs": [{"targets": list(targets.values())}]}]}))
+        proc = subprocess.Popen(
+            [prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+            **kwargs_for_logs(LOGS / "prom-counters.log"))
         yield {"base": f"http://127.0.0.1:{port}", "targets": targets}
     finally:
-        stop(proc)
+        if proc is not None:
+            stop(proc)
         for srv in agents.values():
             srv.shutdown()
 

@@ -109,7 +109,7 @@ def test_agent_listen_address_is_configurable(listen: str) -> None:
     try:
         assert srv.server_address[0] == host
     finally:
-        srv.server_close()
+        srv.close()  # (its facts refresh too, not only the socket)
 
 
 # --- daemon: loopback by default, GET only ------------------------------------------------

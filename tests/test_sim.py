@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from support.paths import TRACES
 from support.sim import node_spec, trace_pod
+from support.traced import traced_peak
 
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import Choice, Demand
@@ -342,13 +342,12 @@ def test_non_finite_options_are_refused(tmp_path: Path, moves: float | None, spe
 
 def _peak(read: Callable[[], object]) -> tuple[TraceError, int]:
     """The TraceError ``read`` raises, and the most memory it held (bytes, traced)."""
-    tracemalloc.start()
-    try:
+    def refused() -> TraceError:
         with pytest.raises(TraceError) as e:
             read()
-        return e.value, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+        return e.value
+
+    return traced_peak(refused)
 
 
 def test_a_pod_list_past_the_row_cap_is_refused_while_it_is_read(
@@ -382,12 +381,7 @@ def test_a_long_list_is_held_as_pods_and_nodes_not_as_rows_of_text(tmp_path: Pat
     nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n"
                      + "".join(f"openb-node-{i:05d},96000,786432,8,V100M32\n" for i in range(n)))
     for read, f in ((load_pods, pods), (load_nodes, nodes)):
-        tracemalloc.start()
-        try:
-            got = read(f)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        got, peak = traced_peak(lambda: read(f))  # noqa: B023 - called at once
         assert len(got) == n
         assert peak < 600 * n, (f.name, peak // n)
 

@@ -45,6 +45,10 @@ MAX_GPUS = 64
 MAX_MIG_PER_GPU = 16
 MAX_STR_LEN = 256  # any string field (hostname, product, UUID, versions...)
 MAX_INT = 2**53  # any integer field is below it (a float holds it exactly)
+# A GPU's memory believed, at most: 16 TiB, far past any GPU made (the largest hold
+# under 300 GB), so only a garbled answer is above it (2^44 MiB read as a fact is a GPU
+# that fits any request).
+MAX_GPU_MEMORY_MIB = 1 << 24
 MAX_ERRORS = 50  # agent-reported problems kept (each cut to MAX_STR_LEN)
 
 
@@ -297,7 +301,8 @@ def _note(text: str | None) -> str | None:
 
 def _opt_str(d: Mapping[str, Any], key: str, where: str, *, note: bool = False) -> str | None:
     """A string field (a number read as its text); ``note``: the agent's own free text,
-    which ``_note`` cleans, so a lone surrogate in it is dropped there, not refused."""
+    which ``_note`` cuts and cleans, so a long one (an agent from before its GPU errors
+    were cut) or a lone surrogate in it is mended there, not refused with the node."""
     v = d.get(key)
     if v is None:
         return None
@@ -306,7 +311,7 @@ def _opt_str(d: Mapping[str, Any], key: str, where: str, *, note: bool = False) 
     if isinstance(v, int) and abs(v) >= 10**18:
         raise FactsError(f"{where}.{key}: a number that long is not a {key}")
     text = str(v)
-    if len(text) > MAX_STR_LEN:
+    if len(text) > MAX_STR_LEN and not note:
         raise FactsError(f"{where}.{key}: {len(text)} characters; at most {MAX_STR_LEN}")
     if not note and _SURROGATE.search(text):
         # JSON's \ud800 reads as one; no UTF-8 holds it: every page or label naming it

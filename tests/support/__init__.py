@@ -20,6 +20,8 @@ Harness and stand-ins (also run as scripts or by benchmarks/ and scripts/demo.py
 - serving: a stand-in server served in a thread for a block (loop_engine's, docker_clis').
 - task_watch: records the tasks a service ran; web_fleet: a fleet document made by the
   real planner; browser: a headless chromium for the GPU map.
+- agent_threads: the agent facts-refresh threads a module leaves running (checked
+  after each module by tests/conftest.py).
 - daemon: the `daemon` fixture's setup (tests/conftest.py); empty_swarm: a swarm with
   nothing in it, for the daemon's own life without one; once_slow_agents: `swarmgpu run
   --once` over GPU nodes whose agents never answer, for its signals.
@@ -29,8 +31,8 @@ and forged Swarm objects), health, rebalance, rebalance_fragmentation, identity,
 webauth, overshare, dashboard, deploy_docs, sim, memo, planner, render_compose,
 render_engines, prometheus, write_paths, fifo (a FIFO where a file belongs, read without
 hanging the test), loglines (the log lines a fixture keeps), counted (a method's calls
-counted), fake_proc (a fake ``/proc``: a PID's cgroup and start time, the uptime, its
-``self`` links), scheduler
+counted), traced (the most memory a call holds, traced), fake_proc (a fake ``/proc``:
+a PID's cgroup and start time, the uptime, its ``self`` links), scheduler
 (Swarm's scheduler rule on a waiting task of an older service revision, for the
 in-memory swarms), commands (`plan`/`status --json` in-process over a recording swarm),
 isolation (two RTX 4090 nodes and the failing a-bad of the placement isolation tests),

@@ -98,6 +98,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None,
 
 
 def kwargs_for_logs(path: Any) -> dict[str, Any]:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)  # a fresh checkout has no artifacts/
     fh = open(path, "ab")  # noqa: SIM115 - handed to Popen, closed at interpreter exit
     return {"stdout": fh, "stderr": subprocess.STDOUT}
 

@@ -7,7 +7,8 @@ never work (unknown kind, unreadable or malformed file), naming the spec and the
 
 ``registry`` turns a spec into a source: ``nvml`` (live, from the driver, over
 ``nvml_session``: the one NVML session; with ``nvml_xid``, the XID watcher, and
-``nvml_sampler``, the sampler behind /metrics), ``gfd``
+``nvml_sampler``, the sampler behind /metrics; ``nvml_vet``: answers the daemon
+would refuse whole, failed on their GPU), ``gfd``
 (GPU feature discovery labels), ``file`` (saved facts), ``topo`` (a saved ``nvidia-smi
 topo -m``); ``naming`` (synthetic UUIDs, MIG profile names) is shared by them, and
 ``profile`` scripts GPU metrics for demos and tests.

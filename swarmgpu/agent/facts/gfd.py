@@ -303,6 +303,11 @@ def facts_from_labels(
     # (profile, memory) of every MIG device on the node, in GFD's order.
     migs: list[tuple[str, int]] = []
     single = _SINGLE_PRODUCT_RE.match(gfd_product) if strategy == "single" else None
+    if single and count == 0:  # no MIG device to size the GPUs by (IndexError before)
+        raise SourceError(
+            f"{where}: label {PREFIX}gpu.count=0 beside {PREFIX}gpu.product={gfd_product!r} "
+            "(mig.strategy=single): no MIG devices, and GFD does not say how many GPUs "
+            "hold none; create the GPUs' MIG devices, or run GFD with mig.strategy=mixed")
     if single:
         # single: gpu.* describe the MIG devices; the parents are not counted.
         mem = gfd_memory or parse_profile(single.group(2))[1] * 1024

@@ -37,9 +37,11 @@ from swarmgpu.agent.facts.nvml_session import (
     shutdown,
     text,
 )
+from swarmgpu.agent.facts.nvml_vet import vet_gpus
 from swarmgpu.agent.facts.nvml_xid import XidWatcher, xid_watcher
 from swarmgpu.core.health import HealthSignals
 from swarmgpu.core.model import (
+    MAX_GPU_MEMORY_MIB,
     MAX_GPUS,
     MAX_MIG_PER_GPU,
     MAX_STR_LEN,
@@ -296,7 +298,7 @@ def read_facts(nv: Nvml, *, hostname: str, sysfs_root: Path, spec: str = "nvml",
         errors += xids.attach(reads)
     links, link_errors = _links(nv, reads)
     errors += link_errors
-    gpus = tuple(r.to_gpu() for r in reads)
+    gpus = vet_gpus(tuple(r.to_gpu() for r in reads))
     errors += [f"nvml: GPU {g.index}: {g.error}" for g in gpus if not g.healthy]
     return NodeFacts(
         hostname=hostname,
@@ -333,10 +335,14 @@ def _fill_gpu(nv: Nvml, r: _GpuRead, sysfs_root: Path) -> None:
     name = nv.call("nvmlDeviceGetName", h)
     r.product = _identity(text(name), "model name", r) if name is not None else None
     mem = nv.call("nvmlDeviceGetMemoryInfo", h)
-    r.memory_mib = int(mem.total) // _MIB if mem is not None else None
+    r.memory_mib = _memory_mib(mem, r) if mem is not None else None
     pci = nv.call("nvmlDeviceGetPciInfo", h)
     if pci is not None:
-        r.pci_bus_id = normalise_bus_id(text(pci.busId))
+        try:
+            r.pci_bus_id = normalise_bus_id(text(pci.busId))
+        except ValueError:  # a domain not hex: this value unknown, not the whole GPU
+            r.errors.append(f"NVML answered its PCI bus id "
+                            f"{peer_text(text(pci.busId), 64)!r}; not used")
     cc = nv.call("nvmlDeviceGetCudaComputeCapability", h)
     if cc is not None:
         r.compute = (int(cc[0]), int(cc[1]))
@@ -381,6 +387,21 @@ def _identity(value: str, what: str, r: _GpuRead) -> str | None:
         return value
     r.lost = r.lost or f"NVML answered its {what} {peer_text(value, 64)!r}: {bad}"
     return None
+
+
+def _memory_mib(mem: Any, r: _GpuRead) -> int | None:
+    """The GPU's memory in MiB; None, said, for a total under 1 MiB (a GPU half off the
+    bus answers 0): served as a healthy GPU of 1 MiB, and its last good read forgotten;
+    or past ``MAX_GPU_MEMORY_MIB`` (a garbled answer): served, a GPU fitting anything."""
+    total = int(mem.total)
+    if total < _MIB:
+        r.errors.append(f"NVML answered its memory total {total} bytes; taken as unknown")
+        return None
+    if total // _MIB > MAX_GPU_MEMORY_MIB:
+        r.errors.append(f"NVML answered its memory total {total} bytes, past the "
+                        f"{MAX_GPU_MEMORY_MIB >> 20} TiB no GPU has; taken as unknown")
+        return None
+    return total // _MIB
 
 
 def _memory_affinity_node(nv: Nvml, h: Any) -> int | None:
