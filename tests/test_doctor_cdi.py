@@ -507,3 +507,34 @@ def test_a_tab_after_a_key_is_read_as_cdis_yaml_reads_it(tmp_path: Path) -> None
     _raw_spec(root, f"name:\t{UA}", f"name:\t{UB}", head="kind:\tnvidia.com/gpu\ndevices:")
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c
+
+
+def test_a_directory_named_like_a_spec_is_skipped_as_cdi_skips_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CDI's scan skips a directory whatever its name (spec-dirs.go: entry.IsDir()): the
+    # doctor named /etc/cdi/old.yaml/ a spec it could not read, and counted it toward
+    # the dir's bound, leaving the real spec unread
+    from swarmgpu.agent.doctor import read
+    monkeypatch.setattr(read, "MAX_CDI_SPECS", 2, raising=False)
+    root = _root(tmp_path)
+    (root / "etc/cdi/a.yaml").mkdir(parents=True)
+    (root / "etc/cdi/b.json").mkdir()
+    c, _ = _check(root)
+    assert c["found"] == "mode cdi and no nvidia.com/gpu CDI spec in /etc/cdi, /var/run/cdi", c
+    _spec(root, "etc/cdi/c.yaml", [UA, UB])
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK) and "unread" not in c["found"], c
+
+
+def test_a_link_to_a_directory_and_a_hidden_spec_are_read_as_cdi_reads_them(
+        tmp_path: Path) -> None:
+    # (a link is no directory to Go's ReadDir: CDI reads it, and fails; a name that
+    # starts with a dot is read as any other)
+    root = _root(tmp_path)
+    (root / "etc/cdi/sub").mkdir(parents=True)
+    (root / "etc/cdi/link.yaml").symlink_to("sub")
+    c, _ = _check(root)
+    assert "/etc/cdi/link.yaml is not a regular file" in c["found"], c
+    _spec(root, "etc/cdi/.nvidia.yaml", [UA, UB])
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c

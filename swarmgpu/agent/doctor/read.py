@@ -25,6 +25,7 @@ from swarmgpu.agent.doctor.rootpath import (
     is_host,
     listdir_in_root,
     stat_in_root,
+    subdirs_in_root,
 )
 from swarmgpu.agent.doctor.runtimepath import find_runtime
 from swarmgpu.agent.doctor.view import (
@@ -389,6 +390,9 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None, engine: list[str]
             continue
         # (only what CDI reads counts toward the bound; a .yml is named, never parsed)
         names = sorted(n for n in listed if n.endswith((".yaml", ".json")))
+        if names:  # (CDI's scan skips a directory, a link to one read as a file)
+            subdirs = _subdirs(root, d)
+            names = [n for n in names if n not in subdirs]
         yml = sorted(n for n in listed if n.endswith(".yml"))[:MAX_CDI_SPECS]
         for n in sorted([*names[:MAX_CDI_SPECS], *yml]):
             path = posixpath.join(d, n)
@@ -400,6 +404,13 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None, engine: list[str]
         if len(names) > MAX_CDI_SPECS:
             left.append((d, MAX_CDI_SPECS, len(names) - MAX_CDI_SPECS))
     return tuple(specs), tuple(left)
+
+
+def _subdirs(root: str, d: str) -> frozenset[str]:
+    try:
+        return subdirs_in_root(root, d.lstrip("/"))
+    except (OSError, ValueError):  # (listed a moment ago: a root being written)
+        return frozenset()
 
 
 # CDI's scan reads *.json and *.yaml alone (container-device-interface spec-dirs.go)
