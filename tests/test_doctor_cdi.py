@@ -41,12 +41,13 @@ def _spec(root: Path, rel: str, names: list[str], kind: str = "nvidia.com/gpu") 
     path.write_text(f"cdiVersion: 0.5.0\nkind: {kind}\ndevices:\n{devices}")
 
 
-def _raw_spec(root: Path, *devices: str, head: str = "kind: nvidia.com/gpu\ndevices:") -> None:
-    """The spec etc/cdi/nvidia.yaml, its ``head`` and each of ``devices`` written as given:
-    YAML that ``_spec``, quoting each name, cannot write."""
+def _raw_spec(root: Path, *devices: str, head: str = "kind: nvidia.com/gpu\ndevices:",
+              version: str = "0.5.0") -> None:
+    """The spec etc/cdi/nvidia.yaml of cdiVersion ``version``, its ``head`` and each of
+    ``devices`` written as given: YAML that ``_spec``, quoting each name, cannot write."""
     path = root / "etc/cdi/nvidia.yaml"
     path.parent.mkdir(parents=True)
-    path.write_text(f"cdiVersion: 0.5.0\n{head}\n" + "".join(f"  - {d}\n" for d in devices))
+    path.write_text(f"cdiVersion: {version}\n{head}\n" + "".join(f"  - {d}\n" for d in devices))
 
 
 def _check(root: Path, info: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
@@ -414,7 +415,8 @@ def test_keys_go_yaml_v2_reads_apart_are_two_keys(tmp_path: Path, keys: str) -> 
     # The doctor compared them as Python does (1 == 1.0 == True) and failed the spec
     root = _root(tmp_path)
     _raw_spec(root, f"name: {UA}", f"name: {UB}",
-              head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:")
+              head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:",
+              version="0.6.0")  # (annotations: since CDI 0.6.0)
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c
 
@@ -425,7 +427,8 @@ def test_keys_go_yaml_v2_reads_as_one_are_refused(tmp_path: Path, keys: str) -> 
     # ("key true already set in map": CDI refuses the whole spec)
     root = _root(tmp_path)
     _raw_spec(root, f"name: {UA}", f"name: {UB}",
-              head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:")
+              head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:",
+              version="0.6.0")  # (annotations: since CDI 0.6.0)
     c, _ = _check(root)
     assert c["status"] == str(Status.FAIL) and "/etc/cdi/nvidia.yaml" in c["found"], c
 
@@ -495,7 +498,7 @@ def test_the_keys_cdis_spec_knows_are_read_whatever_their_case(tmp_path: Path) -
     root = _root(tmp_path)
     _raw_spec(root, f"{{name: {UA}, Annotations: {{a: b}}, containeredits: {{}}}}",
               f"name: {UB}", head="CDIVERSION: 0.6.0\nkind: nvidia.com/gpu\n"
-              "annotations: {a: b}\nContainerEdits: {}\ndevices:")
+              "annotations: {a: b}\nContainerEdits: {}\ndevices:", version="0.6.0")
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c
 
@@ -536,5 +539,54 @@ def test_a_link_to_a_directory_and_a_hidden_spec_are_read_as_cdi_reads_them(
     c, _ = _check(root)
     assert "/etc/cdi/link.yaml is not a regular file" in c["found"], c
     _spec(root, "etc/cdi/.nvidia.yaml", [UA, UB])
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize(("version", "device", "said"), [
+    ("0.2.5", "name: gpu0", "has cdiVersion '0.2.5', which CDI does not know"),
+    ("~", "name: gpu0", "has cdiVersion '', which CDI does not know"),
+    ("0.2.0", "name: gpu0", "but CDI reads specs of 0.3.0 or later"),
+    ("0.4.0", "name: '0'", "its device name that starts with a digit needs 0.5.0"),
+    ("v0.5.0", "{name: gpu0, annotations: {a: b}}", "its annotations needs 0.6.0"),
+    ("0.6.0", "{name: gpu0, containerEdits: {additionalGids: [44]}}",
+     "its additionalGids needs 0.7.0"),
+    ("1.0.0", "{name: gpu0, containerEdits: {netDevices: [{name: e, hostInterfaceName: f}]}}",
+     "its netDevices needs 1.1.0")])
+def test_a_cdi_version_cdi_refuses_refuses_the_spec(tmp_path: Path, version: str,
+                                                    device: str, said: str) -> None:
+    # CDI's ValidateVersion refuses a version it does not know, and one below what the
+    # spec's content needs (a device name starting with a digit: 0.5.0): the runtime
+    # resolves none of its devices, and the doctor passed it
+    root = _root(tmp_path)
+    _raw_spec(root, device, f"name: {UA}", f"name: {UB}", version=version)
+    c, code = _check(root)
+    assert c["status"] == str(Status.FAIL) and code == 1, c
+    assert "/etc/cdi/nvidia.yaml has cdiVersion" in c["found"], c
+    assert said in c["found"] and "set cdiVersion: " in c["found"], c
+
+
+@pytest.mark.parametrize(("kind", "said"), [
+    ("nvidia.com", "has kind 'nvidia.com', not vendor/class"),
+    ("/gpu", "has kind '/gpu', not vendor/class"),
+    ("1nvidia.com/gpu", "whose vendor '1nvidia.com' CDI refuses: use letters"),
+    ("nvidia.com/gpu_", "whose class 'gpu_' CDI refuses"),
+    ("nvidia.com/g/pu", "whose class 'g/pu' CDI refuses")])
+def test_a_kind_cdi_refuses_is_named(tmp_path: Path, kind: str, said: str) -> None:
+    # CDI's ValidateVendorName and ValidateClassName: vendor/class, a letter first
+    root = _root(tmp_path)
+    _raw_spec(root, f"name: {UA}", head=f"kind: '{kind}'\ndevices:", version="0.6.0")
+    c, _ = _check(root)
+    assert f"/etc/cdi/nvidia.yaml has kind '{kind}'" in c["found"] and said in c["found"], c
+
+
+@pytest.mark.parametrize(("version", "device"), [
+    ("v0.3.0", "name: gpu0"), ("0.5.0", "name: '0'"), ("1.1.0", "name: gpu0"),
+    ("0.4.0", "{name: gpu0, containerEdits: {mounts: [{hostPath: a, containerPath: b, "
+              "type: bind}], annotations: ~}}")])
+def test_a_cdi_version_cdi_takes_is_no_fault(tmp_path: Path, version: str,
+                                             device: str) -> None:
+    root = _root(tmp_path)
+    _raw_spec(root, device, f"name: {UA}", f"name: {UB}", version=version)
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from swarmgpu.agent.doctor.cdispec import field, go_text, refusal
 from swarmgpu.agent.doctor.infoparts import engine_cdi_dirs
 from swarmgpu.agent.doctor.resources import norm_bus_id
 from swarmgpu.agent.doctor.rootpath import (
@@ -53,7 +54,6 @@ from swarmgpu.agent.doctor.view import (
     toolkit_cdi,
 )
 from swarmgpu.core.boundedfile import NotRegularFile, read_head
-from swarmgpu.core.goscalar import float32_text
 from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.core.peertext import quoted
 from swarmgpu.core.yamlfile import parse_yaml
@@ -436,10 +436,10 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
         return CdiSpec(path, error=exc.why)
     except _SpecError as exc:
         return CdiSpec(path, error=str(exc), size=len(text))
-    kind = _field(data, "kind")
+    kind = field(data, "kind")
     if not isinstance(kind, str):
         return CdiSpec(path, error="names no kind (not a CDI spec)", size=len(text))
-    devices = _field(data, "devices")
+    devices = field(data, "devices")
     devices = devices if isinstance(devices, list) else []
     if (unknown := _unknown_key(data, devices)) is not None:
         return CdiSpec(path, error=unknown, size=len(text))
@@ -448,6 +448,8 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
         return CdiSpec(path, error="names a device of no name, or of one not text (CDI "
                                    "refuses the whole spec): generate it again, or name "
                                    "each device", size=len(text))
+    if (refused := refusal(data, kind, devices)) is not None:  # (its version, kind)
+        return CdiSpec(path, error=refused, size=len(text))
     if bad := [n for n in names if n and _name_invalid(n)]:  # ("failed add device")
         return CdiSpec(path, error=f"names device {quoted(bad[0])}, not a valid CDI device "
                                    "name (CDI refuses the whole spec): name it with "
@@ -482,31 +484,11 @@ def _unknown_key(data: object, devices: list[object]) -> str | None:
     return None
 
 
-def _field(data: object, key: str) -> object:
-    """The value CDI's struct field ``key`` takes from the mapping ``data`` (None: none).
-    sigs.k8s.io/yaml decodes as JSON, whose keys match a field whatever their case, and
-    writes them sorted first (capitals before small letters): the last that matches is
-    kept, ``name`` over ``Name``."""
-    if not isinstance(data, dict):
-        return None
-    keys = [k for k in data if isinstance(k, str) and k.lower() == key]
-    return data[max(keys)] if keys else None
-
-
 def _device_name(device: object) -> str | None:
-    """A device's name as CDI reads it: its sigs.k8s.io/yaml turns a number or boolean
-    bound for a string field into its text (``name: 0`` is "0", ``1.0`` "1", ``1e6``
-    "1e+06": Go's text of a float32; its go-yaml v2 reads a plain ``yes`` as a boolean,
-    so "true": ``_cdi_spec`` parses so); None where CDI refuses the spec for it (no name,
-    null, a list or map)."""
-    name = _field(device, "name")
-    if isinstance(name, bool):  # (before int: a bool is one)
-        return "true" if name else "false"
-    if isinstance(name, int):
-        return str(name)
-    if isinstance(name, float):
-        return float32_text(name)
-    return name if isinstance(name, str) and name else None
+    """A device's name as CDI reads it (``cdispec.go_text``: ``name: 0`` is "0"; its
+    go-yaml v2 reads a plain ``yes`` as a boolean, so "true": ``_cdi_spec`` parses so);
+    None where CDI refuses the spec for it (no name, null, a list or map)."""
+    return go_text(field(device, "name")) or None
 
 
 def _name_invalid(name: str) -> bool:
