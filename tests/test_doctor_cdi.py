@@ -590,3 +590,32 @@ def test_a_cdi_version_cdi_takes_is_no_fault(tmp_path: Path, version: str,
     _raw_spec(root, device, f"name: {UA}", f"name: {UB}", version=version)
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize("libyaml", [True, False])
+@pytest.mark.parametrize(("text", "said"), [
+    ("kind: [\n", "at line 2, column 1: did not find expected node content (while parsing "
+                  "a flow node)"),
+    ("kind: a\n  b: c\n", "at line 2, column 4: mapping values are not allowed"),
+    ("kind: 'a\n", "at line 2, column 1: found unexpected end of stream (while scanning a "
+                   "quoted scalar from line 1, column 7)"),
+    ("kind: a\ndevices:\n\t- name: x\n", "at line 3, column 1: a tab where YAML wants "
+                                         "spaces (as indentation); write spaces"),
+    ("kind: a\n\x07", "at line 2, column 1: the character #x0007 is not allowed")])
+def test_a_broken_specs_yaml_error_names_the_line_and_column_on_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, libyaml: bool, text: str,
+        said: str) -> None:
+    # with libyaml's parser (CDI's specs) the message lost its line:column snippet and
+    # read otherwise than PyYAML's, over lines, the file named twice
+    from swarmgpu.core import yamlfile
+    monkeypatch.setattr(yamlfile, "_LIBYAML", libyaml)
+    root = _root(tmp_path)
+    (root / "etc/cdi").mkdir(parents=True)
+    (root / "etc/cdi/nvidia.yaml").write_text(text)
+    c, _ = _check(root)
+    found = c["found"]
+    assert "(/etc/cdi/nvidia.yaml not valid YAML at line " in found and "\n" not in found, c
+    if libyaml or "tab" in said or "#x" in said:  # (PyYAML words some problems its way)
+        assert said in found, c
+    else:
+        assert said.split(":")[0] in found, c

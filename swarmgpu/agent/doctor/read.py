@@ -434,8 +434,8 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
         data = parse_yaml(text, path, _SpecError, v2=True)  # (CDI's sigs.k8s.io/yaml)
     except Unreadable as exc:
         return CdiSpec(path, error=exc.why)
-    except _SpecError as exc:
-        return CdiSpec(path, error=str(exc), size=len(text))
+    except _SpecError as exc:  # (the file named once: the check names it first)
+        return CdiSpec(path, error=str(exc).removeprefix(f"{path}: "), size=len(text))
     kind = field(data, "kind")
     if not isinstance(kind, str):
         return CdiSpec(path, error="names no kind (not a CDI spec)", size=len(text))
