@@ -582,8 +582,8 @@ def test_a_kind_cdi_refuses_is_named(tmp_path: Path, kind: str, said: str) -> No
 
 @pytest.mark.parametrize(("version", "device"), [
     ("v0.3.0", "name: gpu0"), ("0.5.0", "name: '0'"), ("1.1.0", "name: gpu0"),
-    ("0.4.0", "{name: gpu0, containerEdits: {mounts: [{hostPath: a, containerPath: b, "
-              "type: bind}], annotations: ~}}")])
+    ("0.4.0", "{name: gpu0, annotations: ~, containerEdits: {mounts: [{hostPath: a, "
+              "containerPath: b, type: bind}]}}")])
 def test_a_cdi_version_cdi_takes_is_no_fault(tmp_path: Path, version: str,
                                              device: str) -> None:
     root = _root(tmp_path)
@@ -619,3 +619,41 @@ def test_a_broken_specs_yaml_error_names_the_line_and_column_on_one_line(
         assert said in found, c
     else:
         assert said.split(":")[0] in found, c
+
+
+@pytest.mark.parametrize(("head", "device", "said"), [
+    ("containerEdits: {deviceNode: []}", "name: gpu0", "'deviceNode' in containerEdits"),
+    ("containerEdits: {}", "{name: gpu0, containerEdits: {mounts: [{hostPath: a, "
+     "containerPath: b, option: [ro]}]}}", "'option' in device 1's containerEdits mounts"),
+    ("containerEdits: {hooks: [{hookName: a, path: b, arg: [c]}]}", "name: gpu0",
+     "'arg' in containerEdits hooks"),
+    ("containerEdits: {intelRdt: {closID: a, l3Cache: b}}", "name: gpu0",
+     "'l3Cache' in containerEdits intelRdt")])
+def test_a_key_cdis_container_edits_do_not_know_refuses_the_spec(
+        tmp_path: Path, head: str, device: str, said: str) -> None:
+    # CDI's strict decoding refuses an unknown key in containerEdits and in its parts as
+    # in the spec, whatever the spec's cdiVersion (it knows its newest struct's keys):
+    # the doctor looked at none of them
+    root = _root(tmp_path)
+    _raw_spec(root, device, f"name: {UA}", f"name: {UB}", version="0.7.0",
+              head=f"kind: nvidia.com/gpu\n{head}\ndevices:")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.FAIL), c
+    assert f"/etc/cdi/nvidia.yaml has the key {said}" in c["found"], c
+
+
+@pytest.mark.parametrize("version", ["0.5.0", "0.8.0", "1.1.0"])
+def test_a_spec_as_nvidia_ctk_writes_it_is_read(tmp_path: Path, version: str) -> None:
+    # (every part of containerEdits the toolkit writes: none refused as unknown)
+    root = _root(tmp_path)
+    node = "{path: /dev/nvidia0, hostPath: /dev/nvidia0, major: 195, minor: 0, type: c, " \
+           "permissions: rw, fileMode: 438, uid: 0, gid: 0}"
+    _raw_spec(root, f"{{name: {UA}, containerEdits: {{deviceNodes: [{node}]}}}}",
+              f"name: {UB}", version=version, head=(
+                  "kind: nvidia.com/gpu\ncontainerEdits:\n  env: [A=1]\n"
+                  "  hooks: [{hookName: createContainer, path: /usr/bin/nvidia-cdi-hook, "
+                  "args: [nvidia-cdi-hook, update-ldcache], env: [B=2], timeout: 5}]\n"
+                  "  mounts: [{hostPath: /a, containerPath: /a, options: [ro, bind], "
+                  "type: bind}]\ndevices:"))
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c

@@ -5,10 +5,10 @@ interface's ``Spec.validate`` checks them (specs-go version.go ``ValidateVersion
 pkg/parser parser.go ``ValidateVendorName``, ``ValidateClassName``). CDI refuses the
 whole spec for either: the runtime then resolves none of its devices.
 
-The keys of ``containerEdits`` are CDI's, whatever ``cdiVersion`` says: its strict
-decoding knows those of its newest struct, and only the minimum version looks at which
-of them a spec fills (``netDevices`` needs 1.1.0), so a key is never checked against the
-declared version here either.
+The keys of ``containerEdits`` and of its parts are CDI's, whatever ``cdiVersion`` says:
+its strict decoding knows those of its newest struct and refuses any other, and only the
+minimum version looks at which of them a spec fills (``netDevices`` needs 1.1.0), so a
+key is never checked against the declared version here either.
 """
 
 from __future__ import annotations
@@ -47,6 +47,57 @@ def go_text(value: object) -> str | None:
     if isinstance(value, float):
         return float32_text(value)
     return value if isinstance(value, str) else None
+
+
+# The keys of CDI's ContainerEdits and of its parts (specs-go config.go)
+EDIT_KEYS = ("env", "deviceNodes", "netDevices", "hooks", "mounts", "intelRdt",
+             "additionalGids")
+_PART_KEYS = {
+    "deviceNodes": ("path", "hostPath", "type", "major", "minor", "fileMode", "permissions",
+                    "uid", "gid"),
+    "netDevices": ("hostInterfaceName", "name"),
+    "hooks": ("hookName", "path", "args", "env", "timeout"),
+    "mounts": ("hostPath", "containerPath", "options", "type"),
+    "intelRdt": ("closID", "l3CacheSchema", "memBwSchema", "schemata", "enableMonitoring"),
+}
+
+
+def unknown_edit_key(data: object, devices: list[object]) -> str | None:
+    """Why CDI refuses the spec for a key its ContainerEdits, or one of their device
+    nodes, net devices, hooks, mounts or intelRdt, does not know, whatever its case (its
+    strict decoding); None when it knows each. Every spelling of a key is decoded, so
+    each is looked at."""
+    for where, edits in (("containerEdits", _every(data, "containerEdits")),
+                         *((f"device {n}'s containerEdits", _every(d, "containerEdits"))
+                           for n, d in enumerate(devices, 1))):
+        for mapping in edits:
+            if (odd := _odd_key(mapping, EDIT_KEYS)) is not None:
+                return _said(odd, where, EDIT_KEYS)
+            for part, known in _PART_KEYS.items():
+                for value in _every(mapping, part):
+                    for item in value if isinstance(value, list) else [value]:
+                        if (odd := _odd_key(item, known)) is not None:
+                            return _said(odd, f"{where} {part}", known)
+    return None
+
+
+def _every(data: object, key: str) -> list[object]:
+    """The values of each spelling of ``key`` in the mapping ``data``."""
+    if not isinstance(data, dict):
+        return []
+    return [v for k, v in data.items() if isinstance(k, str) and k.lower() == key.lower()]
+
+
+def _odd_key(mapping: object, known: tuple[str, ...]) -> object:
+    """The first key of ``mapping`` none of ``known`` is, whatever its case (None: none)."""
+    lower = {k.lower() for k in known}
+    keys = mapping if isinstance(mapping, dict) else {}
+    return next((k for k in keys if not (isinstance(k, str) and k.lower() in lower)), None)
+
+
+def _said(key: object, where: str, known: tuple[str, ...]) -> str:
+    return (f"has the key {quoted(key)} in {where}, which CDI does not know (it refuses "
+            f"the spec): remove it, or spell it as one of {', '.join(known)}")
 
 
 def refusal(data: object, kind: str, devices: list[object]) -> str | None:

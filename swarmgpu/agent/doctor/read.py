@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from swarmgpu.agent.doctor.cdispec import field, go_text, refusal
+from swarmgpu.agent.doctor.cdispec import field, go_text, refusal, unknown_edit_key
 from swarmgpu.agent.doctor.infoparts import engine_cdi_dirs
 from swarmgpu.agent.doctor.resources import norm_bus_id
 from swarmgpu.agent.doctor.rootpath import (
@@ -441,7 +441,7 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
         return CdiSpec(path, error="names no kind (not a CDI spec)", size=len(text))
     devices = field(data, "devices")
     devices = devices if isinstance(devices, list) else []
-    if (unknown := _unknown_key(data, devices)) is not None:
+    if (unknown := _unknown_key(data, devices) or unknown_edit_key(data, devices)):
         return CdiSpec(path, error=unknown, size=len(text))
     names = [_device_name(d) for d in devices]
     if None in names:  # (CDI: "invalid device, empty device name", "cannot unmarshal")
@@ -470,8 +470,7 @@ _DEVICE_KEYS = ("name", "annotations", "containerEdits")
 def _unknown_key(data: object, devices: list[object]) -> str | None:
     """Why CDI refuses the spec for a key its Spec or one of its Devices does not know,
     whatever its case, as its strict decoding (DisallowUnknownFields) refuses it; None
-    when it knows each. (Those of containerEdits, which grew over CDI's versions, are
-    not looked at.)"""
+    when it knows each (those of containerEdits: ``cdispec.unknown_edit_key``)."""
     for where, mapping, known in (("", data, _SPEC_KEYS),
                                   *((f" in device {n}", d, _DEVICE_KEYS)
                                     for n, d in enumerate(devices, 1))):
