@@ -41,12 +41,13 @@ def _spec(root: Path, rel: str, names: list[str], kind: str = "nvidia.com/gpu") 
     path.write_text(f"cdiVersion: 0.5.0\nkind: {kind}\ndevices:\n{devices}")
 
 
-def _raw_spec(root: Path, *devices: str, head: str = "kind: nvidia.com/gpu\ndevices:") -> None:
-    """The spec etc/cdi/nvidia.yaml, its ``head`` and each of ``devices`` written as given:
-    YAML that ``_spec``, quoting each name, cannot write."""
+def _raw_spec(root: Path, *devices: str, head: str = "kind: nvidia.com/gpu\ndevices:",
+              version: str = "0.5.0") -> None:
+    """The spec etc/cdi/nvidia.yaml of cdiVersion ``version``, its ``head`` and each of
+    ``devices`` written as given: YAML that ``_spec``, quoting each name, cannot write."""
     path = root / "etc/cdi/nvidia.yaml"
     path.parent.mkdir(parents=True)
-    path.write_text(f"cdiVersion: 0.5.0\n{head}\n" + "".join(f"  - {d}\n" for d in devices))
+    path.write_text(f"cdiVersion: {version}\n{head}\n" + "".join(f"  - {d}\n" for d in devices))
 
 
 def _check(root: Path, info: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
@@ -414,7 +415,8 @@ def test_keys_go_yaml_v2_reads_apart_are_two_keys(tmp_path: Path, keys: str) -> 
     # The doctor compared them as Python does (1 == 1.0 == True) and failed the spec
     root = _root(tmp_path)
     _raw_spec(root, f"name: {UA}", f"name: {UB}",
-              head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:")
+              head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:",
+              version="0.6.0")  # (annotations: since CDI 0.6.0)
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c
 
@@ -425,7 +427,8 @@ def test_keys_go_yaml_v2_reads_as_one_are_refused(tmp_path: Path, keys: str) -> 
     # ("key true already set in map": CDI refuses the whole spec)
     root = _root(tmp_path)
     _raw_spec(root, f"name: {UA}", f"name: {UB}",
-              head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:")
+              head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:",
+              version="0.6.0")  # (annotations: since CDI 0.6.0)
     c, _ = _check(root)
     assert c["status"] == str(Status.FAIL) and "/etc/cdi/nvidia.yaml" in c["found"], c
 
@@ -495,7 +498,7 @@ def test_the_keys_cdis_spec_knows_are_read_whatever_their_case(tmp_path: Path) -
     root = _root(tmp_path)
     _raw_spec(root, f"{{name: {UA}, Annotations: {{a: b}}, containeredits: {{}}}}",
               f"name: {UB}", head="CDIVERSION: 0.6.0\nkind: nvidia.com/gpu\n"
-              "annotations: {a: b}\nContainerEdits: {}\ndevices:")
+              "annotations: {a: b}\nContainerEdits: {}\ndevices:", version="0.6.0")
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c
 
@@ -505,5 +508,152 @@ def test_a_tab_after_a_key_is_read_as_cdis_yaml_reads_it(tmp_path: Path) -> None
     # it and the doctor named a spec the runtime reads unread (libyaml reads it now)
     root = _root(tmp_path)
     _raw_spec(root, f"name:\t{UA}", f"name:\t{UB}", head="kind:\tnvidia.com/gpu\ndevices:")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
+
+
+def test_a_directory_named_like_a_spec_is_skipped_as_cdi_skips_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CDI's scan skips a directory whatever its name (spec-dirs.go: entry.IsDir()): the
+    # doctor named /etc/cdi/old.yaml/ a spec it could not read, and counted it toward
+    # the dir's bound, leaving the real spec unread
+    from swarmgpu.agent.doctor import read
+    monkeypatch.setattr(read, "MAX_CDI_SPECS", 2, raising=False)
+    root = _root(tmp_path)
+    (root / "etc/cdi/a.yaml").mkdir(parents=True)
+    (root / "etc/cdi/b.json").mkdir()
+    c, _ = _check(root)
+    assert c["found"] == "mode cdi and no nvidia.com/gpu CDI spec in /etc/cdi, /var/run/cdi", c
+    _spec(root, "etc/cdi/c.yaml", [UA, UB])
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK) and "unread" not in c["found"], c
+
+
+def test_a_link_to_a_directory_and_a_hidden_spec_are_read_as_cdi_reads_them(
+        tmp_path: Path) -> None:
+    # (a link is no directory to Go's ReadDir: CDI reads it, and fails; a name that
+    # starts with a dot is read as any other)
+    root = _root(tmp_path)
+    (root / "etc/cdi/sub").mkdir(parents=True)
+    (root / "etc/cdi/link.yaml").symlink_to("sub")
+    c, _ = _check(root)
+    assert "/etc/cdi/link.yaml is not a regular file" in c["found"], c
+    _spec(root, "etc/cdi/.nvidia.yaml", [UA, UB])
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize(("version", "device", "said"), [
+    ("0.2.5", "name: gpu0", "has cdiVersion '0.2.5', which CDI does not know"),
+    ("~", "name: gpu0", "has cdiVersion '', which CDI does not know"),
+    ("0.2.0", "name: gpu0", "but CDI reads specs of 0.3.0 or later"),
+    ("0.4.0", "name: '0'", "its device name that starts with a digit needs 0.5.0"),
+    ("v0.5.0", "{name: gpu0, annotations: {a: b}}", "its annotations needs 0.6.0"),
+    ("0.6.0", "{name: gpu0, containerEdits: {additionalGids: [44]}}",
+     "its additionalGids needs 0.7.0"),
+    ("1.0.0", "{name: gpu0, containerEdits: {netDevices: [{name: e, hostInterfaceName: f}]}}",
+     "its netDevices needs 1.1.0")])
+def test_a_cdi_version_cdi_refuses_refuses_the_spec(tmp_path: Path, version: str,
+                                                    device: str, said: str) -> None:
+    # CDI's ValidateVersion refuses a version it does not know, and one below what the
+    # spec's content needs (a device name starting with a digit: 0.5.0): the runtime
+    # resolves none of its devices, and the doctor passed it
+    root = _root(tmp_path)
+    _raw_spec(root, device, f"name: {UA}", f"name: {UB}", version=version)
+    c, code = _check(root)
+    assert c["status"] == str(Status.FAIL) and code == 1, c
+    assert "/etc/cdi/nvidia.yaml has cdiVersion" in c["found"], c
+    assert said in c["found"] and "set cdiVersion: " in c["found"], c
+
+
+@pytest.mark.parametrize(("kind", "said"), [
+    ("nvidia.com", "has kind 'nvidia.com', not vendor/class"),
+    ("/gpu", "has kind '/gpu', not vendor/class"),
+    ("1nvidia.com/gpu", "whose vendor '1nvidia.com' CDI refuses: use letters"),
+    ("nvidia.com/gpu_", "whose class 'gpu_' CDI refuses"),
+    ("nvidia.com/g/pu", "whose class 'g/pu' CDI refuses")])
+def test_a_kind_cdi_refuses_is_named(tmp_path: Path, kind: str, said: str) -> None:
+    # CDI's ValidateVendorName and ValidateClassName: vendor/class, a letter first
+    root = _root(tmp_path)
+    _raw_spec(root, f"name: {UA}", head=f"kind: '{kind}'\ndevices:", version="0.6.0")
+    c, _ = _check(root)
+    assert f"/etc/cdi/nvidia.yaml has kind '{kind}'" in c["found"] and said in c["found"], c
+
+
+@pytest.mark.parametrize(("version", "device"), [
+    ("v0.3.0", "name: gpu0"), ("0.5.0", "name: '0'"), ("1.1.0", "name: gpu0"),
+    ("0.4.0", "{name: gpu0, annotations: ~, containerEdits: {mounts: [{hostPath: a, "
+              "containerPath: b, type: bind}]}}")])
+def test_a_cdi_version_cdi_takes_is_no_fault(tmp_path: Path, version: str,
+                                             device: str) -> None:
+    root = _root(tmp_path)
+    _raw_spec(root, device, f"name: {UA}", f"name: {UB}", version=version)
+    c, _ = _check(root)
+    assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize("libyaml", [True, False])
+@pytest.mark.parametrize(("text", "said"), [
+    ("kind: [\n", "at line 2, column 1: did not find expected node content (while parsing "
+                  "a flow node)"),
+    ("kind: a\n  b: c\n", "at line 2, column 4: mapping values are not allowed"),
+    ("kind: 'a\n", "at line 2, column 1: found unexpected end of stream (while scanning a "
+                   "quoted scalar from line 1, column 7)"),
+    ("kind: a\ndevices:\n\t- name: x\n", "at line 3, column 1: a tab where YAML wants "
+                                         "spaces (as indentation); write spaces"),
+    ("kind: a\n\x07", "at line 2, column 1: the character #x0007 is not allowed")])
+def test_a_broken_specs_yaml_error_names_the_line_and_column_on_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, libyaml: bool, text: str,
+        said: str) -> None:
+    # with libyaml's parser (CDI's specs) the message lost its line:column snippet and
+    # read otherwise than PyYAML's, over lines, the file named twice
+    from swarmgpu.core import yamlfile
+    monkeypatch.setattr(yamlfile, "_LIBYAML", libyaml)
+    root = _root(tmp_path)
+    (root / "etc/cdi").mkdir(parents=True)
+    (root / "etc/cdi/nvidia.yaml").write_text(text)
+    c, _ = _check(root)
+    found = c["found"]
+    assert "(/etc/cdi/nvidia.yaml not valid YAML at line " in found and "\n" not in found, c
+    if libyaml or "tab" in said or "#x" in said:  # (PyYAML words some problems its way)
+        assert said in found, c
+    else:
+        assert said.split(":")[0] in found, c
+
+
+@pytest.mark.parametrize(("head", "device", "said"), [
+    ("containerEdits: {deviceNode: []}", "name: gpu0", "'deviceNode' in containerEdits"),
+    ("containerEdits: {}", "{name: gpu0, containerEdits: {mounts: [{hostPath: a, "
+     "containerPath: b, option: [ro]}]}}", "'option' in device 1's containerEdits mounts"),
+    ("containerEdits: {hooks: [{hookName: a, path: b, arg: [c]}]}", "name: gpu0",
+     "'arg' in containerEdits hooks"),
+    ("containerEdits: {intelRdt: {closID: a, l3Cache: b}}", "name: gpu0",
+     "'l3Cache' in containerEdits intelRdt")])
+def test_a_key_cdis_container_edits_do_not_know_refuses_the_spec(
+        tmp_path: Path, head: str, device: str, said: str) -> None:
+    # CDI's strict decoding refuses an unknown key in containerEdits and in its parts as
+    # in the spec, whatever the spec's cdiVersion (it knows its newest struct's keys):
+    # the doctor looked at none of them
+    root = _root(tmp_path)
+    _raw_spec(root, device, f"name: {UA}", f"name: {UB}", version="0.7.0",
+              head=f"kind: nvidia.com/gpu\n{head}\ndevices:")
+    c, _ = _check(root)
+    assert c["status"] == str(Status.FAIL), c
+    assert f"/etc/cdi/nvidia.yaml has the key {said}" in c["found"], c
+
+
+@pytest.mark.parametrize("version", ["0.5.0", "0.8.0", "1.1.0"])
+def test_a_spec_as_nvidia_ctk_writes_it_is_read(tmp_path: Path, version: str) -> None:
+    # (every part of containerEdits the toolkit writes: none refused as unknown)
+    root = _root(tmp_path)
+    node = "{path: /dev/nvidia0, hostPath: /dev/nvidia0, major: 195, minor: 0, type: c, " \
+           "permissions: rw, fileMode: 438, uid: 0, gid: 0}"
+    _raw_spec(root, f"{{name: {UA}, containerEdits: {{deviceNodes: [{node}]}}}}",
+              f"name: {UB}", version=version, head=(
+                  "kind: nvidia.com/gpu\ncontainerEdits:\n  env: [A=1]\n"
+                  "  hooks: [{hookName: createContainer, path: /usr/bin/nvidia-cdi-hook, "
+                  "args: [nvidia-cdi-hook, update-ldcache], env: [B=2], timeout: 5}]\n"
+                  "  mounts: [{hostPath: /a, containerPath: /a, options: [ro, bind], "
+                  "type: bind}]\ndevices:"))
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c

@@ -261,7 +261,8 @@ def parse_yaml(text: str, what: str, error: type[Exception], *, fmt: str = "YAML
     """``text`` parsed (safe loader); ``error(...)`` naming ``what`` and the line otherwise.
     ``docker``: docker/cli reads the file too (a stack): what it reads otherwise is refused.
     ``v2``: its plain scalars read as go-yaml v2 reads them (``_Loader``): a file only a
-    v2 reader reads (CDI's specs, sigs.k8s.io/yaml)."""
+    v2 reader reads (CDI's specs, sigs.k8s.io/yaml); not valid, its line and column said
+    on one line (``_at_column``)."""
     return parse_yaml_lines(text, what, error, fmt=fmt, docker=docker, v2=v2)[0]
 
 
@@ -293,32 +294,54 @@ def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
             _two_readings(node, loader.plain, what, error)
         return loader.construct_document(node), lines
     except yaml.YAMLError as e:
-        raise error(f"{what}: not valid {fmt}{_why_not_valid(e, text, docker)}") from e
+        raise error(f"{what}: not valid {fmt}{_why_not_valid(e, text, docker, v2)}") from e
     finally:
         if loader is not None:
             loader.dispose()
 
 
-def _why_not_valid(e: yaml.YAMLError, text: str, docker: bool) -> str:
-    """`` at line N: `` and PyYAML's words, or ours where they name no line or fix."""
+def _why_not_valid(e: yaml.YAMLError, text: str, docker: bool, v2: bool = False) -> str:
+    """`` at line N: `` and PyYAML's words, or ours where they name no line or fix.
+    ``v2`` (CDI's specs, libyaml's parser where there is one): ``_at_column``."""
     if isinstance(e, yaml.reader.ReaderError):  # it names the offset alone
         line = text.count("\n", 0, e.position) + 1
+        column = f", column {e.position - text.rfind(chr(10), 0, e.position)}" if v2 else ""
         code = e.character if isinstance(e.character, int) else ord(e.character)
-        return (f" at line {line}: the character #x{code:04x} is not allowed in YAML text; "
-                "remove it, or write it escaped in a double-quoted string (\"\\x07\")")
+        return (f" at line {line}{column}: the character #x{code:04x} is not allowed in YAML "
+                "text; remove it, or write it escaped in a double-quoted string (\"\\x07\")")
     mark = getattr(e, "problem_mark", None)
     if mark is None:
         return f": {e}"
-    at = f" at line {mark.line + 1}"
+    at = f" at line {mark.line + 1}" + (f", column {mark.column + 1}" if v2 else "")
     if "expected a single document" in str(getattr(e, "context", "")):
         who = "docker stack deploy reads only the first and drops the others unread" \
             if docker else "swarmgpu reads one document a file"
         return f"{at}: a second document (---); {who}: remove the others"
+    if v2:
+        return _at_column(e, mark, text)
     if "'\\t'" in str(getattr(e, "problem", "")):
         return (f"{at}, column {mark.column + 1}: a tab where YAML wants spaces (as "
                 "indentation, or after 'key:', where docker's reader takes one and PyYAML "
                 "does not); write spaces")
     return f"{at}: {e}"
+
+
+def _at_column(e: yaml.YAMLError, mark: Any, text: str) -> str:
+    """`` at line L, column C: `` and the problem on one line, and what the parser was in
+    (``while parsing a flow node``) with where it began: the same whichever parser found
+    it (libyaml's marks have no snippet, PyYAML's words a few problems otherwise)."""
+    at = f" at line {mark.line + 1}, column {mark.column + 1}"
+    lines = text.split("\n")
+    if mark.line < len(lines) and lines[mark.line][mark.column:mark.column + 1] == "\t":
+        return f"{at}: a tab where YAML wants spaces (as indentation); write spaces"
+    said = " ".join(str(getattr(e, "problem", None) or e).split())
+    if context := getattr(e, "context", None):
+        began = getattr(e, "context_mark", None)
+        where = (f" from line {began.line + 1}, column {began.column + 1}"
+                 if began is not None and (began.line, began.column) != (mark.line, mark.column)
+                 else "")
+        said += f" ({' '.join(str(context).split())}{where})"
+    return f"{at}: {said}"
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

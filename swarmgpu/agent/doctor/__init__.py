@@ -10,14 +10,15 @@ status file, device numbers from ``os.stat`` (or, in a fixture tree, from the
 manifest ``dev/.swarmgpu-devices.json``, since committed files cannot be device nodes).
 See docs/doctor.md for every check and the fixture conventions.
 
-One module per group of checks: ``view`` (NodeView, Check, paths), ``read`` (the
-root into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
+One module per group of checks: ``view`` (NodeView, Check, paths), ``read`` (the root
+into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
 ``sharing``, ``identity``, ``procview``, ``agentsvc``, ``agentanswers``, ``cdi`` (the
-checks), ``infoparts`` (docker info's parts read as dockerd sends them; a check reading
-one that is not fails, naming it), ``report`` (run, exit code, text/JSON), ``factsread``
-(the fact source read within a deadline), ``rootpath`` (a path under the root as the
-node sees it), ``runtimepath`` (where dockerd finds the NVIDIA runtime), ``dockerdkeys``
-(the daemon.json keys dockerd knows, as data).
+checks), ``cdispec`` (what CDI refuses in a spec's version and kind), ``infoparts``
+(docker info's parts read as dockerd sends them; a check reading one that is not fails,
+naming it), ``report`` (run, exit code, text/JSON), ``factsread`` (the fact source read
+within a deadline), ``rootpath`` (a path under the root as the node sees it),
+``runtimepath`` (where dockerd finds the NVIDIA runtime), ``dockerdkeys`` (the
+daemon.json keys dockerd knows, as data).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from swarmgpu.agent.doctor.cdispec import field, go_text, refusal, unknown_edit_key
 from swarmgpu.agent.doctor.infoparts import engine_cdi_dirs
 from swarmgpu.agent.doctor.resources import norm_bus_id
 from swarmgpu.agent.doctor.rootpath import (
@@ -25,6 +26,7 @@ from swarmgpu.agent.doctor.rootpath import (
     is_host,
     listdir_in_root,
     stat_in_root,
+    subdirs_in_root,
 )
 from swarmgpu.agent.doctor.runtimepath import find_runtime
 from swarmgpu.agent.doctor.view import (
@@ -52,7 +54,6 @@ from swarmgpu.agent.doctor.view import (
     toolkit_cdi,
 )
 from swarmgpu.core.boundedfile import NotRegularFile, read_head
-from swarmgpu.core.goscalar import float32_text
 from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.core.peertext import quoted
 from swarmgpu.core.yamlfile import parse_yaml
@@ -389,6 +390,9 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None, engine: list[str]
             continue
         # (only what CDI reads counts toward the bound; a .yml is named, never parsed)
         names = sorted(n for n in listed if n.endswith((".yaml", ".json")))
+        if names:  # (CDI's scan skips a directory, a link to one read as a file)
+            subdirs = _subdirs(root, d)
+            names = [n for n in names if n not in subdirs]
         yml = sorted(n for n in listed if n.endswith(".yml"))[:MAX_CDI_SPECS]
         for n in sorted([*names[:MAX_CDI_SPECS], *yml]):
             path = posixpath.join(d, n)
@@ -400,6 +404,13 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None, engine: list[str]
         if len(names) > MAX_CDI_SPECS:
             left.append((d, MAX_CDI_SPECS, len(names) - MAX_CDI_SPECS))
     return tuple(specs), tuple(left)
+
+
+def _subdirs(root: str, d: str) -> frozenset[str]:
+    try:
+        return subdirs_in_root(root, d.lstrip("/"))
+    except (OSError, ValueError):  # (listed a moment ago: a root being written)
+        return frozenset()
 
 
 # CDI's scan reads *.json and *.yaml alone (container-device-interface spec-dirs.go)
@@ -423,20 +434,22 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
         data = parse_yaml(text, path, _SpecError, v2=True)  # (CDI's sigs.k8s.io/yaml)
     except Unreadable as exc:
         return CdiSpec(path, error=exc.why)
-    except _SpecError as exc:
-        return CdiSpec(path, error=str(exc), size=len(text))
-    kind = _field(data, "kind")
+    except _SpecError as exc:  # (the file named once: the check names it first)
+        return CdiSpec(path, error=str(exc).removeprefix(f"{path}: "), size=len(text))
+    kind = field(data, "kind")
     if not isinstance(kind, str):
         return CdiSpec(path, error="names no kind (not a CDI spec)", size=len(text))
-    devices = _field(data, "devices")
+    devices = field(data, "devices")
     devices = devices if isinstance(devices, list) else []
-    if (unknown := _unknown_key(data, devices)) is not None:
+    if (unknown := _unknown_key(data, devices) or unknown_edit_key(data, devices)):
         return CdiSpec(path, error=unknown, size=len(text))
     names = [_device_name(d) for d in devices]
     if None in names:  # (CDI: "invalid device, empty device name", "cannot unmarshal")
         return CdiSpec(path, error="names a device of no name, or of one not text (CDI "
                                    "refuses the whole spec): generate it again, or name "
                                    "each device", size=len(text))
+    if (refused := refusal(data, kind, devices)) is not None:  # (its version, kind)
+        return CdiSpec(path, error=refused, size=len(text))
     if bad := [n for n in names if n and _name_invalid(n)]:  # ("failed add device")
         return CdiSpec(path, error=f"names device {quoted(bad[0])}, not a valid CDI device "
                                    "name (CDI refuses the whole spec): name it with "
@@ -457,8 +470,7 @@ _DEVICE_KEYS = ("name", "annotations", "containerEdits")
 def _unknown_key(data: object, devices: list[object]) -> str | None:
     """Why CDI refuses the spec for a key its Spec or one of its Devices does not know,
     whatever its case, as its strict decoding (DisallowUnknownFields) refuses it; None
-    when it knows each. (Those of containerEdits, which grew over CDI's versions, are
-    not looked at.)"""
+    when it knows each (those of containerEdits: ``cdispec.unknown_edit_key``)."""
     for where, mapping, known in (("", data, _SPEC_KEYS),
                                   *((f" in device {n}", d, _DEVICE_KEYS)
                                     for n, d in enumerate(devices, 1))):
@@ -471,31 +483,11 @@ def _unknown_key(data: object, devices: list[object]) -> str | None:
     return None
 
 
-def _field(data: object, key: str) -> object:
-    """The value CDI's struct field ``key`` takes from the mapping ``data`` (None: none).
-    sigs.k8s.io/yaml decodes as JSON, whose keys match a field whatever their case, and
-    writes them sorted first (capitals before small letters): the last that matches is
-    kept, ``name`` over ``Name``."""
-    if not isinstance(data, dict):
-        return None
-    keys = [k for k in data if isinstance(k, str) and k.lower() == key]
-    return data[max(keys)] if keys else None
-
-
 def _device_name(device: object) -> str | None:
-    """A device's name as CDI reads it: its sigs.k8s.io/yaml turns a number or boolean
-    bound for a string field into its text (``name: 0`` is "0", ``1.0`` "1", ``1e6``
-    "1e+06": Go's text of a float32; its go-yaml v2 reads a plain ``yes`` as a boolean,
-    so "true": ``_cdi_spec`` parses so); None where CDI refuses the spec for it (no name,
-    null, a list or map)."""
-    name = _field(device, "name")
-    if isinstance(name, bool):  # (before int: a bool is one)
-        return "true" if name else "false"
-    if isinstance(name, int):
-        return str(name)
-    if isinstance(name, float):
-        return float32_text(name)
-    return name if isinstance(name, str) and name else None
+    """A device's name as CDI reads it (``cdispec.go_text``: ``name: 0`` is "0"; its
+    go-yaml v2 reads a plain ``yes`` as a boolean, so "true": ``_cdi_spec`` parses so);
+    None where CDI refuses the spec for it (no name, null, a list or map)."""
+    return go_text(field(device, "name")) or None
 
 
 def _name_invalid(name: str) -> bool:

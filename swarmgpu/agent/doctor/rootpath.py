@@ -152,13 +152,29 @@ def stat_in_root(root: str, rel: str) -> os.stat_result:
 
 def listdir_in_root(root: str, rel: str) -> list[str]:
     """The names in the directory ``<root>/<rel>`` as the node sees it."""
+    with _opened_dir(root, rel) as where:
+        return os.listdir(where)
+
+
+def subdirs_in_root(root: str, rel: str) -> frozenset[str]:
+    """The names in the directory ``<root>/<rel>`` that are directories themselves, not
+    links to one: what Go's ``os.ReadDir`` calls ``IsDir`` (CDI's spec scan skips them)."""
+    with _opened_dir(root, rel) as where, os.scandir(where) as entries:
+        return frozenset(e.name for e in entries if e.is_dir(follow_symlinks=False))
+
+
+@contextmanager
+def _opened_dir(root: str, rel: str) -> Iterator[int | str]:
+    """The directory ``<root>/<rel>`` (``entry_in_root``) for ``os.listdir`` or
+    ``os.scandir``: an fd open until the block ends; on the node itself its path."""
     with entry_in_root(root, rel) as (dir_fd, name):
         if dir_fd is None:
-            return os.listdir(name)
+            yield name
+            return
         flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         fd = os.open(name, flags, dir_fd=dir_fd)
         try:
-            return os.listdir(fd)
+            yield fd
         finally:
             os.close(fd)
 
