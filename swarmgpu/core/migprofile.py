@@ -118,7 +118,7 @@ def normalize_profile(name: str) -> str:
     # ASCII blanks only, as every label value is trimmed: an NBSP is no profile's
     name = name.strip(ASCII_BLANKS)
     if odd := non_ascii(raw[:64]):
-        # Named: shown, the lookalike reads as the profile meant (nvıdıa.com/mıg-...).
+        # Named: shown, the lookalike reads as the profile meant (a dotless i in mig-).
         hint = "the profile typed in ASCII, such as nvidia.com/mig-1g.10gb"
         raise MigProfileError(f"MIG profile {peer_text(raw, 64)!r} has characters that "
                               f"only look like ASCII ones ({odd}); retype it", hint)
