@@ -50,7 +50,7 @@ from swarmgpu.manager.cycle.pipeline import Pipeline, Step
 from swarmgpu.manager.cycle.schedule import repeat
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.cycle.term import LeaderTerm
-from swarmgpu.manager.engine.stop import BudgetEnded, Stopped, StopRequest, read_cut
+from swarmgpu.manager.engine.stop import BudgetEnded, NotRead, Stopped, StopRequest, read_cut
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.sync import (
     CycleReport,
@@ -60,6 +60,7 @@ from swarmgpu.manager.nodes.sync import (
     take_snapshot,
     tenant_specs,
 )
+from swarmgpu.manager.nodes.watchmissed import WatchMissed
 from swarmgpu.manager.web import webguard
 from swarmgpu.manager.web.webauth import WebAuth
 from swarmgpu.swarm.answerjson import CycleBudget, within_budget
@@ -128,6 +129,7 @@ class Daemon:
         self._rerun = threading.Event()
         self._slow = False  # the last cycle outlasted the interval (said once: _overran)
         self._save_said: SaidOnce[str] = SaidOnce()  # agents.json could not be saved
+        self._watch_missed = WatchMissed()  # the agents the facts watch did not read
         self.last_report: CycleReport | None = None
         # time.monotonic() at the last cycle's end: /healthz's age survives a step of the
         # wall clock (NTP, a hand `date -s`)
@@ -479,15 +481,16 @@ class Daemon:
                 logger.debug("facts watch: its swarm read outlasted its {:g} s; cut",
                              self.cfg.agents.watch_s)
             return
+        missed: dict[str, NotRead] = {}  # the reads its budget cut: the cycle reads them
         try:
-            got = fetch_agents(self.swarm, self.cfg, nodes, self.stop_event)
-        except BudgetEnded:  # its reads past its budget: the next watch or cycle reads
-            logger.debug("facts watch: its agent reads outlasted its {:g} s; cut",
-                         self.cfg.agents.watch_s)
+            got = fetch_agents(self.swarm, self.cfg, nodes, self.stop_event, missed)
+        except BudgetEnded:  # (no read raises it so: each cut is in missed) not a stop's
             return
         except Stopped as exc:
             self._reads_left("the facts watch ended", exc)
             return
+        self._watch_missed.note(nodes, missed, self.cfg.agents.watch_s,
+                                self.cfg.sync.interval_s)
         changed = []
         for node_id, res in got.items():
             if res.facts is None:
