@@ -6,13 +6,16 @@ on many nodes held the cycle for rounds of them, past the watchdog."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
-from support.forged import RecordingSwarm, sw_node
+from support.forged import DGX_F, RecordingSwarm, sw_node
 from support.loglines import log_lines
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
@@ -118,17 +121,51 @@ def test_a_cycle_whose_agent_reads_the_budget_cut_blames_no_agent(
     assert sw.calls == []
 
 
-def test_a_facts_watch_its_budget_cuts_ends_quietly(
-        agents: SlowAgents, tmp_path: Path, lines: list[str]) -> None:
-    sw = RecordingSwarm(_nodes(), [], [])
+class SomeSlow:
+    """The agents on ``slow`` hosts answer within no deadline; the others at once, with
+    facts of their host (each URL names its host: ``{hostname}``)."""
+
+    def __init__(self, slow: set[str]) -> None:
+        self.slow = slow
+
+    def __call__(self, url: str, *, timeout_s: float, max_bytes: int,
+                 tls: object = None, headers: object = None) -> boundedhttp.Fetched:
+        host = urlsplit(url).hostname or ""
+        if host in self.slow:
+            time.sleep(timeout_s)
+            raise boundedhttp.Deadline()
+        return boundedhttp.Fetched(200, json.dumps(replace(DGX_F, hostname=host).to_dict())
+                                   .encode())
+
+
+def test_a_facts_watch_its_budget_cuts_compares_what_it_read_and_names_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lines: list[str]) -> None:
+    """A cut threw every answer read away, said at debug level: with a rack's agents
+    timing out no watch ended, and a change anywhere waited for the full cycle. Now the
+    nodes read are compared (a change starts a cycle), and the agents that did not
+    answer in time are named once per change, not every watch."""
+    agents = SomeSlow({"gpu-04", "gpu-05"})  # read third of 2 at once: 6 and 7 never start
+    monkeypatch.setattr(boundedhttp, "get", agents)
+    sw = RecordingSwarm(_nodes(8), [], [])
     cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
                  agents=AgentsConfig(identity="none", timeout_s=OWN_S, parallel=2,
-                                     watch_s=BUDGET_S))
+                                     watch_s=BUDGET_S, url_template="http://{hostname}:{port}"))
     d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
     d.leader = True
     start = time.monotonic()
     d._watch_facts()
     assert time.monotonic() - start < BUDGET_S + LAG_S
+    assert d._rerun.is_set()  # the four read are new to the book: a cycle now
+    assert [m for m in lines if "facts changed on gpu-00, gpu-01, gpu-02, gpu-03:" in m]
+    said = [m for m in lines if "WARNING" in m and "facts watch" in m]
+    assert len(said) == 1, lines[-10:]
+    assert "agents on gpu-04, gpu-05 did not answer within agents.watch_s 0.8 s" in said[0]
+    assert "2 node(s) after them not read before it ended (gpu-06, gpu-07)" in said[0]
+    d._watch_facts()  # the same agents again: said once
+    assert len([m for m in lines if "WARNING" in m and "facts watch" in m]) == 1
+    agents.slow = set()
+    d._watch_facts()
+    assert [m for m in lines if "INFO" in m and "every agent answered within" in m]
     assert d.metrics.registry.get_sample_value("swarmgpu_errors_total",
                                                {"kind": "watch"}) in (None, 0)
     assert not [m for m in lines if "stopping" in m or "failed" in m], lines[-10:]

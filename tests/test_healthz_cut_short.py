@@ -15,6 +15,7 @@ from support.empty_swarm import EmptySwarm
 
 from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
 from swarmgpu.manager import daemon as daemon_module
+from swarmgpu.manager.cycle.healthz import CutKind, cycle_word, health_doc
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.engine.stop import Stopped
 from swarmgpu.swarm.client import SwarmUnavailable
@@ -215,3 +216,19 @@ def test_a_stop_asked_in_the_last_step_skips_nothing_and_the_cycle_completed(
     doc = d.health()
     assert doc["status"] == "ok" and doc["aborted"] is False, doc
     assert doc["last_cycle"] == "ok", doc
+
+
+def test_the_last_cycle_word_is_the_kind_passed_with_the_line_not_read_from_it() -> None:
+    """``last_cycle`` came from the line's "stopping: " start: a line reworded, or
+    another cut's line that happened to start so, changed the word. Now it is the kind
+    the daemon passes with the line."""
+    def word(line: str | None, kind: CutKind | None) -> object:
+        return health_doc(leader=True, engine_error=None, cut_short=line, cut_kind=kind,
+                          budget_ended=None, errors=[], age=1.0, stale=False,
+                          ended_at=1.0, detail=False)["last_cycle"]
+
+    assert word("stopping: a step's line", "aborted") == "aborted"
+    assert word("a stop's line, reworded", "stopped") == "stopped"
+    assert word("cut at the budget", "over_budget") == "over_budget"
+    assert word(None, None) == "ok"
+    assert cycle_word(None, "stopped") is None  # before the first cycle

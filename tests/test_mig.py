@@ -279,3 +279,14 @@ def test_the_facts_check_counts_a_gpu_instance_s_memory_once() -> None:
     with pytest.raises(FactsError, match="60288 MiB in its 2 GPU instance"):
         facts([{"profile": "1c.3g.20gb", "uuid": f"MIG-w{c}", "memory_mib": 30144,
                 "gi_id": c, "ci_id": 0} for c in range(2)])
+
+
+@pytest.mark.parametrize("name", ["nv\u0131d\u0131a.com/m\u0131g-1g.10gb", "m\u0131g-1g.10gb",
+                                  "M\u0130G-3g.40gb", "nvidia.com/mig-1g.10gb\u212a"])
+def test_a_profile_with_a_lookalike_letter_is_refused_naming_it(name: str) -> None:
+    """Only ASCII spells a profile: a dotless i (U+0131) matched i case-blind, so
+    ``nv\u0131d\u0131a.com/m\u0131g-1g.10gb`` read as 1g.10gb where no other reader takes
+    it (the Kelvin sign, U+212A, lowered to k)."""
+    odd = next(c for c in name if not c.isascii())
+    with pytest.raises(MigProfileError, match=f"U\\+{ord(odd):04X} at {name.index(odd) + 1}"):
+        normalize_profile(name)

@@ -77,3 +77,17 @@ def test_the_tenants_handed_on_still_decide_the_plan(parses: list[Any], tmp_path
                              catch_exceptions=False)
     (sp,) = json.loads(res.output)["services"]
     assert sp["name"] == "ai_llm" and sp["tenant"] == "team-a", sp
+
+
+def test_status_json_has_every_field_of_the_cluster_document(
+        parses: list[Any], tmp_path: Path) -> None:
+    """`status --json` is documented as /api/v1/cluster's document: it lacked what the
+    daemon sets on each answer (``webmap.LIVE_KEYS``: how its last cycle ended, and
+    when). The command runs no cycle of the daemon's: those are null."""
+    from swarmgpu.manager.web.webmap import LIVE_KEYS
+
+    res = CliRunner().invoke(main, ["status", "--json", "--config",
+                                    str(tmp_path / "config.yml")], catch_exceptions=False)
+    doc = json.loads(res.output)
+    assert set(LIVE_KEYS) <= set(doc), sorted(set(LIVE_KEYS) - set(doc))
+    assert doc["last_cycle"] is None and doc["last_cycle_at"] is None, doc

@@ -44,7 +44,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from swarmgpu.core.health import DCGM_HEALTH_FIELDS, DCGM_XID, HealthSignals
-from swarmgpu.core.metrics_in import PROCESS_MEMORY
+from swarmgpu.core.metrics_in import MAX_PROCESSES, PROCESS_MEMORY
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.core.samples import GpuSample
 
@@ -178,6 +178,9 @@ def _known(value: float | int | None) -> float | None:
     return None if math.isnan(v) else v
 
 
+PROCESSES_LEFT_OUT = "swarmgpu_gpu_processes_left_out"  # (AgentCollector._processes)
+
+
 class AgentCollector(Collector):
     """Collector over one consistent snapshot: facts, samples and agent stats."""
 
@@ -220,22 +223,32 @@ class AgentCollector(Collector):
 
     def _processes(self) -> Iterator[Metric]:
         """GPU memory per compute process and who runs it (swarmgpu.agent.procattr);
-        dcgm-exporter has no per-process metric, so the name is swarmgpu's own."""
+        dcgm-exporter has no per-process metric, so the name is swarmgpu's own. At most
+        ``MAX_PROCESSES`` a GPU, the largest users of memory: more, on a full node, made
+        a page the manager refuses whole; the rest are counted (``PROCESSES_LEFT_OUT``)."""
         fam = Metric(PROCESS_MEMORY, "GPU memory used by one compute process (MiB), with "
                      "its container and Swarm task/service when known.", "gauge")
+        left = Metric(PROCESSES_LEFT_OUT, "Compute processes of a GPU not served in "
+                      f"{PROCESS_MEMORY}: past {MAX_PROCESSES} a GPU, the smallest users "
+                      "of memory.", "gauge")
         gpus = {g.uuid: g for g in self._facts.gpus}
         for s in self._samples:
             g = gpus.get(s.uuid)
-            for p in s.processes:
-                if p.used_mib is None:
-                    continue
+            gpu = str(g.index if g is not None else s.index)
+            listed = [p for p in s.processes if p.used_mib is not None]
+            if len(listed) > MAX_PROCESSES:
+                left.add_sample(PROCESSES_LEFT_OUT, {
+                    "gpu": gpu, "UUID": s.uuid, "hostname": self._facts.hostname},
+                    float(len(listed) - MAX_PROCESSES))
+                kept = set(sorted(listed, key=lambda p: (-(p.used_mib or 0), p.pid))
+                           [:MAX_PROCESSES])
+                listed = [p for p in listed if p in kept]  # (in NVML's order still)
+            for p in listed:
                 fam.add_sample(PROCESS_MEMORY, {
-                    "gpu": str(g.index if g is not None else s.index),
-                    "UUID": s.uuid, "pid": str(p.pid), "container": p.container[:12],
+                    "gpu": gpu, "UUID": s.uuid, "pid": str(p.pid), "container": p.container[:12],
                     "task": p.task, "service": p.service,
-                    "hostname": self._facts.hostname}, float(p.used_mib))
-        if fam.samples:
-            yield fam
+                    "hostname": self._facts.hostname}, float(p.used_mib or 0))
+        yield from (f for f in (fam, left) if f.samples)
 
     def _dcgm(self) -> Iterator[Metric]:
         migs = _mig_index(self._facts)

@@ -48,7 +48,9 @@ _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 MAX_ID_LEN = 96  # UUID / hostname label values longer than this are not real
 _HOST_LABELS = ("hostname", "Hostname")
 PROCESS_MEMORY = "swarmgpu_gpu_process_memory_used_mib"  # swarmgpu.agent.metrics writes it
-_MAX_PROCESSES = 512  # per GPU: a page listing more is not to be trusted with memory
+# Processes kept a GPU of another writer's page (an older agent's): past it, left out
+# and said; the page is read. Not the agent's own cap (MAX_PROCESSES).
+MAX_PROCESSES_READ = 512
 _MAX_HOSTS = 4  # distinct hostname labels remembered: one is right, two already conflict
 # What one page may cost before it is refused whole. The largest real page (tests/fixtures/
 # captures: an A800 x8, MIG on one) has 276 lines, 226 samples, 10 of one metric and lines
@@ -56,7 +58,11 @@ _MAX_HOSTS = 4  # distinct hostname labels remembered: one is right, two already
 # TYPE, stay below these. 4 MiB of short sample lines took ~2 s and ~100 MiB, past the
 # fetch deadline, in the daemon's cycle.
 MAX_PAGE_LINES = 16384  # every line, blank and comment too
-MAX_METRIC_SAMPLES = 4096  # samples of one metric name: MAX_GPUS GPUs x MIG or processes
+MAX_METRIC_SAMPLES = 4096  # samples of one metric name: MAX_GPUS GPUs x MIG instances
+# What the agent serves of a GPU's processes (the largest users of memory; the rest
+# counted): its page then stays within MAX_METRIC_SAMPLES, which a manager before this
+# one refused a page for, and within MAX_PAGE_LINES (64 x 512 would not).
+MAX_PROCESSES = MAX_METRIC_SAMPLES // MAX_GPUS
 MAX_LINE_LEN = 65536  # characters; a longer line is skipped unread
 # The labels _collect reads: a sample keeps these alone, and only with a UUID (the rest
 # were dropped there, after a page of them was held whole: ~100 MiB of label dicts).
@@ -119,6 +125,7 @@ class GpuMetrics:
     values: dict[str, float] = field(default_factory=dict)
     mig: dict[int, MigMetrics] = field(default_factory=dict)
     processes: list[ProcessMetric] = field(default_factory=list)
+    processes_left: int = 0  # listed past MAX_PROCESSES_READ: left out
 
     def get(self, metric: str) -> float | None:
         return self.values.get(metric)
@@ -291,7 +298,9 @@ def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
             _comment(n, line, types)
             continue
         m = _METRIC_NAME.match(line)
-        if m is not None:
+        if m is not None and m.group(0) != PROCESS_MEMORY:
+            # (process series are capped a GPU in _collect, not refused for: one page
+            # of a node with many is every GPU's readings; MAX_PAGE_LINES bounds them)
             _count(per_name, m.group(0), n)
         # A line without UUID is no GPU's reading (a UUID label reads UUID, quoted or
         # not): checked, not read, unless its form asks for the whole parse
@@ -351,8 +360,8 @@ def _count(per_name: dict[str, int], name: str, n: int) -> None:
     got = per_name[name] = per_name.get(name, 0) + 1
     if got > MAX_METRIC_SAMPLES:
         raise _Refused(f"more than {MAX_METRIC_SAMPLES} samples of {peer_text(name, 64)} "
-                       f"(line {n}; metrics_in.MAX_METRIC_SAMPLES: one per GPU, MIG "
-                       "instance or process)")
+                       f"(line {n}; metrics_in.MAX_METRIC_SAMPLES: one per GPU or MIG "
+                       "instance)")
 
 
 def _comment(n: int, line: str, types: _Types) -> None:
@@ -450,10 +459,15 @@ def _collect(samples: Iterable[tuple[int, Sample]], res: ScrapeResult) -> None:
         gpu.pci_bus_id = gpu.pci_bus_id or _label(labels, "pci_bus_id") or None
         if name == PROCESS_MEMORY:
             pid = small_int(labels.get("pid"), most=2**22)  # the kernel's pid_max limit
-            if pid is not None and len(gpu.processes) < _MAX_PROCESSES:
+            if pid is not None and len(gpu.processes) < MAX_PROCESSES_READ:
                 gpu.processes.append(ProcessMetric(
                     pid, value, _label(labels, "service"), _label(labels, "task"),
                     _label(labels, "container")))
+            elif pid is not None:
+                gpu.processes_left += 1
+                if gpu.processes_left == 1:  # (said once a GPU)
+                    _note(res.errors, f"{uuid}: more than {MAX_PROCESSES_READ} processes; "
+                                      "the rest left out (metrics_in.MAX_PROCESSES_READ)")
             continue
         gi = labels.get("GPU_I_ID")
         gi_id = None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from swarmgpu.core.commalist import ASCII_BLANKS
+from swarmgpu.core.commalist import ASCII_BLANKS, non_ascii
 from swarmgpu.core.peertext import peer_text
 
 # Every profile in NVIDIA/mig-parted's default config (config-default.yaml), i.e. every
@@ -81,7 +81,8 @@ _BY_PRODUCT: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
 _PROFILE_RE = re.compile(r"^(?P<g>[1-8])g\.(?P<mem>\d+)gb(?P<suffix>(?:[+-][a-z.]+)?)$",
                          re.ASCII)  # (\d takes Arabic-Indic digits, which int() reads)
 _CI_RE = re.compile(r"^(?P<c>[1-8])c\.(?P<gi>.*)$")  # a compute instance: 1c.3g.20gb
-_PREFIX_RE = re.compile(r"^(?:nvidia\.com/)?(?:mig[- ])?", re.IGNORECASE)
+# re.ASCII: case-blind in Unicode, a dotless i (U+0131) or a dotted I (U+0130) is an i
+_PREFIX_RE = re.compile(r"^(?:nvidia\.com/)?(?:mig[- ])?", re.IGNORECASE | re.ASCII)
 _GIB_TO_GB = 1.073741824
 
 
@@ -115,7 +116,13 @@ def normalize_profile(name: str) -> str:
     """
     raw = name
     # ASCII blanks only, as every label value is trimmed: an NBSP is no profile's
-    name = _PREFIX_RE.sub("", name.strip(ASCII_BLANKS)).lower()
+    name = name.strip(ASCII_BLANKS)
+    if odd := non_ascii(raw[:64]):
+        # Named: shown, the lookalike reads as the profile meant (a dotless i in mig-).
+        hint = "the profile typed in ASCII, such as nvidia.com/mig-1g.10gb"
+        raise MigProfileError(f"MIG profile {peer_text(raw, 64)!r} has characters that "
+                              f"only look like ASCII ones ({odd}); retype it", hint)
+    name = _PREFIX_RE.sub("", name).lower()
     ci = _CI_RE.match(name)
     if ci is None:
         return _instance_profile(name, raw)

@@ -42,7 +42,7 @@ from swarmgpu.core.statefile import save_said
 from swarmgpu.core.tenants import TenantSpec
 from swarmgpu.manager.cycle.budget import BudgetGate, OverBudget, engine_budget_s, over_budget
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
-from swarmgpu.manager.cycle.healthz import STOPPING, cycle_word, health_doc
+from swarmgpu.manager.cycle.healthz import STOPPING, CutKind, cycle_word, health_doc
 from swarmgpu.manager.cycle.heap import CycleCollector
 from swarmgpu.manager.cycle.host import QueryRoute, Route
 from swarmgpu.manager.cycle.label_sync import LabelSyncStep
@@ -50,7 +50,7 @@ from swarmgpu.manager.cycle.pipeline import Pipeline, Step
 from swarmgpu.manager.cycle.schedule import repeat
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.cycle.term import LeaderTerm
-from swarmgpu.manager.engine.stop import BudgetEnded, Stopped, StopRequest, read_cut
+from swarmgpu.manager.engine.stop import BudgetEnded, NotRead, Stopped, StopRequest, read_cut
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.sync import (
     CycleReport,
@@ -60,6 +60,7 @@ from swarmgpu.manager.nodes.sync import (
     take_snapshot,
     tenant_specs,
 )
+from swarmgpu.manager.nodes.watchmissed import WatchMissed
 from swarmgpu.manager.web import webguard
 from swarmgpu.manager.web.webauth import WebAuth
 from swarmgpu.swarm.answerjson import CycleBudget, within_budget
@@ -128,6 +129,7 @@ class Daemon:
         self._rerun = threading.Event()
         self._slow = False  # the last cycle outlasted the interval (said once: _overran)
         self._save_said: SaidOnce[str] = SaidOnce()  # agents.json could not be saved
+        self._watch_missed = WatchMissed()  # the agents the facts watch did not read
         self.last_report: CycleReport | None = None
         # time.monotonic() at the last cycle's end: /healthz's age survives a step of the
         # wall clock (NTP, a hand `date -s`)
@@ -143,6 +145,7 @@ class Daemon:
         # exception, its budget, its term lost), else None: /healthz says so until one
         # completes, not the last whole cycle's report as if current.
         self.cut_short: str | None = None
+        self.cut_kind: CutKind | None = None  # its word, set with it (``_cut``)
         self._steps_cut: str | None = None  # this cycle's steps stopped (run_steps)
         self.last_cycle_ended: float | None = None  # time.time() at the last one's end
         self._scheduler: BackgroundScheduler | None = None
@@ -187,14 +190,14 @@ class Daemon:
                 self.budget_ended = None
                 return report
             except BudgetEnded:  # (a write refused past it, or a read cut there)
-                said = self.budget_ended = self.cut_short = over_budget(gate, every, dog)
+                said = self.budget_ended = self._cut("over_budget", over_budget(gate, every, dog))
                 self.metrics.errors.labels(kind="budget").inc()
                 self.metrics.cycles.labels(outcome="over_budget").inc()
                 logger.error(said)
                 return self._cut_report(said)
             except Exception as exc:  # (said and counted by the caller: _safe_cycle)
                 self.budget_ended = None
-                self.cut_short = f"cycle failed: {type(exc).__name__}: {exc}"
+                self._cut("aborted", f"cycle failed: {type(exc).__name__}: {exc}")
                 raise
             finally:
                 self._budget = None
@@ -238,7 +241,7 @@ class Daemon:
             self.metrics.is_leader.set(0)
             self.metrics.errors.labels(kind="swarm").inc()
             self.metrics.cycles.labels(outcome="error").inc()
-            self.cut_short = f"cannot reach the Swarm manager: {exc}"
+            self._cut("aborted", f"cannot reach the Swarm manager: {exc}")
             logger.error("cannot reach the Swarm manager: {}", exc)
             return CycleReport(leader=False, errors=[str(exc)], aborted=True)
         self.metrics.is_leader.set(1 if self.leader else 0)
@@ -253,7 +256,7 @@ class Daemon:
             self.cache.forget("not the leader")
             self.metrics.cycles.labels(outcome="follower").inc()
             logger.debug("not the Swarm leader; standing by")
-            self.cut_short = None
+            self.cut_short = self.cut_kind = None
             return CycleReport(leader=False)
         try:
             try:
@@ -263,7 +266,7 @@ class Daemon:
                 raise
             except Stopped as exc:  # facts half read: no step plans from them, none saved
                 self._reads_left("no step of this cycle ran", exc)
-                self.cut_short = f"{STOPPING}{exc.reads} agent read(s) not made, no step ran"
+                self._cut("stopped", f"{STOPPING}{exc.reads} agent read(s) not made, no step ran")
                 self.metrics.cycles.labels(outcome="stopped").inc()
                 return CycleReport()
             # A read cut at the budget that the snapshot took for one part's failure (the
@@ -282,7 +285,7 @@ class Daemon:
                 self.engine_error = str(exc)
             self.metrics.errors.labels(kind="swarm").inc()
             self.metrics.cycles.labels(outcome="error").inc()
-            self.cut_short = f"cycle aborted, will retry next interval: {exc}"
+            self._cut("aborted", f"cycle aborted, will retry next interval: {exc}")
             logger.error("cycle aborted, will retry next interval: {}", exc)
             return CycleReport(errors=[str(exc)], aborted=True)
         save_said(self._save_said, "agent state", self.cfg.state_dir, self.book.save)
@@ -292,8 +295,14 @@ class Daemon:
                                    "ok" if not report.errors else "partial").inc()
         self.last_report = report
         self.last_cycle_at = time.monotonic()
-        self.cut_short = self._steps_cut  # (None: every step ran)
+        # (None: every step ran; else a stop cut them: _over and _deposed raise or say)
+        self.cut_short, self.cut_kind = self._steps_cut, "stopped" if self._steps_cut else None
         return report
+
+    def _cut(self, kind: CutKind, line: str) -> str:
+        """The last cycle did not complete: ``line`` says why, ``kind`` in one word."""
+        self.cut_short, self.cut_kind = line, kind
+        return line
 
     def _deposed(self, done: CycleReport) -> CycleReport:
         """The cycle's term lost mid-cycle: a write found this engine no longer the
@@ -304,11 +313,11 @@ class Daemon:
         self.leader = False
         self.metrics.is_leader.set(0)
         self.metrics.cycles.labels(outcome="follower").inc()
-        said = self.cut_short = (
+        said = self._cut("aborted", (
             "leadership lost mid-cycle: this engine no longer leads the swarm, so the "
             "rest of this cycle's writes were refused and no later step ran; "
             "the new leader's daemon plans from its own reading (this one stands by "
-            "until a cycle finds its engine the leader again)")
+            "until a cycle finds its engine the leader again)"))
         logger.warning(said)
         return CycleReport(leader=False, writes=done.writes, errors=[said, *done.errors],
                            aborted=True)
@@ -472,15 +481,16 @@ class Daemon:
                 logger.debug("facts watch: its swarm read outlasted its {:g} s; cut",
                              self.cfg.agents.watch_s)
             return
+        missed: dict[str, NotRead] = {}  # the reads its budget cut: the cycle reads them
         try:
-            got = fetch_agents(self.swarm, self.cfg, nodes, self.stop_event)
-        except BudgetEnded:  # its reads past its budget: the next watch or cycle reads
-            logger.debug("facts watch: its agent reads outlasted its {:g} s; cut",
-                         self.cfg.agents.watch_s)
+            got = fetch_agents(self.swarm, self.cfg, nodes, self.stop_event, missed)
+        except BudgetEnded:  # (no read raises it so: each cut is in missed) not a stop's
             return
         except Stopped as exc:
             self._reads_left("the facts watch ended", exc)
             return
+        self._watch_missed.note(nodes, missed, self.cfg.agents.watch_s,
+                                self.cfg.sync.interval_s)
         changed = []
         for node_id, res in got.items():
             if res.facts is None:
@@ -624,14 +634,14 @@ class Daemon:
     @property
     def last_cycle(self) -> str | None:
         """The last cycle's outcome in one word (``healthz.cycle_word``); None before one."""
-        return cycle_word(self.last_cycle_ended, self.cut_short, self.budget_ended)
+        return cycle_word(self.last_cycle_ended, self.cut_kind)
 
     def health(self, detail: bool = True) -> dict[str, Any]:
         """/healthz (``healthz.health_doc``); ``detail``: the errors' texts too."""
         age = None if self.last_cycle_at is None else time.monotonic() - self.last_cycle_at
         return health_doc(
             leader=self.leader, engine_error=self.engine_error, cut_short=self.cut_short,
-            budget_ended=self.budget_ended,
+            cut_kind=self.cut_kind, budget_ended=self.budget_ended,
             errors=self.last_report.errors if self.last_report else [], age=age,
             stale=age is None or age > 3 * self.cfg.sync.interval_s,
             ended_at=self.last_cycle_ended, detail=detail)

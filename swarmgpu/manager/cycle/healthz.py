@@ -8,30 +8,29 @@ not complete (``cut_short``: its line, else None), whether its engine budget end
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-# How a cycle a stop cut short says so (``cut_short``'s start): "stopped", not "aborted".
+# How a cycle that did not complete ended, passed with its line (``Daemon.cut_kind``):
+# "over_budget" (its engine budget ended it), "stopped" (a stop left steps or reads of
+# it not run), "aborted" (any other cut: the engine, an exception, its term lost). Not
+# read from the line: a reworded one would change the word.
+CutKind = Literal["over_budget", "stopped", "aborted"]
+# How a cycle a stop cut short starts its line (the word is ``CutKind``'s "stopped").
 STOPPING = "stopping: "
 
 
-def cycle_word(ended_at: float | None, cut_short: str | None,
-               budget_ended: str | None) -> str | None:
-    """The last cycle's outcome: "over_budget" (ended at its engine budget), "stopped"
-    (a stop left steps or reads of it not run), "aborted" (any other cut: the engine, an
-    exception, its term lost), "ok" (it completed, a follower's too); None before the
-    first (``ended_at`` None)."""
+def cycle_word(ended_at: float | None, cut_kind: CutKind | None) -> str | None:
+    """The last cycle's outcome: its ``cut_kind`` when it did not complete, "ok" when it
+    did (a follower's too); None before the first (``ended_at`` None)."""
     if ended_at is None:
         return None
-    if cut_short is None:
-        return "ok"
-    if budget_ended is not None:
-        return "over_budget"
-    return "stopped" if cut_short.startswith(STOPPING) else "aborted"
+    return "ok" if cut_kind is None else cut_kind
 
 
 def health_doc(*, leader: bool, engine_error: str | None, cut_short: str | None,
-               budget_ended: str | None, errors: list[str], age: float | None,
-               stale: bool, ended_at: float | None, detail: bool) -> dict[str, Any]:
+               cut_kind: CutKind | None, budget_ended: str | None, errors: list[str],
+               age: float | None, stale: bool, ended_at: float | None,
+               detail: bool) -> dict[str, Any]:
     """/healthz. Without ``detail`` (a caller that may read nothing else: /healthz is
     open) the errors are only counted: their texts name nodes, agent addresses and node
     IDs, which /api/v1/cluster tells only with proof. While the engine cannot be asked,
@@ -40,7 +39,8 @@ def health_doc(*, leader: bool, engine_error: str | None, cut_short: str | None,
     budget, leadership lost mid-cycle), ``aborted`` is true, the status degraded and the
     errors the line that said why (``age``, of the last whole cycle, stays), until a
     cycle completes; ``over_budget`` is true when that cycle ended at its engine budget.
-    ``last_cycle`` is the last cycle's outcome in one word (``cycle_word``),
+    ``last_cycle`` is the last cycle's outcome in one word (``cycle_word`` of
+    ``cut_kind``, which comes with ``cut_short``),
     ``last_cycle_at`` when it ended (Unix time)."""
     if cut_short is not None:
         errors = [cut_short]
@@ -52,7 +52,7 @@ def health_doc(*, leader: bool, engine_error: str | None, cut_short: str | None,
         "aborted": cut_short is not None,
         "over_budget": budget_ended is not None,
         "last_cycle_age_s": age,
-        "last_cycle": cycle_word(ended_at, cut_short, budget_ended),
+        "last_cycle": cycle_word(ended_at, cut_kind),
         "last_cycle_at": ended_at,
     }
     if detail:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import enum
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -120,6 +121,13 @@ class StopRequest(threading.Event):
             self.reads_left += n
 
 
+class NotRead(enum.Enum):
+    """An item's read the cycle's budget cut (``read_some``)."""
+
+    LATE = "late"  # in flight when the budget passed: no answer in time
+    UNSTARTED = "unstarted"  # the budget had passed before its turn
+
+
 def read_each(items: Sequence[T], read: Callable[[T], R], parallel: int,
               stop: StopRequest | None, what: str) -> list[R]:
     """``read(item)`` for every item, ``parallel`` at once, in the items' order: the
@@ -130,29 +138,51 @@ def read_each(items: Sequence[T], read: Callable[[T], R], parallel: int,
     cut to what is left of it (``answerjson.read_deadline``); once it has passed no
     further read starts, and ``BudgetEnded`` is raised (``read_cut``: no node's fault,
     none counted as left for a stop), as by a read it cut."""
-    if not items:
-        return []
-    context = contextvars.copy_context()  # (pool threads start with an empty one)
-
-    def one(item: T) -> tuple[R] | None:
-        if stop is not None and stop.is_set():
-            return None  # not started: the queue drains at once
-        return context.copy().run(_within_budget, read, item, what)
-
-    with ThreadPoolExecutor(max_workers=min(parallel, len(items))) as pool:
-        got = list(pool.map(one, items))
-    done = [r[0] for r in got if r is not None]
-    if stop is not None and stop.is_set() and len(done) < len(got):
-        stop.leave_reads(len(got) - len(done))
-        raise Stopped(stop, what, len(got) - len(done))
+    got = _read_all(items, read, parallel, stop, what, keep_cut=False)
+    done = [r for r in got if not isinstance(r, NotRead)]
     if len(done) < len(got):
         raise read_cut() from node_reads_passed(what)
     return done
 
 
-def _within_budget(read: Callable[[T], R], item: T, what: str) -> tuple[R] | None:
-    """``read(item)``, in the context of its cycle; None, not started, once the cycle's
-    budget has passed."""
+def read_some(items: Sequence[T], read: Callable[[T], R], parallel: int,
+              stop: StopRequest | None, what: str) -> list[R | NotRead]:
+    """``read_each``'s reads, but each one its budget cut is a ``NotRead`` in its place,
+    not ``BudgetEnded`` for all: the facts watch compares what it did read (a rack of
+    agents down timed out every watch, and threw away the answers it had)."""
+    return _read_all(items, read, parallel, stop, what, keep_cut=True)
+
+
+def _read_all(items: Sequence[T], read: Callable[[T], R], parallel: int,
+              stop: StopRequest | None, what: str, *, keep_cut: bool) -> list[R | NotRead]:
+    """``read_each``'s and ``read_some``'s reads; ``keep_cut``: a read cut in flight is
+    ``NotRead.LATE``, else its ``BudgetEnded`` is raised."""
+    if not items:
+        return []
+    context = contextvars.copy_context()  # (pool threads start with an empty one)
+
+    def one(item: T) -> tuple[R] | NotRead:
+        if stop is not None and stop.is_set():
+            return NotRead.UNSTARTED  # not started: the queue drains at once
+        try:
+            return context.copy().run(_within_budget, read, item, what)
+        except BudgetEnded:
+            if not keep_cut:
+                raise
+            return NotRead.LATE
+
+    with ThreadPoolExecutor(max_workers=min(parallel, len(items))) as pool:
+        got = list(pool.map(one, items))
+    left = got.count(NotRead.UNSTARTED)
+    if stop is not None and stop.is_set() and left:
+        stop.leave_reads(left)
+        raise Stopped(stop, what, left)
+    return [r if isinstance(r, NotRead) else r[0] for r in got]
+
+
+def _within_budget(read: Callable[[T], R], item: T, what: str) -> tuple[R] | NotRead:
+    """``read(item)``, in the context of its cycle; ``NotRead.UNSTARTED`` once the
+    cycle's budget has passed."""
     if node_reads_passed(what) is not None:
-        return None
+        return NotRead.UNSTARTED
     return (read(item),)

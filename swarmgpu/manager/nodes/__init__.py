@@ -6,4 +6,5 @@
 ``sync``         the snapshot, and label sync: facts -> node labels (through the actuator)
 ``gpuhealth``    GPU health states per GPU, kept across cycles
 ``gpuowners``    which node speaks for which GPU (each for the GPUs its facts list)
+``watchmissed``  the agents the facts watch did not read in time, said once per change
 """

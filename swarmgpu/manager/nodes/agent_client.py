@@ -14,7 +14,7 @@ from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
 from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.manager.engine.stop import StopRequest, read_cut, read_each
+from swarmgpu.manager.engine.stop import NotRead, StopRequest, read_cut, read_each, read_some
 from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.swarm.answerjson import node_read_cut, read_deadline
 from swarmgpu.swarm.client import SwarmNode
@@ -264,8 +264,8 @@ def parse_json_bounded(body: bytes) -> tuple[Any, str | None]:
 
 
 def fetch_all(nodes: Sequence[SwarmNode], cfg: AgentsConfig, tls: ssl.SSLContext | None = None,
-              token: str | None = None, stop: StopRequest | None = None
-              ) -> dict[str, FactsResult]:
+              token: str | None = None, stop: StopRequest | None = None,
+              missed: dict[str, NotRead] | None = None) -> dict[str, FactsResult]:
     """Facts for every node, fetched in parallel; one bad agent never blocks others
     (each fetch ends by its deadline, so the whole takes at most
     ceil(nodes / agents.parallel) * agents.timeout_s).
@@ -275,7 +275,15 @@ def fetch_all(nodes: Sequence[SwarmNode], cfg: AgentsConfig, tls: ssl.SSLContext
     not made counted in ``stop.reads_left`` and its own ``reads``: facts half read are
     no cycle's to plan from, and a node not read is no agent found down. Within the
     daemon's cycle each read ends by its budget too, and none starts past it: then
-    ``BudgetEnded`` (``read_each``)."""
-    results = read_each(nodes, lambda node: fetch_facts(node, cfg, tls, token),
-                        cfg.parallel, stop, "agent read")
-    return {r.node_id: r for r in results}
+    ``BudgetEnded`` (``read_each``). With ``missed`` (the facts watch, which compares
+    what it read) the nodes read are returned instead, and each node the budget cut
+    is in ``missed``, by node ID (``read_some``)."""
+    def one(node: SwarmNode) -> FactsResult:
+        return fetch_facts(node, cfg, tls, token)
+
+    if missed is None:
+        results = read_each(nodes, one, cfg.parallel, stop, "agent read")
+        return {r.node_id: r for r in results}
+    got = read_some(nodes, one, cfg.parallel, stop, "agent read")
+    missed.update((n.id, r) for n, r in zip(nodes, got, strict=True) if isinstance(r, NotRead))
+    return {r.node_id: r for r in got if not isinstance(r, NotRead)}

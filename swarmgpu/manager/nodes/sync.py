@@ -18,7 +18,7 @@ from swarmgpu.core.statefile import save_said
 from swarmgpu.core.tenants import TenantSpec
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.engine.actuator import Actuator, ApplyResult
-from swarmgpu.manager.engine.stop import StopRequest
+from swarmgpu.manager.engine.stop import NotRead, StopRequest
 from swarmgpu.manager.engine.writes import HeldNodeWrites, HeldWrite, write_each
 from swarmgpu.manager.nodes.agent_client import FactsResult, fetch_all
 from swarmgpu.manager.nodes.agentbook import AgentBook
@@ -193,17 +193,19 @@ def facts_by_node(
 
 
 def fetch_agents(
-    swarm: SwarmClient, cfg: Config, nodes: list[SwarmNode], stop: StopRequest | None = None
+    swarm: SwarmClient, cfg: Config, nodes: list[SwarmNode], stop: StopRequest | None = None,
+    missed: dict[str, NotRead] | None = None,
 ) -> dict[str, FactsResult]:
     """Every node's facts with this cycle's agent identity (TLS context, token); when
-    that cannot be built, every node says why instead of the cycle failing."""
+    that cannot be built, every node says why instead of the cycle failing. ``missed``:
+    the nodes read are returned, those the budget cut noted there (``fetch_all``)."""
     try:
         auth = agent_auth(swarm, cfg.agents)
     except (IdentityError, SwarmError, OSError) as exc:
         now = time.time()
         msg = f"agent identity unusable: {exc}"
         return {n.id: FactsResult(n.id, n.hostname, "", None, msg, now) for n in nodes}
-    return fetch_all(nodes, cfg.agents, auth.tls, auth.token, stop)
+    return fetch_all(nodes, cfg.agents, auth.tls, auth.token, stop, missed)
 
 
 def is_gpu_node(node: SwarmNode, book: AgentBook, prefix: str, kind: str = "",
