@@ -467,6 +467,19 @@ def test_without_docker_info_dockerds_default_dirs_are_shown(tmp_path: Path) -> 
     assert "nvidia.com/gpu in /var/run/cdi/nvidia.yaml" in line, line
 
 
+def test_without_docker_info_a_null_cdi_spec_dirs_is_dockerds_defaults(
+        tmp_path: Path) -> None:
+    # dockerd reads "cdi-spec-dirs": null as not set (a nil list: its defaults); the
+    # doctor said daemon.json left it no CDI spec dir, and read none
+    root = _root(tmp_path, mode="auto")
+    _spec(root, "var/run/cdi/nvidia.yaml", [UA, UB])
+    _without_docker_info(root, cdi_spec_dirs=None)
+    c, _ = _check(root)
+    (line,) = c["details"]
+    assert "from /etc/cdi, /var/run/cdi as daemon.json sets" in line, line
+    assert "nvidia.com/gpu in /var/run/cdi/nvidia.yaml" in line, line
+
+
 @pytest.mark.parametrize("keys", [{"features": {"cdi": False}}, {"cdi_spec_dirs": [""]}])
 def test_without_docker_info_dockerds_cdi_turned_off_reads_no_dir(
         tmp_path: Path, keys: dict[str, Any]) -> None:

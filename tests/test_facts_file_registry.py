@@ -16,7 +16,7 @@ from swarmgpu.agent.facts.gfd import GfdSource
 from swarmgpu.agent.facts.nvml import NvmlSource
 from swarmgpu.agent.facts.registry import open_source
 from swarmgpu.agent.facts.topo import TopoSource
-from swarmgpu.core.model import MAX_STR_LEN, NodeFacts
+from swarmgpu.core.model import MAX_GPU_MEMORY_MIB, MAX_STR_LEN, NodeFacts
 
 FIX = FIXTURES_DIR
 TOPO = FIX / "topology/topo_dgx_a100_nv12.txt"
@@ -158,6 +158,7 @@ def test_node_config_prints_a_hostile_hostname_escaped(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("option", "kw"), [
     ("--memory-mib", {"memory_mib": 2**53}),
+    ("--memory-mib", {"memory_mib": MAX_GPU_MEMORY_MIB + 1}),
     ("--product", {"product": "P" * (MAX_STR_LEN + 1)}),
     ("--hostname", {"hostname": "h" * (MAX_STR_LEN + 1)}),
 ])
@@ -173,6 +174,6 @@ def test_an_option_the_daemon_would_refuse_is_refused_at_open(
 
 def test_options_at_the_daemons_bounds_are_served_and_accepted() -> None:
     src = open_source(f"topo:{TOPO}", hostname="h" * MAX_STR_LEN, product="P" * MAX_STR_LEN,
-                      memory_mib=2**53 - 1)
+                      memory_mib=MAX_GPU_MEMORY_MIB)
     facts = NodeFacts.from_dict(src.read().to_dict())  # as the daemon reads them
-    assert facts.gpus[0].memory_mib == 2**53 - 1
+    assert facts.gpus[0].memory_mib == MAX_GPU_MEMORY_MIB

@@ -33,6 +33,7 @@ from swarmgpu.core.labelkeys import usable_label_key, usable_label_value
 from swarmgpu.core.metrics_in import MAX_GPUS as MAX_METRIC_GPUS
 from swarmgpu.core.metrics_in import parse_metrics
 from swarmgpu.core.model import (
+    MAX_GPU_MEMORY_MIB,
     MAX_GPUS,
     MAX_MIG_PER_GPU,
     MAX_STR_LEN,
@@ -848,3 +849,16 @@ def test_prop_json_escaped_line_is_printable_and_decodes_the_same(doc: dict[str,
     out = json_escaped(json.dumps(doc, ensure_ascii=False))
     assert out.isprintable() or any(unicodedata.category(c) in ("Co", "Zs") for c in out)
     assert json.loads(out) == doc
+
+
+def test_a_gpu_memory_past_any_gpus_is_refused_not_believed() -> None:
+    """NVML's garbled memory total is unknown on the agent (``MAX_GPU_MEMORY_MIB``), but
+    the daemon believed any memory_mib below 2**53 from others (an older agent, GFD's
+    gpu.memory label, a facts file): a GPU of 2**44 MiB fitting every request."""
+    body = RTX4090.facts().to_dict()
+    body["gpus"][1]["memory_mib"] = MAX_GPU_MEMORY_MIB
+    assert NodeFacts.from_dict(body).gpus[1].memory_mib == MAX_GPU_MEMORY_MIB
+    body["gpus"][1]["memory_mib"] = 1 << 44
+    with pytest.raises(FactsError, match=r"gpus\[1\]\.memory_mib: .*16 TiB") as e:
+        NodeFacts.from_dict(body)
+    _clean_and_short(str(e.value))

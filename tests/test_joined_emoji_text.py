@@ -46,3 +46,16 @@ def test_a_request_reason_shows_a_hidden_character_of_the_key() -> None:
     with pytest.raises(RequestError) as e:
         parse_request({f"swarmgpu.gpus{FAMILY}": "1"})
     assert f"swarmgpu.gpus{SHOWN}=" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("hidden", ["\u200d", "\U000e0041", "\x1b"])
+def test_a_tenant_text_of_hidden_characters_is_held_to_its_limit(hidden: str) -> None:
+    """Cut before escaping, each hidden character then took up to ten: 100 joiners cut
+    to 60 characters made 240 (a reason's three labels, 300 each: some 9,000, logged each
+    cycle). Now the escaped text is held to the limit, the cut said as ever."""
+    for times in (10, 59, 100, 10_000):
+        said = tenant_text(hidden * times, 60)
+        assert len(said) <= 60, (times, len(said))
+        assert said.endswith(f"... [{times} characters]") or said == escaped(hidden * times)
+        assert said.startswith(escaped(hidden)) and "\u200d" not in said
+    assert tenant_text("plain" * 100, 60) == "plain" * 8 + "... [500 characters]"

@@ -19,6 +19,7 @@ from support.traced import traced_peak
 
 from swarmgpu.core import metrics_in, promtext
 from swarmgpu.core.metrics_in import parse_metrics
+from swarmgpu.core.peertext import PEER_TEXT_LIMIT
 from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.manager.rebalance import scrape
 
@@ -170,5 +171,7 @@ def test_a_refused_pages_fix_is_kept_whole_beside_a_long_host_and_url() -> None:
     page = 'DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1"} 1\n' * (metrics_in.MAX_METRIC_SAMPLES + 1)
     got = scrape.judge(sw_node("n1", host), f"http://{host}:9400/metrics", page, 0.0)
     assert got.result is None and got.error is not None
-    assert got.error.startswith(f"metrics of node {host} at http://{host}:9400/metrics: ")
+    assert got.error.startswith(f"metrics of node {host[:12]}")
     assert got.error.endswith("or check rebalance.metrics_url_template"), got.error
+    # (the node and URL cut to what the fix leaves of the limit: tests/test_hostile_inputs)
+    assert len(got.error) <= PEER_TEXT_LIMIT and "characters]: page refused" in got.error

@@ -169,3 +169,18 @@ def test_a_restart_whose_gate_was_already_gone_opens_none(tmp_path: Path) -> Non
     step.restarter.wait_s = 0.3
     step.restarter._bounce(sw.service("id-third"), THIRD, MOVED_AT)
     assert gate_key(P, "third") not in sw.node("n-4090").labels
+
+
+def test_a_restart_whose_gate_was_already_gone_is_not_said_made_nor_cools(
+        tmp_path: Path, warnings: list[str]) -> None:
+    # No gate closed, no task restarted: the restart was said made ("restarted third's
+    # task"), counted (its window forgotten), and its cool-down mark stayed, holding the
+    # next restart back rebalance.cooldown_s for one never made.
+    sw, step = restart_step(tmp_path, GateGoneBeforeTheClose)
+    before = sw.service("id-third").labels.get(P + MOVED_AT)
+    sw.update_node_labels("n-4090", lambda cur: {k: v for k, v in cur.items()
+                                                  if k != gate_key(P, "third")})
+    assert step.restarter._bounce(sw.service("id-third"), THIRD, MOVED_AT) is False
+    assert sw.service("id-third").labels.get(P + MOVED_AT) == before
+    assert not any("restarted third" in w for w in warnings), warnings
+    assert any("no gate" in w and "third" in w for w in warnings), warnings

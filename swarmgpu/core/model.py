@@ -389,6 +389,11 @@ def _gpu_from(g: Any, where: str) -> Gpu:
                          "mig_enabled is false; MIG devices exist only in MIG mode: fix the "
                          "agent's facts source (mig_enabled true, or no mig_devices)")
     memory_mib = _int(g, "memory_mib", where, required=True, minimum=1)
+    if memory_mib > MAX_GPU_MEMORY_MIB:  # (the agent's NVML reader says so itself)
+        raise FactsError(f"{where}.memory_mib: {memory_mib} MiB, past the "
+                         f"{MAX_GPU_MEMORY_MIB >> 20} TiB no GPU has (a garbled reading, "
+                         "believed a GPU that fits any request): fix the agent's facts "
+                         "source")
     fault = mig_layout_fault(migs, memory_mib)
     if fault:  # slices that cannot exist would be handed out
         raise FactsError(f"{where}.mig_devices: {fault}; the GPU cannot hold these MIG "

@@ -57,13 +57,21 @@ def tenant_text(text: object, limit: int = PEER_TEXT_LIMIT) -> str:
     (``escaped``) rather than dropped: a tenant's label key or value in a reason. Dropped,
     a value with a zero-width joiner (an emoji family: ``\\u200d`` between its people) or
     a bidi mark read as one without it; the whole sequence is not kept either, as the
-    joiner is invisible and the value differs from the one without."""
+    joiner is invisible and the value differs from the one without. At most ``limit``
+    characters, escapes included (one takes up to ten: ``\\U000e0041``)."""
     s = text if isinstance(text, str) else str(text)
-    tail = ""
-    if len(s) > limit:
-        tail = f"... [{len(s)} characters]"
-        s = s[: max(1, limit - len(tail))]  # cut before escaping: the work stays bounded
-    return escaped(s) + tail
+    if len(s) <= limit and len(shown := escaped(s)) <= limit:
+        return shown
+    tail = f"... [{len(s)} characters]"
+    if len(tail) > limit:  # too small a limit to say how long it was (as peer_text)
+        tail = ""
+    room, kept = limit - len(tail), []
+    for c in s[:room]:  # whole escapes alone, as many as fit: cut before escaping
+        room -= len(e := escaped(c))
+        if room < 0:
+            break
+        kept.append(e)
+    return "".join(kept) + tail
 
 
 def escaped(text: object) -> str:

@@ -171,7 +171,9 @@ def engine_cdi_dirs(info: Mapping[str, Any] | None,
     features = data.get("features")
     if isinstance(features, Mapping) and features.get("cdi") is False:
         return [], True
-    listed = data.get("cdi-spec-dirs", DOCKERD_CDI_DIRS)
+    listed = data.get("cdi-spec-dirs")
+    if listed is None:  # (absent, or null: a nil list to dockerd, which takes its defaults)
+        listed = DOCKERD_CDI_DIRS
     # (another type: dockerd refuses to start on it, docker.daemon-json says so)
     dirs = [d for d in listed if isinstance(d, str)] if isinstance(listed, (list, tuple)) \
         else []

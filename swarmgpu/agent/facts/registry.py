@@ -10,7 +10,7 @@ from swarmgpu.agent.facts.file import FileSource
 from swarmgpu.agent.facts.gfd import GfdSource
 from swarmgpu.agent.facts.nvml import NvmlSource
 from swarmgpu.agent.facts.topo import TopoSource
-from swarmgpu.core.model import MAX_INT, MAX_STR_LEN
+from swarmgpu.core.model import MAX_GPU_MEMORY_MIB, MAX_STR_LEN
 
 KINDS = ("nvml", "gfd:PATH", "file:PATH", "topo:PATH")
 
@@ -46,9 +46,9 @@ def open_source(
             raise SourceError(f"source {spec!r}: needs a path, e.g. {kind}:/etc/swarmgpu/node")
         if memory_mib is not None and memory_mib < 1:
             raise SourceError(f"source {spec!r}: --memory-mib must be at least 1, got {memory_mib}")
-        if memory_mib is not None and memory_mib >= MAX_INT:  # str() of a huge int raises
-            raise SourceError(f"source {spec!r}: --memory-mib must be below 2**53 (MiB per GPU, "
-                              "e.g. 81559)")
+        if memory_mib is not None and memory_mib > MAX_GPU_MEMORY_MIB:  # (the daemon's)
+            raise SourceError(f"source {spec!r}: --memory-mib must be at most "
+                              f"{MAX_GPU_MEMORY_MIB} (16 TiB; MiB per GPU, e.g. 81559)")
         if kind == "gfd":
             return GfdSource(arg, hostname=host, product=product, memory_mib=memory_mib)
         if kind == "file":

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from swarmgpu.core.metrics_in import ScrapeResult, parse_metrics
-from swarmgpu.core.peertext import peer_text
+from swarmgpu.core.peertext import PEER_TEXT_LIMIT, peer_text
 from swarmgpu.manager.engine.stop import StopRequest, read_cut, read_each
 from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.manager.nodes.agent_client import redact
@@ -43,9 +43,11 @@ def judge(node: SwarmNode, url: str, text: str, at: float) -> NodeScrape:
     """Parse one page; decide whether it can be trusted for this node."""
     res = parse_metrics(text)
     if res.refused is not None:  # past a cap: this node's readings unknown, others read on
-        # Only the node and URL are cut as peer text: the refusal is ours (its metric
-        # name cut already), and cut with them at 300 characters it lost its fix.
-        where = peer_text(f"metrics of node {node.hostname or node.id} at {url}")
+        # Only the node and URL are cut as peer text, to what the refusal leaves of the
+        # line's PEER_TEXT_LIMIT: the refusal is ours (its metric name cut already), and
+        # the whole line cut lost its fix; neither cut, the line was past the limit.
+        where = peer_text(f"metrics of node {node.hostname or node.id} at {url}",
+                          max(0, PEER_TEXT_LIMIT - len(res.refused) - 2))
         return NodeScrape(node.id, node.hostname, url, at, None, f"{where}: {res.refused}")
     if not res.samples_by_uuid:
         why = "; ".join(res.errors[:3]) or "no GPU sample (no UUID label) in the page"

@@ -548,20 +548,26 @@ class Restarter:
             self.unsure[s.id] = at  # (read back next cycle: no write past the budget)
             raise
         except Stopped:  # refused before it was sent: none closed, and the daemon stops
-            self._take_back(writes, s, u, moved_at, at, before[0])
+            self._take_back(writes, s, u, moved_at, at, before[0],
+                            "the daemon's stop came before its gate closed")
             raise
         except BaseException:  # its outcome unknown: the gate may be shut
             self._reopen(writes, u, gate, ended=True)
             raise
+        if not closed:
+            # No gate there to close (placement released it this cycle, say): no restart
+            # made, none to reopen (one written would let a task onto GPUs the ledger no
+            # longer holds for it), and its mark would hold the next one back for nothing.
+            self._take_back(writes, s, u, moved_at, at, before[0],
+                            "no gate of it there to close (placement released it, or it "
+                            "was removed)")
+            return False
         try:
-            # No gate there to close (placement released it this cycle, say): none is
-            # the restart's to reopen, and one written would let a task onto GPUs the
-            # ledger no longer holds for it.
-            stopped = self._wait_gone(s, u, old) if closed else False
+            stopped = self._wait_gone(s, u, old)
         except BaseException:
             self._reopen(writes, u, gate, ended=True)
             raise
-        reopened = self._reopen(writes, u, gate, ended=stopped) if closed else True
+        reopened = self._reopen(writes, u, gate, ended=stopped)
         if stopped:
             # Its mark stays: the enforcer may yet stop the task on the closed gate's
             # event, and a spec write then left its replacement of an older revision,
@@ -576,11 +582,12 @@ class Restarter:
         return True
 
     def _take_back(self, writes: Writes, s: SwarmService, u: ServiceUse, moved_at: str,
-                   at: str, before: str | None) -> None:
-        """``s``'s mark ``at`` taken back (``before`` put back), its gate never closed: no
-        restart was made, and kept it held the next one back (the next leader's too).
-        An undo, let through once the daemon is stopping; a spec write is safe here, no
-        task of it being replaced. Failed: this daemon reads it back (``unsure``)."""
+                   at: str, before: str | None, cause: str) -> None:
+        """``s``'s mark ``at`` taken back (``before`` put back), its gate never closed
+        (``cause``: why): no restart was made, and kept it held the next one back (the
+        next leader's too). An undo, let through once the daemon is stopping; a spec
+        write is safe here, no task of it being replaced. Failed: this daemon reads it
+        back (``unsure``)."""
         self.unsure[s.id] = at
         key = self.cfg.sync.prefix + moved_at
 
@@ -601,8 +608,8 @@ class Restarter:
                 "rebalance.cooldown_s unless this daemon goes on", s.name, u.hostname, exc)
             return
         logger.bind(service=s.name).warning(
-            "over-share restart of {} on {} not made: the daemon's stop came before its "
-            "gate closed; its cool-down mark taken back", s.name, u.hostname)
+            "over-share restart of {} on {} not made: {}; its cool-down mark taken back",
+            s.name, u.hostname, cause)
 
     def _reopen(self, writes: Writes, u: ServiceUse, gate: str, ended: bool) -> bool:
         """Reopen ``u``'s gate, closed for its restart, whatever happened: a closed gate
