@@ -486,7 +486,8 @@ class Daemon:
             if res.facts is None:
                 continue
             rec = self.book.records.get(node_id)
-            if rec is None or rec.facts is None or _facts_key(rec.facts) != _facts_key(res.facts):
+            # (the agent's last answer as it gave it: the cycle's facts carry health states)
+            if rec is None or rec.read is None or _facts_key(rec.read) != _facts_key(res.facts):
                 changed.append(res.hostname)
         if changed:
             logger.info("facts changed on {}: syncing now", ", ".join(sorted(changed)))
