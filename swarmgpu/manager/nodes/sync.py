@@ -314,7 +314,7 @@ class LabelSync:
                 else:
                     log.debug("no agent (not a GPU node?): {}", err)
                 report.plans.append(plan)
-                self._keep(plan, node, None, todo, warn)
+                held += self._keep(plan, node, None, todo, warn)  # (its strays' removal)
                 continue
             for e in facts.errors:
                 warn("agent reports: {}", e)
