@@ -254,7 +254,9 @@ class Daemon:
             self.metrics.cycles.labels(outcome="follower").inc()
             logger.debug("not the Swarm leader; standing by")
             self.cut_short = None
-            return CycleReport(leader=False)
+            # (its /healthz says none of the errors of its last cycle as leader)
+            self.last_report = CycleReport(leader=False)
+            return self.last_report
         try:
             try:
                 snapshot = take_snapshot(self.swarm, self.cfg, self.cache, self.stop_event,
