@@ -137,8 +137,10 @@ class Rebalancer(Step):
 
     def stand_by(self) -> None:
         """Not the leader: what a new term reads again from Swarm (the windows age out
-        by themselves: a gap in them is UNKNOWN)."""
+        by themselves: a gap in them is UNKNOWN). The failing nodes are the leader's
+        daemon's to count."""
         self.mover.stand_by()
+        self.failing.set(0)
 
     def keeps(self, service: str, node_id: str) -> bool:
         """Placement keeps this holding on a failed GPU: the health policy moves it."""

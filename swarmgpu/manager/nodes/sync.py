@@ -358,6 +358,14 @@ class LabelSync:
         save_said(self._save_said, "GPU health", self.cfg.state_dir, self.health.save)
         return read
 
+    def stand_by(self) -> None:
+        """Not the leader: the gauges of what this daemon's cycles saw read 0 (the
+        leader's daemon says them; frozen, this term's last values stood beside its)."""
+        m = self.metrics
+        for gauge in (m.agents_unreachable, m.nodes_gpus_unread, m.held_changes):
+            gauge.set(0)
+        self.health.stand_by()
+
     @staticmethod
     def _unread(node: SwarmNode, warn: Callable[..., None], report: CycleReport) -> bool:
         """A node whose engine answer cannot be read in part (``SwarmNode.unread``): said,
