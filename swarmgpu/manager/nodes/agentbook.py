@@ -67,7 +67,7 @@ class AgentBook:
             rec.failing_since = None
             rec.last_error = None
             rec.facts = result.facts
-            rec.read = read or result.facts
+            rec.read = read if read is not None else result.facts
         else:
             if rec.failing_since is None:
                 rec.failing_since = result.fetched_at
