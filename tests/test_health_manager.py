@@ -13,7 +13,8 @@ from loguru import logger
 from prometheus_client import CollectorRegistry, generate_latest
 
 from swarmgpu.core.config import HealthConfig
-from swarmgpu.core.health import HealthSignals, XidEvent
+from swarmgpu.core.health import DCGM_XID, HealthSignals, XidEvent
+from swarmgpu.core.metrics_in import GpuMetrics
 from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.manager.commands.audit import audit
 from swarmgpu.manager.nodes.agent_client import FactsResult
@@ -281,3 +282,15 @@ def test_an_agent_clock_ahead_does_not_hide_later_xids(tmp_path: Path) -> None:
     again = HealthBook(HealthConfig(), P)
     again.load(str(tmp_path))
     assert list(again.states) == ["n1/GPU-aaaa"]
+
+
+def test_a_new_term_judges_no_gpu_by_the_last_terms_metrics_pages() -> None:
+    """The pages a daemon scraped in its last cycle as leader stood in for the next
+    ``apply``, whenever that came: after hours as a follower, a page's old XID 79 (since
+    mended by a reset) failed the GPU for its whole clean window at the new term's first
+    cycle, and the health policy moved its holders off it."""
+    book = HealthBook(HealthConfig(clean_window_s=600), P, CollectorRegistry())
+    plain = NodeFacts("gpu-node-1", gpus=(Gpu(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB", 81920),))
+    book.feed_metrics({"n1": {"GPU-aaaa": GpuMetrics("GPU-aaaa", values={DCGM_XID: 79.0})}})
+    book.stand_by()  # this daemon no longer leads; hours later it leads again
+    assert _apply(book, plain, 5000).gpus[0].healthy

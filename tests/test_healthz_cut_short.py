@@ -16,6 +16,7 @@ from support.empty_swarm import EmptySwarm
 from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
 from swarmgpu.manager import daemon as daemon_module
 from swarmgpu.manager.cycle.healthz import CutKind, cycle_word, health_doc
+from swarmgpu.manager.cycle.session import Slot
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.engine.stop import Stopped
 from swarmgpu.swarm.client import SwarmUnavailable
@@ -232,3 +233,37 @@ def test_the_last_cycle_word_is_the_kind_passed_with_the_line_not_read_from_it()
     assert word("cut at the budget", "over_budget") == "over_budget"
     assert word(None, None) == "ok"
     assert cycle_word(None, "stopped") is None  # before the first cycle
+
+
+class Erring(Failing):
+    """A step that adds ``said`` to the cycle's report (an agent unreachable, say)."""
+
+    name = "erring"
+    requires = frozenset({Slot.REPORT})
+    said = "gpu-node-1: agent at http://10.0.0.1:9401/facts timed out"
+
+    def run(self, session: Any) -> None:
+        session.report.errors.append(self.said)
+
+
+def test_healthz_of_a_follower_says_no_errors_of_its_last_term_as_leader(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower runs no step: its /healthz went on saying the errors of the last cycle
+    it ran as leader (hours ago, of a cluster another manager now runs), counted in
+    error_count, as if current."""
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
+                 http=HttpConfig(listen="127.0.0.1:0"))
+    swarm = EmptySwarm()
+    d = Daemon(cfg, swarm=swarm)  # type: ignore[arg-type]
+    d.use([Erring()])
+    d.cycle()
+    doc = d.health()
+    assert doc["leader"] is True and doc["errors"] == [Erring.said], doc
+    swarm.is_leader = lambda: False  # type: ignore[method-assign]
+    d.cycle()
+    doc = d.health()
+    assert doc["leader"] is False and doc["status"] == "ok", doc
+    assert doc["errors"] == [] and doc["error_count"] == 0, doc
+    assert d.health(detail=False)["error_count"] == 0

@@ -257,7 +257,9 @@ class Daemon:
             self.metrics.cycles.labels(outcome="follower").inc()
             logger.debug("not the Swarm leader; standing by")
             self.cut_short = self.cut_kind = None
-            return CycleReport(leader=False)
+            # (its /healthz says none of the errors of its last cycle as leader)
+            self.last_report = CycleReport(leader=False)
+            return self.last_report
         try:
             try:
                 snapshot = take_snapshot(self.swarm, self.cfg, self.cache, self.stop_event,
@@ -496,7 +498,8 @@ class Daemon:
             if res.facts is None:
                 continue
             rec = self.book.records.get(node_id)
-            if rec is None or rec.facts is None or _facts_key(rec.facts) != _facts_key(res.facts):
+            # (the agent's last answer as it gave it: the cycle's facts carry health states)
+            if rec is None or rec.read is None or _facts_key(rec.read) != _facts_key(res.facts):
                 changed.append(res.hostname)
         if changed:
             logger.info("facts changed on {}: syncing now", ", ".join(sorted(changed)))

@@ -310,6 +310,15 @@ def manager_client(cfg: Config) -> SwarmClient:
 EVENT_IDLE_S = 600.0
 
 
+def _swarm_info(info: Mapping[str, Any]) -> tuple[str, object]:
+    """(``Swarm.NodeID``, ``Swarm.ControlAvailable`` as sent) of an engine's info."""
+    def read() -> tuple[str, object]:
+        swarm = spec_object(info.get("Swarm"), "Swarm", ENGINE_FIX)
+        return _text(swarm.get("NodeID"), "Swarm.NodeID"), swarm.get("ControlAvailable")
+
+    return _whole("info", read)
+
+
 class SwarmClient:
     """Thin typed wrapper over the docker SDK's low-level API."""
 
@@ -381,14 +390,15 @@ class SwarmClient:
             raw.get("TLSInfo"), "TLSInfo", ENGINE_FIX).get("TrustRoot"), "TLSInfo.TrustRoot"))
 
     def self_node_id(self) -> str:
-        info = self.info()
-        return _whole("info", lambda: _text(spec_object(
-            info.get("Swarm"), "Swarm", ENGINE_FIX).get("NodeID"), "Swarm.NodeID"))
+        return _swarm_info(self.info())[0]
 
     def is_leader(self) -> bool:
-        """True when the engine we talk to is the current Swarm leader."""
-        node_id = self.self_node_id()
-        if not node_id:
+        """True when the engine we talk to is the current Swarm leader. A worker's engine
+        (``Swarm.ControlAvailable`` false: a manager demoted) leads nothing: False, its
+        node not asked (a worker refuses that 503, as a manager without quorum does,
+        whose leader is unknown: that one still raises)."""
+        node_id, control = _swarm_info(self.info())
+        if not node_id or control is False:
             return False
         raw = self._call(self._api.inspect_node, node_id)  # (another's leads: not this one)
         return _node(inspected(raw, "node", node_id, SwarmUnkeyed, SwarmWrongObject)).leader

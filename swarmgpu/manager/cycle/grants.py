@@ -234,6 +234,9 @@ class GrantsStep(Step):
         self.said: SaidOnce[str] = SaidOnce()  # services, with the reason logged (a change is)
         self.void = cfg.placement.ungranted == "void"
 
+    def stand_by(self) -> None:
+        self.count.set(0)  # (the leader's daemon counts them)
+
     def run(self, session: CycleSession) -> None:
         cfg = self.cfg
         plan = session.placement if self.placement else None

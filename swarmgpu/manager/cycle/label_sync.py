@@ -23,6 +23,9 @@ class LabelSyncStep(Step):
         self.labels = labels
         self.hold = hold  # a later step folds these writes into its own
 
+    def stand_by(self) -> None:
+        self.labels.stand_by()
+
     def run(self, session: CycleSession) -> None:
         snap = session.snapshot
         session.report = self.labels.cycle(snap, hold=self.hold)

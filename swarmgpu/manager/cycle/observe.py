@@ -66,8 +66,10 @@ class ObserveStep(Step):
     def stand_by(self) -> None:
         """Not the leader: a new term opens each over-share window again (another leader
         read the holders meanwhile; a window of the last term would restart a holder
-        on one reading)."""
+        on one reading). Its per-service gauges are the new leader's to export: kept,
+        they were this term's last values, frozen, beside the leader's."""
         self.watch = overshare.Watch(clock=self.watch.clock)
+        self.gauges.clear()
 
     def run(self, session: CycleSession) -> None:
         cfg, host = self.cfg, self.host
@@ -180,6 +182,10 @@ class ServiceGauges(Collector):
         # One reference assignment, atomic in CPython (the GIL): a scrape reads the whole
         # last cycle or the whole new one, never one half-built.
         self.rows = (util, mem, share_mem, stray)
+
+    def clear(self) -> None:
+        """No series (the daemon stands by: the leader's daemon exports them)."""
+        self.rows = tuple({} for _ in _FAMILIES)
 
     def collect(self) -> Iterator[Metric]:
         rows = self.rows  # read once: every family from the same cycle

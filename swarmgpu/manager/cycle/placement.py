@@ -515,6 +515,11 @@ class PlacementStep(Step):
 
     def stand_by(self) -> None:
         self.planner = None  # a new term starts from what Swarm stores
+        # (the leader's daemon counts the requests: this term's last counts, frozen,
+        # stood beside its)
+        self.host.metrics.pending.set(0)
+        for status in Status:
+            self.host.metrics.planned.labels(status=str(status)).set(0)
 
     def run(self, session: CycleSession) -> None:
         cfg, host = self.cfg, self.host

@@ -121,6 +121,9 @@ class Rebalancer(Step):
             scope=lambda st: st.trigger == Trigger.HEALTH, judge_labels=False,
             why="evacuate")
         self.health_budget = HealthBudget(cfg.health.evacuations_per_hour)
+        # The first snapshot's time of this term: the agents' records are this daemon's
+        # own reads, and a follower reads none (``health_inputs``)
+        self.term_from: float | None = None
         self.swarm = daemon.swarm
         self.released: set[tuple[str, str]] = set()  # (service, node id) left to placement
         self._last_seen: MoveRecord | None = None  # the health mover's last record counted
@@ -137,8 +140,11 @@ class Rebalancer(Step):
 
     def stand_by(self) -> None:
         """Not the leader: what a new term reads again from Swarm (the windows age out
-        by themselves: a gap in them is UNKNOWN)."""
+        by themselves: a gap in them is UNKNOWN). The failing nodes are the leader's
+        daemon's to count."""
         self.mover.stand_by()
+        self.failing.set(0)
+        self.term_from = None
 
     def keeps(self, service: str, node_id: str) -> bool:
         """Placement keeps this holding on a failed GPU: the health policy moves it."""
@@ -157,12 +163,16 @@ class Rebalancer(Step):
             left, why = 0, f"cannot read the health budget from the swarm object: {exc}"
         lost: dict[str, float] = {}
         book = self.host.book
+        # A node's loss counts from its agent's last answer, or from this term's first
+        # look: the time this daemon stood by read no agent, so is no proof of a loss
+        # (a restarted daemon, with no record, waits the grace too).
+        since = self.term_from = snap.taken_at if self.term_from is None else self.term_from
         for n in snap.nodes:
             res = snap.facts.get(n.id)
             rec = book.records.get(n.id)
             if ((res is None or res.facts is None) and rec is not None
                     and rec.last_ok is not None):  # an agent answered once: a GPU node
-                lost[n.id] = max(0.0, snap.taken_at - rec.last_ok)
+                lost[n.id] = max(0.0, snap.taken_at - max(rec.last_ok, since))
         return HealthInputs(evacuate=self.health.evacuate, left=left, left_why=why,
                             released=frozenset(self.released), lost=lost,
                             lost_grace_s=self.health.node_lost_grace_s)

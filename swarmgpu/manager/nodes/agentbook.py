@@ -30,6 +30,9 @@ class AgentRecord:
     failing_since: float | None = None
     last_error: str | None = None
     facts: NodeFacts | None = None
+    # The last good facts as the agent gave them, before the GPUs' health states were
+    # applied (``facts`` has those): what the facts watch compares a new answer with.
+    read: NodeFacts | None = None
     url: str = ""
     listening: bool = False  # something answered on the agent port (last time)
     cause: str = ""  # what answered instead of facts (last time), in a few words
@@ -52,7 +55,9 @@ class AgentBook:
     def __init__(self) -> None:
         self.records: dict[str, AgentRecord] = {}
 
-    def record(self, result: FactsResult) -> AgentRecord:
+    def record(self, result: FactsResult, read: NodeFacts | None = None) -> AgentRecord:
+        """Note one fetch; ``read``: its facts as the agent gave them, where ``result``'s
+        are the health-applied ones (``HealthBook.apply``); None: the same."""
         rec = self.records.setdefault(result.node_id, AgentRecord(result.hostname))
         rec.hostname = result.hostname
         rec.url, rec.listening = result.url, result.listening
@@ -62,6 +67,7 @@ class AgentBook:
             rec.failing_since = None
             rec.last_error = None
             rec.facts = result.facts
+            rec.read = read if read is not None else result.facts
         else:
             if rec.failing_since is None:
                 rec.failing_since = result.fetched_at

@@ -155,6 +155,16 @@ class HealthBook:
                 self.gauge.labels(level=str(lv)).set(count[lv])
         return out
 
+    def stand_by(self) -> None:
+        """The GPUs-by-health gauge at 0 while the daemon stands by (the leader's
+        counts them); the states are kept (a new term goes on from them), the last
+        term's metrics pages are not: read however long ago, an old page's XID would
+        fail a GPU mended since at the new term's first cycle."""
+        self.scraped = {}
+        if self.gauge is not None:
+            for lv in Level:
+                self.gauge.labels(level=str(lv)).set(0)
+
     def _prune(
         self, live: set[str], seen: Sequence[tuple[SwarmNode, FactsResult, NodeFacts]]
     ) -> None:

@@ -278,10 +278,7 @@ class LabelSync:
         write per node per cycle), and ``flush`` writes what it did not take."""
         report = self.report = CycleReport(errors=said_unkeyed(snapshot.unkeyed))
         self.held = None  # never a previous cycle's: this one plans every node afresh
-        # GPU health states (docs/health.md): a failed GPU is unhealthy in the facts every
-        # later step of this cycle reads (labels, placement), so it is never given out.
-        snapshot.facts.update(self.health.apply(snapshot.nodes, snapshot.facts))
-        save_said(self._save_said, "GPU health", self.cfg.state_dir, self.health.save)
+        read = self._apply_health(snapshot)
         prefix, kind = self.cfg.sync.prefix, self.cfg.placement.generic_resource_kind
         agents = snapshot.agent_nodes(self.cfg.agents.service)
         unreachable = unread = held = 0
@@ -296,7 +293,7 @@ class LabelSync:
             result = snapshot.facts.get(node.id)
             expected = is_gpu_node(node, self.book, prefix, kind, agents)
             if result is not None:
-                self.book.record(result)
+                self.book.record(result, read.get(node.id))
             facts = result.facts if result else None
             any_gpu |= expected or facts is not None  # an answer now sets its last_ok
             if facts is None:
@@ -319,7 +316,7 @@ class LabelSync:
                 else:
                     log.debug("no agent (not a GPU node?): {}", err)
                 report.plans.append(plan)
-                self._keep(plan, node, None, todo, warn)
+                held += self._keep(plan, node, None, todo, warn)  # (its strays' removal)
                 continue
             for e in facts.errors:
                 warn("agent reports: {}", e)
@@ -352,6 +349,24 @@ class LabelSync:
         self.metrics.held_changes.set(held)
         self._identity_off()
         return report
+
+    def _apply_health(self, snapshot: Snapshot) -> dict[str, NodeFacts | None]:
+        """GPU health states (docs/health.md) applied to ``snapshot``'s facts: a failed
+        GPU is unhealthy in the facts every later step of this cycle reads (labels,
+        placement), so it is never given out. Returns the facts as the agents gave them
+        (the facts watch compares a new answer with those, not with the states)."""
+        read = {nid: r.facts for nid, r in snapshot.facts.items()}
+        snapshot.facts.update(self.health.apply(snapshot.nodes, snapshot.facts))
+        save_said(self._save_said, "GPU health", self.cfg.state_dir, self.health.save)
+        return read
+
+    def stand_by(self) -> None:
+        """Not the leader: the gauges of what this daemon's cycles saw read 0 (the
+        leader's daemon says them; frozen, this term's last values stood beside its)."""
+        m = self.metrics
+        for gauge in (m.agents_unreachable, m.nodes_gpus_unread, m.held_changes):
+            gauge.set(0)
+        self.health.stand_by()
 
     @staticmethod
     def _unread(node: SwarmNode, warn: Callable[..., None], report: CycleReport) -> bool:

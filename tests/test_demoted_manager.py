@@ -1,0 +1,93 @@
+"""A manager demoted to worker (``docker node demote``) while its daemon runs: its engine
+answers, as a worker's, that it is no manager. The daemon took that for an engine it
+could not reach: each cycle "cannot reach the Swarm manager", /healthz degraded with
+``"engine": "unreachable"`` and leadership unknown, and a demotion mid-cycle failed each
+later write with that error instead of ending the term. A worker's engine leads nothing:
+it is now a follower, as any manager that does not lead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+import requests
+
+from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
+from swarmgpu.manager.cycle.term import LeaderTerm
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.swarm.client import SwarmClient, SwarmUnavailable
+
+
+class WorkerApi:
+    """A worker's engine: its info says no control (ControlAvailable false), and every
+    cluster read is refused 503, as Docker refuses it; ``manager``: still one."""
+
+    def __init__(self, manager: bool = False, quorum: bool = True) -> None:
+        self.manager, self.quorum = manager, quorum
+        self.asked: list[str] = []
+
+    def info(self) -> dict[str, Any]:
+        return {"Swarm": {"NodeID": "n1", "LocalNodeState": "active",
+                          "ControlAvailable": self.manager}}
+
+    def inspect_node(self, node_id: str) -> dict[str, Any]:
+        self.asked.append(node_id)
+        if self.manager and self.quorum:
+            return {"ID": node_id, "Version": {"Index": 1},
+                    "Spec": {"Role": "manager", "Availability": "active", "Labels": {}},
+                    "Description": {"Hostname": "m1"},
+                    "Status": {"State": "ready", "Addr": "10.0.0.1"},
+                    "ManagerStatus": {"Leader": True, "Reachability": "reachable"}}
+        resp = requests.Response()
+        resp.status_code = 503
+        why = ("rpc error: code = Unknown desc = The swarm does not have a leader"
+               if self.manager else "This node is not a swarm manager. Worker nodes can't "
+               "be used to view or modify cluster state.")
+        raise docker.errors.APIError(why, response=resp)
+
+
+def client(api: WorkerApi) -> SwarmClient:
+    sw = SwarmClient.__new__(SwarmClient)
+    sw.endpoint, sw._api = "unix:///test", api  # type: ignore[assignment]
+    return sw
+
+
+def test_a_workers_engine_is_no_leader_and_asks_no_cluster_read() -> None:
+    api = WorkerApi()
+    assert client(api).is_leader() is False
+    assert api.asked == []
+
+
+def test_a_manager_without_quorum_still_cannot_say_who_leads() -> None:
+    """No quorum: who leads is unknown, not "not this one" (the engine's error)."""
+    with pytest.raises(SwarmUnavailable, match="no quorum"):
+        client(WorkerApi(manager=True, quorum=False)).is_leader()
+    assert client(WorkerApi(manager=True)).is_leader() is True
+
+
+def test_a_demoted_managers_daemon_is_a_follower_not_an_engine_unreachable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
+                 http=HttpConfig(listen="127.0.0.1:0"))
+    d = Daemon(cfg, swarm=client(WorkerApi()))
+    report = d.cycle()
+    assert not report.aborted and report.leader is False
+    doc = d.health()
+    assert doc["status"] == "ok" and doc["engine"] == "reachable", doc
+    assert doc["leader"] is False, doc
+
+
+def test_a_demotion_mid_cycle_ends_the_term_at_the_next_write() -> None:
+    """The write's leader check (``LeaderTerm.holds``) asks again: the worker's engine
+    says "not the leader", so the term ends and the rest of the cycle's writes are
+    refused, rather than each failing on the engine's 503."""
+    api = WorkerApi(manager=True)
+    term = LeaderTerm(client(api).is_leader, check_s=0.0)
+    term.start()
+    assert term.holds() is True
+    api.manager = False  # docker node demote
+    assert term.holds() is False and term.lost

@@ -1,0 +1,79 @@
+"""The facts watch between cycles (``Daemon._watch_facts``): a cycle starts early only
+when an agent's facts changed, not because the daemon's own record of them differs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.empty_swarm import EmptySwarm
+
+from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
+from swarmgpu.core.health import HealthSignals, XidEvent
+from swarmgpu.core.model import Gpu, NodeFacts
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.swarm.client import SwarmNode
+
+
+def _node() -> SwarmNode:
+    return SwarmNode("n1", "gpu-node-1", "10.0.0.1", "worker", "ready", "active", {}, {}, 1,
+                     {}, {})
+
+
+def _facts(health: HealthSignals) -> dict[str, FactsResult]:
+    f = NodeFacts("gpu-node-1", gpus=(
+        Gpu(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB", 81920, health=health),
+        Gpu(1, "GPU-bbbb", "NVIDIA A100-SXM4-80GB", 81920),
+    ))
+    return {"n1": FactsResult("n1", "gpu-node-1", "", f, None, 0.0)}
+
+
+def _daemon(tmp: Path) -> Daemon:
+    cfg = Config(state_dir=str(tmp), dry_run=True,
+                 sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=5),
+                 http=HttpConfig(listen="127.0.0.1:0"))
+    return Daemon(cfg, swarm=EmptySwarm())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("health", [
+    HealthSignals(xid_events=(XidEvent(79, 100.0),)),  # failed
+    HealthSignals(row_remap_pending=True),  # degraded
+], ids=["failed", "degraded"])
+def test_facts_watch_starts_no_cycle_for_the_same_facts_of_a_sick_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, health: HealthSignals,
+) -> None:
+    """The cycle records each node's facts with its GPUs' health states applied (a failed
+    GPU unhealthy, a note in its error); the watch compared the agent's raw answer with
+    that record, found them different every time while a GPU was not healthy, and started
+    a full cycle every agents.watch_s (5 s) instead of every sync.interval_s."""
+    d = _daemon(tmp_path)
+    d.leader = True
+    d.labels.cycle(Snapshot([_node()], [], [], _facts(health)))
+    monkeypatch.setattr("swarmgpu.manager.daemon.fetch_agents",
+                        lambda *_a, **_k: _facts(health))
+    monkeypatch.setattr(d.swarm, "nodes", lambda: [_node()], raising=False)
+    runs: list[Any] = []
+    monkeypatch.setattr(d, "trigger", lambda: runs.append(1))
+    d._watch_facts()
+    assert runs == [], "the same facts as last cycle's started a cycle"
+
+
+def test_facts_watch_starts_a_cycle_when_a_gpu_falls_sick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A change the agent reports (a new Xid) still starts a cycle now."""
+    d = _daemon(tmp_path)
+    d.leader = True
+    d.labels.cycle(Snapshot([_node()], [], [], _facts(HealthSignals())))
+    sick = HealthSignals(xid_events=(XidEvent(79, 100.0),))
+    monkeypatch.setattr("swarmgpu.manager.daemon.fetch_agents",
+                        lambda *_a, **_k: _facts(sick))
+    monkeypatch.setattr(d.swarm, "nodes", lambda: [_node()], raising=False)
+    runs: list[Any] = []
+    monkeypatch.setattr(d, "trigger", lambda: runs.append(1))
+    d._watch_facts()
+    assert runs == [1]

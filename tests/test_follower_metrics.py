@@ -1,0 +1,97 @@
+"""A follower's /metrics: the gauges that describe the cluster (per-service GPU use,
+agents unreachable, pending requests, GPUs by health...) are its leader's to export. A
+daemon that stands by kept the values of its last cycle as leader, frozen: a dashboard's
+``sum by (service)`` counted them twice beside the new leader's, ``max`` kept showing a
+node unreachable long since mended."""
+
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+from prometheus_client import generate_latest
+from support.empty_swarm import EmptySwarm
+
+from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, RebalanceConfig, SyncConfig
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.cycle.grants import GrantsStep
+from swarmgpu.manager.cycle.observe import ObserveStep
+from swarmgpu.manager.cycle.rebalance import Rebalancer
+from swarmgpu.manager.cycle.wiring import daemon_steps
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.swarm.client import SwarmNode
+
+CLUSTER_GAUGES = ("swarmgpu_agents_unreachable", "swarmgpu_nodes_gpus_unread",
+                  "swarmgpu_label_changes_held", "swarmgpu_pending_requests",
+                  "swarmgpu_ungranted_services", "swarmgpu_health_failing_nodes")
+
+
+def test_a_follower_exports_none_of_its_last_terms_cluster_gauges(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    cfg = Config(state_dir=tempfile.mkdtemp(), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
+                 http=HttpConfig(listen="127.0.0.1:0"),
+                 rebalance=RebalanceConfig(enabled=True))
+    swarm = EmptySwarm()
+    d = Daemon(cfg, swarm=swarm)  # type: ignore[arg-type]
+    d.use(daemon_steps(d))
+    d.cycle()
+    reg = d.metrics.registry
+    # What a leader's cycle over a busy cluster leaves (set here: the swarm is empty)
+    observe = next(s for s in d.pipeline.steps if isinstance(s, ObserveStep))
+    observe.gauges.rows = ({("llm", "gpu-1", "n1", "0"): 90.0},
+                           {("llm", "gpu-1", "n1", "0"): 1000.0}, {}, {})
+    m = d.metrics
+    grants = next(s for s in d.pipeline.steps if isinstance(s, GrantsStep))
+    rebalance = next(s for s in d.pipeline.steps if isinstance(s, Rebalancer))
+    for gauge in (m.agents_unreachable, m.nodes_gpus_unread, m.held_changes, m.pending,
+                  grants.count, rebalance.failing):
+        gauge.set(2)
+    m.planned.labels(status="pending").set(3)
+    d.labels.health.gauge.labels(level="failed").set(1)  # type: ignore[union-attr]
+    assert reg.get_sample_value("swarmgpu_service_gpu_util",
+                                {"service": "llm", "node": "gpu-1", "node_id": "n1",
+                                 "gpu": "0"}) == 90.0
+    swarm.is_leader = lambda: False  # type: ignore[method-assign]
+    d.cycle()
+    text = generate_latest(reg).decode()
+    assert 'service="llm"' not in text, text
+    for name in CLUSTER_GAUGES:
+        assert reg.get_sample_value(name) == 0, name
+    assert reg.get_sample_value("swarmgpu_planned_services", {"status": "pending"}) == 0
+    assert reg.get_sample_value("swarmgpu_gpus_by_health", {"level": "failed"}) == 0
+    assert reg.get_sample_value("swarmgpu_is_leader") == 0
+
+
+def test_a_new_term_counts_an_agent_lost_from_its_own_first_look(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agents' records are the daemon's memory of its own reads: a follower reads no
+    agent. Leading again hours later, an agent that missed the first read was taken for
+    lost since its last answer in the last term (hours, past node_lost_grace_s), and the
+    health policy could drain its node at once; a restarted daemon, with no record,
+    waits the grace. Within a term the loss still counts from the last answer."""
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    cfg = Config(state_dir=tempfile.mkdtemp(), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
+                 http=HttpConfig(listen="127.0.0.1:0"),
+                 rebalance=RebalanceConfig(enabled=True))
+    d = Daemon(cfg, swarm=EmptySwarm())  # type: ignore[arg-type]
+    d.use(daemon_steps(d))
+    rebalance = next(s for s in d.pipeline.steps if isinstance(s, Rebalancer))
+    node = SwarmNode("n1", "gpu-node-1", "10.0.0.1", "worker", "ready", "active", {}, {}, 1,
+                     {}, {})
+    answered = FactsResult("n1", "gpu-node-1", "", NodeFacts("gpu-node-1"), None, 1000.0)
+    d.book.record(answered)
+    assert rebalance.health_inputs(Snapshot([node], [], [], {"n1": answered},
+                                            taken_at=1000.0)).lost == {}  # (the term's first)
+    down = {"n1": FactsResult("n1", "gpu-node-1", "", None, "timed out", 1300.0)}
+    snap = Snapshot([node], [], [], down, taken_at=1300.0)
+    assert rebalance.health_inputs(snap).lost == {"n1": 300.0}  # (this term's own answer)
+    d.pipeline.stand_by()  # a follower for hours
+    later = Snapshot([node], [], [], down, taken_at=50_000.0)
+    assert rebalance.health_inputs(later).lost == {"n1": 0.0}
+    again = Snapshot([node], [], [], down, taken_at=50_400.0)
+    assert rebalance.health_inputs(again).lost == {"n1": 400.0}
