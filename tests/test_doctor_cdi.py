@@ -250,6 +250,7 @@ def test_a_spec_dir_the_doctor_cannot_list_is_named_not_taken_for_empty(
         return listdir(root, rel)
 
     monkeypatch.setattr(read, "listdir_in_root", denied)
+    monkeypatch.setattr(read.os, "geteuid", lambda: 1000)
     root = _root(tmp_path)
     _spec(root, "etc/cdi/nvidia.yaml", [UA, UB])
     c, _ = _check(root)
@@ -264,8 +265,8 @@ def test_spec_files_are_parsed_up_to_a_bound_in_all(
     # 20 s each to parse: the doctor ran for most of an hour
     from swarmgpu.agent.doctor import read
     parsed: list[int] = []
-    parse = read.parse_yaml
-    monkeypatch.setattr(read, "parse_yaml",
+    parse = read.parse_first_yaml
+    monkeypatch.setattr(read, "parse_first_yaml",
                         lambda text, *a, **k: parsed.append(len(text)) or parse(text, *a, **k))
     monkeypatch.setattr(read, "MAX_CDI_BYTES", 2000, raising=False)
     root = _root(tmp_path)
