@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.denied import deny_listing
 
 from swarmgpu.agent.doctor import Status, run_doctor
 from swarmgpu.agent.doctor.view import MAX_ENGINE_CDI_DIRS
@@ -241,16 +242,7 @@ def test_a_spec_dir_the_doctor_cannot_list_is_named_not_taken_for_empty(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # run as a user, not root: the runtime (root) reads the dir; "no spec" and the
     # generate fix were wrong
-    from swarmgpu.agent.doctor import read
-    listdir = read.listdir_in_root
-
-    def denied(root: str, rel: str) -> list[str]:
-        if rel == "etc/cdi":
-            raise PermissionError(13, "Permission denied")
-        return listdir(root, rel)
-
-    monkeypatch.setattr(read, "listdir_in_root", denied)
-    monkeypatch.setattr(read.os, "geteuid", lambda: 1000)
+    deny_listing(monkeypatch, "etc/cdi", euid=1000)
     root = _root(tmp_path)
     _spec(root, "etc/cdi/nvidia.yaml", [UA, UB])
     c, _ = _check(root)

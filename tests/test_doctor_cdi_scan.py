@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.denied import deny_listing
 
 from swarmgpu.agent.doctor import Status, run_doctor
 
@@ -88,16 +89,7 @@ def test_the_last_spec_dir_a_file_hides_no_later_dir(tmp_path: Path) -> None:
 def test_a_spec_dir_root_may_not_list_stops_the_scan(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # denied to root too (an LSM, a root-squashed mount): the runtime is denied as well
-    from swarmgpu.agent.doctor import read
-    listdir = read.listdir_in_root
-
-    def denied(root: str, rel: str) -> list[str]:
-        if rel == "etc/cdi":
-            raise PermissionError(13, "Permission denied")
-        return listdir(root, rel)
-
-    monkeypatch.setattr(read, "listdir_in_root", denied)
-    monkeypatch.setattr(read.os, "geteuid", lambda: 0)
+    deny_listing(monkeypatch, "etc/cdi", euid=0)
     root = _root(tmp_path)
     _write(root, "var/run/cdi/nvidia.yaml", _doc([UA, UB]))
     c = _check(root)
