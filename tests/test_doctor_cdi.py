@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.denied import deny_listing
 
 from swarmgpu.agent.doctor import Status, run_doctor
 from swarmgpu.agent.doctor.view import MAX_ENGINE_CDI_DIRS
@@ -241,15 +242,7 @@ def test_a_spec_dir_the_doctor_cannot_list_is_named_not_taken_for_empty(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # run as a user, not root: the runtime (root) reads the dir; "no spec" and the
     # generate fix were wrong
-    from swarmgpu.agent.doctor import read
-    listdir = read.listdir_in_root
-
-    def denied(root: str, rel: str) -> list[str]:
-        if rel == "etc/cdi":
-            raise PermissionError(13, "Permission denied")
-        return listdir(root, rel)
-
-    monkeypatch.setattr(read, "listdir_in_root", denied)
+    deny_listing(monkeypatch, "etc/cdi", euid=1000)
     root = _root(tmp_path)
     _spec(root, "etc/cdi/nvidia.yaml", [UA, UB])
     c, _ = _check(root)
@@ -264,8 +257,8 @@ def test_spec_files_are_parsed_up_to_a_bound_in_all(
     # 20 s each to parse: the doctor ran for most of an hour
     from swarmgpu.agent.doctor import read
     parsed: list[int] = []
-    parse = read.parse_yaml
-    monkeypatch.setattr(read, "parse_yaml",
+    parse = read.parse_first_yaml
+    monkeypatch.setattr(read, "parse_first_yaml",
                         lambda text, *a, **k: parsed.append(len(text)) or parse(text, *a, **k))
     monkeypatch.setattr(read, "MAX_CDI_BYTES", 2000, raising=False)
     root = _root(tmp_path)

@@ -13,7 +13,6 @@ import socket
 import socketserver
 import threading
 import time
-import tracemalloc
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -27,6 +26,7 @@ from support.gpu_nodes import DGX_A100, RTX4090
 from support.overshare import G1, service_use
 from support.overshare import F as OF
 from support.placement import DGX
+from support.traced import traced_peak
 
 from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.labelkeys import usable_label_key, usable_label_value
@@ -211,12 +211,7 @@ def test_an_answer_of_more_values_than_any_facts_is_refused_unparsed(
     refused unparsed; a node's real facts hold some thousands of values."""
     body = b'{"errors": [' + b",".join([b"{}"] * (340 * 1024)) + b"]}"
     port = hostile(ok(body))
-    tracemalloc.start()
-    try:
-        res = fetch_facts(node(port), cfg_for(port, timeout=5))
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    res, peak = traced_peak(lambda: fetch_facts(node(port), cfg_for(port, timeout=5)))
     assert res.facts is None and res.error and "values" in res.error, res.error
     assert peak < 12 * 1024 * 1024, peak
     big = DGX_A100.facts().to_dict()
@@ -228,12 +223,7 @@ def test_an_answer_of_one_long_escaped_string_is_counted_in_little_memory() -> N
     ~170 bytes of backtracking state per escape: 1 MiB of ``\\\\`` in one string took
     ~90 MiB (a 4 MiB answer 290 MiB) before any JSON was parsed."""
     body = b'{"errors": ["' + b"\\\\" * (512 * 1024) + b'"]}'
-    tracemalloc.start()
-    try:
-        value, why = parse_json_bounded(body)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    (value, why), peak = traced_peak(lambda: parse_json_bounded(body))
     assert why is None and value == {"errors": ["\\" * (512 * 1024)]}
     assert peak < 16 * 1024 * 1024, peak
 

@@ -11,7 +11,6 @@ import socket
 import ssl
 import threading
 import time
-import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from hypothesis import strategies as st
 from support.fifo import make_fifo, read_within
 from support.gpu_nodes import RTX4090
 from support.identity import CLUSTER, FakeSource, daemon_context, loopback_node
+from support.traced import traced_peak
 
 from swarmgpu.agent.doctor import Status, check_agent_identity, read_view
 from swarmgpu.agent.server import build_server
@@ -193,26 +193,24 @@ def test_a_huge_tls_key_is_refused_without_reading_it_whole(
         pki: dict[str, Path], tmp_path: Path) -> None:
     key = tmp_path / "big.key"
     key.write_bytes(_key(pki["node1"]).read_bytes() + b"#" * (64 << 20))
-    tracemalloc.start()
-    try:
+
+    def refused() -> None:
         with pytest.raises(IdentityError, match=r"^--tls-key .*: larger than 64 KiB; not read"):
             load_server_context(pki["node1"], key, pki["ca"])
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+
+    _, peak = traced_peak(refused)
     assert peak < 4 << 20, peak
 
 
 def test_a_huge_token_file_is_refused_without_reading_it_whole(tmp_path: Path) -> None:
     f = tmp_path / "token"
     f.write_bytes(b"x" * (16 << 20))
-    tracemalloc.start()
-    try:
+
+    def refused() -> None:
         with pytest.raises(IdentityError, match="at most 4096 bytes"):
             read_token(f)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+
+    _, peak = traced_peak(refused)
     assert peak < 1 << 20, f"{peak} bytes allocated to refuse it"  # was all 16 MiB
 
 

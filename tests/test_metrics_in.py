@@ -9,9 +9,9 @@ node's values.
 from __future__ import annotations
 
 import time
-import tracemalloc
 
 import pytest
+from support.traced import traced_peak
 
 from swarmgpu.core.metrics_in import UTIL, parse_metrics
 from swarmgpu.core.promtext import MAX_LABEL_VALUE, LineError, parse_help, parse_sample
@@ -275,13 +275,12 @@ def test_a_label_value_of_many_escapes_is_read_in_little_memory() -> None:
     (the scrape's byte cap) took 700 MiB of the daemon's memory. Repeated possessively,
     nothing is kept. (A value that long is then refused: longer than MAX_LABEL_VALUE.)"""
     value = "\\\\" * (512 * 1024)  # 1 MiB of escaped backslashes
-    tracemalloc.start()
-    try:
+
+    def refused() -> None:
         with pytest.raises(LineError, match="label x has a value longer than"):
             parse_sample('DCGM_FI_DEV_GPU_UTIL{UUID="GPU-0",x="' + value + '"} 1')
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+
+    _, peak = traced_peak(refused)
     assert peak < 16 * 1024 * 1024, peak
     s = parse_sample('m{UUID="GPU-0",x="' + "\\\\" * (MAX_LABEL_VALUE // 2) + '"} 1')
     assert s.labels["x"] == "\\" * (MAX_LABEL_VALUE // 2) and s.labels["UUID"] == "GPU-0"
@@ -290,11 +289,6 @@ def test_a_label_value_of_many_escapes_is_read_in_little_memory() -> None:
 
 def test_a_help_text_of_many_escapes_is_read_in_little_memory() -> None:
     """As a label value's: the HELP text's pattern kept backtracking state per escape."""
-    tracemalloc.start()
-    try:
-        got = parse_help("# HELP m " + "\\\\" * (512 * 1024))
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    got, peak = traced_peak(lambda: parse_help("# HELP m " + "\\\\" * (512 * 1024)))
     assert got == ("m", True)
     assert peak < 16 * 1024 * 1024, peak

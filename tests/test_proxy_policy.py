@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import time
-import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.paths import FIXTURES
+from support.traced import traced_peak
 
 from swarmgpu.manager.cycle.placement import service_compute
 from swarmgpu.manager.engine.proxy_policy import (
@@ -336,13 +336,12 @@ def test_a_body_of_too_many_json_values_is_refused_before_it_is_parsed() -> None
     long string counts once, and what its text holds not at all."""
     limit = jsonstrict.MAX_JSON_VALUES
     body = b'{"X": [' + b",".join([b"{}"] * (limit // 2 + 1)) + b"]}"
-    tracemalloc.start()
-    try:
+
+    def refused() -> None:
         with pytest.raises(JsonError, match=f"more than {limit} JSON values and keys"):
             load_json(body)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+
+    _, peak = traced_peak(refused)
     assert peak < 4 * len(body), peak
     t0 = time.monotonic()  # quotes that never close: one pass, not one from each
     with pytest.raises(JsonError):

@@ -14,7 +14,6 @@ hostile (issue 33 point 1, issue 32 point 5).
 from __future__ import annotations
 
 import json
-import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -30,6 +29,7 @@ from support.render_engines import (
     VERSIONLESS,
     schema_errors,
 )
+from support.traced import traced_peak
 
 from swarmgpu.cli import main
 from swarmgpu.core.peertext import escaped
@@ -159,12 +159,7 @@ def test_old_and_newer_3x_versions_become_3_8() -> None:
 @pytest.mark.timeout(10)  # a deadline, not a measurement: benchmarks/bench_yaml_bomb.py
 def test_alias_bomb_is_refused_with_bounded_memory() -> None:
     assert len(BOMB.encode()) == 506
-    tracemalloc.start()
-    try:
-        c = check_stack(BOMB, where="bomb.yml")
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    c, peak = traced_peak(lambda: check_stack(BOMB, where="bomb.yml"))
     (err,) = c.errors
     assert err.startswith(f"bomb.yml: more than {MAX_NODES} values once its aliases are "
                           "expanded"), err

@@ -266,12 +266,28 @@ def parse_yaml(text: str, what: str, error: type[Exception], *, fmt: str = "YAML
     return parse_yaml_lines(text, what, error, fmt=fmt, docker=docker, v2=v2)[0]
 
 
+def parse_first_yaml(text: str, what: str, error: type[Exception]) -> tuple[Any, bool]:
+    """The first YAML document of ``text``, as go-yaml v2's Unmarshal reads it (CDI's
+    specs, ``parse_yaml``'s ``v2``), and whether another follows it, which that reader
+    never parses."""
+    data, _, more = _parse(text, what, error, "YAML", False, True, first=True)
+    return data, more
+
+
 def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
                      fmt: str = "YAML", docker: bool = False,
                      v2: bool = False) -> tuple[Any, Lines]:
     """``parse_yaml`` and the line of every mapping key. Bounded: more than ``MAX_TEXT``
     characters, ``MAX_NODES`` nodes with aliases expanded, ``MAX_DEPTH`` levels, a
     recursive alias or a duplicate key is ``error(...)`` naming the limit or the key."""
+    data, lines, _ = _parse(text, what, error, fmt, docker, v2)
+    return data, lines
+
+
+def _parse(text: str, what: str, error: type[Exception], fmt: str, docker: bool,
+           v2: bool, first: bool = False) -> tuple[Any, Lines, bool]:
+    """``parse_yaml_lines``, and whether a document follows the first (``first``: that
+    one read alone, as go-yaml's Unmarshal reads it; else a second is ``error``)."""
     if len(text) > MAX_TEXT:
         raise error(f"{what}: larger than {MAX_TEXT // (1024 * 1024)} MiB; not read")
     loader: _Loader | None = None
@@ -279,25 +295,39 @@ def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
         # (refuses unprintable characters already here; libyaml for CDI's specs alone,
         # whose messages no stack or config test pins)
         loader = (_CLoader if v2 and _LIBYAML else _Loader)(text, v2)
+        more = False
         try:
-            node = loader.get_single_node()
+            node, more = _first_node(loader) if first else (loader.get_single_node(), False)
         except RecursionError:
             raise error(f"{what}: nested too deeply to read (more than {MAX_DEPTH} "
                         "levels)") from None
         except _TooMany as e:
             raise error(_too_many(what, e.line)) from None
         if node is None:
-            return None, {}
+            return None, {}, more
         lines: Lines = {}
         _check_tree(node, what, error, lines, loader, docker)
         if docker:
             _two_readings(node, loader.plain, what, error)
-        return loader.construct_document(node), lines
+        return loader.construct_document(node), lines, more
     except yaml.YAMLError as e:
         raise error(f"{what}: not valid {fmt}{_why_not_valid(e, text, docker, v2)}") from e
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def _first_node(loader: _Loader) -> tuple[yaml.Node | None, bool]:
+    """The stream's first document (None: no document), and whether another follows.
+    Past the first, go-yaml's Unmarshal parses nothing: a fault there is only "more"."""
+    loader.get_event()  # type: ignore[no-untyped-call]  # (the stream's start)
+    if loader.check_event(yaml.StreamEndEvent):
+        return None, False
+    node = loader.compose_document()
+    try:
+        return node, not loader.check_event(yaml.StreamEndEvent)
+    except yaml.YAMLError:
+        return node, True
 
 
 def _why_not_valid(e: yaml.YAMLError, text: str, docker: bool, v2: bool = False) -> str:

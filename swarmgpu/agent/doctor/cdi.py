@@ -60,7 +60,63 @@ def check_cdi_spec(view: NodeView) -> Check:
         return Check(CID, Status.OK, f"mode cdi, default-kind {kind}: the runtime makes "
                                      "the spec of each container's GPUs as it starts it "
                                      "(no spec file read)", details=details)
-    return _said_left(view, dirs, _check_specs(view, dirs, kind, details))
+    seen, unseen = _scanned(view, dirs)
+    check = _said_stop(view, seen, unseen, kind, _check_specs(view, seen, kind, details))
+    return _said_notes(view, seen, _said_left(view, seen, check))
+
+
+def _scanned(view: NodeView, dirs: tuple[str, ...]) -> tuple[tuple[str, ...],
+                                                               tuple[str, ...]]:
+    """The runtime's ``dirs`` CDI reads, up to the first it cannot list (its scan stops
+    there), and the later ones, which it never reads."""
+    stops = {s.path for s in view.cdi_specs if s.stops}
+    for n, d in enumerate(dirs):
+        if _norm(d) in stops:
+            return dirs[:n + 1], dirs[n + 1:]
+    return dirs, ()
+
+
+def _said_stop(view: NodeView, seen: tuple[str, ...], unseen: tuple[str, ...], kind: str,
+               check: Check) -> Check:
+    """``check`` naming the spec dirs CDI never reads, past the last of ``seen``, which
+    it cannot list: an OK is a WARN (a spec written there is never read)."""
+    if not unseen:
+        return check
+    stop = next(s for s in view.cdi_specs if s.stops and s.path == _norm(seen[-1]))
+    lost = [s.path for s in view.cdi_specs
+            if _in(s.path, unseen) and s.error is None and s.kind == kind]
+    said = f"{', '.join(unseen)} never read" + (f", {', '.join(lost)} with them"
+                                                if lost else "")
+    if f"{stop.path} {stop.error}" not in check.found:  # (a FAIL names it once)
+        said = f"{stop.path} {stop.error}: {said}"
+    fix = (f"Make {stop.path} a directory the runtime can list, or remove it from "
+           f"spec-dirs under [nvidia-container-runtime.modes.cdi] in /{TOOLKIT_TOML}.")
+    if check.status is Status.OK:
+        return replace(check, status=Status.WARN, found=f"{check.found} ({said})",
+                       why="CDI's scan stops at a spec dir it cannot list: a spec in a "
+                           "later one (which overrides an earlier one's devices) is never "
+                           "read.", fix=fix)
+    return replace(check, found=f"{check.found} ({said})", fix=f"{fix} {check.fix}")
+
+
+def _said_notes(view: NodeView, dirs: tuple[str, ...], check: Check) -> Check:
+    """``check`` naming what CDI leaves unread of the spec files it reads (a document
+    past the first): an OK is a WARN, the fix to remove it."""
+    notes = [s for s in view.cdi_specs if s.note is not None and _in(s.path, dirs)]
+    if not notes:
+        return check
+    said = "; ".join(f"{s.path} {s.note}" for s in notes[:2])
+    fix = "Remove what CDI leaves unread from " + ", ".join(s.path for s in notes) + "."
+    if check.status is Status.OK:
+        return replace(check, status=Status.WARN, found=f"{check.found} ({said})",
+                       why="CDI reads the first YAML document of a spec file alone: a "
+                           "device in a later one is never resolved.", fix=fix)
+    return replace(check, found=f"{check.found} ({said})", fix=f"{check.fix} {fix}".strip())
+
+
+def _norm(d: str) -> str:
+    """A spec dir as ``read`` names it (normalised, absolute)."""
+    return posixpath.normpath("/" + d.lstrip("/"))
 
 
 def _said_left(view: NodeView, dirs: tuple[str, ...], check: Check) -> Check:
@@ -141,8 +197,7 @@ def _resolved(specs: list[CdiSpec]) -> tuple[frozenset[str], dict[str, list[str]
 def _in(path: str, dirs: tuple[str, ...]) -> bool:
     """``path`` (as ``read`` names it: normalised) is in one of ``dirs``, or is one (a
     dir the doctor could not list)."""
-    return any(posixpath.normpath("/" + d.lstrip("/")) in (posixpath.dirname(path), path)
-               for d in dirs)
+    return any(_norm(d) in (posixpath.dirname(path), path) for d in dirs)
 
 
 def _advertised(view: NodeView) -> list[str]:

@@ -56,7 +56,7 @@ from swarmgpu.agent.doctor.view import (
 from swarmgpu.core.boundedfile import NotRegularFile, read_head
 from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.core.peertext import quoted
-from swarmgpu.core.yamlfile import parse_yaml
+from swarmgpu.core.yamlfile import parse_first_yaml
 
 
 def _under(root: str, rel: str) -> Path:
@@ -382,11 +382,10 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None, engine: list[str]
     for d in dirs:
         try:
             listed = listdir_in_root(root, d.lstrip("/"))
-        except PermissionError:  # (named: the runtime, as root, reads what is there)
-            specs.append(CdiSpec(d, error="cannot be listed: permission denied (run the "
-                                          "doctor as root, as the runtime reads it)"))
+        except (FileNotFoundError, RootChanged):  # (absent: CDI's scan goes on; written)
             continue
-        except (OSError, ValueError):  # (absent, not a directory; a NUL in the engine's)
+        except (OSError, ValueError) as exc:  # (a file, a loop; a NUL in the engine's)
+            specs.append(_unlisted(d, exc))
             continue
         # (only what CDI reads counts toward the bound; a .yml is named, never parsed)
         names = sorted(n for n in listed if n.endswith((".yaml", ".json")))
@@ -404,6 +403,19 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None, engine: list[str]
         if len(names) > MAX_CDI_SPECS:
             left.append((d, MAX_CDI_SPECS, len(names) - MAX_CDI_SPECS))
     return tuple(specs), tuple(left)
+
+
+def _unlisted(d: str, exc: OSError | ValueError) -> CdiSpec:
+    """The spec dir ``d`` the doctor could not list: CDI's scan (spec-dirs.go
+    scanSpecDirs) stops at a dir it cannot list for any reason but its absence, and
+    reads no later dir. Denied to a user, the runtime (root) may list it: that one stops
+    the scan only where root was denied too."""
+    if isinstance(exc, PermissionError) and os.geteuid() != 0:
+        return CdiSpec(d, error="cannot be listed: permission denied (run the doctor as "
+                                "root, as the runtime reads it)")
+    why = (exc.strerror if isinstance(exc, OSError) else None) or "a NUL in its name"
+    return CdiSpec(d, error=f"cannot be listed ({why.lower()}): CDI stops its scan of the "
+                            "spec dirs there, reading no spec of a later one", stops=True)
 
 
 def _subdirs(root: str, d: str) -> frozenset[str]:
@@ -431,7 +443,8 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
             return CdiSpec(path, error=f"not parsed: past the {MAX_CDI_BYTES >> 20} MiB of "
                                        "spec text the doctor parses in all (move the "
                                        "files that are no CDI specs out of the spec dirs)")
-        data = parse_yaml(text, path, _SpecError, v2=True)  # (CDI's sigs.k8s.io/yaml)
+        # (CDI's sigs.k8s.io/yaml: go-yaml v2, which reads the first document alone)
+        data, more = parse_first_yaml(text, path, _SpecError)
     except Unreadable as exc:
         return CdiSpec(path, error=exc.why)
     except _SpecError as exc:  # (the file named once: the check names it first)
@@ -459,7 +472,12 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
     if twice := [n for n, k in Counter(names).items() if k > 1 and n]:
         return CdiSpec(path, error=f"names device {quoted(twice[0])} twice (CDI refuses "
                                    "the whole spec)", size=len(text))
-    return CdiSpec(path, kind, frozenset(n for n in names if n), size=len(text))
+    if not names:  # (CDI: "invalid spec, no devices", checked last)
+        return CdiSpec(path, error="names no device (CDI refuses the whole spec): generate "
+                                   "it again, or remove it", size=len(text))
+    note = ("has a second YAML document (---), which CDI never reads (it reads the first "
+            "alone)") if more else None
+    return CdiSpec(path, kind, frozenset(n for n in names if n), size=len(text), note=note)
 
 
 # The keys of CDI's Spec and Device (specs-go config.go; annotations since v0.6.0)

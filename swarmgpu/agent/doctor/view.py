@@ -117,6 +117,8 @@ class CdiSpec:
     devices: frozenset[str] = frozenset()
     error: str | None = None
     size: int = 0  # characters of its text parsed (``MAX_CDI_BYTES``)
+    stops: bool = False  # a spec dir CDI cannot list: its scan reads no later dir
+    note: str | None = None  # read, with what CDI leaves of it unread (a second document)
 
 
 def toolkit_cdi(data: Mapping[str, Any] | None) -> tuple[tuple[str, ...], str]:

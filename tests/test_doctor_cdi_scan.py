@@ -1,0 +1,142 @@
+"""``toolkit.cdi-spec`` reads the runtime's spec dirs as CDI's cache scans them
+(container-device-interface pkg/cdi spec-dirs.go ``scanSpecDirs``, spec.go): it stops at
+a spec dir it cannot list, refuses a spec of no devices, and reads the first YAML document
+of a spec file alone. Pure: a copy of the healthy fixture tree in a tmp dir, its
+config.toml and spec files changed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.denied import deny_listing
+
+from swarmgpu.agent.doctor import Status, run_doctor
+
+HEALTHY = Path(__file__).parent / "doctor_roots" / "healthy"
+UA = "GPU-2a8c5b3e-9d1f-4c6a-8e7b-1f0d3c5a7b91"
+UB = "GPU-7e4d2f1a-3b6c-4d8e-9a0f-5c1b7d3e9f24"
+TOML = "etc/nvidia-container-runtime/config.toml"
+THREE_DIRS = 'spec-dirs = ["/etc/cdi", "/srv/cdi", "/var/run/cdi"]'
+
+
+def _root(tmp_path: Path, spec_dirs: str = "") -> Path:
+    """The healthy tree in cdi mode, its spec dirs ``spec_dirs`` where given."""
+    root = tmp_path / "root"
+    shutil.copytree(HEALTHY, root, symlinks=True)
+    toml = root / TOML
+    text = toml.read_text().replace('mode = "auto"', 'mode = "cdi"')
+    if spec_dirs:
+        text = text.replace('spec-dirs = ["/etc/cdi", "/var/run/cdi"]', spec_dirs)
+    toml.write_text(text)
+    return root
+
+
+def _doc(names: list[str]) -> str:
+    devices = "".join(f"  - name: \"{n}\"\n    containerEdits: {{}}\n" for n in names)
+    return f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n{devices}"
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def _check(root: Path) -> dict[str, Any]:
+    out, _ = run_doctor(str(root), as_json=True)
+    (c,) = [c for c in json.loads(out)["checks"] if c["id"] == "toolkit.cdi-spec"]
+    return c
+
+
+def test_a_spec_dir_that_is_a_file_stops_the_scan_of_the_later_dirs(
+        tmp_path: Path) -> None:
+    # the doctor read on and passed: the runtime never sees /var/run/cdi's spec
+    root = _root(tmp_path)
+    _write(root, "etc/cdi", "not a directory\n")
+    _write(root, "var/run/cdi/nvidia.yaml", _doc([UA, UB]))
+    c = _check(root)
+    assert c["status"] == str(Status.FAIL), c
+    assert "/etc/cdi cannot be listed (not a directory): CDI stops its scan" in c["found"]
+    assert "/var/run/cdi never read, /var/run/cdi/nvidia.yaml with them" in c["found"], c
+    assert c["fix"].startswith("Make /etc/cdi a directory the runtime can list"), c
+
+
+def test_a_spec_dir_cdi_cannot_list_warns_of_the_later_dirs_it_never_reads(
+        tmp_path: Path) -> None:
+    root = _root(tmp_path, THREE_DIRS)
+    _write(root, "etc/cdi/nvidia.yaml", _doc([UA, UB]))
+    _write(root, "srv/cdi", "")
+    _write(root, "var/run/cdi/nvidia.yaml", _doc([UA]))
+    c = _check(root)
+    assert c["status"] == str(Status.WARN), c
+    assert "(/srv/cdi cannot be listed (not a directory)" in c["found"], c
+    assert "/var/run/cdi never read, /var/run/cdi/nvidia.yaml with them)" in c["found"], c
+
+
+def test_the_last_spec_dir_a_file_hides_no_later_dir(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    _write(root, "etc/cdi/nvidia.yaml", _doc([UA, UB]))
+    _write(root, "var/run/cdi", "")
+    c = _check(root)
+    assert c["status"] == str(Status.OK), c
+    assert c["found"] == "mode cdi; /etc/cdi/nvidia.yaml names each GPU advertised", c
+
+
+def test_a_spec_dir_root_may_not_list_stops_the_scan(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # denied to root too (an LSM, a root-squashed mount): the runtime is denied as well
+    deny_listing(monkeypatch, "etc/cdi", euid=0)
+    root = _root(tmp_path)
+    _write(root, "var/run/cdi/nvidia.yaml", _doc([UA, UB]))
+    c = _check(root)
+    assert c["status"] == str(Status.FAIL), c
+    assert "/etc/cdi cannot be listed (permission denied): CDI stops" in c["found"], c
+
+
+@pytest.mark.parametrize("devices", ["devices: []\n", "devices:\n", ""])
+def test_a_spec_of_no_devices_cdi_refuses_is_named(tmp_path: Path, devices: str) -> None:
+    # the doctor took it, naming only the GPUs it lacked; CDI: "invalid spec, no devices"
+    root = _root(tmp_path)
+    _write(root, "etc/cdi/nvidia.yaml", f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n{devices}")
+    c = _check(root)
+    assert c["status"] == str(Status.FAIL), c
+    assert ("/etc/cdi/nvidia.yaml names no device (CDI refuses the whole spec)"
+            in c["found"]), c
+
+
+@pytest.mark.parametrize("rest", ["---\n", "---\nkind: [\n", "...\n---\n- a\n"])
+def test_a_second_document_is_left_unread_as_cdi_leaves_it(tmp_path: Path,
+                                                            rest: str) -> None:
+    # the doctor refused the file ("a second document"); CDI reads the first alone
+    root = _root(tmp_path)
+    _write(root, "etc/cdi/nvidia.yaml", _doc([UA, UB]) + rest)
+    c = _check(root)
+    assert c["status"] == str(Status.WARN), c
+    assert c["found"] == ("mode cdi; /etc/cdi/nvidia.yaml names each GPU advertised "
+                          "(/etc/cdi/nvidia.yaml has a second YAML document (---), which "
+                          "CDI never reads (it reads the first alone))"), c
+    assert c["fix"] == "Remove what CDI leaves unread from /etc/cdi/nvidia.yaml.", c
+
+
+def test_a_device_in_a_second_document_is_not_resolved(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    _write(root, "etc/cdi/nvidia.yaml", _doc([UA]) + "---\n" + _doc([UB]))
+    c = _check(root)
+    assert c["status"] == str(Status.FAIL) and UB in c["found"], c
+    assert "has a second YAML document" in c["found"], c
+
+
+def test_an_annotation_key_kubernetes_refuses_is_taken_as_cdis_cache_takes_it(
+        tmp_path: Path) -> None:
+    # CDI's ValidateSpecAnnotations looks at a map[string]any alone; pkg/cdi hands it
+    # the spec's map[string]string, so the runtime's cache checks no key
+    root = _root(tmp_path)
+    _write(root, "etc/cdi/nvidia.yaml", _doc([UA, UB]).replace("0.5.0", "0.6.0").replace(
+        "kind:", "annotations: {\"-bad key/x/y\": v}\nkind:").replace(
+        "    containerEdits", "    annotations: {\"_\": v}\n    containerEdits"))
+    c = _check(root)
+    assert c["status"] == str(Status.OK), c
