@@ -91,3 +91,38 @@ def test_a_demotion_mid_cycle_ends_the_term_at_the_next_write() -> None:
     assert term.holds() is True
     api.manager = False  # docker node demote
     assert term.holds() is False and term.lost
+
+
+class LockedApi(WorkerApi):
+    """A manager's engine restarted on an autolocked swarm: its manager role does not run
+    until unlocked (no NodeID, no control), or one whose swarm node failed to start."""
+
+    def __init__(self, state: str, error: str = "") -> None:
+        super().__init__(manager=True)
+        self.state, self.error = state, error
+
+    def info(self) -> dict[str, Any]:
+        return {"Swarm": {"NodeID": "", "LocalNodeState": self.state,
+                          "ControlAvailable": False, "Error": self.error}}
+
+
+@pytest.mark.parametrize(("state", "error", "said"), [
+    ("locked", "", "docker swarm unlock"),
+    ("error", "certificate has expired", "certificate has expired")])
+def test_a_locked_managers_daemon_says_so_not_a_healthy_follower(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str, error: str,
+        said: str) -> None:
+    """Its engine leads nothing until unlocked, and neither may any other manager of a
+    swarm all of whose managers restarted: /healthz said "ok", a follower, and the log
+    "not the Swarm leader" at debug, with nothing placed anywhere."""
+    with pytest.raises(SwarmUnavailable, match=said):
+        client(LockedApi(state, error)).is_leader()
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
+                 http=HttpConfig(listen="127.0.0.1:0"))
+    d = Daemon(cfg, swarm=client(LockedApi(state, error)))
+    assert d.cycle().aborted
+    doc = d.health()
+    assert doc["status"] == "degraded" and doc["leader"] is None, doc
+    assert said in doc["engine_error"], doc

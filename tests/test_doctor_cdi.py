@@ -663,3 +663,12 @@ def test_a_spec_as_nvidia_ctk_writes_it_is_read(tmp_path: Path, version: str) ->
                   "type: bind}]\ndevices:"))
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c
+
+
+def test_a_directory_named_yml_is_not_named_a_spec_to_rename(tmp_path: Path) -> None:
+    # CDI's scan skips a directory whatever its name: the doctor told the operator to
+    # rename the directory /etc/cdi/old.yml/ to .yaml, as if it were a spec CDI skips
+    root = _root(tmp_path)
+    (root / "etc/cdi/old.yml").mkdir(parents=True)
+    c, _ = _check(root)
+    assert c["found"] == "mode cdi and no nvidia.com/gpu CDI spec in /etc/cdi, /var/run/cdi", c

@@ -44,6 +44,7 @@ from swarmgpu.swarm.errors import UnreadWrite as UnreadWrite
 from swarmgpu.swarm.errors import VersionConflict as VersionConflict
 from swarmgpu.swarm.eventstream import Cut, NotAnEvent, read_events
 from swarmgpu.swarm.imageref import image_filter as image_filter  # (tests import it here)
+from swarmgpu.swarm.localstate import running
 from swarmgpu.swarm.specread import UnreadSpec, spec_count, spec_object
 from swarmgpu.swarm.swarmnode import SwarmNode as SwarmNode  # with the snapshot types
 from swarmgpu.swarm.swarmnode import node_from_api
@@ -395,9 +396,9 @@ class SwarmClient:
     def is_leader(self) -> bool:
         """True when the engine we talk to is the current Swarm leader. A worker's engine
         (``Swarm.ControlAvailable`` false: a manager demoted) leads nothing: False, its
-        node not asked (a worker refuses that 503, as a manager without quorum does,
-        whose leader is unknown: that one still raises)."""
-        node_id, control = _swarm_info(self.info())
+        node not asked (a worker refuses that 503; a manager without quorum, or locked:
+        ``localstate.running``, raises: who leads is unknown)."""
+        node_id, control = _swarm_info(running(self.info()))
         if not node_id or control is False:
             return False
         raw = self._call(self._api.inspect_node, node_id)  # (another's leads: not this one)

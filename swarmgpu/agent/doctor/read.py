@@ -388,11 +388,12 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None, engine: list[str]
             specs.append(_unlisted(d, exc))
             continue
         # (only what CDI reads counts toward the bound; a .yml is named, never parsed)
-        names = sorted(n for n in listed if n.endswith((".yaml", ".json")))
+        names = sorted(n for n in listed if n.endswith((".yaml", ".json", ".yml")))
         if names:  # (CDI's scan skips a directory, a link to one read as a file)
             subdirs = _subdirs(root, d)
             names = [n for n in names if n not in subdirs]
-        yml = sorted(n for n in listed if n.endswith(".yml"))[:MAX_CDI_SPECS]
+        yml = [n for n in names if n.endswith(".yml")][:MAX_CDI_SPECS]
+        names = [n for n in names if not n.endswith(".yml")]
         for n in sorted([*names[:MAX_CDI_SPECS], *yml]):
             path = posixpath.join(d, n)
             if n.endswith(".yml"):

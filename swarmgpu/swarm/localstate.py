@@ -1,0 +1,37 @@
+"""What an engine's ``docker info`` says of its own swarm node's state (``Swarm.
+LocalNodeState``) that no other answer says: a manager locked, or one whose swarm node
+failed to start, has no ``Swarm.NodeID``, which the daemon read as "not the leader"."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from swarmgpu.core.peertext import peer_text
+from swarmgpu.swarm.errors import SwarmUnavailable
+
+
+def stalled_why(info: Mapping[str, Any]) -> str | None:
+    """Why an engine's swarm node does not run (``Swarm.LocalNodeState`` locked or
+    error), with its fix; None otherwise. Such a manager's info has no NodeID, which
+    read as "not the leader": a healthy follower, while no manager of a swarm whose
+    managers all restarted locked led it."""
+    swarm = info.get("Swarm")
+    state = swarm.get("LocalNodeState") if isinstance(swarm, Mapping) else None
+    if state == "locked":
+        return ("this engine's swarm is locked (autolock, after a restart): its manager "
+                "runs no part of the swarm until unlocked: run `docker swarm unlock` on it")
+    if state == "error":
+        said = swarm.get("Error") if isinstance(swarm, Mapping) else None
+        why = peer_text(said, 200) if isinstance(said, str) and said else "no reason given"
+        return (f"this engine's swarm node failed to start ({why}): see `docker info` "
+                "and dockerd's log on it")
+    return None
+
+
+def running(info: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``info``, of an engine whose swarm node runs; ``SwarmUnavailable`` saying why and
+    the fix otherwise (``stalled_why``)."""
+    if (why := stalled_why(info)) is not None:
+        raise SwarmUnavailable(why)
+    return info
