@@ -142,6 +142,7 @@ class _Swarm:
         self.now = tasks
         self.labels = dict(labels or {})  # the swarm object's own (the move records)
         self.writes: list[tuple[str, str]] = []
+        self.node_labels: dict[str, dict[str, str]] = {}  # as the snapshot had them
 
     def swarm_labels(self) -> Mapping[str, str]:
         return self.labels
@@ -151,8 +152,14 @@ class _Swarm:
         return [t for t in self.now if sid is None or t.service_id == sid]
 
     def update_node_labels(self, node_id: str,
-                           fn: Callable[[Mapping[str, str]], Mapping[str, str]]) -> None:
+                           fn: Callable[[Mapping[str, str]], Mapping[str, str] | None]) -> bool:
+        # read-modify-write as the client's: the restart's gate closed only where it is
         self.writes.append(("node", node_id))
+        new = fn(self.node_labels.get(node_id, {}))
+        if new is None:
+            return False
+        self.node_labels[node_id] = dict(new)
+        return True
 
     def update_service_spec(self, sid: str,
                             fn: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> None:
@@ -177,6 +184,7 @@ def _restart_case(fresh: list[SwarmTask], others: Sequence[SwarmService] = (),
     (u,) = att.uses
     assert u.over
     swarm = _Swarm(fresh, records)
+    swarm.node_labels[dgx.id] = dict(dgx.labels)
     r = Restarter(swarm, cfg, wait_s=0.0)  # type: ignore[arg-type]
     n = r.run([u], snap)
     return swarm, n, list(r.said.values())
