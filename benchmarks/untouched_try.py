@@ -1,7 +1,7 @@
 """Stop 78's try: ``swarmgpu simulate`` with untouched nodes priced for every shape that
 only such a node hosts (``SwarmScorer.whole_untouched``; docs/simulate.md, "Main against
-FGD on h-bimodalseed, and untouched nodes for every whole-node shape (stop 78)"; main
-leaves it off).
+FGD on h-bimodalseed, and untouched nodes priced for every whole-node shape (stop 78)";
+main leaves it off).
 
     .venv/bin/python benchmarks/untouched_try.py -- \\
         simulate --trace default --seeds 42,43,44 --bound off --policy swarmgpu --json
