@@ -142,3 +142,29 @@ def test_the_planner_gives_the_scorer_every_shape_seen() -> None:
     assert planner.scorer.shapes == model.current()
     planner.set_workload(model)
     assert planner.scorer.shapes == model.current()
+
+
+def heavy_beside_cpu_taken(monkeypatch: pytest.MonkeyPatch, whole: bool) -> tuple[str, bool]:
+    """Two G2 nodes, the second with CPU taken by work swarmgpu did not place: where a
+    one-GPU task of 12 cores goes (the two cost alike, the first is first in node order),
+    and whether an 8-GPU task of 64 cores (any 8-GPU class hosts it) then fits, with
+    ``SwarmScorer.whole_untouched`` as ``whole``."""
+    monkeypatch.setattr(SwarmScorer, "whole_untouched", whole)
+    one, any8 = TaskShape(12_000, 1000, 1), TaskShape(64_000, 1000, 8)
+    a = Allocator(SwarmScorer(typical_tasks([one]), shapes={one: 0.9, any8: 0.1}))
+    for name in ("whole", "used"):
+        a.add_node(NodeSpec(name, gpus(8, "G2"), cpu_milli=96_000, memory_mib=1 << 20))
+    a.set_usage("used", 40_000, 0)
+    got = a.place(Demand(num_gpu=1, cpu_milli=12_000))
+    assert isinstance(got, Choice)
+    a.commit(got)
+    return got.node, isinstance(a.place(Demand(num_gpu=8, cpu_milli=64_000)), Choice)
+
+
+def test_the_switch_prices_untouched_nodes_for_tasks_every_class_hosts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Off (main): the 8-GPU task fits every 8-GPU class, so the last untouched node is
+    # worth nothing to the score, and the one-GPU task takes it by node order.
+    assert heavy_beside_cpu_taken(monkeypatch, False) == ("whole", False)
+    # On: that node is the 8-GPU task's only host, priced by the chance it comes.
+    assert heavy_beside_cpu_taken(monkeypatch, True) == ("used", True)

@@ -29,6 +29,7 @@ from swarmgpu.allocator.untouched import (
     exclusive_groups,
     loss,
     untouched_values,
+    whole_groups,
 )
 from swarmgpu.allocator.values import Demand, NodeState
 
@@ -111,6 +112,10 @@ class SwarmScorer:
     # A sampled roll-out among near-best nodes (``allocator.rollout``): an experiment,
     # None (off) unless switched on (benchmarks/rollout_try.py); read by ``Allocator``.
     rollout: RollOut | None = None
+    # Untouched nodes priced for every shape only such a node hosts (``whole_groups``),
+    # not only those whose CPU confines them to some classes: an experiment, off unless
+    # switched on (benchmarks/untouched_try.py; docs/simulate.md, stop 78).
+    whole_untouched = False
 
     def __init__(self, workload: tuple[TypicalTask, ...] = (),
                  stop: float = STOP_WEIGHT,
@@ -205,7 +210,8 @@ class SwarmScorer:
             return changed
         if (self._groups is None or hosts != self.hosts
                 or abs(total_free - self._groups_free) >= self._step):
-            self._groups = exclusive_groups(self.shapes, hosts, total_free)
+            grouping = whole_groups if self.whole_untouched else exclusive_groups
+            self._groups = grouping(self.shapes, hosts, total_free)
             self._groups_free = total_free
         values = untouched_values(self._groups, untouched) if self._groups else {}
         changed = values != self.values

@@ -80,8 +80,9 @@ def exclusive_groups(shapes: Mapping[TaskShape, float], classes: Mapping[NodeCla
 def whole_groups(shapes: Mapping[TaskShape, float], classes: Mapping[NodeClass, int],
                  free_total: int) -> Groups:
     """As ``exclusive_groups``, with the shapes every class of their GPUs hosts kept in:
-    every shape of whole GPUs that only an untouched node can host. Not what the
-    scorer's score reads (the roll-out's "covered" leaf prices broken nodes by it)."""
+    every shape of whole GPUs that only an untouched node can host. The scorer's score
+    reads it only with ``SwarmScorer.whole_untouched`` set (an experiment); the
+    roll-out's "covered" leaf prices broken nodes by it."""
     return _groups(shapes, classes, free_total, exclusive=False)
 
 
