@@ -41,7 +41,6 @@ from swarmgpu.swarm.client import (
 from swarmgpu.swarm.identity import IdentityError, agent_auth
 from swarmgpu.swarm.labels import (
     NodeLabelPlan,
-    constrained_keys,
     plan_node_labels,
 )
 from swarmgpu.swarm.swarmnode import node_names
@@ -461,12 +460,10 @@ class LabelSync:
         snapshot: Snapshot,
         report: CycleReport,
     ) -> None:
-        watched = _watched(snapshot) if todo else frozenset()
-
         def write(item: tuple[NodeLabelPlan, SwarmNode, NodeFacts | None]) -> ApplyResult:
             plan, node, facts = item
             return self.actuator.apply_labels(
-                plan, node, facts, snapshot.services, snapshot.tasks, watched
+                plan, node, facts, snapshot.services, snapshot.tasks
             )
 
         # Each node's write is its own read-modify-write: different nodes, in parallel;
@@ -481,7 +478,6 @@ class LabelSync:
     ) -> HeldNodeWrites:
         act = self.actuator
         held: dict[str, HeldWrite] = {}
-        watched = _watched(snapshot) if todo else frozenset()
         for plan, node, facts in todo:
 
             def done(
@@ -491,7 +487,7 @@ class LabelSync:
 
             # retries of the folded write count as label sync's own do (label_conflicts)
             held[node.id] = HeldWrite(
-                act.label_compute(node, facts, snapshot.services, snapshot.tasks, watched),
+                act.label_compute(node, facts, snapshot.services, snapshot.tasks),
                 done,
                 act.metrics.label_conflicts.inc,
             )
@@ -501,21 +497,10 @@ class LabelSync:
             plan, node, facts = by_id[node_id]
             _count(
                 report,
-                act.apply_labels(plan, node, facts, snapshot.services, snapshot.tasks, watched),
+                act.apply_labels(plan, node, facts, snapshot.services, snapshot.tasks),
             )
 
         return HeldNodeWrites(held, alone)
-
-
-def _watched(snapshot: Snapshot) -> frozenset[str] | None:
-    """The label keys whose change is checked against a node's tasks as Swarm has them
-    at write time (``Actuator.label_compute``): those the snapshot's constraints read,
-    or every key (None) while a service is left out of the list (``swarm.unkeyed``): its
-    job's running tasks (desired state complete) are read for no job the list omits, so
-    no constraint of theirs is known, and a change could stop them."""
-    if snapshot.unkeyed.services:
-        return None
-    return constrained_keys(snapshot.services, snapshot.tasks)
 
 
 _report_lock = threading.Lock()
