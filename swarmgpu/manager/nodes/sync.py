@@ -363,7 +363,8 @@ class LabelSync:
         """Not the leader: the gauges of what this daemon's cycles saw read 0 (the
         leader's daemon says them; frozen, this term's last values stood beside its)."""
         m = self.metrics
-        for gauge in (m.agents_unreachable, m.nodes_gpus_unread, m.held_changes):
+        for gauge in (m.agents_unreachable, m.nodes_gpus_unread, m.held_changes,
+                      m.facts_stale):
             gauge.set(0)
         self.health.stand_by()
 
