@@ -6,7 +6,8 @@ new services onto GPUs those facts called free, though they may be gone or taken
 Facts ``health.node_lost_grace_s`` old or more (the age from which audit and the health
 policy call the node failing) are stale (``agentbook.stale_nodes``): placement adds
 nothing to the node, blocked as a paused node is, its holdings kept, its labels as they
-are; ``swarmgpu_nodes_facts_stale`` counts them. Pure."""
+are; ``swarmgpu_nodes_facts_stale`` counts them, and the cycle's errors (/healthz) say
+it beside the agent's. Pure."""
 
 from __future__ import annotations
 
@@ -81,3 +82,5 @@ def test_the_daemon_counts_and_says_a_node_whose_agent_is_silent_past_the_grace(
     assert d.metrics.registry.get_sample_value("swarmgpu_nodes_facts_stale") == 1
     assert any("gpu-node-1: its agent's last facts" in w for w in warnings), warnings
     assert assign_key(P, "victim") in sw.node("n-dgx").labels  # its holding kept
+    assert any(e.startswith("gpu-node-1: ") and "last facts are health.node_lost_grace_s "
+               "old" in e for e in d.health()["errors"]), d.health()  # /healthz's

@@ -21,7 +21,7 @@ from swarmgpu.manager.engine.actuator import Actuator, ApplyResult
 from swarmgpu.manager.engine.stop import NotRead, StopRequest
 from swarmgpu.manager.engine.writes import HeldNodeWrites, HeldWrite, write_each
 from swarmgpu.manager.nodes.agent_client import FactsResult, fetch_all
-from swarmgpu.manager.nodes.agentbook import AgentBook
+from swarmgpu.manager.nodes.agentbook import AgentBook, stale_nodes
 from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.cpunodes import agent_nodes, expects_agent
@@ -296,7 +296,7 @@ class LabelSync:
             facts = result.facts if result else None
             any_gpu |= expected or facts is not None  # an answer now sets its last_ok
             if facts is None:
-                err = result.error if result else "not fetched"
+                err = self._unanswered(result)
                 # (with no facts, only the labels no node carries go: ``plan_node_labels``)
                 plan = plan_node_labels(node, None, services=snapshot.services,
                                         tasks=snapshot.tasks, prefix=prefix,
@@ -358,6 +358,17 @@ class LabelSync:
         snapshot.facts.update(self.health.apply(snapshot.nodes, snapshot.facts))
         save_said(self._save_said, "GPU health", self.cfg.state_dir, self.health.save)
         return read
+
+    def _unanswered(self, result: FactsResult | None) -> str | None:
+        """Why a node has no facts this cycle; where its last ones are stale, said too
+        (the cycle's errors: /healthz's and the daemon's log)."""
+        if result is None:
+            return "not fetched"
+        if not stale_nodes(self.book, {result.node_id: result},
+                           self.cfg.health.node_lost_grace_s):
+            return result.error
+        return (f"{result.error or 'no facts from the agent'}; its last facts are "
+                "health.node_lost_grace_s old: nothing new is placed on it")
 
     def stand_by(self) -> None:
         """Not the leader: the gauges of what this daemon's cycles saw read 0 (the
