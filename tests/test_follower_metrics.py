@@ -25,7 +25,8 @@ from swarmgpu.swarm.client import SwarmNode
 
 CLUSTER_GAUGES = ("swarmgpu_agents_unreachable", "swarmgpu_nodes_gpus_unread",
                   "swarmgpu_label_changes_held", "swarmgpu_pending_requests",
-                  "swarmgpu_ungranted_services", "swarmgpu_health_failing_nodes")
+                  "swarmgpu_ungranted_services", "swarmgpu_health_failing_nodes",
+                  "swarmgpu_nodes_facts_stale")
 
 
 def test_a_follower_exports_none_of_its_last_terms_cluster_gauges(
@@ -48,7 +49,7 @@ def test_a_follower_exports_none_of_its_last_terms_cluster_gauges(
     grants = next(s for s in d.pipeline.steps if isinstance(s, GrantsStep))
     rebalance = next(s for s in d.pipeline.steps if isinstance(s, Rebalancer))
     for gauge in (m.agents_unreachable, m.nodes_gpus_unread, m.held_changes, m.pending,
-                  grants.count, rebalance.failing):
+                  m.facts_stale, grants.count, rebalance.failing):
         gauge.set(2)
     m.planned.labels(status="pending").set(3)
     d.labels.health.gauge.labels(level="failed").set(1)  # type: ignore[union-attr]

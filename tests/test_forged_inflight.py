@@ -10,6 +10,7 @@ tests/test_forged_state.py for daemon cycles.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -96,8 +97,8 @@ def _daemon(sw: RecordingSwarm, tmp: Path) -> Daemon:
                  agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
                  preemption=PreemptionConfig(dry_run=False))
     d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
-    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
-    d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
+    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=time.time(), facts=DGX_F)
+    d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=time.time(), facts=R4090_F)
     d.use(daemon_steps(d))
     return d
 

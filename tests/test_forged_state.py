@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -393,8 +394,8 @@ def _daemon(sw: RecordingSwarm, *, dry_run: bool, rebalance_dry_run: bool, tmp: 
                                            metrics_url_template=f"http://{{addr}}:{port}/m",
                                            scrape_timeout_s=0.5))
     d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
-    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
-    d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
+    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=time.time(), facts=DGX_F)
+    d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=time.time(), facts=R4090_F)
     d.use(daemon_steps(d))
     return d
 

@@ -271,8 +271,8 @@ def _daemon(sw: RecordingSwarm, tmp: str, *, moves: bool = False,
                  rebalance=rebalance, preemption=PreemptionConfig(**pre),
                  queues=queues or {})
     d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
-    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
-    d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
+    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=time.time(), facts=DGX_F)
+    d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=time.time(), facts=R4090_F)
     d.use(daemon_steps(d))
     return d
 
@@ -1321,3 +1321,14 @@ def test_a_node_another_services_task_binds_the_port_on_is_no_preemption_target(
                           Config(preemption=PreemptionConfig(dry_run=False)))
     sp = next(sp for sp in plan.services if sp.name == "high")
     assert sp.status == "pending" and not [w for w in sp.warnings if "preempt" in w]
+
+
+def test_no_victim_is_stopped_on_a_node_whose_facts_are_stale(tmp_path: Any) -> None:
+    # Placement adds nothing to a node whose agent is silent past health.node_lost_grace_s
+    # (agentbook.stale_nodes): a victim stopped there freed GPUs its preemptor never got.
+    sw = RecordingSwarm(*_gpu_cluster({f"{P}priority": "0"}, {f"{P}priority": "100"}))
+    d = _daemon(sw, str(tmp_path), dry_run=False)
+    d.book.records["n-4090"].last_ok = time.time() - d.cfg.health.node_lost_grace_s - 1
+    d.cycle()
+    assert preempted_state(sw.service("id-batch").labels, P) is None
+    assert assign_key(P, "batch") in sw.node("n-4090").labels

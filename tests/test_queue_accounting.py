@@ -7,6 +7,7 @@ a move in flight -- so that the max, the guarantee's reclaim and ``status``/``pl
 from __future__ import annotations
 
 import textwrap
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -259,7 +260,7 @@ def test_plan_json_counts_slices_as_a_dry_run_daemon_does(
                        f"{closed_port()}, timeout_s: 0.5, identity: none}}\n"
                        f"sync: {{watch_events: false}}\nqueues: {{q: {{max: {top}}}}}\n")
         d = Daemon(load_config(cfg), swarm=sw)  # type: ignore[arg-type]
-        d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=MIG_DGX)
+        d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=time.time(), facts=MIG_DGX)
         d.use(daemon_steps(d))
         d.cycle()
         daemon = d.last_session.placement

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -389,8 +390,8 @@ def _daemon(sw: RecordingSwarm, tmp: Path, cfg_text: str) -> Daemon:
                  agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
                  preemption=base.preemption, tenants=base.tenants, queues=base.queues)
     d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
-    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
-    d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
+    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=time.time(), facts=DGX_F)
+    d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=time.time(), facts=R4090_F)
     d.use(daemon_steps(d))
     return d
 

@@ -182,8 +182,8 @@ def daemon(sw: ModelSwarm, tmp: str, **cfg: Any) -> Daemon:
     config = Config(state_dir=tmp, sync=SyncConfig(watch_events=False),
                     agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"), **cfg)
     d = Daemon(config, swarm=sw)  # type: ignore[arg-type]
-    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
-    d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
+    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=time.time(), facts=DGX_F)
+    d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=time.time(), facts=R4090_F)
     d.use(daemon_steps(d))
     return d
 

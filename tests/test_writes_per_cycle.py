@@ -436,7 +436,9 @@ def test_one_task_list_after_the_service_writes_and_none_without_a_gate_to_open(
     d = _daemon(sw, tmp_path)
     lists = sw.task_lists
     _cycle(d, sw)
-    assert sw.task_lists - lists == 2  # the snapshot's, and the one before the gates
+    # The snapshot's, one per node label sync writes (the node's tasks at write time:
+    # tests/test_label_sync_new_service.py), and the one before the gates.
+    assert sw.task_lists - lists == 2 + 2
     lists = sw.task_lists
     _cycle(d, sw)
     assert sw.task_lists - lists == 1 and sw.calls.count(("service", "id-train")) == 1

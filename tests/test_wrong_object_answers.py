@@ -315,3 +315,13 @@ def test_the_grants_note_names_the_image_answered_and_the_fix() -> None:
     sw.endpoint, sw._api = "unix:///test", LongImageApi(other)  # type: ignore[assignment]
     note = ImageEnvs(sw).lookup(["local/app:1"])["local/app:1"].note
     assert other in note and FIX in note and "could not be asked" not in note, note
+
+
+def test_the_docker_proxy_refuses_a_service_answered_for_a_name_of_other_case(
+        tmp_path: Path) -> None:
+    """Docker matches a service's name exactly: swarmkit's name index folds case, but
+    its control API keeps only exact matches, so /services/WEB is a 404 where only 'web'
+    is. An answer of 'web' for it is a proxy's: refused, nothing written."""
+    got, seen = proxy_write(tmp_path, b"/services/WEB/update", SERVICE["Spec"])
+    assert got.startswith(b"HTTP/1.1 502"), got
+    assert not any(b"/update" in r for r in seen), seen

@@ -263,15 +263,6 @@ def _services_constraints(
     return out
 
 
-def constrained_keys(services: Iterable[SwarmService],
-                     tasks: Iterable[SwarmTask] = ()) -> frozenset[str]:
-    """The node label keys any of these services' or tasks' constraints read."""
-    exprs = [e for s in services for e in s.constraints]
-    exprs += [e for t in tasks for e in t.constraints or ()]
-    return frozenset(k for c in parse_all(dict.fromkeys(exprs))[0]
-                     if (k := c.node_label) is not None)
-
-
 # What to do about it: doctor checks the driver, NVML and the runtime the agent reads.
 GPUS_UNREAD_FIX = "run swarmgpu doctor on the node and fix what it fails"
 

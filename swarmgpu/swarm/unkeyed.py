@@ -104,7 +104,10 @@ def wrong_object(raw: Any, kind: str, asked: str, *, as_path: bool = False) -> s
     resolve as it does: the object of that ID, else of that name (one shaped as a whole
     ID too: Docker answers it only where no object has that ID), else of that ID prefix
     (Docker refuses one two objects share; a whole ID is no other's prefix). The proxy
-    writes the ID answered, so the engine acts on the object checked."""
+    writes the ID answered, so the engine acts on the object checked. Names and IDs
+    match exactly, case too: swarmkit's name index folds case (for uniqueness alone),
+    but its control API keeps only the exact matches (``filterContains``), so Docker
+    answers /services/MYSVC with a 404 where only "mysvc" is."""
     got = raw.get("ID") if isinstance(raw, Mapping) else None
     if not isinstance(got, str) or not got or got == asked:
         return ""

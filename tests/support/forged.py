@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
@@ -446,6 +447,6 @@ def offline_daemon(sw: RecordingSwarm, state_dir: str, dry_run: bool = False) ->
                  rebalance=RebalanceConfig(move_timeout_s=0.0, scrape_timeout_s=0.5,
                                            metrics_url_template=f"http://{{addr}}:{port}/m"))
     d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
-    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
+    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=time.time(), facts=DGX_F)
     d.use(daemon_steps(d))
     return d

@@ -34,6 +34,12 @@ class DaemonMetrics:
             "swarmgpu_agents_unreachable", "Nodes whose agent did not answer this cycle",
             registry=r,
         )
+        self.facts_stale = Gauge(
+            "swarmgpu_nodes_facts_stale",
+            "Nodes whose agent has not answered for health.node_lost_grace_s: its last "
+            "facts stand in for what they hold, nothing new is placed on them",
+            registry=r,
+        )
         self.nodes_gpus_unread = Gauge(
             "swarmgpu_nodes_gpus_unread",
             "Nodes whose agent answers but cannot list their GPUs (NVML cannot initialise, "

@@ -39,6 +39,7 @@ from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.engine.stop import read_cut
 from swarmgpu.manager.engine.writes import HeldNodeWrites, LabelCompute, chain, write_each
+from swarmgpu.manager.nodes.agentbook import stale_nodes
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import (
     NO_WAITING,
@@ -528,6 +529,8 @@ class PlacementStep(Step):
             self.planner = new_planner(cfg, host.swarm, snap.services)
             logger.info("placement: workload model {}", self.planner.model.summary())
         planner = self.planner
+        planner.cluster.stale = stale_nodes(host.book, snap.facts, cfg.health.node_lost_grace_s)
+        host.metrics.facts_stale.set(len(planner.cluster.stale))
         plan = make_plan(snap, cfg, session.facts, planner=planner, nominated=self.nominated())
         session.placement = plan
         session.planner = planner

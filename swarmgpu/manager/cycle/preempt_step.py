@@ -34,8 +34,12 @@ class PreemptStep(Step):
 
     def run(self, session: CycleSession) -> None:
         host, cfg = self.host, self.host.cfg
+        # A node whose facts are stale takes no placement (``agentbook.stale_nodes``):
+        # a victim stopped there would free GPUs its preemptor is never placed on.
+        stale = session.planner.cluster.stale
+        facts = {nid: f for nid, f in session.facts.items() if nid not in stale}
         done = self.preempter.cycle(host.swarm, session.snapshot, session.placement,
-                                    session.facts, session.planner.refused_nodes,
+                                    facts, session.planner.refused_nodes,
                                     ports=session.planner.port_takers)
         if done and not (cfg.preemption.dry_run or cfg.dry_run):
             # The victims' tasks stop within their grace period: plan again soon.

@@ -17,7 +17,6 @@ Once the daemon is stopping, no write starts (``stop``: it raises ``Stopped``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
@@ -215,14 +214,15 @@ class Actuator:
         facts: NodeFacts | None,
         services: Sequence[SwarmService],
         tasks: Sequence[SwarmTask],
-        watched: AbstractSet[str] | None = None,
     ) -> Callable[[Mapping[str, str]], Mapping[str, str] | None]:
         """Label sync's read-modify-write of one node: re-planned from the labels as they
         are at write time, so a concurrent edit is kept and only owned keys change. A
-        change of a key in ``watched`` (what the constraints read: ``constrained_keys``;
-        None: every key) is guarded by the node's tasks as Swarm has them then too: the
-        snapshot listed its tasks before the agents were read and the cycle planned, and
-        a task placed there meanwhile is stopped by a change its constraints read."""
+        change is guarded by the node's tasks as Swarm has them then too: the snapshot
+        listed its tasks before the agents were read and the cycle planned, and a task
+        placed there meanwhile is stopped by a change its constraints read. Every change
+        is so checked, not only one of a key the snapshot's constraints read: a service
+        created since, with its task there, is in no snapshot (one task list a write,
+        and label writes are few: a node's facts changed)."""
 
         def plan(current: Mapping[str, str], tasks: Sequence[SwarmTask]) -> NodeLabelPlan:
             return plan_node_labels(
@@ -238,8 +238,7 @@ class Actuator:
         def compute(current: Mapping[str, str]) -> Mapping[str, str] | None:
             fresh = plan(current, tasks)
             touched = {*fresh.set, *fresh.remove}
-            if touched and not self.allow_disruptive and (watched is None
-                                                          or not touched.isdisjoint(watched)):
+            if touched and not self.allow_disruptive:
                 now = [t for t in self.swarm.tasks({"node": node.id}) if t.node_id == node.id]
                 ids = {t.id for t in now}
                 fresh = plan(current, [*now, *(t for t in tasks if t.id not in ids)])
@@ -254,7 +253,6 @@ class Actuator:
         facts: NodeFacts | None,
         services: Sequence[SwarmService],
         tasks: Sequence[SwarmTask],
-        watched: AbstractSet[str] | None = None,
     ) -> ApplyResult:
         if plan.empty:
             return ApplyResult(node.id, False, self.dry_run)
@@ -262,7 +260,7 @@ class Actuator:
             logger.bind(node=node.hostname).info(
                 "dry-run: would set {} and remove {}", dict(plan.set), list(plan.remove))
             return ApplyResult(node.id, False, True)
-        return self._write(node, self.label_compute(node, facts, services, tasks, watched),
+        return self._write(node, self.label_compute(node, facts, services, tasks),
                            plan)
 
     def record(self, node: SwarmNode, plan: NodeLabelPlan, written: bool,

@@ -7,6 +7,7 @@ Kept in memory for the daemon and written atomically to ``state_dir`` so that
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,20 @@ class AgentBook:
     def save(self, state_dir: str) -> None:
         """Atomic write (temp file + rename); failures to persist are not fatal."""
         save_json(state_dir, STATE_FILE, {nid: r.to_dict() for nid, r in self.records.items()})
+
+
+def stale_nodes(book: AgentBook, answered: Mapping[str, FactsResult],
+                max_age_s: float) -> frozenset[str]:
+    """The nodes whose agent did not answer this cycle (``answered``: the snapshot's)
+    and whose last good facts, standing in for them, are ``max_age_s`` old or more
+    (``health.node_lost_grace_s``: the age from which audit and the health policy call
+    the node failing). Placement adds nothing to them: their GPUs may be gone or taken
+    by now; what they hold is kept, their labels as they are."""
+    return frozenset(
+        nid for nid, res in answered.items()
+        if res.facts is None and (r := book.records.get(nid)) is not None
+        and r.facts is not None and r.last_ok is not None
+        and res.fetched_at - r.last_ok >= max_age_s)
 
 
 def load_saved(state_dir: str) -> dict[str, dict[str, Any]]:

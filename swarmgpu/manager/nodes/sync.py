@@ -21,7 +21,7 @@ from swarmgpu.manager.engine.actuator import Actuator, ApplyResult
 from swarmgpu.manager.engine.stop import NotRead, StopRequest
 from swarmgpu.manager.engine.writes import HeldNodeWrites, HeldWrite, write_each
 from swarmgpu.manager.nodes.agent_client import FactsResult, fetch_all
-from swarmgpu.manager.nodes.agentbook import AgentBook
+from swarmgpu.manager.nodes.agentbook import AgentBook, stale_nodes
 from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.cpunodes import agent_nodes, expects_agent
@@ -41,7 +41,6 @@ from swarmgpu.swarm.client import (
 from swarmgpu.swarm.identity import IdentityError, agent_auth
 from swarmgpu.swarm.labels import (
     NodeLabelPlan,
-    constrained_keys,
     plan_node_labels,
 )
 from swarmgpu.swarm.swarmnode import node_names
@@ -297,7 +296,7 @@ class LabelSync:
             facts = result.facts if result else None
             any_gpu |= expected or facts is not None  # an answer now sets its last_ok
             if facts is None:
-                err = result.error if result else "not fetched"
+                err = self._unanswered(result)
                 # (with no facts, only the labels no node carries go: ``plan_node_labels``)
                 plan = plan_node_labels(node, None, services=snapshot.services,
                                         tasks=snapshot.tasks, prefix=prefix,
@@ -360,11 +359,23 @@ class LabelSync:
         save_said(self._save_said, "GPU health", self.cfg.state_dir, self.health.save)
         return read
 
+    def _unanswered(self, result: FactsResult | None) -> str | None:
+        """Why a node has no facts this cycle; where its last ones are stale, said too
+        (the cycle's errors: /healthz's and the daemon's log)."""
+        if result is None:
+            return "not fetched"
+        if not stale_nodes(self.book, {result.node_id: result},
+                           self.cfg.health.node_lost_grace_s):
+            return result.error
+        return (f"{result.error or 'no facts from the agent'}; its last facts are "
+                "health.node_lost_grace_s old: nothing new is placed on it")
+
     def stand_by(self) -> None:
         """Not the leader: the gauges of what this daemon's cycles saw read 0 (the
         leader's daemon says them; frozen, this term's last values stood beside its)."""
         m = self.metrics
-        for gauge in (m.agents_unreachable, m.nodes_gpus_unread, m.held_changes):
+        for gauge in (m.agents_unreachable, m.nodes_gpus_unread, m.held_changes,
+                      m.facts_stale):
             gauge.set(0)
         self.health.stand_by()
 
@@ -461,12 +472,10 @@ class LabelSync:
         snapshot: Snapshot,
         report: CycleReport,
     ) -> None:
-        watched = _watched(snapshot) if todo else frozenset()
-
         def write(item: tuple[NodeLabelPlan, SwarmNode, NodeFacts | None]) -> ApplyResult:
             plan, node, facts = item
             return self.actuator.apply_labels(
-                plan, node, facts, snapshot.services, snapshot.tasks, watched
+                plan, node, facts, snapshot.services, snapshot.tasks
             )
 
         # Each node's write is its own read-modify-write: different nodes, in parallel;
@@ -481,7 +490,6 @@ class LabelSync:
     ) -> HeldNodeWrites:
         act = self.actuator
         held: dict[str, HeldWrite] = {}
-        watched = _watched(snapshot) if todo else frozenset()
         for plan, node, facts in todo:
 
             def done(
@@ -491,7 +499,7 @@ class LabelSync:
 
             # retries of the folded write count as label sync's own do (label_conflicts)
             held[node.id] = HeldWrite(
-                act.label_compute(node, facts, snapshot.services, snapshot.tasks, watched),
+                act.label_compute(node, facts, snapshot.services, snapshot.tasks),
                 done,
                 act.metrics.label_conflicts.inc,
             )
@@ -501,21 +509,10 @@ class LabelSync:
             plan, node, facts = by_id[node_id]
             _count(
                 report,
-                act.apply_labels(plan, node, facts, snapshot.services, snapshot.tasks, watched),
+                act.apply_labels(plan, node, facts, snapshot.services, snapshot.tasks),
             )
 
         return HeldNodeWrites(held, alone)
-
-
-def _watched(snapshot: Snapshot) -> frozenset[str] | None:
-    """The label keys whose change is checked against a node's tasks as Swarm has them
-    at write time (``Actuator.label_compute``): those the snapshot's constraints read,
-    or every key (None) while a service is left out of the list (``swarm.unkeyed``): its
-    job's running tasks (desired state complete) are read for no job the list omits, so
-    no constraint of theirs is known, and a change could stop them."""
-    if snapshot.unkeyed.services:
-        return None
-    return constrained_keys(snapshot.services, snapshot.tasks)
 
 
 _report_lock = threading.Lock()

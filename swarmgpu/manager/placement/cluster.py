@@ -9,6 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
+from loguru import logger
+
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.mig import MigChoice, pick_mig_device
 from swarmgpu.allocator.scorer import Scorer, SwarmScorer
@@ -72,6 +74,10 @@ class ClusterAllocator:
         self.problems: list[str] = []
         # bumped when a node's spec is rebuilt, and when it leaves for want of GPU facts
         self.node_gen: dict[str, int] = {}
+        # Nodes whose agent's last facts are too old to place on (``agentbook.stale_nodes``,
+        # set by the daemon each cycle): blocked as a paused node is, holdings kept.
+        self.stale: frozenset[str] = frozenset()
+        self._stale_was: frozenset[str] = frozenset()
         self.tasks_on: set[tuple[str, str]] = set()  # (service id, node id) with a task
         self.timings: list[float] | None = None  # per placement decision, when measured
         # Name the closest node when nothing fits (a scan of every node state); a
@@ -176,14 +182,31 @@ class ClusterAllocator:
                     self._gen += 1
                     self.node_gen[n.id] = self._gen
                 self._node_version[n.id] = n.version
-            self.alloc.set_blocked(n.id, not schedulable(n))
+            self.alloc.set_blocked(n.id, not schedulable(n) or n.id in self.stale)
             seen[n.id] = (n, f)
+        self._block_stale()
         if len(seen) > 2 * len(order) + 100:  # nodes that left
             self._seen = {k: v for k, v in seen.items() if k in self.nodes}
         if dropped:  # once for all the nodes dropped (each alone was a pass per node)
             self._mig_none = {k for k in self._mig_none if k[0] not in dropped}
             for k in [k for k in self._held if k[1] in dropped]:
                 del self._held[k]
+
+    def _block_stale(self) -> None:
+        """Block the nodes newly stale, unblock those no longer (a node the loop above
+        skipped, unchanged, keeps its last state otherwise), each said as it turns."""
+        for nid in sorted(self.stale ^ self._stale_was):
+            n = self.nodes.get(nid)
+            if n is None or nid not in self.alloc.nodes:
+                continue
+            self.alloc.set_blocked(nid, not schedulable(n) or nid in self.stale)
+            logger.bind(node=n.hostname).warning(
+                "node {}: {}", n.hostname,
+                "its agent's last facts are health.node_lost_grace_s old: nothing new is "
+                "placed on it (what it holds is kept, its labels as they are) until its "
+                "agent answers" if nid in self.stale else
+                "its agent answers again: placement may add to it")
+        self._stale_was = self.stale & self.nodes.keys()
 
     def _sync_cpu_node(self, n: SwarmNode, f: NodeFacts | None, rank: int,
                        dropped: set[str], agents: AbstractSet[str]) -> None:

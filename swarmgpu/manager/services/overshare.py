@@ -32,6 +32,7 @@ from loguru import logger
 
 from swarmgpu.core.metrics_in import GpuMetrics
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.peertext import quoted
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.engine.actuator import Why, Writes
@@ -591,25 +592,34 @@ class Restarter:
         self.unsure[s.id] = at
         key = self.cfg.sync.prefix + moved_at
 
+        since: list[str | None] = []  # (the mark found written since, if one was)
+
         def back(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
             labels = dict(spec_object(spec.get("Labels"), "Labels"))
-            if labels.get(key) != at:
+            since[:] = [] if labels.get(key) == at else [labels.get(key)]
+            if since:
                 return None  # written since: not this restart's to take back
             labels.pop(key)
             return {**spec, "Labels": labels | ({key: before} if before is not None else {})}
 
         try:
             with undoing():
-                writes.service_spec(s.id, back)
+                landed = writes.service_spec(s.id, back)
         except (SwarmError, UnreadSpec) as exc:
             logger.bind(service=s.name).warning(
                 "over-share restart of {} on {} not made (its gate never closed); its "
                 "cool-down mark not taken back ({}): the next restart waits "
                 "rebalance.cooldown_s unless this daemon goes on", s.name, u.hostname, exc)
             return
+        # Said as it went: a mark written since (another daemon's restart) stays, and
+        # a write refused (dry run) took nothing back.
+        done = ("its cool-down mark taken back" if landed else
+                f"its cool-down mark left: {key} was "
+                f"{'removed' if since[0] is None else 'written'} since, not this restart's "
+                f"to take back" if since else
+                "its cool-down mark not taken back (the write was refused)")
         logger.bind(service=s.name).warning(
-            "over-share restart of {} on {} not made: {}; its cool-down mark taken back",
-            s.name, u.hostname, cause)
+            "over-share restart of {} on {} not made: {}; {}", s.name, u.hostname, cause, done)
 
     def _reopen(self, writes: Writes, u: ServiceUse, gate: str, ended: bool) -> bool:
         """Reopen ``u``'s gate, closed for its restart, whatever happened: a closed gate
@@ -617,10 +627,20 @@ class Restarter:
         past the cycle's budget and once the daemon is stopping (the write gate refused
         both: it stayed shut). Failed (its slack cut it, say): said, and raised unless
         the step ends anyway (``ended``: the stop, the budget), whose end is raised (else
-        a stopping daemon's step ended as the engine's fault); False then."""
+        a stopping daemon's step ended as the engine's fault); False then. Written only
+        where the gate is absent, as the restart left it; one written since is left (said
+        unless open)."""
+        found: list[str] = []  # (the gate's value found there, if any)
+
+        def reopen(cur: Mapping[str, str]) -> Mapping[str, str] | None:
+            # Only as the restart left it (absent): one written since (an operator's,
+            # another daemon's placement) is theirs, and "true" over it would undo it.
+            found[:] = [cur[gate]] if gate in cur else []
+            return None if found else {**cur, gate: "true"}
+
         try:
             with undoing():
-                writes.node_labels(u.node_id, lambda cur: {**cur, gate: "true"})
+                writes.node_labels(u.node_id, reopen)
         except SwarmError as exc:
             logger.bind(service=u.service).warning(
                 "over-share restart of {} on {}: its gate {} not reopened ({}); its task "
@@ -628,6 +648,12 @@ class Restarter:
                 u.service, u.hostname, gate, exc)
             if not ended:
                 raise
+            return False
+        if found and found[0] != "true":
+            logger.bind(service=u.service).warning(
+                "over-share restart of {} on {}: its gate {} not reopened: it was written "
+                "{} since it was closed, left as written", u.service, u.hostname, gate,
+                quoted(found[0], 40))
             return False
         return True
 

@@ -1,0 +1,86 @@
+"""An unreachable agent's last good facts stand in for its node with an age bound.
+
+Placement reads a node whose agent does not answer from its last good facts (its
+holdings stay held). With no bound, a node whose agent was gone for hours still took
+new services onto GPUs those facts called free, though they may be gone or taken.
+Facts ``health.node_lost_grace_s`` old or more (the age from which audit and the health
+policy call the node failing) are stale (``agentbook.stale_nodes``): placement adds
+nothing to the node, blocked as a paused node is, its holdings kept, its labels as they
+are; ``swarmgpu_nodes_facts_stale`` counts them, and the cycle's errors (/healthz) say
+it beside the agent's. Pure."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from support.forged import offline_daemon, victim_cluster
+from support.health import hold
+from support.loglines import log_lines
+from support.placement import DGX, FACTS, R4090, P, svc
+
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.agentbook import AgentBook, stale_nodes
+from swarmgpu.manager.placement import Planner, assign_key
+from swarmgpu.swarm.client import SwarmTask
+
+HELD = FACTS["n-4090"].gpus[0].uuid
+NODES = [DGX, replace(R4090, labels=hold("held", [HELD]))]
+TASKS = [SwarmTask("t1", "id-held", "n-4090", 1, "running", "running", ())]
+HELD_SVC = svc("held", {f"{P}gpus": "1"})
+# Fits the 4090's free GPUs, and the DGX's: where the scorer puts it when both take it
+SMALL = svc("small", {f"{P}gpus": "1", f"{P}gpu-memory": "20000"})
+
+
+def _placed_on(stale: frozenset[str]) -> set[str]:
+    """Where ``small`` goes in a second cycle, ``stale`` then (the very node and fact
+    objects of the first: the allocator's fast path)."""
+    planner = Planner(prefix=P)
+    planner.plan(NODES, [HELD_SVC], TASKS, FACTS)
+    planner.cluster.stale = stale
+    plan = planner.plan(NODES, [HELD_SVC, SMALL], TASKS, FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    assert [(p.node_id, p.uuids) for p in by["held"].placements] == [("n-4090", (HELD,))]
+    return {p.node_id for p in by["small"].placements}
+
+
+def test_a_node_whose_facts_are_stale_takes_no_new_placement_and_keeps_its_holding() -> None:
+    assert _placed_on(frozenset()) == {"n-4090"}  # (the scorer's pick, facts fresh)
+    assert _placed_on(frozenset({"n-4090"})) == {"n-dgx"}
+
+
+def test_facts_are_stale_from_the_lost_grace_on_and_only_while_the_agent_is_silent() -> None:
+    book = AgentBook()
+    facts = NodeFacts(hostname="gpu-node-2")
+    book.record(FactsResult("n-4090", "gpu-node-2", "", facts, None, 1000.0))
+
+    def silent(at: float) -> dict[str, FactsResult]:
+        return {"n-4090": FactsResult("n-4090", "gpu-node-2", "", None, "timed out", at)}
+
+    assert stale_nodes(book, silent(1299.0), 300.0) == frozenset()
+    assert stale_nodes(book, silent(1300.0), 300.0) == {"n-4090"}
+    answered = {"n-4090": FactsResult("n-4090", "gpu-node-2", "", facts, None, 1400.0)}
+    assert stale_nodes(book, answered, 300.0) == frozenset()
+    assert stale_nodes(book, {"n-new": silent(5000.0)["n-4090"]}, 300.0) == frozenset()
+
+
+@pytest.fixture
+def warnings() -> Iterator[list[str]]:
+    yield from log_lines("WARNING")
+
+
+def test_the_daemon_counts_and_says_a_node_whose_agent_is_silent_past_the_grace(
+        tmp_path: Path, warnings: list[str]) -> None:
+    sw = victim_cluster({})
+    d = offline_daemon(sw, str(tmp_path))  # (no agent answers: n-dgx's facts stand in)
+    d.book.records["n-dgx"].last_ok = time.time() - d.cfg.health.node_lost_grace_s - 1
+    d.cycle()
+    assert d.metrics.registry.get_sample_value("swarmgpu_nodes_facts_stale") == 1
+    assert any("gpu-node-1: its agent's last facts" in w for w in warnings), warnings
+    assert assign_key(P, "victim") in sw.node("n-dgx").labels  # its holding kept
+    assert any(e.startswith("gpu-node-1: ") and "last facts are health.node_lost_grace_s "
+               "old" in e for e in d.health()["errors"]), d.health()  # /healthz's
