@@ -51,6 +51,20 @@ def _raw_spec(root: Path, *devices: str, head: str = "kind: nvidia.com/gpu\ndevi
     path.write_text(f"cdiVersion: {version}\n{head}\n" + "".join(f"  - {d}\n" for d in devices))
 
 
+def _bounded_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bound: int) -> Path:
+    """``_root`` whose doctor reads at most ``bound`` spec files of a dir."""
+    from swarmgpu.agent.doctor import read
+    monkeypatch.setattr(read, "MAX_CDI_SPECS", bound, raising=False)
+    return _root(tmp_path)
+
+
+def _other_specs(root: Path, ext: str) -> None:
+    """Three one-device specs of other vendors' kinds, etc/cdi/a0.EXT to a2.EXT (named
+    before nvidia's)."""
+    for n in range(3):
+        _spec(root, f"etc/cdi/a{n}.{ext}", ["x"], kind=f"vendor.com/c{n}")
+
+
 def _check(root: Path, info: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
     if info is not None:
         fixture = root / ".swarmgpu-fixture/docker-info.json"
@@ -274,11 +288,8 @@ def test_spec_files_past_the_bound_of_a_dir_are_said_with_the_fix(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec: str, status: Status) -> None:
     # the doctor reads the first MAX_CDI_SPECS files of a dir by name: those after were
     # dropped unsaid, and "no spec" (its generate fix) or an OK was all it said
-    from swarmgpu.agent.doctor import read
-    monkeypatch.setattr(read, "MAX_CDI_SPECS", 3, raising=False)
-    root = _root(tmp_path)
-    for n in range(3):
-        _spec(root, f"etc/cdi/a{n}.yaml", ["x"], kind=f"vendor.com/c{n}")
+    root = _bounded_root(tmp_path, monkeypatch, 3)
+    _other_specs(root, "yaml")
     _spec(root, f"etc/cdi/{spec}.yaml", [UA, UB])
     _spec(root, "etc/cdi/z.yaml", ["y"], kind="vendor.com/z")
     c, _ = _check(root)
@@ -351,11 +362,8 @@ def test_yml_files_do_not_count_toward_a_dirs_spec_file_bound(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # CDI reads *.json and *.yaml alone: three .yml files took the bound's three places
     # and the spec the runtime reads was left unread ("no spec", the generate fix)
-    from swarmgpu.agent.doctor import read
-    monkeypatch.setattr(read, "MAX_CDI_SPECS", 3, raising=False)
-    root = _root(tmp_path)
-    for n in range(3):
-        _spec(root, f"etc/cdi/a{n}.yml", ["x"], kind=f"vendor.com/c{n}")
+    root = _bounded_root(tmp_path, monkeypatch, 3)
+    _other_specs(root, "yml")
     _spec(root, "etc/cdi/nvidia.yaml", [UA, UB])
     c, code = _check(root)
     assert c["status"] == str(Status.OK) and code == 0, c
@@ -523,9 +531,7 @@ def test_a_directory_named_like_a_spec_is_skipped_as_cdi_skips_it(
     # CDI's scan skips a directory whatever its name (spec-dirs.go: entry.IsDir()): the
     # doctor named /etc/cdi/old.yaml/ a spec it could not read, and counted it toward
     # the dir's bound, leaving the real spec unread
-    from swarmgpu.agent.doctor import read
-    monkeypatch.setattr(read, "MAX_CDI_SPECS", 2, raising=False)
-    root = _root(tmp_path)
+    root = _bounded_root(tmp_path, monkeypatch, 2)
     (root / "etc/cdi/a.yaml").mkdir(parents=True)
     (root / "etc/cdi/b.json").mkdir()
     c, _ = _check(root)
