@@ -407,6 +407,16 @@ def test_a_device_name_cdi_refuses_is_named(tmp_path: Path, name: str) -> None:
     assert "/etc/cdi/nvidia.yaml" in c["found"] and "not a valid CDI device name" in c["found"], c
 
 
+def _annotated_check(tmp_path: Path, keys: str) -> dict[str, Any]:
+    """The check of nvidia's two-GPU spec whose annotations are the flow mapping of
+    ``keys`` (its cdiVersion 0.6.0: annotations since)."""
+    root = _root(tmp_path)
+    _raw_spec(root, f"name: {UA}", f"name: {UB}",
+              head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:",
+              version="0.6.0")
+    return _check(root)[0]
+
+
 @pytest.mark.parametrize("keys", ["1: a, '1': b", "1: a, 1.0: b", "true: a, 1: b",
                                   "true: a, 'true': b"])
 def test_keys_go_yaml_v2_reads_apart_are_two_keys(tmp_path: Path, keys: str) -> None:
@@ -414,11 +424,7 @@ def test_keys_go_yaml_v2_reads_apart_are_two_keys(tmp_path: Path, keys: str) -> 
     # mapping as Go compares them: of one type and value; the number 1, the text "1" and
     # the float 1.0 are three keys, which sigs.k8s.io/yaml then writes as one JSON key.
     # The doctor compared them as Python does (1 == 1.0 == True) and failed the spec
-    root = _root(tmp_path)
-    _raw_spec(root, f"name: {UA}", f"name: {UB}",
-              head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:",
-              version="0.6.0")  # (annotations: since CDI 0.6.0)
-    c, _ = _check(root)
+    c = _annotated_check(tmp_path, keys)
     assert c["status"] == str(Status.OK), c
 
 
@@ -426,11 +432,7 @@ def test_keys_go_yaml_v2_reads_apart_are_two_keys(tmp_path: Path, keys: str) -> 
                                   "~: a, null: b", "a: a, 'a': b"])
 def test_keys_go_yaml_v2_reads_as_one_are_refused(tmp_path: Path, keys: str) -> None:
     # ("key true already set in map": CDI refuses the whole spec)
-    root = _root(tmp_path)
-    _raw_spec(root, f"name: {UA}", f"name: {UB}",
-              head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:",
-              version="0.6.0")  # (annotations: since CDI 0.6.0)
-    c, _ = _check(root)
+    c = _annotated_check(tmp_path, keys)
     assert c["status"] == str(Status.FAIL) and "/etc/cdi/nvidia.yaml" in c["found"], c
 
 
