@@ -32,10 +32,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO)]
 
+from try_cli import add_rest, rest_of, run_swarmgpu  # noqa: E402  (the benchmarks' folder, as run)
+
 from swarmgpu.allocator.rollout import LEAVES, Allocator, RollOut  # noqa: E402
 from swarmgpu.allocator.scorer import SwarmScorer  # noqa: E402
 from swarmgpu.allocator.values import Demand, NodeState  # noqa: E402
-from swarmgpu.cli import main as cli_main  # noqa: E402
 
 STATS_EVERY = 100  # tie zones between writes of the stats file
 
@@ -77,12 +78,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rollout-seed", type=int, default=0, help="the draws' base seed")
     ap.add_argument("--stats", type=Path, default=None,
                     help="folder for each replay process's roll-out counts")
-    ap.add_argument("rest", nargs=argparse.REMAINDER,
-                    help="-- then swarmgpu's arguments (e.g. simulate ...)")
+    add_rest(ap)
     args = ap.parse_args(argv)
-    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
-    if not rest:
-        ap.error("no swarmgpu command after --: e.g. -- simulate --trace default")
+    rest = rest_of(ap, args)
     if args.rollout_k:
         ro = LoggedRollOut(k=args.rollout_k, m=args.rollout_m, margin=args.rollout_margin,
                            seed=args.rollout_seed, leaf=args.rollout_leaf)
@@ -90,8 +88,7 @@ def main(argv: list[str]) -> int:
             args.stats.mkdir(parents=True, exist_ok=True)
             ro.stats_dir = args.stats
         SwarmScorer.rollout = ro
-    sys.argv = ["swarmgpu", *rest]
-    return int(cli_main() or 0)
+    return run_swarmgpu(rest)
 
 
 if __name__ == "__main__":

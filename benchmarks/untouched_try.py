@@ -19,21 +19,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO)]
 
+from try_cli import add_rest, rest_of, run_swarmgpu  # noqa: E402  (the benchmarks' folder, as run)
+
 from swarmgpu.allocator.scorer import SwarmScorer  # noqa: E402
-from swarmgpu.cli import main as cli_main  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("rest", nargs=argparse.REMAINDER,
-                    help="-- then swarmgpu's arguments (e.g. simulate ...)")
+    add_rest(ap)
     args = ap.parse_args(argv)
-    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
-    if not rest:
-        ap.error("no swarmgpu command after --: e.g. -- simulate --trace default")
+    rest = rest_of(ap, args)
     SwarmScorer.whole_untouched = True
-    sys.argv = ["swarmgpu", *rest]
-    return int(cli_main() or 0)
+    return run_swarmgpu(rest)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
 from swarmgpu.manager import daemon as daemon_module
 from swarmgpu.manager.cycle import budget as budget_module
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes.sync import CycleReport
 from swarmgpu.swarm import answerjson
 from swarmgpu.swarm.client import SwarmClient, SwarmUnavailable
 from tests.support.loop_engine import LoopEngine, Trickled, loop_engine
@@ -242,22 +243,30 @@ class SlowWrite:
         return None
 
 
+def cut_write_cycle(engine: LoopEngine, monkeypatch: pytest.MonkeyPatch, tmp: Path,
+                    step: SlowWrite) -> tuple[Daemon, CycleReport]:
+    """A cycle of 1 s of engine budget, 0.5 s of slack and floor, whose one ``step``'s
+    write of n1's labels the slack cuts; checked ended at its budget, counted so."""
+    d = spent_daemon(monkeypatch, tmp, budget_s=1.0)
+    monkeypatch.setattr(budget_module, "BUDGET_SLACK_S", 0.5)
+    monkeypatch.setattr(answerjson, "WRITE_FLOOR_S", 0.5)
+    d.use([step])
+    engine.answers["/nodes/n1"] = LONG
+    report = d.cycle()
+    assert report.aborted and "ended at its engine budget" in report.errors[0], report
+    assert counted(d, "swarmgpu_errors_total", kind="budget") == 1
+    assert counted(d, "swarmgpu_cycles_total", outcome="over_budget") == 1
+    return d, report
+
+
 def test_a_cycle_whose_write_its_slack_cut_is_counted_as_ended_at_its_budget(
         engine: LoopEngine, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # (before, the cut write's timeout ended the cycle as an engine error: kind="swarm",
     # /healthz's engine "unreachable" and its leader unknown, though the engine answered,
     # slowly, and only the budget cut it)
-    d = spent_daemon(monkeypatch, tmp_path, budget_s=1.0)
-    monkeypatch.setattr(budget_module, "BUDGET_SLACK_S", 0.5)
-    monkeypatch.setattr(answerjson, "WRITE_FLOOR_S", 0.5)
-    d.use([SlowWrite(engine)])
-    engine.answers["/nodes/n1"] = LONG
-    report = d.cycle()
-    assert report.aborted and "ended at its engine budget" in report.errors[0], report
+    d, report = cut_write_cycle(engine, monkeypatch, tmp_path, SlowWrite(engine))
     assert "writing" in report.errors[0], report.errors
-    assert counted(d, "swarmgpu_errors_total", kind="budget") == 1
     assert counted(d, "swarmgpu_errors_total", kind="swarm") == 0
-    assert counted(d, "swarmgpu_cycles_total", outcome="over_budget") == 1
     doc = d.health()
     assert doc["over_budget"] is True and doc["engine"] == "reachable", doc
     assert doc["leader"] is True, doc
@@ -278,17 +287,8 @@ def test_a_write_its_slack_cut_ends_the_cycle_at_its_budget_whoever_caught_it(
         engine: LoopEngine, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # (before, the step that caught the cut write went on and the cycle ended "ok" or
     # "partial", /healthz ok, though the budget cut a write in it)
-    d = spent_daemon(monkeypatch, tmp_path)
-    monkeypatch.setattr(daemon_module, "engine_budget_s", lambda *_: 1.0, raising=False)
-    monkeypatch.setattr(budget_module, "BUDGET_SLACK_S", 0.5)
-    monkeypatch.setattr(answerjson, "WRITE_FLOOR_S", 0.5)
-    d.use([SwallowedWrite(engine)])
-    engine.answers["/nodes/n1"] = LONG
-    report = d.cycle()
-    assert report.aborted and "ended at its engine budget" in report.errors[0], report
+    d, report = cut_write_cycle(engine, monkeypatch, tmp_path, SwallowedWrite(engine))
     assert "writing (GET /" in report.errors[0], report.errors
-    assert counted(d, "swarmgpu_errors_total", kind="budget") == 1
-    assert counted(d, "swarmgpu_cycles_total", outcome="over_budget") == 1
     assert counted(d, "swarmgpu_cycles_total", outcome="ok") == 0
     assert counted(d, "swarmgpu_cycles_total", outcome="partial") == 0
     doc = d.health()

@@ -51,6 +51,20 @@ def _raw_spec(root: Path, *devices: str, head: str = "kind: nvidia.com/gpu\ndevi
     path.write_text(f"cdiVersion: {version}\n{head}\n" + "".join(f"  - {d}\n" for d in devices))
 
 
+def _bounded_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bound: int) -> Path:
+    """``_root`` whose doctor reads at most ``bound`` spec files of a dir."""
+    from swarmgpu.agent.doctor import read
+    monkeypatch.setattr(read, "MAX_CDI_SPECS", bound, raising=False)
+    return _root(tmp_path)
+
+
+def _other_specs(root: Path, ext: str) -> None:
+    """Three one-device specs of other vendors' kinds, etc/cdi/a0.EXT to a2.EXT (named
+    before nvidia's)."""
+    for n in range(3):
+        _spec(root, f"etc/cdi/a{n}.{ext}", ["x"], kind=f"vendor.com/c{n}")
+
+
 def _check(root: Path, info: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
     if info is not None:
         fixture = root / ".swarmgpu-fixture/docker-info.json"
@@ -274,11 +288,8 @@ def test_spec_files_past_the_bound_of_a_dir_are_said_with_the_fix(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec: str, status: Status) -> None:
     # the doctor reads the first MAX_CDI_SPECS files of a dir by name: those after were
     # dropped unsaid, and "no spec" (its generate fix) or an OK was all it said
-    from swarmgpu.agent.doctor import read
-    monkeypatch.setattr(read, "MAX_CDI_SPECS", 3, raising=False)
-    root = _root(tmp_path)
-    for n in range(3):
-        _spec(root, f"etc/cdi/a{n}.yaml", ["x"], kind=f"vendor.com/c{n}")
+    root = _bounded_root(tmp_path, monkeypatch, 3)
+    _other_specs(root, "yaml")
     _spec(root, f"etc/cdi/{spec}.yaml", [UA, UB])
     _spec(root, "etc/cdi/z.yaml", ["y"], kind="vendor.com/z")
     c, _ = _check(root)
@@ -351,11 +362,8 @@ def test_yml_files_do_not_count_toward_a_dirs_spec_file_bound(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # CDI reads *.json and *.yaml alone: three .yml files took the bound's three places
     # and the spec the runtime reads was left unread ("no spec", the generate fix)
-    from swarmgpu.agent.doctor import read
-    monkeypatch.setattr(read, "MAX_CDI_SPECS", 3, raising=False)
-    root = _root(tmp_path)
-    for n in range(3):
-        _spec(root, f"etc/cdi/a{n}.yml", ["x"], kind=f"vendor.com/c{n}")
+    root = _bounded_root(tmp_path, monkeypatch, 3)
+    _other_specs(root, "yml")
     _spec(root, "etc/cdi/nvidia.yaml", [UA, UB])
     c, code = _check(root)
     assert c["status"] == str(Status.OK) and code == 0, c
@@ -399,6 +407,16 @@ def test_a_device_name_cdi_refuses_is_named(tmp_path: Path, name: str) -> None:
     assert "/etc/cdi/nvidia.yaml" in c["found"] and "not a valid CDI device name" in c["found"], c
 
 
+def _annotated_check(tmp_path: Path, keys: str) -> dict[str, Any]:
+    """The check of nvidia's two-GPU spec whose annotations are the flow mapping of
+    ``keys`` (its cdiVersion 0.6.0: annotations since)."""
+    root = _root(tmp_path)
+    _raw_spec(root, f"name: {UA}", f"name: {UB}",
+              head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:",
+              version="0.6.0")
+    return _check(root)[0]
+
+
 @pytest.mark.parametrize("keys", ["1: a, '1': b", "1: a, 1.0: b", "true: a, 1: b",
                                   "true: a, 'true': b"])
 def test_keys_go_yaml_v2_reads_apart_are_two_keys(tmp_path: Path, keys: str) -> None:
@@ -406,11 +424,7 @@ def test_keys_go_yaml_v2_reads_apart_are_two_keys(tmp_path: Path, keys: str) -> 
     # mapping as Go compares them: of one type and value; the number 1, the text "1" and
     # the float 1.0 are three keys, which sigs.k8s.io/yaml then writes as one JSON key.
     # The doctor compared them as Python does (1 == 1.0 == True) and failed the spec
-    root = _root(tmp_path)
-    _raw_spec(root, f"name: {UA}", f"name: {UB}",
-              head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:",
-              version="0.6.0")  # (annotations: since CDI 0.6.0)
-    c, _ = _check(root)
+    c = _annotated_check(tmp_path, keys)
     assert c["status"] == str(Status.OK), c
 
 
@@ -418,11 +432,7 @@ def test_keys_go_yaml_v2_reads_apart_are_two_keys(tmp_path: Path, keys: str) -> 
                                   "~: a, null: b", "a: a, 'a': b"])
 def test_keys_go_yaml_v2_reads_as_one_are_refused(tmp_path: Path, keys: str) -> None:
     # ("key true already set in map": CDI refuses the whole spec)
-    root = _root(tmp_path)
-    _raw_spec(root, f"name: {UA}", f"name: {UB}",
-              head=f"kind: nvidia.com/gpu\nannotations: {{{keys}}}\ndevices:",
-              version="0.6.0")  # (annotations: since CDI 0.6.0)
-    c, _ = _check(root)
+    c = _annotated_check(tmp_path, keys)
     assert c["status"] == str(Status.FAIL) and "/etc/cdi/nvidia.yaml" in c["found"], c
 
 
@@ -523,9 +533,7 @@ def test_a_directory_named_like_a_spec_is_skipped_as_cdi_skips_it(
     # CDI's scan skips a directory whatever its name (spec-dirs.go: entry.IsDir()): the
     # doctor named /etc/cdi/old.yaml/ a spec it could not read, and counted it toward
     # the dir's bound, leaving the real spec unread
-    from swarmgpu.agent.doctor import read
-    monkeypatch.setattr(read, "MAX_CDI_SPECS", 2, raising=False)
-    root = _root(tmp_path)
+    root = _bounded_root(tmp_path, monkeypatch, 2)
     (root / "etc/cdi/a.yaml").mkdir(parents=True)
     (root / "etc/cdi/b.json").mkdir()
     c, _ = _check(root)

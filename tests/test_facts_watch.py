@@ -39,6 +39,22 @@ def _daemon(tmp: Path) -> Daemon:
     return Daemon(cfg, swarm=EmptySwarm())  # type: ignore[arg-type]
 
 
+def _watched(tmp: Path, monkeypatch: pytest.MonkeyPatch, recorded: HealthSignals,
+             answered: HealthSignals) -> list[Any]:
+    """One facts watch of a leader whose last cycle recorded GPU 0 with ``recorded``
+    health, its agent answering ``answered``: a 1 for each cycle it started."""
+    d = _daemon(tmp)
+    d.leader = True
+    d.labels.cycle(Snapshot([_node()], [], [], _facts(recorded)))
+    monkeypatch.setattr("swarmgpu.manager.daemon.fetch_agents",
+                        lambda *_a, **_k: _facts(answered))
+    monkeypatch.setattr(d.swarm, "nodes", lambda: [_node()], raising=False)
+    runs: list[Any] = []
+    monkeypatch.setattr(d, "trigger", lambda: runs.append(1))
+    d._watch_facts()
+    return runs
+
+
 @pytest.mark.parametrize("health", [
     HealthSignals(xid_events=(XidEvent(79, 100.0),)),  # failed
     HealthSignals(row_remap_pending=True),  # degraded
@@ -50,15 +66,7 @@ def test_facts_watch_starts_no_cycle_for_the_same_facts_of_a_sick_gpu(
     GPU unhealthy, a note in its error); the watch compared the agent's raw answer with
     that record, found them different every time while a GPU was not healthy, and started
     a full cycle every agents.watch_s (5 s) instead of every sync.interval_s."""
-    d = _daemon(tmp_path)
-    d.leader = True
-    d.labels.cycle(Snapshot([_node()], [], [], _facts(health)))
-    monkeypatch.setattr("swarmgpu.manager.daemon.fetch_agents",
-                        lambda *_a, **_k: _facts(health))
-    monkeypatch.setattr(d.swarm, "nodes", lambda: [_node()], raising=False)
-    runs: list[Any] = []
-    monkeypatch.setattr(d, "trigger", lambda: runs.append(1))
-    d._watch_facts()
+    runs = _watched(tmp_path, monkeypatch, health, health)
     assert runs == [], "the same facts as last cycle's started a cycle"
 
 
@@ -66,14 +74,5 @@ def test_facts_watch_starts_a_cycle_when_a_gpu_falls_sick(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A change the agent reports (a new Xid) still starts a cycle now."""
-    d = _daemon(tmp_path)
-    d.leader = True
-    d.labels.cycle(Snapshot([_node()], [], [], _facts(HealthSignals())))
     sick = HealthSignals(xid_events=(XidEvent(79, 100.0),))
-    monkeypatch.setattr("swarmgpu.manager.daemon.fetch_agents",
-                        lambda *_a, **_k: _facts(sick))
-    monkeypatch.setattr(d.swarm, "nodes", lambda: [_node()], raising=False)
-    runs: list[Any] = []
-    monkeypatch.setattr(d, "trigger", lambda: runs.append(1))
-    d._watch_facts()
-    assert runs == [1]
+    assert _watched(tmp_path, monkeypatch, HealthSignals(), sick) == [1]

@@ -16,15 +16,21 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from support.forged import DGX_F, RecordingSwarm, sw_node, sw_svc
-from support.move_then_preempt import FACTS, REBALANCE, D, P, R, holds, snapshot_of
+from support.forged import RecordingSwarm
+from support.move_then_preempt import (
+    FACTS,
+    REBALANCE,
+    P,
+    batch_to_dgx,
+    batch_world,
+    snapshot_of,
+)
 
 from swarmgpu.core.config import Config, PreemptionConfig
 from swarmgpu.manager.cycle.preemption import Preempter
-from swarmgpu.manager.placement import Holding, PlacementPlan, devices_key
-from swarmgpu.manager.placement.preempt import Candidate, Preemption, Relocation
+from swarmgpu.manager.placement import PlacementPlan
 from swarmgpu.manager.rebalance.mover import Mover, read_records
-from swarmgpu.swarm.client import SwarmTask, SwarmUnavailable
+from swarmgpu.swarm.client import SwarmUnavailable
 
 T = 1000.0  # the Preempter's clock (monotonic) at the preemption
 
@@ -48,21 +54,7 @@ class SpecCut(RecordingSwarm):
 def _world() -> SpecCut:
     """batch (priority 0) holds 2 RTX 4090s, filler the other 6; the DGX has 2 A100s free,
     where batch can move; high (priority 100) wants 2."""
-    nodes = [sw_node("n-mgr", "manager", role="manager"),
-             sw_node("n-dgx", "gpu-node-1", holds("n-dgx", {"dfill": D[:5]})),
-             sw_node("n-4090", "gpu-node-2", holds("n-4090", {"batch": R[:2],
-                                                               "filler": R[2:]}))]
-    svcs = [sw_svc("batch", {f"{P}gpus": "2", devices_key(P, "n-4090"): ",".join(R[:2])}),
-            sw_svc("filler", {f"{P}gpus": "6", f"{P}preemptible": "false",
-                              devices_key(P, "n-4090"): ",".join(R[2:])}),
-            sw_svc("dfill", {f"{P}gpus": "5", f"{P}preemptible": "false",
-                             devices_key(P, "n-dgx"): ",".join(D[:5])}),
-            sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100"})]
-    on = {"batch": "n-4090", "filler": "n-4090", "dfill": "n-dgx"}
-    tasks = [SwarmTask(f"t-{s.name}", s.id, on.get(s.name, ""), 1,
-                       "running" if s.name in on else "pending", "running", ())
-             for s in svcs]
-    return SpecCut(nodes, svcs, tasks)
+    return SpecCut(*batch_world())
 
 
 def _moved(sw: SpecCut, tmp_path: Path) -> Preempter:
@@ -71,12 +63,7 @@ def _moved(sw: SpecCut, tmp_path: Path) -> Preempter:
     cfg = Config(state_dir=str(tmp_path), rebalance=REBALANCE,
                  preemption=PreemptionConfig(dry_run=False, preemptible_below=100))
     pre = Preempter(cfg, clock=lambda: T)
-    idx = tuple(next(g.index for g in DGX_F.gpus if g.uuid == u) for u in D[5:7])
-    victim = Candidate("batch", "id-batch", "n-4090", 0, "", R[:2],
-                       Holding("batch", "n-4090", R[:2], (1000, 1000)))
-    p = Preemption("high", "id-high", 100, "n-4090", "gpu-node-2", (victim,),
-                   moves={"batch": Relocation("n-dgx", "gpu-node-1", idx, D[5:7])},
-                   held=R[:2])
+    p = batch_to_dgx()
     got, _ = pre._act(sw, snapshot_of(sw), PlacementPlan(), p, "", 5000.0, [], T)
     pre.took(p, got, T)
     return pre

@@ -25,12 +25,12 @@ from support.health import hold
 from support.placement import DGX, FACTS, R4090, P, svc
 from support.render_compose import FACTS as RC_FACTS
 from support.render_compose import NODES as RC_NODES
+from support.write_time import gpu_present_after_sync
 
 from swarmgpu.agent.doctor import check_unkeyed
 from swarmgpu.agent.doctor.read import read_view
 from swarmgpu.agent.doctor.view import Status, SwarmRead
 from swarmgpu.core.config import Config, SyncConfig
-from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.commands.audit import audit as run_audit
 from swarmgpu.manager.commands.audit import exit_code, render_table
 from swarmgpu.manager.commands.plan import render_plan
@@ -44,7 +44,6 @@ from swarmgpu.manager.placement import Planner, plan_placement
 from swarmgpu.manager.placement.keys import devices_key
 from swarmgpu.manager.rebalance.record import service_ledger
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmTask
-from swarmgpu.swarm.labels import desired_labels
 from swarmgpu.swarm.unkeyed import UNKEYED_FIX, Unkeyed
 
 HELD = FACTS["n-4090"].gpus[0].uuid
@@ -289,18 +288,8 @@ def test_label_sync_holds_a_change_a_left_out_job_s_running_task_reads(tmp_path:
     watched and its running task was not seen: gpu.present went from under it (Swarm's
     constraint enforcer stops it). While a service is left out, every change is checked
     against the node's tasks as Swarm has them at write time."""
-    node = replace(R4090, labels={**desired_labels(FACTS["n-4090"], P), "zone": "a"})
-    job = SwarmTask("t-job", "s-job", node.id, 1, "running", "complete", (),
-                    constraints=(f"node.labels.{P}gpu.present==true",))
-    sw = RecordingSwarm([node], [], [job])
-    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
-    labels = LabelSync(sw, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
-    none = FactsResult(node.id, node.hostname, "", NodeFacts(hostname=node.hostname), None, 1.0)
-    snap = Snapshot([node], [], [], {node.id: none},
-                    unkeyed=Unkeyed(services=("service 1 of 1 left out",)))
-    labels.cycle(snap)
-    labels.flush()
-    assert sw.node(node.id).labels[f"{P}gpu.present"] == "true"
+    left_out = Unkeyed(services=("service 1 of 1 left out",))
+    assert gpu_present_after_sync(tmp_path, "t-job", "s-job", "complete", left_out) == "true"
 
 
 def test_the_daemon_s_log_of_left_out_entries_is_bounded_each_cycle(tmp_path: Path) -> None:

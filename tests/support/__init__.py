@@ -45,7 +45,8 @@ preemptor pending on a full RTX 4090 node), swarm_cache (a SwarmCache over a sta
 and a stand-in for the cache's own reads, counted),
 defrag_cluster (four half-held RTX 4090 nodes and a free DGX, for defrag's search),
 drawn_plans (rebalance inputs drawn by seed: a plan on the kept allocator against one
-built per check), denied (a CDI spec dir the doctor may not list, as a user or as root);
+built per check), denied (a CDI spec dir the doctor may not list, as a user or as root),
+write_time (label sync's write-time task check over a task the snapshot lacks);
 and
 for the real swarm:
 swarm_services (deploy a stack, wait for it), swarm_rebalance, swarm_fragmentation,
