@@ -191,9 +191,9 @@ def test_dockerds_many_cdi_spec_dirs_are_shown_and_read_bounded(
     # named them all (169 KB of JSON)
     from swarmgpu.agent.doctor import read
     looked: list[str] = []
-    listdir = read.listdir_in_root
-    monkeypatch.setattr(read, "listdir_in_root",
-                        lambda root, rel: looked.append(rel) or listdir(root, rel))
+    lstat = read.lstat_in_root  # (each dir is looked up first)
+    monkeypatch.setattr(read, "lstat_in_root",
+                        lambda root, rel: looked.append(rel) or lstat(root, rel))
     root = _root(tmp_path, mode="auto")
     c, _ = _check(root, {"CDISpecDirs": [f"/d{i}" for i in range(20_000)]})
     (line,) = c["details"]

@@ -67,8 +67,8 @@ def check_cdi_spec(view: NodeView) -> Check:
 
 def _scanned(view: NodeView, dirs: tuple[str, ...]) -> tuple[tuple[str, ...],
                                                                tuple[str, ...]]:
-    """The runtime's ``dirs`` CDI reads, up to the first it cannot list (its scan stops
-    there), and the later ones, which it never reads."""
+    """The ``dirs`` CDI reads, up to the first it cannot look up (its scan stops there),
+    and the later ones, which it never reads."""
     stops = {s.path for s in view.cdi_specs if s.stops}
     for n, d in enumerate(dirs):
         if _norm(d) in stops:
@@ -79,7 +79,7 @@ def _scanned(view: NodeView, dirs: tuple[str, ...]) -> tuple[tuple[str, ...],
 def _said_stop(view: NodeView, seen: tuple[str, ...], unseen: tuple[str, ...], kind: str,
                check: Check) -> Check:
     """``check`` naming the spec dirs CDI never reads, past the last of ``seen``, which
-    it cannot list: an OK is a WARN (a spec written there is never read)."""
+    it cannot look up: an OK is a WARN (a spec written there is never read)."""
     if not unseen:
         return check
     stop = next(s for s in view.cdi_specs if s.stops and s.path == _norm(seen[-1]))
@@ -89,11 +89,12 @@ def _said_stop(view: NodeView, seen: tuple[str, ...], unseen: tuple[str, ...], k
                                                 if lost else "")
     if f"{stop.path} {stop.error}" not in check.found:  # (a FAIL names it once)
         said = f"{stop.path} {stop.error}: {said}"
-    fix = (f"Make {stop.path} a directory the runtime can list, or remove it from "
-           f"spec-dirs under [nvidia-container-runtime.modes.cdi] in /{TOOLKIT_TOML}.")
+    fix = (f"Make {stop.path} a path the runtime can look up (each directory on the way "
+           "a directory it may search), or remove it from spec-dirs under "
+           f"[nvidia-container-runtime.modes.cdi] in /{TOOLKIT_TOML}.")
     if check.status is Status.OK:
         return replace(check, status=Status.WARN, found=f"{check.found} ({said})",
-                       why="CDI's scan stops at a spec dir it cannot list: a spec in a "
+                       why="CDI's scan stops at a spec dir it cannot look up: a spec in a "
                            "later one (which overrides an earlier one's devices) is never "
                            "read.", fix=fix)
     return replace(check, found=f"{check.found} ({said})", fix=f"{fix} {check.fix}")
@@ -222,11 +223,18 @@ def _engine_details(view: NodeView, kind: str) -> tuple[str, ...]:
     dirs = tuple(listed[:MAX_ENGINE_CDI_DIRS])
     more = (f" and {len(listed) - len(dirs)} more, not read" if len(listed) > len(dirs)
             else "")
-    found = [s.path for s in view.cdi_specs if _in(s.path, dirs) and s.kind == kind
+    seen, unseen = _scanned(view, dirs)  # (its CDI's scan stops where the runtime's does)
+    found = [s.path for s in view.cdi_specs if _in(s.path, seen) and s.kind == kind
              and s.error is None]
     said = (" as daemon.json sets them (no docker info; by default from Docker 28.2, "
             "before with features.cdi true)" if configured else "")
     there = f"{kind} in {', '.join(found)}" if found else f"no {kind} spec there"
+    stop = next((s for s in view.cdi_specs if s.stops and unseen
+                 and s.path == _norm(seen[-1])), None)
+    stopped = (f"; its scan stops at {peer_text(stop.path, 100)}, which "
+               f"{peer_text((stop.error or '').partition(':')[0], 100)}: "
+               f"{', '.join(peer_text(d, 100) for d in unseen)} never read" if stop else "")
     return (f"dockerd reads CDI specs from {', '.join(peer_text(d, 100) for d in dirs)}"
-            f"{more}{said}: {there} (docker run --device; Swarm services do not use it)",)
+            f"{more}{said}: {there}{stopped} (docker run --device; Swarm services do not "
+            "use it)",)
 

@@ -25,6 +25,7 @@ from swarmgpu.agent.doctor.rootpath import (
     entry_in_root,
     is_host,
     listdir_in_root,
+    lstat_in_root,
     stat_in_root,
     subdirs_in_root,
 )
@@ -372,7 +373,7 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None, engine: list[str]
               ) -> tuple[tuple[CdiSpec, ...], tuple[tuple[str, int, int], ...]]:
     """The CDI specs in the toolkit's spec dirs and in dockerd's (``engine_cdi_dirs``, its
     first ``MAX_ENGINE_CDI_DIRS``), each read once; a directory absent or not listed has
-    none, one the doctor may not list is itself named unread; the dirs of more than
+    none, one CDI reads no spec in (``_spec_dir``) is itself named unread; the dirs of more than
     ``MAX_CDI_SPECS`` files, with how many were left unread."""
     budget = MAX_CDI_BYTES  # (spec text left to parse)
     dirs = dict.fromkeys(posixpath.normpath("/" + d.lstrip("/")) for d in
@@ -380,12 +381,9 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None, engine: list[str]
     specs: list[CdiSpec] = []
     left: list[tuple[str, int, int]] = []
     for d in dirs:
-        try:
-            listed = listdir_in_root(root, d.lstrip("/"))
-        except (FileNotFoundError, RootChanged):  # (absent: CDI's scan goes on; written)
-            continue
-        except (OSError, ValueError) as exc:  # (a file, a loop; a NUL in the engine's)
-            specs.append(_unlisted(d, exc))
+        listed = _spec_dir(root, d)
+        if not isinstance(listed, list):
+            specs.extend([listed] if listed is not None else [])
             continue
         # (only what CDI reads counts toward the bound; a .yml is named, never parsed)
         names = sorted(n for n in listed if n.endswith((".yaml", ".json", ".yml")))
@@ -406,16 +404,42 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None, engine: list[str]
     return tuple(specs), tuple(left)
 
 
-def _unlisted(d: str, exc: OSError | ValueError) -> CdiSpec:
-    """The spec dir ``d`` the doctor could not list: CDI's scan (spec-dirs.go
-    scanSpecDirs) stops at a dir it cannot list for any reason but its absence, and
-    reads no later dir. Denied to a user, the runtime (root) may list it: that one stops
-    the scan only where root was denied too."""
+def _spec_dir(root: str, d: str) -> list[str] | CdiSpec | None:
+    """The names in the spec dir ``d`` as CDI's scan (spec-dirs.go scanSpecDirs, its
+    ``filepath.Walk`` in every release to v1.1.0) finds them: None where it is absent
+    (the scan goes on); else, where it reads no spec in it, why, as a CdiSpec. Walk
+    looks ``d`` up without following a link (``os.Lstat``): a link, a file, or a dir it
+    cannot list is skipped, a path it cannot look up stops the scan."""
+    mode = 0
+    try:
+        mode = lstat_in_root(root, d.lstrip("/")).st_mode
+        if stat.S_ISDIR(mode):
+            return listdir_in_root(root, d.lstrip("/"))
+    except (FileNotFoundError, RootChanged):  # (absent: CDI's scan goes on; written)
+        return None
+    except (OSError, ValueError) as exc:  # (a file on the way, a loop; a NUL)
+        return _unlisted(d, exc, looked=stat.S_ISDIR(mode))
+    if stat.S_ISLNK(mode):
+        return CdiSpec(d, error="is a symlink, which CDI's scan does not follow: it "
+                                "reads no spec there (name the directory itself in the "
+                                "spec dirs)")
+    return CdiSpec(d, error="is not a directory: CDI reads no spec there")
+
+
+def _unlisted(d: str, exc: OSError | ValueError, looked: bool) -> CdiSpec:
+    """The spec dir ``d`` the doctor could not list (``looked``: a dir, its names not
+    read) or look up. CDI skips a dir it cannot list; one it cannot look up for any
+    reason but its absence stops its scan, reading no later dir. Denied to a user, the
+    runtime (root) may read it: named so, and no stop."""
     if isinstance(exc, PermissionError) and os.geteuid() != 0:
-        return CdiSpec(d, error="cannot be listed: permission denied (run the doctor as "
-                                "root, as the runtime reads it)")
-    why = (exc.strerror if isinstance(exc, OSError) else None) or "a NUL in its name"
-    return CdiSpec(d, error=f"cannot be listed ({why.lower()}): CDI stops its scan of the "
+        return CdiSpec(d, error=f"cannot be {'listed' if looked else 'looked up'}: "
+                                "permission denied (run the doctor as root, as the "
+                                "runtime reads it)")
+    why = ((exc.strerror if isinstance(exc, OSError) else None)
+           or "a NUL in its name").lower()
+    if looked:
+        return CdiSpec(d, error=f"cannot be listed ({why}): CDI reads no spec there")
+    return CdiSpec(d, error=f"cannot be looked up ({why}): CDI stops its scan of the "
                             "spec dirs there, reading no spec of a later one", stops=True)
 
 

@@ -117,7 +117,7 @@ class CdiSpec:
     devices: frozenset[str] = frozenset()
     error: str | None = None
     size: int = 0  # characters of its text parsed (``MAX_CDI_BYTES``)
-    stops: bool = False  # a spec dir CDI cannot list: its scan reads no later dir
+    stops: bool = False  # a spec dir CDI cannot look up: its scan reads no later dir
     note: str | None = None  # read, with what CDI leaves of it unread (a second document)
 
 
