@@ -150,7 +150,8 @@ def _check_specs(view: NodeView, dirs: tuple[str, ...], kind: str,
     fix = (f"`{GENERATE}` (again after a driver upgrade or a GPU change), or set "
            f'mode = "legacy" under [nvidia-container-runtime] in /{TOOLKIT_TOML}.')
     if not specs:
-        said = "; ".join(f"{s.path} {peer_text(s.error or '', 160)}" for s in bad[:2])
+        # (room for a YAML error's line at fault: ``yamlfile.SNIPPET``)
+        said = "; ".join(f"{s.path} {peer_text(s.error or '', 300)}" for s in bad[:2])
         return Check(
             CID, Status.FAIL, f"mode cdi and no {kind} CDI spec in {where}"
             + (f" ({said})" if said else ""),
