@@ -15,6 +15,13 @@ from __future__ import annotations
 import posixpath
 from dataclasses import replace
 
+from swarmgpu.agent.doctor.cdispec import (
+    DOCKER_CDI,
+    VERSIONS,
+    first_taking,
+    newer,
+    newest_taken,
+)
 from swarmgpu.agent.doctor.engine import effective_mode
 from swarmgpu.agent.doctor.infoparts import engine_cdi_dirs, unread_check
 from swarmgpu.agent.doctor.resources import (
@@ -50,7 +57,12 @@ def check_cdi_spec(view: NodeView) -> Check:
     if unread is not None:
         return unread
     dirs, kind = toolkit_cdi(view.toolkit_toml.data)
-    details = _engine_details(view, kind)
+    return _said_engine(view, _in_mode(view, dirs, kind, _engine_details(view, kind)))
+
+
+def _in_mode(view: NodeView, dirs: tuple[str, ...], kind: str,
+             details: tuple[str, ...]) -> Check:
+    """The answer of the toolkit's mode, of spec ``dirs`` and ``kind``."""
     mode = effective_mode(view)
     if mode != "cdi":
         return Check(CID, Status.OK, f"mode {mode or 'unknown'}: the runtime reads no CDI "
@@ -98,6 +110,40 @@ def _said_stop(view: NodeView, seen: tuple[str, ...], unseen: tuple[str, ...], k
                            "later one (which overrides an earlier one's devices) is never "
                            "read.", fix=fix)
     return replace(check, found=f"{check.found} ({said})", fix=f"{fix} {check.fix}")
+
+
+def _said_engine(view: NodeView, check: Check) -> Check:
+    """``check`` naming the specs in dockerd's spec dirs whose cdiVersion is newer than
+    the CDI of its version (docker info ``ServerVersion``) takes: it refuses them, so
+    ``docker run --device`` of their devices fails. Swarm's tasks do not use them: an
+    OK is a WARN, never a FAIL."""
+    server = (view.docker_info or {}).get("ServerVersion")
+    newest = newest_taken(DOCKER_CDI, server) if isinstance(server, str) else None
+    if newest is None:  # (no docker info, a version not read, or no CDI before 25)
+        return check
+    listed, _ = engine_cdi_dirs(view.docker_info, view.daemon_json.data)
+    seen, _ = _scanned(view, tuple(listed[:MAX_ENGINE_CDI_DIRS]))
+    refused = [s for s in view.cdi_specs if _in(s.path, seen) and s.error is None
+               and s.version in VERSIONS and newer(s.version, newest)]
+    if not refused:
+        return check
+    engine = f"Docker {peer_text(server, 40)}"
+    said = (f"{engine}'s CDI takes cdiVersion {newest} at most and refuses "
+            + ", ".join(f"{s.path} (cdiVersion {s.version})" for s in refused[:3])
+            + (f" and {len(refused) - 3} more" if len(refused) > 3 else ""))
+    newest_asked = min((s.version for s in refused), key=VERSIONS.index)
+    lower = [f"cdiVersion: {s.needs} in {s.path}" for s in refused[:3]
+             if not newer(s.needs, newest)]
+    upgrade = (f"upgrade Docker Engine to {first_taking(DOCKER_CDI, newest_asked)} or "
+               "later (docker run --device; Swarm services do not use dockerd's CDI).")
+    fix = (f"Set {'; '.join(lower)} (what its content needs), or {upgrade}" if lower
+           else upgrade[0].upper() + upgrade[1:])
+    if check.status is Status.OK:
+        return replace(check, status=Status.WARN, found=f"{check.found} ({said})",
+                       why=f"{engine} vendors a CDI that does not know a newer spec "
+                           "version: it refuses the whole spec, and `docker run --device` "
+                           "of its devices fails.", fix=fix)
+    return replace(check, found=f"{check.found} ({said})", fix=f"{check.fix} {fix}".strip())
 
 
 def _said_notes(view: NodeView, dirs: tuple[str, ...], check: Check) -> Check:

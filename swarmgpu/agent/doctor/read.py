@@ -16,7 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from swarmgpu.agent.doctor.cdispec import field, go_text, refusal, unknown_edit_key
+from swarmgpu.agent.doctor.cdispec import (
+    field,
+    go_text,
+    refusal,
+    unknown_edit_key,
+    versions,
+)
 from swarmgpu.agent.doctor.infoparts import engine_cdi_dirs
 from swarmgpu.agent.doctor.resources import norm_bus_id
 from swarmgpu.agent.doctor.rootpath import (
@@ -502,7 +508,9 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
                                    "it again, or remove it", size=len(text))
     note = ("has a second YAML document (---), which CDI never reads (it reads the first "
             "alone)") if more else None
-    return CdiSpec(path, kind, frozenset(n for n in names if n), size=len(text), note=note)
+    version, needs = versions(data, kind, devices)
+    return CdiSpec(path, kind, frozenset(n for n in names if n), size=len(text), note=note,
+                   version=version, needs=needs)
 
 
 # The keys of CDI's Spec and Device (specs-go config.go; annotations since v0.6.0)
