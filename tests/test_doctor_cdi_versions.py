@@ -79,3 +79,34 @@ def test_a_spec_whose_content_needs_more_than_dockerd_takes_is_fixed_by_an_upgra
     c = _check(_root(tmp_path, "1.1.0", head=NET), "28.5.2")
     assert c["status"] == str(Status.WARN), c
     assert c["fix"].startswith("Upgrade Docker Engine to 29.2.0 or later"), c
+
+
+def _toolkit(root: Path, version: str) -> None:
+    status = root / "var/lib/dpkg/status"
+    status.write_text(status.read_text().replace("1.19.1-1", version))
+
+
+@pytest.mark.parametrize(("toolkit", "version", "newest", "upgrade"), [
+    ("1.18.1-1", "1.1.0", "1.0.0", "1.18.2"), ("1.17.8-1", "1.0.0", "0.8.0", "1.18.0"),
+    ("1.15.0-1", "0.8.0", "0.7.0", "1.16.0")])
+def test_a_spec_newer_than_the_runtimes_cdi_takes_fails_as_the_runtime_refuses_it(
+        tmp_path: Path, toolkit: str, version: str, newest: str, upgrade: str) -> None:
+    # the runtime's own CDI (nvidia-container-toolkit's go.mod) refuses the spec whole:
+    # no GPU of it resolves, every GPU task fails to start, and the doctor passed
+    root = _root(tmp_path, version)
+    _toolkit(root, toolkit)
+    c = _check(root, "20.10.24")
+    assert c["status"] == str(Status.FAIL), c
+    assert (f"(/etc/cdi/nvidia.yaml has cdiVersion {version}, newer than the {newest} "
+            f"toolkit {toolkit}'s CDI takes (the runtime refuses the spec): set "
+            f"cdiVersion: 0.3.0 (what its content needs), or upgrade "
+            f"nvidia-container-toolkit to {upgrade} or later)") in c["found"], c
+
+
+@pytest.mark.parametrize(("toolkit", "version"), [
+    ("1.18.2-1", "1.1.0"), ("1.18.0-1", "1.0.0"), ("1.16.0-1", "0.8.0")])
+def test_a_spec_the_runtimes_cdi_takes_passes(tmp_path: Path, toolkit: str,
+                                              version: str) -> None:
+    root = _root(tmp_path, version)
+    _toolkit(root, toolkit)
+    assert _check(root, "20.10.24")["status"] == str(Status.OK)

@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from swarmgpu.agent.doctor.cdispec import (
     DOCKER_CDI,
+    TOOLKIT_CDI,
     VERSIONS,
     first_taking,
     newer,
@@ -72,6 +73,7 @@ def _in_mode(view: NodeView, dirs: tuple[str, ...], kind: str,
         return Check(CID, Status.OK, f"mode cdi, default-kind {kind}: the runtime makes "
                                      "the spec of each container's GPUs as it starts it "
                                      "(no spec file read)", details=details)
+    view = _as_the_runtime_reads(view)
     seen, unseen = _scanned(view, dirs)
     check = _said_stop(view, seen, unseen, kind, _check_specs(view, seen, kind, details))
     return _said_notes(view, seen, _said_left(view, seen, check))
@@ -86,6 +88,28 @@ def _scanned(view: NodeView, dirs: tuple[str, ...]) -> tuple[tuple[str, ...],
         if _norm(d) in stops:
             return dirs[:n + 1], dirs[n + 1:]
     return dirs, ()
+
+
+def _as_the_runtime_reads(view: NodeView) -> NodeView:
+    """``view`` with each spec whose cdiVersion is newer than the CDI of the toolkit's
+    version (dpkg's) takes refused, as the runtime refuses it whole; unchanged where that
+    version is not read."""
+    version = view.toolkit_version or ""
+    newest = newest_taken(TOOLKIT_CDI, version)
+    if newest is None:
+        return view
+
+    def refused(s: CdiSpec) -> CdiSpec:
+        if s.error is not None or s.version not in VERSIONS or not newer(s.version, newest):
+            return s
+        lower = (f"set cdiVersion: {s.needs} (what its content needs), or "
+                 if not newer(s.needs, newest) else "")
+        return replace(s, error=(
+            f"has cdiVersion {s.version}, newer than the {newest} toolkit "
+            f"{peer_text(version, 40)}'s CDI takes (the runtime refuses the spec): "
+            f"{lower}upgrade nvidia-container-toolkit to "
+            f"{first_taking(TOOLKIT_CDI, s.version)} or later"))
+    return replace(view, cdi_specs=tuple(refused(s) for s in view.cdi_specs))
 
 
 def _said_stop(view: NodeView, seen: tuple[str, ...], unseen: tuple[str, ...], kind: str,
