@@ -174,3 +174,48 @@ def test_dockerds_spec_dirs_past_one_its_scan_stops_at_are_not_counted(
     assert "no nvidia.com/gpu spec there" in line, line
     assert "its scan stops at /opt/x/cdi, which cannot be looked up (not a directory): " \
            "/var/run/cdi never read" in line, line
+
+
+def test_a_spec_that_is_not_utf8_is_refused_as_cdis_yaml_reader_refuses_it(
+        tmp_path: Path) -> None:
+    # go-yaml v2 (CDI's reader) stops at a byte that is no UTF-8 ("invalid leading UTF-8
+    # octet"), and CDI refuses the spec: the doctor read it with U+FFFD in its place
+    root = _root(tmp_path)
+    path = root / "etc/cdi/nvidia.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"# caf\xe9\n" + _doc([UA, UB]).encode())
+    c = _check(root)
+    assert c["status"] == str(Status.FAIL), c
+    assert "/etc/cdi/nvidia.yaml is not UTF-8 text (byte 0xe9 at offset 5); save it as " \
+           "UTF-8 (CDI refuses the spec)" in c["found"], c
+
+
+def test_a_spec_that_is_a_symlink_to_nothing_is_named_so(tmp_path: Path) -> None:
+    # (CDI cannot read it and refuses it; the doctor said it names no kind)
+    root = _root(tmp_path)
+    (root / "etc/cdi").mkdir(parents=True)
+    (root / "etc/cdi/nvidia.yaml").symlink_to("/opt/gone.yaml")
+    c = _check(root)
+    assert c["status"] == str(Status.FAIL), c
+    assert "/etc/cdi/nvidia.yaml cannot be read: it is gone, or a symlink to nothing " \
+           "(CDI refuses it)" in c["found"], c
+
+
+def test_a_spec_that_is_a_symlink_to_a_spec_is_read(tmp_path: Path) -> None:
+    # (Walk reads a link to a file as a spec: os.ReadFile follows it)
+    root = _root(tmp_path)
+    _write(root, "opt/nvidia.yaml", _doc([UA, UB]))
+    (root / "etc/cdi").mkdir(parents=True)
+    (root / "etc/cdi/nvidia.yaml").symlink_to("../../opt/nvidia.yaml")
+    assert _check(root)["status"] == str(Status.OK)
+
+
+def test_a_utf16_spec_is_named_one_cdi_reads_and_the_doctor_does_not(
+        tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    path = root / "etc/cdi/nvidia.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(_doc([UA, UB]).encode("utf-16"))
+    c = _check(root)
+    assert "UTF-16 text (its byte order mark)" in c["found"], c
+    assert "(CDI reads it, the doctor does not)" in c["found"], c

@@ -63,7 +63,7 @@ from swarmgpu.agent.doctor.view import (
 from swarmgpu.core.boundedfile import NotRegularFile, read_head
 from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.core.peertext import quoted
-from swarmgpu.core.yamlfile import parse_first_yaml
+from swarmgpu.core.yamlfile import not_utf8, parse_first_yaml
 
 
 def _under(root: str, rel: str) -> Path:
@@ -465,11 +465,30 @@ class _SpecError(Exception):
     pass
 
 
+def _spec_text(root: str, path: str) -> str:
+    """A spec file's text; Unreadable where CDI cannot read it either: gone (a link to
+    nothing), or not UTF-8 (go-yaml v2, its reader, stops at such a byte; a UTF-16 one
+    it reads, by its byte order mark, is named so)."""
+    data = _read_head(root, path.lstrip("/"), MAX_FILE_BYTES)
+    if data is None:  # (listed a moment ago: a link to nothing, or removed since)
+        raise Unreadable("cannot be read: it is gone, or a symlink to nothing (CDI "
+                         "refuses it)", "")
+    if len(data) > MAX_FILE_BYTES:
+        raise Unreadable(f"is larger than {MAX_FILE_BYTES >> 20} MiB, the most the doctor "
+                         "reads of a spec file", "")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bom = data.startswith((b"\xff\xfe", b"\xfe\xff"))  # (UTF-16 or 32: go-yaml reads it)
+        said = "CDI reads it, the doctor does not" if bom else "CDI refuses the spec"
+        raise Unreadable(f"is {not_utf8(exc)} ({said})", "") from None
+
+
 def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
     """One spec file: its kind and device names (CDI's ``kind``, ``devices[].name``); one
     past ``budget`` characters of text left to parse (``MAX_CDI_BYTES``) is named unread."""
     try:
-        text = _read_text(root, path.lstrip("/")) or ""
+        text = _spec_text(root, path)
         if len(text) > budget:
             return CdiSpec(path, error=f"not parsed: past the {MAX_CDI_BYTES >> 20} MiB of "
                                        "spec text the doctor parses in all (move the "
