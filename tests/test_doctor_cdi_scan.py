@@ -219,3 +219,13 @@ def test_a_utf16_spec_is_named_one_cdi_reads_and_the_doctor_does_not(
     c = _check(root)
     assert "UTF-16 text (its byte order mark)" in c["found"], c
     assert "(CDI reads it, the doctor does not)" in c["found"], c
+
+
+def test_a_spec_past_the_size_the_doctor_reads_is_named_the_doctors_bound(
+        tmp_path: Path) -> None:
+    # "is larger than 1 MiB" read as a fault of the spec, which CDI reads whatever its size
+    root = _root(tmp_path)
+    _write(root, "etc/cdi/nvidia.yaml", "#" + "x" * (1 << 20) + "\n" + _doc([UA, UB]))
+    c = _check(root)
+    assert "/etc/cdi/nvidia.yaml is larger than 1 MiB, the most the doctor reads of a " \
+           "spec file" in c["found"], c
