@@ -415,7 +415,8 @@ def _spec_dir(root: str, d: str) -> list[str] | CdiSpec | None:
     ``filepath.Walk`` in every release to v1.1.0) finds them: None where it is absent
     (the scan goes on); else, where it reads no spec in it, why, as a CdiSpec. Walk
     looks ``d`` up without following a link (``os.Lstat``): a link, a file, or a dir it
-    cannot list is skipped, a path it cannot look up stops the scan."""
+    cannot list is skipped, a path it cannot look up stops the scan. (CDI's main branch,
+    unreleased, lists with ``os.ReadDir``: a link followed, a dir not listed a stop.)"""
     mode = 0
     try:
         mode = lstat_in_root(root, d.lstrip("/")).st_mode
