@@ -191,9 +191,9 @@ def test_dockerds_many_cdi_spec_dirs_are_shown_and_read_bounded(
     # named them all (169 KB of JSON)
     from swarmgpu.agent.doctor import read
     looked: list[str] = []
-    listdir = read.listdir_in_root
-    monkeypatch.setattr(read, "listdir_in_root",
-                        lambda root, rel: looked.append(rel) or listdir(root, rel))
+    lstat = read.lstat_in_root  # (each dir is looked up first)
+    monkeypatch.setattr(read, "lstat_in_root",
+                        lambda root, rel: looked.append(rel) or lstat(root, rel))
     root = _root(tmp_path, mode="auto")
     c, _ = _check(root, {"CDISpecDirs": [f"/d{i}" for i in range(20_000)]})
     (line,) = c["details"]
@@ -671,6 +671,33 @@ def test_a_spec_as_nvidia_ctk_writes_it_is_read(tmp_path: Path, version: str) ->
                   "type: bind}]\ndevices:"))
     c, _ = _check(root)
     assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize("libyaml", [True, False])
+@pytest.mark.parametrize(("text", "said"), [
+    ("kind: a\n  b: c\n", "at line 2, column 4: mapping values are not allowed in this "
+                         "context; the line: '  b: c'"),
+    ("kind: a\n" + "x" * 5000 + " y: [\n",
+     "; the line: '..." + "x" * 43 + " y: [" + "'"),
+    ("kind: a\ndevices: {a: b: c, " + "d: e, " * 1000 + "}\n",
+     "; the line: 'devices: {a: b: c, d: e, d: e, d: e, d: e, d: e,...'"),
+    ("kind: a\n\x07", "(\"\\x07\"); the line: '\\x07'")])
+def test_a_broken_specs_yaml_error_shows_its_line_bounded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, libyaml: bool, text: str,
+        said: str) -> None:
+    # the stack reader's YAML errors show the line at fault; a CDI spec's named its line
+    # and column alone, the operator left to count columns in a generated file
+    from swarmgpu.core import yamlfile
+    monkeypatch.setattr(yamlfile, "_LIBYAML", libyaml)
+    root = _root(tmp_path)
+    (root / "etc/cdi").mkdir(parents=True)
+    (root / "etc/cdi/nvidia.yaml").write_text(text)
+    c, _ = _check(root)
+    if libyaml or "x07" in said:  # (PyYAML's words and columns differ a little)
+        assert said in c["found"], c
+    else:
+        assert "; the line: '" in c["found"], c
+    assert len(c["found"]) < 400 and "\n" not in c["found"], c
 
 
 def test_a_directory_named_yml_is_not_named_a_spec_to_rename(tmp_path: Path) -> None:

@@ -52,29 +52,31 @@ def _check(root: Path) -> dict[str, Any]:
     return c
 
 
-def test_a_spec_dir_that_is_a_file_stops_the_scan_of_the_later_dirs(
+def test_a_spec_dir_that_is_a_file_is_skipped_as_cdis_scan_skips_it(
         tmp_path: Path) -> None:
-    # the doctor read on and passed: the runtime never sees /var/run/cdi's spec
+    # CDI's filepath.Walk (every release to v1.1.0) calls a file given as a spec dir
+    # with no error and reads on: the doctor failed the node, saying its scan stopped
     root = _root(tmp_path)
     _write(root, "etc/cdi", "not a directory\n")
     _write(root, "var/run/cdi/nvidia.yaml", _doc([UA, UB]))
     c = _check(root)
-    assert c["status"] == str(Status.FAIL), c
-    assert "/etc/cdi cannot be listed (not a directory): CDI stops its scan" in c["found"]
-    assert "/var/run/cdi never read, /var/run/cdi/nvidia.yaml with them" in c["found"], c
-    assert c["fix"].startswith("Make /etc/cdi a directory the runtime can list"), c
+    assert c["status"] == str(Status.OK), c
+    assert c["found"] == "mode cdi; /var/run/cdi/nvidia.yaml names each GPU advertised", c
 
 
-def test_a_spec_dir_cdi_cannot_list_warns_of_the_later_dirs_it_never_reads(
+def test_a_spec_dir_cdi_cannot_look_up_stops_the_scan_of_the_later_dirs(
         tmp_path: Path) -> None:
+    # (/srv a file: Walk's Lstat of /srv/cdi fails, not as absent, and ends the scan)
     root = _root(tmp_path, THREE_DIRS)
     _write(root, "etc/cdi/nvidia.yaml", _doc([UA, UB]))
-    _write(root, "srv/cdi", "")
+    _write(root, "srv", "")
     _write(root, "var/run/cdi/nvidia.yaml", _doc([UA]))
     c = _check(root)
     assert c["status"] == str(Status.WARN), c
-    assert "(/srv/cdi cannot be listed (not a directory)" in c["found"], c
+    assert "(/srv/cdi cannot be looked up (not a directory): CDI stops its scan" \
+        in c["found"], c
     assert "/var/run/cdi never read, /var/run/cdi/nvidia.yaml with them)" in c["found"], c
+    assert c["fix"].startswith("Make /srv/cdi a path the runtime can look up"), c
 
 
 def test_the_last_spec_dir_a_file_hides_no_later_dir(tmp_path: Path) -> None:
@@ -86,15 +88,30 @@ def test_the_last_spec_dir_a_file_hides_no_later_dir(tmp_path: Path) -> None:
     assert c["found"] == "mode cdi; /etc/cdi/nvidia.yaml names each GPU advertised", c
 
 
-def test_a_spec_dir_root_may_not_list_stops_the_scan(
+def test_a_spec_dir_root_may_not_list_is_skipped_and_the_scan_goes_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # denied to root too (an LSM, a root-squashed mount): the runtime is denied as well
+    # denied to root too (an LSM, a root-squashed mount): Walk's call for the dir gets
+    # the error, and CDI's scan returns nil for the dir itself: no stop
     deny_listing(monkeypatch, "etc/cdi", euid=0)
     root = _root(tmp_path)
-    _write(root, "var/run/cdi/nvidia.yaml", _doc([UA, UB]))
+    (root / "etc/cdi").mkdir()
     c = _check(root)
     assert c["status"] == str(Status.FAIL), c
-    assert "/etc/cdi cannot be listed (permission denied): CDI stops" in c["found"], c
+    assert "/etc/cdi cannot be listed (permission denied): CDI reads no spec there" \
+        in c["found"], c
+    _write(root, "var/run/cdi/nvidia.yaml", _doc([UA, UB]))
+    assert _check(root)["status"] == str(Status.OK)
+
+
+def test_a_spec_dir_that_is_a_symlink_is_never_read(tmp_path: Path) -> None:
+    # Walk looks the dir up with Lstat and never follows a link: the doctor followed it,
+    # found the spec and passed, while the runtime resolves none of the GPUs
+    root = _root(tmp_path)
+    _write(root, "opt/cdi/nvidia.yaml", _doc([UA, UB]))
+    (root / "etc/cdi").symlink_to("/opt/cdi")
+    c = _check(root)
+    assert c["status"] == str(Status.FAIL), c
+    assert "/etc/cdi is a symlink, which CDI's scan does not follow" in c["found"], c
 
 
 @pytest.mark.parametrize("devices", ["devices: []\n", "devices:\n", ""])
@@ -140,3 +157,75 @@ def test_an_annotation_key_kubernetes_refuses_is_taken_as_cdis_cache_takes_it(
         "    containerEdits", "    annotations: {\"_\": v}\n    containerEdits"))
     c = _check(root)
     assert c["status"] == str(Status.OK), c
+
+
+def test_dockerds_spec_dirs_past_one_its_scan_stops_at_are_not_counted(
+        tmp_path: Path) -> None:
+    # dockerd's details named /var/run/cdi's spec as one it reads: its CDI's scan stops
+    # at /opt/x/cdi (a file on the way: not looked up), as the runtime's does
+    root = _root(tmp_path)
+    _write(root, "opt/x", "a file\n")
+    _write(root, "var/run/cdi/nvidia.yaml", _doc([UA, UB]))
+    fixture = root / ".swarmgpu-fixture/docker-info.json"
+    info = json.loads(fixture.read_text())
+    fixture.write_text(json.dumps({**info, "CDISpecDirs": ["/opt/x/cdi", "/var/run/cdi"]}))
+    (line,) = _check(root)["details"]
+    assert "nvidia.com/gpu in /var/run/cdi/nvidia.yaml" not in line, line
+    assert "no nvidia.com/gpu spec there" in line, line
+    assert "its scan stops at /opt/x/cdi, which cannot be looked up (not a directory): " \
+           "/var/run/cdi never read" in line, line
+
+
+def test_a_spec_that_is_not_utf8_is_refused_as_cdis_yaml_reader_refuses_it(
+        tmp_path: Path) -> None:
+    # go-yaml v2 (CDI's reader) stops at a byte that is no UTF-8 ("invalid leading UTF-8
+    # octet"), and CDI refuses the spec: the doctor read it with U+FFFD in its place
+    root = _root(tmp_path)
+    path = root / "etc/cdi/nvidia.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"# caf\xe9\n" + _doc([UA, UB]).encode())
+    c = _check(root)
+    assert c["status"] == str(Status.FAIL), c
+    assert "/etc/cdi/nvidia.yaml is not UTF-8 text (byte 0xe9 at offset 5); save it as " \
+           "UTF-8 (CDI refuses the spec)" in c["found"], c
+
+
+def test_a_spec_that_is_a_symlink_to_nothing_is_named_so(tmp_path: Path) -> None:
+    # (CDI cannot read it and refuses it; the doctor said it names no kind)
+    root = _root(tmp_path)
+    (root / "etc/cdi").mkdir(parents=True)
+    (root / "etc/cdi/nvidia.yaml").symlink_to("/opt/gone.yaml")
+    c = _check(root)
+    assert c["status"] == str(Status.FAIL), c
+    assert "/etc/cdi/nvidia.yaml cannot be read: it is gone, or a symlink to nothing " \
+           "(CDI refuses it)" in c["found"], c
+
+
+def test_a_spec_that_is_a_symlink_to_a_spec_is_read(tmp_path: Path) -> None:
+    # (Walk reads a link to a file as a spec: os.ReadFile follows it)
+    root = _root(tmp_path)
+    _write(root, "opt/nvidia.yaml", _doc([UA, UB]))
+    (root / "etc/cdi").mkdir(parents=True)
+    (root / "etc/cdi/nvidia.yaml").symlink_to("../../opt/nvidia.yaml")
+    assert _check(root)["status"] == str(Status.OK)
+
+
+def test_a_utf16_spec_is_named_one_cdi_reads_and_the_doctor_does_not(
+        tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    path = root / "etc/cdi/nvidia.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(_doc([UA, UB]).encode("utf-16"))
+    c = _check(root)
+    assert "UTF-16 text (its byte order mark)" in c["found"], c
+    assert "(CDI reads it, the doctor does not)" in c["found"], c
+
+
+def test_a_spec_past_the_size_the_doctor_reads_is_named_the_doctors_bound(
+        tmp_path: Path) -> None:
+    # "is larger than 1 MiB" read as a fault of the spec, which CDI reads whatever its size
+    root = _root(tmp_path)
+    _write(root, "etc/cdi/nvidia.yaml", "#" + "x" * (1 << 20) + "\n" + _doc([UA, UB]))
+    c = _check(root)
+    assert "/etc/cdi/nvidia.yaml is larger than 1 MiB, the most the doctor reads of a " \
+           "spec file" in c["found"], c

@@ -337,8 +337,11 @@ def _why_not_valid(e: yaml.YAMLError, text: str, docker: bool, v2: bool = False)
         line = text.count("\n", 0, e.position) + 1
         column = f", column {e.position - text.rfind(chr(10), 0, e.position)}" if v2 else ""
         code = e.character if isinstance(e.character, int) else ord(e.character)
+        shown = _snippet(text, line - 1, e.position - text.rfind("\n", 0, e.position) - 1) \
+            if v2 else ""
         return (f" at line {line}{column}: the character #x{code:04x} is not allowed in YAML "
-                "text; remove it, or write it escaped in a double-quoted string (\"\\x07\")")
+                "text; remove it, or write it escaped in a double-quoted string (\"\\x07\")"
+                f"{shown}")
     mark = getattr(e, "problem_mark", None)
     if mark is None:
         return f": {e}"
@@ -371,7 +374,31 @@ def _at_column(e: yaml.YAMLError, mark: Any, text: str) -> str:
                  if began is not None and (began.line, began.column) != (mark.line, mark.column)
                  else "")
         said += f" ({' '.join(str(context).split())}{where})"
-    return f"{at}: {said}"
+    return f"{at}: {said}{_snippet(text, mark.line, mark.column)}"
+
+
+SNIPPET = 48  # characters of the line at fault a one-line message shows
+
+
+def _snippet(text: str, line: int, column: int) -> str:
+    """``; the line: '...'``: the 0-based ``line`` of ``text`` as ``repr`` shows it (a
+    tab or control character escaped), at most ``SNIPPET`` characters of it around the
+    0-based ``column``, ``...`` where cut; the empty text for a blank line or one past
+    the last."""
+    start = 0
+    for _ in range(line):  # (a line's start found without splitting megabytes)
+        start = text.find("\n", start) + 1
+        if start == 0:
+            return ""
+    end = text.find("\n", start)
+    end = len(text) if end < 0 else end
+    if end - start > SNIPPET:
+        cut = min(max(start, start + column - SNIPPET + 16), end - SNIPPET)
+        shown = ("..." if cut > start else "") + text[cut:cut + SNIPPET] + \
+            ("..." if cut + SNIPPET < end else "")
+    else:
+        shown = text[start:end]
+    return f"; the line: {shown!r}" if shown.strip() else ""
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

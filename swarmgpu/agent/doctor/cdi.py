@@ -15,6 +15,14 @@ from __future__ import annotations
 import posixpath
 from dataclasses import replace
 
+from swarmgpu.agent.doctor.cdispec import (
+    DOCKER_CDI,
+    TOOLKIT_CDI,
+    VERSIONS,
+    first_taking,
+    newer,
+    newest_taken,
+)
 from swarmgpu.agent.doctor.engine import effective_mode
 from swarmgpu.agent.doctor.infoparts import engine_cdi_dirs, unread_check
 from swarmgpu.agent.doctor.resources import (
@@ -50,7 +58,12 @@ def check_cdi_spec(view: NodeView) -> Check:
     if unread is not None:
         return unread
     dirs, kind = toolkit_cdi(view.toolkit_toml.data)
-    details = _engine_details(view, kind)
+    return _said_engine(view, _in_mode(view, dirs, kind, _engine_details(view, kind)))
+
+
+def _in_mode(view: NodeView, dirs: tuple[str, ...], kind: str,
+             details: tuple[str, ...]) -> Check:
+    """The answer of the toolkit's mode, of spec ``dirs`` and ``kind``."""
     mode = effective_mode(view)
     if mode != "cdi":
         return Check(CID, Status.OK, f"mode {mode or 'unknown'}: the runtime reads no CDI "
@@ -60,6 +73,7 @@ def check_cdi_spec(view: NodeView) -> Check:
         return Check(CID, Status.OK, f"mode cdi, default-kind {kind}: the runtime makes "
                                      "the spec of each container's GPUs as it starts it "
                                      "(no spec file read)", details=details)
+    view = _as_the_runtime_reads(view)
     seen, unseen = _scanned(view, dirs)
     check = _said_stop(view, seen, unseen, kind, _check_specs(view, seen, kind, details))
     return _said_notes(view, seen, _said_left(view, seen, check))
@@ -67,8 +81,8 @@ def check_cdi_spec(view: NodeView) -> Check:
 
 def _scanned(view: NodeView, dirs: tuple[str, ...]) -> tuple[tuple[str, ...],
                                                                tuple[str, ...]]:
-    """The runtime's ``dirs`` CDI reads, up to the first it cannot list (its scan stops
-    there), and the later ones, which it never reads."""
+    """The ``dirs`` CDI reads, up to the first it cannot look up (its scan stops there),
+    and the later ones, which it never reads."""
     stops = {s.path for s in view.cdi_specs if s.stops}
     for n, d in enumerate(dirs):
         if _norm(d) in stops:
@@ -76,10 +90,32 @@ def _scanned(view: NodeView, dirs: tuple[str, ...]) -> tuple[tuple[str, ...],
     return dirs, ()
 
 
+def _as_the_runtime_reads(view: NodeView) -> NodeView:
+    """``view`` with each spec whose cdiVersion is newer than the CDI of the toolkit's
+    version (dpkg's) takes refused, as the runtime refuses it whole; unchanged where that
+    version is not read."""
+    version = view.toolkit_version or ""
+    newest = newest_taken(TOOLKIT_CDI, version)
+    if newest is None:
+        return view
+
+    def refused(s: CdiSpec) -> CdiSpec:
+        if s.error is not None or s.version not in VERSIONS or not newer(s.version, newest):
+            return s
+        lower = (f"set cdiVersion: {s.needs} (what its content needs), or "
+                 if not newer(s.needs, newest) else "")
+        return replace(s, error=(
+            f"has cdiVersion {s.version}, newer than the {newest} toolkit "
+            f"{peer_text(version, 40)}'s CDI takes (the runtime refuses the spec): "
+            f"{lower}upgrade nvidia-container-toolkit to "
+            f"{first_taking(TOOLKIT_CDI, s.version)} or later"))
+    return replace(view, cdi_specs=tuple(refused(s) for s in view.cdi_specs))
+
+
 def _said_stop(view: NodeView, seen: tuple[str, ...], unseen: tuple[str, ...], kind: str,
                check: Check) -> Check:
     """``check`` naming the spec dirs CDI never reads, past the last of ``seen``, which
-    it cannot list: an OK is a WARN (a spec written there is never read)."""
+    it cannot look up: an OK is a WARN (a spec written there is never read)."""
     if not unseen:
         return check
     stop = next(s for s in view.cdi_specs if s.stops and s.path == _norm(seen[-1]))
@@ -89,14 +125,49 @@ def _said_stop(view: NodeView, seen: tuple[str, ...], unseen: tuple[str, ...], k
                                                 if lost else "")
     if f"{stop.path} {stop.error}" not in check.found:  # (a FAIL names it once)
         said = f"{stop.path} {stop.error}: {said}"
-    fix = (f"Make {stop.path} a directory the runtime can list, or remove it from "
-           f"spec-dirs under [nvidia-container-runtime.modes.cdi] in /{TOOLKIT_TOML}.")
+    fix = (f"Make {stop.path} a path the runtime can look up (each directory on the way "
+           "a directory it may search), or remove it from spec-dirs under "
+           f"[nvidia-container-runtime.modes.cdi] in /{TOOLKIT_TOML}.")
     if check.status is Status.OK:
         return replace(check, status=Status.WARN, found=f"{check.found} ({said})",
-                       why="CDI's scan stops at a spec dir it cannot list: a spec in a "
+                       why="CDI's scan stops at a spec dir it cannot look up: a spec in a "
                            "later one (which overrides an earlier one's devices) is never "
                            "read.", fix=fix)
     return replace(check, found=f"{check.found} ({said})", fix=f"{fix} {check.fix}")
+
+
+def _said_engine(view: NodeView, check: Check) -> Check:
+    """``check`` naming the specs in dockerd's spec dirs whose cdiVersion is newer than
+    the CDI of its version (docker info ``ServerVersion``) takes: it refuses them, so
+    ``docker run --device`` of their devices fails. Swarm's tasks do not use them: an
+    OK is a WARN, never a FAIL."""
+    server = (view.docker_info or {}).get("ServerVersion")
+    newest = newest_taken(DOCKER_CDI, server) if isinstance(server, str) else None
+    if newest is None:  # (no docker info, a version not read, or no CDI before 25)
+        return check
+    listed, _ = engine_cdi_dirs(view.docker_info, view.daemon_json.data)
+    seen, _ = _scanned(view, tuple(listed[:MAX_ENGINE_CDI_DIRS]))
+    refused = [s for s in view.cdi_specs if _in(s.path, seen) and s.error is None
+               and s.version in VERSIONS and newer(s.version, newest)]
+    if not refused:
+        return check
+    engine = f"Docker {peer_text(server, 40)}"
+    said = (f"{engine}'s CDI takes cdiVersion {newest} at most and refuses "
+            + ", ".join(f"{s.path} (cdiVersion {s.version})" for s in refused[:3])
+            + (f" and {len(refused) - 3} more" if len(refused) > 3 else ""))
+    newest_asked = min((s.version for s in refused), key=VERSIONS.index)
+    lower = [f"cdiVersion: {s.needs} in {s.path}" for s in refused[:3]
+             if not newer(s.needs, newest)]
+    upgrade = (f"upgrade Docker Engine to {first_taking(DOCKER_CDI, newest_asked)} or "
+               "later (docker run --device; Swarm services do not use dockerd's CDI).")
+    fix = (f"Set {'; '.join(lower)} (what its content needs), or {upgrade}" if lower
+           else upgrade[0].upper() + upgrade[1:])
+    if check.status is Status.OK:
+        return replace(check, status=Status.WARN, found=f"{check.found} ({said})",
+                       why=f"{engine} vendors a CDI that does not know a newer spec "
+                           "version: it refuses the whole spec, and `docker run --device` "
+                           "of its devices fails.", fix=fix)
+    return replace(check, found=f"{check.found} ({said})", fix=f"{check.fix} {fix}".strip())
 
 
 def _said_notes(view: NodeView, dirs: tuple[str, ...], check: Check) -> Check:
@@ -149,7 +220,8 @@ def _check_specs(view: NodeView, dirs: tuple[str, ...], kind: str,
     fix = (f"`{GENERATE}` (again after a driver upgrade or a GPU change), or set "
            f'mode = "legacy" under [nvidia-container-runtime] in /{TOOLKIT_TOML}.')
     if not specs:
-        said = "; ".join(f"{s.path} {peer_text(s.error or '', 160)}" for s in bad[:2])
+        # (room for a YAML error's line at fault: ``yamlfile.SNIPPET``)
+        said = "; ".join(f"{s.path} {peer_text(s.error or '', 300)}" for s in bad[:2])
         return Check(
             CID, Status.FAIL, f"mode cdi and no {kind} CDI spec in {where}"
             + (f" ({said})" if said else ""),
@@ -222,11 +294,18 @@ def _engine_details(view: NodeView, kind: str) -> tuple[str, ...]:
     dirs = tuple(listed[:MAX_ENGINE_CDI_DIRS])
     more = (f" and {len(listed) - len(dirs)} more, not read" if len(listed) > len(dirs)
             else "")
-    found = [s.path for s in view.cdi_specs if _in(s.path, dirs) and s.kind == kind
+    seen, unseen = _scanned(view, dirs)  # (its CDI's scan stops where the runtime's does)
+    found = [s.path for s in view.cdi_specs if _in(s.path, seen) and s.kind == kind
              and s.error is None]
     said = (" as daemon.json sets them (no docker info; by default from Docker 28.2, "
             "before with features.cdi true)" if configured else "")
     there = f"{kind} in {', '.join(found)}" if found else f"no {kind} spec there"
+    stop = next((s for s in view.cdi_specs if s.stops and unseen
+                 and s.path == _norm(seen[-1])), None)
+    stopped = (f"; its scan stops at {peer_text(stop.path, 100)}, which "
+               f"{peer_text((stop.error or '').partition(':')[0], 100)}: "
+               f"{', '.join(peer_text(d, 100) for d in unseen)} never read" if stop else "")
     return (f"dockerd reads CDI specs from {', '.join(peer_text(d, 100) for d in dirs)}"
-            f"{more}{said}: {there} (docker run --device; Swarm services do not use it)",)
+            f"{more}{said}: {there}{stopped} (docker run --device; Swarm services do not "
+            "use it)",)
 

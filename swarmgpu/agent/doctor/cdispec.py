@@ -13,6 +13,7 @@ key is never checked against the declared version here either.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from swarmgpu.core.goscalar import float32_text
@@ -22,6 +23,43 @@ from swarmgpu.core.peertext import quoted
 VERSIONS = ("1.1.0", "1.0.0", "0.8.0", "0.7.0", "0.6.0", "0.5.0", "0.4.0", "0.3.0",
             "0.2.0", "0.1.0")
 _EARLIEST = "0.3.0"  # (what a spec needing no later feature needs: vEarliest)
+
+# The newest cdiVersion the CDI an engine vendors takes (its CurrentVersion: it knows
+# 0.1.0 up to it), from the engine's version on: Docker Engine's (moby vendor.mod,
+# tags.cncf.io/container-device-interface v0.6.2 in 25.0.0, v0.8.1 backported to
+# 25.0.17, v0.6.2 again in 26.0, v0.7.1 in 26.1.0, v0.8.0 in 27.4.0, v1.0.1 in 28.1.0,
+# v1.1.0 in 29.2.0); the NVIDIA runtime's (nvidia-container-toolkit go.mod).
+DOCKER_CDI = (((25, 0, 0), "0.6.0"), ((25, 0, 17), "0.8.0"), ((26, 0, 0), "0.6.0"),
+              ((26, 1, 0), "0.7.0"), ((27, 4, 0), "0.8.0"), ((28, 1, 0), "1.0.0"),
+              ((29, 2, 0), "1.1.0"))
+TOOLKIT_CDI = (((1, 10, 0), "0.3.0"), ((1, 11, 0), "0.4.0"), ((1, 12, 0), "0.5.0"),
+               ((1, 14, 0), "0.6.0"), ((1, 15, 0), "0.7.0"), ((1, 16, 0), "0.8.0"),
+               ((1, 18, 0), "1.0.0"), ((1, 18, 2), "1.1.0"))
+Since = tuple[tuple[int, int, int], str]
+
+
+def newest_taken(table: tuple[Since, ...], version: str) -> str | None:
+    """The newest cdiVersion the engine of ``version`` (``28.0.4``, ``1.17.8-1``; a
+    leading ``v`` taken) takes, by ``table``; None where its version is not read or
+    older than the table (no CDI)."""
+    m = re.match(r"v?(\d+)\.(\d+)\.(\d+)", version)
+    if m is None:
+        return None
+    ours = (int(m[1]), int(m[2]), int(m[3]))
+    return next((newest for since, newest in reversed(table) if ours >= since), None)
+
+
+def first_taking(table: tuple[Since, ...], cdi_version: str) -> str | None:
+    """The engine version of ``table`` from which on every one takes ``cdi_version``
+    (None: none does)."""
+    older = [n for n, (_, newest) in enumerate(table) if newer(cdi_version, newest)]
+    at = older[-1] + 1 if older else 0
+    return ".".join(map(str, table[at][0])) if at < len(table) else None
+
+
+def newer(cdi_version: str, newest: str) -> bool:
+    """``cdi_version`` (one CDI knows) is past ``newest``."""
+    return VERSIONS.index(cdi_version) < VERSIONS.index(newest)
 
 
 def field(data: object, key: str) -> object:
@@ -124,6 +162,13 @@ def refusal(data: object, kind: str, devices: list[object]) -> str | None:
                     "use letters, digits and _-. only, a letter first, a letter or digit "
                     "last")
     return None
+
+
+def versions(data: object, kind: str, devices: list[object]) -> tuple[str, str]:
+    """The cdiVersion of a spec CDI takes (``refusal`` None), a leading v dropped, and
+    the least its content needs."""
+    said = (go_text(field(data, "cdiversion")) or "").removeprefix("v")
+    return said, _needs(data, kind, devices)[0]
 
 
 def _name_refused(name: str) -> bool:

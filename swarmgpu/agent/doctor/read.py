@@ -16,7 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from swarmgpu.agent.doctor.cdispec import field, go_text, refusal, unknown_edit_key
+from swarmgpu.agent.doctor.cdispec import (
+    field,
+    go_text,
+    refusal,
+    unknown_edit_key,
+    versions,
+)
 from swarmgpu.agent.doctor.infoparts import engine_cdi_dirs
 from swarmgpu.agent.doctor.resources import norm_bus_id
 from swarmgpu.agent.doctor.rootpath import (
@@ -25,6 +31,7 @@ from swarmgpu.agent.doctor.rootpath import (
     entry_in_root,
     is_host,
     listdir_in_root,
+    lstat_in_root,
     stat_in_root,
     subdirs_in_root,
 )
@@ -56,7 +63,7 @@ from swarmgpu.agent.doctor.view import (
 from swarmgpu.core.boundedfile import NotRegularFile, read_head
 from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.core.peertext import quoted
-from swarmgpu.core.yamlfile import parse_first_yaml
+from swarmgpu.core.yamlfile import not_utf8, parse_first_yaml
 
 
 def _under(root: str, rel: str) -> Path:
@@ -372,7 +379,7 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None, engine: list[str]
               ) -> tuple[tuple[CdiSpec, ...], tuple[tuple[str, int, int], ...]]:
     """The CDI specs in the toolkit's spec dirs and in dockerd's (``engine_cdi_dirs``, its
     first ``MAX_ENGINE_CDI_DIRS``), each read once; a directory absent or not listed has
-    none, one the doctor may not list is itself named unread; the dirs of more than
+    none, one CDI reads no spec in (``_spec_dir``) is itself named unread; the dirs of more than
     ``MAX_CDI_SPECS`` files, with how many were left unread."""
     budget = MAX_CDI_BYTES  # (spec text left to parse)
     dirs = dict.fromkeys(posixpath.normpath("/" + d.lstrip("/")) for d in
@@ -380,12 +387,9 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None, engine: list[str]
     specs: list[CdiSpec] = []
     left: list[tuple[str, int, int]] = []
     for d in dirs:
-        try:
-            listed = listdir_in_root(root, d.lstrip("/"))
-        except (FileNotFoundError, RootChanged):  # (absent: CDI's scan goes on; written)
-            continue
-        except (OSError, ValueError) as exc:  # (a file, a loop; a NUL in the engine's)
-            specs.append(_unlisted(d, exc))
+        listed = _spec_dir(root, d)
+        if not isinstance(listed, list):
+            specs.extend([listed] if listed is not None else [])
             continue
         # (only what CDI reads counts toward the bound; a .yml is named, never parsed)
         names = sorted(n for n in listed if n.endswith((".yaml", ".json", ".yml")))
@@ -406,16 +410,43 @@ def _read_cdi(root: str, toolkit: Mapping[str, Any] | None, engine: list[str]
     return tuple(specs), tuple(left)
 
 
-def _unlisted(d: str, exc: OSError | ValueError) -> CdiSpec:
-    """The spec dir ``d`` the doctor could not list: CDI's scan (spec-dirs.go
-    scanSpecDirs) stops at a dir it cannot list for any reason but its absence, and
-    reads no later dir. Denied to a user, the runtime (root) may list it: that one stops
-    the scan only where root was denied too."""
+def _spec_dir(root: str, d: str) -> list[str] | CdiSpec | None:
+    """The names in the spec dir ``d`` as CDI's scan (spec-dirs.go scanSpecDirs, its
+    ``filepath.Walk`` in every release to v1.1.0) finds them: None where it is absent
+    (the scan goes on); else, where it reads no spec in it, why, as a CdiSpec. Walk
+    looks ``d`` up without following a link (``os.Lstat``): a link, a file, or a dir it
+    cannot list is skipped, a path it cannot look up stops the scan. (CDI's main branch,
+    unreleased, lists with ``os.ReadDir``: a link followed, a dir not listed a stop.)"""
+    mode = 0
+    try:
+        mode = lstat_in_root(root, d.lstrip("/")).st_mode
+        if stat.S_ISDIR(mode):
+            return listdir_in_root(root, d.lstrip("/"))
+    except (FileNotFoundError, RootChanged):  # (absent: CDI's scan goes on; written)
+        return None
+    except (OSError, ValueError) as exc:  # (a file on the way, a loop; a NUL)
+        return _unlisted(d, exc, looked=stat.S_ISDIR(mode))
+    if stat.S_ISLNK(mode):
+        return CdiSpec(d, error="is a symlink, which CDI's scan does not follow: it "
+                                "reads no spec there (name the directory itself in the "
+                                "spec dirs)")
+    return CdiSpec(d, error="is not a directory: CDI reads no spec there")
+
+
+def _unlisted(d: str, exc: OSError | ValueError, looked: bool) -> CdiSpec:
+    """The spec dir ``d`` the doctor could not list (``looked``: a dir, its names not
+    read) or look up. CDI skips a dir it cannot list; one it cannot look up for any
+    reason but its absence stops its scan, reading no later dir. Denied to a user, the
+    runtime (root) may read it: named so, and no stop."""
     if isinstance(exc, PermissionError) and os.geteuid() != 0:
-        return CdiSpec(d, error="cannot be listed: permission denied (run the doctor as "
-                                "root, as the runtime reads it)")
-    why = (exc.strerror if isinstance(exc, OSError) else None) or "a NUL in its name"
-    return CdiSpec(d, error=f"cannot be listed ({why.lower()}): CDI stops its scan of the "
+        return CdiSpec(d, error=f"cannot be {'listed' if looked else 'looked up'}: "
+                                "permission denied (run the doctor as root, as the "
+                                "runtime reads it)")
+    why = ((exc.strerror if isinstance(exc, OSError) else None)
+           or "a NUL in its name").lower()
+    if looked:
+        return CdiSpec(d, error=f"cannot be listed ({why}): CDI reads no spec there")
+    return CdiSpec(d, error=f"cannot be looked up ({why}): CDI stops its scan of the "
                             "spec dirs there, reading no spec of a later one", stops=True)
 
 
@@ -435,11 +466,30 @@ class _SpecError(Exception):
     pass
 
 
+def _spec_text(root: str, path: str) -> str:
+    """A spec file's text; Unreadable where CDI cannot read it either: gone (a link to
+    nothing), or not UTF-8 (go-yaml v2, its reader, stops at such a byte; a UTF-16 one
+    it reads, by its byte order mark, is named so)."""
+    data = _read_head(root, path.lstrip("/"), MAX_FILE_BYTES)
+    if data is None:  # (listed a moment ago: a link to nothing, or removed since)
+        raise Unreadable("cannot be read: it is gone, or a symlink to nothing (CDI "
+                         "refuses it)", "")
+    if len(data) > MAX_FILE_BYTES:
+        raise Unreadable(f"is larger than {MAX_FILE_BYTES >> 20} MiB, the most the doctor "
+                         "reads of a spec file", "")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bom = data.startswith((b"\xff\xfe", b"\xfe\xff"))  # (UTF-16 or 32: go-yaml reads it)
+        said = "CDI reads it, the doctor does not" if bom else "CDI refuses the spec"
+        raise Unreadable(f"is {not_utf8(exc)} ({said})", "") from None
+
+
 def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
     """One spec file: its kind and device names (CDI's ``kind``, ``devices[].name``); one
     past ``budget`` characters of text left to parse (``MAX_CDI_BYTES``) is named unread."""
     try:
-        text = _read_text(root, path.lstrip("/")) or ""
+        text = _spec_text(root, path)
         if len(text) > budget:
             return CdiSpec(path, error=f"not parsed: past the {MAX_CDI_BYTES >> 20} MiB of "
                                        "spec text the doctor parses in all (move the "
@@ -478,7 +528,9 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
                                    "it again, or remove it", size=len(text))
     note = ("has a second YAML document (---), which CDI never reads (it reads the first "
             "alone)") if more else None
-    return CdiSpec(path, kind, frozenset(n for n in names if n), size=len(text), note=note)
+    version, needs = versions(data, kind, devices)
+    return CdiSpec(path, kind, frozenset(n for n in names if n), size=len(text), note=note,
+                   version=version, needs=needs)
 
 
 # The keys of CDI's Spec and Device (specs-go config.go; annotations since v0.6.0)

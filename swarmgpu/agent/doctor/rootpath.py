@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import posixpath
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -148,6 +149,23 @@ def stat_in_root(root: str, rel: str) -> os.stat_result:
         if dir_fd is None:
             return os.stat(name)
         return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def lstat_in_root(root: str, rel: str) -> os.stat_result:
+    """``os.lstat`` of ``<root>/<rel>``: the links on the way resolved inside the root
+    (``entry_in_root``), the last part looked at itself, a link not followed (Go's
+    ``os.Lstat``)."""
+    parent, name = posixpath.split(posixpath.normpath("/" + rel))
+    if not name:  # (the root itself)
+        return os.stat(root)
+    with entry_in_root(root, parent.lstrip("/")) as (dir_fd, entry):
+        if dir_fd is None:
+            return os.lstat(posixpath.join(entry, name))
+        fd = os.open(entry, _DIR_FLAGS, dir_fd=dir_fd)  # (a file there: ENOTDIR)
+        try:
+            return os.stat(name, dir_fd=fd, follow_symlinks=False)
+        finally:
+            os.close(fd)
 
 
 def listdir_in_root(root: str, rel: str) -> list[str]:

@@ -117,8 +117,10 @@ class CdiSpec:
     devices: frozenset[str] = frozenset()
     error: str | None = None
     size: int = 0  # characters of its text parsed (``MAX_CDI_BYTES``)
-    stops: bool = False  # a spec dir CDI cannot list: its scan reads no later dir
+    stops: bool = False  # a spec dir CDI cannot look up: its scan reads no later dir
     note: str | None = None  # read, with what CDI leaves of it unread (a second document)
+    version: str = ""  # its cdiVersion, read (no leading v), and the least its content needs
+    needs: str = ""
 
 
 def toolkit_cdi(data: Mapping[str, Any] | None) -> tuple[tuple[str, ...], str]:
