@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from support.forged import offline_daemon, victim_cluster
-from support.health import hold
+from support.health import F2, U2, hold, mark, setup
+from support.health import plan as health_plan
 from support.loglines import log_lines
 from support.placement import DGX, FACTS, R4090, P, svc
 
@@ -84,3 +85,16 @@ def test_the_daemon_counts_and_says_a_node_whose_agent_is_silent_past_the_grace(
     assert assign_key(P, "victim") in sw.node("n-dgx").labels  # its holding kept
     assert any(e.startswith("gpu-node-1: ") and "last facts are health.node_lost_grace_s "
                "old" in e for e in d.health()["errors"]), d.health()  # /healthz's
+
+
+def test_a_node_whose_facts_are_stale_is_no_moves_target_but_still_its_source() -> None:
+    """The health policy's holder of a failed GPU on gpu-node-2 moves to gpu-node-1 (the
+    only healthy GPUs free). gpu-node-1's facts stale: no move lands there (placement adds
+    nothing to it either); gpu-node-2's stale: its holder still moves off it."""
+    nodes, svcs, tasks = setup({"a": [U2[0]]})
+    moved = health_plan(nodes, svcs, tasks, mark(F2, failed=[0]))
+    assert [(m.source_node, m.target_node) for m in moved.moves] == [("n2", "n1")]
+    refused = health_plan(nodes, svcs, tasks, mark(F2, failed=[0]), stale=frozenset({"n1"}))
+    assert not refused.moves, refused.moves
+    source = health_plan(nodes, svcs, tasks, mark(F2, failed=[0]), stale=frozenset({"n2"}))
+    assert [(m.source_node, m.target_node) for m in source.moves] == [("n2", "n1")]
