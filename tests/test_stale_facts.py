@@ -98,3 +98,20 @@ def test_a_node_whose_facts_are_stale_is_no_moves_target_but_still_its_source() 
     assert not refused.moves, refused.moves
     source = health_plan(nodes, svcs, tasks, mark(F2, failed=[0]), stale=frozenset({"n2"}))
     assert [(m.source_node, m.target_node) for m in source.moves] == [("n2", "n1")]
+
+
+def test_the_age_of_a_silent_nodes_facts_is_counted_on_the_monotonic_clock() -> None:
+    """The agent answered at wall 1000 (monotonic 50). The wall clock stepped back an
+    hour: 400 s later by the monotonic clock its facts are stale, though the wall clock
+    says the answer is in the future. Stepped forward an hour: 10 s later they are not."""
+    book = AgentBook()
+    facts = NodeFacts(hostname="gpu-node-2")
+    book.record(FactsResult("n-4090", "gpu-node-2", "", facts, None, 1000.0,
+                            fetched_mono=50.0))
+
+    def silent(wall: float, mono: float) -> dict[str, FactsResult]:
+        return {"n-4090": FactsResult("n-4090", "gpu-node-2", "", None, "timed out", wall,
+                                      fetched_mono=mono)}
+
+    assert stale_nodes(book, silent(1000.0 - 3600 + 400, 450.0), 300.0) == {"n-4090"}
+    assert stale_nodes(book, silent(1000.0 + 3600 + 10, 60.0), 300.0) == frozenset()

@@ -33,6 +33,10 @@ class FactsResult:
     listening: bool = False  # something accepted the connection on the agent's port
     cause: str = ""  # short: what answered instead of the facts (status, the map's badge)
     fix: str = ""  # the one line to do about it
+    # ``time.monotonic()`` at the fetch: how long a node is silent, within this process,
+    # whatever the wall clock does meanwhile (NTP's step, a hand ``date -s``). None: not
+    # known (built by hand), ``fetched_at`` counts.
+    fetched_mono: float | None = None
 
 
 # What to do, by what answered (boundedhttp's kinds, and the checks after the answer).
@@ -106,14 +110,15 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
     """
     real_url = agent_base_url(node, cfg).rstrip("/") + "/facts"
     url = redact(real_url)  # every message and the result carry no credentials
-    now = time.time()
+    now, mono = time.time(), time.monotonic()
 
     def fail(msg: str, cause: str = "", fix: str = _FIX_OTHER,
              listening: bool = True) -> FactsResult:
         # Parts of msg came from the agent: cut and cleaned before anyone logs or stores it.
         cause = peer_text(cause or msg.removeprefix(f"agent at {url} "), 160)
         return FactsResult(node.id, node.hostname, url, None,
-                           f"{peer_text(msg)}; fix: {fix}", now, listening, cause, fix)
+                           f"{peer_text(msg)}; fix: {fix}", now, listening, cause, fix,
+                           mono)
 
     headers = {"Authorization": f"Bearer {token}"} if token else None
     deadline_s = read_deadline(cfg.timeout_s)  # (within the daemon's cycle: its budget's)
@@ -163,7 +168,8 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
     refused = _host_refusal(node, facts, url, tls is not None)
     if refused is not None:
         return fail(*refused)
-    return FactsResult(node.id, node.hostname, url, facts, None, now, True)
+    return FactsResult(node.id, node.hostname, url, facts, None, now, True,
+                       fetched_mono=mono)
 
 
 def _host_refusal(node: SwarmNode, facts: NodeFacts, url: str, tls: bool,

@@ -28,6 +28,7 @@ ERROR_LIMIT = 800
 class AgentRecord:
     hostname: str
     last_ok: float | None = None
+    ok_mono: float | None = None  # ``FactsResult.fetched_mono`` of the last good facts
     failing_since: float | None = None
     last_error: str | None = None
     facts: NodeFacts | None = None
@@ -64,7 +65,7 @@ class AgentBook:
         rec.url, rec.listening = result.url, result.listening
         rec.cause, rec.fix = result.cause, result.fix
         if result.facts is not None:
-            rec.last_ok = result.fetched_at
+            rec.last_ok, rec.ok_mono = result.fetched_at, result.fetched_mono
             rec.failing_since = None
             rec.last_error = None
             rec.facts = result.facts
@@ -97,8 +98,18 @@ def stale_nodes(book: AgentBook, answered: Mapping[str, FactsResult],
     return frozenset(
         nid for nid, res in answered.items()
         if res.facts is None and (r := book.records.get(nid)) is not None
-        and r.facts is not None and r.last_ok is not None
-        and res.fetched_at - r.last_ok >= max_age_s)
+        and r.facts is not None and (age := silent_s(r, res)) is not None
+        and age >= max_age_s)
+
+
+def silent_s(rec: AgentRecord, res: FactsResult) -> float | None:
+    """Seconds from ``rec``'s last good facts to the fetch ``res``; None where it had
+    none. Counted on the monotonic clock where both fetches carry it: on the wall clock, one
+    stepped back an hour kept a node silent for longer than that unstale for the hour, and
+    one stepped forward made a node stale that had missed one answer."""
+    if rec.ok_mono is not None and res.fetched_mono is not None:
+        return res.fetched_mono - rec.ok_mono
+    return None if rec.last_ok is None else res.fetched_at - rec.last_ok
 
 
 def load_saved(state_dir: str) -> dict[str, dict[str, Any]]:

@@ -201,9 +201,10 @@ def fetch_agents(
     try:
         auth = agent_auth(swarm, cfg.agents)
     except (IdentityError, SwarmError, OSError) as exc:
-        now = time.time()
+        now, mono = time.time(), time.monotonic()
         msg = f"agent identity unusable: {exc}"
-        return {n.id: FactsResult(n.id, n.hostname, "", None, msg, now) for n in nodes}
+        return {n.id: FactsResult(n.id, n.hostname, "", None, msg, now, fetched_mono=mono)
+                for n in nodes}
     return fetch_all(nodes, cfg.agents, auth.tls, auth.token, stop, missed)
 
 
