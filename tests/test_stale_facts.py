@@ -24,8 +24,10 @@ from support.loglines import log_lines
 from support.placement import DGX, FACTS, R4090, P, svc
 
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.commands.plan import render_plan, silent_rows
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.agentbook import AgentBook, stale_nodes
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Planner, assign_key
 from swarmgpu.swarm.client import SwarmTask
 
@@ -115,3 +117,25 @@ def test_the_age_of_a_silent_nodes_facts_is_counted_on_the_monotonic_clock() -> 
 
     assert stale_nodes(book, silent(1000.0 - 3600 + 400, 450.0), 300.0) == {"n-4090"}
     assert stale_nodes(book, silent(1000.0 + 3600 + 10, 60.0), 300.0) == frozenset()
+
+
+def test_plan_says_a_silent_nodes_facts_age_and_whether_the_daemon_places_there() -> None:
+    """`plan` reads the agents itself and has no stand-in facts: a silent node's last
+    good facts, dated by the daemon's saved record, are said with their age, stale from
+    health.node_lost_grace_s on (the daemon places nothing new there) or not (the daemon
+    places on them; this plan, with none, does not)."""
+    silent = FactsResult("n-4090", "gpu-node-2", "", None, "timed out", 1000.0,
+                         cause="timed out")
+    answered = FactsResult("n-dgx", "gpu-node-1", "", FACTS["n-dgx"], None, 1000.0)
+    snap = Snapshot(NODES, [], [], {"n-4090": silent, "n-dgx": answered}, taken_at=1000.0)
+    saved = {"n-4090": {"last_ok": 600.0}, "n-dgx": {"last_ok": 990.0}}
+    (row,) = silent_rows(snap, saved, 300.0)
+    assert (row["node"], row["age_s"], row["stale"]) == ("n-4090", 400.0, True)
+    text = render_plan([], ungranted=[], workload={}, health=[], moves=None, listen="x",
+                       silent=[row])
+    assert ("gpu-node-2: agent silent (timed out); its last good facts are 400s old, "
+            "health.node_lost_grace_s (300s) or more: stale, the daemon places nothing new "
+            "on it") in text, text
+    (row,) = silent_rows(snap, saved, 500.0)
+    assert not row["stale"] and row["said"].endswith("places nothing there"), row
+    assert silent_rows(snap, {}, 300.0) == []  # (no record: no age to say)

@@ -112,6 +112,26 @@ def silent_s(rec: AgentRecord, res: FactsResult) -> float | None:
     return None if rec.last_ok is None else res.fetched_at - rec.last_ok
 
 
+def facts_age_said(age_s: float, max_age_s: float) -> str:
+    """What a silent node's last good facts ``age_s`` old mean to the daemon's placement
+    (``stale_nodes``; ``max_age_s``: ``health.node_lost_grace_s``), for the commands that
+    read its saved record (audit, plan): they have no stand-in facts of their own."""
+    if age_s >= max_age_s:
+        return (f"its last good facts are {age_s:.0f}s old, health.node_lost_grace_s "
+                f"({max_age_s:g}s) or more: stale, the daemon places nothing new on it")
+    return (f"its last good facts are {age_s:.0f}s old: the daemon places on them until they "
+            f"are health.node_lost_grace_s ({max_age_s:g}s) old")
+
+
+def saved_age(saved: Mapping[str, Any], now: float) -> float | None:
+    """Seconds from a saved record's last good facts (``load_saved``'s entry) to ``now``
+    (wall clock: another process wrote it); None without them."""
+    last_ok = saved.get("last_ok")
+    if isinstance(last_ok, bool) or not isinstance(last_ok, (int, float)):
+        return None
+    return max(0.0, now - float(last_ok))
+
+
 def load_saved(state_dir: str) -> dict[str, dict[str, Any]]:
     try:
         data = json.loads((Path(state_dir) / STATE_FILE).read_text())
