@@ -139,3 +139,14 @@ def test_plan_says_a_silent_nodes_facts_age_and_whether_the_daemon_places_there(
     (row,) = silent_rows(snap, saved, 500.0)
     assert not row["stale"] and row["said"].endswith("places nothing there"), row
     assert silent_rows(snap, {}, 300.0) == []  # (no record: no age to say)
+
+
+def test_the_stale_facts_gauge_counts_without_placements_step(tmp_path: Path) -> None:
+    """``placement.enabled: false`` runs no placement step: the gauge, set there, read 0
+    while the cycle's errors said the node's facts stale. Label sync counts them now."""
+    sw = victim_cluster({})
+    d = offline_daemon(sw, str(tmp_path))
+    d.use([])  # (label sync alone: no placement step)
+    d.book.records["n-dgx"].last_ok = time.time() - d.cfg.health.node_lost_grace_s - 1
+    d.cycle()
+    assert d.metrics.registry.get_sample_value("swarmgpu_nodes_facts_stale") == 1
