@@ -150,3 +150,18 @@ def test_the_stale_facts_gauge_counts_without_placements_step(tmp_path: Path) ->
     d.book.records["n-dgx"].last_ok = time.time() - d.cfg.health.node_lost_grace_s - 1
     d.cycle()
     assert d.metrics.registry.get_sample_value("swarmgpu_nodes_facts_stale") == 1
+
+
+def test_an_answer_lifts_the_bound_in_the_same_cycle() -> None:
+    """The node's facts fresh again (its agent answered: not stale), the next plan places
+    on it, though its node and facts are the very objects it was blocked with."""
+    planner = Planner(prefix=P)
+    planner.cluster.stale = frozenset({"n-4090"})
+    planner.plan(NODES, [HELD_SVC], TASKS, FACTS)
+    blocked = planner.plan(NODES, [HELD_SVC, SMALL], TASKS, FACTS)
+    assert {p.node_id for sp in blocked.services if sp.name == "small"
+            for p in sp.placements} == {"n-dgx"}
+    planner.cluster.stale = frozenset()
+    back = planner.plan(NODES, [HELD_SVC, SMALL], TASKS, FACTS)
+    assert {p.node_id for sp in back.services if sp.name == "small"
+            for p in sp.placements} == {"n-4090"}
