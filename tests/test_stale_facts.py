@@ -11,9 +11,12 @@ it beside the agent's. Pure."""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -23,9 +26,10 @@ from support.health import plan as health_plan
 from support.loglines import log_lines
 from support.placement import DGX, FACTS, R4090, P, svc
 
-from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.config import AgentsConfig
+from swarmgpu.core.model import FACTS_AGE_HEADER, NodeFacts
 from swarmgpu.manager.commands.plan import render_plan, silent_rows
-from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.agent_client import FactsResult, facts_age, fetch_facts
 from swarmgpu.manager.nodes.agentbook import AgentBook, stale_nodes
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Planner, assign_key
@@ -165,3 +169,46 @@ def test_an_answer_lifts_the_bound_in_the_same_cycle() -> None:
     back = planner.plan(NODES, [HELD_SVC, SMALL], TASKS, FACTS)
     assert {p.node_id for sp in back.services if sp.name == "small"
             for p in sp.placements} == {"n-4090"}
+
+
+class _OldFacts(BaseHTTPRequestHandler):
+    """An agent whose source hangs: its last read, served with its age."""
+
+    age = "400.0"
+
+    def do_GET(self) -> None:  # (http.server's name)
+        body = json.dumps(FACTS["n-4090"].to_dict()).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header(FACTS_AGE_HEADER, self.age)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def test_facts_an_agent_read_long_ago_are_dated_when_read_and_stale_past_the_grace(
+        ) -> None:
+    """An agent whose source hangs serves its last read and says its age
+    (X-Swarmgpu-Facts-Age, its own monotonic clock: no skew). Taken as read at the fetch,
+    facts hours old were never stale while the agent answered; now they are dated by it,
+    and stale from health.node_lost_grace_s on, though the agent answers."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OldFacts)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cfg = AgentsConfig(port=server.server_address[1], identity="none", timeout_s=2.0)
+        node = replace(R4090, addr="127.0.0.1")
+        res = fetch_facts(node, cfg)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert res.facts is not None and res.facts_age_s == 400.0, res
+    book = AgentBook()
+    book.record(res)
+    assert book.records["n-4090"].last_ok == res.fetched_at - 400.0
+    assert stale_nodes(book, {"n-4090": res}, 300.0) == {"n-4090"}
+    assert stale_nodes(book, {"n-4090": replace(res, facts_age_s=10.0)}, 300.0) == frozenset()
+    for said in ("nan", "-5", "inf", "soon", ""):  # (not a finite age: read now, as before)
+        assert facts_age({FACTS_AGE_HEADER.lower(): said}) == 0.0, said

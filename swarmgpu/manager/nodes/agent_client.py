@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
-from swarmgpu.core.model import FactsError, NodeFacts
+from swarmgpu.core.model import FACTS_AGE_HEADER, FactsError, NodeFacts
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.engine.stop import NotRead, StopRequest, read_cut, read_each, read_some
 from swarmgpu.manager.nodes import boundedhttp
@@ -37,6 +38,9 @@ class FactsResult:
     # whatever the wall clock does meanwhile (NTP's step, a hand ``date -s``). None: not
     # known (built by hand), ``fetched_at`` counts.
     fetched_mono: float | None = None
+    # How old the agent said its facts were (``FACTS_AGE_HEADER``): read that long before
+    # the fetch (an agent whose source hangs serves its last read); 0 without the header.
+    facts_age_s: float = 0.0
 
 
 # What to do, by what answered (boundedhttp's kinds, and the checks after the answer).
@@ -169,7 +173,18 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
     if refused is not None:
         return fail(*refused)
     return FactsResult(node.id, node.hostname, url, facts, None, now, True,
-                       fetched_mono=mono)
+                       fetched_mono=mono, facts_age_s=facts_age(got.headers))
+
+
+def facts_age(headers: Mapping[str, str]) -> float:
+    """The agent's ``FACTS_AGE_HEADER``, seconds; 0 where it sent none or no finite
+    number of seconds (an older agent, or garbage: its facts are taken as read now, as
+    before the header was read). Capped at a year: the age only makes facts stale."""
+    try:
+        age = float(headers.get(FACTS_AGE_HEADER.lower(), "0")[:32])
+    except ValueError:
+        return 0.0
+    return min(age, 365 * 86400.0) if math.isfinite(age) and age > 0 else 0.0
 
 
 def _host_refusal(node: SwarmNode, facts: NodeFacts, url: str, tls: bool,

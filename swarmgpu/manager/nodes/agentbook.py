@@ -65,7 +65,10 @@ class AgentBook:
         rec.url, rec.listening = result.url, result.listening
         rec.cause, rec.fix = result.cause, result.fix
         if result.facts is not None:
-            rec.last_ok, rec.ok_mono = result.fetched_at, result.fetched_mono
+            # (dated when the agent read them: it serves its last read while its source hangs)
+            age = result.facts_age_s
+            rec.last_ok = result.fetched_at - age
+            rec.ok_mono = None if result.fetched_mono is None else result.fetched_mono - age
             rec.failing_since = None
             rec.last_error = None
             rec.facts = result.facts
@@ -93,13 +96,14 @@ def stale_nodes(book: AgentBook, answered: Mapping[str, FactsResult],
     """The nodes whose agent did not answer this cycle (``answered``: the snapshot's)
     and whose last good facts, standing in for them, are ``max_age_s`` old or more
     (``health.node_lost_grace_s``: the age from which audit and the health policy call
-    the node failing). Placement adds nothing to them: their GPUs may be gone or taken
-    by now; what they hold is kept, their labels as they are."""
+    the node failing), and those whose agent answered with facts it read that long ago
+    (its source hangs: ``FactsResult.facts_age_s``). Placement adds nothing to them: their
+    GPUs may be gone or taken by now; what they hold is kept, their labels as they are."""
     return frozenset(
         nid for nid, res in answered.items()
-        if res.facts is None and (r := book.records.get(nid)) is not None
-        and r.facts is not None and (age := silent_s(r, res)) is not None
-        and age >= max_age_s)
+        if (res.facts_age_s >= max_age_s if res.facts is not None else
+            (r := book.records.get(nid)) is not None and r.facts is not None
+            and (age := silent_s(r, res)) is not None and age >= max_age_s))
 
 
 def silent_s(rec: AgentRecord, res: FactsResult) -> float | None:
