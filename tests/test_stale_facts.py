@@ -20,11 +20,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from support.forged import offline_daemon, victim_cluster
+from support.forged import held_labels, offline_daemon, victim_cluster
 from support.health import F2, U2, hold, mark, setup
 from support.health import plan as health_plan
 from support.loglines import log_lines
 from support.placement import DGX, FACTS, R4090, P, svc
+from support.rebalance import U2 as U2R
+from support.rebalance import node as rb_node
+from support.rebalance import running as rb_running
+from support.rebalance import service as rb_service
+from support.rebalance_fragmentation import HALF, WHOLE, two_half_used
+from support.rebalance_fragmentation import plan as frag_plan
 
 from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.model import FACTS_AGE_HEADER, NodeFacts
@@ -212,3 +218,20 @@ def test_facts_an_agent_read_long_ago_are_dated_when_read_and_stale_past_the_gra
     assert stale_nodes(book, {"n-4090": replace(res, facts_age_s=10.0)}, 300.0) == frozenset()
     for said in ("nan", "-5", "inf", "soon", ""):  # (not a finite age: read now, as before)
         assert facts_age({FACTS_AGE_HEADER.lower(): said}) == 0.0, said
+
+
+def test_fragmentation_moves_nothing_onto_a_node_whose_facts_are_stale() -> None:
+    """b would join a on gpu-node-1; gpu-node-1 stale: no move lands there (a may
+    leave it: a source still). A global share's same-node move lands on its own node's
+    GPUs: none where that node is stale."""
+    nodes, svcs, tasks = two_half_used()
+    assert [m.target_host for m in frag_plan(nodes, svcs, tasks)] == ["gpu-node-1"]
+    moves = frag_plan(nodes, svcs, tasks, stale=frozenset({"n1"}))
+    assert [(m.service, m.source_node, m.target_node) for m in moves] == [("a", "n1", "n2")]
+    n2 = {**held_labels("a", "n2", U2R[0], 500), **held_labels("g", "n2", U2R[1], 500)}
+    nodes = [rb_node("n1", "gpu-node-1", {}), rb_node("n2", "gpu-node-2", n2)]
+    svcs = [rb_service("a", {**HALF, f"{P}rebalance": "never"}),
+            rb_service("g", HALF, "global"), rb_service("w", WHOLE)]
+    tasks = [rb_running("a", "n2"), rb_running("g", "n2")]
+    assert [m.target_node for m in frag_plan(nodes, svcs, tasks)] == ["n2"]
+    assert frag_plan(nodes, svcs, tasks, stale=frozenset({"n2"})) == []
