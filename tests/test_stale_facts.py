@@ -6,8 +6,10 @@ new services onto GPUs those facts called free, though they may be gone or taken
 Facts ``health.node_lost_grace_s`` old or more (the age from which audit and the health
 policy call the node failing) are stale (``agentbook.stale_nodes``): placement adds
 nothing to the node, blocked as a paused node is, its holdings kept, its labels as they
-are; ``swarmgpu_nodes_facts_stale`` counts them, and the cycle's errors (/healthz) say
-it beside the agent's. Pure."""
+are; no rebalance move lands there (it is still a source); ``swarmgpu_nodes_facts_stale``
+counts them, and the cycle's errors (/healthz) say it beside the agent's. The age is the
+daemon's monotonic clock's, from when the agent read the facts (its X-Swarmgpu-Facts-Age);
+plan and audit say it from the daemon's record. Pure."""
 
 from __future__ import annotations
 
