@@ -514,3 +514,17 @@ def test_two_hostnames_cut_alike_in_the_table_show_their_ids() -> None:
     rows = render_table(audit(s), s, "swarmgpu.").splitlines()[1:3]
     assert [r.split("  ")[0].split(" worker")[0] for r in rows] == [
         "gpu-" + "x" * 33 + "... (id-0)", "gpu-" + "x" * 33 + "... (id-1)"], rows
+
+
+def test_an_unreachable_agents_finding_says_whether_its_last_facts_are_stale() -> None:
+    """The daemon's placement adds nothing to a node whose last good facts are
+    health.node_lost_grace_s old (agentbook.stale_nodes); audit, which has no stand-in
+    facts, says their age and which side of that bound they are on."""
+    s = snap(node(desired_labels(FACTS)), facts_ok=False)
+    saved = {"n1": {"failing_since": 1.0, "last_ok": 0.5}}
+    (fresh,) = audit(replace(s, taken_at=40.5), saved_agents=saved, node_lost_grace_s=300.0)
+    assert "its last good facts are 40s old: the daemon places on them until" in fresh.message
+    stale = audit(replace(s, taken_at=400.5), saved_agents=saved, node_lost_grace_s=300.0)
+    (f,) = [f for f in stale if f.kind == "unreachable"]
+    assert ("its last good facts are 400s old, health.node_lost_grace_s (300s) or more: "
+            "stale, the daemon places nothing new on it") in f.message, f.message

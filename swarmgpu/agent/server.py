@@ -74,7 +74,7 @@ from swarmgpu.core.httpguard import (
     query_cut,
 )
 from swarmgpu.core.httphead import HeadTooLarge, TooManyEmptyLines, read_head
-from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.model import FACTS_AGE_HEADER, NodeFacts
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.samples import GpuSample
 from swarmgpu.core.sdnotify import sd_notify, watchdog_s
@@ -173,7 +173,7 @@ class AgentServer(GuardedServer):
             body = {"error": "no facts read yet", "last_error": v.last_error}
             return HTTPStatus.SERVICE_UNAVAILABLE, {"Retry-After": "5"}, _json(body)
         facts = v.facts
-        headers = {"X-Swarmgpu-Facts-Age": f"{v.age_s or 0.0:.1f}",
+        headers = {FACTS_AGE_HEADER: f"{v.age_s or 0.0:.1f}",
                    "X-Swarmgpu-Facts-Stale": "1" if v.stale else "0"}
         if v.stale:
             why = v.last_error or "no refresh for longer than twice the refresh period"

@@ -255,9 +255,10 @@ def _snapshot(cfg: Config, tenants: Tenants | None) -> Any:
                    "GPU health and ungranted GPU access.")
 def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
-    from swarmgpu.manager.commands.plan import entries, plan_exit, render_plan
+    from swarmgpu.manager.commands.plan import entries, plan_exit, render_plan, silent_rows
     from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
     from swarmgpu.manager.cycle.preemption import plan_as_daemon
+    from swarmgpu.manager.nodes.agentbook import load_saved
     from swarmgpu.manager.nodes.gpuhealth import health_rows
     from swarmgpu.manager.rebalance.attribution import service_states
     from swarmgpu.manager.rebalance.record import moving
@@ -282,6 +283,8 @@ def plan(config_path: str | None, as_json: bool) -> None:
         p.services, moving(snap.services, snap.swarm_labels, cfg.sync.prefix), idle
     )
     p.services = [replace(sp, state=states.get(sp.name, sp.state)) for sp in p.services]
+    # no stand-in facts here: the age of a silent node's last ones, from the daemon's record
+    silent = silent_rows(snap, load_saved(cfg.state_dir), cfg.health.node_lost_grace_s)
     if as_json:
         click.echo(
             json.dumps(
@@ -294,6 +297,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
                     "ungranted": ungranted,
                     "unread_nodes": [n.unread for n in snap.nodes if n.unread],
                     "unkeyed": list(snap.unkeyed.said()),  # (swarm.unkeyed)
+                    "silent_agents": silent,
                 },
                 indent=2,
             )
@@ -309,6 +313,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
                 listen=cfg.http.listen,
                 unread=[*snap.unkeyed.said(), *(n.unread for n in snap.nodes if n.unread)],
                 nodes=[(n.hostname, n.id) for n in snap.nodes],
+                silent=silent,
             )
         )
     if code := plan_exit(p.services):

@@ -132,6 +132,12 @@ class Gpu:
         return out
 
 
+# The agent's /facts header: seconds since it read the facts it serves, on its own
+# monotonic clock (no skew with the reader's). An agent whose source hangs serves its last
+# read, that old (``agent.server``); the daemon dates the facts by it (``FactsResult``).
+FACTS_AGE_HEADER = "X-Swarmgpu-Facts-Age"
+
+
 @dataclass(frozen=True)
 class NodeFacts:
     """Everything swarmgpu knows about one node's GPUs, at one moment.

@@ -84,13 +84,15 @@ def plan(nodes: Sequence[SwarmNode], svcs: Sequence[SwarmService], tasks: Sequen
          f1: NodeFacts = F1, moving: frozenset[str] = frozenset(),
          unreadable: Mapping[str, str] | None = None,
          held: Mapping[tuple[str, str], tuple[str, int]] | None = None,
-         dropped: frozenset[tuple[str, str]] = frozenset()) -> Proposal:
+         dropped: frozenset[tuple[str, str]] = frozenset(),
+         stale: frozenset[str] = frozenset()) -> Proposal:
     """``held``: the GPUs preemptions hold (``Inputs.held``); ``dropped``: the entries
-    placement read as a removed namesake's (``Inputs.dropped``)."""
+    placement read as a removed namesake's (``Inputs.dropped``); ``stale``: the nodes whose
+    facts are stale (``Inputs.stale``)."""
     from swarmgpu.manager.placement import read_ledger
 
     inp = Inputs(nodes=nodes, services=svcs, tasks=tasks, facts={"n1": f1, "n2": f2},
                  ledger=read_ledger(nodes, P), gpus={}, node_signals={}, cfg=cfg, now=1000.0,
                  prefix=P, moving=moving, unreadable=unreadable or {}, held=held or {},
-                 dropped=dropped)
+                 dropped=dropped, stale=stale)
     return plan_moves(inp, h if h is not None else HealthInputs(left=2))

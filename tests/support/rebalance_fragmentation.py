@@ -38,13 +38,14 @@ def plan(nodes: list[SwarmNode], svcs: list[SwarmService], tasks: list[SwarmTask
          cfg: RebalanceConfig = CFG, workload: tuple[TypicalTask, ...] | None = None,
          moving: frozenset[str] = frozenset(),
          held: Mapping[tuple[str, str], tuple[str, int]] | None = None,
-         held_shares: Mapping[tuple[str, str], int] | None = None) -> list[Move]:
+         held_shares: Mapping[tuple[str, str], int] | None = None,
+         stale: frozenset[str] = frozenset()) -> list[Move]:
     """``held``: the GPUs preemptions hold (``Inputs.held``); ``held_shares``: of those,
-    stopping tasks' shares (``Inputs.held_shares``)."""
+    stopping tasks' shares (``Inputs.held_shares``); ``stale``: ``Inputs.stale``."""
     sig = Signals(cfg)
     times = [float(t) for t in range(13)]
     feed(sig, nodes, times, {})  # every GPU idle and known
     inp = Inputs(nodes, svcs, tasks, FACTS, read_ledger(nodes, P), sig.gpus, sig.nodes, cfg,
                  times[-1], (), P, workload, moving, held=held or {},
-                 held_shares=held_shares or {})
+                 held_shares=held_shares or {}, stale=stale)
     return plan_moves(inp).moves

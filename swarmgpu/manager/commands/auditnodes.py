@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from swarmgpu.core.labelkeys import usable_label_key
+from swarmgpu.manager.nodes.agentbook import facts_age_said, saved_age
 from swarmgpu.manager.nodes.gpuhealth import failing_why
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.nodes.sync import Snapshot
@@ -91,17 +92,17 @@ def node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[s
             since = saved.get("failing_since")
             when = f" since {_when(since)}" if since is not None else ""
             last = saved.get("last_ok")
+            lost = saved_age(saved, snap.taken_at)
             good = (f"last good facts {_when(last)}" if last is not None else
                     "no good facts on record (the daemon's state_dir holds none for this "
                     "node)")
+            if lost is not None:  # what placement makes of them (agentbook.stale_nodes)
+                good += f", {facts_age_said(lost, node_lost_grace_s)}"
             out.append(Finding(
                 "unreachable", h,
                 f"{state}{when}; {good}; labels kept as they are "
                 f"({res.error if res else 'not fetched'}){down}",
             ))
-            last_ok = saved.get("last_ok")
-            lost = (max(0.0, snap.taken_at - float(last_ok))
-                    if isinstance(last_ok, (int, float)) else None)
             why = failing_why(0, 0, lost, node_lost_grace_s)
             if why is not None:
                 out.append(_failing(h, why))

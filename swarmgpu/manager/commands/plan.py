@@ -15,6 +15,8 @@ from typing import Any
 
 from swarmgpu.core.peertext import ID_WIDTH, cell, text_line
 from swarmgpu.manager.commands.movenames import failing_entry, move_names
+from swarmgpu.manager.nodes.agentbook import facts_age_said, saved_age
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import ServicePlan
 from swarmgpu.manager.placement.records import failed_names, unread_names
 from swarmgpu.manager.web.cluster_view import ungranted_lines, workload_lines
@@ -30,12 +32,14 @@ def render_plan(
     listen: str,
     unread: Sequence[str] = (),
     nodes: Sequence[tuple[str, str]] = (),
+    silent: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """``health``: ``gpuhealth.health_rows``; ``moves``: the daemon's move document, or
     None when it cannot be reached (at ``listen``); ``unread``: the nodes placed on and
     written to by none (``SwarmNode.unread``), and the nodes and services the lists left
     out (``swarm.unkeyed``), each its message; ``nodes``: the swarm's (hostname, ID)
-    pairs, which name a move's or failing node whose cut hostname another's reads as."""
+    pairs, which name a move's or failing node whose cut hostname another's reads as;
+    ``silent``: ``silent_rows``."""
     lines = [] if services else ["no service carries a swarmgpu GPU request"]
     # hostnames cut alike on nodes of their own: each placement there names its node
     ids: dict[str, set[str]] = {}
@@ -50,6 +54,7 @@ def render_plan(
         f"GPU health: {cell(r['node'])} GPU {r['gpu']} {r['uuid']}: {r['health']}" for r in health
     ]  # failed GPUs are given to nothing (docs/health.md)
     lines += list(unread)
+    lines += [f"{cell(r['hostname'])}: {r['said']}" for r in silent]
     lines += _move_lines(moves, listen, [*nodes, *((pl.hostname, pl.node_id)
                                                    for sp in services for pl in sp.placements)])
     unread_specs = unread_names(services)
@@ -64,6 +69,29 @@ def render_plan(
         lines.append(f"planning failed for {', '.join(failed)}: a swarmgpu fault, "
                      "report it with the daemon's log (exit 1)")
     return "\n".join(text_line(line) for line in lines)
+
+
+def silent_rows(snap: Snapshot, saved: Mapping[str, Any], max_age_s: float,
+                ) -> list[dict[str, Any]]:
+    """The nodes whose agent did not answer this read and whose last good facts the
+    daemon's saved record (``agentbook.load_saved``) dates: node, hostname, last_ok, age_s,
+    stale (``health.node_lost_grace_s``, ``max_age_s``, or more: the daemon places nothing
+    new there) and said. Within the bound the daemon places on those facts, which it does
+    not save: this plan, with none, places nothing there, and says so."""
+    rows: list[dict[str, Any]] = []
+    for n in snap.nodes:
+        res, rec = snap.facts.get(n.id), saved.get(n.id)
+        if res is None or res.facts is not None or not isinstance(rec, Mapping):
+            continue
+        age = saved_age(rec, snap.taken_at)
+        if age is None:
+            continue
+        said = f"agent silent ({res.cause or 'no facts'}); {facts_age_said(age, max_age_s)}"
+        if age < max_age_s:
+            said += "; this plan has none of them (not saved) and places nothing there"
+        rows.append({"node": n.id, "hostname": n.hostname, "last_ok": rec["last_ok"],
+                     "age_s": round(age, 1), "stale": age >= max_age_s, "said": said})
+    return rows
 
 
 def plan_exit(services: Sequence[ServicePlan]) -> int:

@@ -529,8 +529,8 @@ class PlacementStep(Step):
             self.planner = new_planner(cfg, host.swarm, snap.services)
             logger.info("placement: workload model {}", self.planner.model.summary())
         planner = self.planner
+        # (label sync counts them: swarmgpu_nodes_facts_stale)
         planner.cluster.stale = stale_nodes(host.book, snap.facts, cfg.health.node_lost_grace_s)
-        host.metrics.facts_stale.set(len(planner.cluster.stale))
         plan = make_plan(snap, cfg, session.facts, planner=planner, nominated=self.nominated())
         session.placement = plan
         session.planner = planner

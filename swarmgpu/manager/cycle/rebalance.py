@@ -32,6 +32,7 @@ from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.stop import read_cut
+from swarmgpu.manager.nodes.agentbook import stale_nodes
 from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, read_ledger
@@ -217,7 +218,9 @@ class Rebalancer(Step):
                      generic_kind=self.generic_kind,
                      held=self.held(noms, plan) | held_gpus(alone),
                      held_shares=self.held_shares(noms, plan, alone),
-                     stopping=snap.stopping)
+                     stopping=snap.stopping,
+                     stale=stale_nodes(self.host.book, snap.facts,
+                                       self.health.node_lost_grace_s))
         if planner is not None:  # placement's next cycle keeps failed holdings for us
             planner.keep_failed_holdings(self.keeps if self.health_on else None)
         prop = plan_moves(inp, self.health_inputs(snap))

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
-from swarmgpu.core.model import FactsError, NodeFacts
+from swarmgpu.core.model import FACTS_AGE_HEADER, FactsError, NodeFacts
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.engine.stop import NotRead, StopRequest, read_cut, read_each, read_some
 from swarmgpu.manager.nodes import boundedhttp
@@ -33,6 +34,13 @@ class FactsResult:
     listening: bool = False  # something accepted the connection on the agent's port
     cause: str = ""  # short: what answered instead of the facts (status, the map's badge)
     fix: str = ""  # the one line to do about it
+    # ``time.monotonic()`` at the fetch: how long a node is silent, within this process,
+    # whatever the wall clock does meanwhile (NTP's step, a hand ``date -s``). None: not
+    # known (built by hand), ``fetched_at`` counts.
+    fetched_mono: float | None = None
+    # How old the agent said its facts were (``FACTS_AGE_HEADER``): read that long before
+    # the fetch (an agent whose source hangs serves its last read); 0 without the header.
+    facts_age_s: float = 0.0
 
 
 # What to do, by what answered (boundedhttp's kinds, and the checks after the answer).
@@ -106,14 +114,15 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
     """
     real_url = agent_base_url(node, cfg).rstrip("/") + "/facts"
     url = redact(real_url)  # every message and the result carry no credentials
-    now = time.time()
+    now, mono = time.time(), time.monotonic()
 
     def fail(msg: str, cause: str = "", fix: str = _FIX_OTHER,
              listening: bool = True) -> FactsResult:
         # Parts of msg came from the agent: cut and cleaned before anyone logs or stores it.
         cause = peer_text(cause or msg.removeprefix(f"agent at {url} "), 160)
         return FactsResult(node.id, node.hostname, url, None,
-                           f"{peer_text(msg)}; fix: {fix}", now, listening, cause, fix)
+                           f"{peer_text(msg)}; fix: {fix}", now, listening, cause, fix,
+                           mono)
 
     headers = {"Authorization": f"Bearer {token}"} if token else None
     deadline_s = read_deadline(cfg.timeout_s)  # (within the daemon's cycle: its budget's)
@@ -163,7 +172,19 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
     refused = _host_refusal(node, facts, url, tls is not None)
     if refused is not None:
         return fail(*refused)
-    return FactsResult(node.id, node.hostname, url, facts, None, now, True)
+    return FactsResult(node.id, node.hostname, url, facts, None, now, True,
+                       fetched_mono=mono, facts_age_s=facts_age(got.headers))
+
+
+def facts_age(headers: Mapping[str, str]) -> float:
+    """The agent's ``FACTS_AGE_HEADER``, seconds; 0 where it sent none or no finite
+    number of seconds (an older agent, or garbage: its facts are taken as read now, as
+    before the header was read). Capped at a year: the age only makes facts stale."""
+    try:
+        age = float(headers.get(FACTS_AGE_HEADER.lower(), "0")[:32])
+    except ValueError:
+        return 0.0
+    return min(age, 365 * 86400.0) if math.isfinite(age) and age > 0 else 0.0
 
 
 def _host_refusal(node: SwarmNode, facts: NodeFacts, url: str, tls: bool,

@@ -28,6 +28,7 @@ ERROR_LIMIT = 800
 class AgentRecord:
     hostname: str
     last_ok: float | None = None
+    ok_mono: float | None = None  # ``FactsResult.fetched_mono`` of the last good facts
     failing_since: float | None = None
     last_error: str | None = None
     facts: NodeFacts | None = None
@@ -64,7 +65,10 @@ class AgentBook:
         rec.url, rec.listening = result.url, result.listening
         rec.cause, rec.fix = result.cause, result.fix
         if result.facts is not None:
-            rec.last_ok = result.fetched_at
+            # (dated when the agent read them: it serves its last read while its source hangs)
+            age = result.facts_age_s
+            rec.last_ok = result.fetched_at - age
+            rec.ok_mono = None if result.fetched_mono is None else result.fetched_mono - age
             rec.failing_since = None
             rec.last_error = None
             rec.facts = result.facts
@@ -92,13 +96,44 @@ def stale_nodes(book: AgentBook, answered: Mapping[str, FactsResult],
     """The nodes whose agent did not answer this cycle (``answered``: the snapshot's)
     and whose last good facts, standing in for them, are ``max_age_s`` old or more
     (``health.node_lost_grace_s``: the age from which audit and the health policy call
-    the node failing). Placement adds nothing to them: their GPUs may be gone or taken
-    by now; what they hold is kept, their labels as they are."""
+    the node failing), and those whose agent answered with facts it read that long ago
+    (its source hangs: ``FactsResult.facts_age_s``). Placement adds nothing to them: their
+    GPUs may be gone or taken by now; what they hold is kept, their labels as they are."""
     return frozenset(
         nid for nid, res in answered.items()
-        if res.facts is None and (r := book.records.get(nid)) is not None
-        and r.facts is not None and r.last_ok is not None
-        and res.fetched_at - r.last_ok >= max_age_s)
+        if (res.facts_age_s >= max_age_s if res.facts is not None else
+            (r := book.records.get(nid)) is not None and r.facts is not None
+            and (age := silent_s(r, res)) is not None and age >= max_age_s))
+
+
+def silent_s(rec: AgentRecord, res: FactsResult) -> float | None:
+    """Seconds from ``rec``'s last good facts to the fetch ``res``; None where it had
+    none. Counted on the monotonic clock where both fetches carry it: on the wall clock, one
+    stepped back an hour kept a node silent for longer than that unstale for the hour, and
+    one stepped forward made a node stale that had missed one answer."""
+    if rec.ok_mono is not None and res.fetched_mono is not None:
+        return res.fetched_mono - rec.ok_mono
+    return None if rec.last_ok is None else res.fetched_at - rec.last_ok
+
+
+def facts_age_said(age_s: float, max_age_s: float) -> str:
+    """What a silent node's last good facts ``age_s`` old mean to the daemon's placement
+    (``stale_nodes``; ``max_age_s``: ``health.node_lost_grace_s``), for the commands that
+    read its saved record (audit, plan): they have no stand-in facts of their own."""
+    if age_s >= max_age_s:
+        return (f"its last good facts are {age_s:.0f}s old, health.node_lost_grace_s "
+                f"({max_age_s:g}s) or more: stale, the daemon places nothing new on it")
+    return (f"its last good facts are {age_s:.0f}s old: the daemon places on them until they "
+            f"are health.node_lost_grace_s ({max_age_s:g}s) old")
+
+
+def saved_age(saved: Mapping[str, Any], now: float) -> float | None:
+    """Seconds from a saved record's last good facts (``load_saved``'s entry) to ``now``
+    (wall clock: another process wrote it); None without them."""
+    last_ok = saved.get("last_ok")
+    if isinstance(last_ok, bool) or not isinstance(last_ok, (int, float)):
+        return None
+    return max(0.0, now - float(last_ok))
 
 
 def load_saved(state_dir: str) -> dict[str, dict[str, Any]]:

@@ -17,7 +17,7 @@ import socket
 import ssl
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import SplitResult, urlsplit
 
 from swarmgpu.core.healthcheck import HTTPS_ONLY_HEADER
@@ -67,6 +67,7 @@ class Fetched:
     body: bytes
     peer_cn: str | None = None  # the verified certificate's CN (HTTPS with verification)
     peer_cert: Mapping[str, object] | None = None  # all of it, as getpeercert() decodes it
+    headers: Mapping[str, str] = field(default_factory=dict)  # names in lower case
 
 
 def peer_common_name(cert: Mapping[str, object] | None) -> str | None:
@@ -215,7 +216,7 @@ def get(
         sock.settimeout(_left(deadline))
         sock.sendall(request)
         got = _read_response(sock, deadline, max_bytes, peer_cn)
-        return Fetched(got.status, got.body, got.peer_cn, peer_cert)
+        return Fetched(got.status, got.body, got.peer_cn, peer_cert, got.headers)
     except OSError as exc:
         if isinstance(exc, TimeoutError):
             raise Deadline() from None
@@ -385,13 +386,13 @@ def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
         if dechunker is not None:
             got = dechunker.parse(buf, closed=not chunk)
             if got is not None:
-                return Fetched(status, got, peer_cn)
+                return Fetched(status, got, peer_cn, None, hdrs)
             if not chunk:
                 raise FetchError("closed the connection in the middle of the body")
             continue
         if length is not None and size >= length:
-            return Fetched(status, bytes(buf[body_at:body_at + length]), peer_cn)
+            return Fetched(status, bytes(buf[body_at:body_at + length]), peer_cn, None, hdrs)
         if not chunk:
             if length is not None:
                 raise FetchError("closed the connection in the middle of the body")
-            return Fetched(status, bytes(buf[body_at:]), peer_cn)
+            return Fetched(status, bytes(buf[body_at:]), peer_cn, None, hdrs)

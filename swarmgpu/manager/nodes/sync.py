@@ -201,9 +201,10 @@ def fetch_agents(
     try:
         auth = agent_auth(swarm, cfg.agents)
     except (IdentityError, SwarmError, OSError) as exc:
-        now = time.time()
+        now, mono = time.time(), time.monotonic()
         msg = f"agent identity unusable: {exc}"
-        return {n.id: FactsResult(n.id, n.hostname, "", None, msg, now) for n in nodes}
+        return {n.id: FactsResult(n.id, n.hostname, "", None, msg, now, fetched_mono=mono)
+                for n in nodes}
     return fetch_all(nodes, cfg.agents, auth.tls, auth.token, stop, missed)
 
 
@@ -343,11 +344,20 @@ class LabelSync:
             self._write_now(todo, snapshot, report)
         self._warn_uuid_conflicts(snapshot)
         self._agent_service_missing(snapshot, any_gpu)
-        self.metrics.agents_unreachable.set(unreachable)
-        self.metrics.nodes_gpus_unread.set(unread)
-        self.metrics.held_changes.set(held)
+        self._count(snapshot, unreachable, unread, held)
         self._identity_off()
         return report
+
+    def _count(self, snapshot: Snapshot, unreachable: int, unread: int, held: int) -> None:
+        """This cycle's node gauges. The stale facts' too: counted here, every cycle as
+        leader, not by placement's step, which ``placement.enabled: false`` leaves out
+        (the gauge read 0 while the cycle's errors said them stale)."""
+        m = self.metrics
+        m.agents_unreachable.set(unreachable)
+        m.nodes_gpus_unread.set(unread)
+        m.held_changes.set(held)
+        m.facts_stale.set(len(stale_nodes(self.book, snapshot.facts,
+                                          self.cfg.health.node_lost_grace_s)))
 
     def _apply_health(self, snapshot: Snapshot) -> dict[str, NodeFacts | None]:
         """GPU health states (docs/health.md) applied to ``snapshot``'s facts: a failed

@@ -204,8 +204,8 @@ class ClusterAllocator:
                 "node {}: {}", n.hostname,
                 "its agent's last facts are health.node_lost_grace_s old: nothing new is "
                 "placed on it (what it holds is kept, its labels as they are) until its "
-                "agent answers" if nid in self.stale else
-                "its agent answers again: placement may add to it")
+                "agent answers with fresh ones" if nid in self.stale else
+                "its agent answers with fresh facts: placement may add to it")
         self._stale_was = self.stale & self.nodes.keys()
 
     def _sync_cpu_node(self, n: SwarmNode, f: NodeFacts | None, rank: int,

@@ -134,6 +134,10 @@ class Inputs:
     # Tasks Swarm is stopping that still use their node (``placement.keys.stopping``):
     # their CPU and memory count where they are; none of them is a task of its service.
     stopping: Sequence[SwarmTask] = ()
+    # Nodes whose agent's last facts are stale (``agentbook.stale_nodes``): no move's
+    # target, as placement adds nothing there; still a source (the health policy moves
+    # holders off a lost node).
+    stale: AbstractSet[str] = frozenset()
 
 
 FAILED_WHY = ("its placement failed this cycle (plan status failed): nothing is written "
@@ -467,6 +471,8 @@ class Context:
         alloc = ClusterAllocator(inp.nodes, inp.facts, lg, prefix=inp.prefix,
                                  tasks=inp.tasks if moves is not None else (),
                                  generic_kind=inp.generic_kind, agents=inp.agents)
+        for nid in [n for n in inp.stale if n in alloc.alloc.nodes]:
+            alloc.alloc.set_blocked(nid, True)  # its holdings stay committed: a source
         if moves is None:
             return alloc
         for t in inp.stopping:  # used where they are until they stop; no holding's task

@@ -194,8 +194,10 @@ def propose(ctx: Context, own: FragmentationConfig) -> None:
     low = {nid for nid, p in pct.items() if p < cfg.spread.low_pct and ctx.node_known(nid)}
 
     def node_ok(node: NodeState) -> bool:
+        # (blocked: one whose facts are stale, ``Inputs.stale``; a same-node move's too)
         n = ctx.nodes.get(node.spec.name)
-        return n is not None and schedulable(n) and ctx.node_known(node.spec.name)
+        return (n is not None and schedulable(n) and not node.blocked
+                and ctx.node_known(node.spec.name))
 
     def gpu_ok(node: NodeState, i: int) -> bool:  # (the pass's earlier moves' load too)
         nid = node.spec.name
