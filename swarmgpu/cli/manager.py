@@ -591,10 +591,11 @@ def _render_errors(stack_file: str, errors: list[str]) -> NoReturn:
 @click.option("--config", "config_path", default=None, type=ConfigPath(), help=CONFIG_HELP)
 @click.option("--json", "as_json", is_flag=True,
               help="The document /api/v1/cluster serves (schema swarmgpu.cluster/v1), built "
-              "here; last_cycle and last_cycle_at are null: this command runs no cycle of "
-              "the daemon's (its /healthz says how its last ended).")
+              "here; last_cycle and last_cycle_at read from the daemon's /healthz on "
+              "http.listen, null where none answers there (last_cycle_unread says why).")
 def status(config_path: str | None, as_json: bool) -> None:
     """The cluster at a glance: nodes x GPUs, memory, holders, pending requests."""
+    from swarmgpu.cli.lastcycle import last_cycle
     from swarmgpu.manager.commands.audit import audit as run_audit
     from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
     from swarmgpu.manager.cycle.preemption import plan_as_daemon
@@ -629,9 +630,9 @@ def status(config_path: str | None, as_json: bool) -> None:
         generic_resource_kind=cfg.placement.generic_resource_kind,
         agent_service=cfg.agents.service,
     )
-    # The daemon sets these on each answer (observe.current); this process runs none of
-    # its cycles and reads none of its state: null, as the daemon's before its first.
-    doc.update(last_cycle=None, last_cycle_at=None)
+    # The daemon keeps these in memory (observe.current); this process runs none of its
+    # cycles: they are the daemon's own words, from its /healthz.
+    doc.update(last_cycle(cfg))
     click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc))
 
 
