@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -336,24 +337,33 @@ def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+# Swarm names a stack's services and networks STACK_NAME and takes only a DNS name
+# component (swarmkit's validateAnnotations): the stack name's part of that rule, with
+# room for "_" and a one-letter service within its 63.
+_SWARM_STACK = re.compile(r"[a-zA-Z0-9][-_a-zA-Z0-9]{0,60}", re.ASCII)
+
+
 def _stack_name(given: str | None, first_file: str) -> str:
     """-n, else the first file's name up to its first dot. One docker stack deploy
-    refuses (empty, or only spaces and quotes: docker/cli's validateStackName) is
-    refused, exit 2: -n '' fell back to the file's name, silently."""
+    refuses is refused, exit 2: empty, or only spaces and quotes (docker/cli's
+    validateStackName; -n '' fell back to the file's name, silently), or one Swarm
+    refuses its services' names for ('bad name' passed --check, the deploy failed)."""
     from swarmgpu.core.peertext import escaped
 
     name = given if given is not None else Path(first_file).stem.split(".")[0]
+    said = f"-n {given!r}" if given is not None else \
+        f"{escaped(first_file)} (no -n): its name gives {name!r}"
     if all(c.isspace() or c in "'\"" for c in name):
-        said = f"{escaped(first_file)} (no -n): its name gives {name!r}"
-        if given is not None:
-            said = f"-n {given!r}"
-        click.echo(
-            f"swarmgpu render: {said}: invalid stack name (docker stack deploy refuses one "
-            "empty or of only spaces and quotes); give the name you deploy it with: -n NAME",
-            err=True,
-        )
-        sys.exit(2)
-    return name
+        why = "docker stack deploy refuses one empty or of only spaces and quotes"
+    elif not _SWARM_STACK.fullmatch(name):
+        why = ("Swarm names its services and networks NAME_SERVICE and refuses each not "
+               "valid as a DNS name component: ASCII letters and digits, '-' or '_' "
+               "between them, at most 63 in all")
+    else:
+        return name
+    click.echo(f"swarmgpu render: {said}: invalid stack name ({why}); give the name you "
+               "deploy it with: -n NAME", err=True)
+    sys.exit(2)
 
 
 @click.command()
