@@ -40,7 +40,7 @@ class Healthz(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def daemon() -> Iterator[ThreadingHTTPServer]:
+def healthz() -> Iterator[ThreadingHTTPServer]:
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Healthz)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield srv
@@ -62,18 +62,18 @@ def _status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, port: int) -> dict[
 
 
 def test_status_json_says_the_daemons_last_cycle_from_its_healthz(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, daemon: ThreadingHTTPServer) -> None:
-    doc = _status(tmp_path, monkeypatch, daemon.server_address[1])
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, healthz: ThreadingHTTPServer) -> None:
+    doc = _status(tmp_path, monkeypatch, healthz.server_address[1])
     assert doc["last_cycle"] == "over_budget", doc.get("last_cycle_unread")
     assert doc["last_cycle_at"] == HEALTH["last_cycle_at"]
     assert doc["last_cycle_unread"] is None
 
 
 def test_status_json_without_a_daemon_says_why_last_cycle_is_null(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, daemon: ThreadingHTTPServer) -> None:
-    port = daemon.server_address[1]
-    daemon.shutdown()
-    daemon.server_close()  # nothing listens there now
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, healthz: ThreadingHTTPServer) -> None:
+    port = healthz.server_address[1]
+    healthz.shutdown()
+    healthz.server_close()  # nothing listens there now
     doc = _status(tmp_path, monkeypatch, port)
     assert doc["last_cycle"] is None and doc["last_cycle_at"] is None
     why = doc["last_cycle_unread"]
@@ -85,9 +85,9 @@ def test_status_json_without_a_daemon_says_why_last_cycle_is_null(
     {"status": "ok"}, {"last_cycle": "fine", "last_cycle_at": 1.0},
     {"last_cycle": "ok", "last_cycle_at": "noon"}, ["not", "a", "document"]])
 def test_a_healthz_of_no_form_the_daemon_gives_is_not_taken(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, daemon: ThreadingHTTPServer,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, healthz: ThreadingHTTPServer,
         said: object) -> None:
     monkeypatch.setattr(Healthz, "said", json.dumps(said).encode())
-    doc = _status(tmp_path, monkeypatch, daemon.server_address[1])
+    doc = _status(tmp_path, monkeypatch, healthz.server_address[1])
     assert doc["last_cycle"] is None and doc["last_cycle_at"] is None
     assert "healthz answered" in doc["last_cycle_unread"], doc["last_cycle_unread"]
