@@ -454,3 +454,15 @@ def test_cli_a_stack_name_swarm_takes_passes(tmp_path: Path, name: str) -> None:
     res = CliRunner().invoke(main, ["render", "--check", str(src), "-n", name],
                              env={"DOCKER_HOST": NO_DOCKER})
     assert "invalid stack name" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(("name", "svc", "said"), [
+    ("x" * 59, "vllm", "[64 characters] is no Swarm service name"),
+    ("ai", "a.b", "'ai_a.b' is no Swarm service name")])
+def test_a_service_whose_swarm_name_swarm_refuses_is_an_error(
+        name: str, svc: str, said: str) -> None:
+    """Each service is created as STACK_SERVICE: one past 63 characters, or with a dot
+    (docker/cli's schema takes a.b), was refused by Swarm at deploy, not by --check."""
+    errors = check_stack(f"services:\n  {svc}:\n    image: nginx\n", stack_name=name).errors
+    assert [e for e in errors if said in e and e.startswith(f"services.{svc}: ")], errors
+    assert check_stack(f"services:\n  {svc}:\n    image: nginx\n").errors == []
