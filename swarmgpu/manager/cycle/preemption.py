@@ -15,7 +15,8 @@ safety and the writes:
 * cooldown per victim (``victim_cooldown_s``, from its last preemption, by service ID:
   kept in Swarm in its ``<p>state.preempted`` label and here; the label counts only when
   the hour on the swarm object has a victim stopped at its time, as a stack can write it
-  too; a victim whose move rolled back preempted nothing: ``victimback``) and a settle
+  too; a victim whose move rolled back preempted nothing, nor is it spent in the hour
+  where no task of it stopped: ``victimback``) and a settle
   time per preemptor (``settle_s``): a preemptor still pending after its victims were
   stopped stops no more until it has passed, their GPUs held for it meanwhile
   (``nominated``, never a label; ``placement.nominated``), and while a victim's move is
@@ -86,7 +87,7 @@ from swarmgpu.manager.cycle.preempt_notes import (
     raised_note,
     unread_note,
 )
-from swarmgpu.manager.cycle.victimback import rolled_back
+from swarmgpu.manager.cycle.victimback import MoveSpent, ran_on, rolled_back, undone
 from swarmgpu.manager.cycle.victimspec import unread_victims
 from swarmgpu.manager.cycle.victimstop import close_gates, names
 from swarmgpu.manager.engine.actuator import Writes
@@ -154,6 +155,7 @@ class Preempter:
         self.unknown = UnknownVictims()  # preemptors held back by a queue's unknown use
         self.moving: dict[str, set[str]] = {}  # preemptor -> each victim it had moved
         self.left: dict[str, tuple[str, str]] = {}  # victim moved -> its id, the node it left
+        self.left_spent: dict[str, MoveSpent] = {}  # and its count (``victimback.undone``)
         self.mover: Mover | None = None
         self.waits: SaidOnce[str] = SaidOnce()  # moves said to wait for the move budgets
         self.unread: dict[str, str] = {}  # holders never chosen: their specs' faults
@@ -264,6 +266,11 @@ class Preempter:
                 self.spent.release(now, tenant, back)
             self._took_cut(p, landed, self.clock() if mono is None else mono)
             raise
+        finally:  # (those under way now, cut or not: each was counted at ``now``)
+            for v in p.victims:
+                if v.service in self.moving.get(p.service, set()) - was:
+                    self.left_spent[v.service] = MoveSpent(
+                        now, tenant, ran_on(snap.tasks, v.service_id, p.node_id))
 
     def _act_on(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan, p: Preemption,
                 tenant: str, now: float, waits: list[tuple[str, str, Move]],
@@ -358,7 +365,9 @@ class Preempter:
             snap.services, fresh, self.prefix, snap.services_left_out)
         holders = holdings_by_node(snap.nodes, self.prefix, plan.dropped)  # (as placement's)
         back = rolled_back(self.left, in_move, holders, snap.services)  # preempted nothing
+        undone(self.spent, self.left, back, self.left_spent, snap.tasks)  # no task stopped
         self.left = {v: at for v, at in self.left.items() if v in in_move}
+        self.left_spent = {v: m for v, m in self.left_spent.items() if v in self.left}
         self.victim_at = {i: at for i, at in self.victim_at.items()
                           if mono - at < pc.victim_cooldown_s and i not in back}
         self.preemptor_at = {n: at for n, at in self.preemptor_at.items()
