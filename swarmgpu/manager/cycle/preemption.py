@@ -106,7 +106,7 @@ from swarmgpu.manager.placement.nominated import (
     stops_waited,
 )
 from swarmgpu.manager.placement.preempt import Candidate, Preemption, choose_preemptions
-from swarmgpu.manager.placement.preempted import preempted_state
+from swarmgpu.manager.placement.preempted import recorded_cooling
 from swarmgpu.manager.placement.preemptview import holdings_by_node
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import Move, Trigger
@@ -378,17 +378,10 @@ class Preempter:
         self.unread = unread_victims(snap.services, {svc for per in holders.values()
                                                      for svc in per})
         cooling |= self.unread.keys()
-        # The record in Swarm counts too (a new leader), but it is a label on the victim's
-        # own spec, which its stack writes: it counts only when the hour on the swarm
-        # object (written by managers alone) has a victim stopped in that second, so a
-        # record a stack made up (a time far ahead, or refreshed by each re-deploy) buys
-        # no immunity from preemption.
-        stopped_at = {round(t) for t in self.spent.all}
-        for s in snap.services:  # a time Swarm keeps: the wall clock's
-            st = preempted_state(s.labels, self.prefix)
-            if (st is not None and now - st.at < pc.victim_cooldown_s
-                    and round(st.at) in stopped_at):
-                cooling.add(s.name)
+        # The record in Swarm counts too (a new leader), checked against the hour and
+        # the ledger (a stack writes its own spec; a gate never closed stopped nothing)
+        cooling |= recorded_cooling(snap.services, self.prefix, now, pc.victim_cooldown_s,
+                                    self.spent.all, holders)
         settling = set(self.preemptor_at)
         self.moving = {p: vs & in_move for p, vs in self.moving.items()
                        if vs & in_move and not self._recreated(p, snap)}

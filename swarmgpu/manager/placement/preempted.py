@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from swarmgpu.swarm.client import SwarmService
@@ -63,6 +63,30 @@ def preempted_state(labels: Mapping[str, str], prefix: str) -> Preempted | None:
         return None
     # JSON reads Infinity, NaN and 1e999 too: no preemption happened at such a time
     return st if math.isfinite(st.at) else None
+
+
+def recorded_cooling(services: Sequence[SwarmService], prefix: str, now: float,
+                     cooldown_s: float, stopped: Iterable[float],
+                     holders: Mapping[str, Mapping[str, object]]) -> set[str]:
+    """The services whose record says they were preempted less than ``cooldown_s``
+    before ``now`` (wall clock), as a new leader knows its victims' cooldowns. The
+    record is a label on the victim's own spec, which its stack writes: it counts only
+    when the hour on the swarm object (``stopped``: its seconds, written by managers
+    alone) has a victim stopped in that second, so a record a stack made up (a time far
+    ahead, or refreshed by each re-deploy) buys no immunity; and only where the victim
+    no longer holds the node it names (``holders``: node -> the services its ledger
+    holds, as this cycle reads it): there its spec write landed but its gate never
+    closed (a gate write that failed, a later victim's spec write that did), its task
+    never stopped. Elsewhere it may hold still (one replica stopped of several)."""
+    seconds = {round(t) for t in stopped}
+    out: set[str] = set()
+    for s in services:
+        st = preempted_state(s.labels, prefix)
+        if st is None or now - st.at >= cooldown_s or s.name in holders.get(st.node_id, {}):
+            continue
+        if round(st.at) in seconds:
+            out.add(s.name)
+    return out
 
 
 def _held(got: object) -> tuple[str, ...] | None:
