@@ -84,7 +84,11 @@ def recorded_cooling(services: Sequence[SwarmService], prefix: str, now: float,
         st = preempted_state(s.labels, prefix)
         if st is None or now - st.at >= cooldown_s or s.name in holders.get(st.node_id, {}):
             continue
-        if round(st.at) in seconds:
+        # Stored to the millisecond, a stop's time reads back as the second after the
+        # hour's (half a millisecond before the half second of an odd second: round()
+        # takes x.5 to the even one); either second the hour may hold counts.
+        near = {math.floor(st.at), math.ceil(st.at)} if st.at % 1 == 0.5 else set()
+        if seconds & ({round(st.at)} | near):
             out.add(s.name)
     return out
 
