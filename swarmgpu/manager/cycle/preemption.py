@@ -76,7 +76,8 @@ from loguru import logger
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
-from swarmgpu.manager.cycle.placement import make_plan, new_planner, one_shot_nominations
+from swarmgpu.manager.cycle.oneshot_holds import one_shot_nominations
+from swarmgpu.manager.cycle.placement import make_plan, new_planner
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
 from swarmgpu.manager.cycle.preempt_hour import HourStore
 from swarmgpu.manager.cycle.preempt_notes import (

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from swarmgpu.swarm.client import SwarmService
@@ -78,19 +79,32 @@ def recorded_cooling(services: Sequence[SwarmService], prefix: str, now: float,
     holds, as this cycle reads it): there its spec write landed but its gate never
     closed (a gate write that failed, a later victim's spec write that did), its task
     never stopped. Elsewhere it may hold still (one replica stopped of several)."""
-    seconds = {round(t) for t in stopped}
+    seconds = hour_seconds(stopped)
     out: set[str] = set()
     for s in services:
         st = preempted_state(s.labels, prefix)
         if st is None or now - st.at >= cooldown_s or s.name in holders.get(st.node_id, {}):
             continue
-        # Stored to the millisecond, a stop's time reads back as the second after the
-        # hour's (half a millisecond before the half second of an odd second: round()
-        # takes x.5 to the even one); either second the hour may hold counts.
-        near = {math.floor(st.at), math.ceil(st.at)} if st.at % 1 == 0.5 else set()
-        if seconds & ({round(st.at)} | near):
+        if stopped_then(st, seconds):
             out.add(s.name)
     return out
+
+
+def hour_seconds(stopped: Iterable[float]) -> frozenset[int]:
+    """The whole seconds of the stops the preemption hour on the swarm object counts
+    (``preempt_budget.SpentHour.all``), as ``stopped_then`` reads them."""
+    return frozenset(round(t) for t in stopped)
+
+
+def stopped_then(st: Preempted, seconds: AbstractSet[int]) -> bool:
+    """Whether the hour (``seconds``: ``hour_seconds``) has a stop in the second of
+    ``st``, a record its own victim's stack may have written: the hour on the swarm
+    object only managers write, so the record of a preemption swarmgpu made. Stored to
+    the millisecond, a stop's time reads back as the second after the hour's (half a
+    millisecond before the half second of an odd second: round() takes x.5 to the even
+    one); either second the hour may hold counts."""
+    near = {math.floor(st.at), math.ceil(st.at)} if st.at % 1 == 0.5 else set()
+    return bool(seconds & ({round(st.at)} | near))
 
 
 def _held(got: object) -> tuple[str, ...] | None:
