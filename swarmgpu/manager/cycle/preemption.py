@@ -59,7 +59,8 @@ The victims of one preemption (all on the preemptor's node) are stopped whole or
 all: their holdings are read again first, then each one's spec is written, then all
 their gates close in one node write (``victimstop``). A victim that no longer holds what was
 decided, or a spec write that fails, stops none (the hour given back, tried again next
-cycle; a spec written is placement's to restore, its victim still holding). Stopped one
+cycle; a spec written is placement's to restore, its victim still holding); a gate
+write that fails leaves them counted, judged next cycle (``victimback``). Stopped one
 by one, a failure left the others stopped for a preemptor that still could not run, and
 placement gave them their GPUs back the next cycle: stopped and restarted for nothing.
 """
@@ -88,7 +89,7 @@ from swarmgpu.manager.cycle.preempt_notes import (
     raised_note,
     unread_note,
 )
-from swarmgpu.manager.cycle.victimback import MoveSpent, ran_on, rolled_back, undone
+from swarmgpu.manager.cycle.victimback import VictimSpent, ran_on, rolled_back, undone
 from swarmgpu.manager.cycle.victimspec import unread_victims
 from swarmgpu.manager.cycle.victimstop import close_gates, names
 from swarmgpu.manager.engine.actuator import Writes
@@ -119,6 +120,7 @@ from swarmgpu.swarm.client import (
     SwarmClient,
     SwarmError,
     SwarmService,
+    SwarmTask,
     VersionConflict,
 )
 
@@ -156,7 +158,8 @@ class Preempter:
         self.unknown = UnknownVictims()  # preemptors held back by a queue's unknown use
         self.moving: dict[str, set[str]] = {}  # preemptor -> each victim it had moved
         self.left: dict[str, tuple[str, str]] = {}  # victim moved -> its id, the node it left
-        self.left_spent: dict[str, MoveSpent] = {}  # and its count (``victimback.undone``)
+        self.half: dict[str, tuple[str, str]] = {}  # victim of a stop half made -> the same
+        self.left_spent: dict[str, VictimSpent] = {}  # and their counts (``victimback.undone``)
         self.mover: Mover | None = None
         self.waits: SaidOnce[str] = SaidOnce()  # moves said to wait for the move budgets
         self.unread: dict[str, str] = {}  # holders never chosen: their specs' faults
@@ -270,7 +273,7 @@ class Preempter:
         finally:  # (those under way now, cut or not: each was counted at ``now``)
             for v in p.victims:
                 if v.service in self.moving.get(p.service, set()) - was:
-                    self.left_spent[v.service] = MoveSpent(
+                    self.left_spent[v.service] = VictimSpent(
                         now, tenant, ran_on(snap.tasks, v.service_id, p.node_id))
 
     def _act_on(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan, p: Preemption,
@@ -308,7 +311,7 @@ class Preempter:
                 self.spent.release(now, tenant, back)
                 unstored = True
             to_stop = []
-        made, corrected = self._stop_all(swarm, p, tenant, now, to_stop, counted)
+        made, corrected = self._stop_all(swarm, p, tenant, now, to_stop, counted, snap.tasks)
         return moved + made, unstored or corrected
 
     def _records(self, swarm: SwarmClient, per_hour: int,
@@ -366,8 +369,9 @@ class Preempter:
             snap.services, fresh, self.prefix, snap.services_left_out)
         holders = holdings_by_node(snap.nodes, self.prefix, plan.dropped)  # (as placement's)
         back = rolled_back(self.left, in_move, holders, snap.services)  # preempted nothing
-        undone(self.spent, self.left, back, self.left_spent, snap.tasks)  # no task stopped
-        self.left = {v: at for v, at in self.left.items() if v in in_move}
+        kept = rolled_back(self.half, frozenset(), holders, snap.services)  # gate never closed
+        undone(self.spent, {**self.half, **self.left}, back | kept, self.left_spent, snap.tasks)
+        self.left, self.half = {v: at for v, at in self.left.items() if v in in_move}, {}
         self.left_spent = {v: m for v, m in self.left_spent.items() if v in self.left}
         self.victim_at = {i: at for i, at in self.victim_at.items()
                           if mono - at < pc.victim_cooldown_s and i not in back}
@@ -509,10 +513,13 @@ class Preempter:
         self.waiting = tuple(m for _key, _said, m in waits)
 
     def _stop_all(self, swarm: SwarmClient, p: Preemption, tenant: str, now: float,
-                  to_stop: list[Candidate], counted: set[str]) -> tuple[list[Candidate], bool]:
+                  to_stop: list[Candidate], counted: set[str], tasks: Sequence[SwarmTask],
+                  ) -> tuple[list[Candidate], bool]:
         """Stop ``to_stop`` as one (``_stop``), the hour stored first for those not yet
         ``counted`` (a victim whose move failed after its hook counted it); those stopped,
-        and whether the hour was corrected after (none stopped: stored by ``cycle``)."""
+        and whether the hour was corrected after (none stopped: stored by ``cycle``). A
+        stop half made is judged next cycle (``half``: ``victimback.undone``), by the
+        tasks then (``tasks``: the cycle's snapshot's)."""
         if not to_stop:
             return [], False
         fresh = [v for v in to_stop if v.service not in counted]
@@ -532,6 +539,10 @@ class Preempter:
                 raise
             left = len(to_stop) if ok is False else 0
         # a stop half made (None) stays counted: it may have landed (the safe side)
+        for v in to_stop if ok is None else ():
+            self.half[v.service] = (v.service_id, p.node_id)
+            self.left_spent[v.service] = VictimSpent(
+                now, tenant, ran_on(tasks, v.service_id, p.node_id))
         if left:
             self.spent.release(now, tenant, left)
         return (list(to_stop) if ok else []), bool(left)

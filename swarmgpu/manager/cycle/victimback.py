@@ -8,7 +8,10 @@ where the task list shows no task of it stopped: each task it was meant to run o
 node it left when the move was counted is meant to run still (``undone``). The budget
 counts evictions; a move undone before any task stopped evicted no one. One whose task
 there was replaced meanwhile (Swarm's list no longer has it meant to run) stays counted:
-the move label or the record says nothing of that, the tasks do."""
+the move label or the record says nothing of that, the tasks do. So is a victim of a stop
+half made (its spec written, its gate write's outcome unknown: counted, the safe side)
+judged the next cycle: still holding the node (the one write that removes its ledger
+entry and gate never landed) with its tasks there running, it was never stopped."""
 
 from __future__ import annotations
 
@@ -24,10 +27,10 @@ from swarmgpu.swarm.client import SwarmService, SwarmTask
 
 
 @dataclass(frozen=True)
-class MoveSpent:
-    """A victim's move as the hour counted it: the second (wall clock) and the
-    preemptor's tenant ("": none) it was spent at, and the ids of the victim's tasks
-    then meant to run on the node it left."""
+class VictimSpent:
+    """A victim moved, or stopped half made, as the hour counted it: the second (wall
+    clock) and the preemptor's tenant ("": none) it was spent at, and the ids of the
+    victim's tasks then meant to run on the node it left."""
 
     at: float
     tenant: str
@@ -45,8 +48,9 @@ def rolled_back(left: Mapping[str, tuple[str, str]], in_move: AbstractSet[str],
                 services: list[SwarmService]) -> set[str]:
     """Of the victims moved (``left``: name -> its service id, the node it left), the ids
     of those whose move is no longer in flight (``in_move``) and that hold the node they
-    left (``holdings``: node -> service -> holding, as this cycle reads it): rolled back.
-    By id, as the cooldown is kept: a service later created under the name is not it."""
+    left (``holdings``: node -> service -> holding, as this cycle reads it): rolled back
+    (for the victims of a stop half made, none in flight: never stopped). By id, as the
+    cooldown is kept: a service later created under the name is not it."""
     ids = {s.name: s.id for s in services}
     return {sid for name, (sid, node) in left.items()
             if name not in in_move and ids.get(name) == sid
@@ -54,11 +58,11 @@ def rolled_back(left: Mapping[str, tuple[str, str]], in_move: AbstractSet[str],
 
 
 def undone(hour: SpentHour, left: Mapping[str, tuple[str, str]], back: AbstractSet[str],
-           spent: Mapping[str, MoveSpent], tasks: Sequence[SwarmTask]) -> None:
-    """Give back to ``hour`` each victim of ``left`` rolled back (``back``: ids,
-    ``rolled_back``) whose tasks its move's count saw on the node it left (``spent``)
-    are all meant to run still (``tasks``: this cycle's list). None seen: kept (no
-    proof nothing stopped)."""
+           spent: Mapping[str, VictimSpent], tasks: Sequence[SwarmTask]) -> None:
+    """Give back to ``hour`` each victim of ``left`` (name -> its id, the node it left)
+    that holds that node again or still (``back``: ids, ``rolled_back``) whose tasks its
+    count saw there (``spent``) are all meant to run still (``tasks``: this cycle's
+    list). None seen: kept (no proof nothing stopped)."""
     for name, (sid, node) in left.items():
         m = spent.get(name)
         if sid not in back or m is None or not m.tasks \
@@ -66,5 +70,6 @@ def undone(hour: SpentHour, left: Mapping[str, tuple[str, str]], back: AbstractS
             continue
         hour.release(m.at, m.tenant, 1)
         logger.bind(service=name).info(
-            "preemption: {}'s move rolled back before its task stopped: no eviction, its "
-            "count in the preemption hour given back", name)
+            "preemption: {} holds the node it was taken from again (its move rolled back) "
+            "or still (its stop's gate write never landed), no task of it stopped: no "
+            "eviction, its count in the preemption hour given back", name)
