@@ -35,7 +35,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from swarmgpu.core.config import Config
 from swarmgpu.core.httpguard import GuardedServer, allowed_hosts
-from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.core.sdnotify import sd_notify, watchdog_s
 from swarmgpu.core.statefile import save_said
@@ -60,6 +59,7 @@ from swarmgpu.manager.nodes.sync import (
     take_snapshot,
     tenant_specs,
 )
+from swarmgpu.manager.nodes.watchkey import facts_key
 from swarmgpu.manager.nodes.watchmissed import WatchMissed
 from swarmgpu.manager.web import webguard
 from swarmgpu.manager.web.webauth import WebAuth
@@ -67,14 +67,6 @@ from swarmgpu.swarm.answerjson import CycleBudget, within_budget
 from swarmgpu.swarm.cache import SwarmCache, follow
 from swarmgpu.swarm.client import BudgetCut, SwarmClient, SwarmError, SwarmUnavailable
 from swarmgpu.swarm.identity import IdentityError, agent_auth
-
-
-def _facts_key(f: NodeFacts) -> str:
-    """Facts without their read time: what a change means."""
-    d = f.to_dict()
-    d["node"].pop("collected_at", None)
-    return json.dumps(d, sort_keys=True)
-
 
 # How often the wall clock is compared with the monotonic one, and the gap that is a step
 # (NTP slews far less than this; ``Daemon._clock_check``).
@@ -499,7 +491,7 @@ class Daemon:
                 continue
             rec = self.book.records.get(node_id)
             # (the agent's last answer as it gave it: the cycle's facts carry health states)
-            if rec is None or rec.read is None or _facts_key(rec.read) != _facts_key(res.facts):
+            if rec is None or rec.read is None or facts_key(rec.read) != facts_key(res.facts):
                 changed.append(res.hostname)
         if changed:
             logger.info("facts changed on {}: syncing now", ", ".join(sorted(changed)))
