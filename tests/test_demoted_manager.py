@@ -108,7 +108,10 @@ class LockedApi(WorkerApi):
 
 @pytest.mark.parametrize(("state", "error", "said"), [
     ("locked", "", "docker swarm unlock"),
-    ("error", "certificate has expired", "certificate has expired")])
+    ("error", "certificate has expired", "certificate has expired"),
+    # an engine in no swarm (left it, or docker_host names another engine): it can never
+    # lead, and its daemon said "ok", a follower, for as long as it ran
+    ("inactive", "", "in no swarm")])
 def test_a_locked_managers_daemon_says_so_not_a_healthy_follower(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str, error: str,
         said: str) -> None:

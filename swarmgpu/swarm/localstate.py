@@ -1,6 +1,7 @@
 """What an engine's ``docker info`` says of its own swarm node's state (``Swarm.
-LocalNodeState``) that no other answer says: a manager locked, or one whose swarm node
-failed to start, has no ``Swarm.NodeID``, which the daemon read as "not the leader"."""
+LocalNodeState``) that no other answer says: a manager locked, one whose swarm node
+failed to start, or an engine in no swarm has no ``Swarm.NodeID``, which the daemon read
+as "not the leader"."""
 
 from __future__ import annotations
 
@@ -12,15 +13,21 @@ from swarmgpu.swarm.errors import SwarmUnavailable
 
 
 def stalled_why(info: Mapping[str, Any]) -> str | None:
-    """Why an engine's swarm node does not run (``Swarm.LocalNodeState`` locked or
-    error), with its fix; None otherwise. Such a manager's info has no NodeID, which
-    read as "not the leader": a healthy follower, while no manager of a swarm whose
-    managers all restarted locked led it."""
+    """Why an engine's swarm node does not run (``Swarm.LocalNodeState`` locked, error or
+    inactive: in no swarm), with its fix; None otherwise (pending: joining, a follower).
+    Such an engine's info has no NodeID, which read as "not the leader": a healthy
+    follower, while no manager of a swarm whose managers all restarted locked led it,
+    and a daemon pointed at an engine in no swarm never led at all."""
     swarm = info.get("Swarm")
     state = swarm.get("LocalNodeState") if isinstance(swarm, Mapping) else None
     if state == "locked":
         return ("this engine's swarm is locked (autolock, after a restart): its manager "
                 "runs no part of the swarm until unlocked: run `docker swarm unlock` on it")
+    if state == "inactive":  # (a worker, a manager demoted, is a follower: promoted, it leads)
+        return ("this engine is in no swarm (it left it, or docker_host names another "
+                "engine): its daemon can never lead; point docker_host at a manager's "
+                "engine, or make this one a manager (`docker swarm join` with a manager "
+                "token, from `docker swarm join-token manager` on a manager)")
     if state == "error":
         said = swarm.get("Error") if isinstance(swarm, Mapping) else None
         why = peer_text(said, 200) if isinstance(said, str) and said else "no reason given"
