@@ -231,6 +231,9 @@ class Daemon:
             self.leader = False
             self.engine_error = str(exc)
             self.metrics.is_leader.set(0)
+            # (its cluster gauges too: frozen, they stood beside the leader's while a
+            # locked manager waited; the next term stands by anyway, its term ended)
+            self.pipeline.stand_by()
             self.metrics.errors.labels(kind="swarm").inc()
             self.metrics.cycles.labels(outcome="error").inc()
             self._cut("aborted", f"cannot reach the Swarm manager: {exc}")
