@@ -224,16 +224,7 @@ class Daemon:
             self.engine_error = None
         except SwarmError as exc:
             self._over(exc)
-            # Writes are blocked (the term ended) and who leads is unknown: not the
-            # last answer had (/healthz, the gauge and the map said leader for as
-            # long as the engine stayed away).
-            self.term.end()
-            self.leader = False
-            self.engine_error = str(exc)
-            self.metrics.is_leader.set(0)
-            # (its cluster gauges too: frozen, they stood beside the leader's while a
-            # locked manager waited; the next term stands by anyway, its term ended)
-            self.pipeline.stand_by()
+            self._leader_unknown(str(exc))
             self.metrics.errors.labels(kind="swarm").inc()
             self.metrics.cycles.labels(outcome="error").inc()
             self._cut("aborted", f"cannot reach the Swarm manager: {exc}")
@@ -279,7 +270,7 @@ class Daemon:
             if self.term.lost:  # (its NotLeader, or a write failed after it)
                 return self._deposed(CycleReport(errors=[str(exc)]))
             if isinstance(exc, SwarmUnavailable):  # gone mid-cycle: the next ask says
-                self.engine_error = str(exc)
+                self._leader_unknown(str(exc))
             self.metrics.errors.labels(kind="swarm").inc()
             self.metrics.cycles.labels(outcome="error").inc()
             self._cut("aborted", f"cycle aborted, will retry next interval: {exc}")
@@ -295,6 +286,19 @@ class Daemon:
         # (None: every step ran; else a stop cut them: _over and _deposed raise or say)
         self.cut_short, self.cut_kind = self._steps_cut, "stopped" if self._steps_cut else None
         return report
+
+    def _leader_unknown(self, why: str) -> None:
+        """The engine cannot say who leads (``why``): unreachable, locked, demoted or
+        without quorum, at a cycle's first ask or in its middle. Writes are blocked (the
+        term ended: another manager may lead meanwhile, so a new term starts afresh) and
+        /healthz, the gauge and the map say leadership unknown, not the last answer had;
+        the cluster gauges read 0, as a follower's (frozen, they stood beside the
+        leader's while a locked manager waited)."""
+        self.term.end()
+        self.leader = False
+        self.engine_error = why
+        self.metrics.is_leader.set(0)
+        self.pipeline.stand_by()
 
     def _cut(self, kind: CutKind, line: str) -> str:
         """The last cycle did not complete: ``line`` says why, ``kind`` in one word."""
