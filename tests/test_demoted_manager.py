@@ -7,6 +7,7 @@ it is now a follower, as any manager that does not lead."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import requests
 
 from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
 from swarmgpu.manager.cycle.term import LeaderTerm
+from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.swarm.client import SwarmClient, SwarmUnavailable
 
@@ -129,3 +131,23 @@ def test_a_locked_managers_daemon_says_so_not_a_healthy_follower(
     doc = d.health()
     assert doc["status"] == "degraded" and doc["leader"] is None, doc
     assert said in doc["engine_error"], doc
+
+
+@pytest.mark.parametrize("state", ["locked", "error", "inactive"])
+def test_an_engine_that_answers_with_its_swarm_node_stalled_is_not_said_unreachable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str) -> None:
+    """/healthz, open to any caller (no reason given there), and the cluster document
+    (the map names no ``engine_error``) said ``"engine": "unreachable"``: the operator
+    looked for a stopped dockerd or a socket proxy gone, while the engine answered and
+    its swarm waited for ``docker swarm unlock``. They now say its swarm node's state,
+    Docker's ``Swarm.LocalNodeState``."""
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
+                 http=HttpConfig(listen="127.0.0.1:0"))
+    d = Daemon(cfg, swarm=client(LockedApi(state)))
+    d.use(daemon_steps(d))  # (the map's routes)
+    assert d.cycle().aborted
+    assert d.health(detail=False)["engine"] == state
+    cluster = json.loads(d.http_routes["/api/v1/cluster"]()[1])
+    assert cluster["engine"] == state and cluster["leader"] is False, cluster

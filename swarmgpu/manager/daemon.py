@@ -66,6 +66,7 @@ from swarmgpu.manager.web.webauth import WebAuth
 from swarmgpu.swarm.answerjson import CycleBudget, within_budget
 from swarmgpu.swarm.cache import SwarmCache, follow
 from swarmgpu.swarm.client import BudgetCut, SwarmClient, SwarmError, SwarmUnavailable
+from swarmgpu.swarm.errors import SwarmStalled
 from swarmgpu.swarm.identity import IdentityError, agent_auth
 
 # How often the wall clock is compared with the monotonic one, and the gap that is a step
@@ -130,6 +131,7 @@ class Daemon:
         # Why the engine could not be asked (the last cycle's ask failed), else None:
         # /healthz then says leadership is unknown, not the last answer it had.
         self.engine_error: str | None = None
+        self.engine_state = "reachable"  # with it: its word (cycle.host.CycleHost)
         # The line that said the last cycle ended at its engine budget, else None:
         # /healthz says so (the engine answers, too slowly for a whole cycle).
         self.budget_ended: str | None = None
@@ -221,14 +223,16 @@ class Daemon:
         start = time.monotonic()
         try:
             self.leader = self.swarm.is_leader()
-            self.engine_error = None
+            self.engine_error, self.engine_state = None, "reachable"
         except SwarmError as exc:
             self._over(exc)
-            self._leader_unknown(str(exc))
+            self._leader_unknown(exc)
             self.metrics.errors.labels(kind="swarm").inc()
             self.metrics.cycles.labels(outcome="error").inc()
-            self._cut("aborted", f"cannot reach the Swarm manager: {exc}")
-            logger.error("cannot reach the Swarm manager: {}", exc)
+            # (an engine that answers, its swarm node stalled, is not said unreachable)
+            what = "no Swarm manager runs here" if isinstance(exc, SwarmStalled) else \
+                "cannot reach the Swarm manager"
+            logger.error("{}", self._cut("aborted", f"{what}: {exc}"))
             return CycleReport(leader=False, errors=[str(exc)], aborted=True)
         self.metrics.is_leader.set(1 if self.leader else 0)
         if self.leader and self.term.lost:
@@ -270,7 +274,7 @@ class Daemon:
             if self.term.lost:  # (its NotLeader, or a write failed after it)
                 return self._deposed(CycleReport(errors=[str(exc)]))
             if isinstance(exc, SwarmUnavailable):  # gone mid-cycle: the next ask says
-                self._leader_unknown(str(exc))
+                self._leader_unknown(exc)
             self.metrics.errors.labels(kind="swarm").inc()
             self.metrics.cycles.labels(outcome="error").inc()
             self._cut("aborted", f"cycle aborted, will retry next interval: {exc}")
@@ -287,8 +291,8 @@ class Daemon:
         self.cut_short, self.cut_kind = self._steps_cut, "stopped" if self._steps_cut else None
         return report
 
-    def _leader_unknown(self, why: str) -> None:
-        """The engine cannot say who leads (``why``): unreachable, locked, demoted or
+    def _leader_unknown(self, exc: SwarmError) -> None:
+        """The engine cannot say who leads (``exc``): unreachable, locked, demoted or
         without quorum, at a cycle's first ask or in its middle. Writes are blocked (the
         term ended: another manager may lead meanwhile, so a new term starts afresh) and
         /healthz, the gauge and the map say leadership unknown, not the last answer had;
@@ -296,7 +300,8 @@ class Daemon:
         leader's while a locked manager waited)."""
         self.term.end()
         self.leader = False
-        self.engine_error = why
+        self.engine_error = str(exc)
+        self.engine_state = exc.state if isinstance(exc, SwarmStalled) else "unreachable"
         self.metrics.is_leader.set(0)
         self.pipeline.stand_by()
 
@@ -642,7 +647,8 @@ class Daemon:
         """/healthz (``healthz.health_doc``); ``detail``: the errors' texts too."""
         age = None if self.last_cycle_at is None else time.monotonic() - self.last_cycle_at
         return health_doc(
-            leader=self.leader, engine_error=self.engine_error, cut_short=self.cut_short,
+            leader=self.leader, engine_error=self.engine_error,
+            engine_state=self.engine_state, cut_short=self.cut_short,
             cut_kind=self.cut_kind, budget_ended=self.budget_ended,
             errors=self.last_report.errors if self.last_report else [], age=age,
             stale=age is None or age > 3 * self.cfg.sync.interval_s,

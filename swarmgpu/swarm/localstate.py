@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.swarm.errors import SwarmUnavailable
+from swarmgpu.swarm.errors import SwarmStalled
 
 
 def stalled_why(info: Mapping[str, Any]) -> str | None:
@@ -37,8 +37,8 @@ def stalled_why(info: Mapping[str, Any]) -> str | None:
 
 
 def running(info: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``info``, of an engine whose swarm node runs; ``SwarmUnavailable`` saying why and
-    the fix otherwise (``stalled_why``)."""
+    """``info``, of an engine whose swarm node runs; ``SwarmStalled`` saying why and the
+    fix otherwise (``stalled_why``), with the state."""
     if (why := stalled_why(info)) is not None:
-        raise SwarmUnavailable(why)
+        raise SwarmStalled(why, str(info["Swarm"]["LocalNodeState"]))
     return info

@@ -107,17 +107,18 @@ class ObserveStep(Step):
 
     def current(self) -> dict[str, Any]:
         """The last cluster document, with leadership as of now: while the engine cannot
-        be asked, ``engine`` says "unreachable" (who leads is unknown, as /healthz says)
-        and ``leader`` false (no write goes out; a reader of ``leader`` alone sees a
-        daemon that does not act). ``last_cycle``: how the daemon's last cycle ended,
-        /healthz's word ("over_budget", "stopped", "aborted", "ok"; None before one),
-        ``last_cycle_at`` when (Unix time): a cycle cut short builds no document, and the
-        map would draw the last whole one's as current."""
+        be asked, ``engine`` says "unreachable", or "locked", "error" or "inactive" where
+        it answers with its swarm node stalled (``host.engine_state``; who leads is
+        unknown, as /healthz says), and ``leader`` false (no write goes out; a reader of
+        ``leader`` alone sees a daemon that does not act). ``last_cycle``: how the
+        daemon's last cycle ended, /healthz's word ("over_budget", "stopped", "aborted",
+        "ok"; None before one), ``last_cycle_at`` when (Unix time): a cycle cut short
+        builds no document, and the map would draw the last whole one's as current."""
         with self.lock:
             doc = dict(self.doc)
         reachable = self.host.engine_error is None
         doc["leader"] = self.host.leader and reachable
-        doc["engine"] = "reachable" if reachable else "unreachable"
+        doc["engine"] = "reachable" if reachable else self.host.engine_state
         doc["last_cycle"] = self.host.last_cycle
         doc["last_cycle_at"] = self.host.last_cycle_ended
         return doc
