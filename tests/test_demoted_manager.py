@@ -19,7 +19,7 @@ from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
 from swarmgpu.manager.cycle.term import LeaderTerm
 from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
-from swarmgpu.swarm.client import SwarmClient, SwarmUnavailable
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
 
 
 class WorkerApi:
@@ -151,3 +151,37 @@ def test_an_engine_that_answers_with_its_swarm_node_stalled_is_not_said_unreacha
     assert d.health(detail=False)["engine"] == state
     cluster = json.loads(d.http_routes["/api/v1/cluster"]()[1])
     assert cluster["engine"] == state and cluster["leader"] is False, cluster
+
+
+class InfoApi(WorkerApi):
+    """An engine whose info is ``answer`` as sent."""
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        super().__init__(manager=True)
+        self.answer = answer
+
+    def info(self) -> dict[str, Any]:
+        return self.answer
+
+
+@pytest.mark.parametrize("answer", [
+    {},  # no Swarm part (a proxy that trims the answer)
+    {"Swarm": {}},
+    {"Swarm": {"NodeID": "", "LocalNodeState": "active", "ControlAvailable": True}},
+    {"Swarm": {"NodeID": "", "ControlAvailable": False}},  # no state
+], ids=["no-swarm-part", "empty-swarm", "active-without-id", "no-state"])
+def test_an_info_without_the_node_id_docker_sends_is_unread_not_a_follower(
+        answer: dict[str, Any]) -> None:
+    """Docker sends ``Swarm.NodeID``, ``LocalNodeState`` and ``ControlAvailable`` always
+    (moby's swarm.Info, none omitted when empty), and a node ID in every state but
+    pending and those ``localstate`` names. An answer without them was read as "not the
+    leader": a healthy follower, for as long as a proxy trimmed it, and no manager led."""
+    with pytest.raises(SwarmError, match=r"Swarm\.NodeID"):
+        client(InfoApi(answer)).is_leader()
+
+
+def test_a_node_joining_is_a_follower() -> None:
+    """Pending (joining, or waiting for its managers): no node ID yet, no control."""
+    api = InfoApi({"Swarm": {"NodeID": "", "LocalNodeState": "pending",
+                             "ControlAvailable": False}})
+    assert client(api).is_leader() is False and api.asked == []

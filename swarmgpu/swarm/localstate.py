@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from swarmgpu.core.peertext import peer_text
-from swarmgpu.swarm.errors import SwarmStalled
+from swarmgpu.core.peertext import peer_text, quoted
+from swarmgpu.swarm.errors import SwarmError, SwarmStalled
 
 
 def stalled_why(info: Mapping[str, Any]) -> str | None:
@@ -37,8 +37,20 @@ def stalled_why(info: Mapping[str, Any]) -> str | None:
 
 
 def running(info: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``info``, of an engine whose swarm node runs; ``SwarmStalled`` saying why and the
-    fix otherwise (``stalled_why``), with the state."""
+    """``info``, of an engine whose swarm node runs (its NodeID given) or joins
+    (pending); ``SwarmStalled`` saying why and the fix where it does not
+    (``stalled_why``), with the state; ``SwarmError`` where the answer lacks the ID."""
     if (why := stalled_why(info)) is not None:
         raise SwarmStalled(why, str(info["Swarm"]["LocalNodeState"]))
-    return info
+    swarm = info.get("Swarm")
+    state = swarm.get("LocalNodeState") if isinstance(swarm, Mapping) else None
+    if isinstance(swarm, Mapping) and (swarm.get("NodeID") or state == "pending"):
+        return info
+    # Docker sends NodeID and LocalNodeState always (none omitted when empty), and an
+    # ID in every state but pending and those above: an answer without it is not read
+    # as "not the leader", a healthy follower while a proxy trimmed it.
+    said = "missing" if state is None else quoted(state)
+    raise SwarmError(f"the engine's info: Swarm.NodeID is empty or missing, its "
+                     f"LocalNodeState {said}: Docker sends the node's ID in "
+                     "every state but pending, locked, error and inactive; check any "
+                     "proxy in front of the engine")
