@@ -49,7 +49,14 @@ from swarmgpu.manager.cycle.pipeline import Pipeline, Step
 from swarmgpu.manager.cycle.schedule import repeat
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.cycle.term import LeaderTerm
-from swarmgpu.manager.engine.stop import BudgetEnded, NotRead, Stopped, StopRequest, read_cut
+from swarmgpu.manager.engine.stop import (
+    BudgetEnded,
+    NotRead,
+    Stopped,
+    StopRequest,
+    TermEnded,
+    read_cut,
+)
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.sync import (
     CycleReport,
@@ -204,9 +211,12 @@ class Daemon:
         return CycleReport(writes=done.writes, errors=[said, *done.errors], aborted=True)
 
     def _write_gate(self) -> None:
-        # Before each write (the client's before_write): none once stopping, or once
+        # Before each write (the client's before_write): none once stopping, once the
+        # term ended (each left still read its node, then failed: NotLeader), or once
         # the cycle's engine budget has passed.
         self.stop_event.check()
+        if self.term.lost:
+            raise TermEnded()
         gate = self._budget
         if gate is not None:
             gate.check()
@@ -360,27 +370,26 @@ class Daemon:
         except Stopped as exc:
             if isinstance(exc, BudgetEnded):  # (said by ``cycle``)
                 raise
-            # A step's reads (the metrics scrape) say their own count: the facts watch,
-            # beside the cycle, counts into reads_left too.
-            cut = f"{self.stop_event.left - left} write(s)"
-            if exc.reads:
-                cut += f" and {exc.reads} {exc.what}(s)"
-            self._steps_cut = f"{STOPPING}{cut} of step {ran[0] or '-'} not made, nor later ones"
-            logger.warning(
-                "stopping: the {} in flight finished; {} of step {} not made, "
-                "nor any later step's: the next leader's daemon, or this one "
-                "when it starts again, plans them afresh from what Swarm stores "
-                "and the nodes say",
-                "writes and reads" if exc.reads else "writes",
-                cut,
-                ran[0] or "-",
-            )
+            if not isinstance(exc, TermEnded):  # (its cycle says so once: _deposed)
+                self._say_stopped(exc, ran[0] or "-", self.stop_event.left - left)
             if Slot.REPORT not in session.written():  # label sync itself was cut short
                 # (its writes that landed counted, as at the budget: ``_cut_report``)
                 done = self.labels.report or CycleReport()
                 return CycleReport(writes=done.writes, errors=list(done.errors),
                                    aborted=True)
         return session.report
+
+    def _say_stopped(self, exc: Stopped, step: str, writes: int) -> None:
+        # A step's reads (the metrics scrape) say their own count: the facts watch,
+        # beside the cycle, counts into reads_left too.
+        cut = f"{writes} write(s)"
+        if exc.reads:
+            cut += f" and {exc.reads} {exc.what}(s)"
+        self._steps_cut = f"{STOPPING}{cut} of step {step} not made, nor later ones"
+        logger.warning("stopping: the {} in flight finished; {} of step {} not made, nor "
+                       "any later step's: the next leader's daemon, or this one when it "
+                       "starts again, plans them afresh from what Swarm stores and the "
+                       "nodes say", "writes and reads" if exc.reads else "writes", cut, step)
 
     def _stops(self) -> bool:
         # No further step: the daemon stops, the term was lost mid-cycle (its writes

@@ -69,6 +69,18 @@ class BudgetEnded(Stopped):
         self.args = (f"the cycle's engine budget has passed: no further {what} is made",)
 
 
+class TermEnded(Stopped):
+    """A write not made: this daemon's leader term ended in its cycle (a write found
+    another manager elected: ``manager.cycle.term``). A ``Stopped``: the step ends there
+    and the writes not started are left to the new leader's daemon, none taken for a
+    failed one (each read its node, then was refused: ``NotLeader``, a failed write);
+    the cycle says it once (``Daemon._deposed``)."""
+
+    def __init__(self) -> None:
+        super().__init__(StopRequest())
+        self.args = ("this daemon no longer leads the swarm: no further write is made",)
+
+
 def read_cut() -> BudgetEnded:
     """What a reader that takes one object's failure for its own raises on a read cut at
     its cycle's budget (``swarm.client.BudgetCut``, raised from it) in its stead."""
