@@ -13,12 +13,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 from loguru import logger
 from support.forged import RecordingSwarm, sw_node
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.engine.stop import TermEnded, check_term, undoing
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.swarm.client import NotLeader
@@ -74,3 +76,14 @@ def test_a_term_lost_mid_label_sync_leaves_the_rest_unsaid_as_failed(tmp_path: P
     assert d.metrics.registry.get_sample_value(
         "swarmgpu_errors_total", {"kind": "label_write"}) in (None, 0.0)
     assert sw.reads < NODES, "every write left still read its node"
+
+
+def test_an_undo_after_the_term_ended_still_asks_and_is_said_by_its_writer() -> None:
+    """The over-share restart's reopened gate (``stop.undoing``) is not ended at the gate:
+    it asks the term, is refused (``NotLeader``) and its writer warns the gate stays shut
+    until the new leader's placement reopens it."""
+    with undoing():
+        check_term(True)
+    check_term(False)
+    with pytest.raises(TermEnded):
+        check_term(True)

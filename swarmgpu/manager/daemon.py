@@ -55,6 +55,7 @@ from swarmgpu.manager.engine.stop import (
     Stopped,
     StopRequest,
     TermEnded,
+    check_term,
     read_cut,
 )
 from swarmgpu.manager.nodes.agentbook import AgentBook
@@ -215,8 +216,7 @@ class Daemon:
         # term ended (each left still read its node, then failed: NotLeader), or once
         # the cycle's engine budget has passed.
         self.stop_event.check()
-        if self.term.lost:
-            raise TermEnded()
+        check_term(self.term.lost)
         gate = self._budget
         if gate is not None:
             gate.check()

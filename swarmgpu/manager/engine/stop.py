@@ -81,6 +81,14 @@ class TermEnded(Stopped):
         self.args = ("this daemon no longer leads the swarm: no further write is made",)
 
 
+def check_term(lost: bool) -> None:
+    """Before a write: ``TermEnded`` once the term is ``lost``, but for one that undoes
+    its step's own (``undoing``): that one asks, is refused (``NotLeader``) and its
+    writer says what it left undone (the over-share restart's gate left shut)."""
+    if lost and not _UNDOING.get():
+        raise TermEnded()
+
+
 def read_cut() -> BudgetEnded:
     """What a reader that takes one object's failure for its own raises on a read cut at
     its cycle's budget (``swarm.client.BudgetCut``, raised from it) in its stead."""
