@@ -50,10 +50,7 @@ class ObserveStep(Step):
                                    *([Slot.PLACEMENT] if placement else []),
                                    *([Slot.MOVES] if moves is not None else [])})
         self.lock = threading.Lock()
-        self.doc: dict[str, Any] = {"schema": SCHEMA, "generated_at": 0.0, "leader": False,
-                                    "engine": "reachable",
-                                    "nodes": [], "services": [], "pending": [],
-                                    "moves": {"proposed": [], "recent": []}}
+        self.doc = _no_cluster()
         self.history = History(cfg.history)  # bounded: history.samples x history.max_gpus
         self.watch = overshare.Watch()  # holders over their GPU share, since when
         self.gauges = ServiceGauges(host.metrics.registry)
@@ -67,9 +64,16 @@ class ObserveStep(Step):
         """Not the leader: a new term opens each over-share window again (another leader
         read the holders meanwhile; a window of the last term would restart a holder
         on one reading). Its per-service gauges are the new leader's to export: kept,
-        they were this term's last values, frozen, beside the leader's."""
+        they were this term's last values, frozen, beside the leader's. So is a
+        follower's cluster document: kept, the map and /api/v1/cluster served the last
+        term's cluster as current; while who leads is unknown (the engine away) it
+        stays, said so (``current``)."""
         self.watch = overshare.Watch(clock=self.watch.clock)
         self.gauges.clear()
+        if not self.host.leader and self.host.engine_error is None and self.doc["generated_at"]:
+            with self.lock:
+                self.doc = _no_cluster()  # (as a daemon's that never led)
+            self.primed()
 
     def run(self, session: CycleSession) -> None:
         cfg, host = self.cfg, self.host
@@ -122,6 +126,13 @@ class ObserveStep(Step):
         doc["last_cycle"] = self.host.last_cycle
         doc["last_cycle_at"] = self.host.last_cycle_ended
         return doc
+
+
+def _no_cluster() -> dict[str, Any]:
+    """The cluster document of a daemon that has not led (none built yet)."""
+    return {"schema": SCHEMA, "generated_at": 0.0, "leader": False, "engine": "reachable",
+            "nodes": [], "services": [], "pending": [],
+            "moves": {"proposed": [], "recent": []}}
 
 
 # (name, help, label names) of each family ServiceGauges serves, in the order served.
