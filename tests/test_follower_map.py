@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 from support.forged import RecordingSwarm, sw_node
 
-from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
+from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, RebalanceConfig, SyncConfig
+from swarmgpu.manager.cycle.rebalance import ROUTE, Rebalancer
 from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.rebalance.moves import Proposal
 from swarmgpu.swarm.client import SwarmUnavailable
 
 
@@ -47,3 +49,24 @@ def test_a_follower_serves_no_cluster_of_its_last_term(monkeypatch: pytest.Monke
     doc = cluster()
     assert doc["leader"] is False and doc["nodes"] == [], doc["nodes"]
     assert doc["generated_at"] == 0.0
+
+
+def test_a_follower_serves_no_rebalance_proposal_of_its_last_term(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``/api/rebalance``: the last term's proposal (its failing nodes, its notes) stood,
+    frozen, on the follower, as the cluster document did."""
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    cfg = Config(state_dir=tempfile.mkdtemp(), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.2, identity="none", watch_s=0),
+                 http=HttpConfig(listen="127.0.0.1:0"),
+                 rebalance=RebalanceConfig(enabled=True))
+    swarm = RecordingSwarm([sw_node("n-01", "gpu-01")], [], [])
+    d = Daemon(cfg, swarm=swarm)  # type: ignore[arg-type]
+    d.use(daemon_steps(d))
+    d.cycle()
+    rebalance = next(s for s in d.pipeline.steps if isinstance(s, Rebalancer))
+    rebalance.last = Proposal(notes=["gpu-01: hot"], failing_nodes={"gpu-01": "agent lost"})
+    monkeypatch.setattr(swarm, "is_leader", lambda: False)
+    d.cycle()
+    doc = json.loads(d.http_routes[ROUTE]()[1])
+    assert doc["notes"] == [] and doc["health"]["failing_nodes"] == {}, doc
