@@ -36,11 +36,12 @@ def health_doc(*, leader: bool, engine_error: str | None, cut_short: str | None,
     IDs, which /api/v1/cluster tells only with proof. While the engine cannot be asked,
     ``leader`` is null (unknown: no write goes out), the status degraded and ``engine``
     ``engine_state``: "unreachable", or its swarm node's state where it answers with
-    that stalled ("locked", "error", "inactive": no reason's text, which names paths). After a
-    cycle that did not complete (an engine error, a stop, an exception, its engine
-    budget, leadership lost mid-cycle), ``aborted`` is true, the status degraded and the
-    errors the line that said why (``age``, of the last whole cycle, stays), until a
-    cycle completes; ``over_budget`` is true when that cycle ended at its engine budget.
+    that stalled ("locked", "error", "inactive": a word, not the reason's text, which
+    names paths). After a cycle that did not complete (an engine error, a stop, an
+    exception, its engine budget, leadership lost mid-cycle), ``aborted`` is true, the
+    status degraded and the errors the line that said why (``age``, of the last whole
+    cycle, stays), until a cycle completes; ``over_budget`` is true when that cycle
+    ended at its engine budget.
     ``last_cycle`` is the last cycle's outcome in one word (``cycle_word`` of
     ``cut_kind``, which comes with ``cut_short``),
     ``last_cycle_at`` when it ended (Unix time)."""
