@@ -7,6 +7,7 @@ it is now a follower, as any manager that does not lead."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ import requests
 
 from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
 from swarmgpu.manager.cycle.term import LeaderTerm
+from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
-from swarmgpu.swarm.client import SwarmClient, SwarmUnavailable
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
 
 
 class WorkerApi:
@@ -108,7 +110,10 @@ class LockedApi(WorkerApi):
 
 @pytest.mark.parametrize(("state", "error", "said"), [
     ("locked", "", "docker swarm unlock"),
-    ("error", "certificate has expired", "certificate has expired")])
+    ("error", "certificate has expired", "certificate has expired"),
+    # an engine in no swarm (left it, or docker_host names another engine): it can never
+    # lead, and its daemon said "ok", a follower, for as long as it ran
+    ("inactive", "", "in no swarm")])
 def test_a_locked_managers_daemon_says_so_not_a_healthy_follower(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str, error: str,
         said: str) -> None:
@@ -126,3 +131,57 @@ def test_a_locked_managers_daemon_says_so_not_a_healthy_follower(
     doc = d.health()
     assert doc["status"] == "degraded" and doc["leader"] is None, doc
     assert said in doc["engine_error"], doc
+
+
+@pytest.mark.parametrize("state", ["locked", "error", "inactive"])
+def test_an_engine_that_answers_with_its_swarm_node_stalled_is_not_said_unreachable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str) -> None:
+    """/healthz, open to any caller (no reason given there), and the cluster document
+    (the map names no ``engine_error``) said ``"engine": "unreachable"``: the operator
+    looked for a stopped dockerd or a socket proxy gone, while the engine answered and
+    its swarm waited for ``docker swarm unlock``. They now say its swarm node's state,
+    Docker's ``Swarm.LocalNodeState``."""
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
+                 http=HttpConfig(listen="127.0.0.1:0"))
+    d = Daemon(cfg, swarm=client(LockedApi(state)))
+    d.use(daemon_steps(d))  # (the map's routes)
+    assert d.cycle().aborted
+    assert d.health(detail=False)["engine"] == state
+    cluster = json.loads(d.http_routes["/api/v1/cluster"]()[1])
+    assert cluster["engine"] == state and cluster["leader"] is False, cluster
+
+
+class InfoApi(WorkerApi):
+    """An engine whose info is ``answer`` as sent."""
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        super().__init__(manager=True)
+        self.answer = answer
+
+    def info(self) -> dict[str, Any]:
+        return self.answer
+
+
+@pytest.mark.parametrize("answer", [
+    {},  # no Swarm part (a proxy that trims the answer)
+    {"Swarm": {}},
+    {"Swarm": {"NodeID": "", "LocalNodeState": "active", "ControlAvailable": True}},
+    {"Swarm": {"NodeID": "", "ControlAvailable": False}},  # no state
+], ids=["no-swarm-part", "empty-swarm", "active-without-id", "no-state"])
+def test_an_info_without_the_node_id_docker_sends_is_unread_not_a_follower(
+        answer: dict[str, Any]) -> None:
+    """Docker sends ``Swarm.NodeID``, ``LocalNodeState`` and ``ControlAvailable`` always
+    (moby's swarm.Info, none omitted when empty), and a node ID in every state but
+    pending and those ``localstate`` names. An answer without them was read as "not the
+    leader": a healthy follower, for as long as a proxy trimmed it, and no manager led."""
+    with pytest.raises(SwarmError, match=r"Swarm\.NodeID"):
+        client(InfoApi(answer)).is_leader()
+
+
+def test_a_node_joining_is_a_follower() -> None:
+    """Pending (joining, or waiting for its managers): no node ID yet, no control."""
+    api = InfoApi({"Swarm": {"NodeID": "", "LocalNodeState": "pending",
+                             "ControlAvailable": False}})
+    assert client(api).is_leader() is False and api.asked == []

@@ -76,3 +76,29 @@ def test_facts_watch_starts_a_cycle_when_a_gpu_falls_sick(
     """A change the agent reports (a new Xid) still starts a cycle now."""
     sick = HealthSignals(xid_events=(XidEvent(79, 100.0),))
     assert _watched(tmp_path, monkeypatch, HealthSignals(), sick) == [1]
+
+
+@pytest.mark.parametrize(("recorded", "answered"), [
+    # a GPU going idle or busy flips its idle and software power cap reasons
+    (HealthSignals(throttle_reasons=0x1), HealthSignals(throttle_reasons=0x4)),
+    # correctable counters the health policy does not judge, growing as they do
+    (HealthSignals(ecc_sbe_volatile=1, nvlink_crc_errors=10, row_remap_correctable=0),
+     HealthSignals(ecc_sbe_volatile=3, nvlink_crc_errors=12, row_remap_correctable=1)),
+], ids=["idle-to-busy", "correctable-counters"])
+def test_facts_watch_starts_no_cycle_for_readings_no_cycle_acts_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recorded: HealthSignals,
+    answered: HealthSignals,
+) -> None:
+    """The watch compared every health reading: a GPU's idle bit (set whenever it waits
+    for work) and its software power cap (set under load) flip all day, and a cycle
+    started every agents.watch_s on a cluster at work. A change is what a cycle acts on:
+    the GPUs and their health as judged (``health.assess``)."""
+    assert _watched(tmp_path, monkeypatch, recorded, answered) == []
+
+
+def test_facts_watch_starts_a_cycle_when_the_hardware_slows_a_gpu_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reason the health policy judges (HW slowdown, 0x08: degraded) is a change."""
+    assert _watched(tmp_path, monkeypatch, HealthSignals(throttle_reasons=0x1),
+                    HealthSignals(throttle_reasons=0x1 | 0x08)) == [1]

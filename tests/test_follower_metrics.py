@@ -21,7 +21,7 @@ from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.swarm.client import SwarmNode
+from swarmgpu.swarm.client import SwarmNode, SwarmUnavailable
 
 CLUSTER_GAUGES = ("swarmgpu_agents_unreachable", "swarmgpu_nodes_gpus_unread",
                   "swarmgpu_label_changes_held", "swarmgpu_pending_requests",
@@ -29,8 +29,19 @@ CLUSTER_GAUGES = ("swarmgpu_agents_unreachable", "swarmgpu_nodes_gpus_unread",
                   "swarmgpu_nodes_facts_stale")
 
 
+def _not_leading(how: str) -> bool:
+    if how == "follower":
+        return False
+    raise SwarmUnavailable("this engine's swarm is locked (autolock, after a restart): "
+                           "run `docker swarm unlock` on it")
+
+
+@pytest.mark.parametrize("how", ["follower", "leadership-unknown"])
 def test_a_follower_exports_none_of_its_last_terms_cluster_gauges(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """``leadership-unknown``: its engine cannot say who leads (locked, unreachable, no
+    quorum): its term ended, its gauges 0 as a follower's; they stood frozen beside the
+    new leader's for as long as a locked manager waited for its unlock."""
     monkeypatch.delenv("WATCHDOG_USEC", raising=False)
     cfg = Config(state_dir=tempfile.mkdtemp(), sync=SyncConfig(watch_events=False),
                  agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
@@ -56,7 +67,7 @@ def test_a_follower_exports_none_of_its_last_terms_cluster_gauges(
     assert reg.get_sample_value("swarmgpu_service_gpu_util",
                                 {"service": "llm", "node": "gpu-1", "node_id": "n1",
                                  "gpu": "0"}) == 90.0
-    swarm.is_leader = lambda: False  # type: ignore[method-assign]
+    swarm.is_leader = lambda: _not_leading(how)  # type: ignore[method-assign]
     d.cycle()
     text = generate_latest(reg).decode()
     assert 'service="llm"' not in text, text

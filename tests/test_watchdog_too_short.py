@@ -48,3 +48,11 @@ def test_every_watchdog_accepted_holds_the_worst_cycle(
     worst = (interval_s + budget.engine_budget_s(interval_s, watchdog_s)
              + budget.BUDGET_SLACK_S + answerjson.WRITE_FLOOR_S)
     assert worst <= dog
+
+
+def test_a_watchdog_given_to_the_microsecond_is_named_as_given() -> None:
+    """systemd passes WatchdogSec= in µs ($WATCHDOG_USEC): 59999999 µs, rounded to six
+    digits, was said "WatchdogSec=60s is too short ... set it to at least 60s"."""
+    said = budget.watchdog_problem(30, 59.999999)
+    assert said is not None and "WatchdogSec=59.999999s is too short" in said, said
+    assert "at least 60s" in said

@@ -1231,9 +1231,17 @@ def test_the_summary_says_leadership_unknown_while_the_engine_is_unreachable(
 ) -> None:
     """``leader: false`` read "Role follower" while the daemon could not ask its engine
     (who leads unknown, as /healthz says): the map now says so, marked; a follower
-    whose engine answers is still a follower, and the leader shows no role."""
+    whose engine answers is still a follower, and the leader shows no role. An engine
+    that answers with its swarm node stalled (locked, failed, in no swarm) is named so,
+    with the fix for a locked one: the map names no ``engine_error``."""
     for live, want in (({"leader": False, "engine": "unreachable"},
                         "Role unknown: engine unreachable"),
+                       ({"leader": False, "engine": "locked"},
+                        "Role unknown: swarm locked (docker swarm unlock on it)"),
+                       ({"leader": False, "engine": "inactive"},
+                        "Role unknown: engine in no swarm"),
+                       ({"leader": False, "engine": "error"},
+                        "Role unknown: swarm node failed to start"),
                        ({"leader": False, "engine": "reachable"}, "Role follower"),
                        ({"leader": False}, "Role follower"),  # a daemon of before
                        ({"leader": True, "engine": "reachable"}, None)):
@@ -1246,7 +1254,7 @@ def test_the_summary_says_leadership_unknown_while_the_engine_is_unreachable(
         else:
             assert want in text, (live, text)
         assert ("follower" in text) == (want == "Role follower"), (live, text)
-        if live.get("engine") == "unreachable":
+        if live.get("engine") not in (None, "reachable"):
             assert '<div class="warn"><dt>Role' in summary, summary
 
 

@@ -35,7 +35,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from swarmgpu.core.config import Config
 from swarmgpu.core.httpguard import GuardedServer, allowed_hosts
-from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.core.sdnotify import sd_notify, watchdog_s
 from swarmgpu.core.statefile import save_said
@@ -50,7 +49,15 @@ from swarmgpu.manager.cycle.pipeline import Pipeline, Step
 from swarmgpu.manager.cycle.schedule import repeat
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.cycle.term import LeaderTerm
-from swarmgpu.manager.engine.stop import BudgetEnded, NotRead, Stopped, StopRequest, read_cut
+from swarmgpu.manager.engine.stop import (
+    BudgetEnded,
+    NotRead,
+    Stopped,
+    StopRequest,
+    TermEnded,
+    check_term,
+    read_cut,
+)
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.sync import (
     CycleReport,
@@ -60,21 +67,15 @@ from swarmgpu.manager.nodes.sync import (
     take_snapshot,
     tenant_specs,
 )
+from swarmgpu.manager.nodes.watchkey import facts_key
 from swarmgpu.manager.nodes.watchmissed import WatchMissed
 from swarmgpu.manager.web import webguard
 from swarmgpu.manager.web.webauth import WebAuth
 from swarmgpu.swarm.answerjson import CycleBudget, within_budget
 from swarmgpu.swarm.cache import SwarmCache, follow
 from swarmgpu.swarm.client import BudgetCut, SwarmClient, SwarmError, SwarmUnavailable
+from swarmgpu.swarm.errors import SwarmStalled
 from swarmgpu.swarm.identity import IdentityError, agent_auth
-
-
-def _facts_key(f: NodeFacts) -> str:
-    """Facts without their read time: what a change means."""
-    d = f.to_dict()
-    d["node"].pop("collected_at", None)
-    return json.dumps(d, sort_keys=True)
-
 
 # How often the wall clock is compared with the monotonic one, and the gap that is a step
 # (NTP slews far less than this; ``Daemon._clock_check``).
@@ -138,6 +139,7 @@ class Daemon:
         # Why the engine could not be asked (the last cycle's ask failed), else None:
         # /healthz then says leadership is unknown, not the last answer it had.
         self.engine_error: str | None = None
+        self.engine_state = "reachable"  # with it: its word (cycle.host.CycleHost)
         # The line that said the last cycle ended at its engine budget, else None:
         # /healthz says so (the engine answers, too slowly for a whole cycle).
         self.budget_ended: str | None = None
@@ -210,9 +212,11 @@ class Daemon:
         return CycleReport(writes=done.writes, errors=[said, *done.errors], aborted=True)
 
     def _write_gate(self) -> None:
-        # Before each write (the client's before_write): none once stopping, or once
+        # Before each write (the client's before_write): none once stopping, once the
+        # term ended (each left still read its node, then failed: NotLeader), or once
         # the cycle's engine budget has passed.
         self.stop_event.check()
+        check_term(self.term.lost)
         gate = self._budget
         if gate is not None:
             gate.check()
@@ -229,20 +233,16 @@ class Daemon:
         start = time.monotonic()
         try:
             self.leader = self.swarm.is_leader()
-            self.engine_error = None
+            self.engine_error, self.engine_state = None, "reachable"
         except SwarmError as exc:
             self._over(exc)
-            # Writes are blocked (the term ended) and who leads is unknown: not the
-            # last answer had (/healthz, the gauge and the map said leader for as
-            # long as the engine stayed away).
-            self.term.end()
-            self.leader = False
-            self.engine_error = str(exc)
-            self.metrics.is_leader.set(0)
+            self._leader_unknown(exc)
             self.metrics.errors.labels(kind="swarm").inc()
             self.metrics.cycles.labels(outcome="error").inc()
-            self._cut("aborted", f"cannot reach the Swarm manager: {exc}")
-            logger.error("cannot reach the Swarm manager: {}", exc)
+            # (an engine that answers, its swarm node stalled, is not said unreachable)
+            what = "no Swarm manager runs here" if isinstance(exc, SwarmStalled) else \
+                "cannot reach the Swarm manager"
+            logger.error("{}", self._cut("aborted", f"{what}: {exc}"))
             return CycleReport(leader=False, errors=[str(exc)], aborted=True)
         self.metrics.is_leader.set(1 if self.leader else 0)
         if self.leader and self.term.lost:
@@ -284,7 +284,7 @@ class Daemon:
             if self.term.lost:  # (its NotLeader, or a write failed after it)
                 return self._deposed(CycleReport(errors=[str(exc)]))
             if isinstance(exc, SwarmUnavailable):  # gone mid-cycle: the next ask says
-                self.engine_error = str(exc)
+                self._leader_unknown(exc)
             self.metrics.errors.labels(kind="swarm").inc()
             self.metrics.cycles.labels(outcome="error").inc()
             self._cut("aborted", f"cycle aborted, will retry next interval: {exc}")
@@ -300,6 +300,20 @@ class Daemon:
         # (None: every step ran; else a stop cut them: _over and _deposed raise or say)
         self.cut_short, self.cut_kind = self._steps_cut, "stopped" if self._steps_cut else None
         return report
+
+    def _leader_unknown(self, exc: SwarmError) -> None:
+        """The engine cannot say who leads (``exc``): unreachable, locked, demoted or
+        without quorum, at a cycle's first ask or in its middle. Writes are blocked (the
+        term ended: another manager may lead meanwhile, so a new term starts afresh) and
+        /healthz, the gauge and the map say leadership unknown, not the last answer had;
+        the cluster gauges read 0, as a follower's (frozen, they stood beside the
+        leader's while a locked manager waited)."""
+        self.term.end()
+        self.leader = False
+        self.engine_error = str(exc)
+        self.engine_state = exc.state if isinstance(exc, SwarmStalled) else "unreachable"
+        self.metrics.is_leader.set(0)
+        self.pipeline.stand_by()
 
     def _cut(self, kind: CutKind, line: str) -> str:
         """The last cycle did not complete: ``line`` says why, ``kind`` in one word."""
@@ -356,27 +370,26 @@ class Daemon:
         except Stopped as exc:
             if isinstance(exc, BudgetEnded):  # (said by ``cycle``)
                 raise
-            # A step's reads (the metrics scrape) say their own count: the facts watch,
-            # beside the cycle, counts into reads_left too.
-            cut = f"{self.stop_event.left - left} write(s)"
-            if exc.reads:
-                cut += f" and {exc.reads} {exc.what}(s)"
-            self._steps_cut = f"{STOPPING}{cut} of step {ran[0] or '-'} not made, nor later ones"
-            logger.warning(
-                "stopping: the {} in flight finished; {} of step {} not made, "
-                "nor any later step's: the next leader's daemon, or this one "
-                "when it starts again, plans them afresh from what Swarm stores "
-                "and the nodes say",
-                "writes and reads" if exc.reads else "writes",
-                cut,
-                ran[0] or "-",
-            )
+            if not isinstance(exc, TermEnded):  # (its cycle says so once: _deposed)
+                self._say_stopped(exc, ran[0] or "-", self.stop_event.left - left)
             if Slot.REPORT not in session.written():  # label sync itself was cut short
                 # (its writes that landed counted, as at the budget: ``_cut_report``)
                 done = self.labels.report or CycleReport()
                 return CycleReport(writes=done.writes, errors=list(done.errors),
                                    aborted=True)
         return session.report
+
+    def _say_stopped(self, exc: Stopped, step: str, writes: int) -> None:
+        # A step's reads (the metrics scrape) say their own count: the facts watch,
+        # beside the cycle, counts into reads_left too.
+        cut = f"{writes} write(s)"
+        if exc.reads:
+            cut += f" and {exc.reads} {exc.what}(s)"
+        self._steps_cut = f"{STOPPING}{cut} of step {step} not made, nor later ones"
+        logger.warning("stopping: the {} in flight finished; {} of step {} not made, nor "
+                       "any later step's: the next leader's daemon, or this one when it "
+                       "starts again, plans them afresh from what Swarm stores and the "
+                       "nodes say", "writes and reads" if exc.reads else "writes", cut, step)
 
     def _stops(self) -> bool:
         # No further step: the daemon stops, the term was lost mid-cycle (its writes
@@ -499,7 +512,7 @@ class Daemon:
                 continue
             rec = self.book.records.get(node_id)
             # (the agent's last answer as it gave it: the cycle's facts carry health states)
-            if rec is None or rec.read is None or _facts_key(rec.read) != _facts_key(res.facts):
+            if rec is None or rec.read is None or facts_key(rec.read) != facts_key(res.facts):
                 changed.append(res.hostname)
         if changed:
             logger.info("facts changed on {}: syncing now", ", ".join(sorted(changed)))
@@ -643,7 +656,8 @@ class Daemon:
         """/healthz (``healthz.health_doc``); ``detail``: the errors' texts too."""
         age = None if self.last_cycle_at is None else time.monotonic() - self.last_cycle_at
         return health_doc(
-            leader=self.leader, engine_error=self.engine_error, cut_short=self.cut_short,
+            leader=self.leader, engine_error=self.engine_error,
+            engine_state=self.engine_state, cut_short=self.cut_short,
             cut_kind=self.cut_kind, budget_ended=self.budget_ended,
             errors=self.last_report.errors if self.last_report else [], age=age,
             stale=age is None or age > 3 * self.cfg.sync.interval_s,

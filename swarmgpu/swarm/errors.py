@@ -15,6 +15,15 @@ class SwarmUnavailable(SwarmError):
     """The engine is not reachable, or this node is not a Swarm manager."""
 
 
+class SwarmStalled(SwarmUnavailable):
+    """The engine answers, but its swarm node does not run: ``state`` is its
+    ``Swarm.LocalNodeState`` ("locked", "error", "inactive": ``swarm.localstate``)."""
+
+    def __init__(self, why: str, state: str) -> None:
+        super().__init__(why)
+        self.state = state
+
+
 class BudgetCut(SwarmUnavailable):
     """A read not made past its cycle's engine budget (``answerjson.BudgetSpent``): no
     object's fault: the daemon's readers raise ``stop.read_cut`` on it, ending the cycle."""

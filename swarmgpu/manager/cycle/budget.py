@@ -56,6 +56,12 @@ def engine_budget_s(interval_s: float, watchdog_s: float | None) -> float:
     return max(dog - interval_s - BUDGET_SLACK_S - WRITE_FLOOR_S, MIN_BUDGET_S)
 
 
+def secs(s: float) -> str:
+    """``s`` seconds as systemd's WatchdogSec= takes them, to the microsecond it passes
+    (``:g`` rounds to six digits: 59999999 µs said "60")."""
+    return f"{s:.6f}".rstrip("0").rstrip(".")
+
+
 def watchdog_problem(interval_s: float, watchdog_s: float | None) -> str | None:
     """Why the daemon cannot run under ``watchdog_s`` (WatchdogSec=), else None. It pings
     after each cycle, so two pings may be the interval and a whole cycle apart: the
@@ -68,7 +74,7 @@ def watchdog_problem(interval_s: float, watchdog_s: float | None) -> str | None:
         return None
     most = watchdog_s - (least - interval_s)
     lower = f", or lower sync.interval_s to {most:g}s or less" if most >= 1 else ""
-    return (f"WatchdogSec={watchdog_s:g}s is too short for sync.interval_s {interval_s:g}s: "
+    return (f"WatchdogSec={secs(watchdog_s)}s is too short for sync.interval_s {interval_s:g}s: "
             f"the daemon pings the watchdog after each cycle, and pings may be {least:g} s "
             f"apart (the interval, the shortest engine budget of {MIN_BUDGET_S:g} s and "
             f"{BUDGET_SLACK_S + WRITE_FLOOR_S:g} s for the writes in flight), so systemd "
@@ -129,7 +135,7 @@ def over_budget(gate: BudgetGate, interval_s: float, watchdog_s: float | None) -
     its time, the budget's making and the fix."""
     budget = gate.budget
     doing = f"reading {budget.cut}" if budget.cut is not None else gate.at or "-"
-    dog = (f"WatchdogSec= {watchdog_s:g} s" if watchdog_s is not None else
+    dog = (f"WatchdogSec= {secs(watchdog_s)} s" if watchdog_s is not None else
            f"the {2 * interval_s + 60:g} s WatchdogSec= docs/systemd.md asks for")
     left = f" ({gate.writes.left} write(s) not made)" if gate.writes.left else ""
     return (f"cycle ended at its engine budget, {budget.took_s():.1f} s in, while "

@@ -30,15 +30,18 @@ def cycle_word(ended_at: float | None, cut_kind: CutKind | None) -> str | None:
 def health_doc(*, leader: bool, engine_error: str | None, cut_short: str | None,
                cut_kind: CutKind | None, budget_ended: str | None, errors: list[str],
                age: float | None, stale: bool, ended_at: float | None,
-               detail: bool) -> dict[str, Any]:
+               detail: bool, engine_state: str = "unreachable") -> dict[str, Any]:
     """/healthz. Without ``detail`` (a caller that may read nothing else: /healthz is
     open) the errors are only counted: their texts name nodes, agent addresses and node
     IDs, which /api/v1/cluster tells only with proof. While the engine cannot be asked,
-    ``leader`` is null (unknown: no write goes out) and the status degraded. After a
-    cycle that did not complete (an engine error, a stop, an exception, its engine
-    budget, leadership lost mid-cycle), ``aborted`` is true, the status degraded and the
-    errors the line that said why (``age``, of the last whole cycle, stays), until a
-    cycle completes; ``over_budget`` is true when that cycle ended at its engine budget.
+    ``leader`` is null (unknown: no write goes out), the status degraded and ``engine``
+    ``engine_state``: "unreachable", or its swarm node's state where it answers with
+    that stalled ("locked", "error", "inactive": a word, not the reason's text, which
+    names paths). After a cycle that did not complete (an engine error, a stop, an
+    exception, its engine budget, leadership lost mid-cycle), ``aborted`` is true, the
+    status degraded and the errors the line that said why (``age``, of the last whole
+    cycle, stays), until a cycle completes; ``over_budget`` is true when that cycle
+    ended at its engine budget.
     ``last_cycle`` is the last cycle's outcome in one word (``cycle_word`` of
     ``cut_kind``, which comes with ``cut_short``),
     ``last_cycle_at`` when it ended (Unix time)."""
@@ -48,7 +51,7 @@ def health_doc(*, leader: bool, engine_error: str | None, cut_short: str | None,
     out: dict[str, Any] = {
         "status": "ok" if ok else "degraded",
         "leader": leader if engine_error is None else None,
-        "engine": "reachable" if engine_error is None else "unreachable",
+        "engine": "reachable" if engine_error is None else engine_state,
         "aborted": cut_short is not None,
         "over_budget": budget_ended is not None,
         "last_cycle_age_s": age,

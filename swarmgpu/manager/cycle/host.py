@@ -55,6 +55,12 @@ class CycleHost(Protocol):
         is then unknown, and no write goes out (read at HTTP time too)."""
 
     @property
+    def engine_state(self) -> str:
+        """How the engine stands while ``engine_error`` is set: "unreachable", or the
+        state of its swarm node when it answers but that does not run ("locked",
+        "error", "inactive": ``swarm.localstate``); "reachable" otherwise."""
+
+    @property
     def last_cycle(self) -> str | None:
         """How the last cycle ended, in /healthz's word (``cycle.healthz.cycle_word``);
         None before the first (read at HTTP time)."""

@@ -50,10 +50,7 @@ class ObserveStep(Step):
                                    *([Slot.PLACEMENT] if placement else []),
                                    *([Slot.MOVES] if moves is not None else [])})
         self.lock = threading.Lock()
-        self.doc: dict[str, Any] = {"schema": SCHEMA, "generated_at": 0.0, "leader": False,
-                                    "engine": "reachable",
-                                    "nodes": [], "services": [], "pending": [],
-                                    "moves": {"proposed": [], "recent": []}}
+        self.doc = _no_cluster()
         self.history = History(cfg.history)  # bounded: history.samples x history.max_gpus
         self.watch = overshare.Watch()  # holders over their GPU share, since when
         self.gauges = ServiceGauges(host.metrics.registry)
@@ -67,9 +64,16 @@ class ObserveStep(Step):
         """Not the leader: a new term opens each over-share window again (another leader
         read the holders meanwhile; a window of the last term would restart a holder
         on one reading). Its per-service gauges are the new leader's to export: kept,
-        they were this term's last values, frozen, beside the leader's."""
+        they were this term's last values, frozen, beside the leader's. So is a
+        follower's cluster document: kept, the map and /api/v1/cluster served the last
+        term's cluster as current; while who leads is unknown (the engine away) it
+        stays, said so (``current``)."""
         self.watch = overshare.Watch(clock=self.watch.clock)
         self.gauges.clear()
+        if not self.host.leader and self.host.engine_error is None and self.doc["generated_at"]:
+            with self.lock:
+                self.doc = _no_cluster()  # (as a daemon's that never led)
+            self.primed()
 
     def run(self, session: CycleSession) -> None:
         cfg, host = self.cfg, self.host
@@ -107,20 +111,28 @@ class ObserveStep(Step):
 
     def current(self) -> dict[str, Any]:
         """The last cluster document, with leadership as of now: while the engine cannot
-        be asked, ``engine`` says "unreachable" (who leads is unknown, as /healthz says)
-        and ``leader`` false (no write goes out; a reader of ``leader`` alone sees a
-        daemon that does not act). ``last_cycle``: how the daemon's last cycle ended,
-        /healthz's word ("over_budget", "stopped", "aborted", "ok"; None before one),
-        ``last_cycle_at`` when (Unix time): a cycle cut short builds no document, and the
-        map would draw the last whole one's as current."""
+        be asked, ``engine`` says "unreachable", or "locked", "error" or "inactive" where
+        it answers with its swarm node stalled (``host.engine_state``; who leads is
+        unknown, as /healthz says), and ``leader`` false (no write goes out; a reader of
+        ``leader`` alone sees a daemon that does not act). ``last_cycle``: how the
+        daemon's last cycle ended, /healthz's word ("over_budget", "stopped", "aborted",
+        "ok"; None before one), ``last_cycle_at`` when (Unix time): a cycle cut short
+        builds no document, and the map would draw the last whole one's as current."""
         with self.lock:
             doc = dict(self.doc)
         reachable = self.host.engine_error is None
         doc["leader"] = self.host.leader and reachable
-        doc["engine"] = "reachable" if reachable else "unreachable"
+        doc["engine"] = "reachable" if reachable else self.host.engine_state
         doc["last_cycle"] = self.host.last_cycle
         doc["last_cycle_at"] = self.host.last_cycle_ended
         return doc
+
+
+def _no_cluster() -> dict[str, Any]:
+    """The cluster document of a daemon that has not led (none built yet)."""
+    return {"schema": SCHEMA, "generated_at": 0.0, "leader": False, "engine": "reachable",
+            "nodes": [], "services": [], "pending": [],
+            "moves": {"proposed": [], "recent": []}}
 
 
 # (name, help, label names) of each family ServiceGauges serves, in the order served.

@@ -142,10 +142,11 @@ class Rebalancer(Step):
     def stand_by(self) -> None:
         """Not the leader: what a new term reads again from Swarm (the windows age out
         by themselves: a gap in them is UNKNOWN). The failing nodes are the leader's
-        daemon's to count."""
+        daemon's to count, its proposal too (kept, /api/rebalance served it frozen)."""
         self.mover.stand_by()
         self.failing.set(0)
         self.term_from = None
+        self.last = None
 
     def keeps(self, service: str, node_id: str) -> bool:
         """Placement keeps this holding on a failed GPU: the health policy moves it."""

@@ -9,7 +9,9 @@ not from acting on decisions made for a cluster it no longer leads. So each writ
 again once the last "yes" is older than ``check_s`` (below Swarm's election timeout:
 about 10 s by default, 3 s at the test swarm's election tick), and once the answer is
 no, every write of the cycle is refused without asking, until a cycle finds this engine
-the leader again (``SwarmClient.may_write``: the write raises ``NotLeader``).
+the leader again (``SwarmClient.may_write``: the write raises ``NotLeader``); the
+daemon's write gate ends the step before its next write, as a stop does
+(``engine.stop.TermEnded``: none left is read, nor said failed).
 """
 
 from __future__ import annotations

@@ -26,8 +26,16 @@ from loguru import logger
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.engine.stop import TermEnded
 from swarmgpu.manager.placement.keys import never_on_a_node
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import (
+    NotLeader,
+    SwarmClient,
+    SwarmError,
+    SwarmNode,
+    SwarmService,
+    SwarmTask,
+)
 from swarmgpu.swarm.labels import NodeLabelPlan, plan_node_labels
 from swarmgpu.swarm.taskspec import describe, task_changes
 
@@ -294,6 +302,8 @@ class Actuator:
 
         try:
             written = self.writes.node_labels(node.id, counted)
+        except NotLeader as exc:  # (no failed write: the term ended, the rest is left)
+            raise TermEnded() from exc
         except SwarmError as exc:
             return self.record(node, plan, False, str(exc))
         finally:

@@ -69,6 +69,26 @@ class BudgetEnded(Stopped):
         self.args = (f"the cycle's engine budget has passed: no further {what} is made",)
 
 
+class TermEnded(Stopped):
+    """A write not made: this daemon's leader term ended in its cycle (a write found
+    another manager elected: ``manager.cycle.term``). A ``Stopped``: the step ends there
+    and the writes not started are left to the new leader's daemon, none taken for a
+    failed one (each read its node, then was refused: ``NotLeader``, a failed write);
+    the cycle says it once (``Daemon._deposed``)."""
+
+    def __init__(self) -> None:
+        super().__init__(StopRequest())
+        self.args = ("this daemon no longer leads the swarm: no further write is made",)
+
+
+def check_term(lost: bool) -> None:
+    """Before a write: ``TermEnded`` once the term is ``lost``, but for one that undoes
+    its step's own (``undoing``): that one asks, is refused (``NotLeader``) and its
+    writer says what it left undone (the over-share restart's gate left shut)."""
+    if lost and not _UNDOING.get():
+        raise TermEnded()
+
+
 def read_cut() -> BudgetEnded:
     """What a reader that takes one object's failure for its own raises on a read cut at
     its cycle's budget (``swarm.client.BudgetCut``, raised from it) in its stead."""

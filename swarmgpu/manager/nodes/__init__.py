@@ -7,4 +7,5 @@
 ``gpuhealth``    GPU health states per GPU, kept across cycles
 ``gpuowners``    which node speaks for which GPU (each for the GPUs its facts list)
 ``watchmissed``  the agents the facts watch did not read in time, said once per change
+``watchkey``     what the facts watch compares: the GPUs and their health as judged
 """

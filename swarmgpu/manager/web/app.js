@@ -1598,11 +1598,22 @@
       unkeyedCount > 0 ? item("Left out", String(unkeyedCount), true) : null,
       // while the daemon cannot ask its engine, who leads is unknown (as /healthz says),
       // not "follower": no write goes out until it answers again
-      doc.engine === "unreachable" ? item("Role", "unknown: engine unreachable", true)
+      Object.hasOwn(ENGINE_DOWN, doc.engine ?? "")
+        ? item("Role", `unknown: ${ENGINE_DOWN[doc.engine]}`, true)
         : doc.leader === false ? item("Role", "follower") : null,
       lastCycleItem(doc, item),
     );
   }
+
+  // the cluster document's engine word while who leads is unknown (cycle/observe.py):
+  // unreachable, or an engine that answers with its swarm node stalled (Docker's
+  // Swarm.LocalNodeState), named so: the map shows no engine_error, and the fix differs
+  const ENGINE_DOWN = {
+    unreachable: "engine unreachable",
+    locked: "swarm locked (docker swarm unlock on it)",
+    error: "swarm node failed to start",
+    inactive: "engine in no swarm",
+  };
 
   // /healthz's word for a cycle cut short (cycle/healthz.py cycle_word), for people
   const CYCLE_CUT = {
