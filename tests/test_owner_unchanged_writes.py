@@ -11,13 +11,25 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from support.forged import sw_node
+import pytest
+from support.forged import DGX_F, R4090_F, sw_node
+from support.write_paths import svc
 
 from swarmgpu.core.model import Gpu, NodeFacts
+from swarmgpu.manager.placement import (
+    Planner,
+    assign_key,
+    devices_key,
+    env_template,
+    gate_constraint,
+    gate_key,
+)
+from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.swarm.client import SwarmTask
 from swarmgpu.swarm.labels import desired_labels, plan_node_labels
 
 P = "swarmgpu."
+FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
 A100 = Gpu(0, "GPU-a", "NVIDIA A100-SXM4-80GB", 81920, "00000000:07:00.0", 8, 0)
 H100 = Gpu(1, "GPU-h", "NVIDIA H100 80GB HBM3", 81559, "00000000:0F:00.0", 9, 0)
 
@@ -38,3 +50,30 @@ def test_a_mixed_nodes_labels_do_not_depend_on_the_order_its_gpus_are_read() -> 
                   ("node.labels.swarmgpu.gpu.family==ampere",))
     plan = plan_node_labels(node, reordered, tasks=[t], prefix=P, allow_disruptive=True)
     assert plan.empty and plan.held == ()
+
+
+def _running(ledger: str, device_list: str) -> tuple[Any, list[Any], list[SwarmTask]]:
+    """A 2-GPU service whose task runs on n-dgx: its ledger entry there spelled
+    ``ledger``, its device list label ``device_list``."""
+    a, b = DGX_F.gpus[0].uuid, DGX_F.gpus[1].uuid
+    s = svc("web", {f"{P}gpus": "2", devices_key(P, "n-dgx"): device_list.format(a=a, b=b)},
+            [env_template(P), "CUDA_DEVICE_ORDER=PCI_BUS_ID"], [gate_constraint(P, "web")])
+    ns = [sw_node("n-dgx", "gpu-node-1", {assign_key(P, "web"): ledger.format(a=a, b=b),
+                                          gate_key(P, "web"): "true"}),
+          sw_node("n-4090", "gpu-node-2")]
+    return s, ns, [SwarmTask("t1", "id-web", "n-dgx", 1, "running", "running", ())]
+
+
+@pytest.mark.parametrize("ledger", ["{a}@1000,{b}", "{a}, {b}", " {a},{b}@1000 "])
+def test_a_ledger_entry_spelled_another_way_is_no_re_placement(ledger: str) -> None:
+    # The same holding as swarmgpu writes it ("{a},{b}"), spelled otherwise. With a
+    # device list to write back (the owner's re-deploy dropped it, reordered it), the
+    # spelling read as "the GPUs it holds where its task runs changed": a ForceUpdate,
+    # and the model server restarted under a re-placement that was none.
+    s, ns, tasks = _running(ledger, "{b},{a}")
+    (sp,) = Planner(prefix=P).plan(ns, [s], tasks, FACTS).services
+    a, b = DGX_F.gpus[0].uuid, DGX_F.gpus[1].uuid
+    assert sp.service_labels_set.get(devices_key(P, "n-dgx")) == f"{a},{b}"
+    assert not sp.force_update and sp.decision is None
+    new = service_compute(sp.writes)(s.spec)
+    assert new is not None and new["TaskTemplate"] == s.spec["TaskTemplate"]

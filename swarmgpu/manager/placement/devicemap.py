@@ -20,6 +20,7 @@ from swarmgpu.manager.placement.keys import (
 from swarmgpu.manager.placement.ledger import (
     Holding,
     holdings_of,
+    holds_other,
     packed_holding,
     parse_holding,
 )
@@ -76,7 +77,7 @@ def write_devices_and_gates(
     gen = int_or0(s.labels.get(gen_key))
     ak, gk = assign_key(prefix, s.name), gate_key(prefix, s.name)
     changed_for_running = bool(running_on) and any(
-        running_on.get(nid) and by_id[nid].labels.get(ak) != h.label_value()
+        running_on.get(nid) and holds_other(by_id[nid].labels.get(ak), h)
         for nid, h in held.items()
     )
     force = False
