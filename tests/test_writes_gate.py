@@ -224,3 +224,20 @@ def test_what_replaces_a_running_task() -> None:
     assert restarts_on(SPEC, with_constraints(SPEC, "node.labels.x==1"), [node({})])
     assert not restarts_on(SPEC, with_constraints(SPEC, "node.labels.x==1"),
                            [node({"x": "1"})])
+
+
+def test_an_endpoint_change_replaces_a_task_and_needs_a_decision() -> None:
+    # swarmkit's IsTaskDirty compares the service's EndpointSpec with the one its task
+    # was made with, beside the task spec: a write that changes it (published ports, its
+    # mode) replaces every task. The gate read the task template alone and let it through
+    # with no decision, as "nothing in its task spec".
+    ports = {**SPEC, "EndpointSpec": {"Ports": [{"TargetPort": 80, "PublishedPort": 8080}]}}
+    assert task_changes(SPEC, ports) == ["change EndpointSpec"]
+    assert restarts_on(SPEC, ports, [node({"swarmgpu.service.s": "true"})])
+    assert not restarts_on(ports, ports, [node({})])
+    sw = OneObjectSwarm(SPEC, {})
+    gate = Writes(sw, dry_run=False, who="test")  # type: ignore[arg-type]
+    assert not gate.service_spec("s", lambda cur: {**cur, **ports})
+    assert sw.spec == SPEC and gate.refused_restarts == 1
+    assert gate.service_spec("s", lambda cur: {**cur, **ports}, Why("operator", "asked"))
+    assert gate.decided[-1][2] == "change EndpointSpec"
