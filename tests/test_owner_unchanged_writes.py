@@ -16,7 +16,7 @@ from support.forged import DGX_F, R4090_F, sw_node
 from support.placement import DGX, R4090, settle
 from support.placement import FACTS as PLACE_FACTS
 from support.placement import svc as place_svc
-from support.write_paths import svc
+from support.write_paths import reread, svc
 
 from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.manager.placement import (
@@ -84,16 +84,6 @@ def test_a_ledger_entry_spelled_another_way_is_no_re_placement(ledger: str) -> N
     assert new is not None and new["TaskTemplate"] == s.spec["TaskTemplate"]
 
 
-def _reread(f: NodeFacts) -> NodeFacts:
-    """``f`` as an agent might list it another time: its GPUs, each GPU's MIG devices and
-    the link matrix in the reverse order (each GPU keeps its index and UUID)."""
-    n = len(f.gpus)
-    gpus = tuple(replace(g, mig_devices=tuple(reversed(g.mig_devices)))
-                 for g in reversed(f.gpus))
-    links = tuple(tuple(f.links[n - 1 - i][n - 1 - j] for j in range(n)) for i in range(n))
-    return replace(f, gpus=gpus, links=links if f.links else f.links)
-
-
 def test_a_new_planner_over_facts_read_in_another_order_writes_nothing() -> None:
     # A daemon restarted (or a new leader: a planner with no memory) over settled
     # services -- whole GPUs, a MIG slice, a half GPU, two packed replicas -- whose
@@ -107,7 +97,7 @@ def test_a_new_planner_over_facts_read_in_another_order_writes_nothing() -> None
     tasks = [SwarmTask(f"t-{s.name}-{i}", s.id, p.node_id, p.slot or 1, "running", "running", ())
              for s in services for i, p in enumerate(
                  plan_placement(nodes, [s], [], PLACE_FACTS).services[0].placements)]
-    for facts in (PLACE_FACTS, {k: _reread(f) for k, f in PLACE_FACTS.items()}):
+    for facts in (PLACE_FACTS, {k: reread(f) for k, f in PLACE_FACTS.items()}):
         plan = plan_placement(nodes, services, tasks, facts)
         assert plan.node_set == {} and plan.node_remove == {}
         assert {sp.name: (sp.status, bool(sp.writes), sp.held) for sp in plan.services} == {
