@@ -8,6 +8,7 @@ changes neither. Pure: facts, nodes and specs in, the plan out."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from typing import Any
 
@@ -19,6 +20,8 @@ from support.placement import svc as place_svc
 from support.write_paths import reread, svc
 
 from swarmgpu.core.model import Gpu, NodeFacts
+from swarmgpu.manager.cycle.grants import ImageEnvs, void_one
+from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.placement import (
     Planner,
     assign_key,
@@ -29,8 +32,9 @@ from swarmgpu.manager.placement import (
     plan_placement,
 )
 from swarmgpu.manager.placement.specwrite import service_compute
+from swarmgpu.manager.services.grants import find_ungranted
 from swarmgpu.manager.services.sharing import env_lines
-from swarmgpu.swarm.client import SwarmTask
+from swarmgpu.swarm.client import SwarmError, SwarmTask, service_from_api
 from swarmgpu.swarm.labels import desired_labels, plan_node_labels
 
 P = "swarmgpu."
@@ -102,3 +106,53 @@ def test_a_new_planner_over_facts_read_in_another_order_writes_nothing() -> None
         assert plan.node_set == {} and plan.node_remove == {}
         assert {sp.name: (sp.status, bool(sp.writes), sp.held) for sp in plan.services} == {
             s.name: ("placed", False, ()) for s in services}
+
+
+class _Images:
+    """An engine's image env (``None``: not there; "broken": the engine cannot answer)
+    and one service spec, read-modify-written as swarmgpu's client does."""
+
+    def __init__(self, spec: dict[str, Any], images: dict[str, tuple[str, ...] | None]) -> None:
+        self.spec, self.images, self.writes = spec, images, 0
+
+    def image_env(self, ref: str) -> tuple[str, ...] | None:
+        if ref == "broken":
+            raise SwarmError("engine said no")
+        return self.images.get(ref)
+
+    def update_service_spec(self, _sid: str, compute: Any, **_: Any) -> bool:
+        new = compute(copy.deepcopy(self.spec))
+        if new is None or new == self.spec:
+            return False
+        self.spec, self.writes = new, self.writes + 1
+        return True
+
+
+@pytest.mark.parametrize("ref, max_reads, voided", [
+    ("plain:1", 0, False),  # its read waits: this cycle's reads were spent on others
+    ("broken", 32, False),  # the engine could not be asked this time
+    ("gone:1", 32, True),  # not on the manager's engine: taken as CUDA images behave
+    ("plain:1", 32, False),  # read: its env grants nothing
+])
+def test_void_waits_for_an_image_env_it_could_not_read(ref: str, max_reads: int,
+                                                        voided: bool) -> None:
+    # placement.ungranted: void over a service on a GPU node whose own env names no GPU:
+    # whether it sees GPUs rests on its image's env. Unread (a restarted daemon's first
+    # cycle over more images than it reads at once, an engine error), it was voided as
+    # unknown: restarted, for nothing the owner changed, where a later read finds
+    # nothing to void. It waits for the read now; an image the engine says it does not
+    # have is still taken as CUDA images behave.
+    spec = {"Name": "app", "Labels": {},
+            "TaskTemplate": {"ContainerSpec": {"Image": ref, "Env": ["A=1"]}, "ForceUpdate": 0}}
+    s = service_from_api({"ID": "id-app", "Spec": spec, "Version": {"Index": 3}})
+    sw = _Images(copy.deepcopy(spec), {"plain:1": ("PATH=/bin",), "gone:1": None})
+    images = ImageEnvs(sw, max_reads=max_reads)  # type: ignore[arg-type]
+    (u,) = find_ungranted([s], [SwarmTask("t1", s.id, "g", 1, "running", "running", ())],
+                          {"g": "gpu-1"}, prefix=P, managed=set(),
+                          images=images.lookup([ref])) or [None]
+    if u is None:  # (read: nothing to void, nothing found)
+        assert not voided and max_reads
+        return
+    gate = Writes(sw, dry_run=False, who="test")  # type: ignore[arg-type]
+    assert void_one(gate, u, prefix=P, managed=False, grants="env", images=images) is voided
+    assert sw.writes == int(voided) and gate.refused_restarts == 0
