@@ -23,6 +23,7 @@ from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.manager.cycle.grants import ImageEnvs, void_one
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.placement import (
+    Holding,
     Planner,
     assign_key,
     devices_key,
@@ -61,11 +62,11 @@ def test_a_mixed_nodes_labels_do_not_depend_on_the_order_its_gpus_are_read() -> 
     assert plan.empty and plan.held == ()
 
 
-def _running(ledger: str, device_list: str) -> tuple[Any, list[Any], list[SwarmTask]]:
+def _running(ledger: str) -> tuple[Any, list[Any], list[SwarmTask]]:
     """A 2-GPU service whose task runs on n-dgx: its ledger entry there spelled
-    ``ledger``, its device list label ``device_list``."""
+    ``ledger``, its device list label gone (a re-deploy of its stack file dropped it)."""
     a, b = DGX_F.gpus[0].uuid, DGX_F.gpus[1].uuid
-    s = svc("web", {f"{P}gpus": "2", devices_key(P, "n-dgx"): device_list.format(a=a, b=b)},
+    s = svc("web", {f"{P}gpus": "2"},
             [env_template(P), "CUDA_DEVICE_ORDER=PCI_BUS_ID"], [gate_constraint(P, "web")])
     ns = [sw_node("n-dgx", "gpu-node-1", {assign_key(P, "web"): ledger.format(a=a, b=b),
                                           gate_key(P, "web"): "true"}),
@@ -76,10 +77,10 @@ def _running(ledger: str, device_list: str) -> tuple[Any, list[Any], list[SwarmT
 @pytest.mark.parametrize("ledger", ["{a}@1000,{b}", "{a}, {b}", " {a},{b}@1000 "])
 def test_a_ledger_entry_spelled_another_way_is_no_re_placement(ledger: str) -> None:
     # The same holding as swarmgpu writes it ("{a},{b}"), spelled otherwise. With a
-    # device list to write back (the owner's re-deploy dropped it, reordered it), the
+    # device list to write back (the owner's re-deploy dropped it), the
     # spelling read as "the GPUs it holds where its task runs changed": a ForceUpdate,
     # and the model server restarted under a re-placement that was none.
-    s, ns, tasks = _running(ledger, "{b},{a}")
+    s, ns, tasks = _running(ledger)
     (sp,) = Planner(prefix=P).plan(ns, [s], tasks, FACTS).services
     a, b = DGX_F.gpus[0].uuid, DGX_F.gpus[1].uuid
     assert sp.service_labels_set.get(devices_key(P, "n-dgx")) == f"{a},{b}"
@@ -156,3 +157,27 @@ def test_void_waits_for_an_image_env_it_could_not_read(ref: str, max_reads: int,
     gate = Writes(sw, dry_run=False, who="test")  # type: ignore[arg-type]
     assert void_one(gate, u, prefix=P, managed=False, grants="env", images=images) is voided
     assert sw.writes == int(voided) and gate.refused_restarts == 0
+
+
+def test_a_device_list_in_another_order_is_no_new_device_map() -> None:
+    # One replica of two runs on n-dgx, the other waits (no room). Its device list there
+    # names the GPUs it holds in another order than swarmgpu writes them (a re-deployed
+    # render, another release, a hand edit): the same GPUs, which the container numbers
+    # by bus id whatever the order. Taken for a new map the waiting task must be made
+    # with, it was a ForceUpdate -- the running replica restarted for it.
+    held = tuple(g.uuid for g in DGX_F.gpus if not g.mig_enabled)[:4]
+    h = Holding("web", "n-dgx", held, (1000,) * 4)
+    for listed in (held, held[::-1], held[1:] + held[:1]):
+        s = svc("web", {f"{P}gpus": "4", f"{P}gpu-product": "*A100*",
+                        devices_key(P, "n-dgx"): ",".join(listed)},
+                [env_template(P), "CUDA_DEVICE_ORDER=PCI_BUS_ID"], [gate_constraint(P, "web")])
+        s = service_from_api({"ID": s.id, "Version": {"Index": 1}, "Spec": {
+            **s.spec, "Mode": {"Replicated": {"Replicas": 2}}}})
+        ns = [sw_node("n-dgx", "gpu-node-1", {assign_key(P, "web"): h.label_value(),
+                                              gate_key(P, "web"): "true"}),
+              sw_node("n-4090", "gpu-node-2")]
+        tasks = [SwarmTask("t1", s.id, "n-dgx", 1, "running", "running", ()),
+                 SwarmTask("t2", s.id, "", 2, "pending", "running", ())]
+        (sp,) = Planner(prefix=P).plan(ns, [s], tasks, FACTS).services
+        assert sp.status == "pending" and len(sp.placements) == 1
+        assert not sp.force_update and devices_key(P, "n-dgx") not in sp.service_labels_set

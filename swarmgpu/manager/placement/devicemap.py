@@ -317,9 +317,19 @@ def _service_labels(
     ]
     if shares:
         want_devices.update(want_labels(prefix, shares, cyc.facts, have_devices))
-    labels_set = {k: v for k, v in want_devices.items() if have_devices.get(k) != v}
+    dk = prefix + DEVICES
+    labels_set = {k: v for k, v in want_devices.items() if have_devices.get(k) != v
+                  and not (k.startswith(dk) and _same_gpus(have_devices.get(k), v))}
     labels_remove = sorted(k for k in have_devices if k not in want_devices)
     return labels_set, labels_remove
+
+
+def _same_gpus(have: str | None, want: str) -> bool:
+    """A device list that names the GPUs ``want`` does in another order: no new map. The
+    container numbers its GPUs by bus id whatever the order (written again, the order
+    alone made a new map, and the ForceUpdate that gives it to a waiting task restarted
+    the running ones)."""
+    return have is not None and sorted(have.split(",")) == sorted(want.split(","))
 
 
 def _node_writes(
