@@ -326,9 +326,9 @@ def _service_labels(
 
 def _same_gpus(have: str | None, want: str) -> bool:
     """A device list that names the GPUs ``want`` does in another order: no new map. The
-    container numbers its GPUs by bus id whatever the order (written again, the order
-    alone made a new map, and the ForceUpdate that gives it to a waiting task restarted
-    the running ones)."""
+    container gets the same GPUs, which CUDA numbers in its own device order, not the
+    list's (written again, the order alone made a new map, and the ForceUpdate that
+    gives it to a waiting task restarted the running ones)."""
     return have is not None and sorted(have.split(",")) == sorted(want.split(","))
 
 
