@@ -148,9 +148,10 @@ def desired_labels(facts: NodeFacts, prefix: str = DEFAULT_PREFIX) -> dict[str, 
 
 
 def in_index_order(gpus: Sequence[Gpu]) -> tuple[Gpu, ...]:
-    """``gpus`` by index (NVML's, PCI bus order), then bus id and UUID: the labels read
-    "the first GPU" and a product tie so, not in the order an agent listed them (a
-    listing in another order flipped labels a running task's constraint reads)."""
+    """``gpus`` by index (NVML's, PCI bus order), then bus id and UUID: the order the
+    labels take their first GPU (its compute capability) and a product tie in, not the
+    order an agent listed them in (another listing flipped labels a running task's
+    constraint reads)."""
     return tuple(sorted(gpus, key=lambda g: (g.index, g.pci_bus_id, g.uuid)))
 
 
