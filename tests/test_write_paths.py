@@ -30,7 +30,7 @@ import pytest
 from loguru import logger
 from support.forged import DGX_F, R4090_F, RecordingSwarm, closed_port, sw_node, sw_svc
 from support.scheduler import SpecVersions
-from support.write_paths import svc
+from support.write_paths import reread, svc
 
 from swarmgpu.core.config import (
     AgentsConfig,
@@ -480,3 +480,26 @@ def test_an_invalid_request_keeps_its_holding_gate_and_spec(tmp_path: Any,
     assert devices_key(P, "n-4090") in half.labels
     assert sw.node("n-4090").labels.get(gate_key(P, "half")) == "true"
     assert sw.running_on("id-half") == {"n-4090": "t-half"} and sw.restarts[n:] == []
+
+
+def test_a_new_leaders_daemon_over_facts_read_in_another_order_writes_no_spec(
+        tmp_path: Any, logs: list[str]) -> None:
+    """A daemon restarted, or another manager's once it leads: no memory of the one before,
+    its agents' GPUs and MIG devices listed in another order. Over services the first
+    daemon settled it restarts nothing and writes no service spec."""
+    sw = world()
+    d = daemon(sw, str(tmp_path / "a"))
+    for _ in range(4):
+        d.cycle()
+    n, before = len(sw.restarts), [c for c in sw.calls if c[0] == "service"]
+    d = daemon(sw, str(tmp_path / "b"))
+    for nid, rec in list(d.book.records.items()):
+        d.book.records[nid] = replace(rec, facts=reread(rec.facts))
+    for _ in range(3):
+        d.cycle()
+    assert sw.restarts[n:] == [] and [c for c in sw.calls if c[0] == "service"] == before
+    by = {sp.name: sp for sp in d.last_session.placement.services}
+    assert {k: sp.status for k, sp in by.items()} == dict.fromkeys(("web", "half", "loose"),
+                                                                   "placed")
+    assert by["half"].held  # (what an upgrade would restart it for: still held)
+    check(sw, logs)

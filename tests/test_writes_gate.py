@@ -224,3 +224,33 @@ def test_what_replaces_a_running_task() -> None:
     assert restarts_on(SPEC, with_constraints(SPEC, "node.labels.x==1"), [node({})])
     assert not restarts_on(SPEC, with_constraints(SPEC, "node.labels.x==1"),
                            [node({"x": "1"})])
+
+
+def test_an_endpoint_change_replaces_a_task_and_needs_a_decision() -> None:
+    # swarmkit's IsTaskDirty compares the service's EndpointSpec with the one its task
+    # was made with, beside the task spec: a write that changes it (published ports, its
+    # mode) replaces every task. The gate read the task template alone and let it through
+    # with no decision, as "nothing in its task spec".
+    ports = {**SPEC, "EndpointSpec": {"Ports": [{"TargetPort": 80, "PublishedPort": 8080}]}}
+    assert task_changes(SPEC, ports) == ["change EndpointSpec"]
+    assert restarts_on(SPEC, ports, [node({"swarmgpu.service.s": "true"})])
+    assert not restarts_on(ports, ports, [node({})])
+    sw = OneObjectSwarm(SPEC, {})
+    gate = Writes(sw, dry_run=False, who="test")  # type: ignore[arg-type]
+    assert not gate.service_spec("s", lambda cur: {**cur, **ports})
+    assert sw.spec == SPEC and gate.refused_restarts == 1
+    assert gate.service_spec("s", lambda cur: {**cur, **ports}, Why("operator", "asked"))
+    assert gate.decided[-1][2] == "change EndpointSpec"
+
+
+def test_closing_a_gate_spelled_in_another_case_needs_a_decision() -> None:
+    # Swarm compares a constraint's value with the label's case-insensitively: a gate
+    # written "True" or "TRUE" (by hand) is open for ``==true``, and its removal stops
+    # the task there. The gate counted only "true" as open and let that close undecided.
+    for value in ("True", "TRUE"):
+        sw = OneObjectSwarm(SPEC, {"swarmgpu.service.s": value})
+        gate = Writes(sw, dry_run=False, who="test")  # type: ignore[arg-type]
+        assert not gate.node_labels("n", lambda cur: {})
+        assert sw.labels == {"swarmgpu.service.s": value} and gate.refused_restarts == 1
+        # Written "true" it stays open: no decision needed.
+        assert gate.node_labels("n", lambda cur: {"swarmgpu.service.s": "true"})

@@ -137,7 +137,7 @@ def desired_labels(facts: NodeFacts, prefix: str = DEFAULT_PREFIX) -> dict[str, 
     key leaves out what the labels never show (UUIDs, bus ids), so nodes built alike
     share one entry; keyed on whole GPUs, 5,000 nodes overflowed the memo and every
     cycle recomputed all of them."""
-    key = (tuple(_label_inputs(g) for g in facts.gpus), facts.links,
+    key = (tuple(_label_inputs(g) for g in in_index_order(facts.gpus)), facts.links,
            facts.driver_version, facts.cuda_driver_version, prefix)
     got = _DESIRED.get(key)
     if got is None:
@@ -145,6 +145,14 @@ def desired_labels(facts: NodeFacts, prefix: str = DEFAULT_PREFIX) -> dict[str, 
             del _DESIRED[next(iter(_DESIRED))]  # the oldest entry
         got = _DESIRED[key] = _desired_labels(facts, prefix)
     return dict(got)
+
+
+def in_index_order(gpus: Sequence[Gpu]) -> tuple[Gpu, ...]:
+    """``gpus`` by index (NVML's, PCI bus order), then bus id and UUID: the order the
+    labels take their first GPU (its compute capability) and a product tie in, not the
+    order an agent listed them in (another listing flipped labels a running task's
+    constraint reads)."""
+    return tuple(sorted(gpus, key=lambda g: (g.index, g.pci_bus_id, g.uuid)))
 
 
 def _label_inputs(g: Gpu) -> tuple[object, ...]:
@@ -159,7 +167,7 @@ _DESIRED_MAX = 4096  # distinct node shapes remembered
 
 def _desired_labels(facts: NodeFacts, prefix: str) -> dict[str, str]:
     p = prefix
-    gpus = facts.gpus
+    gpus = in_index_order(facts.gpus)
     out: dict[str, str] = {f"{p}gpu.count": str(len(gpus))}
     if gpus:
         out[f"{p}gpu.present"] = "true"
@@ -167,7 +175,8 @@ def _desired_labels(facts: NodeFacts, prefix: str) -> dict[str, str]:
         # flap, and held back like any label when running tasks' constraints use it.
         out[f"{p}gpu.healthy-count"] = str(sum(g.healthy for g in gpus))
         products = Counter(product_label(g.product) for g in gpus)
-        # A mixed node advertises its most common product, and says it is mixed.
+        # A mixed node advertises its most common product (a tie: the first GPU's, by
+        # index), and says it is mixed.
         out[f"{p}gpu.product"] = products.most_common(1)[0][0]
         if len(products) > 1:
             out[f"{p}gpu.product-mixed"] = "true"

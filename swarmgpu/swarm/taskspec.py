@@ -1,10 +1,11 @@
 """Which service spec changes make Swarm replace a running task.
 
 Swarm's updater replaces a task when the service's task spec no longer equals the one
-the task was created from (swarmkit ``orchestrator.IsTaskDirty``), with one exception:
-a change of ``Placement`` alone leaves a task where it is when the node it runs on
+the task was created from (swarmkit ``orchestrator.IsTaskDirty``), or its endpoint spec
+(published ports, their mode) the one the task was made with, with one exception: a
+change of ``Placement`` alone leaves a task where it is when the node it runs on
 satisfies the new constraints. Labels of the service, its mode (replica count) and its
-update config are not part of the task spec: changing them replaces nothing.
+update config are not part of either: changing them replaces nothing.
 
 ``task_changes`` names what a write changes in the task spec (one phrase each, for
 logs, ``plan`` and ``audit``); ``restarts_on`` says whether it would replace a task
@@ -22,6 +23,12 @@ from swarmgpu.swarm.specread import spec_count, spec_list, spec_object
 
 def _tt(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec.get("TaskTemplate") or {}
+
+
+def _same_task(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """The task template and the endpoint spec both unchanged (an absent endpoint spec
+    is not ``{}``: Swarm gets none for the one, an empty one for the other)."""
+    return _tt(old) == _tt(new) and old.get("EndpointSpec") == new.get("EndpointSpec")
 
 
 def _constraints(tt: Mapping[str, Any]) -> list[str]:
@@ -49,8 +56,10 @@ def _diff_keys(a: Mapping[str, Any], b: Mapping[str, Any], skip: tuple[str, ...]
 def task_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """What ``new`` changes in ``old``'s task spec, one phrase per change ([]: no task
     of the service is replaced for this write)."""
-    if _tt(old) == _tt(new):
+    if _same_task(old, new):
         return []
+    if _tt(old) == _tt(new):
+        return ["change EndpointSpec"]
     # Each part read as Docker sends it, else ``UnreadSpec`` naming it: read unguarded,
     # a string there raised an AttributeError out of whichever write's step had it.
     a, b = (spec_object(s.get("TaskTemplate"), "TaskTemplate") for s in (old, new))
@@ -72,6 +81,7 @@ def task_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
                                                      "ContainerSpec"))]
     out += [f"change ContainerSpec.{k}" for k in _diff_keys(csa, csb, ("Env",))]
     out += [f"change Placement.{k}" for k in _diff_keys(pa, pb, ("Constraints",))]
+    out += ["change EndpointSpec"] if old.get("EndpointSpec") != new.get("EndpointSpec") else []
     return out or ["change the order of its env or constraints"]
 
 
@@ -79,7 +89,8 @@ def placement_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """The task specs differ in ``Placement`` alone (swarmkit
     ``IsTaskDirtyPlacementConstraintsOnly``)."""
     a, b = dict(_tt(old)), dict(_tt(new))
-    if a.get("Placement") == b.get("Placement"):
+    if a.get("Placement") == b.get("Placement") or \
+            old.get("EndpointSpec") != new.get("EndpointSpec"):
         return False
     a.pop("Placement", None)
     b.pop("Placement", None)
@@ -93,7 +104,7 @@ def restarts_on(old: Mapping[str, Any], new: Mapping[str, Any],
     alone does not where the node satisfies the new constraints (a constraint swarmgpu
     cannot parse counts as unsatisfied, as swarmkit reads a constraint it cannot parse
     as matching nothing)."""
-    if _tt(old) == _tt(new):
+    if _same_task(old, new):
         return False
     if not placement_only(old, new):
         return True

@@ -104,7 +104,7 @@ class ImageEnvs:
                     out[ref] = hit[1]
                     continue
             if len(todo) >= self.max_reads:
-                out[ref] = hit[1] if hit else ImageEnv(ref, None, "not read yet")
+                out[ref] = hit[1] if hit else ImageEnv(ref, None, "not read yet", read=False)
                 continue
             todo.append(ref)
         # Reads of different images, a few at once (_read turns an engine error into
@@ -132,10 +132,10 @@ class ImageEnvs:
         except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
             raise read_cut() from exc
         except SwarmWrongObject as exc:  # (its text bounded: both IDs and the fix shown)
-            return ImageEnv(ref, None, str(exc)), True
+            return ImageEnv(ref, None, str(exc), read=False), True
         except SwarmError as exc:
             why = f"the manager's engine could not be asked: {exc}"[:200]
-            return ImageEnv(ref, None, why), not budget_cut(exc)
+            return ImageEnv(ref, None, why, read=False), not budget_cut(exc)
         if env is None:
             return ImageEnv(ref, None, "it is not on the manager's engine"), True
         return ImageEnv(ref, env), True
@@ -185,7 +185,7 @@ def void_one(gate: Writes, u: Ungranted, *, prefix: str, managed: bool, grants: 
 
     def compute(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
         ref = image_of(spec)
-        image = images.get(ref) or ImageEnv(ref, None, "not read")
+        image = images.get(ref) or ImageEnv(ref, None, "not read", read=False)
         new = void_spec(spec, image, prefix=prefix, managed=managed, grants=grants)
         # read once void_spec has (its UnreadSpec named a part that is not an object)
         before[0] = ((spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}).get("Env")

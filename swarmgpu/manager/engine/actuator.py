@@ -36,6 +36,7 @@ from swarmgpu.swarm.client import (
     SwarmService,
     SwarmTask,
 )
+from swarmgpu.swarm.constraints import equal_fold
 from swarmgpu.swarm.labels import NodeLabelPlan, plan_node_labels
 from swarmgpu.swarm.taskspec import describe, task_changes
 
@@ -136,9 +137,10 @@ class Writes:
 
         def checked(cur: Mapping[str, str]) -> Mapping[str, str] | None:
             new = compute(cur)
+            # Open as Swarm reads ``==true``: the value in any case (strings.EqualFold).
             closed[:] = [] if new is None else [
                 f"close gate {k}" for k, v in cur.items()
-                if k.startswith(gates) and v == "true" and new.get(k) != "true"]
+                if k.startswith(gates) and _open(v) and not _open(new.get(k))]
             undecided[0] = bool(closed) and why is None
             return None if undecided[0] else new
 
@@ -186,6 +188,11 @@ class Writes:
         if self._refuse("the swarm object's labels"):
             return False
         return self.swarm.update_swarm_labels(compute)
+
+
+def _open(value: object) -> bool:
+    """A gate label's value that meets its constraint ``==true``."""
+    return isinstance(value, str) and equal_fold(value, "true")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from swarmgpu.manager.placement.keys import (
 from swarmgpu.manager.placement.ledger import (
     Holding,
     holdings_of,
+    holds_other,
     packed_holding,
     parse_holding,
 )
@@ -76,7 +77,7 @@ def write_devices_and_gates(
     gen = int_or0(s.labels.get(gen_key))
     ak, gk = assign_key(prefix, s.name), gate_key(prefix, s.name)
     changed_for_running = bool(running_on) and any(
-        running_on.get(nid) and by_id[nid].labels.get(ak) != h.label_value()
+        running_on.get(nid) and holds_other(by_id[nid].labels.get(ak), h)
         for nid, h in held.items()
     )
     force = False
@@ -316,9 +317,19 @@ def _service_labels(
     ]
     if shares:
         want_devices.update(want_labels(prefix, shares, cyc.facts, have_devices))
-    labels_set = {k: v for k, v in want_devices.items() if have_devices.get(k) != v}
+    dk = prefix + DEVICES
+    labels_set = {k: v for k, v in want_devices.items() if have_devices.get(k) != v
+                  and not (k.startswith(dk) and _same_gpus(have_devices.get(k), v))}
     labels_remove = sorted(k for k in have_devices if k not in want_devices)
     return labels_set, labels_remove
+
+
+def _same_gpus(have: str | None, want: str) -> bool:
+    """A device list that names the GPUs ``want`` does in another order: no new map. The
+    container gets the same GPUs, which CUDA numbers in its own device order, not the
+    list's (written again, the order alone made a new map, and the ForceUpdate that
+    gives it to a waiting task restarted the running ones)."""
+    return have is not None and sorted(have.split(",")) == sorted(want.split(","))
 
 
 def _node_writes(

@@ -130,6 +130,16 @@ def parse_holding(service: str, node_id: str, value: str) -> Holding | None:
     return h if len(set(h.uuids)) == len(h.uuids) else None  # a GPU in two slots: not ours
 
 
+def holds_other(value: str | None, h: Holding) -> bool:
+    """Whether the ledger entry ``value`` (None: none) holds other than ``h``: read, not
+    compared as text. The same holding spelled another way (``@1000``, spaces, slot
+    groups in another order: a hand edit, another release's spelling) is no change of
+    GPUs, and taken for one it restarted the running task as a re-placement."""
+    if value is None:
+        return True
+    return value != h.label_value() and parse_holding(h.service, h.node_id, value) != h
+
+
 def read_ledger(nodes: Sequence[SwarmNode], prefix: str,
                 cache: dict[str, tuple[int, list[Holding]]] | None = None,
                 ) -> dict[str, dict[str, Holding]]:

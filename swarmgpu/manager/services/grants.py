@@ -73,11 +73,14 @@ _LONG = 80  # a value quoted in a reason is cut to this many characters
 @dataclass(frozen=True)
 class ImageEnv:
     """An image's ``Config.Env`` as the manager's engine has it. ``env`` None: unknown
-    (``note`` says why: not on that engine, or the engine could not be asked)."""
+    (``note`` says why: not on that engine, or the engine could not be asked).
+    ``read`` False: the engine's answer is not had (not asked yet, or an error), which
+    says nothing of the image: reported as unknown, never voided on (``void_spec``)."""
 
     ref: str
     env: tuple[str, ...] | None
     note: str = ""
+    read: bool = True
 
 
 @dataclass(frozen=True)
@@ -473,7 +476,7 @@ def find_ungranted(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
         if not nodes:
             continue
         ref = image_of(s.spec)
-        image = images.get(ref) or ImageEnv(ref, None, "not read")
+        image = images.get(ref) or ImageEnv(ref, None, "not read", read=False)
         try:
             if s.unread:  # (a part the engine's answer had unread: swarm.client)
                 raise UnreadSpec(s.unread)
@@ -535,8 +538,14 @@ def void_env(env: Sequence[str], access: Sequence[Access], *, prefix: str,
 def void_spec(spec: Mapping[str, Any], image: ImageEnv | None, *, prefix: str,
               managed: bool, grants: str = "env") -> Mapping[str, Any] | None:
     """The whole spec with only ``ContainerSpec.Env`` changed by ``void_env``, judged on
-    ``spec`` itself (the one read at write time); None: nothing to void."""
+    ``spec`` itself (the one read at write time); None: nothing to void, or its access
+    rests only on an image env not read (``ImageEnv.read``): the void waits for the read,
+    as a later one may find nothing to void (a restarted daemon read its first images a
+    few at a time, and voided, restarting them, the services of the others)."""
     access = service_access(spec, image, prefix=prefix, managed=managed, grants=grants)
+    if image is not None and not image.read and all(
+            a.via == "image" and not a.known for a in access if a.voidable):
+        return None
     new_env = void_env(_env(spec), access, prefix=prefix, managed=managed)
     if new_env is None:
         return None
