@@ -601,6 +601,7 @@ def _render_errors(stack_file: str, errors: list[str]) -> NoReturn:
 def status(config_path: str | None, as_json: bool) -> None:
     """The cluster at a glance: nodes x GPUs, memory, holders, pending requests."""
     from swarmgpu.manager.commands.audit import audit as run_audit
+    from swarmgpu.manager.commands.plan import silent_rows
     from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
     from swarmgpu.manager.cycle.preemption import plan_as_daemon
     from swarmgpu.manager.nodes.agentbook import load_saved
@@ -637,7 +638,12 @@ def status(config_path: str | None, as_json: bool) -> None:
     # The daemon sets these on each answer (observe.current); this process runs none of
     # its cycles and reads none of its state: null, as the daemon's before its first.
     doc.update(last_cycle=None, last_cycle_at=None)
-    click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc))
+    if as_json:  # (the age is in the nodes' unreachable findings)
+        click.echo(json.dumps(doc, indent=2))
+        return
+    # no stand-in facts here: the age of a silent node's last ones, as plan says it
+    silent = silent_rows(snap, saved, cfg.health.node_lost_grace_s, reader="status")
+    click.echo(render_status(doc, {r["node"]: r["facts"] for r in silent}))
 
 
 @click.command("apply")
