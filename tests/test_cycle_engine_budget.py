@@ -631,7 +631,7 @@ def test_a_victims_stop_cut_at_the_budget_gives_its_reserved_hour_back(
     p = Preemption("h", "id-h", 100, "n1", "gpu-1", (victim,))
     pre = Preempter(cfg)
     with pytest.raises(Stopped):
-        pre._stop_all(sw, p, "", 5000.0, [victim], set())  # type: ignore[arg-type]
+        pre._stop_all(sw, p, "", 5000.0, [victim], set(), [])  # type: ignore[arg-type]
     assert list(pre.spent.all) == []
     # the next cycle (within its budget) reads the hour as stored: none spent, and it
     # stores the hour given back

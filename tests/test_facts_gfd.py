@@ -389,3 +389,25 @@ def test_single_strategy_with_no_mig_devices_is_this_sources_error(tmp_path: Pat
                  "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb\n"
                  "nvidia.com/gpu.memory=4864\n")
     refused_with_or_without_memory(f, r"gpu\.count=0.*MIG-1g\.5gb.*no MIG devices.*mixed")
+
+
+@pytest.mark.parametrize(("labels", "said"), [
+    ({"gpu.memory": str((1 << 24) + 1)}, "label nvidia.com/gpu.memory=16777217"),
+    ({"mig.strategy": "single", "gpu.product": "NVIDIA H100 99999999GB-MIG-1g.10gb",
+      "gpu.count": "7"}, "estimated from label nvidia.com/gpu.product"),
+])
+def test_a_gfd_gpu_memory_past_16_tib_is_refused_at_the_agent(
+        labels: dict[str, str], said: str) -> None:
+    """The daemon refuses a GPU of more than 16 TiB (a garbled reading, believed a GPU
+    that fits any request), and with it the node's whole facts; the GFD reader served
+    it. Now it is refused here, naming the label, with the daemon's limit."""
+    from swarmgpu.agent.facts.gfd import facts_from_labels
+    from swarmgpu.core.model import MAX_GPU_MEMORY_MIB
+
+    base = {"gpu.count": "1", "gpu.product": "NVIDIA H100 80GB HBM3"}
+    with pytest.raises(SourceError) as e:
+        facts_from_labels({**base, **labels}, hostname="n1", origin="features")
+    assert said in str(e.value) and "past the 16 TiB no GPU has" in str(e.value), e.value
+    at_limit = facts_from_labels({**base, "gpu.memory": str(MAX_GPU_MEMORY_MIB)},
+                                 hostname="n1", origin="features")
+    assert NodeFacts.from_dict(at_limit.to_dict()).gpus[0].memory_mib == MAX_GPU_MEMORY_MIB

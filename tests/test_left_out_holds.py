@@ -39,7 +39,8 @@ def _victim_of_a_preemptor_not_listed(left: Unkeyed) -> Snapshot:
 def _one_shot(snap: Snapshot) -> list[str]:
     return [n.service for n in recorded_nominations(
         snap.services, snap.stopping, facts_by_node(snap), P, 1000.0,
-        Config().preemption.settle_s, left_out=bool(snap.unkeyed.services))]
+        Config().preemption.settle_s, left_out=bool(snap.unkeyed.services),
+        stopped=frozenset({995}))]
 
 
 def test_plan_keeps_the_hold_of_a_preemptor_not_listed_as_the_daemon_does() -> None:

@@ -328,8 +328,8 @@ def test_a_victims_gate_write_that_fails_after_its_spec_write_keeps_its_second_s
     """a's spec write landed (its record, its device list gone), its gate write failed
     with an engine error: its outcome is unknown (a timeout after the engine made it
     stopped a), so a's second of the hour stays spent, as a stop half made by any other
-    fault; the record on a's spec matches the hour, so a cools down. Before: the second
-    was given back, and a stop that had landed went uncounted (max_per_hour exceeded)."""
+    fault (judged next cycle: below). Before: the second was given back, and a stop
+    that had landed went uncounted (max_per_hour exceeded)."""
     sw = _NodeWriteFails()
     pre, snap, plan = _preempter(sw, moves=False)
     done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
@@ -337,6 +337,43 @@ def test_a_victims_gate_write_that_fails_after_its_spec_write_keeps_its_second_s
     assert f"{P}{PREEMPTED_STATE}" in sw.service("id-a").labels
     assert gate_key(P, "a") in sw.node("n-4090").labels
     assert _stored_hour(sw) == 2 and len(pre.spent.all) == 2
+
+
+class _GateAnswerLost(_NodeWriteFails):
+    """a's gate write lands, but its answer is lost (an engine timeout after it)."""
+
+    def update_node_labels(self, node_id: str, compute: Any, **kw: Any) -> bool:
+        from swarmgpu.swarm.client import SwarmError
+
+        if self.armed and gate_key(P, "a") not in (compute(self._nodes[node_id].labels) or {}):
+            self.armed = False
+            RecordingSwarm.update_node_labels(self, node_id, compute, **kw)
+            raise SwarmError("engine timed out: read timeout")
+        return super().update_node_labels(node_id, compute, **kw)
+
+
+@pytest.mark.parametrize(("sw", "hour"), [
+    (_NodeWriteFails(), [5000.0, 5030.0]),  # never landed: given back, a stopped again
+    (_GateAnswerLost(), [5000.0, 5000.0]),  # landed: a stopped, counted once
+])
+def test_a_victims_half_made_stop_is_spent_next_cycle_only_if_its_gate_closed(
+        sw: _NodeWriteFails, hour: list[float]) -> None:
+    """Next cycle, a's half made stop is judged from Swarm: a still holding its GPUs on
+    the node (its ledger entry and gate there, the one write that removes both never
+    landed) and its task meant to run all along, no eviction happened, and its second
+    is given back to the hour (h1 stops it again, counted then); gone from the node,
+    it was stopped and stays counted. Before, the second stayed spent either way: a
+    victim whose gate never closed counted against max_per_hour, and twice once h1
+    stopped it again."""
+    pre, snap, plan = _preempter(sw, moves=False)
+    pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert sorted(pre.spent.all) == [5000.0, 5000.0]
+    _, snap, plan = _preempter(sw, moves=False)
+    pre.cycle(sw, snap, plan, FACTS, now=5030.0)  # type: ignore[arg-type]
+    assert sorted(pre.spent.all) == hour
+    stored = SpentHour(P)
+    stored.read(sw.swarm_labels(), 5030.0, ())
+    assert sorted(stored.all) == hour
 
 
 class _RecordAnswerLost(RecordingSwarm):

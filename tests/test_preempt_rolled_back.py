@@ -13,6 +13,7 @@ recording Swarm stand-in (tests/support/forged.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from support.move_then_preempt import (
 )
 
 from swarmgpu.core.config import Config, PreemptionConfig
+from swarmgpu.manager.cycle.preempt_budget import SpentHour
 from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.placement import PlacementPlan
 from swarmgpu.manager.rebalance.mover import Mover, read_records
@@ -104,3 +106,39 @@ def test_a_victim_whose_move_finished_still_cools(tmp_path: Path) -> None:
         pre.decide(snapshot_of(sw), PlacementPlan(), FACTS, None, 5000.0 + mono - T,
                    mono=mono)
     assert set(pre.victim_at) == {"id-batch"}
+
+
+def _hour(sw: RecordingSwarm) -> list[float]:
+    """The preemption hour a new leader reads from the swarm object at 5100 s."""
+    spent = SpentHour(P)
+    spent.read(sw.swarm_labels(), 5100.0, ())
+    return list(spent.all)
+
+
+def test_a_victim_whose_move_rolled_back_before_its_task_stopped_is_not_spent(
+        tmp_path: Path) -> None:
+    """Its task on the node it left ran all along (the task list): no eviction happened,
+    so ``max_per_hour`` gets its victim back, in memory and in the stored hour."""
+    sw = _world()
+    pre = _moved(sw, tmp_path)
+    assert list(pre.spent.all) == [5000.0] and _hour(sw) == [5000.0]
+    _next_cycle(pre, sw)  # rolled back: batch holds its source, t-batch never stopped
+    pre.decide(snapshot_of(sw), PlacementPlan(), FACTS, None, 5090.0, mono=T + 90)
+    assert list(pre.spent.all) == []
+    pre.hour.store(sw)  # (``cycle`` stores what was given back)
+    assert _hour(sw) == []
+    pre.decide(snapshot_of(sw), PlacementPlan(), FACTS, None, 5120.0, mono=T + 120)
+    assert list(pre.spent.all) == []  # given back once, not again
+
+
+def test_a_victim_whose_task_stopped_before_its_move_rolled_back_stays_spent(
+        tmp_path: Path) -> None:
+    """Its task on the node it left was replaced meanwhile (the task list shows another):
+    the eviction happened, and it counts for the hour."""
+    sw = _world()
+    pre = _moved(sw, tmp_path)
+    sw._tasks = [t if t.id != "t-batch" else replace(t, id="t-batch-2") for t in sw._tasks]
+    _next_cycle(pre, sw)
+    pre.decide(snapshot_of(sw), PlacementPlan(), FACTS, None, 5090.0, mono=T + 90)
+    assert pre.victim_at == {}  # (not cooling, as above)
+    assert list(pre.spent.all) == [5000.0]

@@ -83,3 +83,31 @@ def test_other_metrics_past_the_cap_still_refuse_the_page() -> None:
                    for i in range(metrics_in.MAX_METRIC_SAMPLES + 1))
     refused = parse_metrics(page).refused
     assert refused is not None and "DCGM_FI_DEV_SM_CLOCK" in refused
+
+
+def _served(samples: list[GpuSample], facts: NodeFacts) -> tuple[list[int], list[str]]:
+    page = render_metrics(facts, samples).decode()
+    pids = [int(ln.split('pid="')[1].split('"')[0]) for ln in _process_lines(page)]
+    left = [ln for ln in page.splitlines()
+            if ln.startswith("swarmgpu_gpu_processes_left_out{")]
+    return pids, left
+
+
+def test_a_process_nvml_lists_twice_at_the_cap_is_served_once_and_not_counted_left_out(
+        ) -> None:
+    """NVML can list one compute process twice: both copies sat at the cut (kept by
+    equality), so 65 series were served past a cap of 64, one a duplicate series, and
+    the copy was counted as a process left out."""
+    facts, samples = _node(1, PER_GPU)
+    twice = (*samples[0].processes, samples[0].processes[0])  # the smallest user, again
+    samples = [GpuSample(_uuid(0), 0, 50.0, 1000, 80000, 1.0, 40.0, 300.0, twice)]
+    pids, left = _served(samples, facts)
+    assert sorted(pids) == list(range(1000, 1000 + PER_GPU)), len(pids)
+    assert left == []  # every process served: none left out
+
+
+def test_a_process_listed_twice_under_the_cap_is_one_series() -> None:
+    facts, samples = _node(1, 3)
+    twice = (*samples[0].processes, samples[0].processes[1])
+    samples = [GpuSample(_uuid(0), 0, 50.0, 1000, 80000, 1.0, 40.0, 300.0, twice)]
+    assert _served(samples, facts) == ([1000, 1001, 1002], [])

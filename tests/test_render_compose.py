@@ -424,3 +424,45 @@ def test_cli_check_with_an_output_is_refused_in_one_line(tmp_path: Path, out: st
         "leave out -o, or --check to render"
     ]
     assert not (tmp_path / "out.yml").exists()
+
+
+@pytest.mark.parametrize(("name", "file"), [
+    ("bad name", "ai.yml"), ("a.b", "ai.yml"), ("-ai", "ai.yml"), ("\u00e9t\u00e9", "ai.yml"),
+    ("x" * 62, "ai.yml"), (None, "my stack.yml")])
+def test_cli_a_stack_name_swarm_refuses_its_services_for_is_refused(
+    tmp_path: Path, name: str | None, file: str
+) -> None:
+    """docker stack deploy names each service and network STACK_NAME, and Swarm refuses a
+    name that is not a DNS name component (swarmkit's validateAnnotations: ASCII letters
+    and digits, '-' or '_' between them, at most 63). Before: -n 'bad name' passed
+    --check, and the deploy failed at its first service."""
+    src = tmp_path / file
+    src.write_text(VLLM)
+    args = ["render", "--check", str(src)] + ([] if name is None else ["-n", name])
+    res = CliRunner().invoke(main, args, env={"DOCKER_HOST": NO_DOCKER})
+    assert res.exit_code == 2, res.output
+    assert len(res.stderr.splitlines()) == 1, res.stderr
+    said = f"-n {name!r}" if name is not None else f"{src} (no -n): its name gives 'my stack'"
+    assert res.stderr.startswith(f"swarmgpu render: {said}: invalid stack name"), res.stderr
+    assert "valid as a DNS name component" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("name", ["ai", "ai-", "a_b", "AI2", "x" * 61])
+def test_cli_a_stack_name_swarm_takes_passes(tmp_path: Path, name: str) -> None:
+    src = tmp_path / "ai.yml"
+    src.write_text(VLLM)
+    res = CliRunner().invoke(main, ["render", "--check", str(src), "-n", name],
+                             env={"DOCKER_HOST": NO_DOCKER})
+    assert "invalid stack name" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(("name", "svc", "said"), [
+    ("x" * 59, "vllm", "[64 characters] is no Swarm service name"),
+    ("ai", "a.b", "'ai_a.b' is no Swarm service name")])
+def test_a_service_whose_swarm_name_swarm_refuses_is_an_error(
+        name: str, svc: str, said: str) -> None:
+    """Each service is created as STACK_SERVICE: one past 63 characters, or with a dot
+    (docker/cli's schema takes a.b), was refused by Swarm at deploy, not by --check."""
+    errors = check_stack(f"services:\n  {svc}:\n    image: nginx\n", stack_name=name).errors
+    assert [e for e in errors if said in e and e.startswith(f"services.{svc}: ")], errors
+    assert check_stack(f"services:\n  {svc}:\n    image: nginx\n").errors == []

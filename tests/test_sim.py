@@ -427,3 +427,12 @@ def test_a_row_with_more_or_fewer_fields_than_the_header_is_refused(tmp_path: Pa
                               "field per column")
     f.write_text(head + "p1,1000,100,1,1000\n\np2,1000,100,0,0\n")  # a blank line is no row
     assert [p.name for p in load_pods(f)] == ["p1", "p2"]
+
+
+@pytest.mark.parametrize("seeds", ["\uff14\uff12", "\u0664\u0662", "1,\u0663",
+                                   "4\uff12-50", "\u0967-3"])
+def test_seeds_of_other_than_ascii_digits_are_refused_naming_them(seeds: str) -> None:
+    # int() reads any Unicode digit: fullwidth 42 was seed 42, unsaid
+    with pytest.raises(ValueError) as e:
+        parse_seeds(seeds)
+    assert f"--seeds {seeds!r}" in str(e.value) and "ASCII digits" in str(e.value), e.value

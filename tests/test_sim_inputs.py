@@ -596,3 +596,14 @@ def test_simulate_derive_refuses_times_simulate_refuses(
     with pytest.raises(TraceError) as err:
         read_rows(f)
     assert str(err.value).startswith(f"{f}:3: {why}")
+
+
+def test_derive_refuses_an_empty_out_rather_than_writing_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # --out '' was Path(''), the current folder: the lists and a manifest.json written
+    # among whatever is there
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["simulate-derive", "--out", "", "--variant", "cpu250"])
+    assert res.exit_code == 2, res.output
+    assert "--out '': an empty path; give a folder for the derived lists" in res.output
+    assert list(tmp_path.iterdir()) == []

@@ -160,7 +160,7 @@ def test_status_says_a_silent_nodes_facts_age_as_plan_does(
     the node now, as plan does, stale or not."""
     from click.testing import CliRunner
 
-    from swarmgpu.cli import main
+    from swarmgpu.cli import lastcycle, main
     from swarmgpu.cli import manager as cli_manager
     from swarmgpu.manager.cycle import grants, preemption
     from swarmgpu.manager.placement import PlacementPlan
@@ -178,6 +178,7 @@ def test_status_says_a_silent_nodes_facts_age_as_plan_does(
     monkeypatch.setattr(preemption, "plan_as_daemon", lambda *a, **k: PlacementPlan())
     monkeypatch.setattr(grants, "find", lambda *a, **k: [])
     monkeypatch.setattr(cluster_view, "gpu_metrics", lambda *a, **k: {})
+    monkeypatch.setattr(lastcycle, "last_cycle", lambda cfg: {})  # (no daemon asked)
 
     def status(grace: int) -> str:
         cfg = tmp_path / f"config-{grace}.yml"

@@ -690,11 +690,13 @@ def test_a_preempted_record_dated_at_infinity_is_no_record(tmp_path: Path) -> No
 def test_a_genuine_preempted_record_still_cools_the_victim_under_a_new_leader(
         tmp_path: Path) -> None:
     """The record the daemon wrote, with the stop in the hour on the swarm object: a new
-    leader (nothing in its memory) keeps the victim's cooldown from it."""
+    leader (nothing in its memory) keeps the victim's cooldown from it. Its stop was on
+    another node (a record naming the node it holds is a gate that never closed:
+    tests/test_victim_record_cooling.py)."""
     import time
 
     now = time.time() - 5
-    record = json.dumps({"by": "old", "priority": 100, "at": round(now, 3), "node": "n-4090"})
+    record = json.dumps({"by": "old", "priority": 100, "at": round(now, 3), "node": "n-dgx"})
     nodes, services, tasks = _full_4090({"team-b_batch": ("team-b", 8)},
                                         {"team-a_high": ("team-a", {f"{P}gpus": "2",
                                                                     f"{P}priority": "100"})})

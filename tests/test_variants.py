@@ -274,11 +274,12 @@ def test_derive_reads_a_pod_list_as_simulate_does(tmp_path: Path) -> None:
 def test_cli_names_each_file_at_the_path_it_wrote(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: ``--out variants/`` (docs/simulate.md) printed variants//NAME, and
-    ``--out ''``, which writes here, printed /NAME: a file at the root."""
+    ``--out ''``, which wrote here, printed /NAME: a file at the root (now refused:
+    ``--out .`` writes here, said as NAME)."""
     small = tmp_path / "pods.csv"
     small.write_text("\n".join(DEFAULT.read_text().splitlines()[:201]) + "\n")
     monkeypatch.chdir(tmp_path)
-    for out, want in [("v/", "v/openb_pod_list_cpu250.csv"), ("", "openb_pod_list_cpu250.csv")]:
+    for out, want in [("v/", "v/openb_pod_list_cpu250.csv"), (".", "openb_pod_list_cpu250.csv")]:
         res = CliRunner().invoke(main, ["simulate-derive", "--pods", str(small), "--out", out,
                                         "--variant", "cpu250"])
         assert res.exit_code == 0, res.output

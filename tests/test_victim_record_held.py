@@ -79,7 +79,8 @@ def test_plan_spares_a_stopping_victims_gpus_its_preemptors_hold_names_as_the_da
     stopping = SwarmTask("t-batch", "id-batch", "n-4090", 1, "running", "shutdown", (line,))
     snap = replace(snapshot(list(sw.nodes()), list(sw.services()),
                             [t for t in sw.tasks() if t.id != "t-batch"]),
-                   stopping=[stopping], taken_at=1005.0)
+                   stopping=[stopping], taken_at=1005.0,  # (the hour as the daemon stored it)
+                   swarm_labels={f"{P}state.preemptions": "1000"})
     hold = Nomination("high", 100, "n-4090", p.held, victims=("id-batch",),
                       service_id="id-high")
     daemon = _seen(make_plan(snap, Config(), nominated=[hold]))
@@ -124,7 +125,7 @@ def _job_stopping(record: bool) -> Snapshot:
              SwarmTask("t-keep", keep.id, "n-dgx", 1, "running", "running", ()),
              SwarmTask("t-high", high.id, "", 1, "pending", "running", ())]
     return replace(snapshot(nodes, [job, old, keep, high], tasks), stopping=[stop],
-                   taken_at=1000.0)
+                   taken_at=1000.0, swarm_labels={f"{P}state.preemptions": "995"})
 
 
 def _would(plan: PlacementPlan) -> list[str]:

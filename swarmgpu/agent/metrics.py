@@ -46,7 +46,7 @@ from prometheus_client.registry import Collector
 from swarmgpu.core.health import DCGM_HEALTH_FIELDS, DCGM_XID, HealthSignals
 from swarmgpu.core.metrics_in import MAX_PROCESSES, PROCESS_MEMORY
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
-from swarmgpu.core.samples import GpuSample
+from swarmgpu.core.samples import GpuProcess, GpuSample
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -181,6 +181,20 @@ def _known(value: float | int | None) -> float | None:
 PROCESSES_LEFT_OUT = "swarmgpu_gpu_processes_left_out"  # (AgentCollector._processes)
 
 
+def _once_each(listed: Sequence[GpuProcess]) -> list[GpuProcess]:
+    """Each process once, NVML's first entry of it: NVML can list one twice, and both
+    copies were one series twice (a page a reader refuses), and past the cap kept
+    together and counted as one left out. Only compute processes are listed (the type),
+    so the PID names one."""
+    seen: set[int] = set()
+    out = []
+    for p in listed:
+        if p.pid not in seen:
+            seen.add(p.pid)
+            out.append(p)
+    return out
+
+
 class AgentCollector(Collector):
     """Collector over one consistent snapshot: facts, samples and agent stats."""
 
@@ -235,7 +249,7 @@ class AgentCollector(Collector):
         for s in self._samples:
             g = gpus.get(s.uuid)
             gpu = str(g.index if g is not None else s.index)
-            listed = [p for p in s.processes if p.used_mib is not None]
+            listed = _once_each([p for p in s.processes if p.used_mib is not None])
             if len(listed) > MAX_PROCESSES:
                 left.add_sample(PROCESSES_LEFT_OUT, {
                     "gpu": gpu, "UUID": s.uuid, "hostname": self._facts.hostname},

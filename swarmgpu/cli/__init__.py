@@ -1,8 +1,9 @@
 """The `swarmgpu` command line: the top layer, the only one that may import every other.
 
 One module per kind of command (``node``, ``manager``, ``sim``, ``config``, ``proxy``:
-the docker-proxy); ``logs`` sets up logging for all of them; ``main`` is the group that
-gathers them (the ``swarmgpu`` console script and ``python -m swarmgpu.cli``).
+the docker-proxy); ``logs`` sets up logging for all of them; ``lastcycle`` reads how the
+daemon's last cycle ended (``status --json``); ``main`` is the group that gathers them
+(the ``swarmgpu`` console script and ``python -m swarmgpu.cli``).
 """
 
 from __future__ import annotations

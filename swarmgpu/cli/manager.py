@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -341,24 +342,33 @@ def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+# Swarm names a stack's services and networks STACK_NAME and takes only a DNS name
+# component (swarmkit's validateAnnotations): the stack name's part of that rule, with
+# room for "_" and a one-letter service within its 63.
+_SWARM_STACK = re.compile(r"[a-zA-Z0-9][-_a-zA-Z0-9]{0,60}", re.ASCII)
+
+
 def _stack_name(given: str | None, first_file: str) -> str:
     """-n, else the first file's name up to its first dot. One docker stack deploy
-    refuses (empty, or only spaces and quotes: docker/cli's validateStackName) is
-    refused, exit 2: -n '' fell back to the file's name, silently."""
+    refuses is refused, exit 2: empty, or only spaces and quotes (docker/cli's
+    validateStackName; -n '' fell back to the file's name, silently), or one Swarm
+    refuses its services' names for ('bad name' passed --check, the deploy failed)."""
     from swarmgpu.core.peertext import escaped
 
     name = given if given is not None else Path(first_file).stem.split(".")[0]
+    said = f"-n {given!r}" if given is not None else \
+        f"{escaped(first_file)} (no -n): its name gives {name!r}"
     if all(c.isspace() or c in "'\"" for c in name):
-        said = f"{escaped(first_file)} (no -n): its name gives {name!r}"
-        if given is not None:
-            said = f"-n {given!r}"
-        click.echo(
-            f"swarmgpu render: {said}: invalid stack name (docker stack deploy refuses one "
-            "empty or of only spaces and quotes); give the name you deploy it with: -n NAME",
-            err=True,
-        )
-        sys.exit(2)
-    return name
+        why = "docker stack deploy refuses one empty or of only spaces and quotes"
+    elif not _SWARM_STACK.fullmatch(name):
+        why = ("Swarm names its services and networks NAME_SERVICE and refuses each not "
+               "valid as a DNS name component: ASCII letters and digits, '-' or '_' "
+               "between them, at most 63 in all")
+    else:
+        return name
+    click.echo(f"swarmgpu render: {said}: invalid stack name ({why}); give the name you "
+               "deploy it with: -n NAME", err=True)
+    sys.exit(2)
 
 
 @click.command()
@@ -596,10 +606,11 @@ def _render_errors(stack_file: str, errors: list[str]) -> NoReturn:
 @click.option("--config", "config_path", default=None, type=ConfigPath(), help=CONFIG_HELP)
 @click.option("--json", "as_json", is_flag=True,
               help="The document /api/v1/cluster serves (schema swarmgpu.cluster/v1), built "
-              "here; last_cycle and last_cycle_at are null: this command runs no cycle of "
-              "the daemon's (its /healthz says how its last ended).")
+              "here; last_cycle and last_cycle_at read from the daemon's /healthz on "
+              "http.listen, null where none answers there (last_cycle_unread says why).")
 def status(config_path: str | None, as_json: bool) -> None:
     """The cluster at a glance: nodes x GPUs, memory, holders, pending requests."""
+    from swarmgpu.cli.lastcycle import last_cycle
     from swarmgpu.manager.commands.audit import audit as run_audit
     from swarmgpu.manager.commands.plan import silent_rows
     from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
@@ -635,9 +646,9 @@ def status(config_path: str | None, as_json: bool) -> None:
         generic_resource_kind=cfg.placement.generic_resource_kind,
         agent_service=cfg.agents.service,
     )
-    # The daemon sets these on each answer (observe.current); this process runs none of
-    # its cycles and reads none of its state: null, as the daemon's before its first.
-    doc.update(last_cycle=None, last_cycle_at=None)
+    # The daemon keeps these in memory (observe.current); this process runs none of its
+    # cycles: they are the daemon's own words, from its /healthz.
+    doc.update(last_cycle(cfg))
     if as_json:  # (the age is in the nodes' unreachable findings)
         click.echo(json.dumps(doc, indent=2))
         return

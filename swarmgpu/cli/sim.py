@@ -308,6 +308,10 @@ def simulate_derive(pods: str | None, out_dir: str, variants: tuple[str, ...], s
     from swarmgpu.sim.traces import bundled
     from swarmgpu.sim.variants import DEFAULT_VARIANTS, VariantError, write_variants
 
+    if not out_dir:  # Path('') is the current folder: the lists written among its files
+        click.echo("swarmgpu simulate-derive: --out '': an empty path; give a folder for "
+                   "the derived lists (made if missing), e.g. --out variants", err=True)
+        sys.exit(2)
     source = pods or str(bundled("default")[1])
     try:
         made = write_variants(source, out_dir, list(variants) or list(DEFAULT_VARIANTS), seed)

@@ -34,6 +34,7 @@ second ``<<`` in one mapping (docker 28 refuses it, docker 27 merges both).
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Hashable
 from pathlib import Path
@@ -330,12 +331,23 @@ def _first_node(loader: _Loader) -> tuple[yaml.Node | None, bool]:
         return node, True
 
 
+# The line breaks of YAML 1.1 as PyYAML's reader and libyaml count them: a mark's line
+# is one of these (str.splitlines breaks at \v, \f and others too; split("\n") at one).
+_BREAK = re.compile(r"\r\n|[\r\n\x85\u2028\u2029]")
+
+
+def _lines(text: str) -> list[str]:
+    """``text`` in the lines a parser's marks count (at least one, maybe empty)."""
+    return _BREAK.split(text)
+
+
 def _why_not_valid(e: yaml.YAMLError, text: str, docker: bool, v2: bool = False) -> str:
     """`` at line N: `` and PyYAML's words, or ours where they name no line or fix.
     ``v2`` (CDI's specs, libyaml's parser where there is one): ``_at_column``."""
     if isinstance(e, yaml.reader.ReaderError):  # it names the offset alone
-        line = text.count("\n", 0, e.position) + 1
-        column = f", column {e.position - text.rfind(chr(10), 0, e.position)}" if v2 else ""
+        before = _lines(text[:e.position])
+        line = len(before)
+        column = f", column {len(before[-1]) + 1}" if v2 else ""
         code = e.character if isinstance(e.character, int) else ord(e.character)
         shown = _snippet(text, line - 1, e.position - text.rfind("\n", 0, e.position) - 1) \
             if v2 else ""
@@ -364,7 +376,7 @@ def _at_column(e: yaml.YAMLError, mark: Any, text: str) -> str:
     (``while parsing a flow node``) with where it began: the same whichever parser found
     it (libyaml's marks have no snippet, PyYAML's words a few problems otherwise)."""
     at = f" at line {mark.line + 1}, column {mark.column + 1}"
-    lines = text.split("\n")
+    lines = _lines(text)
     if mark.line < len(lines) and lines[mark.line][mark.column:mark.column + 1] == "\t":
         return f"{at}: a tab where YAML wants spaces (as indentation); write spaces"
     said = " ".join(str(getattr(e, "problem", None) or e).split())

@@ -141,6 +141,17 @@ def unused_option(
 MAX_SEEDS = 1000  # a replay per policy and seed, each seconds to minutes
 
 
+def _seed(text: str, sign: bool = False) -> int:
+    """One seed of ASCII digits (``sign``: a minus before them, said as below 0 later):
+    int() reads any Unicode digit and underscores: fullwidth or Arabic-Indic 42 was
+    seed 42, unsaid."""
+    text = text.strip(" \t")  # "42 - 51": blanks around the dash, as int() took them
+    digits = text[1:] if sign and text.startswith("-") else text
+    if not (digits.isascii() and digits.isdigit()):
+        raise ValueError(text)
+    return int(text)
+
+
 def parse_seeds(text: str) -> list[int]:
     """``"42-51"`` -> 42..51; ``"1,5,7"`` and mixes like ``"1,3-4"`` work too. A seed
     given twice (the same replay twice, counted twice in the means) is refused, and so
@@ -154,7 +165,7 @@ def parse_seeds(text: str) -> list[int]:
         try:
             if "-" in part[1:]:
                 lo, hi = part.split("-", 1)
-                a, b = int(lo), int(hi)
+                a, b = _seed(lo), _seed(hi)
                 if b < a:  # LOW-HIGH all right, backwards: said so, not "not LOW-HIGH"
                     raise ValueError(
                         f"--seeds {text!r}: {a} is above {b} in LOW-HIGH; e.g. --seeds {b}-{a}"
@@ -163,12 +174,13 @@ def parse_seeds(text: str) -> list[int]:
                     raise OverflowError
                 out.extend(range(a, b + 1))
             else:
-                out.append(int(part))
+                out.append(_seed(part, sign=True))
         except ValueError as e:
             if str(e).startswith("--seeds"):
                 raise
             raise ValueError(
-                f"--seeds {text!r}: {part!r} is not N or LOW-HIGH; e.g. --seeds 42-51"
+                f"--seeds {text!r}: {part!r} is not N or LOW-HIGH in ASCII digits (0-9); "
+                "e.g. --seeds 42-51"
             ) from None
         except OverflowError:
             raise ValueError(

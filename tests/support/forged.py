@@ -213,7 +213,8 @@ def victim_stopping_on_4090s(taken_at: float, high: bool = True,
     """high's victim still stopping on two RTX 4090s (its pinned line), its record naming
     high at 995 on that node; filler holds the other six; high pending (``high``: listed,
     else not; ``unkeyed``: the services the list left out). Returns the snapshot taken at
-    ``taken_at`` and the victim."""
+    ``taken_at`` (the swarm object's preemption hour counting that stop, as the daemon
+    stores it before the victim's writes) and the victim."""
     record = Preempted("high", 100, 995.0, "n-4090").to_json()
     victim = replace(sw_svc("victim", {f"{P}gpus": "2", f"{P}state.preempted": record}),
                      replicas=0)
@@ -230,7 +231,8 @@ def victim_stopping_on_4090s(taken_at: float, high: bool = True,
         services.append(sw_svc("high", {f"{P}gpus": "2", f"{P}priority": "100",
                                         f"{P}gpu-product": "*RTX 4090*"}))
         tasks.append(SwarmTask("t-h", services[-1].id, "", 1, "pending", "running", ()))
-    snap = replace(snapshot(nodes, services, tasks), stopping=[t_v], taken_at=taken_at)
+    snap = replace(snapshot(nodes, services, tasks), stopping=[t_v], taken_at=taken_at,
+                   swarm_labels={f"{P}state.preemptions": "995"})
     if unkeyed is not None:
         snap = replace(snap, unkeyed=unkeyed)
     return snap, victim

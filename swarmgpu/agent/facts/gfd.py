@@ -43,6 +43,7 @@ from swarmgpu.core.boundedfile import NotRegularFile, TooLarge, read_bounded_tex
 from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
 from swarmgpu.core.miglayout import mig_layout_fault
 from swarmgpu.core.model import (
+    MAX_GPU_MEMORY_MIB,
     MAX_GPUS,
     MAX_MIG_PER_GPU,
     MAX_STR_LEN,
@@ -373,6 +374,14 @@ def facts_from_labels(
                               f"at most {MAX_STR_LEN}")
     if parent_memory <= 0:
         raise SourceError(f"{where}: label {PREFIX}gpu.memory missing; pass --memory-mib N")
+    if parent_memory > MAX_GPU_MEMORY_MIB:  # what the daemon refuses the node's facts for
+        given = ("--memory-mib" if memory_mib else
+                 f"estimated from label {PREFIX}gpu.product={parent_product[:40]!r}" if single
+                 else f"label {PREFIX}gpu.memory={gfd_memory}")
+        raise SourceError(f"{where}: {given}: {parent_memory} MiB, past the "
+                          f"{MAX_GPU_MEMORY_MIB >> 20} TiB no GPU has (a garbled reading, "
+                          "believed a GPU that fits any request): fix the labels, or pass "
+                          "--memory-mib with the GPU's real memory")
 
     per_parent = _assign(migs, parents)
     gpus = []

@@ -16,6 +16,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from swarmgpu.core.configvalues import service_name_problem
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import escaped, quoted
 from swarmgpu.core.yamlfile import Lines, parse_yaml_lines
@@ -198,6 +199,10 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
     for svc_name, svc in stack["services"].items():
         _check_service(out, str(svc_name), svc, prefix, zone_label, generic_kind, node_gpus,
                        classes, stack_name, environ is not None, files)
+        if stack_name is not None and (bad := service_name_problem(
+                f"services.{svc_name}", f"{stack_name}_{svc_name}", "Swarm refuses to create "
+                "it: rename the service, or deploy with a shorter stack name")):
+            out.errors.append(bad)  # (docker/cli's schema takes a.b, and any length)
         if (tenants is not None and stack_name is not None) or (tenants is None and queues):
             _check_tenant(out, str(svc_name), svc, prefix, zone_label, classes, tenants,
                           stack_name or "", queues)

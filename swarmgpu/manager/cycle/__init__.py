@@ -24,7 +24,8 @@ The steps, in the order ``wiring`` runs them:
 
 ``label_sync`` node labels from facts; its node writes held for placement
 ``placement``  the plan (``placement/``) and its writes, in the only safe order
-               (``releases``: a service's releases judged against its spec first)
+               (``releases``: a service's releases judged against its spec first;
+               ``oneshot_holds``: a one-shot's preemption holds, from the records)
 ``grants``     services that see GPUs without a grant: reported, voided
 ``scrape``     every node's GPU metrics, read once per cycle for the rebalancer and the map
 ``rebalance``  windows, policies, movers (``rebalance/``)
@@ -34,7 +35,8 @@ The steps, in the order ``wiring`` runs them:
                ``preempt_hour``: its writes, before the victims' and after;
                ``victimspec``: a victim's spec write, its waiting task renewed;
                ``victimstop``: the victims stopped as one, their gates in one write;
-               ``victimback``: a victim's move rolled back, not cooling down;
+               ``victimback``: a victim's move rolled back, not cooling down
+               nor spent where no task of it stopped;
                ``preempt_notes``: what a preemptor's plan says of the decision)
 ``observe``    the cluster document, the over-share watch, the map
 ``overshare``  placement.overshare: restart, acting on observe's watch

@@ -33,6 +33,7 @@ from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.cycle.host import CycleHost
+from swarmgpu.manager.cycle.oneshot_holds import one_shot_nominations
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.releases import drop_writes, hold_stale_releases, hold_unreleased
 from swarmgpu.manager.cycle.session import CycleSession, Slot
@@ -55,9 +56,7 @@ from swarmgpu.manager.placement import (
 from swarmgpu.manager.placement.devicemap import UNTRUSTED_RECORD
 from swarmgpu.manager.placement.gating import HOLD_ADOPTED
 from swarmgpu.manager.placement.jobs import JOB_MODES
-from swarmgpu.manager.placement.nominated import stops_waited
 from swarmgpu.manager.placement.planned import Planned
-from swarmgpu.manager.placement.recorded import left_out_victims, recorded_nominations
 from swarmgpu.manager.placement.restarts import HOLD_HINT
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.placement.tasks import tasks_by_service
@@ -174,19 +173,6 @@ class OnePlan:
     @property
     def made(self) -> PlacementPlan | None:
         return None if self._made is None else self._made[1]
-
-
-def one_shot_nominations(snap: Snapshot, cfg: Config, facts: Mapping[str, NodeFacts],
-                         swarm: Any = None) -> list[Nomination]:
-    """The holds a one-shot reads from its victims' records (``recorded_nominations``;
-    ``swarm`` read for a victim the list left out: ``left_out_victims``): its plan's, and
-    its preview of preemption's (``preemption.plan_as_daemon``)."""
-    leaving = [*snap.stopping, *snap.rejected]
-    left = left_out_victims(swarm, snap.services, leaving, snap.services_left_out)
-    return recorded_nominations([*snap.services, *left], leaving, facts, cfg.sync.prefix,
-                                snap.taken_at, cfg.preemption.settle_s,
-                                stops_waited(snap.stopping, snap.nodes),
-                                snap.services_left_out)
 
 
 WORKLOAD_STORE_EVERY_S = 60.0  # one swarm write a minute at most while the model learns

@@ -15,7 +15,8 @@ safety and the writes:
 * cooldown per victim (``victim_cooldown_s``, from its last preemption, by service ID:
   kept in Swarm in its ``<p>state.preempted`` label and here; the label counts only when
   the hour on the swarm object has a victim stopped at its time, as a stack can write it
-  too; a victim whose move rolled back preempted nothing: ``victimback``) and a settle
+  too; a victim whose move rolled back preempted nothing, nor is it spent in the hour
+  where no task of it stopped: ``victimback``) and a settle
   time per preemptor (``settle_s``): a preemptor still pending after its victims were
   stopped stops no more until it has passed, their GPUs held for it meanwhile
   (``nominated``, never a label; ``placement.nominated``), and while a victim's move is
@@ -58,7 +59,8 @@ The victims of one preemption (all on the preemptor's node) are stopped whole or
 all: their holdings are read again first, then each one's spec is written, then all
 their gates close in one node write (``victimstop``). A victim that no longer holds what was
 decided, or a spec write that fails, stops none (the hour given back, tried again next
-cycle; a spec written is placement's to restore, its victim still holding). Stopped one
+cycle; a spec written is placement's to restore, its victim still holding); a gate
+write that fails leaves them counted, judged next cycle (``victimback``). Stopped one
 by one, a failure left the others stopped for a preemptor that still could not run, and
 placement gave them their GPUs back the next cycle: stopped and restarted for nothing.
 """
@@ -75,7 +77,8 @@ from loguru import logger
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
-from swarmgpu.manager.cycle.placement import make_plan, new_planner, one_shot_nominations
+from swarmgpu.manager.cycle.oneshot_holds import one_shot_nominations
+from swarmgpu.manager.cycle.placement import make_plan, new_planner
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
 from swarmgpu.manager.cycle.preempt_hour import HourStore
 from swarmgpu.manager.cycle.preempt_notes import (
@@ -86,7 +89,7 @@ from swarmgpu.manager.cycle.preempt_notes import (
     raised_note,
     unread_note,
 )
-from swarmgpu.manager.cycle.victimback import rolled_back
+from swarmgpu.manager.cycle.victimback import VictimSpent, ran_on, rolled_back, undone
 from swarmgpu.manager.cycle.victimspec import unread_victims
 from swarmgpu.manager.cycle.victimstop import close_gates, names
 from swarmgpu.manager.engine.actuator import Writes
@@ -105,7 +108,7 @@ from swarmgpu.manager.placement.nominated import (
     stops_waited,
 )
 from swarmgpu.manager.placement.preempt import Candidate, Preemption, choose_preemptions
-from swarmgpu.manager.placement.preempted import preempted_state
+from swarmgpu.manager.placement.preempted import recorded_cooling
 from swarmgpu.manager.placement.preemptview import holdings_by_node
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import Move, Trigger
@@ -117,6 +120,7 @@ from swarmgpu.swarm.client import (
     SwarmClient,
     SwarmError,
     SwarmService,
+    SwarmTask,
     VersionConflict,
 )
 
@@ -154,6 +158,8 @@ class Preempter:
         self.unknown = UnknownVictims()  # preemptors held back by a queue's unknown use
         self.moving: dict[str, set[str]] = {}  # preemptor -> each victim it had moved
         self.left: dict[str, tuple[str, str]] = {}  # victim moved -> its id, the node it left
+        self.half: dict[str, tuple[str, str]] = {}  # victim of a stop half made -> the same
+        self.left_spent: dict[str, VictimSpent] = {}  # and their counts (``victimback.undone``)
         self.mover: Mover | None = None
         self.waits: SaidOnce[str] = SaidOnce()  # moves said to wait for the move budgets
         self.unread: dict[str, str] = {}  # holders never chosen: their specs' faults
@@ -264,6 +270,11 @@ class Preempter:
                 self.spent.release(now, tenant, back)
             self._took_cut(p, landed, self.clock() if mono is None else mono)
             raise
+        finally:  # (those under way now, cut or not: each was counted at ``now``)
+            for v in p.victims:
+                if v.service in self.moving.get(p.service, set()) - was:
+                    self.left_spent[v.service] = VictimSpent(
+                        now, tenant, ran_on(snap.tasks, v.service_id, p.node_id))
 
     def _act_on(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan, p: Preemption,
                 tenant: str, now: float, waits: list[tuple[str, str, Move]],
@@ -300,7 +311,7 @@ class Preempter:
                 self.spent.release(now, tenant, back)
                 unstored = True
             to_stop = []
-        made, corrected = self._stop_all(swarm, p, tenant, now, to_stop, counted)
+        made, corrected = self._stop_all(swarm, p, tenant, now, to_stop, counted, snap.tasks)
         return moved + made, unstored or corrected
 
     def _records(self, swarm: SwarmClient, per_hour: int,
@@ -358,7 +369,10 @@ class Preempter:
             snap.services, fresh, self.prefix, snap.services_left_out)
         holders = holdings_by_node(snap.nodes, self.prefix, plan.dropped)  # (as placement's)
         back = rolled_back(self.left, in_move, holders, snap.services)  # preempted nothing
-        self.left = {v: at for v, at in self.left.items() if v in in_move}
+        kept = rolled_back(self.half, frozenset(), holders, snap.services)  # gate never closed
+        undone(self.spent, {**self.half, **self.left}, back | kept, self.left_spent, snap.tasks)
+        self.left, self.half = {v: at for v, at in self.left.items() if v in in_move}, {}
+        self.left_spent = {v: m for v, m in self.left_spent.items() if v in self.left}
         self.victim_at = {i: at for i, at in self.victim_at.items()
                           if mono - at < pc.victim_cooldown_s and i not in back}
         self.preemptor_at = {n: at for n, at in self.preemptor_at.items()
@@ -369,17 +383,10 @@ class Preempter:
         self.unread = unread_victims(snap.services, {svc for per in holders.values()
                                                      for svc in per})
         cooling |= self.unread.keys()
-        # The record in Swarm counts too (a new leader), but it is a label on the victim's
-        # own spec, which its stack writes: it counts only when the hour on the swarm
-        # object (written by managers alone) has a victim stopped in that second, so a
-        # record a stack made up (a time far ahead, or refreshed by each re-deploy) buys
-        # no immunity from preemption.
-        stopped_at = {round(t) for t in self.spent.all}
-        for s in snap.services:  # a time Swarm keeps: the wall clock's
-            st = preempted_state(s.labels, self.prefix)
-            if (st is not None and now - st.at < pc.victim_cooldown_s
-                    and round(st.at) in stopped_at):
-                cooling.add(s.name)
+        # The record in Swarm counts too (a new leader), checked against the hour and
+        # the ledger (a stack writes its own spec; a gate never closed stopped nothing)
+        cooling |= recorded_cooling(snap.services, self.prefix, now, pc.victim_cooldown_s,
+                                    self.spent.all, holders)
         settling = set(self.preemptor_at)
         self.moving = {p: vs & in_move for p, vs in self.moving.items()
                        if vs & in_move and not self._recreated(p, snap)}
@@ -506,10 +513,13 @@ class Preempter:
         self.waiting = tuple(m for _key, _said, m in waits)
 
     def _stop_all(self, swarm: SwarmClient, p: Preemption, tenant: str, now: float,
-                  to_stop: list[Candidate], counted: set[str]) -> tuple[list[Candidate], bool]:
+                  to_stop: list[Candidate], counted: set[str], tasks: Sequence[SwarmTask],
+                  ) -> tuple[list[Candidate], bool]:
         """Stop ``to_stop`` as one (``_stop``), the hour stored first for those not yet
         ``counted`` (a victim whose move failed after its hook counted it); those stopped,
-        and whether the hour was corrected after (none stopped: stored by ``cycle``)."""
+        and whether the hour was corrected after (none stopped: stored by ``cycle``). A
+        stop half made is judged next cycle (``half``: ``victimback.undone``), by the
+        tasks then (``tasks``: the cycle's snapshot's)."""
         if not to_stop:
             return [], False
         fresh = [v for v in to_stop if v.service not in counted]
@@ -529,6 +539,10 @@ class Preempter:
                 raise
             left = len(to_stop) if ok is False else 0
         # a stop half made (None) stays counted: it may have landed (the safe side)
+        for v in to_stop if ok is None else ():
+            self.half[v.service] = (v.service_id, p.node_id)
+            self.left_spent[v.service] = VictimSpent(
+                now, tenant, ran_on(tasks, v.service_id, p.node_id))
         if left:
             self.spent.release(now, tenant, left)
         return (list(to_stop) if ok else []), bool(left)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from swarmgpu.swarm.client import SwarmService
@@ -63,6 +64,47 @@ def preempted_state(labels: Mapping[str, str], prefix: str) -> Preempted | None:
         return None
     # JSON reads Infinity, NaN and 1e999 too: no preemption happened at such a time
     return st if math.isfinite(st.at) else None
+
+
+def recorded_cooling(services: Sequence[SwarmService], prefix: str, now: float,
+                     cooldown_s: float, stopped: Iterable[float],
+                     holders: Mapping[str, Mapping[str, object]]) -> set[str]:
+    """The services whose record says they were preempted less than ``cooldown_s``
+    before ``now`` (wall clock), as a new leader knows its victims' cooldowns. The
+    record is a label on the victim's own spec, which its stack writes: it counts only
+    when the hour on the swarm object (``stopped``: its seconds, written by managers
+    alone) has a victim stopped in that second, so a record a stack made up (a time far
+    ahead, or refreshed by each re-deploy) buys no immunity; and only where the victim
+    no longer holds the node it names (``holders``: node -> the services its ledger
+    holds, as this cycle reads it): there its spec write landed but its gate never
+    closed (a gate write that failed, a later victim's spec write that did), its task
+    never stopped. Elsewhere it may hold still (one replica stopped of several)."""
+    seconds = hour_seconds(stopped)
+    out: set[str] = set()
+    for s in services:
+        st = preempted_state(s.labels, prefix)
+        if st is None or now - st.at >= cooldown_s or s.name in holders.get(st.node_id, {}):
+            continue
+        if stopped_then(st, seconds):
+            out.add(s.name)
+    return out
+
+
+def hour_seconds(stopped: Iterable[float]) -> frozenset[int]:
+    """The whole seconds of the stops the preemption hour on the swarm object counts
+    (``preempt_budget.SpentHour.all``), as ``stopped_then`` reads them."""
+    return frozenset(round(t) for t in stopped)
+
+
+def stopped_then(st: Preempted, seconds: AbstractSet[int]) -> bool:
+    """Whether the hour (``seconds``: ``hour_seconds``) has a stop in the second of
+    ``st``, a record its own victim's stack may have written: the hour on the swarm
+    object only managers write, so the record of a preemption swarmgpu made. Stored to
+    the millisecond, a stop's time reads back as the second after the hour's (half a
+    millisecond before the half second of an odd second: round() takes x.5 to the even
+    one); either second the hour may hold counts."""
+    near = {math.floor(st.at), math.ceil(st.at)} if st.at % 1 == 0.5 else set()
+    return bool(seconds & ({round(st.at)} | near))
 
 
 def _held(got: object) -> tuple[str, ...] | None:

@@ -10,14 +10,15 @@ from typing import Any
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.nominated import Nomination, settles_from, task_device_uses
-from swarmgpu.manager.placement.preempted import preempted_state
+from swarmgpu.manager.placement.preempted import preempted_state, stopped_then
 from swarmgpu.swarm.client import SwarmError, SwarmService, SwarmTask, SwarmUnavailable
 
 
 def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[SwarmTask],
                          facts: Mapping[str, NodeFacts], prefix: str, now: float,
                          settle_s: float, waited: AbstractSet[tuple[str, str]] = frozenset(),
-                         left_out: bool = False) -> list[Nomination]:
+                         left_out: bool = False, *, stopped: AbstractSet[int]
+                         ) -> list[Nomination]:
     """A one-shot's stand-in for the daemon's nominations, kept in its memory only
     (``plan``, ``status``: ``cycle.placement.make_plan``): the GPUs of each task Swarm
     still stops (``leaving``: stopping or rejected) whose service's ``state.preempted``
@@ -33,7 +34,12 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
     nomination held, does not. ``left_out``: the service list left one out
     (``swarm.unkeyed``): a preemptor not listed may be that one, its hold kept as the
     daemon keeps it (``live_nominations``). A victim left out is read alone
-    (``left_out_victims``), among ``services``."""
+    (``left_out_victims``), among ``services``. ``stopped``: the seconds of the stops the
+    preemption hour on the swarm object counts (``preempted.hour_seconds``): a record
+    is a label of its victim's own spec, which its stack writes, and one whose second
+    the hour lacks (managers alone write it) is no preemption swarmgpu made: it holds
+    nothing for the preemptor it names (``preempted.stopped_then``), as the daemon,
+    which made none, holds nothing."""
     by_id, names = {s.id: s for s in services}, {s.name for s in services}
     got: dict[tuple[str, int, str, str], set[str]] = {}  # (by, its priority, node, its id)
     victims: dict[tuple[str, int, str, str], set[str]] = {}  # their ids: only theirs spared
@@ -44,6 +50,7 @@ def recorded_nominations(services: Sequence[SwarmService], leaving: Sequence[Swa
         # (``settles_from``), then ``settle_s``; the task stopping now stopped since the
         # record (the preemption stopped it)
         if (st is None or st.node_id != t.node_id or now < st.at
+                or not stopped_then(st, stopped)
                 or (st.by not in names and not left_out)
                 or now - settles_from(st.at, st.at, now, (t.service_id, t.node_id) in waited)
                 >= settle_s):

@@ -541,8 +541,7 @@ class Restarter:
             self.unsure[s.id] = at
             raise
         self.unsure.pop(s.id, None)
-        closed: bool | None = None  # (None: refused, or its outcome unknown)
-        try:
+        try:  # (each way out but the write's answer raises: ``closed`` is that answer)
             closed = writes.node_labels(
                 u.node_id, lambda cur: {k: v for k, v in cur.items() if k != gate}, why)
         except BudgetEnded:  # refused before it was sent: none closed; the daemon goes on

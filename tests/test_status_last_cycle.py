@@ -1,0 +1,93 @@
+"""`swarmgpu status --json` says how the daemon's last cycle ended, as the daemon says
+it on its /healthz (``http.listen``): the daemon keeps it in memory, and the command
+gave null always, unsaid why. Where no daemon answers, null with ``last_cycle_unread``
+saying why."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from support.forged import snapshot
+
+from swarmgpu.cli import main
+from swarmgpu.cli import manager as cli_manager
+from swarmgpu.manager.cycle import grants, preemption
+from swarmgpu.manager.placement import PlacementPlan
+from swarmgpu.swarm import client
+
+HEALTH: dict[str, Any] = {"status": "degraded", "last_cycle": "over_budget",
+                          "last_cycle_at": 1_790_000_000.5}
+
+
+class Healthz(BaseHTTPRequestHandler):
+    said: bytes = json.dumps(HEALTH).encode()
+
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/healthz" else 404)
+        self.send_header("Content-Length", str(len(self.said)))
+        self.end_headers()
+        self.wfile.write(self.said)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def healthz() -> Iterator[ThreadingHTTPServer]:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Healthz)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, port: int) -> dict[str, Any]:
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants: snapshot([], [], []))
+    monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
+    monkeypatch.setattr(grants, "find", lambda *a, **k: [])
+    monkeypatch.setattr(preemption, "plan_as_daemon", lambda *a, **k: PlacementPlan([]))
+    cfg = tmp_path / "swarmgpu.yaml"
+    cfg.write_text(f"state_dir: {tmp_path}\nhttp:\n  listen: 127.0.0.1:{port}\n")
+    res = CliRunner().invoke(main, ["status", "--json", "--config", str(cfg)])
+    assert res.exit_code == 0, res.output
+    doc: dict[str, Any] = json.loads(res.output)
+    return doc
+
+
+def test_status_json_says_the_daemons_last_cycle_from_its_healthz(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, healthz: ThreadingHTTPServer) -> None:
+    doc = _status(tmp_path, monkeypatch, healthz.server_address[1])
+    assert doc["last_cycle"] == "over_budget", doc.get("last_cycle_unread")
+    assert doc["last_cycle_at"] == HEALTH["last_cycle_at"]
+    assert doc["last_cycle_unread"] is None
+
+
+def test_status_json_without_a_daemon_says_why_last_cycle_is_null(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, healthz: ThreadingHTTPServer) -> None:
+    port = healthz.server_address[1]
+    healthz.shutdown()
+    healthz.server_close()  # nothing listens there now
+    doc = _status(tmp_path, monkeypatch, port)
+    assert doc["last_cycle"] is None and doc["last_cycle_at"] is None
+    why = doc["last_cycle_unread"]
+    assert f"no daemon answered http://127.0.0.1:{port}/healthz" in why, why
+    assert "http.listen" in why
+
+
+@pytest.mark.parametrize("said", [
+    {"status": "ok"}, {"last_cycle": "fine", "last_cycle_at": 1.0},
+    {"last_cycle": "ok", "last_cycle_at": "noon"}, ["not", "a", "document"]])
+def test_a_healthz_of_no_form_the_daemon_gives_is_not_taken(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, healthz: ThreadingHTTPServer,
+        said: object) -> None:
+    monkeypatch.setattr(Healthz, "said", json.dumps(said).encode())
+    doc = _status(tmp_path, monkeypatch, healthz.server_address[1])
+    assert doc["last_cycle"] is None and doc["last_cycle_at"] is None
+    assert "healthz answered" in doc["last_cycle_unread"], doc["last_cycle_unread"]
