@@ -649,12 +649,10 @@ def status(config_path: str | None, as_json: bool) -> None:
     # The daemon keeps these in memory (observe.current); this process runs none of its
     # cycles: they are the daemon's own words, from its /healthz.
     doc.update(last_cycle(cfg))
-    if as_json:  # (the age is in the nodes' unreachable findings)
-        click.echo(json.dumps(doc, indent=2))
-        return
-    # no stand-in facts here: the age of a silent node's last ones, as plan says it
-    silent = silent_rows(snap, saved, cfg.health.node_lost_grace_s, reader="status")
-    click.echo(render_status(doc, {r["node"]: r["facts"] for r in silent}))
+    # no stand-in facts here: a silent node's last ones' age, as plan says it (--json:
+    # the nodes' unreachable findings say it)
+    click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc, silent_rows(
+        snap, saved, cfg.health.node_lost_grace_s, reader="status")))
 
 
 @click.command("apply")
