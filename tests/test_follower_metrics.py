@@ -93,17 +93,24 @@ def test_a_new_term_counts_an_agent_lost_from_its_own_first_look(
     d = Daemon(cfg, swarm=EmptySwarm())  # type: ignore[arg-type]
     d.use(daemon_steps(d))
     rebalance = next(s for s in d.pipeline.steps if isinstance(s, Rebalancer))
+    mono = [100.0]  # the daemon's monotonic clock, as its losses are counted
+    rebalance.clock = lambda: mono[0]
     node = SwarmNode("n1", "gpu-node-1", "10.0.0.1", "worker", "ready", "active", {}, {}, 1,
                      {}, {})
-    answered = FactsResult("n1", "gpu-node-1", "", NodeFacts("gpu-node-1"), None, 1000.0)
+    answered = FactsResult("n1", "gpu-node-1", "", NodeFacts("gpu-node-1"), None, 1000.0,
+                           fetched_mono=100.0)
     d.book.record(answered)
+
+    def lost(wall: float, at: float) -> dict[str, float]:
+        mono[0] = at
+        down = {"n1": FactsResult("n1", "gpu-node-1", "", None, "timed out", wall,
+                                  fetched_mono=at)}
+        return dict(rebalance.health_inputs(Snapshot([node], [], [], down,
+                                                     taken_at=wall)).lost)
+
     assert rebalance.health_inputs(Snapshot([node], [], [], {"n1": answered},
                                             taken_at=1000.0)).lost == {}  # (the term's first)
-    down = {"n1": FactsResult("n1", "gpu-node-1", "", None, "timed out", 1300.0)}
-    snap = Snapshot([node], [], [], down, taken_at=1300.0)
-    assert rebalance.health_inputs(snap).lost == {"n1": 300.0}  # (this term's own answer)
+    assert lost(1300.0, 400.0) == {"n1": 300.0}  # (this term's own answer)
     d.pipeline.stand_by()  # a follower for hours
-    later = Snapshot([node], [], [], down, taken_at=50_000.0)
-    assert rebalance.health_inputs(later).lost == {"n1": 0.0}
-    again = Snapshot([node], [], [], down, taken_at=50_400.0)
-    assert rebalance.health_inputs(again).lost == {"n1": 400.0}
+    assert lost(50_000.0, 49_100.0) == {"n1": 0.0}
+    assert lost(50_400.0, 49_500.0) == {"n1": 400.0}

@@ -322,7 +322,7 @@ def test_an_agent_lost_beyond_its_grace_makes_the_node_failing() -> None:
     p = plan(nodes, svcs, tasks, F2, HealthInputs(left=5, lost={"n2": 400.0}),
              cfg=replace(CFG, health=HealthPolicyConfig(drain_node=True)))
     assert p.failing_nodes == {"gpu-node-2": "its agent has not answered for 400s"}
-    assert [(m.service, m.target_host) for m in p.moves] == [("c", "gpu-node-1")]
+    assert not p.moves  # (the loss alone moves nothing: tests/test_health_agent_loss.py)
 
 
 def test_policy_off_proposes_nothing() -> None:

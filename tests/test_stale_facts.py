@@ -153,6 +153,47 @@ def test_plan_says_a_silent_nodes_facts_age_and_whether_the_daemon_places_there(
     assert silent_rows(snap, {}, 300.0) == []  # (no record: no age to say)
 
 
+def test_status_says_a_silent_nodes_facts_age_as_plan_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`status`'s text said a silent node's agent unreachable and nothing of its last good
+    facts' age (only --json and the map had it, in audit's finding): it says it under
+    the node now, as plan does, stale or not."""
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import lastcycle, main
+    from swarmgpu.cli import manager as cli_manager
+    from swarmgpu.manager.cycle import grants, preemption
+    from swarmgpu.manager.placement import PlacementPlan
+    from swarmgpu.manager.web import cluster_view
+    from swarmgpu.swarm import client
+
+    silent = FactsResult("n-4090", "gpu-node-2", "http://10.0.0.2:9401/facts", None,
+                         "timed out", 1000.0, cause="timed out")
+    answered = FactsResult("n-dgx", "gpu-node-1", "", FACTS["n-dgx"], None, 1000.0)
+    snap = Snapshot(NODES, [], [], {"n-4090": silent, "n-dgx": answered}, taken_at=1000.0)
+    (tmp_path / "agents.json").write_text(json.dumps({"n-4090": {
+        "hostname": "gpu-node-2", "last_ok": 600.0, "failing_since": 700.0}}))
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants: snap)
+    monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
+    monkeypatch.setattr(preemption, "plan_as_daemon", lambda *a, **k: PlacementPlan())
+    monkeypatch.setattr(grants, "find", lambda *a, **k: [])
+    monkeypatch.setattr(cluster_view, "gpu_metrics", lambda *a, **k: {})
+    monkeypatch.setattr(lastcycle, "last_cycle", lambda cfg: {})  # (no daemon asked)
+
+    def status(grace: int) -> str:
+        cfg = tmp_path / f"config-{grace}.yml"
+        cfg.write_text(f"state_dir: {tmp_path}\nhealth: {{node_lost_grace_s: {grace}}}\n")
+        res = CliRunner().invoke(main, ["status", "--config", str(cfg)])
+        assert res.exit_code == 0, res.output
+        return res.output
+
+    assert ("\n  its last good facts are 400s old, health.node_lost_grace_s (300s) or more: "
+            "stale, the daemon places nothing new on it\n") in status(300)
+    assert ("\n  its last good facts are 400s old: the daemon places on them until they are "
+            "health.node_lost_grace_s (500s) old; status has none of them (not saved) and "
+            "places nothing there\n") in status(500)
+
+
 def test_the_stale_facts_gauge_counts_without_placements_step(tmp_path: Path) -> None:
     """``placement.enabled: false`` runs no placement step: the gauge, set there, read 0
     while the cycle's errors said the node's facts stale. Label sync counts them now."""

@@ -612,6 +612,7 @@ def status(config_path: str | None, as_json: bool) -> None:
     """The cluster at a glance: nodes x GPUs, memory, holders, pending requests."""
     from swarmgpu.cli.lastcycle import last_cycle
     from swarmgpu.manager.commands.audit import audit as run_audit
+    from swarmgpu.manager.commands.plan import silent_rows
     from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
     from swarmgpu.manager.cycle.preemption import plan_as_daemon
     from swarmgpu.manager.nodes.agentbook import load_saved
@@ -648,7 +649,10 @@ def status(config_path: str | None, as_json: bool) -> None:
     # The daemon keeps these in memory (observe.current); this process runs none of its
     # cycles: they are the daemon's own words, from its /healthz.
     doc.update(last_cycle(cfg))
-    click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc))
+    # no stand-in facts here: a silent node's last ones' age, as plan says it (--json:
+    # the nodes' unreachable findings say it)
+    click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc, silent_rows(
+        snap, saved, cfg.health.node_lost_grace_s, reader="status")))
 
 
 @click.command("apply")

@@ -235,7 +235,8 @@ class HealthConfig:
     evacuations_per_hour: int = 12
     """Health moves started per rolling hour at most: one bad node cannot start a storm."""
     node_lost_grace_s: float = 300.0
-    """A GPU node whose agent has not answered for this long is reported failing."""
+    """A GPU node whose agent has not answered for this long is reported failing (its
+    facts stale); the loss alone moves none of its tasks."""
 
 
 DEFAULT_PRIORITY_CLASSES = "critical=1000,inference=100,batch=0"

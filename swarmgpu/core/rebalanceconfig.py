@@ -50,8 +50,9 @@ class HealthPolicyConfig:
 
     drain_node: bool = False
     """A failing node (two or more failed GPUs, or its agent lost beyond
-    health.node_lost_grace_s) is reported; true also moves every GPU service off it
-    (within health.evacuations_per_*)."""
+    health.node_lost_grace_s) is reported; true also moves every GPU service off a node
+    whose GPUs fail (within health.evacuations_per_*). An agent's loss alone moves
+    nothing, and a node Swarm reports down, or drained, is left to Swarm."""
 
     def problems(self, where: str, add: Callable[[str], None]) -> None:
         return None

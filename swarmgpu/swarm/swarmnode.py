@@ -64,6 +64,18 @@ def unread_source(nodes: Mapping[str, SwarmNode], node_id: str) -> str:
     return n.unread if n is not None else ""
 
 
+def swarm_moves(node: SwarmNode | None) -> str:
+    """Why Swarm moves the tasks off ``node`` itself ("" where it does not): the node is
+    drained, or Swarm reports it down. Its orchestrator restarts a replicated task off
+    such a node, and placement re-places the holding its new task waits on (its node
+    cannot run it): a health move of it as well moved it twice."""
+    if node is None:
+        return ""
+    if node.availability == "drain":
+        return f"{node.hostname} is drained (availability drain)"
+    return f"Swarm reports {node.hostname} down" if node.state == "down" else ""
+
+
 def node_names(nodes: Iterable[SwarmNode]) -> dict[str, str]:
     """Node ID -> the name people read: its hostname, ``host (ID)`` where two nodes
     share one (one re-joined under a new ID, or two machines named alike), so a map

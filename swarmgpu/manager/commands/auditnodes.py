@@ -26,7 +26,7 @@ from swarmgpu.swarm.labels import (
     gpus_unread_why,
     label_sync_labels,
 )
-from swarmgpu.swarm.swarmnode import gpu_kinds
+from swarmgpu.swarm.swarmnode import gpu_kinds, swarm_moves
 
 SHOWN_VALUES = 5  # of the names or values a finding lists, the rest counted
 
@@ -105,7 +105,7 @@ def node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[s
             ))
             why = failing_why(0, 0, lost, node_lost_grace_s)
             if why is not None:
-                out.append(_failing(h, why))
+                out.append(_lost(h, why, node))
         elif res is not None and res.listening:
             # A first agent the daemon cannot read: no label yet, so nothing else
             # would say it (its labels will never come).
@@ -348,6 +348,17 @@ def _failing(host: str, why: str) -> Finding:
     return Finding("node-failing", host,
                    f"{why}; check the node as a whole, and drain it (docker node update "
                    "--availability drain) to move all its GPU services off")
+
+
+def _lost(host: str, why: str, node: SwarmNode) -> Finding:
+    """A node failing by its agent's loss alone: nothing says its GPUs or tasks are bad,
+    and the daemon moves none of them for it (docs/health.md): the fix is the agent's,
+    not a drain that restarts every model server on it."""
+    then = (f"{by_swarm}: Swarm moves its tasks itself" if (by_swarm := swarm_moves(node))
+            else "the daemon moves nothing off it for this alone: Swarm does not report it "
+            "down, so its tasks run")
+    return Finding("node-failing", host, f"{why}; {then}; bring the agent back (its "
+                   "unreachable finding says what answered, and the fix)")
 
 
 def _resource_findings(

@@ -72,12 +72,13 @@ def render_plan(
 
 
 def silent_rows(snap: Snapshot, saved: Mapping[str, Any], max_age_s: float,
-                ) -> list[dict[str, Any]]:
+                reader: str = "this plan") -> list[dict[str, Any]]:
     """The nodes whose agent did not answer this read and whose last good facts the
     daemon's saved record (``agentbook.load_saved``) dates: node, hostname, last_ok, age_s,
     stale (``health.node_lost_grace_s``, ``max_age_s``, or more: the daemon places nothing
-    new there) and said. Within the bound the daemon places on those facts, which it does
-    not save: this plan, with none, places nothing there, and says so."""
+    new there), facts (what their age means) and said (the agent's silence and facts).
+    Within the bound the daemon places on those facts, which it does not save: ``reader``
+    (this plan, or status), with none, places nothing there, and says so."""
     rows: list[dict[str, Any]] = []
     for n in snap.nodes:
         res, rec = snap.facts.get(n.id), saved.get(n.id)
@@ -86,11 +87,12 @@ def silent_rows(snap: Snapshot, saved: Mapping[str, Any], max_age_s: float,
         age = saved_age(rec, snap.taken_at)
         if age is None:
             continue
-        said = f"agent silent ({res.cause or 'no facts'}); {facts_age_said(age, max_age_s)}"
+        facts = facts_age_said(age, max_age_s)
         if age < max_age_s:
-            said += "; this plan has none of them (not saved) and places nothing there"
+            facts += f"; {reader} has none of them (not saved) and places nothing there"
         rows.append({"node": n.id, "hostname": n.hostname, "last_ok": rec["last_ok"],
-                     "age_s": round(age, 1), "stale": age >= max_age_s, "said": said})
+                     "age_s": round(age, 1), "stale": age >= max_age_s, "facts": facts,
+                     "said": f"agent silent ({res.cause or 'no facts'}); {facts}"})
     return rows
 
 

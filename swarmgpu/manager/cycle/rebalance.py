@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
@@ -32,7 +33,7 @@ from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.stop import read_cut
-from swarmgpu.manager.nodes.agentbook import stale_nodes
+from swarmgpu.manager.nodes.agentbook import lost_s, stale_nodes
 from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, read_ledger
@@ -122,9 +123,12 @@ class Rebalancer(Step):
             scope=lambda st: st.trigger == Trigger.HEALTH, judge_labels=False,
             why="evacuate")
         self.health_budget = HealthBudget(cfg.health.evacuations_per_hour)
-        # The first snapshot's time of this term: the agents' records are this daemon's
-        # own reads, and a follower reads none (``health_inputs``)
+        # The monotonic time of this term's first look: the agents' records are this
+        # daemon's own reads, and a follower reads none (``health_inputs``). Monotonic, as
+        # an agent's loss is counted: on the wall clock, a step back delayed an evacuation
+        # by the step, and a step forward made one early.
         self.term_from: float | None = None
+        self.clock: Callable[[], float] = time.monotonic  # (the tests step it)
         self.swarm = daemon.swarm
         self.released: set[tuple[str, str]] = set()  # (service, node id) left to placement
         self._last_seen: MoveRecord | None = None  # the health mover's last record counted
@@ -168,13 +172,14 @@ class Rebalancer(Step):
         # A node's loss counts from its agent's last answer, or from this term's first
         # look: the time this daemon stood by read no agent, so is no proof of a loss
         # (a restarted daemon, with no record, waits the grace too).
-        since = self.term_from = snap.taken_at if self.term_from is None else self.term_from
+        now = self.clock()
+        since = self.term_from = now if self.term_from is None else self.term_from
         for n in snap.nodes:
             res = snap.facts.get(n.id)
             rec = book.records.get(n.id)
             if ((res is None or res.facts is None) and rec is not None
                     and rec.last_ok is not None):  # an agent answered once: a GPU node
-                lost[n.id] = max(0.0, snap.taken_at - max(rec.last_ok, since))
+                lost[n.id] = lost_s(rec, now, since)
         return HealthInputs(evacuate=self.health.evacuate, left=left, left_why=why,
                             released=frozenset(self.released), lost=lost,
                             lost_grace_s=self.health.node_lost_grace_s)

@@ -116,6 +116,14 @@ def silent_s(rec: AgentRecord, res: FactsResult) -> float | None:
     return None if rec.last_ok is None else res.fetched_at - rec.last_ok
 
 
+def lost_s(rec: AgentRecord, now: float, since: float) -> float:
+    """Seconds ``rec``'s agent is lost at ``now``: from its last good facts or from
+    ``since`` (the daemon's term's first look), the later; both ``time.monotonic()``'s, as
+    ``now`` is. Facts with no monotonic time (a record built by hand) count from ``since``."""
+    start = since if rec.ok_mono is None else max(rec.ok_mono, since)
+    return max(0.0, now - start)
+
+
 def facts_age_said(age_s: float, max_age_s: float) -> str:
     """What a silent node's last good facts ``age_s`` old mean to the daemon's placement
     (``stale_nodes``; ``max_age_s``: ``health.node_lost_grace_s``), for the commands that

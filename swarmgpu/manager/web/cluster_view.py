@@ -538,11 +538,14 @@ def _node_head(n: Mapping[str, Any], alike: AbstractSet[str] = frozenset()) -> s
     return head
 
 
-def render_status(doc: Mapping[str, Any]) -> str:
+def render_status(doc: Mapping[str, Any], silent: Sequence[Mapping[str, Any]] = ()) -> str:
     """`swarmgpu status`: nodes x GPUs, memory, holders, pending requests. Hostnames,
     service names and agents' errors are others' text: each line shows them escaped, a
     hostname and a product cut to ``peertext.CELL_WIDTH``, each line to
-    ``peertext.LINE_WIDTH`` columns (``text_line``; ``--json`` has them whole)."""
+    ``peertext.LINE_WIDTH`` columns (``text_line``; ``--json`` has them whole).
+    ``silent``: ``commands.plan.silent_rows``: the age of a silent agent's last good facts
+    and what it means (their ``facts``), said under its node as plan says it."""
+    said = {r["node"]: r["facts"] for r in silent}
     lines: list[str] = []
     # names cut alike: else a node joined under another's long name passed as it
     alike = cut_alike(n["hostname"] for n in doc["nodes"])
@@ -554,6 +557,8 @@ def render_status(doc: Mapping[str, Any]) -> str:
             lines.append(f"  agent at {agent['url']}: {agent.get('cause') or agent['status']}")
             if agent.get("fix"):
                 lines.append(f"  fix: {agent['fix']}")
+        if n.get("id") in said:
+            lines.append(f"  {said[n['id']]}")
         if agent.get("status") == "gpus-unread":
             kept = ", ".join(n.get("labels_kept") or []) or "none yet"
             lines.append(f"  labels kept as they are: {kept}")

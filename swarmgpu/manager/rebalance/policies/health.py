@@ -18,7 +18,10 @@ node cannot start a storm; a holder is proposed once while its move or release i
 way, and a flapping GPU stays failed for its clean window (``core.health``), so its
 holder moves once. With ``health.evacuate: false`` holders are only reported. A failing
 node (two or more failed GPUs, or its agent lost beyond ``health.node_lost_grace_s``) is
-reported; with ``rebalance.health.drain_node`` every GPU holder on it moves off it.
+reported; with ``rebalance.health.drain_node`` every GPU holder on a node whose GPUs fail
+moves off it. An agent's loss alone moves nothing: the node's GPUs and tasks are not
+known bad, only swarmgpu's reader of them is gone. Nothing moves off a node Swarm
+reports down or that is drained: Swarm moves its tasks itself (``swarmnode.swarm_moves``).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from swarmgpu.allocator.values import Choice, NodeState
 from swarmgpu.core.health import Level
 from swarmgpu.core.rebalanceconfig import HealthPolicyConfig
 from swarmgpu.core.stamps import in_hour
-from swarmgpu.manager.nodes.gpuhealth import failing_why, level_of
+from swarmgpu.manager.nodes.gpuhealth import FAILING_NODE_GPUS, failing_why, level_of
 from swarmgpu.manager.placement import demand_of
 from swarmgpu.manager.placement.specs import schedulable
 from swarmgpu.manager.placement.tasks import meant_to_run
@@ -41,7 +44,7 @@ from swarmgpu.manager.rebalance.signals import GpuSignal
 from swarmgpu.manager.rebalance.windows import State
 from swarmgpu.manager.services.requests import RequestError, parse_all
 from swarmgpu.swarm.client import SwarmService
-from swarmgpu.swarm.swarmnode import unread_source
+from swarmgpu.swarm.swarmnode import swarm_moves, unread_source
 
 
 @dataclass(frozen=True)
@@ -150,22 +153,42 @@ def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
     return got if isinstance(got, Choice) and (got.gpus or got.mig is not None) else None
 
 
+def _say_failing(ctx: Context, failing: dict[str, str], per_node: dict[str, int],
+                 drain: bool) -> set[str]:
+    """Note each failing node and what is done about it; return those drained: with
+    ``drain``, a node whose GPUs fail, unless Swarm moves its tasks itself. An agent's
+    loss alone drains nothing: its node's GPUs and tasks are not known bad (Swarm, which
+    still reports it up, runs them), only swarmgpu's own reader of them is gone."""
+    drained: set[str] = set()
+    for nid, why in sorted(failing.items()):
+        node = ctx.nodes.get(nid)
+        host = node.hostname if node is not None else nid
+        if by_swarm := swarm_moves(node):
+            done = f"Swarm moves its tasks itself ({by_swarm}): the health policy does not"
+        elif per_node.get(nid, 0) < FAILING_NODE_GPUS:
+            done = ("reported only: its agent's loss alone moves nothing (Swarm does not "
+                    "report the node down, so its tasks run; bring the agent back)")
+        elif drain:
+            drained.add(nid)
+            done = "its GPU services are moved off it"
+        else:
+            done = "reported only (rebalance.health.drain_node: false)"
+        ctx.notes.append(f"health: node {host} is failing ({why}): {done}")
+    return drained
+
+
 def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
     """Propose the moves (``ctx.accept``) and releases of this cycle, within ``h.left``."""
     out = HealthResult()
     failed, degraded, per_node = _states(ctx)
     out.failing = failing_nodes(ctx, h, per_node)
-    for nid, why in sorted(out.failing.items()):
-        host = ctx.nodes[nid].hostname if nid in ctx.nodes else nid
-        ctx.notes.append(f"health: node {host} is failing ({why}): "
-                         + ("its GPU services are moved off it" if drain else
-                            "reported only (rebalance.health.drain_node: false)"))
+    drained = _say_failing(ctx, out.failing, per_node, drain)
     left = h.left
     prefix = ctx.inp.prefix
     for svc in sorted(ctx.inp.ledger):
         for nid, hold in sorted(ctx.inp.ledger[svc].items()):
             bad = [failed[(nid, u)] for u in hold.uuids if (nid, u) in failed]
-            draining = not bad and drain and nid in out.failing
+            draining = not bad and nid in drained
             if not bad and not draining:
                 continue
             host = ctx.nodes[nid].hostname if nid in ctx.nodes else nid
@@ -178,6 +201,11 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
             unread = unread_source(ctx.nodes, nid)
             if unread:  # never moved nor released
                 ctx.notes.append(f"{svc} on {host} stays: {unread} ({reason})")
+                continue
+            if by_swarm := swarm_moves(ctx.nodes.get(nid)):  # (never twice)
+                ctx.notes.append(f"{svc} on {host}: left to Swarm, which moves its task "
+                                 f"({by_swarm}), and to placement, which re-places its "
+                                 f"GPUs ({reason})")
                 continue
             if not h.evacuate:
                 ctx.notes.append(f"{svc} on {host} stays (health.evacuate: false): {reason}")
