@@ -37,6 +37,22 @@ def named(n: NodeState) -> Named:
     return (n.product, len(n.free), (n.spec.cpu_milli or 0) // 1000, untouched(n))
 
 
+def _cmp(a: float, b: float) -> str:
+    return "more" if a > b else "fewer" if a < b else "same"
+
+
+def within(d: Demand, base: NodeState, got: NodeState) -> tuple[str, str, str]:
+    """A same-class change told apart: the demand's kind, the chosen node's free whole
+    GPUs and CPU left per free GPU-milli, each against the base's."""
+    kind = ("share" if d.gpu_milli else f"{d.num_gpu}GPU" + (
+        " >16c" if d.cpu_milli > 16_000 else "") if d.num_gpu else "cpu")
+
+    def per(n: NodeState) -> float:
+        return (n.cpu_left or 0) / max(1, sum(n.free))
+    whole = sum(1 for f in got.free if f >= 1000) - sum(1 for f in base.free if f >= 1000)
+    return kind, _cmp(whole, 0), _cmp(per(got), per(base))
+
+
 class ChoiceLog(LoggedRollOut):
     """A roll-out that counts its tie zones by the base choice and its changed choices
     by (base, chosen), per allocator (one per seed)."""
@@ -46,6 +62,9 @@ class ChoiceLog(LoggedRollOut):
         self.alloc: Allocator | None = None
         self.zones: Counter[Named] = Counter()
         self.changes: Counter[tuple[Named, Named]] = Counter()
+        # same-class changes between used nodes: (the demand's kind, free whole GPUs of
+        # the chosen against the base, its CPU left per free GPU against the base's)
+        self.within: Counter[tuple[str, str, str]] = Counter()
 
     def choose(self, alloc: Allocator, d: Demand, cands: list[NodeState]) -> NodeState:
         if alloc is not self.alloc:
@@ -56,6 +75,8 @@ class ChoiceLog(LoggedRollOut):
         self.zones[base] += 1
         if got is not cands[0]:
             self.changes[(base, named(got))] += 1
+            if base == named(got) and not base[3]:
+                self.within[within(d, cands[0], got)] += 1
         return got
 
     def show(self) -> None:
@@ -70,8 +91,12 @@ class ChoiceLog(LoggedRollOut):
         moved = Counter((a[3], b[3]) for a, b in self.changes.elements())
         print("  by untouched (base, chosen): " + ", ".join(
             f"{k}: {v}" for k, v in sorted(moved.items())))
+        print("  used -> used of one class, (demand, chosen's free whole GPUs, its CPU left "
+              "per free GPU; against the base's): " + ", ".join(
+                  f"{k}: {v}" for k, v in self.within.most_common()))
         self.zones.clear()
         self.changes.clear()
+        self.within.clear()
 
 
 def main(argv: list[str]) -> int:
