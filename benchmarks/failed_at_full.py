@@ -321,6 +321,11 @@ def report(name: str, seed: int, level: int, start: int, res: RunResult,
           "with nothing placed")
     print("    those, (GPUs, milli of one, cores): " + ", ".join(
         f"{s}: {v}" for s, v in sorted(never.items())))
+    first = min((lv for _p, lv in could), default=None)
+    print(f"  the others: {len(could)} pods, "
+          f"{sum(p.num_gpu * p.gpu_milli for p, _ in could)} GPU-milli, "
+          f"{sum(p.cpu_milli for p, _ in could) / 1000:.1f} cores; the first arrived by "
+          f"{'-' if first is None else f'{first}%'}")
     print("  the others, (GPUs, milli of one, cores): pods")
     shapes = Counter(shape(p) for p, _ in could)
     print("    " + ", ".join(f"{s}: {v}" for s, v in sorted(shapes.items())))
@@ -373,6 +378,8 @@ def main() -> int:
                          "room, and what a longer rescue would need")
     ap.add_argument("--breakers", metavar="MODEL",
                     help="what took the untouched nodes of this GPU model (e.g. G3)")
+    ap.add_argument("--no-fgd", action="store_true",
+                    help="swarmgpu's replay only (FGD's columns of --by-class read 0)")
     args = ap.parse_args()
     seeds, nodes, pods = level_inputs(ap, args, {"--level": args.level, "--from": args.start})
     models = sorted({g.product for n in nodes for g in n.gpus})
@@ -390,16 +397,20 @@ def main() -> int:
         moved(rp, pods, moves, _WatchedMover, telling)
         report("swarmgpu", seed, args.level, args.start, rp.res, rp.failed_pods, rp.whole,
                fits)
-        res, failed, whole, breaks, use = fgd_failures(nodes, pods, seed, moves,
-                                                       args.breakers)
-        report("fgd", seed, args.level, args.start, res, failed, whole, fits)
+        use: dict[int, Use] = {}
+        breaks: list[Break] = []
+        if not args.no_fgd:
+            res, failed, whole, breaks, use = fgd_failures(nodes, pods, seed, moves,
+                                                           args.breakers)
+            report("fgd", seed, args.level, args.start, res, failed, whole, fits)
         if telling is not None:
             report_rescues(seed, args.level, telling)
         if args.by_class:
             report_use(seed, args.start, args.level, rp.use, use)
         if args.breakers is not None:
             report_breaks("swarmgpu", seed, args.breakers, args.level, rp.breaks)
-            report_breaks("fgd", seed, args.breakers, args.level, breaks)
+            if not args.no_fgd:
+                report_breaks("fgd", seed, args.breakers, args.level, breaks)
     return 0
 
 

@@ -15,7 +15,8 @@ untouched nodes they broke; ``frag``: by FGD's fragmentation instead; ``priced``
 waste plus the scorer's price of each untouched node broken; ``sequenced``: each at the
 untouched nodes left when it broke; ``covered``: as priced, at the values of every shape
 that only an untouched node hosts; ``cpuheld``: as priced, plus the CPU step of the
-one-GPU tasks above a node's CPU share). ``--stats DIR``:
+one-GPU tasks above a node's CPU share). ``--rollout-mix full`` draws the tasks from
+every shape the scorer learned, not only its typical tasks (95% of them). ``--stats DIR``:
 each replay process writes what the roll-out did (tie zones, changed choices, seconds)
 to DIR/rollout.<pid>.json as it goes. Everything after ``--`` is ``swarmgpu``'s command
 line; the replays' worker processes are forked, so they inherit the switch.
@@ -34,7 +35,7 @@ sys.path[:0] = [str(REPO)]
 
 from try_cli import add_rest, rest_of, run_swarmgpu  # noqa: E402  (the benchmarks' folder, as run)
 
-from swarmgpu.allocator.rollout import LEAVES, Allocator, RollOut  # noqa: E402
+from swarmgpu.allocator.rollout import LEAVES, MIXES, Allocator, RollOut  # noqa: E402
 from swarmgpu.allocator.scorer import SwarmScorer  # noqa: E402
 from swarmgpu.allocator.values import Demand, NodeState  # noqa: E402
 
@@ -59,8 +60,8 @@ class LoggedRollOut(RollOut):
             out.write_text(json.dumps(self.stats))
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_rollout(ap: argparse.ArgumentParser) -> None:
+    """The roll-out's options (``switch_on`` reads them)."""
     ap.add_argument("--rollout-k", type=int, default=0, help="candidates rolled out; 0: off")
     ap.add_argument("--rollout-m", type=int, default=20, help="tasks drawn per roll-out")
     ap.add_argument("--rollout-margin", type=float, default=0.0,
@@ -75,19 +76,34 @@ def main(argv: list[str]) -> int:
                          "covered (as priced, over every shape only an untouched node "
                          "hosts) or cpuheld (as priced, plus the CPU step of the "
                          "one-GPU tasks above a node's CPU share)")
+    ap.add_argument("--rollout-mix", choices=MIXES, default="typical",
+                    help="what the roll-out's tasks are drawn from: typical (the scorer's "
+                         "typical tasks, 95%% of them) or full (every shape it learned)")
     ap.add_argument("--rollout-seed", type=int, default=0, help="the draws' base seed")
     ap.add_argument("--stats", type=Path, default=None,
                     help="folder for each replay process's roll-out counts")
+
+
+def switch_on(args: argparse.Namespace, ro: type[LoggedRollOut] | None = None) -> None:
+    """``SwarmScorer.rollout`` as ``add_rollout``'s options ask (``ro``: the class;
+    nothing with ``--rollout-k 0``)."""
+    if args.rollout_k:
+        got = (ro or LoggedRollOut)(k=args.rollout_k, m=args.rollout_m,
+                                    margin=args.rollout_margin, seed=args.rollout_seed,
+                                    leaf=args.rollout_leaf, mix=args.rollout_mix)
+        if args.stats is not None:
+            args.stats.mkdir(parents=True, exist_ok=True)
+            got.stats_dir = args.stats
+        SwarmScorer.rollout = got
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_rollout(ap)
     add_rest(ap)
     args = ap.parse_args(argv)
     rest = rest_of(ap, args)
-    if args.rollout_k:
-        ro = LoggedRollOut(k=args.rollout_k, m=args.rollout_m, margin=args.rollout_margin,
-                           seed=args.rollout_seed, leaf=args.rollout_leaf)
-        if args.stats is not None:
-            args.stats.mkdir(parents=True, exist_ok=True)
-            ro.stats_dir = args.stats
-        SwarmScorer.rollout = ro
+    switch_on(args)
     return run_swarmgpu(rest)
 
 

@@ -314,6 +314,28 @@ def test_a_roll_out_counts_the_untouched_nodes_it_broke_where_asked() -> None:
     assert all(untouched(n) for n in a.nodes.values())  # undone
 
 
+class RareShapeScorer(FlatScorer):
+    """Typical tasks of CPU only; every shape it learned also has a two-GPU task that
+    the typical ones left out (``shapes``, as ``SwarmScorer.set_workload`` keeps them)."""
+
+    def __init__(self, rollout: RollOut | None) -> None:
+        cpu = TaskShape(1000, 0, 0)
+        super().__init__((TypicalTask(cpu, 1.0),), rollout)
+        self.shapes = {cpu: 0.5, PAIR: 0.5}
+
+
+def test_the_full_mix_draws_the_rare_shapes_the_typical_tasks_leave_out() -> None:
+    # One GPU on ``two`` leaves no node for the rare pair: only a roll-out that can
+    # draw it sees that, so "typical" keeps the base choice and "full" goes to ``one``.
+    for mix, want in (("typical", "two"), ("full", "one")):
+        ro = RollOut(k=2, m=10, mix=mix)
+        got = two_and_one(RareShapeScorer(ro)).place(Demand(num_gpu=1))
+        assert isinstance(got, Choice) and got.node == want, mix
+    drawn = RollOut(m=10, mix="full").draw(
+        RollOut(mix="full").drawn(RareShapeScorer(None)), random.Random(1))
+    assert Demand(num_gpu=2) in drawn
+
+
 def test_the_draw_is_the_same_for_the_same_decision() -> None:
     ro = RollOut(m=8)
     mix = (TypicalTask(PAIR, 0.5), TypicalTask(TaskShape(4000, 300, 1), 0.5))
@@ -332,7 +354,7 @@ def test_shapes_become_demands() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"k": 4}, {"k": 0}, {"m": -1}, {"margin": -1.0},
-                                 {"leaf": "best"}])
+                                 {"leaf": "best"}, {"mix": "trace"}])
 def test_settings_out_of_range_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="roll-out"):
         RollOut(**bad)  # type: ignore[arg-type]

@@ -22,8 +22,11 @@ confined to some classes (``untouched.whole_groups``); "cpuheld" is "priced" plu
 touched node, the growth of the scorer's CPU step (``CpuUnfit``: the free GPU-milli times
 the share of the mix's GPU tasks that ask one GPU and more CPU than is left) counted only
 for the one-GPU tasks above the node's CPU share (its CPU over its GPUs), where the
-scorer itself counts none (the CPU suffices cluster-wide). Measured: docs/simulate.md,
-"A sampled roll-out among near-best nodes".
+scorer itself counts none (the CPU suffices cluster-wide). ``mix`` "full" (stop 79)
+draws from every shape the scorer learned (its ``shapes``) instead of its typical tasks
+(``workload``: the shapes covering 95% of the tasks), which leave out the rare shapes,
+every multi-GPU task among them on openb's traces. Measured: docs/simulate.md, "A
+sampled roll-out among near-best nodes".
 The draw is seeded per decision, and every candidate meets the same tasks, so runs are
 reproducible and candidates differ by the node alone.
 """
@@ -78,6 +81,7 @@ class Allocator(Protocol):
 
 
 LEAVES = ("milli", "waste", "whole", "frag", "priced", "sequenced", "covered", "cpuheld")
+MIXES = ("typical", "full")
 NO_CPU_DATA = 1 << 62  # CPU left of a node without CPU data: never short
 # a node cost: (GPU model, CPU left or None, free GPU-milli per GPU) -> GPU-milli
 Cost = Callable[[str, int | None, tuple[int, ...]], float]
@@ -115,6 +119,9 @@ class RollOut:
     # of ``whole_groups``: every shape that only an untouched node hosts) or "cpuheld" (as
     # "priced", plus the CPU step of the one-GPU tasks above a node's share, ``held_cpu``)
     leaf: str = "milli"
+    # what the tasks are drawn from: "typical" (the scorer's ``workload``) or "full"
+    # (every shape it learned, ``shapes``, by weight: the rare ones too)
+    mix: str = "typical"
     seed: int = 0
     stats: dict[str, float] = field(default_factory=dict)
     _demands: dict[tuple[TypicalTask, ...], tuple[list[Demand], list[float]]] = field(
@@ -123,6 +130,8 @@ class RollOut:
     # "covered": the groups, and what they were computed from (the scorer's shapes, its
     # free GPU-milli when pressure was last read, its node classes)
     _covered: tuple[object, int, object, Groups] | None = None
+    # "full": the scorer's shapes, as typical tasks (the dict they came from, them)
+    _full: tuple[object, tuple[TypicalTask, ...]] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.k <= 3 or self.m < 0 or self.margin < 0:
@@ -130,6 +139,8 @@ class RollOut:
                              "use k in 1..3, m >= 0 and margin >= 0")
         if self.leaf not in LEAVES:
             raise ValueError(f"roll-out leaf={self.leaf!r}: use one of {', '.join(LEAVES)}")
+        if self.mix not in MIXES:
+            raise ValueError(f"roll-out mix={self.mix!r}: use one of {', '.join(MIXES)}")
 
     def count(self, what: str, n: float = 1) -> None:
         self.stats[what] = self.stats.get(what, 0) + n
@@ -151,6 +162,19 @@ class RollOut:
             near.append((-s, rep.rank, rep))
         near.sort(key=lambda t: (t[0], t[1]))
         return [rep for _, _, rep in near[:self.k]]
+
+    def drawn(self, scorer: object) -> Sequence[TypicalTask]:
+        """What ``draw`` draws from: the scorer's typical tasks, or with ``mix`` "full"
+        every shape it learned (its ``shapes``, by weight; the typical tasks where it has
+        none)."""
+        workload: Sequence[TypicalTask] = getattr(scorer, "workload", ())
+        shapes = getattr(scorer, "shapes", None)
+        if self.mix != "full" or not shapes:
+            return workload
+        got = self._full
+        if got is None or got[0] is not shapes:  # the scorer makes a new dict per mix
+            got = self._full = (shapes, tuple(TypicalTask(s, w) for s, w in shapes.items()))
+        return got[1]
 
     def draw(self, workload: Sequence[TypicalTask], rng: random.Random) -> list[Demand]:
         """``m`` demands drawn from the mix by weight."""
@@ -222,7 +246,7 @@ class RollOut:
         t0 = time.perf_counter()
         self.count("tie_zones", 1)
         workload = getattr(alloc.scorer, "workload", ())
-        tasks = self.draw(workload, random.Random(  # noqa: S311 - a reproducible draw
+        tasks = self.draw(self.drawn(alloc.scorer), random.Random(  # noqa: S311 - reproducible
             self.seed * 1_000_003 + alloc.decisions))
         cost = self.cost(alloc.scorer, workload)
         price = self.price(alloc)
