@@ -381,6 +381,81 @@ def test_team_a_at_its_ceiling_preempts_team_b_which_may_not_opt_out(tmp_path: P
         "preempt team-b_batch (priority 0) on gpu-node-2 for team-a_high (priority 100)"]
 
 
+BROKEN_LABELS = [
+    pytest.param({f"{P}preemptible": "nope"}, id="a-bad-value"),
+    pytest.param({f"{P}queue": "team-a"}, id="another-tenants-queue"),
+    pytest.param({f"{P}priority": "high!"}, id="a-bad-priority"),
+]
+
+
+@pytest.mark.parametrize("broken", BROKEN_LABELS)
+def test_a_holder_that_breaks_its_labels_is_still_a_victim(tmp_path: Path,
+                                                           broken: dict[str, str]) -> None:
+    """A label change restarts no task, and an invalid request keeps its GPUs: read as
+    no request, team-b (which may not opt out) made its batch service no victim, by
+    priority or by reclaim, by breaking one label after it was placed. It is read as
+    the most team-b's labels could ask (priority 0, preemptible), stopped, never moved."""
+    cfg = _cfg(tmp_path, TWO_TEAMS.replace(
+        "team-a: {", "team-a: {queues: [team-a], ").replace(
+        "    tenants:", "    queues: {team-a: {guaranteed: 2}}\n    tenants:"))
+    nodes, services, tasks = _full_4090(
+        {"team-b_batch": ("team-b", 8)},
+        {"team-a_high": ("team-a", {f"{P}gpus": "2", f"{P}priority": "100"})})
+    services[0] = _stack_svc("team-b", "batch", {**services[0].labels, **broken})
+    plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
+    assert {sp.name: sp.status for sp in plan.services}["team-b_batch"] == "invalid"
+    got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                             preemptible_below=100)
+    assert [p.describe() for p in got] == [
+        "preempt team-b_batch (priority 0) on gpu-node-2 for team-a_high (priority 100)"]
+    assert not got[0].moves  # (a move would place its broken request again)
+    # by quota alone too: team-a's queue is below its guarantee, team-b has none
+    level = [replace(s, labels={**s.labels, f"{P}priority": "0"})
+             if s.name == "team-a_high" else s for s in services]
+    plan = new_planner(cfg).plan(nodes, level, tasks, FACTS)
+    assert [p.describe() for p in choose_preemptions(
+        plan, nodes, level, tasks, FACTS, prefix=P, preemptible_below=100)] == [
+        "preempt team-b_batch (priority 0) on gpu-node-2 for team-a_high (priority 0)"]
+
+
+def test_the_daemon_stops_a_holder_that_broke_its_labels(tmp_path: Path) -> None:
+    nodes, services, tasks = _full_4090(
+        {"team-b_batch": ("team-b", 8)},
+        {"team-a_high": ("team-a", {f"{P}gpus": "2", f"{P}priority": "100"})})
+    services[0] = _stack_svc("team-b", "batch", {**services[0].labels,
+                                                 f"{P}preemptible": "nope"})
+    sw = RecordingSwarm(nodes, services, tasks)
+    _daemon(sw, tmp_path, TWO_TEAMS).cycle()
+    assert gate_key(P, "team-b_batch") not in sw.node("n-4090").labels
+    record = json.loads(sw.service("id-team-b_batch").labels[f"{P}state.preempted"])
+    assert record["by"] == "team-a_high"
+
+
+def test_a_broken_holder_keeps_what_its_tenants_labels_could_give(tmp_path: Path) -> None:
+    """Read as the most its tenant's labels could ask, no less: team-a may opt out, so
+    its holder whose label broke is protected as a valid opt-out was; and its priority
+    is team-a's ceiling, so a request of 100 or below stops it no more than before."""
+    cfg = _cfg(tmp_path, TWO_TEAMS.replace("max_priority: 100, may_opt_out: true",
+                                           "max_priority: 100, may_opt_out: false"))
+    nodes, services, tasks = _full_4090(
+        {"team-a_batch": ("team-a", 8)},
+        {"team-a_high": ("team-a", {f"{P}gpus": "2", f"{P}priority": "100"})})
+    services[0] = _stack_svc("team-a", "batch", {**services[0].labels,
+                                                 f"{P}preemptible": "nope"})
+    plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
+    assert choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=100) == []
+    opt = new_planner(_cfg(tmp_path, TWO_TEAMS.replace("priority: 100, may_opt_out: true",
+                                                       "priority: 50, may_opt_out: true")))
+    plan = opt.plan(nodes, services, tasks, FACTS)
+    assert choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=100) == []
+    # Without tenants, labels are self-declared (any holder may say preemptible: false):
+    # a broken one is no victim, as before.
+    plan = new_planner(Config()).plan(nodes, services, tasks, FACTS)
+    assert plan.held_as == {}
+
+
 def _daemon(sw: RecordingSwarm, tmp: Path, cfg_text: str) -> Daemon:
     from swarmgpu.manager.cycle.wiring import daemon_steps
 

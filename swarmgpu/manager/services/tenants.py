@@ -144,6 +144,16 @@ class Tenants:
             return asked
         return (case_twin(asked, t.queues) if asked else None) or t.default_queue
 
+    def held_as(self, s: SwarmService, queue: str) -> GpuRequest:
+        """What preemption reads for ``s``, whose request is invalid but whose holdings
+        are kept (counted in ``queue``, ``queue_of``): the most its tenant's labels could
+        ask, its ``max_priority`` and an opt-out only where it may opt out. Read as no
+        request, a tenant that may not opt out broke a holder's label (a label change
+        restarts no task) and was never a victim, by priority or by quota reclaim."""
+        t = self.of_service(s)
+        return GpuRequest(priority=t.max_priority, preemptible=False if t.may_opt_out else None,
+                          queue=queue, tenant=t.name, always_preemptible=not t.may_opt_out)
+
     def apply_to(self, s: SwarmService, r: GpuRequest | RequestError | None,
                  ) -> GpuRequest | RequestError | None:
         return self.apply(r, s.name, s.labels.get(STACK_LABEL))
