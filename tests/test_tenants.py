@@ -762,22 +762,46 @@ def test_a_preempted_record_dated_at_infinity_is_no_record(tmp_path: Path) -> No
         assert gate_key(P, "team-b_batch") not in sw.node("n-4090").labels, at
 
 
-def test_a_genuine_preempted_record_still_cools_the_victim_under_a_new_leader(
-        tmp_path: Path) -> None:
-    """The record the daemon wrote, with the stop in the hour on the swarm object: a new
-    leader (nothing in its memory) keeps the victim's cooldown from it."""
-    import time
+def _rfc3339(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 1e9):09d}Z"
 
-    now = time.time() - 5
-    record = json.dumps({"by": "old", "priority": 100, "at": round(now, 3), "node": "n-4090"})
+
+def _recorded_holder(record_at: float, task_made: float, hour: float) -> RecordingSwarm:
+    """team-b's batch service holds n-4090, its task made at ``task_made``, with a
+    ``state.preempted`` record at ``record_at``; the swarm object's hour has a victim
+    stopped at ``hour``; team-a's service at its ceiling waits for 2 of those GPUs."""
+    record = json.dumps({"by": "old", "priority": 100, "at": round(record_at, 3),
+                         "node": "n-4090"})
     nodes, services, tasks = _full_4090({"team-b_batch": ("team-b", 8)},
                                         {"team-a_high": ("team-a", {f"{P}gpus": "2",
                                                                     f"{P}priority": "100"})})
     services[0] = _stack_svc("team-b", "batch", {**services[0].labels,
                                                  f"{P}state.preempted": record})
-    sw = RecordingSwarm(nodes, services, tasks, {f"{P}state.preemptions": f"{round(now)}"})
+    tasks[0] = replace(tasks[0], created_at=_rfc3339(task_made))
+    return RecordingSwarm(nodes, services, tasks, {f"{P}state.preemptions": f"{round(hour)}"})
+
+
+def test_a_genuine_preempted_record_still_cools_the_victim_under_a_new_leader(
+        tmp_path: Path) -> None:
+    """The record the daemon wrote, with the stop in the hour on the swarm object, on a
+    victim whose task was made again after that stop (a job's new run keeps its record
+    while it runs): a new leader (nothing in its memory) keeps the victim's cooldown."""
+    now = time.time() - 5
+    sw = _recorded_holder(now, now + 2, now)
     _daemon(sw, tmp_path, TWO_TEAMS).cycle()
     assert gate_key(P, "team-b_batch") in sw.node("n-4090").labels
+
+
+def test_a_preempted_record_copied_onto_a_running_holder_buys_no_immunity(
+        tmp_path: Path) -> None:
+    """A genuine record's second is in the hour, but the record is a label its stack can
+    copy (from one of its services that was preempted) onto another that has run all
+    along, and re-add each time placement takes it off. A holder whose task ran before
+    the stop it names was not that stop's victim: team-a's service still preempts it."""
+    now = time.time() - 5
+    sw = _recorded_holder(now, now - 3600, now)
+    _daemon(sw, tmp_path, TWO_TEAMS).cycle()
+    assert gate_key(P, "team-b_batch") not in sw.node("n-4090").labels
 
 
 # --- a queue's max, whatever the service's mode or labels ---------------------------------

@@ -105,7 +105,7 @@ from swarmgpu.manager.placement.nominated import (
     stops_waited,
 )
 from swarmgpu.manager.placement.preempt import Candidate, Preemption, choose_preemptions
-from swarmgpu.manager.placement.preempted import preempted_state
+from swarmgpu.manager.placement.preempted import recorded_victims
 from swarmgpu.manager.placement.preemptview import holdings_by_node
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import Move, Trigger
@@ -366,20 +366,14 @@ class Preempter:
         cooling = {s.name for s in snap.services if s.id in self.victim_at}
         # A holder whose spec its victim write cannot read is never chosen (the write
         # would fail after the choice); ``cycle`` says why.
-        self.unread = unread_victims(snap.services, {svc for per in holders.values()
-                                                     for svc in per})
+        held_now = {svc for per in holders.values() for svc in per}
+        self.unread = unread_victims(snap.services, held_now)
         cooling |= self.unread.keys()
         # The record in Swarm counts too (a new leader), but it is a label on the victim's
-        # own spec, which its stack writes: it counts only when the hour on the swarm
-        # object (written by managers alone) has a victim stopped in that second, so a
-        # record a stack made up (a time far ahead, or refreshed by each re-deploy) buys
-        # no immunity from preemption.
-        stopped_at = {round(t) for t in self.spent.all}
-        for s in snap.services:  # a time Swarm keeps: the wall clock's
-            st = preempted_state(s.labels, self.prefix)
-            if (st is not None and now - st.at < pc.victim_cooldown_s
-                    and round(st.at) in stopped_at):
-                cooling.add(s.name)
+        # own spec, which its stack writes: only with a stop of the hour in its second, on
+        # a holder only when its tasks were made after it (a time Swarm keeps: wall clock)
+        cooling |= recorded_victims(snap.services, snap.tasks, held_now, self.spent.all,
+                                    now, pc.victim_cooldown_s, self.prefix)
         settling = set(self.preemptor_at)
         self.moving = {p: vs & in_move for p, vs in self.moving.items()
                        if vs & in_move and not self._recreated(p, snap)}

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from swarmgpu.swarm.client import SwarmService
+from swarmgpu.core.stamps import MAX_SKEW_S
+from swarmgpu.manager.placement.keys import STOPPING_STATES
+from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.taskstop import rfc3339_ns
 
 PREEMPTED_STATE = "state.preempted"  # service label: JSON {by, priority, at, node, by_id, held}
 MAX_STATE_CHARS = 1024  # a longer label is not swarmgpu's: not read
@@ -63,6 +67,37 @@ def preempted_state(labels: Mapping[str, str], prefix: str) -> Preempted | None:
         return None
     # JSON reads Infinity, NaN and 1e999 too: no preemption happened at such a time
     return st if math.isfinite(st.at) else None
+
+
+def recorded_victims(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
+                     holders: AbstractSet[str], stopped: Iterable[float], now: float,
+                     cooldown_s: float, prefix: str) -> set[str]:
+    """The services whose ``<p>state.preempted`` record keeps them from being victims now:
+    the cooldown a daemon that did not make the stop (a new leader) reads from Swarm. A
+    record counts within ``cooldown_s`` of ``now`` when a victim was stopped in its second
+    (``stopped``: the times of the swarm object's hour, which managers alone write). It is
+    a label on the victim's own spec, which its stack writes: on a service that holds
+    GPUs (``holders``: names, the ledger as the snapshot read it) it counts only when each
+    of its live tasks was made after that stop (less ``MAX_SKEW_S``: managers' clocks), as
+    a victim's are once it is placed again (a job's new run too). Before, a record copied
+    from a preempted service of the stack onto another that had run all along (added
+    again each time placement takes it off) bought that one a cooldown; a task whose
+    making time cannot be read proves nothing."""
+    seconds = {round(t) for t in stopped}
+    made: dict[str, list[int | None]] = {}
+    for t in tasks:
+        if t.desired_state not in STOPPING_STATES:
+            made.setdefault(t.service_id, []).append(rfc3339_ns(t.created_at))
+    out = set()
+    for s in services:
+        st = preempted_state(s.labels, prefix)
+        if st is None or now - st.at >= cooldown_s or round(st.at) not in seconds:
+            continue
+        after = (st.at - MAX_SKEW_S) * 10**9
+        if s.name not in holders or all(m is not None and m >= after
+                                        for m in made.get(s.id, ())):
+            out.add(s.name)
+    return out
 
 
 def _held(got: object) -> tuple[str, ...] | None:
