@@ -65,3 +65,40 @@ def test_a_tenant_refusing_restarts_is_told_once_with_the_fix_and_left_running(
     r.run([], snap)  # back within its share, then over again: told again
     r.run([THIRD], snap)
     assert len([w for w in warnings if "third" in w]) == 2
+
+
+# With tenants, an opt-out is the operator's to grant: ``may_opt_out`` (docs/requests.md,
+# "Tenants") governs the over-share restart as it does preemption.
+MAY_NOT = {"ops": {"services": ["ops-*"], "may_opt_out": True}}  # third: default's
+MAY = {"ops": {"services": ["third"], "may_opt_out": True}}
+
+
+def _running(labels: Mapping[str, str]) -> tuple[RecordingSwarm, Any]:
+    """``_refused``, third's task running the container its reading was checked against."""
+    sw, _ = _refused(labels)
+    tasks = [replace(t, container_id="c" * 64) if t.id == "t-third" else t for t in sw.tasks()]
+    sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, sw.swarm_labels())
+    return sw, snapshot(sw.nodes(), sw.services(), sw.tasks())
+
+
+@pytest.mark.parametrize("labels", [
+    pytest.param({f"{P}rebalance": "never"}, id="rebalance-never"),
+    pytest.param({f"{P}gpu-memory": "lots"}, id="a-broken-label"),
+])
+def test_a_tenant_that_may_not_opt_out_is_restarted_over_its_share(
+        tmp_path: Path, labels: Mapping[str, str]) -> None:
+    """``rebalance: never``, or a label broken so that the request reads invalid, kept a
+    share over its size running on its neighbours' memory: its owner's word alone. A
+    tenant that may not opt out of preemption may not opt out of this either."""
+    sw, snap = _running(labels)
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
+                 placement=PlacementConfig(overshare="restart"))
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 1  # type: ignore[arg-type]
+
+
+def test_a_tenant_that_may_opt_out_still_refuses_restarts(tmp_path: Path) -> None:
+    sw, snap = _running({f"{P}rebalance": "never"})
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY,
+                 placement=PlacementConfig(overshare="restart"))
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 0  # type: ignore[arg-type]
+    assert sw.calls == []

@@ -35,7 +35,7 @@ from swarmgpu.core.tenants import (
     matches,
     parse_tenants,
 )
-from swarmgpu.manager.services.requests import GpuRequest, RequestError
+from swarmgpu.manager.services.requests import GpuRequest, Rebalance, RequestError
 from swarmgpu.swarm.client import SwarmService
 
 Quotas = dict[str, tuple[int, int | None]]
@@ -153,6 +153,20 @@ class Tenants:
         t = self.of_service(s)
         return GpuRequest(priority=t.max_priority, preemptible=False if t.may_opt_out else None,
                           queue=queue, tenant=t.name, always_preemptible=not t.may_opt_out)
+
+    def enforced(self, s: SwarmService, r: GpuRequest | RequestError | None, opt_out: str,
+                 ) -> tuple[SwarmService, GpuRequest | None]:
+        """``s`` and its request ``r`` as the over-share restart, the operator's limit on
+        a share, judges them. For a tenant that may not opt out: without its opt-out
+        label ``opt_out`` (``<p>rebalance``: never, in either place), and a request its
+        labels broke read as ``held_as`` reads it. Taken as written, a tenant's own word
+        kept a share past its size running on its neighbours' memory. For a tenant that
+        may: as they are (no request where ``r`` is not one)."""
+        if self.of_service(s).may_opt_out:
+            return s, r if isinstance(r, GpuRequest) else None
+        gpu = (replace(r, rebalance=Rebalance.AUTO) if isinstance(r, GpuRequest)
+               else self.held_as(s, "") if isinstance(r, RequestError) else None)
+        return replace(s, labels={k: v for k, v in s.labels.items() if k != opt_out}), gpu
 
     def apply_to(self, s: SwarmService, r: GpuRequest | RequestError | None,
                  ) -> GpuRequest | RequestError | None:
