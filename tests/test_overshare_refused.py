@@ -6,6 +6,7 @@ Before, the line was at info and named no fix. Pure, over the recording Swarm st
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from support.loglines import log_lines
 from swarmgpu.core.config import Config, PlacementConfig
 from swarmgpu.manager.placement import assign_key
 from swarmgpu.manager.placement.ledger import packed_holding
+from swarmgpu.manager.rebalance.context import MOVED_AT
 from swarmgpu.manager.services.overshare import Restarter, ServiceUse
 
 THIRD = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
@@ -102,3 +104,30 @@ def test_a_tenant_that_may_opt_out_still_refuses_restarts(tmp_path: Path) -> Non
                  placement=PlacementConfig(overshare="restart"))
     assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 0  # type: ignore[arg-type]
     assert sw.calls == []
+
+
+def _stamp(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + "Z"
+
+
+@pytest.mark.parametrize(("made_ago", "restarted"), [
+    pytest.param(3600.0, 1, id="a-mark-its-stack-wrote-on-a-task-that-ran-all-along"),
+    pytest.param(-5.0, 0, id="a-restart-made-its-task-after-the-mark"),
+])
+def test_a_cool_down_mark_counts_only_when_a_task_was_made_after_it(
+        tmp_path: Path, made_ago: float, restarted: int) -> None:
+    """``<p>state.moved-at`` is the restart's (and a move's) mark, but a label its stack
+    can write: written again each minute it kept every restart away (cooling down) from
+    a share over its size. For a tenant that may not opt out it counts only when one of
+    its tasks was made after it, as a restart's or a move's replacement is."""
+    mark = time.time() - 10
+    sw, snap = _running({P + MOVED_AT: f"{mark:.0f}"})
+    tasks = [replace(t, created_at=_stamp(mark - made_ago)) if t.id == "t-third" else t
+             for t in sw.tasks()]
+    sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, sw.swarm_labels())
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    for tenants, want in ((MAY, 0), (MAY_NOT, restarted)):  # (one that may: as before)
+        cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=tenants,
+                     placement=PlacementConfig(overshare="restart"))
+        got = Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap)  # type: ignore[arg-type]
+        assert got == want, tenants

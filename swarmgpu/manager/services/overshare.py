@@ -433,7 +433,8 @@ class Restarter:
                 continue  # holds nothing here: a restart would not bring it within a share
             req = parse_all(s.labels, prefix=p)
             judged, gpu = ((s, req if isinstance(req, GpuRequest) else None)
-                           if self.tenants is None else self.tenants.enforced(s, req, p + OPT_OUT))
+                           if self.tenants is None else self.tenants.enforced(
+                               s, req, p + OPT_OUT, p + MOVED_AT, mine.get(s.id, ())))
             # an unread node's labels are written by none: its gate stays
             refusal = refused(judged, gpu, ledger.get(u.service, {}), p)
             why = unread_source(by_node, u.node_id) or refusal or why_not_movable(
