@@ -36,6 +36,7 @@ from swarmgpu.manager.nodes.agentbook import AgentRecord
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key
 from swarmgpu.manager.placement.preempt import choose_preemptions
+from swarmgpu.manager.placement.preempted import recorded_victims
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_request
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -802,6 +803,23 @@ def test_a_preempted_record_copied_onto_a_running_holder_buys_no_immunity(
     sw = _recorded_holder(now, now - 3600, now)
     _daemon(sw, tmp_path, TWO_TEAMS).cycle()
     assert gate_key(P, "team-b_batch") not in sw.node("n-4090").labels
+
+
+def test_a_job_victims_record_counts_by_the_tasks_of_its_new_run() -> None:
+    """A preempted job's spec write starts a new run; tasks of its earlier run, made
+    before the stop, are not the ones that bear the record out (a new leader)."""
+    now = time.time() - 5
+    record = json.dumps({"by": "old", "priority": 100, "at": round(now, 3), "node": "n-4090"})
+    job = replace(_stack_svc("team-b", "train", {f"{P}gpus": "1",
+                                                 f"{P}state.preempted": record}),
+                  mode="replicated-job", job_iteration=2)
+    tasks = [SwarmTask(f"t{run}", job.id, "n-4090", 1, "running", "complete", (),
+                       job_iteration=run, created_at=_rfc3339(at))
+             for run, at in ((1, now - 3600), (2, now + 2))]
+    got = recorded_victims([job], tasks, {job.name}, [now], now + 5, 600, P)
+    assert got == {job.name}
+    assert recorded_victims([job], [replace(t, job_iteration=2) for t in tasks],
+                            {job.name}, [now], now + 5, 600, P) == set()
 
 
 # --- a queue's max, whatever the service's mode or labels ---------------------------------

@@ -84,18 +84,20 @@ def recorded_victims(services: Sequence[SwarmService], tasks: Sequence[SwarmTask
     again each time placement takes it off) bought that one a cooldown; a task whose
     making time cannot be read proves nothing."""
     seconds = {round(t) for t in stopped}
-    made: dict[str, list[int | None]] = {}
+    live: dict[str, list[SwarmTask]] = {}
     for t in tasks:
         if t.desired_state not in STOPPING_STATES:
-            made.setdefault(t.service_id, []).append(rfc3339_ns(t.created_at))
+            live.setdefault(t.service_id, []).append(t)
     out = set()
     for s in services:
         st = preempted_state(s.labels, prefix)
         if st is None or now - st.at >= cooldown_s or round(st.at) not in seconds:
             continue
         after = (st.at - MAX_SKEW_S) * 10**9
-        if s.name not in holders or all(m is not None and m >= after
-                                        for m in made.get(s.id, ())):
+        # (a job's tasks of its current run: the preemption's write started it)
+        made = [rfc3339_ns(t.created_at) for t in live.get(s.id, ())
+                if t.job_iteration is None or t.job_iteration == s.job_iteration]
+        if s.name not in holders or all(m is not None and m >= after for m in made):
             out.add(s.name)
     return out
 
