@@ -383,10 +383,11 @@ class Preempter:
         self.unread = unread_victims(snap.services, {svc for per in holders.values()
                                                      for svc in per})
         cooling |= self.unread.keys()
-        # The record in Swarm counts too (a new leader), checked against the hour and
-        # the ledger (a stack writes its own spec; a gate never closed stopped nothing)
-        cooling |= recorded_cooling(snap.services, self.prefix, now, pc.victim_cooldown_s,
-                                    self.spent.all, holders)
+        # The record in Swarm counts too (a new leader), checked against the hour, the
+        # ledger and the tasks (a stack writes its own spec; a gate never closed stopped
+        # nothing; a record copied onto a holder that ran all along names no stop of it)
+        cooling |= recorded_cooling(snap.services, snap.tasks, self.prefix, now,
+                                    pc.victim_cooldown_s, self.spent.all, holders)
         settling = set(self.preemptor_at)
         self.moving = {p: vs & in_move for p, vs in self.moving.items()
                        if vs & in_move and not self._recreated(p, snap)}
