@@ -142,7 +142,7 @@ def test_plan_says_a_failed_service_in_its_text_and_exit_status(
 
     from swarmgpu.cli import main
     from swarmgpu.cli import manager as cli_manager
-    from swarmgpu.manager.cycle import grants, preemption
+    from swarmgpu.manager.cycle import grants, oneshot_plan
     from swarmgpu.manager.placement import PlacementPlan
     from swarmgpu.manager.placement.isolate import failed_plan
     from swarmgpu.manager.services.requests import RequestError
@@ -156,7 +156,7 @@ def test_plan_says_a_failed_service_in_its_text_and_exit_status(
     monkeypatch.setattr(cli_manager, "_daemon_moves", lambda cfg: None)
     monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
     monkeypatch.setattr(grants, "find", lambda *a, **k: [])
-    monkeypatch.setattr(preemption, "plan_as_daemon",
+    monkeypatch.setattr(oneshot_plan, "plan_as_daemon",
                         lambda *a, **k: PlacementPlan(services=list(plans["now"])))
     res = CliRunner().invoke(main, ["plan"])
     assert res.exit_code == 1, res.output
@@ -203,7 +203,7 @@ def test_plan_json_keeps_a_long_hostname_whole(monkeypatch: pytest.MonkeyPatch) 
 
     from swarmgpu.cli import main
     from swarmgpu.cli import manager as cli_manager
-    from swarmgpu.manager.cycle import grants, preemption
+    from swarmgpu.manager.cycle import grants, oneshot_plan
     from swarmgpu.manager.placement import PlacementPlan
     from swarmgpu.swarm import client
 
@@ -213,7 +213,7 @@ def test_plan_json_keeps_a_long_hostname_whole(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(cli_manager, "_daemon_moves", lambda cfg: None)
     monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
     monkeypatch.setattr(grants, "find", lambda *a, **k: [])
-    monkeypatch.setattr(preemption, "plan_as_daemon",
+    monkeypatch.setattr(oneshot_plan, "plan_as_daemon",
                         lambda *a, **k: PlacementPlan(services=[sp]))
     res = CliRunner().invoke(main, ["plan", "--json"])
     assert res.exit_code == 0, res.output

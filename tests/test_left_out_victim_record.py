@@ -14,8 +14,8 @@ from dataclasses import replace
 from support.forged import R_UUIDS, RecordingSwarm, victim_stopping_on_4090s
 
 from swarmgpu.core.config import Config
+from swarmgpu.manager.cycle.oneshot_plan import plan_as_daemon
 from swarmgpu.manager.cycle.placement import make_plan
-from swarmgpu.manager.cycle.preemption import plan_as_daemon
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement.nominated import Nomination
 from swarmgpu.manager.placement.records import PlacementPlan

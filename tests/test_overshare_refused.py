@@ -6,6 +6,7 @@ Before, the line was at info and named no fix. Pure, over the recording Swarm st
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from support.loglines import log_lines
 from swarmgpu.core.config import Config, PlacementConfig
 from swarmgpu.manager.placement import assign_key
 from swarmgpu.manager.placement.ledger import packed_holding
+from swarmgpu.manager.rebalance.context import MOVED_AT
 from swarmgpu.manager.services.overshare import Restarter, ServiceUse
 
 THIRD = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
@@ -65,3 +67,67 @@ def test_a_tenant_refusing_restarts_is_told_once_with_the_fix_and_left_running(
     r.run([], snap)  # back within its share, then over again: told again
     r.run([THIRD], snap)
     assert len([w for w in warnings if "third" in w]) == 2
+
+
+# With tenants, an opt-out is the operator's to grant: ``may_opt_out`` (docs/requests.md,
+# "Tenants") governs the over-share restart as it does preemption.
+MAY_NOT = {"ops": {"services": ["ops-*"], "may_opt_out": True}}  # third: default's
+MAY = {"ops": {"services": ["third"], "may_opt_out": True}}
+
+
+def _running(labels: Mapping[str, str]) -> tuple[RecordingSwarm, Any]:
+    """``_refused``, third's task running the container its reading was checked against."""
+    sw, _ = _refused(labels)
+    tasks = [replace(t, container_id="c" * 64) if t.id == "t-third" else t for t in sw.tasks()]
+    sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, sw.swarm_labels())
+    return sw, snapshot(sw.nodes(), sw.services(), sw.tasks())
+
+
+@pytest.mark.parametrize("labels", [
+    pytest.param({f"{P}rebalance": "never"}, id="rebalance-never"),
+    pytest.param({f"{P}gpu-memory": "lots"}, id="a-broken-label"),
+])
+def test_a_tenant_that_may_not_opt_out_is_restarted_over_its_share(
+        tmp_path: Path, labels: Mapping[str, str]) -> None:
+    """``rebalance: never``, or a label broken so that the request reads invalid, kept a
+    share over its size running on its neighbours' memory: its owner's word alone. A
+    tenant that may not opt out of preemption may not opt out of this either."""
+    sw, snap = _running(labels)
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
+                 placement=PlacementConfig(overshare="restart"))
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 1  # type: ignore[arg-type]
+
+
+def test_a_tenant_that_may_opt_out_still_refuses_restarts(tmp_path: Path) -> None:
+    sw, snap = _running({f"{P}rebalance": "never"})
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY,
+                 placement=PlacementConfig(overshare="restart"))
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 0  # type: ignore[arg-type]
+    assert sw.calls == []
+
+
+def _stamp(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + "Z"
+
+
+@pytest.mark.parametrize(("made_ago", "restarted"), [
+    pytest.param(3600.0, 1, id="a-mark-its-stack-wrote-on-a-task-that-ran-all-along"),
+    pytest.param(-5.0, 0, id="a-restart-made-its-task-after-the-mark"),
+])
+def test_a_cool_down_mark_counts_only_when_a_task_was_made_after_it(
+        tmp_path: Path, made_ago: float, restarted: int) -> None:
+    """``<p>state.moved-at`` is the restart's (and a move's) mark, but a label its stack
+    can write: written again each minute it kept every restart away (cooling down) from
+    a share over its size. For a tenant that may not opt out it counts only when one of
+    its tasks was made after it, as a restart's or a move's replacement is."""
+    mark = time.time() - 10
+    sw, snap = _running({P + MOVED_AT: f"{mark:.0f}"})
+    tasks = [replace(t, created_at=_stamp(mark - made_ago)) if t.id == "t-third" else t
+             for t in sw.tasks()]
+    sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, sw.swarm_labels())
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    for tenants, want in ((MAY, 0), (MAY_NOT, restarted)):  # (one that may: as before)
+        cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=tenants,
+                     placement=PlacementConfig(overshare="restart"))
+        got = Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap)  # type: ignore[arg-type]
+        assert got == want, tenants

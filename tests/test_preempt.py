@@ -1296,7 +1296,7 @@ def test_a_victim_binding_the_preemptors_host_port_is_preempted_as_any_other(
     """batch holds the 4090s and its task binds host port 8000 there, which high publishes
     too: stopping batch frees the port with the GPUs. Before: the node was refused to
     high by the port (``hostports``) and high stayed pending for good."""
-    from swarmgpu.manager.cycle.preemption import plan_as_daemon
+    from swarmgpu.manager.cycle.oneshot_plan import plan_as_daemon
 
     nodes, (batch, high), tasks = _gpu_cluster({f"{P}priority": "0"}, {f"{P}priority": "100"})
     services = [_publishing(batch, victim_port), _publishing(high)]
@@ -1311,7 +1311,7 @@ def test_a_victim_binding_the_preemptors_host_port_is_preempted_as_any_other(
 def test_a_node_another_services_task_binds_the_port_on_is_no_preemption_target() -> None:
     """The port is bound by a task of a service that is no victim (a proxy holding no
     GPU): preempting batch there would free GPUs high still cannot run on."""
-    from swarmgpu.manager.cycle.preemption import plan_as_daemon
+    from swarmgpu.manager.cycle.oneshot_plan import plan_as_daemon
 
     nodes, (batch, high), tasks = _gpu_cluster({f"{P}priority": "0"}, {f"{P}priority": "100"})
     proxy = _publishing(sw_svc("proxy", {}, gated=False))

@@ -277,7 +277,7 @@ def test_plan_and_status_show_a_preemptors_choice_that_raises_and_the_rest(
     the fix; h2's preemption is still noted, and the whole plan is there. Before: the
     exception left ``plan_as_daemon``, and both commands failed with a traceback."""
     from swarmgpu.manager.commands.plan import render_plan
-    from swarmgpu.manager.cycle.preemption import plan_as_daemon
+    from swarmgpu.manager.cycle.oneshot_plan import plan_as_daemon
 
     _raising_choice(monkeypatch, "h1")
     from swarmgpu.manager.nodes.agent_client import FactsResult

@@ -18,7 +18,7 @@ from support.forged import snapshot
 
 from swarmgpu.cli import main
 from swarmgpu.cli import manager as cli_manager
-from swarmgpu.manager.cycle import grants, preemption
+from swarmgpu.manager.cycle import grants, oneshot_plan
 from swarmgpu.manager.placement import PlacementPlan
 from swarmgpu.swarm import client
 
@@ -52,7 +52,7 @@ def _status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, port: int) -> dict[
     monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants: snapshot([], [], []))
     monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
     monkeypatch.setattr(grants, "find", lambda *a, **k: [])
-    monkeypatch.setattr(preemption, "plan_as_daemon", lambda *a, **k: PlacementPlan([]))
+    monkeypatch.setattr(oneshot_plan, "plan_as_daemon", lambda *a, **k: PlacementPlan([]))
     cfg = tmp_path / "swarmgpu.yaml"
     cfg.write_text(f"state_dir: {tmp_path}\nhttp:\n  listen: 127.0.0.1:{port}\n")
     res = CliRunner().invoke(main, ["status", "--json", "--config", str(cfg)])

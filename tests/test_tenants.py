@@ -36,6 +36,7 @@ from swarmgpu.manager.nodes.agentbook import AgentRecord
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key
 from swarmgpu.manager.placement.preempt import choose_preemptions
+from swarmgpu.manager.placement.preempted import recorded_cooling
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_request
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -381,6 +382,81 @@ def test_team_a_at_its_ceiling_preempts_team_b_which_may_not_opt_out(tmp_path: P
         "preempt team-b_batch (priority 0) on gpu-node-2 for team-a_high (priority 100)"]
 
 
+BROKEN_LABELS = [
+    pytest.param({f"{P}preemptible": "nope"}, id="a-bad-value"),
+    pytest.param({f"{P}queue": "team-a"}, id="another-tenants-queue"),
+    pytest.param({f"{P}priority": "high!"}, id="a-bad-priority"),
+]
+
+
+@pytest.mark.parametrize("broken", BROKEN_LABELS)
+def test_a_holder_that_breaks_its_labels_is_still_a_victim(tmp_path: Path,
+                                                           broken: dict[str, str]) -> None:
+    """A label change restarts no task, and an invalid request keeps its GPUs: read as
+    no request, team-b (which may not opt out) made its batch service no victim, by
+    priority or by reclaim, by breaking one label after it was placed. It is read as
+    the most team-b's labels could ask (priority 0, preemptible), stopped, never moved."""
+    cfg = _cfg(tmp_path, TWO_TEAMS.replace(
+        "team-a: {", "team-a: {queues: [team-a], ").replace(
+        "    tenants:", "    queues: {team-a: {guaranteed: 2}}\n    tenants:"))
+    nodes, services, tasks = _full_4090(
+        {"team-b_batch": ("team-b", 8)},
+        {"team-a_high": ("team-a", {f"{P}gpus": "2", f"{P}priority": "100"})})
+    services[0] = _stack_svc("team-b", "batch", {**services[0].labels, **broken})
+    plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
+    assert {sp.name: sp.status for sp in plan.services}["team-b_batch"] == "invalid"
+    got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                             preemptible_below=100)
+    assert [p.describe() for p in got] == [
+        "preempt team-b_batch (priority 0) on gpu-node-2 for team-a_high (priority 100)"]
+    assert not got[0].moves  # (a move would place its broken request again)
+    # by quota alone too: team-a's queue is below its guarantee, team-b has none
+    level = [replace(s, labels={**s.labels, f"{P}priority": "0"})
+             if s.name == "team-a_high" else s for s in services]
+    plan = new_planner(cfg).plan(nodes, level, tasks, FACTS)
+    assert [p.describe() for p in choose_preemptions(
+        plan, nodes, level, tasks, FACTS, prefix=P, preemptible_below=100)] == [
+        "preempt team-b_batch (priority 0) on gpu-node-2 for team-a_high (priority 0)"]
+
+
+def test_the_daemon_stops_a_holder_that_broke_its_labels(tmp_path: Path) -> None:
+    nodes, services, tasks = _full_4090(
+        {"team-b_batch": ("team-b", 8)},
+        {"team-a_high": ("team-a", {f"{P}gpus": "2", f"{P}priority": "100"})})
+    services[0] = _stack_svc("team-b", "batch", {**services[0].labels,
+                                                 f"{P}preemptible": "nope"})
+    sw = RecordingSwarm(nodes, services, tasks)
+    _daemon(sw, tmp_path, TWO_TEAMS).cycle()
+    assert gate_key(P, "team-b_batch") not in sw.node("n-4090").labels
+    record = json.loads(sw.service("id-team-b_batch").labels[f"{P}state.preempted"])
+    assert record["by"] == "team-a_high"
+
+
+def test_a_broken_holder_keeps_what_its_tenants_labels_could_give(tmp_path: Path) -> None:
+    """Read as the most its tenant's labels could ask, no less: team-a may opt out, so
+    its holder whose label broke is protected as a valid opt-out was; and its priority
+    is team-a's ceiling, so a request of 100 or below stops it no more than before."""
+    cfg = _cfg(tmp_path, TWO_TEAMS.replace("max_priority: 100, may_opt_out: true",
+                                           "max_priority: 100, may_opt_out: false"))
+    nodes, services, tasks = _full_4090(
+        {"team-a_batch": ("team-a", 8)},
+        {"team-a_high": ("team-a", {f"{P}gpus": "2", f"{P}priority": "100"})})
+    services[0] = _stack_svc("team-a", "batch", {**services[0].labels,
+                                                 f"{P}preemptible": "nope"})
+    plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
+    assert choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=100) == []
+    opt = new_planner(_cfg(tmp_path, TWO_TEAMS.replace("priority: 100, may_opt_out: true",
+                                                       "priority: 50, may_opt_out: true")))
+    plan = opt.plan(nodes, services, tasks, FACTS)
+    assert choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=100) == []
+    # Without tenants, labels are self-declared (any holder may say preemptible: false):
+    # a broken one is no victim, as before.
+    plan = new_planner(Config()).plan(nodes, services, tasks, FACTS)
+    assert plan.held_as == {}
+
+
 def _daemon(sw: RecordingSwarm, tmp: Path, cfg_text: str) -> Daemon:
     from swarmgpu.manager.cycle.wiring import daemon_steps
 
@@ -687,24 +763,68 @@ def test_a_preempted_record_dated_at_infinity_is_no_record(tmp_path: Path) -> No
         assert gate_key(P, "team-b_batch") not in sw.node("n-4090").labels, at
 
 
-def test_a_genuine_preempted_record_still_cools_the_victim_under_a_new_leader(
-        tmp_path: Path) -> None:
-    """The record the daemon wrote, with the stop in the hour on the swarm object: a new
-    leader (nothing in its memory) keeps the victim's cooldown from it. Its stop was on
-    another node (a record naming the node it holds is a gate that never closed:
-    tests/test_victim_record_cooling.py)."""
-    import time
+def _rfc3339(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 1e9):09d}Z"
 
-    now = time.time() - 5
-    record = json.dumps({"by": "old", "priority": 100, "at": round(now, 3), "node": "n-dgx"})
+
+def _recorded_holder(record_at: float, task_made: float, hour: float) -> RecordingSwarm:
+    """team-b's batch service holds n-4090, its task made at ``task_made``, with a
+    ``state.preempted`` record at ``record_at`` of a stop on n-dgx (a record naming the
+    node it holds is a gate that never closed: tests/test_victim_record_cooling.py); the
+    swarm object's hour has a victim stopped at ``hour``; team-a's service at its
+    ceiling waits for 2 of those GPUs."""
+    record = json.dumps({"by": "old", "priority": 100, "at": round(record_at, 3),
+                         "node": "n-dgx"})
     nodes, services, tasks = _full_4090({"team-b_batch": ("team-b", 8)},
                                         {"team-a_high": ("team-a", {f"{P}gpus": "2",
                                                                     f"{P}priority": "100"})})
     services[0] = _stack_svc("team-b", "batch", {**services[0].labels,
                                                  f"{P}state.preempted": record})
-    sw = RecordingSwarm(nodes, services, tasks, {f"{P}state.preemptions": f"{round(now)}"})
+    tasks[0] = replace(tasks[0], created_at=_rfc3339(task_made))
+    return RecordingSwarm(nodes, services, tasks, {f"{P}state.preemptions": f"{round(hour)}"})
+
+
+def test_a_genuine_preempted_record_still_cools_the_victim_under_a_new_leader(
+        tmp_path: Path) -> None:
+    """The record the daemon wrote, with the stop in the hour on the swarm object, on a
+    victim whose task was made again after that stop (a job's new run keeps its record
+    while it runs): a new leader (nothing in its memory) keeps the victim's cooldown."""
+    now = time.time() - 5
+    sw = _recorded_holder(now, now + 2, now)
     _daemon(sw, tmp_path, TWO_TEAMS).cycle()
     assert gate_key(P, "team-b_batch") in sw.node("n-4090").labels
+
+
+def test_a_preempted_record_copied_onto_a_running_holder_buys_no_immunity(
+        tmp_path: Path) -> None:
+    """A genuine record's second is in the hour, but the record is a label its stack can
+    copy (from one of its services that was preempted) onto another that has run all
+    along, and re-add each time placement takes it off. A holder whose task ran before
+    the stop it names was not that stop's victim: team-a's service still preempts it."""
+    now = time.time() - 5
+    sw = _recorded_holder(now, now - 3600, now)
+    _daemon(sw, tmp_path, TWO_TEAMS).cycle()
+    assert gate_key(P, "team-b_batch") not in sw.node("n-4090").labels
+
+
+def test_a_job_victims_record_counts_by_the_tasks_of_its_new_run() -> None:
+    """A preempted job's spec write starts a new run; tasks of its earlier run, made
+    before the stop, are not the ones that bear the record out (a new leader). Its stop
+    was on n-dgx, its new run on n-4090 (one still on the node its record names is no
+    victim whose gate closed, whatever its tasks)."""
+    now = time.time() - 5
+    record = json.dumps({"by": "old", "priority": 100, "at": round(now, 3), "node": "n-dgx"})
+    job = replace(_stack_svc("team-b", "train", {f"{P}gpus": "1",
+                                                 f"{P}state.preempted": record}),
+                  mode="replicated-job", job_iteration=2)
+    tasks = [SwarmTask(f"t{run}", job.id, "n-4090", 1, "running", "complete", (),
+                       job_iteration=run, created_at=_rfc3339(at))
+             for run, at in ((1, now - 3600), (2, now + 2))]
+    held = {"n-4090": {job.name: ()}}
+    got = recorded_cooling([job], tasks, P, now + 5, 600, [now], held)
+    assert got == {job.name}
+    assert recorded_cooling([job], [replace(t, job_iteration=2) for t in tasks], P, now + 5,
+                            600, [now], held) == set()
 
 
 # --- a queue's max, whatever the service's mode or labels ---------------------------------

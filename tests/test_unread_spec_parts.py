@@ -342,7 +342,7 @@ def test_plan_and_status_say_a_holder_passed_over_for_its_unreadable_spec() -> N
     taken as a victim, but `plan` (text, JSON) and `status` said nothing of it: a
     preemptor's wait had no cause shown. Its plan now says it, the field and the fix."""
     from swarmgpu.manager.commands.plan import render_plan
-    from swarmgpu.manager.cycle.preemption import plan_as_daemon
+    from swarmgpu.manager.cycle.oneshot_plan import plan_as_daemon
     from swarmgpu.manager.web.cluster_view import render_status
 
     of = _holders({"Placement": "x"})

@@ -11,7 +11,11 @@ writes). Its time is in the stored hour when the stop is counted half made, or w
 another preemption stopped a victim in that second. The record counted for the victim
 cooldown then, while the victim still held the node it names: passed over for a cycle
 as if preempted. It still counts where the victim no longer holds that node (its gate
-closed), whatever it holds elsewhere.
+closed), whatever it holds elsewhere: there, placed again, its tasks were made after
+the stop (``preempted.made_after``; tests/test_tenants.py for a record on a holder whose
+tasks were not). The holder's task here is made after the record either way, so the
+node check stands alone: a job's spec write runs it anew, its new tasks made after a
+stop whose gate never closed.
 
 A stop's second is stored whole in the hour (``round(now)``) and to the millisecond in
 the record: a stop in the last half millisecond before the half second of an odd second
@@ -21,6 +25,7 @@ at it, and the victim was not cooling."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 
 from support.forged import FACTS, P
@@ -35,13 +40,15 @@ AT = 4990.0  # the record's time, in the stored hour
 
 def _decide(node: str, at: float = AT, hour: str = f"{AT:.0f}") -> list[str]:
     """What a fresh Preempter (a new leader) decides at 5000 s where batch, holding the
-    RTX 4090 node, carries a record of a preemption on ``node`` at ``at``, the stored
-    hour's seconds ``hour``."""
+    RTX 4090 node with a task made a second after ``at``, carries a record of a
+    preemption on ``node`` at ``at``, the stored hour's seconds ``hour``."""
     snap, plan = pending_high()
     record = json.dumps({"by": "other", "priority": 100, "at": at, "node": node})
     services = [replace(s, labels={**s.labels, P + PREEMPTED_STATE: record})
                 if s.name == "batch" else s for s in snap.services]
-    snap = replace(snap, services=services,
+    made = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at + 1))
+    tasks = [replace(t, created_at=made) if t.id == "t-batch" else t for t in snap.tasks]
+    snap = replace(snap, services=services, tasks=tasks,
                    swarm_labels={P + "state.preemptions": hour})
     got = Preempter(Config(), clock=lambda: 1000.0).decide(
         snap, plan, FACTS, None, 5000.0, mono=1000.0)  # type: ignore[arg-type]

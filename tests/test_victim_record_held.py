@@ -1,4 +1,4 @@
-"""`plan` (``preemption.plan_as_daemon``) reads the holds its victims' records imply as the
+"""`plan` (``oneshot_plan.plan_as_daemon``) reads the holds its victims' records imply as the
 daemon holds them: a victim's record names the GPUs of it its preemptor's hold names
 (``victimstop.victim_record``), and `plan` spares only those of its stopping task for the
 preemptor (``recorded.recorded_nominations``); its preview of preemption lets such a
@@ -13,8 +13,9 @@ from support.forged import DGX_F, R_UUIDS, RecordingSwarm, reserving, snapshot, 
 from support.placement import FACTS
 
 from swarmgpu.core.config import Config
+from swarmgpu.manager.cycle.oneshot_plan import plan_as_daemon
 from swarmgpu.manager.cycle.placement import make_plan
-from swarmgpu.manager.cycle.preemption import Preempter, plan_as_daemon
+from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.cycle.victimstop import close_gates
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node

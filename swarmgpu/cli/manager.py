@@ -258,7 +258,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
     from swarmgpu.manager.commands.plan import entries, plan_exit, render_plan, silent_rows
     from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
-    from swarmgpu.manager.cycle.preemption import plan_as_daemon
+    from swarmgpu.manager.cycle.oneshot_plan import plan_as_daemon
     from swarmgpu.manager.nodes.agentbook import load_saved
     from swarmgpu.manager.nodes.gpuhealth import health_rows
     from swarmgpu.manager.rebalance.attribution import service_states
@@ -614,7 +614,7 @@ def status(config_path: str | None, as_json: bool) -> None:
     from swarmgpu.manager.commands.audit import audit as run_audit
     from swarmgpu.manager.commands.plan import silent_rows
     from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
-    from swarmgpu.manager.cycle.preemption import plan_as_daemon
+    from swarmgpu.manager.cycle.oneshot_plan import plan_as_daemon
     from swarmgpu.manager.nodes.agentbook import load_saved
     from swarmgpu.manager.services.tenants import Tenants
     from swarmgpu.manager.web.cluster_view import build_cluster, gpu_metrics, render_status

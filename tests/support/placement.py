@@ -12,7 +12,7 @@ from typing import Any
 
 from support.gpu_nodes import DGX_A100, RTX4090
 from swarmgpu.core.config import Config, PreemptionConfig
-from swarmgpu.manager.cycle.preemption import plan_as_daemon
+from swarmgpu.manager.cycle.oneshot_plan import plan_as_daemon
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import ServicePlan, env_template, gate_constraint, plan_placement

@@ -37,7 +37,9 @@ The steps, in the order ``wiring`` runs them:
                ``victimstop``: the victims stopped as one, their gates in one write;
                ``victimback``: a victim's move rolled back, not cooling down
                nor spent where no task of it stopped;
-               ``preempt_notes``: what a preemptor's plan says of the decision)
+               ``preempt_notes``: what a preemptor's plan says of the decision;
+               ``oneshot_plan``: `plan` and `status`'s plan, as the daemon's with
+               its preemption previewed)
 ``observe``    the cluster document, the over-share watch, the map
 ``overshare``  placement.overshare: restart, acting on observe's watch
 """

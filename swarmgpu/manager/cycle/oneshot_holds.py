@@ -23,7 +23,7 @@ def one_shot_nominations(snap: Snapshot, cfg: Config, facts: Mapping[str, NodeFa
                          swarm: Any = None) -> list[Nomination]:
     """The holds a one-shot reads from its victims' records (``recorded_nominations``;
     ``swarm`` read for a victim the list left out: ``left_out_victims``): its plan's, and
-    its preview of preemption's (``preemption.plan_as_daemon``). Only those whose stop
+    its preview of preemption's (``oneshot_plan.plan_as_daemon``). Only those whose stop
     the hour on the swarm object counts (read as the daemon reads it: ``SpentHour``)."""
     leaving = [*snap.stopping, *snap.rejected]
     left = left_out_victims(swarm, snap.services, leaving, snap.services_left_out)

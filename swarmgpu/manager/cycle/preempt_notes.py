@@ -1,5 +1,5 @@
 """What a preemptor's plan says of the preemption step's decision (the map, `plan`,
-`status`): the same words from the daemon's cycle and from `plan_as_daemon`."""
+`status`): the same words from the daemon's cycle and from ``oneshot_plan.plan_as_daemon``."""
 
 from __future__ import annotations
 

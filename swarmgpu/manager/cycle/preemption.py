@@ -15,13 +15,15 @@ safety and the writes:
 * cooldown per victim (``victim_cooldown_s``, from its last preemption, by service ID:
   kept in Swarm in its ``<p>state.preempted`` label and here; the label counts only when
   the hour on the swarm object has a victim stopped at its time, as a stack can write it
-  too; a victim whose move rolled back preempted nothing, nor is it spent in the hour
-  where no task of it stopped: ``victimback``) and a settle
-  time per preemptor (``settle_s``): a preemptor still pending after its victims were
-  stopped stops no more until it has passed, their GPUs held for it meanwhile
-  (``nominated``, never a label; ``placement.nominated``), and while a victim's move is
-  in flight or its task stops (``Nominations.keep``) and ``settle_s`` after; held, they
-  are used for the other preemptors of its priority or lower, and no victim moves there;
+  too, where the victim no longer holds the node it names, and on a holder only when its
+  tasks were made after it: ``preempted.recorded_cooling``; a victim whose move rolled
+  back preempted nothing, nor is it spent in the hour where no task of it stopped:
+  ``victimback``) and a settle time per preemptor (``settle_s``): a preemptor still
+  pending after its victims were stopped stops no more until it has passed, their GPUs
+  held for it meanwhile (``nominated``, never a label; ``placement.nominated``), and
+  while a victim's move is in flight or its task stops (``Nominations.keep``) and
+  ``settle_s`` after; held, they are used for the other preemptors of its priority or
+  lower, and no victim moves there;
 * times Swarm keeps (the hour, ``<p>state.preempted``) are wall-clock (``now``), those in
   memory (settle, cooldowns, holds) monotonic (``clock``, ``mono``): no clock step moves them;
 * input is not state: each victim's holding is read again from its node just before
@@ -70,15 +72,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any, Literal
+from typing import Literal
 
 from loguru import logger
 
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
-from swarmgpu.manager.cycle.oneshot_holds import one_shot_nominations
-from swarmgpu.manager.cycle.placement import make_plan, new_planner
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
 from swarmgpu.manager.cycle.preempt_hour import HourStore
 from swarmgpu.manager.cycle.preempt_notes import (
@@ -94,7 +94,7 @@ from swarmgpu.manager.cycle.victimspec import unread_victims
 from swarmgpu.manager.cycle.victimstop import close_gates, names
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.engine.stop import BudgetEnded, Stopped, read_cut
-from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import (
     Nominations,
     PlacementPlan,
@@ -383,10 +383,11 @@ class Preempter:
         self.unread = unread_victims(snap.services, {svc for per in holders.values()
                                                      for svc in per})
         cooling |= self.unread.keys()
-        # The record in Swarm counts too (a new leader), checked against the hour and
-        # the ledger (a stack writes its own spec; a gate never closed stopped nothing)
-        cooling |= recorded_cooling(snap.services, self.prefix, now, pc.victim_cooldown_s,
-                                    self.spent.all, holders)
+        # The record in Swarm counts too (a new leader), checked against the hour, the
+        # ledger and the tasks (a stack writes its own spec; a gate never closed stopped
+        # nothing; a record copied onto a holder that ran all along names no stop of it)
+        cooling |= recorded_cooling(snap.services, snap.tasks, self.prefix, now,
+                                    pc.victim_cooldown_s, self.spent.all, holders)
         settling = set(self.preemptor_at)
         self.moving = {p: vs & in_move for p, vs in self.moving.items()
                        if vs & in_move and not self._recreated(p, snap)}
@@ -679,21 +680,3 @@ class Preempter:
                              + "); the other preemptions go on")
             return None if closing else False
 
-
-def plan_as_daemon(snap: Snapshot, cfg: Config, swarm: Any = None,
-                   tenants: Tenants | FromConfig | None = FROM_CONFIG) -> PlacementPlan:
-    """The plan the daemon's cycle makes of ``snap``, for `plan` and `status` (the map
-    shows the daemon's own): placement's planner, then, where the daemon runs this step
-    (``placement.enabled``), its decision noted on each preemptor (``Preempter.preview``).
-    Writes nothing; ``swarm`` is read for the stored workload model, and a victim the
-    list left out (``recorded.left_out_victims``). ``tenants``: the command's, built
-    once (``FROM_CONFIG``: read here, once for both)."""
-    tenants = Tenants.given(cfg, tenants)
-    planner = new_planner(cfg, swarm, snap.services, tenants)
-    facts = facts_by_node(snap)
-    held = one_shot_nominations(snap, cfg, facts, swarm)  # (both read them, as the daemon's)
-    plan = make_plan(snap, cfg, planner=planner, swarm=swarm, nominated=held)
-    if cfg.placement.enabled:
-        Preempter(cfg, tenants=tenants).preview(snap, plan, facts, planner.refused_nodes,
-                                                ports=planner.port_takers, recorded=held)
-    return plan

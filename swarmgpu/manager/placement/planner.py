@@ -423,6 +423,7 @@ class Planner:
         nothing it reads changed); the quiet ones' plans take their places. A service
         whose planning raises costs itself alone (``placement.isolate``)."""
         settled, records, queues = self._memo.settled, v.records, self.queues
+        plan.held_as = v.read.held_as  # (invalid requests' holders, as preemption reads them)
         queues.start(v.read.parsed if v.read.queued else (), v.kept, v.ledger,  # no queue: none
                      v.read.broken_queues, v.moving, v.cyc.facts, v.read.failed,
                      v.read.unknown_queues)

@@ -19,7 +19,8 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   within its own, and its tenant's queues within theirs together (``queues.reclaimable``;
   ``swarmgpu.preemptible: false`` still protects); work of no queue, or of one not in
   the config, is guaranteed nothing (``queues.reclaimable``), as KAI-Scheduler's
-  default queue;
+  default queue; a holder whose request is invalid, as the most its tenant's labels
+  could ask (``Tenants.held_as``; without tenants, none);
   the victims of one queue taken by quota are counted together, with those of the
   cycle's earlier preemptions (``queues.group_reclaimable``);
 * a guarantee holds against priority too: a lower-priority victim of another queue that
@@ -285,12 +286,12 @@ def choose_preemptions(
     nodes = after_writes(nodes, plan)
     by_name = {s.name: s for s in services}
     started, holdings = task_starts(tasks), holdings_by_node(nodes, prefix, plan.dropped)
-    req = {sp.name: sp.request for sp in plan.services if sp.request is not None}
+    req = plan.requests_by_name()  # (a broken one's holder too: stopped, never moved)
     rd = Round(by_name, {n.id: n for n in nodes}, facts,
                 {**{q["queue"]: q for q in plan.queues},
                  "": no_queue_row(holdings, req, facts)},
                 req, started, holdings, refused, preemptible_below, cooling, moving,
-                plan.failed, done_idle(services, tasks), ports=ports,
+                plan.failed | set(plan.held_as), done_idle(services, tasks), ports=ports,
                 room=Room.of(nodes, services, tasks, holdings, stopping, plan.stopping_overdue,
                              prefix),
                 held=held or {}, taken=set(flying), waits=plan.stopping_waits, tasks=tasks)

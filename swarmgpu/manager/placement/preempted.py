@@ -11,7 +11,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from swarmgpu.swarm.client import SwarmService
+from swarmgpu.core.stamps import MAX_SKEW_S
+from swarmgpu.manager.placement.keys import STOPPING_STATES
+from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.taskstop import rfc3339_ns
 
 PREEMPTED_STATE = "state.preempted"  # service label: JSON {by, priority, at, node, by_id, held}
 MAX_STATE_CHARS = 1024  # a longer label is not swarmgpu's: not read
@@ -66,8 +69,8 @@ def preempted_state(labels: Mapping[str, str], prefix: str) -> Preempted | None:
     return st if math.isfinite(st.at) else None
 
 
-def recorded_cooling(services: Sequence[SwarmService], prefix: str, now: float,
-                     cooldown_s: float, stopped: Iterable[float],
+def recorded_cooling(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
+                     prefix: str, now: float, cooldown_s: float, stopped: Iterable[float],
                      holders: Mapping[str, Mapping[str, object]]) -> set[str]:
     """The services whose record says they were preempted less than ``cooldown_s``
     before ``now`` (wall clock), as a new leader knows its victims' cooldowns. The
@@ -78,16 +81,38 @@ def recorded_cooling(services: Sequence[SwarmService], prefix: str, now: float,
     no longer holds the node it names (``holders``: node -> the services its ledger
     holds, as this cycle reads it): there its spec write landed but its gate never
     closed (a gate write that failed, a later victim's spec write that did), its task
-    never stopped. Elsewhere it may hold still (one replica stopped of several)."""
+    never stopped. Where it holds another node (placed again; one replica stopped of
+    several) it counts only when each of its live tasks was made after that stop
+    (``made_after``): a genuine record copied from a preempted service of its stack onto
+    one that had run all along (added again each time placement takes it off) bought
+    that one a cooldown. Both checks stand: a job's spec write runs it anew, so tasks
+    made after the stop do not show a gate closed."""
     seconds = hour_seconds(stopped)
+    held = {svc for per in holders.values() for svc in per}
+    live: dict[str, list[SwarmTask]] = {}
+    for t in tasks:
+        if t.desired_state not in STOPPING_STATES:
+            live.setdefault(t.service_id, []).append(t)
     out: set[str] = set()
     for s in services:
         st = preempted_state(s.labels, prefix)
         if st is None or now - st.at >= cooldown_s or s.name in holders.get(st.node_id, {}):
             continue
-        if stopped_then(st, seconds):
+        if stopped_then(st, seconds) and (
+                s.name not in held or made_after(s, st, live.get(s.id, ()))):
             out.add(s.name)
     return out
+
+
+def made_after(s: SwarmService, st: Preempted, live: Sequence[SwarmTask]) -> bool:
+    """Whether each of ``live`` (``s``'s tasks still meant to run) was made after the stop
+    ``st`` records (less ``MAX_SKEW_S``: managers' clocks), as a victim's are once it is
+    placed again; of a job, the tasks of its current run (the preemption's write started
+    it). A task whose making time cannot be read proves nothing."""
+    after = (st.at - MAX_SKEW_S) * 10**9
+    made = [rfc3339_ns(t.created_at) for t in live
+            if t.job_iteration is None or t.job_iteration == s.job_iteration]
+    return all(m is not None and m >= after for m in made)
 
 
 def hour_seconds(stopped: Iterable[float]) -> frozenset[int]:

@@ -40,6 +40,9 @@ class ServiceRead:
     queued: bool = False  # some request names a queue
     # service name -> the queue an invalid request's holdings count against (``read``)
     broken_queues: dict[str, str] = field(default_factory=dict)
+    # with tenants, service name -> what preemption reads for an invalid request
+    # (``Tenants.held_as``): its holdings are kept, so it may still be a victim
+    held_as: dict[str, GpuRequest] = field(default_factory=dict)
     # queue -> why its use is not known this cycle: an invalid request's queue lookup
     # raised (``QueueBook.start``'s ``unknown``; ``ALL_QUEUES``: every queue)
     unknown_queues: dict[str, str] = field(default_factory=dict)
@@ -114,7 +117,8 @@ class RequestReader:
         parsed: Parsed = [(s, g.request) for s, g in pairs if g.request is not None]
         keys = [g.serve_key for _, g in pairs if g.request is not None]
         unknown: dict[str, str] = {}
-        broken = self._broken_queues(parsed, failed, unknown)
+        held: dict[str, GpuRequest] = {}
+        broken = self._broken_queues(parsed, failed, unknown, held)
         return ServiceRead(
             parsed=parsed,
             cpu_only=[s for s, g in pairs if g.request is None and g.reservation[0] > 0],
@@ -127,6 +131,7 @@ class RequestReader:
                 and any(isinstance(r, GpuRequest) and r.queue for _, r in parsed)
             ),
             broken_queues=broken,
+            held_as=held,
             unknown_queues=unknown,
             serve_keys=keys,
             mixed=bool(keys) and keys.count(keys[0]) != len(keys),
@@ -145,10 +150,11 @@ class RequestReader:
         return s
 
     def _broken_queues(self, parsed: Parsed, failed: dict[str, Exception],
-                       unknown: dict[str, str]) -> dict[str, str]:
+                       unknown: dict[str, str], held: dict[str, GpuRequest]) -> dict[str, str]:
         """The queue of each invalid request: what it holds is kept (never dropped for a
         broken label), so it still counts -- against its label's queue when that names
-        one it may (with tenants: one its tenant owns, else the tenant's first). One
+        one it may (with tenants: one its tenant owns, else the tenant's first; and
+        ``held`` gets what preemption reads for it, ``Tenants.held_as``). One
         whose lookup raises is failed and its holdings count nowhere, so each queue it
         may count against is put in ``unknown`` (no new work is admitted to it)."""
         out: dict[str, str] = {}
@@ -159,6 +165,8 @@ class RequestReader:
                     asked = asked if NAME_RE.fullmatch(asked) else ""
                     q = (self.tenants.queue_of(s, asked) if self.tenants is not None
                          else case_twin(asked, self.queues) or asked)  # (the one it meant)
+                    if self.tenants is not None:
+                        held[s.name] = self.tenants.held_as(s, q)
                 except Exception as exc:  # (as in ``read``)
                     failed.setdefault(s.id, exc)
                     why = (f"finding the queue of {s.name} raised ({type(exc).__name__}: "

@@ -292,6 +292,9 @@ class PlacementPlan:
     released: list[str] = field(default_factory=list)  # services whose holdings go
     workload: dict[str, Any] = field(default_factory=dict)  # the model placement used
     queues: list[dict[str, Any]] = field(default_factory=list)  # use against quota (queues)
+    # with tenants, service name -> what preemption reads for an invalid request, whose
+    # holdings are kept (``Tenants.held_as``): it may still be a victim, never moved
+    held_as: dict[str, GpuRequest] = field(default_factory=dict)
     # What of node_set and node_remove the daemon's writer landed (in dry-run: all of
     # it, as its log says it would), written as it goes: a release held back, refused
     # or failed is not in it. None: nothing written (``cycle.placement.apply_plan``).
@@ -346,6 +349,13 @@ class PlacementPlan:
         return not self.node_set and not self.node_remove and not any(
             s.needs_service_write for s in self.services
         )
+
+    def requests_by_name(self) -> dict[str, GpuRequest]:
+        """Service name -> its request, as preemption reads them: an invalid one's holder
+        as ``held_as`` says, the most its tenant's labels could ask (a victim like any
+        other, never moved: a move would place its broken request again)."""
+        return {**self.held_as, **{sp.name: sp.request for sp in self.services
+                                   if sp.request is not None}}
 
     @property
     def failed(self) -> frozenset[str]:

@@ -51,6 +51,7 @@ from swarmgpu.manager.rebalance.mover import rebalancing, verify_scope
 from swarmgpu.manager.rebalance.record import moving, read_records, unreadable_records
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, parse_all
 from swarmgpu.manager.services.sharing import share_mib
+from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.manager.web.cluster_view import gpu_metrics
 from swarmgpu.swarm.client import (
     BudgetCut,
@@ -385,6 +386,7 @@ class Restarter:
                  stop: StopRequest | None = None) -> None:
         self.swarm, self.cfg, self.clock, self.wait_s = swarm, cfg, clock, wait_s
         self.stop = stop or StopRequest()  # (none: never asked)
+        self.tenants = Tenants.from_config(cfg)  # who may opt out (``Tenants.enforced``)
         self.said: dict[tuple[str, str, str], str] = {}  # last "not done" said (_gist)
         # service id -> the cool-down mark of a restart whose mark write raised (its
         # outcome unknown: a write cut at the cycle's slack may have landed) and whose
@@ -430,11 +432,13 @@ class Restarter:
             if s is None or not u.milli:
                 continue  # holds nothing here: a restart would not bring it within a share
             req = parse_all(s.labels, prefix=p)
-            gpu = req if isinstance(req, GpuRequest) else None
+            judged, gpu = ((s, req if isinstance(req, GpuRequest) else None)
+                           if self.tenants is None else self.tenants.enforced(
+                               s, req, p + OPT_OUT, p + MOVED_AT, mine.get(s.id, ())))
             # an unread node's labels are written by none: its gate stays
-            refusal = refused(s, gpu, ledger.get(u.service, {}), p)
+            refusal = refused(judged, gpu, ledger.get(u.service, {}), p)
             why = unread_source(by_node, u.node_id) or refusal or why_not_movable(
-                self._cut_mark(s, p), gpu, mine.get(s.id, ()),
+                self._cut_mark(judged, p), gpu, mine.get(s.id, ()),
                 ledger.get(u.service, {}), p, self.clock(), self.cfg.rebalance.cooldown_s,
                 moving=s.name in moving([s], swarm_labels, p) or s.id in bad)
             b = over_budget_on({u.node_id}, flying, done_on, self.cfg.rebalance, len(bad))

@@ -21,11 +21,12 @@ case), which the planner's reads apply either way: requests are as their labels 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from enum import Enum
 
 from swarmgpu.core.config import Config, parse_priority_classes, queue_quotas
+from swarmgpu.core.stamps import MAX_SKEW_S
 from swarmgpu.core.tenants import (
     DEFAULT_TENANT,
     STACK_LABEL,
@@ -35,8 +36,10 @@ from swarmgpu.core.tenants import (
     matches,
     parse_tenants,
 )
-from swarmgpu.manager.services.requests import GpuRequest, RequestError
-from swarmgpu.swarm.client import SwarmService
+from swarmgpu.manager.placement.keys import STOPPING_STATES
+from swarmgpu.manager.services.requests import GpuRequest, Rebalance, RequestError
+from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.taskstop import rfc3339_ns
 
 Quotas = dict[str, tuple[int, int | None]]
 
@@ -144,6 +147,37 @@ class Tenants:
             return asked
         return (case_twin(asked, t.queues) if asked else None) or t.default_queue
 
+    def held_as(self, s: SwarmService, queue: str) -> GpuRequest:
+        """What preemption reads for ``s``, whose request is invalid but whose holdings
+        are kept (counted in ``queue``, ``queue_of``): the most its tenant's labels could
+        ask, its ``max_priority`` and an opt-out only where it may opt out. Read as no
+        request, a tenant that may not opt out broke a holder's label (a label change
+        restarts no task) and was never a victim, by priority or by quota reclaim."""
+        t = self.of_service(s)
+        return GpuRequest(priority=t.max_priority, preemptible=False if t.may_opt_out else None,
+                          queue=queue, tenant=t.name, always_preemptible=not t.may_opt_out)
+
+    def enforced(self, s: SwarmService, r: GpuRequest | RequestError | None, opt_out: str,
+                 mark: str = "", tasks: Sequence[SwarmTask] = (),
+                 ) -> tuple[SwarmService, GpuRequest | None]:
+        """``s`` and its request ``r`` as the over-share restart, the operator's limit on
+        a share, judges them. For a tenant that may not opt out: without its opt-out
+        label ``opt_out`` (``<p>rebalance``: never, in either place), a request its
+        labels broke read as ``held_as`` reads it, and without its cool-down ``mark``
+        (``<p>state.moved-at``) unless one of its ``tasks`` (its own) was made after it,
+        as a restart's or a move's is (less ``MAX_SKEW_S``: managers' clocks). Taken as
+        written, a tenant's own word (the mark written again each minute) kept a share
+        past its size running on its neighbours' memory. For a tenant that may: as they
+        are (no request where ``r`` is not one)."""
+        if self.of_service(s).may_opt_out:
+            return s, r if isinstance(r, GpuRequest) else None
+        gpu = (replace(r, rebalance=Rebalance.AUTO) if isinstance(r, GpuRequest)
+               else self.held_as(s, "") if isinstance(r, RequestError) else None)
+        labels = {k: v for k, v in s.labels.items() if k != opt_out}
+        if mark in labels and not _made_after(labels[mark], tasks):
+            del labels[mark]
+        return replace(s, labels=labels), gpu
+
     def apply_to(self, s: SwarmService, r: GpuRequest | RequestError | None,
                  ) -> GpuRequest | RequestError | None:
         return self.apply(r, s.name, s.labels.get(STACK_LABEL))
@@ -152,6 +186,18 @@ class Tenants:
         """Victims the services of ``tenant`` may have stopped per hour."""
         t = self.by_name.get(tenant) or self.by_name[DEFAULT_TENANT]
         return t.preemptions_per_hour
+
+
+def _made_after(mark: str, tasks: Sequence[SwarmTask]) -> bool:
+    """One of ``tasks`` still meant to run was made after the time ``mark`` says (less
+    ``MAX_SKEW_S``); False for a mark that is no time, or a task whose making time
+    cannot be read."""
+    try:
+        after = (float(mark) - MAX_SKEW_S) * 10**9
+    except ValueError:
+        return False
+    return any(t.desired_state not in STOPPING_STATES and (m := rfc3339_ns(t.created_at))
+               is not None and m >= after for t in tasks)
 
 
 def case_twin_refused(queue: str, queues: Collection[str], prefix: str) -> RequestError | None:
