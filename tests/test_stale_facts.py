@@ -162,7 +162,7 @@ def test_status_says_a_silent_nodes_facts_age_as_plan_does(
 
     from swarmgpu.cli import lastcycle, main
     from swarmgpu.cli import manager as cli_manager
-    from swarmgpu.manager.cycle import grants, preemption
+    from swarmgpu.manager.cycle import grants, oneshot_plan
     from swarmgpu.manager.placement import PlacementPlan
     from swarmgpu.manager.web import cluster_view
     from swarmgpu.swarm import client
@@ -175,7 +175,7 @@ def test_status_says_a_silent_nodes_facts_age_as_plan_does(
         "hostname": "gpu-node-2", "last_ok": 600.0, "failing_since": 700.0}}))
     monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants: snap)
     monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
-    monkeypatch.setattr(preemption, "plan_as_daemon", lambda *a, **k: PlacementPlan())
+    monkeypatch.setattr(oneshot_plan, "plan_as_daemon", lambda *a, **k: PlacementPlan())
     monkeypatch.setattr(grants, "find", lambda *a, **k: [])
     monkeypatch.setattr(cluster_view, "gpu_metrics", lambda *a, **k: {})
     monkeypatch.setattr(lastcycle, "last_cycle", lambda cfg: {})  # (no daemon asked)
