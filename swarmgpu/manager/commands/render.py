@@ -31,6 +31,7 @@ from swarmgpu.manager.commands.composefile import (
     part_schema_errors,
     schema_errors,
 )
+from swarmgpu.manager.commands.cudavisible import visible_notes
 from swarmgpu.manager.commands.envfile import EnvFiles, check_env_files, device_var_error, write_env
 from swarmgpu.manager.commands.interpolation import as_written, interpolate, pinned
 from swarmgpu.manager.commands.model_servers import server_notes
@@ -348,7 +349,9 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
             if (own := own_device_line(_try([], [], env_list, svc, w), prefix)) is not None:
                 errs.append(device_var_error(f"{w}.environment", own))
             env = files.read(svc_name, svc) if files is not None else None
-            out.notes += [] if gpu.unresolved else server_notes(svc, w, req, prefix, env)
+            if not gpu.unresolved and isinstance(req, GpuRequest):  # all: no count yet
+                out.notes += [*visible_notes(svc, w, req, env or {}, prefix),
+                              *server_notes(svc, w, req, prefix, env)]
     out.errors.extend(errs)
 
 
