@@ -32,6 +32,7 @@ from swarmgpu.manager.commands.composefile import (
     schema_errors,
 )
 from swarmgpu.manager.commands.cudavisible import visible_notes
+from swarmgpu.manager.commands.dotenv import dotenv_notes
 from swarmgpu.manager.commands.envfile import EnvFiles, check_env_files, device_var_error, write_env
 from swarmgpu.manager.commands.interpolation import as_written, interpolate, pinned
 from swarmgpu.manager.commands.model_servers import server_notes
@@ -204,6 +205,8 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
                           stack_name or "", queues)
     if files is not None:
         out.errors += check_env_files(out.stack["services"], out.requests, files)
+    if environ is not None and env_base is not None:  # compose's .env, unread by docker
+        out.notes += dotenv_notes(raw, env_base, environ)
     if not out.errors:  # the schema's complaints about a broken service add nothing
         out.errors += schema_errors(stack)
     return out
