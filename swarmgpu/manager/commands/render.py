@@ -445,7 +445,7 @@ def render_stack(
             labels.update(want_labels(prefix, ((p.node_id, p.uuids, p.milli)
                                                for p in sp.placements if p.slot is None),
                                       facts, labels))
-        _write_placement(deploy, labels, where, full, sp, prefix)
+        checked.notes += _write_placement(deploy, labels, where, full, sp, prefix)
         _put_labels(deploy, {k: v for k, v in labels.items() if given.get(k) != v})
         write_env(svc, prefix, fraction=not isinstance(req, RequestError) and req.is_fraction,
                   skip=files.request_names(str(svc_name), svc))
@@ -465,8 +465,9 @@ def render_stack(
 
 
 def _write_placement(deploy: dict[str, Any], labels: dict[str, str], where: str, full: str,
-                     sp: ServicePlan | None, prefix: str) -> None:
-    """The service's gate constraint (the hold replaced) and its replicas per node."""
+                     sp: ServicePlan | None, prefix: str) -> list[str]:
+    """The service's gate constraint (the hold replaced) and its replicas per node; a
+    note where a value of the file's is changed."""
     placement = mapping_of(deploy, "placement", f"{where}.deploy")
     deploy["placement"] = placement
     # The hold of a file deployed as written is the daemon's to replace; rendered,
@@ -482,4 +483,11 @@ def _write_placement(deploy: dict[str, Any], labels: dict[str, str], where: str,
             placement["max_replicas_per_node"] = sp.set_max_replicas
         labels.update(sp.state_labels)
     elif replicas_of(deploy, where) > 1:
+        old = placement.get("max_replicas_per_node")
         placement["max_replicas_per_node"] = 1
+        if old is not None and old != 1:  # spread: the daemon would set it back to 1 too
+            return [f"{where}.deploy.placement.max_replicas_per_node: {quoted(old)} became 1: "
+                    "swarmgpu spreads these replicas one per node, one device list each, "
+                    "and sets it back to 1 if raised (docs/requests.md, \"Several replicas "
+                    f"on one node\"); {prefix}pack: \"always\" holds them on one node"]
+    return []
