@@ -68,6 +68,13 @@ def test_fewer_gpus_than_granted_are_a_warning_naming_the_idle_ones(env: str, sa
     assert "remove CUDA_VISIBLE_DEVICES" in w
 
 
+def test_a_long_value_is_named_cut() -> None:
+    value = ",".join(["0"] + ["9"] * 50_000)
+    env = f"    environment:\n      - CUDA_VISIBLE_DEVICES={value}\n"
+    (w,) = warnings(stack(env))
+    assert "... [100001 characters]" in w and len(w) < 600, w[:600]
+
+
 def test_a_uuid_of_one_host_gpu_is_a_warning() -> None:
     env = "    environment:\n      CUDA_VISIBLE_DEVICES: GPU-5f2b7c4e-0d3c-4a31-9c1e-8e0f3c2a7b11\n"
     (w,) = warnings(stack(env, count="1"))

@@ -73,9 +73,14 @@ def _value(env: object, files: Mapping[str, str | None]) -> tuple[str, str] | No
     if named:
         if isinstance(own, bool) or not isinstance(own, str | int):
             return None
-        return str(own), f"{VAR}={own}"
+        return str(own), f"{VAR}={_shown(str(own))}"
     got = files.get(VAR)
-    return None if got is None else (got, f"{VAR}={got} from env_file")
+    return None if got is None else (got, f"{VAR}={_shown(got)} from env_file")
+
+
+def _shown(value: str) -> str:
+    """The value as written, or its start where it is long (a stack may hold 8 MiB)."""
+    return value if len(value) <= 80 else quoted(value, 80)
 
 
 def _visible(entries: list[str], granted: int) -> tuple[int, str] | None:
