@@ -53,6 +53,15 @@ def test_what_the_shell_sets_or_the_stack_does_not_use_says_nothing(tmp_path: Pa
     assert dotenv(tmp_path, "UNUSED=1\n", {"HF_TOKEN": "y"})[0] == []
 
 
+def test_many_names_are_cut(tmp_path: Path) -> None:
+    names = [f"V{i:03}" for i in range(300)]
+    (tmp_path / ".env").write_text("".join(f"{n}=1\n" for n in names))
+    text = STACK.replace("PRICE: $$5", "PRICE: " + "".join(f"${{{n}}}" for n in names))
+    checked = check_stack(text, environ={"HF_TOKEN": "y"}, env_base=str(tmp_path))
+    (w,) = [n for n in checked.notes if ".env sets" in n]
+    assert "V000, V001" in w and "V009 and 290 more, which the stack uses" in w, w
+
+
 def test_no_dotenv_or_no_substitution_says_nothing(tmp_path: Path) -> None:
     checked = check_stack(STACK, environ={}, env_base=str(tmp_path))
     assert [n for n in checked.notes if ".env sets" in n] == []

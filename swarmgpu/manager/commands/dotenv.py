@@ -54,7 +54,8 @@ def dotenv_notes(stack: Mapping[str, Any], base: str, environ: Mapping[str, str]
     missing = sorted((_names(text) & asked.names) - set(environ))
     if not missing:
         return []
-    names = ", ".join(escaped(n) for n in missing)
+    names = ", ".join(escaped(n[:80]) for n in missing[:10])
+    names += f" and {len(missing) - 10} more" if len(missing) > 10 else ""
     they = "it" if len(missing) == 1 else "them"
     return [
         f"WARNING: .env sets {names}, which the stack uses, but docker stack deploy reads "
