@@ -112,6 +112,24 @@ def test_render_check_cli_refuses_runtime(tmp_path: Path) -> None:
     assert "valid" not in res.output
 
 
+@pytest.mark.parametrize(("line", "fix"), [
+    ("cpus: 2", "use deploy.resources.limits.cpus"),
+    ("mem_reservation: 1g", "use deploy.resources.reservations.memory"),
+    ("platform: linux/amd64", "add a constraint (node.platform.arch == x86_64)"),
+    ("profiles: [debug]", "put a profile's services in a file of their own"),
+    ("pull_policy: always", "remove pull_policy"),
+])
+def test_compose_spec_keys_format_3_8_lacks_are_refused_with_their_fix(line: str,
+                                                                       fix: str) -> None:
+    """A compose habit the schema refuses was named alone ("additional property 'cpus'
+    is not allowed"); now with what Swarm has instead."""
+    key = line.partition(":")[0]
+    errors = check_stack(GPUS_2.replace("    gpus: 2\n", f"    gpus: 2\n    {line}\n")).errors
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"services.llm.{key}: docker stack deploy refuses it; "), errors
+    assert fix in errors[0], errors
+
+
 @pytest.mark.parametrize("key", sorted(SWARM_IGNORES))
 def test_every_key_swarm_ignores_is_named(key: str) -> None:
     text = VERSIONLESS.replace("    image: nginx:1.27\n",
@@ -138,9 +156,9 @@ def test_cli_refused_keys_are_errors() -> None:
 
 def test_other_schema_breaks_are_reported_as_the_cli_would() -> None:
     c = check_stack(VERSIONLESS.replace("    image: nginx:1.27\n",
-                                        "    image: nginx:1.27\n    pull_policy: always\n"))
+                                        "    image: nginx:1.27\n    oom_score_adj: 100\n"))
     (err,) = c.errors
-    assert err.startswith("services.web: additional property 'pull_policy' is not allowed "
+    assert err.startswith("services.web: additional property 'oom_score_adj' is not allowed "
                           "(docker/cli's compose schema 3.8")
 
 

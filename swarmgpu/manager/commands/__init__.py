@@ -12,8 +12,10 @@
 ``nanocpus``    ``cpus`` as docker reads it: Go's big.Rat text, times 1e9, whole
 ``compose_gpu`` Compose's own GPU reservations read as a swarmgpu request
 ``model_servers`` a model server's own GPU count (vLLM ``-tp``...) against the request
+``cudavisible`` a service's own ``CUDA_VISIBLE_DEVICES`` against the GPUs it is granted
 ``composefile`` the stack file render writes: format 3.8, checked against ``schema/``
 ``interpolation`` ``${VAR}`` in a stack file, substituted as `docker stack deploy` does
+``dotenv``      a compose ``.env`` beside the stack, which `docker stack deploy` never reads
 ``stackmerge``  several stack files (``render -c A -c B``) merged as `docker stack deploy`
                 merges them
 ``envfile``     the env lines render adds to a service, less those its env_file sets

@@ -97,6 +97,18 @@ CLI_REFUSES: dict[str, str] = {
     "runtime": "Swarm has no per-service runtime: make nvidia the engine's default-runtime "
                "on the GPU nodes (swarmgpu node-config; swarmgpu doctor checks it) and "
                "remove runtime",
+    # Compose-specification habits with a Swarm equivalent, or none: each said with it
+    # (the schema's "additional property" named the key alone).
+    "cpus": "use deploy.resources.limits.cpus (and reservations.cpus, which Swarm places "
+            "by), as text: \"2\"",
+    "mem_reservation": "use deploy.resources.reservations.memory",
+    "platform": "Swarm takes the platforms from the image's manifest at deploy; to "
+                "pin one, add a constraint (node.platform.arch == x86_64) and remove "
+                "platform",
+    "profiles": "docker stack deploy has no profiles and deploys every service: put a "
+                "profile's services in a file of their own, added with another -c",
+    "pull_policy": "Swarm pulls the image on each node as a task starts (docker stack "
+                   "deploy --resolve-image pins its digest); remove pull_policy",
 }
 
 _OWNED_LABELS = ("state.", DEVICES, SHARE)

@@ -1,7 +1,9 @@
 """A model server's own GPU count against the service's request, for `swarmgpu render`.
 
-vLLM, SGLang, Text Generation Inference and TensorRT-LLM each take how many GPUs they
-use from their own flags (``vllm serve M --tensor-parallel-size 4``). A service that
+vLLM, SGLang, Text Generation Inference, TensorRT-LLM and llama.cpp's server each take
+how many GPUs they use from their own flags (``vllm serve M --tensor-parallel-size 4``,
+``llama-server -sm none``: one). Ollama and Triton have no such count (they take the
+GPUs they are given): nothing to compare. A service that
 asks swarmgpu for 2 GPUs and runs that fails to start (it sees 2); with ``-tp 1`` one of
 the two GPUs it holds sits idle. render reads the service's entrypoint, command and
 environment (its env files under it) as docker passes them (a string split as
@@ -36,6 +38,9 @@ class Server:
     # each with the values that leave it known.
     unknowable: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     drops: Mapping[str, str] = field(default_factory=dict)  # size flag -> flag that voids it
+    # The spellings of one flag whose one value fixes the GPUs it uses (llama.cpp's -sm
+    # none: one), each with that value and the count; another value leaves its default.
+    fixed: Mapping[str, tuple[str, int]] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)  # variable -> the flag it sets
     underscores: bool = False  # --a_b read as --a-b (vLLM's FlexibleArgumentParser)
     one_by_default: bool = True  # no size flag: one GPU (TGI: all it is given)
@@ -48,7 +53,8 @@ class Server:
 # Each as its own parser reads it: vLLM's vllm/engine/arg_utils.py (argparse, with
 # FlexibleArgumentParser's --a_b), SGLang's srt/server_args.py (argparse: docs write the
 # abbreviations --tp and --dp), TGI's launcher/src/main.rs (clap: --flag and its
-# environment variable) and TensorRT-LLM's commands/serve.py (click).
+# environment variable), TensorRT-LLM's commands/serve.py (click) and llama.cpp's
+# common/arg.cpp (each flag with its LLAMA_ARG_ variable, the flag winning).
 SERVERS: tuple[Server, ...] = (
     Server(
         "vLLM",
@@ -116,6 +122,15 @@ SERVERS: tuple[Server, ...] = (
         other=frozenset(
             {"disaggregated", "disaggregated_mpi_worker", "mm_embedding_serve", "grpc"}
         ),
+    ),
+    Server(
+        "llama.cpp server",
+        starts=(("llama-server",),),
+        sizes=(),
+        fixed={"--split-mode": ("none", 1), "-sm": ("none", 1)},  # none: "one GPU only"
+        unknowable={"--device": (), "-dev": (), "--rpc": ()},
+        env={"LLAMA_ARG_SPLIT_MODE": "--split-mode", "LLAMA_ARG_DEVICE": "--device"},
+        one_by_default=False,  # layer (its default) and row split over every GPU given
     ),
 )
 
@@ -306,6 +321,16 @@ def _used(
         name, eq, value = word.partition("=")
         name = server.spelling(name)
         seen.add(name)
+        if name in server.fixed:
+            v = value if eq else (words[i] if i < len(words) else "")
+            i += 0 if eq else 1
+            want, gpus = server.fixed[name]
+            key = next(iter(server.fixed))
+            if v == want:
+                given[key] = (shown.get(word, word if eq else f"{word} {v}"), gpus)
+            else:  # the last wins, as the parser reads it
+                given.pop(key, None)
+            continue
         if name in server.unknowable:
             v = value if eq else (words[i] if i < len(words) else "")
             if v not in server.unknowable[name]:
@@ -328,9 +353,11 @@ def _used(
     for flag, by in server.drops.items():
         if by in seen:
             given.pop(flag, None)
-    first = server.sizes[0][0]
     if not given:
-        return (1, f"no {first}: 1 by default", f"set {first}") if server.one_by_default else None
+        if not server.one_by_default:
+            return None
+        first = server.sizes[0][0]
+        return 1, f"no {first}: 1 by default", f"set {first}"
     total = 1
     for _, n in given.values():
         total *= n

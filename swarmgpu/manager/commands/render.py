@@ -32,6 +32,8 @@ from swarmgpu.manager.commands.composefile import (
     part_schema_errors,
     schema_errors,
 )
+from swarmgpu.manager.commands.cudavisible import visible_notes
+from swarmgpu.manager.commands.dotenv import dotenv_notes
 from swarmgpu.manager.commands.envfile import EnvFiles, check_env_files, device_var_error, write_env
 from swarmgpu.manager.commands.interpolation import as_written, interpolate, pinned
 from swarmgpu.manager.commands.model_servers import server_notes
@@ -208,6 +210,8 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
                           stack_name or "", queues)
     if files is not None:
         out.errors += check_env_files(out.stack["services"], out.requests, files)
+    if environ is not None and env_base is not None:  # compose's .env, unread by docker
+        out.notes += dotenv_notes(raw, env_base, environ)
     if not out.errors:  # the schema's complaints about a broken service add nothing
         out.errors += schema_errors(stack)
     return out
@@ -353,7 +357,9 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
             if (own := own_device_line(_try([], [], env_list, svc, w), prefix)) is not None:
                 errs.append(device_var_error(f"{w}.environment", own))
             env = files.read(svc_name, svc) if files is not None else None
-            out.notes += [] if gpu.unresolved else server_notes(svc, w, req, prefix, env)
+            if not gpu.unresolved and isinstance(req, GpuRequest):  # all: no count yet
+                out.notes += [*visible_notes(svc, w, req, env or {}, prefix),
+                              *server_notes(svc, w, req, prefix, env)]
     out.errors.extend(errs)
 
 
@@ -444,7 +450,7 @@ def render_stack(
             labels.update(want_labels(prefix, ((p.node_id, p.uuids, p.milli)
                                                for p in sp.placements if p.slot is None),
                                       facts, labels))
-        _write_placement(deploy, labels, where, full, sp, prefix)
+        checked.notes += _write_placement(deploy, labels, where, full, sp, prefix)
         _put_labels(deploy, {k: v for k, v in labels.items() if given.get(k) != v})
         write_env(svc, prefix, fraction=not isinstance(req, RequestError) and req.is_fraction,
                   skip=files.request_names(str(svc_name), svc))
@@ -464,8 +470,9 @@ def render_stack(
 
 
 def _write_placement(deploy: dict[str, Any], labels: dict[str, str], where: str, full: str,
-                     sp: ServicePlan | None, prefix: str) -> None:
-    """The service's gate constraint (the hold replaced) and its replicas per node."""
+                     sp: ServicePlan | None, prefix: str) -> list[str]:
+    """The service's gate constraint (the hold replaced) and its replicas per node; a
+    note where a value of the file's is changed."""
     placement = mapping_of(deploy, "placement", f"{where}.deploy")
     deploy["placement"] = placement
     # The hold of a file deployed as written is the daemon's to replace; rendered,
@@ -481,4 +488,11 @@ def _write_placement(deploy: dict[str, Any], labels: dict[str, str], where: str,
             placement["max_replicas_per_node"] = sp.set_max_replicas
         labels.update(sp.state_labels)
     elif replicas_of(deploy, where) > 1:
+        old = placement.get("max_replicas_per_node")
         placement["max_replicas_per_node"] = 1
+        if old is not None and old != 1:  # spread: the daemon would set it back to 1 too
+            return [f"{where}.deploy.placement.max_replicas_per_node: {quoted(old)} became 1: "
+                    "swarmgpu spreads these replicas one per node, one device list each, "
+                    "and sets it back to 1 if raised (docs/requests.md, \"Several replicas "
+                    f"on one node\"); {prefix}pack: \"always\" holds them on one node"]
+    return []

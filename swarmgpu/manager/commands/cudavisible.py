@@ -1,0 +1,100 @@
+"""A service's own ``CUDA_VISIBLE_DEVICES`` against the GPUs swarmgpu grants it, for
+`swarmgpu render`.
+
+A stack moved from one host often keeps the line that picked that host's GPUs
+(``CUDA_VISIBLE_DEVICES=2,3``). Under swarmgpu the container sees only the GPUs it is
+granted, numbered from 0 (``CUDA_DEVICE_ORDER=PCI_BUS_ID``), and CUDA reads the
+variable as a list of indices or UUIDs that stops at the first one it cannot find
+("only the devices whose index precedes the invalid index are visible", CUDA
+Programming Guide, "CUDA Environment Variables"). So ``2,3`` on a grant of two GPUs
+leaves the server with no GPU, ``0`` on a grant of two leaves one idle, and a UUID
+names one GPU of one node, which swarmgpu may grant to another service. render says
+so in a warning, never an error; a value it cannot read (a word, ``$VAR`` left for a
+shell, an index given twice) it leaves unsaid. Pure (docs/requests.md, "Model servers").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from swarmgpu.core.peertext import quoted
+from swarmgpu.manager.services.requests import GpuRequest
+
+VAR = "CUDA_VISIBLE_DEVICES"
+_UUID_HEADS = ("GPU-", "MIG-")
+
+
+def visible_notes(
+    svc: Mapping[str, Any], where: str, req: GpuRequest, files: Mapping[str, str | None],
+    prefix: str = "swarmgpu.",
+) -> list[str]:
+    """A warning where the service's ``CUDA_VISIBLE_DEVICES`` (``environment`` over its
+    env files' ``files``, as docker reads them) lets CUDA use another number of GPUs
+    than ``req`` grants each replica; none where it matches or cannot be read."""
+    found = _value(svc.get("environment"), files)
+    if found is None or req.cpu_only:
+        return []
+    value, said = found
+    granted = 1 if req.is_fraction or req.mig_profile else req.gpus
+    gpus = "GPU" if granted == 1 else "GPUs"
+    head = f"{where}: WARNING: {said}: in the container CUDA numbers the {granted} {gpus} " \
+        "swarmgpu grants from 0"
+    fix = f"remove {VAR} (the grant already limits the container to its GPUs)"
+    entries = [e.strip() for e in value.split(",")] if value.strip() else []
+    if any(e.startswith(_UUID_HEADS) for e in entries):
+        return [f"{head}, and a UUID names one GPU of one node, which swarmgpu may grant to "
+                f"another service: where it is not granted CUDA would find no GPU; {fix}"]
+    seen = _visible(entries, granted)
+    if seen is None or seen[0] == granted:
+        return []
+    used, stop = seen
+    why = f", and stops at {quoted(stop)}, which is none of them" if stop else ""
+    if used == 0:
+        return [f"{head}{why}: it would find no GPU; {fix}"]
+    key = f"{prefix}gpus"
+    return [f"{head}{why}: it would use {used} and {granted - used} would sit idle; "
+            f'{fix}, or ask for {used} ({key}: "{used}")']
+
+
+def _value(env: object, files: Mapping[str, str | None]) -> tuple[str, str] | None:
+    """(the variable's value, how to name where it is set), ``environment`` over the
+    env files; None where it is unset or given no value here (a bare name: the
+    deploying shell's)."""
+    own: object = None
+    named = False
+    if isinstance(env, dict) and VAR in env:
+        own, named = env[VAR], True
+    elif isinstance(env, list):
+        for e in env:
+            k, eq, text = str(e).partition("=")
+            if k == VAR:
+                own, named = (text if eq else None), True
+    if named:
+        if isinstance(own, bool) or not isinstance(own, str | int):
+            return None
+        return str(own), f"{VAR}={_shown(str(own))}"
+    got = files.get(VAR)
+    return None if got is None else (got, f"{VAR}={_shown(got)} from env_file")
+
+
+def _shown(value: str) -> str:
+    """The value as written, or its start where it is long (a stack may hold 8 MiB)."""
+    return value if len(value) <= 80 else quoted(value, 80)
+
+
+def _visible(entries: list[str], granted: int) -> tuple[int, str] | None:
+    """(how many of the granted GPUs CUDA uses, the entry it stopped at or ""); None
+    where an entry is not an index (or repeats one): not render's to read."""
+    used: set[int] = set()
+    for e in entries:
+        digits = e[1:] if e[:1] in "+-" else e
+        if not (digits.isascii() and digits.isdigit()) or len(digits) > 6:
+            return None
+        i = int(e)
+        if i in used:
+            return None
+        if not 0 <= i < granted:
+            return len(used), e
+        used.add(i)
+    return len(used), ""
