@@ -45,6 +45,8 @@ class Confined:
 Groups = dict[tuple[NodeClass, ...], Confined]
 # Per class: (GPUs, CPU milli, chance) of each group it is in (``untouched_values``).
 Values = dict[NodeClass, tuple[tuple[int, int, float], ...]]
+# By group: untouched nodes other tasks are expected to break first (``other_breaks``).
+Breaks = dict[tuple[NodeClass, ...], float]
 VALUE_MIN = 1e-3  # a chance below this is no value (keeps scores cached for longer)
 
 
@@ -54,11 +56,22 @@ def poisson_at_least(mean: float, k: int) -> float:
         return 1.0
     if mean <= 0:
         return 0.0
+    if mean > 700:  # exp(-mean) underflows: sum the terms' logarithms
+        return _poisson_at_least_log(mean, k)
     term = math.exp(-mean)
     below = term
     for i in range(1, k):
         term *= mean / i
         below += term
+    return max(0.0, 1.0 - below)
+
+
+def _poisson_at_least_log(mean: float, k: int) -> float:
+    log_term, log_mean = -mean, math.log(mean)
+    below = math.exp(log_term)
+    for i in range(1, k):
+        log_term += log_mean - math.log(i)
+        below += math.exp(log_term)
     return max(0.0, 1.0 - below)
 
 
@@ -115,15 +128,40 @@ def _groups(shapes: Mapping[TaskShape, float], classes: Mapping[NodeClass, int],
     return groups
 
 
-def untouched_values(groups: Groups, untouched: Mapping[NodeClass, int]) -> Values:
+def other_breaks(groups: Groups, before: Mapping[NodeClass, int],
+                 after: Mapping[NodeClass, int], placed: int, free_total: int) -> Breaks:
+    """Per group, how many of its untouched nodes other tasks are expected to break
+    before ``free_total`` GPU-milli is used: the group's untouched nodes lost while the
+    last ``placed`` GPU-milli went (counts ``before`` and ``after``), at that rate over
+    ``free_total``, less the group's own expected tasks (they took some of those). The
+    scorer's own choices at the workload's mix, read back; empty when nothing was
+    placed (releases)."""
+    if placed <= 0 or free_total <= 0:
+        return {}
+    out: Breaks = {}
+    for key, c in groups.items():
+        lost = sum(before.get(k, 0) for k in key) - sum(after.get(k, 0) for k in key)
+        b = lost * free_total / placed - c.expected
+        if b > 0:
+            out[key] = b
+    return out
+
+
+def untouched_values(groups: Groups, untouched: Mapping[NodeClass, int],
+                     breaks: Mapping[tuple[NodeClass, ...], float] | None = None) -> Values:
     """Per class, each group's chance that taking one of its untouched nodes loses a
-    task: P(Poisson(E) >= u), with ``u`` the group's untouched nodes."""
+    task: P(Poisson(E) >= u), with ``u`` the group's untouched nodes. With ``breaks``
+    (``other_breaks``: B nodes other tasks are expected to take), both streams draw on
+    the ``u`` nodes: the u-th is needed when E + B's Poisson count reaches ``u``, and
+    the one then left without is the group's task with chance E / (E + B)."""
     out: dict[NodeClass, list[tuple[int, int, float]]] = {}
     for key, c in groups.items():
         u = sum(untouched.get(k, 0) for k in key)
         if not u:
             continue
-        p = poisson_at_least(c.expected, u)
+        b = breaks.get(key, 0.0) if breaks else 0.0
+        p = poisson_at_least(c.expected, u) if not b else (
+            poisson_at_least(c.expected + b, u) * c.expected / (c.expected + b))
         if p <= VALUE_MIN:
             continue
         for k in key:
