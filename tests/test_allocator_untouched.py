@@ -12,6 +12,7 @@ from swarmgpu.allocator.scorer import SwarmScorer
 from swarmgpu.allocator.untouched import (
     Confined,
     exclusive_groups,
+    forced_breaks,
     loss,
     other_breaks,
     poisson_at_least,
@@ -207,7 +208,7 @@ def g3_values_after_breaks(monkeypatch: pytest.MonkeyPatch, on: bool) -> bool:
     """Twenty G3 and twenty G2 nodes; one-GPU tasks break four G3 nodes, and with three
     on a G2 one the free total moves past a step: whether the remaining G3 nodes carry an
     untouched value, with ``SwarmScorer.untouched_breaks`` as ``on``."""
-    monkeypatch.setattr(SwarmScorer, "untouched_breaks", on)
+    monkeypatch.setattr(SwarmScorer, "untouched_breaks", "rate" if on else "")
     a = Allocator(SwarmScorer(typical_tasks([HEAVY]), shapes={HEAVY: 0.99, BIG: 0.01}))
     for i in range(20):
         a.add_node(NodeSpec(f"g3-{i}", gpus(8, "G3"), cpu_milli=128_000, memory_mib=1 << 20))
@@ -229,3 +230,23 @@ def test_the_switch_prices_untouched_nodes_other_tasks_break(
     # On: four G3 nodes broken in the last step's placements, at that rate the rest go
     # before the free capacity does, and the 128-core task's chance is priced.
     assert g3_values_after_breaks(monkeypatch, True)
+
+
+def test_forced_breaks_count_the_tasks_only_the_group_classes_host_in_nodes() -> None:
+    classes = {G3: 39 * 8000, G2: 549 * 8000, ("T4", 2, 104_000): 387 * 2000}
+    g3_only = TaskShape(120_000, 1000, 4)  # G3 only, one to a node by its CPU
+    g3_share = TaskShape(110_000, 500, 1)  # G3 only, one to a node by its CPU
+    two = TaskShape(50_000, 1000, 4, ("G3",))  # G3 only by its model, two to a node
+    light = TaskShape(4_000, 1000, 1)
+    shapes = {BIG: 0.01, g3_only: 0.02, g3_share: 0.02, two: 0.02, HEAVY: 0.43, light: 0.5}
+    per_task = (0.01 * 8000 + 0.02 * 4000 + 0.02 * 500 + 0.02 * 4000 + 0.43 * 1000
+                + 0.5 * 1000)
+    free = 1000 * 1000
+    groups = exclusive_groups(shapes, classes, free)
+    assert list(groups) == [(G3,)]
+    # G3's 128-core task is the group's own (E counts it); HEAVY and the light one can
+    # go to other classes, whatever the price
+    got = forced_breaks(shapes, classes, free, groups)
+    assert got == {(G3,): pytest.approx((0.02 + 0.02 + 0.02 / 2) * free / per_task)}
+    assert forced_breaks(shapes, classes, free, {}) == {}
+    assert forced_breaks(shapes, classes, 0, groups) == {}

@@ -28,6 +28,7 @@ from swarmgpu.allocator.untouched import (
     NodeClass,
     Values,
     exclusive_groups,
+    forced_breaks,
     loss,
     other_breaks,
     untouched_values,
@@ -118,10 +119,11 @@ class SwarmScorer:
     # not only those whose CPU confines them to some classes: an experiment, off unless
     # switched on (benchmarks/untouched_try.py; docs/simulate.md, stop 78).
     whole_untouched = False
-    # The untouched price with the nodes other tasks are expected to break counted in
-    # (``other_breaks``): an experiment, off unless switched on (benchmarks/untouched_try.py
-    # --rule breaks; docs/simulate.md, stop 79).
-    untouched_breaks = False
+    # The untouched price with the nodes other tasks are expected to break counted in:
+    # "rate" (``other_breaks``, the scorer's own breaks) or "forced" (``forced_breaks``,
+    # a bound from the mix); an experiment, "" (off) unless switched on
+    # (benchmarks/untouched_try.py --rule; docs/simulate.md, stop 79).
+    untouched_breaks = ""
 
     def __init__(self, workload: tuple[TypicalTask, ...] = (),
                  stop: float = STOP_WEIGHT,
@@ -148,7 +150,7 @@ class SwarmScorer:
             t.shape: t.weight for t in workload}
         self._groups: Groups | None = None  # exclusive_groups, at _groups_free
         self._groups_free = 0
-        self._breaks: Breaks = {}  # other_breaks, at _groups_free
+        self._breaks: Breaks = {}  # other_breaks or forced_breaks, at _groups_free
         self.waste = ResidualWaste(workload, stop=self.stop) if workload else None
         self.cpu_unfit = CpuUnfit(workload) if workload else None
         # node_cost per (product, CPU left, free GPU-milli), while what it reads (waste,
@@ -222,7 +224,9 @@ class SwarmScorer:
                 or abs(total_free - self._groups_free) >= self._step):
             grouping = whole_groups if self.whole_untouched else exclusive_groups
             groups = grouping(self.shapes, hosts, total_free)
-            if self.untouched_breaks:
+            if self.untouched_breaks == "forced":
+                self._breaks = forced_breaks(self.shapes, hosts, total_free, groups)
+            elif self.untouched_breaks:
                 if hosts != self.hosts:  # nodes came or went: counts from here on
                     self._untouched_then = None
                 self._refresh_breaks(groups, untouched, total_free)
