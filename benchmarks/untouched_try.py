@@ -1,9 +1,13 @@
-"""Stop 78's try: ``swarmgpu simulate`` with untouched nodes priced for every shape that
-only such a node hosts (``SwarmScorer.whole_untouched``; docs/simulate.md, "Main against
-FGD on h-bimodalseed, and untouched nodes priced for every whole-node shape (stop 78)";
-main leaves it off).
+"""Stop 78's and 79's tries: ``swarmgpu simulate`` with untouched nodes priced for every
+shape that only such a node hosts (``--rule whole``, the default:
+``SwarmScorer.whole_untouched``; docs/simulate.md, "Main against FGD on h-bimodalseed,
+and untouched nodes priced for every whole-node shape (stop 78)"), with the nodes other
+tasks are expected to break counted in the price (stop 79, ``SwarmScorer.untouched_breaks``:
+``--rule breaks`` at the rate the scorer broke them, ``--rule forced`` the bound from the
+mix), or each of those with ``whole_untouched`` too (``both``, ``forced-both``). Main
+leaves them off.
 
-    .venv/bin/python benchmarks/untouched_try.py -- \\
+    .venv/bin/python benchmarks/untouched_try.py --rule breaks -- \\
         simulate --trace default --seeds 42,43,44 --bound off --policy swarmgpu --json
 
 Everything after ``--`` is ``swarmgpu``'s command line; the replays' worker processes
@@ -26,10 +30,14 @@ from swarmgpu.allocator.scorer import SwarmScorer  # noqa: E402
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rule", choices=("whole", "breaks", "both", "forced", "forced-both"),
+                    default="whole", help="which switch to set (default: whole, stop 78's)")
     add_rest(ap)
     args = ap.parse_args(argv)
     rest = rest_of(ap, args)
-    SwarmScorer.whole_untouched = True
+    SwarmScorer.whole_untouched = args.rule in ("whole", "both", "forced-both")
+    SwarmScorer.untouched_breaks = ("rate" if args.rule in ("breaks", "both") else
+                                    "forced" if args.rule.startswith("forced") else "")
     return run_swarmgpu(rest)
 
 

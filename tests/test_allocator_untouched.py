@@ -12,7 +12,9 @@ from swarmgpu.allocator.scorer import SwarmScorer
 from swarmgpu.allocator.untouched import (
     Confined,
     exclusive_groups,
+    forced_breaks,
     loss,
+    other_breaks,
     poisson_at_least,
     untouched_values,
     whole_groups,
@@ -168,3 +170,83 @@ def test_the_switch_prices_untouched_nodes_for_tasks_every_class_hosts(
     assert heavy_beside_cpu_taken(monkeypatch, False) == ("whole", False)
     # On: that node is the 8-GPU task's only host, priced by the chance it comes.
     assert heavy_beside_cpu_taken(monkeypatch, True) == ("used", True)
+
+
+def test_other_breaks_extrapolate_the_untouched_nodes_lost_per_milli_placed() -> None:
+    groups = {(G3,): Confined(2.0, 8, 120_000), (G2, G3): Confined(30.0, 8, 64_000)}
+    before, after = {G3: 30, G2: 100}, {G3: 26, G2: 99}
+    # 4 G3 nodes lost over 10,000 milli placed: 4 x 100,000 / 10,000 = 40 over what is
+    # free, of which the group's own 2 tasks take some; G2 and G3 lost 5: 50 - 30
+    got = other_breaks(groups, before, after, 10_000, 100_000)
+    assert got == {(G3,): pytest.approx(38.0), (G2, G3): pytest.approx(20.0)}
+    # no loss above the group's own tasks, a release, or nothing free: no breaks
+    assert other_breaks(groups, before, before, 10_000, 100_000) == {}
+    assert other_breaks(groups, after, before, -10_000, 100_000) == {}
+    assert other_breaks(groups, before, after, 10_000, 0) == {}
+
+
+def test_nodes_other_tasks_break_raise_the_untouched_price() -> None:
+    groups = {(G3,): Confined(2.0, 8, 120_000)}
+    # 10 left and two tasks expected: worth nothing while only those take them
+    assert untouched_values(groups, {G3: 10}) == {}
+    # others expected to break 9 of them: the 10th is needed when the 11 expected in all
+    # reach 10, and the one left without it is the group's with chance 2 / 11
+    got = untouched_values(groups, {G3: 10}, {(G3,): 9.0})[G3]
+    assert got == ((8, 120_000, pytest.approx(poisson_at_least(11.0, 10) * 2 / 11)),)
+    assert got[0][2] > 0.1
+    # no breaks read: main's price
+    one = untouched_values(groups, {G3: 1}, {})
+    assert one == untouched_values(groups, {G3: 1})
+
+
+def test_poisson_at_least_holds_past_where_exp_underflows() -> None:
+    assert poisson_at_least(800.0, 700) == pytest.approx(0.999856, abs=1e-5)
+    assert poisson_at_least(800.0, 900) == pytest.approx(2.759e-4, rel=1e-3)
+
+
+def g3_values_after_breaks(monkeypatch: pytest.MonkeyPatch, on: bool) -> bool:
+    """Twenty G3 and twenty G2 nodes; one-GPU tasks break four G3 nodes, and with three
+    on a G2 one the free total moves past a step: whether the remaining G3 nodes carry an
+    untouched value, with ``SwarmScorer.untouched_breaks`` as ``on``."""
+    monkeypatch.setattr(SwarmScorer, "untouched_breaks", "rate" if on else "")
+    a = Allocator(SwarmScorer(typical_tasks([HEAVY]), shapes={HEAVY: 0.99, BIG: 0.01}))
+    for i in range(20):
+        a.add_node(NodeSpec(f"g3-{i}", gpus(8, "G3"), cpu_milli=128_000, memory_mib=1 << 20))
+        a.add_node(NodeSpec(f"g2-{i}", gpus(8, "G2"), cpu_milli=96_000, memory_mib=1 << 20))
+    for name in ("g2-0", "g3-0", "g3-1", "g3-2", "g3-3", "g2-0", "g2-0"):
+        got = a.place_on(name, Demand(num_gpu=1, cpu_milli=4_000))
+        assert isinstance(got, Choice)
+        a.commit(got)
+    assert a.untouched[G3] == 16
+    scorer = a.scorer
+    assert isinstance(scorer, SwarmScorer)
+    return G3 in scorer.values
+
+
+def test_the_switch_prices_untouched_nodes_other_tasks_break(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Off (main): the three 128-core tasks expected will not need 16 G3 nodes.
+    assert not g3_values_after_breaks(monkeypatch, False)
+    # On: four G3 nodes broken in the last step's placements, at that rate the rest go
+    # before the free capacity does, and the 128-core task's chance is priced.
+    assert g3_values_after_breaks(monkeypatch, True)
+
+
+def test_forced_breaks_count_the_tasks_only_the_group_classes_host_in_nodes() -> None:
+    classes = {G3: 39 * 8000, G2: 549 * 8000, ("T4", 2, 104_000): 387 * 2000}
+    g3_only = TaskShape(120_000, 1000, 4)  # G3 only, one to a node by its CPU
+    g3_share = TaskShape(110_000, 500, 1)  # G3 only, one to a node by its CPU
+    two = TaskShape(50_000, 1000, 4, ("G3",))  # G3 only by its model, two to a node
+    light = TaskShape(4_000, 1000, 1)
+    shapes = {BIG: 0.01, g3_only: 0.02, g3_share: 0.02, two: 0.02, HEAVY: 0.43, light: 0.5}
+    per_task = (0.01 * 8000 + 0.02 * 4000 + 0.02 * 500 + 0.02 * 4000 + 0.43 * 1000
+                + 0.5 * 1000)
+    free = 1000 * 1000
+    groups = exclusive_groups(shapes, classes, free)
+    assert list(groups) == [(G3,)]
+    # G3's 128-core task is the group's own (E counts it); HEAVY and the light one can
+    # go to other classes, whatever the price
+    got = forced_breaks(shapes, classes, free, groups)
+    assert got == {(G3,): pytest.approx((0.02 + 0.02 + 0.02 / 2) * free / per_task)}
+    assert forced_breaks(shapes, classes, free, {}) == {}
+    assert forced_breaks(shapes, classes, 0, groups) == {}

@@ -23,11 +23,14 @@ from swarmgpu.allocator.fragmentation import (
 )
 from swarmgpu.allocator.rollout import RollOut
 from swarmgpu.allocator.untouched import (
+    Breaks,
     Groups,
     NodeClass,
     Values,
     exclusive_groups,
+    forced_breaks,
     loss,
+    other_breaks,
     untouched_values,
     whole_groups,
 )
@@ -116,6 +119,11 @@ class SwarmScorer:
     # not only those whose CPU confines them to some classes: an experiment, off unless
     # switched on (benchmarks/untouched_try.py; docs/simulate.md, stop 78).
     whole_untouched = False
+    # The untouched price with the nodes other tasks are expected to break counted in:
+    # "rate" (``other_breaks``, the scorer's own breaks) or "forced" (``forced_breaks``,
+    # a bound from the mix); an experiment, "" (off) unless switched on
+    # (benchmarks/untouched_try.py --rule; docs/simulate.md, stop 79).
+    untouched_breaks = ""
 
     def __init__(self, workload: tuple[TypicalTask, ...] = (),
                  stop: float = STOP_WEIGHT,
@@ -128,6 +136,9 @@ class SwarmScorer:
         self.cluster_cpu = 0  # CPU milli of the cluster's nodes (0: unknown)
         self.hosts: dict[tuple[str, int, int | None], int] | None = None  # node classes
         self.values: Values = {}  # untouched_values, by class
+        # untouched nodes and free GPU-milli when groups were last refreshed (other_breaks
+        # reads the window since; cluster state, so kept over a new workload)
+        self._untouched_then: tuple[dict[NodeClass, int], int] | None = None
         self.set_workload(workload, shapes)
 
     def set_workload(self, workload: tuple[TypicalTask, ...],
@@ -139,6 +150,7 @@ class SwarmScorer:
             t.shape: t.weight for t in workload}
         self._groups: Groups | None = None  # exclusive_groups, at _groups_free
         self._groups_free = 0
+        self._breaks: Breaks = {}  # other_breaks or forced_breaks, at _groups_free
         self.waste = ResidualWaste(workload, stop=self.stop) if workload else None
         self.cpu_unfit = CpuUnfit(workload) if workload else None
         # node_cost per (product, CPU left, free GPU-milli), while what it reads (waste,
@@ -211,12 +223,30 @@ class SwarmScorer:
         if (self._groups is None or hosts != self.hosts
                 or abs(total_free - self._groups_free) >= self._step):
             grouping = whole_groups if self.whole_untouched else exclusive_groups
-            self._groups = grouping(self.shapes, hosts, total_free)
-            self._groups_free = total_free
-        values = untouched_values(self._groups, untouched) if self._groups else {}
+            groups = grouping(self.shapes, hosts, total_free)
+            if self.untouched_breaks == "forced":
+                self._breaks = forced_breaks(self.shapes, hosts, total_free, groups)
+            elif self.untouched_breaks:
+                if hosts != self.hosts:  # nodes came or went: counts from here on
+                    self._untouched_then = None
+                self._refresh_breaks(groups, untouched, total_free)
+            self._groups, self._groups_free = groups, total_free
+        values = untouched_values(self._groups, untouched, self._breaks) if self._groups else {}
         changed = values != self.values
         self.values = values
         return changed
+
+    def _refresh_breaks(self, groups: Groups, untouched: Mapping[NodeClass, int],
+                        total_free: int) -> None:
+        """``other_breaks`` over the placements since the last refresh, once they span a
+        step (a shorter window, as after a new workload, keeps the last reading: too few
+        placements to take a rate from)."""
+        then = self._untouched_then
+        if then is not None and abs(then[1] - total_free) < self._step:
+            return
+        self._breaks = {} if then is None else other_breaks(
+            groups, then[0], untouched, then[1] - total_free, total_free)
+        self._untouched_then = (dict(untouched), total_free)
 
     @property
     def groups(self) -> Groups:

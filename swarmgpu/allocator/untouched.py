@@ -45,6 +45,9 @@ class Confined:
 Groups = dict[tuple[NodeClass, ...], Confined]
 # Per class: (GPUs, CPU milli, chance) of each group it is in (``untouched_values``).
 Values = dict[NodeClass, tuple[tuple[int, int, float], ...]]
+# By group: untouched nodes other tasks are expected to break (``other_breaks``,
+# ``forced_breaks``).
+Breaks = dict[tuple[NodeClass, ...], float]
 VALUE_MIN = 1e-3  # a chance below this is no value (keeps scores cached for longer)
 
 
@@ -54,11 +57,22 @@ def poisson_at_least(mean: float, k: int) -> float:
         return 1.0
     if mean <= 0:
         return 0.0
+    if mean > 700:  # exp(-mean) underflows: sum the terms' logarithms
+        return _poisson_at_least_log(mean, k)
     term = math.exp(-mean)
     below = term
     for i in range(1, k):
         term *= mean / i
         below += term
+    return max(0.0, 1.0 - below)
+
+
+def _poisson_at_least_log(mean: float, k: int) -> float:
+    log_term, log_mean = -mean, math.log(mean)
+    below = math.exp(log_term)
+    for i in range(1, k):
+        log_term += log_mean - math.log(i)
+        below += math.exp(log_term)
     return max(0.0, 1.0 - below)
 
 
@@ -115,15 +129,77 @@ def _groups(shapes: Mapping[TaskShape, float], classes: Mapping[NodeClass, int],
     return groups
 
 
-def untouched_values(groups: Groups, untouched: Mapping[NodeClass, int]) -> Values:
+def other_breaks(groups: Groups, before: Mapping[NodeClass, int],
+                 after: Mapping[NodeClass, int], placed: int, free_total: int) -> Breaks:
+    """Per group, how many of its untouched nodes other tasks are expected to break
+    before ``free_total`` GPU-milli is used: the group's untouched nodes lost while the
+    last ``placed`` GPU-milli went (counts ``before`` and ``after``), at that rate over
+    ``free_total``, less the group's own expected tasks (they took some of those). The
+    scorer's own choices at the workload's mix, read back; empty when nothing was
+    placed (releases)."""
+    if placed <= 0 or free_total <= 0:
+        return {}
+    out: Breaks = {}
+    for key, c in groups.items():
+        lost = sum(before.get(k, 0) for k in key) - sum(after.get(k, 0) for k in key)
+        b = lost * free_total / placed - c.expected
+        if b > 0:
+            out[key] = b
+    return out
+
+
+def forced_breaks(shapes: Mapping[TaskShape, float], classes: Mapping[NodeClass, int],
+                  free_total: int, groups: Groups) -> Breaks:
+    """Per group, a bound from the mix on its untouched nodes that other tasks must
+    break, whatever the price: the tasks that only the group's classes host (GPUs,
+    model and CPU), expected before ``free_total`` GPU-milli is used at the mix of
+    ``shapes``, in nodes: as many to a node as fit one (a 4-GPU task of 120 cores is
+    one to a 128-core node). The group's own shapes are left out (E counts them)."""
+    gpu = [(s, w) for s, w in shapes.items() if s.num_gpu > 0 and s.gpu_milli > 0 and w > 0]
+    per_task = sum(w * s.num_gpu * s.gpu_milli for s, w in gpu)
+    if per_task <= 0 or free_total <= 0 or not groups:
+        return {}
+    own = {k for key in groups for k in key}
+    cpus = [s.cpu_milli for s in shapes if s.cpu_milli > 0]
+    least_cpu = min(cpus) if cpus else 1
+    out: Breaks = {}
+    for s, w in gpu:
+        hosts = {k for k in classes if k[1] >= s.num_gpu and product_matches(k[0], s.products)
+                 and (k[2] is None or k[2] >= s.cpu_milli)}
+        if not hosts or not hosts <= own:
+            continue
+        whole = all(k[1] - 1 < s.num_gpu or (k[2] is not None and k[2] - least_cpu < s.cpu_milli)
+                    for k in hosts)  # as ``_groups``: then it is the group's own
+        nodes = w * free_total / per_task / max(1, min(_per_node(s, k) for k in hosts))
+        for key in groups:
+            if hosts <= set(key) and not (whole and hosts == set(key)):
+                out[key] = out.get(key, 0.0) + nodes
+    return out
+
+
+def _per_node(s: TaskShape, k: NodeClass) -> int:
+    """How many tasks of shape ``s`` one node of class ``k`` holds."""
+    fit = k[1] // s.num_gpu if s.gpu_milli >= MILLI else k[1] * (MILLI // s.gpu_milli)
+    if k[2] is not None and s.cpu_milli > 0:
+        fit = min(fit, k[2] // s.cpu_milli)
+    return fit
+
+
+def untouched_values(groups: Groups, untouched: Mapping[NodeClass, int],
+                     breaks: Mapping[tuple[NodeClass, ...], float] | None = None) -> Values:
     """Per class, each group's chance that taking one of its untouched nodes loses a
-    task: P(Poisson(E) >= u), with ``u`` the group's untouched nodes."""
+    task: P(Poisson(E) >= u), with ``u`` the group's untouched nodes. With ``breaks``
+    (``other_breaks`` or ``forced_breaks``: B nodes other tasks take), both streams draw on
+    the ``u`` nodes: the u-th is needed when E + B's Poisson count reaches ``u``, and
+    the one then left without is the group's task with chance E / (E + B)."""
     out: dict[NodeClass, list[tuple[int, int, float]]] = {}
     for key, c in groups.items():
         u = sum(untouched.get(k, 0) for k in key)
         if not u:
             continue
-        p = poisson_at_least(c.expected, u)
+        b = breaks.get(key, 0.0) if breaks else 0.0
+        p = poisson_at_least(c.expected, u) if not b else (
+            poisson_at_least(c.expected + b, u) * c.expected / (c.expected + b))
         if p <= VALUE_MIN:
             continue
         for k in key:
