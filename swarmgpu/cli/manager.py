@@ -645,9 +645,10 @@ def status(config_path: str | None, as_json: bool) -> None:
         generic_resource_kind=cfg.placement.generic_resource_kind,
         agent_service=cfg.agents.service,
     )
-    # The daemon keeps these in memory (observe.current); this process runs none of its
-    # cycles: they are the daemon's own words, from its /healthz.
-    doc.update(last_cycle(cfg))
+    if as_json:  # (the table shows neither: no wait on a daemon that hangs)
+        # The daemon keeps these in memory (observe.current); this process runs none of
+        # its cycles: they are the daemon's own words, from its /healthz.
+        doc.update(last_cycle(cfg))
     click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc))
 
 
