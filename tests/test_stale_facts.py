@@ -237,3 +237,28 @@ def test_fragmentation_moves_nothing_onto_a_node_whose_facts_are_stale() -> None
     tasks = [rb_running("a", "n2"), rb_running("g", "n2")]
     assert [m.target_node for m in frag_plan(nodes, svcs, tasks)] == ["n2"]
     assert frag_plan(nodes, svcs, tasks, stale=frozenset({"n2"})) == []
+
+
+def test_one_shot_plans_place_nothing_where_the_agent_answered_facts_read_long_ago(
+        ) -> None:
+    """`plan`, `status` and `audit` plan as the daemon does: a node whose agent answers
+    with facts it read health.node_lost_grace_s ago (X-Swarmgpu-Facts-Age) takes nothing
+    new there. They made a fresh planner with no stale set: they placed on the node the
+    daemon blocks."""
+    from swarmgpu.core.config import Config
+    from swarmgpu.manager.cycle.placement import make_plan
+    from swarmgpu.manager.cycle.preemption import plan_as_daemon
+
+    def snap(age_s: float) -> Snapshot:
+        facts = {nid: FactsResult(nid, f.hostname, "", f, None, 1000.0,
+                                  facts_age_s=age_s if nid == "n-4090" else 0.0)
+                 for nid, f in FACTS.items()}
+        return Snapshot(NODES, [HELD_SVC, SMALL], TASKS, facts, taken_at=1000.0)
+
+    cfg = Config()
+    for made in (lambda s: make_plan(s, cfg, tenants=None),
+                 lambda s: plan_as_daemon(s, cfg, tenants=None)):
+        for age_s, where in ((10.0, {"n-4090"}), (400.0, {"n-dgx"})):
+            plan = made(snap(age_s))
+            assert {p.node_id for sp in plan.services if sp.name == "small"
+                    for p in sp.placements} == where, age_s

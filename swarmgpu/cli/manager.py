@@ -494,7 +494,7 @@ def render(
             err=True,
         )
         return
-    from swarmgpu.manager.cycle.placement import new_planner
+    from swarmgpu.manager.cycle.placement import one_shot_planner
     from swarmgpu.manager.nodes.sync import facts_by_node
     from swarmgpu.manager.rebalance.record import moving
     from swarmgpu.swarm.client import manager_client
@@ -504,7 +504,7 @@ def render(
         sys.exit(2)
     snap = _snapshot(cfg, tenants)
     # The daemon's planner (config, stored workload model): render chooses as it would.
-    planner = new_planner(cfg, manager_client(cfg), snap.services, tenants)
+    planner = one_shot_planner(cfg, manager_client(cfg), snap, tenants)
     try:
         text, p = render_stack(
             source,

@@ -78,7 +78,7 @@ from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.oneshot_holds import one_shot_nominations
-from swarmgpu.manager.cycle.placement import make_plan, new_planner
+from swarmgpu.manager.cycle.placement import make_plan, one_shot_planner
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
 from swarmgpu.manager.cycle.preempt_hour import HourStore
 from swarmgpu.manager.cycle.preempt_notes import (
@@ -689,7 +689,7 @@ def plan_as_daemon(snap: Snapshot, cfg: Config, swarm: Any = None,
     list left out (``recorded.left_out_victims``). ``tenants``: the command's, built
     once (``FROM_CONFIG``: read here, once for both)."""
     tenants = Tenants.given(cfg, tenants)
-    planner = new_planner(cfg, swarm, snap.services, tenants)
+    planner = one_shot_planner(cfg, swarm, snap, tenants)
     facts = facts_by_node(snap)
     held = one_shot_nominations(snap, cfg, facts, swarm)  # (both read them, as the daemon's)
     plan = make_plan(snap, cfg, planner=planner, swarm=swarm, nominated=held)
