@@ -14,6 +14,7 @@ plan and audit say it from the daemon's record. Pure."""
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -262,3 +263,34 @@ def test_one_shot_plans_place_nothing_where_the_agent_answered_facts_read_long_a
             plan = made(snap(age_s))
             assert {p.node_id for sp in plan.services if sp.name == "small"
                     for p in sp.placements} == where, age_s
+
+
+def test_the_health_policy_counts_a_loss_from_the_agents_last_answer_not_its_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Facts an agent read 400 s before it answered are stale, but the agent answered:
+    missing the next answer, 30 s later, it is not lost past the grace (the health
+    policy drained the node as 'not answered for 430s'). The record saves the answer."""
+    from support.empty_swarm import EmptySwarm
+
+    from swarmgpu.core.config import Config, HttpConfig, RebalanceConfig, SyncConfig
+    from swarmgpu.manager.cycle.rebalance import Rebalancer
+    from swarmgpu.manager.cycle.wiring import daemon_steps
+    from swarmgpu.manager.daemon import Daemon
+
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    cfg = Config(state_dir=tempfile.mkdtemp(), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
+                 http=HttpConfig(listen="127.0.0.1:0"),
+                 rebalance=RebalanceConfig(enabled=True))
+    d = Daemon(cfg, swarm=EmptySwarm())  # type: ignore[arg-type]
+    d.use(daemon_steps(d))
+    rebalance = next(s for s in d.pipeline.steps if isinstance(s, Rebalancer))
+    node = NODES[1]
+    rebalance.health_inputs(Snapshot([node], [], [], {}, taken_at=500.0))  # (the term's)
+    old = FactsResult(node.id, node.hostname, "", FACTS[node.id], None, 1000.0,
+                      facts_age_s=400.0)
+    d.book.record(old)
+    assert d.book.records[node.id].to_dict()["answered_at"] == 1000.0
+    down = {node.id: FactsResult(node.id, node.hostname, "", None, "timed out", 1030.0)}
+    lost = rebalance.health_inputs(Snapshot([node], [], [], down, taken_at=1030.0)).lost
+    assert lost == {node.id: 30.0}

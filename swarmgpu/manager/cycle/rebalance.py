@@ -173,7 +173,9 @@ class Rebalancer(Step):
             rec = book.records.get(n.id)
             if ((res is None or res.facts is None) and rec is not None
                     and rec.last_ok is not None):  # an agent answered once: a GPU node
-                lost[n.id] = max(0.0, snap.taken_at - max(rec.last_ok, since))
+                # (from its answer: facts it read long before it are stale, not lost)
+                answered = rec.last_ok if rec.answered_at is None else rec.answered_at
+                lost[n.id] = max(0.0, snap.taken_at - max(answered, since))
         return HealthInputs(evacuate=self.health.evacuate, left=left, left_why=why,
                             released=frozenset(self.released), lost=lost,
                             lost_grace_s=self.health.node_lost_grace_s)

@@ -29,6 +29,9 @@ class AgentRecord:
     hostname: str
     last_ok: float | None = None
     ok_mono: float | None = None  # ``FactsResult.fetched_mono`` of the last good facts
+    # When the agent last answered with facts (wall clock): ``last_ok`` dates the facts by
+    # their read, older where its source hangs; a loss (the health policy's) counts from this.
+    answered_at: float | None = None
     failing_since: float | None = None
     last_error: str | None = None
     facts: NodeFacts | None = None
@@ -44,6 +47,7 @@ class AgentRecord:
         return {
             "hostname": self.hostname,
             "last_ok": self.last_ok,
+            "answered_at": self.answered_at,
             "failing_since": self.failing_since,
             "last_error": self.last_error,
             "url": self.url,
@@ -67,7 +71,7 @@ class AgentBook:
         if result.facts is not None:
             # (dated when the agent read them: it serves its last read while its source hangs)
             age = result.facts_age_s
-            rec.last_ok = result.fetched_at - age
+            rec.last_ok, rec.answered_at = result.fetched_at - age, result.fetched_at
             rec.ok_mono = None if result.fetched_mono is None else result.fetched_mono - age
             rec.failing_since = None
             rec.last_error = None
@@ -134,6 +138,15 @@ def saved_age(saved: Mapping[str, Any], now: float) -> float | None:
     if isinstance(last_ok, bool) or not isinstance(last_ok, (int, float)):
         return None
     return max(0.0, now - float(last_ok))
+
+
+def saved_silence(saved: Mapping[str, Any], now: float) -> float | None:
+    """Seconds from a saved record's last answer with facts (``answered_at``; its
+    ``last_ok`` in a record saved before that was) to ``now``: how long its agent has
+    not answered, the health policy's loss; None without either."""
+    at = saved.get("answered_at")
+    number = isinstance(at, (int, float)) and not isinstance(at, bool)
+    return saved_age({"last_ok": at} if number else saved, now)
 
 
 def load_saved(state_dir: str) -> dict[str, dict[str, Any]]:
