@@ -294,3 +294,23 @@ def test_the_health_policy_counts_a_loss_from_the_agents_last_answer_not_its_rea
     down = {node.id: FactsResult(node.id, node.hostname, "", None, "timed out", 1030.0)}
     lost = rebalance.health_inputs(Snapshot([node], [], [], down, taken_at=1030.0)).lost
     assert lost == {node.id: 30.0}
+
+
+def test_a_saved_record_whose_times_are_no_finite_numbers_has_none(tmp_path: Path) -> None:
+    """agents.json read back (Python's JSON takes NaN and Infinity): a time that is no
+    finite number is none. NaN was plan --json's last_ok (no JSON), a silent node's
+    facts 0 s old, and audit's traceback (int() of NaN)."""
+    from swarmgpu.manager.commands.audit import audit
+    from swarmgpu.manager.nodes.agentbook import STATE_FILE, load_saved
+
+    (tmp_path / STATE_FILE).write_text(
+        '{"n-4090": {"hostname": "gpu-node-2", "last_ok": NaN, "failing_since": "soon", '
+        '"answered_at": Infinity}, "n-dgx": {"last_ok": true, "failing_since": 5.0}}')
+    saved = load_saved(str(tmp_path))
+    assert [saved["n-4090"][k] for k in ("last_ok", "failing_since", "answered_at")] == [
+        None, None, None]
+    assert saved["n-dgx"]["last_ok"] is None and saved["n-dgx"]["failing_since"] == 5.0
+    silent = FactsResult("n-4090", "gpu-node-2", "", None, "timed out", 1000.0)
+    snap = Snapshot(NODES, [], [], {"n-4090": silent}, taken_at=1000.0)
+    assert silent_rows(snap, saved, 300.0) == []
+    assert "node-failing" not in {f.kind for f in audit(snap, saved_agents=saved)}

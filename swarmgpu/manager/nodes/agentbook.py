@@ -7,6 +7,7 @@ Kept in memory for the daemon and written atomically to ``state_dir`` so that
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -162,4 +163,11 @@ def load_saved(state_dir: str) -> dict[str, dict[str, Any]]:
         for key in ("last_error", "cause", "fix", "url"):
             if isinstance(rec.get(key), str):
                 rec[key] = peer_text(rec[key], ERROR_LIMIT)
+        # A time that is no finite number (json takes NaN) is none: NaN made plan --json
+        # no JSON and audit a traceback.
+        for key in ("last_ok", "failing_since", "answered_at"):
+            at = rec.get(key)
+            if key in rec and (isinstance(at, bool) or not isinstance(at, (int, float))
+                               or not math.isfinite(at)):
+                rec[key] = None
     return data
