@@ -693,7 +693,8 @@ def plan_as_daemon(snap: Snapshot, cfg: Config, swarm: Any = None,
     facts = facts_by_node(snap)
     held = one_shot_nominations(snap, cfg, facts, swarm)  # (both read them, as the daemon's)
     plan = make_plan(snap, cfg, planner=planner, swarm=swarm, nominated=held)
-    if cfg.placement.enabled:
-        Preempter(cfg, tenants=tenants).preview(snap, plan, facts, planner.refused_nodes,
+    if cfg.placement.enabled:  # (no victim on a stale node, as ``PreemptStep``)
+        live = {n: f for n, f in facts.items() if n not in planner.cluster.stale}
+        Preempter(cfg, tenants=tenants).preview(snap, plan, live, planner.refused_nodes,
                                                 ports=planner.port_takers, recorded=held)
     return plan
