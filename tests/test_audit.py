@@ -532,3 +532,16 @@ def test_an_unreachable_agents_finding_says_whether_its_last_facts_are_stale() -
     (f,) = [f for f in stale if f.kind == "unreachable"]
     assert ("its last good facts are 400s old, health.node_lost_grace_s (300s) or more: "
             "stale, the daemon places nothing new on it") in f.message, f.message
+
+
+def test_a_node_whose_agent_answered_with_old_facts_is_lost_from_that_answer() -> None:
+    """An agent whose source hangs answers with facts read long ago: the daemon's record
+    dates the facts by their read (stale from the grace on), and the answer itself
+    (``answered_at``). Lost is counted from the answer, as the health policy's rule
+    says ("has not answered for"): from the read, one missed answer was node-failing."""
+    s = replace(snap(node(desired_labels(FACTS)), facts_ok=False), taken_at=1030.0)
+    saved = {"n1": {"failing_since": 1030.0, "last_ok": 600.0, "answered_at": 1000.0}}
+    found = audit(s, saved_agents=saved, node_lost_grace_s=300.0)
+    assert kinds(found) == {"unreachable"}, found
+    (f,) = found
+    assert "its last good facts are 430s old, health.node_lost_grace_s" in f.message

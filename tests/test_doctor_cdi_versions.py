@@ -110,3 +110,32 @@ def test_a_spec_the_runtimes_cdi_takes_passes(tmp_path: Path, toolkit: str,
     root = _root(tmp_path, version)
     _toolkit(root, toolkit)
     assert _check(root, "20.10.24")["status"] == str(Status.OK)
+
+
+def test_a_toolkit_version_of_an_epoch_is_read_as_the_runtime_check_reads_it(
+        tmp_path: Path) -> None:
+    # dpkg's EPOCH:VERSION: the toolkit's mode check read 1.17.8, the CDI check nothing
+    root = _root(tmp_path, "1.1.0")
+    _toolkit(root, "1:1.17.8-1")
+    c = _check(root, "20.10.24")
+    assert c["status"] == str(Status.FAIL), c
+    assert "newer than the 0.8.0 toolkit 1:1.17.8-1's CDI takes" in c["found"], c
+
+
+def test_a_toolkit_version_past_any_number_is_not_read_and_stops_no_check(
+        tmp_path: Path) -> None:
+    # int() of 4,301 digits or more raises ValueError: the doctor ended in a traceback
+    root = _root(tmp_path, "1.1.0")
+    _toolkit(root, "1" * 5000 + ".0.0-1")
+    assert _check(root, "20.10.24")["status"] == str(Status.OK)
+
+
+@pytest.mark.parametrize("server", [
+    "\u0662\u0669.\u0662.\u0660", "\uff12\uff19.2.0", "1" * 5000 + ".0.0", "29.2.0123456789"])
+def test_an_engine_version_of_other_digits_or_past_any_release_is_not_read(
+        server: str) -> None:
+    # (re's \d is any Unicode digit, and int() takes them: Arabic-Indic 29.2.0 was 29.2.0)
+    from swarmgpu.agent.doctor.cdispec import DOCKER_CDI, TOOLKIT_CDI, newest_taken
+
+    assert newest_taken(DOCKER_CDI, server) is None
+    assert newest_taken(TOOLKIT_CDI, server) is None

@@ -1332,3 +1332,22 @@ def test_no_victim_is_stopped_on_a_node_whose_facts_are_stale(tmp_path: Any) -> 
     d.cycle()
     assert preempted_state(sw.service("id-batch").labels, P) is None
     assert assign_key(P, "batch") in sw.node("n-4090").labels
+
+
+def test_plan_previews_no_victim_on_a_node_whose_agent_answered_stale_facts() -> None:
+    # The daemon's step leaves a stale node's facts out of preemption (preempt_step);
+    # plan's preview read them all, and named a victim the daemon never stops.
+    from swarmgpu.manager.cycle.oneshot_plan import plan_as_daemon
+
+    nodes, services, tasks = _gpu_cluster({f"{P}priority": "0"}, {f"{P}priority": "100"})
+    snap = snapshot(nodes, services, tasks)
+    cfg = Config(preemption=PreemptionConfig(dry_run=False))
+
+    def said() -> list[str]:
+        sp = next(sp for sp in plan_as_daemon(snap, cfg).services if sp.name == "high")
+        assert sp.status == "pending"
+        return [w for w in sp.warnings if "preempt batch" in w]
+
+    assert said()  # (its facts fresh)
+    snap.facts["n-4090"] = replace(snap.facts["n-4090"], facts_age_s=400.0)
+    assert not said()

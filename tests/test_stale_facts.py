@@ -14,6 +14,7 @@ plan and audit say it from the daemon's record. Pure."""
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -278,3 +279,83 @@ def test_fragmentation_moves_nothing_onto_a_node_whose_facts_are_stale() -> None
     tasks = [rb_running("a", "n2"), rb_running("g", "n2")]
     assert [m.target_node for m in frag_plan(nodes, svcs, tasks)] == ["n2"]
     assert frag_plan(nodes, svcs, tasks, stale=frozenset({"n2"})) == []
+
+
+def test_one_shot_plans_place_nothing_where_the_agent_answered_facts_read_long_ago(
+        ) -> None:
+    """`plan`, `status` and `audit` plan as the daemon does: a node whose agent answers
+    with facts it read health.node_lost_grace_s ago (X-Swarmgpu-Facts-Age) takes nothing
+    new there. They made a fresh planner with no stale set: they placed on the node the
+    daemon blocks."""
+    from swarmgpu.core.config import Config
+    from swarmgpu.manager.cycle.oneshot_plan import plan_as_daemon
+    from swarmgpu.manager.cycle.placement import make_plan
+
+    def snap(age_s: float) -> Snapshot:
+        facts = {nid: FactsResult(nid, f.hostname, "", f, None, 1000.0,
+                                  facts_age_s=age_s if nid == "n-4090" else 0.0)
+                 for nid, f in FACTS.items()}
+        return Snapshot(NODES, [HELD_SVC, SMALL], TASKS, facts, taken_at=1000.0)
+
+    cfg = Config()
+    for made in (lambda s: make_plan(s, cfg, tenants=None),
+                 lambda s: plan_as_daemon(s, cfg, tenants=None)):
+        for age_s, where in ((10.0, {"n-4090"}), (400.0, {"n-dgx"})):
+            plan = made(snap(age_s))
+            assert {p.node_id for sp in plan.services if sp.name == "small"
+                    for p in sp.placements} == where, age_s
+
+
+def test_the_health_policy_counts_a_loss_from_the_agents_last_answer_not_its_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Facts an agent read 400 s before it answered are stale, but the agent answered:
+    missing the next answer, 30 s later, it is not lost past the grace (the health
+    policy drained the node as 'not answered for 430s'). The record saves the answer."""
+    from support.empty_swarm import EmptySwarm
+
+    from swarmgpu.core.config import Config, HttpConfig, RebalanceConfig, SyncConfig
+    from swarmgpu.manager.cycle.rebalance import Rebalancer
+    from swarmgpu.manager.cycle.wiring import daemon_steps
+    from swarmgpu.manager.daemon import Daemon
+
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    cfg = Config(state_dir=tempfile.mkdtemp(), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
+                 http=HttpConfig(listen="127.0.0.1:0"),
+                 rebalance=RebalanceConfig(enabled=True))
+    d = Daemon(cfg, swarm=EmptySwarm())  # type: ignore[arg-type]
+    d.use(daemon_steps(d))
+    rebalance = next(s for s in d.pipeline.steps if isinstance(s, Rebalancer))
+    node = NODES[1]
+    mono = [500.0]
+    rebalance.clock = lambda: mono[0]  # (the loss is counted on the monotonic clock)
+    rebalance.health_inputs(Snapshot([node], [], [], {}, taken_at=500.0))  # (the term's)
+    old = FactsResult(node.id, node.hostname, "", FACTS[node.id], None, 1000.0,
+                      facts_age_s=400.0, fetched_mono=1000.0)
+    d.book.record(old)
+    assert d.book.records[node.id].to_dict()["answered_at"] == 1000.0
+    mono[0] = 1030.0
+    down = {node.id: FactsResult(node.id, node.hostname, "", None, "timed out", 1030.0,
+                                 fetched_mono=1030.0)}
+    lost = rebalance.health_inputs(Snapshot([node], [], [], down, taken_at=1030.0)).lost
+    assert lost == {node.id: 30.0}
+
+
+def test_a_saved_record_whose_times_are_no_finite_numbers_has_none(tmp_path: Path) -> None:
+    """agents.json read back (Python's JSON takes NaN and Infinity): a time that is no
+    finite number is none. NaN was plan --json's last_ok (no JSON), a silent node's
+    facts 0 s old, and audit's traceback (int() of NaN)."""
+    from swarmgpu.manager.commands.audit import audit
+    from swarmgpu.manager.nodes.agentbook import STATE_FILE, load_saved
+
+    (tmp_path / STATE_FILE).write_text(
+        '{"n-4090": {"hostname": "gpu-node-2", "last_ok": NaN, "failing_since": "soon", '
+        '"answered_at": Infinity}, "n-dgx": {"last_ok": true, "failing_since": 5.0}}')
+    saved = load_saved(str(tmp_path))
+    assert [saved["n-4090"][k] for k in ("last_ok", "failing_since", "answered_at")] == [
+        None, None, None]
+    assert saved["n-dgx"]["last_ok"] is None and saved["n-dgx"]["failing_since"] == 5.0
+    silent = FactsResult("n-4090", "gpu-node-2", "", None, "timed out", 1000.0)
+    snap = Snapshot(NODES, [], [], {"n-4090": silent}, taken_at=1000.0)
+    assert silent_rows(snap, saved, 300.0) == []
+    assert "node-failing" not in {f.kind for f in audit(snap, saved_agents=saved)}

@@ -91,3 +91,58 @@ def test_a_healthz_of_no_form_the_daemon_gives_is_not_taken(
     doc = _status(tmp_path, monkeypatch, healthz.server_address[1])
     assert doc["last_cycle"] is None and doc["last_cycle_at"] is None
     assert "healthz answered" in doc["last_cycle_unread"], doc["last_cycle_unread"]
+
+
+def test_a_healthz_nested_past_the_recursion_limit_is_not_taken(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, healthz: ThreadingHTTPServer) -> None:
+    # (json.loads raises RecursionError, no ValueError: the command ended in a traceback)
+    monkeypatch.setattr(Healthz, "said", b"[" * 100_000)
+    doc = _status(tmp_path, monkeypatch, healthz.server_address[1])
+    assert doc["last_cycle"] is None and doc["last_cycle_at"] is None
+    assert "healthz answered" in doc["last_cycle_unread"], doc["last_cycle_unread"]
+
+
+@pytest.mark.parametrize(("listen", "url"), [
+    ("[::1:9402", "http://[::1]:9402/healthz"), (":::9402", "http://[::1]:9402/healthz"),
+    ("[::]:9402", "http://[::1]:9402/healthz"), ("0.0.0.0:9402", "http://127.0.0.1:9402/healthz")])
+def test_the_daemons_healthz_is_asked_where_it_binds_http_listen(
+        monkeypatch: pytest.MonkeyPatch, listen: str, url: str) -> None:
+    # The daemon binds HOST with its brackets stripped; read as a URL, '[::1:9402' raised
+    # ValueError (a traceback) and ':::9402' was "no daemon answered" though one did.
+    from swarmgpu.cli import lastcycle
+    from swarmgpu.core.config import Config, HttpConfig
+    from swarmgpu.manager.nodes import boundedhttp
+
+    asked: list[str] = []
+
+    def get(at: str, **_kw: object) -> boundedhttp.Fetched:
+        asked.append(at)
+        return boundedhttp.Fetched(200, json.dumps(HEALTH).encode())
+
+    monkeypatch.setattr(boundedhttp, "get", get)
+    got = lastcycle.last_cycle(Config(http=HttpConfig(listen=listen)))
+    assert asked == [url]
+    assert got["last_cycle"] == "over_budget", got
+
+
+def test_plain_status_asks_the_daemon_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only the JSON document carries last_cycle: the table waited on a hung daemon for it.
+    from swarmgpu.manager.nodes import boundedhttp
+
+    asked: list[str] = []
+
+    def get(at: str, **_kw: object) -> boundedhttp.Fetched:
+        asked.append(at)
+        raise boundedhttp.FetchError("closed the connection before answering")
+
+    monkeypatch.setattr(boundedhttp, "get", get)
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants: snapshot([], [], []))
+    monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
+    monkeypatch.setattr(grants, "find", lambda *a, **k: [])
+    monkeypatch.setattr(oneshot_plan, "plan_as_daemon", lambda *a, **k: PlacementPlan([]))
+    cfg = tmp_path / "swarmgpu.yaml"
+    cfg.write_text(f"state_dir: {tmp_path}\n")
+    res = CliRunner().invoke(main, ["status", "--config", str(cfg)])
+    assert res.exit_code == 0, res.output
+    assert asked == []

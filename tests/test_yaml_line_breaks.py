@@ -39,3 +39,22 @@ def test_an_unprintable_characters_line_and_column_count_every_line_break(
         nl: str) -> None:
     said = _said(f"kind: a{nl}b: c{nl}d: \x07")
     assert "at line 3, column 4: the character #x0007 is not allowed" in said, said
+
+
+@pytest.mark.parametrize("libyaml", [True, False])
+@pytest.mark.parametrize("nl", BREAKS)
+def test_the_line_shown_is_the_line_at_fault_whatever_breaks_it(
+        monkeypatch: pytest.MonkeyPatch, libyaml: bool, nl: str) -> None:
+    # The snippet counted "\n" alone: past a \r, NEL, LS or PS it showed another line
+    # than the one the message named (or none).
+    monkeypatch.setattr(yamlfile, "_LIBYAML", libyaml)
+    said = _said(f"kind: a{nl}devices: {{a: b: c}}{nl}other: line{nl}last: one{nl}")
+    assert "at line 2, column " in said, said
+    assert said.endswith("; the line: 'devices: {a: b: c}'"), said
+
+
+@pytest.mark.parametrize("nl", BREAKS)
+def test_an_unprintable_characters_line_is_the_one_shown(nl: str) -> None:
+    said = _said(f"kind: a{nl}b: \x07{nl}other: line{nl}last: one{nl}")
+    assert "at line 2, column 4: the character #x0007" in said, said
+    assert said.endswith("; the line: 'b: \\x07'"), said

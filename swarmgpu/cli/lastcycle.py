@@ -12,6 +12,7 @@ import math
 from typing import Any, get_args
 
 from swarmgpu.core.config import Config
+from swarmgpu.core.healthcheck import loopback
 from swarmgpu.manager.cycle.healthz import CutKind
 from swarmgpu.manager.nodes import boundedhttp
 
@@ -22,17 +23,18 @@ WORDS = frozenset(("ok", *get_args(CutKind)))
 
 def last_cycle(cfg: Config) -> dict[str, Any]:
     """``last_cycle``, ``last_cycle_at`` and ``last_cycle_unread`` for the document."""
-    url = f"http://{cfg.http.listen}/healthz"
+    # (where the daemon binds it: '[::1:9402' and ':::9402' are no URL's host and port)
+    url = f"http://{loopback(cfg.http.listen)}/healthz"
     try:
         got = boundedhttp.get(url, timeout_s=TIMEOUT_S, max_bytes=MAX_BYTES)
-    except (boundedhttp.FetchError, OSError) as exc:
+    except (boundedhttp.FetchError, OSError, ValueError) as exc:
         return _unread(f"no daemon answered {url} ({exc}); is it running, and is "
                        "http.listen of this config the one it serves on?")
     if got.status != 200:
         return _unread(f"the daemon's {url} answered HTTP {got.status}, not its health")
     try:
         doc = json.loads(got.body)
-    except ValueError:
+    except (ValueError, RecursionError):  # (RecursionError: nested too deep)
         doc = None
     word = doc.get("last_cycle") if isinstance(doc, dict) else None
     at = doc.get("last_cycle_at") if isinstance(doc, dict) else None

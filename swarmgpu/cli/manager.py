@@ -494,7 +494,7 @@ def render(
             err=True,
         )
         return
-    from swarmgpu.manager.cycle.placement import new_planner
+    from swarmgpu.manager.cycle.placement import one_shot_planner
     from swarmgpu.manager.nodes.sync import facts_by_node
     from swarmgpu.manager.rebalance.record import moving
     from swarmgpu.swarm.client import manager_client
@@ -504,7 +504,7 @@ def render(
         sys.exit(2)
     snap = _snapshot(cfg, tenants)
     # The daemon's planner (config, stored workload model): render chooses as it would.
-    planner = new_planner(cfg, manager_client(cfg), snap.services, tenants)
+    planner = one_shot_planner(cfg, manager_client(cfg), snap, tenants)
     try:
         text, p = render_stack(
             source,
@@ -646,9 +646,10 @@ def status(config_path: str | None, as_json: bool) -> None:
         generic_resource_kind=cfg.placement.generic_resource_kind,
         agent_service=cfg.agents.service,
     )
-    # The daemon keeps these in memory (observe.current); this process runs none of its
-    # cycles: they are the daemon's own words, from its /healthz.
-    doc.update(last_cycle(cfg))
+    if as_json:  # (the table shows neither: no wait on a daemon that hangs)
+        # The daemon keeps these in memory (observe.current); this process runs none of
+        # its cycles: they are the daemon's own words, from its /healthz.
+        doc.update(last_cycle(cfg))
     # no stand-in facts here: a silent node's last ones' age, as plan says it (--json:
     # the nodes' unreachable findings say it)
     click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc, silent_rows(

@@ -102,7 +102,9 @@ def _option(args: list[str], name: str) -> str | None:
     return None
 
 
-def _loopback(listen: str) -> str:
+def loopback(listen: str) -> str:
+    """``HOST:PORT`` to connect to a server that listens on ``listen`` as swarmgpu binds
+    it (brackets optional around an IPv6 host); a wildcard host on loopback."""
     host, _, port = listen.rpartition(":")
     host = host.strip("[]")
     if host in ("", "0.0.0.0"):  # noqa: S104 (a wildcard bind, probed on loopback)
@@ -141,7 +143,7 @@ def find_target(proc: Path = Path("/proc")) -> Target | None:
             continue
         role, args = found
         if role == "agent":
-            where = _loopback(_option(args, "--listen") or AGENT_LISTEN) + "/healthz"
+            where = loopback(_option(args, "--listen") or AGENT_LISTEN) + "/healthz"
             plain = _option(args, "--identity") == "none" and not _option(args, "--tls-cert")
             first, other = ("http", "https") if plain else ("https", "http")
             return Target(f"{first}://{where}", _option(args, "--token-file"),
@@ -150,11 +152,11 @@ def find_target(proc: Path = Path("/proc")) -> Target | None:
             listen = (_option(args, "--listen")
                       or _environ(pid_dir).get("SWARMGPU_PROXY_LISTEN") or PROXY_LISTEN)
             if listen.startswith("tcp://"):
-                listen = "tcp://" + _loopback(listen.removeprefix("tcp://"))
+                listen = "tcp://" + loopback(listen.removeprefix("tcp://"))
             return Target(listen)
         listen = (_environ(pid_dir).get("SWARMGPU_HTTP_LISTEN")
                   or _config_listen(_option(args, "--config")) or DAEMON_LISTEN)
-        return Target(f"http://{_loopback(listen)}/healthz")
+        return Target(f"http://{loopback(listen)}/healthz")
     return None
 
 

@@ -349,8 +349,7 @@ def _why_not_valid(e: yaml.YAMLError, text: str, docker: bool, v2: bool = False)
         line = len(before)
         column = f", column {len(before[-1]) + 1}" if v2 else ""
         code = e.character if isinstance(e.character, int) else ord(e.character)
-        shown = _snippet(text, line - 1, e.position - text.rfind("\n", 0, e.position) - 1) \
-            if v2 else ""
+        shown = _snippet(text, line - 1, len(before[-1])) if v2 else ""
         return (f" at line {line}{column}: the character #x{code:04x} is not allowed in YAML "
                 "text; remove it, or write it escaped in a double-quoted string (\"\\x07\")"
                 f"{shown}")
@@ -396,14 +395,16 @@ def _snippet(text: str, line: int, column: int) -> str:
     """``; the line: '...'``: the 0-based ``line`` of ``text`` as ``repr`` shows it (a
     tab or control character escaped), at most ``SNIPPET`` characters of it around the
     0-based ``column``, ``...`` where cut; the empty text for a blank line or one past
-    the last."""
+    the last. Lines as the parser's marks count them (``_BREAK``): by "\n" alone, a
+    file of other breaks showed another line, or none."""
     start = 0
     for _ in range(line):  # (a line's start found without splitting megabytes)
-        start = text.find("\n", start) + 1
-        if start == 0:
+        brk = _BREAK.search(text, start)
+        if brk is None:
             return ""
-    end = text.find("\n", start)
-    end = len(text) if end < 0 else end
+        start = brk.end()
+    brk = _BREAK.search(text, start)
+    end = len(text) if brk is None else brk.start()
     if end - start > SNIPPET:
         cut = min(max(start, start + column - SNIPPET + 16), end - SNIPPET)
         shown = ("..." if cut > start else "") + text[cut:cut + SNIPPET] + \

@@ -40,9 +40,11 @@ Since = tuple[tuple[int, int, int], str]
 
 def newest_taken(table: tuple[Since, ...], version: str) -> str | None:
     """The newest cdiVersion the engine of ``version`` (``28.0.4``, ``1.17.8-1``; a
-    leading ``v`` taken) takes, by ``table``; None where its version is not read or
-    older than the table (no CDI)."""
-    m = re.match(r"v?(\d+)\.(\d+)\.(\d+)", version)
+    leading ``v`` taken, and dpkg's epoch, as ``read.parse_version``) takes, by
+    ``table``; None where its version is not read or older than the table (no CDI).
+    ASCII digits, 9 at most a part: re's \\d and int() take any Unicode digit, and int()
+    raises past 4,300 of them (a traceback)."""
+    m = re.match(r"(?:\d{1,9}:)?v?(\d{1,9})\.(\d{1,9})\.(\d{1,9})(?!\d)", version, re.ASCII)
     if m is None:
         return None
     ours = (int(m[1]), int(m[2]), int(m[3]))

@@ -225,8 +225,10 @@ def dpkg_version(status_text: str, packages: Sequence[str] = TOOLKIT_PACKAGES) -
 
 
 def parse_version(text: str) -> tuple[Version, bool] | None:
-    """``1.17.8-1`` -> ((1, 17, 8), False); ``1.19.0~rc.2-1`` -> ((1, 19, 0), True)."""
-    m = re.match(r"^(?:\d+:)?(\d+)\.(\d+)(?:\.(\d+))?([~+-].*)?$", text.strip())
+    """``1.17.8-1`` -> ((1, 17, 8), False); ``1.19.0~rc.2-1`` -> ((1, 19, 0), True).
+    ASCII digits, 9 at most a part (int() raised past 4,300: a traceback)."""
+    m = re.match(r"^(?:\d{1,9}:)?(\d{1,9})\.(\d{1,9})(?:\.(\d{1,9}))?([~+-].*)?$",
+                 text.strip(), re.ASCII)
     if not m:
         return None
     prerelease = bool(m.group(4)) and m.group(4).startswith("~")

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from swarmgpu.core.labelkeys import usable_label_key
-from swarmgpu.manager.nodes.agentbook import facts_age_said, saved_age
+from swarmgpu.manager.nodes.agentbook import facts_age_said, saved_age, saved_silence
 from swarmgpu.manager.nodes.gpuhealth import failing_why
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.nodes.sync import Snapshot
@@ -103,7 +103,8 @@ def node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[s
                 f"{state}{when}; {good}; labels kept as they are "
                 f"({res.error if res else 'not fetched'}){down}",
             ))
-            why = failing_why(0, 0, lost, node_lost_grace_s)
+            # (lost from its last answer: facts it read long before are only stale)
+            why = failing_why(0, 0, saved_silence(saved, snap.taken_at), node_lost_grace_s)
             if why is not None:
                 out.append(_lost(h, why, node))
         elif res is not None and res.listening:

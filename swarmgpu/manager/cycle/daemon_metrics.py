@@ -36,8 +36,9 @@ class DaemonMetrics:
         )
         self.facts_stale = Gauge(
             "swarmgpu_nodes_facts_stale",
-            "Nodes whose agent has not answered for health.node_lost_grace_s: its last "
-            "facts stand in for what they hold, nothing new is placed on them",
+            "Nodes whose agent has not answered for health.node_lost_grace_s (its last "
+            "facts stand in for what they hold), or answers with facts read that long ago "
+            "(X-Swarmgpu-Facts-Age): nothing new is placed on them",
             registry=r,
         )
         self.nodes_gpus_unread = Gauge(

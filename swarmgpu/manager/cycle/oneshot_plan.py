@@ -9,7 +9,7 @@ from typing import Any
 
 from swarmgpu.core.config import Config
 from swarmgpu.manager.cycle.oneshot_holds import one_shot_nominations
-from swarmgpu.manager.cycle.placement import make_plan, new_planner
+from swarmgpu.manager.cycle.placement import make_plan, one_shot_planner
 from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import PlacementPlan
@@ -25,11 +25,12 @@ def plan_as_daemon(snap: Snapshot, cfg: Config, swarm: Any = None,
     list left out (``recorded.left_out_victims``). ``tenants``: the command's, built
     once (``FROM_CONFIG``: read here, once for both)."""
     tenants = Tenants.given(cfg, tenants)
-    planner = new_planner(cfg, swarm, snap.services, tenants)
+    planner = one_shot_planner(cfg, swarm, snap, tenants)
     facts = facts_by_node(snap)
     held = one_shot_nominations(snap, cfg, facts, swarm)  # (both read them, as the daemon's)
     plan = make_plan(snap, cfg, planner=planner, swarm=swarm, nominated=held)
-    if cfg.placement.enabled:
-        Preempter(cfg, tenants=tenants).preview(snap, plan, facts, planner.refused_nodes,
+    if cfg.placement.enabled:  # (no victim on a stale node, as ``PreemptStep``)
+        live = {n: f for n, f in facts.items() if n not in planner.cluster.stale}
+        Preempter(cfg, tenants=tenants).preview(snap, plan, live, planner.refused_nodes,
                                                 ports=planner.port_takers, recorded=held)
     return plan

@@ -40,7 +40,7 @@ from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.engine.stop import read_cut
 from swarmgpu.manager.engine.writes import HeldNodeWrites, LabelCompute, chain, write_each
-from swarmgpu.manager.nodes.agentbook import stale_nodes
+from swarmgpu.manager.nodes.agentbook import AgentBook, stale_nodes
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import (
     NO_WAITING,
@@ -130,6 +130,16 @@ def new_planner(cfg: Config, swarm: Any = None, services: Sequence[SwarmService]
     return planner
 
 
+def one_shot_planner(cfg: Config, swarm: Any, snap: Snapshot,
+                     tenants: Tenants | FromConfig | None = FROM_CONFIG) -> Planner:
+    """``new_planner`` for a command's one plan of ``snap``: a node whose agent answered
+    with facts read ``health.node_lost_grace_s`` ago takes nothing new, as the daemon
+    blocks it (``stale_nodes``; unblocked, plan, render and apply chose it)."""
+    planner = new_planner(cfg, swarm, snap.services, tenants)
+    planner.cluster.stale = stale_nodes(AgentBook(), snap.facts, cfg.health.node_lost_grace_s)
+    return planner
+
+
 def make_plan(snap: Snapshot, cfg: Config,
               fallback: Mapping[str, NodeFacts] | None = None, *,
               planner: Planner | None = None, swarm: Any = None,
@@ -142,7 +152,7 @@ def make_plan(snap: Snapshot, cfg: Config,
     read for those of a victim the list left out: ``left_out_victims``); ``tenants``: the
     fresh planner's (``new_planner``)."""
     if planner is None:
-        planner = new_planner(cfg, swarm, snap.services, tenants)
+        planner = one_shot_planner(cfg, swarm, snap, tenants)
     facts = facts_by_node(snap, fallback)
     if nominated is None:
         nominated = one_shot_nominations(snap, cfg, facts, swarm)

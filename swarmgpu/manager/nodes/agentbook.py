@@ -7,6 +7,7 @@ Kept in memory for the daemon and written atomically to ``state_dir`` so that
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -29,6 +30,10 @@ class AgentRecord:
     hostname: str
     last_ok: float | None = None
     ok_mono: float | None = None  # ``FactsResult.fetched_mono`` of the last good facts
+    # When the agent last answered with facts (wall clock): ``last_ok`` dates the facts by
+    # their read, older where its source hangs; a loss (the health policy's) counts from this.
+    answered_at: float | None = None
+    answered_mono: float | None = None  # the same, ``FactsResult.fetched_mono``
     failing_since: float | None = None
     last_error: str | None = None
     facts: NodeFacts | None = None
@@ -44,6 +49,7 @@ class AgentRecord:
         return {
             "hostname": self.hostname,
             "last_ok": self.last_ok,
+            "answered_at": self.answered_at,
             "failing_since": self.failing_since,
             "last_error": self.last_error,
             "url": self.url,
@@ -67,8 +73,9 @@ class AgentBook:
         if result.facts is not None:
             # (dated when the agent read them: it serves its last read while its source hangs)
             age = result.facts_age_s
-            rec.last_ok = result.fetched_at - age
+            rec.last_ok, rec.answered_at = result.fetched_at - age, result.fetched_at
             rec.ok_mono = None if result.fetched_mono is None else result.fetched_mono - age
+            rec.answered_mono = result.fetched_mono
             rec.failing_since = None
             rec.last_error = None
             rec.facts = result.facts
@@ -120,7 +127,9 @@ def lost_s(rec: AgentRecord, now: float, since: float) -> float:
     """Seconds ``rec``'s agent is lost at ``now``: from its last good facts or from
     ``since`` (the daemon's term's first look), the later; both ``time.monotonic()``'s, as
     ``now`` is. Facts with no monotonic time (a record built by hand) count from ``since``."""
-    start = since if rec.ok_mono is None else max(rec.ok_mono, since)
+    # (from its last answer: facts it read long before that are stale, not lost)
+    answered = rec.answered_mono if rec.answered_mono is not None else rec.ok_mono
+    start = since if answered is None else max(answered, since)
     return max(0.0, now - start)
 
 
@@ -144,6 +153,15 @@ def saved_age(saved: Mapping[str, Any], now: float) -> float | None:
     return max(0.0, now - float(last_ok))
 
 
+def saved_silence(saved: Mapping[str, Any], now: float) -> float | None:
+    """Seconds from a saved record's last answer with facts (``answered_at``; its
+    ``last_ok`` in a record saved before that was) to ``now``: how long its agent has
+    not answered, the health policy's loss; None without either."""
+    at = saved.get("answered_at")
+    number = isinstance(at, (int, float)) and not isinstance(at, bool)
+    return saved_age({"last_ok": at} if number else saved, now)
+
+
 def load_saved(state_dir: str) -> dict[str, dict[str, Any]]:
     try:
         data = json.loads((Path(state_dir) / STATE_FILE).read_text())
@@ -157,4 +175,11 @@ def load_saved(state_dir: str) -> dict[str, dict[str, Any]]:
         for key in ("last_error", "cause", "fix", "url"):
             if isinstance(rec.get(key), str):
                 rec[key] = peer_text(rec[key], ERROR_LIMIT)
+        # A time that is no finite number (json takes NaN) is none: NaN made plan --json
+        # no JSON and audit a traceback.
+        for key in ("last_ok", "failing_since", "answered_at"):
+            at = rec.get(key)
+            if key in rec and (isinstance(at, bool) or not isinstance(at, (int, float))
+                               or not math.isfinite(at)):
+                rec[key] = None
     return data

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from swarmgpu.core.andmore import and_more
 from swarmgpu.core.config import Config
-from swarmgpu.manager.cycle.placement import make_plan, new_planner
+from swarmgpu.manager.cycle.placement import make_plan, one_shot_planner
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement.planned import Planned
@@ -39,7 +39,7 @@ def release_held(swarm: SwarmClient, snap: Snapshot, cfg: Config, names: Sequenc
     """For each named service, plan as the daemon would but with its held changes let
     through, and write its spec (``dry_run``: say what would change, write nothing;
     ``tenants``: the command's, built once)."""
-    planner = new_planner(cfg, swarm, snap.services, tenants)
+    planner = one_shot_planner(cfg, swarm, snap, tenants)
     planner.release = set(names)
     plan = make_plan(snap, cfg, planner=planner)
     plans = {sp.name: sp for sp in plan.services}
