@@ -35,6 +35,7 @@ from swarmgpu.manager.commands.auditnodes import (
     replaced,
     uuid_findings,
 )
+from swarmgpu.manager.commands.auditservers import server_findings
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement.cpunodes import expects_agent
 from swarmgpu.manager.placement.generic import generic_reservations
@@ -130,6 +131,7 @@ def audit(
     fields = _NodeFields(snap.nodes)
     for svc in (s for s in snap.services if not s.unread):  # (placement's plan says those)
         out += _service_findings(svc, prefix, generic_resource_kind, fields)
+        out += server_findings(svc, prefix)  # render's model-server warnings, adopted too
     out.extend(uuid_findings(snap, metrics))
     for check in extra_checks:
         out.extend(check(snap))

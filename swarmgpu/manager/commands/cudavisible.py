@@ -1,5 +1,5 @@
 """A service's own ``CUDA_VISIBLE_DEVICES`` against the GPUs swarmgpu grants it, for
-`swarmgpu render`.
+`swarmgpu render` (and `swarmgpu audit`, of a running service: ``auditservers``).
 
 A stack moved from one host often keeps the line that picked that host's GPUs
 (``CUDA_VISIBLE_DEVICES=2,3``). Under swarmgpu the container sees only the GPUs it is
@@ -29,16 +29,25 @@ def visible_notes(
     svc: Mapping[str, Any], where: str, req: GpuRequest, files: Mapping[str, str | None],
     prefix: str = "swarmgpu.",
 ) -> list[str]:
+    """``visible_warnings`` as render says them, each after ``where``."""
+    return [f"{where}: WARNING: {w}" for w in visible_warnings(svc, req, files, prefix)]
+
+
+def visible_warnings(
+    svc: Mapping[str, Any], req: GpuRequest, files: Mapping[str, str | None],
+    prefix: str = "swarmgpu.",
+) -> list[str]:
     """A warning where the service's ``CUDA_VISIBLE_DEVICES`` (``environment`` over its
     env files' ``files``, as docker reads them) lets CUDA use another number of GPUs
-    than ``req`` grants each replica; none where it matches or cannot be read."""
+    than ``req`` grants each replica; none where it matches or cannot be read. Render's
+    and audit's (which passes a Swarm spec's ``Env`` as ``environment``)."""
     found = _value(svc.get("environment"), files)
     if found is None or req.cpu_only:
         return []
     value, said = found
     granted = 1 if req.is_fraction or req.mig_profile else req.gpus
     gpus = "GPU" if granted == 1 else "GPUs"
-    head = f"{where}: WARNING: {said}: in the container CUDA numbers the {granted} {gpus} " \
+    head = f"{said}: in the container CUDA numbers the {granted} {gpus} " \
         "swarmgpu grants from 0"
     fix = f"remove {VAR} (the grant already limits the container to its GPUs)"
     entries = [e.strip() for e in value.split(",")] if value.strip() else []

@@ -1,4 +1,5 @@
-"""A model server's own GPU count against the service's request, for `swarmgpu render`.
+"""A model server's own GPU count against the service's request, for `swarmgpu render`
+(and `swarmgpu audit`, of a running service: ``auditservers``).
 
 vLLM, SGLang, Text Generation Inference, TensorRT-LLM and llama.cpp's server each take
 how many GPUs they use from their own flags (``vllm serve M --tensor-parallel-size 4``,
@@ -45,6 +46,7 @@ class Server:
     underscores: bool = False  # --a_b read as --a-b (vLLM's FlexibleArgumentParser)
     one_by_default: bool = True  # no size flag: one GPU (TGI: all it is given)
     other: frozenset[str] = frozenset()  # its subcommands that serve no model this way
+    nccl: bool = True  # its GPUs talk through NCCL (llama.cpp's: through CUDA alone)
 
     def spelling(self, name: str) -> str:
         return "--" + name[2:].replace("_", "-") if self.underscores and name[:2] == "--" else name
@@ -131,6 +133,7 @@ SERVERS: tuple[Server, ...] = (
         unknowable={"--device": (), "-dev": (), "--rpc": ()},
         env={"LLAMA_ARG_SPLIT_MODE": "--split-mode", "LLAMA_ARG_DEVICE": "--device"},
         one_by_default=False,  # layer (its default) and row split over every GPU given
+        nccl=False,
     ),
 )
 
@@ -146,22 +149,31 @@ def server_notes(
     prefix: str = "swarmgpu.",
     env_files: Mapping[str, str | None] | None = None,
 ) -> list[str]:
+    """``server_warnings`` as render says them, each after ``where``."""
+    return [f"{where}: WARNING: {w}" for w in server_warnings(svc, req, prefix, env_files)]
+
+
+def server_warnings(
+    svc: Mapping[str, Any],
+    req: GpuRequest | RequestError,
+    prefix: str = "swarmgpu.",
+    env_files: Mapping[str, str | None] | None = None,
+) -> list[str]:
     """A warning where the model server ``svc`` runs will use another number of GPUs
-    than ``req`` gives each replica; none where render cannot tell (or ``req`` is an
-    error, said as one). ``env_files``: what its env files set (``envfile``), which
-    docker reads under its ``environment``."""
-    found = _launch(svc)
-    if found is None or isinstance(req, RequestError):
+    than ``req`` gives each replica; none where it cannot be told (or ``req`` is an
+    error, said as one). ``svc``: a Compose service's keys (``entrypoint``, ``command``,
+    ``environment``, ``image``), as render reads them and audit makes them of a
+    Swarm spec. ``env_files``: what its env files set (``envfile``), which docker
+    reads under its ``environment``."""
+    if isinstance(req, RequestError):
         return []
-    server, args = found
-    env = _env_words(server, svc.get("environment"), env_files or {})
-    used = _used(server, [*env, *args], env)
+    used = server_count(svc, env_files)
     if used is None:
         return []
-    n, said, flags = used
+    server, n, said, flags = used
     key = f"{prefix}gpus"
     gpus = "GPU" if n == 1 else "GPUs"
-    head = f"{where}: WARNING: {server.name} will use {n} {gpus} ({said}), but the service"
+    head = f"{server.name} will use {n} {gpus} ({said}), but the service"
     if req.mig_profile or req.is_fraction:
         if n == 1:
             return []
@@ -181,6 +193,20 @@ def server_notes(
         f'{head} asks swarmgpu for {req.gpus} ({key}: "{req.gpus}"): {why}; ask for '
         f'{n} ({key}: "{n}", or a Compose count of {n}), or {flags}'
     ]
+
+
+def server_count(
+    svc: Mapping[str, Any], env_files: Mapping[str, str | None] | None = None
+) -> tuple[Server, int, str, str] | None:
+    """(the server ``svc`` runs, the GPUs it will use, the flags that said so, what to
+    change); None where that cannot be told."""
+    found = _launch(svc)
+    if found is None:
+        return None
+    server, args = found
+    env = _env_words(server, svc.get("environment"), env_files or {})
+    used = _used(server, [*env, *args], env)
+    return None if used is None else (server, *used)
 
 
 def _words(v: object) -> list[str] | None:

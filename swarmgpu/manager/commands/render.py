@@ -33,6 +33,7 @@ from swarmgpu.manager.commands.composefile import (
     schema_errors,
 )
 from swarmgpu.manager.commands.cudavisible import visible_notes
+from swarmgpu.manager.commands.devshm import compose_mounts, shm_warnings
 from swarmgpu.manager.commands.dotenv import dotenv_notes
 from swarmgpu.manager.commands.envfile import EnvFiles, check_env_files, device_var_error, write_env
 from swarmgpu.manager.commands.interpolation import as_written, interpolate, pinned
@@ -359,7 +360,9 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
             env = files.read(svc_name, svc) if files is not None else None
             if not gpu.unresolved and isinstance(req, GpuRequest):  # all: no count yet
                 out.notes += [*visible_notes(svc, w, req, env or {}, prefix),
-                              *server_notes(svc, w, req, prefix, env)]
+                              *server_notes(svc, w, req, prefix, env),
+                              *(f"{w}: WARNING: {n}" for n in shm_warnings(
+                                  svc, compose_mounts(svc.get("volumes")), env))]
     out.errors.extend(errs)
 
 

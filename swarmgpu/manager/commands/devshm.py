@@ -1,0 +1,92 @@
+"""A multi-GPU model server's ``/dev/shm``, for `swarmgpu render` and `swarmgpu audit`.
+
+NCCL, which vLLM, SGLang, TGI and TensorRT-LLM run between their GPUs, "creates shared
+memory segments, traditionally in /dev/shm", and "if insufficient shared memory is
+available, NCCL will fail to initialize" (``NCCL WARN Error: failed to extend
+/dev/shm/nccl-... to ... bytes``); for Docker its guide gives ``--shm-size=1g`` (NCCL
+User Guide, Troubleshooting, "Shared memory"). Docker gives a container 64 MiB there,
+and Swarm takes neither ``shm_size`` nor ``ipc: host``: a tmpfs mount at ``/dev/shm`` is
+the one way in a stack. So a server that spans two GPUs or more (its own count, as
+``model_servers`` reads it) without one of at least 1 GiB is warned about, never
+refused. A mount there of another kind (the host's ``/dev/shm`` bound in), a tmpfs
+without a size (no limit) or one whose size cannot be read is left unsaid. Pure
+(docs/requests.md, "Model servers").
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from swarmgpu.manager.commands.model_servers import server_count
+from swarmgpu.manager.commands.swarmspec import StackError, parse_memory
+
+SHM = "/dev/shm"  # noqa: S108 (a mount target named, no file made)
+ENOUGH = 1 << 30  # NCCL's guide's --shm-size=1g
+FIX = f"volumes: [{{type: tmpfs, target: {SHM}, tmpfs: {{size: {ENOUGH}}}}}]"
+
+# A mount as both callers read it: (type, target, a tmpfs's size in bytes; None: no
+# limit, or a size not read here)
+Mount = tuple[str, str, int | None]
+
+
+def shm_warnings(
+    svc: Mapping[str, Any], mounts: Sequence[Mount],
+    env_files: Mapping[str, str | None] | None = None,
+) -> list[str]:
+    """A warning where the server ``svc`` runs (Compose keys, as ``server_count``
+    reads them) spans GPUs through NCCL with less than ``ENOUGH`` at ``/dev/shm``."""
+    used = server_count(svc, env_files)
+    if used is None or not used[0].nccl or used[1] < 2:
+        return []
+    server, n, said, _ = used
+    shm = [(kind, size) for kind, target, size in mounts
+           if posixpath.normpath(target or ".") == SHM]
+    small = [size for kind, size in shm if kind == "tmpfs" and size is not None
+             and size < ENOUGH]
+    if len(small) < len(shm):  # the host's bound in, a tmpfs without a limit: its own
+        return []
+    have = (f"its tmpfs there holds {small[-1] >> 20} MiB" if small else
+            "Docker gives a container 64 MiB there, and Swarm takes no shm_size or ipc")
+    return [f"{server.name} spans {n} GPUs ({said}) through NCCL, which keeps its shared "
+            f"memory in {SHM}: {have}; with too little NCCL fails to initialize (\"failed "
+            f"to extend {SHM}/nccl-...\"); mount a tmpfs of 1 GiB or more there: {FIX}"]
+
+
+def compose_mounts(volumes: object) -> list[Mount]:
+    """A Compose service's ``volumes`` as mounts: the long syntax's type, target and
+    ``tmpfs.size`` (docker's units), the short one's target (``SRC:TARGET[:MODE]``)."""
+    out: list[Mount] = []
+    for v in volumes if isinstance(volumes, list) else []:
+        if isinstance(v, str):
+            parts = v.split(":")
+            out.append(("volume", parts[1] if len(parts) > 1 else parts[0], None))
+        elif isinstance(v, Mapping) and isinstance(target := v.get("target"), str):
+            tmpfs = v.get("tmpfs")
+            size = tmpfs.get("size") if isinstance(tmpfs, Mapping) else None
+            out.append((str(v.get("type", "")), target, _bytes(size)))
+    return out
+
+
+def spec_mounts(mounts: object) -> list[Mount]:
+    """A Swarm ContainerSpec's ``Mounts`` as mounts (``TmpfsOptions.SizeBytes``: 0 or
+    none, no limit)."""
+    out: list[Mount] = []
+    for m in mounts if isinstance(mounts, list) else []:
+        if isinstance(m, Mapping) and isinstance(target := m.get("Target"), str):
+            opts = m.get("TmpfsOptions")
+            size = opts.get("SizeBytes") if isinstance(opts, Mapping) else None
+            ok = isinstance(size, int) and not isinstance(size, bool) and size > 0
+            out.append((str(m.get("Type", "")), target, size if ok else None))
+    return out
+
+
+def _bytes(v: object) -> int | None:
+    """A tmpfs size as docker reads it; None: none (0 too: no limit), or not read."""
+    if v is None:
+        return None
+    try:
+        return parse_memory(v, "tmpfs.size") or None
+    except StackError:  # (render's schema check says what is wrong with it)
+        return None

@@ -1,0 +1,105 @@
+"""`swarmgpu audit` (and so the daemon's map, which takes audit's findings) says of a
+running GPU service what `render --check` says of its stack: a model server whose own
+flags use another number of GPUs than it asks for, a ``CUDA_VISIBLE_DEVICES`` past its
+grant, a multi-GPU server without room in ``/dev/shm``. A stack deployed without render
+is adopted as it stands, and before none of these was said of it. Read from the spec as
+Swarm returns it (``Command``/``Args``/``Env``/``Mounts``), advisory, bounded in text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from swarmgpu.manager.commands.audit import audit, exit_code, render_table
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.swarm.swarmservice import read_service
+
+VLLM = "vllm/vllm-openai:v0.8.5@sha256:" + "a" * 64
+MODEL = "meta-llama/Llama-3.1-70B-Instruct"
+GIB = 1 << 30
+
+
+def service(args: list[str], env: list[str] | None = None, gpus: str | None = "2",
+            mounts: list[dict[str, Any]] | None = None, image: str = VLLM,
+            command: list[str] | None = None, name: str = "ai_llm") -> Any:
+    """A service as the engine lists one `docker stack deploy` made (no render)."""
+    container: dict[str, Any] = {"Image": image, "Args": args, "Env": env or []}
+    if command is not None:
+        container["Command"] = command
+    if mounts is not None:
+        container["Mounts"] = mounts
+    labels = {"swarmgpu.gpus": gpus} if gpus is not None else {}
+    return read_service({
+        "ID": "s1", "Version": {"Index": 3},
+        "Spec": {"Name": name, "Labels": labels,
+                 "TaskTemplate": {"ContainerSpec": container},
+                 "Mode": {"Replicated": {"Replicas": 1}}},
+    })
+
+
+def found(svc: Any, kind: str) -> list[str]:
+    findings = audit(Snapshot([], [svc], [], {}))
+    assert exit_code(findings) == 0  # advisory: a reading of the server's flags
+    return [f.message for f in findings if f.kind == kind]
+
+
+def test_a_vllm_tensor_parallel_beyond_the_request_is_named_with_its_fix() -> None:
+    (m,) = found(service(["--model", MODEL, "--tensor-parallel-size", "4"]),
+                 "server-gpu-count")
+    assert m == (
+        "vLLM will use 4 GPUs (--tensor-parallel-size 4), but the service asks swarmgpu "
+        'for 2 (swarmgpu.gpus: "2"): it would not start, seeing 2; ask for 4 '
+        '(swarmgpu.gpus: "4", or a Compose count of 4), or change --tensor-parallel-size')
+
+
+def test_a_server_in_the_entrypoint_and_its_count_from_env_are_read() -> None:
+    svc = service(["--model-id", MODEL], env=["NUM_SHARD=4"], gpus="2",
+                  command=["text-generation-launcher"],
+                  image="ghcr.io/huggingface/text-generation-inference:3.3.4")
+    (m,) = found(svc, "server-gpu-count")
+    assert m.startswith("Text Generation Inference will use 4 GPUs (NUM_SHARD=4)")
+
+
+def test_a_cuda_visible_devices_past_the_grant_is_named() -> None:
+    svc = service(["--model", MODEL, "-tp", "2"], env=["CUDA_VISIBLE_DEVICES=2,3"],
+                  mounts=[{"Type": "tmpfs", "Target": "/dev/shm"}])
+    (m,) = found(svc, "cuda-visible-devices")
+    assert m.startswith("CUDA_VISIBLE_DEVICES=2,3: in the container CUDA numbers the 2 GPUs")
+    assert "it would find no GPU; remove CUDA_VISIBLE_DEVICES" in m
+
+
+def test_a_hostile_env_value_is_cut_in_the_finding() -> None:
+    env = ["CUDA_VISIBLE_DEVICES=GPU-" + "\x1b[2J" * 100_000]
+    (m,) = found(service(["--model", MODEL, "-tp", "2"], env=env,
+                         mounts=[{"Type": "tmpfs", "Target": "/dev/shm"}]),
+                 "cuda-visible-devices")
+    assert len(m) < 800
+
+
+def test_a_service_that_asks_for_no_gpu_or_agrees_is_not_named() -> None:
+    assert found(service(["--model", MODEL, "-tp", "4"], gpus=None), "server-gpu-count") == []
+    svc = service(["--model", MODEL, "-tp", "2"], env=["CUDA_VISIBLE_DEVICES=0,1"],
+                  mounts=[{"Type": "tmpfs", "Target": "/dev/shm",
+                           "TmpfsOptions": {"SizeBytes": 2 * GIB}}])
+    assert audit(Snapshot([], [svc], [], {})) == []
+
+
+def test_a_multi_gpu_server_without_room_in_dev_shm_is_named_with_the_mount() -> None:
+    (m,) = found(service(["--model", MODEL, "-tp", "2"]), "server-shm")
+    assert m.startswith("vLLM spans 2 GPUs (-tp 2) through NCCL, which keeps its shared "
+                        "memory in /dev/shm: Docker gives a container 64 MiB there")
+    assert "volumes: [{type: tmpfs, target: /dev/shm, tmpfs: {size: 1073741824}}]" in m
+    assert m.endswith("docker service update --mount-add type=tmpfs,destination=/dev/shm,"
+                      "tmpfs-size=1073741824 ai_llm")
+    small = [{"Type": "tmpfs", "Target": "/dev/shm", "TmpfsOptions": {"SizeBytes": 64 << 20}}]
+    (m,) = found(service(["--model", MODEL, "-tp", "2"], mounts=small), "server-shm")
+    assert "its tmpfs there holds 64 MiB" in m
+    one = service(["--model", MODEL, "-tp", "1"], gpus="1")  # one GPU: no NCCL
+    assert found(one, "server-shm") == []
+
+
+def test_the_table_lists_them_as_advisories() -> None:
+    snap = Snapshot([], [service(["--model", MODEL, "--tensor-parallel-size", "4"])], [], {})
+    text = render_table(audit(snap), snap, "swarmgpu.")
+    assert "advisory (exit 0 unless --strict):" in text
+    assert "  [server-gpu-count] ai_llm: vLLM will use 4 GPUs" in text
+    assert "  [server-shm] ai_llm: vLLM spans 4 GPUs" in text
