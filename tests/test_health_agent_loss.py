@@ -114,3 +114,22 @@ def test_a_drained_node_is_left_to_swarm_and_a_paused_one_is_not() -> None:
     nodes, svcs, tasks = _on("ready", "pause")
     p = plan(nodes, svcs, tasks, mark(F2, failed=[0, 1]), HealthInputs(left=5), cfg=DRAIN)
     assert sorted(m.service for m in p.moves) == ["a", "c"]
+
+
+def test_a_down_nodes_holder_swarm_never_runs_elsewhere_is_not_left_to_swarm() -> None:
+    """Swarm reports gpu-node-2 down, GPU 0 failed under 'g'. Swarm re-creates only a
+    replicated service's task elsewhere: a global service's task is its node's, a job's
+    orchestrator acts on no node's state, and a task its constraints pin to the node has
+    nowhere else to go. Before: each was 'left to Swarm, which moves its task' (said in
+    plan and the log), a move that never comes; now the policy's own path says why it
+    stays, as on a node Swarm reports ready."""
+    pinned = ["node.hostname==gpu-node-2"]
+    for mode, constraints in (("global", []), ("replicated-job", []),
+                              ("replicated", pinned)):
+        nodes, svcs, tasks = setup({"g": [U2[0]]}, full_n2=False, modes={"g": mode},
+                                   constraints={"g": constraints})
+        nodes = [replace(n, state="down") if n.id == "n2" else n for n in nodes]
+        p = plan(nodes, svcs, tasks, mark(F2, failed=[0]), HealthInputs(left=5))
+        assert not p.moves, (mode, p.moves)
+        assert not any("left to Swarm" in n for n in p.notes), (mode, p.notes)
+        assert any(n.startswith("g on gpu-node-2 stays: ") for n in p.notes), (mode, p.notes)

@@ -56,3 +56,18 @@ def test_a_watchdog_given_to_the_microsecond_is_named_as_given() -> None:
     said = budget.watchdog_problem(30, 59.999999)
     assert said is not None and "WatchdogSec=59.999999s is too short" in said, said
     assert "at least 60s" in said
+
+
+@pytest.mark.parametrize(("interval_s", "watchdog_s", "most", "least"),
+                         [(30, 59.999999, "29.999999", "60"),
+                          (12.3456789, 40, "10", "42.345679")])
+def test_the_fixes_a_short_watchdog_is_told_hold_a_cycle(
+        interval_s: float, watchdog_s: float, most: str, least: str) -> None:
+    """The interval to lower to and the watchdog to raise to, each a value that passes:
+    rounded to six digits, 29.999999 s was said "lower sync.interval_s to 30s or less",
+    the interval already refused, and 42.3456789 s "at least 42.3457s", short of it."""
+    said = budget.watchdog_problem(interval_s, watchdog_s)
+    assert said is not None and f"lower sync.interval_s to {most}s or less" in said, said
+    assert f"at least {least}s" in said, said
+    assert budget.watchdog_problem(float(most), watchdog_s) is None
+    assert budget.watchdog_problem(interval_s, float(least)) is None

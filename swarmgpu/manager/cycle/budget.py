@@ -35,6 +35,8 @@ only the writes left are "not made".
 
 from __future__ import annotations
 
+import math
+
 from swarmgpu.manager.engine.stop import BudgetEnded, StopRequest
 from swarmgpu.swarm.answerjson import WRITE_FLOOR_S, CycleBudget, budgeted, write_cut
 
@@ -62,6 +64,14 @@ def secs(s: float) -> str:
     return f"{s:.6f}".rstrip("0").rstrip(".")
 
 
+def _secs_to(s: float, *, up: bool) -> str:
+    """``s`` seconds to the microsecond, rounded ``up`` or down: a bound named as the fix
+    passes the check (rounded to six digits, 29.999999 s said "30", a value refused)."""
+    us = s * 1e6
+    # (a thousandth of a microsecond of float noise is no microsecond more)
+    return secs((math.ceil(us - 1e-3) if up else math.floor(us + 1e-3)) / 1e6)
+
+
 def watchdog_problem(interval_s: float, watchdog_s: float | None) -> str | None:
     """Why the daemon cannot run under ``watchdog_s`` (WatchdogSec=), else None. It pings
     after each cycle, so two pings may be the interval and a whole cycle apart: the
@@ -72,13 +82,14 @@ def watchdog_problem(interval_s: float, watchdog_s: float | None) -> str | None:
     least = interval_s + MIN_BUDGET_S + BUDGET_SLACK_S + WRITE_FLOOR_S
     if watchdog_s is None or watchdog_s >= least:
         return None
-    most = watchdog_s - (least - interval_s)
-    lower = f", or lower sync.interval_s to {most:g}s or less" if most >= 1 else ""
+    most = watchdog_s - (MIN_BUDGET_S + BUDGET_SLACK_S + WRITE_FLOOR_S)
+    lower = (f", or lower sync.interval_s to {_secs_to(most, up=False)}s or less"
+             if most >= 1 else "")
     return (f"WatchdogSec={secs(watchdog_s)}s is too short for sync.interval_s {interval_s:g}s: "
             f"the daemon pings the watchdog after each cycle, and pings may be {least:g} s "
             f"apart (the interval, the shortest engine budget of {MIN_BUDGET_S:g} s and "
             f"{BUDGET_SLACK_S + WRITE_FLOOR_S:g} s for the writes in flight), so systemd "
-            f"would kill it mid-cycle; set WatchdogSec= to at least {least:g}s "
+            f"would kill it mid-cycle; set WatchdogSec= to at least {_secs_to(least, up=True)}s "
             f"({2 * interval_s + 60:g}s, 2 x interval + 60 s, as docs/systemd.md asks; "
             f"systemctl edit swarmgpu.service){lower}")
 

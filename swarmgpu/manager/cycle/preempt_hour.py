@@ -11,7 +11,7 @@ from loguru import logger
 
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
 from swarmgpu.manager.engine.actuator import Writes
-from swarmgpu.manager.engine.stop import BudgetEnded
+from swarmgpu.manager.engine.stop import Stopped
 from swarmgpu.manager.placement.preempt import Preemption
 from swarmgpu.swarm.client import SwarmClient, SwarmError
 
@@ -51,9 +51,11 @@ class HourStore:
             self.spent.spend(now, tenant)
         try:
             self.write(swarm)
-        except (SwarmError, BudgetEnded) as exc:
+        except (SwarmError, Stopped) as exc:
             self.spent.release(now, tenant, n)
-            if isinstance(exc, BudgetEnded):  # (not stored: given back, the cycle ends)
+            # (not stored: given back, and the step ends: the cycle's budget, or the term
+            # ended, whose daemon may lead again with this memory)
+            if isinstance(exc, Stopped):
                 raise
             logger.bind(service=p.service).error(
                 "preemption: not {} now, the budget hour cannot be stored first (tried "

@@ -20,8 +20,9 @@ holder moves once. With ``health.evacuate: false`` holders are only reported. A 
 node (two or more failed GPUs, or its agent lost beyond ``health.node_lost_grace_s``) is
 reported; with ``rebalance.health.drain_node`` every GPU holder on a node whose GPUs fail
 moves off it. An agent's loss alone moves nothing: the node's GPUs and tasks are not
-known bad, only swarmgpu's reader of them is gone. Nothing moves off a node Swarm
-reports down or that is drained: Swarm moves its tasks itself (``swarmnode.swarm_moves``).
+known bad, only swarmgpu's reader of them is gone. No replicated service moves off a node
+Swarm reports down or that is drained, where its constraints allow another: Swarm moves
+its task itself (``swarmnode.swarm_moves``, ``_left_to_swarm``).
 """
 
 from __future__ import annotations
@@ -202,7 +203,7 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
             if unread:  # never moved nor released
                 ctx.notes.append(f"{svc} on {host} stays: {unread} ({reason})")
                 continue
-            if by_swarm := swarm_moves(ctx.nodes.get(nid)):  # (never twice)
+            if by_swarm := _left_to_swarm(ctx, s, nid):  # (never twice)
                 ctx.notes.append(f"{svc} on {host}: left to Swarm, which moves its task "
                                  f"({by_swarm}), and to placement, which re-places its "
                                  f"GPUs ({reason})")
@@ -256,6 +257,21 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
             ctx.moved.add(svc)
             _propose(ctx, out, s, nid, choice, reason, mig)
     return out
+
+
+def _left_to_swarm(ctx: Context, s: SwarmService, nid: str) -> str:
+    """Why Swarm itself moves ``s``'s task off ``nid`` ("" where it does not: the policy's
+    own path then says why it stays, or releases a slice). Only a replicated service's
+    task is re-created elsewhere, and only where its constraints allow another node: a
+    global service's task is its node's, a job's orchestrator acts on no node's state,
+    and a task pinned to the node waits for it (a move said left to Swarm never came)."""
+    by_swarm = swarm_moves(ctx.nodes.get(nid))
+    if not by_swarm or s.mode != "replicated":
+        return ""
+    prefix = ctx.inp.prefix
+    elsewhere = any(n.id != nid and schedulable(n) and constraints_allow(s, n, prefix)
+                    for n in ctx.nodes.values())
+    return by_swarm if elsewhere else ""
 
 
 def _no_room(who: str, why_not: str | None, reason: str) -> str:
