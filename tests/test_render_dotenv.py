@@ -97,3 +97,11 @@ def test_a_bare_environment_name_the_dotenv_alone_sets_is_a_warning(tmp_path: Pa
     # set in the shell: docker passes it too
     checked = check_stack(listed, environ={"TAG": "v1", "HF_TOKEN": "y"}, env_base=str(tmp_path))
     assert [n for n in checked.notes if ".env sets" in n] == []
+
+
+def test_a_yaml_style_dotenv_line_sets_its_variable_too(tmp_path: Path) -> None:
+    """compose's .env reader (compose-go dotenv: "library also supports yaml-style value
+    declaration") takes ``TAG: v0.9.1`` as ``TAG=v0.9.1``; a value's own ``:`` after
+    the ``=`` is the value's."""
+    (w,), _ = dotenv(tmp_path, "TAG: v0.9.1\nexport HF_TOKEN: x\nURL=http://h:80\n", {})
+    assert w.startswith("WARNING: .env sets HF_TOKEN, TAG, which the stack uses"), w

@@ -25,6 +25,7 @@ from swarmgpu.core.peertext import escaped
 from swarmgpu.manager.commands.interpolation import TemplateError, substitute
 
 _NAME = re.compile(r"[_a-zA-Z][_a-zA-Z0-9]*")
+_SEP = re.compile(r"[=:]")  # where a .env line's name ends
 _LIMIT = 1 << 20  # a .env is a few lines: a larger one is not read for this warning
 
 
@@ -99,13 +100,15 @@ def _bare(stack: Mapping[str, Any]) -> set[str]:
 
 
 def _names(text: str) -> set[str]:
-    """The names a compose ``.env`` sets (``NAME=value``, ``export NAME=value``)."""
+    """The names a compose ``.env`` sets (``NAME=value``, ``export NAME=value``, and
+    ``NAME: value``, which compose-go's dotenv parser takes too: the name ends at the
+    first ``=`` or ``:``)."""
     out = set()
     for raw in text.splitlines():
         line = raw.strip()
         if line.startswith("export "):
             line = line[len("export "):].lstrip()
-        name, eq, _ = line.partition("=")
+        name, eq, _ = _SEP.sub("=", line, count=1).partition("=")
         if eq and _NAME.fullmatch(name.strip()):
             out.add(name.strip())
     return out
