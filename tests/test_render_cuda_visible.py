@@ -98,6 +98,7 @@ def test_an_env_file_is_read_under_environment_as_docker_reads_it(tmp_path: Path
         ('      CUDA_VISIBLE_DEVICES: "1,0"\n', "2", ""),  # another order, the same GPUs
         ("      CUDA_VISIBLE_DEVICES: 0\n", "1", ""),
         ('      CUDA_VISIBLE_DEVICES: "0,0"\n', "2", ""),  # what CUDA does is not said here
+        ('      CUDA_VISIBLE_DEVICES: "0 1"\n', "2", ""),  # nor here
         ("      CUDA_VISIBLE_DEVICES:\n", "2", ""),  # the deploying shell's value
         ('      CUDA_VISIBLE_DEVICES: "0"\n', "", '        swarmgpu.gpu-fraction: "0.5"\n'),
         ('      CUDA_VISIBLE_DEVICES: "0"\n', "", '        swarmgpu.gpus: "0"\n'),

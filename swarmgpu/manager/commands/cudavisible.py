@@ -11,8 +11,8 @@ leaves the server with no GPU, ``0`` on a grant of two leaves one idle, and a UU
 names one GPU of one node, which swarmgpu may grant to another service. An entry that
 is neither (``all``, ``$GPUS``: docker passes it as written, no shell expands it) is one
 CUDA stops at too. render says so in a warning, never an error; a value it cannot read
-(an empty entry, an index given twice) it leaves unsaid. Pure (docs/requests.md, "Model
-servers").
+(an empty entry or one with a space, an index given twice) it leaves unsaid. Pure
+(docs/requests.md, "Model servers").
 """
 
 from __future__ import annotations
@@ -94,11 +94,11 @@ def _visible(entries: list[str], granted: int) -> tuple[int, str] | None:
     """(how many of the granted GPUs CUDA uses, the entry it stopped at or ""): at an
     index past the grant, or an entry that is no index (nor a UUID, told apart before),
     as ``all`` or a ``$GPUS`` no shell expands: CUDA takes no other identifier. None
-    where an entry is empty (a trailing comma) or repeats an index: what CUDA does
-    then is not render's to say."""
+    where an entry is empty (a trailing comma), holds a space (``0 1``) or repeats an
+    index: what CUDA does then is not render's to say."""
     used: set[int] = set()
     for e in entries:
-        if not e:
+        if not e or any(c.isspace() for c in e):
             return None
         digits = e[1:] if e[:1] in "+-" else e
         if not (digits.isascii() and digits.isdigit()) or len(digits) > 6:
