@@ -131,3 +131,29 @@ def test_a_cool_down_mark_counts_only_when_a_task_was_made_after_it(
                      placement=PlacementConfig(overshare="restart"))
         got = Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap)  # type: ignore[arg-type]
         assert got == want, tenants
+
+
+@pytest.mark.parametrize(("finished", "restarted"), [
+    pytest.param(True, 0, id="the-movers-list-has-the-move-finished-at-the-mark"),
+    pytest.param(False, 1, id="no-move-finished-then"),
+])
+def test_a_moves_cool_down_mark_counts_though_its_task_was_made_before_it(
+        tmp_path: Path, finished: bool, restarted: int) -> None:
+    """A move writes ``moved-at`` at its end (``record.end_move``), after the task it
+    started on its target (make-before-break: a cycle or more, and a model server's
+    load), so no task of it was made after the mark. The mover's list of finished moves
+    on the swarm object (``state.moves-finished``, managers' alone) has its end in that
+    very second: for a tenant that may not opt out the mark counts then too. Before, a
+    move that took over a minute cooled nothing, and the restart followed it at once."""
+    mark = time.time() - 10
+    sw, snap = _running({P + MOVED_AT: f"{mark:.0f}"})
+    tasks = [replace(t, created_at=_stamp(mark - 300)) if t.id == "t-third" else t
+             for t in sw.tasks()]
+    labels = {**sw.swarm_labels(),
+              **({P + "state.moves-finished": f"{mark - 900:.0f},{mark:.0f}"} if finished
+                 else {P + "state.moves-finished": f"{mark - 900:.0f}"})}
+    sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, labels)
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
+                 placement=PlacementConfig(overshare="restart"))
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]

@@ -97,8 +97,8 @@ def test_an_env_file_is_read_under_environment_as_docker_reads_it(tmp_path: Path
         ('      CUDA_VISIBLE_DEVICES: "0,1"\n', "2", ""),
         ('      CUDA_VISIBLE_DEVICES: "1,0"\n', "2", ""),  # another order, the same GPUs
         ("      CUDA_VISIBLE_DEVICES: 0\n", "1", ""),
-        ("      CUDA_VISIBLE_DEVICES: $$GPUS\n", "2", ""),  # the shell's: not render's
         ('      CUDA_VISIBLE_DEVICES: "0,0"\n', "2", ""),  # what CUDA does is not said here
+        ('      CUDA_VISIBLE_DEVICES: "0 1"\n', "2", ""),  # nor here
         ("      CUDA_VISIBLE_DEVICES:\n", "2", ""),  # the deploying shell's value
         ('      CUDA_VISIBLE_DEVICES: "0"\n', "", '        swarmgpu.gpu-fraction: "0.5"\n'),
         ('      CUDA_VISIBLE_DEVICES: "0"\n', "", '        swarmgpu.gpus: "0"\n'),
@@ -121,3 +121,29 @@ def test_render_writes_the_warning_in_the_header_and_keeps_the_line(tmp_path: Pa
     r = CliRunner().invoke(main, ["render", "--check", str(f)])
     assert r.exit_code == 0, r.output
     assert "swarmgpu render: services.llm: WARNING: CUDA_VISIBLE_DEVICES=2,3" in r.output
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        # docker passes "$GPUS" as it is ($$ is a $): no shell expands an environment
+        # value, and CUDA reads it as it reads -1
+        ("      CUDA_VISIBLE_DEVICES: $$GPUS\n", "stops at '$GPUS', which is none of them: "
+         "it would find no GPU"),
+        # NVIDIA_VISIBLE_DEVICES' word: to CUDA no GPU's identifier
+        ("      CUDA_VISIBLE_DEVICES: all\n", "stops at 'all', which is none of them: it "
+         "would find no GPU"),
+        ('      CUDA_VISIBLE_DEVICES: "0,none"\n', "stops at 'none', which is none of them: "
+         "it would use 1 and 1 would sit idle"),
+    ],
+)
+def test_an_entry_neither_index_nor_uuid_is_where_cuda_stops(env: str, says: str) -> None:
+    """CUDA takes integer indices and GPU or MIG UUIDs; at any other entry it stops, as
+    at an index it cannot find (CUDA Programming Guide, "CUDA_VISIBLE_DEVICES"). Before,
+    such a value was taken for one render cannot read, and left unsaid."""
+    checked = check_stack(stack(f"    environment:\n{env}"), stack_name="ai", environ={})
+    (w,) = [n for n in checked.notes if "WARNING: CUDA_VISIBLE_DEVICES" in n]
+    assert says in w, w
+    # unsubstituted (--skip-interpolation), a $ is docker's to substitute: not said
+    if "$" in env:
+        assert warnings(stack(f"    environment:\n{env}")) == []

@@ -77,3 +77,31 @@ def test_render_check_prints_it_and_succeeds(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["render", "--check", str(f)], env={"TAG": None, "HF_TOKEN": "y"})
     assert r.exit_code == 0, r.output
     assert "swarmgpu render: WARNING: .env sets TAG, which the stack uses" in r.output
+
+
+def test_a_bare_environment_name_the_dotenv_alone_sets_is_a_warning(tmp_path: Path) -> None:
+    """``environment: [HF_TOKEN]`` passes the variable through: docker compose takes its
+    value from the ``.env`` too, `docker stack deploy` from its own environment alone
+    (docker/cli's loader resolves it from os.Environ), so the container goes without."""
+    (tmp_path / ".env").write_text("HF_TOKEN=hf_x\nMODEL=m\n")
+    text = STACK.replace("      HF_TOKEN: ${HF_TOKEN}\n", "      HF_TOKEN:\n")
+    checked = check_stack(text, environ={"TAG": "v1"}, env_base=str(tmp_path))
+    (w,) = [n for n in checked.notes if ".env sets" in n]
+    assert w.startswith("WARNING: .env sets HF_TOKEN, which the stack uses"), w
+    assert "an environment entry without a value gets none" in w, w
+    listed = STACK.replace("    environment:\n      HF_TOKEN: ${HF_TOKEN}\n      PRICE: $$5\n",
+                           "    environment: [HF_TOKEN, MODEL=x]\n")
+    checked = check_stack(listed, environ={"TAG": "v1"}, env_base=str(tmp_path))
+    assert [n[:31] for n in checked.notes if ".env sets" in n] == [
+        "WARNING: .env sets HF_TOKEN, wh"]
+    # set in the shell: docker passes it too
+    checked = check_stack(listed, environ={"TAG": "v1", "HF_TOKEN": "y"}, env_base=str(tmp_path))
+    assert [n for n in checked.notes if ".env sets" in n] == []
+
+
+def test_a_yaml_style_dotenv_line_sets_its_variable_too(tmp_path: Path) -> None:
+    """compose's .env reader (compose-go dotenv: "library also supports yaml-style value
+    declaration") takes ``TAG: v0.9.1`` as ``TAG=v0.9.1``; a value's own ``:`` after
+    the ``=`` is the value's."""
+    (w,), _ = dotenv(tmp_path, "TAG: v0.9.1\nexport HF_TOKEN: x\nURL=http://h:80\n", {})
+    assert w.startswith("WARNING: .env sets HF_TOKEN, TAG, which the stack uses"), w

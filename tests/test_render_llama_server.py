@@ -35,8 +35,9 @@ def warnings(text: str) -> list[str]:
     [
         ('    entrypoint: ["/app/llama-server"]\n    command: -m /m.gguf -ngl 99 -sm none\n',
          "-sm none"),
-        ('    command: ["llama-server", "-m", "/m.gguf", "--split-mode=none"]\n',
-         "--split-mode=none"),
+        # llama.cpp's parser reads --a_b as --a-b (common/arg.cpp)
+        ('    command: ["llama-server", "-m", "/m.gguf", "--split_mode", "none"]\n',
+         "--split_mode none"),
         # its variable, under the flag that would override it
         ('    command: ["llama-server", "-m", "/m.gguf"]\n'
          "    environment: [LLAMA_ARG_SPLIT_MODE=none]\n", "LLAMA_ARG_SPLIT_MODE=none"),
@@ -71,3 +72,15 @@ def test_a_split_over_every_gpu_or_what_cannot_be_read_says_nothing(
     service: str, count: str
 ) -> None:
     assert warnings(stack(LLAMA, service, count=count)) == []
+
+
+def test_split_mode_joined_by_an_equals_sign_is_not_read_as_llama_cpp_refuses_it() -> None:
+    """llama.cpp's parser takes no ``--flag=value`` (common/arg.cpp looks the whole word
+    up: "error: invalid argument: --split-mode=none"): the server does not start, so it
+    uses no one GPU. Its variable, read as the flag, still counts."""
+    for word in ("--split-mode=none", "--split_mode=none"):
+        service = f'    command: ["llama-server", "-m", "/m.gguf", "{word}"]\n'
+        assert warnings(stack(LLAMA, service, count="2")) == [], word
+    env = ('    command: ["llama-server", "-m", "/m.gguf"]\n'
+           "    environment: [LLAMA_ARG_SPLIT_MODE=none]\n")
+    assert len(warnings(stack(LLAMA, env, count="2"))) == 1

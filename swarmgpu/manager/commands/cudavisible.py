@@ -8,9 +8,11 @@ variable as a list of indices or UUIDs that stops at the first one it cannot fin
 ("only the devices whose index precedes the invalid index are visible", CUDA
 Programming Guide, "CUDA Environment Variables"). So ``2,3`` on a grant of two GPUs
 leaves the server with no GPU, ``0`` on a grant of two leaves one idle, and a UUID
-names one GPU of one node, which swarmgpu may grant to another service. render says
-so in a warning, never an error; a value it cannot read (a word, ``$VAR`` left for a
-shell, an index given twice) it leaves unsaid. Pure (docs/requests.md, "Model servers").
+names one GPU of one node, which swarmgpu may grant to another service. An entry that
+is neither (``all``, ``$GPUS``: docker passes it as written, no shell expands it) is one
+CUDA stops at too. render says so in a warning, never an error; a value it cannot read
+(an empty entry or one with a space, an index given twice) it leaves unsaid. Pure
+(docs/requests.md, "Model servers").
 """
 
 from __future__ import annotations
@@ -27,21 +29,27 @@ _UUID_HEADS = ("GPU-", "MIG-")
 
 def visible_notes(
     svc: Mapping[str, Any], where: str, req: GpuRequest, files: Mapping[str, str | None],
-    prefix: str = "swarmgpu.",
+    prefix: str = "swarmgpu.", interpolated: bool = True,
 ) -> list[str]:
     """``visible_warnings`` as render says them, each after ``where``."""
-    return [f"{where}: WARNING: {w}" for w in visible_warnings(svc, req, files, prefix)]
+    return [f"{where}: WARNING: {w}"
+            for w in visible_warnings(svc, req, files, prefix, interpolated)]
 
 
 def visible_warnings(
     svc: Mapping[str, Any], req: GpuRequest, files: Mapping[str, str | None],
-    prefix: str = "swarmgpu.",
+    prefix: str = "swarmgpu.", interpolated: bool = True,
 ) -> list[str]:
     """A warning where the service's ``CUDA_VISIBLE_DEVICES`` (``environment`` over its
     env files' ``files``, as docker reads them) lets CUDA use another number of GPUs
-    than ``req`` grants each replica; none where it matches or cannot be read. Render's
-    and audit's (which passes a Swarm spec's ``Env`` as ``environment``)."""
+    than ``req`` grants each replica; none where it matches or cannot be read (not
+    ``interpolated``: an ``environment`` value with a ``$``, which docker substitutes;
+    an env file's it passes as written). Render's and audit's (which passes a Swarm
+    spec's ``Env`` as ``environment``, substituted already)."""
     found = _value(svc.get("environment"), files)
+    if found is not None and not interpolated and "$" in found[0] and \
+            not found[1].endswith(" from env_file"):
+        return []
     if found is None or req.cpu_only:
         return []
     value, said = found
@@ -93,13 +101,18 @@ def _shown(value: str) -> str:
 
 
 def _visible(entries: list[str], granted: int) -> tuple[int, str] | None:
-    """(how many of the granted GPUs CUDA uses, the entry it stopped at or ""); None
-    where an entry is not an index (or repeats one): not render's to read."""
+    """(how many of the granted GPUs CUDA uses, the entry it stopped at or ""): at an
+    index past the grant, or an entry that is no index (nor a UUID, told apart before),
+    as ``all`` or a ``$GPUS`` no shell expands: CUDA takes no other identifier. None
+    where an entry is empty (a trailing comma), holds a space (``0 1``) or repeats an
+    index: what CUDA does then is not render's to say."""
     used: set[int] = set()
     for e in entries:
+        if not e or any(c.isspace() for c in e):
+            return None
         digits = e[1:] if e[:1] in "+-" else e
         if not (digits.isascii() and digits.isdigit()) or len(digits) > 6:
-            return None
+            return len(used), e
         i = int(e)
         if i in used:
             return None

@@ -6,8 +6,11 @@ shell does not set it; docker/cli's stack loader takes only the environment it r
 (cli/command/stack/loader ``getConfigDetails``: ``os.Environ()``). A stack moved from
 compose to Swarm with its ``.env`` is therefore deployed with its defaults, or "",
 where compose gave the ``.env``'s values: ``image: vllm/vllm-openai:${TAG:-latest}``
-runs ``latest``. render substitutes as docker/cli does (it never reads the ``.env``
-for values) and says so in a warning naming the variables and the fix.
+runs ``latest``. So with a name ``environment`` gives no value (``- HF_TOKEN``):
+compose passes the ``.env``'s value, docker/cli's loader only its own environment's
+(``resolveEnvironment``), and the container goes without. render substitutes as
+docker/cli does (it never reads the ``.env`` for values) and says so in a warning naming
+the variables and the fix.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from swarmgpu.core.peertext import escaped
 from swarmgpu.manager.commands.interpolation import TemplateError, substitute
 
 _NAME = re.compile(r"[_a-zA-Z][_a-zA-Z0-9]*")
+_SEP = re.compile(r"[=:]")  # where a .env line's name ends
 _LIMIT = 1 << 20  # a .env is a few lines: a larger one is not read for this warning
 
 
@@ -51,16 +55,18 @@ def dotenv_notes(stack: Mapping[str, Any], base: str, environ: Mapping[str, str]
             substitute(value, asked)
         except TemplateError:
             continue  # said by the substitution itself
-    missing = sorted((_names(text) & asked.names) - set(environ))
+    bare = _bare(stack)
+    missing = sorted((_names(text) & (asked.names | bare)) - set(environ))
     if not missing:
         return []
+    none = ", and an environment entry without a value gets none" if bare & set(missing) else ""
     names = ", ".join(escaped(n[:80]) for n in missing[:10])
     names += f" and {len(missing) - 10} more" if len(missing) > 10 else ""
     they = "it" if len(missing) == 1 else "them"
     return [
         f"WARNING: .env sets {names}, which the stack uses, but docker stack deploy reads "
         "no .env (docker compose does) and this environment does not set "
-        f"{they}: docker substitutes the stack's default, or \"\"; export {they} in the "
+        f"{they}: docker substitutes the stack's default, or \"\"{none}; export {they} in the "
         "shell that runs render and docker stack deploy (set -a; . ./.env; set +a)"
     ]
 
@@ -79,14 +85,30 @@ def _texts(v: Any, top: bool = True) -> Iterator[str]:
         yield v
 
 
+def _bare(stack: Mapping[str, Any]) -> set[str]:
+    """The names a service's ``environment`` gives no value (``- NAME``, ``NAME:``): the
+    deploying shell's, in docker/cli; compose reads its ``.env`` for them too."""
+    services = stack.get("services")
+    out: set[str] = set()
+    for svc in services.values() if isinstance(services, dict) else ():
+        env = svc.get("environment") if isinstance(svc, dict) else None
+        if isinstance(env, dict):
+            out.update(str(k) for k, v in env.items() if v is None)
+        elif isinstance(env, list):
+            out.update(str(e) for e in env if isinstance(e, str) and "=" not in e)
+    return out
+
+
 def _names(text: str) -> set[str]:
-    """The names a compose ``.env`` sets (``NAME=value``, ``export NAME=value``)."""
+    """The names a compose ``.env`` sets (``NAME=value``, ``export NAME=value``, and
+    ``NAME: value``, which compose-go's dotenv parser takes too: the name ends at the
+    first ``=`` or ``:``)."""
     out = set()
     for raw in text.splitlines():
         line = raw.strip()
         if line.startswith("export "):
             line = line[len("export "):].lstrip()
-        name, eq, _ = line.partition("=")
+        name, eq, _ = _SEP.sub("=", line, count=1).partition("=")
         if eq and _NAME.fullmatch(name.strip()):
             out.add(name.strip())
     return out

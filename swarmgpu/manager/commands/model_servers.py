@@ -44,6 +44,7 @@ class Server:
     fixed: Mapping[str, tuple[str, int]] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)  # variable -> the flag it sets
     underscores: bool = False  # --a_b read as --a-b (vLLM's FlexibleArgumentParser)
+    equals: bool = True  # --flag=value is a spelling (llama.cpp's parser refuses it)
     one_by_default: bool = True  # no size flag: one GPU (TGI: all it is given)
     other: frozenset[str] = frozenset()  # its subcommands that serve no model this way
     nccl: bool = True  # its GPUs talk through NCCL (llama.cpp's: through CUDA alone)
@@ -132,6 +133,8 @@ SERVERS: tuple[Server, ...] = (
         fixed={"--split-mode": ("none", 1), "-sm": ("none", 1)},  # none: "one GPU only"
         unknowable={"--device": (), "-dev": (), "--rpc": ()},
         env={"LLAMA_ARG_SPLIT_MODE": "--split-mode", "LLAMA_ARG_DEVICE": "--device"},
+        underscores=True,  # ("--" words: _ read as -)
+        equals=False,  # (the whole word looked up: --split-mode=none stops it starting)
         one_by_default=False,  # layer (its default) and row split over every GPU given
         nccl=False,
     ),
@@ -329,8 +332,8 @@ def _used(
     server: Server, words: Sequence[str], shown: Mapping[str, str]
 ) -> tuple[int, str, str] | None:
     """(GPUs, the flags that said so as written, what to change) from the server's words
-    (``shown``: how to name a word that stands for a variable); None where they say
-    something render cannot read."""
+    (``shown``: how to name a word that stands for a variable, those words first); None
+    where they say something render cannot read."""
     names = {s: spell[0] for spell in server.sizes for s in spell}
     keys = {s.lstrip("-").replace("_", "-") for spell in server.sizes for s in spell}
     keys |= {s.lstrip("-").replace("_", "-") for s in server.unknowable}
@@ -346,6 +349,10 @@ def _used(
             continue
         name, eq, value = word.partition("=")
         name = server.spelling(name)
+        if eq and not server.equals and i > len(shown):  # (a variable's: read as its flag)
+            if name in server.fixed or name in server.unknowable or name in names:
+                return None  # refused as written: the server does not start
+            continue
         seen.add(name)
         if name in server.fixed:
             v = value if eq else (words[i] if i < len(words) else "")

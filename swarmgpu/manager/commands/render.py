@@ -359,7 +359,7 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
                 errs.append(device_var_error(f"{w}.environment", own))
             env = files.read(svc_name, svc) if files is not None else None
             if not gpu.unresolved and isinstance(req, GpuRequest):  # all: no count yet
-                out.notes += [*visible_notes(svc, w, req, env or {}, prefix),
+                out.notes += [*visible_notes(svc, w, req, env or {}, prefix, interpolated),
                               *server_notes(svc, w, req, prefix, env),
                               *(f"{w}: WARNING: {n}" for n in shm_warnings(
                                   svc, compose_mounts(svc.get("volumes")), env))]

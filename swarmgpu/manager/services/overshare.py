@@ -46,6 +46,7 @@ from swarmgpu.manager.engine.stop import (
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import Holding, gate_key, read_ledger
 from swarmgpu.manager.rebalance.admission import over_budget_on
+from swarmgpu.manager.rebalance.budget import finished_times
 from swarmgpu.manager.rebalance.context import MOVED_AT, OPT_OUT, by_service, why_not_movable
 from swarmgpu.manager.rebalance.mover import rebalancing, verify_scope
 from swarmgpu.manager.rebalance.record import moving, read_records, unreadable_records
@@ -422,6 +423,7 @@ class Restarter:
         except SwarmError as exc:
             logger.warning("over-share restarts wait: cannot read the move records ({})", exc)
             return 0
+        moved = frozenset(finished_times(swarm_labels, p))  # (a move's mark: ``enforced``)
         done_on: list[set[str]] = []  # a restart is a move on its one node
         by_node = {n.id: n for n in snap.nodes}
         mine = by_service(snap.tasks)  # each service's own tasks: one walk, not one each
@@ -434,7 +436,7 @@ class Restarter:
             req = parse_all(s.labels, prefix=p)
             judged, gpu = ((s, req if isinstance(req, GpuRequest) else None)
                            if self.tenants is None else self.tenants.enforced(
-                               s, req, p + OPT_OUT, p + MOVED_AT, mine.get(s.id, ())))
+                               s, req, p + OPT_OUT, p + MOVED_AT, mine.get(s.id, ()), moved))
             # an unread node's labels are written by none: its gate stays
             refusal = refused(judged, gpu, ledger.get(u.service, {}), p)
             why = unread_source(by_node, u.node_id) or refusal or why_not_movable(

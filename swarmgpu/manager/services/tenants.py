@@ -22,6 +22,7 @@ case), which the planner's reads apply either way: requests are as their labels 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from enum import Enum
 
@@ -159,13 +160,17 @@ class Tenants:
 
     def enforced(self, s: SwarmService, r: GpuRequest | RequestError | None, opt_out: str,
                  mark: str = "", tasks: Sequence[SwarmTask] = (),
+                 moved: AbstractSet[float] = frozenset(),
                  ) -> tuple[SwarmService, GpuRequest | None]:
         """``s`` and its request ``r`` as the over-share restart, the operator's limit on
         a share, judges them. For a tenant that may not opt out: without its opt-out
         label ``opt_out`` (``<p>rebalance``: never, in either place), a request its
         labels broke read as ``held_as`` reads it, and without its cool-down ``mark``
         (``<p>state.moved-at``) unless one of its ``tasks`` (its own) was made after it,
-        as a restart's or a move's is (less ``MAX_SKEW_S``: managers' clocks). Taken as
+        as a restart's is (less ``MAX_SKEW_S``: managers' clocks), or the mover's list of
+        moves finished in the hour (``moved``: ``budget.finished_times``, on the swarm
+        object) has one ended in that second, as a move's is: it writes the mark at its
+        end, after the task it started (make-before-break: a minute and more). Taken as
         written, a tenant's own word (the mark written again each minute) kept a share
         past its size running on its neighbours' memory. For a tenant that may: as they
         are (no request where ``r`` is not one)."""
@@ -174,7 +179,8 @@ class Tenants:
         gpu = (replace(r, rebalance=Rebalance.AUTO) if isinstance(r, GpuRequest)
                else self.held_as(s, "") if isinstance(r, RequestError) else None)
         labels = {k: v for k, v in s.labels.items() if k != opt_out}
-        if mark in labels and not _made_after(labels[mark], tasks):
+        if mark in labels and not _made_after(labels[mark], tasks) \
+                and not _moved_then(labels[mark], moved):
             del labels[mark]
         return replace(s, labels=labels), gpu
 
@@ -198,6 +204,15 @@ def _made_after(mark: str, tasks: Sequence[SwarmTask]) -> bool:
         return False
     return any(t.desired_state not in STOPPING_STATES and (m := rfc3339_ns(t.created_at))
                is not None and m >= after for t in tasks)
+
+
+def _moved_then(mark: str, moved: AbstractSet[float]) -> bool:
+    """Whether a move ended in the second ``mark`` says (``moved``: the mover's finished
+    list; both written as whole seconds of one time, ``record.end_move``)."""
+    try:
+        return float(mark) in moved
+    except ValueError:
+        return False
 
 
 def case_twin_refused(queue: str, queues: Collection[str], prefix: str) -> RequestError | None:
