@@ -50,9 +50,9 @@ from swarmgpu.swarm.client import (
     SwarmNode,
     SwarmService,
     SwarmTask,
-    reservations,
     service_from_api,
 )
+from swarmgpu.swarm.specread import reservations
 
 P = "swarmgpu."
 

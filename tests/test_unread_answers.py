@@ -2,7 +2,7 @@
 
 A holder whose spec's reservations cannot be read (Resources not a mapping: a spec no
 docker CLI makes), with no task on its node yet, counted no CPU and no memory there
-(``swarm.client.held_reservations``): preemption's room (``preemptroom.Room``) and the
+(``swarm.specread.held_reservations``): preemption's room (``preemptroom.Room``) and the
 rebalance policies' allocator (``SwarmTargets.reserve``) sent work onto a node whose CPU
 it may hold. Now it counts its node's whole CPU and memory (never less than Swarm
 counts), and its own stop frees them.
@@ -44,11 +44,9 @@ from swarmgpu.manager.rebalance.targets import SwarmTargets
 from swarmgpu.swarm.client import (
     SwarmError,
     SwarmService,
-    held_reservations,
-    reservations,
     task_from_api,
 )
-from swarmgpu.swarm.specread import UnreadSpec
+from swarmgpu.swarm.specread import UnreadSpec, held_reservations, reservations
 
 UNREAD = {"TaskTemplate": {"Resources": "lots"}}
 CPUS2 = {"TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 2_000_000_000}}}}

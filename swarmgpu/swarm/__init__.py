@@ -3,7 +3,8 @@
 ``client`` (the engine API, typed; ``errors``, what it could not do; ``swarmnode``, a
 node as it describes one, and the GPU resource kinds; ``swarmservice``, a service as it
 describes one; ``answerjson``, its answers refused where they name a key twice;
-``engineaddr``, which engine it talks to and what to do when it cannot; ``localstate``,
+``engineaddr``, which engine it talks to and what to do when it cannot; ``engineskew``,
+its spec writes refused while another manager runs a newer Docker; ``localstate``,
 its own swarm node locked or failed to start), ``eventstream``
 (its event stream, read bounded), ``unkeyed`` (the list entries without an ID, left out
 and said), ``imageref`` (an image reference as the image list's filter), ``taskports``

@@ -324,7 +324,8 @@ def strict_api(make: Callable[..., Any], max_bytes: int | None = None) -> Any:
     api = make(version=MINIMUM_DOCKER_API_VERSION)  # (a fixed one: nothing asked yet)
     strict_results(api, max_bytes)
     try:
-        version = api.version(api_version=False)["ApiVersion"]
+        answer = api.version(api_version=False)
+        version = answer["ApiVersion"]
         old = version_lt(version, MINIMUM_DOCKER_API_VERSION)  # (raises: no "1.43" text)
     except Exception as exc:  # (as docker-py's _retrieve_server_version says it)
         raise DockerException(f"Error while fetching server API version: {exc}") from exc
@@ -333,6 +334,8 @@ def strict_api(make: Callable[..., Any], max_bytes: int | None = None) -> Any:
                               f"docker-py reads (at least {MINIMUM_DOCKER_API_VERSION}): "
                               "upgrade Docker on that node")
     api._version = version
+    # (its release, for swarm.engineskew: "" where not text)
+    api.engine_version = v if isinstance(v := answer.get("Version"), str) else ""
     return api
 
 

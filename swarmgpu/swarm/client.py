@@ -33,6 +33,7 @@ from swarmgpu.swarm.answerjson import (
 )
 from swarmgpu.swarm.engineaddr import engine_endpoint as engine_endpoint  # (tests import it)
 from swarmgpu.swarm.engineaddr import engine_fix
+from swarmgpu.swarm.engineskew import SkewGuard
 from swarmgpu.swarm.errors import BudgetCut as BudgetCut  # (errors: named here too)
 from swarmgpu.swarm.errors import NotLeader as NotLeader
 from swarmgpu.swarm.errors import SwarmError as SwarmError
@@ -45,7 +46,7 @@ from swarmgpu.swarm.errors import VersionConflict as VersionConflict
 from swarmgpu.swarm.eventstream import Cut, NotAnEvent, read_events
 from swarmgpu.swarm.imageref import image_filter as image_filter  # (tests import it here)
 from swarmgpu.swarm.localstate import running
-from swarmgpu.swarm.specread import UnreadSpec, spec_count, spec_object
+from swarmgpu.swarm.specread import UnreadSpec, reservations, spec_count, spec_object
 from swarmgpu.swarm.swarmnode import SwarmNode as SwarmNode  # with the snapshot types
 from swarmgpu.swarm.swarmnode import node_from_api
 from swarmgpu.swarm.swarmservice import SwarmService as SwarmService  # (as SwarmNode)
@@ -109,33 +110,6 @@ class SwarmTask:
 def _is_out_of_sequence(exc: docker.errors.APIError) -> bool:
     text = str(exc).lower()
     return "out of sequence" in text or "update out of sequence" in text
-
-
-def reservations(spec: Mapping[str, Any]) -> tuple[int, int]:
-    """(CPU milli, memory MiB) a service or task spec reserves on its node, rounded up
-    (a node's capacity is rounded down): Swarm compares nanoCPUs and bytes, so a sum
-    that fits here fits there. ``UnreadSpec`` (naming the field) where a part is not what
-    Docker sends: never 0 for a reservation that cannot be read (an undercount)."""
-    tt = spec.get("TaskTemplate", spec)
-    where = "TaskTemplate.Resources" if tt is not spec else "Resources"
-    res = spec_object(spec_object(spec_object(tt, "TaskTemplate").get("Resources"), where)
-                      .get("Reservations"), where + ".Reservations")
-    cpu = spec_count(res.get("NanoCPUs"), where + ".Reservations.NanoCPUs")
-    mem = spec_count(res.get("MemoryBytes"), where + ".Reservations.MemoryBytes")
-    return (-(-cpu // 1_000_000), -(-mem // (1 << 20)))
-
-
-def held_reservations(spec: Mapping[str, Any]) -> tuple[int, int] | None:
-    """``reservations`` for a pass over every holder (preemption's room, the rebalance
-    policies' CPU count); None where the spec cannot be read (``UnreadSpec``: Resources
-    not a mapping, NanoCPUs not a number; a spec no docker CLI makes): its holder counts
-    its node's whole CPU and memory (none counted oversubscribed it). Placement fails it
-    alone (isolate); raised, one such holder failed every preemption and rebalance policy
-    (health's), each cycle."""
-    try:
-        return reservations(spec)
-    except (AttributeError, TypeError, UnreadSpec):
-        return None
 
 
 def service_from_api(raw: Any) -> SwarmService:
@@ -353,6 +327,7 @@ class SwarmClient:
         # before each write, before its read; the daemon's stop request raises there.
         self.before_write: Callable[[], None] | None = None
         self._lock = threading.Lock()
+        self._skew = SkewGuard(self.endpoint, getattr(self._api, "engine_version", ""))
 
     # --- reads ---------------------------------------------------------
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -408,6 +383,7 @@ class SwarmClient:
     # read-modify-write); class defaults: a client built bare, as tests do, has none
     _unkeyed_nodes: tuple[str, ...] = ()
     _unkeyed_services: tuple[str, ...] = ()
+    _skew: SkewGuard | None = None  # (service spec writes: swarm.engineskew)
 
     def unkeyed(self) -> Unkeyed:
         """The entries the last full node and service lists left out (``swarm.unkeyed``)."""
@@ -423,7 +399,10 @@ class SwarmClient:
 
     def nodes(self) -> list[SwarmNode]:
         got, self._unkeyed_nodes = keyed(self._listed("node", self._api.nodes), "node")
-        return [_node(n) for n in got]
+        nodes = [_node(n) for n in got]
+        if self._skew is not None:
+            self._skew.seen(nodes)
+        return nodes
 
     def nodes_with_label(self, key: str) -> list[SwarmNode]:
         """The nodes whose own labels carry ``key`` (any value): the engine filters
@@ -693,6 +672,9 @@ class SwarmClient:
             new = compute(spec)
             return None if new is None or new == spec else new
 
+        if self._skew is not None:  # (an older engine drops fields: engineskew)
+            with outside_budget():  # (the gate let the write through: as its reads)
+                self._skew.check(self.nodes)
         return self._told("service", service_id, lambda: self._read_modify_write(
             lambda: _spec_readable(self._call(read_entries, "service", self._api.inspect_service,
                                                service_id), service_id), change,

@@ -109,3 +109,30 @@ def job_iteration(raw: Mapping[str, Any]) -> int:
     status = spec_object(raw.get("JobStatus"), "JobStatus")
     return spec_count(spec_object(status.get("JobIteration"), "JobStatus.JobIteration")
                       .get("Index"), "JobStatus.JobIteration.Index")
+
+
+def reservations(spec: Mapping[str, Any]) -> tuple[int, int]:
+    """(CPU milli, memory MiB) a service or task spec reserves on its node, rounded up
+    (a node's capacity is rounded down): Swarm compares nanoCPUs and bytes, so a sum
+    that fits here fits there. ``UnreadSpec`` (naming the field) where a part is not what
+    Docker sends: never 0 for a reservation that cannot be read (an undercount)."""
+    tt = spec.get("TaskTemplate", spec)
+    where = "TaskTemplate.Resources" if tt is not spec else "Resources"
+    res = spec_object(spec_object(spec_object(tt, "TaskTemplate").get("Resources"), where)
+                      .get("Reservations"), where + ".Reservations")
+    cpu = spec_count(res.get("NanoCPUs"), where + ".Reservations.NanoCPUs")
+    mem = spec_count(res.get("MemoryBytes"), where + ".Reservations.MemoryBytes")
+    return (-(-cpu // 1_000_000), -(-mem // (1 << 20)))
+
+
+def held_reservations(spec: Mapping[str, Any]) -> tuple[int, int] | None:
+    """``reservations`` for a pass over every holder (preemption's room, the rebalance
+    policies' CPU count); None where the spec cannot be read (``UnreadSpec``: Resources
+    not a mapping, NanoCPUs not a number; a spec no docker CLI makes): its holder counts
+    its node's whole CPU and memory (none counted oversubscribed it). Placement fails it
+    alone (isolate); raised, one such holder failed every preemption and rebalance policy
+    (health's), each cycle."""
+    try:
+        return reservations(spec)
+    except (AttributeError, TypeError, UnreadSpec):
+        return None

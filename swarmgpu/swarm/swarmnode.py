@@ -50,6 +50,9 @@ class SwarmNode:
     # Description.Engine.Plugins as (Type, Name): the engine's drivers, built-in and
     # installed, that Swarm's PluginFilter reads (swarm.plugins); None: not described.
     plugins: tuple[tuple[str, str], ...] | None = None
+    # Description.Engine.EngineVersion ("" where not text): a manager's is compared with
+    # the engine the daemon writes through (swarm.engineskew)
+    engine_version: str = ""
     # A part of the engine's answer that cannot be read, named with the fix ("" when
     # all can): no new placement onto the node, none of its labels written, its
     # holdings kept (``node_from_api``).
@@ -132,6 +135,7 @@ def node_from_api(raw: Any) -> SwarmNode:
         os=r.text(platform, "OS", "Description.Platform."),
         arch=r.text(platform, "Architecture", "Description.Platform."),
         plugins=_plugins(engine),
+        engine_version=_engine_version(engine),
     )
     if not r.unread:
         return node
@@ -230,6 +234,13 @@ def _plugins(engine: Any) -> tuple[tuple[str, str], ...] | None:
         return None
     return tuple((p["Type"], p["Name"]) for p in listed if isinstance(p, Mapping)
                  and isinstance(p.get("Type"), str) and isinstance(p.get("Name"), str))
+
+
+def _engine_version(engine: Mapping[str, Any]) -> str:
+    """Description.Engine.EngineVersion, "" where it is not text (never a reason to
+    leave the node unread: only the engine skew guard reads it)."""
+    version = engine.get("EngineVersion")
+    return version if isinstance(version, str) else ""
 
 
 def _milli(nano: int) -> int | None:

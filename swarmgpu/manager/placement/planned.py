@@ -34,7 +34,7 @@ from typing import Any
 from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.placement.keys import MAX_STATE, gate_of, is_hold, is_renew
 from swarmgpu.manager.services.requests import request_labels
-from swarmgpu.swarm.client import held_reservations
+from swarmgpu.swarm.specread import held_reservations
 
 SpecCompute = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
 

@@ -14,12 +14,8 @@ from swarmgpu.manager.placement.hostports import binds, own_ports, published
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.recreated import gate_name
 from swarmgpu.manager.placement.tasks import meant_to_run
-from swarmgpu.swarm.client import (
-    SwarmNode,
-    SwarmService,
-    SwarmTask,
-    held_reservations,
-)
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.specread import held_reservations
 
 
 class Named(Protocol):

@@ -22,8 +22,8 @@ from swarmgpu.manager.services.requests import (
     request_labels,
 )
 from swarmgpu.manager.services.tenants import Tenants, case_twin_refused
-from swarmgpu.swarm.client import SwarmService, reservations
-from swarmgpu.swarm.specread import UnreadSpec
+from swarmgpu.swarm.client import SwarmService
+from swarmgpu.swarm.specread import UnreadSpec, reservations
 
 Parsed = list[tuple[SwarmService, GpuRequest | RequestError]]
 

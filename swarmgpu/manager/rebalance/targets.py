@@ -37,8 +37,8 @@ from swarmgpu.swarm.client import (
     SwarmNotFound,
     SwarmService,
     SwarmTask,
-    held_reservations,
 )
+from swarmgpu.swarm.specread import held_reservations
 
 
 class SwarmTargets:

@@ -1,0 +1,120 @@
+"""Service spec writes refused through an engine older than another manager's.
+
+Docker's service update replaces the whole spec with what the engine written to can
+decode. An engine decodes the JSON into its own ``swarm.ServiceSpec`` (Go's decoder
+drops a field it does not know: moby daemon/server/httputils ``ReadJSON``), converts
+that whole to swarmkit's protobuf (daemon/cluster/services.go ``UpdateService``,
+``convert.ServiceSpecToGRPC``; only the registry auth is kept from the stored spec),
+and its inspect answers only the fields its types know (``convert.ServiceFromGRPC``;
+its swarmkit drops unknown protobuf fields too: protoc-gen-gogoswarm turns
+``XXX_unrecognized`` off). So a spec a newer manager's engine wrote with a field an
+older engine does not know (``ContainerSpec.OomScoreAdj``: API 1.46, Docker 27.0;
+``Resources.SwapBytes``: API 1.52), read and written back through the older engine,
+loses it: the task spec changed, and Swarm replaces every task of the service
+(swarmkit ``orchestrator.IsTaskDirty``), a restart nobody decided, the setting lost.
+
+Docker's API version follows its release (major.minor; a patch release keeps it), so
+the guard compares those: each manager's ``Description.Engine.EngineVersion`` from the
+node list, against this engine's own ``Version`` (its ``GET /version``, as the client
+was made). A version that does not read as numbers (a development build) compares with
+nothing. Node and swarm label writes are not refused: their specs' fields are all
+older than any engine docker-py speaks to, and no task restarts for them.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from loguru import logger
+
+from swarmgpu.core.peertext import quoted
+from swarmgpu.swarm.errors import SwarmError
+from swarmgpu.swarm.swarmnode import SwarmNode
+
+# How long a node list's verdict stands before the next write lists the nodes again (a
+# manager upgraded meanwhile): one list a minute, and only while writing.
+RECHECK_S = 60.0
+_RELEASE = re.compile(r"v?(\d+)\.(\d+)")
+
+
+class EngineBehind(SwarmError):
+    """A service spec write refused: this engine is older than another manager's, and
+    writing through it would drop the fields only the newer one knows."""
+
+
+def release(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a Docker version ("27.5.1", "20.10.24+dfsg1", "17.06.2-ee-16");
+    None where it does not start with two numbers."""
+    m = _RELEASE.match(version.strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def newer_managers(own: str, nodes: Sequence[SwarmNode]) -> list[SwarmNode]:
+    """The managers of ``nodes`` whose engine's release is newer than ``own``'s (none
+    where ``own`` does not read as one)."""
+    mine = release(own)
+    if mine is None:
+        return []
+    out = []
+    for n in nodes:
+        theirs = release(n.engine_version) if n.role == "manager" else None
+        if theirs is not None and theirs > mine:
+            out.append(n)
+    return out
+
+
+def behind_text(endpoint: str, own: str, newer: Sequence[SwarmNode]) -> str:
+    """Why a service spec write is refused ("" where ``newer`` is empty): the engine, the
+    managers newer than it with their versions, and the fix."""
+    if not newer:
+        return ""
+    shown = ", ".join(f"{quoted(n.hostname or n.id, 64)} (Docker "
+                      f"{quoted(n.engine_version, 40)})" for n in newer[:5])
+    more = f" and {len(newer) - 5} more" if len(newer) > 5 else ""
+    return (f"service spec writes refused: the engine at {endpoint} runs Docker "
+            f"{quoted(own, 40)}, older than manager {shown}{more}; a spec written through "
+            "it loses the fields only the newer engine knows (OomScoreAdj, Ulimits, "
+            "CapabilityAdd, ...), which restarts every task of the service. Fix: upgrade "
+            "Docker on this manager to the newest managers' release, or point swarmgpu at "
+            "a manager that runs it (docker_host)")
+
+
+class SkewGuard:
+    """One client's verdict: ``seen`` takes each node list the client reads, ``check``
+    lists the nodes when the last list is older than ``recheck_s`` and raises
+    ``EngineBehind`` while this engine is older than another manager's. The verdict is
+    logged once as it changes, not at each refused write."""
+
+    def __init__(self, endpoint: str, own: str, *, recheck_s: float = RECHECK_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.endpoint = endpoint
+        self.own = own
+        self.recheck_s = recheck_s
+        self._clock = clock
+        self._lock = threading.Lock()  # (writes run in parallel: manager.engine.writes)
+        self._at: float | None = None
+        self.why = ""
+
+    def seen(self, nodes: Sequence[SwarmNode]) -> None:
+        why = behind_text(self.endpoint, self.own, newer_managers(self.own, nodes))
+        with self._lock:
+            self._at = self._clock()
+            said, self.why = self.why, why
+        if why and why != said:
+            logger.warning("{}", why)
+        elif said and not why:
+            logger.info("service spec writes resumed: the engine at {} (Docker {}) is no "
+                        "older than any manager now", self.endpoint, quoted(self.own, 40))
+
+    def check(self, list_nodes: Callable[[], Sequence[SwarmNode]]) -> None:
+        if release(self.own) is None:
+            return  # (nothing to compare with: never refused)
+        with self._lock:
+            stale = self._at is None or self._clock() - self._at >= self.recheck_s
+        if stale:
+            self.seen(list_nodes())
+        if self.why:
+            raise EngineBehind(self.why)
