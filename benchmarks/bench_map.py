@@ -138,7 +138,7 @@ def measure(browser: str, doc: dict[str, Any], query: str, updates: int,
     }
 
 
-def first_load(browser: str, doc: dict[str, Any], timeout: float = 120) -> dict[str, float]:
+def first_load(browser: str, doc: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
     """One first load in a fresh browser: navigation start until the map is built and
     painted (``first``), and until the whole document is applied and painted."""
     srv = MapServer(lambda: doc, seed=False, record=False)
@@ -211,7 +211,7 @@ def main() -> int:
     # One page load varies by a factor of 2-3 on a shared machine (a browser that just
     # closed still winds down beside the next): the comparison is of medians over loads
     # of the two pages taken in turn, each in a fresh browser.
-    loads: dict[str, list[dict[str, float]]] = {"5": [], "fleet": []}
+    loads: dict[str, list[dict[str, Any]]] = {"5": [], "fleet": []}
     for _ in range(args.repeat):
         for name, doc in (("5", sample()), ("fleet", fleet)):
             loads[name].append(first_load(browser, doc))

@@ -85,7 +85,7 @@ def once(plan: PlacementPlan, snap: tuple[list[SwarmNode], list[SwarmService],
     preemptor's slots read from every task of the snapshot (the reference)."""
     real = Round.tasks_of
 
-    def every(self: Round, _service_id: str) -> Sequence[SwarmTask]:
+    def every(self: Round, service_id: str) -> Sequence[SwarmTask]:  # tasks_of's names
         return self.tasks
 
     if scan:

@@ -65,7 +65,7 @@ from support.reference_victims import every_set  # noqa: E402
 from swarmgpu.allocator.core import Allocator  # noqa: E402
 from swarmgpu.allocator.values import Demand, NodeState  # noqa: E402
 from swarmgpu.core.model import NodeFacts  # noqa: E402
-from swarmgpu.manager.placement import preempt  # noqa: E402
+from swarmgpu.manager.placement import preempt, preemptview  # noqa: E402
 from swarmgpu.manager.placement.preempt import Candidate  # noqa: E402
 from swarmgpu.manager.placement.preemptroom import Room  # noqa: E402
 
@@ -154,15 +154,19 @@ def every_walk_bounded(name: str, run: Callable[[], tuple[float, Any, int]]) -> 
     """``run`` (its time, its victims, its asks) under every set, the walk unbounded
     (``victims_fit`` giving None) and bounded: the row printed, once all three chose the
     same victims."""
-    real_pick, real_fit = preempt.pick_victims, preempt.victims_fit
+    real_pick, real_fit = preempt.pick_victims, preemptview.victims_fit
     row, chosen, counts = [], [], []
     for pick, fit in ((every_set, real_fit), (real_pick, lambda *_a: None),
                       (real_pick, real_fit)):
-        preempt.pick_victims, preempt.victims_fit = pick, fit  # type: ignore[assignment]
+        # preempt calls the name it imported: the one replaced (not exported, by mypy's
+        # reading, hence setattr)
+        preempt.pick_victims = pick
+        setattr(preempt, "victims_fit", fit)  # noqa: B010
         try:
             t, got, k = run()
         finally:
-            preempt.pick_victims, preempt.victims_fit = real_pick, real_fit
+            preempt.pick_victims = real_pick
+            setattr(preempt, "victims_fit", real_fit)  # noqa: B010
         row.append(t)
         chosen.append(got)
         counts.append(k)

@@ -98,7 +98,8 @@ def hostile_body(shape: str, limit: int = MAX_BODY_BYTES) -> bytes:
     room = limit - len(head) - 2
     # Each item opens a container or names a key, and is separated: 2 counted (floats 1).
     budget = (MAX_JSON_VALUES - 20) // (1 if kind == "floats" else 2) if at_limit else room
-    parts, size = [], 0
+    parts: list[str] = []
+    size = 0
     while len(parts) < budget:
         part = f'"{_key(len(parts))}":0' if kind == "keys" else _ITEM[kind]
         if size + len(part) + 1 > room:
@@ -118,7 +119,8 @@ def hostile_body(shape: str, limit: int = MAX_BODY_BYTES) -> bytes:
 def swarm_labels(limit: int = MAX_BODY_BYTES) -> dict[str, str]:
     """Short labels under the prefix: as many as one write the proxy lets through holds
     (``limit`` bytes, MAX_JSON_VALUES values and keys)."""
-    labels, size = {}, 0
+    labels: dict[str, str] = {}
+    size = 0
     while size < limit - 100 and len(labels) < MAX_JSON_VALUES // 2 - 20:
         key = f"swarmgpu.{_key(len(labels))}"
         labels[key] = ""

@@ -76,6 +76,7 @@ from swarmgpu.manager.nodes.sync import LabelSync, Snapshot  # noqa: E402
 from swarmgpu.manager.placement import env_template, gate_constraint  # noqa: E402
 from swarmgpu.swarm.cache import SwarmCache  # noqa: E402
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask  # noqa: E402
+from swarmgpu.swarm.unkeyed import Unkeyed  # noqa: E402
 
 P = "swarmgpu."
 
@@ -173,6 +174,9 @@ class FakeSwarm:
         self._wait("inspect")
         self.inspects += 1
         return self._services[service_id]
+
+    def unkeyed(self) -> Unkeyed:
+        return Unkeyed()  # every entry of its lists has its ID
 
     def _changed(self, kind: str, obj: str) -> None:
         """The engine's event for a change, and the client's own note of its write."""

@@ -9,16 +9,21 @@ seeds 42-51 on both cores.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 
-from swarmgpu.sim.replay import replay
-from swarmgpu.sim.report import run_many, summary
-from swarmgpu.sim.trace import load_nodes, load_pods
-from swarmgpu.sim.traces import NAMES as TRACE_NAMES
-from swarmgpu.sim.traces import NODES as TRACE_NODES
-from swarmgpu.sim.traces import bundled
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO)]
+
+from swarmgpu.sim.replay import replay  # noqa: E402
+from swarmgpu.sim.report import run_many, summary  # noqa: E402
+from swarmgpu.sim.trace import load_nodes, load_pods  # noqa: E402
+from swarmgpu.sim.traces import NAMES as TRACE_NAMES  # noqa: E402
+from swarmgpu.sim.traces import NODES as TRACE_NODES  # noqa: E402
+from swarmgpu.sim.traces import bundled  # noqa: E402
 
 # The openb trace bundled in the package (swarmgpu/sim/traces/openb, CC BY 4.0).
 NODES = str(TRACE_NODES)
@@ -64,7 +69,16 @@ def full() -> None:
             print(f"{wl:11s} {name:9s} {a['100']:6.2f} {a['130']:6.2f}", flush=True)
 
 
-if __name__ == "__main__":
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--full", action="store_true",
+                    help="then every policy x workload over seeds 42-51 (minutes)")
+    args = ap.parse_args()
     speed()
-    if "--full" in sys.argv:
+    if args.full:
         full()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -107,7 +107,7 @@ def main() -> None:
     ap.add_argument("--ended", default="0,2000,10000")
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
-    sync.fetch_agents = lambda *_a, **_k: {}  # type: ignore[assignment]  # (no agents)
+    sync.fetch_agents = lambda *_a, **_k: {}  # (no agents)
     rows = [(measure(a.running, int(n), a.stopping, a.repeat),
              measure(a.running, int(n), a.stopping, a.repeat, parse_all=True))
             for n in a.ended.split(",")]

@@ -198,7 +198,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.venv:
         sys.path.append(a.venv)
-    sync.fetch_agents = lambda *_a, **_k: {}  # type: ignore[assignment]  # (no agents)
+    sync.fetch_agents = lambda *_a, **_k: {}  # (no agents)
     decode_table(a.tasks, a.repeat)
     print(f"\ntake_snapshot: {a.tasks} running tasks, a job's run of 16 tasks beside H "
           f"completed in its earlier runs; best CPU time of {a.repeat} (ms)")

@@ -60,7 +60,7 @@ def main() -> None:
         bomb = Path(tmp) / "bomb.yml"
         bomb.write_text(BOMB)
         example = REPO / "stacks" / "examples" / "llm-nvlink.yml"
-        rows = {"bomb": [], "example": []}
+        rows: dict[str, list[tuple[float, float, int]]] = {"bomb": [], "example": []}
         for _ in range(args.rounds):
             rows["example"].append(_child(example))
             rows["bomb"].append(_child(bomb))

@@ -10,6 +10,7 @@ arrived in, beside the nodes with every GPU free at each level (docs/simulate.md
     .venv/bin/python benchmarks/failed_at_full.py --pods derived.csv --from 40 --by-class
     .venv/bin/python benchmarks/failed_at_full.py --pods derived.csv --rebalance-moves 2 \
         --rescues
+    .venv/bin/python benchmarks/failed_at_full.py --trace cpu050 --cpu-pods swarm
 
 The replays are the ones ``simulate --policy swarmgpu,fgd`` runs (swarmgpu's through
 ``sim.swarm_replay.Replay``, the daemon's planner; FGD's through ``sim.replay.replay``),
@@ -17,7 +18,8 @@ read at each level's record. Per seed and policy: the allocation at the level; t
 failed by then, by (GPUs, GPU-milli of one, cores asked); the multi-GPU ones each with
 the band it arrived in; and, from --from to the level, the nodes with every GPU free, by
 GPUs per node (what a task asking all of a node needs). ``--rebalance-moves N``: both
-replays move as ``simulate --rebalance-moves N`` has them. ``--by-class``: from --from to
+replays move as ``simulate --rebalance-moves N`` has them, and with ``--cpu-pods swarm``
+both place the CPU-only pods by the model of Swarm's scheduler. ``--by-class``: from --from to
 the level, per node class (GPU model, GPUs, cores) the nodes untouched and the share of
 its GPU and CPU in use, each policy beside the other. ``--breakers MODEL``: what took
 the untouched nodes of a GPU model (every GPU free, all the CPU left: what a task asking
@@ -53,6 +55,7 @@ from swarmgpu.sim.rebalance import Hopeless  # noqa: E402
 from swarmgpu.sim.runs import LEVEL_STEP, RunResult, pod_kind  # noqa: E402
 from swarmgpu.sim.swarm_replay import FragmentationMover, Replay  # noqa: E402
 from swarmgpu.sim.swarm_rescue import PlannerRescuer, gpu_tasks  # noqa: E402
+from swarmgpu.sim.swarm_sched import SwarmScheduler  # noqa: E402
 from swarmgpu.sim.trace import TracePod  # noqa: E402
 
 # (GPUs, GPU-milli of one, cores asked): a failed pod's shape
@@ -130,8 +133,8 @@ class _Reading(Replay):
     ``model``, what took that model's untouched nodes."""
 
     def __init__(self, nodes: list[NodeSpec], pods: list[TracePod], seed: int,
-                 model: str | None = None) -> None:
-        super().__init__(nodes, pods, seed)
+                 model: str | None = None, cpu_pods: str = "policy") -> None:
+        super().__init__(nodes, pods, seed, cpu_pods=cpu_pods)
         self.model = model
         self.left = untouched(self.planner.cluster.alloc, model) if model else 0
         self.taken: list[str] = []  # since the last record
@@ -161,8 +164,8 @@ class _Reading(Replay):
         super().arrival()
         self.watch(str(shape(last[1])) if last is not None else "a cycle")
 
-    def place_cpu_pod(self, idx: int, pod: TracePod) -> None:
-        super().place_cpu_pod(idx, pod)
+    def place_cpu_pod(self, idx: int, pod: TracePod, sched: SwarmScheduler) -> None:
+        super().place_cpu_pod(idx, pod, sched)
         self.watch(str(shape(pod)))
 
     def cycle(self) -> None:
@@ -268,8 +271,10 @@ FgdReading = tuple[RunResult, list[Failed], dict[int, Counter[int]], list[Break]
 
 
 def fgd_failures(nodes: list[NodeSpec], pods: list[TracePod], seed: int,
-                 moves: float = 0.0, model: str | None = None) -> FgdReading:
-    """FGD's replay (``simulate --policy fgd``, with ``moves`` per 100 pods), read at
+                 moves: float = 0.0, model: str | None = None,
+                 cpu_pods: str = "policy") -> FgdReading:
+    """FGD's replay (``simulate --policy fgd``, with ``moves`` per 100 pods, the CPU-only
+    pods placed as ``--cpu-pods`` has it), read at
     every level: its loop keeps the allocator to itself, so failures are read where it
     names their kind (``pod_kind``), whole nodes where it records a level
     (``fgd_reading``), and with ``model`` what took that model's untouched nodes where
@@ -304,7 +309,7 @@ def fgd_failures(nodes: list[NodeSpec], pods: list[TracePod], seed: int,
     setattr(sim_replay, "pod_kind", kind)  # noqa: B010 (not exported, by mypy's reading)
     sim_replay.build_allocator = build
     try:
-        res = fgd_reading(nodes, pods, seed, level_read, moves)
+        res = fgd_reading(nodes, pods, seed, level_read, moves, cpu_pods)
     finally:
         setattr(sim_replay, "pod_kind", plain_kind)  # noqa: B010
         sim_replay.build_allocator = plain_build
@@ -392,7 +397,7 @@ def main() -> int:
     fits = EmptyFit(nodes)
     moves = args.rebalance_moves
     for seed in seeds:
-        rp = _Reading(nodes, pods, seed, args.breakers)
+        rp = _Reading(nodes, pods, seed, args.breakers, args.cpu_pods)
         telling = _TellingRescuer(rp, fits) if args.rescues else None
         moved(rp, pods, moves, _WatchedMover, telling)
         report("swarmgpu", seed, args.level, args.start, rp.res, rp.failed_pods, rp.whole,
@@ -401,7 +406,7 @@ def main() -> int:
         breaks: list[Break] = []
         if not args.no_fgd:
             res, failed, whole, breaks, use = fgd_failures(nodes, pods, seed, moves,
-                                                           args.breakers)
+                                                           args.breakers, args.cpu_pods)
             report("fgd", seed, args.level, args.start, res, failed, whole, fits)
         if telling is not None:
             report_rescues(seed, args.level, telling)

@@ -6,15 +6,18 @@ arrived by then (docs/simulate.md, "What is free at 100% arrived").
     .venv/bin/python benchmarks/free_at_full.py --trace gpushare40 --seeds 42-44
     .venv/bin/python benchmarks/free_at_full.py --pods derived.csv --level 130
     .venv/bin/python benchmarks/free_at_full.py --trace default --rebalance-moves 2
+    .venv/bin/python benchmarks/free_at_full.py --cpu-pods swarm
 
 The replays are the ones ``simulate --policy swarmgpu,fgd`` runs (swarmgpu's through
 ``sim.swarm_replay.Replay``, the daemon's planner), read at the level's record; with
 ``--rebalance-moves N`` both replays move as ``simulate --rebalance-moves N`` has them
-(``moved``). Per seed and policy: the allocation and the pods failed by then; the free
-GPU-milli of partly used GPUs by how much is free on the GPU (exact values, count of
-GPUs and their milli); the whole free GPUs, by node model and the node's CPU left (a
-whole GPU on a node with no CPU left serves no one); then the shares (one GPU, less
-than 1000 milli) arrived by the level, by size. Figures, not assertions.
+(``moved``), and with ``--cpu-pods swarm`` both place the CPU-only pods by the model of
+Swarm's scheduler, as ``simulate --cpu-pods swarm`` has them. Per seed and policy: the
+allocation and the pods failed by then; the free GPU-milli of partly used GPUs by how
+much is free on the GPU (exact values, count of GPUs and their milli); the whole free
+GPUs, by node model and the node's CPU left (a whole GPU on a node with no CPU left
+serves no one); then the shares (one GPU, less than 1000 milli) arrived by the level, by
+size. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from swarmgpu.sim.runs import (  # noqa: E402
 )
 from swarmgpu.sim.swarm_replay import FragmentationMover, Replay  # noqa: E402
 from swarmgpu.sim.swarm_rescue import PlannerRescuer  # noqa: E402
+from swarmgpu.sim.swarm_sched import CPU_PODS  # noqa: E402
 from swarmgpu.sim.trace import TracePod, load_nodes, load_pods  # noqa: E402
 from swarmgpu.sim.traces import NAMES, NODES, OPENB  # noqa: E402
 
@@ -67,8 +71,8 @@ class _Reading(Replay):
     """swarmgpu's replay, read once at one level."""
 
     def __init__(self, nodes: list[NodeSpec], pods: list[TracePod], seed: int, *,
-                 level: int) -> None:
-        super().__init__(nodes, pods, seed)
+                 level: int, cpu_pods: str = "policy") -> None:
+        super().__init__(nodes, pods, seed, cpu_pods=cpu_pods)
         self.level = level
         self.read: Tally = (Counter(), Counter())
 
@@ -88,15 +92,16 @@ def moved(rp: Replay, pods: list[TracePod], moves: float,
     if not moves:
         return rp.run()
     rp.rescuer = rescuer or PlannerRescuer()
-    return rp.run(moves, mover(pods, reserve=RESCUE_RESERVE))
+    return rp.run(moves, mover(reserve=RESCUE_RESERVE))
 
 
 def fgd_reading(nodes: list[NodeSpec], pods: list[TracePod], seed: int,
-                read: Callable[[int, Allocator], None], moves: float = 0.0) -> RunResult:
+                read: Callable[[int, Allocator], None], moves: float = 0.0,
+                cpu_pods: str = "policy") -> RunResult:
     """FGD's replay (``simulate --policy fgd``, with ``moves`` per 100 pods as
-    ``--rebalance-moves`` has it), with ``read(level, allocator)`` at each level's record:
-    its loop keeps the allocator to itself, and reads it once per level through
-    ``cluster_frag_milli``."""
+    ``--rebalance-moves`` has it, the CPU-only pods placed as ``--cpu-pods`` has it), with
+    ``read(level, allocator)`` at each level's record: its loop keeps the allocator to
+    itself, and reads it once per level through ``cluster_frag_milli``."""
     calls = 0
     plain = sim_replay.cluster_frag_milli
 
@@ -109,10 +114,10 @@ def fgd_reading(nodes: list[NodeSpec], pods: list[TracePod], seed: int,
     sim_replay.cluster_frag_milli = reading
     try:
         if not moves:
-            return sim_replay.replay(nodes, pods, "fgd", seed)
+            return sim_replay.replay(nodes, pods, "fgd", seed, cpu_pods=cpu_pods)
         return sim_replay.replay(nodes, pods, "fgd", seed, moves_per_100=moves,
                                  defrag=Defragmenter(workload_of(pods), reserve=RESCUE_RESERVE),
-                                 rebalancer=MoveRescuer())
+                                 rebalancer=MoveRescuer(), cpu_pods=cpu_pods)
     finally:
         sim_replay.cluster_frag_milli = plain
 
@@ -133,7 +138,8 @@ def shares_arrived(pods: list[TracePod], cluster_milli: int, seed: int,
 
 
 def level_parser(description: str) -> argparse.ArgumentParser:
-    """The options every reading of a replay takes: the workload, the seeds, the level."""
+    """The options every reading of a replay takes: the workload, the seeds, the level,
+    the moves and who places the CPU-only pods."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--trace", choices=NAMES, default="default")
     ap.add_argument("--pods", type=Path, help="pod CSV (default: the bundled trace's)")
@@ -141,6 +147,9 @@ def level_parser(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--level", type=int, default=100, help="arrived load, %% (5 steps)")
     ap.add_argument("--rebalance-moves", type=float, default=0.0, metavar="N",
                     help="moves per 100 arrived pods, as simulate's (default 0: placing only)")
+    ap.add_argument("--cpu-pods", choices=CPU_PODS, default="policy",
+                    help="who places the CPU-only pods, as simulate's (swarm: the model of "
+                         "Swarm's scheduler)")
     return ap
 
 
@@ -168,7 +177,7 @@ def main() -> int:
     seeds, nodes, pods = level_inputs(ap, args, {"--level": args.level})
     cluster_milli = sum(len(n.gpus) for n in nodes) * 1000
     for seed in seeds:
-        rp = _Reading(nodes, pods, seed, level=args.level)
+        rp = _Reading(nodes, pods, seed, level=args.level, cpu_pods=args.cpu_pods)
         moved(rp, pods, args.rebalance_moves)
         fgd_read: Tally = (Counter(), Counter())
 
@@ -177,7 +186,7 @@ def main() -> int:
             if level == args.level:
                 fgd_read = tally(alloc)
 
-        fgd = fgd_reading(nodes, pods, seed, at_level, args.rebalance_moves)
+        fgd = fgd_reading(nodes, pods, seed, at_level, args.rebalance_moves, args.cpu_pods)
         for name, res, (partial, whole) in (("swarmgpu", rp.res, rp.read),
                                             ("fgd", fgd, fgd_read)):
             free = sum(k * v for k, v in partial.items()) + 1000 * sum(whole.values())

@@ -27,7 +27,8 @@ Held = Mapping[str, tuple[tuple[int, ...], int, int]]
 def twelve_small() -> dict[str, tuple[tuple[int, ...], int, int]]:
     """12 holders of priority 0 (the most ``pick_victims`` weighs): GPUs 0-3 whole, one
     each; GPUs 4-7 in halves, two each."""
-    held = {f"w{i}": ((i,), 1000, 0) for i in range(4)}
+    held: dict[str, tuple[tuple[int, ...], int, int]] = {
+        f"w{i}": ((i,), 1000, 0) for i in range(4)}
     for i in range(4, 8):
         held |= {f"a{i}": ((i,), 500, 0), f"b{i}": ((i,), 500, 0)}
     return held
@@ -82,12 +83,13 @@ def chooser(facts: NodeFacts, held: Held, gpus: int, topology: str,
     planner = new_planner(CFG, None, snap.services)
     plan = make_plan(snap, CFG, on, planner=planner)
     # (handed on only where a port is published: the other cases' figures as they were)
-    by_port = {"refused": planner.refused_nodes, "ports": planner.port_takers} if port else {}
+    refused = planner.refused_nodes if port else None
+    ports = planner.port_takers if port else None
 
     def choose() -> list[Preemption]:
         return choose_preemptions(plan, snap.nodes, snap.services, snap.tasks, on, prefix=P,
                                   preemptible_below=CFG.preemption.preemptible_below,
-                                  **by_port)
+                                  refused=refused, ports=ports)
 
     return choose
 

@@ -66,7 +66,7 @@ def complete_head(path: str, headers: list[str], host: str) -> bytes:
 
 # The peer closed (an answer and FIN read into the small buffer, an eviction, a reset):
 # seen without reading, so an answer that is not read stays unread.
-_GONE = select.POLLRDHUP | select.POLLHUP | select.POLLERR  # type: ignore[attr-defined]
+_GONE = select.POLLRDHUP | select.POLLHUP | select.POLLERR
 
 
 def flood_unread(target: str, port: int, srcs: list[str], per_source: int, for_s: float,

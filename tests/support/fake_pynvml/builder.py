@@ -394,6 +394,9 @@ def build(
         mig_mode = None
         if base and base.mig_current in ("Enabled", "Disabled"):
             mig_mode = (1, 1) if base.mig_current == "Enabled" and qg else (0, 0)
+        # FakeGpu's fields of the capture's other counters, by name (of several types)
+        counters: dict[str, Any] = {k: v for k, v in (qg.counters if qg else {}).items()
+                                    if v is not None or k != "memory_reserved_mib"}
         gpus.append(
             FakeGpu(
                 uuid=uuid,
@@ -415,8 +418,7 @@ def build(
                 remapped_rows=qg.remapped_rows if qg else None,
                 clocks_event_reasons=qg.clocks_event_reasons if qg else None,
                 gpm={} if base and base.arch == "Hopper" else None,
-                **{k: v for k, v in (qg.counters if qg else {}).items()
-                   if v is not None or k != "memory_reserved_mib"},
+                **counters,
             )
         )
     if nvml_record is not None:
