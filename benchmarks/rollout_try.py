@@ -18,7 +18,8 @@ that only an untouched node hosts; ``cpuheld``: as priced, plus the CPU step of 
 one-GPU tasks above a node's CPU share). ``--rollout-mix full`` draws the tasks from
 every shape the scorer learned, not only its typical tasks (95% of them).
 ``--rollout-distinct class`` rolls out beside the base choice only the near-best nodes
-of another node class, or untouched where it is used (or the reverse). ``--stats DIR``:
+of another node class, or untouched where it is used (or the reverse), among the top K;
+``class-zone`` the best K - 1 such in the whole tie zone. ``--stats DIR``:
 each replay process writes what the roll-out did (tie zones, changed choices, seconds)
 to DIR/rollout.<pid>.json as it goes. Everything after ``--`` is ``swarmgpu``'s command
 line; the replays' worker processes are forked, so they inherit the switch.
@@ -83,8 +84,9 @@ def add_rollout(ap: argparse.ArgumentParser) -> None:
                          "typical tasks, 95%% of them) or full (every shape it learned)")
     ap.add_argument("--rollout-distinct", choices=DISTINCT, default="",
                     help="which near-best nodes beside the base choice are rolled out: "
-                         "\"\" (any) or class (only those of another node class, or "
-                         "untouched where it is used or the reverse)")
+                         "\"\" (any), class (those of the top K of another node class, "
+                         "or untouched where it is used or the reverse) or class-zone "
+                         "(the best K - 1 such in the whole tie zone)")
     ap.add_argument("--rollout-seed", type=int, default=0, help="the draws' base seed")
     ap.add_argument("--stats", type=Path, default=None,
                     help="folder for each replay process's roll-out counts")

@@ -364,10 +364,25 @@ def test_the_class_distinct_roll_out_leaves_used_nodes_of_one_class_to_the_base(
         assert left_out == (1 if want == "whole" else 0), (kinds, distinct)
 
 
+def test_the_class_zone_roll_out_reaches_past_the_top_k_for_another_class() -> None:
+    # With k 2 the top two are ``whole`` and ``split``, of one class: "class" rolls out
+    # nothing; "class-zone" rolls out ``whole`` against ``other`` (a P100 node, a share
+    # taken), where a GPU leaves ``whole``'s pair for the mix.
+    for distinct, want in (("class", "whole"), ("class-zone", "other")):
+        a = used_pair(("T4", "T4"), RollOut(k=2, m=1, distinct=distinct))
+        a.add_node(NodeSpec("other", tuple(GpuSpec(i, "P100", 16384) for i in range(2)),
+                            cpu_milli=64_000), rank=2)
+        taken = a.place_on("other", Demand(gpu_milli=300))
+        assert isinstance(taken, Choice)
+        a.commit(taken)
+        got = a.place(Demand(num_gpu=1))
+        assert isinstance(got, Choice) and got.node == want, distinct
+
+
 def test_the_class_distinct_roll_out_weighs_an_untouched_node_against_a_used_one() -> None:
     # ``fresh`` (the base, untouched) and ``used`` are of one class: a GPU on ``fresh``
     # leaves no pair of whole GPUs, on ``used`` it does; "class" still rolls them out.
-    for distinct in ("", "class"):
+    for distinct in ("", "class", "class-zone"):
         ro = RollOut(k=2, m=1, distinct=distinct)
         got = fresh_and_used(FlatScorer((TypicalTask(PAIR, 1.0),), ro)).place(
             Demand(num_gpu=1))

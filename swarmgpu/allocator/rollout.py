@@ -86,7 +86,7 @@ class Allocator(Protocol):
 
 LEAVES = ("milli", "waste", "whole", "frag", "priced", "sequenced", "covered", "cpuheld")
 MIXES = ("typical", "full")
-DISTINCT = ("", "class")
+DISTINCT = ("", "class", "class-zone")
 NO_CPU_DATA = 1 << 62  # CPU left of a node without CPU data: never short
 # a node cost: (GPU model, CPU left or None, free GPU-milli per GPU) -> GPU-milli
 Cost = Callable[[str, int | None, tuple[int, ...]], float]
@@ -127,8 +127,9 @@ class RollOut:
     # what the tasks are drawn from: "typical" (the scorer's ``workload``) or "full"
     # (every shape it learned, ``shapes``, by weight: the rare ones too)
     mix: str = "typical"
-    # which near-best nodes are rolled out beside the base choice: "" (any) or "class"
-    # (only those of another node class, or untouched where it is used or the reverse)
+    # which near-best nodes are rolled out beside the base choice: "" (any), "class"
+    # (those of the top ``k`` of another node class, or untouched where it is used or
+    # the reverse) or "class-zone" (the best ``k - 1`` such in the whole tie zone)
     distinct: str = ""
     seed: int = 0
     stats: dict[str, float] = field(default_factory=dict)
@@ -150,8 +151,8 @@ class RollOut:
         if self.mix not in MIXES:
             raise ValueError(f"roll-out mix={self.mix!r}: use one of {', '.join(MIXES)}")
         if self.distinct not in DISTINCT:
-            raise ValueError(f"roll-out distinct={self.distinct!r}: use \"\" (any) or "
-                             "\"class\"")
+            raise ValueError(f"roll-out distinct={self.distinct!r}: use \"\" (any), "
+                             "\"class\" or \"class-zone\"")
 
     def count(self, what: str, n: float = 1) -> None:
         self.stats[what] = self.stats.get(what, 0) + n
@@ -162,7 +163,8 @@ class RollOut:
                    ) -> list[NodeState]:
         """The top ``k`` node states within ``margin`` of the best, best first (ties to
         the lower rank, as ``Allocator.place`` breaks them), one node each; with
-        ``distinct`` "class" the base choice and those of them that ``differ`` from it."""
+        ``distinct`` "class" the base choice and those of them that ``differ`` from it,
+        with "class-zone" the base choice and the best ``k - 1`` that differ from it."""
         near: list[tuple[float, int, NodeState]] = []
         for gk in groups:
             s = scores.get(gk)
@@ -173,8 +175,10 @@ class RollOut:
                 continue
             near.append((-s, rep.rank, rep))
         near.sort(key=lambda t: (t[0], t[1]))
+        if self.distinct == "class-zone" and near:
+            near = near[:1] + [t for t in near[1:] if differ(near[0][2], t[2])]
         top = [rep for _, _, rep in near[:self.k]]
-        if self.distinct and top:
+        if self.distinct == "class" and top:
             kept = top[:1] + [rep for rep in top[1:] if differ(top[0], rep)]
             if len(kept) < len(top):
                 self.count("same_class", len(top) - len(kept))
