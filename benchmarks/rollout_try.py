@@ -16,7 +16,10 @@ waste plus the scorer's price of each untouched node broken; ``sequenced``: each
 untouched nodes left when it broke; ``covered``: as priced, at the values of every shape
 that only an untouched node hosts; ``cpuheld``: as priced, plus the CPU step of the
 one-GPU tasks above a node's CPU share). ``--rollout-mix full`` draws the tasks from
-every shape the scorer learned, not only its typical tasks (95% of them). ``--stats DIR``:
+every shape the scorer learned, not only its typical tasks (95% of them).
+``--rollout-distinct class`` rolls out beside the base choice only the near-best nodes
+of another node class, or untouched where it is used (or the reverse), among the top K;
+``class-zone`` the best K - 1 such in the whole tie zone. ``--stats DIR``:
 each replay process writes what the roll-out did (tie zones, changed choices, seconds)
 to DIR/rollout.<pid>.json as it goes. Everything after ``--`` is ``swarmgpu``'s command
 line; the replays' worker processes are forked, so they inherit the switch.
@@ -35,7 +38,7 @@ sys.path[:0] = [str(REPO)]
 
 from try_cli import add_rest, rest_of, run_swarmgpu  # noqa: E402  (the benchmarks' folder, as run)
 
-from swarmgpu.allocator.rollout import LEAVES, MIXES, Allocator, RollOut  # noqa: E402
+from swarmgpu.allocator.rollout import DISTINCT, LEAVES, MIXES, Allocator, RollOut  # noqa: E402
 from swarmgpu.allocator.scorer import SwarmScorer  # noqa: E402
 from swarmgpu.allocator.values import Demand, NodeState  # noqa: E402
 
@@ -79,6 +82,11 @@ def add_rollout(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rollout-mix", choices=MIXES, default="typical",
                     help="what the roll-out's tasks are drawn from: typical (the scorer's "
                          "typical tasks, 95%% of them) or full (every shape it learned)")
+    ap.add_argument("--rollout-distinct", choices=DISTINCT, default="",
+                    help="which near-best nodes beside the base choice are rolled out: "
+                         "\"\" (any), class (those of the top K of another node class, "
+                         "or untouched where it is used or the reverse) or class-zone "
+                         "(the best K - 1 such in the whole tie zone)")
     ap.add_argument("--rollout-seed", type=int, default=0, help="the draws' base seed")
     ap.add_argument("--stats", type=Path, default=None,
                     help="folder for each replay process's roll-out counts")
@@ -90,7 +98,8 @@ def switch_on(args: argparse.Namespace, ro: type[LoggedRollOut] | None = None) -
     if args.rollout_k:
         got = (ro or LoggedRollOut)(k=args.rollout_k, m=args.rollout_m,
                                     margin=args.rollout_margin, seed=args.rollout_seed,
-                                    leaf=args.rollout_leaf, mix=args.rollout_mix)
+                                    leaf=args.rollout_leaf, mix=args.rollout_mix,
+                                    distinct=args.rollout_distinct)
         if args.stats is not None:
             args.stats.mkdir(parents=True, exist_ok=True)
             got.stats_dir = args.stats

@@ -336,6 +336,59 @@ def test_the_full_mix_draws_the_rare_shapes_the_typical_tasks_leave_out() -> Non
     assert Demand(num_gpu=2) in drawn
 
 
+def used_pair(kinds: tuple[str, str], ro: RollOut) -> Allocator:
+    """Two-GPU nodes ``whole`` (the lower rank; a core taken, both GPUs whole) and
+    ``split`` (a share taken), of GPU models ``kinds``."""
+    a = Allocator(FlatScorer((TypicalTask(PAIR, 1.0),), ro))
+    for rank, (name, kind) in enumerate(zip(("whole", "split"), kinds, strict=True)):
+        a.add_node(NodeSpec(name, tuple(GpuSpec(i, kind, 16384) for i in range(2)),
+                            cpu_milli=64_000), rank=rank)
+    for name, d in (("whole", Demand(cpu_milli=1000)), ("split", Demand(gpu_milli=300))):
+        taken = a.place_on(name, d)
+        assert isinstance(taken, Choice)
+        a.commit(taken)
+    return a
+
+
+def test_the_class_distinct_roll_out_leaves_used_nodes_of_one_class_to_the_base() -> None:
+    # A GPU on ``whole`` (the base) leaves no two whole GPUs for the mix's pair; on
+    # ``split`` it does. Any roll-out goes to ``split``; "class" rolls out only nodes of
+    # another class (or touched-state) than the base, so of one class it keeps ``whole``.
+    for kinds, distinct, want in ((("T4", "T4"), "", "split"),
+                                  (("T4", "T4"), "class", "whole"),
+                                  (("T4", "P100"), "class", "split")):
+        ro = RollOut(k=2, m=1, distinct=distinct)
+        got = used_pair(kinds, ro).place(Demand(num_gpu=1))
+        assert isinstance(got, Choice) and got.node == want, (kinds, distinct)
+        left_out = ro.stats.get("same_class", 0)
+        assert left_out == (1 if want == "whole" else 0), (kinds, distinct)
+
+
+def test_the_class_zone_roll_out_reaches_past_the_top_k_for_another_class() -> None:
+    # With k 2 the top two are ``whole`` and ``split``, of one class: "class" rolls out
+    # nothing; "class-zone" rolls out ``whole`` against ``other`` (a P100 node, a share
+    # taken), where a GPU leaves ``whole``'s pair for the mix.
+    for distinct, want in (("class", "whole"), ("class-zone", "other")):
+        a = used_pair(("T4", "T4"), RollOut(k=2, m=1, distinct=distinct))
+        a.add_node(NodeSpec("other", tuple(GpuSpec(i, "P100", 16384) for i in range(2)),
+                            cpu_milli=64_000), rank=2)
+        taken = a.place_on("other", Demand(gpu_milli=300))
+        assert isinstance(taken, Choice)
+        a.commit(taken)
+        got = a.place(Demand(num_gpu=1))
+        assert isinstance(got, Choice) and got.node == want, distinct
+
+
+def test_the_class_distinct_roll_out_weighs_an_untouched_node_against_a_used_one() -> None:
+    # ``fresh`` (the base, untouched) and ``used`` are of one class: a GPU on ``fresh``
+    # leaves no pair of whole GPUs, on ``used`` it does; "class" still rolls them out.
+    for distinct in ("", "class", "class-zone"):
+        ro = RollOut(k=2, m=1, distinct=distinct)
+        got = fresh_and_used(FlatScorer((TypicalTask(PAIR, 1.0),), ro)).place(
+            Demand(num_gpu=1))
+        assert isinstance(got, Choice) and got.node == "used", distinct
+
+
 def test_the_draw_is_the_same_for_the_same_decision() -> None:
     ro = RollOut(m=8)
     mix = (TypicalTask(PAIR, 0.5), TypicalTask(TaskShape(4000, 300, 1), 0.5))
@@ -354,7 +407,8 @@ def test_shapes_become_demands() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"k": 4}, {"k": 0}, {"m": -1}, {"margin": -1.0},
-                                 {"leaf": "best"}, {"mix": "trace"}])
+                                 {"leaf": "best"}, {"mix": "trace"},
+                                 {"distinct": "shape"}])
 def test_settings_out_of_range_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="roll-out"):
         RollOut(**bad)  # type: ignore[arg-type]

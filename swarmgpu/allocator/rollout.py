@@ -25,8 +25,12 @@ for the one-GPU tasks above the node's CPU share (its CPU over its GPUs), where 
 scorer itself counts none (the CPU suffices cluster-wide). ``mix`` "full" (stop 79)
 draws from every shape the scorer learned (its ``shapes``) instead of its typical tasks
 (``workload``: the shapes covering 95% of the tasks), which leave out the rare shapes,
-every multi-GPU task among them on openb's traces. Measured: docs/simulate.md, "A
-sampled roll-out among near-best nodes".
+every multi-GPU task among them on openb's traces. ``distinct`` "class" (stop 79) rolls
+out only the candidates that differ from the base choice in node class or in being
+untouched: among nodes of one class and one touched-state the scorer's own order already
+tells them apart, and on h-bimodalseed that reshuffling of used nodes of one class was
+most of what the roll-out changed and lost. Measured: docs/simulate.md, "A sampled
+roll-out among near-best nodes".
 The draw is seeded per decision, and every candidate meets the same tasks, so runs are
 reproducible and candidates differ by the node alone.
 """
@@ -82,6 +86,7 @@ class Allocator(Protocol):
 
 LEAVES = ("milli", "waste", "whole", "frag", "priced", "sequenced", "covered", "cpuheld")
 MIXES = ("typical", "full")
+DISTINCT = ("", "class", "class-zone")
 NO_CPU_DATA = 1 << 62  # CPU left of a node without CPU data: never short
 # a node cost: (GPU model, CPU left or None, free GPU-milli per GPU) -> GPU-milli
 Cost = Callable[[str, int | None, tuple[int, ...]], float]
@@ -122,6 +127,10 @@ class RollOut:
     # what the tasks are drawn from: "typical" (the scorer's ``workload``) or "full"
     # (every shape it learned, ``shapes``, by weight: the rare ones too)
     mix: str = "typical"
+    # which near-best nodes are rolled out beside the base choice: "" (any), "class"
+    # (those of the top ``k`` of another node class, or untouched where it is used or
+    # the reverse) or "class-zone" (the best ``k - 1`` such in the whole tie zone)
+    distinct: str = ""
     seed: int = 0
     stats: dict[str, float] = field(default_factory=dict)
     _demands: dict[tuple[TypicalTask, ...], tuple[list[Demand], list[float]]] = field(
@@ -141,6 +150,9 @@ class RollOut:
             raise ValueError(f"roll-out leaf={self.leaf!r}: use one of {', '.join(LEAVES)}")
         if self.mix not in MIXES:
             raise ValueError(f"roll-out mix={self.mix!r}: use one of {', '.join(MIXES)}")
+        if self.distinct not in DISTINCT:
+            raise ValueError(f"roll-out distinct={self.distinct!r}: use \"\" (any), "
+                             "\"class\" or \"class-zone\"")
 
     def count(self, what: str, n: float = 1) -> None:
         self.stats[what] = self.stats.get(what, 0) + n
@@ -150,7 +162,9 @@ class RollOut:
                    exclude: Set[str], where: Callable[[NodeState], bool] | None,
                    ) -> list[NodeState]:
         """The top ``k`` node states within ``margin`` of the best, best first (ties to
-        the lower rank, as ``Allocator.place`` breaks them), one node each."""
+        the lower rank, as ``Allocator.place`` breaks them), one node each; with
+        ``distinct`` "class" the base choice and those of them that ``differ`` from it,
+        with "class-zone" the base choice and the best ``k - 1`` that differ from it."""
         near: list[tuple[float, int, NodeState]] = []
         for gk in groups:
             s = scores.get(gk)
@@ -161,7 +175,15 @@ class RollOut:
                 continue
             near.append((-s, rep.rank, rep))
         near.sort(key=lambda t: (t[0], t[1]))
-        return [rep for _, _, rep in near[:self.k]]
+        if self.distinct == "class-zone" and near:
+            near = near[:1] + [t for t in near[1:] if differ(near[0][2], t[2])]
+        top = [rep for _, _, rep in near[:self.k]]
+        if self.distinct == "class" and top:
+            kept = top[:1] + [rep for rep in top[1:] if differ(top[0], rep)]
+            if len(kept) < len(top):
+                self.count("same_class", len(top) - len(kept))
+            top = kept
+        return top
 
     def drawn(self, scorer: object) -> Sequence[TypicalTask]:
         """What ``draw`` draws from: the scorer's typical tasks, or with ``mix`` "full"
@@ -280,6 +302,13 @@ def untouched(n: NodeState) -> bool:
 def node_class(node: NodeState) -> NodeClass:
     """The class an untouched node counts in (``Allocator.untouched``)."""
     return (node.product, len(node.free), node.spec.cpu_milli)
+
+
+def differ(base: NodeState, other: NodeState) -> bool:
+    """Whether ``other`` is of another node class than ``base`` or untouched where
+    ``base`` is used (or the reverse): what ``distinct`` "class" rolls out."""
+    return (node_class(base) != node_class(other)
+            or untouched(base) != untouched(other))
 
 
 def broken_loss(values: Values, node: NodeState) -> float:
