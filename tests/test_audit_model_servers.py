@@ -7,6 +7,7 @@ Swarm returns it (``Command``/``Args``/``Env``/``Mounts``), advisory, bounded in
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from swarmgpu.manager.commands.audit import audit, exit_code, render_table
@@ -103,3 +104,35 @@ def test_the_table_lists_them_as_advisories() -> None:
     assert "advisory (exit 0 unless --strict):" in text
     assert "  [server-gpu-count] ai_llm: vLLM will use 4 GPUs" in text
     assert "  [server-shm] ai_llm: vLLM spans 4 GPUs" in text
+
+
+def _took(svc: Any) -> float:
+    start = time.perf_counter()
+    audit(Snapshot([], [svc], [], {}))
+    return time.perf_counter() - start
+
+
+def test_a_long_shell_script_in_a_spec_is_left_unsaid_not_split_each_cycle() -> None:
+    # The daemon audits each GPU service's spec every cycle: a 2 MiB script split a
+    # character at a time took 8 s, a cycle's worth, each cycle.
+    script = "vllm serve m -tp 4 " + "x " * (1 << 20)
+    svc = service([], command=["sh", "-c", script])
+    assert _took(svc) < 1.0
+    assert found(svc, "server-gpu-count") == []
+
+
+def test_server_words_repeated_in_a_spec_are_read_in_linear_time() -> None:
+    # Within the bound on text read; each one's launcher check read all before it
+    # (0.75 s here, quadratic in the words).
+    assert _took(service([], command=["vllm", "serve"] * 1400)) < 0.2
+
+
+def test_shell_words_repeated_in_a_spec_are_read_in_linear_time() -> None:
+    # Each shell word scanned all the options after it (4 s here).
+    assert _took(service([], command=["-/sh"] * 3000)) < 0.2
+
+
+def test_a_script_two_shell_words_name_is_read_once() -> None:
+    svc = service([], command=["sh", "-/sh", "-c", f"vllm serve {MODEL} -tp 4"])
+    (m,) = found(svc, "server-gpu-count")
+    assert m.startswith("vLLM will use 4 GPUs (-tp 4)")
