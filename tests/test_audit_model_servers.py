@@ -136,3 +136,10 @@ def test_a_script_two_shell_words_name_is_read_once() -> None:
     svc = service([], command=["sh", "-/sh", "-c", f"vllm serve {MODEL} -tp 4"])
     (m,) = found(svc, "server-gpu-count")
     assert m.startswith("vLLM will use 4 GPUs (-tp 4)")
+
+
+def test_a_tmpfs_at_dev_shm_spelled_with_two_leading_slashes_is_room() -> None:
+    # Docker cleans //dev/shm to /dev/shm (Go's filepath.Clean); normpath keeps //.
+    mounts = [{"Type": "tmpfs", "Target": "//dev/shm/",
+               "TmpfsOptions": {"SizeBytes": 2 * GIB}}]
+    assert found(service(["--model", MODEL, "-tp", "2"], mounts=mounts), "server-shm") == []

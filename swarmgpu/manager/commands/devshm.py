@@ -42,7 +42,7 @@ def shm_warnings(
         return []
     server, n, said, _ = used
     shm = [(kind, size) for kind, target, size in mounts
-           if posixpath.normpath(target or ".") == SHM]
+           if _cleaned(target) == SHM]
     small = [size for kind, size in shm if kind == "tmpfs" and size is not None
              and size < ENOUGH]
     if len(small) < len(shm):  # the host's bound in, a tmpfs without a limit: its own
@@ -87,6 +87,13 @@ def _bytes(v: object) -> int | None:
     schema check says what is wrong with it). No reservation's 4 MiB floor: a 1 MiB tmpfs
     is the smallest room there is, not a size left unread."""
     return None if v is None else memory_bytes(v) or None
+
+
+def _cleaned(target: str) -> str:
+    """A mount target as Docker cleans it (Go's ``filepath.Clean``): ``normpath`` keeps
+    two leading slashes (POSIX leaves ``//`` to the system), Go makes them one."""
+    path = posixpath.normpath(target or ".")
+    return "/" + path.lstrip("/") if path.startswith("//") else path
 
 
 def _mib(n: int) -> str:
