@@ -10,6 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
+from swarmgpu.manager.commands import model_servers
 from swarmgpu.manager.commands.audit import audit, exit_code, render_table
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.swarm.swarmservice import read_service
@@ -143,3 +146,22 @@ def test_a_tmpfs_at_dev_shm_spelled_with_two_leading_slashes_is_room() -> None:
     mounts = [{"Type": "tmpfs", "Target": "//dev/shm/",
                "TmpfsOptions": {"SizeBytes": 2 * GIB}}]
     assert found(service(["--model", MODEL, "-tp", "2"], mounts=mounts), "server-shm") == []
+
+
+def test_a_script_is_split_once_not_each_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The daemon audits each GPU service's spec every cycle, each time a new object of
+    # the same text: split a character at a time, a 16 KiB script cost 50 ms a cycle.
+    made: list[str] = []
+    real = model_servers.shlex.shlex
+
+    def counted(text: str, *args: Any, **kwargs: Any) -> Any:
+        made.append(text)
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(model_servers.shlex, "shlex", counted)
+    script = f"vllm serve {MODEL} -tp 4 --served-model-name once-{time.time_ns()}"
+    for _ in range(3):
+        svc = service([], command=["sh", "-c", "".join(list(script))])
+        (m,) = found(svc, "server-gpu-count")
+        assert m.startswith("vLLM will use 4 GPUs (-tp 4)")
+    assert len(made) == 1

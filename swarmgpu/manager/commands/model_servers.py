@@ -17,6 +17,7 @@ command. Pure (docs/requests.md, "Model servers").
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -140,6 +141,12 @@ SERVERS: tuple[Server, ...] = (
 _LAUNCHERS = frozenset({"mpirun", "mpiexec", "srun", "torchrun", "trtllm-llmapi-launch"})
 _SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
 _SEPARATORS = frozenset(";&|()\n")  # a token of these only ends a shell command
+# Each server's starts by their first word, in SERVERS' order: a word is looked up once,
+# not compared with every start (the daemon reads each GPU service's spec every cycle).
+_BY_FIRST: dict[str, list[tuple[Server, tuple[str, ...]]]] = {}
+for _server in SERVERS:
+    for _start in _server.starts:
+        _BY_FIRST.setdefault(_start[0], []).append((_server, _start))
 # The most of an entrypoint and command read, in characters: a server's launch line is a
 # few hundred. The daemon reads each GPU service's spec every cycle (audit's findings on
 # its map), and a shell script is split a character at a time (4 MiB took 16 s), so a
@@ -279,19 +286,26 @@ def _segments(argv: list[str]) -> list[list[str]]:
 def _script(text: str) -> list[list[str]]:
     """A shell script's commands, split at ; & | ( ) and newlines, as a shell splits them
     (a line continued with a backslash is one line); none where a quote is unclosed."""
+    return [list(seg) for seg in _split_script(text)]
+
+
+# The daemon reads each GPU service's spec every cycle: a script is split once, not each
+# cycle (a character at a time, 16 KiB took 50 ms). 512 of MAX_TEXT: 8 MiB at most.
+@functools.lru_cache(maxsize=512)
+def _split_script(text: str) -> tuple[tuple[str, ...], ...]:
     lex = shlex.shlex(text.replace("\\\n", " "), posix=True, punctuation_chars=";&|()<>\n")
     lex.whitespace, lex.whitespace_split = " \t\r", True
     try:
         words = list(lex)
     except ValueError:
-        return []
+        return ()
     out: list[list[str]] = [[]]
     for w in words:
         if set(w) <= _SEPARATORS:
             out.append([])
         else:
             out[-1].append(w)
-    return [seg for seg in out if seg]
+    return tuple(tuple(seg) for seg in out if seg)
 
 
 def _starts(seg: list[str]) -> list[tuple[Server, list[str]]]:
@@ -301,10 +315,8 @@ def _starts(seg: list[str]) -> list[tuple[Server, list[str]]]:
     launched = False  # a launcher's word before this one (one pass: linear in seg)
     for i, word in enumerate(seg):
         base = word.rpartition("/")[2]
-        for server in SERVERS:
-            for start in server.starts:
-                if base != start[0] or seg[i + 1 : i + len(start)] != [*start[1:]]:
-                    continue
+        for server, start in _BY_FIRST.get(base, ()):
+            if seg[i + 1 : i + len(start)] == [*start[1:]]:
                 end = i + len(start)
                 if launched or (end < len(seg) and seg[end] in server.other):
                     return []
