@@ -165,3 +165,11 @@ def test_a_script_is_split_once_not_each_cycle(monkeypatch: pytest.MonkeyPatch) 
         (m,) = found(svc, "server-gpu-count")
         assert m.startswith("vLLM will use 4 GPUs (-tp 4)")
     assert len(made) == 1
+
+
+def test_a_long_command_string_is_left_unsaid_not_split() -> None:
+    # Docker sends Command and Args as lists; a string (a proxy's, or a stack's
+    # entrypoint in render) was split a character at a time before the bound was read.
+    svc = service([], command="vllm serve m -tp 4 " + "x " * (1 << 20))  # type: ignore[arg-type]
+    assert _took(svc) < 1.0
+    assert found(svc, "server-gpu-count") == []

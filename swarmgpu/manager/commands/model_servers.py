@@ -227,6 +227,8 @@ def _words(v: object) -> list[str] | None:
     if v is None:
         return []
     if isinstance(v, str):
+        if len(v) > MAX_TEXT:  # (not split: a character at a time, 4 MiB took 16 s)
+            return None
         try:
             return shlex.split(v, comments=True)
         except ValueError:  # an unclosed quote: docker refuses it
