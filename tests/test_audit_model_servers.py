@@ -173,3 +173,14 @@ def test_a_long_command_string_is_left_unsaid_not_split() -> None:
     svc = service([], command="vllm serve m -tp 4 " + "x " * (1 << 20))  # type: ignore[arg-type]
     assert _took(svc) < 1.0
     assert found(svc, "server-gpu-count") == []
+
+
+def test_a_long_cuda_visible_devices_is_read_to_where_cuda_stops_not_whole() -> None:
+    # 8 MiB of entries were split and stripped whole every cycle (1 s here); CUDA stops
+    # within the grant's count + 1 of them, and so does the reading now.
+    value = "0,5," + "1," * (4 << 20)
+    svc = service(["--model", MODEL, "-tp", "2"], env=["CUDA_VISIBLE_DEVICES=" + value],
+                  mounts=[{"Type": "tmpfs", "Target": "/dev/shm"}])
+    assert _took(svc) < 0.3
+    (m,) = found(svc, "cuda-visible-devices")
+    assert "stops at '5', which is none of them: it would use 1 and 1 would sit idle" in m
