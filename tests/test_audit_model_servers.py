@@ -7,8 +7,12 @@ Swarm returns it (``Command``/``Args``/``Env``/``Mounts``), advisory, bounded in
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import pytest
+
+from swarmgpu.manager.commands import model_servers
 from swarmgpu.manager.commands.audit import audit, exit_code, render_table
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.swarm.swarmservice import read_service
@@ -103,3 +107,80 @@ def test_the_table_lists_them_as_advisories() -> None:
     assert "advisory (exit 0 unless --strict):" in text
     assert "  [server-gpu-count] ai_llm: vLLM will use 4 GPUs" in text
     assert "  [server-shm] ai_llm: vLLM spans 4 GPUs" in text
+
+
+def _took(svc: Any) -> float:
+    start = time.perf_counter()
+    audit(Snapshot([], [svc], [], {}))
+    return time.perf_counter() - start
+
+
+def test_a_long_shell_script_in_a_spec_is_left_unsaid_not_split_each_cycle() -> None:
+    # The daemon audits each GPU service's spec every cycle: a 2 MiB script split a
+    # character at a time took 8 s, a cycle's worth, each cycle.
+    script = "vllm serve m -tp 4 " + "x " * (1 << 20)
+    svc = service([], command=["sh", "-c", script])
+    assert _took(svc) < 1.0
+    assert found(svc, "server-gpu-count") == []
+
+
+def test_server_words_repeated_in_a_spec_are_read_in_linear_time() -> None:
+    # Within the bound on text read; each one's launcher check read all before it
+    # (0.75 s here, quadratic in the words).
+    assert _took(service([], command=["vllm", "serve"] * 1400)) < 0.2
+
+
+def test_shell_words_repeated_in_a_spec_are_read_in_linear_time() -> None:
+    # Each shell word scanned all the options after it (4 s here).
+    assert _took(service([], command=["-/sh"] * 3000)) < 0.2
+
+
+def test_a_script_two_shell_words_name_is_read_once() -> None:
+    svc = service([], command=["sh", "-/sh", "-c", f"vllm serve {MODEL} -tp 4"])
+    (m,) = found(svc, "server-gpu-count")
+    assert m.startswith("vLLM will use 4 GPUs (-tp 4)")
+
+
+def test_a_tmpfs_at_dev_shm_spelled_with_two_leading_slashes_is_room() -> None:
+    # Docker cleans //dev/shm to /dev/shm (Go's filepath.Clean); normpath keeps //.
+    mounts = [{"Type": "tmpfs", "Target": "//dev/shm/",
+               "TmpfsOptions": {"SizeBytes": 2 * GIB}}]
+    assert found(service(["--model", MODEL, "-tp", "2"], mounts=mounts), "server-shm") == []
+
+
+def test_a_script_is_split_once_not_each_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The daemon audits each GPU service's spec every cycle, each time a new object of
+    # the same text: split a character at a time, a 16 KiB script cost 50 ms a cycle.
+    made: list[str] = []
+    real = model_servers.shlex.shlex
+
+    def counted(text: str, *args: Any, **kwargs: Any) -> Any:
+        made.append(text)
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(model_servers.shlex, "shlex", counted)
+    script = f"vllm serve {MODEL} -tp 4 --served-model-name once-{time.time_ns()}"
+    for _ in range(3):
+        svc = service([], command=["sh", "-c", "".join(list(script))])
+        (m,) = found(svc, "server-gpu-count")
+        assert m.startswith("vLLM will use 4 GPUs (-tp 4)")
+    assert len(made) == 1
+
+
+def test_a_long_command_string_is_left_unsaid_not_split() -> None:
+    # Docker sends Command and Args as lists; a string (a proxy's, or a stack's
+    # entrypoint in render) was split a character at a time before the bound was read.
+    svc = service([], command="vllm serve m -tp 4 " + "x " * (1 << 20))  # type: ignore[arg-type]
+    assert _took(svc) < 1.0
+    assert found(svc, "server-gpu-count") == []
+
+
+def test_a_long_cuda_visible_devices_is_read_to_where_cuda_stops_not_whole() -> None:
+    # 8 MiB of entries were split and stripped whole every cycle (1 s here); CUDA stops
+    # within the grant's count + 1 of them, and so does the reading now.
+    value = "0,5," + "1," * (4 << 20)
+    svc = service(["--model", MODEL, "-tp", "2"], env=["CUDA_VISIBLE_DEVICES=" + value],
+                  mounts=[{"Type": "tmpfs", "Target": "/dev/shm"}])
+    assert _took(svc) < 0.3
+    (m,) = found(svc, "cuda-visible-devices")
+    assert "stops at '5', which is none of them: it would use 1 and 1 would sit idle" in m

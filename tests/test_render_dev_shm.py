@@ -67,3 +67,11 @@ def test_a_small_tmpfs_at_dev_shm_is_named_with_its_size() -> None:
 def test_enough_room_one_gpu_or_no_nccl_says_nothing(command: str, volumes: str,
                                                      count: int) -> None:
     assert shm_warnings(stack(command, volumes, count)) == []
+
+
+@pytest.mark.parametrize(("size", "said"), [("1048576", "1 MiB"), ("65536", "65536 bytes")])
+def test_a_tmpfs_below_a_reservations_floor_is_named_not_left_unread(size: str,
+                                                                     said: str) -> None:
+    # Swarm's 4 MiB floor is a memory reservation's; a 1 MiB tmpfs was no size read.
+    (w,) = shm_warnings(stack(f"--model {MODEL} -tp 2", tmpfs(size)))
+    assert f"its tmpfs there holds {said}" in w

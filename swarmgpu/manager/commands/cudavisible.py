@@ -17,7 +17,8 @@ CUDA stops at too. render says so in a warning, never an error; a value it canno
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from swarmgpu.core.peertext import quoted
@@ -25,6 +26,9 @@ from swarmgpu.manager.services.requests import GpuRequest
 
 VAR = "CUDA_VISIBLE_DEVICES"
 _UUID_HEADS = ("GPU-", "MIG-")
+# An entry after the first that starts (stripped) as a UUID: searched, not split into
+# every entry (the daemon reads each GPU service's spec every cycle: 8 MiB took 1 s).
+_LATER_UUID = re.compile(r",\s*(?:GPU-|MIG-)")
 
 
 def visible_notes(
@@ -58,11 +62,10 @@ def visible_warnings(
     head = f"{said}: in the container CUDA numbers the {granted} {gpus} " \
         "swarmgpu grants from 0"
     fix = f"remove {VAR} (the grant already limits the container to its GPUs)"
-    entries = [e.strip() for e in value.split(",")] if value.strip() else []
-    if any(e.startswith(_UUID_HEADS) for e in entries):
+    if _has_uuid(value):
         return [f"{head}, and a UUID names one GPU of one node, which swarmgpu may grant to "
                 f"another service: where it is not granted CUDA would find no GPU; {fix}"]
-    seen = _visible(entries, granted)
+    seen = _visible(_entries(value) if value.strip() else iter(()), granted)
     if seen is None or seen[0] == granted:
         return []
     used, stop = seen
@@ -100,7 +103,24 @@ def _shown(value: str) -> str:
     return value if len(value) <= 80 else quoted(value, 80)
 
 
-def _visible(entries: list[str], granted: int) -> tuple[int, str] | None:
+def _has_uuid(value: str) -> bool:
+    """Whether an entry of ``value`` (stripped) starts with ``GPU-`` or ``MIG-``."""
+    if not any(head in value for head in _UUID_HEADS):  # (the common case, at C speed)
+        return False
+    return value.lstrip().startswith(_UUID_HEADS) or _LATER_UUID.search(value) is not None
+
+
+def _entries(value: str) -> Iterator[str]:
+    """The value's comma-separated entries, stripped, one at a time: ``_visible`` stops
+    within ``granted`` + 1 of them, however long the value."""
+    start = 0
+    while (end := value.find(",", start)) >= 0:
+        yield value[start:end].strip()
+        start = end + 1
+    yield value[start:].strip()
+
+
+def _visible(entries: Iterator[str], granted: int) -> tuple[int, str] | None:
     """(how many of the granted GPUs CUDA uses, the entry it stopped at or ""): at an
     index past the grant, or an entry that is no index (nor a UUID, told apart before),
     as ``all`` or a ``$GPUS`` no shell expands: CUDA takes no other identifier. None

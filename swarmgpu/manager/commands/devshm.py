@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from swarmgpu.manager.commands.model_servers import server_count
-from swarmgpu.manager.commands.swarmspec import StackError, parse_memory
+from swarmgpu.manager.commands.swarmspec import memory_bytes
 
 SHM = "/dev/shm"  # noqa: S108 (a mount target named, no file made)
 ENOUGH = 1 << 30  # NCCL's guide's --shm-size=1g
@@ -42,12 +42,12 @@ def shm_warnings(
         return []
     server, n, said, _ = used
     shm = [(kind, size) for kind, target, size in mounts
-           if posixpath.normpath(target or ".") == SHM]
+           if _cleaned(target) == SHM]
     small = [size for kind, size in shm if kind == "tmpfs" and size is not None
              and size < ENOUGH]
     if len(small) < len(shm):  # the host's bound in, a tmpfs without a limit: its own
         return []
-    have = (f"its tmpfs there holds {small[-1] >> 20} MiB" if small else
+    have = (f"its tmpfs there holds {_mib(small[-1])}" if small else
             "Docker gives a container 64 MiB there, and Swarm takes no shm_size or ipc")
     return [f"{server.name} spans {n} GPUs ({said}) through NCCL, which keeps its shared "
             f"memory in {SHM}: {have}; with too little NCCL fails to initialize (\"failed "
@@ -83,10 +83,19 @@ def spec_mounts(mounts: object) -> list[Mount]:
 
 
 def _bytes(v: object) -> int | None:
-    """A tmpfs size as docker reads it; None: none (0 too: no limit), or not read."""
-    if v is None:
-        return None
-    try:
-        return parse_memory(v, "tmpfs.size") or None
-    except StackError:  # (render's schema check says what is wrong with it)
-        return None
+    """A tmpfs size as docker reads it; None: none (0 too: no limit), or not read (render's
+    schema check says what is wrong with it). No reservation's 4 MiB floor: a 1 MiB tmpfs
+    is the smallest room there is, not a size left unread."""
+    return None if v is None else memory_bytes(v) or None
+
+
+def _cleaned(target: str) -> str:
+    """A mount target as Docker cleans it (Go's ``filepath.Clean``): ``normpath`` keeps
+    two leading slashes (POSIX leaves ``//`` to the system), Go makes them one."""
+    path = posixpath.normpath(target or ".")
+    return "/" + path.lstrip("/") if path.startswith("//") else path
+
+
+def _mib(n: int) -> str:
+    """A size to say: MiB, or bytes below one (0 MiB read as none)."""
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"

@@ -17,6 +17,7 @@ command. Pure (docs/requests.md, "Model servers").
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -143,6 +144,17 @@ SERVERS: tuple[Server, ...] = (
 _LAUNCHERS = frozenset({"mpirun", "mpiexec", "srun", "torchrun", "trtllm-llmapi-launch"})
 _SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
 _SEPARATORS = frozenset(";&|()\n")  # a token of these only ends a shell command
+# Each server's starts by their first word, in SERVERS' order: a word is looked up once,
+# not compared with every start (the daemon reads each GPU service's spec every cycle).
+_BY_FIRST: dict[str, list[tuple[Server, tuple[str, ...]]]] = {}
+for _server in SERVERS:
+    for _start in _server.starts:
+        _BY_FIRST.setdefault(_start[0], []).append((_server, _start))
+# The most of an entrypoint and command read, in characters: a server's launch line is a
+# few hundred. The daemon reads each GPU service's spec every cycle (audit's findings on
+# its map), and a shell script is split a character at a time (4 MiB took 16 s), so a
+# longer one is left unsaid.
+MAX_TEXT = 16 << 10
 
 
 def server_notes(
@@ -218,6 +230,8 @@ def _words(v: object) -> list[str] | None:
     if v is None:
         return []
     if isinstance(v, str):
+        if len(v) > MAX_TEXT:  # (not split: a character at a time, 4 MiB took 16 s)
+            return None
         try:
             return shlex.split(v, comments=True)
         except ValueError:  # an unclosed quote: docker refuses it
@@ -242,6 +256,8 @@ def _launch(svc: Mapping[str, Any]) -> tuple[Server, list[str]] | None:
     if entrypoint is None or command is None:
         return None
     argv = [*entrypoint, *command]
+    if sum(len(w) + 1 for w in argv) > MAX_TEXT:
+        return None
     if not entrypoint:  # the image's own entrypoint, where render knows it
         image = _image(svc.get("image", ""))
         own = next((s.starts[0] for s in SERVERS if image in s.images), ())
@@ -251,55 +267,67 @@ def _launch(svc: Mapping[str, Any]) -> tuple[Server, list[str]] | None:
 
 
 def _segments(argv: list[str]) -> list[list[str]]:
-    """``argv``, and each command of a ``sh -c`` script in it."""
+    """``argv``, and each command of a ``sh -c`` script in it (each script once)."""
     out = [argv]
-    for i, word in enumerate(argv[:-1]):
+    read: set[int] = set()
+    i = 0
+    while i < len(argv) - 1:
+        word, i = argv[i], i + 1
         if word.rpartition("/")[2] not in _SHELLS:
             continue
-        j = i + 1
+        j = i
         while j < len(argv) - 1 and argv[j][:1] == "-" and argv[j][:2] != "--":
             if "c" in argv[j]:  # -c, -ec, -lc: the next word is the script
-                out += _script(argv[j + 1])
+                if j + 1 not in read:
+                    read.add(j + 1)
+                    out += _script(argv[j + 1])
                 break
             j += 1
+        # (a shell word among those options names the same script: once, in linear time)
+        i = max(i, j)
     return out
 
 
 def _script(text: str) -> list[list[str]]:
     """A shell script's commands, split at ; & | ( ) and newlines, as a shell splits them
     (a line continued with a backslash is one line); none where a quote is unclosed."""
+    return [list(seg) for seg in _split_script(text)]
+
+
+# The daemon reads each GPU service's spec every cycle: a script is split once, not each
+# cycle (a character at a time, 16 KiB took 50 ms). 512 of MAX_TEXT: 8 MiB at most.
+@functools.lru_cache(maxsize=512)
+def _split_script(text: str) -> tuple[tuple[str, ...], ...]:
     lex = shlex.shlex(text.replace("\\\n", " "), posix=True, punctuation_chars=";&|()<>\n")
     lex.whitespace, lex.whitespace_split = " \t\r", True
     try:
         words = list(lex)
     except ValueError:
-        return []
+        return ()
     out: list[list[str]] = [[]]
     for w in words:
         if set(w) <= _SEPARATORS:
             out.append([])
         else:
             out[-1].append(w)
-    return [seg for seg in out if seg]
+    return tuple(tuple(seg) for seg in out if seg)
 
 
 def _starts(seg: list[str]) -> list[tuple[Server, list[str]]]:
-    """Each server ``seg`` runs (none under a multi-node launcher), with its words."""
-    out = []
+    """Each server ``seg`` runs (none under a multi-node launcher), with its words (the
+    first two: ``_launch`` reads one alone)."""
+    out: list[tuple[Server, int]] = []
+    launched = False  # a launcher's word before this one (one pass: linear in seg)
     for i, word in enumerate(seg):
-        for server in SERVERS:
-            for start in server.starts:
-                if word.rpartition("/")[2] != start[0] or seg[i + 1 : i + len(start)] != [
-                    *start[1:]
-                ]:
-                    continue
-                args = seg[i + len(start) :]
-                if any(w.rpartition("/")[2] in _LAUNCHERS for w in seg[:i]) or (
-                    args and args[0] in server.other
-                ):
+        base = word.rpartition("/")[2]
+        for server, start in _BY_FIRST.get(base, ()):
+            if seg[i + 1 : i + len(start)] == [*start[1:]]:
+                end = i + len(start)
+                if launched or (end < len(seg) and seg[end] in server.other):
                     return []
-                out.append((server, args))
-    return out
+                out.append((server, end))
+        launched = launched or base in _LAUNCHERS
+    return [(server, seg[end:]) for server, end in out[:2]]
 
 
 def _env_words(server: Server, env: object, files: Mapping[str, str | None]) -> dict[str, str]:

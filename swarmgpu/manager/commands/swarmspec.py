@@ -131,16 +131,22 @@ def parse_cpus(v: object, where: str) -> int:
 def parse_memory(v: object, where: str) -> int:
     """Compose ``memory`` (bytes, or "512M", "1g", "1.5GiB") as Swarm's MemoryBytes; 0
     is none, as docker reads and Swarm takes it."""
-    text = str(v) if isinstance(v, int | str) and not isinstance(v, bool) else ""
-    m = _MEM_RE.match(text)
-    if m is None:
+    got = memory_bytes(v)
+    if got is None:
         raise StackError(f"{where}: {quoted(v)} is not an amount of memory (bytes, or a number "
                          "with b, k, m, g, t or p: \"512M\", \"1g\")")
-    got = int(float(m.group(1)) * _MEM_UNIT[m.group(2).lower()])
     if 0 < got < MIN_MEMORY_BYTES:
         raise StackError(f"{where}: {quoted(v)}: Swarm refuses a reservation below 4 MiB (at "
                          "least 4 MiB, or 0 for none)")
     return got
+
+
+def memory_bytes(v: object) -> int | None:
+    """An amount of memory in docker's units (bytes, or "512M", "1g", "1.5GiB"), with no
+    floor (a tmpfs may be smaller than a reservation); None: not one."""
+    text = str(v) if isinstance(v, int | str) and not isinstance(v, bool) else ""
+    m = _MEM_RE.match(text)
+    return None if m is None else int(float(m.group(1)) * _MEM_UNIT[m.group(2).lower()])
 
 
 def generic_resources(v: object, where: str) -> list[dict[str, Any]]:
