@@ -1,0 +1,81 @@
+"""How long `swarmgpu audit` (and so each daemon cycle, whose map takes audit's findings)
+takes to read hostile GPU service specs, beside an ordinary one in the same run.
+
+The daemon audits every GPU service's spec each cycle (render's model-server checks:
+``commands.model_servers``, ``commands.cudavisible``, ``commands.devshm``). A spec is
+written by its owner, so a hostile one must cost about what an ordinary one does: a
+2 MiB ``sh -c`` script, server or shell words repeated thousands of times, a 2 MiB
+command string, an 8 MiB ``CUDA_VISIBLE_DEVICES``. Each is timed (median of
+``--rounds``) beside the reference, a vLLM service of four GPUs.
+
+    python benchmarks/bench_audit_specs.py [--rounds 5]
+
+The figures are this machine's; the tests (tests/test_audit_model_servers.py) check what
+is read, never how long it takes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+from swarmgpu.manager.commands.audit import audit
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.swarm.client import SwarmService
+from swarmgpu.swarm.swarmservice import read_service
+
+VLLM = "vllm/vllm-openai:v0.8.5@sha256:" + "a" * 64
+MODEL = "meta-llama/Llama-3.1-70B-Instruct"
+
+
+def service(args: list[str], command: Any = None, env: list[str] | None = None) -> SwarmService:
+    """A GPU service as the engine lists one (`docker stack deploy`, no render)."""
+    container: dict[str, Any] = {"Image": VLLM, "Args": args, "Env": env or []}
+    if command is not None:
+        container["Command"] = command
+    return read_service({
+        "ID": "s1", "Version": {"Index": 3},
+        "Spec": {"Name": "ai_llm", "Labels": {"swarmgpu.gpus": "4"},
+                 "TaskTemplate": {"ContainerSpec": container},
+                 "Mode": {"Replicated": {"Replicas": 1}}},
+    })
+
+
+def cases() -> dict[str, SwarmService]:
+    return {
+        "reference: vllm -tp 4": service(["--model", MODEL, "-tp", "4"]),
+        "sh -c script of 2 MiB": service([], ["sh", "-c",
+                                              "vllm serve m -tp 4 " + "x " * (1 << 20)]),
+        "'vllm serve' x 1,400": service([], ["vllm", "serve"] * 1400),
+        "'-/sh' x 3,000": service([], ["-/sh"] * 3000),
+        "command string of 2 MiB": service([], "vllm serve m -tp 4 " + "x " * (1 << 20)),
+        "CUDA_VISIBLE_DEVICES of 8 MiB": service(
+            ["--model", MODEL, "-tp", "4"],
+            env=["CUDA_VISIBLE_DEVICES=0,5," + "1," * (4 << 20)]),
+    }
+
+
+def median_s(svc: SwarmService, rounds: int) -> float:
+    took: list[float] = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        audit(Snapshot([], [svc], [], {}))
+        took.append(time.perf_counter() - start)
+    return statistics.median(took)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=5, help="timed audits per case")
+    args = ap.parse_args()
+    timed = {name: median_s(svc, max(1, args.rounds)) for name, svc in cases().items()}
+    ref = next(iter(timed.values()))
+    print(f"{'spec':34} {'audit ms (median)':>18} {'x reference':>12}")
+    for name, s in timed.items():
+        print(f"{name:34} {s * 1000:18.2f} {s / ref if ref else 0.0:12.1f}")
+
+
+if __name__ == "__main__":
+    main()
