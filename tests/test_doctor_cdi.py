@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from support.denied import deny_listing
+from support.yaml_parser import yaml_parser
 
 from swarmgpu.agent.doctor import Status, run_doctor
 from swarmgpu.agent.doctor.view import MAX_ENGINE_CDI_DIRS
@@ -72,12 +73,6 @@ def _check(root: Path, info: dict[str, Any] | None = None) -> tuple[dict[str, An
     out, code = run_doctor(str(root), as_json=True)
     (c,) = [c for c in json.loads(out)["checks"] if c["id"] == "toolkit.cdi-spec"]
     return c, code
-
-
-def _yaml_parser(monkeypatch: pytest.MonkeyPatch, libyaml: bool) -> None:
-    """Specs parsed by libyaml's parser (CDI's specs) or, ``libyaml`` False, PyYAML's."""
-    from swarmgpu.core import yamlfile
-    monkeypatch.setattr(yamlfile, "_LIBYAML", libyaml)
 
 
 def _text_spec_check(tmp_path: Path, text: str) -> dict[str, Any]:
@@ -632,7 +627,7 @@ def test_a_broken_specs_yaml_error_names_the_line_and_column_on_one_line(
         said: str) -> None:
     # with libyaml's parser (CDI's specs) the message lost its line:column snippet and
     # read otherwise than PyYAML's, over lines, the file named twice
-    _yaml_parser(monkeypatch, libyaml)
+    yaml_parser(monkeypatch, libyaml)
     c = _text_spec_check(tmp_path, text)
     found = c["found"]
     assert "(/etc/cdi/nvidia.yaml not valid YAML at line " in found and "\n" not in found, c
@@ -694,7 +689,7 @@ def test_a_broken_specs_yaml_error_shows_its_line_bounded(
         said: str) -> None:
     # the stack reader's YAML errors show the line at fault; a CDI spec's named its line
     # and column alone, the operator left to count columns in a generated file
-    _yaml_parser(monkeypatch, libyaml)
+    yaml_parser(monkeypatch, libyaml)
     c = _text_spec_check(tmp_path, text)
     if libyaml or "x07" in said:  # (PyYAML's words and columns differ a little)
         assert said in c["found"], c
