@@ -1,5 +1,6 @@
 """`swarmgpu plan`/`status` run in-process over a recording swarm: what a one-shot
-command shows of the snapshot a daemon cycle plans from (``tests/support/forged.py``)."""
+command shows of the snapshot a daemon cycle plans from (``tests/support/forged.py``);
+``empty_cluster``: over no cluster at all."""
 
 from __future__ import annotations
 
