@@ -14,7 +14,6 @@ CPU free. Figures, not assertions.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import Counter
 from pathlib import Path
@@ -23,8 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 import failed_at_full  # noqa: E402  (the benchmarks' folder, as run)
-from rollout_try import LoggedRollOut, add_rollout, switch_on  # noqa: E402
-from try_cli import add_rest, rest_of  # noqa: E402
+from rollout_try import LoggedRollOut, switched_on  # noqa: E402
 
 from swarmgpu.allocator.rollout import Allocator, untouched  # noqa: E402
 from swarmgpu.allocator.values import Demand, NodeState  # noqa: E402
@@ -100,12 +98,7 @@ class ChoiceLog(LoggedRollOut):
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_rollout(ap)
-    add_rest(ap)
-    args = ap.parse_args(argv)
-    rest = rest_of(ap, args)
-    switch_on(args, ChoiceLog)
+    rest = switched_on(argv, __doc__, ChoiceLog)
     sys.argv = ["failed_at_full.py", *rest]
     got = failed_at_full.main()
     from swarmgpu.allocator.scorer import SwarmScorer

@@ -106,14 +106,21 @@ def switch_on(args: argparse.Namespace, ro: type[LoggedRollOut] | None = None) -
         SwarmScorer.rollout = got
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def switched_on(argv: list[str], doc: str, ro: type[LoggedRollOut] | None = None) -> list[str]:
+    """``argv`` read as a roll-out try's command line (the roll-out's options, then
+    ``--`` and the rest), the roll-out switched on as it asks: the rest. ``doc``: the
+    try's docstring, its first paragraph the help's description."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     add_rollout(ap)
     add_rest(ap)
     args = ap.parse_args(argv)
     rest = rest_of(ap, args)
-    switch_on(args)
-    return run_swarmgpu(rest)
+    switch_on(args, ro)
+    return rest
+
+
+def main(argv: list[str]) -> int:
+    return run_swarmgpu(switched_on(argv, __doc__))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from support.denied import deny_listing
+from support.yaml_parser import yaml_parser
 
 from swarmgpu.agent.doctor import Status, run_doctor
 from swarmgpu.agent.doctor.view import MAX_ENGINE_CDI_DIRS
@@ -72,6 +73,14 @@ def _check(root: Path, info: dict[str, Any] | None = None) -> tuple[dict[str, An
     out, code = run_doctor(str(root), as_json=True)
     (c,) = [c for c in json.loads(out)["checks"] if c["id"] == "toolkit.cdi-spec"]
     return c, code
+
+
+def _text_spec_check(tmp_path: Path, text: str) -> dict[str, Any]:
+    """The check of a root whose etc/cdi/nvidia.yaml is ``text``."""
+    root = _root(tmp_path)
+    (root / "etc/cdi").mkdir(parents=True)
+    (root / "etc/cdi/nvidia.yaml").write_text(text)
+    return _check(root)[0]
 
 
 def test_outside_cdi_mode_no_spec_is_needed_and_dockerds_dirs_are_shown(
@@ -134,10 +143,7 @@ def test_the_toolkits_own_spec_dirs_are_read(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("text", ["kind: [", "devices: []\n", "- a\n", "\x00"])
 def test_a_spec_not_read_is_named(tmp_path: Path, text: str) -> None:
-    root = _root(tmp_path)
-    (root / "etc/cdi").mkdir(parents=True)
-    (root / "etc/cdi/nvidia.yaml").write_text(text)
-    c, _ = _check(root)
+    c = _text_spec_check(tmp_path, text)
     assert c["status"] == str(Status.FAIL) and "/etc/cdi/nvidia.yaml" in c["found"], c
 
 
@@ -621,12 +627,8 @@ def test_a_broken_specs_yaml_error_names_the_line_and_column_on_one_line(
         said: str) -> None:
     # with libyaml's parser (CDI's specs) the message lost its line:column snippet and
     # read otherwise than PyYAML's, over lines, the file named twice
-    from swarmgpu.core import yamlfile
-    monkeypatch.setattr(yamlfile, "_LIBYAML", libyaml)
-    root = _root(tmp_path)
-    (root / "etc/cdi").mkdir(parents=True)
-    (root / "etc/cdi/nvidia.yaml").write_text(text)
-    c, _ = _check(root)
+    yaml_parser(monkeypatch, libyaml)
+    c = _text_spec_check(tmp_path, text)
     found = c["found"]
     assert "(/etc/cdi/nvidia.yaml not valid YAML at line " in found and "\n" not in found, c
     if libyaml or "tab" in said or "#x" in said:  # (PyYAML words some problems its way)
@@ -687,12 +689,8 @@ def test_a_broken_specs_yaml_error_shows_its_line_bounded(
         said: str) -> None:
     # the stack reader's YAML errors show the line at fault; a CDI spec's named its line
     # and column alone, the operator left to count columns in a generated file
-    from swarmgpu.core import yamlfile
-    monkeypatch.setattr(yamlfile, "_LIBYAML", libyaml)
-    root = _root(tmp_path)
-    (root / "etc/cdi").mkdir(parents=True)
-    (root / "etc/cdi/nvidia.yaml").write_text(text)
-    c, _ = _check(root)
+    yaml_parser(monkeypatch, libyaml)
+    c = _text_spec_check(tmp_path, text)
     if libyaml or "x07" in said:  # (PyYAML's words and columns differ a little)
         assert said in c["found"], c
     else:

@@ -11,11 +11,8 @@ whole (info, the swarm, an event) is refused. These go through docker-py's own
 
 from __future__ import annotations
 
-from typing import Any
-
-import docker
 import pytest
-import requests
+from support.answered_engine import answered_engine
 
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnkeyed, UnreadWrite
 from swarmgpu.swarm.eventstream import NotAnEvent, parse_event
@@ -45,18 +42,7 @@ def task_text(tid: str, node: str, state: str = "running") -> str:
 
 def engine(monkeypatch: pytest.MonkeyPatch, answers: dict[str, str]) -> SwarmClient:
     """A client built as the daemon builds it, its engine answering ``answers`` (by path)."""
-    answers = {"/version": '{"ApiVersion": "1.43"}', **answers}  # (asked as it is made)
-
-    def get(_self: object, url: str, **_: Any) -> requests.Response:
-        resp = requests.Response()
-        path = url.split("127.0.0.1:9", 1)[1].removeprefix("/v1.43")
-        resp.status_code, resp._content = 200, answers[path].encode()
-        resp.headers["Content-Type"], resp.encoding = "application/json", "utf-8"
-        resp.url = url
-        return resp
-
-    monkeypatch.setattr(docker.APIClient, "_get", get)
-    return SwarmClient("tcp://127.0.0.1:9")
+    return answered_engine(monkeypatch, answers)[0]
 
 
 def test_a_node_naming_a_key_twice_is_unread_alone(monkeypatch: pytest.MonkeyPatch) -> None:

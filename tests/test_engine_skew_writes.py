@@ -7,19 +7,17 @@ read and written back through a Docker 26.1 engine, loses it, its task spec chan
 Swarm replaces every task of the service. The engine here answers as such an older
 engine does (the field left out of its inspect); the client must refuse the write,
 naming the managers, their versions and the fix, and post nothing. These go through
-docker-py's own ``APIClient``, only its HTTP answered here (as
-tests/test_wrong_object_answers.py).
+docker-py's own ``APIClient``, only its HTTP answered (tests/support/answered_engine.py,
+as for tests/test_wrong_object_answers.py).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
-import docker
 import pytest
-import requests
+from support.answered_engine import answered_engine
 from support.loglines import log_lines
 
 from swarmgpu.swarm.client import SwarmClient, SwarmError
@@ -49,34 +47,10 @@ def engine(monkeypatch: pytest.MonkeyPatch, own: str, others: list[tuple[str, st
     paths read."""
     nodes = [node_raw("m1", "m1", "manager", own),
              *(node_raw(f"n{i}", h, r, v) for i, (h, r, v) in enumerate(others))]
-    answers: dict[str, Any] = {
+    return answered_engine(monkeypatch, {
         "/version": {"ApiVersion": "1.43", "Version": own}, "/nodes": nodes,
         "/nodes/m1": nodes[0],
-        "/services/s1": {"ID": "s1", "Version": {"Index": 3}, "Spec": OLD_VIEW}}
-    posted: list[tuple[str, Any]] = []
-    read: list[str] = []
-
-    def answer(url: str, body: Any) -> requests.Response:
-        resp = requests.Response()
-        resp.status_code, resp._content = 200, json.dumps(body).encode()
-        resp.headers["Content-Type"], resp.encoding = "application/json", "utf-8"
-        resp.url = url
-        return resp
-
-    def path(url: str) -> str:
-        return url.split("127.0.0.1:9", 1)[1].removeprefix("/v1.43").split("?")[0]
-
-    def get(_self: object, url: str, **_: Any) -> requests.Response:
-        read.append(path(url))
-        return answer(url, answers[path(url)])
-
-    def post(_self: object, url: str, data: Any = None, **_: Any) -> requests.Response:
-        posted.append((path(url), data))
-        return answer(url, {})
-
-    monkeypatch.setattr(docker.APIClient, "_get", get)
-    monkeypatch.setattr(docker.APIClient, "_post_json", post)
-    return SwarmClient("tcp://127.0.0.1:9"), posted, read
+        "/services/s1": {"ID": "s1", "Version": {"Index": 3}, "Spec": OLD_VIEW}})
 
 
 def relabel(spec: Any) -> Any:

@@ -8,16 +8,13 @@ own; while who leads is unknown (its engine away) the last one stays, marked so.
 from __future__ import annotations
 
 import json
-import tempfile
 from typing import Any
 
 import pytest
 from support.forged import RecordingSwarm, sw_node
+from support.stepped_daemon import step_of, stepped_daemon
 
-from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, RebalanceConfig, SyncConfig
 from swarmgpu.manager.cycle.rebalance import ROUTE, Rebalancer
-from swarmgpu.manager.cycle.wiring import daemon_steps
-from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.rebalance.moves import Proposal
 from swarmgpu.swarm.client import SwarmUnavailable
 
@@ -27,13 +24,8 @@ def _gone() -> bool:
 
 
 def test_a_follower_serves_no_cluster_of_its_last_term(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
-    cfg = Config(state_dir=tempfile.mkdtemp(), sync=SyncConfig(watch_events=False),
-                 agents=AgentsConfig(timeout_s=0.2, identity="none", watch_s=0),
-                 http=HttpConfig(listen="127.0.0.1:0"))
     swarm = RecordingSwarm([sw_node("n-01", "gpu-01")], [], [])
-    d = Daemon(cfg, swarm=swarm)  # type: ignore[arg-type]
-    d.use(daemon_steps(d))
+    d = stepped_daemon(monkeypatch, swarm, timeout_s=0.2)
 
     def cluster() -> dict[str, Any]:
         doc: dict[str, Any] = json.loads(d.http_routes["/api/v1/cluster"]()[1])
@@ -55,16 +47,10 @@ def test_a_follower_serves_no_rebalance_proposal_of_its_last_term(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``/api/rebalance``: the last term's proposal (its failing nodes, its notes) stood,
     frozen, on the follower, as the cluster document did."""
-    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
-    cfg = Config(state_dir=tempfile.mkdtemp(), sync=SyncConfig(watch_events=False),
-                 agents=AgentsConfig(timeout_s=0.2, identity="none", watch_s=0),
-                 http=HttpConfig(listen="127.0.0.1:0"),
-                 rebalance=RebalanceConfig(enabled=True))
     swarm = RecordingSwarm([sw_node("n-01", "gpu-01")], [], [])
-    d = Daemon(cfg, swarm=swarm)  # type: ignore[arg-type]
-    d.use(daemon_steps(d))
+    d = stepped_daemon(monkeypatch, swarm, timeout_s=0.2)
     d.cycle()
-    rebalance = next(s for s in d.pipeline.steps if isinstance(s, Rebalancer))
+    rebalance = step_of(d, Rebalancer)
     rebalance.last = Proposal(notes=["gpu-01: hot"], failing_nodes={"gpu-01": "agent lost"})
     monkeypatch.setattr(swarm, "is_leader", lambda: False)
     d.cycle()

@@ -6,19 +6,15 @@ node unreachable long since mended."""
 
 from __future__ import annotations
 
-import tempfile
-
 import pytest
 from prometheus_client import generate_latest
 from support.empty_swarm import EmptySwarm
+from support.stepped_daemon import step_of, stepped_daemon
 
-from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, RebalanceConfig, SyncConfig
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.cycle.grants import GrantsStep
 from swarmgpu.manager.cycle.observe import ObserveStep
 from swarmgpu.manager.cycle.rebalance import Rebalancer
-from swarmgpu.manager.cycle.wiring import daemon_steps
-from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.swarm.client import SwarmNode, SwarmUnavailable
@@ -42,23 +38,17 @@ def test_a_follower_exports_none_of_its_last_terms_cluster_gauges(
     """``leadership-unknown``: its engine cannot say who leads (locked, unreachable, no
     quorum): its term ended, its gauges 0 as a follower's; they stood frozen beside the
     new leader's for as long as a locked manager waited for its unlock."""
-    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
-    cfg = Config(state_dir=tempfile.mkdtemp(), sync=SyncConfig(watch_events=False),
-                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
-                 http=HttpConfig(listen="127.0.0.1:0"),
-                 rebalance=RebalanceConfig(enabled=True))
     swarm = EmptySwarm()
-    d = Daemon(cfg, swarm=swarm)  # type: ignore[arg-type]
-    d.use(daemon_steps(d))
+    d = stepped_daemon(monkeypatch, swarm)
     d.cycle()
     reg = d.metrics.registry
     # What a leader's cycle over a busy cluster leaves (set here: the swarm is empty)
-    observe = next(s for s in d.pipeline.steps if isinstance(s, ObserveStep))
+    observe = step_of(d, ObserveStep)
     observe.gauges.rows = ({("llm", "gpu-1", "n1", "0"): 90.0},
                            {("llm", "gpu-1", "n1", "0"): 1000.0}, {}, {})
     m = d.metrics
-    grants = next(s for s in d.pipeline.steps if isinstance(s, GrantsStep))
-    rebalance = next(s for s in d.pipeline.steps if isinstance(s, Rebalancer))
+    grants = step_of(d, GrantsStep)
+    rebalance = step_of(d, Rebalancer)
     for gauge in (m.agents_unreachable, m.nodes_gpus_unread, m.held_changes, m.pending,
                   m.facts_stale, grants.count, rebalance.failing):
         gauge.set(2)
@@ -85,14 +75,8 @@ def test_a_new_term_counts_an_agent_lost_from_its_own_first_look(
     lost since its last answer in the last term (hours, past node_lost_grace_s), and the
     health policy could drain its node at once; a restarted daemon, with no record,
     waits the grace. Within a term the loss still counts from the last answer."""
-    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
-    cfg = Config(state_dir=tempfile.mkdtemp(), sync=SyncConfig(watch_events=False),
-                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
-                 http=HttpConfig(listen="127.0.0.1:0"),
-                 rebalance=RebalanceConfig(enabled=True))
-    d = Daemon(cfg, swarm=EmptySwarm())  # type: ignore[arg-type]
-    d.use(daemon_steps(d))
-    rebalance = next(s for s in d.pipeline.steps if isinstance(s, Rebalancer))
+    d = stepped_daemon(monkeypatch, EmptySwarm())
+    rebalance = step_of(d, Rebalancer)
     mono = [100.0]  # the daemon's monotonic clock, as its losses are counted
     rebalance.clock = lambda: mono[0]
     node = SwarmNode("n1", "gpu-node-1", "10.0.0.1", "worker", "ready", "active", {}, {}, 1,

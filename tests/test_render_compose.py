@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from support.gpu_nodes import run_cli, swarmgpu_env
 from support.render_compose import FACTS, NODES
 
@@ -390,6 +390,15 @@ def test_a_request_in_the_container_labels_is_an_error_naming_deploy_labels(
         assert check_stack(moved).errors == []
 
 
+def _render_check(tmp_path: Path, name: str | None, file: str = "ai.yml") -> tuple[Path, Result]:
+    """``swarmgpu render --check`` of the vLLM stack written to ``tmp_path/file``, with
+    ``-n name`` unless ``name`` is None: the file and the run."""
+    src = tmp_path / file
+    src.write_text(VLLM)
+    args = ["render", "--check", str(src)] + ([] if name is None else ["-n", name])
+    return src, CliRunner().invoke(main, args, env={"DOCKER_HOST": NO_DOCKER})
+
+
 @pytest.mark.parametrize(("name", "file"), [("", "ai.yml"), (" '\" ", "ai.yml"), (None, ".ai.yml")])
 def test_cli_a_stack_name_docker_refuses_is_refused(
     tmp_path: Path, name: str | None, file: str
@@ -398,10 +407,7 @@ def test_cli_a_stack_name_docker_refuses_is_refused(
     (docker/cli validateStackName: "invalid stack name"). Before: -n '' fell back to the
     file's name silently (a tenant's stacks were checked against a name never
     deployed), and a file named .ai.yml gave the empty name."""
-    src = tmp_path / file
-    src.write_text(VLLM)
-    args = ["render", "--check", str(src)] + ([] if name is None else ["-n", name])
-    res = CliRunner().invoke(main, args, env={"DOCKER_HOST": NO_DOCKER})
+    src, res = _render_check(tmp_path, name, file)
     assert res.exit_code == 2, res.output
     assert len(res.stderr.splitlines()) == 1, res.stderr
     said = f"-n {name!r}" if name is not None else f"{src} (no -n): its name gives ''"
@@ -436,10 +442,7 @@ def test_cli_a_stack_name_swarm_refuses_its_services_for_is_refused(
     name that is not a DNS name component (swarmkit's validateAnnotations: ASCII letters
     and digits, '-' or '_' between them, at most 63). Before: -n 'bad name' passed
     --check, and the deploy failed at its first service."""
-    src = tmp_path / file
-    src.write_text(VLLM)
-    args = ["render", "--check", str(src)] + ([] if name is None else ["-n", name])
-    res = CliRunner().invoke(main, args, env={"DOCKER_HOST": NO_DOCKER})
+    src, res = _render_check(tmp_path, name, file)
     assert res.exit_code == 2, res.output
     assert len(res.stderr.splitlines()) == 1, res.stderr
     said = f"-n {name!r}" if name is not None else f"{src} (no -n): its name gives 'my stack'"
@@ -449,10 +452,7 @@ def test_cli_a_stack_name_swarm_refuses_its_services_for_is_refused(
 
 @pytest.mark.parametrize("name", ["ai", "ai-", "a_b", "AI2", "x" * 61])
 def test_cli_a_stack_name_swarm_takes_passes(tmp_path: Path, name: str) -> None:
-    src = tmp_path / "ai.yml"
-    src.write_text(VLLM)
-    res = CliRunner().invoke(main, ["render", "--check", str(src), "-n", name],
-                             env={"DOCKER_HOST": NO_DOCKER})
+    _, res = _render_check(tmp_path, name)
     assert "invalid stack name" not in res.stderr, res.stderr
 
 

@@ -14,7 +14,6 @@ plan and audit say it from the daemon's record. Pure."""
 from __future__ import annotations
 
 import json
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from support.rebalance import running as rb_running
 from support.rebalance import service as rb_service
 from support.rebalance_fragmentation import HALF, WHOLE, two_half_used
 from support.rebalance_fragmentation import plan as frag_plan
+from support.stepped_daemon import step_of, stepped_daemon
 
 from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.model import FACTS_AGE_HEADER, NodeFacts
@@ -313,19 +313,10 @@ def test_the_health_policy_counts_a_loss_from_the_agents_last_answer_not_its_rea
     policy drained the node as 'not answered for 430s'). The record saves the answer."""
     from support.empty_swarm import EmptySwarm
 
-    from swarmgpu.core.config import Config, HttpConfig, RebalanceConfig, SyncConfig
     from swarmgpu.manager.cycle.rebalance import Rebalancer
-    from swarmgpu.manager.cycle.wiring import daemon_steps
-    from swarmgpu.manager.daemon import Daemon
 
-    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
-    cfg = Config(state_dir=tempfile.mkdtemp(), sync=SyncConfig(watch_events=False),
-                 agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=0),
-                 http=HttpConfig(listen="127.0.0.1:0"),
-                 rebalance=RebalanceConfig(enabled=True))
-    d = Daemon(cfg, swarm=EmptySwarm())  # type: ignore[arg-type]
-    d.use(daemon_steps(d))
-    rebalance = next(s for s in d.pipeline.steps if isinstance(s, Rebalancer))
+    d = stepped_daemon(monkeypatch, EmptySwarm())
+    rebalance = step_of(d, Rebalancer)
     node = NODES[1]
     mono = [500.0]
     rebalance.clock = lambda: mono[0]  # (the loss is counted on the monotonic clock)

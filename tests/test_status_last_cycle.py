@@ -14,13 +14,9 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from support.forged import snapshot
+from support.commands import empty_cluster
 
 from swarmgpu.cli import main
-from swarmgpu.cli import manager as cli_manager
-from swarmgpu.manager.cycle import grants, oneshot_plan
-from swarmgpu.manager.placement import PlacementPlan
-from swarmgpu.swarm import client
 
 HEALTH: dict[str, Any] = {"status": "degraded", "last_cycle": "over_budget",
                           "last_cycle_at": 1_790_000_000.5}
@@ -49,10 +45,7 @@ def healthz() -> Iterator[ThreadingHTTPServer]:
 
 
 def _status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, port: int) -> dict[str, Any]:
-    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants: snapshot([], [], []))
-    monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
-    monkeypatch.setattr(grants, "find", lambda *a, **k: [])
-    monkeypatch.setattr(oneshot_plan, "plan_as_daemon", lambda *a, **k: PlacementPlan([]))
+    empty_cluster(monkeypatch)
     cfg = tmp_path / "swarmgpu.yaml"
     cfg.write_text(f"state_dir: {tmp_path}\nhttp:\n  listen: 127.0.0.1:{port}\n")
     res = CliRunner().invoke(main, ["status", "--json", "--config", str(cfg)])
@@ -137,10 +130,7 @@ def test_plain_status_asks_the_daemon_nothing(
         raise boundedhttp.FetchError("closed the connection before answering")
 
     monkeypatch.setattr(boundedhttp, "get", get)
-    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants: snapshot([], [], []))
-    monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
-    monkeypatch.setattr(grants, "find", lambda *a, **k: [])
-    monkeypatch.setattr(oneshot_plan, "plan_as_daemon", lambda *a, **k: PlacementPlan([]))
+    empty_cluster(monkeypatch)
     cfg = tmp_path / "swarmgpu.yaml"
     cfg.write_text(f"state_dir: {tmp_path}\n")
     res = CliRunner().invoke(main, ["status", "--config", str(cfg)])

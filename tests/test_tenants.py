@@ -342,6 +342,19 @@ def _full_4090(holders: dict[str, tuple[str, int]], pending: dict[str, tuple[str
     return nodes, services, tasks
 
 
+HIGH = {"team-a_high": ("team-a", {f"{P}gpus": "2", f"{P}priority": "100"})}  # at its ceiling
+
+
+def _held_whole(full: str, stack: str, extra: dict[str, str],
+                pending: dict[str, tuple[str, dict[str, str]]]
+                ) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
+    """``_full_4090`` with ``full`` (of ``stack``) holding all of n-4090's GPUs, its labels
+    with ``extra`` (what its stack wrote after it was placed), ``pending`` waiting."""
+    nodes, services, tasks = _full_4090({full: (stack, 8)}, pending)
+    services[0] = _stack_svc(stack, full.split("_", 1)[1], {**services[0].labels, **extra})
+    return nodes, services, tasks
+
+
 def test_above_the_ceiling_preempts_nothing_and_plan_says_why(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, TWO_TEAMS)
     nodes, services, tasks = _full_4090(
@@ -371,11 +384,8 @@ def test_above_the_ceiling_preempts_nothing_and_plan_says_why(tmp_path: Path) ->
 def test_team_a_at_its_ceiling_preempts_team_b_which_may_not_opt_out(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, TWO_TEAMS)
     # team-b's batch says preemptible: false; team-b may not opt out, so it is a victim
-    nodes, services, tasks = _full_4090(
-        {"team-b_batch": ("team-b", 8)},
-        {"team-a_high": ("team-a", {f"{P}gpus": "2", f"{P}priority": "100"})})
-    services[0] = _stack_svc("team-b", "batch", {**services[0].labels,
-                                                 f"{P}preemptible": "false"})
+    nodes, services, tasks = _held_whole("team-b_batch", "team-b",
+                                         {f"{P}preemptible": "false"}, HIGH)
     plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
     assert [p.describe() for p in choose_preemptions(
         plan, nodes, services, tasks, FACTS, prefix=P, preemptible_below=100)] == [
@@ -399,10 +409,7 @@ def test_a_holder_that_breaks_its_labels_is_still_a_victim(tmp_path: Path,
     cfg = _cfg(tmp_path, TWO_TEAMS.replace(
         "team-a: {", "team-a: {queues: [team-a], ").replace(
         "    tenants:", "    queues: {team-a: {guaranteed: 2}}\n    tenants:"))
-    nodes, services, tasks = _full_4090(
-        {"team-b_batch": ("team-b", 8)},
-        {"team-a_high": ("team-a", {f"{P}gpus": "2", f"{P}priority": "100"})})
-    services[0] = _stack_svc("team-b", "batch", {**services[0].labels, **broken})
+    nodes, services, tasks = _held_whole("team-b_batch", "team-b", broken, HIGH)
     plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
     assert {sp.name: sp.status for sp in plan.services}["team-b_batch"] == "invalid"
     got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
@@ -420,11 +427,8 @@ def test_a_holder_that_breaks_its_labels_is_still_a_victim(tmp_path: Path,
 
 
 def test_the_daemon_stops_a_holder_that_broke_its_labels(tmp_path: Path) -> None:
-    nodes, services, tasks = _full_4090(
-        {"team-b_batch": ("team-b", 8)},
-        {"team-a_high": ("team-a", {f"{P}gpus": "2", f"{P}priority": "100"})})
-    services[0] = _stack_svc("team-b", "batch", {**services[0].labels,
-                                                 f"{P}preemptible": "nope"})
+    nodes, services, tasks = _held_whole("team-b_batch", "team-b",
+                                         {f"{P}preemptible": "nope"}, HIGH)
     sw = RecordingSwarm(nodes, services, tasks)
     _daemon(sw, tmp_path, TWO_TEAMS).cycle()
     assert gate_key(P, "team-b_batch") not in sw.node("n-4090").labels
@@ -438,11 +442,8 @@ def test_a_broken_holder_keeps_what_its_tenants_labels_could_give(tmp_path: Path
     is team-a's ceiling, so a request of 100 or below stops it no more than before."""
     cfg = _cfg(tmp_path, TWO_TEAMS.replace("max_priority: 100, may_opt_out: true",
                                            "max_priority: 100, may_opt_out: false"))
-    nodes, services, tasks = _full_4090(
-        {"team-a_batch": ("team-a", 8)},
-        {"team-a_high": ("team-a", {f"{P}gpus": "2", f"{P}priority": "100"})})
-    services[0] = _stack_svc("team-a", "batch", {**services[0].labels,
-                                                 f"{P}preemptible": "nope"})
+    nodes, services, tasks = _held_whole("team-a_batch", "team-a",
+                                         {f"{P}preemptible": "nope"}, HIGH)
     plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
     assert choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
                               preemptible_below=100) == []
@@ -729,13 +730,10 @@ def test_a_forged_preempted_record_buys_no_immunity(tmp_path: Path) -> None:
     ceiling still preempts the batch service."""
     import time
 
-    want = {f"{P}gpus": "2", f"{P}priority": "100"}
     for at in (time.time() + 10 * 365 * 86400, time.time()):
         forged = json.dumps({"by": "x", "priority": 0, "at": at, "node": "n-4090"})
-        nodes, services, tasks = _full_4090({"team-b_batch": ("team-b", 8)},
-                                            {"team-a_high": ("team-a", want)})
-        services[0] = _stack_svc("team-b", "batch", {**services[0].labels,
-                                                     f"{P}state.preempted": forged})
+        nodes, services, tasks = _held_whole("team-b_batch", "team-b",
+                                             {f"{P}state.preempted": forged}, HIGH)
         sw = RecordingSwarm(nodes, services, tasks)
         d = _daemon(sw, tmp_path, TWO_TEAMS)
         d.cycle()
@@ -750,14 +748,11 @@ def test_a_preempted_record_dated_at_infinity_is_no_record(tmp_path: Path) -> No
     a stack can write, is not read (the victim cooldown's check of its second raised
     OverflowError, and the preemption step failed every cycle); the batch service is
     preempted as any other."""
-    want = {f"{P}gpus": "2", f"{P}priority": "100"}
     for at, prio in (("Infinity", "0"), ("-Infinity", "0"), ("NaN", "0"), ("1e999", "0"),
                      ("1", "Infinity")):
         forged = f'{{"by": "x", "priority": {prio}, "at": {at}, "node": "n-4090"}}'
-        nodes, services, tasks = _full_4090({"team-b_batch": ("team-b", 8)},
-                                            {"team-a_high": ("team-a", want)})
-        services[0] = _stack_svc("team-b", "batch", {**services[0].labels,
-                                                     f"{P}state.preempted": forged})
+        nodes, services, tasks = _held_whole("team-b_batch", "team-b",
+                                             {f"{P}state.preempted": forged}, HIGH)
         sw = RecordingSwarm(nodes, services, tasks)
         _daemon(sw, tmp_path, TWO_TEAMS).cycle()
         assert gate_key(P, "team-b_batch") not in sw.node("n-4090").labels, at
@@ -775,11 +770,8 @@ def _recorded_holder(record_at: float, task_made: float, hour: float) -> Recordi
     ceiling waits for 2 of those GPUs."""
     record = json.dumps({"by": "old", "priority": 100, "at": round(record_at, 3),
                          "node": "n-dgx"})
-    nodes, services, tasks = _full_4090({"team-b_batch": ("team-b", 8)},
-                                        {"team-a_high": ("team-a", {f"{P}gpus": "2",
-                                                                    f"{P}priority": "100"})})
-    services[0] = _stack_svc("team-b", "batch", {**services[0].labels,
-                                                 f"{P}state.preempted": record})
+    nodes, services, tasks = _held_whole("team-b_batch", "team-b",
+                                         {f"{P}state.preempted": record}, HIGH)
     tasks[0] = replace(tasks[0], created_at=_rfc3339(task_made))
     return RecordingSwarm(nodes, services, tasks, {f"{P}state.preemptions": f"{round(hour)}"})
 
@@ -1044,9 +1036,8 @@ def test_a_guaranteed_queue_takes_back_gpus_an_unknown_stack_took_while_it_was_i
     want = {"team-a_y": ("team-a", {f"{P}gpus": "2"})}
     for stack, says in (("misc", ["preempt misc_x (priority 0) on gpu-node-2 for team-a_y "
                                   "(priority 0)"]), ("ops", [])):
-        nodes, services, tasks = _full_4090({f"{stack}_x": (stack, 8)}, want)
-        services[0] = _stack_svc(stack, "x", {**services[0].labels,
-                                              f"{P}preemptible": "false"})
+        nodes, services, tasks = _held_whole(f"{stack}_x", stack,
+                                             {f"{P}preemptible": "false"}, want)
         plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
         assert [p.describe() for p in choose_preemptions(
             plan, nodes, services, tasks, FACTS, prefix=P, preemptible_below=100)] == says

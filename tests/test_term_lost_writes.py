@@ -9,13 +9,13 @@ leader's daemon plans them), none said failed."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from loguru import logger
 from support.forged import RecordingSwarm, sw_node
+from support.loglines import log_lines
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.core.model import Gpu, NodeFacts
@@ -59,20 +59,21 @@ def _snapshot(sw: RecordingSwarm) -> Snapshot:
         for i, n in enumerate(sw.nodes())})
 
 
-def test_a_term_lost_mid_label_sync_leaves_the_rest_unsaid_as_failed(tmp_path: Path) -> None:
+@pytest.fixture
+def infos() -> Iterator[list[str]]:
+    yield from log_lines("INFO")
+
+
+def test_a_term_lost_mid_label_sync_leaves_the_rest_unsaid_as_failed(
+        tmp_path: Path, infos: list[str]) -> None:
     sw = DeposedDuringAWrite()
     cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
                  agents=AgentsConfig(timeout_s=0.5, identity="none"))
     d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
     d.term.start()
     sw.deposed = d.term.end
-    lines: list[str] = []
-    sink = logger.add(lambda m: lines.append(str(m)), level="INFO")
-    try:
-        d.run_steps(_snapshot(sw))
-    finally:
-        logger.remove(sink)
-    assert [m for m in lines if "label write failed" in m] == []
+    d.run_steps(_snapshot(sw))
+    assert [m for m in infos if "label write failed" in m] == []
     assert d.metrics.registry.get_sample_value(
         "swarmgpu_errors_total", {"kind": "label_write"}) in (None, 0.0)
     assert sw.reads < NODES, "every write left still read its node"

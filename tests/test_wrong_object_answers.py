@@ -19,9 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import docker
 import pytest
-import requests
+from support.answered_engine import answered_engine
 from support.engine_stub import SERVICE
 from support.proxy_write import proxy_write
 from support.swarm_cache import cached
@@ -53,29 +52,8 @@ def engine(monkeypatch: pytest.MonkeyPatch, answers: dict[str, Any]
            ) -> tuple[SwarmClient, list[tuple[str, Any]]]:
     """A client built as the daemon builds it, its engine answering ``answers`` (by
     path), and the writes posted to it (path, body)."""
-    answers = {"/version": {"ApiVersion": "1.43"}, **answers}
-    posted: list[tuple[str, Any]] = []
-
-    def answer(url: str, body: Any) -> requests.Response:
-        resp = requests.Response()
-        resp.status_code, resp._content = 200, json.dumps(body).encode()
-        resp.headers["Content-Type"], resp.encoding = "application/json", "utf-8"
-        resp.url = url
-        return resp
-
-    def path(url: str) -> str:
-        return url.split("127.0.0.1:9", 1)[1].removeprefix("/v1.43").split("?")[0]
-
-    def get(_self: object, url: str, **_: Any) -> requests.Response:
-        return answer(url, answers[path(url)])
-
-    def post(_self: object, url: str, data: Any = None, **_: Any) -> requests.Response:
-        posted.append((path(url), data))
-        return answer(url, {})
-
-    monkeypatch.setattr(docker.APIClient, "_get", get)
-    monkeypatch.setattr(docker.APIClient, "_post_json", post)
-    return SwarmClient("tcp://127.0.0.1:9"), posted
+    sw, posted, _ = answered_engine(monkeypatch, answers)
+    return sw, posted
 
 
 def test_a_node_answered_with_another_nodes_object_gets_no_label_write(

@@ -7,8 +7,8 @@ and an unprintable character's line was counted wrong."""
 from __future__ import annotations
 
 import pytest
+from support.yaml_parser import yaml_parser
 
-from swarmgpu.core import yamlfile
 from swarmgpu.core.yamlfile import parse_yaml
 
 BREAKS = ["\r", "\x85", "\u2028", "\u2029", "\r\n"]
@@ -28,7 +28,7 @@ def _said(text: str) -> str:
 @pytest.mark.parametrize("nl", BREAKS)
 def test_a_tab_in_a_file_of_other_line_breaks_is_named_at_its_line(
         monkeypatch: pytest.MonkeyPatch, libyaml: bool, nl: str) -> None:
-    monkeypatch.setattr(yamlfile, "_LIBYAML", libyaml)
+    yaml_parser(monkeypatch, libyaml)
     said = _said(f"kind: a{nl}devices:{nl}\t- name: x{nl}")
     assert ("at line 3, column 1: a tab where YAML wants spaces (as indentation); "
             "write spaces") in said, said
@@ -47,7 +47,7 @@ def test_the_line_shown_is_the_line_at_fault_whatever_breaks_it(
         monkeypatch: pytest.MonkeyPatch, libyaml: bool, nl: str) -> None:
     # The snippet counted "\n" alone: past a \r, NEL, LS or PS it showed another line
     # than the one the message named (or none).
-    monkeypatch.setattr(yamlfile, "_LIBYAML", libyaml)
+    yaml_parser(monkeypatch, libyaml)
     said = _said(f"kind: a{nl}devices: {{a: b: c}}{nl}other: line{nl}last: one{nl}")
     assert "at line 2, column " in said, said
     assert said.endswith("; the line: 'devices: {a: b: c}'"), said

@@ -34,7 +34,8 @@ hanging the test), loglines (the log lines a fixture keeps), counted (a method's
 counted), traced (the most memory a call holds, traced), fake_proc (a fake ``/proc``:
 a PID's cgroup and start time, the uptime, its ``self`` links), scheduler
 (Swarm's scheduler rule on a waiting task of an older service revision, for the
-in-memory swarms), commands (`plan`/`status --json` in-process over a recording swarm),
+in-memory swarms), commands (`plan`/`status` in-process over a recording swarm or an
+empty cluster),
 isolation (two RTX 4090 nodes and the failing a-bad of the placement isolation tests),
 preempt_stop (victims stopped as the actuator stops them), move_then_preempt (a cycle's
 rebalance then preemption steps on one snapshot), crowded_node (one GPU node crowded
@@ -46,7 +47,10 @@ and a stand-in for the cache's own reads, counted),
 defrag_cluster (four half-held RTX 4090 nodes and a free DGX, for defrag's search),
 drawn_plans (rebalance inputs drawn by seed: a plan on the kept allocator against one
 built per check), denied (a CDI spec dir the doctor may not list, as a user or as root),
-write_time (label sync's write-time task check over a task the snapshot lacks);
+write_time (label sync's write-time task check over a task the snapshot lacks),
+answered_engine (docker-py's own client, its engine's HTTP answered by path),
+stepped_daemon (a daemon with its real steps, cycled by the test), yaml_parser (libyaml's
+parser or PyYAML's);
 and
 for the real swarm:
 swarm_services (deploy a stack, wait for it), swarm_rebalance, swarm_fragmentation,

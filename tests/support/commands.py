@@ -1,5 +1,6 @@
 """`swarmgpu plan`/`status` run in-process over a recording swarm: what a one-shot
-command shows of the snapshot a daemon cycle plans from (``tests/support/forged.py``)."""
+command shows of the snapshot a daemon cycle plans from (``tests/support/forged.py``);
+``empty_cluster``: over no cluster at all."""
 
 from __future__ import annotations
 
@@ -37,3 +38,17 @@ def command_json(
     assert res.exit_code == 0, res.output
     doc: dict[str, Any] = json.loads(res.output)
     return doc
+
+
+def empty_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-shot command (``plan``, ``status``) over an empty cluster, no engine asked:
+    its snapshot the two GPU nodes' agents and nothing of Swarm's, no grants to find, the
+    daemon's plan empty."""
+    from support.forged import snapshot
+    from swarmgpu.manager.cycle import grants, oneshot_plan
+    from swarmgpu.manager.placement import PlacementPlan
+
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants: snapshot([], [], []))
+    monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
+    monkeypatch.setattr(grants, "find", lambda *a, **k: [])
+    monkeypatch.setattr(oneshot_plan, "plan_as_daemon", lambda *a, **k: PlacementPlan([]))
