@@ -278,6 +278,8 @@ JUSTIFIED = {
     "scheduler ties on, reproducible",
     ("B311", "swarmgpu/allocator/rollout.py"): "seeded PRNG: the roll-out's draw of tasks "
     "from the learned mix, reproducible per decision",
+    ("B108", "swarmgpu/manager/commands/devshm.py"): "'/dev/shm' names a container's mount "
+    "target in a service spec it reads; no file is made",
 }
 
 
