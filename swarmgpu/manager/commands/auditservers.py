@@ -31,7 +31,7 @@ def server_findings(svc: SwarmService, prefix: str) -> list[Finding]:
     req = parse_request_labels(svc.labels, prefix=prefix)
     if not isinstance(req, GpuRequest):
         return []
-    container = _container(svc.spec)
+    container = container_of(svc.spec)
     compose = {
         "image": container.get("Image", ""),
         "entrypoint": container.get("Command"),
@@ -50,7 +50,7 @@ def server_findings(svc: SwarmService, prefix: str) -> list[Finding]:
     ]
 
 
-def _container(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+def container_of(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     """Spec.TaskTemplate.ContainerSpec, or nothing where it is not an object."""
     tt = spec.get("TaskTemplate")
     cs = tt.get("ContainerSpec") if isinstance(tt, Mapping) else None
