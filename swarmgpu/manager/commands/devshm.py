@@ -20,6 +20,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from swarmgpu.core.peertext import quoted
 from swarmgpu.manager.commands.cudavisible import visible_named, visible_value
 from swarmgpu.manager.commands.model_servers import server_count
 from swarmgpu.manager.commands.swarmspec import memory_bytes
@@ -37,11 +38,13 @@ Mount = tuple[str, str, int | None]
 def shm_warnings(
     svc: Mapping[str, Any], mounts: Sequence[Mount],
     env_files: Mapping[str, str | None] | None = None, granted: int | None = None,
+    dropped: str | None = None,
 ) -> list[str]:
     """A warning where the server ``svc`` runs (Compose keys, as ``server_count``
     reads them) spans GPUs through NCCL with less than ``ENOUGH`` at ``/dev/shm``.
     ``granted``: the GPUs the container is given (a share or a MIG device: one); None:
-    not known, and a server that takes every GPU it sees is left unsaid."""
+    not known, and a server that takes every GPU it sees is left unsaid. ``dropped``: a
+    Compose ``tmpfs:`` entry there (``tmpfs_key_at_shm``), named as stack deploy drops it."""
     used = server_count(svc, env_files, seen_by_tgi(svc, env_files or {}, granted))
     if used is None or not used[0].nccl or used[1] < 2:
         return []
@@ -53,6 +56,9 @@ def shm_warnings(
     if len(small) < len(shm):  # the host's bound in, a tmpfs without a limit: its own
         return []
     have = (f"its tmpfs there holds {_mib(small[-1])}" if small else
+            f"docker stack deploy drops its tmpfs: {quoted(dropped, 80)} (a stack mounts a "
+            "tmpfs from volumes: alone), so Docker gives the container 64 MiB there"
+            if dropped is not None else
             "Docker gives a container 64 MiB there, and Swarm takes no shm_size or ipc")
     return [f"{server.name} spans {n} GPUs ({said}) through NCCL, which keeps its shared "
             f"memory in {SHM}: {have}; with too little NCCL fails to initialize (\"failed "
@@ -98,6 +104,16 @@ def compose_mounts(volumes: object) -> list[Mount]:
             size = tmpfs.get("size") if isinstance(tmpfs, Mapping) else None
             out.append((str(v.get("type", "")), target, _bytes(size)))
     return out
+
+
+def tmpfs_key_at_shm(value: object) -> str | None:
+    """The entry of a Compose service's ``tmpfs:`` (a path or a list, ``PATH[:OPTIONS]``)
+    at ``/dev/shm``, as written; None: none. docker/cli's stack deploy drops the key
+    (``composefile.CLI_DROPS``): never room."""
+    for v in [value] if isinstance(value, str) else value if isinstance(value, list) else []:
+        if isinstance(v, str) and _cleaned(v.partition(":")[0]) == SHM:
+            return v
+    return None
 
 
 def spec_mounts(mounts: object) -> list[Mount]:
