@@ -19,6 +19,11 @@ node list, against this engine's own ``Version`` (its ``GET /version``, as the c
 was made). A version that does not read as numbers (a development build) compares with
 nothing. Node and swarm label writes are not refused: their specs' fields are all
 older than any engine docker-py speaks to, and no task restarts for them.
+
+The writes that find the verdict stale together (up to ``WRITE_PARALLEL``, eight, at
+once) share one node list: the first lists, the others wait for its answer or its
+failure, with no lock held across the listing (the cycle's own node list, ``seen``,
+and a write within the minute go on meanwhile).
 """
 
 from __future__ import annotations
@@ -82,6 +87,14 @@ def behind_text(endpoint: str, own: str, newer: Sequence[SwarmNode]) -> str:
             "a manager that runs it (docker_host)")
 
 
+class _Listing:
+    """One node list in flight, and what it ended with (None: the verdict taken)."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+
 class SkewGuard:
     """One client's verdict: ``seen`` takes each node list the client reads, ``check``
     lists the nodes when the last list is older than ``recheck_s`` and raises
@@ -96,6 +109,7 @@ class SkewGuard:
         self._clock = clock
         self._lock = threading.Lock()  # (writes run in parallel: manager.engine.writes)
         self._at: float | None = None
+        self._listing: _Listing | None = None  # (the one node list in flight)
         self.why = ""
 
     def seen(self, nodes: Sequence[SwarmNode]) -> None:
@@ -114,7 +128,31 @@ class SkewGuard:
             return  # (nothing to compare with: never refused)
         with self._lock:
             stale = self._at is None or self._clock() - self._at >= self.recheck_s
-        if stale:
-            self.seen(list_nodes())
+            listing, first = self._listing, False
+            if stale and listing is None:
+                listing = self._listing = _Listing()
+                first = True
+        if first and listing is not None:
+            self._list(listing, list_nodes)
+        elif stale and listing is not None:
+            # No deadline of its own: the listing's requests end by theirs (a write's
+            # own, or its cycle's budget, which the first writer had as soon).
+            listing.done.wait()
+            if listing.error is not None:
+                raise listing.error  # (the same failure, not one listing each)
         if self.why:
             raise EngineBehind(self.why)
+
+    def _list(self, listing: _Listing,
+              list_nodes: Callable[[], Sequence[SwarmNode]]) -> None:
+        """List the nodes for the writers waiting on ``listing``; a failure is theirs too,
+        and the next write after lists again (no verdict taken)."""
+        try:
+            self.seen(list_nodes())
+        except BaseException as exc:
+            listing.error = exc
+            raise
+        finally:
+            with self._lock:
+                self._listing = None
+            listing.done.set()

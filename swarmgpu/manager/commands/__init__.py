@@ -15,6 +15,7 @@
 ``cudavisible`` a service's own ``CUDA_VISIBLE_DEVICES`` against the GPUs it is granted
 ``devshm``      a multi-GPU model server's ``/dev/shm`` (NCCL's room) in its mounts
 ``auditservers`` those three rules as audit's findings, read from a running service's spec
+``auditmemo``   those findings kept per service while the fields they read stay the same
 ``composefile`` the stack file render writes: format 3.8, checked against ``schema/``
 ``interpolation`` ``${VAR}`` in a stack file, substituted as `docker stack deploy` does
 ``dotenv``      a compose ``.env`` beside the stack, which `docker stack deploy` never reads

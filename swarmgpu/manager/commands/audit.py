@@ -26,6 +26,7 @@ from swarmgpu.core.peertext import (
     shortened,
     text_width,
 )
+from swarmgpu.manager.commands.auditmemo import ServerMemo
 from swarmgpu.manager.commands.auditnodes import (
     SHOWN_VALUES,
     Finding,
@@ -93,6 +94,7 @@ def audit(
     node_lost_grace_s: float = HealthConfig().node_lost_grace_s,
     metrics: Mapping[str, Mapping[str, Any]] | None = None,
     agent_service: str = "",
+    servers: ServerMemo | None = None,
 ) -> list[Finding]:
     """``generic_resource_kind``: placement's reservation kind (config); when set, a GPU
     node that does not advertise it needs action, else its absence is only advisory.
@@ -101,7 +103,9 @@ def audit(
     node's scraped samples by UUID (the daemon's; the CLI has none): a page reporting
     another node's GPU is flagged too. ``agent_service``: ``agents.service``; a node its
     tasks run on is a GPU node (``gpu_hint``), and a name no service has is said, as is
-    a tenant's service so named (``snap.tenants``), which marks no node."""
+    a tenant's service so named (``snap.tenants``), which marks no node. ``servers``: the
+    model-server findings kept from earlier audits (the daemon's, ``auditmemo``), each
+    service's read again only where a field they read changed; None: all read now."""
     saved_agents = saved_agents or {}
     agents = snap.agent_nodes(agent_service)
     out: list[Finding] = []
@@ -131,7 +135,10 @@ def audit(
     fields = _NodeFields(snap.nodes)
     for svc in (s for s in snap.services if not s.unread):  # (placement's plan says those)
         out += _service_findings(svc, prefix, generic_resource_kind, fields)
-        out += server_findings(svc, prefix)  # render's model-server warnings, adopted too
+        # render's model-server warnings, adopted too
+        out += servers.findings(svc, prefix) if servers else server_findings(svc, prefix)
+    if servers is not None:
+        servers.keep_only(s.id for s in snap.services if not s.unread)
     out.extend(uuid_findings(snap, metrics))
     for check in extra_checks:
         out.extend(check(snap))

@@ -17,7 +17,13 @@ from typing import Any
 
 from swarmgpu.manager.commands.auditnodes import Finding
 from swarmgpu.manager.commands.cudavisible import visible_warnings
-from swarmgpu.manager.commands.devshm import ENOUGH, SHM, shm_warnings, spec_mounts
+from swarmgpu.manager.commands.devshm import (
+    ENOUGH,
+    SHM,
+    granted_gpus,
+    shm_warnings,
+    spec_mounts,
+)
 from swarmgpu.manager.commands.model_servers import server_warnings
 from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.manager.services.requests import parse_all as parse_request_labels
@@ -31,7 +37,7 @@ def server_findings(svc: SwarmService, prefix: str) -> list[Finding]:
     req = parse_request_labels(svc.labels, prefix=prefix)
     if not isinstance(req, GpuRequest):
         return []
-    container = _container(svc.spec)
+    container = container_of(svc.spec)
     compose = {
         "image": container.get("Image", ""),
         "entrypoint": container.get("Command"),
@@ -46,11 +52,12 @@ def server_findings(svc: SwarmService, prefix: str) -> list[Finding]:
         *(Finding("server-shm", svc.name, f"{m}; or, on the running service: docker "
                   "service update --mount-add type=tmpfs,destination=/dev/shm,"
                   f"tmpfs-size={ENOUGH} {svc.name}", key=SHM, advisory=True)
-          for m in shm_warnings(compose, spec_mounts(container.get("Mounts")))),
+          for m in shm_warnings(compose, spec_mounts(container.get("Mounts")), {},
+                                granted_gpus(req))),
     ]
 
 
-def _container(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+def container_of(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     """Spec.TaskTemplate.ContainerSpec, or nothing where it is not an object."""
     tt = spec.get("TaskTemplate")
     cs = tt.get("ContainerSpec") if isinstance(tt, Mapping) else None

@@ -78,6 +78,16 @@ SWARM_IGNORES: dict[str, str] = {
 # Keys a docker CLI before 20.10 also ignored (its UnsupportedProperties then).
 IGNORED_BEFORE_20_10 = ("cap_add", "cap_drop", "ulimits")
 
+# Keys docker/cli's loader reads (types.go ``ServiceConfig.Tmpfs``) and its convert never
+# puts in the spec (convert/service.go: the mounts are ``Volumes(service.Volumes, ...)``
+# alone), not among its UnsupportedProperties: `docker stack deploy` drops them without
+# a word.
+CLI_DROPS: dict[str, str] = {
+    "tmpfs": "docker stack deploy drops it without a word (its mounts come from volumes: "
+             "alone); mount each there instead: volumes: [{type: tmpfs, target: PATH, "
+             "tmpfs: {size: BYTES}}]",
+}
+
 # docker/cli ForbiddenProperties: `docker stack deploy` refuses the file.
 CLI_REFUSES: dict[str, str] = {
     "extends": "docker stack deploy does not implement extends: write the keys out",
@@ -161,6 +171,7 @@ def check_service_keys(svc: Mapping[str, Any], where: str) -> tuple[list[str], l
              f"options\"); {why}" for k, why in SWARM_IGNORES.items() if k in svc]
     notes += [f"{where}.{k}: a docker CLI before 20.10 ignores it" for k in
               IGNORED_BEFORE_20_10 if k in svc]
+    notes += [f"{where}.{k}: {why}" for k, why in CLI_DROPS.items() if k in svc]
     return errors, notes
 
 

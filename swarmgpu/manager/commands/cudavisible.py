@@ -50,7 +50,7 @@ def visible_warnings(
     ``interpolated``: an ``environment`` value with a ``$``, which docker substitutes;
     an env file's it passes as written). Render's and audit's (which passes a Swarm
     spec's ``Env`` as ``environment``, substituted already)."""
-    found = _value(svc.get("environment"), files)
+    found = visible_value(svc.get("environment"), files)
     if found is not None and not interpolated and "$" in found[0] and \
             not found[1].endswith(" from env_file"):
         return []
@@ -77,7 +77,15 @@ def visible_warnings(
             f'{fix}, or ask for {used} ({key}: "{used}")']
 
 
-def _value(env: object, files: Mapping[str, str | None]) -> tuple[str, str] | None:
+def visible_named(env: object, files: Mapping[str, str | None]) -> bool:
+    """Whether ``environment`` or an env file names the variable, a value given or not."""
+    if isinstance(env, dict):
+        return VAR in env or VAR in files
+    listed = isinstance(env, list) and any(str(e).partition("=")[0] == VAR for e in env)
+    return listed or VAR in files
+
+
+def visible_value(env: object, files: Mapping[str, str | None]) -> tuple[str, str] | None:
     """(the variable's value, how to name where it is set), ``environment`` over the
     env files; None where it is unset or given no value here (a bare name: the
     deploying shell's)."""

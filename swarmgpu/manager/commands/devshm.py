@@ -9,7 +9,8 @@ and Swarm takes neither ``shm_size`` nor ``ipc: host``: a tmpfs mount at ``/dev/
 the one way in a stack. So a server that spans two GPUs or more (its own count, as
 ``model_servers`` reads it) without one of at least 1 GiB is warned about, never
 refused. A mount there of another kind (the host's ``/dev/shm`` bound in), a tmpfs
-without a size (no limit) or one whose size cannot be read is left unsaid. Pure
+without a size (no limit) or one whose size cannot be read is left unsaid. TGI without
+``--num-shard`` shards over every GPU it sees (``seen_by_tgi``), so it counts too. Pure
 (docs/requests.md, "Model servers").
 """
 
@@ -19,8 +20,11 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from swarmgpu.core.peertext import quoted
+from swarmgpu.manager.commands.cudavisible import visible_named, visible_value
 from swarmgpu.manager.commands.model_servers import server_count
 from swarmgpu.manager.commands.swarmspec import memory_bytes
+from swarmgpu.manager.services.requests import GpuRequest
 
 SHM = "/dev/shm"  # noqa: S108 (a mount target named, no file made)
 ENOUGH = 1 << 30  # NCCL's guide's --shm-size=1g
@@ -33,11 +37,15 @@ Mount = tuple[str, str, int | None]
 
 def shm_warnings(
     svc: Mapping[str, Any], mounts: Sequence[Mount],
-    env_files: Mapping[str, str | None] | None = None,
+    env_files: Mapping[str, str | None] | None = None, granted: int | None = None,
+    dropped: str | None = None,
 ) -> list[str]:
     """A warning where the server ``svc`` runs (Compose keys, as ``server_count``
-    reads them) spans GPUs through NCCL with less than ``ENOUGH`` at ``/dev/shm``."""
-    used = server_count(svc, env_files)
+    reads them) spans GPUs through NCCL with less than ``ENOUGH`` at ``/dev/shm``.
+    ``granted``: the GPUs the container is given (a share or a MIG device: one); None:
+    not known, and a server that takes every GPU it sees is left unsaid. ``dropped``: a
+    Compose ``tmpfs:`` entry there (``tmpfs_key_at_shm``), named as stack deploy drops it."""
+    used = server_count(svc, env_files, seen_by_tgi(svc, env_files or {}, granted))
     if used is None or not used[0].nccl or used[1] < 2:
         return []
     server, n, said, _ = used
@@ -48,10 +56,39 @@ def shm_warnings(
     if len(small) < len(shm):  # the host's bound in, a tmpfs without a limit: its own
         return []
     have = (f"its tmpfs there holds {_mib(small[-1])}" if small else
+            f"docker stack deploy drops its tmpfs: {quoted(dropped, 80)} (a stack mounts a "
+            "tmpfs from volumes: alone), so Docker gives the container 64 MiB there"
+            if dropped is not None else
             "Docker gives a container 64 MiB there, and Swarm takes no shm_size or ipc")
     return [f"{server.name} spans {n} GPUs ({said}) through NCCL, which keeps its shared "
             f"memory in {SHM}: {have}; with too little NCCL fails to initialize (\"failed "
             f"to extend {SHM}/nccl-...\"); mount a tmpfs of 1 GiB or more there: {FIX}"]
+
+
+def seen_by_tgi(svc: Mapping[str, Any], files: Mapping[str, str | None],
+                granted: int | None) -> tuple[int, str] | None:
+    """The GPUs TGI without ``--num-shard`` shards over, and how to say so; None: not
+    known here. Its launcher (huggingface/text-generation-inference launcher/src/main.rs,
+    ``find_num_shards``: ``(None, None) => num_cuda_devices().unwrap_or(1)``) counts the
+    comma-separated entries of ``CUDA_VISIBLE_DEVICES``, else of
+    ``NVIDIA_VISIBLE_DEVICES`` (``all``/``void``: the GPUs ``nvidia-smi`` lists), which
+    under swarmgpu is the grant's device list or the image's ``all`` (seeing the grant):
+    so the service's own line, else the GPUs granted."""
+    env = svc.get("environment")
+    found = visible_value(env, files)
+    if found is not None:
+        value, said = found
+        if "$" in value:  # (left for a substitution render did not make: not known)
+            return None
+        return value.count(",") + 1, f"one shard per entry of {said}"  # (split(',').count())
+    if visible_named(env, files) or granted is None:  # (the deploying shell's)
+        return None
+    return granted, "one shard per GPU it is given"
+
+
+def granted_gpus(req: GpuRequest) -> int:
+    """The GPUs a container of ``req`` sees: a share or a MIG device is one."""
+    return 1 if req.is_fraction or req.mig_profile else req.gpus
 
 
 def compose_mounts(volumes: object) -> list[Mount]:
@@ -67,6 +104,16 @@ def compose_mounts(volumes: object) -> list[Mount]:
             size = tmpfs.get("size") if isinstance(tmpfs, Mapping) else None
             out.append((str(v.get("type", "")), target, _bytes(size)))
     return out
+
+
+def tmpfs_key_at_shm(value: object) -> str | None:
+    """The entry of a Compose service's ``tmpfs:`` (a path or a list, ``PATH[:OPTIONS]``)
+    at ``/dev/shm``, as written; None: none. docker/cli's stack deploy drops the key
+    (``composefile.CLI_DROPS``): never room."""
+    for v in [value] if isinstance(value, str) else value if isinstance(value, list) else []:
+        if isinstance(v, str) and _cleaned(v.partition(":")[0]) == SHM:
+            return v
+    return None
 
 
 def spec_mounts(mounts: object) -> list[Mount]:

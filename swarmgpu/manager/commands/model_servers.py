@@ -211,16 +211,19 @@ def server_warnings(
 
 
 def server_count(
-    svc: Mapping[str, Any], env_files: Mapping[str, str | None] | None = None
+    svc: Mapping[str, Any], env_files: Mapping[str, str | None] | None = None,
+    seen: tuple[int, str] | None = None,
 ) -> tuple[Server, int, str, str] | None:
     """(the server ``svc`` runs, the GPUs it will use, the flags that said so, what to
-    change); None where that cannot be told."""
+    change); None where that cannot be told. ``seen``: the GPUs it sees and how to say
+    so, which a server that takes every GPU it sees (TGI) uses without a size flag;
+    None: such a server's count is not told."""
     found = _launch(svc)
     if found is None:
         return None
     server, args = found
     env = _env_words(server, svc.get("environment"), env_files or {})
-    used = _used(server, [*env, *args], env)
+    used = _used(server, [*env, *args], env, seen)
     return None if used is None else (server, *used)
 
 
@@ -357,11 +360,12 @@ def _count(v: str) -> int | None:
 
 
 def _used(
-    server: Server, words: Sequence[str], shown: Mapping[str, str]
+    server: Server, words: Sequence[str], shown: Mapping[str, str],
+    sees: tuple[int, str] | None = None,
 ) -> tuple[int, str, str] | None:
     """(GPUs, the flags that said so as written, what to change) from the server's words
-    (``shown``: how to name a word that stands for a variable, those words first); None
-    where they say something render cannot read."""
+    (``shown``: how to name a word that stands for a variable, those words first; ``sees``:
+    ``server_count``'s ``seen``); None where they say something render cannot read."""
     names = {s: spell[0] for spell in server.sizes for s in spell}
     keys = {s.lstrip("-").replace("_", "-") for spell in server.sizes for s in spell}
     keys |= {s.lstrip("-").replace("_", "-") for s in server.unknowable}
@@ -415,8 +419,11 @@ def _used(
         if by in seen:
             given.pop(flag, None)
     if not given:
-        if not server.one_by_default:
-            return None
+        if not server.one_by_default:  # every GPU it sees (none named: no size flag)
+            if sees is None or not server.sizes:
+                return None
+            first = server.sizes[0][0]
+            return sees[0], f"no {first}: {sees[1]}", f"set {first}"
         first = server.sizes[0][0]
         return 1, f"no {first}: 1 by default", f"set {first}"
     total = 1

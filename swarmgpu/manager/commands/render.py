@@ -33,7 +33,12 @@ from swarmgpu.manager.commands.composefile import (
     schema_errors,
 )
 from swarmgpu.manager.commands.cudavisible import visible_notes
-from swarmgpu.manager.commands.devshm import compose_mounts, shm_warnings
+from swarmgpu.manager.commands.devshm import (
+    compose_mounts,
+    granted_gpus,
+    shm_warnings,
+    tmpfs_key_at_shm,
+)
 from swarmgpu.manager.commands.dotenv import dotenv_notes
 from swarmgpu.manager.commands.envfile import EnvFiles, check_env_files, device_var_error, write_env
 from swarmgpu.manager.commands.interpolation import as_written, interpolate, pinned
@@ -362,7 +367,8 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
                 out.notes += [*visible_notes(svc, w, req, env or {}, prefix, interpolated),
                               *server_notes(svc, w, req, prefix, env),
                               *(f"{w}: WARNING: {n}" for n in shm_warnings(
-                                  svc, compose_mounts(svc.get("volumes")), env))]
+                                  svc, compose_mounts(svc.get("volumes")), env,
+                                  granted_gpus(req), tmpfs_key_at_shm(svc.get("tmpfs"))))]
     out.errors.extend(errs)
 
 

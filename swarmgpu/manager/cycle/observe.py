@@ -15,6 +15,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from swarmgpu.manager.commands.audit import audit
+from swarmgpu.manager.commands.auditmemo import ServerMemo
 from swarmgpu.manager.cycle.grants import rows
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
@@ -54,6 +55,7 @@ class ObserveStep(Step):
         self.history = History(cfg.history)  # bounded: history.samples x history.max_gpus
         self.watch = overshare.Watch()  # holders over their GPU share, since when
         self.gauges = ServiceGauges(host.metrics.registry)
+        self.servers = ServerMemo()  # audit's model-server findings, read once a spec
         self.primed = webmap.register(host.http_routes, self.current,
                                       query_routes=host.http_query_routes,
                                       history=self.history)
@@ -95,7 +97,7 @@ class ObserveStep(Step):
             findings=audit(snap, prefix=cfg.sync.prefix, saved_agents=saved,
                            generic_resource_kind=cfg.placement.generic_resource_kind,
                            node_lost_grace_s=cfg.health.node_lost_grace_s, metrics=metrics,
-                           agent_service=cfg.agents.service)
+                           agent_service=cfg.agents.service, servers=self.servers)
             + overshare.findings(uses, att.unattributed),
             moves=self.moves() if self.moves else None, leader=host.leader,
             zone_label=cfg.placement.zone_label, ungranted=rows(session.ungranted),
