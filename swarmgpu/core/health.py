@@ -435,6 +435,10 @@ class Observation:
     uuid: str
     findings: Sequence[Finding] = ()
     operator_label: str = ""
+    # When the GPU was read (the daemon's clock: its facts' age before ``now``); None: at
+    # ``now``. A clean window ends on a read made that long after the failure: an agent
+    # whose source hangs serves its last read again, which proves nothing clean since.
+    read_at: float | None = None
 
 
 OPERATOR_OK = "ok"
@@ -512,7 +516,8 @@ def step_one(
     if st.level is Level.HEALTHY:
         return replace(st, failures=failures)
     window = policy.clean_window_s * min(policy.max_backoff, 2 ** max(0, len(failures) - 1))
-    if now - st.last_bad_at >= window:
+    read_at = now if obs.read_at is None else min(now, obs.read_at)
+    if read_at - st.last_bad_at >= window:
         return replace(
             st,
             level=Level.HEALTHY,

@@ -119,6 +119,8 @@ class HealthBook:
                         lost=None if g.healthy else (g.error or "unreadable"),
                     ),
                     node.labels.get(operator_key(self.prefix, g.uuid), ""),
+                    # (an agent serving an old read: no proof of a clean window since)
+                    read_at=now - res.facts_age_s if res.facts_age_s > 0 else None,
                 )
                 for g in res.facts.gpus
             ]
