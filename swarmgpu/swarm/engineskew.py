@@ -19,6 +19,13 @@ node list, against this engine's own ``Version`` (its ``GET /version``, as the c
 was made). A version that does not read as numbers (a development build) compares with
 nothing. Node and swarm label writes are not refused: their specs' fields are all
 older than any engine docker-py speaks to, and no task restarts for them.
+
+The engine's own version is read again with each node list: the daemon outlives a
+docker restart (systemd/swarmgpu.service), so Docker upgraded in place under it runs a
+newer release than the client read at its start, whose API version it still speaks (a
+write at an older API version loses the newer fields too: Docker trims them). Writes are
+refused then, saying so and to restart swarmgpu; compared with the version read at start,
+it named its own manager as the newer engine and told the operator to upgrade it.
 """
 
 from __future__ import annotations
@@ -66,6 +73,26 @@ def newer_managers(own: str, nodes: Sequence[SwarmNode]) -> list[SwarmNode]:
     return out
 
 
+def running_version(answer: object) -> str:
+    """``Version`` of an engine's ``GET /version`` answer ("" where it is not text)."""
+    version = answer.get("Version") if isinstance(answer, dict) else None
+    return version if isinstance(version, str) else ""
+
+
+def changed_text(endpoint: str, own: str, now: str) -> str:
+    """Why a service spec write is refused because the engine's release is no longer
+    ``own``, the one the client read at its start ("" where it is, or ``now`` does not
+    read as one)."""
+    if release(now) is None or release(now) == release(own):
+        return ""
+    return (f"service spec writes refused: the engine at {endpoint} now runs Docker "
+            f"{quoted(now, 40)}, not {quoted(own, 40)} as when swarmgpu connected to it "
+            "(Docker restarted under it), and swarmgpu still speaks the API version it "
+            "read then: a spec written at another API version loses the fields only one "
+            "of them knows, which restarts every task of the service. Fix: restart "
+            "swarmgpu (systemctl restart swarmgpu)")
+
+
 def behind_text(endpoint: str, own: str, newer: Sequence[SwarmNode]) -> str:
     """Why a service spec write is refused ("" where ``newer`` is empty): the engine, the
     managers newer than it with their versions, and the fix."""
@@ -89,9 +116,14 @@ class SkewGuard:
     logged once as it changes, not at each refused write."""
 
     def __init__(self, endpoint: str, own: str, *, recheck_s: float = RECHECK_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 running: Callable[[], str] | None = None) -> None:
         self.endpoint = endpoint
         self.own = own
+        # The engine's version now, read with each node list ``check`` reads (None: not
+        # read again); what it said last (``own`` until then).
+        self._running = running
+        self.now = own
         self.recheck_s = recheck_s
         self._clock = clock
         self._lock = threading.Lock()  # (writes run in parallel: manager.engine.writes)
@@ -99,7 +131,8 @@ class SkewGuard:
         self.why = ""
 
     def seen(self, nodes: Sequence[SwarmNode]) -> None:
-        why = behind_text(self.endpoint, self.own, newer_managers(self.own, nodes))
+        why = (changed_text(self.endpoint, self.own, self.now)
+               or behind_text(self.endpoint, self.own, newer_managers(self.own, nodes)))
         with self._lock:
             self._at = self._clock()
             said, self.why = self.why, why
@@ -115,6 +148,8 @@ class SkewGuard:
         with self._lock:
             stale = self._at is None or self._clock() - self._at >= self.recheck_s
         if stale:
+            if self._running is not None:
+                self.now = self._running()
             self.seen(list_nodes())
         if self.why:
             raise EngineBehind(self.why)
