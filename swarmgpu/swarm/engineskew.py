@@ -20,7 +20,8 @@ was made). A version that does not read as numbers (a development build) compare
 nothing. Node and swarm label writes are not refused: their specs' fields are all
 older than any engine docker-py speaks to, and no task restarts for them.
 
-The engine's own version is read again with each node list: the daemon outlives a
+The engine's own version is asked again as often (its own minute: the daemon lists
+the nodes each cycle, so the list alone never ages): the daemon outlives a
 docker restart (systemd/swarmgpu.service), so Docker upgraded in place under it runs a
 newer release than the client read at its start, whose API version it still speaks (a
 write at an older API version loses the newer fields too: Docker trims them). Writes are
@@ -111,30 +112,37 @@ def behind_text(endpoint: str, own: str, newer: Sequence[SwarmNode]) -> str:
 
 class SkewGuard:
     """One client's verdict: ``seen`` takes each node list the client reads, ``check``
-    lists the nodes when the last list is older than ``recheck_s`` and raises
-    ``EngineBehind`` while this engine is older than another manager's. The verdict is
-    logged once as it changes, not at each refused write."""
+    lists the nodes when the last list is older than ``recheck_s``, asks the engine its
+    version (``running``) when the last answer is, and raises ``EngineBehind`` while
+    this engine is older than another manager's, or no longer the release the client
+    read at its start. The verdict is logged once as it changes, not at each refused
+    write."""
 
     def __init__(self, endpoint: str, own: str, *, recheck_s: float = RECHECK_S,
                  clock: Callable[[], float] = time.monotonic,
                  running: Callable[[], str] | None = None) -> None:
         self.endpoint = endpoint
         self.own = own
-        # The engine's version now, read with each node list ``check`` reads (None: not
-        # read again); what it said last (``own`` until then).
-        self._running = running
-        self.now = own
         self.recheck_s = recheck_s
         self._clock = clock
         self._lock = threading.Lock()  # (writes run in parallel: manager.engine.writes)
         self._at: float | None = None
+        # The engine's version as last asked, and when (on its own minute: the daemon
+        # lists the nodes each cycle, so the list is never a minute old)
+        self._running = running
+        self.now, self._now_at = own, None if running is not None else 0.0
+        self._behind = ""  # the last node list's verdict
         self.why = ""
 
     def seen(self, nodes: Sequence[SwarmNode]) -> None:
-        why = (changed_text(self.endpoint, self.own, self.now)
-               or behind_text(self.endpoint, self.own, newer_managers(self.own, nodes)))
+        behind = behind_text(self.endpoint, self.own, newer_managers(self.own, nodes))
         with self._lock:
-            self._at = self._clock()
+            self._at, self._behind = self._clock(), behind
+        self._say()
+
+    def _say(self) -> None:
+        with self._lock:
+            why = changed_text(self.endpoint, self.own, self.now) or self._behind
             said, self.why = self.why, why
         if why and why != said:
             logger.warning("{}", why)
@@ -146,10 +154,16 @@ class SkewGuard:
         if release(self.own) is None:
             return  # (nothing to compare with: never refused)
         with self._lock:
-            stale = self._at is None or self._clock() - self._at >= self.recheck_s
+            at = self._clock()
+            stale = self._at is None or at - self._at >= self.recheck_s
+            ask = self._now_at is None or at - self._now_at >= self.recheck_s
+        if ask and self._running is not None:
+            running = self._running()
+            with self._lock:
+                self.now, self._now_at = running, self._clock()
         if stale:
-            if self._running is not None:
-                self.now = self._running()
             self.seen(list_nodes())
+        elif ask:
+            self._say()
         if self.why:
             raise EngineBehind(self.why)
