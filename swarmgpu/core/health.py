@@ -373,6 +373,13 @@ class GpuState:
             "for_s": round(max(0.0, now - self.since), 1),
         }
 
+    def shifted(self, step: float) -> GpuState:
+        """This state with the daemon's own times moved by ``step`` s (its wall clock
+        stepped: the windows keep their length); the XID marks are the agent's clock."""
+        return replace(self, since=self.since + step,
+                       last_bad_at=self.last_bad_at + step if self.last_bad_at else 0.0,
+                       failures=tuple(t + step for t in self.failures))
+
     def to_saved(self) -> dict[str, Any]:
         """Everything, for the daemon's state file (a restart keeps the hysteresis)."""
         return {
