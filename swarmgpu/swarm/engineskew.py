@@ -128,9 +128,10 @@ class SkewGuard:
         self._lock = threading.Lock()  # (writes run in parallel: manager.engine.writes)
         self._at: float | None = None
         # The engine's version as last asked, and when (on its own minute: the daemon
-        # lists the nodes each cycle, so the list is never a minute old)
+        # lists the nodes each cycle, so the list is never a minute old); ``own`` was
+        # asked as the client was made
         self._running = running
-        self.now, self._now_at = own, None if running is not None else 0.0
+        self.now, self._now_at = own, clock()
         self._behind = ""  # the last node list's verdict
         self.why = ""
 
@@ -156,7 +157,7 @@ class SkewGuard:
         with self._lock:
             at = self._clock()
             stale = self._at is None or at - self._at >= self.recheck_s
-            ask = self._now_at is None or at - self._now_at >= self.recheck_s
+            ask = at - self._now_at >= self.recheck_s
         if ask and self._running is not None:
             running = self._running()
             with self._lock:
