@@ -83,3 +83,26 @@ def test_a_node_reads_its_engine_version_and_no_text_there_leaves_it_read() -> N
     raw["Description"] = {"Hostname": "h", "Engine": {"EngineVersion": 27}}
     got = node_from_api(raw)
     assert got.engine_version == "" and got.unread == ""
+
+
+def test_the_engine_is_asked_its_version_once_a_minute_though_the_client_lists_each_cycle(
+        ) -> None:
+    """The daemon lists the nodes every cycle (``seen``), so the guard's list is never a
+    minute old: the engine's own version is asked on its own minute, else an engine
+    upgraded under the client was never seen so."""
+    now, running, asked = [0.0], ["26.1.5"], []
+    guard = SkewGuard("e", "26.1.5", clock=lambda: now[0],
+                      running=lambda: asked.append(1) or running[0])
+    managers = [node("m1", "26.1.5"), node("m2", "26.1.5")]
+    guard.check(lambda: managers)
+    running[0] = "27.3.1"
+    managers = [node("m1", "27.3.1"), node("m2", "27.3.1")]
+    for t, why in ((30.0, "older than manager"), (61.0, "restart swarmgpu"),
+                   (90.0, "restart swarmgpu")):
+        now[0] = t
+        guard.seen(managers)  # (the cycle's own list, just read)
+        with pytest.raises(EngineBehind, match=why):
+            guard.check(lambda: managers)
+    assert len(asked) == 1  # at 61 (at 0, as the client was made: its own)
+    guard.seen(managers)
+    assert "restart swarmgpu" in guard.why  # (a list alone does not lift it)

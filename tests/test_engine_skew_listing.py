@@ -134,3 +134,41 @@ def test_a_node_list_read_while_one_is_listed_is_not_held_by_it() -> None:
         gate.set()
         writer.join(HANG_S)
     assert lister.calls == 1
+
+
+def test_a_failed_version_ask_releases_the_writers_waiting_on_its_listing() -> None:
+    """The first writer past both minutes asks the version, then lists; where the ask
+    fails the writers waiting on its listing get that failure, not a wait for ever."""
+    import threading as _threading
+
+    from swarmgpu.swarm.engineskew import SkewGuard
+
+    now = [0.0]
+    entered, release = _threading.Event(), _threading.Event()
+
+    def running() -> str:
+        entered.set()
+        release.wait(5)
+        raise ConnectionError("engine gone")
+
+    guard = SkewGuard("unix:///run/docker.sock", "28.2.2", clock=lambda: now[0],
+                      running=running)
+    now[0] = 120.0
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            guard.check(lambda: [])
+        except BaseException as exc:  # (the test reads what each got)
+            errors.append(exc)
+
+    first = _threading.Thread(target=write)
+    first.start()
+    assert entered.wait(5)
+    second = _threading.Thread(target=write)
+    second.start()
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert not first.is_alive() and not second.is_alive()
+    assert len(errors) == 2 and all(isinstance(e, ConnectionError) for e in errors)

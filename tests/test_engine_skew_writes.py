@@ -109,3 +109,32 @@ def test_the_guard_lists_the_nodes_once_a_minute_and_takes_the_clients_own_lists
     for _ in range(3):
         assert sw.update_service_spec("s1", relabel)
     assert read.count("/nodes") == 1 and len(posted) == 3
+
+
+
+def test_an_engine_upgraded_under_the_client_is_said_so_not_older_than_itself(
+        monkeypatch: pytest.MonkeyPatch, warnings: list[str]) -> None:
+    """Docker on the daemon's own manager upgraded in place (systemd keeps the daemon
+    through a docker restart): the client still speaks the API version it read at start,
+    at which a write drops the newer fields, so writes stay refused; but the reason is the
+    client's, not an older engine: before, it said m1 (itself, now 27.3.1) was newer than
+    it and told the operator to upgrade Docker there, which was done, for good."""
+    nodes = [node_raw("m1", "m1", "manager", "26.1.5"),
+             node_raw("n0", "m2", "manager", "26.1.5")]
+    version = {"ApiVersion": "1.43", "Version": "26.1.5"}
+    sw, posted, _ = answered_engine(monkeypatch, {
+        "/version": version, "/nodes": nodes, "/nodes/m1": nodes[0],
+        "/services/s1": {"ID": "s1", "Version": {"Index": 3}, "Spec": OLD_VIEW}})
+    assert sw.update_service_spec("s1", relabel)  # one release: written
+    for raw in nodes:  # both managers upgraded, this one's engine with them
+        raw["Description"]["Engine"]["EngineVersion"] = "27.3.1"
+    version["Version"] = "27.3.1"
+    assert sw._skew is not None
+    sw._skew.recheck_s = 0.0  # (the next write lists again: a minute has passed)
+    for _ in range(2):
+        with pytest.raises(SwarmError, match="restart swarmgpu") as got:
+            sw.update_service_spec("s1", relabel)
+        assert "older than manager" not in str(got.value)
+        assert "now runs Docker '27.3.1'" in str(got.value) and "'26.1.5'" in str(got.value)
+    assert len(posted) == 1
+    assert len([w for w in warnings if "restart swarmgpu" in w]) == 1

@@ -3,6 +3,7 @@ when an agent's facts changed, not because the daemon's own record of them diffe
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +12,11 @@ from support.empty_swarm import EmptySwarm
 
 from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
 from swarmgpu.core.health import HealthSignals, XidEvent
-from swarmgpu.core.model import Gpu, NodeFacts
+from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.nodes.watchkey import facts_key
 from swarmgpu.swarm.client import SwarmNode
 
 
@@ -102,3 +104,17 @@ def test_facts_watch_starts_a_cycle_when_the_hardware_slows_a_gpu_down(
     """A reason the health policy judges (HW slowdown, 0x08: degraded) is a change."""
     assert _watched(tmp_path, monkeypatch, HealthSignals(throttle_reasons=0x1),
                     HealthSignals(throttle_reasons=0x1 | 0x08)) == [1]
+
+
+def test_facts_watch_starts_no_cycle_for_the_same_gpus_listed_in_another_order() -> None:
+    """An agent listing its GPUs (or a GPU's MIG devices) in another order reports no
+    change a cycle acts on (labels take the lowest-indexed GPU: docs/deploy.md): compared
+    as listed, each such answer started a full cycle early."""
+    a = Gpu(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB", 81920, mig_capable=True, mig_enabled=True,
+            mig_devices=(MigDevice("1g.10gb", "MIG-1", 9728, 1, 0),
+                         MigDevice("2g.20gb", "MIG-2", 19968, 2, 0)))
+    b = Gpu(1, "GPU-bbbb", "NVIDIA H100 80GB HBM3", 81559, health=HealthSignals())
+    listed = NodeFacts("gpu-node-1", gpus=(a, b))
+    again = NodeFacts("gpu-node-1", gpus=(b, replace(a, mig_devices=a.mig_devices[::-1])))
+    assert facts_key(again) == facts_key(listed)
+    assert facts_key(NodeFacts("gpu-node-1", gpus=(b,))) != facts_key(listed)

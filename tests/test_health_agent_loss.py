@@ -56,6 +56,34 @@ def test_an_agents_loss_is_counted_on_the_monotonic_clock(tmp_path: Path) -> Non
     assert lost(1000.0 + 3600 + 10, 110.0) == 10.0
 
 
+def test_a_new_term_counts_the_loss_of_an_agent_it_never_heard_from_its_first_look(
+        tmp_path: Path) -> None:
+    """A failover (or a restart) while gpu-node-2's agent is down: this daemon never had
+    an answer from it, but Swarm says it is a GPU node (label sync's labels: an agent
+    answered before). Its loss counts from the term's first look, the grace as after any
+    answer; before, only a node whose agent this daemon had heard counted, so a new leader
+    never reported it failing, however long it stayed lost."""
+    sw = victim_cluster({})
+    d = Daemon(Config(state_dir=str(tmp_path)), swarm=sw)  # type: ignore[arg-type]
+    rb = Rebalancer(d)
+    mono = [100.0]
+    rb.clock = lambda: mono[0]
+    nodes = [replace(n, labels={**n.labels, "swarmgpu.gpu.count": "2"})
+             if n.id == "n-4090" else n for n in sw.nodes()]
+
+    def lost(at: float) -> dict[str, float]:
+        mono[0] = at
+        silent = {n.id: FactsResult(n.id, n.hostname, "", None, "refused", 1000.0 + at,
+                                    fetched_mono=at) for n in nodes}
+        for res in silent.values():
+            d.book.record(res)  # (label sync's, before this step)
+        return dict(rb.health_inputs(Snapshot(nodes, [], [], silent,
+                                              taken_at=1000.0 + at)).lost)
+
+    assert lost(100.0) == {"n-4090": 0.0}  # (the manager and gpu-node-1 say no GPUs)
+    assert lost(450.0) == {"n-4090": 350.0}
+
+
 DRAIN = replace(CFG, health=HealthPolicyConfig(drain_node=True))
 
 

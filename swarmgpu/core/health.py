@@ -373,6 +373,13 @@ class GpuState:
             "for_s": round(max(0.0, now - self.since), 1),
         }
 
+    def shifted(self, step: float) -> GpuState:
+        """This state with the daemon's own times moved by ``step`` s (its wall clock
+        stepped: the windows keep their length); the XID marks are the agent's clock."""
+        return replace(self, since=self.since + step,
+                       last_bad_at=self.last_bad_at + step if self.last_bad_at else 0.0,
+                       failures=tuple(t + step for t in self.failures))
+
     def to_saved(self) -> dict[str, Any]:
         """Everything, for the daemon's state file (a restart keeps the hysteresis)."""
         return {
@@ -435,6 +442,10 @@ class Observation:
     uuid: str
     findings: Sequence[Finding] = ()
     operator_label: str = ""
+    # When the GPU was read (the daemon's clock: its facts' age before ``now``); None: at
+    # ``now``. A clean window ends on a read made that long after the failure: an agent
+    # whose source hangs serves its last read again, which proves nothing clean since.
+    read_at: float | None = None
 
 
 OPERATOR_OK = "ok"
@@ -512,7 +523,8 @@ def step_one(
     if st.level is Level.HEALTHY:
         return replace(st, failures=failures)
     window = policy.clean_window_s * min(policy.max_backoff, 2 ** max(0, len(failures) - 1))
-    if now - st.last_bad_at >= window:
+    read_at = now if obs.read_at is None else min(now, obs.read_at)
+    if read_at - st.last_bad_at >= window:
         return replace(
             st,
             level=Level.HEALTHY,

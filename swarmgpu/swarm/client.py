@@ -33,7 +33,7 @@ from swarmgpu.swarm.answerjson import (
 )
 from swarmgpu.swarm.engineaddr import engine_endpoint as engine_endpoint  # (tests import it)
 from swarmgpu.swarm.engineaddr import engine_fix
-from swarmgpu.swarm.engineskew import SkewGuard
+from swarmgpu.swarm.engineskew import SkewGuard, running_version
 from swarmgpu.swarm.errors import BudgetCut as BudgetCut  # (errors: named here too)
 from swarmgpu.swarm.errors import NotLeader as NotLeader
 from swarmgpu.swarm.errors import SwarmError as SwarmError
@@ -327,7 +327,9 @@ class SwarmClient:
         # before each write, before its read; the daemon's stop request raises there.
         self.before_write: Callable[[], None] | None = None
         self._lock = threading.Lock()
-        self._skew = SkewGuard(self.endpoint, getattr(self._api, "engine_version", ""))
+        self._skew = SkewGuard(self.endpoint, getattr(self._api, "engine_version", ""),
+                               running=lambda: running_version(self._call(
+                                   self._api.version, api_version=False)))
 
     # --- reads ---------------------------------------------------------
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

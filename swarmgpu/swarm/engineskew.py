@@ -24,6 +24,14 @@ The writes that find the verdict stale together (up to ``WRITE_PARALLEL``, eight
 once) share one node list: the first lists, the others wait for its answer or its
 failure, with no lock held across the listing (the cycle's own node list, ``seen``,
 and a write within the minute go on meanwhile).
+
+The engine's own version is asked again as often (its own minute: the daemon lists
+the nodes each cycle, so the list alone never ages): the daemon outlives a
+docker restart (systemd/swarmgpu.service), so Docker upgraded in place under it runs a
+newer release than the client read at its start, whose API version it still speaks (a
+write at an older API version loses the newer fields too: Docker trims them). Writes are
+refused then, saying so and to restart swarmgpu; compared with the version read at start,
+it named its own manager as the newer engine and told the operator to upgrade it.
 """
 
 from __future__ import annotations
@@ -71,6 +79,26 @@ def newer_managers(own: str, nodes: Sequence[SwarmNode]) -> list[SwarmNode]:
     return out
 
 
+def running_version(answer: object) -> str:
+    """``Version`` of an engine's ``GET /version`` answer ("" where it is not text)."""
+    version = answer.get("Version") if isinstance(answer, dict) else None
+    return version if isinstance(version, str) else ""
+
+
+def changed_text(endpoint: str, own: str, now: str) -> str:
+    """Why a service spec write is refused because the engine's release is no longer
+    ``own``, the one the client read at its start ("" where it is, or ``now`` does not
+    read as one)."""
+    if release(now) is None or release(now) == release(own):
+        return ""
+    return (f"service spec writes refused: the engine at {endpoint} now runs Docker "
+            f"{quoted(now, 40)}, not {quoted(own, 40)} as when swarmgpu connected to it "
+            "(Docker restarted under it), and swarmgpu still speaks the API version it "
+            "read then: a spec written at another API version loses the fields only one "
+            "of them knows, which restarts every task of the service. Fix: restart "
+            "swarmgpu (systemctl restart swarmgpu)")
+
+
 def behind_text(endpoint: str, own: str, newer: Sequence[SwarmNode]) -> str:
     """Why a service spec write is refused ("" where ``newer`` is empty): the engine, the
     managers newer than it with their versions, and the fix."""
@@ -97,12 +125,15 @@ class _Listing:
 
 class SkewGuard:
     """One client's verdict: ``seen`` takes each node list the client reads, ``check``
-    lists the nodes when the last list is older than ``recheck_s`` and raises
-    ``EngineBehind`` while this engine is older than another manager's. The verdict is
-    logged once as it changes, not at each refused write."""
+    lists the nodes when the last list is older than ``recheck_s``, asks the engine its
+    version (``running``) when the last answer is, and raises ``EngineBehind`` while
+    this engine is older than another manager's, or no longer the release the client
+    read at its start. The verdict is logged once as it changes, not at each refused
+    write."""
 
     def __init__(self, endpoint: str, own: str, *, recheck_s: float = RECHECK_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 running: Callable[[], str] | None = None) -> None:
         self.endpoint = endpoint
         self.own = own
         self.recheck_s = recheck_s
@@ -110,12 +141,23 @@ class SkewGuard:
         self._lock = threading.Lock()  # (writes run in parallel: manager.engine.writes)
         self._at: float | None = None
         self._listing: _Listing | None = None  # (the one node list in flight)
+        # The engine's version as last asked, and when (on its own minute: the daemon
+        # lists the nodes each cycle, so the list is never a minute old); ``own`` was
+        # asked as the client was made
+        self._running = running
+        self.now, self._now_at = own, clock()
+        self._behind = ""  # the last node list's verdict
         self.why = ""
 
     def seen(self, nodes: Sequence[SwarmNode]) -> None:
-        why = behind_text(self.endpoint, self.own, newer_managers(self.own, nodes))
+        behind = behind_text(self.endpoint, self.own, newer_managers(self.own, nodes))
         with self._lock:
-            self._at = self._clock()
+            self._at, self._behind = self._clock(), behind
+        self._say()
+
+    def _say(self) -> None:
+        with self._lock:
+            why = changed_text(self.endpoint, self.own, self.now) or self._behind
             said, self.why = self.why, why
         if why and why != said:
             logger.warning("{}", why)
@@ -127,11 +169,24 @@ class SkewGuard:
         if release(self.own) is None:
             return  # (nothing to compare with: never refused)
         with self._lock:
-            stale = self._at is None or self._clock() - self._at >= self.recheck_s
+            at = self._clock()
+            stale = self._at is None or at - self._at >= self.recheck_s
+            ask = at - self._now_at >= self.recheck_s
+            if ask:
+                self._now_at = at  # (taken: one ask a minute, not one per parallel write)
             listing, first = self._listing, False
             if stale and listing is None:
                 listing = self._listing = _Listing()
                 first = True
+        if ask and self._running is not None:
+            try:
+                running = self._running()
+            except BaseException as exc:
+                if first and listing is not None:  # (its waiters must not wait for ever)
+                    self._end(listing, exc)
+                raise
+            with self._lock:
+                self.now, self._now_at = running, self._clock()
         if first and listing is not None:
             self._list(listing, list_nodes)
         elif stale and listing is not None:
@@ -140,6 +195,8 @@ class SkewGuard:
             listing.done.wait()
             if listing.error is not None:
                 raise listing.error  # (the same failure, not one listing each)
+        elif ask:
+            self._say()
         if self.why:
             raise EngineBehind(self.why)
 
@@ -150,9 +207,13 @@ class SkewGuard:
         try:
             self.seen(list_nodes())
         except BaseException as exc:
-            listing.error = exc
+            self._end(listing, exc)
             raise
-        finally:
-            with self._lock:
-                self._listing = None
-            listing.done.set()
+        self._end(listing, None)
+
+    def _end(self, listing: _Listing, error: BaseException | None) -> None:
+        """End ``listing`` for its waiters, with ``error`` where it failed."""
+        listing.error = error
+        with self._lock:
+            self._listing = None
+        listing.done.set()

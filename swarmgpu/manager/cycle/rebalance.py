@@ -37,6 +37,7 @@ from swarmgpu.manager.nodes.agentbook import lost_s, stale_nodes
 from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, read_ledger
+from swarmgpu.manager.placement.cpunodes import expects_agent
 from swarmgpu.manager.placement.keys import rejected_running
 from swarmgpu.manager.placement.nominated import (
     Nomination,
@@ -171,14 +172,17 @@ class Rebalancer(Step):
         book = self.host.book
         # A node's loss counts from its agent's last answer, or from this term's first
         # look: the time this daemon stood by read no agent, so is no proof of a loss
-        # (a restarted daemon, with no record, waits the grace too).
+        # (a restarted daemon, or a new leader, with no answer of it, waits the grace too:
+        # a GPU node by what Swarm says, ``expects_agent``, as label sync expects its agent).
         now = self.clock()
         since = self.term_from = now if self.term_from is None else self.term_from
+        agents = snap.agent_nodes(self.agent_service)
         for n in snap.nodes:
             res = snap.facts.get(n.id)
             rec = book.records.get(n.id)
             if ((res is None or res.facts is None) and rec is not None
-                    and rec.last_ok is not None):  # an agent answered once: a GPU node
+                    and expects_agent(n, rec.last_ok is not None, self.prefix,
+                                      self.generic_kind, agents)):
                 lost[n.id] = lost_s(rec, now, since)
         return HealthInputs(evacuate=self.health.evacuate, left=left, left_why=why,
                             released=frozenset(self.released), lost=lost,

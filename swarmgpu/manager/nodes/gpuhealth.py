@@ -41,6 +41,9 @@ from swarmgpu.swarm.client import SwarmNode
 _OWN_ERROR = "health: "  # our note in Gpu.error, recognised so it is not stacked
 STATE_FILE = "gpu-health.json"
 FAILING_NODE_GPUS = 2  # this many failed GPUs on one node: the node is reported failing
+# The wall clock moved this much more (or less) than the monotonic one between two cycles:
+# stepped (NTP, ``date -s``), not slewed (a slew moves both alike)
+CLOCK_STEP_S = 2.0
 
 
 def failing_why(failed: int, gpus: int, lost_s: float | None, grace_s: float) -> str | None:
@@ -86,6 +89,7 @@ class HealthBook:
         # node id -> uuid -> signals from a metrics page (dcgm-exporter) for GPUs whose
         # facts carry none (an agent on gfd: or topo:): ``feed_metrics``.
         self.scraped: dict[str, dict[str, HealthSignals]] = {}
+        self._clocks: tuple[float, float] | None = None  # (wall, monotonic) of the last cycle
         self.gauge = (
             Gauge(
                 "swarmgpu_gpus_by_health",
@@ -101,7 +105,7 @@ class HealthBook:
         self, nodes: Sequence[SwarmNode], facts: Mapping[str, FactsResult], now: float | None = None
     ) -> dict[str, FactsResult]:
         """This cycle's facts with each GPU's health state applied (node id -> result)."""
-        now = time.time() if now is None else now
+        now = self._now() if now is None else now
         scraped = self.scraped
         out: dict[str, FactsResult] = {}
         seen: list[tuple[SwarmNode, FactsResult, NodeFacts]] = []
@@ -119,6 +123,8 @@ class HealthBook:
                         lost=None if g.healthy else (g.error or "unreadable"),
                     ),
                     node.labels.get(operator_key(self.prefix, g.uuid), ""),
+                    # (an agent serving an old read: no proof of a clean window since)
+                    read_at=now - res.facts_age_s if res.facts_age_s > 0 else None,
                 )
                 for g in res.facts.gpus
             ]
@@ -154,6 +160,21 @@ class HealthBook:
             for lv in Level:
                 self.gauge.labels(level=str(lv)).set(count[lv])
         return out
+
+    def _now(self) -> float:
+        """The wall clock now, the states' times moved by any step of it since the last
+        cycle: the clean and flap windows are counted in the daemon's time, as a loss is
+        (``agentbook.lost_s``). Unmoved, NTP stepping it an hour ahead brought every failed
+        GPU back at once, and an hour back kept them failed an hour longer."""
+        wall, mono = time.time(), time.monotonic()
+        if self._clocks is not None:
+            step = (wall - self._clocks[0]) - (mono - self._clocks[1])
+            if abs(step) >= CLOCK_STEP_S:
+                logger.info("GPU health: the wall clock stepped {:+.0f}s; the GPUs' clean "
+                            "windows keep their length", step)
+                self.states = {k: st.shifted(step) for k, st in self.states.items()}
+        self._clocks = (wall, mono)
+        return wall
 
     def stand_by(self) -> None:
         """The GPUs-by-health gauge at 0 while the daemon stands by (the leader's

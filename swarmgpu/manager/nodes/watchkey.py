@@ -27,9 +27,13 @@ def _judged(health: HealthSignals | None) -> list[list[Any]] | None:
 
 def facts_key(f: NodeFacts) -> str:
     """``f`` as the facts watch compares it: without its read time, each GPU's health
-    signals as their findings."""
+    signals as their findings, the GPUs by index and each one's MIG devices by UUID (an
+    agent listing them in another order changes nothing a cycle acts on: labels take
+    the lowest-indexed GPU; compared as listed, each such answer started a cycle)."""
     d = f.to_dict()
     d["node"].pop("collected_at", None)
     for row, gpu in zip(d["gpus"], f.gpus, strict=True):
         row["health"] = _judged(gpu.health)
+        row["mig_devices"].sort(key=lambda m: str(m.get("uuid")))
+    d["gpus"].sort(key=lambda r: (r["index"], str(r.get("pci_bus_id")), r["uuid"]))
     return json.dumps(d, sort_keys=True)
