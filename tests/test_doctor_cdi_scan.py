@@ -6,15 +6,20 @@ config.toml and spec files changed."""
 
 from __future__ import annotations
 
+import builtins
 import json
+import os
 import shutil
+import socket
+import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.denied import deny_listing
+from support.fifo import make_fifo, read_within
 
-from swarmgpu.agent.doctor import Status, run_doctor
+from swarmgpu.agent.doctor import Status, read, run_doctor
 
 HEALTHY = Path(__file__).parent / "doctor_roots" / "healthy"
 UA = "GPU-2a8c5b3e-9d1f-4c6a-8e7b-1f0d3c5a7b91"
@@ -229,3 +234,98 @@ def test_a_spec_past_the_size_the_doctor_reads_is_named_the_doctors_bound(
     c = _check(root)
     assert "/etc/cdi/nvidia.yaml is larger than 1 MiB, the most the doctor reads of a " \
            "spec file" in c["found"], c
+
+
+def _never_opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every open of a FIFO for a read, as os.open or open() gets it, recorded and
+    refused (a regression fails here, never blocks); an O_PATH open (a walk) passes."""
+    opened: list[str] = []
+    os_open, builtin_open = os.open, builtins.open
+
+    def fifo(path: Any, dir_fd: int | None = None) -> bool:
+        try:
+            return stat.S_ISFIFO(os.stat(path, dir_fd=dir_fd).st_mode)
+        except (OSError, TypeError, ValueError):
+            return False
+
+    def guarded_os(path: Any, flags: int, *args: Any, dir_fd: int | None = None,
+                   **kw: Any) -> int:
+        if not flags & os.O_PATH and fifo(path, dir_fd):
+            opened.append(str(path))
+            raise AssertionError(f"opened the FIFO {path}")
+        return os_open(path, flags, *args, dir_fd=dir_fd, **kw)
+
+    def guarded(file: Any, *args: Any, **kw: Any) -> Any:
+        if fifo(file):
+            opened.append(str(file))
+            raise AssertionError(f"opened the FIFO {file}")
+        return builtin_open(file, *args, **kw)
+
+    monkeypatch.setattr(os, "open", guarded_os)
+    monkeypatch.setattr(builtins, "open", guarded)
+    return opened
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_a_spec_that_is_a_fifo_fails_the_node_and_is_never_opened(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, link: bool) -> None:
+    # CDI's os.ReadFile of a FIFO waits for a writer for ever: the runtime hangs starting
+    # each GPU task. The doctor opened it (non-blocking) and, a spec in a later dir
+    # naming each GPU, passed the node
+    root = _root(tmp_path)
+    _write(root, "var/run/cdi/nvidia.yaml", _doc([UA, UB]))
+    (root / "etc/cdi").mkdir(parents=True)
+    if link:
+        (root / "opt").mkdir()
+        fifo = make_fifo(root / "opt/pipe")
+        (root / "etc/cdi/pipe.yaml").symlink_to("/opt/pipe")
+    else:
+        fifo = make_fifo(root / "etc/cdi/pipe.yaml")
+    opened = _never_opened(monkeypatch)
+    c = read_within(lambda: _check(root), fifo)
+    assert not opened, opened
+    assert c["status"] == str(Status.FAIL), c
+    said = "/etc/cdi/pipe.yaml is a FIFO (a named pipe)" + (", by a symlink" if link else "")
+    assert said in c["found"], c
+    assert "Remove /etc/cdi/pipe.yaml" in c["fix"], c
+
+
+def test_a_spec_that_is_a_socket_is_skipped_as_cdi_skips_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CDI's open of a socket fails (ENXIO): it records the error, loads the other specs
+    root = _root(tmp_path)
+    _write(root, "var/run/cdi/nvidia.yaml", _doc([UA, UB]))
+    (root / "etc/cdi").mkdir(parents=True)
+    monkeypatch.chdir(root / "etc/cdi")  # (a socket's path: 107 bytes at most)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind("sock.yaml")
+        c = _check(root)
+    assert c["status"] == str(Status.WARN), c
+    assert "/etc/cdi/sock.yaml is a socket, not a spec: CDI's read of it fails and it " \
+           "skips it" in c["found"], c
+    assert "Remove /etc/cdi/sock.yaml" in c["fix"], c
+
+
+@pytest.mark.parametrize("euid", [0, 1000])
+def test_a_spec_that_cannot_be_read_is_skipped_as_cdi_skips_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, euid: int) -> None:
+    # CDI's refresh (cache.go) records a spec's read error and loads the other specs;
+    # the toolkit logs it and injects from those: the doctor passed the node, silent
+    root = _root(tmp_path)
+    _write(root, "etc/cdi/nvidia.yaml", _doc([UA, UB]))
+    _write(root, "etc/cdi/other.yaml", _doc(["x"]))
+    head = read.read_head
+
+    def denied(name: str, limit: int, *, dir_fd: int | None = None) -> bytes:
+        if name == "other.yaml":
+            raise PermissionError(13, "Permission denied")
+        return head(name, limit, dir_fd=dir_fd)
+
+    monkeypatch.setattr(read, "read_head", denied)
+    monkeypatch.setattr(read.os, "geteuid", lambda: euid)
+    c = _check(root)
+    assert c["status"] == str(Status.WARN), c
+    said = ("cannot be read: permission denied (run the doctor as root, as the runtime "
+            "reads it)" if euid else "cannot be read (permission denied), even by root: "
+            "CDI skips it")
+    assert f"/etc/cdi/other.yaml {said}" in c["found"], c

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from swarmgpu.agent.doctor.cdifile import SpecUnread, not_regular, unread
 from swarmgpu.agent.doctor.cdispec import (
     field,
     go_text,
@@ -468,11 +469,26 @@ class _SpecError(Exception):
     pass
 
 
+def _spec_bytes(root: str, path: str) -> bytes | None:
+    """Up to ``MAX_FILE_BYTES`` + 1 bytes of a spec file, None where gone; SpecUnread
+    where it is no regular file (looked at first: never opened, ``cdifile``) or its read
+    fails."""
+    if (odd := not_regular(root, path)) is not None:
+        raise SpecUnread(odd)
+    try:
+        with entry_in_root(root, path.lstrip("/")) as (dir_fd, name):
+            return read_head(name, MAX_FILE_BYTES, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except (NotRegularFile, OSError) as exc:
+        raise unread(path, exc) from None
+
+
 def _spec_text(root: str, path: str) -> str:
     """A spec file's text; Unreadable where CDI cannot read it either: gone (a link to
     nothing), or not UTF-8 (go-yaml v2, its reader, stops at such a byte; a UTF-16 one
-    it reads, by its byte order mark, is named so)."""
-    data = _read_head(root, path.lstrip("/"), MAX_FILE_BYTES)
+    it reads, by its byte order mark, is named so); SpecUnread (``_spec_bytes``)."""
+    data = _spec_bytes(root, path)
     if data is None:  # (listed a moment ago: a link to nothing, or removed since)
         raise Unreadable("cannot be read: it is gone, or a symlink to nothing (CDI "
                          "refuses it)", "")
@@ -500,6 +516,8 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
         data, more = parse_first_yaml(text, path, _SpecError)
     except Unreadable as exc:
         return CdiSpec(path, error=exc.why)
+    except SpecUnread as exc:
+        return exc.spec
     except _SpecError as exc:  # (the file named once: the check names it first)
         return CdiSpec(path, error=str(exc).removeprefix(f"{path}: "), size=len(text))
     kind = field(data, "kind")
