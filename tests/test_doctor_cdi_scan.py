@@ -66,7 +66,38 @@ def test_a_spec_dir_that_is_a_file_is_skipped_as_cdis_scan_skips_it(
     _write(root, "var/run/cdi/nvidia.yaml", _doc([UA, UB]))
     c = _check(root)
     assert c["status"] == str(Status.OK), c
-    assert c["found"] == "mode cdi; /var/run/cdi/nvidia.yaml names each GPU advertised", c
+    assert c["found"].startswith("mode cdi; /var/run/cdi/nvidia.yaml names each GPU "
+                                 "advertised"), c
+
+
+NEXT = "CDI's next release (its main branch, unreleased after v1.1.0)"
+
+
+def test_a_spec_dir_cdis_next_release_stops_at_is_noted_where_a_spec_is_lost(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CDI's main lists a spec dir with os.ReadDir and stops its scan at one that is a
+    # file or that root may not list: the spec in the later dir, which the runtime
+    # reads today, would be lost to a toolkit vendoring it. Status as today's CDI says
+    root = _root(tmp_path, THREE_DIRS)
+    _write(root, "etc/cdi", "not a directory\n")
+    (root / "srv/cdi").mkdir(parents=True)
+    deny_listing(monkeypatch, "srv/cdi", euid=0)
+    _write(root, "var/run/cdi/nvidia.yaml", _doc([UA, UB]))
+    c = _check(root)
+    assert c["status"] == str(Status.OK), c
+    assert c["found"] == (
+        f"mode cdi; /var/run/cdi/nvidia.yaml names each GPU advertised ({NEXT} stops its "
+        "scan at /etc/cdi, which is not a directory: /srv/cdi, /var/run/cdi never read, "
+        "/var/run/cdi/nvidia.yaml with them)"), c
+
+
+def test_a_spec_dir_cdis_next_release_stops_at_is_not_noted_where_nothing_is_lost(
+        tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    _write(root, "etc/cdi/nvidia.yaml", _doc([UA, UB]))
+    _write(root, "var/run/cdi", "")
+    c = _check(root)
+    assert c["found"] == "mode cdi; /etc/cdi/nvidia.yaml names each GPU advertised", c
 
 
 def test_a_spec_dir_cdi_cannot_look_up_stops_the_scan_of_the_later_dirs(
@@ -117,6 +148,7 @@ def test_a_spec_dir_that_is_a_symlink_is_never_read(tmp_path: Path) -> None:
     c = _check(root)
     assert c["status"] == str(Status.FAIL), c
     assert "/etc/cdi is a symlink, which CDI's scan does not follow" in c["found"], c
+    assert f"{NEXT} follows it" in c["found"], c
 
 
 @pytest.mark.parametrize("devices", ["devices: []\n", "devices:\n", ""])

@@ -18,6 +18,7 @@ from dataclasses import replace
 from swarmgpu.agent.doctor.cdifile import DENIED_TO_USER
 from swarmgpu.agent.doctor.cdispec import (
     DOCKER_CDI,
+    NEXT_CDI,
     TOOLKIT_CDI,
     VERSIONS,
     first_taking,
@@ -78,7 +79,7 @@ def _in_mode(view: NodeView, dirs: tuple[str, ...], kind: str,
     seen, unseen = _scanned(view, dirs)
     check = _said_stop(view, seen, unseen, kind, _check_specs(view, seen, kind, details))
     check = _said_skipped(view, seen, _said_notes(view, seen, _said_left(view, seen, check)))
-    return _said_hangs(view, seen, check)
+    return _said_next(view, seen, kind, _said_hangs(view, seen, check))
 
 
 def _scanned(view: NodeView, dirs: tuple[str, ...]) -> tuple[tuple[str, ...],
@@ -185,6 +186,24 @@ def _said_notes(view: NodeView, dirs: tuple[str, ...], check: Check) -> Check:
                        why="CDI reads the first YAML document of a spec file alone: a "
                            "device in a later one is never resolved.", fix=fix)
     return replace(check, found=f"{check.found} ({said})", fix=f"{check.fix} {fix}".strip())
+
+
+def _said_next(view: NodeView, dirs: tuple[str, ...], kind: str, check: Check) -> Check:
+    """``check`` noting the first of the runtime's ``dirs`` that CDI's next release stops
+    its scan at (``cdispec.NEXT_CDI``) where a spec of ``kind`` the runtime reads today is
+    in a later one: lost to a toolkit that vendors it. Its status is today's CDI's."""
+    for n, d in enumerate(dirs):
+        stop = next((s for s in view.cdi_specs if s.next_stops and s.path == _norm(d)),
+                    None)
+        later = dirs[n + 1:]
+        lost = [s.path for s in view.cdi_specs
+                if _in(s.path, later) and s.error is None and s.kind == kind]
+        if stop is not None and lost:
+            why = (stop.error or "").partition(":")[0]
+            return replace(check, found=f"{check.found} ({NEXT_CDI} stops its scan at "
+                                        f"{stop.path}, which {why}: {', '.join(later)} "
+                                        f"never read, {', '.join(lost)} with them)")
+    return check
 
 
 def _said_hangs(view: NodeView, dirs: tuple[str, ...], check: Check) -> Check:

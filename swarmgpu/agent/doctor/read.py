@@ -18,6 +18,7 @@ from typing import Any
 
 from swarmgpu.agent.doctor.cdifile import SpecUnread, not_regular, unread
 from swarmgpu.agent.doctor.cdispec import (
+    NEXT_CDI,
     field,
     go_text,
     refusal,
@@ -419,7 +420,8 @@ def _spec_dir(root: str, d: str) -> list[str] | CdiSpec | None:
     (the scan goes on); else, where it reads no spec in it, why, as a CdiSpec. Walk
     looks ``d`` up without following a link (``os.Lstat``): a link, a file, or a dir it
     cannot list is skipped, a path it cannot look up stops the scan. (CDI's main branch,
-    unreleased, lists with ``os.ReadDir``: a link followed, a dir not listed a stop.)"""
+    unreleased, lists with ``os.ReadDir``: a link followed, a dir not listed a stop:
+    ``cdispec.NEXT_CDI``.)"""
     mode = 0
     try:
         mode = lstat_in_root(root, d.lstrip("/")).st_mode
@@ -432,8 +434,8 @@ def _spec_dir(root: str, d: str) -> list[str] | CdiSpec | None:
     if stat.S_ISLNK(mode):
         return CdiSpec(d, error="is a symlink, which CDI's scan does not follow: it "
                                 "reads no spec there (name the directory itself in the "
-                                "spec dirs)")
-    return CdiSpec(d, error="is not a directory: CDI reads no spec there")
+                                f"spec dirs; {NEXT_CDI} follows it)")
+    return CdiSpec(d, error="is not a directory: CDI reads no spec there", next_stops=True)
 
 
 def _unlisted(d: str, exc: OSError | ValueError, looked: bool) -> CdiSpec:
@@ -447,8 +449,9 @@ def _unlisted(d: str, exc: OSError | ValueError, looked: bool) -> CdiSpec:
                                 "runtime reads it)")
     why = ((exc.strerror if isinstance(exc, OSError) else None)
            or "a NUL in its name").lower()
-    if looked:
-        return CdiSpec(d, error=f"cannot be listed ({why}): CDI reads no spec there")
+    if looked:  # (CDI's next release stops there: ``cdi._said_next``)
+        return CdiSpec(d, error=f"cannot be listed ({why}): CDI reads no spec there",
+                       next_stops=True)
     return CdiSpec(d, error=f"cannot be looked up ({why}): CDI stops its scan of the "
                             "spec dirs there, reading no spec of a later one", stops=True)
 
