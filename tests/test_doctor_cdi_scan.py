@@ -20,6 +20,7 @@ from support.denied import deny_listing
 from support.fifo import make_fifo, read_within
 
 from swarmgpu.agent.doctor import Status, read, run_doctor
+from swarmgpu.agent.doctor.cdifile import not_regular
 
 HEALTHY = Path(__file__).parent / "doctor_roots" / "healthy"
 UA = "GPU-2a8c5b3e-9d1f-4c6a-8e7b-1f0d3c5a7b91"
@@ -361,3 +362,24 @@ def test_a_spec_that_cannot_be_read_is_skipped_as_cdi_skips_it(
             "reads it)" if euid else "cannot be read (permission denied), even by root: "
             "CDI skips it")
     assert f"/etc/cdi/other.yaml {said}" in c["found"], c
+
+
+def test_a_spec_that_is_a_device_is_named_one_whose_read_may_never_end() -> None:
+    # (a link to /dev/zero under a spec dir: CDI reads it whole, for ever; looked at by
+    # stat alone, this machine's /dev/null stands in: a test cannot make a device)
+    spec = not_regular("/", "/dev/null")
+    assert spec is not None and spec.hangs, spec
+    assert spec.error == ("is a character device, not a spec: the runtime's read of it may "
+                          "never end (a device is read to its end)"), spec
+
+
+def test_a_spec_that_is_a_symlink_to_nothing_beside_a_spec_is_skipped_as_cdi_skips_it(
+        tmp_path: Path) -> None:
+    # (CDI's read fails, not as a stop: the error recorded, the other specs loaded)
+    root = _root(tmp_path)
+    _write(root, "etc/cdi/nvidia.yaml", _doc([UA, UB]))
+    (root / "etc/cdi/old.yaml").symlink_to("/opt/gone.yaml")
+    c = _check(root)
+    assert c["status"] == str(Status.WARN), c
+    assert "/etc/cdi/old.yaml cannot be read: it is gone, or a symlink to nothing" \
+        in c["found"], c

@@ -218,10 +218,12 @@ def _said_hangs(view: NodeView, dirs: tuple[str, ...], check: Check) -> Check:
     found = f"{check.found} ({said})" if said else check.found
     fix = (f"Remove {', '.join(s.path for s in hangs)} (`ls -l` shows what it is): CDI "
            "reads every *.yaml and *.json file of its spec dirs.")
-    return replace(check, status=Status.FAIL, found=found,
-                   why="CDI reads each *.yaml and *.json file of the runtime's spec dirs "
-                       "whole: the read of a FIFO waits for a writer, of a device may never "
-                       "end, so the runtime hangs starting each GPU task's container.",
+    why = ("CDI reads each *.yaml and *.json file of the runtime's spec dirs whole: the "
+           "read of a FIFO waits for a writer, of a device may never end, so the runtime "
+           "hangs starting each GPU task's container.")
+    if check.status is Status.FAIL:  # (its own fault stays said)
+        why = f"{check.why} {why}".strip()
+    return replace(check, status=Status.FAIL, found=found, why=why,
                    fix=fix if check.status is Status.OK else f"{fix} {check.fix}".strip())
 
 

@@ -493,8 +493,8 @@ def _spec_text(root: str, path: str) -> str:
     it reads, by its byte order mark, is named so); SpecUnread (``_spec_bytes``)."""
     data = _spec_bytes(root, path)
     if data is None:  # (listed a moment ago: a link to nothing, or removed since)
-        raise Unreadable("cannot be read: it is gone, or a symlink to nothing (CDI "
-                         "refuses it)", "")
+        raise SpecUnread(CdiSpec(path, error="cannot be read: it is gone, or a symlink to "
+                                             "nothing (CDI refuses it)", skipped=True))
     if len(data) > MAX_FILE_BYTES:
         raise Unreadable(f"is larger than {MAX_FILE_BYTES >> 20} MiB, the most the doctor "
                          "reads of a spec file", "")
