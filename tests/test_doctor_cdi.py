@@ -551,16 +551,18 @@ def test_a_directory_named_like_a_spec_is_skipped_as_cdi_skips_it(
 
 def test_a_link_to_a_directory_and_a_hidden_spec_are_read_as_cdi_reads_them(
         tmp_path: Path) -> None:
-    # (a link is no directory to Go's ReadDir: CDI reads it, and fails; a name that
-    # starts with a dot is read as any other)
+    # (a link is no directory to Go's ReadDir: CDI reads it, and fails, and skips it,
+    # loading the other specs: a warning; a name that starts with a dot is read as any
+    # other)
     root = _root(tmp_path)
     (root / "etc/cdi/sub").mkdir(parents=True)
     (root / "etc/cdi/link.yaml").symlink_to("sub")
     c, _ = _check(root)
-    assert "/etc/cdi/link.yaml is not a regular file" in c["found"], c
+    assert "/etc/cdi/link.yaml is a directory, by a symlink, not a spec" in c["found"], c
     _spec(root, "etc/cdi/.nvidia.yaml", [UA, UB])
     c, _ = _check(root)
-    assert c["status"] == str(Status.OK), c
+    assert c["status"] == str(Status.WARN), c
+    assert c["found"].startswith("mode cdi; /etc/cdi/.nvidia.yaml names each GPU"), c
 
 
 @pytest.mark.parametrize(("version", "device", "said"), [

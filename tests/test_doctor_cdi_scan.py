@@ -6,15 +6,21 @@ config.toml and spec files changed."""
 
 from __future__ import annotations
 
+import builtins
 import json
+import os
 import shutil
+import socket
+import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.denied import deny_listing
+from support.fifo import make_fifo, read_within
 
-from swarmgpu.agent.doctor import Status, run_doctor
+from swarmgpu.agent.doctor import Status, read, run_doctor
+from swarmgpu.agent.doctor.cdifile import not_regular
 
 HEALTHY = Path(__file__).parent / "doctor_roots" / "healthy"
 UA = "GPU-2a8c5b3e-9d1f-4c6a-8e7b-1f0d3c5a7b91"
@@ -61,7 +67,38 @@ def test_a_spec_dir_that_is_a_file_is_skipped_as_cdis_scan_skips_it(
     _write(root, "var/run/cdi/nvidia.yaml", _doc([UA, UB]))
     c = _check(root)
     assert c["status"] == str(Status.OK), c
-    assert c["found"] == "mode cdi; /var/run/cdi/nvidia.yaml names each GPU advertised", c
+    assert c["found"].startswith("mode cdi; /var/run/cdi/nvidia.yaml names each GPU "
+                                 "advertised"), c
+
+
+NEXT = "CDI's next release (its main branch, unreleased after v1.1.0)"
+
+
+def test_a_spec_dir_cdis_next_release_stops_at_is_noted_where_a_spec_is_lost(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CDI's main lists a spec dir with os.ReadDir and stops its scan at one that is a
+    # file or that root may not list: the spec in the later dir, which the runtime
+    # reads today, would be lost to a toolkit vendoring it. Status as today's CDI says
+    root = _root(tmp_path, THREE_DIRS)
+    _write(root, "etc/cdi", "not a directory\n")
+    (root / "srv/cdi").mkdir(parents=True)
+    deny_listing(monkeypatch, "srv/cdi", euid=0)
+    _write(root, "var/run/cdi/nvidia.yaml", _doc([UA, UB]))
+    c = _check(root)
+    assert c["status"] == str(Status.OK), c
+    assert c["found"] == (
+        f"mode cdi; /var/run/cdi/nvidia.yaml names each GPU advertised ({NEXT} stops its "
+        "scan at /etc/cdi, which is not a directory: /srv/cdi, /var/run/cdi never read, "
+        "/var/run/cdi/nvidia.yaml with them)"), c
+
+
+def test_a_spec_dir_cdis_next_release_stops_at_is_not_noted_where_nothing_is_lost(
+        tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    _write(root, "etc/cdi/nvidia.yaml", _doc([UA, UB]))
+    _write(root, "var/run/cdi", "")
+    c = _check(root)
+    assert c["found"] == "mode cdi; /etc/cdi/nvidia.yaml names each GPU advertised", c
 
 
 def test_a_spec_dir_cdi_cannot_look_up_stops_the_scan_of_the_later_dirs(
@@ -112,6 +149,7 @@ def test_a_spec_dir_that_is_a_symlink_is_never_read(tmp_path: Path) -> None:
     c = _check(root)
     assert c["status"] == str(Status.FAIL), c
     assert "/etc/cdi is a symlink, which CDI's scan does not follow" in c["found"], c
+    assert f"{NEXT} follows it" in c["found"], c
 
 
 @pytest.mark.parametrize("devices", ["devices: []\n", "devices:\n", ""])
@@ -229,3 +267,119 @@ def test_a_spec_past_the_size_the_doctor_reads_is_named_the_doctors_bound(
     c = _check(root)
     assert "/etc/cdi/nvidia.yaml is larger than 1 MiB, the most the doctor reads of a " \
            "spec file" in c["found"], c
+
+
+def _never_opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every open of a FIFO for a read, as os.open or open() gets it, recorded and
+    refused (a regression fails here, never blocks); an O_PATH open (a walk) passes."""
+    opened: list[str] = []
+    os_open, builtin_open = os.open, builtins.open
+
+    def fifo(path: Any, dir_fd: int | None = None) -> bool:
+        try:
+            return stat.S_ISFIFO(os.stat(path, dir_fd=dir_fd).st_mode)
+        except (OSError, TypeError, ValueError):
+            return False
+
+    def guarded_os(path: Any, flags: int, *args: Any, dir_fd: int | None = None,
+                   **kw: Any) -> int:
+        if not flags & os.O_PATH and fifo(path, dir_fd):
+            opened.append(str(path))
+            raise AssertionError(f"opened the FIFO {path}")
+        return os_open(path, flags, *args, dir_fd=dir_fd, **kw)
+
+    def guarded(file: Any, *args: Any, **kw: Any) -> Any:
+        if fifo(file):
+            opened.append(str(file))
+            raise AssertionError(f"opened the FIFO {file}")
+        return builtin_open(file, *args, **kw)
+
+    monkeypatch.setattr(os, "open", guarded_os)
+    monkeypatch.setattr(builtins, "open", guarded)
+    return opened
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_a_spec_that_is_a_fifo_fails_the_node_and_is_never_opened(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, link: bool) -> None:
+    # CDI's os.ReadFile of a FIFO waits for a writer for ever: the runtime hangs starting
+    # each GPU task. The doctor opened it (non-blocking) and, a spec in a later dir
+    # naming each GPU, passed the node
+    root = _root(tmp_path)
+    _write(root, "var/run/cdi/nvidia.yaml", _doc([UA, UB]))
+    (root / "etc/cdi").mkdir(parents=True)
+    if link:
+        (root / "opt").mkdir()
+        fifo = make_fifo(root / "opt/pipe")
+        (root / "etc/cdi/pipe.yaml").symlink_to("/opt/pipe")
+    else:
+        fifo = make_fifo(root / "etc/cdi/pipe.yaml")
+    opened = _never_opened(monkeypatch)
+    c = read_within(lambda: _check(root), fifo)
+    assert not opened, opened
+    assert c["status"] == str(Status.FAIL), c
+    said = "/etc/cdi/pipe.yaml is a FIFO (a named pipe)" + (", by a symlink" if link else "")
+    assert said in c["found"], c
+    assert "Remove /etc/cdi/pipe.yaml" in c["fix"], c
+
+
+def test_a_spec_that_is_a_socket_is_skipped_as_cdi_skips_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CDI's open of a socket fails (ENXIO): it records the error, loads the other specs
+    root = _root(tmp_path)
+    _write(root, "var/run/cdi/nvidia.yaml", _doc([UA, UB]))
+    (root / "etc/cdi").mkdir(parents=True)
+    monkeypatch.chdir(root / "etc/cdi")  # (a socket's path: 107 bytes at most)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind("sock.yaml")
+        c = _check(root)
+    assert c["status"] == str(Status.WARN), c
+    assert "/etc/cdi/sock.yaml is a socket, not a spec: CDI's read of it fails and it " \
+           "skips it" in c["found"], c
+    assert "Remove /etc/cdi/sock.yaml" in c["fix"], c
+
+
+@pytest.mark.parametrize("euid", [0, 1000])
+def test_a_spec_that_cannot_be_read_is_skipped_as_cdi_skips_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, euid: int) -> None:
+    # CDI's refresh (cache.go) records a spec's read error and loads the other specs;
+    # the toolkit logs it and injects from those: the doctor passed the node, silent
+    root = _root(tmp_path)
+    _write(root, "etc/cdi/nvidia.yaml", _doc([UA, UB]))
+    _write(root, "etc/cdi/other.yaml", _doc(["x"]))
+    head = read.read_head
+
+    def denied(name: str, limit: int, *, dir_fd: int | None = None) -> bytes:
+        if name == "other.yaml":
+            raise PermissionError(13, "Permission denied")
+        return head(name, limit, dir_fd=dir_fd)
+
+    monkeypatch.setattr(read, "read_head", denied)
+    monkeypatch.setattr(read.os, "geteuid", lambda: euid)
+    c = _check(root)
+    assert c["status"] == str(Status.WARN), c
+    said = ("cannot be read: permission denied (run the doctor as root, as the runtime "
+            "reads it)" if euid else "cannot be read (permission denied), even by root: "
+            "CDI skips it")
+    assert f"/etc/cdi/other.yaml {said}" in c["found"], c
+
+
+def test_a_spec_that_is_a_device_is_named_one_whose_read_may_never_end() -> None:
+    # (a link to /dev/zero under a spec dir: CDI reads it whole, for ever; looked at by
+    # stat alone, this machine's /dev/null stands in: a test cannot make a device)
+    spec = not_regular("/", "/dev/null")
+    assert spec is not None and spec.hangs, spec
+    assert spec.error == ("is a character device, not a spec: the runtime's read of it may "
+                          "never end (a device is read to its end)"), spec
+
+
+def test_a_spec_that_is_a_symlink_to_nothing_beside_a_spec_is_skipped_as_cdi_skips_it(
+        tmp_path: Path) -> None:
+    # (CDI's read fails, not as a stop: the error recorded, the other specs loaded)
+    root = _root(tmp_path)
+    _write(root, "etc/cdi/nvidia.yaml", _doc([UA, UB]))
+    (root / "etc/cdi/old.yaml").symlink_to("/opt/gone.yaml")
+    c = _check(root)
+    assert c["status"] == str(Status.WARN), c
+    assert "/etc/cdi/old.yaml cannot be read: it is gone, or a symlink to nothing" \
+        in c["found"], c

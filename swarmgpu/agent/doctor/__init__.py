@@ -13,7 +13,9 @@ See docs/doctor.md for every check and the fixture conventions.
 One module per group of checks: ``view`` (NodeView, Check, paths), ``read`` (the root
 into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
 ``sharing``, ``identity``, ``procview``, ``agentsvc``, ``agentanswers``, ``cdi`` (the
-checks), ``cdispec`` (what CDI refuses in a spec's version and kind), ``infoparts``
+checks), ``cdispec`` (what CDI refuses in a spec's version and kind), ``cdifile`` (a
+spec file that is no regular file, or that cannot be read, as the runtime's read meets
+it), ``infoparts``
 (docker info's parts read as dockerd sends them; a check reading one that is not fails,
 naming it), ``report`` (run, exit code, text/JSON), ``factsread`` (the fact source read
 within a deadline), ``rootpath`` (a path under the root as the node sees it),

@@ -15,8 +15,10 @@ from __future__ import annotations
 import posixpath
 from dataclasses import replace
 
+from swarmgpu.agent.doctor.cdifile import DENIED_TO_USER
 from swarmgpu.agent.doctor.cdispec import (
     DOCKER_CDI,
+    NEXT_CDI,
     TOOLKIT_CDI,
     VERSIONS,
     first_taking,
@@ -76,7 +78,8 @@ def _in_mode(view: NodeView, dirs: tuple[str, ...], kind: str,
     view = _as_the_runtime_reads(view)
     seen, unseen = _scanned(view, dirs)
     check = _said_stop(view, seen, unseen, kind, _check_specs(view, seen, kind, details))
-    return _said_notes(view, seen, _said_left(view, seen, check))
+    check = _said_skipped(view, seen, _said_notes(view, seen, _said_left(view, seen, check)))
+    return _said_next(view, seen, kind, _said_hangs(view, seen, check))
 
 
 def _scanned(view: NodeView, dirs: tuple[str, ...]) -> tuple[tuple[str, ...],
@@ -183,6 +186,69 @@ def _said_notes(view: NodeView, dirs: tuple[str, ...], check: Check) -> Check:
                        why="CDI reads the first YAML document of a spec file alone: a "
                            "device in a later one is never resolved.", fix=fix)
     return replace(check, found=f"{check.found} ({said})", fix=f"{check.fix} {fix}".strip())
+
+
+def _said_next(view: NodeView, dirs: tuple[str, ...], kind: str, check: Check) -> Check:
+    """``check`` noting the first of the runtime's ``dirs`` that CDI's next release stops
+    its scan at (``cdispec.NEXT_CDI``) where a spec of ``kind`` the runtime reads today is
+    in a later one: lost to a toolkit that vendors it. Its status is today's CDI's."""
+    for n, d in enumerate(dirs):
+        stop = next((s for s in view.cdi_specs if s.next_stops and s.path == _norm(d)),
+                    None)
+        later = dirs[n + 1:]
+        lost = [s.path for s in view.cdi_specs
+                if _in(s.path, later) and s.error is None and s.kind == kind]
+        if stop is not None and lost:
+            why = (stop.error or "").partition(":")[0]
+            return replace(check, found=f"{check.found} ({NEXT_CDI} stops its scan at "
+                                        f"{stop.path}, which {why}: {', '.join(later)} "
+                                        f"never read, {', '.join(lost)} with them)")
+    return check
+
+
+def _said_hangs(view: NodeView, dirs: tuple[str, ...], check: Check) -> Check:
+    """``check`` failed for a spec file in the runtime's ``dirs`` that is a FIFO or a
+    device (``cdifile``): the runtime's read of it may never return, whatever the other
+    specs define."""
+    hangs = [s for s in view.cdi_specs if s.hangs and _in(s.path, dirs)]
+    if not hangs:
+        return check
+    said = "; ".join(f"{s.path} {s.error}" for s in hangs[:2]
+                     if f"{s.path} {s.error}" not in check.found)  # (a FAIL named it)
+    found = f"{check.found} ({said})" if said else check.found
+    fix = (f"Remove {', '.join(s.path for s in hangs)} (`ls -l` shows what it is): CDI "
+           "reads every *.yaml and *.json file of its spec dirs.")
+    why = ("CDI reads each *.yaml and *.json file of the runtime's spec dirs whole: the "
+           "read of a FIFO waits for a writer, of a device may never end, so the runtime "
+           "hangs starting each GPU task's container.")
+    if check.status is Status.FAIL:  # (its own fault stays said)
+        why = f"{check.why} {why}".strip()
+    return replace(check, status=Status.FAIL, found=found, why=why,
+                   fix=fix if check.status is Status.OK else f"{fix} {check.fix}".strip())
+
+
+def _said_skipped(view: NodeView, dirs: tuple[str, ...], check: Check) -> Check:
+    """``check`` naming the spec files in the runtime's ``dirs`` whose read fails
+    (``cdifile``): CDI records the error and loads the other specs, so an OK is a WARN
+    (a GPU only such a spec names goes unresolved, a FAIL already)."""
+    skipped = [s for s in view.cdi_specs if s.skipped and _in(s.path, dirs)
+               and f"{s.path} {s.error}" not in check.found]
+    if not skipped:
+        return check
+    said = "; ".join(f"{s.path} {s.error}" for s in skipped[:2])
+    more = f" and {len(skipped) - 2} more" if len(skipped) > 2 else ""
+    denied = any(DENIED_TO_USER in (s.error or "") for s in skipped)
+    fix = (f"Remove {', '.join(s.path for s in skipped)} where it is no spec, or make it "
+           "one root can read (`ls -lL` shows what each is)" + (
+               "; run the doctor as root (`sudo swarmgpu doctor`) to read it as the "
+               "runtime does." if denied else "."))
+    if check.status is Status.OK:
+        return replace(check, status=Status.WARN, found=f"{check.found} ({said}{more})",
+                       why="CDI skips a spec file it cannot read: the devices it defines "
+                           "are not resolved, and the doctor cannot tell which they are.",
+                       fix=fix)
+    return replace(check, found=f"{check.found} ({said}{more})",
+                   fix=f"{check.fix} {fix}".strip())
 
 
 def _norm(d: str) -> str:

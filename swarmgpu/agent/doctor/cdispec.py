@@ -37,6 +37,13 @@ TOOLKIT_CDI = (((1, 10, 0), "0.3.0"), ((1, 11, 0), "0.4.0"), ((1, 12, 0), "0.5.0
                ((1, 18, 0), "1.0.0"), ((1, 18, 2), "1.1.0"))
 Since = tuple[tuple[int, int, int], str]
 
+# CDI's main branch lists each spec dir with os.ReadDir (container-device-interface
+# 078b4b1, "pkg/cdi: use os.ReadDir for scanning Spec directories", after v1.1.0): it
+# follows a symlinked dir, and stops its scan at a dir it cannot list or that is a file,
+# which every release's filepath.Walk skips. The doctor scans as released CDI does and
+# names the difference where a finding meets it.
+NEXT_CDI = "CDI's next release (its main branch, unreleased after v1.1.0)"
+
 
 def newest_taken(table: tuple[Since, ...], version: str) -> str | None:
     """The newest cdiVersion the engine of ``version`` (``28.0.4``, ``1.17.8-1``; a

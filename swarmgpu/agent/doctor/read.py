@@ -16,7 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from swarmgpu.agent.doctor.cdifile import SpecUnread, not_regular, unread
 from swarmgpu.agent.doctor.cdispec import (
+    NEXT_CDI,
     field,
     go_text,
     refusal,
@@ -418,7 +420,8 @@ def _spec_dir(root: str, d: str) -> list[str] | CdiSpec | None:
     (the scan goes on); else, where it reads no spec in it, why, as a CdiSpec. Walk
     looks ``d`` up without following a link (``os.Lstat``): a link, a file, or a dir it
     cannot list is skipped, a path it cannot look up stops the scan. (CDI's main branch,
-    unreleased, lists with ``os.ReadDir``: a link followed, a dir not listed a stop.)"""
+    unreleased, lists with ``os.ReadDir``: a link followed, a dir not listed a stop:
+    ``cdispec.NEXT_CDI``.)"""
     mode = 0
     try:
         mode = lstat_in_root(root, d.lstrip("/")).st_mode
@@ -431,8 +434,8 @@ def _spec_dir(root: str, d: str) -> list[str] | CdiSpec | None:
     if stat.S_ISLNK(mode):
         return CdiSpec(d, error="is a symlink, which CDI's scan does not follow: it "
                                 "reads no spec there (name the directory itself in the "
-                                "spec dirs)")
-    return CdiSpec(d, error="is not a directory: CDI reads no spec there")
+                                f"spec dirs; {NEXT_CDI} follows it)")
+    return CdiSpec(d, error="is not a directory: CDI reads no spec there", next_stops=True)
 
 
 def _unlisted(d: str, exc: OSError | ValueError, looked: bool) -> CdiSpec:
@@ -446,8 +449,9 @@ def _unlisted(d: str, exc: OSError | ValueError, looked: bool) -> CdiSpec:
                                 "runtime reads it)")
     why = ((exc.strerror if isinstance(exc, OSError) else None)
            or "a NUL in its name").lower()
-    if looked:
-        return CdiSpec(d, error=f"cannot be listed ({why}): CDI reads no spec there")
+    if looked:  # (CDI's next release stops there: ``cdi._said_next``)
+        return CdiSpec(d, error=f"cannot be listed ({why}): CDI reads no spec there",
+                       next_stops=True)
     return CdiSpec(d, error=f"cannot be looked up ({why}): CDI stops its scan of the "
                             "spec dirs there, reading no spec of a later one", stops=True)
 
@@ -468,14 +472,29 @@ class _SpecError(Exception):
     pass
 
 
+def _spec_bytes(root: str, path: str) -> bytes | None:
+    """Up to ``MAX_FILE_BYTES`` + 1 bytes of a spec file, None where gone; SpecUnread
+    where it is no regular file (looked at first: never opened, ``cdifile``) or its read
+    fails."""
+    if (odd := not_regular(root, path)) is not None:
+        raise SpecUnread(odd)
+    try:
+        with entry_in_root(root, path.lstrip("/")) as (dir_fd, name):
+            return read_head(name, MAX_FILE_BYTES, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except (NotRegularFile, OSError) as exc:
+        raise unread(path, exc) from None
+
+
 def _spec_text(root: str, path: str) -> str:
     """A spec file's text; Unreadable where CDI cannot read it either: gone (a link to
     nothing), or not UTF-8 (go-yaml v2, its reader, stops at such a byte; a UTF-16 one
-    it reads, by its byte order mark, is named so)."""
-    data = _read_head(root, path.lstrip("/"), MAX_FILE_BYTES)
+    it reads, by its byte order mark, is named so); SpecUnread (``_spec_bytes``)."""
+    data = _spec_bytes(root, path)
     if data is None:  # (listed a moment ago: a link to nothing, or removed since)
-        raise Unreadable("cannot be read: it is gone, or a symlink to nothing (CDI "
-                         "refuses it)", "")
+        raise SpecUnread(CdiSpec(path, error="cannot be read: it is gone, or a symlink to "
+                                             "nothing (CDI refuses it)", skipped=True))
     if len(data) > MAX_FILE_BYTES:
         raise Unreadable(f"is larger than {MAX_FILE_BYTES >> 20} MiB, the most the doctor "
                          "reads of a spec file", "")
@@ -500,6 +519,8 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
         data, more = parse_first_yaml(text, path, _SpecError)
     except Unreadable as exc:
         return CdiSpec(path, error=exc.why)
+    except SpecUnread as exc:
+        return exc.spec
     except _SpecError as exc:  # (the file named once: the check names it first)
         return CdiSpec(path, error=str(exc).removeprefix(f"{path}: "), size=len(text))
     kind = field(data, "kind")

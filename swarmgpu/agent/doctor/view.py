@@ -121,6 +121,9 @@ class CdiSpec:
     note: str | None = None  # read, with what CDI leaves of it unread (a second document)
     version: str = ""  # its cdiVersion, read (no leading v), and the least its content needs
     needs: str = ""
+    hangs: bool = False  # a FIFO or device: the runtime's read of it may never return
+    skipped: bool = False  # its read fails: CDI records the error and loads the others
+    next_stops: bool = False  # a spec dir CDI's unreleased main stops its scan at
 
 
 def toolkit_cdi(data: Mapping[str, Any] | None) -> tuple[tuple[str, ...], str]:
