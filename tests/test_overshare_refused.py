@@ -212,3 +212,25 @@ def test_a_fresh_task_of_another_replica_does_not_bear_out_the_mark_on_this_node
     cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
                  placement=PlacementConfig(overshare="restart"))
     assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 1  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("tenants", "restarted"), [
+    pytest.param(MAY_NOT, 1, id="a-tenant-that-may-not-opt-out"),
+    pytest.param(MAY, 0, id="a-tenant-that-may"),
+])
+def test_a_replica_left_waiting_keeps_no_share_over_its_size_from_the_restart(
+        tmp_path: Path, tenants: Mapping[str, Any], restarted: int) -> None:
+    """A service asking for more replicas than it is given (its queue at its max, no GPU
+    free) is not converged, which kept each of its running replicas from the over-share
+    restart for as long as one waits: scaling up past the quota was an opt-out. For a
+    tenant that may not opt out the restart judges the replica on its node alone (one
+    holding, its one task there running); one that may opt out is judged as before."""
+    sw, _ = _running({})
+    third = replace(sw.service("id-third"), replicas=2, max_replicas_per_node=1)
+    tasks = [*sw.tasks(), SwarmTask("t-third-2", third.id, "", 2, "pending", "running", ())]
+    services = [third if s.id == third.id else s for s in sw.services()]
+    sw = RecordingSwarm(sw.nodes(), services, tasks, sw.swarm_labels())
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=tenants,
+                 placement=PlacementConfig(overshare="restart"))
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]
