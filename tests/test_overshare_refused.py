@@ -13,7 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.forged import R_UUIDS, T_UUID, P, RecordingSwarm, snapshot, sw_svc, victim_cluster
+from support.forged import (
+    FACTS,
+    R_UUIDS,
+    T_UUID,
+    P,
+    RecordingSwarm,
+    held_labels,
+    snapshot,
+    sw_svc,
+    victim_cluster,
+)
 from support.loglines import log_lines
 
 from swarmgpu.core.config import Config, PlacementConfig
@@ -21,6 +31,7 @@ from swarmgpu.manager.placement import assign_key
 from swarmgpu.manager.placement.ledger import packed_holding
 from swarmgpu.manager.rebalance.context import MOVED_AT
 from swarmgpu.manager.services.overshare import Restarter, ServiceUse
+from swarmgpu.swarm.client import SwarmTask
 
 THIRD = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
                    ("t-third",), (), ("c" * 12,))
@@ -155,5 +166,71 @@ def test_a_moves_cool_down_mark_counts_though_its_task_was_made_before_it(
     sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, labels)
     snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
     cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
+                 placement=PlacementConfig(overshare="restart"))
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]
+
+
+def test_a_moves_mark_copied_onto_a_share_that_ran_all_along_buys_no_cool_down(
+        tmp_path: Path) -> None:
+    """The mover's list of finished moves says a move ended in a second, not whose: a
+    genuine ``moved-at`` mark copied from another service's move (its spec is anyone's to
+    read) onto a share over its size that had run all along cooled it down as though it
+    had been moved. A move's mark counts only where the share's task on that node was
+    made during a move ending then (within twice ``move_timeout_s``, a cycle and the
+    managers' skew before it), as the task a move starts is."""
+    mark = time.time() - 10
+    sw, _ = _running({P + MOVED_AT: f"{mark:.0f}"})
+    tasks = [replace(t, created_at=_stamp(mark - 3600)) if t.id == "t-third" else t
+             for t in sw.tasks()]
+    labels = {**sw.swarm_labels(), P + "state.moves-finished": f"{mark:.0f}"}
+    sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, labels)
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
+                 placement=PlacementConfig(overshare="restart"))
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 1  # type: ignore[arg-type]
+
+
+def test_a_fresh_task_of_another_replica_does_not_bear_out_the_mark_on_this_node(
+        tmp_path: Path) -> None:
+    """A restart's mark is borne out by the replacement it makes on the node it restarts.
+    Any task of the service counted: a replica elsewhere that its own code ended (Swarm
+    makes a new task there) with the mark written again at the same time kept the
+    replica over its share on this node cooling down for good."""
+    mark = time.time() - 10
+    sw, _ = _running({P + MOVED_AT: f"{mark:.0f}"})
+    dgx_gpu1 = FACTS["n-dgx"].gpus[1].uuid
+    third = replace(sw.service("id-third"), replicas=2, max_replicas_per_node=1)
+    nodes = [replace(n, labels={**n.labels, **held_labels("third", "n-dgx", dgx_gpu1)})
+             if n.id == "n-dgx" else n for n in sw.nodes()]
+    tasks = [replace(t, created_at=_stamp(mark - 3600)) if t.id == "t-third" else t
+             for t in sw.tasks()]
+    tasks.append(SwarmTask("t-third-2", third.id, "n-dgx", 2, "running", "running", (),
+                           created_at=_stamp(mark + 5)))
+    services = [third if s.id == third.id else s for s in sw.services()]
+    sw = RecordingSwarm(nodes, services, tasks, sw.swarm_labels())
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
+                 placement=PlacementConfig(overshare="restart"))
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 1  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("tenants", "restarted"), [
+    pytest.param(MAY_NOT, 1, id="a-tenant-that-may-not-opt-out"),
+    pytest.param(MAY, 0, id="a-tenant-that-may"),
+])
+def test_a_replica_left_waiting_keeps_no_share_over_its_size_from_the_restart(
+        tmp_path: Path, tenants: Mapping[str, Any], restarted: int) -> None:
+    """A service asking for more replicas than it is given (its queue at its max, no GPU
+    free) is not converged, which kept each of its running replicas from the over-share
+    restart for as long as one waits: scaling up past the quota was an opt-out. For a
+    tenant that may not opt out the restart judges the replica on its node alone (one
+    holding, its one task there running); one that may opt out is judged as before."""
+    sw, _ = _running({})
+    third = replace(sw.service("id-third"), replicas=2, max_replicas_per_node=1)
+    tasks = [*sw.tasks(), SwarmTask("t-third-2", third.id, "", 2, "pending", "running", ())]
+    services = [third if s.id == third.id else s for s in sw.services()]
+    sw = RecordingSwarm(sw.nodes(), services, tasks, sw.swarm_labels())
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=tenants,
                  placement=PlacementConfig(overshare="restart"))
     assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]

@@ -89,7 +89,7 @@ from swarmgpu.manager.cycle.preempt_notes import (
     raised_note,
     unread_note,
 )
-from swarmgpu.manager.cycle.victimback import VictimSpent, ran_on, rolled_back, undone
+from swarmgpu.manager.cycle.victimback import MovedBack, VictimSpent, ran_on, rolled_back, undone
 from swarmgpu.manager.cycle.victimspec import unread_victims
 from swarmgpu.manager.cycle.victimstop import close_gates, names
 from swarmgpu.manager.engine.actuator import Writes
@@ -160,6 +160,7 @@ class Preempter:
         self.left: dict[str, tuple[str, str]] = {}  # victim moved -> its id, the node it left
         self.half: dict[str, tuple[str, str]] = {}  # victim of a stop half made -> the same
         self.left_spent: dict[str, VictimSpent] = {}  # and their counts (``victimback.undone``)
+        self.moved_back = MovedBack()  # victims whose move rolled back: stopped next time
         self.mover: Mover | None = None
         self.waits: SaidOnce[str] = SaidOnce()  # moves said to wait for the move budgets
         self.unread: dict[str, str] = {}  # holders never chosen: their specs' faults
@@ -371,6 +372,7 @@ class Preempter:
         back = rolled_back(self.left, in_move, holders, snap.services)  # preempted nothing
         kept = rolled_back(self.half, frozenset(), holders, snap.services)  # gate never closed
         undone(self.spent, {**self.half, **self.left}, back | kept, self.left_spent, snap.tasks)
+        self.moved_back.note(back, mono, self.cfg.rebalance.cooldown_s)
         self.left, self.half = {v: at for v, at in self.left.items() if v in in_move}, {}
         self.left_spent = {v: m for v, m in self.left_spent.items() if v in self.left}
         self.victim_at = {i: at for i, at in self.victim_at.items()
@@ -578,7 +580,8 @@ class Preempter:
         the hour, nothing of the move was written (said), tried again next cycle."""
         where = p.moves.get(v.service)
         svc = next((s for s in snap.services if s.id == v.service_id), None)
-        if where is None or not self.can_move or v.holding is None or svc is None:
+        if (where is None or not self.can_move or v.holding is None or svc is None
+                or v.service_id in self.moved_back):
             return "stop"
         m = Move(service=v.service, service_id=v.service_id, source_node=v.node_id,
                  source_host=p.hostname, source_uuids=v.holding.uuids,

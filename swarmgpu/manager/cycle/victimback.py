@@ -73,3 +73,26 @@ def undone(hour: SpentHour, left: Mapping[str, tuple[str, str]], back: AbstractS
             "preemption: {} holds the node it was taken from again (its move rolled back) "
             "or still (its stop's gate write never landed), no task of it stopped: no "
             "eviction, its count in the preemption hour given back", name)
+
+
+class MovedBack:
+    """The victims (by service id) whose preemption move rolled back, and when (``clock``'s
+    monotonic time): preempted again within ``rebalance.cooldown_s`` they are stopped, not
+    moved (``Preempter._move``). The roll-back's ``<p>state.moved-at`` mark, which makes
+    the mover refuse a move in its cooldown, is a label on the victim's own spec, which
+    its stack rewrites on each deploy: taken away, the victim was moved again after each
+    roll-back (its target's task never running), never stopped, its preemptor never
+    placed, each move holding a slot of the move budget for ``move_timeout_s``. Kept in
+    memory: a new leader reads the mark alone."""
+
+    def __init__(self) -> None:
+        self.at: dict[str, float] = {}
+
+    def note(self, back: AbstractSet[str], mono: float, cooldown_s: float) -> None:
+        """``back``: the ids rolled back as of this cycle (``rolled_back``); those past
+        ``cooldown_s`` are forgotten."""
+        self.at = {i: at for i, at in self.at.items() if mono - at < cooldown_s}
+        self.at.update(dict.fromkeys(back, mono))
+
+    def __contains__(self, service_id: object) -> bool:
+        return service_id in self.at

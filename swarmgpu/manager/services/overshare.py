@@ -50,6 +50,8 @@ from swarmgpu.manager.rebalance.budget import finished_times
 from swarmgpu.manager.rebalance.context import MOVED_AT, OPT_OUT, by_service, why_not_movable
 from swarmgpu.manager.rebalance.mover import rebalancing, verify_scope
 from swarmgpu.manager.rebalance.record import moving, read_records, unreadable_records
+from swarmgpu.manager.services.coolmark import MoveEnds, on_node
+from swarmgpu.manager.services.onereplica import one_node
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, parse_all
 from swarmgpu.manager.services.sharing import share_mib
 from swarmgpu.manager.services.tenants import Tenants
@@ -423,7 +425,7 @@ class Restarter:
         except SwarmError as exc:
             logger.warning("over-share restarts wait: cannot read the move records ({})", exc)
             return 0
-        moved = frozenset(finished_times(swarm_labels, p))  # (a move's mark: ``enforced``)
+        moved = MoveEnds.of(finished_times(swarm_labels, p), self.cfg)  # (``enforced``)
         done_on: list[set[str]] = []  # a restart is a move on its one node
         by_node = {n.id: n for n in snap.nodes}
         mine = by_service(snap.tasks)  # each service's own tasks: one walk, not one each
@@ -434,14 +436,19 @@ class Restarter:
             if s is None or not u.milli:
                 continue  # holds nothing here: a restart would not bring it within a share
             req = parse_all(s.labels, prefix=p)
+            here = on_node(mine.get(s.id, ()), u.node_id)  # (its mark: ``enforced``)
             judged, gpu = ((s, req if isinstance(req, GpuRequest) else None)
                            if self.tenants is None else self.tenants.enforced(
-                               s, req, p + OPT_OUT, p + MOVED_AT, mine.get(s.id, ()), moved))
+                               s, req, p + OPT_OUT, p + MOVED_AT, here, moved))
             # an unread node's labels are written by none: its gate stays
             refusal = refused(judged, gpu, ledger.get(u.service, {}), p)
+            tasks: Sequence[SwarmTask] = mine.get(s.id, ())
+            held = ledger.get(u.service, {})
+            if self.tenants is not None and not self.tenants.of_service(s).may_opt_out:
+                judged, tasks, held = one_node(judged, tasks, held, u.node_id)  # (its own)
             why = unread_source(by_node, u.node_id) or refusal or why_not_movable(
-                self._cut_mark(judged, p), gpu, mine.get(s.id, ()),
-                ledger.get(u.service, {}), p, self.clock(), self.cfg.rebalance.cooldown_s,
+                self._cut_mark(judged, p), gpu, tasks, held, p, self.clock(),
+                self.cfg.rebalance.cooldown_s,
                 moving=s.name in moving([s], swarm_labels, p) or s.id in bad)
             b = over_budget_on({u.node_id}, flying, done_on, self.cfg.rebalance, len(bad))
             if why is None and b is not None:
