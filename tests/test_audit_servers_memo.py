@@ -110,3 +110,16 @@ def test_a_service_gone_is_dropped_and_the_memo_is_bounded(reads: list[str]) -> 
     audit(snap(a, b, c), servers=memo)
     assert len(memo.ids()) <= 2
     assert len(reads) == 4  # a, b, then b and c again (a kept)
+
+
+def test_past_its_bound_the_memo_keeps_the_services_it_holds(reads: list[str]) -> None:
+    """More services than it keeps, listed in the same order each cycle (the daemon's):
+    the ones kept stay kept, the rest are read each cycle. Before, each service read put
+    out the one kept longest, the next to be listed: every service was read every cycle,
+    the memo kept nothing it was asked for again."""
+    memo = ServerMemo(max_services=2)
+    listed = [service(s, ["-tp", str(n)]) for n, s in enumerate(("a", "b", "c"), 2)]
+    for _ in range(3):
+        audit(snap(*listed), servers=memo)
+    assert len(reads) == 3 + 2 * 1  # (all once, then c alone)
+    assert memo.ids() == {"a", "b"}

@@ -172,3 +172,77 @@ def test_a_failed_version_ask_releases_the_writers_waiting_on_its_listing() -> N
     second.join(5)
     assert not first.is_alive() and not second.is_alive()
     assert len(errors) == 2 and all(isinstance(e, ConnectionError) for e in errors)
+
+
+def test_a_version_asked_while_another_writer_lists_is_the_verdicts_too() -> None:
+    """Writer A lists the nodes (its version still fresh); writer B, past the version's
+    minute, asks the engine, which answers only after A's listing took its verdict: the
+    engine now runs 27.3.1, not the 26.1.5 the client connected to. B's write is refused
+    (restart swarmgpu), as the writes after it. Before, B waited on A's listing and wrote
+    with A's verdict, the version it had just read left unsaid until the next node list."""
+    now = [10.0]
+    asked, answer = threading.Event(), threading.Event()
+
+    def running() -> str:
+        asked.set()
+        answer.wait(HANG_S)
+        return "27.3.1"
+
+    guard = SkewGuard("unix:///run/docker.sock", "26.1.5", clock=lambda: now[0],
+                      running=running)
+    now[0] = 30.0  # (A: the node list never read, the version 30 s old)
+    gate = threading.Event()
+    lister = Lister(gate, [node("m1", "26.1.5")])
+    got: dict[str, BaseException | None] = {}
+
+    def write(name: str) -> None:
+        try:
+            guard.check(lister)
+            got[name] = None
+        except BaseException as exc:  # (each writer's outcome is asserted)
+            got[name] = exc
+
+    a = threading.Thread(target=write, args=("a",))
+    a.start()
+    assert lister.started.wait(HANG_S)
+    now[0] = 75.0  # (B: the version's minute out, A's listing in flight)
+    b = threading.Thread(target=write, args=("b",))
+    b.start()
+    assert asked.wait(HANG_S)
+    gate.set()
+    a.join(HANG_S)
+    answer.set()
+    b.join(HANG_S)
+    assert not a.is_alive() and not b.is_alive()
+    assert got["a"] is None  # (its verdict was taken before the answer came)
+    assert isinstance(got["b"], EngineBehind) and "restart swarmgpu" in str(got["b"])
+    with pytest.raises(EngineBehind, match="restart swarmgpu"):
+        guard.check(lister)
+    assert lister.calls == 1
+
+
+def test_an_interrupt_after_the_version_answer_ends_the_listing_it_had_taken() -> None:
+    """The first writer past both minutes takes the listing, asks the version, and is
+    interrupted (Ctrl-C, the daemon's stop) as it notes the answer: the next write lists
+    the nodes itself. Before, the interrupt came outside the guard that ends a listing, and
+    every later write waited for ever on a listing no one ran."""
+    calls, raise_at = [0], [3]  # (the client's, the check's, then the answer's)
+
+    def clock() -> float:
+        calls[0] += 1
+        if calls[0] == raise_at[0]:
+            raise KeyboardInterrupt
+        return 120.0 if calls[0] > 1 else 0.0
+
+    guard = SkewGuard("unix:///run/docker.sock", "26.1.5", clock=clock,
+                      running=lambda: "26.1.5")
+    lister = Lister(threading.Event(), [node("m1", "26.1.5")])
+    lister.gate.set()
+    with pytest.raises(KeyboardInterrupt):
+        guard.check(lister)
+    assert lister.calls == 0
+    after = threading.Thread(target=guard.check, args=(lister,), daemon=True)
+    after.start()
+    after.join(HANG_S)
+    assert not after.is_alive(), "a write waits on the interrupted writer's listing"
+    assert lister.calls == 1

@@ -118,3 +118,19 @@ def test_facts_watch_starts_no_cycle_for_the_same_gpus_listed_in_another_order()
     again = NodeFacts("gpu-node-1", gpus=(b, replace(a, mig_devices=a.mig_devices[::-1])))
     assert facts_key(again) == facts_key(listed)
     assert facts_key(NodeFacts("gpu-node-1", gpus=(b,))) != facts_key(listed)
+
+
+def test_facts_watch_reads_the_links_by_the_gpus_they_join_not_their_place_in_the_list(
+        ) -> None:
+    """The links matrix is by list position: the same GPUs listed in another order with
+    their links reordered alike change nothing; the same matrix kept as the GPUs move
+    joins other GPUs, a topology change. Before, the GPUs were compared sorted and the
+    matrix as listed: the first started a cycle, the second none."""
+    gpus = tuple(Gpu(i, f"GPU-{i}", "NVIDIA H100 80GB HBM3", 81559) for i in range(3))
+    links = (("X", "PHB", "NV4"), ("PHB", "X", "SYS"), ("NV4", "SYS", "X"))
+    listed = NodeFacts("gpu-node-1", gpus=gpus, links=links)
+    order = (1, 0, 2)
+    moved = tuple(gpus[i] for i in order)
+    alike = tuple(tuple(links[i][j] for j in order) for i in order)
+    assert facts_key(NodeFacts("gpu-node-1", gpus=moved, links=alike)) == facts_key(listed)
+    assert facts_key(NodeFacts("gpu-node-1", gpus=moved, links=links)) != facts_key(listed)

@@ -84,6 +84,37 @@ def test_a_new_term_counts_the_loss_of_an_agent_it_never_heard_from_its_first_lo
     assert lost(450.0) == {"n-4090": 350.0}
 
 
+def test_a_gpu_node_that_joins_mid_term_counts_its_agents_loss_from_its_first_look(
+        tmp_path: Path) -> None:
+    """The term began at monotonic 100 with the manager and gpu-node-1; gpu-node-2 joins
+    an hour later, labelled ``gpu=true`` for the agents' stack, its agent still pulling
+    its image. Its loss counts from the cycle that first listed it: 0 s then, 350 s
+    350 s later. Before, from the term's first look: an hour at once, past the grace,
+    the new node reported failing ("its agent has not answered for 3600s") before its
+    agent could start."""
+    sw = victim_cluster({})
+    d = Daemon(Config(state_dir=str(tmp_path)), swarm=sw)  # type: ignore[arg-type]
+    rb = Rebalancer(d)
+    mono = [100.0]
+    rb.clock = lambda: mono[0]
+    joined = next(n for n in sw.nodes() if n.id == "n-4090")
+    joined = replace(joined, labels={**joined.labels, "gpu": "true"})
+    first = [n for n in sw.nodes() if n.id != joined.id]
+
+    def lost(at: float, nodes: list[SwarmNode]) -> dict[str, float]:
+        mono[0] = at
+        silent = {n.id: FactsResult(n.id, n.hostname, "", None, "refused", 1000.0 + at,
+                                    fetched_mono=at) for n in nodes}
+        for res in silent.values():
+            d.book.record(res)  # (label sync's, before this step)
+        return dict(rb.health_inputs(Snapshot(nodes, [], [], silent,
+                                              taken_at=1000.0 + at)).lost)
+
+    assert lost(100.0, first) == {}  # (no GPU node among them)
+    assert lost(3700.0, [*first, joined]) == {"n-4090": 0.0}
+    assert lost(4050.0, [*first, joined]) == {"n-4090": 350.0}
+
+
 DRAIN = replace(CFG, health=HealthPolicyConfig(drain_node=True))
 
 

@@ -23,7 +23,8 @@ older than any engine docker-py speaks to, and no task restarts for them.
 The writes that find the verdict stale together (up to ``WRITE_PARALLEL``, eight, at
 once) share one node list: the first lists, the others wait for its answer or its
 failure, with no lock held across the listing (the cycle's own node list, ``seen``,
-and a write within the minute go on meanwhile).
+and a write within the minute go on meanwhile). Whatever ends the writer that lists (its
+failure, an interrupt) ends the listing for them, and the next write lists again.
 
 The engine's own version is asked again as often (its own minute: the daemon lists
 the nodes each cycle, so the list alone never ages): the daemon outlives a
@@ -31,7 +32,9 @@ docker restart (systemd/swarmgpu.service), so Docker upgraded in place under it 
 newer release than the client read at its start, whose API version it still speaks (a
 write at an older API version loses the newer fields too: Docker trims them). Writes are
 refused then, saying so and to restart swarmgpu; compared with the version read at start,
-it named its own manager as the newer engine and told the operator to upgrade it.
+it named its own manager as the newer engine and told the operator to upgrade it. An
+answer that comes while another writer lists is said once that listing ends, not left
+to the next node list.
 """
 
 from __future__ import annotations
@@ -168,52 +171,52 @@ class SkewGuard:
     def check(self, list_nodes: Callable[[], Sequence[SwarmNode]]) -> None:
         if release(self.own) is None:
             return  # (nothing to compare with: never refused)
-        with self._lock:
-            at = self._clock()
-            stale = self._at is None or at - self._at >= self.recheck_s
-            ask = at - self._now_at >= self.recheck_s
-            if ask:
-                self._now_at = at  # (taken: one ask a minute, not one per parallel write)
-            listing, first = self._listing, False
-            if stale and listing is None:
-                listing = self._listing = _Listing()
-                first = True
-        if ask and self._running is not None:
-            try:
-                running = self._running()
-            except BaseException as exc:
-                if first and listing is not None:  # (its waiters must not wait for ever)
-                    self._end(listing, exc)
-                raise
+        mine = _Listing()  # (taken below where none is in flight)
+        try:
             with self._lock:
-                self.now, self._now_at = running, self._clock()
-        if first and listing is not None:
-            self._list(listing, list_nodes)
-        elif stale and listing is not None:
-            # No deadline of its own: the listing's requests end by theirs (a write's
-            # own, or its cycle's budget, which the first writer had as soon).
-            listing.done.wait()
-            if listing.error is not None:
-                raise listing.error  # (the same failure, not one listing each)
-        elif ask:
-            self._say()
+                at = self._clock()
+                stale = self._at is None or at - self._at >= self.recheck_s
+                ask = at - self._now_at >= self.recheck_s
+                if ask:
+                    self._now_at = at  # (taken: one ask a minute, not one per parallel write)
+                if stale and self._listing is None:
+                    self._listing = mine
+                listing = self._listing if stale else None
+            self._ask(ask)
+            if listing is mine:
+                self.seen(list_nodes())
+                self._end(mine, None)
+            elif listing is not None:
+                # No deadline of its own: the listing's requests end by theirs (a write's
+                # own, or its cycle's budget, which the first writer had as soon).
+                listing.done.wait()
+                if listing.error is not None:
+                    raise listing.error  # (the same failure, not one listing each)
+            if ask:  # (an answer that came after another writer's listing said its verdict)
+                self._say()
+        except BaseException as exc:
+            # Whatever ends this writer, an interrupt too, ends the listing it took: its
+            # waiters must not wait for ever, and the next write lists again.
+            if self._listing is mine:
+                self._end(mine, exc)
+            raise
         if self.why:
             raise EngineBehind(self.why)
 
-    def _list(self, listing: _Listing,
-              list_nodes: Callable[[], Sequence[SwarmNode]]) -> None:
-        """List the nodes for the writers waiting on ``listing``; a failure is theirs too,
-        and the next write after lists again (no verdict taken)."""
-        try:
-            self.seen(list_nodes())
-        except BaseException as exc:
-            self._end(listing, exc)
-            raise
-        self._end(listing, None)
+    def _ask(self, ask: bool) -> None:
+        """The engine's version asked again where its minute is out (``ask``)."""
+        if ask and self._running is not None:
+            running = self._running()
+            with self._lock:
+                self.now, self._now_at = running, self._clock()
 
     def _end(self, listing: _Listing, error: BaseException | None) -> None:
-        """End ``listing`` for its waiters, with ``error`` where it failed."""
+        """End ``listing`` for its waiters, with ``error`` where it failed (a failure is
+        theirs too, and the next write after lists again: no verdict taken)."""
         listing.error = error
-        with self._lock:
-            self._listing = None
-        listing.done.set()
+        try:
+            with self._lock:
+                if self._listing is listing:
+                    self._listing = None
+        finally:
+            listing.done.set()

@@ -8,8 +8,9 @@ read from, and read again once any of those differs: the prefix, the name, the l
 (whole: parsing the request to compare it cost a fifth of the reading), the image,
 entrypoint, command, env and the mounts as ``devshm`` reads them. Not the spec's
 version: a service the daemon holds in memory with labels of its own (a tenant's
-request as enforced) keeps the version it was read with. Bounded (``MAX_SERVICES``),
-and a service no longer listed is dropped at each audit of the whole list.
+request as enforced) keeps the version it was read with. Bounded (``MAX_SERVICES``:
+full, it takes in no other service), and a service no longer listed is dropped at each
+audit of the whole list.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from swarmgpu.manager.commands.auditservers import container_of, server_findings
 from swarmgpu.manager.commands.devshm import spec_mounts
 from swarmgpu.swarm.client import SwarmService
 
-# Services kept at most: past it the one kept longest goes (a cluster of more GPU
-# services reads the rest each cycle, as before).
+# Services kept at most: past it the ones kept stay and the rest are read each cycle,
+# as before the memo (a cluster of more services).
 MAX_SERVICES = 4096
 _OTHER = object()  # an entrypoint or command of another shape: read as none (``_words``)
 
@@ -63,10 +64,11 @@ class ServerMemo:
             return list(kept[1])
         found = tuple(server_findings(svc, prefix))
         with self._lock:
-            self._kept.pop(svc.id, None)  # (last in order: the newest read)
-            while self._kept and len(self._kept) >= self.max_services:
-                del self._kept[next(iter(self._kept))]
-            if self.max_services > 0:
+            # Full, a service not kept is not taken in: the daemon lists them in the same
+            # order each cycle, and putting out the one kept longest put out the next one
+            # listed, so every service was read every cycle. A service gone frees its
+            # room at the next audit of the whole list (``keep_only``).
+            if svc.id in self._kept or len(self._kept) < self.max_services:
                 self._kept[svc.id] = (key, found)
         return list(found)
 

@@ -71,9 +71,9 @@ def seen_by_tgi(svc: Mapping[str, Any], files: Mapping[str, str | None],
     known here. Its launcher (huggingface/text-generation-inference launcher/src/main.rs,
     ``find_num_shards``: ``(None, None) => num_cuda_devices().unwrap_or(1)``) counts the
     comma-separated entries of ``CUDA_VISIBLE_DEVICES``, else of
-    ``NVIDIA_VISIBLE_DEVICES`` (``all``/``void``: the GPUs ``nvidia-smi`` lists), which
-    under swarmgpu is the grant's device list or the image's ``all`` (seeing the grant):
-    so the service's own line, else the GPUs granted."""
+    ``NVIDIA_VISIBLE_DEVICES`` (as written: ``all`` is one entry, one shard), which under
+    swarmgpu is the grant's device list (the device template, with either
+    ``placement.grants``): so the service's own line, else the GPUs granted."""
     env = svc.get("environment")
     found = visible_value(env, files)
     if found is not None:

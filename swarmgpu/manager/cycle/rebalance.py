@@ -124,11 +124,12 @@ class Rebalancer(Step):
             scope=lambda st: st.trigger == Trigger.HEALTH, judge_labels=False,
             why="evacuate")
         self.health_budget = HealthBudget(cfg.health.evacuations_per_hour)
-        # The monotonic time of this term's first look: the agents' records are this
-        # daemon's own reads, and a follower reads none (``health_inputs``). Monotonic, as
-        # an agent's loss is counted: on the wall clock, a step back delayed an evacuation
-        # by the step, and a step forward made one early.
-        self.term_from: float | None = None
+        # Each listed node's first look this term (monotonic): the agents' records are
+        # this daemon's own reads, and a follower reads none (``health_inputs``); a node
+        # that joins later counts from its own. Monotonic, as an agent's loss is counted:
+        # on the wall clock, a step back delayed an evacuation by the step, and a step
+        # forward made one early.
+        self.first_looks: dict[str, float] = {}
         self.clock: Callable[[], float] = time.monotonic  # (the tests step it)
         self.swarm = daemon.swarm
         self.released: set[tuple[str, str]] = set()  # (service, node id) left to placement
@@ -150,7 +151,7 @@ class Rebalancer(Step):
         daemon's to count, its proposal too (kept, /api/rebalance served it frozen)."""
         self.mover.stand_by()
         self.failing.set(0)
-        self.term_from = None
+        self.first_looks = {}
         self.last = None
 
     def keeps(self, service: str, node_id: str) -> bool:
@@ -170,12 +171,14 @@ class Rebalancer(Step):
             left, why = 0, f"cannot read the health budget from the swarm object: {exc}"
         lost: dict[str, float] = {}
         book = self.host.book
-        # A node's loss counts from its agent's last answer, or from this term's first
-        # look: the time this daemon stood by read no agent, so is no proof of a loss
+        # A node's loss counts from its agent's last answer, or from the node's first look
+        # this term: the time this daemon stood by read no agent, so is no proof of a loss
         # (a restarted daemon, or a new leader, with no answer of it, waits the grace too:
         # a GPU node by what Swarm says, ``expects_agent``, as label sync expects its agent).
         now = self.clock()
-        since = self.term_from = now if self.term_from is None else self.term_from
+        # (from the node's own first look: one that joined an hour into the term was
+        # failing at once, before its agent could start; one gone and back joins anew)
+        looks = self.first_looks = {n.id: self.first_looks.get(n.id, now) for n in snap.nodes}
         agents = snap.agent_nodes(self.agent_service)
         for n in snap.nodes:
             res = snap.facts.get(n.id)
@@ -183,7 +186,7 @@ class Rebalancer(Step):
             if ((res is None or res.facts is None) and rec is not None
                     and expects_agent(n, rec.last_ok is not None, self.prefix,
                                       self.generic_kind, agents)):
-                lost[n.id] = lost_s(rec, now, since)
+                lost[n.id] = lost_s(rec, now, looks[n.id])
         return HealthInputs(evacuate=self.health.evacuate, left=left, left_why=why,
                             released=frozenset(self.released), lost=lost,
                             lost_grace_s=self.health.node_lost_grace_s)

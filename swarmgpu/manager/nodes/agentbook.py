@@ -125,8 +125,9 @@ def silent_s(rec: AgentRecord, res: FactsResult) -> float | None:
 
 def lost_s(rec: AgentRecord, now: float, since: float) -> float:
     """Seconds ``rec``'s agent is lost at ``now``: from its last good facts or from
-    ``since`` (the daemon's term's first look), the later; both ``time.monotonic()``'s, as
-    ``now`` is. Facts with no monotonic time (a record built by hand) count from ``since``."""
+    ``since`` (the node's first look in the daemon's term), the later; both
+    ``time.monotonic()``'s, as ``now`` is. Facts with no monotonic time (a record built
+    by hand) count from ``since``."""
     # (from its last answer: facts it read long before that are stale, not lost)
     answered = rec.answered_mono if rec.answered_mono is not None else rec.ok_mono
     start = since if answered is None else max(answered, since)

@@ -29,11 +29,19 @@ def facts_key(f: NodeFacts) -> str:
     """``f`` as the facts watch compares it: without its read time, each GPU's health
     signals as their findings, the GPUs by index and each one's MIG devices by UUID (an
     agent listing them in another order changes nothing a cycle acts on: labels take
-    the lowest-indexed GPU; compared as listed, each such answer started a cycle)."""
+    the lowest-indexed GPU; compared as listed, each such answer started a cycle), the
+    links matrix, which is by list position, reordered with them."""
     d = f.to_dict()
     d["node"].pop("collected_at", None)
     for row, gpu in zip(d["gpus"], f.gpus, strict=True):
         row["health"] = _judged(gpu.health)
         row["mig_devices"].sort(key=lambda m: str(m.get("uuid")))
-    d["gpus"].sort(key=lambda r: (r["index"], str(r.get("pci_bus_id")), r["uuid"]))
+    rows = d["gpus"]
+    order = sorted(range(len(rows)), key=lambda i: (rows[i]["index"],
+                                                     str(rows[i].get("pci_bus_id")),
+                                                     rows[i]["uuid"]))
+    d["gpus"] = [rows[i] for i in order]
+    links = d.get("links")
+    if links and len(links) == len(order):  # (by list position: reordered with the GPUs)
+        d["links"] = [[links[i][j] for j in order] for i in order]
     return json.dumps(d, sort_keys=True)
