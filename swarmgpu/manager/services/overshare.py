@@ -50,7 +50,7 @@ from swarmgpu.manager.rebalance.budget import finished_times
 from swarmgpu.manager.rebalance.context import MOVED_AT, OPT_OUT, by_service, why_not_movable
 from swarmgpu.manager.rebalance.mover import rebalancing, verify_scope
 from swarmgpu.manager.rebalance.record import moving, read_records, unreadable_records
-from swarmgpu.manager.services.coolmark import MoveEnds, on_node
+from swarmgpu.manager.services.coolmark import MoveEnds, off_node, on_node
 from swarmgpu.manager.services.onereplica import one_node
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, parse_all
 from swarmgpu.manager.services.sharing import share_mib
@@ -436,13 +436,13 @@ class Restarter:
             if s is None or not u.milli:
                 continue  # holds nothing here: a restart would not bring it within a share
             req = parse_all(s.labels, prefix=p)
-            here = on_node(mine.get(s.id, ()), u.node_id)  # (its mark: ``enforced``)
+            tasks: Sequence[SwarmTask] = mine.get(s.id, ())  # (its mark by node: ``enforced``)
             judged, gpu = ((s, req if isinstance(req, GpuRequest) else None)
                            if self.tenants is None else self.tenants.enforced(
-                               s, req, p + OPT_OUT, p + MOVED_AT, here, moved))
+                               s, req, p + OPT_OUT, p + MOVED_AT, on_node(tasks, u.node_id),
+                               moved, off_node(tasks, u.node_id)))
             # an unread node's labels are written by none: its gate stays
             refusal = refused(judged, gpu, ledger.get(u.service, {}), p)
-            tasks: Sequence[SwarmTask] = mine.get(s.id, ())
             held = ledger.get(u.service, {})
             if self.tenants is not None and not self.tenants.of_service(s).may_opt_out:
                 judged, tasks, held = one_node(judged, tasks, held, u.node_id)  # (its own)
