@@ -369,7 +369,8 @@ class Restarter:
     gate node label ``<p>service.<svc>`` is removed from that node, Swarm's constraint
     enforcer stops the service's task there at once (one replica per node: exactly the
     offender), and the gate is put back as soon as that task is no longer meant to
-    run; its replacement starts on the same node with the same GPUs and env. Other
+    run; its replacement starts on the same node with the same GPUs and env (a global
+    service's too: judged as its repin is, never refused as a move elsewhere). Other
     services on the GPU (the neighbours) and other replicas are never touched.
 
     Within the mover's budgets (rebalance.*): a restart counts as a move on its node for
@@ -448,7 +449,7 @@ class Restarter:
                 judged, tasks, held = one_node(judged, tasks, held, u.node_id)  # (its own)
             why = unread_source(by_node, u.node_id) or refusal or why_not_movable(
                 self._cut_mark(judged, p), gpu, tasks, held, p, self.clock(),
-                self.cfg.rebalance.cooldown_s,
+                self.cfg.rebalance.cooldown_s, same_node=s.mode == "global",  # (as a repin)
                 moving=s.name in moving([s], swarm_labels, p) or s.id in bad)
             b = over_budget_on({u.node_id}, flying, done_on, self.cfg.rebalance, len(bad))
             if why is None and b is not None:
