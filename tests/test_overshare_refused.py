@@ -234,3 +234,34 @@ def test_a_replica_left_waiting_keeps_no_share_over_its_size_from_the_restart(
     cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=tenants,
                  placement=PlacementConfig(overshare="restart"))
     assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("own_restart_ago", "restarted"), [
+    pytest.param(200.0, 0, id="its-own-restart-within-the-cool-down"),
+    pytest.param(3600.0, 1, id="its-task-older-than-the-cool-down"),
+])
+def test_a_restart_of_another_replica_leaves_this_ones_own_cool_down(
+        tmp_path: Path, own_restart_ago: float, restarted: int) -> None:
+    """The mark is one per service and each restart writes it anew. Two replicas over
+    their share, one restarted on n-4090, the other on n-dgx 200 s later: the second
+    restart's mark is borne out on n-dgx alone, so n-4090's own cool-down was dropped
+    and its replica restarted again within ``rebalance.cooldown_s`` of its last restart,
+    the daemon's own marks undoing each other. A mark a task elsewhere bears out cools
+    this node from the making of its task there (a restart's or a move's; no longer
+    than the mark's), as that task's own restart would have."""
+    mark = time.time() - 10  # n-dgx's restart
+    sw, _ = _running({P + MOVED_AT: f"{mark:.0f}"})
+    dgx_gpu1 = FACTS["n-dgx"].gpus[1].uuid
+    third = replace(sw.service("id-third"), replicas=2, max_replicas_per_node=1)
+    nodes = [replace(n, labels={**n.labels, **held_labels("third", "n-dgx", dgx_gpu1)})
+             if n.id == "n-dgx" else n for n in sw.nodes()]
+    tasks = [replace(t, created_at=_stamp(mark - own_restart_ago)) if t.id == "t-third"
+             else t for t in sw.tasks()]
+    tasks.append(SwarmTask("t-third-2", third.id, "n-dgx", 2, "running", "running", (),
+                           created_at=_stamp(mark + 5)))
+    services = [third if s.id == third.id else s for s in sw.services()]
+    sw = RecordingSwarm(nodes, services, tasks, sw.swarm_labels())
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
+                 placement=PlacementConfig(overshare="restart"))
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]

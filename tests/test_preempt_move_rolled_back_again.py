@@ -14,6 +14,7 @@ stand-in (tests/support/forged.py)."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -37,11 +38,14 @@ T = 1000.0  # the Preempter's clock (monotonic) at the first preemption
 WALL = 5000.0  # the wall clock's then
 
 
-def _rolled_back(tmp_path: Path) -> tuple[RecordingSwarm, Preempter, Mover]:
+def _rolled_back(tmp_path: Path, cooldown_s: float | None = None,
+                 ) -> tuple[RecordingSwarm, Preempter, Mover]:
     """high's preemption of batch, moved to the DGX; its task there never runs, and the
-    move rolls back past ``move_timeout_s`` (batch runs on on the RTX node)."""
+    move rolls back past ``move_timeout_s`` (batch runs on on the RTX node).
+    ``cooldown_s``: the Preempter's ``rebalance.cooldown_s`` (None: REBALANCE's)."""
     sw = RecordingSwarm(*batch_world())
-    cfg = Config(state_dir=str(tmp_path), rebalance=REBALANCE,
+    rb = REBALANCE if cooldown_s is None else replace(REBALANCE, cooldown_s=cooldown_s)
+    cfg = Config(state_dir=str(tmp_path), rebalance=rb,
                  preemption=PreemptionConfig(dry_run=False, preemptible_below=100))
     now = [WALL]
     pre = Preempter(cfg, clock=lambda: T)
@@ -80,3 +84,18 @@ def test_a_victim_whose_move_rolled_back_is_stopped_next_time_though_its_mark_is
     assert [v.service for v in got] == ["batch"]
     assert read_records(sw.swarm_labels(), P) == {}  # not moved again
     assert gate_key(P, "batch") not in sw.node("n-4090").labels  # stopped
+
+
+def test_with_no_cooldown_a_victim_whose_move_rolled_back_is_moved_again(
+        tmp_path: Path) -> None:
+    """``rebalance.cooldown_s: 0`` asks for none: the roll-back's mark cools nothing and
+    the mover moves the victim again. The daemon's memory of the roll-back kept it the
+    cycle it was found in (judged before its age), and the victim preempted again in
+    that cycle was stopped where the docs and the mark say moved."""
+    sw, pre, _ = _rolled_back(tmp_path, cooldown_s=0.0)
+    wall, mono = WALL + REBALANCE.move_timeout_s + 5, T + 130  # that same cycle
+    got, _ = pre._act(sw, snapshot_of(sw), PlacementPlan(), batch_to_dgx(), "", wall, [],
+                      mono)
+    assert [v.service for v in got] == ["batch"]
+    assert {st.service for st in read_records(sw.swarm_labels(), P).values()} == {"batch"}
+    assert gate_key(P, "batch") in sw.node("n-4090").labels  # moved, not stopped

@@ -90,9 +90,11 @@ class MovedBack:
 
     def note(self, back: AbstractSet[str], mono: float, cooldown_s: float) -> None:
         """``back``: the ids rolled back as of this cycle (``rolled_back``); those past
-        ``cooldown_s`` are forgotten."""
+        ``cooldown_s`` are forgotten, and with none (0) none is kept: the mark cools
+        nothing then, and the victim is moved again as it allows."""
         self.at = {i: at for i, at in self.at.items() if mono - at < cooldown_s}
-        self.at.update(dict.fromkeys(back, mono))
+        if cooldown_s > 0:
+            self.at.update(dict.fromkeys(back, mono))
 
     def __contains__(self, service_id: object) -> bool:
         return service_id in self.at

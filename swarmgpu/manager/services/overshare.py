@@ -50,7 +50,7 @@ from swarmgpu.manager.rebalance.budget import finished_times
 from swarmgpu.manager.rebalance.context import MOVED_AT, OPT_OUT, by_service, why_not_movable
 from swarmgpu.manager.rebalance.mover import rebalancing, verify_scope
 from swarmgpu.manager.rebalance.record import moving, read_records, unreadable_records
-from swarmgpu.manager.services.coolmark import MoveEnds, on_node
+from swarmgpu.manager.services.coolmark import MoveEnds, off_node, on_node
 from swarmgpu.manager.services.onereplica import one_node
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, parse_all
 from swarmgpu.manager.services.sharing import share_mib
@@ -369,7 +369,8 @@ class Restarter:
     gate node label ``<p>service.<svc>`` is removed from that node, Swarm's constraint
     enforcer stops the service's task there at once (one replica per node: exactly the
     offender), and the gate is put back as soon as that task is no longer meant to
-    run; its replacement starts on the same node with the same GPUs and env. Other
+    run; its replacement starts on the same node with the same GPUs and env (a global
+    service's too: judged as its repin is, never refused as a move elsewhere). Other
     services on the GPU (the neighbours) and other replicas are never touched.
 
     Within the mover's budgets (rebalance.*): a restart counts as a move on its node for
@@ -436,19 +437,19 @@ class Restarter:
             if s is None or not u.milli:
                 continue  # holds nothing here: a restart would not bring it within a share
             req = parse_all(s.labels, prefix=p)
-            here = on_node(mine.get(s.id, ()), u.node_id)  # (its mark: ``enforced``)
+            tasks: Sequence[SwarmTask] = mine.get(s.id, ())  # (its mark by node: ``enforced``)
             judged, gpu = ((s, req if isinstance(req, GpuRequest) else None)
                            if self.tenants is None else self.tenants.enforced(
-                               s, req, p + OPT_OUT, p + MOVED_AT, here, moved))
+                               s, req, p + OPT_OUT, p + MOVED_AT, on_node(tasks, u.node_id),
+                               moved, off_node(tasks, u.node_id)))
             # an unread node's labels are written by none: its gate stays
             refusal = refused(judged, gpu, ledger.get(u.service, {}), p)
-            tasks: Sequence[SwarmTask] = mine.get(s.id, ())
             held = ledger.get(u.service, {})
             if self.tenants is not None and not self.tenants.of_service(s).may_opt_out:
                 judged, tasks, held = one_node(judged, tasks, held, u.node_id)  # (its own)
             why = unread_source(by_node, u.node_id) or refusal or why_not_movable(
                 self._cut_mark(judged, p), gpu, tasks, held, p, self.clock(),
-                self.cfg.rebalance.cooldown_s,
+                self.cfg.rebalance.cooldown_s, same_node=s.mode == "global",  # (as a repin)
                 moving=s.name in moving([s], swarm_labels, p) or s.id in bad)
             b = over_budget_on({u.node_id}, flying, done_on, self.cfg.rebalance, len(bad))
             if why is None and b is not None:

@@ -35,7 +35,7 @@ from swarmgpu.core.tenants import (
     matches,
     parse_tenants,
 )
-from swarmgpu.manager.services.coolmark import NO_MOVES, MoveEnds, borne_out
+from swarmgpu.manager.services.coolmark import NO_MOVES, MoveEnds, kept
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, RequestError
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 
@@ -157,7 +157,7 @@ class Tenants:
 
     def enforced(self, s: SwarmService, r: GpuRequest | RequestError | None, opt_out: str,
                  mark: str = "", tasks: Sequence[SwarmTask] = (),
-                 moved: MoveEnds = NO_MOVES,
+                 moved: MoveEnds = NO_MOVES, elsewhere: Sequence[SwarmTask] = (),
                  ) -> tuple[SwarmService, GpuRequest | None]:
         """``s`` and its request ``r`` as the over-share restart, the operator's limit on
         a share, judges them. For a tenant that may not opt out: without its opt-out
@@ -165,7 +165,9 @@ class Tenants:
         labels broke read as ``held_as`` reads it, and without its cool-down ``mark``
         (``<p>state.moved-at``) unless its ``tasks`` on the node judged bear it out, as a
         restart's replacement or a move's task there does (``coolmark.borne_out``, with
-        the mover's finished moves ``moved``). Taken as written, a tenant's own word (the
+        the mover's finished moves ``moved``); borne out by its tasks on other nodes
+        (``elsewhere``) alone, it counts from the making of its task on that node
+        (``coolmark.kept``). Taken as written, a tenant's own word (the
         mark written again each minute; a mark copied from another service's move; a
         fresh task of another replica) kept a share past its size running on its
         neighbours' memory. For a tenant that may: as they are (no request where ``r``
@@ -175,8 +177,12 @@ class Tenants:
         gpu = (replace(r, rebalance=Rebalance.AUTO) if isinstance(r, GpuRequest)
                else self.held_as(s, "") if isinstance(r, RequestError) else None)
         labels = {k: v for k, v in s.labels.items() if k != opt_out}
-        if mark in labels and not borne_out(labels[mark], tasks, moved):
-            del labels[mark]
+        if mark in labels:
+            at = kept(labels[mark], tasks, elsewhere, moved)
+            if at is None:
+                del labels[mark]
+            else:
+                labels[mark] = at
         return replace(s, labels=labels), gpu
 
     def apply_to(self, s: SwarmService, r: GpuRequest | RequestError | None,
