@@ -140,8 +140,9 @@ _NO_ROTATION = {"rotateWorkerToken": "false", "rotateManagerToken": "false",
 # The single source of truth: the proxy allows these, docs/security.md tables them, and
 # tests/test_dockerproxy.py checks that client.py makes no other call.
 ALLOWED_CALLS: tuple[Call, ...] = (
-    Call("GET", "/version", ("APIClient()",),
-         "the docker SDK asks the engine's API version when it connects", "no query"),
+    Call("GET", "/version", ("APIClient()", "version"),
+         "the docker SDK asks the engine's API version when it connects; the spec-write "
+         "guard asks its release again once a minute (swarm.engineskew)", "no query"),
     Call("GET", "/info", ("info",), "this engine's Swarm node ID, cluster ID, data root",
          "no query"),
     Call("GET", "/swarm", ("inspect_swarm",),
