@@ -107,7 +107,7 @@ def _as_the_runtime_reads(view: NodeView) -> NodeView:
             return s
         lower = (f"set cdiVersion: {s.needs} (what its content needs), or "
                  if not newer(s.needs, newest) else "")
-        return replace(s, error=(
+        return replace(s, refused=True, error=(
             f"has cdiVersion {s.version}, newer than the {newest} toolkit "
             f"{peer_text(version, 40)}'s CDI takes (the runtime refuses the spec): "
             f"{lower}upgrade nvidia-container-toolkit to "
@@ -229,26 +229,42 @@ def _said_hangs(view: NodeView, dirs: tuple[str, ...], check: Check) -> Check:
 
 def _said_skipped(view: NodeView, dirs: tuple[str, ...], check: Check) -> Check:
     """``check`` naming the spec files in the runtime's ``dirs`` whose read fails
-    (``cdifile``): CDI records the error and loads the other specs, so an OK is a WARN
-    (a GPU only such a spec names goes unresolved, a FAIL already)."""
-    skipped = [s for s in view.cdi_specs if s.skipped and _in(s.path, dirs)
+    (``cdifile``) or whose content CDI refuses (``refused``): CDI's ``Cache.refresh``
+    records either as that spec's error and loads the other specs, so an OK is a WARN (a
+    GPU only such a spec names goes unresolved, a FAIL already)."""
+    skipped = [s for s in view.cdi_specs if (s.skipped or s.refused) and _in(s.path, dirs)
                and f"{s.path} {s.error}" not in check.found]
     if not skipped:
         return check
     said = "; ".join(f"{s.path} {s.error}" for s in skipped[:2])
     more = f" and {len(skipped) - 2} more" if len(skipped) > 2 else ""
-    denied = any(DENIED_TO_USER in (s.error or "") for s in skipped)
-    fix = (f"Remove {', '.join(s.path for s in skipped)} where it is no spec, or make it "
-           "one root can read (`ls -lL` shows what each is)" + (
-               "; run the doctor as root (`sudo swarmgpu doctor`) to read it as the "
-               "runtime does." if denied else "."))
+    fix = _skipped_fix([s for s in skipped if s.skipped], [s for s in skipped if s.refused])
     if check.status is Status.OK:
+        unread = any(s.skipped for s in skipped)
+        why = ("CDI skips a spec file it cannot read" if unread else
+               "CDI refuses a spec whose content it rejects (its read of the file fails), "
+               "loading the others")
         return replace(check, status=Status.WARN, found=f"{check.found} ({said}{more})",
-                       why="CDI skips a spec file it cannot read: the devices it defines "
-                           "are not resolved, and the doctor cannot tell which they are.",
-                       fix=fix)
+                       why=f"{why}: the devices it defines are not resolved, and the "
+                           "doctor cannot tell which they are.", fix=fix)
     return replace(check, found=f"{check.found} ({said}{more})",
                    fix=f"{check.fix} {fix}".strip())
+
+
+def _skipped_fix(unread: list[CdiSpec], refused: list[CdiSpec]) -> str:
+    """The fix of the spec files CDI cannot read (``unread``) and of those it refuses."""
+    fixes = []
+    if unread:
+        denied = any(DENIED_TO_USER in (s.error or "") for s in unread)
+        fixes.append(f"Remove {', '.join(s.path for s in unread)} where it is no spec, or "
+                     "make it one root can read (`ls -lL` shows what each is)" + (
+                         "; run the doctor as root (`sudo swarmgpu doctor`) to read it as "
+                         "the runtime does." if denied else "."))
+    if refused:
+        fixes.append(f"Correct {', '.join(s.path for s in refused)} as said, or remove it "
+                     f"where it is no spec this node needs (`{GENERATE}` writes one CDI "
+                     "takes).")
+    return " ".join(fixes)
 
 
 def _norm(d: str) -> str:
