@@ -7,7 +7,7 @@ spec (``jit-cdi`` makes one per container), nor does ``cdi`` for devices of the 
 ``runtime.nvidia.com/gpu`` (made so too). dockerd's own CDI spec dirs (``docker info``
 ``CDISpecDirs``, Docker 25+; without docker info, daemon.json's) serve ``docker run
 --device nvidia.com/gpu=...``: Swarm services cannot ask for devices, so they are shown,
-never failed.
+never failed, but for a FIFO or device there, whose read dockerd's start waits on.
 """
 
 from __future__ import annotations
@@ -54,13 +54,48 @@ def check_cdi_spec(view: NodeView) -> Check:
     """``toolkit.cdi-spec``: in ``cdi`` mode, a spec of the toolkit's kind in its spec
     dirs naming each GPU advertised; dockerd's CDI spec dirs in the details."""
     if view.toolkit_toml.data is None:
-        return Check(CID, Status.SKIP, "no readable toolkit config.toml (see "
-                                       "toolkit.swarm-resource)")
+        return _said_engine_hangs(view, Check(CID, Status.SKIP, "no readable toolkit "
+                                              "config.toml (see toolkit.swarm-resource)"))
     unread = unread_check(CID, view.docker_info, ("CDISpecDirs",))
     if unread is not None:
         return unread
     dirs, kind = toolkit_cdi(view.toolkit_toml.data)
-    return _said_engine(view, _in_mode(view, dirs, kind, _engine_details(view, kind)))
+    return _said_engine_hangs(view, _said_engine(
+        view, _in_mode(view, dirs, kind, _engine_details(view, kind))))
+
+
+# moby daemon/command/daemon.go registers its CDI driver before its API serves;
+# daemon/cdi.go createCDICache calls cdi.NewCache, whose refresh (CDI pkg/cdi cache.go,
+# auto-refresh on by default) reads every spec file whole, and again in its watcher on a
+# write, rename or removal there, holding the cache's lock, which docker info's device
+# listing (Docker 28.2 and later) and `docker run --device` wait for.
+_ENGINE_HANGS = ("dockerd reads each *.yaml and *.json file of its CDI spec dirs whole as "
+                 "it starts, before its API serves, and again when a spec there changes: "
+                 "the read of a FIFO waits for a writer, of a device may never end, so "
+                 "dockerd never comes up after a restart (and, once a spec changes, "
+                 "`docker info` hangs from Docker 28.2).")
+
+
+def _said_engine_hangs(view: NodeView, check: Check) -> Check:
+    """``check`` failed for a spec file in dockerd's CDI spec dirs that is a FIFO or a
+    device (``cdifile``): dockerd's own CDI cache reads it as it starts, whatever mode
+    the runtime is in. Named once where the runtime's finding named it."""
+    listed, _ = engine_cdi_dirs(view.docker_info, view.daemon_json.data)
+    seen, _ = _scanned(view, tuple(listed[:MAX_ENGINE_CDI_DIRS]))
+    hangs = [s for s in view.cdi_specs if s.hangs and _in(s.path, seen)]
+    if not hangs:
+        return check
+    said = "; ".join(f"{s.path} {s.error}" for s in hangs[:2]
+                     if f"{s.path} {s.error}" not in check.found)
+    found = f"{check.found} ({said})" if said else check.found
+    new = [s.path for s in hangs if f"{s.path}" not in check.fix]
+    fix = (f"Remove {', '.join(new)} (`ls -l` shows what it is): dockerd reads every "
+           "*.yaml and *.json file of its CDI spec dirs (docker info CDISpecDirs)."
+           if new else "")
+    ok = check.status is Status.OK  # (a WARN's or FAIL's own fault stays said)
+    return replace(check, status=Status.FAIL, found=found,
+                   why=_ENGINE_HANGS if ok else f"{check.why} {_ENGINE_HANGS}".strip(),
+                   fix=fix if ok else f"{fix} {check.fix}".strip())
 
 
 def _in_mode(view: NodeView, dirs: tuple[str, ...], kind: str,
