@@ -60,3 +60,16 @@ def test_restart_is_said_used_when_no_restart_policy() -> None:
     assert "\"Ignoring unsupported options\"" in note, note
     assert "but still applies it when deploy.restart_policy is absent" in note, note
     assert "Swarm ignores it" not in note, note
+
+
+@pytest.mark.parametrize("key", ["cap_add", "cap_drop", "ulimits"])
+def test_a_key_older_clis_ignored_says_what_they_did(key: str) -> None:
+    """docker/cli's UnsupportedProperties held them until 20.10 (0db61ff6da, 940907951b):
+    a 19.03 CLI warned "Ignoring unsupported options" and deployed without them."""
+    value = {"ulimits": "{nofile: 1024}"}.get(key, "[SYS_NICE]")
+    text = VERSIONLESS.replace("    image: nginx:1.27\n",
+                               f"    image: nginx:1.27\n    {key}: {value}\n")
+    c = check_stack(text)
+    assert c.errors == [], c.errors
+    assert (f"services.web.{key}: a docker CLI before 20.10 warns \"Ignoring unsupported "
+            "options\" and deploys without it") in c.notes, c.notes

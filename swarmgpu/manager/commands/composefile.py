@@ -93,7 +93,8 @@ DOCKER_SAYS: dict[str, str] = {
                "condition any; on-failure[:N]: on-failure; no: Swarm's default, which "
                "restarts)",
 }
-# Keys a docker CLI before 20.10 also ignored (its UnsupportedProperties then).
+# Keys a docker CLI before 20.10 also ignored (its UnsupportedProperties then: cap_add and
+# cap_drop left the list in docker/cli 0db61ff6da, ulimits in 940907951b).
 IGNORED_BEFORE_20_10 = ("cap_add", "cap_drop", "ulimits")
 
 # Keys docker/cli's loader reads (types.go ``ServiceConfig.Tmpfs``) and its convert never
@@ -187,8 +188,8 @@ def check_service_keys(svc: Mapping[str, Any], where: str) -> tuple[list[str], l
               for k, fix in CLI_REFUSES.items() if k in svc]
     notes = [f"{where}.{k}: {DOCKER_SAYS.get(k, _WARNS)}; {why}"
              for k, why in SWARM_IGNORES.items() if k in svc]
-    notes += [f"{where}.{k}: a docker CLI before 20.10 ignores it" for k in
-              IGNORED_BEFORE_20_10 if k in svc]
+    notes += [f"{where}.{k}: a docker CLI before 20.10 warns \"Ignoring unsupported "
+              "options\" and deploys without it" for k in IGNORED_BEFORE_20_10 if k in svc]
     notes += [f"{where}.{k}: {why}" for k, why in CLI_DROPS.items() if k in svc]
     return errors, notes
 
