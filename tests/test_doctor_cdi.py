@@ -23,6 +23,8 @@ HEALTHY = Path(__file__).parent / "doctor_roots" / "healthy"
 UA = "GPU-2a8c5b3e-9d1f-4c6a-8e7b-1f0d3c5a7b91"
 UB = "GPU-7e4d2f1a-3b6c-4d8e-9a0f-5c1b7d3e9f24"
 TOML = "etc/nvidia-container-runtime/config.toml"
+# (CDI refuses a device of no edits: "invalid device, empty device edits")
+EDITS = "containerEdits: {deviceNodes: [{path: /dev/nvidia0}]}"
 
 
 def _root(tmp_path: Path, mode: str = "cdi", spec_dirs: str = "") -> Path:
@@ -39,7 +41,7 @@ def _root(tmp_path: Path, mode: str = "cdi", spec_dirs: str = "") -> Path:
 def _spec(root: Path, rel: str, names: list[str], kind: str = "nvidia.com/gpu") -> None:
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    devices = "".join(f"  - name: \"{n}\"\n    containerEdits: {{}}\n" for n in names)
+    devices = "".join(f"  - name: \"{n}\"\n    {EDITS}\n" for n in names)
     path.write_text(f"cdiVersion: 0.5.0\nkind: {kind}\ndevices:\n{devices}")
 
 
@@ -49,7 +51,18 @@ def _raw_spec(root: Path, *devices: str, head: str = "kind: nvidia.com/gpu\ndevi
     ``devices`` written as given: YAML that ``_spec``, quoting each name, cannot write."""
     path = root / "etc/cdi/nvidia.yaml"
     path.parent.mkdir(parents=True)
-    path.write_text(f"cdiVersion: {version}\n{head}\n" + "".join(f"  - {d}\n" for d in devices))
+    path.write_text(f"cdiVersion: {version}\n{head}\n"
+                    + "".join(f"  - {_edited(d)}\n" for d in devices))
+
+
+def _edited(device: str) -> str:
+    """``device`` given a device node where it names no container edits (CDI refuses a
+    device of none)."""
+    if "containeredits" in device.lower():
+        return device
+    if device.startswith("{") and device.endswith("}"):
+        return f"{{{EDITS}, {device[1:]}" if device != "{}" else f"{{{EDITS}}}"
+    return f"{device}\n    {EDITS}"
 
 
 def _bounded_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bound: int) -> Path:
@@ -518,7 +531,7 @@ def test_a_key_cdis_spec_does_not_know_refuses_the_spec(tmp_path: Path, head: st
 
 def test_the_keys_cdis_spec_knows_are_read_whatever_their_case(tmp_path: Path) -> None:
     root = _root(tmp_path)
-    _raw_spec(root, f"{{name: {UA}, Annotations: {{a: b}}, containeredits: {{}}}}",
+    _raw_spec(root, f"{{name: {UA}, Annotations: {{a: b}}, containeredits: {{env: [A=1]}}}}",
               f"name: {UB}", head="CDIVERSION: 0.6.0\nkind: nvidia.com/gpu\n"
               "annotations: {a: b}\nContainerEdits: {}\ndevices:", version="0.6.0")
     c, _ = _check(root)

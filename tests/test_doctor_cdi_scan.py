@@ -26,6 +26,8 @@ HEALTHY = Path(__file__).parent / "doctor_roots" / "healthy"
 UA = "GPU-2a8c5b3e-9d1f-4c6a-8e7b-1f0d3c5a7b91"
 UB = "GPU-7e4d2f1a-3b6c-4d8e-9a0f-5c1b7d3e9f24"
 TOML = "etc/nvidia-container-runtime/config.toml"
+# (CDI refuses a device of no edits: "invalid device, empty device edits")
+EDITS = "containerEdits: {deviceNodes: [{path: /dev/nvidia0}]}"
 THREE_DIRS = 'spec-dirs = ["/etc/cdi", "/srv/cdi", "/var/run/cdi"]'
 
 
@@ -42,7 +44,7 @@ def _root(tmp_path: Path, spec_dirs: str = "") -> Path:
 
 
 def _doc(names: list[str]) -> str:
-    devices = "".join(f"  - name: \"{n}\"\n    containerEdits: {{}}\n" for n in names)
+    devices = "".join(f"  - name: \"{n}\"\n    {EDITS}\n" for n in names)
     return f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n{devices}"
 
 

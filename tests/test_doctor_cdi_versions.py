@@ -18,6 +18,8 @@ HEALTHY = Path(__file__).parent / "doctor_roots" / "healthy"
 UA = "GPU-2a8c5b3e-9d1f-4c6a-8e7b-1f0d3c5a7b91"
 UB = "GPU-7e4d2f1a-3b6c-4d8e-9a0f-5c1b7d3e9f24"
 TOML = "etc/nvidia-container-runtime/config.toml"
+# (CDI refuses a device of no edits: "invalid device, empty device edits")
+EDITS = "containerEdits: {deviceNodes: [{path: /dev/nvidia0}]}"
 NET = "containerEdits: {netDevices: [{hostInterfaceName: eth1, name: eth1}]}\n"
 
 
@@ -31,7 +33,7 @@ def _root(tmp_path: Path, version: str, head: str = "") -> Path:
     (root / "etc/cdi").mkdir()
     (root / "etc/cdi/nvidia.yaml").write_text(
         f"cdiVersion: {version}\nkind: nvidia.com/gpu\n{head}devices:\n"
-        f"  - name: {UA}\n  - name: {UB}\n")
+        f"  - name: {UA}\n    {EDITS}\n  - name: {UB}\n    {EDITS}\n")
     return root
 
 

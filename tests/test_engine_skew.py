@@ -4,11 +4,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from support.loglines import log_lines
 
-from swarmgpu.swarm.engineskew import EngineBehind, SkewGuard, newer_managers, release
+from swarmgpu.swarm.engineskew import (
+    EngineBehind,
+    SkewGuard,
+    behind_text,
+    newer_managers,
+    release,
+)
 from swarmgpu.swarm.swarmnode import SwarmNode, node_from_api
 
 
@@ -106,3 +113,16 @@ def test_the_engine_is_asked_its_version_once_a_minute_though_the_client_lists_e
     assert len(asked) == 1  # at 61 (at 0, as the client was made: its own)
     guard.seen(managers)
     assert "restart swarmgpu" in guard.why  # (a list alone does not lift it)
+
+
+def test_a_newer_manager_that_is_down_is_named_with_its_removal() -> None:
+    """A manager that left with `docker swarm leave --force` stays listed (Down) until
+    `docker node rm`: its newer engine refused every write, and the fix said only to
+    upgrade this manager (stop 80)."""
+    gone = replace(node("m2", "28.0.1"), state="down")
+    text = behind_text("unix:///run/docker.sock", "27.3.1", [gone, node("m3", "28.0.1")])
+    assert "'m2' is Down" in text and "docker swarm leave --force" in text, text
+    assert "docker node demote m2" in text and "docker node rm m2" in text, text
+    assert "m3" not in text.partition("is Down")[2], text  # (m3 is up: not to remove)
+    up = behind_text("unix:///run/docker.sock", "27.3.1", [node("m3", "28.0.1")])
+    assert "Down" not in up and "docker node rm" not in up, up

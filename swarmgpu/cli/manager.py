@@ -629,8 +629,7 @@ def status(config_path: str | None, as_json: bool) -> None:
     swarm = manager_client(cfg)
     p = plan_as_daemon(snap, cfg, swarm, tenants)  # as the daemon's map: its preemption too
     doc = build_cluster(
-        snap,
-        p,
+        snap, p,
         prefix=cfg.sync.prefix,
         metrics=gpu_metrics(snap.nodes, cfg),
         saved_agents=saved,
@@ -645,6 +644,7 @@ def status(config_path: str | None, as_json: bool) -> None:
         ungranted=rows(find(cfg, snap, p, ImageEnvs(swarm))),
         generic_resource_kind=cfg.placement.generic_resource_kind,
         agent_service=cfg.agents.service,
+        node_lost_grace_s=cfg.health.node_lost_grace_s,
     )
     if as_json:  # (the table shows neither: no wait on a daemon that hangs)
         # The daemon keeps these in memory (observe.current); this process runs none of

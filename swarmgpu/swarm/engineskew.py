@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 
 from loguru import logger
 
-from swarmgpu.core.peertext import quoted
+from swarmgpu.core.peertext import peer_text, quoted
 from swarmgpu.swarm.errors import SwarmError
 from swarmgpu.swarm.swarmnode import SwarmNode
 
@@ -115,7 +115,21 @@ def behind_text(endpoint: str, own: str, newer: Sequence[SwarmNode]) -> str:
             "it loses the fields only the newer engine knows (OomScoreAdj, Ulimits, "
             "CapabilityAdd, ...), which restarts every task of the service. Fix: upgrade "
             "Docker on this manager to the newest managers' release, or point swarmgpu at "
-            "a manager that runs it (docker_host)")
+            "a manager that runs it (docker_host)" + _gone_text(newer))
+
+
+def _gone_text(newer: Sequence[SwarmNode]) -> str:
+    """The removal of the Down ones of ``newer``: a manager that left with `docker swarm
+    leave --force` stays listed, Down, until removed (a manager demoted first: `docker
+    node rm` refuses one); by ID, as a rejoined node lists its hostname twice."""
+    down = [n for n in newer if n.state == "down"][:5]
+    if not down:
+        return ""
+    names = ", ".join(quoted(n.hostname or n.id, 64) for n in down)
+    ids = " ".join(peer_text(n.id, 64) for n in down)  # (escaped: the engine's text)
+    return (f"; manager {names} is Down: if it left the swarm (docker swarm leave "
+            f"--force) it stays listed until removed, so remove it on a manager: docker "
+            f"node demote {ids} && docker node rm {ids}")
 
 
 class _Listing:

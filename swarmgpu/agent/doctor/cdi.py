@@ -7,7 +7,7 @@ spec (``jit-cdi`` makes one per container), nor does ``cdi`` for devices of the 
 ``runtime.nvidia.com/gpu`` (made so too). dockerd's own CDI spec dirs (``docker info``
 ``CDISpecDirs``, Docker 25+; without docker info, daemon.json's) serve ``docker run
 --device nvidia.com/gpu=...``: Swarm services cannot ask for devices, so they are shown,
-never failed.
+never failed, but for a FIFO or device there, whose read dockerd's start waits on.
 """
 
 from __future__ import annotations
@@ -54,13 +54,48 @@ def check_cdi_spec(view: NodeView) -> Check:
     """``toolkit.cdi-spec``: in ``cdi`` mode, a spec of the toolkit's kind in its spec
     dirs naming each GPU advertised; dockerd's CDI spec dirs in the details."""
     if view.toolkit_toml.data is None:
-        return Check(CID, Status.SKIP, "no readable toolkit config.toml (see "
-                                       "toolkit.swarm-resource)")
+        return _said_engine_hangs(view, Check(CID, Status.SKIP, "no readable toolkit "
+                                              "config.toml (see toolkit.swarm-resource)"))
     unread = unread_check(CID, view.docker_info, ("CDISpecDirs",))
     if unread is not None:
         return unread
     dirs, kind = toolkit_cdi(view.toolkit_toml.data)
-    return _said_engine(view, _in_mode(view, dirs, kind, _engine_details(view, kind)))
+    return _said_engine_hangs(view, _said_engine(
+        view, _in_mode(view, dirs, kind, _engine_details(view, kind))))
+
+
+# moby daemon/command/daemon.go registers its CDI driver before its API serves;
+# daemon/cdi.go createCDICache calls cdi.NewCache, whose refresh (CDI pkg/cdi cache.go,
+# auto-refresh on by default) reads every spec file whole, and again in its watcher on a
+# write, rename or removal there, holding the cache's lock, which docker info's device
+# listing (Docker 28.2 and later) and `docker run --device` wait for.
+_ENGINE_HANGS = ("dockerd reads each *.yaml and *.json file of its CDI spec dirs whole as "
+                 "it starts, before its API serves, and again when a spec there changes: "
+                 "the read of a FIFO waits for a writer, of a device may never end, so "
+                 "dockerd never comes up after a restart (and, once a spec changes, "
+                 "`docker info` hangs from Docker 28.2).")
+
+
+def _said_engine_hangs(view: NodeView, check: Check) -> Check:
+    """``check`` failed for a spec file in dockerd's CDI spec dirs that is a FIFO or a
+    device (``cdifile``): dockerd's own CDI cache reads it as it starts, whatever mode
+    the runtime is in. Named once where the runtime's finding named it."""
+    listed, _ = engine_cdi_dirs(view.docker_info, view.daemon_json.data)
+    seen, _ = _scanned(view, tuple(listed[:MAX_ENGINE_CDI_DIRS]))
+    hangs = [s for s in view.cdi_specs if s.hangs and _in(s.path, seen)]
+    if not hangs:
+        return check
+    said = "; ".join(f"{s.path} {s.error}" for s in hangs[:2]
+                     if f"{s.path} {s.error}" not in check.found)
+    found = f"{check.found} ({said})" if said else check.found
+    new = [s.path for s in hangs if f"{s.path}" not in check.fix]
+    fix = (f"Remove {', '.join(new)} (`ls -l` shows what it is): dockerd reads every "
+           "*.yaml and *.json file of its CDI spec dirs (docker info CDISpecDirs)."
+           if new else "")
+    ok = check.status is Status.OK  # (a WARN's or FAIL's own fault stays said)
+    return replace(check, status=Status.FAIL, found=found,
+                   why=_ENGINE_HANGS if ok else f"{check.why} {_ENGINE_HANGS}".strip(),
+                   fix=fix if ok else f"{fix} {check.fix}".strip())
 
 
 def _in_mode(view: NodeView, dirs: tuple[str, ...], kind: str,
@@ -107,7 +142,7 @@ def _as_the_runtime_reads(view: NodeView) -> NodeView:
             return s
         lower = (f"set cdiVersion: {s.needs} (what its content needs), or "
                  if not newer(s.needs, newest) else "")
-        return replace(s, error=(
+        return replace(s, refused=True, error=(
             f"has cdiVersion {s.version}, newer than the {newest} toolkit "
             f"{peer_text(version, 40)}'s CDI takes (the runtime refuses the spec): "
             f"{lower}upgrade nvidia-container-toolkit to "
@@ -229,26 +264,42 @@ def _said_hangs(view: NodeView, dirs: tuple[str, ...], check: Check) -> Check:
 
 def _said_skipped(view: NodeView, dirs: tuple[str, ...], check: Check) -> Check:
     """``check`` naming the spec files in the runtime's ``dirs`` whose read fails
-    (``cdifile``): CDI records the error and loads the other specs, so an OK is a WARN
-    (a GPU only such a spec names goes unresolved, a FAIL already)."""
-    skipped = [s for s in view.cdi_specs if s.skipped and _in(s.path, dirs)
+    (``cdifile``) or whose content CDI refuses (``refused``): CDI's ``Cache.refresh``
+    records either as that spec's error and loads the other specs, so an OK is a WARN (a
+    GPU only such a spec names goes unresolved, a FAIL already)."""
+    skipped = [s for s in view.cdi_specs if (s.skipped or s.refused) and _in(s.path, dirs)
                and f"{s.path} {s.error}" not in check.found]
     if not skipped:
         return check
     said = "; ".join(f"{s.path} {s.error}" for s in skipped[:2])
     more = f" and {len(skipped) - 2} more" if len(skipped) > 2 else ""
-    denied = any(DENIED_TO_USER in (s.error or "") for s in skipped)
-    fix = (f"Remove {', '.join(s.path for s in skipped)} where it is no spec, or make it "
-           "one root can read (`ls -lL` shows what each is)" + (
-               "; run the doctor as root (`sudo swarmgpu doctor`) to read it as the "
-               "runtime does." if denied else "."))
+    fix = _skipped_fix([s for s in skipped if s.skipped], [s for s in skipped if s.refused])
     if check.status is Status.OK:
+        unread = any(s.skipped for s in skipped)
+        why = ("CDI skips a spec file it cannot read" if unread else
+               "CDI refuses a spec whose content it rejects (its read of the file fails), "
+               "loading the others")
         return replace(check, status=Status.WARN, found=f"{check.found} ({said}{more})",
-                       why="CDI skips a spec file it cannot read: the devices it defines "
-                           "are not resolved, and the doctor cannot tell which they are.",
-                       fix=fix)
+                       why=f"{why}: the devices it defines are not resolved, and the "
+                           "doctor cannot tell which they are.", fix=fix)
     return replace(check, found=f"{check.found} ({said}{more})",
                    fix=f"{check.fix} {fix}".strip())
+
+
+def _skipped_fix(unread: list[CdiSpec], refused: list[CdiSpec]) -> str:
+    """The fix of the spec files CDI cannot read (``unread``) and of those it refuses."""
+    fixes = []
+    if unread:
+        denied = any(DENIED_TO_USER in (s.error or "") for s in unread)
+        fixes.append(f"Remove {', '.join(s.path for s in unread)} where it is no spec, or "
+                     "make it one root can read (`ls -lL` shows what each is)" + (
+                         "; run the doctor as root (`sudo swarmgpu doctor`) to read it as "
+                         "the runtime does." if denied else "."))
+    if refused:
+        fixes.append(f"Correct {', '.join(s.path for s in refused)} as said, or remove it "
+                     f"where it is no spec this node needs (`{GENERATE}` writes one CDI "
+                     "takes).")
+    return " ".join(fixes)
 
 
 def _norm(d: str) -> str:

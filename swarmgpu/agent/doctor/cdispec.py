@@ -128,6 +128,20 @@ def unknown_edit_key(data: object, devices: list[object]) -> str | None:
     return None
 
 
+def no_edits(names: list[str | None], devices: list[object]) -> str | None:
+    """Why CDI refuses the spec for a device whose own container edits are empty (pkg/cdi
+    device.go ``validate``: "invalid device, empty device edits"; the spec's edits do not
+    count, ``ContainerEdits.isEmpty`` looks at the device's): None when each has one."""
+    for name, device in zip(names, devices, strict=True):
+        edits = field(device, "containeredits")
+        if not (any(_filled(edits, k.lower()) for k in EDIT_KEYS if k != "intelRdt")
+                or field(edits, "intelrdt") is not None):
+            return (f"names device {quoted(name)}, which has no container edits (CDI "
+                    "refuses the whole spec: \"invalid device, empty device edits\"): "
+                    "generate it again, or give the device its deviceNodes")
+    return None
+
+
 def _every(data: object, key: str) -> list[object]:
     """The values of each spelling of ``key`` in the mapping ``data``."""
     if not isinstance(data, dict):

@@ -21,6 +21,7 @@ from swarmgpu.agent.doctor.cdispec import (
     NEXT_CDI,
     field,
     go_text,
+    no_edits,
     refusal,
     unknown_edit_key,
     versions,
@@ -468,6 +469,9 @@ _NOT_READ_YML = ("is named .yml, which CDI never reads (only *.yaml and *.json):
                  "it to .yaml")
 
 
+_REFUSED_TEXT = "CDI refuses the spec"
+
+
 class _SpecError(Exception):
     pass
 
@@ -502,7 +506,7 @@ def _spec_text(root: str, path: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         bom = data.startswith((b"\xff\xfe", b"\xfe\xff"))  # (UTF-16 or 32: go-yaml reads it)
-        said = "CDI reads it, the doctor does not" if bom else "CDI refuses the spec"
+        said = "CDI reads it, the doctor does not" if bom else _REFUSED_TEXT
         raise Unreadable(f"is {not_utf8(exc)} ({said})", "") from None
 
 
@@ -517,38 +521,43 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
                                        "files that are no CDI specs out of the spec dirs)")
         # (CDI's sigs.k8s.io/yaml: go-yaml v2, which reads the first document alone)
         data, more = parse_first_yaml(text, path, _SpecError)
-    except Unreadable as exc:
-        return CdiSpec(path, error=exc.why)
+    except Unreadable as exc:  # (not UTF-8: go-yaml refuses it; the doctor's bound: not)
+        return CdiSpec(path, error=exc.why, refused=exc.why.endswith(_REFUSED_TEXT))
     except SpecUnread as exc:
         return exc.spec
     except _SpecError as exc:  # (the file named once: the check names it first)
-        return CdiSpec(path, error=str(exc).removeprefix(f"{path}: "), size=len(text))
+        said = str(exc).removeprefix(f"{path}: ")
+        # (not valid YAML, or a key twice, CDI's go-yaml refuses too; not the doctor's bounds)
+        return CdiSpec(path, error=said, size=len(text),
+                       refused=any(w in said for w in ("not valid YAML", "given twice")))
     kind = field(data, "kind")
     if not isinstance(kind, str):
-        return CdiSpec(path, error="names no kind (not a CDI spec)", size=len(text))
+        return CdiSpec(path, error="names no kind (not a CDI spec)", size=len(text), refused=True)
     devices = field(data, "devices")
     devices = devices if isinstance(devices, list) else []
     if (unknown := _unknown_key(data, devices) or unknown_edit_key(data, devices)):
-        return CdiSpec(path, error=unknown, size=len(text))
+        return CdiSpec(path, error=unknown, size=len(text), refused=True)
     names = [_device_name(d) for d in devices]
     if None in names:  # (CDI: "invalid device, empty device name", "cannot unmarshal")
         return CdiSpec(path, error="names a device of no name, or of one not text (CDI "
                                    "refuses the whole spec): generate it again, or name "
-                                   "each device", size=len(text))
+                                   "each device", size=len(text), refused=True)
     if (refused := refusal(data, kind, devices)) is not None:  # (its version, kind)
-        return CdiSpec(path, error=refused, size=len(text))
+        return CdiSpec(path, error=refused, size=len(text), refused=True)
     if bad := [n for n in names if n and _name_invalid(n)]:  # ("failed add device")
         return CdiSpec(path, error=f"names device {quoted(bad[0])}, not a valid CDI device "
                                    "name (CDI refuses the whole spec): name it with "
                                    "letters, digits and _-.: only, a letter or digit "
-                                   "first and last", size=len(text))
+                                   "first and last", size=len(text), refused=True)
+    if (empty := no_edits(names, devices)) is not None:  # ("empty device edits")
+        return CdiSpec(path, error=empty, size=len(text), refused=True)
     # (CDI refuses the whole spec: "invalid spec, multiple device")
     if twice := [n for n, k in Counter(names).items() if k > 1 and n]:
         return CdiSpec(path, error=f"names device {quoted(twice[0])} twice (CDI refuses "
-                                   "the whole spec)", size=len(text))
+                                   "the whole spec)", size=len(text), refused=True)
     if not names:  # (CDI: "invalid spec, no devices", checked last)
         return CdiSpec(path, error="names no device (CDI refuses the whole spec): generate "
-                                   "it again, or remove it", size=len(text))
+                                   "it again, or remove it", size=len(text), refused=True)
     note = ("has a second YAML document (---), which CDI never reads (it reads the first "
             "alone)") if more else None
     version, needs = versions(data, kind, devices)

@@ -123,6 +123,7 @@ class CdiSpec:
     needs: str = ""
     hangs: bool = False  # a FIFO or device: the runtime's read of it may never return
     skipped: bool = False  # its read fails: CDI records the error and loads the others
+    refused: bool = False  # CDI refuses its content: records the error, loads the others
     next_stops: bool = False  # a spec dir CDI's unreleased main stops its scan at
 
 

@@ -46,9 +46,8 @@ from swarmgpu.manager.services.sharing import SHARE
 COMPOSE_VERSION = "3.8"
 SCHEMA_FILE = Path(__file__).with_name("schema") / "config_schema_v3.8.json"
 
-# docker/cli cli/compose/types/types.go UnsupportedProperties (20.10 and later) and
-# DeprecatedProperties: `docker stack deploy` prints "Ignoring unsupported options" and
-# deploys without them. depends_on it drops without a word. Each with what to do instead.
+# The service keys `docker stack deploy` does not apply, each with what to do instead;
+# what docker says of each is in DOCKER_SAYS.
 SWARM_IGNORES: dict[str, str] = {
     "build": "Swarm does not build: build and push the image first, then name it in image",
     "cgroup_parent": "Swarm sets no cgroup parent",
@@ -69,13 +68,33 @@ SWARM_IGNORES: dict[str, str] = {
     "pid": "Swarm sets no PID namespace mode",
     "privileged": "Swarm runs no privileged container: grant what is needed with "
                   "cap_add (Docker 20.10 and later)",
-    "restart": "use deploy.restart_policy",
+    "restart": "write deploy.restart_policy (condition: none, on-failure or any)",
     "security_opt": "Swarm sets no security options",
     "shm_size": "mount a tmpfs at /dev/shm instead (volumes: - type: tmpfs, target: "
                 "/dev/shm, tmpfs: {size: BYTES})",
     "userns_mode": "Swarm sets no user namespace mode",
 }
-# Keys a docker CLI before 20.10 also ignored (its UnsupportedProperties then).
+_WARNS = "docker stack deploy warns \"Ignoring unsupported options\" and deploys without it"
+# docker/cli cli/command/stack/loader.go loadComposeFile warns of the keys of
+# cli/compose/types/types.go UnsupportedProperties ("Ignoring unsupported options") and
+# DeprecatedProperties ("Ignoring deprecated options": container_name, expose); a key in
+# neither that convert/service.go never reads (depends_on) goes without a word. restart
+# is in UnsupportedProperties, yet convertRestartPolicy falls back to it when
+# deploy.restart_policy is absent ("no" leaves Swarm's default, condition any).
+DOCKER_SAYS: dict[str, str] = {
+    "container_name": "docker stack deploy warns \"Ignoring deprecated options\" and "
+                      "deploys without it",
+    "expose": "docker stack deploy warns \"Ignoring deprecated options\" and deploys "
+              "without it",
+    "depends_on": "docker stack deploy drops it without a word (no docker/cli list names "
+                  "it)",
+    "restart": "docker stack deploy warns \"Ignoring unsupported options\" but still "
+               "applies it when deploy.restart_policy is absent (always, unless-stopped: "
+               "condition any; on-failure[:N]: on-failure; no: Swarm's default, which "
+               "restarts)",
+}
+# Keys a docker CLI before 20.10 also ignored (its UnsupportedProperties then: cap_add and
+# cap_drop left the list in docker/cli 0db61ff6da, ulimits in 940907951b).
 IGNORED_BEFORE_20_10 = ("cap_add", "cap_drop", "ulimits")
 
 # Keys docker/cli's loader reads (types.go ``ServiceConfig.Tmpfs``) and its convert never
@@ -167,10 +186,10 @@ def check_service_keys(svc: Mapping[str, Any], where: str) -> tuple[list[str], l
     """The keys of one service that the CLI refuses (errors) or Swarm ignores (notes)."""
     errors = [f"{where}.{k}: docker stack deploy refuses it; {fix}"
               for k, fix in CLI_REFUSES.items() if k in svc]
-    notes = [f"{where}.{k}: Swarm ignores it (docker stack deploy: \"Ignoring unsupported "
-             f"options\"); {why}" for k, why in SWARM_IGNORES.items() if k in svc]
-    notes += [f"{where}.{k}: a docker CLI before 20.10 ignores it" for k in
-              IGNORED_BEFORE_20_10 if k in svc]
+    notes = [f"{where}.{k}: {DOCKER_SAYS.get(k, _WARNS)}; {why}"
+             for k, why in SWARM_IGNORES.items() if k in svc]
+    notes += [f"{where}.{k}: a docker CLI before 20.10 warns \"Ignoring unsupported "
+              "options\" and deploys without it" for k in IGNORED_BEFORE_20_10 if k in svc]
     notes += [f"{where}.{k}: {why}" for k, why in CLI_DROPS.items() if k in svc]
     return errors, notes
 

@@ -103,6 +103,7 @@ class ObserveStep(Step):
             zone_label=cfg.placement.zone_label, ungranted=rows(session.ungranted),
             generic_resource_kind=cfg.placement.generic_resource_kind,
             agent_service=cfg.agents.service,
+            node_lost_grace_s=cfg.health.node_lost_grace_s,
         )
         overshare.annotate(doc, uses, att.unattributed)
         self.history.record(doc)

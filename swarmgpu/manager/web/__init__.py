@@ -1,6 +1,7 @@
 """The GPU map and /api: what the daemon's HTTP serves, and who may read it.
 
 ``cluster_view`` the cluster document (`status --json`, ``/api/v1/cluster``), pure
+``factsage``     an answering agent's word on the map: ok, or stale (facts read long ago)
 ``history``      recent GPU samples per GPU, a bounded ring (``/api/v1/history``)
 ``webmap``       the live map: static page and JSON routes
 ``webauth``      who may read: a manager certificate, the bearer token, or loopback;

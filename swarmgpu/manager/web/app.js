@@ -233,6 +233,8 @@
     if (node.labels_state === "drifted" && drift.length) extra = ` (${drift.length})`;
     if (node.labels_state === "agent-stale" && agent.last_ok) extra = ` · last ok ${ago(now - agent.last_ok)}`;
     if (node.labels_state === "agent-unreadable" && agent.cause) extra = ` · ${agent.cause}`;
+    // an agent answering with an old read (its GPU source hangs): the facts' age
+    if (agent.status === "stale" && agent.last_ok) extra += ` · agent facts stale, read ${ago(now - agent.last_ok)}`;
     return badge(kind, icon, text + extra, agent.fix ? `fix: ${agent.fix}` : undefined);
   }
 

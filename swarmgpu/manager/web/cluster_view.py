@@ -25,6 +25,7 @@ from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.rebalance.attribution import service_states
 from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.rebalance.scrape import scrape_all
+from swarmgpu.manager.web.factsage import GRACE_S, answered
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import scrape_auth
 from swarmgpu.swarm.labels import (
@@ -136,13 +137,15 @@ def build_cluster(
     ungranted: Sequence[Mapping[str, Any]] = (),
     generic_resource_kind: str = "",
     agent_service: str = "",
+    node_lost_grace_s: float = GRACE_S,
 ) -> dict[str, Any]:
     """``findings``: the audit's (``commands.audit.audit``); each node's own (its ID in
     ``Finding.node``) are listed on it, so the map marks it with their text.
     ``ungranted``: the services that see GPUs without a grant (``cycle.grants.rows``);
     ``generic_resource_kind``: ``placement.generic_resource_kind``, ``agent_service``:
     ``agents.service`` (a node advertising it, or running a task of that service, is a
-    GPU node, as label sync reads it: ``gpu_hint``)."""
+    GPU node, as label sync reads it: ``gpu_hint``); ``node_lost_grace_s``:
+    ``health.node_lost_grace_s``, from which an agent's facts are stale (``factsage``)."""
     metrics = metrics or {}
     saved_agents = saved_agents or {}
     agents = snap.agent_nodes(agent_service)
@@ -157,7 +160,8 @@ def build_cluster(
         res = snap.facts.get(n.id)
         facts = res.facts if res else None
         agent, labels_state, drift = _agent_and_labels(n, res, saved_agents.get(n.id, {}),
-                                                       prefix, generic_resource_kind, agents)
+                                                       prefix, generic_resource_kind, agents,
+                                                       node_lost_grace_s)
         labels_state = "kept" if n.unread else labels_state  # none written (swarmnode)
         gpus_out = (_gpu_rows(facts, metrics.get(n.id, {}), *holders.on(n.id))
                     if facts is not None else [])
@@ -199,7 +203,7 @@ def build_cluster(
 
 def _agent_and_labels(n: SwarmNode, res: FactsResult | None, saved: Mapping[str, Any],
                       prefix: str, kind: str, agents: AbstractSet[str],
-                      ) -> tuple[dict[str, Any], str, list[str]]:
+                      grace_s: float = GRACE_S) -> tuple[dict[str, Any], str, list[str]]:
     """A node's agent as the map shows it, and its labels' state with the drift."""
     facts = res.facts if res else None
     ours = label_sync_labels(n.labels, prefix)
@@ -211,9 +215,8 @@ def _agent_and_labels(n: SwarmNode, res: FactsResult | None, saved: Mapping[str,
                  "last_ok": res.fetched_at if res else None, "failing_since": None,
                  "url": res.url if res else "", "cause": why, "fix": GPUS_UNREAD_FIX},
                 "gpus-unread", [])
-    if facts is not None:
-        agent = {"status": "ok", "error": None, "last_ok": res.fetched_at if res else None,
-                 "failing_since": None}
+    if facts is not None and res is not None:
+        agent = answered(res, grace_s)  # ok, or stale: facts read that long ago
         want = desired_labels(facts, prefix)
         drift = [f"{k}: want {v}, have {ours.get(k)}" for k, v in sorted(want.items())
                  if ours.get(k) != v]
