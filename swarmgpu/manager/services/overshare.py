@@ -51,6 +51,7 @@ from swarmgpu.manager.rebalance.context import MOVED_AT, OPT_OUT, by_service, wh
 from swarmgpu.manager.rebalance.mover import rebalancing, verify_scope
 from swarmgpu.manager.rebalance.record import moving, read_records, unreadable_records
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, parse_all
+from swarmgpu.manager.services.restartlist import record_restart, restart_times
 from swarmgpu.manager.services.sharing import share_mib
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.manager.web.cluster_view import gpu_metrics
@@ -424,6 +425,7 @@ class Restarter:
             logger.warning("over-share restarts wait: cannot read the move records ({})", exc)
             return 0
         moved = frozenset(finished_times(swarm_labels, p))  # (a move's mark: ``enforced``)
+        restarts = restart_times(swarm_labels, p)  # (a restart's, by service id)
         done_on: list[set[str]] = []  # a restart is a move on its one node
         by_node = {n.id: n for n in snap.nodes}
         mine = by_service(snap.tasks)  # each service's own tasks: one walk, not one each
@@ -436,7 +438,8 @@ class Restarter:
             req = parse_all(s.labels, prefix=p)
             judged, gpu = ((s, req if isinstance(req, GpuRequest) else None)
                            if self.tenants is None else self.tenants.enforced(
-                               s, req, p + OPT_OUT, p + MOVED_AT, mine.get(s.id, ()), moved))
+                               s, req, p + OPT_OUT, p + MOVED_AT,
+                               moved | restarts.get(s.id, frozenset())))
             # an unread node's labels are written by none: its gate stays
             refusal = refused(judged, gpu, ledger.get(u.service, {}), p)
             why = unread_source(by_node, u.node_id) or refusal or why_not_movable(
@@ -548,7 +551,9 @@ class Restarter:
             raise
         self.unsure.pop(s.id, None)
         try:  # (each way out but the write's answer raises: ``closed`` is that answer)
-            closed = writes.node_labels(
+            # its mark the daemon's own: recorded first (unrecorded: its owner's, no restart)
+            unstored = record_restart(writes, p, s.id, at, self.clock())
+            closed = not unstored and writes.node_labels(
                 u.node_id, lambda cur: {k: v for k, v in cur.items() if k != gate}, why)
         except BudgetEnded:  # refused before it was sent: none closed; the daemon goes on
             self.unsure[s.id] = at  # (read back next cycle: no write past the budget)
@@ -564,7 +569,7 @@ class Restarter:
             # No gate there to close (placement released it this cycle, say): no restart
             # made, none to reopen (one written would let a task onto GPUs the ledger no
             # longer holds for it), and its mark would hold the next one back for nothing.
-            self._take_back(writes, s, u, moved_at, at, before[0],
+            self._take_back(writes, s, u, moved_at, at, before[0], unstored or
                             "no gate of it there to close (placement released it, or it "
                             "was removed)")
             return False

@@ -21,13 +21,12 @@ case), which the planner's reads apply either way: requests are as their labels 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from enum import Enum
 
 from swarmgpu.core.config import Config, parse_priority_classes, queue_quotas
-from swarmgpu.core.stamps import MAX_SKEW_S
 from swarmgpu.core.tenants import (
     DEFAULT_TENANT,
     STACK_LABEL,
@@ -37,10 +36,8 @@ from swarmgpu.core.tenants import (
     matches,
     parse_tenants,
 )
-from swarmgpu.manager.placement.keys import STOPPING_STATES
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, RequestError
-from swarmgpu.swarm.client import SwarmService, SwarmTask
-from swarmgpu.swarm.taskstop import rfc3339_ns
+from swarmgpu.swarm.client import SwarmService
 
 Quotas = dict[str, tuple[int, int | None]]
 
@@ -159,28 +156,28 @@ class Tenants:
                           queue=queue, tenant=t.name, always_preemptible=not t.may_opt_out)
 
     def enforced(self, s: SwarmService, r: GpuRequest | RequestError | None, opt_out: str,
-                 mark: str = "", tasks: Sequence[SwarmTask] = (),
-                 moved: AbstractSet[float] = frozenset(),
+                 mark: str = "", moved: AbstractSet[float] = frozenset(),
                  ) -> tuple[SwarmService, GpuRequest | None]:
         """``s`` and its request ``r`` as the over-share restart, the operator's limit on
         a share, judges them. For a tenant that may not opt out: without its opt-out
         label ``opt_out`` (``<p>rebalance``: never, in either place), a request its
         labels broke read as ``held_as`` reads it, and without its cool-down ``mark``
-        (``<p>state.moved-at``) unless one of its ``tasks`` (its own) was made after it,
-        as a restart's is (less ``MAX_SKEW_S``: managers' clocks), or the mover's list of
-        moves finished in the hour (``moved``: ``budget.finished_times``, on the swarm
-        object) has one ended in that second, as a move's is: it writes the mark at its
-        end, after the task it started (make-before-break: a minute and more). Taken as
-        written, a tenant's own word (the mark written again each minute) kept a share
-        past its size running on its neighbours' memory. For a tenant that may: as they
-        are (no request where ``r`` is not one)."""
+        (``<p>state.moved-at``) unless the daemon's records have it in ``moved``: the
+        mover's list of moves finished in the hour (``budget.finished_times``: a move
+        writes the mark at its end) and the list of this service's own over-share
+        restarts (``restartlist.restart_times``: written before the mark), both on the
+        swarm object, managers' alone. Taken as written, a tenant's own word (the mark
+        written again each minute) kept a share past its size running on its
+        neighbours' memory; taken where a task of it was made after it (as a restart's
+        replacement is), its owner had it at a restart's cost (``docker service update
+        --force`` after writing it). For a tenant that may: as they are (no request
+        where ``r`` is not one)."""
         if self.of_service(s).may_opt_out:
             return s, r if isinstance(r, GpuRequest) else None
         gpu = (replace(r, rebalance=Rebalance.AUTO) if isinstance(r, GpuRequest)
                else self.held_as(s, "") if isinstance(r, RequestError) else None)
         labels = {k: v for k, v in s.labels.items() if k != opt_out}
-        if mark in labels and not _made_after(labels[mark], tasks) \
-                and not _moved_then(labels[mark], moved):
+        if mark in labels and not _moved_then(labels[mark], moved):
             del labels[mark]
         return replace(s, labels=labels), gpu
 
@@ -194,21 +191,10 @@ class Tenants:
         return t.preemptions_per_hour
 
 
-def _made_after(mark: str, tasks: Sequence[SwarmTask]) -> bool:
-    """One of ``tasks`` still meant to run was made after the time ``mark`` says (less
-    ``MAX_SKEW_S``); False for a mark that is no time, or a task whose making time
-    cannot be read."""
-    try:
-        after = (float(mark) - MAX_SKEW_S) * 10**9
-    except ValueError:
-        return False
-    return any(t.desired_state not in STOPPING_STATES and (m := rfc3339_ns(t.created_at))
-               is not None and m >= after for t in tasks)
-
-
 def _moved_then(mark: str, moved: AbstractSet[float]) -> bool:
-    """Whether a move ended in the second ``mark`` says (``moved``: the mover's finished
-    list; both written as whole seconds of one time, ``record.end_move``)."""
+    """Whether a move ended, or the service's restart was made, in the second ``mark``
+    says (``moved``: the daemon's lists; each written as whole seconds of the time its
+    mark says, ``record.end_move``, ``Restarter._bounce``)."""
     try:
         return float(mark) in moved
     except ValueError:
