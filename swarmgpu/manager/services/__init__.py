@@ -5,5 +5,6 @@
 ``sharing``   what a shared GPU holding tells its container (its share, as env)
 ``grants``    GPU access only through a grant: services that see GPUs placement never gave
 ``overshare`` shared GPUs stay within their share: use against share, the restarter
+``restartlist`` the restarter's own record of its restarts, which a cool-down mark is read by
 ``release``   the operator's word: held spec changes written (`swarmgpu apply`)
 """
