@@ -35,7 +35,7 @@ from swarmgpu.core.tenants import (
     matches,
     parse_tenants,
 )
-from swarmgpu.manager.services.coolmark import NO_MOVES, MoveEnds, borne_out
+from swarmgpu.manager.services.coolmark import NO_RECORDS, MarkRecords, borne_out
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, RequestError
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 
@@ -157,25 +157,26 @@ class Tenants:
 
     def enforced(self, s: SwarmService, r: GpuRequest | RequestError | None, opt_out: str,
                  mark: str = "", tasks: Sequence[SwarmTask] = (),
-                 moved: MoveEnds = NO_MOVES,
+                 recs: MarkRecords = NO_RECORDS,
                  ) -> tuple[SwarmService, GpuRequest | None]:
         """``s`` and its request ``r`` as the over-share restart, the operator's limit on
         a share, judges them. For a tenant that may not opt out: without its opt-out
         label ``opt_out`` (``<p>rebalance``: never, in either place), a request its
         labels broke read as ``held_as`` reads it, and without its cool-down ``mark``
-        (``<p>state.moved-at``) unless its ``tasks`` on the node judged bear it out, as a
-        restart's replacement or a move's task there does (``coolmark.borne_out``, with
-        the mover's finished moves ``moved``). Taken as written, a tenant's own word (the
-        mark written again each minute; a mark copied from another service's move; a
-        fresh task of another replica) kept a share past its size running on its
-        neighbours' memory. For a tenant that may: as they are (no request where ``r``
-        is not one)."""
+        (``<p>state.moved-at``) unless the daemon's records ``recs`` (its restart of this
+        service made, or a move ended, in that second) and its ``tasks`` on the node judged
+        (the restart's replacement, made after it; the move's, made during it) both bear
+        it out (``coolmark.borne_out``). Taken as written, a tenant's own word (the mark
+        written again each minute; a mark copied from another service's move; a fresh
+        task of another replica; its own ``docker service update --force`` after the
+        mark) kept a share past its size running on its neighbours' memory. For a tenant
+        that may: as they are (no request where ``r`` is not one)."""
         if self.of_service(s).may_opt_out:
             return s, r if isinstance(r, GpuRequest) else None
         gpu = (replace(r, rebalance=Rebalance.AUTO) if isinstance(r, GpuRequest)
                else self.held_as(s, "") if isinstance(r, RequestError) else None)
         labels = {k: v for k, v in s.labels.items() if k != opt_out}
-        if mark in labels and not borne_out(labels[mark], tasks, moved):
+        if mark in labels and not borne_out(labels[mark], s.id, tasks, recs):
             del labels[mark]
         return replace(s, labels=labels), gpu
 
