@@ -200,6 +200,25 @@ def test_a_moves_mark_copied_onto_a_share_that_ran_all_along_buys_no_cool_down(
     assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 1  # type: ignore[arg-type]
 
 
+def test_a_moves_mark_copied_then_force_restarted_buys_no_cool_down(tmp_path: Path) -> None:
+    """A move's task is made before its end (its mark written after the task it started
+    runs). A genuine mark copied from another service's move, then its owner's own
+    ``docker service update --force``, made a task after the move's end, which a move's
+    span (counted back from the end) took as the move's: a cool-down at a restart's
+    cost each time a move finished anywhere. A task made more than the managers' skew
+    after the end is no move's."""
+    mark = time.time() - 200  # (within rebalance.cooldown_s)
+    sw, _ = _running({P + MOVED_AT: f"{mark:.0f}"})
+    tasks = [replace(t, created_at=_stamp(mark + 120)) if t.id == "t-third" else t
+             for t in sw.tasks()]
+    labels = {**sw.swarm_labels(), P + "state.moves-finished": f"{mark:.0f}"}
+    sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, labels)
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
+                 placement=PlacementConfig(overshare="restart"))
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 1  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("recorded", [
     pytest.param(False, id="its-owners-mark"),
     pytest.param(True, id="the-daemons-restart-of-the-other-replica-recorded-then"),

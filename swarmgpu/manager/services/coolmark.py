@@ -9,13 +9,15 @@ judged bear it out:
   mark (the mark is written before the gate closes: the replacement follows it);
 * a move's: the mover's list of finished moves has one ended in that second, and its
   task on that node was made during the move (within ``MarkRecords.span_s`` before its
-  end: the mark is written at the end, after the task the move started).
+  end, and not after it but for the managers' skew: the mark is written at the end,
+  after the task the move started).
 
 Either alone was a tenant's way to a cool-down: a task made after the mark, its owner's
-own ``docker service update --force`` makes too; a recorded restart's or a finished
-move's mark copied onto a share that ran all along matches the list (the finished list
-names no service). Only the tasks on the node judged count: a fresh task of another
-replica (its own code ended it, Swarm made a new one) proves nothing of this one."""
+own ``docker service update --force`` makes too (after a move's mark copied, too); a
+recorded restart's or a finished move's mark copied onto a share that ran all along
+matches the list (the finished list names no service). Only the tasks on the node
+judged count: a fresh task of another replica (its own code ended it, Swarm made a new
+one) proves nothing of this one."""
 
 from __future__ import annotations
 
@@ -66,4 +68,7 @@ def borne_out(mark: str, service_id: str, tasks: Sequence[SwarmTask],
     # a restart's replacement (the managers' clocks may differ)
     restart = at in recs.restarts.get(service_id, frozenset()) and any(
         m >= (at - MAX_SKEW_S) * 10**9 for m in made)
-    return restart or (at in recs.moves and any(m >= (at - recs.span_s) * 10**9 for m in made))
+    # a move's task, made before its end: one made after (its owner's force-restart) is
+    # no move's, though the mark be a genuine move's, copied
+    return restart or (at in recs.moves and any(
+        (at - recs.span_s) * 10**9 <= m <= (at + MAX_SKEW_S) * 10**9 for m in made))
