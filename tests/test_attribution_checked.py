@@ -165,6 +165,14 @@ class _Swarm:
                             fn: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> None:
         self.writes.append(("service", sid))
 
+    def update_swarm_labels(self, fn: Callable[[Mapping[str, str]],
+                                               Mapping[str, str] | None]) -> bool:
+        # (the restart's record, ``restartlist``: the swarm object's, not a write counted)
+        new = fn(self.labels)
+        if new is not None:
+            self.labels = dict(new)
+        return new is not None
+
 
 def _restart_case(fresh: list[SwarmTask], others: Sequence[SwarmService] = (),
                   records: Mapping[str, str] | None = None, unread: str = "",

@@ -91,16 +91,17 @@ def test_an_unreachable_agent_with_no_record_says_so_not_unknown() -> None:
     assert "; no good facts on record (" in f.message
 
 
-def test_a_gpu_node_whose_agent_is_lost_beyond_the_grace_is_failing() -> None:
+def test_a_gpu_node_whose_agent_is_lost_beyond_the_grace_is_agent_lost() -> None:
     """The health policy's rule (gpuhealth.failing_why), from the agent's saved last good
-    facts: lost for node_lost_grace_s or more, the node is failing as a whole."""
+    facts: lost for node_lost_grace_s or more, the node is agent-lost (not node-failing:
+    its GPUs are not known bad)."""
     s = snap(node(desired_labels(FACTS)), facts_ok=False)
     saved = {"n1": {"failing_since": 1.0, "last_ok": 0.5}}
     s = replace(s, taken_at=0.5 + 299.0)
     assert kinds(audit(s, saved_agents=saved, node_lost_grace_s=300.0)) == {"unreachable"}
     s = replace(s, taken_at=0.5 + 300.0)
     found = audit(s, saved_agents=saved, node_lost_grace_s=300.0)
-    (f,) = [f for f in found if f.kind == "node-failing"]
+    (f,) = [f for f in found if f.kind == "agent-lost"]
     assert f.subject == "gpu-node-2" and not f.advisory
     # (its fix is the agent's: Swarm runs its tasks, and a drain restarted each of them)
     assert f.message.startswith("its agent has not answered for 300s; the daemon moves "
@@ -311,7 +312,7 @@ def test_a_down_node_and_the_entry_a_rejoined_node_left_name_their_fix() -> None
     (f, failing) = audit(s, saved_agents=saved, node_lost_grace_s=300.0)
     assert f.kind == "unreachable" and "Swarm reports the node down" in f.message
     assert "docker node rm old-id" in f.message
-    assert failing.kind == "node-failing"
+    assert failing.kind == "agent-lost"
 
     new = replace(node(desired_labels(FACTS)), id="new-id")
     res = snap(new).facts["n1"]
@@ -362,7 +363,7 @@ def test_ledger_entries_holding_a_gpu_beyond_it_gone_or_unreadable_are_named() -
     # Facts that cannot be read say nothing of which GPUs are gone: only the label-only
     # findings stay (the daemon keeps such a node's holdings as they are).
     down = audit(snap(n, facts_ok=False), saved_agents={"n1": {"last_ok": 0.5}})
-    assert [f.kind for f in down if f.kind not in ("unreachable", "node-failing")] == [
+    assert [f.kind for f in down if f.kind not in ("unreachable", "agent-lost")] == [
         "gpu-held-twice", "gpu-held-twice", "unreadable-holding"]
 
 

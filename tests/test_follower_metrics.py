@@ -22,7 +22,7 @@ from swarmgpu.swarm.client import SwarmNode, SwarmUnavailable
 CLUSTER_GAUGES = ("swarmgpu_agents_unreachable", "swarmgpu_nodes_gpus_unread",
                   "swarmgpu_label_changes_held", "swarmgpu_pending_requests",
                   "swarmgpu_ungranted_services", "swarmgpu_health_failing_nodes",
-                  "swarmgpu_nodes_facts_stale")
+                  "swarmgpu_nodes_facts_stale", "swarmgpu_health_agent_lost_nodes")
 
 
 def _not_leading(how: str) -> bool:
@@ -50,7 +50,7 @@ def test_a_follower_exports_none_of_its_last_terms_cluster_gauges(
     grants = step_of(d, GrantsStep)
     rebalance = step_of(d, Rebalancer)
     for gauge in (m.agents_unreachable, m.nodes_gpus_unread, m.held_changes, m.pending,
-                  m.facts_stale, grants.count, rebalance.failing):
+                  m.facts_stale, grants.count, rebalance.failing, rebalance.agent_lost):
         gauge.set(2)
     m.planned.labels(status="pending").set(3)
     d.labels.health.gauge.labels(level="failed").set(1)  # type: ignore[union-attr]

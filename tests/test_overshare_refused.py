@@ -121,21 +121,31 @@ def _stamp(at: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + "Z"
 
 
-@pytest.mark.parametrize(("made_ago", "restarted"), [
-    pytest.param(3600.0, 1, id="a-mark-its-stack-wrote-on-a-task-that-ran-all-along"),
-    pytest.param(-5.0, 0, id="a-restart-made-its-task-after-the-mark"),
+@pytest.mark.parametrize(("made_ago", "recorded", "restarted"), [
+    pytest.param(3600.0, False, 1, id="a-mark-its-stack-wrote-on-a-task-that-ran-all-along"),
+    pytest.param(-5.0, False, 1, id="its-owner-force-restarted-its-task-after-the-mark"),
+    pytest.param(-5.0, True, 0, id="the-daemons-restart-made-its-task-after-the-mark"),
+    pytest.param(3600.0, True, 1, id="a-recorded-restarts-mark-on-a-task-that-ran-all-along"),
 ])
-def test_a_cool_down_mark_counts_only_when_a_task_was_made_after_it(
-        tmp_path: Path, made_ago: float, restarted: int) -> None:
+def test_a_cool_down_mark_counts_only_when_the_daemon_recorded_its_restart(
+        tmp_path: Path, made_ago: float, recorded: bool, restarted: int) -> None:
     """``<p>state.moved-at`` is the restart's (and a move's) mark, but a label its stack
     can write: written again each minute it kept every restart away (cooling down) from
-    a share over its size. For a tenant that may not opt out it counts only when one of
-    its tasks was made after it, as a restart's or a move's replacement is."""
+    a share over its size. For a tenant that may not opt out it counts only where the
+    daemon's own list of its restarts (``state.restarts`` on the swarm object, managers'
+    alone) has this service's restart at that second and its task there was made after
+    it, as the restart's replacement is. Before, a task of it made after the mark was
+    taken for the restart's replacement: its owner wrote the mark, then force-restarted
+    its own task (``docker service update --force``), and had its cool-down at a
+    restart's cost, each time; and the record alone, a task that ran all along kept."""
     mark = time.time() - 10
     sw, snap = _running({P + MOVED_AT: f"{mark:.0f}"})
     tasks = [replace(t, created_at=_stamp(mark - made_ago)) if t.id == "t-third" else t
              for t in sw.tasks()]
-    sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, sw.swarm_labels())
+    labels = {**sw.swarm_labels(),
+              **({P + "state.restarts": f"id-other@{mark:.0f},id-third@{mark:.0f}"}
+                 if recorded else {P + "state.restarts": f"id-other@{mark:.0f}"})}
+    sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, labels)
     snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
     for tenants, want in ((MAY, 0), (MAY_NOT, restarted)):  # (one that may: as before)
         cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=tenants,
@@ -190,14 +200,42 @@ def test_a_moves_mark_copied_onto_a_share_that_ran_all_along_buys_no_cool_down(
     assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 1  # type: ignore[arg-type]
 
 
+def test_a_moves_mark_copied_then_force_restarted_buys_no_cool_down(tmp_path: Path) -> None:
+    """A move's task is made before its end (its mark written after the task it started
+    runs). A genuine mark copied from another service's move, then its owner's own
+    ``docker service update --force``, made a task after the move's end, which a move's
+    span (counted back from the end) took as the move's: a cool-down at a restart's
+    cost each time a move finished anywhere. A task made more than the managers' skew
+    after the end is no move's."""
+    mark = time.time() - 200  # (within rebalance.cooldown_s)
+    sw, _ = _running({P + MOVED_AT: f"{mark:.0f}"})
+    tasks = [replace(t, created_at=_stamp(mark + 120)) if t.id == "t-third" else t
+             for t in sw.tasks()]
+    labels = {**sw.swarm_labels(), P + "state.moves-finished": f"{mark:.0f}"}
+    sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, labels)
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
+                 placement=PlacementConfig(overshare="restart"))
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 1  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("recorded", [
+    pytest.param(False, id="its-owners-mark"),
+    pytest.param(True, id="the-daemons-restart-of-the-other-replica-recorded-then"),
+])
 def test_a_fresh_task_of_another_replica_does_not_bear_out_the_mark_on_this_node(
-        tmp_path: Path) -> None:
+        tmp_path: Path, recorded: bool) -> None:
     """A restart's mark is borne out by the replacement it makes on the node it restarts.
     Any task of the service counted: a replica elsewhere that its own code ended (Swarm
     makes a new task there) with the mark written again at the same time kept the
-    replica over its share on this node cooling down for good."""
+    replica over its share on this node cooling down for good. So did the daemon's own
+    record of a restart (``state.restarts``) of the other replica: the record names the
+    service, not the node; the replica on this node ran all along."""
     mark = time.time() - 10
     sw, _ = _running({P + MOVED_AT: f"{mark:.0f}"})
+    if recorded:
+        sw = RecordingSwarm(sw.nodes(), sw.services(), sw.tasks(),
+                            {**sw.swarm_labels(), P + "state.restarts": f"id-third@{mark:.0f}"})
     dgx_gpu1 = FACTS["n-dgx"].gpus[1].uuid
     third = replace(sw.service("id-third"), replicas=2, max_replicas_per_node=1)
     nodes = [replace(n, labels={**n.labels, **held_labels("third", "n-dgx", dgx_gpu1)})
@@ -236,19 +274,22 @@ def test_a_replica_left_waiting_keeps_no_share_over_its_size_from_the_restart(
     assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("own_restart_ago", "restarted"), [
-    pytest.param(200.0, 0, id="its-own-restart-within-the-cool-down"),
-    pytest.param(3600.0, 1, id="its-task-older-than-the-cool-down"),
+@pytest.mark.parametrize(("own_restart_ago", "recorded", "restarted"), [
+    pytest.param(200.0, True, 0, id="its-own-restart-within-the-cool-down"),
+    pytest.param(3600.0, True, 1, id="its-task-older-than-the-cool-down"),
+    pytest.param(200.0, False, 1, id="the-other-replicas-mark-not-the-daemons"),
 ])
 def test_a_restart_of_another_replica_leaves_this_ones_own_cool_down(
-        tmp_path: Path, own_restart_ago: float, restarted: int) -> None:
+        tmp_path: Path, own_restart_ago: float, recorded: bool, restarted: int) -> None:
     """The mark is one per service and each restart writes it anew. Two replicas over
     their share, one restarted on n-4090, the other on n-dgx 200 s later: the second
     restart's mark is borne out on n-dgx alone, so n-4090's own cool-down was dropped
     and its replica restarted again within ``rebalance.cooldown_s`` of its last restart,
     the daemon's own marks undoing each other. A mark a task elsewhere bears out cools
     this node from the making of its task there (a restart's or a move's; no longer
-    than the mark's), as that task's own restart would have."""
+    than the mark's), as that task's own restart would have; but only where the mark
+    is borne out there as on the node judged, the daemon's list having that restart: a
+    mark its owner wrote, with a fresh task of the other replica, cools nothing."""
     mark = time.time() - 10  # n-dgx's restart
     sw, _ = _running({P + MOVED_AT: f"{mark:.0f}"})
     dgx_gpu1 = FACTS["n-dgx"].gpus[1].uuid
@@ -260,8 +301,78 @@ def test_a_restart_of_another_replica_leaves_this_ones_own_cool_down(
     tasks.append(SwarmTask("t-third-2", third.id, "n-dgx", 2, "running", "running", (),
                            created_at=_stamp(mark + 5)))
     services = [third if s.id == third.id else s for s in sw.services()]
-    sw = RecordingSwarm(nodes, services, tasks, sw.swarm_labels())
+    # (n-dgx's restart in the daemon's list: a mark counts only so, here or elsewhere)
+    listed = {P + "state.restarts": f"id-third@{mark:.0f}"} if recorded else {}
+    sw = RecordingSwarm(nodes, services, tasks, {**sw.swarm_labels(), **listed})
     snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
     cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
                  placement=PlacementConfig(overshare="restart"))
     assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("ended_ago", "restarted"), [
+    pytest.param(650.0, 1, id="the-move-ended-past-the-cool-down"),
+    pytest.param(200.0, 0, id="the-move-ended-within-the-cool-down"),
+])
+def test_a_moves_mark_borne_out_elsewhere_cools_no_longer_than_the_mark(
+        tmp_path: Path, ended_ago: float, restarted: int) -> None:
+    """A move of the replica on n-dgx ended at the mark (its task there made during the
+    move); the replica on n-4090 was made after that end (its container ended, Swarm
+    made a new task), which bears out no move there. Cooled from its own task's making
+    as an other replica's mark is, it cooled past the mark, its genuine move long
+    cooled: a cool-down counts from the mark at the latest."""
+    mark = time.time() - ended_ago
+    sw, _ = _running({P + MOVED_AT: f"{mark:.0f}"})
+    dgx_gpu1 = FACTS["n-dgx"].gpus[1].uuid
+    third = replace(sw.service("id-third"), replicas=2, max_replicas_per_node=1)
+    nodes = [replace(n, labels={**n.labels, **held_labels("third", "n-dgx", dgx_gpu1)})
+             if n.id == "n-dgx" else n for n in sw.nodes()]
+    tasks = [replace(t, created_at=_stamp(mark + 120)) if t.id == "t-third" else t
+             for t in sw.tasks()]
+    tasks.append(SwarmTask("t-third-2", third.id, "n-dgx", 2, "running", "running", (),
+                           created_at=_stamp(mark - 100)))  # (the move's)
+    services = [third if s.id == third.id else s for s in sw.services()]
+    sw = RecordingSwarm(nodes, services, tasks,
+                        {**sw.swarm_labels(), P + "state.moves-finished": f"{mark:.0f}"})
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
+                 placement=PlacementConfig(overshare="restart"))
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]
+
+
+def test_the_daemons_restart_is_recorded_and_its_mark_cools_the_next_one(
+        tmp_path: Path) -> None:
+    """The over-share restart writes its service's restart to the swarm object's list
+    before its mark: the next cycle (this daemon's, or the next leader's) reads its mark
+    as the daemon's own, and, its replacement on that node made after the mark, the
+    tenant that may not opt out cools down as it should."""
+    sw, snap = _running({})
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
+                 placement=PlacementConfig(overshare="restart"))
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 1  # type: ignore[arg-type]
+    mark = sw.service("id-third").labels[P + MOVED_AT]
+    assert sw.swarm_labels()[P + "state.restarts"] == f"id-third@{mark}"
+    # Swarm's replacement (the stand-in makes none): made after the mark, on that node
+    tasks = [replace(t, created_at=_stamp(float(mark) + 1)) if t.id == "t-third" else t
+             for t in sw.tasks()]
+    sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, sw.swarm_labels())
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 0  # type: ignore[arg-type]
+
+
+def test_a_restart_whose_record_cannot_be_stored_is_not_made(tmp_path: Path) -> None:
+    """Unrecorded, its mark would read as its owner's and cool nothing: the mark is
+    taken back, its gate never closed, and it is tried again next cycle."""
+    from swarmgpu.swarm.client import SwarmError
+
+    sw, snap = _running({})
+
+    def refused(*_a: Any, **_k: Any) -> bool:
+        raise SwarmError("update out of sequence")
+
+    sw.update_swarm_labels = refused  # type: ignore[method-assign]
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
+                 placement=PlacementConfig(overshare="restart"))
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 0  # type: ignore[arg-type]
+    assert P + MOVED_AT not in sw.service("id-third").labels
+    assert not any(kind == "node" for kind, _ in sw.calls), sw.calls

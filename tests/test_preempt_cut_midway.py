@@ -21,7 +21,7 @@ from support.move_then_preempt import REBALANCE, D, P, R, holds
 from swarmgpu.core.config import Config, PreemptionConfig
 from swarmgpu.manager.cycle.budget import OverBudget
 from swarmgpu.manager.cycle.preemption import Preempter
-from swarmgpu.manager.engine.stop import BudgetEnded, StopRequest
+from swarmgpu.manager.engine.stop import BudgetEnded, StopRequest, TermEnded
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, PlacementPlan, devices_key
 from swarmgpu.manager.placement.preempt import Candidate, Preemption, Relocation
@@ -35,11 +35,12 @@ class CutAtWrite(RecordingSwarm):
 
     cut = 0
     tried = 0
+    term = False  # the cut is the leader's term ending there (``TermEnded``), not the budget
 
     def before_write(self) -> None:
         self.tried += 1
         if self.cut and self.tried >= self.cut:
-            raise OverBudget(StopRequest())
+            raise TermEnded() if self.term else OverBudget(StopRequest())
 
 
 def _world(dfill: int = 5, free: int = 0) -> CutAtWrite:
@@ -79,13 +80,14 @@ class ConflictOnSpec(CutAtWrite):
 
 
 def _preempt(cut: int, tmp_path: Path, held: tuple[str, ...] = R[:4],
-             sw: CutAtWrite | None = None, both: bool = False) -> tuple[Preempter, CutAtWrite]:
+             sw: CutAtWrite | None = None, both: bool = False,
+             term: bool = False) -> tuple[Preempter, CutAtWrite]:
     """high's preemption of batch (moved to the DGX's 2 free GPUs) and batch2 (stopped;
     ``both``: moved to 2 more, which ``sw`` frees) on n-4090, its hold naming ``held``
-    (their 4 GPUs), the ``cut``-th write refused (0: none); over ``sw`` (None:
-    ``_world``'s)."""
+    (their 4 GPUs), the ``cut``-th write refused (0: none; ``term``: by the term's end);
+    over ``sw`` (None: ``_world``'s)."""
     sw, t = sw or _world(), 1000.0
-    sw.cut = cut
+    sw.cut, sw.term = cut, term
     cfg = Config(state_dir=str(tmp_path), rebalance=REBALANCE,
                  preemption=PreemptionConfig(dry_run=False, preemptible_below=100))
     pre = Preempter(cfg, clock=lambda: t)
@@ -102,7 +104,7 @@ def _preempt(cut: int, tmp_path: Path, held: tuple[str, ...] = R[:4],
     if not cut:
         pre._act(sw, snap, plan, p, "", 5000.0, [], t)  # type: ignore[arg-type]
         return pre, sw
-    with pytest.raises(BudgetEnded):
+    with pytest.raises(TermEnded if term else BudgetEnded):
         pre._act(sw, snap, plan, p, "", 5000.0, [], t)  # type: ignore[arg-type]
     return pre, sw
 
@@ -113,10 +115,18 @@ def _preempt(cut: int, tmp_path: Path, held: tuple[str, ...] = R[:4],
 MOVE_RECORDED, WRITES = 3, 7
 
 
+# A term lost part-way (``TermEnded`` before a write: another manager elected) is cut
+# the same way: what landed is taken, what was counted and not done given back. Before,
+# only the budget's end was: a term's end left the moved victim free to be chosen again
+# and the stop it refused counted for the hour, when this daemon led again.
+TERM = pytest.mark.parametrize("term", [False, True], ids=["budget", "term"])
+
+
+@TERM
 @pytest.mark.parametrize("cut", range(MOVE_RECORDED, WRITES + 1))
 def test_a_victim_moved_before_the_cut_cools_and_its_gpus_are_held(
-        cut: int, tmp_path: Path) -> None:
-    pre, sw = _preempt(cut, tmp_path)
+        cut: int, term: bool, tmp_path: Path) -> None:
+    pre, sw = _preempt(cut, tmp_path, term=term)
     assert {st.service for st in read_records(sw.swarm_labels(), P).values()} == {"batch"}
     assert set(pre.victim_at) == {"id-batch"}  # batch2 not stopped: not cooling
     (hold,) = pre.nominated.current(1000.0)
@@ -125,10 +135,11 @@ def test_a_victim_moved_before_the_cut_cools_and_its_gpus_are_held(
     assert len(pre.spent.all) == 1, list(pre.spent.all)  # batch's alone
 
 
+@TERM
 @pytest.mark.parametrize("cut", range(1, MOVE_RECORDED))
 def test_a_preemption_cut_before_any_record_landed_holds_and_spends_nothing(
-        cut: int, tmp_path: Path) -> None:
-    pre, sw = _preempt(cut, tmp_path)
+        cut: int, term: bool, tmp_path: Path) -> None:
+    pre, sw = _preempt(cut, tmp_path, term=term)
     assert read_records(sw.swarm_labels(), P) == {}
     assert (pre.victim_at, pre.nominated.current(1000.0), pre.preemptor_at) == ({}, (), {})
     assert list(pre.spent.all) == []
@@ -149,9 +160,10 @@ def test_a_hold_cut_after_a_move_keeps_none_of_the_gpus_its_preemptor_was_not_co
     assert [n.uuids for n in pre.nominated.current(1000.0)] == [R[2:4]]
 
 
+@TERM
 @pytest.mark.parametrize("both", [False, True])
 def test_a_victim_counted_for_a_move_taken_back_is_given_back_when_the_cut_stops_none(
-        both: bool, tmp_path: Path) -> None:
+        both: bool, term: bool, tmp_path: Path) -> None:
     """batch's move counts it (the hour stored before its record), then its spec write
     conflicts and the record goes: batch is left to stop. The cut refuses the hour's
     store for batch2 (its stop's, or ``both``: its move's): neither is stopped, so
@@ -160,7 +172,8 @@ def test_a_victim_counted_for_a_move_taken_back_is_given_back_when_the_cut_stops
     w = _world(3 if both else 5)
     # (batch's record, its spec, the record's drop, then batch2's first write: the hour)
     pre, sw = _preempt(6 if both else 5, tmp_path,
-                       sw=ConflictOnSpec(w.nodes(), w.services(), w.tasks()), both=both)
+                       sw=ConflictOnSpec(w.nodes(), w.services(), w.tasks()), both=both,
+                       term=term)
     assert read_records(sw.swarm_labels(), P) == {}
     assert (pre.victim_at, pre.preemptor_at) == ({}, {})
     assert list(pre.spent.all) == [] and len(pre.spent.given) == 2

@@ -349,4 +349,4 @@ def test_a_saved_record_whose_times_are_no_finite_numbers_has_none(tmp_path: Pat
     silent = FactsResult("n-4090", "gpu-node-2", "", None, "timed out", 1000.0)
     snap = Snapshot(NODES, [], [], {"n-4090": silent}, taken_at=1000.0)
     assert silent_rows(snap, saved, 300.0) == []
-    assert "node-failing" not in {f.kind for f in audit(snap, saved_agents=saved)}
+    assert "agent-lost" not in {f.kind for f in audit(snap, saved_agents=saved)}

@@ -99,7 +99,7 @@ def audit(
     """``generic_resource_kind``: placement's reservation kind (config); when set, a GPU
     node that does not advertise it needs action, else its absence is only advisory.
     ``node_lost_grace_s``: ``health.node_lost_grace_s``; a GPU node whose agent has been
-    lost that long is ``node-failing`` (the health policy's rule). ``metrics``: each
+    lost that long is ``agent-lost`` (the health policy's rule). ``metrics``: each
     node's scraped samples by UUID (the daemon's; the CLI has none): a page reporting
     another node's GPU is flagged too. ``agent_service``: ``agents.service``; a node its
     tasks run on is a GPU node (``gpu_hint``), and a name no service has is said, as is

@@ -19,6 +19,7 @@ from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement.keys import ASSIGN, GATE
 from swarmgpu.manager.placement.ledger import Holding, parse_holding
+from swarmgpu.manager.rebalance.swarmkeeps import kept_said
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.labels import (
     GPUS_UNREAD_FIX,
@@ -106,7 +107,7 @@ def node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[s
             # (lost from its last answer: facts it read long before are only stale)
             why = failing_why(0, 0, saved_silence(saved, snap.taken_at), node_lost_grace_s)
             if why is not None:
-                out.append(_lost(h, why, node))
+                out.append(_lost(h, why, node, snap, prefix))
         elif res is not None and res.listening:
             # A first agent the daemon cannot read: no label yet, so nothing else
             # would say it (its labels will never come).
@@ -351,14 +352,21 @@ def _failing(host: str, why: str) -> Finding:
                    "--availability drain) to move all its GPU services off")
 
 
-def _lost(host: str, why: str, node: SwarmNode) -> Finding:
-    """A node failing by its agent's loss alone: nothing says its GPUs or tasks are bad,
-    and the daemon moves none of them for it (docs/health.md): the fix is the agent's,
-    not a drain that restarts every model server on it."""
-    then = (f"{by_swarm}: Swarm moves its tasks itself" if (by_swarm := swarm_moves(node))
-            else "the daemon moves nothing off it for this alone: Swarm does not report it "
-            "down, so its tasks run")
-    return Finding("node-failing", host, f"{why}; {then}; bring the agent back (its "
+def _lost(host: str, why: str, node: SwarmNode, snap: Snapshot, prefix: str) -> Finding:
+    """A node whose agent is lost (``agent-lost``, never ``node-failing``, read as broken
+    GPUs): nothing says its GPUs or tasks are bad, and the daemon moves none of them for
+    it (docs/health.md): the fix is the agent's, not a drain that restarts every model
+    server on it. Where Swarm moves tasks off it, the GPU services it does not move are
+    named (``swarmkeeps``)."""
+    if by_swarm := swarm_moves(node):
+        ak = prefix + ASSIGN
+        held = [k[len(ak):] for k in node.labels if k.startswith(ak)]
+        then = f"{by_swarm}: Swarm moves its tasks itself" + kept_said(
+            node.id, held, {s.name: s for s in snap.services}, snap.nodes, prefix)
+    else:
+        then = ("the daemon moves nothing off it for this alone: Swarm does not report it "
+                "down, so its tasks run")
+    return Finding("agent-lost", host, f"{why}; {then}; bring the agent back (its "
                    "unreachable finding says what answered, and the fix)")
 
 

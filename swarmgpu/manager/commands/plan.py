@@ -152,6 +152,10 @@ def _move_lines(moves: Mapping[str, Any] | None, listen: str,
     failing = health.get("failing_nodes") if isinstance(health, Mapping) else None
     failed = sorted((failing if isinstance(failing, Mapping) else {}).items(),
                     key=lambda kv: str(kv[0]))
+    # of those, the ones failing by their agent's loss alone: their GPUs not known bad
+    # (an older daemon says none: all read "failing", as it said them)
+    lost = health.get("agent_lost_nodes") if isinstance(health, Mapping) else None
+    lost = lost if isinstance(lost, Mapping) else {}
     # a failing node named as a move's node is: two cut alike are told apart by ID
     sick = [failing_entry(host, nodes) for host, _ in failed]
     name = move_names([*proposed, *recent[-5:], *sick], nodes)
@@ -167,8 +171,9 @@ def _move_lines(moves: Mapping[str, Any] | None, listen: str,
     for m in recent[-5:]:
         out.append(f"recent {m.get('service')}: {name(m, 'from')} -> {name(m, 'to')}: "
                    f"{m.get('outcome')} ({m.get('reason')})")
-    for entry, (_, why) in zip(sick, failed, strict=True):
-        out.append(f"node failing: {name(entry, 'from')}: {why}")
+    for entry, (key, why) in zip(sick, failed, strict=True):
+        state = "agent lost" if key in lost else "failing"
+        out.append(f"node {state}: {name(entry, 'from')}: {why}")
     notes = moves.get("notes")
     for n in notes if isinstance(notes, list) else []:
         if "health:" in str(n):

@@ -93,7 +93,7 @@ class ObserveStep(Step):
             snap, session.placement if self.placement else None, prefix=cfg.sync.prefix,
             metrics=metrics, saved_agents=saved,
             # The same audit as `swarmgpu audit`/`status`: with the agents' records, a node
-            # whose agent is lost past the grace is node-failing on the map too.
+            # whose agent is lost past the grace is agent-lost on the map too.
             findings=audit(snap, prefix=cfg.sync.prefix, saved_agents=saved,
                            generic_resource_kind=cfg.placement.generic_resource_kind,
                            node_lost_grace_s=cfg.health.node_lost_grace_s, metrics=metrics,

@@ -93,7 +93,7 @@ from swarmgpu.manager.cycle.victimback import MovedBack, VictimSpent, ran_on, ro
 from swarmgpu.manager.cycle.victimspec import unread_victims
 from swarmgpu.manager.cycle.victimstop import close_gates, names
 from swarmgpu.manager.engine.actuator import Writes
-from swarmgpu.manager.engine.stop import BudgetEnded, Stopped, read_cut
+from swarmgpu.manager.engine.stop import BudgetEnded, Stopped, TermEnded, read_cut
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import (
     Nominations,
@@ -259,13 +259,15 @@ class Preempter:
         stored) holds the whole preemption back: no victim of it is stopped this cycle.
         Stopped alone, a victim freed GPUs the preemptor could not use yet, and placement
         gave them back to it the next cycle: stopped and restarted for nothing. Cut at the
-        cycle's budget part-way, those moved before the cut are taken (``_took_cut``), and
-        those counted before a move that did not start, never stopped, given back."""
+        cycle's budget or by the term's end (the write gate's ``TermEnded``) part-way, those
+        moved before the cut are taken (``_took_cut``), and those counted before a move
+        that did not start, never stopped, given back: this daemon may lead again with
+        this memory, and stores the hour without them then (``spent.given``)."""
         was = set(self.moving.get(p.service, ()))
         counted: set[str] = set()  # victims spent and stored before their move's writes
         try:
             return self._act_on(swarm, snap, plan, p, tenant, now, waits, mono, counted)
-        except BudgetEnded:
+        except (BudgetEnded, TermEnded):
             landed = self.moving.get(p.service, set()) - was
             if back := len(counted - landed):  # (the cycle's end stores none: ``given``)
                 self.spent.release(now, tenant, back)
@@ -533,7 +535,7 @@ class Preempter:
         else:
             try:
                 ok = self._stop(swarm, p, to_stop, now)
-            except BudgetEnded:
+            except (BudgetEnded, TermEnded):
                 # None stopped (the gate write is refused before it is sent, never cut):
                 # given back here, as the cycle ends and writes no correction; the next
                 # stores it (``spent.given``). Those counted by their move too: not again

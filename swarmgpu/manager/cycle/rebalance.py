@@ -142,8 +142,12 @@ class Rebalancer(Step):
             "swarmgpu_health_evacuations", "Holders of failed GPUs (or of a drained failing "
             "node) moved or re-placed by the health policy, by outcome", ["outcome"],
             registry=reg)
+        # (its meaning kept for dashboards: the agent-lost nodes counted in it too)
         self.failing = Gauge("swarmgpu_health_failing_nodes", "Nodes failing as a whole "
                              "(two or more failed GPUs, or the agent lost)", registry=reg)
+        self.agent_lost = Gauge("swarmgpu_health_agent_lost_nodes", "Of the failing "
+                                "nodes, those by their agent's loss alone (their GPUs "
+                                "not known bad; nothing moved for it)", registry=reg)
 
     def stand_by(self) -> None:
         """Not the leader: what a new term reads again from Swarm (the windows age out
@@ -151,6 +155,7 @@ class Rebalancer(Step):
         daemon's to count, its proposal too (kept, /api/rebalance served it frozen)."""
         self.mover.stand_by()
         self.failing.set(0)
+        self.agent_lost.set(0)
         self.first_looks = {}
         self.last = None
 
@@ -330,6 +335,7 @@ class Rebalancer(Step):
         if "health" not in prop.policy_errors:  # else unknown now: kept until it runs
             self.released &= set(prop.failed_holders)  # re-placed, or off the failed GPU
             self.failing.set(len(prop.failing_nodes))
+            self.agent_lost.set(len(prop.agent_lost_nodes))
         said = self._said
         said.begin()
         for n in prop.notes:
@@ -454,7 +460,8 @@ def health_dict(p: Proposal | None, dry_run: bool, evacuate: bool) -> Mapping[st
     """The health policy's part of ``/api/rebalance``."""
     return {"evacuate": evacuate, "dry_run": dry_run,
             "releases": [r.to_dict() for r in (p.releases if p else [])],
-            "failing_nodes": dict(p.failing_nodes) if p else {}}
+            "failing_nodes": dict(p.failing_nodes) if p else {},
+            "agent_lost_nodes": dict(p.agent_lost_nodes) if p else {}}
 
 
 def serve(daemon: CycleHost, rb: Rebalancer) -> None:

@@ -11,7 +11,8 @@ moves in flight and audit's findings of them) -> ``planner`` -> ``policies/*`` (
 plugins) over ``context`` (what policies see; ``targets``: Swarm's filters for a move's
 target; ``trial``: a check's allocator made on the pass's kept one, taken back after;
 ``heldgpus``: what of a held GPU a hold keeps from a service, for the policies and
-the mover alike) -> ``signals``/``windows`` (utilisation
+the mover alike; ``swarmkeeps``: which of a down or drained node's GPU services Swarm
+itself does not move) -> ``signals``/``windows`` (utilisation
 windows), ``attribution`` (who holds what) and ``scrape`` (the metrics pages read).
 ``moves`` holds the values all of them pass: Move, MoveRecord, Proposal, Trigger.
 """

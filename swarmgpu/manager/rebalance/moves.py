@@ -129,6 +129,8 @@ class HealthResult:
     releases: list[Release] = field(default_factory=list)
     held: set[tuple[str, str]] = field(default_factory=set)  # (service, node id) to leave
     failing: dict[str, str] = field(default_factory=dict)  # node id -> why it is failing
+    # of ``failing``, those by their agent's loss alone: said "agent lost", not failing
+    agent_lost: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,8 @@ class Proposal:
     releases: list[Release] = field(default_factory=list)  # health: same-node re-places
     failed_holders: frozenset[tuple[str, str]] = frozenset()  # (service, node id) on failed
     failing_nodes: dict[str, str] = field(default_factory=dict)  # node name -> why
+    # of those, the ones failing by their agent's loss alone (docs/health.md)
+    agent_lost_nodes: dict[str, str] = field(default_factory=dict)
     # policy name -> the traceback of its exception (its note says it in one line)
     policy_errors: dict[str, str] = field(default_factory=dict)
 

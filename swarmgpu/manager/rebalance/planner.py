@@ -47,6 +47,8 @@ def plan_moves(inp: Inputs, health_in: HealthInputs | None = None) -> Proposal:
         prop.releases = got.releases
         prop.failed_holders = frozenset(got.held)
         prop.failing_nodes = {names.get(n, n): why for n, why in got.failing.items()}
+        prop.agent_lost_nodes = {names.get(n, n): got.failing[n] for n in got.agent_lost
+                                 if n in got.failing}
     return prop
 
 

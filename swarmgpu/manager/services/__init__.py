@@ -5,7 +5,8 @@
 ``sharing``   what a shared GPU holding tells its container (its share, as env)
 ``grants``    GPU access only through a grant: services that see GPUs placement never gave
 ``overshare`` shared GPUs stay within their share: use against share, the restarter
-``coolmark``  whether Swarm bears out a service's cool-down mark on a node (the restarter's)
+``coolmark``  whether the daemon's records and Swarm bear out a service's cool-down mark
+``restartlist`` the restarter's own record of its restarts, which a cool-down mark is read by
 ``onereplica`` the one replica the restarter judges for a tenant that may not opt out
 ``release``   the operator's word: held spec changes written (`swarmgpu apply`)
 """

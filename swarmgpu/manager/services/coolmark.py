@@ -1,32 +1,37 @@
-"""Whether a service's cool-down mark (``<p>state.moved-at``) is borne out by Swarm, for
-the over-share restart of a tenant that may not opt out (``Tenants.enforced``). The mark
-is a label on the service's own spec, which its stack writes; what bears it out is what
-a restart or a move leaves on the node judged:
+"""Whether a service's cool-down mark (``<p>state.moved-at``) is borne out, for the
+over-share restart of a tenant that may not opt out (``Tenants.enforced``). The mark is
+a label on the service's own spec, which its stack writes; it counts only where both the
+daemon's own records on the swarm object (managers' alone) and Swarm's tasks on the node
+judged bear it out:
 
-* a restart's mark is written before its gate closes: the replacement task on that node
-  is made after it;
-* a move's mark is written at its end, after the task it started on its target (made
-  during the move, within ``MoveEnds.span_s`` before the end), and the mover's list of
-  finished moves on the swarm object (managers' alone) has that end.
+* a restart's: the restarter's list (``restartlist``: ``<service id>@<second>``) has this
+  service's restart in the mark's second, and its task on that node was made after the
+  mark (the mark is written before the gate closes: the replacement follows it);
+* a move's: the mover's list of finished moves has one ended in that second, and its
+  task on that node was made during the move (within ``MarkRecords.span_s`` before its
+  end, and not after it but for the managers' skew: the mark is written at the end,
+  after the task the move started).
 
-Only the tasks on the node judged bear the mark out: a fresh task of another replica
-(its own code ended it, Swarm made a new one) proves nothing of this one. The finished
-list names no service: a mark copied from another service's move matches it, so the
-task there must also be one a move ending then could have made.
+Either alone was a tenant's way to a cool-down: a task made after the mark, its owner's
+own ``docker service update --force`` makes too (after a move's mark copied, too); a
+recorded restart's or a finished move's mark copied onto a share that ran all along
+matches the list (the finished list names no service). Only the tasks on the node
+judged bear the mark out: a fresh task of another replica (its own code ended it, Swarm
+made a new one) proves nothing of this one.
 
 The mark is one per service, written anew by each restart or move of any replica: one
-borne out on another node only (``kept``) cools this node from its own task's making,
-as that task's restart or move did, never longer than the mark would; dropped, the
-daemon's restart of one replica took another's cool-down away, restarted again within
-``rebalance.cooldown_s`` of its last."""
+borne out (by the same rule: the daemon's list and its task there) on another node only
+(``kept``) cools this node from its own task's making, as that task's restart or move
+did, and from the mark at the latest (a task here made after a move's end bears out no
+move: it is no reason to cool longer); dropped, the daemon's restart of one replica took
+another's cool-down away, restarted again within ``rebalance.cooldown_s`` of its last."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from swarmgpu.core.config import Config
 from swarmgpu.core.stamps import MAX_SKEW_S
 from swarmgpu.manager.placement.keys import STOPPING_STATES
 from swarmgpu.swarm.client import SwarmTask
@@ -34,23 +39,18 @@ from swarmgpu.swarm.taskstop import rfc3339_ns
 
 
 @dataclass(frozen=True)
-class MoveEnds:
-    """The mover's finished moves in the hour (``budget.finished_times``: epoch seconds)
-    and the most a move's task may have been made before its end (``span_s``)."""
+class MarkRecords:
+    """The daemon's records a mark is read against: the mover's finished moves in the
+    hour (``moves``: epoch seconds), the most a move's task may have been made before
+    its end (``span_s``), and the restarter's restarts (``restarts``: by service id);
+    read from the swarm object by ``restartlist.mark_records``."""
 
-    times: frozenset[float] = frozenset()
+    moves: frozenset[float] = frozenset()
     span_s: float = 0.0
-
-    @classmethod
-    def of(cls, times: Iterable[float], cfg: Config) -> MoveEnds:
-        """A move ends once its target's task runs, rolled back past ``move_timeout_s``
-        (a repin's old task waited twice that), the mover looking each cycle; the
-        managers' clocks may differ by ``MAX_SKEW_S``."""
-        span = 2 * cfg.rebalance.move_timeout_s + cfg.sync.interval_s + MAX_SKEW_S
-        return cls(frozenset(times), span)
+    restarts: Mapping[str, frozenset[float]] = field(default_factory=dict)
 
 
-NO_MOVES = MoveEnds()  # (none finished)
+NO_RECORDS = MarkRecords()  # (none kept)
 
 
 def on_node(tasks: Iterable[SwarmTask], node_id: str) -> list[SwarmTask]:
@@ -70,23 +70,29 @@ def _made(tasks: Iterable[SwarmTask]) -> list[int]:
             and (m := rfc3339_ns(t.created_at)) is not None]
 
 
-def kept(mark: str, here: Sequence[SwarmTask], elsewhere: Sequence[SwarmTask],
-         moved: MoveEnds) -> str | None:
-    """The cool-down mark the node of ``here`` (the service's tasks there) is judged by:
-    ``mark`` where they bear it out; where only ``elsewhere`` (its tasks on other nodes)
-    do, the time its task here was made (epoch seconds, the earliest); else None."""
-    if borne_out(mark, here, moved):
+def kept(mark: str, service_id: str, here: Sequence[SwarmTask],
+         elsewhere: Sequence[SwarmTask], recs: MarkRecords) -> str | None:
+    """The cool-down mark the node of ``here`` (service ``service_id``'s tasks there) is
+    judged by: ``mark`` where they bear it out; where only ``elsewhere`` (its tasks on
+    other nodes) do, the time its task here was made (epoch seconds, the earliest), or
+    the mark's if that is earlier; else None."""
+    if borne_out(mark, service_id, here, recs):
         return mark
     made = _made(here)
-    if not made or not borne_out(mark, elsewhere, moved):
+    if not made or not borne_out(mark, service_id, elsewhere, recs):
         return None
-    return f"{min(made) / 10**9:.0f}"  # (before the mark: it was not borne out here)
+    since = min(made) / 10**9
+    # Not borne out here, its task may still be younger than the mark (made after a
+    # move's end: its owner's force-restart): never a cool-down past the mark's own.
+    return mark if since >= float(mark) else f"{since:.0f}"
 
 
-def borne_out(mark: str, tasks: Sequence[SwarmTask], moved: MoveEnds) -> bool:
-    """Whether ``mark`` (epoch seconds, the stack's text) is a restart's or a move's on
-    the node whose ``tasks`` (those of the service there) are given. False for a mark
-    that is no finite time, or tasks whose making time cannot be read."""
+def borne_out(mark: str, service_id: str, tasks: Sequence[SwarmTask],
+              recs: MarkRecords) -> bool:
+    """Whether ``mark`` (epoch seconds, the stack's text) is a restart's or a move's of
+    service ``service_id`` on the node whose ``tasks`` (those of the service there) are
+    given. False for a mark that is no finite time, or tasks whose making time cannot
+    be read."""
     try:
         at = float(mark)
     except ValueError:
@@ -94,6 +100,10 @@ def borne_out(mark: str, tasks: Sequence[SwarmTask], moved: MoveEnds) -> bool:
     if not math.isfinite(at):
         return False
     made = _made(tasks)
-    if any(m >= (at - MAX_SKEW_S) * 10**9 for m in made):
-        return True  # a restart's replacement (the managers' clocks may differ)
-    return at in moved.times and any(m >= (at - moved.span_s) * 10**9 for m in made)
+    # a restart's replacement (the managers' clocks may differ)
+    restart = at in recs.restarts.get(service_id, frozenset()) and any(
+        m >= (at - MAX_SKEW_S) * 10**9 for m in made)
+    # a move's task, made before its end: one made after (its owner's force-restart) is
+    # no move's, though the mark be a genuine move's, copied
+    return restart or (at in recs.moves and any(
+        (at - recs.span_s) * 10**9 <= m <= (at + MAX_SKEW_S) * 10**9 for m in made))

@@ -46,13 +46,13 @@ from swarmgpu.manager.engine.stop import (
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import Holding, gate_key, read_ledger
 from swarmgpu.manager.rebalance.admission import over_budget_on
-from swarmgpu.manager.rebalance.budget import finished_times
 from swarmgpu.manager.rebalance.context import MOVED_AT, OPT_OUT, by_service, why_not_movable
 from swarmgpu.manager.rebalance.mover import rebalancing, verify_scope
 from swarmgpu.manager.rebalance.record import moving, read_records, unreadable_records
-from swarmgpu.manager.services.coolmark import MoveEnds, off_node, on_node
+from swarmgpu.manager.services.coolmark import off_node, on_node
 from swarmgpu.manager.services.onereplica import one_node
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, parse_all
+from swarmgpu.manager.services.restartlist import mark_records, record_restart
 from swarmgpu.manager.services.sharing import share_mib
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.manager.web.cluster_view import gpu_metrics
@@ -426,7 +426,7 @@ class Restarter:
         except SwarmError as exc:
             logger.warning("over-share restarts wait: cannot read the move records ({})", exc)
             return 0
-        moved = MoveEnds.of(finished_times(swarm_labels, p), self.cfg)  # (``enforced``)
+        recs = mark_records(swarm_labels, p, self.cfg)  # (a mark's: ``enforced``)
         done_on: list[set[str]] = []  # a restart is a move on its one node
         by_node = {n.id: n for n in snap.nodes}
         mine = by_service(snap.tasks)  # each service's own tasks: one walk, not one each
@@ -441,7 +441,7 @@ class Restarter:
             judged, gpu = ((s, req if isinstance(req, GpuRequest) else None)
                            if self.tenants is None else self.tenants.enforced(
                                s, req, p + OPT_OUT, p + MOVED_AT, on_node(tasks, u.node_id),
-                               moved, off_node(tasks, u.node_id)))
+                               recs, off_node(tasks, u.node_id)))
             # an unread node's labels are written by none: its gate stays
             refusal = refused(judged, gpu, ledger.get(u.service, {}), p)
             held = ledger.get(u.service, {})
@@ -556,7 +556,9 @@ class Restarter:
             raise
         self.unsure.pop(s.id, None)
         try:  # (each way out but the write's answer raises: ``closed`` is that answer)
-            closed = writes.node_labels(
+            # its mark the daemon's own: recorded first (unrecorded: its owner's, no restart)
+            unstored = record_restart(writes, p, s.id, at, self.clock())
+            closed = not unstored and writes.node_labels(
                 u.node_id, lambda cur: {k: v for k, v in cur.items() if k != gate}, why)
         except BudgetEnded:  # refused before it was sent: none closed; the daemon goes on
             self.unsure[s.id] = at  # (read back next cycle: no write past the budget)
@@ -572,7 +574,7 @@ class Restarter:
             # No gate there to close (placement released it this cycle, say): no restart
             # made, none to reopen (one written would let a task onto GPUs the ledger no
             # longer holds for it), and its mark would hold the next one back for nothing.
-            self._take_back(writes, s, u, moved_at, at, before[0],
+            self._take_back(writes, s, u, moved_at, at, before[0], unstored or
                             "no gate of it there to close (placement released it, or it "
                             "was removed)")
             return False

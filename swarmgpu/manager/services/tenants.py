@@ -35,7 +35,7 @@ from swarmgpu.core.tenants import (
     matches,
     parse_tenants,
 )
-from swarmgpu.manager.services.coolmark import NO_MOVES, MoveEnds, kept
+from swarmgpu.manager.services.coolmark import NO_RECORDS, MarkRecords, kept
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, RequestError
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 
@@ -157,28 +157,29 @@ class Tenants:
 
     def enforced(self, s: SwarmService, r: GpuRequest | RequestError | None, opt_out: str,
                  mark: str = "", tasks: Sequence[SwarmTask] = (),
-                 moved: MoveEnds = NO_MOVES, elsewhere: Sequence[SwarmTask] = (),
+                 recs: MarkRecords = NO_RECORDS, elsewhere: Sequence[SwarmTask] = (),
                  ) -> tuple[SwarmService, GpuRequest | None]:
         """``s`` and its request ``r`` as the over-share restart, the operator's limit on
         a share, judges them. For a tenant that may not opt out: without its opt-out
         label ``opt_out`` (``<p>rebalance``: never, in either place), a request its
         labels broke read as ``held_as`` reads it, and without its cool-down ``mark``
-        (``<p>state.moved-at``) unless its ``tasks`` on the node judged bear it out, as a
-        restart's replacement or a move's task there does (``coolmark.borne_out``, with
-        the mover's finished moves ``moved``); borne out by its tasks on other nodes
-        (``elsewhere``) alone, it counts from the making of its task on that node
-        (``coolmark.kept``). Taken as written, a tenant's own word (the
-        mark written again each minute; a mark copied from another service's move; a
-        fresh task of another replica) kept a share past its size running on its
-        neighbours' memory. For a tenant that may: as they are (no request where ``r``
-        is not one)."""
+        (``<p>state.moved-at``) unless the daemon's records ``recs`` (its restart of this
+        service made, or a move ended, in that second) and its ``tasks`` on the node judged
+        (the restart's replacement, made after it; the move's, made during it) both bear
+        it out (``coolmark.borne_out``); borne out so by its tasks on other nodes
+        (``elsewhere``) alone, it counts from the making of its task on that node, never
+        later than the mark (``coolmark.kept``). Taken as written, a tenant's own word
+        (the mark written again each minute; a mark copied from another service's move;
+        a fresh task of another replica; its own ``docker service update --force`` after
+        the mark) kept a share past its size running on its neighbours' memory. For a
+        tenant that may: as they are (no request where ``r`` is not one)."""
         if self.of_service(s).may_opt_out:
             return s, r if isinstance(r, GpuRequest) else None
         gpu = (replace(r, rebalance=Rebalance.AUTO) if isinstance(r, GpuRequest)
                else self.held_as(s, "") if isinstance(r, RequestError) else None)
         labels = {k: v for k, v in s.labels.items() if k != opt_out}
         if mark in labels:
-            at = kept(labels[mark], tasks, elsewhere, moved)
+            at = kept(labels[mark], s.id, tasks, elsewhere, recs)
             if at is None:
                 del labels[mark]
             else:

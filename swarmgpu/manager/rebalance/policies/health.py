@@ -42,6 +42,7 @@ from swarmgpu.manager.placement.tasks import meant_to_run
 from swarmgpu.manager.rebalance.context import Context, constraints_allow, why_not_movable
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Release, Trigger
 from swarmgpu.manager.rebalance.signals import GpuSignal
+from swarmgpu.manager.rebalance.swarmkeeps import kept_said, swarm_keeps
 from swarmgpu.manager.rebalance.windows import State
 from swarmgpu.manager.services.requests import RequestError, parse_all
 from swarmgpu.swarm.client import SwarmService
@@ -154,19 +155,26 @@ def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
     return got if isinstance(got, Choice) and (got.gpus or got.mig is not None) else None
 
 
-def _say_failing(ctx: Context, failing: dict[str, str], per_node: dict[str, int],
+def _say_failing(ctx: Context, out: HealthResult, per_node: dict[str, int],
                  drain: bool) -> set[str]:
     """Note each failing node and what is done about it; return those drained: with
     ``drain``, a node whose GPUs fail, unless Swarm moves its tasks itself. An agent's
     loss alone drains nothing: its node's GPUs and tasks are not known bad (Swarm, which
-    still reports it up, runs them), only swarmgpu's own reader of them is gone."""
+    still reports it up, runs them), only swarmgpu's own reader of them is gone; such a
+    node is said "agent lost" (``out.agent_lost``), never failing, read as broken GPUs."""
     drained: set[str] = set()
-    for nid, why in sorted(failing.items()):
+    for nid, why in sorted(out.failing.items()):
         node = ctx.nodes.get(nid)
         host = node.hostname if node is not None else nid
+        lost = per_node.get(nid, 0) < FAILING_NODE_GPUS
+        if lost:
+            out.agent_lost.add(nid)
         if by_swarm := swarm_moves(node):
-            done = f"Swarm moves its tasks itself ({by_swarm}): the health policy does not"
-        elif per_node.get(nid, 0) < FAILING_NODE_GPUS:
+            done = (f"Swarm moves its tasks itself ({by_swarm}): the health policy does "
+                    "not" + kept_said(nid, [svc for svc, per in ctx.inp.ledger.items()
+                                           if nid in per], ctx.by_name,
+                                      ctx.nodes.values(), ctx.inp.prefix))
+        elif lost:
             done = ("reported only: its agent's loss alone moves nothing (Swarm does not "
                     "report the node down, so its tasks run; bring the agent back)")
         elif drain:
@@ -174,7 +182,8 @@ def _say_failing(ctx: Context, failing: dict[str, str], per_node: dict[str, int]
             done = "its GPU services are moved off it"
         else:
             done = "reported only (rebalance.health.drain_node: false)"
-        ctx.notes.append(f"health: node {host} is failing ({why}): {done}")
+        state = f": agent lost ({why})" if lost else f" is failing ({why})"
+        ctx.notes.append(f"health: node {host}{state}: {done}")
     return drained
 
 
@@ -183,7 +192,7 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
     out = HealthResult()
     failed, degraded, per_node = _states(ctx)
     out.failing = failing_nodes(ctx, h, per_node)
-    drained = _say_failing(ctx, out.failing, per_node, drain)
+    drained = _say_failing(ctx, out, per_node, drain)
     left = h.left
     prefix = ctx.inp.prefix
     for svc in sorted(ctx.inp.ledger):
@@ -266,12 +275,9 @@ def _left_to_swarm(ctx: Context, s: SwarmService, nid: str) -> str:
     global service's task is its node's, a job's orchestrator acts on no node's state,
     and a task pinned to the node waits for it (a move said left to Swarm never came)."""
     by_swarm = swarm_moves(ctx.nodes.get(nid))
-    if not by_swarm or s.mode != "replicated":
+    if not by_swarm or swarm_keeps(s, nid, ctx.nodes.values(), ctx.inp.prefix):
         return ""
-    prefix = ctx.inp.prefix
-    elsewhere = any(n.id != nid and schedulable(n) and constraints_allow(s, n, prefix)
-                    for n in ctx.nodes.values())
-    return by_swarm if elsewhere else ""
+    return by_swarm
 
 
 def _no_room(who: str, why_not: str | None, reason: str) -> str:

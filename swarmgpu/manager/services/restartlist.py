@@ -1,0 +1,82 @@
+"""The over-share restarts the daemon made, kept on the swarm object: what a service's
+cool-down mark is checked against.
+
+The restart marks its service ``<p>state.moved-at`` (its cool-down), a label its stack
+can write too. For a tenant that may not opt out, a restart's mark counts only where
+this list, ``<p>state.restarts`` (``<service id>@<epoch s>`` entries, the last hour's,
+at most ``KEEP``, written once the mark landed, before the gate closes; managers alone
+write the swarm object), has this service's restart in its second, and its task on the
+node judged was made after it (``coolmark.borne_out``). A task made after the mark
+alone, its owner's ``docker service update --force`` makes too: it had its cool-down at
+a restart's cost. An entry names its service, so a mark copied from another service's
+restart buys nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from swarmgpu.core.config import Config
+from swarmgpu.core.stamps import MAX_SKEW_S, in_hour
+from swarmgpu.manager.engine.actuator import Writes
+from swarmgpu.manager.rebalance.budget import finished_times
+from swarmgpu.manager.services.coolmark import MarkRecords
+from swarmgpu.swarm.client import SwarmError
+
+RESTARTS = "state.restarts"  # under the prefix, on the swarm object's labels
+KEEP = 64  # entries: more than any sane per-hour budget; bounds the label
+
+
+def _entries(labels: Mapping[str, str], key: str) -> list[tuple[str, float]]:
+    """The list's (service id, time) entries, the last ``KEEP``; unreadable ones dropped
+    (a label is anyone's text)."""
+    out = []
+    for part in labels.get(key, "").split(",")[-KEEP:]:
+        sid, _, at = part.partition("@")
+        try:
+            t = float(at)
+        except ValueError:
+            continue
+        if sid and t == t and abs(t) != float("inf"):
+            out.append((sid, t))
+    return out
+
+
+def restart_times(labels: Mapping[str, str], prefix: str) -> dict[str, frozenset[float]]:
+    """Service id -> the times of its restarts the list keeps."""
+    out: dict[str, set[float]] = {}
+    for sid, t in _entries(labels, prefix + RESTARTS):
+        out.setdefault(sid, set()).add(t)
+    return {sid: frozenset(ts) for sid, ts in out.items()}
+
+
+def mark_records(labels: Mapping[str, str], prefix: str, cfg: Config) -> MarkRecords:
+    """The daemon's records a cool-down mark is read against, from the swarm object's
+    ``labels``: the mover's finished moves and this list. A move ends once its target's
+    task runs, rolled back past ``move_timeout_s`` (a repin's old task waited twice
+    that), the mover looking each cycle; the managers' clocks may differ by
+    ``MAX_SKEW_S``: its task was made at most that ``span_s`` before its end."""
+    span = 2 * cfg.rebalance.move_timeout_s + cfg.sync.interval_s + MAX_SKEW_S
+    return MarkRecords(frozenset(finished_times(labels, prefix)), span,
+                       restart_times(labels, prefix))
+
+
+def record_restart(writes: Writes, prefix: str, service_id: str, at: str,
+                   now: float) -> str:
+    """Add ``service_id``'s restart at ``at`` (its mark's text) to the list, once its
+    mark landed and before its gate closes; why not where it cannot be stored ("" when
+    stored): no restart is made then, whose mark the daemon could not tell from its
+    owner's (the mark is taken back, the restart tried again next cycle). Stored after
+    the mark, a restart cut between the two leaves a mark that cools nothing: the
+    neighbours' side."""
+    key = prefix + RESTARTS
+
+    def add(cur: Mapping[str, str]) -> Mapping[str, str]:
+        kept = [f"{sid}@{t:.0f}" for sid, t in _entries(cur, key) if in_hour(t, now)]
+        return {**cur, key: ",".join([*kept, f"{service_id}@{at}"][-KEEP:])}
+
+    try:
+        writes.swarm_labels(add)
+    except SwarmError as exc:
+        return f"its record cannot be stored on the swarm object ({exc})"
+    return ""

@@ -1,0 +1,106 @@
+"""A node whose swarmgpu agent is lost is *agent lost*, not *failing*, and a node Swarm
+moves tasks off says which of its GPU services Swarm does not move.
+
+Before, an agent's loss past ``health.node_lost_grace_s`` made the node "failing" in the
+health policy's note, `plan`'s line and `audit`'s ``node-failing``, read as "its GPUs are
+broken", though the daemon only reports it (its GPUs and tasks are not known bad). And a
+node Swarm reports down or that is drained was said "Swarm moves its tasks itself",
+though Swarm re-creates no global service's task elsewhere, no job's, and none pinned to
+the node. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from support.forged import RecordingSwarm, sw_svc
+from support.gpu_nodes import RTX4090
+from support.health import F2, U2, mark, plan, setup
+
+from swarmgpu.core.config import Config, RebalanceConfig
+from swarmgpu.manager.commands.audit import audit
+from swarmgpu.manager.commands.plan import render_plan
+from swarmgpu.manager.cycle.rebalance import Rebalancer
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.rebalance.moves import HealthInputs, Proposal
+from swarmgpu.swarm.labels import desired_labels
+
+LOST = "its agent has not answered for 400s"
+
+
+def test_an_agents_loss_is_agent_lost_in_the_policy_not_failing() -> None:
+    nodes, svcs, tasks = setup({"a": [U2[0]]}, full_n2=False)
+    p = plan(nodes, svcs, tasks, F2, HealthInputs(left=5, lost={"n2": 400.0}))
+    assert p.agent_lost_nodes == {"gpu-node-2": LOST}
+    # (the failing nodes keep counting it: the gauge's and the API's meaning unchanged)
+    assert p.failing_nodes == {"gpu-node-2": LOST}
+    assert not any("is failing" in n for n in p.notes), p.notes
+    assert any(n.startswith(f"health: node gpu-node-2: agent lost ({LOST}): reported only")
+               for n in p.notes), p.notes
+    # two failed GPUs and the agent lost: failing, by its GPUs
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0, 1]),
+             HealthInputs(left=5, lost={"n2": 400.0}))
+    assert p.agent_lost_nodes == {} and p.failing_nodes == {"gpu-node-2": "2 of 8 GPUs failed"}
+
+
+def test_plan_says_agent_lost_where_the_daemon_says_so() -> None:
+    moves = {"health": {"failing_nodes": {"gpu-1": "2 of 8 GPUs failed", "gpu-2": LOST},
+                        "agent_lost_nodes": {"gpu-2": LOST}}}
+    lines = render_plan([], ungranted=[], workload={}, moves=moves, listen="x",
+                        health=[]).splitlines()
+    assert "node failing: gpu-1: 2 of 8 GPUs failed" in lines, lines
+    assert f"node agent lost: gpu-2: {LOST}" in lines, lines
+    assert not any(ln.startswith("node failing: gpu-2") for ln in lines), lines
+
+
+def test_audit_says_agent_lost_not_node_failing() -> None:
+    facts = RTX4090.facts()
+    n = replace(setup({}, full_n2=False)[0][1], labels=desired_labels(facts))
+    res = FactsResult(n.id, n.hostname, "http://x/facts", None, "timed out", 0.0)
+    s = Snapshot([n], [], [], {n.id: res}, taken_at=1400.0)
+    saved = {n.id: {"failing_since": 1000.0, "last_ok": 1000.0, "answered_at": 1000.0}}
+    found = audit(s, saved_agents=saved, node_lost_grace_s=300.0)
+    assert {f.kind for f in found} == {"unreachable", "agent-lost"}, found
+    (lost,) = [f for f in found if f.kind == "agent-lost"]
+    assert lost.message.startswith(f"{LOST}; the daemon moves nothing off it"), lost.message
+
+
+def test_the_agent_lost_gauge_counts_them_beside_the_failing_one(tmp_path: Path) -> None:
+    nodes, svcs, tasks = setup({}, full_n2=False)
+    sw = RecordingSwarm(nodes, [sw_svc(s.name, s.labels) for s in svcs], tasks)
+    cfg = Config(state_dir=str(tmp_path), rebalance=RebalanceConfig(dry_run=True))
+    rb = Rebalancer(Daemon(cfg, swarm=sw), placement=False)  # type: ignore[arg-type]
+    prop = Proposal(failing_nodes={"gpu-1": "2 of 8 GPUs failed", "gpu-2": LOST},
+                    agent_lost_nodes={"gpu-2": LOST})
+    rb.health_step(prop, [], Snapshot(nodes, [], [], {}, taken_at=1000.0))
+    reg = rb.host.metrics.registry
+    assert reg.get_sample_value("swarmgpu_health_failing_nodes") == 2
+    assert reg.get_sample_value("swarmgpu_health_agent_lost_nodes") == 1
+
+
+def test_a_down_nodes_note_names_the_gpu_services_swarm_does_not_move() -> None:
+    """gpu-node-2 is down, its agent lost: 'a' (replicated) is re-created elsewhere by
+    Swarm, 'g' (global) and 'j' (a job) never are, nor 'p' (pinned to the node)."""
+    nodes, svcs, tasks = setup(
+        {"a": [U2[0]], "g": [U2[1]], "j": [U2[2]], "p": [U2[3]]}, full_n2=False,
+        modes={"g": "global", "j": "replicated-job"},
+        constraints={"p": ["node.hostname==gpu-node-2"]})
+    nodes = [replace(n, state="down") if n.id == "n2" else n for n in nodes]
+    p = plan(nodes, svcs, tasks, F2, HealthInputs(left=5, lost={"n2": 400.0}))
+    (note,) = [n for n in p.notes if n.startswith("health: node gpu-node-2")]
+    assert "Swarm moves its tasks itself (Swarm reports gpu-node-2 down)" in note, note
+    assert ("not these GPU services, which Swarm re-creates nowhere else (they wait for "
+            "the node): g (global service: its task is its node's), j (replicated-job: its "
+            "orchestrator acts on no node's state), p (its constraints allow no other "
+            "node)") in note, note
+    assert "a (" not in note, note
+    # audit's finding for that node says the same
+    n2 = next(n for n in nodes if n.id == "n2")
+    res = FactsResult("n2", n2.hostname, "http://x/facts", None, "timed out", 0.0)
+    s = Snapshot(nodes, svcs, tasks, {"n2": res}, taken_at=1400.0)
+    saved = {"n2": {"failing_since": 1000.0, "last_ok": 1000.0, "answered_at": 1000.0}}
+    (lost,) = [f for f in audit(s, saved_agents=saved, node_lost_grace_s=300.0)
+               if f.kind == "agent-lost"]
+    assert "g (global service" in lost.message and "a (" not in lost.message, lost.message
