@@ -19,7 +19,9 @@ one-GPU tasks above a node's CPU share). ``--rollout-mix full`` draws the tasks 
 every shape the scorer learned, not only its typical tasks (95% of them).
 ``--rollout-distinct class`` rolls out beside the base choice only the near-best nodes
 of another node class, or untouched where it is used (or the reverse), among the top K;
-``class-zone`` the best K - 1 such in the whole tie zone. ``--stats DIR``:
+``class-zone`` the best K - 1 such in the whole tie zone. ``--whole-untouched`` sets
+``SwarmScorer.whole_untouched`` too (stop 78's U, as ``untouched_try.py --rule whole``),
+so the roll-out runs beside the untouched price (stop 80). ``--stats DIR``:
 each replay process writes what the roll-out did (tie zones, changed choices, seconds)
 to DIR/rollout.<pid>.json as it goes. Everything after ``--`` is ``swarmgpu``'s command
 line; the replays' worker processes are forked, so they inherit the switch.
@@ -88,13 +90,19 @@ def add_rollout(ap: argparse.ArgumentParser) -> None:
                          "or untouched where it is used or the reverse) or class-zone "
                          "(the best K - 1 such in the whole tie zone)")
     ap.add_argument("--rollout-seed", type=int, default=0, help="the draws' base seed")
+    ap.add_argument("--whole-untouched", action="store_true",
+                    help="also price untouched nodes for every shape only such a node "
+                         "hosts (SwarmScorer.whole_untouched, stop 78's U)")
     ap.add_argument("--stats", type=Path, default=None,
                     help="folder for each replay process's roll-out counts")
 
 
 def switch_on(args: argparse.Namespace, ro: type[LoggedRollOut] | None = None) -> None:
     """``SwarmScorer.rollout`` as ``add_rollout``'s options ask (``ro``: the class;
-    nothing with ``--rollout-k 0``)."""
+    nothing with ``--rollout-k 0``); ``SwarmScorer.whole_untouched`` with
+    ``--whole-untouched``, whatever K."""
+    if args.whole_untouched:
+        SwarmScorer.whole_untouched = True
     if args.rollout_k:
         got = (ro or LoggedRollOut)(k=args.rollout_k, m=args.rollout_m,
                                     margin=args.rollout_margin, seed=args.rollout_seed,
