@@ -195,7 +195,8 @@ def test_a_request_line_is_logged_without_control_characters(
     try:
         resp = raw(base, b"GET /x\x1b]0;owned\x07\x1b[2J\x9b31m" + b"a" * 5000
                    + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        assert resp.startswith(b"HTTP/1.1 404")
+        # (a target of other than visible ASCII is a malformed request line: 400, logged)
+        assert resp.startswith(b"HTTP/1.1 400")
     finally:
         logger.remove(sink)
     logged = [ln for ln in lines if "/x" in ln]
