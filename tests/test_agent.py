@@ -504,7 +504,10 @@ def test_parse_listen(listen: str, want: tuple[str, int]) -> None:
     assert parse_listen(listen) == want
 
 
-@pytest.mark.parametrize("listen", ["9401", "host:", "host:99999", "host:http"])
+# '²' and '٩٤٠١' are digits to str.isdigit: the first raised int()'s own words, the
+# second bound port 9401 (the daemon's http.listen refuses both).
+@pytest.mark.parametrize("listen", ["9401", "host:", "host:99999", "host:http", "host:²",
+                                    "0.0.0.0:\u0669\u0664\u0660\u0661"])
 def test_parse_listen_rejects(listen: str) -> None:
     with pytest.raises(ValueError, match="HOST:PORT"):
         parse_listen(listen)
