@@ -129,9 +129,11 @@ def not_text(value: Any, where: str) -> str:
 
 
 def template_problem(template: str, names: tuple[str, ...]) -> str | None:
-    """Why ``template`` cannot be filled with ``names`` by ``str.format``, or None. Each
-    URL is built so, per node and cycle: a stray brace or an unknown name raised there,
-    in every cycle, instead of once at ``config check``."""
+    """Why ``template`` cannot be filled with ``names`` by ``str.format`` into an
+    http:// or https:// URL, or None. Each URL is built so, per node and cycle: a stray
+    brace or an unknown name raised there, in every cycle, and another scheme failed
+    every node's fetch (``boundedhttp`` speaks HTTP(S) alone), instead of once at
+    ``config check``."""
     use = ", ".join("{" + n + "}" for n in names)
     try:
         parts = list(string.Formatter().parse(template))
@@ -143,6 +145,10 @@ def template_problem(template: str, names: tuple[str, ...]) -> str | None:
             shown = name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "")
             return (f"{{{shown}}} is not a placeholder; use {use} (and {{{{ or }}}} for a "
                     "brace itself)")
+    scheme, sep, _ = template.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        return (f"{quoted(template)} is no http:// or https:// URL (agents and exporters "
+                "are read over HTTP(S) only); e.g. 'https://{addr}:9401'")
     return None
 
 
