@@ -37,7 +37,6 @@ from swarmgpu.core.tenants import (
     matches,
     parse_tenants,
 )
-from swarmgpu.manager.placement.keys import STOPPING_STATES
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, RequestError
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 from swarmgpu.swarm.taskstop import rfc3339_ns
@@ -198,6 +197,10 @@ def _made_after(mark: str, tasks: Sequence[SwarmTask]) -> bool:
     """One of ``tasks`` still meant to run was made after the time ``mark`` says (less
     ``MAX_SKEW_S``); False for a mark that is no time, or a task whose making time
     cannot be read."""
+    # Here, not at the top: the placement package imports its planner, whose reads
+    # import this module (a fresh `config check` imported it first and failed half made).
+    from swarmgpu.manager.placement.keys import STOPPING_STATES
+
     try:
         after = (float(mark) - MAX_SKEW_S) * 10**9
     except ValueError:
