@@ -831,10 +831,12 @@ def test_only_a_stale_socket_at_the_listen_path_is_replaced(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("listen", ["tcp://127.0.0.1:99999", "tcp://127.0.0.1:", "unix://",
-                                    "unix:///nonexistent-folder/p.sock"])
+                                    "unix:///nonexistent-folder/p.sock", "tcp://127.0.0.1:²",
+                                    "tcp://127.0.0.1:\u0662\u0663\u0667\u0665"])
 def test_a_listen_address_it_cannot_use_is_said_with_the_fix(listen: str) -> None:
     """Before: port 99999 was an OverflowError traceback, ``unix://`` bound an abstract
-    socket nobody could name, a missing folder was "[Errno 2] No such file or directory"."""
+    socket nobody could name, a missing folder was "[Errno 2] No such file or directory",
+    ``:²`` int()'s own words and ``:٢٣٧٥`` (digits to isdigit) port 2375."""
     with pytest.raises(ValueError, match=r"^listen '") as e:
         build_proxy(listen, "unix:///var/run/docker.sock", write_checks("swarmgpu."))
     assert "--listen" in str(e.value) or "e.g." in str(e.value)

@@ -107,7 +107,8 @@ class ListenError(Exception):
 def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT``, ``:PORT`` or ``[V6]:PORT`` -> (host, port). Port 0 = any free port."""
     host, sep, port_s = listen.rpartition(":")
-    if not sep or not port_s.isdigit() or int(port_s) > 65535:
+    # ASCII digits: '²' and '٩' are digits to isdigit (int() raised, or read them)
+    if not sep or not (port_s.isascii() and port_s.isdigit()) or int(port_s) > 65535:
         raise ValueError(
             f"listen address {listen!r}: expected HOST:PORT, e.g. 0.0.0.0:9401 or [::]:9401"
         )

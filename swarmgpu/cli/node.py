@@ -169,8 +169,12 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
     except ValueError as exc:
         click.echo(f"swarmgpu agent: --listen: {exc}", err=True)
         sys.exit(2)
+    from swarmgpu.core.configvalues import host_names_problem
     from swarmgpu.core.forwarded import parse_trusted
 
+    if bad := host_names_problem("--allowed-hosts", allowed_hosts):
+        click.echo(f"swarmgpu agent: {bad}", err=True)
+        sys.exit(2)
     try:
         proxies = parse_trusted(trusted_proxies)
     except ValueError as exc:

@@ -11,6 +11,7 @@ are the ``OSError`` each caller already reports; what is there but refused is
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import BinaryIO
@@ -84,6 +85,11 @@ def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> 
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     if dir_fd is not None:
         flags |= os.O_NOFOLLOW
+    if "\0" in os.fsdecode(path):
+        # os.open raised ValueError ("embedded null byte"), which no caller reads as a
+        # file not read; a config's "\0" names no file anywhere.
+        raise FileNotFoundError(errno.ENOENT, "no file is named with a NUL byte",
+                                os.fsdecode(path).replace("\0", "\\0"))
     fd = os.open(path, flags, dir_fd=dir_fd)
     try:
         mode = os.fstat(fd).st_mode

@@ -25,6 +25,7 @@ from swarmgpu.core.configvalues import (
     apply_env,
     at_most,
     coerce,
+    host_names_problem,
     locate_in,
     not_text,
     service_name_problem,
@@ -463,6 +464,8 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
     if cfg.http.secure_cookie not in ("auto", "always"):
         add(f"http.secure_cookie: {quoted(cfg.http.secure_cookie)}; use auto (the default: "
             "Secure over the daemon's own HTTPS) or always (HTTPS ends at a proxy)")
+    if bad := host_names_problem("http.allowed_hosts", cfg.http.allowed_hosts):
+        add(bad)
     try:
         check_auth(parse_trusted(cfg.http.trusted_proxies), cfg.http.auth)
     except ValueError as exc:

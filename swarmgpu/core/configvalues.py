@@ -8,6 +8,7 @@ then located: the file and line of its key, or the variable that set it.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -15,7 +16,9 @@ import string
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from swarmgpu.core.commalist import comma_list
 from swarmgpu.core.goscalar import YAML11_BOOLS, out_of_range
+from swarmgpu.core.httpguard import host_of
 from swarmgpu.core.peertext import peer_text, quoted
 from swarmgpu.core.yamlfile import Lines, plain_is_text
 
@@ -129,9 +132,11 @@ def not_text(value: Any, where: str) -> str:
 
 
 def template_problem(template: str, names: tuple[str, ...]) -> str | None:
-    """Why ``template`` cannot be filled with ``names`` by ``str.format``, or None. Each
-    URL is built so, per node and cycle: a stray brace or an unknown name raised there,
-    in every cycle, instead of once at ``config check``."""
+    """Why ``template`` cannot be filled with ``names`` by ``str.format`` into an
+    http:// or https:// URL, or None. Each URL is built so, per node and cycle: a stray
+    brace or an unknown name raised there, in every cycle, and another scheme failed
+    every node's fetch (``boundedhttp`` speaks HTTP(S) alone), instead of once at
+    ``config check``."""
     use = ", ".join("{" + n + "}" for n in names)
     try:
         parts = list(string.Formatter().parse(template))
@@ -143,6 +148,10 @@ def template_problem(template: str, names: tuple[str, ...]) -> str | None:
             shown = name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "")
             return (f"{{{shown}}} is not a placeholder; use {use} (and {{{{ or }}}} for a "
                     "brace itself)")
+    scheme, sep, _ = template.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        return (f"{quoted(template)} is no http:// or https:// URL (agents and exporters "
+                "are read over HTTP(S) only); e.g. 'https://{addr}:9401'")
     return None
 
 
@@ -193,3 +202,27 @@ def locate_in(message: str, path: str | os.PathLike[str] | None, lines: Lines,
         if keys[:n] in lines:
             return f"{path}:{lines[keys[:n]]}: {message}"
     return message if path is None else f"{path}: {message}"
+
+
+# A name a Host header carries (RFC 1123 labels, '_' too), as ``httpguard.host_of`` reads it.
+_HOST_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
+_HOST_NAME = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})*")
+
+
+def host_names_problem(where: str, text: str) -> str | None:
+    """Why an entry of ``text`` (``http.allowed_hosts``, the agent's ``--allowed-hosts``:
+    comma-separated, a port allowed) can match no request's Host, or None: a URL pasted
+    or a wildcard was taken, and the name meant got 421."""
+    for entry in comma_list(text):
+        name = host_of(entry)
+        try:
+            ipaddress.ip_address(name)
+            continue
+        except ValueError:
+            pass
+        if len(name) > 253 or not _HOST_NAME.fullmatch(name):
+            return (f"{where}: {quoted(peer_text(entry, 80))} is no host name a Host header "
+                    "carries (letters, digits, '-' and '_' in dot-separated labels, an IP "
+                    "address; a port may follow): no scheme, path or wildcard, e.g. "
+                    "map.example.com")
+    return None

@@ -25,12 +25,14 @@
   request without Host or any with two lines of a field read once (``READ_ONCE``: Host,
   Authorization, Cookie, Content-Length) 400, an absolute-form target served by its
   path, its authority the Host (``absolute_form``), a target with a fragment (``#``,
-  which a client keeps: a link's ``#token=``) 400, unread and unlogged, and header
-  lines two parsers read apart (``head_fault``: no colon, a space before it, folding,
-  a bare CR, a control byte) 400; a POST only to a path the handler names
-  (``post_paths``: the daemon's sign-in form), its body short (``MAX_BODY_BYTES``), with
-  one Content-Length, and in within the head's deadline (a 100 Continue only then, once
-  its head is taken: never to a request whose body is not read);
+  which a client keeps: a link's ``#token=``) 400, unread and unlogged, and a request
+  line or header lines two parsers read apart (``head_fault``: other separators than
+  one space, a version not DIGIT.DIGIT; no colon, a space before it, folding, a bare
+  CR, a control byte) 400; a POST only to a path the handler names (``post_paths``: the
+  daemon's sign-in form), its body short (``MAX_BODY_BYTES``, a longer Content-Length
+  413 however many digits), with one Content-Length, and in within the head's deadline
+  (a 100 Continue only then, once its head is taken: never to a request whose body is
+  not read);
 * the Host a request names (``host_allowed``): where a browser may read without
   credentials, a name that is not an IP literal or one of the server's own is a DNS
   rebinding page's (421);
@@ -313,7 +315,10 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
                              b"400: Content-Length is not a number of bytes\n")
             return None
-        if int(length) > MAX_BODY_BYTES:
+        # Zeros first are still its value; past 4,300 digits int() raised ValueError (no
+        # answer, a traceback per request): more digits than the bound has is too large.
+        length = length.lstrip("0") or "0"
+        if len(length) > len(str(MAX_BODY_BYTES)) or int(length) > MAX_BODY_BYTES:
             self.send_answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, PLAIN,
                              f"413: a form here is at most {MAX_BODY_BYTES} bytes\n".encode())
             return None

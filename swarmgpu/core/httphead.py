@@ -6,7 +6,8 @@ Both HTTP servers (``httpguard.OneRequestHandler``) read their request heads her
   ``MAX_HEAD_BYTES`` (414 / 431), a few empty lines before the request line ignored
   (RFC 9112 2.2: a client's stray CRLF; more than ``MAX_EMPTY_LINES`` refused), a TLS
   handshake sent to the plain side answered at once;
-* ``head_fault``: header lines two parsers read apart (no colon, a space before it,
+* ``head_fault``: a request line or header lines two parsers read apart (other
+  separators than one space, a version not DIGIT.DIGIT; no colon, a space before it,
   folding, a bare CR, a control byte);
 * ``READ_ONCE``: the fields read as one value, refused when given twice;
 * ``absolute_form``: a ``GET http://host/path`` target (RFC 9112 3.2.2: a server MUST
@@ -25,6 +26,9 @@ MAX_EMPTY_LINES = 4  # before the request line, ignored (RFC 9112 2.2); more are
 _HEAD_END = re.compile(rb"\n\r?\n")
 _BARE_CR = re.compile(rb"\r(?!\n)")
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.1: a field name
+# RFC 9112 3: method SP request-target SP HTTP/DIGIT.DIGIT, one SP each and nothing
+# around them; the target visible ASCII. (Without a version: HTTP/0.9, answered 505.)
+_REQUEST_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ [\x21-\x7e]+(?: HTTP/[0-9]\.[0-9])?")
 _CTL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # in a value; HT is allowed
 # An absolute-form target: scheme, authority, then the path and query (maybe empty).
 _ABSOLUTE = re.compile(r"(?i:(https?))://([^/?#]*)([/?].*)?", re.DOTALL)
@@ -103,9 +107,14 @@ def head_fault(head: bytes) -> str | None:
     from this server, or None (RFC 9112 2.2, 5.1, 5.2; RFC 9110 5.5: refuse them). The
     standard library's parser ends the headers at a line without a colon (a Host or
     Authorization after it unseen), takes 'Host :' as no Host, a bare CR as a line
-    break, and folds continuation lines. A line may end in LF alone, as it reads one."""
+    break, and folds continuation lines. A line may end in LF alone, as it reads one.
+    Its request line splits at any whitespace ``str.split`` knows (NBSP, NEL, a run of
+    blanks, around the line) and reads ``HTTP/01.1`` or ``HTTP/1.10`` as a version."""
     if _BARE_CR.search(head):
         return "a bare CR in the request head: end each line with CRLF"
+    if not _REQUEST_LINE.fullmatch(head.split(b"\n", 1)[0].removesuffix(b"\r")):
+        return ("a malformed request line: send METHOD /target HTTP/1.1, one space "
+                "between each, the target in visible ASCII (%-escaped)")
     for line in head.split(b"\n")[1:]:
         line = line.removesuffix(b"\r")
         if not line:

@@ -633,7 +633,9 @@ def _bind(listen: str) -> ProxyServer:
             os.umask(old)
     if listen.startswith("tcp://"):
         host, _, port = listen.removeprefix("tcp://").rpartition(":")
-        if host not in ("127.0.0.1", "localhost", "::1") or not port.isdigit():
+        # ASCII digits: '²' and '٢' are digits to isdigit (int() raised, or read them)
+        if host not in ("127.0.0.1", "localhost", "::1") or not (port.isascii()
+                                                                and port.isdigit()):
             raise ValueError(f"listen {listen!r}: TCP only on loopback, e.g. "
                              "tcp://127.0.0.1:2375 (the proxy has no authentication)")
         if int(port) > 65535:  # bind() raised OverflowError: a traceback

@@ -2,8 +2,9 @@
 (and the engine's answers it reads whole, with the same bounds).
 
 Two JSON decoders can read the same text differently: which of two repeated keys wins,
-whether ``NaN`` is a number, which encoding a BOM-less body is in. ``load_json``
-refuses all of these instead of choosing. ``same`` compares with JSON's types
+whether ``NaN`` is a number, which encoding a BOM-less body is in, what a lone
+surrogate escape (``\\ud800``) reads as. ``load_json`` refuses all of these instead of
+choosing. ``same`` compares with JSON's types
 (Python's ``True == 1`` and ``1 == 1.0`` are not what the engine's Go decoder sees).
 A body of more values than any spec has is refused from its text, before it is parsed:
 ``[{},{},...]`` takes 3 bytes a value and 64 once a dict (``MAX_JSON_VALUES``); so is
@@ -34,6 +35,23 @@ MAX_JSON_DEPTH = 64
 # Possessive (*+): a plain repeat kept ~170 bytes of backtracking state per escape (a
 # string of 4 MiB of \\ took 290 MiB), which giving back could never use.
 _STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?\Z)', re.S)
+
+
+# A \uD800-\uDFFF escape: only then can the text hold a surrogate (UTF-8 encodes none).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(text: str, value: Any) -> bool:
+    """Whether ``value`` (parsed from ``text``) holds a surrogate no pair made a
+    character of: Python keeps it and writes it back escaped, Go's decoder (the
+    engine's) reads U+FFFD, so the text checked is not the text applied."""
+    if not _SURROGATE_ESCAPE.search(text):
+        return False
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 class JsonError(ValueError):
@@ -83,8 +101,9 @@ def shape_fault(text: str) -> str | None:
 
 
 def load_json(body: bytes) -> Any:
-    """A request body as JSON: UTF-8, no repeated keys, no NaN or Infinity, numbers of
-    64 bits, at most ``MAX_JSON_VALUES`` values and keys, ``MAX_JSON_DEPTH`` deep."""
+    """A request body as JSON: UTF-8, no repeated keys, no NaN or Infinity, no lone
+    surrogate, numbers of 64 bits, at most ``MAX_JSON_VALUES`` values and keys,
+    ``MAX_JSON_DEPTH`` deep."""
 
     def constant(name: str) -> Any:
         raise JsonError(f"the body holds {name}, which is not JSON")
@@ -113,8 +132,12 @@ def load_json(body: bytes) -> Any:
         if _too_deep(bare):
             raise JsonTooDeep(f"the body holds arrays and objects nested more than "
                               f"{MAX_JSON_DEPTH} deep (a service spec nests some 8)")
-        return json.loads(text, object_pairs_hook=unique_keys, parse_constant=constant,
-                          parse_int=integer, parse_float=real)
+        value = json.loads(text, object_pairs_hook=unique_keys, parse_constant=constant,
+                           parse_int=integer, parse_float=real)
+        if _lone_surrogate(text, value):
+            raise JsonError("the body holds a lone UTF-16 surrogate (an escape such as "
+                            "\\ud800 without its pair), which the engine reads as U+FFFD")
+        return value
     except RepeatedKey as exc:
         raise JsonError(f"the body names {exc.key[:40]!r} twice in one object") from None
     except (UnicodeDecodeError, RecursionError):

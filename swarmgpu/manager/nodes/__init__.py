@@ -2,6 +2,7 @@
 
 ``agent_client`` a node's facts fetched from its agent: bounded, never trusted
 ``boundedhttp``  one HTTP(S) GET with a wall-clock deadline and a byte cap
+``nodeurl``      a node's agent or metrics URL, its hostname filled in only as a host name
 ``agentbook``    each agent's last good facts and failures, kept for ``audit``
 ``sync``         the snapshot, and label sync: facts -> node labels (through the actuator)
 ``gpuhealth``    GPU health states per GPU, kept across cycles

@@ -17,6 +17,7 @@ from swarmgpu.core.model import FACTS_AGE_HEADER, FactsError, NodeFacts
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.engine.stop import NotRead, StopRequest, read_cut, read_each, read_some
 from swarmgpu.manager.nodes import boundedhttp
+from swarmgpu.manager.nodes.nodeurl import UnusableHostname, node_url, shown_template
 from swarmgpu.swarm.answerjson import node_read_cut, read_deadline
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import node_refusal, peer_name
@@ -84,7 +85,8 @@ _FIX_OTHER = "check the agent's log on that node (journalctl -u swarmgpu-agent)"
 
 
 def agent_base_url(node: SwarmNode, cfg: AgentsConfig) -> str:
-    return cfg.url_template.format(addr=node.addr, hostname=node.hostname, port=cfg.port)
+    """UnusableHostname where the template fills in a hostname that is no host name."""
+    return node_url(cfg.url_template, node, "agents.url_template", port=cfg.port)
 
 
 def redact(url: str) -> str:
@@ -112,9 +114,14 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
     certificate of this very node: verified against the swarm root CA, CN == node ID,
     O == this swarm's cluster ID (``tls.cluster_id``), OU a Swarm role.
     """
-    real_url = agent_base_url(node, cfg).rstrip("/") + "/facts"
-    url = redact(real_url)  # every message and the result carry no credentials
     now, mono = time.time(), time.monotonic()
+    try:
+        real_url = agent_base_url(node, cfg).rstrip("/") + "/facts"
+    except UnusableHostname as exc:  # never fetched: the name would pick the host
+        return FactsResult(node.id, node.hostname, shown_template(cfg.url_template), None, str(exc),
+                           now, False, "hostname is no host name",
+                           "use {addr} in agents.url_template", mono)
+    url = redact(real_url)  # every message and the result carry no credentials
 
     def fail(msg: str, cause: str = "", fix: str = _FIX_OTHER,
              listening: bool = True) -> FactsResult:

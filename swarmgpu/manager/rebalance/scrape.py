@@ -17,6 +17,7 @@ from swarmgpu.core.peertext import PEER_TEXT_LIMIT, peer_text
 from swarmgpu.manager.engine.stop import StopRequest, read_cut, read_each
 from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.manager.nodes.agent_client import redact
+from swarmgpu.manager.nodes.nodeurl import UnusableHostname, node_url, shown_template
 from swarmgpu.swarm.answerjson import node_read_cut, read_deadline
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import node_refusal, peer_name
@@ -36,7 +37,8 @@ class NodeScrape:
 
 
 def metrics_url(node: SwarmNode, template: str) -> str:
-    return template.format(addr=node.addr, hostname=node.hostname)
+    """UnusableHostname where the template fills in a hostname that is no host name."""
+    return node_url(template, node, "rebalance.metrics_url_template")
 
 
 def judge(node: SwarmNode, url: str, text: str, at: float) -> NodeScrape:
@@ -75,7 +77,11 @@ def scrape_node(node: SwarmNode, template: str, timeout_s: float,
     """One node's page: one wall-clock deadline for the whole request, a byte cap, no
     redirects, and errors that never quote what the exporter sent. Never raises, but
     ``BudgetEnded`` where the daemon's cycle's budget cut its deadline (no node's fault)."""
-    real_url = metrics_url(node, template)
+    try:
+        real_url = metrics_url(node, template)
+    except UnusableHostname as exc:  # never fetched: the name would pick the host
+        return NodeScrape(node.id, node.hostname, shown_template(template), time.time(), None,
+                          str(exc))
     # Derived from agents.url_template, user:password@ included: every message and the
     # recorded URL (warnings, the log) carry none, as for facts (agent_client.redact).
     url = redact(real_url)

@@ -33,7 +33,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from swarmgpu.core.stamps import MAX_SKEW_S
-from swarmgpu.manager.placement.keys import STOPPING_STATES
 from swarmgpu.swarm.client import SwarmTask
 from swarmgpu.swarm.taskstop import rfc3339_ns
 
@@ -66,6 +65,10 @@ def off_node(tasks: Iterable[SwarmTask], node_id: str) -> list[SwarmTask]:
 
 def _made(tasks: Iterable[SwarmTask]) -> list[int]:
     """When each of ``tasks`` still meant to run was made (ns), those readable."""
+    # Here, not at the top: the placement package imports its planner, whose reads
+    # import tenants, which imports this module (a fresh `config check` failed half made).
+    from swarmgpu.manager.placement.keys import STOPPING_STATES
+
     return [m for t in tasks if t.desired_state not in STOPPING_STATES
             and (m := rfc3339_ns(t.created_at)) is not None]
 

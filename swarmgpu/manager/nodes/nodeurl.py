@@ -1,0 +1,45 @@
+"""A node's agent or metrics URL: the operator's template filled with what Swarm says.
+
+``{hostname}`` is the node's ``Description.Hostname``, which that node's engine reports
+and root on that node sets: a name such as ``127.0.0.1:2375/#`` made
+``http://{hostname}:{port}`` the URL of another host and port (the manager's own
+loopback too), where the daemon's GET then went. The name is filled in only where it
+is a host name: letters, digits, ``-`` and ``_`` in dot-separated labels.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+
+from swarmgpu.core.peertext import peer_text
+from swarmgpu.swarm.client import SwarmNode
+
+# RFC 1123 labels (``_`` too, which Linux host names may hold), a trailing dot allowed.
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOST_NAME = re.compile(rf"(?=.{{1,254}}$){_LABEL}(?:\.{_LABEL})*\.?")
+
+
+_USERINFO = re.compile(r"(?<=//)[^/@]*@")
+
+
+def shown_template(template: str) -> str:
+    """The template as a result may show it: without ``user:password@``."""
+    return _USERINFO.sub("", template, count=1)
+
+
+class UnusableHostname(ValueError):
+    """The template names ``{hostname}`` and the node's is no host name."""
+
+
+def node_url(template: str, node: SwarmNode, key: str, **more: object) -> str:
+    """``template`` filled with the node's ``addr`` and ``hostname`` (and ``more``);
+    UnusableHostname, naming the node and ``key`` (the template's config key), where
+    ``{hostname}`` is used and the node's is not a host name."""
+    fields = {f for _, f, _, _ in string.Formatter().parse(template) if f}
+    if "hostname" in fields and not _HOST_NAME.fullmatch(node.hostname):
+        raise UnusableHostname(
+            f"node {node.id[:12]}'s hostname {peer_text(node.hostname, 80)!r} (as its engine "
+            f"reports it) is not a host name, and {key} fills it into the URL: not "
+            f"fetched; give the node a host name, or use {{addr}} in {key}")
+    return template.format(addr=node.addr, hostname=node.hostname, **more)

@@ -1,0 +1,41 @@
+"""``http.allowed_hosts`` and the agent's ``--allowed-hosts``: each entry is a name a Host
+header can carry; anything else could never match one, and was taken silently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from swarmgpu.cli import main
+from swarmgpu.core.config import load_config_report
+
+
+def _errors(tmp_path: Path, hosts: str) -> list[str]:
+    path = tmp_path / "c.yml"
+    path.write_text(f"http:\n  allowed_hosts: '{hosts}'\n")
+    return load_config_report(path, env={})[1]
+
+
+@pytest.mark.parametrize("entry", ["https://map.example.com", "*.example.com",
+                                   "map.example.com/", "map example.com", "@map"])
+def test_an_allowed_host_no_host_header_names_is_refused(tmp_path: Path, entry: str) -> None:
+    # A URL pasted, a wildcard: the operator's browser then got 421 ("DNS rebinding?")
+    # for the name meant, and config check had said ok.
+    errors = _errors(tmp_path, f"ok.example.com, {entry}")
+    assert any("http.allowed_hosts" in e and repr(entry) in e for e in errors), errors
+
+
+def test_names_addresses_and_ports_are_fine(tmp_path: Path) -> None:
+    assert _errors(tmp_path, "map.example.com, MAP.example.com., 10.0.0.5, [::1]:9402, "
+                             "map.example.com:443, gpu_map") == []
+
+
+def test_the_agent_refuses_such_an_entry_with_the_fix() -> None:
+    # (--trusted-proxies is refused too, later: an agent that took the entry stops there)
+    got = CliRunner().invoke(main, ["agent", "--source", "file:/nonexistent",
+                                    "--allowed-hosts", "*.example.com",
+                                    "--trusted-proxies", "not-an-address"])
+    assert got.exit_code == 2, got.output
+    assert "--allowed-hosts" in got.output and "'*.example.com'" in got.output, got.output

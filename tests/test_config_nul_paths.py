@@ -1,0 +1,30 @@
+"""A path with a NUL byte in the config (YAML's "\\0"): no file has such a name, so it is
+read as a file that is not there, never a ValueError traceback (``core.boundedfile``)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+
+from swarmgpu.cli.config import load_checked
+from swarmgpu.core.boundedfile import read_bounded
+from swarmgpu.core.config import ConfigError
+
+
+@pytest.mark.parametrize("key", ["agents:\n  token_file", "http:\n  token_file",
+                                 "placement:\n  workload"])
+def test_config_check_of_a_path_with_a_nul_byte_raises_no_value_error(
+        tmp_path: Path, key: str) -> None:
+    # open() raised ValueError("embedded null byte"), which no reader caught: `config
+    # check` ended in a traceback.
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f'{key}: "{tmp_path}/a\\0b"\n')
+    with contextlib.suppress(ConfigError):  # (the workload file is said as not read)
+        load_checked(str(cfg))
+
+
+def test_a_path_with_a_nul_byte_is_a_file_that_is_not_there(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="NUL"):
+        read_bounded(f"{tmp_path}/a\0b", 10)
