@@ -28,9 +28,8 @@ from dataclasses import dataclass
 
 from swarmgpu.core.config import Config
 from swarmgpu.core.stamps import MAX_SKEW_S
-from swarmgpu.manager.placement.keys import STOPPING_STATES
 from swarmgpu.swarm.client import SwarmTask
-from swarmgpu.swarm.taskstop import rfc3339_ns
+from swarmgpu.swarm.taskstop import STOPPING_STATES, rfc3339_ns  # (not placement.keys: a cycle)
 
 
 @dataclass(frozen=True)
