@@ -1,0 +1,74 @@
+"""The rebalancer reads a service's labels as placement reads them: a
+``swarmgpu.priority`` naming a class of the config's ``preemption.priority_classes``
+(``gold`` here) is a valid request to its policies, the health evacuation and the
+mover's admission too. Read with the built-in classes only, it was "no valid GPU
+request": never moved, not even off a failed GPU (the health policy told the operator
+to fix a label placement had read fine). Pure: ``plan_moves`` and ``admit``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from support.defrag_cluster import RTX, defrag_cluster
+from support.health import F1, F2, U2, mark, setup
+from support.rebalance import CFG, P, page
+from support.rebalance import service as rebalance_service
+
+from swarmgpu.core.config import parse_priority_classes
+from swarmgpu.manager.placement import read_ledger
+from swarmgpu.manager.rebalance.admission import admit
+from swarmgpu.manager.rebalance.context import Context, Inputs
+from swarmgpu.manager.rebalance.moves import HealthInputs
+from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.policies.health import request_problem
+from swarmgpu.manager.rebalance.scrape import judge
+from swarmgpu.manager.rebalance.signals import Signals
+from swarmgpu.manager.services.requests import RequestError
+
+CLASSES = parse_priority_classes("gold=500,batch=0")  # as the config gives them
+GOLD = {f"{P}priority": "gold"}
+
+
+def test_a_holder_of_a_failed_gpu_of_a_configured_class_is_evacuated() -> None:
+    nodes, svcs, tasks = setup({"a": [U2[0]]}, svc_labels={"a": GOLD})
+    inp = Inputs(nodes=nodes, services=svcs, tasks=tasks,
+                 facts={"n1": F1, "n2": mark(F2, failed=[0])}, ledger=read_ledger(nodes, P),
+                 gpus={}, node_signals={}, cfg=replace(CFG, dry_run=True), now=1000.0,
+                 prefix=P, classes=CLASSES)
+    p = plan_moves(inp, HealthInputs(left=2))
+    assert [(m.service, m.source_node, m.target_node) for m in p.moves] == [("a", "n2", "n1")]
+    assert Context.build(inp).requests["a"].priority == 500
+
+
+def test_the_health_policy_names_only_a_label_placement_cannot_read() -> None:
+    _, svcs, _ = setup({"a": [U2[0]]}, svc_labels={"a": GOLD})
+    said = request_problem(svcs[0], P, CLASSES)
+    assert "cannot be read" not in said, said
+    wrong = replace(svcs[0], labels={**svcs[0].labels, f"{P}priority": "platinum"})
+    assert "its GPU request cannot be read" in request_problem(wrong, P, CLASSES)
+
+
+def _inputs() -> Inputs:
+    """The defrag cluster (a2..a5 on GPU 0 of gpu-node-2..5, p pending for two RTX
+    4090s), every service labelled with the configured class ``gold``."""
+    pending = [rebalance_service("p", {f"{P}gpus": "2", **RTX})]
+    nodes, svcs, tasks, facts = defrag_cluster(pending)
+    svcs = [replace(s, labels={**s.labels, **GOLD}) for s in svcs]
+    sig = Signals(CFG)
+    ledger = read_ledger(nodes, P)
+    for t in (float(t) for t in range(13)):
+        scr = {n.id: judge(n, "http://x/metrics", page(facts[n.id], {}), t) for n in nodes}
+        sig.observe(scr, facts, {n.id: n.hostname for n in nodes}, ledger, t)
+    return Inputs(nodes, svcs, tasks, facts, ledger, sig.gpus, sig.nodes, CFG, 12.0,
+                  ["p"], P, classes=CLASSES)
+
+
+def test_a_move_of_a_service_of_a_configured_class_is_proposed_and_admitted() -> None:
+    inp = _inputs()
+    moves = plan_moves(inp).moves
+    assert moves and moves[0].service == "a2", [m.service for m in moves]
+    ok, refused = admit(moves[:1], (), {s.name: s for s in inp.services}, inp.tasks,
+                        inp.ledger, CFG, P, 12.0, classes=CLASSES)
+    assert [m.service for m in ok] == ["a2"], refused
+    assert isinstance(Context.build(replace(inp, classes=None)).requests.get("a2"),
+                      type(None) | RequestError)  # the built-in classes have no gold
