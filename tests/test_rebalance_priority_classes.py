@@ -9,16 +9,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from support.defrag_cluster import RTX, defrag_cluster
+from support.forged import RecordingSwarm, repin_move, victim_cluster, victim_move
 from support.health import F1, F2, U2, mark, setup
 from support.rebalance import CFG, P, page
 from support.rebalance import service as rebalance_service
 
-from swarmgpu.core.config import parse_priority_classes
+from swarmgpu.core.config import RebalanceConfig, parse_priority_classes
 from swarmgpu.manager.placement import read_ledger
 from swarmgpu.manager.rebalance.admission import admit
 from swarmgpu.manager.rebalance.context import Context, Inputs
-from swarmgpu.manager.rebalance.moves import HealthInputs
+from swarmgpu.manager.rebalance.mover import Mover
+from swarmgpu.manager.rebalance.moves import HealthInputs, Move
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.policies.health import request_problem
 from swarmgpu.manager.rebalance.scrape import judge
@@ -72,3 +75,21 @@ def test_a_move_of_a_service_of_a_configured_class_is_proposed_and_admitted() ->
     assert [m.service for m in ok] == ["a2"], refused
     assert isinstance(Context.build(replace(inp, classes=None)).requests.get("a2"),
                       type(None) | RequestError)  # the built-in classes have no gold
+
+
+@pytest.mark.parametrize("move", [victim_move(), repin_move()], ids=["between-nodes", "repin"])
+def test_the_mover_starts_a_move_of_a_service_of_a_configured_class(move: Move) -> None:
+    """The start's own fresh reads (``startchecks.move_refusal``, ``Repin``) too."""
+    base = victim_cluster({})
+    svcs = [replace(s, labels={**s.labels, **GOLD}) for s in base.services()]
+    cfg = RebalanceConfig(dry_run=False, max_moves_per_cycle=9, max_moves_per_node=9)
+
+    def start(classes: dict[str, int] | None) -> str | None:
+        sw = RecordingSwarm(base.nodes(), svcs, base.tasks())
+        mover = Mover(sw, cfg, prefix=P, dry_run=False,  # type: ignore[arg-type]
+                      clock=lambda: 1000.0, classes=classes)
+        got = mover.start(move, sw.service(move.service_id))
+        return None if got.ok else got.why
+
+    assert start(CLASSES) is None
+    assert start(None) == "no valid GPU request"  # the built-in classes: no gold
