@@ -8,15 +8,29 @@ to fix a label placement had read fine). Pure: ``plan_moves`` and ``admit``."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from support.defrag_cluster import RTX, defrag_cluster
-from support.forged import RecordingSwarm, repin_move, victim_cluster, victim_move
+from support.forged import (
+    T_UUID,
+    RecordingSwarm,
+    repin_move,
+    snapshot,
+    victim_cluster,
+    victim_move,
+)
 from support.health import F1, F2, U2, mark, setup
 from support.rebalance import CFG, P, page
 from support.rebalance import service as rebalance_service
 
-from swarmgpu.core.config import RebalanceConfig, parse_priority_classes
+from swarmgpu.core.config import (
+    Config,
+    PlacementConfig,
+    PreemptionConfig,
+    RebalanceConfig,
+    parse_priority_classes,
+)
 from swarmgpu.manager.placement import read_ledger
 from swarmgpu.manager.rebalance.admission import admit
 from swarmgpu.manager.rebalance.context import Context, Inputs
@@ -26,6 +40,7 @@ from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.policies.health import request_problem
 from swarmgpu.manager.rebalance.scrape import judge
 from swarmgpu.manager.rebalance.signals import Signals
+from swarmgpu.manager.services.overshare import Restarter, ServiceUse
 from swarmgpu.manager.services.requests import RequestError
 
 CLASSES = parse_priority_classes("gold=500,batch=0")  # as the config gives them
@@ -93,3 +108,20 @@ def test_the_mover_starts_a_move_of_a_service_of_a_configured_class(move: Move) 
 
     assert start(CLASSES) is None
     assert start(None) == "no valid GPU request"  # the built-in classes: no gold
+
+
+def test_a_share_over_its_size_of_a_configured_class_is_restarted(tmp_path: Path) -> None:
+    """The over-share restart reads the class too: read as no request, a label of a class
+    the config names kept a share over its size running on its neighbours' memory."""
+    base = victim_cluster({})
+    svcs = [replace(s, labels={**s.labels, **GOLD}) for s in base.services()]
+    tasks = [replace(t, container_id="c" * 64) if t.id == "t-third" else t
+             for t in base.tasks()]
+    sw = RecordingSwarm(base.nodes(), svcs, tasks, base.swarm_labels())
+    over = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
+                      ("t-third",), (), ("c" * 12,))
+    cfg = Config(state_dir=str(tmp_path), dry_run=False,
+                 placement=PlacementConfig(overshare="restart"),
+                 preemption=PreemptionConfig(priority_classes="gold=500,batch=0"))
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    assert Restarter(sw, cfg, wait_s=0.0).run([over], snap) == 1  # type: ignore[arg-type]
