@@ -492,3 +492,17 @@ def test_a_section_with_its_entries_commented_out_is_empty(tmp_path: Path,
     """``queues:`` with every queue commented out is YAML's null: no queues, as an empty
     ``tenants:`` is no tenants and ``agents:`` the defaults (it raised AttributeError)."""
     assert _errors(tmp_path, f"{section}:\n#  research: {{max: 4}}\n") == []
+
+
+@pytest.mark.parametrize("glob", ["team-[z-a]*", "[!-._0-9A-Za-z]*", "a[9-0]"])
+def test_a_glob_with_a_set_no_name_character_is_in_is_refused(tmp_path: Path,
+                                                              glob: str) -> None:
+    """``[z-a]`` (a range written backwards) matches nothing: the tenant took no
+    service, silently, and its stacks fell to ``default``."""
+    errors = _errors(tmp_path, f"tenants:\n  team-a: {{stacks: ['{glob}']}}\n")
+    assert any(f"tenants.team-a.stacks: {glob!r} has a set" in e for e in errors), errors
+
+
+def test_a_glob_whose_sets_each_match_a_name_character_is_fine(tmp_path: Path) -> None:
+    assert _errors(tmp_path, "tenants:\n  team-a: {stacks: ['team-[a-c]*', 'x[!a]', "
+                             "'[Z-a]y']}\n") == []

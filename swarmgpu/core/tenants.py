@@ -70,6 +70,12 @@ def _globs(value: Any, where: str, add: Any) -> tuple[str, ...]:
             add(f"{where}: {quoted(g)} is not a name or glob (letters, digits, . _ - and the "
                 "glob characters * ? [...]; at most 128 characters)")
             continue
+        # A set no name character is in (a range written backwards, [z-a]) matches no
+        # name: the tenant took no service, silently.
+        if empty := next((t for t in _tokens(g) if t[0] == "[" and not _chars(t)), None):
+            add(f"{where}: {quoted(g)} has a set, {empty}, that no character of a name is "
+                "in (a range is low-high, e.g. [a-z]): it matches no name")
+            continue
         out.append(g)
     return tuple(out)
 
