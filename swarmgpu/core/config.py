@@ -323,6 +323,11 @@ class PreemptionConfig:
     settle_s: float = 30.0
     """After a preemption for a service, wait this long before another one for it."""
 
+    @property
+    def classes(self) -> dict[str, int]:
+        """``priority_classes`` read (a checked config's: ValueError otherwise)."""
+        return parse_priority_classes(self.priority_classes)
+
 
 @dataclass(frozen=True)
 class LogConfig:
