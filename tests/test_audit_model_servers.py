@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -200,3 +201,13 @@ def test_a_long_cuda_visible_devices_is_read_to_where_cuda_stops_not_whole(
     (m,) = found(svc, "cuda-visible-devices")
     assert "stops at '5', which is none of them: it would use 1 and 1 would sit idle" in m
     assert read == ["0", "5"]
+
+
+def test_a_server_labelled_with_a_configured_priority_class_is_read_too() -> None:
+    """A ``swarmgpu.priority`` naming a class of the config's ``preemption.
+    priority_classes`` is a request as placement reads it: read with the built-in
+    classes only it was none, and the server's warnings were never said."""
+    svc = service(["--model", MODEL, "--tensor-parallel-size", "4"])
+    svc = replace(svc, labels={**svc.labels, "swarmgpu.priority": "gold"})
+    findings = audit(Snapshot([], [svc], [], {}), classes={"gold": 500})
+    assert [f.kind for f in findings if f.kind == "server-gpu-count"] == ["server-gpu-count"]

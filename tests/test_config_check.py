@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -415,3 +418,17 @@ def test_the_agents_service_warning_names_the_tenant_that_takes_it_first() -> No
     assert "for tenant team-a's" in a, a
     assert "for tenant team-b's" not in b and "tenant team-a, before it in the file, " \
         "takes it first (this one would once team-a's globs no longer match)" in b, b
+
+
+def test_config_check_of_a_valid_file_in_a_fresh_process_says_ok(tmp_path: Path) -> None:
+    """As the `swarmgpu` command runs it: a process that imports nothing first. In the
+    test process the planner is imported already, which hid an import cycle through
+    ``manager.placement``'s ``__init__``: every valid file ended in an ImportError."""
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("tenants:\n  team-a: {stacks: ['team-a*'], max: 4}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWARMGPU_")}
+    r = subprocess.run([sys.executable, "-m", "swarmgpu.cli", "config", "check", str(cfg)],
+                       capture_output=True, text=True, env=env, timeout=300,
+                       cwd=Path(__file__).resolve().parent.parent)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout == f"{cfg}: ok\n"

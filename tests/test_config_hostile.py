@@ -454,3 +454,55 @@ def test_a_comma_list_with_ascii_blanks_around_its_items_is_fine(tmp_path: Path)
     assert _errors(tmp_path, 'rebalance:\n  policies: " health ,\\tspread"\nhttp:\n'
                              '  trusted_proxies: "10.0.0.5 , 10.0.0.6"\nplacement:\n'
                              '  ungranted_exempt: " a*, swarmgpu_agent "\n') == []
+
+
+@pytest.mark.parametrize("key", ["guaranteed", "max"])
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+def test_a_tenants_own_queue_of_no_finite_size_is_an_error_not_a_crash(
+        tmp_path: Path, key: str, value: str) -> None:
+    """``.nan`` passed both bounds (NaN compares false) and round() raised a ValueError
+    out of `config check` and the daemon's start, located nowhere."""
+    errors = _errors(tmp_path, f"tenants:\n  team-a: {{stacks: [a], {key}: {value}}}\n")
+    assert any(e.endswith(f"tenants.team-a.{key}: expected a number of GPUs from 0 to "
+                          f"1000000, got {value.removeprefix('.').replace('-.', '-')}")
+               for e in errors), errors
+
+
+def test_a_tenants_own_queue_has_a_queues_bounds(tmp_path: Path) -> None:
+    """A queue's guaranteed and max are 0 to 1,000,000 GPUs, in queues: or a tenant's."""
+    big = "{stacks: [a], guaranteed: 1000000, max: 1000000}"
+    assert _errors(tmp_path, f"tenants:\n  team-a: {big}\n") == []
+    assert _errors(tmp_path, "queues:\n  q: {guaranteed: 1000000, max: 1000000}\n") == []
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("queues: 5\n", "queues: expected a mapping of queue -> {guaranteed, max}, got 5"),
+    ("queues: [research]\n", "queues: expected a mapping of queue -> {guaranteed, max}"),
+    ("queues: research\n", "queues: expected a mapping of queue -> {guaranteed, max}"),
+])
+def test_queues_that_are_not_a_mapping_are_an_error_not_a_crash(
+        tmp_path: Path, text: str, says: str) -> None:
+    errors = _errors(tmp_path, text + "tenants:\n  team-a: {stacks: [a]}\n")
+    assert any(says in e for e in errors), errors
+
+
+@pytest.mark.parametrize("section", ["queues", "tenants"])
+def test_a_section_with_its_entries_commented_out_is_empty(tmp_path: Path,
+                                                           section: str) -> None:
+    """``queues:`` with every queue commented out is YAML's null: no queues, as an empty
+    ``tenants:`` is no tenants and ``agents:`` the defaults (it raised AttributeError)."""
+    assert _errors(tmp_path, f"{section}:\n#  research: {{max: 4}}\n") == []
+
+
+@pytest.mark.parametrize("glob", ["team-[z-a]*", "[!-._0-9A-Za-z]*", "a[9-0]"])
+def test_a_glob_with_a_set_no_name_character_is_in_is_refused(tmp_path: Path,
+                                                              glob: str) -> None:
+    """``[z-a]`` (a range written backwards) matches nothing: the tenant took no
+    service, silently, and its stacks fell to ``default``."""
+    errors = _errors(tmp_path, f"tenants:\n  team-a: {{stacks: ['{glob}']}}\n")
+    assert any(f"tenants.team-a.stacks: {glob!r} has a set" in e for e in errors), errors
+
+
+def test_a_glob_whose_sets_each_match_a_name_character_is_fine(tmp_path: Path) -> None:
+    assert _errors(tmp_path, "tenants:\n  team-a: {stacks: ['team-[a-c]*', 'x[!a]', "
+                             "'[Z-a]y']}\n") == []

@@ -48,12 +48,13 @@ from swarmgpu.core.config import (
 from swarmgpu.manager import daemon as daemon_module
 from swarmgpu.manager.cycle.budget import BudgetGate, OverBudget, engine_budget_s
 from swarmgpu.manager.cycle.grants import ImageEnvs
-from swarmgpu.manager.cycle.placement import gates_ready_now, load_workload
+from swarmgpu.manager.cycle.placement import gates_ready_now
 from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.cycle.rebalance import Rebalancer
 from swarmgpu.manager.cycle.releases import hold_stale_releases
 from swarmgpu.manager.cycle.session import CycleSession
 from swarmgpu.manager.cycle.victimstop import close_gates
+from swarmgpu.manager.cycle.workloadstore import load_workload
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.engine.stop import Stopped

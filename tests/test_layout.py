@@ -81,14 +81,19 @@ def _targets(source: str, module: str, is_package: bool) -> list[tuple[int, str]
 def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, dict[str, int]]:
     """module -> {module it imports: line}, over the given modules only
     (``sources``: module -> (source, is_package)). An import names the deepest module
-    it reaches (``from a import b`` is ``a.b`` when that is a module, else ``a``)."""
+    it reaches (``from a import b`` is ``a.b`` when that is a module, else ``a``), and
+    each package above it that is not the importer's own: Python runs ``a/__init__.py``
+    before ``a.b``, so ``import a.b`` imports whatever ``a`` imports (a cycle closed
+    through a package's ``__init__`` crashed `swarmgpu config check` on every valid
+    file; the importer's own packages are being imported already)."""
     graph: dict[str, dict[str, int]] = {m: {} for m in sources}
     for module, (source, is_package) in sources.items():
         for line, target in _targets(source, module, is_package):
             while target and target not in sources:
                 target = target.rpartition(".")[0]
-            if target and target != module:
+            while target and target != module and not module.startswith(target + "."):
                 graph[module].setdefault(target, line)
+                target = target.rpartition(".")[0]
     return graph
 
 
@@ -225,6 +230,26 @@ def test_the_cycle_check_finds_lazy_and_type_only_cycles() -> None:
     assert graph["p.a"] == {"p.b": 1} and graph["p.b"] == {"p.c": 2}
     assert import_cycles(graph) == [["p.a", "p.b", "p.c", "p.a"]]
     sources["p.c"] = ("import json\n", False)
+    assert import_cycles(import_graph(sources)) == []
+
+
+def test_the_cycle_check_finds_a_cycle_through_a_packages_init() -> None:
+    """The checker itself: ``from q.keys import X`` runs ``q/__init__.py`` first, so a
+    module ``q``'s ``__init__`` imports (here through ``q.planner``) that imports
+    ``q.keys`` closes a cycle (``manager.services.coolmark`` importing
+    ``manager.placement.keys``); a module's import of its own package's sibling does not."""
+    sources = {
+        "q": ("from q.planner import plan\n", True),
+        "q.planner": ("from r.t import T\nfrom q.keys import K\n", False),
+        "q.keys": ("", False),
+        "r": ("", True),
+        "r.t": ("from q.keys import K\n", False),
+    }
+    graph = import_graph(sources)
+    assert graph["r.t"] == {"q.keys": 1, "q": 1}
+    assert graph["q.planner"] == {"r.t": 1, "r": 1, "q.keys": 2}
+    assert import_cycles(graph) == [["q", "q.planner", "r.t", "q"]]
+    sources["r.t"] = ("import json\n", False)
     assert import_cycles(import_graph(sources)) == []
 
 

@@ -26,7 +26,7 @@ from swarmgpu.allocator.workload import (
     WorkloadModel,
 )
 from swarmgpu.core.config import Config
-from swarmgpu.manager.cycle.placement import load_workload, store_workload
+from swarmgpu.manager.cycle.workloadstore import load_workload, store_workload
 from swarmgpu.manager.placement import Planner
 
 EIGHT = TaskShape(88000, 1000, 8)

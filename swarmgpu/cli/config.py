@@ -5,13 +5,16 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
+from swarmgpu.core.boundedfile import FileRefused, read_bounded_text
 from swarmgpu.core.config import Config, ConfigError, describe_defaults, load_config_report
 from swarmgpu.core.configvalues import locate_in
+from swarmgpu.core.envfile import parse_env_file
 from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 
 CONFIG_HELP = "YAML config (default: built-in defaults)."
@@ -39,12 +42,15 @@ def locate(message: str, path: str | os.PathLike[str] | None) -> str:
     return locate_in(message, path, lines, {})
 
 
-def load_checked(path: str | None, notes: list[str] | None = None) -> Config:
+def load_checked(path: str | None, notes: list[str] | None = None,
+                 env: Mapping[str, str] | None = None) -> Config:
     """The configuration, checked as a whole: the keys, then what the layers above the
     configuration check (a pinned ``placement.workload`` file must parse; the workload
     model owns that format). Raises ConfigError with every problem found. ``notes``
-    gets the deprecation notes (keys of an older layout, still read)."""
-    cfg, errors = load_config_report(path, notes=notes)
+    gets the deprecation notes (keys of an older layout, still read). ``env``: the
+    environment whose SWARMGPU_* overrides apply (None: this process's)."""
+    env = os.environ if env is None else env
+    cfg, errors = load_config_report(path, env=env, notes=notes)
     if cfg.placement.workload != "auto":
         from swarmgpu.allocator.workload import WorkloadError, load_file
 
@@ -59,7 +65,7 @@ def load_checked(path: str | None, notes: list[str] | None = None) -> Config:
         # that is short or malformed is refused here, not found out by a guesser.
         if (why := token_file_problem(cfg.http.token_file)) is not None:
             var = "SWARMGPU_HTTP_TOKEN_FILE"
-            errors.append(f"{var}: {why}" if var in os.environ else locate(why, path))
+            errors.append(f"{var}: {why}" if var in env else locate(why, path))
     if cfg.agents.token_file:
         from swarmgpu.swarm.identity import agent_token_problem
 
@@ -67,7 +73,7 @@ def load_checked(path: str | None, notes: list[str] | None = None) -> Config:
         # is refused here, as the agents refuse it at start.
         if (why := agent_token_problem(cfg.agents.token_file)) is not None:
             var = "SWARMGPU_AGENTS_TOKEN_FILE"
-            errors.append(f"{var}: {why}" if var in os.environ else locate(why, path))
+            errors.append(f"{var}: {why}" if var in env else locate(why, path))
     if errors:
         raise ConfigError(errors)
     return cfg
@@ -105,20 +111,40 @@ def config() -> None:
     """Check or show the daemon configuration."""
 
 
+def unit_env(env_file: str | None) -> Mapping[str, str] | None:
+    """The environment a check applies: ``env_file``'s variables alone (the systemd
+    unit's EnvironmentFile: its daemon never sees this shell's), or None (this
+    process's). Exit 2 naming the file when it cannot be read as systemd reads it."""
+    if env_file is None:
+        return None
+    try:
+        return parse_env_file(read_bounded_text(env_file, 1024 * 1024))
+    except (OSError, FileRefused, UnicodeDecodeError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        click.echo(f"{env_file}: env file: cannot read it ({why})", err=True)
+        sys.exit(2)
+
+
 @config.command("check")
+@click.option("--env-file", type=click.Path(dir_okay=False),
+              help="The unit's EnvironmentFile (/etc/swarmgpu/env): its SWARMGPU_* "
+                   "overrides are checked as the daemon systemd starts applies them, "
+                   "instead of this shell's.")
 @click.argument("path", type=ConfigPath())
-def config_check(path: str) -> None:
+def config_check(path: str, env_file: str | None) -> None:
     """Validate a config file: every problem, each with its key and the fix.
 
     Exit 0 valid, 2 invalid (or unreadable). Each error is located: FILE:LINE: for a
     key of the file, the variable's name for one of the environment's SWARMGPU_*
-    overrides (checked with it, as the daemon would apply them). A key of an older
+    overrides (checked with it, as the daemon would apply them; with --env-file, those
+    of that file alone). A key of an older
     layout that is still read gets a deprecation note (not an error) naming where it
     goes now. A tenant whose globs match the agents' service (agents.service) gets a
     warning (not an error): the daemon would take that service for the tenant's."""
     notes: list[str] = []
+    env = unit_env(env_file)
     try:
-        cfg = load_checked(path, notes)
+        cfg = load_checked(path, notes, env)
     except ConfigError as exc:
         say_notes(path, notes)
         if len(exc.errors) > 1:

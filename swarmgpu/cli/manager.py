@@ -205,7 +205,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
         extra_checks=checks,
         generic_resource_kind=cfg.placement.generic_resource_kind,
         node_lost_grace_s=cfg.health.node_lost_grace_s,
-        agent_service=cfg.agents.service,
+        agent_service=cfg.agents.service, classes=cfg.preemption.classes,
     )
     code = exit_code(findings, strict=strict)
     # where the plan took its model and holds from (Swarm's labels, read only)
@@ -639,7 +639,7 @@ def status(config_path: str | None, as_json: bool) -> None:
             saved_agents=saved,
             generic_resource_kind=cfg.placement.generic_resource_kind,
             node_lost_grace_s=cfg.health.node_lost_grace_s,
-            agent_service=cfg.agents.service,
+            agent_service=cfg.agents.service, classes=cfg.preemption.classes,
         ),
         ungranted=rows(find(cfg, snap, p, ImageEnvs(swarm))),
         generic_resource_kind=cfg.placement.generic_resource_kind,

@@ -10,10 +10,12 @@ the state per GPU), the configuration every process loads (``config``, with
 the rebalance section, one dataclass per policy; ``engineconfig``: the engine section,
 how much of an engine answer the manager reads; ``tenants``: the tenants section parsed
 and checked; Swarm's label-key rule in ``labelkeys`` so a bad prefix fails at load;
-``commalist``: the one parser of comma lists), and small helpers both HTTP servers and
-every YAML reader use (``httpguard``, with ``httphead``: a request head read and
-checked as the most careful server would, and ``guesslimit``: wrong bearer tokens per
-client address, a bounded token bucket, then 429, and ``forwarded``: the client a
+``commalist``: the one parser of comma lists; ``envfile``: the systemd unit's
+EnvironmentFile as systemd reads it, for ``config check --env-file``), and small
+helpers both HTTP servers and every YAML reader use (``httpguard``, with ``httphead``:
+a request head read and checked as the most careful server would, and
+``guesslimit``: wrong bearer tokens per client address, a bounded token bucket,
+then 429, and ``forwarded``: the client a
 trusted reverse proxy names; ``yamlfile``, with ``goscalar``: a plain
 scalar as docker's go-yaml reads it, ``boundedfile``: a named file read
 only as a small regular file, never blocking; ``healthcheck``: the image's

@@ -42,10 +42,10 @@ from swarmgpu.core.labelkeys import (
 from swarmgpu.core.peertext import quoted
 from swarmgpu.core.rebalanceconfig import FLAT_KEYS, check_rebalance, move_flat_keys
 from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
-from swarmgpu.core.tenants import MAX_PRIORITY, NAME_RE, parse_tenants
+from swarmgpu.core.tenants import MAX_PRIORITY, MAX_QUOTA_GPUS, NAME_RE, parse_tenants
 from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 
-MAX_GPUS = 1_000_000  # a queue's guarantee or max, and all guarantees together
+MAX_GPUS = MAX_QUOTA_GPUS  # a queue's guarantee or max, and all guarantees together
 MAX_SECONDS = 7 * 24 * 3600  # every *_s key: longer is a typo, and past the timers' range
 # An agent's answer: an 8-GPU node's facts are about 7 KiB, its metrics less; below 64 KiB
 # a real node is refused, above 64 MiB (read whole, agents.parallel at once) a hostile one
@@ -324,6 +324,11 @@ class PreemptionConfig:
     settle_s: float = 30.0
     """After a preemption for a service, wait this long before another one for it."""
 
+    @property
+    def classes(self) -> dict[str, int]:
+        """``priority_classes`` read (a checked config's: ValueError otherwise)."""
+        return parse_priority_classes(self.priority_classes)
+
 
 @dataclass(frozen=True)
 class LogConfig:
@@ -526,16 +531,16 @@ def _check_tenants(cfg: Config, add: Callable[[str], None]) -> None:
                                        cfg.preemption.max_per_hour)
     for e in errors:
         add(e)
+    queues = cfg.queues if isinstance(cfg.queues, Mapping) else {}  # else reported above
     with contextlib.suppress(ValueError):  # a bad queue is reported above
-        total = sum(g for g, _ in {**queue_quotas(cfg.queues), **own}.values()) / 1000
+        total = sum(g for g, _ in {**queue_quotas(queues), **own}.values()) / 1000
         if total > MAX_GPUS:  # each queue is checked alone; together they must fit too
             add(f"queues: the guarantees sum to {total:.15g} GPUs, more than any cluster has "
                 f"({MAX_GPUS}); a queue's guaranteed is GPUs, e.g. 8")
     # A queue is asked for by a swarmgpu.queue label, or is a tenant's first, which its
     # services without the label count against: only the former needs a label's name.
     firsts = {t.queues[0] for t in specs if t.queues}
-    names = cfg.queues if isinstance(cfg.queues, Mapping) else {}
-    for name in names:
+    for name in queues:
         if isinstance(name, str) and not name.strip():
             # "" is how the planner says "no queue": a queue of that name would count
             # nothing against its quota and guarantee nothing (the fix64-reclaim reading)
@@ -578,6 +583,9 @@ def _build(cls: Any, data: Any, where: str, add: Callable[[str], None]) -> Any:
         typ = hints[key]
         if dataclasses.is_dataclass(typ):
             kwargs[key] = _build(typ, value if value is not None else {}, path, add)
+            continue
+        if value is None and typing.get_origin(typ) is dict:  # its entries commented out
+            kwargs[key] = {}
             continue
         try:
             kwargs[key] = coerce(value, typ, path)

@@ -28,6 +28,7 @@ STACK_LABEL = "com.docker.stack.namespace"  # set by `docker stack deploy` from 
 KEYS = ("stacks", "services", "max_priority", "may_opt_out", "queues", "guaranteed", "max",
         "preemptions_per_hour")
 MAX_PRIORITY = 999_999  # the largest priority a label can give (requests._PRIO_RE)
+MAX_QUOTA_GPUS = 1_000_000  # a queue's guarantee or max (config.MAX_GPUS), a tenant's own too
 # A tenant or queue name; requests.py checks a swarmgpu.queue label with it.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}", re.ASCII)
 # Names Swarm allows for stacks and services, with fnmatch's * ? [...] and [!...].
@@ -69,16 +70,26 @@ def _globs(value: Any, where: str, add: Any) -> tuple[str, ...]:
             add(f"{where}: {quoted(g)} is not a name or glob (letters, digits, . _ - and the "
                 "glob characters * ? [...]; at most 128 characters)")
             continue
+        # A set no name character is in (a range written backwards, [z-a]) matches no
+        # name: the tenant took no service, silently.
+        if empty := next((t for t in _tokens(g) if t[0] == "[" and not _chars(t)), None):
+            add(f"{where}: {quoted(g)} has a set, {empty}, that no character of a name is "
+                "in (a range is low-high, e.g. [a-z]): it matches no name")
+            continue
         out.append(g)
     return tuple(out)
 
 
 def _number(value: Any, where: str, add: Any, *, whole: bool) -> float | None:
-    """A number >= 0 (``whole``: an integer), else None with the error given to ``add``."""
+    """A number >= 0 (``whole``: an integer up to ``MAX_PRIORITY``; else GPUs, up to
+    ``MAX_QUOTA_GPUS`` as a queue's), else None with the error given to ``add``."""
     ok = isinstance(value, int) if whole else isinstance(value, int | float)
-    if isinstance(value, bool) or not ok or value < 0 or value > MAX_PRIORITY:
+    most = MAX_PRIORITY if whole else MAX_QUOTA_GPUS
+    # ``not 0 <= value <= most``: NaN compares false both ways and was taken, then
+    # round(NaN) raised out of `config check` and the daemon's start, located nowhere.
+    if isinstance(value, bool) or not ok or not 0 <= value <= most:
         kind = "a whole number" if whole else "a number of GPUs"
-        add(f"{where}: expected {kind} from 0 to {MAX_PRIORITY}, got {quoted(value)}")
+        add(f"{where}: expected {kind} from 0 to {most}, got {quoted(value)}")
         return None
     return float(value)
 

@@ -20,6 +20,9 @@ from datetime import UTC, datetime
 # swarmkit constraint_enforcer.go, rejectNoncompliantTasks: Status.Message and Status.Err
 ENFORCER_MESSAGE = "task rejected by constraint enforcer"
 ENFORCER_ERR = "assigned node no longer meets constraints"
+# The desired states of a task Swarm is stopping (a scale-down, an update's old task, a
+# removed service's): its container runs on until it stops, its stop grace period at most.
+STOPPING_STATES = ("remove", "shutdown")  # (sorted: the task list's filter, as sent)
 DEFAULT_GRACE_S = 10  # docker's stop timeout when the spec sets no StopGracePeriod
 MAX_GRACE_S = 300  # a longer one is held this long: a hold outliving it blocks too much
 # Go's RFC3339Nano as the engine writes it (up to nine fraction digits, "Z" or an offset)

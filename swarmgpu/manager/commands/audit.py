@@ -95,6 +95,7 @@ def audit(
     metrics: Mapping[str, Mapping[str, Any]] | None = None,
     agent_service: str = "",
     servers: ServerMemo | None = None,
+    classes: Mapping[str, int] | None = None,
 ) -> list[Finding]:
     """``generic_resource_kind``: placement's reservation kind (config); when set, a GPU
     node that does not advertise it needs action, else its absence is only advisory.
@@ -136,7 +137,8 @@ def audit(
     for svc in (s for s in snap.services if not s.unread):  # (placement's plan says those)
         out += _service_findings(svc, prefix, generic_resource_kind, fields)
         # render's model-server warnings, adopted too
-        out += servers.findings(svc, prefix) if servers else server_findings(svc, prefix)
+        out += (servers.findings(svc, prefix, classes) if servers  # (classes: the config's)
+                else server_findings(svc, prefix, classes))
     if servers is not None:
         servers.keep_only(s.id for s in snap.services if not s.unread)
     out.extend(uuid_findings(snap, metrics))

@@ -16,7 +16,7 @@ audit of the whole list.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from swarmgpu.manager.commands.auditnodes import Finding
@@ -56,13 +56,14 @@ class ServerMemo:
         self._kept: dict[str, tuple[tuple[Any, ...], tuple[Finding, ...]]] = {}
         self._lock = threading.Lock()
 
-    def findings(self, svc: SwarmService, prefix: str) -> list[Finding]:
-        key = read_from(svc, prefix)
+    def findings(self, svc: SwarmService, prefix: str,
+                 classes: Mapping[str, int] | None = None) -> list[Finding]:
+        key = (*read_from(svc, prefix), tuple(sorted((classes or {}).items())))
         with self._lock:
             kept = self._kept.get(svc.id)
         if kept is not None and kept[0] == key:
             return list(kept[1])
-        found = tuple(server_findings(svc, prefix))
+        found = tuple(server_findings(svc, prefix, classes))
         with self._lock:
             # Full, a service not kept is not taken in: the daemon lists them in the same
             # order each cycle, and putting out the one kept longest put out the next one

@@ -30,11 +30,13 @@ from swarmgpu.manager.services.requests import parse_all as parse_request_labels
 from swarmgpu.swarm.client import SwarmService
 
 
-def server_findings(svc: SwarmService, prefix: str) -> list[Finding]:
+def server_findings(svc: SwarmService, prefix: str,
+                    classes: Mapping[str, int] | None = None) -> list[Finding]:
     """The service's model-server warnings, as render would say them of its stack:
     ``server-gpu-count``, ``cuda-visible-devices``, ``server-shm`` (none without a
-    GPU request, or a spec part that is not what Docker sends)."""
-    req = parse_request_labels(svc.labels, prefix=prefix)
+    GPU request, or a spec part that is not what Docker sends). ``classes``:
+    ``preemption.priority_classes``, a label's class read as placement reads it."""
+    req = parse_request_labels(svc.labels, prefix=prefix, classes=classes)
     if not isinstance(req, GpuRequest):
         return []
     container = container_of(svc.spec)

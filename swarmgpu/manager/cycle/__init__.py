@@ -25,7 +25,8 @@ The steps, in the order ``wiring`` runs them:
 ``label_sync`` node labels from facts; its node writes held for placement
 ``placement``  the plan (``placement/``) and its writes, in the only safe order
                (``releases``: a service's releases judged against its spec first;
-               ``oneshot_holds``: a one-shot's preemption holds, from the records)
+               ``oneshot_holds``: a one-shot's preemption holds, from the records;
+               ``workloadstore``: the workload model it starts from and stores)
 ``grants``     services that see GPUs without a grant: reported, voided
 ``scrape``     every node's GPU metrics, read once per cycle for the rebalancer and the map
 ``rebalance``  windows, policies, movers (``rebalance/``)

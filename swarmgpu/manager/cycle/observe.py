@@ -97,7 +97,8 @@ class ObserveStep(Step):
             findings=audit(snap, prefix=cfg.sync.prefix, saved_agents=saved,
                            generic_resource_kind=cfg.placement.generic_resource_kind,
                            node_lost_grace_s=cfg.health.node_lost_grace_s, metrics=metrics,
-                           agent_service=cfg.agents.service, servers=self.servers)
+                           agent_service=cfg.agents.service, servers=self.servers,
+                           classes=cfg.preemption.classes)
             + overshare.findings(uses, att.unattributed),
             moves=self.moves() if self.moves else None, leader=host.leader,
             zone_label=cfg.placement.zone_label, ungranted=rows(session.ungranted),

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from loguru import logger
 
-from swarmgpu.allocator.workload import STATE_KEY, WorkloadError, WorkloadModel, load_file
+from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.core.config import Config, parse_priority_classes, queue_quotas
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
@@ -37,6 +37,7 @@ from swarmgpu.manager.cycle.oneshot_holds import one_shot_nominations
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.releases import drop_writes, hold_stale_releases, hold_unreleased
 from swarmgpu.manager.cycle.session import CycleSession, Slot
+from swarmgpu.manager.cycle.workloadstore import load_workload, pinned_workload, store_workload
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.engine.stop import read_cut
 from swarmgpu.manager.engine.writes import HeldNodeWrites, LabelCompute, chain, write_each
@@ -65,60 +66,16 @@ from swarmgpu.manager.services.tenants import FROM_CONFIG, FromConfig, Tenants
 from swarmgpu.swarm.client import BudgetCut, SwarmClient, SwarmError, SwarmService, meant_filter
 
 
-def load_workload(cfg: Config, swarm: Any = None,
-                  services: Sequence[SwarmService] = ()) -> WorkloadModel:
-    """The model placement starts from: the pinned file, else the one stored in Swarm
-    (the services live now were counted before it was stored), else the prior."""
-    pc = cfg.placement
-    if pc.workload != "auto":
-        return load_file(pc.workload)
-    text = None
-    getter = getattr(swarm, "swarm_labels", None)
-    if getter is not None:
-        try:
-            text = getter().get(cfg.sync.prefix + STATE_KEY)
-        except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
-            raise read_cut() from exc
-        except SwarmError as exc:
-            logger.warning("placement: cannot read the stored workload model: {}", exc)
-    model = WorkloadModel.prior(pc.workload_window)
-    if text:
-        try:
-            model = WorkloadModel.loads(text, pc.workload_window)
-        except WorkloadError as exc:
-            logger.warning("placement: {}", exc)
-        else:
-            for s in services:
-                model.mark_seen(s.id)
-    return model
-
-
-def store_workload(swarm: Any, cfg: Config, model: WorkloadModel) -> bool:
-    """Keep the learned model in Swarm (a label on the swarm object), so a restarted
-    daemon or a new leader starts from it."""
-    key = cfg.sync.prefix + STATE_KEY
-    text = model.dumps()
-
-    def compute(labels: Mapping[str, str]) -> Mapping[str, str] | None:
-        return None if labels.get(key) == text else {**labels, key: text}
-
-    try:
-        return Writes(swarm, dry_run=cfg.dry_run, who="placement",
-                      prefix=cfg.sync.prefix).swarm_labels(compute)
-    except SwarmError as exc:
-        logger.warning("placement: cannot store the workload model: {}", exc)
-        return False
-
-
 def new_planner(cfg: Config, swarm: Any = None, services: Sequence[SwarmService] = (),
-                tenants: Tenants | FromConfig | None = FROM_CONFIG) -> Planner:
+                tenants: Tenants | FromConfig | None = FROM_CONFIG,
+                pinned: WorkloadModel | None = None) -> Planner:
     """The daemon's planner of ``cfg``; ``tenants``: the config's, as a one-shot command
-    built them once (``FROM_CONFIG``: read here)."""
+    built them once (``FROM_CONFIG``: read here); ``pinned``: ``load_workload``'s."""
     tenants = Tenants.given(cfg, tenants)
     planner = Planner(prefix=cfg.sync.prefix, zone_label=cfg.placement.zone_label,
                       adopt_ungated=cfg.placement.adopt_ungated,
                       generic_kind=cfg.placement.generic_resource_kind,
-                      workload=load_workload(cfg, swarm, services),
+                      workload=load_workload(cfg, swarm, services, pinned),
                       priority_classes=parse_priority_classes(cfg.preemption.priority_classes),
                       queues=(tenants.quotas(cfg.queues) if tenants is not None
                               else queue_quotas(cfg.queues)),
@@ -497,6 +454,7 @@ class PlacementStep(Step):
         self.cfg = host.cfg
         self.nominated = nominated
         self.planner: Planner | None = None  # kept across cycles as leader
+        self.pinned = pinned_workload(self.cfg)  # read at start, as the config is
         self.last_store = 0.0
         # each logged while it lasts: (service, tenant limit); service -> its held-back
         # note (while it is held); service id -> (status, reason) if invalid or pending
@@ -518,11 +476,15 @@ class PlacementStep(Step):
         for status in Status:
             self.host.metrics.planned.labels(status=str(status)).set(0)
 
+    def term_planner(self, snap: Snapshot) -> Planner:
+        """A new term's planner: from the stored model, or the file pinned at start."""
+        return new_planner(self.cfg, self.host.swarm, snap.services, pinned=self.pinned)
+
     def run(self, session: CycleSession) -> None:
         cfg, host = self.cfg, self.host
         snap = session.snapshot
         if self.planner is None:  # first cycle as leader: start from the stored model
-            self.planner = new_planner(cfg, host.swarm, snap.services)
+            self.planner = self.term_planner(snap)
             logger.info("placement: workload model {}", self.planner.model.summary())
         planner = self.planner
         # (label sync counts them: swarmgpu_nodes_facts_stale)

@@ -76,7 +76,7 @@ from typing import Literal
 
 from loguru import logger
 
-from swarmgpu.core.config import Config
+from swarmgpu.core.config import Config, parse_priority_classes
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
@@ -178,7 +178,8 @@ class Preempter:
             # the rebalancer's scope: its moves in flight and these share its budgets
             self.mover = Mover(swarm, self.cfg.rebalance, prefix=self.prefix,
                                dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
-                               scope=rebalancing)
+                               scope=rebalancing, classes=parse_priority_classes(
+                                   self.cfg.preemption.priority_classes))
         return self.mover
 
     def cycle(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan,

@@ -27,6 +27,7 @@ from typing import Any
 from loguru import logger
 from prometheus_client import Counter, Gauge
 
+from swarmgpu.core.config import parse_priority_classes
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.host import CycleHost
@@ -105,13 +106,15 @@ class Rebalancer(Step):
                                    *([Slot.PLACEMENT, Slot.PLANNER] if placement else [])})
         self.cfg = cfg.rebalance
         self.prefix = cfg.sync.prefix
+        # a label's class read as placement reads it, by every step of the rebalancer
+        self.classes = parse_priority_classes(cfg.preemption.priority_classes)
         # what makes a node a GPU node, as placement reads it (cpunodes.gpu_hint)
         self.agent_service, self.generic_kind = (cfg.agents.service,
                                                  cfg.placement.generic_resource_kind)
         self.signals = Signals(self.cfg)
         self.mover = Mover(daemon.swarm, self.cfg, prefix=self.prefix,
                            dry_run=cfg.dry_run or self.cfg.dry_run, metrics=daemon.metrics,
-                           scope=rebalancing)  # preemption's mover shares it
+                           scope=rebalancing, classes=self.classes)  # preemption's mover shares it
         self.last: Proposal | None = None
         self._warned: SaidOnce[str] = SaidOnce()  # the signals' warnings, while they last
         # --- health (policies.health) ---
@@ -122,7 +125,7 @@ class Rebalancer(Step):
                                   max_moves_per_node=1, cooldown_s=0.0),
             prefix=self.prefix, dry_run=cfg.dry_run, metrics=daemon.metrics,
             scope=lambda st: st.trigger == Trigger.HEALTH, judge_labels=False,
-            why="evacuate")
+            why="evacuate", classes=self.classes)
         self.health_budget = HealthBudget(cfg.health.evacuations_per_hour)
         # Each listed node's first look this term (monotonic): the agents' records are
         # this daemon's own reads, and a follower reads none (``health_inputs``); a node
@@ -228,6 +231,7 @@ class Rebalancer(Step):
                      measured=ledger,
                      gpus=self.signals.gpus, node_signals=self.signals.nodes,
                      cfg=self.cfg, now=snap.taken_at, pending=pending, prefix=self.prefix,
+                     classes=self.classes,
                      workload=model.typical() if model is not None else None,
                      moving=moving(snap.services, snap.swarm_labels, self.prefix),
                      unreadable=self._unreadable(snap), placed=placed_of(plan),

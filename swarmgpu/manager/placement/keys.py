@@ -11,6 +11,7 @@ from swarmgpu.swarm.client import MEANT_STATES as MEANT_STATES  # (re-exported)
 from swarmgpu.swarm.client import SwarmTask
 from swarmgpu.swarm.constraints import ConstraintError, parse_constraint
 from swarmgpu.swarm.taskstop import MAX_GRACE_S
+from swarmgpu.swarm.taskstop import STOPPING_STATES as STOPPING_STATES  # (re-exported)
 
 GATE = "service."
 # The hold: a constraint an annotated stack deployed as written carries instead of the
@@ -55,9 +56,6 @@ ACTIVE_STATES = (
 # A task Swarm has put on its node and still means to run there: not one still waiting
 # for a node (new, pending, allocated), nor one ended (a restart makes a new one).
 ASSIGNED_STATES = frozenset(ACTIVE_STATES) - {"new", "pending", "allocated"}
-# The desired states of a task Swarm is stopping (a scale-down, an update's old task, a
-# removed service's): its container runs on until it stops, its stop grace period at most.
-STOPPING_STATES = ("remove", "shutdown")  # (sorted: the task list's filter, as sent)
 
 
 def stopping(t: SwarmTask) -> bool:

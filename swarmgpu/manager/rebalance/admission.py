@@ -65,6 +65,7 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
           now: float, frag_left: tuple[int, str] | None = None,
           reserved: Sequence[Move] = (), unreadable: int = 0,
           raised: dict[str, Exception] | None = None,
+          classes: Mapping[str, int] | None = None,
           ) -> tuple[list[Move], list[tuple[Move, str]]]:
     """Which proposed moves may start this cycle; the rest with the reason (pure).
 
@@ -74,6 +75,7 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
     budgets' slots they need stay free for them. ``unreadable``: as ``over_budget_on``.
     ``raised``: a move whose checks raise (a bug, or input no one foresaw) is refused
     alone, its exception kept there by service for the caller's log (None: it raises).
+    ``classes``: ``preemption.priority_classes``, a label's class read as placement reads it.
     """
     frag = frag_left[0] if frag_left is not None else 0
     ok: list[Move] = []
@@ -83,7 +85,7 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
     for m in moves:
         s = services.get(m.service)
         try:
-            req = parse_all(s.labels, prefix=prefix) if s is not None else None
+            req = parse_all(s.labels, prefix=prefix, classes=classes) if s is not None else None
             why = "service gone" if s is None else why_not_movable(
                 s, req if isinstance(req, GpuRequest) else None, mine.get(s.id, ()),
                 ledger.get(m.service, {}), prefix, now, cfg.cooldown_s,

@@ -122,6 +122,10 @@ class Inputs:
     # (``placement.generic_resource_kind``: a node advertising it has GPUs).
     agents: AbstractSet[str] = frozenset()
     generic_kind: str = ""
+    # ``preemption.priority_classes``, as placement reads a label's class (None: the
+    # built-in ones): read with those alone, a service labelled with a class of the
+    # config's was "no valid GPU request" here, never moved, not even off a failed GPU.
+    classes: Mapping[str, int] | None = None
     # The GPUs preemptions freed, held for their preemptors while they settle
     # (``placement.nominated.held_gpus`` of the daemon's ``Preempter.nominated``): (node
     # id, GPU UUID) -> (the preemptor, its priority). No move lands on them
@@ -147,7 +151,8 @@ FAILED_WHY = ("its placement failed this cycle (plan status failed): nothing is 
 REPLICAS_COUNTED = 8  # replicas of one service that workload_now counts
 
 
-def workload_now(services: Sequence[SwarmService], prefix: str) -> tuple[TypicalTask, ...]:
+def workload_now(services: Sequence[SwarmService], prefix: str,
+                 classes: Mapping[str, int] | None = None) -> tuple[TypicalTask, ...]:
     """The typical tasks of the GPU requests annotated now, one per replica up to
     ``REPLICAS_COUNTED`` a service (MIG requests left out: they are handed out by
     profile, not by share). The cap keeps one service's replica count, which its stack
@@ -155,7 +160,7 @@ def workload_now(services: Sequence[SwarmService], prefix: str) -> tuple[Typical
     services, not replicas)."""
     shapes: list[TaskShape] = []
     for s in services:
-        r = parse_all(s.labels, prefix=prefix)
+        r = parse_all(s.labels, prefix=prefix, classes=classes)
         if isinstance(r, GpuRequest) and not r.mig_profile:
             shapes += [demand_of(r).shape()] * min(REPLICAS_COUNTED, max(1, s.replicas or 1))
     return typical_tasks(shapes)
@@ -287,7 +292,7 @@ class Context:
         ctx.notes += [f"{name} is not moved: {FAILED_WHY}" for name in sorted(inp.failed)]
         for s in inp.services:
             ctx.by_name[s.name] = s
-            r = parse_all(s.labels, prefix=inp.prefix)
+            r = parse_all(s.labels, prefix=inp.prefix, classes=inp.classes)
             if isinstance(r, GpuRequest):
                 ctx.requests[s.name] = r
         return ctx
@@ -442,7 +447,7 @@ class Context:
     def workload(self) -> tuple[TypicalTask, ...]:
         if self.inp.workload is not None:
             return self.inp.workload
-        return workload_now(self.inp.services, self.inp.prefix)
+        return workload_now(self.inp.services, self.inp.prefix, self.inp.classes)
 
     @property
     def targets(self) -> SwarmTargets:

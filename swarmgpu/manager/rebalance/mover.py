@@ -138,11 +138,14 @@ class Mover:
                  dry_run: bool, metrics: DaemonMetrics | None = None,
                  clock: Callable[[], float] = time.time,
                  scope: Callable[[MoveState], bool] | None = None,
-                 judge_labels: bool = True, why: str = "move") -> None:
+                 judge_labels: bool = True, why: str = "move",
+                 classes: Mapping[str, int] | None = None) -> None:
         # scope: the records this mover advances (None: all); another mover's records,
         # and their services, are left to it. judge_labels: report and repair move labels
         # with no record (one mover does it). The health mover is the second (step.py).
         self.scope = scope
+        # preemption.priority_classes: a label's class read as placement reads it
+        self.classes = classes
         self.judge_labels = judge_labels
         self.swarm = swarm
         self.cfg = cfg
@@ -170,7 +173,8 @@ class Mover:
         self._ended = self.outcomes.ended  # moves whose end was said while their record stays
         # moves that stay on their node (source == target): repin.py
         self.repin = Repin(swarm, self.writes, cfg, prefix=prefix, clock=clock,
-                           seen=self.seen, ended=self._ended, say=self.outcomes.say)
+                           seen=self.seen, ended=self._ended, say=self.outcomes.say,
+                           classes=classes)
         self.repin.held_said = self._held
 
     def hold(self, held: Mapping[tuple[str, str], tuple[str, int]], shares: Shares) -> None:
@@ -326,7 +330,7 @@ class Mover:
                                     for st in v.in_flight())], now)
         return admit(moves, v.in_flight(), by_name, tasks, ledger, self.cfg, self.prefix,
                      self.clock(), self.frag_budget.left(self.clock()), reserved,
-                     len(v.unreadable), raised)
+                     len(v.unreadable), raised, self.classes)
 
     def _act_on(self, v: Verdict) -> None:
         self._held.begin()
@@ -395,7 +399,7 @@ class Mover:
         if m.target_node == m.source_node:
             return self._start_repin(m, fresh, budget)
         why = move_refusal(self.swarm, m, fresh, every, self.prefix, self.cfg, self.clock,
-                           self.held, self.shares)
+                           self.held, self.shares, self.classes)
         if why is not None or budget is not None:
             return self._refused(m, why, budget)
         return self._begin(m, fresh)

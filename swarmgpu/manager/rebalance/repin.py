@@ -211,7 +211,9 @@ class Repin:
 
     def __init__(self, swarm: SwarmClient, writes: Writes, cfg: RebalanceConfig, *,
                  prefix: str, clock: Callable[[], float], say: Say,
-                 seen: FirstSeen | None = None, ended: MutableSet[str] | None = None) -> None:
+                 seen: FirstSeen | None = None, ended: MutableSet[str] | None = None,
+                 classes: Mapping[str, int] | None = None) -> None:
+        self.classes = classes  # preemption.priority_classes (the mover's)
         self.seen = seen or FirstSeen()  # a move's age (``record.FirstSeen``)
         # moves whose outcome was said (the mover's ``_end``): a start that raised is one
         self.ended: MutableSet[str] = set() if ended is None else ended
@@ -244,7 +246,7 @@ class Repin:
             return why
         if fresh.id in read_records(self.swarm.swarm_labels(), p):
             return "a move record exists for it already"
-        req = parse_all(fresh.labels, prefix=p)
+        req = parse_all(fresh.labels, prefix=p, classes=self.classes)
         ledger = service_ledger(self.swarm, p, m.service)
         # No record of a move (just read): a move label it carries is nobody's move.
         why = why_not_movable(fresh, req if isinstance(req, GpuRequest) else None, tasks,

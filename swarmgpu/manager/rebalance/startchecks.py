@@ -76,7 +76,8 @@ def in_flight(swarm: SwarmClient, every: Mapping[str, MoveState], prefix: str,
 def move_refusal(swarm: SwarmClient, m: Move, fresh: SwarmService,
                  every: Mapping[str, MoveState], prefix: str, cfg: RebalanceConfig,
                  clock: Callable[[], float],
-                 held: Held, shares: Shares | None = None) -> str | None:
+                 held: Held, shares: Shares | None = None,
+                 classes: Mapping[str, int] | None = None) -> str | None:
     """Why ``m`` (between nodes) may not start now, on fresh reads (``fresh``: its
     service as just read; ``every``: the records): None where it may."""
     target = swarm.node(m.target_node)
@@ -93,7 +94,7 @@ def move_refusal(swarm: SwarmClient, m: Move, fresh: SwarmService,
     if why is None and flying:
         why = "a move record exists for it already"
     tasks = swarm.tasks({"service": fresh.id})  # desired state: its readers judge it
-    req = parse_all(fresh.labels, prefix=prefix)
+    req = parse_all(fresh.labels, prefix=prefix, classes=classes)
     ledger = service_ledger(swarm, prefix, m.service)
     why = why or why_not_movable(fresh, req if isinstance(req, GpuRequest) else None,
                                  tasks, ledger, prefix, clock(), cfg.cooldown_s,

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from swarmgpu.core.stamps import MAX_SKEW_S
 from swarmgpu.swarm.client import SwarmTask
-from swarmgpu.swarm.taskstop import rfc3339_ns
+from swarmgpu.swarm.taskstop import STOPPING_STATES, rfc3339_ns  # (not placement.keys: a cycle)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loguru import logger
 
+from swarmgpu.core.config import parse_priority_classes
 from swarmgpu.core.metrics_in import GpuMetrics
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import quoted
@@ -391,6 +392,8 @@ class Restarter:
         self.swarm, self.cfg, self.clock, self.wait_s = swarm, cfg, clock, wait_s
         self.stop = stop or StopRequest()  # (none: never asked)
         self.tenants = Tenants.from_config(cfg)  # who may opt out (``Tenants.enforced``)
+        # a label's class read as placement reads it (else "gold" read as no request)
+        self.classes = parse_priority_classes(cfg.preemption.priority_classes)
         self.said: dict[tuple[str, str, str], str] = {}  # last "not done" said (_gist)
         # service id -> the cool-down mark of a restart whose mark write raised (its
         # outcome unknown: a write cut at the cycle's slack may have landed) and whose
@@ -436,7 +439,7 @@ class Restarter:
             s = by_name.get(u.service)
             if s is None or not u.milli:
                 continue  # holds nothing here: a restart would not bring it within a share
-            req = parse_all(s.labels, prefix=p)
+            req = parse_all(s.labels, prefix=p, classes=self.classes)
             tasks: Sequence[SwarmTask] = mine.get(s.id, ())  # (its mark by node: ``enforced``)
             judged, gpu = ((s, req if isinstance(req, GpuRequest) else None)
                            if self.tenants is None else self.tenants.enforced(

@@ -27,7 +27,7 @@ its task itself (``swarmnode.swarm_moves``, ``_left_to_swarm``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
@@ -108,9 +108,11 @@ def failing_nodes(ctx: Context, h: HealthInputs, per_node: dict[str, int]) -> di
     return out
 
 
-def request_problem(s: SwarmService, prefix: str) -> str:
-    """Why a holder has no GPU request to place it by: its label's error and the fix."""
-    got = parse_all(s.labels, prefix=prefix)
+def request_problem(s: SwarmService, prefix: str,
+                    classes: Mapping[str, int] | None = None) -> str:
+    """Why a holder has no GPU request to place it by: its label's error and the fix
+    (``classes``: ``preemption.priority_classes``, as placement reads them)."""
+    got = parse_all(s.labels, prefix=prefix, classes=classes)
     if isinstance(got, RequestError):
         return (f"its GPU request cannot be read: {got}; fix the service's label {got.key} "
                 f"(docker service update --label-add {got.key}=<value> {s.name}, or its "
@@ -231,8 +233,8 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
                 ctx.notes.append(f"{svc} on {host}: a move is under way ({reason})")
                 continue
             if svc not in ctx.requests:  # never "no GPU free": the request is the why
-                ctx.notes.append(f"{svc} on {host} stays: {request_problem(s, prefix)} "
-                                 f"({reason})")
+                why = request_problem(s, prefix, ctx.inp.classes)
+                ctx.notes.append(f"{svc} on {host} stays: {why} ({reason})")
                 continue
             unread = ctx.targets.filters.unread_why(s)
             if unread:  # Swarm's filters unknown: refused on every node, it alone
