@@ -585,8 +585,7 @@ def _build(cls: Any, data: Any, where: str, add: Callable[[str], None]) -> Any:
             kwargs[key] = _build(typ, value if value is not None else {}, path, add)
             continue
         if value is None and typing.get_origin(typ) is dict:  # its entries commented out
-            kwargs[key] = {}
-            continue
+            value = {}
         try:
             kwargs[key] = coerce(value, typ, path)
         except ValueError as e:

@@ -65,10 +65,6 @@ def off_node(tasks: Iterable[SwarmTask], node_id: str) -> list[SwarmTask]:
 
 def _made(tasks: Iterable[SwarmTask]) -> list[int]:
     """When each of ``tasks`` still meant to run was made (ns), those readable."""
-    # Here, not at the top: the placement package imports its planner, whose reads
-    # import tenants, which imports this module (a fresh `config check` failed half made).
-    from swarmgpu.manager.placement.keys import STOPPING_STATES
-
     return [m for t in tasks if t.desired_state not in STOPPING_STATES
             and (m := rfc3339_ns(t.created_at)) is not None]
 
