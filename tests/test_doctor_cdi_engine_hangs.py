@@ -71,3 +71,38 @@ def test_a_fifo_in_a_dir_dockerd_does_not_read_is_not_its_fault(tmp_path: Path) 
     fifo = make_fifo(root / "etc/cdi/pipe.yaml")
     c = read_within(lambda: _check(root, []), fifo)
     assert c["status"] == str(Status.OK), c
+
+
+def _no_docker_info(root: Path, daemon: dict[str, Any] | None = None) -> dict[str, Any]:
+    (root / ".swarmgpu-fixture/docker-info.json").unlink()
+    if daemon is not None:
+        path = root / "etc/docker/daemon.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **daemon}))
+    out, _ = run_doctor(str(root), as_json=True)
+    (c,) = [c for c in json.loads(out)["checks"] if c["id"] == "toolkit.cdi-spec"]
+    return c
+
+
+def test_without_docker_info_a_fifo_dockerd_may_not_read_is_a_warning(
+        tmp_path: Path) -> None:
+    """(stop 80 read) Without docker info, daemon.json's default dirs are a guess: Docker
+    before 25 has no CDI and 25.0 to 28.1 read none without features.cdi true, so a
+    dockerd that may never read the FIFO was said never to come up: a FAIL."""
+    root = _root(tmp_path, "legacy")
+    (root / "etc/cdi").mkdir(parents=True)
+    fifo = make_fifo(root / "etc/cdi/pipe.yaml")
+    c = read_within(lambda: _no_docker_info(root), fifo)
+    assert c["status"] == str(Status.WARN), c
+    assert "/etc/cdi/pipe.yaml is a FIFO" in c["found"], c
+    assert "28.2" in c["why"] and "features.cdi" in c["why"], c
+    assert "Remove /etc/cdi/pipe.yaml" in c["fix"], c
+
+
+def test_without_docker_info_a_fifo_where_daemon_json_turns_cdi_on_fails(
+        tmp_path: Path) -> None:
+    root = _root(tmp_path, "legacy")
+    (root / "etc/cdi").mkdir(parents=True)
+    fifo = make_fifo(root / "etc/cdi/pipe.yaml")
+    c = read_within(lambda: _no_docker_info(root, {"features": {"cdi": True}}), fifo)
+    assert c["status"] == str(Status.FAIL), c
+    assert "never comes up" in c["why"], c

@@ -91,3 +91,23 @@ def test_a_yml_file_cdi_never_reads_is_no_refusal(tmp_path: Path) -> None:
     root = _root(tmp_path)
     (root / "etc/cdi/old.yml").write_text("kind: [\n")
     assert _check(root)["status"] == str(Status.OK)
+
+
+def test_a_spec_not_utf8_beside_a_good_one_is_a_warn(tmp_path: Path) -> None:
+    """(stop 80 read) CDI's go-yaml v2 stops at a byte not UTF-8 (ReadSpec fails; refresh
+    loads the others): a refusal. Its error reads "... (CDI refuses the spec)", and the
+    test for a refusal looked for the words at the very end, before the ")": ``ok``."""
+    root = _root(tmp_path)
+    (root / "etc/cdi/other.yaml").write_bytes(b"kind: nvidia.com/gpu\n# caf\xe9\n")
+    c = _check(root)
+    assert c["status"] == str(Status.WARN), c
+    assert "/etc/cdi/other.yaml" in c["found"] and "CDI refuses the spec" in c["found"], c
+    assert "/etc/cdi/other.yaml" in c["fix"], c
+
+
+def test_a_utf16_spec_cdi_reads_is_no_refusal(tmp_path: Path) -> None:
+    # (go-yaml reads UTF-16 with its byte order mark; the doctor does not: no refusal said)
+    root = _root(tmp_path)
+    (root / "etc/cdi/other.yaml").write_bytes(GOOD.encode("utf-16"))
+    c = _check(root)
+    assert "CDI refuses" not in c["why"], c

@@ -52,3 +52,12 @@ def test_status_names_the_stale_agent() -> None:
     snap.facts["n-4090"] = replace(snap.facts["n-4090"], facts_age_s=400.0)
     text = render_status(build_cluster(snap, None, prefix=P))
     assert "agent stale (facts read 400s ago" in text, text
+
+
+def test_status_gives_the_stale_agents_fix() -> None:
+    """(stop 80 read) The map's badge has the fix as its tooltip; `status` said the cause
+    alone, as it gives an unreachable agent's fix on a line of its own."""
+    snap = snapshot([sw_node("n-4090", "gpu-node-2")], [], [])
+    snap.facts["n-4090"] = replace(snap.facts["n-4090"], facts_age_s=400.0)
+    text = render_status(build_cluster(snap, None, prefix=P))
+    assert "  fix: its agent serves its last read again" in text, text

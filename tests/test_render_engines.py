@@ -141,11 +141,12 @@ def test_every_key_swarm_ignores_is_named(key: str) -> None:
 
 
 def _value(key: str) -> str:
-    """A value the v3.8 schema takes for ``key``."""
+    """A value the v3.8 schema takes for ``key`` (and docker: restart: host it refuses,
+    tests/test_render_restart_value.py)."""
     return {"build": ".", "depends_on": "[db]", "devices": '["/dev/fuse:/dev/fuse"]',
             "expose": '["80"]', "external_links": "[db]", "links": "[db]",
             "privileged": "true", "security_opt": '["no-new-privileges"]',
-            "shm_size": "1gb"}.get(key, "host")
+            "shm_size": "1gb", "restart": "on-failure"}.get(key, "host")
 
 
 def test_cli_refused_keys_are_errors() -> None:

@@ -13,6 +13,7 @@ never failed, but for a FIFO or device there, whose read dockerd's start waits o
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
 from dataclasses import replace
 
 from swarmgpu.agent.doctor.cdifile import DENIED_TO_USER
@@ -80,11 +81,13 @@ def _said_engine_hangs(view: NodeView, check: Check) -> Check:
     """``check`` failed for a spec file in dockerd's CDI spec dirs that is a FIFO or a
     device (``cdifile``): dockerd's own CDI cache reads it as it starts, whatever mode
     the runtime is in. Named once where the runtime's finding named it."""
-    listed, _ = engine_cdi_dirs(view.docker_info, view.daemon_json.data)
+    listed, guessed = engine_cdi_dirs(view.docker_info, view.daemon_json.data)
     seen, _ = _scanned(view, tuple(listed[:MAX_ENGINE_CDI_DIRS]))
     hangs = [s for s in view.cdi_specs if s.hangs and _in(s.path, seen)]
     if not hangs:
         return check
+    if guessed and not _cdi_on(view):  # (no docker info: dockerd may read none)
+        return _may_hang(check, hangs)
     said = "; ".join(f"{s.path} {s.error}" for s in hangs[:2]
                      if f"{s.path} {s.error}" not in check.found)
     found = f"{check.found} ({said})" if said else check.found
@@ -96,6 +99,33 @@ def _said_engine_hangs(view: NodeView, check: Check) -> Check:
     return replace(check, status=Status.FAIL, found=found,
                    why=_ENGINE_HANGS if ok else f"{check.why} {_ENGINE_HANGS}".strip(),
                    fix=fix if ok else f"{fix} {check.fix}".strip())
+
+
+def _cdi_on(view: NodeView) -> bool:
+    """daemon.json sets ``features.cdi`` true: dockerd 25+ reads its CDI spec dirs."""
+    features = (view.daemon_json.data or {}).get("features")
+    return isinstance(features, Mapping) and features.get("cdi") is True
+
+
+def _may_hang(check: Check, hangs: list[CdiSpec]) -> Check:
+    """``check`` naming the FIFOs and devices of daemon.json's CDI spec dirs where no
+    docker info says dockerd reads them: Docker before 25 has no CDI, 25.0 to 28.1 read
+    none without ``features.cdi`` true, so an OK is a WARN, not a FAIL."""
+    said = "; ".join(f"{s.path} {s.error}" for s in hangs[:2]
+                     if f"{s.path} {s.error}" not in check.found)
+    new = [s.path for s in hangs if s.path not in check.fix]
+    fix = (f"Remove {', '.join(new)} (`ls -l` shows what it is) before a Docker that "
+           "reads CDI specs runs here." if new else "")
+    why = ("If dockerd reads its CDI spec dirs (Docker 28.2 and later by default; 25.0 "
+           "to 28.1 with daemon.json features.cdi true), it reads each *.yaml and *.json "
+           "file whole as it starts: the read of a FIFO or device may never end, and "
+           "dockerd never comes up. No docker info says which Docker runs here.")
+    if check.status is not Status.OK:
+        return replace(check, found=f"{check.found} ({said})" if said else check.found,
+                       fix=f"{check.fix} {fix}".strip())
+    return replace(check, status=Status.WARN,
+                   found=f"{check.found} ({said})" if said else check.found,
+                   why=why, fix=fix)
 
 
 def _in_mode(view: NodeView, dirs: tuple[str, ...], kind: str,

@@ -522,7 +522,7 @@ def _cdi_spec(root: str, path: str, budget: int) -> CdiSpec:
         # (CDI's sigs.k8s.io/yaml: go-yaml v2, which reads the first document alone)
         data, more = parse_first_yaml(text, path, _SpecError)
     except Unreadable as exc:  # (not UTF-8: go-yaml refuses it; the doctor's bound: not)
-        return CdiSpec(path, error=exc.why, refused=exc.why.endswith(_REFUSED_TEXT))
+        return CdiSpec(path, error=exc.why, refused=exc.why.endswith(f"({_REFUSED_TEXT})"))
     except SpecUnread as exc:
         return exc.spec
     except _SpecError as exc:  # (the file named once: the check names it first)

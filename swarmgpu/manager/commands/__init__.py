@@ -17,6 +17,7 @@
 ``auditservers`` those three rules as audit's findings, read from a running service's spec
 ``auditmemo``   those findings kept per service while the fields they read stay the same
 ``composefile`` the stack file render writes: format 3.8, checked against ``schema/``
+``restartkey``  a service's ``restart`` as docker applies it: a value it fails on
 ``interpolation`` ``${VAR}`` in a stack file, substituted as `docker stack deploy` does
 ``dotenv``      a compose ``.env`` beside the stack, which `docker stack deploy` never reads
 ``stackmerge``  several stack files (``render -c A -c B``) merged as `docker stack deploy`

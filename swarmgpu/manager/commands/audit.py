@@ -309,7 +309,8 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
     for n in nodes:
         res = snap.facts.get(n.id)
         kinds = {f.kind for f in by_node.get(n.id, [])}
-        agent = "gpus-unread" if "gpus-unread" in kinds else "ok" if res and res.facts \
+        agent = "gpus-unread" if "gpus-unread" in kinds else "stale" if "stale-facts" in \
+            kinds else "ok" if res and res.facts \
             else "replaced" if "replaced-node" in kinds \
             else "none" if not kinds & {"unreachable", "unreadable"} \
             else "unreadable" if res and res.listening else "unreachable"

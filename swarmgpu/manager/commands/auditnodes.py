@@ -124,6 +124,7 @@ def node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[s
         # error is what needs action, as an unreachable agent's would.
         out.append(_gpus_unread(h, res.facts, ours, prefix))
         return out
+    out += _stale_facts(h, res.facts_age_s, node_lost_grace_s)  # (its source hangs)
     want = desired_labels(res.facts, prefix)
     for k, v in sorted(want.items()):
         if k not in ours:
@@ -300,6 +301,19 @@ def replaced(old: SwarmNode, new: tuple[SwarmNode, str], prefix: str) -> Finding
         "swarmgpu daemon places what it held anew",
         key=old.id,
     )
+
+
+def _stale_facts(host: str, age_s: float, grace_s: float) -> list[Finding]:
+    """An agent that answers with facts it read ``age_s`` ago, ``grace_s``
+    (``health.node_lost_grace_s``) or more: the daemon places nothing new on the node
+    (``agentbook.stale_nodes``), as the map says (``web.factsage``); none if fresher."""
+    if age_s < grace_s:
+        return []
+    return [Finding("stale-facts", host,
+                   f"its agent answers with facts read {age_s:.0f}s ago, "
+                   f"health.node_lost_grace_s ({grace_s:g}s) or more: the daemon places "
+                   "nothing new on it; its GPU source (NVML) hangs: run swarmgpu doctor on "
+                   "the node, and restart the agent once the driver answers")]
 
 
 def _gpus_unread(host: str, facts: Any, ours: Mapping[str, str], prefix: str) -> Finding:

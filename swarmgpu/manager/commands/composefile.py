@@ -34,6 +34,7 @@ import yaml
 
 from swarmgpu.core import goscalar
 from swarmgpu.core.peertext import quoted
+from swarmgpu.manager.commands.restartkey import restart_errors
 from swarmgpu.manager.placement import (
     DEVICES,
     OWNED_LABEL_RISK,
@@ -186,6 +187,7 @@ def check_service_keys(svc: Mapping[str, Any], where: str) -> tuple[list[str], l
     """The keys of one service that the CLI refuses (errors) or Swarm ignores (notes)."""
     errors = [f"{where}.{k}: docker stack deploy refuses it; {fix}"
               for k, fix in CLI_REFUSES.items() if k in svc]
+    errors += restart_errors(svc, where)  # (docker applies it: a value it fails on)
     notes = [f"{where}.{k}: {DOCKER_SAYS.get(k, _WARNS)}; {why}"
              for k, why in SWARM_IGNORES.items() if k in svc]
     notes += [f"{where}.{k}: a docker CLI before 20.10 warns \"Ignoring unsupported "

@@ -226,9 +226,11 @@
   }
 
   function labelsBadge(node, now) {
-    const [kind, icon, text] = LABELS_STATE[node.labels_state] || ["muted", "?", `Labels ${node.labels_state}`];
+    let [kind, icon, text] = LABELS_STATE[node.labels_state] || ["muted", "?", `Labels ${node.labels_state}`];
     const drift = node.drift || [];
     const agent = node.agent || {};
+    // in sync with facts read long ago: nothing new is placed there, as on a silent agent's
+    if (agent.status === "stale") [kind, icon] = LABELS_STATE["agent-stale"];
     let extra = "";
     if (node.labels_state === "drifted" && drift.length) extra = ` (${drift.length})`;
     if (node.labels_state === "agent-stale" && agent.last_ok) extra = ` · last ok ${ago(now - agent.last_ok)}`;

@@ -560,6 +560,8 @@ def render_status(doc: Mapping[str, Any], silent: Sequence[Mapping[str, Any]] = 
             lines.append(f"  agent at {agent['url']}: {agent.get('cause') or agent['status']}")
             if agent.get("fix"):
                 lines.append(f"  fix: {agent['fix']}")
+        elif agent.get("status") == "stale" and agent.get("fix"):  # (its cause: the head)
+            lines.append(f"  fix: {agent['fix']}")
         if n.get("id") in said:
             lines.append(f"  {said[n['id']]}")
         if agent.get("status") == "gpus-unread":
