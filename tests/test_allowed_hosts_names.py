@@ -39,3 +39,15 @@ def test_the_agent_refuses_such_an_entry_with_the_fix() -> None:
                                     "--trusted-proxies", "not-an-address"])
     assert got.exit_code == 2, got.output
     assert "--allowed-hosts" in got.output and "'*.example.com'" in got.output, got.output
+
+
+@pytest.mark.parametrize("entry", ["::1", "2001:db8::7", "FE80::1", "::ffff:10.0.0.5"])
+def test_an_ipv6_address_without_brackets_is_still_taken(tmp_path: Path, entry: str) -> None:
+    # An IP address is how an operator writes one in a list; it was taken before names
+    # were checked. Its last group read as a port ('::1' as ':' and 1) refused it: the
+    # daemon and the agent stopped at start on a config they had run with.
+    assert _errors(tmp_path, f"map.example.com, {entry}") == []
+    got = CliRunner().invoke(main, ["agent", "--source", "file:/nonexistent",
+                                    "--allowed-hosts", entry,
+                                    "--trusted-proxies", "not-an-address"])
+    assert got.exit_code == 2 and "--allowed-hosts" not in got.output, got.output

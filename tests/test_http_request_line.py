@@ -91,3 +91,17 @@ def test_leading_zeros_are_still_a_content_length(ports: tuple[int, int]) -> Non
                          + b"0" * 4400 + b"7\r\n\r\ntoken=x")
     assert resp.startswith(b"HTTP/1.1 "), resp[:80]
     assert not resp.startswith((b"HTTP/1.1 413", b"HTTP/1.1 400")), resp[:80]
+
+
+@pytest.mark.parametrize("target", [
+    b"/healthz?a=%20b+c&q=%zz",  # escapes, a '+', a broken escape: the handler's to read
+    b"/healthz?a=[1]&b=|^{}`",  # visible ASCII curl -g, wget and Chromium send raw
+    b"http://127.0.0.1/healthz?x=1",  # absolute-form: curl -x, a forward proxy
+])
+def test_what_real_clients_send_is_still_answered(ports: tuple[int, int], target: bytes) -> None:
+    # Request lines as curl 7.88 (-g, -x), wget, busybox wget, requests/urllib3 and
+    # headless Chromium sent them to both servers (each answered 200 there too).
+    for port in ports:
+        resp = raw(port, b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         b"User-Agent: curl/7.88.1\r\nAccept: */*\r\n\r\n")
+        assert resp.startswith(b"HTTP/1.1 200"), (port, target, resp[:80])

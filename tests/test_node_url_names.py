@@ -5,12 +5,17 @@ each node's engine gives, which root on that node sets."""
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterator
 
 import pytest
+from support.webauth import raw
 
+from swarmgpu.agent.server import build_server
 from swarmgpu.core.config import AgentsConfig
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.nodes.agent_client import fetch_facts
+from swarmgpu.manager.nodes.nodeurl import node_url
 from swarmgpu.manager.rebalance.scrape import scrape_node
 from swarmgpu.swarm.client import SwarmNode
 
@@ -84,3 +89,40 @@ def test_a_host_name_is_still_filled_in(elsewhere: socket.socket) -> None:
     got = fetch_facts(SwarmNode("n0", "odd/name", "127.0.0.1", "worker", "ready", "active",
                                 {}, {}, 1, {}, {}), cfg)
     assert _reached(elsewhere)
+
+
+def test_a_hostname_with_a_trailing_dot_is_served_by_its_own_agent() -> None:
+    # 'gpu-a.' is a host name {hostname} fills in (nodeurl keeps the dot): its agent,
+    # without TLS or a token, read the Host without the dot and its own name with it,
+    # and answered the daemon's fetch 421 (DNS rebinding?).
+    class Source:
+        spec = "fake:dot"
+
+        def read(self) -> NodeFacts:
+            return NodeFacts(hostname="GPU-a.", source="fake:dot")
+
+    agent = build_server(Source(), "127.0.0.1:0", refresh_s=60)
+    threading.Thread(target=agent.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    try:
+        port = agent.server_address[1]
+        for host in (b"gpu-a.", b"GPU-a.:%d" % port, b"gpu-a"):
+            got = raw(port, b"GET /facts HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")
+            assert got.startswith(b"HTTP/1.1 200"), (host, got[:80])
+        got = raw(port, b"GET /facts HTTP/1.1\r\nHost: other.example\r\n\r\n")
+        assert got.startswith(b"HTTP/1.1 421"), got[:80]
+    finally:
+        agent.shutdown()
+        agent.server_close()
+
+
+@pytest.mark.parametrize("name", [
+    "ip-10-0-0-7.ec2.internal", "gpu_node_1", "GPU-Node1", "gpu-a.example.com.", "123",
+    "10.0.0.7", "xn--bcher-kva.example", "a" * 63, ".".join(["b" * 63] * 3) + "." + "c" * 61,
+])
+def test_kernel_host_names_real_nodes_carry_are_filled_in(name: str) -> None:
+    # Underscores (cloud VMs, docker-in-docker), upper case, a trailing dot, digits
+    # alone, punycode, an IPv4 address, 63-character labels, 253 characters: each a URL
+    # host as Go's and curl's URL parsers take it, and each served before nodeurl.
+    assert node_url("https://{hostname}:9401", _node(name), "agents.url_template") \
+        == f"https://{name}:9401"

@@ -71,6 +71,7 @@ from swarmgpu.core.httpguard import (
     Throttle,
     allowed_hosts,
     host_allowed,
+    host_of,
     query_cut,
 )
 from swarmgpu.core.httphead import HeadTooLarge, TooManyEmptyLines, read_head
@@ -319,7 +320,8 @@ class _Handler(OneRequestHandler):
         if srv.tls is not None or srv.token is not None:
             return True
         facts = srv.cache.view().facts
-        names = srv.allowed_hosts | ({facts.hostname.lower()} if facts else set())
+        # As a Host is read (host_of): lower case, no trailing dot ('gpu-a.' was 421)
+        names = srv.allowed_hosts | ({host_of(facts.hostname)} if facts else set())
         return host_allowed(self.headers.get("Host"), names)
 
     def respond(self) -> None:

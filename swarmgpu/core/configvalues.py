@@ -209,17 +209,23 @@ _HOST_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
 _HOST_NAME = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})*")
 
 
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def host_names_problem(where: str, text: str) -> str | None:
     """Why an entry of ``text`` (``http.allowed_hosts``, the agent's ``--allowed-hosts``:
     comma-separated, a port allowed) can match no request's Host, or None: a URL pasted
     or a wildcard was taken, and the name meant got 421."""
     for entry in comma_list(text):
         name = host_of(entry)
-        try:
-            ipaddress.ip_address(name)
+        # the entry whole too: host_of reads an unbracketed '::1' as ':' and its port 1
+        if _is_ip(entry) or _is_ip(name):
             continue
-        except ValueError:
-            pass
         if len(name) > 253 or not _HOST_NAME.fullmatch(name):
             return (f"{where}: {quoted(peer_text(entry, 80))} is no host name a Host header "
                     "carries (letters, digits, '-' and '_' in dot-separated labels, an IP "

@@ -106,7 +106,7 @@ def allowed_hosts(listen: str, extra: str = "") -> frozenset[str]:
     """Host names (lower case, no port) a server answers to, besides IP literals:
     localhost, this machine's name, the listen address's host and ``extra``
     (comma-separated)."""
-    names = {"localhost", socket.gethostname().lower()}
+    names = {"localhost", host_of(socket.gethostname())}  # as a Host is read
     host = listen.rpartition(":")[0].strip("[]").lower()
     if host and host not in ("0.0.0.0", "::"):  # noqa: S104  (a comparison, not a bind)
         names.add(host)
