@@ -19,7 +19,10 @@ one-GPU tasks above a node's CPU share). ``--rollout-mix full`` draws the tasks 
 every shape the scorer learned, not only its typical tasks (95% of them).
 ``--rollout-distinct class`` rolls out beside the base choice only the near-best nodes
 of another node class, or untouched where it is used (or the reverse), among the top K;
-``class-zone`` the best K - 1 such in the whole tie zone. ``--stats DIR``:
+``class-zone`` the best K - 1 such in the whole tie zone. ``--rollout-draws R`` rolls
+each candidate out on R draws, the same for all; ``--rollout-rule every`` lets a
+candidate replace the base choice only if it beats it on each of them (``mean``: the
+best by the keys summed over them). ``--stats DIR``:
 each replay process writes what the roll-out did (tie zones, changed choices, seconds)
 to DIR/rollout.<pid>.json as it goes. Everything after ``--`` is ``swarmgpu``'s command
 line; the replays' worker processes are forked, so they inherit the switch.
@@ -38,7 +41,14 @@ sys.path[:0] = [str(REPO)]
 
 from try_cli import add_rest, rest_of, run_swarmgpu  # noqa: E402  (the benchmarks' folder, as run)
 
-from swarmgpu.allocator.rollout import DISTINCT, LEAVES, MIXES, Allocator, RollOut  # noqa: E402
+from swarmgpu.allocator.rollout import (  # noqa: E402
+    DISTINCT,
+    LEAVES,
+    MIXES,
+    RULES,
+    Allocator,
+    RollOut,
+)
 from swarmgpu.allocator.scorer import SwarmScorer  # noqa: E402
 from swarmgpu.allocator.values import Demand, NodeState  # noqa: E402
 
@@ -87,6 +97,13 @@ def add_rollout(ap: argparse.ArgumentParser) -> None:
                          "\"\" (any), class (those of the top K of another node class, "
                          "or untouched where it is used or the reverse) or class-zone "
                          "(the best K - 1 such in the whole tie zone)")
+    ap.add_argument("--rollout-draws", type=int, default=1,
+                    help="independent draws each candidate is rolled out on (the same "
+                         "for every candidate)")
+    ap.add_argument("--rollout-rule", choices=RULES, default="mean",
+                    help="how the draws decide: mean (the best by the keys summed over "
+                         "them) or every (a candidate replaces the base choice only if "
+                         "it beats it on every draw)")
     ap.add_argument("--rollout-seed", type=int, default=0, help="the draws' base seed")
     ap.add_argument("--stats", type=Path, default=None,
                     help="folder for each replay process's roll-out counts")
@@ -99,7 +116,8 @@ def switch_on(args: argparse.Namespace, ro: type[LoggedRollOut] | None = None) -
         got = (ro or LoggedRollOut)(k=args.rollout_k, m=args.rollout_m,
                                     margin=args.rollout_margin, seed=args.rollout_seed,
                                     leaf=args.rollout_leaf, mix=args.rollout_mix,
-                                    distinct=args.rollout_distinct)
+                                    distinct=args.rollout_distinct,
+                                    draws=args.rollout_draws, rule=args.rollout_rule)
         if args.stats is not None:
             args.stats.mkdir(parents=True, exist_ok=True)
             got.stats_dir = args.stats
