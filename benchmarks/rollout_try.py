@@ -21,7 +21,10 @@ every shape the scorer learned, not only its typical tasks (95% of them).
 of another node class, or untouched where it is used (or the reverse), among the top K;
 ``class-zone`` the best K - 1 such in the whole tie zone. ``--whole-untouched`` sets
 ``SwarmScorer.whole_untouched`` too (stop 78's U, as ``untouched_try.py --rule whole``),
-so the roll-out runs beside the untouched price (stop 80). ``--stats DIR``:
+so the roll-out runs beside the untouched price (stop 80). ``--rollout-draws R`` rolls
+each candidate out on R draws, the same for all; ``--rollout-rule every`` lets a
+candidate replace the base choice only if it beats it on each of them (``mean``: the
+best by the keys summed over them). ``--stats DIR``:
 each replay process writes what the roll-out did (tie zones, changed choices, seconds)
 to DIR/rollout.<pid>.json as it goes. Everything after ``--`` is ``swarmgpu``'s command
 line; the replays' worker processes are forked, so they inherit the switch.
@@ -40,7 +43,14 @@ sys.path[:0] = [str(REPO)]
 
 from try_cli import add_rest, rest_of, run_swarmgpu  # noqa: E402  (the benchmarks' folder, as run)
 
-from swarmgpu.allocator.rollout import DISTINCT, LEAVES, MIXES, Allocator, RollOut  # noqa: E402
+from swarmgpu.allocator.rollout import (  # noqa: E402
+    DISTINCT,
+    LEAVES,
+    MIXES,
+    RULES,
+    Allocator,
+    RollOut,
+)
 from swarmgpu.allocator.scorer import SwarmScorer  # noqa: E402
 from swarmgpu.allocator.values import Demand, NodeState  # noqa: E402
 
@@ -89,6 +99,13 @@ def add_rollout(ap: argparse.ArgumentParser) -> None:
                          "\"\" (any), class (those of the top K of another node class, "
                          "or untouched where it is used or the reverse) or class-zone "
                          "(the best K - 1 such in the whole tie zone)")
+    ap.add_argument("--rollout-draws", type=int, default=1,
+                    help="independent draws each candidate is rolled out on (the same "
+                         "for every candidate)")
+    ap.add_argument("--rollout-rule", choices=RULES, default="mean",
+                    help="how the draws decide: mean (the best by the keys summed over "
+                         "them) or every (a candidate replaces the base choice only if "
+                         "it beats it on every draw)")
     ap.add_argument("--rollout-seed", type=int, default=0, help="the draws' base seed")
     ap.add_argument("--whole-untouched", action="store_true",
                     help="also price untouched nodes for every shape only such a node "
@@ -107,7 +124,8 @@ def switch_on(args: argparse.Namespace, ro: type[LoggedRollOut] | None = None) -
         got = (ro or LoggedRollOut)(k=args.rollout_k, m=args.rollout_m,
                                     margin=args.rollout_margin, seed=args.rollout_seed,
                                     leaf=args.rollout_leaf, mix=args.rollout_mix,
-                                    distinct=args.rollout_distinct)
+                                    distinct=args.rollout_distinct,
+                                    draws=args.rollout_draws, rule=args.rollout_rule)
         if args.stats is not None:
             args.stats.mkdir(parents=True, exist_ok=True)
             got.stats_dir = args.stats

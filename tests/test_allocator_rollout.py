@@ -12,6 +12,7 @@ from swarmgpu.allocator.fragmentation import CpuUnfit, TaskShape, TypicalTask
 from swarmgpu.allocator.rollout import (
     RollOut,
     broken_price,
+    consistent,
     held_cpu,
     roll,
     sequenced_price,
@@ -406,9 +407,57 @@ def test_shapes_become_demands() -> None:
     assert shape_demand(TaskShape(2000, 0, 0)) == Demand(cpu_milli=2000)
 
 
+class ScriptedRollOut(RollOut):
+    """A roll-out whose draws are given, one list per ``draw`` call, in order."""
+
+    def __init__(self, script: list[list[Demand]], **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.script = list(script)
+
+    def draw(self, workload: object, rng: random.Random) -> list[Demand]:
+        return self.script.pop(0)
+
+
+CPU_TASK = Demand(cpu_milli=1000)
+PAIR_D = Demand(num_gpu=2)
+
+
+def test_every_keeps_the_base_unless_each_draw_says_otherwise() -> None:
+    # One draw of the mix's pair (on ``one`` it fits, after ``two`` it does not) and
+    # two of a CPU task (alike after either): "mean" follows the one draw to ``one``;
+    # "every" keeps ``two``, as one draw alone would not be evidence.
+    for rule, draws, want in (("mean", [[PAIR_D], [CPU_TASK], [CPU_TASK]], "one"),
+                              ("every", [[PAIR_D], [CPU_TASK], [CPU_TASK]], "two"),
+                              ("every", [[PAIR_D], [PAIR_D], [PAIR_D]], "one")):
+        ro = ScriptedRollOut(draws, k=2, m=1, draws=3, rule=rule)
+        a = two_and_one(FlatScorer((TypicalTask(PAIR, 1.0),), ro))
+        before = a.snapshot()
+        got = a.place(Demand(num_gpu=1))
+        assert isinstance(got, Choice) and got.node == want, (rule, draws)
+        assert not ro.script  # three draws, common to both candidates
+        assert a.snapshot() == before  # the roll-outs undone
+        assert ro.stats.get("vetoed", 0) == (1 if (rule, want) == ("every", "two") else 0)
+
+
+def test_consistent_picks_among_the_candidates_that_beat_the_base_on_every_draw() -> None:
+    base = [(100, 0, 0, -5.0), (100, 0, 0, -5.0), (100, 0, 0, -5.0)]
+    once = [(100, 0, 0, -1.0), (100, 0, 0, -6.0), (100, 0, 0, -5.0)]  # better summed
+    each = [(100, 0, 0, -4.0), (100, 0, 0, -4.0), (100, 0, 0, -4.9)]
+    most = [(100, 0, 0, -3.0), (100, 0, 0, -3.0), (100, 0, 0, -3.0)]
+    assert consistent([base, once, each], "mean") == 1
+    assert consistent([base, once, each], "every") == 2
+    assert consistent([base, each, most], "every") == 2  # the best summed of those
+    assert consistent([base, base], "every") == 0  # a tie is no evidence
+    assert consistent([base, base], "mean") == 0  # nor under the mean: the base order
+    assert consistent([None, once], "every") == 1  # the base did not fit: any beats it
+    assert consistent([base, None], "mean") == 0
+    assert consistent([[(0, 0, 0, 0.0)]], "every") == 0
+
+
 @pytest.mark.parametrize("bad", [{"k": 4}, {"k": 0}, {"m": -1}, {"margin": -1.0},
                                  {"leaf": "best"}, {"mix": "trace"},
-                                 {"distinct": "shape"}])
+                                 {"distinct": "shape"}, {"draws": 0},
+                                 {"rule": "median"}])
 def test_settings_out_of_range_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="roll-out"):
         RollOut(**bad)  # type: ignore[arg-type]

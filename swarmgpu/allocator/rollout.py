@@ -29,7 +29,11 @@ every multi-GPU task among them on openb's traces. ``distinct`` "class" (stop 79
 out only the candidates that differ from the base choice in node class or in being
 untouched: among nodes of one class and one touched-state the scorer's own order already
 tells them apart, and on h-bimodalseed that reshuffling of used nodes of one class was
-most of what the roll-out changed and lost. Measured: docs/simulate.md, "A sampled
+most of what the roll-out changed and lost. ``draws`` (stop 80) rolls each candidate out
+on that many draws, common to all of them; ``rule`` "every" lets a candidate replace the
+base choice only where it beats it on every draw (a sign test: one draw of 20 tasks is
+noise where candidates differ by a cost one placement deeper), "mean" takes the best by
+the keys summed over the draws. Measured: docs/simulate.md, "A sampled
 roll-out among near-best nodes".
 The draw is seeded per decision, and every candidate meets the same tasks, so runs are
 reproducible and candidates differ by the node alone.
@@ -87,6 +91,7 @@ class Allocator(Protocol):
 LEAVES = ("milli", "waste", "whole", "frag", "priced", "sequenced", "covered", "cpuheld")
 MIXES = ("typical", "full")
 DISTINCT = ("", "class", "class-zone")
+RULES = ("mean", "every")
 NO_CPU_DATA = 1 << 62  # CPU left of a node without CPU data: never short
 # a node cost: (GPU model, CPU left or None, free GPU-milli per GPU) -> GPU-milli
 Cost = Callable[[str, int | None, tuple[int, ...]], float]
@@ -95,6 +100,8 @@ Cost = Callable[[str, int | None, tuple[int, ...]], float]
 Price = Callable[[Sequence[NodeState]], float]
 # the CPU a node holds beside its free GPUs, in its state now -> GPU-milli
 Held = Callable[[NodeState], float]
+# what one roll-out says of a candidate (``roll``), compared as a tuple
+Key = tuple[int, int, int, float]
 
 
 def shape_demand(shape: TaskShape) -> Demand:
@@ -131,6 +138,11 @@ class RollOut:
     # (those of the top ``k`` of another node class, or untouched where it is used or
     # the reverse) or "class-zone" (the best ``k - 1`` such in the whole tie zone)
     distinct: str = ""
+    # independent draws each candidate is rolled out on (the same for every candidate),
+    # and how they decide: "mean" (the best by the keys summed over the draws) or
+    # "every" (only a candidate better than the base choice on each draw replaces it)
+    draws: int = 1
+    rule: str = "mean"
     seed: int = 0
     stats: dict[str, float] = field(default_factory=dict)
     _demands: dict[tuple[TypicalTask, ...], tuple[list[Demand], list[float]]] = field(
@@ -143,9 +155,12 @@ class RollOut:
     _full: tuple[object, tuple[TypicalTask, ...]] | None = None
 
     def __post_init__(self) -> None:
-        if not 1 <= self.k <= 3 or self.m < 0 or self.margin < 0:
-            raise ValueError(f"roll-out k={self.k} m={self.m} margin={self.margin}: "
-                             "use k in 1..3, m >= 0 and margin >= 0")
+        if not 1 <= self.k <= 3 or self.m < 0 or self.margin < 0 or self.draws < 1:
+            raise ValueError(f"roll-out k={self.k} m={self.m} margin={self.margin} "
+                             f"draws={self.draws}: use k in 1..3, m >= 0, margin >= 0 "
+                             "and draws >= 1")
+        if self.rule not in RULES:
+            raise ValueError(f"roll-out rule={self.rule!r}: use one of {', '.join(RULES)}")
         if self.leaf not in LEAVES:
             raise ValueError(f"roll-out leaf={self.leaf!r}: use one of {', '.join(LEAVES)}")
         if self.mix not in MIXES:
@@ -264,33 +279,60 @@ class RollOut:
         return untouched_values(got[3], alloc.untouched) if got[3] else {}
 
     def choose(self, alloc: Allocator, d: Demand, cands: list[NodeState]) -> NodeState:
-        """The candidate whose roll-out places the most; the state is left as it was."""
+        """The candidate whose roll-outs place the most, by ``rule`` over ``draws``
+        (``consistent``); the state is left as it was."""
         t0 = time.perf_counter()
         self.count("tie_zones", 1)
         workload = getattr(alloc.scorer, "workload", ())
-        tasks = self.draw(self.drawn(alloc.scorer), random.Random(  # noqa: S311 - reproducible
-            self.seed * 1_000_003 + alloc.decisions))
+        mix = self.drawn(alloc.scorer)
+        rng = random.Random(self.seed * 1_000_003 + alloc.decisions)  # noqa: S311 - reproducible
+        # one generator, so the first draw is the one a single-draw roll-out makes
+        drawn = [self.draw(mix, rng) for _ in range(self.draws)]
         cost = self.cost(alloc.scorer, workload)
         price = self.price(alloc)
         held = self.held(alloc.scorer)
-        best, best_key = cands[0], (-1, 0, 0, 0.0)
-        keys: set[tuple[int, int, int, float]] = set()
+        keys: list[list[Key] | None] = []
         with alloc.observed_once():  # the scorer reads the cluster as it was, throughout
             for node in cands:
                 got = alloc.place_on(node.spec.name, d)
-                if not isinstance(got, Choice):
-                    continue
-                key = roll(alloc, got, tasks, cost, whole=self.leaf == "whole",
-                           price=price, held=held)
-                keys.add(key)
-                if key > best_key:
-                    best, best_key = node, key
-        if len(keys) > 1:
+                keys.append(None if not isinstance(got, Choice) else [
+                    roll(alloc, got, tasks, cost, whole=self.leaf == "whole",
+                         price=price, held=held) for tasks in drawn])
+        if len({summed(k) for k in keys if k is not None}) > 1:
             self.count("differ", 1)
-        if best is not cands[0]:
+        pick = consistent(keys, self.rule)
+        if self.rule == "every" and pick == 0 and consistent(keys, "mean") != 0:
+            self.count("vetoed", 1)  # the summed keys would have moved it
+        if pick != 0:
             self.count("changed", 1)
         self.count("seconds", time.perf_counter() - t0)
-        return best
+        return cands[pick]
+
+
+def summed(keys: Sequence[Key]) -> Key:
+    """A candidate's keys summed over the draws, element by element."""
+    milli, failed, broken, grown = (sum(col) for col in zip(*keys, strict=True))
+    return int(milli), int(failed), int(broken), float(grown)
+
+
+def consistent(keys: Sequence[Sequence[Key] | None], rule: str) -> int:
+    """The index of the chosen candidate, 0 the base choice (None: it did not fit).
+    "mean": the best summed key, the earlier on equal sums; "every": of the candidates
+    whose key beats the base's on each draw (any that fits, where the base did not),
+    the best summed, else the base."""
+    base = keys[0] if keys else None
+    rivals = [i for i, k in enumerate(keys) if k is not None]
+    if rule == "every" and base is not None:
+        rivals = [0] + [i for i in rivals[1:] if all(
+            mine > theirs for mine, theirs in zip(keys[i] or (), base, strict=True))]
+        if len(rivals) > 1:
+            rivals = rivals[1:]  # the base only where nothing beats it on every draw
+    best, best_key = 0, None
+    for i in rivals:
+        s = summed(keys[i] or ())
+        if best_key is None or s > best_key:
+            best, best_key = i, s
+    return best
 
 
 def untouched(n: NodeState) -> bool:
@@ -362,7 +404,7 @@ def held_cpu(unfit: CpuUnfit) -> Held:
 
 def roll(alloc: Allocator, first: Choice, tasks: Sequence[Demand],
          cost: Cost | None = None, *, whole: bool = False, price: Price | None = None,
-         held: Held | None = None) -> tuple[int, int, int, float]:
+         held: Held | None = None) -> Key:
     """Commit ``first``, place ``tasks`` greedily, undo it all; (GPU-milli the tasks
     got, minus the tasks that found no node, minus the untouched nodes they broke where
     ``whole``: 0 without, minus the growth of ``cost`` over the nodes they touched plus
