@@ -17,6 +17,7 @@ from support.forged import (
     FACTS,
     R_UUIDS,
     T_UUID,
+    THIRD,
     P,
     RecordingSwarm,
     held_labels,
@@ -30,11 +31,8 @@ from swarmgpu.core.config import Config, PlacementConfig
 from swarmgpu.manager.placement import assign_key
 from swarmgpu.manager.placement.ledger import packed_holding
 from swarmgpu.manager.rebalance.context import MOVED_AT
-from swarmgpu.manager.services.overshare import Restarter, ServiceUse
+from swarmgpu.manager.services.overshare import Restarter
 from swarmgpu.swarm.client import SwarmTask
-
-THIRD = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
-                   ("t-third",), (), ("c" * 12,))
 
 
 @pytest.fixture
