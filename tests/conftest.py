@@ -25,7 +25,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker
 import pytest
@@ -36,6 +36,9 @@ from support.swarm_harness import (
     gpu_resource_args,
     preflight,
 )
+
+if TYPE_CHECKING:
+    from support.browser import Doc, MapServer
 
 REPO = Path(__file__).resolve().parent.parent
 SWARM_ARTIFACTS = REPO / "artifacts" / "swarm"  # dockerd logs per run and node
@@ -278,3 +281,12 @@ def chromium() -> str:
     from support.browser import find_chromium
 
     return find_chromium()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Callable[[], Doc]], MapServer]]:
+    """``serve(cluster_json)``: a MapServer of the GPU map on 127.0.0.1, closed after the
+    test (tests/support/browser.py)."""
+    from support.browser import map_servers
+
+    yield from map_servers()

@@ -26,26 +26,45 @@ from swarmgpu.manager.rebalance.moves import HealthInputs
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 
+class _Term:
+    """A daemon's term over victim_cluster, its monotonic clock at 100 until a look sets it."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.sw = victim_cluster({})
+        self.d = Daemon(Config(state_dir=str(tmp_path)), swarm=self.sw)  # type: ignore[arg-type]
+        self.rb = Rebalancer(self.d)
+        self.mono = 100.0
+        self.rb.clock = lambda: self.mono
+
+    def all_refused(self, at: float, nodes: list[SwarmNode]) -> dict[str, float]:
+        """The losses the health policy is given when every agent of ``nodes`` refused
+        at monotonic ``at`` (wall 1000 + ``at``), label sync's record of it before."""
+        self.mono = at
+        silent = {n.id: FactsResult(n.id, n.hostname, "", None, "refused", 1000.0 + at,
+                                    fetched_mono=at) for n in nodes}
+        for res in silent.values():
+            self.d.book.record(res)
+        return dict(self.rb.health_inputs(Snapshot(nodes, [], [], silent,
+                                                   taken_at=1000.0 + at)).lost)
+
+
 def test_an_agents_loss_is_counted_on_the_monotonic_clock(tmp_path: Path) -> None:
     """The term's first look and the agent's last answer at wall 1000, monotonic 100.
     The wall clock stepped back an hour: 400 s later by the monotonic clock the agent is
     lost 400 s, past the grace (before: 0 s, for the hour: its node's evacuation waited
     the step). Stepped forward an hour: 10 s later it is lost 10 s (before: 3610 s, its
     node failing at once)."""
-    sw = victim_cluster({})
-    d = Daemon(Config(state_dir=str(tmp_path)), swarm=sw)  # type: ignore[arg-type]
-    rb = Rebalancer(d)
-    mono = [100.0]
-    rb.clock = lambda: mono[0]
+    term = _Term(tmp_path)
+    sw, rb = term.sw, term.rb
     node = next(n for n in sw.nodes() if n.id == "n-4090")
     answer = FactsResult(node.id, node.hostname, "", NodeFacts(node.hostname), None, 1000.0,
                          fetched_mono=100.0)
-    d.book.record(answer)
+    term.d.book.record(answer)
     assert rb.health_inputs(Snapshot(sw.nodes(), [], [], {node.id: answer},
                                      taken_at=1000.0)).lost == {}
 
     def lost(wall: float, at: float) -> float:
-        mono[0] = at
+        term.mono = at
         silent = FactsResult(node.id, node.hostname, "", None, "timed out", wall,
                              fetched_mono=at)
         got = rb.health_inputs(Snapshot(sw.nodes(), [], [], {node.id: silent},
@@ -63,25 +82,12 @@ def test_a_new_term_counts_the_loss_of_an_agent_it_never_heard_from_its_first_lo
     answered before). Its loss counts from the term's first look, the grace as after any
     answer; before, only a node whose agent this daemon had heard counted, so a new leader
     never reported it failing, however long it stayed lost."""
-    sw = victim_cluster({})
-    d = Daemon(Config(state_dir=str(tmp_path)), swarm=sw)  # type: ignore[arg-type]
-    rb = Rebalancer(d)
-    mono = [100.0]
-    rb.clock = lambda: mono[0]
+    term = _Term(tmp_path)
     nodes = [replace(n, labels={**n.labels, "swarmgpu.gpu.count": "2"})
-             if n.id == "n-4090" else n for n in sw.nodes()]
-
-    def lost(at: float) -> dict[str, float]:
-        mono[0] = at
-        silent = {n.id: FactsResult(n.id, n.hostname, "", None, "refused", 1000.0 + at,
-                                    fetched_mono=at) for n in nodes}
-        for res in silent.values():
-            d.book.record(res)  # (label sync's, before this step)
-        return dict(rb.health_inputs(Snapshot(nodes, [], [], silent,
-                                              taken_at=1000.0 + at)).lost)
-
-    assert lost(100.0) == {"n-4090": 0.0}  # (the manager and gpu-node-1 say no GPUs)
-    assert lost(450.0) == {"n-4090": 350.0}
+             if n.id == "n-4090" else n for n in term.sw.nodes()]
+    # (the manager and gpu-node-1 say no GPUs)
+    assert term.all_refused(100.0, nodes) == {"n-4090": 0.0}
+    assert term.all_refused(450.0, nodes) == {"n-4090": 350.0}
 
 
 def test_a_gpu_node_that_joins_mid_term_counts_its_agents_loss_from_its_first_look(
@@ -92,27 +98,13 @@ def test_a_gpu_node_that_joins_mid_term_counts_its_agents_loss_from_its_first_lo
     350 s later. Before, from the term's first look: an hour at once, past the grace,
     the new node reported failing ("its agent has not answered for 3600s") before its
     agent could start."""
-    sw = victim_cluster({})
-    d = Daemon(Config(state_dir=str(tmp_path)), swarm=sw)  # type: ignore[arg-type]
-    rb = Rebalancer(d)
-    mono = [100.0]
-    rb.clock = lambda: mono[0]
-    joined = next(n for n in sw.nodes() if n.id == "n-4090")
+    term = _Term(tmp_path)
+    joined = next(n for n in term.sw.nodes() if n.id == "n-4090")
     joined = replace(joined, labels={**joined.labels, "gpu": "true"})
-    first = [n for n in sw.nodes() if n.id != joined.id]
-
-    def lost(at: float, nodes: list[SwarmNode]) -> dict[str, float]:
-        mono[0] = at
-        silent = {n.id: FactsResult(n.id, n.hostname, "", None, "refused", 1000.0 + at,
-                                    fetched_mono=at) for n in nodes}
-        for res in silent.values():
-            d.book.record(res)  # (label sync's, before this step)
-        return dict(rb.health_inputs(Snapshot(nodes, [], [], silent,
-                                              taken_at=1000.0 + at)).lost)
-
-    assert lost(100.0, first) == {}  # (no GPU node among them)
-    assert lost(3700.0, [*first, joined]) == {"n-4090": 0.0}
-    assert lost(4050.0, [*first, joined]) == {"n-4090": 350.0}
+    first = [n for n in term.sw.nodes() if n.id != joined.id]
+    assert term.all_refused(100.0, first) == {}  # (no GPU node among them)
+    assert term.all_refused(3700.0, [*first, joined]) == {"n-4090": 0.0}
+    assert term.all_refused(4050.0, [*first, joined]) == {"n-4090": 350.0}
 
 
 DRAIN = replace(CFG, health=HealthPolicyConfig(drain_node=True))

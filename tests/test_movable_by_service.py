@@ -11,15 +11,12 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from support.defrag_cluster import RTX, defrag_cluster
-from support.rebalance import CFG, P, page
+from support.rebalance import CFG, P, observed
 from support.rebalance import service as rebalance_service
 
-from swarmgpu.manager.placement import read_ledger
 from swarmgpu.manager.rebalance.admission import admit
 from swarmgpu.manager.rebalance.context import MOVED_AT, Context, Inputs, why_not_movable
 from swarmgpu.manager.rebalance.planner import plan_moves
-from swarmgpu.manager.rebalance.scrape import judge
-from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.swarm.client import SwarmTask
 
 
@@ -41,13 +38,7 @@ def _inputs() -> Inputs:
               SwarmTask("t-c-old", "id-c", "n6", 1, "running", "shutdown", ()),
               SwarmTask("t-z", "id-z", "n1", 1, "running", "running", ())]
     tasks = tasks[1::2] + tasks[::2]  # interleaved: no service's tasks together
-    sig = Signals(CFG)
-    ledger = read_ledger(nodes, P)
-    for t in (float(t) for t in range(13)):
-        scr = {n.id: judge(n, "http://x/metrics", page(facts[n.id], {}), t) for n in nodes}
-        sig.observe(scr, facts, {n.id: n.hostname for n in nodes}, ledger, t)
-    return Inputs(nodes, svcs, tasks, facts, ledger, sig.gpus, sig.nodes, CFG, 12.0,
-                  ["p"], P)
+    return observed(nodes, svcs, tasks, facts)
 
 
 NOT_CONVERGED = "not converged ({} running of {}, {} placed); moved only once stable"

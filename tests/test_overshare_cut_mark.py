@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.forged import T_UUID, P, RecordingSwarm, snapshot, victim_cluster
+from support.forged import THIRD, P, RecordingSwarm, snapshot, victim_cluster
 
 from swarmgpu.core.config import Config, PlacementConfig, SyncConfig
 from swarmgpu.manager.cycle.budget import OverBudget
@@ -29,12 +29,10 @@ from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.engine.stop import BudgetEnded, Stopped, StopRequest
 from swarmgpu.manager.placement import gate_key
 from swarmgpu.manager.rebalance.context import MOVED_AT
-from swarmgpu.manager.services.overshare import Restarter, ServiceUse
+from swarmgpu.manager.services.overshare import Restarter
 from swarmgpu.swarm.client import SwarmUnavailable
 
 NOW = 1_000_000.0
-THIRD = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
-                   ("t-third",), (), ("c" * 12,))
 
 
 class MarkLandsCut(RecordingSwarm):

@@ -18,6 +18,7 @@ import pytest
 from support.forged import (
     FACTS,
     T_UUID,
+    THIRD,
     P,
     RecordingSwarm,
     held_labels,
@@ -28,11 +29,9 @@ from support.forged import (
 
 from swarmgpu.core.config import Config, PlacementConfig
 from swarmgpu.manager.placement import devices_key
-from swarmgpu.manager.services.overshare import Restarter, ServiceUse
+from swarmgpu.manager.services.overshare import Restarter
 from swarmgpu.swarm.client import SwarmTask
 
-THIRD = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
-                   ("t-third",), (), ("c" * 12,))
 MAY_NOT = {"ops": {"services": ["ops-*"], "may_opt_out": True}}  # third: default's
 
 

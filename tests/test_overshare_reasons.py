@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.forged import T_UUID, V_UUID, P, RecordingSwarm, snapshot, sw_svc, victim_cluster
+from support.forged import THIRD, V_UUID, P, RecordingSwarm, snapshot, sw_svc, victim_cluster
 from support.loglines import log_lines
 
 from swarmgpu.core.config import Config, PlacementConfig
@@ -23,8 +23,6 @@ from swarmgpu.manager.services.overshare import Restarter, ServiceUse
 from swarmgpu.swarm.client import SwarmTask
 
 NOW = 1_000_000.0
-THIRD = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
-                   ("t-third",), (), ("c" * 12,))
 VICTIM = ServiceUse("victim", "n-dgx", "gpu-node-1", 0, V_UUID, 30000, 20000, 1000,
                     ("t-victim",), (), ("d" * 12,))
 

@@ -17,6 +17,7 @@ from support.forged import (
     FACTS,
     R_UUIDS,
     T_UUID,
+    THIRD,
     P,
     RecordingSwarm,
     held_labels,
@@ -30,11 +31,8 @@ from swarmgpu.core.config import Config, PlacementConfig
 from swarmgpu.manager.placement import assign_key
 from swarmgpu.manager.placement.ledger import packed_holding
 from swarmgpu.manager.rebalance.context import MOVED_AT
-from swarmgpu.manager.services.overshare import Restarter, ServiceUse
+from swarmgpu.manager.services.overshare import Restarter
 from swarmgpu.swarm.client import SwarmTask
-
-THIRD = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
-                   ("t-third",), (), ("c" * 12,))
 
 
 @pytest.fixture
@@ -103,22 +101,44 @@ def test_a_tenant_that_may_not_opt_out_is_restarted_over_its_share(
     """``rebalance: never``, or a label broken so that the request reads invalid, kept a
     share over its size running on its neighbours' memory: its owner's word alone. A
     tenant that may not opt out of preemption may not opt out of this either."""
-    sw, snap = _running(labels)
-    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
-                 placement=PlacementConfig(overshare="restart"))
-    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 1  # type: ignore[arg-type]
+    sw, _ = _running(labels)
+    assert _restarted(sw, tmp_path) == 1
 
 
 def test_a_tenant_that_may_opt_out_still_refuses_restarts(tmp_path: Path) -> None:
-    sw, snap = _running({f"{P}rebalance": "never"})
-    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY,
-                 placement=PlacementConfig(overshare="restart"))
-    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 0  # type: ignore[arg-type]
+    sw, _ = _running({f"{P}rebalance": "never"})
+    assert _restarted(sw, tmp_path, MAY) == 0
     assert sw.calls == []
+
+
+def _restarted(sw: RecordingSwarm, tmp_path: Path,
+               tenants: Mapping[str, Any] = MAY_NOT) -> int:
+    """The over-share restarts one cycle makes of THIRD, over ``sw`` as it stands now."""
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=tenants,
+                 placement=PlacementConfig(overshare="restart"))
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    return Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap)  # type: ignore[arg-type]
 
 
 def _stamp(at: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + "Z"
+
+
+def _two_replicas(sw: RecordingSwarm, made: float, other_made: float,
+                  labels: Mapping[str, str] | None = None) -> RecordingSwarm:
+    """``sw`` with third at two replicas, one a node: its task on n-4090 made at ``made``,
+    a second running on n-dgx's GPU 1 made at ``other_made``; the swarm object's labels
+    and ``labels``."""
+    dgx_gpu1 = FACTS["n-dgx"].gpus[1].uuid
+    third = replace(sw.service("id-third"), replicas=2, max_replicas_per_node=1)
+    nodes = [replace(n, labels={**n.labels, **held_labels("third", "n-dgx", dgx_gpu1)})
+             if n.id == "n-dgx" else n for n in sw.nodes()]
+    tasks = [replace(t, created_at=_stamp(made)) if t.id == "t-third" else t
+             for t in sw.tasks()]
+    tasks.append(SwarmTask("t-third-2", third.id, "n-dgx", 2, "running", "running", (),
+                           created_at=_stamp(other_made)))
+    services = [third if s.id == third.id else s for s in sw.services()]
+    return RecordingSwarm(nodes, services, tasks, {**sw.swarm_labels(), **(labels or {})})
 
 
 @pytest.mark.parametrize(("made_ago", "recorded", "restarted"), [
@@ -139,19 +159,15 @@ def test_a_cool_down_mark_counts_only_when_the_daemon_recorded_its_restart(
     its own task (``docker service update --force``), and had its cool-down at a
     restart's cost, each time; and the record alone, a task that ran all along kept."""
     mark = time.time() - 10
-    sw, snap = _running({P + MOVED_AT: f"{mark:.0f}"})
+    sw, _ = _running({P + MOVED_AT: f"{mark:.0f}"})
     tasks = [replace(t, created_at=_stamp(mark - made_ago)) if t.id == "t-third" else t
              for t in sw.tasks()]
     labels = {**sw.swarm_labels(),
               **({P + "state.restarts": f"id-other@{mark:.0f},id-third@{mark:.0f}"}
                  if recorded else {P + "state.restarts": f"id-other@{mark:.0f}"})}
     sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, labels)
-    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
     for tenants, want in ((MAY, 0), (MAY_NOT, restarted)):  # (one that may: as before)
-        cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=tenants,
-                     placement=PlacementConfig(overshare="restart"))
-        got = Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap)  # type: ignore[arg-type]
-        assert got == want, tenants
+        assert _restarted(sw, tmp_path, tenants) == want, tenants
 
 
 @pytest.mark.parametrize(("finished", "restarted"), [
@@ -167,17 +183,14 @@ def test_a_moves_cool_down_mark_counts_though_its_task_was_made_before_it(
     very second: for a tenant that may not opt out the mark counts then too. Before, a
     move that took over a minute cooled nothing, and the restart followed it at once."""
     mark = time.time() - 10
-    sw, snap = _running({P + MOVED_AT: f"{mark:.0f}"})
+    sw, _ = _running({P + MOVED_AT: f"{mark:.0f}"})
     tasks = [replace(t, created_at=_stamp(mark - 300)) if t.id == "t-third" else t
              for t in sw.tasks()]
     labels = {**sw.swarm_labels(),
               **({P + "state.moves-finished": f"{mark - 900:.0f},{mark:.0f}"} if finished
                  else {P + "state.moves-finished": f"{mark - 900:.0f}"})}
     sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, labels)
-    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
-    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
-                 placement=PlacementConfig(overshare="restart"))
-    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]
+    assert _restarted(sw, tmp_path) == restarted
 
 
 def test_a_moves_mark_copied_onto_a_share_that_ran_all_along_buys_no_cool_down(
@@ -194,10 +207,7 @@ def test_a_moves_mark_copied_onto_a_share_that_ran_all_along_buys_no_cool_down(
              for t in sw.tasks()]
     labels = {**sw.swarm_labels(), P + "state.moves-finished": f"{mark:.0f}"}
     sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, labels)
-    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
-    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
-                 placement=PlacementConfig(overshare="restart"))
-    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 1  # type: ignore[arg-type]
+    assert _restarted(sw, tmp_path) == 1
 
 
 def test_a_moves_mark_copied_then_force_restarted_buys_no_cool_down(tmp_path: Path) -> None:
@@ -213,10 +223,7 @@ def test_a_moves_mark_copied_then_force_restarted_buys_no_cool_down(tmp_path: Pa
              for t in sw.tasks()]
     labels = {**sw.swarm_labels(), P + "state.moves-finished": f"{mark:.0f}"}
     sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, labels)
-    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
-    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
-                 placement=PlacementConfig(overshare="restart"))
-    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 1  # type: ignore[arg-type]
+    assert _restarted(sw, tmp_path) == 1
 
 
 @pytest.mark.parametrize("recorded", [
@@ -236,20 +243,8 @@ def test_a_fresh_task_of_another_replica_does_not_bear_out_the_mark_on_this_node
     if recorded:
         sw = RecordingSwarm(sw.nodes(), sw.services(), sw.tasks(),
                             {**sw.swarm_labels(), P + "state.restarts": f"id-third@{mark:.0f}"})
-    dgx_gpu1 = FACTS["n-dgx"].gpus[1].uuid
-    third = replace(sw.service("id-third"), replicas=2, max_replicas_per_node=1)
-    nodes = [replace(n, labels={**n.labels, **held_labels("third", "n-dgx", dgx_gpu1)})
-             if n.id == "n-dgx" else n for n in sw.nodes()]
-    tasks = [replace(t, created_at=_stamp(mark - 3600)) if t.id == "t-third" else t
-             for t in sw.tasks()]
-    tasks.append(SwarmTask("t-third-2", third.id, "n-dgx", 2, "running", "running", (),
-                           created_at=_stamp(mark + 5)))
-    services = [third if s.id == third.id else s for s in sw.services()]
-    sw = RecordingSwarm(nodes, services, tasks, sw.swarm_labels())
-    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
-    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
-                 placement=PlacementConfig(overshare="restart"))
-    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 1  # type: ignore[arg-type]
+    sw = _two_replicas(sw, made=mark - 3600, other_made=mark + 5)
+    assert _restarted(sw, tmp_path) == 1
 
 
 @pytest.mark.parametrize(("tenants", "restarted"), [
@@ -268,10 +263,7 @@ def test_a_replica_left_waiting_keeps_no_share_over_its_size_from_the_restart(
     tasks = [*sw.tasks(), SwarmTask("t-third-2", third.id, "", 2, "pending", "running", ())]
     services = [third if s.id == third.id else s for s in sw.services()]
     sw = RecordingSwarm(sw.nodes(), services, tasks, sw.swarm_labels())
-    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
-    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=tenants,
-                 placement=PlacementConfig(overshare="restart"))
-    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]
+    assert _restarted(sw, tmp_path, tenants) == restarted
 
 
 @pytest.mark.parametrize(("own_restart_ago", "recorded", "restarted"), [
@@ -292,22 +284,10 @@ def test_a_restart_of_another_replica_leaves_this_ones_own_cool_down(
     mark its owner wrote, with a fresh task of the other replica, cools nothing."""
     mark = time.time() - 10  # n-dgx's restart
     sw, _ = _running({P + MOVED_AT: f"{mark:.0f}"})
-    dgx_gpu1 = FACTS["n-dgx"].gpus[1].uuid
-    third = replace(sw.service("id-third"), replicas=2, max_replicas_per_node=1)
-    nodes = [replace(n, labels={**n.labels, **held_labels("third", "n-dgx", dgx_gpu1)})
-             if n.id == "n-dgx" else n for n in sw.nodes()]
-    tasks = [replace(t, created_at=_stamp(mark - own_restart_ago)) if t.id == "t-third"
-             else t for t in sw.tasks()]
-    tasks.append(SwarmTask("t-third-2", third.id, "n-dgx", 2, "running", "running", (),
-                           created_at=_stamp(mark + 5)))
-    services = [third if s.id == third.id else s for s in sw.services()]
     # (n-dgx's restart in the daemon's list: a mark counts only so, here or elsewhere)
     listed = {P + "state.restarts": f"id-third@{mark:.0f}"} if recorded else {}
-    sw = RecordingSwarm(nodes, services, tasks, {**sw.swarm_labels(), **listed})
-    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
-    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
-                 placement=PlacementConfig(overshare="restart"))
-    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]
+    sw = _two_replicas(sw, made=mark - own_restart_ago, other_made=mark + 5, labels=listed)
+    assert _restarted(sw, tmp_path) == restarted
 
 
 @pytest.mark.parametrize(("ended_ago", "restarted"), [
@@ -323,21 +303,9 @@ def test_a_moves_mark_borne_out_elsewhere_cools_no_longer_than_the_mark(
     cooled: a cool-down counts from the mark at the latest."""
     mark = time.time() - ended_ago
     sw, _ = _running({P + MOVED_AT: f"{mark:.0f}"})
-    dgx_gpu1 = FACTS["n-dgx"].gpus[1].uuid
-    third = replace(sw.service("id-third"), replicas=2, max_replicas_per_node=1)
-    nodes = [replace(n, labels={**n.labels, **held_labels("third", "n-dgx", dgx_gpu1)})
-             if n.id == "n-dgx" else n for n in sw.nodes()]
-    tasks = [replace(t, created_at=_stamp(mark + 120)) if t.id == "t-third" else t
-             for t in sw.tasks()]
-    tasks.append(SwarmTask("t-third-2", third.id, "n-dgx", 2, "running", "running", (),
-                           created_at=_stamp(mark - 100)))  # (the move's)
-    services = [third if s.id == third.id else s for s in sw.services()]
-    sw = RecordingSwarm(nodes, services, tasks,
-                        {**sw.swarm_labels(), P + "state.moves-finished": f"{mark:.0f}"})
-    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
-    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
-                 placement=PlacementConfig(overshare="restart"))
-    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]
+    sw = _two_replicas(sw, made=mark + 120, other_made=mark - 100,  # (the move's)
+                       labels={P + "state.moves-finished": f"{mark:.0f}"})
+    assert _restarted(sw, tmp_path) == restarted
 
 
 def test_the_daemons_restart_is_recorded_and_its_mark_cools_the_next_one(
@@ -346,18 +314,15 @@ def test_the_daemons_restart_is_recorded_and_its_mark_cools_the_next_one(
     before its mark: the next cycle (this daemon's, or the next leader's) reads its mark
     as the daemon's own, and, its replacement on that node made after the mark, the
     tenant that may not opt out cools down as it should."""
-    sw, snap = _running({})
-    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
-                 placement=PlacementConfig(overshare="restart"))
-    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 1  # type: ignore[arg-type]
+    sw, _ = _running({})
+    assert _restarted(sw, tmp_path) == 1
     mark = sw.service("id-third").labels[P + MOVED_AT]
     assert sw.swarm_labels()[P + "state.restarts"] == f"id-third@{mark}"
     # Swarm's replacement (the stand-in makes none): made after the mark, on that node
     tasks = [replace(t, created_at=_stamp(float(mark) + 1)) if t.id == "t-third" else t
              for t in sw.tasks()]
     sw = RecordingSwarm(sw.nodes(), sw.services(), tasks, sw.swarm_labels())
-    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
-    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 0  # type: ignore[arg-type]
+    assert _restarted(sw, tmp_path) == 0
 
 
 def test_a_restart_whose_record_cannot_be_stored_is_not_made(tmp_path: Path) -> None:
@@ -365,14 +330,12 @@ def test_a_restart_whose_record_cannot_be_stored_is_not_made(tmp_path: Path) -> 
     taken back, its gate never closed, and it is tried again next cycle."""
     from swarmgpu.swarm.client import SwarmError
 
-    sw, snap = _running({})
+    sw, _ = _running({})
 
     def refused(*_a: Any, **_k: Any) -> bool:
         raise SwarmError("update out of sequence")
 
     sw.update_swarm_labels = refused  # type: ignore[method-assign]
-    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
-                 placement=PlacementConfig(overshare="restart"))
-    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == 0  # type: ignore[arg-type]
+    assert _restarted(sw, tmp_path) == 0
     assert P + MOVED_AT not in sw.service("id-third").labels
     assert not any(kind == "node" for kind, _ in sw.calls), sw.calls

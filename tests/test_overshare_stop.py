@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from support.forged import (
-    T_UUID,
+    THIRD,
     P,
     RecordingSwarm,
     offline_daemon,
@@ -33,11 +33,7 @@ from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.engine.stop import BudgetEnded, Stopped
 from swarmgpu.manager.placement import gate_key
 from swarmgpu.manager.rebalance.context import MOVED_AT
-from swarmgpu.manager.services.overshare import ServiceUse
 from swarmgpu.swarm.client import BudgetCut, SwarmTask, SwarmUnavailable
-
-THIRD = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
-                   ("t-third",), (), ("c" * 12,))
 
 
 @pytest.fixture

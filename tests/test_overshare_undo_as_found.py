@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.forged import T_UUID, P, RecordingSwarm, victim_cluster
+from support.forged import THIRD, P, RecordingSwarm, victim_cluster
 from support.loglines import log_lines
 
 from swarmgpu.core.config import Config, PlacementConfig, SyncConfig
@@ -24,11 +24,8 @@ from swarmgpu.manager.cycle.overshare import OvershareStep
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.placement import gate_key
 from swarmgpu.manager.rebalance.context import MOVED_AT
-from swarmgpu.manager.services.overshare import ServiceUse
 from swarmgpu.swarm.client import SwarmTask
 
-THIRD = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
-                   ("t-third",), (), ("c" * 12,))
 GATE = gate_key(P, "third")
 
 

@@ -15,35 +15,18 @@ from typing import Any
 from support.defrag_cluster import RTX, defrag_cluster, uuids
 from support.forged import victim_move
 from support.health import F2 as HF2
-from support.rebalance import CFG, F1, P, page
+from support.rebalance import F1, P, observed
 from support.rebalance import node as rebalance_node
 from support.rebalance import running as rebalance_running
 from support.rebalance import service as rebalance_service
 
-from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.placement import read_ledger
 from swarmgpu.manager.placement.nominated import STOPPING_PRIORITY
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.heldgpus import held_from
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.record import room_for
-from swarmgpu.manager.rebalance.scrape import judge
-from swarmgpu.manager.rebalance.signals import Signals
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
-
-
-def _observed(nodes: list[SwarmNode], svcs: list[SwarmService], tasks: list[SwarmTask],
-              facts: dict[str, NodeFacts], **held: Any) -> Inputs:
-    """The rebalancer's inputs after 13 s of ``facts``' metrics pages; p pending,
-    ``held`` (``held``, ``held_shares``) as given."""
-    sig = Signals(CFG)
-    ledger = read_ledger(nodes, P)
-    for t in (float(t) for t in range(13)):
-        scr = {n.id: judge(n, "http://x/metrics", page(facts[n.id], {}), t) for n in nodes}
-        sig.observe(scr, facts, {n.id: n.hostname for n in nodes}, ledger, t)
-    return Inputs(nodes, svcs, tasks, facts, ledger, sig.gpus, sig.nodes, CFG, 12.0, ["p"], P,
-                  **held)
+from swarmgpu.swarm.client import SwarmService
 
 
 def _defrag_on_n2(labels: dict[str, str], svcs: list[SwarmService], beside: str,
@@ -55,7 +38,7 @@ def _defrag_on_n2(labels: dict[str, str], svcs: list[SwarmService], beside: str,
     facts = {"n1": F1, "n2": replace(HF2, gpus=tuple(
         replace(g, uuid=v) for g, v in zip(HF2.gpus, u, strict=False)))}
     tasks = [replace(rebalance_running(s, "n2"), id=f"t-{s}") for s in ("a", beside)]
-    inp = _observed(nodes, svcs, tasks, facts, **held)
+    inp = observed(nodes, svcs, tasks, facts, **held)
     return [(m.service, m.source_node, m.target_node) for m in plan_moves(inp).moves
             if m.trigger is Trigger.DEFRAG]
 
@@ -66,7 +49,7 @@ def _inputs(held: Mapping[tuple[str, str], tuple[str, int]]) -> Inputs:
     free. Pending p wants 2 RTX 4090s."""
     nodes, svcs, tasks, facts = defrag_cluster(
         [rebalance_service("p", {f"{P}gpus": "2", **RTX})])
-    return _observed(nodes, svcs, tasks, facts, held=held)
+    return observed(nodes, svcs, tasks, facts, held=held)
 
 
 def _defrag(held: Mapping[tuple[str, str], tuple[str, int]]) -> list[Move]:

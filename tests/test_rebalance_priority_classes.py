@@ -21,7 +21,7 @@ from support.forged import (
     victim_move,
 )
 from support.health import F1, F2, U2, mark, setup
-from support.rebalance import CFG, P, page
+from support.rebalance import CFG, P, observed
 from support.rebalance import service as rebalance_service
 
 from swarmgpu.core.config import (
@@ -38,8 +38,6 @@ from swarmgpu.manager.rebalance.mover import Mover
 from swarmgpu.manager.rebalance.moves import HealthInputs, Move
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.policies.health import request_problem
-from swarmgpu.manager.rebalance.scrape import judge
-from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.manager.services.overshare import Restarter, ServiceUse
 from swarmgpu.manager.services.requests import RequestError
 
@@ -72,13 +70,7 @@ def _inputs() -> Inputs:
     pending = [rebalance_service("p", {f"{P}gpus": "2", **RTX})]
     nodes, svcs, tasks, facts = defrag_cluster(pending)
     svcs = [replace(s, labels={**s.labels, **GOLD}) for s in svcs]
-    sig = Signals(CFG)
-    ledger = read_ledger(nodes, P)
-    for t in (float(t) for t in range(13)):
-        scr = {n.id: judge(n, "http://x/metrics", page(facts[n.id], {}), t) for n in nodes}
-        sig.observe(scr, facts, {n.id: n.hostname for n in nodes}, ledger, t)
-    return Inputs(nodes, svcs, tasks, facts, ledger, sig.gpus, sig.nodes, CFG, 12.0,
-                  ["p"], P, classes=CLASSES)
+    return observed(nodes, svcs, tasks, facts, classes=CLASSES)
 
 
 def test_a_move_of_a_service_of_a_configured_class_is_proposed_and_admitted() -> None:

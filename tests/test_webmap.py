@@ -42,20 +42,7 @@ from swarmgpu.manager.web.webguard import SECURITY_HEADERS
 WEB = REPO / "swarmgpu" / "manager" / "web"
 
 
-# ---- a server shaped like the daemon's ------------------------------------------
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[Callable[[], Doc]], MapServer]]:
-    servers: list[MapServer] = []
-
-    def start(cluster_json: Callable[[], Doc]) -> MapServer:
-        servers.append(MapServer(cluster_json))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
+# ---- a server shaped like the daemon's: the `serve` fixture (tests/conftest.py) -------
 
 
 # ---- Chromium ------------------------------------------------------------------

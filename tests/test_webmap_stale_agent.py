@@ -9,23 +9,9 @@ headless Chromium, as tests/test_webmap.py runs the page.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pytest
 from support.browser import Doc, MapServer, dump_dom, sample
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[Callable[[], Doc]], MapServer]]:
-    servers: list[MapServer] = []
-
-    def start(cluster_json: Callable[[], Doc]) -> MapServer:
-        servers.append(MapServer(cluster_json))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 def _labels_badge(dom: str, hostname: str) -> str:

@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -307,3 +307,16 @@ def card_text(dom: str, hostname: str, classes: str = r'node[^"]*') -> str:
                      r".*?</article>", dom)
     assert card is not None, f"no card of {hostname} (class {classes})"
     return text_of(card.group(0))
+
+
+def map_servers() -> Iterator[Callable[[Callable[[], Doc]], MapServer]]:
+    """A starter of MapServers (the ``serve`` fixture's), each closed at the end."""
+    servers: list[MapServer] = []
+
+    def start(cluster_json: Callable[[], Doc]) -> MapServer:
+        servers.append(MapServer(cluster_json))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()

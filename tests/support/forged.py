@@ -31,6 +31,7 @@ from swarmgpu.manager.placement import (
 from swarmgpu.manager.placement.preempted import Preempted
 from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
+from swarmgpu.manager.services.overshare import ServiceUse
 from swarmgpu.swarm.client import (
     SwarmError,
     SwarmNode,
@@ -48,6 +49,9 @@ V_UUID = DGX_F.gpus[0].uuid  # the victim's GPU (node n-dgx)
 T_UUID = R4090_F.gpus[0].uuid  # the third service's GPU (node n-4090)
 R_UUIDS = tuple(g.uuid for g in R4090_F.gpus)  # 8 RTX 4090s on n-4090
 FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
+# victim_cluster's third over its share on n-4090's GPU 0: 30000 MiB used of 20000 asked
+THIRD = ServiceUse("third", "n-4090", "gpu-node-2", 0, T_UUID, 30000, 20000, 1000,
+                   ("t-third",), (), ("c" * 12,))
 
 
 class RecordingSwarm:

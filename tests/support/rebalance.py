@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from support.gpu_nodes import DGX_A100, RTX4090
 from swarmgpu.agent.metrics import render_metrics
@@ -91,6 +91,20 @@ def feed(sig: Signals, nodes: Sequence[SwarmNode], times: Sequence[float],
             scr[n.id] = judge(n, "http://x/metrics", text, t)
         warnings = sig.observe(scr, FACTS, {n.id: n.hostname for n in nodes}, ledger, t)
     return warnings
+
+
+def observed(nodes: list[SwarmNode], svcs: list[SwarmService], tasks: list[SwarmTask],
+             facts: dict[str, NodeFacts], pending: Sequence[str] = ("p",),
+             **extra: Any) -> Inputs:
+    """The rebalancer's inputs at 12 s after 13 s of ``facts``' metrics pages, no process
+    on any GPU; ``pending`` waiting, ``extra`` (``classes``, ``held``...) as given."""
+    sig = Signals(CFG)
+    ledger = read_ledger(nodes, P)
+    for t in (float(t) for t in range(13)):
+        scr = {n.id: judge(n, "http://x/metrics", page(facts[n.id], {}), t) for n in nodes}
+        sig.observe(scr, facts, {n.id: n.hostname for n in nodes}, ledger, t)
+    return Inputs(nodes, svcs, tasks, facts, ledger, sig.gpus, sig.nodes, CFG, 12.0,
+                  list(pending), P, **extra)
 
 
 def load_rebalance(rebalance: dict[str, object]) -> None:
