@@ -298,10 +298,9 @@ def test_a_head_ending_in_a_bare_lf_then_crlf_is_answered_at_once(
     (the request parser ends lines at LF), yet the reader looked only for CRLFCRLF or
     LFLF, waited out the head deadline and closed without an answer."""
     _, base = run_agent(Source())
-    t0 = time.monotonic()
+    # Answered at all: the old reader closed at the head deadline with no answer.
     resp = raw(base, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\n\r\n")
     assert resp.startswith(b"HTTP/1.1 200"), resp[:80]
-    assert time.monotonic() - t0 < 1
 
 
 @pytest.mark.parametrize(("name", "fields", "why"), [
@@ -345,9 +344,9 @@ def test_silent_client_is_dropped(
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as s:
         s.sendall(b"GET /healthz HTTP/1.1\r\n")  # never finishes the head
-        t0 = time.monotonic()
-        assert s.recv(100) == b""  # server closed it
-        assert time.monotonic() - t0 < 3
+        # The server closed it: one that kept it would time this recv out (5 s, a
+        # hang guard), and fail here.
+        assert s.recv(100) == b""
     assert get(base + "/healthz")[0] == 200
 
 
@@ -385,13 +384,12 @@ def test_source_that_hangs_does_not_block_requests(
     src.mode = "hang"
     wait_for(lambda: src.reads > n)  # the refresh thread is now stuck in read()
     time.sleep(0.2)  # > 2 * refresh_s: facts are stale by age
-    t0 = time.monotonic()
+    # Each answered within its get's timeout (a hang guard): none waits on the read.
     code, headers, _ = get(base + "/facts", timeout=2)
     assert code == 200 and headers["X-Swarmgpu-Facts-Stale"] == "1"
     assert get(base + "/metrics", timeout=2)[0] == 200
     h = json.loads(get(base + "/healthz", timeout=2)[2])
     assert h["status"] == "degraded" and h["facts_age_s"] >= 0.1
-    assert time.monotonic() - t0 < 1.5
     src.release.set()
 
 
@@ -416,9 +414,9 @@ def test_hanging_and_failing_sampler(run_agent: Callable[..., tuple[AgentServer,
     assert "swarmgpu_agent_sampler_ok 1.0" in body
     before, mode["now"] = calls["n"], "boom"
     for _ in range(3):  # failing, then hanging twice: last samples, marked not ok
-        t0 = time.monotonic()
+        # Answered while the sampler hangs (gate.wait(10)): a scrape that waited on it
+        # would time out get's 5 s (a hang guard) first.
         body = get(base + "/metrics")[2].decode()
-        assert time.monotonic() - t0 < 2
         assert "swarmgpu_agent_sampler_ok 0.0" in body
         assert parse_metrics(body).samples_by_uuid["GPU-aaaa"].util_pct == 77.0
     assert calls["n"] == before + 2  # the hung call is not piled up on
@@ -768,10 +766,10 @@ def test_the_agent_exits_on_sigterm_while_an_nvml_call_never_returns(call: str) 
     try:
         _stderr_until(proc, "agent serving nvml", 30)
         time.sleep(0.5)  # the facts thread and the sampler are in the hung call
-        started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
+        # The calls never return: an exit that waited on them would not come at all
+        # (20 s, a hang guard).
         assert proc.wait(20) == 0
-        assert time.monotonic() - started < 8
         assert proc.stderr is not None
         assert "agent stopped" in proc.stderr.read()  # the log was flushed
     finally:

@@ -730,10 +730,9 @@ def test_a_slow_client_is_cut_at_the_deadline_and_holds_nothing(
         proxy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     path, engine, _srv = proxy
     monkeypatch.setattr(dockerproxy, "REQUEST_DEADLINE_S", 0.5)
-    t0 = time.monotonic()
+    # 408: cut at the deadline (the whole drip, some 2 s, would have been answered).
     got = _send(path, b"GET /v1.43/nodes HTTP/1.1\r\nHost: d\r\n\r\n", drip=0.05)
     assert got.startswith(b"HTTP/1.1 408 "), got
-    assert time.monotonic() - t0 < 4
     assert not engine.seen
 
 

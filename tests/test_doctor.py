@@ -702,6 +702,7 @@ def _facts_thread_done() -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.timeout(60)  # a hang guard: the call waits until released, after the checks
 @pytest.mark.parametrize("call", ["nvmlInit", "nvmlDeviceGetCount"])
 def test_nvml_that_does_not_answer_fails_gpu_facts_and_the_other_checks_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str) -> None:
@@ -712,10 +713,8 @@ def test_nvml_that_does_not_answer_fails_gpu_facts_and_the_other_checks_run(
     monkeypatch.setattr(b.nvml, call, lambda *a: release.wait() and real(*a))
     src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs, xid_events=False)
     try:
-        started = time.monotonic()
         got = read_facts_within(src, "nvml", timeout_s=0.2)
-        assert time.monotonic() - started < 2
-        assert (got.facts, got.hung) == (None, True)
+        assert (got.facts, got.hung) == (None, True)  # returned while NVML still hangs
         assert got.error == "nvml: NVML did not answer within 0.2 s"
         text, code = run_doctor(str(ROOTS / "healthy"), facts_error=got.error,
                                 facts_hung=got.hung, as_json=True)

@@ -136,12 +136,10 @@ def test_events_split_across_chunks_arrive_whole(engine: Engine) -> None:
 
 def test_a_stream_silent_for_idle_s_is_cut_naming_it(engine: Engine) -> None:
     engine.chunks = [ev("node", "n1") + b"\n"]
-    start = time.monotonic()
-    got, end = drain(engine, idle_s=0.5)
+    got, end = drain(engine, idle_s=0.5)  # (drain's 15 s: a hang guard)
     assert [e["Actor"]["ID"] for e in got] == ["n1"]
     assert isinstance(end, SwarmUnavailable), repr(end)
     assert "no event for 0.5 s" in str(end) and "engine.sock" in str(end)
-    assert time.monotonic() - start < 10
 
 
 def test_a_stream_taken_for_stalled_is_cut_at_once_from_another_thread(
@@ -150,12 +148,11 @@ def test_a_stream_taken_for_stalled_is_cut_at_once_from_another_thread(
     it stayed open, every cycle listing, until its 600 s idle timeout: its cut, called
     from another thread, wakes the blocked read now, naming why."""
     engine.chunks = [ev("node", "n1") + b"\n"]
-    start = time.monotonic()
+    # Ended by the cut, said so: not by the 60 s idle timeout (past drain's 15 s).
     got, end = drain(engine, idle_s=60.0, cut_after_s=0.3)
     assert [e["Actor"]["ID"] for e in got] == ["n1"]
     assert isinstance(end, SwarmUnavailable), repr(end)
     assert "taken for stalled" in str(end) and "engine.sock" in str(end)
-    assert time.monotonic() - start < 5
 
 
 @pytest.mark.parametrize(

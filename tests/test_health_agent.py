@@ -146,6 +146,9 @@ def test_xid_ecc_dbe_and_row_remap_reach_facts_and_metrics(
     assert xid79 is not None and assess(xid79)[0].reason.startswith("Xid 79")
 
 
+# A hang guard, not a speed check: the fake's event wait never returns, so a read that
+# waited on it would never return either; that the reads return is the assertion.
+@pytest.mark.timeout(60)
 def test_hung_event_wait_never_blocks_facts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -153,14 +156,10 @@ def test_hung_event_wait_never_blocks_facts(
     b.machine.event_wait_hangs = True
     monkeypatch.setattr(nvml_xid, "STALLED_S", 0.0)  # report the stall at once
     src = _source(b)
-    t0 = time.monotonic()
     facts = src.read()
-    assert time.monotonic() - t0 < 3  # nowhere near a hung call
     assert len(facts.gpus) == 8 and all(g.healthy for g in facts.gpus)
     time.sleep(1.2)  # past one wait period
-    t0 = time.monotonic()
     facts = src.read()
-    assert time.monotonic() - t0 < 3
     assert any("XID event wait has not returned" in e for e in facts.errors)
 
 

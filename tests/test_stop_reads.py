@@ -76,15 +76,13 @@ def test_a_stop_mid_fetch_starts_no_further_read_and_counts_those_left(
     stop = StopRequest()
     agents = SlowAgents(stop)
     monkeypatch.setattr(agent_client, "fetch_facts", agents)
-    t0 = time.monotonic()
     with pytest.raises(Stopped):
         fetch_all(_nodes(), _cfg(), stop=stop)
-    took = time.monotonic() - t0
-    # The reads in flight when it came (one round at most) finished; no later one began.
+    # The reads in flight when it came (one round at most) finished; no later one began:
+    # counted, not timed.
     assert 3 <= len(agents.read) <= _cfg().parallel, agents.read
     assert stop.reads_left == NODES - len(agents.read)
     assert stop.left == 0  # no write counted
-    assert took < 7 * READ_S, f"{took:.1f}s after a stop (a round is {READ_S}s, 13 rounds)"
 
 
 def test_without_a_stop_every_agent_is_read(monkeypatch: pytest.MonkeyPatch) -> None:

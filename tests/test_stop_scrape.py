@@ -88,12 +88,11 @@ def test_a_stop_mid_scrape_starts_no_further_read_and_counts_those_left(
     with pytest.raises(Stopped):
         scrape_all(_nodes(), _template(silent_port), READ_S, PARALLEL, stop=stop)
     assert scrapes.stop_at is not None
-    took = time.monotonic() - scrapes.stop_at
-    # The scrapes in flight when it came (one round at most) ended; no later one began.
+    # The scrapes in flight when it came (one round at most) ended; no later one began:
+    # counted, not timed.
     assert 3 <= len(scrapes.started) <= PARALLEL, scrapes.started
     assert stop.reads_left == NODES - len(scrapes.started)
     assert stop.left == 0  # no write counted
-    assert took < 4 * READ_S, f"{took:.1f}s after a stop (a round is {READ_S}s, 13 rounds)"
 
 
 def test_without_a_stop_every_node_is_scraped(

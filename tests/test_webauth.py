@@ -40,7 +40,13 @@ from support.webauth import (
 from swarmgpu.cli import main
 from swarmgpu.core.config import ConfigError, HttpConfig, load_config
 from swarmgpu.core.guesslimit import BURST, REFILL_S, GuessLimit
-from swarmgpu.core.httpguard import STUCK_WRITE_S, Conn, GuardedServer, pick_victim
+from swarmgpu.core.httpguard import (
+    STUCK_WRITE_S,
+    WRITE_DEADLINE_S,
+    Conn,
+    GuardedServer,
+    pick_victim,
+)
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.sync import CycleReport
 from swarmgpu.manager.web import webmap
@@ -476,10 +482,10 @@ def test_a_sign_in_post_is_bounded(web: tuple[Daemon, int]) -> None:
     assert b" 400 " in raw(port, head + form + b"Content-Length: -1\r\n\r\n")[:20]
     assert b" 415 " in raw(port, head + b"Content-Type: application/json\r\n"
                              b"Content-Length: 2\r\n\r\n{}")[:20]
-    t0 = time.monotonic()  # a body that never comes ends at the head's deadline
+    # A body that never comes ends at the head's deadline (2 s): the server closes it,
+    # before raw()'s 5 s read timeout (a hang guard) would fail here.
     assert raw(port, head + form + b"Content-Length: 30\r\n\r\ntoken=")[:20] \
         in (b"", b"HTTP/1.1 408 Reques")
-    assert time.monotonic() - t0 < 4
     ok = raw(port, head + form + f"Content-Length: {6 + len(TOKEN)}\r\n\r\n"
              f"token={TOKEN}".encode())
     assert ok.startswith(b"HTTP/1.1 303 ")
@@ -765,11 +771,12 @@ def test_stuck_answers_are_evictable_half_sent_or_not() -> None:
 
 
 @pytest.mark.parametrize("with_token", [True, False])
-def test_healthz_within_a_second_under_400_unread_answers(
+def test_healthz_answered_beside_400_unread_answers_while_they_hold_the_server(
         web: tuple[Daemon, int], with_token: bool) -> None:
     """400 complete requests from ten addresses whose answers (4 MiB with the token; a
-    401 without) are never read: /healthz and a proved client still answered within
-    1 s, from a fresh address, and the image's healthcheck passes."""
+    401 without) are never read: /healthz and a proved client are still answered, from
+    a fresh address, while the flood holds the server (not once its answers ended at
+    their write deadline). Counted, not timed: how fast is benchmarks/bench_unread.py."""
     d, port = web
     srv = d._http
     assert isinstance(srv, GuardedServer)
@@ -778,23 +785,23 @@ def test_healthz_within_a_second_under_400_unread_answers(
                             headers=headers, rcvbuf=4096, renew_s=5.0)
     try:
         time.sleep(1.0)
-        worst, held = 0.0, []
+        held, beside = [], []
         for i in range(10):
             held.append(srv.connection_counts()[0])
-            t0 = time.monotonic()
-            status, _, body = get(port, "/healthz", src="127.0.0.9", timeout=5)
-            worst = max(worst, time.monotonic() - t0)
+            # A client deadline below the write deadline: an answer that waited for a
+            # stuck one to end fails here (a hang guard, not a speed check).
+            status, _, body = get(port, "/healthz", src="127.0.0.9",
+                                  timeout=WRITE_DEADLINE_S / 2)
+            beside.append(srv.connection_counts()[0])
             assert status == 200 and b'"status"' in body, (i, status, body[:80])
             time.sleep(0.2)
-        print(f"/healthz worst {worst:.3f}s; connections held {held}; evicted "
+        print(f"connections held {held}, after each answer {beside}; evicted "
               f"{srv.evicted_total}, refused {srv.refused_total}")
-        if with_token:  # the answers were stuck and filled the server
+        if with_token:  # the answers were stuck and filled the server, and still did
             assert max(held) >= srv.max_connections - 8 and srv.evicted_total > 0, held
-        assert worst < 1.0, f"/healthz took {worst:.2f}s under the flood"
-        t0 = time.monotonic()
+            assert max(beside) >= srv.max_connections - 8, beside
         assert get(port, "/api/v1/cluster", {"Authorization": f"Bearer {TOKEN}"},
-                   src="127.0.0.9")[0] == 200
-        assert time.monotonic() - t0 < 1.0
+                   src="127.0.0.9", timeout=WRITE_DEADLINE_S / 2)[0] == 200
     finally:
         slowflood.stop(flood)
 
@@ -822,9 +829,9 @@ def test_an_answer_not_read_ends_at_the_write_deadline(web: tuple[Daemon, int]) 
             if srv.connection_counts()[0] == 0:
                 break
             time.sleep(0.2)
-        took = time.monotonic() - t0
+        # A per-send timeout, renewed by the trickle, never ends it: the slot is still
+        # held when the 20 s hang guard above gives up.
         assert srv.connection_counts()[0] == 0, "the slow reader still holds its slot"
-        assert took < 13, took
     finally:
         s.close()
 

@@ -208,25 +208,22 @@ def doctor_refused(monkeypatch: pytest.MonkeyPatch, port: int, found: str) -> No
 
 
 def refused_in_time(engine: LoopEngine, call: Callable[[], object],
-                    refused: type[Exception], match: str, within_s: float,
-                    sent_below: int) -> Exception:
-    """``call()`` refused as ``refused`` (matching ``match``) within ``within_s``, its
-    connection closed with fewer than ``sent_below`` bytes of the answer sent."""
-    start = time.monotonic()
+                    refused: type[Exception], match: str, sent_below: int) -> Exception:
+    """``call()`` refused as ``refused`` (matching ``match``) before the answer was sent
+    whole: its connection closed with fewer than ``sent_below`` bytes of it sent (the
+    work done, counted: a loaded machine stretches the wall time, not this)."""
     with pytest.raises(refused, match=match) as got:
         call()
-    assert time.monotonic() - start < within_s
     assert engine.sent_all.wait(5)  # (its connection closed: the rest unsent)
     assert engine.sent < sent_below, engine.sent
     return got.value
 
 
-def tasks_refused(answer: Answer, match: str, within_s: float, sent_below: int) -> None:
+def tasks_refused(answer: Answer, match: str, sent_below: int) -> None:
     """The daemon's client (a 1 s timeout) reading the task list of an engine that
     answers it ``answer`` is refused as ``refused_in_time`` says, naming the proxy as
     the fix."""
     with loop_engine({"/tasks": answer}) as engine:
         sw = SwarmClient(f"tcp://127.0.0.1:{engine.server_port}", timeout_s=1)
-        got = refused_in_time(engine, sw.tasks, SwarmUnavailable, match, within_s,
-                              sent_below)
+        got = refused_in_time(engine, sw.tasks, SwarmUnavailable, match, sent_below)
     assert "proxy in front of the engine" in str(got)

@@ -206,6 +206,9 @@ class FakeProcess:
     gi_id: int | None = None
 
 
+_HANGING = threading.Lock()  # (FakeGpu.hanging, counted from several threads)
+
+
 @dataclass
 class FakeGpu:
     uuid: str
@@ -229,6 +232,10 @@ class FakeGpu:
     power_mw: int | None = None
     lost: bool = False
     hang_s: float = 0.0  # every call on this GPU blocks this long (a GPU off the bus)
+    # Or until this is set (hang_s the most, a hang guard): a test then tells a read
+    # that returned while the call still hung (``hanging``) from one that waited on it.
+    hang_until: threading.Event | None = None
+    hanging: int = 0  # calls on this GPU blocked now
     processes: list[FakeProcess] = field(default_factory=list)
     # Health counters; None answers NVML_ERROR_NOT_SUPPORTED, as on GPUs without them.
     # ecc: (error type, counter type) -> count, as nvmlDeviceGetTotalEccErrors.
@@ -365,7 +372,13 @@ class FakeNvml:
     def _gpu(self, h: _Handle) -> FakeGpu:
         self._need_init()
         g = self.machine.gpus[h.gpu]
-        if g.hang_s:
+        if g.hang_until is not None:
+            with _HANGING:
+                g.hanging += 1
+            g.hang_until.wait(g.hang_s)
+            with _HANGING:
+                g.hanging -= 1
+        elif g.hang_s:
             time.sleep(g.hang_s)
         if g.lost:
             raise NVMLError(NVML_ERROR_GPU_IS_LOST)
