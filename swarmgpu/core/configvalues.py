@@ -8,7 +8,6 @@ then located: the file and line of its key, or the variable that set it.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import os
 import re
@@ -17,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from swarmgpu.core.commalist import comma_list
+from swarmgpu.core.forwarded import is_ip
 from swarmgpu.core.goscalar import YAML11_BOOLS, out_of_range
 from swarmgpu.core.httpguard import host_of
 from swarmgpu.core.peertext import peer_text, quoted
@@ -209,14 +209,6 @@ _HOST_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
 _HOST_NAME = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})*")
 
 
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
 def host_names_problem(where: str, text: str) -> str | None:
     """Why an entry of ``text`` (``http.allowed_hosts``, the agent's ``--allowed-hosts``:
     comma-separated, a port allowed) can match no request's Host, or None: a URL pasted
@@ -224,7 +216,7 @@ def host_names_problem(where: str, text: str) -> str | None:
     for entry in comma_list(text):
         name = host_of(entry)
         # the entry whole too: host_of reads an unbracketed '::1' as ':' and its port 1
-        if _is_ip(entry) or _is_ip(name):
+        if is_ip(entry) or is_ip(name):
             continue
         if len(name) > 253 or not _HOST_NAME.fullmatch(name):
             return (f"{where}: {quoted(peer_text(entry, 80))} is no host name a Host header "

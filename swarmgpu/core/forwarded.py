@@ -136,7 +136,7 @@ def client_ip(peer_ip: str, values: Sequence[str], proxies: Sequence[Network]) -
     if len(entries) > MAX_HOPS:
         raise BadForwarded(f"{HEADER} names {len(entries)} addresses; at most {MAX_HOPS}")
     for e in entries:
-        if not e or "%" in e or not _is_ip(e):
+        if not e or "%" in e or not is_ip(e):
             raise BadForwarded(f"{HEADER} entry {e[:60]!r} is not an IP address")
     for e in reversed(entries):
         if not trusted(e, proxies):
@@ -153,7 +153,8 @@ def _unmapped(net: Network) -> Network:
     return net
 
 
-def _is_ip(text: str) -> bool:
+def is_ip(text: str) -> bool:
+    """Whether ``text`` is an IPv4 or IPv6 address as written (no brackets, no port)."""
     try:
         ipaddress.ip_address(text)
     except ValueError:
