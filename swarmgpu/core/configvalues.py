@@ -18,7 +18,7 @@ from typing import Any
 from swarmgpu.core.commalist import comma_list
 from swarmgpu.core.forwarded import is_ip
 from swarmgpu.core.goscalar import YAML11_BOOLS, out_of_range
-from swarmgpu.core.httpguard import host_of
+from swarmgpu.core.httpguard import HOST_NAME, host_of
 from swarmgpu.core.peertext import peer_text, quoted
 from swarmgpu.core.yamlfile import Lines, plain_is_text
 
@@ -204,11 +204,6 @@ def locate_in(message: str, path: str | os.PathLike[str] | None, lines: Lines,
     return message if path is None else f"{path}: {message}"
 
 
-# A name a Host header carries (RFC 1123 labels, '_' too), as ``httpguard.host_of`` reads it.
-_HOST_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
-_HOST_NAME = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})*")
-
-
 def host_names_problem(where: str, text: str) -> str | None:
     """Why an entry of ``text`` (``http.allowed_hosts``, the agent's ``--allowed-hosts``:
     comma-separated, a port allowed) can match no request's Host, or None: a URL pasted
@@ -218,7 +213,7 @@ def host_names_problem(where: str, text: str) -> str | None:
         # the entry whole too: host_of reads an unbracketed '::1' as ':' and its port 1
         if is_ip(entry) or is_ip(name):
             continue
-        if len(name) > 253 or not _HOST_NAME.fullmatch(name):
+        if len(name) > 253 or not HOST_NAME.fullmatch(name):
             return (f"{where}: {quoted(peer_text(entry, 80))} is no host name a Host header "
                     "carries (letters, digits, '-' and '_' in dot-separated labels, an IP "
                     "address; a port may follow): no scheme, path or wildcard, e.g. "

@@ -116,6 +116,13 @@ def allowed_hosts(listen: str, extra: str = "") -> frozenset[str]:
     return frozenset(names)
 
 
+# A host name: RFC 1123 labels, '_' too (Linux host names may hold it), either case (ASCII
+# only: under re.IGNORECASE alone the Kelvin sign would match 'k'). The agent and metrics
+# URLs' ``{hostname}`` and the allowed Host names are both judged by it.
+_HOST_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
+HOST_NAME = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})*", re.IGNORECASE | re.ASCII)
+
+
 def host_of(header: str) -> str:
     """The host part of a Host header, lower case, without port or trailing dot."""
     h = header.strip().lower()

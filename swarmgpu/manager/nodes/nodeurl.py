@@ -12,13 +12,9 @@ from __future__ import annotations
 import re
 import string
 
+from swarmgpu.core.httpguard import HOST_NAME
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.swarm.client import SwarmNode
-
-# RFC 1123 labels (``_`` too, which Linux host names may hold), a trailing dot allowed.
-_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
-_HOST_NAME = re.compile(rf"(?=.{{1,254}}$){_LABEL}(?:\.{_LABEL})*\.?")
-
 
 _USERINFO = re.compile(r"(?<=//)[^/@]*@")
 
@@ -26,6 +22,12 @@ _USERINFO = re.compile(r"(?<=//)[^/@]*@")
 def shown_template(template: str) -> str:
     """The template as a result may show it: without ``user:password@``."""
     return _USERINFO.sub("", template, count=1)
+
+
+def is_host_name(name: str) -> bool:
+    """Whether ``name`` is a host name (``httpguard.HOST_NAME``), a trailing dot allowed,
+    of 254 characters at most with it."""
+    return 0 < len(name) <= 254 and HOST_NAME.fullmatch(name.removesuffix(".")) is not None
 
 
 class UnusableHostname(ValueError):
@@ -37,7 +39,7 @@ def node_url(template: str, node: SwarmNode, key: str, **more: object) -> str:
     UnusableHostname, naming the node and ``key`` (the template's config key), where
     ``{hostname}`` is used and the node's is not a host name."""
     fields = {f for _, f, _, _ in string.Formatter().parse(template) if f}
-    if "hostname" in fields and not _HOST_NAME.fullmatch(node.hostname):
+    if "hostname" in fields and not is_host_name(node.hostname):
         raise UnusableHostname(
             f"node {node.id[:12]}'s hostname {peer_text(node.hostname, 80)!r} (as its engine "
             f"reports it) is not a host name, and {key} fills it into the URL: not "
