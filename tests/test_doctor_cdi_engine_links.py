@@ -94,3 +94,27 @@ def test_a_link_to_nothing_or_a_loop_is_left_as_dockerd_leaves_it(tmp_path: Path
     os.symlink("loop", root / "srv/loop")
     c = _check(root, "29.2.0", ["/srv/link", "/srv/loop"])
     assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize("server", ["29.2.0", None])
+def test_a_dir_dockerd_drops_as_it_starts_stops_no_scan_of_a_later_one(
+        tmp_path: Path, server: str | None) -> None:
+    # moby from 29.2.0 (daemon/command/daemon.go, "cdi: skip scanning non-readable
+    # dirs") drops a spec dir os.ReadDir fails on, absence aside, before CDI sees it: a
+    # path through a file stops no scan, and the FIFO in the later dir hangs its start.
+    # Before, the doctor stopped its scan there, as released CDI's would, and passed it.
+    root = _root(tmp_path)
+    (root / "srv/file").write_text("")
+    fifo = make_fifo(root / "srv/cdi/pipe.yaml")
+    c = read_within(lambda: _check(root, server, ["/srv/file/x", "/srv/cdi"]), fifo)
+    assert c["status"] == str(Status.FAIL), c
+    assert "/srv/cdi/pipe.yaml is a FIFO (a named pipe)" in c["found"], c
+
+
+def test_an_older_dockerd_stops_its_scan_at_such_a_dir(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    (root / "srv/file").write_text("")
+    fifo = make_fifo(root / "srv/cdi/pipe.yaml")
+    c = read_within(lambda: _check(root, "29.1.5", ["/srv/file/x", "/srv/cdi"]), fifo)
+    assert c["status"] == str(Status.OK), c
+    assert "its scan stops at /srv/file/x" in c["details"][0], c

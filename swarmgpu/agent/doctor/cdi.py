@@ -27,7 +27,7 @@ from swarmgpu.agent.doctor.cdispec import (
     newest_taken,
 )
 from swarmgpu.agent.doctor.engine import effective_mode
-from swarmgpu.agent.doctor.enginelinks import RESOLVING, as_resolved
+from swarmgpu.agent.doctor.enginelinks import RESOLVING, as_resolved, since_29_2
 from swarmgpu.agent.doctor.infoparts import engine_cdi_dirs, unread_check
 from swarmgpu.agent.doctor.resources import (
     from_docker_info,
@@ -83,7 +83,7 @@ def _said_engine_hangs(view: NodeView, check: Check) -> Check:
     device (``cdifile``): dockerd's own CDI cache reads it as it starts, whatever mode
     the runtime is in. Named once where the runtime's finding named it."""
     listed, guessed = _engine_dirs(view)
-    seen, _ = _scanned(view, tuple(listed[:MAX_ENGINE_CDI_DIRS]))
+    seen, _ = _engine_scanned(view, tuple(listed[:MAX_ENGINE_CDI_DIRS]))
     hangs = [s for s in view.cdi_specs if s.hangs and _in(s.path, seen)]
     if not hangs:
         return check
@@ -107,6 +107,13 @@ def _engine_dirs(view: NodeView) -> tuple[list[str], bool]:
     replaced by its real dir (``enginelinks``), and whether daemon.json's."""
     listed, configured = engine_cdi_dirs(view.docker_info, view.daemon_json.data)
     return as_resolved(listed, view.engine_cdi_links), configured
+
+
+def _engine_scanned(view: NodeView, dirs: tuple[str, ...]) -> tuple[tuple[str, ...],
+                                                                      tuple[str, ...]]:
+    """``_scanned`` of dockerd's ``dirs``: its CDI's scan stops where the runtime's does,
+    but for a dockerd that drops a dir it cannot list as it starts (``enginelinks``)."""
+    return (dirs, ()) if since_29_2(view.docker_info) else _scanned(view, dirs)
 
 
 def _named(d: str, links: tuple[tuple[str, str], ...]) -> str:
@@ -230,7 +237,7 @@ def _said_engine(view: NodeView, check: Check) -> Check:
     if newest is None:  # (no docker info, a version not read, or no CDI before 25)
         return check
     listed, _ = _engine_dirs(view)
-    seen, _ = _scanned(view, tuple(listed[:MAX_ENGINE_CDI_DIRS]))
+    seen, _ = _engine_scanned(view, tuple(listed[:MAX_ENGINE_CDI_DIRS]))
     refused = [s for s in view.cdi_specs if _in(s.path, seen) and s.error is None
                and s.version in VERSIONS and newer(s.version, newest)]
     if not refused:
@@ -457,7 +464,7 @@ def _engine_details(view: NodeView, kind: str) -> tuple[str, ...]:
     dirs = tuple(listed[:MAX_ENGINE_CDI_DIRS])
     more = (f" and {len(listed) - len(dirs)} more, not read" if len(listed) > len(dirs)
             else "")
-    seen, unseen = _scanned(view, dirs)  # (its CDI's scan stops where the runtime's does)
+    seen, unseen = _engine_scanned(view, dirs)
     found = [s.path for s in view.cdi_specs if _in(s.path, seen) and s.kind == kind
              and s.error is None]
     said = (" as daemon.json sets them (no docker info; by default from Docker 28.2, "

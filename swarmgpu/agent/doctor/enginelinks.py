@@ -1,4 +1,5 @@
-"""dockerd's CDI spec dirs as its start hands them to CDI: a dir given as a symlink.
+"""dockerd's CDI spec dirs as its start hands them to CDI: a dir given as a symlink, and
+one it cannot list.
 
 moby from 29.2.0 (daemon/cdi.go ``RegisterCDIDriver``, "cdi: resolve symlinks") replaces
 each spec dir that ``os.Stat`` finds with ``filepath.EvalSymlinks`` of it before
@@ -8,6 +9,11 @@ a FIFO there included, as it starts. An older dockerd hands CDI the link: no spe
 there. docker info from 29.2 lists the resolved dirs (the config's slice, resolved in
 place), but a dir absent when dockerd started is listed as configured, and its next
 start resolves it: so the doctor resolves a link it meets as that start would.
+
+From 29.2.0 too (daemon/command/daemon.go, "cdi: skip scanning non-readable dirs") its
+config loading drops a spec dir ``os.ReadDir`` fails on, absence aside (a file, a path
+through one, a loop, one it may not list), before CDI's scan could stop there: a later
+dir is read all the same.
 """
 
 from __future__ import annotations
@@ -25,10 +31,10 @@ RESOLVING = "29.2"  # (how a finding names the Docker that resolves them)
 _SINCE = (((29, 2, 0), RESOLVING),)
 
 
-def resolves(info: Mapping[str, Any] | None) -> bool:
-    """Whether dockerd resolves its spec dirs' links: docker info's ``ServerVersion``
-    29.2.0 or later; without docker info (daemon.json's dirs, a guess) as today's
-    Docker does."""
+def since_29_2(info: Mapping[str, Any] | None) -> bool:
+    """Whether dockerd resolves its spec dirs' links and drops those it cannot list as
+    it starts: docker info's ``ServerVersion`` 29.2.0 or later; without docker info
+    (daemon.json's dirs, a guess) as today's Docker does."""
     if info is None:
         return True
     server = info.get("ServerVersion")

@@ -26,7 +26,7 @@ from swarmgpu.agent.doctor.cdispec import (
     unknown_edit_key,
     versions,
 )
-from swarmgpu.agent.doctor.enginelinks import as_resolved, resolved_links, resolves
+from swarmgpu.agent.doctor.enginelinks import as_resolved, resolved_links, since_29_2
 from swarmgpu.agent.doctor.infoparts import engine_cdi_dirs
 from swarmgpu.agent.doctor.resources import norm_bus_id
 from swarmgpu.agent.doctor.rootpath import (
@@ -359,7 +359,7 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
     daemon_json = _parse_daemon_json(root)
     toolkit_toml = _parse_toolkit_toml(root)
     engine = _engine_dirs(docker_info, daemon_json.data)
-    links = resolved_links(root, engine) if resolves(docker_info) else ()
+    links = resolved_links(root, engine) if since_29_2(docker_info) else ()
     specs, left = _read_cdi(root, toolkit_toml.data, as_resolved(engine, links))
     return NodeView(
         root=root,
