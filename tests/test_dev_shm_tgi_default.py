@@ -8,6 +8,7 @@ one entry, or a value render cannot read say nothing."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -115,3 +116,14 @@ def test_a_dollar_docker_substitutes_is_left_unsaid() -> None:
     # render --skip-interpolation: docker substitutes `$GPUS` from its own shell
     env = "    environment:\n      - CUDA_VISIBLE_DEVICES=$GPUS,1\n"
     assert shm_warnings(stack(count=4, extra=env)) == []
+
+
+def test_a_dollar_in_an_env_file_is_passed_as_written_and_counted(tmp_path: Path) -> None:
+    # (docker reads an env file's values as written, --skip-interpolation or not)
+    (tmp_path / "gpu.env").write_text("CUDA_VISIBLE_DEVICES=$A,$B\n")
+    text = stack(count=4, extra="    env_file: gpu.env\n")
+    checked = check_stack(text, stack_name="ai", env_base=str(tmp_path))
+    assert checked.errors == [], checked.errors
+    (w,) = [n for n in checked.notes if "/dev/shm" in n]
+    assert "spans 2 GPUs (no --num-shard: one shard per entry of CUDA_VISIBLE_DEVICES=$A,$B " \
+           "from env_file)" in w
