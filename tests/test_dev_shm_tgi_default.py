@@ -8,6 +8,7 @@ one entry, or a value render cannot read say nothing."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -90,3 +91,39 @@ def test_audit_says_it_of_a_running_tgi_service() -> None:
                                "one shard per GPU it is given)")
     assert [f for f in audit(Snapshot([], [service([], "1")], [], {}))
             if f.kind == "server-shm"] == []
+
+
+def test_a_literal_dollar_is_an_entry_as_tgi_counts_it() -> None:
+    # `$$` is docker stack deploy's escape of `$`: the container gets `$A,$B` as written
+    # (no shell expands an environment value), and TGI's num_cuda_devices counts its
+    # comma-separated entries: two shards. Before, any `$` left it unsaid.
+    env = "    environment:\n      - CUDA_VISIBLE_DEVICES=$$A,$$B\n"
+    checked = check_stack(stack(count=4, extra=env), stack_name="ai", environ={})
+    (w,) = [n for n in checked.notes if "/dev/shm" in n]
+    assert ("spans 2 GPUs (no --num-shard: one shard per entry of "
+            "CUDA_VISIBLE_DEVICES=$A,$B)") in w
+
+
+def test_audit_counts_a_dollar_in_a_running_services_env() -> None:
+    found = [f.message for f in audit(Snapshot(
+        [], [service(["CUDA_VISIBLE_DEVICES=$A,$B"], "4")], [], {})) if f.kind == "server-shm"]
+    assert len(found) == 1
+    assert "spans 2 GPUs (no --num-shard: one shard per entry of CUDA_VISIBLE_DEVICES=$A,$B)" \
+        in found[0]
+
+
+def test_a_dollar_docker_substitutes_is_left_unsaid() -> None:
+    # render --skip-interpolation: docker substitutes `$GPUS` from its own shell
+    env = "    environment:\n      - CUDA_VISIBLE_DEVICES=$GPUS,1\n"
+    assert shm_warnings(stack(count=4, extra=env)) == []
+
+
+def test_a_dollar_in_an_env_file_is_passed_as_written_and_counted(tmp_path: Path) -> None:
+    # (docker reads an env file's values as written, --skip-interpolation or not)
+    (tmp_path / "gpu.env").write_text("CUDA_VISIBLE_DEVICES=$A,$B\n")
+    text = stack(count=4, extra="    env_file: gpu.env\n")
+    checked = check_stack(text, stack_name="ai", env_base=str(tmp_path))
+    assert checked.errors == [], checked.errors
+    (w,) = [n for n in checked.notes if "/dev/shm" in n]
+    assert "spans 2 GPUs (no --num-shard: one shard per entry of CUDA_VISIBLE_DEVICES=$A,$B " \
+           "from env_file)" in w

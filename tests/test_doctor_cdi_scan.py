@@ -385,3 +385,28 @@ def test_a_spec_that_is_a_symlink_to_nothing_beside_a_spec_is_skipped_as_cdi_ski
     assert c["status"] == str(Status.WARN), c
     assert "/etc/cdi/old.yaml cannot be read: it is gone, or a symlink to nothing" \
         in c["found"], c
+
+
+def test_a_spec_swapped_for_a_fifo_after_its_stat_is_named_never_waited_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A regular file when stat looked (``not_regular``), a FIFO by the open: the open is
+    # non-blocking and the opened file's fstat refuses it, so the doctor never waits on
+    # it, and names it (a root being written: run again), an ok made a warn.
+    root = _root(tmp_path)
+    _write(root, "etc/cdi/nvidia.yaml", _doc([UA, UB]))
+    _write(root, "etc/cdi/swap.yaml", _doc(["x"]))
+    looked = read.not_regular
+
+    def swapped(r: str, path: str) -> Any:
+        said = looked(r, path)
+        if path == "/etc/cdi/swap.yaml":
+            (root / "etc/cdi/swap.yaml").unlink()
+            make_fifo(root / "etc/cdi/swap.yaml")
+        return said
+
+    monkeypatch.setattr(read, "not_regular", swapped)
+    c = read_within(lambda: _check(root), root / "etc/cdi/swap.yaml")
+    assert isinstance(c, dict), c
+    assert c["status"] == str(Status.WARN), c
+    assert ("/etc/cdi/swap.yaml is a FIFO (a named pipe) (replaced while the doctor read "
+            "it): run the doctor again") in c["found"], c

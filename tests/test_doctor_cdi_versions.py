@@ -141,3 +141,51 @@ def test_an_engine_version_of_other_digits_or_past_any_release_is_not_read(
 
     assert newest_taken(DOCKER_CDI, server) is None
     assert newest_taken(TOOLKIT_CDI, server) is None
+
+
+def _beside(root: Path, version: str, names: str) -> None:
+    """/etc/cdi/new.yaml of ``cdiVersion`` ``version`` beside the tree's nvidia.yaml,
+    naming ``names`` (one GPU or both, ``,``-separated)."""
+    devices = "".join(f"  - name: {n}\n    {EDITS}\n" for n in names.split(","))
+    (root / "etc/cdi/new.yaml").write_text(
+        f"cdiVersion: {version}\nkind: nvidia.com/gpu\ndevices:\n{devices}")
+
+
+def test_a_too_new_spec_beside_a_good_one_is_refused_alone_as_the_runtime_refuses_it(
+        tmp_path: Path) -> None:
+    # CDI's Cache.refresh (every release to v1.1.0) records the refused spec's error for
+    # its path alone and loads the other specs: the good one's GPUs resolve (no conflict
+    # with the refused one's, whose devices are never added), so a WARN naming it
+    root = _root(tmp_path, "0.5.0")
+    _beside(root, "0.8.0", f"{UA},{UB}")
+    _toolkit(root, "1.15.0-1")
+    c = _check(root, "20.10.24")
+    assert c["status"] == str(Status.WARN), c
+    assert c["found"].startswith("mode cdi; /etc/cdi/nvidia.yaml names each GPU advertised "
+                                 "(/etc/cdi/new.yaml has cdiVersion 0.8.0, newer than the "
+                                 "0.7.0 toolkit 1.15.0-1's CDI takes"), c
+    assert "conflicting" not in c["why"] and "neither" not in c["found"], c
+
+
+def test_a_gpu_only_a_too_new_spec_names_fails_beside_a_good_one(tmp_path: Path) -> None:
+    root = _root(tmp_path, "0.5.0")
+    (root / "etc/cdi/nvidia.yaml").write_text(
+        f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: {UA}\n    {EDITS}\n")
+    _beside(root, "0.8.0", UB)
+    _toolkit(root, "1.15.0-1")
+    c = _check(root, "20.10.24")
+    assert c["status"] == str(Status.FAIL), c
+    assert c["found"].startswith(f"/etc/cdi/nvidia.yaml names no device {UB} "
+                                 "(/etc/cdi/new.yaml has cdiVersion 0.8.0, newer than"), c
+
+
+def test_dockerd_refuses_the_too_new_spec_alone_beside_a_good_one(tmp_path: Path) -> None:
+    # (dockerd's CDI cache, the same refresh: `docker run --device` of the good one's works)
+    # (a device of its own: the runtime, whose CDI takes 0.7.0, resolves both specs)
+    root = _root(tmp_path, "0.5.0")
+    _beside(root, "0.7.0", "extra")
+    c = _check(root, "26.0.2")
+    assert c["status"] == str(Status.WARN), c
+    assert ("(Docker 26.0.2's CDI takes cdiVersion 0.6.0 at most and refuses "
+            "/etc/cdi/new.yaml (cdiVersion 0.7.0))") in c["found"], c
+    assert "nvidia.yaml (cdiVersion" not in c["found"], c

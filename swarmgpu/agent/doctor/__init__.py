@@ -15,7 +15,8 @@ into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
 ``sharing``, ``identity``, ``procview``, ``agentsvc``, ``agentanswers``, ``cdi`` (the
 checks), ``cdispec`` (what CDI refuses in a spec's version and kind), ``cdifile`` (a
 spec file that is no regular file, or that cannot be read, as the runtime's read meets
-it), ``infoparts``
+it), ``enginelinks`` (dockerd's spec dirs given as symlinks, as its start resolves
+them), ``infoparts``
 (docker info's parts read as dockerd sends them; a check reading one that is not fails,
 naming it), ``report`` (run, exit code, text/JSON), ``factsread`` (the fact source read
 within a deadline), ``rootpath`` (a path under the root as the node sees it),

@@ -27,6 +27,7 @@ from swarmgpu.agent.doctor.cdispec import (
     newest_taken,
 )
 from swarmgpu.agent.doctor.engine import effective_mode
+from swarmgpu.agent.doctor.enginelinks import RESOLVING, as_resolved, since_29_2
 from swarmgpu.agent.doctor.infoparts import engine_cdi_dirs, unread_check
 from swarmgpu.agent.doctor.resources import (
     from_docker_info,
@@ -81,8 +82,8 @@ def _said_engine_hangs(view: NodeView, check: Check) -> Check:
     """``check`` failed for a spec file in dockerd's CDI spec dirs that is a FIFO or a
     device (``cdifile``): dockerd's own CDI cache reads it as it starts, whatever mode
     the runtime is in. Named once where the runtime's finding named it."""
-    listed, guessed = engine_cdi_dirs(view.docker_info, view.daemon_json.data)
-    seen, _ = _scanned(view, tuple(listed[:MAX_ENGINE_CDI_DIRS]))
+    listed, guessed = _engine_dirs(view)
+    seen, _ = _engine_scanned(view, tuple(listed[:MAX_ENGINE_CDI_DIRS]))
     hangs = [s for s in view.cdi_specs if s.hangs and _in(s.path, seen)]
     if not hangs:
         return check
@@ -99,6 +100,28 @@ def _said_engine_hangs(view: NodeView, check: Check) -> Check:
     return replace(check, status=Status.FAIL, found=found,
                    why=_ENGINE_HANGS if ok else f"{check.why} {_ENGINE_HANGS}".strip(),
                    fix=fix if ok else f"{fix} {check.fix}".strip())
+
+
+def _engine_dirs(view: NodeView) -> tuple[list[str], bool]:
+    """dockerd's spec dirs (``engine_cdi_dirs``), each symlink it resolves as it starts
+    replaced by its real dir (``enginelinks``), and whether daemon.json's."""
+    listed, configured = engine_cdi_dirs(view.docker_info, view.daemon_json.data)
+    return as_resolved(listed, view.engine_cdi_links), configured
+
+
+def _engine_scanned(view: NodeView, dirs: tuple[str, ...]) -> tuple[tuple[str, ...],
+                                                                      tuple[str, ...]]:
+    """``_scanned`` of dockerd's ``dirs``: its CDI's scan stops where the runtime's does,
+    but for a dockerd that drops a dir it cannot list as it starts (``enginelinks``)."""
+    return (dirs, ()) if since_29_2(view.docker_info) else _scanned(view, dirs)
+
+
+def _named(d: str, links: tuple[tuple[str, str], ...]) -> str:
+    """The spec dir ``d`` as dockerd was given it, the real dir it reads where a link."""
+    real = dict(links).get(_norm(d))
+    return peer_text(d, 100) + (f" (a symlink to {peer_text(real, 100)}, which dockerd "
+                                f"{RESOLVING} and later resolves as it starts)"
+                                if real is not None else "")
 
 
 def _cdi_on(view: NodeView) -> bool:
@@ -213,8 +236,8 @@ def _said_engine(view: NodeView, check: Check) -> Check:
     newest = newest_taken(DOCKER_CDI, server) if isinstance(server, str) else None
     if newest is None:  # (no docker info, a version not read, or no CDI before 25)
         return check
-    listed, _ = engine_cdi_dirs(view.docker_info, view.daemon_json.data)
-    seen, _ = _scanned(view, tuple(listed[:MAX_ENGINE_CDI_DIRS]))
+    listed, _ = _engine_dirs(view)
+    seen, _ = _engine_scanned(view, tuple(listed[:MAX_ENGINE_CDI_DIRS]))
     refused = [s for s in view.cdi_specs if _in(s.path, seen) and s.error is None
                and s.version in VERSIONS and newer(s.version, newest)]
     if not refused:
@@ -431,7 +454,7 @@ def _advertised(view: NodeView) -> list[str]:
 def _engine_details(view: NodeView, kind: str) -> tuple[str, ...]:
     """dockerd's CDI spec dirs (docker info's, else daemon.json's) and whether a spec of
     ``kind`` is in one."""
-    listed, configured = engine_cdi_dirs(view.docker_info, view.daemon_json.data)
+    listed, configured = _engine_dirs(view)
     if not listed:
         return (("daemon.json leaves dockerd no CDI spec dir (features.cdi false, or "
                  "cdi-spec-dirs empty; Swarm services do not use it)") if configured else
@@ -441,7 +464,7 @@ def _engine_details(view: NodeView, kind: str) -> tuple[str, ...]:
     dirs = tuple(listed[:MAX_ENGINE_CDI_DIRS])
     more = (f" and {len(listed) - len(dirs)} more, not read" if len(listed) > len(dirs)
             else "")
-    seen, unseen = _scanned(view, dirs)  # (its CDI's scan stops where the runtime's does)
+    seen, unseen = _engine_scanned(view, dirs)
     found = [s.path for s in view.cdi_specs if _in(s.path, seen) and s.kind == kind
              and s.error is None]
     said = (" as daemon.json sets them (no docker info; by default from Docker 28.2, "
@@ -452,7 +475,9 @@ def _engine_details(view: NodeView, kind: str) -> tuple[str, ...]:
     stopped = (f"; its scan stops at {peer_text(stop.path, 100)}, which "
                f"{peer_text((stop.error or '').partition(':')[0], 100)}: "
                f"{', '.join(peer_text(d, 100) for d in unseen)} never read" if stop else "")
-    return (f"dockerd reads CDI specs from {', '.join(peer_text(d, 100) for d in dirs)}"
+    named = ", ".join(_named(d, view.engine_cdi_links) for d in
+                      engine_cdi_dirs(view.docker_info, view.daemon_json.data)[0][:len(dirs)])
+    return (f"dockerd reads CDI specs from {named}"
             f"{more}{said}: {there}{stopped} (docker run --device; Swarm services do not "
             "use it)",)
 

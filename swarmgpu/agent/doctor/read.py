@@ -26,6 +26,7 @@ from swarmgpu.agent.doctor.cdispec import (
     unknown_edit_key,
     versions,
 )
+from swarmgpu.agent.doctor.enginelinks import as_resolved, resolved_links, since_29_2
 from swarmgpu.agent.doctor.infoparts import engine_cdi_dirs
 from swarmgpu.agent.doctor.resources import norm_bus_id
 from swarmgpu.agent.doctor.rootpath import (
@@ -357,8 +358,9 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
     nodes, chars = _read_devices(root)
     daemon_json = _parse_daemon_json(root)
     toolkit_toml = _parse_toolkit_toml(root)
-    specs, left = _read_cdi(root, toolkit_toml.data,
-                            engine_cdi_dirs(docker_info, daemon_json.data)[0])
+    engine = _engine_dirs(docker_info, daemon_json.data)
+    links = resolved_links(root, engine) if since_29_2(docker_info) else ()
+    specs, left = _read_cdi(root, toolkit_toml.data, as_resolved(engine, links))
     return NodeView(
         root=root,
         daemon_json=daemon_json,
@@ -377,7 +379,16 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
         hami=_read_hami(root),
         cdi_specs=specs,
         cdi_left=left,
+        engine_cdi_links=links,
     )
+
+
+def _engine_dirs(info: Mapping[str, Any] | None, daemon: Mapping[str, Any] | None
+                 ) -> list[str]:
+    """dockerd's spec dirs the doctor reads (its first ``MAX_ENGINE_CDI_DIRS``), as
+    ``_read_cdi`` names them."""
+    return [posixpath.normpath("/" + d.lstrip("/"))
+            for d in engine_cdi_dirs(info, daemon)[0][:MAX_ENGINE_CDI_DIRS]]
 
 
 def _read_cdi(root: str, toolkit: Mapping[str, Any] | None, engine: list[str]

@@ -168,6 +168,9 @@ class NodeView:
     cdi_specs: tuple[CdiSpec, ...] = ()
     # the spec dirs of more than MAX_CDI_SPECS files: (dir, files read, files left unread)
     cdi_left: tuple[tuple[str, int, int], ...] = ()
+    # dockerd's spec dirs that are symlinks it resolves as it starts, each with its real
+    # dir, read in its place (``enginelinks``)
+    engine_cdi_links: tuple[tuple[str, str], ...] = ()
     # What the local agent on :9401 speaks: "http", "https", or None (not probed/none)
     agent_scheme: str | None = None
     # How the daemon grants GPUs (its placement.grants): "env", or "mounts" (doctor --grants)

@@ -38,14 +38,16 @@ Mount = tuple[str, str, int | None]
 def shm_warnings(
     svc: Mapping[str, Any], mounts: Sequence[Mount],
     env_files: Mapping[str, str | None] | None = None, granted: int | None = None,
-    dropped: str | None = None,
+    dropped: str | None = None, interpolated: bool = True,
 ) -> list[str]:
     """A warning where the server ``svc`` runs (Compose keys, as ``server_count``
     reads them) spans GPUs through NCCL with less than ``ENOUGH`` at ``/dev/shm``.
     ``granted``: the GPUs the container is given (a share or a MIG device: one); None:
     not known, and a server that takes every GPU it sees is left unsaid. ``dropped``: a
-    Compose ``tmpfs:`` entry there (``tmpfs_key_at_shm``), named as stack deploy drops it."""
-    used = server_count(svc, env_files, seen_by_tgi(svc, env_files or {}, granted))
+    Compose ``tmpfs:`` entry there (``tmpfs_key_at_shm``), named as stack deploy drops it.
+    ``interpolated``: as ``seen_by_tgi`` takes it."""
+    seen = seen_by_tgi(svc, env_files or {}, granted, interpolated)
+    used = server_count(svc, env_files, seen)
     if used is None or not used[0].nccl or used[1] < 2:
         return []
     server, n, said, _ = used
@@ -66,19 +68,23 @@ def shm_warnings(
 
 
 def seen_by_tgi(svc: Mapping[str, Any], files: Mapping[str, str | None],
-                granted: int | None) -> tuple[int, str] | None:
+                granted: int | None, interpolated: bool = True) -> tuple[int, str] | None:
     """The GPUs TGI without ``--num-shard`` shards over, and how to say so; None: not
     known here. Its launcher (huggingface/text-generation-inference launcher/src/main.rs,
     ``find_num_shards``: ``(None, None) => num_cuda_devices().unwrap_or(1)``) counts the
     comma-separated entries of ``CUDA_VISIBLE_DEVICES``, else of
     ``NVIDIA_VISIBLE_DEVICES`` (as written: ``all`` is one entry, one shard), which under
     swarmgpu is the grant's device list (the device template, with either
-    ``placement.grants``): so the service's own line, else the GPUs granted."""
+    ``placement.grants``): so the service's own line, else the GPUs granted. A ``$`` in
+    it is a character like any other to TGI (no shell expands an environment value):
+    substituted already (``interpolated``: ``$$`` is docker's ``$``; audit's Swarm
+    ``Env``) or from an env file (docker passes it as written); not ``interpolated``, an
+    ``environment`` value with a ``$`` is docker's to substitute: not known."""
     env = svc.get("environment")
     found = visible_value(env, files)
     if found is not None:
         value, said = found
-        if "$" in value:  # (left for a substitution render did not make: not known)
+        if "$" in value and not interpolated and not said.endswith(" from env_file"):
             return None
         return value.count(",") + 1, f"one shard per entry of {said}"  # (split(',').count())
     if visible_named(env, files) or granted is None:  # (the deploying shell's)

@@ -368,7 +368,8 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
                               *server_notes(svc, w, req, prefix, env),
                               *(f"{w}: WARNING: {n}" for n in shm_warnings(
                                   svc, compose_mounts(svc.get("volumes")), env,
-                                  granted_gpus(req), tmpfs_key_at_shm(svc.get("tmpfs"))))]
+                                  granted_gpus(req), tmpfs_key_at_shm(svc.get("tmpfs")),
+                                  interpolated))]
     out.errors.extend(errs)
 
 

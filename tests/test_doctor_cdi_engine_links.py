@@ -1,0 +1,120 @@
+"""dockerd's CDI spec dir given as a symlink (``/etc/cdi -> /srv/cdi``): moby from
+29.2.0 (daemon/cdi.go ``RegisterCDIDriver``, "cdi: resolve symlinks") resolves each dir
+that exists with ``filepath.EvalSymlinks`` as it starts, and hands CDI the real dir,
+whose released ``filepath.Walk`` would not follow the link: its cache reads the specs
+there. So a FIFO there hangs dockerd's start as one in a plain dir does. Before, the
+doctor read such a dir as released CDI's scan alone (a link never followed) and passed
+the node. An older Docker hands CDI the link: nothing read there, as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.fifo import make_fifo, read_within
+
+from swarmgpu.agent.doctor import Status, run_doctor
+
+HEALTHY = Path(__file__).parent / "doctor_roots" / "healthy"
+TOML = "etc/nvidia-container-runtime/config.toml"
+UA = "GPU-2a8c5b3e-9d1f-4c6a-8e7b-1f0d3c5a7b91"
+EDITS = "containerEdits: {deviceNodes: [{path: /dev/nvidia0}]}"
+
+
+def _root(tmp_path: Path, target: str = "/srv/cdi") -> Path:
+    """The healthy tree in legacy mode (the runtime reads no spec), /srv/cdi a dir and
+    /srv/link a symlink to ``target``."""
+    root = tmp_path / "root"
+    shutil.copytree(HEALTHY, root, symlinks=True)
+    toml = root / TOML
+    toml.write_text(toml.read_text().replace('mode = "auto"', 'mode = "legacy"'))
+    (root / "srv/cdi").mkdir(parents=True)
+    os.symlink(target, root / "srv/link")
+    return root
+
+
+def _check(root: Path, server: str | None, dirs: list[str]) -> dict[str, Any]:
+    fixture = root / ".swarmgpu-fixture/docker-info.json"
+    if server is None:  # (daemon.json's dirs, as dockerd reads it)
+        fixture.unlink()
+        path = root / "etc/docker/daemon.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "cdi-spec-dirs": dirs,
+                                    "features": {"cdi": True}}))
+    else:
+        fixture.write_text(json.dumps({**json.loads(fixture.read_text()),
+                                       "CDISpecDirs": dirs, "ServerVersion": server}))
+    out, _ = run_doctor(str(root), as_json=True)
+    (c,) = [c for c in json.loads(out)["checks"] if c["id"] == "toolkit.cdi-spec"]
+    return c
+
+
+@pytest.mark.parametrize("server", ["29.2.0", "29.7.2", None])
+@pytest.mark.parametrize("target", ["/srv/cdi", "cdi", "../srv/./cdi/"])
+def test_a_fifo_in_a_symlinked_dir_dockerd_resolves_fails_the_node(
+        tmp_path: Path, server: str | None, target: str) -> None:
+    root = _root(tmp_path, target)
+    fifo = make_fifo(root / "srv/cdi/pipe.yaml")
+    c = read_within(lambda: _check(root, server, ["/srv/link"]), fifo)
+    assert c["status"] == str(Status.FAIL), c
+    assert "/srv/cdi/pipe.yaml is a FIFO (a named pipe)" in c["found"], c
+    assert "never comes up" in c["why"], c
+    assert "Remove /srv/cdi/pipe.yaml" in c["fix"], c
+
+
+@pytest.mark.parametrize("server", ["29.1.5", "28.5.2"])
+def test_a_docker_that_hands_cdi_the_link_reads_nothing_there(
+        tmp_path: Path, server: str) -> None:
+    # (released CDI's filepath.Walk lstat's the dir: a link, skipped)
+    root = _root(tmp_path)
+    fifo = make_fifo(root / "srv/cdi/pipe.yaml")
+    c = read_within(lambda: _check(root, server, ["/srv/link"]), fifo)
+    assert c["status"] == str(Status.OK), c
+
+
+def test_the_details_name_the_link_and_the_specs_read_through_it(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    (root / "srv/cdi/nvidia.yaml").write_text(
+        f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: {UA}\n    {EDITS}\n")
+    c = _check(root, "29.2.0", ["/srv/link"])
+    assert c["status"] == str(Status.OK), c
+    (said,) = c["details"]
+    assert said.startswith("dockerd reads CDI specs from /srv/link (a symlink to /srv/cdi, "
+                           "which dockerd 29.2 and later resolves as it starts): "
+                           "nvidia.com/gpu in /srv/cdi/nvidia.yaml"), said
+
+
+def test_a_link_to_nothing_or_a_loop_is_left_as_dockerd_leaves_it(tmp_path: Path) -> None:
+    # (os.Stat fails: moby resolves nothing, CDI's Walk skips the link)
+    root = _root(tmp_path, "/srv/none")
+    os.symlink("loop", root / "srv/loop")
+    c = _check(root, "29.2.0", ["/srv/link", "/srv/loop"])
+    assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize("server", ["29.2.0", None])
+def test_a_dir_dockerd_drops_as_it_starts_stops_no_scan_of_a_later_one(
+        tmp_path: Path, server: str | None) -> None:
+    # moby from 29.2.0 (daemon/command/daemon.go, "cdi: skip scanning non-readable
+    # dirs") drops a spec dir os.ReadDir fails on, absence aside, before CDI sees it: a
+    # path through a file stops no scan, and the FIFO in the later dir hangs its start.
+    # Before, the doctor stopped its scan there, as released CDI's would, and passed it.
+    root = _root(tmp_path)
+    (root / "srv/file").write_text("")
+    fifo = make_fifo(root / "srv/cdi/pipe.yaml")
+    c = read_within(lambda: _check(root, server, ["/srv/file/x", "/srv/cdi"]), fifo)
+    assert c["status"] == str(Status.FAIL), c
+    assert "/srv/cdi/pipe.yaml is a FIFO (a named pipe)" in c["found"], c
+
+
+def test_an_older_dockerd_stops_its_scan_at_such_a_dir(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    (root / "srv/file").write_text("")
+    fifo = make_fifo(root / "srv/cdi/pipe.yaml")
+    c = read_within(lambda: _check(root, "29.1.5", ["/srv/file/x", "/srv/cdi"]), fifo)
+    assert c["status"] == str(Status.OK), c
+    assert "its scan stops at /srv/file/x" in c["details"][0], c
