@@ -5,6 +5,8 @@ tests/test_ha_swarm.py::test_a_deposed_leaders_daemon_writes_nothing."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from swarmgpu.manager.cycle.term import LeaderTerm
@@ -83,3 +85,65 @@ def test_an_engine_that_cannot_answer_fails_that_write_only() -> None:
     assert not term.lost
     engine.down = False
     assert term.holds() and engine.asked == 2
+
+
+WRITERS = 8  # manager.engine.writes.WRITE_PARALLEL: label writes in flight at once
+HANG_S = 30.0  # (a guard against a hang only: a fault fails the asserts, not this)
+
+
+class Stale:
+    """A clock an old "leader" answer is read against, counting the writes' reads of it
+    once ``now`` is past 0: each write reads it once, so ``all_in`` is set once every
+    write has found the answer old."""
+
+    def __init__(self, writes: int) -> None:
+        self.now, self.left = 0.0, writes
+        self.all_in = threading.Event()
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            if self.now > 0:
+                self.left -= 1
+                if self.left <= 0:
+                    self.all_in.set()
+            return self.now
+
+
+def test_writes_waiting_on_a_failed_ask_share_its_failure_not_ask_in_turn() -> None:
+    """The parallel writes that find the last "leader" answer old together share one
+    ask, its failure too, and no lock is held across it. Before, the lock was held
+    across the engine's answer and each waiting write asked again in turn once it
+    failed: an engine that hangs cost every write its whole deadline, one after the
+    other (eight writes, eight deadlines, while the others' work waited)."""
+    clock = Stale(WRITERS)
+    asked: list[int] = []
+
+    def is_leader() -> bool:
+        asked.append(1)
+        if len(asked) == 1:  # (the first ask answers once every write has looked)
+            clock.all_in.wait(HANG_S)
+        raise SwarmUnavailable("engine unreachable")
+
+    term = LeaderTerm(is_leader, check_s=2.0, clock=clock)
+    term.start()  # (at 0)
+    clock.now = 10.0
+    got: list[BaseException | None] = [None] * WRITERS
+
+    def write(i: int) -> None:
+        try:
+            term.holds()
+        except BaseException as exc:  # (each write's outcome is asserted)
+            got[i] = exc
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(WRITERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(HANG_S)
+    assert len(asked) == 1
+    assert all(isinstance(e, SwarmUnavailable) for e in got), got
+    assert not term.lost  # (no answer: the next write asks again)
+    with pytest.raises(SwarmUnavailable):
+        term.holds()
+    assert len(asked) == 2
