@@ -11,6 +11,7 @@ import pytest
 
 from swarmgpu.manager.cycle.term import LeaderTerm
 from swarmgpu.swarm.client import SwarmUnavailable
+from swarmgpu.swarm.errors import BudgetCut
 
 
 class Engine:
@@ -147,3 +148,38 @@ def test_writes_waiting_on_a_failed_ask_share_its_failure_not_ask_in_turn() -> N
     with pytest.raises(SwarmUnavailable):
         term.holds()
     assert len(asked) == 2
+
+
+def test_a_write_that_waited_on_an_ask_its_askers_budget_cut_asks_itself() -> None:
+    """An ask cut at its asker's cycle budget (``BudgetCut``) is no answer for a write
+    that waited on it: that one asks in its own context (an undo is let through past the
+    budget: ``engine.stop.undoing``)."""
+    clock = Stale(2)
+    asked: list[int] = []
+
+    def is_leader() -> bool:
+        asked.append(1)
+        if len(asked) == 1:  # (the first ask is cut once both writes have looked)
+            clock.all_in.wait(HANG_S)
+            raise BudgetCut("the cycle's engine budget has passed")
+        return True
+
+    term = LeaderTerm(is_leader, check_s=2.0, clock=clock)
+    term.start()
+    clock.now = 10.0
+    got: list[object] = [None, None]
+
+    def write(i: int) -> None:
+        try:
+            got[i] = term.holds()
+        except BaseException as exc:  # (each write's outcome is asserted)
+            got[i] = exc
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(HANG_S)
+    assert len(asked) == 2
+    assert sorted(type(g).__name__ for g in got) == ["BudgetCut", "bool"], got
+    assert True in got and term.holds()  # (its answer stands for the next write)

@@ -15,7 +15,8 @@ daemon's write gate ends the step before its next write, as a stop does
 
 The writes that find the answer old together (label writes run eight at once:
 ``engine.writes``) share one ask, its failure too: the first asks, with no lock held
-across it, and the others wait for its answer. Asked under the lock, each waiting write
+across it, and the others wait for its answer (a cut at the asker's cycle budget is no
+answer for them: each asks in its own context, an undo's let past the budget). Asked under the lock, each waiting write
 asked again in turn once an ask failed: an engine that hung cost every write its whole
 deadline, one after the other.
 """
@@ -27,6 +28,8 @@ import time
 from collections.abc import Callable
 
 from loguru import logger
+
+from swarmgpu.swarm.errors import BudgetCut
 
 TERM_CHECK_S = 2.0  # how old the last "leader" answer may be when a write goes out
 
@@ -75,24 +78,30 @@ class LeaderTerm:
         engine says so again. An engine that cannot be asked raises ``SwarmError``: that
         write fails as it would have on its own (those that waited for that ask too),
         and the next one asks again."""
-        with self._lock:
-            ask, mine = None, False
-            if not self._ended:
-                if self._since is not None and self._clock() - self._since < self.check_s:
-                    return True
-                ask = self._asking
-                mine = ask is None
-                if ask is None:
-                    ask = self._asking = _Ask(self._gen)
-        if ask is not None:
+        while True:
+            with self._lock:
+                ask, mine = None, False
+                if not self._ended:
+                    if (self._since is not None
+                            and self._clock() - self._since < self.check_s):
+                        return True
+                    ask = self._asking
+                    mine = ask is None
+                    if ask is None:
+                        ask = self._asking = _Ask(self._gen)
+            if ask is None:
+                break
             if mine:
                 self._put(ask)
             else:  # (no deadline of its own: the ask's requests end by theirs)
                 ask.done.wait()
+                if isinstance(ask.error, BudgetCut):
+                    continue  # (the asker's cycle budget, not this write's: it asks itself)
             if ask.error is not None:
                 raise ask.error  # (the same failure, not one ask each in turn)
             if ask.answer:
                 return True
+            break
         with self._lock:
             self.refused += 1
         return False
