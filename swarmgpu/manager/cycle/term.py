@@ -16,9 +16,9 @@ daemon's write gate ends the step before its next write, as a stop does
 The writes that find the answer old together (label writes run eight at once:
 ``engine.writes``) share one ask, its failure too: the first asks, with no lock held
 across it, and the others wait for its answer (a cut at the asker's cycle budget is no
-answer for them: each asks in its own context, an undo's let past the budget). Asked under the lock, each waiting write
-asked again in turn once an ask failed: an engine that hung cost every write its whole
-deadline, one after the other.
+answer for them: each asks in its own context, an undo's let past the budget). Asked
+under the lock, each waiting write asked again in turn once an ask failed: an engine
+that hung cost every write its whole deadline, one after the other.
 """
 
 from __future__ import annotations
