@@ -10,16 +10,20 @@ the node. Pure."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
-from support.forged import RecordingSwarm, sw_svc
+import pytest
+from support.forged import RecordingSwarm, offline_daemon, sw_svc, victim_cluster
 from support.gpu_nodes import RTX4090
 from support.health import F2, U2, mark, plan, setup
+from support.stepped_daemon import step_of
 
 from swarmgpu.core.config import Config, RebalanceConfig
 from swarmgpu.manager.commands.audit import audit
 from swarmgpu.manager.commands.plan import render_plan
+from swarmgpu.manager.cycle.observe import ObserveStep
 from swarmgpu.manager.cycle.rebalance import Rebalancer
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.agent_client import FactsResult
@@ -104,3 +108,38 @@ def test_a_down_nodes_note_names_the_gpu_services_swarm_does_not_move() -> None:
     (lost,) = [f for f in audit(s, saved_agents=saved, node_lost_grace_s=300.0)
                if f.kind == "agent-lost"]
     assert "g (global service" in lost.message and "a (" not in lost.message, lost.message
+
+
+def _map_kinds(d: Daemon, node_id: str) -> set[str]:
+    """The kinds of the audit's findings the daemon's GPU map marks ``node_id`` with."""
+    doc = step_of(d, ObserveStep).current()
+    (node,) = [n for n in doc["nodes"] if n["id"] == node_id]
+    return {f["kind"] for f in node["findings"]}
+
+
+@pytest.mark.parametrize("how", ["new-term", "clock-step"])
+def test_the_map_says_agent_lost_as_the_health_policy_counts_the_loss(
+        tmp_path: Path, how: str) -> None:
+    """The map's audit counted an agent's loss from its record's wall-clock answer, the
+    health policy (and its gauge) on the monotonic clock from the later of that answer
+    and the node's first look in the term. ``new-term``: heard two hours ago, in the
+    last term (a follower reads no agent), the agent missed the new term's first read:
+    agent-lost on the map at once, 0 s lost to the policy. ``clock-step``: heard 10 s
+    ago, the wall clock stepped two hours ahead since: agent-lost on the map, 10 s to
+    the policy. Now the map counts it as the policy does, and says it once past the
+    grace."""
+    d = offline_daemon(victim_cluster({}), str(tmp_path))  # (no agent answers)
+    rec = d.book.records["n-dgx"]
+    rec.last_ok = rec.answered_at = time.time() - 7200.0
+    rec.ok_mono = rec.answered_mono = time.monotonic() - (7200.0 if how == "new-term" else 10.0)
+    d.cycle()
+    reg = d.metrics.registry
+    assert "unreachable" in _map_kinds(d, "n-dgx")
+    assert "agent-lost" not in _map_kinds(d, "n-dgx")
+    assert reg.get_sample_value("swarmgpu_health_agent_lost_nodes") == 0
+    # past the grace by the monotonic clock, in the same term: said by both
+    later = time.monotonic() + d.cfg.health.node_lost_grace_s + 1.0
+    step_of(d, Rebalancer).clock = step_of(d, ObserveStep).clock = lambda: later
+    d.cycle()
+    assert "agent-lost" in _map_kinds(d, "n-dgx")
+    assert reg.get_sample_value("swarmgpu_health_agent_lost_nodes") == 1

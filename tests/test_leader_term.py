@@ -5,10 +5,13 @@ tests/test_ha_swarm.py::test_a_deposed_leaders_daemon_writes_nothing."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from swarmgpu.manager.cycle.term import LeaderTerm
 from swarmgpu.swarm.client import SwarmUnavailable
+from swarmgpu.swarm.errors import BudgetCut
 
 
 class Engine:
@@ -83,3 +86,100 @@ def test_an_engine_that_cannot_answer_fails_that_write_only() -> None:
     assert not term.lost
     engine.down = False
     assert term.holds() and engine.asked == 2
+
+
+WRITERS = 8  # manager.engine.writes.WRITE_PARALLEL: label writes in flight at once
+HANG_S = 30.0  # (a guard against a hang only: a fault fails the asserts, not this)
+
+
+class Stale:
+    """A clock an old "leader" answer is read against, counting the writes' reads of it
+    once ``now`` is past 0: each write reads it once, so ``all_in`` is set once every
+    write has found the answer old."""
+
+    def __init__(self, writes: int) -> None:
+        self.now, self.left = 0.0, writes
+        self.all_in = threading.Event()
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            if self.now > 0:
+                self.left -= 1
+                if self.left <= 0:
+                    self.all_in.set()
+            return self.now
+
+
+def test_writes_waiting_on_a_failed_ask_share_its_failure_not_ask_in_turn() -> None:
+    """The parallel writes that find the last "leader" answer old together share one
+    ask, its failure too, and no lock is held across it. Before, the lock was held
+    across the engine's answer and each waiting write asked again in turn once it
+    failed: an engine that hangs cost every write its whole deadline, one after the
+    other (eight writes, eight deadlines, while the others' work waited)."""
+    clock = Stale(WRITERS)
+    asked: list[int] = []
+
+    def is_leader() -> bool:
+        asked.append(1)
+        if len(asked) == 1:  # (the first ask answers once every write has looked)
+            clock.all_in.wait(HANG_S)
+        raise SwarmUnavailable("engine unreachable")
+
+    term = LeaderTerm(is_leader, check_s=2.0, clock=clock)
+    term.start()  # (at 0)
+    clock.now = 10.0
+    got: list[BaseException | None] = [None] * WRITERS
+
+    def write(i: int) -> None:
+        try:
+            term.holds()
+        except BaseException as exc:  # (each write's outcome is asserted)
+            got[i] = exc
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(WRITERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(HANG_S)
+    assert len(asked) == 1
+    assert all(isinstance(e, SwarmUnavailable) for e in got), got
+    assert not term.lost  # (no answer: the next write asks again)
+    with pytest.raises(SwarmUnavailable):
+        term.holds()
+    assert len(asked) == 2
+
+
+def test_a_write_that_waited_on_an_ask_its_askers_budget_cut_asks_itself() -> None:
+    """An ask cut at its asker's cycle budget (``BudgetCut``) is no answer for a write
+    that waited on it: that one asks in its own context (an undo is let through past the
+    budget: ``engine.stop.undoing``)."""
+    clock = Stale(2)
+    asked: list[int] = []
+
+    def is_leader() -> bool:
+        asked.append(1)
+        if len(asked) == 1:  # (the first ask is cut once both writes have looked)
+            clock.all_in.wait(HANG_S)
+            raise BudgetCut("the cycle's engine budget has passed")
+        return True
+
+    term = LeaderTerm(is_leader, check_s=2.0, clock=clock)
+    term.start()
+    clock.now = 10.0
+    got: list[object] = [None, None]
+
+    def write(i: int) -> None:
+        try:
+            got[i] = term.holds()
+        except BaseException as exc:  # (each write's outcome is asserted)
+            got[i] = exc
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(HANG_S)
+    assert len(asked) == 2
+    assert sorted(type(g).__name__ for g in got) == ["BudgetCut", "bool"], got
+    assert True in got and term.holds()  # (its answer stands for the next write)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -21,6 +22,7 @@ from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.nodes.sync import facts_by_node
+from swarmgpu.manager.nodes.termlooks import TermLooks, as_counted
 from swarmgpu.manager.services import overshare
 from swarmgpu.manager.web import webmap
 from swarmgpu.manager.web.cluster_view import SCHEMA, build_cluster
@@ -56,6 +58,10 @@ class ObserveStep(Step):
         self.watch = overshare.Watch()  # holders over their GPU share, since when
         self.gauges = ServiceGauges(host.metrics.registry)
         self.servers = ServerMemo()  # audit's model-server findings, read once a spec
+        # Each node's first look this term: an agent's loss counted as the health policy
+        # counts it (``termlooks``), on the monotonic clock (the tests step it)
+        self.looks = TermLooks()
+        self.clock: Callable[[], float] = time.monotonic
         self.primed = webmap.register(host.http_routes, self.current,
                                       query_routes=host.http_query_routes,
                                       history=self.history)
@@ -72,6 +78,7 @@ class ObserveStep(Step):
         stays, said so (``current``)."""
         self.watch = overshare.Watch(clock=self.watch.clock)
         self.gauges.clear()
+        self.looks.clear()
         if not self.host.leader and self.host.engine_error is None and self.doc["generated_at"]:
             with self.lock:
                 self.doc = _no_cluster()  # (as a daemon's that never led)
@@ -88,7 +95,9 @@ class ObserveStep(Step):
         uses = att.uses
         self.watch.update(uses, att.unattributed)
         session.overshare = self.watch
-        saved = {k: v.to_dict() for k, v in host.book.records.items()}
+        now = self.clock()  # (the agents' records dated as the health policy counts them)
+        saved = as_counted(host.book, self.looks.look((n.id for n in snap.nodes), now),
+                           snap.taken_at, now)
         doc = build_cluster(
             snap, session.placement if self.placement else None, prefix=cfg.sync.prefix,
             metrics=metrics, saved_agents=saved,

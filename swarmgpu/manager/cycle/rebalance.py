@@ -37,6 +37,7 @@ from swarmgpu.manager.engine.stop import read_cut
 from swarmgpu.manager.nodes.agentbook import lost_s, stale_nodes
 from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.nodes.termlooks import TermLooks
 from swarmgpu.manager.placement import ASSIGN, Holding, PlacementPlan, read_ledger
 from swarmgpu.manager.placement.cpunodes import expects_agent
 from swarmgpu.manager.placement.keys import rejected_running
@@ -131,8 +132,8 @@ class Rebalancer(Step):
         # this daemon's own reads, and a follower reads none (``health_inputs``); a node
         # that joins later counts from its own. Monotonic, as an agent's loss is counted:
         # on the wall clock, a step back delayed an evacuation by the step, and a step
-        # forward made one early.
-        self.first_looks: dict[str, float] = {}
+        # forward made one early. (The map's audit counts it so too: ``termlooks``.)
+        self.looks = TermLooks()
         self.clock: Callable[[], float] = time.monotonic  # (the tests step it)
         self.swarm = daemon.swarm
         self.released: set[tuple[str, str]] = set()  # (service, node id) left to placement
@@ -159,7 +160,7 @@ class Rebalancer(Step):
         self.mover.stand_by()
         self.failing.set(0)
         self.agent_lost.set(0)
-        self.first_looks = {}
+        self.looks.clear()
         self.last = None
 
     def keeps(self, service: str, node_id: str) -> bool:
@@ -186,7 +187,7 @@ class Rebalancer(Step):
         now = self.clock()
         # (from the node's own first look: one that joined an hour into the term was
         # failing at once, before its agent could start; one gone and back joins anew)
-        looks = self.first_looks = {n.id: self.first_looks.get(n.id, now) for n in snap.nodes}
+        looks = self.looks.look((n.id for n in snap.nodes), now)
         agents = snap.agent_nodes(self.agent_service)
         for n in snap.nodes:
             res = snap.facts.get(n.id)
