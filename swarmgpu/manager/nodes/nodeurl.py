@@ -5,10 +5,16 @@ and root on that node sets: a name such as ``127.0.0.1:2375/#`` made
 ``http://{hostname}:{port}`` the URL of another host and port (the manager's own
 loopback too), where the daemon's GET then went. The name is filled in only where it
 is a host name: letters, digits, ``-`` and ``_`` in dot-separated labels.
+
+``{addr}`` is the node's ``Status.Addr``: the host part of the address its connection
+came from (swarmkit's ``net.SplitHostPort``), so an IPv6 node's is bare
+(``2001:db8::7``). It is filled in brackets (RFC 3986 IP-literal), or bare where the
+template brackets it itself (``[{addr}]``).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import string
 
@@ -44,4 +50,15 @@ def node_url(template: str, node: SwarmNode, key: str, **more: object) -> str:
             f"node {node.id[:12]}'s hostname {peer_text(node.hostname, 80)!r} (as its engine "
             f"reports it) is not a host name, and {key} fills it into the URL: not "
             f"fetched; give the node a host name, or use {{addr}} in {key}")
-    return template.format(addr=node.addr, hostname=node.hostname, **more)
+    return template.replace("[{addr}]", "{addr}").format(
+        addr=url_host(node.addr), hostname=node.hostname, **more)
+
+
+def url_host(addr: str) -> str:
+    """``addr`` as a URL's host: an IPv6 address in brackets (a zone too: Python's
+    resolver reads ``fe80::1%eth0``), anything else as it is."""
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        return addr
+    return f"[{addr}]" if ip.version == 6 else addr
