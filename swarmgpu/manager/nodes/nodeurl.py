@@ -4,7 +4,8 @@
 and root on that node sets: a name such as ``127.0.0.1:2375/#`` made
 ``http://{hostname}:{port}`` the URL of another host and port (the manager's own
 loopback too), where the daemon's GET then went. The name is filled in only where it
-is a host name: letters, digits, ``-`` and ``_`` in dot-separated labels.
+is a host name: letters, digits, ``-`` and ``_`` in dot-separated labels, the last no
+number unless the whole is a dotted-decimal IPv4 address (``core.numerichost``).
 
 ``{addr}`` is the node's ``Status.Addr``: the host part of the address its connection
 came from (swarmkit's ``net.SplitHostPort``), so an IPv6 node's is bare
@@ -19,6 +20,7 @@ import re
 import string
 
 from swarmgpu.core.httpguard import HOST_NAME
+from swarmgpu.core.numerichost import ambiguous_number
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.swarm.client import SwarmNode
 
@@ -32,8 +34,10 @@ def shown_template(template: str) -> str:
 
 def is_host_name(name: str) -> bool:
     """Whether ``name`` is a host name (``httpguard.HOST_NAME``), a trailing dot allowed,
-    of 254 characters at most with it."""
-    return 0 < len(name) <= 254 and HOST_NAME.fullmatch(name.removesuffix(".")) is not None
+    of 254 characters at most with it, not ending in a number unless it is a
+    dotted-decimal IPv4 address (``numerichost``: ``010.0.0.1`` went to 8.0.0.1)."""
+    return 0 < len(name) <= 254 and HOST_NAME.fullmatch(name.removesuffix(".")) is not None \
+        and not ambiguous_number(name)
 
 
 class UnusableHostname(ValueError):
