@@ -109,7 +109,8 @@ def allowed_hosts(listen: str, extra: str = "") -> frozenset[str]:
     localhost, this machine's name, the listen address's host and ``extra``
     (comma-separated)."""
     names = {"localhost", host_of(socket.gethostname())}  # as a Host is read
-    host = listen.rpartition(":")[0].strip("[]").lower()
+    # (no trailing dot, as a Host is read; not host_of: a bare '::1' has no port)
+    host = listen.rpartition(":")[0].strip("[]").lower().removesuffix(".")
     if host and host not in ("0.0.0.0", "::"):  # noqa: S104  (a comparison, not a bind)
         names.add(host)
     # As a Host header is read (no port, no trailing dot): a name given with its port
