@@ -17,11 +17,11 @@ from swarmgpu.core.model import NodeFacts
 
 BAD = ["user@localhost", "user:pw@127.0.0.1:9401", "localhost:9401:9401", "localhost/x",
        "[::1", "[::1]x", "[localhost]", "::1", "local host", "localhost:94a1", "a\\b",
-       "[::1]:9401:1", '"localhost"', "localhost?x"]
+       "[::1]:9401:1", '"localhost"', "localhost?x", "", " ", ":9401"]
 GOOD = ["localhost", "LOCALHOST:9401", "127.0.0.1", "127.0.0.1:9401", "[::1]", "[::1]:9401",
         "[2001:DB8::7]:443", "gpu-a.", "gpu-a.:9401", "gpu_node_1.example.com",
         "xn--bcher-kva.example",
-        "map.example.com:", "", "[fe80::1%25eth0]:9401", "[::ffff:10.0.0.5]"]
+        "map.example.com:", "[fe80::1%25eth0]:9401", "[::ffff:10.0.0.5]"]
 
 
 @pytest.mark.parametrize("host", BAD)
@@ -53,7 +53,8 @@ def agent_port() -> Iterator[int]:
 
 
 def test_a_malformed_host_is_answered_400(agent_port: int) -> None:
-    for host in (b"user@localhost", b"localhost:1:2", b"[::1"):
+    # (an http URI's host is never empty, RFC 9110 4.2.1: nor is its Host)
+    for host in (b"user@localhost", b"localhost:1:2", b"[::1", b"", b":9401"):
         got = raw(agent_port, b"GET /healthz HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")
         assert got.startswith(b"HTTP/1.1 400"), (host, got[:80])
         assert b"Host" in got

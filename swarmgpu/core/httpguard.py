@@ -272,7 +272,7 @@ class OneRequestHandler(BaseHTTPRequestHandler):
         if (refusal := self._origin_form()) is not None:
             self.send_answer(refusal.status, PLAIN, f"{refusal}\n".encode())
             return
-        if (fault := host_fault(self.headers.get("Host") or "")) is not None:
+        if "Host" in self.headers and (fault := host_fault(self.headers["Host"])):
             self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN, f"400: {fault}\n".encode())
             return
         self.close_connection = True

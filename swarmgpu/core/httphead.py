@@ -134,10 +134,11 @@ def head_fault(head: bytes) -> str | None:
 
 
 # RFC 3986 3.2.2-3: uri-host [":" port]; the host an IP-literal (IPv6, an RFC 6874 zone
-# "%25..." allowed, checked by ipaddress below) or a reg-name (an IPv4 address is one).
+# "%25..." allowed, checked by ipaddress below) or a reg-name (an IPv4 address is one),
+# never empty (RFC 9110 4.2.1: an http URI's host is not).
 _HOST_FIELD = re.compile(
     r"(?:\[([0-9A-Fa-f:.]+)(?:%25[A-Za-z0-9._~-]+)?\]"
-    r"|(?:[A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*)(?::[0-9]*)?", re.ASCII)
+    r"|(?:[A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})+)(?::[0-9]*)?", re.ASCII)
 
 
 def host_fault(value: str) -> str | None:
@@ -151,8 +152,8 @@ def host_fault(value: str) -> str | None:
         except ValueError:
             m = None
     if m is None:
-        return ("a Host that is no host[:port] (a user@, a path, two ports, an unclosed "
-                "[): send the name or address and its port alone")
+        return ("a Host that is no host[:port] (empty, a user@, a path, two ports, an "
+                "unclosed [): send the name or address and its port alone")
     return None
 
 
