@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from swarmgpu.cli import main
 from swarmgpu.core.config import load_config_report
+from swarmgpu.core.httpguard import allowed_hosts, host_allowed
 
 
 def _errors(tmp_path: Path, hosts: str) -> list[str]:
@@ -51,3 +52,12 @@ def test_an_ipv6_address_without_brackets_is_still_taken(tmp_path: Path, entry: 
                                     "--allowed-hosts", entry,
                                     "--trusted-proxies", "not-an-address"])
     assert got.exit_code == 2 and "--allowed-hosts" not in got.output, got.output
+
+
+def test_a_listen_name_with_a_trailing_dot_serves_its_host() -> None:
+    # The listen host was kept with its dot, and a Host is read without it: a server
+    # told to listen on 'gpu-a.:9402' answered its own name 421 (DNS rebinding?).
+    allowed = allowed_hosts("GPU-a.:9402")
+    for host in ("gpu-a.", "gpu-a.:9402", "gpu-a"):
+        assert host_allowed(host, allowed), host
+    assert not host_allowed("gpu-b", allowed)

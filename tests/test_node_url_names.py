@@ -117,12 +117,13 @@ def test_a_hostname_with_a_trailing_dot_is_served_by_its_own_agent() -> None:
 
 
 @pytest.mark.parametrize("name", [
-    "ip-10-0-0-7.ec2.internal", "gpu_node_1", "GPU-Node1", "gpu-a.example.com.", "123",
+    "ip-10-0-0-7.ec2.internal", "gpu_node_1", "GPU-Node1", "gpu-a.example.com.", "123.gpu",
     "10.0.0.7", "xn--bcher-kva.example", "a" * 63, ".".join(["b" * 63] * 3) + "." + "c" * 61,
 ])
 def test_kernel_host_names_real_nodes_carry_are_filled_in(name: str) -> None:
-    # Underscores (cloud VMs, docker-in-docker), upper case, a trailing dot, digits
-    # alone, punycode, an IPv4 address, 63-character labels, 253 characters: each a URL
+    # Underscores (cloud VMs, docker-in-docker), upper case, a trailing dot, a label of
+    # digits (not the last: '123' alone is 0.0.0.123 to the resolver, test_numeric_host_names),
+    # punycode, an IPv4 address, 63-character labels, 253 characters: each a URL
     # host as Go's and curl's URL parsers take it, and each served before nodeurl.
     assert node_url("https://{hostname}:9401", _node(name), "agents.url_template") \
         == f"https://{name}:9401"

@@ -327,15 +327,15 @@ def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
     listens beyond loopback answers only that, a manager certificate or loopback)."""
     import requests
 
+    from swarmgpu.core.healthcheck import loopback  # '::1:9402' is no URL's host
     from swarmgpu.manager.cycle.rebalance import ROUTE
     from swarmgpu.swarm.identity import IdentityError, read_token
-
     headers = {}
     if cfg.http.token_file:
         with contextlib.suppress(IdentityError):
             headers["Authorization"] = f"Bearer {read_token(cfg.http.token_file)}"
     try:
-        r = requests.get(f"http://{cfg.http.listen}{ROUTE}", timeout=3, headers=headers)
+        r = requests.get(f"http://{loopback(cfg.http.listen)}{ROUTE}", timeout=3, headers=headers)
         data = r.json() if r.status_code == 200 else None
     except (requests.RequestException, ValueError):
         return None

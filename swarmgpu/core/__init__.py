@@ -16,7 +16,8 @@ helpers both HTTP servers and every YAML reader use (``httpguard``, with ``httph
 a request head read and checked as the most careful server would, and
 ``guesslimit``: wrong bearer tokens per client address, a bounded token bucket,
 then 429, and ``forwarded``: the client a
-trusted reverse proxy names; ``yamlfile``, with ``goscalar``: a plain
+trusted reverse proxy names, and ``numerichost``: a host name that ends in a number,
+read as another address by some readers; ``yamlfile``, with ``goscalar``: a plain
 scalar as docker's go-yaml reads it, ``boundedfile``: a named file read
 only as a small regular file, never blocking; ``healthcheck``: the image's
 HEALTHCHECK, ``sdnotify``: systemd's notify protocol for both roles), and ``peertext``,

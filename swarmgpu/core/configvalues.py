@@ -19,6 +19,7 @@ from swarmgpu.core.commalist import comma_list
 from swarmgpu.core.forwarded import is_ip
 from swarmgpu.core.goscalar import YAML11_BOOLS, out_of_range
 from swarmgpu.core.httpguard import HOST_NAME, host_of
+from swarmgpu.core.numerichost import ambiguous_number
 from swarmgpu.core.peertext import peer_text, quoted
 from swarmgpu.core.yamlfile import Lines, plain_is_text
 
@@ -218,4 +219,10 @@ def host_names_problem(where: str, text: str) -> str | None:
                     "carries (letters, digits, '-' and '_' in dot-separated labels, an IP "
                     "address; a port may follow): no scheme, path or wildcard, e.g. "
                     "map.example.com")
+        if ambiguous_number(name):
+            return (f"{where}: {quoted(peer_text(entry, 80))} ends in a number but is no "
+                    "dotted-decimal IPv4 address: a browser reads 010.0.0.1 as 8.0.0.1 "
+                    "and 127.1 as 127.0.0.1, and sends that as Host (which, an IP "
+                    "address, is served anyway); write a name, or the address as "
+                    "10.0.0.1")
     return None

@@ -28,8 +28,9 @@
   which a client keeps: a link's ``#token=``) 400, unread and unlogged, and a request
   line or header lines two parsers read apart (``head_fault``: other separators than
   one space, a version not DIGIT.DIGIT; no colon, a space before it, folding, a bare
-  CR, a control byte) 400; a POST only to a path the handler names (``post_paths``: the
-  daemon's sign-in form), its body short (``MAX_BODY_BYTES``, a longer Content-Length
+  CR, a control byte) 400, a Host that is no ``host[:port]`` (``host_fault``) 400; a
+  POST only to a path the handler names (``post_paths``: the daemon's sign-in form), its
+  body short (``MAX_BODY_BYTES``, a longer Content-Length
   413 however many digits), with one Content-Length, and in within the head's deadline
   (a 100 Continue only then, once its head is taken: never to a request whose body is
   not read);
@@ -72,6 +73,7 @@ from swarmgpu.core.httphead import (
     TooManyEmptyLines,
     absolute_form,
     head_fault,
+    host_fault,
     read_head_and_rest,
 )
 
@@ -107,7 +109,8 @@ def allowed_hosts(listen: str, extra: str = "") -> frozenset[str]:
     localhost, this machine's name, the listen address's host and ``extra``
     (comma-separated)."""
     names = {"localhost", host_of(socket.gethostname())}  # as a Host is read
-    host = listen.rpartition(":")[0].strip("[]").lower()
+    # (no trailing dot, as a Host is read; not host_of: a bare '::1' has no port)
+    host = listen.rpartition(":")[0].strip("[]").lower().removesuffix(".")
     if host and host not in ("0.0.0.0", "::"):  # noqa: S104  (a comparison, not a bind)
         names.add(host)
     # As a Host header is read (no port, no trailing dot): a name given with its port
@@ -268,6 +271,9 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             return
         if (refusal := self._origin_form()) is not None:
             self.send_answer(refusal.status, PLAIN, f"{refusal}\n".encode())
+            return
+        if "Host" in self.headers and (fault := host_fault(self.headers["Host"])):
+            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN, f"400: {fault}\n".encode())
             return
         self.close_connection = True
         path = self.path.partition("?")[0]

@@ -11,11 +11,13 @@ Both HTTP servers (``httpguard.OneRequestHandler``) read their request heads her
   folding, a bare CR, a control byte);
 * ``READ_ONCE``: the fields read as one value, refused when given twice;
 * ``absolute_form``: a ``GET http://host/path`` target (RFC 9112 3.2.2: a server MUST
-  accept it) as its path and the host every check then reads.
+  accept it) as its path and the host every check then reads;
+* ``host_fault``: a Host that is no ``uri-host [":" port]`` (RFC 9112 3.2: 400).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import socket
 import time
@@ -128,6 +130,30 @@ def head_fault(head: bytes) -> str | None:
                     "no field name has before it): send NAME: VALUE")
         if _CTL.search(value):
             return "a control character (NUL, DEL, ...) in a header value"
+    return None
+
+
+# RFC 3986 3.2.2-3: uri-host [":" port]; the host an IP-literal (IPv6, an RFC 6874 zone
+# "%25..." allowed, checked by ipaddress below) or a reg-name (an IPv4 address is one),
+# never empty (RFC 9110 4.2.1: an http URI's host is not).
+_HOST_FIELD = re.compile(
+    r"(?:\[([0-9A-Fa-f:.]+)(?:%25[A-Za-z0-9._~-]+)?\]"
+    r"|(?:[A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})+)(?::[0-9]*)?", re.ASCII)
+
+
+def host_fault(value: str) -> str | None:
+    """Why a Host field value is no ``uri-host [":" port]`` (RFC 9110 7.2), or None.
+    A proxy in front reads such a Host its own way (``user@a`` as the host ``a``,
+    ``a:1:2`` as ``a:1``), so RFC 9112 3.2 answers it 400."""
+    m = _HOST_FIELD.fullmatch(value.strip(" \t"))
+    if m is not None and m.group(1) is not None:
+        try:
+            ipaddress.IPv6Address(m.group(1))
+        except ValueError:
+            m = None
+    if m is None:
+        return ("a Host that is no host[:port] (empty, a user@, a path, two ports, an "
+                "unclosed [): send the name or address and its port alone")
     return None
 
 

@@ -113,8 +113,11 @@ def node_from_api(raw: Any) -> SwarmNode:
     addr = r.text(status, "Addr", "Status.")
     manager_addr = r.text(mstatus, "Addr", "ManagerStatus.")
     if addr in ("", "0.0.0.0") and manager_addr:  # noqa: S104 - comparison only
-        # A manager can report 0.0.0.0; its raft address has the real IP.
+        # A manager can report 0.0.0.0; its raft address has the real IP (HOST:PORT,
+        # an IPv6 one in brackets, which Status.Addr never has).
         addr = manager_addr.rsplit(":", 1)[0]
+        if addr.startswith("[") and addr.endswith("]"):
+            addr = addr[1:-1]
     named, discrete = r.generic(res)
     hostname = r.text(desc, "Hostname", "Description.")
     node = SwarmNode(

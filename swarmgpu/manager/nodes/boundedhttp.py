@@ -245,7 +245,9 @@ def _request(parts: SplitResult, headers: Mapping[str, str] | None
     except ValueError:
         raise FetchError("the URL's port is not a number") from None
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    host_header = f"[{host}]" if ":" in host else host
+    # An IPv6 zone (fe80::1%eth0) means something on this host alone: never sent in
+    # Host (RFC 6874 4), which the agent answers 400 (httphead.host_fault).
+    host_header = f"[{host.partition('%')[0]}]" if ":" in host else host
     if parts.port:
         host_header += f":{parts.port}"
     lines = [f"GET {path} HTTP/1.1", f"Host: {host_header}", "Connection: close",
