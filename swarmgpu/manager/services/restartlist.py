@@ -5,11 +5,11 @@ The restart marks its service ``<p>state.moved-at`` (its cool-down), a label its
 can write too. For a tenant that may not opt out, a restart's mark counts only where
 this list, ``<p>state.restarts`` (``<service id>@<epoch s>`` entries, the last hour's,
 at most ``KEEP``, a service's older entries dropped first: ``_bounded``; written once
-the mark landed, before the gate closes; managers alone write the swarm object), has this service's restart in its second, and its task on the
-node judged was made after it (``coolmark.borne_out``). A task made after the mark
-alone, its owner's ``docker service update --force`` makes too: it had its cool-down at
-a restart's cost. An entry names its service, so a mark copied from another service's
-restart buys nothing.
+the mark landed, before the gate closes; managers alone write the swarm object), has
+this service's restart in its second, and its task on the node judged was made after
+it (``coolmark.borne_out``). A task made after the mark alone, its owner's ``docker
+service update --force`` makes too: it had its cool-down at a restart's cost. An entry
+names its service, so a mark copied from another service's restart buys nothing.
 """
 
 from __future__ import annotations
