@@ -4,11 +4,12 @@ entries, the last hour's, written in the hour's own write before the victims' wr
 (``preempt_hour.HourStore.reserve``). Managers alone write the swarm object.
 
 A victim's cooldown under a new leader is its ``<p>state.preempted`` record, a label on
-its own spec, which its stack writes too (``placement.preempted.recorded_cooling``). The hour's
-seconds name no victim: a genuine record of any service's stop, copied onto a holder
-that had run all along, then its tasks made anew by its owner's ``docker service update
---force`` (after the stop, as a victim placed again has them), bought that holder the
-rest of the stop's cooldown. An entry names its victim, so a copied record buys nothing.
+its own spec, which its stack writes too (``placement.preempted.recorded_cooling``).
+The hour's seconds name no victim: a genuine record of any service's stop, copied onto
+a holder that had run all along, then its tasks made anew by its owner's ``docker
+service update --force`` (after the stop, as a victim placed again has them), bought
+that holder the rest of the stop's cooldown. An entry names its victim, so a copied
+record buys nothing.
 """
 
 from __future__ import annotations
