@@ -32,8 +32,10 @@ def test_a_reservation_given_back_before_a_cut_is_stored_out_by_the_next_cycle(
     cfg = Config(state_dir=str(tmp_path), preemption=PreemptionConfig(dry_run=False))
     pre = Preempter(cfg, clock=lambda: 1000.0)
     p = Preemption("attacker", "id-attacker", 100, "n-dgx", "gpu-node-1", ())
-    assert pre.hour.reserve(sw, p, "", 2, NOW)  # stored before the victims' writes
+    assert pre.hour.reserve(sw, p, "", ["id-a", "id-b"], NOW)  # stored before their writes
     assert sw.swarm_labels()[P + STATE_KEY].count(",") == 1  # two times
+    # (and whose: tests/test_victim_record_copied.py)
+    assert sw.swarm_labels()[P + "state.preempted-victims"] == f"id-a@{NOW:.0f},id-b@{NOW:.0f}"
     pre.spent.release(NOW, "", 1)  # one stop refused; the cycle is cut before its store
     snap = replace(snapshot(sw.nodes(), sw.services(), sw.tasks()),
                    swarm_labels=sw.swarm_labels())
@@ -58,6 +60,6 @@ def test_a_reservation_the_ended_term_refused_is_not_left_spent(tmp_path: Path) 
 
     sw.before_write = gate  # type: ignore[attr-defined]
     with pytest.raises(TermEnded):
-        pre.hour.reserve(sw, p, "", 2, NOW)
+        pre.hour.reserve(sw, p, "", ["id-a", "id-b"], NOW)
     assert P + STATE_KEY not in sw.swarm_labels()
     assert list(pre.spent.all) == []

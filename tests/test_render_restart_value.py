@@ -25,7 +25,8 @@ def _checked(value: str, policy: str = "") -> tuple[list[str], list[str]]:
 
 @pytest.mark.parametrize("value", ["bogus", '"on-failure:x"', '"always:1:2"',
                                    '"on-failure:-1"', '"On-Failure"', '"on-failure:"',
-                                   '":3"'])
+                                   '":3"', '"on-failure:9223372036854775808"',
+                                   '"on-failure:+-3"', '"on-failure:3 "'])
 def test_a_restart_docker_refuses_is_an_error(value: str) -> None:
     errors, _ = _checked(value)
     assert len(errors) == 1, errors
@@ -34,7 +35,11 @@ def test_a_restart_docker_refuses_is_an_error(value: str) -> None:
 
 
 @pytest.mark.parametrize("value", ['"no"', "always", "unless-stopped", "on-failure",
-                                   '"on-failure:3"', '"always:2"', '""'])
+                                   '"on-failure:3"', '"always:2"', '""',
+                                   # (strconv.Atoi's: a sign, zeros, any int64)
+                                   '"on-failure:-0"', '"on-failure:+3"',
+                                   '"on-failure:0000000000000000000000003"',
+                                   '"on-failure:9223372036854775807"'])
 def test_a_restart_docker_takes_is_a_note(value: str) -> None:
     errors, notes = _checked(value)
     assert errors == [], errors

@@ -766,14 +766,17 @@ def _recorded_holder(record_at: float, task_made: float, hour: float) -> Recordi
     """team-b's batch service holds n-4090, its task made at ``task_made``, with a
     ``state.preempted`` record at ``record_at`` of a stop on n-dgx (a record naming the
     node it holds is a gate that never closed: tests/test_victim_record_cooling.py); the
-    swarm object's hour has a victim stopped at ``hour``; team-a's service at its
-    ceiling waits for 2 of those GPUs."""
+    swarm object's hour has it stopped at ``hour`` (the victims' list too:
+    tests/test_victim_record_copied.py); team-a's service at its ceiling waits for 2 of
+    those GPUs."""
     record = json.dumps({"by": "old", "priority": 100, "at": round(record_at, 3),
                          "node": "n-dgx"})
     nodes, services, tasks = _held_whole("team-b_batch", "team-b",
                                          {f"{P}state.preempted": record}, HIGH)
     tasks[0] = replace(tasks[0], created_at=_rfc3339(task_made))
-    return RecordingSwarm(nodes, services, tasks, {f"{P}state.preemptions": f"{round(hour)}"})
+    return RecordingSwarm(nodes, services, tasks, {
+        f"{P}state.preemptions": f"{round(hour)}",
+        f"{P}state.preempted-victims": f"{services[0].id}@{round(hour)}"})
 
 
 def test_a_genuine_preempted_record_still_cools_the_victim_under_a_new_leader(
@@ -797,6 +800,10 @@ def test_a_preempted_record_copied_onto_a_running_holder_buys_no_immunity(
     sw = _recorded_holder(now, now - 3600, now)
     _daemon(sw, tmp_path, TWO_TEAMS).cycle()
     assert gate_key(P, "team-b_batch") not in sw.node("n-4090").labels
+    # the stop's victim named in the preemption's list (its record is its cooldown now)
+    victims = sw.swarm_labels()[f"{P}state.preempted-victims"].split(",")
+    batch = next(s for s in sw.services() if s.name == "team-b_batch")
+    assert victims[-1].startswith(batch.id + "@"), victims
 
 
 def test_a_job_victims_record_counts_by_the_tasks_of_its_new_run() -> None:
@@ -813,10 +820,11 @@ def test_a_job_victims_record_counts_by_the_tasks_of_its_new_run() -> None:
                        job_iteration=run, created_at=_rfc3339(at))
              for run, at in ((1, now - 3600), (2, now + 2))]
     held = {"n-4090": {job.name: ()}}
-    got = recorded_cooling([job], tasks, P, now + 5, 600, [now], held)
+    victims = {job.id: frozenset({round(now)})}  # (the preemption's list names it)
+    got = recorded_cooling([job], tasks, P, now + 5, 600, [now], held, victims)
     assert got == {job.name}
     assert recorded_cooling([job], [replace(t, job_iteration=2) for t in tasks], P, now + 5,
-                            600, [now], held) == set()
+                            600, [now], held, victims) == set()
 
 
 # --- a queue's max, whatever the service's mode or labels ---------------------------------

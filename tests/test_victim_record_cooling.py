@@ -48,8 +48,9 @@ def _decide(node: str, at: float = AT, hour: str = f"{AT:.0f}") -> list[str]:
                 if s.name == "batch" else s for s in snap.services]
     made = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at + 1))
     tasks = [replace(t, created_at=made) if t.id == "t-batch" else t for t in snap.tasks]
-    snap = replace(snap, services=services, tasks=tasks,
-                   swarm_labels={P + "state.preemptions": hour})
+    snap = replace(snap, services=services, tasks=tasks,  # (the victims' list names it)
+                   swarm_labels={P + "state.preemptions": hour,
+                                 P + "state.preempted-victims": f"id-batch@{hour}"})
     got = Preempter(Config(), clock=lambda: 1000.0).decide(
         snap, plan, FACTS, None, 5000.0, mono=1000.0)  # type: ignore[arg-type]
     return [p.describe() for p in got]

@@ -14,10 +14,19 @@ from swarmgpu.core.peertext import quoted
 
 # (Go's names, compared case for case: ``container.RestartPolicy`` Is* / its constants)
 POLICIES = ("no", "always", "unless-stopped", "on-failure")
-# A count Go's strconv.Atoi takes, not negative: a CLI from 29.5 refuses one below 0
-# (older ones wrap it to 2^64-1). An empty one ("on-failure:") a CLI before 23.0 refuses,
-# and a colon with no policy before it (":3") one from 25.0.
-_COUNT = re.compile(r"\+?[0-9]{1,18}")
+# A count Go's strconv.Atoi takes (a sign, any zeros before the digits, an int64), not
+# negative: a CLI from 29.5 refuses one below 0 (older ones wrap it to 2^64-1; "-0" is
+# 0). An empty one ("on-failure:") a CLI before 23.0 refuses, and a colon with no policy
+# before it (":3") one from 25.0.
+_COUNT = re.compile(r"[+-]?0*([0-9]{1,19})")
+INT64_MAX = 2**63 - 1
+
+
+def _count_taken(count: str) -> bool:
+    """Whether every CLI takes ``count`` (the text after the colon) as a retry count."""
+    m = _COUNT.fullmatch(count)
+    return m is not None and int(m.group(1)) <= INT64_MAX and (
+        not count.startswith("-") or int(m.group(1)) == 0)
 
 
 def restart_errors(svc: Mapping[str, Any], where: str) -> list[str]:
@@ -30,7 +39,7 @@ def restart_errors(svc: Mapping[str, Any], where: str) -> list[str]:
             isinstance(deploy, Mapping) and deploy.get("restart_policy") is not None)):
         return []
     name, colon, count = value.partition(":")
-    if (name in POLICIES or value == "") and (not colon or _COUNT.fullmatch(count)):
+    if (name in POLICIES or value == "") and (not colon or _count_taken(count)):
         return []
     return [f"{where}.restart: docker stack deploy refuses {quoted(value)} (with no "
             "deploy.restart_policy it applies restart, and fails on a policy other than "

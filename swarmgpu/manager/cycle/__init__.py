@@ -34,6 +34,7 @@ The steps, in the order ``wiring`` runs them:
                (``preempt_step``: the step that runs it;
                ``preempt_budget``: the budgets' hour, kept on the swarm object;
                ``preempt_hour``: its writes, before the victims' and after;
+               ``victimlist``: the victims it names, which their records must match;
                ``victimspec``: a victim's spec write, its waiting task renewed;
                ``victimstop``: the victims stopped as one, their gates in one write;
                ``victimback``: a victim's move rolled back, not cooling down

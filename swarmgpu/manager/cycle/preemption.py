@@ -90,6 +90,7 @@ from swarmgpu.manager.cycle.preempt_notes import (
     unread_note,
 )
 from swarmgpu.manager.cycle.victimback import MovedBack, VictimSpent, ran_on, rolled_back, undone
+from swarmgpu.manager.cycle.victimlist import victim_seconds
 from swarmgpu.manager.cycle.victimspec import unread_victims
 from swarmgpu.manager.cycle.victimstop import close_gates, names
 from swarmgpu.manager.engine.actuator import Writes
@@ -392,7 +393,8 @@ class Preempter:
         # ledger and the tasks (a stack writes its own spec; a gate never closed stopped
         # nothing; a record copied onto a holder that ran all along names no stop of it)
         cooling |= recorded_cooling(snap.services, snap.tasks, self.prefix, now,
-                                    pc.victim_cooldown_s, self.spent.all, holders)
+                                    pc.victim_cooldown_s, self.spent.all, holders,
+                                    victim_seconds(snap.swarm_labels, self.prefix))
         settling = set(self.preemptor_at)
         self.moving = {p: vs & in_move for p, vs in self.moving.items()
                        if vs & in_move and not self._recreated(p, snap)}
@@ -529,7 +531,8 @@ class Preempter:
         if not to_stop:
             return [], False
         fresh = [v for v in to_stop if v.service not in counted]
-        if fresh and not self.hour.reserve(swarm, p, tenant, len(fresh), now):
+        if fresh and not self.hour.reserve(swarm, p, tenant, [v.service_id for v in fresh],
+                                           now):
             # none stopped: only those counted by their move are left to give back
             ok: bool | None = False
             left = len(to_stop) - len(fresh)
@@ -561,7 +564,7 @@ class Preempter:
         stored: ``Unstored`` is raised and nothing of the move is written."""
 
         def first() -> None:
-            if not self.hour.reserve(swarm, p, tenant, 1, now):
+            if not self.hour.reserve(swarm, p, tenant, [v.service_id], now):
                 raise Unstored(v.service)
             counted.add(v.service)
 

@@ -71,7 +71,8 @@ def preempted_state(labels: Mapping[str, str], prefix: str) -> Preempted | None:
 
 def recorded_cooling(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
                      prefix: str, now: float, cooldown_s: float, stopped: Iterable[float],
-                     holders: Mapping[str, Mapping[str, object]]) -> set[str]:
+                     holders: Mapping[str, Mapping[str, object]],
+                     victims: Mapping[str, AbstractSet[int]]) -> set[str]:
     """The services whose record says they were preempted less than ``cooldown_s``
     before ``now`` (wall clock), as a new leader knows its victims' cooldowns. The
     record is a label on the victim's own spec, which its stack writes: it counts only
@@ -85,8 +86,11 @@ def recorded_cooling(services: Sequence[SwarmService], tasks: Sequence[SwarmTask
     several) it counts only when each of its live tasks was made after that stop
     (``made_after``): a genuine record copied from a preempted service of its stack onto
     one that had run all along (added again each time placement takes it off) bought
-    that one a cooldown. Both checks stand: a job's spec write runs it anew, so tasks
-    made after the stop do not show a gate closed."""
+    that one a cooldown; and only where the preemption's list of its victims
+    (``victims``: service id -> seconds, ``victimlist``) has it stopped in that second: a
+    genuine record copied so, then its tasks made anew by its owner's force-update,
+    bought it the rest of that stop's cooldown. Both checks stand: a job's spec write
+    runs it anew, so tasks made after the stop do not show a gate closed."""
     seconds = hour_seconds(stopped)
     held = {svc for per in holders.values() for svc in per}
     live: dict[str, list[SwarmTask]] = {}
@@ -98,8 +102,9 @@ def recorded_cooling(services: Sequence[SwarmService], tasks: Sequence[SwarmTask
         st = preempted_state(s.labels, prefix)
         if st is None or now - st.at >= cooldown_s or s.name in holders.get(st.node_id, {}):
             continue
-        if stopped_then(st, seconds) and (
-                s.name not in held or made_after(s, st, live.get(s.id, ()))):
+        if stopped_then(st, seconds) and (s.name not in held or (
+                stopped_then(st, victims.get(s.id, frozenset()))
+                and made_after(s, st, live.get(s.id, ())))):
             out.add(s.name)
     return out
 

@@ -4,16 +4,17 @@ cool-down mark is checked against.
 The restart marks its service ``<p>state.moved-at`` (its cool-down), a label its stack
 can write too. For a tenant that may not opt out, a restart's mark counts only where
 this list, ``<p>state.restarts`` (``<service id>@<epoch s>`` entries, the last hour's,
-at most ``KEEP``, written once the mark landed, before the gate closes; managers alone
-write the swarm object), has this service's restart in its second, and its task on the
-node judged was made after it (``coolmark.borne_out``). A task made after the mark
-alone, its owner's ``docker service update --force`` makes too: it had its cool-down at
-a restart's cost. An entry names its service, so a mark copied from another service's
-restart buys nothing.
+at most ``KEEP``, a service's older entries dropped first: ``_bounded``; written once
+the mark landed, before the gate closes; managers alone write the swarm object), has
+this service's restart in its second, and its task on the node judged was made after
+it (``coolmark.borne_out``). A task made after the mark alone, its owner's ``docker
+service update --force`` makes too: it had its cool-down at a restart's cost. An entry
+names its service, so a mark copied from another service's restart buys nothing.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from swarmgpu.core.config import Config
@@ -24,7 +25,9 @@ from swarmgpu.manager.services.coolmark import MarkRecords
 from swarmgpu.swarm.client import SwarmError
 
 RESTARTS = "state.restarts"  # under the prefix, on the swarm object's labels
-KEEP = 64  # entries: more than any sane per-hour budget; bounds the label
+# entries, bounding the label (~10 kB): over twice the restarts an hour at the default
+# budgets (one a 30 s cycle), which bound them per cycle, not per hour
+KEEP = 256
 
 
 def _entries(labels: Mapping[str, str], key: str) -> list[tuple[str, float]]:
@@ -37,9 +40,30 @@ def _entries(labels: Mapping[str, str], key: str) -> list[tuple[str, float]]:
             t = float(at)
         except ValueError:
             continue
-        if sid and t == t and abs(t) != float("inf"):
+        if sid and math.isfinite(t):  # (inf, nan, 1e309: no clock's)
             out.append((sid, t))
     return out
+
+
+def _bounded(entries: list[str]) -> list[str]:
+    """``entries`` (``<id>@<second>``, oldest first) at most ``KEEP``: an entry of a
+    service with a newer one dropped first, then the oldest. Oldest first alone, one
+    tenant's shares restarted again and again pushed another's restart out within its
+    cool-down, whose mark then cooled nothing; a service's older restart matches no mark
+    the daemon stands by (its next restart came once that one's cool-down had run; but
+    where that restart closed no gate, and the older mark was put back: a corner the
+    oldest-first rule lost too)."""
+    surplus = len(entries) - KEEP
+    if surplus <= 0:
+        return entries
+    newest = {e.partition("@")[0]: i for i, e in enumerate(entries)}
+    out = []
+    for i, e in enumerate(entries):
+        if surplus > 0 and newest[e.partition("@")[0]] != i:
+            surplus -= 1
+            continue
+        out.append(e)
+    return out[-KEEP:]
 
 
 def restart_times(labels: Mapping[str, str], prefix: str) -> dict[str, frozenset[float]]:
@@ -73,7 +97,7 @@ def record_restart(writes: Writes, prefix: str, service_id: str, at: str,
 
     def add(cur: Mapping[str, str]) -> Mapping[str, str]:
         kept = [f"{sid}@{t:.0f}" for sid, t in _entries(cur, key) if in_hour(t, now)]
-        return {**cur, key: ",".join([*kept, f"{service_id}@{at}"][-KEEP:])}
+        return {**cur, key: ",".join(_bounded([*kept, f"{service_id}@{at}"]))}
 
     try:
         writes.swarm_labels(add)

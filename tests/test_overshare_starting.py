@@ -1,0 +1,47 @@
+"""A share over its size whose task Swarm still calls ``starting`` is restarted all the
+same, for a tenant that may not opt out. Swarm holds a task in ``starting`` until its
+container's health check first passes (moby#24545; one the interval or start period of
+which runs for hours keeps it there for hours, moby#35126) while the container runs and
+uses the GPU. The restart judged the replica on its node settled only with its task
+there ``running``: a health check that never passed was an opt-out. Pure, over the
+recording Swarm stand-in (tests/support/forged.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.forged import THIRD, RecordingSwarm, snapshot, victim_cluster
+
+from swarmgpu.core.config import Config, PlacementConfig
+from swarmgpu.manager.services.overshare import Restarter
+
+MAY_NOT = {"ops": {"services": ["ops-*"], "may_opt_out": True}}  # third: default's
+MAY = {"ops": {"services": ["third"], "may_opt_out": True}}
+
+
+def _restarts(state: str, tenants: Any, tmp_path: Path) -> int:
+    """One cycle's over-share restarts of victim_cluster's THIRD, its task ``state``
+    (desired running, its container the one the reading was checked against)."""
+    base = victim_cluster({})
+    tasks = [replace(t, state=state, container_id="c" * 64) if t.id == "t-third" else t
+             for t in base.tasks()]
+    sw = RecordingSwarm(base.nodes(), base.services(), tasks, base.swarm_labels())
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=tenants,
+                 placement=PlacementConfig(overshare="restart"))
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    return Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("state", ["running", "starting"])
+def test_a_task_held_starting_by_its_health_check_is_restarted_over_its_share(
+        tmp_path: Path, state: str) -> None:
+    assert _restarts(state, MAY_NOT, tmp_path) == 1
+
+
+def test_a_tenant_that_may_opt_out_is_judged_as_before(tmp_path: Path) -> None:
+    """(its own ``rebalance: never`` is its opt-out; nothing of its judging changed)"""
+    assert _restarts("starting", MAY, tmp_path) == 0
+    assert _restarts("running", MAY, tmp_path) == 1
