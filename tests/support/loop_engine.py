@@ -75,6 +75,9 @@ class LoopEngine(ThreadingHTTPServer):
     posts: int
     sent: int  # of the last chunked body, once ``sent_all`` is set
     sent_all: threading.Event
+    # Each path's chunked bodies, in the order they ended: the bytes of each sent (a
+    # read cut short sent fewer than its body: counted, where a wall clock would lag).
+    sent_to: dict[str, list[int]]
 
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # (a client that closed its connection, as a refused answer's reader does)
@@ -131,6 +134,7 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         finally:
             self.server.sent = sent
+            self.server.sent_to.setdefault(path, []).append(sent)
             self.server.sent_all.set()
 
 
@@ -183,6 +187,7 @@ def loop_engine(answers: dict[str, Answer], unix: str = "",
     server.answers, server.connections, server.sent = answers, 0, 0
     server.posts = 0
     server.sent_all = threading.Event()
+    server.sent_to = {}
     with served(server):
         yield server
 
