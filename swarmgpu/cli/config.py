@@ -51,14 +51,15 @@ def load_checked(path: str | None, notes: list[str] | None = None,
     environment whose SWARMGPU_* overrides apply (None: this process's)."""
     env = os.environ if env is None else env
     cfg, errors = load_config_report(path, env=env, notes=notes)
-    if cfg.placement.workload != "auto":
+    # (a relative path is said once, by the report: not read from this shell's directory)
+    if cfg.placement.workload != "auto" and os.path.isabs(cfg.placement.workload):
         from swarmgpu.allocator.workload import WorkloadError, load_file
 
         try:
             load_file(cfg.placement.workload)
         except WorkloadError as exc:
             errors.append(locate(f"placement.workload: {exc} (or use 'auto')", path))
-    if cfg.http.token_file:
+    if os.path.isabs(cfg.http.token_file):
         from swarmgpu.manager.web.webauth import token_file_problem
 
         # The daemon's token opens the map from anywhere: one this process can read and
@@ -66,7 +67,7 @@ def load_checked(path: str | None, notes: list[str] | None = None,
         if (why := token_file_problem(cfg.http.token_file)) is not None:
             var = "SWARMGPU_HTTP_TOKEN_FILE"
             errors.append(f"{var}: {why}" if var in env else locate(why, path))
-    if cfg.agents.token_file:
+    if os.path.isabs(cfg.agents.token_file):
         from swarmgpu.swarm.identity import agent_token_problem
 
         # The agents' token opens their /metrics (and /facts in token mode): a short one
