@@ -15,6 +15,7 @@ from swarmgpu.core.boundedfile import FileRefused, read_bounded_text
 from swarmgpu.core.config import Config, ConfigError, describe_defaults, load_config_report
 from swarmgpu.core.configvalues import locate_in
 from swarmgpu.core.envfile import parse_env_file
+from swarmgpu.core.hourcapped import hour_capped
 from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 
 CONFIG_HELP = "YAML config (default: built-in defaults)."
@@ -40,6 +41,12 @@ def locate(message: str, path: str | os.PathLike[str] | None) -> str:
         with contextlib.suppress(ConfigError):  # unreadable: its own error says so
             lines = read_yaml_lines(Path(path), "config", ConfigError)[1]
     return locate_in(message, path, lines, {})
+
+
+def warning_at(message: str, path: str | None) -> str:
+    """A warning (``key: why``) located as an error is: ``FILE:LINE: warning: ...``."""
+    located = locate(message, path)
+    return f"{located[:len(located) - len(message)]}warning: {message}"
 
 
 def load_checked(path: str | None, notes: list[str] | None = None,
@@ -99,6 +106,8 @@ def load_cfg(path: str | None, **overrides: Any) -> Config:
             click.echo(f"swarmgpu: configuration error: {err}", err=True)
         sys.exit(2)
     say_notes(path, notes)
+    for w in hour_capped(cfg):  # (valid: said at every start too)
+        click.echo(warning_at(w, path), err=True)
     import dataclasses
 
     for k, v in overrides.items():
@@ -159,9 +168,11 @@ def config_check(path: str, env_file: str | None) -> None:
     from swarmgpu.manager.services.tenants import Tenants, specs_of
 
     # valid, but the agents' service may be a tenant's: said, not refused (exit 0)
-    warnings = agents_service_takers(specs_of(Tenants.from_config(cfg)), cfg.agents.service)
+    warnings = [f"{path}: warning: {w}" for w in agents_service_takers(
+        specs_of(Tenants.from_config(cfg)), cfg.agents.service)]
+    warnings += [warning_at(w, path) for w in hour_capped(cfg)]
     for w in warnings:
-        click.echo(f"{path}: warning: {w}", err=True)
+        click.echo(w, err=True)
     said = [f"{len(notes)} deprecated key(s) read: see the notes"] if notes else []
     said += [f"{len(warnings)} warning(s): see above"] if warnings else []
     click.echo(f"{path}: ok" + (f" ({'; '.join(said)})" if said else ""))
