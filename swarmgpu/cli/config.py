@@ -15,6 +15,7 @@ from swarmgpu.core.boundedfile import FileRefused, read_bounded_text
 from swarmgpu.core.config import Config, ConfigError, describe_defaults, load_config_report
 from swarmgpu.core.configvalues import locate_in
 from swarmgpu.core.envfile import parse_env_file
+from swarmgpu.core.envnames import unread_variables
 from swarmgpu.core.hourcapped import hour_capped
 from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 
@@ -171,6 +172,8 @@ def config_check(path: str, env_file: str | None) -> None:
     warnings = [f"{path}: warning: {w}" for w in agents_service_takers(
         specs_of(Tenants.from_config(cfg)), cfg.agents.service)]
     warnings += [warning_at(w, path) for w in hour_capped(cfg)]
+    warnings += [f"warning: {w}" for w in unread_variables(
+        os.environ if env is None else env, Config, all_of=env is not None)]
     for w in warnings:
         click.echo(w, err=True)
     said = [f"{len(notes)} deprecated key(s) read: see the notes"] if notes else []
