@@ -81,3 +81,17 @@ def test_a_config_error_is_raised_for_them(tmp_path: Path) -> None:
     cfg.write_text("state_dir: state\n")
     with pytest.raises(ConfigError, match="state_dir"):
         load_config(str(cfg), env={})
+
+
+@pytest.mark.parametrize(("var", "value"), [
+    ("SWARMGPU_AGENTS_PORT", "\u0669\u0664\u0660\u0661"),  # Arabic-Indic 9401
+    ("SWARMGPU_AGENTS_TIMEOUT_S", "\u0661\u0660"),  # 10
+    ("SWARMGPU_SYNC_INTERVAL_S", "\uff13\uff10"),  # full-width 30
+])
+def test_an_override_in_digits_other_than_ascii_is_refused(
+        tmp_path: Path, var: str, value: str) -> None:
+    # Python's int() and float() read Arabic-Indic and full-width digits: the port was
+    # 9401 from the environment, while the file (YAML: text) and http.listen refuse them.
+    errors = _errors(tmp_path, "", {var: value})
+    assert len(errors) == 1 and errors[0].startswith(f"{var}: "), errors
+    assert "expected" in errors[0], errors

@@ -116,7 +116,7 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
         if typ is float and isinstance(value, int | float) and not isinstance(value, bool) \
                 and math.isfinite(value):
             return float(value)
-        if env:
+        if env and value.isascii():  # int() reads '٩٤٠١' as 9401: YAML, as text
             try:
                 num = typ(value.strip())
                 if math.isfinite(num):
