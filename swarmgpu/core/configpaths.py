@@ -13,21 +13,19 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
 from swarmgpu.core.peertext import quoted
-
-if TYPE_CHECKING:
-    from swarmgpu.core.config import Config
 
 # The keys naming a file or directory ("" turns each of these off but state_dir).
 PATH_KEYS = ("state_dir", "agents.token_file", "agents.ca_file", "agents.cert_file",
              "agents.key_file", "http.token_file", "placement.workload")
 
 
-def path_problems(cfg: Config, config_path: str | os.PathLike[str] | None,
+def path_problems(cfg: Any, config_path: str | os.PathLike[str] | None,
                   add: Callable[[str], None]) -> None:
-    """Each path key of ``cfg`` that is not absolute, given to ``add`` with the fix."""
+    """Each path key of ``cfg`` (a ``core.config.Config``, which imports this) that is
+    not absolute, given to ``add`` with the fix."""
     for where in PATH_KEYS:
         value: object = cfg
         for part in where.split("."):
