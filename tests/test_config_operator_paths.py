@@ -95,3 +95,15 @@ def test_an_override_in_digits_other_than_ascii_is_refused(
     errors = _errors(tmp_path, "", {var: value})
     assert len(errors) == 1 and errors[0].startswith(f"{var}: "), errors
     assert "expected" in errors[0], errors
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("agents:\n  timeout_s: .inf\n", "got inf (infinity)"),
+    ("agents:\n  timeout_s: -.inf\n", "got -inf (infinity)"),
+    ("agents:\n  timeout_s: .nan\n", "got nan (not a number)"),
+    ("agents:\n  parallel: .inf\n", "got inf (infinity)"),
+])
+def test_infinity_and_nan_are_named_as_such(tmp_path: Path, text: str, says: str) -> None:
+    # YAML's .inf was "got inf (a number with a fraction)": no fraction was written.
+    errors = _errors(tmp_path, text)
+    assert len(errors) == 1 and says in errors[0], errors

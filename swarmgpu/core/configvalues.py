@@ -76,6 +76,8 @@ def _kind(v: Any) -> str:
         return "true/false"
     if isinstance(v, int):
         return "a whole number"
+    if isinstance(v, float) and not math.isfinite(v):  # YAML's .inf, .nan
+        return "not a number" if math.isnan(v) else "infinity"
     if isinstance(v, float):
         # (from 1e16 on a whole float is shown 1e+16: no fraction to be seen there)
         whole = v.is_integer() and "e" in repr(v)
