@@ -40,6 +40,7 @@ def test_a_relative_path_from_the_environment_is_refused_naming_the_variable(
     errors = _errors(tmp_path, "", {"SWARMGPU_STATE_DIR": "state"})
     assert errors and errors[0].startswith("SWARMGPU_STATE_DIR: state_dir: "), errors
     assert "not an absolute path" in errors[0], errors
+    assert str(tmp_path) not in errors[0], errors  # (not beside a file that did not set it)
 
 
 def test_absolute_paths_and_auto_pass(tmp_path: Path) -> None:

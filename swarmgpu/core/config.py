@@ -646,7 +646,7 @@ def load_config_report(
                 lines.setdefault(("rebalance", policy, key), lines[("rebalance", old)])
     cfg: Config = _build(Config, data, "", errors.append)
     _check(cfg, errors.append)
-    path_problems(cfg, path, errors.append)
+    path_problems(cfg, path, errors.append, from_env)
     return cfg, [locate_in(e, path, lines, from_env) for e in errors]
 
 

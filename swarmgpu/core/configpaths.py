@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from swarmgpu.core.peertext import quoted
@@ -23,9 +23,11 @@ PATH_KEYS = ("state_dir", "agents.token_file", "agents.ca_file", "agents.cert_fi
 
 
 def path_problems(cfg: Any, config_path: str | os.PathLike[str] | None,
-                  add: Callable[[str], None]) -> None:
+                  add: Callable[[str], None],
+                  from_env: Collection[tuple[str, ...]] = ()) -> None:
     """Each path key of ``cfg`` (a ``core.config.Config``, which imports this) that is
-    not absolute, given to ``add`` with the fix."""
+    not absolute, given to ``add`` with the fix; one ``from_env`` names (its key's
+    path) is not said beside the config file, which did not set it."""
     for where in PATH_KEYS:
         value: object = cfg
         for part in where.split("."):
@@ -42,7 +44,9 @@ def path_problems(cfg: Any, config_path: str | os.PathLike[str] | None,
                    "write the home directory's path whole")
         else:
             beside = posixpath.join(posixpath.dirname(posixpath.abspath(
-                os.fspath(config_path))), value) if config_path is not None else None
+                os.fspath(config_path))), value) \
+                if config_path is not None and tuple(where.split(".")) not in from_env \
+                else None
             fix = (f"{quoted(value)} is not an absolute path: the daemon reads it from its "
                    "working directory (/ under systemd), `config check` from the shell's; "
                    "write it whole" + (f", e.g. {beside}" if beside else ""))
