@@ -108,3 +108,9 @@ def test_infinity_and_nan_are_named_as_such(tmp_path: Path, text: str, says: str
     # YAML's .inf was "got inf (a number with a fraction)": no fraction was written.
     errors = _errors(tmp_path, text)
     assert len(errors) == 1 and says in errors[0], errors
+
+
+def test_a_policy_typo_names_the_nearest_policy(tmp_path: Path) -> None:
+    # A key's typo named the nearest key; a policy's listed all six, naming none.
+    errors = _errors(tmp_path, 'rebalance:\n  policies: "hotspot,consolidaton"\n')
+    assert len(errors) == 1 and "did you mean 'consolidation'?" in errors[0], errors
