@@ -70,3 +70,30 @@ def test_an_env_file_that_cannot_be_read_is_an_error(tmp_path: Path) -> None:
                                     str(cfg)])
     assert res.exit_code == 2, res.output
     assert "env" in res.output and "cannot read" in res.output, res.output
+
+
+def test_a_crlf_file_is_read_as_systemd_reads_it() -> None:
+    # systemd ends a line at \r as at \n (env-file.c: NEWLINE "\n\r"): a file saved on
+    # Windows starts the daemon fine; the check kept the \r in each value and refused
+    # `"0.0.0.0:9402"\r` as an unpaired quote, `:9402\r` as no port.
+    got = parse_env_file("SWARMGPU_HTTP_LISTEN=\"0.0.0.0:9402\"\r\nSWARMGPU_LOG_LEVEL=DEBUG\r\n")
+    assert got == {"SWARMGPU_HTTP_LISTEN": "0.0.0.0:9402", "SWARMGPU_LOG_LEVEL": "DEBUG"}
+
+
+def test_a_lone_carriage_return_ends_a_line_as_for_systemd() -> None:
+    # systemd sets both; the check read one value `1\rSWARMGPU_DRY_RUN=true`, and never
+    # saw the override the daemon applies.
+    got = parse_env_file("A=1\rSWARMGPU_DRY_RUN=true\n")
+    assert got == {"A": "1", "SWARMGPU_DRY_RUN": "true"}
+
+
+def test_a_comment_ending_in_a_backslash_is_refused() -> None:
+    # systemd before 254 (Debian 12 has 252) reads the next line as comment too, 254
+    # and later as a variable: the check read it as one, and systemd 252 ignored it.
+    with pytest.raises(ValueError, match="line 1: a comment line ending in a backslash"):
+        parse_env_file("# dry run for now \\\nSWARMGPU_DRY_RUN=true\n")
+
+
+def test_a_nul_byte_is_refused_naming_its_line() -> None:
+    with pytest.raises(ValueError, match="line 2: a NUL byte"):
+        parse_env_file("A=1\nSWARMGPU_STATE_DIR=/var/lib/x\0\nSWARMGPU_DRY_RUN=true\n")

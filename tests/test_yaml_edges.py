@@ -149,3 +149,17 @@ def test_values_past_the_bound_are_refused_before_the_rest_is_read(
     with pytest.raises(ValueError) as exc:
         parse_yaml(text, "f.yml", ValueError, v2=v2)
     assert "more than 50 values" in str(exc.value) and "line 1" in str(exc.value), exc.value
+
+
+@pytest.mark.parametrize("docker", [False, True])
+@pytest.mark.parametrize("value", ['!!python/object:os.system "echo hi"',
+                                   "!!python/name:os.system", "!!python/long 5"])
+def test_a_python_tag_is_refused_naming_it_and_its_line(docker: bool, value: str) -> None:
+    """``!!python/...`` is under YAML's own prefix, so it passed the check of tags and
+    reached PyYAML's safe loader, whose "could not determine a constructor" (three lines,
+    ``in "<unicode string>"``) was the config's error: refused, but naming no fix."""
+    with pytest.raises(ValueError) as exc:
+        parse_yaml(f"a: 1\nstate_dir: {value}\n", "f.yml", ValueError, docker=docker)
+    msg = str(exc.value)
+    assert "!!python/" in msg and "line 2" in msg and "remove the tag" in msg, msg
+    assert "constructor" not in msg and "\n" not in msg, msg

@@ -15,6 +15,8 @@ from swarmgpu.core.boundedfile import FileRefused, read_bounded_text
 from swarmgpu.core.config import Config, ConfigError, describe_defaults, load_config_report
 from swarmgpu.core.configvalues import locate_in
 from swarmgpu.core.envfile import parse_env_file
+from swarmgpu.core.envnames import unread_variables
+from swarmgpu.core.hourcapped import hour_capped
 from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 
 CONFIG_HELP = "YAML config (default: built-in defaults)."
@@ -42,6 +44,12 @@ def locate(message: str, path: str | os.PathLike[str] | None) -> str:
     return locate_in(message, path, lines, {})
 
 
+def warning_at(message: str, path: str | None) -> str:
+    """A warning (``key: why``) located as an error is: ``FILE:LINE: warning: ...``."""
+    located = locate(message, path)
+    return f"{located[:len(located) - len(message)]}warning: {message}"
+
+
 def load_checked(path: str | None, notes: list[str] | None = None,
                  env: Mapping[str, str] | None = None) -> Config:
     """The configuration, checked as a whole: the keys, then what the layers above the
@@ -51,14 +59,15 @@ def load_checked(path: str | None, notes: list[str] | None = None,
     environment whose SWARMGPU_* overrides apply (None: this process's)."""
     env = os.environ if env is None else env
     cfg, errors = load_config_report(path, env=env, notes=notes)
-    if cfg.placement.workload != "auto":
+    # (a relative path is said once, by the report: not read from this shell's directory)
+    if cfg.placement.workload != "auto" and os.path.isabs(cfg.placement.workload):
         from swarmgpu.allocator.workload import WorkloadError, load_file
 
         try:
             load_file(cfg.placement.workload)
         except WorkloadError as exc:
             errors.append(locate(f"placement.workload: {exc} (or use 'auto')", path))
-    if cfg.http.token_file:
+    if os.path.isabs(cfg.http.token_file):
         from swarmgpu.manager.web.webauth import token_file_problem
 
         # The daemon's token opens the map from anywhere: one this process can read and
@@ -66,7 +75,7 @@ def load_checked(path: str | None, notes: list[str] | None = None,
         if (why := token_file_problem(cfg.http.token_file)) is not None:
             var = "SWARMGPU_HTTP_TOKEN_FILE"
             errors.append(f"{var}: {why}" if var in env else locate(why, path))
-    if cfg.agents.token_file:
+    if os.path.isabs(cfg.agents.token_file):
         from swarmgpu.swarm.identity import agent_token_problem
 
         # The agents' token opens their /metrics (and /facts in token mode): a short one
@@ -98,6 +107,8 @@ def load_cfg(path: str | None, **overrides: Any) -> Config:
             click.echo(f"swarmgpu: configuration error: {err}", err=True)
         sys.exit(2)
     say_notes(path, notes)
+    for w in hour_capped(cfg):  # (valid: said at every start too)
+        click.echo(warning_at(w, path), err=True)
     import dataclasses
 
     for k, v in overrides.items():
@@ -158,9 +169,13 @@ def config_check(path: str, env_file: str | None) -> None:
     from swarmgpu.manager.services.tenants import Tenants, specs_of
 
     # valid, but the agents' service may be a tenant's: said, not refused (exit 0)
-    warnings = agents_service_takers(specs_of(Tenants.from_config(cfg)), cfg.agents.service)
+    warnings = [f"{path}: warning: {w}" for w in agents_service_takers(
+        specs_of(Tenants.from_config(cfg)), cfg.agents.service)]
+    warnings += [warning_at(w, path) for w in hour_capped(cfg)]
+    warnings += [f"warning: {w}" for w in unread_variables(
+        os.environ if env is None else env, Config, all_of=env is not None)]
     for w in warnings:
-        click.echo(f"{path}: warning: {w}", err=True)
+        click.echo(w, err=True)
     said = [f"{len(notes)} deprecated key(s) read: see the notes"] if notes else []
     said += [f"{len(warnings)} warning(s): see above"] if warnings else []
     click.echo(f"{path}: ok" + (f" ({'; '.join(said)})" if said else ""))

@@ -6,7 +6,10 @@ MIG profile names, one spelling each; ``samples`` and ``metrics_in``: the agent'
 /metrics page and how it reads back, each line by ``promtext``, the strict reader of
 Prometheus text; ``health``: the XID table, GPU health signals and
 the state per GPU), the configuration every process loads (``config``, with
-``configvalues``: its values strictly typed and each error located; ``rebalanceconfig``:
+``configvalues``: its values strictly typed and each error located; ``configpaths``:
+every path of it absolute; ``hourcapped`` and ``envnames``: what ``config check`` warns
+of, a cooldown past the hour kept in Swarm, a SWARMGPU_* variable no override reads;
+``rebalanceconfig``:
 the rebalance section, one dataclass per policy; ``engineconfig``: the engine section,
 how much of an engine answer the manager reads; ``tenants``: the tenants section parsed
 and checked; Swarm's label-key rule in ``labelkeys`` so a bad prefix fails at load;

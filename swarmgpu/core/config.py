@@ -21,7 +21,9 @@ from typing import Any
 import yaml
 
 from swarmgpu.core.commalist import ASCII_BLANKS, unseen, unseen_items
+from swarmgpu.core.configpaths import path_problems
 from swarmgpu.core.configvalues import (
+    ENV_OVERRIDES,
     apply_env,
     at_most,
     coerce,
@@ -598,27 +600,6 @@ def _build(cls: Any, data: Any, where: str, add: Callable[[str], None]) -> Any:
     return cls(**kwargs)
 
 
-_ENV_OVERRIDES = {
-    "SWARMGPU_DRY_RUN": ("dry_run",),
-    "SWARMGPU_DOCKER_HOST": ("docker_host",),
-    "SWARMGPU_STATE_DIR": ("state_dir",),
-    "SWARMGPU_AGENTS_PORT": ("agents", "port"),
-    "SWARMGPU_AGENTS_TIMEOUT_S": ("agents", "timeout_s"),
-    "SWARMGPU_AGENTS_IDENTITY": ("agents", "identity"),
-    "SWARMGPU_AGENTS_URL_TEMPLATE": ("agents", "url_template"),
-    "SWARMGPU_AGENTS_TOKEN_FILE": ("agents", "token_file"),
-    "SWARMGPU_SYNC_INTERVAL_S": ("sync", "interval_s"),
-    "SWARMGPU_SYNC_PREFIX": ("sync", "prefix"),
-    "SWARMGPU_HTTP_LISTEN": ("http", "listen"),
-    "SWARMGPU_HTTP_AUTH": ("http", "auth"),
-    "SWARMGPU_HTTP_TOKEN_FILE": ("http", "token_file"),
-    "SWARMGPU_HTTP_SECURE_COOKIE": ("http", "secure_cookie"),
-    "SWARMGPU_HTTP_TRUSTED_PROXIES": ("http", "trusted_proxies"),
-    "SWARMGPU_LOG_LEVEL": ("log", "level"),
-    "SWARMGPU_LOG_FORMAT": ("log", "format"),
-}
-
-
 def load_config(
     path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None,
     notes: list[str] | None = None,
@@ -654,7 +635,7 @@ def load_config_report(
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {p}: expected a mapping at the top level")
         data = loaded
-    from_env = apply_env(data, os.environ if env is None else env, _ENV_OVERRIDES)
+    from_env = apply_env(data, os.environ if env is None else env, ENV_OVERRIDES)
     errors: list[str] = []
     if isinstance(data.get("rebalance"), dict):  # the flat keys of older releases
         moved = move_flat_keys(data["rebalance"], errors.append)
@@ -665,6 +646,7 @@ def load_config_report(
                 lines.setdefault(("rebalance", policy, key), lines[("rebalance", old)])
     cfg: Config = _build(Config, data, "", errors.append)
     _check(cfg, errors.append)
+    path_problems(cfg, path, errors.append, from_env)
     return cfg, [locate_in(e, path, lines, from_env) for e in errors]
 
 

@@ -29,6 +29,28 @@ class FromEnv(str):
     already has its type, and must have the right one)."""
 
 
+# The keys the environment overrides (``SWARMGPU_<SECTION>_<KEY>``), each to its path.
+ENV_OVERRIDES: Mapping[str, tuple[str, ...]] = {
+    "SWARMGPU_DRY_RUN": ("dry_run",),
+    "SWARMGPU_DOCKER_HOST": ("docker_host",),
+    "SWARMGPU_STATE_DIR": ("state_dir",),
+    "SWARMGPU_AGENTS_PORT": ("agents", "port"),
+    "SWARMGPU_AGENTS_TIMEOUT_S": ("agents", "timeout_s"),
+    "SWARMGPU_AGENTS_IDENTITY": ("agents", "identity"),
+    "SWARMGPU_AGENTS_URL_TEMPLATE": ("agents", "url_template"),
+    "SWARMGPU_AGENTS_TOKEN_FILE": ("agents", "token_file"),
+    "SWARMGPU_SYNC_INTERVAL_S": ("sync", "interval_s"),
+    "SWARMGPU_SYNC_PREFIX": ("sync", "prefix"),
+    "SWARMGPU_HTTP_LISTEN": ("http", "listen"),
+    "SWARMGPU_HTTP_AUTH": ("http", "auth"),
+    "SWARMGPU_HTTP_TOKEN_FILE": ("http", "token_file"),
+    "SWARMGPU_HTTP_SECURE_COOKIE": ("http", "secure_cookie"),
+    "SWARMGPU_HTTP_TRUSTED_PROXIES": ("http", "trusted_proxies"),
+    "SWARMGPU_LOG_LEVEL": ("log", "level"),
+    "SWARMGPU_LOG_FORMAT": ("log", "format"),
+}
+
+
 def apply_env(data: dict[str, Any], env: Mapping[str, str],
               overrides: Mapping[str, tuple[str, ...]]) -> dict[tuple[str, ...], str]:
     """Each variable of ``overrides`` that ``env`` sets, put into ``data`` (the file's
@@ -55,6 +77,8 @@ def _kind(v: Any) -> str:
         return "true/false"
     if isinstance(v, int):
         return "a whole number"
+    if isinstance(v, float) and not math.isfinite(v):  # YAML's .inf, .nan
+        return "not a number" if math.isnan(v) else "infinity"
     if isinstance(v, float):
         # (from 1e16 on a whole float is shown 1e+16: no fraction to be seen there)
         whole = v.is_integer() and "e" in repr(v)
@@ -70,6 +94,14 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
     integer may stand for a float, nothing else converts); text from the environment
     is parsed. ConfigError naming the key, what was expected and what was given."""
     env = isinstance(value, FromEnv)
+    if env and not value.strip():
+        # `SWARMGPU_HTTP_TOKEN_FILE=`, a placeholder left empty: it turned the file's
+        # token off unsaid. Empty is no value of any key; the file says "" itself.
+        raise ValueError(f"{where}: the variable is empty; remove it (the config file's "
+                         "value, or the default, then stands), or set the key in the file")
+    if isinstance(value, str) and "\0" in value:  # no path, URL or name has one
+        raise ValueError(f"{where}: {peer_text(repr(value), 60)} has a NUL byte (\\0), "
+                         "which no path, URL or name can hold; remove it")
     # Cut: 5,000 digits are text to YAML (past a double), not to be echoed back whole.
     got = f"got {peer_text(repr(value), 60)} ({_kind(value)})" if not env \
         else f"got {peer_text(repr(str(value)), 60)}"
@@ -87,7 +119,7 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
         if typ is float and isinstance(value, int | float) and not isinstance(value, bool) \
                 and math.isfinite(value):
             return float(value)
-        if env:
+        if env and value.isascii():  # int() reads '٩٤٠١' as 9401: YAML, as text
             try:
                 num = typ(value.strip())
                 if math.isfinite(num):

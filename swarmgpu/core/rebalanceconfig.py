@@ -14,6 +14,7 @@ says so (``config check`` prints the note, the daemon logs it).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -217,8 +218,10 @@ def check_rebalance(r: RebalanceConfig, add: Callable[[str], None]) -> None:
     """Every problem of the section: its own keys, then each policy's (``problems``)."""
     bad = [p for p in r.enabled_policies if p not in POLICY_ORDER]
     if bad:
-        add(f"rebalance.policies: unknown {bad}; use a comma list of "
-            f"{', '.join(policy_names(DEFAULT_POLICIES))}")
+        near = [c for b in bad for c in difflib.get_close_matches(b, POLICY_ORDER, n=1)]
+        hint = f"; did you mean {', '.join(map(repr, near))}?" if near else ""
+        add(f"rebalance.policies: unknown {bad}{hint} (use a comma list of "
+            f"{', '.join(policy_names(DEFAULT_POLICIES))})")
     t = r.metrics_url_template
     if "{addr}" not in t and "{hostname}" not in t:
         add("rebalance.metrics_url_template: must contain {addr} or {hostname}, "

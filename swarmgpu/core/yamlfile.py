@@ -28,7 +28,8 @@ docker does with it: reads the value as if untagged; in any other file a tag of 
 is refused too (no reader of it knows one). YAML's non-specific tag, ``!`` alone
 (``cpus: ! 2``), is refused in every file: PyYAML reads the value under it as if plain
 (the number 2), docker 28 as text ("2"), docker 27 and older refuse it; so are
-``!!set``, ``!!omap``, ``!!pairs`` and ``!!binary``, which build no plain value, and a
+``!!set``, ``!!omap``, ``!!pairs`` and ``!!binary``, which build no plain value, any
+other ``!!`` tag (``!!python/object``: no kind every reader shares), and a
 second ``<<`` in one mapping (docker 28 refuses it, docker 27 merges both).
 """
 
@@ -602,6 +603,11 @@ def _as_written(k: yaml.ScalarNode) -> str:
 _UNREAD_TAGS = tuple(_YAML_TAGS + t for t in ("set", "omap", "pairs", "binary"))
 
 
+# The kinds every YAML reader shares (a ``!!python/...`` tag is under the prefix too).
+_PLAIN_TAGS = frozenset(_YAML_TAGS + t for t in (
+    "str", "int", "float", "bool", "null", "map", "seq", "timestamp", "merge"))
+
+
 def _check_tag(node: yaml.Node, loader: _Loader, what: str, error: type[Exception],
                docker: bool) -> None:
     """Refuse ``!`` alone, a tag of the file's own, and YAML's that build no plain
@@ -616,6 +622,10 @@ def _check_tag(node: yaml.Node, loader: _Loader, what: str, error: type[Exceptio
                     "(mappings, lists, text, numbers, booleans, null) and this one builds "
                     "none (docker reads !!set as a mapping, !!binary as its decoded text); "
                     "write the value without the tag, as what it means")
+    if node.tag not in _PLAIN_TAGS:  # (PyYAML's "could not determine a constructor")
+        raise error(f"{what}: the tag !!{node.tag[len(_YAML_TAGS):][:40]} at line "
+                    f"{node.start_mark.line + 1} is no kind YAML's readers share; remove "
+                    "the tag (or write !!str, !!int ... if a type is meant)")
 
 
 def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines,

@@ -1,0 +1,57 @@
+"""SWARMGPU_* variables that no override reads, said by ``config check`` with the nearest
+one that is read: a typo (``SWARMGPU_SYNC_INTERVAL``), or a key the environment does not
+override (``SWARMGPU_AGENTS_PARALLEL``), was ignored unsaid, and ``SWARMGPU_DRYRUN=true``
+left the daemon writing. Warnings, not errors: other programs read SWARMGPU_* too (the
+agent unit shares ``/etc/swarmgpu/env``; the stack file interpolates its own)."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from swarmgpu.core.configvalues import ENV_OVERRIDES
+
+# Read by swarmgpu's other programs: the agent (its unit and options), the docker
+# proxy, the stack file's interpolation, a shared GPU's containers.
+OTHER_READERS = frozenset({
+    "SWARMGPU_AGENT_SOURCE", "SWARMGPU_AGENT_LISTEN", "SWARMGPU_AGENT_ARGS",
+    "SWARMGPU_AGENT_IDENTITY", "SWARMGPU_AGENT_DATA_ROOT", "SWARMGPU_AGENT_ALLOWED_HOSTS",
+    "SWARMGPU_AGENT_TRUSTED_PROXIES", "SWARMGPU_PROXY_LISTEN", "SWARMGPU_PROXY_UPSTREAM",
+    "SWARMGPU_PROXY_SERVICE", "SWARMGPU_IMAGE", "SWARMGPU_DOCKER_DATA_ROOT",
+    "SWARMGPU_DOCKER_SOCKET", "SWARMGPU_GPU_FRACTION", "SWARMGPU_GPU_MEMORY_MIB",
+})
+
+
+def _key_names(cls: Any, path: tuple[str, ...] = ()) -> dict[str, str]:
+    """``SWARMGPU_AGENTS_PARALLEL`` -> ``agents.parallel``, for every key of ``cls``."""
+    out: dict[str, str] = {}
+    for f in dataclasses.fields(cls):
+        sub = (*path, f.name)
+        if isinstance(f.default_factory, type) and dataclasses.is_dataclass(f.default_factory):
+            out |= _key_names(f.default_factory, sub)
+        else:
+            out["SWARMGPU_" + "_".join(sub).upper()] = ".".join(sub)
+    return out
+
+
+def unread_variables(env: Mapping[str, str], config_cls: Any, *, all_of: bool) -> list[str]:
+    """``VAR: why`` for each SWARMGPU_* variable of ``env`` no override reads: one near
+    an override's name (its name given) or a key's; ``all_of``: any other too (the
+    unit's env file is swarmgpu's own, a shell's environment is not)."""
+    keys = _key_names(config_cls)
+    out = []
+    for var in sorted(env):
+        if not var.startswith("SWARMGPU_") or var in ENV_OVERRIDES or var in OTHER_READERS:
+            continue
+        close = difflib.get_close_matches(var, ENV_OVERRIDES, n=1, cutoff=0.85)
+        if var in keys:
+            out.append(f"{var}: not read: the environment overrides some keys only, and "
+                       f"{keys[var]} is read from the config file only; set it there")
+        elif close:
+            out.append(f"{var}: no key reads it; did you mean {close[0]}?")
+        elif all_of:
+            out.append(f"{var}: no key reads it (the overrides: "
+                       f"{', '.join(sorted(ENV_OVERRIDES))})")
+    return out

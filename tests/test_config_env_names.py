@@ -1,0 +1,53 @@
+"""A SWARMGPU_* variable no override reads: a typo of one (`SWARMGPU_SYNC_INTERVAL`), or
+a key the environment does not override (`SWARMGPU_AGENTS_PARALLEL`), was ignored
+unsaid, and `SWARMGPU_DRYRUN=true` left the daemon writing. `config check` names it and
+the nearest variable that is read (a warning: other programs read SWARMGPU_* too)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from swarmgpu.cli import main
+
+
+def _check(tmp_path: Path, env_text: str) -> tuple[int, str]:
+    cfg = tmp_path / "config.yml"
+    cfg.write_text("sync:\n  interval_s: 30\n")
+    env = tmp_path / "env"
+    env.write_text(env_text)
+    res = CliRunner().invoke(main, ["config", "check", "--env-file", str(env), str(cfg)])
+    return res.exit_code, res.output
+
+
+@pytest.mark.parametrize(("var", "says"), [
+    ("SWARMGPU_SYNC_INTERVAL", "did you mean SWARMGPU_SYNC_INTERVAL_S?"),
+    ("SWARMGPU_DRYRUN", "did you mean SWARMGPU_DRY_RUN?"),
+    ("SWARMGPU_AGENTS_PARALLEL", "agents.parallel is read from the config file only;"),
+    ("SWARMGPU_FOO", "no key reads it"),
+])
+def test_a_variable_no_key_reads_is_named_with_the_nearest(
+        tmp_path: Path, var: str, says: str) -> None:
+    code, out = _check(tmp_path, f"{var}=1\n")
+    assert code == 0, out
+    assert f"warning: {var}: " in out and says in out, out
+
+
+def test_the_agents_and_the_stacks_variables_are_not_warned_of(tmp_path: Path) -> None:
+    # /etc/swarmgpu/env is the agent unit's EnvironmentFile too
+    code, out = _check(tmp_path, "SWARMGPU_AGENT_SOURCE=nvml\nSWARMGPU_AGENT_LISTEN=0.0.0.0:9401\n"
+                       "SWARMGPU_AGENT_ARGS=\nSWARMGPU_SYNC_INTERVAL_S=10\n")
+    assert code == 0 and "warning" not in out, out
+
+
+def test_the_shells_own_variables_are_warned_of_only_when_near_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWARMGPU_SOME_TOOL", "1")  # another program's
+    monkeypatch.setenv("SWARMGPU_LOG_LEVLE", "DEBUG")
+    cfg = tmp_path / "config.yml"
+    cfg.write_text("")
+    out = CliRunner().invoke(main, ["config", "check", str(cfg)]).output
+    assert "SWARMGPU_SOME_TOOL" not in out, out
+    assert "warning: SWARMGPU_LOG_LEVLE: " in out and "SWARMGPU_LOG_LEVEL?" in out, out
