@@ -257,3 +257,29 @@ def test_a_write_of_a_new_term_neither_waits_on_nor_takes_an_ask_of_the_last() -
     engine.release.set()
     old.join(HANG_S)
     assert got == [False, False] and term.lost and engine.asked == 2
+
+
+def test_an_interrupted_ask_leaves_no_write_waiting_and_the_next_asks_again() -> None:
+    """The asker interrupted (``KeyboardInterrupt``, a ``BaseException``) mid-ask: the
+    write that waited on it ends too (none waits for ever on an ask no one will end),
+    the term is not ended, and the next write asks the engine again."""
+    clock = Stale(2)
+    calls: list[int] = []
+
+    def is_leader() -> bool:
+        calls.append(1)
+        if len(calls) == 1:
+            clock.all_in.wait(HANG_S)  # (once the second write is on this ask)
+            raise KeyboardInterrupt
+        return True
+
+    term = LeaderTerm(is_leader, check_s=2.0, clock=clock)
+    term.start()
+    clock.now = 10.0
+    got: list[object] = [None, None]
+    threads = [_holds_in(term, got, i) for i in range(2)]
+    for t in threads:
+        t.join(HANG_S)
+    assert not any(t.is_alive() for t in threads) and len(calls) == 1
+    assert KeyboardInterrupt in [type(g) for g in got] and None not in got, got
+    assert not term.lost and term.holds() and len(calls) == 2
