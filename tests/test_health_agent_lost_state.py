@@ -26,6 +26,7 @@ from swarmgpu.manager.commands.plan import render_plan
 from swarmgpu.manager.cycle.observe import ObserveStep
 from swarmgpu.manager.cycle.rebalance import Rebalancer
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.engine.stop import read_cut
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.rebalance.moves import HealthInputs, Proposal
@@ -143,3 +144,29 @@ def test_the_map_says_agent_lost_as_the_health_policy_counts_the_loss(
     d.cycle()
     assert "agent-lost" in _map_kinds(d, "n-dgx")
     assert reg.get_sample_value("swarmgpu_health_agent_lost_nodes") == 1
+
+
+def test_a_cycle_cut_before_the_map_leaves_map_and_gauge_one_first_look(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new term's first cycle cut at its budget after the rebalancer looked at the
+    nodes, before the map's step: the map and the health policy count a loss from the
+    same first look. Before, each step kept its own: the map's began a cycle later, so
+    past the grace the gauge counted the lost agent while the map did not say it."""
+    d = offline_daemon(victim_cluster({}), str(tmp_path))  # (no agent answers)
+    rec = d.book.records["n-dgx"]
+    rec.last_ok = rec.answered_at = time.time() - 7200.0
+    rec.ok_mono = rec.answered_mono = time.monotonic() - 7200.0  # (heard last term)
+    now = [time.monotonic()]
+    observe = step_of(d, ObserveStep)
+    step_of(d, Rebalancer).clock = observe.clock = lambda: now[0]
+
+    def cut(_session: object) -> None:
+        raise read_cut()  # (as a read past the cycle's budget ends it)
+
+    monkeypatch.setattr(observe, "run", cut)
+    assert d.cycle().aborted  # (the rebalancer ran, the map's step did not)
+    monkeypatch.undo()
+    now[0] += d.cfg.health.node_lost_grace_s + 1.0
+    d.cycle()
+    assert d.metrics.registry.get_sample_value("swarmgpu_health_agent_lost_nodes") == 1
+    assert "agent-lost" in _map_kinds(d, "n-dgx")

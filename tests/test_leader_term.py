@@ -183,3 +183,103 @@ def test_a_write_that_waited_on_an_ask_its_askers_budget_cut_asks_itself() -> No
     assert len(asked) == 2
     assert sorted(type(g).__name__ for g in got) == ["BudgetCut", "bool"], got
     assert True in got and term.holds()  # (its answer stands for the next write)
+
+
+class Held:
+    """An engine whose first "leader?" answer (``first``) waits for ``release``, the
+    later ones answering ``then`` at once."""
+
+    def __init__(self, first: bool, then: bool) -> None:
+        self.first, self.then, self.asked = first, then, 0
+        self.asking, self.release = threading.Event(), threading.Event()
+
+    def is_leader(self) -> bool:
+        self.asked += 1
+        if self.asked == 1:
+            self.asking.set()
+            self.release.wait(HANG_S)
+            return self.first
+        return self.then
+
+
+def _holds_in(term: LeaderTerm, got: list[object], i: int) -> threading.Thread:
+    def write() -> None:
+        try:
+            got[i] = term.holds()
+        except BaseException as exc:  # (each write's outcome is asserted)
+            got[i] = exc
+
+    t = threading.Thread(target=write)
+    t.start()
+    return t
+
+
+def test_a_yes_asked_before_the_term_ended_lets_no_write_through() -> None:
+    """The term fence: a cycle ends the term (``end``) while a write's "leader?" ask is
+    in flight; its "yes" was asked before the end, so neither that write nor one that
+    waited on its ask goes out. Before, both went out: asked under the lock, ``end``
+    waited for the answer; asked outside it, the answer from before ``end`` let them."""
+    clock = Stale(2)
+    engine = Held(first=True, then=True)
+    term = LeaderTerm(engine.is_leader, check_s=2.0, clock=clock)
+    term.start()  # (at 0)
+    clock.now = 10.0
+    got: list[object] = [None, None]
+    asker = _holds_in(term, got, 0)
+    assert engine.asking.wait(HANG_S)
+    waiter = _holds_in(term, got, 1)
+    assert clock.all_in.wait(HANG_S)  # (both found the answer old: one asks, one waits)
+    term.end()  # (the waiter took the ask under the lock: it is on it by now)
+    engine.release.set()
+    asker.join(HANG_S)
+    waiter.join(HANG_S)
+    assert got == [False, False] and term.lost and engine.asked == 1
+
+
+def test_a_write_of_a_new_term_neither_waits_on_nor_takes_an_ask_of_the_last() -> None:
+    """A term ended and started again while an ask of the last one is in flight: a write
+    of the new term that finds its answer old asks for itself (the engine says "no" now),
+    and the last term's "yes", come late, lets no write through. Before, the new write
+    waited on the old ask and both writes went out on its "yes"."""
+    now = [0.0]
+    engine = Held(first=True, then=False)
+    term = LeaderTerm(engine.is_leader, check_s=2.0, clock=lambda: now[0])
+    term.start()
+    now[0] = 10.0
+    got: list[object] = [None, None]
+    old = _holds_in(term, got, 0)
+    assert engine.asking.wait(HANG_S)
+    term.end()
+    term.start()  # (at 10: a new cycle found this engine the leader)
+    now[0] = 13.0  # (that answer old too)
+    new = _holds_in(term, got, 1)
+    new.join(HANG_S)  # (a guard only: it does not wait on the old ask)
+    engine.release.set()
+    old.join(HANG_S)
+    assert got == [False, False] and term.lost and engine.asked == 2
+
+
+def test_an_interrupted_ask_leaves_no_write_waiting_and_the_next_asks_again() -> None:
+    """The asker interrupted (``KeyboardInterrupt``, a ``BaseException``) mid-ask: the
+    write that waited on it ends too (none waits for ever on an ask no one will end),
+    the term is not ended, and the next write asks the engine again."""
+    clock = Stale(2)
+    calls: list[int] = []
+
+    def is_leader() -> bool:
+        calls.append(1)
+        if len(calls) == 1:
+            clock.all_in.wait(HANG_S)  # (once the second write is on this ask)
+            raise KeyboardInterrupt
+        return True
+
+    term = LeaderTerm(is_leader, check_s=2.0, clock=clock)
+    term.start()
+    clock.now = 10.0
+    got: list[object] = [None, None]
+    threads = [_holds_in(term, got, i) for i in range(2)]
+    for t in threads:
+        t.join(HANG_S)
+    assert not any(t.is_alive() for t in threads) and len(calls) == 1
+    assert KeyboardInterrupt in [type(g) for g in got] and None not in got, got
+    assert not term.lost and term.holds() and len(calls) == 2

@@ -42,9 +42,10 @@ class ObserveStep(Step):
     provides = frozenset({Slot.OVERSHARE})
 
     def __init__(self, host: CycleHost, *, placement: bool,
-                 moves: MovesView | None = None) -> None:
+                 moves: MovesView | None = None, looks: TermLooks | None = None) -> None:
         """``placement``: the placement step runs before this one; ``moves``: the
-        rebalancer's view (its proposal and recent moves), when it runs before this."""
+        rebalancer's view (its proposal and recent moves), when it runs before this;
+        ``looks``: its first looks, when it runs (shared, not one each)."""
         self.host = host
         self.cfg = cfg = host.cfg
         self.placement = placement
@@ -59,8 +60,10 @@ class ObserveStep(Step):
         self.gauges = ServiceGauges(host.metrics.registry)
         self.servers = ServerMemo()  # audit's model-server findings, read once a spec
         # Each node's first look this term: an agent's loss counted as the health policy
-        # counts it (``termlooks``), on the monotonic clock (the tests step it)
-        self.looks = TermLooks()
+        # counts it (``termlooks``), on the monotonic clock (the tests step it); the
+        # rebalancer's own, so that a cycle cut between the two steps leaves one first
+        # look (one each: the map's began a cycle after the gauge's)
+        self.looks = looks if looks is not None else TermLooks()
         self.clock: Callable[[], float] = time.monotonic
         self.primed = webmap.register(host.http_routes, self.current,
                                       query_routes=host.http_query_routes,

@@ -16,7 +16,10 @@ daemon's write gate ends the step before its next write, as a stop does
 The writes that find the answer old together (label writes run eight at once:
 ``engine.writes``) share one ask, its failure too: the first asks, with no lock held
 across it, and the others wait for its answer (a cut at the asker's cycle budget is no
-answer for them: each asks in its own context, an undo's let past the budget). Asked
+answer for them: each asks in its own context, an undo's let past the budget). An answer
+asked before a ``start`` or ``end`` lets no write through, nor is that ask joined: the
+term as it is now decides (the fence: no write after ``end`` on a "yes" asked before it,
+as when ``end`` waited on the lock held across the ask). Asked
 under the lock, each waiting write asked again in turn once an ask failed: an engine
 that hung cost every write its whole deadline, one after the other.
 """
@@ -86,8 +89,9 @@ class LeaderTerm:
                             and self._clock() - self._since < self.check_s):
                         return True
                     ask = self._asking
-                    mine = ask is None
-                    if ask is None:
+                    # (one asked before a start or end is not this term's: not joined)
+                    mine = ask is None or ask.gen != self._gen
+                    if mine:
                         ask = self._asking = _Ask(self._gen)
             if ask is None:
                 break
@@ -99,6 +103,10 @@ class LeaderTerm:
                     continue  # (the asker's cycle budget, not this write's: it asks itself)
             if ask.error is not None:
                 raise ask.error  # (the same failure, not one ask each in turn)
+            with self._lock:
+                fenced = ask.gen != self._gen
+            if fenced:  # (asked before a start or end: the term as it is now decides)
+                continue
             if ask.answer:
                 return True
             break

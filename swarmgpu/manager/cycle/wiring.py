@@ -54,7 +54,8 @@ def daemon_steps(host: CycleHost) -> list[Step]:
     if preempt is not None:
         steps.append(preempt)
     steps.append(ObserveStep(host, placement=placement,
-                             moves=rebalancer.to_dict if rebalancer is not None else None))
+                             moves=rebalancer.to_dict if rebalancer is not None else None,
+                             looks=rebalancer.looks if rebalancer is not None else None))
     if cfg.placement.overshare == "restart":
         steps.append(OvershareStep(host))
     return steps

@@ -7,8 +7,10 @@ counted it so (a step of the wall clock neither delays nor hastens a loss; the h
 daemon stood by are no proof of one), but the map's audit read the records' wall-clock
 times: leading again after hours, or with the wall clock stepped ahead, an agent that
 missed one read was ``agent-lost`` on the map while the policy and
-``swarmgpu_health_agent_lost_nodes`` counted nothing. ``TermLooks`` is each step's
-first looks; ``as_counted`` gives audit the records dated as the policy counts them.
+``swarmgpu_health_agent_lost_nodes`` counted nothing. ``TermLooks`` is the first looks,
+one for the rebalancer and the map (``cycle.wiring``: with one each, a cycle cut between
+the two steps started the map's a cycle late); ``as_counted`` gives audit the records
+dated as the policy counts them.
 """
 
 from __future__ import annotations
