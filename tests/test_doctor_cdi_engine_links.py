@@ -118,3 +118,31 @@ def test_an_older_dockerd_stops_its_scan_at_such_a_dir(tmp_path: Path) -> None:
     c = read_within(lambda: _check(root, "29.1.5", ["/srv/file/x", "/srv/cdi"]), fifo)
     assert c["status"] == str(Status.OK), c
     assert "its scan stops at /srv/file/x" in c["details"][0], c
+
+
+def _check_no_version(root: Path, dirs: list[str]) -> dict[str, Any]:
+    """``_check`` with docker info's ``ServerVersion`` left out (a proxy's, a fixture's)."""
+    fixture = root / ".swarmgpu-fixture/docker-info.json"
+    info = {**json.loads(fixture.read_text()), "CDISpecDirs": dirs}
+    del info["ServerVersion"]
+    fixture.write_text(json.dumps(info))
+    out, _ = run_doctor(str(root), as_json=True)
+    (c,) = [c for c in json.loads(out)["checks"] if c["id"] == "toolkit.cdi-spec"]
+    return c
+
+
+@pytest.mark.parametrize("server", ["dev", "master", "pr-51234",
+                                    "0.0.0-20260105120000-3c1f0a9", "", None])
+def test_a_dockerd_of_no_release_version_is_read_as_one_that_resolves_the_link(
+        tmp_path: Path, server: str | None) -> None:
+    # A build of moby's master (hack/make.sh: VERSION defaults to "dev", a branch's name,
+    # pr-N; a nightly package is 0.0.0-<date>-<commit>) resolves the link as 29.2 does:
+    # read as today's Docker, as without docker info. Before, read as one before 29.2:
+    # the FIFO behind the link, which hangs its start, passed.
+    root = _root(tmp_path)
+    fifo = make_fifo(root / "srv/cdi/pipe.yaml")
+    c = read_within(lambda: _check_no_version(root, ["/srv/link"]) if server is None
+                    else _check(root, server, ["/srv/link"]), fifo)
+    assert c["status"] == str(Status.FAIL), c
+    assert "/srv/cdi/pipe.yaml is a FIFO (a named pipe)" in c["found"], c
+

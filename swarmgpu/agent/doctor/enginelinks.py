@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import stat
 from collections.abc import Mapping
 from typing import Any
@@ -29,16 +30,22 @@ from swarmgpu.agent.doctor.rootpath import MAX_SYMLINKS, lstat_in_root
 
 RESOLVING = "29.2"  # (how a finding names the Docker that resolves them)
 _SINCE = (((29, 2, 0), RESOLVING),)
+# A release's version (``newest_taken`` reads it; its pre-releases, 29.2.0-rc.1 on, hold
+# both moby commits). Anything else is a build of moby's master: hack/make.sh's "dev", a
+# branch's name, pr-N, a nightly package's 0.0.0-<date>-<commit>.
+_RELEASE = re.compile(r"(?:\d{1,9}:)?v?(?!0+\.)\d{1,9}\.\d{1,9}\.\d{1,9}(?!\d)", re.ASCII)
 
 
 def since_29_2(info: Mapping[str, Any] | None) -> bool:
     """Whether dockerd resolves its spec dirs' links and drops those it cannot list as
     it starts: docker info's ``ServerVersion`` 29.2.0 or later; without docker info
-    (daemon.json's dirs, a guess) as today's Docker does."""
-    if info is None:
+    (daemon.json's dirs, a guess), or of no release's version (a build of master, or
+    none said), as today's Docker does: read as an older one, a FIFO behind a link,
+    which hangs its start, would pass."""
+    server = None if info is None else info.get("ServerVersion")
+    if not isinstance(server, str) or _RELEASE.match(server) is None:
         return True
-    server = info.get("ServerVersion")
-    return isinstance(server, str) and newest_taken(_SINCE, server) is not None
+    return newest_taken(_SINCE, server) is not None
 
 
 def resolved_links(root: str, dirs: list[str]) -> tuple[tuple[str, str], ...]:
