@@ -146,3 +146,14 @@ def test_a_dockerd_of_no_release_version_is_read_as_one_that_resolves_the_link(
     assert c["status"] == str(Status.FAIL), c
     assert "/srv/cdi/pipe.yaml is a FIFO (a named pipe)" in c["found"], c
 
+
+def test_a_link_through_a_file_and_dotdot_is_no_dir_dockerd_reads(tmp_path: Path) -> None:
+    # /srv/link -> /srv/file/../cdi: the kernel's walk (dockerd's os.ReadDir, 29.2's
+    # config check) and filepath.EvalSymlinks both stop at the file (ENOTDIR), so dockerd
+    # drops the dir and reads nothing there. Before, the doctor popped ``..`` past the
+    # file, read /srv/cdi and failed the node for its FIFO.
+    root = _root(tmp_path, "/srv/file/../cdi")
+    (root / "srv/file").write_text("")
+    fifo = make_fifo(root / "srv/cdi/pipe.yaml")
+    c = read_within(lambda: _check(root, "29.2.0", ["/srv/link"]), fifo)
+    assert c["status"] == str(Status.OK), c

@@ -79,7 +79,8 @@ def _under(root: str, path: str) -> str:
 def _real(root: str, path: str) -> str | None:
     """``path`` with every symlink on it resolved inside ``root`` (an absolute target
     starts again at the root, ``..`` stops at it), as ``filepath.EvalSymlinks`` resolves
-    it on the node; None where a part is absent, a loop, or the end is no directory."""
+    it on the node; None where a part is absent, a loop, a file with more after it (the
+    kernel's ENOTDIR, ``file/..`` too), or the end is no directory."""
     todo = [p for p in path.split("/") if p and p != "."][::-1]
     parts: list[str] = []
     links = 0
@@ -92,6 +93,8 @@ def _real(root: str, path: str) -> str | None:
         try:
             mode = os.lstat(here).st_mode
             if not stat.S_ISLNK(mode):
+                if todo and not stat.S_ISDIR(mode):  # (ENOTDIR, ``..`` next included)
+                    return None
                 parts.append(part)
                 continue
             target = os.readlink(here)
