@@ -157,3 +157,19 @@ def test_a_link_through_a_file_and_dotdot_is_no_dir_dockerd_reads(tmp_path: Path
     fifo = make_fifo(root / "srv/cdi/pipe.yaml")
     c = read_within(lambda: _check(root, "29.2.0", ["/srv/link"]), fifo)
     assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize("server", [29, ["29.2.0"], None, True])
+def test_a_server_version_of_another_type_is_named(tmp_path: Path, server: Any) -> None:
+    # dockerd sends ServerVersion as a text (moby system.Info): another type is a proxy's,
+    # named as each part the checks read is (``infoparts``). Before, the check read it as
+    # a Docker before 29.2 and before 25 alike, and said nothing of it.
+    root = _root(tmp_path)
+    fixture = root / ".swarmgpu-fixture/docker-info.json"
+    fixture.write_text(json.dumps({**json.loads(fixture.read_text()),
+                                   "CDISpecDirs": ["/srv/link"], "ServerVersion": server}))
+    out, _ = run_doctor(str(root), as_json=True)
+    (c,) = [c for c in json.loads(out)["checks"] if c["id"] == "toolkit.cdi-spec"]
+    assert c["status"] == str(Status.FAIL), c
+    assert "docker info's ServerVersion is " in c["found"], c
+    assert "proxy in front of the engine" in c["fix"], c

@@ -58,7 +58,7 @@ def check_cdi_spec(view: NodeView) -> Check:
     if view.toolkit_toml.data is None:
         return _said_engine_hangs(view, Check(CID, Status.SKIP, "no readable toolkit "
                                               "config.toml (see toolkit.swarm-resource)"))
-    unread = unread_check(CID, view.docker_info, ("CDISpecDirs",))
+    unread = unread_check(CID, view.docker_info, ("CDISpecDirs", "ServerVersion"))
     if unread is not None:
         return unread
     dirs, kind = toolkit_cdi(view.toolkit_toml.data)
