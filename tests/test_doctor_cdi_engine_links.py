@@ -173,3 +173,21 @@ def test_a_server_version_of_another_type_is_named(tmp_path: Path, server: Any) 
     assert c["status"] == str(Status.FAIL), c
     assert "docker info's ServerVersion is " in c["found"], c
     assert "proxy in front of the engine" in c["fix"], c
+
+
+def test_an_older_dockerd_s_details_say_it_reads_nothing_through_the_link(
+        tmp_path: Path) -> None:
+    # Before 29.2 dockerd hands CDI the link, which its scan never follows: a spec behind
+    # it is never read (`docker run --device` finds no device). Before, the details named
+    # /srv/link alone ("no nvidia.com/gpu spec there"), nothing of why or the fix.
+    root = _root(tmp_path)
+    (root / "srv/cdi/nvidia.yaml").write_text(
+        f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: {UA}\n    {EDITS}\n")
+    c = _check(root, "29.1.5", ["/srv/link"])
+    assert c["status"] == str(Status.OK), c
+    (said,) = c["details"]
+    assert said.startswith(
+        "dockerd reads CDI specs from /srv/link (a symlink to /srv/cdi, which a dockerd "
+        "before 29.2 hands CDI as is, whose scan never follows it: no spec read there; "
+        "name /srv/cdi in cdi-spec-dirs, or upgrade Docker Engine to 29.2 or later): "
+        "no nvidia.com/gpu spec there"), said

@@ -106,6 +106,8 @@ def _engine_dirs(view: NodeView) -> tuple[list[str], bool]:
     """dockerd's spec dirs (``engine_cdi_dirs``), each symlink it resolves as it starts
     replaced by its real dir (``enginelinks``), and whether daemon.json's."""
     listed, configured = engine_cdi_dirs(view.docker_info, view.daemon_json.data)
+    if not since_29_2(view.docker_info):  # (its links handed CDI as they are)
+        return listed, configured
     return as_resolved(listed, view.engine_cdi_links), configured
 
 
@@ -116,12 +118,19 @@ def _engine_scanned(view: NodeView, dirs: tuple[str, ...]) -> tuple[tuple[str, .
     return (dirs, ()) if since_29_2(view.docker_info) else _scanned(view, dirs)
 
 
-def _named(d: str, links: tuple[tuple[str, str], ...]) -> str:
-    """The spec dir ``d`` as dockerd was given it, the real dir it reads where a link."""
-    real = dict(links).get(_norm(d))
-    return peer_text(d, 100) + (f" (a symlink to {peer_text(real, 100)}, which dockerd "
-                                f"{RESOLVING} and later resolves as it starts)"
-                                if real is not None else "")
+def _named(d: str, view: NodeView) -> str:
+    """The spec dir ``d`` as dockerd was given it, and where a link to a dir, the real dir
+    it reads, or (before 29.2) that it reads none there, and the fix."""
+    real = dict(view.engine_cdi_links).get(_norm(d))
+    if real is None:
+        return peer_text(d, 100)
+    to = peer_text(real, 100)
+    if since_29_2(view.docker_info):
+        return (f"{peer_text(d, 100)} (a symlink to {to}, which dockerd {RESOLVING} and "
+                "later resolves as it starts)")
+    return (f"{peer_text(d, 100)} (a symlink to {to}, which a dockerd before {RESOLVING} "
+            "hands CDI as is, whose scan never follows it: no spec read there; name "
+            f"{to} in cdi-spec-dirs, or upgrade Docker Engine to {RESOLVING} or later)")
 
 
 def _cdi_on(view: NodeView) -> bool:
@@ -475,7 +484,7 @@ def _engine_details(view: NodeView, kind: str) -> tuple[str, ...]:
     stopped = (f"; its scan stops at {peer_text(stop.path, 100)}, which "
                f"{peer_text((stop.error or '').partition(':')[0], 100)}: "
                f"{', '.join(peer_text(d, 100) for d in unseen)} never read" if stop else "")
-    named = ", ".join(_named(d, view.engine_cdi_links) for d in
+    named = ", ".join(_named(d, view) for d in
                       engine_cdi_dirs(view.docker_info, view.daemon_json.data)[0][:len(dirs)])
     return (f"dockerd reads CDI specs from {named}"
             f"{more}{said}: {there}{stopped} (docker run --device; Swarm services do not "

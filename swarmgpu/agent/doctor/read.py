@@ -359,8 +359,9 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
     daemon_json = _parse_daemon_json(root)
     toolkit_toml = _parse_toolkit_toml(root)
     engine = _engine_dirs(docker_info, daemon_json.data)
-    links = resolved_links(root, engine) if since_29_2(docker_info) else ()
-    specs, left = _read_cdi(root, toolkit_toml.data, as_resolved(engine, links))
+    links = resolved_links(root, engine)  # (an older dockerd's named in the details)
+    specs, left = _read_cdi(root, toolkit_toml.data, as_resolved(engine, links)
+                            if since_29_2(docker_info) else engine)
     return NodeView(
         root=root,
         daemon_json=daemon_json,

@@ -168,8 +168,8 @@ class NodeView:
     cdi_specs: tuple[CdiSpec, ...] = ()
     # the spec dirs of more than MAX_CDI_SPECS files: (dir, files read, files left unread)
     cdi_left: tuple[tuple[str, int, int], ...] = ()
-    # dockerd's spec dirs that are symlinks it resolves as it starts, each with its real
-    # dir, read in its place (``enginelinks``)
+    # dockerd's spec dirs that are symlinks to a dir, each with its real dir, read in its
+    # place where dockerd resolves them as it starts (29.2 on: ``enginelinks``)
     engine_cdi_links: tuple[tuple[str, str], ...] = ()
     # What the local agent on :9401 speaks: "http", "https", or None (not probed/none)
     agent_scheme: str | None = None
