@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from support.fifo import make_fifo, read_within
 
-from swarmgpu.agent.doctor import Status, run_doctor
+from swarmgpu.agent.doctor import Status, read, run_doctor
 
 HEALTHY = Path(__file__).parent / "doctor_roots" / "healthy"
 TOML = "etc/nvidia-container-runtime/config.toml"
@@ -191,3 +191,30 @@ def test_an_older_dockerd_s_details_say_it_reads_nothing_through_the_link(
         "before 29.2 hands CDI as is, whose scan never follows it: no spec read there; "
         "name /srv/cdi in cdi-spec-dirs, or upgrade Docker Engine to 29.2 or later): "
         "no nvidia.com/gpu spec there"), said
+
+
+@pytest.mark.parametrize("server", ["29.2.0", "28.5.2", None])
+def test_a_spec_of_dockerds_dir_swapped_for_a_fifo_while_read_fails_the_node(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: str | None) -> None:
+    # A regular file when stat looked, a FIFO by the open (fstat of the non-blocking
+    # fd): a FIFO is there now, whose read hangs dockerd's start as one seen by stat
+    # does. Before, it was a read that failed, which dockerd only logs: ok, unsaid.
+    root = _root(tmp_path)
+    (root / "srv/cdi/swap.yaml").write_text("x: 1\n")
+    looked = read.not_regular
+
+    def swapped(r: str, path: str) -> Any:
+        said = looked(r, path)
+        if path == "/srv/cdi/swap.yaml":
+            (root / "srv/cdi/swap.yaml").unlink()
+            make_fifo(root / "srv/cdi/swap.yaml")
+        return said
+
+    monkeypatch.setattr(read, "not_regular", swapped)
+    c = read_within(lambda: _check(root, server, ["/srv/cdi"]), root / "srv/cdi/swap.yaml")
+    assert isinstance(c, dict), c
+    assert c["status"] == str(Status.FAIL), c
+    assert ("/srv/cdi/swap.yaml is a FIFO (a named pipe) (replaced while the doctor read "
+            "it), not a spec: the runtime's read of it waits for a writer, for ever"
+            in c["found"]), c
+    assert "Remove /srv/cdi/swap.yaml" in c["fix"], c
