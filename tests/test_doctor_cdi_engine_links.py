@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from support.fifo import make_fifo, read_within
 
-from swarmgpu.agent.doctor import Status, read, run_doctor
+from swarmgpu.agent.doctor import Status, enginelinks, read, run_doctor
 
 HEALTHY = Path(__file__).parent / "doctor_roots" / "healthy"
 TOML = "etc/nvidia-container-runtime/config.toml"
@@ -218,3 +218,47 @@ def test_a_spec_of_dockerds_dir_swapped_for_a_fifo_while_read_fails_the_node(
             "it), not a spec: the runtime's read of it waits for a writer, for ever"
             in c["found"]), c
     assert "Remove /srv/cdi/swap.yaml" in c["fix"], c
+
+
+def _denied_to_user(monkeypatch: pytest.MonkeyPatch, below: str) -> None:
+    """The doctor run as a user who may not search ``below`` (a dir under the root)."""
+    lstat, listdir = enginelinks.os.lstat, read.listdir_in_root
+
+    def lstat_denied(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if f"/{below}" in str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return lstat(path, *args, **kwargs)
+
+    def listdir_denied(root: str, rel: str) -> list[str]:
+        if rel.startswith(below):
+            raise PermissionError(13, "Permission denied")
+        return listdir(root, rel)
+
+    monkeypatch.setattr(enginelinks.os, "lstat", lstat_denied)
+    monkeypatch.setattr(read, "listdir_in_root", listdir_denied)
+    monkeypatch.setattr(read.os, "geteuid", lambda: 1000)
+
+
+@pytest.mark.parametrize("listed", ["/srv/link", "/srv/cdi"])
+def test_a_dockerd_spec_dir_denied_to_the_user_is_named_with_run_as_root(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, listed: str) -> None:
+    # dockerd (root) lists the dir, and 29.2 resolves the link to it: a FIFO there hangs
+    # its start. A user may not look: before, the doctor said nothing of the dir, ok.
+    root = _root(tmp_path)
+    make_fifo(root / "srv/cdi/pipe.yaml")
+    _denied_to_user(monkeypatch, "srv/cdi")
+    c = _check(root, "29.2.0", [listed])
+    assert c["status"] == str(Status.WARN), c
+    assert (f"dockerd's CDI spec dir {listed} could not be read by this user (permission "
+            "denied): a FIFO or device there, which hangs dockerd's start, goes unseen"
+            in c["found"]), c
+    assert c["fix"] == "Run the doctor as root, as dockerd reads its CDI spec dirs.", c
+
+
+def test_an_older_dockerd_s_link_denied_to_the_user_is_no_matter(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (before 29.2 dockerd hands CDI the link, never followed: nothing unseen behind it)
+    root = _root(tmp_path)
+    _denied_to_user(monkeypatch, "srv/cdi")
+    c = _check(root, "29.1.5", ["/srv/link"])
+    assert c["status"] == str(Status.OK), c

@@ -62,8 +62,8 @@ def check_cdi_spec(view: NodeView) -> Check:
     if unread is not None:
         return unread
     dirs, kind = toolkit_cdi(view.toolkit_toml.data)
-    return _said_engine_hangs(view, _said_engine(
-        view, _in_mode(view, dirs, kind, _engine_details(view, kind))))
+    return _said_engine_hangs(view, _said_engine_denied(view, _said_engine(
+        view, _in_mode(view, dirs, kind, _engine_details(view, kind)))))
 
 
 # moby daemon/command/daemon.go registers its CDI driver before its API serves;
@@ -100,6 +100,28 @@ def _said_engine_hangs(view: NodeView, check: Check) -> Check:
     return replace(check, status=Status.FAIL, found=found,
                    why=_ENGINE_HANGS if ok else f"{check.why} {_ENGINE_HANGS}".strip(),
                    fix=fix if ok else f"{fix} {check.fix}".strip())
+
+
+def _said_engine_denied(view: NodeView, check: Check) -> Check:
+    """``check`` naming dockerd's spec dirs the doctor, not root, may not list, or (a
+    symlink) resolve: dockerd, root, reads them, and a FIFO there would go unseen. An
+    ``ok`` is then a ``warn``."""
+    listed, _ = _engine_dirs(view)
+    seen, _ = _engine_scanned(view, tuple(listed[:MAX_ENGINE_CDI_DIRS]))
+    given = engine_cdi_dirs(view.docker_info, view.daemon_json.data)[0]
+    links = view.engine_cdi_denied if since_29_2(view.docker_info) else ()  # (followed)
+    denied = [*(g for g in given[:len(seen)] if _norm(g) in links),
+              *(s.path for s in view.cdi_specs if s.denied and s.path in map(_norm, seen))]
+    if not denied:
+        return check
+    said = (f"dockerd's CDI spec dir {', '.join(peer_text(d, 100) for d in denied[:2])} "
+            "could not be read by this user (permission denied): a FIFO or device there, "
+            "which hangs dockerd's start, goes unseen")
+    fix = "Run the doctor as root, as dockerd reads its CDI spec dirs."
+    ok = check.status is Status.OK
+    return replace(check, status=Status.WARN if ok else check.status,
+                   found=f"{check.found} ({said})",
+                   fix=fix if ok else f"{check.fix} {fix}".strip())
 
 
 def _engine_dirs(view: NodeView) -> tuple[list[str], bool]:

@@ -48,22 +48,29 @@ def since_29_2(info: Mapping[str, Any] | None) -> bool:
     return newest_taken(_SINCE, server) is not None
 
 
-def resolved_links(root: str, dirs: list[str]) -> tuple[tuple[str, str], ...]:
+def resolved_links(
+    root: str, dirs: list[str]
+) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
     """(dir, the real dir dockerd reads) for each of ``dirs`` (as ``read`` names them:
     normalised, absolute) that is a symlink to a directory, resolved inside ``root``; a
     link to nothing, to a file or in a loop is left (os.Stat fails, or moby's config
-    check drops a dir it cannot list)."""
-    out = []
+    check drops a dir it cannot list). And the links the doctor, not root, may not
+    resolve (a dir on the way it may not search), which dockerd (root) resolves."""
+    out, denied = [], []
     for d in dirs:
         try:
             if not stat.S_ISLNK(lstat_in_root(root, d.lstrip("/")).st_mode):
                 continue
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # (read's own look names it)
             continue
-        real = _real(root, d)
+        try:
+            real = _real(root, d)
+        except PermissionError:
+            denied.append(d)
+            continue
         if real is not None and real != d:
             out.append((d, real))
-    return tuple(out)
+    return tuple(out), tuple(denied)
 
 
 def as_resolved(dirs: list[str], links: tuple[tuple[str, str], ...]) -> list[str]:
@@ -80,7 +87,8 @@ def _real(root: str, path: str) -> str | None:
     """``path`` with every symlink on it resolved inside ``root`` (an absolute target
     starts again at the root, ``..`` stops at it), as ``filepath.EvalSymlinks`` resolves
     it on the node; None where a part is absent, a loop, a file with more after it (the
-    kernel's ENOTDIR, ``file/..`` too), or the end is no directory."""
+    kernel's ENOTDIR, ``file/..`` too), or the end is no directory. PermissionError where
+    the doctor, not root, may not look (root may)."""
     todo = [p for p in path.split("/") if p and p != "."][::-1]
     parts: list[str] = []
     links = 0
@@ -98,7 +106,8 @@ def _real(root: str, path: str) -> str | None:
                 parts.append(part)
                 continue
             target = os.readlink(here)
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
+            _raise_if_denied(exc)
             return None
         links += 1
         if links > MAX_SYMLINKS:
@@ -108,6 +117,13 @@ def _real(root: str, path: str) -> str | None:
         todo.extend([p for p in target.split("/") if p and p != "."][::-1])
     try:
         is_dir = stat.S_ISDIR(os.lstat(_under(root, "/".join(parts))).st_mode)
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
+        _raise_if_denied(exc)
         return None
     return "/" + "/".join(parts) if is_dir else None
+
+
+def _raise_if_denied(exc: OSError | ValueError) -> None:
+    """``exc`` raised where the doctor, not root, is denied a look root may take."""
+    if isinstance(exc, PermissionError) and os.geteuid() != 0:
+        raise exc
