@@ -262,3 +262,20 @@ def test_an_older_dockerd_s_link_denied_to_the_user_is_no_matter(
     _denied_to_user(monkeypatch, "srv/cdi")
     c = _check(root, "29.1.5", ["/srv/link"])
     assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize(("listed", "why"), [
+    ("/srv/file/x", "cannot be looked up (not a directory)"),
+    ("/srv/file", "is not a directory")])
+def test_the_details_name_a_dir_a_dockerd_of_29_2_drops_as_it_starts(
+        tmp_path: Path, listed: str, why: str) -> None:
+    # (its config loading drops a dir os.ReadDir fails on: the details said dockerd read
+    # specs from it, naming nothing of the drop)
+    root = _root(tmp_path)
+    (root / "srv/file").write_text("")
+    c = _check(root, "29.2.0", [listed, "/srv/cdi"])
+    assert c["status"] == str(Status.OK), c
+    (said,) = c["details"]
+    assert said.startswith(
+        f"dockerd reads CDI specs from {listed} (dropped as dockerd 29.2 and later "
+        f"starts: it {why}), /srv/cdi: "), said

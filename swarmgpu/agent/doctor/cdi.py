@@ -145,7 +145,7 @@ def _named(d: str, view: NodeView) -> str:
     it reads, or (before 29.2) that it reads none there, and the fix."""
     real = dict(view.engine_cdi_links).get(_norm(d))
     if real is None:
-        return peer_text(d, 100)
+        return peer_text(d, 100) + _dropped(d, view)
     to = peer_text(real, 100)
     if since_29_2(view.docker_info):
         return (f"{peer_text(d, 100)} (a symlink to {to}, which dockerd {RESOLVING} and "
@@ -153,6 +153,17 @@ def _named(d: str, view: NodeView) -> str:
     return (f"{peer_text(d, 100)} (a symlink to {to}, which a dockerd before {RESOLVING} "
             "hands CDI as is, whose scan never follows it: no spec read there; name "
             f"{to} in cdi-spec-dirs, or upgrade Docker Engine to {RESOLVING} or later)")
+
+
+def _dropped(d: str, view: NodeView) -> str:
+    """Where a dockerd of 29.2 or later drops the spec dir ``d`` as it starts (its
+    ``os.ReadDir`` fails: ``enginelinks``), saying so and why."""
+    if not since_29_2(view.docker_info):
+        return ""
+    why = next(((s.error or "").partition(":")[0] for s in view.cdi_specs
+                if s.path == _norm(d) and (s.stops or s.next_stops)), None)
+    return (f" (dropped as dockerd {RESOLVING} and later starts: it {peer_text(why, 100)})"
+            if why is not None else "")
 
 
 def _cdi_on(view: NodeView) -> bool:
