@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from support.fifo import make_fifo, read_within
 
-from swarmgpu.agent.doctor import Status, run_doctor
+from swarmgpu.agent.doctor import Status, enginelinks, read, run_doctor
 
 HEALTHY = Path(__file__).parent / "doctor_roots" / "healthy"
 TOML = "etc/nvidia-container-runtime/config.toml"
@@ -118,3 +118,164 @@ def test_an_older_dockerd_stops_its_scan_at_such_a_dir(tmp_path: Path) -> None:
     c = read_within(lambda: _check(root, "29.1.5", ["/srv/file/x", "/srv/cdi"]), fifo)
     assert c["status"] == str(Status.OK), c
     assert "its scan stops at /srv/file/x" in c["details"][0], c
+
+
+def _check_no_version(root: Path, dirs: list[str]) -> dict[str, Any]:
+    """``_check`` with docker info's ``ServerVersion`` left out (a proxy's, a fixture's)."""
+    fixture = root / ".swarmgpu-fixture/docker-info.json"
+    info = {**json.loads(fixture.read_text()), "CDISpecDirs": dirs}
+    del info["ServerVersion"]
+    fixture.write_text(json.dumps(info))
+    out, _ = run_doctor(str(root), as_json=True)
+    (c,) = [c for c in json.loads(out)["checks"] if c["id"] == "toolkit.cdi-spec"]
+    return c
+
+
+@pytest.mark.parametrize("server", ["dev", "master", "pr-51234",
+                                    "0.0.0-20260105120000-3c1f0a9", "", None])
+def test_a_dockerd_of_no_release_version_is_read_as_one_that_resolves_the_link(
+        tmp_path: Path, server: str | None) -> None:
+    # A build of moby's master (hack/make.sh: VERSION defaults to "dev", a branch's name,
+    # pr-N; a nightly package is 0.0.0-<date>-<commit>) resolves the link as 29.2 does:
+    # read as today's Docker, as without docker info. Before, read as one before 29.2:
+    # the FIFO behind the link, which hangs its start, passed.
+    root = _root(tmp_path)
+    fifo = make_fifo(root / "srv/cdi/pipe.yaml")
+    c = read_within(lambda: _check_no_version(root, ["/srv/link"]) if server is None
+                    else _check(root, server, ["/srv/link"]), fifo)
+    assert c["status"] == str(Status.FAIL), c
+    assert "/srv/cdi/pipe.yaml is a FIFO (a named pipe)" in c["found"], c
+
+
+def test_a_link_through_a_file_and_dotdot_is_no_dir_dockerd_reads(tmp_path: Path) -> None:
+    # /srv/link -> /srv/file/../cdi: the kernel's walk (dockerd's os.ReadDir, 29.2's
+    # config check) and filepath.EvalSymlinks both stop at the file (ENOTDIR), so dockerd
+    # drops the dir and reads nothing there. Before, the doctor popped ``..`` past the
+    # file, read /srv/cdi and failed the node for its FIFO.
+    root = _root(tmp_path, "/srv/file/../cdi")
+    (root / "srv/file").write_text("")
+    fifo = make_fifo(root / "srv/cdi/pipe.yaml")
+    c = read_within(lambda: _check(root, "29.2.0", ["/srv/link"]), fifo)
+    assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize("server", [29, ["29.2.0"], None, True])
+def test_a_server_version_of_another_type_is_named(tmp_path: Path, server: Any) -> None:
+    # dockerd sends ServerVersion as a text (moby system.Info): another type is a proxy's,
+    # named as each part the checks read is (``infoparts``). Before, the check read it as
+    # a Docker before 29.2 and before 25 alike, and said nothing of it.
+    root = _root(tmp_path)
+    fixture = root / ".swarmgpu-fixture/docker-info.json"
+    fixture.write_text(json.dumps({**json.loads(fixture.read_text()),
+                                   "CDISpecDirs": ["/srv/link"], "ServerVersion": server}))
+    out, _ = run_doctor(str(root), as_json=True)
+    (c,) = [c for c in json.loads(out)["checks"] if c["id"] == "toolkit.cdi-spec"]
+    assert c["status"] == str(Status.FAIL), c
+    assert "docker info's ServerVersion is " in c["found"], c
+    assert "proxy in front of the engine" in c["fix"], c
+
+
+def test_an_older_dockerd_s_details_say_it_reads_nothing_through_the_link(
+        tmp_path: Path) -> None:
+    # Before 29.2 dockerd hands CDI the link, which its scan never follows: a spec behind
+    # it is never read (`docker run --device` finds no device). Before, the details named
+    # /srv/link alone ("no nvidia.com/gpu spec there"), nothing of why or the fix.
+    root = _root(tmp_path)
+    (root / "srv/cdi/nvidia.yaml").write_text(
+        f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: {UA}\n    {EDITS}\n")
+    c = _check(root, "29.1.5", ["/srv/link"])
+    assert c["status"] == str(Status.OK), c
+    (said,) = c["details"]
+    assert said.startswith(
+        "dockerd reads CDI specs from /srv/link (a symlink to /srv/cdi, which a dockerd "
+        "before 29.2 hands CDI as is, whose scan never follows it: no spec read there; "
+        "name /srv/cdi in cdi-spec-dirs, or upgrade Docker Engine to 29.2 or later): "
+        "no nvidia.com/gpu spec there"), said
+
+
+@pytest.mark.parametrize("server", ["29.2.0", "28.5.2", None])
+def test_a_spec_of_dockerds_dir_swapped_for_a_fifo_while_read_fails_the_node(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: str | None) -> None:
+    # A regular file when stat looked, a FIFO by the open (fstat of the non-blocking
+    # fd): a FIFO is there now, whose read hangs dockerd's start as one seen by stat
+    # does. Before, it was a read that failed, which dockerd only logs: ok, unsaid.
+    root = _root(tmp_path)
+    (root / "srv/cdi/swap.yaml").write_text("x: 1\n")
+    looked = read.not_regular
+
+    def swapped(r: str, path: str) -> Any:
+        said = looked(r, path)
+        if path == "/srv/cdi/swap.yaml":
+            (root / "srv/cdi/swap.yaml").unlink()
+            make_fifo(root / "srv/cdi/swap.yaml")
+        return said
+
+    monkeypatch.setattr(read, "not_regular", swapped)
+    c = read_within(lambda: _check(root, server, ["/srv/cdi"]), root / "srv/cdi/swap.yaml")
+    assert isinstance(c, dict), c
+    assert c["status"] == str(Status.FAIL), c
+    assert ("/srv/cdi/swap.yaml is a FIFO (a named pipe) (replaced while the doctor read "
+            "it), not a spec: the runtime's read of it waits for a writer, for ever"
+            in c["found"]), c
+    assert "Remove /srv/cdi/swap.yaml" in c["fix"], c
+
+
+def _denied_to_user(monkeypatch: pytest.MonkeyPatch, below: str) -> None:
+    """The doctor run as a user who may not search ``below`` (a dir under the root)."""
+    lstat, listdir = enginelinks.os.lstat, read.listdir_in_root
+
+    def lstat_denied(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if f"/{below}" in str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return lstat(path, *args, **kwargs)
+
+    def listdir_denied(root: str, rel: str) -> list[str]:
+        if rel.startswith(below):
+            raise PermissionError(13, "Permission denied")
+        return listdir(root, rel)
+
+    monkeypatch.setattr(enginelinks.os, "lstat", lstat_denied)
+    monkeypatch.setattr(read, "listdir_in_root", listdir_denied)
+    monkeypatch.setattr(read.os, "geteuid", lambda: 1000)
+
+
+@pytest.mark.parametrize("listed", ["/srv/link", "/srv/cdi"])
+def test_a_dockerd_spec_dir_denied_to_the_user_is_named_with_run_as_root(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, listed: str) -> None:
+    # dockerd (root) lists the dir, and 29.2 resolves the link to it: a FIFO there hangs
+    # its start. A user may not look: before, the doctor said nothing of the dir, ok.
+    root = _root(tmp_path)
+    make_fifo(root / "srv/cdi/pipe.yaml")
+    _denied_to_user(monkeypatch, "srv/cdi")
+    c = _check(root, "29.2.0", [listed])
+    assert c["status"] == str(Status.WARN), c
+    assert (f"dockerd's CDI spec dir {listed} could not be read by this user (permission "
+            "denied): a FIFO or device there, which hangs dockerd's start, goes unseen"
+            in c["found"]), c
+    assert c["fix"] == "Run the doctor as root, as dockerd reads its CDI spec dirs.", c
+
+
+def test_an_older_dockerd_s_link_denied_to_the_user_is_no_matter(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (before 29.2 dockerd hands CDI the link, never followed: nothing unseen behind it)
+    root = _root(tmp_path)
+    _denied_to_user(monkeypatch, "srv/cdi")
+    c = _check(root, "29.1.5", ["/srv/link"])
+    assert c["status"] == str(Status.OK), c
+
+
+@pytest.mark.parametrize(("listed", "why"), [
+    ("/srv/file/x", "cannot be looked up (not a directory)"),
+    ("/srv/file", "is not a directory")])
+def test_the_details_name_a_dir_a_dockerd_of_29_2_drops_as_it_starts(
+        tmp_path: Path, listed: str, why: str) -> None:
+    # (its config loading drops a dir os.ReadDir fails on: the details said dockerd read
+    # specs from it, naming nothing of the drop)
+    root = _root(tmp_path)
+    (root / "srv/file").write_text("")
+    c = _check(root, "29.2.0", [listed, "/srv/cdi"])
+    assert c["status"] == str(Status.OK), c
+    (said,) = c["details"]
+    assert said.startswith(
+        f"dockerd reads CDI specs from {listed} (dropped as dockerd 29.2 and later "
+        f"starts: it {why}), /srv/cdi: "), said

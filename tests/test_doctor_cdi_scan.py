@@ -391,7 +391,8 @@ def test_a_spec_swapped_for_a_fifo_after_its_stat_is_named_never_waited_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A regular file when stat looked (``not_regular``), a FIFO by the open: the open is
     # non-blocking and the opened file's fstat refuses it, so the doctor never waits on
-    # it, and names it (a root being written: run again), an ok made a warn.
+    # it, and names it: a FIFO there now hangs the runtime's read as one stat saw does,
+    # a fail (a warn before, as a read that fails: test_doctor_cdi_engine_links.py).
     root = _root(tmp_path)
     _write(root, "etc/cdi/nvidia.yaml", _doc([UA, UB]))
     _write(root, "etc/cdi/swap.yaml", _doc(["x"]))
@@ -407,6 +408,7 @@ def test_a_spec_swapped_for_a_fifo_after_its_stat_is_named_never_waited_on(
     monkeypatch.setattr(read, "not_regular", swapped)
     c = read_within(lambda: _check(root), root / "etc/cdi/swap.yaml")
     assert isinstance(c, dict), c
-    assert c["status"] == str(Status.WARN), c
+    assert c["status"] == str(Status.FAIL), c
     assert ("/etc/cdi/swap.yaml is a FIFO (a named pipe) (replaced while the doctor read "
-            "it): run the doctor again") in c["found"], c
+            "it), not a spec: the runtime's read of it waits for a writer, for ever"
+            in c["found"]), c

@@ -36,6 +36,7 @@ PARTS: dict[str, type] = {
     "Swarm": dict, "Swarm.LocalNodeState": str, "Swarm.ControlAvailable": bool,
     "Swarm.NodeID": str, "Swarm.Error": str, "DefaultRuntime": str, "Runtimes": dict,
     "GenericResources": list, "CgroupDriver": str, "DockerRootDir": str, "CDISpecDirs": list,
+    "ServerVersion": str,
 }
 NIL = {"Runtimes", "GenericResources", "CDISpecDirs"}
 HUGE = "y" * 1_000_000

@@ -58,12 +58,12 @@ def check_cdi_spec(view: NodeView) -> Check:
     if view.toolkit_toml.data is None:
         return _said_engine_hangs(view, Check(CID, Status.SKIP, "no readable toolkit "
                                               "config.toml (see toolkit.swarm-resource)"))
-    unread = unread_check(CID, view.docker_info, ("CDISpecDirs",))
+    unread = unread_check(CID, view.docker_info, ("CDISpecDirs", "ServerVersion"))
     if unread is not None:
         return unread
     dirs, kind = toolkit_cdi(view.toolkit_toml.data)
-    return _said_engine_hangs(view, _said_engine(
-        view, _in_mode(view, dirs, kind, _engine_details(view, kind))))
+    return _said_engine_hangs(view, _said_engine_denied(view, _said_engine(
+        view, _in_mode(view, dirs, kind, _engine_details(view, kind)))))
 
 
 # moby daemon/command/daemon.go registers its CDI driver before its API serves;
@@ -102,10 +102,34 @@ def _said_engine_hangs(view: NodeView, check: Check) -> Check:
                    fix=fix if ok else f"{fix} {check.fix}".strip())
 
 
+def _said_engine_denied(view: NodeView, check: Check) -> Check:
+    """``check`` naming dockerd's spec dirs the doctor, not root, may not list, or (a
+    symlink) resolve: dockerd, root, reads them, and a FIFO there would go unseen. An
+    ``ok`` is then a ``warn``."""
+    listed, _ = _engine_dirs(view)
+    seen, _ = _engine_scanned(view, tuple(listed[:MAX_ENGINE_CDI_DIRS]))
+    given = engine_cdi_dirs(view.docker_info, view.daemon_json.data)[0]
+    links = view.engine_cdi_denied if since_29_2(view.docker_info) else ()  # (followed)
+    denied = [*(g for g in given[:len(seen)] if _norm(g) in links),
+              *(s.path for s in view.cdi_specs if s.denied and s.path in map(_norm, seen))]
+    if not denied:
+        return check
+    said = (f"dockerd's CDI spec dir {', '.join(peer_text(d, 100) for d in denied[:2])} "
+            "could not be read by this user (permission denied): a FIFO or device there, "
+            "which hangs dockerd's start, goes unseen")
+    fix = "Run the doctor as root, as dockerd reads its CDI spec dirs."
+    ok = check.status is Status.OK
+    return replace(check, status=Status.WARN if ok else check.status,
+                   found=f"{check.found} ({said})",
+                   fix=fix if ok else f"{check.fix} {fix}".strip())
+
+
 def _engine_dirs(view: NodeView) -> tuple[list[str], bool]:
     """dockerd's spec dirs (``engine_cdi_dirs``), each symlink it resolves as it starts
     replaced by its real dir (``enginelinks``), and whether daemon.json's."""
     listed, configured = engine_cdi_dirs(view.docker_info, view.daemon_json.data)
+    if not since_29_2(view.docker_info):  # (its links handed CDI as they are)
+        return listed, configured
     return as_resolved(listed, view.engine_cdi_links), configured
 
 
@@ -116,12 +140,30 @@ def _engine_scanned(view: NodeView, dirs: tuple[str, ...]) -> tuple[tuple[str, .
     return (dirs, ()) if since_29_2(view.docker_info) else _scanned(view, dirs)
 
 
-def _named(d: str, links: tuple[tuple[str, str], ...]) -> str:
-    """The spec dir ``d`` as dockerd was given it, the real dir it reads where a link."""
-    real = dict(links).get(_norm(d))
-    return peer_text(d, 100) + (f" (a symlink to {peer_text(real, 100)}, which dockerd "
-                                f"{RESOLVING} and later resolves as it starts)"
-                                if real is not None else "")
+def _named(d: str, view: NodeView) -> str:
+    """The spec dir ``d`` as dockerd was given it, and where a link to a dir, the real dir
+    it reads, or (before 29.2) that it reads none there, and the fix."""
+    real = dict(view.engine_cdi_links).get(_norm(d))
+    if real is None:
+        return peer_text(d, 100) + _dropped(d, view)
+    to = peer_text(real, 100)
+    if since_29_2(view.docker_info):
+        return (f"{peer_text(d, 100)} (a symlink to {to}, which dockerd {RESOLVING} and "
+                "later resolves as it starts)")
+    return (f"{peer_text(d, 100)} (a symlink to {to}, which a dockerd before {RESOLVING} "
+            "hands CDI as is, whose scan never follows it: no spec read there; name "
+            f"{to} in cdi-spec-dirs, or upgrade Docker Engine to {RESOLVING} or later)")
+
+
+def _dropped(d: str, view: NodeView) -> str:
+    """Where a dockerd of 29.2 or later drops the spec dir ``d`` as it starts (its
+    ``os.ReadDir`` fails: ``enginelinks``), saying so and why."""
+    if not since_29_2(view.docker_info):
+        return ""
+    why = next(((s.error or "").partition(":")[0] for s in view.cdi_specs
+                if s.path == _norm(d) and (s.stops or s.next_stops)), None)
+    return (f" (dropped as dockerd {RESOLVING} and later starts: it {peer_text(why, 100)})"
+            if why is not None else "")
 
 
 def _cdi_on(view: NodeView) -> bool:
@@ -475,7 +517,7 @@ def _engine_details(view: NodeView, kind: str) -> tuple[str, ...]:
     stopped = (f"; its scan stops at {peer_text(stop.path, 100)}, which "
                f"{peer_text((stop.error or '').partition(':')[0], 100)}: "
                f"{', '.join(peer_text(d, 100) for d in unseen)} never read" if stop else "")
-    named = ", ".join(_named(d, view.engine_cdi_links) for d in
+    named = ", ".join(_named(d, view) for d in
                       engine_cdi_dirs(view.docker_info, view.daemon_json.data)[0][:len(dirs)])
     return (f"dockerd reads CDI specs from {named}"
             f"{more}{said}: {there}{stopped} (docker run --device; Swarm services do not "

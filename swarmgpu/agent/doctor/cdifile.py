@@ -28,6 +28,7 @@ from swarmgpu.core.boundedfile import NotRegularFile, file_kind
 # (the check's fix then says how to read it as the runtime does)
 DENIED_TO_USER = "permission denied (run the doctor as root, as the runtime reads it)"
 _SKIPPED = "CDI's read of it fails and it skips it, loading the other specs"
+_HANGS = (stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK)  # (whose read may never end)
 
 
 class SpecUnread(Exception):
@@ -66,6 +67,11 @@ def unread(path: str, exc: OSError | NotRegularFile) -> SpecUnread:
     """The spec file ``path`` whose open or read failed with ``exc``. Denied to a user,
     the runtime (root) may read it: named so."""
     if isinstance(exc, NotRegularFile):  # (a regular file when looked at: swapped since)
+        # (a FIFO or device there now hangs the runtime's read as one stat saw does)
+        hangs = [m for m in _HANGS if file_kind(m) == exc.kind]
+        if hangs:
+            return SpecUnread(_odd(path, f"{exc.kind} (replaced while the doctor read it)",
+                                   hangs[0]))
         return SpecUnread(CdiSpec(path, error=f"is {exc.kind} (replaced while the doctor "
                                               "read it): run the doctor again",
                                   skipped=True))

@@ -29,6 +29,7 @@ PARTS: dict[str, type] = {
     "CgroupDriver": str,
     "DockerRootDir": str,
     "CDISpecDirs": list,
+    "ServerVersion": str,
 }
 # part -> the checks that read it (and fail, naming it, when it is not read); where
 # daemon.json lists no generic resources, toolkit.swarm-resource and (in cdi mode)
@@ -45,6 +46,8 @@ READERS: dict[str, tuple[str, ...]] = {
     "CgroupDriver": ("cgroup.dev-char-links",),
     "DockerRootDir": ("agent.identity",),
     "CDISpecDirs": ("toolkit.cdi-spec",),
+    # (dockerd's CDI version, and whether its start resolves its spec dirs' links)
+    "ServerVersion": ("toolkit.cdi-spec",),
 }
 TEXTS = frozenset({"CDISpecDirs"})  # Go []string: each entry a text
 # Go maps and slices: nil is null

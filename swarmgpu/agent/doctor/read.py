@@ -359,8 +359,9 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
     daemon_json = _parse_daemon_json(root)
     toolkit_toml = _parse_toolkit_toml(root)
     engine = _engine_dirs(docker_info, daemon_json.data)
-    links = resolved_links(root, engine) if since_29_2(docker_info) else ()
-    specs, left = _read_cdi(root, toolkit_toml.data, as_resolved(engine, links))
+    links, denied = resolved_links(root, engine)  # (an older dockerd's: the details)
+    specs, left = _read_cdi(root, toolkit_toml.data, as_resolved(engine, links)
+                            if since_29_2(docker_info) else engine)
     return NodeView(
         root=root,
         daemon_json=daemon_json,
@@ -380,6 +381,7 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
         cdi_specs=specs,
         cdi_left=left,
         engine_cdi_links=links,
+        engine_cdi_denied=denied,
     )
 
 
@@ -458,7 +460,7 @@ def _unlisted(d: str, exc: OSError | ValueError, looked: bool) -> CdiSpec:
     if isinstance(exc, PermissionError) and os.geteuid() != 0:
         return CdiSpec(d, error=f"cannot be {'listed' if looked else 'looked up'}: "
                                 "permission denied (run the doctor as root, as the "
-                                "runtime reads it)")
+                                "runtime reads it)", denied=True)
     why = ((exc.strerror if isinstance(exc, OSError) else None)
            or "a NUL in its name").lower()
     if looked:  # (CDI's next release stops there: ``cdi._said_next``)

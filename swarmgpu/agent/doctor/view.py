@@ -125,6 +125,7 @@ class CdiSpec:
     skipped: bool = False  # its read fails: CDI records the error and loads the others
     refused: bool = False  # CDI refuses its content: records the error, loads the others
     next_stops: bool = False  # a spec dir CDI's unreleased main stops its scan at
+    denied: bool = False  # a spec dir the doctor, not root, may not list or look up
 
 
 def toolkit_cdi(data: Mapping[str, Any] | None) -> tuple[tuple[str, ...], str]:
@@ -168,9 +169,11 @@ class NodeView:
     cdi_specs: tuple[CdiSpec, ...] = ()
     # the spec dirs of more than MAX_CDI_SPECS files: (dir, files read, files left unread)
     cdi_left: tuple[tuple[str, int, int], ...] = ()
-    # dockerd's spec dirs that are symlinks it resolves as it starts, each with its real
-    # dir, read in its place (``enginelinks``)
+    # dockerd's spec dirs that are symlinks to a dir, each with its real dir, read in its
+    # place where dockerd resolves them as it starts (29.2 on: ``enginelinks``)
     engine_cdi_links: tuple[tuple[str, str], ...] = ()
+    # dockerd's spec dirs that are symlinks the doctor, not root, may not resolve
+    engine_cdi_denied: tuple[str, ...] = ()
     # What the local agent on :9401 speaks: "http", "https", or None (not probed/none)
     agent_scheme: str | None = None
     # How the daemon grants GPUs (its placement.grants): "env", or "mounts" (doctor --grants)
