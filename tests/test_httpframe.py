@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from swarmgpu.swarm.enginewire import request_bytes
 from swarmgpu.swarm.httpframe import (
     MAX_BODY_BYTES,
+    MAX_CHUNK_LINE,
     ChunkDecoder,
     Refused,
     Request,
@@ -145,6 +146,9 @@ CASES: list[tuple[str, bytes, int | None]] = [
     ("trailer fields", POST + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nX: y\r\n\r\n",
      400),
     ("a chunked body too large", POST + b"Transfer-Encoding: chunked\r\n\r\nffffffff\r\n", 413),
+    # Refused only when its CRLF came in a later read: how the bytes arrived decided.
+    ("a chunk-size line over the bound, whole", POST + b"Transfer-Encoding: chunked\r\n\r\n"
+     + _chunked(b"{}", ext=b";a=" + b"x" * MAX_CHUNK_LINE), 400),
     # one request per connection
     ("pipelined", GET + b"\r\n" + SMUGGLED, 400),
     ("pipelined after a body", POST + b"Content-Length: 2\r\n\r\n{}" + SMUGGLED, 400),
