@@ -323,7 +323,8 @@ class RequestReader:
             end = self._buf.find(b"\r\n\r\n")
             check_head_bytes(self._buf, end)
             if end < 0:
-                if len(self._buf) > MAX_HEAD_BYTES:
+                # Up to 3 bytes of the CRLFCRLF may be here already: they are no head.
+                if len(self._buf) > MAX_HEAD_BYTES + 3:
                     raise Refused(431, f"a request head over {MAX_HEAD_BYTES} bytes")
                 return None
             if end > MAX_HEAD_BYTES:
