@@ -113,6 +113,7 @@ def test_the_docs_figures_are_the_codes() -> None:
                   f"{httpframe.MAX_HEAD_BYTES // 1024} KiB of head",
                   f"≤ {httpframe.MAX_BODY_BYTES // (1024 * 1024)} MiB: 413",
                   "plain hex (≤ 8 digits)",
+                  f"a chunk-size line over {httpframe.MAX_CHUNK_LINE} bytes",
                   f"more than {dockerproxy.REQUEST_DEADLINE_S:g} s to arrive (408)",
                   f"does not read for {dockerproxy.CLIENT_WRITE_TIMEOUT_S:g} s",
                   f"at most {dockerproxy.MAX_CONNECTIONS} connections at once (503;",

@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from swarmgpu.swarm.enginewire import request_bytes
 from swarmgpu.swarm.httpframe import (
     MAX_BODY_BYTES,
+    MAX_CHUNK_LINE,
+    MAX_HEAD_BYTES,
     ChunkDecoder,
     Refused,
     Request,
@@ -145,6 +147,9 @@ CASES: list[tuple[str, bytes, int | None]] = [
     ("trailer fields", POST + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nX: y\r\n\r\n",
      400),
     ("a chunked body too large", POST + b"Transfer-Encoding: chunked\r\n\r\nffffffff\r\n", 413),
+    # Refused only when its CRLF came in a later read: how the bytes arrived decided.
+    ("a chunk-size line over the bound, whole", POST + b"Transfer-Encoding: chunked\r\n\r\n"
+     + _chunked(b"{}", ext=b";a=" + b"x" * MAX_CHUNK_LINE), 400),
     # one request per connection
     ("pipelined", GET + b"\r\n" + SMUGGLED, 400),
     ("pipelined after a body", POST + b"Content-Length: 2\r\n\r\n{}" + SMUGGLED, 400),
@@ -228,6 +233,20 @@ def _outcome(raw: bytes, cuts: list[int]) -> Any:
         return ("ok", got)
     except Refused as exc:
         return ("refused", exc.status)
+
+
+@pytest.mark.parametrize("size", [MAX_HEAD_BYTES - 1, MAX_HEAD_BYTES, MAX_HEAD_BYTES + 1])
+def test_a_head_at_the_bound_has_one_outcome_wherever_its_blank_line_is_cut(size: int) -> None:
+    # A head of 32 KiB was taken whole and refused 431 when a read ended inside its
+    # final CRLFCRLF: the bytes of that terminator were counted as head.
+    start = b"GET /v1.41/nodes HTTP/1.1\r\nHost: d" + b"".join(
+        b"\r\nX%d: " % i + b"a" * 7000 for i in range(4)) + b"\r\nW: "
+    head = start + b"a" * (size - len(start))
+    raw = head + b"\r\n\r\n"
+    whole = _outcome(raw, [])
+    assert whole[0] == ("ok" if size <= MAX_HEAD_BYTES else "refused"), whole
+    for cut in range(len(head) - 2, len(raw)):
+        assert _outcome(raw, [cut]) == whole, cut
 
 
 @settings(max_examples=400, deadline=None)

@@ -61,6 +61,18 @@ def test_a_managers_raft_address_is_read_without_its_brackets() -> None:
     assert node.addr == "10.0.0.1"
 
 
+@pytest.mark.parametrize("unspecified", ["::", "0:0:0:0:0:0:0:0", "0.0.0.0"])
+def test_a_manager_reporting_an_unspecified_ipv6_address_is_read_at_its_raft_address(
+        unspecified: str) -> None:
+    # '::' is what '0.0.0.0' is, on an IPv6 listener: no node's address. It was kept,
+    # and 'http://[::]:9401' is this host to Linux's connect(): the daemon reached its own
+    # host's agent, refused its answer as another node's, and never read that manager.
+    node = node_from_api({"ID": "m1", "Spec": {"Role": "manager"},
+                          "Status": {"State": "ready", "Addr": unspecified},
+                          "ManagerStatus": {"Addr": "[2001:db8::1]:2377"}})
+    assert node.addr == "2001:db8::1"
+
+
 @pytest.fixture
 def agent6() -> Iterator[int]:
     """A listener on ::1 standing for an IPv6 node's agent: answers 404 to anything."""

@@ -135,7 +135,9 @@ def host_of(header: str) -> str:
         inside, close, after = h[1:].partition("]")
         return inside if close and re.fullmatch(r"(?::[0-9]*)?", after) else h
     name, sep, port = h.rpartition(":")
-    if sep and port.isdigit():
+    # An empty port is the host alone (RFC 3986 3.2.3, as nginx reads it: 'localhost:'
+    # was a name of its own, 421); a bare IPv6 address ('fe80::') keeps its colon.
+    if sep and (port.isdigit() or (not port and ":" not in name)):
         h = name
     return h.rstrip(".")
 

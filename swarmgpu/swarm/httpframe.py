@@ -17,7 +17,8 @@ answer and why), never repaired:
   with neither (411); a body on a GET; ``Upgrade``, ``Expect``, a ``Connection`` token
   other than close/keep-alive (hop-by-hop names would strip headers downstream);
 - chunk sizes that are not plain hex, chunk extensions other than ``;name[=value]``
-  (token or quoted string), trailer fields, a chunk not followed by CRLF;
+  (token or quoted string), a chunk-size line over ``MAX_CHUNK_LINE`` bytes, trailer
+  fields, a chunk not followed by CRLF;
 - a target that is not origin-form (absolute-form, ``*``), that has a fragment, a
   percent-encoded byte in the path (an encoded slash or dot), a dot segment, a doubled
   slash, or a query that is not plain ``name=value&...`` with unique names;
@@ -257,8 +258,13 @@ class ChunkDecoder:
         while not self.done:
             if self._need == -1:
                 end = self._buf.find(b"\r\n")
+                # The bound whether or not the line's CRLF came in the same read: a long
+                # line was refused or taken by how the bytes arrived.
+                part = len(self._buf) - self._buf.endswith(b"\r")  # (its CR may end it)
+                if end > MAX_CHUNK_LINE or (end < 0 and part > MAX_CHUNK_LINE):
+                    raise Refused(400, f"a chunk-size line over {MAX_CHUNK_LINE} bytes")
                 if end < 0:
-                    if len(self._buf) > MAX_CHUNK_LINE or _BARE.search(self._buf.rstrip(b"\r")):
+                    if _BARE.search(self._buf.rstrip(b"\r")):
                         raise Refused(400, "a malformed chunk-size line")
                     break
                 line = bytes(self._buf[:end])
@@ -317,7 +323,8 @@ class RequestReader:
             end = self._buf.find(b"\r\n\r\n")
             check_head_bytes(self._buf, end)
             if end < 0:
-                if len(self._buf) > MAX_HEAD_BYTES:
+                # Up to 3 bytes of the CRLFCRLF may be here already: they are no head.
+                if len(self._buf) > MAX_HEAD_BYTES + 3:
                     raise Refused(431, f"a request head over {MAX_HEAD_BYTES} bytes")
                 return None
             if end > MAX_HEAD_BYTES:

@@ -6,6 +6,7 @@ from there, where most readers take it with the other snapshot types).
 
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -89,6 +90,14 @@ def node_names(nodes: Iterable[SwarmNode]) -> dict[str, str]:
             for n in nodes}
 
 
+def _unspecified(addr: str) -> bool:
+    """Whether ``addr`` is 0.0.0.0 or :: (any spelling): no node's address."""
+    try:
+        return ipaddress.ip_address(addr).is_unspecified
+    except ValueError:
+        return False
+
+
 def node_from_api(raw: Any) -> SwarmNode:
     """The engine's node, each part read as Docker sends it. A part that is not (a
     proxy's string where an object goes, a count of "x") leaves the node ``unread``,
@@ -112,9 +121,10 @@ def node_from_api(raw: Any) -> SwarmNode:
     platform = r.part(desc, "Platform", "Description.")
     addr = r.text(status, "Addr", "Status.")
     manager_addr = r.text(mstatus, "Addr", "ManagerStatus.")
-    if addr in ("", "0.0.0.0") and manager_addr:  # noqa: S104 - comparison only
-        # A manager can report 0.0.0.0; its raft address has the real IP (HOST:PORT,
-        # an IPv6 one in brackets, which Status.Addr never has).
+    if (not addr or _unspecified(addr)) and manager_addr:
+        # A manager can report 0.0.0.0 (:: on an IPv6 listener: 'http://[::]:9401' is
+        # this host to connect()); its raft address has the real IP (HOST:PORT, an
+        # IPv6 one in brackets, which Status.Addr never has).
         addr = manager_addr.rsplit(":", 1)[0]
         if addr.startswith("[") and addr.endswith("]"):
             addr = addr[1:-1]
