@@ -231,8 +231,7 @@ def attribute(nodes: Sequence[SwarmNode], ledger: Mapping[str, Mapping[str, Hold
 
 def findings(uses: Iterable[ServiceUse], unattributed: Iterable[Unattributed] = (),
              jobs: Mapping[str, str] | None = None) -> list[Finding]:
-    """The audit's view: one finding per holder over its share (``jobs``: ``job_note``),
-    and an advisory per GPU process no task Swarm runs there accounts for."""
+    """The audit's view: holders over their share (``jobs``: ``job_note``), stray processes."""
     stray = [Finding("unattributed-gpu-process", x.hostname,
                      f"{x.describe()}; counted for no service, so no over-share action",
                      key=x.uuid, actual=f"{x.used_mib} MiB", advisory=True, node=x.node_id)
@@ -453,7 +452,8 @@ class Restarter:
             refusal = refused(judged, gpu, ledger.get(u.service, {}), p)
             held = ledger.get(u.service, {})
             if self.tenants is not None and not self.tenants.of_service(s).may_opt_out:
-                judged, tasks, held = one_node(judged, tasks, held, u.node_id)  # (its own)
+                judged, tasks, held = one_node(judged, tasks, held, u.node_id, self.clock(),
+                                               self.cfg.rebalance.move_timeout_s)
             why = unread_source(by_node, u.node_id) or refusal or why_not_movable(
                 self._cut_mark(judged, p), gpu, tasks, held, p, self.clock(),
                 self.cfg.rebalance.cooldown_s, same_node=s.mode == "global",  # (as a repin)
