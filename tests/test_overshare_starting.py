@@ -8,6 +8,7 @@ recording Swarm stand-in (tests/support/forged.py)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from support.forged import THIRD, RecordingSwarm, snapshot, victim_cluster
 
 from swarmgpu.core.config import Config, PlacementConfig
 from swarmgpu.manager.services.overshare import Restarter
+from swarmgpu.swarm.client import SwarmTask
 
 MAY_NOT = {"ops": {"services": ["ops-*"], "may_opt_out": True}}  # third: default's
 MAY = {"ops": {"services": ["third"], "may_opt_out": True}}
@@ -45,3 +47,32 @@ def test_a_tenant_that_may_opt_out_is_judged_as_before(tmp_path: Path) -> None:
     """(its own ``rebalance: never`` is its opt-out; nothing of its judging changed)"""
     assert _restarts("starting", MAY, tmp_path) == 0
     assert _restarts("running", MAY, tmp_path) == 1
+
+
+def _stamp(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + "Z"
+
+
+@pytest.mark.parametrize(("starting_for", "restarted"), [
+    pytest.param(3600.0, 1, id="starting-past-the-movers-timeout"),
+    pytest.param(10.0, 0, id="an-update-under-way"),
+])
+def test_an_update_whose_new_task_stays_starting_keeps_no_share_over_its_size(
+        tmp_path: Path, starting_for: float, restarted: int) -> None:
+    """A ``start-first`` update (``update_config.order``) keeps the old task running until
+    the new one is running, which a health check whose start period runs for hours holds
+    ``starting`` as long: two tasks on the node judged read as not converged, and the old
+    one, over its share, was never restarted (its owner's update, an opt-out). A task
+    there ``starting`` longer than ``rebalance.move_timeout_s`` (as long as the mover
+    waits for a task it made to run) is no update the restart waits for; a younger one
+    is."""
+    base = victim_cluster({})
+    tasks = [replace(t, container_id="c" * 64) if t.id == "t-third" else t
+             for t in base.tasks()]
+    tasks.append(SwarmTask("t-third-new", "id-third", "n-4090", 1, "starting", "running",
+                           (), created_at=_stamp(time.time() - starting_for)))
+    sw = RecordingSwarm(base.nodes(), base.services(), tasks, base.swarm_labels())
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
+                 placement=PlacementConfig(overshare="restart"))
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]

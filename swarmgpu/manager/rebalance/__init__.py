@@ -5,7 +5,8 @@ Layers, outer to inner (the daemon's step is ``cycle.rebalance``): ``mover`` (th
 before its first write, ``findings`` for what it says and mends of forged, mismatched and
 unreadable records, ``admission`` for which moves may start and
 the move budgets, ``budget`` for the fragmentation moves'
-budget, ``record`` for a move's record in Swarm, ``outcomes`` for what is said of each
+budget, ``record`` for a move's record in Swarm, ``endedlist`` for the moves ended by
+service (what a cool-down mark is read against), ``outcomes`` for what is said of each
 move (its end once, kept in the record), ``verdict`` for which records are
 moves in flight and audit's findings of them) -> ``planner`` -> ``policies/*`` (pure
 plugins) over ``context`` (what policies see; ``targets``: Swarm's filters for a move's

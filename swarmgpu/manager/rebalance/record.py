@@ -45,6 +45,7 @@ from swarmgpu.manager.rebalance.budget import (
     with_time,
 )
 from swarmgpu.manager.rebalance.context import MOVED_AT
+from swarmgpu.manager.rebalance.endedlist import ENDED, with_ended
 from swarmgpu.manager.rebalance.heldgpus import Held, Shares, held_from
 from swarmgpu.manager.rebalance.moves import Move
 from swarmgpu.swarm.client import BudgetCut, SwarmClient, SwarmNode, SwarmNotFound, SwarmService
@@ -541,7 +542,8 @@ def mark_said(writes: Writes, prefix: str, sid: str, outcome: str,
 def drop_record(writes: Writes, prefix: str, sid: str, now: float,
                 finished: bool = False, started: bool = True) -> bool:
     """Remove a move's record; ``finished``: the move ended (done or rolled back), so its
-    time joins the list the fragmentation budget counts after a restart. A health move's
+    time joins the list the fragmentation budget counts after a restart, and ``sid``'s
+    end the list a cool-down mark is read against (``endedlist``). A health move's
     start time joins the health list in the same write (its budget stays spent) unless
     ``started`` is False (nothing was written but the record); a start no clock wrote
     (``core.stamps``: far ahead) joins it as now, which the hour then forgets."""
@@ -553,6 +555,7 @@ def drop_record(writes: Writes, prefix: str, sid: str, now: float,
         new = {k: v for k, v in cur.items() if k != key}
         if finished:
             new[done] = with_finished(finished_times(cur, prefix), now)
+            new[prefix + ENDED] = with_ended(cur, prefix, sid, now)
         st = MoveState.parse(cur[key])
         if started and st is not None and st.trigger == HEALTH:
             new[prefix + HEALTH_SPENT] = _with_health(

@@ -7,6 +7,7 @@
 ``overshare`` shared GPUs stay within their share: use against share, the restarter
 ``coolmark``  whether the daemon's records and Swarm bear out a service's cool-down mark
 ``restartlist`` the restarter's own record of its restarts, which a cool-down mark is read by
+``jobshare``  a job over its share: never restarted (a write runs it anew), said so
 ``onereplica`` the one replica the restarter judges for a tenant that may not opt out
 ``release``   the operator's word: held spec changes written (`swarmgpu apply`)
 """

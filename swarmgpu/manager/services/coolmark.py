@@ -7,15 +7,18 @@ judged bear it out:
 * a restart's: the restarter's list (``restartlist``: ``<service id>@<second>``) has this
   service's restart in the mark's second, and its task on that node was made after the
   mark (the mark is written before the gate closes: the replacement follows it);
-* a move's: the mover's list of finished moves has one ended in that second, and its
-  task on that node was made during the move (within ``MarkRecords.span_s`` before its
-  end, and not after it but for the managers' skew: the mark is written at the end,
-  after the task the move started).
+* a move's: the mover's list of finished moves by service (``rebalance.endedlist``)
+  has this service's move ended in that second (or the unnamed list one no entry names:
+  an earlier version's), and its task on that node was made during the move (within
+  ``MarkRecords.span_s`` before its end, and not after it but for the managers' skew:
+  the mark is written at the end, after the task the move started).
 
 Either alone was a tenant's way to a cool-down: a task made after the mark, its owner's
 own ``docker service update --force`` makes too (after a move's mark copied, too); a
 recorded restart's or a finished move's mark copied onto a share that ran all along
-matches the list (the finished list names no service). Only the tasks on the node
+matches a list that names no service (as the finished list alone did: with a
+force-restart just before another service's move ended, its span bore it out). Only
+the tasks on the node
 judged bear the mark out: a fresh task of another replica (its own code ended it, Swarm
 made a new one) proves nothing of this one.
 
@@ -40,13 +43,15 @@ from swarmgpu.swarm.taskstop import STOPPING_STATES, rfc3339_ns  # (not placemen
 @dataclass(frozen=True)
 class MarkRecords:
     """The daemon's records a mark is read against: the mover's finished moves in the
-    hour (``moves``: epoch seconds), the most a move's task may have been made before
-    its end (``span_s``), and the restarter's restarts (``restarts``: by service id);
-    read from the swarm object by ``restartlist.mark_records``."""
+    hour that name no service (``moves``: epoch seconds, an earlier version's), the most
+    a move's task may have been made before its end (``span_s``), the restarter's
+    restarts (``restarts``: by service id) and the mover's finished moves (``ended``: by
+    service id); read from the swarm object by ``restartlist.mark_records``."""
 
     moves: frozenset[float] = frozenset()
     span_s: float = 0.0
     restarts: Mapping[str, frozenset[float]] = field(default_factory=dict)
+    ended: Mapping[str, frozenset[float]] = field(default_factory=dict)
 
 
 NO_RECORDS = MarkRecords()  # (none kept)
@@ -104,5 +109,6 @@ def borne_out(mark: str, service_id: str, tasks: Sequence[SwarmTask],
         m >= (at - MAX_SKEW_S) * 10**9 for m in made)
     # a move's task, made before its end: one made after (its owner's force-restart) is
     # no move's, though the mark be a genuine move's, copied
-    return restart or (at in recs.moves and any(
+    moved = at in recs.moves or at in recs.ended.get(service_id, frozenset())
+    return restart or (moved and any(
         (at - recs.span_s) * 10**9 <= m <= (at + MAX_SKEW_S) * 10**9 for m in made))

@@ -8,7 +8,11 @@ one from the restart for as long as it waited, an opt-out by scaling past the qu
 A task there that Swarm calls ``starting`` is judged running: Swarm holds a task so
 until its container's health check first passes (moby#24545), for as long as the check's
 interval or start period runs (hours, if its stack says so), while the container runs
-and uses the GPU; read as not converged, such a health check was an opt-out too."""
+and uses the GPU; read as not converged, such a health check was an opt-out too. So was
+a ``start-first`` update whose new task it held so: Swarm keeps the old task running
+until the new one runs, and two tasks there read as not converged. A task held
+``starting`` beside one running, made longer than the mover's ``move_timeout_s`` ago (as
+long as it waits for a task it made to run), is no update the restart waits for."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from dataclasses import replace
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.services.coolmark import on_node
 from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.taskstop import rfc3339_ns
 
 
 def _started(t: SwarmTask) -> SwarmTask:
@@ -26,11 +31,24 @@ def _started(t: SwarmTask) -> SwarmTask:
             if t.state == "starting" and t.desired_state == "running" else t)
 
 
+def _held_starting(t: SwarmTask, now: float, bound_s: float) -> bool:
+    """Whether ``t`` is held ``starting``, made more than ``bound_s`` before ``now`` (a
+    making time that cannot be read: not)."""
+    made = rfc3339_ns(t.created_at)
+    return (t.state == "starting" and t.desired_state == "running" and made is not None
+            and now - made / 10**9 > bound_s)
+
+
 def one_node(s: SwarmService, tasks: Sequence[SwarmTask], held: Mapping[str, Holding],
-             node_id: str) -> tuple[SwarmService, list[SwarmTask], dict[str, Holding]]:
-    """``s`` as one replica on ``node_id``: its tasks (``starting`` read as running) and
-    holding there alone, and a replicated service's replicas 1 (a global one counts its
+             node_id: str, now: float, bound_s: float,
+             ) -> tuple[SwarmService, list[SwarmTask], dict[str, Holding]]:
+    """``s`` as one replica on ``node_id``: its tasks (``starting`` read as running; one
+    so beside one running, made over ``bound_s`` before ``now``, left out) and holding
+    there alone, and a replicated service's replicas 1 (a global one counts its
     holdings: one)."""
     one = replace(s, replicas=1) if s.mode == "replicated" else s
-    return (one, [_started(t) for t in on_node(tasks, node_id)],
+    here = on_node(tasks, node_id)
+    if any(t.state == "running" and t.desired_state == "running" for t in here):
+        here = [t for t in here if not _held_starting(t, now, bound_s)]
+    return (one, [_started(t) for t in here],
             {n: h for n, h in held.items() if n == node_id})

@@ -51,6 +51,7 @@ from swarmgpu.manager.rebalance.context import MOVED_AT, OPT_OUT, by_service, wh
 from swarmgpu.manager.rebalance.mover import rebalancing, verify_scope
 from swarmgpu.manager.rebalance.record import moving, read_records, unreadable_records
 from swarmgpu.manager.services.coolmark import off_node, on_node
+from swarmgpu.manager.services.jobshare import JOB_MODES, job_modes, job_note, not_restarted
 from swarmgpu.manager.services.onereplica import one_node
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, parse_all
 from swarmgpu.manager.services.restartlist import mark_records, record_restart
@@ -228,17 +229,17 @@ def attribute(nodes: Sequence[SwarmNode], ledger: Mapping[str, Mapping[str, Hold
     return Attribution(out, stray)
 
 
-def findings(uses: Iterable[ServiceUse],
-             unattributed: Iterable[Unattributed] = ()) -> list[Finding]:
-    """The audit's view: one finding per holder over its share, and an advisory per GPU
-    process no task Swarm runs there accounts for (it acts on nobody)."""
+def findings(uses: Iterable[ServiceUse], unattributed: Iterable[Unattributed] = (),
+             jobs: Mapping[str, str] | None = None) -> list[Finding]:
+    """The audit's view: holders over their share (``jobs``: ``job_note``), stray processes."""
     stray = [Finding("unattributed-gpu-process", x.hostname,
                      f"{x.describe()}; counted for no service, so no over-share action",
                      key=x.uuid, actual=f"{x.used_mib} MiB", advisory=True, node=x.node_id)
              for x in unattributed]
     return stray + [Finding("over-share", u.service,
                     f"{u.describe()}: over its share (tasks {', '.join(u.tasks) or '?'}); "
-                    "size the application to SWARMGPU_GPU_MEMORY_MIB, or install HAMi-core "
+                    + job_note(jobs, u.service)
+                    + "size the application to SWARMGPU_GPU_MEMORY_MIB, or install HAMi-core "
                     "on the node for a hard limit (docs/requests.md, Shared GPUs)",
                     key=u.uuid, expected=f"<= {u.share_mib} MiB", actual=f"{u.used_mib} MiB")
             for u in uses if u.over]
@@ -332,7 +333,7 @@ def audit_check(cfg: Config) -> Callable[[Snapshot], list[Finding]]:
     def check(snap: Snapshot) -> list[Finding]:
         att = attribution_now(snap, facts_by_node(snap), gpu_metrics(snap.nodes, cfg),
                               cfg.sync.prefix)
-        return findings(att.uses, att.unattributed)
+        return findings(att.uses, att.unattributed, job_modes(snap.services, cfg))
 
     return check
 
@@ -344,7 +345,9 @@ def refused(s: SwarmService, req: GpuRequest | None, held: Mapping[str, Holding]
             prefix: str) -> str | None:
     """Why ``s`` refuses over-share restarts, and what lets them, or None: its owner's
     ``rebalance: never``, or replicas packed on one node (a restart closes the one gate
-    they all run behind, so it would stop every one)."""
+    they all run behind, so it would stop every one), or a job (``jobshare``)."""
+    if s.mode in JOB_MODES:
+        return not_restarted(s.mode)
     if s.labels.get(prefix + OPT_OUT, "").lower() == "never" or (
             req is not None and req.rebalance is Rebalance.NEVER):
         return (f"opted out ({prefix}{OPT_OUT}=never); remove that label to let swarmgpu "
@@ -449,7 +452,8 @@ class Restarter:
             refusal = refused(judged, gpu, ledger.get(u.service, {}), p)
             held = ledger.get(u.service, {})
             if self.tenants is not None and not self.tenants.of_service(s).may_opt_out:
-                judged, tasks, held = one_node(judged, tasks, held, u.node_id)  # (its own)
+                judged, tasks, held = one_node(judged, tasks, held, u.node_id, self.clock(),
+                                               self.cfg.rebalance.move_timeout_s)
             why = unread_source(by_node, u.node_id) or refusal or why_not_movable(
                 self._cut_mark(judged, p), gpu, tasks, held, p, self.clock(),
                 self.cfg.rebalance.cooldown_s, same_node=s.mode == "global",  # (as a repin)

@@ -21,6 +21,7 @@ from swarmgpu.core.config import Config
 from swarmgpu.core.stamps import MAX_SKEW_S, in_hour
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.rebalance.budget import finished_times
+from swarmgpu.manager.rebalance.endedlist import ended_times, unnamed
 from swarmgpu.manager.services.coolmark import MarkRecords
 from swarmgpu.swarm.client import SwarmError
 
@@ -76,13 +77,16 @@ def restart_times(labels: Mapping[str, str], prefix: str) -> dict[str, frozenset
 
 def mark_records(labels: Mapping[str, str], prefix: str, cfg: Config) -> MarkRecords:
     """The daemon's records a cool-down mark is read against, from the swarm object's
-    ``labels``: the mover's finished moves and this list. A move ends once its target's
+    ``labels``: the mover's finished moves (by service: ``endedlist``; those of the
+    unnamed list no entry names, an earlier version's, for any) and this list. A move
+    ends once its target's
     task runs, rolled back past ``move_timeout_s`` (a repin's old task waited twice
     that), the mover looking each cycle; the managers' clocks may differ by
     ``MAX_SKEW_S``: its task was made at most that ``span_s`` before its end."""
     span = 2 * cfg.rebalance.move_timeout_s + cfg.sync.interval_s + MAX_SKEW_S
-    return MarkRecords(frozenset(finished_times(labels, prefix)), span,
-                       restart_times(labels, prefix))
+    ended = ended_times(labels, prefix)
+    return MarkRecords(unnamed(finished_times(labels, prefix), ended), span,
+                       restart_times(labels, prefix), ended)
 
 
 def record_restart(writes: Writes, prefix: str, service_id: str, at: str,
