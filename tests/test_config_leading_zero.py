@@ -10,9 +10,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from swarmgpu.agent.facts import SourceError
+from swarmgpu.agent.facts.file import load_facts
+from swarmgpu.agent.facts.profile import ProfileError, load_profile
 from swarmgpu.allocator.workload import WorkloadError, load_file
 from swarmgpu.cli import main
 from swarmgpu.core.config import ConfigError, load_config
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.yamlfile import parse_yaml
 
 
@@ -77,3 +81,16 @@ def test_a_stack_keeps_dockers_octal() -> None:
     stack = "services:\n  s:\n    configs:\n      - {source: c, mode: 0444}\n"
     got = parse_yaml(stack, "stack", ValueError, docker=True)
     assert got["services"]["s"]["configs"][0]["mode"] == 0o444
+
+
+def test_the_agents_facts_and_profile_files_refuse_it_too(tmp_path: Path) -> None:
+    facts = tmp_path / "facts.yml"
+    facts.write_text("node: {hostname: n1}\ngpus:\n  - {index: 0, memory_mib: 081920}\n")
+    with pytest.raises(SourceError) as exc:
+        load_facts(facts)
+    assert "gpus[0].memory_mib at line 3: 081920 has a leading 0" in str(exc.value)
+    profile = tmp_path / "profile.yml"
+    profile.write_text("default: {util: 010}\n")
+    with pytest.raises(ProfileError) as perr:
+        load_profile(profile, NodeFacts(hostname="n1"))
+    assert "default.util at line 1: 010 has a leading 0: 8 to swarmgpu" in str(perr.value)
