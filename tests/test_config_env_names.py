@@ -51,3 +51,27 @@ def test_the_shells_own_variables_are_warned_of_only_when_near_one(
     out = CliRunner().invoke(main, ["config", "check", str(cfg)]).output
     assert "SWARMGPU_SOME_TOOL" not in out, out
     assert "warning: SWARMGPU_LOG_LEVLE: " in out and "SWARMGPU_LOG_LEVEL?" in out, out
+
+
+@pytest.mark.parametrize(("var", "says"), [
+    ("swarmgpu_dry_run", "did you mean SWARMGPU_DRY_RUN?"),
+    ("Swarmgpu_Http_Listen", "did you mean SWARMGPU_HTTP_LISTEN?"),
+    ("swarmgpu_agent_source", "did you mean SWARMGPU_AGENT_SOURCE?"),
+    ("swarmgpu_agents_parallel", "agents.parallel is read from the config file only;"),
+])
+def test_a_variable_in_another_case_is_named_with_the_one_read(
+        tmp_path: Path, var: str, says: str) -> None:
+    # `swarmgpu_dry_run=true` in /etc/swarmgpu/env: names are case-sensitive (systemd,
+    # the shell, os.environ), so the daemon read no override and wrote, unsaid.
+    code, out = _check(tmp_path, f"{var}=true\n")
+    assert code == 0, out
+    assert f"warning: {var}: " in out and says in out, out
+
+
+def test_a_variable_in_another_case_is_named_from_the_shell_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("swarmgpu_dry_run", "true")
+    cfg = tmp_path / "config.yml"
+    cfg.write_text("")
+    out = CliRunner().invoke(main, ["config", "check", str(cfg)]).output
+    assert "warning: swarmgpu_dry_run: " in out and "SWARMGPU_DRY_RUN?" in out, out

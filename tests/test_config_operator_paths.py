@@ -114,3 +114,28 @@ def test_a_policy_typo_names_the_nearest_policy(tmp_path: Path) -> None:
     # A key's typo named the nearest key; a policy's listed all six, naming none.
     errors = _errors(tmp_path, 'rebalance:\n  policies: "hotspot,consolidaton"\n')
     assert len(errors) == 1 and "did you mean 'consolidation'?" in errors[0], errors
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("http:\n  token_file: ${CREDENTIALS_DIRECTORY}/http-token",
+     "nothing expands ${CREDENTIALS_DIRECTORY} in the config"),
+    ("http:\n  token_file: $CREDENTIALS_DIRECTORY/http-token",
+     "nothing expands $CREDENTIALS_DIRECTORY in the config"),
+    ("agents:\n  token_file: '%d/agent-token'", "nothing expands %d in the config"),
+    ("state_dir: $STATE_DIRECTORY", "nothing expands $STATE_DIRECTORY in the config"),
+])
+def test_a_variable_or_specifier_in_a_path_is_named_not_put_beside_the_file(
+        tmp_path: Path, text: str, says: str) -> None:
+    # The fix was `e.g. /etc/swarmgpu/${CREDENTIALS_DIRECTORY}/http-token`: a path
+    # beside the config file for what the operator meant as systemd's credentials.
+    errors = _errors(tmp_path, text + "\n")
+    assert len(errors) == 1 and says in errors[0], errors
+    assert f"{tmp_path}/" not in errors[0].split(": ", 1)[1], errors
+    if "CREDENTIALS" in text or "%d" in text:
+        assert "/run/credentials/swarmgpu.service/" in errors[0], errors
+
+
+def test_a_windows_path_is_named_as_one(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "agents:\n  ca_file: 'C:\\certs\\ca.pem'\n")
+    assert len(errors) == 1 and "a Windows path" in errors[0], errors
+    assert f"{tmp_path}/" not in errors[0].split(": ", 1)[1], errors

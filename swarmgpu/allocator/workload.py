@@ -484,7 +484,7 @@ def _file_number(shape: Mapping[str, Any], key: str, default: float, where: str)
 def load_file(path: str | Path) -> WorkloadModel:
     """A pinned mix from YAML: a list of ``{gpus: 1, share: 0.5, cpu: 4, products:
     [..], weight: 3}`` (share defaults to 1 = whole GPUs, cpu in cores, weight 1)."""
-    raw = read_yaml(Path(path), f"workload file {path}", WorkloadError)
+    raw = read_yaml(Path(path), f"workload file {path}", WorkloadError, sole=True)
     items = raw.get("shapes") if isinstance(raw, dict) else raw
     if not isinstance(items, list) or not items:
         raise WorkloadError(f"{path}: expected a list of shapes (or 'shapes: [...]'), "

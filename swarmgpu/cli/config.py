@@ -40,7 +40,7 @@ def locate(message: str, path: str | os.PathLike[str] | None) -> str:
     lines: Lines = {}
     if path is not None:
         with contextlib.suppress(ConfigError):  # unreadable: its own error says so
-            lines = read_yaml_lines(Path(path), "config", ConfigError)[1]
+            lines = read_yaml_lines(Path(path), "config", ConfigError, sole=True)[1]
     return locate_in(message, path, lines, {})
 
 

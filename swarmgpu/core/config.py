@@ -629,7 +629,7 @@ def load_config_report(
         if not os.fspath(path):  # Path('') is '.', refused as "a directory"
             raise ConfigError("config file: an empty path; give the path of the YAML file")
         p = Path(path)
-        loaded, lines = read_yaml_lines(p, f"config file {p}", ConfigError)
+        loaded, lines = read_yaml_lines(p, f"config file {p}", ConfigError, sole=True)
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -20,6 +21,23 @@ from swarmgpu.core.peertext import quoted
 # The keys naming a file or directory ("" turns each of these off but state_dir).
 PATH_KEYS = ("state_dir", "agents.token_file", "agents.ca_file", "agents.cert_file",
              "agents.key_file", "http.token_file", "placement.workload")
+
+
+# ``${CREDENTIALS_DIRECTORY}/t``, ``$STATE_DIRECTORY``, ``%d/t``: what systemd expands in
+# a unit's Environment= (%d) or a shell would ($X), and nothing does in config.yml or an
+# EnvironmentFile=; put beside the config file, the fix named a path no one meant.
+_UNEXPANDED = re.compile(r"\$\{[^}]*\}|\$[A-Za-z_][A-Za-z0-9_]*|%[A-Za-z%]")
+_WINDOWS = re.compile(r"[A-Za-z]:[\\/]|\\\\")  # C:\x, C:/x, \\server\share
+_CREDENTIALS = "/run/credentials/swarmgpu.service"  # %d of the shipped system unit
+
+
+def _unexpanded(value: str, token: str) -> str:
+    """The fix for a path starting with a variable or a systemd specifier (``token``)."""
+    credentials = token in ("%d", "$CREDENTIALS_DIRECTORY", "${CREDENTIALS_DIRECTORY}")
+    example = f", e.g. {_CREDENTIALS}{value[len(token):]}" if credentials else ""
+    return (f"{quoted(value)} is not an absolute path: nothing expands {token} in the "
+            "config or an EnvironmentFile= (systemd expands %d in the unit's Environment= "
+            f"only); write the path whole{example}")
 
 
 def path_problems(cfg: Any, config_path: str | os.PathLike[str] | None,
@@ -42,6 +60,11 @@ def path_problems(cfg: Any, config_path: str | os.PathLike[str] | None,
         elif value.startswith("~"):
             fix = (f"{quoted(value)} is not an absolute path (nothing expands ~ here); "
                    "write the home directory's path whole")
+        elif (unexpanded := _UNEXPANDED.match(value)) is not None:
+            fix = _unexpanded(value, unexpanded.group())
+        elif _WINDOWS.match(value):
+            fix = (f"{quoted(value)} is a Windows path; the daemon runs on Linux: write "
+                   "the Linux path whole, from /")
         else:
             beside = posixpath.join(posixpath.dirname(posixpath.abspath(
                 os.fspath(config_path))), value) \

@@ -43,12 +43,17 @@ def unread_variables(env: Mapping[str, str], config_cls: Any, *, all_of: bool) -
     keys = _key_names(config_cls)
     out = []
     for var in sorted(env):
-        if not var.startswith("SWARMGPU_") or var in ENV_OVERRIDES or var in OTHER_READERS:
+        # Names are case-sensitive (systemd, the shell, os.environ): `swarmgpu_dry_run`
+        # set nothing, and is said as its upper-case name would be.
+        name = var.upper()
+        if not name.startswith("SWARMGPU_") or var in ENV_OVERRIDES or var in OTHER_READERS:
             continue
-        close = difflib.get_close_matches(var, ENV_OVERRIDES, n=1, cutoff=0.85)
-        if var in keys:
+        close = difflib.get_close_matches(name, ENV_OVERRIDES, n=1, cutoff=0.85)
+        if name != var and (name in ENV_OVERRIDES or name in OTHER_READERS):
+            out.append(f"{var}: not read (names are case-sensitive); did you mean {name}?")
+        elif name in keys:
             out.append(f"{var}: not read: the environment overrides some keys only, and "
-                       f"{keys[var]} is read from the config file only; set it there")
+                       f"{keys[name]} is read from the config file only; set it there")
         elif close:
             out.append(f"{var}: no key reads it; did you mean {close[0]}?")
         elif all_of:

@@ -51,6 +51,7 @@ from swarmgpu.core.boundedfile import (
     read_bounded_stream,
     read_bounded_text,
 )
+from swarmgpu.core.leadingzero import refuse_leading_zeros
 
 MAX_TEXT = 8 * 1024 * 1024  # characters of text, bytes of a file; real ones are ~100 KiB
 MAX_NODES = 200_000  # nodes once every alias is expanded (a big stack has a few thousand)
@@ -208,15 +209,17 @@ def plain_is_text(text: str) -> bool:
     return goscalar.resolve(text)[0] == goscalar.STR
 
 
-def read_yaml(path: Path, what: str, error: type[Exception], *, fmt: str = "YAML") -> Any:
+def read_yaml(path: Path, what: str, error: type[Exception], *, fmt: str = "YAML",
+              sole: bool = False) -> Any:
     """The file's parsed content (safe loader); ``error(...)`` naming ``what`` otherwise."""
-    return read_yaml_lines(path, what, error, fmt=fmt)[0]
+    return read_yaml_lines(path, what, error, fmt=fmt, sole=sole)[0]
 
 
 def read_yaml_lines(path: Path, what: str, error: type[Exception], *,
-                    fmt: str = "YAML") -> tuple[Any, Lines]:
+                    fmt: str = "YAML", sole: bool = False) -> tuple[Any, Lines]:
     """``read_yaml`` and the line of every mapping key (``Lines``)."""
-    return parse_yaml_lines(read_yaml_text(path, what, error, fmt=fmt), what, error, fmt=fmt)
+    text = read_yaml_text(path, what, error, fmt=fmt)
+    return parse_yaml_lines(text, what, error, fmt=fmt, sole=sole)
 
 
 # A byte order mark of UTF-16 or UTF-32 (go-yaml, docker's reader, decodes such a file).
@@ -276,18 +279,19 @@ def parse_first_yaml(text: str, what: str, error: type[Exception]) -> tuple[Any,
     return data, more
 
 
-def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
-                     fmt: str = "YAML", docker: bool = False,
-                     v2: bool = False) -> tuple[Any, Lines]:
+def parse_yaml_lines(text: str, what: str, error: type[Exception], *, fmt: str = "YAML",
+                     docker: bool = False, v2: bool = False,
+                     sole: bool = False) -> tuple[Any, Lines]:
     """``parse_yaml`` and the line of every mapping key. Bounded: more than ``MAX_TEXT``
     characters, ``MAX_NODES`` nodes with aliases expanded, ``MAX_DEPTH`` levels, a
-    recursive alias or a duplicate key is ``error(...)`` naming the limit or the key."""
-    data, lines, _ = _parse(text, what, error, fmt, docker, v2)
+    recursive alias or a duplicate key is ``error(...)`` naming the limit or the key.
+    ``sole``: only swarmgpu reads it: ``010`` is refused (``core.leadingzero``)."""
+    data, lines, _ = _parse(text, what, error, fmt, docker, v2, sole=sole)
     return data, lines
 
 
 def _parse(text: str, what: str, error: type[Exception], fmt: str, docker: bool,
-           v2: bool, first: bool = False) -> tuple[Any, Lines, bool]:
+           v2: bool, first: bool = False, sole: bool = False) -> tuple[Any, Lines, bool]:
     """``parse_yaml_lines``, and whether a document follows the first (``first``: that
     one read alone, as go-yaml's Unmarshal reads it; else a second is ``error``)."""
     if len(text) > MAX_TEXT:
@@ -311,6 +315,8 @@ def _parse(text: str, what: str, error: type[Exception], fmt: str, docker: bool,
         _check_tree(node, what, error, lines, loader, docker)
         if docker:
             _two_readings(node, loader.plain, what, error)
+        if sole:
+            refuse_leading_zeros(node, what, error)
         return loader.construct_document(node), lines, more
     except yaml.YAMLError as e:
         raise error(f"{what}: not valid {fmt}{_why_not_valid(e, text, docker, v2)}") from e
@@ -601,7 +607,6 @@ def _as_written(k: yaml.ScalarNode) -> str:
 # YAML's tags whose value PyYAML builds as no plain kind (a set, bytes, pairs), which
 # docker reads otherwise again (!!set as a mapping of nulls, !!binary as its text).
 _UNREAD_TAGS = tuple(_YAML_TAGS + t for t in ("set", "omap", "pairs", "binary"))
-
 
 # The kinds every YAML reader shares (a ``!!python/...`` tag is under the prefix too).
 _PLAIN_TAGS = frozenset(_YAML_TAGS + t for t in (

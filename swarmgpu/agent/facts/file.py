@@ -18,7 +18,7 @@ from swarmgpu.core.yamlfile import read_yaml
 def load_facts(path: str | Path, *, hostname: str | None = None) -> NodeFacts:
     """Parse a facts file; ``hostname`` fills in a file that names none."""
     p = Path(path)
-    data = read_yaml(p, f"file:{p}", SourceError, fmt="JSON/YAML")  # JSON is YAML here
+    data = read_yaml(p, f"file:{p}", SourceError, fmt="JSON/YAML", sole=True)  # JSON is YAML
     try:
         facts = NodeFacts.from_dict(data, where=f"file:{p}")
     except FactsError as e:

@@ -182,7 +182,8 @@ def parse_profile(data: Any, facts: NodeFacts, where: str) -> Profile:
 
 def load_profile(path: str | Path, facts: NodeFacts) -> Profile:
     p = Path(path)
-    return parse_profile(read_yaml(p, f"metrics profile {p}", ProfileError), facts, str(p))
+    raw = read_yaml(p, f"metrics profile {p}", ProfileError, sole=True)
+    return parse_profile(raw, facts, str(p))
 
 
 def _sample(uuid: str, index: int, memory_mib: int, v: Values) -> GpuSample:
