@@ -14,7 +14,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from swarmgpu.core.peertext import ID_WIDTH, cell, text_line
-from swarmgpu.manager.commands.movenames import failing_entry, move_names
+from swarmgpu.manager.commands.movenames import failing_entry, move_names, node_list
 from swarmgpu.manager.nodes.agentbook import facts_age_said, saved_age
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import ServicePlan
@@ -46,17 +46,17 @@ def render_plan(
     for pl in (pl for sp in services for pl in sp.placements):
         ids.setdefault(cell(pl.hostname), set()).add(pl.node_id)
     alike = {c for c, nodes in ids.items() if len(nodes) > 1}
+    known = [*nodes, *((pl.hostname, pl.node_id) for sp in services for pl in sp.placements)]
     for sp in services:
-        lines += _service_lines(sp, alike)
-    lines += ungranted_lines(ungranted)  # GPUs seen without a grant (docs/security.md)
+        lines += _service_lines(sp, alike, known)
+    lines += ungranted_lines(ungranted, known)  # GPUs seen without a grant (docs/security.md)
     lines += workload_lines(workload)
     lines += [
         f"GPU health: {cell(r['node'])} GPU {r['gpu']} {r['uuid']}: {r['health']}" for r in health
     ]  # failed GPUs are given to nothing (docs/health.md)
     lines += list(unread)
     lines += [f"{cell(r['hostname'])}: {r['said']}" for r in silent]
-    lines += _move_lines(moves, listen, [*nodes, *((pl.hostname, pl.node_id)
-                                                   for sp in services for pl in sp.placements)])
+    lines += _move_lines(moves, listen, known)
     unread_specs = unread_names(services)
     faults = failed_names(services) - unread_specs  # (once, not per service)
     # in the plan's order; said last, where a reader ends (placement.isolate)
@@ -102,9 +102,10 @@ def plan_exit(services: Sequence[ServicePlan]) -> int:
     return 1 if failed_names(services) else 0
 
 
-def _service_lines(sp: ServicePlan, alike: AbstractSet[str] = frozenset()) -> list[str]:
+def _service_lines(sp: ServicePlan, alike: AbstractSet[str] = frozenset(),
+                   nodes: Sequence[tuple[str, str]] = ()) -> list[str]:
     """``sp``'s lines; a placement on a node whose cut hostname is in ``alike`` names the
-    node's ID too."""
+    node's ID too, a waiting node as ``node_list`` names it (``nodes``: (hostname, ID))."""
     out = [f"{sp.name}: {sp.status} ({sp.state}) {sp.request_text}"]
     for pl in sp.placements:
         slot = f" (slot {pl.slot})" if pl.slot is not None else ""
@@ -118,7 +119,7 @@ def _service_lines(sp: ServicePlan, alike: AbstractSet[str] = frozenset()) -> li
         out.append(f"  replicas {sp.packed}")
     if sp.mode != "replicated":  # global: per node; a job: its run's progress
         for host, why in sorted(sp.nodes_waiting.items()):
-            out.append(f"  {cell(host)}: waiting, gate closed: {why}")
+            out.append(f"  {node_list([(host, None)], nodes)}: waiting, gate closed: {why}")
         if sp.progress and sp.progress != sp.reason:
             out.append(f"  {sp.mode}: {sp.progress}")
     if sp.reason:
