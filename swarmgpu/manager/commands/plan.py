@@ -33,13 +33,14 @@ def render_plan(
     unread: Sequence[str] = (),
     nodes: Sequence[tuple[str, str]] = (),
     silent: Sequence[Mapping[str, Any]] = (),
+    moves_unread: str | None = None,
 ) -> str:
     """``health``: ``gpuhealth.health_rows``; ``moves``: the daemon's move document, or
     None when it cannot be reached (at ``listen``); ``unread``: the nodes placed on and
     written to by none (``SwarmNode.unread``), and the nodes and services the lists left
     out (``swarm.unkeyed``), each its message; ``nodes``: the swarm's (hostname, ID)
     pairs, which name a move's or failing node whose cut hostname another's reads as;
-    ``silent``: ``silent_rows``."""
+    ``silent``: ``silent_rows``; ``moves_unread``: why ``moves`` is None, where said."""
     lines = [] if services else ["no service carries a swarmgpu GPU request"]
     # hostnames cut alike on nodes of their own: each placement there names its node
     ids: dict[str, set[str]] = {}
@@ -56,7 +57,8 @@ def render_plan(
     ]  # failed GPUs are given to nothing (docs/health.md)
     lines += list(unread)
     lines += [f"{cell(r['hostname'])}: {r['said']}" for r in silent]
-    lines += _move_lines(moves, listen, known)
+    lines += _move_lines(moves, moves_unread or f"the daemon is not reachable on {listen}",
+                         known)
     unread_specs = unread_names(services)
     faults = failed_names(services) - unread_specs  # (once, not per service)
     # in the plan's order; said last, where a reader ends (placement.isolate)
@@ -138,15 +140,13 @@ def entries(moves: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
     return [m for m in got if isinstance(m, Mapping)] if isinstance(got, list) else []
 
 
-def _move_lines(moves: Mapping[str, Any] | None, listen: str,
+def _move_lines(moves: Mapping[str, Any] | None, unread: str,
                 nodes: Sequence[tuple[str, str]] = ()) -> list[str]:
     """The daemon's proposed and recent moves and its health policy's failing nodes;
-    ``nodes``: the (hostname, ID) pairs of the plan's placements (``move_names``)."""
+    ``unread``: why ``moves`` is None; ``nodes``: the (hostname, ID) pairs of the plan's
+    placements (``move_names``)."""
     if moves is None:
-        return [
-            f"moves: the daemon is not reachable on {listen}; move proposals need "
-            "its metric windows"
-        ]
+        return [f"moves: {unread}; move proposals need its metric windows"]
     out = []
     proposed, recent = entries(moves, "proposed"), entries(moves, "recent")
     health = moves.get("health")  # the health policy (docs/health.md)
