@@ -26,7 +26,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests"), str(HERE)]
 
-from bench_scale import FakeSwarm, build_cluster  # noqa: E402
+from fake_cluster import FakeSwarm, build_cluster  # noqa: E402
 from loguru import logger  # noqa: E402
 
 from swarmgpu.core.config import Config, SyncConfig  # noqa: E402

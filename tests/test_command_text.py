@@ -270,3 +270,59 @@ def test_names_cut_alike_are_those_two_names_read_as_after_the_cut() -> None:
     cut = LONG[:37] + "..."
     assert cut_alike([LONG + "a", LONG + "b", "short", "x", "x"]) == {cut, "x"}
     assert cut_alike([LONG + "a", "short"]) == set()
+
+
+HOST253 = "gpu-" + "x" * 248  # with one letter more: a hostname's 253 characters at most
+
+
+def test_status_and_plan_cut_hostnames_in_their_node_lists_and_keep_them_apart() -> None:
+    """A global service's nodes, its waiting nodes and ungranted access's nodes were
+    listed whole: three 253-character hostnames filled the line's 600 columns and cut
+    the rest off. Each is cut as the tables cut it, and names cut alike are told apart
+    by their node's ID; ``--json`` keeps them whole (the document is not changed)."""
+    doc = json.loads((Path(__file__).parent / "web_sample_cluster.json").read_text())
+    a, b, c = doc["nodes"][1:4]
+    a["hostname"], b["hostname"], c["hostname"] = (HOST253 + s for s in "abc")
+    sv = doc["services"][0]
+    sv["mode"], sv["progress"] = "global", ""
+    sv["placements"] = [{"node": n["hostname"], "node_id": n["id"], "gpus": [0], "uuids": []}
+                        for n in (a, b)]
+    sv["nodes_waiting"] = {c["hostname"]: "gate closed by its label"}
+    doc["ungranted"] = [{"service": "rogue", "nodes": [a["hostname"], b["hostname"]],
+                         "reason": "sees all GPUs", "fix": "grant it", "exempt": False}]
+    before = json.dumps(doc)
+    text = render_status(doc)
+    assert json.dumps(doc) == before and HOST253 not in text, text
+    cut = HOST253[:37] + "..."
+    lines = text.splitlines()
+    on = f"{cut} [{a['id']}], {cut} [{b['id']}]"
+    assert f"  {sv['name']} (global): on {on}" in lines, text
+    assert f"    {cut} [{c['id']}]: waiting, gate closed: gate closed by its label" in lines
+    assert f"  rogue on {on}: sees all GPUs" in lines, text
+    # plan: the same list, named by the swarm's (hostname, ID) pairs
+    plan = render_plan([], ungranted=doc["ungranted"], workload={}, moves=None, listen="x",
+                       health=[], nodes=[(n["hostname"], n["id"]) for n in (a, b)])
+    assert f"  rogue on {on}: sees all GPUs" in plan.splitlines(), plan
+    assert HOST253 not in plan, plan
+
+
+def test_waiting_nodes_of_one_long_hostname_keep_their_ids_past_the_cut() -> None:
+    """Two nodes of one hostname wait under ``host (ID)`` (``nodes_waiting``): the cut
+    of that key took the ID off a 253-character hostname, and both lines read alike.
+    Each is named by its hostname cut and its node's ID, in `status` and `plan`."""
+    doc = json.loads((Path(__file__).parent / "web_sample_cluster.json").read_text())
+    a, b = doc["nodes"][1:3]
+    a["hostname"] = b["hostname"] = HOST253
+    waiting = {f"{HOST253} ({n['id']})": "no room" for n in (a, b)}
+    sv = doc["services"][0]
+    sv["mode"], sv["progress"], sv["placements"] = "global", "", []
+    sv["nodes_waiting"] = waiting
+    cut = HOST253[:37] + "..."
+    want = [f"{cut} [{i}]: waiting, gate closed: no room" for i in sorted((a["id"], b["id"]))]
+    assert [f"    {w}" for w in want] == [
+        line for line in render_status(doc).splitlines() if "waiting" in line]
+    sp = ServicePlan("g", "id-g", None, "gpus=1", "pending", "Pending", mode="global",
+                     nodes_waiting=waiting)
+    plan = render_plan([sp], ungranted=[], workload={}, moves=None, listen="x", health=[],
+                       nodes=[(n["hostname"], n["id"]) for n in (a, b)])
+    assert [f"  {w}" for w in want] == [ln for ln in plan.splitlines() if "waiting" in ln]

@@ -322,7 +322,10 @@ MAX_FUNCTION_LINES = 80
 
 
 def test_no_module_over_700_lines() -> None:
-    big = sorted(f"{p.relative_to(PACKAGE.parent)}: {n} lines" for p in PACKAGE.rglob("*.py")
+    """The package's modules and the benchmarks' (bench_scale.py grew to 713 unseen
+    while the rule looked at the package alone)."""
+    mods = [*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "benchmarks").glob("*.py")]
+    big = sorted(f"{p.relative_to(PACKAGE.parent)}: {n} lines" for p in mods
                  if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES)
     assert not big, "modules over 700 lines (split them by job):\n" + "\n".join(big)
 

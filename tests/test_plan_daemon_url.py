@@ -5,6 +5,7 @@ in brackets, a wildcard on loopback."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,7 +33,40 @@ def test_the_daemons_moves_are_asked_at_a_url_of_its_listen_address(
     monkeypatch.setattr(requests, "get", get)
     cfg = Config()
     cfg = replace(cfg, http=replace(cfg.http, listen=listen, token_file=""))
-    assert cli_manager._daemon_moves(cfg) is None
+    assert "not reachable" in str(cli_manager._daemon_moves(cfg))
     assert len(asked) == 1
     parts = urlsplit(asked[0])
     assert (parts.hostname, parts.port) == (host, 9402), asked
+
+
+
+class _Answer:
+    def __init__(self, status: int) -> None:
+        self.status_code = status
+
+    def json(self) -> Any:
+        return {"error": "who are you"}
+
+
+def test_a_daemon_that_refuses_plan_is_said_so_not_unreachable(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A daemon that answered 401 (``http.auth: required``, no readable token here) was
+    said "not reachable": the operator looked for a daemon that runs. Its answer and
+    the key to set are said; a token file that cannot be read is named with why."""
+    from click.testing import CliRunner
+    from support.commands import empty_cluster
+
+    from swarmgpu.cli import main
+
+    empty_cluster(monkeypatch)
+    monkeypatch.setattr(requests, "get", lambda url, **_: _Answer(401))
+    for token_file, said in (("", "http.token_file is not set"),
+                             (str(tmp_path / "none"), "cannot read it")):
+        cfg = Config()
+        cfg = replace(cfg, http=replace(cfg.http, auth="required", token_file=token_file))
+        monkeypatch.setattr(cli_manager, "load_cfg", lambda _p, c=cfg: c)
+        res = CliRunner().invoke(main, ["plan"])
+        assert res.exit_code == 0, res.output
+        (line,) = [ln for ln in res.output.splitlines() if ln.startswith("moves:")]
+        assert "not reachable" not in line and "HTTP 401" in line, line
+        assert said in line and "http.auth" in line, line

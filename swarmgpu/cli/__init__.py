@@ -2,7 +2,8 @@
 
 One module per kind of command (``node``, ``manager``, ``sim``, ``config``, ``proxy``:
 the docker-proxy); ``logs`` sets up logging for all of them; ``lastcycle`` reads how the
-daemon's last cycle ended (``status --json``); ``main`` is the group that gathers them
+daemon's last cycle ended (``status --json``), ``daemonmoves`` its move proposals, or
+why they were not read (``plan``); ``main`` is the group that gathers them
 (the ``swarmgpu`` console script and ``python -m swarmgpu.cli``).
 """
 

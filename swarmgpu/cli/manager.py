@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -273,7 +272,8 @@ def plan(config_path: str | None, as_json: bool) -> None:
     swarm = manager_client(cfg)
     p = plan_as_daemon(snap, cfg, swarm, tenants)  # the daemon's planner and preemption
     ungranted = rows(find(cfg, snap, p, ImageEnvs(swarm)))
-    moves = _daemon_moves(cfg)
+    got = _daemon_moves(cfg)
+    moves, unread_moves = (got, None) if not isinstance(got, str) else (None, got)
     # A move in flight shows as Rebalancing, a proposed idle clean-up as IdleCleanup.
     idle = [
         str(m.get("service"))
@@ -312,6 +312,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
                 health=health_rows(snap.facts),
                 moves=moves,
                 listen=cfg.http.listen,
+                moves_unread=unread_moves,
                 unread=[*snap.unkeyed.said(), *(n.unread for n in snap.nodes if n.unread)],
                 nodes=[(n.hostname, n.id) for n in snap.nodes],
                 silent=silent,
@@ -321,25 +322,11 @@ def plan(config_path: str | None, as_json: bool) -> None:
         sys.exit(code)
 
 
-def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
-    """The leader daemon's move proposals (its metric windows live in its memory), with
-    the daemon's bearer token when ``http.token_file`` is readable here (a daemon that
-    listens beyond loopback answers only that, a manager certificate or loopback)."""
-    import requests
+def _daemon_moves(cfg: Config) -> dict[str, Any] | str:
+    """The leader daemon's move proposals, or why they were not read (``daemonmoves``)."""
+    from swarmgpu.cli.daemonmoves import daemon_moves
 
-    from swarmgpu.core.healthcheck import loopback  # '::1:9402' is no URL's host
-    from swarmgpu.manager.cycle.rebalance import ROUTE
-    from swarmgpu.swarm.identity import IdentityError, read_token
-    headers = {}
-    if cfg.http.token_file:
-        with contextlib.suppress(IdentityError):
-            headers["Authorization"] = f"Bearer {read_token(cfg.http.token_file)}"
-    try:
-        r = requests.get(f"http://{loopback(cfg.http.listen)}{ROUTE}", timeout=3, headers=headers)
-        data = r.json() if r.status_code == 200 else None
-    except (requests.RequestException, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return daemon_moves(cfg)
 
 
 # Swarm names a stack's services and networks STACK_NAME and takes only a DNS name

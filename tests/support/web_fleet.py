@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO / "benchmarks") not in sys.path:
     sys.path.append(str(REPO / "benchmarks"))
 
-from bench_scale import FakeSwarm, build_cluster  # noqa: E402
+from fake_cluster import FakeSwarm, build_cluster  # noqa: E402
 from loguru import logger  # noqa: E402
 
 from swarmgpu.core.config import Config, SyncConfig  # noqa: E402

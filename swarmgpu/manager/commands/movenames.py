@@ -1,4 +1,4 @@
-"""How `plan`'s and `status`'s move and failing-node lines name a node: its hostname cut
+"""How `plan`'s and `status`'s move, failing-node and node-list lines name a node: its hostname cut
 (``peertext.cell``), as their tables cut it, and the node's ID (whole, as the tables and
 `docker node ls` show it) beside a cut that more than one node reads as. A line had the
 cut names alone: a move between two nodes whose long names are alike up to the cut read
@@ -54,3 +54,18 @@ def failing_entry(key: object, nodes: Iterable[tuple[object, object]]) -> dict[s
         if nid and key == f"{host} ({nid})":
             return {"from": str(host), "from_node": str(nid)}
     return {"from": key}
+
+
+def node_list(hosts: Iterable[tuple[object, object]],
+              nodes: Iterable[tuple[object, object]] = ()) -> str:
+    """``hosts``, (hostname, node ID or None) pairs, as a text line's list: each named as
+    a move's node is (``move_names``: cut, the ID beside a cut more than one node reads
+    as); a hostname without its ID may be a ``host (ID)`` key (``nodes_waiting``, as
+    ``failing_entry`` reads one); ``nodes``: the (hostname, ID) pairs known. Listed
+    whole, three 253-character hostnames filled a line's ``LINE_WIDTH`` and the nodes
+    after them were cut off; a ``host (ID)`` key cut whole lost its ID."""
+    nodes = list(nodes)
+    sides = [{"from": str(h), "from_node": str(i)} if i else failing_entry(h, nodes)
+             for h, i in hosts]
+    name = move_names(sides, nodes)
+    return ", ".join(name(m, "from") for m in sides)

@@ -14,7 +14,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from swarmgpu.core.peertext import ID_WIDTH, cell, text_line
-from swarmgpu.manager.commands.movenames import failing_entry, move_names
+from swarmgpu.manager.commands.movenames import failing_entry, move_names, node_list
 from swarmgpu.manager.nodes.agentbook import facts_age_said, saved_age
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import ServicePlan
@@ -33,30 +33,32 @@ def render_plan(
     unread: Sequence[str] = (),
     nodes: Sequence[tuple[str, str]] = (),
     silent: Sequence[Mapping[str, Any]] = (),
+    moves_unread: str | None = None,
 ) -> str:
     """``health``: ``gpuhealth.health_rows``; ``moves``: the daemon's move document, or
     None when it cannot be reached (at ``listen``); ``unread``: the nodes placed on and
     written to by none (``SwarmNode.unread``), and the nodes and services the lists left
     out (``swarm.unkeyed``), each its message; ``nodes``: the swarm's (hostname, ID)
     pairs, which name a move's or failing node whose cut hostname another's reads as;
-    ``silent``: ``silent_rows``."""
+    ``silent``: ``silent_rows``; ``moves_unread``: why ``moves`` is None, where said."""
     lines = [] if services else ["no service carries a swarmgpu GPU request"]
     # hostnames cut alike on nodes of their own: each placement there names its node
     ids: dict[str, set[str]] = {}
     for pl in (pl for sp in services for pl in sp.placements):
         ids.setdefault(cell(pl.hostname), set()).add(pl.node_id)
     alike = {c for c, nodes in ids.items() if len(nodes) > 1}
+    known = [*nodes, *((pl.hostname, pl.node_id) for sp in services for pl in sp.placements)]
     for sp in services:
-        lines += _service_lines(sp, alike)
-    lines += ungranted_lines(ungranted)  # GPUs seen without a grant (docs/security.md)
+        lines += _service_lines(sp, alike, known)
+    lines += ungranted_lines(ungranted, known)  # GPUs seen without a grant (docs/security.md)
     lines += workload_lines(workload)
     lines += [
         f"GPU health: {cell(r['node'])} GPU {r['gpu']} {r['uuid']}: {r['health']}" for r in health
     ]  # failed GPUs are given to nothing (docs/health.md)
     lines += list(unread)
     lines += [f"{cell(r['hostname'])}: {r['said']}" for r in silent]
-    lines += _move_lines(moves, listen, [*nodes, *((pl.hostname, pl.node_id)
-                                                   for sp in services for pl in sp.placements)])
+    lines += _move_lines(moves, moves_unread or f"the daemon is not reachable on {listen}",
+                         known)
     unread_specs = unread_names(services)
     faults = failed_names(services) - unread_specs  # (once, not per service)
     # in the plan's order; said last, where a reader ends (placement.isolate)
@@ -102,9 +104,10 @@ def plan_exit(services: Sequence[ServicePlan]) -> int:
     return 1 if failed_names(services) else 0
 
 
-def _service_lines(sp: ServicePlan, alike: AbstractSet[str] = frozenset()) -> list[str]:
+def _service_lines(sp: ServicePlan, alike: AbstractSet[str] = frozenset(),
+                   nodes: Sequence[tuple[str, str]] = ()) -> list[str]:
     """``sp``'s lines; a placement on a node whose cut hostname is in ``alike`` names the
-    node's ID too."""
+    node's ID too, a waiting node as ``node_list`` names it (``nodes``: (hostname, ID))."""
     out = [f"{sp.name}: {sp.status} ({sp.state}) {sp.request_text}"]
     for pl in sp.placements:
         slot = f" (slot {pl.slot})" if pl.slot is not None else ""
@@ -118,7 +121,7 @@ def _service_lines(sp: ServicePlan, alike: AbstractSet[str] = frozenset()) -> li
         out.append(f"  replicas {sp.packed}")
     if sp.mode != "replicated":  # global: per node; a job: its run's progress
         for host, why in sorted(sp.nodes_waiting.items()):
-            out.append(f"  {cell(host)}: waiting, gate closed: {why}")
+            out.append(f"  {node_list([(host, None)], nodes)}: waiting, gate closed: {why}")
         if sp.progress and sp.progress != sp.reason:
             out.append(f"  {sp.mode}: {sp.progress}")
     if sp.reason:
@@ -137,15 +140,13 @@ def entries(moves: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
     return [m for m in got if isinstance(m, Mapping)] if isinstance(got, list) else []
 
 
-def _move_lines(moves: Mapping[str, Any] | None, listen: str,
+def _move_lines(moves: Mapping[str, Any] | None, unread: str,
                 nodes: Sequence[tuple[str, str]] = ()) -> list[str]:
     """The daemon's proposed and recent moves and its health policy's failing nodes;
-    ``nodes``: the (hostname, ID) pairs of the plan's placements (``move_names``)."""
+    ``unread``: why ``moves`` is None; ``nodes``: the (hostname, ID) pairs of the plan's
+    placements (``move_names``)."""
     if moves is None:
-        return [
-            f"moves: the daemon is not reachable on {listen}; move proposals need "
-            "its metric windows"
-        ]
+        return [f"moves: {unread}; move proposals need its metric windows"]
     out = []
     proposed, recent = entries(moves, "proposed"), entries(moves, "recent")
     health = moves.get("health")  # the health policy (docs/health.md)

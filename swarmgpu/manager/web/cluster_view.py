@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -16,7 +16,7 @@ from swarmgpu.core.metrics_in import GPU_TEMP, POWER, GpuMetrics
 from swarmgpu.core.model import NodeFacts, is_nvlink
 from swarmgpu.core.peertext import ID_WIDTH, cell, cut_alike, text_line
 from swarmgpu.manager.commands.audit import Finding
-from swarmgpu.manager.commands.movenames import move_names
+from swarmgpu.manager.commands.movenames import move_names, node_list
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import PlacementPlan, read_ledger
@@ -450,31 +450,38 @@ def _move_problems(mv: Mapping[str, Any], nodes: Mapping[Any, Mapping[str, Any]]
     return out
 
 
-def ungranted_lines(found: Sequence[Mapping[str, Any]]) -> list[str]:
-    """`plan` and `status`: each service that sees GPUs without a grant, why, the fix."""
+def ungranted_lines(found: Sequence[Mapping[str, Any]],
+                    nodes: Iterable[tuple[object, object]] = ()) -> list[str]:
+    """`plan` and `status`: each service that sees GPUs without a grant, why, the fix;
+    its nodes named as ``node_list`` names them (``nodes``: the (hostname, ID) pairs)."""
     out = []
+    nodes = list(nodes)
     for u in found:
         tag = " (exempt)" if u.get("exempt") else ""
-        out.append(f"  {u['service']}{tag} on {', '.join(u['nodes'])}: {u['reason']}")
+        on = node_list(((h, None) for h in u["nodes"]), nodes)
+        out.append(f"  {u['service']}{tag} on {on}: {u['reason']}")
         out.append(f"    fix: {u['fix']}")
     return ["ungranted GPU access:", *out] if out else []
 
 
-def _modes_lines(services: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Global services per node (which wait, and why) and jobs' runs (done, or n of m)."""
+def _modes_lines(services: Sequence[Mapping[str, Any]],
+                 nodes: Sequence[tuple[object, object]] = ()) -> list[str]:
+    """Global services per node (which wait, and why) and jobs' runs (done, or n of m);
+    nodes named as ``node_list`` names them (``nodes``: the (hostname, ID) pairs)."""
     out: list[str] = []
     for sv in services:
         mode = sv.get("mode")
         if not mode or mode == "replicated":
             continue
-        on = ", ".join(sorted(p["node"] for p in sv.get("placements") or [])) or "no node"
+        on = node_list(sorted((p["node"], p.get("node_id") or "") for p in sv.get("placements")
+                              or []), nodes) or "no node"
         text = f"  {sv['name']} ({mode}): "
         text += ("done, " if sv.get("status") == "done" else f"on {on}")
         if sv.get("progress"):
             text += ("" if sv.get("status") == "done" else "; ") + str(sv["progress"])
         out.append(text)
         for host, why in sorted((sv.get("nodes_waiting") or {}).items()):
-            out.append(f"    {host}: waiting, gate closed: {why}")
+            out.append(f"    {node_list([(host, None)], nodes)}: waiting, gate closed: {why}")
     return ["", "global services and jobs:", *out] if out else []
 
 
@@ -592,7 +599,8 @@ def render_status(doc: Mapping[str, Any], silent: Sequence[Mapping[str, Any]] = 
         lines += ["", "replicas packed on one node:"]
         for sv in packed:
             lines.append(f"  {sv['name']}: {sv['packed']}")
-    lines.extend(_modes_lines(doc.get("services", [])))
+    pairs = [(n["hostname"], n.get("id")) for n in doc["nodes"]]
+    lines.extend(_modes_lines(doc.get("services", []), pairs))
     limited = [sv for sv in doc.get("services", []) if sv.get("limits")]
     if limited:  # config tenants: what a stack's labels asked beyond its tenant's limits
         lines.append("")
@@ -602,7 +610,7 @@ def render_status(doc: Mapping[str, Any], silent: Sequence[Mapping[str, Any]] = 
                 lines.append(f"  {sv['name']}: {why}")
     if doc.get("ungranted"):
         lines.append("")
-        lines.extend(ungranted_lines(doc["ungranted"]))
+        lines.extend(ungranted_lines(doc["ungranted"], pairs))
     lines.extend(_pending_lines(doc))
     lines.extend(_holder_lines(doc))
     lines.extend(_failed_lines(doc))
@@ -614,7 +622,7 @@ def render_status(doc: Mapping[str, Any], silent: Sequence[Mapping[str, Any]] = 
     if proposed:
         lines.append("")
         lines.append("proposed moves:")
-        name = move_names(proposed, ((n["hostname"], n.get("id")) for n in doc["nodes"]))
+        name = move_names(proposed, pairs)
         for m in proposed:
             lines.append(f"  {m.get('service')}: {name(m, 'from')} -> {name(m, 'to')} "
                          f"({m.get('trigger')}): {m.get('reason')}")
