@@ -70,3 +70,25 @@ def test_a_daemon_that_refuses_plan_is_said_so_not_unreachable(
         (line,) = [ln for ln in res.output.splitlines() if ln.startswith("moves:")]
         assert "not reachable" not in line and "HTTP 401" in line, line
         assert said in line and "http.auth" in line, line
+
+
+def test_plan_json_says_why_the_moves_are_null(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``plan --json`` gave ``"moves": null`` unsaid, where the text said why; now
+    ``moves_unread`` says it (null when read), as ``last_cycle_unread`` in status."""
+    import json
+
+    from click.testing import CliRunner
+    from support.commands import empty_cluster
+
+    from swarmgpu.cli import main
+
+    empty_cluster(monkeypatch)
+    monkeypatch.setattr(cli_manager, "load_cfg", lambda _p: Config())
+    doc = {"proposed": [], "recent": [], "dry_run": True}
+    for got, moves, unread in (("the daemon is not reachable on x", None,
+                                "the daemon is not reachable on x"), (doc, doc, None)):
+        monkeypatch.setattr(cli_manager, "_daemon_moves", lambda _c, g=got: g)
+        res = CliRunner().invoke(main, ["plan", "--json"])
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.output)
+        assert out["moves"] == moves and out["moves_unread"] == unread, out
