@@ -10,10 +10,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import requests
 
 from swarmgpu.cli import manager as cli_manager
 from swarmgpu.core.config import Config
+from swarmgpu.manager.nodes import boundedhttp
 
 
 @pytest.mark.parametrize(("listen", "host"), [
@@ -28,9 +28,9 @@ def test_the_daemons_moves_are_asked_at_a_url_of_its_listen_address(
 
     def get(url: str, **_: Any) -> Any:
         asked.append(url)
-        raise requests.ConnectionError("stand-in")
+        raise boundedhttp.FetchError("stand-in", kind=boundedhttp.CONNECT, connected=False)
 
-    monkeypatch.setattr(requests, "get", get)
+    monkeypatch.setattr(boundedhttp, "get", get)
     cfg = Config()
     cfg = replace(cfg, http=replace(cfg.http, listen=listen, token_file=""))
     assert "not reachable" in str(cli_manager._daemon_moves(cfg))
@@ -38,14 +38,6 @@ def test_the_daemons_moves_are_asked_at_a_url_of_its_listen_address(
     parts = urlsplit(asked[0])
     assert (parts.hostname, parts.port) == (host, 9402), asked
 
-
-
-class _Answer:
-    def __init__(self, status: int) -> None:
-        self.status_code = status
-
-    def json(self) -> Any:
-        return {"error": "who are you"}
 
 
 def test_a_daemon_that_refuses_plan_is_said_so_not_unreachable(
@@ -59,7 +51,7 @@ def test_a_daemon_that_refuses_plan_is_said_so_not_unreachable(
     from swarmgpu.cli import main
 
     empty_cluster(monkeypatch)
-    monkeypatch.setattr(requests, "get", lambda url, **_: _Answer(401))
+    monkeypatch.setattr(boundedhttp, "get", lambda url, **_: boundedhttp.Fetched(401, b""))
     for token_file, said in (("", "http.token_file is not set"),
                              (str(tmp_path / "none"), "cannot read it")):
         cfg = Config()
