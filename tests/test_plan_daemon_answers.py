@@ -62,7 +62,7 @@ class Daemon:
 
 
 @pytest.fixture
-def daemon() -> Iterator[Daemon]:
+def stand_in() -> Iterator[Daemon]:
     d = Daemon()
     yield d
     d.stop.set()
@@ -81,25 +81,25 @@ def _drip(_h: bytes, s: socket.socket, stop: threading.Event) -> None:
 
 
 def test_a_daemon_that_answers_a_byte_at_a_time_is_not_waited_on(
-        daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+        stand_in: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
     # requests' timeout bounds each read, not the answer: plan waited as long as the
     # bytes kept coming, then said the daemon was "not reachable".
     monkeypatch.setattr(daemonmoves, "TIMEOUT_S", 0.5, raising=False)
-    daemon.answer = _drip
-    got = daemonmoves.daemon_moves(daemon.cfg())
+    stand_in.answer = _drip
+    got = daemonmoves.daemon_moves(stand_in.cfg())
     assert isinstance(got, str) and "did not answer within" in got, got
 
 
 def test_a_larger_answer_than_any_moves_document_is_not_read_whole(
-        daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+        stand_in: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(daemonmoves, "MAX_BYTES", 1 << 20, raising=False)
     big = json.dumps({"proposed": [], "recent": [], "pad": "x" * (2 << 20)}).encode()
-    daemon.answer = lambda _h, s, _e: s.sendall(_ok(big))
-    got = daemonmoves.daemon_moves(daemon.cfg())
+    stand_in.answer = lambda _h, s, _e: s.sendall(_ok(big))
+    got = daemonmoves.daemon_moves(stand_in.cfg())
     assert isinstance(got, str) and "more than" in got, got
 
 
-def test_a_redirect_is_not_followed(daemon: Daemon) -> None:
+def test_a_redirect_is_not_followed(stand_in: Daemon) -> None:
     # requests followed it, and plan showed another path's (or host's) document as the
     # daemon's moves.
     def answer(head: bytes, s: socket.socket, _e: threading.Event) -> None:
@@ -109,18 +109,18 @@ def test_a_redirect_is_not_followed(daemon: Daemon) -> None:
             s.sendall(b"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0"
                       b"\r\nConnection: close\r\n\r\n")
 
-    daemon.answer = answer
-    got = daemonmoves.daemon_moves(daemon.cfg())
+    stand_in.answer = answer
+    got = daemonmoves.daemon_moves(stand_in.cfg())
     assert isinstance(got, str) and "HTTP 302" in got and "redirect" in got, got
-    assert len(daemon.heads) == 1, daemon.heads
+    assert len(stand_in.heads) == 1, stand_in.heads
 
 
-def test_a_daemon_that_failed_its_answer_is_sent_to_its_log(daemon: Daemon) -> None:
+def test_a_daemon_that_failed_its_answer_is_sent_to_its_log(stand_in: Daemon) -> None:
     # A 500 (the daemon's route raised) asked whether http.listen was the right port.
-    daemon.answer = lambda _h, s, _e: s.sendall(
+    stand_in.answer = lambda _h, s, _e: s.sendall(
         b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 15\r\nConnection: close"
         b"\r\n\r\ninternal error\n")
-    got = daemonmoves.daemon_moves(daemon.cfg())
+    got = daemonmoves.daemon_moves(stand_in.cfg())
     assert isinstance(got, str) and "HTTP 500" in got and "its log" in got, got
     assert "http.listen of this config" not in got, got
 
@@ -135,25 +135,25 @@ def test_a_daemon_that_failed_its_answer_is_sent_to_its_log(daemon: Daemon) -> N
     b"\xff\xfe\x00",
 ])
 def test_an_answer_that_is_not_the_moves_document_is_not_taken(
-        daemon: Daemon, body: bytes) -> None:
-    daemon.answer = lambda _h, s, _e: s.sendall(_ok(body))
-    got = daemonmoves.daemon_moves(daemon.cfg())
+        stand_in: Daemon, body: bytes) -> None:
+    stand_in.answer = lambda _h, s, _e: s.sendall(_ok(body))
+    got = daemonmoves.daemon_moves(stand_in.cfg())
     assert isinstance(got, str) and "not its moves" in got, got
 
 
 def test_the_moves_are_read_with_the_token_of_http_token_file(
-        daemon: Daemon, tmp_path: Path) -> None:
+        stand_in: Daemon, tmp_path: Path) -> None:
     (tmp_path / "token").write_text("abc123def456\n")
-    got = daemonmoves.daemon_moves(daemon.cfg(str(tmp_path / "token")))
+    got = daemonmoves.daemon_moves(stand_in.cfg(str(tmp_path / "token")))
     assert got == json.loads(MOVES), got
-    assert b"\r\nAuthorization: Bearer abc123def456\r\n" in daemon.heads[0], daemon.heads
+    assert b"\r\nAuthorization: Bearer abc123def456\r\n" in stand_in.heads[0], stand_in.heads
 
 
 def test_a_token_file_that_is_a_fifo_is_refused_not_waited_on(
-        daemon: Daemon, tmp_path: Path) -> None:
+        stand_in: Daemon, tmp_path: Path) -> None:
     fifo = make_fifo(tmp_path / "token")
-    daemon.answer = lambda _h, s, _e: s.sendall(
+    stand_in.answer = lambda _h, s, _e: s.sendall(
         b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-    got = read_within(lambda: daemonmoves.daemon_moves(daemon.cfg(str(fifo))), fifo)
+    got = read_within(lambda: daemonmoves.daemon_moves(stand_in.cfg(str(fifo))), fifo)
     assert isinstance(got, str) and "HTTP 401" in got and "not a regular file" in got, got
-    assert b"Authorization" not in daemon.heads[0], daemon.heads
+    assert b"Authorization" not in stand_in.heads[0], stand_in.heads
