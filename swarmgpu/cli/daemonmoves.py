@@ -28,8 +28,9 @@ from swarmgpu.manager.nodes import boundedhttp
 
 REFUSED = (401, 403, 429)  # the daemon's answers to a reader it does not let in
 TIMEOUT_S = 3.0  # the whole answer: a local daemon gives it at once
-# /api/rebalance at 5,000 nodes (every one failing or unknown) and 1,000 proposed moves
-# is some 4 MiB: past this no daemon's document is read.
+# /api/rebalance at 5,000 nodes, each failing and unknown under a 253-character hostname,
+# and 1,000 proposed moves is under 8 MiB (estimated, not measured): past twice that no
+# daemon's document is read.
 MAX_BYTES = 16 * 1024 * 1024
 ASK = "is http.listen of this config the one it serves on?"
 
