@@ -75,3 +75,27 @@ def test_a_variable_in_another_case_is_named_from_the_shell_too(
     cfg.write_text("")
     out = CliRunner().invoke(main, ["config", "check", str(cfg)]).output
     assert "warning: swarmgpu_dry_run: " in out and "SWARMGPU_DRY_RUN?" in out, out
+
+
+@pytest.mark.parametrize("from_shell", [False, True])
+def test_the_daemons_crash_test_hook_is_named_as_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, from_shell: bool) -> None:
+    # SWARMGPU_TEST_CRASH_AFTER is read: the daemon exits (137) at the step it names. It
+    # was said "no key reads it", as if it did nothing; left in a unit, it kills the
+    # daemon mid-move.
+    if from_shell:
+        monkeypatch.setenv("SWARMGPU_TEST_CRASH_AFTER", "move-step-1")
+        cfg = tmp_path / "config.yml"
+        cfg.write_text("")
+        out = CliRunner().invoke(main, ["config", "check", str(cfg)]).output
+    else:
+        out = _check(tmp_path, "SWARMGPU_TEST_CRASH_AFTER=move-step-1\n")[1]
+    assert "warning: SWARMGPU_TEST_CRASH_AFTER: " in out, out
+    assert "no key reads it" not in out and "test hook" in out and "remove it" in out, out
+
+
+def test_the_hook_named_is_the_one_the_daemon_reads() -> None:
+    from swarmgpu.core.envnames import TEST_HOOKS
+    from swarmgpu.manager.rebalance.record import CRASH_ENV
+
+    assert CRASH_ENV in TEST_HOOKS

@@ -10,10 +10,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import requests
 
 from swarmgpu.cli import manager as cli_manager
 from swarmgpu.core.config import Config
+from swarmgpu.manager.nodes import boundedhttp
 
 
 @pytest.mark.parametrize(("listen", "host"), [
@@ -28,9 +28,9 @@ def test_the_daemons_moves_are_asked_at_a_url_of_its_listen_address(
 
     def get(url: str, **_: Any) -> Any:
         asked.append(url)
-        raise requests.ConnectionError("stand-in")
+        raise boundedhttp.FetchError("stand-in", kind=boundedhttp.CONNECT, connected=False)
 
-    monkeypatch.setattr(requests, "get", get)
+    monkeypatch.setattr(boundedhttp, "get", get)
     cfg = Config()
     cfg = replace(cfg, http=replace(cfg.http, listen=listen, token_file=""))
     assert "not reachable" in str(cli_manager._daemon_moves(cfg))
@@ -38,14 +38,6 @@ def test_the_daemons_moves_are_asked_at_a_url_of_its_listen_address(
     parts = urlsplit(asked[0])
     assert (parts.hostname, parts.port) == (host, 9402), asked
 
-
-
-class _Answer:
-    def __init__(self, status: int) -> None:
-        self.status_code = status
-
-    def json(self) -> Any:
-        return {"error": "who are you"}
 
 
 def test_a_daemon_that_refuses_plan_is_said_so_not_unreachable(
@@ -59,7 +51,7 @@ def test_a_daemon_that_refuses_plan_is_said_so_not_unreachable(
     from swarmgpu.cli import main
 
     empty_cluster(monkeypatch)
-    monkeypatch.setattr(requests, "get", lambda url, **_: _Answer(401))
+    monkeypatch.setattr(boundedhttp, "get", lambda url, **_: boundedhttp.Fetched(401, b""))
     for token_file, said in (("", "http.token_file is not set"),
                              (str(tmp_path / "none"), "cannot read it")):
         cfg = Config()
@@ -70,3 +62,25 @@ def test_a_daemon_that_refuses_plan_is_said_so_not_unreachable(
         (line,) = [ln for ln in res.output.splitlines() if ln.startswith("moves:")]
         assert "not reachable" not in line and "HTTP 401" in line, line
         assert said in line and "http.auth" in line, line
+
+
+def test_plan_json_says_why_the_moves_are_null(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``plan --json`` gave ``"moves": null`` unsaid, where the text said why; now
+    ``moves_unread`` says it (null when read), as ``last_cycle_unread`` in status."""
+    import json
+
+    from click.testing import CliRunner
+    from support.commands import empty_cluster
+
+    from swarmgpu.cli import main
+
+    empty_cluster(monkeypatch)
+    monkeypatch.setattr(cli_manager, "load_cfg", lambda _p: Config())
+    doc = {"proposed": [], "recent": [], "dry_run": True}
+    for got, moves, unread in (("the daemon is not reachable on x", None,
+                                "the daemon is not reachable on x"), (doc, doc, None)):
+        monkeypatch.setattr(cli_manager, "_daemon_moves", lambda _c, g=got: g)
+        res = CliRunner().invoke(main, ["plan", "--json"])
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.output)
+        assert out["moves"] == moves and out["moves_unread"] == unread, out

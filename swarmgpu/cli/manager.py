@@ -251,7 +251,8 @@ def _snapshot(cfg: Config, tenants: Tenants | None) -> Any:
 @click.command()
 @click.option("--config", "config_path", default=None, type=ConfigPath(), help=CONFIG_HELP)
 @click.option("--json", "as_json", is_flag=True,
-              help="Each service's plan as JSON, with the moves, workload model, queues, "
+              help="Each service's plan as JSON, with the moves (null where the daemon's "
+                   "were not read: moves_unread says why), workload model, queues, "
                    "GPU health and ungranted GPU access.")
 def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
@@ -292,6 +293,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
                 {
                     "services": [sp.to_dict() for sp in p.services],
                     "moves": moves,
+                    "moves_unread": unread_moves,  # why moves is null, as the text says
                     "workload": p.workload,
                     "queues": p.queues,
                     "gpu_health": health_rows(snap.facts),

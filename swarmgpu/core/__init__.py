@@ -21,7 +21,8 @@ a request head read and checked as the most careful server would, and
 then 429, and ``forwarded``: the client a
 trusted reverse proxy names, and ``numerichost``: a host name that ends in a number,
 read as another address by some readers; ``yamlfile``, with ``goscalar``: a plain
-scalar as docker's go-yaml reads it, ``leadingzero``: ``010``, 8 or 10 by the reader,
+scalar as docker's go-yaml reads it, and ``yamlnodes``: its checks of each node,
+``leadingzero``: ``010``, 8 or 10 by the reader,
 refused in the files swarmgpu alone reads, ``boundedfile``: a named file read
 only as a small regular file, never blocking; ``healthcheck``: the image's
 HEALTHCHECK, ``sdnotify``: systemd's notify protocol for both roles), and ``peertext``,

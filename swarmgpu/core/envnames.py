@@ -22,6 +22,11 @@ OTHER_READERS = frozenset({
     "SWARMGPU_PROXY_SERVICE", "SWARMGPU_IMAGE", "SWARMGPU_DOCKER_DATA_ROOT",
     "SWARMGPU_DOCKER_SOCKET", "SWARMGPU_GPU_FRACTION", "SWARMGPU_GPU_MEMORY_MIB",
 })
+# Read by the daemon, but no config override: a test hook (``rebalance.record.CRASH_ENV``)
+# that exits the daemon (137, as a kill) right after the move step it names. Said
+# wherever it is set: "no key reads it" read as harmless, and left in a unit it kills
+# the daemon mid-move.
+TEST_HOOKS = frozenset({"SWARMGPU_TEST_CRASH_AFTER"})
 
 
 def _key_names(cls: Any, path: tuple[str, ...] = ()) -> dict[str, str]:
@@ -47,6 +52,11 @@ def unread_variables(env: Mapping[str, str], config_cls: Any, *, all_of: bool) -
         # set nothing, and is said as its upper-case name would be.
         name = var.upper()
         if not name.startswith("SWARMGPU_") or var in ENV_OVERRIDES or var in OTHER_READERS:
+            continue
+        if var in TEST_HOOKS:
+            out.append(f"{var}: a test hook the daemon reads, not a config override: it "
+                       "exits the daemon at the step it names, as a kill would; remove it "
+                       "outside tests")
             continue
         close = difflib.get_close_matches(name, ENV_OVERRIDES, n=1, cutoff=0.85)
         if name != var and (name in ENV_OVERRIDES or name in OTHER_READERS):
