@@ -409,7 +409,10 @@ def _docker_info() -> tuple[Any, str | None]:
     except Exception as exc:
         if isinstance(exc.__cause__, refused):  # (its version, asked as it is made)
             return None, f"docker info: {exc.__cause__}"
-        return None, str(exc) or type(exc).__name__
+        # where it asked, as plan and audit say it: a DOCKER_HOST left elsewhere shows
+        from swarmgpu.swarm.engineaddr import engine_endpoint
+
+        return None, f"at {engine_endpoint(None)}: {str(exc) or type(exc).__name__}"
     if not isinstance(info, dict):  # (every check reads it as one: a list failed doctor)
         return None, (f"docker info: the engine's answer is no JSON object (a "
                       f"{type(info).__name__}): it is not read")
