@@ -68,7 +68,7 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
     """Print the GPU facts the agent would serve."""
     from swarmgpu.core.model import FactsError
     from swarmgpu.core.peertext import escaped
-    from swarmgpu.swarm.labels import desired_labels
+    from swarmgpu.swarm.labels import GPUS_UNREAD_FIX, desired_labels
 
     src = _open(source, hostname, product, memory_mib, mig_layout)
     try:
@@ -93,7 +93,11 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
             lines.append(f"  GPU{i} " + " ".join(f"{x:>5}" for x in row))
     lines += [f"  error: {e}" for e in nf.errors]
     lines.append("labels:")
-    lines += [f"  {k}={v}" for k, v in sorted(desired_labels(nf).items())]
+    if nf.gpus_unread:  # label sync writes none: count=0 would stop the node's GPU tasks
+        lines.append("  none written: its GPUs cannot be read (the error above), so label "
+                     f"sync leaves the node's labels as they are; fix: {GPUS_UNREAD_FIX}")
+    else:
+        lines += [f"  {k}={v}" for k, v in sorted(desired_labels(nf).items())]
     click.echo("\n".join(escaped(line) for line in lines))
 
 
