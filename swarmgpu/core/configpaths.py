@@ -43,8 +43,9 @@ def path_problems(cfg: Any, config_path: str | os.PathLike[str] | None,
             fix = (f"{quoted(value)} is not an absolute path (nothing expands ~ here); "
                    "write the home directory's path whole")
         else:
-            beside = posixpath.join(posixpath.dirname(posixpath.abspath(
-                os.fspath(config_path))), value) \
+            # (normalised as abspath normalises the file's own: no './' or '//' left)
+            beside = posixpath.normpath(posixpath.join(posixpath.dirname(
+                posixpath.abspath(os.fspath(config_path))), value)) \
                 if config_path is not None and tuple(where.split(".")) not in from_env \
                 else None
             fix = (f"{quoted(value)} is not an absolute path: the daemon reads it from its "
