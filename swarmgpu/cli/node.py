@@ -204,7 +204,7 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
     )
 
     try:
-        tls = agent_tls(identity, data_root, tls_cert, tls_key, tls_ca)
+        tls = agent_tls(identity, data_root, tls_cert, tls_key, tls_ca, listen=listen)
         # At least MIN_TOKEN_CHARS: the token opens /metrics (and /facts without TLS)
         # from anywhere, and a short one is guessed.
         token = read_agent_token(token_file) if token_file else None
@@ -259,8 +259,9 @@ def _exit_now(code: int) -> None:
 
 
 def agent_tls(identity: str, data_root: str, cert: str | None, key: str | None,
-              ca: str | None) -> ReloadingServerContext | None:
-    """The agent's TLS, or None for plain HTTP; raises IdentityError with the fix."""
+              ca: str | None, *, listen: str = "") -> ReloadingServerContext | None:
+    """The agent's TLS, or None for plain HTTP (said, naming ``listen``, the address
+    served); raises IdentityError with the fix."""
     from swarmgpu.swarm.identity import IdentityError, ReloadingServerContext, node_cert_paths
 
     if bool(cert) != bool(key):
@@ -268,7 +269,7 @@ def agent_tls(identity: str, data_root: str, cert: str | None, key: str | None,
     if identity == "none":
         if cert:
             raise IdentityError("--tls-cert needs --identity swarm-pki (or auto)")
-        _log_plain("--identity none")
+        _log_plain("--identity none", listen)
         return None
     found_crt, found_key, found_ca = node_cert_paths(data_root)
     crt, k = (Path(cert), Path(key)) if cert and key else (found_crt, found_key)
@@ -276,7 +277,7 @@ def agent_tls(identity: str, data_root: str, cert: str | None, key: str | None,
     root_ca = Path(ca) if ca else beside if beside.exists() else found_ca
     if not crt.exists():
         if identity == "auto" and not cert:
-            _log_plain(f"no Swarm node certificate at {crt}")
+            _log_plain(f"no Swarm node certificate at {crt}", listen)
             return None
         raise IdentityError(
             f"no Swarm node certificate at {crt}: is this node a Swarm member, and is "
@@ -287,13 +288,14 @@ def agent_tls(identity: str, data_root: str, cert: str | None, key: str | None,
     return ReloadingServerContext(crt, k, root_ca)
 
 
-def _log_plain(why: str) -> None:
+def _log_plain(why: str, listen: str) -> None:
     from loguru import logger
 
-    logger.warning("agent serves plain HTTP ({}): anyone on the network can read /facts and "
-                   "/metrics, and the daemon (agents.identity swarm-pki, the default) refuses "
-                   "it; run it on a Swarm member with its node certificate (docs/security.md)",
-                   why)
+    # who can read it: on loopback (the default) no one on the network does
+    who = f"anyone who reaches {listen}" if listen else "anyone who reaches it"
+    logger.warning("agent serves plain HTTP ({}): {} can read /facts and /metrics, and the "
+                   "daemon (agents.identity swarm-pki, the default) refuses it; run it on a "
+                   "Swarm member with its node certificate (docs/security.md)", why, who)
 
 
 @click.command()
