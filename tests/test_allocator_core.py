@@ -95,6 +95,20 @@ def test_unplaceable_names_the_closest_node() -> None:
     assert "best node gpu-node-3 has 2 free" in r.reason
 
 
+def test_unplaceable_on_a_drained_or_unmatched_node_reads_as_a_sentence() -> None:
+    # (plan, status and audit said "best node a has it is not schedulable" and "best
+    # node a has labels do not match": the node's state put after "has")
+    a = cluster(NodeSpec("a", gpus(1)))
+    a.set_blocked("a", True)
+    r = a.place(Demand(num_gpu=1))
+    assert isinstance(r, Unplaceable)
+    assert r.reason.endswith("best node a is not schedulable (down, paused or drained)")
+    b = cluster(NodeSpec("b", gpus(1), labels={"zone": "x"}))
+    r = b.place(Demand(num_gpu=1, node_labels=(("zone", "y"),)))
+    assert isinstance(r, Unplaceable)
+    assert r.reason.endswith("best node b does not carry the node labels asked for"), r
+
+
 def test_nvlink_request_uses_the_link_matrix() -> None:
     # GPUs 0-1 and 2-3 are NVLink pairs; across pairs only PCIe.
     def pair(a: int, b: int) -> int:

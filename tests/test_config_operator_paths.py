@@ -35,6 +35,12 @@ def test_a_relative_path_is_refused_naming_the_key_and_the_absolute_one(
     assert f"{tmp_path}/config.yml:" in errors[0], errors
 
 
+def test_the_absolute_path_suggested_is_written_as_a_path_is(tmp_path: Path) -> None:
+    # (`token_file: ./token` was suggested as e.g. /etc/swarmgpu/./token, the `./` kept)
+    errors = _errors(tmp_path, "http:\n  token_file: ./secrets//token\n")
+    assert errors[0].endswith(f"write it whole, e.g. {tmp_path}/secrets/token"), errors
+
+
 def test_a_relative_path_from_the_environment_is_refused_naming_the_variable(
         tmp_path: Path) -> None:
     errors = _errors(tmp_path, "", {"SWARMGPU_STATE_DIR": "state"})

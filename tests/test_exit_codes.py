@@ -78,3 +78,26 @@ def test_every_option_says_what_it_does() -> None:
         bare += [f"{name} {p.opts[0]}" for p in cmd.params
                  if isinstance(p, click.Option) and not p.help]
     assert not bare, f"options with no help text: {bare}"
+
+
+def test_plans_exit_1_for_a_service_whose_planning_raised_is_documented() -> None:
+    """`plan` exits 1 when planning a service raised (status failed, a fault to report:
+    README's `plan` section says so), but its Exit codes entry listed 0 and 2 alone, so a
+    script reading the help took 1 for no code plan has."""
+    from swarmgpu.manager.commands.plan import plan_exit
+    from swarmgpu.manager.placement import ServicePlan, State, Status
+
+    assert plan_exit([ServicePlan("bad", "id-bad", None, "", Status.FAILED, State.FAILED)]) == 1
+    entry = next(e for e in _entries() if "plan" in e.split("  ", 1)[0].split(", "))
+    assert "; 1 " in entry, entry
+
+
+def _entries() -> list[str]:
+    """Each entry of EXIT_CODES as one line (its first line and those under it)."""
+    out: list[str] = []
+    for ln in EXIT_CODES.split("Exit codes:\n", 1)[1].splitlines():
+        if ln.startswith("   ") and out:
+            out[-1] += " " + ln.strip()
+        else:
+            out.append(ln.strip())
+    return out

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from loguru import logger
 
 from swarmgpu.agent.facts import FactSource
+from swarmgpu.core.andmore import and_more
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.peertext import peer_text
 
 _log = logger.bind(component="agent")
 
@@ -46,6 +48,7 @@ class FactsCache:
         self._read_at: float | None = None
         self._error: str | None = None
         self._failures = 0
+        self._said = ""  # the facts' errors as the log last said them
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="facts-refresh", daemon=True)
         # Called after each read that completed (systemd's watchdog: serve()); from the
@@ -76,8 +79,24 @@ class FactsCache:
             self._facts = facts
             self._read_at = self._clock()
             self._error = None
+        self._say_errors(facts.errors)
         if self.on_read is not None:
             self.on_read()
+
+    def _say_errors(self, errors: tuple[str, ...]) -> None:
+        """The facts' own errors (no driver, a GPU lost), said when what is said changes
+        (their first and count; the rest are in /healthz): served in /facts and /healthz,
+        they were said in the daemon's log alone, not the node's."""
+        line = (f"facts from {self.source.spec} are served with {len(errors)} error"
+                f"{'' if len(errors) == 1 else 's'}: {peer_text(errors[0])}"
+                f"{and_more(len(errors))}" if errors else "")
+        if line == self._said:
+            return
+        if line:
+            _log.warning(line)
+        else:
+            _log.info("facts from {} are served with no error again", self.source.spec)
+        self._said = line
 
     def _run(self) -> None:
         next_at = self._clock()

@@ -674,9 +674,9 @@ class Allocator:
         """``explain_unplaceable``'s words for the closest node."""
         name = node.spec.name
         if why == "blocked":
-            return f"{name} has it is not schedulable (down, paused or drained)"
+            return f"{name} is not schedulable (down, paused or drained)"
         if why == "labels":
-            return f"{name} has labels do not match"
+            return f"{name} does not carry the node labels asked for"
         if why == "cpu":
             return f"{name} has only {node.cpu_left} CPU milli free"
         if why == "mem":

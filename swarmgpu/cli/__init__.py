@@ -32,7 +32,9 @@ Exit codes:
                         cycle could not ask or read the engine (it went away)
   audit                 0 clean or advisories only; 1 findings needing action
                         (--strict: any finding); 2 could not run
-  plan, status          0 shown; 2 bad config or the swarm cannot be read
+  plan                  0 shown; 1 planning a service raised (status failed: a
+                        fault to report); 2 bad config or the swarm cannot be read
+  status                0 shown; 2 bad config or the swarm cannot be read
   apply                 0 written (or nothing held back; --dry-run: shown); 1 a
                         service unknown, not annotated, or its write failed; 2 bad
                         config or the swarm cannot be read

@@ -68,7 +68,7 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
     """Print the GPU facts the agent would serve."""
     from swarmgpu.core.model import FactsError
     from swarmgpu.core.peertext import escaped
-    from swarmgpu.swarm.labels import desired_labels
+    from swarmgpu.swarm.labels import GPUS_UNREAD_FIX, desired_labels
 
     src = _open(source, hostname, product, memory_mib, mig_layout)
     try:
@@ -93,7 +93,11 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
             lines.append(f"  GPU{i} " + " ".join(f"{x:>5}" for x in row))
     lines += [f"  error: {e}" for e in nf.errors]
     lines.append("labels:")
-    lines += [f"  {k}={v}" for k, v in sorted(desired_labels(nf).items())]
+    if nf.gpus_unread:  # label sync writes none: count=0 would stop the node's GPU tasks
+        lines.append("  none written: its GPUs cannot be read (the error above), so label "
+                     f"sync leaves the node's labels as they are; fix: {GPUS_UNREAD_FIX}")
+    else:
+        lines += [f"  {k}={v}" for k, v in sorted(desired_labels(nf).items())]
     click.echo("\n".join(escaped(line) for line in lines))
 
 
@@ -200,7 +204,7 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
     )
 
     try:
-        tls = agent_tls(identity, data_root, tls_cert, tls_key, tls_ca)
+        tls = agent_tls(identity, data_root, tls_cert, tls_key, tls_ca, listen=listen)
         # At least MIN_TOKEN_CHARS: the token opens /metrics (and /facts without TLS)
         # from anywhere, and a short one is guessed.
         token = read_agent_token(token_file) if token_file else None
@@ -255,8 +259,9 @@ def _exit_now(code: int) -> None:
 
 
 def agent_tls(identity: str, data_root: str, cert: str | None, key: str | None,
-              ca: str | None) -> ReloadingServerContext | None:
-    """The agent's TLS, or None for plain HTTP; raises IdentityError with the fix."""
+              ca: str | None, *, listen: str = "") -> ReloadingServerContext | None:
+    """The agent's TLS, or None for plain HTTP (said, naming ``listen``, the address
+    served); raises IdentityError with the fix."""
     from swarmgpu.swarm.identity import IdentityError, ReloadingServerContext, node_cert_paths
 
     if bool(cert) != bool(key):
@@ -264,7 +269,7 @@ def agent_tls(identity: str, data_root: str, cert: str | None, key: str | None,
     if identity == "none":
         if cert:
             raise IdentityError("--tls-cert needs --identity swarm-pki (or auto)")
-        _log_plain("--identity none")
+        _log_plain("--identity none", listen)
         return None
     found_crt, found_key, found_ca = node_cert_paths(data_root)
     crt, k = (Path(cert), Path(key)) if cert and key else (found_crt, found_key)
@@ -272,7 +277,7 @@ def agent_tls(identity: str, data_root: str, cert: str | None, key: str | None,
     root_ca = Path(ca) if ca else beside if beside.exists() else found_ca
     if not crt.exists():
         if identity == "auto" and not cert:
-            _log_plain(f"no Swarm node certificate at {crt}")
+            _log_plain(f"no Swarm node certificate at {crt}", listen)
             return None
         raise IdentityError(
             f"no Swarm node certificate at {crt}: is this node a Swarm member, and is "
@@ -283,13 +288,14 @@ def agent_tls(identity: str, data_root: str, cert: str | None, key: str | None,
     return ReloadingServerContext(crt, k, root_ca)
 
 
-def _log_plain(why: str) -> None:
+def _log_plain(why: str, listen: str) -> None:
     from loguru import logger
 
-    logger.warning("agent serves plain HTTP ({}): anyone on the network can read /facts and "
-                   "/metrics, and the daemon (agents.identity swarm-pki, the default) refuses "
-                   "it; run it on a Swarm member with its node certificate (docs/security.md)",
-                   why)
+    # who can read it: on loopback (the default) no one on the network does
+    who = f"anyone who reaches {listen}" if listen else "anyone who reaches it"
+    logger.warning("agent serves plain HTTP ({}): {} can read /facts and /metrics, and the "
+                   "daemon (agents.identity swarm-pki, the default) refuses it; run it on a "
+                   "Swarm member with its node certificate (docs/security.md)", why, who)
 
 
 @click.command()
@@ -409,7 +415,10 @@ def _docker_info() -> tuple[Any, str | None]:
     except Exception as exc:
         if isinstance(exc.__cause__, refused):  # (its version, asked as it is made)
             return None, f"docker info: {exc.__cause__}"
-        return None, str(exc) or type(exc).__name__
+        # where it asked, as plan and audit say it: a DOCKER_HOST left elsewhere shows
+        from swarmgpu.swarm.engineaddr import engine_endpoint
+
+        return None, f"at {engine_endpoint(None)}: {str(exc) or type(exc).__name__}"
     if not isinstance(info, dict):  # (every check reads it as one: a list failed doctor)
         return None, (f"docker info: the engine's answer is no JSON object (a "
                       f"{type(info).__name__}): it is not read")

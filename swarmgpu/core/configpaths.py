@@ -66,8 +66,9 @@ def path_problems(cfg: Any, config_path: str | os.PathLike[str] | None,
             fix = (f"{quoted(value)} is a Windows path; the daemon runs on Linux: write "
                    "the Linux path whole, from /")
         else:
-            beside = posixpath.join(posixpath.dirname(posixpath.abspath(
-                os.fspath(config_path))), value) \
+            # (normalised as abspath normalises the file's own: no './' or '//' left)
+            beside = posixpath.normpath(posixpath.join(posixpath.dirname(
+                posixpath.abspath(os.fspath(config_path))), value)) \
                 if config_path is not None and tuple(where.split(".")) not in from_env \
                 else None
             fix = (f"{quoted(value)} is not an absolute path: the daemon reads it from its "

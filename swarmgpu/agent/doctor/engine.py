@@ -498,7 +498,8 @@ def check_engine(view: NodeView) -> Check:
         else:
             fix = ("Start dockerd (`systemctl start docker`; `journalctl -u docker` says why "
                    "it stopped), or point DOCKER_HOST at its socket.")
-        return Check(cid, Status.FAIL, f"cannot ask dockerd: {err}", why, fix)
+        said = f" {err}" if err.startswith("at ") else f": {err}"  # (at ADDRESS: cli.node)
+        return Check(cid, Status.FAIL, f"cannot ask dockerd{said}", why, fix)
     info = view.docker_info
     unread = unread_check(cid, info, SWARM_PARTS)
     if unread is not None:  # (an unread state read as "unknown": a join fix for nothing)

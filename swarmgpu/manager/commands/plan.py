@@ -161,7 +161,10 @@ def _move_lines(moves: Mapping[str, Any] | None, unread: str,
     sick = [failing_entry(host, nodes) for host, _ in failed]
     name = move_names([*proposed, *recent[-5:], *sick], nodes)
     if not proposed:
-        out.append("moves: none proposed" + (" (dry-run)" if moves.get("dry_run") else ""))
+        # (the rebalancer's dry run, on by default: not the daemon's, which writes placements)
+        out.append("moves: none proposed" + (" (rebalance.dry_run, or dry_run: moves are "
+                                             "proposed, never made)"
+                                             if moves.get("dry_run") else ""))
     for m in proposed:
         out.append(
             f"move {m.get('service')}: {name(m, 'from')} -> {name(m, 'to')} "

@@ -1,0 +1,55 @@
+"""The agent's log says when the facts it serves carry errors: a node without its driver
+(NVML cannot initialise), a GPU it cannot read. They were served, in /facts and
+/healthz ("degraded"), and said by the daemon on the manager, while the agent's own
+log (journalctl -u swarmgpu-agent, the node's operator's first look) said only
+"agent serving nvml", as on a healthy node. Said once a change, not every refresh."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from support.loglines import log_lines
+
+from swarmgpu.agent.factscache import FactsCache
+from swarmgpu.core.model import NodeFacts
+
+NO_NVML = "nvml: cannot initialise NVML (NVMLError_LibraryNotFound)"
+
+
+class Source:
+    spec = "nvml"
+
+    def __init__(self) -> None:
+        self.errors: tuple[str, ...] = (NO_NVML,)
+
+    def read(self) -> NodeFacts:
+        return NodeFacts(hostname="gpu-a", source="nvml", errors=self.errors)
+
+
+@pytest.fixture
+def said() -> Iterator[list[str]]:
+    yield from log_lines("INFO")
+
+
+def test_facts_with_errors_are_said_once_a_change(said: list[str]) -> None:
+    src = Source()
+    cache = FactsCache(src, refresh_s=10)
+    cache.refresh_once()
+    cache.refresh_once()  # the same errors: not said again
+    warned = [ln for ln in said if "WARNING" in ln]
+    assert len(warned) == 1, said
+    assert f"facts from nvml are served with 1 error: {NO_NVML}" in warned[0], said
+    src.errors = ()
+    cache.refresh_once()
+    assert any("facts from nvml are served with no error again" in ln for ln in said), said
+    cache.refresh_once()
+    assert len(said) == 2, said
+
+
+def test_facts_without_errors_are_not_said(said: list[str]) -> None:
+    src = Source()
+    src.errors = ()
+    cache = FactsCache(src, refresh_s=10)
+    cache.refresh_once()
+    assert said == [], said
