@@ -6,7 +6,7 @@ roll-out among near-best nodes (stop 76)"; main leaves it off).
         --rollout-leaf waste -- \\
         simulate --trace default --seeds 42,43,44 --bound off --policy swarmgpu --json
 
-``--rollout-k K`` (2..3; 0: off) candidates within ``--rollout-margin`` of the best
+``--rollout-k K`` (2..4; 0: off) candidates within ``--rollout-margin`` of the best
 score (0: exact ties of distinct node states; scores step by 10 per gradient point, 1
 for "already in use") are each rolled out with ``--rollout-m M`` tasks drawn from the
 scorer's mix; ``--rollout-leaf waste`` tells roll-outs that place as much apart by the

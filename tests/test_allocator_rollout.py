@@ -390,6 +390,19 @@ def test_the_class_distinct_roll_out_weighs_an_untouched_node_against_a_used_one
         assert isinstance(got, Choice) and got.node == "used", distinct
 
 
+def test_a_fourth_candidate_is_rolled_out_with_k_4() -> None:
+    # Three two-GPU nodes (distinct by CPU, so distinct node states) and ``one``, fourth
+    # by rank: a GPU on any of the three leaves two pair hosts for the mix's three
+    # pairs, on ``one`` all three. K 3 never sees ``one``; K 4 (stop 81) does.
+    for k, want in ((3, "a"), (4, "one")):
+        a = Allocator(FlatScorer((TypicalTask(PAIR, 1.0),), RollOut(k=k, m=3)))
+        for rank, (name, cpu) in enumerate((("a", 64_000), ("b", 63_000), ("c", 62_000))):
+            a.add_node(node(name, 2, cpu=cpu), rank=rank)
+        a.add_node(node("one", 1), rank=3)
+        got = a.place(Demand(num_gpu=1))
+        assert isinstance(got, Choice) and got.node == want, k
+
+
 def test_the_draw_is_the_same_for_the_same_decision() -> None:
     ro = RollOut(m=8)
     mix = (TypicalTask(PAIR, 0.5), TypicalTask(TaskShape(4000, 300, 1), 0.5))
@@ -454,7 +467,7 @@ def test_consistent_picks_among_the_candidates_that_beat_the_base_on_every_draw(
     assert consistent([[(0, 0, 0, 0.0)]], "every") == 0
 
 
-@pytest.mark.parametrize("bad", [{"k": 4}, {"k": 0}, {"m": -1}, {"margin": -1.0},
+@pytest.mark.parametrize("bad", [{"k": 5}, {"k": 0}, {"m": -1}, {"margin": -1.0},
                                  {"leaf": "best"}, {"mix": "trace"},
                                  {"distinct": "shape"}, {"draws": 0},
                                  {"rule": "median"}])

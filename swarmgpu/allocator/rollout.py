@@ -155,9 +155,11 @@ class RollOut:
     _full: tuple[object, tuple[TypicalTask, ...]] | None = None
 
     def __post_init__(self) -> None:
-        if not 1 <= self.k <= 3 or self.m < 0 or self.margin < 0 or self.draws < 1:
+        # k 4 (stop 81) rolls out one more near-best node; beyond that the cost grows
+        # with nothing measured to ask for it
+        if not 1 <= self.k <= 4 or self.m < 0 or self.margin < 0 or self.draws < 1:
             raise ValueError(f"roll-out k={self.k} m={self.m} margin={self.margin} "
-                             f"draws={self.draws}: use k in 1..3, m >= 0, margin >= 0 "
+                             f"draws={self.draws}: use k in 1..4, m >= 0, margin >= 0 "
                              "and draws >= 1")
         if self.rule not in RULES:
             raise ValueError(f"roll-out rule={self.rule!r}: use one of {', '.join(RULES)}")
