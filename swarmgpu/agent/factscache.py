@@ -48,8 +48,10 @@ class FactsCache:
         self._failures = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="facts-refresh", daemon=True)
-        # Called after each read that completed (systemd's watchdog: serve()); from the
-        # refresher only, so a read hung in NVML stops the calls.
+        # Called after each read that completed, refused or not (systemd's READY and
+        # watchdog: serve()); from the refresher only, so a read hung in NVML stops the
+        # calls. After good reads alone, an agent whose file was refused never started
+        # (Type=notify) and was killed by the watchdog mid-run: a restart loop.
         self.on_read: Callable[[], None] | None = None
 
     def start(self) -> None:
@@ -69,6 +71,8 @@ class FactsCache:
             with self._lock:
                 self._error = msg
                 self._failures += 1
+            if self.on_read is not None:
+                self.on_read()
             return
         with self._lock:
             if self._error is not None:
