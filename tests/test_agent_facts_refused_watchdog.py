@@ -39,3 +39,22 @@ def test_a_refused_facts_file_starts_and_feeds_the_watchdog(
                      "product: NVIDIA A100-SXM4-80GB, memory_mib: 81920}\n")
     cache.refresh_once()
     assert sent[-1] == "WATCHDOG=1" and cache.view().facts is not None
+
+
+def test_an_agent_with_a_metrics_profile_says_the_refusal_in_one_line(tmp_path: Path) -> None:
+    """``--metrics-profile`` reads the facts at start (the profile is per GPU): a refused
+    file ended the agent with a traceback (the SourceError uncaught), not the one line
+    naming the file, key, line and fix that a refused profile gets (exit 2)."""
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+
+    facts = tmp_path / "facts.yml"
+    facts.write_text("node: {hostname: n1}\ngpus:\n  - {index: 0, uuid: GPU-1, "
+                     "memory_mib: 081920}\n")
+    profile = tmp_path / "profile.yml"
+    profile.write_text("default: {util: 10}\n")
+    res = CliRunner().invoke(main, ["agent", "--source", f"file:{facts}", "--metrics-profile",
+                                    str(profile), "--listen", "127.0.0.1:0"])
+    assert res.exit_code == 2, (res.output, res.exception)
+    assert "memory_mib at line 3: 081920 has a leading 0" in res.output, res.output
