@@ -58,3 +58,22 @@ def test_an_agent_with_a_metrics_profile_says_the_refusal_in_one_line(tmp_path: 
                                     str(profile), "--listen", "127.0.0.1:0"])
     assert res.exit_code == 2, (res.output, res.exception)
     assert "memory_mib at line 3: 081920 has a leading 0" in res.output, res.output
+
+
+def test_a_read_that_raises_otherwise_still_leaves_it_to_the_watchdog(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a refusal (``SourceError``: a file no restart mends) pings; a read that
+    raised otherwise (NVML in a bad state) is left to the watchdog's restart."""
+
+    class Broken:
+        spec = "nvml"
+
+        def read(self) -> object:
+            raise RuntimeError("NVML_ERROR_UNKNOWN")
+
+    sent: list[str] = []
+    monkeypatch.setattr(server, "sd_notify", lambda msg: sent.append(msg) or True)
+    cache = FactsCache(Broken(), refresh_s=30.0)  # type: ignore[arg-type]
+    server._notify_systemd(cache, 30.0)
+    cache.refresh_once()
+    assert sent == [] and not cache.refused
