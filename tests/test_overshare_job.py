@@ -58,3 +58,22 @@ def test_audit_says_a_job_over_its_share_is_not_restarted() -> None:
     assert "never restarted" in job.message and "whole GPU" in job.message, job.message
     other, = findings([THIRD], ())
     assert "never restarted" not in other.message
+
+
+def test_the_fix_said_keeps_a_jobs_memory_filter(tmp_path: Path,
+                                                 warnings: list[str]) -> None:
+    """The fix said to drop ``gpu-memory`` too, which is no share but the least memory
+    each GPU must have: a job dropping it may be placed on a GPU too small for it. A
+    share comes of ``gpu-fraction`` alone, named with the configured prefix."""
+    job, = findings([THIRD], (), jobs={"third": "replicated-job"})
+    assert "gpu-memory" not in job.message and "swarmgpu.gpu-fraction" in job.message
+    base = victim_cluster({})
+    services = [replace(s, mode="replicated-job", replicas=1) if s.id == "id-third" else s
+                for s in base.services()]
+    sw = RecordingSwarm(base.nodes(), services, base.tasks(), base.swarm_labels())
+    cfg = Config(state_dir=str(tmp_path), dry_run=False,
+                 placement=PlacementConfig(overshare="restart"))
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap)  # type: ignore[arg-type]
+    said, = [w for w in warnings if "third" in w]
+    assert "gpu-memory" not in said and "swarmgpu.gpu-fraction" in said, said

@@ -74,3 +74,26 @@ def test_the_mover_names_the_service_whose_move_ended(tmp_path: Path) -> None:
     got = sw.swarm_labels()
     assert got[P + "state.moves-finished"] == f"{now:.0f}"
     assert got[P + "state.moves-ended"] == f"id-third@{now:.0f}"
+
+
+def test_other_services_moves_do_not_push_a_moves_entry_out_within_its_cool_down(
+        tmp_path: Path) -> None:
+    """The list keeps at most 256 entries, the oldest dropped first: another tenant's
+    services moved again and again (their ``moved-at`` their owner's to remove, so no
+    cool-down holds them back; ``rebalance.max_moves_per_cycle`` allows 1000) pushed this
+    service's move out within its cool-down, whose mark then cooled nothing: restarted
+    at once. A service's older entries go first now (as ``restartlist`` drops them),
+    and the unnamed list's seconds (its last 64) stay named."""
+    base = victim_cluster({})
+    sw = RecordingSwarm(base.nodes(), base.services(), base.tasks(), base.swarm_labels())
+    writes = Writes(sw, dry_run=False, who="test", prefix=P)  # type: ignore[arg-type]
+    mark = time.time() - 400
+    ends = [("id-third", mark)] + [(f"id-o{i % 5}", mark + 1 + i) for i in range(300)]
+    for sid, at in ends:
+        sw._swarm_labels[record_key(P, sid)] = "{}"
+        assert drop_record(writes, P, sid, at, finished=True, started=False)
+    got = sw.swarm_labels()
+    named = {e.partition("@")[2] for e in got[P + "state.moves-ended"].split(",")}
+    assert set(got[P + "state.moves-finished"].split(",")) <= named  # none read as anyone's
+    labels = {k: v for k, v in got.items() if "state.moves-" in k}
+    assert _restarts(mark, mark - 30, labels, tmp_path) == 0

@@ -76,3 +76,29 @@ def test_an_update_whose_new_task_stays_starting_keeps_no_share_over_its_size(
                  placement=PlacementConfig(overshare="restart"))
     snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
     assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("starting_for", "restarted"), [
+    pytest.param(3600.0, 1, id="both-starting-past-the-movers-timeout"),
+    pytest.param(10.0, 0, id="an-update-under-way"),
+])
+def test_an_update_of_a_task_itself_held_starting_keeps_no_share_over_its_size(
+        tmp_path: Path, starting_for: float, restarted: int) -> None:
+    """The old task held ``starting`` too (a health check whose interval runs for hours
+    never ran), and a ``start-first`` update beside it held so as well: no task there
+    ``running``, so the rule above for a task held ``starting`` beside a running one did
+    not apply, both read as running, two of one replica: not converged, the share over
+    its size never restarted. Beside another task of the service there, running or
+    held ``starting`` (as running), a task ``starting`` past ``move_timeout_s`` is left
+    out."""
+    base = victim_cluster({})
+    old = time.time() - 7200.0
+    tasks = [replace(t, state="starting", container_id="c" * 64, created_at=_stamp(old))
+             if t.id == "t-third" else t for t in base.tasks()]
+    tasks.append(SwarmTask("t-third-new", "id-third", "n-4090", 1, "starting", "running",
+                           (), created_at=_stamp(time.time() - starting_for)))
+    sw = RecordingSwarm(base.nodes(), base.services(), tasks, base.swarm_labels())
+    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
+                 placement=PlacementConfig(overshare="restart"))
+    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
+    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from loguru import logger
 
-from swarmgpu.agent.facts import FactSource
+from swarmgpu.agent.facts import FactSource, SourceError
 from swarmgpu.core.andmore import and_more
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import peer_text
@@ -49,10 +49,15 @@ class FactsCache:
         self._error: str | None = None
         self._failures = 0
         self._said = ""  # the facts' errors as the log last said them
+        self._refused = False  # the last read raised SourceError
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="facts-refresh", daemon=True)
-        # Called after each read that completed (systemd's watchdog: serve()); from the
-        # refresher only, so a read hung in NVML stops the calls.
+        # Called after each read that completed, or was refused (``SourceError``: a file
+        # that cannot be used as given, which no restart mends) (systemd's READY and
+        # watchdog: serve()); from the refresher only, so a read hung in NVML stops the
+        # calls, and one that raised otherwise has the watchdog restart the agent. After
+        # good reads alone, an agent whose file was refused never started (Type=notify)
+        # and was killed by the watchdog mid-run: a restart loop.
         self.on_read: Callable[[], None] | None = None
 
     def start(self) -> None:
@@ -72,6 +77,9 @@ class FactsCache:
             with self._lock:
                 self._error = msg
                 self._failures += 1
+                self._refused = isinstance(e, SourceError)
+            if isinstance(e, SourceError) and self.on_read is not None:
+                self.on_read()  # (a source that cannot work as given: no restart mends it)
             return
         with self._lock:
             if self._error is not None:
@@ -79,6 +87,7 @@ class FactsCache:
             self._facts = facts
             self._read_at = self._clock()
             self._error = None
+            self._refused = False
         self._say_errors(facts.errors)
         if self.on_read is not None:
             self.on_read()
@@ -108,6 +117,12 @@ class FactsCache:
                 next_at = self._clock()
                 delay = 0
             self._stop.wait(delay)
+
+    @property
+    def refused(self) -> bool:
+        """Whether the last read was refused (``SourceError``: a file's error)."""
+        with self._lock:
+            return self._refused
 
     def view(self) -> FactsView:
         with self._lock:

@@ -499,9 +499,10 @@ def serve(
 
 def _notify_systemd(cache: FactsCache, refresh_s: float) -> None:
     """Type=notify with a watchdog (systemd/swarmgpu-agent.service): READY=1 once the
-    server is bound and the first facts are read (when /facts stops answering 503),
-    WATCHDOG=1 after every read the refresher completes, so a read hung in NVML lets
-    systemd restart the agent. Nothing is sent outside systemd."""
+    server is bound and the first facts read completed (or was refused: a file's error,
+    served by /facts until fixed, which restarts would not mend), WATCHDOG=1 after every
+    such read of the refresher, so a read hung in NVML lets systemd restart the agent.
+    Nothing is sent outside systemd."""
     ready = threading.Event()
 
     def read() -> None:
@@ -511,7 +512,7 @@ def _notify_systemd(cache: FactsCache, refresh_s: float) -> None:
         sd_notify("WATCHDOG=1")
 
     cache.on_read = read
-    if cache.view().facts is not None:  # the first read finished before the hook was set
+    if cache.view().facts is not None or cache.refused:  # (read before the hook was set)
         read()
     dog = watchdog_s()
     if dog is not None and dog < 2 * refresh_s + 30:

@@ -189,11 +189,13 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
     sampler = None
     if metrics_profile:
         from swarmgpu.agent.facts.profile import ProfileError, ProfileSampler
+        from swarmgpu.core.model import FactsError
+        from swarmgpu.core.peertext import escaped
 
-        try:
+        try:  # the profile is per GPU: the facts are read now (refused: said, not a trace)
             sampler = ProfileSampler(metrics_profile, src.read()).sample
-        except ProfileError as exc:
-            click.echo(f"swarmgpu agent: {exc}", err=True)
+        except (ProfileError, FactsError) as exc:
+            click.echo(f"swarmgpu agent: {escaped(exc)}", err=True)
             sys.exit(2)
     from swarmgpu.agent.procattr import Attributor, engine_labels
     from swarmgpu.swarm.identity import (

@@ -16,11 +16,13 @@ from swarmgpu.swarm.client import SwarmService
 JOB_MODES = ("replicated-job", "global-job")
 
 
-def not_restarted(mode: str) -> str:
-    """Why a job of ``mode`` over its share is not restarted, and the fix."""
+def not_restarted(mode: str, prefix: str) -> str:
+    """Why a job of ``mode`` over its share is not restarted, and the fix (a share is
+    ``gpu-fraction``'s alone: ``gpu-memory`` is the least memory a GPU must have, which
+    the fix once said to drop too, and a job without it may land on a GPU too small)."""
     return (f"a job ({mode}): never restarted by placement.overshare: restart (a write of "
-            "its spec runs it anew); ask whole GPUs (no swarmgpu.gpu-fraction or "
-            "gpu-memory) so it shares none")
+            f"its spec runs it anew); ask whole GPUs (no {prefix}gpu-fraction) so it "
+            "shares none")
 
 
 def job_modes(services: Iterable[SwarmService], cfg: Config) -> dict[str, str]:
@@ -31,8 +33,8 @@ def job_modes(services: Iterable[SwarmService], cfg: Config) -> dict[str, str]:
     return {s.name: s.mode for s in services if s.mode in JOB_MODES}
 
 
-def job_note(jobs: Mapping[str, str] | None, service: str) -> str:
+def job_note(jobs: Mapping[str, str] | None, service: str, prefix: str) -> str:
     """What audit's over-share finding of ``service`` says first where it is one of
     ``jobs`` (``job_modes``; None: the restart is off, none is said)."""
     mode = (jobs or {}).get(service)
-    return "" if mode is None else f"{not_restarted(mode)}; "
+    return "" if mode is None else f"{not_restarted(mode, prefix)}; "

@@ -12,7 +12,9 @@ and uses the GPU; read as not converged, such a health check was an opt-out too.
 a ``start-first`` update whose new task it held so: Swarm keeps the old task running
 until the new one runs, and two tasks there read as not converged. A task held
 ``starting`` beside one running, made longer than the mover's ``move_timeout_s`` ago (as
-long as it waits for a task it made to run), is no update the restart waits for."""
+long as it waits for a task it made to run), is no update the restart waits for; so is
+one beside an older task there itself held ``starting`` (a check that never ran: no
+task there ``running``, two read as not converged, the update an opt-out again)."""
 
 from __future__ import annotations
 
@@ -39,16 +41,31 @@ def _held_starting(t: SwarmTask, now: float, bound_s: float) -> bool:
             and now - made / 10**9 > bound_s)
 
 
+def _live(t: SwarmTask) -> bool:
+    """Whether ``t`` is meant to run and its container runs (``starting`` too)."""
+    return t.desired_state == "running" and t.state in ("running", "starting")
+
+
+def _beside(t: SwarmTask, here: Sequence[SwarmTask]) -> bool:
+    """Whether another task of ``here`` runs beside ``t``, or is live and older (the
+    task a ``start-first`` update replaces, itself held ``starting``)."""
+    made = rfc3339_ns(t.created_at)
+    return any(o is not t and (
+        (o.state == "running" and o.desired_state == "running")
+        or (_live(o) and made is not None
+            and (m := rfc3339_ns(o.created_at)) is not None and m < made))
+        for o in here)
+
+
 def one_node(s: SwarmService, tasks: Sequence[SwarmTask], held: Mapping[str, Holding],
              node_id: str, now: float, bound_s: float,
              ) -> tuple[SwarmService, list[SwarmTask], dict[str, Holding]]:
     """``s`` as one replica on ``node_id``: its tasks (``starting`` read as running; one
-    so beside one running, made over ``bound_s`` before ``now``, left out) and holding
-    there alone, and a replicated service's replicas 1 (a global one counts its
-    holdings: one)."""
+    so beside one running or an older live one, made over ``bound_s`` before ``now``,
+    left out) and holding there alone, and a replicated service's replicas 1 (a global
+    one counts its holdings: one)."""
     one = replace(s, replicas=1) if s.mode == "replicated" else s
     here = on_node(tasks, node_id)
-    if any(t.state == "running" and t.desired_state == "running" for t in here):
-        here = [t for t in here if not _held_starting(t, now, bound_s)]
+    here = [t for t in here if not (_held_starting(t, now, bound_s) and _beside(t, here))]
     return (one, [_started(t) for t in here],
             {n: h for n, h in held.items() if n == node_id})

@@ -230,7 +230,7 @@ def attribute(nodes: Sequence[SwarmNode], ledger: Mapping[str, Mapping[str, Hold
 
 
 def findings(uses: Iterable[ServiceUse], unattributed: Iterable[Unattributed] = (),
-             jobs: Mapping[str, str] | None = None) -> list[Finding]:
+             jobs: Mapping[str, str] | None = None, prefix: str = "swarmgpu.") -> list[Finding]:
     """The audit's view: holders over their share (``jobs``: ``job_note``), stray processes."""
     stray = [Finding("unattributed-gpu-process", x.hostname,
                      f"{x.describe()}; counted for no service, so no over-share action",
@@ -238,7 +238,7 @@ def findings(uses: Iterable[ServiceUse], unattributed: Iterable[Unattributed] = 
              for x in unattributed]
     return stray + [Finding("over-share", u.service,
                     f"{u.describe()}: over its share (tasks {', '.join(u.tasks) or '?'}); "
-                    + job_note(jobs, u.service)
+                    + job_note(jobs, u.service, prefix)
                     + "size the application to SWARMGPU_GPU_MEMORY_MIB, or install HAMi-core "
                     "on the node for a hard limit (docs/requests.md, Shared GPUs)",
                     key=u.uuid, expected=f"<= {u.share_mib} MiB", actual=f"{u.used_mib} MiB")
@@ -333,7 +333,7 @@ def audit_check(cfg: Config) -> Callable[[Snapshot], list[Finding]]:
     def check(snap: Snapshot) -> list[Finding]:
         att = attribution_now(snap, facts_by_node(snap), gpu_metrics(snap.nodes, cfg),
                               cfg.sync.prefix)
-        return findings(att.uses, att.unattributed, job_modes(snap.services, cfg))
+        return findings(att.uses, att.unattributed, job_modes(snap.services, cfg), cfg.sync.prefix)
 
     return check
 
@@ -347,7 +347,7 @@ def refused(s: SwarmService, req: GpuRequest | None, held: Mapping[str, Holding]
     ``rebalance: never``, or replicas packed on one node (a restart closes the one gate
     they all run behind, so it would stop every one), or a job (``jobshare``)."""
     if s.mode in JOB_MODES:
-        return not_restarted(s.mode)
+        return not_restarted(s.mode, prefix)
     if s.labels.get(prefix + OPT_OUT, "").lower() == "never" or (
             req is not None and req.rebalance is Rebalance.NEVER):
         return (f"opted out ({prefix}{OPT_OUT}=never); remove that label to let swarmgpu "
