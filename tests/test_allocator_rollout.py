@@ -13,6 +13,7 @@ from swarmgpu.allocator.rollout import (
     RollOut,
     broken_price,
     consistent,
+    cpu_contested,
     held_cpu,
     roll,
     sequenced_price,
@@ -337,10 +338,12 @@ def test_the_full_mix_draws_the_rare_shapes_the_typical_tasks_leave_out() -> Non
     assert Demand(num_gpu=2) in drawn
 
 
-def used_pair(kinds: tuple[str, str], ro: RollOut) -> Allocator:
+def used_pair(kinds: tuple[str, str], ro: RollOut, scorer: FlatScorer | None = None,
+              ) -> Allocator:
     """Two-GPU nodes ``whole`` (the lower rank; a core taken, both GPUs whole) and
-    ``split`` (a share taken), of GPU models ``kinds``."""
-    a = Allocator(FlatScorer((TypicalTask(PAIR, 1.0),), ro))
+    ``split`` (a share taken), of GPU models ``kinds``; ``scorer``: a flat one with the
+    mix's pair, by default."""
+    a = Allocator(scorer or FlatScorer((TypicalTask(PAIR, 1.0),), ro))
     for rank, (name, kind) in enumerate(zip(("whole", "split"), kinds, strict=True)):
         a.add_node(NodeSpec(name, tuple(GpuSpec(i, kind, 16384) for i in range(2)),
                             cpu_milli=64_000), rank=rank)
@@ -388,6 +391,52 @@ def test_the_class_distinct_roll_out_weighs_an_untouched_node_against_a_used_one
         got = fresh_and_used(FlatScorer((TypicalTask(PAIR, 1.0),), ro)).place(
             Demand(num_gpu=1))
         assert isinstance(got, Choice) and got.node == "used", distinct
+
+
+HEAVY = TaskShape(cpu_milli=40_000, gpu_milli=1000, num_gpu=1)  # above 32 cores a GPU
+
+
+class CpuScorer(FlatScorer):
+    """``FlatScorer`` with what ``cpu_contested`` reads: two T4 nodes of 64 cores and two
+    GPUs each, so 32 cores a GPU."""
+
+    cluster_cpu = 128_000
+    capacity = {"T4": 4000}
+
+    def __init__(self, workload: tuple[TypicalTask, ...], rollout: RollOut | None) -> None:
+        super().__init__(workload, rollout)
+        self.cpu_unfit = CpuUnfit(workload)
+
+
+def test_the_mix_contests_the_cpu_where_heavy_one_gpu_tasks_outgrow_its_slack() -> None:
+    # 0.7 of the GPU tasks ask 40 cores of one GPU (above the cluster's 32 a GPU): the
+    # mix asks 28,000 / 1,300 = 21.5 CPU milli a GPU-milli of 32, a slack of 0.33 < 0.7.
+    contested = CpuScorer((TypicalTask(PAIR, 0.3), TypicalTask(HEAVY, 0.7)), None)
+    assert cpu_contested(contested, "T4")
+    # half of them: 20,000 / 1,500 = 13.3 of 32, a slack of 0.58 > 0.5
+    assert not cpu_contested(CpuScorer((TypicalTask(PAIR, 0.5), TypicalTask(HEAVY, 0.5)),
+                                       None), "T4")
+    assert not cpu_contested(CpuScorer((TypicalTask(PAIR, 1.0),), None), "T4")
+    # the heavy tasks pinned to another model do not contest a T4's CPU
+    pinned = TaskShape(40_000, 1000, 1, ("V100*",))
+    assert not cpu_contested(CpuScorer((TypicalTask(PAIR, 0.3), TypicalTask(pinned, 0.7)),
+                                       None), "T4")
+    assert not cpu_contested(FlatScorer((TypicalTask(HEAVY, 1.0),), None), "T4")  # no CPU data
+    contested.cluster_cpu = 0
+    assert not cpu_contested(contested, "T4")
+
+
+def test_the_contested_roll_out_leaves_one_class_to_the_base_only_where_cpu_is_contested(
+) -> None:
+    # As the class-distinct test: any roll-out moves the GPU to ``split``. Where the mix
+    # contests the CPU "contested" is "class" (keeps ``whole``), elsewhere it is "".
+    for mix, want in (((TypicalTask(PAIR, 1.0),), "split"),
+                      ((TypicalTask(PAIR, 0.3), TypicalTask(HEAVY, 0.7)), "whole")):
+        ro = RollOut(k=2, m=1, distinct="contested")
+        got = used_pair(("T4", "T4"), ro, CpuScorer(mix, ro)).place(Demand(num_gpu=1))
+        assert isinstance(got, Choice) and got.node == want, mix
+        assert ro.stats.get("contested", 0) == ro.stats.get("same_class", 0) == (
+            1 if want == "whole" else 0), mix
 
 
 def test_the_draw_is_the_same_for_the_same_decision() -> None:

@@ -29,7 +29,10 @@ every multi-GPU task among them on openb's traces. ``distinct`` "class" (stop 79
 out only the candidates that differ from the base choice in node class or in being
 untouched: among nodes of one class and one touched-state the scorer's own order already
 tells them apart, and on h-bimodalseed that reshuffling of used nodes of one class was
-most of what the roll-out changed and lost. ``draws`` (stop 80) rolls each candidate out
+most of what the roll-out changed and lost; "contested" (stop 81) does so only where
+the scorer's mix contests the CPU (``cpu_contested``: more one-GPU tasks above the
+cluster's CPU per GPU than the CPU the mix leaves unasked), any near-best node elsewhere,
+where those moves carried most of the roll-out's gain. ``draws`` (stop 80) rolls each candidate out
 on that many draws, common to all of them; ``rule`` "every" lets a candidate replace the
 base choice only where it beats it on every draw (a sign test: one draw of 20 tasks is
 noise where candidates differ by a cost one placement deeper), "mean" takes the best by
@@ -90,7 +93,7 @@ class Allocator(Protocol):
 
 LEAVES = ("milli", "waste", "whole", "frag", "priced", "sequenced", "covered", "cpuheld")
 MIXES = ("typical", "full")
-DISTINCT = ("", "class", "class-zone")
+DISTINCT = ("", "class", "class-zone", "contested")
 RULES = ("mean", "every")
 NO_CPU_DATA = 1 << 62  # CPU left of a node without CPU data: never short
 # a node cost: (GPU model, CPU left or None, free GPU-milli per GPU) -> GPU-milli
@@ -136,7 +139,8 @@ class RollOut:
     mix: str = "typical"
     # which near-best nodes are rolled out beside the base choice: "" (any), "class"
     # (those of the top ``k`` of another node class, or untouched where it is used or
-    # the reverse) or "class-zone" (the best ``k - 1`` such in the whole tie zone)
+    # the reverse) or "class-zone" (the best ``k - 1`` such in the whole tie zone) or
+    # "contested" ("class" where the mix contests the CPU, ``cpu_contested``, else any)
     distinct: str = ""
     # independent draws each candidate is rolled out on (the same for every candidate),
     # and how they decide: "mean" (the best by the keys summed over the draws) or
@@ -167,7 +171,7 @@ class RollOut:
             raise ValueError(f"roll-out mix={self.mix!r}: use one of {', '.join(MIXES)}")
         if self.distinct not in DISTINCT:
             raise ValueError(f"roll-out distinct={self.distinct!r}: use \"\" (any), "
-                             "\"class\" or \"class-zone\"")
+                             "\"class\", \"class-zone\" or \"contested\"")
 
     def count(self, what: str, n: float = 1) -> None:
         self.stats[what] = self.stats.get(what, 0) + n
@@ -179,7 +183,9 @@ class RollOut:
         """The top ``k`` node states within ``margin`` of the best, best first (ties to
         the lower rank, as ``Allocator.place`` breaks them), one node each; with
         ``distinct`` "class" the base choice and those of them that ``differ`` from it,
-        with "class-zone" the base choice and the best ``k - 1`` that differ from it."""
+        with "class-zone" the base choice and the best ``k - 1`` that differ from it,
+        with "contested" as "class" where ``cpu_contested`` at the base's GPU model, else
+        all of them."""
         near: list[tuple[float, int, NodeState]] = []
         for gk in groups:
             s = scores.get(gk)
@@ -193,7 +199,11 @@ class RollOut:
         if self.distinct == "class-zone" and near:
             near = near[:1] + [t for t in near[1:] if differ(near[0][2], t[2])]
         top = [rep for _, _, rep in near[:self.k]]
-        if self.distinct == "class" and top:
+        if self.distinct == "contested" and len(top) > 1:
+            if not cpu_contested(alloc.scorer, top[0].product):
+                return top
+            self.count("contested", 1)
+        if self.distinct in ("class", "contested") and top:
             kept = top[:1] + [rep for rep in top[1:] if differ(top[0], rep)]
             if len(kept) < len(top):
                 self.count("same_class", len(top) - len(kept))
@@ -333,6 +343,26 @@ def consistent(keys: Sequence[Sequence[Key] | None], rule: str) -> int:
         if best_key is None or s > best_key:
             best, best_key = i, s
     return best
+
+
+def cpu_contested(scorer: object, product: str) -> bool:
+    """Whether the scorer's mix contests the cluster's CPU: its one-GPU tasks that ask
+    more CPU than the cluster has per GPU are a larger share of its GPU tasks that may
+    run on ``product`` (``CpuUnfit`` read at that CPU) than the cluster's CPU slack (the
+    share of its CPU the whole mix leaves unasked, ``1 - c_all / R`` of
+    ``cpu_excess_per_gpu_milli``). Then which used node of a class keeps its CPU decides
+    where those tasks still fit, which the leaf's cost does not see (h-bimodalseed's
+    loss, stop 76). False without a mix, CPU data or GPU capacity."""
+    workload: Sequence[TypicalTask] = getattr(scorer, "workload", ())
+    unfit: CpuUnfit | None = getattr(scorer, "cpu_unfit", None)
+    cpu: int = getattr(scorer, "cluster_cpu", 0)
+    gpu = sum(getattr(scorer, "capacity", {}).values())
+    asked = sum(t.weight * t.shape.num_gpu * t.shape.gpu_milli for t in workload)
+    if unfit is None or cpu <= 0 or gpu <= 0 or asked <= 0:
+        return False
+    per_milli = cpu / gpu  # R: CPU milli per GPU-milli
+    slack = 1 - sum(t.weight * t.shape.cpu_milli for t in workload) / asked / per_milli
+    return bool(unfit(product, int(per_milli * MILLI)) > slack)
 
 
 def untouched(n: NodeState) -> bool:
