@@ -402,6 +402,7 @@ class CpuScorer(FlatScorer):
 
     cluster_cpu = 128_000
     capacity = {"T4": 4000}
+    shapes: dict[TaskShape, float] | None = None  # every shape seen: none, by default
 
     def __init__(self, workload: tuple[TypicalTask, ...], rollout: RollOut | None) -> None:
         super().__init__(workload, rollout)
@@ -424,6 +425,18 @@ def test_the_mix_contests_the_cpu_where_heavy_one_gpu_tasks_outgrow_its_slack() 
     assert not cpu_contested(FlatScorer((TypicalTask(HEAVY, 1.0),), None), "T4")  # no CPU data
     contested.cluster_cpu = 0
     assert not cpu_contested(contested, "T4")
+
+
+def test_the_contested_reading_counts_the_rare_shapes_the_typical_tasks_leave_out() -> None:
+    # The typical tasks hold the pair alone; every shape seen holds the heavy ones too.
+    scorer = CpuScorer((TypicalTask(PAIR, 1.0),), None)
+    assert not cpu_contested(scorer, "T4")
+    scorer.shapes = {PAIR: 0.3, HEAVY: 0.7}
+    assert cpu_contested(scorer, "T4")
+    ro = RollOut(distinct="contested")
+    assert ro.contested(scorer, "T4")
+    scorer.shapes = {PAIR: 1.0}  # a new mix: read again
+    assert not ro.contested(scorer, "T4")
 
 
 def test_the_contested_roll_out_leaves_one_class_to_the_base_only_where_cpu_is_contested(

@@ -58,6 +58,7 @@ from swarmgpu.allocator.fragmentation import (
     FragCache,
     TaskShape,
     TypicalTask,
+    product_matches,
 )
 from swarmgpu.allocator.untouched import (
     Groups,
@@ -157,6 +158,9 @@ class RollOut:
     _covered: tuple[object, int, object, Groups] | None = None
     # "full": the scorer's shapes, as typical tasks (the dict they came from, them)
     _full: tuple[object, tuple[TypicalTask, ...]] | None = None
+    # "contested": what ``cpu_contested`` read (the scorer's shapes, its CPU and GPU
+    # capacity) and its answers, by GPU model
+    _contested: tuple[object, object, dict[str, bool]] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.k <= 3 or self.m < 0 or self.margin < 0 or self.draws < 1:
@@ -200,7 +204,7 @@ class RollOut:
             near = near[:1] + [t for t in near[1:] if differ(near[0][2], t[2])]
         top = [rep for _, _, rep in near[:self.k]]
         if self.distinct == "contested" and len(top) > 1:
-            if not cpu_contested(alloc.scorer, top[0].product):
+            if not self.contested(alloc.scorer, top[0].product):
                 return top
             self.count("contested", 1)
         if self.distinct in ("class", "contested") and top:
@@ -209,6 +213,17 @@ class RollOut:
                 self.count("same_class", len(top) - len(kept))
             top = kept
         return top
+
+    def contested(self, scorer: object, product: str) -> bool:
+        """``cpu_contested``, kept while the scorer's shapes (a new dict per mix), its
+        CPU and GPU capacity are the same."""
+        key = (getattr(scorer, "cluster_cpu", 0), tuple(getattr(scorer, "capacity", {}).items()))
+        got = self._contested
+        if got is None or got[0] is not getattr(scorer, "shapes", None) or got[1] != key:
+            got = self._contested = (getattr(scorer, "shapes", None), key, {})
+        if product not in got[2]:
+            got[2][product] = cpu_contested(scorer, product)
+        return got[2][product]
 
     def drawn(self, scorer: object) -> Sequence[TypicalTask]:
         """What ``draw`` draws from: the scorer's typical tasks, or with ``mix`` "full"
@@ -348,21 +363,29 @@ def consistent(keys: Sequence[Sequence[Key] | None], rule: str) -> int:
 def cpu_contested(scorer: object, product: str) -> bool:
     """Whether the scorer's mix contests the cluster's CPU: its one-GPU tasks that ask
     more CPU than the cluster has per GPU are a larger share of its GPU tasks that may
-    run on ``product`` (``CpuUnfit`` read at that CPU) than the cluster's CPU slack (the
-    share of its CPU the whole mix leaves unasked, ``1 - c_all / R`` of
-    ``cpu_excess_per_gpu_milli``). Then which used node of a class keeps its CPU decides
-    where those tasks still fit, which the leaf's cost does not see (h-bimodalseed's
-    loss, stop 76). False without a mix, CPU data or GPU capacity."""
-    workload: Sequence[TypicalTask] = getattr(scorer, "workload", ())
-    unfit: CpuUnfit | None = getattr(scorer, "cpu_unfit", None)
+    run on ``product`` than the cluster's CPU slack (the share of its CPU the whole mix
+    leaves unasked, ``1 - c_all / R`` of ``cpu_excess_per_gpu_milli``). Then which used
+    node of a class keeps its CPU decides where those tasks still fit, which the leaf's
+    cost does not see (h-bimodalseed's loss, stop 76). Read over every shape the scorer
+    learned (``shapes``, by weight; its typical ``workload`` where it has none): the
+    typical tasks leave out rare shapes, and a spread of heavy CPU asks is many rare
+    ones. False without a mix, CPU data or GPU capacity."""
+    shapes: Mapping[TaskShape, float] | None = getattr(scorer, "shapes", None)
+    if not shapes:
+        shapes = {t.shape: t.weight for t in getattr(scorer, "workload", ())}
     cpu: int = getattr(scorer, "cluster_cpu", 0)
     gpu = sum(getattr(scorer, "capacity", {}).values())
-    asked = sum(t.weight * t.shape.num_gpu * t.shape.gpu_milli for t in workload)
-    if unfit is None or cpu <= 0 or gpu <= 0 or asked <= 0:
+    asked = sum(w * s.num_gpu * s.gpu_milli for s, w in shapes.items())
+    if cpu <= 0 or gpu <= 0 or asked <= 0:
         return False
     per_milli = cpu / gpu  # R: CPU milli per GPU-milli
-    slack = 1 - sum(t.weight * t.shape.cpu_milli for t in workload) / asked / per_milli
-    return bool(unfit(product, int(per_milli * MILLI)) > slack)
+    slack = 1 - sum(w * s.cpu_milli for s, w in shapes.items()) / asked / per_milli
+    per_gpu = per_milli * MILLI
+    here = {s: w for s, w in shapes.items()
+            if s.num_gpu and s.gpu_milli > 0 and product_matches(product, s.products)}
+    total = sum(here.values())
+    heavy = sum(w for s, w in here.items() if s.num_gpu == 1 and s.cpu_milli > per_gpu)
+    return total > 0 and heavy / total > slack
 
 
 def untouched(n: NodeState) -> bool:
