@@ -412,30 +412,37 @@ class CpuScorer(FlatScorer):
 def test_the_mix_contests_the_cpu_where_heavy_one_gpu_tasks_outgrow_its_slack() -> None:
     # 0.7 of the GPU tasks ask 40 cores of one GPU (above the cluster's 32 a GPU): the
     # mix asks 28,000 / 1,300 = 21.5 CPU milli a GPU-milli of 32, a slack of 0.33 < 0.7.
-    contested = CpuScorer((TypicalTask(PAIR, 0.3), TypicalTask(HEAVY, 0.7)), None)
+    contested = CpuScorer((TypicalTask(PAIR, 30.0), TypicalTask(HEAVY, 70.0)), None)
     assert cpu_contested(contested, "T4")
     # half of them: 20,000 / 1,500 = 13.3 of 32, a slack of 0.58 > 0.5
-    assert not cpu_contested(CpuScorer((TypicalTask(PAIR, 0.5), TypicalTask(HEAVY, 0.5)),
-                                       None), "T4")
-    assert not cpu_contested(CpuScorer((TypicalTask(PAIR, 1.0),), None), "T4")
+    assert not cpu_contested(
+        CpuScorer((TypicalTask(PAIR, 50.0), TypicalTask(HEAVY, 50.0)), None), "T4")
+    assert not cpu_contested(CpuScorer((TypicalTask(PAIR, 100.0),), None), "T4")
     # the heavy tasks pinned to another model do not contest a T4's CPU
     pinned = TaskShape(40_000, 1000, 1, ("V100*",))
-    assert not cpu_contested(CpuScorer((TypicalTask(PAIR, 0.3), TypicalTask(pinned, 0.7)),
-                                       None), "T4")
-    assert not cpu_contested(FlatScorer((TypicalTask(HEAVY, 1.0),), None), "T4")  # no CPU data
-    contested.cluster_cpu = 0
-    assert not cpu_contested(contested, "T4")
+    assert not cpu_contested(
+        CpuScorer((TypicalTask(PAIR, 30.0), TypicalTask(pinned, 70.0)), None), "T4")
+
+
+def test_the_contested_reading_leaves_one_class_to_the_scorer_while_it_cannot_tell() -> None:
+    calm = (TypicalTask(PAIR, 100.0),)
+    assert cpu_contested(CpuScorer((TypicalTask(PAIR, 99.0),), None), "T4")  # mostly prior
+    assert cpu_contested(FlatScorer(calm, None), "T4")  # no CPU data
+    scorer = CpuScorer(calm, None)
+    scorer.cluster_cpu = 0
+    assert cpu_contested(scorer, "T4")
+    assert cpu_contested(CpuScorer((), None), "T4")  # no mix
 
 
 def test_the_contested_reading_counts_the_rare_shapes_the_typical_tasks_leave_out() -> None:
     # The typical tasks hold the pair alone; every shape seen holds the heavy ones too.
-    scorer = CpuScorer((TypicalTask(PAIR, 1.0),), None)
+    scorer = CpuScorer((TypicalTask(PAIR, 100.0),), None)
     assert not cpu_contested(scorer, "T4")
-    scorer.shapes = {PAIR: 0.3, HEAVY: 0.7}
+    scorer.shapes = {PAIR: 30.0, HEAVY: 70.0}
     assert cpu_contested(scorer, "T4")
     ro = RollOut(distinct="contested")
     assert ro.contested(scorer, "T4")
-    scorer.shapes = {PAIR: 1.0}  # a new mix: read again
+    scorer.shapes = {PAIR: 100.0}  # a new mix: read again
     assert not ro.contested(scorer, "T4")
 
 
@@ -443,8 +450,8 @@ def test_the_contested_roll_out_leaves_one_class_to_the_base_only_where_cpu_is_c
 ) -> None:
     # As the class-distinct test: any roll-out moves the GPU to ``split``. Where the mix
     # contests the CPU "contested" is "class" (keeps ``whole``), elsewhere it is "".
-    for mix, want in (((TypicalTask(PAIR, 1.0),), "split"),
-                      ((TypicalTask(PAIR, 0.3), TypicalTask(HEAVY, 0.7)), "whole")):
+    for mix, want in (((TypicalTask(PAIR, 100.0),), "split"),
+                      ((TypicalTask(PAIR, 30.0), TypicalTask(HEAVY, 70.0)), "whole")):
         ro = RollOut(k=2, m=1, distinct="contested")
         got = used_pair(("T4", "T4"), ro, CpuScorer(mix, ro)).place(Demand(num_gpu=1))
         assert isinstance(got, Choice) and got.node == want, mix

@@ -69,6 +69,7 @@ from swarmgpu.allocator.untouched import (
     whole_groups,
 )
 from swarmgpu.allocator.values import Choice, Demand, NodeState, Unplaceable
+from swarmgpu.allocator.workload import PRIOR_TASKS
 
 
 class Allocator(Protocol):
@@ -205,6 +206,7 @@ class RollOut:
         top = [rep for _, _, rep in near[:self.k]]
         if self.distinct == "contested" and len(top) > 1:
             if not self.contested(alloc.scorer, top[0].product):
+                self.count("calm", 1)
                 return top
             self.count("contested", 1)
         if self.distinct in ("class", "contested") and top:
@@ -361,23 +363,26 @@ def consistent(keys: Sequence[Sequence[Key] | None], rule: str) -> int:
 
 
 def cpu_contested(scorer: object, product: str) -> bool:
-    """Whether the scorer's mix contests the cluster's CPU: its one-GPU tasks that ask
-    more CPU than the cluster has per GPU are a larger share of its GPU tasks that may
-    run on ``product`` than the cluster's CPU slack (the share of its CPU the whole mix
-    leaves unasked, ``1 - c_all / R`` of ``cpu_excess_per_gpu_milli``). Then which used
-    node of a class keeps its CPU decides where those tasks still fit, which the leaf's
-    cost does not see (h-bimodalseed's loss, stop 76). Read over every shape the scorer
-    learned (``shapes``, by weight; its typical ``workload`` where it has none): the
-    typical tasks leave out rare shapes, and a spread of heavy CPU asks is many rare
-    ones. False without a mix, CPU data or GPU capacity."""
+    """Whether the scorer's mix contests the cluster's CPU, or cannot yet tell: its
+    one-GPU tasks that ask more CPU than the cluster has per GPU are a larger share of
+    its GPU tasks that may run on ``product`` than the cluster's CPU slack (the share of
+    its CPU the whole mix leaves unasked, ``1 - c_all / R`` of
+    ``cpu_excess_per_gpu_milli``). Then which used node of a class keeps its CPU decides
+    where those tasks still fit, which the leaf's cost does not see (h-bimodalseed's
+    loss, stop 76). Read over every shape the scorer learned (``shapes``, by weight; its
+    typical ``workload`` where it has none): the typical tasks leave out rare shapes,
+    and a spread of heavy CPU asks is many rare ones. Without a mix or CPU data, or while
+    the mix weighs less than twice the learner's prior (``PRIOR_TASKS``: what it says is
+    still mostly the prior's, which has no heavy tail), True: the scorer's own order
+    decides among nodes of a class, as without the roll-out."""
     shapes: Mapping[TaskShape, float] | None = getattr(scorer, "shapes", None)
     if not shapes:
         shapes = {t.shape: t.weight for t in getattr(scorer, "workload", ())}
     cpu: int = getattr(scorer, "cluster_cpu", 0)
     gpu = sum(getattr(scorer, "capacity", {}).values())
     asked = sum(w * s.num_gpu * s.gpu_milli for s, w in shapes.items())
-    if cpu <= 0 or gpu <= 0 or asked <= 0:
-        return False
+    if cpu <= 0 or gpu <= 0 or asked <= 0 or sum(shapes.values()) < 2 * PRIOR_TASKS:
+        return True
     per_milli = cpu / gpu  # R: CPU milli per GPU-milli
     slack = 1 - sum(w * s.cpu_milli for s, w in shapes.items()) / asked / per_milli
     per_gpu = per_milli * MILLI
@@ -385,7 +390,7 @@ def cpu_contested(scorer: object, product: str) -> bool:
             if s.num_gpu and s.gpu_milli > 0 and product_matches(product, s.products)}
     total = sum(here.values())
     heavy = sum(w for s, w in here.items() if s.num_gpu == 1 and s.cpu_milli > per_gpu)
-    return total > 0 and heavy / total > slack
+    return total <= 0 or heavy / total > slack
 
 
 def untouched(n: NodeState) -> bool:
