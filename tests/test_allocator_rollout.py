@@ -459,6 +459,20 @@ def test_the_contested_roll_out_leaves_one_class_to_the_base_only_where_cpu_is_c
             1 if want == "whole" else 0), mix
 
 
+def test_the_contested_roll_out_waits_for_the_mix_where_asked() -> None:
+    # The pair alone, as the learner's prior would weigh it (under 2 x 50 tasks): the
+    # mix cannot tell yet; with warm-up "base" nothing is rolled out (``whole`` kept),
+    # with "class" the other node, of one class, is left to the scorer's order too.
+    for warmup in ("base", "class"):
+        ro = RollOut(k=2, m=1, distinct="contested", warmup=warmup)
+        scorer = CpuScorer((TypicalTask(PAIR, 51.0),), ro)
+        scorer.shapes = {PAIR: 51.0}
+        got = used_pair(("T4", "T4"), ro, scorer).place(Demand(num_gpu=1))
+        assert isinstance(got, Choice) and got.node == "whole", warmup
+        assert ro.stats.get("warmup", 0) == (1 if warmup == "base" else 0)
+        assert ro.stats.get("same_class", 0) == (0 if warmup == "base" else 1)
+
+
 def test_the_draw_is_the_same_for_the_same_decision() -> None:
     ro = RollOut(m=8)
     mix = (TypicalTask(PAIR, 0.5), TypicalTask(TaskShape(4000, 300, 1), 0.5))
@@ -526,7 +540,7 @@ def test_consistent_picks_among_the_candidates_that_beat_the_base_on_every_draw(
 @pytest.mark.parametrize("bad", [{"k": 4}, {"k": 0}, {"m": -1}, {"margin": -1.0},
                                  {"leaf": "best"}, {"mix": "trace"},
                                  {"distinct": "shape"}, {"draws": 0},
-                                 {"rule": "median"}])
+                                 {"rule": "median"}, {"warmup": "any"}])
 def test_settings_out_of_range_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="roll-out"):
         RollOut(**bad)  # type: ignore[arg-type]

@@ -32,7 +32,9 @@ tells them apart, and on h-bimodalseed that reshuffling of used nodes of one cla
 most of what the roll-out changed and lost; "contested" (stop 81) does so only where
 the scorer's mix contests the CPU (``cpu_contested``: more one-GPU tasks above the
 cluster's CPU per GPU than the CPU the mix leaves unasked), any near-best node elsewhere,
-where those moves carried most of the roll-out's gain. ``draws`` (stop 80) rolls each candidate out
+where those moves carried most of the roll-out's gain; while the mix is mostly the
+learner's prior (``mix_told``) it reads "class", or with ``warmup`` "base" rolls nothing
+out. ``draws`` (stop 80) rolls each candidate out
 on that many draws, common to all of them; ``rule`` "every" lets a candidate replace the
 base choice only where it beats it on every draw (a sign test: one draw of 20 tasks is
 noise where candidates differ by a cost one placement deeper), "mean" takes the best by
@@ -144,6 +146,9 @@ class RollOut:
     # the reverse) or "class-zone" (the best ``k - 1`` such in the whole tie zone) or
     # "contested" ("class" where the mix contests the CPU, ``cpu_contested``, else any)
     distinct: str = ""
+    # "contested" while the mix cannot tell (``mix_told``): "class" (the scorer's order
+    # among nodes of a class) or "base" (no roll-out: the base choice, as main)
+    warmup: str = "class"
     # independent draws each candidate is rolled out on (the same for every candidate),
     # and how they decide: "mean" (the best by the keys summed over the draws) or
     # "every" (only a candidate better than the base choice on each draw replaces it)
@@ -174,6 +179,8 @@ class RollOut:
             raise ValueError(f"roll-out leaf={self.leaf!r}: use one of {', '.join(LEAVES)}")
         if self.mix not in MIXES:
             raise ValueError(f"roll-out mix={self.mix!r}: use one of {', '.join(MIXES)}")
+        if self.warmup not in ("class", "base"):
+            raise ValueError(f"roll-out warmup={self.warmup!r}: use \"class\" or \"base\"")
         if self.distinct not in DISTINCT:
             raise ValueError(f"roll-out distinct={self.distinct!r}: use \"\" (any), "
                              "\"class\", \"class-zone\" or \"contested\"")
@@ -205,6 +212,9 @@ class RollOut:
             near = near[:1] + [t for t in near[1:] if differ(near[0][2], t[2])]
         top = [rep for _, _, rep in near[:self.k]]
         if self.distinct == "contested" and len(top) > 1:
+            if self.warmup == "base" and not mix_told(alloc.scorer):
+                self.count("warmup", 1)
+                return top[:1]
             if not self.contested(alloc.scorer, top[0].product):
                 self.count("calm", 1)
                 return top
@@ -360,6 +370,13 @@ def consistent(keys: Sequence[Sequence[Key] | None], rule: str) -> int:
         if best_key is None or s > best_key:
             best, best_key = i, s
     return best
+
+
+def mix_told(scorer: object) -> bool:
+    """Whether the scorer's mix weighs at least twice the learner's prior
+    (``PRIOR_TASKS``): before that, what it says is mostly the prior's."""
+    shapes: Mapping[TaskShape, float] | None = getattr(scorer, "shapes", None)
+    return sum((shapes or {}).values()) >= 2 * PRIOR_TASKS
 
 
 def cpu_contested(scorer: object, product: str) -> bool:
