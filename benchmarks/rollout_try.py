@@ -19,13 +19,15 @@ one-GPU tasks above a node's CPU share). ``--rollout-mix full`` draws the tasks 
 every shape the scorer learned, not only its typical tasks (95% of them).
 ``--rollout-distinct class`` rolls out beside the base choice only the near-best nodes
 of another node class, or untouched where it is used (or the reverse), among the top K;
-``class-zone`` the best K - 1 such in the whole tie zone. ``--whole-untouched`` sets
-``SwarmScorer.whole_untouched`` too (stop 78's U, as ``untouched_try.py --rule whole``),
-so the roll-out runs beside the untouched price (stop 80). ``--rollout-draws R`` rolls
-each candidate out on R draws, the same for all; ``--rollout-rule every`` lets a
-candidate replace the base choice only if it beats it on each of them (``mean``: the
-best by the keys summed over them). ``--stats DIR``:
-each replay process writes what the roll-out did (tie zones, changed choices, seconds)
+``class-zone`` the best K - 1 such in the whole tie zone; ``contested`` as ``class``
+where the scorer's mix contests the CPU (``rollout.cpu_contested``), else any (stop 81);
+``--rollout-warmup base``: no roll-out while the mix is mostly the learner's prior.
+``--whole-untouched`` sets ``SwarmScorer.whole_untouched`` too (stop 78's U, as
+``untouched_try.py --rule whole``), so the roll-out runs beside the untouched price
+(stop 80). ``--rollout-draws R`` rolls each candidate out on R draws, the same for
+all; ``--rollout-rule every`` lets a candidate replace the base choice only if it
+beats it on each of them (``mean``: the best by the keys summed over them). ``--stats
+DIR``: each replay process writes what the roll-out did (tie zones, changed choices, seconds)
 to DIR/rollout.<pid>.json as it goes. Everything after ``--`` is ``swarmgpu``'s command
 line; the replays' worker processes are forked, so they inherit the switch.
 """
@@ -98,7 +100,8 @@ def add_rollout(ap: argparse.ArgumentParser) -> None:
                     help="which near-best nodes beside the base choice are rolled out: "
                          "\"\" (any), class (those of the top K of another node class, "
                          "or untouched where it is used or the reverse) or class-zone "
-                         "(the best K - 1 such in the whole tie zone)")
+                         "(the best K - 1 such in the whole tie zone) or contested "
+                         "(class where the scorer's mix contests the CPU, else any)")
     ap.add_argument("--rollout-draws", type=int, default=1,
                     help="independent draws each candidate is rolled out on (the same "
                          "for every candidate)")
@@ -106,6 +109,9 @@ def add_rollout(ap: argparse.ArgumentParser) -> None:
                     help="how the draws decide: mean (the best by the keys summed over "
                          "them) or every (a candidate replaces the base choice only if "
                          "it beats it on every draw)")
+    ap.add_argument("--rollout-warmup", choices=("class", "base"), default="class",
+                    help="contested, while the mix is mostly the learner's prior: class "
+                         "(the scorer's order among nodes of a class) or base (no roll-out)")
     ap.add_argument("--rollout-seed", type=int, default=0, help="the draws' base seed")
     ap.add_argument("--whole-untouched", action="store_true",
                     help="also price untouched nodes for every shape only such a node "
@@ -125,6 +131,7 @@ def switch_on(args: argparse.Namespace, ro: type[LoggedRollOut] | None = None) -
                                     margin=args.rollout_margin, seed=args.rollout_seed,
                                     leaf=args.rollout_leaf, mix=args.rollout_mix,
                                     distinct=args.rollout_distinct,
+                                    warmup=args.rollout_warmup,
                                     draws=args.rollout_draws, rule=args.rollout_rule)
         if args.stats is not None:
             args.stats.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ from swarmgpu.allocator.rollout import (
     RollOut,
     broken_price,
     consistent,
+    cpu_contested,
     held_cpu,
     roll,
     sequenced_price,
@@ -337,10 +338,12 @@ def test_the_full_mix_draws_the_rare_shapes_the_typical_tasks_leave_out() -> Non
     assert Demand(num_gpu=2) in drawn
 
 
-def used_pair(kinds: tuple[str, str], ro: RollOut) -> Allocator:
+def used_pair(kinds: tuple[str, str], ro: RollOut, scorer: FlatScorer | None = None,
+              ) -> Allocator:
     """Two-GPU nodes ``whole`` (the lower rank; a core taken, both GPUs whole) and
-    ``split`` (a share taken), of GPU models ``kinds``."""
-    a = Allocator(FlatScorer((TypicalTask(PAIR, 1.0),), ro))
+    ``split`` (a share taken), of GPU models ``kinds``; ``scorer``: a flat one with the
+    mix's pair, by default."""
+    a = Allocator(scorer or FlatScorer((TypicalTask(PAIR, 1.0),), ro))
     for rank, (name, kind) in enumerate(zip(("whole", "split"), kinds, strict=True)):
         a.add_node(NodeSpec(name, tuple(GpuSpec(i, kind, 16384) for i in range(2)),
                             cpu_milli=64_000), rank=rank)
@@ -401,6 +404,86 @@ def test_a_fourth_candidate_is_rolled_out_with_k_4() -> None:
         a.add_node(node("one", 1), rank=3)
         got = a.place(Demand(num_gpu=1))
         assert isinstance(got, Choice) and got.node == want, k
+
+
+HEAVY = TaskShape(cpu_milli=40_000, gpu_milli=1000, num_gpu=1)  # above 32 cores a GPU
+
+
+class CpuScorer(FlatScorer):
+    """``FlatScorer`` with what ``cpu_contested`` reads: two T4 nodes of 64 cores and two
+    GPUs each, so 32 cores a GPU."""
+
+    cluster_cpu = 128_000
+    capacity = {"T4": 4000}
+    shapes: dict[TaskShape, float] | None = None  # every shape seen: none, by default
+
+    def __init__(self, workload: tuple[TypicalTask, ...], rollout: RollOut | None) -> None:
+        super().__init__(workload, rollout)
+        self.cpu_unfit = CpuUnfit(workload)
+
+
+def test_the_mix_contests_the_cpu_where_heavy_one_gpu_tasks_outgrow_its_slack() -> None:
+    # 0.7 of the GPU tasks ask 40 cores of one GPU (above the cluster's 32 a GPU): the
+    # mix asks 28,000 / 1,300 = 21.5 CPU milli a GPU-milli of 32, a slack of 0.33 < 0.7.
+    contested = CpuScorer((TypicalTask(PAIR, 30.0), TypicalTask(HEAVY, 70.0)), None)
+    assert cpu_contested(contested, "T4")
+    # half of them: 20,000 / 1,500 = 13.3 of 32, a slack of 0.58 > 0.5
+    assert not cpu_contested(
+        CpuScorer((TypicalTask(PAIR, 50.0), TypicalTask(HEAVY, 50.0)), None), "T4")
+    assert not cpu_contested(CpuScorer((TypicalTask(PAIR, 100.0),), None), "T4")
+    # the heavy tasks pinned to another model do not contest a T4's CPU
+    pinned = TaskShape(40_000, 1000, 1, ("V100*",))
+    assert not cpu_contested(
+        CpuScorer((TypicalTask(PAIR, 30.0), TypicalTask(pinned, 70.0)), None), "T4")
+
+
+def test_the_contested_reading_leaves_one_class_to_the_scorer_while_it_cannot_tell() -> None:
+    calm = (TypicalTask(PAIR, 100.0),)
+    assert cpu_contested(CpuScorer((TypicalTask(PAIR, 99.0),), None), "T4")  # mostly prior
+    assert cpu_contested(FlatScorer(calm, None), "T4")  # no CPU data
+    scorer = CpuScorer(calm, None)
+    scorer.cluster_cpu = 0
+    assert cpu_contested(scorer, "T4")
+    assert cpu_contested(CpuScorer((), None), "T4")  # no mix
+
+
+def test_the_contested_reading_counts_the_rare_shapes_the_typical_tasks_leave_out() -> None:
+    # The typical tasks hold the pair alone; every shape seen holds the heavy ones too.
+    scorer = CpuScorer((TypicalTask(PAIR, 100.0),), None)
+    assert not cpu_contested(scorer, "T4")
+    scorer.shapes = {PAIR: 30.0, HEAVY: 70.0}
+    assert cpu_contested(scorer, "T4")
+    ro = RollOut(distinct="contested")
+    assert ro.contested(scorer, "T4")
+    scorer.shapes = {PAIR: 100.0}  # a new mix: read again
+    assert not ro.contested(scorer, "T4")
+
+
+def test_the_contested_roll_out_leaves_one_class_to_the_base_only_where_cpu_is_contested(
+) -> None:
+    # As the class-distinct test: any roll-out moves the GPU to ``split``. Where the mix
+    # contests the CPU "contested" is "class" (keeps ``whole``), elsewhere it is "".
+    for mix, want in (((TypicalTask(PAIR, 100.0),), "split"),
+                      ((TypicalTask(PAIR, 30.0), TypicalTask(HEAVY, 70.0)), "whole")):
+        ro = RollOut(k=2, m=1, distinct="contested")
+        got = used_pair(("T4", "T4"), ro, CpuScorer(mix, ro)).place(Demand(num_gpu=1))
+        assert isinstance(got, Choice) and got.node == want, mix
+        assert ro.stats.get("contested", 0) == ro.stats.get("same_class", 0) == (
+            1 if want == "whole" else 0), mix
+
+
+def test_the_contested_roll_out_waits_for_the_mix_where_asked() -> None:
+    # The pair alone, as the learner's prior would weigh it (under 2 x 50 tasks): the
+    # mix cannot tell yet; with warm-up "base" nothing is rolled out (``whole`` kept),
+    # with "class" the other node, of one class, is left to the scorer's order too.
+    for warmup in ("base", "class"):
+        ro = RollOut(k=2, m=1, distinct="contested", warmup=warmup)
+        scorer = CpuScorer((TypicalTask(PAIR, 51.0),), ro)
+        scorer.shapes = {PAIR: 51.0}
+        got = used_pair(("T4", "T4"), ro, scorer).place(Demand(num_gpu=1))
+        assert isinstance(got, Choice) and got.node == "whole", warmup
+        assert ro.stats.get("warmup", 0) == (1 if warmup == "base" else 0)
+        assert ro.stats.get("same_class", 0) == (0 if warmup == "base" else 1)
 
 
 def test_the_draw_is_the_same_for_the_same_decision() -> None:
@@ -470,7 +553,7 @@ def test_consistent_picks_among_the_candidates_that_beat_the_base_on_every_draw(
 @pytest.mark.parametrize("bad", [{"k": 5}, {"k": 0}, {"m": -1}, {"margin": -1.0},
                                  {"leaf": "best"}, {"mix": "trace"},
                                  {"distinct": "shape"}, {"draws": 0},
-                                 {"rule": "median"}])
+                                 {"rule": "median"}, {"warmup": "any"}])
 def test_settings_out_of_range_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="roll-out"):
         RollOut(**bad)  # type: ignore[arg-type]

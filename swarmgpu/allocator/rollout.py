@@ -29,7 +29,12 @@ every multi-GPU task among them on openb's traces. ``distinct`` "class" (stop 79
 out only the candidates that differ from the base choice in node class or in being
 untouched: among nodes of one class and one touched-state the scorer's own order already
 tells them apart, and on h-bimodalseed that reshuffling of used nodes of one class was
-most of what the roll-out changed and lost. ``draws`` (stop 80) rolls each candidate out
+most of what the roll-out changed and lost; "contested" (stop 81) does so only where
+the scorer's mix contests the CPU (``cpu_contested``: more one-GPU tasks above the
+cluster's CPU per GPU than the CPU the mix leaves unasked), any near-best node elsewhere,
+where those moves carried most of the roll-out's gain; while the mix is mostly the
+learner's prior (``mix_told``) it reads "class", or with ``warmup`` "base" rolls nothing
+out. ``draws`` (stop 80) rolls each candidate out
 on that many draws, common to all of them; ``rule`` "every" lets a candidate replace the
 base choice only where it beats it on every draw (a sign test: one draw of 20 tasks is
 noise where candidates differ by a cost one placement deeper), "mean" takes the best by
@@ -55,6 +60,7 @@ from swarmgpu.allocator.fragmentation import (
     FragCache,
     TaskShape,
     TypicalTask,
+    product_matches,
 )
 from swarmgpu.allocator.untouched import (
     Groups,
@@ -65,6 +71,7 @@ from swarmgpu.allocator.untouched import (
     whole_groups,
 )
 from swarmgpu.allocator.values import Choice, Demand, NodeState, Unplaceable
+from swarmgpu.allocator.workload import PRIOR_TASKS
 
 
 class Allocator(Protocol):
@@ -90,7 +97,7 @@ class Allocator(Protocol):
 
 LEAVES = ("milli", "waste", "whole", "frag", "priced", "sequenced", "covered", "cpuheld")
 MIXES = ("typical", "full")
-DISTINCT = ("", "class", "class-zone")
+DISTINCT = ("", "class", "class-zone", "contested")
 RULES = ("mean", "every")
 NO_CPU_DATA = 1 << 62  # CPU left of a node without CPU data: never short
 # a node cost: (GPU model, CPU left or None, free GPU-milli per GPU) -> GPU-milli
@@ -136,8 +143,12 @@ class RollOut:
     mix: str = "typical"
     # which near-best nodes are rolled out beside the base choice: "" (any), "class"
     # (those of the top ``k`` of another node class, or untouched where it is used or
-    # the reverse) or "class-zone" (the best ``k - 1`` such in the whole tie zone)
+    # the reverse) or "class-zone" (the best ``k - 1`` such in the whole tie zone) or
+    # "contested" ("class" where the mix contests the CPU, ``cpu_contested``, else any)
     distinct: str = ""
+    # "contested" while the mix cannot tell (``mix_told``): "class" (the scorer's order
+    # among nodes of a class) or "base" (no roll-out: the base choice, as main)
+    warmup: str = "class"
     # independent draws each candidate is rolled out on (the same for every candidate),
     # and how they decide: "mean" (the best by the keys summed over the draws) or
     # "every" (only a candidate better than the base choice on each draw replaces it)
@@ -153,6 +164,9 @@ class RollOut:
     _covered: tuple[object, int, object, Groups] | None = None
     # "full": the scorer's shapes, as typical tasks (the dict they came from, them)
     _full: tuple[object, tuple[TypicalTask, ...]] | None = None
+    # "contested": what ``cpu_contested`` read (the scorer's shapes, its CPU and GPU
+    # capacity) and its answers, by GPU model
+    _contested: tuple[object, object, dict[str, bool]] | None = None
 
     def __post_init__(self) -> None:
         # k 4 (stop 81) rolls out one more near-best node; beyond that the cost grows
@@ -167,9 +181,11 @@ class RollOut:
             raise ValueError(f"roll-out leaf={self.leaf!r}: use one of {', '.join(LEAVES)}")
         if self.mix not in MIXES:
             raise ValueError(f"roll-out mix={self.mix!r}: use one of {', '.join(MIXES)}")
+        if self.warmup not in ("class", "base"):
+            raise ValueError(f"roll-out warmup={self.warmup!r}: use \"class\" or \"base\"")
         if self.distinct not in DISTINCT:
             raise ValueError(f"roll-out distinct={self.distinct!r}: use \"\" (any), "
-                             "\"class\" or \"class-zone\"")
+                             "\"class\", \"class-zone\" or \"contested\"")
 
     def count(self, what: str, n: float = 1) -> None:
         self.stats[what] = self.stats.get(what, 0) + n
@@ -181,7 +197,9 @@ class RollOut:
         """The top ``k`` node states within ``margin`` of the best, best first (ties to
         the lower rank, as ``Allocator.place`` breaks them), one node each; with
         ``distinct`` "class" the base choice and those of them that ``differ`` from it,
-        with "class-zone" the base choice and the best ``k - 1`` that differ from it."""
+        with "class-zone" the base choice and the best ``k - 1`` that differ from it,
+        with "contested" as "class" where ``cpu_contested`` at the base's GPU model, else
+        all of them."""
         near: list[tuple[float, int, NodeState]] = []
         for gk in groups:
             s = scores.get(gk)
@@ -195,12 +213,31 @@ class RollOut:
         if self.distinct == "class-zone" and near:
             near = near[:1] + [t for t in near[1:] if differ(near[0][2], t[2])]
         top = [rep for _, _, rep in near[:self.k]]
-        if self.distinct == "class" and top:
+        if self.distinct == "contested" and len(top) > 1:
+            if self.warmup == "base" and not mix_told(alloc.scorer):
+                self.count("warmup", 1)
+                return top[:1]
+            if not self.contested(alloc.scorer, top[0].product):
+                self.count("calm", 1)
+                return top
+            self.count("contested", 1)
+        if self.distinct in ("class", "contested") and top:
             kept = top[:1] + [rep for rep in top[1:] if differ(top[0], rep)]
             if len(kept) < len(top):
                 self.count("same_class", len(top) - len(kept))
             top = kept
         return top
+
+    def contested(self, scorer: object, product: str) -> bool:
+        """``cpu_contested``, kept while the scorer's shapes (a new dict per mix), its
+        CPU and GPU capacity are the same."""
+        key = (getattr(scorer, "cluster_cpu", 0), tuple(getattr(scorer, "capacity", {}).items()))
+        got = self._contested
+        if got is None or got[0] is not getattr(scorer, "shapes", None) or got[1] != key:
+            got = self._contested = (getattr(scorer, "shapes", None), key, {})
+        if product not in got[2]:
+            got[2][product] = cpu_contested(scorer, product)
+        return got[2][product]
 
     def drawn(self, scorer: object) -> Sequence[TypicalTask]:
         """What ``draw`` draws from: the scorer's typical tasks, or with ``mix`` "full"
@@ -335,6 +372,44 @@ def consistent(keys: Sequence[Sequence[Key] | None], rule: str) -> int:
         if best_key is None or s > best_key:
             best, best_key = i, s
     return best
+
+
+def mix_told(scorer: object) -> bool:
+    """Whether the scorer's mix weighs at least twice the learner's prior
+    (``PRIOR_TASKS``): before that, what it says is mostly the prior's."""
+    shapes: Mapping[TaskShape, float] | None = getattr(scorer, "shapes", None)
+    return sum((shapes or {}).values()) >= 2 * PRIOR_TASKS
+
+
+def cpu_contested(scorer: object, product: str) -> bool:
+    """Whether the scorer's mix contests the cluster's CPU, or cannot yet tell: its
+    one-GPU tasks that ask more CPU than the cluster has per GPU are a larger share of
+    its GPU tasks that may run on ``product`` than the cluster's CPU slack (the share of
+    its CPU the whole mix leaves unasked, ``1 - c_all / R`` of
+    ``cpu_excess_per_gpu_milli``). Then which used node of a class keeps its CPU decides
+    where those tasks still fit, which the leaf's cost does not see (h-bimodalseed's
+    loss, stop 76). Read over every shape the scorer learned (``shapes``, by weight; its
+    typical ``workload`` where it has none): the typical tasks leave out rare shapes,
+    and a spread of heavy CPU asks is many rare ones. Without a mix or CPU data, or while
+    the mix weighs less than twice the learner's prior (``PRIOR_TASKS``: what it says is
+    still mostly the prior's, which has no heavy tail), True: the scorer's own order
+    decides among nodes of a class, as without the roll-out."""
+    shapes: Mapping[TaskShape, float] | None = getattr(scorer, "shapes", None)
+    if not shapes:
+        shapes = {t.shape: t.weight for t in getattr(scorer, "workload", ())}
+    cpu: int = getattr(scorer, "cluster_cpu", 0)
+    gpu = sum(getattr(scorer, "capacity", {}).values())
+    asked = sum(w * s.num_gpu * s.gpu_milli for s, w in shapes.items())
+    if cpu <= 0 or gpu <= 0 or asked <= 0 or sum(shapes.values()) < 2 * PRIOR_TASKS:
+        return True
+    per_milli = cpu / gpu  # R: CPU milli per GPU-milli
+    slack = 1 - sum(w * s.cpu_milli for s, w in shapes.items()) / asked / per_milli
+    per_gpu = per_milli * MILLI
+    here = {s: w for s, w in shapes.items()
+            if s.num_gpu and s.gpu_milli > 0 and product_matches(product, s.products)}
+    total = sum(here.values())
+    heavy = sum(w for s, w in here.items() if s.num_gpu == 1 and s.cpu_milli > per_gpu)
+    return total <= 0 or heavy / total > slack
 
 
 def untouched(n: NodeState) -> bool:
