@@ -16,10 +16,9 @@ cool-downs of the moves an old leader finished; within the hour every finish is 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 
-from swarmgpu.core.stamps import in_hour
+from swarmgpu.core.stampedlist import by_service, hour_kept, stamped_entries
 
 ENDED = "state.moves-ended"  # under the prefix, on the swarm object's labels
 # entries, oldest dropped first (~10 kB): at least ``budget.FINISHED_KEEP``, so each
@@ -28,27 +27,9 @@ ENDED = "state.moves-ended"  # under the prefix, on the swarm object's labels
 KEEP = 256
 
 
-def _entries(labels: Mapping[str, str], prefix: str) -> list[tuple[str, float]]:
-    """The list's (service id, second) entries, the last ``KEEP``; unreadable ones
-    dropped (a label is anyone's text)."""
-    out = []
-    for part in labels.get(prefix + ENDED, "").split(",")[-KEEP:]:
-        sid, _, at = part.partition("@")
-        try:
-            t = float(at)
-        except ValueError:
-            continue
-        if sid and math.isfinite(t):
-            out.append((sid, t))
-    return out
-
-
 def ended_times(labels: Mapping[str, str], prefix: str) -> dict[str, frozenset[float]]:
     """Service id -> the seconds the list has its moves ended in."""
-    out: dict[str, set[float]] = {}
-    for sid, t in _entries(labels, prefix):
-        out.setdefault(sid, set()).add(t)
-    return {sid: frozenset(ts) for sid, ts in out.items()}
+    return by_service(stamped_entries(labels, prefix + ENDED, KEEP))
 
 
 def unnamed(finished: Iterable[float], ended: Mapping[str, frozenset[float]]
@@ -62,5 +43,5 @@ def unnamed(finished: Iterable[float], ended: Mapping[str, frozenset[float]]
 def with_ended(labels: Mapping[str, str], prefix: str, service_id: str, now: float) -> str:
     """The list with ``service_id``'s move ended ``now`` added (the last hour's kept, at
     most ``KEEP``), as the unnamed list is written in the same write."""
-    kept = [f"{sid}@{t:.0f}" for sid, t in _entries(labels, prefix) if in_hour(t, now)]
+    kept = hour_kept(labels, prefix + ENDED, KEEP, now)
     return ",".join([*kept, f"{service_id}@{now:.0f}"][-KEEP:])

@@ -14,11 +14,11 @@ names its service, so a mark copied from another service's restart buys nothing.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 from swarmgpu.core.config import Config
-from swarmgpu.core.stamps import MAX_SKEW_S, in_hour
+from swarmgpu.core.stampedlist import by_service, hour_kept, stamped_entries
+from swarmgpu.core.stamps import MAX_SKEW_S
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.rebalance.budget import finished_times
 from swarmgpu.manager.rebalance.endedlist import ended_times, unnamed
@@ -29,21 +29,6 @@ RESTARTS = "state.restarts"  # under the prefix, on the swarm object's labels
 # entries, bounding the label (~10 kB): over twice the restarts an hour at the default
 # budgets (one a 30 s cycle), which bound them per cycle, not per hour
 KEEP = 256
-
-
-def _entries(labels: Mapping[str, str], key: str) -> list[tuple[str, float]]:
-    """The list's (service id, time) entries, the last ``KEEP``; unreadable ones dropped
-    (a label is anyone's text)."""
-    out = []
-    for part in labels.get(key, "").split(",")[-KEEP:]:
-        sid, _, at = part.partition("@")
-        try:
-            t = float(at)
-        except ValueError:
-            continue
-        if sid and math.isfinite(t):  # (inf, nan, 1e309: no clock's)
-            out.append((sid, t))
-    return out
 
 
 def _bounded(entries: list[str]) -> list[str]:
@@ -69,10 +54,7 @@ def _bounded(entries: list[str]) -> list[str]:
 
 def restart_times(labels: Mapping[str, str], prefix: str) -> dict[str, frozenset[float]]:
     """Service id -> the times of its restarts the list keeps."""
-    out: dict[str, set[float]] = {}
-    for sid, t in _entries(labels, prefix + RESTARTS):
-        out.setdefault(sid, set()).add(t)
-    return {sid: frozenset(ts) for sid, ts in out.items()}
+    return by_service(stamped_entries(labels, prefix + RESTARTS, KEEP))
 
 
 def mark_records(labels: Mapping[str, str], prefix: str, cfg: Config) -> MarkRecords:
@@ -100,7 +82,7 @@ def record_restart(writes: Writes, prefix: str, service_id: str, at: str,
     key = prefix + RESTARTS
 
     def add(cur: Mapping[str, str]) -> Mapping[str, str]:
-        kept = [f"{sid}@{t:.0f}" for sid, t in _entries(cur, key) if in_hour(t, now)]
+        kept = hour_kept(cur, key, KEEP, now)
         return {**cur, key: ",".join(_bounded([*kept, f"{service_id}@{at}"]))}
 
     try:
