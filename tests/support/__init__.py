@@ -17,7 +17,8 @@ Harness and stand-ins (also run as scripts or by benchmarks/ and scripts/demo.py
   docker-py's own client: test_engine_answer_bound, benchmarks/bench_answer_bound.py.
 - docker_clis: every docker CLI on the machine, and the service spec each deploys from
   a stack to a stand-in engine (the oracle of test_yaml_as_docker_reads).
-- serving: a stand-in server served in a thread for a block (loop_engine's, docker_clis').
+- serving: a stand-in server served in a thread for a block (loop_engine's, docker_clis',
+  plain_agent's: an agent without token or TLS, for the Host tests).
 - task_watch: records the tasks a service ran; web_fleet: a fleet document made by the
   real planner; browser: a headless chromium for the GPU map.
 - agent_threads: the agent facts-refresh threads a module leaves running (checked
