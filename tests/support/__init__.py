@@ -21,6 +21,8 @@ Harness and stand-ins (also run as scripts or by benchmarks/ and scripts/demo.py
   plain_agent's: an agent without token or TLS, for the Host tests).
 - task_watch: records the tasks a service ran; web_fleet: a fleet document made by the
   real planner; browser: a headless chromium for the GPU map.
+- shared_ask: parallel writes sharing one ask (the leader's term, the engine's node
+  listing): a clock that counts their reads, the writes run at once.
 - agent_threads: the agent facts-refresh threads a module leaves running (checked
   after each module by tests/conftest.py).
 - daemon: the `daemon` fixture's setup (tests/conftest.py); empty_swarm: a swarm with
