@@ -33,12 +33,14 @@ Builders of test inputs, one module per subject: placement, forged (a recording 
 and forged Swarm objects), health, rebalance, rebalance_fragmentation, identity,
 webauth, overshare, dashboard, deploy_docs, sim, memo, planner, render_compose,
 render_engines, prometheus, write_paths, fifo (a FIFO where a file belongs, read without
-hanging the test; a doctor's file swapped for one after its stat), loglines (the log lines a fixture keeps), counted (a method's calls
+hanging the test; a doctor's file swapped for one after its stat), loglines (the log
+lines a fixture keeps), counted (a method's calls
 counted), traced (the most memory a call holds, traced), fake_proc (a fake ``/proc``:
 a PID's cgroup and start time, the uptime, its ``self`` links), scheduler
 (Swarm's scheduler rule on a waiting task of an older service revision, for the
 in-memory swarms), commands (`plan`/`status` in-process over a recording swarm or an
 empty cluster),
+config_check (`config check` on a config written to tmp_path, with --env-file or not),
 isolation (two RTX 4090 nodes and the failing a-bad of the placement isolation tests),
 preempt_stop (victims stopped as the actuator stops them), move_then_preempt (a cycle's
 rebalance then preemption steps on one snapshot), crowded_node (one GPU node crowded
