@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.config_check import config_check
 
 from swarmgpu.cli import main
 from swarmgpu.core.envfile import parse_env_file
@@ -19,12 +20,7 @@ def _check(tmp_path: Path, env_text: str, monkeypatch: pytest.MonkeyPatch,
            shell: dict[str, str] | None = None) -> tuple[int, str]:
     for var, value in (shell or {}).items():
         monkeypatch.setenv(var, value)
-    cfg = tmp_path / "config.yml"
-    cfg.write_text("sync:\n  interval_s: 30\n")
-    env = tmp_path / "env"
-    env.write_text(env_text)
-    res = CliRunner().invoke(main, ["config", "check", "--env-file", str(env), str(cfg)])
-    return res.exit_code, res.output
+    return config_check(tmp_path, env_text)
 
 
 def test_an_override_of_the_units_environment_file_is_checked(

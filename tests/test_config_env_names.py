@@ -8,18 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
-from swarmgpu.cli import main
-
-
-def _check(tmp_path: Path, env_text: str) -> tuple[int, str]:
-    cfg = tmp_path / "config.yml"
-    cfg.write_text("sync:\n  interval_s: 30\n")
-    env = tmp_path / "env"
-    env.write_text(env_text)
-    res = CliRunner().invoke(main, ["config", "check", "--env-file", str(env), str(cfg)])
-    return res.exit_code, res.output
+from support.config_check import config_check
 
 
 @pytest.mark.parametrize(("var", "says"), [
@@ -30,15 +19,16 @@ def _check(tmp_path: Path, env_text: str) -> tuple[int, str]:
 ])
 def test_a_variable_no_key_reads_is_named_with_the_nearest(
         tmp_path: Path, var: str, says: str) -> None:
-    code, out = _check(tmp_path, f"{var}=1\n")
+    code, out = config_check(tmp_path, f"{var}=1\n")
     assert code == 0, out
     assert f"warning: {var}: " in out and says in out, out
 
 
 def test_the_agents_and_the_stacks_variables_are_not_warned_of(tmp_path: Path) -> None:
     # /etc/swarmgpu/env is the agent unit's EnvironmentFile too
-    code, out = _check(tmp_path, "SWARMGPU_AGENT_SOURCE=nvml\nSWARMGPU_AGENT_LISTEN=0.0.0.0:9401\n"
-                       "SWARMGPU_AGENT_ARGS=\nSWARMGPU_SYNC_INTERVAL_S=10\n")
+    code, out = config_check(tmp_path, "SWARMGPU_AGENT_SOURCE=nvml\n"
+                             "SWARMGPU_AGENT_LISTEN=0.0.0.0:9401\n"
+                             "SWARMGPU_AGENT_ARGS=\nSWARMGPU_SYNC_INTERVAL_S=10\n")
     assert code == 0 and "warning" not in out, out
 
 
@@ -46,9 +36,7 @@ def test_the_shells_own_variables_are_warned_of_only_when_near_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SWARMGPU_SOME_TOOL", "1")  # another program's
     monkeypatch.setenv("SWARMGPU_LOG_LEVLE", "DEBUG")
-    cfg = tmp_path / "config.yml"
-    cfg.write_text("")
-    out = CliRunner().invoke(main, ["config", "check", str(cfg)]).output
+    out = config_check(tmp_path, config="")[1]
     assert "SWARMGPU_SOME_TOOL" not in out, out
     assert "warning: SWARMGPU_LOG_LEVLE: " in out and "SWARMGPU_LOG_LEVEL?" in out, out
 
@@ -63,7 +51,7 @@ def test_a_variable_in_another_case_is_named_with_the_one_read(
         tmp_path: Path, var: str, says: str) -> None:
     # `swarmgpu_dry_run=true` in /etc/swarmgpu/env: names are case-sensitive (systemd,
     # the shell, os.environ), so the daemon read no override and wrote, unsaid.
-    code, out = _check(tmp_path, f"{var}=true\n")
+    code, out = config_check(tmp_path, f"{var}=true\n")
     assert code == 0, out
     assert f"warning: {var}: " in out and says in out, out
 
@@ -71,9 +59,7 @@ def test_a_variable_in_another_case_is_named_with_the_one_read(
 def test_a_variable_in_another_case_is_named_from_the_shell_too(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("swarmgpu_dry_run", "true")
-    cfg = tmp_path / "config.yml"
-    cfg.write_text("")
-    out = CliRunner().invoke(main, ["config", "check", str(cfg)]).output
+    out = config_check(tmp_path, config="")[1]
     assert "warning: swarmgpu_dry_run: " in out and "SWARMGPU_DRY_RUN?" in out, out
 
 
@@ -85,11 +71,9 @@ def test_the_daemons_crash_test_hook_is_named_as_one(
     # daemon mid-move.
     if from_shell:
         monkeypatch.setenv("SWARMGPU_TEST_CRASH_AFTER", "move-step-1")
-        cfg = tmp_path / "config.yml"
-        cfg.write_text("")
-        out = CliRunner().invoke(main, ["config", "check", str(cfg)]).output
+        out = config_check(tmp_path, config="")[1]
     else:
-        out = _check(tmp_path, "SWARMGPU_TEST_CRASH_AFTER=move-step-1\n")[1]
+        out = config_check(tmp_path, "SWARMGPU_TEST_CRASH_AFTER=move-step-1\n")[1]
     assert "warning: SWARMGPU_TEST_CRASH_AFTER: " in out, out
     assert "no key reads it" not in out and "test hook" in out and "remove it" in out, out
 

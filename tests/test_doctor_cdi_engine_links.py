@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fifo import make_fifo, read_within
+from support.fifo import make_fifo, read_within, swapped_after_stat
 
 from swarmgpu.agent.doctor import Status, enginelinks, read, run_doctor
 
@@ -76,13 +76,20 @@ def test_a_docker_that_hands_cdi_the_link_reads_nothing_there(
     assert c["status"] == str(Status.OK), c
 
 
-def test_the_details_name_the_link_and_the_specs_read_through_it(tmp_path: Path) -> None:
+def _linked_details(tmp_path: Path, server: str) -> str:
+    """The one detail of a dockerd ``server`` given /srv/link, a spec behind it (ok)."""
     root = _root(tmp_path)
     (root / "srv/cdi/nvidia.yaml").write_text(
         f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: {UA}\n    {EDITS}\n")
-    c = _check(root, "29.2.0", ["/srv/link"])
+    c = _check(root, server, ["/srv/link"])
     assert c["status"] == str(Status.OK), c
     (said,) = c["details"]
+    assert isinstance(said, str), said
+    return said
+
+
+def test_the_details_name_the_link_and_the_specs_read_through_it(tmp_path: Path) -> None:
+    said = _linked_details(tmp_path, "29.2.0")
     assert said.startswith("dockerd reads CDI specs from /srv/link (a symlink to /srv/cdi, "
                            "which dockerd 29.2 and later resolves as it starts): "
                            "nvidia.com/gpu in /srv/cdi/nvidia.yaml"), said
@@ -180,12 +187,7 @@ def test_an_older_dockerd_s_details_say_it_reads_nothing_through_the_link(
     # Before 29.2 dockerd hands CDI the link, which its scan never follows: a spec behind
     # it is never read (`docker run --device` finds no device). Before, the details named
     # /srv/link alone ("no nvidia.com/gpu spec there"), nothing of why or the fix.
-    root = _root(tmp_path)
-    (root / "srv/cdi/nvidia.yaml").write_text(
-        f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: {UA}\n    {EDITS}\n")
-    c = _check(root, "29.1.5", ["/srv/link"])
-    assert c["status"] == str(Status.OK), c
-    (said,) = c["details"]
+    said = _linked_details(tmp_path, "29.1.5")
     assert said.startswith(
         "dockerd reads CDI specs from /srv/link (a symlink to /srv/cdi, which a dockerd "
         "before 29.2 hands CDI as is, whose scan never follows it: no spec read there; "
@@ -201,17 +203,8 @@ def test_a_spec_of_dockerds_dir_swapped_for_a_fifo_while_read_fails_the_node(
     # does. Before, it was a read that failed, which dockerd only logs: ok, unsaid.
     root = _root(tmp_path)
     (root / "srv/cdi/swap.yaml").write_text("x: 1\n")
-    looked = read.not_regular
-
-    def swapped(r: str, path: str) -> Any:
-        said = looked(r, path)
-        if path == "/srv/cdi/swap.yaml":
-            (root / "srv/cdi/swap.yaml").unlink()
-            make_fifo(root / "srv/cdi/swap.yaml")
-        return said
-
-    monkeypatch.setattr(read, "not_regular", swapped)
-    c = read_within(lambda: _check(root, server, ["/srv/cdi"]), root / "srv/cdi/swap.yaml")
+    fifo = swapped_after_stat(monkeypatch, root, "/srv/cdi/swap.yaml")
+    c = read_within(lambda: _check(root, server, ["/srv/cdi"]), fifo)
     assert isinstance(c, dict), c
     assert c["status"] == str(Status.FAIL), c
     assert ("/srv/cdi/swap.yaml is a FIFO (a named pipe) (replaced while the doctor read "

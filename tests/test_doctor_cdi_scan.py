@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from support.denied import deny_listing
-from support.fifo import make_fifo, read_within
+from support.fifo import make_fifo, read_within, swapped_after_stat
 
 from swarmgpu.agent.doctor import Status, read, run_doctor
 from swarmgpu.agent.doctor.cdifile import not_regular
@@ -396,17 +396,8 @@ def test_a_spec_swapped_for_a_fifo_after_its_stat_is_named_never_waited_on(
     root = _root(tmp_path)
     _write(root, "etc/cdi/nvidia.yaml", _doc([UA, UB]))
     _write(root, "etc/cdi/swap.yaml", _doc(["x"]))
-    looked = read.not_regular
-
-    def swapped(r: str, path: str) -> Any:
-        said = looked(r, path)
-        if path == "/etc/cdi/swap.yaml":
-            (root / "etc/cdi/swap.yaml").unlink()
-            make_fifo(root / "etc/cdi/swap.yaml")
-        return said
-
-    monkeypatch.setattr(read, "not_regular", swapped)
-    c = read_within(lambda: _check(root), root / "etc/cdi/swap.yaml")
+    fifo = swapped_after_stat(monkeypatch, root, "/etc/cdi/swap.yaml")
+    c = read_within(lambda: _check(root), fifo)
     assert isinstance(c, dict), c
     assert c["status"] == str(Status.FAIL), c
     assert ("/etc/cdi/swap.yaml is a FIFO (a named pipe) (replaced while the doctor read "

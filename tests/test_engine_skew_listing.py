@@ -7,40 +7,22 @@ once every writer has found the verdict stale."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import pytest
+from support.shared_ask import HANG_S, Stale, in_parallel
 
 from swarmgpu.swarm.engineskew import EngineBehind, SkewGuard
 from swarmgpu.swarm.errors import SwarmError
 from swarmgpu.swarm.swarmnode import SwarmNode
 
 WRITERS = 8
-HANG_S = 30.0  # (a guard against a hang only: a fault fails the asserts, not this)
 
 
 def node(host: str, engine: str) -> SwarmNode:
     return SwarmNode(id=host, hostname=host, addr="", role="manager", state="ready",
                      availability="active", labels={}, engine_labels={}, version=1,
                      generic_resources={}, discrete_resources={}, engine_version=engine)
-
-
-class Stale:
-    """A clock past the verdict's minute that counts the writers' reads of it: each check
-    reads it once, so ``all_in`` is set once every writer has looked."""
-
-    def __init__(self, writers: int) -> None:
-        self.now, self.left = 0.0, writers
-        self.all_in = threading.Event()
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            if self.now > 0:
-                self.left -= 1
-                if self.left <= 0:
-                    self.all_in.set()
-            return self.now
 
 
 class Lister:
@@ -61,24 +43,6 @@ class Lister:
         if self.fail is not None:
             raise self.fail
         return self.nodes
-
-
-def in_parallel(check: Callable[[], None], n: int) -> list[BaseException | None]:
-    """``check()`` in ``n`` threads at once; what each raised (None: returned)."""
-    got: list[BaseException | None] = [None] * n
-
-    def one(i: int) -> None:
-        try:
-            check()
-        except BaseException as exc:  # (each writer's outcome is asserted)
-            got[i] = exc
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(HANG_S)
-    return got
 
 
 def guard_past_its_minute(clock: Stale) -> SkewGuard:

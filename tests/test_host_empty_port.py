@@ -6,15 +6,13 @@ own, and a served name (an IP address too) was answered 421 (DNS rebinding?)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
 import pytest
+from support.plain_agent import plain_agent
 from support.webauth import raw
 
-from swarmgpu.agent.server import build_server
 from swarmgpu.core.httpguard import allowed_hosts, host_allowed, host_of
-from swarmgpu.core.model import NodeFacts
 
 
 @pytest.mark.parametrize(("header", "host"), [
@@ -36,18 +34,8 @@ def test_a_served_name_with_an_empty_port_is_served() -> None:
 @pytest.fixture
 def agent_port() -> Iterator[int]:
     """An agent without token or TLS: it answers only the names it is called by."""
-    class Source:
-        spec = "fake:host"
-
-        def read(self) -> NodeFacts:
-            return NodeFacts(hostname="gpu-a", source="fake:host")
-
-    agent = build_server(Source(), "127.0.0.1:0", refresh_s=60)
-    threading.Thread(target=agent.serve_forever, kwargs={"poll_interval": 0.05},
-                     daemon=True).start()
-    yield agent.server_address[1]
-    agent.shutdown()
-    agent.server_close()
+    with plain_agent() as port:
+        yield port
 
 
 def test_the_agent_answers_a_host_with_an_empty_port(agent_port: int) -> None:

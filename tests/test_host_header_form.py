@@ -5,15 +5,13 @@ such a Host its own way (``user@a`` as the host ``a``, ``a:1:2`` as ``a:1``)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
 import pytest
+from support.plain_agent import plain_agent
 from support.webauth import raw
 
-from swarmgpu.agent.server import build_server
 from swarmgpu.core.httphead import host_fault
-from swarmgpu.core.model import NodeFacts
 
 BAD = ["user@localhost", "user:pw@127.0.0.1:9401", "localhost:9401:9401", "localhost/x",
        "[::1", "[::1]x", "[localhost]", "::1", "local host", "localhost:94a1", "a\\b",
@@ -37,19 +35,9 @@ def test_hosts_that_clients_send_are_no_fault(host: str) -> None:
 
 @pytest.fixture
 def agent_port() -> Iterator[int]:
-    """An agent with a token: it checks no Host names (a browser cannot send the token)."""
-    class Source:
-        spec = "fake:host"
-
-        def read(self) -> NodeFacts:
-            return NodeFacts(hostname="gpu-a", source="fake:host")
-
-    agent = build_server(Source(), "127.0.0.1:0", refresh_s=60)
-    threading.Thread(target=agent.serve_forever, kwargs={"poll_interval": 0.05},
-                     daemon=True).start()
-    yield agent.server_address[1]
-    agent.shutdown()
-    agent.server_close()
+    """An agent without token or TLS (``plain_agent``): a Host's form is checked first."""
+    with plain_agent() as port:
+        yield port
 
 
 def test_a_malformed_host_is_answered_400(agent_port: int) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from support.shared_ask import HANG_S, Stale, in_parallel
 
 from swarmgpu.manager.cycle.term import LeaderTerm
 from swarmgpu.swarm.client import SwarmUnavailable
@@ -89,26 +90,6 @@ def test_an_engine_that_cannot_answer_fails_that_write_only() -> None:
 
 
 WRITERS = 8  # manager.engine.writes.WRITE_PARALLEL: label writes in flight at once
-HANG_S = 30.0  # (a guard against a hang only: a fault fails the asserts, not this)
-
-
-class Stale:
-    """A clock an old "leader" answer is read against, counting the writes' reads of it
-    once ``now`` is past 0: each write reads it once, so ``all_in`` is set once every
-    write has found the answer old."""
-
-    def __init__(self, writes: int) -> None:
-        self.now, self.left = 0.0, writes
-        self.all_in = threading.Event()
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            if self.now > 0:
-                self.left -= 1
-                if self.left <= 0:
-                    self.all_in.set()
-            return self.now
 
 
 def test_writes_waiting_on_a_failed_ask_share_its_failure_not_ask_in_turn() -> None:
@@ -129,19 +110,7 @@ def test_writes_waiting_on_a_failed_ask_share_its_failure_not_ask_in_turn() -> N
     term = LeaderTerm(is_leader, check_s=2.0, clock=clock)
     term.start()  # (at 0)
     clock.now = 10.0
-    got: list[BaseException | None] = [None] * WRITERS
-
-    def write(i: int) -> None:
-        try:
-            term.holds()
-        except BaseException as exc:  # (each write's outcome is asserted)
-            got[i] = exc
-
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(WRITERS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(HANG_S)
+    got = in_parallel(term.holds, WRITERS)
     assert len(asked) == 1
     assert all(isinstance(e, SwarmUnavailable) for e in got), got
     assert not term.lost  # (no answer: the next write asks again)
@@ -167,19 +136,7 @@ def test_a_write_that_waited_on_an_ask_its_askers_budget_cut_asks_itself() -> No
     term = LeaderTerm(is_leader, check_s=2.0, clock=clock)
     term.start()
     clock.now = 10.0
-    got: list[object] = [None, None]
-
-    def write(i: int) -> None:
-        try:
-            got[i] = term.holds()
-        except BaseException as exc:  # (each write's outcome is asserted)
-            got[i] = exc
-
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(HANG_S)
+    got = in_parallel(term.holds, 2)
     assert len(asked) == 2
     assert sorted(type(g).__name__ for g in got) == ["BudgetCut", "bool"], got
     assert True in got and term.holds()  # (its answer stands for the next write)

@@ -11,10 +11,9 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
+from support.plain_agent import plain_agent
 
-from swarmgpu.agent.server import build_server
 from swarmgpu.core.config import AgentsConfig
-from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.nodes.agent_client import agent_base_url, fetch_facts
 from swarmgpu.manager.nodes.nodeurl import node_url
 from swarmgpu.manager.rebalance.scrape import metrics_url
@@ -113,19 +112,7 @@ def test_an_ipv6_nodes_agent_is_reached(agent6: int) -> None:
 def test_a_link_local_nodes_fetch_sends_no_zone_in_host() -> None:
     # RFC 6874 4: a zone (fe80::1%eth0) has meaning on the sending host alone, and no
     # client sends it in Host; the agent answers such a Host 400 (httphead.host_fault).
-    class Source:
-        spec = "fake:zone"
-
-        def read(self) -> NodeFacts:
-            return NodeFacts(hostname="gpu-a", source="fake:zone")
-
-    agent = build_server(Source(), "[::1]:0", refresh_s=60)
-    threading.Thread(target=agent.serve_forever, kwargs={"poll_interval": 0.05},
-                     daemon=True).start()
-    try:
-        cfg = AgentsConfig(identity="none", port=agent.server_address[1], timeout_s=5)
+    with plain_agent(listen="[::1]:0", spec="fake:zone") as port:
+        cfg = AgentsConfig(identity="none", port=port, timeout_s=5)
         got = fetch_facts(_node(f"::1%{socket.if_nametoindex('lo')}"), cfg)
         assert got.facts is not None, got.error
-    finally:
-        agent.shutdown()
-        agent.server_close()

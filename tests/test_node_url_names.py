@@ -5,15 +5,13 @@ each node's engine gives, which root on that node sets."""
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
 
 import pytest
+from support.plain_agent import plain_agent
 from support.webauth import raw
 
-from swarmgpu.agent.server import build_server
 from swarmgpu.core.config import AgentsConfig
-from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.nodes.agent_client import fetch_facts
 from swarmgpu.manager.nodes.nodeurl import node_url
 from swarmgpu.manager.rebalance.scrape import scrape_node
@@ -95,25 +93,12 @@ def test_a_hostname_with_a_trailing_dot_is_served_by_its_own_agent() -> None:
     # 'gpu-a.' is a host name {hostname} fills in (nodeurl keeps the dot): its agent,
     # without TLS or a token, read the Host without the dot and its own name with it,
     # and answered the daemon's fetch 421 (DNS rebinding?).
-    class Source:
-        spec = "fake:dot"
-
-        def read(self) -> NodeFacts:
-            return NodeFacts(hostname="GPU-a.", source="fake:dot")
-
-    agent = build_server(Source(), "127.0.0.1:0", refresh_s=60)
-    threading.Thread(target=agent.serve_forever, kwargs={"poll_interval": 0.05},
-                     daemon=True).start()
-    try:
-        port = agent.server_address[1]
+    with plain_agent("GPU-a.", spec="fake:dot") as port:
         for host in (b"gpu-a.", b"GPU-a.:%d" % port, b"gpu-a"):
             got = raw(port, b"GET /facts HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")
             assert got.startswith(b"HTTP/1.1 200"), (host, got[:80])
         got = raw(port, b"GET /facts HTTP/1.1\r\nHost: other.example\r\n\r\n")
         assert got.startswith(b"HTTP/1.1 421"), got[:80]
-    finally:
-        agent.shutdown()
-        agent.server_close()
 
 
 @pytest.mark.parametrize("name", [

@@ -29,6 +29,8 @@ HEALTHCHECK, ``sdnotify``: systemd's notify protocol for both roles), and ``peer
 which cuts and cleans what a peer wrote before any error or note repeats it, and
 ``jsonkeys``, the one refusal of a JSON key given twice, and ``stamps``, the one rule
 for a time read back from Swarm (another manager's clock, or a hand edit), and
+``stampedlist``, the one reader of a ``<service id>@<second>`` list on the swarm
+object, and
 ``saidonce``, the one memory of a note logged once while it lasts, and ``andmore``,
 the one wording of " (and N more)" after a list's first entries; ``statefile``, a
 state file replaced whole or not at all, and ``runlock``, one daemon per state

@@ -17,9 +17,12 @@ Harness and stand-ins (also run as scripts or by benchmarks/ and scripts/demo.py
   docker-py's own client: test_engine_answer_bound, benchmarks/bench_answer_bound.py.
 - docker_clis: every docker CLI on the machine, and the service spec each deploys from
   a stack to a stand-in engine (the oracle of test_yaml_as_docker_reads).
-- serving: a stand-in server served in a thread for a block (loop_engine's, docker_clis').
+- serving: a stand-in server served in a thread for a block (loop_engine's, docker_clis',
+  plain_agent's: an agent without token or TLS, for the Host tests).
 - task_watch: records the tasks a service ran; web_fleet: a fleet document made by the
   real planner; browser: a headless chromium for the GPU map.
+- shared_ask: parallel writes sharing one ask (the leader's term, the engine's node
+  listing): a clock that counts their reads, the writes run at once.
 - agent_threads: the agent facts-refresh threads a module leaves running (checked
   after each module by tests/conftest.py).
 - daemon: the `daemon` fixture's setup (tests/conftest.py); empty_swarm: a swarm with
@@ -30,12 +33,14 @@ Builders of test inputs, one module per subject: placement, forged (a recording 
 and forged Swarm objects), health, rebalance, rebalance_fragmentation, identity,
 webauth, overshare, dashboard, deploy_docs, sim, memo, planner, render_compose,
 render_engines, prometheus, write_paths, fifo (a FIFO where a file belongs, read without
-hanging the test), loglines (the log lines a fixture keeps), counted (a method's calls
+hanging the test; a doctor's file swapped for one after its stat), loglines (the log
+lines a fixture keeps), counted (a method's calls
 counted), traced (the most memory a call holds, traced), fake_proc (a fake ``/proc``:
 a PID's cgroup and start time, the uptime, its ``self`` links), scheduler
 (Swarm's scheduler rule on a waiting task of an older service revision, for the
 in-memory swarms), commands (`plan`/`status` in-process over a recording swarm or an
 empty cluster),
+config_check (`config check` on a config written to tmp_path, with --env-file or not),
 isolation (two RTX 4090 nodes and the failing a-bad of the placement isolation tests),
 preempt_stop (victims stopped as the actuator stops them), move_then_preempt (a cycle's
 rebalance then preemption steps on one snapshot), crowded_node (one GPU node crowded

@@ -14,37 +14,19 @@ record buys nothing.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 
-from swarmgpu.core.stamps import in_hour
+from swarmgpu.core.stampedlist import by_service, hour_kept, stamped_entries
 
 VICTIMS = "state.preempted-victims"  # under the prefix, on the swarm object's labels
 KEEP = 1024  # entries, as the hour keeps (a budget larger than that is as good as none)
 
 
-def _entries(labels: Mapping[str, str], key: str) -> list[tuple[str, float]]:
-    """The list's (service id, second) entries, the last ``KEEP``; unreadable ones
-    dropped (a label is anyone's text)."""
-    out = []
-    for part in labels.get(key, "").split(",")[-KEEP:]:
-        sid, _, at = part.partition("@")
-        try:
-            t = float(at)
-        except ValueError:
-            continue
-        if sid and math.isfinite(t):
-            out.append((sid, t))
-    return out
-
-
 def victim_seconds(labels: Mapping[str, str], prefix: str) -> dict[str, frozenset[int]]:
     """Service id -> the whole seconds the list has it stopped at (as the hour's:
     ``preempted.stopped_then`` reads both)."""
-    out: dict[str, set[int]] = {}
-    for sid, t in _entries(labels, prefix + VICTIMS):
-        out.setdefault(sid, set()).add(round(t))
-    return {sid: frozenset(ts) for sid, ts in out.items()}
+    entries = stamped_entries(labels, prefix + VICTIMS, KEEP)
+    return by_service((sid, round(t)) for sid, t in entries)
 
 
 def with_victims(labels: Mapping[str, str], prefix: str, ids: Iterable[str],
@@ -52,6 +34,6 @@ def with_victims(labels: Mapping[str, str], prefix: str, ids: Iterable[str],
     """``labels`` with ``ids`` stopped at ``now`` added to the list (the last hour's
     kept, at most ``KEEP``)."""
     key = prefix + VICTIMS
-    kept = [f"{sid}@{t:.0f}" for sid, t in _entries(labels, key) if in_hour(t, now)]
+    kept = hour_kept(labels, key, KEEP, now)
     new = [f"{sid}@{round(now)}" for sid in ids]
     return {**labels, key: ",".join([*kept, *new][-KEEP:])}

@@ -4,7 +4,7 @@ cool-down mark is checked against.
 The restart marks its service ``<p>state.moved-at`` (its cool-down), a label its stack
 can write too. For a tenant that may not opt out, a restart's mark counts only where
 this list, ``<p>state.restarts`` (``<service id>@<epoch s>`` entries, the last hour's,
-at most ``KEEP``, a service's older entries dropped first: ``_bounded``; written once
+at most ``KEEP``, a service's older entries dropped first: ``stampedlist.bounded``; written once
 the mark landed, before the gate closes; managers alone write the swarm object), has
 this service's restart in its second, and its task on the node judged was made after
 it (``coolmark.borne_out``). A task made after the mark alone, its owner's ``docker
@@ -14,11 +14,11 @@ names its service, so a mark copied from another service's restart buys nothing.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 from swarmgpu.core.config import Config
-from swarmgpu.core.stamps import MAX_SKEW_S, in_hour
+from swarmgpu.core.stampedlist import bounded, by_service, hour_kept, stamped_entries
+from swarmgpu.core.stamps import MAX_SKEW_S
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.rebalance.budget import finished_times
 from swarmgpu.manager.rebalance.endedlist import ended_times, unnamed
@@ -31,48 +31,9 @@ RESTARTS = "state.restarts"  # under the prefix, on the swarm object's labels
 KEEP = 256
 
 
-def _entries(labels: Mapping[str, str], key: str) -> list[tuple[str, float]]:
-    """The list's (service id, time) entries, the last ``KEEP``; unreadable ones dropped
-    (a label is anyone's text)."""
-    out = []
-    for part in labels.get(key, "").split(",")[-KEEP:]:
-        sid, _, at = part.partition("@")
-        try:
-            t = float(at)
-        except ValueError:
-            continue
-        if sid and math.isfinite(t):  # (inf, nan, 1e309: no clock's)
-            out.append((sid, t))
-    return out
-
-
-def _bounded(entries: list[str]) -> list[str]:
-    """``entries`` (``<id>@<second>``, oldest first) at most ``KEEP``: an entry of a
-    service with a newer one dropped first, then the oldest. Oldest first alone, one
-    tenant's shares restarted again and again pushed another's restart out within its
-    cool-down, whose mark then cooled nothing; a service's older restart matches no mark
-    the daemon stands by (its next restart came once that one's cool-down had run; but
-    where that restart closed no gate, and the older mark was put back: a corner the
-    oldest-first rule lost too)."""
-    surplus = len(entries) - KEEP
-    if surplus <= 0:
-        return entries
-    newest = {e.partition("@")[0]: i for i, e in enumerate(entries)}
-    out = []
-    for i, e in enumerate(entries):
-        if surplus > 0 and newest[e.partition("@")[0]] != i:
-            surplus -= 1
-            continue
-        out.append(e)
-    return out[-KEEP:]
-
-
 def restart_times(labels: Mapping[str, str], prefix: str) -> dict[str, frozenset[float]]:
     """Service id -> the times of its restarts the list keeps."""
-    out: dict[str, set[float]] = {}
-    for sid, t in _entries(labels, prefix + RESTARTS):
-        out.setdefault(sid, set()).add(t)
-    return {sid: frozenset(ts) for sid, ts in out.items()}
+    return by_service(stamped_entries(labels, prefix + RESTARTS, KEEP))
 
 
 def mark_records(labels: Mapping[str, str], prefix: str, cfg: Config) -> MarkRecords:
@@ -100,8 +61,8 @@ def record_restart(writes: Writes, prefix: str, service_id: str, at: str,
     key = prefix + RESTARTS
 
     def add(cur: Mapping[str, str]) -> Mapping[str, str]:
-        kept = [f"{sid}@{t:.0f}" for sid, t in _entries(cur, key) if in_hour(t, now)]
-        return {**cur, key: ",".join(_bounded([*kept, f"{service_id}@{at}"]))}
+        kept = hour_kept(cur, key, KEEP, now)
+        return {**cur, key: ",".join(bounded([*kept, f"{service_id}@{at}"], KEEP))}
 
     try:
         writes.swarm_labels(add)
