@@ -17,7 +17,9 @@ from swarmgpu.cli import config, manager, node, proxy, sim
 # 2 is also click's own status for a usage error (an unknown option, a missing file).
 EXIT_CODES = """\b
 Exit codes:
-  facts, node-config    0 printed; 2 the fact source cannot be opened or read
+  facts, node-config    0 printed; 2 the fact source cannot be opened or read (a
+                        source that lists no GPU and says why: facts prints them
+                        all the same, the error on stderr)
   agent                 runs until stopped (SIGTERM ends it); 2 bad source, profile,
                         identity, token, --listen or --refresh-s at start, or
                         cannot listen
