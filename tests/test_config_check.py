@@ -222,7 +222,7 @@ def test_daemon_start_names_file_and_line(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["status", "--config", str(cfg)])
     assert res.exit_code == 2
     assert (
-        f"swarmgpu: configuration error: {cfg}:2: agents.port: expected a whole number"
+        f"swarmgpu status: configuration error: {cfg}:2: agents.port: expected a whole number"
         in res.output
     )
 

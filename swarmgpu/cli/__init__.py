@@ -1,7 +1,8 @@
 """The `swarmgpu` command line: the top layer, the only one that may import every other.
 
 One module per kind of command (``node``, ``manager``, ``sim``, ``config``, ``proxy``:
-the docker-proxy); ``logs`` sets up logging for all of them; ``lastcycle`` reads how the
+the docker-proxy); ``logs`` sets up logging for all of them, ``said`` starts their error
+lines (``swarmgpu COMMAND:``); ``lastcycle`` reads how the
 daemon's last cycle ended (``status --json``), ``daemonmoves`` its move proposals, or
 why they were not read (``plan``); ``main`` is the group that gathers them
 (the ``swarmgpu`` console script and ``python -m swarmgpu.cli``).

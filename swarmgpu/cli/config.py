@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from swarmgpu.cli.said import say_error
 from swarmgpu.core.boundedfile import FileRefused, read_bounded_text
 from swarmgpu.core.config import Config, ConfigError, describe_defaults, load_config_report
 from swarmgpu.core.configvalues import locate_in
@@ -104,7 +105,7 @@ def load_cfg(path: str | None, **overrides: Any) -> Config:
     except ConfigError as exc:
         say_notes(path, notes)
         for err in exc.errors:
-            click.echo(f"swarmgpu: configuration error: {err}", err=True)
+            say_error(f"configuration error: {err}")
         sys.exit(2)
     say_notes(path, notes)
     for w in hour_capped(cfg):  # (valid: said at every start too)

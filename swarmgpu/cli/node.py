@@ -13,6 +13,7 @@ import click
 
 from swarmgpu.cli.config import ConfigPath
 from swarmgpu.cli.logs import setup_logging
+from swarmgpu.cli.said import say_error
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.core.peertext import peer_text
 
@@ -57,7 +58,7 @@ def _open(source: str, hostname: str | None, product: str | None, memory_mib: in
         return open_source(source, hostname=hostname, product=product,
                            memory_mib=memory_mib, mig_layout=mig_layout)
     except SourceError as exc:
-        click.echo(f"swarmgpu: {escaped(exc)}", err=True)
+        say_error(escaped(exc))
         sys.exit(2)
 
 
