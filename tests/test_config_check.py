@@ -75,8 +75,27 @@ def test_broken_yaml_is_one_error(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yml"
     cfg.write_text("agents: [\n")
     res = CliRunner().invoke(main, ["config", "check", str(cfg)])
-    assert res.exit_code == 2 and res.output.startswith(f"{cfg}: config file "), res.output
+    assert res.exit_code == 2 and res.output.startswith(f"{cfg}: not valid YAML "), res.output
     assert " errors\n" not in res.output
+
+
+@pytest.mark.parametrize("make", ["missing", "directory", "list"])
+def test_a_file_level_error_names_the_file_once(tmp_path: Path, make: str) -> None:
+    # It read "c.yml: config file c.yml: cannot read it": the located form's FILE: and
+    # the loader's own naming, both.
+    cfg = tmp_path / "c.yml"
+    if make == "directory":
+        cfg.mkdir()
+    elif make == "list":
+        cfg.write_text("- a\n")
+    res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert res.exit_code == 2, res.output
+    assert res.output.count(str(cfg)) == 1, res.output
+    assert res.output.startswith(f"{cfg}: "), res.output
+    want = {"missing": "cannot read it (No such file or directory)",
+            "directory": "a directory, not a regular file",
+            "list": "expected a mapping at the top level"}[make]
+    assert want in res.output, res.output
 
 
 def test_a_fifo_as_the_config_is_refused_not_waited_on(tmp_path: Path) -> None:
@@ -203,7 +222,7 @@ def test_daemon_start_names_file_and_line(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["status", "--config", str(cfg)])
     assert res.exit_code == 2
     assert (
-        f"swarmgpu: configuration error: {cfg}:2: agents.port: expected a whole number"
+        f"swarmgpu status: configuration error: {cfg}:2: agents.port: expected a whole number"
         in res.output
     )
 
@@ -304,7 +323,7 @@ def test_keys_that_are_one_key_once_read_are_refused_with_both_lines(
     )
     res = CliRunner().invoke(main, ["config", "check", str(cfg)])
     assert res.exit_code == 2, res.output
-    assert res.output.startswith(f"{cfg}: config file {cfg}: keys "), res.output
+    assert res.output.startswith(f"{cfg}: keys "), res.output
     assert "(line 2) and " in res.output and "(line 4) are one key once read" in res.output
     assert f"once read ({read}" in res.output, res.output
     fix = "; write it once, or quote both if they are two names" if quote else "; write it once"

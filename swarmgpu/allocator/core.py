@@ -25,6 +25,7 @@ from swarmgpu.allocator.fragmentation import MILLI, TaskShape, TypicalTask, prod
 from swarmgpu.allocator.rollout import RollOut
 from swarmgpu.allocator.scorer import Scorer, SwarmScorer
 from swarmgpu.allocator.scores import GroupScores
+from swarmgpu.allocator.shortfall import gpu_shortfall
 from swarmgpu.allocator.values import (
     Choice,
     Demand,
@@ -683,4 +684,4 @@ class Allocator:
             return f"{name} has only {node.mem_left} MiB memory free"
         if have >= d.gpus_wanted:
             return f"{name} has {have} free but not as one {d.topology} set"
-        return f"{name} has {have} free"
+        return gpu_shortfall(node, d, have)

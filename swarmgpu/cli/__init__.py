@@ -1,7 +1,8 @@
 """The `swarmgpu` command line: the top layer, the only one that may import every other.
 
 One module per kind of command (``node``, ``manager``, ``sim``, ``config``, ``proxy``:
-the docker-proxy); ``logs`` sets up logging for all of them; ``lastcycle`` reads how the
+the docker-proxy); ``logs`` sets up logging for all of them, ``said`` starts their error
+lines (``swarmgpu COMMAND:``); ``lastcycle`` reads how the
 daemon's last cycle ended (``status --json``), ``daemonmoves`` its move proposals, or
 why they were not read (``plan``); ``main`` is the group that gathers them
 (the ``swarmgpu`` console script and ``python -m swarmgpu.cli``).
@@ -17,7 +18,9 @@ from swarmgpu.cli import config, manager, node, proxy, sim
 # 2 is also click's own status for a usage error (an unknown option, a missing file).
 EXIT_CODES = """\b
 Exit codes:
-  facts, node-config    0 printed; 2 the fact source cannot be opened or read
+  facts, node-config    0 printed; 2 the fact source cannot be opened or read (a
+                        source that lists no GPU and says why: facts prints them
+                        all the same, the error on stderr)
   agent                 runs until stopped (SIGTERM ends it); 2 bad source, profile,
                         identity, token, --listen or --refresh-s at start, or
                         cannot listen

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from swarmgpu.cli.said import say_error
 from swarmgpu.core.boundedfile import FileRefused, read_bounded_text
 from swarmgpu.core.config import Config, ConfigError, describe_defaults, load_config_report
 from swarmgpu.core.configvalues import locate_in
@@ -104,7 +105,7 @@ def load_cfg(path: str | None, **overrides: Any) -> Config:
     except ConfigError as exc:
         say_notes(path, notes)
         for err in exc.errors:
-            click.echo(f"swarmgpu: configuration error: {err}", err=True)
+            say_error(f"configuration error: {err}")
         sys.exit(2)
     say_notes(path, notes)
     for w in hour_capped(cfg):  # (valid: said at every start too)
@@ -146,7 +147,8 @@ def config_check(path: str, env_file: str | None) -> None:
     """Validate a config file: every problem, each with its key and the fix.
 
     Exit 0 valid, 2 invalid (or unreadable). Each error is located: FILE:LINE: for a
-    key of the file, the variable's name for one of the environment's SWARMGPU_*
+    key of the file, FILE: for the whole file (unreadable, not YAML, not a mapping),
+    the variable's name for one of the environment's SWARMGPU_*
     overrides (checked with it, as the daemon would apply them; with --env-file, those
     of that file alone). A key of an older
     layout that is still read gets a deprecation note (not an error) naming where it
@@ -161,8 +163,7 @@ def config_check(path: str, env_file: str | None) -> None:
         if len(exc.errors) > 1:
             click.echo(f"{path}: {len(exc.errors)} errors", err=True)
         for err in exc.errors:
-            located = err.startswith((f"{path}:", "SWARMGPU_"))
-            click.echo(err if located else f"{path}: {err}", err=True)
+            click.echo(_named_once(err, path), err=True)
         sys.exit(2)
     say_notes(path, notes)
     from swarmgpu.core.tenants import agents_service_takers
@@ -179,6 +180,15 @@ def config_check(path: str, env_file: str | None) -> None:
     said = [f"{len(notes)} deprecated key(s) read: see the notes"] if notes else []
     said += [f"{len(warnings)} warning(s): see above"] if warnings else []
     click.echo(f"{path}: ok" + (f" ({'; '.join(said)})" if said else ""))
+
+
+def _named_once(err: str, path: str) -> str:
+    """``err`` as `config check` prints it, ``FILE:`` first and the file named once: a
+    file-level error names the file itself (``config file FILE: why``), which read
+    "c.yml: config file c.yml: cannot read it"."""
+    if err.startswith((f"{path}:", "SWARMGPU_")):  # located already
+        return err
+    return f"{path}: {err.removeprefix(f'config file {Path(path)}: ')}"
 
 
 @config.command("show-defaults")

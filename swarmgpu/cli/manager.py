@@ -18,6 +18,7 @@ from loguru import logger
 
 from swarmgpu.cli.config import CONFIG_HELP, ConfigPath, load_cfg
 from swarmgpu.cli.logs import setup_logging
+from swarmgpu.cli.said import say_error
 from swarmgpu.core.config import Config, parse_priority_classes, queue_quotas
 
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
         swarm = manager_client(cfg)
         snap = take_snapshot(swarm, cfg, tenants=specs_of(tenants))
     except SwarmError as exc:
-        click.echo(f"swarmgpu audit: cannot read the swarm: {escaped(exc)}", err=True)
+        say_error(f"cannot read the swarm: {escaped(exc)}")
         sys.exit(2)
     from swarmgpu.manager.nodes.gpuhealth import apply_saved  # failed/degraded GPUs as findings
 
@@ -230,8 +231,9 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     sys.exit(code)
 
 
-def _snapshot(cfg: Config, tenants: Tenants | None) -> Any:
-    """One read of the swarm as the daemon's (``tenants``: the command's, built once)."""
+def _snapshot(cfg: Config, tenants: Tenants | None, offline: str = "") -> Any:
+    """One read of the swarm as the daemon's (``tenants``: the command's, built once);
+    ``offline``: what the command can do without the engine, said when it is away."""
     from swarmgpu.core.peertext import escaped
     from swarmgpu.manager.nodes.sync import take_snapshot
     from swarmgpu.manager.services.tenants import specs_of
@@ -240,7 +242,7 @@ def _snapshot(cfg: Config, tenants: Tenants | None) -> Any:
     try:
         snap = take_snapshot(manager_client(cfg), cfg, tenants=specs_of(tenants))
     except SwarmError as exc:
-        click.echo(f"swarmgpu: cannot read the swarm: {escaped(exc)}", err=True)
+        say_error(f"cannot read the swarm: {escaped(exc)}{offline}")
         sys.exit(2)
     from swarmgpu.manager.nodes.gpuhealth import apply_saved  # as the daemon sees GPU health
 
@@ -491,7 +493,8 @@ def render(
     if output != "-" and (why := _unwritable(output)):  # said before the swarm is read
         click.echo(f"swarmgpu render: -o {escaped(output) or repr('')}: {why}", err=True)
         sys.exit(2)
-    snap = _snapshot(cfg, tenants)
+    # --check reads no swarm (it returned above): the way to check a stack offline
+    snap = _snapshot(cfg, tenants, "; to check the stack without Docker: swarmgpu render --check")
     # The daemon's planner (config, stored workload model): render chooses as it would.
     planner = one_shot_planner(cfg, manager_client(cfg), snap, tenants)
     try:

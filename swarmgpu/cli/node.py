@@ -13,10 +13,12 @@ import click
 
 from swarmgpu.cli.config import ConfigPath
 from swarmgpu.cli.logs import setup_logging
+from swarmgpu.cli.said import say_error
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.core.peertext import peer_text
 
 if TYPE_CHECKING:
+    from swarmgpu.core.model import NodeFacts
     from swarmgpu.swarm.identity import ReloadingServerContext
 
 DEFAULT_AGENTS_SERVICE = AgentsConfig.service  # the daemon's own defaults
@@ -56,7 +58,7 @@ def _open(source: str, hostname: str | None, product: str | None, memory_mib: in
         return open_source(source, hostname=hostname, product=product,
                            memory_mib=memory_mib, mig_layout=mig_layout)
     except SourceError as exc:
-        click.echo(f"swarmgpu: {escaped(exc)}", err=True)
+        say_error(escaped(exc))
         sys.exit(2)
 
 
@@ -68,7 +70,6 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
     """Print the GPU facts the agent would serve."""
     from swarmgpu.core.model import FactsError
     from swarmgpu.core.peertext import escaped
-    from swarmgpu.swarm.labels import GPUS_UNREAD_FIX, desired_labels
 
     src = _open(source, hostname, product, memory_mib, mig_layout)
     try:
@@ -78,7 +79,21 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
         sys.exit(2)
     if as_json:
         click.echo(json.dumps(nf.to_dict(), indent=2))
-        return
+    else:
+        click.echo(_facts_text(nf))
+    if nf.gpus_unread:
+        # Printed as the agent serves them, yet not read: a script must tell them from
+        # facts read (node-config refuses the same facts with 2).
+        click.echo(f"swarmgpu facts: the GPUs could not be read: {escaped('; '.join(nf.errors))}",
+                   err=True)
+        sys.exit(2)
+
+
+def _facts_text(nf: NodeFacts) -> str:
+    """`facts`' text: the node, its GPUs and links, errors and the labels sync writes."""
+    from swarmgpu.core.peertext import escaped
+    from swarmgpu.swarm.labels import GPUS_UNREAD_FIX, desired_labels
+
     # A file or GFD source is others' text: every line shows its control characters escaped.
     lines = [f"host {nf.hostname}  driver {nf.driver_version}  cuda {nf.cuda_driver_version}  "
              f"source {nf.source}"]
@@ -98,7 +113,7 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
                      f"sync leaves the node's labels as they are; fix: {GPUS_UNREAD_FIX}")
     else:
         lines += [f"  {k}={v}" for k, v in sorted(desired_labels(nf).items())]
-    click.echo("\n".join(escaped(line) for line in lines))
+    return "\n".join(escaped(line) for line in lines)
 
 
 @click.command()
