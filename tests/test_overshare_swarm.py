@@ -10,28 +10,14 @@ daemon's scrape, its log, /metrics, the map document, `swarmgpu audit`, and
 from __future__ import annotations
 
 import json
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from support.gpu_nodes import (
-    HTTP_AUTH,
-    LOGS,
-    cfg_file,
-    eventually,
-    kwargs_for_logs,
-    run_cli,
-    start_agent,
-    start_daemon,
-    stop,
-    swarmgpu_env,
-    wait_log,
-    wait_port,
-)
+from support.gpu_nodes import HTTP_AUTH, LOGS, eventually, run_cli, wait_log
+from support.overshare_swarm import fake_nvml_swarm, held_gpu, pid_of
 from support.swarm_harness import SwarmCluster
 from support.swarm_services import container_env, deploy, tasks_running, wait_running
 
@@ -44,35 +30,17 @@ pytestmark = pytest.mark.swarm
 P = "swarmgpu."
 HTTP_PORT = 9412
 WINDOW_S = 12.0
-TESTS = Path(__file__).resolve().parent
 LOG = LOGS / "overshare-daemon.log"
 
 
 @pytest.fixture(scope="module")
 def env(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
         ) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("overshare")
-    procs_file = tmp / "processes.json"
-    procs_file.write_text("{}")
-    node1 = swarm.node("gpu-node-1")
-    LOGS.mkdir(parents=True, exist_ok=True)
-    fake = swarm.exec_in_netns(node1, [
-        sys.executable, str(TESTS / "support/fake_nvml_agent.py"), "dgx_a100_nv12", str(procs_file),
-        str(tmp / "sysfs"), "--hostname", "gpu-node-1", "--listen", f"{node1.addr}:9401",
-        "--refresh-s", "1", "--identity", "swarm-pki", "--data-root", str(node1.data_root)],
-        env=swarmgpu_env(), **kwargs_for_logs(LOGS / "agent-nvml.log"))
-    wait_port(node1.addr, 9401)
-    other = start_agent(swarm, "gpu-node-2")
-    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2},
-                   http={"listen": f"{swarm.manager.addr}:{HTTP_PORT}"},
-                   placement={"overshare": "restart", "overshare_window_s": WINDOW_S},
-                   rebalance={"cooldown_s": 0})
-    LOG.write_text("")
-    daemon = start_daemon(swarm, cfg, LOG)
-    yield {"tmp": tmp, "procs": procs_file, "cfg": cfg}
-    for p in (daemon, fake, other):
-        stop(p)
-    swarm.cli(swarm.manager, "stack", "rm", "os", check=False)
+    yield from fake_nvml_swarm(
+        swarm, tmp_path_factory, LOG, ("os",), sync={"interval_s": 2},
+        http={"listen": f"{swarm.manager.addr}:{HTTP_PORT}"},
+        placement={"overshare": "restart", "overshare_window_s": WINDOW_S},
+        rebalance={"cooldown_s": 0})
 
 
 def http(swarm: SwarmCluster, route: str) -> str:
@@ -92,18 +60,6 @@ def agent_page(swarm: SwarmCluster, addr: str) -> str:
     got = boundedhttp.get(f"https://{addr}:9401/metrics", timeout_s=5, max_bytes=1 << 22,
                           tls=tls)
     return got.body.decode()
-
-
-def held_gpu(swarm: SwarmCluster, service: str) -> str:
-    nid = swarm.node("gpu-node-1").node_id
-    labels = swarm.client(swarm.manager).api.inspect_node(nid)["Spec"]["Labels"] or {}
-    return str(labels[f"{P}assign.{service}"].split("@")[0])
-
-
-def pid_of(swarm: SwarmCluster, task: dict[str, Any]) -> int:
-    node = swarm.node(task["NodeID"])
-    cid = task["Status"]["ContainerStatus"]["ContainerID"]
-    return int(swarm.client(node).api.inspect_container(cid)["State"]["Pid"])
 
 
 def test_over_share_is_reported_then_only_the_offender_restarts(

@@ -60,5 +60,6 @@ and
 for the real swarm:
 swarm_services (deploy a stack, wait for it), swarm_rebalance, swarm_fragmentation,
 health_swarm, webauth_swarm, stranded_swarm (a waiting task Swarm's scheduler no longer
-tries).
+tries), overshare_swarm (a fake NVML agent whose processes a test names, for the
+over-share restart).
 """
