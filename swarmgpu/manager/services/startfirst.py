@@ -33,3 +33,14 @@ def starts_first(spec: Mapping[str, Any]) -> bool:
     """Swarm's service ``Spec`` says ``UpdateConfig.Order: start-first``."""
     update = spec.get("UpdateConfig")
     return isinstance(update, Mapping) and update.get("Order") == "start-first"
+
+
+STALLED = "never placed: its update_config.order is "  # the plan's warning, ``audit``'s key
+
+
+def stalled(spec: Mapping[str, Any], older_waiting: bool) -> tuple[str, ...]:
+    """The plan's warning for a service whose gate waits (``older_waiting``: a task made
+    before its device map still waits) and whose ``spec`` updates start-first: that task
+    stays until the new one runs, so the gate never opens. Said from the cycle that
+    writes the map: the deadlock is certain from then on."""
+    return (STALLED + WHY,) if older_waiting and starts_first(spec) else ()
