@@ -22,8 +22,8 @@ def stack(order: str | None, gpus: str = "1") -> str:
 
 def test_a_gpu_service_deployed_start_first_is_refused_naming_why_and_the_fix() -> None:
     (e,) = check_stack(stack("start-first"), stack_name="ai").errors
-    assert e.startswith("services.llm.deploy.update_config.order: start-first")
-    assert "keeps the first task" in e and "never placed" in e
+    assert e.startswith("services.llm.deploy.update_config.order: start-first is refused")
+    assert "keeps a task made before" in e and "never placed" in e
     assert "order: stop-first" in e and "replicas >= 2" in e and "parallelism: 1" in e
 
 

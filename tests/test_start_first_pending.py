@@ -44,7 +44,8 @@ def test_start_first_waiting_behind_its_old_task_is_named_with_the_fix() -> None
     for plan in two_cycles("start-first"):
         (sp,) = plan.services  # type: ignore[attr-defined]
         (w,) = [w for w in sp.warnings if "start-first" in w]
-        assert "never placed" in w and "order: stop-first" in w and "replicas >= 2" in w
+        assert w.startswith("never placed: update_config.order is start-first: ")
+        assert "keeps a task made before" in w and "order: stop-first" in w and "replicas >= 2" in w
         (f,) = [f for f in findings_of(plan) if f.kind == "start-first"]  # type: ignore[arg-type]
         assert f.subject == "llm" and f.message == w and not f.advisory
     assert "swarmgpu.service.llm" not in plan.node_set.get("n-dgx", {})  # type: ignore[attr-defined]

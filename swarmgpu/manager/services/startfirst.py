@@ -11,11 +11,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+CORE = (
+    "Swarm's start-first updater keeps a task made before swarmgpu wrote the device map "
+    "(waiting behind its closed gate) until the new task that carries the map runs, and "
+    "that one waits for the old one to go"
+)
+FIX = "use order: stop-first (for no downtime, replicas >= 2 with parallelism: 1)"
+# render's words: its own file carries the map, so the stall comes only when the daemon
+# writes the map again while a task waits; a re-deploy doubles up on the GPUs instead
 WHY = (
-    "start-first: Swarm's updater keeps the first task (made before swarmgpu wrote its "
-    "device map, waiting behind its closed gate) until the new task carrying the map "
-    "runs, and that one waits for the old one to go, so the service is never placed; "
-    "use order: stop-first (for no downtime, replicas >= 2 with parallelism: 1)"
+    f"start-first is refused for a service swarmgpu places: {CORE}, so the service is "
+    "never placed once the daemon writes its map while a task waits (the plan changed "
+    "since render, or it waited for room), and a re-deploy starts the new task beside "
+    f"the old one on the same GPUs; {FIX}"
 )
 
 
@@ -35,7 +43,7 @@ def starts_first(spec: Mapping[str, Any]) -> bool:
     return isinstance(update, Mapping) and update.get("Order") == "start-first"
 
 
-STALLED = "never placed: its update_config.order is "  # the plan's warning, ``audit``'s key
+STALLED = "never placed: update_config.order is start-first: "  # plan, ``audit``
 
 
 def stalled(spec: Mapping[str, Any], older_waiting: bool) -> tuple[str, ...]:
@@ -43,4 +51,4 @@ def stalled(spec: Mapping[str, Any], older_waiting: bool) -> tuple[str, ...]:
     before its device map still waits) and whose ``spec`` updates start-first: that task
     stays until the new one runs, so the gate never opens. Said from the cycle that
     writes the map: the deadlock is certain from then on."""
-    return (STALLED + WHY,) if older_waiting and starts_first(spec) else ()
+    return (f"{STALLED}{CORE}; {FIX}",) if older_waiting and starts_first(spec) else ()
