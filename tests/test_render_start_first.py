@@ -16,7 +16,7 @@ def stack(order: str | None, gpus: str = "1") -> str:
     update = f"      update_config:\n        order: {order}\n" if order is not None else ""
     return (
         'version: "3.8"\nservices:\n  llm:\n    image: my/llm\n    deploy:\n'
-        f"      labels:\n        swarmgpu.gpus: \"{gpus}\"\n{update}"
+        f'      labels:\n        swarmgpu.gpus: "{gpus}"\n{update}'
     )
 
 
@@ -27,14 +27,16 @@ def test_a_gpu_service_deployed_start_first_is_refused_naming_why_and_the_fix() 
     assert "order: stop-first" in e and "replicas >= 2" in e and "parallelism: 1" in e
 
 
-@pytest.mark.parametrize(("order", "gpus"), [("stop-first", "1"), (None, "1"),
-                                             ("start-first", "0")])
-def test_stop_first_the_default_or_no_gpu_is_not_refused(order: str | None,
-                                                         gpus: str) -> None:
+@pytest.mark.parametrize(
+    ("order", "gpus"), [("stop-first", "1"), (None, "1"), ("start-first", "0")]
+)
+def test_stop_first_the_default_or_no_gpu_is_not_refused(order: str | None, gpus: str) -> None:
     assert check_stack(stack(order, gpus), stack_name="ai").errors == []
 
 
 def test_a_service_swarmgpu_does_not_place_may_start_first() -> None:
-    text = ('version: "3.8"\nservices:\n  web:\n    image: nginx\n    deploy:\n'
-            "      update_config:\n        order: start-first\n")
+    text = (
+        'version: "3.8"\nservices:\n  web:\n    image: nginx\n    deploy:\n'
+        "      update_config:\n        order: start-first\n"
+    )
     assert check_stack(text, stack_name="ai").errors == []

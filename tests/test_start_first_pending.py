@@ -35,8 +35,7 @@ def two_cycles(order: str) -> list[object]:
     assert sp.force_update and sp.gates_deferred
     s2 = replace(s, labels={**s.labels, **sp.service_labels_set}, force_update=1)
     old = [pending("t1", s2, 0)] if order == "start-first" else []
-    nxt = plan_placement(apply([DGX, R4090], first), [s2], [*old, pending("t2", s2, 1)],
-                         FACTS)
+    nxt = plan_placement(apply([DGX, R4090], first), [s2], [*old, pending("t2", s2, 1)], FACTS)
     return [first, nxt]
 
 
@@ -64,10 +63,10 @@ def test_status_names_a_start_first_service_that_is_never_placed() -> None:
     _, nxt = two_cycles("start-first")
     (sp,) = nxt.services  # type: ignore[attr-defined]
     (w,) = [w for w in sp.warnings if "start-first" in w]
-    text = render_status(build_cluster(Snapshot([DGX, R4090], [], [], {}),
-                                       nxt)).splitlines()  # type: ignore[arg-type]
+    text = render_status(build_cluster(Snapshot([DGX, R4090], [], [], {}), nxt)).splitlines()  # type: ignore[arg-type]
     at = text.index("never placed (update_config.order: start-first):")
-    assert text[at + 1] == f"  llm: {w}"[:len(text[at + 1])]
+    assert text[at + 1] == f"  llm: {w}"[: len(text[at + 1])]
     first, _ = two_cycles("stop-first")
-    assert "never placed" not in render_status(build_cluster(
-        Snapshot([DGX, R4090], [], [], {}), first))  # type: ignore[arg-type]
+    assert "never placed" not in render_status(
+        build_cluster(Snapshot([DGX, R4090], [], [], {}), first)
+    )  # type: ignore[arg-type]
