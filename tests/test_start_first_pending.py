@@ -70,3 +70,18 @@ def test_status_names_a_start_first_service_that_is_never_placed() -> None:
     assert "never placed" not in render_status(
         build_cluster(Snapshot([DGX, R4090], [], [], {}), first)
     )  # type: ignore[arg-type]
+
+
+def test_a_running_start_first_service_whose_map_is_rewritten_is_not_named() -> None:
+    """A repin's or move's write beside a running task: the old task runs, only the map's
+    new one waits, so the gate is not held for it and nothing is said."""
+    s = gpu_service("start-first")
+    first = plan_placement([DGX, R4090], [s], [pending("t1", s, 0)], FACTS)
+    sp = first.services[0]
+    s2 = replace(s, labels={**s.labels, **sp.service_labels_set}, force_update=2)
+    node = sp.placements[0].node_id
+    old = SwarmTask("t1", s2.id, node, 1, "running", "running", (), force_update=1)
+    nxt = plan_placement(apply([DGX, R4090], first), [s2], [old, pending("t2", s2, 2)], FACTS)
+    (sp2,) = nxt.services
+    assert not [w for w in sp2.warnings if "start-first" in w]
+    assert not [f for f in findings_of(nxt) if f.kind == "start-first"]
