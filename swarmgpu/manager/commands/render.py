@@ -78,6 +78,7 @@ from swarmgpu.manager.services.requests import (
     request_errors,
 )
 from swarmgpu.manager.services.sharing import env_lines, want_labels
+from swarmgpu.manager.services.startfirst import stack_order_error
 from swarmgpu.manager.services.tenants import Tenants, case_twin_refused
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.unkeyed import NONE_UNKEYED, Unkeyed
@@ -360,6 +361,8 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
             out.requests.append(svc_name)
             if isinstance(req, GpuRequest) and req.cpu_only:
                 out.no_gpu.append(svc_name)
+            elif (late := stack_order_error(deploy, w)) is not None:  # never placed
+                errs.append(late)
             if (own := own_device_line(_try([], [], env_list, svc, w), prefix)) is not None:
                 errs.append(device_var_error(f"{w}.environment", own))
             env = files.read(svc_name, svc) if files is not None else None

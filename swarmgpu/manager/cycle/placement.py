@@ -62,6 +62,7 @@ from swarmgpu.manager.placement.restarts import HOLD_HINT
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.placement.tasks import tasks_by_service
 from swarmgpu.manager.rebalance.record import moving
+from swarmgpu.manager.services.startfirst import STALLED
 from swarmgpu.manager.services.tenants import FROM_CONFIG, FromConfig, Tenants
 from swarmgpu.swarm.client import BudgetCut, SwarmClient, SwarmError, SwarmService, meant_filter
 
@@ -564,9 +565,9 @@ class PlacementStep(Step):
                 elif w.startswith(HOLD_HINT):  # logged when it changes, not every cycle
                     if held_said.fresh(sp.name, w):
                         log.info("{}", w)
-                elif w.startswith(UNTRUSTED_RECORD):  # said once while it lasts
-                    if record_said.fresh((sp.name, w)):
-                        log.warning("{}", w)
+                elif w.startswith((UNTRUSTED_RECORD, STALLED)):  # once while it lasts
+                    if record_said.fresh((sp.name, w)):  # (a stall's text has no name)
+                        log.warning("{}{}", f"{sp.name}: " * w.startswith(STALLED), w)
                 else:
                     log.info("{}", w)
             if not sp.held:  # kept while the service is held (and there), no longer
@@ -641,6 +642,8 @@ def findings_of(plan: PlacementPlan) -> list[Finding]:
         for host, why in sorted(sp.nodes_waiting.items()):  # global: a node without room
             out.append(Finding("global-node-waiting", sp.name, f"{host}: {why}",
                                advisory=sp.status != "pending"))
+        out += [Finding("start-first", sp.name, w) for w in sp.warnings
+                if w.startswith(STALLED)]  # its gate never opens (services.startfirst)
         for c in sp.held:  # would restart a running task: waits (placement.restarts)
             out.append(Finding("held-change", sp.name,
                                f"{c}: held back, it would restart its running task; it "

@@ -27,6 +27,7 @@ from swarmgpu.manager.placement.ledger import (
 from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.manager.services.sharing import SHARE, node_of_key, want_labels
+from swarmgpu.manager.services.startfirst import stalled
 from swarmgpu.swarm.client import SwarmService
 from swarmgpu.swarm.specread import spec_object
 from swarmgpu.swarm.taskstop import rfc3339_ns
@@ -116,6 +117,7 @@ def write_devices_and_gates(
         warnings += (untrusted,) if untrusted else ()
         labels_remove += () if untrusted else (par_key,)
     node_set, deferred = _node_writes(s, held, gate_ready, ak, gk, cyc, running_on, waiting)
+    warnings += stalled(s.spec, deferred and not waiting.all_newer(gen))  # (start-first)
     return DeviceMap(
         labels_set,
         tuple(labels_remove),

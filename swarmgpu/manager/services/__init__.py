@@ -10,4 +10,5 @@
 ``jobshare``  a job over its share: never restarted (a write runs it anew), said so
 ``onereplica`` the one replica the restarter judges for a tenant that may not opt out
 ``release``   the operator's word: held spec changes written (`swarmgpu apply`)
+``startfirst`` a GPU service updating start-first: never placed, refused and named
 """

@@ -25,6 +25,7 @@ from swarmgpu.manager.placement.keys import MEANT_STATES
 from swarmgpu.manager.rebalance.attribution import service_states
 from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.rebalance.scrape import scrape_all
+from swarmgpu.manager.services.startfirst import STALLED
 from swarmgpu.manager.web.factsage import GRACE_S, answered
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import scrape_auth
@@ -516,6 +517,14 @@ def _holder_lines(doc: Mapping[str, Any]) -> list[str]:
     return ["", "preemption, of services not pending:", *out] if out else []
 
 
+def _stalled_lines(doc: Mapping[str, Any]) -> list[str]:
+    """`status`: the services placed whose gate never opens (start-first: its plan's
+    note, ``services.startfirst``); placed, so no pending line names them."""
+    out = [f"  {sv.get('name')}: {w}" for sv in doc.get("services", [])
+           for w in sv.get("warnings") or [] if str(w).startswith(STALLED)]
+    return ["", "never placed (update_config.order: start-first):", *out] if out else []
+
+
 def _failed_lines(doc: Mapping[str, Any]) -> list[str]:
     """`status`: the services whose planning raised (placement.isolate): no pending
     request, no placement, so no other part of the text names them."""
@@ -613,6 +622,7 @@ def render_status(doc: Mapping[str, Any], silent: Sequence[Mapping[str, Any]] = 
         lines.extend(ungranted_lines(doc["ungranted"], pairs))
     lines.extend(_pending_lines(doc))
     lines.extend(_holder_lines(doc))
+    lines.extend(_stalled_lines(doc))
     lines.extend(_failed_lines(doc))
     lines.extend(_queue_lines(doc))
     if doc.get("workload"):
