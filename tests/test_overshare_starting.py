@@ -69,13 +69,7 @@ def test_an_update_whose_new_task_stays_starting_keeps_no_share_over_its_size(
     base = victim_cluster({})
     tasks = [replace(t, container_id="c" * 64) if t.id == "t-third" else t
              for t in base.tasks()]
-    tasks.append(SwarmTask("t-third-new", "id-third", "n-4090", 1, "starting", "running",
-                           (), created_at=_stamp(time.time() - starting_for)))
-    sw = RecordingSwarm(base.nodes(), base.services(), tasks, base.swarm_labels())
-    cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
-                 placement=PlacementConfig(overshare="restart"))
-    snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
-    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]
+    assert _restarts_beside_an_update(tmp_path, base, tasks, starting_for) == restarted
 
 
 @pytest.mark.parametrize(("starting_for", "restarted"), [
@@ -95,10 +89,17 @@ def test_an_update_of_a_task_itself_held_starting_keeps_no_share_over_its_size(
     old = time.time() - 7200.0
     tasks = [replace(t, state="starting", container_id="c" * 64, created_at=_stamp(old))
              if t.id == "t-third" else t for t in base.tasks()]
-    tasks.append(SwarmTask("t-third-new", "id-third", "n-4090", 1, "starting", "running",
-                           (), created_at=_stamp(time.time() - starting_for)))
+    assert _restarts_beside_an_update(tmp_path, base, tasks, starting_for) == restarted
+
+
+def _restarts_beside_an_update(tmp_path: Path, base: Any, tasks: list[SwarmTask],
+                               starting_for: float) -> int:
+    """The restarts of THIRD's share with ``tasks`` and, beside them on its node, an
+    update's new task held ``starting`` for ``starting_for`` seconds."""
+    tasks = [*tasks, SwarmTask("t-third-new", "id-third", "n-4090", 1, "starting",
+                               "running", (), created_at=_stamp(time.time() - starting_for))]
     sw = RecordingSwarm(base.nodes(), base.services(), tasks, base.swarm_labels())
     cfg = Config(state_dir=str(tmp_path), dry_run=False, tenants=MAY_NOT,
                  placement=PlacementConfig(overshare="restart"))
     snap = snapshot(sw.nodes(), sw.services(), sw.tasks())
-    assert Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap) == restarted  # type: ignore[arg-type]
+    return Restarter(sw, cfg, wait_s=0.0).run([THIRD], snap)  # type: ignore[arg-type]
