@@ -100,7 +100,7 @@ def test_apply_shows_hostile_changes_and_errors_escaped(monkeypatch: pytest.Monk
             release.Released("llm", error=f"llm: invalid GPU request: gpus{ESC}x"),
         ]
 
-    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants: None)
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants, *_: None)
     monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
     monkeypatch.setattr(release, "release_held", held)
     res = CliRunner().invoke(main, ["apply", "--service", "web", "--service", "llm", "--dry-run"])
@@ -152,7 +152,7 @@ def test_plan_says_a_failed_service_in_its_text_and_exit_status(
                       RequestError("swarmgpu.gpus", "1", "x"), KeyError("k"))
     waits = ServicePlan("web", "id-web", None, "gpus=1", "pending", "Pending", reason="full")
     plans = {"now": [bad, waits]}
-    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants: snapshot([], [], []))
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants, *_: snapshot([], [], []))
     monkeypatch.setattr(cli_manager, "_daemon_moves", lambda cfg: None)
     monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
     monkeypatch.setattr(grants, "find", lambda *a, **k: [])
@@ -209,7 +209,7 @@ def test_plan_json_keeps_a_long_hostname_whole(monkeypatch: pytest.MonkeyPatch) 
 
     sp = ServicePlan("web", "id-web", None, "gpus=1", "running", "Running", placements=(
         ReplicaPlacement("n1", LONG, (0,), ("GPU-1",), (1000,)),))
-    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants: snapshot([], [], []))
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants, *_: snapshot([], [], []))
     monkeypatch.setattr(cli_manager, "_daemon_moves", lambda cfg: None)
     monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
     monkeypatch.setattr(grants, "find", lambda *a, **k: [])

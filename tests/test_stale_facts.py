@@ -174,7 +174,7 @@ def test_status_says_a_silent_nodes_facts_age_as_plan_does(
     snap = Snapshot(NODES, [], [], {"n-4090": silent, "n-dgx": answered}, taken_at=1000.0)
     (tmp_path / "agents.json").write_text(json.dumps({"n-4090": {
         "hostname": "gpu-node-2", "last_ok": 600.0, "failing_since": 700.0}}))
-    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants: snap)
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants, *_: snap)
     monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
     monkeypatch.setattr(oneshot_plan, "plan_as_daemon", lambda *a, **k: PlacementPlan())
     monkeypatch.setattr(grants, "find", lambda *a, **k: [])

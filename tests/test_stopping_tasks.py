@@ -379,7 +379,7 @@ def test_render_plans_beside_the_tasks_swarm_is_stopping(
     facts = {"n-a": FactsResult("n-a", "n-a", "", FACTS["n-4090"], None, 1.0)}
     snap = Snapshot([cpu_node("n-a", "node-a")], [gone], [], facts,
                     stopping=[_task("t-gone", gone, "n-a", "running", "shutdown", 1500)])
-    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants: snap)
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants, *_: snap)
     monkeypatch.setattr(client, "SwarmClient",
                         lambda *a, **k: RecordingSwarm(snap.nodes, snap.services, []))
     src, cfg = tmp_path / "ai.yml", tmp_path / "config.yml"

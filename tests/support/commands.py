@@ -31,7 +31,7 @@ def command_json(
     daemon's port not reachable."""
     got = {nid: FactsResult(nid, host, "", f, None, 1.0) for nid, (host, f) in facts.items()}
     snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), got, swarm_labels=sw.swarm_labels())
-    monkeypatch.setattr(cli_manager, "_snapshot", lambda _cfg, _tenants: snap)
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda _cfg, _tenants, *_: snap)
     monkeypatch.setattr(client, "SwarmClient", lambda *_a, **_k: sw)
     monkeypatch.setattr(cli_manager, "_daemon_moves", lambda _cfg: None)
     res = CliRunner().invoke(main, [command, "--config", cfg, "--json"])
@@ -48,7 +48,7 @@ def empty_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     from swarmgpu.manager.cycle import grants, oneshot_plan
     from swarmgpu.manager.placement import PlacementPlan
 
-    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants: snapshot([], [], []))
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg, _tenants, *_: snapshot([], [], []))
     monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
     monkeypatch.setattr(grants, "find", lambda *a, **k: [])
     monkeypatch.setattr(oneshot_plan, "plan_as_daemon", lambda *a, **k: PlacementPlan([]))
