@@ -279,8 +279,7 @@ def test_sigterm_finishes_current_step_then_exits_zero(
                       sync={"interval_s": 30, "watch_events": False}, log={"level": "DEBUG"})
     try:
         swarm.wait_for(d.running, 30, "daemon running")
-        t_run = time.monotonic()  # the first cycle starts with the scheduler
-        time.sleep(1.0)
+        time.sleep(1.0)  # the first cycle, started with the scheduler, waits on the agent
         d.proc.send_signal(signal.SIGTERM)
         t_sig = time.monotonic()
         rc = d.proc.wait(30)
@@ -296,8 +295,10 @@ def test_sigterm_finishes_current_step_then_exits_zero(
                        text.find("agent cannot be read"))
         order = [text.find("signal SIGTERM received"), step_end, text.find("stopped cleanly")]
         assert -1 not in order and order == sorted(order), text[-2000:]
-        assert exit_s >= fetch_s - (t_sig - t_run) - 0.7, (
-            f"exited {exit_s:.1f} s after SIGTERM: the step cannot have finished")
+        # The read in flight was not dropped at the signal: the step's end names its own
+        # deadline (the seconds it took are the figure above, not the check).
+        end_line = text[step_end:].split("\n", 1)[0]
+        assert f"timed out: no whole answer within {fetch_s}s" in end_line, end_line
         assert re.search(r"Traceback|ERROR", text) is None, text[-2000:]
     finally:
         stop(d.proc)

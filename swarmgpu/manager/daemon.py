@@ -49,6 +49,7 @@ from swarmgpu.manager.cycle.pipeline import Pipeline, Step
 from swarmgpu.manager.cycle.schedule import repeat
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.cycle.term import LeaderTerm
+from swarmgpu.manager.cycle.triggers import CycleTriggers, Trigger
 from swarmgpu.manager.engine.stop import (
     BudgetEnded,
     NotRead,
@@ -127,7 +128,7 @@ class Daemon:
         self.last_session: CycleSession | None = None  # the last cycle's, as leader
         self._cycle_lock = threading.Lock()
         self._collector = CycleCollector()  # garbage collection between cycles
-        self._rerun = threading.Event()
+        self._rerun = CycleTriggers(self.metrics.cycles_started)  # asked since the last began
         self._slow = False  # the last cycle outlasted the interval (said once: _overran)
         self._save_said: SaidOnce[str] = SaidOnce()  # agents.json could not be saved
         self._watch_missed = WatchMissed()  # the agents the facts watch did not read
@@ -423,7 +424,7 @@ class Daemon:
         for _ in range(5):
             if self.stop_event.is_set():
                 return
-            self._rerun.clear()
+            self._rerun.begin()  # counted by what started it (cycle.triggers)
             start = time.monotonic()
             try:
                 self.cycle()
@@ -467,9 +468,9 @@ class Daemon:
             self.web_auth.failed(str(exc))
 
     # --- continuous mode ---------------------------------------------------
-    def trigger(self) -> None:
-        """Run a cycle soon (after an event), coalescing bursts."""
-        self._rerun.set()
+    def trigger(self, why: Trigger) -> None:
+        """Run a cycle soon (after an event), coalescing bursts; the first ``why`` counts it."""
+        self._rerun.ask(why)
         if self._scheduler is not None:
             with contextlib.suppress(Exception):  # the job is gone during shutdown
                 self._scheduler.modify_job("sync", next_run_time=datetime.now().astimezone())
@@ -516,7 +517,7 @@ class Daemon:
                 changed.append(res.hostname)
         if changed:
             logger.info("facts changed on {}: syncing now", ", ".join(sorted(changed)))
-            self.trigger()
+            self.trigger("facts")
 
     def _watch_events(self) -> None:
         """Feed the cache from the event stream; each event, and each reconnect (events
@@ -528,9 +529,10 @@ class Daemon:
 
         def on_event(event: Any) -> None:
             logger.debug("event {} {}", event.get("Type"), event.get("Action"))
-            self.trigger()
+            self.trigger("event")
 
-        follow(opened, self.cache, self.stop_event, on_event=on_event, on_gap=self.trigger)
+        follow(opened, self.cache, self.stop_event, on_event=on_event,
+               on_gap=lambda: self.trigger("reconnect"))
 
     def run_forever(self) -> None:
         self._install_signals()

@@ -18,6 +18,7 @@ The machinery:
 ``schedule``  the daemon's repeating jobs (cycle, facts watch): one at a time, a late
               run run, a clock far ahead reached in one step
 ``daemon_metrics`` the daemon's own Prometheus metrics
+``triggers``  what started each cycle (start, interval, facts, event, reconnect), counted
 ``healthz``   /healthz and the last cycle's outcome in one word (the map says it too)
 
 The steps, in the order ``wiring`` runs them:

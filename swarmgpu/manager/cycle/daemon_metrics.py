@@ -13,6 +13,10 @@ class DaemonMetrics:
             "swarmgpu_cycles", "Sync cycles run, by outcome (ok, partial, error, follower, "
             "over_budget, stopped)", ["outcome"], registry=r
         )
+        self.cycles_started = Counter(  # (cycle.triggers)
+            "swarmgpu_cycles_started", "Cycles the daemon started, by what started them "
+            "(start, interval, facts, event, reconnect)", ["trigger"], registry=r
+        )
         self.cycle_seconds = Histogram(
             "swarmgpu_cycle_duration_seconds", "Duration of one sync cycle", registry=r,
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),

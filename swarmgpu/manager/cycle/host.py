@@ -13,6 +13,7 @@ from typing import Protocol
 
 from swarmgpu.core.config import Config
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.cycle.triggers import Trigger
 from swarmgpu.manager.engine.stop import StopRequest
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.sync import LabelSync
@@ -77,5 +78,5 @@ class CycleHost(Protocol):
     def http_query_routes(self) -> dict[str, QueryRoute]:
         """Path -> (raw query string) -> (content type, body)."""
 
-    def trigger(self) -> None:
-        """Run a cycle soon (e.g. once replaced tasks exist)."""
+    def trigger(self, why: Trigger) -> None:
+        """Run a cycle soon (e.g. once replaced tasks exist), counted under ``why``."""

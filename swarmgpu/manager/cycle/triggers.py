@@ -1,0 +1,50 @@
+"""What started each of the daemon's cycles, counted on its /metrics.
+
+A cycle runs on the interval timer or sooner, when something asks (``Daemon.trigger``):
+the facts watch saw an agent's facts change, a node or service event came, the event
+stream reopened (what it missed is unknown). ``swarmgpu_cycles_started_total{trigger}``
+says which, so an operator sees whether the watches do the work or the timer does, and
+a test checks a change arrived by the watch without timing it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Literal
+
+from prometheus_client import Counter
+
+# "start": the daemon's first cycle; "interval": the timer (also run early by a step of
+# the wall clock, Daemon._clock_check); the rest come through Daemon.trigger.
+Trigger = Literal["start", "interval", "facts", "event", "reconnect"]
+
+
+class CycleTriggers:
+    """The first ask since the last cycle began; the next cycle takes it, and a cycle
+    that finds none was the timer's. An ask made while a cycle runs reruns it right
+    after (``Daemon._safe_cycle``): taking the ask and clearing it is one step under the
+    lock, so an ask between them is neither lost nor counted twice."""
+
+    def __init__(self, started: Counter) -> None:
+        self._lock = threading.Lock()
+        self._asked: Trigger | None = None
+        self._first = True
+        self._started = started
+
+    def ask(self, why: Trigger) -> None:
+        with self._lock:
+            if self._asked is None:
+                self._asked = why
+
+    def is_set(self) -> bool:
+        """A cycle was asked for since the last one began."""
+        with self._lock:
+            return self._asked is not None
+
+    def begin(self) -> Trigger:
+        """A cycle begins: what started it, counted."""
+        with self._lock:
+            why: Trigger = self._asked or ("start" if self._first else "interval")
+            self._asked, self._first = None, False
+        self._started.labels(trigger=why).inc()
+        return why
