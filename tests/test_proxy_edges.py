@@ -196,3 +196,28 @@ def test_a_tcp_host_that_is_refused_is_refused_before_a_body_is_read(
         )
     assert got.startswith(b"HTTP/1.1 421 "), got
     assert not engine.seen
+
+
+@pytest.mark.parametrize("listen", ["tcp://[::1]:0", "tcp://::1:0"])
+def test_a_tcp_listen_on_ipv6_loopback_serves(engine: Engine, listen: str) -> None:
+    """``::1`` is loopback as 127.0.0.1 is, and the option took it: ``tcp://::1:PORT``
+    failed to bind (an IPv4 socket: 'Address family for hostname not supported') and
+    ``tcp://[::1]:PORT``, as a URL writes it, was refused as beyond loopback."""
+    srv = _serving(listen, engine)
+    try:
+        with socket.create_connection(("::1", srv.server_address[1]), timeout=20) as s:
+            got = _answer(s, b"GET /v1.43/version HTTP/1.1\r\nHost: [::1]\r\n\r\n")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert got.startswith(b"HTTP/1.1 200 "), got
+    assert len(engine.seen) == 1
+
+
+@pytest.mark.parametrize(
+    "listen",
+    ["tcp://[::2]:0", "tcp://[::]:0", "tcp://[::1:0", "tcp://::ffff:127.0.0.1:0", "tcp://[::1]x:0"],
+)
+def test_no_other_ipv6_address_is_listened_on(listen: str) -> None:
+    with pytest.raises(ValueError, match="loopback"):
+        build_proxy(listen, "unix:///var/run/docker.sock", write_checks("swarmgpu."))

@@ -60,7 +60,7 @@ from swarmgpu.swarm.enginewire import (
 )
 from swarmgpu.swarm.httpframe import Refused, Request, RequestReader, split_target
 from swarmgpu.swarm.jsonstrict import JsonError, JsonTooLarge, load_answer, load_json
-from swarmgpu.swarm.proxyhost import loopback_host
+from swarmgpu.swarm.proxyhost import loopback_host, tcp_listen
 from swarmgpu.swarm.surges import (
     SurgeBook,
     SurgeRefused,
@@ -573,6 +573,10 @@ class _TcpProxy(ProxyServer, socketserver.TCPServer):
     loopback_host_only = True
 
 
+class _Tcp6Proxy(_TcpProxy):
+    address_family = socket.AF_INET6  # ::1 (an IPv4 socket could not bind it)
+
+
 def upstream_connector(upstream: str) -> Callable[[], socket.socket]:
     """A function that opens a connection to the engine (``unix://PATH``)."""
     if not upstream.startswith("unix://"):
@@ -638,16 +642,8 @@ def _bind(listen: str) -> ProxyServer:
         finally:
             os.umask(old)
     if listen.startswith("tcp://"):
-        host, _, port = listen.removeprefix("tcp://").rpartition(":")
-        # ASCII digits: '²' and '٢' are digits to isdigit (int() raised, or read them)
-        if host not in ("127.0.0.1", "localhost", "::1") or not (port.isascii()
-                                                                and port.isdigit()):
-            raise ValueError(f"listen {listen!r}: TCP only on loopback, e.g. "
-                             "tcp://127.0.0.1:2375 (the proxy has no authentication)")
-        if int(port) > 65535:  # bind() raised OverflowError: a traceback
-            raise ValueError(f"listen {listen!r}: port {port} is above 65535, e.g. "
-                             "tcp://127.0.0.1:2375")
-        return _TcpProxy((host, int(port)), _Handler)
+        host, port = tcp_listen(listen)
+        return (_Tcp6Proxy if host == "::1" else _TcpProxy)((host, port), _Handler)
     raise ValueError(f"listen {listen!r}: use unix://PATH or tcp://127.0.0.1:PORT")
 
 
