@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -221,3 +222,34 @@ def test_a_tcp_listen_on_ipv6_loopback_serves(engine: Engine, listen: str) -> No
 def test_no_other_ipv6_address_is_listened_on(listen: str) -> None:
     with pytest.raises(ValueError, match="loopback"):
         build_proxy(listen, "unix:///var/run/docker.sock", write_checks("swarmgpu."))
+
+
+def test_a_stalled_client_blocks_no_read(engine: Engine, tmp_path: Path) -> None:
+    """One client stalled in its head, another holding the write turn with its body
+    unsent: a third client's read is answered meanwhile (each connection its own
+    thread; only writes and GET /swarm take turns)."""
+    path = tmp_path / "proxy.sock"
+    srv = _serving(f"unix://{path}", engine)
+    try:
+        with socket.socket(socket.AF_UNIX) as head, socket.socket(socket.AF_UNIX) as turn:
+            head.connect(str(path))
+            head.sendall(b"GET /v1.43/nodes HTTP/1.1\r\nHo")
+            turn.connect(str(path))
+            turn.sendall(
+                b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 50\r\n\r\n{"
+            )
+            for _ in range(400):  # until the proxy's thread for it took the turn
+                if srv.whole.locked():
+                    break
+                time.sleep(0.025)
+            assert srv.whole.locked()
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(str(path))
+                got = _answer(s, b"GET /v1.43/tasks HTTP/1.1\r\nHost: d\r\n\r\n")
+            assert got.startswith(b"HTTP/1.1 200 "), got
+            assert srv.whole.locked()  # the write still holds its turn
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert [r.split(b" ", 2)[1] for r in engine.seen] == [b"/v1.43/tasks"]
