@@ -253,3 +253,26 @@ def test_a_stalled_client_blocks_no_read(engine: Engine, tmp_path: Path) -> None
         srv.shutdown()
         srv.server_close()
     assert [r.split(b" ", 2)[1] for r in engine.seen] == [b"/v1.43/tasks"]
+
+
+def test_a_write_that_is_no_json_is_refused_on_its_head(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its Content-Type is in its head: a form or text/plain write is refused (400)
+    before its body is read or the turn taken (before: 408 at the deadline)."""
+    monkeypatch.setattr(dockerproxy, "REQUEST_DEADLINE_S", 2.0)
+    srv = _serving(f"unix://{tmp_path / 'proxy.sock'}", engine)
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(tmp_path / "proxy.sock"))
+            got = _answer(
+                s,
+                b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n"
+                b"Content-Type: text/plain\r\nContent-Length: 50\r\n\r\n",
+            )
+            assert not srv.whole.locked()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert got.startswith(b"HTTP/1.1 400 ") and b"application/json" in got, got
+    assert not engine.seen

@@ -296,8 +296,9 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def _judge(self, req: Request) -> Call:
         """The call ``req`` makes, judged on its head (its Host over TCP, the call, its
-        query), or Refused: before a byte of a body is read or a turn taken, so a call
-        the daemon never makes holds no write's turn while its body is awaited."""
+        query, a write's Content-Type), or Refused: before a byte of a body is read or a
+        turn taken, so a request never forwarded holds no write's turn while its body
+        is awaited."""
         self.judged = req
         if self.server.loopback_host_only and not loopback_host(req.header("host")):
             raise Refused(421, "over TCP only a loopback Host (127.0.0.1, localhost, "
@@ -309,6 +310,12 @@ class _Handler(socketserver.BaseRequestHandler):
         bad = call.check_params(req.query)
         if bad is not None:
             raise Refused(403, f"{req.method} {req.path}: {bad}")
+        # The engine refuses a body that does not say it is JSON (CheckForJSON): a web
+        # page's form or text/plain POST needs no CORS preflight. The proxy writes its
+        # own Content-Type, so it makes the same check first.
+        ctype = (req.header("content-type") or "").split(";", 1)[0].strip().lower()
+        if call.kind.endswith("-update") and ctype != "application/json":
+            raise Refused(400, "a write's Content-Type must be application/json")
         return call
 
     def _read(self) -> Request | None:
@@ -408,12 +415,6 @@ class _Handler(socketserver.BaseRequestHandler):
         the current spec."""
         if not call.kind.endswith("-update"):
             return req.path + (f"?{urlencode(req.query)}" if req.query else ""), None
-        # The engine refuses a body that does not say it is JSON (CheckForJSON): a web
-        # page's form or text/plain POST needs no CORS preflight. The proxy writes its
-        # own Content-Type, so it makes the same check first.
-        ctype = (req.header("content-type") or "").split(";", 1)[0].strip().lower()
-        if ctype != "application/json":
-            raise Refused(400, "a write's Content-Type must be application/json")
         try:
             new = load_json(req.body)
         except JsonError as exc:
