@@ -12,8 +12,9 @@ from swarmgpu.cli.logs import setup_logging
 @click.command("docker-proxy")
 @click.option("--listen", default="unix:///run/swarmgpu/docker.sock", show_default=True,
               envvar="SWARMGPU_PROXY_LISTEN",
-              help="unix://PATH (mode 0660) or tcp://127.0.0.1:PORT; point the daemon's "
-                   "docker_host (DOCKER_HOST) at it.")
+              help="unix://PATH (mode 0660) or tcp://127.0.0.1:PORT (or [::1]: every local "
+                   "user may use it, docs/security.md); point the daemon's docker_host "
+                   "(DOCKER_HOST) at it.")
 @click.option("--upstream", default="unix:///var/run/docker.sock", show_default=True,
               envvar="SWARMGPU_PROXY_UPSTREAM", help="The manager's engine socket.")
 @click.option("--prefix", default="swarmgpu.", show_default=True,

@@ -17,8 +17,9 @@ language), ``plugins`` (its PluginFilter: the plugins a task needs, what a node 
 objects and numbers read as Docker sends them, or refused naming the field),
 ``identity`` (agent identity from the swarm's own PKI), ``dockerproxy`` (the
 least-privilege door to the engine socket, with ``httpframe``, its strict HTTP framing,
-``enginewire``, its side of the engine's connection, ``jsonstrict``, and ``surges``, its
-bound on the daemon's replica raises), ``agentservice`` (``agents.service`` against
+``enginewire``, its side of the engine's connection, ``jsonstrict``, ``proxyhost``, the
+Host its loopback TCP listener takes, and ``surges``, its bound on the daemon's replica
+raises), ``agentservice`` (``agents.service`` against
 Swarm: the service named, the GPU-labelled nodes its tasks run on).
 Imports only ``swarmgpu.core``.
 """

@@ -60,6 +60,7 @@ from swarmgpu.swarm.enginewire import (
 )
 from swarmgpu.swarm.httpframe import Refused, Request, RequestReader, split_target
 from swarmgpu.swarm.jsonstrict import JsonError, JsonTooLarge, load_answer, load_json
+from swarmgpu.swarm.proxyhost import loopback_host, tcp_listen
 from swarmgpu.swarm.surges import (
     SurgeBook,
     SurgeRefused,
@@ -82,10 +83,6 @@ _SERVICE_ID = re.compile(r"[0-9a-z]{25}")
 _NUMBER = r"[0-9]{1,20}"
 _ANY = r"[\x20-\x7e]{0,4096}"
 _BOOL = "(?i:true|false)|1|0"  # requests writes a Python bool as True/False
-# The Host a client of the loopback TCP listener names: a page whose name was rebound
-# to 127.0.0.1 (DNS rebinding) sends its own, and neither the proxy nor the engine
-# authenticates anyone.
-_LOOPBACK_HOST = re.compile(r"(?:(?i:localhost)|127\.0\.0\.1|\[::1\])(?::[0-9]{1,5})?")
 # Hop-by-hop and framing fields of the engine's answer: the proxy writes its own.
 _HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length",
                   "upgrade", "proxy-connection", "te", "trailer"})
@@ -261,6 +258,7 @@ class _Handler(socketserver.BaseRequestHandler):
     applied: tuple[str, int, int | None] | None = None
     made = False  # ...and that raise made its service's entry in the book
     turn = False  # holds ``server.whole``
+    judged: Request | None = None  # the request judged so far (its head), for the log
 
     def handle(self) -> None:
         if not self.server.slots.acquire(blocking=False):
@@ -284,17 +282,7 @@ class _Handler(socketserver.BaseRequestHandler):
             req = self._read()
             if req is None:
                 return
-            if self.server.loopback_host_only and \
-                    not _LOOPBACK_HOST.fullmatch(req.header("host") or ""):
-                raise Refused(421, "over TCP only a loopback Host (127.0.0.1, localhost, "
-                                   "[::1]): another name is a rebound one")
-            call = match(req.method, req.path)
-            if call is None:
-                raise Refused(403, f"{req.method} {req.path} is not a call the daemon makes "
-                                   "(docs/security.md)")
-            bad = call.check_params(req.query)
-            if bad is not None:
-                raise Refused(403, f"{req.method} {req.path}: {bad}")
+            call = self._judge(req)
             if call.kind in (*WRITE_KINDS, "swarm"):
                 self._take_turn()
             target, body = self._vet(call, req)
@@ -302,9 +290,33 @@ class _Handler(socketserver.BaseRequestHandler):
                 raise Refused(400, "bytes after the request (pipelining): one request per "
                                    "connection")
         except Refused as r:
-            self._refuse(r, req)
+            self._refuse(r, req or self.judged)
             return
         self._forward(call, req, target, body)
+
+    def _judge(self, req: Request) -> Call:
+        """The call ``req`` makes, judged on its head (its Host over TCP, the call, its
+        query, a write's Content-Type), or Refused: before a byte of a body is read or a
+        turn taken, so a request never forwarded holds no write's turn while its body
+        is awaited."""
+        self.judged = req
+        if self.server.loopback_host_only and not loopback_host(req.header("host")):
+            raise Refused(421, "over TCP only a loopback Host (127.0.0.1, localhost, "
+                               "[::1]): another name is a rebound one")
+        call = match(req.method, req.path)
+        if call is None:
+            raise Refused(403, f"{req.method} {req.path} is not a call the daemon makes "
+                               "(docs/security.md)")
+        bad = call.check_params(req.query)
+        if bad is not None:
+            raise Refused(403, f"{req.method} {req.path}: {bad}")
+        # The engine refuses a body that does not say it is JSON (CheckForJSON): a web
+        # page's form or text/plain POST needs no CORS preflight. The proxy writes its
+        # own Content-Type, so it makes the same check first.
+        ctype = (req.header("content-type") or "").split(";", 1)[0].strip().lower()
+        if call.kind.endswith("-update") and ctype != "application/json":
+            raise Refused(400, "a write's Content-Type must be application/json")
+        return call
 
     def _read(self) -> Request | None:
         """The client's one request, framed strictly (None: it went away)."""
@@ -324,8 +336,9 @@ class _Handler(socketserver.BaseRequestHandler):
             got = reader.feed(data)
             if got is not None:
                 return got
-            if reader.body_next and not self.turn:
+            if reader.body_next and not self.turn and reader.head is not None:
                 # Nothing more of a body is read before its turn; its time starts then.
+                self._judge(reader.head)
                 self._take_turn()
                 deadline = time.monotonic() + REQUEST_DEADLINE_S
 
@@ -402,12 +415,6 @@ class _Handler(socketserver.BaseRequestHandler):
         the current spec."""
         if not call.kind.endswith("-update"):
             return req.path + (f"?{urlencode(req.query)}" if req.query else ""), None
-        # The engine refuses a body that does not say it is JSON (CheckForJSON): a web
-        # page's form or text/plain POST needs no CORS preflight. The proxy writes its
-        # own Content-Type, so it makes the same check first.
-        ctype = (req.header("content-type") or "").split(";", 1)[0].strip().lower()
-        if ctype != "application/json":
-            raise Refused(400, "a write's Content-Type must be application/json")
         try:
             new = load_json(req.body)
         except JsonError as exc:
@@ -567,6 +574,10 @@ class _TcpProxy(ProxyServer, socketserver.TCPServer):
     loopback_host_only = True
 
 
+class _Tcp6Proxy(_TcpProxy):
+    address_family = socket.AF_INET6  # ::1 (an IPv4 socket could not bind it)
+
+
 def upstream_connector(upstream: str) -> Callable[[], socket.socket]:
     """A function that opens a connection to the engine (``unix://PATH``)."""
     if not upstream.startswith("unix://"):
@@ -632,16 +643,8 @@ def _bind(listen: str) -> ProxyServer:
         finally:
             os.umask(old)
     if listen.startswith("tcp://"):
-        host, _, port = listen.removeprefix("tcp://").rpartition(":")
-        # ASCII digits: '²' and '٢' are digits to isdigit (int() raised, or read them)
-        if host not in ("127.0.0.1", "localhost", "::1") or not (port.isascii()
-                                                                and port.isdigit()):
-            raise ValueError(f"listen {listen!r}: TCP only on loopback, e.g. "
-                             "tcp://127.0.0.1:2375 (the proxy has no authentication)")
-        if int(port) > 65535:  # bind() raised OverflowError: a traceback
-            raise ValueError(f"listen {listen!r}: port {port} is above 65535, e.g. "
-                             "tcp://127.0.0.1:2375")
-        return _TcpProxy((host, int(port)), _Handler)
+        host, port = tcp_listen(listen)
+        return (_Tcp6Proxy if host == "::1" else _TcpProxy)((host, port), _Handler)
     raise ValueError(f"listen {listen!r}: use unix://PATH or tcp://127.0.0.1:PORT")
 
 

@@ -317,6 +317,13 @@ class RequestReader:
         its turn)."""
         return self._head is not None and (self._head.chunked or bool(self._head.length))
 
+    @property
+    def head(self) -> Request | None:
+        """The request once its head is whole, its body not yet read (empty): the proxy
+        judges it before it reads a byte of the body."""
+        h = self._head
+        return None if h is None else Request(h.method, h.path, h.query, h.headers, b"")
+
     def feed(self, data: bytes) -> Request | None:
         if self._head is None:
             self._buf += data
