@@ -76,3 +76,11 @@ def test_every_section_named_in_quotes_after_a_page_is_in_that_page() -> None:
                 if not any(s.startswith(_norm(name)) for s in starts[doc]):
                     missing.append(f'{page.name}: {doc} "{name}"')
     assert not missing, missing
+
+
+def test_no_page_installs_swarmgpu_from_a_package_index() -> None:
+    """Before: docs/deploy.md's GPU-node step said `pip install swarmgpu`; swarmgpu is
+    installed from a clone (README, Install), not from whatever an index calls so."""
+    found = [f"{page.name}: {m.group(0)}" for page in PAGES
+             for m in re.finditer(r"pip\s+install\s+swarmgpu(?![\w\[-])", page.read_text())]
+    assert not found, found
