@@ -383,3 +383,18 @@ def test_online_ceiling_says_which_seeds_failed_a_pod() -> None:
     )
     bounds[1].first_failed_pct["fgd"] = None
     assert "online ceiling: fgd: no pod failed => " in as_text(summary({"fgd": runs}, bounds))
+
+
+def test_simulate_derive_help_names_every_variant_kind_it_accepts() -> None:
+    """Before: `simulate-derive --help` gave gpushare60, multigpu30, gpuspec20, cpu250 as
+    the variants; `load150` (the GPU request scaled, for --priorities) was accepted but
+    named only by the error for a bad one."""
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+    from swarmgpu.sim.variants import KINDS
+
+    res = CliRunner().invoke(main, ["simulate-derive", "--help"])
+    assert res.exit_code == 0
+    text = " ".join(res.output.split())
+    assert all(re.search(rf"\b{kind}(?:\d|N)", text) for kind in KINDS), text

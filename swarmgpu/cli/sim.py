@@ -292,7 +292,8 @@ def simulate(
     "--variant",
     "variants",
     multiple=True,
-    help="e.g. gpushare60, multigpu30, gpuspec20, cpu250 (repeatable); "
+    help="gpushareNN, multigpuNN, gpuspecNN (NN percent), cpuNNN (per mille of pods) or "
+    "loadNNN (percent of the GPU request), e.g. gpushare60, cpu250, load150 (repeatable); "
     "default: the twelve in docs/simulate.md",
 )
 @click.option(
