@@ -5,6 +5,7 @@ to a heading, a bold lead-in or a list item of that page that starts so."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -84,3 +85,30 @@ def test_no_page_installs_swarmgpu_from_a_package_index() -> None:
     found = [f"{page.name}: {m.group(0)}" for page in PAGES
              for m in re.finditer(r"pip\s+install\s+swarmgpu(?![\w\[-])", page.read_text())]
     assert not found, found
+
+
+def _strings(module: Path) -> list[str]:
+    """The string constants of ``module`` (implicit concatenation joined, as Python does),
+    f-strings' literal parts too: the messages and help texts a reader is shown."""
+    tree = ast.parse(module.read_text(), str(module))
+    return [n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def test_every_page_and_section_the_code_names_exists() -> None:
+    """A fix line or a --help text sends the reader to `docs/X.md, "Section"`: both exist."""
+    starts = {p.relative_to(REPO).as_posix(): _starts(p) for p in PAGES}
+    missing = []
+    for module in sorted((REPO / "swarmgpu").rglob("*.py")):
+        for text in _strings(module):
+            text = " ".join(text.split())
+            for page in re.findall(r"docs/[\w-]+\.md", text):
+                if page not in starts:
+                    missing.append(f"{module.name}: {page} (no such page)")
+            for m in SECTION_REF.finditer(text):
+                doc = "README.md" if m.group(1).startswith("README") else m.group(1)
+                missing += [f'{module.name}: {doc} "{name}"'
+                            for name in re.findall(r"\"([^\"]+)\"", m.group(2))
+                            if doc in starts and not any(
+                                s.startswith(_norm(name)) for s in starts[doc])]
+    assert not missing, missing
