@@ -83,3 +83,15 @@ def test_every_option_a_page_gives_a_command_is_one_it_has() -> None:
                             for o in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", m.group(2))
                             if o not in have]
     assert not unknown, unknown
+
+
+def test_readme_s_simulate_synopsis_names_every_simulate_option() -> None:
+    """Before: it left out --speedup, --priorities, --drain and --progress, and read as
+    the whole command."""
+    readme = " ".join((REPO / "README.md").read_text().split())
+    synopsis = re.search(r"`swarmgpu simulate \[[^`]*`", readme)
+    assert synopsis, "README has no `swarmgpu simulate [...]` synopsis"
+    missing = [opts[0] for opts in _options(_commands()["simulate"])
+               if not any(re.search(rf"{re.escape(o)}(?![\w-])", synopsis.group(0))
+                          for o in opts)]
+    assert not missing, missing
