@@ -304,7 +304,8 @@ def simulate(
     help="Seed of the derivation's draw: the same seed and pods give the same files.",
 )
 def simulate_derive(pods: str | None, out_dir: str, variants: tuple[str, ...], seed: int) -> None:
-    """Derive heavier openb workloads (more sharing, multi-GPU, model-pinned or CPU-only pods)."""
+    """Derive heavier openb workloads (more sharing, multi-GPU, model-pinned or CPU-only
+    pods, or more GPU request: loadNNN)."""
     from swarmgpu.sim.trace import TraceError
     from swarmgpu.sim.traces import bundled
     from swarmgpu.sim.variants import DEFAULT_VARIANTS, VariantError, write_variants
