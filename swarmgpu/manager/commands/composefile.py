@@ -223,7 +223,7 @@ def _other_stack_hint(gated: str, service: str | None, name: str) -> str:
     if service is None or not gated.endswith(f"_{name}"):
         return ""
     stack, given = gated[: -len(name) - 1], service[: -len(name) - 1]
-    if not stack or re.fullmatch(r"[A-Za-z0-9][\w.-]*", stack) is None:
+    if not stack or re.fullmatch(r"[A-Za-z0-9][\w.-]*", stack, re.ASCII) is None:
         return ""  # not a name docker takes: no command to suggest
     return (f"; it is this service's own gate under stack name {stack!r} (-n {stack}), "
             f"not {quoted(given, 100)}")
