@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 import click
+import pytest
 from click.testing import CliRunner
 from support.paths import REPO
 
@@ -101,3 +102,13 @@ def _entries() -> list[str]:
         else:
             out.append(ln.strip())
     return out
+
+
+@pytest.mark.parametrize(("option", "value"), [("--trusted-proxies", "bogus"),
+                                              ("--allowed-hosts", "a b")])
+def test_agent_options_refused_at_start_are_in_its_exit_codes(option: str, value: str) -> None:
+    """Before: `agent` exits 2 on a bad --trusted-proxies or --allowed-hosts, but its
+    entry named only source, profile, identity, token, --listen and --refresh-s."""
+    res = CliRunner().invoke(main, ["agent", "--source", "file:/none", option, value])
+    assert res.exit_code == 2 and f"swarmgpu agent: {option}" in res.output, res.output
+    assert option in _entry("agent"), _entry("agent")

@@ -383,3 +383,35 @@ def test_online_ceiling_says_which_seeds_failed_a_pod() -> None:
     )
     bounds[1].first_failed_pct["fgd"] = None
     assert "online ceiling: fgd: no pod failed => " in as_text(summary({"fgd": runs}, bounds))
+
+
+def test_simulate_derive_help_names_every_variant_kind_it_accepts() -> None:
+    """Before: `simulate-derive --help` gave gpushare60, multigpu30, gpuspec20, cpu250 as
+    the variants; `load150` (the GPU request scaled, for --priorities) was accepted but
+    named only by the error for a bad one."""
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+    from swarmgpu.sim.variants import KINDS
+
+    res = CliRunner().invoke(main, ["simulate-derive", "--help"])
+    assert res.exit_code == 0
+    text = " ".join(res.output.split())
+    assert all(re.search(rf"\b{kind}(?:\d|N)", text) for kind in KINDS), text
+
+
+def test_the_default_variants_help_points_to_are_listed_there() -> None:
+    """Before: `--variant`'s help said "default: the twelve in docs/simulate.md", and the
+    page named no such twelve (its list of unbundled variants was another one)."""
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+    from swarmgpu.sim.variants import DEFAULT_VARIANTS
+
+    res = CliRunner().invoke(main, ["simulate-derive", "--help"])
+    assert "default: the twelve in docs/simulate.md" in " ".join(res.output.split())
+    assert len(DEFAULT_VARIANTS) == 12
+    page = (Path(__file__).resolve().parents[1] / "docs" / "simulate.md").read_text()
+    section = page.split("## Derived workloads", 1)[1].split("\n## ", 1)[0]
+    line = next((p for p in section.split("\n\n") if "Without `--variant`" in p), "")
+    assert all(f"`{v}`" in line for v in DEFAULT_VARIANTS), line

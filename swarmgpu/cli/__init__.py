@@ -22,8 +22,8 @@ Exit codes:
                         source that lists no GPU and says why: facts prints them
                         all the same, the error on stderr)
   agent                 runs until stopped (SIGTERM ends it); 2 bad source, profile,
-                        identity, token, --listen or --refresh-s at start, or
-                        cannot listen
+                        identity, token, --listen, --refresh-s, --allowed-hosts or
+                        --trusted-proxies at start, or cannot listen
   doctor                0 no check failed (warnings are advice); 1 a check failed;
                         2 could not run (--root no directory, a source that
                         cannot be opened, a malformed fixture file)

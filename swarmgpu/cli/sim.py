@@ -292,7 +292,8 @@ def simulate(
     "--variant",
     "variants",
     multiple=True,
-    help="e.g. gpushare60, multigpu30, gpuspec20, cpu250 (repeatable); "
+    help="gpushareNN, multigpuNN, gpuspecNN (NN percent), cpuNNN (per mille of pods) or "
+    "loadNNN (percent of the GPU request), e.g. gpushare60, cpu250, load150 (repeatable); "
     "default: the twelve in docs/simulate.md",
 )
 @click.option(
@@ -303,7 +304,8 @@ def simulate(
     help="Seed of the derivation's draw: the same seed and pods give the same files.",
 )
 def simulate_derive(pods: str | None, out_dir: str, variants: tuple[str, ...], seed: int) -> None:
-    """Derive heavier openb workloads (more sharing, multi-GPU, model-pinned or CPU-only pods)."""
+    """Derive heavier openb workloads (more sharing, multi-GPU, model-pinned or CPU-only
+    pods, or more GPU request: loadNNN)."""
     from swarmgpu.sim.trace import TraceError
     from swarmgpu.sim.traces import bundled
     from swarmgpu.sim.variants import DEFAULT_VARIANTS, VariantError, write_variants

@@ -10,6 +10,9 @@ from swarmgpu.agent.doctor.infoparts import shown as info_shown
 from swarmgpu.agent.doctor.resources import norm_bus_id
 from swarmgpu.agent.doctor.view import Check, NodeView, Status, quote
 
+# The --source kinds that read a file (their errors start with the spec), not a driver.
+FILE_SOURCES = ("file:", "gfd:", "topo:")
+
 
 def check_gpu_facts(view: NodeView) -> Check:
     """Could NVML (or the --source) read every GPU? The checks compare the node's files
@@ -32,6 +35,14 @@ def check_gpu_facts(view: NodeView) -> Check:
             "node (`docker node update --availability drain <node>`) and reboot it (a reset, "
             "`nvidia-smi -r`, needs a driver that answers); a GPU that keeps falling off "
             "needs its slot, power or itself replaced.")
+    if view.facts_error is not None and view.facts_error.startswith(FILE_SOURCES):
+        # The --source named a file: the driver fix would send the reader to install one.
+        return Check(
+            cid, Status.FAIL, f"cannot read the GPU facts: {view.facts_error}",
+            "Without the GPU facts the checks cannot compare daemon.json with the GPUs.",
+            "Point --source at a file that exists and can be read: file:PATH a facts file, "
+            "gfd:PATH a GFD features file, topo:PATH an `nvidia-smi topo -m` capture "
+            "(docs/facts-schema.md); or leave --source out on the GPU node itself (nvml).")
     if view.facts_error is not None:
         return Check(
             cid, Status.FAIL, f"cannot read the GPU facts: {view.facts_error}",

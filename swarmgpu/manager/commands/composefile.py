@@ -213,8 +213,20 @@ def owned_key_errors(labels: Mapping[str, str], constraints: Sequence[str], wher
         errors.append(f"{where}.deploy.placement.constraints: {quoted(c, 200)}: the placement "
                       f"gate of {quoted(gated, 200)}, owned by the swarmgpu daemon; remove it "
                       "(render writes "
-                      "this service's own gate)")
+                      "this service's own gate)" + _other_stack_hint(gated, service, name))
     return errors
+
+
+def _other_stack_hint(gated: str, service: str | None, name: str) -> str:
+    """This service's own gate under another stack name (an example file's, written for
+    the name it is deployed as): then the name given, not the gate, may be what is wrong."""
+    if service is None or not gated.endswith(f"_{name}"):
+        return ""
+    stack, given = gated[: -len(name) - 1], service[: -len(name) - 1]
+    if not stack or re.fullmatch(r"[A-Za-z0-9][\w.-]*", stack, re.ASCII) is None:
+        return ""  # not a name docker takes: no command to suggest
+    return (f"; it is this service's own gate under stack name {stack!r} (-n {stack}), "
+            f"not {quoted(given, 100)}")
 
 
 def owned_label_notes(constraints: Sequence[str], where: str, prefix: str) -> list[str]:
