@@ -438,7 +438,6 @@ class Restarter:
         mine = by_service(snap.tasks)  # each service's own tasks: one walk, not one each
         n = 0
         for u in due:
-            log = logger.bind(service=u.service)
             s = by_name.get(u.service)
             if s is None or not u.milli:
                 continue  # holds nothing here: a restart would not bring it within a share
@@ -450,17 +449,17 @@ class Restarter:
                                recs, off_node(tasks, u.node_id)))
             # an unread node's labels are written by none: its gate stays
             refusal = refused(judged, gpu, ledger.get(u.service, {}), p)
-            held = ledger.get(u.service, {})
+            held, down = ledger.get(u.service, {}), None
             if self.tenants is not None and not self.tenants.of_service(s).may_opt_out:
-                judged, tasks, held = one_node(judged, tasks, held, u.node_id, self.clock(),
-                                               self.cfg.rebalance.move_timeout_s)
-            why = unread_source(by_node, u.node_id) or refusal or why_not_movable(
+                judged, tasks, held, down = one_node(
+                    judged, tasks, held, u.node_id, self.clock(),
+                    self.cfg.rebalance.move_timeout_s, recs.restarts)
+            why = unread_source(by_node, u.node_id) or refusal or down or why_not_movable(
                 self._cut_mark(judged, p), gpu, tasks, held, p, self.clock(),
                 self.cfg.rebalance.cooldown_s, same_node=s.mode == "global",  # (as a repin)
                 moving=s.name in moving([s], swarm_labels, p) or s.id in bad)
             b = over_budget_on({u.node_id}, flying, done_on, self.cfg.rebalance, len(bad))
-            if why is None and b is not None:
-                why = b.why
+            why = why or (b.why if b is not None else None)
             if why is None:
                 why = self._recheck(s, u)
             if why is not None:
@@ -468,8 +467,9 @@ class Restarter:
                 continue
             self.said.pop(u.key, None)
             if self.cfg.dry_run:
-                log.info("dry-run: would restart {}'s task on {} ({})", u.service, u.hostname,
-                         u.describe())
+                logger.bind(service=u.service).info(
+                    "dry-run: would restart {}'s task on {} ({})", u.service, u.hostname,
+                    u.describe())
                 continue
             done_on.append({u.node_id})
             if self._bounce(s, u, MOVED_AT):
