@@ -57,13 +57,36 @@ def test_many_other_services_within_the_hour_leave_this_ones_entry(
     assert len(kept) == 601
 
 
-def test_the_list_stays_within_its_cap() -> None:
+def _full(now: float) -> str:
+    """A list of ``CAP`` services' entries, one each, from ``now`` on every half second."""
+    return ",".join(f"id-{i}@{now + i * 0.5:.0f}" for i in range(CAP))
+
+
+def test_a_full_restart_list_refuses_the_restart_and_keeps_every_entry() -> None:
+    """Past ``CAP`` services restarted in the hour the restart is not made (its record
+    cannot be stored without pushing another's cool-down out), said so; nothing goes."""
     base = victim_cluster({})
     sw = RecordingSwarm(base.nodes(), base.services(), base.tasks(), base.swarm_labels())
     writes = Writes(sw, dry_run=False, who="test", prefix=P)  # type: ignore[arg-type]
     now = time.time() - 3000
-    for i in range(CAP + 50):
-        record_restart(writes, P, f"id-{i}", f"{now + i * 0.5:.0f}", now + i * 0.5)
-    text = sw.swarm_labels()[P + RESTARTS]
-    assert len(text.split(",")) == CAP
-    assert text.split(",")[-1].startswith(f"id-{CAP + 49}@")
+    sw._swarm_labels[P + RESTARTS] = _full(now)
+    before = sw.swarm_labels()[P + RESTARTS]
+    why = record_restart(writes, P, "id-late", f"{now + 2100:.0f}", now + 2100)
+    assert f"holds {CAP} services' restarts" in why
+    assert sw.swarm_labels()[P + RESTARTS] == before
+    assert len(before.split(",")) == CAP
+
+
+def test_a_full_ended_list_keeps_its_cap_and_the_newest() -> None:
+    """(a move that ended cannot be refused: its oldest entry goes, said in a warning)"""
+    base = victim_cluster({})
+    sw = RecordingSwarm(base.nodes(), base.services(), base.tasks(), base.swarm_labels())
+    writes = Writes(sw, dry_run=False, who="test", prefix=P)  # type: ignore[arg-type]
+    end = _end(sw, writes)
+    now = time.time() - 3000
+    sw._swarm_labels[P + ENDED] = _full(now)
+    for i in range(CAP, CAP + 50):
+        end(f"id-{i}", now + i * 0.5)
+    text = sw.swarm_labels()[P + ENDED].split(",")
+    assert len(text) == CAP
+    assert text[-1].startswith(f"id-{CAP + 49}@") and text[0].startswith("id-50@")
