@@ -52,3 +52,6 @@ def test_a_victim_an_earlier_version_stopped_keeps_its_cooldown_after_the_upgrad
 
 def test_a_record_copied_from_a_stop_this_version_named_still_buys_nothing() -> None:
     assert _decide(f"{AT:.0f}", f"id-other@{AT:.0f}") == [PREEMPTED]
+    # (a second unnamed after this version's first named stop is no earlier version's:
+    # a victim counted without a write of its own, a move the mover's dry run made none of)
+    assert _decide(f"{AT - 10:.0f},{AT:.0f}", f"id-other@{AT - 10:.0f}") == [PREEMPTED]

@@ -91,12 +91,15 @@ def recorded_cooling(services: Sequence[SwarmService], tasks: Sequence[SwarmTask
     genuine record copied so, then its tasks made anew by its owner's force-update,
     bought it the rest of that stop's cooldown. Both checks stand: a job's spec write
     runs it anew, so tasks made after the stop do not show a gate closed. A second of the
-    hour no entry of ``victims`` has is an earlier version's stop (it wrote no list):
-    counted for the victim whose record has it, or a rolling upgrade took every victim
-    placed again since its cooldown; within the hour each stop this version makes is
-    named (``rebalance.endedlist.unnamed`` reads the mover's finishes so)."""
+    hour no entry of ``victims`` has, before the first that one has, is an earlier
+    version's stop (it wrote no list): counted for the victim whose record has it, or a
+    rolling upgrade took every victim placed again since its cooldown (as
+    ``rebalance.endedlist.unnamed`` reads the mover's finishes). Only before: a victim
+    counted without a write of its own (a move the mover's dry run made none of) is
+    unnamed in this version too."""
     seconds = hour_seconds(stopped)
-    unnamed = seconds - {t for ts in victims.values() for t in ts}
+    named = {t for ts in victims.values() for t in ts}
+    unnamed = {t for t in seconds if t < min(named, default=t + 1)} - named
     held = {svc for per in holders.values() for svc in per}
     live: dict[str, list[SwarmTask]] = {}
     for t in tasks:
