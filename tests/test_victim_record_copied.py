@@ -47,9 +47,11 @@ def _decide(victims: str | None) -> list[str]:
 
 
 def test_a_record_copied_from_anothers_stop_then_force_updated_buys_no_cooldown() -> None:
-    assert _decide(None) == [PREEMPTED]
+    # (no list, or one naming no victim at AT: AT is an earlier version's stop, which
+    # counts for its record's victim: tests/test_victim_list_upgrade.py)
     assert _decide(f"id-other@{AT:.0f}") == [PREEMPTED]
-    assert _decide(f"id-batch@{AT - 30:.0f}") == [PREEMPTED]  # (its own, another stop)
+    # (its own entry, of another stop)
+    assert _decide(f"id-batch@{AT - 30:.0f},id-other@{AT:.0f}") == [PREEMPTED]
 
 
 def test_the_victim_the_hour_names_still_cools() -> None:

@@ -14,6 +14,12 @@ from swarmgpu.core.stamps import in_hour
 
 T = TypeVar("T")
 
+# entries at most, read and written (~150 kB of ``<25-char id>@<10 digits>``, well under
+# the 1.5 MiB of one Swarm store transaction, swarmkit's ``MaxTransactionBytes``): past a
+# list's own ``keep`` only a service's older entries go, so each service's newest of the
+# hour stays until this many services have one
+CAP = 4096
+
 
 def stamped_entries(labels: Mapping[str, str], key: str, keep: int) -> list[tuple[str, float]]:
     """The (service id, second) entries of label ``key``, its last ``keep``; unreadable
@@ -46,11 +52,22 @@ def hour_kept(labels: Mapping[str, str], key: str, keep: int, now: float) -> lis
 
 
 def bounded(entries: list[str], keep: int, keep_last: int = 0) -> list[str]:
-    """``entries`` (``<id>@<second>``, oldest first) at most ``keep``: an entry of a
-    service with a newer one dropped first, then the oldest; the last ``keep_last``
-    never dropped for the first rule. Oldest first alone, one tenant's many restarts or
-    moves pushed another's entry out within its cool-down, whose mark then cooled
-    nothing; a service's older entry matches no mark the daemon stands by."""
+    """``entries`` (``<id>@<second>``, oldest first) at most ``keep`` by dropping an entry
+    of a service with a newer one (the last ``keep_last`` never so), then at most ``CAP``
+    (the oldest dropped: ``overflows`` says when). Oldest first alone, one tenant's many
+    restarts or moves pushed another's entry out within its cool-down, whose mark then
+    cooled nothing; a service's older entry matches no mark the daemon stands by. Its
+    newest went too, once about ``keep`` other services had one in the hour: a bound on
+    entries, not on services."""
+    return _deduped(entries, keep, keep_last)[-max(keep, CAP):]
+
+
+def overflows(entries: list[str], keep: int, keep_last: int = 0) -> bool:
+    """Whether ``bounded`` drops an entry that is its service's newest (past ``CAP``)."""
+    return len(_deduped(entries, keep, keep_last)) > max(keep, CAP)
+
+
+def _deduped(entries: list[str], keep: int, keep_last: int) -> list[str]:
     surplus = len(entries) - keep
     if surplus <= 0:
         return entries
@@ -62,4 +79,4 @@ def bounded(entries: list[str], keep: int, keep_last: int = 0) -> list[str]:
             surplus -= 1
             continue
         out.append(e)
-    return out[-keep:]
+    return out

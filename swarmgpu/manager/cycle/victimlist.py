@@ -9,7 +9,9 @@ The hour's seconds name no victim: a genuine record of any service's stop, copie
 a holder that had run all along, then its tasks made anew by its owner's ``docker
 service update --force`` (after the stop, as a victim placed again has them), bought
 that holder the rest of the stop's cooldown. An entry names its victim, so a copied
-record buys nothing.
+record buys nothing. A second of the hour no entry names, before the first one named, is
+an earlier version's stop (it wrote no list), counted for its record's victim
+(``recorded_cooling``): a rolling upgrade keeps the old leader's victims' cooldowns.
 """
 
 from __future__ import annotations

@@ -90,8 +90,16 @@ def recorded_cooling(services: Sequence[SwarmService], tasks: Sequence[SwarmTask
     (``victims``: service id -> seconds, ``victimlist``) has it stopped in that second: a
     genuine record copied so, then its tasks made anew by its owner's force-update,
     bought it the rest of that stop's cooldown. Both checks stand: a job's spec write
-    runs it anew, so tasks made after the stop do not show a gate closed."""
+    runs it anew, so tasks made after the stop do not show a gate closed. A second of the
+    hour no entry of ``victims`` has, before the first that one has, is an earlier
+    version's stop (it wrote no list): counted for the victim whose record has it, or a
+    rolling upgrade took every victim placed again since its cooldown (as
+    ``rebalance.endedlist.unnamed`` reads the mover's finishes). Only before: a victim
+    counted without a write of its own (a move the mover's dry run made none of) is
+    unnamed in this version too."""
     seconds = hour_seconds(stopped)
+    named = {t for ts in victims.values() for t in ts}
+    unnamed = {t for t in seconds if t < min(named, default=t + 1)} - named
     held = {svc for per in holders.values() for svc in per}
     live: dict[str, list[SwarmTask]] = {}
     for t in tasks:
@@ -103,7 +111,7 @@ def recorded_cooling(services: Sequence[SwarmService], tasks: Sequence[SwarmTask
         if st is None or now - st.at >= cooldown_s or s.name in holders.get(st.node_id, {}):
             continue
         if stopped_then(st, seconds) and (s.name not in held or (
-                stopped_then(st, victims.get(s.id, frozenset()))
+                stopped_then(st, victims.get(s.id, frozenset()) | unnamed)
                 and made_after(s, st, live.get(s.id, ())))):
             out.add(s.name)
     return out

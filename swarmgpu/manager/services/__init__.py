@@ -8,6 +8,7 @@
 ``coolmark``  whether the daemon's records and Swarm bear out a service's cool-down mark
 ``restartlist`` the restarter's own record of its restarts, which a cool-down mark is read by
 ``jobshare``  a job over its share: never restarted (a write runs it anew), said so
+``restartrefusal`` why a service refuses the over-share restart, and what lets it
 ``onereplica`` the one replica the restarter judges for a tenant that may not opt out
 ``release``   the operator's word: held spec changes written (`swarmgpu apply`)
 ``startfirst`` a GPU service updating start-first: never placed, refused and named

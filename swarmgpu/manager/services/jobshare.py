@@ -4,7 +4,7 @@ cool-down mark) starts a new run of it, and its gate closed on a node has Swarm 
 its tasks completed there and run them again. It was said at info as a move's "never
 moved": a share deployed as a job with a long-running command dodged the restart
 without a word to the operator. Now the restart's refusal (a warning once while it
-lasts, with the fix: ``overshare.refused``) and audit's ``over-share`` finding say it."""
+lasts, with the fix: ``restartrefusal.refused``) and audit's ``over-share`` finding say it."""
 
 from __future__ import annotations
 

@@ -51,10 +51,11 @@ from swarmgpu.manager.rebalance.context import MOVED_AT, OPT_OUT, by_service, wh
 from swarmgpu.manager.rebalance.mover import rebalancing, verify_scope
 from swarmgpu.manager.rebalance.record import moving, read_records, unreadable_records
 from swarmgpu.manager.services.coolmark import off_node, on_node
-from swarmgpu.manager.services.jobshare import JOB_MODES, job_modes, job_note, not_restarted
+from swarmgpu.manager.services.jobshare import job_modes, job_note
 from swarmgpu.manager.services.onereplica import one_node
-from swarmgpu.manager.services.requests import GpuRequest, Rebalance, parse_all
+from swarmgpu.manager.services.requests import GpuRequest, parse_all
 from swarmgpu.manager.services.restartlist import mark_records, record_restart
+from swarmgpu.manager.services.restartrefusal import refused
 from swarmgpu.manager.services.sharing import share_mib
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.manager.web.cluster_view import gpu_metrics
@@ -341,23 +342,6 @@ def audit_check(cfg: Config) -> Callable[[Snapshot], list[Finding]]:
 # --- placement.overshare: restart ------------------------------------------------------
 
 
-def refused(s: SwarmService, req: GpuRequest | None, held: Mapping[str, Holding],
-            prefix: str) -> str | None:
-    """Why ``s`` refuses over-share restarts, and what lets them, or None: its owner's
-    ``rebalance: never``, or replicas packed on one node (a restart closes the one gate
-    they all run behind, so it would stop every one), or a job (``jobshare``)."""
-    if s.mode in JOB_MODES:
-        return not_restarted(s.mode, prefix)
-    if s.labels.get(prefix + OPT_OUT, "").lower() == "never" or (
-            req is not None and req.rebalance is Rebalance.NEVER):
-        return (f"opted out ({prefix}{OPT_OUT}=never); remove that label to let swarmgpu "
-                "restart it")
-    if any(h.packed for h in held.values()):
-        return ("replicas packed on one node (a restart would stop them all); set "
-                f"{prefix}pack=never (one replica per node) to let swarmgpu restart it")
-    return None
-
-
 def _gist(why: str) -> str:
     """``why`` as compared with the reason said last: a cool-down without its seconds
     left (``why_not_movable``'s "cooling down (Ns left of Ms)"), which change every cycle
@@ -436,9 +420,8 @@ class Restarter:
         done_on: list[set[str]] = []  # a restart is a move on its one node
         by_node = {n.id: n for n in snap.nodes}
         mine = by_service(snap.tasks)  # each service's own tasks: one walk, not one each
-        n = 0
+        n, once = 0, set[str]()  # (services restarted this cycle: a replica each, at most)
         for u in due:
-            log = logger.bind(service=u.service)
             s = by_name.get(u.service)
             if s is None or not u.milli:
                 continue  # holds nothing here: a restart would not bring it within a share
@@ -450,17 +433,18 @@ class Restarter:
                                recs, off_node(tasks, u.node_id)))
             # an unread node's labels are written by none: its gate stays
             refusal = refused(judged, gpu, ledger.get(u.service, {}), p)
-            held = ledger.get(u.service, {})
+            again = "another replica restarted this cycle" if s.id in once else None
+            held, down = ledger.get(u.service, {}), None
             if self.tenants is not None and not self.tenants.of_service(s).may_opt_out:
-                judged, tasks, held = one_node(judged, tasks, held, u.node_id, self.clock(),
-                                               self.cfg.rebalance.move_timeout_s)
-            why = unread_source(by_node, u.node_id) or refusal or why_not_movable(
+                judged, tasks, held, down = one_node(
+                    judged, tasks, held, u.node_id, self.clock(),
+                    self.cfg.rebalance.move_timeout_s, recs.restarts)
+            why = unread_source(by_node, u.node_id) or refusal or again or down or why_not_movable(
                 self._cut_mark(judged, p), gpu, tasks, held, p, self.clock(),
                 self.cfg.rebalance.cooldown_s, same_node=s.mode == "global",  # (as a repin)
                 moving=s.name in moving([s], swarm_labels, p) or s.id in bad)
             b = over_budget_on({u.node_id}, flying, done_on, self.cfg.rebalance, len(bad))
-            if why is None and b is not None:
-                why = b.why
+            why = why or (b.why if b is not None else None)
             if why is None:
                 why = self._recheck(s, u)
             if why is not None:
@@ -468,10 +452,12 @@ class Restarter:
                 continue
             self.said.pop(u.key, None)
             if self.cfg.dry_run:
-                log.info("dry-run: would restart {}'s task on {} ({})", u.service, u.hostname,
-                         u.describe())
+                logger.bind(service=u.service).info(
+                    "dry-run: would restart {}'s task on {} ({})", u.service, u.hostname,
+                    u.describe())
                 continue
             done_on.append({u.node_id})
+            once.add(s.id)
             if self._bounce(s, u, MOVED_AT):
                 restarted(u.key)
                 n += 1

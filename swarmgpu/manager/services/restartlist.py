@@ -4,7 +4,8 @@ cool-down mark is checked against.
 The restart marks its service ``<p>state.moved-at`` (its cool-down), a label its stack
 can write too. For a tenant that may not opt out, a restart's mark counts only where
 this list, ``<p>state.restarts`` (``<service id>@<epoch s>`` entries, the last hour's,
-at most ``KEEP``, a service's older entries dropped first: ``stampedlist.bounded``; written once
+past ``KEEP`` a service's older entries dropped, its newest kept up to ``stampedlist.CAP``,
+and a restart whose entry would push another's out not made: ``stampedlist.bounded``; written once
 the mark landed, before the gate closes; managers alone write the swarm object), has
 this service's restart in its second, and its task on the node judged was made after
 it (``coolmark.borne_out``). A task made after the mark alone, its owner's ``docker
@@ -17,7 +18,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from swarmgpu.core.config import Config
-from swarmgpu.core.stampedlist import bounded, by_service, hour_kept, stamped_entries
+from swarmgpu.core.stampedlist import (
+    CAP,
+    bounded,
+    by_service,
+    hour_kept,
+    overflows,
+    stamped_entries,
+)
 from swarmgpu.core.stamps import MAX_SKEW_S
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.rebalance.budget import finished_times
@@ -26,14 +34,14 @@ from swarmgpu.manager.services.coolmark import MarkRecords
 from swarmgpu.swarm.client import SwarmError
 
 RESTARTS = "state.restarts"  # under the prefix, on the swarm object's labels
-# entries, bounding the label (~10 kB): over twice the restarts an hour at the default
-# budgets (one a 30 s cycle), which bound them per cycle, not per hour
+# entries past which a service's older ones go (~10 kB; its newest stay: ``CAP``): over
+# twice the restarts an hour at the default budgets (one a 30 s cycle)
 KEEP = 256
 
 
 def restart_times(labels: Mapping[str, str], prefix: str) -> dict[str, frozenset[float]]:
     """Service id -> the times of its restarts the list keeps."""
-    return by_service(stamped_entries(labels, prefix + RESTARTS, KEEP))
+    return by_service(stamped_entries(labels, prefix + RESTARTS, CAP))
 
 
 def mark_records(labels: Mapping[str, str], prefix: str, cfg: Config) -> MarkRecords:
@@ -59,13 +67,19 @@ def record_restart(writes: Writes, prefix: str, service_id: str, at: str,
     the mark, a restart cut between the two leaves a mark that cools nothing: the
     neighbours' side."""
     key = prefix + RESTARTS
+    full: list[bool] = []  # (the list holds CAP services' restarts of the hour)
 
-    def add(cur: Mapping[str, str]) -> Mapping[str, str]:
-        kept = hour_kept(cur, key, KEEP, now)
-        return {**cur, key: ",".join(bounded([*kept, f"{service_id}@{at}"], KEEP))}
+    def add(cur: Mapping[str, str]) -> Mapping[str, str] | None:
+        entries = [*hour_kept(cur, key, CAP, now), f"{service_id}@{at}"]
+        # refused rather than another service's newest entry (its cool-down) pushed out
+        full[:] = [overflows(entries, KEEP)]
+        return None if full[0] else {**cur, key: ",".join(bounded(entries, KEEP))}
 
     try:
         writes.swarm_labels(add)
     except SwarmError as exc:
         return f"its record cannot be stored on the swarm object ({exc})"
+    if full and full[0]:
+        return (f"the list of the hour's restarts ({prefix}{RESTARTS}) holds {CAP} "
+                "services' restarts, each its service's cool-down")
     return ""
