@@ -35,6 +35,7 @@ from swarmgpu.core.configvalues import (
 )
 from swarmgpu.core.engineconfig import EngineConfig
 from swarmgpu.core.forwarded import check_auth, parse_trusted
+from swarmgpu.core.listenhost import listen_problem
 from swarmgpu.core.labelkeys import (
     docker_namespace,
     node_label_key_fault,
@@ -460,12 +461,8 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
         add(f"log.format: {quoted(cfg.log.format)}; use 'text' or 'json'")
     if cfg.log.level.upper() not in ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR"):
         add(f"log.level: {quoted(cfg.log.level)}; use DEBUG, INFO, WARNING or ERROR")
-    host, _, port = cfg.http.listen.rpartition(":")
-    if not host or not port.isdigit() or not port.isascii():  # '²' is a digit to isdigit
-        add(f"http.listen: {quoted(cfg.http.listen)}; use HOST:PORT, e.g. 127.0.0.1:9402")
-    elif len(port) > 5 or int(port) > 65535:  # 99999 raised at bind (0: any free port)
-        add(f"http.listen: {port} is not a TCP port (0-65535); use HOST:PORT, "
-            "e.g. 127.0.0.1:9402")
+    if bad := listen_problem("http.listen", cfg.http.listen, "127.0.0.1:9402"):
+        add(bad)
     if cfg.http.auth not in ("auto", "required", "off"):
         add(f"http.auth: {quoted(cfg.http.auth)}; use auto (the default), required or off")
     if cfg.http.secure_cookie not in ("auto", "always"):

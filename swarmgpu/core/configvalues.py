@@ -19,6 +19,7 @@ from swarmgpu.core.commalist import comma_list
 from swarmgpu.core.forwarded import is_ip
 from swarmgpu.core.goscalar import YAML11_BOOLS, out_of_range
 from swarmgpu.core.httpguard import HOST_NAME, host_of
+from swarmgpu.core.listenhost import url_host_problem
 from swarmgpu.core.numerichost import ambiguous_number
 from swarmgpu.core.peertext import peer_text, quoted
 from swarmgpu.core.yamlfile import Lines, plain_is_text
@@ -185,7 +186,7 @@ def template_problem(template: str, names: tuple[str, ...]) -> str | None:
     if not sep or scheme.lower() not in ("http", "https"):
         return (f"{quoted(template)} is no http:// or https:// URL (agents and exporters "
                 "are read over HTTP(S) only); e.g. 'https://{addr}:9401'")
-    return None
+    return url_host_problem(template)
 
 
 # What Swarm takes as a service's name (swarmkit controlapi: isValidDNSName, 63 at most).
@@ -237,6 +238,19 @@ def locate_in(message: str, path: str | os.PathLike[str] | None, lines: Lines,
     return message if path is None else f"{path}: {message}"
 
 
+def _idna_fix(name: str) -> str:
+    """``; write xn--...``: the form a browser sends as Host for a Unicode ``name``
+    (IDNA), which the name as written never matches; "" for none."""
+    if name.isascii():
+        return ""
+    try:
+        ascii_name = name.encode("idna").decode("ascii")
+    except UnicodeError:  # (no IDNA form: an empty label, one too long)
+        return ""
+    return f"; a browser sends a Unicode name in its IDNA form: write {ascii_name}" \
+        if HOST_NAME.fullmatch(ascii_name) else ""
+
+
 def host_names_problem(where: str, text: str) -> str | None:
     """Why an entry of ``text`` (``http.allowed_hosts``, the agent's ``--allowed-hosts``:
     comma-separated, a port allowed) can match no request's Host, or None: a URL pasted
@@ -250,7 +264,7 @@ def host_names_problem(where: str, text: str) -> str | None:
             return (f"{where}: {quoted(peer_text(entry, 80))} is no host name a Host header "
                     "carries (letters, digits, '-' and '_' in dot-separated labels, an IP "
                     "address; a port may follow): no scheme, path or wildcard, e.g. "
-                    "map.example.com")
+                    f"map.example.com{_idna_fix(name)}")
         if ambiguous_number(name):
             return (f"{where}: {quoted(peer_text(entry, 80))} ends in a number but is no "
                     "dotted-decimal IPv4 address: a browser reads 010.0.0.1 as 8.0.0.1 "
