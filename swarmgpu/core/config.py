@@ -35,13 +35,13 @@ from swarmgpu.core.configvalues import (
 )
 from swarmgpu.core.engineconfig import EngineConfig
 from swarmgpu.core.forwarded import check_auth, parse_trusted
-from swarmgpu.core.listenhost import listen_problem
 from swarmgpu.core.labelkeys import (
     docker_namespace,
     node_label_key_fault,
     usable_label_key,
     usable_resource_kind,
 )
+from swarmgpu.core.listenhost import listen_problem
 from swarmgpu.core.peertext import quoted
 from swarmgpu.core.rebalanceconfig import FLAT_KEYS, check_rebalance, move_flat_keys
 from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
