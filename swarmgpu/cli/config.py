@@ -96,9 +96,10 @@ def say_notes(where: str | None, notes: list[str]) -> None:
         click.echo(f"{where or 'configuration'}: note: {note}", err=True)
 
 
-def load_cfg(path: str | None, **overrides: Any) -> Config:
+def load_cfg(path: str | None, *, config_exit: int = 2, **overrides: Any) -> Config:
     """The checked configuration of a command (``run``, ``audit``, ...): its errors end
-    the command (exit 2), its deprecation notes are said (``say_notes``)."""
+    the command (exit ``config_exit``: ``run``'s is ``exitcodes.CONFIG_ERROR``), its
+    deprecation notes are said (``say_notes``)."""
     notes: list[str] = []
     try:
         cfg = load_checked(path, notes)
@@ -106,7 +107,7 @@ def load_cfg(path: str | None, **overrides: Any) -> Config:
         say_notes(path, notes)
         for err in exc.errors:
             say_error(f"configuration error: {err}")
-        sys.exit(2)
+        sys.exit(config_exit)
     say_notes(path, notes)
     for w in hour_capped(cfg):  # (valid: said at every start too)
         click.echo(warning_at(w, path), err=True)
