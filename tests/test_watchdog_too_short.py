@@ -5,7 +5,8 @@ be the interval and a whole cycle apart, and a cycle may take its engine budget,
 least ``MIN_BUDGET_S``, and the writes' slack and floor past it. Under a WatchdogSec=
 shorter than that, systemd killed the daemon in a slow cycle's writes: before, this was
 only a warning at start (``WatchdogSec= is short``), and the daemon ran into its
-restarts. It now exits 78 (a config error: the unit does not restart it) at start, naming WatchdogSec= and the fix."""
+restarts. It now exits 78 (a config error: the unit does not restart it) at start,
+naming WatchdogSec= and the fix."""
 
 from __future__ import annotations
 
