@@ -62,7 +62,7 @@ class Refused:
     spec = "gfd:/etc/gfd/features"
 
     def __init__(self) -> None:
-        self.why: str | None = "gfd:/etc/gfd/features: not valid YAML at line 3"
+        self.why: str | None = "gfd:/etc/gfd/features:3:1: not valid YAML: ..."
 
     def read(self) -> NodeFacts:
         if self.why is not None:
@@ -78,7 +78,7 @@ def test_a_refused_facts_file_is_said_once_a_refusal_not_every_refresh(
     cache.refresh_once()
     cache.refresh_once()
     cache.refresh_once()
-    assert len(said) == 1 and "not valid YAML at line 3" in said[0], said
+    assert len(said) == 1 and "features:3:1: not valid YAML" in said[0], said
     src.why = "gfd:/etc/gfd/features: is a directory"  # another refusal: said
     cache.refresh_once()
     cache.refresh_once()

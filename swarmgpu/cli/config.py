@@ -186,9 +186,13 @@ def config_check(path: str, env_file: str | None) -> None:
 def _named_once(err: str, path: str) -> str:
     """``err`` as `config check` prints it, ``FILE:`` first and the file named once: a
     file-level error names the file itself (``config file FILE: why``), which read
-    "c.yml: config file c.yml: cannot read it"."""
+    "c.yml: config file c.yml: cannot read it"; ``config file FILE:L:C:`` (a YAML
+    syntax error) is ``FILE:L:C:``."""
     if err.startswith((f"{path}:", "SWARMGPU_")):  # located already
         return err
+    head = f"config file {Path(path)}:"
+    if err.startswith(head) and not err.startswith(head + " "):
+        return f"{path}:{err.removeprefix(head)}"
     return f"{path}: {err.removeprefix(f'config file {Path(path)}: ')}"
 
 
