@@ -48,3 +48,19 @@ def test_a_url_templates_literal_host_is_checked_too(tmp_path: Path, key: str) -
     url = "http://127.1:{port}/x" if section == "agents" else "http://127.1:9400/metrics"
     errors = _errors(tmp_path, f"{section}:\n  {name}: '{url}'\n")
     assert any(f": {key}: the host " in e and "write 127.0.0.1" in e for e in errors), errors
+
+
+@pytest.mark.parametrize(("listen", "said"), [
+    ("\ud800:9402", "is no IP address or host name"),
+    ("\u0660:9402", "is no IP address or host name"),  # an Arabic-Indic 0: a name to DNS
+    ("bücher.example:9402", "write xn--bcher-kva.example:9402"),
+    ("map_.example/x:9402", "is no IP address or host name"),
+])
+def test_a_listen_host_no_resolver_reads_as_written_is_refused(
+        tmp_path: Path, listen: str, said: str) -> None:
+    # Passed the check, and the bind raised at start: a traceback (UnicodeError, or
+    # getaddrinfo's "Name or service not known" after the engine was waited for).
+    errors = _errors(tmp_path, f"http:\n  listen: {listen!r}\n".replace("'", '"'))
+    assert any("http.listen" in e and said in e for e in errors), errors
+    with pytest.raises(ValueError, match="no IP address or host name"):
+        parse_listen(listen.replace("9402", "9401"))

@@ -19,7 +19,7 @@ from swarmgpu.core.commalist import comma_list
 from swarmgpu.core.forwarded import is_ip
 from swarmgpu.core.goscalar import YAML11_BOOLS, out_of_range
 from swarmgpu.core.httpguard import HOST_NAME, host_of
-from swarmgpu.core.listenhost import url_host_problem
+from swarmgpu.core.listenhost import idna_form, url_host_problem
 from swarmgpu.core.numerichost import ambiguous_number
 from swarmgpu.core.peertext import peer_text, quoted
 from swarmgpu.core.yamlfile import Lines, plain_is_text
@@ -241,14 +241,9 @@ def locate_in(message: str, path: str | os.PathLike[str] | None, lines: Lines,
 def _idna_fix(name: str) -> str:
     """``; write xn--...``: the form a browser sends as Host for a Unicode ``name``
     (IDNA), which the name as written never matches; "" for none."""
-    if name.isascii():
-        return ""
-    try:
-        ascii_name = name.encode("idna").decode("ascii")
-    except UnicodeError:  # (no IDNA form: an empty label, one too long)
-        return ""
+    ascii_name = idna_form(name)
     return f"; a browser sends a Unicode name in its IDNA form: write {ascii_name}" \
-        if HOST_NAME.fullmatch(ascii_name) else ""
+        if ascii_name else ""
 
 
 def host_names_problem(where: str, text: str) -> str | None:

@@ -10,16 +10,45 @@ a probe reach another address. Refused where it is given, naming the dotted form
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from urllib.parse import urlsplit
 
+from swarmgpu.core.httpguard import HOST_NAME
 from swarmgpu.core.numerichost import ambiguous_number
 from swarmgpu.core.peertext import quoted
 
 
+def idna_form(name: str) -> str | None:
+    """The ``xn--`` (IDNA) form of a Unicode host ``name``, which a browser sends as Host
+    and DNS knows it by; None for an ASCII name or one with no such form."""
+    if name.isascii():
+        return None
+    try:
+        ascii_name = name.encode("idna").decode("ascii")
+    except UnicodeError:  # (no IDNA form: an empty label, one too long, a surrogate)
+        return None
+    return ascii_name if HOST_NAME.fullmatch(ascii_name) else None
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def host_problem(host: str, port: str = "") -> str | None:
-    """Why ``host`` (no brackets) is read apart by two readers, and the fix (with
-    ``:port`` after it, where given), or None."""
+    """Why ``host`` (no brackets; "" is every interface) is no IP address or ASCII host
+    name, or is read apart by two readers, and the fix (with ``:port`` after it, where
+    given), or None."""
+    if host and not _is_ip(host) and not HOST_NAME.fullmatch(host.removesuffix(".")):
+        # (a bind raised on it at start: UnicodeError, or the resolver's "not known")
+        ascii_name = idna_form(host)
+        fix = f"; write {ascii_name}{':' + port if port else ''}" if ascii_name else ""
+        return (f"the host {host!r} is no IP address or host name (ASCII letters, digits, "
+                f"'-' and '_' in dot-separated labels){fix}")
     if not ambiguous_number(host):
         return None
     try:  # what the C resolver and Python make of it
