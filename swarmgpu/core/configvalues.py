@@ -90,6 +90,9 @@ def _kind(v: Any) -> str:
         if isinstance(v, list | dict) else type(v).__name__
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def coerce(value: Any, typ: Any, where: str) -> Any:
     """``value`` as ``typ``, strictly: a YAML value must already be of the type (an
     integer may stand for a float, nothing else converts); text from the environment
@@ -102,6 +105,11 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
                          "value, or the default, then stands), or set the key in the file")
     if isinstance(value, str) and "\0" in value:  # no path, URL or name has one
         raise ValueError(f"{where}: {peer_text(repr(value), 60)} has a NUL byte (\\0), "
+                         "which no path, URL or name can hold; remove it")
+    if isinstance(value, str) and (lone := _SURROGATE.search(value)) is not None:
+        # YAML's "\ud800": UTF-8 cannot encode it, so no path, name or label holds it
+        # (config check said ok, and `run` raised UnicodeEncodeError making state_dir)
+        raise ValueError(f"{where}: has a lone surrogate (\\u{ord(lone.group()):04x}), "
                          "which no path, URL or name can hold; remove it")
     # Cut: 5,000 digits are text to YAML (past a double), not to be echoed back whole.
     got = f"got {peer_text(repr(value), 60)} ({_kind(value)})" if not env \
