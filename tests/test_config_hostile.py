@@ -506,3 +506,18 @@ def test_a_glob_with_a_set_no_name_character_is_in_is_refused(tmp_path: Path,
 def test_a_glob_whose_sets_each_match_a_name_character_is_fine(tmp_path: Path) -> None:
     assert _errors(tmp_path, "tenants:\n  team-a: {stacks: ['team-[a-c]*', 'x[!a]', "
                              "'[Z-a]y']}\n") == []
+
+
+@pytest.mark.parametrize(("key", "shown"), [("\ufeff\ufeffagents", "'\\ufeffagents'"),
+                                             ("agents\u200b", "'agents\\u200b'"),
+                                             ("dry\u00a0run", "'dry\\xa0run'")])
+def test_an_unknown_key_with_an_invisible_character_is_shown_escaped(
+        tmp_path: Path, key: str, shown: str) -> None:
+    # A second byte order mark (two editors' saves), a zero-width space or a no-break
+    # space pasted from a web page: "agents: unknown key; did you mean 'agents'?" named
+    # no difference the operator could see.
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"{key}: {{}}\n", encoding="utf-8")
+    errors = load_config_report(cfg, env={})[1]
+    assert any(f"unknown key, written {shown}: it holds a character that does not show"
+               in e for e in errors), errors

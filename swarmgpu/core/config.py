@@ -577,6 +577,9 @@ def _build(cls: Any, data: Any, where: str, add: Callable[[str], None]) -> Any:
         if key not in hints:
             close = difflib.get_close_matches(str(key), hints, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
+            if not str(key).isprintable():  # a BOM, a zero-width or no-break space
+                hint = f", written {str(key)!a}: it holds a character that does not " \
+                    f"show{hint}"
             add(f"{path}: unknown key{hint} (known: {', '.join(sorted(hints))})")
             continue
         typ = hints[key]
