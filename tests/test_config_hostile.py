@@ -521,3 +521,13 @@ def test_an_unknown_key_with_an_invisible_character_is_shown_escaped(
     errors = load_config_report(cfg, env={})[1]
     assert any(f"unknown key, written {shown}: it holds a character that does not show"
                in e for e in errors), errors
+
+
+def test_an_integer_past_64_bits_is_not_said_to_be_in_exponent_form(tmp_path: Path) -> None:
+    # go-yaml (and so swarmgpu) reads a plain integer past int64 as a float: the message
+    # said "got 1e+26 (a number in exponent form)" of a number written without one.
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("agents:\n  parallel: 99999999999999999999999999\n")
+    errors = load_config_report(cfg, env={})[1]
+    assert any("agents.parallel: expected a whole number, got 1e+26 (a number past a "
+               "64-bit integer, read as a float)" in e for e in errors), errors

@@ -83,6 +83,8 @@ def _kind(v: Any) -> str:
     if isinstance(v, float):
         # (from 1e16 on a whole float is shown 1e+16: no fraction to be seen there)
         whole = v.is_integer() and "e" in repr(v)
+        if whole and abs(v) >= 2**63:  # 99999999999999999999999999, written without an e
+            return "a number past a 64-bit integer, read as a float"
         return "a number in exponent form" if whole else "a number with a fraction"
     if isinstance(v, str):
         return "a string"
