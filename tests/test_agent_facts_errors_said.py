@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 from support.loglines import log_lines
 
+from swarmgpu.agent.facts import SourceError
 from swarmgpu.agent.factscache import FactsCache
 from swarmgpu.core.model import NodeFacts
 
@@ -53,3 +54,40 @@ def test_facts_without_errors_are_not_said(said: list[str]) -> None:
     cache = FactsCache(src, refresh_s=10)
     cache.refresh_once()
     assert said == [], said
+
+
+class Refused:
+    """A facts (GFD) file the reader refuses, then another refusal, then readable."""
+
+    spec = "gfd:/etc/gfd/features"
+
+    def __init__(self) -> None:
+        self.why: str | None = "gfd:/etc/gfd/features:3:1: not valid YAML: ..."
+
+    def read(self) -> NodeFacts:
+        if self.why is not None:
+            raise SourceError(self.why)
+        return NodeFacts(hostname="gpu-a", source="gfd")
+
+
+def test_a_refused_facts_file_is_said_once_a_refusal_not_every_refresh(
+        said: list[str]) -> None:
+    # Before, each refresh (every 30 s) logged the same refusal: 2,880 lines a day.
+    src = Refused()
+    cache = FactsCache(src, refresh_s=10)
+    cache.refresh_once()
+    cache.refresh_once()
+    cache.refresh_once()
+    assert len(said) == 1 and "features:3:1: not valid YAML" in said[0], said
+    src.why = "gfd:/etc/gfd/features: is a directory"  # another refusal: said
+    cache.refresh_once()
+    cache.refresh_once()
+    assert len(said) == 2 and "is a directory" in said[1], said
+    src.why = None  # readable again: said, once
+    cache.refresh_once()
+    cache.refresh_once()
+    assert len(said) == 3 and "readable again" in said[2], said
+    src.why = "gfd:/etc/gfd/features: is a directory"  # back: said again
+    cache.refresh_once()
+    assert len(said) == 4 and "is a directory" in said[3], said
+    assert cache.view().refresh_failures == 6  # (each failed read still counted: /healthz)

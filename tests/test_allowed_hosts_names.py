@@ -61,3 +61,12 @@ def test_a_listen_name_with_a_trailing_dot_serves_its_host() -> None:
     for host in ("gpu-a.", "gpu-a.:9402", "gpu-a"):
         assert host_allowed(host, allowed), host
     assert not host_allowed("gpu-b", allowed)
+
+
+def test_a_unicode_name_is_told_its_idna_form(tmp_path: Path) -> None:
+    # A browser sends the xn-- (IDNA) form as Host: the name as written never matched,
+    # and the message named no form that would.
+    errors = _errors(tmp_path, "map.bücher.example")
+    want = "map.bücher.example".encode("idna").decode("ascii")
+    assert want == "map.xn--bcher-kva.example"
+    assert any(f"write {want}" in e for e in errors), errors

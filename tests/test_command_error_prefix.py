@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from swarmgpu.cli import main
+from swarmgpu.cli.exitcodes import CONFIG_ERROR
 
 NO_DOCKER = "unix:///nonexistent/docker.sock"
 VALID = ("services:\n  a:\n    image: busybox\n    deploy:\n      labels:\n"
@@ -27,7 +28,8 @@ def test_a_configuration_error_names_the_command(tmp_path: Path, command: list[s
     cfg = tmp_path / "c.yml"
     cfg.write_text("agents:\n  port: 9401.7\n")
     res = CliRunner().invoke(main, [*command, "--config", str(cfg)])
-    assert res.exit_code == 2, res.output
+    # run's is CONFIG_ERROR (the unit's RestartPreventExitStatus=), the others' 2
+    assert res.exit_code == (CONFIG_ERROR if command[0] == "run" else 2), res.output
     want = f"swarmgpu {command[0]}: configuration error: {cfg}:2: agents.port:"
     assert res.stderr.startswith(want), res.stderr
 

@@ -75,7 +75,7 @@ def test_broken_yaml_is_one_error(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yml"
     cfg.write_text("agents: [\n")
     res = CliRunner().invoke(main, ["config", "check", str(cfg)])
-    assert res.exit_code == 2 and res.output.startswith(f"{cfg}: not valid YAML "), res.output
+    assert res.exit_code == 2 and res.output.startswith(f"{cfg}:2:1: not valid YAML: "), res.output
     assert " errors\n" not in res.output
 
 

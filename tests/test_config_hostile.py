@@ -506,3 +506,28 @@ def test_a_glob_with_a_set_no_name_character_is_in_is_refused(tmp_path: Path,
 def test_a_glob_whose_sets_each_match_a_name_character_is_fine(tmp_path: Path) -> None:
     assert _errors(tmp_path, "tenants:\n  team-a: {stacks: ['team-[a-c]*', 'x[!a]', "
                              "'[Z-a]y']}\n") == []
+
+
+@pytest.mark.parametrize(("key", "shown"), [("\ufeff\ufeffagents", "'\\ufeffagents'"),
+                                             ("agents\u200b", "'agents\\u200b'"),
+                                             ("dry\u00a0run", "'dry\\xa0run'")])
+def test_an_unknown_key_with_an_invisible_character_is_shown_escaped(
+        tmp_path: Path, key: str, shown: str) -> None:
+    # A second byte order mark (two editors' saves), a zero-width space or a no-break
+    # space pasted from a web page: "agents: unknown key; did you mean 'agents'?" named
+    # no difference the operator could see.
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"{key}: {{}}\n", encoding="utf-8")
+    errors = load_config_report(cfg, env={})[1]
+    assert any(f"unknown key, written {shown}: it holds a character that does not show"
+               in e for e in errors), errors
+
+
+def test_an_integer_past_64_bits_is_not_said_to_be_in_exponent_form(tmp_path: Path) -> None:
+    # go-yaml (and so swarmgpu) reads a plain integer past int64 as a float: the message
+    # said "got 1e+26 (a number in exponent form)" of a number written without one.
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("agents:\n  parallel: 99999999999999999999999999\n")
+    errors = load_config_report(cfg, env={})[1]
+    assert any("agents.parallel: expected a whole number, got 1e+26 (a number past a "
+               "64-bit integer, read as a float)" in e for e in errors), errors

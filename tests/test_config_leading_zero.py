@@ -94,3 +94,19 @@ def test_the_agents_facts_and_profile_files_refuse_it_too(tmp_path: Path) -> Non
     with pytest.raises(ProfileError) as perr:
         load_profile(profile, NodeFacts(hostname="n1"))
     assert "default.util at line 1: 010 has a leading 0: 8 to swarmgpu" in str(perr.value)
+
+
+def test_every_leading_zero_number_of_a_file_is_named(tmp_path: Path) -> None:
+    # Before, only the first was said: fixed, the next refusal named the second, a
+    # config check per number. The first is said whole, the next three by key and line.
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("agents:\n  parallel: 010\n  timeout_s: 017\nsync:\n  interval_s: 08\n"
+                   "preemption:\n  max_per_hour: 09\nhistory:\n  samples: 0240\n"
+                   "  max_gpus: 01\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(cfg, env={})
+    said = str(exc.value)
+    assert "agents.parallel at line 2: 010 has a leading 0: 8 to swarmgpu" in said, said
+    assert said.endswith("; also agents.timeout_s at line 3 (017), sync.interval_s at line 5 "
+                         "(08), preemption.max_per_hour at line 7 (09) (and 2 more): the same "
+                         "for each"), said

@@ -217,6 +217,16 @@ def test_finds_the_daemon_from_env_config_or_default(tmp_path: Path) -> None:
         assert find_target(root) == Target(want)
 
 
+def test_a_config_the_daemon_refuses_for_a_leading_zero_is_not_read_for_its_listen(
+        tmp_path: Path) -> None:
+    # The daemon refuses the file (``parallel: 010``: 8 or 10 by the reader); the
+    # health check read its listen address from it anyway: one file, two verdicts.
+    cfg = tmp_path / "config.yml"
+    cfg.write_text("http:\n  listen: 0.0.0.0:19402\nagents:\n  parallel: 010\n")
+    _proc(tmp_path, 1, ["/opt/swarmgpu/bin/swarmgpu", "run", "--config", str(cfg)])
+    assert find_target(tmp_path) == Target("http://127.0.0.1:9402/healthz")
+
+
 def test_no_swarmgpu_process_is_unhealthy(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     _proc(tmp_path, 1, ["sleep", "3600"])

@@ -321,7 +321,7 @@ def test_cli_malformed_yaml_is_a_stack_error_not_an_engine_error(tmp_path: Path)
     src = tmp_path / "s.yml"
     src.write_text("services: [\n")
     res = CliRunner().invoke(main, ["render", str(src)], env={"DOCKER_HOST": NO_DOCKER})
-    assert res.exit_code == 1 and f"{src}: not valid YAML" in res.stderr
+    assert res.exit_code == 1 and f"{src}:2:1: not valid YAML: " in res.stderr
     assert "Docker" not in res.stderr and res.stdout == ""
 
 

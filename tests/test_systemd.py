@@ -57,6 +57,25 @@ def test_daemon_unit_notify_watchdog_and_restart() -> None:
     assert f"/var/lib/{s['StateDirectory'][0]}" == Config().state_dir
 
 
+def test_a_config_error_stops_the_daemon_unit_instead_of_restarting_it(
+        tmp_path: Path) -> None:
+    # A config error is not transient: Restart=on-failure restarted the daemon every
+    # 5 s into the same error, and `systemctl status` showed a restart count, not it.
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+    from swarmgpu.cli.exitcodes import CONFIG_ERROR
+
+    s = settings("swarmgpu.service")
+    assert s["RestartPreventExitStatus"] == [str(CONFIG_ERROR)]
+    assert CONFIG_ERROR not in (0, 1, 2)  # (2: no engine at start, which a restart cures)
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("agents:\n  parallel: 010\n")
+    res = CliRunner().invoke(main, ["run", "--config", str(cfg)])
+    assert res.exit_code == CONFIG_ERROR, res.output
+    assert f"exits {CONFIG_ERROR}" in (REPO / "docs" / "systemd.md").read_text()
+
+
 def test_agent_unit_notify_watchdog_and_restart() -> None:
     s = settings("swarmgpu-agent.service")
     agent_src = (REPO / "swarmgpu" / "agent" / "server.py").read_text()

@@ -5,7 +5,8 @@ be the interval and a whole cycle apart, and a cycle may take its engine budget,
 least ``MIN_BUDGET_S``, and the writes' slack and floor past it. Under a WatchdogSec=
 shorter than that, systemd killed the daemon in a slow cycle's writes: before, this was
 only a warning at start (``WatchdogSec= is short``), and the daemon ran into its
-restarts. It now exits 2 at start, naming WatchdogSec= and the fix."""
+restarts. It now exits 78 (a config error: the unit does not restart it) at start,
+naming WatchdogSec= and the fix."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from support.gpu_nodes import run_cli, swarmgpu_env
 
+from swarmgpu.cli.exitcodes import CONFIG_ERROR
 from swarmgpu.manager.cycle import budget
 from swarmgpu.swarm import answerjson
 
@@ -24,7 +26,7 @@ def test_run_refuses_a_watchdog_shorter_than_its_cycles_can_take(tmp_path: Path)
                        WATCHDOG_USEC="40000000")  # 40 s; the default interval is 30 s
     env.pop("WATCHDOG_PID", None)
     res = run_cli("run", env=env, timeout=90)
-    assert res.returncode == 2, res.stderr
+    assert res.returncode == CONFIG_ERROR, res.stderr  # the unit's: not restarted
     assert "WatchdogSec=40s" in res.stderr and "sync.interval_s 30s" in res.stderr, res.stderr
     assert "at least 60s" in res.stderr and "systemctl edit" in res.stderr, res.stderr
     assert "waiting for the engine" not in res.stderr, res.stderr  # (refused first)

@@ -73,8 +73,11 @@ class FactsCache:
             facts = self.source.read()
         except Exception as e:  # any failure of the source: keep serving the last facts
             msg = f"reading facts from {self.source.spec} failed: {type(e).__name__}: {e}"
-            _log.warning(msg)
             with self._lock:
+                # Said once while it lasts (a refused file was logged every refresh);
+                # again when it changes, or after "readable again".
+                if msg != self._error:
+                    _log.warning(msg)
                 self._error = msg
                 self._failures += 1
                 self._refused = isinstance(e, SourceError)

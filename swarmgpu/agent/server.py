@@ -75,6 +75,7 @@ from swarmgpu.core.httpguard import (
     query_cut,
 )
 from swarmgpu.core.httphead import HeadTooLarge, TooManyEmptyLines, read_head
+from swarmgpu.core.listenhost import host_problem
 from swarmgpu.core.model import FACTS_AGE_HEADER, NodeFacts
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.samples import GpuSample
@@ -113,8 +114,10 @@ def parse_listen(listen: str) -> tuple[str, int]:
         raise ValueError(
             f"listen address {listen!r}: expected HOST:PORT, e.g. 0.0.0.0:9401 or [::]:9401"
         )
-    host = host.strip("[]") or "0.0.0.0"  # noqa: S104
-    return host, int(port_s)
+    host = host.strip("[]")
+    if bad := host_problem(host, port_s):
+        raise ValueError(f"listen address {listen!r}: {bad}")
+    return host or "0.0.0.0", int(port_s)  # noqa: S104
 
 
 # --- HTTP ------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 One module per kind of command (``node``, ``manager``, ``sim``, ``config``, ``proxy``:
 the docker-proxy); ``logs`` sets up logging for all of them, ``said`` starts their error
-lines (``swarmgpu COMMAND:``); ``lastcycle`` reads how the
+lines (``swarmgpu COMMAND:``), ``exitcodes`` the codes a service manager acts on (a
+config error's, which systemd does not restart); ``lastcycle`` reads how the
 daemon's last cycle ended (``status --json``), ``daemonmoves`` its move proposals, or
 why they were not read (``plan``); ``main`` is the group that gathers them
 (the ``swarmgpu`` console script and ``python -m swarmgpu.cli``).

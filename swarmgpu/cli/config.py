@@ -96,9 +96,10 @@ def say_notes(where: str | None, notes: list[str]) -> None:
         click.echo(f"{where or 'configuration'}: note: {note}", err=True)
 
 
-def load_cfg(path: str | None, **overrides: Any) -> Config:
+def load_cfg(path: str | None, *, config_exit: int = 2, **overrides: Any) -> Config:
     """The checked configuration of a command (``run``, ``audit``, ...): its errors end
-    the command (exit 2), its deprecation notes are said (``say_notes``)."""
+    the command (exit ``config_exit``: ``run``'s is ``exitcodes.CONFIG_ERROR``), its
+    deprecation notes are said (``say_notes``)."""
     notes: list[str] = []
     try:
         cfg = load_checked(path, notes)
@@ -106,7 +107,7 @@ def load_cfg(path: str | None, **overrides: Any) -> Config:
         say_notes(path, notes)
         for err in exc.errors:
             say_error(f"configuration error: {err}")
-        sys.exit(2)
+        sys.exit(config_exit)
     say_notes(path, notes)
     for w in hour_capped(cfg):  # (valid: said at every start too)
         click.echo(warning_at(w, path), err=True)
@@ -185,9 +186,13 @@ def config_check(path: str, env_file: str | None) -> None:
 def _named_once(err: str, path: str) -> str:
     """``err`` as `config check` prints it, ``FILE:`` first and the file named once: a
     file-level error names the file itself (``config file FILE: why``), which read
-    "c.yml: config file c.yml: cannot read it"."""
+    "c.yml: config file c.yml: cannot read it"; ``config file FILE:L:C:`` (a YAML
+    syntax error) is ``FILE:L:C:``."""
     if err.startswith((f"{path}:", "SWARMGPU_")):  # located already
         return err
+    head = f"config file {Path(path)}:"
+    if err.startswith(head) and not err.startswith(head + " "):
+        return f"{path}:{err.removeprefix(head)}"
     return f"{path}: {err.removeprefix(f'config file {Path(path)}: ')}"
 
 

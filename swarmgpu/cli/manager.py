@@ -17,6 +17,7 @@ import click
 from loguru import logger
 
 from swarmgpu.cli.config import CONFIG_HELP, ConfigPath, load_cfg
+from swarmgpu.cli.exitcodes import CONFIG_ERROR
 from swarmgpu.cli.logs import setup_logging
 from swarmgpu.cli.said import say_error
 from swarmgpu.core.config import Config, parse_priority_classes, queue_quotas
@@ -46,7 +47,9 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
     from swarmgpu.manager.daemon import Daemon
     from swarmgpu.swarm.client import SwarmError
 
-    cfg = load_cfg(config_path, dry_run=dry_run or None)  # notes said at every start
+    # A config error exits CONFIG_ERROR: the unit's RestartPreventExitStatus= (no restart
+    # mends it); notes are said at every start.
+    cfg = load_cfg(config_path, config_exit=CONFIG_ERROR, dry_run=dry_run or None)
     setup_logging(cfg.log.level, cfg.log.format)
     if not once:  # (no ping follows a one-shot: it ends instead)
         _watchdog_fits(cfg.sync.interval_s)
@@ -100,7 +103,7 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
 
 
 def _watchdog_fits(interval_s: float) -> None:
-    """Exit 2 when the unit's WatchdogSec= cannot hold the daemon's cycles
+    """Exit CONFIG_ERROR when the unit's WatchdogSec= cannot hold the daemon's cycles
     (``cycle.budget.watchdog_problem``), before the engine is waited for."""
     from swarmgpu.core.sdnotify import watchdog_s
     from swarmgpu.manager.cycle.budget import watchdog_problem
@@ -108,7 +111,7 @@ def _watchdog_fits(interval_s: float) -> None:
     problem = watchdog_problem(interval_s, watchdog_s())
     if problem is not None:
         logger.error("{}", problem)
-        sys.exit(2)
+        sys.exit(CONFIG_ERROR)  # the unit's: no restart mends it either
 
 
 def _one_daemon(state_dir: str) -> IO[str] | None:

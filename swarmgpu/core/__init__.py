@@ -20,8 +20,10 @@ a request head read and checked as the most careful server would, and
 ``guesslimit``: wrong bearer tokens per client address, a bounded token bucket,
 then 429, and ``forwarded``: the client a
 trusted reverse proxy names, and ``numerichost``: a host name that ends in a number,
-read as another address by some readers; ``yamlfile``, with ``goscalar``: a plain
-scalar as docker's go-yaml reads it, and ``yamlnodes``: its checks of each node,
+read as another address by some readers, and ``listenhost``: that rule for every
+listen address and URL the operator gives; ``yamlfile``, with ``goscalar``: a plain
+scalar as docker's go-yaml reads it, ``yamlnodes``: its checks of each node, and
+``yamlhints``: the fix for a syntax error by the parser's words,
 ``leadingzero``: ``010``, 8 or 10 by the reader,
 refused in the files swarmgpu alone reads, ``boundedfile``: a named file read
 only as a small regular file, never blocking; ``healthcheck``: the image's

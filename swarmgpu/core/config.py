@@ -41,6 +41,7 @@ from swarmgpu.core.labelkeys import (
     usable_label_key,
     usable_resource_kind,
 )
+from swarmgpu.core.listenhost import listen_problem
 from swarmgpu.core.peertext import quoted
 from swarmgpu.core.rebalanceconfig import FLAT_KEYS, check_rebalance, move_flat_keys
 from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
@@ -460,12 +461,8 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
         add(f"log.format: {quoted(cfg.log.format)}; use 'text' or 'json'")
     if cfg.log.level.upper() not in ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR"):
         add(f"log.level: {quoted(cfg.log.level)}; use DEBUG, INFO, WARNING or ERROR")
-    host, _, port = cfg.http.listen.rpartition(":")
-    if not host or not port.isdigit() or not port.isascii():  # '²' is a digit to isdigit
-        add(f"http.listen: {quoted(cfg.http.listen)}; use HOST:PORT, e.g. 127.0.0.1:9402")
-    elif len(port) > 5 or int(port) > 65535:  # 99999 raised at bind (0: any free port)
-        add(f"http.listen: {port} is not a TCP port (0-65535); use HOST:PORT, "
-            "e.g. 127.0.0.1:9402")
+    if bad := listen_problem("http.listen", cfg.http.listen, "127.0.0.1:9402"):
+        add(bad)
     if cfg.http.auth not in ("auto", "required", "off"):
         add(f"http.auth: {quoted(cfg.http.auth)}; use auto (the default), required or off")
     if cfg.http.secure_cookie not in ("auto", "always"):
@@ -580,6 +577,9 @@ def _build(cls: Any, data: Any, where: str, add: Callable[[str], None]) -> Any:
         if key not in hints:
             close = difflib.get_close_matches(str(key), hints, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
+            if not str(key).isprintable():  # a BOM, a zero-width or no-break space
+                hint = f", written {str(key)!a}: it holds a character that does not " \
+                    f"show{hint}"
             add(f"{path}: unknown key{hint} (known: {', '.join(sorted(hints))})")
             continue
         typ = hints[key]

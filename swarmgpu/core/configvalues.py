@@ -19,6 +19,7 @@ from swarmgpu.core.commalist import comma_list
 from swarmgpu.core.forwarded import is_ip
 from swarmgpu.core.goscalar import YAML11_BOOLS, out_of_range
 from swarmgpu.core.httpguard import HOST_NAME, host_of
+from swarmgpu.core.listenhost import idna_form, url_host_problem
 from swarmgpu.core.numerichost import ambiguous_number
 from swarmgpu.core.peertext import peer_text, quoted
 from swarmgpu.core.yamlfile import Lines, plain_is_text
@@ -82,11 +83,16 @@ def _kind(v: Any) -> str:
     if isinstance(v, float):
         # (from 1e16 on a whole float is shown 1e+16: no fraction to be seen there)
         whole = v.is_integer() and "e" in repr(v)
+        if whole and abs(v) >= 2**63:  # 99999999999999999999999999, written without an e
+            return "a number past a 64-bit integer, read as a float"
         return "a number in exponent form" if whole else "a number with a fraction"
     if isinstance(v, str):
         return "a string"
     return "nothing" if v is None else f"a {'list' if isinstance(v, list) else 'mapping'}" \
         if isinstance(v, list | dict) else type(v).__name__
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def coerce(value: Any, typ: Any, where: str) -> Any:
@@ -101,6 +107,11 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
                          "value, or the default, then stands), or set the key in the file")
     if isinstance(value, str) and "\0" in value:  # no path, URL or name has one
         raise ValueError(f"{where}: {peer_text(repr(value), 60)} has a NUL byte (\\0), "
+                         "which no path, URL or name can hold; remove it")
+    if isinstance(value, str) and (lone := _SURROGATE.search(value)) is not None:
+        # YAML's "\ud800": UTF-8 cannot encode it, so no path, name or label holds it
+        # (config check said ok, and `run` raised UnicodeEncodeError making state_dir)
+        raise ValueError(f"{where}: has a lone surrogate (\\u{ord(lone.group()):04x}), "
                          "which no path, URL or name can hold; remove it")
     # Cut: 5,000 digits are text to YAML (past a double), not to be echoed back whole.
     got = f"got {peer_text(repr(value), 60)} ({_kind(value)})" if not env \
@@ -185,7 +196,7 @@ def template_problem(template: str, names: tuple[str, ...]) -> str | None:
     if not sep or scheme.lower() not in ("http", "https"):
         return (f"{quoted(template)} is no http:// or https:// URL (agents and exporters "
                 "are read over HTTP(S) only); e.g. 'https://{addr}:9401'")
-    return None
+    return url_host_problem(template)
 
 
 # What Swarm takes as a service's name (swarmkit controlapi: isValidDNSName, 63 at most).
@@ -237,6 +248,14 @@ def locate_in(message: str, path: str | os.PathLike[str] | None, lines: Lines,
     return message if path is None else f"{path}: {message}"
 
 
+def _idna_fix(name: str) -> str:
+    """``; write xn--...``: the form a browser sends as Host for a Unicode ``name``
+    (IDNA), which the name as written never matches; "" for none."""
+    ascii_name = idna_form(name)
+    return f"; a browser sends a Unicode name in its IDNA form: write {ascii_name}" \
+        if ascii_name else ""
+
+
 def host_names_problem(where: str, text: str) -> str | None:
     """Why an entry of ``text`` (``http.allowed_hosts``, the agent's ``--allowed-hosts``:
     comma-separated, a port allowed) can match no request's Host, or None: a URL pasted
@@ -250,7 +269,7 @@ def host_names_problem(where: str, text: str) -> str | None:
             return (f"{where}: {quoted(peer_text(entry, 80))} is no host name a Host header "
                     "carries (letters, digits, '-' and '_' in dot-separated labels, an IP "
                     "address; a port may follow): no scheme, path or wildcard, e.g. "
-                    "map.example.com")
+                    f"map.example.com{_idna_fix(name)}")
         if ambiguous_number(name):
             return (f"{where}: {quoted(peer_text(entry, 80))} ends in a number but is no "
                     "dotted-decimal IPv4 address: a browser reads 010.0.0.1 as 8.0.0.1 "

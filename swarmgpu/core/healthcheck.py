@@ -121,7 +121,8 @@ def _config_listen(path: str | None) -> str | None:
         # bounded (alias bombs, size): the same reader as the daemon's; lazy: only the daemon
         from swarmgpu.core.yamlfile import read_yaml
 
-        doc = read_yaml(Path(path), "config", ValueError)
+        # sole: what the daemon refuses (``010``, core.leadingzero) is no listen either
+        doc = read_yaml(Path(path), "config", ValueError, sole=True)
     except Exception:  # unreadable or broken: the daemon itself says why; use the default
         return None
     http = doc.get("http") if isinstance(doc, dict) else None

@@ -20,7 +20,10 @@ from typing import Any
 
 import yaml
 
+from swarmgpu.core.andmore import and_more
 from swarmgpu.core.goscalar import FLOAT, INT
+
+SHOWN = 3  # the ones named after the first, said whole; the rest are counted
 
 # A sign, a 0, more digits ('_' dropped, as go-yaml and YAML 1.1 drop it).
 _LEADING_ZERO = re.compile(r"[-+]?0[0-9]+", re.ASCII)
@@ -48,9 +51,28 @@ def _readings(text: str) -> str:
 
 
 def refuse_leading_zeros(root: yaml.Node, what: str, error: type[Exception]) -> None:
-    """Refuse the first number value under ``root`` written plain with a leading zero
-    (``!!int 010`` too); keys are names, said by their own readers. The tree is bounded
-    already (``yamlfile._check_tree``), and each node is looked at once."""
+    """Refuse the number values under ``root`` written plain with a leading zero
+    (``!!int 010`` too): the first said whole, the next ``SHOWN`` by key, line and text,
+    the rest counted (one fix per number was one check per number). Keys are names, said
+    by their own readers. The tree is bounded already (``yamlfile._check_tree``), and
+    each node is looked at once."""
+    found = _leading_zeros(root)
+    if not found:
+        return
+    node, where = found[0]
+    also = "".join(
+        f"{', ' if i else '; also '}{w} at line {n.start_mark.line + 1} ({n.value})"
+        for i, (n, w) in enumerate(found[1:SHOWN + 1]))
+    tail = f"{and_more(len(found) - 1, SHOWN)}: the same for each" if also else ""
+    raise error(f"{what}: {where} at line {node.start_mark.line + 1}: {node.value} "
+                f"has a leading 0: {_readings(node.value)} (quote it if it is text)"
+                f"{also}{tail}")
+
+
+def _leading_zeros(root: yaml.Node) -> list[tuple[yaml.ScalarNode, str]]:
+    """Each number under ``root`` written with a leading zero, in the file's order,
+    with its key path (``agents.parallel``)."""
+    out: list[tuple[yaml.ScalarNode, str]] = []
     todo: list[tuple[yaml.Node, tuple[Any, ...]]] = [(root, ())]
     seen: set[int] = set()
     while todo:
@@ -66,6 +88,5 @@ def refuse_leading_zeros(root: yaml.Node, what: str, error: type[Exception]) -> 
         elif isinstance(node, yaml.ScalarNode) and node.style is None \
                 and node.tag in (INT, FLOAT) \
                 and _LEADING_ZERO.fullmatch(node.value.replace("_", "")):
-            where = _named(path) or "the value"
-            raise error(f"{what}: {where} at line {node.start_mark.line + 1}: {node.value} "
-                        f"has a leading 0: {_readings(node.value)} (quote it if it is text)")
+            out.append((node, _named(path) or "the value"))
+    return out

@@ -50,6 +50,7 @@ from swarmgpu.core.boundedfile import (
     read_bounded_text,
 )
 from swarmgpu.core.leadingzero import refuse_leading_zeros
+from swarmgpu.core.yamlhints import syntax_hint
 from swarmgpu.core.yamlnodes import (
     check_tag,
     key_once_read,
@@ -326,7 +327,9 @@ def _parse(text: str, what: str, error: type[Exception], fmt: str, docker: bool,
             refuse_leading_zeros(node, what, error)
         return loader.construct_document(node), lines, more
     except yaml.YAMLError as e:
-        raise error(f"{what}: not valid {fmt}{_why_not_valid(e, text, docker, v2)}") from e
+        if v2:
+            raise error(f"{what}: not valid {fmt}{_why_not_valid(e, text, docker, v2)}") from e
+        raise error(not_valid_at(e, text, what, fmt, docker)) from e
     finally:
         if loader is not None:
             loader.dispose()
@@ -384,6 +387,25 @@ def _why_not_valid(e: yaml.YAMLError, text: str, docker: bool, v2: bool = False)
     return f"{at}: {e}"
 
 
+def not_valid_at(e: yaml.YAMLError, text: str, what: str, fmt: str, docker: bool) -> str:
+    """``WHAT:LINE:COL: not valid FMT: PROBLEM`` on one line (an editor's and a log's
+    form; ``what`` ends in the file's path where there is one), PyYAML's problem words
+    kept (``problem_text``) and a fix (``yamlhints``): its own message was five lines."""
+    words = _why_not_valid(e, text, docker).partition(": ")[2]  # " at line L: WORDS"
+    mark = getattr(e, "problem_mark", None)
+    if isinstance(e, yaml.reader.ReaderError):
+        before = _lines(text[:e.position])
+        line, column = len(before), len(before[-1]) + 1
+    elif mark is not None:
+        line, column = mark.line + 1, mark.column + 1
+        if words == str(e):  # PyYAML's own words: one line of them, and the fix
+            words = problem_text(e, mark, text)
+            words += f"; {syntax_hint(words)}"
+    else:
+        return f"{what}: not valid {fmt}: {' '.join(str(e).split())}"
+    return f"{what}:{line}:{column}: not valid {fmt}: {words}"
+
+
 def _at_column(e: yaml.YAMLError, mark: Any, text: str) -> str:
     """`` at line L, column C: `` and the problem on one line, and what the parser was in
     (``while parsing a flow node``) with where it began: the same whichever parser found
@@ -392,6 +414,12 @@ def _at_column(e: yaml.YAMLError, mark: Any, text: str) -> str:
     lines = _lines(text)
     if mark.line < len(lines) and lines[mark.line][mark.column:mark.column + 1] == "\t":
         return f"{at}: a tab where YAML wants spaces (as indentation); write spaces"
+    return f"{at}: {problem_text(e, mark, text)}"
+
+
+def problem_text(e: yaml.YAMLError, mark: Any, text: str) -> str:
+    """The parser's problem on one line, what it was in (``while parsing a flow node``)
+    with where that began, and ``_snippet``."""
     said = " ".join(str(getattr(e, "problem", None) or e).split())
     if context := getattr(e, "context", None):
         began = getattr(e, "context_mark", None)
@@ -399,7 +427,7 @@ def _at_column(e: yaml.YAMLError, mark: Any, text: str) -> str:
                  if began is not None and (began.line, began.column) != (mark.line, mark.column)
                  else "")
         said += f" ({' '.join(str(context).split())}{where})"
-    return f"{at}: {said}{_snippet(text, mark.line, mark.column)}"
+    return f"{said}{_snippet(text, mark.line, mark.column)}"
 
 
 SNIPPET = 48  # characters of the line at fault a one-line message shows
