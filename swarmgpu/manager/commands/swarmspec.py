@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from swarmgpu.core.goscalar import go_text
 from swarmgpu.core.peertext import quoted
 from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.commands.nanocpus import NotRational, TooLarge, TooPrecise, nano_cpus
@@ -47,14 +48,16 @@ def read_labels(deploy: Mapping[str, Any], where: str) -> dict[str, str]:
         return out
     if not isinstance(raw, dict):
         raise StackError(f"{where}.deploy.labels: expected a mapping or a list of k=v")
-    return {str(k): "" if v is None else str(v) for k, v in raw.items()}
+    # a number as docker gives it Swarm (Go's text: 1.0 is "1"), which the daemon reads
+    return {str(k): "" if v is None else str(go_text(v)) for k, v in raw.items()}
 
 
 def env_list(svc: Mapping[str, Any], where: str) -> list[str]:
-    """``environment`` (a mapping or a list) as Swarm's K=V lines."""
+    """``environment`` (a mapping or a list) as Swarm's K=V lines: a name with no value
+    bare, as docker/cli's convertEnvironment writes it; a number as Go's text."""
     env = svc.get("environment") or []
     if isinstance(env, dict):
-        return [f"{k}={'' if v is None else v}" for k, v in env.items()]
+        return [str(k) if v is None else f"{k}={go_text(v)}" for k, v in env.items()]
     if not isinstance(env, list):
         raise StackError(f"{where}.environment: expected a mapping or a list of K=V")
     return [str(e) for e in env]
