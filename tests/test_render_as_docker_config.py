@@ -76,6 +76,12 @@ ONE: dict[str, str] = {
         "        constraints: ['node.labels.z==${A}']\n"
         "        preferences: [{spread: node.labels.z}]\n"
         "      resources:\n        reservations: {cpus: '0.5', memory: 1g}\n"),
+    "whole numbers written as floats": _svc(
+        "    image: nginx\n    deploy:\n      replicas: 2.0\n"
+        "      placement: {max_replicas_per_node: 1.0}\n    ports:\n"
+        "      - {target: 80.0, published: 8080.0, mode: host}\n"),
+    "a mode in capitals": _svc("    image: nginx\n    deploy:\n      mode: Global\n"),
+    "a second document": _svc("    image: nginx\n") + "---\n" + _svc("    image: redis\n"),
     "global": _svc("    image: nginx\n    deploy:\n      mode: global\n"),
     "ports": _svc("    image: nginx\n    ports:\n"
                   "      - {target: 80, published: 8080, mode: host}\n"
@@ -132,6 +138,10 @@ TWO: dict[str, tuple[str, str]] = {
     "ports long then short": (
         _svc("    image: nginx\n    ports:\n      - {target: 81, published: 8080, mode: host}\n"),
         _svc("    ports: ['8080:80']\n")),
+    "a bare name over a set one": (_svc("    image: nginx\n    environment: [Q=1]\n"),
+                                   _svc("    environment: [Q]\n")),
+    "an x- key of a service in both": (_svc("    image: nginx\n    x-a: 1\n"),
+                                       _svc("    x-a: 2\n")),
     "values replaced": (
         _svc("    image: nginx\n    deploy: {mode: global, resources: {reservations: {cpus: '1', "
              "memory: 1g}}, placement: {max_replicas_per_node: 2, preferences: "
@@ -158,6 +168,13 @@ DELIBERATE = {
     "merge key below own keys": "put << first in the mapping",
     # docker keeps the earlier value, silently: the later file says otherwise
     "empty environment value over a set one": "leave the name out of the later file",
+    "a bare name over a set one": "leave the name out of the later file",
+    # docker merges a service's x- keys by no rule render knows
+    "an x- key of a service in both": "set it in one file only",
+    # docker reads the first document and drops the others unread
+    "a second document": "remove the others",
+    # stack config passes it; docker stack deploy refuses it ("Unknown mode: Global")
+    "a mode in capitals": "is not one of",
 }
 
 CASES = [(name, [("a.yml", text)]) for name, text in ONE.items()] + [

@@ -7,7 +7,12 @@ import pytest
 
 from swarmgpu.core.yamlfile import parse_yaml_lines
 from swarmgpu.manager.commands.render import StackError, check_stack
-from swarmgpu.manager.commands.swarmspec import env_list, read_labels
+from swarmgpu.manager.commands.swarmspec import (
+    env_list,
+    max_replicas_of,
+    read_labels,
+    replicas_of,
+)
 
 WEB = "services:\n  web:\n    image: nginx\n"
 
@@ -52,3 +57,14 @@ def test_numbers_and_bare_names_read_as_docker_gives_them_swarm() -> None:
     assert env_list(svc, "s") == ["A=1", "B", "C=", "D=1.23456789e+08"]
     text = WEB + "    deploy:\n      labels: {swarmgpu.gpus: 1.0}\n"
     assert check_stack(text).errors == []
+
+
+def test_a_whole_number_written_as_a_float_is_read_as_docker_reads_it() -> None:
+    # docker stack config: replicas: 2.0 is 2 (2.5 it refuses); render refused 2.0
+    text = WEB + "    deploy:\n      replicas: 2.0\n      placement: {max_replicas_per_node: 1.0}\n"
+    assert check_stack(text).errors == []
+    assert replicas_of({"replicas": 2.0}, "s") == 2
+    assert max_replicas_of({"max_replicas_per_node": 1.0}, "s") == 1
+    for bad in (2.5, float("inf"), True):
+        with pytest.raises(StackError):
+            replicas_of({"replicas": bad}, "s")

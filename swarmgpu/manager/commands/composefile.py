@@ -326,7 +326,13 @@ def _validator() -> Any:
     import jsonschema  # only render loads it
 
     schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
-    return jsonschema.Draft4Validator(schema)
+    # docker/cli's gojsonschema takes a whole float (replicas: 2.0) for an integer, and
+    # its decoder makes it 2; python-jsonschema's draft 4 does not
+    base = jsonschema.Draft4Validator
+    checker = base.TYPE_CHECKER.redefine("integer", lambda _, v: not isinstance(v, bool) and (
+        isinstance(v, int) or (isinstance(v, float) and v.is_integer())))
+    validator = jsonschema.validators.extend(base, type_checker=checker)  # type: ignore[no-untyped-call]
+    return validator(schema)
 
 
 def schema_errors(stack: Mapping[str, Any], limit: int = 20) -> list[str]:

@@ -73,9 +73,15 @@ def mapping_of(parent: Mapping[str, Any], key: str, where: str) -> dict[str, Any
     return v
 
 
+def _whole(v: Any) -> Any:
+    """A float that is a whole number as the integer docker reads it (its schema takes
+    2.0 for an integer, its decoder makes it 2); any other value as it is."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
 def replicas_of(deploy: Mapping[str, Any], where: str) -> int:
     """``deploy.replicas``, 1 when not given."""
-    v = deploy.get("replicas", 1)
+    v = _whole(deploy.get("replicas", 1))
     text = str(v) if isinstance(v, int | str) and not isinstance(v, bool) else ""
     # ASCII digits only ('¹' passes isdigit(), not int()), and a sane length.
     if not text.isascii() or not text.isdigit() or len(text) > 6:
@@ -203,7 +209,7 @@ def preferences_of(placement: Mapping[str, Any], where: str) -> list[dict[str, A
 
 
 def max_replicas_of(placement: Mapping[str, Any], where: str) -> int | None:
-    v = placement.get("max_replicas_per_node")
+    v = _whole(placement.get("max_replicas_per_node"))
     if v is None:
         return None
     if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1_000_000:
@@ -249,11 +255,11 @@ def host_ports_of(svc: Mapping[str, Any]) -> list[dict[str, Any]]:
         mode = p.get("mode") if isinstance(p, Mapping) else None
         if not isinstance(mode, str) or mode.upper() != "HOST":
             continue
-        port, proto = p.get("published"), p.get("protocol")
+        port, proto = _whole(p.get("published")), p.get("protocol")
         proto = proto.lower() if isinstance(proto, str) else ""
         proto = proto if proto in ("tcp", "udp", "sctp") else "tcp"
         if type(port) is int and 0 < port < 65536:
-            out.append({"Protocol": proto, "TargetPort": p.get("target"),
+            out.append({"Protocol": proto, "TargetPort": _whole(p.get("target")),
                         "PublishedPort": port, "PublishMode": "host"})
     return out
 
