@@ -45,6 +45,12 @@ ONE: dict[str, str] = {
                     '"Y=$$$A", "X=$A$A"]\n'),
     "nested default": _svc('    image: nginx\n    environment: ["D=${NOPE:-${A}}", '
                            '"E=${NOPE:-${A:-x}}", "F=${NOPE:-a:b}", "G=${NOPE:-a}b}"]\n'),
+    "empty defaults and names": _svc(
+        "    image: nginx\n    environment: ['X=${NOPE:-}', 'Y=${NOPE-}', 'Z=$R_X', 'W=${R}_X',"
+        " 'V=$A.B', 'U=$A-B', 'T=${NOPE:-$A}', 'S=${NOPE:-a$$b}']\n"),
+    "forms docker refuses": _svc(
+        "    image: nginx\n    environment: ['X=${A~x}', 'Y=${A:=x}', 'Z=${NOPE::-x}', "
+        "'W=${A']\n"),
     "plus": _svc('    image: nginx\n    environment: ["F=${A:+alt}"]\n'),
     "plus unset": _svc('    image: nginx\n    environment: ["F=${A+alt}"]\n'),
     "unbraced dash": _svc('    image: nginx\n    environment: ["F=$NOPE-x}y", "G=$A-x"]\n'),
