@@ -81,11 +81,12 @@ def _whole(v: Any) -> Any:
 
 def replicas_of(deploy: Mapping[str, Any], where: str) -> int:
     """``deploy.replicas``, 1 when not given."""
-    v = _whole(deploy.get("replicas", 1))
+    raw = deploy.get("replicas", 1)
+    v = _whole(raw)
     text = str(v) if isinstance(v, int | str) and not isinstance(v, bool) else ""
     # ASCII digits only ('¹' passes isdigit(), not int()), and a sane length.
     if not text.isascii() or not text.isdigit() or len(text) > 6:
-        raise StackError(f"{where}.deploy.replicas: {quoted(v)} is not a whole number >= 0")
+        raise StackError(f"{where}.deploy.replicas: {quoted(raw)} is not a whole number >= 0")
     return int(v)
 
 
@@ -209,11 +210,11 @@ def preferences_of(placement: Mapping[str, Any], where: str) -> list[dict[str, A
 
 
 def max_replicas_of(placement: Mapping[str, Any], where: str) -> int | None:
-    v = _whole(placement.get("max_replicas_per_node"))
-    if v is None:
+    raw = placement.get("max_replicas_per_node")
+    if (v := _whole(raw)) is None:
         return None
     if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1_000_000:
-        raise StackError(f"{where}.deploy.placement.max_replicas_per_node: {quoted(v)} is not a "
+        raise StackError(f"{where}.deploy.placement.max_replicas_per_node: {quoted(raw)} is not a "
                          "whole number >= 0")
     return v or None  # 0 is Swarm's "no limit"
 
