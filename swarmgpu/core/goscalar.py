@@ -24,6 +24,7 @@ import datetime
 import math
 import re
 import struct
+from collections.abc import Callable
 from typing import Any
 
 STR = "tag:yaml.org,2002:str"
@@ -174,17 +175,29 @@ def float32_text(f: float) -> str:
     """Go's ``strconv.FormatFloat(f, 'g', -1, 32)``: the fewest digits that read back as
     the same float32, in %e form when the exponent is below -4 or 6 and above
     (sigs.k8s.io/yaml gives a float bound for a string field this text)."""
-    f32 = _float32(f)
-    if math.isnan(f32):
+    return _g_text(_float32(f), _float32, 9)
+
+
+def float64_text(f: float) -> str:
+    """Go's ``fmt.Sprint`` of a float64 (``strconv.FormatFloat(f, 'g', -1, 64)``): how
+    docker/cli's loader turns a number in a label or an environment value into text
+    (1.0 is "1", 1e8 "1e+08", 0.50 "0.5")."""
+    return _g_text(f, float, 17)
+
+
+def _g_text(f: float, rounded: Callable[[float], float], most: int) -> str:
+    """``f`` in Go's shortest 'g' form, read back through ``rounded`` (float32 or 64),
+    ``most`` being the significant digits that always read back."""
+    if math.isnan(f):
         return "NaN"
-    if math.isinf(f32):
-        return "+Inf" if f32 > 0 else "-Inf"
-    sign = "-" if math.copysign(1.0, f32) < 0 else ""
-    if f32 == 0:
+    if math.isinf(f):
+        return "+Inf" if f > 0 else "-Inf"
+    sign = "-" if math.copysign(1.0, f) < 0 else ""
+    if f == 0:
         return sign + "0"
-    for places in range(9):  # (a float32 reads back from 9 significant digits)
-        shown = f"{abs(f32):.{places}e}"
-        if _float32(float(shown)) == abs(f32):
+    for places in range(most):
+        shown = f"{abs(f):.{places}e}"
+        if rounded(float(shown)) == abs(f):
             break
     mantissa, exp_text = shown.split("e")
     digits, exp = mantissa.replace(".", "").rstrip("0") or "0", int(exp_text)
@@ -197,3 +210,11 @@ def float32_text(f: float) -> str:
     if point >= len(digits):
         return sign + digits + "0" * (point - len(digits))
     return f"{sign}{digits[:point]}.{digits[point:]}"
+
+
+def go_text(value: object) -> object:
+    """A number as docker/cli's loader gives it a label or an environment variable
+    (Go's ``fmt.Sprint``); any other value as it is."""
+    if isinstance(value, float):
+        return float64_text(value)
+    return value

@@ -125,12 +125,42 @@ class _Loader(yaml.SafeLoader):
         self._note_bare(event, node)
         return node
 
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        """Merge keys as YAML and go-yaml (v2 and v3) merge them: a mapping's own keys
+        over the merged ones, and in ``<<: [*a, *b]`` the first listed mapping's key
+        over a later one's. PyYAML 6.0.x keeps a merged key once by the id of its text,
+        which two equal keys written apart do not share: b's ``image`` won."""
+        merged: dict[Any, tuple[Any, Any]] = {}  # the key's name -> the pair merged
+        own: list[tuple[Any, Any]] = []
+        for key, value in node.value:
+            if key.tag != "tag:yaml.org,2002:merge":
+                own.append((key, value))
+                continue
+            maps = value.value if isinstance(value, yaml.SequenceNode) else [value]
+            for m in maps:
+                if not isinstance(m, yaml.MappingNode):
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"expected a mapping or list of mappings for merging, but found {m.id}",
+                        m.start_mark)
+                self.flatten_mapping(m)
+                # m flattened: its own keys, after what it merged, are its values
+                pairs = {_key_name(k): (k, v) for k, v in m.value}
+                for name, pair in pairs.items():
+                    merged.setdefault(name, pair)
+        if len(own) < len(node.value):
+            node.value = [*merged.values(), *own]
+
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         if kind is yaml.ScalarNode and implicit[0]:  # plain: as go-yaml v3 reads it
             if self.v2 and (both := goscalar.v2_reads_otherwise(value)):
                 return goscalar.STR if both[1] == "text" else goscalar.BOOL
             return "tag:yaml.org,2002:merge" if value == "<<" else goscalar.resolve(value)[0]
         return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+
+
+def _key_name(key: yaml.Node) -> Any:
+    return (key.tag, key.value) if isinstance(key, yaml.ScalarNode) else id(key)
 
 
 class _TooMany(Exception):

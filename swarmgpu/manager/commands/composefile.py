@@ -145,11 +145,29 @@ _OWNED_LABELS = ("state.", DEVICES, SHARE)
 
 
 def version_of(stack: Mapping[str, Any]) -> tuple[int, int] | None:
-    """``"3.8"`` -> (3, 8); ``"3"`` -> (3, 0); None when absent or not a version."""
+    """``"3.8"`` -> (3, 8); ``"3"``, ``""`` -> (3, 13), as docker reads them; None when
+    absent or a version docker stack deploy refuses (``version_error``)."""
     v = stack.get("version")
-    m = re.fullmatch(r"(\d{1,3})(?:\.(\d{1,3}))?", str(v).strip()) \
-        if isinstance(v, str | int | float) and not isinstance(v, bool) else None
-    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
+    m = _VERSION.fullmatch(v) if isinstance(v, str) else None
+    return (3, 13) if m and not m.group(1) else (3, int(m.group(1))) if m else None
+
+
+# docker/cli's schema.Version takes "3.0" to "3.13" as written ("3.08", "3.8 " are
+# "unsupported Compose file version"), and "" and "3" as 3.13.
+_VERSION = re.compile(r"(?:3(?:\.([0-9]|1[0-3]))?)?")
+
+
+def version_error(stack: Mapping[str, Any]) -> str | None:
+    """Why docker stack deploy refuses the file's ``version``; None: it takes it."""
+    if "version" not in stack or version_of(stack) is not None:
+        return None
+    v = stack["version"]
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return (f"version {quoted(v)} is a number, which docker stack deploy "
+                f'refuses ("version must be a string"); quote it: version: "{COMPOSE_VERSION}"')
+    return (f"version {quoted(v)}: docker stack deploy takes Compose format 3 only, "
+            f'written "3" or "3.0" to "3.13" ("unsupported Compose file version"); write '
+            f'version: "{COMPOSE_VERSION}"')
 
 
 def check_version(stack: dict[str, Any], where: str) -> tuple[list[str], list[str]]:
@@ -162,16 +180,14 @@ def check_version(stack: dict[str, Any], where: str) -> tuple[list[str], list[st
         return [], [f"version: \"{COMPOSE_VERSION}\" added: a docker CLI before 23.0 "
                     "refuses a stack file without one"]
     got = version_of(stack)
-    if got is None or got[0] != 3:
-        return [f"{where}: version {quoted(stack['version'])}: docker stack deploy takes "
-                f"Compose format 3 only; write version: \"{COMPOSE_VERSION}\""], []
+    if got is None:
+        return [f"{where}: {version_error(stack)}"], []
     if got != (3, 8):
         old = stack["version"]
         stack["version"] = COMPOSE_VERSION
         why = ("render writes keys of 3.8 (max_replicas_per_node)" if got < (3, 8) else
                "Docker 19.03, the oldest engine swarmgpu supports, knows 3.8 at most")
         return [], [f"version: {quoted(old)} became \"{COMPOSE_VERSION}\": {why}"]
-    stack["version"] = COMPOSE_VERSION  # 3.8 as a number or "3.8 ": the CLI wants the string
     return [], []
 
 
@@ -322,7 +338,13 @@ def _validator() -> Any:
     import jsonschema  # only render loads it
 
     schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
-    return jsonschema.Draft4Validator(schema)
+    # docker/cli's gojsonschema takes a whole float (replicas: 2.0) for an integer, and
+    # its decoder makes it 2; python-jsonschema's draft 4 does not
+    base = jsonschema.Draft4Validator
+    checker = base.TYPE_CHECKER.redefine("integer", lambda _, v: not isinstance(v, bool) and (
+        isinstance(v, int) or (isinstance(v, float) and v.is_integer())))
+    validator = jsonschema.validators.extend(base, type_checker=checker)  # type: ignore[no-untyped-call]
+    return validator(schema)
 
 
 def schema_errors(stack: Mapping[str, Any], limit: int = 20) -> list[str]:

@@ -31,6 +31,7 @@ from swarmgpu.manager.commands.composefile import (
     owned_label_notes,
     part_schema_errors,
     schema_errors,
+    version_error,
 )
 from swarmgpu.manager.commands.cudavisible import visible_notes
 from swarmgpu.manager.commands.devshm import (
@@ -244,6 +245,8 @@ def _read_files(files: Sequence[tuple[str, str]], environ: Mapping[str, str] | N
     for name, text in files:
         raw, stack, errs, warns = _read(text, name, environ, part=True)
         errs = errs or part_schema_errors(stack)
+        if bad := version_error(raw):  # docker checks each file's, the merge keeps the first's
+            errs = [bad, *errs]
         read.append(StackFile(name, raw, None if environ is None else stack))
         errors += [f"{name}: {e}" for e in errs]
         warnings += [f"{name}: {w}" for w in warns]

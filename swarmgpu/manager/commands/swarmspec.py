@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from swarmgpu.core.goscalar import go_text
 from swarmgpu.core.peertext import quoted
 from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.commands.nanocpus import NotRational, TooLarge, TooPrecise, nano_cpus
@@ -47,14 +48,16 @@ def read_labels(deploy: Mapping[str, Any], where: str) -> dict[str, str]:
         return out
     if not isinstance(raw, dict):
         raise StackError(f"{where}.deploy.labels: expected a mapping or a list of k=v")
-    return {str(k): "" if v is None else str(v) for k, v in raw.items()}
+    # a number as docker gives it Swarm (Go's text: 1.0 is "1"), which the daemon reads
+    return {str(k): "" if v is None else str(go_text(v)) for k, v in raw.items()}
 
 
 def env_list(svc: Mapping[str, Any], where: str) -> list[str]:
-    """``environment`` (a mapping or a list) as Swarm's K=V lines."""
+    """``environment`` (a mapping or a list) as Swarm's K=V lines: a name with no value
+    bare, as docker/cli's convertEnvironment writes it; a number as Go's text."""
     env = svc.get("environment") or []
     if isinstance(env, dict):
-        return [f"{k}={'' if v is None else v}" for k, v in env.items()]
+        return [str(k) if v is None else f"{k}={go_text(v)}" for k, v in env.items()]
     if not isinstance(env, list):
         raise StackError(f"{where}.environment: expected a mapping or a list of K=V")
     return [str(e) for e in env]
@@ -70,13 +73,20 @@ def mapping_of(parent: Mapping[str, Any], key: str, where: str) -> dict[str, Any
     return v
 
 
+def _whole(v: Any) -> Any:
+    """A float that is a whole number as the integer docker reads it (its schema takes
+    2.0 for an integer, its decoder makes it 2); any other value as it is."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
 def replicas_of(deploy: Mapping[str, Any], where: str) -> int:
     """``deploy.replicas``, 1 when not given."""
-    v = deploy.get("replicas", 1)
+    raw = deploy.get("replicas", 1)
+    v = _whole(raw)
     text = str(v) if isinstance(v, int | str) and not isinstance(v, bool) else ""
     # ASCII digits only ('¹' passes isdigit(), not int()), and a sane length.
     if not text.isascii() or not text.isdigit() or len(text) > 6:
-        raise StackError(f"{where}.deploy.replicas: {quoted(v)} is not a whole number >= 0")
+        raise StackError(f"{where}.deploy.replicas: {quoted(raw)} is not a whole number >= 0")
     return int(v)
 
 
@@ -200,11 +210,11 @@ def preferences_of(placement: Mapping[str, Any], where: str) -> list[dict[str, A
 
 
 def max_replicas_of(placement: Mapping[str, Any], where: str) -> int | None:
-    v = placement.get("max_replicas_per_node")
-    if v is None:
+    raw = placement.get("max_replicas_per_node")
+    if (v := _whole(raw)) is None:
         return None
     if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1_000_000:
-        raise StackError(f"{where}.deploy.placement.max_replicas_per_node: {quoted(v)} is not a "
+        raise StackError(f"{where}.deploy.placement.max_replicas_per_node: {quoted(raw)} is not a "
                          "whole number >= 0")
     return v or None  # 0 is Swarm's "no limit"
 
@@ -246,11 +256,11 @@ def host_ports_of(svc: Mapping[str, Any]) -> list[dict[str, Any]]:
         mode = p.get("mode") if isinstance(p, Mapping) else None
         if not isinstance(mode, str) or mode.upper() != "HOST":
             continue
-        port, proto = p.get("published"), p.get("protocol")
+        port, proto = _whole(p.get("published")), p.get("protocol")
         proto = proto.lower() if isinstance(proto, str) else ""
         proto = proto if proto in ("tcp", "udp", "sctp") else "tcp"
         if type(port) is int and 0 < port < 65536:
-            out.append({"Protocol": proto, "TargetPort": p.get("target"),
+            out.append({"Protocol": proto, "TargetPort": _whole(p.get("target")),
                         "PublishedPort": port, "PublishMode": "host"})
     return out
 
