@@ -24,10 +24,12 @@ where the scorer's mix contests the CPU (``rollout.cpu_contested``), else any (s
 ``--rollout-warmup base``: no roll-out while the mix is mostly the learner's prior.
 ``--whole-untouched`` sets ``SwarmScorer.whole_untouched`` too (stop 78's U, as
 ``untouched_try.py --rule whole``), so the roll-out runs beside the untouched price
-(stop 80). ``--rollout-draws R`` rolls each candidate out on R draws, the same for
-all; ``--rollout-rule every`` lets a candidate replace the base choice only if it
-beats it on each of them (``mean``: the best by the keys summed over them). ``--stats
-DIR``: each replay process writes what the roll-out did (tie zones, changed choices, seconds)
+(stop 80); since stop 82 that is main's rule and the flag changes nothing, and
+``--no-whole-untouched`` turns it off, as the roll-outs without the flag ran before.
+``--rollout-draws R`` rolls each candidate out on R draws, the same for all;
+``--rollout-rule every`` lets a candidate replace the base choice only if it beats it
+on each of them (``mean``: the best by the keys summed over them). ``--stats DIR``:
+each replay process writes what the roll-out did (tie zones, changed choices, seconds)
 to DIR/rollout.<pid>.json as it goes. Everything after ``--`` is ``swarmgpu``'s command
 line; the replays' worker processes are forked, so they inherit the switch.
 """
@@ -113,19 +115,21 @@ def add_rollout(ap: argparse.ArgumentParser) -> None:
                     help="contested, while the mix is mostly the learner's prior: class "
                          "(the scorer's order among nodes of a class) or base (no roll-out)")
     ap.add_argument("--rollout-seed", type=int, default=0, help="the draws' base seed")
-    ap.add_argument("--whole-untouched", action="store_true",
-                    help="also price untouched nodes for every shape only such a node "
-                         "hosts (SwarmScorer.whole_untouched, stop 78's U)")
+    ap.add_argument("--whole-untouched", action=argparse.BooleanOptionalAction,
+                    default=None,
+                    help="price untouched nodes for every shape only such a node hosts "
+                         "(SwarmScorer.whole_untouched, stop 78's U; main's since stop "
+                         "82) or, with --no-whole-untouched, not (main before)")
     ap.add_argument("--stats", type=Path, default=None,
                     help="folder for each replay process's roll-out counts")
 
 
 def switch_on(args: argparse.Namespace, ro: type[LoggedRollOut] | None = None) -> None:
     """``SwarmScorer.rollout`` as ``add_rollout``'s options ask (``ro``: the class;
-    nothing with ``--rollout-k 0``); ``SwarmScorer.whole_untouched`` with
-    ``--whole-untouched``, whatever K."""
-    if args.whole_untouched:
-        SwarmScorer.whole_untouched = True
+    nothing with ``--rollout-k 0``); ``SwarmScorer.whole_untouched`` as
+    ``--[no-]whole-untouched`` asks (neither: main's rule), whatever K."""
+    if args.whole_untouched is not None:
+        SwarmScorer.whole_untouched = args.whole_untouched
     if args.rollout_k:
         got = (ro or LoggedRollOut)(k=args.rollout_k, m=args.rollout_m,
                                     margin=args.rollout_margin, seed=args.rollout_seed,

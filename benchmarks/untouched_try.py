@@ -4,8 +4,10 @@ shape that only such a node hosts (``--rule whole``, the default:
 and untouched nodes priced for every whole-node shape (stop 78)"), with the nodes other
 tasks are expected to break counted in the price (stop 79, ``SwarmScorer.untouched_breaks``:
 ``--rule breaks`` at the rate the scorer broke them, ``--rule forced`` the bound from the
-mix), or each of those with ``whole_untouched`` too (``both``, ``forced-both``). Main
-leaves them off.
+mix), or each of those with ``whole_untouched`` too (``both``, ``forced-both``). Since
+stop 82 ``whole`` is main's rule (the same as plain ``swarmgpu simulate``); ``--rule
+none`` turns it off, main's rule before stop 82, for the "before" figures. Main leaves
+the breaks off.
 
     .venv/bin/python benchmarks/untouched_try.py --rule breaks -- \\
         simulate --trace default --seeds 42,43,44 --bound off --policy swarmgpu --json
@@ -30,8 +32,10 @@ from swarmgpu.allocator.scorer import SwarmScorer  # noqa: E402
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rule", choices=("whole", "breaks", "both", "forced", "forced-both"),
-                    default="whole", help="which switch to set (default: whole, stop 78's)")
+    ap.add_argument("--rule",
+                    choices=("whole", "none", "breaks", "both", "forced", "forced-both"),
+                    default="whole", help="which switch to set (default: whole, stop 78's "
+                                          "and main's since stop 82; none: main before)")
     add_rest(ap)
     args = ap.parse_args(argv)
     rest = rest_of(ap, args)

@@ -146,14 +146,20 @@ def test_the_planner_gives_the_scorer_every_shape_seen() -> None:
     assert planner.scorer.shapes == model.current()
 
 
+ONE, ANY8 = TaskShape(12_000, 1000, 1), TaskShape(64_000, 1000, 8)  # any 8-GPU class hosts ANY8
+
+
 def heavy_beside_cpu_taken(monkeypatch: pytest.MonkeyPatch, whole: bool) -> tuple[str, bool]:
+    """``one_then_any8`` with ``SwarmScorer.whole_untouched`` as ``whole``."""
+    monkeypatch.setattr(SwarmScorer, "whole_untouched", whole)
+    return one_then_any8(SwarmScorer(typical_tasks([ONE]), shapes={ONE: 0.9, ANY8: 0.1}))
+
+
+def one_then_any8(scorer: SwarmScorer) -> tuple[str, bool]:
     """Two G2 nodes, the second with CPU taken by work swarmgpu did not place: where a
     one-GPU task of 12 cores goes (the two cost alike, the first is first in node order),
-    and whether an 8-GPU task of 64 cores (any 8-GPU class hosts it) then fits, with
-    ``SwarmScorer.whole_untouched`` as ``whole``."""
-    monkeypatch.setattr(SwarmScorer, "whole_untouched", whole)
-    one, any8 = TaskShape(12_000, 1000, 1), TaskShape(64_000, 1000, 8)
-    a = Allocator(SwarmScorer(typical_tasks([one]), shapes={one: 0.9, any8: 0.1}))
+    and whether an 8-GPU task of 64 cores then fits, placed by ``scorer``."""
+    a = Allocator(scorer)
     for name in ("whole", "used"):
         a.add_node(NodeSpec(name, gpus(8, "G2"), cpu_milli=96_000, memory_mib=1 << 20))
     a.set_usage("used", 40_000, 0)
@@ -165,11 +171,23 @@ def heavy_beside_cpu_taken(monkeypatch: pytest.MonkeyPatch, whole: bool) -> tupl
 
 def test_the_switch_prices_untouched_nodes_for_tasks_every_class_hosts(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # Off (main): the 8-GPU task fits every 8-GPU class, so the last untouched node is
-    # worth nothing to the score, and the one-GPU task takes it by node order.
+    # Off (main before stop 82): the 8-GPU task fits every 8-GPU class, so the last
+    # untouched node is worth nothing to the score, and the one-GPU task takes it by node
+    # order.
     assert heavy_beside_cpu_taken(monkeypatch, False) == ("whole", False)
     # On: that node is the 8-GPU task's only host, priced by the chance it comes.
     assert heavy_beside_cpu_taken(monkeypatch, True) == ("used", True)
+
+
+def test_the_planners_scorer_prices_untouched_nodes_for_every_whole_node_shape() -> None:
+    # Main's rule since stop 82, decided by the scorer's default alone: the daemon's
+    # planner (and simulate's swarmgpu policy, which runs it) keeps the last untouched
+    # node for the 8-GPU task every 8-GPU class hosts.
+    from swarmgpu.allocator.workload import WorkloadModel
+    from swarmgpu.manager.placement.planner import Planner
+
+    planner = Planner(workload=WorkloadModel.fixed([ONE] * 9 + [ANY8], "test"))
+    assert one_then_any8(planner.scorer) == ("used", True)
 
 
 def test_other_breaks_extrapolate_the_untouched_nodes_lost_per_milli_placed() -> None:

@@ -56,6 +56,13 @@ def _by_name(plan: PlacementPlan) -> dict[str, ServicePlan]:
     return {sp.name: sp for sp in plan.services}
 
 
+def _unscored(sp: ServicePlan) -> ServicePlan:
+    """``sp`` without its placements' scores: those read the workload mix, which counts
+    every replica asked, a-bad's second too (placed or not), and the price of the last
+    untouched node for an 8-GPU task (stop 82) moves with the mix, not where it goes."""
+    return replace(sp, placements=tuple(replace(p, score=None) for p in sp.placements))
+
+
 def test_a_service_whose_planning_raises_costs_itself_alone(
         monkeypatch: pytest.MonkeyPatch, errors: list[Any]) -> None:
     nodes, bad = settled(svc(BAD, {f"{P}gpus": "4"}))
@@ -84,7 +91,7 @@ def test_a_service_whose_planning_raises_costs_itself_alone(
     assert not sp.writes and not sp.node_writes and not sp.placements
     # Every other service as without the fault: the half-taken node whole again for
     # b-big, a-bad's own GPUs still its (c-six waits, as it does beside it).
-    assert got["b-big"] == want["b-big"]
+    assert _unscored(got["b-big"]) == _unscored(want["b-big"])
     assert got["c-six"] == want["c-six"]
     assert got["b-big"].placements[0].node_id == other
     assert got["c-six"].status == "pending"
@@ -98,7 +105,7 @@ def test_a_service_whose_planning_raises_costs_itself_alone(
     assert rec["exception"] is not None and BAD in rec["message"]
     again = planner.plan(nodes, [grown, big, six], [], FACTS)
     assert _by_name(again)[BAD].status == "failed" and len(errors) == 1
-    assert _by_name(again)["b-big"] == want["b-big"]
+    assert _unscored(_by_name(again)["b-big"]) == _unscored(want["b-big"])
     monkeypatch.undo()  # mended: planned as any service is
     mended = _by_name(planner.plan(nodes, [grown, big, six], [], FACTS))
     assert mended[BAD].status in ("placed", "pending") and len(errors) == 1

@@ -116,9 +116,11 @@ class SwarmScorer:
     # None (off) unless switched on (benchmarks/rollout_try.py); read by ``Allocator``.
     rollout: RollOut | None = None
     # Untouched nodes priced for every shape only such a node hosts (``whole_groups``),
-    # not only those whose CPU confines them to some classes: an experiment, off unless
-    # switched on (benchmarks/untouched_try.py; docs/simulate.md, stop 78).
-    whole_untouched = False
+    # not only those whose CPU confines them to some classes (``exclusive_groups``):
+    # main's rule since stop 82 (stop 78's U: without it main placed below FGD on
+    # h-bimodalseed; docs/simulate.md). The one place it is decided; a benchmark turns it
+    # off for a "before" figure (benchmarks/untouched_try.py --rule none).
+    whole_untouched = True
     # The untouched price with the nodes other tasks are expected to break counted in:
     # "rate" (``other_breaks``, the scorer's own breaks) or "forced" (``forced_breaks``,
     # a bound from the mix); an experiment, "" (off) unless switched on
@@ -251,7 +253,8 @@ class SwarmScorer:
     @property
     def groups(self) -> Groups:
         """The tasks only untouched nodes host, as ``values`` were last priced from
-        (``exclusive_groups``; empty before the first observation)."""
+        (``whole_groups``, or ``exclusive_groups`` with ``whole_untouched`` off; empty
+        before the first observation)."""
         return self._groups or {}
 
     def pressure(self, product: str) -> float:

@@ -95,7 +95,7 @@ def whole_groups(shapes: Mapping[TaskShape, float], classes: Mapping[NodeClass, 
                  free_total: int) -> Groups:
     """As ``exclusive_groups``, with the shapes every class of their GPUs hosts kept in:
     every shape of whole GPUs that only an untouched node can host. The scorer's score
-    reads it only with ``SwarmScorer.whole_untouched`` set (an experiment); the
+    reads it with ``SwarmScorer.whole_untouched`` set (main's rule since stop 82); the
     roll-out's "covered" leaf prices broken nodes by it."""
     return _groups(shapes, classes, free_total, exclusive=False)
 
