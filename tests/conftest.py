@@ -103,6 +103,14 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
     _fail_if_skip_not_allowed(outcome.get_result())  # type: ignore[attr-defined]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-docker-config", action="store_true",
+        help="record `docker stack config`'s reading of every case of "
+        "tests/test_render_as_docker_config.py again, with the newest docker CLI of 28 or "
+        "later found (tests/fixtures/SOURCES.md)")
+
+
 def _prune_old_logs() -> None:
     runs = sorted(SWARM_ARTIFACTS.glob("sgt*"), key=lambda p: p.stat().st_mtime)
     for old in runs[:-_KEEP_RUN_LOGS]:

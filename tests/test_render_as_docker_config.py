@@ -1,28 +1,48 @@
 """render reads a stack file as `docker stack config` (docker's own loader) reads it.
 
-A differential test: each case's files go to the docker CLI on this machine (``docker
-stack config -c A [-c B]``, no daemon) and to ``check_stack``; where docker reads them,
-render reads each service's image, environment, labels and placement fields the same
-(``support.docker_config``); where docker refuses them, render refuses them too. The
-only cases docker reads and render refuses are ``DELIBERATE``: what docker's readers
-disagree on, or where docker silently drops what the file says, render refuses naming
-the fix (docs/deploy.md).
+A differential test: each case's files were read by docker 28's ``docker stack config -c
+A [-c B]`` (no daemon) and what it read, or its error, recorded in
+tests/fixtures/docker-stack-config/cases.json (``support.docker_config``; provenance in
+tests/fixtures/SOURCES.md); render's ``check_stack`` reads them here. Where docker read
+them, render reads each service's image, environment, labels and placement fields the
+same; where docker refused them, render refuses them too. The only cases docker reads
+and render refuses are ``DELIBERATE``: what docker's readers disagree on, or where
+docker silently drops what the file says, render refuses naming the fix
+(docs/deploy.md).
 
-CI installs docker: with no docker CLI that has ``stack config`` this test fails, it
-does not skip.
+CI's docker (Debian 12's 20.10) has no ``stack config``, so the recording is the oracle
+and no CLI is needed. Where a CLI of 28 or later with ``stack config`` is found, every
+case is also run through it and must read as recorded (a changed docker, or an edited
+recording); where none is, that test says so in one printed line. A case without a
+recording (or changed since) fails naming the command that records again:
+``pytest tests/test_render_as_docker_config.py --record-docker-config``.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
-from support.docker_config import config_clis, docker_config, reads
+from support.docker_clis import major
+from support.docker_config import (
+    RECORDED_MAJOR,
+    RERECORD,
+    case_inputs,
+    config_clis,
+    load_recording,
+    reads,
+    record_case,
+    recorded,
+    recorded_major,
+    write_recording,
+)
 
 from swarmgpu.manager.commands.render import check_stack
 
-CLIS = config_clis()
 ENVIRON = {"A": "aa", "EMPTY": "", "DOL": "$5", "R": "3", "BARE": "bv"}
+DOTENV = "A=from-dotenv\nNOPE=from-dotenv\n"  # in each case's folder: neither reads it
 
 
 def _svc(body: str, top: str = "") -> str:
@@ -187,20 +207,36 @@ CASES = [(name, [("a.yml", text)]) for name, text in ONE.items()] + [
     (name, [("a.yml", a), ("b.yml", b)]) for name, (a, b) in TWO.items()]
 
 
-@pytest.fixture(scope="module", params=CLIS or [None])
-def cli(request: pytest.FixtureRequest) -> str:
-    if request.param is None:
-        pytest.fail("no docker CLI with `docker stack config` in /usr/bin, /usr/local/bin or "
-                    "on PATH: it is the oracle of this test")
-    return str(request.param)
+def _inputs(files: list[tuple[str, str]]) -> dict[str, Any]:
+    return case_inputs(files, ENVIRON, DOTENV)
+
+
+def _newest(clis: list[tuple[str, str]]) -> str:
+    return max(clis, key=lambda c: [int(n) for n in re.findall(r"\d+", c[1])[:3]])[0]
+
+
+@pytest.fixture(scope="module")
+def recording(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+              ) -> dict[str, Any]:
+    """docker's readings as recorded; first recorded again where --record-docker-config
+    says so, with the newest CLI of 28 or later found."""
+    if request.config.getoption("--record-docker-config"):
+        clis = [c for c in config_clis() if major(c[1]) >= RECORDED_MAJOR]
+        if not clis:
+            pytest.fail(f"--record-docker-config: no docker CLI of {RECORDED_MAJOR} or later "
+                        "with `docker stack config` in /usr/bin, /usr/local/bin or on PATH")
+        cli = _newest(clis)
+        write_recording(cli, {name: record_case(cli, _inputs(files), tmp_path_factory.mktemp(
+            "case")) for name, files in CASES})
+    return load_recording()
 
 
 @pytest.mark.parametrize(("name", "files"), CASES, ids=[c[0] for c in CASES])
 def test_render_reads_a_stack_as_docker_stack_config_reads_it(
-    name: str, files: list[tuple[str, str]], cli: str, tmp_path: Path
+    name: str, files: list[tuple[str, str]], recording: dict[str, Any], tmp_path: Path
 ) -> None:
-    (tmp_path / ".env").write_text("A=from-dotenv\nNOPE=from-dotenv\n")  # neither reads it
-    docker, refused = docker_config(cli, files, ENVIRON, tmp_path)
+    (tmp_path / ".env").write_text(DOTENV)
+    docker, refused = recorded(recording, name, _inputs(files))
     (first, text), *more = files
     ours = check_stack(text, where=first, environ=ENVIRON, more=more, env_base=str(tmp_path))
     if docker is None:
@@ -212,3 +248,39 @@ def test_render_reads_a_stack_as_docker_stack_config_reads_it(
     assert ours.errors == [], f"docker reads it; render refused it: {ours.errors}"
     assert ours.substituted is not None
     assert reads(ours.substituted, ENVIRON, docker=False) == reads(docker, ENVIRON, docker=True)
+
+
+def test_the_recording_holds_the_cases_of_this_test_only(recording: dict[str, Any]) -> None:
+    lost = sorted(set(recording["cases"]) - {name for name, _ in CASES})
+    assert not lost, f"recorded cases this test no longer has: {lost}; record again: {RERECORD}"
+
+
+def test_the_recording_is_what_docker_stack_config_reads_here(
+    recording: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every case run through each CLI of 28 or later found with ``stack config`` reads
+    exactly as recorded; with none here, the recording is at least of such a CLI, and a
+    printed line says it was not compared live."""
+    assert recorded_major(recording) >= RECORDED_MAJOR, recording["cli"]
+    found = config_clis()
+    live = [(path, v) for path, v in found if major(v) >= RECORDED_MAJOR]
+    if not live:
+        older = f" (older ones: {found})" if found else ""
+        with capsys.disabled():
+            print(f"\nthe recording of {recording['cli']} was not compared live: no docker CLI "
+                  f"of {RECORDED_MAJOR} or later with `docker stack config` on this "
+                  f"machine{older}")
+        return
+    for path, version in live:
+        drift = [name for i, (name, files) in enumerate(CASES)
+                 if record_case(path, _inputs(files), _folder(tmp_path / f"{version}-{i}"))
+                 != recording["cases"].get(name)]
+        assert not drift, (
+            f"docker {version} ({path}) reads these cases otherwise than the recording of "
+            f"{recording['cli']}: {drift}. If docker changed, see what render must do "
+            f"(docs/deploy.md), then record again: {RERECORD}")
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir()
+    return path

@@ -18,7 +18,8 @@ Harness and stand-ins (also run as scripts or by benchmarks/ and scripts/demo.py
 - docker_clis: every docker CLI on the machine, and the service spec each deploys from
   a stack to a stand-in engine (the oracle of test_yaml_as_docker_reads).
 - docker_config: what `docker stack config` and render each read of stack files, in one
-  shape (the oracle of test_render_as_docker_config).
+  shape, and docker's readings recorded in tests/fixtures/docker-stack-config/ (the
+  oracle of test_render_as_docker_config).
 - serving: a stand-in server served in a thread for a block (loop_engine's, docker_clis',
   plain_agent's: an agent without token or TLS, for the Host tests).
 - task_watch: records the tasks a service ran; web_fleet: a fleet document made by the
