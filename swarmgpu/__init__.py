@@ -2,7 +2,7 @@
 
 One package per process and layer, imports going down only: ``cli`` -> ``sim`` ->
 ``agent`` | ``manager`` -> ``allocator`` | ``swarm`` -> ``core`` (README.md, "Layout";
-tests/test_layout.py holds the rule).
+every module in docs/layout.md; tests/test_layout.py holds the rule).
 """
 
 __version__ = "0.1.0"

@@ -11,7 +11,7 @@ import is still a dependency. Within a layer, modules import each other without 
 (two modules that need each other are one responsibility, or one needs a smaller thing
 below both), and no part of the manager imports the daemon: the daemon wires the parts
 together (``swarmgpu.manager.cycle.host.CycleHost`` is what they see of it). README.md
-("Layout") shows the tree.
+("Layout") shows the tree, docs/layout.md every module.
 """
 
 from __future__ import annotations
@@ -396,7 +396,7 @@ def test_the_placement_map_lists_every_module_in_import_order() -> None:
              and t[len(base):] not in listed[:i]]
     assert not wrong, "placement/__init__.py's order is not the import order:\n" + \
         "\n".join(wrong)
-    readme = (PACKAGE.parent / "README.md").read_text()
-    part = readme.split("`manager/placement/` is the planner", 1)[1].split("\n`", 1)[0]
-    in_readme = re.findall(r"^    (\w+) ", part, re.MULTILINE)
-    assert in_readme == listed, f"README.md's placement list is not the map: {in_readme}"
+    page = (PACKAGE.parent / "docs" / "layout.md").read_text()
+    part = page.split("## `swarmgpu/manager/placement/`", 1)[1].split("\n## ", 1)[0]
+    in_page = re.findall(r"^    (\w+) ", part, re.MULTILINE)
+    assert in_page == listed, f"docs/layout.md's placement list is not the map: {in_page}"

@@ -30,7 +30,7 @@ How a placement is expressed (every piece verified on a real swarm, see README):
   the container is told of its share, read by env templates (``swarmgpu.manager.services.sharing``).
 
 The package, by responsibility; each module imports only modules listed before it
-(README.md "Layout" says what each owns; tests/test_layout.py checks both): ``keys``,
+(docs/layout.md says what each owns; tests/test_layout.py checks both): ``keys``,
 ``records``; ``envs``, ``ledger``, ``recreated``, ``repinned``, ``specs``, ``tasks``,
 ``backoff``, ``generic``;
 ``hostports``; ``memsize``, ``reasons``, ``cpunodes``, ``cluster``, ``replicas``, ``filters``,
