@@ -673,7 +673,7 @@ def serve(listen: str, upstream: str, checks: WriteChecks,
 
     def _watch() -> None:
         stop.wait()
-        _log.info("docker-proxy stopping: the turn in flight finishes, no other starts")
+        _log.info("docker-proxy stopping: the turns in flight finish, no connection is taken")
         server.shutdown()
 
     threading.Thread(target=_watch, daemon=True).start()

@@ -3,8 +3,9 @@
 It had no handler: the signal ended it (exit 143) in the middle of the write it was
 forwarding, the engine's answer lost to the daemon, which could not tell whether it was
 applied. Now the listener closes, the turn in flight (writes and ``GET /swarm`` take
-``server.whole`` one at a time) finishes within ``STOP_WAIT_S``, no further one starts,
-and the process exits 0. Reads in flight end with it: they change nothing, and a
+``server.whole`` one at a time) and any a connection already waits for finish within
+``STOP_WAIT_S`` (the lock is not fair: the stop takes it after them), no new connection
+is taken, and the process exits 0. Reads in flight end with it: they change nothing, and a
 stream (``/events``) would never end on its own.
 """
 
@@ -26,6 +27,6 @@ def stop_on_signals(stop: threading.Event) -> None:
 
 
 def finish_turn(whole: threading.Lock, wait_s: float = STOP_WAIT_S) -> bool:
-    """Wait for the turn in flight to end, then keep it so no other starts; False: one
-    still ran at ``wait_s`` and ends with the process."""
+    """Wait for the turns in flight to end, then keep the lock so no later one starts;
+    False: one still ran at ``wait_s`` and ends with the process."""
     return whole.acquire(timeout=wait_s)
