@@ -53,7 +53,8 @@ Exit codes:
                         without matplotlib
   config check          0 valid; 2 invalid or unreadable (every problem printed)
   config show-defaults  0
-  docker-proxy          runs until stopped; 2 bad --listen/--upstream/--prefix/
+  docker-proxy          runs until stopped (SIGTERM, SIGINT: 0 once the turns in
+                        flight end); 2 bad --listen/--upstream/--prefix/
                         --own-service or cannot listen"""
 
 
