@@ -797,7 +797,7 @@ def test_agent_refuses_a_trusted_proxy_it_cannot_read_with_the_fix() -> None:
     for value, says in (("proxy.example", "names are not resolved"),
                         ("10.0.0.1/8", "host bits set"), ("fe80::1", "link-local")):
         r = _agent_cli("--listen", "127.0.0.1:0", "--trusted-proxies", value)
-        assert r.returncode == 2, r.stderr
+        assert r.returncode == 78, r.stderr
         last = r.stderr.strip().splitlines()[-1]
         assert last.startswith(f"swarmgpu agent: --trusted-proxies: {value!r}"), last
         assert says in last and "agent serving" not in r.stderr, last
@@ -808,7 +808,7 @@ def test_agent_refuses_a_refresh_period_it_cannot_keep(refresh: str) -> None:
     """Before: 0 and -1 were a traceback; nan read the source in a busy loop; inf and
     1e308 killed the refresher (OverflowError in its wait), its facts never read again."""
     r = _agent_cli("--listen", "127.0.0.1:0", "--refresh-s", refresh)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 78, r.stderr
     said = f"swarmgpu agent: --refresh-s {float(refresh):g}: "
     assert r.stderr.strip().splitlines()[-1].startswith(said), r.stderr
     assert "Traceback" not in r.stderr and "agent serving" not in r.stderr
@@ -820,7 +820,7 @@ def test_agent_refuses_a_refresh_period_under_a_second(refresh: str) -> None:
     asked without pause) while /facts and /healthz said the facts were stale (older
     than twice the period) nearly always: 1e-300 s, always."""
     r = _agent_cli("--listen", "127.0.0.1:0", "--refresh-s", refresh)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 78, r.stderr
     said = f"swarmgpu agent: --refresh-s {float(refresh):g}: "
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith(said) and "at least 1" in last, r.stderr
@@ -830,7 +830,7 @@ def test_agent_refuses_a_refresh_period_under_a_second(refresh: str) -> None:
 @pytest.mark.parametrize("listen", ["bogus", "127.0.0.1:99999", ""])
 def test_agent_refuses_a_listen_address_with_the_fix(listen: str) -> None:
     r = _agent_cli("--listen", listen)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 78, r.stderr
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("swarmgpu agent: --listen") and "HOST:PORT" in last, last
     assert "Traceback" not in r.stderr
@@ -855,7 +855,7 @@ def test_agent_refuses_a_short_token_with_the_fix(tmp_path: Path) -> None:
     short = tmp_path / "token"
     short.write_text("s3cret\n")
     r = _agent_cli("--listen", "127.0.0.1:0", "--token-file", str(short))
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 78, r.stderr  # a config error: the unit does not restart it
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith(f"swarmgpu agent: --token-file: token file {short}: the token "
                            "is 6 characters, and at least 16 are needed"), last

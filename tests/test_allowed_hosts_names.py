@@ -38,7 +38,7 @@ def test_the_agent_refuses_such_an_entry_with_the_fix() -> None:
     got = CliRunner().invoke(main, ["agent", "--source", "file:/nonexistent",
                                     "--allowed-hosts", "*.example.com",
                                     "--trusted-proxies", "not-an-address"])
-    assert got.exit_code == 2, got.output
+    assert got.exit_code == 78, got.output
     assert "--allowed-hosts" in got.output and "'*.example.com'" in got.output, got.output
 
 
@@ -51,7 +51,7 @@ def test_an_ipv6_address_without_brackets_is_still_taken(tmp_path: Path, entry: 
     got = CliRunner().invoke(main, ["agent", "--source", "file:/nonexistent",
                                     "--allowed-hosts", entry,
                                     "--trusted-proxies", "not-an-address"])
-    assert got.exit_code == 2 and "--allowed-hosts" not in got.output, got.output
+    assert got.exit_code == 78 and "--allowed-hosts" not in got.output, got.output
 
 
 def test_a_listen_name_with_a_trailing_dot_serves_its_host() -> None:

@@ -105,3 +105,14 @@ def test_the_first_ask_since_a_cycle_began_is_the_one_counted() -> None:
     assert reg.get_sample_value("c_total", {"trigger": "facts"}) is None
     assert [reg.get_sample_value("c_total", {"trigger": w})
             for w in ("start", "event", "interval")] == [1, 1, 1]
+
+
+def test_the_first_cycle_is_counted_start_even_with_an_ask_before_it() -> None:
+    """The events thread starts beside the scheduler's first cycle: a node or service
+    event in between made that cycle "event", and no "start" was ever counted. The
+    first cycle, begun after the ask, serves it."""
+    counter = Counter("c", "c", ["trigger"], registry=(reg := CollectorRegistry()))
+    t = CycleTriggers(counter)
+    t.ask("event")
+    assert t.begin() == "start" and not t.is_set()
+    assert reg.get_sample_value("c_total", {"trigger": "event"}) is None

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from support.paths import REPO
 
 from swarmgpu.cli import EXIT_CODES, main
+from swarmgpu.cli.exitcodes import CONFIG_ERROR
 
 
 def _commands() -> list[str]:
@@ -107,8 +108,15 @@ def _entries() -> list[str]:
 @pytest.mark.parametrize(("option", "value"), [("--trusted-proxies", "bogus"),
                                               ("--allowed-hosts", "a b")])
 def test_agent_options_refused_at_start_are_in_its_exit_codes(option: str, value: str) -> None:
-    """Before: `agent` exits 2 on a bad --trusted-proxies or --allowed-hosts, but its
+    """Before: `agent` exits on a bad --trusted-proxies or --allowed-hosts, but its
     entry named only source, profile, identity, token, --listen and --refresh-s."""
     res = CliRunner().invoke(main, ["agent", "--source", "file:/none", option, value])
-    assert res.exit_code == 2 and f"swarmgpu agent: {option}" in res.output, res.output
+    assert res.exit_code == CONFIG_ERROR and f"swarmgpu agent: {option}" in res.output, res.output
     assert option in _entry("agent"), _entry("agent")
+    assert f"{CONFIG_ERROR} bad" in _entry("agent"), _entry("agent")
+
+
+def test_run_entry_names_its_config_exit() -> None:
+    """Before: `run`'s entry said "2 bad config", which exits CONFIG_ERROR (78)."""
+    entry = _entry("run")
+    assert f"{CONFIG_ERROR} bad config" in entry and "2 bad config" not in entry, entry

@@ -261,7 +261,7 @@ def test_bad_sources_and_config_are_named(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yml"
     cfg.write_text("sync: {intervl_s: 5}\n")
     res = run_cli("run", "--config", str(cfg), "--once")
-    assert res.returncode == 2 and "did you mean 'interval_s'" in res.stderr
+    assert res.returncode == 78 and "did you mean 'interval_s'" in res.stderr
 
 
 def cycles_started(swarm: SwarmCluster) -> dict[str, float]:

@@ -64,3 +64,18 @@ def test_a_listen_host_no_resolver_reads_as_written_is_refused(
     assert any("http.listen" in e and said in e for e in errors), errors
     with pytest.raises(ValueError, match="no IP address or host name"):
         parse_listen(listen.replace("9402", "9401"))
+
+
+@pytest.mark.parametrize("listen", ["::1", "::", "fe80::1"])
+def test_an_ipv6_listen_without_a_port_is_told_to_bracket_it(tmp_path: Path,
+                                                            listen: str) -> None:
+    """``::1`` split at its last ':' read as the host ':' and the port 1: the message named
+    the host ':' as no IP address, where the address lacks its port (and its brackets)."""
+    errors = _errors(tmp_path, f"http:\n  listen: '{listen}'\n")
+    assert any("http.listen" in e and f"[{listen}]:9402" in e for e in errors), errors
+    assert not any("the host ':'" in e for e in errors), errors
+
+
+def test_the_agents_ipv6_listen_without_a_port_is_told_to_bracket_it() -> None:
+    with pytest.raises(ValueError, match=r"IPv6 address with no port.*\[::1\]:9401"):
+        parse_listen("::1")

@@ -276,3 +276,20 @@ def test_a_write_that_is_no_json_is_refused_on_its_head(
         srv.server_close()
     assert got.startswith(b"HTTP/1.1 400 ") and b"application/json" in got, got
     assert not engine.seen
+
+
+@pytest.mark.parametrize("listen", ["tcp://LOCALHOST:0", "tcp://localhost.:0",
+                                    "tcp://LocalHost.:0", "tcp://127.0.0.1.:0"])
+def test_a_tcp_listen_reads_its_host_as_the_host_check_does(engine: Engine,
+                                                           listen: str) -> None:
+    """One rule for a loopback name: the listen host read as ``httpguard.host_of`` reads
+    a Host (lower case, one root dot). Before: the Host ``LocalHost.`` was served and the
+    listen ``tcp://LocalHost.:PORT`` refused as beyond loopback."""
+    srv = _serving(listen, engine)
+    try:
+        with socket.create_connection(("127.0.0.1", srv.server_address[1]), timeout=20) as s:
+            got = _answer(s, b"GET /v1.43/version HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert got.startswith(b"HTTP/1.1 200 "), got

@@ -90,6 +90,24 @@ def test_agent_unit_notify_watchdog_and_restart() -> None:
     assert s["DeviceAllow"] == ["char-nvidia* rw"]
 
 
+@pytest.mark.parametrize("args", [["--refresh-s", "0"], ["--listen", "nohost"],
+                                  ["--allowed-hosts", "a b"],
+                                  ["--trusted-proxies", "bogus"]])
+def test_an_agent_option_error_stops_its_unit_instead_of_restarting_it(
+        args: list[str]) -> None:
+    # Before: the agent exited 2 on its own option errors, which Restart=on-failure
+    # restarted every 5 s into the same error; a restart mends none of them.
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+    from swarmgpu.cli.exitcodes import CONFIG_ERROR
+
+    s = settings("swarmgpu-agent.service")
+    assert s["RestartPreventExitStatus"] == [str(CONFIG_ERROR)]
+    res = CliRunner().invoke(main, ["agent", "--source", "file:/none", *args])
+    assert res.exit_code == CONFIG_ERROR, res.output
+
+
 def test_the_real_agent_speaks_the_notify_protocol(tmp_path: Path) -> None:
     """`swarmgpu agent` as systemd starts it (NOTIFY_SOCKET, WATCHDOG_USEC): READY=1
     once listening with facts read, WATCHDOG=1 after each read, STOPPING=1 on SIGTERM."""

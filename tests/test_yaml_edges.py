@@ -71,6 +71,23 @@ def test_two_merge_keys_in_one_mapping_are_refused(docker: bool) -> None:
 
 
 @pytest.mark.parametrize("docker", [False, True])
+def test_a_merge_of_an_alias_to_a_list_is_refused(docker: bool) -> None:
+    """``<<: *l`` where ``l`` is a list of mappings: go-yaml (v2 and v3, docker) refuses
+    it ("map merge requires map or sequence of maps as the value": an alias must name
+    a mapping), PyYAML merged the list's mappings. Before: taken, the stack rendered
+    flat, which docker would read where the file itself is refused."""
+    text = "x-l: &l [{A: 1}, {B: 2}]\nenv:\n  <<: *l\n"
+    with pytest.raises(ValueError) as exc:
+        parse_yaml(text, "f.yml", ValueError, docker=docker)
+    msg = str(exc.value)
+    assert "f.yml:3:" in msg and "an alias after << must name a mapping" in msg, msg
+    assert "<<: [*a, *b]" in msg, msg
+    # the list written there, of aliases to mappings, is what both take
+    ok = "x-a: &a {A: 1}\nx-b: &b {B: 2}\nenv:\n  <<: [*a, *b]\n"
+    assert parse_yaml(ok, "f.yml", ValueError, docker=docker)["env"] == {"A": 1, "B": 2}
+
+
+@pytest.mark.parametrize("docker", [False, True])
 @pytest.mark.parametrize(
     ("value", "tag"),
     [

@@ -75,7 +75,7 @@ from swarmgpu.core.httpguard import (
     query_cut,
 )
 from swarmgpu.core.httphead import HeadTooLarge, TooManyEmptyLines, read_head
-from swarmgpu.core.listenhost import host_problem
+from swarmgpu.core.listenhost import host_problem, no_port_v6
 from swarmgpu.core.model import FACTS_AGE_HEADER, NodeFacts
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.samples import GpuSample
@@ -108,6 +108,8 @@ class ListenError(Exception):
 
 def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT``, ``:PORT`` or ``[V6]:PORT`` -> (host, port). Port 0 = any free port."""
+    if bad := no_port_v6(listen, "9401"):  # the daemon's http.listen reads it so too
+        raise ValueError(f"listen address {bad}")
     host, sep, port_s = listen.rpartition(":")
     # ASCII digits: '²' and '٩' are digits to isdigit (int() raised, or read them)
     if not sep or not (port_s.isascii() and port_s.isdigit()) or int(port_s) > 65535:

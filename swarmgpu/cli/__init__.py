@@ -22,18 +22,20 @@ Exit codes:
   facts, node-config    0 printed; 2 the fact source cannot be opened or read (a
                         source that lists no GPU and says why: facts prints them
                         all the same, the error on stderr)
-  agent                 runs until stopped (SIGTERM ends it); 2 bad source, profile,
-                        identity, token, --listen, --refresh-s, --allowed-hosts or
-                        --trusted-proxies at start, or cannot listen
+  agent                 runs until stopped (SIGTERM ends it); 78 bad --listen,
+                        --refresh-s, --allowed-hosts, --trusted-proxies or token
+                        at start; 2 bad source, profile or identity at start, or
+                        cannot listen
   doctor                0 no check failed (warnings are advice); 1 a check failed;
                         2 could not run (--root no directory, a source that
                         cannot be opened, a malformed fixture file)
   run                   0 --once done, or stopped by SIGTERM/SIGINT (--once too)
                         after the writes and node reads in flight (a second
-                        signal ends it at once: 130, 143); 2 bad config, another
-                        run holds state_dir's lock, engine unreachable (after
-                        60 s of retries; --once: at once), or --once whose
-                        cycle could not ask or read the engine (it went away)
+                        signal ends it at once: 130, 143); 78 bad config; 2
+                        another run holds state_dir's lock, engine unreachable
+                        (after 60 s of retries; --once: at once), or --once
+                        whose cycle could not ask or read the engine (it went
+                        away)
   audit                 0 clean or advisories only; 1 findings needing action
                         (--strict: any finding); 2 could not run
   plan                  0 shown; 1 planning a service raised (status failed: a
@@ -51,7 +53,8 @@ Exit codes:
                         without matplotlib
   config check          0 valid; 2 invalid or unreadable (every problem printed)
   config show-defaults  0
-  docker-proxy          runs until stopped; 2 bad --listen/--upstream/--prefix/
+  docker-proxy          runs until stopped (SIGTERM, SIGINT: 0 once the turns in
+                        flight end); 2 bad --listen/--upstream/--prefix/
                         --own-service or cannot listen"""
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from swarmgpu.cli.config import ConfigPath
+from swarmgpu.cli.exitcodes import CONFIG_ERROR
 from swarmgpu.cli.logs import setup_logging
 from swarmgpu.cli.said import say_error
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
@@ -179,26 +180,27 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
 
     # Refused before anything starts: the server's own errors were tracebacks, and a
     # NaN or huge period left the refresher spinning or dead (its wait cannot take it).
+    # Exit 78: no restart mends an option (the unit's RestartPreventExitStatus=78).
     if not (math.isfinite(refresh_s) and MIN_REFRESH_S <= refresh_s <= MAX_REFRESH_S):
         click.echo(f"swarmgpu agent: --refresh-s {refresh_s:g}: seconds between fact reads, "
                    f"at least {MIN_REFRESH_S} and at most {MAX_REFRESH_S} (e.g. 30)", err=True)
-        sys.exit(2)
+        sys.exit(CONFIG_ERROR)
     try:
         agent_mod.parse_listen(listen)
     except ValueError as exc:
         click.echo(f"swarmgpu agent: --listen: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(CONFIG_ERROR)
     from swarmgpu.core.configvalues import host_names_problem
     from swarmgpu.core.forwarded import parse_trusted
 
     if bad := host_names_problem("--allowed-hosts", allowed_hosts):
         click.echo(f"swarmgpu agent: {bad}", err=True)
-        sys.exit(2)
+        sys.exit(CONFIG_ERROR)
     try:
         proxies = parse_trusted(trusted_proxies)
     except ValueError as exc:
         click.echo(f"swarmgpu agent: --trusted-proxies: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(CONFIG_ERROR)
     setup_logging("INFO", log_format)
     src = _open(source, hostname, product, memory_mib, mig_layout)
     sampler = None
@@ -227,7 +229,7 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
         token = read_agent_token(token_file) if token_file else None
     except TokenRefused as exc:
         click.echo(f"swarmgpu agent: --token-file: {exc} ({AGENT_TOKENS_FIX})", err=True)
-        sys.exit(2)
+        sys.exit(CONFIG_ERROR)  # its content is wrong (a path or permission: 2, may mend)
     except (IdentityError, OSError) as exc:
         click.echo(f"swarmgpu agent: {exc}", err=True)
         sys.exit(2)

@@ -25,6 +25,7 @@ import math
 import re
 import struct
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 STR = "tag:yaml.org,2002:str"
@@ -195,12 +196,9 @@ def _g_text(f: float, rounded: Callable[[float], float], most: int) -> str:
     sign = "-" if math.copysign(1.0, f) < 0 else ""
     if f == 0:
         return sign + "0"
-    for places in range(most):
-        shown = f"{abs(f):.{places}e}"
-        if rounded(float(shown)) == abs(f):
-            break
-    mantissa, exp_text = shown.split("e")
-    digits, exp = mantissa.replace(".", "").rstrip("0") or "0", int(exp_text)
+    shown = _shortest(abs(f), rounded, most)
+    digits = "".join(map(str, shown.as_tuple().digits)).rstrip("0") or "0"
+    exp = shown.adjusted()
     if exp < -4 or exp >= 6:
         frac = f".{digits[1:]}" if len(digits) > 1 else ""
         return f"{sign}{digits[0]}{frac}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
@@ -210,6 +208,20 @@ def _g_text(f: float, rounded: Callable[[float], float], most: int) -> str:
     if point >= len(digits):
         return sign + digits + "0" * (point - len(digits))
     return f"{sign}{digits[:point]}.{digits[point:]}"
+
+
+def _shortest(a: float, rounded: Callable[[float], float], most: int) -> Decimal:
+    """The fewest digits that read back as ``a`` (> 0), the nearest of those, as Go's
+    Ryu does. Below a power of two the floats are twice as close as above it: the
+    nearest decimal of N digits may fall on that narrow side, outside what reads back,
+    while its neighbour on the wide side reads back (2**-1017: 16 digits, not 17)."""
+    for places in range(most):
+        near = Decimal(f"{a:.{places}e}")
+        step = Decimal(1).scaleb(near.adjusted() - places)
+        for d in (near, near + step, near - step):
+            if d > 0 and rounded(float(d)) == a:
+                return d
+    return Decimal(f"{a:.{most - 1}e}")  # ``most`` digits always read back
 
 
 def go_text(value: object) -> object:

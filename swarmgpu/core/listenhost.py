@@ -62,9 +62,20 @@ def host_problem(host: str, port: str = "") -> str | None:
             f"for DNS; write {fix}")
 
 
+def no_port_v6(listen: str, port: str) -> str | None:
+    """Why ``listen`` is an IPv6 address with no port, naming the form with ``port``, or
+    None: split at its last ':', ``::1`` read as the host ':' and the port 1."""
+    if ":" in listen and _is_ip(listen):
+        return (f"{quoted(listen)} is an IPv6 address with no port; write it in brackets "
+                f"with one: [{listen}]:{port}")
+    return None
+
+
 def listen_problem(where: str, listen: str, example: str) -> str | None:
     """Why ``listen`` (``HOST:PORT``, ``[V6]:PORT``) is no address to listen on, naming
     ``where`` and ``example``, or None."""
+    if bad := no_port_v6(listen, example.rpartition(":")[2]):
+        return f"{where}: {bad}"
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit() or not port.isascii():  # '²' is a digit to isdigit
         return f"{where}: {quoted(listen)}; use HOST:PORT, e.g. {example}"

@@ -85,6 +85,7 @@ class _Loader(yaml.SafeLoader):
         self.plain: set[int] = set()
         self.bare: dict[int, int] = {}  # node id -> the 1-based line of its ``!``
         self.nodes = 0  # composed (``MAX_NODES``)
+        self.aliased: dict[int, Any] = {}  # key node id -> the mark of its value's alias
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         # Counted as composed: a file of a million values took 40 s to compose before
@@ -99,6 +100,8 @@ class _Loader(yaml.SafeLoader):
             anchor = self.peek_event().anchor  # type: ignore[no-untyped-call]
             if anchor is not None:
                 self.anchors.pop(anchor, None)
+        elif isinstance(index, yaml.Node):  # a mapping's value written as an alias
+            self.aliased[id(index)] = self.peek_event().start_mark  # type: ignore[no-untyped-call]
         return super().compose_node(parent, index)
 
     def _note_bare(self, event: Any, node: yaml.Node) -> None:
@@ -136,6 +139,12 @@ class _Loader(yaml.SafeLoader):
             if key.tag != "tag:yaml.org,2002:merge":
                 own.append((key, value))
                 continue
+            if isinstance(value, yaml.SequenceNode) and id(key) in self.aliased:
+                # go-yaml (v2, v3: docker) takes a list written there, not an alias to one
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    "an alias after << must name a mapping, not a list (docker refuses "
+                    "it); write the list there: <<: [*a, *b]", self.aliased[id(key)])
             maps = value.value if isinstance(value, yaml.SequenceNode) else [value]
             for m in maps:
                 if not isinstance(m, yaml.MappingNode):

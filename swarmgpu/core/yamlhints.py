@@ -18,6 +18,8 @@ _HINTS = (
     ("cannot start any token", "quote the value (@ and ` cannot start one unquoted)"),
     ("did not find expected key", "indent the key as the other keys of its mapping"),
     ("did not find expected '-' indicator", "indent the '-' as the other items of its list"),
+    ("for merging", "merge a mapping or a list of them: <<: *a or <<: [*a, *b]"),
+    ("after << must name a mapping", "each alias in the list names a mapping"),
 )
 GENERAL = "check the indentation and quotes there"
 

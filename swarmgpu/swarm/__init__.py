@@ -18,8 +18,8 @@ objects and numbers read as Docker sends them, or refused naming the field),
 ``identity`` (agent identity from the swarm's own PKI), ``dockerproxy`` (the
 least-privilege door to the engine socket, with ``httpframe``, its strict HTTP framing,
 ``enginewire``, its side of the engine's connection, ``jsonstrict``, ``proxyhost``, the
-Host its loopback TCP listener takes, and ``surges``, its bound on the daemon's replica
-raises), ``agentservice`` (``agents.service`` against
+Host its loopback TCP listener takes, ``proxystop``, its clean stop on SIGTERM, and
+``surges``, its bound on the daemon's replica raises), ``agentservice`` (``agents.service`` against
 Swarm: the service named, the GPU-labelled nodes its tasks run on).
 Imports only ``swarmgpu.core``.
 """

@@ -61,6 +61,7 @@ from swarmgpu.swarm.enginewire import (
 from swarmgpu.swarm.httpframe import Refused, Request, RequestReader, split_target
 from swarmgpu.swarm.jsonstrict import JsonError, JsonTooLarge, load_answer, load_json
 from swarmgpu.swarm.proxyhost import loopback_host, tcp_listen
+from swarmgpu.swarm.proxystop import STOP_WAIT_S, finish_turn, stop_on_signals
 from swarmgpu.swarm.surges import (
     SurgeBook,
     SurgeRefused,
@@ -667,13 +668,19 @@ def serve(listen: str, upstream: str, checks: WriteChecks,
     _log.info("docker-proxy on {} -> {}: {} calls allowed (writes checked against the "
               "current spec); anything else is answered 400/403", listen, upstream,
               len(ALLOWED_CALLS))
-    if stop is not None:
-        def _watch() -> None:
-            stop.wait()
-            server.shutdown()
+    if stop is None:  # `swarmgpu docker-proxy`: SIGTERM/SIGINT end it cleanly (proxystop)
+        stop_on_signals(stop := threading.Event())
 
-        threading.Thread(target=_watch, daemon=True).start()
+    def _watch() -> None:
+        stop.wait()
+        _log.info("docker-proxy stopping: the turns in flight finish, no connection is taken")
+        server.shutdown()
+
+    threading.Thread(target=_watch, daemon=True).start()
     try:
         server.serve_forever(poll_interval=0.5)
     finally:
         server.server_close()
+        finished = finish_turn(server.whole) if stop.is_set() else True
+        _log.info("docker-proxy stopped{}", "" if finished else
+                  f" (a turn still ran after {STOP_WAIT_S:g} s: cut)")

@@ -28,12 +28,15 @@ def loopback_host(header: str | None) -> bool:
 
 def tcp_listen(listen: str) -> tuple[str, int]:
     """(host, port) of ``tcp://HOST:PORT`` where HOST is loopback (``127.0.0.1``,
-    ``localhost``, ``::1`` or ``[::1]``), or ValueError saying the fix."""
-    host, _, port = listen.removeprefix("tcp://").rpartition(":")
+    ``localhost``, ``::1`` or ``[::1]``; any case, one root dot), or ValueError saying
+    the fix."""
+    written, _, port = listen.removeprefix("tcp://").rpartition(":")
+    # a name read as loopback_host reads a Host (lower case, one root dot): one rule
+    host = written.lower().removesuffix(".")
     if host == "[::1]":  # as a URL writes it
         host = "::1"
     # ASCII digits: '²' and '٢' are digits to isdigit (int() raised, or read them)
-    if host not in ("127.0.0.1", "localhost", "::1") or not (port.isascii() and port.isdigit()):
+    if host not in LOOPBACK_NAMES or not (port.isascii() and port.isdigit()):
         raise ValueError(
             f"listen {listen!r}: TCP only on loopback, e.g. tcp://127.0.0.1:2375 or "
             "tcp://[::1]:2375 (the proxy has no authentication)"

@@ -44,7 +44,9 @@ class CycleTriggers:
     def begin(self) -> Trigger:
         """A cycle begins: what started it, counted."""
         with self._lock:
-            why: Trigger = self._asked or ("start" if self._first else "interval")
+            # the first is "start" even when asked for (an event as the daemon starts):
+            # it begins after the ask, so serves it, and "start" counts each start
+            why: Trigger = "start" if self._first else (self._asked or "interval")
             self._asked, self._first = None, False
         self._started.labels(trigger=why).inc()
         return why
