@@ -350,16 +350,22 @@ def running_jobs(parsed: Sequence[tuple[SwarmService, R]],
 
 
 def job_defaults(s: SwarmService, r: GpuRequest | RequestError | None, prefix: str,
-                 classes: Mapping[str, int] | None) -> GpuRequest | RequestError | None:
+                 classes: Mapping[str, int] | None, ceiling: int | None = None,
+                 ) -> GpuRequest | RequestError | None:
     """A job is batch work: unless its labels say otherwise it is of the lowest priority
     class and preemptible (a preempted job runs again: preemption's write to its spec
-    starts a new run, whatever its restart condition; docs/requests.md)."""
+    starts a new run, whatever its restart condition; docs/requests.md). ``ceiling``:
+    its tenant's ``max_priority`` (None: no tenants), which a default never passes: the
+    stack asked for no priority, so none of it is a request above its limit (capped by
+    ``Tenants.apply`` it read as one: `plan`'s "limited", `audit`'s tenant-limit)."""
     if s.mode not in JOB_MODES or not isinstance(r, GpuRequest):
         return r
     if f"{prefix}priority" not in s.labels:
         named = classes if classes is not None else DEFAULT_CLASSES
         if named:
             name, lowest = min(named.items(), key=lambda kv: (kv[1], kv[0]))
+            if ceiling is not None and lowest > ceiling:
+                name, lowest = "", ceiling
             r = replace(r, priority=lowest, priority_class=name)
     if r.preemptible is None:
         r = replace(r, preemptible=True)

@@ -216,7 +216,9 @@ class RequestReader:
                 if not isinstance(one, RequestError):
                     memo.shared_parse(labels, one)
             got = memo.parses[s.id] = LabelParse(labels, one)
-        r = job_defaults(s, got.request, self.prefix, self.classes)  # jobs: batch by default
+        ceiling = (self.tenants.of_service(s).max_priority
+                   if self.tenants is not None and s.mode in JOB_MODES else None)
+        r = job_defaults(s, got.request, self.prefix, self.classes, ceiling)  # batch by default
         if r is None:  # a request among its containers' labels is said, not ignored
             r = next(iter(container_request_errors(_container_labels(s), self.prefix)), None)
         if self.tenants is not None:  # what its tenant may have (per service, not shared)

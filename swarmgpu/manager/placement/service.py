@@ -6,7 +6,8 @@ composes them, in this order, into a draft local to this module, and builds the
 service's ``ServicePlan`` once from it:
 
 1. the request: a broken one, or a mode swarmgpu does not place: invalid; one its
-   queue's max holds back (``queues.QueueLimit``) while it holds nothing: all pending;
+   queue's max holds back (``queues.QueueLimit``) while it holds nothing: all pending,
+   gated only (step 3 alone);
 2. a rebalancing move owns the service: its holdings as they are, nothing written;
 3. ``gating``: its gate, env template, device mount (present, adopted); or it waits;
 4. a global service (``globalmode``): one holding per GPU node (and CPU-only node,
@@ -71,7 +72,7 @@ from swarmgpu.manager.placement.records import (
     Status,
 )
 from swarmgpu.manager.placement.replicas import placement_order, replicas_of
-from swarmgpu.manager.placement.restarts import settle_restarts, strands_waiting
+from swarmgpu.manager.placement.restarts import UNGATED, settle_restarts, strands_waiting
 from swarmgpu.manager.placement.spread import place_replicas
 from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, RequestError
@@ -98,9 +99,8 @@ def plan_service(
         d.status, d.state, d.reason = Status.INVALID, State.INVALID, str(r)
         return d.build(NO_WRITES)
     d = _Draft(s, r, r.describe())
-    if cap is not None and cap.whole:  # its queue's max: all of it waits, nothing else
-        d.status, d.state, d.reason = Status.PENDING, State.PENDING, cap.reason
-        return d.build(NO_WRITES)
+    if cap is not None and cap.whole:  # its queue's max: all of it waits, only gated
+        return _held_at_max(d, s, r, running_on, waiting, cyc, cap)
     d.mode = s.mode
     if s.mode not in _MODES:
         d.status, d.state = Status.INVALID, State.INVALID
@@ -155,6 +155,23 @@ def plan_service(
 _MODES = frozenset(("replicated", "global", "replicated-job", "global-job"))
 RENEW_WHY = ("its waiting task, which Swarm has not tried since a write of its spec, "
              "replaced where it is (nothing of it runs)")
+
+
+AT_MAX = ("place", "its task runs without a device list (no device env: it may see every "
+                   "GPU of its node) while its queue's max keeps it waiting: it restarts "
+                   "once behind its gate, which no node opens, so it holds no GPU")
+
+
+def _held_at_max(d: _Draft, s: SwarmService, r: GpuRequest, running_on: Mapping[str, int],
+                 waiting: Waiting, cyc: Cycle, cap: QueueLimit) -> ServicePlan:
+    """Step 1's wait at the queue's max, with step 3 alone: its gate and env adopted
+    (nothing placed). Without them a stack deployed without render ran its task on with
+    every GPU of its node, counted against no quota (a service short of room was gated)."""
+    d.mode = s.mode
+    gated = d.gated(gate_service(s, r, cyc))
+    d.status, d.state = Status.PENDING, State.PENDING
+    d.reason = cap.reason if gated else f"{cap.reason}; {d.reason}"
+    return _written(d, s, running_on, waiting, cyc, ungated=AT_MAX)
 
 
 def _plan_global(
@@ -408,10 +425,18 @@ def _finish(
              if d.state != State.REBALANCING and not d.job_running else None)
     if stale is not None and stale not in d.labels_remove:
         d.labels_remove += (stale,)
+    return _written(d, s, running_on, waiting, cyc)
+
+
+def _written(d: _Draft, s: SwarmService, running_on: Mapping[str, int], waiting: Waiting,
+             cyc: Cycle, ungated: tuple[str, str] = UNGATED) -> ServicePlan:
+    """Step 9, then the plan; ``ungated``: the decision of a write adopting a task that
+    runs without a device list."""
     writes = d.writes()
     settled = settle_restarts(writes, d.decision, s, running_on, d.node_remove, cyc)
     if settled is not None:
-        writes, d.decision, d.held = settled.writes, settled.decision, settled.held
+        writes, d.held = settled.writes, settled.held
+        d.decision = ungated if settled.decision == UNGATED else settled.decision
         if settled.note is not None:
             # What adoption said it added was not added: the held note says what waits.
             d.warnings = [w for w in d.warnings if not w.startswith("adopted")]
