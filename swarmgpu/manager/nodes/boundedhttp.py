@@ -39,6 +39,8 @@ TLS_ANSWERED = "tls-answered"  # an HTTP GET: a TLS server answered
 TLS = "tls"  # the TLS handshake failed otherwise (the reason says how)
 CERTIFICATE = "certificate"  # the peer's certificate failed verification
 HTTP = "http"  # a TCP peer that broke HTTP
+TOO_LARGE = "too-large"  # a body past max_bytes (the caller's cap: its setting says so)
+HEAD_TOO_LARGE = "head-too-large"  # a head past MAX_HEAD_BYTES, which no setting raises
 
 
 class FetchError(Exception):
@@ -175,7 +177,7 @@ class _Dechunker:
                 raise FetchError("sent a chunk not followed by CRLF (its size is wrong)")
             self.out += data[start:start + size]
             if len(self.out) > self.max_bytes:
-                raise FetchError(f"sent more than {self.max_bytes} bytes")
+                raise FetchError(f"sent more than {self.max_bytes} bytes", kind=TOO_LARGE)
             self.pos = self.seen = start + size + 2
         # The trailer section (RFC 9112 7.1.2) ends in a blank line: none is CRLF CRLF.
         if closed or data.find(b"\r\n\r\n", self.seen) >= 0:
@@ -359,7 +361,8 @@ def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
                 end = _head_end(buf)
             if end < 0:
                 if len(buf) + interim > MAX_HEAD_BYTES:
-                    raise FetchError(f"sent more than {MAX_HEAD_BYTES} bytes of headers")
+                    raise FetchError(f"sent more than {MAX_HEAD_BYTES} bytes of headers",
+                                     kind=HEAD_TOO_LARGE)
                 if _looks_like_tls(buf):
                     raise FetchError("answered in TLS, not plain HTTP", kind=TLS_ANSWERED)
                 if not chunk:
@@ -381,10 +384,13 @@ def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
                 raise FetchError("sent its body compressed (Content-Encoding), though asked "
                                  "for identity: a proxy in between?")
             if length is not None and length > max_bytes:
-                raise FetchError(f"sent more than {max_bytes} bytes")
+                # Refused unread: what it said it would send, not what it sent (it may
+                # close after two bytes, which a higher cap would then meet).
+                raise FetchError(f"announced a body of {length} bytes, more than "
+                                 f"{max_bytes}", kind=TOO_LARGE)
         size = len(buf) - body_at  # counted, not copied: a copy a read was quadratic
         if size > max_bytes + (64 * 1024 if dechunker is not None else 0):
-            raise FetchError(f"sent more than {max_bytes} bytes")
+            raise FetchError(f"sent more than {max_bytes} bytes", kind=TOO_LARGE)
         if dechunker is not None:
             got = dechunker.parse(buf, closed=not chunk)
             if got is not None:
