@@ -17,20 +17,24 @@ import socketserver
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.forged import RecordingSwarm
 from support.gpu_nodes import RTX4090
+from support.identity import FakeSource, daemon_context, loopback_node
 
+from swarmgpu.agent.server import build_server
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
-from swarmgpu.manager.nodes.agent_client import fetch_facts, parse_json_bounded
+from swarmgpu.manager.nodes.agent_client import fetch_all, fetch_facts, parse_json_bounded
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.sync import LabelSync, Snapshot, fetch_agents
 from swarmgpu.swarm.client import SwarmNode
+from swarmgpu.swarm.identity import ReloadingServerContext
 from swarmgpu.swarm.labels import desired_labels
 
 P = "swarmgpu."
@@ -269,3 +273,43 @@ def test_the_hostile_benchmarks_p90_is_within_its_samples() -> None:
     assert bench.p90([0.0101, 0.0135]) <= 0.0135
     assert bench.p90([0.02]) == 0.02
     assert bench.p90([float(i) for i in range(1, 11)]) == pytest.approx(9.1)
+
+
+# --- TLS: the certificate of another node ------------------------------------------------
+
+def test_an_agent_with_another_nodes_certificate_is_refused_alone_in_the_cycle(
+        pki: dict[str, Path], tmp_path: Path) -> None:
+    """With ``agents.identity: swarm-pki`` the daemon compares the verified certificate's
+    CN with the node ID Swarm lists (and O, OU), not the facts' hostname alone: an agent
+    serving a manager's certificate (CN mgr1) at node9's address is refused, its labels
+    kept, while node1, whose agent serves its own, is labelled the same cycle."""
+    servers = []
+    port = 0
+    for addr, cert in (("127.0.0.2", "node1"), ("127.0.0.3", "mgr")):
+        ctx = ReloadingServerContext(pki[cert], pki[cert].with_suffix(".key"), pki["ca"])
+        srv = build_server(FakeSource(), f"{addr}:{port}", refresh_s=60, tls=ctx)
+        port = srv.server_address[1]
+        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
+        servers.append(srv)
+    host = RTX4090.hostname
+    old = {**desired_labels(replace(RTX4090.facts(), gpus=()), P), "zone": "a"}
+    nodes = [replace(loopback_node("node1"), addr="127.0.0.2", labels=dict(old)),
+             replace(loopback_node("node9"), addr="127.0.0.3", labels=dict(old))]
+    try:
+        cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                     agents=AgentsConfig(port=port, timeout_s=3.0))
+        sw = RecordingSwarm(nodes, [], [])
+        facts = fetch_all(sw.nodes(), cfg.agents, daemon_context(pki))
+        sync = LabelSync(sw, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
+        report = sync.cycle(Snapshot(sw.nodes(), [], [], facts), hold=False)
+        sync.flush()
+    finally:
+        for srv in servers:
+            srv.shutdown()
+            srv.server_close()
+    assert sw.node("node1").labels == {**desired_labels(RTX4090.facts(), P), "zone": "a"}
+    assert sw.node("node9").labels == old
+    (err,) = report.errors
+    assert err.startswith(f"{host}: ") and "certificate of node 'mgr1', not of" in err, err
+    assert "node9" in err and "fix: agents.url_template" in err, err
