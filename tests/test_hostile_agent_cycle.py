@@ -313,3 +313,45 @@ def test_an_agent_with_another_nodes_certificate_is_refused_alone_in_the_cycle(
     (err,) = report.errors
     assert err.startswith(f"{host}: ") and "certificate of node 'mgr1', not of" in err, err
     assert "node9" in err and "fix: agents.url_template" in err, err
+
+
+# --- a name whose resolution hangs ({hostname} templates) ----------------------------------
+
+@pytest.mark.timeout(60)
+def test_a_hostname_whose_lookup_hangs_ends_at_the_fetchs_deadline(
+        agents: Callable[[list[Answer]], int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root on a node names its host (Swarm reports the engine's hostname): one in a
+    domain whose name server answers slowly held that node's fetch in ``getaddrinfo``,
+    outside the deadline, for the resolver's own timeouts, and with it a slot of
+    ``agents.parallel``: the nodes after it waited. Here the lookup of that one name
+    hangs (released at the end); the fetch ends at its deadline and the next node is
+    read in the same ``fetch_all``. A name that does not resolve was said "cannot
+    connect", its fix "start the agent on that node"."""
+    port = agents([ok(json.dumps(facts_of("gpu-b", 1)).encode())])
+    release = threading.Event()
+    real = socket.getaddrinfo
+
+    def lookup(host: Any, *args: Any, **kw: Any) -> Any:
+        if host == "slow.example.org":
+            release.wait(30)
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        if host == "gone.example.org":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real("127.0.0.2" if host == "gpu-b" else host, *args, **kw)  # its agent
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    nodes = [swarm_node(0, "slow.example.org", {}), swarm_node(1, "gpu-b", {}),
+             swarm_node(2, "gone.example.org", {})]
+    cfg = AgentsConfig(port=port, timeout_s=1.0, identity="none", parallel=1,
+                       url_template="http://{hostname}:{port}")
+    try:
+        got = fetch_all(nodes, cfg)  # one at a time: the slow name first
+    finally:
+        release.set()
+    slow = got["n0"]
+    assert slow.facts is None and slow.error and "within 1.0s" in slow.error, slow.error
+    assert slow.cause == "no answer to connect", slow.cause
+    assert got["n1"].facts is not None, got["n1"].error
+    # A name that does not resolve is said so, not "nothing listens: start the agent".
+    gone = got["n2"]
+    assert gone.cause == "host name unresolved" and "{addr}" in gone.fix, gone

@@ -255,6 +255,10 @@ def _cause_fix(exc: boundedhttp.FetchError) -> tuple[str, str]:
     if exc.kind == boundedhttp.CONNECT:
         return ("nothing listens", "start the agent on that node (swarmgpu-agent.service, or "
                 "the stack's agent service), or check agents.port")
+    if exc.kind == boundedhttp.UNRESOLVED:
+        return "host name unresolved", (
+            "the node's hostname (as Swarm reports it) must resolve from this manager, or "
+            "use {addr} in agents.url_template")
     if exc.kind == boundedhttp.PLAIN_HTTP:
         return "plain HTTP (the agent has no node certificate)", _FIX_PLAIN_HTTP
     if exc.kind == boundedhttp.TLS_ANSWERED:
