@@ -68,6 +68,12 @@ class _Source:
         return replace(RTX4090.facts(), hostname="honest")
 
 
+def p90(lat: list[float]) -> float:
+    """The 90th percentile within the samples: ``quantiles``' default (exclusive) reaches
+    past them (2 rounds: a p90 above the max), and needs two."""
+    return statistics.quantiles(lat, n=10, method="inclusive")[-1] if len(lat) > 1 else lat[0]
+
+
 def node(i: int, host: str) -> SwarmNode:
     return SwarmNode(f"n{i}", host, f"127.0.0.{10 + i}", "worker", "ready", "active", {}, {},
                      1, {}, {})
@@ -164,10 +170,9 @@ def flood_part(rounds: int, timeout_s: float) -> list[str]:
                     finally:
                         if proc is not None:
                             slowflood.stop(proc)
-                    q = statistics.quantiles(lat, n=10)
                     lines.append(f"{what}, {label}:".ljust(52) + f"{ok:>5}/{rounds:<3}"
                                  f"{statistics.median(lat) * 1000:7.1f} ms"
-                                 f"{q[-1] * 1000:7.1f} ms{max(lat) * 1000:7.1f} ms  "
+                                 f"{p90(lat) * 1000:7.1f} ms{max(lat) * 1000:7.1f} ms  "
                                  f"{server.evicted_total - evicted}")
                     time.sleep(HEAD_DEADLINE_S + 0.5)  # the last flood's heads time out
         finally:

@@ -82,6 +82,11 @@ _FIX_HOST = (
     "a plain-HTTP agent without a token answers only a Host it knows (DNS rebinding): keep "
     "{addr} in agents.url_template, or start the agent with --allowed-hosts NAME")
 _FIX_OTHER = "check the agent's log on that node (journalctl -u swarmgpu-agent)"
+# An agent's head is a few hundred bytes, and the cap on it is no setting: 64 KiB of
+# headers (or of 1xx heads) is something else on that port, or in between.
+_FIX_HEAD = (
+    "no agent sends so large a head: check what answers on the agent port there (another "
+    "service, or a proxy in between)")
 
 
 def agent_base_url(node: SwarmNode, cfg: AgentsConfig) -> str:
@@ -147,7 +152,7 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
                     "agent port are reachable from this manager (firewall, routing)",
                     listening=connected)
     except boundedhttp.FetchError as exc:
-        if "more than" in str(exc):
+        if exc.kind == boundedhttp.TOO_LARGE:  # (not a head too large: no setting reads it)
             return fail(f"agent at {url} {exc}; refusing it "
                         "(raise agents.max_response_bytes if that is real)",
                         "answer too large", "raise agents.max_response_bytes if that is real")
@@ -250,10 +255,16 @@ def _cause_fix(exc: boundedhttp.FetchError) -> tuple[str, str]:
     if exc.kind == boundedhttp.CONNECT:
         return ("nothing listens", "start the agent on that node (swarmgpu-agent.service, or "
                 "the stack's agent service), or check agents.port")
+    if exc.kind == boundedhttp.UNRESOLVED:
+        return "host name unresolved", (
+            "the node's hostname (as Swarm reports it) must resolve from this manager, or "
+            "use {addr} in agents.url_template")
     if exc.kind == boundedhttp.PLAIN_HTTP:
         return "plain HTTP (the agent has no node certificate)", _FIX_PLAIN_HTTP
     if exc.kind == boundedhttp.TLS_ANSWERED:
         return "TLS (the agent serves HTTPS)", _FIX_TLS_ANSWERED
+    if exc.kind == boundedhttp.HEAD_TOO_LARGE:
+        return "headers too large", _FIX_HEAD
     if exc.kind == boundedhttp.CERTIFICATE:
         return text.replace("TLS certificate refused: ", "certificate refused: "), _FIX_CERT
     if exc.kind == boundedhttp.TLS:
@@ -264,6 +275,32 @@ def _cause_fix(exc: boundedhttp.FetchError) -> tuple[str, str]:
     return text, _FIX_OTHER
 
 
+class _NotJsonNumber(ValueError):
+    """A number JSON has not (its message says which, never quoting more than 40
+    characters of it)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJsonNumber(f"it holds {name}, which is not JSON")
+
+
+def _bounded_int(text: str) -> int:
+    # Past 4300 digits int() raises a ValueError of no position ("invalid JSON"); no
+    # fact is an integer of more than 16 digits (model.MAX_INT).
+    digits = len(text.lstrip("-"))
+    if digits > 20:
+        raise _NotJsonNumber(f"it holds a number of {digits} digits; a fact has 16 at most")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _NotJsonNumber(f"it holds {text[:40]!r}, past a 64-bit float: not JSON "
+                             "(json reads it as inf)")
+    return value
+
+
 def parse_json_bounded(body: bytes) -> tuple[Any, str | None]:
     """(value, None) or (None, why): never raises, never quotes the body.
 
@@ -271,7 +308,10 @@ def parse_json_bounded(body: bytes) -> tuple[Any, str | None]:
     the text, before parsing (``jsonstrict.shape_fault``): json's C scanner would raise
     RecursionError on deep nesting, and a few MiB of ``[{},...]`` take ~100 MiB parsed.
     A key given twice in one object is refused: json keeps the last one silently, another
-    reader of the same answer (jq, a proxy, a person) may take the first.
+    reader of the same answer (jq, a proxy, a person) may take the first. So are NaN,
+    Infinity and numbers past a 64-bit float or of more than 20 digits, which are no
+    JSON (RFC 8259 6): json reads them, and a string field took ``nan`` or ``inf`` as its
+    text (a GPU product ``nan`` labelled the node).
     """
     try:
         text = body.decode("utf-8")
@@ -280,7 +320,10 @@ def parse_json_bounded(body: bytes) -> tuple[Any, str | None]:
     if (fault := shape_fault(text)) is not None:
         return None, f"{fault}; a node's facts hold some thousands, nested a few deep"
     try:
-        return json.loads(text, object_pairs_hook=unique_keys), None
+        return json.loads(text, object_pairs_hook=unique_keys, parse_constant=_no_constant,
+                          parse_int=_bounded_int, parse_float=_finite_float), None
+    except _NotJsonNumber as exc:
+        return None, str(exc)
     except RepeatedKey as exc:
         return None, f"it names {peer_text(exc.key, 40)!r} twice in one object"
     except RecursionError:

@@ -7,17 +7,22 @@ set to what is left of one deadline, so the whole request ends by ``timeout_s`` 
 the peer does. Redirects are never followed, and errors never contain what the peer sent
 (a body could carry an internal page, read back through the daemon's map).
 
-Only DNS resolution (``{hostname}`` templates) is outside the deadline: Python's resolver
-call cannot be interrupted. ``{addr}`` templates need none.
+DNS resolution (``{hostname}`` templates) cannot be interrupted: it runs in a thread of
+its own that the GET stops waiting for at the deadline (``_resolve``), so a name whose
+server answers slowly (root on a node names its host) costs that node its deadline, not
+the resolver's timeouts. ``{addr}`` templates need none.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 from swarmgpu.core.healthcheck import HTTPS_ONLY_HEADER
@@ -39,6 +44,9 @@ TLS_ANSWERED = "tls-answered"  # an HTTP GET: a TLS server answered
 TLS = "tls"  # the TLS handshake failed otherwise (the reason says how)
 CERTIFICATE = "certificate"  # the peer's certificate failed verification
 HTTP = "http"  # a TCP peer that broke HTTP
+UNRESOLVED = "unresolved"  # the host's name did not resolve (connected is False)
+TOO_LARGE = "too-large"  # a body past max_bytes (the caller's cap: its setting says so)
+HEAD_TOO_LARGE = "head-too-large"  # a head past MAX_HEAD_BYTES, which no setting raises
 
 
 class FetchError(Exception):
@@ -175,7 +183,7 @@ class _Dechunker:
                 raise FetchError("sent a chunk not followed by CRLF (its size is wrong)")
             self.out += data[start:start + size]
             if len(self.out) > self.max_bytes:
-                raise FetchError(f"sent more than {self.max_bytes} bytes")
+                raise FetchError(f"sent more than {self.max_bytes} bytes", kind=TOO_LARGE)
             self.pos = self.seen = start + size + 2
         # The trailer section (RFC 9112 7.1.2) ends in a blank line: none is CRLF CRLF.
         if closed or data.find(b"\r\n\r\n", self.seen) >= 0:
@@ -197,10 +205,13 @@ def get(
     parts = urlsplit(url)
     host, port, host_header, request = _request(parts, headers)
     try:
-        raw = socket.create_connection((host, port), timeout=_left(deadline))
+        raw = _connect(host, port, deadline)
     except OSError as exc:
         if isinstance(exc, TimeoutError):
             raise Deadline(connected=False) from None
+        if isinstance(exc, socket.gaierror):
+            raise FetchError(f"cannot resolve its host name ({exc.__class__.__name__})",
+                             kind=UNRESOLVED, connected=False) from None
         raise FetchError(f"cannot connect ({exc.__class__.__name__})", kind=CONNECT,
                          connected=False) from None
     sock: socket.socket = raw
@@ -232,6 +243,49 @@ def get(
         raise
     finally:
         sock.close()
+
+
+def _connect(host: str, port: int, deadline: float) -> socket.socket:
+    """``socket.create_connection`` within ``deadline``, its name's lookup too."""
+    err: OSError = OSError(f"no address for {host[:64]!r}")
+    for family, kind, proto, _, addr in _resolve(host, port, deadline):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(_left(deadline))
+            sock.connect(addr)
+            return sock
+        except OSError as exc:  # the next address, as create_connection tries it
+            sock.close()
+            err = exc
+    raise err
+
+
+def _resolve(host: str, port: int, deadline: float) -> list[Any]:
+    """``getaddrinfo`` of ``host``, waited for until ``deadline`` at most (TimeoutError):
+    the lookup cannot be interrupted, so it runs in a daemon thread left to end by the
+    resolver's own timeouts. An IP literal is read at once, no thread."""
+    try:
+        ipaddress.ip_address(host.partition("%")[0])
+        return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+    except ValueError:
+        pass
+    got: list[Any] = []
+    done = threading.Event()
+
+    def lookup() -> None:
+        try:
+            got.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+        except OSError as exc:
+            got.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=lookup, name="agent-dns", daemon=True).start()
+    if not done.wait(_left(deadline)):
+        raise TimeoutError
+    if isinstance(got[0], OSError):
+        raise got[0]
+    return list(got[0])
 
 
 def _request(parts: SplitResult, headers: Mapping[str, str] | None
@@ -293,7 +347,7 @@ def _answers_tls(host: str, port: int, deadline: float) -> bool:
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE  # a probe: the certificate is not trusted for anything
     try:
-        with socket.create_connection((host, port), timeout=_left(deadline)) as raw:
+        with _connect(host, port, deadline) as raw:
             raw.settimeout(_left(deadline))
             with ctx.wrap_socket(raw):
                 return True
@@ -307,7 +361,7 @@ def _answers_plain_http(host: str, port: int, host_header: str, deadline: float)
     then say so, instead of a TLS library's 'wrong version number'.) Within the same
     deadline; only the first bytes of the answer are read, never kept."""
     try:
-        with socket.create_connection((host, port), timeout=_left(deadline)) as s:
+        with _connect(host, port, deadline) as s:
             s.settimeout(_left(deadline))
             s.sendall(f"GET /healthz HTTP/1.1\r\nHost: {host_header}\r\nConnection: close"
                       "\r\nUser-Agent: swarmgpu\r\n\r\n".encode("latin-1"))
@@ -359,7 +413,8 @@ def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
                 end = _head_end(buf)
             if end < 0:
                 if len(buf) + interim > MAX_HEAD_BYTES:
-                    raise FetchError(f"sent more than {MAX_HEAD_BYTES} bytes of headers")
+                    raise FetchError(f"sent more than {MAX_HEAD_BYTES} bytes of headers",
+                                     kind=HEAD_TOO_LARGE)
                 if _looks_like_tls(buf):
                     raise FetchError("answered in TLS, not plain HTTP", kind=TLS_ANSWERED)
                 if not chunk:
@@ -381,10 +436,13 @@ def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
                 raise FetchError("sent its body compressed (Content-Encoding), though asked "
                                  "for identity: a proxy in between?")
             if length is not None and length > max_bytes:
-                raise FetchError(f"sent more than {max_bytes} bytes")
+                # Refused unread: what it said it would send, not what it sent (it may
+                # close after two bytes, which a higher cap would then meet).
+                raise FetchError(f"announced a body of {length} bytes, more than "
+                                 f"{max_bytes}", kind=TOO_LARGE)
         size = len(buf) - body_at  # counted, not copied: a copy a read was quadratic
         if size > max_bytes + (64 * 1024 if dechunker is not None else 0):
-            raise FetchError(f"sent more than {max_bytes} bytes")
+            raise FetchError(f"sent more than {max_bytes} bytes", kind=TOO_LARGE)
         if dechunker is not None:
             got = dechunker.parse(buf, closed=not chunk)
             if got is not None:
