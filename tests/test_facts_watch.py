@@ -52,7 +52,7 @@ def _watched(tmp: Path, monkeypatch: pytest.MonkeyPatch, recorded: HealthSignals
                         lambda *_a, **_k: _facts(answered))
     monkeypatch.setattr(d.swarm, "nodes", lambda: [_node()], raising=False)
     runs: list[Any] = []
-    monkeypatch.setattr(d, "trigger", lambda: runs.append(1))
+    monkeypatch.setattr(d, "trigger", lambda why: runs.append(1) if why == "facts" else None)
     d._watch_facts()
     return runs
 
