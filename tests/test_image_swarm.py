@@ -369,7 +369,16 @@ def test_swarmgpu_stack_deploys_as_shipped(swarm: SwarmCluster, image: dict[str,
     # SIGTERM ends every role, not the grace period and a SIGKILL (exit 137): the
     # engines' own records of each stack container's stop say which signals it was sent
     # and how it ended (the seconds above are a figure, not the check).
-    ends = _stop_records(swarm, "sgstack", since, time.time())
+    # (read until every container's die is recorded: the proxy ends a moment after the
+    # daemon, whose port the wait above watched, so one early read can miss its exit)
+    def _ended() -> list[dict[str, Any]] | None:
+        got = _stop_records(swarm, "sgstack", since, time.time())
+        roles = {e["service"] for e in got}
+        whole = len(roles) == 3 and all(e["exit_code"] is not None for e in got)
+        return got if whole else None
+
+    ends = swarm.wait_for(_ended, 30, "the engines' records of each stack container's end",
+                          interval=1.0)
     print(f"the stack's containers stopped: {ends}", file=sys.stderr)
     roles = {e["service"] for e in ends}
     assert roles == {"sgstack_agent", "sgstack_daemon", "sgstack_docker-proxy"}, ends
