@@ -8,6 +8,7 @@ the facts watch or on the interval timer could only be guessed from how soon it 
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter
 from support.forged import DGX_F, RecordingSwarm, sw_node
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
-from swarmgpu.manager.cycle.triggers import CycleTriggers
+from swarmgpu.manager.cycle.triggers import CycleTriggers, follow_up
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes import boundedhttp
 
@@ -39,7 +40,7 @@ class Agent:
 def started(d: Daemon) -> dict[str, float]:
     got = {why: d.metrics.registry.get_sample_value("swarmgpu_cycles_started_total",
                                                     {"trigger": why})
-           for why in ("start", "interval", "facts", "event", "reconnect")}
+           for why in ("start", "interval", "facts", "event", "reconnect", "followup")}
     return {why: n for why, n in got.items() if n}
 
 
@@ -116,3 +117,32 @@ def test_the_first_cycle_is_counted_start_even_with_an_ask_before_it() -> None:
     t.ask("event")
     assert t.begin() == "start" and not t.is_set()
     assert reg.get_sample_value("c_total", {"trigger": "event"}) is None
+
+
+def test_a_step_that_wrote_asks_for_the_next_cycle_counted_followup(
+        tmp_path: Path, agent: Agent) -> None:
+    """The placement, rebalance and preemption steps ask for a cycle a second after they
+    wrote. They did so by ``threading.Timer(1.0, host.trigger)``, unchecked by mypy: once
+    ``trigger`` took its reason each such timer died in its thread (a ``TypeError`` in 83
+    warnings of stop 82's CI) and the next cycle waited for the interval."""
+    d, _ = daemon(tmp_path)
+    d._safe_cycle()
+    follow_up(d.trigger, delay_s=0.0).join(5)
+    assert d._rerun.is_set()
+    d._safe_cycle()
+    assert started(d) == {"start": 1, "followup": 1}
+
+
+def test_no_step_starts_an_unchecked_timer_on_the_trigger() -> None:
+    """Every timed ask goes through ``follow_up`` (typed); a bare ``threading.Timer``
+    handed a ``trigger`` is the call that broke."""
+    root = Path(__file__).resolve().parents[1] / "swarmgpu"
+    bare = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "Timer"
+                    and any(isinstance(a, ast.Attribute) and a.attr == "trigger"
+                            for a in node.args)):
+                bare.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert bare == [], bare

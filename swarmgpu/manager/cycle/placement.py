@@ -37,6 +37,7 @@ from swarmgpu.manager.cycle.oneshot_holds import one_shot_nominations
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.releases import drop_writes, hold_stale_releases, hold_unreleased
 from swarmgpu.manager.cycle.session import CycleSession, Slot
+from swarmgpu.manager.cycle.triggers import follow_up
 from swarmgpu.manager.cycle.workloadstore import load_workload, pinned_workload, store_workload
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.engine.stop import read_cut
@@ -514,9 +515,7 @@ class PlacementStep(Step):
             host.metrics.placements.labels(outcome="written").inc(written)
         if any(sp.gates_deferred or sp.force_update for sp in plan.services):
             # Replaced tasks appear within a second; open their gates right after.
-            timer = threading.Timer(1.0, host.trigger)
-            timer.daemon = True
-            timer.start()
+            follow_up(host.trigger)
 
     def _say_pending(self, sp: ServicePlan, note: str, again: bool) -> None:
         """A pending line, said once while it lasts (``again``: a new note). A task its

@@ -4,12 +4,11 @@ once it stopped or moved victims."""
 
 from __future__ import annotations
 
-import threading
-
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.cycle.session import CycleSession, Slot
+from swarmgpu.manager.cycle.triggers import follow_up
 
 
 class PreemptStep(Step):
@@ -43,6 +42,4 @@ class PreemptStep(Step):
                                     ports=session.planner.port_takers)
         if done and not (cfg.preemption.dry_run or cfg.dry_run):
             # The victims' tasks stop within their grace period: plan again soon.
-            timer = threading.Timer(1.0, host.trigger)
-            timer.daemon = True
-            timer.start()
+            follow_up(host.trigger)

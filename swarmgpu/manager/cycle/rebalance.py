@@ -17,7 +17,6 @@ unless the policy released it to placement (best healthy GPU on the same node).
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -33,6 +32,7 @@ from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
+from swarmgpu.manager.cycle.triggers import follow_up
 from swarmgpu.manager.engine.stop import read_cut
 from swarmgpu.manager.nodes.agentbook import lost_s, stale_nodes
 from swarmgpu.manager.nodes.gpuowners import rejoined
@@ -267,9 +267,7 @@ class Rebalancer(Step):
         if any(not (self.health_mover if st.trigger == Trigger.HEALTH else self.mover).dry_run
                for st in self.mover.records().values()):
             # A move in flight progresses on the next cycle: make that one come soon.
-            timer = threading.Timer(1.0, self.host.trigger)
-            timer.daemon = True
-            timer.start()
+            follow_up(self.host.trigger)
 
     def live_holds(self, live: AbstractSet[str] | Mapping[str, str], left_out: bool = False,
                    ) -> list[Nomination]:

@@ -2,7 +2,9 @@
 
 A cycle runs on the interval timer or sooner, when something asks (``Daemon.trigger``):
 the facts watch saw an agent's facts change, a node or service event came, the event
-stream reopened (what it missed is unknown). ``swarmgpu_cycles_started_total{trigger}``
+stream reopened (what it missed is unknown), or a step of the cycle itself wrote something
+whose effect the next cycle finishes (``followup``: replaced tasks' gates, a move in
+flight, preempted victims). ``swarmgpu_cycles_started_total{trigger}``
 says which, so an operator sees whether the watches do the work or the timer does, and
 a test checks a change arrived by the watch without timing it.
 """
@@ -10,13 +12,24 @@ a test checks a change arrived by the watch without timing it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Literal
 
 from prometheus_client import Counter
 
 # "start": the daemon's first cycle; "interval": the timer (also run early by a step of
 # the wall clock, Daemon._clock_check); the rest come through Daemon.trigger.
-Trigger = Literal["start", "interval", "facts", "event", "reconnect"]
+Trigger = Literal["start", "interval", "facts", "event", "reconnect", "followup"]
+
+
+def follow_up(trigger: Callable[[Trigger], None], delay_s: float = 1.0) -> threading.Timer:
+    """Ask for a cycle in ``delay_s`` (what was written shows in Swarm by then), counted
+    as ``followup``. The ask is typed here: a bare ``Timer(1.0, host.trigger)`` is not
+    checked, and once ``trigger`` took its reason such a timer died in its thread."""
+    timer = threading.Timer(delay_s, lambda: trigger("followup"))
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 class CycleTriggers:
