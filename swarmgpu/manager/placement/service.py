@@ -5,9 +5,9 @@ nothing to the plan; no step sees another's result but as its input. ``plan_serv
 composes them, in this order, into a draft local to this module, and builds the
 service's ``ServicePlan`` once from it:
 
-1. the request: a broken one, or a mode swarmgpu does not place: invalid; one its
-   queue's max holds back (``queues.QueueLimit``) while it holds nothing: all pending,
-   gated only (step 3 alone);
+1. the request: a broken one (gated only, step 3 alone), or a mode swarmgpu does not
+   place: invalid; one its queue's max holds back (``queues.QueueLimit``) while it
+   holds nothing: all pending, gated only (step 3 alone);
 2. a rebalancing move owns the service: its holdings as they are, nothing written;
 3. ``gating``: its gate, env template, device mount (present, adopted); or it waits;
 4. a global service (``globalmode``): one holding per GPU node (and CPU-only node,
@@ -95,9 +95,7 @@ def plan_service(
     """One service's plan, its steps in the module's order. ``cap``: at most this many
     replicas are placed, and why the others wait (its queue's max, ``placement.queues``)."""
     if isinstance(r, RequestError):
-        d = _Draft(s, None, "")
-        d.status, d.state, d.reason = Status.INVALID, State.INVALID, str(r)
-        return d.build(NO_WRITES)
+        return _invalid(_Draft(s, None, ""), s, r, running_on, waiting, cyc)
     d = _Draft(s, r, r.describe())
     if cap is not None and cap.whole:  # its queue's max: all of it waits, only gated
         return _held_at_max(d, s, r, running_on, waiting, cyc, cap)
@@ -172,6 +170,26 @@ def _held_at_max(d: _Draft, s: SwarmService, r: GpuRequest, running_on: Mapping[
     d.status, d.state = Status.PENDING, State.PENDING
     d.reason = cap.reason if gated else f"{cap.reason}; {d.reason}"
     return _written(d, s, running_on, waiting, cyc, ungated=AT_MAX)
+
+
+INVALID_UNGATED = ("place", "its task runs without a device list (no device env: it may "
+                            "see every GPU of its node) while its request is invalid: it "
+                            "restarts once behind its gate, which opens only where it "
+                            "holds GPUs (none until its labels are fixed and it is placed)")
+
+
+def _invalid(d: _Draft, s: SwarmService, r: RequestError, running_on: Mapping[str, int],
+             waiting: Waiting, cyc: Cycle) -> ServicePlan:
+    """Step 1's invalid request, with step 3 alone: its gate and env adopted as a valid
+    request's are (nothing placed; what it holds the planner keeps). Without them a stack
+    deployed without render with a broken label ran its task where Swarm put it, with
+    every GPU of its node, counted against no quota: the labels are the tenant's, the
+    gate the operator's (``placement.adopt_ungated``)."""
+    d.mode = s.mode
+    gated = d.gated(gate_service(s, None, cyc))
+    d.status, d.state = Status.INVALID, State.INVALID
+    d.reason = str(r) if gated else f"{r}; {d.reason}"
+    return _written(d, s, running_on, waiting, cyc, ungated=INVALID_UNGATED)
 
 
 def _plan_global(
