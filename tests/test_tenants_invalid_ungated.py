@@ -15,6 +15,7 @@ was placed (it keeps what it holds), gets no write.
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -115,3 +116,15 @@ def test_a_job_with_a_broken_label_deployed_without_render_is_gated(tmp_path: Pa
     sp = _plan(_cfg(tmp_path), [s], [t])["team-b_once"]
     assert sp.status == Status.INVALID
     assert sp.writes.add_constraints == (gate_constraint(P, "team-b_once"),)
+
+
+def test_a_request_in_the_container_labels_alone_is_not_gated(tmp_path: Path) -> None:
+    """Without it the service were one of no request, which runs ungated (and ``audit``
+    says a gate on such a service waits for nothing): nothing is written, as before."""
+    s, t = _ungated("team-b_web", "team-b", {})
+    tt = {**s.spec["TaskTemplate"], "ContainerSpec": {"Image": "busybox", "Env": [],
+                                                      "Labels": {f"{P}gpus": "1"}}}
+    s = dataclasses.replace(s, spec={**s.spec, "TaskTemplate": tt})
+    sp = _plan(_cfg(tmp_path), [s], [t])["team-b_web"]
+    assert sp.status == Status.INVALID and "deploy.labels" in (sp.reason or "")
+    assert not sp.writes and sp.decision is None

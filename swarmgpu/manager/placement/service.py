@@ -75,7 +75,12 @@ from swarmgpu.manager.placement.replicas import placement_order, replicas_of
 from swarmgpu.manager.placement.restarts import UNGATED, settle_restarts, strands_waiting
 from swarmgpu.manager.placement.spread import place_replicas
 from swarmgpu.manager.placement.tasks import Waiting
-from swarmgpu.manager.services.requests import GpuRequest, Rebalance, RequestError
+from swarmgpu.manager.services.requests import (
+    GpuRequest,
+    Rebalance,
+    RequestError,
+    request_labels,
+)
 from swarmgpu.swarm.client import SwarmService
 
 
@@ -95,7 +100,11 @@ def plan_service(
     """One service's plan, its steps in the module's order. ``cap``: at most this many
     replicas are placed, and why the others wait (its queue's max, ``placement.queues``)."""
     if isinstance(r, RequestError):
-        return _invalid(_Draft(s, None, ""), s, r, running_on, waiting, cyc)
+        d = _Draft(s, None, "")
+        if request_labels(s.labels, cyc.prefix):  # (its container labels' alone: below)
+            return _invalid(d, s, r, running_on, waiting, cyc)
+        d.status, d.state, d.reason = Status.INVALID, State.INVALID, str(r)
+        return d.build(NO_WRITES)
     d = _Draft(s, r, r.describe())
     if cap is not None and cap.whole:  # its queue's max: all of it waits, only gated
         return _held_at_max(d, s, r, running_on, waiting, cyc, cap)
@@ -184,7 +193,9 @@ def _invalid(d: _Draft, s: SwarmService, r: RequestError, running_on: Mapping[st
     request's are (nothing placed; what it holds the planner keeps). Without them a stack
     deployed without render with a broken label ran its task where Swarm put it, with
     every GPU of its node, counted against no quota: the labels are the tenant's, the
-    gate the operator's (``placement.adopt_ungated``)."""
+    gate the operator's (``placement.adopt_ungated``). A request among its container
+    labels alone is left as it is: without it the service were one of no request, which
+    runs ungated (and ``audit`` says a gate on it waits for nothing)."""
     d.mode = s.mode
     gated = d.gated(gate_service(s, None, cyc))
     d.status, d.state = Status.INVALID, State.INVALID
