@@ -128,3 +128,19 @@ def test_a_request_in_the_container_labels_alone_is_not_gated(tmp_path: Path) ->
     sp = _plan(_cfg(tmp_path), [s], [t])["team-b_web"]
     assert sp.status == Status.INVALID and "deploy.labels" in (sp.reason or "")
     assert not sp.writes and sp.decision is None
+
+
+def test_a_holder_that_breaks_its_label_and_drops_its_gate_is_gated_again(
+        tmp_path: Path) -> None:
+    """`docker service update --label-add swarmgpu.gpus=two --constraint-rm <gate>
+    --env-rm NVIDIA_VISIBLE_DEVICES`: its task restarts wherever Swarm puts it, with no
+    device list. It keeps what it holds, and its gate and env go back (its task
+    restarted behind the gate, which only its held node opens)."""
+    holder = sw_svc("team-b_a", {STACK_LABEL: "team-b", f"{P}gpus": "two"}, gated=False)
+    held = {assign_key(P, "team-b_a"): Holding("team-b_a", "n-4090", R_UUIDS[:2],
+                                               (1000, 1000)).label_value(),
+            gate_key(P, "team-b_a"): "true"}
+    running = SwarmTask("t-a", holder.id, "n-dgx", 1, "running", "running", ())
+    sp = _plan(_cfg(tmp_path), [holder], [running], held)["team-b_a"]
+    assert sp.status == Status.INVALID and not sp.node_remove
+    _gated_invalid(sp, f"{P}gpus")
