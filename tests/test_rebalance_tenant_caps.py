@@ -72,3 +72,28 @@ def test_defrag_moves_no_task_for_a_service_its_queues_max_holds_back(
     held = PlacementPlan(services=[_pending("p")], queues=[
         {"name": "team-b", "blocked": ["p"]}])
     assert _defrag(tmp_path, held) == []
+
+
+def test_defrag_makes_no_room_for_a_service_its_own_gate_step_keeps_waiting(
+        tmp_path: Path) -> None:
+    """A stack whose env sets NVIDIA_VISIBLE_DEVICES itself waits at its gate step
+    whatever the room (swarmgpu never overwrites the owner's line): defrag moved other
+    teams' tasks for it every cooldown. One pending for room is still looked for."""
+    from support.forged import DGX_F, R4090_F, sw_node, sw_svc
+
+    from swarmgpu.manager.cycle.placement import new_planner
+    from swarmgpu.manager.cycle.rebalance import pending_of
+
+    own = sw_svc("own", {f"{P}gpus": "1"}, gated=False)
+    tt = {**own.spec["TaskTemplate"],
+          "ContainerSpec": {"Image": "busybox", "Env": ["NVIDIA_VISIBLE_DEVICES=all"]}}
+    own = dataclasses.replace(own, spec={**own.spec, "TaskTemplate": tt},
+                              env=("NVIDIA_VISIBLE_DEVICES=all",))
+    big = sw_svc("big", {f"{P}gpus": "64"})
+    nodes = [sw_node("n-dgx", "gpu-node-1"), sw_node("n-4090", "gpu-node-2")]
+    plan = new_planner(Config(state_dir=str(tmp_path))).plan(
+        nodes, [own, big], [], {"n-dgx": DGX_F, "n-4090": R4090_F})
+    by = {sp.name: sp for sp in plan.services}
+    assert by["own"].status == Status.PENDING and "itself" in (by["own"].reason or "")
+    assert by["big"].status == Status.PENDING
+    assert pending_of(plan) == ["big"]

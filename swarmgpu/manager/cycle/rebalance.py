@@ -415,12 +415,14 @@ def placed_of(plan: PlacementPlan | None) -> dict[str, tuple[str, ...]]:
 def pending_of(plan: PlacementPlan | None) -> list[str]:
     """The services placement left pending that a move may make room for
     (``Inputs.pending``): not those their queue's max holds back (the queues' ``blocked``),
-    which placement gives no room it finds (preemption passes them over too). Handed to
-    defrag, another team's task was moved, restarted, for a tenant over its quota."""
+    nor those waiting at their gate step (``ServicePlan.gate_waits``): placement gives
+    them no room it finds (preemption passes the first over too). Handed to defrag,
+    another team's task was moved, restarted, for them every cooldown."""
     if plan is None:
         return []
     held = {n for q in plan.queues for n in q.get("blocked", ())}
-    return [sp.name for sp in plan.services if sp.status == "pending" and sp.name not in held]
+    return [sp.name for sp in plan.services
+            if sp.status == "pending" and not sp.gate_waits and sp.name not in held]
 
 
 def failed_of(plan: PlacementPlan | None) -> frozenset[str]:

@@ -517,6 +517,7 @@ class _Draft:
     transient: str  # ``ServicePlan.transient``
     renewed: bool
     stuck: bool  # ``ServicePlan.stuck``
+    gate_waits: bool  # ``ServicePlan.gate_waits``
 
     def __init__(self, s: SwarmService, request: GpuRequest | None, text: str) -> None:
         self.s, self.request, self.request_text = s, request, text
@@ -530,7 +531,7 @@ class _Draft:
         self.node_set, self.node_remove, self.state_labels = {}, {}, {}
         self.packed = self.progress = self.decision = self.limit = None
         self.replaced, self.nodes_waiting, self.held = "", EMPTY, ()
-        self.job_running = self.renewed = self.stuck = False
+        self.job_running = self.renewed = self.stuck = self.gate_waits = False
         self.transient = ""
 
     def gated(self, g: Gating) -> bool:
@@ -544,6 +545,7 @@ class _Draft:
         if g.waits is None:
             return True
         self.status, self.state, self.reason = Status.PENDING, State.PENDING, g.waits
+        self.gate_waits = True
         return False
 
     def released(self, rel: Released, cyc: Cycle) -> None:
@@ -647,4 +649,5 @@ class _Draft:
             self.transient,
             self.renewed,
             stuck=self.stuck,
+            gate_waits=self.gate_waits,
         )
