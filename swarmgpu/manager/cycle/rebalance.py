@@ -219,7 +219,7 @@ class Rebalancer(Step):
                 logger.warning("rebalance: {}", w)
         self._warned.end()
         plan = session.placement if self.placement else None
-        pending = [sp.name for sp in (plan.services if plan else []) if sp.status == "pending"]
+        pending = pending_of(plan)
         # The fragmentation policy judges moves against the workload placement expects
         # (its learned or pinned model); without placement, the services annotated now.
         planner = session.planner if self.placement else None
@@ -410,6 +410,19 @@ def placed_of(plan: PlacementPlan | None) -> dict[str, tuple[str, ...]]:
         return {}
     return {sp.name: tuple(p.node_id for p in sp.placements)
             for sp in plan.services if sp.placements}
+
+
+def pending_of(plan: PlacementPlan | None) -> list[str]:
+    """The services placement left pending that a move may make room for
+    (``Inputs.pending``): not those their queue's max holds back (the queues' ``blocked``),
+    nor those waiting at their gate step (``ServicePlan.gate_waits``): placement gives
+    them no room it finds (preemption passes the first over too). Handed to defrag,
+    another team's task was moved, restarted, for them every cooldown."""
+    if plan is None:
+        return []
+    held = {n for q in plan.queues for n in q.get("blocked", ())}
+    return [sp.name for sp in plan.services
+            if sp.status == "pending" and not sp.gate_waits and sp.name not in held]
 
 
 def failed_of(plan: PlacementPlan | None) -> frozenset[str]:

@@ -50,8 +50,9 @@ class Gating:
 GATED = Gating()  # gated as it is: nothing to write or say
 
 
-def gate_service(s: SwarmService, r: GpuRequest, cyc: Cycle) -> Gating:
-    """The gate constraint and env template: present, added (adopted), or reported.
+def gate_service(s: SwarmService, r: GpuRequest | None, cyc: Cycle) -> Gating:
+    """The gate constraint and env template: present, added (adopted), or reported
+    (``r`` None: an invalid request, whose share no one knows: no share env).
     A gate naming another service (a stack rendered or deployed under another name) is
     replaced: with it the tasks would wait forever. The hold of a stack deployed as
     written (``<p>hold``) is replaced by the gate, in the same write as the device map,
@@ -76,7 +77,7 @@ def gate_service(s: SwarmService, r: GpuRequest, cyc: Cycle) -> Gating:
     mounts = ((s.spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}).get("Mounts")
     has_mount = cyc.grants != "mounts" or any(
         device_mount(prefix, m) for m in mounts or [] if isinstance(m, dict))
-    share_env, warnings = _share_env(s, r, cyc)
+    share_env, warnings = _share_env(s, r, cyc) if r is not None else ([], [])
     if not foreign and not share_env and not warnings and has_gate and has_env \
             and has_mount and not holds:
         return GATED  # (most services, every cycle)

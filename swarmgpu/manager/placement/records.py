@@ -162,6 +162,9 @@ class ServicePlan:
     # A holding kept where Swarm will not run its task, no other node taking it
     # (``converge``): it needs GPUs elsewhere, though all its replicas are placed.
     stuck: bool = False
+    # Pending at its gate step (``gating``: its own device line, adoption off): no room
+    # places it, so no move is made to make room for it (``cycle.rebalance.pending_of``).
+    gate_waits: bool = False
 
     @property
     def needs_service_write(self) -> bool:

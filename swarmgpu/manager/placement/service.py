@@ -5,9 +5,9 @@ nothing to the plan; no step sees another's result but as its input. ``plan_serv
 composes them, in this order, into a draft local to this module, and builds the
 service's ``ServicePlan`` once from it:
 
-1. the request: a broken one, or a mode swarmgpu does not place: invalid; one its
-   queue's max holds back (``queues.QueueLimit``) while it holds nothing: all pending,
-   gated only (step 3 alone);
+1. the request: a broken one (gated only, step 3 alone), or a mode swarmgpu does not
+   place: invalid; one its queue's max holds back (``queues.QueueLimit``) while it
+   holds nothing: all pending, gated only (step 3 alone);
 2. a rebalancing move owns the service: its holdings as they are, nothing written;
 3. ``gating``: its gate, env template, device mount (present, adopted); or it waits;
 4. a global service (``globalmode``): one holding per GPU node (and CPU-only node,
@@ -75,7 +75,12 @@ from swarmgpu.manager.placement.replicas import placement_order, replicas_of
 from swarmgpu.manager.placement.restarts import UNGATED, settle_restarts, strands_waiting
 from swarmgpu.manager.placement.spread import place_replicas
 from swarmgpu.manager.placement.tasks import Waiting
-from swarmgpu.manager.services.requests import GpuRequest, Rebalance, RequestError
+from swarmgpu.manager.services.requests import (
+    GpuRequest,
+    Rebalance,
+    RequestError,
+    request_labels,
+)
 from swarmgpu.swarm.client import SwarmService
 
 
@@ -96,6 +101,8 @@ def plan_service(
     replicas are placed, and why the others wait (its queue's max, ``placement.queues``)."""
     if isinstance(r, RequestError):
         d = _Draft(s, None, "")
+        if request_labels(s.labels, cyc.prefix):  # (its container labels' alone: below)
+            return _invalid(d, s, r, running_on, waiting, cyc)
         d.status, d.state, d.reason = Status.INVALID, State.INVALID, str(r)
         return d.build(NO_WRITES)
     d = _Draft(s, r, r.describe())
@@ -172,6 +179,28 @@ def _held_at_max(d: _Draft, s: SwarmService, r: GpuRequest, running_on: Mapping[
     d.status, d.state = Status.PENDING, State.PENDING
     d.reason = cap.reason if gated else f"{cap.reason}; {d.reason}"
     return _written(d, s, running_on, waiting, cyc, ungated=AT_MAX)
+
+
+INVALID_UNGATED = ("place", "its task runs without a device list (no device env: it may "
+                            "see every GPU of its node) while its request is invalid: it "
+                            "restarts once behind its gate, which opens only where it "
+                            "holds GPUs (none until its labels are fixed and it is placed)")
+
+
+def _invalid(d: _Draft, s: SwarmService, r: RequestError, running_on: Mapping[str, int],
+             waiting: Waiting, cyc: Cycle) -> ServicePlan:
+    """Step 1's invalid request, with step 3 alone: its gate and env adopted as a valid
+    request's are (nothing placed; what it holds the planner keeps). Without them a stack
+    deployed without render with a broken label ran its task where Swarm put it, with
+    every GPU of its node, counted against no quota: the labels are the tenant's, the
+    gate the operator's (``placement.adopt_ungated``). A request among its container
+    labels alone is left as it is: without it the service were one of no request, which
+    runs ungated (and ``audit`` says a gate on it waits for nothing)."""
+    d.mode = s.mode
+    gated = d.gated(gate_service(s, None, cyc))
+    d.status, d.state = Status.INVALID, State.INVALID
+    d.reason = str(r) if gated else f"{r}; {d.reason}"
+    return _written(d, s, running_on, waiting, cyc, ungated=INVALID_UNGATED)
 
 
 def _plan_global(
@@ -488,6 +517,7 @@ class _Draft:
     transient: str  # ``ServicePlan.transient``
     renewed: bool
     stuck: bool  # ``ServicePlan.stuck``
+    gate_waits: bool  # ``ServicePlan.gate_waits``
 
     def __init__(self, s: SwarmService, request: GpuRequest | None, text: str) -> None:
         self.s, self.request, self.request_text = s, request, text
@@ -501,7 +531,7 @@ class _Draft:
         self.node_set, self.node_remove, self.state_labels = {}, {}, {}
         self.packed = self.progress = self.decision = self.limit = None
         self.replaced, self.nodes_waiting, self.held = "", EMPTY, ()
-        self.job_running = self.renewed = self.stuck = False
+        self.job_running = self.renewed = self.stuck = self.gate_waits = False
         self.transient = ""
 
     def gated(self, g: Gating) -> bool:
@@ -515,6 +545,7 @@ class _Draft:
         if g.waits is None:
             return True
         self.status, self.state, self.reason = Status.PENDING, State.PENDING, g.waits
+        self.gate_waits = True
         return False
 
     def released(self, rel: Released, cyc: Cycle) -> None:
@@ -618,4 +649,5 @@ class _Draft:
             self.transient,
             self.renewed,
             stuck=self.stuck,
+            gate_waits=self.gate_waits,
         )
