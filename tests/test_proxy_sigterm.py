@@ -18,6 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 from support.paths import REPO
 
 
@@ -92,3 +93,32 @@ def test_sigterm_lets_the_turn_in_flight_finish(tmp_path: Path) -> None:
     rest = _read_stderr_until(proc, "docker-proxy stopped")
     assert proc.wait(timeout=60) == 0, said + rest
     engine.close()
+
+
+def test_the_signal_handlers_are_set_before_the_socket_exists(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGTERM once the proxy listens exits 0: the handlers were set after the bind and
+    the "docker-proxy on" line, so a stop in between (``docker stack rm`` just after a
+    deploy; the test above under load) ended it by the signal, -15. The bind is stood in
+    for, and what SIGTERM would do at that moment read."""
+    from swarmgpu.swarm import dockerproxy
+
+    seen: list[object] = []
+
+    class _Stop(Exception):
+        pass
+
+    def bind(*_args: object, **_kw: object) -> None:
+        seen.append(signal.getsignal(signal.SIGTERM))
+        raise _Stop
+
+    monkeypatch.setattr(dockerproxy, "build_proxy", bind)
+    monkeypatch.setattr(dockerproxy, "few_heaps", lambda: None)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with pytest.raises(_Stop):
+            dockerproxy.serve("unix:///nonexistent/p.sock", "unix:///nonexistent/e.sock", {})
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert seen and seen[0] not in (signal.SIG_DFL, handlers[signal.SIGTERM]), seen

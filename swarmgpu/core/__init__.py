@@ -21,7 +21,8 @@ a request head read and checked as the most careful server would, and
 then 429, and ``forwarded``: the client a
 trusted reverse proxy names, and ``numerichost``: a host name that ends in a number,
 read as another address by some readers, and ``listenhost``: that rule for every
-listen address and URL the operator gives; ``yamlfile``, with ``goscalar``: a plain
+listen address and URL the operator gives, and ``loopbackbind``: ``localhost``
+bound as 127.0.0.1, not as a resolver answers it; ``yamlfile``, with ``goscalar``: a plain
 scalar as docker's go-yaml reads it, ``yamlnodes``: its checks of each node, and
 ``yamlhints``: the fix for a syntax error by the parser's words,
 ``leadingzero``: ``010``, 8 or 10 by the reader,

@@ -76,6 +76,7 @@ from swarmgpu.core.httphead import (
     host_fault,
     read_head_and_rest,
 )
+from swarmgpu.core.loopbackbind import bound_host
 
 # errno of a socket the guard closed (evicted) or the peer dropped mid-request.
 _PEER_GONE = frozenset({errno.EBADF, errno.ENOTCONN, errno.ECONNRESET, errno.EPIPE})
@@ -511,6 +512,7 @@ class GuardedServer(ThreadingHTTPServer):
     turned_away_addresses = 1024
 
     def __init__(self, address: tuple[str, int], handler: Any) -> None:
+        address = (bound_host(address[0]), address[1])  # never what a resolver says
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self._conns: set[Conn] = set()

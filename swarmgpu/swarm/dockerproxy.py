@@ -36,7 +36,6 @@ import ctypes
 import json
 import os
 import re
-import select
 import socket
 import socketserver
 import stat
@@ -56,6 +55,7 @@ from swarmgpu.swarm.enginewire import (
     ClientGone,
     Wire,
     engine_json,
+    readable,
     request_bytes,
 )
 from swarmgpu.swarm.httpframe import Refused, Request, RequestReader, split_target
@@ -355,8 +355,8 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def _more_waiting(self) -> bool:
         """Bytes after the request already here (a socket timeout would make even a
-        MSG_DONTWAIT peek wait: select first)."""
-        if not select.select([self.request], [], [], 0)[0]:
+        MSG_DONTWAIT peek wait: poll first)."""
+        if not readable([self.request], 0):
             return False
         try:
             return bool(self.request.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
@@ -664,12 +664,12 @@ def few_heaps() -> None:
 def serve(listen: str, upstream: str, checks: WriteChecks,
           stop: threading.Event | None = None, own_service: str | None = None) -> None:
     few_heaps()  # before the first handler thread
+    if stop is None:  # `swarmgpu docker-proxy`: SIGTERM/SIGINT end it cleanly (proxystop),
+        stop_on_signals(stop := threading.Event())  # set before its socket exists
     server = build_proxy(listen, upstream, checks, own_service)
     _log.info("docker-proxy on {} -> {}: {} calls allowed (writes checked against the "
               "current spec); anything else is answered 400/403", listen, upstream,
               len(ALLOWED_CALLS))
-    if stop is None:  # `swarmgpu docker-proxy`: SIGTERM/SIGINT end it cleanly (proxystop)
-        stop_on_signals(stop := threading.Event())
 
     def _watch() -> None:
         stop.wait()

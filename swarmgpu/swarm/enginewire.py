@@ -8,6 +8,7 @@ proxy sends is one it wrote itself (``request_bytes``), ``Connection: close``.
 
 from __future__ import annotations
 
+import math
 import select
 import socket
 import time
@@ -38,11 +39,11 @@ class Wire:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             if wait == 0.0:
                 raise Refused(504, "the engine did not answer in time")
-            ready, _, _ = select.select([self.sock, *([watch] if watch else [])], [], [], wait)
-            if watch is not None and watch in ready:
+            ready = readable([self.sock, *([watch] if watch else [])], wait)
+            if watch is not None and watch.fileno() in ready:
                 # A streaming client only reads: EOF, or bytes it should not send.
                 raise ClientGone
-            if self.sock in ready:
+            if self.sock.fileno() in ready:
                 return self.sock.recv(64 * 1024)
 
     def head(self, deadline: float) -> ResponseHead:
@@ -96,6 +97,17 @@ class Wire:
             if size > MAX_ANSWER_BYTES:
                 raise Refused(502, "the engine's answer is too large to check")
         return b"".join(out)
+
+
+def readable(socks: list[socket.socket], wait: float | None) -> set[int]:
+    """The descriptors of ``socks`` with something to read (or closed) within ``wait``
+    seconds (None: until one has). poll, not select: ``select.select`` raises ValueError
+    for a descriptor past 1023, which a proxy holding a thousand connections hands out."""
+    poller = select.poll()
+    for s in socks:
+        poller.register(s, select.POLLIN)
+    ms = None if wait is None else max(0, math.ceil(wait * 1000))
+    return {fd for fd, _ in poller.poll(ms)}
 
 
 def request_bytes(method: str, target: str, user_agent: str | None, body: bytes | None) -> bytes:

@@ -156,12 +156,14 @@ def parse_fields(lines: list[bytes]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def check_head_bytes(buf: bytes | bytearray, end: int) -> None:
-    """Refuse a bare CR or LF in ``buf[:end]`` (``end`` -1: the head is not complete
-    yet; a CR as the last byte may still be followed by its LF)."""
+def check_head_bytes(buf: bytes | bytearray, end: int, since: int = 0) -> None:
+    """Refuse a bare CR or LF in ``buf[since:end]`` (``end`` -1: the head is not complete
+    yet; a CR as the last byte may still be followed by its LF). ``since``: what was
+    checked before (the reader searches only the bytes a read added, from the last one
+    it held back: a head trickled a byte a read was searched whole each read)."""
     # Incomplete: a CR as the last byte may still be followed by its LF.
-    scan = buf[:end + 4] if end >= 0 else buf[:-1] if buf.endswith(b"\r") else buf
-    if _BARE.search(scan):
+    stop = end + 4 if end >= 0 else len(buf) - buf.endswith(b"\r")
+    if _BARE.search(buf, since, stop):  # (the lookbehind still sees the byte before)
         raise Refused(400, "a bare CR or LF in the request head (lines end with CRLF "
                            "only)")
 
@@ -326,9 +328,11 @@ class RequestReader:
 
     def feed(self, data: bytes) -> Request | None:
         if self._head is None:
+            held = len(self._buf)
             self._buf += data
-            end = self._buf.find(b"\r\n\r\n")
-            check_head_bytes(self._buf, end)
+            # From the bytes that may start what this read ends: a CRLFCRLF, a held CR.
+            end = self._buf.find(b"\r\n\r\n", max(0, held - 3))
+            check_head_bytes(self._buf, end, max(0, held - 1))
             if end < 0:
                 # Up to 3 bytes of the CRLFCRLF may be here already: they are no head.
                 if len(self._buf) > MAX_HEAD_BYTES + 3:

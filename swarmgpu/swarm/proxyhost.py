@@ -7,13 +7,14 @@ name is served. It is read as the agent's and the daemon's Host checks read a Ho
 the host alone, RFC 3986 3.2.2-3): ``localhost.`` names what ``localhost`` does, and
 ``localhost:`` is ``localhost``; a Host that is no ``host[:port]`` is none
 (``httphead.host_fault``). ``tcp_listen`` reads where that listener binds: loopback
-only (``::1`` on an IPv6 socket).
+only (``::1`` on an IPv6 socket; ``localhost`` binds 127.0.0.1, ``core.loopbackbind``).
 """
 
 from __future__ import annotations
 
 from swarmgpu.core.httpguard import host_of
 from swarmgpu.core.httphead import host_fault
+from swarmgpu.core.loopbackbind import bound_host
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -45,4 +46,4 @@ def tcp_listen(listen: str) -> tuple[str, int]:
         raise ValueError(
             f"listen {listen!r}: port {port} is above 65535, e.g. tcp://127.0.0.1:2375"
         )
-    return host, int(port)
+    return bound_host(host), int(port)  # localhost: 127.0.0.1, not the resolver's

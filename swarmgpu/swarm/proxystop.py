@@ -5,8 +5,10 @@ forwarding, the engine's answer lost to the daemon, which could not tell whether
 applied. Now the listener closes, the turn in flight (writes and ``GET /swarm`` take
 ``server.whole`` one at a time) and any a connection already waits for finish within
 ``STOP_WAIT_S`` (the lock is not fair: the stop takes it after them), no new connection
-is taken, and the process exits 0. Reads in flight end with it: they change nothing, and a
-stream (``/events``) would never end on its own.
+is taken, and the process exits 0. The handlers are set before the socket is bound: set
+after it, a stop just as the proxy began to listen still ended it by the signal. Reads
+in flight end with it: they change nothing, and a stream (``/events``) would never end
+on its own.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ the peer does. Redirects are never followed, and errors never contain what the p
 DNS resolution (``{hostname}`` templates) cannot be interrupted: it runs in a thread of
 its own that the GET stops waiting for at the deadline (``_resolve``), so a name whose
 server answers slowly (root on a node names its host) costs that node its deadline, not
-the resolver's timeouts. ``{addr}`` templates need none.
+the resolver's timeouts; one lookup per name in flight, which later fetches of it wait
+for. ``{addr}`` templates need none.
 """
 
 from __future__ import annotations
@@ -260,32 +261,55 @@ def _connect(host: str, port: int, deadline: float) -> socket.socket:
     raise err
 
 
+@dataclass
+class _Lookup:
+    """One ``getaddrinfo`` in flight: its result (a list, or the OSError) once ``done``."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+
+
+# The lookups in flight, by (host, port): a fetch of a name whose lookup still runs waits
+# for that one. Each fetch of a hung name (the GET and its TLS probes, every cycle)
+# started a thread of its own, which ends only when the resolver gives up: with one that
+# never answers they piled up without bound; now one per name.
+_LOOKUPS: dict[tuple[str, int], _Lookup] = {}
+_LOOKUPS_LOCK = threading.Lock()
+
+
 def _resolve(host: str, port: int, deadline: float) -> list[Any]:
     """``getaddrinfo`` of ``host``, waited for until ``deadline`` at most (TimeoutError):
     the lookup cannot be interrupted, so it runs in a daemon thread left to end by the
-    resolver's own timeouts. An IP literal is read at once, no thread."""
+    resolver's own timeouts, one per name in flight (``_LOOKUPS``). An IP literal is
+    read at once, no thread."""
     try:
         ipaddress.ip_address(host.partition("%")[0])
         return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
     except ValueError:
         pass
-    got: list[Any] = []
-    done = threading.Event()
-
-    def lookup() -> None:
-        try:
-            got.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
-        except OSError as exc:
-            got.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=lookup, name="agent-dns", daemon=True).start()
-    if not done.wait(_left(deadline)):
+    key = (host, port)
+    with _LOOKUPS_LOCK:
+        job = _LOOKUPS.get(key)
+        if job is None:
+            job = _LOOKUPS[key] = _Lookup()
+            threading.Thread(target=_lookup, args=(key, job), name="agent-dns",
+                             daemon=True).start()
+    if not job.done.wait(_left(deadline)):
         raise TimeoutError
-    if isinstance(got[0], OSError):
-        raise got[0]
-    return list(got[0])
+    if isinstance(job.result, OSError):
+        raise job.result
+    return list(job.result)
+
+
+def _lookup(key: tuple[str, int], job: _Lookup) -> None:
+    try:
+        job.result = socket.getaddrinfo(key[0], key[1], 0, socket.SOCK_STREAM)
+    except OSError as exc:
+        job.result = exc
+    finally:
+        with _LOOKUPS_LOCK:  # gone before it is done: a later fetch asks afresh
+            _LOOKUPS.pop(key, None)
+        job.done.set()
 
 
 def _request(parts: SplitResult, headers: Mapping[str, str] | None
