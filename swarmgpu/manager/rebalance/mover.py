@@ -517,7 +517,7 @@ class Mover:
                 tt["ForceUpdate"] = int(tt.get("ForceUpdate") or 0) + 1
 
         end_move(self.writes, p, sid, self.clock(), also,
-                 partial(self.outcomes.end, st, outcome, detail))
+                 lambda: self.outcomes.end(st, outcome, detail))  # (a partial's args: unchecked)
 
     def _rolled_back(self, sid: str, st: MoveState, detail: str, taken: str) -> None:
         """The roll-back's end and outcome; not reopened (``taken``): a failed move."""
