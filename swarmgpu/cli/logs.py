@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -89,6 +90,32 @@ def _json_sink(stream: TextIO) -> Callable[[str], None]:
     return write
 
 
+class _ThreadDeaths:
+    """``threading.excepthook``: a thread ended by an exception, said as the service's
+    error. The default hook printed it to stderr alone, raw text beside the JSON lines
+    (stop 82's follow-up timers died so, a ``TypeError`` each, unseen). A hook set
+    before (a test runner's) is still called: each install carries its own."""
+
+    def __init__(self, chained: Callable[[threading.ExceptHookArgs], object] | None) -> None:
+        self.chained = chained
+
+    def __call__(self, args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is not SystemExit:
+            name = args.thread.name if args.thread is not None else "?"
+            logger.opt(exception=(args.exc_type, args.exc_value, args.exc_traceback)).error(
+                "thread {} ended by an unexpected error, a fault of swarmgpu (please report "
+                "it with the traceback): what it ran stops until a restart", name)
+        if self.chained is not None:
+            self.chained(args)
+
+
+def _hook_threads() -> None:
+    prev = threading.excepthook
+    if not isinstance(prev, _ThreadDeaths):
+        threading.excepthook = _ThreadDeaths(None if prev is threading.__excepthook__
+                                             else prev)
+
+
 def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
     # An event-triggered cycle that meets a running one is coalesced on purpose; the
     # scheduler's "skipped: maximum number of running instances" is not news.
@@ -99,3 +126,4 @@ def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
     else:
         # No diagnose: the traceback is exception_text's (escaped, no variables).
         logger.add(sys.stderr, level=level.upper(), format=_text_format, diagnose=False)
+    _hook_threads()
