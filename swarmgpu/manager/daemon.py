@@ -612,7 +612,7 @@ class Daemon:
             inbox.put(signum)
 
         threading.Thread(
-            target=self._watch_signals, args=(inbox,), name="signals", daemon=True
+            target=lambda: self._watch_signals(inbox), name="signals", daemon=True
         ).start()
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)

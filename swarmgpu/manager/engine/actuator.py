@@ -87,7 +87,8 @@ class Writes:
             return True
         # The daemon's stop request (``stop.StopRequest.check``; the client carries it):
         # between two writes, never in one.
-        check = getattr(self.swarm, "before_write", None)
+        # (getattr: a stand-in client may lack it; typed, so its call is checked)
+        check: Callable[[], None] | None = getattr(self.swarm, "before_write", None)
         if check is not None:
             check()
         first, self._first = self._first, None
@@ -178,7 +179,7 @@ class Writes:
         """Have the cache read this object afresh next cycle: a write found it changed
         since the snapshot its plan was made from (an event the cache missed). A client
         without a cache (a command's, a test's) has nothing to mark."""
-        mark = getattr(self.swarm, "on_write", None)
+        mark: Callable[[str, str], None] | None = getattr(self.swarm, "on_write", None)
         if mark is not None:
             mark(kind, obj_id)
 
