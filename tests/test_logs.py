@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 
 import pytest
 from loguru import logger
@@ -17,6 +19,9 @@ from swarmgpu.cli.logs import context_text, setup_logging
 @pytest.fixture(autouse=True)
 def _restore(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(threading, "excepthook", threading.excepthook)  # (set_logging's)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
     yield None
     logger.remove()
     logger.add(sys.stderr)
@@ -162,3 +167,23 @@ def test_another_hook_on_threads_is_kept(monkeypatch: pytest.MonkeyPatch) -> Non
     t.start()
     t.join()
     assert heard == ["division by zero"]
+
+
+def test_a_done_callback_that_raised_is_said_in_the_log(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``concurrent.futures`` says a done callback that raised through the standard
+    library's log, which had no handler: Python's last resort printed it raw to stderr
+    (under pytest, its own capture took it). Said as the service's own error now."""
+    setup_logging("INFO", "json")
+
+    def keep(_f: Future[int]) -> None:
+        raise TypeError("keep() takes 2 positional arguments but 1 was given")
+
+    fut: Future[int] = Future()
+    fut.add_done_callback(keep)
+    fut.set_result(1)
+    rec = json.loads(capsys.readouterr().err)  # one JSON line: nothing raw beside it
+    assert rec["record"]["level"]["name"] == "ERROR"
+    assert rec["record"]["message"].startswith("exception calling callback for")
+    assert rec["record"]["extra"] == {"source": "concurrent.futures"}
+    assert rec["record"]["exception"]["type"] == "TypeError"

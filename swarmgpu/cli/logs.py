@@ -116,6 +116,28 @@ def _hook_threads() -> None:
                                              else prev)
 
 
+class _FromLogging(logging.Handler):
+    """The standard library's log through loguru, at WARNING and above: APScheduler's
+    job errors, ``concurrent.futures``' "exception calling callback" (a done callback
+    that raised), urllib3's warnings. Python's last-resort handler printed them to
+    stderr, raw text beside the JSON lines."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            level: str | int = logger.level(record.levelname).name
+        except ValueError:
+            level = record.levelno
+        logger.opt(exception=record.exc_info).bind(source=record.name).log(
+            level, "{}", record.getMessage())
+
+
+def _hook_stdlib() -> None:
+    root = logging.getLogger()
+    if not any(isinstance(h, _FromLogging) for h in root.handlers):
+        root.addHandler(_FromLogging(logging.WARNING))
+    root.setLevel(min(root.level or logging.WARNING, logging.WARNING))
+
+
 def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
     # An event-triggered cycle that meets a running one is coalesced on purpose; the
     # scheduler's "skipped: maximum number of running instances" is not news.
@@ -127,3 +149,4 @@ def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
         # No diagnose: the traceback is exception_text's (escaped, no variables).
         logger.add(sys.stderr, level=level.upper(), format=_text_format, diagnose=False)
     _hook_threads()
+    _hook_stdlib()
