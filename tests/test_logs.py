@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 
 import pytest
 from loguru import logger
@@ -14,7 +17,11 @@ from swarmgpu.cli.logs import context_text, setup_logging
 
 
 @pytest.fixture(autouse=True)
-def _restore() -> Iterator[None]:
+def _restore(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)  # (set_logging's)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
     yield None
     logger.remove()
     logger.add(sys.stderr)
@@ -128,3 +135,55 @@ def test_json_lines_keep_printable_non_ascii_as_it_is(
     err = capsys.readouterr().err
     assert "nœud-é" in err and "H100 — 80GB" in err
     assert json.loads(err)["record"]["message"] == "node nœud-é GPU H100 — 80GB"
+
+
+def test_a_thread_that_dies_is_said_in_the_log(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread ended by an exception (stop 82's follow-up timers: a ``TypeError`` each)
+    printed its traceback to stderr alone: raw text beside the JSON lines, in no log
+    line a collector reads. Said as the service's own error now."""
+    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)  # (a process's)
+    setup_logging("INFO", "json")
+
+    def run() -> None:
+        raise TypeError("trigger() missing 1 required positional argument: 'why'")
+
+    t = threading.Thread(target=run, name="follow-up")
+    t.start()
+    t.join()
+    rec = json.loads(capsys.readouterr().err)  # one JSON line: nothing raw beside it
+    assert rec["record"]["level"]["name"] == "ERROR"
+    assert rec["record"]["message"].startswith("thread follow-up ended by an unexpected error")
+    assert rec["record"]["exception"]["type"] == "TypeError"
+
+
+def test_another_hook_on_threads_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hook set before (a test runner's) still hears each thread's end."""
+    heard: list[str] = []
+    monkeypatch.setattr(threading, "excepthook", lambda a: heard.append(str(a.exc_value)))
+    setup_logging("INFO", "text")
+    setup_logging("INFO", "text")  # (twice: chained once)
+    t = threading.Thread(target=lambda: 1 / 0)
+    t.start()
+    t.join()
+    assert heard == ["division by zero"]
+
+
+def test_a_done_callback_that_raised_is_said_in_the_log(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``concurrent.futures`` says a done callback that raised through the standard
+    library's log, which had no handler: Python's last resort printed it raw to stderr
+    (under pytest, its own capture took it). Said as the service's own error now."""
+    setup_logging("INFO", "json")
+
+    def keep(_f: Future[int]) -> None:
+        raise TypeError("keep() takes 2 positional arguments but 1 was given")
+
+    fut: Future[int] = Future()
+    fut.add_done_callback(keep)
+    fut.set_result(1)
+    rec = json.loads(capsys.readouterr().err)  # one JSON line: nothing raw beside it
+    assert rec["record"]["level"]["name"] == "ERROR"
+    assert rec["record"]["message"].startswith("exception calling callback for")
+    assert rec["record"]["extra"] == {"source": "concurrent.futures"}
+    assert rec["record"]["exception"]["type"] == "TypeError"

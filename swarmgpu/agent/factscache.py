@@ -112,8 +112,18 @@ class FactsCache:
 
     def _run(self) -> None:
         next_at = self._clock()
+        said = ""  # the last unexpected error said with its traceback
         while not self._stop.is_set():
-            self.refresh_once()
+            try:
+                self.refresh_once()
+            except Exception as e:  # (the source's own errors are caught inside)
+                # One ended the thread: the last facts served for good, ageing, the
+                # traceback on stderr alone. Said with it, until the error changes.
+                text = f"{type(e).__name__}: {e}"
+                _log.opt(exception=e if text != said else None).error(
+                    "facts refresh failed unexpectedly ({}), a fault of swarmgpu: "
+                    "please report it; retried at the next refresh", text)
+                said = text
             next_at += self.refresh_s  # fixed rate, no drift
             delay = next_at - self._clock()
             if delay < 0:  # the read took longer than the period: start again from now

@@ -17,10 +17,8 @@ samples with ``swarmgpu_agent_sampler_ok 0``, and no second call piles up behind
 from __future__ import annotations
 
 import concurrent.futures
-import importlib
 import threading
 from collections.abc import Callable
-from typing import cast
 
 from loguru import logger
 
@@ -56,11 +54,14 @@ def empty_samples(facts: NodeFacts) -> list[GpuSample]:
 def default_sampler(source: FactSource, facts: Callable[[], NodeFacts | None]) -> Sampler:
     """The sampler used when none is given; see the module docstring."""
     if source.spec.split(":", 1)[0] == "nvml":
-        try:  # lazy: only an NVML node needs pynvml
-            nvml = importlib.import_module("swarmgpu.agent.facts.nvml")
-            return cast(Sampler, nvml.read_utilisation)
-        except (ImportError, AttributeError) as e:
+        # Lazy: only an NVML node needs it. Imported by name, not by importlib and a
+        # cast, so mypy checks it is a Sampler (a cast took any signature).
+        try:
+            from swarmgpu.agent.facts.nvml import read_utilisation
+        except ImportError as e:
             _log.warning("nvml sampler unavailable ({}); reporting memory only", e)
+        else:
+            return read_utilisation
 
     def static() -> list[GpuSample]:
         f = facts()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -89,6 +90,54 @@ def _json_sink(stream: TextIO) -> Callable[[str], None]:
     return write
 
 
+class _ThreadDeaths:
+    """``threading.excepthook``: a thread ended by an exception, said as the service's
+    error. The default hook printed it to stderr alone, raw text beside the JSON lines
+    (stop 82's follow-up timers died so, a ``TypeError`` each, unseen). A hook set
+    before (a test runner's) is still called: each install carries its own."""
+
+    def __init__(self, chained: Callable[[threading.ExceptHookArgs], object] | None) -> None:
+        self.chained = chained
+
+    def __call__(self, args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is not SystemExit:
+            name = args.thread.name if args.thread is not None else "?"
+            logger.opt(exception=(args.exc_type, args.exc_value, args.exc_traceback)).error(
+                "thread {} ended by an unexpected error, a fault of swarmgpu (please report "
+                "it with the traceback): what it ran stops until a restart", name)
+        if self.chained is not None:
+            self.chained(args)
+
+
+def _hook_threads() -> None:
+    prev = threading.excepthook
+    if not isinstance(prev, _ThreadDeaths):
+        threading.excepthook = _ThreadDeaths(None if prev is threading.__excepthook__
+                                             else prev)
+
+
+class _FromLogging(logging.Handler):
+    """The standard library's log through loguru, at WARNING and above: APScheduler's
+    job errors, ``concurrent.futures``' "exception calling callback" (a done callback
+    that raised), urllib3's warnings. Python's last-resort handler printed them to
+    stderr, raw text beside the JSON lines."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            level: str | int = logger.level(record.levelname).name
+        except ValueError:
+            level = record.levelno
+        logger.opt(exception=record.exc_info).bind(source=record.name).log(
+            level, "{}", record.getMessage())
+
+
+def _hook_stdlib() -> None:
+    root = logging.getLogger()
+    if not any(isinstance(h, _FromLogging) for h in root.handlers):
+        root.addHandler(_FromLogging(logging.WARNING))
+    root.setLevel(min(root.level or logging.WARNING, logging.WARNING))
+
+
 def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
     # An event-triggered cycle that meets a running one is coalesced on purpose; the
     # scheduler's "skipped: maximum number of running instances" is not news.
@@ -99,3 +148,5 @@ def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
     else:
         # No diagnose: the traceback is exception_text's (escaped, no variables).
         logger.add(sys.stderr, level=level.upper(), format=_text_format, diagnose=False)
+    _hook_threads()
+    _hook_stdlib()

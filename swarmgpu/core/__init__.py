@@ -28,7 +28,8 @@ scalar as docker's go-yaml reads it, ``yamlnodes``: its checks of each node, and
 ``leadingzero``: ``010``, 8 or 10 by the reader,
 refused in the files swarmgpu alone reads, ``boundedfile``: a named file read
 only as a small regular file, never blocking; ``healthcheck``: the image's
-HEALTHCHECK, ``sdnotify``: systemd's notify protocol for both roles), and ``peertext``,
+HEALTHCHECK, ``sdnotify``: systemd's notify protocol for both roles,
+``servererrors``: a request failed past its handler, said in the log), and ``peertext``,
 which cuts and cleans what a peer wrote before any error or note repeats it, and
 ``jsonkeys``, the one refusal of a JSON key given twice, and ``stamps``, the one rule
 for a time read back from Swarm (another manager's clock, or a hand edit), and

@@ -77,6 +77,7 @@ from swarmgpu.core.httphead import (
     read_head_and_rest,
 )
 from swarmgpu.core.loopbackbind import bound_host
+from swarmgpu.core.servererrors import LoggedErrors
 
 # errno of a socket the guard closed (evicted) or the peer dropped mid-request.
 _PEER_GONE = frozenset({errno.EBADF, errno.ENOTCONN, errno.ECONNRESET, errno.EPIPE})
@@ -481,7 +482,7 @@ def pick_victim(conns: Iterable[Conn], addr: str, now: float | None = None,
     return min((c for c in slow if c.addr == worst), key=lambda c: c.since)
 
 
-class GuardedServer(ThreadingHTTPServer):
+class GuardedServer(LoggedErrors, ThreadingHTTPServer):
     """A threading HTTP server that stays fair when full.
 
     At most ``max_connections`` connections at once, each served by a thread of a pool

@@ -15,7 +15,6 @@ that systemd's watchdog ping after it comes in time.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
@@ -46,7 +45,7 @@ from swarmgpu.manager.cycle.heap import CycleCollector
 from swarmgpu.manager.cycle.host import QueryRoute, Route
 from swarmgpu.manager.cycle.label_sync import LabelSyncStep
 from swarmgpu.manager.cycle.pipeline import Pipeline, Step
-from swarmgpu.manager.cycle.schedule import repeat
+from swarmgpu.manager.cycle.schedule import SYNC_JOB, WATCH_JOB, repeat, run_now
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.cycle.term import LeaderTerm
 from swarmgpu.manager.cycle.triggers import CycleTriggers, Trigger
@@ -472,8 +471,7 @@ class Daemon:
         """Run a cycle soon (after an event), coalescing bursts; the first ``why`` counts it."""
         self._rerun.ask(why)
         if self._scheduler is not None:
-            with contextlib.suppress(Exception):  # the job is gone during shutdown
-                self._scheduler.modify_job("sync", next_run_time=datetime.now().astimezone())
+            run_now(self._scheduler, SYNC_JOB)
 
     def _watch_facts(self) -> None:
         """Between full cycles, poll the agents' facts; a change starts a cycle now."""
@@ -542,11 +540,11 @@ class Daemon:
             sched,
             self._safe_cycle,
             self.cfg.sync.interval_s,
-            "sync",
+            SYNC_JOB,
             first=datetime.now().astimezone(),
         )
         if self.cfg.agents.watch_s:
-            repeat(sched, self._watch_facts, self.cfg.agents.watch_s, "facts-watch")
+            repeat(sched, self._watch_facts, self.cfg.agents.watch_s, WATCH_JOB)
         self._scheduler = sched
         clocks = (time.time(), time.monotonic())  # before the first run: it may step
         sched.start()
@@ -588,10 +586,8 @@ class Daemon:
                 "run now and count on from there",
                 step,
             )
-            now = datetime.now().astimezone()
             for job in self._scheduler.get_jobs():
-                with contextlib.suppress(Exception):  # gone during shutdown
-                    job.modify(next_run_time=now)
+                run_now(self._scheduler, job.id)
         return wall, mono
 
     def _install_signals(self) -> None:
@@ -616,7 +612,7 @@ class Daemon:
             inbox.put(signum)
 
         threading.Thread(
-            target=self._watch_signals, args=(inbox,), name="signals", daemon=True
+            target=lambda: self._watch_signals(inbox), name="signals", daemon=True
         ).start()
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)

@@ -539,6 +539,7 @@ def follow(
     ``opened`` once the engine has subscribed it. ``on_event`` hears each event after
     the cache took it; ``on_gap`` each reconnect (the daemon runs a cycle then)."""
     first = backoff = min(1.0, max_backoff_s)
+    said = ""  # the last unexpected error said with its traceback
     while not stop.is_set():
         try:
             for event in events(cache.opened):
@@ -556,7 +557,13 @@ def follow(
             logger.warning("event stream cut ({}); reconnecting in {:.0f}s", exc, backoff)
         except Exception as exc:  # the watcher must outlive any one bad event
             cache.gap(f"watcher error: {exc}")
-            logger.warning("event watcher error ({}); reconnecting", exc)
+            # A fault of ours (a wrong call under on_event) was said by its message
+            # alone, every event: its traceback once, until the error changes.
+            text = f"{type(exc).__name__}: {exc}"
+            logger.opt(exception=exc if text != said else None).warning(
+                "event watcher error ({}), a fault of swarmgpu: please report it; "
+                "reconnecting", text)
+            said = text
         stop.wait(backoff)
         backoff = min(backoff * 2, max_backoff_s)
         if on_gap is not None:

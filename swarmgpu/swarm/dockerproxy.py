@@ -50,6 +50,7 @@ from urllib.parse import urlencode
 from loguru import logger
 
 from swarmgpu.core.peertext import peer_text
+from swarmgpu.core.servererrors import LoggedErrors
 from swarmgpu.swarm.enginewire import (
     ENGINE_DEADLINE_S,
     ClientGone,
@@ -546,7 +547,7 @@ class _Handler(socketserver.BaseRequestHandler):
             self.server.surges.withdraw(*self.applied[:2])
 
 
-class ProxyServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
+class ProxyServer(LoggedErrors, socketserver.ThreadingMixIn, socketserver.BaseServer):
     """Shared by the unix and TCP flavours (``serve`` picks one)."""
 
     daemon_threads = True

@@ -14,7 +14,7 @@ import copy
 from collections.abc import Callable, Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from swarmgpu.core.configvalues import service_name_problem
 from swarmgpu.core.model import NodeFacts
@@ -90,6 +90,7 @@ __all__ = ["CheckedStack", "StackError", "check_stack", "load_stack", "render_st
            "stack_services"]
 
 T = TypeVar("T")
+_P = ParamSpec("_P")
 
 
 def load_stack(text: str, where: str = "stack") -> dict[str, Any]:
@@ -288,10 +289,11 @@ def _check_tenant(out: CheckedStack, svc_name: str, svc: Any, prefix: str, zone_
                        f"tenants.{got.tenant} in the config)" for why in got.limits]
 
 
-def _try(errs: list[str], default: T, fn: Callable[..., T], *args: Any) -> T:
+def _try(errs: list[str], default: T, fn: Callable[_P, T], *args: _P.args,
+         **kwargs: _P.kwargs) -> T:
     """``fn(*args)``, its StackError collected into ``errs`` (``default`` then)."""
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     except StackError as exc:
         errs.extend(exc.errors)
         return default

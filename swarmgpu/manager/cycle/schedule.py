@@ -5,7 +5,9 @@ one plus the interval. The scheduler lists every run due up to now, one trigger 
 each, so a clock set years ahead (a dead RTC put right by NTP after the start) was
 millions of dates listed on its thread, under its job store's lock. ``CatchUp`` takes
 one step to the clock instead. The daemon's clock check (``Daemon._clock_check``) runs
-every job at once after a step either way.
+every job at once after a step either way. ``run_now`` moves a job's next run to now
+(``Daemon.trigger``, the clock check): quiet once the scheduler has shut down, a wrong
+call (a job id no job has, a change APScheduler refuses) logged with its traceback.
 """
 
 from __future__ import annotations
@@ -14,8 +16,14 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.triggers.interval import IntervalTrigger
+from loguru import logger
+
+# The jobs' ids: one name for ``repeat`` and ``run_now`` (apscheduler is untyped).
+SYNC_JOB = "sync"
+WATCH_JOB = "facts-watch"
 
 
 class CatchUp(IntervalTrigger):  # type: ignore[misc]  # apscheduler has no types
@@ -52,3 +60,20 @@ def repeat(
         misfire_grace_time=None,
         **({} if first is None else {"next_run_time": first}),
     )
+
+
+def run_now(sched: BaseScheduler, job_id: str) -> None:
+    """Run ``job_id`` now. Once ``sched`` has shut down its jobs are gone: nothing to
+    do. Any other failure is a wrong call of ours, said with its traceback, not raised
+    (it comes from event, timer and watch threads): the run asked for waits for the
+    interval. A blanket ``suppress(Exception)`` hid such a call as well."""
+    try:
+        sched.modify_job(job_id, next_run_time=datetime.now().astimezone())
+    except JobLookupError:
+        if not sched.running:
+            return
+        logger.exception("cannot run the scheduler's job {!r} now: no such job (a fault "
+                         "of swarmgpu, please report it); it runs at its interval", job_id)
+    except Exception:
+        logger.exception("cannot run the scheduler's job {!r} now (a fault of swarmgpu, "
+                         "please report it); it runs at its interval", job_id)

@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any, NamedTuple
 
 from loguru import logger
@@ -88,7 +87,8 @@ class Writes:
             return True
         # The daemon's stop request (``stop.StopRequest.check``; the client carries it):
         # between two writes, never in one.
-        check = getattr(self.swarm, "before_write", None)
+        # (getattr: a stand-in client may lack it; typed, so its call is checked)
+        check: Callable[[], None] | None = getattr(self.swarm, "before_write", None)
         if check is not None:
             check()
         first, self._first = self._first, None
@@ -179,7 +179,7 @@ class Writes:
         """Have the cache read this object afresh next cycle: a write found it changed
         since the snapshot its plan was made from (an event the cache missed). A client
         without a cache (a command's, a test's) has nothing to mark."""
-        mark = getattr(self.swarm, "on_write", None)
+        mark: Callable[[str, str], None] | None = getattr(self.swarm, "on_write", None)
         if mark is not None:
             mark(kind, obj_id)
 
@@ -221,7 +221,8 @@ class Actuator:
         self.allow_disruptive = allow_disruptive
         self.writes = Writes(swarm, dry_run=dry_run, who="label sync", prefix=prefix)
         # the keys no node carries: removed from every node, its agent answering or not
-        self.never: Callable[[str], bool] = partial(never_on_a_node, prefix=prefix)
+        # (a lambda: mypy checks a partial's return type only, not what it is called with)
+        self.never: Callable[[str], bool] = lambda key: never_on_a_node(key, prefix)
 
     def label_compute(
         self,

@@ -56,7 +56,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, ParamSpec
 
 from loguru import logger
 
@@ -131,6 +131,7 @@ from swarmgpu.swarm.client import (
 )
 
 Names = AbstractSet[str]  # (plan_failed: the services whose plan failed this cycle)
+_P = ParamSpec("_P")  # (_step: its calls checked, not Callable[..., object])
 
 
 class Mover:
@@ -361,11 +362,12 @@ class Mover:
             self._step(st.service, self.repin.recover if st.same_node else self.recover,
                        sid, st)
 
-    def _step(self, service: str, fn: Callable[..., object], *args: Any) -> bool:
+    def _step(self, service: str, fn: Callable[_P, object], *args: _P.args,
+              **kwargs: _P.kwargs) -> bool:
         """``fn(*args)``; False when it failed (logged, retried next cycle), whatever it
         raised: one move's step never stops the others'."""
         try:
-            fn(*args)
+            fn(*args, **kwargs)
         except BudgetCut as exc:  # (its cycle's budget: no fault of its own)
             raise read_cut() from exc
         except SwarmError as exc:
@@ -515,7 +517,7 @@ class Mover:
                 tt["ForceUpdate"] = int(tt.get("ForceUpdate") or 0) + 1
 
         end_move(self.writes, p, sid, self.clock(), also,
-                 partial(self.outcomes.end, st, outcome, detail))
+                 lambda: self.outcomes.end(st, outcome, detail))  # (a partial's args: unchecked)
 
     def _rolled_back(self, sid: str, st: MoveState, detail: str, taken: str) -> None:
         """The roll-back's end and outcome; not reopened (``taken``): a failed move."""

@@ -63,7 +63,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableSet, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any
 
 from loguru import logger
@@ -362,7 +361,8 @@ class Repin:
                 2 * self.cfg.move_timeout_s)
         renew = waits is not None and waits.renew
         end_move(self.writes, self.prefix, sid, self.clock(),
-                 force_update if renew else None, partial(self.say, st, outcome, detail))
+                 force_update if renew else None,
+                 lambda: self.say(st, outcome, detail))  # (a partial's args: unchecked)
 
     # --- progress ------------------------------------------------------------------
     def advance(self, sid: str, st: MoveState) -> None:
