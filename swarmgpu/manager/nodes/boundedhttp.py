@@ -292,7 +292,7 @@ def _resolve(host: str, port: int, deadline: float) -> list[Any]:
         job = _LOOKUPS.get(key)
         if job is None:
             job = _LOOKUPS[key] = _Lookup()
-            threading.Thread(target=_lookup, args=(key, job), name="agent-dns",
+            threading.Thread(target=lambda: _lookup(key, job), name="agent-dns",
                              daemon=True).start()
     if not job.done.wait(_left(deadline)):
         raise TimeoutError
