@@ -25,7 +25,8 @@ listen address and URL the operator gives; ``yamlfile``, with ``goscalar``: a pl
 scalar as docker's go-yaml reads it, ``yamlnodes``: its checks of each node, and
 ``yamlhints``: the fix for a syntax error by the parser's words,
 ``leadingzero``: ``010``, 8 or 10 by the reader,
-refused in the files swarmgpu alone reads, ``boundedfile``: a named file read
+refused in the files swarmgpu alone reads, ``strictnum``: a number an operator types,
+in one form, ``boundedfile``: a named file read
 only as a small regular file, never blocking; ``healthcheck``: the image's
 HEALTHCHECK, ``sdnotify``: systemd's notify protocol for both roles), and ``peertext``,
 which cuts and cleans what a peer wrote before any error or note repeats it, and

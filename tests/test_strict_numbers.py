@@ -1,0 +1,51 @@
+"""Numbers an operator types as text (SWARMGPU_* variables, command options) are read in
+one form (core.strictnum): int() and float() took ' 5 ', '+5', '1_000', '010' and a
+401-digit port raised OverflowError out of `config check`."""
+
+from __future__ import annotations
+
+import pytest
+
+from swarmgpu.core.config import load_config_report
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    (" 5 ", "spaces around it; remove them"),
+    ("+5", "a +; write the number without it"),
+    ("1_000", "a _ in it; write the digits together"),
+    ("010", "a leading 0 (octal to some readers); write it without"),
+    ("\u0665", "digits or signs that are not ASCII; write 0-9"),
+])
+@pytest.mark.parametrize(("var", "key", "kind"), [
+    ("SWARMGPU_AGENTS_PORT", "agents.port", "a whole number"),
+    ("SWARMGPU_SYNC_INTERVAL_S", "sync.interval_s", "a number"),
+])
+def test_an_environment_number_in_another_form_is_refused_saying_why(
+        value: str, why: str, var: str, key: str, kind: str) -> None:
+    _, errors = load_config_report(None, env={var: value})
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"{var}: {key}: expected {kind}, got {value!r}: {why}; write "
+                                "ASCII digits"), errors
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-Infinity"])
+def test_an_environment_float_that_is_no_finite_number_is_refused(value: str) -> None:
+    _, errors = load_config_report(None, env={"SWARMGPU_SYNC_INTERVAL_S": value})
+    assert len(errors) == 1 and "expected a number" in errors[0], errors
+
+
+def test_an_environment_whole_number_past_64_bits_is_out_of_range_not_a_crash() -> None:
+    _, errors = load_config_report(None, env={"SWARMGPU_AGENTS_PORT": "1" + "0" * 400})
+    assert len(errors) == 1 and "a number out of range" in errors[0], errors
+
+
+@pytest.mark.parametrize(("var", "value", "read"), [
+    ("SWARMGPU_AGENTS_PORT", "9500", 9500),
+    ("SWARMGPU_SYNC_INTERVAL_S", "2.5", 2.5),
+    ("SWARMGPU_SYNC_INTERVAL_S", "1e1", 10.0),
+    ("SWARMGPU_SYNC_INTERVAL_S", "0.5e2", 50.0),
+])
+def test_an_environment_number_in_the_form_is_read(var: str, value: str, read: float) -> None:
+    cfg, errors = load_config_report(None, env={var: value})
+    assert errors == []
+    assert (cfg.agents.port if var.endswith("PORT") else cfg.sync.interval_s) == read
