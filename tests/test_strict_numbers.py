@@ -4,8 +4,11 @@ one form (core.strictnum): int() and float() took ' 5 ', '+5', '1_000', '010' an
 
 from __future__ import annotations
 
+import click
 import pytest
 
+from swarmgpu.cli.node import facts
+from swarmgpu.cli.sim import simulate
 from swarmgpu.core.config import load_config_report
 
 
@@ -49,3 +52,41 @@ def test_an_environment_number_in_the_form_is_read(var: str, value: str, read: f
     cfg, errors = load_config_report(None, env={var: value})
     assert errors == []
     assert (cfg.agents.port if var.endswith("PORT") else cfg.sync.interval_s) == read
+
+
+@pytest.mark.parametrize(("args", "shown"), [
+    (["--speedup", "nan"], "'nan': not a finite number"),
+    (["--speedup", "inf"], "'inf': not a finite number"),
+    (["--speedup", "1e400"], "a number out of range"),
+    (["--rebalance-moves", "1_0"], "'1_0': a _ in it"),
+    (["--drain", "1_000"], "'1_000': a _ in it"),
+    (["--drain", " 5"], "' 5': spaces around it"),
+    (["--move-flight", "+1"], "'+1': a +"),
+    (["--online-at", "\u0669\u0665"], "digits or signs that are not ASCII"),
+    (["--online-at", "131"], "131 is not in the range 0<=x<=130"),
+])
+def test_a_simulate_number_option_in_another_form_is_refused_naming_it(
+        args: list[str], shown: str) -> None:
+    """click's INT and FLOAT are int() and float(): --drain 1_000 was 1000, --speedup nan
+    a replay of nan arrivals a second, --online-at with Arabic-Indic digits 95."""
+    with pytest.raises(click.BadParameter) as exc:
+        simulate.make_context("simulate", list(args))
+    assert exc.value.param is not None and args[0] in exc.value.param.opts
+    assert shown in exc.value.format_message(), exc.value.format_message()
+
+
+def test_memory_mib_option_in_another_form_is_refused() -> None:
+    with pytest.raises(click.BadParameter, match="a _ in it"):
+        facts.make_context("facts", ["--memory-mib", "40_960"])
+
+
+@pytest.mark.parametrize(("args", "key", "read"), [
+    (["--speedup", "2.5"], "speedup", 2.5),
+    (["--drain", "600"], "drain_s", 600),
+    (["--online-at", "0"], "online_at", 0),
+    ([], "online_at", 95),
+    ([], "speedup", 1.0),
+])
+def test_a_simulate_number_option_in_the_form_is_read(
+        args: list[str], key: str, read: float) -> None:
+    assert simulate.make_context("simulate", args).params[key] == read

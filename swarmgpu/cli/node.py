@@ -15,6 +15,7 @@ from swarmgpu.cli.config import ConfigPath
 from swarmgpu.cli.exitcodes import CONFIG_ERROR
 from swarmgpu.cli.logs import setup_logging
 from swarmgpu.cli.said import say_error
+from swarmgpu.cli.strictopts import STRICT_INT
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.core.peertext import peer_text
 
@@ -42,7 +43,7 @@ def _source_detail_options(f: Any) -> Any:
     f = click.option("--hostname", default=None,
                      help="Node hostname to report (default: this host's name).")(f)
     f = click.option("--product", default=None, help="GPU product, for topo: sources.")(f)
-    f = click.option("--memory-mib", type=int, default=None,
+    f = click.option("--memory-mib", type=STRICT_INT, default=None,
                      help="Memory per GPU in MiB, for topo: sources.")(f)
     f = click.option("--mig", "mig_layout", default=None,
                      help="MIG layout for topo: sources (see docs/facts-schema.md).")(f)
