@@ -8,14 +8,20 @@ and the form to write.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from swarmgpu.core.strictnum import NumberText, parse_float, parse_int
 
+if TYPE_CHECKING:
+    _IntType = click.ParamType[int, Any]
+    _FloatType = click.ParamType[float, Any]
+else:  # (pyproject takes click 8.1, whose ParamType is no generic to subscript)
+    _IntType = _FloatType = click.ParamType
 
-class StrictInt(click.ParamType):
+
+class StrictInt(_IntType):
     """A whole number, at least ``lo`` and at most ``hi`` where given."""
 
     name = "integer"
@@ -37,7 +43,7 @@ class StrictInt(click.ParamType):
         return n
 
 
-class StrictFloat(click.ParamType):
+class StrictFloat(_FloatType):
     """A finite number."""
 
     name = "float"
