@@ -24,6 +24,7 @@ read as another address by some readers, and ``listenhost``: that rule for every
 listen address and URL the operator gives; ``yamlfile``, with ``goscalar``: a plain
 scalar as docker's go-yaml reads it, ``yamlnodes``: its checks of each node, and
 ``yamlhints``: the fix for a syntax error by the parser's words,
+``yamldirective``: the ``%YAML`` and ``%TAG`` directives refused,
 ``leadingzero``: ``010``, 8 or 10 by the reader,
 refused in the files swarmgpu alone reads, ``strictnum``: a number an operator types,
 in one form, ``boundedfile``: a named file read
