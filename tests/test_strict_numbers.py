@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import click
 import pytest
+from click.testing import CliRunner
 
+from swarmgpu.cli import main
+from swarmgpu.cli.exitcodes import CONFIG_ERROR
 from swarmgpu.cli.node import facts
 from swarmgpu.cli.sim import simulate
 from swarmgpu.core.config import load_config_report
@@ -90,3 +93,15 @@ def test_memory_mib_option_in_another_form_is_refused() -> None:
 def test_a_simulate_number_option_in_the_form_is_read(
         args: list[str], key: str, read: float) -> None:
     assert simulate.make_context("simulate", args).params[key] == read
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    ("1_0", "a _ in it"), (" 30", "spaces around it"), ("\u0663\u0660", "not ASCII"),
+])
+def test_the_agents_refresh_option_in_another_form_is_refused(value: str, shown: str) -> None:
+    """--refresh-s had no type: click's FLOAT, from its default 30.0, read '1_0' as 10.
+    Refused as its range is, exit 78 (no restart mends an option)."""
+    res = CliRunner().invoke(main, ["agent", "--source", "file:/none", "--refresh-s", value])
+    assert res.exit_code == CONFIG_ERROR, res.output
+    assert f"swarmgpu agent: --refresh-s {value}: " in res.output and shown in res.output, \
+        res.output
