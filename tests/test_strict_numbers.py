@@ -95,6 +95,7 @@ def test_a_simulate_number_option_in_the_form_is_read(
     assert simulate.make_context("simulate", args).params[key] == read
 
 
+@pytest.mark.timeout(60)  # taken, the agent serves: a hang, not a pass
 @pytest.mark.parametrize(("value", "shown"), [
     ("1_0", "a _ in it"), (" 30", "spaces around it"), ("\u0663\u0660", "not ASCII"),
 ])
