@@ -184,7 +184,8 @@ def test_integers_stand_for_floats_and_env_text_is_parsed(tmp_path: Path) -> Non
     assert built.sync.interval_s == 10.0 and isinstance(built.sync.interval_s, float)
     assert built.agents.timeout_s == 2.5 and built.dry_run is True
     _, errors = load_config_report(cfg, env={"SWARMGPU_AGENTS_PORT": "9401.7"})
-    assert errors == ["SWARMGPU_AGENTS_PORT: agents.port: expected a whole number, got '9401.7'"]
+    assert errors == ["SWARMGPU_AGENTS_PORT: agents.port: expected a whole number, got '9401.7'; "
+                      "write ASCII digits alone, a - before them at most (e.g. 30)"]
 
 
 def test_an_empty_section_takes_its_environment_override(tmp_path: Path) -> None:

@@ -5,8 +5,9 @@ the docker-proxy); ``logs`` sets up logging for all of them, ``said`` starts the
 lines (``swarmgpu COMMAND:``), ``exitcodes`` the codes a service manager acts on (a
 config error's, which systemd does not restart); ``lastcycle`` reads how the
 daemon's last cycle ended (``status --json``), ``daemonmoves`` its move proposals, or
-why they were not read (``plan``); ``main`` is the group that gathers them
-(the ``swarmgpu`` console script and ``python -m swarmgpu.cli``).
+why they were not read (``plan``); ``strictopts`` the number options' types; ``main``
+is the group that gathers them (the ``swarmgpu`` console script and
+``python -m swarmgpu.cli``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -15,8 +14,10 @@ from swarmgpu.cli.config import ConfigPath
 from swarmgpu.cli.exitcodes import CONFIG_ERROR
 from swarmgpu.cli.logs import setup_logging
 from swarmgpu.cli.said import say_error
+from swarmgpu.cli.strictopts import STRICT_INT
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.core.peertext import peer_text
+from swarmgpu.core.strictnum import NumberText, parse_float
 
 if TYPE_CHECKING:
     from swarmgpu.core.model import NodeFacts
@@ -42,7 +43,7 @@ def _source_detail_options(f: Any) -> Any:
     f = click.option("--hostname", default=None,
                      help="Node hostname to report (default: this host's name).")(f)
     f = click.option("--product", default=None, help="GPU product, for topo: sources.")(f)
-    f = click.option("--memory-mib", type=int, default=None,
+    f = click.option("--memory-mib", type=STRICT_INT, default=None,
                      help="Memory per GPU in MiB, for topo: sources.")(f)
     f = click.option("--mig", "mig_layout", default=None,
                      help="MIG layout for topo: sources (see docs/facts-schema.md).")(f)
@@ -124,7 +125,7 @@ def _facts_text(nf: NodeFacts) -> str:
               "e.g. 0.0.0.0:9401 or the node's cluster address).")
 @click.option("--metrics-profile", default=None, type=click.Path(),
               help="YAML profile of scripted utilisation (demos, tests).")
-@click.option("--refresh-s", default=30.0, show_default=True,
+@click.option("--refresh-s", "refresh_text", default="30", show_default=True,
               help="Seconds between fact reads (at least 1, at most 86400).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Log lines as text, or one JSON object each.")
@@ -171,20 +172,14 @@ def _facts_text(nf: NodeFacts) -> str:
                    "from these alone X-Forwarded-For is read, for whose wrong tokens a "
                    "request counts; else every client shares the proxy's.")
 def agent(source: str, hostname: str | None, product: str | None, memory_mib: int | None,
-          mig_layout: str | None, listen: str, metrics_profile: str | None, refresh_s: float,
+          mig_layout: str | None, listen: str, metrics_profile: str | None, refresh_text: str,
           log_format: str, docker_host: str | None, proc_root: str, identity: str,
           data_root: str, tls_cert: str | None, tls_key: str | None, tls_ca: str | None,
           token_file: str | None, allowed_hosts: str, trusted_proxies: str) -> None:
     """Serve this node's GPU facts and metrics over HTTP (/facts, /metrics, /healthz)."""
     from swarmgpu.agent import server as agent_mod
 
-    # Refused before anything starts: the server's own errors were tracebacks, and a
-    # NaN or huge period left the refresher spinning or dead (its wait cannot take it).
-    # Exit 78: no restart mends an option (the unit's RestartPreventExitStatus=78).
-    if not (math.isfinite(refresh_s) and MIN_REFRESH_S <= refresh_s <= MAX_REFRESH_S):
-        click.echo(f"swarmgpu agent: --refresh-s {refresh_s:g}: seconds between fact reads, "
-                   f"at least {MIN_REFRESH_S} and at most {MAX_REFRESH_S} (e.g. 30)", err=True)
-        sys.exit(CONFIG_ERROR)
+    refresh_s = _refresh_period(refresh_text)
     try:
         agent_mod.parse_listen(listen)
     except ValueError as exc:
@@ -250,6 +245,23 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
 
     nvml_session.shutdown_within(nvml_session.EXIT_WAIT_S)
     _exit_now(0)
+
+
+def _refresh_period(text: str) -> float:
+    """``--refresh-s`` as seconds, refused before anything starts: the server's own errors
+    were tracebacks, and a NaN or huge period left the refresher spinning or dead (its
+    wait cannot take it); float() read '1_0' as 10 (``core.strictnum``). Exit 78: no
+    restart mends an option (the unit's RestartPreventExitStatus=78)."""
+    span = f"seconds between fact reads, at least {MIN_REFRESH_S} and at most {MAX_REFRESH_S}"
+    try:
+        value = parse_float(text)
+    except NumberText as e:
+        click.echo(f"swarmgpu agent: --refresh-s {text}: {e} ({span})", err=True)
+        sys.exit(CONFIG_ERROR)
+    if not MIN_REFRESH_S <= value <= MAX_REFRESH_S:
+        click.echo(f"swarmgpu agent: --refresh-s {value:g}: {span} (e.g. 30)", err=True)
+        sys.exit(CONFIG_ERROR)
+    return value
 
 
 def _warn_blind_proc_root(proc_root: str) -> None:

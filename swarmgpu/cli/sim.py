@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from swarmgpu.cli.strictopts import STRICT_FLOAT, STRICT_INT, StrictInt
 from swarmgpu.core.commalist import comma_list
 from swarmgpu.sim.traces import NAMES as TRACE_NAMES
 
@@ -55,7 +56,7 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
 @click.option("--departures", is_flag=True, help="Replay with creation/deletion times.")
 @click.option(
     "--rebalance-moves",
-    type=float,
+    type=STRICT_FLOAT,
     default=None,
     help="Allow defragmenting moves: at most this many per 100 arrived pods.",
 )
@@ -72,7 +73,7 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
 @click.option(
     "--move-flight",
     "move_flight",
-    type=int,
+    type=STRICT_INT,
     default=0,
     show_default=True,
     help="With --move-limits daemon: arrivals each move stays in flight, counted by the "
@@ -91,7 +92,7 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
 )
 @click.option(
     "--speedup",
-    type=float,
+    type=STRICT_FLOAT,
     default=1.0,
     show_default=True,
     help="With --departures: arrivals K times faster, lifetimes kept (more load).",
@@ -117,7 +118,7 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
 @click.option(
     "--online-at",
     "online_at",
-    type=click.IntRange(0, 130),
+    type=StrictInt(0, 130),
     default=95,
     show_default=True,
     help="F of the online bound's row: the most GPU allocation a policy that "
@@ -128,7 +129,7 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
 @click.option(
     "--priorities",
     "priority_share",
-    type=float,
+    type=STRICT_FLOAT,
     default=None,
     help="Give this share (0-1) of the GPU pods priority 100 and replay the "
     "departures timeline with a queue, without and with priorities "
@@ -138,7 +139,7 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
 @click.option(
     "--drain",
     "drain_s",
-    type=int,
+    type=STRICT_INT,
     default=0,
     show_default=True,
     help="With --priorities: after the last arrival, go on up to this many "
@@ -298,7 +299,7 @@ def simulate(
 )
 @click.option(
     "--seed",
-    type=int,
+    type=STRICT_INT,
     default=42,
     show_default=True,
     help="Seed of the derivation's draw: the same seed and pods give the same files.",

@@ -25,8 +25,10 @@ listen address and URL the operator gives, and ``loopbackbind``: ``localhost``
 bound as 127.0.0.1, not as a resolver answers it; ``yamlfile``, with ``goscalar``: a plain
 scalar as docker's go-yaml reads it, ``yamlnodes``: its checks of each node, and
 ``yamlhints``: the fix for a syntax error by the parser's words,
+``yamldirective``: the ``%YAML`` and ``%TAG`` directives refused,
 ``leadingzero``: ``010``, 8 or 10 by the reader,
-refused in the files swarmgpu alone reads, ``boundedfile``: a named file read
+refused in the files swarmgpu alone reads, ``strictnum``: a number an operator types,
+in one form, ``boundedfile``: a named file read
 only as a small regular file, never blocking; ``healthcheck``: the image's
 HEALTHCHECK, ``sdnotify``: systemd's notify protocol for both roles,
 ``servererrors``: a request failed past its handler, said in the log), and ``peertext``,

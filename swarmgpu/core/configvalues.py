@@ -22,6 +22,7 @@ from swarmgpu.core.httpguard import HOST_NAME, host_of
 from swarmgpu.core.listenhost import idna_form, url_host_problem
 from swarmgpu.core.numerichost import ambiguous_number
 from swarmgpu.core.peertext import peer_text, quoted
+from swarmgpu.core.strictnum import NumberText, parse_float, parse_int
 from swarmgpu.core.yamlfile import Lines, plain_is_text
 
 
@@ -130,14 +131,14 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
         if typ is float and isinstance(value, int | float) and not isinstance(value, bool) \
                 and math.isfinite(value):
             return float(value)
-        if env and value.isascii():  # int() reads '٩٤٠١' as 9401: YAML, as text
-            try:
-                num = typ(value.strip())
-                if math.isfinite(num):
-                    return num
-            except ValueError:
-                pass
         kind = "a whole number" if typ is int else "a number"
+        if env:  # one form (core.strictnum): int() read ' +1_000 ', '\u0665', float() 'nan'
+            try:
+                return parse_int(value) if typ is int else parse_float(value)
+            except NumberText as e:
+                if out_of_range(value.strip()) is None:
+                    raise ValueError(f"{where}: expected {kind}, {got}"
+                                     f"{': ' if e.why else '; '}{e}") from None
         # 1e400 is a number to its writer, text to YAML (and to Go's reader) only for
         # its size: said as such, not as "a string".
         if isinstance(value, str) and (past := out_of_range(value.strip())) is not None:

@@ -30,7 +30,9 @@ is refused too (no reader of it knows one). YAML's non-specific tag, ``!`` alone
 (the number 2), docker 28 as text ("2"), docker 27 and older refuse it; so are
 ``!!set``, ``!!omap``, ``!!pairs`` and ``!!binary``, which build no plain value, any
 other ``!!`` tag (``!!python/object``: no kind every reader shares), and a
-second ``<<`` in one mapping (docker 28 refuses it, docker 27 merges both).
+second ``<<`` in one mapping (docker 28 refuses it, docker 27 merges both). A directive
+(``%YAML 1.1``, ``%TAG``) is refused (``core.yamldirective``): docker refuses some,
+and reads none as it says.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from swarmgpu.core.boundedfile import (
     read_bounded_text,
 )
 from swarmgpu.core.leadingzero import refuse_leading_zeros
+from swarmgpu.core.yamldirective import Directive, refusal
 from swarmgpu.core.yamlhints import syntax_hint
 from swarmgpu.core.yamlnodes import (
     check_tag,
@@ -103,6 +106,14 @@ class _Loader(yaml.SafeLoader):
         elif isinstance(index, yaml.Node):  # a mapping's value written as an alias
             self.aliased[id(index)] = self.peek_event().start_mark  # type: ignore[no-untyped-call]
         return super().compose_node(parent, index)
+
+    def fetch_directive(self) -> None:
+        """A directive (``%YAML 1.1``) refused at its ``%`` (``core.yamldirective``)."""
+        mark = self.get_mark()
+        text = _BREAK.split(str(mark.buffer)[mark.pointer:], maxsplit=1)[0].rstrip("\0")
+        if (why := refusal(text, self.v2)) is not None:
+            raise Directive(mark.line + 1, text, why)
+        super().fetch_directive()
 
     def _note_bare(self, event: Any, node: yaml.Node) -> None:
         if event.tag == "!":  # ``! 2``, ``!<!> 2``: the node's tag is already resolved
@@ -202,6 +213,16 @@ class _CLoader(_Loader):
     def __init__(self, stream: str, v2: bool = False) -> None:
         super().__init__(stream, v2)
         self.events = CParser(stream)
+
+    def compose_document(self) -> yaml.Node | None:
+        # libyaml's parser refuses an unknown directive, and takes %YAML 1.2, which
+        # go-yaml v2 refuses (``core.yamldirective``); %TAG it reads as v2 does.
+        event = self.peek_event()
+        if (version := getattr(event, "version", None)) is not None:
+            text = "%YAML {}.{}".format(*version)
+            if (why := refusal(text, self.v2)) is not None:
+                raise Directive(event.start_mark.line + 1, text, why)
+        return super().compose_document()
 
     def check_event(self, *choices: Any) -> bool:
         return bool(self.events.check_event(*choices))
@@ -356,6 +377,9 @@ def _parse(text: str, what: str, error: type[Exception], fmt: str, docker: bool,
                         "levels)") from None
         except _TooMany as e:
             raise error(_too_many(what, e.line)) from None
+        except Directive as e:
+            raise error(f"{what}: the directive {e.text!r} at line {e.line}: {e.why}; "
+                        "remove it") from None
         if node is None:
             return None, {}, more
         lines: Lines = {}
@@ -383,7 +407,7 @@ def _first_node(loader: _Loader) -> tuple[yaml.Node | None, bool]:
     node = loader.compose_document()
     try:
         return node, not loader.check_event(yaml.StreamEndEvent)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, Directive):  # (a directive of a document never read)
         return node, True
 
 

@@ -56,8 +56,10 @@ from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.core.yamlfile import MAX_TEXT, parse_yaml
 
 PREFIX = "nvidia.com/"
-_MIG_KEY_RE = re.compile(r"^mig-((?:\d+c\.)?\d+g\.\d+gb(?:\+me)?)\.(count|memory)$")
-_SINGLE_PRODUCT_RE = re.compile(r"^(.*)-MIG-((?:\d+c\.)?\d+g\.\d+gb(?:\+me)?)$")
+# ASCII digits (re.ASCII): \d took 'mig-1g.\u0665gb' as a profile no request names
+_MIG_KEY_RE = re.compile(r"^mig-((?:\d+c\.)?\d+g\.\d+gb(?:\+me)?)\.(count|memory)$",
+                         re.ASCII)
+_SINGLE_PRODUCT_RE = re.compile(r"^(.*)-MIG-((?:\d+c\.)?\d+g\.\d+gb(?:\+me)?)$", re.ASCII)
 _GB_IN_NAME_RE = re.compile(r"(\d+)GB", re.IGNORECASE)
 # A count: ASCII digits only ('²' and fullwidth digits pass isdigit()), short enough
 # for int().
@@ -256,12 +258,22 @@ def _cuda_version(labels: Mapping[str, str]) -> str | None:
     return f"{major}.{minor}" if major and minor else None
 
 
+def _refuse_unicode_mig(labels: Mapping[str, str], where: str) -> None:
+    """GFD writes its labels in ASCII: a MIG label in other digits ('mig-1g.\u0665gb',
+    an Arabic-Indic 5) is no label of GFD's, refused (it was a MIG device of a profile
+    no request names)."""
+    for key in labels:
+        if key.startswith("mig-") and not key.isascii():
+            raise SourceError(f"{where}: label {PREFIX}{ascii(key)[1:-1][:80]}: characters "
+                              "not ASCII; GFD names MIG profiles in ASCII (mig-1g.5gb.count)")
+
+
 def normalise_profile(gfd_name: str, memory_mib: int | None) -> str:
     """nvidia-smi's name for a GFD profile: recomputed from its memory when known."""
     if memory_mib is None:
         return gfd_name
     g, _ = parse_profile(gfd_name)
-    ci = re.match(r"^(\d+)c\.", gfd_name)
+    ci = re.match(r"^(\d+)c\.", gfd_name, re.ASCII)
     name = mig_profile_name(g, memory_mib, int(ci.group(1)) if ci else None)
     return name + ("+me" if gfd_name.endswith("+me") else "")
 
@@ -277,6 +289,7 @@ def facts_from_labels(
 ) -> NodeFacts:
     """NodeFacts from GFD labels; ``product``/``memory_mib`` override GFD's values."""
     where = spec or "gfd"
+    _refuse_unicode_mig(labels, where)
     errors: list[str] = []
     note = replica_note(labels, where)
     if note is not None:
@@ -321,7 +334,7 @@ def facts_from_labels(
                 f"{parent_memory} MiB from the product name; pass --memory-mib for the real value"
             )
         per_gpu = max_instances(migs[0][0], parent_memory)
-        if (ci := re.match(r"^(\d+)c\.(\d+)g", migs[0][0])) is not None:
+        if (ci := re.match(r"^(\d+)c\.(\d+)g", migs[0][0], re.ASCII)) is not None:
             # compute instances: as many per GPU instance as its slices hold
             per_gpu *= max(1, int(ci.group(2)) // max(1, int(ci.group(1))))
         parents = max(1, math.ceil(count / per_gpu))

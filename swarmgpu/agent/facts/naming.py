@@ -13,7 +13,8 @@ import re
 from collections.abc import Sequence
 
 SYNTHETIC_PREFIX = "5ca1ab1e"
-_PROFILE_RE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb(\+me)?$")
+# ASCII digits: \d alone takes any script's, and int() reads them ('1g.\u0665gb')
+_PROFILE_RE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb(\+me)?$", re.ASCII)
 
 
 def synthetic_uuid(kind: str, *parts: object) -> str:

@@ -101,8 +101,11 @@ def constraints_of(placement: Mapping[str, Any], where: str) -> list[str]:
 
 # --- what Swarm's scheduler checks, as `docker stack deploy` converts it -------------
 
-# docker's units.RAMInBytes: binary multipliers, an optional b / ib after the letter.
-_MEM_RE = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,9})?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
+# docker's units.RAMInBytes: binary multipliers, an optional b / ib after the letter;
+# ASCII digits (Go's strconv: \d took '\u0664G' as 4 GiB, which docker refuses) and one
+# space at most, between number and unit (' 4G', '4\tG' are docker's errors too).
+_MEM_RE = re.compile(r"([0-9]{1,15}(?:\.[0-9]{1,9})?) ?([kmgtp]?)(?:i?b)?",
+                     re.IGNORECASE | re.ASCII)
 _MEM_UNIT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
 
 
@@ -155,7 +158,7 @@ def memory_bytes(v: object) -> int | None:
     """An amount of memory in docker's units (bytes, or "512M", "1g", "1.5GiB"), with no
     floor (a tmpfs may be smaller than a reservation); None: not one."""
     text = str(v) if isinstance(v, int | str) and not isinstance(v, bool) else ""
-    m = _MEM_RE.match(text)
+    m = _MEM_RE.fullmatch(text)
     return None if m is None else int(float(m.group(1)) * _MEM_UNIT[m.group(2).lower()])
 
 

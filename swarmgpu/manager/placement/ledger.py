@@ -89,7 +89,8 @@ def _uuid_list(uuids: Sequence[str], milli: Sequence[int]) -> str:
     return ",".join(u if m >= 1000 else f"{u}@{m}" for u, m in zip(uuids, milli, strict=True))
 
 
-_HOLD_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9\-_/:.]*?)(?:@(\d{1,4}))?$")
+# ASCII digits: \d took 'GPU-a@\u0665\u0660\u0660' (Arabic-Indic 500) as a milli
+_HOLD_RE = re.compile(r"([A-Za-z0-9][A-Za-z0-9\-_/:.]*?)(?:@(\d{1,4}))?", re.ASCII)
 _SLOT_RE = re.compile(r"^s([1-9][0-9]{0,5})=(.*)$")
 
 
@@ -97,7 +98,7 @@ def _parse_list(value: str) -> tuple[list[str], list[int]] | None:
     uuids: list[str] = []
     milli: list[int] = []
     for part in value.split(","):
-        m = _HOLD_RE.match(part.strip())
+        m = _HOLD_RE.fullmatch(part.strip())
         if not m:
             return None
         uuids.append(m.group(1))
