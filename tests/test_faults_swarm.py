@@ -26,6 +26,7 @@ from support.gpu_nodes import (
     GPU_NODES,
     LOGS,
     cfg_file,
+    eventually,
     kwargs_for_logs,
     labels_of,
     start_agent,
@@ -269,12 +270,16 @@ def test_agent_for_another_node_is_refused(swarm: SwarmCluster, agents: dict[str
         **kwargs_for_logs(LOGS / "agent-impostor.log"))
     try:
         wait_port(n1.addr, 9401)
-        time.sleep(1.5)  # first facts read
         cfg = load_config(cfg_file(tmp_path, swarm), env={})
         d = Daemon(cfg, SwarmClient(swarm.manager.docker_host))
-        report = d.cycle()
-        assert any("serves facts for host 'gpu-node-2'" in e for e in report.errors), \
-            report.errors
+
+        def refused() -> None:
+            errors = d.cycle().errors
+            assert any("serves facts for host 'gpu-node-2'" in e for e in errors), errors
+
+        # Until its first facts read the agent answers 503: cycles until it serves them
+        # (a fixed 1.5 s, that read's time on an idle host, may be short on a loaded one).
+        eventually(refused, 30, "the impostor's facts refused", interval=0.5)
         assert labels_of(swarm, "gpu-node-1") == before
         assert ours(labels_of(swarm, "gpu-node-2")) == want("gpu-node-2")
         FIGURES["agent_faults.wrong_node"] += 1

@@ -165,8 +165,7 @@ def test_a_deposed_leaders_daemon_writes_nothing(swarm3: SwarmCluster) -> None:
 def test_only_leader_acts_and_failover_loses_nothing(
         swarm3: SwarmCluster, agent: Any, tmp_path: Path, figures: dict[str, Any]) -> None:
     swarm = swarm3
-    leader = swarm.leader()
-    assert leader is not None, "no raft leader in the fresh swarm"
+    leader = swarm.wait_for(swarm.leader, 60, "a raft leader")  # (none yet: an election)
     daemons = {m.name: ManagerDaemon(swarm, m, tmp_path, "run") for m in swarm.managers}
     try:
         swarm.wait_for(lambda: all(d.running() for d in daemons.values()), 30,
@@ -250,13 +249,17 @@ def test_only_leader_acts_and_failover_loses_nothing(
 
 class SlowAgent:
     """Accepts connections and never answers: a facts fetch lasts the whole timeout,
-    so a daemon cycle is still in progress when the test signals the daemon."""
+    so a daemon cycle is still in progress when the test signals the daemon. Each
+    connection it accepts is a line in ``accepts`` (its own start probe the first)."""
 
-    def __init__(self, swarm: SwarmCluster, node: NodeHandle, port: int) -> None:
+    def __init__(self, swarm: SwarmCluster, node: NodeHandle, port: int,
+                 accepts: Path) -> None:
+        self.accepts = accepts
         code = ("import socket,time\n"
                 "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
                 f"s.bind(('{node.addr}', {port})); s.listen(16); held=[]\n"
-                "while True: held.append(s.accept())\n")
+                f"log=open({str(accepts)!r}, 'a', buffering=1)\n"
+                "while True: held.append(s.accept()); log.write('accepted\\n')\n")
         self.proc = swarm.exec_in_netns(node, [sys.executable, "-c", code])
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -267,19 +270,27 @@ class SlowAgent:
                 time.sleep(0.1)
         raise AssertionError("slow agent did not start")
 
+    def accepted(self) -> int:
+        return self.accepts.read_text().count("accepted") if self.accepts.exists() else 0
+
 
 def test_sigterm_finishes_current_step_then_exits_zero(
         swarm3: SwarmCluster, tmp_path: Path, figures: dict[str, Any]) -> None:
     swarm = swarm3
     leader = swarm.wait_for(swarm.leader, 60, "a raft leader")
     port, fetch_s = 19499, 3.0
-    slow = SlowAgent(swarm, swarm.node(WORKER), port)
+    slow = SlowAgent(swarm, swarm.node(WORKER), port, tmp_path / "slow-agent-accepts")
     d = ManagerDaemon(swarm, leader, tmp_path, "sigterm",
-                      agents={"port": port, "timeout_s": fetch_s},
+                      # (no facts watch: its fetch would be another on the slow agent)
+                      agents={"port": port, "timeout_s": fetch_s, "watch_s": 0},
                       sync={"interval_s": 30, "watch_events": False}, log={"level": "DEBUG"})
     try:
         swarm.wait_for(d.running, 30, "daemon running")
-        time.sleep(1.0)  # the first cycle, started with the scheduler, waits on the agent
+        # The first cycle, started with the scheduler, waits on the agent: signal once
+        # its fetch is in flight (a connection beside the start probe's): after a fixed
+        # second, a loaded host's cycle could be signalled before its fetch began.
+        swarm.wait_for(lambda: slow.accepted() >= 2 or None, 30,
+                       "the daemon's fetch waiting on the slow agent")
         d.proc.send_signal(signal.SIGTERM)
         t_sig = time.monotonic()
         rc = d.proc.wait(30)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from support.daemon import ModuleDaemon
-from support.gpu_nodes import GPU_NODES, LOGS, run_cli
+from support.gpu_nodes import GPU_NODES, LOGS, eventually, run_cli
 from support.swarm_harness import SwarmCluster
 from support.swarm_services import container_env, deploy, plan, tasks_running, wait_running
 
@@ -96,5 +96,9 @@ def test_a_stack_over_its_tenants_max_deployed_without_render_waits_gated(
     assert adhoc["status"] == "pending" and QUOTA in adhoc["reason"], adhoc
     status = run_cli("status", "--config", str(daemon["cfg"])).stdout
     assert QUOTA in status, status
-    log = LOG.read_bytes()[daemon["log_at"] :].decode(errors="replace")
-    assert "while its queue's max keeps it waiting" in log
+
+    def logged() -> None:  # the daemon's line: waited for, as the sleep waited for none
+        log = LOG.read_bytes()[daemon["log_at"] :].decode(errors="replace")
+        assert "while its queue's max keeps it waiting" in log, log[-2000:]
+
+    eventually(logged, 30, "adhoc_train's decision logged")

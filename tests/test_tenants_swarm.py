@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from support.daemon import ModuleDaemon
-from support.gpu_nodes import LOGS, RTX4090, run_cli
+from support.gpu_nodes import LOGS, RTX4090, eventually, run_cli
 from support.swarm_harness import SwarmCluster
 from support.swarm_services import deploy, plan, tasks_running, wait_running
 
@@ -70,8 +70,13 @@ def test_a_tenants_ceiling_holds_and_the_higher_tenant_preempts(
     limits = [f for f in json.loads(res.stdout)["findings"] if f["kind"] == "tenant-limit"]
     assert res.returncode == 1 and {f["subject"] for f in limits} == {"team-b-greedy_x"}
     assert "self-declared-priority" not in res.stdout
-    log = LOG.read_bytes()[daemon["log_at"]:].decode(errors="replace")
-    assert f"team-b-greedy_x: {CAPPED}" in log
+
+    def logged() -> str:  # the daemon's line of the cap: waited for, as the sleep waited for none
+        log = LOG.read_bytes()[daemon["log_at"]:].decode(errors="replace")
+        assert f"team-b-greedy_x: {CAPPED}" in log, log[-2000:]
+        return log
+
+    log = eventually(logged, 30, "the daemon's cap of team-b-greedy_x logged")
     assert "preempt" not in log.replace("preemptible", "").replace("preemption", "")
 
     # team-a at its ceiling: team-b's batch (which may not opt out) is the victim.

@@ -11,16 +11,7 @@ nothing. Pure, over the Preempter's decision (tests/support/pending_high.py)."""
 
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import replace
-
-from support.forged import FACTS, P
-from support.pending_high import pending_high
-
-from swarmgpu.core.config import Config
-from swarmgpu.manager.cycle.preemption import Preempter
-from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
+from support.pending_high import decide_recorded
 
 AT = 4990.0  # batch's stop, by the old leader, in the stored hour
 PREEMPTED = "preempt batch (priority 0) on gpu-node-2 for high (priority 100)"
@@ -30,18 +21,7 @@ def _decide(hour: str, victims: str | None) -> list[str]:
     """What a fresh Preempter (the upgraded leader) decides at 5000 s where batch,
     placed again on the RTX 4090 node (its task made after ``AT``), carries its record
     of a stop on n-9 at ``AT``; the hour ``hour`` and the victims list ``victims``."""
-    snap, plan = pending_high()
-    record = json.dumps({"by": "other", "priority": 100, "at": AT, "node": "n-9"})
-    services = [replace(s, labels={**s.labels, P + PREEMPTED_STATE: record})
-                if s.name == "batch" else s for s in snap.services]
-    made = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(AT + 5))
-    tasks = [replace(t, created_at=made) if t.id == "t-batch" else t for t in snap.tasks]
-    labels = {P + "state.preemptions": hour,
-              **({P + "state.preempted-victims": victims} if victims is not None else {})}
-    snap = replace(snap, services=services, tasks=tasks, swarm_labels=labels)
-    got = Preempter(Config(), clock=lambda: 1000.0).decide(
-        snap, plan, FACTS, None, 5000.0, mono=1000.0)  # type: ignore[arg-type]
-    return [p.describe() for p in got]
+    return decide_recorded("n-9", AT, AT + 5, hour, victims)
 
 
 def test_a_victim_an_earlier_version_stopped_keeps_its_cooldown_after_the_upgrade() -> None:

@@ -24,16 +24,7 @@ at it, and the victim was not cooling."""
 
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import replace
-
-from support.forged import FACTS, P
-from support.pending_high import pending_high
-
-from swarmgpu.core.config import Config
-from swarmgpu.manager.cycle.preemption import Preempter
-from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
+from support.pending_high import decide_recorded
 
 AT = 4990.0  # the record's time, in the stored hour
 
@@ -42,18 +33,8 @@ def _decide(node: str, at: float = AT, hour: str = f"{AT:.0f}") -> list[str]:
     """What a fresh Preempter (a new leader) decides at 5000 s where batch, holding the
     RTX 4090 node with a task made a second after ``at``, carries a record of a
     preemption on ``node`` at ``at``, the stored hour's seconds ``hour``."""
-    snap, plan = pending_high()
-    record = json.dumps({"by": "other", "priority": 100, "at": at, "node": node})
-    services = [replace(s, labels={**s.labels, P + PREEMPTED_STATE: record})
-                if s.name == "batch" else s for s in snap.services]
-    made = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at + 1))
-    tasks = [replace(t, created_at=made) if t.id == "t-batch" else t for t in snap.tasks]
-    snap = replace(snap, services=services, tasks=tasks,  # (the victims' list names it)
-                   swarm_labels={P + "state.preemptions": hour,
-                                 P + "state.preempted-victims": f"id-batch@{hour}"})
-    got = Preempter(Config(), clock=lambda: 1000.0).decide(
-        snap, plan, FACTS, None, 5000.0, mono=1000.0)  # type: ignore[arg-type]
-    return [p.describe() for p in got]
+    # (the victims' list names it)
+    return decide_recorded(node, at, at + 1, hour, f"id-batch@{hour}")
 
 
 def test_a_victim_whose_gate_never_closed_on_the_recorded_node_is_not_cooling() -> None:

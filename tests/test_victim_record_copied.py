@@ -13,16 +13,7 @@ anyone. The preemption's own list of its victims, ``<p>state.preempted-victims``
 
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import replace
-
-from support.forged import FACTS, P
-from support.pending_high import pending_high
-
-from swarmgpu.core.config import Config
-from swarmgpu.manager.cycle.preemption import Preempter
-from swarmgpu.manager.placement.preempted import PREEMPTED_STATE
+from support.pending_high import decide_recorded
 
 AT = 4990.0  # the record's time, a stop in the stored hour
 PREEMPTED = "preempt batch (priority 0) on gpu-node-2 for high (priority 100)"
@@ -32,18 +23,7 @@ def _decide(victims: str | None) -> list[str]:
     """What a fresh Preempter (a new leader) decides at 5000 s where batch, holding the
     RTX 4090 node with a task made after ``AT``, carries a record of a stop on n-9 at
     ``AT`` (in the stored hour); the preemption's victims list ``victims`` (None: none)."""
-    snap, plan = pending_high()
-    record = json.dumps({"by": "other", "priority": 100, "at": AT, "node": "n-9"})
-    services = [replace(s, labels={**s.labels, P + PREEMPTED_STATE: record})
-                if s.name == "batch" else s for s in snap.services]
-    made = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(AT + 5))
-    tasks = [replace(t, created_at=made) if t.id == "t-batch" else t for t in snap.tasks]
-    labels = {P + "state.preemptions": f"{AT:.0f}",
-              **({P + "state.preempted-victims": victims} if victims is not None else {})}
-    snap = replace(snap, services=services, tasks=tasks, swarm_labels=labels)
-    got = Preempter(Config(), clock=lambda: 1000.0).decide(
-        snap, plan, FACTS, None, 5000.0, mono=1000.0)  # type: ignore[arg-type]
-    return [p.describe() for p in got]
+    return decide_recorded("n-9", AT, AT + 5, f"{AT:.0f}", victims)
 
 
 def test_a_record_copied_from_anothers_stop_then_force_updated_buys_no_cooldown() -> None:

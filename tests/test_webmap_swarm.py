@@ -5,6 +5,7 @@ Debian's headless Chromium reading the page the daemon serves.
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import subprocess
@@ -30,17 +31,39 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _http_said(log: Path, proc: subprocess.Popen[bytes]) -> str | None:
+    text = log.read_text(errors="replace")
+    if "serving /metrics, /healthz and the GPU map on" in text:
+        return "up"
+    return "not" if "cannot serve HTTP on" in text or proc.poll() is not None else None
+
+
+def _start(swarm: SwarmCluster, tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """The daemon on the host, like an operator's manager: its HTTP on this machine's
+    loopback, at a port free when picked. Another process on the host may bind that
+    port before the daemon does (the daemon then serves no HTTP): again on another."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log = LOGS / "webmap-daemon.log"
+    for _ in range(5):
+        port = free_port()
+        cfg = cfg_file(tmp, swarm, sync={"interval_s": 2},
+                       http={"listen": f"127.0.0.1:{port}"})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
+            env=swarmgpu_env(), stdout=open(log, "wb"),  # noqa: SIM115
+            stderr=subprocess.STDOUT)
+        if swarm.wait_for(functools.partial(_http_said, log, proc), 60,
+                          "the daemon's HTTP") == "up":
+            return proc, port
+        stop(proc)
+    raise AssertionError(f"the daemon served no HTTP on 5 free ports; see {log}")
+
+
 @pytest.fixture(scope="module")
 def daemon_url(swarm: SwarmCluster, agents: dict[str, Any],
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("webmap")
-    port = free_port()
-    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2}, http={"listen": f"127.0.0.1:{port}"})
-    LOGS.mkdir(parents=True, exist_ok=True)
-    # On the host, like an operator's manager: its HTTP is on this machine's loopback.
-    proc = subprocess.Popen([sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
-                            env=swarmgpu_env(), stdout=open(LOGS / "webmap-daemon.log", "wb"),  # noqa: SIM115
-                            stderr=subprocess.STDOUT)
+    proc, port = _start(swarm, tmp)
     deploy(swarm, tmp, "map", {
         "llm": {"labels": {"swarmgpu.gpus": "2", "swarmgpu.topology": "nvlink"}},
         "small": {"labels": {"swarmgpu.gpu-fraction": "0.5"}},

@@ -50,7 +50,8 @@ rebalance then preemption steps on one snapshot), crowded_node (one GPU node cro
 with small victims, a topology preemptor's choice there), reference_victims (the victims
 as every set tried one by one chose them, before ``victimsearch``), unread (specs and task
 answers not as Docker sends them, a client its engine lists them to), pending_high (a
-preemptor pending on a full RTX 4090 node), swarm_cache (a SwarmCache over a stand-in API,
+preemptor pending on a full RTX 4090 node; a fresh Preempter's decision there with a
+record of the victim's stop), swarm_cache (a SwarmCache over a stand-in API,
 and a stand-in for the cache's own reads, counted),
 defrag_cluster (four half-held RTX 4090 nodes and a free DGX, for defrag's search),
 drawn_plans (rebalance inputs drawn by seed: a plan on the kept allocator against one
