@@ -19,23 +19,20 @@ import dataclasses
 import textwrap
 from pathlib import Path
 
-from support.forged import DGX_F, R4090_F, sw_node, sw_svc
+from support.forged import sw_svc
+from support.ungated import R_UUIDS, P, tenants_config
+from support.ungated import plan_two as _plan
+from support.ungated import ungated as _ungated
 
-from swarmgpu.core.config import Config, load_config
+from swarmgpu.core.config import Config
 from swarmgpu.core.tenants import STACK_LABEL
-from swarmgpu.manager.cycle.placement import new_planner
 from swarmgpu.manager.placement import Holding, assign_key, gate_constraint, gate_key
 from swarmgpu.manager.placement.records import ServicePlan, State, Status
-from swarmgpu.swarm.client import SwarmService, SwarmTask
-
-P = "swarmgpu."
-FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
-R_UUIDS = tuple(g.uuid for g in R4090_F.gpus)
+from swarmgpu.swarm.client import SwarmTask
 
 
 def _cfg(tmp_path: Path, more: str = "") -> Config:
-    f = tmp_path / "config.yml"
-    f.write_text(textwrap.dedent("""\
+    return tenants_config(tmp_path, textwrap.dedent("""\
         queues:
           research: {max: 8}
         tenants:
@@ -43,19 +40,7 @@ def _cfg(tmp_path: Path, more: str = "") -> Config:
           team-b: {stacks: ["team-b*"], max: 2}
           default: {max: 0}
         """) + more)
-    return load_config(f, env={})
 
-
-def _plan(cfg: Config, svcs: list[SwarmService], tasks: list[SwarmTask],
-          held: dict[str, str] | None = None) -> dict[str, ServicePlan]:
-    nodes = [sw_node("n-dgx", "gpu-node-1"), sw_node("n-4090", "gpu-node-2", held)]
-    plan = new_planner(cfg).plan(nodes, svcs, tasks, FACTS)
-    return {sp.name: sp for sp in plan.services}
-
-
-def _ungated(name: str, stack: str, labels: dict[str, str]) -> tuple[SwarmService, SwarmTask]:
-    s = sw_svc(name, {STACK_LABEL: stack, **labels}, gated=False)
-    return s, SwarmTask(f"t-{name}", s.id, "n-4090", 1, "running", "running", ())
 
 
 def _gated_invalid(sp: ServicePlan, why: str) -> None:

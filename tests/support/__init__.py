@@ -59,7 +59,8 @@ built per check), denied (a CDI spec dir the doctor may not list, as a user or a
 write_time (label sync's write-time task check over a task the snapshot lacks),
 answered_engine (docker-py's own client, its engine's HTTP answered by path),
 stepped_daemon (a daemon with its real steps, cycled by the test), yaml_parser (libyaml's
-parser or PyYAML's);
+parser or PyYAML's), ungated (services deployed without render, planned under a tenants
+config);
 and
 for the real swarm:
 swarm_services (deploy a stack, wait for it), swarm_rebalance, swarm_fragmentation,
